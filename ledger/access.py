@@ -1,0 +1,226 @@
+"""Access: roles, tokens (kept only as sha256 hashes) and the admin handle.
+
+Principals come only from :meth:`ledger.Ledger.authenticate`. Grants and tokens
+are events on the ``Principal`` aggregate, so who could do what, where and when
+is itself in the log.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from eventsourcing.application import AggregateNotFoundError
+
+from ledger.domain import Principal, check_aware, check_id, principal_uuid
+from ledger.errors import AuthenticationError, InvalidInputError, InvalidRoleError
+from ledger.serialization import micros_to_datetime
+from projections import access as access_view
+
+if TYPE_CHECKING:
+    from ledger.application import Ledger
+
+
+class Role(StrEnum):
+    """What a grant allows in a scope."""
+
+    READ = "read"  # read, get, explain, snapshot
+    PROPOSE = "propose"  # propose, capture
+    APPROVE = "approve"  # accept, reject, revoke, revalidate
+    DELIVER = "deliver"  # deliver, corrections_due, issue_correction
+    AUDIT = "audit"  # audit
+
+
+TOKEN_PREFIX = "plt_"
+
+
+def hash_token(token: str) -> str:
+    """The stored form of a token."""
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def check_roles(roles: object) -> tuple[str, ...]:
+    """Validate a list of role names."""
+    if isinstance(roles, str) or not isinstance(roles, Iterable):
+        raise InvalidRoleError(f"roles must be a list of role names, got {roles!r}")
+    out: list[str] = []
+    for role in roles:
+        try:
+            out.append(Role(role).value)
+        except ValueError:
+            allowed = ", ".join(r.value for r in Role)
+            raise InvalidRoleError(f"role {role!r} is not one of: {allowed}") from None
+    if not out:
+        raise InvalidRoleError("roles must name at least one role")
+    return tuple(sorted(set(out)))
+
+
+@dataclass(frozen=True)
+class GrantChange:
+    """One role held by a subject in a scope, and when that started and ended."""
+
+    subject: str
+    scope: str
+    role: str
+    granted_at: datetime
+    granted_by: str
+    granted_position: int
+    revoked_at: datetime | None
+    revoked_by: str | None
+    revoked_position: int | None
+
+
+class Admin:
+    """The trusted embedding host's handle: grants, tokens, maintenance.
+
+    Only code that opened the ledger gets one (:meth:`ledger.Ledger.admin`).
+    """
+
+    ACTOR = "admin"
+
+    def __init__(self, ledger: Ledger) -> None:
+        self._ledger = ledger
+
+    def _principal(self, subject: str) -> Principal:
+        app = self._ledger._app
+        try:
+            found: Any = app.repository.get(principal_uuid(subject))
+            assert isinstance(found, Principal)
+            return found
+        except AggregateNotFoundError:
+            return Principal(subject=subject)
+
+    def grant(self, subject: str, scope: str, roles: Iterable[str]) -> None:
+        """Give ``subject`` the ``roles`` in ``scope``.
+
+        Raises:
+            InvalidIdError: subject or scope is not a valid name.
+            InvalidRoleError: a role is unknown.
+        """
+        self._ledger._check_open()
+        check_id(subject, "subject")
+        check_id(scope, "scope")
+        wanted = check_roles(roles)
+
+        def attempt() -> None:
+            principal = self._principal(subject)
+            principal.trigger_event(Principal.Granted, actor=self.ACTOR, scope=scope, roles=wanted)
+            self._ledger._save(principal)
+
+        self._ledger._retrying(attempt)
+
+    def revoke_grant(self, subject: str, scope: str, roles: Iterable[str] | None = None) -> None:
+        """Withdraw ``roles`` (all roles if None) of ``subject`` in ``scope``.
+
+        Raises:
+            InvalidInputError: the subject holds none of those roles there.
+        """
+        self._ledger._check_open()
+        check_id(subject, "subject")
+        check_id(scope, "scope")
+        with self._ledger._reading() as c:
+            held = set(access_view.roles_of(c, self._ledger._dialect, subject, scope))
+        wanted = tuple(sorted(held)) if roles is None else check_roles(roles)
+        missing = [r for r in wanted if r not in held]
+        if not wanted or missing:
+            raise InvalidInputError(
+                f"{subject!r} does not hold {', '.join(missing) or 'any role'} in scope {scope!r}"
+            )
+
+        def attempt() -> None:
+            principal = self._principal(subject)
+            principal.trigger_event(
+                Principal.GrantRevoked, actor=self.ACTOR, scope=scope, roles=wanted
+            )
+            self._ledger._save(principal)
+
+        self._ledger._retrying(attempt)
+
+    def issue_token(self, subject: str, expires: datetime | None = None) -> str:
+        """Issue a bearer token for ``subject``; only its hash is stored.
+
+        Raises:
+            NaiveDatetimeError: ``expires`` has no timezone.
+            ExpiryInPastError: ``expires`` is not in the future.
+        """
+        self._ledger._check_open()
+        check_id(subject, "subject")
+        if expires is not None:
+            self._ledger._check_future(check_aware(expires, "token expiry"), "token expiry")
+        token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+        def attempt() -> None:
+            principal = self._principal(subject)
+            principal.trigger_event(
+                Principal.TokenIssued,
+                actor=self.ACTOR,
+                token_hash=hash_token(token),
+                expires=expires,
+            )
+            self._ledger._save(principal)
+
+        self._ledger._retrying(attempt)
+        return token
+
+    def revoke_token(self, token: str) -> None:
+        """Withdraw a token; sessions using it are refused from their next call.
+
+        Raises:
+            AuthenticationError: the token is unknown or already revoked.
+        """
+        self._ledger._check_open()
+        if not isinstance(token, str):
+            raise AuthenticationError("token must be a string")
+        token_hash = hash_token(token)
+        with self._ledger._reading() as c:
+            row = access_view.token(c, self._ledger._dialect, token_hash)
+        if row is None or row["revoked_pos"] is not None:
+            raise AuthenticationError("token is unknown or already revoked")
+        subject = str(row["subject"])
+
+        def attempt() -> None:
+            principal = self._principal(subject)
+            principal.trigger_event(Principal.TokenRevoked, actor=self.ACTOR, token_hash=token_hash)
+            self._ledger._save(principal)
+
+        self._ledger._retrying(attempt)
+
+    def access_history(
+        self, subject: str | None = None, scope: str | None = None
+    ) -> tuple[GrantChange, ...]:
+        """Who held which role in which scope, from when until when."""
+        self._ledger._check_open()
+        clauses, params = [], []
+        if subject is not None:
+            clauses.append("subject=?")
+            params.append(check_id(subject, "subject"))
+        if scope is not None:
+            clauses.append("scope=?")
+            params.append(check_id(scope, "scope"))
+        where = ("WHERE " + " AND ".join(clauses)) if clauses else ""
+        d = self._ledger._dialect
+        with self._ledger._reading() as c:
+            c.execute(
+                d.q(f"SELECT * FROM {{t}}pl_grants {where} ORDER BY from_pos, role"),
+                tuple(params),
+            )
+            rows: list[Any] = list(c.fetchall())
+        return tuple(
+            GrantChange(
+                subject=r["subject"],
+                scope=r["scope"],
+                role=r["role"],
+                granted_at=micros_to_datetime(r["granted_at"]),
+                granted_by=r["granted_by"],
+                granted_position=r["from_pos"],
+                revoked_at=None if r["revoked_at"] is None else micros_to_datetime(r["revoked_at"]),
+                revoked_by=r["revoked_by"],
+                revoked_position=r["to_pos"],
+            )
+            for r in rows
+        )

@@ -1,0 +1,1313 @@
+"""The ``Ledger`` application and the principal-bound ``Session``.
+
+``Ledger.open(url)`` opens (or creates) a ledger; ``Ledger.admin()`` is the
+embedding host's trusted handle; ``Ledger.authenticate(token)`` returns a
+:class:`Session` bound to the token's principal. Every command checks the
+principal's roles, validates its input completely before writing, and appends
+its events, view updates and snapshots in one transaction.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from eventsourcing.application import AggregateNotFoundError
+from eventsourcing.persistence import IntegrityError, OperationalError
+
+from ledger.access import Admin, Role, hash_token
+from ledger.domain import (
+    DEFAULT_MAX_VALUE_BYTES,
+    Kind,
+    Outcome,
+    Record,
+    Run,
+    Status,
+    Validity,
+    check_aware,
+    check_id,
+    check_kind,
+    check_text,
+    check_value,
+    record_uuid,
+    run_uuid,
+)
+from ledger.errors import (
+    AcceptanceCheckError,
+    AccessDeniedError,
+    AuthenticationError,
+    ClosedLedgerError,
+    ConcurrencyError,
+    CycleError,
+    DuplicateRecordError,
+    ExpiryInPastError,
+    InvalidInputError,
+    InvalidParentError,
+    InvalidTransitionError,
+    InvalidValueError,
+    LedgerError,
+    NotUsableError,
+    ReadOnlyError,
+    SnapshotIntegrityError,
+    UnknownDeliveryError,
+    UnknownRecordError,
+    UnknownSnapshotError,
+    ValueTooLargeError,
+)
+from ledger.persistence import Guard, LedgerApplication, resolve_url
+from ledger.serialization import canonical, datetime_to_micros, micros_to_datetime, unpack
+from ledger.values import (
+    AuditEvent,
+    AuditTrail,
+    Correction,
+    CorrectionDue,
+    Delivery,
+    Explanation,
+    ReadResult,
+    Reason,
+    RebuildReport,
+    RecordView,
+    Revocation,
+)
+from projections import access as access_view
+from projections import delivery as delivery_view
+from projections import timeline
+from projections import validity as validity_view
+from projections.base import Cursor
+
+T = TypeVar("T")
+
+#: An acceptance check gets the candidate and returns None to pass or a reason to refuse.
+AcceptanceCheck = Callable[[RecordView], str | None]
+
+_BLOCKING = (Status.REVOKED, Status.REJECTED, Status.STALE)
+_RETRIES = 8
+
+
+class _Clash(Exception):
+    """Another writer got there first; the command is retried from a fresh read."""
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Ledger:
+    """An event-sourced provenance ledger (see ``Ledger.open``)."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        acceptance_checks: Sequence[AcceptanceCheck] = (),
+        max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
+        clock: Callable[[], datetime] = _utcnow,
+    ) -> None:
+        backend = resolve_url(url)
+        self.url = backend.url
+        self.backend = backend.kind
+        self._app = LedgerApplication(env=backend.env)
+        self._recorder = self._app.ledger_recorder
+        self._projector = self._recorder.projector
+        self._projector.mapper = self._app.mapper
+        self._dialect = self._recorder.dialect
+        self._checks = tuple(acceptance_checks)
+        self._max_value_bytes = max_value_bytes
+        self._clock = clock
+        self._closed = False
+        self.catch_up()
+
+    # -- lifecycle ------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        url: str | None = None,
+        *,
+        acceptance_checks: Sequence[AcceptanceCheck] = (),
+        max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
+        clock: Callable[[], datetime] = _utcnow,
+    ) -> Ledger:
+        """Open (creating if needed) the ledger at ``url``.
+
+        Args:
+            url: ``memory:``, ``sqlite:///path.db``; default ``$PROVLEDGER_URL``,
+                else ``sqlite:///provledger.db``.
+            acceptance_checks: callables run on every ``accept``; each returns
+                None to pass or a reason string to refuse.
+            max_value_bytes: the largest serialised value or content accepted.
+            clock: the ledger's notion of *now* (expiry checks).
+
+        Raises:
+            InvalidURLError: the URL names no supported backend.
+        """
+        return cls(
+            url,
+            acceptance_checks=acceptance_checks,
+            max_value_bytes=max_value_bytes,
+            clock=clock,
+        )
+
+    def close(self) -> None:
+        """Close the database connections. Safe to call twice."""
+        if not self._closed:
+            self._closed = True
+            self._app.close()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedLedgerError(f"ledger {self.url!r} is closed")
+
+    # -- handles --------------------------------------------------------------
+
+    def admin(self) -> Admin:
+        """The trusted host's handle for grants, tokens and maintenance."""
+        self._check_open()
+        return Admin(self)
+
+    def authenticate(self, token: str) -> Session:
+        """A session bound to the principal the token was issued to.
+
+        Raises:
+            AuthenticationError: the token is unknown, revoked or expired.
+        """
+        self._check_open()
+        if not isinstance(token, str) or not token:
+            raise AuthenticationError("token must be a non-empty string")
+        token_hash = hash_token(token)
+        with self._reading() as c:
+            subject = self._token_subject(c, token_hash)
+        return Session(self, subject, token_hash)
+
+    @property
+    def position(self) -> int:
+        """Log position of the newest event (0 for an empty ledger)."""
+        self._check_open()
+        return int(self._recorder.max_notification_id() or 0)
+
+    # -- maintenance ----------------------------------------------------------
+
+    def catch_up(self) -> int:
+        """Apply any events the views have not seen; returns how many."""
+        self._check_open()
+        with self._writing() as c:
+            return self._projector.catch_up(c)
+
+    def views_digest(self) -> str:
+        """Order-independent digest of every view row."""
+        self._check_open()
+        with self._reading() as c:
+            return self._projector.digest(c)
+
+    def rebuild(self, progress: Callable[[int, int], None] | None = None) -> RebuildReport:
+        """Drop every view, replay the whole log in batches, compare digests.
+
+        Streams the log (memory does not grow with its length). ``progress`` is
+        called with (events applied, log position to reach).
+        """
+        self._check_open()
+        before = self.views_digest()
+        target = self.position
+        started = time.perf_counter()
+        with self._writing() as c:
+            self._projector.drop_tables(c)
+            self._projector.create_tables(c)
+        applied = 0
+        while True:
+            with self._writing() as c:
+                batch = next(self._projector.pending(c), None)
+                if batch is None:
+                    break
+                self._projector._apply(c, batch)
+            applied += len(batch)
+            if progress is not None:
+                progress(batch[-1][0], target)
+        seconds = time.perf_counter() - started
+        return RebuildReport(
+            events=applied, seconds=seconds, digest_before=before, digest_after=self.views_digest()
+        )
+
+    # -- internals shared with Session and Admin -------------------------------
+
+    @contextmanager
+    def _reading(self) -> Iterator[Cursor]:
+        self._check_open()
+        with self._recorder.datastore.transaction(commit=False) as c:
+            yield c
+
+    @contextmanager
+    def _writing(self) -> Iterator[Cursor]:
+        self._check_open()
+        with self._recorder.datastore.transaction(commit=True) as c:
+            yield c
+
+    def _now(self) -> datetime:
+        return self._clock()
+
+    def _check_future(self, when: datetime, what: str) -> None:
+        if when <= self._now():
+            raise ExpiryInPastError(f"{what} {when.isoformat()} is not in the future")
+
+    def _save(
+        self, *aggregates: Any, guard: Guard | None = None, snapshots: Sequence[Any] = ()
+    ) -> int:
+        """Append the aggregates' pending events; returns the last position."""
+        try:
+            recordings = self._app.save(*aggregates, guard=guard, snapshots=snapshots)
+        except IntegrityError:
+            raise _Clash() from None
+        except OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                raise _Clash() from None
+            raise
+        return max((r.notification.id for r in recordings), default=0)
+
+    def _retrying(self, attempt: Callable[[], T]) -> T:
+        for _ in range(_RETRIES):
+            try:
+                return attempt()
+            except _Clash:
+                time.sleep(0.005)
+        raise ConcurrencyError(
+            f"another writer kept changing the same records; gave up after {_RETRIES} tries"
+        )
+
+    def _token_subject(self, c: Cursor, token_hash: str) -> str:
+        row = access_view.token(c, self._dialect, token_hash)
+        if row is None:
+            raise AuthenticationError("token is unknown")
+        if row["revoked_pos"] is not None:
+            raise AuthenticationError(f"token of {row['subject']!r} was revoked")
+        if row["expires"] is not None and datetime_to_micros(self._now()) >= row["expires"]:
+            raise AuthenticationError(
+                f"token of {row['subject']!r} expired at "
+                f"{micros_to_datetime(row['expires']).isoformat()}"
+            )
+        return str(row["subject"])
+
+    def _record(self, record_id: str) -> Record:
+        try:
+            found: Any = self._app.repository.get(record_uuid(record_id))
+        except AggregateNotFoundError:
+            raise UnknownRecordError(f"record {record_id!r} is unknown") from None
+        assert isinstance(found, Record)
+        return found
+
+
+class Session:
+    """What one authenticated principal may do; every call re-checks its token.
+
+    A session from :meth:`as_of` is read-only: it answers as the ledger did right
+    after a log position, and every write raises ``ReadOnlyError``.
+    """
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        subject: str,
+        token_hash: str,
+        *,
+        position: int | None = None,
+        at: datetime | None = None,
+        run: RunContext | None = None,
+    ) -> None:
+        self._ledger = ledger
+        self._subject = subject
+        self._token_hash = token_hash
+        self._position = position
+        self._as_of_at = at
+        self._run = run
+
+    @property
+    def principal(self) -> str:
+        """The authenticated subject."""
+        return self._subject
+
+    @property
+    def position(self) -> int | None:
+        """The as-of log position, or None for a live session."""
+        return self._position
+
+    @property
+    def read_only(self) -> bool:
+        """True for as-of sessions."""
+        return self._position is not None
+
+    # -- plumbing -------------------------------------------------------------
+
+    @contextmanager
+    def _ctx(self) -> Iterator[Cursor]:
+        with self._ledger._reading() as c:
+            self._ledger._token_subject(c, self._token_hash)
+            yield c
+
+    def _writable(self, command: str) -> None:
+        if self._position is not None:
+            raise ReadOnlyError(
+                f"{command} refused: this session is read-only (as of position {self._position})"
+            )
+
+    def _roles(self, c: Cursor, scope: str) -> list[str]:
+        return access_view.roles_of(c, self._ledger._dialect, self._subject, scope)
+
+    def _require(self, c: Cursor, scope: str, role: Role, command: str) -> None:
+        if role.value not in self._roles(c, scope):
+            raise AccessDeniedError(
+                f"{command} refused: {self._subject!r} lacks role {role.value!r} in scope {scope!r}"
+            )
+
+    def _visible(
+        self, c: Cursor, record_id: object, role: Role, command: str, what: str = "record"
+    ) -> Any:
+        """The record's row if the principal may see it and holds ``role`` there.
+
+        A record in a scope the principal has no grant in looks exactly like one
+        that does not exist.
+        """
+        rid = check_id(record_id, f"{what} id")
+        row = validity_view.current(c, self._ledger._dialect, rid, self._position)
+        if row is None or not self._roles(c, row["scope"]):
+            raise UnknownRecordError(
+                f"{command} refused: {what} {rid!r} is unknown or not visible to {self._subject!r}"
+            )
+        self._require(c, row["scope"], role, command)
+        return row
+
+    def _at(self, at: datetime | None) -> datetime:
+        if at is not None:
+            return check_aware(at, "at")
+        if self._as_of_at is not None:
+            return self._as_of_at
+        return self._ledger._now()
+
+    def _view(self, c: Cursor, row: Any, at: datetime) -> RecordView:
+        d = self._ledger._dialect
+        deliveries = []
+        for drow in delivery_view.for_record(c, d, row["record_id"], self._position):
+            corrections = tuple(
+                _correction(r)
+                for r in delivery_view.corrections_for(c, d, drow["delivery_id"], self._position)
+            )
+            deliveries.append(_delivery(drow, corrections))
+        eff = row["eff_expires"]
+        return RecordView(
+            id=row["record_id"],
+            scope=row["scope"],
+            claim_key=row["claim_key"],
+            kind=Kind(row["kind"]),
+            value=unpack(row["value"]),
+            status=Status(row["status"]),
+            validity=_validity(row, at),
+            expires=None if row["expires"] is None else micros_to_datetime(row["expires"]),
+            effective_expires=None if eff is None else micros_to_datetime(eff),
+            expiry_source=row["eff_source"],
+            parents=tuple(unpack(row["parents"])),
+            observed=tuple(unpack(row["observed"])),
+            conditions=unpack(row["conditions"]),
+            proposer=row["proposer"],
+            created_at=micros_to_datetime(row["created_at"]),
+            evidence=None if row["evidence"] is None else unpack(row["evidence"]),
+            cause=row["cause_root"],
+            reason=row["reason"],
+            deliveries=tuple(deliveries),
+            position=row["from_pos"],
+        )
+
+    def _note_reads(self, record_ids: Iterable[str], how: str) -> None:
+        if self._run is not None:
+            self._run._record_reads(tuple(record_ids), how)
+
+    # -- reads ----------------------------------------------------------------
+
+    def read(
+        self,
+        scope: str,
+        claim_key: str,
+        at: datetime | None = None,
+        context: Mapping[str, Any] | None = None,
+        kinds: Iterable[Kind | str] | None = None,
+    ) -> ReadResult:
+        """Apply the eligibility chain to ``(scope, claim_key)``.
+
+        Scope (the principal's grants) → status and expiry of the record and
+        every ancestor at ``at`` → conditions matched by ``context`` → conflict.
+
+        Raises:
+            AccessDeniedError: no ``read`` role in ``scope``.
+        """
+        explanation = self.explain(scope, claim_key, at=at, context=context, kinds=kinds)
+        usable = tuple(e.record for e in explanation.entries if e.usable)
+        self._note_reads((r.id for r in usable), "read")
+        return ReadResult(
+            outcome=explanation.outcome,
+            records=usable,
+            scope=scope,
+            claim_key=claim_key,
+            at=explanation.at,
+        )
+
+    def explain(
+        self,
+        scope: str,
+        claim_key: str,
+        at: datetime | None = None,
+        context: Mapping[str, Any] | None = None,
+        kinds: Iterable[Kind | str] | None = None,
+    ) -> Explanation:
+        """Say, per record for ``(scope, claim_key)``, why it is or is not usable.
+
+        Raises:
+            AccessDeniedError: no ``read`` role in ``scope``.
+        """
+        check_id(scope, "scope")
+        check_text(claim_key, "claim_key", max_len=512)
+        when = self._at(at)
+        ctx = _check_context(context)
+        wanted = None if kinds is None else {check_kind(k) for k in _as_list(kinds, "kinds")}
+        with self._ctx() as c:
+            self._require(c, scope, Role.READ, "read")
+            rows = validity_view.for_claim(
+                c, self._ledger._dialect, scope, claim_key, self._position
+            )
+            entries = []
+            for row in rows:
+                view = self._view(c, row, when)
+                reasons = _blocking_reasons(row, when, ctx, wanted)
+                entries.append(Reason(record=view, usable=not reasons, reasons=reasons))
+        usable = [e.record for e in entries if e.usable]
+        if not usable:
+            outcome = Outcome.MISSING
+        elif len({canonical(r.value) for r in usable}) > 1:
+            outcome = Outcome.CONFLICT
+        else:
+            outcome = Outcome.FOUND
+        return Explanation(
+            outcome=outcome, scope=scope, claim_key=claim_key, at=when, entries=tuple(entries)
+        )
+
+    def get(self, record_id: str) -> RecordView:
+        """One record with its status, validity and deliveries.
+
+        Raises:
+            UnknownRecordError: no such record, or not visible to this principal.
+            AccessDeniedError: no ``read`` role in the record's scope.
+        """
+        with self._ctx() as c:
+            row = self._visible(c, record_id, Role.READ, "get")
+            view = self._view(c, row, self._at(None))
+        self._note_reads((view.id,), "get")
+        return view
+
+    def audit(self, record_id: str) -> AuditTrail:
+        """The whole history of a record (revoked ones included), event by event.
+
+        Raises:
+            UnknownRecordError: no such record, or not visible to this principal.
+            AccessDeniedError: no ``audit`` role in the record's scope.
+        """
+        ledger = self._ledger
+        with self._ctx() as c:
+            row = self._visible(c, record_id, Role.AUDIT, "audit")
+            view = self._view(c, row, self._at(None))
+            notes = ledger._recorder.select_record_events(c, record_uuid(view.id))
+        events = []
+        for note in notes:
+            if self._position is not None and note.id > self._position:
+                break
+            event = ledger._projector.decode(note)
+            details = {
+                k: v
+                for k, v in vars(event).items()
+                if k
+                not in (
+                    "originator_id",
+                    "originator_version",
+                    "timestamp",
+                    "actor",
+                    "originator_topic",
+                )
+            }
+            events.append(
+                AuditEvent(
+                    position=note.id,
+                    type=type(event).__name__,
+                    at=event.timestamp,
+                    actor=getattr(event, "actor", None),
+                    details=details,
+                )
+            )
+        return AuditTrail(record=view, events=tuple(events), undeclared=view.undeclared)
+
+    def snapshot(self, ref: str) -> bytes:
+        """The captured bytes for ``ref``, re-verified against their hash.
+
+        Raises:
+            UnknownSnapshotError: no such snapshot, or no evidence with it is readable.
+            SnapshotIntegrityError: the stored bytes no longer match the hash.
+        """
+        if not isinstance(ref, str) or not ref.startswith("sha256:") or len(ref) != 71:
+            raise UnknownSnapshotError(f"snapshot {ref!r} is not a sha256:<hex> reference")
+        d = self._ledger._dialect
+        with self._ctx() as c:
+            c.execute(
+                d.q(
+                    "SELECT DISTINCT scope FROM {t}pl_records WHERE snapshot_ref=? "
+                    "AND to_pos IS NULL"
+                ),
+                (ref,),
+            )
+            scopes = [r["scope"] for r in c.fetchall()]
+            readable = any(Role.READ.value in self._roles(c, s) for s in scopes)
+            c.execute(d.q("SELECT content FROM {t}pl_snapshots WHERE ref=?"), (ref,))
+            row = c.fetchone() if readable else None
+        if row is None:
+            raise UnknownSnapshotError(
+                f"snapshot {ref!r} is unknown or not readable by {self._subject!r}"
+            )
+        content = bytes(row["content"])
+        if "sha256:" + hashlib.sha256(content).hexdigest() != ref:
+            raise SnapshotIntegrityError(f"snapshot {ref!r}: stored bytes do not match the hash")
+        return content
+
+    def as_of(self, position: int | None = None, time: datetime | None = None) -> Session:
+        """A read-only session answering as the ledger did then.
+
+        Give exactly one of ``position`` (right after that log position) or
+        ``time`` (the newest position recorded at or before that instant). Reads
+        default ``at`` to that moment; pass ``at=`` for bitemporal questions.
+
+        Raises:
+            InvalidInputError: neither or both given, or a position beyond the log.
+        """
+        if (position is None) == (time is None):
+            raise InvalidInputError("as_of needs exactly one of position= or time=")
+        d = self._ledger._dialect
+        with self._ctx() as c:
+            if position is not None:
+                if isinstance(position, bool) or not isinstance(position, int) or position < 0:
+                    raise InvalidInputError(f"as_of position {position!r} is not a position")
+                newest = self._ledger.position
+                if position > newest:
+                    raise InvalidInputError(
+                        f"as_of position {position} is beyond the log (newest is {newest})"
+                    )
+                at_micros = timeline.time_of(c, d, position)
+                pos = position
+                at = None if at_micros is None else micros_to_datetime(at_micros)
+            else:
+                when = check_aware(time, "as_of time")
+                pos = timeline.position_at(c, d, datetime_to_micros(when))
+                at = when
+        return Session(
+            self._ledger, self._subject, self._token_hash, position=pos, at=at or _EPOCH_AT
+        )
+
+    def corrections_due(self) -> tuple[CorrectionDue, ...]:
+        """Deliveries whose record is no longer VALID and that have no correction since.
+
+        Only scopes where the principal holds ``deliver`` are listed.
+        """
+        d = self._ledger._dialect
+        now = self._at(None)
+        out = []
+        with self._ctx() as c:
+            bound = self._position if self._position is not None else (1 << 62)
+            c.execute(
+                d.q("SELECT * FROM {t}pl_deliveries WHERE position <= ? ORDER BY position"),
+                (bound,),
+            )
+            for drow in list(c.fetchall()):
+                row = validity_view.current(c, d, drow["record_id"], self._position)
+                if Role.DELIVER.value not in self._roles(c, row["scope"]):
+                    continue
+                validity = _validity(row, now)
+                if validity == Validity.VALID:
+                    continue
+                since = max(drow["position"], row["left_valid_pos"] or 0)
+                corrections = delivery_view.corrections_for(
+                    c, d, drow["delivery_id"], self._position
+                )
+                if any(r["position"] > since for r in corrections):
+                    continue
+                out.append(
+                    CorrectionDue(
+                        delivery=_delivery(drow, tuple(_correction(r) for r in corrections)),
+                        validity=validity,
+                        status=Status(row["status"]),
+                        cause=row["cause_root"],
+                        reason=row["reason"],
+                    )
+                )
+        return tuple(out)
+
+    # -- writes ---------------------------------------------------------------
+
+    def capture(
+        self,
+        scope: str,
+        uri: str,
+        content: bytes,
+        fetched_at: datetime | None = None,
+        claim_key: str | None = None,
+        expires: datetime | None = None,
+        conditions: Mapping[str, Any] | None = None,
+        id: str | None = None,
+        value: Any = None,
+    ) -> str:
+        """Store ``content`` in the snapshot store and propose an ``evidence`` record.
+
+        The record carries ``uri``, ``fetched_at``, ``content_hash`` and
+        ``snapshot_ref`` (``sha256:<hex>``). Its value defaults to the content hash;
+        its claim key to ``source:<uri>``.
+
+        Raises:
+            InvalidValueError: content is not bytes, or uri is empty.
+            ValueTooLargeError: content is over the size limit.
+        """
+        self._writable("capture")
+        check_text(uri, "uri", max_len=2048)
+        if not isinstance(content, (bytes, bytearray, memoryview)):
+            raise InvalidValueError(f"content must be bytes, got {type(content).__name__}")
+        data = bytes(content)
+        if len(data) > self._ledger._max_value_bytes:
+            raise ValueTooLargeError(
+                f"content of {uri!r} is {len(data)} bytes; the limit is "
+                f"{self._ledger._max_value_bytes}"
+            )
+        fetched = (
+            self._ledger._now() if fetched_at is None else check_aware(fetched_at, "fetched_at")
+        )
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        evidence = {
+            "uri": uri,
+            "fetched_at": fetched,
+            "content_hash": digest,
+            "snapshot_ref": digest,
+            "size": len(data),
+        }
+        return self._propose(
+            scope=scope,
+            claim_key=claim_key if claim_key is not None else f"source:{uri}",
+            value=digest if value is None else value,
+            kind=Kind.EVIDENCE,
+            parents=(),
+            expires=expires,
+            conditions=conditions,
+            record_id=id,
+            evidence=evidence,
+            snapshots=((digest, data),),
+        )
+
+    def propose(
+        self,
+        scope: str,
+        claim_key: str,
+        value: Any,
+        kind: Kind | str,
+        parents: Iterable[str] = (),
+        expires: datetime | None = None,
+        conditions: Mapping[str, Any] | None = None,
+        id: str | None = None,
+    ) -> str:
+        """Propose a record; it is a ``CANDIDATE`` until an approver accepts it.
+
+        Returns the record id (given or generated).
+
+        Raises:
+            AccessDeniedError: no ``propose`` role in ``scope``.
+            InvalidIdError, InvalidKindError, InvalidValueError, ValueTooLargeError,
+            NaiveDatetimeError, ExpiryInPastError: bad input.
+            DuplicateRecordError: the id is taken.
+            InvalidParentError, CycleError: a parent is unknown, unreadable or unusable.
+        """
+        self._writable("propose")
+        return self._propose(
+            scope=scope,
+            claim_key=claim_key,
+            value=value,
+            kind=kind,
+            parents=parents,
+            expires=expires,
+            conditions=conditions,
+            record_id=id,
+            evidence=None,
+            snapshots=(),
+        )
+
+    def _propose(
+        self,
+        *,
+        scope: str,
+        claim_key: str,
+        value: Any,
+        kind: Kind | str,
+        parents: Iterable[str],
+        expires: datetime | None,
+        conditions: Mapping[str, Any] | None,
+        record_id: str | None,
+        evidence: dict[str, Any] | None,
+        snapshots: Sequence[tuple[str, bytes]],
+    ) -> str:
+        ledger = self._ledger
+        check_id(scope, "scope")
+        check_text(claim_key, "claim_key", max_len=512)
+        the_kind = check_kind(kind)
+        the_value = check_value(value, "value", ledger._max_value_bytes)
+        the_conditions = _check_conditions(conditions, ledger._max_value_bytes)
+        if expires is not None:
+            ledger._check_future(check_aware(expires, "expires"), "expires")
+        rid = check_id(record_id) if record_id is not None else f"r-{uuid.uuid4().hex}"
+        declared = tuple(
+            dict.fromkeys(check_id(p, "parent id") for p in _as_list(parents, "parents"))
+        )
+        if rid in declared:
+            raise CycleError(f"record {rid!r} cannot be its own parent")
+        observed = self._run.observed_for(declared) if self._run is not None else ()
+        with self._ctx() as c:
+            self._require(c, scope, Role.PROPOSE, "propose")
+            if validity_view.current(c, ledger._dialect, rid) is not None:
+                raise DuplicateRecordError(f"record {rid!r} already exists")
+            for dep in declared:
+                self._check_dependency(c, dep, "parent", rid)
+            for dep in observed:
+                self._check_dependency(c, dep, "observed dependency", rid)
+        record = Record(
+            record_id=rid,
+            scope=scope,
+            claim_key=claim_key,
+            kind=the_kind.value,
+            value=the_value,
+            actor=self._subject,
+            expires=expires,
+            parents=declared,
+            observed=observed,
+            conditions=the_conditions,
+            evidence=evidence,
+            run_id=self._run.run_id if self._run is not None else None,
+        )
+        deps = record.dependencies
+
+        def guard(c: Cursor) -> None:
+            # Under the write lock: no parent became unusable since we checked.
+            for dep in deps:
+                row = validity_view.current(c, ledger._dialect, dep)
+                if row is None or row["status"] in _BLOCKING:
+                    raise InvalidParentError(
+                        f"propose refused: dependency {dep!r} of {rid!r} became "
+                        f"{row['status'] if row else 'unknown'} meanwhile"
+                    )
+
+        try:
+            ledger._save(record, guard=guard, snapshots=snapshots)
+        except _Clash:
+            raise DuplicateRecordError(f"record {rid!r} already exists") from None
+        return rid
+
+    def _check_dependency(self, c: Cursor, dep: str, what: str, child: str) -> None:
+        row = validity_view.current(c, self._ledger._dialect, dep)
+        if row is None or Role.READ.value not in self._roles(c, row["scope"]):
+            raise InvalidParentError(
+                f"{what} {dep!r} of {child!r} is unknown or not readable by {self._subject!r}"
+            )
+        if row["status"] in _BLOCKING:
+            raise InvalidParentError(
+                f"{what} {dep!r} of {child!r} is {row['status']}{_cause_text(row)}"
+            )
+
+    def accept(self, record_id: str, note: str = "") -> None:
+        """CANDIDATE → ACCEPTED, by an approver who is not the proposer.
+
+        Every dependency must be ACCEPTED and unexpired, and every registered
+        acceptance check must pass.
+
+        Raises:
+            InvalidTransitionError: not a CANDIDATE, or the record already expired.
+            SelfApprovalError: the approver proposed it.
+            InvalidParentError: a dependency is not usable.
+            AcceptanceCheckError: a registered check refused it.
+        """
+        self._writable("accept")
+        check_text(note, "note", empty=True)
+        ledger = self._ledger
+
+        def attempt() -> None:
+            with self._ctx() as c:
+                row = self._visible(c, record_id, Role.APPROVE, "accept")
+                rid = row["record_id"]
+                record = ledger._record(rid)
+                record.accept(self._subject, note)
+                now = ledger._now()
+                if row["expires"] is not None and datetime_to_micros(now) >= row["expires"]:
+                    raise InvalidTransitionError(
+                        f"record {rid!r} expired at "
+                        f"{micros_to_datetime(row['expires']).isoformat()}; accept refused"
+                    )
+                self._check_usable_deps(c, record.dependencies, rid, "accept", now)
+                view = self._view(c, row, now)
+            for check in ledger._checks:
+                reason = check(view)
+                if reason:
+                    name = getattr(check, "__name__", repr(check))
+                    raise AcceptanceCheckError(
+                        f"acceptance check {name!r} refused record {rid!r}: {reason}"
+                    )
+            ledger._save(record, guard=self._deps_guard(record.dependencies, rid, "accept"))
+
+        ledger._retrying(attempt)
+
+    def _check_usable_deps(
+        self, c: Cursor, deps: Iterable[str], rid: str, command: str, now: datetime
+    ) -> None:
+        for dep in deps:
+            row = validity_view.current(c, self._ledger._dialect, dep)
+            if row is None:
+                raise InvalidParentError(
+                    f"{command} refused: dependency {dep!r} of {rid!r} is unknown"
+                )
+            if row["status"] != Status.ACCEPTED:
+                raise InvalidParentError(
+                    f"{command} refused: dependency {dep!r} of {rid!r} is "
+                    f"{row['status']}{_cause_text(row)}"
+                )
+            if row["eff_expires"] is not None and datetime_to_micros(now) >= row["eff_expires"]:
+                raise InvalidParentError(
+                    f"{command} refused: dependency {dep!r} of {rid!r} {_expiry_text(row, dep)}"
+                )
+
+    def _deps_guard(self, deps: Sequence[str], rid: str, command: str) -> Guard:
+        dialect = self._ledger._dialect
+
+        def guard(c: Cursor) -> None:
+            for dep in deps:
+                row = validity_view.current(c, dialect, dep)
+                if row is None or row["status"] != Status.ACCEPTED:
+                    raise InvalidParentError(
+                        f"{command} refused: dependency {dep!r} of {rid!r} became "
+                        f"{row['status'] if row else 'unknown'} meanwhile"
+                    )
+
+        return guard
+
+    def reject(self, record_id: str, reason: str) -> None:
+        """CANDIDATE → REJECTED.
+
+        Raises:
+            InvalidTransitionError: not a CANDIDATE.
+            SelfApprovalError: the approver proposed it.
+        """
+        self._writable("reject")
+        check_text(reason, "reason")
+        ledger = self._ledger
+
+        def attempt() -> None:
+            with self._ctx() as c:
+                row = self._visible(c, record_id, Role.APPROVE, "reject")
+            record = ledger._record(row["record_id"])
+            record.reject(self._subject, reason)
+            ledger._save(record)
+
+        ledger._retrying(attempt)
+
+    def revoke(self, record_id: str, reason: str) -> Revocation:
+        """Withdraw a record: it becomes REVOKED and every transitive descendant
+        (over declared and observed edges) not already REVOKED/REJECTED becomes
+        STALE with this revocation as its cause — all in one transaction.
+
+        Descendants are found through the reverse-dependency index, so the cost
+        follows the number of descendants, not the size of the ledger.
+
+        Raises:
+            InvalidTransitionError: the record is REVOKED or REJECTED.
+        """
+        self._writable("revoke")
+        check_text(reason, "reason")
+        ledger = self._ledger
+        d = ledger._dialect
+
+        def attempt() -> Revocation:
+            with self._ctx() as c:
+                row = self._visible(c, record_id, Role.APPROVE, "revoke")
+                rid = row["record_id"]
+                root = ledger._record(rid)
+                root.revoke(self._subject, reason)
+                reached = validity_view.descendants(c, d, rid)
+            marked: list[Record] = []
+            for child_id, _via in reached:
+                child = ledger._record(child_id)
+                if child.status in (Status.REVOKED, Status.REJECTED):
+                    continue
+                child.mark_stale(self._subject, cause=rid, reason=reason)
+                marked.append(child)
+            expected = {child_id for child_id, _ in reached}
+
+            def guard(c: Cursor) -> None:
+                # Under the write lock: a child proposed since we looked must be
+                # marked too, so retry from a fresh read if the set grew.
+                now_reached = {cid for cid, _ in validity_view.descendants(c, d, rid)}
+                if now_reached != expected:
+                    raise _Clash()
+
+            position = ledger._save(root, *marked, guard=guard)
+            stale = tuple(r.record_id for r in marked)
+            return Revocation(root=rid, affected=(rid, *stale), position=position, stale=stale)
+
+        return ledger._retrying(attempt)
+
+    def revalidate(
+        self, record_id: str, note: str = "", parents: Iterable[str] | None = None
+    ) -> None:
+        """STALE → ACCEPTED after re-verification, by an approver other than the proposer.
+
+        Without ``parents`` every current dependency must be usable again. With
+        ``parents`` (a new basis of usable records) they replace the record's
+        dependencies, observed ones included; the old basis stays in the history.
+        Descendants stay STALE until each is revalidated itself.
+
+        Raises:
+            InvalidTransitionError: not STALE.
+            SelfApprovalError: the approver proposed it.
+            InvalidParentError: a dependency is not usable.
+            CycleError: the new basis would make the record depend on itself.
+        """
+        self._writable("revalidate")
+        check_text(note, "note", empty=True)
+        new_basis = (
+            None
+            if parents is None
+            else tuple(
+                dict.fromkeys(check_id(p, "parent id") for p in _as_list(parents, "parents"))
+            )
+        )
+        ledger = self._ledger
+        d = ledger._dialect
+
+        def attempt() -> None:
+            with self._ctx() as c:
+                row = self._visible(c, record_id, Role.APPROVE, "revalidate")
+                rid = row["record_id"]
+                record = ledger._record(rid)
+                record.check_status("revalidate", Status.STALE)
+                record.check_not_proposer(self._subject, "revalidate")
+                if new_basis is not None:
+                    below = {rid, *(cid for cid, _ in validity_view.descendants(c, d, rid))}
+                    for dep in new_basis:
+                        if dep in below:
+                            raise CycleError(
+                                f"revalidate refused: {dep!r} depends on {rid!r}; "
+                                "a cycle is impossible by construction"
+                            )
+                        self._check_dependency(c, dep, "parent", rid)
+                deps = new_basis if new_basis is not None else record.dependencies
+                self._check_usable_deps(c, deps, rid, "revalidate", ledger._now())
+            record.revalidate(
+                self._subject,
+                note,
+                parents=new_basis,
+                observed=() if new_basis is not None else None,
+            )
+            ledger._save(record, guard=self._deps_guard(deps, rid, "revalidate"))
+
+        ledger._retrying(attempt)
+
+    def deliver(self, record_id: str, recipient: str, channel: str = "email") -> str:
+        """Record that a usable record (typically a report) left the system.
+
+        Returns the delivery id.
+
+        Raises:
+            InvalidTransitionError: the record is not ACCEPTED.
+            NotUsableError: it (or an ancestor) has expired.
+        """
+        self._writable("deliver")
+        check_text(recipient, "recipient", max_len=512)
+        check_text(channel, "channel", max_len=64)
+        ledger = self._ledger
+        delivery_id = f"d-{uuid.uuid4().hex}"
+
+        def attempt() -> str:
+            with self._ctx() as c:
+                row = self._visible(c, record_id, Role.DELIVER, "deliver")
+            rid = row["record_id"]
+            record = ledger._record(rid)
+            record.deliver(self._subject, delivery_id, recipient, channel)
+            if _validity(row, ledger._now()) != Validity.VALID:
+                raise NotUsableError(f"deliver refused: record {rid!r} {_expiry_text(row, rid)}")
+            ledger._save(record, guard=self._deps_guard((rid,), rid, "deliver"))
+            return delivery_id
+
+        return ledger._retrying(attempt)
+
+    def issue_correction(self, delivery_id: str, note: str, replacement: str | None = None) -> str:
+        """Record a correction for a delivery in the outbox (nothing is sent).
+
+        The delivery stays DELIVERED. Returns the correction id.
+
+        Raises:
+            UnknownDeliveryError: no such delivery visible to this principal.
+            UnknownRecordError: ``replacement`` is unknown or not visible.
+        """
+        self._writable("issue_correction")
+        check_text(note, "note")
+        check_id(delivery_id, "delivery id")
+        ledger = self._ledger
+        d = ledger._dialect
+        correction_id = f"c-{uuid.uuid4().hex}"
+
+        def attempt() -> str:
+            with self._ctx() as c:
+                c.execute(d.q("SELECT * FROM {t}pl_deliveries WHERE delivery_id=?"), (delivery_id,))
+                drow = c.fetchone()
+                row = None if drow is None else validity_view.current(c, d, drow["record_id"])
+                if row is None or not self._roles(c, row["scope"]):
+                    raise UnknownDeliveryError(
+                        f"issue_correction refused: delivery {delivery_id!r} is unknown or not "
+                        f"visible to {self._subject!r}"
+                    )
+                self._require(c, row["scope"], Role.DELIVER, "issue_correction")
+                if replacement is not None:
+                    self._visible(c, replacement, Role.READ, "issue_correction", "replacement")
+            record = ledger._record(row["record_id"])
+            record.issue_correction(self._subject, correction_id, delivery_id, note, replacement)
+            ledger._save(record)
+            return correction_id
+
+        return ledger._retrying(attempt)
+
+    # -- runs -----------------------------------------------------------------
+
+    def run(self, run_id: str) -> RunContext:
+        """A context that records every read made through it (see ``RunContext``)."""
+        self._writable("run")
+        return RunContext(self, check_id(run_id, "run id"))
+
+
+class RunContext:
+    """One agent task. Reads through it are recorded as events; a record proposed
+    in it carries them as ``observed`` dependencies (minus its declared parents).
+
+    ``with session.run("task-42") as run:`` then ``run.read(...)``,
+    ``run.get(...)``, ``run.propose(...)``, ``run.capture(...)`` and
+    ``run.observe(record_id)`` for reads that happened outside the ledger.
+    """
+
+    def __init__(self, session: Session, run_id: str) -> None:
+        self.run_id = run_id
+        self._outer = session
+        self._session = Session(session._ledger, session._subject, session._token_hash, run=self)
+        self._reads: dict[str, None] = {}
+        self._open = False
+
+    def __enter__(self) -> RunContext:
+        ledger = self._outer._ledger
+        with self._outer._ctx():
+            pass
+        try:
+            ledger._app.repository.get(run_uuid(self.run_id))
+        except AggregateNotFoundError:
+            pass
+        else:
+            raise DuplicateRecordError(f"run {self.run_id!r} already exists")
+        run = Run(run_id=self.run_id, actor=self._outer._subject)
+        try:
+            ledger._save(run)
+        except _Clash:
+            raise DuplicateRecordError(f"run {self.run_id!r} already exists") from None
+        self._open = True
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        ledger = self._outer._ledger
+        run: Any = ledger._app.repository.get(run_uuid(self.run_id))
+        assert isinstance(run, Run)
+        run.trigger_event(Run.Ended, outcome="failed" if exc_type else "completed")
+        ledger._retrying(lambda: ledger._save(run))
+        self._open = False
+
+    def _check(self) -> None:
+        if not self._open:
+            raise InvalidInputError(f"run {self.run_id!r} is not open")
+
+    def _record_reads(self, record_ids: tuple[str, ...], how: str) -> None:
+        if not record_ids:
+            return
+        self._check()
+        ledger = self._outer._ledger
+
+        def attempt() -> None:
+            run: Any = ledger._app.repository.get(run_uuid(self.run_id))
+            assert isinstance(run, Run)
+            run.trigger_event(Run.ReadRecorded, record_ids=record_ids, how=how)
+            ledger._save(run)
+
+        ledger._retrying(attempt)
+        for rid in record_ids:
+            self._reads[rid] = None
+
+    def observed_for(self, declared: Sequence[str]) -> tuple[str, ...]:
+        """What the run read, minus the declared parents."""
+        return tuple(r for r in self._reads if r not in declared)
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """Every record id read or observed in this run, in order."""
+        return tuple(self._reads)
+
+    def observe(self, record_id: str) -> None:
+        """Record a read made outside the ledger (e.g. by a tool wrapper).
+
+        Raises:
+            UnknownRecordError: unknown or not visible to the principal.
+        """
+        self._check()
+        with self._outer._ctx() as c:
+            row = self._outer._visible(c, record_id, Role.READ, "observe")
+        self._record_reads((row["record_id"],), "observed")
+
+    def read(self, *args: Any, **kwargs: Any) -> ReadResult:
+        """``Session.read``, recorded."""
+        self._check()
+        return self._session.read(*args, **kwargs)
+
+    def get(self, record_id: str) -> RecordView:
+        """``Session.get``, recorded."""
+        self._check()
+        return self._session.get(record_id)
+
+    def explain(self, *args: Any, **kwargs: Any) -> Explanation:
+        """``Session.explain`` (not recorded: it hands nothing on)."""
+        self._check()
+        return self._session.explain(*args, **kwargs)
+
+    def propose(self, *args: Any, **kwargs: Any) -> str:
+        """``Session.propose`` with the run's reads as observed dependencies."""
+        self._check()
+        return self._session.propose(*args, **kwargs)
+
+    def capture(self, *args: Any, **kwargs: Any) -> str:
+        """``Session.capture`` inside the run."""
+        self._check()
+        return self._session.capture(*args, **kwargs)
+
+
+# -- helpers ---------------------------------------------------------------------
+
+_EPOCH_AT = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _as_list(items: object, what: str) -> list[Any]:
+    if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
+        raise InvalidInputError(f"{what} must be a list, got {type(items).__name__}")
+    return list(items)
+
+
+def _check_context(context: Mapping[str, Any] | None) -> dict[str, Any]:
+    if context is None:
+        return {}
+    if not isinstance(context, Mapping):
+        raise InvalidInputError(f"context must be a mapping, got {type(context).__name__}")
+    return dict(check_value(dict(context), "context"))
+
+
+def _check_conditions(conditions: Mapping[str, Any] | None, limit: int) -> dict[str, Any]:
+    if conditions is None:
+        return {}
+    if not isinstance(conditions, Mapping):
+        raise InvalidValueError(f"conditions must be a mapping, got {type(conditions).__name__}")
+    return dict(check_value(dict(conditions), "conditions", limit))
+
+
+def _validity(row: Any, at: datetime) -> Validity:
+    status = row["status"]
+    if status in (Status.REVOKED, Status.REJECTED):
+        return Validity.INVALID
+    eff = row["eff_expires"]
+    if status == Status.ACCEPTED and (eff is None or datetime_to_micros(at) < eff):
+        return Validity.VALID
+    return Validity.NEEDS_REVALIDATION
+
+
+def _cause_text(row: Any) -> str:
+    status = row["status"]
+    if status == Status.STALE:
+        return f" ({row['cause_root']} revoked: {row['reason']})"
+    if status in (Status.REVOKED, Status.REJECTED) and row["reason"]:
+        return f" ({row['reason']})"
+    return ""
+
+
+def _expiry_text(row: Any, rid: str) -> str:
+    if row["status"] != Status.ACCEPTED:
+        return f"is {row['status']}{_cause_text(row)}"
+    when = micros_to_datetime(row["eff_expires"]).isoformat()
+    if row["eff_source"] == rid:
+        return f"expired at {when}"
+    return f"is unusable: ancestor {row['eff_source']} expired at {when}"
+
+
+def _blocking_reasons(
+    row: Any, at: datetime, context: dict[str, Any], kinds: set[Kind] | None
+) -> tuple[str, ...]:
+    status = row["status"]
+    if status == Status.CANDIDATE:
+        return ("candidate: not yet approved",)
+    if status == Status.REJECTED:
+        return (f"rejected: {row['reason']}",)
+    if status == Status.REVOKED:
+        return (f"revoked: {row['reason']}",)
+    if status == Status.STALE:
+        return (f"stale because {row['cause_root']} was revoked: {row['reason']}",)
+    eff = row["eff_expires"]
+    if eff is not None and datetime_to_micros(at) >= eff:
+        when = micros_to_datetime(eff).isoformat()
+        if row["eff_source"] == row["record_id"]:
+            return (f"expired at {when}",)
+        return (f"ancestor {row['eff_source']} expired at {when}",)
+    reasons = []
+    for key, wanted in unpack(row["conditions"]).items():
+        if key not in context:
+            reasons.append(f"condition {key}={wanted!r} not met: context has no {key!r}")
+        elif canonical(context[key]) != canonical(wanted):
+            reasons.append(f"condition {key}={wanted!r} not met: context has {context[key]!r}")
+    if kinds is not None and Kind(row["kind"]) not in kinds:
+        reasons.append(f"kind {row['kind']} not requested")
+    return tuple(reasons)
+
+
+def _delivery(row: Any, corrections: tuple[Correction, ...]) -> Delivery:
+    return Delivery(
+        delivery_id=row["delivery_id"],
+        record_id=row["record_id"],
+        recipient=row["recipient"],
+        channel=row["channel"],
+        delivered_at=micros_to_datetime(row["delivered_at"]),
+        delivered_by=row["delivered_by"],
+        position=row["position"],
+        corrections=corrections,
+    )
+
+
+def _correction(row: Any) -> Correction:
+    return Correction(
+        correction_id=row["correction_id"],
+        delivery_id=row["delivery_id"],
+        record_id=row["record_id"],
+        note=row["note"],
+        replacement=row["replacement"],
+        issued_at=micros_to_datetime(row["issued_at"]),
+        issued_by=row["issued_by"],
+        position=row["position"],
+    )
+
+
+__all__ = ["AcceptanceCheck", "Ledger", "LedgerError", "RunContext", "Session"]

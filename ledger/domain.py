@@ -1,0 +1,479 @@
+"""Domain model: the ``Record``, ``Principal`` and ``Run`` aggregates and their events.
+
+Events are the only truth. Each command on an aggregate checks its invariant in a
+small ``check_…`` method, then triggers a past-tense event; ``apply`` only folds
+the event into state. Event fields are plain msgpack-friendly values.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+from uuid import NAMESPACE_URL, UUID, uuid5
+
+from eventsourcing.domain import Aggregate
+
+from ledger.errors import (
+    InvalidIdError,
+    InvalidKindError,
+    InvalidTransitionError,
+    InvalidValueError,
+    NaiveDatetimeError,
+    SelfApprovalError,
+    ValueTooLargeError,
+)
+from ledger.serialization import pack
+
+
+class Kind(StrEnum):
+    """What a record is; kinds are never merged."""
+
+    EVIDENCE = "evidence"
+    FACT = "fact"
+    USER_CONSTRAINT = "user_constraint"
+    USER_PREFERENCE = "user_preference"
+    INFERENCE = "inference"
+    PLAN = "plan"
+    REPORT = "report"
+
+
+class Status(StrEnum):
+    """Where a record stands in the status machine."""
+
+    CANDIDATE = "CANDIDATE"
+    ACCEPTED = "ACCEPTED"
+    REJECTED = "REJECTED"
+    STALE = "STALE"
+    REVOKED = "REVOKED"
+
+
+class Outcome(StrEnum):
+    """The answer of a read."""
+
+    FOUND = "FOUND"
+    MISSING = "MISSING"
+    CONFLICT = "CONFLICT"
+
+
+class Validity(StrEnum):
+    """Whether a record may be relied on now (separate from delivery history)."""
+
+    VALID = "VALID"
+    NEEDS_REVALIDATION = "NEEDS_REVALIDATION"
+    INVALID = "INVALID"
+
+
+ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+MAX_NESTING = 32
+DEFAULT_MAX_VALUE_BYTES = 1024 * 1024
+
+_NAMESPACE = uuid5(NAMESPACE_URL, "urn:provledger")
+
+
+def record_uuid(record_id: str) -> UUID:
+    """The aggregate id of the record called ``record_id`` (stable, never reused)."""
+    return uuid5(_NAMESPACE, "record:" + record_id)
+
+
+def principal_uuid(subject: str) -> UUID:
+    """The aggregate id of the principal ``subject``."""
+    return uuid5(_NAMESPACE, "principal:" + subject)
+
+
+def run_uuid(run_id: str) -> UUID:
+    """The aggregate id of the run ``run_id``."""
+    return uuid5(_NAMESPACE, "run:" + run_id)
+
+
+def check_id(value: object, what: str = "record id") -> str:
+    """Return ``value`` if it is a valid identifier, else raise ``InvalidIdError``."""
+    if not isinstance(value, str) or not ID_PATTERN.match(value):
+        raise InvalidIdError(
+            f"{what} {value!r} is invalid: expected ^[A-Za-z0-9][A-Za-z0-9._:-]{{0,127}}$"
+        )
+    return value
+
+
+def check_text(value: object, what: str, *, max_len: int = 1024, empty: bool = False) -> str:
+    """Return ``value`` if it is a printable string of bounded length."""
+    if not isinstance(value, str):
+        raise InvalidValueError(f"{what} must be a string, got {type(value).__name__}")
+    if not empty and not value.strip():
+        raise InvalidValueError(f"{what} must not be empty")
+    if len(value) > max_len:
+        raise ValueTooLargeError(f"{what} is {len(value)} characters; the limit is {max_len}")
+    if any(ord(ch) < 32 and ch not in "\t\n" for ch in value) or "\x7f" in value:
+        raise InvalidValueError(f"{what} {value[:40]!r} contains control characters")
+    return value
+
+
+def check_kind(value: object) -> Kind:
+    """Return the ``Kind`` named by ``value`` or raise ``InvalidKindError``."""
+    try:
+        return Kind(str(value)) if isinstance(value, str) else Kind(value)  # type: ignore[arg-type]
+    except ValueError:
+        allowed = ", ".join(k.value for k in Kind)
+        raise InvalidKindError(f"kind {value!r} is not one of: {allowed}") from None
+
+
+def check_aware(value: object, what: str) -> datetime:
+    """Return ``value`` if it is a timezone-aware datetime."""
+    if not isinstance(value, datetime):
+        raise InvalidValueError(f"{what} must be a datetime, got {type(value).__name__}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise NaiveDatetimeError(f"{what} {value.isoformat()} has no timezone")
+    return value
+
+
+def check_value(value: Any, what: str, max_bytes: int = DEFAULT_MAX_VALUE_BYTES) -> Any:
+    """Validate a claim value and return it normalised (tuples become lists).
+
+    Allowed: None, bool, int (64-bit), float (not NaN), str, bytes, list and
+    str-keyed dict, nested at most ``MAX_NESTING`` deep.
+    """
+
+    def walk(v: Any, depth: int, path: str) -> Any:
+        if depth > MAX_NESTING:
+            raise InvalidValueError(f"{what} is nested deeper than {MAX_NESTING} at {path}")
+        if v is None or isinstance(v, (bool, str, bytes)):
+            return v
+        if isinstance(v, int):
+            if not -(2**63) <= v < 2**64:
+                raise InvalidValueError(f"{what} has an integer out of 64-bit range at {path}")
+            return v
+        if isinstance(v, float):
+            if math.isnan(v):
+                raise InvalidValueError(f"{what} contains NaN at {path}")
+            return v
+        if isinstance(v, (list, tuple)):
+            return [walk(item, depth + 1, f"{path}[{i}]") for i, item in enumerate(v)]
+        if isinstance(v, dict):
+            out = {}
+            for key, item in v.items():
+                if not isinstance(key, str):
+                    raise InvalidValueError(f"{what} has a non-string key {key!r} at {path}")
+                out[key] = walk(item, depth + 1, f"{path}.{key}")
+            return out
+        raise InvalidValueError(f"{what} contains an unserialisable {type(v).__name__} at {path}")
+
+    normalised = walk(value, 0, "value")
+    size = len(pack(normalised))
+    if size > max_bytes:
+        raise ValueTooLargeError(f"{what} is {size} bytes serialised; the limit is {max_bytes}")
+    return normalised
+
+
+class Record(Aggregate):
+    """A memory record: evidence, fact, constraint, preference, inference, plan or report."""
+
+    class Proposed(Aggregate.Created):
+        """A principal proposed the record; it starts as ``CANDIDATE``."""
+
+        record_id: str
+        scope: str
+        claim_key: str
+        kind: str
+        value: Any
+        actor: str
+        expires: datetime | None
+        parents: tuple[str, ...]
+        observed: tuple[str, ...]
+        conditions: dict[str, Any]
+        evidence: dict[str, Any] | None
+        run_id: str | None
+
+    class Accepted(Aggregate.Event):
+        """An approver accepted the candidate."""
+
+        actor: str
+        note: str
+
+        def apply(self, aggregate: Record) -> None:
+            aggregate.status = Status.ACCEPTED
+
+    class Rejected(Aggregate.Event):
+        """An approver rejected the candidate."""
+
+        actor: str
+        reason: str
+
+        def apply(self, aggregate: Record) -> None:
+            aggregate.status = Status.REJECTED
+
+    class Revoked(Aggregate.Event):
+        """An approver withdrew the record; its descendants were marked stale with it."""
+
+        actor: str
+        reason: str
+
+        def apply(self, aggregate: Record) -> None:
+            aggregate.status = Status.REVOKED
+
+    class MarkedStale(Aggregate.Event):
+        """An ancestor (``cause``) was revoked; the record needs re-verification."""
+
+        actor: str
+        cause: str
+        reason: str
+
+        def apply(self, aggregate: Record) -> None:
+            aggregate.status = Status.STALE
+
+    class Revalidated(Aggregate.Event):
+        """An approver re-verified a stale record, optionally on a new basis."""
+
+        actor: str
+        note: str
+        parents: tuple[str, ...] | None
+        observed: tuple[str, ...] | None
+
+        def apply(self, aggregate: Record) -> None:
+            aggregate.status = Status.ACCEPTED
+            if self.parents is not None:
+                aggregate.parents = tuple(self.parents)
+            if self.observed is not None:
+                aggregate.observed = tuple(self.observed)
+
+    class Delivered(Aggregate.Event):
+        """The record (a report) left the system to a recipient."""
+
+        actor: str
+        delivery_id: str
+        recipient: str
+        channel: str
+
+        def apply(self, aggregate: Record) -> None:
+            aggregate.deliveries = (*aggregate.deliveries, self.delivery_id)
+
+    class CorrectionIssued(Aggregate.Event):
+        """A correction for one delivery was put in the outbox."""
+
+        actor: str
+        correction_id: str
+        delivery_id: str
+        note: str
+        replacement: str | None
+
+        def apply(self, aggregate: Record) -> None:
+            pass
+
+    def __init__(
+        self,
+        *,
+        record_id: str,
+        scope: str,
+        claim_key: str,
+        kind: str,
+        value: Any,
+        actor: str,
+        expires: datetime | None,
+        parents: tuple[str, ...],
+        observed: tuple[str, ...],
+        conditions: dict[str, Any],
+        evidence: dict[str, Any] | None,
+        run_id: str | None,
+    ) -> None:
+        self.record_id = record_id
+        self.scope = scope
+        self.claim_key = claim_key
+        self.kind = Kind(kind)
+        self.value = value
+        self.proposer = actor
+        self.expires = expires
+        self.parents = tuple(parents)
+        self.observed = tuple(observed)
+        self.conditions = dict(conditions)
+        self.evidence = evidence
+        self.run_id = run_id
+        self.status = Status.CANDIDATE
+        self.deliveries: tuple[str, ...] = ()
+
+    @staticmethod
+    def create_id(record_id: str) -> UUID:
+        """Aggregate ids derive from record ids, so a duplicate id clashes on save."""
+        return record_uuid(record_id)
+
+    # -- invariants -------------------------------------------------------------
+
+    def check_status(self, command: str, *allowed: Status) -> None:
+        """Raise ``InvalidTransitionError`` unless the status is one of ``allowed``."""
+        if self.status not in allowed:
+            need = "|".join(s.value for s in allowed)
+            raise InvalidTransitionError(
+                f"record {self.record_id!r} is {self.status.value}; {command} needs {need}"
+            )
+
+    def check_not_proposer(self, actor: str, command: str) -> None:
+        """Separation of duties: the proposer may not approve its own record."""
+        if actor == self.proposer:
+            raise SelfApprovalError(
+                f"{actor!r} proposed record {self.record_id!r} and may not {command} it"
+            )
+
+    # -- commands ---------------------------------------------------------------
+
+    def accept(self, actor: str, note: str) -> None:
+        """CANDIDATE → ACCEPTED."""
+        self.check_status("accept", Status.CANDIDATE)
+        self.check_not_proposer(actor, "accept")
+        self.trigger_event(self.Accepted, actor=actor, note=note)
+
+    def reject(self, actor: str, reason: str) -> None:
+        """CANDIDATE → REJECTED."""
+        self.check_status("reject", Status.CANDIDATE)
+        self.check_not_proposer(actor, "reject")
+        self.trigger_event(self.Rejected, actor=actor, reason=reason)
+
+    def revoke(self, actor: str, reason: str) -> None:
+        """CANDIDATE|ACCEPTED|STALE → REVOKED."""
+        self.check_status("revoke", Status.CANDIDATE, Status.ACCEPTED, Status.STALE)
+        self.trigger_event(self.Revoked, actor=actor, reason=reason)
+
+    def mark_stale(self, actor: str, cause: str, reason: str) -> None:
+        """Any status but REVOKED/REJECTED → STALE, because ``cause`` was revoked."""
+        self.check_status("mark stale", Status.CANDIDATE, Status.ACCEPTED, Status.STALE)
+        self.trigger_event(self.MarkedStale, actor=actor, cause=cause, reason=reason)
+
+    def revalidate(
+        self,
+        actor: str,
+        note: str,
+        parents: tuple[str, ...] | None,
+        observed: tuple[str, ...] | None,
+    ) -> None:
+        """STALE → ACCEPTED, optionally replacing the basis."""
+        self.check_status("revalidate", Status.STALE)
+        self.check_not_proposer(actor, "revalidate")
+        self.trigger_event(
+            self.Revalidated, actor=actor, note=note, parents=parents, observed=observed
+        )
+
+    def deliver(self, actor: str, delivery_id: str, recipient: str, channel: str) -> None:
+        """Record that the record left the system (needs it ACCEPTED)."""
+        self.check_status("deliver", Status.ACCEPTED)
+        self.trigger_event(
+            self.Delivered,
+            actor=actor,
+            delivery_id=delivery_id,
+            recipient=recipient,
+            channel=channel,
+        )
+
+    def issue_correction(
+        self, actor: str, correction_id: str, delivery_id: str, note: str, replacement: str | None
+    ) -> None:
+        """Record a correction for one of this record's deliveries."""
+        self.trigger_event(
+            self.CorrectionIssued,
+            actor=actor,
+            correction_id=correction_id,
+            delivery_id=delivery_id,
+            note=note,
+            replacement=replacement,
+        )
+
+    @property
+    def dependencies(self) -> tuple[str, ...]:
+        """Declared parents then observed dependencies, without repeats."""
+        return tuple(dict.fromkeys((*self.parents, *self.observed)))
+
+
+class Principal(Aggregate):
+    """An authenticated subject: its grants and tokens are events."""
+
+    class Registered(Aggregate.Created):
+        """The subject was first named by an admin."""
+
+        subject: str
+
+    class Granted(Aggregate.Event):
+        """Roles in a scope were granted."""
+
+        actor: str
+        scope: str
+        roles: tuple[str, ...]
+
+        def apply(self, aggregate: Principal) -> None:
+            have = aggregate.grants.get(self.scope, ())
+            aggregate.grants[self.scope] = tuple(sorted({*have, *self.roles}))
+
+    class GrantRevoked(Aggregate.Event):
+        """Roles in a scope were withdrawn."""
+
+        actor: str
+        scope: str
+        roles: tuple[str, ...]
+
+        def apply(self, aggregate: Principal) -> None:
+            have = aggregate.grants.get(self.scope, ())
+            aggregate.grants[self.scope] = tuple(r for r in have if r not in self.roles)
+
+    class TokenIssued(Aggregate.Event):
+        """A token was issued; only its sha256 is kept."""
+
+        actor: str
+        token_hash: str
+        expires: datetime | None
+
+        def apply(self, aggregate: Principal) -> None:
+            aggregate.tokens[self.token_hash] = True
+
+    class TokenRevoked(Aggregate.Event):
+        """A token was withdrawn."""
+
+        actor: str
+        token_hash: str
+
+        def apply(self, aggregate: Principal) -> None:
+            aggregate.tokens[self.token_hash] = False
+
+    def __init__(self, *, subject: str) -> None:
+        self.subject = subject
+        self.grants: dict[str, tuple[str, ...]] = {}
+        self.tokens: dict[str, bool] = {}
+
+    @staticmethod
+    def create_id(subject: str) -> UUID:
+        """Aggregate ids derive from subjects."""
+        return principal_uuid(subject)
+
+
+class Run(Aggregate):
+    """One agent task: what it read is recorded so proposals carry observed deps."""
+
+    class Started(Aggregate.Created):
+        """The run began."""
+
+        run_id: str
+        actor: str
+
+    class ReadRecorded(Aggregate.Event):
+        """Records were read (through the ledger or observed by a tool wrapper)."""
+
+        record_ids: tuple[str, ...]
+        how: str
+
+        def apply(self, aggregate: Run) -> None:
+            aggregate.reads = tuple(dict.fromkeys((*aggregate.reads, *self.record_ids)))
+
+    class Ended(Aggregate.Event):
+        """The run finished."""
+
+        outcome: str
+
+        def apply(self, aggregate: Run) -> None:
+            aggregate.ended = True
+
+    def __init__(self, *, run_id: str, actor: str) -> None:
+        self.run_id = run_id
+        self.actor = actor
+        self.reads: tuple[str, ...] = ()
+        self.ended = False
+
+    @staticmethod
+    def create_id(run_id: str) -> UUID:
+        """Aggregate ids derive from run ids."""
+        return run_uuid(run_id)

@@ -1,0 +1,152 @@
+"""The one error tree of provledger.
+
+Every refused command raises a subclass of :class:`LedgerError` and leaves the
+event log and the views exactly as they were::
+
+    LedgerError
+    ├── InvalidInputError (ValueError)
+    │   ├── InvalidIdError
+    │   ├── InvalidValueError
+    │   ├── ValueTooLargeError
+    │   ├── NaiveDatetimeError
+    │   ├── ExpiryInPastError
+    │   ├── InvalidKindError
+    │   ├── InvalidRoleError
+    │   └── InvalidURLError
+    ├── UnknownRecordError (KeyError)
+    ├── DuplicateRecordError
+    ├── InvalidParentError
+    │   └── CycleError
+    ├── InvalidTransitionError
+    ├── SelfApprovalError
+    ├── AcceptanceCheckError
+    ├── NotUsableError
+    ├── UnknownDeliveryError (KeyError)
+    ├── AuthenticationError
+    ├── AccessDeniedError (PermissionError)
+    ├── ReadOnlyError
+    ├── ConcurrencyError
+    ├── SnapshotIntegrityError
+    ├── UnknownSnapshotError (KeyError)
+    ├── CorruptEventError
+    ├── ViewMismatchError
+    └── ClosedLedgerError
+"""
+
+from __future__ import annotations
+
+
+class LedgerError(Exception):
+    """Base class of every error the ledger raises on purpose."""
+
+    def __str__(self) -> str:
+        # KeyError subclasses would otherwise print their message quoted.
+        return str(self.args[0]) if self.args else self.__class__.__name__
+
+
+class InvalidInputError(LedgerError, ValueError):
+    """An argument has the wrong type or shape."""
+
+
+class InvalidIdError(InvalidInputError):
+    """A record id does not match ``^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$``."""
+
+
+class InvalidValueError(InvalidInputError):
+    """A value cannot be stored (not msgpack-serialisable, NaN, too deep)."""
+
+
+class ValueTooLargeError(InvalidInputError):
+    """A value or content is larger than the configured limit."""
+
+
+class NaiveDatetimeError(InvalidInputError):
+    """A datetime without a timezone was given."""
+
+
+class ExpiryInPastError(InvalidInputError):
+    """A new record's expiry is not in the future."""
+
+
+class InvalidKindError(InvalidInputError):
+    """An unknown record kind was given."""
+
+
+class InvalidRoleError(InvalidInputError):
+    """An unknown role was given to a grant."""
+
+
+class InvalidURLError(InvalidInputError):
+    """The ledger URL names no supported backend."""
+
+
+class UnknownRecordError(LedgerError, KeyError):
+    """No record with that id exists, or the caller may not see it."""
+
+
+class DuplicateRecordError(LedgerError):
+    """A record with that id already exists."""
+
+
+class InvalidParentError(LedgerError):
+    """A parent (or observed dependency) is missing, unreadable or unusable."""
+
+
+class CycleError(InvalidParentError):
+    """The given parents would make a record depend on itself."""
+
+
+class InvalidTransitionError(LedgerError):
+    """The status machine does not allow this command in the record's status."""
+
+
+class SelfApprovalError(LedgerError):
+    """A principal tried to approve or revalidate its own proposal."""
+
+
+class AcceptanceCheckError(LedgerError):
+    """An acceptance check registered by the application refused the record."""
+
+
+class NotUsableError(LedgerError):
+    """The record is not usable now (needed to deliver it)."""
+
+
+class UnknownDeliveryError(LedgerError, KeyError):
+    """No delivery with that id exists, or the caller may not see it."""
+
+
+class AuthenticationError(LedgerError):
+    """A token is unknown, revoked or expired."""
+
+
+class AccessDeniedError(LedgerError, PermissionError):
+    """The authenticated principal lacks the role in that scope."""
+
+
+class ReadOnlyError(LedgerError):
+    """A write was attempted on a read-only (as-of) session."""
+
+
+class ConcurrencyError(LedgerError):
+    """Another writer changed the same records; the command was not applied."""
+
+
+class SnapshotIntegrityError(LedgerError):
+    """Stored snapshot bytes no longer match their content hash."""
+
+
+class UnknownSnapshotError(LedgerError, KeyError):
+    """No snapshot with that reference exists, or the caller may not read it."""
+
+
+class CorruptEventError(LedgerError):
+    """A stored event cannot be decoded."""
+
+
+class ViewMismatchError(LedgerError):
+    """Rebuilt views differ from the views that were there before."""
+
+
+class ClosedLedgerError(LedgerError):
+    """The ledger was closed."""

@@ -1,0 +1,123 @@
+"""The one msgpack transcoder used for every stored event.
+
+msgpack has no UUID, datetime or tuple; they travel as extension types so a
+decoded event equals the event that was encoded:
+
+====  ==============================================================
+code  payload
+====  ==============================================================
+1     UUID: its 16 bytes
+2     aware datetime: msgpack ``[microseconds since epoch (UTC), utc offset seconds]``
+3     tuple: a msgpack array of its items
+====  ==============================================================
+
+``strict_types`` keeps tuples distinct from lists; ``str``/``int`` subclasses
+(``StrEnum`` members) are stored as their plain value.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+from uuid import UUID
+
+import msgpack
+from eventsourcing.persistence import Transcoder
+
+EXT_UUID = 1
+EXT_DATETIME = 2
+EXT_TUPLE = 3
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def datetime_to_micros(value: datetime) -> int:
+    """Microseconds since the epoch of an aware datetime (exact)."""
+    delta = value - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def micros_to_datetime(micros: int, offset_seconds: int = 0) -> datetime:
+    """The aware datetime for microseconds since the epoch, in the given offset."""
+    tz = UTC if offset_seconds == 0 else timezone(timedelta(seconds=offset_seconds))
+    return (_EPOCH + timedelta(microseconds=micros)).astimezone(tz)
+
+
+def _default(obj: Any) -> Any:
+    if isinstance(obj, UUID):
+        return msgpack.ExtType(EXT_UUID, obj.bytes)
+    if isinstance(obj, datetime):
+        offset = obj.utcoffset()
+        if offset is None:
+            raise TypeError(f"naive datetime {obj.isoformat()} cannot be stored")
+        payload = [datetime_to_micros(obj), int(offset.total_seconds())]
+        return msgpack.ExtType(EXT_DATETIME, msgpack.packb(payload))
+    if isinstance(obj, tuple):
+        return msgpack.ExtType(EXT_TUPLE, pack(list(obj)))
+    if isinstance(obj, enum.Enum):
+        return obj.value
+    if isinstance(obj, str):
+        return str(obj)
+    if isinstance(obj, bool):
+        return bool(obj)
+    if isinstance(obj, int):
+        return int(obj)
+    if isinstance(obj, float):
+        return float(obj)
+    if isinstance(obj, dict):
+        return dict(obj)
+    if isinstance(obj, list):
+        return list(obj)
+    raise TypeError(f"cannot serialise object of type {type(obj).__name__}")
+
+
+def _ext_hook(code: int, data: bytes) -> Any:
+    if code == EXT_UUID:
+        return UUID(bytes=data)
+    if code == EXT_DATETIME:
+        micros, offset = msgpack.unpackb(data)
+        return micros_to_datetime(micros, offset)
+    if code == EXT_TUPLE:
+        return tuple(unpack(data))
+    return msgpack.ExtType(code, data)
+
+
+def pack(obj: Any) -> bytes:
+    """Serialise ``obj`` with the ledger's msgpack conventions."""
+    data: bytes = msgpack.packb(obj, default=_default, strict_types=True, use_bin_type=True)
+    return data
+
+
+def unpack(data: bytes) -> Any:
+    """Deserialise bytes written by :func:`pack`."""
+    return msgpack.unpackb(data, ext_hook=_ext_hook, raw=False, strict_map_key=False)
+
+
+def canonical(obj: Any) -> bytes:
+    """Bytes that are equal exactly when two claim values are the same claim.
+
+    Dict keys are sorted so ``{"a": 1, "b": 2}`` and ``{"b": 2, "a": 1}`` agree,
+    while ``1``, ``1.0`` and ``True`` stay different claims.
+    """
+
+    def norm(value: Any) -> Any:
+        if isinstance(value, dict):
+            return [[k, norm(v)] for k, v in sorted(value.items())]
+        if isinstance(value, (list, tuple)):
+            return [norm(v) for v in value]
+        return value
+
+    return pack(norm(obj))
+
+
+class MsgpackTranscoder(Transcoder):
+    """eventsourcing transcoder that stores event state as msgpack."""
+
+    def encode(self, obj: Any) -> bytes:
+        """Serialise an event's state."""
+        return pack(obj)
+
+    def decode(self, data: bytes) -> Any:
+        """Deserialise an event's state."""
+        return unpack(data)

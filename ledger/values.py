@@ -1,0 +1,177 @@
+"""Immutable value objects the public API returns (never aggregates)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from ledger.domain import Kind, Outcome, Status, Validity
+
+
+@dataclass(frozen=True)
+class Correction:
+    """A correction issued for one delivery (an outbox entry; nothing is sent)."""
+
+    correction_id: str
+    delivery_id: str
+    record_id: str
+    note: str
+    replacement: str | None
+    issued_at: datetime
+    issued_by: str
+    position: int
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One delivery of a record: history, never changed by later events."""
+
+    delivery_id: str
+    record_id: str
+    recipient: str
+    channel: str
+    delivered_at: datetime
+    delivered_by: str
+    position: int
+    corrections: tuple[Correction, ...] = ()
+
+    @property
+    def state(self) -> str:
+        """Always ``"DELIVERED"``: nothing un-delivers a report."""
+        return "DELIVERED"
+
+
+@dataclass(frozen=True)
+class RecordView:
+    """A record as the views see it now (or at an as-of position)."""
+
+    id: str
+    scope: str
+    claim_key: str
+    kind: Kind
+    value: Any
+    status: Status
+    validity: Validity
+    expires: datetime | None
+    effective_expires: datetime | None
+    expiry_source: str | None
+    parents: tuple[str, ...]
+    observed: tuple[str, ...]
+    conditions: dict[str, Any]
+    proposer: str
+    created_at: datetime
+    evidence: dict[str, Any] | None
+    cause: str | None
+    reason: str | None
+    deliveries: tuple[Delivery, ...]
+    position: int
+
+    @property
+    def undeclared(self) -> tuple[str, ...]:
+        """Dependencies observed at run time but not declared as parents."""
+        return tuple(o for o in self.observed if o not in self.parents)
+
+
+@dataclass(frozen=True)
+class ReadResult:
+    """The answer of the eligibility chain for one ``(scope, claim_key)``."""
+
+    outcome: Outcome
+    records: tuple[RecordView, ...]
+    scope: str
+    claim_key: str
+    at: datetime
+
+    @property
+    def value(self) -> Any:
+        """The agreed value when FOUND, else None."""
+        return self.records[0].value if self.outcome == Outcome.FOUND else None
+
+
+@dataclass(frozen=True)
+class Reason:
+    """Why one record is or is not usable."""
+
+    record: RecordView
+    usable: bool
+    reasons: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """Per record, why it is or is not usable for a read."""
+
+    outcome: Outcome
+    scope: str
+    claim_key: str
+    at: datetime
+    entries: tuple[Reason, ...]
+
+    def __str__(self) -> str:
+        lines = [f"{self.scope}/{self.claim_key} at {self.at.isoformat()}: {self.outcome}"]
+        for e in self.entries:
+            why = "usable" if e.usable else "; ".join(e.reasons)
+            lines.append(f"  {e.record.id} [{e.record.kind}] {e.record.status}: {why}")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class AuditEvent:
+    """One event in a record's history."""
+
+    position: int
+    type: str
+    at: datetime
+    actor: str | None
+    details: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class AuditTrail:
+    """The whole history of a record, including revoked ones."""
+
+    record: RecordView
+    events: tuple[AuditEvent, ...]
+    undeclared: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Revocation:
+    """What a revocation changed: the root is REVOKED, the rest STALE."""
+
+    root: str
+    affected: tuple[str, ...]
+    position: int
+    stale: tuple[str, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class CorrectionDue:
+    """A delivery whose record is no longer VALID and has no correction since."""
+
+    delivery: Delivery
+    validity: Validity
+    status: Status
+    cause: str | None
+    reason: str | None
+
+
+@dataclass(frozen=True)
+class RebuildReport:
+    """The outcome of dropping and replaying every view."""
+
+    events: int
+    seconds: float
+    digest_before: str
+    digest_after: str
+
+    @property
+    def matched(self) -> bool:
+        """Whether the rebuilt views equal what was there before."""
+        return self.digest_before == self.digest_after
+
+    @property
+    def events_per_second(self) -> float:
+        """Replay rate."""
+        return self.events / self.seconds if self.seconds > 0 else float("inf")

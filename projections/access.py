@@ -1,0 +1,138 @@
+"""The access view: who holds which role in which scope, tokens, and runs.
+
+Grants are versioned like records (``from_pos``/``to_pos``) so "who could do
+what, where, and when did that change" is a query. Tokens are kept only as
+sha256 hashes. Runs record what a task read, for observed dependencies.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ledger.domain import Principal, Run
+from ledger.serialization import datetime_to_micros
+from projections.base import Cursor, Dialect
+
+VIEW = "access"
+
+DDL = (
+    "CREATE TABLE IF NOT EXISTS {t}pl_principals (agg_id TEXT PRIMARY KEY, subject TEXT)",
+    "CREATE TABLE IF NOT EXISTS {t}pl_grants ("
+    "subject TEXT NOT NULL, scope TEXT NOT NULL, role TEXT NOT NULL, "
+    "from_pos {bigint} NOT NULL, to_pos {bigint}, granted_at {bigint} NOT NULL, "
+    "granted_by TEXT NOT NULL, revoked_at {bigint}, revoked_by TEXT, "
+    "PRIMARY KEY (subject, scope, role, from_pos))",
+    "CREATE INDEX IF NOT EXISTS pl_grants_scope ON {t}pl_grants (scope)",
+    "CREATE TABLE IF NOT EXISTS {t}pl_tokens ("
+    "token_hash TEXT PRIMARY KEY, subject TEXT NOT NULL, issued_pos {bigint} NOT NULL, "
+    "issued_at {bigint} NOT NULL, expires {bigint}, revoked_pos {bigint})",
+    "CREATE TABLE IF NOT EXISTS {t}pl_runs ("
+    "agg_id TEXT PRIMARY KEY, run_id TEXT NOT NULL, actor TEXT NOT NULL, "
+    "started_pos {bigint} NOT NULL, ended_pos {bigint}, outcome TEXT)",
+    "CREATE TABLE IF NOT EXISTS {t}pl_run_reads ("
+    "run_id TEXT NOT NULL, record_id TEXT NOT NULL, how TEXT NOT NULL, "
+    "position {bigint} NOT NULL, PRIMARY KEY (run_id, record_id, position))",
+)
+
+TABLES = ("pl_principals", "pl_grants", "pl_tokens", "pl_runs", "pl_run_reads")
+
+
+def _subject(c: Cursor, d: Dialect, agg_id: Any) -> str:
+    c.execute(d.q("SELECT subject FROM {t}pl_principals WHERE agg_id=?"), (agg_id.hex,))
+    return str(c.fetchone()["subject"])
+
+
+def _run_id(c: Cursor, d: Dialect, agg_id: Any) -> str:
+    c.execute(d.q("SELECT run_id FROM {t}pl_runs WHERE agg_id=?"), (agg_id.hex,))
+    return str(c.fetchone()["run_id"])
+
+
+def apply(c: Cursor, d: Dialect, pos: int, event: Any) -> None:
+    """Fold one ``Principal`` or ``Run`` event into the view."""
+    at = datetime_to_micros(event.timestamp)
+    if isinstance(event, Principal.Registered):
+        c.execute(
+            d.q("INSERT INTO {t}pl_principals (agg_id, subject) VALUES (?, ?)"),
+            (event.originator_id.hex, event.subject),
+        )
+    elif isinstance(event, Principal.Granted):
+        subject = _subject(c, d, event.originator_id)
+        have = set(roles_of(c, d, subject, event.scope))
+        rows = [
+            (subject, event.scope, role, pos, at, event.actor)
+            for role in event.roles
+            if role not in have
+        ]
+        c.executemany(
+            d.q(
+                "INSERT INTO {t}pl_grants (subject, scope, role, from_pos, granted_at, "
+                "granted_by) VALUES (?,?,?,?,?,?)"
+            ),
+            rows,
+        )
+    elif isinstance(event, Principal.GrantRevoked):
+        subject = _subject(c, d, event.originator_id)
+        for role in event.roles:
+            c.execute(
+                d.q(
+                    "UPDATE {t}pl_grants SET to_pos=?, revoked_at=?, revoked_by=? "
+                    "WHERE subject=? AND scope=? AND role=? AND to_pos IS NULL"
+                ),
+                (pos, at, event.actor, subject, event.scope, role),
+            )
+    elif isinstance(event, Principal.TokenIssued):
+        c.execute(
+            d.q(
+                "INSERT INTO {t}pl_tokens (token_hash, subject, issued_pos, issued_at, expires) "
+                "VALUES (?,?,?,?,?)"
+            ),
+            (
+                event.token_hash,
+                _subject(c, d, event.originator_id),
+                pos,
+                at,
+                None if event.expires is None else datetime_to_micros(event.expires),
+            ),
+        )
+    elif isinstance(event, Principal.TokenRevoked):
+        c.execute(
+            d.q("UPDATE {t}pl_tokens SET revoked_pos=? WHERE token_hash=?"),
+            (pos, event.token_hash),
+        )
+    elif isinstance(event, Run.Started):
+        c.execute(
+            d.q("INSERT INTO {t}pl_runs (agg_id, run_id, actor, started_pos) VALUES (?,?,?,?)"),
+            (event.originator_id.hex, event.run_id, event.actor, pos),
+        )
+    elif isinstance(event, Run.ReadRecorded):
+        run_id = _run_id(c, d, event.originator_id)
+        c.executemany(
+            d.q(
+                "INSERT INTO {t}pl_run_reads (run_id, record_id, how, position) "
+                "VALUES (?,?,?,?) ON CONFLICT DO NOTHING"
+            ),
+            [(run_id, rid, event.how, pos) for rid in event.record_ids],
+        )
+    elif isinstance(event, Run.Ended):
+        c.execute(
+            d.q("UPDATE {t}pl_runs SET ended_pos=?, outcome=? WHERE agg_id=?"),
+            (pos, event.outcome, event.originator_id.hex),
+        )
+
+
+def roles_of(c: Cursor, d: Dialect, subject: str, scope: str) -> list[str]:
+    """The roles ``subject`` holds in ``scope`` now."""
+    c.execute(
+        d.q(
+            "SELECT role FROM {t}pl_grants WHERE subject=? AND scope=? AND to_pos IS NULL "
+            "ORDER BY role"
+        ),
+        (subject, scope),
+    )
+    return [r["role"] for r in c.fetchall()]
+
+
+def token(c: Cursor, d: Dialect, token_hash: str) -> Any:
+    """The token row for a hash, or None."""
+    c.execute(d.q("SELECT * FROM {t}pl_tokens WHERE token_hash=?"), (token_hash,))
+    return c.fetchone()

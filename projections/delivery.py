@@ -1,0 +1,117 @@
+"""The delivery-history view: deliveries, corrections and the correction outbox.
+
+Delivery is history: rows here are only ever inserted, never changed by later
+events, so a report stays ``DELIVERED`` whatever happens to its validity. The
+record's validity *now* is read beside it from the current-validity view.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ledger.domain import Record
+from ledger.serialization import datetime_to_micros
+from projections.base import Cursor, Dialect
+from projections.validity import record_id_of
+
+VIEW = "delivery"
+
+DDL = (
+    "CREATE TABLE IF NOT EXISTS {t}pl_deliveries ("
+    "delivery_id TEXT PRIMARY KEY, record_id TEXT NOT NULL, recipient TEXT NOT NULL, "
+    "channel TEXT NOT NULL, delivered_at {bigint} NOT NULL, delivered_by TEXT NOT NULL, "
+    "position {bigint} NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS pl_deliveries_record ON {t}pl_deliveries (record_id)",
+    "CREATE TABLE IF NOT EXISTS {t}pl_corrections ("
+    "correction_id TEXT PRIMARY KEY, delivery_id TEXT NOT NULL, record_id TEXT NOT NULL, "
+    "note TEXT NOT NULL, replacement TEXT, issued_at {bigint} NOT NULL, "
+    "issued_by TEXT NOT NULL, position {bigint} NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS pl_corrections_delivery ON {t}pl_corrections (delivery_id)",
+    "CREATE TABLE IF NOT EXISTS {t}pl_outbox ("
+    "correction_id TEXT PRIMARY KEY, delivery_id TEXT NOT NULL, recipient TEXT NOT NULL, "
+    "channel TEXT NOT NULL, note TEXT NOT NULL, replacement TEXT, position {bigint} NOT NULL)",
+)
+
+TABLES = ("pl_deliveries", "pl_corrections", "pl_outbox")
+
+
+def apply(c: Cursor, d: Dialect, pos: int, event: Any) -> None:
+    """Fold one ``Record`` event into the delivery history."""
+    if isinstance(event, Record.Delivered):
+        c.execute(
+            d.q(
+                "INSERT INTO {t}pl_deliveries (delivery_id, record_id, recipient, channel, "
+                "delivered_at, delivered_by, position) VALUES (?,?,?,?,?,?,?)"
+            ),
+            (
+                event.delivery_id,
+                record_id_of(c, d, event.originator_id),
+                event.recipient,
+                event.channel,
+                datetime_to_micros(event.timestamp),
+                event.actor,
+                pos,
+            ),
+        )
+    elif isinstance(event, Record.CorrectionIssued):
+        c.execute(
+            d.q("SELECT recipient, channel FROM {t}pl_deliveries WHERE delivery_id=?"),
+            (event.delivery_id,),
+        )
+        delivery = c.fetchone()
+        c.execute(
+            d.q(
+                "INSERT INTO {t}pl_corrections (correction_id, delivery_id, record_id, note, "
+                "replacement, issued_at, issued_by, position) VALUES (?,?,?,?,?,?,?,?)"
+            ),
+            (
+                event.correction_id,
+                event.delivery_id,
+                record_id_of(c, d, event.originator_id),
+                event.note,
+                event.replacement,
+                datetime_to_micros(event.timestamp),
+                event.actor,
+                pos,
+            ),
+        )
+        c.execute(
+            d.q(
+                "INSERT INTO {t}pl_outbox (correction_id, delivery_id, recipient, channel, "
+                "note, replacement, position) VALUES (?,?,?,?,?,?,?)"
+            ),
+            (
+                event.correction_id,
+                event.delivery_id,
+                delivery["recipient"],
+                delivery["channel"],
+                event.note,
+                event.replacement,
+                pos,
+            ),
+        )
+
+
+def for_record(c: Cursor, d: Dialect, record_id: str, position: int | None = None) -> list[Any]:
+    """Deliveries of a record (up to ``position`` if given), oldest first."""
+    bound = position if position is not None else (1 << 62)
+    c.execute(
+        d.q("SELECT * FROM {t}pl_deliveries WHERE record_id=? AND position <= ? ORDER BY position"),
+        (record_id, bound),
+    )
+    return list(c.fetchall())
+
+
+def corrections_for(
+    c: Cursor, d: Dialect, delivery_id: str, position: int | None = None
+) -> list[Any]:
+    """Corrections issued for one delivery (up to ``position`` if given)."""
+    bound = position if position is not None else (1 << 62)
+    c.execute(
+        d.q(
+            "SELECT * FROM {t}pl_corrections WHERE delivery_id=? AND position <= ? "
+            "ORDER BY position"
+        ),
+        (delivery_id, bound),
+    )
+    return list(c.fetchall())

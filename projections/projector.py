@@ -1,0 +1,142 @@
+"""Runs every view over the event log, inside the writer's transaction or after it.
+
+The ledger's recorder calls :meth:`Projector.apply` in the same database
+transaction that appends the events, so in normal operation the views never lag
+the log and every process sees them consistent. If a view is behind (events
+written while it was stopped, a dropped view, a crash of an older version), the
+next transaction first catches it up from its tracking position; opening the
+ledger does the same. Each view's rows and tracking position are written in one
+transaction, so nothing is applied twice or skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+from eventsourcing.persistence import Mapper, Notification
+
+from ledger.errors import CorruptEventError
+from projections import access, delivery, timeline, validity
+from projections.base import (
+    TRACKING_DDL,
+    Cursor,
+    Dialect,
+    fetch_in_chunks,
+    get_tracking,
+    rows_digest,
+    set_tracking,
+)
+
+VIEWS: tuple[ModuleType, ...] = (validity, delivery, access)
+
+#: Reads stored events after a position inside an open transaction:
+#: ``(cursor, after, limit) -> notifications``.
+NotificationReader = Callable[[Cursor, int, int], Sequence[Notification]]
+
+
+@dataclass
+class Projector:
+    """Applies events to every view and keeps their tracking positions."""
+
+    dialect: Dialect
+    reader: NotificationReader
+    mapper: Mapper[Any] | None = None
+    enabled: bool = True
+    batch: int = 1000
+    _names: tuple[str, ...] = field(default=(), init=False)
+
+    @property
+    def view_names(self) -> tuple[str, ...]:
+        """Names of the tracked views (``validity``, ``delivery``, ``access``, ``timeline``)."""
+        return (*(v.VIEW for v in VIEWS), timeline.VIEW)
+
+    @property
+    def tables(self) -> tuple[str, ...]:
+        """Every view table (the snapshot store is primary data, not a view)."""
+        return (*(t for v in VIEWS for t in v.TABLES), *timeline.TABLES)
+
+    def create_tables(self, c: Cursor) -> None:
+        """Create the view tables if missing."""
+        for statement in (*TRACKING_DDL, *(s for v in VIEWS for s in v.DDL), *timeline.DDL):
+            c.execute(self.dialect.q(statement))
+
+    def drop_tables(self, c: Cursor) -> None:
+        """Drop every view table and forget the tracking positions."""
+        for table in self.tables:
+            c.execute(self.dialect.q(f"DROP TABLE IF EXISTS {{t}}{table}"))
+        c.execute(self.dialect.q("DROP TABLE IF EXISTS {t}pl_tracking"))
+
+    def tracking(self, c: Cursor) -> int:
+        """The lowest tracking position among the views (what is fully applied)."""
+        return min(get_tracking(c, self.dialect, name) for name in self.view_names)
+
+    def decode(self, notification: Notification) -> Any:
+        """The domain event of a stored notification; corrupt bytes raise CorruptEventError."""
+        assert self.mapper is not None
+        try:
+            return self.mapper.to_domain_event(notification)
+        except Exception as exc:
+            raise CorruptEventError(
+                f"stored event at position {notification.id} "
+                f"({notification.topic}) cannot be decoded: {exc}"
+            ) from None
+
+    def apply(self, c: Cursor, events: Sequence[tuple[int, Any]]) -> None:
+        """Apply new (position, event) pairs in the writer's transaction."""
+        if not self.enabled or not events:
+            return
+        self.catch_up(c, upto=events[0][0] - 1)
+        self._apply(c, events)
+
+    def _apply(self, c: Cursor, events: Sequence[tuple[int, Any]]) -> None:
+        d = self.dialect
+        last = events[-1][0]
+        for view in VIEWS:
+            done = get_tracking(c, d, view.VIEW)
+            for pos, event in events:
+                if pos > done:
+                    view.apply(c, d, pos, event)
+            if last > done:
+                set_tracking(c, d, view.VIEW, last)
+        done = get_tracking(c, d, timeline.VIEW)
+        timeline.apply_many(c, d, [(p, e) for p, e in events if p > done])
+        if last > done:
+            set_tracking(c, d, timeline.VIEW, last)
+
+    def pending(self, c: Cursor, upto: int | None = None) -> Iterator[list[tuple[int, Any]]]:
+        """Batches of decoded events after the views' tracking position."""
+        after = self.tracking(c)
+        while True:
+            notes = self.reader(c, after, self.batch)
+            notes = [n for n in notes if upto is None or n.id <= upto]
+            if not notes:
+                return
+            yield [(n.id, self.decode(n)) for n in notes]
+            after = notes[-1].id
+
+    def catch_up(self, c: Cursor, upto: int | None = None) -> int:
+        """Apply every stored event the views have not seen (up to ``upto``)."""
+        count = 0
+        if not self.enabled:
+            return count
+        for batch in self.pending(c, upto):
+            self._apply(c, batch)
+            count += len(batch)
+        return count
+
+    def digest(self, c: Cursor) -> str:
+        """Order-independent digest of every view row (hex)."""
+        total = 0
+        for table in (*self.tables, "pl_tracking"):
+            c.execute(self.dialect.q(f"SELECT * FROM {{t}}{table}"))
+            rows = ([table, *_values(row)] for row in fetch_in_chunks(c))
+            total = (total + rows_digest(rows)) % (1 << 256)
+        return f"{total:064x}"
+
+
+def _values(row: Any) -> tuple[Any, ...]:
+    # sqlite3.Row iterates values; psycopg's dict rows iterate keys.
+    return tuple(row.values()) if isinstance(row, dict) else tuple(row)

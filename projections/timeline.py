@@ -1,0 +1,61 @@
+"""The position ↔ time index used by ``as_of(time=…)``.
+
+Event timestamps come from the writers' clocks and need not rise with the log
+position (two processes, clock steps). The index stores, per position, the
+running maximum of the timestamps so far: monotonic by construction, so the
+position for an instant is a single indexed lookup, and the index is a pure
+function of the log (a rebuild reproduces it exactly).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ledger.serialization import datetime_to_micros
+from projections.base import Cursor, Dialect
+
+VIEW = "timeline"
+
+DDL = (
+    "CREATE TABLE IF NOT EXISTS {t}pl_timeline ("
+    "position {bigint} PRIMARY KEY, at {bigint} NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS pl_timeline_at ON {t}pl_timeline (at)",
+)
+
+TABLES = ("pl_timeline",)
+
+
+def last_time(c: Cursor, d: Dialect) -> int:
+    """The time of the newest indexed position (0 for an empty log)."""
+    c.execute(d.q("SELECT at FROM {t}pl_timeline ORDER BY position DESC LIMIT 1"))
+    row = c.fetchone()
+    return int(row["at"]) if row else 0
+
+
+def apply_many(c: Cursor, d: Dialect, events: list[tuple[int, Any]]) -> None:
+    """Index a batch of (position, event) in log order."""
+    if not events:
+        return
+    at = last_time(c, d)
+    rows = []
+    for pos, event in events:
+        at = max(at, datetime_to_micros(event.timestamp))
+        rows.append((pos, at))
+    c.executemany(d.q("INSERT INTO {t}pl_timeline (position, at) VALUES (?, ?)"), rows)
+
+
+def position_at(c: Cursor, d: Dialect, at: int) -> int:
+    """The newest position recorded at or before ``at`` (0 if none)."""
+    c.execute(d.q("SELECT MAX(position) AS p FROM {t}pl_timeline WHERE at <= ?"), (at,))
+    row = c.fetchone()
+    return int(row["p"]) if row and row["p"] is not None else 0
+
+
+def time_of(c: Cursor, d: Dialect, position: int) -> int | None:
+    """The indexed time of the newest position at or before ``position``."""
+    c.execute(
+        d.q("SELECT at FROM {t}pl_timeline WHERE position <= ? ORDER BY position DESC LIMIT 1"),
+        (position,),
+    )
+    row = c.fetchone()
+    return int(row["at"]) if row else None

@@ -1,0 +1,376 @@
+"""The current-validity view, kept as a versioned (temporal) table.
+
+``pl_records`` holds one row per record *version*: each status change closes the
+current row (``to_pos`` = the event's position) and opens a new one
+(``from_pos``). The current state is ``to_pos IS NULL``; the state right after
+log position N is ``from_pos <= N AND (to_pos IS NULL OR to_pos > N)``. Reads at
+any position therefore cost an index lookup, never a replay.
+
+Per version the row keeps the status, the blocking cause (``cause_root`` and
+``reason``: which revoked ancestor made it stale and why), and the *effective
+expiry* — the earliest expiry among the record and all its ancestors, with the
+record whose own expiry it is (``eff_source``). Because an ACCEPTED record's
+ancestors are all ACCEPTED (acceptance needs ACCEPTED parents and revocation marks
+every descendant STALE in the same transaction), usability at instant T is
+``status == ACCEPTED and T < eff_expires``: no ancestor walk on read.
+
+``pl_edges`` is the reverse-dependency index (parent → child, declared or
+observed), also versioned so a new basis given at revalidation keeps history.
+The claim index is the ``(scope, claim_key)`` index on ``pl_records``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from ledger.domain import Record, Status
+from ledger.serialization import datetime_to_micros, pack, unpack
+from projections.base import Cursor, Dialect
+
+VIEW = "validity"
+
+COLUMNS = (
+    "record_id",
+    "from_pos",
+    "to_pos",
+    "scope",
+    "claim_key",
+    "kind",
+    "value",
+    "status",
+    "proposer",
+    "created_pos",
+    "created_at",
+    "expires",
+    "eff_expires",
+    "eff_source",
+    "conditions",
+    "parents",
+    "observed",
+    "evidence",
+    "snapshot_ref",
+    "run_id",
+    "cause_root",
+    "reason",
+    "changed_by",
+    "changed_at",
+    "left_valid_pos",
+)
+
+DDL = (
+    "CREATE TABLE IF NOT EXISTS {t}pl_records ("
+    "record_id TEXT NOT NULL, from_pos {bigint} NOT NULL, to_pos {bigint}, "
+    "scope TEXT NOT NULL, claim_key TEXT NOT NULL, kind TEXT NOT NULL, value {blob}, "
+    "status TEXT NOT NULL, proposer TEXT NOT NULL, created_pos {bigint} NOT NULL, "
+    "created_at {bigint} NOT NULL, expires {bigint}, eff_expires {bigint}, eff_source TEXT, "
+    "conditions {blob}, parents {blob}, observed {blob}, evidence {blob}, "
+    "snapshot_ref TEXT, run_id TEXT, "
+    "cause_root TEXT, reason TEXT, changed_by TEXT, changed_at {bigint}, "
+    "left_valid_pos {bigint}, PRIMARY KEY (record_id, from_pos))",
+    "CREATE INDEX IF NOT EXISTS pl_records_claim ON {t}pl_records (scope, claim_key)",
+    "CREATE INDEX IF NOT EXISTS pl_records_snapshot ON {t}pl_records (snapshot_ref)",
+    "CREATE TABLE IF NOT EXISTS {t}pl_record_ids (agg_id TEXT PRIMARY KEY, record_id TEXT)",
+    "CREATE TABLE IF NOT EXISTS {t}pl_edges ("
+    "parent_id TEXT NOT NULL, child_id TEXT NOT NULL, edge TEXT NOT NULL, "
+    "from_pos {bigint} NOT NULL, to_pos {bigint}, "
+    "PRIMARY KEY (child_id, parent_id, from_pos))",
+    "CREATE INDEX IF NOT EXISTS pl_edges_parent ON {t}pl_edges (parent_id)",
+)
+
+TABLES = ("pl_records", "pl_record_ids", "pl_edges")
+
+_INSERT = "INSERT INTO {{t}}pl_records ({}) VALUES ({})".format(
+    ", ".join(COLUMNS),
+    ", ".join("?" for _ in COLUMNS),
+)
+
+NOW_FILTER = "to_pos IS NULL"
+AS_OF_FILTER = "from_pos <= ? AND (to_pos IS NULL OR to_pos > ?)"
+
+
+def _micros(value: Any) -> int | None:
+    return None if value is None else datetime_to_micros(value)
+
+
+def record_id_of(c: Cursor, d: Dialect, agg_id: Any) -> str:
+    """The record id for an aggregate id (recorded when the record was proposed)."""
+    c.execute(d.q("SELECT record_id FROM {t}pl_record_ids WHERE agg_id=?"), (agg_id.hex,))
+    row = c.fetchone()
+    if row is None:
+        raise LookupError(f"no record for aggregate {agg_id}")
+    return str(row["record_id"])
+
+
+def current(c: Cursor, d: Dialect, record_id: str, position: int | None = None) -> Any:
+    """The record's row now, or right after ``position``; None if it did not exist."""
+    if position is None:
+        c.execute(
+            d.q(f"SELECT * FROM {{t}}pl_records WHERE record_id=? AND {NOW_FILTER}"),
+            (record_id,),
+        )
+    else:
+        c.execute(
+            d.q(f"SELECT * FROM {{t}}pl_records WHERE record_id=? AND {AS_OF_FILTER}"),
+            (record_id, position, position),
+        )
+    return c.fetchone()
+
+
+def for_claim(
+    c: Cursor, d: Dialect, scope: str, claim_key: str, position: int | None = None
+) -> list[Any]:
+    """Rows of every record answering ``(scope, claim_key)``, now or after ``position``."""
+    if position is None:
+        c.execute(
+            d.q(
+                "SELECT * FROM {t}pl_records WHERE scope=? AND claim_key=? "
+                f"AND {NOW_FILTER} ORDER BY created_pos"
+            ),
+            (scope, claim_key),
+        )
+    else:
+        c.execute(
+            d.q(
+                "SELECT * FROM {t}pl_records WHERE scope=? AND claim_key=? "
+                f"AND {AS_OF_FILTER} ORDER BY created_pos"
+            ),
+            (scope, claim_key, position, position),
+        )
+    return list(c.fetchall())
+
+
+def children(c: Cursor, d: Dialect, parent_ids: Sequence[str]) -> list[tuple[str, str, str]]:
+    """Current (parent, child, edge) rows for the given parents."""
+    out: list[tuple[str, str, str]] = []
+    for start in range(0, len(parent_ids), 500):
+        chunk = parent_ids[start : start + 500]
+        marks = ", ".join("?" for _ in chunk)
+        c.execute(
+            d.q(
+                "SELECT parent_id, child_id, edge FROM {t}pl_edges "
+                f"WHERE parent_id IN ({marks}) AND to_pos IS NULL"
+            ),
+            tuple(chunk),
+        )
+        out.extend((r["parent_id"], r["child_id"], r["edge"]) for r in c.fetchall())
+    return out
+
+
+def descendants(c: Cursor, d: Dialect, root: str) -> list[tuple[str, str]]:
+    """Every transitive descendant of ``root`` with the parent it was first reached from.
+
+    Breadth-first over the reverse-dependency index: the cost follows the number
+    of descendants, not the size of the ledger.
+    """
+    seen: dict[str, str] = {}
+    frontier = [root]
+    while frontier:
+        nxt: list[str] = []
+        for parent, child, _edge in children(c, d, frontier):
+            if child != root and child not in seen:
+                seen[child] = parent
+                nxt.append(child)
+        frontier = nxt
+    return list(seen.items())
+
+
+def parents_of(
+    c: Cursor, d: Dialect, record_id: str, position: int | None = None
+) -> list[tuple[str, str]]:
+    """(parent, edge) of a record, now or after ``position``."""
+    if position is None:
+        c.execute(
+            d.q("SELECT parent_id, edge FROM {t}pl_edges WHERE child_id=? AND to_pos IS NULL"),
+            (record_id,),
+        )
+    else:
+        c.execute(
+            d.q(
+                "SELECT parent_id, edge FROM {t}pl_edges WHERE child_id=? "
+                "AND from_pos <= ? AND (to_pos IS NULL OR to_pos > ?)"
+            ),
+            (record_id, position, position),
+        )
+    return [(r["parent_id"], r["edge"]) for r in c.fetchall()]
+
+
+def _effective_expiry(
+    c: Cursor, d: Dialect, record_id: str, own: int | None, deps: Iterable[str]
+) -> tuple[int | None, str | None]:
+    eff, source = own, (record_id if own is not None else None)
+    for dep in deps:
+        row = current(c, d, dep)
+        if row is None or row["eff_expires"] is None:
+            continue
+        if eff is None or row["eff_expires"] < eff:
+            eff, source = row["eff_expires"], row["eff_source"]
+    return eff, source
+
+
+def _insert_edges(
+    c: Cursor, d: Dialect, child: str, parents: Sequence[str], observed: Sequence[str], pos: int
+) -> None:
+    rows = [(p, child, "declared", pos) for p in parents]
+    rows += [(o, child, "observed", pos) for o in observed if o not in parents]
+    if rows:
+        c.executemany(
+            d.q("INSERT INTO {t}pl_edges (parent_id, child_id, edge, from_pos) VALUES (?,?,?,?)"),
+            rows,
+        )
+
+
+def _new_version(c: Cursor, d: Dialect, record_id: str, pos: int, at: int, **changes: Any) -> None:
+    row = current(c, d, record_id)
+    if row is None:
+        raise LookupError(f"record {record_id!r} has no row in the validity view")
+    values = {name: row[name] for name in COLUMNS}
+    was_accepted = values["status"] == Status.ACCEPTED
+    values.update(changes)
+    values["from_pos"], values["to_pos"], values["changed_at"] = pos, None, at
+    if values["status"] == Status.ACCEPTED:
+        values["left_valid_pos"] = None
+    elif was_accepted:
+        values["left_valid_pos"] = pos
+    c.execute(
+        d.q("UPDATE {t}pl_records SET to_pos=? WHERE record_id=? AND to_pos IS NULL"),
+        (pos, record_id),
+    )
+    c.execute(d.q(_INSERT), tuple(values[name] for name in COLUMNS))
+
+
+_STATUS_EVENTS = (
+    Record.Accepted,
+    Record.Rejected,
+    Record.Revoked,
+    Record.MarkedStale,
+    Record.Revalidated,
+)
+
+
+def apply(c: Cursor, d: Dialect, pos: int, event: Any) -> None:
+    """Fold one ``Record`` event (at log position ``pos``) into the view."""
+    at = datetime_to_micros(event.timestamp)
+    if isinstance(event, Record.Proposed):
+        rid = event.record_id
+        own = _micros(event.expires)
+        deps = list(dict.fromkeys((*event.parents, *event.observed)))
+        eff, source = _effective_expiry(c, d, rid, own, deps)
+        c.execute(
+            d.q("INSERT INTO {t}pl_record_ids (agg_id, record_id) VALUES (?, ?)"),
+            (event.originator_id.hex, rid),
+        )
+        values = {
+            "record_id": rid,
+            "from_pos": pos,
+            "to_pos": None,
+            "scope": event.scope,
+            "claim_key": event.claim_key,
+            "kind": event.kind,
+            "value": pack(event.value),
+            "status": Status.CANDIDATE.value,
+            "proposer": event.actor,
+            "created_pos": pos,
+            "created_at": at,
+            "expires": own,
+            "eff_expires": eff,
+            "eff_source": source,
+            "conditions": pack(event.conditions),
+            "parents": pack(list(event.parents)),
+            "observed": pack(list(event.observed)),
+            "evidence": None if event.evidence is None else pack(event.evidence),
+            "snapshot_ref": None if event.evidence is None else event.evidence["snapshot_ref"],
+            "run_id": event.run_id,
+            "cause_root": None,
+            "reason": None,
+            "changed_by": event.actor,
+            "changed_at": at,
+            "left_valid_pos": None,
+        }
+        c.execute(d.q(_INSERT), tuple(values[name] for name in COLUMNS))
+        _insert_edges(c, d, rid, event.parents, event.observed, pos)
+        return
+
+    if not isinstance(event, _STATUS_EVENTS):
+        return  # deliveries belong to the delivery-history view; other aggregates elsewhere
+    rid = record_id_of(c, d, event.originator_id)
+    if isinstance(event, Record.Accepted):
+        _new_version(
+            c,
+            d,
+            rid,
+            pos,
+            at,
+            status=Status.ACCEPTED.value,
+            changed_by=event.actor,
+            cause_root=None,
+            reason=event.note or None,
+        )
+    elif isinstance(event, Record.Rejected):
+        _new_version(
+            c,
+            d,
+            rid,
+            pos,
+            at,
+            status=Status.REJECTED.value,
+            changed_by=event.actor,
+            cause_root=None,
+            reason=event.reason,
+        )
+    elif isinstance(event, Record.Revoked):
+        _new_version(
+            c,
+            d,
+            rid,
+            pos,
+            at,
+            status=Status.REVOKED.value,
+            changed_by=event.actor,
+            cause_root=rid,
+            reason=event.reason,
+        )
+    elif isinstance(event, Record.MarkedStale):
+        _new_version(
+            c,
+            d,
+            rid,
+            pos,
+            at,
+            status=Status.STALE.value,
+            changed_by=event.actor,
+            cause_root=event.cause,
+            reason=event.reason,
+        )
+    elif isinstance(event, Record.Revalidated):
+        row = current(c, d, rid)
+        parents = list(unpack(row["parents"]))
+        observed = list(unpack(row["observed"]))
+        if event.parents is not None or event.observed is not None:
+            if event.parents is not None:
+                parents = list(event.parents)
+            if event.observed is not None:
+                observed = list(event.observed)
+            c.execute(
+                d.q("UPDATE {t}pl_edges SET to_pos=? WHERE child_id=? AND to_pos IS NULL"),
+                (pos, rid),
+            )
+            _insert_edges(c, d, rid, parents, observed, pos)
+        eff, source = _effective_expiry(
+            c, d, rid, row["expires"], dict.fromkeys((*parents, *observed))
+        )
+        _new_version(
+            c,
+            d,
+            rid,
+            pos,
+            at,
+            status=Status.ACCEPTED.value,
+            changed_by=event.actor,
+            cause_root=None,
+            reason=event.note or None,
+            parents=pack(parents),
+            observed=pack(observed),
+            eff_expires=eff,
+            eff_source=source,
+        )
