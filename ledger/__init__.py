@@ -8,7 +8,7 @@ chain; every action is an immutable event and the views are rebuilt from them.
 
 from ledger.access import Admin, GrantChange, Role
 from ledger.application import AcceptanceCheck, Ledger, RunContext, Session
-from ledger.domain import Kind, Outcome, Status, Validity
+from ledger.domain import Kind, Outcome, RetentionRule, Status, Validity
 from ledger.errors import LedgerError
 from ledger.values import (
     AuditEvent,
@@ -44,6 +44,7 @@ __all__ = [
     "Reason",
     "RebuildReport",
     "RecordView",
+    "RetentionRule",
     "Revocation",
     "Role",
     "RunContext",

@@ -93,7 +93,12 @@ class Admin:
             assert isinstance(found, Principal)
             return found
         except AggregateNotFoundError:
-            return Principal(subject=subject)
+            return Principal._create(
+                Principal.Registered,
+                id=principal_uuid(subject),
+                timestamp=self._ledger._now(),
+                subject=subject,
+            )
 
     def grant(self, subject: str, scope: str, roles: Iterable[str]) -> None:
         """Give ``subject`` the ``roles`` in ``scope``.
@@ -109,7 +114,13 @@ class Admin:
 
         def attempt() -> None:
             principal = self._principal(subject)
-            principal.trigger_event(Principal.Granted, actor=self.ACTOR, scope=scope, roles=wanted)
+            principal.trigger_event(
+                Principal.Granted,
+                actor=self.ACTOR,
+                scope=scope,
+                roles=wanted,
+                timestamp=self._ledger._now(),
+            )
             self._ledger._save(principal)
 
         self._ledger._retrying(attempt)
@@ -135,7 +146,11 @@ class Admin:
         def attempt() -> None:
             principal = self._principal(subject)
             principal.trigger_event(
-                Principal.GrantRevoked, actor=self.ACTOR, scope=scope, roles=wanted
+                Principal.GrantRevoked,
+                actor=self.ACTOR,
+                scope=scope,
+                roles=wanted,
+                timestamp=self._ledger._now(),
             )
             self._ledger._save(principal)
 
@@ -161,6 +176,7 @@ class Admin:
                 actor=self.ACTOR,
                 token_hash=hash_token(token),
                 expires=expires,
+                timestamp=self._ledger._now(),
             )
             self._ledger._save(principal)
 
@@ -185,7 +201,12 @@ class Admin:
 
         def attempt() -> None:
             principal = self._principal(subject)
-            principal.trigger_event(Principal.TokenRevoked, actor=self.ACTOR, token_hash=token_hash)
+            principal.trigger_event(
+                Principal.TokenRevoked,
+                actor=self.ACTOR,
+                token_hash=token_hash,
+                timestamp=self._ledger._now(),
+            )
             self._ledger._save(principal)
 
         self._ledger._retrying(attempt)

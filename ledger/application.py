@@ -26,6 +26,7 @@ from ledger.domain import (
     Kind,
     Outcome,
     Record,
+    RetentionRule,
     Run,
     Status,
     Validity,
@@ -107,6 +108,7 @@ class Ledger:
         acceptance_checks: Sequence[AcceptanceCheck] = (),
         max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
         clock: Callable[[], datetime] = _utcnow,
+        retention: Mapping[Kind | str, RetentionRule] | None = None,
     ) -> None:
         backend = resolve_url(url)
         self.url = backend.url
@@ -119,6 +121,7 @@ class Ledger:
         self._checks = tuple(acceptance_checks)
         self._max_value_bytes = max_value_bytes
         self._clock = clock
+        self._retention = {check_kind(k): rule for k, rule in (retention or {}).items()}
         self._closed = False
         self.catch_up()
 
@@ -132,6 +135,7 @@ class Ledger:
         acceptance_checks: Sequence[AcceptanceCheck] = (),
         max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
         clock: Callable[[], datetime] = _utcnow,
+        retention: Mapping[Kind | str, RetentionRule] | None = None,
     ) -> Ledger:
         """Open (creating if needed) the ledger at ``url``.
 
@@ -142,6 +146,8 @@ class Ledger:
                 None to pass or a reason string to refuse.
             max_value_bytes: the largest serialised value or content accepted.
             clock: the ledger's notion of *now* (expiry checks).
+            retention: per-kind ``RetentionRule``; a proposal that breaks one is
+                refused with ``RetentionRuleError`` naming the rule.
 
         Raises:
             InvalidURLError: the URL names no supported backend.
@@ -151,6 +157,7 @@ class Ledger:
             acceptance_checks=acceptance_checks,
             max_value_bytes=max_value_bytes,
             clock=clock,
+            retention=retention,
         )
 
     def close(self) -> None:
@@ -767,6 +774,9 @@ class Session:
         the_conditions = _check_conditions(conditions, ledger._max_value_bytes)
         if expires is not None:
             ledger._check_future(check_aware(expires, "expires"), "expires")
+        rule = ledger._retention.get(the_kind)
+        if rule is not None:
+            rule.check(the_kind, expires, ledger._now())
         rid = check_id(record_id) if record_id is not None else f"r-{uuid.uuid4().hex}"
         declared = tuple(
             dict.fromkeys(check_id(p, "parent id") for p in _as_list(parents, "parents"))
@@ -782,7 +792,8 @@ class Session:
                 self._check_dependency(c, dep, "parent", rid)
             for dep in observed:
                 self._check_dependency(c, dep, "observed dependency", rid)
-        record = Record(
+        record = Record.propose(
+            at=ledger._now(),
             record_id=rid,
             scope=scope,
             claim_key=claim_key,
@@ -846,8 +857,8 @@ class Session:
                 row = self._visible(c, record_id, Role.APPROVE, "accept")
                 rid = row["record_id"]
                 record = ledger._record(rid)
-                record.accept(self._subject, note)
                 now = ledger._now()
+                record.accept(self._subject, note, now)
                 if row["expires"] is not None and datetime_to_micros(now) >= row["expires"]:
                     raise InvalidTransitionError(
                         f"record {rid!r} expired at "
@@ -914,7 +925,7 @@ class Session:
             with self._ctx() as c:
                 row = self._visible(c, record_id, Role.APPROVE, "reject")
             record = ledger._record(row["record_id"])
-            record.reject(self._subject, reason)
+            record.reject(self._subject, reason, ledger._now())
             ledger._save(record)
 
         ledger._retrying(attempt)
@@ -940,14 +951,15 @@ class Session:
                 row = self._visible(c, record_id, Role.APPROVE, "revoke")
                 rid = row["record_id"]
                 root = ledger._record(rid)
-                root.revoke(self._subject, reason)
+                now = ledger._now()
+                root.revoke(self._subject, reason, now)
                 reached = validity_view.descendants(c, d, rid)
             marked: list[Record] = []
             for child_id, _via in reached:
                 child = ledger._record(child_id)
                 if child.status in (Status.REVOKED, Status.REJECTED):
                     continue
-                child.mark_stale(self._subject, cause=rid, reason=reason)
+                child.mark_stale(self._subject, cause=rid, reason=reason, at=now)
                 marked.append(child)
             expected = {child_id for child_id, _ in reached}
 
@@ -1015,6 +1027,7 @@ class Session:
                 note,
                 parents=new_basis,
                 observed=() if new_basis is not None else None,
+                at=ledger._now(),
             )
             ledger._save(record, guard=self._deps_guard(deps, rid, "revalidate"))
 
@@ -1040,8 +1053,9 @@ class Session:
                 row = self._visible(c, record_id, Role.DELIVER, "deliver")
             rid = row["record_id"]
             record = ledger._record(rid)
-            record.deliver(self._subject, delivery_id, recipient, channel)
-            if _validity(row, ledger._now()) != Validity.VALID:
+            now = ledger._now()
+            record.deliver(self._subject, delivery_id, recipient, channel, now)
+            if _validity(row, now) != Validity.VALID:
                 raise NotUsableError(f"deliver refused: record {rid!r} {_expiry_text(row, rid)}")
             ledger._save(record, guard=self._deps_guard((rid,), rid, "deliver"))
             return delivery_id
@@ -1078,7 +1092,9 @@ class Session:
                 if replacement is not None:
                     self._visible(c, replacement, Role.READ, "issue_correction", "replacement")
             record = ledger._record(row["record_id"])
-            record.issue_correction(self._subject, correction_id, delivery_id, note, replacement)
+            record.issue_correction(
+                self._subject, correction_id, delivery_id, note, replacement, ledger._now()
+            )
             ledger._save(record)
             return correction_id
 
@@ -1118,7 +1134,13 @@ class RunContext:
             pass
         else:
             raise DuplicateRecordError(f"run {self.run_id!r} already exists")
-        run = Run(run_id=self.run_id, actor=self._outer._subject)
+        run = Run._create(
+            Run.Started,
+            id=run_uuid(self.run_id),
+            timestamp=ledger._now(),
+            run_id=self.run_id,
+            actor=self._outer._subject,
+        )
         try:
             ledger._save(run)
         except _Clash:
@@ -1130,7 +1152,9 @@ class RunContext:
         ledger = self._outer._ledger
         run: Any = ledger._app.repository.get(run_uuid(self.run_id))
         assert isinstance(run, Run)
-        run.trigger_event(Run.Ended, outcome="failed" if exc_type else "completed")
+        run.trigger_event(
+            Run.Ended, outcome="failed" if exc_type else "completed", timestamp=ledger._now()
+        )
         ledger._retrying(lambda: ledger._save(run))
         self._open = False
 
@@ -1147,7 +1171,9 @@ class RunContext:
         def attempt() -> None:
             run: Any = ledger._app.repository.get(run_uuid(self.run_id))
             assert isinstance(run, Run)
-            run.trigger_event(Run.ReadRecorded, record_ids=record_ids, how=how)
+            run.trigger_event(
+                Run.ReadRecorded, record_ids=record_ids, how=how, timestamp=ledger._now()
+            )
             ledger._save(run)
 
         ledger._retrying(attempt)

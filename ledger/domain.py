@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import math
 import re
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 from uuid import NAMESPACE_URL, UUID, uuid5
@@ -22,6 +23,7 @@ from ledger.errors import (
     InvalidTransitionError,
     InvalidValueError,
     NaiveDatetimeError,
+    RetentionRuleError,
     SelfApprovalError,
     ValueTooLargeError,
 )
@@ -166,6 +168,42 @@ def check_value(value: Any, what: str, max_bytes: int = DEFAULT_MAX_VALUE_BYTES)
     return normalised
 
 
+@dataclass(frozen=True)
+class RetentionRule:
+    """What the embedding application requires of one kind's lifetime.
+
+    ``max_lifetime``: a record of this kind must expire within that long of its
+    proposal (volatile service state must not be cached as fact forever).
+    ``expiry_required``: a record of this kind must have an expiry at all.
+    """
+
+    max_lifetime: timedelta | None = None
+    expiry_required: bool = False
+
+    def check(self, kind: Kind, expires: datetime | None, now: datetime) -> None:
+        """Raise ``RetentionRuleError`` naming the rule a proposal breaks."""
+        required = self.expiry_required or self.max_lifetime is not None
+        if required and expires is None:
+            rule = (
+                f"max_lifetime={self.max_lifetime}"
+                if self.max_lifetime is not None
+                else "expiry_required"
+            )
+            raise RetentionRuleError(
+                f"retention rule {rule} for kind {kind.value!r}: an expiry is required"
+            )
+        too_far = (
+            self.max_lifetime is not None
+            and expires is not None
+            and expires - now > self.max_lifetime
+        )
+        if too_far:
+            raise RetentionRuleError(
+                f"retention rule max_lifetime={self.max_lifetime} for kind "
+                f"{kind.value!r}: expiry {expires} is too far away"
+            )
+
+
 class Record(Aggregate):
     """A memory record: evidence, fact, constraint, preference, inference, plan or report."""
 
@@ -296,6 +334,13 @@ class Record(Aggregate):
         """Aggregate ids derive from record ids, so a duplicate id clashes on save."""
         return record_uuid(record_id)
 
+    @classmethod
+    def propose(cls, *, at: datetime, record_id: str, **fields: Any) -> Record:
+        """A new CANDIDATE record (its ``Proposed`` event stamped ``at``)."""
+        return cls._create(
+            cls.Proposed, id=record_uuid(record_id), timestamp=at, record_id=record_id, **fields
+        )
+
     # -- invariants -------------------------------------------------------------
 
     def check_status(self, command: str, *allowed: Status) -> None:
@@ -315,27 +360,27 @@ class Record(Aggregate):
 
     # -- commands ---------------------------------------------------------------
 
-    def accept(self, actor: str, note: str) -> None:
+    def accept(self, actor: str, note: str, at: datetime) -> None:
         """CANDIDATE → ACCEPTED."""
         self.check_status("accept", Status.CANDIDATE)
         self.check_not_proposer(actor, "accept")
-        self.trigger_event(self.Accepted, actor=actor, note=note)
+        self.trigger_event(self.Accepted, actor=actor, note=note, timestamp=at)
 
-    def reject(self, actor: str, reason: str) -> None:
+    def reject(self, actor: str, reason: str, at: datetime) -> None:
         """CANDIDATE → REJECTED."""
         self.check_status("reject", Status.CANDIDATE)
         self.check_not_proposer(actor, "reject")
-        self.trigger_event(self.Rejected, actor=actor, reason=reason)
+        self.trigger_event(self.Rejected, actor=actor, reason=reason, timestamp=at)
 
-    def revoke(self, actor: str, reason: str) -> None:
+    def revoke(self, actor: str, reason: str, at: datetime) -> None:
         """CANDIDATE|ACCEPTED|STALE → REVOKED."""
         self.check_status("revoke", Status.CANDIDATE, Status.ACCEPTED, Status.STALE)
-        self.trigger_event(self.Revoked, actor=actor, reason=reason)
+        self.trigger_event(self.Revoked, actor=actor, reason=reason, timestamp=at)
 
-    def mark_stale(self, actor: str, cause: str, reason: str) -> None:
+    def mark_stale(self, actor: str, cause: str, reason: str, at: datetime) -> None:
         """Any status but REVOKED/REJECTED → STALE, because ``cause`` was revoked."""
         self.check_status("mark stale", Status.CANDIDATE, Status.ACCEPTED, Status.STALE)
-        self.trigger_event(self.MarkedStale, actor=actor, cause=cause, reason=reason)
+        self.trigger_event(self.MarkedStale, actor=actor, cause=cause, reason=reason, timestamp=at)
 
     def revalidate(
         self,
@@ -343,15 +388,23 @@ class Record(Aggregate):
         note: str,
         parents: tuple[str, ...] | None,
         observed: tuple[str, ...] | None,
+        at: datetime,
     ) -> None:
         """STALE → ACCEPTED, optionally replacing the basis."""
         self.check_status("revalidate", Status.STALE)
         self.check_not_proposer(actor, "revalidate")
         self.trigger_event(
-            self.Revalidated, actor=actor, note=note, parents=parents, observed=observed
+            self.Revalidated,
+            actor=actor,
+            note=note,
+            parents=parents,
+            observed=observed,
+            timestamp=at,
         )
 
-    def deliver(self, actor: str, delivery_id: str, recipient: str, channel: str) -> None:
+    def deliver(
+        self, actor: str, delivery_id: str, recipient: str, channel: str, at: datetime
+    ) -> None:
         """Record that the record left the system (needs it ACCEPTED)."""
         self.check_status("deliver", Status.ACCEPTED)
         self.trigger_event(
@@ -360,10 +413,17 @@ class Record(Aggregate):
             delivery_id=delivery_id,
             recipient=recipient,
             channel=channel,
+            timestamp=at,
         )
 
     def issue_correction(
-        self, actor: str, correction_id: str, delivery_id: str, note: str, replacement: str | None
+        self,
+        actor: str,
+        correction_id: str,
+        delivery_id: str,
+        note: str,
+        replacement: str | None,
+        at: datetime,
     ) -> None:
         """Record a correction for one of this record's deliveries."""
         self.trigger_event(
@@ -373,6 +433,7 @@ class Record(Aggregate):
             delivery_id=delivery_id,
             note=note,
             replacement=replacement,
+            timestamp=at,
         )
 
     @property

@@ -20,6 +20,7 @@ event log and the views exactly as they were::
     ├── InvalidTransitionError
     ├── SelfApprovalError
     ├── AcceptanceCheckError
+    ├── RetentionRuleError
     ├── NotUsableError
     ├── UnknownDeliveryError (KeyError)
     ├── AuthenticationError
@@ -106,6 +107,10 @@ class SelfApprovalError(LedgerError):
 
 class AcceptanceCheckError(LedgerError):
     """An acceptance check registered by the application refused the record."""
+
+
+class RetentionRuleError(LedgerError):
+    """A proposal breaks a retention rule set for its kind when the ledger was opened."""
 
 
 class NotUsableError(LedgerError):

@@ -1,0 +1,95 @@
+"""Shared fixtures: one ``ledger`` fixture parametrised over every backend.
+
+Each test gets a fresh ledger: ``memory:`` or an SQLite file in its own
+temporary directory. ``world`` adds the principals most tests need.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ledger import Ledger, Session
+
+BACKENDS = ["memory", "sqlite"]
+
+
+class Clock:
+    """A controllable clock so tests can move time forward."""
+
+    def __init__(self) -> None:
+        self.now = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, **delta: float) -> datetime:
+        self.now += timedelta(**delta)
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture(params=BACKENDS)
+def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "memory":
+        return "memory:"
+    return f"sqlite:///{tmp_path / 'ledger.db'}"
+
+
+@pytest.fixture
+def open_ledger(ledger_url: str, clock: Clock) -> Iterator[Callable[..., Ledger]]:
+    """Open (or reopen) the test's ledger; everything opened is closed afterwards."""
+    opened: list[Ledger] = []
+
+    def _open(**kwargs: Any) -> Ledger:
+        kwargs.setdefault("clock", clock)
+        led = Ledger.open(ledger_url, **kwargs)
+        opened.append(led)
+        return led
+
+    yield _open
+    for led in opened:
+        led.close()
+
+
+@pytest.fixture
+def ledger(open_ledger: Callable[..., Ledger]) -> Ledger:
+    return open_ledger()
+
+
+@dataclass
+class World:
+    """A ledger with an agent (propose, read), a reviewer (approve, read, audit,
+    deliver) in ``proj-a``, and an outsider with read only in ``proj-b``."""
+
+    ledger: Ledger
+    agent: Session
+    reviewer: Session
+    outsider: Session
+    clock: Clock
+
+
+@pytest.fixture
+def world(ledger: Ledger, clock: Clock) -> World:
+    admin = ledger.admin()
+    admin.grant("agent-1", scope="proj-a", roles=["propose", "read"])
+    admin.grant("agent-1", scope="proj-b", roles=["propose", "read"])
+    admin.grant("reviewer", scope="proj-a", roles=["approve", "read", "audit", "deliver"])
+    admin.grant("reviewer", scope="proj-b", roles=["approve", "read", "audit", "deliver"])
+    admin.grant("outsider", scope="proj-b", roles=["read"])
+    return World(
+        ledger=ledger,
+        agent=ledger.authenticate(admin.issue_token("agent-1")),
+        reviewer=ledger.authenticate(admin.issue_token("reviewer")),
+        outsider=ledger.authenticate(admin.issue_token("outsider")),
+        clock=clock,
+    )
