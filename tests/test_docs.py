@@ -1,0 +1,40 @@
+"""The README's code blocks run, and its two set-up-and-go commands stay true."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+
+
+@pytest.mark.parametrize("index", range(len(BLOCKS)))
+def test_readme_python_block_runs(index: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, object] = {"__name__": f"readme_block_{index}"}
+    exec(compile(BLOCKS[index], f"README.md block {index}", "exec"), namespace)
+    assert "led" in namespace
+
+
+def test_readme_has_python_examples() -> None:
+    assert len(BLOCKS) >= 2
+
+
+def test_readme_has_exactly_two_set_up_and_go_commands() -> None:
+    text = README.read_text()
+    section = text.split("## Set up and go", 1)[1].split("\n## ", 1)[0]
+    commands = re.findall(r"```sh\n(.*?)```", section, flags=re.S)
+    assert len(commands) == 2
+    assert commands[0].strip().endswith("provledger demo")
+    assert "pytest" in commands[1]
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    text = README.read_text()
+    section = text.split("## Set up and go", 1)[1].split("\n## ", 1)[0]
+    test_command = re.findall(r"```sh\n(.*?)```", section, flags=re.S)[1].strip()
+    ci = (README.parent / ".ci" / "run").read_text()
+    assert test_command in ci
