@@ -10,6 +10,7 @@ its events, view updates and snapshots in one transaction.
 from __future__ import annotations
 
 import hashlib
+import random
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -87,7 +88,7 @@ T = TypeVar("T")
 AcceptanceCheck = Callable[[RecordView], str | None]
 
 _BLOCKING = (Status.REVOKED, Status.REJECTED, Status.STALE)
-_RETRIES = 8
+_RETRIES = 20
 
 
 class _Clash(Exception):
@@ -203,6 +204,37 @@ class Ledger:
         self._check_open()
         return int(self._recorder.max_notification_id() or 0)
 
+    def now(self) -> datetime:
+        """The ledger's clock (what expiry checks and event timestamps use)."""
+        return self._clock()
+
+    def stats(self) -> dict[str, Any]:
+        """Counts: stored events, log position, records per status, deliveries, snapshots."""
+        self._check_open()
+        d = self._dialect
+        with self._reading() as c:
+            c.execute(f"SELECT COUNT(*) AS n FROM {self._recorder.events_table}")
+            events = int(c.fetchone()["n"])
+            c.execute(
+                d.q(
+                    "SELECT status, COUNT(*) AS n FROM {t}pl_records WHERE to_pos IS NULL "
+                    "GROUP BY status ORDER BY status"
+                )
+            )
+            statuses = {str(r["status"]): int(r["n"]) for r in c.fetchall()}
+            counts = {}
+            for table in ("pl_deliveries", "pl_corrections", "pl_snapshots", "pl_runs"):
+                c.execute(d.q(f"SELECT COUNT(*) AS n FROM {{t}}{table}"))
+                counts[table[3:]] = int(c.fetchone()["n"])
+        return {
+            "backend": self.backend,
+            "events": events,
+            "position": self.position,
+            "records": sum(statuses.values()),
+            "statuses": statuses,
+            **counts,
+        }
+
     # -- maintenance ----------------------------------------------------------
 
     def catch_up(self) -> int:
@@ -275,17 +307,19 @@ class Ledger:
         except IntegrityError:
             raise _Clash() from None
         except OperationalError as exc:
-            if "locked" in str(exc) or "busy" in str(exc):
+            message = str(exc).lower()
+            if any(word in message for word in ("locked", "busy", "lock timeout", "deadlock")):
                 raise _Clash() from None
             raise
         return max((r.notification.id for r in recordings), default=0)
 
     def _retrying(self, attempt: Callable[[], T]) -> T:
-        for _ in range(_RETRIES):
+        for attempt_number in range(_RETRIES):
             try:
                 return attempt()
             except _Clash:
-                time.sleep(0.005)
+                # Jittered exponential backoff, capped at ~0.2 s.
+                time.sleep(min(0.2, 0.002 * 2**attempt_number) * random.random())
         raise ConcurrencyError(
             f"another writer kept changing the same records; gave up after {_RETRIES} tries"
         )
@@ -434,6 +468,20 @@ class Session:
     def _note_reads(self, record_ids: Iterable[str], how: str) -> None:
         if self._run is not None:
             self._run._record_reads(tuple(record_ids), how)
+
+    def sync(self) -> int:
+        """Make this session's next read reflect every command committed anywhere.
+
+        Views are updated in the same transaction as the events by every writer,
+        so a read in one process after a command in another has returned already
+        sees it; ``sync`` additionally applies any events written while a view was
+        stopped. Returns the log position the views have reached.
+        """
+        self._writable("sync")
+        with self._ctx():
+            pass
+        self._ledger.catch_up()
+        return self._ledger.position
 
     # -- reads ----------------------------------------------------------------
 

@@ -25,7 +25,9 @@ from ledger.experiment import ExperimentResult, run_experiment
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-URL_HELP = "Ledger URL (memory:, sqlite:///path.db). Default: $PROVLEDGER_URL, else ./provledger.db."
+URL_HELP = (
+    "Ledger URL (memory:, sqlite:///path.db). Default: $PROVLEDGER_URL, else ./provledger.db."
+)
 
 
 def _errors_exit_1(fn: F) -> F:
@@ -65,8 +67,12 @@ def print_experiment(result: ExperimentResult, console: Console) -> None:
 
 
 @main.command()
-@click.option("--url", default=None, help="Where to build the scenario (must be an empty "
-              "ledger). Default: a fresh SQLite file in a temporary directory.")
+@click.option(
+    "--url",
+    default=None,
+    help="Where to build the scenario (must be an empty "
+    "ledger). Default: a fresh SQLite file in a temporary directory.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @_errors_exit_1
 def demo(url: str | None, as_json: bool) -> None:

@@ -162,12 +162,20 @@ def run_experiment(ledger: Ledger) -> ExperimentResult:
     )
 
     yes = agent.propose(
-        scope="proj-a", claim_key="api.orders.idempotent", value=True, kind=Kind.FACT,
-        parents=[e2], id="F1",
+        scope="proj-a",
+        claim_key="api.orders.idempotent",
+        value=True,
+        kind=Kind.FACT,
+        parents=[e2],
+        id="F1",
     )
     no = agent.propose(
-        scope="proj-a", claim_key="api.orders.idempotent", value=False, kind=Kind.FACT,
-        parents=[e2], id="F2",
+        scope="proj-a",
+        claim_key="api.orders.idempotent",
+        value=False,
+        kind=Kind.FACT,
+        parents=[e2],
+        id="F2",
     )
     reviewer.accept(yes)
     reviewer.accept(no)

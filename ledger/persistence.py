@@ -13,7 +13,9 @@ any UPDATE or DELETE on it fail.
 from __future__ import annotations
 
 import os
+import re
 import uuid
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,12 +24,17 @@ from uuid import UUID
 
 from eventsourcing.application import Application, ProcessingEvent
 from eventsourcing.persistence import Notification, Recording, Transcoder
+from eventsourcing.postgres import (
+    PostgresAggregateRecorder,
+    PostgresApplicationRecorder,
+    PostgresDatastore,
+)
 from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteCursor, SQLiteDatastore
 from eventsourcing.utils import get_topic
 
 from ledger.errors import InvalidURLError
 from ledger.serialization import MsgpackTranscoder
-from projections.base import SQLITE, Cursor, Dialect
+from projections.base import SQLITE, Cursor, Dialect, postgres_dialect
 from projections.projector import Projector
 
 DEFAULT_PATH = "provledger.db"
@@ -91,11 +98,60 @@ def resolve_url(url: str | None) -> Backend:
             "APPLICATION_RECORDER_TOPIC": recorder_topic,
         }
         return Backend(kind="sqlite", url=url, env=env, path=path)
-    if url.startswith(("postgresql:", "postgres:")):
-        raise InvalidURLError(f"ledger URL {url!r}: the PostgreSQL backend is not available yet")
+    if url.startswith(("postgresql://", "postgres://")):
+        return _postgres_backend(url)
     raise InvalidURLError(
         f"ledger URL {url!r} is not memory:, sqlite:///path or postgresql://user@host/db"
     )
+
+
+_PG_OPTIONS = {
+    "schema": "POSTGRES_SCHEMA",
+    "pool_size": "POSTGRES_POOL_SIZE",
+    "max_overflow": "POSTGRES_MAX_OVERFLOW",
+    "lock_timeout": "POSTGRES_LOCK_TIMEOUT",
+    "connect_timeout": "POSTGRES_CONNECT_TIMEOUT",
+}
+_SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+def _postgres_backend(url: str) -> Backend:
+    parsed = urlparse(url)
+    dbname = unquote(parsed.path.lstrip("/"))
+    if not parsed.hostname or not dbname:
+        raise InvalidURLError(
+            f"ledger URL {url!r} is not postgresql://user:password@host:port/dbname?schema=…"
+        )
+    query = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
+    unknown = sorted(set(query) - set(_PG_OPTIONS))
+    if unknown:
+        raise InvalidURLError(
+            f"ledger URL {url!r}: unknown option {unknown[0]!r} "
+            f"(known: {', '.join(sorted(_PG_OPTIONS))})"
+        )
+    schema = query.get("schema", "public")
+    if not _SCHEMA.match(schema):
+        raise InvalidURLError(
+            f"ledger URL {url!r}: schema {schema!r} is not a plain lowercase name"
+        )
+    for option in ("pool_size", "max_overflow", "lock_timeout", "connect_timeout"):
+        if option in query and not query[option].isdigit():
+            raise InvalidURLError(f"ledger URL {url!r}: {option} must be a whole number")
+    env = {
+        "PERSISTENCE_MODULE": "eventsourcing.postgres",
+        "POSTGRES_DBNAME": dbname,
+        "POSTGRES_HOST": parsed.hostname,
+        "POSTGRES_PORT": str(parsed.port or 5432),
+        "POSTGRES_USER": unquote(parsed.username or os.environ.get("USER", "postgres")),
+        "POSTGRES_PASSWORD": unquote(parsed.password or ""),
+        "POSTGRES_POOL_SIZE": "2",
+        "POSTGRES_MAX_OVERFLOW": "8",
+        "POSTGRES_LOCK_TIMEOUT": "30",
+        "APPLICATION_RECORDER_TOPIC": get_topic(LedgerPostgresRecorder),
+    }
+    for option, value in query.items():
+        env[_PG_OPTIONS[option]] = value
+    return Backend(kind="postgresql", url=url, env=env)
 
 
 class LedgerRecorderMixin:
@@ -152,6 +208,11 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
         super()._create_table(c)
         self.projector.create_tables(c)
 
+    @property
+    def events_table(self) -> str:
+        """The stored events table, as SQL."""
+        return self.events_table_name
+
     def _insert_events(
         self, c: SQLiteCursor, stored_events: Sequence[Any], **kwargs: Any
     ) -> Sequence[int] | None:
@@ -195,6 +256,125 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
         ]
 
 
+class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
+    """eventsourcing's PostgreSQL application recorder, with views in the same transaction.
+
+    Writers are serialised by eventsourcing's table lock, taken before the
+    command's guard runs, so a guard sees every earlier command's views.
+    """
+
+    def __init__(self, datastore: PostgresDatastore, *, events_table_name: str = "stored_events"):
+        self.dialect = postgres_dialect(datastore.schema)
+        self.projector = Projector(dialect=self.dialect, reader=self.read_after)
+        super().__init__(datastore, events_table_name=events_table_name)
+        self._table = f"{datastore.schema}.{events_table_name}"
+
+    def create_table(self) -> None:
+        """Create everything once, even when several processes open a fresh database.
+
+        Concurrent ``CREATE TABLE IF NOT EXISTS`` (and ``CREATE TYPE``) race in
+        PostgreSQL's catalogue; a session advisory lock keyed on the schema makes
+        the openers take turns.
+        """
+        key = zlib.crc32(f"provledger:{self.datastore.schema}".encode())
+        schema = self.datastore.schema
+        with self.datastore.get_connection() as conn:
+            conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+            try:
+                # DDL on a live table (CREATE TRIGGER) takes locks that deadlock with
+                # writers, so an existing, complete schema is left untouched.
+                marker = conn.execute(
+                    "SELECT to_regclass(%s) IS NOT NULL AS done", (f"{schema}.pl_schema",)
+                ).fetchone()
+                if marker is not None and marker["done"]:
+                    self.datastore.register_type_adapters()
+                    return
+                conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+                super().create_table()
+                with self.datastore.transaction(commit=True) as c:
+                    for statement in SNAPSHOT_DDL:
+                        c.execute(self.dialect.q(statement))
+                    self.projector.create_tables(c)
+                    c.execute(
+                        f"CREATE OR REPLACE FUNCTION {schema}.pl_append_only() RETURNS trigger "
+                        "LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION "
+                        "'% is append-only: % refused', TG_TABLE_NAME, TG_OP; END $$"
+                    )
+                    c.execute(
+                        f"CREATE OR REPLACE TRIGGER {self.events_table_name}_append_only "
+                        f"BEFORE UPDATE OR DELETE ON {self._table} FOR EACH ROW "
+                        f"EXECUTE FUNCTION {schema}.pl_append_only()"
+                    )
+                    c.execute(
+                        f"CREATE OR REPLACE TRIGGER {self.events_table_name}_no_truncate "
+                        f"BEFORE TRUNCATE ON {self._table} FOR EACH STATEMENT "
+                        f"EXECUTE FUNCTION {schema}.pl_append_only()"
+                    )
+                    c.execute(f"CREATE TABLE {schema}.pl_schema (version INTEGER NOT NULL)")
+                    c.execute(f"INSERT INTO {schema}.pl_schema (version) VALUES (1)")
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+
+    @property
+    def events_table(self) -> str:
+        """The stored events table, schema-qualified."""
+        return self._table
+
+    def insert_events(self, stored_events: Sequence[Any], **kwargs: Any) -> Sequence[int] | None:
+        """Lock, insert, then guard/views/snapshots — one transaction."""
+        if not stored_events:
+            return []
+        with (
+            self.datastore.get_connection() as conn,
+            conn.transaction(),
+            conn.cursor() as curs,
+        ):
+            self._lock_table(curs)
+            self._notify_channel(curs)
+            PostgresAggregateRecorder._insert_stored_events(self, curs, stored_events)
+            ids = [int(row["notification_id"]) for row in curs.fetchall()]
+            self.after_insert(curs, ids, kwargs)
+        return ids
+
+    def read_after(self, c: Cursor, after: int, limit: int) -> list[Notification]:
+        """Stored events after ``after``, read inside an open transaction."""
+        c.execute(
+            f"SELECT * FROM {self._table} WHERE notification_id > %s "
+            "ORDER BY notification_id LIMIT %s",
+            (after, limit),
+        )
+        return [
+            Notification(
+                id=row["notification_id"],
+                originator_id=row["originator_id"],
+                originator_version=row["originator_version"],
+                topic=row["topic"],
+                state=bytes(row["state"]),
+            )
+            for row in c.fetchall()
+        ]
+
+    def select_record_events(self, c: Cursor, originator_id: UUID) -> list[Notification]:
+        """Every stored event of one aggregate with its log position."""
+        c.execute(
+            f"SELECT * FROM {self._table} WHERE originator_id = %s ORDER BY originator_version",
+            (originator_id,),
+        )
+        return [
+            Notification(
+                id=row["notification_id"],
+                originator_id=originator_id,
+                originator_version=row["originator_version"],
+                topic=row["topic"],
+                state=bytes(row["state"]),
+            )
+            for row in c.fetchall()
+        ]
+
+
+LedgerRecorder = LedgerSQLiteRecorder | LedgerPostgresRecorder
+
+
 class LedgerApplication(Application[UUID]):
     """The eventsourcing application behind a :class:`ledger.Ledger`."""
 
@@ -211,7 +391,7 @@ class LedgerApplication(Application[UUID]):
         return super()._record(processing_event)
 
     @property
-    def ledger_recorder(self) -> LedgerSQLiteRecorder:
+    def ledger_recorder(self) -> LedgerRecorder:
         """The recorder, typed."""
-        assert isinstance(self.recorder, LedgerSQLiteRecorder)
+        assert isinstance(self.recorder, (LedgerSQLiteRecorder, LedgerPostgresRecorder))
         return self.recorder

@@ -6,6 +6,8 @@ temporary directory. ``world`` adds the principals most tests need.
 
 from __future__ import annotations
 
+import os
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -17,6 +19,58 @@ import pytest
 from ledger import Ledger, Session
 
 BACKENDS = ["memory", "sqlite"]
+
+#: The PostgreSQL server the tests use; each test gets its own schema.
+PG_SERVER = os.environ.get("PROVLEDGER_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+#: On CI a missing server fails the run instead of skipping the PostgreSQL tests.
+PG_REQUIRED = os.environ.get("CI", "").lower() == "true"
+
+
+def _pg_dsn() -> str:
+    from urllib.parse import urlparse
+
+    p = urlparse(PG_SERVER)
+    return (
+        f"host={p.hostname} port={p.port or 5432} dbname={p.path.lstrip('/')} "
+        f"user={p.username or 'postgres'}" + (f" password={p.password}" if p.password else "")
+    )
+
+
+def pg_reachable() -> bool:
+    try:
+        import psycopg
+
+        with psycopg.connect(_pg_dsn(), connect_timeout=3):
+            return True
+    except Exception:
+        return False
+
+
+def new_pg_schema_url() -> tuple[str, Callable[[], None]]:
+    """A URL for a fresh schema on the test server, and a function dropping it."""
+    import psycopg
+
+    if not pg_reachable():
+        if PG_REQUIRED:
+            pytest.fail(f"PostgreSQL is required on CI but {PG_SERVER} is unreachable")
+        pytest.skip(f"PostgreSQL server {PG_SERVER} is unreachable")
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+
+    def drop() -> None:
+        with psycopg.connect(_pg_dsn(), autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+    return f"{PG_SERVER}?schema={schema}", drop
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A fresh PostgreSQL schema for this test, dropped afterwards."""
+    url, drop = new_pg_schema_url()
+    try:
+        yield url
+    finally:
+        drop()
 
 
 class Clock:
