@@ -12,7 +12,9 @@ BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
 
 
 @pytest.mark.parametrize("index", range(len(BLOCKS)))
-def test_readme_python_block_runs(index: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_readme_python_block_runs(
+    index: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     namespace: dict[str, object] = {"__name__": f"readme_block_{index}"}
     exec(compile(BLOCKS[index], f"README.md block {index}", "exec"), namespace)
