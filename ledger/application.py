@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from eventsourcing.application import AggregateNotFoundError
 from eventsourcing.persistence import IntegrityError, OperationalError
@@ -84,8 +84,14 @@ from projections.base import Cursor
 
 T = TypeVar("T")
 
-#: An acceptance check gets the candidate and returns None to pass or a reason to refuse.
-AcceptanceCheck = Callable[[RecordView], str | None]
+class AcceptanceCheck(Protocol):
+    """A check the embedding application registers to run on every ``accept``.
+
+    It gets the candidate as a ``RecordView`` and returns None (or an empty
+    string) to let it pass, or a reason to refuse it with ``AcceptanceCheckError``.
+    """
+
+    def __call__(self, record: RecordView, /) -> str | None: ...
 
 _BLOCKING = (Status.REVOKED, Status.REJECTED, Status.STALE)
 _RETRIES = 20
@@ -238,9 +244,18 @@ class Ledger:
     # -- maintenance ----------------------------------------------------------
 
     def catch_up(self) -> int:
-        """Apply any events the views have not seen; returns how many."""
+        """Apply any events the views have not seen; returns how many.
+
+        Cheap when the views are current (one read); otherwise takes the writers'
+        lock first, so concurrent writers and catch-ups never apply an event twice.
+        """
         self._check_open()
+        with self._reading() as c:
+            behind = self._projector.tracking(c) < int(self._recorder.max_notification_id() or 0)
+        if not behind:
+            return 0
         with self._writing() as c:
+            self._recorder.lock_for_write(c)
             return self._projector.catch_up(c)
 
     def views_digest(self) -> str:
@@ -259,19 +274,18 @@ class Ledger:
         before = self.views_digest()
         target = self.position
         started = time.perf_counter()
+        applied = 0
+        # One transaction: a crash or a corrupt event part-way leaves the old views
+        # exactly as they were, and writers wait instead of seeing half-built views.
         with self._writing() as c:
+            self._recorder.lock_for_write(c)
             self._projector.drop_tables(c)
             self._projector.create_tables(c)
-        applied = 0
-        while True:
-            with self._writing() as c:
-                batch = next(self._projector.pending(c), None)
-                if batch is None:
-                    break
+            for batch in self._projector.pending(c):
                 self._projector._apply(c, batch)
-            applied += len(batch)
-            if progress is not None:
-                progress(batch[-1][0], target)
+                applied += len(batch)
+                if progress is not None:
+                    progress(batch[-1][0], target)
         seconds = time.perf_counter() - started
         return RebuildReport(
             events=applied, seconds=seconds, digest_before=before, digest_after=self.views_digest()

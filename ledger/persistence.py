@@ -160,6 +160,10 @@ class LedgerRecorderMixin:
     projector: Projector
     dialect: Dialect
 
+    def lock_for_write(self, c: Cursor) -> None:
+        """Take the writers' lock in an open transaction (before reading what to write)."""
+        raise NotImplementedError
+
     def after_insert(self, c: Cursor, ids: Sequence[int], kwargs: dict[str, Any]) -> None:
         """Guard, views and snapshots, in the events' transaction."""
         events = kwargs.get("ledger_events")
@@ -212,6 +216,10 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
     def events_table(self) -> str:
         """The stored events table, as SQL."""
         return self.events_table_name
+
+    def lock_for_write(self, c: Cursor) -> None:
+        """A write statement takes SQLite's write lock (waiting up to the busy timeout)."""
+        c.execute("UPDATE pl_tracking SET position = position WHERE view = '#lock'")
 
     def _insert_events(
         self, c: SQLiteCursor, stored_events: Sequence[Any], **kwargs: Any
@@ -319,6 +327,10 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
     def events_table(self) -> str:
         """The stored events table, schema-qualified."""
         return self._table
+
+    def lock_for_write(self, c: Cursor) -> None:
+        """The same table lock the writers take."""
+        self._lock_table(c)  # type: ignore[arg-type]
 
     def insert_events(self, stored_events: Sequence[Any], **kwargs: Any) -> Sequence[int] | None:
         """Lock, insert, then guard/views/snapshots — one transaction."""

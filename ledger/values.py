@@ -112,7 +112,10 @@ class Explanation:
         lines = [f"{self.scope}/{self.claim_key} at {self.at.isoformat()}: {self.outcome}"]
         for e in self.entries:
             why = "usable" if e.usable else "; ".join(e.reasons)
-            lines.append(f"  {e.record.id} [{e.record.kind}] {e.record.status}: {why}")
+            line = f"  {e.record.id} [{e.record.kind}] {e.record.status}: {why}"
+            if e.record.undeclared:
+                line += f" (observed but undeclared: {', '.join(e.record.undeclared)})"
+            lines.append(line)
         return "\n".join(lines)
 
 

@@ -1,0 +1,766 @@
+"""Core behaviour of the ledger: the status machine, revocation, the eligibility
+chain, delivery and validity, audit, as-of reads and persistence (SPEC 2-6, 10).
+
+Every test runs on each backend of the ``ledger`` fixture.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from datetime import UTC, timedelta, timezone
+from typing import Any
+
+import pytest
+
+from ledger import Kind, Ledger, Outcome, RecordView, Session, Status, Validity
+from ledger.errors import (
+    AcceptanceCheckError,
+    AccessDeniedError,
+    CycleError,
+    InvalidParentError,
+    ReadOnlyError,
+    SelfApprovalError,
+    UnknownRecordError,
+)
+
+from .conftest import Clock, World
+
+SCOPE = "proj-a"
+CLAIM = "api.orders.retry_safe"
+
+
+# -- helpers ----------------------------------------------------------------------
+
+
+def evidence(world: World, rid: str, **kwargs: Any) -> str:
+    """Capture a document as evidence and have the reviewer accept it."""
+    kwargs.setdefault("scope", SCOPE)
+    e = world.agent.capture(uri=f"https://docs.test/{rid}", content=rid.encode(), id=rid, **kwargs)
+    world.reviewer.accept(e)
+    return e
+
+
+def accepted(
+    world: World,
+    rid: str,
+    *,
+    parents: Iterable[str] = (),
+    claim_key: str = CLAIM,
+    value: Any = True,
+    kind: Kind | str = Kind.INFERENCE,
+    scope: str = SCOPE,
+    **kwargs: Any,
+) -> str:
+    """Propose a record as the agent and accept it as the reviewer."""
+    r = world.agent.propose(
+        scope=scope,
+        claim_key=claim_key,
+        value=value,
+        kind=kind,
+        parents=list(parents),
+        id=rid,
+        **kwargs,
+    )
+    world.reviewer.accept(r)
+    return r
+
+
+def statuses(session: Session, *ids: str) -> dict[str, Status]:
+    return {rid: session.get(rid).status for rid in ids}
+
+
+def event_types(session: Session, rid: str) -> list[str]:
+    return [e.type for e in session.audit(rid).events]
+
+
+# -- proposing and approving ------------------------------------------------------
+
+
+def test_candidate_reads_as_missing_until_accepted(world: World) -> None:
+    # Given an inference that has only been proposed
+    m1 = world.agent.propose(scope=SCOPE, claim_key=CLAIM, value=True, kind=Kind.INFERENCE)
+    assert world.agent.get(m1).status == Status.CANDIDATE
+
+    # Then a read hands nothing on, and explain says it is a candidate
+    before = world.agent.read(SCOPE, CLAIM)
+    assert before.outcome == Outcome.MISSING
+    assert before.records == ()
+    (entry,) = world.agent.explain(SCOPE, CLAIM).entries
+    assert entry.record.id == m1
+    assert not entry.usable
+    assert any("candidate" in r for r in entry.reasons)
+
+    # When an approver accepts it, the same read finds it
+    world.reviewer.accept(m1)
+    after = world.agent.read(SCOPE, CLAIM)
+    assert after.outcome == Outcome.FOUND
+    assert [r.id for r in after.records] == [m1]
+    assert after.value is True
+
+
+def test_proposer_cannot_approve_its_own_candidate(world: World) -> None:
+    # Given a principal that may both propose and approve
+    admin = world.ledger.admin()
+    admin.grant("solo", scope=SCOPE, roles=["propose", "approve", "read"])
+    solo = world.ledger.authenticate(admin.issue_token("solo"))
+    m1 = solo.propose(scope=SCOPE, claim_key=CLAIM, value=True, kind=Kind.FACT, id="M1")
+    position = world.ledger.position
+
+    # When it tries to accept or reject its own candidate, it is refused
+    with pytest.raises(SelfApprovalError) as accept_info:
+        solo.accept(m1)
+    with pytest.raises(SelfApprovalError):
+        solo.reject(m1, reason="changed my mind")
+
+    # Then the refusal names both and nothing was written
+    assert "'solo'" in str(accept_info.value)
+    assert "'M1'" in str(accept_info.value)
+    assert world.ledger.position == position
+    assert solo.get(m1).status == Status.CANDIDATE
+
+    # And a different approver may accept it
+    world.reviewer.accept(m1)
+    assert solo.get(m1).status == Status.ACCEPTED
+
+
+def test_accept_needs_every_parent_accepted(world: World) -> None:
+    # Given evidence that is still a candidate and an inference built on it
+    e1 = world.agent.capture(scope=SCOPE, uri="https://docs.test/e1", content=b"e1", id="E1")
+    m1 = world.agent.propose(
+        scope=SCOPE, claim_key=CLAIM, value=True, kind=Kind.INFERENCE, parents=[e1], id="M1"
+    )
+
+    # When the inference is accepted first, it is refused naming the parent
+    with pytest.raises(InvalidParentError) as info:
+        world.reviewer.accept(m1)
+    assert "'E1'" in str(info.value)
+    assert "CANDIDATE" in str(info.value)
+    assert world.reviewer.get(m1).status == Status.CANDIDATE
+
+    # Then once the parent is accepted, the child can be too
+    world.reviewer.accept(e1)
+    world.reviewer.accept(m1)
+    assert statuses(world.reviewer, e1, m1) == {e1: Status.ACCEPTED, m1: Status.ACCEPTED}
+
+
+def test_accept_needs_every_parent_unexpired(world: World, clock: Clock) -> None:
+    # Given accepted evidence that expires in one hour and a candidate built on it
+    e1 = evidence(world, "E1", expires=clock.now + timedelta(hours=1))
+    m1 = world.agent.propose(
+        scope=SCOPE, claim_key=CLAIM, value=True, kind=Kind.INFERENCE, parents=[e1], id="M1"
+    )
+
+    # When the evidence expires before the candidate is reviewed
+    clock.advance(hours=2)
+
+    # Then accepting the candidate is refused, naming the expired parent
+    with pytest.raises(InvalidParentError) as info:
+        world.reviewer.accept(m1)
+    assert "'E1'" in str(info.value)
+    assert "expired" in str(info.value)
+    assert world.reviewer.get(m1).status == Status.CANDIDATE
+
+
+def test_registered_acceptance_check_refuses_with_its_reason(
+    open_ledger: Callable[..., Ledger],
+) -> None:
+    # Given a ledger whose application requires inferences to cite something
+    def inference_needs_a_parent(record: RecordView) -> str | None:
+        if record.kind == Kind.INFERENCE and not record.parents:
+            return "an inference must cite a parent"
+        return None
+
+    led = open_ledger(acceptance_checks=[inference_needs_a_parent])
+    admin = led.admin()
+    admin.grant("agent-1", scope=SCOPE, roles=["propose", "read"])
+    admin.grant("reviewer", scope=SCOPE, roles=["approve", "read"])
+    agent = led.authenticate(admin.issue_token("agent-1"))
+    reviewer = led.authenticate(admin.issue_token("reviewer"))
+    bare = agent.propose(scope=SCOPE, claim_key=CLAIM, value=True, kind=Kind.INFERENCE, id="M1")
+    position, digest = led.position, led.views_digest()
+
+    # When the bare inference is accepted, the check refuses it with its reason
+    with pytest.raises(AcceptanceCheckError) as info:
+        reviewer.accept(bare)
+    assert "an inference must cite a parent" in str(info.value)
+    assert "'M1'" in str(info.value)
+    assert "inference_needs_a_parent" in str(info.value)
+
+    # Then nothing changed
+    assert (led.position, led.views_digest()) == (position, digest)
+    assert reviewer.get(bare).status == Status.CANDIDATE
+
+    # And a record the check passes is accepted
+    e1 = agent.capture(scope=SCOPE, uri="https://docs.test/e1", content=b"e1", id="E1")
+    reviewer.accept(e1)
+    m2 = agent.propose(
+        scope=SCOPE, claim_key=CLAIM, value=True, kind=Kind.INFERENCE, parents=[e1], id="M2"
+    )
+    reviewer.accept(m2)
+    assert reviewer.get(m2).status == Status.ACCEPTED
+
+
+def test_rejected_candidate_is_never_usable(world: World) -> None:
+    # Given a candidate
+    m1 = world.agent.propose(scope=SCOPE, claim_key=CLAIM, value=True, kind=Kind.INFERENCE)
+
+    # When the reviewer rejects it with a reason
+    world.reviewer.reject(m1, reason="no source given")
+
+    # Then it is REJECTED and INVALID, reads are MISSING and explain gives the reason
+    view = world.reviewer.get(m1)
+    assert view.status == Status.REJECTED
+    assert view.validity == Validity.INVALID
+    assert view.reason == "no source given"
+    assert world.agent.read(SCOPE, CLAIM).outcome == Outcome.MISSING
+    (entry,) = world.agent.explain(SCOPE, CLAIM).entries
+    assert entry.reasons == ("rejected: no source given",)
+    assert event_types(world.reviewer, m1) == ["Proposed", "Rejected"]
+
+
+# -- revocation -------------------------------------------------------------------
+
+
+def test_revoking_evidence_marks_every_descendant_of_a_deep_chain_stale(world: World) -> None:
+    # Given evidence E1 and a chain of 30 inferences, each built on the previous
+    e1 = evidence(world, "E1")
+    chain = []
+    parent = e1
+    for i in range(1, 31):
+        parent = accepted(world, f"M{i}", parents=[parent], claim_key=f"step.{i}")
+        chain.append(parent)
+
+    # When the evidence is revoked
+    rev = world.reviewer.revoke(e1, reason="doc changed")
+
+    # Then the root is REVOKED and all 30 descendants are STALE, caused by E1
+    assert rev.root == e1
+    assert rev.affected == (e1, *chain)
+    assert rev.stale == tuple(chain)
+    assert rev.position == world.ledger.position
+    assert world.reviewer.get(e1).status == Status.REVOKED
+    for rid in chain:
+        view = world.reviewer.get(rid)
+        assert view.status == Status.STALE, rid
+        assert view.cause == e1
+        assert view.reason == "doc changed"
+
+    # And nothing along the chain is handed on any more
+    assert world.agent.read(SCOPE, "step.30").outcome == Outcome.MISSING
+    (entry,) = world.agent.explain(SCOPE, "step.30").entries
+    assert entry.reasons == ("stale because E1 was revoked: doc changed",)
+
+
+def test_revoking_evidence_under_a_diamond_marks_the_join_once(world: World) -> None:
+    # Given E1 -> A, E1 -> B and A + B -> C
+    e1 = evidence(world, "E1")
+    a = accepted(world, "A", parents=[e1], claim_key="a")
+    b = accepted(world, "B", parents=[e1], claim_key="b")
+    c = accepted(world, "C", parents=[a, b], claim_key="c")
+    unrelated = accepted(world, "U", claim_key="u")
+
+    # When E1 is revoked
+    rev = world.reviewer.revoke(e1, reason="retracted")
+
+    # Then the affected set is exactly the root and its three descendants, no repeats
+    assert len(rev.affected) == 4
+    assert set(rev.affected) == {e1, a, b, c}
+    assert rev.affected[0] == e1
+    assert sorted(rev.stale) == sorted([a, b, c])
+
+    # And C was marked stale exactly once; the unrelated record is untouched
+    assert event_types(world.reviewer, c).count("MarkedStale") == 1
+    assert statuses(world.reviewer, a, b, c, unrelated) == {
+        a: Status.STALE,
+        b: Status.STALE,
+        c: Status.STALE,
+        unrelated: Status.ACCEPTED,
+    }
+
+
+def test_revocation_skips_descendants_already_rejected(world: World) -> None:
+    # Given E1 with one accepted child and one rejected child
+    e1 = evidence(world, "E1")
+    good = accepted(world, "GOOD", parents=[e1], claim_key="good")
+    bad = world.agent.propose(
+        scope=SCOPE, claim_key="bad", value=1, kind=Kind.INFERENCE, parents=[e1], id="BAD"
+    )
+    world.reviewer.reject(bad, reason="sloppy")
+
+    # When E1 is revoked
+    rev = world.reviewer.revoke(e1, reason="doc changed")
+
+    # Then the rejected child is neither affected nor re-marked
+    assert rev.affected == (e1, good)
+    assert rev.stale == (good,)
+    assert world.reviewer.get(bad).status == Status.REJECTED
+    assert event_types(world.reviewer, bad) == ["Proposed", "Rejected"]
+
+
+def test_revocation_follows_observed_dependencies(world: World) -> None:
+    # Given a record proposed in a run that read E1 without declaring it
+    e1 = evidence(world, "E1", claim_key="source.doc")
+    with world.agent.run("task-1") as run:
+        assert run.read(SCOPE, "source.doc").outcome == Outcome.FOUND
+        m1 = run.propose(scope=SCOPE, claim_key=CLAIM, value=True, kind=Kind.INFERENCE, id="M1")
+    world.reviewer.accept(m1)
+    view = world.reviewer.get(m1)
+    assert view.parents == ()
+    assert view.observed == (e1,)
+    assert world.reviewer.audit(m1).undeclared == (e1,)
+
+    # When E1 is revoked
+    rev = world.reviewer.revoke(e1, reason="doc changed")
+
+    # Then the observed edge is followed too
+    assert rev.stale == (m1,)
+    assert world.reviewer.get(m1).status == Status.STALE
+
+
+# -- the eligibility chain: time ------------------------------------------------------
+
+
+def test_expired_grandparent_makes_grandchild_missing(world: World, clock: Clock) -> None:
+    # Given E1 (expires in a day) -> M1 -> R1, all accepted without their own expiry
+    t0 = clock.now
+    expiry = t0 + timedelta(days=1)
+    e1 = evidence(world, "E1", expires=expiry)
+    m1 = accepted(world, "M1", parents=[e1], claim_key="m")
+    r1 = accepted(world, "R1", parents=[m1], kind=Kind.REPORT)
+    view = world.agent.get(r1)
+    assert view.expires is None
+    assert view.effective_expires == expiry
+    assert view.expiry_source == e1
+
+    # Then before the expiry the grandchild is found, also when asked with at=
+    assert world.agent.read(SCOPE, CLAIM).outcome == Outcome.FOUND
+    assert world.agent.read(SCOPE, CLAIM, at=t0 + timedelta(hours=23)).outcome == Outcome.FOUND
+    # and asking about an instant after it already says MISSING
+    assert world.agent.read(SCOPE, CLAIM, at=t0 + timedelta(days=2)).outcome == Outcome.MISSING
+
+    # When time passes the expiry
+    clock.advance(days=2)
+
+    # Then the grandchild is MISSING and explain names the ancestor and its expiry
+    assert world.agent.read(SCOPE, CLAIM).outcome == Outcome.MISSING
+    (entry,) = world.agent.explain(SCOPE, CLAIM).entries
+    assert entry.record.id == r1
+    assert not entry.usable
+    assert entry.reasons == (f"ancestor E1 expired at {expiry.isoformat()}",)
+    assert world.agent.get(r1).validity == Validity.NEEDS_REVALIDATION
+    # while the status is unchanged: expiry is not a revocation
+    assert world.agent.get(r1).status == Status.ACCEPTED
+
+
+def test_expiry_exactly_at_the_read_instant_is_unusable(world: World, clock: Clock) -> None:
+    # Given a fact that expires at T, given in a non-UTC offset
+    expires = (clock.now + timedelta(hours=1)).astimezone(timezone(timedelta(hours=5, minutes=30)))
+    f1 = accepted(world, "F1", kind=Kind.FACT, expires=expires)
+    assert world.agent.get(f1).expires == expires
+
+    # Then it is usable strictly before T and not at T
+    just_before = world.agent.read(SCOPE, CLAIM, at=expires - timedelta(microseconds=1))
+    assert just_before.outcome == Outcome.FOUND
+    assert world.agent.read(SCOPE, CLAIM, at=expires).outcome == Outcome.MISSING
+    (entry,) = world.agent.explain(SCOPE, CLAIM, at=expires).entries
+    assert entry.reasons == (f"expired at {expires.astimezone(UTC).isoformat()}",)
+
+
+# -- the eligibility chain: applicability, kinds, conflict ------------------------------
+
+
+def test_conditions_must_be_matched_by_the_context(world: World) -> None:
+    # Given a fact that only applies to API v2
+    f1 = accepted(world, "F1", kind=Kind.FACT, conditions={"api_version": "v2"})
+    assert world.agent.get(f1).conditions == {"api_version": "v2"}
+
+    # Then a v2 context finds it
+    found = world.agent.read(SCOPE, CLAIM, context={"api_version": "v2", "region": "eu"})
+    assert found.outcome == Outcome.FOUND
+    assert found.records[0].conditions == {"api_version": "v2"}
+
+    # And a v1 context or no context does not, with the condition named
+    assert world.agent.read(SCOPE, CLAIM, context={"api_version": "v1"}).outcome == Outcome.MISSING
+    assert world.agent.read(SCOPE, CLAIM).outcome == Outcome.MISSING
+    (entry,) = world.agent.explain(SCOPE, CLAIM, context={"api_version": "v1"}).entries
+    assert len(entry.reasons) == 1
+    assert "api_version" in entry.reasons[0]
+    assert "v1" in entry.reasons[0]
+
+
+def test_kinds_filter_limits_the_read_to_those_kinds(world: World) -> None:
+    # Given a fact and a plan answering the same claim differently
+    fact = accepted(world, "F1", kind=Kind.FACT, value="yes")
+    plan = accepted(world, "P1", kind=Kind.PLAN, value="later")
+
+    # Then unfiltered they conflict, filtered each is found alone
+    assert world.agent.read(SCOPE, CLAIM).outcome == Outcome.CONFLICT
+    only_facts = world.agent.read(SCOPE, CLAIM, kinds=[Kind.FACT])
+    assert only_facts.outcome == Outcome.FOUND
+    assert [r.id for r in only_facts.records] == [fact]
+    only_plans = world.agent.read(SCOPE, CLAIM, kinds=["plan"])
+    assert [r.id for r in only_plans.records] == [plan]
+    assert world.agent.read(SCOPE, CLAIM, kinds=[Kind.REPORT]).outcome == Outcome.MISSING
+
+
+def test_two_accepted_records_disagreeing_are_a_conflict_with_both(world: World) -> None:
+    # Given two accepted facts with opposite values
+    yes = accepted(world, "F-YES", kind=Kind.FACT, value=True)
+    no = accepted(world, "F-NO", kind=Kind.FACT, value=False)
+
+    # Then the read is a CONFLICT holding both: no last-write-wins
+    result = world.agent.read(SCOPE, CLAIM)
+    assert result.outcome == Outcome.CONFLICT
+    assert {r.id: r.value for r in result.records} == {yes: True, no: False}
+    assert result.value is None
+
+
+def test_two_accepted_records_agreeing_are_found(world: World) -> None:
+    # Given two accepted facts with the same value (dict key order differing)
+    a = accepted(world, "F1", kind=Kind.FACT, value={"max": 3, "backoff": "exp"})
+    b = accepted(world, "F2", kind=Kind.FACT, value={"backoff": "exp", "max": 3})
+
+    # Then the read is FOUND with both records and the agreed value
+    result = world.agent.read(SCOPE, CLAIM)
+    assert result.outcome == Outcome.FOUND
+    assert sorted(r.id for r in result.records) == sorted([a, b])
+    assert result.value == {"max": 3, "backoff": "exp"}
+
+
+def test_kinds_are_never_merged(world: World) -> None:
+    # Given a user constraint, external content and a model suggestion on one claim
+    claim = "publish.auto"
+    constraint = accepted(
+        world, "UC1", kind=Kind.USER_CONSTRAINT, claim_key=claim, value="only after review"
+    )
+    site = evidence(world, "EV1", claim_key=claim, value="can auto-publish")
+    guess = accepted(world, "INF1", kind=Kind.INFERENCE, claim_key=claim, value="auto is easier")
+
+    # Then a reader sees three records, each with its own kind
+    result = world.agent.read(SCOPE, claim)
+    assert result.outcome == Outcome.CONFLICT
+    assert {r.id: r.kind for r in result.records} == {
+        constraint: Kind.USER_CONSTRAINT,
+        site: Kind.EVIDENCE,
+        guess: Kind.INFERENCE,
+    }
+    # and the evidence keeps what exactly was read
+    ev = next(r for r in result.records if r.id == site)
+    assert ev.evidence is not None
+    assert ev.evidence["uri"] == "https://docs.test/EV1"
+    assert ev.evidence["content_hash"].startswith("sha256:")
+
+
+# -- revalidation -----------------------------------------------------------------
+
+
+def test_revalidate_is_refused_while_a_parent_is_still_revoked(world: World) -> None:
+    # Given E1 -> M1 with E1 revoked
+    e1 = evidence(world, "E1")
+    m1 = accepted(world, "M1", parents=[e1])
+    world.reviewer.revoke(e1, reason="doc changed")
+    position = world.ledger.position
+
+    # When M1 is revalidated on its old basis, it is refused naming E1
+    with pytest.raises(InvalidParentError) as info:
+        world.reviewer.revalidate(m1, note="looks fine")
+    assert "'E1'" in str(info.value)
+    assert "REVOKED" in str(info.value)
+
+    # Then M1 stays STALE and nothing was written
+    assert world.reviewer.get(m1).status == Status.STALE
+    assert world.ledger.position == position
+
+
+def test_revalidate_on_a_new_basis_leaves_descendants_stale(world: World) -> None:
+    # Given E1 -> M1 -> R1 with E1 revoked, and new evidence E2
+    e1 = evidence(world, "E1")
+    m1 = accepted(world, "M1", parents=[e1], claim_key="m")
+    r1 = accepted(world, "R1", parents=[m1], kind=Kind.REPORT)
+    world.reviewer.revoke(e1, reason="doc changed")
+    e2 = evidence(world, "E2")
+
+    # When M1 is revalidated on E2
+    world.reviewer.revalidate(m1, note="re-checked against E2", parents=[e2])
+
+    # Then M1 is ACCEPTED on the new basis, and R1 is still STALE
+    m1_view = world.reviewer.get(m1)
+    assert m1_view.status == Status.ACCEPTED
+    assert m1_view.parents == (e2,)
+    assert world.agent.read(SCOPE, "m").outcome == Outcome.FOUND
+    assert world.reviewer.get(r1).status == Status.STALE
+    assert world.agent.read(SCOPE, CLAIM).outcome == Outcome.MISSING
+
+    # When R1 is revalidated itself (its parent M1 is usable again)
+    world.reviewer.revalidate(r1, note="parent re-checked")
+
+    # Then it is found again, and its history keeps the staleness
+    assert world.reviewer.get(r1).status == Status.ACCEPTED
+    assert world.agent.read(SCOPE, CLAIM).outcome == Outcome.FOUND
+    assert event_types(world.reviewer, r1) == ["Proposed", "Accepted", "MarkedStale", "Revalidated"]
+
+    # And revoking the new basis reaches M1 and R1 through the new edge
+    rev = world.reviewer.revoke(e2, reason="E2 wrong too")
+    assert rev.affected == (e2, m1, r1)
+
+
+def test_revalidate_onto_own_descendant_is_refused_as_a_cycle(world: World) -> None:
+    # Given E1 -> M1 -> R1 with E1 revoked
+    e1 = evidence(world, "E1")
+    m1 = accepted(world, "M1", parents=[e1], claim_key="m")
+    r1 = accepted(world, "R1", parents=[m1])
+    world.reviewer.revoke(e1, reason="doc changed")
+    position = world.ledger.position
+
+    # When M1 is revalidated with its own descendant as the new basis
+    with pytest.raises(CycleError) as info:
+        world.reviewer.revalidate(m1, note="circular", parents=[r1])
+
+    # Then it is refused naming the descendant, and nothing changed
+    assert "'R1'" in str(info.value)
+    assert world.ledger.position == position
+    assert world.reviewer.get(m1).parents == (e1,)
+    assert world.reviewer.get(m1).status == Status.STALE
+
+
+# -- delivery and validity ----------------------------------------------------------
+
+
+def test_delivered_report_needs_revalidation_after_upstream_revocation(world: World) -> None:
+    # Given E1 -> M1 -> R1 (a report) delivered to ops
+    e1 = evidence(world, "E1")
+    m1 = accepted(world, "M1", parents=[e1], claim_key="m")
+    r1 = accepted(world, "R1", parents=[m1], kind=Kind.REPORT)
+    d1 = world.reviewer.deliver(r1, recipient="ops@x.test", channel="email")
+    assert world.reviewer.get(r1).validity == Validity.VALID
+    assert world.reviewer.corrections_due() == ()
+
+    # When the upstream evidence is revoked
+    world.reviewer.revoke(e1, reason="doc changed")
+
+    # Then the report is STALE / NEEDS_REVALIDATION and still delivered
+    view = world.reviewer.get(r1)
+    assert view.status == Status.STALE
+    assert view.validity == Validity.NEEDS_REVALIDATION
+    assert [d.delivery_id for d in view.deliveries] == [d1]
+    assert view.deliveries[0].state == "DELIVERED"
+    assert view.deliveries[0].recipient == "ops@x.test"
+    (due,) = world.reviewer.corrections_due()
+    assert due.delivery.delivery_id == d1
+    assert due.validity == Validity.NEEDS_REVALIDATION
+    assert due.cause == e1
+
+    # When a correction is issued, the delivery is no longer due but still delivered
+    c1 = world.reviewer.issue_correction(d1, note="upstream doc changed")
+    assert world.reviewer.corrections_due() == ()
+    (delivery,) = world.reviewer.get(r1).deliveries
+    assert delivery.state == "DELIVERED"
+    assert [c.correction_id for c in delivery.corrections] == [c1]
+
+    # When the report itself is revoked
+    world.reviewer.revoke(r1, reason="report withdrawn")
+
+    # Then it is INVALID, and the delivery is still history
+    view = world.reviewer.get(r1)
+    assert view.status == Status.REVOKED
+    assert view.validity == Validity.INVALID
+    assert [d.delivery_id for d in view.deliveries] == [d1]
+
+
+# -- audit and as-of ------------------------------------------------------------------
+
+
+def test_audit_of_a_revoked_record_shows_its_events_and_reason(world: World) -> None:
+    # Given evidence E1 accepted, a child built on it, then E1 revoked
+    e1 = evidence(world, "E1")
+    m1 = accepted(world, "M1", parents=[e1])
+    rev = world.reviewer.revoke(e1, reason="doc changed")
+
+    # Then the revoked record's whole history is there, with who and why
+    trail = world.reviewer.audit(e1)
+    assert trail.record.status == Status.REVOKED
+    assert [e.type for e in trail.events] == ["Proposed", "Accepted", "Revoked"]
+    proposed, acc, revoked = trail.events
+    assert proposed.actor == "agent-1"
+    assert acc.actor == "reviewer"
+    assert revoked.actor == "reviewer"
+    assert revoked.details["reason"] == "doc changed"
+    assert [e.position for e in trail.events] == sorted(e.position for e in trail.events)
+
+    # And the child's history records the cause of its staleness, in the same step
+    marked = world.reviewer.audit(m1).events[-1]
+    assert marked.type == "MarkedStale"
+    assert {revoked.position, marked.position} == {rev.position - 1, rev.position}
+    assert marked.details["cause"] == e1
+    assert marked.details["reason"] == "doc changed"
+
+
+def test_as_of_answers_as_the_ledger_did_at_that_position(world: World) -> None:
+    # Given E1 -> M1 accepted, remembered at position p, then E1 revoked
+    e1 = evidence(world, "E1")
+    m1 = accepted(world, "M1", parents=[e1])
+    p = world.ledger.position
+    world.reviewer.revoke(e1, reason="doc changed")
+    assert world.agent.read(SCOPE, CLAIM).outcome == Outcome.MISSING
+
+    # Then the as-of session at p still finds M1 and sees it ACCEPTED
+    then = world.reviewer.as_of(position=p)
+    assert then.read_only
+    found = then.read(SCOPE, CLAIM)
+    assert found.outcome == Outcome.FOUND
+    assert [r.id for r in found.records] == [m1]
+    assert then.get(m1).status == Status.ACCEPTED
+    assert [e.type for e in then.audit(e1).events] == ["Proposed", "Accepted"]
+
+    # And one at the newest position agrees with now
+    now = world.reviewer.as_of(position=world.ledger.position)
+    assert now.read(SCOPE, CLAIM).outcome == Outcome.MISSING
+    assert now.get(m1).status == Status.STALE
+
+
+WRITES: dict[str, Callable[[Session], object]] = {
+    "propose": lambda s: s.propose(scope=SCOPE, claim_key="x", value=1, kind=Kind.FACT),
+    "capture": lambda s: s.capture(scope=SCOPE, uri="https://docs.test/x", content=b"x"),
+    "accept": lambda s: s.accept("C1"),
+    "reject": lambda s: s.reject("C1", reason="no"),
+    "revoke": lambda s: s.revoke("E1", reason="no"),
+    "revalidate": lambda s: s.revalidate("E1"),
+    "deliver": lambda s: s.deliver("E1", recipient="ops@x.test"),
+    "issue_correction": lambda s: s.issue_correction("d-x", note="fix"),
+    "run": lambda s: s.run("task-x"),
+}
+
+
+@pytest.mark.parametrize("command", sorted(WRITES))
+def test_every_write_on_an_as_of_session_is_read_only(world: World, command: str) -> None:
+    # Given an as-of session over a small ledger
+    evidence(world, "E1")
+    world.agent.propose(scope=SCOPE, claim_key="c", value=1, kind=Kind.FACT, id="C1")
+    then = world.reviewer.as_of(position=world.ledger.position)
+    position, digest = world.ledger.position, world.ledger.views_digest()
+
+    # When it is asked to write, it refuses naming the command
+    with pytest.raises(ReadOnlyError) as info:
+        WRITES[command](then)
+    assert command in str(info.value)
+
+    # Then nothing changed
+    assert (world.ledger.position, world.ledger.views_digest()) == (position, digest)
+
+
+# -- persistence --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_reopening_an_sqlite_file_keeps_everything(open_ledger: Callable[..., Ledger]) -> None:
+    # Given a ledger file with principals, records in every status and a delivery
+    first = open_ledger()
+    admin = first.admin()
+    admin.grant("agent-1", scope=SCOPE, roles=["propose", "read"])
+    admin.grant("reviewer", scope=SCOPE, roles=["approve", "read", "audit", "deliver"])
+    agent_token = admin.issue_token("agent-1")
+    reviewer_token = admin.issue_token("reviewer")
+    agent = first.authenticate(agent_token)
+    reviewer = first.authenticate(reviewer_token)
+    e1 = agent.capture(scope=SCOPE, uri="https://docs.test/e1", content=b"e1", id="E1")
+    reviewer.accept(e1)
+    m1 = agent.propose(scope=SCOPE, claim_key="m", value=1, kind=Kind.FACT, parents=[e1], id="M1")
+    reviewer.accept(m1)
+    r1 = agent.propose(scope=SCOPE, claim_key=CLAIM, value=2, kind=Kind.REPORT, parents=[m1])
+    reviewer.accept(r1)
+    d1 = reviewer.deliver(r1, recipient="ops@x.test")
+    f1 = agent.propose(scope=SCOPE, claim_key="f", value=3, kind=Kind.FACT, id="F1")
+    reviewer.accept(f1)
+    x1 = agent.propose(scope=SCOPE, claim_key="x", value=4, kind=Kind.FACT, id="X1")
+    reviewer.reject(x1, reason="nope")
+    c1 = agent.propose(scope=SCOPE, claim_key="c", value=5, kind=Kind.FACT, id="C1")
+    reviewer.revoke(e1, reason="doc changed")
+    expected = statuses(reviewer, e1, m1, r1, f1, x1, c1)
+    position, digest = first.position, first.views_digest()
+    first.close()
+
+    # When the file is opened again
+    second = open_ledger()
+
+    # Then the position, views, statuses, deliveries and tokens are all still there
+    assert second.position == position
+    assert second.views_digest() == digest
+    reviewer2 = second.authenticate(reviewer_token)
+    agent2 = second.authenticate(agent_token)
+    assert statuses(reviewer2, e1, m1, r1, f1, x1, c1) == expected
+    assert expected == {
+        e1: Status.REVOKED,
+        m1: Status.STALE,
+        r1: Status.STALE,
+        f1: Status.ACCEPTED,
+        x1: Status.REJECTED,
+        c1: Status.CANDIDATE,
+    }
+    assert [d.delivery_id for d in reviewer2.get(r1).deliveries] == [d1]
+    assert agent2.read(SCOPE, "f").value == 3
+    assert [e.type for e in reviewer2.audit(e1).events] == ["Proposed", "Accepted", "Revoked"]
+
+    # And the reopened ledger keeps writing after the old position
+    reviewer2.accept(c1)
+    assert second.position == position + 1
+
+
+# -- access -------------------------------------------------------------------------
+
+
+def test_memory_of_one_project_is_missing_under_another_scope(world: World) -> None:
+    # Given a fact in proj-a, and the agent holding read in both proj-a and proj-b
+    f1 = accepted(world, "F1", kind=Kind.FACT, scope="proj-a")
+    assert world.agent.read("proj-a", CLAIM).outcome == Outcome.FOUND
+
+    # Then the same claim read under proj-b is MISSING
+    other = world.agent.read("proj-b", CLAIM)
+    assert other.outcome == Outcome.MISSING
+    assert other.records == ()
+    assert world.agent.explain("proj-b", CLAIM).entries == ()
+
+    # And a principal with no grant in proj-a cannot see the record at all
+    with pytest.raises(UnknownRecordError) as info:
+        world.outsider.get(f1)
+    assert "'F1'" in str(info.value)
+
+
+def test_reading_a_scope_without_a_grant_is_denied(world: World) -> None:
+    # Given a fact in proj-a and an outsider who only holds read in proj-b
+    accepted(world, "F1", kind=Kind.FACT, scope="proj-a")
+
+    # When the outsider reads proj-a (a scope string is never authorisation)
+    with pytest.raises(AccessDeniedError) as info:
+        world.outsider.read("proj-a", CLAIM)
+    with pytest.raises(AccessDeniedError):
+        world.outsider.explain("proj-a", CLAIM)
+
+    # Then the refusal names the principal, the role and the scope
+    message = str(info.value)
+    assert "'outsider'" in message
+    assert "'read'" in message
+    assert "'proj-a'" in message
+    # while its own scope answers normally
+    assert world.outsider.read("proj-b", CLAIM).outcome == Outcome.MISSING
+
+
+def test_revocation_is_one_atomic_step_at_one_position(world: World) -> None:
+    # Given E1 with two children
+    e1 = evidence(world, "E1")
+    a = accepted(world, "A", parents=[e1], claim_key="a")
+    b = accepted(world, "B", parents=[e1], claim_key="b")
+    before = world.ledger.position
+
+    # When E1 is revoked
+    rev = world.reviewer.revoke(e1, reason="doc changed")
+
+    # Then the root event and both markings were appended together
+    assert world.ledger.position == before + 3
+    assert rev.position == world.ledger.position
+    positions = {world.reviewer.audit(rid).events[-1].position for rid in (e1, a, b)}
+    assert positions == {before + 1, before + 2, before + 3}
+    # and an as-of read just before it sees none of them, one at it sees all
+    just_before = world.reviewer.as_of(position=before)
+    assert set(statuses(just_before, e1, a, b).values()) == {Status.ACCEPTED}
+    at_it = world.reviewer.as_of(position=rev.position)
+    assert statuses(at_it, e1, a, b) == {e1: Status.REVOKED, a: Status.STALE, b: Status.STALE}
