@@ -84,6 +84,7 @@ from projections.base import Cursor
 
 T = TypeVar("T")
 
+
 class AcceptanceCheck(Protocol):
     """A check the embedding application registers to run on every ``accept``.
 
@@ -92,6 +93,7 @@ class AcceptanceCheck(Protocol):
     """
 
     def __call__(self, record: RecordView, /) -> str | None: ...
+
 
 _BLOCKING = (Status.REVOKED, Status.REJECTED, Status.STALE)
 _RETRIES = 20
