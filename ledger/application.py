@@ -646,16 +646,19 @@ class Session:
             raise UnknownSnapshotError(
                 f"snapshot {ref!r} is unknown or not readable by {self._subject!r}"
             )
-        content = bytes(row["content"])
-        if "sha256:" + hashlib.sha256(content).hexdigest() != ref:
+        stored = row["content"]
+        content = bytes(stored) if isinstance(stored, (bytes, bytearray, memoryview)) else None
+        if content is None or "sha256:" + hashlib.sha256(content).hexdigest() != ref:
             raise SnapshotIntegrityError(f"snapshot {ref!r}: stored bytes do not match the hash")
         return content
 
     def as_of(self, position: int | None = None, time: datetime | None = None) -> Session:
         """A read-only session answering as the ledger did then.
 
-        Give exactly one of ``position`` (right after that log position) or
-        ``time`` (the newest position recorded at or before that instant). Reads
+        Give exactly one of ``position`` (right after the transaction that
+        appended that log position: a command's events are only ever seen
+        together) or ``time`` (the newest position recorded at or before that
+        instant). Reads
         default ``at`` to that moment; pass ``at=`` for bitemporal questions.
 
         Raises:
@@ -673,12 +676,14 @@ class Session:
                     raise InvalidInputError(
                         f"as_of position {position} is beyond the log (newest is {newest})"
                     )
-                at_micros = timeline.time_of(c, d, position)
-                pos = position
+                pos = timeline.commit_end(c, d, position)
+                at_micros = timeline.time_of(c, d, pos)
                 at = None if at_micros is None else micros_to_datetime(at_micros)
             else:
                 when = check_aware(time, "as_of time")
-                pos = timeline.position_at(c, d, datetime_to_micros(when))
+                pos = timeline.commit_end(
+                    c, d, timeline.position_at(c, d, datetime_to_micros(when))
+                )
                 at = when
         return Session(
             self._ledger, self._subject, self._token_hash, position=pos, at=at or _EPOCH_AT
@@ -816,6 +821,53 @@ class Session:
             snapshots=(),
         )
 
+    def propose_many(self, items: Iterable[Mapping[str, Any]]) -> list[str]:
+        """Propose many records in one transaction: all of them or none.
+
+        Each item is a mapping of ``propose`` keyword arguments (``scope``,
+        ``claim_key``, ``value``, ``kind``, and optionally ``parents``,
+        ``expires``, ``conditions``, ``id``). An item may name an earlier item of
+        the same batch as a parent. Returns the ids in order.
+
+        Raises:
+            The errors of ``propose``; the message starts with the item's index.
+        """
+        self._writable("propose_many")
+        batch = _as_list(items, "items")
+        allowed = {"scope", "claim_key", "value", "kind", "parents", "expires", "conditions", "id"}
+        records: list[Record] = []
+        pending: dict[str, str] = {}
+        with self._ctx() as c:
+            for index, item in enumerate(batch):
+                try:
+                    if not isinstance(item, Mapping):
+                        raise InvalidInputError(f"must be a mapping, got {type(item).__name__}")
+                    unknown = sorted(set(item) - allowed)
+                    if unknown:
+                        raise InvalidInputError(f"unknown field {unknown[0]!r}")
+                    missing = [k for k in ("scope", "claim_key", "value", "kind") if k not in item]
+                    if missing:
+                        raise InvalidInputError(f"missing field {missing[0]!r}")
+                    record = self._prepare(
+                        c,
+                        pending,
+                        scope=item["scope"],
+                        claim_key=item["claim_key"],
+                        value=item["value"],
+                        kind=item["kind"],
+                        parents=item.get("parents", ()),
+                        expires=item.get("expires"),
+                        conditions=item.get("conditions"),
+                        record_id=item.get("id"),
+                        evidence=None,
+                    )
+                except LedgerError as exc:
+                    raise type(exc)(f"propose_many item {index}: {exc}") from None
+                pending[record.record_id] = record.scope
+                records.append(record)
+        self._commit(records, ())
+        return [r.record_id for r in records]
+
     def _propose(
         self,
         *,
@@ -830,6 +882,42 @@ class Session:
         evidence: dict[str, Any] | None,
         snapshots: Sequence[tuple[str, bytes]],
     ) -> str:
+        with self._ctx() as c:
+            record = self._prepare(
+                c,
+                {},
+                scope=scope,
+                claim_key=claim_key,
+                value=value,
+                kind=kind,
+                parents=parents,
+                expires=expires,
+                conditions=conditions,
+                record_id=record_id,
+                evidence=evidence,
+            )
+        self._commit([record], snapshots)
+        return record.record_id
+
+    def _prepare(
+        self,
+        c: Cursor,
+        pending: Mapping[str, str],
+        *,
+        scope: str,
+        claim_key: str,
+        value: Any,
+        kind: Kind | str,
+        parents: Iterable[str],
+        expires: datetime | None,
+        conditions: Mapping[str, Any] | None,
+        record_id: str | None,
+        evidence: dict[str, Any] | None,
+    ) -> Record:
+        """Validate one proposal completely and build its aggregate (nothing written).
+
+        ``pending`` maps ids proposed earlier in the same batch to their scopes.
+        """
         ledger = self._ledger
         check_id(scope, "scope")
         check_text(claim_key, "claim_key", max_len=512)
@@ -848,15 +936,16 @@ class Session:
         if rid in declared:
             raise CycleError(f"record {rid!r} cannot be its own parent")
         observed = self._run.observed_for(declared) if self._run is not None else ()
-        with self._ctx() as c:
-            self._require(c, scope, Role.PROPOSE, "propose")
-            if validity_view.current(c, ledger._dialect, rid) is not None:
-                raise DuplicateRecordError(f"record {rid!r} already exists")
-            for dep in declared:
-                self._check_dependency(c, dep, "parent", rid)
-            for dep in observed:
-                self._check_dependency(c, dep, "observed dependency", rid)
-        record = Record.propose(
+        self._require(c, scope, Role.PROPOSE, "propose")
+        if rid in pending or validity_view.current(c, ledger._dialect, rid) is not None:
+            raise DuplicateRecordError(f"record {rid!r} already exists")
+        for dep in declared:
+            if dep in pending and Role.READ.value in self._roles(c, pending[dep]):
+                continue
+            self._check_dependency(c, dep, "parent", rid)
+        for dep in observed:
+            self._check_dependency(c, dep, "observed dependency", rid)
+        return Record.propose(
             at=ledger._now(),
             record_id=rid,
             scope=scope,
@@ -871,11 +960,15 @@ class Session:
             evidence=evidence,
             run_id=self._run.run_id if self._run is not None else None,
         )
-        deps = record.dependencies
+
+    def _commit(self, records: Sequence[Record], snapshots: Sequence[tuple[str, bytes]]) -> None:
+        ledger = self._ledger
+        new = {r.record_id for r in records}
+        deps = [(r.record_id, d) for r in records for d in r.dependencies if d not in new]
 
         def guard(c: Cursor) -> None:
             # Under the write lock: no parent became unusable since we checked.
-            for dep in deps:
+            for rid, dep in deps:
                 row = validity_view.current(c, ledger._dialect, dep)
                 if row is None or row["status"] in _BLOCKING:
                     raise InvalidParentError(
@@ -884,10 +977,19 @@ class Session:
                     )
 
         try:
-            ledger._save(record, guard=guard, snapshots=snapshots)
+            ledger._save(*records, guard=guard, snapshots=snapshots)
         except _Clash:
-            raise DuplicateRecordError(f"record {rid!r} already exists") from None
-        return rid
+            with ledger._reading() as c:
+                taken = [
+                    r.record_id
+                    for r in records
+                    if validity_view.current(c, ledger._dialect, r.record_id) is not None
+                ]
+            if taken:
+                raise DuplicateRecordError(f"record {taken[0]!r} already exists") from None
+            raise ConcurrencyError(
+                "propose refused: the database stayed locked by other writers"
+            ) from None
 
     def _check_dependency(self, c: Cursor, dep: str, what: str, child: str) -> None:
         row = validity_view.current(c, self._ledger._dialect, dep)

@@ -39,9 +39,15 @@ from projections.projector import Projector
 
 DEFAULT_PATH = "provledger.db"
 
+#: Primary data beside the events (not views: never dropped by a rebuild): the
+#: content-addressed evidence snapshots, and the boundaries of transactions that
+#: appended more than one event, so an as-of position never lands inside one.
 SNAPSHOT_DDL = (
     "CREATE TABLE IF NOT EXISTS {t}pl_snapshots ("
     "ref TEXT PRIMARY KEY, content {blob} NOT NULL, size {bigint} NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS {t}pl_commits ("
+    "last_pos {bigint} PRIMARY KEY, first_pos {bigint} NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS pl_commits_first ON {t}pl_commits (first_pos)",
 )
 
 #: A guard runs inside the command's transaction, after the views caught up and
@@ -176,6 +182,11 @@ class LedgerRecorderMixin:
             guard(c)
         if events is not None:
             self.projector.apply(c, list(zip(ids, events, strict=True)))
+        if len(ids) > 1:
+            c.execute(
+                self.dialect.q("INSERT INTO {t}pl_commits (last_pos, first_pos) VALUES (?, ?)"),
+                (ids[-1], ids[0]),
+            )
         snapshots: Sequence[tuple[str, bytes]] = kwargs.get("snapshots", ())
         for ref, content in snapshots:
             c.execute(

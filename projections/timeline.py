@@ -59,3 +59,17 @@ def time_of(c: Cursor, d: Dialect, position: int) -> int | None:
     )
     row = c.fetchone()
     return int(row["at"]) if row else None
+
+
+def commit_end(c: Cursor, d: Dialect, position: int) -> int:
+    """The last position of the transaction that appended ``position``.
+
+    A command's events are committed together, so no reader ever saw the ledger
+    between them; as-of answers are given at transaction ends only.
+    """
+    c.execute(
+        d.q("SELECT last_pos FROM {t}pl_commits WHERE first_pos <= ? AND last_pos >= ?"),
+        (position, position),
+    )
+    row = c.fetchone()
+    return int(row["last_pos"]) if row else position
