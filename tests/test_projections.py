@@ -1,0 +1,667 @@
+"""Views, replay and rebuild (SPEC §3, §5, §8).
+
+The views are updated inside each command's transaction; they can be dropped
+and replayed from the log and must come back identical; ``as_of`` answers
+exactly as the ledger did at an earlier log position; delivery history is never
+rewritten; a view that missed events catches up exactly once.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ledger import Kind, Ledger, LedgerError, Outcome, Session, Status, Validity
+
+from .conftest import Clock, World
+
+SCOPE = "proj-a"
+STATUS_EVENTS = {"Proposed", "Accepted", "Rejected", "Revoked", "MarkedStale", "Revalidated"}
+
+# -- helpers ---------------------------------------------------------------------
+
+
+def raw_rows(led: Ledger, db_path: Path | None, sql: str, params: tuple[Any, ...] = ()) -> list:
+    """Rows straight from the database: through ``sqlite3`` for an SQLite file,
+    through the ledger's own connection for ``memory:``."""
+    if led.backend == "sqlite":
+        assert db_path is not None
+        con = sqlite3.connect(db_path)
+        try:
+            return [tuple(r) for r in con.execute(sql, params).fetchall()]
+        finally:
+            con.close()
+    with led._reading() as c:
+        c.execute(sql, params)
+        return [tuple(r) for r in c.fetchall()]
+
+
+def db_path_of(led: Ledger, tmp_path: Path) -> Path | None:
+    return tmp_path / "ledger.db" if led.backend == "sqlite" else None
+
+
+def attempt(call: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[str, Any]:
+    """``("ok", result)`` or ``("error", "ErrorName: message")`` for one ledger call."""
+    try:
+        return ("ok", call(*args, **kwargs))
+    except LedgerError as exc:
+        return ("error", f"{type(exc).__name__}: {exc}")
+
+
+def principals(led: Ledger) -> tuple[Session, Session, dict[str, str]]:
+    """An agent (propose, read) and a reviewer (approve, read, audit, deliver) in SCOPE."""
+    admin = led.admin()
+    admin.grant("agent-1", scope=SCOPE, roles=["propose", "read"])
+    admin.grant("reviewer", scope=SCOPE, roles=["approve", "read", "audit", "deliver"])
+    tokens = {"agent-1": admin.issue_token("agent-1"), "reviewer": admin.issue_token("reviewer")}
+    return led.authenticate(tokens["agent-1"]), led.authenticate(tokens["reviewer"]), tokens
+
+
+# -- property: random command sequences, a reference model, and rebuild ------------
+
+BLOCKING = {Status.REVOKED, Status.REJECTED, Status.STALE}
+
+
+@dataclass
+class ModelRecord:
+    status: Status
+    expires: datetime | None
+    deps: tuple[str, ...]
+
+
+@dataclass
+class Model:
+    """A small reference model of the status machine and revocation propagation."""
+
+    records: dict[str, ModelRecord] = field(default_factory=dict)
+    deliveries: list[str] = field(default_factory=list)
+
+    def eff_expires(self, rid: str) -> datetime | None:
+        rec = self.records[rid]
+        known = [e for e in (rec.expires, *map(self.eff_expires, rec.deps)) if e is not None]
+        return min(known) if known else None
+
+    def usable(self, rid: str, now: datetime) -> bool:
+        eff = self.eff_expires(rid)
+        return self.records[rid].status == Status.ACCEPTED and (eff is None or now < eff)
+
+    def descendants(self, root: str) -> set[str]:
+        found: set[str] = set()
+        frontier = {root}
+        while frontier:
+            frontier = {
+                rid
+                for rid, rec in self.records.items()
+                if rid not in found and rid != root and frontier & set(rec.deps)
+            }
+            found |= frontier
+        return found
+
+    # Each ``can_*`` predicts whether the library must carry the command out.
+
+    def can_propose(self, parents: tuple[str, ...]) -> bool:
+        return all(self.records[p].status not in BLOCKING for p in parents)
+
+    def can_accept(self, rid: str, now: datetime) -> bool:
+        rec = self.records[rid]
+        return (
+            rec.status == Status.CANDIDATE
+            and (rec.expires is None or now < rec.expires)
+            and all(self.usable(d, now) for d in rec.deps)
+        )
+
+    def can_revalidate(self, rid: str, basis: tuple[str, ...] | None, now: datetime) -> bool:
+        rec = self.records[rid]
+        if rec.status != Status.STALE:
+            return False
+        if basis is None:
+            return all(self.usable(d, now) for d in rec.deps)
+        below = self.descendants(rid) | {rid}
+        return all(d not in below and self.usable(d, now) for d in basis)
+
+    def revoke(self, rid: str) -> set[str]:
+        stale = {
+            child
+            for child in self.descendants(rid)
+            if self.records[child].status not in (Status.REVOKED, Status.REJECTED)
+        }
+        for child in stale:
+            self.records[child].status = Status.STALE
+        self.records[rid].status = Status.REVOKED
+        return stale
+
+
+class Cmd(NamedTuple):
+    """One generated command; each command uses the fields it needs."""
+
+    name: str
+    i: int  # which record (or delivery), modulo how many there are
+    targeted: bool  # pick among records in the status the command needs
+    picks: tuple[int, ...]  # parents (propose) or a new basis (revalidate)
+    new_basis: bool  # revalidate with ``picks`` as the new basis
+    hours: int | None  # expiry of a proposal, or how far to advance the clock
+    kind: Kind
+
+
+# Weighted by repetition: histories need approvals and revocations to get deep.
+NAMES = (
+    *["propose"] * 4,
+    "capture",
+    *["accept"] * 4,
+    "reject",
+    *["revoke"] * 2,
+    "deliver",
+    *["revalidate"] * 2,
+    "correct",
+    "advance",
+)
+_index = st.integers(min_value=0, max_value=50)
+_cmds = st.lists(
+    st.builds(
+        Cmd,
+        name=st.sampled_from(NAMES),
+        i=_index,
+        targeted=st.booleans(),
+        picks=st.lists(_index, max_size=3).map(tuple),
+        new_basis=st.booleans(),
+        hours=st.sampled_from([None, 1, 3]),
+        kind=st.sampled_from([Kind.FACT, Kind.INFERENCE, Kind.REPORT]),
+    ),
+    min_size=20,
+    max_size=50,
+)
+
+
+def _pick(items: list[str], i: int) -> str:
+    return items[i % len(items)]
+
+
+def _choose(model: Model, ids: list[str], i: int, targeted: bool, purpose: str) -> str:
+    """A targeted pick chooses among records where the command can do something (so
+    histories reach deep states); an untargeted one among all (so refusals happen)."""
+    recs = model.records
+    wanted: dict[str, Callable[[str], bool]] = {
+        "accept": lambda r: recs[r].status == Status.CANDIDATE,
+        "reject": lambda r: recs[r].status == Status.CANDIDATE,
+        # revoking a record with live descendants makes STALE ones to revalidate
+        "revoke": lambda r: (
+            recs[r].status == Status.ACCEPTED
+            and any(recs[d].status != Status.REVOKED for d in model.descendants(r))
+        ),
+        "deliver": lambda r: recs[r].status == Status.ACCEPTED,
+        "revalidate": lambda r: recs[r].status == Status.STALE,
+        "parent": lambda r: recs[r].status == Status.ACCEPTED,
+    }
+    pool = [r for r in ids if wanted[purpose](r)] if targeted else []
+    return _pick(pool or ids, i)
+
+
+def _run_command(
+    cmd: Cmd, agent: Session, reviewer: Session, clock: Clock, model: Model, ids: list[str]
+) -> None:
+    """Run one command, check the library carries it out exactly when the model
+    allows it (a refusal is a ``LedgerError``), and fold it into the model."""
+    now = clock.now
+    if cmd.name == "advance":
+        clock.advance(hours=cmd.hours or 2)
+        return
+    if cmd.name == "capture":
+        rid = f"E{len(ids)}"
+        content = b"doc %d" % (cmd.i % 4)
+        outcome = attempt(
+            agent.capture, SCOPE, uri=f"https://x.test/{cmd.i % 4}", content=content, id=rid
+        )
+        assert outcome[0] == "ok", (cmd, outcome)
+        model.records[rid] = ModelRecord(Status.CANDIDATE, None, ())
+        ids.append(rid)
+        return
+    if cmd.name == "propose":
+        parents = tuple(
+            dict.fromkeys(_choose(model, ids, i, cmd.targeted, "parent") for i in cmd.picks if ids)
+        )
+        expires = None if cmd.hours is None else now + timedelta(hours=cmd.hours)
+        rid = f"R{len(ids)}"
+        expected = model.can_propose(parents)
+        outcome = attempt(
+            agent.propose,
+            SCOPE,
+            f"claim.{cmd.i % 2}",
+            cmd.i % 3,
+            cmd.kind,
+            parents=list(parents),
+            expires=expires,
+            id=rid,
+        )
+        assert (outcome[0] == "ok") == expected, (cmd, parents, outcome)
+        if expected:
+            model.records[rid] = ModelRecord(Status.CANDIDATE, expires, parents)
+            ids.append(rid)
+        return
+    if cmd.name == "correct":
+        if model.deliveries:
+            outcome = attempt(reviewer.issue_correction, _pick(model.deliveries, cmd.i), "fixed")
+            assert outcome[0] == "ok", (cmd, outcome)
+        return
+    if not ids:
+        return
+    rid = _choose(model, ids, cmd.i, cmd.targeted, cmd.name)
+    rec = model.records[rid]
+    if cmd.name == "accept":
+        expected = model.can_accept(rid, now)
+        outcome = attempt(reviewer.accept, rid)
+        if expected:
+            rec.status = Status.ACCEPTED
+    elif cmd.name == "reject":
+        expected = rec.status == Status.CANDIDATE
+        outcome = attempt(reviewer.reject, rid, reason="wrong")
+        if expected:
+            rec.status = Status.REJECTED
+    elif cmd.name == "revoke":
+        expected = rec.status in (Status.CANDIDATE, Status.ACCEPTED, Status.STALE)
+        outcome = attempt(reviewer.revoke, rid, reason="withdrawn")
+        if expected and outcome[0] == "ok":
+            stale = model.revoke(rid)
+            assert set(outcome[1].stale) == stale, (cmd, outcome)
+    elif cmd.name == "deliver":
+        expected = model.usable(rid, now)
+        outcome = attempt(reviewer.deliver, rid, recipient="ops@x.test")
+        if expected and outcome[0] == "ok":
+            model.deliveries.append(outcome[1])
+    else:  # revalidate
+        basis = (
+            tuple(dict.fromkeys(_choose(model, ids, i, True, "parent") for i in cmd.picks))
+            if cmd.new_basis
+            else None
+        )
+        expected = model.can_revalidate(rid, basis, now)
+        outcome = attempt(reviewer.revalidate, rid, note="re-checked", parents=basis)
+        if expected:
+            rec.status = Status.ACCEPTED
+            if basis is not None:
+                rec.deps = basis
+    assert (outcome[0] == "ok") == expected, (cmd, rid, outcome)
+
+
+@contextmanager
+def fresh_ledger(backend: str, clock: Clock) -> Iterator[Ledger]:
+    """A new, empty ledger (memory or a temporary SQLite file), closed afterwards."""
+    with tempfile.TemporaryDirectory() as tmp:
+        url = "memory:" if backend == "memory" else f"sqlite:///{tmp}/ledger.db"
+        led = Ledger.open(url, clock=clock)
+        try:
+            yield led
+        finally:
+            led.close()
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(script=_cmds)
+def test_random_histories_follow_the_model_and_rebuild_to_identical_views(
+    backend: str, script: list[Cmd]
+) -> None:
+    clock = Clock()
+    with fresh_ledger(backend, clock) as led:
+        agent, reviewer, _ = principals(led)
+        model, ids = Model(), []
+
+        # Step 1: every command is carried out exactly when the reference model allows it.
+        for cmd in script:
+            _run_command(cmd, agent, reviewer, clock, model, ids)
+
+        # Step 2: the live views agree with the model about every record.
+        live = {rid: reviewer.get(rid).status for rid in ids}
+        assert live == {rid: rec.status for rid, rec in model.records.items()}
+        digest = led.views_digest()
+
+        # Step 3: dropping and replaying the views from every event gives the same digest...
+        first = led.rebuild()
+        assert first.matched, (first.digest_before, first.digest_after)
+        assert first.digest_before == digest
+        with led._reading() as c:
+            c.execute("SELECT COUNT(*) AS n FROM stored_events")
+            assert first.events == c.fetchone()["n"]
+
+        # Step 4: ...and doing it again is harmless.
+        second = led.rebuild()
+        assert second.matched
+        assert second.digest_after == first.digest_after == led.views_digest()
+        assert {rid: reviewer.get(rid).status for rid in ids} == live
+
+
+# -- as_of answers exactly what the ledger said then --------------------------------
+
+CLAIMS = ("api.retry_safe", "report.weekly", "source:https://x.test/doc1")
+RECORDS = ("E1", "E2", "M1", "M2", "M3", "R1")
+
+
+def observe(session: Session) -> dict[str, Any]:
+    """Everything a reviewer can ask: reads, explanations, records, audits, corrections due."""
+    state: dict[str, Any] = {}
+    for key in CLAIMS:
+        state[f"read {key}"] = attempt(session.read, SCOPE, key)
+        state[f"explain {key}"] = attempt(session.explain, SCOPE, key)
+    for rid in RECORDS:
+        state[f"get {rid}"] = attempt(session.get, rid)
+        state[f"audit {rid}"] = attempt(session.audit, rid)
+    state["corrections_due"] = attempt(session.corrections_due)
+    return state
+
+
+@dataclass(frozen=True)
+class Captured:
+    step: str
+    position: int
+    time: datetime
+    state: dict[str, Any]
+
+
+def test_as_of_every_position_answers_exactly_what_the_ledger_said_then(world: World) -> None:
+    agent, reviewer, led, clock = world.agent, world.reviewer, world.ledger, world.clock
+    made: dict[str, str] = {}
+
+    def deliver() -> None:
+        made["d"] = reviewer.deliver("R1", recipient="ops@x.test")
+
+    steps: list[tuple[str, Callable[[], Any]]] = [
+        (
+            "capture E1",
+            lambda: agent.capture(SCOPE, uri="https://x.test/doc1", content=b"safe", id="E1"),
+        ),
+        ("accept E1", lambda: reviewer.accept("E1")),
+        (
+            "propose M1",
+            lambda: agent.propose(
+                SCOPE,
+                "api.retry_safe",
+                True,
+                Kind.FACT,
+                parents=["E1"],
+                expires=clock.now + timedelta(hours=2),
+                id="M1",
+            ),
+        ),
+        ("accept M1", lambda: reviewer.accept("M1", note="checked")),
+        (
+            "propose M2",
+            lambda: agent.propose(
+                SCOPE, "api.retry_safe", False, Kind.INFERENCE, parents=["E1"], id="M2"
+            ),
+        ),
+        ("accept M2", lambda: reviewer.accept("M2")),
+        (
+            "propose M3",
+            lambda: agent.propose(
+                SCOPE,
+                "api.retry_safe",
+                True,
+                Kind.FACT,
+                conditions={"api_version": "v2"},
+                id="M3",
+            ),
+        ),
+        ("reject M3", lambda: reviewer.reject("M3", reason="unsupported")),
+        (
+            "propose R1",
+            lambda: agent.propose(
+                SCOPE, "report.weekly", "retry freely", Kind.REPORT, parents=["M1"], id="R1"
+            ),
+        ),
+        ("accept R1", lambda: reviewer.accept("R1")),
+        ("deliver R1", deliver),
+        ("revoke M2", lambda: reviewer.revoke("M2", reason="model guess")),
+        (
+            "capture E2",
+            lambda: agent.capture(SCOPE, uri="https://x.test/doc2", content=b"safe v2", id="E2"),
+        ),
+        ("accept E2", lambda: reviewer.accept("E2")),
+        ("revoke E1", lambda: reviewer.revoke("E1", reason="doc changed")),
+        ("revalidate M1", lambda: reviewer.revalidate("M1", note="doc2", parents=["E2"])),
+        ("correct R1", lambda: reviewer.issue_correction(made["d"], "E1 was withdrawn")),
+        ("revalidate R1", lambda: reviewer.revalidate("R1", note="re-read")),
+        # M1 (and with it R1) expires before this step: time alone changes the answers.
+        ("advance 3h", lambda: clock.advance(hours=3)),
+        (
+            "capture E3",
+            lambda: agent.capture(SCOPE, uri="https://x.test/doc3", content=b"late", id="E3"),
+        ),
+    ]
+
+    # Step 1: run the script, capturing every answer right after every command.
+    captured = [Captured("start", led.position, clock.now, observe(reviewer))]
+    for name, command in steps:
+        clock.advance(minutes=1)
+        command()
+        if name.startswith("advance"):
+            continue  # not a command: nothing in the log records it
+        captured.append(Captured(name, led.position, clock.now, observe(reviewer)))
+    assert len({c.position for c in captured}) == len(captured)  # every command wrote
+    final = captured[-1].state
+    assert final["read api.retry_safe"][1].outcome == Outcome.MISSING  # M1 expired by now
+    assert captured[6].state["read api.retry_safe"][1].outcome == Outcome.CONFLICT
+
+    # Step 2: as_of(position) of every captured position answers exactly the same.
+    for cap in captured:
+        past = reviewer.as_of(position=cap.position)
+        assert past.read_only
+        assert observe(past) == cap.state, cap.step
+
+    # Step 3: as_of(time) at each step's clock time is the same as as_of(position).
+    for cap in captured:
+        by_time = reviewer.as_of(time=cap.time)
+        assert by_time.position == cap.position, cap.step
+        assert observe(by_time) == observe(reviewer.as_of(position=cap.position)), cap.step
+
+
+def test_as_of_with_at_answers_what_was_believed_then_about_validity_at_another_time(
+    world: World,
+) -> None:
+    agent, reviewer, led, clock = world.agent, world.reviewer, world.ledger, world.clock
+    t0 = clock.now
+    expiry = t0 + timedelta(hours=2)
+    e1 = agent.capture(SCOPE, uri="https://x.test/doc", content=b"doc", id="E1")
+    reviewer.accept(e1)
+    agent.propose(SCOPE, "api.retry_safe", True, Kind.FACT, parents=[e1], expires=expiry, id="M1")
+    candidate_pos = led.position
+    clock.advance(minutes=5)
+    reviewer.accept("M1")
+    accepted_pos = led.position
+    clock.advance(minutes=5)
+    reviewer.revoke("M1", reason="vendor says otherwise")
+    revoked_pos = led.position
+    before, after = t0 + timedelta(hours=1), t0 + timedelta(hours=3)
+
+    # Step 1: at the acceptance position we believed M1 valid until its expiry.
+    believed = reviewer.as_of(position=accepted_pos)
+    found = believed.read(SCOPE, "api.retry_safe", at=before)
+    assert found.outcome == Outcome.FOUND
+    assert [r.id for r in found.records] == ["M1"]
+    assert found.at == before
+    gone = believed.read(SCOPE, "api.retry_safe", at=after)
+    assert gone.outcome == Outcome.MISSING
+    assert gone.records == ()
+    why = believed.explain(SCOPE, "api.retry_safe", at=after).entries[0]
+    assert not why.usable
+    assert any("expired" in r and expiry.isoformat() in r for r in why.reasons)
+    assert believed.read(SCOPE, "api.retry_safe", at=expiry).outcome == Outcome.MISSING
+
+    # Step 2: before acceptance it was only a candidate, whatever the time asked about.
+    early = reviewer.as_of(position=candidate_pos)
+    assert early.read(SCOPE, "api.retry_safe", at=before).outcome == Outcome.MISSING
+    assert early.explain(SCOPE, "api.retry_safe", at=before).entries[0].reasons == (
+        "candidate: not yet approved",
+    )
+
+    # Step 3: after the revocation nothing is believed valid, also about the past.
+    assert (
+        reviewer.as_of(position=revoked_pos).read(SCOPE, "api.retry_safe", at=before).outcome
+        == Outcome.MISSING
+    )
+    assert reviewer.read(SCOPE, "api.retry_safe", at=before).outcome == Outcome.MISSING
+    # ...while the belief at the acceptance position is unchanged by what came later.
+    assert believed.read(SCOPE, "api.retry_safe", at=before).outcome == Outcome.FOUND
+
+
+def test_as_of_any_position_of_a_revocation_shows_it_whole_or_not_at_all(world: World) -> None:
+    """The root revocation and its stale markings are one atomic transaction (§3),
+    so no log position may show the root REVOKED while a descendant is still usable."""
+    agent, reviewer, led = world.agent, world.reviewer, world.ledger
+    agent.capture(SCOPE, uri="https://x.test/doc", content=b"doc", id="E1")
+    reviewer.accept("E1")
+    agent.propose(SCOPE, "api.retry_safe", True, Kind.FACT, parents=["E1"], id="M1")
+    reviewer.accept("M1")
+    agent.propose(SCOPE, "report.weekly", "retry", Kind.REPORT, parents=["M1"], id="R1")
+    reviewer.accept("R1")
+    before = led.position
+    revocation = reviewer.revoke("E1", reason="doc changed")
+    (revoked_at,) = [e.position for e in reviewer.audit("E1").events if e.type == "Revoked"]
+    assert before < revoked_at <= revocation.position == led.position
+
+    # Every position from just before to just after the transaction, including the
+    # one the audit trail gives for the revocation, is either all-before or all-after.
+    for p in range(before, led.position + 1):
+        past = reviewer.as_of(position=p)
+        statuses = tuple(past.get(rid).status for rid in ("E1", "M1", "R1"))
+        assert statuses in (
+            (Status.ACCEPTED, Status.ACCEPTED, Status.ACCEPTED),
+            (Status.REVOKED, Status.STALE, Status.STALE),
+        ), (p, statuses)
+        if statuses[0] == Status.REVOKED:
+            assert past.read(SCOPE, "api.retry_safe").outcome == Outcome.MISSING, p
+
+
+# -- delivery is history, validity is now --------------------------------------------
+
+
+def test_delivery_stays_delivered_while_validity_changes_and_corrections_go_to_the_outbox(
+    world: World, tmp_path: Path
+) -> None:
+    agent, reviewer, led = world.agent, world.reviewer, world.ledger
+    db = db_path_of(led, tmp_path)
+    deliveries_sql = "SELECT * FROM pl_deliveries ORDER BY delivery_id"
+    e1 = agent.capture(SCOPE, uri="https://x.test/doc", content=b"doc", id="E1")
+    reviewer.accept(e1)
+    agent.propose(SCOPE, "report.weekly", "retry freely", Kind.REPORT, parents=[e1], id="R1")
+    reviewer.accept("R1")
+
+    # Step 1: deliver the report; it is VALID and nothing is due.
+    d = reviewer.deliver("R1", recipient="ops@x.test", channel="email")
+    delivered = reviewer.get("R1").deliveries
+    assert [x.delivery_id for x in delivered] == [d]
+    assert delivered[0].state == "DELIVERED"
+    assert (delivered[0].recipient, delivered[0].channel) == ("ops@x.test", "email")
+    assert reviewer.get("R1").validity == Validity.VALID
+    assert reviewer.corrections_due() == ()
+    rows_before = raw_rows(led, db, deliveries_sql)
+    assert len(rows_before) == 1
+
+    # Step 2: an upstream source is revoked: STALE, NEEDS_REVALIDATION, still delivered.
+    reviewer.revoke(e1, reason="doc changed")
+    stale = reviewer.get("R1")
+    assert stale.status == Status.STALE
+    assert stale.validity == Validity.NEEDS_REVALIDATION
+    assert stale.deliveries == delivered
+    due = reviewer.corrections_due()
+    assert [x.delivery.delivery_id for x in due] == [d]
+    assert due[0].validity == Validity.NEEDS_REVALIDATION
+    assert due[0].cause == "E1"
+
+    # Step 3: the report itself is revoked: INVALID, still delivered, rows untouched.
+    reviewer.revoke("R1", reason="report withdrawn")
+    revoked = reviewer.get("R1")
+    assert revoked.status == Status.REVOKED
+    assert revoked.validity == Validity.INVALID
+    assert revoked.deliveries == delivered
+    assert revoked.deliveries[0].state == "DELIVERED"
+    assert raw_rows(led, db, deliveries_sql) == rows_before
+    due = reviewer.corrections_due()
+    assert [(x.delivery.delivery_id, x.validity) for x in due] == [(d, Validity.INVALID)]
+
+    # Step 4: a correction takes it off the list and lands in the outbox.
+    note = "E1 was withdrawn; retries are not known to be safe"
+    cid = reviewer.issue_correction(d, note)
+    assert reviewer.corrections_due() == ()
+    (delivery,) = reviewer.get("R1").deliveries
+    assert delivery.state == "DELIVERED"
+    assert [(c.correction_id, c.note, c.issued_by) for c in delivery.corrections] == [
+        (cid, note, "reviewer")
+    ]
+    outbox = raw_rows(
+        led, db, "SELECT correction_id, delivery_id, recipient, channel, note FROM pl_outbox"
+    )
+    assert outbox == [(cid, d, "ops@x.test", "email", note)]
+    assert raw_rows(led, db, deliveries_sql) == rows_before
+    assert led.rebuild().matched
+
+
+# -- a crash between the command and the view update -------------------------------
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_views_that_missed_events_catch_up_exactly_once_when_the_ledger_is_reopened(
+    open_ledger: Callable[..., Ledger], tmp_path: Path
+) -> None:
+    db = tmp_path / "ledger.db"
+    led = open_ledger()
+    agent, reviewer, tokens = principals(led)
+    e1 = agent.capture(SCOPE, uri="https://x.test/1", content=b"one", id="E1")
+    e2 = agent.capture(SCOPE, uri="https://x.test/2", content=b"two", id="E2")
+    agent.propose(SCOPE, "api.retry_safe", True, Kind.INFERENCE, parents=[e1], id="M1")
+
+    # Step 1: stop the views (as if the process died after each commit) and keep writing.
+    led._projector.enabled = False
+    stopped_at = led.position
+    reviewer.accept(e1)
+    reviewer.reject("M1", reason="a guess")
+    agent.propose(SCOPE, "api.retry_safe", True, Kind.FACT, parents=[e1], id="M2")
+    reviewer.revoke(e2, reason="doc changed")
+    written = led.position
+    assert written > stopped_at
+    assert reviewer.get("E1").status == Status.CANDIDATE  # the view is behind the log
+    assert {p for (p,) in raw_rows(led, db, "SELECT position FROM pl_tracking")} == {stopped_at}
+    led.close()
+
+    # Step 2: reopening catches every view up from its tracking position.
+    led = open_ledger()
+    assert led.position == written
+    agent = led.authenticate(tokens["agent-1"])
+    reviewer = led.authenticate(tokens["reviewer"])
+    statuses = {rid: reviewer.get(rid).status for rid in ("E1", "E2", "M1", "M2")}
+    assert statuses == {
+        "E1": Status.ACCEPTED,
+        "E2": Status.REVOKED,
+        "M1": Status.REJECTED,
+        "M2": Status.CANDIDATE,
+    }
+    tracking = raw_rows(led, db, "SELECT view, position FROM pl_tracking")
+    assert {p for _, p in tracking} == {led.position}
+    assert len(tracking) == 4
+
+    # Step 3: nothing was applied twice: one row version per status event, one
+    # timeline row per position, and nothing left to catch up.
+    for rid in ("E1", "E2", "M1", "M2"):
+        versions = raw_rows(led, db, "SELECT COUNT(*) FROM pl_records WHERE record_id=?", (rid,))
+        status_events = [e for e in reviewer.audit(rid).events if e.type in STATUS_EVENTS]
+        assert versions == [(len(status_events),)], rid
+    assert raw_rows(led, db, "SELECT COUNT(*), COUNT(DISTINCT position) FROM pl_timeline") == [
+        (written, written)
+    ]
+    assert led.catch_up() == 0
+    assert led.rebuild().matched
+
+    # Step 4: the caught-up views serve commands and reads as if nothing happened.
+    reviewer.accept("M2")
+    found = agent.read(SCOPE, "api.retry_safe")
+    assert found.outcome == Outcome.FOUND
+    assert [r.id for r in found.records] == ["M2"]
+    assert led.rebuild().matched
