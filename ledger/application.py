@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import sqlite3
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -107,6 +108,19 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def _construct(env: dict[str, str]) -> LedgerApplication:
+    # Several processes creating a fresh SQLite file at once can find it locked
+    # while another sets WAL mode or creates the tables; that is worth waiting for.
+    for attempt_number in range(60):
+        try:
+            return LedgerApplication(env=env)
+        except (OperationalError, sqlite3.OperationalError) as exc:
+            if "locked" not in str(exc) or attempt_number == 59:
+                raise
+            time.sleep(0.05 + 0.05 * random.random())
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
 class Ledger:
     """An event-sourced provenance ledger (see ``Ledger.open``)."""
 
@@ -122,7 +136,7 @@ class Ledger:
         backend = resolve_url(url)
         self.url = backend.url
         self.backend = backend.kind
-        self._app = LedgerApplication(env=backend.env)
+        self._app = _construct(backend.env)
         self._recorder = self._app.ledger_recorder
         self._projector = self._recorder.projector
         self._projector.mapper = self._app.mapper

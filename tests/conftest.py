@@ -7,6 +7,8 @@ temporary directory. ``world`` adds the principals most tests need.
 from __future__ import annotations
 
 import os
+import re
+import sqlite3
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -18,7 +20,7 @@ import pytest
 
 from ledger import Ledger, Session
 
-BACKENDS = ["memory", "sqlite"]
+BACKENDS = ["memory", "sqlite", "postgres"]
 
 #: The PostgreSQL server the tests use; each test gets its own schema.
 PG_SERVER = os.environ.get("PROVLEDGER_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
@@ -93,10 +95,18 @@ def clock() -> Clock:
 
 
 @pytest.fixture(params=BACKENDS)
-def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """memory:, an SQLite file in the test's directory, or a fresh PostgreSQL schema."""
     if request.param == "memory":
-        return "memory:"
-    return f"sqlite:///{tmp_path / 'ledger.db'}"
+        yield "memory:"
+    elif request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'ledger.db'}"
+    else:
+        url, drop = new_pg_schema_url()
+        try:
+            yield url
+        finally:
+            drop()
 
 
 @pytest.fixture
@@ -118,6 +128,27 @@ def open_ledger(ledger_url: str, clock: Clock) -> Iterator[Callable[..., Ledger]
 @pytest.fixture
 def ledger(open_ledger: Callable[..., Ledger]) -> Ledger:
     return open_ledger()
+
+
+def raw_rows(led: Ledger, db_path: Path | None, sql: str, params: tuple[Any, ...] = ()) -> list:
+    """Rows straight from the database, bypassing the library's queries.
+
+    ``sqlite3`` on an SQLite file; otherwise the ledger's own connection
+    (``memory:`` lives only inside the process; PostgreSQL tables are qualified
+    by the ledger's schema and take ``%s`` placeholders).
+    """
+    if led.backend == "sqlite":
+        assert db_path is not None
+        con = sqlite3.connect(db_path)
+        try:
+            return [tuple(r) for r in con.execute(sql, params).fetchall()]
+        finally:
+            con.close()
+    if led.backend == "postgresql":
+        sql = re.sub(r"\bpl_", led._dialect.prefix + "pl_", sql).replace("?", "%s")
+    with led._reading() as c:
+        c.execute(sql, params)
+        return [tuple(r.values()) if isinstance(r, dict) else tuple(r) for r in c.fetchall()]
 
 
 @dataclass

@@ -237,7 +237,7 @@ def _open_fresh(url: str) -> int:
         return led.position
 
 
-@pytest.mark.parametrize("openers", [2])
+@pytest.mark.parametrize("openers", [4])
 def test_processes_opening_a_fresh_database_at_once_all_succeed(
     shared_url: str, openers: int
 ) -> None:

@@ -30,7 +30,7 @@ from ledger.errors import (
     UnknownSnapshotError,
 )
 
-from .conftest import World
+from .conftest import World, raw_rows
 
 SCOPE = "proj-a"
 URI = "https://x.test/doc"
@@ -39,20 +39,6 @@ ROLES = ("read", "propose", "approve", "deliver", "audit")
 
 def ref_of(content: bytes) -> str:
     return "sha256:" + hashlib.sha256(content).hexdigest()
-
-
-def raw_rows(led: Ledger, tmp_path: Path, sql: str, params: tuple[Any, ...] = ()) -> list:
-    """Rows straight from the database: ``sqlite3`` on an SQLite file, else the
-    ledger's own connection (``memory:`` lives only inside the process)."""
-    if led.backend == "sqlite":
-        con = sqlite3.connect(tmp_path / "ledger.db")
-        try:
-            return [tuple(r) for r in con.execute(sql, params).fetchall()]
-        finally:
-            con.close()
-    with led._reading() as c:
-        c.execute(sql, params)
-        return [tuple(r) for r in c.fetchall()]
 
 
 def session_for(led: Ledger, subject: str, roles: dict[str, list[str]]) -> Session:
@@ -84,7 +70,7 @@ def test_identical_content_is_stored_once_and_returned_by_snapshot(
     assert ev1.evidence["fetched_at"] == world.clock.now
     assert ev1.evidence["content_hash"] == ev2.evidence["content_hash"] == ref_of(content)
     assert ev1.evidence["snapshot_ref"] == ev2.evidence["snapshot_ref"] == ref_of(content)
-    rows = raw_rows(led, tmp_path, "SELECT ref, size FROM pl_snapshots")
+    rows = raw_rows(led, tmp_path / "ledger.db", "SELECT ref, size FROM pl_snapshots")
     assert rows == [(ref_of(content), len(content))]
 
     # Step 3: the bytes come back, verified.
@@ -230,12 +216,12 @@ def test_what_a_run_read_is_answerable_afterwards_including_tool_reads(
     # Step 2: "what did run task-42 read" comes from the run-reads view.
     reads = raw_rows(
         led,
-        tmp_path,
+        tmp_path / "ledger.db",
         "SELECT record_id, how FROM pl_run_reads WHERE run_id=? ORDER BY position",
         ("task-42",),
     )
     assert reads == [("E1", "read"), ("E2", "observed")]
-    runs = raw_rows(led, tmp_path, "SELECT run_id, actor, outcome FROM pl_runs")
+    runs = raw_rows(led, tmp_path / "ledger.db", "SELECT run_id, actor, outcome FROM pl_runs")
     assert runs == [("task-42", "agent-1", "completed")]
 
 
