@@ -100,6 +100,18 @@ class Admin:
                 subject=subject,
             )
 
+    def _append(self, subject: str, event_class: type[Principal.Event], **fields: Any) -> None:
+        """Append one event to the subject's principal (registering it if new)."""
+
+        def attempt() -> None:
+            principal = self._principal(subject)
+            principal.trigger_event(
+                event_class, actor=self.ACTOR, timestamp=self._ledger._now(), **fields
+            )
+            self._ledger._save(principal)
+
+        self._ledger._retrying(attempt)
+
     def grant(self, subject: str, scope: str, roles: Iterable[str]) -> None:
         """Give ``subject`` the ``roles`` in ``scope``.
 
@@ -112,18 +124,7 @@ class Admin:
         check_id(scope, "scope")
         wanted = check_roles(roles)
 
-        def attempt() -> None:
-            principal = self._principal(subject)
-            principal.trigger_event(
-                Principal.Granted,
-                actor=self.ACTOR,
-                scope=scope,
-                roles=wanted,
-                timestamp=self._ledger._now(),
-            )
-            self._ledger._save(principal)
-
-        self._ledger._retrying(attempt)
+        self._append(subject, Principal.Granted, scope=scope, roles=wanted)
 
     def revoke_grant(self, subject: str, scope: str, roles: Iterable[str] | None = None) -> None:
         """Withdraw ``roles`` (all roles if None) of ``subject`` in ``scope``.
@@ -143,18 +144,7 @@ class Admin:
                 f"{subject!r} does not hold {', '.join(missing) or 'any role'} in scope {scope!r}"
             )
 
-        def attempt() -> None:
-            principal = self._principal(subject)
-            principal.trigger_event(
-                Principal.GrantRevoked,
-                actor=self.ACTOR,
-                scope=scope,
-                roles=wanted,
-                timestamp=self._ledger._now(),
-            )
-            self._ledger._save(principal)
-
-        self._ledger._retrying(attempt)
+        self._append(subject, Principal.GrantRevoked, scope=scope, roles=wanted)
 
     def issue_token(self, subject: str, expires: datetime | None = None) -> str:
         """Issue a bearer token for ``subject``; only its hash is stored.
@@ -169,18 +159,7 @@ class Admin:
             self._ledger._check_future(check_aware(expires, "token expiry"), "token expiry")
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
 
-        def attempt() -> None:
-            principal = self._principal(subject)
-            principal.trigger_event(
-                Principal.TokenIssued,
-                actor=self.ACTOR,
-                token_hash=hash_token(token),
-                expires=expires,
-                timestamp=self._ledger._now(),
-            )
-            self._ledger._save(principal)
-
-        self._ledger._retrying(attempt)
+        self._append(subject, Principal.TokenIssued, token_hash=hash_token(token), expires=expires)
         return token
 
     def revoke_token(self, token: str) -> None:
@@ -199,17 +178,7 @@ class Admin:
             raise AuthenticationError("token is unknown or already revoked")
         subject = str(row["subject"])
 
-        def attempt() -> None:
-            principal = self._principal(subject)
-            principal.trigger_event(
-                Principal.TokenRevoked,
-                actor=self.ACTOR,
-                token_hash=token_hash,
-                timestamp=self._ledger._now(),
-            )
-            self._ledger._save(principal)
-
-        self._ledger._retrying(attempt)
+        self._append(subject, Principal.TokenRevoked, token_hash=token_hash)
 
     def access_history(
         self, subject: str | None = None, scope: str | None = None

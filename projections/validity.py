@@ -239,6 +239,17 @@ def _new_version(c: Cursor, d: Dialect, record_id: str, pos: int, at: int, **cha
     c.execute(d.q(_INSERT), tuple(values[name] for name in COLUMNS))
 
 
+def _status_change(event: Any, rid: str) -> tuple[str, str | None, str | None]:
+    """(new status, cause root, reason) of a status event other than Revalidated."""
+    if isinstance(event, Record.Accepted):
+        return Status.ACCEPTED.value, None, event.note or None
+    if isinstance(event, Record.Rejected):
+        return Status.REJECTED.value, None, event.reason
+    if isinstance(event, Record.Revoked):
+        return Status.REVOKED.value, rid, event.reason
+    return Status.STALE.value, event.cause, event.reason
+
+
 _STATUS_EVENTS = (
     Record.Accepted,
     Record.Rejected,
@@ -294,55 +305,20 @@ def apply(c: Cursor, d: Dialect, pos: int, event: Any) -> None:
     if not isinstance(event, _STATUS_EVENTS):
         return  # deliveries belong to the delivery-history view; other aggregates elsewhere
     rid = record_id_of(c, d, event.originator_id)
-    if isinstance(event, Record.Accepted):
+    if not isinstance(event, Record.Revalidated):
+        status, cause, reason = _status_change(event, rid)
         _new_version(
             c,
             d,
             rid,
             pos,
             at,
-            status=Status.ACCEPTED.value,
+            status=status,
             changed_by=event.actor,
-            cause_root=None,
-            reason=event.note or None,
+            cause_root=cause,
+            reason=reason,
         )
-    elif isinstance(event, Record.Rejected):
-        _new_version(
-            c,
-            d,
-            rid,
-            pos,
-            at,
-            status=Status.REJECTED.value,
-            changed_by=event.actor,
-            cause_root=None,
-            reason=event.reason,
-        )
-    elif isinstance(event, Record.Revoked):
-        _new_version(
-            c,
-            d,
-            rid,
-            pos,
-            at,
-            status=Status.REVOKED.value,
-            changed_by=event.actor,
-            cause_root=rid,
-            reason=event.reason,
-        )
-    elif isinstance(event, Record.MarkedStale):
-        _new_version(
-            c,
-            d,
-            rid,
-            pos,
-            at,
-            status=Status.STALE.value,
-            changed_by=event.actor,
-            cause_root=event.cause,
-            reason=event.reason,
-        )
-    elif isinstance(event, Record.Revalidated):
+    else:
         row = current(c, d, rid)
         parents = list(unpack(row["parents"]))
         observed = list(unpack(row["observed"]))
