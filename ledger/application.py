@@ -20,7 +20,12 @@ from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
 from eventsourcing.application import AggregateNotFoundError
-from eventsourcing.persistence import IntegrityError, OperationalError
+from eventsourcing.persistence import (
+    IntegrityError,
+    MapperDeserialisationError,
+    OperationalError,
+)
+from eventsourcing.utils import get_topic
 
 from ledger.access import Admin, Role, hash_token
 from ledger.domain import (
@@ -46,6 +51,7 @@ from ledger.errors import (
     AuthenticationError,
     ClosedLedgerError,
     ConcurrencyError,
+    CorruptEventError,
     CycleError,
     DuplicateRecordError,
     ExpiryInPastError,
@@ -372,6 +378,10 @@ class Ledger:
             found: Any = self._app.repository.get(record_uuid(record_id))
         except AggregateNotFoundError:
             raise UnknownRecordError(f"record {record_id!r} is unknown") from None
+        except MapperDeserialisationError as exc:
+            raise CorruptEventError(
+                f"record {record_id!r} has a stored event that cannot be decoded: {exc}"
+            ) from None
         assert isinstance(found, Record)
         return found
 
@@ -633,6 +643,79 @@ class Session:
                 )
             )
         return AuditTrail(record=view, events=tuple(events), undeclared=view.undeclared)
+
+    def history(
+        self,
+        record: str | None = None,
+        type: str | None = None,
+        start: int | None = None,
+        stop: int | None = None,
+    ) -> tuple[AuditEvent, ...]:
+        """Record events of the log in position order, optionally filtered.
+
+        Lists only events of records in scopes where the principal holds
+        ``audit``; the others are skipped as if absent. ``record`` narrows the
+        list to one record, ``type`` to one event type (``Proposed``,
+        ``Revoked``, …), ``start``/``stop`` to an inclusive position range. Each
+        event's ``details`` name its ``record_id``. An as-of session lists
+        nothing after its position.
+
+        Raises:
+            UnknownRecordError: ``record`` is unknown or not visible.
+            AccessDeniedError: no ``audit`` role in ``record``'s scope.
+            InvalidInputError: an unknown event type, or a position that is not one.
+        """
+        if type is not None and type not in _RECORD_EVENTS:
+            raise InvalidInputError(
+                f"history type {type!r} is not one of: {', '.join(_RECORD_EVENTS)}"
+            )
+        for bound, what in ((start, "start"), (stop, "stop")):
+            if bound is not None and (
+                isinstance(bound, bool) or not isinstance(bound, int) or bound < 0
+            ):
+                raise InvalidInputError(f"history {what} {bound!r} is not a position")
+        first = start or 0
+        last = min(
+            stop if stop is not None else 1 << 62,
+            self._position if self._position is not None else 1 << 62,
+        )
+        ledger = self._ledger
+        d = ledger._dialect
+        prefix = _RECORD_TOPIC + "."
+        out: list[AuditEvent] = []
+        with self._ctx() as c:
+
+            def log() -> Iterator[Any]:
+                after = max(first - 1, 0)
+                while True:
+                    batch = ledger._recorder.read_after(c, after, 1000)
+                    if not batch or batch[0].id > last:
+                        return
+                    yield from batch
+                    after = batch[-1].id
+
+            notes: Iterable[Any]
+            if record is not None:
+                row = self._visible(c, record, Role.AUDIT, "history")
+                notes = ledger._recorder.select_record_events(c, record_uuid(row["record_id"]))
+            else:
+                notes = log()
+            records: dict[Any, tuple[str, bool]] = {}  # aggregate id -> (record id, may audit)
+            for note in notes:
+                if note.id < first or not note.topic.startswith(prefix):
+                    continue
+                if note.id > last:
+                    break
+                if type is not None and note.topic[len(prefix) :] != type:
+                    continue
+                if note.originator_id not in records:
+                    rid = validity_view.record_id_of(c, d, note.originator_id)
+                    scope = validity_view.current(c, d, rid)["scope"]
+                    records[note.originator_id] = (rid, Role.AUDIT.value in self._roles(c, scope))
+                rid, allowed = records[note.originator_id]
+                if allowed:
+                    out.append(_history_event(note.id, ledger._projector.decode(note), rid))
+        return tuple(out)
 
     def snapshot(self, ref: str) -> bytes:
         """The captured bytes for ``ref``, re-verified against their hash.
@@ -1488,6 +1571,31 @@ def _blocking_reasons(
     if kinds is not None and Kind(row["kind"]) not in kinds:
         reasons.append(f"kind {row['kind']} not requested")
     return tuple(reasons)
+
+
+_RECORD_TOPIC = get_topic(Record)
+_RECORD_EVENTS = (
+    "Proposed",
+    "Accepted",
+    "Rejected",
+    "Revoked",
+    "MarkedStale",
+    "Revalidated",
+    "Delivered",
+    "CorrectionIssued",
+)
+_EVENT_PLUMBING = ("originator_id", "originator_version", "timestamp", "actor", "originator_topic")
+
+
+def _history_event(position: int, event: Any, record_id: str) -> AuditEvent:
+    details = {k: v for k, v in vars(event).items() if k not in _EVENT_PLUMBING}
+    return AuditEvent(
+        position=position,
+        type=event.__class__.__name__,
+        at=event.timestamp,
+        actor=getattr(event, "actor", None),
+        details={"record_id": record_id, **details},
+    )
 
 
 def _delivery(row: Any, corrections: tuple[Correction, ...]) -> Delivery:

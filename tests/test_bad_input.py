@@ -18,6 +18,7 @@ from uuid import uuid4
 import pytest
 
 from ledger import Admin, Kind, Ledger, Session
+from ledger.domain import record_uuid
 from ledger.errors import (
     AccessDeniedError,
     AuthenticationError,
@@ -725,3 +726,29 @@ def test_stored_events_refuse_update_and_delete(
         after = con.execute("SELECT rowid, * FROM stored_events ORDER BY rowid").fetchall()
     assert after == before
     assert len(after) == led.position
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_a_command_on_a_record_with_a_corrupt_event_is_refused_naming_the_record(
+    open_ledger: Callable[..., Ledger], ledger_url: str
+) -> None:
+    # Given record F1 whose history gains a garbage event behind the ledger's back
+    led = _seeded(open_ledger)
+    admin = led.admin()
+    reviewer = led.authenticate(admin.issue_token("reviewer"))
+    digest, position = led.views_digest(), led.position
+    with closing(sqlite3.connect(_db_path(ledger_url))) as con:
+        con.execute(
+            "INSERT INTO stored_events (originator_id, originator_version, topic, state) "
+            "VALUES (?, ?, ?, ?)",
+            (record_uuid("F1").hex, 3, *GARBAGE["undecodable-bytes"]),
+        )
+        con.commit()
+
+    # When a command loads F1, it is refused with the record named
+    with pytest.raises(CorruptEventError, match="'F1'"):
+        reviewer.revoke("F1", reason="x")
+
+    # And nothing else was written
+    assert led.position == position + 1
+    assert led.views_digest() == digest
