@@ -27,6 +27,7 @@ from eventsourcing.persistence import (
 )
 from eventsourcing.utils import get_topic
 
+from ledger import merkle
 from ledger.access import Admin, Role, hash_token
 from ledger.domain import (
     DEFAULT_MAX_VALUE_BYTES,
@@ -68,6 +69,7 @@ from ledger.errors import (
     UnknownSnapshotError,
     ValueTooLargeError,
 )
+from ledger.merkle import InclusionProof, LogDigest, Verification
 from ledger.persistence import Guard, LedgerApplication, resolve_url
 from ledger.serialization import canonical, datetime_to_micros, micros_to_datetime, unpack
 from ledger.values import (
@@ -87,7 +89,7 @@ from projections import access as access_view
 from projections import delivery as delivery_view
 from projections import timeline
 from projections import validity as validity_view
-from projections.base import Cursor
+from projections.base import Cursor, fetch_in_chunks
 
 T = TypeVar("T")
 
@@ -262,6 +264,128 @@ class Ledger:
             "statuses": statuses,
             **counts,
         }
+
+    # -- tamper evidence --------------------------------------------------------
+
+    def digest(self) -> LogDigest:
+        """The Merkle root over every event as it was appended: keep it elsewhere.
+
+        Later, ``verify(against=digest)`` proves the log still extends it.
+        """
+        self._check_open()
+        d = self._dialect
+        with self._reading() as c:
+            c.execute(d.q("SELECT position, leaf FROM {t}pl_merkle_leaves ORDER BY position"))
+            last = 0
+
+            def leaves() -> Iterator[bytes]:
+                nonlocal last
+                for row in fetch_in_chunks(c):
+                    last = int(row["position"])
+                    yield bytes(row["leaf"])
+
+            size, root = merkle.root_of(leaves())
+        return LogDigest(size=size, position=last, root=root.hex())
+
+    def verify(self, against: LogDigest | str | None = None) -> Verification:
+        """Recompute the Merkle tree from the stored event bytes.
+
+        Names the first position whose stored bytes differ from what was appended
+        (modified, deleted, inserted or reordered events). With ``against`` (a
+        digest kept elsewhere) also proves, with an RFC 6962 consistency proof,
+        that the current log extends the log that digest described.
+
+        Raises:
+            InvalidInputError: ``against`` is not a digest.
+        """
+        self._check_open()
+        target = None
+        if against is not None:
+            try:
+                target = against if isinstance(against, LogDigest) else LogDigest.parse(against)
+            except (ValueError, TypeError) as exc:
+                raise InvalidInputError(f"cannot verify against {against!r}: {exc}") from None
+        problem: tuple[int, str] | None = None
+        recomputed: list[bytes] = []
+        last = 0
+        for position, leaf, stored in self._leaf_pairs():
+            last = max(last, position)
+            if problem is None:
+                if leaf is None:
+                    problem = (position, f"the event at position {position} is missing")
+                elif stored is None:
+                    problem = (
+                        position,
+                        f"the event at position {position} was not appended by the ledger",
+                    )
+                elif leaf != stored:
+                    problem = (
+                        position,
+                        f"the stored bytes at position {position} differ from what was appended",
+                    )
+            if leaf is not None:
+                recomputed.append(leaf)
+        size, root = merkle.root_of(recomputed)
+        now = LogDigest(size=size, position=last, root=root.hex())
+        if problem is not None:
+            return Verification(
+                ok=False, digest=now, first_bad_position=problem[0], problem=problem[1]
+            )
+        if target is None:
+            return Verification(ok=True, digest=now)
+        if target.size > size:
+            return Verification(
+                ok=False,
+                digest=now,
+                problem=f"the log has {size} events; the digest describes {target.size}",
+            )
+        proof = merkle.consistency_path(recomputed, target.size)
+        prefix_root = merkle.root_of(recomputed[: target.size])[1]
+        if prefix_root.hex() != target.root or not merkle.verify_consistency(
+            target.size, size, bytes.fromhex(target.root), root, proof
+        ):
+            return Verification(
+                ok=False,
+                digest=now,
+                problem=f"the first {target.size} events do not match the digest {target}",
+            )
+        return Verification(ok=True, digest=now, consistency_proof=tuple(p.hex() for p in proof))
+
+    def _leaf_pairs(self) -> Iterator[tuple[int, bytes | None, bytes | None]]:
+        """(position, leaf recomputed from the stored event, leaf stored at append time)."""
+        d = self._dialect
+        with self._reading() as c:
+            after = 0
+            while True:
+                notes = self._recorder.read_after(c, after, 1000)
+                upper = notes[-1].id if notes else None
+                if upper is None:
+                    c.execute(
+                        d.q("SELECT position, leaf FROM {t}pl_merkle_leaves WHERE position > ?"),
+                        (after,),
+                    )
+                else:
+                    c.execute(
+                        d.q(
+                            "SELECT position, leaf FROM {t}pl_merkle_leaves "
+                            "WHERE position > ? AND position <= ?"
+                        ),
+                        (after, upper),
+                    )
+                stored = {int(r["position"]): bytes(r["leaf"]) for r in c.fetchall()}
+                events = {
+                    n.id: merkle.leaf_hash(
+                        merkle.leaf_data(
+                            n.id, n.originator_id, n.originator_version, n.topic, n.state
+                        )
+                    )
+                    for n in notes
+                }
+                for position in sorted(set(stored) | set(events)):
+                    yield position, events.get(position), stored.get(position)
+                if upper is None:
+                    return
+                after = upper
 
     # -- maintenance ----------------------------------------------------------
 
@@ -716,6 +840,49 @@ class Session:
                 if allowed:
                     out.append(_history_event(note.id, ledger._projector.decode(note), rid))
         return tuple(out)
+
+    def prove(self, record_id: str) -> tuple[InclusionProof, ...]:
+        """Inclusion proofs of every event of a record in the current Merkle tree.
+
+        A third party checks each with ``proof.verify()`` (or the few lines of
+        ``ledger.merkle.verify_inclusion``) against a digest it trusts.
+
+        Raises:
+            UnknownRecordError: no such record, or not visible to this principal.
+            AccessDeniedError: no ``audit`` role in the record's scope.
+        """
+        ledger = self._ledger
+        d = ledger._dialect
+        with self._ctx() as c:
+            row = self._visible(c, record_id, Role.AUDIT, "prove")
+            notes = ledger._recorder.select_record_events(c, record_uuid(row["record_id"]))
+            c.execute(d.q("SELECT position, leaf FROM {t}pl_merkle_leaves ORDER BY position"))
+            positions: list[int] = []
+            leaves: list[bytes] = []
+            for leaf_row in fetch_in_chunks(c):
+                positions.append(int(leaf_row["position"]))
+                leaves.append(bytes(leaf_row["leaf"]))
+        size, root = merkle.root_of(leaves)
+        index_of = {p: i for i, p in enumerate(positions)}
+        proofs = []
+        for note in notes:
+            index = index_of.get(note.id)
+            if index is None:
+                continue
+            data = merkle.leaf_data(
+                note.id, note.originator_id, note.originator_version, note.topic, note.state
+            )
+            proofs.append(
+                InclusionProof(
+                    position=note.id,
+                    index=index,
+                    size=size,
+                    leaf_data=data.hex(),
+                    path=tuple(p.hex() for p in merkle.inclusion_path(leaves, index)),
+                    root=root.hex(),
+                )
+            )
+        return tuple(proofs)
 
     def snapshot(self, ref: str) -> bytes:
         """The captured bytes for ``ref``, re-verified against their hash.

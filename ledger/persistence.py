@@ -33,6 +33,7 @@ from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteCursor, SQLite
 from eventsourcing.utils import get_topic
 
 from ledger.errors import InvalidURLError
+from ledger.merkle import leaf_data, leaf_hash
 from ledger.serialization import MsgpackTranscoder
 from projections.base import SQLITE, Cursor, Dialect, postgres_dialect
 from projections.projector import Projector
@@ -48,7 +49,12 @@ SNAPSHOT_DDL = (
     "CREATE TABLE IF NOT EXISTS {t}pl_commits ("
     "last_pos {bigint} PRIMARY KEY, first_pos {bigint} NOT NULL)",
     "CREATE INDEX IF NOT EXISTS pl_commits_first ON {t}pl_commits (first_pos)",
+    "CREATE TABLE IF NOT EXISTS {t}pl_merkle_leaves ("
+    "position {bigint} PRIMARY KEY, leaf {blob} NOT NULL)",
 )
+
+#: Tables beside the events that must never change once written.
+APPEND_ONLY = ("pl_commits", "pl_merkle_leaves")
 
 #: A guard runs inside the command's transaction, after the views caught up and
 #: before the command's own events are applied; it raises to refuse the command.
@@ -170,8 +176,14 @@ class LedgerRecorderMixin:
         """Take the writers' lock in an open transaction (before reading what to write)."""
         raise NotImplementedError
 
-    def after_insert(self, c: Cursor, ids: Sequence[int], kwargs: dict[str, Any]) -> None:
-        """Guard, views and snapshots, in the events' transaction."""
+    def after_insert(
+        self,
+        c: Cursor,
+        ids: Sequence[int],
+        stored_events: Sequence[Any],
+        kwargs: dict[str, Any],
+    ) -> None:
+        """Guard, views, snapshots and Merkle leaves, in the events' transaction."""
         events = kwargs.get("ledger_events")
         if not ids:
             return
@@ -182,6 +194,18 @@ class LedgerRecorderMixin:
             guard(c)
         if events is not None:
             self.projector.apply(c, list(zip(ids, events, strict=True)))
+        c.executemany(
+            self.dialect.q("INSERT INTO {t}pl_merkle_leaves (position, leaf) VALUES (?, ?)"),
+            [
+                (
+                    pos,
+                    leaf_hash(
+                        leaf_data(pos, e.originator_id, e.originator_version, e.topic, e.state)
+                    ),
+                )
+                for pos, e in zip(ids, stored_events, strict=True)
+            ],
+        )
         if len(ids) > 1:
             c.execute(
                 self.dialect.q("INSERT INTO {t}pl_commits (last_pos, first_pos) VALUES (?, ?)"),
@@ -217,6 +241,13 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
             f"BEGIN SELECT RAISE(ABORT, '{table} is append-only: DELETE refused'); END",
         ]
         statements += [SQLITE.q(s) for s in SNAPSHOT_DDL]
+        for name in APPEND_ONLY:
+            statements += [
+                f"CREATE TRIGGER IF NOT EXISTS {name}_no_update BEFORE UPDATE ON {name} "
+                f"BEGIN SELECT RAISE(ABORT, '{name} is append-only: UPDATE refused'); END",
+                f"CREATE TRIGGER IF NOT EXISTS {name}_no_delete BEFORE DELETE ON {name} "
+                f"BEGIN SELECT RAISE(ABORT, '{name} is append-only: DELETE refused'); END",
+            ]
         return statements
 
     def _create_table(self, c: SQLiteCursor) -> None:
@@ -236,7 +267,7 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
         self, c: SQLiteCursor, stored_events: Sequence[Any], **kwargs: Any
     ) -> Sequence[int] | None:
         ids = list(super()._insert_events(c, stored_events) or ())
-        self.after_insert(c, ids, kwargs)
+        self.after_insert(c, ids, stored_events, kwargs)
         return ids
 
     def read_after(self, c: Cursor, after: int, limit: int) -> list[Notification]:
@@ -319,16 +350,20 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
                         "LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION "
                         "'% is append-only: % refused', TG_TABLE_NAME, TG_OP; END $$"
                     )
-                    c.execute(
-                        f"CREATE OR REPLACE TRIGGER {self.events_table_name}_append_only "
-                        f"BEFORE UPDATE OR DELETE ON {self._table} FOR EACH ROW "
-                        f"EXECUTE FUNCTION {schema}.pl_append_only()"
-                    )
-                    c.execute(
-                        f"CREATE OR REPLACE TRIGGER {self.events_table_name}_no_truncate "
-                        f"BEFORE TRUNCATE ON {self._table} FOR EACH STATEMENT "
-                        f"EXECUTE FUNCTION {schema}.pl_append_only()"
-                    )
+                    for table, name in [
+                        (self._table, self.events_table_name),
+                        *((f"{schema}.{t}", t) for t in APPEND_ONLY),
+                    ]:
+                        c.execute(
+                            f"CREATE OR REPLACE TRIGGER {name}_append_only "
+                            f"BEFORE UPDATE OR DELETE ON {table} FOR EACH ROW "
+                            f"EXECUTE FUNCTION {schema}.pl_append_only()"
+                        )
+                        c.execute(
+                            f"CREATE OR REPLACE TRIGGER {name}_no_truncate "
+                            f"BEFORE TRUNCATE ON {table} FOR EACH STATEMENT "
+                            f"EXECUTE FUNCTION {schema}.pl_append_only()"
+                        )
                     c.execute(f"CREATE TABLE {schema}.pl_schema (version INTEGER NOT NULL)")
                     c.execute(f"INSERT INTO {schema}.pl_schema (version) VALUES (1)")
             finally:
@@ -356,7 +391,7 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
             self._notify_channel(curs)
             PostgresAggregateRecorder._insert_stored_events(self, curs, stored_events)
             ids = [int(row["notification_id"]) for row in curs.fetchall()]
-            self.after_insert(curs, ids, kwargs)
+            self.after_insert(curs, ids, stored_events, kwargs)
         return ids
 
     def read_after(self, c: Cursor, after: int, limit: int) -> list[Notification]:

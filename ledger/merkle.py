@@ -1,0 +1,222 @@
+"""Tamper evidence: an RFC 6962 Merkle tree over the stored events in log order.
+
+Leaf ``i`` is the ``i``-th stored event (by log position); its data is
+``leaf_data(position, originator_id, originator_version, topic, state)`` — the
+msgpack array ``[position, originator id (32 hex chars), version, topic, state]``
+— and its hash ``H(0x00 || data)``; an inner node is ``H(0x01 || left || right)``
+with ``H`` = SHA-256, exactly as in RFC 6962 section 2.1.
+
+A *digest* ``(size, root)`` kept elsewhere pins the whole log: any modified byte,
+deleted, reordered or inserted event changes the root. An *inclusion proof* shows
+one event is in the tree with that root; a *consistency proof* shows a later tree
+extends an earlier one. Both verify with the few lines of :func:`verify_inclusion`
+and :func:`verify_consistency`, which need nothing from this package.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from uuid import UUID
+
+import msgpack
+
+
+def leaf_data(
+    position: int, originator_id: UUID | str, version: int, topic: str, state: bytes
+) -> bytes:
+    """The bytes a leaf commits to: everything stored for one event, with its position."""
+    oid = originator_id.hex if isinstance(originator_id, UUID) else str(originator_id)
+    packed: bytes = msgpack.packb([position, oid, version, topic, bytes(state)], use_bin_type=True)
+    return packed
+
+
+def leaf_hash(data: bytes) -> bytes:
+    """``H(0x00 || data)``."""
+    return hashlib.sha256(b"\x00" + data).digest()
+
+
+def node_hash(left: bytes, right: bytes) -> bytes:
+    """``H(0x01 || left || right)``."""
+    return hashlib.sha256(b"\x01" + left + right).digest()
+
+
+EMPTY_ROOT = hashlib.sha256(b"").digest()
+
+
+def root_of(leaves: Iterable[bytes]) -> tuple[int, bytes]:
+    """(size, root) of the tree over leaf hashes, streaming in O(log n) memory.
+
+    Keeps the perfect subtrees of the binary decomposition of the size so far;
+    the RFC 6962 root is their right fold.
+    """
+    stack: list[tuple[int, bytes]] = []
+    size = 0
+    for leaf in leaves:
+        size += 1
+        node, height = leaf, 1
+        while stack and stack[-1][0] == height:
+            node = node_hash(stack.pop()[1], node)
+            height *= 2
+        stack.append((height, node))
+    if not stack:
+        return 0, EMPTY_ROOT
+    root = stack[-1][1]
+    for _, left in reversed(stack[:-1]):
+        root = node_hash(left, root)
+    return size, root
+
+
+def _largest_power_of_two_below(n: int) -> int:
+    k = 1
+    while k * 2 < n:
+        k *= 2
+    return k
+
+
+def _mth(leaves: Sequence[bytes]) -> bytes:
+    return root_of(leaves)[1]
+
+
+def inclusion_path(leaves: Sequence[bytes], index: int) -> list[bytes]:
+    """RFC 6962 PATH(m, D[n]): the audit path of leaf ``index``."""
+    n = len(leaves)
+    if n <= 1:
+        return []
+    k = _largest_power_of_two_below(n)
+    if index < k:
+        return [*inclusion_path(leaves[:k], index), _mth(leaves[k:])]
+    return [*inclusion_path(leaves[k:], index - k), _mth(leaves[:k])]
+
+
+def consistency_path(leaves: Sequence[bytes], m: int) -> list[bytes]:
+    """RFC 6962 PROOF(m, D[n]): shows the first ``m`` leaves' tree is a prefix."""
+
+    def subproof(m: int, d: Sequence[bytes], complete: bool) -> list[bytes]:
+        n = len(d)
+        if m == n:
+            return [] if complete else [_mth(d)]
+        k = _largest_power_of_two_below(n)
+        if m <= k:
+            return [*subproof(m, d[:k], complete), _mth(d[k:])]
+        return [*subproof(m - k, d[k:], False), _mth(d[:k])]
+
+    if m == 0 or m == len(leaves):
+        return []
+    return subproof(m, leaves, True)
+
+
+def verify_inclusion(
+    leaf: bytes, index: int, size: int, path: Sequence[bytes], root: bytes
+) -> bool:
+    """Check an inclusion proof (RFC 9162 section 2.1.3.2)."""
+    if index >= size:
+        return False
+    fn, sn, r = index, size - 1, leaf
+    for p in path:
+        if sn == 0:
+            return False
+        if fn % 2 == 1 or fn == sn:
+            r = node_hash(p, r)
+            while fn % 2 == 0 and fn != 0:
+                fn >>= 1
+                sn >>= 1
+        else:
+            r = node_hash(r, p)
+        fn >>= 1
+        sn >>= 1
+    return sn == 0 and r == root
+
+
+def verify_consistency(
+    size1: int, size2: int, root1: bytes, root2: bytes, path: Sequence[bytes]
+) -> bool:
+    """Check a consistency proof (RFC 9162 section 2.1.4.2)."""
+    if size1 > size2:
+        return False
+    if size1 == size2:
+        return root1 == root2 and not path
+    if size1 == 0:
+        return not path
+    proof = list(path)
+    if size1 & (size1 - 1) == 0:  # a power of two: the old root is the first node
+        proof.insert(0, root1)
+    if not proof:
+        return False
+    fn, sn = size1 - 1, size2 - 1
+    while fn % 2 == 1:
+        fn >>= 1
+        sn >>= 1
+    fr = sr = proof[0]
+    for c in proof[1:]:
+        if sn == 0:
+            return False
+        if fn % 2 == 1 or fn == sn:
+            fr = node_hash(c, fr)
+            sr = node_hash(c, sr)
+            while fn % 2 == 0 and fn != 0:
+                fn >>= 1
+                sn >>= 1
+        else:
+            sr = node_hash(sr, c)
+        fn >>= 1
+        sn >>= 1
+    return sn == 0 and fr == root1 and sr == root2
+
+
+@dataclass(frozen=True)
+class LogDigest:
+    """A commitment to the first ``size`` events (up to log ``position``)."""
+
+    size: int
+    position: int
+    root: str  # hex
+
+    def __str__(self) -> str:
+        return f"{self.size}:{self.position}:{self.root}"
+
+    @classmethod
+    def parse(cls, text: str) -> LogDigest:
+        """Read ``size:position:roothex`` as printed by ``str()``/``provledger digest``."""
+        parts = text.strip().split(":")
+        if len(parts) != 3 or not all(parts) or len(parts[2]) != 64:
+            raise ValueError(f"digest {text!r} is not size:position:<64 hex chars>")
+        size, position = int(parts[0]), int(parts[1])
+        bytes.fromhex(parts[2])
+        if size < 0 or position < 0:
+            raise ValueError(f"digest {text!r} has a negative size or position")
+        return cls(size=size, position=position, root=parts[2].lower())
+
+
+@dataclass(frozen=True)
+class Verification:
+    """The outcome of recomputing the tree from the stored bytes."""
+
+    ok: bool
+    digest: LogDigest
+    first_bad_position: int | None = None
+    problem: str | None = None
+    consistency_proof: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class InclusionProof:
+    """Proof that one stored event is leaf ``index`` of the tree with ``root``."""
+
+    position: int
+    index: int
+    size: int
+    leaf_data: str  # hex of the leaf's data
+    path: tuple[str, ...]  # hex node hashes, leaf to root
+    root: str
+
+    def verify(self) -> bool:
+        """Check this proof with :func:`verify_inclusion`."""
+        return verify_inclusion(
+            leaf_hash(bytes.fromhex(self.leaf_data)),
+            self.index,
+            self.size,
+            [bytes.fromhex(p) for p in self.path],
+            bytes.fromhex(self.root),
+        )

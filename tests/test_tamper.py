@@ -1,0 +1,270 @@
+"""Tamper evidence: the RFC 6962 Merkle tree over the log detects every change."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from collections.abc import Callable, Sequence
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ledger import Kind, Ledger, merkle
+from ledger.errors import InvalidInputError
+
+from .conftest import World
+
+
+def naive_root(leaves: Sequence[bytes]) -> bytes:
+    """RFC 6962 MTH written straight from its definition."""
+    if not leaves:
+        return hashlib.sha256(b"").digest()
+    if len(leaves) == 1:
+        return leaves[0]
+    k = 1
+    while k * 2 < len(leaves):
+        k *= 2
+    return hashlib.sha256(b"\x01" + naive_root(leaves[:k]) + naive_root(leaves[k:])).digest()
+
+
+def leaves_of(n: int) -> list[bytes]:
+    return [merkle.leaf_hash(f"event {i}".encode()) for i in range(n)]
+
+
+@pytest.mark.parametrize("n", range(0, 34))
+def test_streaming_root_equals_the_rfc_6962_definition(n: int) -> None:
+    leaves = leaves_of(n)
+    assert merkle.root_of(leaves) == (n, naive_root(leaves))
+
+
+@pytest.mark.parametrize("n", range(1, 26))
+def test_every_inclusion_proof_verifies_and_a_wrong_one_does_not(n: int) -> None:
+    leaves = leaves_of(n)
+    root = naive_root(leaves)
+    for index in range(n):
+        path = merkle.inclusion_path(leaves, index)
+        assert merkle.verify_inclusion(leaves[index], index, n, path, root)
+        other = leaves[(index + 1) % n] if n > 1 else merkle.leaf_hash(b"x")
+        assert not merkle.verify_inclusion(other, index, n, path, root)
+
+
+@pytest.mark.parametrize("n", range(1, 20))
+def test_every_consistency_proof_verifies_and_a_changed_prefix_does_not(n: int) -> None:
+    leaves = leaves_of(n)
+    for m in range(1, n + 1):
+        path = merkle.consistency_path(leaves, m)
+        assert merkle.verify_consistency(m, n, naive_root(leaves[:m]), naive_root(leaves), path)
+        forged = [merkle.leaf_hash(b"forged"), *leaves[1:m]]
+        assert not merkle.verify_consistency(m, n, naive_root(forged), naive_root(leaves), path)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(min_value=2, max_value=200), st.data())
+def test_consistency_holds_for_random_sizes(n: int, data: st.DataObject) -> None:
+    m = data.draw(st.integers(min_value=1, max_value=n - 1))
+    leaves = leaves_of(n)
+    path = merkle.consistency_path(leaves, m)
+    assert merkle.verify_consistency(m, n, naive_root(leaves[:m]), naive_root(leaves), path)
+    assert not merkle.verify_consistency(
+        m, n, naive_root(leaves[:m]), naive_root(leaves[:-1]), path
+    )
+
+
+def _scenario(world: World) -> None:
+    agent, reviewer = world.agent, world.reviewer
+    agent.capture(scope="proj-a", uri="https://x.test/doc", content=b"doc", id="E1")
+    reviewer.accept("E1")
+    agent.propose(scope="proj-a", claim_key="k", value=1, kind=Kind.FACT, parents=["E1"], id="M1")
+    reviewer.accept("M1")
+    reviewer.revoke("E1", reason="wrong")
+
+
+def test_an_untouched_ledger_verifies_and_extends_its_earlier_digest(world: World) -> None:
+    led = world.ledger
+    early = led.digest()
+    _scenario(world)
+    later = led.digest()
+    assert later.size > early.size and later.position == led.position
+
+    report = led.verify()
+    assert report.ok and report.digest == later
+    extended = led.verify(against=str(early))
+    assert extended.ok and extended.consistency_proof
+    assert led.verify(against=later).ok
+
+
+def test_a_forged_or_longer_digest_is_refused(world: World) -> None:
+    _scenario(world)
+    led = world.ledger
+    d = led.digest()
+    forged = merkle.LogDigest(size=d.size, position=d.position, root="00" * 32)
+    assert not led.verify(against=forged).ok
+    longer = merkle.LogDigest(size=d.size + 5, position=d.position + 5, root=d.root)
+    result = led.verify(against=longer)
+    assert not result.ok and "describes" in (result.problem or "")
+    with pytest.raises(InvalidInputError, match="cannot verify against"):
+        led.verify(against="not a digest")
+
+
+def test_inclusion_proofs_of_a_record_verify_without_the_ledger(world: World) -> None:
+    _scenario(world)
+    proofs = world.reviewer.prove("E1")
+    assert [p.position for p in proofs] == [e.position for e in world.reviewer.audit("E1").events]
+    digest = world.ledger.digest()
+    for proof in proofs:
+        assert proof.root == digest.root and proof.size == digest.size
+        # What a third party runs: hash the leaf, walk the path, compare the root.
+        leaf = hashlib.sha256(b"\x00" + bytes.fromhex(proof.leaf_data)).digest()
+        assert merkle.verify_inclusion(
+            leaf,
+            proof.index,
+            proof.size,
+            [bytes.fromhex(h) for h in proof.path],
+            bytes.fromhex(digest.root),
+        )
+
+
+# -- tampering with the database directly ---------------------------------------------
+
+
+def _db(ledger_url: str) -> str:
+    return ledger_url[len("sqlite:///") :]
+
+
+def _tamper(path: str, *statements: tuple[str, tuple[object, ...]]) -> None:
+    with closing(sqlite3.connect(path)) as con:
+        # Whoever tampers with the file can also drop the append-only triggers.
+        for name in ("stored_events_no_update", "stored_events_no_delete"):
+            con.execute(f"DROP TRIGGER IF EXISTS {name}")
+        for sql, params in statements:
+            con.execute(sql, params)
+        con.commit()
+
+
+def _flip_byte(path: str, position: int) -> None:
+    with closing(sqlite3.connect(path)) as con:
+        (state,) = con.execute(
+            "SELECT state FROM stored_events WHERE rowid=?", (position,)
+        ).fetchone()
+    changed = bytearray(state)
+    changed[len(changed) // 2] ^= 0x01
+    _tamper(path, ("UPDATE stored_events SET state=? WHERE rowid=?", (bytes(changed), position)))
+
+
+def _delete(path: str, position: int) -> None:
+    _tamper(path, ("DELETE FROM stored_events WHERE rowid=?", (position,)))
+
+
+def _swap(path: str, position: int) -> None:
+    with closing(sqlite3.connect(path)) as con:
+        rows = con.execute(
+            "SELECT rowid, topic, state FROM stored_events WHERE rowid IN (?, ?)",
+            (position, position + 1),
+        ).fetchall()
+    (p1, t1, s1), (p2, t2, s2) = rows
+    _tamper(
+        path,
+        ("UPDATE stored_events SET topic=?, state=? WHERE rowid=?", (t2, s2, p1)),
+        ("UPDATE stored_events SET topic=?, state=? WHERE rowid=?", (t1, s1, p2)),
+    )
+
+
+def _insert(path: str, position: int) -> None:
+    _tamper(
+        path,
+        (
+            "INSERT INTO stored_events (originator_id, originator_version, topic, state) "
+            "VALUES (?, ?, ?, ?)",
+            ("0" * 32, 1, "ledger.domain:Record.Accepted", b"\x80"),
+        ),
+    )
+
+
+TAMPERINGS: dict[str, Callable[[str, int], None]] = {
+    "modified-byte": _flip_byte,
+    "deleted": _delete,
+    "reordered": _swap,
+    "inserted": _insert,
+}
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("how", sorted(TAMPERINGS))
+def test_every_kind_of_tampering_is_detected_and_named(
+    world: World, ledger_url: str, how: str
+) -> None:
+    # Given a ledger whose digest was kept elsewhere
+    _scenario(world)
+    led = world.ledger
+    kept = led.digest()
+    victim = 5 if how != "inserted" else led.position + 1
+
+    # When someone edits the database file behind the ledger's back
+    TAMPERINGS[how](_db(ledger_url), victim)
+
+    # Then verify names the first position that differs
+    report = led.verify()
+    assert not report.ok
+    assert report.first_bad_position == victim, report.problem
+    assert str(victim) in (report.problem or "")
+    # and the digest kept elsewhere no longer matches (or is no longer extended)
+    if how != "inserted":
+        assert not led.verify(against=kept).ok
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_rewriting_events_and_their_leaves_together_is_caught_by_the_kept_digest(
+    world: World, ledger_url: str
+) -> None:
+    _scenario(world)
+    led = world.ledger
+    kept = led.digest()
+    path = _db(ledger_url)
+    with closing(sqlite3.connect(path)) as con:
+        row = con.execute(
+            "SELECT originator_id, originator_version, topic, state FROM stored_events "
+            "WHERE rowid=3"
+        ).fetchone()
+    forged_state = row[3] + b""  # same length but a different byte below
+    forged_state = forged_state[:-1] + bytes([forged_state[-1] ^ 0x01])
+    forged_leaf = merkle.leaf_hash(merkle.leaf_data(3, row[0], row[1], row[2], forged_state))
+    _tamper(
+        path,
+        ("DROP TRIGGER IF EXISTS pl_merkle_leaves_no_update", ()),
+        ("UPDATE stored_events SET state=? WHERE rowid=3", (forged_state,)),
+        ("UPDATE pl_merkle_leaves SET leaf=? WHERE position=3", (forged_leaf,)),
+    )
+    # The local check is fooled (leaves were rewritten too) but the kept digest is not.
+    assert led.verify().ok
+    assert not led.verify(against=kept).ok
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite", "postgres"], indirect=True)
+def test_proofs_and_digests_survive_reopening(open_ledger: Callable[..., Ledger]) -> None:
+    led = open_ledger()
+    led.admin().grant("a", scope="s", roles=["read"])
+    before = led.digest()
+    led.close()
+    again = open_ledger()
+    assert again.digest() == before
+    assert again.verify(against=before).ok
+
+
+def test_rebuilding_views_does_not_touch_the_merkle_leaves(world: World) -> None:
+    _scenario(world)
+    before = world.ledger.digest()
+    assert world.ledger.rebuild().matched
+    assert world.ledger.digest() == before
+    assert world.ledger.verify(against=before).ok
+
+
+def test_tamper_tests_use_a_real_file(tmp_path: Path) -> None:
+    # The tampering helpers above need a file they can open with sqlite3.
+    led = Ledger.open(f"sqlite:///{tmp_path / 'x.db'}")
+    led.admin().grant("a", scope="s", roles=["read"])
+    led.close()
+    with closing(sqlite3.connect(tmp_path / "x.db")) as con:
+        assert con.execute("SELECT COUNT(*) FROM pl_merkle_leaves").fetchone()[0] == 2
