@@ -96,8 +96,12 @@ class Projector:
         last = events[-1][0]
         for view in VIEWS:
             done = get_tracking(c, d, view.VIEW)
-            for pos, event in events:
-                if pos > done:
+            todo = [(p, e) for p, e in events if p > done]
+            many = getattr(view, "apply_many", None)
+            if many is not None:
+                many(c, d, todo)
+            else:
+                for pos, event in todo:
                     view.apply(c, d, pos, event)
             if last > done:
                 set_tracking(c, d, view.VIEW, last)

@@ -21,7 +21,7 @@ The claim index is the ``(scope, claim_key)`` index on ``pl_records``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ledger.domain import Record, Status
@@ -196,23 +196,43 @@ def parents_of(
 
 
 def _effective_expiry(
-    c: Cursor, d: Dialect, record_id: str, own: int | None, deps: Iterable[str]
+    c: Cursor,
+    d: Dialect,
+    record_id: str,
+    own: int | None,
+    deps: Iterable[str],
+    pending: Mapping[str, tuple[int | None, str | None]] | None = None,
 ) -> tuple[int | None, str | None]:
+    """The earliest expiry among the record and its dependencies' effective expiries.
+
+    ``pending`` holds (effective expiry, source) of rows not yet written.
+    """
     eff, source = own, (record_id if own is not None else None)
     for dep in deps:
-        row = current(c, d, dep)
-        if row is None or row["eff_expires"] is None:
-            continue
-        if eff is None or row["eff_expires"] < eff:
-            eff, source = row["eff_expires"], row["eff_source"]
+        if pending is not None and dep in pending:
+            dep_eff, dep_source = pending[dep]
+        else:
+            row = current(c, d, dep)
+            if row is None:
+                continue
+            dep_eff, dep_source = row["eff_expires"], row["eff_source"]
+        if dep_eff is not None and (eff is None or dep_eff < eff):
+            eff, source = dep_eff, dep_source
     return eff, source
+
+
+def _edge_rows(
+    child: str, parents: Sequence[str], observed: Sequence[str], pos: int
+) -> list[tuple[str, str, str, int]]:
+    rows = [(p, child, "declared", pos) for p in parents]
+    rows += [(o, child, "observed", pos) for o in observed if o not in parents]
+    return rows
 
 
 def _insert_edges(
     c: Cursor, d: Dialect, child: str, parents: Sequence[str], observed: Sequence[str], pos: int
 ) -> None:
-    rows = [(p, child, "declared", pos) for p in parents]
-    rows += [(o, child, "observed", pos) for o in observed if o not in parents]
+    rows = _edge_rows(child, parents, observed, pos)
     if rows:
         c.executemany(
             d.q("INSERT INTO {t}pl_edges (parent_id, child_id, edge, from_pos) VALUES (?,?,?,?)"),
@@ -259,47 +279,93 @@ _STATUS_EVENTS = (
 )
 
 
+def _proposed_row(
+    c: Cursor,
+    d: Dialect,
+    pos: int,
+    event: Any,
+    pending: Mapping[str, tuple[int | None, str | None]],
+) -> tuple[Any, ...]:
+    rid = event.record_id
+    at = datetime_to_micros(event.timestamp)
+    own = _micros(event.expires)
+    deps = dict.fromkeys((*event.parents, *event.observed))
+    eff, source = _effective_expiry(c, d, rid, own, deps, pending)
+    values = {
+        "record_id": rid,
+        "from_pos": pos,
+        "to_pos": None,
+        "scope": event.scope,
+        "claim_key": event.claim_key,
+        "kind": event.kind,
+        "value": pack(event.value),
+        "status": Status.CANDIDATE.value,
+        "proposer": event.actor,
+        "created_pos": pos,
+        "created_at": at,
+        "expires": own,
+        "eff_expires": eff,
+        "eff_source": source,
+        "conditions": pack(event.conditions),
+        "parents": pack(list(event.parents)),
+        "observed": pack(list(event.observed)),
+        "evidence": None if event.evidence is None else pack(event.evidence),
+        "snapshot_ref": None if event.evidence is None else event.evidence["snapshot_ref"],
+        "run_id": event.run_id,
+        "cause_root": None,
+        "reason": None,
+        "changed_by": event.actor,
+        "changed_at": at,
+        "left_valid_pos": None,
+    }
+    return tuple(values[name] for name in COLUMNS)
+
+
+def apply_many(c: Cursor, d: Dialect, events: Sequence[tuple[int, Any]]) -> None:
+    """Fold events in log order; runs of proposals are written with ``executemany``."""
+    ids: list[tuple[str, str]] = []
+    rows: list[tuple[Any, ...]] = []
+    edges: list[tuple[str, str, str, int]] = []
+    pending: dict[str, tuple[int | None, str | None]] = {}
+
+    def flush() -> None:
+        if rows:
+            c.executemany(
+                d.q("INSERT INTO {t}pl_record_ids (agg_id, record_id) VALUES (?, ?)"), ids
+            )
+            c.executemany(d.q(_INSERT), rows)
+            if edges:
+                c.executemany(
+                    d.q(
+                        "INSERT INTO {t}pl_edges (parent_id, child_id, edge, from_pos) "
+                        "VALUES (?,?,?,?)"
+                    ),
+                    edges,
+                )
+        ids.clear()
+        rows.clear()
+        edges.clear()
+        pending.clear()
+
+    eff_at = COLUMNS.index("eff_expires")
+    for pos, event in events:
+        if isinstance(event, Record.Proposed):
+            row = _proposed_row(c, d, pos, event, pending)
+            ids.append((event.originator_id.hex, event.record_id))
+            rows.append(row)
+            edges.extend(_edge_rows(event.record_id, event.parents, event.observed, pos))
+            pending[event.record_id] = (row[eff_at], row[eff_at + 1])
+        elif isinstance(event, _STATUS_EVENTS):
+            flush()
+            apply(c, d, pos, event)
+    flush()
+
+
 def apply(c: Cursor, d: Dialect, pos: int, event: Any) -> None:
     """Fold one ``Record`` event (at log position ``pos``) into the view."""
     at = datetime_to_micros(event.timestamp)
     if isinstance(event, Record.Proposed):
-        rid = event.record_id
-        own = _micros(event.expires)
-        deps = list(dict.fromkeys((*event.parents, *event.observed)))
-        eff, source = _effective_expiry(c, d, rid, own, deps)
-        c.execute(
-            d.q("INSERT INTO {t}pl_record_ids (agg_id, record_id) VALUES (?, ?)"),
-            (event.originator_id.hex, rid),
-        )
-        values = {
-            "record_id": rid,
-            "from_pos": pos,
-            "to_pos": None,
-            "scope": event.scope,
-            "claim_key": event.claim_key,
-            "kind": event.kind,
-            "value": pack(event.value),
-            "status": Status.CANDIDATE.value,
-            "proposer": event.actor,
-            "created_pos": pos,
-            "created_at": at,
-            "expires": own,
-            "eff_expires": eff,
-            "eff_source": source,
-            "conditions": pack(event.conditions),
-            "parents": pack(list(event.parents)),
-            "observed": pack(list(event.observed)),
-            "evidence": None if event.evidence is None else pack(event.evidence),
-            "snapshot_ref": None if event.evidence is None else event.evidence["snapshot_ref"],
-            "run_id": event.run_id,
-            "cause_root": None,
-            "reason": None,
-            "changed_by": event.actor,
-            "changed_at": at,
-            "left_valid_pos": None,
-        }
-        c.execute(d.q(_INSERT), tuple(values[name] for name in COLUMNS))
-        _insert_edges(c, d, rid, event.parents, event.observed, pos)
+        apply_many(c, d, [(pos, event)])
         return
 
     if not isinstance(event, _STATUS_EVENTS):
@@ -350,3 +416,101 @@ def apply(c: Cursor, d: Dialect, pos: int, event: Any) -> None:
             eff_expires=eff,
             eff_source=source,
         )
+
+
+# -- read-only subgraph queries (dependency pictures, PROV export) ----------------
+
+
+def _edges_where(
+    c: Cursor, d: Dialect, column: str, ids: Sequence[str], position: int | None
+) -> list[tuple[str, str, str]]:
+    """(parent, child, edge) rows whose ``column`` is one of ``ids``, now or after ``position``."""
+    out: list[tuple[str, str, str]] = []
+    when = "to_pos IS NULL" if position is None else AS_OF_FILTER
+    for start in range(0, len(ids), 500):
+        chunk = tuple(ids[start : start + 500])
+        marks = ", ".join("?" for _ in chunk)
+        params = chunk if position is None else (*chunk, position, position)
+        c.execute(
+            d.q(
+                "SELECT parent_id, child_id, edge FROM {t}pl_edges "
+                f"WHERE {column} IN ({marks}) AND {when} ORDER BY parent_id, child_id"
+            ),
+            params,
+        )
+        out.extend((r["parent_id"], r["child_id"], r["edge"]) for r in c.fetchall())
+    return out
+
+
+def lineage(
+    c: Cursor,
+    d: Dialect,
+    root: str,
+    *,
+    ancestors: bool,
+    descendants: bool,
+    position: int | None = None,
+) -> list[tuple[str, str, str]]:
+    """Every (parent, child, edge) on a path up from ``root`` (its ancestors) and/or
+    down from it (its descendants), over declared and observed edges.
+
+    Breadth-first over the edge index; the cost follows the size of the subgraph.
+    """
+    found: dict[tuple[str, str, str], None] = {}
+    for wanted, near, far in ((ancestors, "child_id", 0), (descendants, "parent_id", 1)):
+        if not wanted:
+            continue
+        seen = {root}
+        frontier = [root]
+        while frontier:
+            nxt: list[str] = []
+            for row in _edges_where(c, d, near, frontier, position):
+                found.setdefault(row, None)
+                if row[far] not in seen:
+                    seen.add(row[far])
+                    nxt.append(row[far])
+            frontier = nxt
+    return list(found)
+
+
+def edges_among(
+    c: Cursor, d: Dialect, ids: Sequence[str], position: int | None = None
+) -> list[tuple[str, str, str]]:
+    """(parent, child, edge) rows with both ends in ``ids``, now or after ``position``."""
+    members = set(ids)
+    return [e for e in _edges_where(c, d, "parent_id", list(ids), position) if e[1] in members]
+
+
+def scopes(c: Cursor, d: Dialect, position: int | None = None) -> list[str]:
+    """Every scope holding a record, now or after ``position``."""
+    if position is None:
+        c.execute(
+            d.q(f"SELECT DISTINCT scope FROM {{t}}pl_records WHERE {NOW_FILTER} ORDER BY scope")
+        )
+    else:
+        c.execute(
+            d.q(f"SELECT DISTINCT scope FROM {{t}}pl_records WHERE {AS_OF_FILTER} ORDER BY scope"),
+            (position, position),
+        )
+    return [r["scope"] for r in c.fetchall()]
+
+
+def in_scope(c: Cursor, d: Dialect, scope: str, position: int | None = None) -> list[str]:
+    """Ids of the records in ``scope`` in proposal order, now or after ``position``."""
+    if position is None:
+        c.execute(
+            d.q(
+                "SELECT record_id FROM {t}pl_records WHERE scope=? "
+                f"AND {NOW_FILTER} ORDER BY created_pos"
+            ),
+            (scope,),
+        )
+    else:
+        c.execute(
+            d.q(
+                "SELECT record_id FROM {t}pl_records WHERE scope=? "
+                f"AND {AS_OF_FILTER} ORDER BY created_pos"
+            ),
+            (scope, position, position),
+        )
+    return [r["record_id"] for r in c.fetchall()]
