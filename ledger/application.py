@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import re
 import sqlite3
 import time
 import uuid
@@ -20,12 +21,14 @@ from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
 from eventsourcing.application import AggregateNotFoundError
+from eventsourcing.domain import OriginatorIDError, OriginatorVersionError
 from eventsourcing.persistence import (
     IntegrityError,
     MapperDeserialisationError,
     OperationalError,
+    PersistenceError,
 )
-from eventsourcing.utils import get_topic
+from eventsourcing.utils import TopicError, get_topic
 
 from ledger import merkle
 from ledger.access import Admin, Role, hash_token
@@ -64,6 +67,7 @@ from ledger.errors import (
     NotUsableError,
     ReadOnlyError,
     SnapshotIntegrityError,
+    StorageError,
     UnknownDeliveryError,
     UnknownRecordError,
     UnknownSnapshotError,
@@ -105,6 +109,7 @@ class AcceptanceCheck(Protocol):
 
 
 _BLOCKING = (Status.REVOKED, Status.REJECTED, Status.STALE)
+_SNAPSHOT_REF = re.compile(r"sha256:[0-9a-f]{64}")
 _RETRIES = 20
 
 
@@ -144,17 +149,38 @@ class Ledger:
         backend = resolve_url(url)
         self.url = backend.url
         self.backend = backend.kind
-        self._app = _construct(backend.env)
+        self._checks = _check_acceptance_checks(acceptance_checks)
+        if (
+            isinstance(max_value_bytes, bool)
+            or not isinstance(max_value_bytes, int)
+            or max_value_bytes <= 0
+        ):
+            raise InvalidInputError(
+                f"max_value_bytes must be a positive int, got {max_value_bytes!r}"
+            )
+        self._max_value_bytes = max_value_bytes
+        if not callable(clock):
+            raise InvalidInputError(f"clock must be callable, got {type(clock).__name__}")
+        self._clock = clock
+        self._retention = _check_retention(retention)
+        self._closed = True
+        self._now()  # a clock that does not give aware datetimes is refused now
+        try:
+            self._app = _construct(backend.env)
+        except LedgerError:
+            raise
+        except (PersistenceError, sqlite3.Error, OSError, ValueError, UnicodeError) as exc:
+            raise StorageError(f"cannot open ledger {backend.url!r}: {exc}") from None
+        self._closed = False
         self._recorder = self._app.ledger_recorder
         self._projector = self._recorder.projector
         self._projector.mapper = self._app.mapper
         self._dialect = self._recorder.dialect
-        self._checks = tuple(acceptance_checks)
-        self._max_value_bytes = max_value_bytes
-        self._clock = clock
-        self._retention = {check_kind(k): rule for k, rule in (retention or {}).items()}
-        self._closed = False
-        self.catch_up()
+        try:
+            self.catch_up()
+        except BaseException:
+            self.close()
+            raise
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -236,7 +262,7 @@ class Ledger:
 
     def now(self) -> datetime:
         """The ledger's clock (what expiry checks and event timestamps use)."""
-        return self._clock()
+        return self._now()
 
     def stats(self) -> dict[str, Any]:
         """Counts: stored events, log position, records per status, deliveries, snapshots."""
@@ -302,7 +328,12 @@ class Ledger:
         target = None
         if against is not None:
             try:
-                target = against if isinstance(against, LogDigest) else LogDigest.parse(against)
+                if isinstance(against, LogDigest):
+                    target = LogDigest.parse(str(against))
+                elif isinstance(against, str):
+                    target = LogDigest.parse(against)
+                else:
+                    raise TypeError(f"expected a LogDigest or str, got {type(against).__name__}")
             except (ValueError, TypeError) as exc:
                 raise InvalidInputError(f"cannot verify against {against!r}: {exc}") from None
         problem: tuple[int, str] | None = None
@@ -417,6 +448,8 @@ class Ledger:
         called with (events applied, log position to reach).
         """
         self._check_open()
+        if progress is not None and not callable(progress):
+            raise InvalidInputError(f"progress must be callable, got {type(progress).__name__}")
         before = self.views_digest()
         target = self.position
         started = time.perf_counter()
@@ -452,7 +485,11 @@ class Ledger:
             yield c
 
     def _now(self) -> datetime:
-        return self._clock()
+        try:
+            now = self._clock()
+        except Exception as exc:
+            raise InvalidInputError(f"the ledger's clock failed: {exc!r}") from None
+        return check_aware(now, "the ledger's clock")
 
     def _check_future(self, when: datetime, what: str) -> None:
         if when <= self._now():
@@ -502,11 +539,21 @@ class Ledger:
             found: Any = self._app.repository.get(record_uuid(record_id))
         except AggregateNotFoundError:
             raise UnknownRecordError(f"record {record_id!r} is unknown") from None
-        except MapperDeserialisationError as exc:
+        except (
+            MapperDeserialisationError,
+            TopicError,
+            TypeError,
+            AttributeError,
+            ValueError,
+            KeyError,
+            OriginatorVersionError,
+            OriginatorIDError,
+        ) as exc:
             raise CorruptEventError(
-                f"record {record_id!r} has a stored event that cannot be decoded: {exc}"
+                f"record {record_id!r} has a stored event that cannot be decoded: {exc!r}"
             ) from None
-        assert isinstance(found, Record)
+        if not isinstance(found, Record):
+            raise CorruptEventError(f"record {record_id!r} has stored events of another kind")
         return found
 
 
@@ -795,7 +842,7 @@ class Session:
             )
         for bound, what in ((start, "start"), (stop, "stop")):
             if bound is not None and (
-                isinstance(bound, bool) or not isinstance(bound, int) or bound < 0
+                isinstance(bound, bool) or not isinstance(bound, int) or not 0 <= bound < 2**62
             ):
                 raise InvalidInputError(f"history {what} {bound!r} is not a position")
         first = start or 0
@@ -832,13 +879,19 @@ class Session:
                     break
                 if type is not None and note.topic[len(prefix) :] != type:
                     continue
+                event = ledger._projector.decode(note)
                 if note.originator_id not in records:
-                    rid = validity_view.record_id_of(c, d, note.originator_id)
+                    try:
+                        rid = validity_view.record_id_of(c, d, note.originator_id)
+                    except LookupError:
+                        raise CorruptEventError(
+                            f"stored event at position {note.id} belongs to no proposed record"
+                        ) from None
                     scope = validity_view.current(c, d, rid)["scope"]
                     records[note.originator_id] = (rid, Role.AUDIT.value in self._roles(c, scope))
                 rid, allowed = records[note.originator_id]
                 if allowed:
-                    out.append(_history_event(note.id, ledger._projector.decode(note), rid))
+                    out.append(_history_event(note.id, event, rid))
         return tuple(out)
 
     def prove(self, record_id: str) -> tuple[InclusionProof, ...]:
@@ -891,7 +944,7 @@ class Session:
             UnknownSnapshotError: no such snapshot, or no evidence with it is readable.
             SnapshotIntegrityError: the stored bytes no longer match the hash.
         """
-        if not isinstance(ref, str) or not ref.startswith("sha256:") or len(ref) != 71:
+        if not isinstance(ref, str) or not _SNAPSHOT_REF.fullmatch(ref):
             raise UnknownSnapshotError(f"snapshot {ref!r} is not a sha256:<hex> reference")
         d = self._ledger._dialect
         with self._ctx() as c:
@@ -1106,6 +1159,9 @@ class Session:
                 try:
                     if not isinstance(item, Mapping):
                         raise InvalidInputError(f"must be a mapping, got {type(item).__name__}")
+                    odd = [k for k in item if not isinstance(k, str)]
+                    if odd:
+                        raise InvalidInputError(f"field names must be strings, got {odd[0]!r}")
                     unknown = sorted(set(item) - allowed)
                     if unknown:
                         raise InvalidInputError(f"unknown field {unknown[0]!r}")
@@ -1659,6 +1715,33 @@ class RunContext:
 # -- helpers ---------------------------------------------------------------------
 
 _EPOCH_AT = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _check_acceptance_checks(checks: object) -> tuple[AcceptanceCheck, ...]:
+    if isinstance(checks, (str, bytes, Mapping)) or not isinstance(checks, Iterable):
+        raise InvalidInputError(
+            f"acceptance_checks must be a list of callables, got {type(checks).__name__}"
+        )
+    out = tuple(checks)
+    for check in out:
+        if not callable(check):
+            raise InvalidInputError(f"acceptance check {check!r} is not callable")
+    return out
+
+
+def _check_retention(retention: object) -> dict[Kind, RetentionRule]:
+    if retention is None:
+        return {}
+    if not isinstance(retention, Mapping):
+        raise InvalidInputError(
+            f"retention must map kinds to RetentionRule, got {type(retention).__name__}"
+        )
+    rules = {}
+    for kind, rule in retention.items():
+        if not isinstance(rule, RetentionRule):
+            raise InvalidInputError(f"retention rule for {kind!r} is not a RetentionRule")
+        rules[check_kind(kind)] = rule
+    return rules
 
 
 def _as_list(items: object, what: str) -> list[Any]:

@@ -7,10 +7,15 @@ the event into state. Event fields are plain msgpack-friendly values.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 import re
+import types
+import typing
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 from uuid import NAMESPACE_URL, UUID, uuid5
@@ -92,7 +97,7 @@ def run_uuid(run_id: str) -> UUID:
 
 def check_id(value: object, what: str = "record id") -> str:
     """Return ``value`` if it is a valid identifier, else raise ``InvalidIdError``."""
-    if not isinstance(value, str) or not ID_PATTERN.match(value):
+    if not isinstance(value, str) or not ID_PATTERN.fullmatch(value):
         raise InvalidIdError(
             f"{what} {value!r} is invalid: expected ^[A-Za-z0-9][A-Za-z0-9._:-]{{0,127}}$"
         )
@@ -109,6 +114,17 @@ def check_text(value: object, what: str, *, max_len: int = 1024, empty: bool = F
         raise ValueTooLargeError(f"{what} is {len(value)} characters; the limit is {max_len}")
     if any(ord(ch) < 32 and ch not in "\t\n" for ch in value) or "\x7f" in value:
         raise InvalidValueError(f"{what} {value[:40]!r} contains control characters")
+    return check_unicode(value, what)
+
+
+def check_unicode(value: str, what: str) -> str:
+    """Refuse strings that cannot be stored as UTF-8 (lone surrogates)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidValueError(
+            f"{what} {value[:40]!r} is not valid Unicode (lone surrogate)"
+        ) from None
     return value
 
 
@@ -127,6 +143,12 @@ def check_aware(value: object, what: str) -> datetime:
         raise InvalidValueError(f"{what} must be a datetime, got {type(value).__name__}")
     if value.tzinfo is None or value.utcoffset() is None:
         raise NaiveDatetimeError(f"{what} {value.isoformat()} has no timezone")
+    try:
+        value.astimezone(UTC)
+    except OverflowError:
+        raise InvalidValueError(
+            f"{what} {value.isoformat()} is outside the years 1-9999 in UTC"
+        ) from None
     return value
 
 
@@ -140,7 +162,9 @@ def check_value(value: Any, what: str, max_bytes: int = DEFAULT_MAX_VALUE_BYTES)
     def walk(v: Any, depth: int, path: str) -> Any:
         if depth > MAX_NESTING:
             raise InvalidValueError(f"{what} is nested deeper than {MAX_NESTING} at {path}")
-        if v is None or isinstance(v, (bool, str, bytes)):
+        if isinstance(v, str):
+            return check_unicode(v, f"{what} at {path}")
+        if v is None or isinstance(v, (bool, bytes)):
             return v
         if isinstance(v, int):
             if not -(2**63) <= v < 2**64:
@@ -157,6 +181,7 @@ def check_value(value: Any, what: str, max_bytes: int = DEFAULT_MAX_VALUE_BYTES)
             for key, item in v.items():
                 if not isinstance(key, str):
                     raise InvalidValueError(f"{what} has a non-string key {key!r} at {path}")
+                check_unicode(key, f"{what} key at {path}")
                 out[key] = walk(item, depth + 1, f"{path}.{key}")
             return out
         raise InvalidValueError(f"{what} contains an unserialisable {type(v).__name__} at {path}")
@@ -538,3 +563,47 @@ class Run(Aggregate):
     def create_id(run_id: str) -> UUID:
         """Aggregate ids derive from run ids."""
         return run_uuid(run_id)
+
+
+def _predicate(hint: Any) -> Callable[[Any], bool]:
+    """A fast check that a value has the declared type ``hint``."""
+    if hint is Any or isinstance(hint, typing.TypeVar):
+        return lambda v: True
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = [_predicate(arg) for arg in typing.get_args(hint)]
+        return lambda v: any(p(v) for p in options)
+    if hint is type(None):
+        return lambda v: v is None
+    if origin is tuple:
+        args = typing.get_args(hint)
+        item = _predicate(args[0] if args else Any)
+        return lambda v: isinstance(v, tuple) and all(item(i) for i in v)
+    if origin is dict:
+        return lambda v: isinstance(v, dict) and all(isinstance(k, str) for k in v)
+    if hint is int:
+        return lambda v: isinstance(v, int) and not isinstance(v, bool)
+    if isinstance(hint, type):
+        return lambda v: isinstance(v, hint)
+    return lambda v: True
+
+
+def check_event_shape(event: Any) -> None:
+    """Raise ``ValueError`` unless ``event`` is one of this module's events with
+    every field present and of its declared type (guards against stored bytes
+    that decode but are not what the ledger wrote)."""
+    cls = type(event)
+    if cls.__module__ != __name__ or not dataclasses.is_dataclass(cls):
+        raise ValueError(f"{cls.__qualname__} is not a ledger event")
+    state = vars(event)
+    for name, conforms in _event_fields(cls):
+        if name not in state:
+            raise ValueError(f"{cls.__qualname__} lacks field {name!r}")
+        if not conforms(state[name]):
+            raise ValueError(f"{cls.__qualname__}.{name} has a {type(state[name]).__name__}")
+
+
+@functools.cache
+def _event_fields(cls: type) -> tuple[tuple[str, Callable[[Any], bool]], ...]:
+    hints = typing.get_type_hints(cls)
+    return tuple((f.name, _predicate(hints.get(f.name, Any))) for f in dataclasses.fields(cls))

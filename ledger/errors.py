@@ -31,6 +31,7 @@ event log and the views exactly as they were::
     ├── UnknownSnapshotError (KeyError)
     ├── CorruptEventError
     ├── ViewMismatchError
+    ├── StorageError
     └── ClosedLedgerError
 """
 
@@ -151,6 +152,10 @@ class CorruptEventError(LedgerError):
 
 class ViewMismatchError(LedgerError):
     """Rebuilt views differ from the views that were there before."""
+
+
+class StorageError(LedgerError):
+    """The ledger's database cannot be opened or reached."""
 
 
 class ClosedLedgerError(LedgerError):

@@ -180,12 +180,17 @@ class LogDigest:
     def parse(cls, text: str) -> LogDigest:
         """Read ``size:position:roothex`` as printed by ``str()``/``provledger digest``."""
         parts = text.strip().split(":")
-        if len(parts) != 3 or not all(parts) or len(parts[2]) != 64:
+        if (
+            len(parts) != 3
+            or not parts[0].isdigit()
+            or not parts[1].isdigit()
+            or len(parts[2]) != 64
+            or len(parts[0]) > 18
+            or len(parts[1]) > 18
+        ):
             raise ValueError(f"digest {text!r} is not size:position:<64 hex chars>")
         size, position = int(parts[0]), int(parts[1])
         bytes.fromhex(parts[2])
-        if size < 0 or position < 0:
-            raise ValueError(f"digest {text!r} has a negative size or position")
         return cls(size=size, position=position, root=parts[2].lower())
 
 

@@ -102,7 +102,13 @@ def resolve_url(url: str | None) -> Backend:
         path = unquote(parsed.path[1:]) if parsed.path.startswith("/") else parsed.path
         if not path or path.endswith("/"):
             raise InvalidURLError(f"ledger URL {url!r} names no database file")
-        timeout = parse_qs(parsed.query).get("timeout", ["30"])[0]
+        if "\x00" in path:
+            raise InvalidURLError(f"ledger URL {url!r} has a NUL character in its path")
+        timeout = parse_qs(parsed.query).get("timeout", ["30"])[-1]
+        if not timeout.isascii() or not timeout.isdigit() or not 0 < int(timeout) <= 86_400:
+            raise InvalidURLError(
+                f"ledger URL {url!r}: timeout must be whole seconds between 1 and 86400"
+            )
         env = {
             "PERSISTENCE_MODULE": "eventsourcing.sqlite",
             "SQLITE_DBNAME": path,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ledger.domain import Principal, Run
+from ledger.errors import CorruptEventError
 from ledger.serialization import datetime_to_micros
 from projections.base import Cursor, Dialect
 
@@ -37,14 +38,21 @@ DDL = (
 TABLES = ("pl_principals", "pl_grants", "pl_tokens", "pl_runs", "pl_run_reads")
 
 
-def _subject(c: Cursor, d: Dialect, agg_id: Any) -> str:
-    c.execute(d.q("SELECT subject FROM {t}pl_principals WHERE agg_id=?"), (agg_id.hex,))
-    return str(c.fetchone()["subject"])
+def _lookup(c: Cursor, d: Dialect, sql: str, agg_id: Any, pos: int, what: str) -> str:
+    c.execute(d.q(sql), (agg_id.hex,))
+    row = c.fetchone()
+    if row is None:
+        raise CorruptEventError(f"stored event at position {pos} belongs to no registered {what}")
+    return str(row[0] if not isinstance(row, dict) else next(iter(row.values())))
 
 
-def _run_id(c: Cursor, d: Dialect, agg_id: Any) -> str:
-    c.execute(d.q("SELECT run_id FROM {t}pl_runs WHERE agg_id=?"), (agg_id.hex,))
-    return str(c.fetchone()["run_id"])
+def _subject(c: Cursor, d: Dialect, agg_id: Any, pos: int) -> str:
+    sql = "SELECT subject FROM {t}pl_principals WHERE agg_id=?"
+    return _lookup(c, d, sql, agg_id, pos, "principal")
+
+
+def _run_id(c: Cursor, d: Dialect, agg_id: Any, pos: int) -> str:
+    return _lookup(c, d, "SELECT run_id FROM {t}pl_runs WHERE agg_id=?", agg_id, pos, "run")
 
 
 def apply(c: Cursor, d: Dialect, pos: int, event: Any) -> None:
@@ -56,7 +64,7 @@ def apply(c: Cursor, d: Dialect, pos: int, event: Any) -> None:
             (event.originator_id.hex, event.subject),
         )
     elif isinstance(event, Principal.Granted):
-        subject = _subject(c, d, event.originator_id)
+        subject = _subject(c, d, event.originator_id, pos)
         have = set(roles_of(c, d, subject, event.scope))
         rows = [
             (subject, event.scope, role, pos, at, event.actor)
@@ -71,7 +79,7 @@ def apply(c: Cursor, d: Dialect, pos: int, event: Any) -> None:
             rows,
         )
     elif isinstance(event, Principal.GrantRevoked):
-        subject = _subject(c, d, event.originator_id)
+        subject = _subject(c, d, event.originator_id, pos)
         for role in event.roles:
             c.execute(
                 d.q(
@@ -88,7 +96,7 @@ def apply(c: Cursor, d: Dialect, pos: int, event: Any) -> None:
             ),
             (
                 event.token_hash,
-                _subject(c, d, event.originator_id),
+                _subject(c, d, event.originator_id, pos),
                 pos,
                 at,
                 None if event.expires is None else datetime_to_micros(event.expires),
@@ -105,7 +113,7 @@ def apply(c: Cursor, d: Dialect, pos: int, event: Any) -> None:
             (event.originator_id.hex, event.run_id, event.actor, pos),
         )
     elif isinstance(event, Run.ReadRecorded):
-        run_id = _run_id(c, d, event.originator_id)
+        run_id = _run_id(c, d, event.originator_id, pos)
         c.executemany(
             d.q(
                 "INSERT INTO {t}pl_run_reads (run_id, record_id, how, position) "

@@ -45,7 +45,7 @@ def apply(c: Cursor, d: Dialect, pos: int, event: Any) -> None:
             ),
             (
                 event.delivery_id,
-                record_id_of(c, d, event.originator_id),
+                record_id_of(c, d, event.originator_id, pos),
                 event.recipient,
                 event.channel,
                 datetime_to_micros(event.timestamp),
@@ -67,7 +67,7 @@ def apply(c: Cursor, d: Dialect, pos: int, event: Any) -> None:
             (
                 event.correction_id,
                 event.delivery_id,
-                record_id_of(c, d, event.originator_id),
+                record_id_of(c, d, event.originator_id, pos),
                 event.note,
                 event.replacement,
                 datetime_to_micros(event.timestamp),

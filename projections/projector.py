@@ -18,7 +18,8 @@ from typing import Any
 
 from eventsourcing.persistence import Mapper, Notification
 
-from ledger.errors import CorruptEventError
+from ledger.domain import check_event_shape
+from ledger.errors import CorruptEventError, LedgerError
 from projections import access, delivery, timeline, validity
 from projections.base import (
     TRACKING_DDL,
@@ -77,7 +78,9 @@ class Projector:
         """The domain event of a stored notification; corrupt bytes raise CorruptEventError."""
         assert self.mapper is not None
         try:
-            return self.mapper.to_domain_event(notification)
+            event = self.mapper.to_domain_event(notification)
+            check_event_shape(event)
+            return event
         except Exception as exc:
             raise CorruptEventError(
                 f"stored event at position {notification.id} "
@@ -92,6 +95,18 @@ class Projector:
         self._apply(c, events)
 
     def _apply(self, c: Cursor, events: Sequence[tuple[int, Any]]) -> None:
+        try:
+            self._apply_views(c, events)
+        except LedgerError:
+            raise
+        except Exception as exc:
+            first, last = events[0][0], events[-1][0]
+            where = f"position {first}" if first == last else f"positions {first}-{last}"
+            raise CorruptEventError(
+                f"stored events at {where} cannot be applied to the views: {exc!r}"
+            ) from None
+
+    def _apply_views(self, c: Cursor, events: Sequence[tuple[int, Any]]) -> None:
         d = self.dialect
         last = events[-1][0]
         for view in VIEWS:

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ledger.domain import Record, Status
+from ledger.errors import CorruptEventError
 from ledger.serialization import datetime_to_micros, pack, unpack
 from projections.base import Cursor, Dialect
 
@@ -93,11 +94,19 @@ def _micros(value: Any) -> int | None:
     return None if value is None else datetime_to_micros(value)
 
 
-def record_id_of(c: Cursor, d: Dialect, agg_id: Any) -> str:
-    """The record id for an aggregate id (recorded when the record was proposed)."""
+def record_id_of(c: Cursor, d: Dialect, agg_id: Any, position: int | None = None) -> str:
+    """The record id for an aggregate id (recorded when the record was proposed).
+
+    Raises ``LookupError``, or ``CorruptEventError`` naming ``position`` when
+    applying the event stored there.
+    """
     c.execute(d.q("SELECT record_id FROM {t}pl_record_ids WHERE agg_id=?"), (agg_id.hex,))
     row = c.fetchone()
     if row is None:
+        if position is not None:
+            raise CorruptEventError(
+                f"stored event at position {position} belongs to no proposed record"
+            )
         raise LookupError(f"no record for aggregate {agg_id}")
     return str(row["record_id"])
 
@@ -370,7 +379,7 @@ def apply(c: Cursor, d: Dialect, pos: int, event: Any) -> None:
 
     if not isinstance(event, _STATUS_EVENTS):
         return  # deliveries belong to the delivery-history view; other aggregates elsewhere
-    rid = record_id_of(c, d, event.originator_id)
+    rid = record_id_of(c, d, event.originator_id, pos)
     if not isinstance(event, Record.Revalidated):
         status, cause, reason = _status_change(event, rid)
         _new_version(
