@@ -193,10 +193,11 @@ class LedgerRecorderMixin:
         events = kwargs.get("ledger_events")
         if not ids:
             return
-        if self.projector.enabled:
-            self.projector.catch_up(c, upto=ids[0] - 1)
         guard: Guard | None = kwargs.get("guard")
         if guard is not None:
+            # The guard reads the views: they must include every earlier event.
+            if self.projector.enabled:
+                self.projector.catch_up(c, upto=ids[0] - 1)
             guard(c)
         if events is not None:
             self.projector.apply(c, list(zip(ids, events, strict=True)))

@@ -62,24 +62,6 @@ TRACKING_DDL = (
 )
 
 
-def get_tracking(c: Cursor, d: Dialect, view: str) -> int:
-    """The last position applied to ``view`` (0 if none)."""
-    c.execute(d.q("SELECT position FROM {t}pl_tracking WHERE view=?"), (view,))
-    row = c.fetchone()
-    return int(row["position"]) if row else 0
-
-
-def set_tracking(c: Cursor, d: Dialect, view: str, position: int) -> None:
-    """Record that ``view`` has applied everything up to ``position``."""
-    c.execute(
-        d.q(
-            "INSERT INTO {t}pl_tracking (view, position) VALUES (?, ?) "
-            "ON CONFLICT (view) DO UPDATE SET position=excluded.position"
-        ),
-        (view, position),
-    )
-
-
 def rows_digest(rows: Iterable[Sequence[Any]]) -> int:
     """Order-independent digest of rows: the sum of their sha256 values mod 2**256."""
     total = 0

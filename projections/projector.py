@@ -26,9 +26,7 @@ from projections.base import (
     Cursor,
     Dialect,
     fetch_in_chunks,
-    get_tracking,
     rows_digest,
-    set_tracking,
 )
 
 VIEWS: tuple[ModuleType, ...] = (validity, delivery, access)
@@ -70,9 +68,15 @@ class Projector:
             c.execute(self.dialect.q(f"DROP TABLE IF EXISTS {{t}}{table}"))
         c.execute(self.dialect.q("DROP TABLE IF EXISTS {t}pl_tracking"))
 
+    def tracking_map(self, c: Cursor) -> dict[str, int]:
+        """Each view's tracking position (0 for a view that has applied nothing)."""
+        c.execute(self.dialect.q("SELECT view, position FROM {t}pl_tracking"))
+        found = {str(r["view"]): int(r["position"]) for r in c.fetchall()}
+        return {name: found.get(name, 0) for name in self.view_names}
+
     def tracking(self, c: Cursor) -> int:
         """The lowest tracking position among the views (what is fully applied)."""
-        return min(get_tracking(c, self.dialect, name) for name in self.view_names)
+        return min(self.tracking_map(c).values())
 
     def decode(self, notification: Notification) -> Any:
         """The domain event of a stored notification; corrupt bytes raise CorruptEventError."""
@@ -88,15 +92,22 @@ class Projector:
             ) from None
 
     def apply(self, c: Cursor, events: Sequence[tuple[int, Any]]) -> None:
-        """Apply new (position, event) pairs in the writer's transaction."""
+        """Apply new (position, event) pairs in the writer's transaction.
+
+        Views that are behind are caught up first (one query when they are not).
+        """
         if not self.enabled or not events:
             return
-        self.catch_up(c, upto=events[0][0] - 1)
-        self._apply(c, events)
+        done = self.tracking_map(c)
+        if min(done.values()) < events[0][0] - 1 and self.catch_up(c, upto=events[0][0] - 1):
+            done = self.tracking_map(c)
+        self._apply(c, events, done)
 
-    def _apply(self, c: Cursor, events: Sequence[tuple[int, Any]]) -> None:
+    def _apply(
+        self, c: Cursor, events: Sequence[tuple[int, Any]], done: dict[str, int] | None = None
+    ) -> None:
         try:
-            self._apply_views(c, events)
+            self._apply_views(c, events, self.tracking_map(c) if done is None else done)
         except LedgerError:
             raise
         except Exception as exc:
@@ -106,28 +117,35 @@ class Projector:
                 f"stored events at {where} cannot be applied to the views: {exc!r}"
             ) from None
 
-    def _apply_views(self, c: Cursor, events: Sequence[tuple[int, Any]]) -> None:
+    def _apply_views(
+        self, c: Cursor, events: Sequence[tuple[int, Any]], done: dict[str, int]
+    ) -> None:
         d = self.dialect
         last = events[-1][0]
         for view in VIEWS:
-            done = get_tracking(c, d, view.VIEW)
-            todo = [(p, e) for p, e in events if p > done]
+            todo = [(p, e) for p, e in events if p > done[view.VIEW]]
             many = getattr(view, "apply_many", None)
             if many is not None:
                 many(c, d, todo)
             else:
                 for pos, event in todo:
                     view.apply(c, d, pos, event)
-            if last > done:
-                set_tracking(c, d, view.VIEW, last)
-        done = get_tracking(c, d, timeline.VIEW)
-        timeline.apply_many(c, d, [(p, e) for p, e in events if p > done])
-        if last > done:
-            set_tracking(c, d, timeline.VIEW, last)
+        timeline.apply_many(c, d, [(p, e) for p, e in events if p > done[timeline.VIEW]])
+        moved = [name for name, position in done.items() if last > position]
+        if moved:
+            c.executemany(
+                d.q(
+                    "INSERT INTO {t}pl_tracking (view, position) VALUES (?, ?) "
+                    "ON CONFLICT (view) DO UPDATE SET position=excluded.position"
+                ),
+                [(name, last) for name in moved],
+            )
 
     def pending(self, c: Cursor, upto: int | None = None) -> Iterator[list[tuple[int, Any]]]:
         """Batches of decoded events after the views' tracking position."""
         after = self.tracking(c)
+        if upto is not None and after >= upto:
+            return
         while True:
             notes = self.reader(c, after, self.batch)
             notes = [n for n in notes if upto is None or n.id <= upto]
