@@ -9,6 +9,7 @@ its events, view updates and snapshots in one transaction.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import random
 import re
@@ -1352,16 +1353,26 @@ class Session:
                     )
                 self._check_usable_deps(c, record.dependencies, rid, "accept", now)
                 view = self._view(c, row, now)
-            for check in ledger._checks:
-                reason = check(view)
-                if reason:
-                    name = getattr(check, "__name__", repr(check))
-                    raise AcceptanceCheckError(
-                        f"acceptance check {name!r} refused record {rid!r}: {reason}"
-                    )
+            self._run_acceptance_checks(view, "accept")
             ledger._save(record, guard=self._deps_guard(record.dependencies, rid, "accept"))
 
         ledger._retrying(attempt)
+
+    def _run_acceptance_checks(self, view: RecordView, command: str) -> None:
+        """Every check the application registered must pass before a record is ACCEPTED."""
+        for check in self._ledger._checks:
+            name = getattr(check, "__name__", repr(check))
+            try:
+                reason = check(view)
+            except Exception as exc:
+                raise AcceptanceCheckError(
+                    f"{command} refused: acceptance check {name!r} failed on record "
+                    f"{view.id!r}: {exc!r}"
+                ) from None
+            if reason:
+                raise AcceptanceCheckError(
+                    f"acceptance check {name!r} refused record {view.id!r}: {reason}"
+                )
 
     def _check_usable_deps(
         self, c: Cursor, deps: Iterable[str], rid: str, command: str, now: datetime
@@ -1507,13 +1518,20 @@ class Session:
                             )
                         self._check_dependency(c, dep, "parent", rid)
                 deps = new_basis if new_basis is not None else record.dependencies
-                self._check_usable_deps(c, deps, rid, "revalidate", ledger._now())
+                now = ledger._now()
+                self._check_usable_deps(c, deps, rid, "revalidate", now)
+                view = self._view(c, row, now)
+            if new_basis is not None:
+                view = dataclasses.replace(view, parents=new_basis, observed=())
+            # Revalidation re-approves: a candidate made STALE before anyone
+            # accepted it must not skip the application's checks this way.
+            self._run_acceptance_checks(view, "revalidate")
             record.revalidate(
                 self._subject,
                 note,
                 parents=new_basis,
                 observed=() if new_basis is not None else None,
-                at=ledger._now(),
+                at=now,
             )
             ledger._save(record, guard=self._deps_guard(deps, rid, "revalidate"))
 

@@ -261,10 +261,16 @@ def _new_version(c: Cursor, d: Dialect, record_id: str, pos: int, at: int, **cha
         values["left_valid_pos"] = None
     elif was_accepted:
         values["left_valid_pos"] = pos
-    c.execute(
-        d.q("UPDATE {t}pl_records SET to_pos=? WHERE record_id=? AND to_pos IS NULL"),
-        (pos, record_id),
-    )
+    if row["from_pos"] == pos:
+        # A second change by the same event: amend the version it opened.
+        c.execute(
+            d.q("DELETE FROM {t}pl_records WHERE record_id=? AND from_pos=?"), (record_id, pos)
+        )
+    else:
+        c.execute(
+            d.q("UPDATE {t}pl_records SET to_pos=? WHERE record_id=? AND to_pos IS NULL"),
+            (pos, record_id),
+        )
     c.execute(d.q(_INSERT), tuple(values[name] for name in COLUMNS))
 
 
@@ -425,6 +431,26 @@ def apply(c: Cursor, d: Dialect, pos: int, event: Any) -> None:
             eff_expires=eff,
             eff_source=source,
         )
+        _refresh_effective_expiry(c, d, rid, pos, at)
+
+
+def _refresh_effective_expiry(c: Cursor, d: Dialect, root: str, pos: int, at: int) -> None:
+    """Recompute the effective expiry below ``root`` after its basis changed.
+
+    Its descendants are STALE (so unusable whatever their expiry), but what the
+    view says about them must follow the new basis, now and as of this position.
+    """
+    frontier = [root]
+    while frontier:
+        changed: list[str] = []
+        for child in dict.fromkeys(child for _p, child, _e in children(c, d, frontier)):
+            row = current(c, d, child)
+            deps = dict.fromkeys((*unpack(row["parents"]), *unpack(row["observed"])))
+            eff, source = _effective_expiry(c, d, child, row["expires"], deps)
+            if (eff, source) != (row["eff_expires"], row["eff_source"]):
+                _new_version(c, d, child, pos, at, eff_expires=eff, eff_source=source)
+                changed.append(child)
+        frontier = changed
 
 
 # -- read-only subgraph queries (dependency pictures, PROV export) ----------------

@@ -1,0 +1,306 @@
+"""Dependency-graph pictures: a record's ancestors and descendants, coloured by status.
+
+:func:`collect` gathers the subgraph a session may see; :func:`to_dot` and
+:func:`to_mermaid` turn it into text; :func:`draw` is the one call the command
+line makes. SVG and PNG are rendered by Graphviz's ``dot`` program through the
+``graphviz`` package; when ``dot`` is not installed, :func:`draw` falls back to
+the DOT source and says so in :attr:`Picture.note`.
+
+Each node shows the record's id, kind, status and validity; the fill colour is
+the status (:data:`STATUS_COLOURS`), observed dependencies are dashed edges,
+delivered records get a double border and a ``DELIVERED`` line, and the record
+the picture is about gets a thick border.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from ledger.access import Role
+from ledger.application import Session
+from ledger.domain import Status
+from ledger.errors import InvalidInputError
+from ledger.values import RecordView
+from projections import validity as validity_view
+
+#: (fill, border) colour per status: REVOKED red, STALE orange, ACCEPTED green,
+#: CANDIDATE yellow, REJECTED grey.
+STATUS_COLOURS: dict[Status, tuple[str, str]] = {
+    Status.ACCEPTED: ("#c8e6c9", "#2e7d32"),
+    Status.CANDIDATE: ("#fff59d", "#f9a825"),
+    Status.STALE: ("#ffcc80", "#e65100"),
+    Status.REVOKED: ("#ef9a9a", "#b71c1c"),
+    Status.REJECTED: ("#e0e0e0", "#616161"),
+}
+
+#: What :func:`draw` can produce.
+FORMATS = ("svg", "png", "dot", "mermaid")
+
+_INSTALL_HINT = (
+    "install Graphviz (Debian/Ubuntu: apt-get install graphviz; macOS: brew install graphviz)"
+)
+
+
+@dataclass(frozen=True)
+class Edge:
+    """``child`` depends on ``parent``: declared by its proposer, or observed at run time."""
+
+    parent: str
+    child: str
+    edge: str  # "declared" | "observed"
+
+
+@dataclass(frozen=True)
+class Subgraph:
+    """Records a session may see and the dependency edges between them."""
+
+    root: str | None
+    nodes: tuple[RecordView, ...]
+    edges: tuple[Edge, ...]
+    position: int
+    title: str
+
+
+@dataclass(frozen=True)
+class Picture:
+    """What :func:`draw` produced: ``data`` in ``format``.
+
+    ``format`` differs from ``requested`` only on a fallback (SVG or PNG asked
+    for, Graphviz's ``dot`` missing); ``note`` then says why and what to do.
+    """
+
+    requested: str
+    format: str
+    data: bytes
+    subgraph: Subgraph
+    note: str | None = None
+
+    @property
+    def fell_back(self) -> bool:
+        """True when the picture is DOT text because ``dot`` was missing."""
+        return self.format != self.requested
+
+
+def collect(
+    session: Session,
+    record: str | None = None,
+    *,
+    scope: str | None = None,
+    ancestors: bool = False,
+    descendants: bool = False,
+    role: Role = Role.READ,
+    command: str = "graph",
+) -> Subgraph:
+    """The records ``session`` may see around ``record`` (or in ``scope``, or all).
+
+    With ``record``: that record plus its ancestors and/or descendants over
+    declared and observed edges. Without it: every record in ``scope``, or in
+    every scope where the principal holds ``role``. Records in scopes where the
+    principal lacks ``role`` are left out, with their edges, as if absent. An
+    as-of session answers as the ledger did at its position.
+
+    Raises:
+        UnknownRecordError: ``record`` is unknown or not visible.
+        AccessDeniedError: no ``role`` in ``record``'s scope or in ``scope``.
+    """
+    d = session._ledger._dialect
+    position = session.position
+    allowed: dict[str, bool] = {}
+    with session._ctx() as c:
+
+        def may(scope_name: str) -> bool:
+            if scope_name not in allowed:
+                allowed[scope_name] = role.value in session._roles(c, scope_name)
+            return allowed[scope_name]
+
+        if record is not None:
+            row = session._visible(c, record, role, command)
+            root: str | None = row["record_id"]
+            rows = validity_view.lineage(
+                c,
+                d,
+                row["record_id"],
+                ancestors=ancestors,
+                descendants=descendants,
+                position=position,
+            )
+            ids = list(dict.fromkeys([row["record_id"], *(x for e in rows for x in e[:2])]))
+        else:
+            root = None
+            if scope is not None:
+                session._require(c, scope, role, command)
+                wanted = [scope]
+            else:
+                wanted = [s for s in validity_view.scopes(c, d, position) if may(s)]
+            ids = [rid for s in wanted for rid in validity_view.in_scope(c, d, s, position)]
+            rows = validity_view.edges_among(c, d, ids, position)
+        at = session._at(None)
+        nodes: dict[str, RecordView] = {}
+        for rid in ids:
+            found = validity_view.current(c, d, rid, position)
+            if found is not None and may(found["scope"]):
+                nodes[rid] = session._view(c, found, at)
+        now = session._ledger.position if position is None else position
+    edges = tuple(
+        Edge(parent=p, child=ch, edge=kind) for p, ch, kind in rows if p in nodes and ch in nodes
+    )
+    return Subgraph(
+        root=root,
+        nodes=tuple(nodes.values()),
+        edges=edges,
+        position=now,
+        title=_title(root, scope, ancestors, descendants, now),
+    )
+
+
+def _title(
+    root: str | None, scope: str | None, ancestors: bool, descendants: bool, position: int
+) -> str:
+    if root is None:
+        what = f"records in scope {scope}" if scope is not None else "every visible record"
+    else:
+        sides = [n for n, on in (("ancestors", ancestors), ("descendants", descendants)) if on]
+        what = f"{root} and its {' and '.join(sides)}" if sides else root
+    return f"{what} (log position {position})"
+
+
+def _lines(node: RecordView) -> list[str]:
+    lines = [node.id, f"[{node.kind}]", f"{node.status} / {node.validity}"]
+    if node.status == Status.STALE and node.cause:
+        lines.append(f"({node.cause} revoked)")
+    if node.deliveries:
+        lines.append(
+            "DELIVERED" + (f" x{len(node.deliveries)}" if len(node.deliveries) > 1 else "")
+        )
+    return lines
+
+
+def _tooltip(node: RecordView) -> str:
+    parts = [f"{node.scope}/{node.claim_key} = {json.dumps(node.value, default=repr)}"]
+    if node.reason:
+        parts.append(f"reason: {node.reason}")
+    return "\n".join(parts)
+
+
+def _dot_quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def _dot_attrs(attrs: Iterable[tuple[str, str]]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in attrs)
+
+
+def to_dot(sub: Subgraph) -> str:
+    """Graphviz DOT source: parent → child, fill colour by status, observed edges dashed."""
+    out = [
+        "digraph provledger {",
+        f"  graph [rankdir=TB, labelloc=t, fontname=Helvetica, label={_dot_quote(sub.title)}];",
+        '  node [shape=box, style="rounded,filled", fontname=Helvetica];',
+        "  edge [fontname=Helvetica, fontsize=10];",
+    ]
+    for node in sub.nodes:
+        fill, border = STATUS_COLOURS[node.status]
+        attrs = [
+            ("label", _dot_quote("\n".join(_lines(node)))),
+            ("fillcolor", _dot_quote(fill)),
+            ("color", _dot_quote(border)),
+            ("tooltip", _dot_quote(_tooltip(node))),
+        ]
+        if node.deliveries:
+            attrs.append(("peripheries", "2"))
+        if node.id == sub.root:
+            attrs.append(("penwidth", "3"))
+        out.append(f"  {_dot_quote(node.id)} [{_dot_attrs(attrs)}];")
+    for e in sub.edges:
+        attrs = [("style", "dashed"), ("label", '"observed"')] if e.edge == "observed" else []
+        suffix = f" [{_dot_attrs(attrs)}]" if attrs else ""
+        out.append(f"  {_dot_quote(e.parent)} -> {_dot_quote(e.child)}{suffix};")
+    out.append("}")
+    return "\n".join(out) + "\n"
+
+
+def _mermaid_text(text: str) -> str:
+    return text.replace('"', "#quot;").replace("<", "#lt;").replace(">", "#gt;")
+
+
+def to_mermaid(sub: Subgraph) -> str:
+    """A Mermaid flowchart: the same nodes, colours (classes) and dashed observed edges."""
+    names = {node.id: f"n{i}" for i, node in enumerate(sub.nodes)}
+    out = ["flowchart TD"]
+    for node in sub.nodes:
+        label = "<br/>".join(_mermaid_text(line) for line in _lines(node))
+        # A delivered record gets the double-bordered "subroutine" shape.
+        opening, closing = ('[["', '"]]') if node.deliveries else ('["', '"]')
+        out.append(f"  {names[node.id]}{opening}{label}{closing}:::{node.status.lower()}")
+    for e in sub.edges:
+        arrow = "-. observed .->" if e.edge == "observed" else "-->"
+        out.append(f"  {names[e.parent]} {arrow} {names[e.child]}")
+    for status, (fill, border) in STATUS_COLOURS.items():
+        out.append(f"  classDef {status.lower()} fill:{fill},stroke:{border},color:#000")
+    if sub.root in names:
+        out.append(f"  style {names[sub.root]} stroke-width:3px")
+    return "\n".join(out) + "\n"
+
+
+def dot_available() -> bool:
+    """Whether Graphviz's ``dot`` program is on the PATH."""
+    return shutil.which("dot") is not None
+
+
+def render(dot_source: str, format: str) -> bytes:
+    """Render DOT source to ``svg`` or ``png`` bytes with Graphviz's ``dot``.
+
+    Raises:
+        graphviz.ExecutableNotFound: ``dot`` is not installed.
+    """
+    import graphviz  # imported here: only rendering needs it
+
+    data: Any = graphviz.Source(dot_source).pipe(format=format)
+    return bytes(data)
+
+
+def draw(
+    session: Session,
+    record: str,
+    *,
+    ancestors: bool = False,
+    descendants: bool = False,
+    format: str = "svg",
+) -> Picture:
+    """The dependency picture of ``record`` in ``format`` (svg, png, dot, mermaid).
+
+    Neither ``ancestors`` nor ``descendants`` draws just the record. SVG and PNG
+    fall back to DOT text (``Picture.note`` says why) when ``dot`` is missing.
+
+    Raises:
+        InvalidInputError: an unknown format.
+        UnknownRecordError: ``record`` is unknown or not visible.
+        AccessDeniedError: no ``read`` role in its scope.
+    """
+    if format not in FORMATS:
+        raise InvalidInputError(f"graph format {format!r} is not one of: {', '.join(FORMATS)}")
+    sub = collect(session, record, ancestors=ancestors, descendants=descendants)
+    if format == "mermaid":
+        return Picture(format, format, to_mermaid(sub).encode(), sub)
+    source = to_dot(sub)
+    if format == "dot":
+        return Picture(format, format, source.encode(), sub)
+    note = f"Graphviz's `dot` program is not installed, so no {format.upper()} was drawn"
+    if dot_available():
+        import graphviz
+
+        try:
+            return Picture(format, format, render(source, format), sub)
+        except graphviz.ExecutableNotFound:
+            pass
+    return Picture(
+        format,
+        "dot",
+        source.encode(),
+        sub,
+        note=f"{note}: wrote the DOT source instead; {_INSTALL_HINT}, or use --format mermaid",
+    )

@@ -1,0 +1,304 @@
+"""W3C PROV export: the ledger's records, events and principals as a PROV document.
+
+Built with the ``prov`` package (:class:`prov.model.ProvDocument`):
+
+- every record is an **entity** (``rec:<id>``) carrying its kind, scope, claim
+  key, value (as JSON text), status and validity; evidence also carries its
+  URI, fetch time, content hash and snapshot reference;
+- each declared parent is a ``wasDerivedFrom`` (``pl:dependency="declared"``),
+  each observed dependency one with ``pl:dependency="observed"`` and
+  ``prov:type=pl:ObservedDependency``; the derivation names the activity that
+  set that basis (the proposal, or a revalidation on a new basis);
+- every event is an **activity** (``act:<verb>-<log position>``) associated
+  with its principal, an **agent** (``agent:<subject>``): the proposal
+  generates the entity (``wasGeneratedBy``, ``wasAttributedTo`` the proposer)
+  and used its parents; acceptance, rejection, revalidation, delivery and
+  correction ``used`` the entity (with ``prov:role``);
+- a revocation ``wasInvalidatedBy`` its activity, with the reason; a stale
+  marking is an activity recording its cause (``pl:cause``, ``pl:reason``)
+  that ``wasInformedBy`` the revocation that caused it. A stale record is not
+  invalidated: STALE means *needs re-verification*, not *proven wrong*.
+
+Only records in scopes where the session holds ``audit`` are exported, and only
+relations between exported records; an as-of session exports the ledger as it
+was at its position.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from prov.model import XSD_ANYURI, Literal, Namespace, ProvDocument, QualifiedName
+
+from ledger.access import Role
+from ledger.application import Session
+from ledger.errors import AccessDeniedError, InvalidInputError, UnknownRecordError
+from ledger.graph import collect
+from ledger.values import AuditEvent, AuditTrail, RecordView
+
+#: Attributes and types defined by provledger.
+PL = Namespace("pl", "urn:provledger:ns#")
+#: Records (entities).
+REC = Namespace("rec", "urn:provledger:record:")
+#: Principals (agents).
+AGENT = Namespace("agent", "urn:provledger:principal:")
+#: Events (activities), named by verb and log position.
+ACT = Namespace("act", "urn:provledger:event:")
+
+#: Command-line format name → ``prov`` serializer name.
+FORMATS = {"prov-json": "json", "prov-n": "provn", "prov-xml": "xml"}
+
+#: Event type → (activity verb, ``prov:type`` local name, role of the record in it).
+_ACTIVITIES = {
+    "Proposed": ("propose", "Proposal", "proposed"),
+    "Accepted": ("accept", "Acceptance", "accepted"),
+    "Rejected": ("reject", "Rejection", "rejected"),
+    "Revoked": ("revoke", "Revocation", "revoked"),
+    "MarkedStale": ("mark-stale", "StaleMarking", "markedStale"),
+    "Revalidated": ("revalidate", "Revalidation", "revalidated"),
+    "Delivered": ("deliver", "Delivery", "delivered"),
+    "CorrectionIssued": ("correct", "Correction", "corrected"),
+}
+
+
+def _json_text(value: Any) -> str:
+    def default(v: Any) -> Any:
+        if isinstance(v, bytes):
+            return {"base64": base64.b64encode(v).decode()}
+        if isinstance(v, datetime):
+            return v.isoformat()
+        raise TypeError(type(v).__name__)
+
+    return json.dumps(value, default=default, sort_keys=True, ensure_ascii=False)
+
+
+def _activity_id(event: AuditEvent) -> QualifiedName:
+    return ACT[f"{_ACTIVITIES[event.type][0]}-{event.position}"]
+
+
+class _Builder:
+    """Adds records, activities and agents to one document, each once."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.doc = ProvDocument()
+        for ns in (PL, REC, AGENT, ACT):
+            self.doc.add_namespace(ns)
+        self.agents: set[str] = set()
+        self.trails: dict[str, AuditTrail | None] = {}
+
+    def agent(self, subject: str | None) -> QualifiedName | None:
+        if subject is None:
+            return None
+        if subject not in self.agents:
+            self.agents.add(subject)
+            self.doc.agent(AGENT[subject], {"prov:label": subject})
+        return AGENT[subject]
+
+    def trail(self, record_id: str) -> AuditTrail | None:
+        """A record's audit trail, or None if the session may not audit it."""
+        if record_id not in self.trails:
+            try:
+                self.trails[record_id] = self.session.audit(record_id)
+            except (UnknownRecordError, AccessDeniedError):
+                self.trails[record_id] = None
+        return self.trails[record_id]
+
+    def entity(self, node: RecordView) -> None:
+        attrs: dict[str, Any] = {
+            "prov:type": PL[str(node.kind)],
+            "prov:label": node.id,
+            "pl:scope": node.scope,
+            "pl:claimKey": node.claim_key,
+            "pl:kind": str(node.kind),
+            "pl:value": _json_text(node.value),
+            "pl:status": str(node.status),
+            "pl:validity": str(node.validity),
+        }
+        if node.conditions:
+            attrs["pl:conditions"] = _json_text(node.conditions)
+        if node.expires is not None:
+            attrs["pl:expires"] = node.expires
+        if node.reason:
+            attrs["pl:reason"] = node.reason
+        if node.cause is not None and node.cause != node.id:
+            attrs["pl:staleCause"] = REC[node.cause]
+        if node.evidence is not None:
+            ev = node.evidence
+            attrs["pl:uri"] = Literal(str(ev["uri"]), XSD_ANYURI)
+            attrs["pl:contentHash"] = str(ev["content_hash"])
+            attrs["pl:snapshotRef"] = str(ev["snapshot_ref"])
+            fetched = ev.get("fetched_at")
+            if isinstance(fetched, datetime):
+                attrs["pl:fetchedAt"] = fetched
+            if isinstance(ev.get("size"), int):
+                attrs["pl:size"] = ev["size"]
+        self.doc.entity(REC[node.id], attrs)
+
+    def activities(self, node: RecordView, members: set[str]) -> QualifiedName | None:
+        """Add the record's events; returns the activity that set its current basis."""
+        trail = self.trail(node.id)
+        if trail is None:
+            return None
+        entity = REC[node.id]
+        basis: QualifiedName | None = None
+        for event in trail.events:
+            if event.type not in _ACTIVITIES:
+                continue
+            _verb, kind, role = _ACTIVITIES[event.type]
+            act = _activity_id(event)
+            attrs: dict[str, Any] = {
+                "prov:type": PL[kind],
+                "prov:label": f"{event.type} {node.id}",
+                "pl:position": event.position,
+            }
+            details = event.details
+            for key, name in (
+                ("note", "pl:note"),
+                ("reason", "pl:reason"),
+                ("recipient", "pl:recipient"),
+                ("channel", "pl:channel"),
+                ("delivery_id", "pl:deliveryId"),
+                ("correction_id", "pl:correctionId"),
+            ):
+                if details.get(key):
+                    attrs[name] = str(details[key])
+            if event.type == "MarkedStale":
+                attrs["pl:cause"] = REC[str(details["cause"])]
+            self.doc.activity(act, event.at, event.at, attrs)
+            agent = self.agent(event.actor)
+            if agent is not None:
+                self.doc.wasAssociatedWith(act, agent)
+            if event.type == "Proposed":
+                basis = act
+                self.doc.wasGeneratedBy(entity, act, event.at)
+                if agent is not None:
+                    self.doc.wasAttributedTo(entity, agent)
+                self._used(act, details.get("parents"), members, "declaredParent")
+                self._used(act, details.get("observed"), members, "observedDependency")
+                continue
+            if event.type == "Revoked":
+                self.doc.wasInvalidatedBy(
+                    entity,
+                    act,
+                    event.at,
+                    other_attributes={"pl:reason": str(details.get("reason", ""))},
+                )
+                continue
+            self.doc.used(act, entity, event.at, other_attributes={"prov:role": PL[role]})
+            if event.type == "MarkedStale":
+                cause = self._revocation(str(details["cause"]), event.position)
+                if cause is not None:
+                    self.doc.wasInformedBy(act, cause)
+            elif event.type == "Revalidated" and details.get("parents") is not None:
+                basis = act
+                self._used(act, details.get("parents"), members, "newBasis")
+            elif event.type == "CorrectionIssued" and details.get("replacement"):
+                self._used(act, [details["replacement"]], members, "replacement")
+        return basis
+
+    def _used(
+        self, act: QualifiedName, ids: Sequence[str] | None, members: set[str], role: str
+    ) -> None:
+        for rid in ids or ():
+            if rid in members:
+                self.doc.used(act, REC[rid], other_attributes={"prov:role": PL[role]})
+
+    def _revocation(self, root: str, before: int) -> QualifiedName | None:
+        """The activity of ``root``'s revocation that a marking at ``before`` came from."""
+        trail = self.trail(root)
+        if trail is None:
+            return None
+        revoked = [e for e in trail.events if e.type == "Revoked" and e.position < before]
+        return _activity_id(revoked[-1]) if revoked else None
+
+
+def export_prov(
+    session: Session,
+    scope: str | None = None,
+    record: str | None = None,
+    ancestors: bool = False,
+    descendants: bool = False,
+) -> ProvDocument:
+    """The records ``session`` may audit, as a W3C PROV document.
+
+    With ``record``: that record, plus its ancestors and/or descendants if
+    asked; with ``scope`` (too): only records in that scope; with neither:
+    every record in every scope where the principal holds ``audit``.
+
+    Raises:
+        UnknownRecordError: ``record`` is unknown or not visible.
+        AccessDeniedError: no ``audit`` role in ``record``'s scope or in ``scope``.
+    """
+    sub = collect(
+        session,
+        record,
+        scope=scope if record is None else None,
+        ancestors=ancestors,
+        descendants=descendants,
+        role=Role.AUDIT,
+        command="export",
+    )
+    nodes = [n for n in sub.nodes if scope is None or n.scope == scope]
+    members = {n.id for n in nodes}
+    builder = _Builder(session)
+    bases: dict[str, QualifiedName | None] = {}
+    for node in nodes:
+        builder.entity(node)
+    for node in nodes:
+        bases[node.id] = builder.activities(node, members)
+    for edge in sub.edges:
+        if edge.parent not in members or edge.child not in members:
+            continue
+        attrs: dict[str, Any] = {"pl:dependency": edge.edge}
+        if edge.edge == "observed":
+            attrs["prov:type"] = PL["ObservedDependency"]
+        builder.doc.wasDerivedFrom(
+            REC[edge.child], REC[edge.parent], bases.get(edge.child), other_attributes=attrs
+        )
+    return builder.doc
+
+
+def serialize(doc: ProvDocument, format: str) -> str:
+    """``doc`` as ``prov-json``, ``prov-n`` or ``prov-xml`` text.
+
+    Raises:
+        InvalidInputError: an unknown format.
+    """
+    if format not in FORMATS:
+        raise InvalidInputError(f"export format {format!r} is not one of: {', '.join(FORMATS)}")
+    if format == "prov-n":
+        return doc.get_provn() + "\n"
+    if format == "prov-json":
+        text = doc.serialize(format="json", indent=2)
+    else:
+        text = doc.serialize(format=FORMATS[format])
+    assert isinstance(text, str)
+    return text if text.endswith("\n") else text + "\n"
+
+
+def export_text(
+    session: Session,
+    format: str = "prov-json",
+    *,
+    scope: str | None = None,
+    record: str | None = None,
+    ancestors: bool = False,
+    descendants: bool = False,
+) -> str:
+    """:func:`export_prov` serialised as ``format`` (what ``provledger export`` prints).
+
+    Raises:
+        InvalidInputError: an unknown format.
+        UnknownRecordError, AccessDeniedError: as :func:`export_prov`.
+    """
+    if format not in FORMATS:
+        raise InvalidInputError(f"export format {format!r} is not one of: {', '.join(FORMATS)}")
+    doc = export_prov(
+        session, scope=scope, record=record, ancestors=ancestors, descendants=descendants
+    )
+    return serialize(doc, format)

@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""Long randomised test campaigns against provledger, beyond what CI can afford.
+
+Campaigns (``--campaign``, default ``model``):
+
+model
+    The reference-model state machine of ``tests/test_model.py``: random command
+    sequences run on the real ledger and on ``tests/model.py`` side by side, every
+    answer compared after every step. CI runs 30 examples per backend; this runs
+    as many as asked, in batches (each batch a fresh hypothesis run), printing
+    progress after each.
+
+Prints per backend the examples run, the elapsed time and any failure (hypothesis
+prints the shrunk command sequence); exits 1 if any campaign found a failure.
+
+Examples::
+
+    python scripts/soak.py --examples 500
+    python scripts/soak.py --examples 2000 --steps 80 --backend sqlite
+    python scripts/soak.py --backend postgres --examples 100   # needs $PROVLEDGER_TEST_PG
+    python scripts/soak.py --ignore stale-effective-expiry     # hunt past a known bug
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+# The campaigns live in the test suite, which is not an installed package.
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from hypothesis import HealthCheck, Phase, settings  # noqa: E402 (after the path setup)
+from hypothesis.stateful import run_state_machine_as_test  # noqa: E402
+
+BACKENDS = ("memory", "sqlite", "postgres")
+
+
+@dataclass
+class Outcome:
+    """What one campaign on one backend did."""
+
+    campaign: str
+    backend: str
+    examples: int
+    seconds: float
+    failure: str | None = None
+
+
+def model_campaign(args: argparse.Namespace, backend: str) -> Outcome:
+    """Run the reference-model state machine for ``args.examples`` examples."""
+    from tests.test_model import KNOWN_BUGS, MACHINES
+
+    unknown = sorted(set(args.ignore) - set(KNOWN_BUGS))
+    if unknown:
+        raise SystemExit(f"--ignore {unknown[0]!r}: not one of {', '.join(sorted(KNOWN_BUGS))}")
+    machine = type(
+        f"Soak{MACHINES[backend].__name__}",
+        (MACHINES[backend],),
+        {"ignore": frozenset(args.ignore)},
+    )
+    phases = [Phase.explicit, Phase.generate] + ([] if args.no_shrink else [Phase.shrink])
+    started = time.perf_counter()
+    done = 0
+    while done < args.examples:
+        batch = min(args.batch, args.examples - done)
+        try:
+            run_state_machine_as_test(  # type: ignore[no-untyped-call]  # unannotated upstream
+                machine,
+                settings=settings(
+                    max_examples=batch,
+                    stateful_step_count=args.steps,
+                    deadline=None,
+                    database=None,
+                    phases=phases,
+                    print_blob=True,
+                    suppress_health_check=list(HealthCheck),
+                ),
+            )
+        except Exception as exc:
+            # ``done`` counts the examples of the batches that passed; the failure is
+            # somewhere in this batch (runs made while shrinking are not examples).
+            failure = (
+                f"in examples {done + 1}-{done + batch}: "
+                + "".join(traceback.format_exception_only(type(exc), exc)).strip()
+            )
+            return Outcome("model", backend, done, time.perf_counter() - started, failure)
+        done += batch
+        elapsed = time.perf_counter() - started
+        print(f"  model/{backend}: {done}/{args.examples} examples, {elapsed:.0f} s", flush=True)
+    return Outcome("model", backend, done, time.perf_counter() - started)
+
+
+#: Campaign name -> runner. Crash-injection and fuzz campaigns plug in here.
+CAMPAIGNS: dict[str, Callable[[argparse.Namespace, str], Outcome]] = {
+    "model": model_campaign,
+}
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="\n".join(__doc__.splitlines()[2:]),
+    )
+    parser.add_argument("--campaign", choices=sorted(CAMPAIGNS), default="model")
+    parser.add_argument("--examples", type=int, default=500, help="examples per backend")
+    parser.add_argument("--steps", type=int, default=40, help="max commands per example")
+    parser.add_argument(
+        "--backend",
+        choices=(*BACKENDS, "all"),
+        action="append",
+        help="repeatable; default memory and sqlite; 'all' adds postgres",
+    )
+    parser.add_argument("--batch", type=int, default=50, help="examples per progress line")
+    parser.add_argument(
+        "--ignore",
+        action="append",
+        default=[],
+        metavar="BUG",
+        help="skip the comparison a known library bug breaks (tests/test_model.py KNOWN_BUGS)",
+    )
+    parser.add_argument("--no-shrink", action="store_true", help="report failures unshrunk")
+    args = parser.parse_args(argv)
+    chosen = args.backend or ["memory", "sqlite"]
+    args.backends = list(BACKENDS) if "all" in chosen else list(dict.fromkeys(chosen))
+    if args.examples < 1 or args.steps < 1 or args.batch < 1:
+        parser.error("--examples, --steps and --batch must be positive")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the chosen campaign on each backend; returns the exit status."""
+    args = parse_args(argv)
+    run = CAMPAIGNS[args.campaign]
+    outcomes = []
+    for backend in args.backends:
+        print(f"{args.campaign}/{backend}: {args.examples} examples of up to {args.steps} steps")
+        outcomes.append(run(args, backend))
+    print()
+    for o in outcomes:
+        status = "ok" if o.failure is None else "FAILED"
+        print(f"{o.campaign}/{o.backend}: {o.examples} examples in {o.seconds:.1f} s: {status}")
+        if o.failure is not None:
+            print(f"  {o.failure}")
+    return 0 if all(o.failure is None for o in outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

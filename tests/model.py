@@ -1,0 +1,500 @@
+"""A naive in-memory reference model of SPEC §3-5, for the state-machine tests.
+
+It is meant to be obviously correct by reading, so it does the opposite of the
+library's indexes: plain dicts, no stored effective expiry, no reverse-dependency
+index. Every question walks the graph from scratch:
+
+- ``ancestors`` walks parents and observed dependencies on every call;
+- ``descendants`` is a fixed-point scan over *all* records;
+- ``usable`` checks the record and every ancestor literally (status ACCEPTED and
+  ``at`` before every expiry), instead of trusting "ACCEPTED implies ancestors
+  ACCEPTED".
+
+Commands check every rule first and raise :class:`Refused` (naming each broken
+rule with the error classes it may be reported as) without touching the state;
+only then do they change it. ``Model.commit`` keeps a deep copy of the state per
+log position so as-of reads can be compared with what the model said then.
+
+Choices where SPEC is silent (documented so a reader can disagree):
+
+- The record an expiry is blamed on (``expiry_source``, "ancestor X expired at")
+  is the one with the earliest expiry in the ancestry; on a tie, the first met in
+  a depth-first walk: the record itself, then each dependency's ancestry in order
+  (declared parents, then observed).
+- ``explain`` reports the first failing stage of the eligibility chain only
+  (status, then time, then applicability), as SPEC §4 lists the stages "in order".
+- A correction answers a delivery if it was issued after the delivery and after
+  the record last left ACCEPTED, so a report revalidated and invalidated again
+  needs a new correction.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from ledger import Kind, Outcome, Status, Validity
+from ledger.errors import (
+    CycleError,
+    DuplicateRecordError,
+    ExpiryInPastError,
+    InvalidParentError,
+    InvalidTransitionError,
+    LedgerError,
+    NotUsableError,
+    SelfApprovalError,
+    UnknownDeliveryError,
+    UnknownRecordError,
+)
+from ledger.serialization import canonical
+
+BLOCKING = (Status.REVOKED, Status.REJECTED, Status.STALE)
+
+Problem = tuple[frozenset[type[LedgerError]], str]
+
+
+class Refused(Exception):
+    """The model refuses a command: each problem is (acceptable error classes, why)."""
+
+    def __init__(self, problems: Sequence[Problem]) -> None:
+        super().__init__("; ".join(why for _, why in problems))
+        self.problems = tuple(problems)
+
+    @property
+    def errors(self) -> frozenset[type[LedgerError]]:
+        """Every error class the ledger may raise for this refusal."""
+        return frozenset().union(*(errors for errors, _ in self.problems))
+
+
+def _one(error: type[LedgerError], why: str) -> Problem:
+    return (frozenset({error}), why)
+
+
+def _refuse_if(problems: list[Problem]) -> None:
+    if problems:
+        raise Refused(problems)
+
+
+@dataclass
+class Rec:
+    """One record as the model sees it."""
+
+    id: str
+    claim_key: str
+    kind: Kind
+    value: Any
+    proposer: str
+    expires: datetime | None
+    parents: tuple[str, ...]
+    observed: tuple[str, ...]
+    conditions: dict[str, Any]
+    status: Status = Status.CANDIDATE
+    cause: str | None = None  # the revoked root, while STALE
+    reason: str | None = None  # why it is STALE, REVOKED or REJECTED
+    left_accepted_step: int | None = None  # when it last stopped being ACCEPTED
+
+    @property
+    def deps(self) -> tuple[str, ...]:
+        """Declared parents, then observed dependencies, without repeats."""
+        return tuple(dict.fromkeys((*self.parents, *self.observed)))
+
+
+@dataclass
+class Delivery:
+    """One delivery and the corrections issued for it (with the model step of each)."""
+
+    id: str
+    record_id: str
+    step: int
+    corrections: list[tuple[str, int]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One line of an explanation."""
+
+    id: str
+    usable: bool
+    reasons: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What ``explain`` (and so ``read``) must say for one claim."""
+
+    outcome: Outcome
+    entries: tuple[Entry, ...]
+
+    @property
+    def usable(self) -> tuple[str, ...]:
+        """Ids of the usable records, in proposal order (what ``read`` returns)."""
+        return tuple(e.id for e in self.entries if e.usable)
+
+
+@dataclass(frozen=True)
+class Due:
+    """One entry of ``corrections_due``."""
+
+    delivery_id: str
+    record_id: str
+    validity: Validity
+    status: Status
+
+
+@dataclass
+class State:
+    """Everything observable; pure queries only."""
+
+    records: dict[str, Rec] = field(default_factory=dict)  # in proposal order
+    deliveries: dict[str, Delivery] = field(default_factory=dict)  # in delivery order
+
+    # -- the graph, walked from scratch every time ----------------------------
+
+    def ancestry(self, rid: str) -> list[str]:
+        """The record, then every ancestor, depth-first in dependency order, once each."""
+        seen: list[str] = []
+
+        def walk(node: str) -> None:
+            if node in seen:
+                return
+            seen.append(node)
+            for dep in self.records[node].deps:
+                walk(dep)
+
+        walk(rid)
+        return seen
+
+    def descendants(self, root: str) -> set[str]:
+        """Every record that depends on ``root``, transitively: a fixed-point scan."""
+        found: set[str] = set()
+        changed = True
+        while changed:
+            changed = False
+            for rid, rec in self.records.items():
+                if rid == root or rid in found:
+                    continue
+                if any(dep == root or dep in found for dep in rec.deps):
+                    found.add(rid)
+                    changed = True
+        return found
+
+    def effective_expiry(self, rid: str) -> tuple[datetime | None, str | None]:
+        """The earliest expiry in the record's ancestry (itself included), and whose."""
+        best: tuple[datetime | None, str | None] = (None, None)
+        for node in self.ancestry(rid):
+            expires = self.records[node].expires
+            if expires is not None and (best[0] is None or expires < best[0]):
+                best = (expires, node)
+        return best
+
+    def usable(self, rid: str, at: datetime) -> bool:
+        """ACCEPTED, every ancestor ACCEPTED, and ``at`` before every expiry (SPEC §4.2)."""
+        for node in self.ancestry(rid):
+            rec = self.records[node]
+            if rec.status != Status.ACCEPTED:
+                return False
+            if rec.expires is not None and not at < rec.expires:
+                return False
+        return True
+
+    def validity(self, rid: str, at: datetime) -> Validity:
+        """SPEC §5: VALID while usable; INVALID once revoked or rejected; else it needs work."""
+        if self.records[rid].status in (Status.REVOKED, Status.REJECTED):
+            return Validity.INVALID
+        return Validity.VALID if self.usable(rid, at) else Validity.NEEDS_REVALIDATION
+
+    # -- reading ----------------------------------------------------------------
+
+    def reasons(
+        self,
+        rid: str,
+        at: datetime,
+        context: Mapping[str, Any] | None = None,
+        kinds: Iterable[Kind] | None = None,
+    ) -> tuple[str, ...]:
+        """Why the record is not usable (empty when it is), first failing stage only."""
+        rec = self.records[rid]
+        if rec.status == Status.CANDIDATE:
+            return ("candidate: not yet approved",)
+        if rec.status == Status.REJECTED:
+            return (f"rejected: {rec.reason}",)
+        if rec.status == Status.REVOKED:
+            return (f"revoked: {rec.reason}",)
+        if rec.status == Status.STALE:
+            return (f"stale because {rec.cause} was revoked: {rec.reason}",)
+        # ACCEPTED: every ancestor must be ACCEPTED too (the library never says this
+        # text; the model does, so a broken invariant shows up as a difference).
+        for node in self.ancestry(rid)[1:]:
+            status = self.records[node].status
+            if status != Status.ACCEPTED:
+                return (f"ancestor {node} is {status}",)
+        expires, source = self.effective_expiry(rid)
+        if expires is not None and at >= expires:
+            if source == rid:
+                return (f"expired at {expires.isoformat()}",)
+            return (f"ancestor {source} expired at {expires.isoformat()}",)
+        ctx = dict(context or {})
+        out = []
+        for key, wanted in rec.conditions.items():
+            if key not in ctx:
+                out.append(f"condition {key}={wanted!r} not met: context has no {key!r}")
+            elif canonical(ctx[key]) != canonical(wanted):
+                out.append(f"condition {key}={wanted!r} not met: context has {ctx[key]!r}")
+        if kinds is not None and rec.kind not in set(kinds):
+            out.append(f"kind {rec.kind.value} not requested")
+        return tuple(out)
+
+    def explain(
+        self,
+        claim_key: str,
+        at: datetime,
+        context: Mapping[str, Any] | None = None,
+        kinds: Iterable[Kind] | None = None,
+    ) -> Answer:
+        """SPEC §4: per record why, then FOUND / CONFLICT / MISSING."""
+        wanted = None if kinds is None else list(kinds)
+        entries = []
+        for rid, rec in self.records.items():
+            if rec.claim_key == claim_key:
+                why = self.reasons(rid, at, context, wanted)
+                entries.append(Entry(rid, not why, why))
+        values = {canonical(self.records[e.id].value) for e in entries if e.usable}
+        if not values:
+            outcome = Outcome.MISSING
+        elif len(values) > 1:
+            outcome = Outcome.CONFLICT
+        else:
+            outcome = Outcome.FOUND
+        return Answer(outcome, tuple(entries))
+
+    def corrections_due(self, now: datetime) -> tuple[Due, ...]:
+        """Delivered records no longer VALID whose delivery has no correction since."""
+        out = []
+        for d in self.deliveries.values():
+            rec = self.records[d.record_id]
+            validity = self.validity(d.record_id, now)
+            if validity == Validity.VALID:
+                continue
+            since = max(d.step, rec.left_accepted_step or 0)
+            if any(step > since for _, step in d.corrections):
+                continue
+            out.append(Due(d.id, d.record_id, validity, rec.status))
+        return tuple(out)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The model's state right after a command, for as-of comparisons.
+
+    ``first``..``last`` are the log positions that must answer with this state
+    (a command's events commit together, so any position inside it shows all of it).
+    """
+
+    first: int
+    last: int
+    time: datetime
+    state: State
+
+
+class Model:
+    """The state machine of SPEC §3 and §5 over a :class:`State`."""
+
+    def __init__(self, now: datetime) -> None:
+        self.state = State()
+        self.now = now
+        self.step = 0
+        self.history: dict[int, Snapshot] = {}
+
+    @property
+    def records(self) -> dict[str, Rec]:
+        """The current records by id."""
+        return self.state.records
+
+    def advance(self, delta: timedelta) -> None:
+        """Time moves forward (the ledger's clock is moved by the same amount)."""
+        self.now += delta
+
+    def commit(self, first: int, last: int) -> None:
+        """Remember the state as what log positions ``first``..``last`` must show."""
+        self.history[last] = Snapshot(first, last, self.now, copy.deepcopy(self.state))
+
+    # -- shared checks ------------------------------------------------------------
+
+    def _problems_with_dependency(self, dep: str, what: str) -> list[Problem]:
+        """propose: a dependency must exist and not be REVOKED/REJECTED/STALE."""
+        rec = self.records.get(dep)
+        if rec is None:
+            return [_one(InvalidParentError, f"{what} {dep} is unknown")]
+        if rec.status in BLOCKING:
+            return [_one(InvalidParentError, f"{what} {dep} is {rec.status}")]
+        return []
+
+    def _problems_with_usable(self, dep: str) -> list[Problem]:
+        """accept / revalidate: a dependency must be usable now."""
+        if dep not in self.records:
+            return [_one(InvalidParentError, f"dependency {dep} is unknown")]
+        if not self.state.usable(dep, self.now):
+            return [_one(InvalidParentError, f"dependency {dep} is not usable now")]
+        return []
+
+    def _known(self, rid: str) -> Rec:
+        rec = self.records.get(rid)
+        _refuse_if([] if rec is not None else [_one(UnknownRecordError, f"{rid} is unknown")])
+        assert rec is not None
+        return rec
+
+    def _set_status(self, rec: Rec, status: Status) -> None:
+        if rec.status == Status.ACCEPTED and status != Status.ACCEPTED:
+            rec.left_accepted_step = self.step
+        if status == Status.ACCEPTED:
+            rec.left_accepted_step = None
+        rec.status = status
+
+    # -- commands (SPEC §3) ---------------------------------------------------------
+
+    def propose(
+        self,
+        rid: str,
+        proposer: str,
+        claim_key: str,
+        value: Any,
+        kind: Kind,
+        parents: Sequence[str] = (),
+        expires: datetime | None = None,
+        conditions: Mapping[str, Any] | None = None,
+        run_reads: Sequence[str] = (),
+    ) -> None:
+        """→ CANDIDATE; parents and observed reads must exist and not be blocking."""
+        declared = tuple(dict.fromkeys(parents))
+        observed = tuple(r for r in dict.fromkeys(run_reads) if r not in declared)
+        problems: list[Problem] = []
+        if expires is not None and expires <= self.now:
+            problems.append(_one(ExpiryInPastError, f"expiry {expires} is not in the future"))
+        if rid in self.records:
+            problems.append(_one(DuplicateRecordError, f"{rid} already exists"))
+        if rid in declared:
+            problems.append(_one(CycleError, f"{rid} is its own parent"))
+        for dep in declared:
+            problems += self._problems_with_dependency(dep, "parent")
+        for dep in observed:
+            problems += self._problems_with_dependency(dep, "observed dependency")
+        _refuse_if(problems)
+        self.step += 1
+        self.records[rid] = Rec(
+            id=rid,
+            claim_key=claim_key,
+            kind=kind,
+            value=copy.deepcopy(value),
+            proposer=proposer,
+            expires=expires,
+            parents=declared,
+            observed=observed,
+            conditions=dict(conditions or {}),
+        )
+
+    def accept(self, rid: str, actor: str) -> None:
+        """CANDIDATE → ACCEPTED: not by the proposer, unexpired, every dependency usable."""
+        rec = self._known(rid)
+        problems: list[Problem] = []
+        if rec.status != Status.CANDIDATE:
+            problems.append(_one(InvalidTransitionError, f"{rid} is {rec.status}"))
+        if actor == rec.proposer:
+            problems.append(_one(SelfApprovalError, f"{actor} proposed {rid}"))
+        if rec.expires is not None and self.now >= rec.expires:
+            problems.append(
+                (frozenset({InvalidTransitionError, NotUsableError}), f"{rid} has expired")
+            )
+        for dep in rec.deps:
+            problems += self._problems_with_usable(dep)
+        _refuse_if(problems)
+        self.step += 1
+        self._set_status(rec, Status.ACCEPTED)
+
+    def reject(self, rid: str, actor: str, reason: str) -> None:
+        """CANDIDATE → REJECTED, not by the proposer."""
+        rec = self._known(rid)
+        problems: list[Problem] = []
+        if rec.status != Status.CANDIDATE:
+            problems.append(_one(InvalidTransitionError, f"{rid} is {rec.status}"))
+        if actor == rec.proposer:
+            problems.append(_one(SelfApprovalError, f"{actor} proposed {rid}"))
+        _refuse_if(problems)
+        self.step += 1
+        self._set_status(rec, Status.REJECTED)
+        rec.reason = reason
+
+    def revoke(self, rid: str, reason: str) -> set[str]:
+        """CANDIDATE|ACCEPTED|STALE → REVOKED; every descendant not REVOKED/REJECTED → STALE.
+
+        Returns the ids marked STALE.
+        """
+        rec = self._known(rid)
+        allowed = (Status.CANDIDATE, Status.ACCEPTED, Status.STALE)
+        _refuse_if(
+            []
+            if rec.status in allowed
+            else [_one(InvalidTransitionError, f"{rid} is {rec.status}")]
+        )
+        self.step += 1
+        stale = {
+            d
+            for d in self.state.descendants(rid)
+            if self.records[d].status not in (Status.REVOKED, Status.REJECTED)
+        }
+        self._set_status(rec, Status.REVOKED)
+        rec.cause, rec.reason = rid, reason
+        for d in stale:
+            child = self.records[d]
+            self._set_status(child, Status.STALE)
+            child.cause, child.reason = rid, reason
+        return stale
+
+    def revalidate(self, rid: str, actor: str, parents: Sequence[str] | None = None) -> None:
+        """STALE → ACCEPTED, not by the proposer.
+
+        Without ``parents`` every current dependency must be usable; with them they
+        must all be usable, none may be the record or depend on it, and they replace
+        both the declared parents and the observed dependencies.
+        """
+        rec = self._known(rid)
+        problems: list[Problem] = []
+        if rec.status != Status.STALE:
+            problems.append(_one(InvalidTransitionError, f"{rid} is {rec.status}"))
+        if actor == rec.proposer:
+            problems.append(_one(SelfApprovalError, f"{actor} proposed {rid}"))
+        if parents is None:
+            for dep in rec.deps:
+                problems += self._problems_with_usable(dep)
+        else:
+            below = self.state.descendants(rid) | {rid}
+            for dep in dict.fromkeys(parents):
+                if dep in below:
+                    problems.append(_one(CycleError, f"{dep} depends on {rid}"))
+                problems += self._problems_with_usable(dep)
+        _refuse_if(problems)
+        self.step += 1
+        self._set_status(rec, Status.ACCEPTED)
+        rec.cause = rec.reason = None
+        if parents is not None:
+            rec.parents, rec.observed = tuple(dict.fromkeys(parents)), ()
+
+    def deliver(self, rid: str, delivery_id: str) -> None:
+        """Record a delivery of a record usable now (SPEC §5)."""
+        rec = self._known(rid)
+        if rec.status != Status.ACCEPTED:
+            raise Refused([_one(InvalidTransitionError, f"{rid} is {rec.status}")])
+        if not self.state.usable(rid, self.now):
+            raise Refused([_one(NotUsableError, f"{rid} is not usable now")])
+        self.step += 1
+        self.state.deliveries[delivery_id] = Delivery(delivery_id, rid, self.step)
+
+    def issue_correction(self, delivery_id: str, correction_id: str) -> None:
+        """Put a correction for a delivery in the outbox; the delivery stays delivered."""
+        delivery = self.state.deliveries.get(delivery_id)
+        if delivery is None:
+            raise Refused([_one(UnknownDeliveryError, f"delivery {delivery_id} is unknown")])
+        self.step += 1
+        delivery.corrections.append((correction_id, self.step))

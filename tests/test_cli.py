@@ -1,0 +1,909 @@
+"""The ``provledger`` command line, through click's test runner on an SQLite file.
+
+Every command: its success path, the shape of its ``--json`` output, refusals
+(exit 1, one ``error:`` line naming the problem, log unchanged) and usage errors
+(exit 2). Plus: every command has help with an example and appears in the README,
+and the README's walkthrough runs as pasted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, fields
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+from click.testing import CliRunner, Result
+
+from ledger import Kind, Ledger, RecordView
+from ledger.cli import main
+from ledger.errors import InvalidInputError
+
+from .conftest import World
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+DOCS_IMPACT = README.parent / "docs" / "impact.svg"
+RECORD_KEYS = {f.name for f in fields(RecordView)} | {"undeclared"}
+
+
+@dataclass
+class Cli:
+    """Runs ``provledger`` against one SQLite file, with the agent's and reviewer's tokens."""
+
+    url: str
+    path: Path
+    agent: str = ""
+    reviewer: str = ""
+
+    def __call__(self, *args: str, input: str | bytes | None = None, **env: str | None) -> Result:
+        environment: dict[str, str | None] = {
+            "PROVLEDGER_URL": self.url,
+            "PROVLEDGER_TOKEN": None,
+            **env,
+        }
+        return CliRunner().invoke(main, list(args), input=input, env=environment)
+
+    def ok(self, *args: str, input: str | bytes | None = None) -> Result:
+        result = self(*args, input=input)
+        assert result.exit_code == 0, (result.output, result.exception)
+        return result
+
+    def json(self, *args: str) -> Any:
+        return json.loads(self.ok(*args, "--json").stdout)
+
+    def as_agent(self, *args: str) -> Result:
+        return self(*args, "--token", self.agent)
+
+    def as_reviewer(self, *args: str) -> Result:
+        return self(*args, "--token", self.reviewer)
+
+    @property
+    def position(self) -> int:
+        with Ledger.open(self.url) as led:
+            return led.position
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> Cli:
+    """A ledger file with agent-1 (propose, read) and reviewer (approve, read, audit,
+    deliver) in proj-a. Set up through the library; the commands doing the same are
+    tested on their own below."""
+    path = tmp_path / "cli.db"
+    c = Cli(url=f"sqlite:///{path}", path=path)
+    with Ledger.open(c.url) as led:
+        admin = led.admin()
+        admin.grant("agent-1", scope="proj-a", roles=["propose", "read"])
+        admin.grant("reviewer", scope="proj-a", roles=["approve", "read", "audit", "deliver"])
+        c.agent = admin.issue_token("agent-1")
+        c.reviewer = admin.issue_token("reviewer")
+    return c
+
+
+@pytest.fixture
+def chain(cli: Cli) -> Cli:
+    """E1 (captured) → M1 → R1, all accepted, R1 delivered."""
+    with Ledger.open(cli.url) as led:
+        agent, reviewer = led.authenticate(cli.agent), led.authenticate(cli.reviewer)
+        agent.capture(
+            scope="proj-a", uri="https://x.test/doc", content=b"retries are safe", id="E1"
+        )
+        agent.propose(
+            scope="proj-a",
+            claim_key="api.retry_safe",
+            value=True,
+            kind="inference",
+            parents=["E1"],
+            id="M1",
+        )
+        agent.propose(
+            scope="proj-a",
+            claim_key="report.weekly",
+            value="retries on",
+            kind="report",
+            parents=["M1"],
+            id="R1",
+        )
+        for rid in ("E1", "M1", "R1"):
+            reviewer.accept(rid)
+        reviewer.deliver("R1", recipient="ops@x.test")
+    return cli
+
+
+def _revoked(chain: Cli) -> Cli:
+    result = chain.as_reviewer("revoke", "E1", "--reason", "doc changed")
+    assert result.exit_code == 0, result.output
+    return chain
+
+
+# -- admin commands -----------------------------------------------------------------
+
+
+def test_init_creates_the_database_file_and_reports_an_empty_log(tmp_path: Path) -> None:
+    path = tmp_path / "new.db"
+    c = Cli(url=f"sqlite:///{path}", path=path)
+    data = c.json("init")
+    assert path.exists()
+    assert data == {"url": c.url, "backend": "sqlite", "position": 0}
+    # Running it again opens the same ledger.
+    assert "log position 0" in c.ok("init").stdout
+
+
+def test_grant_records_an_access_event_and_token_issue_prints_only_the_token(cli: Cli) -> None:
+    before = cli.position
+    data = cli.json("grant", "auditor", "--scope", "proj-a", "--roles", "audit, read")
+    assert data == {
+        "subject": "auditor",
+        "scope": "proj-a",
+        "roles": ["audit", "read"],
+        "position": before + 2,
+    }
+    out = cli.ok("token", "issue", "auditor").stdout
+    assert re.fullmatch(r"plt_\S+\n", out)
+    with Ledger.open(cli.url) as led:
+        assert led.authenticate(out.strip()).principal == "auditor"
+
+
+def test_token_issue_json_and_revoke_make_the_token_stop_working(cli: Cli) -> None:
+    expires = (datetime.now(UTC) + timedelta(days=1)).isoformat()
+    data = cli.json("token", "issue", "agent-1", "--expires", expires)
+    assert set(data) == {"subject", "token", "expires"}
+    assert data["subject"] == "agent-1" and data["expires"] == expires
+    assert (
+        cli("get", "X", "--token", data["token"]).exit_code == 1
+    )  # unknown record, but authenticated
+    revoked = cli.json("token", "revoke", data["token"])
+    assert revoked["revoked"] is True
+    result = cli("get", "X", "--token", data["token"])
+    assert result.exit_code == 1
+    assert result.stderr == "error: token of 'agent-1' was revoked\n"
+
+
+def test_the_token_can_come_from_the_environment(chain: Cli) -> None:
+    result = chain("get", "E1", "--json", PROVLEDGER_TOKEN=chain.agent)
+    assert result.exit_code == 0
+    assert json.loads(result.stdout)["id"] == "E1"
+
+
+def test_stats_counts_events_records_and_statuses(chain: Cli) -> None:
+    data = chain.json("stats")
+    assert data["position"] == chain.position
+    assert data["records"] == 3
+    assert data["statuses"] == {"ACCEPTED": 3}
+    assert data["deliveries"] == 1 and data["snapshots"] == 1
+    assert "ACCEPTED" in chain.ok("stats").stdout
+
+
+def test_rebuild_replays_the_log_and_the_views_match(chain: Cli) -> None:
+    data = chain.json("rebuild")
+    assert data["matched"] is True and data["events"] == chain.position
+    assert "views match" in chain.ok("rebuild").stderr
+
+
+def test_demo_runs_the_experiment_and_every_row_passes() -> None:
+    result = CliRunner().invoke(main, ["demo", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["passed"] is True and len(data["rows"]) == 10
+
+
+ADMIN_COMMANDS = [
+    ["init"],
+    ["grant", "agent-1", "--scope", "proj-a", "--roles", "read"],
+    ["token", "issue", "agent-1"],
+    ["token", "revoke", "plt_x"],
+    ["stats"],
+    ["rebuild"],
+    ["demo"],
+]
+
+
+@pytest.mark.parametrize("args", ADMIN_COMMANDS, ids=lambda a: " ".join(a[:2]))
+def test_admin_commands_are_refused_on_a_shared_postgresql_database(args: list[str]) -> None:
+    # No server is contacted: the URL alone decides.
+    url = "postgresql://user:secret@db.invalid:5432/ledger"
+    result = CliRunner().invoke(main, [*args, "--url", url])
+    assert result.exit_code == 1
+    assert result.stderr.startswith("error: ")
+    assert "only on a local embedded database" in result.stderr
+    assert "secret" not in result.stderr
+    assert result.stderr.count("\n") == 1
+
+
+# -- write commands -------------------------------------------------------------------
+
+
+def test_capture_reads_a_file_and_stores_its_hash(cli: Cli, tmp_path: Path) -> None:
+    doc = tmp_path / "page.html"
+    doc.write_bytes(b"<p>v2 only</p>")
+    before = cli.position
+    result = cli.as_agent(
+        "capture",
+        str(doc),
+        "--scope",
+        "proj-a",
+        "--uri",
+        "https://x.test/p",
+        "--id",
+        "E7",
+        "--fetched-at",
+        "2026-01-01T00:00:00+00:00",
+        "--json",
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == {"id": "E7", "position": before + 1}
+    record = json.loads(cli.as_agent("get", "E7", "--json").stdout)
+    assert record["kind"] == "evidence" and record["status"] == "CANDIDATE"
+    assert record["claim_key"] == "source:https://x.test/p"
+    assert (
+        record["evidence"]["content_hash"]
+        == "sha256:" + hashlib.sha256(doc.read_bytes()).hexdigest()
+    )
+    assert record["evidence"]["fetched_at"] == "2026-01-01T00:00:00+00:00"
+
+
+def test_capture_reads_stdin_for_a_dash_and_prints_the_id(cli: Cli) -> None:
+    result = CliRunner().invoke(
+        main,
+        ["capture", "-", "--scope", "proj-a", "--uri", "https://x.test/s", "--token", cli.agent],
+        input=b"from stdin",
+        env={"PROVLEDGER_URL": cli.url},
+    )
+    assert result.exit_code == 0, result.output
+    rid = result.stdout.strip()
+    assert rid.startswith("r-")
+    record = json.loads(cli.as_agent("get", rid, "--json").stdout)
+    assert record["evidence"]["size"] == len(b"from stdin")
+
+
+def test_propose_takes_json_values_plain_strings_parents_and_conditions(chain: Cli) -> None:
+    result = chain.as_agent(
+        "propose",
+        "--scope",
+        "proj-a",
+        "--claim",
+        "api.limits",
+        "--kind",
+        "fact",
+        "--value",
+        '{"rps": 10, "burst": [1, 2]}',
+        "--parent",
+        "M1",
+        "--id",
+        "F1",
+        "--conditions",
+        '{"api_version": "v2"}',
+        "--expires",
+        "2999-01-01T00:00:00+00:00",
+        "--json",
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["id"] == "F1"
+    record = json.loads(chain.as_agent("get", "F1", "--json").stdout)
+    assert record["value"] == {"rps": 10, "burst": [1, 2]}
+    assert record["parents"] == ["M1"]
+    assert record["conditions"] == {"api_version": "v2"}
+    assert record["expires"] == "2999-01-01T00:00:00+00:00"
+    plain = chain.as_agent(
+        "propose",
+        "--scope",
+        "proj-a",
+        "--claim",
+        "note",
+        "--kind",
+        "user_preference",
+        "--value-str",
+        "true",
+    )
+    rid = plain.stdout.strip()
+    assert json.loads(chain.as_agent("get", rid, "--json").stdout)["value"] == "true"
+
+
+def test_accept_reject_revalidate_deliver_and_correct(chain: Cli, tmp_path: Path) -> None:
+    # reject a fresh candidate
+    chain.as_agent(
+        "propose",
+        "--scope",
+        "proj-a",
+        "--claim",
+        "x",
+        "--kind",
+        "inference",
+        "--value",
+        "1",
+        "--id",
+        "X1",
+    )
+    rejected = chain.as_reviewer("reject", "X1", "--reason", "no basis", "--json")
+    assert rejected.exit_code == 0
+    assert json.loads(rejected.stdout)["status"] == "REJECTED"
+    # a second source, then revoke E1 and revalidate M1 on the new basis
+    doc = tmp_path / "two.txt"
+    doc.write_bytes(b"second source")
+    chain.as_agent(
+        "capture", str(doc), "--scope", "proj-a", "--uri", "https://y.test", "--id", "E2"
+    )
+    accepted = chain.as_reviewer("accept", "E2", "--note", "checked", "--json")
+    assert json.loads(accepted.stdout) == {
+        "id": "E2",
+        "status": "ACCEPTED",
+        "position": chain.position,
+    }
+    _revoked(chain)
+    revalidated = chain.as_reviewer(
+        "revalidate", "M1", "--parent", "E2", "--note", "re-checked", "--json"
+    )
+    assert revalidated.exit_code == 0, revalidated.output
+    m1 = json.loads(chain.as_reviewer("get", "M1", "--json").stdout)
+    assert m1["status"] == "ACCEPTED" and m1["parents"] == ["E2"]
+    # deliver M1 and correct R1's old delivery
+    delivered = json.loads(chain.as_reviewer("deliver", "M1", "--to", "a@x.test", "--json").stdout)
+    assert delivered["delivery_id"].startswith("d-") and delivered["id"] == "M1"
+    due = json.loads(chain.as_reviewer("corrections", "--json").stdout)["due"]
+    assert [d["delivery"]["record_id"] for d in due] == ["R1"]
+    delivery_id = due[0]["delivery"]["delivery_id"]
+    corrected = chain.as_reviewer("correct", delivery_id, "--note", "not safe", "--json")
+    assert corrected.exit_code == 0, corrected.output
+    assert json.loads(corrected.stdout)["correction_id"].startswith("c-")
+    assert json.loads(chain.as_reviewer("corrections", "--json").stdout) == {"due": []}
+    assert "no corrections due" in chain.as_reviewer("corrections").stdout
+
+
+def test_revoke_reports_the_root_and_every_stale_descendant(chain: Cli) -> None:
+    result = chain.as_reviewer("revoke", "E1", "--reason", "doc changed", "--json")
+    assert result.exit_code == 0
+    assert json.loads(result.stdout) == {
+        "root": "E1",
+        "affected": ["E1", "M1", "R1"],
+        "position": chain.position,
+        "stale": ["M1", "R1"],
+    }
+
+
+def test_revoke_for_people_shows_the_statuses(chain: Cli) -> None:
+    out = chain.as_reviewer("revoke", "E1", "--reason", "doc changed").stdout
+    assert "revoked E1" in out
+    assert re.search(r"M1\s+│ STALE", out) and re.search(r"E1\s+│ REVOKED", out)
+
+
+# -- read commands --------------------------------------------------------------------
+
+
+def test_read_json_has_the_outcome_value_and_usable_records(chain: Cli) -> None:
+    data = json.loads(
+        chain.as_agent("read", "--scope", "proj-a", "--claim", "api.retry_safe", "--json").stdout
+    )
+    assert set(data) == {"outcome", "scope", "claim_key", "at", "value", "records"}
+    assert data["outcome"] == "FOUND" and data["value"] is True
+    assert [r["id"] for r in data["records"]] == ["M1"]
+    assert set(data["records"][0]) == RECORD_KEYS
+
+
+def test_read_for_people_is_a_table_and_missing_after_revocation(chain: Cli) -> None:
+    out = chain.as_agent("read", "--scope", "proj-a", "--claim", "api.retry_safe").stdout
+    assert out.startswith("FOUND  proj-a/api.retry_safe") and "value: true" in out
+    assert re.search(r"│ M1 │ inference │ ACCEPTED │ VALID", out)
+    _revoked(chain)
+    out = chain.as_agent("read", "--scope", "proj-a", "--claim", "api.retry_safe").stdout
+    assert out.startswith("MISSING")
+
+
+def test_read_with_context_and_kinds_filters(chain: Cli) -> None:
+    chain.as_agent(
+        "propose",
+        "--scope",
+        "proj-a",
+        "--claim",
+        "api.v",
+        "--kind",
+        "fact",
+        "--value",
+        "1",
+        "--conditions",
+        '{"api_version": "v2"}',
+        "--id",
+        "V1",
+    )
+    chain.as_reviewer("accept", "V1")
+    args = ["read", "--scope", "proj-a", "--claim", "api.v", "--json"]
+    assert json.loads(chain.as_agent(*args).stdout)["outcome"] == "MISSING"
+    ctx = json.loads(chain.as_agent(*args, "--context", '{"api_version": "v2"}').stdout)
+    assert ctx["outcome"] == "FOUND"
+    other_kind = chain.as_agent(*args, "--context", '{"api_version": "v2"}', "--kind", "plan")
+    assert json.loads(other_kind.stdout)["outcome"] == "MISSING"
+
+
+def test_explain_says_why_a_record_is_not_usable(chain: Cli) -> None:
+    _revoked(chain)
+    data = json.loads(
+        chain.as_agent("explain", "--scope", "proj-a", "--claim", "api.retry_safe", "--json").stdout
+    )
+    assert set(data) == {"outcome", "scope", "claim_key", "at", "entries"}
+    assert data["outcome"] == "MISSING"
+    [entry] = data["entries"]
+    assert set(entry) == {"record", "usable", "reasons"}
+    assert entry["usable"] is False
+    assert entry["reasons"] == ["stale because E1 was revoked: doc changed"]
+    out = chain.as_agent("explain", "--scope", "proj-a", "--claim", "api.retry_safe").stdout
+    assert "stale because E1 was revoked: doc changed" in out
+
+
+def test_get_json_has_every_record_field_and_delivery_state(chain: Cli) -> None:
+    _revoked(chain)
+    data = json.loads(chain.as_reviewer("get", "R1", "--json").stdout)
+    assert set(data) == RECORD_KEYS
+    assert data["status"] == "STALE" and data["validity"] == "NEEDS_REVALIDATION"
+    assert data["cause"] == "E1" and data["reason"] == "doc changed"
+    assert [d["state"] for d in data["deliveries"]] == ["DELIVERED"]
+    out = chain.as_reviewer("get", "R1").stdout
+    assert "NEEDS_REVALIDATION" in out and "DELIVERED to ops@x.test" in out
+
+
+def test_audit_shows_the_whole_history_of_a_revoked_record(chain: Cli) -> None:
+    _revoked(chain)
+    data = json.loads(chain.as_reviewer("audit", "E1", "--json").stdout)
+    assert set(data) == {"record", "events", "undeclared"}
+    assert [e["type"] for e in data["events"]] == ["Proposed", "Accepted", "Revoked"]
+    assert set(data["events"][0]) == {"position", "type", "at", "actor", "details"}
+    assert data["events"][-1]["details"] == {"reason": "doc changed"}
+    assert data["events"][-1]["actor"] == "reviewer"
+    out = chain.as_reviewer("audit", "E1").stdout
+    assert "REVOKED" in out and 'reason="doc changed"' in out
+
+
+def test_history_lists_record_events_filtered_by_record_type_and_positions(chain: Cli) -> None:
+    _revoked(chain)
+    everything = json.loads(chain.as_reviewer("history", "--json").stdout)["events"]
+    assert [(e["type"], e["details"]["record_id"]) for e in everything] == [
+        ("Proposed", "E1"),
+        ("Proposed", "M1"),
+        ("Proposed", "R1"),
+        ("Accepted", "E1"),
+        ("Accepted", "M1"),
+        ("Accepted", "R1"),
+        ("Delivered", "R1"),
+        ("Revoked", "E1"),
+        ("MarkedStale", "M1"),
+        ("MarkedStale", "R1"),
+    ]
+    positions = [e["position"] for e in everything]
+    assert positions == sorted(positions)
+    stale = json.loads(chain.as_reviewer("history", "--type", "MarkedStale", "--json").stdout)
+    assert [e["details"]["cause"] for e in stale["events"]] == ["E1", "E1"]
+    one = json.loads(chain.as_reviewer("history", "--record", "M1", "--json").stdout)["events"]
+    assert [e["type"] for e in one] == ["Proposed", "Accepted", "MarkedStale"]
+    window = json.loads(
+        chain.as_reviewer(
+            "history", "--from", str(positions[3]), "--to", str(positions[5]), "--json"
+        ).stdout
+    )["events"]
+    assert [e["position"] for e in window] == positions[3:6]
+    out = chain.as_reviewer("history", "--type", "Revoked").stdout
+    assert "Revoked" in out and "E1" in out and "Proposed" not in out
+
+
+def test_session_history_filters_on_every_backend(world: World) -> None:
+    # Given records in proj-a and proj-b, and a reviewer auditing both
+    world.agent.propose(scope="proj-a", claim_key="a", value=1, kind=Kind.FACT, id="A1")
+    world.agent.propose(scope="proj-b", claim_key="b", value=2, kind=Kind.FACT, id="B1")
+    world.reviewer.accept("A1")
+    world.reviewer.accept("B1")
+    world.reviewer.revoke("A1", reason="wrong")
+    events = world.reviewer.history()
+    assert [(e.type, e.details["record_id"]) for e in events] == [
+        ("Proposed", "A1"),
+        ("Proposed", "B1"),
+        ("Accepted", "A1"),
+        ("Accepted", "B1"),
+        ("Revoked", "A1"),
+    ]
+    assert all(e.actor in ("agent-1", "reviewer") for e in events)
+    # Then the filters narrow it; a principal without audit in proj-b sees none of it
+    assert [e.type for e in world.reviewer.history(record="A1")] == [
+        "Proposed",
+        "Accepted",
+        "Revoked",
+    ]
+    assert [e.details["record_id"] for e in world.reviewer.history(type="Accepted")] == [
+        "A1",
+        "B1",
+    ]
+    middle = [e.position for e in events[1:4]]
+    window = world.reviewer.history(start=middle[0], stop=middle[-1])
+    assert [e.position for e in window] == middle
+    past = world.reviewer.as_of(position=events[2].position).history()
+    assert [e.position for e in past] == [e.position for e in events[:3]]
+    world.ledger.admin().grant("outsider", scope="proj-b", roles=["audit"])
+    assert {e.details["record_id"] for e in world.outsider.history()} == {"B1"}
+    with pytest.raises(InvalidInputError, match="history start -1 is not a position"):
+        world.reviewer.history(start=-1)
+
+
+def test_history_lists_nothing_in_scopes_without_the_audit_role(chain: Cli) -> None:
+    assert json.loads(chain.as_agent("history", "--json").stdout) == {"events": []}
+    assert chain.as_agent("history").stdout == "no events\n"
+
+
+def test_corrections_json_lists_deliveries_needing_a_correction(chain: Cli) -> None:
+    assert json.loads(chain.as_reviewer("corrections", "--json").stdout) == {"due": []}
+    _revoked(chain)
+    [due] = json.loads(chain.as_reviewer("corrections", "--json").stdout)["due"]
+    assert set(due) == {"delivery", "validity", "status", "cause", "reason"}
+    assert due["status"] == "STALE" and due["cause"] == "E1"
+    assert due["delivery"]["recipient"] == "ops@x.test"
+    assert "R1" in chain.as_reviewer("corrections").stdout
+
+
+def test_as_of_position_answers_as_the_ledger_did_then(chain: Cli) -> None:
+    before = chain.position
+    _revoked(chain)
+    args = ["read", "--scope", "proj-a", "--claim", "api.retry_safe", "--json"]
+    result = chain("as-of", "--position", str(before), *args, "--token", chain.agent)
+    assert result.exit_code == 0, result.output
+    then = json.loads(result.stdout)
+    assert then["outcome"] == "FOUND"
+    now = json.loads(chain.as_agent(*args).stdout)
+    assert now["outcome"] == "MISSING"
+    got = chain(
+        "as-of", "--position", str(before), "get", "R1", "--json", "--token", chain.reviewer
+    )
+    assert json.loads(got.stdout)["status"] == "ACCEPTED"
+    history = chain(
+        "as-of", "--position", str(before), "history", "--json", "--token", chain.reviewer
+    )
+    assert "Revoked" not in [e["type"] for e in json.loads(history.stdout)["events"]]
+
+
+def test_as_of_time_answers_as_the_ledger_did_at_that_instant(chain: Cli) -> None:
+    with Ledger.open(chain.url) as led:
+        moment = led.now()
+    _revoked(chain)
+    result = chain(
+        "as-of", "--time", moment.isoformat(), "get", "E1", "--json", "--token", chain.reviewer
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["status"] == "ACCEPTED"
+
+
+def test_export_writes_prov_json_to_stdout_or_a_file(chain: Cli, tmp_path: Path) -> None:
+    from prov.model import ProvDocument
+
+    out = chain.as_reviewer("export", "--record", "R1", "--ancestors")
+    assert out.exit_code == 0, out.output
+    doc = ProvDocument.deserialize(content=out.stdout, format="json")
+    labels = {str(e.identifier) for e in doc.get_records() if e.is_element()}
+    assert {"rec:E1", "rec:M1", "rec:R1", "agent:agent-1", "agent:reviewer"} <= labels
+    target = tmp_path / "r1.provn"
+    written = chain.as_reviewer(
+        "export", "--format", "prov-n", "--scope", "proj-a", "-o", str(target)
+    )
+    assert written.exit_code == 0 and f"wrote {target}" in written.stdout
+    assert target.read_text().startswith("document")
+    xml = chain.as_reviewer("export", "--format", "prov-xml")
+    assert "<prov:document" in xml.stdout
+
+
+def test_graph_dot_and_mermaid_print_to_stdout(chain: Cli) -> None:
+    _revoked(chain)
+    dot = chain.as_reviewer("graph", "E1", "--descendants", "--format", "dot")
+    assert dot.exit_code == 0, dot.output
+    assert dot.stdout.startswith("digraph provledger {")
+    assert '"E1" -> "M1";' in dot.stdout and '"M1" -> "R1";' in dot.stdout
+    mermaid = chain.as_reviewer("graph", "M1", "--format", "mermaid")
+    assert mermaid.stdout.startswith("flowchart TD")
+    assert ":::revoked" in mermaid.stdout and ":::stale" in mermaid.stdout
+
+
+@pytest.mark.parametrize("fmt", ["svg", "png"])
+def test_graph_renders_svg_and_png_with_graphviz_or_falls_back_to_dot(
+    chain: Cli, tmp_path: Path, fmt: str
+) -> None:
+    _revoked(chain)
+    target = tmp_path / f"impact.{fmt}"
+    result = chain.as_reviewer("graph", "E1", "--descendants", "--format", fmt, "-o", str(target))
+    assert result.exit_code == 0, result.output
+    if shutil.which("dot"):
+        data = target.read_bytes()
+        assert data.startswith(b"\x89PNG") if fmt == "png" else b"<svg" in data
+        assert f"wrote {target} ({fmt}: 3 records, 2 edges)" in result.stdout
+        assert result.stderr == ""
+    else:  # pragma: no cover - only where Graphviz is not installed
+        assert not target.exists()
+        assert target.with_suffix(".dot").read_text().startswith("digraph")
+        assert "dot` program is not installed" in result.stderr
+
+
+def test_graph_falls_back_to_dot_text_when_the_dot_program_is_missing(
+    chain: Cli, tmp_path: Path
+) -> None:
+    target = tmp_path / "impact.svg"
+    result = chain(
+        "graph",
+        "E1",
+        "--descendants",
+        "-o",
+        str(target),
+        "--token",
+        chain.reviewer,
+        PATH=str(tmp_path / "empty-bin"),
+    )
+    assert result.exit_code == 0, result.output
+    assert not target.exists()
+    assert target.with_suffix(".dot").read_text().startswith("digraph provledger {")
+    assert result.stderr.startswith("warning: Graphviz's `dot` program is not installed")
+    assert "apt-get install graphviz" in result.stderr
+    assert "impact.dot (dot:" in result.stdout
+
+
+# -- refused commands: exit 1, one line naming the problem, log unchanged ----------
+
+
+PROPOSE = "propose --scope proj-a --claim k --kind fact --value 1"
+
+#: (who, command line, what the one error line must say)
+REFUSALS: list[tuple[str, str, str]] = [
+    ("agent", "accept M9", "accept refused: record 'M9' is unknown or not visible to 'agent-1'"),
+    ("reviewer", "accept E1", "record 'E1' is ACCEPTED; accept needs CANDIDATE"),
+    ("agent", "revoke E1 --reason x", "revoke refused: 'agent-1' lacks role 'approve'"),
+    ("agent", f"{PROPOSE} --parent NOPE", "parent 'NOPE' of "),
+    ("agent", f"{PROPOSE} --id M1", "record 'M1' already exists"),
+    ("agent", f"{PROPOSE} --expires 2030-01-01T00:00:00", "2030-01-01T00:00:00 has no timezone"),
+    ("agent", f"{PROPOSE} --expires 2000-01-01T00:00:00+00:00", "is not in the future"),
+    ("agent", f"{PROPOSE} --conditions '[1, 2]'", "conditions must be a mapping"),
+    ("agent", "propose --scope proj-b --claim k --kind fact --value 1", "lacks role 'propose'"),
+    ("agent", "read --scope proj-b --claim k", "lacks role 'read' in scope 'proj-b'"),
+    ("agent", "audit E1", "audit refused: 'agent-1' lacks role 'audit' in scope 'proj-a'"),
+    ("agent", "history --record E1", "history refused: 'agent-1' lacks role 'audit'"),
+    ("reviewer", "history --type Revoke", "history type 'Revoke' is not one of"),
+    ("reviewer", "revalidate M1", "record 'M1' is ACCEPTED; revalidate needs STALE"),
+    ("reviewer", "reject M1 --reason x", "record 'M1' is ACCEPTED; reject needs CANDIDATE"),
+    ("reviewer", "deliver NOPE --to a@x.test", "deliver refused: record 'NOPE' is unknown"),
+    ("reviewer", "correct d-nope --note x", "delivery 'd-nope' is unknown"),
+    ("reviewer", "read --scope proj-a --claim k --at 2026-01-01T00:00:00", "has no timezone"),
+    ("reviewer", "as-of --position 99999 get E1", "as_of position 99999 is beyond the log"),
+    ("reviewer", "export --scope proj-b", "export refused: 'reviewer' lacks role 'audit'"),
+    ("agent", "export --record E1", "export refused: 'agent-1' lacks role 'audit'"),
+    ("reviewer", "graph NOPE --format dot", "graph refused: record 'NOPE' is unknown"),
+    ("bad", "get E1", "error: token is unknown"),
+    ("bad", "capture - --scope proj-a --uri u", "error: token is unknown"),
+]
+
+
+@pytest.mark.parametrize(("who", "line", "message"), REFUSALS, ids=[r[1] for r in REFUSALS])
+def test_a_refused_command_exits_1_with_one_error_line_and_leaves_the_log_unchanged(
+    chain: Cli, who: str, line: str, message: str
+) -> None:
+    token = {"agent": chain.agent, "reviewer": chain.reviewer, "bad": "plt_not-a-token"}[who]
+    before = chain.position
+    result = chain(*shlex.split(line), "--token", token, input=b"content")
+    assert result.exit_code == 1, result.output
+    assert result.stdout == ""
+    assert result.stderr.startswith("error: ")
+    assert result.stderr.count("\n") == 1
+    assert message in result.stderr
+    assert chain.position == before
+
+
+def test_accepting_ones_own_proposal_is_refused(cli: Cli) -> None:
+    cli.ok("grant", "agent-1", "--scope", "proj-a", "--roles", "approve")
+    cli.as_agent(
+        "propose",
+        "--scope",
+        "proj-a",
+        "--claim",
+        "k",
+        "--kind",
+        "fact",
+        "--value",
+        "1",
+        "--id",
+        "S1",
+    )
+    before = cli.position
+    result = cli.as_agent("accept", "S1")
+    assert result.exit_code == 1
+    assert result.stderr == "error: 'agent-1' proposed record 'S1' and may not accept it\n"
+    assert cli.position == before
+
+
+def test_a_grant_with_an_unknown_role_is_refused(cli: Cli) -> None:
+    before = cli.position
+    result = cli("grant", "x", "--scope", "proj-a", "--roles", "read,superuser")
+    assert result.exit_code == 1
+    assert "role 'superuser' is not one of" in result.stderr
+    assert cli.position == before
+
+
+def test_revoking_an_unknown_token_is_refused(cli: Cli) -> None:
+    before = cli.position
+    result = cli("token", "revoke", "plt_nope")
+    assert result.exit_code == 1
+    assert result.stderr == "error: token is unknown or already revoked\n"
+    assert cli.position == before
+
+
+def test_a_database_that_cannot_be_opened_is_one_error_line(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'missing-dir' / 'x.db'}"
+    result = CliRunner().invoke(main, ["get", "E1", "--token", "t", "--url", url])
+    assert result.exit_code == 1
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
+    assert "unable to open database file" in result.stderr
+
+
+def test_an_output_file_that_cannot_be_written_is_one_error_line(
+    chain: Cli, tmp_path: Path
+) -> None:
+    target = tmp_path / "missing-dir" / "impact.dot"
+    result = chain.as_reviewer("graph", "E1", "--format", "dot", "-o", str(target))
+    assert result.exit_code == 1
+    assert result.stderr == f"error: {target}: No such file or directory\n"
+
+
+# -- usage errors: exit 2 ---------------------------------------------------------------
+
+
+USAGE_ERRORS = [
+    "propose --scope proj-a --claim k --kind fact",
+    f"{PROPOSE} --value-str 1",
+    "propose --scope proj-a --claim k --kind fact --value 'not json'",
+    "propose --scope proj-a --claim k --kind gossip --value 1",
+    f"{PROPOSE} --conditions '{{'",
+    "capture no-such-file.txt --scope proj-a --uri u",
+    "read --claim k",
+    "read --scope proj-a --claim k --at yesterday",
+    "history --from -1",
+    "graph E1 --format bmp",
+    "export --ancestors",
+    "export --format rdf",
+    "as-of get E1",
+    "as-of --position 1 --time 2026-01-01T00:00:00+00:00 get E1",
+    "accept",
+    "frobnicate",
+]
+
+
+@pytest.mark.parametrize("line", USAGE_ERRORS)
+def test_a_usage_error_exits_2_and_writes_nothing(chain: Cli, line: str) -> None:
+    before = chain.position
+    result = chain(*shlex.split(line), "--token", chain.agent)
+    assert result.exit_code == 2, result.output
+    assert "Error" in result.stderr
+    assert chain.position == before
+
+
+def test_a_principal_command_without_a_token_is_a_usage_error(chain: Cli) -> None:
+    result = chain("get", "E1")
+    assert result.exit_code == 2
+    assert "Missing option '--token'" in result.stderr
+
+
+# -- help, README -------------------------------------------------------------------------
+
+
+def _commands(group: click.Group, prefix: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        assert command is not None
+        yield (*prefix, name)
+        if isinstance(command, click.Group) and name != "as-of":
+            yield from _commands(command, (*prefix, name))
+
+
+ALL_COMMANDS = list(_commands(main))
+
+
+def test_the_cli_has_every_command_the_issue_asks_for() -> None:
+    names = {" ".join(c) for c in ALL_COMMANDS}
+    wanted = {
+        "init",
+        "grant",
+        "token",
+        "token issue",
+        "token revoke",
+        "capture",
+        "propose",
+        "accept",
+        "reject",
+        "revoke",
+        "revalidate",
+        "deliver",
+        "read",
+        "get",
+        "explain",
+        "audit",
+        "history",
+        "as-of",
+        "corrections",
+        "rebuild",
+        "stats",
+        "demo",
+        "export",
+        "graph",
+    }
+    assert wanted <= names
+
+
+@pytest.mark.parametrize("path", ALL_COMMANDS, ids=" ".join)
+def test_every_command_has_help_with_an_example_and_is_in_the_readme(path: tuple[str, ...]) -> None:
+    result = CliRunner().invoke(main, [*path, "-h"])
+    assert result.exit_code == 0
+    help_text = result.stdout
+    assert "Example:" in help_text
+    example = help_text.split("Example:", 1)[1]
+    assert f"provledger {' '.join(path)}" in example
+    assert f"provledger {' '.join(path)}" in README.read_text()
+
+
+def test_read_commands_are_also_available_under_as_of() -> None:
+    result = CliRunner().invoke(main, ["as-of", "--help"])
+    for name in ("read", "get", "explain", "audit", "history", "corrections", "export", "graph"):
+        assert re.search(rf"^\s+{name}\s", result.stdout, flags=re.M), name
+
+
+def _walkthrough() -> str:
+    section = README.read_text().split("## Command line", 1)[1].split("\n## ", 1)[0]
+    walkthrough = section.split("### Walkthrough", 1)[1]
+    blocks = re.findall(r"```sh\n(.*?)```", walkthrough, flags=re.S)
+    # the walkthrough, then the Mermaid / PROV follow-up that continues the same session
+    return "\n".join(blocks[:2])
+
+
+def _svg_texts(svg: str) -> list[str]:
+    return sorted(re.findall(r"<text[^>]*>([^<]*)</text>", svg))
+
+
+def test_the_readme_walkthrough_runs_from_an_empty_directory_to_a_picture(tmp_path: Path) -> None:
+    # `provledger` on the PATH runs this interpreter's package, however pytest was started.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    shim = bin_dir / "provledger"
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m ledger "$@"\n')
+    shim.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROVLEDGER_")}
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+    script = _walkthrough()
+    assert script.splitlines()[0].startswith("mkdir provledger-walkthrough")
+    assert "provledger graph E1 --descendants --format svg -o impact.svg" in script
+
+    done = subprocess.run(
+        ["bash", "-e", "-c", script],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+    assert done.returncode == 0, done.stderr
+    here = tmp_path / "provledger-walkthrough"
+    assert "FOUND" in done.stdout and "MISSING" in done.stdout
+    assert "stale because E1 was revoked: doc changed" in done.stdout
+    assert (here / "r1.prov.json").exists()
+    if shutil.which("dot"):
+        svg = (here / "impact.svg").read_text()
+        # The README's picture is what the walkthrough draws.
+        assert _svg_texts(svg) == _svg_texts(DOCS_IMPACT.read_text())
+        assert "REVOKED / INVALID" in svg and "DELIVERED" in svg
+    else:  # pragma: no cover - only where Graphviz is not installed
+        assert (here / "impact.dot").read_text().startswith("digraph")
+
+
+def test_the_readme_shows_the_walkthrough_picture() -> None:
+    assert "](docs/impact.svg)" in README.read_text()
+    assert DOCS_IMPACT.read_text().lstrip().startswith("<?xml")
+
+
+def test_ci_installs_graphviz_when_dot_is_missing() -> None:
+    ci = (README.parent / ".ci" / "run").read_text()
+    assert "command -v dot" in ci and "apt-get install -y -qq graphviz" in ci

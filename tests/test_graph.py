@@ -1,0 +1,304 @@
+"""Dependency-graph pictures: the right nodes, edges and status colours.
+
+The scenario (scope proj-a unless noted; M is the record drawn)::
+
+    E2 (ACCEPTED) ──> R0 (ACCEPTED, delivered) ──> C (CANDIDATE) ──┐
+    E2 - - observed - - - - - - - - - - - - - - - - - - - - - - - >├──> M (STALE) ──> D (STALE)
+    E1 (REVOKED) ─────────────────────────────────────────────────>│
+    X (REJECTED) ─────────────────────────────────────────────────>│
+    P (proj-b, invisible to the reviewer) ────────────────────────>┘
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ledger import Kind, Ledger, Session
+from ledger.cli import main
+from ledger.domain import Status
+from ledger.errors import InvalidInputError, UnknownRecordError
+from ledger.graph import STATUS_COLOURS, collect, dot_available, draw, to_dot, to_mermaid
+
+from .conftest import World
+
+
+@dataclass
+class Scene:
+    url: str
+    ledger: Ledger
+    reviewer: Session
+    reviewer_token: str
+    before_revocation: int
+
+
+@pytest.fixture
+def scene(tmp_path: Path) -> Iterator[Scene]:
+    url = f"sqlite:///{tmp_path / 'graph.db'}"
+    led = Ledger.open(url)
+    admin = led.admin()
+    admin.grant("agent-1", scope="proj-a", roles=["propose", "read"])
+    admin.grant("agent-1", scope="proj-b", roles=["propose", "read"])
+    admin.grant("reviewer", scope="proj-a", roles=["approve", "read", "audit", "deliver"])
+    admin.grant("owner-b", scope="proj-b", roles=["approve", "read"])
+    agent = led.authenticate(admin.issue_token("agent-1"))
+    token = admin.issue_token("reviewer")
+    reviewer = led.authenticate(token)
+    owner_b = led.authenticate(admin.issue_token("owner-b"))
+
+    # Given two accepted sources, a delivered report R0 on E2 and a candidate C on R0
+    agent.capture(scope="proj-a", uri="https://x.test/one", content=b"one", id="E1")
+    agent.capture(scope="proj-a", uri="https://x.test/two", content=b"two", id="E2")
+    reviewer.accept("E1")
+    reviewer.accept("E2")
+    agent.propose(
+        scope="proj-a", claim_key="r0", value="ok", kind=Kind.REPORT, parents=["E2"], id="R0"
+    )
+    reviewer.accept("R0")
+    reviewer.deliver("R0", recipient="ops@x.test")
+    agent.propose(
+        scope="proj-a", claim_key="c", value=1, kind=Kind.INFERENCE, parents=["R0"], id="C"
+    )
+    agent.propose(scope="proj-a", claim_key="x", value=2, kind=Kind.INFERENCE, id="X")
+    agent.capture(scope="proj-b", uri="https://b.test", content=b"b", id="P")
+    owner_b.accept("P")
+    # And M proposed in a run that read E2 without declaring it, and D built on M
+    with agent.run("task-1") as run:
+        run.read(scope="proj-a", claim_key="source:https://x.test/two")
+        run.propose(
+            scope="proj-a",
+            claim_key="m",
+            value=True,
+            kind=Kind.PLAN,
+            parents=["E1", "C", "X", "P"],
+            id="M",
+        )
+    agent.propose(scope="proj-a", claim_key="d", value="r", kind=Kind.REPORT, parents=["M"], id="D")
+    reviewer.reject("X", reason="no basis")
+    before = led.position
+    # When E1 is revoked
+    reviewer.revoke("E1", reason="doc changed")
+    yield Scene(url, led, reviewer, token, before)
+    led.close()
+
+
+NODE = re.compile(r'^\s+"(?P<id>[^"]+)" \[(?P<attrs>.*)\];$', re.M)
+EDGE = re.compile(r'^\s+"(?P<parent>[^"]+)" -> "(?P<child>[^"]+)"(?: \[(?P<attrs>.*)\])?;$', re.M)
+ATTR = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|[^,\s]+)')
+
+
+def _attrs(text: str | None) -> dict[str, str]:
+    return {k: v.strip('"') for k, v in ATTR.findall(text or "")}
+
+
+def _parse(dot: str) -> tuple[dict[str, dict[str, str]], dict[tuple[str, str], dict[str, str]]]:
+    nodes = {m["id"]: _attrs(m["attrs"]) for m in NODE.finditer(dot)}
+    edges = {(m["parent"], m["child"]): _attrs(m["attrs"]) for m in EDGE.finditer(dot)}
+    return nodes, edges
+
+
+def test_graph_dot_shows_the_right_nodes_edges_and_status_colours(scene: Scene) -> None:
+    # When the reviewer draws M with its ancestors and descendants
+    result = CliRunner().invoke(
+        main,
+        ["graph", "M", "--format", "dot", "--url", scene.url, "--token", scene.reviewer_token],
+    )
+    assert result.exit_code == 0, result.output
+    nodes, edges = _parse(result.stdout)
+
+    # Then every visible record is a node; P (proj-b) is left out with its edge
+    assert set(nodes) == {"M", "E1", "E2", "R0", "C", "X", "D"}
+    assert set(edges) == {
+        ("E1", "M"),
+        ("C", "M"),
+        ("X", "M"),
+        ("E2", "M"),
+        ("E2", "R0"),
+        ("R0", "C"),
+        ("M", "D"),
+    }
+    # And each node is coloured by its status
+    expected = {
+        "E1": Status.REVOKED,
+        "M": Status.STALE,
+        "D": Status.STALE,
+        "C": Status.CANDIDATE,
+        "X": Status.REJECTED,
+        "E2": Status.ACCEPTED,
+        "R0": Status.ACCEPTED,
+    }
+    for rid, status in expected.items():
+        fill, border = STATUS_COLOURS[status]
+        assert nodes[rid]["fillcolor"] == fill, rid
+        assert nodes[rid]["color"] == border, rid
+        assert f"{status} / " in nodes[rid]["label"], rid
+    # And the four main statuses differ at a glance
+    fills = {STATUS_COLOURS[s][0] for s in Status}
+    assert len(fills) == len(Status)
+    # And labels carry id, kind, validity and the stale cause
+    assert nodes["M"]["label"] == "M\\n[plan]\\nSTALE / NEEDS_REVALIDATION\\n(E1 revoked)"
+    assert nodes["E1"]["label"] == "E1\\n[evidence]\\nREVOKED / INVALID"
+    assert nodes["E2"]["label"] == "E2\\n[evidence]\\nACCEPTED / VALID"
+    # And the observed edge is dashed, declared ones are solid
+    assert edges[("E2", "M")] == {"style": "dashed", "label": "observed"}
+    assert edges[("E1", "M")] == {}
+    # And the delivered report is marked; the record drawn has a thick border
+    assert nodes["R0"]["peripheries"] == "2" and "DELIVERED" in nodes["R0"]["label"]
+    assert "peripheries" not in nodes["C"]
+    assert nodes["M"]["penwidth"] == "3" and "penwidth" not in nodes["E1"]
+
+
+def test_ancestors_and_descendants_can_be_drawn_separately(scene: Scene) -> None:
+    up = collect(scene.reviewer, "M", ancestors=True)
+    assert {n.id for n in up.nodes} == {"M", "E1", "E2", "R0", "C", "X"}
+    down = collect(scene.reviewer, "E1", descendants=True)
+    assert {n.id for n in down.nodes} == {"E1", "M", "D"}
+    assert {(e.parent, e.child) for e in down.edges} == {("E1", "M"), ("M", "D")}
+    alone = collect(scene.reviewer, "M")
+    assert [n.id for n in alone.nodes] == ["M"] and alone.edges == ()
+
+
+def test_a_reader_of_both_scopes_sees_the_cross_scope_parent(scene: Scene) -> None:
+    admin = scene.ledger.admin()
+    admin.grant("reviewer", scope="proj-b", roles=["read"])
+    sub = collect(scene.reviewer, "M", ancestors=True)
+    assert "P" in {n.id for n in sub.nodes}
+    assert ("P", "M") in {(e.parent, e.child) for e in sub.edges}
+
+
+def test_mermaid_has_the_same_nodes_classes_and_dashed_observed_edge(scene: Scene) -> None:
+    text = to_mermaid(collect(scene.reviewer, "M", ancestors=True, descendants=True))
+    assert text.startswith("flowchart TD\n")
+    names = dict(re.findall(r"^\s+(n\d+)\[\[?\"([^<\"]+)<br/>", text, flags=re.M))
+    ids = {v: k for k, v in names.items()}
+    assert set(ids) == {"M", "E1", "E2", "R0", "C", "X", "D"}
+    assert re.search(rf"^\s+{ids['E1']}\[\"E1<br/>.*\"\]:::revoked$", text, flags=re.M)
+    assert re.search(rf"^\s+{ids['C']}\[.*:::candidate$", text, flags=re.M)
+    assert re.search(
+        rf"^\s+{ids['R0']}\[\[\"R0<br/>.*DELIVERED\"\]\]:::accepted$", text, flags=re.M
+    )
+    assert f"{ids['E2']} -. observed .-> {ids['M']}" in text
+    assert f"{ids['E1']} --> {ids['M']}" in text
+    assert f"style {ids['M']} stroke-width:3px" in text
+    for status, (fill, border) in STATUS_COLOURS.items():
+        assert f"classDef {status.lower()} fill:{fill},stroke:{border}" in text
+
+
+def test_svg_is_rendered_by_graphviz_or_falls_back_to_dot(scene: Scene) -> None:
+    picture = draw(scene.reviewer, "M", ancestors=True, descendants=True, format="svg")
+    if shutil.which("dot"):
+        assert dot_available() and not picture.fell_back and picture.note is None
+        svg = picture.data.decode()
+        assert svg.lstrip().startswith("<?xml") and "<svg" in svg
+        assert f'fill="{STATUS_COLOURS[Status.REVOKED][0]}"' in svg
+        assert f'fill="{STATUS_COLOURS[Status.CANDIDATE][0]}"' in svg
+        assert "stroke-dasharray" in svg  # the observed edge
+    else:  # pragma: no cover - only where Graphviz is not installed
+        assert picture.fell_back and picture.format == "dot"
+
+
+def test_png_is_rendered_by_graphviz_or_falls_back_to_dot(scene: Scene) -> None:
+    picture = draw(scene.reviewer, "E1", descendants=True, format="png")
+    if shutil.which("dot"):
+        assert picture.format == "png" and picture.data.startswith(b"\x89PNG\r\n\x1a\n")
+    else:  # pragma: no cover - only where Graphviz is not installed
+        assert picture.fell_back and picture.data.startswith(b"digraph")
+
+
+@pytest.mark.parametrize("fmt", ["svg", "png"])
+def test_without_the_dot_program_pictures_fall_back_to_dot_text_with_a_clear_note(
+    scene: Scene, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fmt: str
+) -> None:
+    empty = tmp_path / "no-programs"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    assert not dot_available()
+    picture = draw(scene.reviewer, "E1", descendants=True, format=fmt)
+    assert picture.fell_back and picture.requested == fmt and picture.format == "dot"
+    assert picture.data.decode() == to_dot(picture.subgraph)
+    assert picture.note is not None
+    assert "`dot` program is not installed" in picture.note
+    assert "apt-get install graphviz" in picture.note and "--format mermaid" in picture.note
+
+
+def test_a_past_position_is_drawn_as_it_was(scene: Scene) -> None:
+    then = scene.reviewer.as_of(position=scene.before_revocation)
+    nodes, _ = _parse(to_dot(collect(then, "E1", descendants=True)))
+    assert set(nodes) == {"E1", "M", "D"}
+    assert nodes["E1"]["fillcolor"] == STATUS_COLOURS[Status.ACCEPTED][0]
+    assert nodes["M"]["fillcolor"] == STATUS_COLOURS[Status.CANDIDATE][0]
+    result = CliRunner().invoke(
+        main,
+        [
+            "as-of",
+            "--position",
+            str(scene.before_revocation),
+            "graph",
+            "E1",
+            "--format",
+            "dot",
+            "--url",
+            scene.url,
+            "--token",
+            scene.reviewer_token,
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert f"(log position {scene.before_revocation})" in result.stdout
+
+
+def test_a_whole_scope_can_be_collected(scene: Scene) -> None:
+    sub = collect(scene.reviewer, scope="proj-a")
+    assert {n.id for n in sub.nodes} == {"E1", "E2", "R0", "C", "X", "M", "D"}
+    assert ("E2", "M", "observed") in {(e.parent, e.child, e.edge) for e in sub.edges}
+
+
+def test_unknown_records_and_formats_are_refused(scene: Scene) -> None:
+    with pytest.raises(UnknownRecordError, match="graph refused: record 'P' is unknown"):
+        draw(scene.reviewer, "P", format="dot")  # exists, but in a scope it cannot see
+    with pytest.raises(InvalidInputError, match="graph format 'gif' is not one of"):
+        draw(scene.reviewer, "M", format="gif")
+
+
+def test_the_title_and_tooltips_say_what_is_drawn(scene: Scene) -> None:
+    dot = to_dot(collect(scene.reviewer, "E1", descendants=True))
+    assert f'label="E1 and its descendants (log position {scene.ledger.position})"' in dot
+    nodes, _ = _parse(dot)
+    assert nodes["M"]["tooltip"] == "proj-a/m = true\\nreason: doc changed"
+    assert nodes["E1"]["tooltip"].startswith("proj-a/source:https://x.test/one = ")
+
+
+def test_the_subgraph_queries_work_on_every_backend(world: World) -> None:
+    # Given E1 -> M1 (declared) and M1 read in a run by M2 (observed), on each backend
+    agent, reviewer = world.agent, world.reviewer
+    agent.capture(scope="proj-a", uri="https://x.test", content=b"x", id="E1")
+    reviewer.accept("E1")
+    agent.propose(scope="proj-a", claim_key="m1", value=1, kind=Kind.FACT, parents=["E1"], id="M1")
+    reviewer.accept("M1")
+    with agent.run("t") as run:
+        run.get("M1")
+        run.propose(scope="proj-a", claim_key="m2", value=2, kind=Kind.PLAN, id="M2")
+    before = world.ledger.position
+    reviewer.revoke("E1", reason="gone")
+
+    # Then the lineage, the scope listing and a past position all come back right
+    down = collect(reviewer, "E1", descendants=True)
+    assert {(e.parent, e.child, e.edge) for e in down.edges} == {
+        ("E1", "M1", "declared"),
+        ("M1", "M2", "observed"),
+    }
+    assert {n.id: n.status for n in down.nodes} == {
+        "E1": Status.REVOKED,
+        "M1": Status.STALE,
+        "M2": Status.STALE,
+    }
+    assert {n.id for n in collect(reviewer, "M2", ancestors=True).nodes} == {"E1", "M1", "M2"}
+    assert {n.id for n in collect(reviewer, scope="proj-a").nodes} == {"E1", "M1", "M2"}
+    then = collect(reviewer.as_of(position=before), "E1", descendants=True)
+    assert {n.status for n in then.nodes} == {Status.ACCEPTED, Status.CANDIDATE}

@@ -1,0 +1,300 @@
+"""W3C PROV export: entities, derivations, activities, agents, invalidation, round trips.
+
+Scenario (scope proj-a): evidence E1 → inference M1 → report R1 (delivered);
+M3 proposed in a run that read E1 without declaring it (an observed edge);
+E1 revoked (M1, R1, M3 STALE); then evidence E2 and M1 revalidated on it, and a
+correction issued for R1's delivery.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from prov.model import (
+    PROV_TYPE,
+    ProvActivity,
+    ProvAgent,
+    ProvAssociation,
+    ProvAttribution,
+    ProvCommunication,
+    ProvDerivation,
+    ProvDocument,
+    ProvEntity,
+    ProvGeneration,
+    ProvInvalidation,
+    ProvRecord,
+    ProvUsage,
+)
+
+from ledger import Kind, Ledger, Session
+from ledger.cli import main
+from ledger.errors import AccessDeniedError, InvalidInputError, UnknownRecordError
+from ledger.prov import ACT, AGENT, PL, REC, export_prov, export_text, serialize
+
+from .conftest import World
+
+
+@dataclass
+class Scene:
+    url: str
+    ledger: Ledger
+    agent: Session
+    reviewer: Session
+    reviewer_token: str
+    before_revocation: int
+    revoke_position: int
+
+
+@pytest.fixture
+def scene(tmp_path: Path) -> Iterator[Scene]:
+    url = f"sqlite:///{tmp_path / 'prov.db'}"
+    led = Ledger.open(url)
+    admin = led.admin()
+    admin.grant("agent-1", scope="proj-a", roles=["propose", "read"])
+    admin.grant("reviewer", scope="proj-a", roles=["approve", "read", "audit", "deliver"])
+    agent = led.authenticate(admin.issue_token("agent-1"))
+    token = admin.issue_token("reviewer")
+    reviewer = led.authenticate(token)
+
+    agent.capture(scope="proj-a", uri="https://x.test/doc", content=b"retries are safe", id="E1")
+    reviewer.accept("E1", note="fetched from the vendor")
+    agent.propose(
+        scope="proj-a",
+        claim_key="api.retry_safe",
+        value=True,
+        kind=Kind.INFERENCE,
+        parents=["E1"],
+        id="M1",
+    )
+    reviewer.accept("M1")
+    agent.propose(
+        scope="proj-a",
+        claim_key="report.weekly",
+        value={"retries": "on"},
+        kind=Kind.REPORT,
+        parents=["M1"],
+        id="R1",
+    )
+    reviewer.accept("R1")
+    delivery = reviewer.deliver("R1", recipient="ops@x.test", channel="email")
+    with agent.run("task-42") as run:
+        run.read(scope="proj-a", claim_key="source:https://x.test/doc")
+        run.propose(
+            scope="proj-a", claim_key="api.backoff", value="exp", kind=Kind.INFERENCE, id="M3"
+        )
+    before = led.position
+    revocation = reviewer.revoke("E1", reason="doc changed")
+    agent.capture(scope="proj-a", uri="https://x.test/v2", content=b"retries are not safe", id="E2")
+    reviewer.accept("E2")
+    reviewer.revalidate("M1", note="re-checked", parents=["E2"])
+    reviewer.issue_correction(delivery, note="retries are not safe")
+    yield Scene(url, led, agent, reviewer, token, before, revocation.position)
+    led.close()
+
+
+def _records(doc: ProvDocument, cls: type[ProvRecord]) -> list[Any]:
+    return [r for r in doc.get_records(cls)]
+
+
+def _one(values: set[Any]) -> Any:
+    [value] = values
+    return value
+
+
+def _entity(doc: ProvDocument, rid: str) -> ProvEntity:
+    [entity] = [e for e in _records(doc, ProvEntity) if e.identifier == REC[rid]]
+    return entity
+
+
+def _activities(doc: ProvDocument, kind: str) -> list[ProvActivity]:
+    return [a for a in _records(doc, ProvActivity) if PL[kind] in a.get_attribute(PROV_TYPE)]
+
+
+def test_prov_json_reads_back_into_an_equal_document(scene: Scene) -> None:
+    doc = export_prov(scene.reviewer)
+    text = serialize(doc, "prov-json")
+    back = ProvDocument.deserialize(content=text, format="json")
+    assert back == doc
+    assert len(back.get_records()) == len(doc.get_records()) > 40
+
+
+def test_prov_xml_reads_back_equal_and_prov_n_is_written(scene: Scene) -> None:
+    doc = export_prov(scene.reviewer)
+    assert ProvDocument.deserialize(content=serialize(doc, "prov-xml"), format="xml") == doc
+    provn = serialize(doc, "prov-n")
+    assert provn.startswith("document\n") and provn.rstrip().endswith("endDocument")
+    assert "wasInvalidatedBy(rec:E1, act:revoke-" in provn
+
+
+def test_the_command_lines_prov_json_equals_the_librarys_document(scene: Scene) -> None:
+    result = CliRunner().invoke(
+        main, ["export", "--url", scene.url, "--token", scene.reviewer_token]
+    )
+    assert result.exit_code == 0, result.output
+    assert ProvDocument.deserialize(content=result.stdout, format="json") == export_prov(
+        scene.reviewer
+    )
+
+
+def test_records_and_evidence_are_entities_with_their_attributes(scene: Scene) -> None:
+    doc = export_prov(scene.reviewer)
+    assert {e.identifier for e in _records(doc, ProvEntity)} == {
+        REC["E1"],
+        REC["E2"],
+        REC["M1"],
+        REC["R1"],
+        REC["M3"],
+    }
+    e1 = _entity(doc, "E1")
+    evidence = scene.reviewer.get("E1").evidence
+    assert evidence is not None
+    assert _one(e1.get_attribute(PROV_TYPE)) == PL["evidence"]
+    assert _one(e1.get_attribute("pl:contentHash")) == evidence["content_hash"]
+    assert _one(e1.get_attribute("pl:snapshotRef")) == evidence["snapshot_ref"]
+    fetched = _one(e1.get_attribute("pl:fetchedAt"))
+    assert isinstance(fetched, datetime) and fetched == evidence["fetched_at"]
+    assert _one(e1.get_attribute("pl:uri")).uri == "https://x.test/doc"
+    assert _one(e1.get_attribute("pl:status")) == "REVOKED"
+    assert _one(e1.get_attribute("pl:validity")) == "INVALID"
+    r1 = _entity(doc, "R1")
+    assert _one(r1.get_attribute("pl:value")) == '{"retries": "on"}'
+    assert _one(r1.get_attribute("pl:kind")) == "report"
+    assert _one(r1.get_attribute("pl:status")) == "STALE"
+    assert _one(r1.get_attribute("pl:staleCause")) == REC["E1"]
+    assert _one(r1.get_attribute("pl:reason")) == "doc changed"
+
+
+def test_parents_are_derivations_and_observed_ones_are_marked(scene: Scene) -> None:
+    doc = export_prov(scene.reviewer)
+    derivations = {(d.args[0], d.args[1]): d for d in _records(doc, ProvDerivation)}
+    # M1's basis is now E2 (revalidated on it); R1 on M1; M3 observed E1
+    assert set(derivations) == {
+        (REC["M1"], REC["E2"]),
+        (REC["R1"], REC["M1"]),
+        (REC["M3"], REC["E1"]),
+    }
+    observed = derivations[(REC["M3"], REC["E1"])]
+    assert _one(observed.get_attribute("pl:dependency")) == "observed"
+    assert _one(observed.get_attribute(PROV_TYPE)) == PL["ObservedDependency"]
+    declared = derivations[(REC["R1"], REC["M1"])]
+    assert _one(declared.get_attribute("pl:dependency")) == "declared"
+    assert not declared.get_attribute(PROV_TYPE)
+    # The derivation names the activity that set the basis
+    assert str(declared.args[2]).startswith("act:propose-")
+    assert str(derivations[(REC["M1"], REC["E2"])].args[2]).startswith("act:revalidate-")
+
+
+def test_events_are_activities_associated_with_their_principals(scene: Scene) -> None:
+    doc = export_prov(scene.reviewer)
+    assert {a.identifier for a in _records(doc, ProvAgent)} == {AGENT["agent-1"], AGENT["reviewer"]}
+    associated = {(a.args[0], a.args[1]) for a in _records(doc, ProvAssociation)}
+    for kind, agent in (
+        ("Proposal", "agent-1"),
+        ("Acceptance", "reviewer"),
+        ("Revocation", "reviewer"),
+        ("StaleMarking", "reviewer"),
+        ("Revalidation", "reviewer"),
+        ("Delivery", "reviewer"),
+        ("Correction", "reviewer"),
+    ):
+        activities = _activities(doc, kind)
+        assert activities, kind
+        for act in activities:
+            assert (act.identifier, AGENT[agent]) in associated, act
+    # Proposals generate their record and attribute it to the proposer
+    generated = {(g.args[0], g.args[1]) for g in _records(doc, ProvGeneration)}
+    proposals = {
+        _one(a.get_attribute("prov:label")): a.identifier for a in _activities(doc, "Proposal")
+    }
+    assert (REC["R1"], proposals["Proposed R1"]) in generated
+    assert (REC["R1"], AGENT["agent-1"]) in {
+        (a.args[0], a.args[1]) for a in _records(doc, ProvAttribution)
+    }
+    # The delivery activity used the report and names the recipient
+    [delivery] = _activities(doc, "Delivery")
+    assert _one(delivery.get_attribute("pl:recipient")) == "ops@x.test"
+    used = {(u.args[0], u.args[1]) for u in _records(doc, ProvUsage)}
+    assert (delivery.identifier, REC["R1"]) in used
+    [correction] = _activities(doc, "Correction")
+    assert (correction.identifier, REC["R1"]) in used
+    assert _one(correction.get_attribute("pl:note")) == "retries are not safe"
+
+
+def test_revocation_invalidates_and_stale_markings_record_their_cause(scene: Scene) -> None:
+    doc = export_prov(scene.reviewer)
+    revoke = ACT[f"revoke-{scene.revoke_position - 3}"]  # the root event comes before 3 markings
+    [invalidation] = _records(doc, ProvInvalidation)
+    assert invalidation.args[0] == REC["E1"] and invalidation.args[1] == revoke
+    assert _one(invalidation.get_attribute("pl:reason")) == "doc changed"
+    # Stale records are not invalidated: they need re-verification, they are not proven wrong
+    markings = _activities(doc, "StaleMarking")
+    assert len(markings) == 3
+    informed = {(c.args[0], c.args[1]) for c in _records(doc, ProvCommunication)}
+    used = {(u.args[0], u.args[1]) for u in _records(doc, ProvUsage)}
+    marked = set()
+    for act in markings:
+        assert _one(act.get_attribute("pl:cause")) == REC["E1"]
+        assert _one(act.get_attribute("pl:reason")) == "doc changed"
+        assert (act.identifier, revoke) in informed
+        marked |= {entity for a, entity in used if a == act.identifier}
+    assert marked == {REC["M1"], REC["R1"], REC["M3"]}
+
+
+def test_a_record_can_be_exported_with_its_ancestors_or_descendants(scene: Scene) -> None:
+    def entities(**kwargs: Any) -> set[str]:
+        doc = export_prov(scene.reviewer, **kwargs)
+        return {str(e.identifier) for e in _records(doc, ProvEntity)}
+
+    assert entities(record="R1") == {"rec:R1"}
+    assert entities(record="R1", ancestors=True) == {"rec:R1", "rec:M1", "rec:E2"}
+    assert entities(record="E1", descendants=True) == {"rec:E1", "rec:M3"}
+    assert entities(record="M1", ancestors=True, descendants=True) == {"rec:E2", "rec:M1", "rec:R1"}
+    assert entities(scope="proj-a") == entities()
+    alone = export_prov(scene.reviewer, record="R1")
+    assert _records(alone, ProvDerivation) == []  # relations only between exported records
+
+
+def test_export_needs_the_audit_role(scene: Scene) -> None:
+    with pytest.raises(AccessDeniedError, match="export refused: 'agent-1' lacks role 'audit'"):
+        export_prov(scene.agent, scope="proj-a")
+    with pytest.raises(AccessDeniedError, match="lacks role 'audit' in scope 'proj-a'"):
+        export_prov(scene.agent, record="E1")
+    with pytest.raises(UnknownRecordError):
+        export_prov(scene.reviewer, record="NOPE")
+    # With neither, only scopes the principal may audit are exported: none for the agent
+    assert _records(export_prov(scene.agent), ProvEntity) == []
+    with pytest.raises(InvalidInputError, match="export format 'rdf'"):
+        export_text(scene.reviewer, "rdf")
+
+
+def test_a_past_position_is_exported_as_it_was(scene: Scene) -> None:
+    then = export_prov(scene.reviewer.as_of(position=scene.before_revocation))
+    assert _records(then, ProvInvalidation) == []
+    assert {str(e.identifier) for e in _records(then, ProvEntity)} == {
+        "rec:E1",
+        "rec:M1",
+        "rec:R1",
+        "rec:M3",
+    }
+    assert _one(_entity(then, "E1").get_attribute("pl:status")) == "ACCEPTED"
+    assert ProvDocument.deserialize(content=serialize(then, "prov-json"), format="json") == then
+
+
+def test_the_prov_json_round_trip_holds_on_every_backend(world: World) -> None:
+    world.agent.capture(scope="proj-a", uri="https://x.test", content=b"x", id="E1")
+    world.reviewer.accept("E1")
+    world.agent.propose(
+        scope="proj-a", claim_key="k", value=[1, "two"], kind=Kind.FACT, parents=["E1"], id="F1"
+    )
+    world.reviewer.accept("F1")
+    world.reviewer.revoke("E1", reason="gone")
+    doc = export_prov(world.reviewer)
+    assert ProvDocument.deserialize(content=serialize(doc, "prov-json"), format="json") == doc
+    assert len(_records(doc, ProvInvalidation)) == 1
+    assert len(_activities(doc, "StaleMarking")) == 1
