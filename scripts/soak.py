@@ -9,6 +9,10 @@ model
     answer compared after every step. CI runs 30 examples per backend; this runs
     as many as asked, in batches (each batch a fresh hypothesis run), printing
     progress after each.
+fuzz
+    ``tests/fuzz.py``: ``--examples`` adversarial calls of every public method
+    (memory, sqlite); each must succeed or raise a ``LedgerError`` that leaves the
+    log and the views unchanged.
 
 Prints per backend the examples run, the elapsed time and any failure (hypothesis
 prints the shrunk command sequence); exits 1 if any campaign found a failure.
@@ -18,7 +22,7 @@ Examples::
     python scripts/soak.py --examples 500
     python scripts/soak.py --examples 2000 --steps 80 --backend sqlite
     python scripts/soak.py --backend postgres --examples 100   # needs $PROVLEDGER_TEST_PG
-    python scripts/soak.py --ignore stale-effective-expiry     # hunt past a known bug
+    python scripts/soak.py --campaign fuzz --examples 20000
 """
 
 from __future__ import annotations
@@ -97,9 +101,30 @@ def model_campaign(args: argparse.Namespace, backend: str) -> Outcome:
     return Outcome("model", backend, done, time.perf_counter() - started)
 
 
-#: Campaign name -> runner. Crash-injection and fuzz campaigns plug in here.
+def fuzz_campaign(args: argparse.Namespace, backend: str) -> Outcome:
+    """Fuzz every public method with ``args.examples`` adversarial calls."""
+    from tests.fuzz import run_campaign
+
+    if backend == "postgres":
+        raise SystemExit("the fuzz campaign runs on memory and sqlite")
+    result = run_campaign(args.examples, backend, args.seed)
+    print(
+        f"  fuzz/{backend}: tried {result['tried']}, succeeded {result['succeeded']}, "
+        f"refused {result['refused']} (a LedgerError, log and views unchanged), "
+        f"failed {result['failed']}",
+        flush=True,
+    )
+    failure = None
+    if result["failed"]:
+        examples = list(result["failure_examples"].values())[:3]
+        failure = f"{result['failed']} calls broke the contract, e.g. " + " | ".join(examples)
+    return Outcome("fuzz", backend, int(result["tried"]), float(result["seconds"]), failure)
+
+
+#: Campaign name -> runner.
 CAMPAIGNS: dict[str, Callable[[argparse.Namespace, str], Outcome]] = {
     "model": model_campaign,
+    "fuzz": fuzz_campaign,
 }
 
 
@@ -127,6 +152,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="skip the comparison a known library bug breaks (tests/test_model.py KNOWN_BUGS)",
     )
     parser.add_argument("--no-shrink", action="store_true", help="report failures unshrunk")
+    parser.add_argument("--seed", type=int, default=20261130, help="fuzz and crash campaigns")
     args = parser.parse_args(argv)
     chosen = args.backend or ["memory", "sqlite"]
     args.backends = list(BACKENDS) if "all" in chosen else list(dict.fromkeys(chosen))
