@@ -907,3 +907,61 @@ def test_the_readme_shows_the_walkthrough_picture() -> None:
 def test_ci_installs_graphviz_when_dot_is_missing() -> None:
     ci = (README.parent / ".ci" / "run").read_text()
     assert "command -v dot" in ci and "apt-get install -y -qq graphviz" in ci
+
+
+# -- tamper evidence ----------------------------------------------------------------------
+
+
+def test_digest_then_verify_against_it_after_more_commands(chain: Cli) -> None:
+    kept = chain.ok("digest").stdout.strip()
+    size, position, root = kept.split(":")
+    assert int(size) == int(position) == chain.position and len(root) == 64
+    assert chain.json("digest")["digest"] == kept
+
+    _revoked(chain)
+    result = chain.ok("verify", "--against", kept)
+    assert result.stdout.startswith("ok: ") and f"extends {kept}" in result.stdout
+    report = chain.json("verify", "--against", kept)
+    assert report["ok"] is True and report["consistency_proof"]
+
+
+def test_verify_exits_1_naming_the_position_of_tampered_bytes(chain: Cli) -> None:
+    import sqlite3
+
+    with sqlite3.connect(chain.path) as con:
+        con.execute("DROP TRIGGER stored_events_no_update")
+        con.execute("UPDATE stored_events SET topic = topic || 'x' WHERE rowid = 6")
+    result = chain("verify")
+    assert result.exit_code == 1
+    assert result.stderr == (
+        "error: tampering detected: the stored bytes at position 6 differ from what was appended\n"
+    )
+
+
+def test_verify_against_a_malformed_digest_is_refused(chain: Cli) -> None:
+    result = chain("verify", "--against", "not-a-digest")
+    assert result.exit_code == 1
+    assert result.stderr.startswith("error: cannot verify against 'not-a-digest'")
+
+
+def test_prove_prints_inclusion_proofs_a_third_party_can_check(chain: Cli) -> None:
+    from ledger import merkle
+
+    root = chain.ok("digest").stdout.strip().split(":")[2]
+    proofs = json.loads(chain.as_reviewer("prove", "E1").stdout)
+    assert len(proofs) == 2  # Proposed, Accepted
+    for proof in proofs:
+        assert proof["root"] == root
+        leaf = merkle.leaf_hash(bytes.fromhex(proof["leaf_data"]))
+        path = [bytes.fromhex(p) for p in proof["path"]]
+        assert merkle.verify_inclusion(
+            leaf, proof["index"], proof["size"], path, bytes.fromhex(root)
+        )
+
+
+def test_prove_needs_the_audit_role(chain: Cli) -> None:
+    before = chain.position
+    result = chain.as_agent("prove", "E1")
+    assert result.exit_code == 1
+    assert "lacks role 'audit' in scope 'proj-a'" in result.stderr
+    assert chain.position == before
