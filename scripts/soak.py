@@ -13,6 +13,11 @@ fuzz
     ``tests/fuzz.py``: ``--examples`` adversarial calls of every public method
     (memory, sqlite); each must succeed or raise a ``LedgerError`` that leaves the
     log and the views unchanged.
+crash
+    ``tests/crash.py``: a writer subprocess is SIGKILLed ``--kills`` times at
+    random points of each scenario (batch import, a revocation with thousands of
+    descendants, a view catch-up, a rebuild); after every kill the ledger must
+    open, every command be all-or-nothing, views equal a rebuild, ``verify()`` pass.
 
 Prints per backend the examples run, the elapsed time and any failure (hypothesis
 prints the shrunk command sequence); exits 1 if any campaign found a failure.
@@ -23,6 +28,7 @@ Examples::
     python scripts/soak.py --examples 2000 --steps 80 --backend sqlite
     python scripts/soak.py --backend postgres --examples 100   # needs $PROVLEDGER_TEST_PG
     python scripts/soak.py --campaign fuzz --examples 20000
+    python scripts/soak.py --campaign crash --kills 100 --backend sqlite
 """
 
 from __future__ import annotations
@@ -121,10 +127,40 @@ def fuzz_campaign(args: argparse.Namespace, backend: str) -> Outcome:
     return Outcome("fuzz", backend, int(result["tried"]), float(result["seconds"]), failure)
 
 
+def crash_campaign(args: argparse.Namespace, backend: str) -> Outcome:
+    """SIGKILL a writer ``args.kills`` times in each crash scenario, checking after each."""
+    import tempfile
+
+    from tests.conftest import PG_SERVER
+    from tests.crash import SCENARIOS, postgres_schemas, run_campaign, sqlite_files
+
+    if backend == "memory":
+        raise SystemExit("the crash campaign needs a database another process can open")
+    started = time.perf_counter()
+    kills, failures = 0, []
+    with tempfile.TemporaryDirectory(prefix="provledger-crash-") as tmp:
+        factory = sqlite_files(tmp) if backend == "sqlite" else postgres_schemas(PG_SERVER)
+        for name in args.scenario or sorted(SCENARIOS):
+            result = run_campaign(name, args.kills, factory, args.seed)
+            kills += int(result["kills"])
+            print(
+                f"  crash/{backend}/{name}: {result['kills']} kills "
+                f"({result['mid_work']} mid-work), checks passed {result['checks_passed']}, "
+                f"failed {result['failures']}, {result['seconds']:.0f} s",
+                flush=True,
+            )
+            failures += [f"{name}: {f}" for f in result["failed"]]
+    failure = (
+        None if not failures else f"{len(failures)} kills left a broken ledger: {failures[:3]}"
+    )
+    return Outcome("crash", backend, kills, time.perf_counter() - started, failure)
+
+
 #: Campaign name -> runner.
 CAMPAIGNS: dict[str, Callable[[argparse.Namespace, str], Outcome]] = {
     "model": model_campaign,
     "fuzz": fuzz_campaign,
+    "crash": crash_campaign,
 }
 
 
@@ -153,6 +189,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--no-shrink", action="store_true", help="report failures unshrunk")
     parser.add_argument("--seed", type=int, default=20261130, help="fuzz and crash campaigns")
+    parser.add_argument("--kills", type=int, default=100, help="crash: kills per scenario")
+    parser.add_argument(
+        "--scenario", action="append", help="crash: repeatable; default every scenario"
+    )
     args = parser.parse_args(argv)
     chosen = args.backend or ["memory", "sqlite"]
     args.backends = list(BACKENDS) if "all" in chosen else list(dict.fromkeys(chosen))
@@ -167,12 +207,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     run = CAMPAIGNS[args.campaign]
     outcomes = []
     for backend in args.backends:
-        print(f"{args.campaign}/{backend}: {args.examples} examples of up to {args.steps} steps")
+        if args.campaign == "crash":
+            print(f"crash/{backend}: {args.kills} kills per scenario")
+        else:
+            print(
+                f"{args.campaign}/{backend}: {args.examples} examples of up to {args.steps} steps"
+            )
         outcomes.append(run(args, backend))
     print()
     for o in outcomes:
         status = "ok" if o.failure is None else "FAILED"
-        print(f"{o.campaign}/{o.backend}: {o.examples} examples in {o.seconds:.1f} s: {status}")
+        unit = "kills" if o.campaign == "crash" else "examples"
+        print(f"{o.campaign}/{o.backend}: {o.examples} {unit} in {o.seconds:.1f} s: {status}")
         if o.failure is not None:
             print(f"  {o.failure}")
     return 0 if all(o.failure is None for o in outcomes) else 1
