@@ -33,7 +33,7 @@ class Role(StrEnum):
     PROPOSE = "propose"  # propose, capture
     APPROVE = "approve"  # accept, reject, revoke, revalidate
     DELIVER = "deliver"  # deliver, corrections_due, issue_correction
-    AUDIT = "audit"  # audit
+    AUDIT = "audit"  # audit, history, prove, as-of export
 
 
 TOKEN_PREFIX = "plt_"

@@ -198,8 +198,9 @@ class Ledger:
         """Open (creating if needed) the ledger at ``url``.
 
         Args:
-            url: ``memory:``, ``sqlite:///path.db``; default ``$PROVLEDGER_URL``,
-                else ``sqlite:///provledger.db``.
+            url: ``memory:``, ``sqlite:///path.db`` or
+                ``postgresql://user:password@host:port/db?schema=…``; default
+                ``$PROVLEDGER_URL``, else ``sqlite:///provledger.db``.
             acceptance_checks: callables run on every ``accept``; each returns
                 None to pass or a reason string to refuse.
             max_value_bytes: the largest serialised value or content accepted.
@@ -209,6 +210,8 @@ class Ledger:
 
         Raises:
             InvalidURLError: the URL names no supported backend.
+            InvalidInputError: an option is of the wrong type.
+            StorageError: the database cannot be opened or reached.
         """
         return cls(
             url,
@@ -446,19 +449,20 @@ class Ledger:
         """Drop every view, replay the whole log in batches, compare digests.
 
         Streams the log (memory does not grow with its length). ``progress`` is
-        called with (events applied, log position to reach).
+        called with (log position reached, log position to reach).
         """
         self._check_open()
         if progress is not None and not callable(progress):
             raise InvalidInputError(f"progress must be callable, got {type(progress).__name__}")
-        before = self.views_digest()
-        target = self.position
-        started = time.perf_counter()
         applied = 0
         # One transaction: a crash or a corrupt event part-way leaves the old views
         # exactly as they were, and writers wait instead of seeing half-built views.
         with self._writing() as c:
             self._recorder.lock_for_write(c)
+            # Under the lock, so no other writer slips in between the two digests.
+            before = self._projector.digest(c)
+            target = self._recorder.max_position(c)
+            started = time.perf_counter()
             self._projector.drop_tables(c)
             self._projector.create_tables(c)
             for batch in self._projector.pending(c):
@@ -477,6 +481,10 @@ class Ledger:
     def _reading(self) -> Iterator[Cursor]:
         self._check_open()
         with self._recorder.datastore.transaction(commit=False) as c:
+            if self.backend == "postgresql":
+                # One snapshot for every statement of a read (SQLite's read
+                # transactions already are one).
+                c.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             yield c
 
     @contextmanager
@@ -620,6 +628,19 @@ class Session:
                 f"{command} refused: {self._subject!r} lacks role {role.value!r} in scope {scope!r}"
             )
 
+    def _locked(self, scope: str, role: Role, command: str, guard: Guard | None = None) -> Guard:
+        """A guard re-checking the token and the role under the write lock (a grant
+        or token revoked between the read and the write stops the command), then
+        running ``guard``."""
+
+        def check(c: Cursor) -> None:
+            self._ledger._token_subject(c, self._token_hash)
+            self._require(c, scope, role, command)
+            if guard is not None:
+                guard(c)
+
+        return check
+
     def _visible(
         self, c: Cursor, record_id: object, role: Role, command: str, what: str = "record"
     ) -> Any:
@@ -687,7 +708,7 @@ class Session:
         Views are updated in the same transaction as the events by every writer,
         so a read in one process after a command in another has returned already
         sees it; ``sync`` additionally applies any events written while a view was
-        stopped. Returns the log position the views have reached.
+        stopped. Returns the log position (the views have then applied all of it).
         """
         self._writable("sync")
         with self._ctx():
@@ -880,7 +901,6 @@ class Session:
                     break
                 if type is not None and note.topic[len(prefix) :] != type:
                     continue
-                event = ledger._projector.decode(note)
                 if note.originator_id not in records:
                     try:
                         rid = validity_view.record_id_of(c, d, note.originator_id)
@@ -892,7 +912,7 @@ class Session:
                     records[note.originator_id] = (rid, Role.AUDIT.value in self._roles(c, scope))
                 rid, allowed = records[note.originator_id]
                 if allowed:
-                    out.append(_history_event(note.id, event, rid))
+                    out.append(_history_event(note.id, ledger._projector.decode(note), rid))
         return tuple(out)
 
     def prove(self, record_id: str) -> tuple[InclusionProof, ...]:
@@ -1297,8 +1317,11 @@ class Session:
                         f"{row['status'] if row else 'unknown'} meanwhile"
                     )
 
+        checked: Guard = guard
+        for scope in {r.scope for r in records}:
+            checked = self._locked(scope, Role.PROPOSE, "propose", checked)
         try:
-            ledger._save(*records, guard=guard, snapshots=snapshots)
+            ledger._save(*records, guard=checked, snapshots=snapshots)
         except _Clash:
             with ledger._reading() as c:
                 taken = [
@@ -1312,12 +1335,16 @@ class Session:
                 "propose refused: the database stayed locked by other writers"
             ) from None
 
-    def _check_dependency(self, c: Cursor, dep: str, what: str, child: str) -> None:
+    def _check_readable(self, c: Cursor, dep: str, what: str, child: str) -> Any:
         row = validity_view.current(c, self._ledger._dialect, dep)
         if row is None or Role.READ.value not in self._roles(c, row["scope"]):
             raise InvalidParentError(
                 f"{what} {dep!r} of {child!r} is unknown or not readable by {self._subject!r}"
             )
+        return row
+
+    def _check_dependency(self, c: Cursor, dep: str, what: str, child: str) -> None:
+        row = self._check_readable(c, dep, what, child)
         if row["status"] in _BLOCKING:
             raise InvalidParentError(
                 f"{what} {dep!r} of {child!r} is {row['status']}{_cause_text(row)}"
@@ -1346,15 +1373,19 @@ class Session:
                 record = ledger._record(rid)
                 now = ledger._now()
                 record.accept(self._subject, note, now)
-                if row["expires"] is not None and datetime_to_micros(now) >= row["expires"]:
-                    raise InvalidTransitionError(
-                        f"record {rid!r} expired at "
-                        f"{micros_to_datetime(row['expires']).isoformat()}; accept refused"
-                    )
+                _check_not_expired(row, now, "accept")
                 self._check_usable_deps(c, record.dependencies, rid, "accept", now)
                 view = self._view(c, row, now)
             self._run_acceptance_checks(view, "accept")
-            ledger._save(record, guard=self._deps_guard(record.dependencies, rid, "accept"))
+            ledger._save(
+                record,
+                guard=self._locked(
+                    row["scope"],
+                    Role.APPROVE,
+                    "accept",
+                    self._deps_guard(record.dependencies, rid, "accept"),
+                ),
+            )
 
         ledger._retrying(attempt)
 
@@ -1423,7 +1454,7 @@ class Session:
                 row = self._visible(c, record_id, Role.APPROVE, "reject")
             record = ledger._record(row["record_id"])
             record.reject(self._subject, reason, ledger._now())
-            ledger._save(record)
+            ledger._save(record, guard=self._locked(row["scope"], Role.APPROVE, "reject"))
 
         ledger._retrying(attempt)
 
@@ -1467,9 +1498,21 @@ class Session:
                 if now_reached != expected:
                     raise _Clash()
 
-            position = ledger._save(root, *marked, guard=guard)
-            stale = tuple(r.record_id for r in marked)
-            return Revocation(root=rid, affected=(rid, *stale), position=position, stale=stale)
+            with self._ctx() as c:
+                # Descendants in scopes the caller cannot see are marked all the
+                # same, but only counted: their ids are not the caller's to learn.
+                seen = {s: bool(self._roles(c, s)) for s in {m.scope for m in marked}}
+            position = ledger._save(
+                root, *marked, guard=self._locked(row["scope"], Role.APPROVE, "revoke", guard)
+            )
+            stale = tuple(r.record_id for r in marked if seen[r.scope])
+            return Revocation(
+                root=rid,
+                affected=(rid, *stale),
+                position=position,
+                stale=stale,
+                hidden=len(marked) - len(stale),
+            )
 
         return ledger._retrying(attempt)
 
@@ -1508,9 +1551,14 @@ class Session:
                 record = ledger._record(rid)
                 record.check_status("revalidate", Status.STALE)
                 record.check_not_proposer(self._subject, "revalidate")
+                now = ledger._now()
+                _check_not_expired(row, now, "revalidate")
                 if new_basis is not None:
                     below = {rid, *(cid for cid, _ in validity_view.descendants(c, d, rid))}
                     for dep in new_basis:
+                        # Visibility first: a hidden record must look absent, not cyclic.
+                        if dep != rid:
+                            self._check_readable(c, dep, "parent", rid)
                         if dep in below:
                             raise CycleError(
                                 f"revalidate refused: {dep!r} depends on {rid!r}; "
@@ -1518,7 +1566,6 @@ class Session:
                             )
                         self._check_dependency(c, dep, "parent", rid)
                 deps = new_basis if new_basis is not None else record.dependencies
-                now = ledger._now()
                 self._check_usable_deps(c, deps, rid, "revalidate", now)
                 view = self._view(c, row, now)
             if new_basis is not None:
@@ -1533,7 +1580,15 @@ class Session:
                 observed=() if new_basis is not None else None,
                 at=now,
             )
-            ledger._save(record, guard=self._deps_guard(deps, rid, "revalidate"))
+            ledger._save(
+                record,
+                guard=self._locked(
+                    row["scope"],
+                    Role.APPROVE,
+                    "revalidate",
+                    self._deps_guard(deps, rid, "revalidate"),
+                ),
+            )
 
         ledger._retrying(attempt)
 
@@ -1561,7 +1616,7 @@ class Session:
             record.deliver(self._subject, delivery_id, recipient, channel, now)
             if _validity(row, now) != Validity.VALID:
                 raise NotUsableError(f"deliver refused: record {rid!r} {_expiry_text(row, rid)}")
-            ledger._save(record, guard=self._deps_guard((rid,), rid, "deliver"))
+            ledger._save(record, guard=self._locked(row["scope"], Role.DELIVER, "deliver"))
             return delivery_id
 
         return ledger._retrying(attempt)
@@ -1599,7 +1654,7 @@ class Session:
             record.issue_correction(
                 self._subject, correction_id, delivery_id, note, replacement, ledger._now()
             )
-            ledger._save(record)
+            ledger._save(record, guard=self._locked(row["scope"], Role.DELIVER, "issue_correction"))
             return correction_id
 
         return ledger._retrying(attempt)
@@ -1625,22 +1680,35 @@ class RunContext:
         self.run_id = run_id
         self._outer = session
         self._session = Session(session._ledger, session._subject, session._token_hash, run=self)
+        # Run ids are per principal: nobody can take (or probe) another's run id.
+        self._aggregate_id = run_uuid(f"{session._subject}/{run_id}")
         self._reads: dict[str, None] = {}
         self._open = False
 
+    def _load(self) -> Run:
+        run: Any = self._outer._ledger._app.repository.get(self._aggregate_id)
+        assert isinstance(run, Run)
+        return run
+
     def __enter__(self) -> RunContext:
         ledger = self._outer._ledger
-        with self._outer._ctx():
-            pass
-        try:
-            ledger._app.repository.get(run_uuid(self.run_id))
-        except AggregateNotFoundError:
-            pass
-        else:
-            raise DuplicateRecordError(f"run {self.run_id!r} already exists")
+        with self._outer._ctx() as c:
+            d = ledger._dialect
+            c.execute(
+                d.q(
+                    "SELECT COUNT(*) AS n FROM {t}pl_grants WHERE subject=? AND to_pos IS NULL "
+                    "AND role IN ('propose', 'read')"
+                ),
+                (self._outer._subject,),
+            )
+            if not c.fetchone()["n"]:
+                raise AccessDeniedError(
+                    f"run refused: {self._outer._subject!r} holds neither 'propose' nor 'read' "
+                    "in any scope"
+                )
         run = Run._create(
             Run.Started,
-            id=run_uuid(self.run_id),
+            id=self._aggregate_id,
             timestamp=ledger._now(),
             run_id=self.run_id,
             actor=self._outer._subject,
@@ -1648,18 +1716,23 @@ class RunContext:
         try:
             ledger._save(run)
         except _Clash:
-            raise DuplicateRecordError(f"run {self.run_id!r} already exists") from None
+            raise DuplicateRecordError(
+                f"run {self.run_id!r} of {self._outer._subject!r} already exists"
+            ) from None
         self._open = True
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         ledger = self._outer._ledger
-        run: Any = ledger._app.repository.get(run_uuid(self.run_id))
-        assert isinstance(run, Run)
-        run.trigger_event(
-            Run.Ended, outcome="failed" if exc_type else "completed", timestamp=ledger._now()
-        )
-        ledger._retrying(lambda: ledger._save(run))
+        outcome = "failed" if exc_type else "completed"
+
+        def attempt() -> None:
+            # Reload on every try: a failed save already took the pending event.
+            run = self._load()
+            run.trigger_event(Run.Ended, outcome=outcome, timestamp=ledger._now())
+            ledger._save(run)
+
+        ledger._retrying(attempt)
         self._open = False
 
     def _check(self) -> None:
@@ -1673,8 +1746,7 @@ class RunContext:
         ledger = self._outer._ledger
 
         def attempt() -> None:
-            run: Any = ledger._app.repository.get(run_uuid(self.run_id))
-            assert isinstance(run, Run)
+            run = self._load()
             run.trigger_event(
                 Run.ReadRecorded, record_ids=record_ids, how=how, timestamp=ledger._now()
             )
@@ -1782,6 +1854,15 @@ def _check_conditions(conditions: Mapping[str, Any] | None, limit: int) -> dict[
     if not isinstance(conditions, Mapping):
         raise InvalidValueError(f"conditions must be a mapping, got {type(conditions).__name__}")
     return dict(check_value(dict(conditions), "conditions", limit))
+
+
+def _check_not_expired(row: Any, now: datetime, command: str) -> None:
+    """A record past its own expiry cannot become ACCEPTED."""
+    if row["expires"] is not None and datetime_to_micros(now) >= row["expires"]:
+        raise InvalidTransitionError(
+            f"record {row['record_id']!r} expired at "
+            f"{micros_to_datetime(row['expires']).isoformat()}; {command} refused"
+        )
 
 
 def _validity(row: Any, at: datetime) -> Validity:

@@ -30,7 +30,6 @@ event log and the views exactly as they were::
     ├── SnapshotIntegrityError
     ├── UnknownSnapshotError (KeyError)
     ├── CorruptEventError
-    ├── ViewMismatchError
     ├── StorageError
     └── ClosedLedgerError
 """
@@ -148,10 +147,6 @@ class UnknownSnapshotError(LedgerError, KeyError):
 
 class CorruptEventError(LedgerError):
     """A stored event cannot be decoded."""
-
-
-class ViewMismatchError(LedgerError):
-    """Rebuilt views differ from the views that were there before."""
 
 
 class StorageError(LedgerError):

@@ -182,6 +182,10 @@ class LedgerRecorderMixin:
         """Take the writers' lock in an open transaction (before reading what to write)."""
         raise NotImplementedError
 
+    def max_position(self, c: Cursor) -> int:
+        """The newest log position, read inside an open transaction."""
+        raise NotImplementedError
+
     def after_insert(
         self,
         c: Cursor,
@@ -265,6 +269,11 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
     def events_table(self) -> str:
         """The stored events table, as SQL."""
         return self.events_table_name
+
+    def max_position(self, c: Cursor) -> int:
+        """The newest log position, read inside an open transaction."""
+        c.execute(f"SELECT MAX(rowid) AS m FROM {self.events_table_name}")
+        return int(c.fetchone()["m"] or 0)
 
     def lock_for_write(self, c: Cursor) -> None:
         """A write statement takes SQLite's write lock (waiting up to the busy timeout)."""
@@ -380,6 +389,11 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
     def events_table(self) -> str:
         """The stored events table, schema-qualified."""
         return self._table
+
+    def max_position(self, c: Cursor) -> int:
+        """The newest log position, read inside an open transaction."""
+        c.execute(f"SELECT MAX(notification_id) AS m FROM {self._table}")
+        return int(c.fetchone()["m"] or 0)
 
     def lock_for_write(self, c: Cursor) -> None:
         """The same table lock the writers take."""

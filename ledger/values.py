@@ -141,12 +141,17 @@ class AuditTrail:
 
 @dataclass(frozen=True)
 class Revocation:
-    """What a revocation changed: the root is REVOKED, the rest STALE."""
+    """What a revocation changed: the root is REVOKED, its descendants STALE.
+
+    ``affected`` is the root and the descendants marked STALE that the caller
+    may see; ``hidden`` counts those marked in scopes it has no grant in.
+    """
 
     root: str
     affected: tuple[str, ...]
     position: int
     stale: tuple[str, ...] = field(default=())
+    hidden: int = 0
 
 
 @dataclass(frozen=True)

@@ -184,26 +184,6 @@ def descendants(c: Cursor, d: Dialect, root: str) -> list[tuple[str, str]]:
     return list(seen.items())
 
 
-def parents_of(
-    c: Cursor, d: Dialect, record_id: str, position: int | None = None
-) -> list[tuple[str, str]]:
-    """(parent, edge) of a record, now or after ``position``."""
-    if position is None:
-        c.execute(
-            d.q("SELECT parent_id, edge FROM {t}pl_edges WHERE child_id=? AND to_pos IS NULL"),
-            (record_id,),
-        )
-    else:
-        c.execute(
-            d.q(
-                "SELECT parent_id, edge FROM {t}pl_edges WHERE child_id=? "
-                "AND from_pos <= ? AND (to_pos IS NULL OR to_pos > ?)"
-            ),
-            (record_id, position, position),
-        )
-    return [(r["parent_id"], r["edge"]) for r in c.fetchall()]
-
-
 def _effective_expiry(
     c: Cursor,
     d: Dialect,

@@ -455,9 +455,10 @@ class Model:
     def revalidate(self, rid: str, actor: str, parents: Sequence[str] | None = None) -> None:
         """STALE → ACCEPTED, not by the proposer.
 
-        Without ``parents`` every current dependency must be usable; with them they
-        must all be usable, none may be the record or depend on it, and they replace
-        both the declared parents and the observed dependencies.
+        Like accept, the record itself must not have expired. Without ``parents``
+        every current dependency must be usable; with them they must all be usable,
+        none may be the record or depend on it, and they replace both the declared
+        parents and the observed dependencies.
         """
         rec = self._known(rid)
         problems: list[Problem] = []
@@ -465,6 +466,8 @@ class Model:
             problems.append(_one(InvalidTransitionError, f"{rid} is {rec.status}"))
         if actor == rec.proposer:
             problems.append(_one(SelfApprovalError, f"{actor} proposed {rid}"))
+        if rec.expires is not None and self.now >= rec.expires:
+            problems.append(_one(InvalidTransitionError, f"{rid} has expired"))
         if parents is None:
             for dep in rec.deps:
                 problems += self._problems_with_usable(dep)

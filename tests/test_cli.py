@@ -367,6 +367,7 @@ def test_revoke_reports_the_root_and_every_stale_descendant(chain: Cli) -> None:
         "affected": ["E1", "M1", "R1"],
         "position": chain.position,
         "stale": ["M1", "R1"],
+        "hidden": 0,
     }
 
 

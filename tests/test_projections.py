@@ -106,7 +106,7 @@ class Model:
 
     def can_revalidate(self, rid: str, basis: tuple[str, ...] | None, now: datetime) -> bool:
         rec = self.records[rid]
-        if rec.status != Status.STALE:
+        if rec.status != Status.STALE or (rec.expires is not None and now >= rec.expires):
             return False
         if basis is None:
             return all(self.usable(d, now) for d in rec.deps)
