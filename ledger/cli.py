@@ -69,20 +69,42 @@ VALIDITY_STYLE = {"VALID": "green", "NEEDS_REVALIDATION": "yellow", "INVALID": "
 OUTCOME_STYLE = {"FOUND": "bold green", "MISSING": "bold yellow", "CONFLICT": "bold red"}
 
 
+def printable(text: object) -> str:
+    """``text`` on one line, with anything a terminal cannot show escaped."""
+    one_line = str(text).replace("\r", "\\r").replace("\n", "\\n")
+    return one_line.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _errors_exit_1(fn: F) -> F:
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except LedgerError as exc:
-            click.echo(f"error: {exc}", err=True)
+            click.echo(f"error: {printable(exc)}", err=True)
             sys.exit(1)
-        except OSError as exc:  # writing -o FILE
+        except OSError as exc:  # reading FILE or writing -o FILE
             where = f"{exc.filename}: " if exc.filename else ""
-            click.echo(f"error: {where}{exc.strerror or exc}", err=True)
+            click.echo(f"error: {printable(where)}{printable(exc.strerror or exc)}", err=True)
+            sys.exit(1)
+        except (ValueError, UnicodeError) as exc:  # a path Python cannot open (NUL, surrogate)
+            if not isinstance(exc, UnicodeError) and "null" not in str(exc):
+                raise
+            click.echo(f"error: cannot use that path: {printable(exc)}", err=True)
             sys.exit(1)
 
     return wrapper  # type: ignore[return-value]
+
+
+def _parse_json(value: str) -> Any:
+    """A JSON document; ValueError names what is wrong with it (not the whole text)."""
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{value[:40]!r} is not JSON ({exc.msg})") from None
+    except (ValueError, RecursionError) as exc:  # huge integers, deep nesting
+        kind = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise ValueError(f"{value[:40]!r}… is not usable JSON ({kind})") from None
 
 
 # -- parameter types ---------------------------------------------------------------
@@ -102,9 +124,9 @@ class JSONType(_ParamType):
         if not isinstance(value, str):
             return value
         try:
-            return json.loads(value)
-        except json.JSONDecodeError as exc:
-            self.fail(f"{value!r} is not JSON ({exc.msg})", param, ctx)
+            return _parse_json(value)
+        except ValueError as exc:
+            self.fail(printable(exc), param, ctx)
 
 
 class DateTimeType(_ParamType):
@@ -417,7 +439,7 @@ def print_revocation(rev: Revocation, console: Console) -> None:
 
 def print_experiment(result: ExperimentResult, console: Console) -> None:
     """Print the experiment's table."""
-    table = Table(title=f"provledger experiment ({result.url})")
+    table = Table(title=f"provledger experiment ({printable(result.url)})")
     table.add_column("check")
     table.add_column("expected")
     table.add_column("observed")
@@ -469,7 +491,7 @@ def init(url: str | None, as_json: bool) -> None:
       provledger init --url sqlite:///provledger.db
     """
     with _host(url, "init") as led:
-        info = {"url": led.url, "backend": led.backend, "position": led.position}
+        info = {"url": printable(led.url), "backend": led.backend, "position": led.position}
     _done(as_json, info, f"ledger ready: {info['url']} (log position {info['position']})")
 
 
@@ -554,7 +576,7 @@ def token_revoke(token_value: str, url: str | None, as_json: bool) -> None:
 
 
 @main.command()
-@click.argument("file", type=click.File("rb"))
+@click.argument("file", metavar="FILE")
 @click.option("--scope", required=True, help="The scope the evidence belongs to.")
 @click.option("--uri", required=True, help="Where the content was read from.")
 @click.option("--id", "record_id", help="The record id (default: generated).")
@@ -568,7 +590,7 @@ def token_revoke(token_value: str, url: str | None, as_json: bool) -> None:
 @json_option
 @_errors_exit_1
 def capture(
-    file: Any,
+    file: str,
     scope: str,
     uri: str,
     record_id: str | None,
@@ -589,7 +611,13 @@ def capture(
     Example:
       provledger capture doc.txt --scope proj-a --uri https://x.test/doc --id E1
     """
-    content = file.read()
+    try:
+        stdin = click.get_binary_stream("stdin")
+        content = stdin.read() if file == "-" else Path(file).read_bytes()
+    except (OSError, ValueError, UnicodeError) as exc:  # a usage error, like click.File's
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        message = f"{printable(file)}: {printable(reason)}"
+        raise click.BadParameter(message, param_hint="FILE") from None
     with _principal(url, token) as (led, session):
         rid = session.capture(
             scope=scope,
@@ -647,11 +675,10 @@ def propose(
         raise click.UsageError("give exactly one of --value (JSON) or --value-str (plain string)")
     if raw_value is not None:
         try:
-            value: Any = json.loads(raw_value)
-        except json.JSONDecodeError as exc:
+            value: Any = _parse_json(raw_value)
+        except ValueError as exc:
             raise click.BadParameter(
-                f"{raw_value!r} is not JSON ({exc.msg}); use --value-str for plain text",
-                param_hint="--value",
+                f"{printable(exc)}; use --value-str for plain text", param_hint="--value"
             ) from None
     else:
         value = value_str
@@ -1083,7 +1110,7 @@ def export(
         )
     _write(output, text.encode())
     if output != "-":
-        click.echo(f"wrote {output} ({fmt})")
+        click.echo(f"wrote {printable(output)} ({fmt})")
 
 
 @click.command()
@@ -1143,7 +1170,8 @@ def graph(
     if target != "-":
         sub = picture.subgraph
         click.echo(
-            f"wrote {target} ({picture.format}: {len(sub.nodes)} records, {len(sub.edges)} edges)"
+            f"wrote {printable(target)} ({picture.format}: {len(sub.nodes)} records, "
+            f"{len(sub.edges)} edges)"
         )
 
 
@@ -1299,7 +1327,7 @@ def stats(url: str | None, as_json: bool) -> None:
         _echo_json(counts)
         return
     console = _console()
-    console.print(Text(f"ledger {led.url}", style="bold"))
+    console.print(Text(f"ledger {printable(led.url)}", style="bold"))
     table = Table(show_header=False)
     table.add_column("what", style="bold")
     table.add_column("count", justify="right")

@@ -22,7 +22,7 @@ from typing import Any
 
 from ledger.access import Role
 from ledger.application import Session
-from ledger.domain import Status
+from ledger.domain import Status, check_id
 from ledger.errors import InvalidInputError
 from ledger.values import RecordView
 from projections import validity as validity_view
@@ -132,7 +132,7 @@ def collect(
         else:
             root = None
             if scope is not None:
-                session._require(c, scope, role, command)
+                session._require(c, check_id(scope, "scope"), role, command)
                 wanted = [scope]
             else:
                 wanted = [s for s in validity_view.scopes(c, d, position) if may(s)]

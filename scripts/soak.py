@@ -13,6 +13,10 @@ fuzz
     ``tests/fuzz.py``: ``--examples`` adversarial calls of every public method
     (memory, sqlite); each must succeed or raise a ``LedgerError`` that leaves the
     log and the views unchanged.
+cli-fuzz
+    ``tests/test_fuzz_cli.py``: ``--examples`` adversarial argument lists over
+    every ``provledger`` command (sqlite); exit 0/1/2 only, one error line, and a
+    refused command changes nothing.
 crash
     ``tests/crash.py``: a writer subprocess is SIGKILLed ``--kills`` times at
     random points of each scenario (batch import, a revocation with thousands of
@@ -156,11 +160,32 @@ def crash_campaign(args: argparse.Namespace, backend: str) -> Outcome:
     return Outcome("crash", backend, kills, time.perf_counter() - started, failure)
 
 
+def cli_fuzz_campaign(args: argparse.Namespace, backend: str) -> Outcome:
+    """Fuzz every command line with ``args.examples`` adversarial argument lists."""
+    from tests.test_fuzz_cli import run_campaign
+
+    if backend != "sqlite":
+        raise SystemExit("the cli-fuzz campaign runs on sqlite")
+    result = run_campaign(args.examples, args.seed)
+    print(
+        f"  cli-fuzz: tried {result['tried']}: exit 0 {result['exit_0']}, exit 1 "
+        f"{result['exit_1']}, exit 2 {result['exit_2']}, other {result['exit_other']}, "
+        f"failed {result['failed']}",
+        flush=True,
+    )
+    failure = None
+    if result["failed"]:
+        examples = list(result["failure_examples"].values())[:3]
+        failure = f"{result['failed']} command lines broke the contract, e.g. {examples}"
+    return Outcome("cli-fuzz", backend, int(result["tried"]), float(result["seconds"]), failure)
+
+
 #: Campaign name -> runner.
 CAMPAIGNS: dict[str, Callable[[argparse.Namespace, str], Outcome]] = {
     "model": model_campaign,
     "fuzz": fuzz_campaign,
     "crash": crash_campaign,
+    "cli-fuzz": cli_fuzz_campaign,
 }
 
 
