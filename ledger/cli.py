@@ -612,8 +612,7 @@ def capture(
       provledger capture doc.txt --scope proj-a --uri https://x.test/doc --id E1
     """
     try:
-        stdin = click.get_binary_stream("stdin")
-        content = stdin.read() if file == "-" else Path(file).read_bytes()
+        content = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
     except (OSError, ValueError, UnicodeError) as exc:  # a usage error, like click.File's
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         message = f"{printable(file)}: {printable(reason)}"
