@@ -32,7 +32,7 @@ from eventsourcing.postgres import (
 from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteCursor, SQLiteDatastore
 from eventsourcing.utils import get_topic
 
-from ledger.errors import InvalidURLError
+from ledger.errors import CorruptEventError, InvalidURLError
 from ledger.merkle import leaf_data, leaf_hash
 from ledger.serialization import MsgpackTranscoder
 from projections.base import SQLITE, Cursor, Dialect, postgres_dialect
@@ -178,6 +178,27 @@ class LedgerRecorderMixin:
     projector: Projector
     dialect: Dialect
 
+    def vouch(self, c: Cursor, notes: Sequence[Notification]) -> None:
+        """Raise ``CorruptEventError`` unless each stored event is byte for byte what
+        the ledger appended (its Merkle leaf, written in the same transaction)."""
+        first, last = notes[0].id, notes[-1].id
+        c.execute(
+            self.dialect.q(
+                "SELECT position, leaf FROM {t}pl_merkle_leaves WHERE position >= ? "
+                "AND position <= ?"
+            ),
+            (first, last),
+        )
+        leaves = {int(r["position"]): bytes(r["leaf"]) for r in c.fetchall()}
+        for n in notes:
+            leaf = leaf_hash(
+                leaf_data(n.id, n.originator_id, n.originator_version, n.topic, n.state)
+            )
+            stored = leaves.get(n.id)
+            if stored != leaf:
+                why = "was not appended by the ledger" if stored is None else "was altered"
+                raise CorruptEventError(f"stored event at position {n.id} {why}")
+
     def lock_for_write(self, c: Cursor) -> None:
         """Take the writers' lock in an open transaction (before reading what to write)."""
         raise NotImplementedError
@@ -238,7 +259,7 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
 
     def __init__(self, datastore: SQLiteDatastore, events_table_name: str = "stored_events"):
         self.dialect = SQLITE
-        self.projector = Projector(dialect=SQLITE, reader=self.read_after)
+        self.projector = Projector(dialect=SQLITE, reader=self.read_after, vouch=self.vouch)
         super().__init__(datastore, events_table_name)
 
     def construct_create_table_statements(self) -> list[str]:
@@ -331,7 +352,7 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
 
     def __init__(self, datastore: PostgresDatastore, *, events_table_name: str = "stored_events"):
         self.dialect = postgres_dialect(datastore.schema)
-        self.projector = Projector(dialect=self.dialect, reader=self.read_after)
+        self.projector = Projector(dialect=self.dialect, reader=self.read_after, vouch=self.vouch)
         super().__init__(datastore, events_table_name=events_table_name)
         self._table = f"{datastore.schema}.{events_table_name}"
 

@@ -43,6 +43,10 @@ class Projector:
     dialect: Dialect
     reader: NotificationReader
     mapper: Mapper[Any] | None = None
+    #: Checks stored events against what the ledger appended before they are
+    #: applied (raises ``CorruptEventError``), so a row slipped into the table
+    #: behind the ledger's back never reaches the views.
+    vouch: Callable[[Cursor, Sequence[Notification]], None] | None = None
     enabled: bool = True
     batch: int = 1000
     _names: tuple[str, ...] = field(default=(), init=False)
@@ -151,6 +155,8 @@ class Projector:
             notes = [n for n in notes if upto is None or n.id <= upto]
             if not notes:
                 return
+            if self.vouch is not None:
+                self.vouch(c, notes)
             yield [(n.id, self.decode(n)) for n in notes]
             after = notes[-1].id
 

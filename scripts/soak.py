@@ -17,6 +17,9 @@ cli-fuzz
     ``tests/test_fuzz_cli.py``: ``--examples`` adversarial argument lists over
     every ``provledger`` command (sqlite); exit 0/1/2 only, one error line, and a
     refused command changes nothing.
+tamper
+    ``--examples`` random tamperings of an SQLite ledger file (a flipped bit, a
+    deleted, swapped or inserted event); ``verify`` must name each one.
 crash
     ``tests/crash.py``: a writer subprocess is SIGKILLed ``--kills`` times at
     random points of each scenario (batch import, a revocation with thousands of
@@ -180,12 +183,112 @@ def cli_fuzz_campaign(args: argparse.Namespace, backend: str) -> Outcome:
     return Outcome("cli-fuzz", backend, int(result["tried"]), float(result["seconds"]), failure)
 
 
+def tamper_campaign(args: argparse.Namespace, backend: str) -> Outcome:
+    """Tamper with a ledger file ``args.examples`` times; ``verify`` must catch each.
+
+    Each case copies a seeded SQLite ledger, then (with the append-only triggers
+    dropped, as an attacker with the file could) flips one byte of a random event,
+    deletes one, swaps two, or inserts one; ``verify()`` must fail and name the
+    first position that differs, and the digest kept before must no longer verify.
+    """
+    import random
+    import shutil
+    import sqlite3
+    import tempfile
+
+    from ledger import Kind, Ledger
+    from ledger.errors import CorruptEventError
+
+    if backend != "sqlite":
+        raise SystemExit("the tamper campaign edits an SQLite file directly")
+    rng = random.Random(args.seed)
+    started = time.perf_counter()
+    detected, failures = 0, []
+    with tempfile.TemporaryDirectory(prefix="provledger-tamper-") as tmp:
+        seed_path = Path(tmp) / "seed.db"
+        with Ledger.open(f"sqlite:///{seed_path}") as led:
+            admin = led.admin()
+            admin.grant("a", scope="s", roles=["propose", "read", "approve"])
+            admin.grant("b", scope="s", roles=["approve", "read"])
+            a, b = (led.authenticate(admin.issue_token(x)) for x in ("a", "b"))
+            ids = a.propose_many(
+                [
+                    {"scope": "s", "claim_key": f"k{i}", "value": i, "kind": Kind.FACT}
+                    for i in range(60)
+                ]
+            )
+            for rid in ids[:30]:
+                b.accept(rid)
+            b.revoke(ids[0], reason="campaign")
+            kept = led.digest()
+        for case in range(args.examples):
+            path = Path(tmp) / f"case-{case}.db"
+            shutil.copyfile(seed_path, path)
+            kind = rng.choice(["flip", "delete", "swap", "insert"])
+            victim = rng.randrange(1, kept.position + (1 if kind != "swap" else 0))
+            with sqlite3.connect(path) as con:
+                con.execute("DROP TRIGGER stored_events_no_update")
+                con.execute("DROP TRIGGER stored_events_no_delete")
+                if kind == "flip":
+                    (state,) = con.execute(
+                        "SELECT state FROM stored_events WHERE rowid=?", (victim,)
+                    ).fetchone()
+                    data = bytearray(state)
+                    data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+                    con.execute(
+                        "UPDATE stored_events SET state=? WHERE rowid=?", (bytes(data), victim)
+                    )
+                elif kind == "delete":
+                    con.execute("DELETE FROM stored_events WHERE rowid=?", (victim,))
+                elif kind == "swap":
+                    rows = con.execute(
+                        "SELECT rowid, topic, state FROM stored_events WHERE rowid IN (?, ?)",
+                        (victim, victim + 1),
+                    ).fetchall()
+                    (p1, t1, s1), (p2, t2, s2) = rows
+                    if (t1, s1) == (t2, s2):
+                        victim = -1  # identical rows: swapping changes nothing
+                    con.execute(
+                        "UPDATE stored_events SET topic=?, state=? WHERE rowid=?", (t2, s2, p1)
+                    )
+                    con.execute(
+                        "UPDATE stored_events SET topic=?, state=? WHERE rowid=?", (t1, s1, p2)
+                    )
+                else:
+                    victim = kept.position + 1
+                    con.execute(
+                        "INSERT INTO stored_events VALUES (?, ?, ?, ?)",
+                        ("0" * 32, 1, "ledger.domain:Record.Accepted", b"\x80"),
+                    )
+            try:
+                with Ledger.open(f"sqlite:///{path}") as led:
+                    report = led.verify()
+                    problem = report.problem
+                    caught = not report.ok and report.first_bad_position == victim
+                    if kind != "insert":
+                        caught = caught and not led.verify(against=kept).ok
+            except CorruptEventError as exc:
+                # An event the views have not applied yet is checked against its
+                # Merkle leaf when the ledger opens: refused, naming its position.
+                problem = str(exc)
+                caught = f"position {victim} " in problem
+            if caught or victim == -1:
+                detected += 1
+            else:
+                failures.append(f"case {case}: {kind} at {victim}: {problem}")
+            path.unlink()
+    print(f"  tamper/sqlite: detected {detected} of {args.examples} tamperings", flush=True)
+    failure = None if not failures else f"{len(failures)} undetected: {failures[:3]}"
+    return Outcome("tamper", backend, args.examples, time.perf_counter() - started, failure)
+
+
 #: Campaign name -> runner.
 CAMPAIGNS: dict[str, Callable[[argparse.Namespace, str], Outcome]] = {
     "model": model_campaign,
     "fuzz": fuzz_campaign,
     "crash": crash_campaign,
     "cli-fuzz": cli_fuzz_campaign,
+    "tamper": tamper_campaign,
 }
 
 

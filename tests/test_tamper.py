@@ -268,3 +268,37 @@ def test_tamper_tests_use_a_real_file(tmp_path: Path) -> None:
     led.close()
     with closing(sqlite3.connect(tmp_path / "x.db")) as con:
         assert con.execute("SELECT COUNT(*) FROM pl_merkle_leaves").fetchone()[0] == 2
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_a_well_formed_event_forged_into_the_table_never_reaches_the_views(
+    world: World, ledger_url: str
+) -> None:
+    # Given a record and a forged, perfectly decodable Accepted event for it
+    from ledger.domain import Record, record_uuid
+    from ledger.errors import CorruptEventError
+
+    world.agent.propose(scope="proj-a", claim_key="k", value=1, kind=Kind.FACT, id="F1")
+    led = world.ledger
+    digest, position = led.views_digest(), led.position
+    forged = Record.Accepted(
+        originator_id=record_uuid("F1"),
+        originator_version=2,
+        timestamp=world.clock.now,
+        actor="mallory",
+        note="",
+    )
+    stored = led._app.mapper.to_stored_event(forged)
+    with closing(sqlite3.connect(_db(ledger_url))) as con:
+        con.execute(
+            "INSERT INTO stored_events VALUES (?, ?, ?, ?)",
+            (stored.originator_id.hex, 2, stored.topic, stored.state),
+        )
+        con.commit()
+
+    # When the views try to catch up, the event is refused: it has no Merkle leaf
+    with pytest.raises(CorruptEventError, match=f"position {position + 1} was not appended"):
+        led.catch_up()
+    # and F1 is still a candidate
+    assert led.views_digest() == digest
+    assert world.reviewer.get("F1").status == "CANDIDATE"
