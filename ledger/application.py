@@ -1209,34 +1209,10 @@ class Session:
         self._commit(records, ())
         return [r.record_id for r in records]
 
-    def _propose(
-        self,
-        *,
-        scope: str,
-        claim_key: str,
-        value: Any,
-        kind: Kind | str,
-        parents: Iterable[str],
-        expires: datetime | None,
-        conditions: Mapping[str, Any] | None,
-        record_id: str | None,
-        evidence: dict[str, Any] | None,
-        snapshots: Sequence[tuple[str, bytes]],
-    ) -> str:
+    def _propose(self, snapshots: Sequence[tuple[str, bytes]] = (), **fields: Any) -> str:
+        """One proposal: ``fields`` are ``_prepare``'s keyword arguments."""
         with self._ctx() as c:
-            record = self._prepare(
-                c,
-                {},
-                scope=scope,
-                claim_key=claim_key,
-                value=value,
-                kind=kind,
-                parents=parents,
-                expires=expires,
-                conditions=conditions,
-                record_id=record_id,
-                evidence=evidence,
-            )
+            record = self._prepare(c, {}, **fields)
         self._commit([record], snapshots)
         return record.record_id
 
