@@ -1328,6 +1328,20 @@ def fuzz_once(
       ``CorruptEventError`` or any non-``LedgerError``, and the views rebuilt from
       the log equal the live ones.
     """
+    if args.who.startswith("run:"):
+        # Opening the run is part of the call: a principal whose grants an earlier
+        # call withdrew is refused there, which must change nothing either.
+        position, views = ledger.position, ledger.views_digest()
+        try:
+            with _receiver(args.who, ledger, sessions, ()):
+                pass
+        except LedgerError as exc:
+            changed = _changes(ledger, position, views)
+            if changed:
+                raise FuzzFailure(
+                    call_spec, args, f"run refused with {_describe(exc)} but {changed}"
+                ) from exc
+            return Outcome("refused", error=exc)
     with _receiver(args.who, ledger, sessions, args.observe) as receiver:
         kwargs = _resolve(args.kwargs, ledger, sessions)
         position, views = ledger.position, ledger.views_digest()
