@@ -110,6 +110,7 @@ class AcceptanceCheck(Protocol):
 
 
 _BLOCKING = (Status.REVOKED, Status.REJECTED, Status.STALE)
+_FINAL = (Status.REVOKED, Status.REJECTED)
 _SNAPSHOT_REF = re.compile(r"sha256:[0-9a-f]{64}")
 _RETRIES = 20
 
@@ -508,8 +509,26 @@ class Ledger:
         self, *aggregates: Any, guard: Guard | None = None, snapshots: Sequence[Any] = ()
     ) -> int:
         """Append the aggregates' pending events; returns the last position."""
+        events = [event for aggregate in aggregates for event in aggregate.collect_events()]
+        return self._append(events, guard=guard, snapshots=snapshots)
+
+    def _append(
+        self, events: Sequence[Any], *, guard: Guard | None = None, snapshots: Sequence[Any] = ()
+    ) -> int:
+        """Store domain events through eventsourcing's event store and recorder in
+        one transaction (guard, views, Merkle leaves and snapshots included);
+        returns the last position.
+
+        A version clash (another writer appended to the same aggregate) or a
+        locked database raises ``_Clash``, so the command is retried from a
+        fresh read.
+        """
+        if not events:
+            return self.position
         try:
-            recordings = self._app.save(*aggregates, guard=guard, snapshots=snapshots)
+            recordings = self._app.events.put(
+                events, guard=guard, snapshots=snapshots, ledger_events=events
+            )
         except IntegrityError:
             raise _Clash() from None
         except OperationalError as exc:
@@ -589,6 +608,7 @@ class Session:
         self._position = position
         self._as_of_at = at
         self._run = run
+        self._role_cache: dict[int, dict[str, list[str]]] = {}
 
     @property
     def principal(self) -> str:
@@ -611,7 +631,13 @@ class Session:
     def _ctx(self) -> Iterator[Cursor]:
         with self._ledger._reading() as c:
             self._ledger._token_subject(c, self._token_hash)
-            yield c
+            # Roles looked up in this read transaction are remembered until it
+            # ends (one snapshot); guards under the write lock always query.
+            self._role_cache[id(c)] = {}
+            try:
+                yield c
+            finally:
+                del self._role_cache[id(c)]
 
     def _writable(self, command: str) -> None:
         if self._position is not None:
@@ -620,7 +646,12 @@ class Session:
             )
 
     def _roles(self, c: Cursor, scope: str) -> list[str]:
-        return access_view.roles_of(c, self._ledger._dialect, self._subject, scope)
+        cache = self._role_cache.get(id(c))
+        if cache is None:
+            return access_view.roles_of(c, self._ledger._dialect, self._subject, scope)
+        if scope not in cache:
+            cache[scope] = access_view.roles_of(c, self._ledger._dialect, self._subject, scope)
+        return cache[scope]
 
     def _require(self, c: Cursor, scope: str, role: Role, command: str) -> None:
         if role.value not in self._roles(c, scope):
@@ -1173,9 +1204,12 @@ class Session:
         self._writable("propose_many")
         batch = _as_list(items, "items")
         allowed = {"scope", "claim_key", "value", "kind", "parents", "expires", "conditions", "id"}
-        records: list[Record] = []
+        records: list[Record.Proposed] = []
         pending: dict[str, str] = {}
         with self._ctx() as c:
+            mentioned = _mentioned_ids(batch)
+            found = validity_view.current_many(c, self._ledger._dialect, mentioned)
+            known = {rid: found.get(rid) for rid in mentioned}
             for index, item in enumerate(batch):
                 try:
                     if not isinstance(item, Mapping):
@@ -1192,6 +1226,7 @@ class Session:
                     record = self._prepare(
                         c,
                         pending,
+                        known,
                         scope=item["scope"],
                         claim_key=item["claim_key"],
                         value=item["value"],
@@ -1212,7 +1247,7 @@ class Session:
     def _propose(self, snapshots: Sequence[tuple[str, bytes]] = (), **fields: Any) -> str:
         """One proposal: ``fields`` are ``_prepare``'s keyword arguments."""
         with self._ctx() as c:
-            record = self._prepare(c, {}, **fields)
+            record = self._prepare(c, {}, None, **fields)
         self._commit([record], snapshots)
         return record.record_id
 
@@ -1220,6 +1255,7 @@ class Session:
         self,
         c: Cursor,
         pending: Mapping[str, str],
+        known: Mapping[str, Any] | None,
         *,
         scope: str,
         claim_key: str,
@@ -1230,10 +1266,12 @@ class Session:
         conditions: Mapping[str, Any] | None,
         record_id: str | None,
         evidence: dict[str, Any] | None,
-    ) -> Record:
-        """Validate one proposal completely and build its aggregate (nothing written).
+    ) -> Record.Proposed:
+        """Validate one proposal completely and build its event (nothing written).
 
-        ``pending`` maps ids proposed earlier in the same batch to their scopes.
+        ``pending`` maps ids proposed earlier in the same batch to their scopes;
+        ``known`` holds current view rows read for the whole batch up front (a
+        record id it has no key for is looked up).
         """
         ledger = self._ledger
         check_id(scope, "scope")
@@ -1254,15 +1292,15 @@ class Session:
             raise CycleError(f"record {rid!r} cannot be its own parent")
         observed = self._run.observed_for(declared) if self._run is not None else ()
         self._require(c, scope, Role.PROPOSE, "propose")
-        if rid in pending or validity_view.current(c, ledger._dialect, rid) is not None:
+        if rid in pending or self._row(c, rid, known) is not None:
             raise DuplicateRecordError(f"record {rid!r} already exists")
         for dep in declared:
             if dep in pending and Role.READ.value in self._roles(c, pending[dep]):
                 continue
-            self._check_dependency(c, dep, "parent", rid)
+            self._check_dependency(c, dep, "parent", rid, known)
         for dep in observed:
-            self._check_dependency(c, dep, "observed dependency", rid)
-        return Record.propose(
+            self._check_dependency(c, dep, "observed dependency", rid, known)
+        return Record.proposed_event(
             at=ledger._now(),
             record_id=rid,
             scope=scope,
@@ -1278,15 +1316,25 @@ class Session:
             run_id=self._run.run_id if self._run is not None else None,
         )
 
-    def _commit(self, records: Sequence[Record], snapshots: Sequence[tuple[str, bytes]]) -> None:
+    def _row(self, c: Cursor, rid: str, known: Mapping[str, Any] | None) -> Any:
+        if known is not None and rid in known:
+            return known[rid]
+        return validity_view.current(c, self._ledger._dialect, rid)
+
+    def _commit(
+        self, records: Sequence[Record.Proposed], snapshots: Sequence[tuple[str, bytes]]
+    ) -> None:
         ledger = self._ledger
         new = {r.record_id for r in records}
-        deps = [(r.record_id, d) for r in records for d in r.dependencies if d not in new]
+        deps = [
+            (r.record_id, d) for r in records for d in (*r.parents, *r.observed) if d not in new
+        ]
 
         def guard(c: Cursor) -> None:
             # Under the write lock: no parent became unusable since we checked.
+            rows = validity_view.current_many(c, ledger._dialect, (dep for _, dep in deps))
             for rid, dep in deps:
-                row = validity_view.current(c, ledger._dialect, dep)
+                row = rows.get(dep)
                 if row is None or row["status"] in _BLOCKING:
                     raise InvalidParentError(
                         f"propose refused: dependency {dep!r} of {rid!r} became "
@@ -1297,30 +1345,33 @@ class Session:
         for scope in {r.scope for r in records}:
             checked = self._locked(scope, Role.PROPOSE, "propose", checked)
         try:
-            ledger._save(*records, guard=checked, snapshots=snapshots)
+            ledger._append(records, guard=checked, snapshots=snapshots)
         except _Clash:
             with ledger._reading() as c:
-                taken = [
-                    r.record_id
-                    for r in records
-                    if validity_view.current(c, ledger._dialect, r.record_id) is not None
-                ]
+                taken = validity_view.current_many(
+                    c, ledger._dialect, (r.record_id for r in records)
+                )
             if taken:
-                raise DuplicateRecordError(f"record {taken[0]!r} already exists") from None
+                first = next(r.record_id for r in records if r.record_id in taken)
+                raise DuplicateRecordError(f"record {first!r} already exists") from None
             raise ConcurrencyError(
                 "propose refused: the database stayed locked by other writers"
             ) from None
 
-    def _check_readable(self, c: Cursor, dep: str, what: str, child: str) -> Any:
-        row = validity_view.current(c, self._ledger._dialect, dep)
+    def _check_readable(
+        self, c: Cursor, dep: str, what: str, child: str, known: Mapping[str, Any] | None = None
+    ) -> Any:
+        row = self._row(c, dep, known)
         if row is None or Role.READ.value not in self._roles(c, row["scope"]):
             raise InvalidParentError(
                 f"{what} {dep!r} of {child!r} is unknown or not readable by {self._subject!r}"
             )
         return row
 
-    def _check_dependency(self, c: Cursor, dep: str, what: str, child: str) -> None:
-        row = self._check_readable(c, dep, what, child)
+    def _check_dependency(
+        self, c: Cursor, dep: str, what: str, child: str, known: Mapping[str, Any] | None = None
+    ) -> None:
+        row = self._check_readable(c, dep, what, child, known)
         if row["status"] in _BLOCKING:
             raise InvalidParentError(
                 f"{what} {dep!r} of {child!r} is {row['status']}{_cause_text(row)}"
@@ -1457,31 +1508,47 @@ class Session:
                 root = ledger._record(rid)
                 now = ledger._now()
                 root.revoke(self._subject, reason, now)
-                reached = validity_view.descendants(c, d, rid)
-            marked: list[Record] = []
-            for child_id, _via in reached:
-                child = ledger._record(child_id)
-                if child.status in (Status.REVOKED, Status.REJECTED):
-                    continue
-                child.mark_stale(self._subject, cause=rid, reason=reason, at=now)
-                marked.append(child)
-            expected = {child_id for child_id, _ in reached}
+                reached = [child_id for child_id, _via in validity_view.descendants(c, d, rid)]
+                rows = validity_view.current_many(c, d, reached)
+                # Stale markings are built from the view's rows and the aggregates'
+                # newest stored versions (one query each per 500 records) instead of
+                # loading every descendant; the guard below and the version numbers
+                # make the append conditional on nothing having changed meanwhile.
+                marked = [cid for cid in reached if rows[cid]["status"] not in _FINAL]
+                versions = ledger._recorder.last_versions(c, [record_uuid(m) for m in marked])
+                seen = {s: bool(self._roles(c, s)) for s in {rows[m]["scope"] for m in marked}}
+            stale_events = [
+                Record.stale_event(
+                    record_id=cid,
+                    version=versions[record_uuid(cid)],
+                    actor=self._subject,
+                    cause=rid,
+                    reason=reason,
+                    at=now,
+                )
+                for cid in marked
+            ]
+            expected = set(reached)
+            statuses = {cid: rows[cid]["status"] for cid in reached}
 
             def guard(c: Cursor) -> None:
                 # Under the write lock: a child proposed since we looked must be
-                # marked too, so retry from a fresh read if the set grew.
+                # marked too, and a descendant's status must be what we decided
+                # on, so retry from a fresh read if either changed.
                 now_reached = {cid for cid, _ in validity_view.descendants(c, d, rid)}
                 if now_reached != expected:
                     raise _Clash()
+                now_rows = validity_view.current_many(c, d, reached)
+                if any(now_rows[cid]["status"] != statuses[cid] for cid in reached):
+                    raise _Clash()
 
-            with self._ctx() as c:
-                # Descendants in scopes the caller cannot see are marked all the
-                # same, but only counted: their ids are not the caller's to learn.
-                seen = {s: bool(self._roles(c, s)) for s in {m.scope for m in marked}}
-            position = ledger._save(
-                root, *marked, guard=self._locked(row["scope"], Role.APPROVE, "revoke", guard)
+            position = ledger._append(
+                [*root.collect_events(), *stale_events],
+                guard=self._locked(row["scope"], Role.APPROVE, "revoke", guard),
             )
-            stale = tuple(r.record_id for r in marked if seen[r.scope])
+            # Descendants in scopes the caller cannot see are marked all the same,
+            # but only counted: their ids are not the caller's to learn.
+            stale = tuple(m for m in marked if seen[rows[m]["scope"]])
             return Revocation(
                 root=rid,
                 affected=(rid, *stale),
@@ -1781,6 +1848,27 @@ class RunContext:
 # -- helpers ---------------------------------------------------------------------
 
 _EPOCH_AT = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _mentioned_ids(batch: Sequence[Any]) -> list[str]:
+    """Well-formed record ids a ``propose_many`` batch names (as ids or parents),
+    so their view rows are read in one query; anything odd is left to the
+    per-item validation, which reports it."""
+    ids: list[str] = []
+    for item in batch:
+        if not isinstance(item, Mapping):
+            continue
+        named = [item.get("id")]
+        parents = item.get("parents")
+        if isinstance(parents, (list, tuple)):
+            named.extend(parents)
+        for rid in named:
+            if isinstance(rid, str):
+                try:
+                    ids.append(check_id(rid))
+                except LedgerError:
+                    continue
+    return ids
 
 
 def _check_acceptance_checks(checks: object) -> tuple[AcceptanceCheck, ...]:

@@ -21,6 +21,7 @@ from typing import Any
 from uuid import NAMESPACE_URL, UUID, uuid5
 
 from eventsourcing.domain import Aggregate
+from eventsourcing.utils import get_topic
 
 from ledger.errors import (
     InvalidIdError,
@@ -186,11 +187,53 @@ def check_value(value: Any, what: str, max_bytes: int = DEFAULT_MAX_VALUE_BYTES)
             return out
         raise InvalidValueError(f"{what} contains an unserialisable {type(v).__name__} at {path}")
 
-    normalised = walk(value, 0, "value")
+    normalised = _plain(value, 0)
+    if normalised is _NOT_PLAIN:
+        normalised = walk(value, 0, "value")  # names what is wrong, or normalises the rest
     size = len(pack(normalised))
     if size > max_bytes:
         raise ValueTooLargeError(f"{what} is {size} bytes serialised; the limit is {max_bytes}")
     return normalised
+
+
+_NOT_PLAIN = object()
+
+
+def _plain(v: Any, depth: int) -> Any:
+    """``check_value``'s fast path: the normalised value if it is built of exact
+    plain types and valid, else ``_NOT_PLAIN`` (the full walk then decides)."""
+    if depth > MAX_NESTING:
+        return _NOT_PLAIN
+    kind = type(v)
+    if kind is str:
+        return v if v.isascii() or _encodes(v) else _NOT_PLAIN
+    if v is None or kind is bool or kind is bytes:
+        return v
+    if kind is int:
+        return v if -(2**63) <= v < 2**64 else _NOT_PLAIN
+    if kind is float:
+        return v if v == v else _NOT_PLAIN
+    if kind is list or kind is tuple:
+        items = [_plain(item, depth + 1) for item in v]
+        return _NOT_PLAIN if any(item is _NOT_PLAIN for item in items) else items
+    if kind is dict:
+        out = {}
+        for key, item in v.items():
+            if type(key) is not str or not (key.isascii() or _encodes(key)):
+                return _NOT_PLAIN
+            out[key] = _plain(item, depth + 1)
+            if out[key] is _NOT_PLAIN:
+                return _NOT_PLAIN
+        return out
+    return _NOT_PLAIN
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -366,6 +409,40 @@ class Record(Aggregate):
             cls.Proposed, id=record_uuid(record_id), timestamp=at, record_id=record_id, **fields
         )
 
+    @classmethod
+    def proposed_event(cls, *, at: datetime, record_id: str, **fields: Any) -> Record.Proposed:
+        """The ``Proposed`` event :meth:`propose` would record, without building the
+        aggregate (the batch write path appends events directly)."""
+        # eventsourcing makes event classes dataclasses at run time; mypy cannot see it.
+        event_class: Any = cls.Proposed
+        event: Record.Proposed = event_class(
+            originator_topic=_RECORD_TOPIC,
+            originator_id=record_uuid(record_id),
+            originator_version=1,
+            timestamp=at,
+            record_id=record_id,
+            **fields,
+        )
+        return event
+
+    @classmethod
+    def stale_event(
+        cls, *, record_id: str, version: int, actor: str, cause: str, reason: str, at: datetime
+    ) -> Record.MarkedStale:
+        """The ``MarkedStale`` event :meth:`mark_stale` would record on a record whose
+        last event has ``version`` and whose status the caller checked (CANDIDATE,
+        ACCEPTED or STALE); a concurrent change clashes on the version when stored."""
+        event_class: Any = cls.MarkedStale
+        event: Record.MarkedStale = event_class(
+            originator_id=record_uuid(record_id),
+            originator_version=version + 1,
+            timestamp=at,
+            actor=actor,
+            cause=cause,
+            reason=reason,
+        )
+        return event
+
     # -- invariants -------------------------------------------------------------
 
     def check_status(self, command: str, *allowed: Status) -> None:
@@ -465,6 +542,9 @@ class Record(Aggregate):
     def dependencies(self) -> tuple[str, ...]:
         """Declared parents then observed dependencies, without repeats."""
         return tuple(dict.fromkeys((*self.parents, *self.observed)))
+
+
+_RECORD_TOPIC = get_topic(Record)
 
 
 class Principal(Aggregate):

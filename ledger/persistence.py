@@ -22,8 +22,8 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 from uuid import UUID
 
-from eventsourcing.application import Application, ProcessingEvent
-from eventsourcing.persistence import Notification, Recording, Transcoder
+from eventsourcing.application import Application
+from eventsourcing.persistence import Notification, Transcoder
 from eventsourcing.postgres import (
     PostgresAggregateRecorder,
     PostgresApplicationRecorder,
@@ -203,6 +203,33 @@ class LedgerRecorderMixin:
         """Take the writers' lock in an open transaction (before reading what to write)."""
         raise NotImplementedError
 
+    def last_versions(self, c: Cursor, originator_ids: Sequence[UUID]) -> dict[UUID, int]:
+        """The newest stored version of each aggregate (absent ones left out), read
+        inside an open transaction, one query per 500 aggregates."""
+        found: dict[UUID, int] = {}
+        for start in range(0, len(originator_ids), 500):
+            chunk = originator_ids[start : start + 500]
+            marks = ", ".join(self.dialect.placeholder for _ in chunk)
+            c.execute(
+                f"SELECT originator_id AS oid, MAX(originator_version) AS v "
+                f"FROM {self.events_table} WHERE originator_id IN ({marks}) "
+                "GROUP BY originator_id",
+                tuple(self.originator_key(oid) for oid in chunk),
+            )
+            for row in c.fetchall():
+                oid = row["oid"]
+                found[oid if isinstance(oid, UUID) else UUID(oid)] = int(row["v"])
+        return found
+
+    def originator_key(self, originator_id: UUID) -> Any:
+        """An aggregate id as the events table stores it."""
+        return originator_id
+
+    @property
+    def events_table(self) -> str:
+        """The stored events table, as SQL."""
+        raise NotImplementedError
+
     def max_position(self, c: Cursor) -> int:
         """The newest log position, read inside an open transaction."""
         raise NotImplementedError
@@ -291,6 +318,10 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
         """The stored events table, as SQL."""
         return self.events_table_name
 
+    def originator_key(self, originator_id: UUID) -> Any:
+        """An aggregate id as the events table stores it (hex text)."""
+        return originator_id.hex
+
     def max_position(self, c: Cursor) -> int:
         """The newest log position, read inside an open transaction."""
         c.execute(f"SELECT MAX(rowid) AS m FROM {self.events_table_name}")
@@ -303,7 +334,24 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
     def _insert_events(
         self, c: SQLiteCursor, stored_events: Sequence[Any], **kwargs: Any
     ) -> Sequence[int] | None:
-        ids = list(super()._insert_events(c, stored_events) or ())
+        # One executemany instead of eventsourcing's statement per event. The
+        # table is a rowid table that never loses a row (append-only triggers), and
+        # this transaction holds the write lock from the first insert on, so the new
+        # rows take the next consecutive rowids after the current maximum.
+        c.executemany(
+            self.insert_events_statement,
+            [
+                (
+                    s.originator_id.hex if isinstance(s.originator_id, UUID) else s.originator_id,
+                    s.originator_version,
+                    s.topic,
+                    s.state,
+                )
+                for s in stored_events
+            ],
+        )
+        last = self.max_position(c)
+        ids = list(range(last - len(stored_events) + 1, last + 1))
         self.after_insert(c, ids, stored_events, kwargs)
         return ids
 
@@ -483,12 +531,6 @@ class LedgerApplication(Application[UUID]):
     def construct_transcoder(self) -> Transcoder:
         """Every stored event is msgpack (see :mod:`ledger.serialization`)."""
         return MsgpackTranscoder()
-
-    def _record(self, processing_event: ProcessingEvent[UUID]) -> list[Recording[UUID]]:
-        # Hand the domain events to the recorder so the views are updated from
-        # them in the same transaction, without decoding what was just encoded.
-        processing_event.saved_kwargs["ledger_events"] = list(processing_event.events)
-        return super()._record(processing_event)
 
     @property
     def ledger_recorder(self) -> LedgerRecorder:

@@ -18,6 +18,7 @@ code  payload
 from __future__ import annotations
 
 import enum
+import threading
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 from uuid import UUID
@@ -44,7 +45,35 @@ def micros_to_datetime(micros: int, offset_seconds: int = 0) -> datetime:
     return (_EPOCH + timedelta(microseconds=micros)).astimezone(tz)
 
 
+def _ext(code: int, data: bytes) -> msgpack.ExtType:
+    # ExtType's own constructor re-checks its arguments in Python; ours are right.
+    ext: msgpack.ExtType = tuple.__new__(msgpack.ExtType, (code, data))
+    return ext
+
+
+_EMPTY_TUPLE = _ext(EXT_TUPLE, msgpack.packb([]))
+
+
 def _default(obj: Any) -> Any:
+    # Exact types first (the common case, and cheap); subclasses below.
+    kind = type(obj)
+    if kind is tuple:
+        if not obj:
+            return _EMPTY_TUPLE
+        if all(type(item) is str for item in obj):
+            return _ext(EXT_TUPLE, _plain_packer().pack(list(obj)))
+        return _ext(EXT_TUPLE, pack(list(obj)))
+    if kind is datetime:
+        offset = obj.utcoffset()
+        if offset is not None:
+            payload = [datetime_to_micros(obj), int(offset.total_seconds())]
+            return _ext(EXT_DATETIME, _plain_packer().pack(payload))
+    if kind is UUID:
+        return _ext(EXT_UUID, obj.bytes)
+    return _default_subclass(obj)
+
+
+def _default_subclass(obj: Any) -> Any:
     if isinstance(obj, UUID):
         return msgpack.ExtType(EXT_UUID, obj.bytes)
     if isinstance(obj, datetime):
@@ -72,6 +101,19 @@ def _default(obj: Any) -> Any:
     raise TypeError(f"cannot serialise object of type {type(obj).__name__}")
 
 
+#: Per thread: packers reused across calls (building one costs more than packing
+#: a small event), one per nesting level, because ``_default`` packs tuples with
+#: ``pack`` while the outer packer is still busy.
+_local = threading.local()
+
+
+def _plain_packer() -> msgpack.Packer:
+    packer: msgpack.Packer | None = getattr(_local, "plain", None)
+    if packer is None:
+        packer = _local.plain = msgpack.Packer(use_bin_type=True)
+    return packer
+
+
 def _ext_hook(code: int, data: bytes) -> Any:
     if code == EXT_UUID:
         return UUID(bytes=data)
@@ -85,7 +127,21 @@ def _ext_hook(code: int, data: bytes) -> Any:
 
 def pack(obj: Any) -> bytes:
     """Serialise ``obj`` with the ledger's msgpack conventions."""
-    data: bytes = msgpack.packb(obj, default=_default, strict_types=True, use_bin_type=True)
+    packers: list[msgpack.Packer] | None = getattr(_local, "packers", None)
+    if packers is None:
+        packers = _local.packers = []
+    depth: int = getattr(_local, "depth", 0)
+    if depth == len(packers):
+        packers.append(msgpack.Packer(default=_default, strict_types=True, use_bin_type=True))
+    _local.depth = depth + 1
+    try:
+        data: bytes = packers[depth].pack(obj)
+    except BaseException:
+        # The packer may hold half an object: start the next call with a new one.
+        packers[depth] = msgpack.Packer(default=_default, strict_types=True, use_bin_type=True)
+        raise
+    finally:
+        _local.depth = depth
     return data
 
 

@@ -21,7 +21,7 @@ The claim index is the ``(scope, claim_key)`` index on ``pl_records``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ledger.domain import Record, Status
@@ -190,21 +190,14 @@ def _effective_expiry(
     record_id: str,
     own: int | None,
     deps: Iterable[str],
-    pending: Mapping[str, tuple[int | None, str | None]] | None = None,
 ) -> tuple[int | None, str | None]:
-    """The earliest expiry among the record and its dependencies' effective expiries.
-
-    ``pending`` holds (effective expiry, source) of rows not yet written.
-    """
+    """The earliest expiry among the record and its dependencies' effective expiries."""
     eff, source = own, (record_id if own is not None else None)
     for dep in deps:
-        if pending is not None and dep in pending:
-            dep_eff, dep_source = pending[dep]
-        else:
-            row = current(c, d, dep)
-            if row is None:
-                continue
-            dep_eff, dep_source = row["eff_expires"], row["eff_source"]
+        row = current(c, d, dep)
+        if row is None:
+            continue
+        dep_eff, dep_source = row["eff_expires"], row["eff_source"]
         if dep_eff is not None and (eff is None or dep_eff < eff):
             eff, source = dep_eff, dep_source
     return eff, source
@@ -265,29 +258,11 @@ def _status_change(event: Any, rid: str) -> tuple[str, str | None, str | None]:
     return Status.STALE.value, event.cause, event.reason
 
 
-_STATUS_EVENTS = (
-    Record.Accepted,
-    Record.Rejected,
-    Record.Revoked,
-    Record.MarkedStale,
-    Record.Revalidated,
-)
-
-
-def _proposed_row(
-    c: Cursor,
-    d: Dialect,
-    pos: int,
-    event: Any,
-    pending: Mapping[str, tuple[int | None, str | None]],
-) -> tuple[Any, ...]:
-    rid = event.record_id
+def _proposed_row(pos: int, event: Any, eff: int | None, source: str | None) -> dict[str, Any]:
     at = datetime_to_micros(event.timestamp)
-    own = _micros(event.expires)
-    deps = dict.fromkeys((*event.parents, *event.observed))
-    eff, source = _effective_expiry(c, d, rid, own, deps, pending)
-    values = {
-        "record_id": rid,
+    evidence = event.evidence
+    return {
+        "record_id": event.record_id,
         "from_pos": pos,
         "to_pos": None,
         "scope": event.scope,
@@ -298,14 +273,14 @@ def _proposed_row(
         "proposer": event.actor,
         "created_pos": pos,
         "created_at": at,
-        "expires": own,
+        "expires": _micros(event.expires),
         "eff_expires": eff,
         "eff_source": source,
         "conditions": pack(event.conditions),
         "parents": pack(list(event.parents)),
         "observed": pack(list(event.observed)),
-        "evidence": None if event.evidence is None else pack(event.evidence),
-        "snapshot_ref": None if event.evidence is None else event.evidence["snapshot_ref"],
+        "evidence": None if evidence is None else pack(evidence),
+        "snapshot_ref": None if evidence is None else evidence["snapshot_ref"],
         "run_id": event.run_id,
         "cause_root": None,
         "reason": None,
@@ -313,105 +288,211 @@ def _proposed_row(
         "changed_at": at,
         "left_valid_pos": None,
     }
-    return tuple(values[name] for name in COLUMNS)
 
 
-def apply_many(c: Cursor, d: Dialect, events: Sequence[tuple[int, Any]]) -> None:
-    """Fold events in log order; runs of proposals are written with ``executemany``."""
-    ids: list[tuple[str, str]] = []
-    rows: list[tuple[Any, ...]] = []
-    edges: list[tuple[str, str, str, int]] = []
-    pending: dict[str, tuple[int | None, str | None]] = {}
-
-    def flush() -> None:
-        if rows:
-            c.executemany(
-                d.q("INSERT INTO {t}pl_record_ids (agg_id, record_id) VALUES (?, ?)"), ids
-            )
-            c.executemany(d.q(_INSERT), rows)
-            if edges:
-                c.executemany(
-                    d.q(
-                        "INSERT INTO {t}pl_edges (parent_id, child_id, edge, from_pos) "
-                        "VALUES (?,?,?,?)"
-                    ),
-                    edges,
-                )
-        ids.clear()
-        rows.clear()
-        edges.clear()
-        pending.clear()
-
-    eff_at = COLUMNS.index("eff_expires")
-    for pos, event in events:
-        if isinstance(event, Record.Proposed):
-            row = _proposed_row(c, d, pos, event, pending)
-            ids.append((event.originator_id.hex, event.record_id))
-            rows.append(row)
-            edges.extend(_edge_rows(event.record_id, event.parents, event.observed, pos))
-            pending[event.record_id] = (row[eff_at], row[eff_at + 1])
-        elif isinstance(event, _STATUS_EVENTS):
-            flush()
-            apply(c, d, pos, event)
-    flush()
+def _chunks(items: Sequence[str], size: int = 500) -> Iterable[Sequence[str]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
 
 
-def apply(c: Cursor, d: Dialect, pos: int, event: Any) -> None:
-    """Fold one ``Record`` event (at log position ``pos``) into the view."""
-    at = datetime_to_micros(event.timestamp)
-    if isinstance(event, Record.Proposed):
-        apply_many(c, d, [(pos, event)])
-        return
+def current_many(c: Cursor, d: Dialect, record_ids: Iterable[str]) -> dict[str, Any]:
+    """The current rows of the given records (missing ones left out), in one
+    query per 500 ids."""
+    found: dict[str, Any] = {}
+    for chunk in _chunks(list(dict.fromkeys(record_ids))):
+        marks = ", ".join("?" for _ in chunk)
+        c.execute(
+            d.q(f"SELECT * FROM {{t}}pl_records WHERE record_id IN ({marks}) AND {NOW_FILTER}"),
+            tuple(chunk),
+        )
+        for row in c.fetchall():
+            found[row["record_id"]] = row
+    return found
 
-    if not isinstance(event, _STATUS_EVENTS):
-        return  # deliveries belong to the delivery-history view; other aggregates elsewhere
-    rid = record_id_of(c, d, event.originator_id, pos)
-    if not isinstance(event, Record.Revalidated):
+
+def _record_ids_of(c: Cursor, d: Dialect, agg_hexes: Iterable[str]) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for chunk in _chunks(list(dict.fromkeys(agg_hexes))):
+        marks = ", ".join("?" for _ in chunk)
+        c.execute(
+            d.q(f"SELECT agg_id, record_id FROM {{t}}pl_record_ids WHERE agg_id IN ({marks})"),
+            tuple(chunk),
+        )
+        found.update((str(r["agg_id"]), str(r["record_id"])) for r in c.fetchall())
+    return found
+
+
+class _Fold:
+    """Folds a run of proposals and status events in memory, then writes it with a
+    few ``executemany`` statements: the rows it needs are read in one query per
+    500 records up front, so the cost follows the events, not the statements."""
+
+    def __init__(self, c: Cursor, d: Dialect, events: Sequence[tuple[int, Any]]) -> None:
+        self.c, self.d = c, d
+        proposed = {e.originator_id.hex: e.record_id for _, e in events if type(e) is _PROPOSED}
+        self.rid_of = _record_ids_of(
+            c, d, (e.originator_id.hex for _, e in events if e.originator_id.hex not in proposed)
+        )
+        wanted = [*self.rid_of.values()]
+        wanted += [dep for _, e in events if type(e) is _PROPOSED for dep in e.parents]
+        wanted += [dep for _, e in events if type(e) is _PROPOSED for dep in e.observed]
+        #: record id → its newest row (a dict), read from the view or made here.
+        self.rows: dict[str, dict[str, Any]] = {
+            rid: {name: row[name] for name in COLUMNS}
+            for rid, row in current_many(c, d, wanted).items()
+        }
+        self.rid_of.update(proposed)
+        self.fresh: set[str] = set()  # records whose newest row was made here
+        self.closes: list[tuple[int, str]] = []  # (to_pos, record id) of stored rows
+        self.versions: list[dict[str, Any]] = []
+        self.ids: list[tuple[str, str]] = []
+        self.edges: list[tuple[str, str, str, int]] = []
+
+    def propose(self, pos: int, event: Any) -> None:
+        rid = event.record_id
+        own = _micros(event.expires)
+        eff, source = own, (rid if own is not None else None)
+        for dep in dict.fromkeys((*event.parents, *event.observed)):
+            row = self.rows.get(dep)
+            if row is None:
+                continue
+            dep_eff = row["eff_expires"]
+            if dep_eff is not None and (eff is None or dep_eff < eff):
+                eff, source = dep_eff, row["eff_source"]
+        row = _proposed_row(pos, event, eff, source)
+        self.ids.append((event.originator_id.hex, rid))
+        self.versions.append(row)
+        self.rows[rid] = row
+        self.fresh.add(rid)
+        self.edges.extend(_edge_rows(rid, event.parents, event.observed, pos))
+
+    def change(self, pos: int, event: Any) -> None:
+        rid = self.rid_of.get(event.originator_id.hex)
+        if rid is None:
+            raise CorruptEventError(f"stored event at position {pos} belongs to no proposed record")
+        row = self.rows.get(rid)
+        if row is None:
+            raise LookupError(f"record {rid!r} has no row in the validity view")
         status, cause, reason = _status_change(event, rid)
-        _new_version(
-            c,
-            d,
-            rid,
-            pos,
-            at,
+        new = dict(row)
+        new.update(
             status=status,
             changed_by=event.actor,
             cause_root=cause,
             reason=reason,
+            from_pos=pos,
+            to_pos=None,
+            changed_at=datetime_to_micros(event.timestamp),
         )
-    else:
-        row = current(c, d, rid)
-        parents = list(unpack(row["parents"]))
-        observed = list(unpack(row["observed"]))
-        if event.parents is not None or event.observed is not None:
-            if event.parents is not None:
-                parents = list(event.parents)
-            if event.observed is not None:
-                observed = list(event.observed)
-            c.execute(
-                d.q("UPDATE {t}pl_edges SET to_pos=? WHERE child_id=? AND to_pos IS NULL"),
-                (pos, rid),
+        if status == Status.ACCEPTED:
+            new["left_valid_pos"] = None
+        elif row["status"] == Status.ACCEPTED:
+            new["left_valid_pos"] = pos
+        if rid in self.fresh:
+            row["to_pos"] = pos
+        else:
+            self.closes.append((pos, rid))
+            self.fresh.add(rid)
+        self.versions.append(new)
+        self.rows[rid] = new
+
+    def flush(self) -> None:
+        c, d = self.c, self.d
+        if self.closes:
+            c.executemany(
+                d.q("UPDATE {t}pl_records SET to_pos=? WHERE record_id=? AND to_pos IS NULL"),
+                self.closes,
             )
-            _insert_edges(c, d, rid, parents, observed, pos)
-        eff, source = _effective_expiry(
-            c, d, rid, row["expires"], dict.fromkeys((*parents, *observed))
+        if self.ids:
+            c.executemany(
+                d.q("INSERT INTO {t}pl_record_ids (agg_id, record_id) VALUES (?, ?)"), self.ids
+            )
+        if self.versions:
+            c.executemany(
+                d.q(_INSERT), [tuple(row[name] for name in COLUMNS) for row in self.versions]
+            )
+        if self.edges:
+            c.executemany(
+                d.q(
+                    "INSERT INTO {t}pl_edges (parent_id, child_id, edge, from_pos) VALUES (?,?,?,?)"
+                ),
+                self.edges,
+            )
+
+
+_PROPOSED = Record.Proposed
+_FOLDED = (Record.Proposed, Record.Accepted, Record.Rejected, Record.Revoked, Record.MarkedStale)
+
+
+def apply_many(c: Cursor, d: Dialect, events: Sequence[tuple[int, Any]]) -> None:
+    """Fold events in log order.
+
+    Runs of proposals and status changes are folded in memory and written with
+    ``executemany`` (see ``_Fold``); a revalidation, which may replace edges and
+    move effective expiries below it, is applied on its own between runs.
+    """
+    run: list[tuple[int, Any]] = []
+    for pos, event in events:
+        if type(event) in _FOLDED:
+            run.append((pos, event))
+        elif isinstance(event, Record.Revalidated):
+            _fold(c, d, run)
+            run = []
+            apply(c, d, pos, event)
+    _fold(c, d, run)
+
+
+def _fold(c: Cursor, d: Dialect, events: Sequence[tuple[int, Any]]) -> None:
+    if not events:
+        return
+    fold = _Fold(c, d, events)
+    for pos, event in events:
+        if type(event) is _PROPOSED:
+            fold.propose(pos, event)
+        else:
+            fold.change(pos, event)
+    fold.flush()
+
+
+def apply(c: Cursor, d: Dialect, pos: int, event: Any) -> None:
+    """Fold one ``Record`` event (at log position ``pos``) into the view."""
+    if type(event) in _FOLDED:
+        _fold(c, d, [(pos, event)])
+        return
+    if not isinstance(event, Record.Revalidated):
+        return  # deliveries belong to the delivery-history view; other aggregates elsewhere
+    at = datetime_to_micros(event.timestamp)
+    rid = record_id_of(c, d, event.originator_id, pos)
+    row = current(c, d, rid)
+    parents = list(unpack(row["parents"]))
+    observed = list(unpack(row["observed"]))
+    if event.parents is not None or event.observed is not None:
+        if event.parents is not None:
+            parents = list(event.parents)
+        if event.observed is not None:
+            observed = list(event.observed)
+        c.execute(
+            d.q("UPDATE {t}pl_edges SET to_pos=? WHERE child_id=? AND to_pos IS NULL"),
+            (pos, rid),
         )
-        _new_version(
-            c,
-            d,
-            rid,
-            pos,
-            at,
-            status=Status.ACCEPTED.value,
-            changed_by=event.actor,
-            cause_root=None,
-            reason=event.note or None,
-            parents=pack(parents),
-            observed=pack(observed),
-            eff_expires=eff,
-            eff_source=source,
-        )
-        _refresh_effective_expiry(c, d, rid, pos, at)
+        _insert_edges(c, d, rid, parents, observed, pos)
+    eff, source = _effective_expiry(c, d, rid, row["expires"], dict.fromkeys((*parents, *observed)))
+    _new_version(
+        c,
+        d,
+        rid,
+        pos,
+        at,
+        status=Status.ACCEPTED.value,
+        changed_by=event.actor,
+        cause_root=None,
+        reason=event.note or None,
+        parents=pack(parents),
+        observed=pack(observed),
+        eff_expires=eff,
+        eff_source=source,
+    )
+    _refresh_effective_expiry(c, d, rid, pos, at)
 
 
 def _refresh_effective_expiry(c: Cursor, d: Dialect, root: str, pos: int, at: int) -> None:
