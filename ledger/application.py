@@ -550,7 +550,11 @@ class Ledger:
         )
 
     def _token_subject(self, c: Cursor, token_hash: str) -> str:
-        row = access_view.token(c, self._dialect, token_hash)
+        return self._check_token(access_view.token(c, self._dialect, token_hash))
+
+    def _check_token(self, row: Mapping[str, Any] | None) -> str:
+        """The subject of a token row (``subject``, ``revoked_pos``, ``expires``) that
+        is valid now; raises ``AuthenticationError`` otherwise."""
         if row is None:
             raise AuthenticationError("token is unknown")
         if row["revoked_pos"] is not None:
@@ -655,9 +659,12 @@ class Session:
 
     def _require(self, c: Cursor, scope: str, role: Role, command: str) -> None:
         if role.value not in self._roles(c, scope):
-            raise AccessDeniedError(
-                f"{command} refused: {self._subject!r} lacks role {role.value!r} in scope {scope!r}"
-            )
+            raise self._denied(scope, role, command)
+
+    def _denied(self, scope: str, role: Role, command: str) -> AccessDeniedError:
+        return AccessDeniedError(
+            f"{command} refused: {self._subject!r} lacks role {role.value!r} in scope {scope!r}"
+        )
 
     def _locked(self, scope: str, role: Role, command: str, guard: Guard | None = None) -> Guard:
         """A guard re-checking the token and the role under the write lock (a grant
@@ -696,15 +703,19 @@ class Session:
             return self._as_of_at
         return self._ledger._now()
 
-    def _view(self, c: Cursor, row: Any, at: datetime) -> RecordView:
+    def _view(self, c: Cursor, row: Any, at: datetime, deliveries: bool = True) -> RecordView:
+        """The public view of a record row (``deliveries=False``: the caller knows it
+        has none, so they are not looked up)."""
         d = self._ledger._dialect
-        deliveries = []
-        for drow in delivery_view.for_record(c, d, row["record_id"], self._position):
+        delivered = []
+        for drow in (
+            delivery_view.for_record(c, d, row["record_id"], self._position) if deliveries else ()
+        ):
             corrections = tuple(
                 _correction(r)
                 for r in delivery_view.corrections_for(c, d, drow["delivery_id"], self._position)
             )
-            deliveries.append(_delivery(drow, corrections))
+            delivered.append(_delivery(drow, corrections))
         eff = row["eff_expires"]
         return RecordView(
             id=row["record_id"],
@@ -725,7 +736,7 @@ class Session:
             evidence=None if row["evidence"] is None else unpack(row["evidence"]),
             cause=row["cause_root"],
             reason=row["reason"],
-            deliveries=tuple(deliveries),
+            deliveries=tuple(delivered),
             position=row["from_pos"],
         )
 
@@ -794,20 +805,37 @@ class Session:
         when = self._at(at)
         ctx = _check_context(context)
         wanted = None if kinds is None else {check_kind(k) for k in _as_list(kinds, "kinds")}
-        with self._ctx() as c:
-            self._require(c, scope, Role.READ, "read")
-            rows = validity_view.for_claim(
-                c, self._ledger._dialect, scope, claim_key, self._position
+        ledger = self._ledger
+        with ledger._reading() as c:
+            # Token, roles and the claim's rows in one statement; deliveries are
+            # read only for records that have any.
+            rows = validity_view.for_claim_as(
+                c, ledger._dialect, self._token_hash, scope, claim_key, self._position
             )
+            head = rows[0] if rows else None
+            ledger._check_token(
+                None
+                if head is None
+                else {
+                    "subject": head["tok_subject"],
+                    "revoked_pos": head["tok_revoked"],
+                    "expires": head["tok_expires"],
+                }
+            )
+            assert head is not None
+            if Role.READ.value not in (head["tok_roles"] or "").split(","):
+                raise self._denied(scope, Role.READ, "read")
             entries = []
             for row in rows:
-                view = self._view(c, row, when)
+                if row["record_id"] is None:
+                    continue
+                view = self._view(c, row, when, deliveries=bool(row["has_deliveries"]))
                 reasons = _blocking_reasons(row, when, ctx, wanted)
                 entries.append(Reason(record=view, usable=not reasons, reasons=reasons))
         usable = [e.record for e in entries if e.usable]
         if not usable:
             outcome = Outcome.MISSING
-        elif len({canonical(r.value) for r in usable}) > 1:
+        elif len(usable) > 1 and len({canonical(r.value) for r in usable}) > 1:
             outcome = Outcome.CONFLICT
         else:
             outcome = Outcome.FOUND

@@ -105,6 +105,9 @@ def check_id(value: object, what: str = "record id") -> str:
     return value
 
 
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f]")
+
+
 def check_text(value: object, what: str, *, max_len: int = 1024, empty: bool = False) -> str:
     """Return ``value`` if it is a printable string of bounded length."""
     if not isinstance(value, str):
@@ -113,7 +116,7 @@ def check_text(value: object, what: str, *, max_len: int = 1024, empty: bool = F
         raise InvalidValueError(f"{what} must not be empty")
     if len(value) > max_len:
         raise ValueTooLargeError(f"{what} is {len(value)} characters; the limit is {max_len}")
-    if any(ord(ch) < 32 and ch not in "\t\n" for ch in value) or "\x7f" in value:
+    if _CONTROL.search(value):
         raise InvalidValueError(f"{what} {value[:40]!r} contains control characters")
     return check_unicode(value, what)
 

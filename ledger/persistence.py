@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import sqlite3
 import uuid
 import zlib
 from collections.abc import Callable, Sequence
@@ -23,13 +24,21 @@ from urllib.parse import parse_qs, unquote, urlparse
 from uuid import UUID
 
 from eventsourcing.application import Application
-from eventsourcing.persistence import Notification, Transcoder
+from eventsourcing.persistence import InterfaceError, Notification, Transcoder
 from eventsourcing.postgres import (
     PostgresAggregateRecorder,
     PostgresApplicationRecorder,
     PostgresDatastore,
 )
-from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteCursor, SQLiteDatastore
+from eventsourcing.sqlite import (
+    SQLITE3_DEFAULT_LOCK_TIMEOUT,
+    SQLiteApplicationRecorder,
+    SQLiteConnection,
+    SQLiteConnectionPool,
+    SQLiteCursor,
+    SQLiteDatastore,
+    SQLiteFactory,
+)
 from eventsourcing.utils import get_topic
 
 from ledger.errors import CorruptEventError, InvalidURLError
@@ -88,7 +97,7 @@ def resolve_url(url: str | None) -> Backend:
         # An in-process SQLite database shared by the connections of this ledger only.
         name = f"file:provledger-{uuid.uuid4().hex}?mode=memory&cache=shared"
         env = {
-            "PERSISTENCE_MODULE": "eventsourcing.sqlite",
+            "PERSISTENCE_MODULE": get_topic(LedgerSQLiteFactory),
             "SQLITE_DBNAME": name,
             "APPLICATION_RECORDER_TOPIC": recorder_topic,
         }
@@ -110,7 +119,7 @@ def resolve_url(url: str | None) -> Backend:
                 f"ledger URL {url!r}: timeout must be whole seconds between 1 and 86400"
             )
         env = {
-            "PERSISTENCE_MODULE": "eventsourcing.sqlite",
+            "PERSISTENCE_MODULE": get_topic(LedgerSQLiteFactory),
             "SQLITE_DBNAME": path,
             "SQLITE_LOCK_TIMEOUT": timeout,
             "APPLICATION_RECORDER_TOPIC": recorder_topic,
@@ -170,6 +179,56 @@ def _postgres_backend(url: str) -> Backend:
     for option, value in query.items():
         env[_PG_OPTIONS[option]] = value
     return Backend(kind="postgresql", url=url, env=env)
+
+
+#: Prepared statements each SQLite connection keeps. eventsourcing opens its
+#: connections with ``cached_statements=True`` (that is, one), so a transaction
+#: of several statements prepared every one of them again on every call.
+STATEMENT_CACHE = 256
+
+
+class LedgerSQLitePool(SQLiteConnectionPool):
+    """eventsourcing's SQLite connection pool, with a real prepared-statement cache."""
+
+    def _create_connection(self) -> SQLiteConnection:
+        try:
+            c = sqlite3.connect(
+                database=self.db_name,
+                uri=True,
+                check_same_thread=False,
+                isolation_level=None,  # auto-commit; transactions BEGIN explicitly
+                cached_statements=STATEMENT_CACHE,
+                timeout=self.lock_timeout or SQLITE3_DEFAULT_LOCK_TIMEOUT,
+            )
+        except (sqlite3.Error, TypeError) as e:
+            raise InterfaceError(e) from e
+        if not self.is_sqlite_memory_mode and not self.is_journal_mode_wal:
+            cursor = c.cursor()
+            cursor.execute("PRAGMA journal_mode;")
+            if str(cursor.fetchone()[0]).lower() != "wal":
+                cursor.execute("PRAGMA journal_mode=WAL;")
+                self.journal_mode_was_changed_to_wal = True
+            self.is_journal_mode_wal = True
+        c.row_factory = sqlite3.Row
+        return SQLiteConnection(sqlite_conn=c, max_age=self.max_age)
+
+
+class LedgerSQLiteFactory(SQLiteFactory):
+    """eventsourcing's SQLite persistence, with connections from ``LedgerSQLitePool``."""
+
+    def __init__(self, env: Any):
+        super().__init__(env)
+        old = self.datastore.pool
+        self.datastore.pool = LedgerSQLitePool(
+            db_name=old.db_name,
+            lock_timeout=old.lock_timeout,
+            pool_size=old.pool_size,
+            max_overflow=old.max_overflow,
+            pool_timeout=old.pool_timeout,
+            max_age=old.max_age,
+            pre_ping=old.pre_ping,
+        )
+        old.close()
 
 
 class LedgerRecorderMixin:

@@ -41,7 +41,9 @@ def datetime_to_micros(value: datetime) -> int:
 
 def micros_to_datetime(micros: int, offset_seconds: int = 0) -> datetime:
     """The aware datetime for microseconds since the epoch, in the given offset."""
-    tz = UTC if offset_seconds == 0 else timezone(timedelta(seconds=offset_seconds))
+    if offset_seconds == 0:
+        return _EPOCH + timedelta(microseconds=micros)
+    tz = timezone(timedelta(seconds=offset_seconds))
     return (_EPOCH + timedelta(microseconds=micros)).astimezone(tz)
 
 

@@ -149,6 +149,44 @@ def for_claim(
     return list(c.fetchall())
 
 
+def for_claim_as(
+    c: Cursor,
+    d: Dialect,
+    token_hash: str,
+    scope: str,
+    claim_key: str,
+    position: int | None = None,
+) -> list[Any]:
+    """One statement for a read: the token's row (``tok_subject``, ``tok_revoked``,
+    ``tok_expires``), its subject's roles in ``scope`` (``tok_roles``, comma
+    separated), and the claim's record rows (``record_id`` NULL when there are
+    none), each with ``has_deliveries``. No row at all: the token is unknown.
+
+    The caller checks the token and the roles before using any record row.
+    """
+    roles = "string_agg(g.role, ',')" if d.name == "postgres" else "group_concat(g.role, ',')"
+    when = (
+        "r.to_pos IS NULL"
+        if position is None
+        else ("r.from_pos <= ? AND (r.to_pos IS NULL OR r.to_pos > ?)")
+    )
+    c.execute(
+        d.q(
+            "SELECT t.subject AS tok_subject, t.revoked_pos AS tok_revoked, "
+            "t.expires AS tok_expires, "
+            f"(SELECT {roles} FROM {{t}}pl_grants g WHERE g.subject = t.subject "
+            "AND g.scope = ? AND g.to_pos IS NULL) AS tok_roles, r.*, "
+            "EXISTS (SELECT 1 FROM {t}pl_deliveries dl WHERE dl.record_id = r.record_id) "
+            "AS has_deliveries "
+            "FROM {t}pl_tokens t LEFT JOIN {t}pl_records r "
+            f"ON r.scope = ? AND r.claim_key = ? AND {when} "
+            "WHERE t.token_hash = ? ORDER BY r.created_pos"
+        ),
+        (scope, scope, claim_key, *(() if position is None else (position, position)), token_hash),
+    )
+    return list(c.fetchall())
+
+
 def children(c: Cursor, d: Dialect, parent_ids: Sequence[str]) -> list[tuple[str, str, str]]:
     """Current (parent, child, edge) rows for the given parents."""
     out: list[tuple[str, str, str]] = []
