@@ -566,9 +566,20 @@ class Ledger:
             )
         return str(row["subject"])
 
-    def _record(self, record_id: str) -> Record:
+    def _record(self, record_id: str, c: Cursor | None = None) -> Record:
+        """The record's aggregate from its stored events (read with ``c``, in the
+        caller's transaction, when given)."""
         try:
-            found: Any = self._app.repository.get(record_uuid(record_id))
+            found: Any = None
+            if c is None:
+                found = self._app.repository.get(record_uuid(record_id))
+            else:
+                notes = self._recorder.select_record_events(c, record_uuid(record_id))
+                if not notes:
+                    raise AggregateNotFoundError(record_id)
+                for note in notes:
+                    event: Any = self._app.mapper.to_domain_event(note)
+                    found = event.mutate(found)
         except AggregateNotFoundError:
             raise UnknownRecordError(f"record {record_id!r} is unknown") from None
         except (
@@ -1425,7 +1436,7 @@ class Session:
             with self._ctx() as c:
                 row = self._visible(c, record_id, Role.APPROVE, "accept")
                 rid = row["record_id"]
-                record = ledger._record(rid)
+                record = ledger._record(rid, c)
                 now = ledger._now()
                 record.accept(self._subject, note, now)
                 _check_not_expired(row, now, "accept")
@@ -1507,7 +1518,7 @@ class Session:
         def attempt() -> None:
             with self._ctx() as c:
                 row = self._visible(c, record_id, Role.APPROVE, "reject")
-            record = ledger._record(row["record_id"])
+                record = ledger._record(row["record_id"], c)
             record.reject(self._subject, reason, ledger._now())
             ledger._save(record, guard=self._locked(row["scope"], Role.APPROVE, "reject"))
 
@@ -1533,7 +1544,7 @@ class Session:
             with self._ctx() as c:
                 row = self._visible(c, record_id, Role.APPROVE, "revoke")
                 rid = row["record_id"]
-                root = ledger._record(rid)
+                root = ledger._record(rid, c)
                 now = ledger._now()
                 root.revoke(self._subject, reason, now)
                 reached = [child_id for child_id, _via in validity_view.descendants(c, d, rid)]
@@ -1619,7 +1630,7 @@ class Session:
             with self._ctx() as c:
                 row = self._visible(c, record_id, Role.APPROVE, "revalidate")
                 rid = row["record_id"]
-                record = ledger._record(rid)
+                record = ledger._record(rid, c)
                 record.check_status("revalidate", Status.STALE)
                 record.check_not_proposer(self._subject, "revalidate")
                 now = ledger._now()
@@ -1681,8 +1692,8 @@ class Session:
         def attempt() -> str:
             with self._ctx() as c:
                 row = self._visible(c, record_id, Role.DELIVER, "deliver")
-            rid = row["record_id"]
-            record = ledger._record(rid)
+                rid = row["record_id"]
+                record = ledger._record(rid, c)
             now = ledger._now()
             record.deliver(self._subject, delivery_id, recipient, channel, now)
             if _validity(row, now) != Validity.VALID:
@@ -1721,7 +1732,7 @@ class Session:
                 self._require(c, row["scope"], Role.DELIVER, "issue_correction")
                 if replacement is not None:
                     self._visible(c, replacement, Role.READ, "issue_correction", "replacement")
-            record = ledger._record(row["record_id"])
+                record = ledger._record(row["record_id"], c)
             record.issue_correction(
                 self._subject, correction_id, delivery_id, note, replacement, ledger._now()
             )

@@ -305,13 +305,15 @@ class LedgerRecorderMixin:
         if not ids:
             return
         guard: Guard | None = kwargs.get("guard")
+        done = self.projector.tracking_map(c) if self.projector.enabled else None
         if guard is not None:
             # The guard reads the views: they must include every earlier event.
-            if self.projector.enabled:
+            if done is not None and min(done.values()) < ids[0] - 1:
                 self.projector.catch_up(c, upto=ids[0] - 1)
+                done = self.projector.tracking_map(c)
             guard(c)
         if events is not None:
-            self.projector.apply(c, list(zip(ids, events, strict=True)))
+            self.projector.apply(c, list(zip(ids, events, strict=True)), done)
         c.executemany(
             self.dialect.q("INSERT INTO {t}pl_merkle_leaves (position, leaf) VALUES (?, ?)"),
             [

@@ -95,14 +95,18 @@ class Projector:
                 f"({notification.topic}) cannot be decoded: {exc}"
             ) from None
 
-    def apply(self, c: Cursor, events: Sequence[tuple[int, Any]]) -> None:
+    def apply(
+        self, c: Cursor, events: Sequence[tuple[int, Any]], done: dict[str, int] | None = None
+    ) -> None:
         """Apply new (position, event) pairs in the writer's transaction.
 
-        Views that are behind are caught up first (one query when they are not).
+        Views that are behind are caught up first (one query when they are not;
+        none when the caller passes the tracking positions it just read as ``done``).
         """
         if not self.enabled or not events:
             return
-        done = self.tracking_map(c)
+        if done is None:
+            done = self.tracking_map(c)
         if min(done.values()) < events[0][0] - 1 and self.catch_up(c, upto=events[0][0] - 1):
             done = self.tracking_map(c)
         self._apply(c, events, done)

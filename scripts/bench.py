@@ -62,8 +62,9 @@ are ledger cost / baseline cost, except the speedup, which is baseline / ledger)
         naive baseline is the seed's algorithm: repeat ``affected |= {records whose
         parents or observed dependencies intersect affected}`` by scanning every
         current record's ``parents``/``observed`` in ``pl_records`` until a pass adds
-        nothing, then build the same Revoked / MarkedStale events and save them with
-        ``Ledger._save`` (the same write path). It skips the command's access checks
+        nothing, then build the same Revoked / MarkedStale events the way
+        ``Session.revoke`` does and append them with ``Ledger._append`` (the same
+        write path). It skips the command's access checks
         and its under-lock guard, which favours the baseline.
     stale_marking_vs_bulk_event [<= 2]
         Time: cost per descendant marked STALE (huge-ledger revoke time / 1,000) over
@@ -139,8 +140,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ledger import Kind, Ledger, Outcome, Session
-from ledger.domain import Record, Status
+from ledger.domain import Record, Status, record_uuid
 from ledger.serialization import unpack
+from projections.validity import current_many
 
 SCOPE = "bench"
 PROPOSER = "agent"
@@ -759,7 +761,7 @@ def timed_revoke(opened: Opened, dag: Dag, where: str) -> float:
 
 
 def naive_revoke(opened: Opened, dag: Dag, where: str) -> tuple[float, float, int]:
-    """The seed's fixed-point scan, then the same events through ``Ledger._save``.
+    """The seed's fixed-point scan, then the same events through ``Ledger._append``.
 
     Returns (total seconds, scanning seconds, full passes over ``pl_records``).
     """
@@ -790,17 +792,28 @@ def naive_revoke(opened: Opened, dag: Dag, where: str) -> tuple[float, float, in
         f"{where}: naive scan reached {len(affected) - 1} records, "
         f"expected {len(dag.descendants)} descendants",
     )
+    # The events are built as Session.revoke builds them: the root's from its
+    # aggregate, the stale markings from current rows and newest stored versions.
     now = ledger.now()
-    root = ledger._record(dag.root)
+    below = sorted(affected - {dag.root})
+    with ledger._reading() as c:
+        root = ledger._record(dag.root, c)
+        rows = current_many(c, ledger._dialect, below)
+        versions = ledger._recorder.last_versions(c, [record_uuid(rid) for rid in below])
     root.revoke(APPROVER, REASON, now)
-    marked = []
-    for rid in sorted(affected - {dag.root}):
-        child = ledger._record(rid)
-        if child.status in (Status.REVOKED, Status.REJECTED):
-            continue
-        child.mark_stale(APPROVER, cause=dag.root, reason=REASON, at=now)
-        marked.append(child)
-    ledger._save(root, *marked)
+    marked = [
+        Record.stale_event(
+            record_id=rid,
+            version=versions[record_uuid(rid)],
+            actor=APPROVER,
+            cause=dag.root,
+            reason=REASON,
+            at=now,
+        )
+        for rid in below
+        if rows[rid]["status"] not in (Status.REVOKED, Status.REJECTED)
+    ]
+    ledger._append([*root.collect_events(), *marked])
     return time.perf_counter() - started, scanned, passes
 
 
