@@ -489,6 +489,19 @@ class Ledger:
             yield c
 
     @contextmanager
+    def _statement(self) -> Iterator[Cursor]:
+        """A cursor outside any explicit transaction, for a read that is one SQL
+        statement (a statement always sees one snapshot); no BEGIN/ROLLBACK."""
+        self._check_open()
+        datastore: Any = self._recorder.datastore
+        if self.backend == "postgresql":
+            with datastore.get_connection() as conn, conn.cursor() as cursor:
+                yield cursor
+        else:
+            with datastore.get_connection(commit=False) as conn:
+                yield conn.cursor()
+
+    @contextmanager
     def _writing(self) -> Iterator[Cursor]:
         self._check_open()
         with self._recorder.datastore.transaction(commit=True) as c:
@@ -714,14 +727,19 @@ class Session:
             return self._as_of_at
         return self._ledger._now()
 
-    def _view(self, c: Cursor, row: Any, at: datetime, deliveries: bool = True) -> RecordView:
+    def _view(
+        self, c: Cursor | None, row: Any, at: datetime, deliveries: bool = True
+    ) -> RecordView:
         """The public view of a record row (``deliveries=False``: the caller knows it
         has none, so they are not looked up)."""
         d = self._ledger._dialect
         delivered = []
         for drow in (
-            delivery_view.for_record(c, d, row["record_id"], self._position) if deliveries else ()
+            delivery_view.for_record(c, d, row["record_id"], self._position)
+            if deliveries and c is not None
+            else ()
         ):
+            assert c is not None
             corrections = tuple(
                 _correction(r)
                 for r in delivery_view.corrections_for(c, d, drow["delivery_id"], self._position)
@@ -817,32 +835,55 @@ class Session:
         ctx = _check_context(context)
         wanted = None if kinds is None else {check_kind(k) for k in _as_list(kinds, "kinds")}
         ledger = self._ledger
-        with ledger._reading() as c:
-            # Token, roles and the claim's rows in one statement; deliveries are
-            # read only for records that have any.
+        # Token, roles and the claim's rows in one statement, outside a transaction;
+        # a record with deliveries needs more statements, so then the whole read is
+        # done again in one read transaction.
+        with ledger._statement() as c:
             rows = validity_view.for_claim_as(
                 c, ledger._dialect, self._token_hash, scope, claim_key, self._position
             )
-            head = rows[0] if rows else None
-            ledger._check_token(
-                None
-                if head is None
-                else {
-                    "subject": head["tok_subject"],
-                    "revoked_pos": head["tok_revoked"],
-                    "expires": head["tok_expires"],
-                }
+        if any(row["has_deliveries"] for row in rows):
+            with ledger._reading() as c:
+                return self._explain(c, scope, claim_key, when, ctx, wanted)
+        return self._explain(None, scope, claim_key, when, ctx, wanted, rows)
+
+    def _explain(
+        self,
+        c: Cursor | None,
+        scope: str,
+        claim_key: str,
+        when: datetime,
+        ctx: dict[str, Any],
+        wanted: set[Kind] | None,
+        rows: list[Any] | None = None,
+    ) -> Explanation:
+        """``explain`` on the rows of ``for_claim_as`` (read with ``c`` when not given)."""
+        ledger = self._ledger
+        if rows is None:
+            assert c is not None
+            rows = validity_view.for_claim_as(
+                c, ledger._dialect, self._token_hash, scope, claim_key, self._position
             )
-            assert head is not None
-            if Role.READ.value not in (head["tok_roles"] or "").split(","):
-                raise self._denied(scope, Role.READ, "read")
-            entries = []
-            for row in rows:
-                if row["record_id"] is None:
-                    continue
-                view = self._view(c, row, when, deliveries=bool(row["has_deliveries"]))
-                reasons = _blocking_reasons(row, when, ctx, wanted)
-                entries.append(Reason(record=view, usable=not reasons, reasons=reasons))
+        head = rows[0] if rows else None
+        ledger._check_token(
+            None
+            if head is None
+            else {
+                "subject": head["tok_subject"],
+                "revoked_pos": head["tok_revoked"],
+                "expires": head["tok_expires"],
+            }
+        )
+        assert head is not None
+        if Role.READ.value not in (head["tok_roles"] or "").split(","):
+            raise self._denied(scope, Role.READ, "read")
+        entries = []
+        for row in rows:
+            if row["record_id"] is None:
+                continue
+            view = self._view(c, row, when, deliveries=c is not None)
+            reasons = _blocking_reasons(row, when, ctx, wanted)
+            entries.append(Reason(record=view, usable=not reasons, reasons=reasons))
         usable = [e.record for e in entries if e.usable]
         if not usable:
             outcome = Outcome.MISSING

@@ -21,6 +21,7 @@ The claim index is the ``(scope, claim_key)`` index on ``pl_records``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -164,27 +165,28 @@ def for_claim_as(
 
     The caller checks the token and the roles before using any record row.
     """
-    roles = "string_agg(g.role, ',')" if d.name == "postgres" else "group_concat(g.role, ',')"
-    when = (
-        "r.to_pos IS NULL"
-        if position is None
-        else ("r.from_pos <= ? AND (r.to_pos IS NULL OR r.to_pos > ?)")
-    )
     c.execute(
-        d.q(
-            "SELECT t.subject AS tok_subject, t.revoked_pos AS tok_revoked, "
-            "t.expires AS tok_expires, "
-            f"(SELECT {roles} FROM {{t}}pl_grants g WHERE g.subject = t.subject "
-            "AND g.scope = ? AND g.to_pos IS NULL) AS tok_roles, r.*, "
-            "EXISTS (SELECT 1 FROM {t}pl_deliveries dl WHERE dl.record_id = r.record_id) "
-            "AS has_deliveries "
-            "FROM {t}pl_tokens t LEFT JOIN {t}pl_records r "
-            f"ON r.scope = ? AND r.claim_key = ? AND {when} "
-            "WHERE t.token_hash = ? ORDER BY r.created_pos"
-        ),
+        _claim_as_sql(d, position is not None),
         (scope, scope, claim_key, *(() if position is None else (position, position)), token_hash),
     )
     return list(c.fetchall())
+
+
+@functools.cache
+def _claim_as_sql(d: Dialect, as_of: bool) -> str:
+    roles = "string_agg(g.role, ',')" if d.name == "postgres" else "group_concat(g.role, ',')"
+    when = "r.from_pos <= ? AND (r.to_pos IS NULL OR r.to_pos > ?)" if as_of else "r.to_pos IS NULL"
+    return d.q(
+        "SELECT t.subject AS tok_subject, t.revoked_pos AS tok_revoked, "
+        "t.expires AS tok_expires, "
+        f"(SELECT {roles} FROM {{t}}pl_grants g WHERE g.subject = t.subject "
+        "AND g.scope = ? AND g.to_pos IS NULL) AS tok_roles, r.*, "
+        "EXISTS (SELECT 1 FROM {t}pl_deliveries dl WHERE dl.record_id = r.record_id) "
+        "AS has_deliveries "
+        "FROM {t}pl_tokens t LEFT JOIN {t}pl_records r "
+        f"ON r.scope = ? AND r.claim_key = ? AND {when} "
+        "WHERE t.token_hash = ? ORDER BY r.created_pos"
+    )
 
 
 def children(c: Cursor, d: Dialect, parent_ids: Sequence[str]) -> list[tuple[str, str, str]]:
