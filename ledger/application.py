@@ -14,6 +14,7 @@ import hashlib
 import random
 import re
 import sqlite3
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -109,6 +110,9 @@ class AcceptanceCheck(Protocol):
     def __call__(self, record: RecordView, /) -> str | None: ...
 
 
+#: Threads that get their own SQLite connection for single-statement reads.
+MAX_READERS = 32
+
 _BLOCKING = (Status.REVOKED, Status.REJECTED, Status.STALE)
 _FINAL = (Status.REVOKED, Status.REJECTED)
 _SNAPSHOT_REF = re.compile(r"sha256:[0-9a-f]{64}")
@@ -174,6 +178,11 @@ class Ledger:
         except (PersistenceError, sqlite3.Error, OSError, ValueError, UnicodeError) as exc:
             raise StorageError(f"cannot open ledger {backend.url!r}: {exc}") from None
         self._closed = False
+        # One connection per thread for single-statement reads of an SQLite file
+        # (a pool round trip costs as much as the statement); see ``_statement``.
+        self._reader = threading.local()
+        self._readers: list[sqlite3.Connection] = []
+        self._readers_lock = threading.Lock()
         self._recorder = self._app.ledger_recorder
         self._projector = self._recorder.projector
         self._projector.mapper = self._app.mapper
@@ -226,6 +235,10 @@ class Ledger:
         """Close the database connections. Safe to call twice."""
         if not self._closed:
             self._closed = True
+            with self._readers_lock:
+                readers, self._readers = self._readers, []
+            for reader in readers:
+                reader.close()
             self._app.close()
 
     def __enter__(self) -> Ledger:
@@ -497,9 +510,28 @@ class Ledger:
         if self.backend == "postgresql":
             with datastore.get_connection() as conn, conn.cursor() as cursor:
                 yield cursor
+        elif self.backend == "sqlite" and self._own_reader() is not None:
+            # Not for memory: (a shared-cache database): there eventsourcing's pool
+            # keeps readers and writers apart.
+            yield self._reader.connection.cursor()
         else:
             with datastore.get_connection(commit=False) as conn:
                 yield conn.cursor()
+
+    def _own_reader(self) -> sqlite3.Connection | None:
+        """This thread's reading connection, opened on first use; None once
+        ``MAX_READERS`` threads have one (the pool serves the rest)."""
+        reader: sqlite3.Connection | None = getattr(self._reader, "connection", None)
+        if reader is None:
+            with self._readers_lock:
+                self._check_open()
+                if len(self._readers) >= MAX_READERS:
+                    return None
+                datastore: Any = self._recorder.datastore
+                reader = datastore.pool._create_connection()._sqlite_conn
+                self._readers.append(reader)
+            self._reader.connection = reader
+        return reader
 
     @contextmanager
     def _writing(self) -> Iterator[Cursor]:

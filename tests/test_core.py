@@ -764,3 +764,24 @@ def test_revocation_is_one_atomic_step_at_one_position(world: World) -> None:
     assert set(statuses(just_before, e1, a, b).values()) == {Status.ACCEPTED}
     at_it = world.reviewer.as_of(position=rev.position)
     assert statuses(at_it, e1, a, b) == {e1: Status.REVOKED, a: Status.STALE, b: Status.STALE}
+
+
+def test_reads_on_many_threads_follow_writes_made_anywhere(world: World) -> None:
+    """Reads may run on a connection of their own per thread: each thread's read
+    after a command on another thread has returned sees that command."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    e1 = evidence(world, "e1")
+    accepted(world, "c1", parents=[e1])
+
+    def outcome(_: int) -> Outcome:
+        return world.agent.read(SCOPE, CLAIM).outcome
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        assert set(pool.map(outcome, range(40))) == {Outcome.FOUND}
+        world.reviewer.revoke(e1, reason="retracted")
+        assert set(pool.map(outcome, range(40))) == {Outcome.MISSING}
+        accepted(world, "c2", value=False)
+        assert set(pool.map(outcome, range(40))) == {Outcome.FOUND}
+    world.ledger.close()
+    assert world.ledger._readers == []
