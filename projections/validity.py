@@ -335,31 +335,24 @@ def _chunks(items: Sequence[str], size: int = 500) -> Iterable[Sequence[str]]:
         yield items[start : start + size]
 
 
+def _rows_in(c: Cursor, d: Dialect, select: str, ids: Iterable[str]) -> Iterable[Any]:
+    """Rows of ``select`` (ending ``IN ({marks})`` plus any condition after it) for
+    distinct ``ids``, one query per 500."""
+    for chunk in _chunks(list(dict.fromkeys(ids))):
+        c.execute(d.q(select.format(marks=", ".join("?" for _ in chunk))), tuple(chunk))
+        yield from c.fetchall()
+
+
 def current_many(c: Cursor, d: Dialect, record_ids: Iterable[str]) -> dict[str, Any]:
     """The current rows of the given records (missing ones left out), in one
     query per 500 ids."""
-    found: dict[str, Any] = {}
-    for chunk in _chunks(list(dict.fromkeys(record_ids))):
-        marks = ", ".join("?" for _ in chunk)
-        c.execute(
-            d.q(f"SELECT * FROM {{t}}pl_records WHERE record_id IN ({marks}) AND {NOW_FILTER}"),
-            tuple(chunk),
-        )
-        for row in c.fetchall():
-            found[row["record_id"]] = row
-    return found
+    select = "SELECT * FROM {{t}}pl_records WHERE record_id IN ({marks}) AND " + NOW_FILTER
+    return {row["record_id"]: row for row in _rows_in(c, d, select, record_ids)}
 
 
 def _record_ids_of(c: Cursor, d: Dialect, agg_hexes: Iterable[str]) -> dict[str, str]:
-    found: dict[str, str] = {}
-    for chunk in _chunks(list(dict.fromkeys(agg_hexes))):
-        marks = ", ".join("?" for _ in chunk)
-        c.execute(
-            d.q(f"SELECT agg_id, record_id FROM {{t}}pl_record_ids WHERE agg_id IN ({marks})"),
-            tuple(chunk),
-        )
-        found.update((str(r["agg_id"]), str(r["record_id"])) for r in c.fetchall())
-    return found
+    select = "SELECT agg_id, record_id FROM {{t}}pl_record_ids WHERE agg_id IN ({marks})"
+    return {str(r["agg_id"]): str(r["record_id"]) for r in _rows_in(c, d, select, agg_hexes)}
 
 
 class _Fold:
