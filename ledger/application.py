@@ -690,10 +690,10 @@ class Session:
     @contextmanager
     def _ctx(self) -> Iterator[Cursor]:
         with self._ledger._reading() as c:
-            self._ledger._token_subject(c, self._token_hash)
-            # Roles looked up in this read transaction are remembered until it
-            # ends (one snapshot); guards under the write lock always query.
-            self._role_cache[id(c)] = {}
+            # The token and every role of its subject in one statement; the roles
+            # serve this read transaction (one snapshot) until it ends. Guards
+            # under the write lock read them again.
+            self._role_cache[id(c)] = self._authenticated(c)
             try:
                 yield c
             finally:
@@ -705,13 +705,17 @@ class Session:
                 f"{command} refused: this session is read-only (as of position {self._position})"
             )
 
+    def _authenticated(self, c: Cursor) -> dict[str, list[str]]:
+        """Check the token (``AuthenticationError``); its subject's roles by scope."""
+        row, roles = access_view.token_and_roles(c, self._ledger._dialect, self._token_hash)
+        self._ledger._check_token(row)
+        return roles
+
     def _roles(self, c: Cursor, scope: str) -> list[str]:
         cache = self._role_cache.get(id(c))
         if cache is None:
             return access_view.roles_of(c, self._ledger._dialect, self._subject, scope)
-        if scope not in cache:
-            cache[scope] = access_view.roles_of(c, self._ledger._dialect, self._subject, scope)
-        return cache[scope]
+        return cache.get(scope, [])
 
     def _require(self, c: Cursor, scope: str, role: Role, command: str) -> None:
         if role.value not in self._roles(c, scope):
@@ -728,8 +732,8 @@ class Session:
         running ``guard``."""
 
         def check(c: Cursor) -> None:
-            self._ledger._token_subject(c, self._token_hash)
-            self._require(c, scope, role, command)
+            if role.value not in self._authenticated(c).get(scope, ()):
+                raise self._denied(scope, role, command)
             if guard is not None:
                 guard(c)
 

@@ -44,7 +44,7 @@ from eventsourcing.utils import get_topic
 from ledger.errors import CorruptEventError, InvalidURLError
 from ledger.merkle import leaf_data, leaf_hash
 from ledger.serialization import MsgpackTranscoder
-from projections.base import SQLITE, Cursor, Dialect, postgres_dialect
+from projections.base import SQLITE, Cursor, Dialect, postgres_dialect, write_rows
 from projections.projector import Projector
 
 DEFAULT_PATH = "provledger.db"
@@ -314,7 +314,8 @@ class LedgerRecorderMixin:
             guard(c)
         if events is not None:
             self.projector.apply(c, list(zip(ids, events, strict=True)), done)
-        c.executemany(
+        write_rows(
+            c,
             self.dialect.q("INSERT INTO {t}pl_merkle_leaves (position, leaf) VALUES (?, ?)"),
             [
                 (
@@ -399,7 +400,8 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
         # table is a rowid table that never loses a row (append-only triggers), and
         # this transaction holds the write lock from the first insert on, so the new
         # rows take the next consecutive rowids after the current maximum.
-        c.executemany(
+        write_rows(
+            c,
             self.insert_events_statement,
             [
                 (

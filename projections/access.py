@@ -12,7 +12,7 @@ from typing import Any
 from ledger.domain import Principal, Run
 from ledger.errors import CorruptEventError
 from ledger.serialization import datetime_to_micros
-from projections.base import Cursor, Dialect
+from projections.base import Cursor, Dialect, write_rows
 
 VIEW = "access"
 
@@ -71,7 +71,8 @@ def apply(c: Cursor, d: Dialect, pos: int, event: Any) -> None:
             for role in event.roles
             if role not in have
         ]
-        c.executemany(
+        write_rows(
+            c,
             d.q(
                 "INSERT INTO {t}pl_grants (subject, scope, role, from_pos, granted_at, "
                 "granted_by) VALUES (?,?,?,?,?,?)"
@@ -114,7 +115,8 @@ def apply(c: Cursor, d: Dialect, pos: int, event: Any) -> None:
         )
     elif isinstance(event, Run.ReadRecorded):
         run_id = _run_id(c, d, event.originator_id, pos)
-        c.executemany(
+        write_rows(
+            c,
             d.q(
                 "INSERT INTO {t}pl_run_reads (run_id, record_id, how, position) "
                 "VALUES (?,?,?,?) ON CONFLICT DO NOTHING"
@@ -138,6 +140,26 @@ def roles_of(c: Cursor, d: Dialect, subject: str, scope: str) -> list[str]:
         (subject, scope),
     )
     return [r["role"] for r in c.fetchall()]
+
+
+def token_and_roles(c: Cursor, d: Dialect, token_hash: str) -> tuple[Any, dict[str, list[str]]]:
+    """In one statement: the token row for a hash (None if unknown) and every role
+    its subject holds now, by scope (roles sorted)."""
+    c.execute(
+        d.q(
+            "SELECT t.subject AS subject, t.revoked_pos AS revoked_pos, t.expires AS expires, "
+            "g.scope AS g_scope, g.role AS g_role FROM {t}pl_tokens t "
+            "LEFT JOIN {t}pl_grants g ON g.subject = t.subject AND g.to_pos IS NULL "
+            "WHERE t.token_hash = ? ORDER BY g.scope, g.role"
+        ),
+        (token_hash,),
+    )
+    rows = c.fetchall()
+    roles: dict[str, list[str]] = {}
+    for row in rows:
+        if row["g_scope"] is not None:
+            roles.setdefault(row["g_scope"], []).append(row["g_role"])
+    return (rows[0] if rows else None), roles
 
 
 def token(c: Cursor, d: Dialect, token_hash: str) -> Any:

@@ -62,6 +62,15 @@ TRACKING_DDL = (
 )
 
 
+def write_rows(c: Cursor, statement: str, rows: Sequence[Sequence[Any]]) -> None:
+    """``executemany``, except that one row is one ``execute``: psycopg runs
+    ``executemany`` in pipeline mode, which costs extra round trips for one row."""
+    if len(rows) == 1:
+        c.execute(statement, rows[0])
+    elif rows:
+        c.executemany(statement, rows)
+
+
 def rows_digest(rows: Iterable[Sequence[Any]]) -> int:
     """Order-independent digest of rows: the sum of their sha256 values mod 2**256."""
     total = 0

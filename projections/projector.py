@@ -141,12 +141,13 @@ class Projector:
         timeline.apply_many(c, d, [(p, e) for p, e in events if p > done[timeline.VIEW]])
         moved = [name for name, position in done.items() if last > position]
         if moved:
-            c.executemany(
+            c.execute(
                 d.q(
-                    "INSERT INTO {t}pl_tracking (view, position) VALUES (?, ?) "
-                    "ON CONFLICT (view) DO UPDATE SET position=excluded.position"
+                    "INSERT INTO {t}pl_tracking (view, position) VALUES "
+                    + ", ".join("(?, ?)" for _ in moved)
+                    + " ON CONFLICT (view) DO UPDATE SET position=excluded.position"
                 ),
-                [(name, last) for name in moved],
+                tuple(value for name in moved for value in (name, last)),
             )
 
     def pending(self, c: Cursor, upto: int | None = None) -> Iterator[list[tuple[int, Any]]]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ledger.serialization import datetime_to_micros
-from projections.base import Cursor, Dialect
+from projections.base import Cursor, Dialect, write_rows
 
 VIEW = "timeline"
 
@@ -23,6 +23,9 @@ DDL = (
 )
 
 TABLES = ("pl_timeline",)
+
+#: Up to this many events are indexed with one statement (a command's events).
+_ONE_STATEMENT = 16
 
 
 def last_time(c: Cursor, d: Dialect) -> int:
@@ -36,12 +39,30 @@ def apply_many(c: Cursor, d: Dialect, events: list[tuple[int, Any]]) -> None:
     """Index a batch of (position, event) in log order."""
     if not events:
         return
-    at = last_time(c, d)
-    rows = []
+    if len(events) > _ONE_STATEMENT:
+        at = last_time(c, d)
+        rows = []
+        for pos, event in events:
+            at = max(at, datetime_to_micros(event.timestamp))
+            rows.append((pos, at))
+        write_rows(c, d.q("INSERT INTO {t}pl_timeline (position, at) VALUES (?, ?)"), rows)
+        return
+    # A command's few events: the running maximum among them here, the stored
+    # maximum joined in by the statement itself (one statement, no read first).
+    running, params = 0, []
     for pos, event in events:
-        at = max(at, datetime_to_micros(event.timestamp))
-        rows.append((pos, at))
-    c.executemany(d.q("INSERT INTO {t}pl_timeline (position, at) VALUES (?, ?)"), rows)
+        running = max(running, datetime_to_micros(event.timestamp))
+        params += [pos, running]
+    values = ", ".join("(CAST(? AS {bigint}), CAST(? AS {bigint}))" for _ in events)
+    c.execute(
+        d.q(
+            "INSERT INTO {t}pl_timeline (position, at) "
+            "SELECT v.column1, CASE WHEN v.column2 > m.at THEN v.column2 ELSE m.at END "
+            f"FROM (VALUES {values}) AS v, (SELECT COALESCE((SELECT at FROM {{t}}pl_timeline "
+            "ORDER BY position DESC LIMIT 1), 0) AS at) AS m"
+        ),
+        tuple(params),
+    )
 
 
 def position_at(c: Cursor, d: Dialect, at: int) -> int:

@@ -28,7 +28,7 @@ from typing import Any
 from ledger.domain import Record, Status
 from ledger.errors import CorruptEventError
 from ledger.serialization import datetime_to_micros, pack, unpack
-from projections.base import Cursor, Dialect
+from projections.base import Cursor, Dialect, write_rows
 
 VIEW = "validity"
 
@@ -256,7 +256,8 @@ def _insert_edges(
 ) -> None:
     rows = _edge_rows(child, parents, observed, pos)
     if rows:
-        c.executemany(
+        write_rows(
+            c,
             d.q("INSERT INTO {t}pl_edges (parent_id, child_id, edge, from_pos) VALUES (?,?,?,?)"),
             rows,
         )
@@ -350,9 +351,13 @@ def current_many(c: Cursor, d: Dialect, record_ids: Iterable[str]) -> dict[str, 
     return {row["record_id"]: row for row in _rows_in(c, d, select, record_ids)}
 
 
-def _record_ids_of(c: Cursor, d: Dialect, agg_hexes: Iterable[str]) -> dict[str, str]:
-    select = "SELECT agg_id, record_id FROM {{t}}pl_record_ids WHERE agg_id IN ({marks})"
-    return {str(r["agg_id"]): str(r["record_id"]) for r in _rows_in(c, d, select, agg_hexes)}
+def _current_by_aggregate(c: Cursor, d: Dialect, agg_hexes: Iterable[str]) -> list[Any]:
+    """Current rows (with ``agg_id``) of the records with the given aggregate ids."""
+    select = (
+        "SELECT i.agg_id AS agg_id, r.* FROM {{t}}pl_record_ids i JOIN {{t}}pl_records r "
+        "ON r.record_id = i.record_id AND r.to_pos IS NULL WHERE i.agg_id IN ({marks})"
+    )
+    return list(_rows_in(c, d, select, agg_hexes))
 
 
 class _Fold:
@@ -363,17 +368,22 @@ class _Fold:
     def __init__(self, c: Cursor, d: Dialect, events: Sequence[tuple[int, Any]]) -> None:
         self.c, self.d = c, d
         proposed = {e.originator_id.hex: e.record_id for _, e in events if type(e) is _PROPOSED}
-        self.rid_of = _record_ids_of(
-            c, d, (e.originator_id.hex for _, e in events if e.originator_id.hex not in proposed)
-        )
-        wanted = [*self.rid_of.values()]
-        wanted += [dep for _, e in events if type(e) is _PROPOSED for dep in e.parents]
-        wanted += [dep for _, e in events if type(e) is _PROPOSED for dep in e.observed]
+        changed = [e.originator_id.hex for _, e in events if e.originator_id.hex not in proposed]
         #: record id → its newest row (a dict), read from the view or made here.
-        self.rows: dict[str, dict[str, Any]] = {
-            rid: {name: row[name] for name in COLUMNS}
-            for rid, row in current_many(c, d, wanted).items()
-        }
+        self.rows: dict[str, dict[str, Any]] = {}
+        self.rid_of: dict[str, str] = {}
+        for row in _current_by_aggregate(c, d, changed) if changed else ():
+            self.rid_of[str(row["agg_id"])] = row["record_id"]
+            self.rows[row["record_id"]] = {name: row[name] for name in COLUMNS}
+        deps = [
+            dep
+            for _, e in events
+            if type(e) is _PROPOSED
+            for dep in (*e.parents, *e.observed)
+            if dep not in self.rows
+        ]
+        for rid, row in current_many(c, d, deps).items():
+            self.rows[rid] = {name: row[name] for name in COLUMNS}
         self.rid_of.update(proposed)
         self.fresh: set[str] = set()  # records whose newest row was made here
         self.closes: list[tuple[int, str]] = []  # (to_pos, record id) of stored rows
@@ -403,9 +413,7 @@ class _Fold:
         rid = self.rid_of.get(event.originator_id.hex)
         if rid is None:
             raise CorruptEventError(f"stored event at position {pos} belongs to no proposed record")
-        row = self.rows.get(rid)
-        if row is None:
-            raise LookupError(f"record {rid!r} has no row in the validity view")
+        row = self.rows[rid]
         status, cause, reason = _status_change(event, rid)
         new = dict(row)
         new.update(
@@ -432,20 +440,22 @@ class _Fold:
     def flush(self) -> None:
         c, d = self.c, self.d
         if self.closes:
-            c.executemany(
+            write_rows(
+                c,
                 d.q("UPDATE {t}pl_records SET to_pos=? WHERE record_id=? AND to_pos IS NULL"),
                 self.closes,
             )
         if self.ids:
-            c.executemany(
-                d.q("INSERT INTO {t}pl_record_ids (agg_id, record_id) VALUES (?, ?)"), self.ids
+            write_rows(
+                c, d.q("INSERT INTO {t}pl_record_ids (agg_id, record_id) VALUES (?, ?)"), self.ids
             )
         if self.versions:
-            c.executemany(
-                d.q(_INSERT), [tuple(row[name] for name in COLUMNS) for row in self.versions]
+            write_rows(
+                c, d.q(_INSERT), [tuple(row[name] for name in COLUMNS) for row in self.versions]
             )
         if self.edges:
-            c.executemany(
+            write_rows(
+                c,
                 d.q(
                     "INSERT INTO {t}pl_edges (parent_id, child_id, edge, from_pos) VALUES (?,?,?,?)"
                 ),
