@@ -494,11 +494,19 @@ class Ledger:
     @contextmanager
     def _reading(self) -> Iterator[Cursor]:
         self._check_open()
+        if self.backend == "postgresql":
+            # One snapshot for every statement of a read (SQLite's read transactions
+            # already are one), begun in the same round trip as the transaction.
+            datastore: Any = self._recorder.datastore
+            with datastore.get_connection() as conn:
+                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                try:
+                    with conn.cursor() as cursor:
+                        yield cursor
+                finally:
+                    conn.execute("ROLLBACK")
+            return
         with self._recorder.datastore.transaction(commit=False) as c:
-            if self.backend == "postgresql":
-                # One snapshot for every statement of a read (SQLite's read
-                # transactions already are one).
-                c.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             yield c
 
     @contextmanager
