@@ -17,6 +17,7 @@ import sqlite3
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -518,10 +519,10 @@ class Ledger:
         if self.backend == "postgresql":
             with datastore.get_connection() as conn, conn.cursor() as cursor:
                 yield cursor
-        elif self.backend == "sqlite" and self._own_reader() is not None:
+        elif self.backend == "sqlite" and (reader := self._own_reader()) is not None:
             # Not for memory: (a shared-cache database): there eventsourcing's pool
             # keeps readers and writers apart.
-            yield self._reader.connection.cursor()
+            yield reader.cursor()
         else:
             with datastore.get_connection(commit=False) as conn:
                 yield conn.cursor()
@@ -529,17 +530,17 @@ class Ledger:
     def _own_reader(self) -> sqlite3.Connection | None:
         """This thread's reading connection, opened on first use; None once
         ``MAX_READERS`` threads have one (the pool serves the rest)."""
-        reader: sqlite3.Connection | None = getattr(self._reader, "connection", None)
-        if reader is None:
+        held: _Reader | None = getattr(self._reader, "held", None)
+        if held is None:
             with self._readers_lock:
                 self._check_open()
                 if len(self._readers) >= MAX_READERS:
                     return None
                 datastore: Any = self._recorder.datastore
-                reader = datastore.pool._create_connection()._sqlite_conn
-                self._readers.append(reader)
-            self._reader.connection = reader
-        return reader
+                held = _Reader(datastore.pool._create_connection()._sqlite_conn, self)
+                self._readers.append(held.connection)
+            self._reader.held = held
+        return held.connection
 
     @contextmanager
     def _writing(self) -> Iterator[Cursor]:
@@ -651,6 +652,23 @@ class Ledger:
         if not isinstance(found, Record):
             raise CorruptEventError(f"record {record_id!r} has stored events of another kind")
         return found
+
+
+class _Reader:
+    """A thread's reading connection; closed when its thread ends (the thread's
+    local data is dropped) or when the ledger closes, whichever comes first."""
+
+    def __init__(self, connection: sqlite3.Connection, ledger: Ledger) -> None:
+        self.connection = connection
+        self._ledger = weakref.ref(ledger)
+
+    def __del__(self) -> None:
+        ledger = self._ledger()
+        if ledger is not None:
+            with ledger._readers_lock:
+                if self.connection in ledger._readers:
+                    ledger._readers.remove(self.connection)
+        self.connection.close()
 
 
 class Session:
@@ -1641,6 +1659,11 @@ class Session:
                 marked = [cid for cid in reached if rows[cid]["status"] not in _FINAL]
                 versions = ledger._recorder.last_versions(c, [record_uuid(m) for m in marked])
                 seen = {s: bool(self._roles(c, s)) for s in {rows[m]["scope"] for m in marked}}
+            unstored = [cid for cid in marked if record_uuid(cid) not in versions]
+            if unstored:
+                raise CorruptEventError(
+                    f"record {unstored[0]!r} is in the validity view but has no stored events"
+                )
             stale_events = [
                 Record.stale_event(
                     record_id=cid,

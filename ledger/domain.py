@@ -416,9 +416,8 @@ class Record(Aggregate):
     def proposed_event(cls, *, at: datetime, record_id: str, **fields: Any) -> Record.Proposed:
         """The ``Proposed`` event :meth:`propose` would record, without building the
         aggregate (the batch write path appends events directly)."""
-        # eventsourcing makes event classes dataclasses at run time; mypy cannot see it.
-        event_class: Any = cls.Proposed
-        event: Record.Proposed = event_class(
+        event: Record.Proposed = _make_event(
+            cls.Proposed,
             originator_topic=_RECORD_TOPIC,
             originator_id=record_uuid(record_id),
             originator_version=1,
@@ -435,8 +434,8 @@ class Record(Aggregate):
         """The ``MarkedStale`` event :meth:`mark_stale` would record on a record whose
         last event has ``version`` and whose status the caller checked (CANDIDATE,
         ACCEPTED or STALE); a concurrent change clashes on the version when stored."""
-        event_class: Any = cls.MarkedStale
-        event: Record.MarkedStale = event_class(
+        event: Record.MarkedStale = _make_event(
+            cls.MarkedStale,
             originator_id=record_uuid(record_id),
             originator_version=version + 1,
             timestamp=at,
@@ -548,6 +547,20 @@ class Record(Aggregate):
 
 
 _RECORD_TOPIC = get_topic(Record)
+
+
+def _make_event(cls: type, **values: Any) -> Any:
+    """An event exactly as its dataclass constructor would build it (fields in
+    declaration order, so it encodes to the same bytes), without running the
+    frozen constructor's per-field ``object.__setattr__``. Every field must be given."""
+    event: Any = object.__new__(cls)
+    object.__setattr__(event, "__dict__", {name: values[name] for name in _field_names(cls)})
+    return event
+
+
+@functools.cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
 
 
 class Principal(Aggregate):
@@ -675,18 +688,44 @@ def check_event_shape(event: Any) -> None:
     """Raise ``ValueError`` unless ``event`` is one of this module's events with
     every field present and of its declared type (guards against stored bytes
     that decode but are not what the ledger wrote)."""
-    cls = type(event)
-    if cls.__module__ != __name__ or not dataclasses.is_dataclass(cls):
+    cls: type = type(event)
+    fields = _event_fields(cls)
+    if fields is None:
         raise ValueError(f"{cls.__qualname__} is not a ledger event")
     state = vars(event)
-    for name, conforms in _event_fields(cls):
+    for name, exact, conforms in fields:
         if name not in state:
             raise ValueError(f"{cls.__qualname__} lacks field {name!r}")
-        if not conforms(state[name]):
-            raise ValueError(f"{cls.__qualname__}.{name} has a {type(state[name]).__name__}")
+        value = state[name]
+        if type(value) in exact:
+            continue  # an exact type the hint allows: no further check needed
+        if not conforms(value):
+            raise ValueError(f"{cls.__qualname__}.{name} has a {type(value).__name__}")
+
+
+_Field = tuple[str, frozenset[type], Callable[[Any], bool]]
 
 
 @functools.cache
-def _event_fields(cls: type) -> tuple[tuple[str, Callable[[Any], bool]], ...]:
+def _event_fields(cls: type) -> tuple[_Field, ...] | None:
+    """Per field: its name, the exact types that conform without a closer look
+    (plain ``str``/``int``/``datetime``/``UUID``/``None`` hints), and the full check."""
+    if cls.__module__ != __name__ or not dataclasses.is_dataclass(cls):
+        return None
     hints = typing.get_type_hints(cls)
-    return tuple((f.name, _predicate(hints.get(f.name, Any))) for f in dataclasses.fields(cls))
+    fields = []
+    for f in dataclasses.fields(cls):
+        hint = hints.get(f.name, Any)
+        fields.append((f.name, _exact_types(hint), _predicate(hint)))
+    return tuple(fields)
+
+
+def _exact_types(hint: Any) -> frozenset[type]:
+    options = typing.get_args(hint) if typing.get_origin(hint) in _UNIONS else (hint,)
+    simple = (str, int, float, bool, datetime, UUID, type(None))
+    if all(option in simple for option in options):
+        return frozenset(options)
+    return frozenset()  # containers and Any: always the full check
+
+
+_UNIONS = (typing.Union, types.UnionType)

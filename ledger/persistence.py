@@ -18,7 +18,6 @@ import sqlite3
 import uuid
 import zlib
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
@@ -312,13 +311,7 @@ class LedgerRecorderMixin:
                 self.projector.catch_up(c, upto=ids[0] - 1)
                 done = self.projector.tracking_map(c)
             guard(c)
-        with self.batched(c):
-            self._write_after(c, ids, stored_events, kwargs, done)
-
-    def batched(self, c: Cursor) -> AbstractContextManager[Any]:
-        """Where statements may be sent without waiting for each result in turn
-        (PostgreSQL's pipeline mode); a result that is read waits for its own."""
-        return nullcontext()
+        self._write_after(c, ids, stored_events, kwargs, done)
 
     def _write_after(
         self,
@@ -547,12 +540,6 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
     def lock_for_write(self, c: Cursor) -> None:
         """The same table lock the writers take."""
         self._lock_table(c)  # type: ignore[arg-type]
-
-    def batched(self, c: Cursor) -> AbstractContextManager[Any]:
-        """psycopg's pipeline mode on the cursor's connection: a command's view rows,
-        Merkle leaf and tracking go to the server in one round trip, not one each."""
-        pipeline: AbstractContextManager[Any] = c.connection.pipeline()  # type: ignore[attr-defined]
-        return pipeline
 
     def insert_events(self, stored_events: Sequence[Any], **kwargs: Any) -> Sequence[int] | None:
         """Lock, insert, then guard/views/snapshots — one transaction."""

@@ -63,13 +63,13 @@ def _default(obj: Any) -> Any:
         if not obj:
             return _EMPTY_TUPLE
         if all(type(item) is str for item in obj):
-            return _ext(EXT_TUPLE, _plain_packer().pack(list(obj)))
+            return _ext(EXT_TUPLE, _plain_pack(list(obj)))
         return _ext(EXT_TUPLE, pack(list(obj)))
     if kind is datetime:
         offset = obj.utcoffset()
         if offset is not None:
             payload = [datetime_to_micros(obj), int(offset.total_seconds())]
-            return _ext(EXT_DATETIME, _plain_packer().pack(payload))
+            return _ext(EXT_DATETIME, _plain_pack(payload))
     if kind is UUID:
         return _ext(EXT_UUID, obj.bytes)
     return _default_subclass(obj)
@@ -109,11 +109,19 @@ def _default_subclass(obj: Any) -> Any:
 _local = threading.local()
 
 
-def _plain_packer() -> msgpack.Packer:
+#: Packers whose output was larger than this are replaced (their buffers shrink).
+_KEEP_BUFFER = 64 * 1024
+
+
+def _plain_pack(obj: Any) -> bytes:
+    """Pack plain data (no extension types) with this thread's plain packer."""
     packer: msgpack.Packer | None = getattr(_local, "plain", None)
     if packer is None:
         packer = _local.plain = msgpack.Packer(use_bin_type=True)
-    return packer
+    data: bytes = packer.pack(obj)
+    if len(data) > _KEEP_BUFFER:
+        _local.plain = None
+    return data
 
 
 def _ext_hook(code: int, data: bytes) -> Any:
@@ -144,6 +152,10 @@ def pack(obj: Any) -> bytes:
         raise
     finally:
         _local.depth = depth
+    if len(data) > _KEEP_BUFFER:
+        # A packer's buffer stays as large as its largest output; do not keep a
+        # huge one (say, a value about to be refused as too large) for good.
+        packers[depth] = msgpack.Packer(default=_default, strict_types=True, use_bin_type=True)
     return data
 
 

@@ -22,6 +22,7 @@ The claim index is the ``(scope, claim_key)`` index on ``pl_records``.
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -71,7 +72,9 @@ DDL = (
     "cause_root TEXT, reason TEXT, changed_by TEXT, changed_at {bigint}, "
     "left_valid_pos {bigint}, PRIMARY KEY (record_id, from_pos))",
     "CREATE INDEX IF NOT EXISTS pl_records_claim ON {t}pl_records (scope, claim_key)",
-    "CREATE INDEX IF NOT EXISTS pl_records_snapshot ON {t}pl_records (snapshot_ref)",
+    # Partial: only evidence has a snapshot, and other rows then cost no index entry.
+    "CREATE INDEX IF NOT EXISTS pl_records_snapshot ON {t}pl_records (snapshot_ref) "
+    "WHERE snapshot_ref IS NOT NULL",
     "CREATE TABLE IF NOT EXISTS {t}pl_record_ids (agg_id TEXT PRIMARY KEY, record_id TEXT)",
     "CREATE TABLE IF NOT EXISTS {t}pl_edges ("
     "parent_id TEXT NOT NULL, child_id TEXT NOT NULL, edge TEXT NOT NULL, "
@@ -86,6 +89,9 @@ _INSERT = "INSERT INTO {{t}}pl_records ({}) VALUES ({})".format(
     ", ".join(COLUMNS),
     ", ".join("?" for _ in COLUMNS),
 )
+
+#: A row dict as the tuple ``_INSERT`` takes.
+_AS_ROW = operator.itemgetter(*COLUMNS)
 
 NOW_FILTER = "to_pos IS NULL"
 AS_OF_FILTER = "from_pos <= ? AND (to_pos IS NULL OR to_pos > ?)"
@@ -450,9 +456,7 @@ class _Fold:
                 c, d.q("INSERT INTO {t}pl_record_ids (agg_id, record_id) VALUES (?, ?)"), self.ids
             )
         if self.versions:
-            write_rows(
-                c, d.q(_INSERT), [tuple(row[name] for name in COLUMNS) for row in self.versions]
-            )
+            write_rows(c, d.q(_INSERT), [_AS_ROW(row) for row in self.versions])
         if self.edges:
             write_rows(
                 c,

@@ -785,3 +785,15 @@ def test_reads_on_many_threads_follow_writes_made_anywhere(world: World) -> None
         assert set(pool.map(outcome, range(40))) == {Outcome.FOUND}
     world.ledger.close()
     assert world.ledger._readers == []
+
+
+def test_a_thread_s_reading_connection_is_closed_when_the_thread_ends(world: World) -> None:
+    import threading
+
+    accepted(world, "c1")
+    seen: list[Outcome] = []
+    reader = threading.Thread(target=lambda: seen.append(world.agent.read(SCOPE, CLAIM).outcome))
+    reader.start()
+    reader.join()
+    assert seen == [Outcome.FOUND]
+    assert world.ledger._readers == []

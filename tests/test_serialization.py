@@ -190,3 +190,27 @@ def test_canonical_keeps_different_values_apart() -> None:
     assert canonical({"a": 1}) != canonical({"b": 1})
     assert canonical("1") != canonical(1)
     assert canonical(b"x") != canonical("x")
+
+
+def test_a_large_output_does_not_keep_the_reused_packer_s_buffer() -> None:
+    """Packers are reused per thread; after a large output the packer is replaced,
+    so a huge value (one refused as too large, say) is not held on to."""
+    from ledger import serialization
+
+    serialization.pack({"small": 1})
+    before = serialization._local.packers[0]
+    serialization.pack({"small": 2})
+    assert serialization._local.packers[0] is before
+    big = b"x" * (serialization._KEEP_BUFFER + 1)
+    assert serialization.unpack(serialization.pack({"big": big})) == {"big": big}
+    assert serialization._local.packers[0] is not before
+
+
+def test_packing_after_a_refused_object_gives_the_same_bytes() -> None:
+    """A packer that failed half-way is replaced: later output is not corrupted."""
+    from ledger.serialization import pack
+
+    expected = pack({"a": (1, 2), "t": datetime(2026, 1, 1, tzinfo=UTC)})
+    with pytest.raises(TypeError):
+        pack({"a": (1, 2), "naive": datetime(2026, 1, 1)})
+    assert pack({"a": (1, 2), "t": datetime(2026, 1, 1, tzinfo=UTC)}) == expected
