@@ -507,6 +507,19 @@ class Ledger:
                 finally:
                     conn.execute("ROLLBACK")
             return
+        held = self._own_reader() if self.backend == "sqlite" else None
+        if held is not None and not held.busy:
+            # This thread's own connection (no pool round trip); a read begun
+            # inside another one on the same thread takes a pooled connection.
+            held.busy = True
+            cursor = held.connection.cursor()
+            try:
+                cursor.execute("BEGIN")
+                yield cursor
+            finally:
+                held.busy = False
+                held.connection.rollback()
+            return
         with self._recorder.datastore.transaction(commit=False) as c:
             yield c
 
@@ -519,15 +532,19 @@ class Ledger:
         if self.backend == "postgresql":
             with datastore.get_connection() as conn, conn.cursor() as cursor:
                 yield cursor
-        elif self.backend == "sqlite" and (reader := self._own_reader()) is not None:
+        elif (
+            self.backend == "sqlite"
+            and (held := self._own_reader()) is not None
+            and not held.busy  # inside this thread's read transaction: a fresh view
+        ):
             # Not for memory: (a shared-cache database): there eventsourcing's pool
             # keeps readers and writers apart.
-            yield reader.cursor()
+            yield held.connection.cursor()
         else:
             with datastore.get_connection(commit=False) as conn:
                 yield conn.cursor()
 
-    def _own_reader(self) -> sqlite3.Connection | None:
+    def _own_reader(self) -> _Reader | None:
         """This thread's reading connection, opened on first use; None once
         ``MAX_READERS`` threads have one (the pool serves the rest)."""
         held: _Reader | None = getattr(self._reader, "held", None)
@@ -540,7 +557,7 @@ class Ledger:
                 held = _Reader(datastore.pool._create_connection()._sqlite_conn, self)
                 self._readers.append(held.connection)
             self._reader.held = held
-        return held.connection
+        return held
 
     @contextmanager
     def _writing(self) -> Iterator[Cursor]:
@@ -660,6 +677,7 @@ class _Reader:
 
     def __init__(self, connection: sqlite3.Connection, ledger: Ledger) -> None:
         self.connection = connection
+        self.busy = False  # a read transaction is open on it
         self._ledger = weakref.ref(ledger)
 
     def __del__(self) -> None:

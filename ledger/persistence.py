@@ -410,20 +410,21 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
         # table is a rowid table that never loses a row (append-only triggers), and
         # this transaction holds the write lock from the first insert on, so the new
         # rows take the next consecutive rowids after the current maximum.
-        write_rows(
-            c,
-            self.insert_events_statement,
-            [
-                (
-                    s.originator_id.hex if isinstance(s.originator_id, UUID) else s.originator_id,
-                    s.originator_version,
-                    s.topic,
-                    s.state,
-                )
-                for s in stored_events
-            ],
-        )
-        last = self.max_position(c)
+        rows = [
+            (
+                s.originator_id.hex if isinstance(s.originator_id, UUID) else s.originator_id,
+                s.originator_version,
+                s.topic,
+                s.state,
+            )
+            for s in stored_events
+        ]
+        if len(rows) == 1:
+            c.execute(self.insert_events_statement, rows[0])
+            last = int(c.lastrowid)
+        else:
+            c.executemany(self.insert_events_statement, rows)
+            last = self.max_position(c)
         ids = list(range(last - len(stored_events) + 1, last + 1))
         self.after_insert(c, ids, stored_events, kwargs)
         return ids

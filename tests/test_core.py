@@ -791,9 +791,40 @@ def test_a_thread_s_reading_connection_is_closed_when_the_thread_ends(world: Wor
     import threading
 
     accepted(world, "c1")
+    before = list(world.ledger._readers)  # this thread's own, if any
     seen: list[Outcome] = []
-    reader = threading.Thread(target=lambda: seen.append(world.agent.read(SCOPE, CLAIM).outcome))
+    grown: list[int] = []
+
+    def read() -> None:
+        seen.append(world.agent.read(SCOPE, CLAIM).outcome)
+        grown.append(len(world.ledger._readers) - len(before))
+
+    reader = threading.Thread(target=read)
     reader.start()
     reader.join()
     assert seen == [Outcome.FOUND]
-    assert world.ledger._readers == []
+    assert grown == ([1] if world.ledger.backend == "sqlite" else [0])
+    assert world.ledger._readers == before
+
+
+def test_a_read_begun_inside_another_on_the_same_thread_sees_the_newest_state(
+    world: World,
+) -> None:
+    """A read transaction left open (a snapshot) does not leak into later reads on
+    the same thread, nor stop a nested one from starting."""
+    if world.ledger.backend == "memory":
+        pytest.skip("memory: serialises readers and writers, so a write waits for the read")
+    e1 = evidence(world, "e1")
+    accepted(world, "c1", parents=[e1])
+    status = "SELECT status FROM {t}pl_records WHERE record_id=? AND to_pos IS NULL"
+    q = world.ledger._dialect.q(status)
+    with world.ledger._reading() as outer:
+        outer.execute(q, ("e1",))
+        assert outer.fetchone()["status"] == Status.ACCEPTED
+        world.reviewer.revoke(e1, reason="retracted")
+        assert world.agent.read(SCOPE, CLAIM).outcome == Outcome.MISSING
+        with world.ledger._reading() as inner:
+            inner.execute(q, ("e1",))
+            assert inner.fetchone()["status"] == Status.REVOKED
+        outer.execute(q, ("e1",))
+        assert outer.fetchone()["status"] == Status.ACCEPTED  # its own snapshot
