@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ledger import Kind, Ledger, merkle
-from ledger.errors import InvalidInputError
+from ledger.errors import CorruptEventError, InvalidInputError
 
 from .conftest import World
 
@@ -302,3 +302,35 @@ def test_a_well_formed_event_forged_into_the_table_never_reaches_the_views(
     # and F1 is still a candidate
     assert led.views_digest() == digest
     assert world.reviewer.get("F1").status == "CANDIDATE"
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_a_view_row_with_no_stored_events_stops_a_revocation_by_name(
+    world: World, ledger_url: str
+) -> None:
+    # Given a descendant slipped into the views with no event behind it
+    e1 = world.agent.capture(uri="https://docs.test/e1", content=b"e1", id="e1", scope="proj-a")
+    world.reviewer.accept(e1)
+    path = _db(ledger_url)
+    with closing(sqlite3.connect(path)) as con:
+        (row,) = con.execute(
+            "SELECT * FROM pl_records WHERE record_id='e1' AND to_pos IS NULL"
+        ).fetchall()
+        names = [d[0] for d in con.execute("SELECT * FROM pl_records LIMIT 0").description]
+    ghost = dict(zip(names, row, strict=True))
+    ghost.update(record_id="ghost", claim_key="ghost", snapshot_ref=None, evidence=None)
+    marks = ", ".join("?" for _ in names)
+    _tamper(
+        path,
+        (f"INSERT INTO pl_records ({', '.join(names)}) VALUES ({marks})", tuple(ghost.values())),
+        (
+            "INSERT INTO pl_edges (parent_id, child_id, edge, from_pos) VALUES (?, ?, ?, ?)",
+            ("e1", "ghost", "declared", ghost["from_pos"]),
+        ),
+    )
+    before = world.ledger.position
+
+    # When the parent is revoked, then the revocation names the record and writes nothing
+    with pytest.raises(CorruptEventError, match=r"'ghost'.*no stored events"):
+        world.reviewer.revoke(e1, reason="retracted")
+    assert world.ledger.position == before
