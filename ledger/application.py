@@ -1595,8 +1595,10 @@ class Session:
     def _check_usable_deps(
         self, c: Cursor, deps: Iterable[str], rid: str, command: str, now: datetime
     ) -> None:
+        deps = list(deps)
+        rows = validity_view.current_many(c, self._ledger._dialect, deps)
         for dep in deps:
-            row = validity_view.current(c, self._ledger._dialect, dep)
+            row = rows.get(dep)
             if row is None:
                 raise InvalidParentError(
                     f"{command} refused: dependency {dep!r} of {rid!r} is unknown"
@@ -1615,8 +1617,9 @@ class Session:
         dialect = self._ledger._dialect
 
         def guard(c: Cursor) -> None:
+            rows = validity_view.current_many(c, dialect, deps)
             for dep in deps:
-                row = validity_view.current(c, dialect, dep)
+                row = rows.get(dep)
                 if row is None or row["status"] != Status.ACCEPTED:
                     raise InvalidParentError(
                         f"{command} refused: dependency {dep!r} of {rid!r} became "

@@ -44,7 +44,7 @@ from eventsourcing.utils import get_topic
 from ledger.errors import CorruptEventError, InvalidURLError
 from ledger.merkle import leaf_data, leaf_hash
 from ledger.serialization import MsgpackTranscoder
-from projections.base import SQLITE, Cursor, Dialect, postgres_dialect, write_rows
+from projections.base import SQLITE, Cursor, Dialect, postgres_dialect, rows_in, write_rows
 from projections.projector import Projector
 
 DEFAULT_PATH = "provledger.db"
@@ -265,20 +265,15 @@ class LedgerRecorderMixin:
     def last_versions(self, c: Cursor, originator_ids: Sequence[UUID]) -> dict[UUID, int]:
         """The newest stored version of each aggregate (absent ones left out), read
         inside an open transaction, one query per 500 aggregates."""
-        found: dict[UUID, int] = {}
-        for start in range(0, len(originator_ids), 500):
-            chunk = originator_ids[start : start + 500]
-            marks = ", ".join(self.dialect.placeholder for _ in chunk)
-            c.execute(
-                f"SELECT originator_id AS oid, MAX(originator_version) AS v "
-                f"FROM {self.events_table} WHERE originator_id IN ({marks}) "
-                "GROUP BY originator_id",
-                tuple(self.originator_key(oid) for oid in chunk),
-            )
-            for row in c.fetchall():
-                oid = row["oid"]
-                found[oid if isinstance(oid, UUID) else UUID(oid)] = int(row["v"])
-        return found
+        select = (
+            "SELECT originator_id AS oid, MAX(originator_version) AS v "
+            f"FROM {self.events_table} WHERE originator_id IN ({{marks}}) GROUP BY originator_id"
+        )
+        keys = (self.originator_key(oid) for oid in originator_ids)
+        return {
+            row["oid"] if isinstance(row["oid"], UUID) else UUID(row["oid"]): int(row["v"])
+            for row in rows_in(c, self.dialect, select, keys)
+        }
 
     def originator_key(self, originator_id: UUID) -> Any:
         """An aggregate id as the events table stores it."""

@@ -71,6 +71,22 @@ def write_rows(c: Cursor, statement: str, rows: Sequence[Sequence[Any]]) -> None
         c.executemany(statement, rows)
 
 
+def rows_in(
+    c: Cursor, d: Dialect, select: str, ids: Iterable[Any], after: Sequence[Any] = ()
+) -> Iterator[Any]:
+    """Rows of ``select`` for each distinct one of ``ids``, one query per 500.
+
+    ``select`` is written for ``Dialect.q`` with ``{marks}`` where the list of
+    placeholders goes (``... IN ({marks})``; literal braces doubled); ``after``
+    are the parameters of any placeholders following it.
+    """
+    distinct = list(dict.fromkeys(ids))
+    for start in range(0, len(distinct), 500):
+        chunk = distinct[start : start + 500]
+        c.execute(d.q(select.format(marks=", ".join("?" for _ in chunk))), (*chunk, *after))
+        yield from c.fetchall()
+
+
 def rows_digest(rows: Iterable[Sequence[Any]]) -> int:
     """Order-independent digest of rows: the sum of their sha256 values mod 2**256."""
     total = 0

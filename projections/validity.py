@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import functools
 import operator
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ledger.domain import Record, Status
 from ledger.errors import CorruptEventError
 from ledger.serialization import datetime_to_micros, pack, unpack
-from projections.base import Cursor, Dialect, write_rows
+from projections.base import Cursor, Dialect, rows_in, write_rows
 
 VIEW = "validity"
 
@@ -133,29 +133,6 @@ def current(c: Cursor, d: Dialect, record_id: str, position: int | None = None) 
     return c.fetchone()
 
 
-def for_claim(
-    c: Cursor, d: Dialect, scope: str, claim_key: str, position: int | None = None
-) -> list[Any]:
-    """Rows of every record answering ``(scope, claim_key)``, now or after ``position``."""
-    if position is None:
-        c.execute(
-            d.q(
-                "SELECT * FROM {t}pl_records WHERE scope=? AND claim_key=? "
-                f"AND {NOW_FILTER} ORDER BY created_pos"
-            ),
-            (scope, claim_key),
-        )
-    else:
-        c.execute(
-            d.q(
-                "SELECT * FROM {t}pl_records WHERE scope=? AND claim_key=? "
-                f"AND {AS_OF_FILTER} ORDER BY created_pos"
-            ),
-            (scope, claim_key, position, position),
-        )
-    return list(c.fetchall())
-
-
 def for_claim_as(
     c: Cursor,
     d: Dialect,
@@ -197,19 +174,7 @@ def _claim_as_sql(d: Dialect, as_of: bool) -> str:
 
 def children(c: Cursor, d: Dialect, parent_ids: Sequence[str]) -> list[tuple[str, str, str]]:
     """Current (parent, child, edge) rows for the given parents."""
-    out: list[tuple[str, str, str]] = []
-    for start in range(0, len(parent_ids), 500):
-        chunk = parent_ids[start : start + 500]
-        marks = ", ".join("?" for _ in chunk)
-        c.execute(
-            d.q(
-                "SELECT parent_id, child_id, edge FROM {t}pl_edges "
-                f"WHERE parent_id IN ({marks}) AND to_pos IS NULL"
-            ),
-            tuple(chunk),
-        )
-        out.extend((r["parent_id"], r["child_id"], r["edge"]) for r in c.fetchall())
-    return out
+    return _edges_where(c, d, "parent_id", parent_ids, None)
 
 
 def descendants(c: Cursor, d: Dialect, root: str) -> list[tuple[str, str]]:
@@ -238,14 +203,23 @@ def _effective_expiry(
     deps: Iterable[str],
 ) -> tuple[int | None, str | None]:
     """The earliest expiry among the record and its dependencies' effective expiries."""
+    return _earliest_expiry(record_id, own, deps, lambda dep: current(c, d, dep))
+
+
+def _earliest_expiry(
+    record_id: str, own: int | None, deps: Iterable[str], row_of: Callable[[str], Any]
+) -> tuple[int | None, str | None]:
+    """(effective expiry, its source): the earliest of the record's own expiry and
+    its dependencies' effective expiries (``row_of`` gives a dependency's current
+    row, or None)."""
     eff, source = own, (record_id if own is not None else None)
     for dep in deps:
-        row = current(c, d, dep)
+        row = row_of(dep)
         if row is None:
             continue
-        dep_eff, dep_source = row["eff_expires"], row["eff_source"]
+        dep_eff = row["eff_expires"]
         if dep_eff is not None and (eff is None or dep_eff < eff):
-            eff, source = dep_eff, dep_source
+            eff, source = dep_eff, row["eff_source"]
     return eff, source
 
 
@@ -337,24 +311,11 @@ def _proposed_row(pos: int, event: Any, eff: int | None, source: str | None) -> 
     }
 
 
-def _chunks(items: Sequence[str], size: int = 500) -> Iterable[Sequence[str]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
-
-
-def _rows_in(c: Cursor, d: Dialect, select: str, ids: Iterable[str]) -> Iterable[Any]:
-    """Rows of ``select`` (ending ``IN ({marks})`` plus any condition after it) for
-    distinct ``ids``, one query per 500."""
-    for chunk in _chunks(list(dict.fromkeys(ids))):
-        c.execute(d.q(select.format(marks=", ".join("?" for _ in chunk))), tuple(chunk))
-        yield from c.fetchall()
-
-
 def current_many(c: Cursor, d: Dialect, record_ids: Iterable[str]) -> dict[str, Any]:
     """The current rows of the given records (missing ones left out), in one
     query per 500 ids."""
     select = "SELECT * FROM {{t}}pl_records WHERE record_id IN ({marks}) AND " + NOW_FILTER
-    return {row["record_id"]: row for row in _rows_in(c, d, select, record_ids)}
+    return {row["record_id"]: row for row in rows_in(c, d, select, record_ids)}
 
 
 def _current_by_aggregate(c: Cursor, d: Dialect, agg_hexes: Iterable[str]) -> list[Any]:
@@ -363,7 +324,7 @@ def _current_by_aggregate(c: Cursor, d: Dialect, agg_hexes: Iterable[str]) -> li
         "SELECT i.agg_id AS agg_id, r.* FROM {{t}}pl_record_ids i JOIN {{t}}pl_records r "
         "ON r.record_id = i.record_id AND r.to_pos IS NULL WHERE i.agg_id IN ({marks})"
     )
-    return list(_rows_in(c, d, select, agg_hexes))
+    return list(rows_in(c, d, select, agg_hexes))
 
 
 class _Fold:
@@ -399,15 +360,8 @@ class _Fold:
 
     def propose(self, pos: int, event: Any) -> None:
         rid = event.record_id
-        own = _micros(event.expires)
-        eff, source = own, (rid if own is not None else None)
-        for dep in dict.fromkeys((*event.parents, *event.observed)):
-            row = self.rows.get(dep)
-            if row is None:
-                continue
-            dep_eff = row["eff_expires"]
-            if dep_eff is not None and (eff is None or dep_eff < eff):
-                eff, source = dep_eff, row["eff_source"]
+        deps = dict.fromkeys((*event.parents, *event.observed))
+        eff, source = _earliest_expiry(rid, _micros(event.expires), deps, self.rows.get)
         row = _proposed_row(pos, event, eff, source)
         self.ids.append((event.originator_id.hex, rid))
         self.versions.append(row)
@@ -568,21 +522,13 @@ def _edges_where(
     c: Cursor, d: Dialect, column: str, ids: Sequence[str], position: int | None
 ) -> list[tuple[str, str, str]]:
     """(parent, child, edge) rows whose ``column`` is one of ``ids``, now or after ``position``."""
-    out: list[tuple[str, str, str]] = []
     when = "to_pos IS NULL" if position is None else AS_OF_FILTER
-    for start in range(0, len(ids), 500):
-        chunk = tuple(ids[start : start + 500])
-        marks = ", ".join("?" for _ in chunk)
-        params = chunk if position is None else (*chunk, position, position)
-        c.execute(
-            d.q(
-                "SELECT parent_id, child_id, edge FROM {t}pl_edges "
-                f"WHERE {column} IN ({marks}) AND {when} ORDER BY parent_id, child_id"
-            ),
-            params,
-        )
-        out.extend((r["parent_id"], r["child_id"], r["edge"]) for r in c.fetchall())
-    return out
+    select = (
+        "SELECT parent_id, child_id, edge FROM {{t}}pl_edges "
+        f"WHERE {column} IN ({{marks}}) AND {when} ORDER BY parent_id, child_id"
+    )
+    after = () if position is None else (position, position)
+    return [(r["parent_id"], r["child_id"], r["edge"]) for r in rows_in(c, d, select, ids, after)]
 
 
 def lineage(
