@@ -26,7 +26,6 @@ from uuid import UUID
 from eventsourcing.application import Application
 from eventsourcing.persistence import InterfaceError, Notification, Transcoder
 from eventsourcing.postgres import (
-    PostgresAggregateRecorder,
     PostgresApplicationRecorder,
     PostgresDatastore,
 )
@@ -44,7 +43,14 @@ from eventsourcing.utils import get_topic
 from ledger.errors import CorruptEventError, InvalidURLError
 from ledger.merkle import leaf_data, leaf_hash
 from ledger.serialization import MsgpackTranscoder
-from projections.base import SQLITE, Cursor, Dialect, postgres_dialect, rows_in, write_rows
+from projections.base import (
+    SQLITE,
+    Cursor,
+    Dialect,
+    insert_rows,
+    postgres_dialect,
+    rows_in,
+)
 from projections.projector import Projector
 
 DEFAULT_PATH = "provledger.db"
@@ -319,9 +325,11 @@ class LedgerRecorderMixin:
         events = kwargs.get("ledger_events")
         if events is not None:
             self.projector.apply(c, list(zip(ids, events, strict=True)), done)
-        write_rows(
+        insert_rows(
             c,
-            self.dialect.q("INSERT INTO {t}pl_merkle_leaves (position, leaf) VALUES (?, ?)"),
+            self.dialect,
+            "pl_merkle_leaves",
+            ("position", "leaf"),
             [
                 (
                     pos,
@@ -472,6 +480,13 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
         self.projector = Projector(dialect=self.dialect, reader=self.read_after, vouch=self.vouch)
         super().__init__(datastore, events_table_name=events_table_name)
         self._table = f"{datastore.schema}.{events_table_name}"
+        # eventsourcing sends the events as one array of a composite type, whose
+        # values psycopg dumps in Python; four arrays of plain types dump in C.
+        self._insert_plain = (
+            f"INSERT INTO {self._table} (originator_id, originator_version, topic, state) "
+            f"SELECT * FROM unnest(%s::{datastore.originator_id_type}[], %s::bigint[], "
+            "%s::text[], %s::bytea[]) RETURNING notification_id"
+        )
 
     def create_table(self) -> None:
         """Create everything once, even when several processes open a fresh database.
@@ -553,7 +568,15 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
                 try:
                     self._lock_table(curs)
                     self._notify_channel(curs)
-                    PostgresAggregateRecorder._insert_stored_events(self, curs, stored_events)
+                    curs.execute(
+                        self._insert_plain,
+                        (
+                            [e.originator_id for e in stored_events],
+                            [e.originator_version for e in stored_events],
+                            [e.topic for e in stored_events],
+                            [e.state for e in stored_events],
+                        ),
+                    )
                     pipeline.sync()
                     ids = [int(row["notification_id"]) for row in curs.fetchall()]
                 except Exception as exc:  # raised again once the pipeline has ended

@@ -8,6 +8,7 @@ updated exactly once per event even across crashes.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -69,6 +70,37 @@ def write_rows(c: Cursor, statement: str, rows: Sequence[Sequence[Any]]) -> None
         c.execute(statement, rows[0])
     elif rows:
         c.executemany(statement, rows)
+
+
+#: From this many rows a PostgreSQL insert streams them with ``COPY`` instead of
+#: ``executemany`` (which sends one bind/execute per row and dumps every
+#: parameter in Python); below it the per-statement cost of ``COPY`` dominates.
+COPY_FROM = 8
+
+
+def insert_rows(
+    c: Cursor, d: Dialect, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]
+) -> None:
+    """Insert ``rows`` (tuples in ``columns`` order) into the view table ``table``:
+    ``COPY`` on PostgreSQL for ``COPY_FROM`` rows or more, else ``write_rows``."""
+    if d.name == "postgres" and len(rows) >= COPY_FROM:
+        copy: Any = getattr(c, "copy")  # noqa: B009  (psycopg cursors only)
+        with copy(_copy_sql(d, table, tuple(columns))) as stream:
+            for row in rows:
+                stream.write_row(row)
+    elif rows:
+        write_rows(c, _insert_sql(d, table, tuple(columns)), rows)
+
+
+@functools.cache
+def _copy_sql(d: Dialect, table: str, columns: tuple[str, ...]) -> str:
+    return f"COPY {d.prefix}{table} ({', '.join(columns)}) FROM STDIN"
+
+
+@functools.cache
+def _insert_sql(d: Dialect, table: str, columns: tuple[str, ...]) -> str:
+    marks = ", ".join("?" for _ in columns)
+    return d.q(f"INSERT INTO {{t}}{table} ({', '.join(columns)}) VALUES ({marks})")
 
 
 def rows_in(

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ledger.serialization import datetime_to_micros
-from projections.base import Cursor, Dialect, write_rows
+from projections.base import Cursor, Dialect, insert_rows
 
 VIEW = "timeline"
 
@@ -45,7 +45,7 @@ def apply_many(c: Cursor, d: Dialect, events: list[tuple[int, Any]]) -> None:
         for pos, event in events:
             at = max(at, datetime_to_micros(event.timestamp))
             rows.append((pos, at))
-        write_rows(c, d.q("INSERT INTO {t}pl_timeline (position, at) VALUES (?, ?)"), rows)
+        insert_rows(c, d, "pl_timeline", ("position", "at"), rows)
         return
     # A command's few events: the running maximum among them here, the stored
     # maximum joined in by the statement itself (one statement, no read first).

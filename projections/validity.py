@@ -29,7 +29,7 @@ from typing import Any
 from ledger.domain import Record, Status
 from ledger.errors import CorruptEventError
 from ledger.serialization import datetime_to_micros, pack, unpack
-from projections.base import Cursor, Dialect, rows_in, write_rows
+from projections.base import Cursor, Dialect, insert_rows, rows_in, write_rows
 
 VIEW = "validity"
 
@@ -92,6 +92,8 @@ _INSERT = "INSERT INTO {{t}}pl_records ({}) VALUES ({})".format(
 
 #: A row dict as the tuple ``_INSERT`` takes.
 _AS_ROW = operator.itemgetter(*COLUMNS)
+
+_EDGE_COLUMNS = ("parent_id", "child_id", "edge", "from_pos")
 
 NOW_FILTER = "to_pos IS NULL"
 AS_OF_FILTER = "from_pos <= ? AND (to_pos IS NULL OR to_pos > ?)"
@@ -405,20 +407,9 @@ class _Fold:
                 d.q("UPDATE {t}pl_records SET to_pos=? WHERE record_id=? AND to_pos IS NULL"),
                 self.closes,
             )
-        if self.ids:
-            write_rows(
-                c, d.q("INSERT INTO {t}pl_record_ids (agg_id, record_id) VALUES (?, ?)"), self.ids
-            )
-        if self.versions:
-            write_rows(c, d.q(_INSERT), [_AS_ROW(row) for row in self.versions])
-        if self.edges:
-            write_rows(
-                c,
-                d.q(
-                    "INSERT INTO {t}pl_edges (parent_id, child_id, edge, from_pos) VALUES (?,?,?,?)"
-                ),
-                self.edges,
-            )
+        insert_rows(c, d, "pl_record_ids", ("agg_id", "record_id"), self.ids)
+        insert_rows(c, d, "pl_records", COLUMNS, [_AS_ROW(row) for row in self.versions])
+        insert_rows(c, d, "pl_edges", _EDGE_COLUMNS, self.edges)
 
 
 _PROPOSED = Record.Proposed

@@ -655,3 +655,74 @@ def test_views_that_missed_events_catch_up_exactly_once_when_the_ledger_is_reope
     assert found.outcome == Outcome.FOUND
     assert [r.id for r in found.records] == ["M2"]
     assert led.rebuild().matched
+
+
+def test_a_batch_writes_the_same_view_rows_as_one_command_at_a_time(
+    world: World, tmp_path: Path
+) -> None:
+    # On PostgreSQL a batch's rows are streamed with COPY, one command's with
+    # INSERT: text that COPY escapes (tab, newline, backslash, its null marker
+    # \N), bytes, NULLs and edges must come out the same either way.
+    led, agent = world.ledger, world.agent
+    db = db_path_of(led, tmp_path)
+    expires = world.clock.now + timedelta(days=3)
+
+    def items(prefix: str) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for i in range(10):
+            out.append(
+                {
+                    "scope": SCOPE,
+                    "claim_key": f"{prefix}.k\\N\\{i}.é",
+                    "value": {"t": "tab\there\nnew line \\N back\\slash", "n": i, "b": b"\x00\\\n"},
+                    "kind": Kind.FACT,
+                    "conditions": {"region": "eu\tw"} if i % 2 else {},
+                    "expires": expires if i % 3 == 0 else None,
+                    "parents": [f"{prefix}-{i - 1}"] if i else [],
+                    "id": f"{prefix}-{i}",
+                }
+            )
+        return out
+
+    assert agent.propose_many(items("batch")) == [f"batch-{i}" for i in range(10)]
+    for item in items("single"):
+        fields = dict(item)
+        rid = fields.pop("id")
+        agent.propose(
+            fields.pop("scope"),
+            fields.pop("claim_key"),
+            fields.pop("value"),
+            fields.pop("kind"),
+            id=rid,
+            **fields,
+        )
+
+    columns = "kind, value, status, proposer, expires, eff_expires, conditions, to_pos"
+
+    def view(prefix: str) -> list[tuple[Any, ...]]:
+        rows = raw_rows(
+            led,
+            db,
+            f"SELECT record_id, claim_key, {columns} FROM pl_records "
+            "WHERE record_id LIKE ? ORDER BY record_id",
+            (f"{prefix}-%",),
+        )
+        return [(rid.split("-", 1)[1], key.split(".", 1)[1], *rest) for rid, key, *rest in rows]
+
+    def edges(prefix: str) -> list[tuple[str, str, str]]:
+        rows = raw_rows(
+            led,
+            db,
+            "SELECT parent_id, child_id, edge FROM pl_edges WHERE child_id LIKE ? "
+            "ORDER BY child_id",
+            (f"{prefix}-%",),
+        )
+        return [(p.split("-", 1)[1], ch.split("-", 1)[1], e) for p, ch, e in rows]
+
+    batch = view("batch")
+    assert len(batch) == 10
+    assert batch == view("single")
+    assert edges("batch") == edges("single") and len(edges("batch")) == 9
+    got = agent.get("batch-4")
+    assert got.value == items("batch")[4]["value"]
+    assert got.claim_key == items("batch")[4]["claim_key"]
