@@ -14,8 +14,9 @@ this script runs the workload three times on identical copies of one ledger:
 
 The replay is the database's share of the workload: what it would cost if
 provledger's Python took no time at all. The script checks that the replayed
-copy ends byte-for-byte equal to the captured one (every table, every row), and
-prints beside it the raw baseline ``scripts/bench.py`` compares against, so
+copy ends equal to the captured one (the same schema; every row of every table,
+rowids included, so the same log positions), and prints beside it the raw
+baseline ``scripts/bench.py`` compares against, so
 ``floor ÷ baseline`` is the best ratio any Python on this schema could reach.
 Statements that only compute a view digest (``SELECT * FROM <table>``) are left
 out of the rebuild's replay, as ``Ledger.rebuild`` leaves the digests out of
@@ -38,7 +39,6 @@ import sys
 import tempfile
 import time
 import uuid
-from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -61,11 +61,14 @@ class Capture:
 
     on: bool = False
     calls: list[tuple[int, str, list[tuple[Any, ...]], bool]] = field(default_factory=list)
-    connections: dict[int, int] = field(default_factory=dict)
+    #: id → (number, the connection itself: held, so its id is never reused).
+    connections: dict[int, tuple[int, object]] = field(default_factory=dict)
 
     def add(self, connection: object, sql: str, rows: list[tuple[Any, ...]], many: bool) -> None:
         if self.on:
-            number = self.connections.setdefault(id(connection), len(self.connections))
+            number, _ = self.connections.setdefault(
+                id(connection), (len(self.connections), connection)
+            )
             self.calls.append((number, sql, rows, many))
 
 
@@ -75,14 +78,16 @@ CAPTURE = Capture()
 class RecordingCursor(sqlite3.Cursor):
     """A cursor that records what it runs while ``CAPTURE.on``."""
 
-    def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
+    def execute(self, sql: str, parameters: Any = (), /) -> RecordingCursor:
         CAPTURE.add(self.connection, sql, [tuple(parameters)], False)
-        return super().execute(sql, parameters)
+        super().execute(sql, parameters)
+        return self
 
-    def executemany(self, sql: str, seq_of_parameters: Any, /) -> sqlite3.Cursor:
+    def executemany(self, sql: str, seq_of_parameters: Any, /) -> RecordingCursor:
         rows = [tuple(p) for p in seq_of_parameters]
         CAPTURE.add(self.connection, sql, rows, True)
-        return super().executemany(sql, rows)
+        super().executemany(sql, rows)
+        return self
 
 
 class RecordingConnection(sqlite3.Connection):
@@ -115,7 +120,8 @@ def recording_connections() -> Iterator[None]:
 
     def connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
         kwargs.setdefault("factory", RecordingConnection)
-        return _connect(*args, **kwargs)
+        con: sqlite3.Connection = _connect(*args, **kwargs)
+        return con
 
     sqlite3.connect = connect  # type: ignore[assignment]
     try:
@@ -205,7 +211,7 @@ def replay(
     path: Path,
     calls: Sequence[tuple[int, str, list[tuple[Any, ...]], bool]],
     pragmas: tuple[str, int],
-) -> tuple[float, Counter[str]]:
+) -> tuple[float, dict[str, float]]:
     """Run the recorded calls with plain ``sqlite3``: (seconds, seconds by statement)."""
     journal, sync = pragmas
     connections: dict[int, sqlite3.Connection] = {}
@@ -215,7 +221,7 @@ def replay(
             con.execute(f"PRAGMA journal_mode={journal}")
             con.execute(f"PRAGMA synchronous={sync}")
             connections[number] = con
-    by_statement: Counter[str] = Counter()
+    by_statement: dict[str, float] = {}
     total = 0.0
     try:
         for number, sql, rows, many in calls:
@@ -231,7 +237,8 @@ def replay(
                 con.execute(sql, rows[0]).fetchall()
             spent = time.perf_counter() - began
             total += spent
-            by_statement[" ".join(sql.split()[:3])] += spent
+            key = " ".join(sql.split()[:3])
+            by_statement[key] = by_statement.get(key, 0.0) + spent
     finally:
         for con in connections.values():
             con.close()
@@ -239,13 +246,21 @@ def replay(
 
 
 def contents(path: Path) -> str:
-    """A digest of every row of every table of an SQLite file, order-independent."""
+    """A digest of an SQLite file's schema and of every row of every table, rowids
+    included (the log's positions are the events table's rowids), independent of
+    the order rows are stored in."""
     con = _connect(path)
     try:
-        tables = [t for (t,) in con.execute("SELECT name FROM sqlite_master WHERE type='table'")]
-        digest = hashlib.sha256()
-        for table in sorted(tables):
-            rows = sorted(repr(tuple(row)) for row in con.execute(f'SELECT * FROM "{table}"'))
+        schema = sorted(
+            repr(row) for row in con.execute("SELECT type, name, tbl_name, sql FROM sqlite_master")
+        )
+        digest = hashlib.sha256("\n".join(schema).encode())
+        tables = con.execute(
+            "SELECT name, sql FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%'"
+        ).fetchall()
+        for table, sql in sorted(tables):
+            rowid = "" if "WITHOUT ROWID" in str(sql).upper() else "rowid, "
+            rows = sorted(repr(tuple(r)) for r in con.execute(f'SELECT {rowid}* FROM "{table}"'))
             digest.update(f"{table}:{len(rows)}:".encode())
             for row in rows:
                 digest.update(row.encode())
@@ -327,7 +342,7 @@ def measure(
         baseline_rate=baseline[0],
         baseline=baseline[1],
         executions=sum(len(rows) for _, _, rows, _ in calls),
-        by_statement=by_statement.most_common(6),
+        by_statement=sorted(by_statement.items(), key=lambda kv: -kv[1])[:6],
         plus_baseline=plus_baseline,
     )
 

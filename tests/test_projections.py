@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ledger import Kind, Ledger, LedgerError, Outcome, Session, Status, Validity
+from projections.base import COPY_FROM
 
 from .conftest import BACKENDS, Clock, World, new_pg_schema_url, raw_rows
 
@@ -673,7 +674,7 @@ def test_a_batch_writes_the_same_view_rows_as_one_command_at_a_time(
             out.append(
                 {
                     "scope": SCOPE,
-                    "claim_key": f"{prefix}.k\\N\\{i}.é",
+                    "claim_key": f"{prefix}.k\\N\\{i}\t\n.é",
                     "value": {"t": "tab\there\nnew line \\N back\\slash", "n": i, "b": b"\x00\\\n"},
                     "kind": Kind.FACT,
                     "conditions": {"region": "eu\tw"} if i % 2 else {},
@@ -684,6 +685,7 @@ def test_a_batch_writes_the_same_view_rows_as_one_command_at_a_time(
             )
         return out
 
+    assert len(items("batch")) >= COPY_FROM  # so PostgreSQL takes the COPY path
     assert agent.propose_many(items("batch")) == [f"batch-{i}" for i in range(10)]
     for item in items("single"):
         fields = dict(item)

@@ -89,3 +89,24 @@ def test_the_content_digest_notices_one_changed_or_missing_row(tmp_path: Path) -
     con.commit()
     con.close()
     assert sql_floor.contents(first) != sql_floor.contents(second)
+
+
+def test_the_content_digest_notices_rows_at_other_rowids_or_another_schema(
+    tmp_path: Path,
+) -> None:
+    # A log position is its event's rowid: the same rows at other rowids differ.
+    def made(name: str, order: list[str], index: bool = False) -> Path:
+        path = tmp_path / name
+        con = sqlite3.connect(path)
+        con.execute("CREATE TABLE t (k TEXT)")
+        if index:
+            con.execute("CREATE INDEX t_k ON t (k)")
+        con.executemany("INSERT INTO t VALUES (?)", [(k,) for k in order])
+        con.commit()
+        con.close()
+        return path
+
+    same = sql_floor.contents(made("a.db", ["x", "y"]))
+    assert same == sql_floor.contents(made("b.db", ["x", "y"]))
+    assert same != sql_floor.contents(made("c.db", ["y", "x"]))
+    assert same != sql_floor.contents(made("d.db", ["x", "y"], index=True))
