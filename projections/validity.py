@@ -236,13 +236,16 @@ def _edge_rows(
 def _insert_edges(
     c: Cursor, d: Dialect, child: str, parents: Sequence[str], observed: Sequence[str], pos: int
 ) -> None:
-    rows = _edge_rows(child, parents, observed, pos)
-    if rows:
-        write_rows(
-            c,
-            d.q("INSERT INTO {t}pl_edges (parent_id, child_id, edge, from_pos) VALUES (?,?,?,?)"),
-            rows,
-        )
+    insert_rows(c, d, "pl_edges", _EDGE_COLUMNS, _edge_rows(child, parents, observed, pos))
+
+
+def _mark_left_valid(before: Any, after: dict[str, Any], pos: int) -> None:
+    """``left_valid_pos`` of a new version: cleared while ACCEPTED, ``pos`` when an
+    ACCEPTED record stops being so, else kept from ``before``."""
+    if after["status"] == Status.ACCEPTED:
+        after["left_valid_pos"] = None
+    elif before["status"] == Status.ACCEPTED:
+        after["left_valid_pos"] = pos
 
 
 def _new_version(c: Cursor, d: Dialect, record_id: str, pos: int, at: int, **changes: Any) -> None:
@@ -250,13 +253,9 @@ def _new_version(c: Cursor, d: Dialect, record_id: str, pos: int, at: int, **cha
     if row is None:
         raise LookupError(f"record {record_id!r} has no row in the validity view")
     values = {name: row[name] for name in COLUMNS}
-    was_accepted = values["status"] == Status.ACCEPTED
     values.update(changes)
     values["from_pos"], values["to_pos"], values["changed_at"] = pos, None, at
-    if values["status"] == Status.ACCEPTED:
-        values["left_valid_pos"] = None
-    elif was_accepted:
-        values["left_valid_pos"] = pos
+    _mark_left_valid(row, values, pos)
     if row["from_pos"] == pos:
         # A second change by the same event: amend the version it opened.
         c.execute(
@@ -387,10 +386,7 @@ class _Fold:
             to_pos=None,
             changed_at=datetime_to_micros(event.timestamp),
         )
-        if status == Status.ACCEPTED:
-            new["left_valid_pos"] = None
-        elif row["status"] == Status.ACCEPTED:
-            new["left_valid_pos"] = pos
+        _mark_left_valid(row, new, pos)
         if rid in self.fresh:
             row["to_pos"] = pos
         else:
