@@ -31,11 +31,12 @@ from rich.table import Table
 from rich.text import Text
 
 from ledger import __version__
-from ledger.application import Ledger, Session
+from ledger.application import Ledger
 from ledger.domain import Kind
 from ledger.errors import AccessDeniedError, LedgerError
 from ledger.experiment import ExperimentResult, run_experiment
 from ledger.persistence import resolve_url
+from ledger.session import Session
 from ledger.values import (
     AuditEvent,
     AuditTrail,

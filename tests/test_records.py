@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from ledger import Kind, Status, Validity
+from ledger import Kind, Role, Status, Validity
 from ledger.errors import AccessDeniedError, InvalidInputError, InvalidKindError
 from tests.conftest import World
 
@@ -129,3 +129,12 @@ def test_records_read_in_a_run_are_observed(world: World) -> None:
         seen = run.records("proj-a", validity="VALID")
         rid = run.propose(scope="proj-a", claim_key="summary", value="ok", kind=Kind.REPORT)
     assert set(world.reviewer.get(rid).observed) == {r.id for r in seen}
+
+
+def test_scopes_lists_where_the_principal_holds_a_role(world: World) -> None:
+    assert world.reviewer.scopes() == ("proj-a", "proj-b")
+    assert world.reviewer.scopes("approve") == ("proj-a", "proj-b")
+    assert world.agent.scopes(Role.APPROVE) == ()
+    assert world.outsider.scopes() == ("proj-b",)
+    with pytest.raises(InvalidInputError, match="role 'admin' is not one of"):
+        world.agent.scopes("admin")
