@@ -77,6 +77,7 @@ Batches
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import secrets
 import threading
@@ -159,6 +160,15 @@ def _component(text: str) -> str:
     """One escaped label or key; every non-ASCII character escaped as well if the
     plain escape is not in NFC form (no character composes with the ``/`` before
     it, so NFC components make an NFC claim key)."""
+    if (
+        text.isascii()
+        and text.isprintable()
+        and "%" not in text
+        and "/" not in text
+        and text[:1] != " "
+        and text[-1:] != " "
+    ):
+        return text  # nothing to escape (the common case)
     escaped = _escape(text, False)
     return escaped if unicodedata.is_normalized("NFC", escaped) else _escape(text, True)
 
@@ -238,6 +248,20 @@ def scope_of(labels: Sequence[str]) -> str:
             "than the ledger's 128 characters"
         )
     return scope
+
+
+@functools.lru_cache(maxsize=4096)
+def _location(namespace: tuple[str, ...], key: str, depth: int) -> tuple[str, str]:
+    """(scope, claim key) of ``key`` under ``namespace`` (cached: a graph reads and
+    writes the same few keys over and over)."""
+    if len(namespace) < depth:
+        raise NamespaceLabelError(
+            f"namespace {namespace!r} has fewer than scope_depth={depth} labels, so it "
+            "names no ledger scope"
+        )
+    if not isinstance(key, str):
+        raise InvalidInputError(f"key must be a string, got {type(key).__name__}")
+    return scope_of(namespace[:depth]), claim_key_of(namespace[depth:], key)
 
 
 def labels_of(scope: str, depth: int) -> tuple[str, ...] | None:
@@ -577,15 +601,7 @@ class LedgerStore(BaseStore):
 
     def _locate(self, namespace: Sequence[str], key: str) -> tuple[str, str]:
         """(scope, claim key) of an item."""
-        if len(namespace) < self.scope_depth:
-            raise NamespaceLabelError(
-                f"namespace {tuple(namespace)!r} has fewer than scope_depth="
-                f"{self.scope_depth} labels, so it names no ledger scope"
-            )
-        if not isinstance(key, str):
-            raise InvalidInputError(f"key must be a string, got {type(key).__name__}")
-        scope = scope_of(namespace[: self.scope_depth])
-        return scope, claim_key_of(namespace[self.scope_depth :], key)
+        return _location(tuple(namespace), key, self.scope_depth)
 
     def _readable_scopes(self) -> list[str]:
         """Scopes where the store's principal holds ``read`` now, sorted.
