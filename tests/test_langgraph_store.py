@@ -34,7 +34,7 @@ from langgraph.store.base import (
 
 from ledger import Kind, Ledger, Outcome, Session, Status
 from ledger.domain import check_text
-from ledger.errors import AccessDeniedError, InvalidInputError, LedgerError
+from ledger.errors import AccessDeniedError, InvalidInputError, InvalidParentError, LedgerError
 from ledger.integrations.langgraph import (
     LedgerStore,
     MemoryConflictError,
@@ -891,3 +891,51 @@ def test_a_thread_that_updates_a_memory_it_read_keeps_writing(
     assert visits_id in latest.observed  # it rests on the version the thread wrote
     principals.reviewer.revoke(visits_id, "miscounted")
     assert store.get(("proj-a", "greetings"), "latest") is None
+
+
+def writer_graph(store: BaseStore) -> Any:
+    """A node that only writes (it reads nothing in this invocation)."""
+
+    def note(state: State) -> State:
+        get_store().put(("proj-a", "notes"), "last", {"text": state["greeting"]})
+        return state
+
+    builder = StateGraph(State)
+    builder.add_node("note", note)
+    builder.add_edge(START, "note")
+    builder.add_edge("note", END)
+    return builder.compile(store=store)
+
+
+def test_a_thread_goes_on_after_a_memory_it_read_was_updated_and_read_again(
+    store: LedgerStore, principals: Principals
+) -> None:
+    store.put(("proj-a", "user"), "name", {"text": "Ada"})
+    graph = greeting_graph(store)
+    graph.invoke({"greeting": ""}, {"configurable": {"thread_id": "chat-1"}})
+    store.put(("proj-a", "user"), "name", {"text": "Grace"})  # outside the thread
+
+    out = graph.invoke({"greeting": ""}, {"configurable": {"thread_id": "chat-1"}})
+
+    assert out["greeting"] == "Hello, Grace!"
+    greeting = principals.reviewer.get(
+        current_id(principals.reviewer, "proj-a", "greetings/latest")
+    )
+    assert greeting.observed == (current_id(principals.reviewer, "proj-a", "user/name"),)
+
+
+def test_a_thread_that_read_a_withdrawn_memory_is_refused_its_next_put(
+    store: LedgerStore, principals: Principals
+) -> None:
+    store.put(("proj-a", "user"), "name", {"text": "Mallory"})
+    greeting_graph(store).invoke({"greeting": ""}, {"configurable": {"thread_id": "chat-1"}})
+    name_id = current_id(principals.reviewer, "proj-a", "user/name")
+    principals.reviewer.revoke(name_id, "poisoned")
+
+    with pytest.raises(InvalidParentError, match="read the key again") as refused:
+        writer_graph(store).invoke({"greeting": "hi"}, {"configurable": {"thread_id": "chat-1"}})
+
+    assert name_id in str(refused.value)
+    assert store.get(("proj-a", "notes"), "last") is None
+    writer_graph(store).invoke({"greeting": "hi"}, {"configurable": {"thread_id": "chat-2"}})
+    assert store.get(("proj-a", "notes"), "last") is not None  # a new thread starts clean

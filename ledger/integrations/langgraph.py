@@ -60,12 +60,14 @@ Provenance
     and does its work in one ledger run per thread (``Session.run``): what the
     thread read through ``get`` and ``search`` becomes the ``observed``
     dependencies of what it puts, so revoking a memory makes the memories
-    derived from it STALE, and ``get`` no longer returns them. When the store
-    itself replaced a version the thread had read (with an approver, so the old
-    version is SUPERSEDED at once), the thread continues in a new run that
-    carries the thread's reads over with the new version in place of the old
-    one: the thread wrote that version, so what it puts next rests on it.
-    Outside a graph (no ``thread_id``) nothing is recorded as observed.
+    derived from it STALE, and ``get`` no longer returns them. The ledger refuses
+    a proposal that rests on a record no longer usable; when a version the
+    thread read was only superseded by one the thread read or wrote later (the
+    usual read-modify-write), the thread continues in a new run that carries its
+    reads over with that newer version in place of the old one. A thread that
+    read a memory since revoked, or superseded by a version it never saw, gets
+    the ledger's ``InvalidParentError`` on its next put, saying so. Outside a
+    graph (no ``thread_id``) nothing is recorded as observed.
 
 Batches
     As LangGraph's own stores do, a batch answers its reads (``GetOp``,
@@ -108,7 +110,12 @@ from langgraph.store.base import (
 
 from ledger.application import Ledger, RunContext, Session
 from ledger.domain import ID_PATTERN, Kind, Outcome, Status, check_kind
-from ledger.errors import DuplicateRecordError, InvalidInputError, LedgerError
+from ledger.errors import (
+    DuplicateRecordError,
+    InvalidInputError,
+    InvalidParentError,
+    LedgerError,
+)
 from ledger.values import RecordView
 
 #: Longest claim key the ledger holds.
@@ -416,8 +423,9 @@ class _Thread:
     run: RunContext
     number: int
     lock: threading.Lock = field(default_factory=threading.Lock)
-    #: Versions the thread read that the store then superseded: old id -> new id.
-    replaced: dict[str, str] = field(default_factory=dict)
+    thread_id: str = ""
+    #: Records the thread put (it knows them as well as what it read).
+    written: set[str] = field(default_factory=set)
 
 
 def _thread_id() -> str | None:
@@ -757,15 +765,16 @@ class LedgerStore(BaseStore):
             self._delete(scope, claim)
             return
         previous = self._head(scope, claim)
-        proposer: Session | RunContext = self.session if state is None else self._proposer(state)
-        extra: dict[str, Any] = {} if previous is None else {"supersedes": previous}
-        record_id = proposer.propose(
-            scope, claim, dict(op.value), self.kind, id=self._ids.next(), **extra
-        )
+        fields: dict[str, Any] = {} if previous is None else {"supersedes": previous}
+        value = dict(op.value)
+        if state is None:
+            record_id = self.session.propose(
+                scope, claim, value, self.kind, id=self._ids.next(), **fields
+            )
+        else:
+            record_id = self._propose_in_thread(state, scope, claim, value, fields)
         if self.approver is not None:
             self.approver.accept(record_id)
-            if state is not None and previous is not None and previous in state.run.reads:
-                state.replaced[previous] = record_id
 
     def _delete(self, scope: str, claim: str) -> None:
         revoker = self.approver or self.session
@@ -784,7 +793,8 @@ class LedgerStore(BaseStore):
             if state is None:
                 base = run_id_of(thread)
                 run, number = self._start_run(base, 0, ())
-                state = self._threads[thread] = _Thread(base=base, run=run, number=number)
+                state = _Thread(base=base, run=run, number=number, thread_id=thread)
+                self._threads[thread] = state
             return state
 
     def _start_run(self, base: str, first: int, carried: Sequence[str]) -> tuple[RunContext, int]:
@@ -801,16 +811,57 @@ class LedgerStore(BaseStore):
             return run, number
         raise LedgerError(f"runs {base!r} to {base}.{first + 999} are all taken")
 
-    def _proposer(self, state: _Thread) -> RunContext:
-        """The thread's run, moved to a new run first if the store superseded a
-        version the thread had read (the new version takes its place)."""
+    def _propose_in_thread(
+        self, state: _Thread, scope: str, claim: str, value: Any, fields: dict[str, Any]
+    ) -> str:
+        """Propose in the thread's run (its reads become ``observed``).
+
+        A read the ledger no longer lets a proposal rest on is refused by the
+        core; if it was only superseded by a version the thread itself read or
+        wrote later, the thread's knowledge is that newer version, so the thread
+        moves to a new run observing it instead, and the proposal is tried again.
+        """
+        try:
+            record_id = state.run.propose(
+                scope, claim, value, self.kind, id=self._ids.next(), **fields
+            )
+        except InvalidParentError as exc:
+            if not self._catch_up_thread(state):
+                raise InvalidParentError(
+                    f"{exc} (LangGraph thread {state.thread_id!r} read it earlier in ledger run "
+                    f"{state.run.run_id!r}; what the thread puts rests on everything it read: "
+                    "read the key again in this thread, or continue in a new thread)"
+                ) from None
+            record_id = state.run.propose(
+                scope, claim, value, self.kind, id=self._ids.next(), **fields
+            )
+        state.written.add(record_id)
+        return record_id
+
+    def _catch_up_thread(self, state: _Thread) -> bool:
+        """Move the thread to a new run in which every read that was superseded by a
+        version the thread read or wrote later is replaced by the newest such
+        version; False if there is none (nothing changes then)."""
         reads = state.run.reads
-        if state.replaced and not state.replaced.keys().isdisjoint(reads):
-            carried = tuple(dict.fromkeys(state.replaced.get(r, r) for r in reads))
-            state.run.__exit__(None, None, None)
-            state.run, state.number = self._start_run(state.base, state.number + 1, carried)
-            state.replaced.clear()
-        return state.run
+        known = set(reads) | state.written
+        carried: list[str] = []
+        for record_id in reads:
+            view = self.session.get(record_id)  # not recorded: the session is outside the run
+            newest, following, seen = None, view.superseded_by, set()
+            while following is not None and following not in seen:
+                seen.add(following)
+                if following in known:
+                    newest = following
+                following = self.session.get(following).superseded_by
+            replaced = view.status == Status.SUPERSEDED and newest is not None
+            carried.append(newest if replaced and newest is not None else record_id)
+        if carried == list(reads):
+            return False
+        state.run.__exit__(None, None, None)
+        state.run, state.number = self._start_run(
+            state.base, state.number + 1, tuple(dict.fromkeys(carried))
+        )
+        return True
 
 
 def _item(cls: type[Any], namespace: tuple[str, ...], key: str, view: RecordView) -> Any:
