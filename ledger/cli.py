@@ -1476,7 +1476,8 @@ def mcp_command(transport: str, host: str, port: int, token: str, url: str | Non
         from ledger.integrations.mcp import serve
     except ModuleNotFoundError as exc:
         click.echo(
-            f"error: provledger mcp needs the MCP SDK ({exc.name} is not installed): "
+            f"error: provledger mcp needs the MCP SDK ({(exc.name or 'mcp').split('.')[0]} "
+            "is not installed): "
             "pip install 'provledger[mcp]'",
             err=True,
         )

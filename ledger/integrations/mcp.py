@@ -38,6 +38,7 @@ from datetime import datetime
 from functools import partial
 from typing import Annotated, Any, Literal, TypeVar
 
+import anyio
 import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
@@ -476,7 +477,9 @@ def _lifespan(
         try:
             yield connection
         finally:
-            await anyio.to_thread.run_sync(connection.close)
+            # Shielded: a client that drops the connection still ends its run.
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(connection.close)
 
     return lifespan
 
@@ -661,8 +664,10 @@ def list_records(
     validity: Annotated[
         str | None,
         Field(
-            description="Only records of this validity; 'NEEDS_REVALIDATION' is what needs "
-            "attention after a revocation, 'INVALID' what was revoked or rejected.",
+            description="Only records of this validity: 'NEEDS_REVALIDATION' is what is "
+            "not (or no longer) verified - candidates, records flagged STALE by a revocation, "
+            "expired ones; 'VALID' what may be relied on; 'INVALID' what was revoked or "
+            "rejected.",
             json_schema_extra={"enum": [v.value for v in Validity]},
         ),
     ] = None,
@@ -847,8 +852,10 @@ TOOLS: tuple[tuple[Callable[..., Any], str, ToolAnnotations], ...] = (
     (
         list_records,
         "List the records of `scope`, a page at a time, ordered by id, optionally filtered: "
-        "status='CANDIDATE' is the review queue; validity='NEEDS_REVALIDATION' is what needs "
-        "attention after a revocation; or by `kind` or `claim_prefix`. Pass the returned "
+        "status='CANDIDATE' is the review queue; status='STALE' what a revocation flagged for "
+        "re-verification; validity='NEEDS_REVALIDATION' everything not (or no longer) "
+        "verified - candidates, stale and expired records; or by `kind` or `claim_prefix`. "
+        "Pass the returned "
         "`next_after` as `after` for the next page (null on the last page). Listing is for "
         "finding records: use read_memory before relying on a value.",
         _read_tool("List records"),
