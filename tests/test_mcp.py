@@ -11,9 +11,12 @@ isolation, the record resource and its update notifications. One test spawns
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
+import io
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -968,3 +971,42 @@ def test_provledger_help_does_not_import_the_mcp_sdk() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     )
     assert done.stdout.strip() == "[]"
+
+
+# -- the documentation ---------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _agent_section() -> str:
+    """The "Use it from an agent" section: in the README once merged, else docs/mcp.md."""
+    for path in (ROOT / "README.md", ROOT / "docs" / "mcp.md"):
+        text = path.read_text()
+        if "## Use it from an agent" in text:
+            return text.split("## Use it from an agent", 1)[1].split("\n## ", 1)[0]
+    raise AssertionError("no 'Use it from an agent' section")
+
+
+def test_the_documented_session_prints_the_documented_transcript(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    section = _agent_section().split("### A session without a model", 1)[1]
+    script = re.findall(r"```python\n(.*?)```", section, flags=re.S)[0]
+    transcript = re.findall(r"```text\n(.*?)```", section, flags=re.S)[0]
+    monkeypatch.chdir(tmp_path)
+    printed = io.StringIO()
+
+    with contextlib.redirect_stdout(printed):
+        exec(compile(script, "the documented session", "exec"), {"__name__": "session"})
+
+    assert printed.getvalue() == transcript, printed.getvalue()
+
+
+def test_the_documented_client_configuration_runs_provledger_mcp_with_the_token_in_env() -> None:
+    section = _agent_section()
+    config = json.loads(re.findall(r"```json\n(.*?)```", section, flags=re.S)[0])
+    server = config["mcpServers"]["provledger"]
+    assert server["command"] == "provledger" and server["args"][0] == "mcp"
+    assert "PROVLEDGER_TOKEN" in server["env"] and "--token" not in server["args"]
+    documented = set(re.findall(r"^\| `(\w+)`(?: / `(\w+)`)? \|", section, flags=re.M))
+    assert {name for pair in documented for name in pair if name} == {*MEMORY_TOOLS, *APPROVALS}
