@@ -44,6 +44,8 @@ from ledger.errors import (
 )
 from ledger.integrations.mcp import APPROVAL_TOOLS, TOOLS, build_server, record_uri
 
+from .conftest import raw_rows
+
 pytestmark = pytest.mark.anyio
 
 SCOPE = "proj-a"
@@ -636,6 +638,28 @@ async def test_what_a_connection_reads_is_observed_on_what_it_proposes(team: Tea
     team.sessions["reviewer"].accept("M1")
     rev = team.sessions["reviewer"].revoke("E1", reason="doc changed")
     assert "M1" in rev.stale and "M2" not in rev.affected
+
+
+async def test_a_connection_starts_its_run_at_its_first_read_and_ends_it_on_closing(
+    team: Team, tmp_path: Path
+) -> None:
+    def runs() -> list[tuple[Any, ...]]:
+        return raw_rows(
+            team.ledger, tmp_path / "ledger.db", "SELECT run_id, actor, outcome FROM pl_runs"
+        )
+
+    # A connection that only lists its tools starts no run
+    async with team.client("agent-1") as agent:
+        await agent.list_tools()
+    assert runs() == []
+
+    # One that proposes starts one, and ends it as completed when it closes
+    async with team.client("agent-1") as agent:
+        proposal = await ok(
+            agent, "propose_memory", scope=SCOPE, claim_key=CLAIM, value=1, kind="fact"
+        )
+        assert runs() == [(proposal["run_id"], "agent-1", None)]
+    assert runs() == [(proposal["run_id"], "agent-1", "completed")]
 
 
 async def test_listing_records_is_not_recorded_as_a_read(team: Team) -> None:

@@ -31,8 +31,13 @@ import json
 import logging
 import secrets
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from contextlib import (
+    AbstractAsyncContextManager,
+    ExitStack,
+    asynccontextmanager,
+    contextmanager,
+)
 from dataclasses import fields
 from datetime import datetime
 from functools import partial
@@ -53,7 +58,15 @@ from ledger.domain import Kind, Status, Validity
 from ledger.errors import AccessDeniedError, InvalidInputError, LedgerError, UnknownRecordError
 from ledger.values import AuditTrail, Delivery, Explanation, ReadResult, RecordView, Revocation
 
-__all__ = ["RECORD_URI", "build_server", "serve"]
+__all__ = [
+    "APPROVAL_TOOLS",
+    "RECORD_URI",
+    "TOOLS",
+    "build_server",
+    "record_out",
+    "record_uri",
+    "serve",
+]
 
 log = logging.getLogger(__name__)
 
@@ -428,6 +441,7 @@ class _Connection:
     def __init__(self, session: Session) -> None:
         self.session = session
         self._lock = threading.Lock()
+        self._stack = ExitStack()
         self._run: RunContext | None = None
         self._runless = False
 
@@ -435,17 +449,17 @@ class _Connection:
         """The run, started now if this is the connection's first read or proposal.
 
         A token holding neither ``propose`` nor ``read`` anywhere cannot start a run;
-        its calls go to the session (and are refused there by role).
+        its calls go to the session (and are refused there by role), as do calls
+        made after the connection closed.
         """
         with self._lock:
             if self._run is None and not self._runless:
-                run = self.session.run(f"mcp-{secrets.token_hex(8)}")
                 try:
-                    run.__enter__()
+                    self._run = self._stack.enter_context(
+                        self.session.run(f"mcp-{secrets.token_hex(8)}")
+                    )
                 except AccessDeniedError:
                     self._runless = True
-                else:
-                    self._run = run
             return self._run if self._run is not None else self.session
 
     @property
@@ -456,12 +470,12 @@ class _Connection:
     def close(self) -> None:
         """End the run (recorded as completed)."""
         with self._lock:
+            self._runless = True
             run, self._run = self._run, None
-        if run is not None:
             try:
-                run.__exit__(None, None, None)
+                self._stack.close()
             except LedgerError as exc:  # the ledger closed first: the run stays open in the log
-                log.warning("could not end run %s: %s", run.run_id, exc)
+                log.warning("could not end run %s: %s", run.run_id if run else "-", exc)
 
 
 def _connection(ctx: Context[_Connection, Any]) -> _Connection:
@@ -489,7 +503,7 @@ async def _off_loop(fn: Callable[[], T]) -> T:
     return await anyio.to_thread.run_sync(fn)
 
 
-async def _announce(ctx: Context[_Connection, Any], record_ids: Iterator[str] | list[str]) -> None:
+async def _announce(ctx: Context[_Connection, Any], record_ids: Iterable[str]) -> None:
     """Tell listening clients these records' resources changed."""
     for rid in dict.fromkeys(record_ids):
         await ctx.notify_resource_updated(record_uri(rid))
@@ -559,7 +573,10 @@ def capture_evidence(
             except binascii.Error as exc:
                 raise InvalidInputError(f"content is not valid base64: {exc}") from None
         else:
-            data = content.encode("utf-8", "surrogatepass")
+            try:
+                data = content.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise InvalidInputError(f"content is not valid text: {exc.reason}") from None
         record_id = connection.acting().capture(
             scope=scope,
             uri=uri,
