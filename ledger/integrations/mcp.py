@@ -40,6 +40,7 @@ from contextlib import (
 )
 from dataclasses import fields
 from datetime import datetime
+from enum import StrEnum
 from functools import partial
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -97,6 +98,23 @@ you propose carries those reads as observed dependencies.
 
 # -- argument types (the descriptions are what a model reads) -----------------------------
 
+
+def _one_of(names: type[StrEnum]) -> Callable[[dict[str, Any]], None]:
+    """Put the enum's values on the string in an argument's schema (also inside
+    ``anyOf`` for an optional argument, or on a list's items). The ledger checks the
+    value itself, naming it when it is none of these."""
+    values = [member.value for member in names]
+
+    def annotate(schema: dict[str, Any]) -> None:
+        for branch in [schema, *schema.get("anyOf", ())]:
+            if branch.get("type") == "string":
+                branch["enum"] = values
+            elif branch.get("type") == "array":
+                branch["items"] = {"type": "string", "enum": values}
+
+    return annotate
+
+
 Scope = Annotated[
     str,
     Field(
@@ -125,7 +143,7 @@ KindName = Annotated[
         "suggestion); 'user_constraint' or 'user_preference' (what a user told you); "
         "'plan'; 'report'; 'evidence' (prefer capture_evidence for external content). "
         "Kinds are never merged: a user's constraint and your inference stay two records.",
-        json_schema_extra={"enum": [k.value for k in Kind]},
+        json_schema_extra=_one_of(Kind),
     ),
 ]
 Parents = Annotated[
@@ -176,7 +194,7 @@ Kinds = Annotated[
     list[str] | None,
     Field(
         description="Only consider records of these kinds.",
-        json_schema_extra={"items": {"type": "string", "enum": [k.value for k in Kind]}},
+        json_schema_extra=_one_of(Kind),
     ),
 ]
 Note = Annotated[str, Field(description="What you checked; recorded in the audit trail.")]
@@ -675,7 +693,7 @@ def list_records(
         str | None,
         Field(
             description="Only records in this status; 'CANDIDATE' is the review queue.",
-            json_schema_extra={"enum": [s.value for s in Status]},
+            json_schema_extra=_one_of(Status),
         ),
     ] = None,
     validity: Annotated[
@@ -685,14 +703,14 @@ def list_records(
             "not (or no longer) verified - candidates, records flagged STALE by a revocation, "
             "expired ones; 'VALID' what may be relied on; 'INVALID' what was revoked or "
             "rejected.",
-            json_schema_extra={"enum": [v.value for v in Validity]},
+            json_schema_extra=_one_of(Validity),
         ),
     ] = None,
     kind: Annotated[
         str | None,
         Field(
             description="Only records of this kind.",
-            json_schema_extra={"enum": [k.value for k in Kind]},
+            json_schema_extra=_one_of(Kind),
         ),
     ] = None,
     claim_prefix: Annotated[
