@@ -16,9 +16,10 @@ streamable HTTP (:func:`serve`).
   updated (and after accept, reject and revalidate the record itself), to clients
   listening with ``subscriptions/listen``.
 - One connection is one ledger run (:meth:`ledger.Session.run`), started at its
-  first read or proposal: what the connection was shown (``read_memory``,
-  ``get_record``, ``explain_memory``, the record resource) is recorded, and what
-  it proposes carries those reads as ``observed`` dependencies. Over stdio the
+  first read or proposal: what it reads (``read_memory``, ``get_record``, the record
+  resource; ``explain_memory`` as far as the run records explanations) is recorded,
+  and what it proposes carries those reads as ``observed`` dependencies.
+  ``list_records`` and ``audit_record`` are not recorded. Over stdio the
   connection is the process; in process (``mcp.Client(server)``) each client; over
   streamable HTTP, whose 2026 protocol has no sessions, the server's lifetime.
 """
@@ -583,6 +584,7 @@ def capture_evidence(
         Any, Field(description="What the evidence says, as a JSON value; default its hash.")
     ] = None,
 ) -> ProposalOut:
+    """The ``capture_evidence`` tool: :meth:`Session.capture` in the connection's run."""
     connection = _connection(ctx)
     with _as_tool_error():
         if content_encoding == "base64":
@@ -617,7 +619,8 @@ def propose_memory(
         Any,
         Field(
             description="The claim itself: any JSON value (text, number, boolean, null, "
-            "array or object)."
+            "array or object). Text that is itself a JSON array, object or null is taken as "
+            "that value."
         ),
     ],
     kind: KindName,
@@ -634,6 +637,7 @@ def propose_memory(
         ),
     ] = None,
 ) -> ProposalOut:
+    """The ``propose_memory`` tool: :meth:`Session.propose` in the connection's run."""
     connection = _connection(ctx)
     replaces: dict[str, Any] = {} if supersedes is None else {"supersedes": supersedes}
     with _as_tool_error():
@@ -659,6 +663,7 @@ def read_memory(
     context: ReadContext = None,
     kinds: Kinds = None,
 ) -> ReadOut:
+    """The ``read_memory`` tool: :meth:`Session.read`, recorded in the run."""
     with _as_tool_error():
         result = (
             _connection(ctx).acting().read(scope, claim_key, at=at, context=context, kinds=kinds)
@@ -674,6 +679,7 @@ def explain_memory(
     context: ReadContext = None,
     kinds: Kinds = None,
 ) -> ExplainOut:
+    """The ``explain_memory`` tool: :meth:`Session.explain`."""
     with _as_tool_error():
         explanation = (
             _connection(ctx).acting().explain(scope, claim_key, at=at, context=context, kinds=kinds)
@@ -682,6 +688,7 @@ def explain_memory(
 
 
 def get_record(ctx: Context[_Connection, Any], record_id: RecordId) -> RecordOut:
+    """The ``get_record`` tool: :meth:`Session.get`, recorded in the run."""
     with _as_tool_error():
         return record_out(_connection(ctx).acting().get(record_id))
 
@@ -722,6 +729,7 @@ def list_records(
         Field(description="The `next_after` of the previous page, to get the next one."),
     ] = None,
 ) -> PageOut:
+    """The ``list_records`` tool: one page of :meth:`Session.records`."""
     session = _connection(ctx).session
     with _as_tool_error():
         page = session.records(  # type: ignore[attr-defined]  # landing in the core
@@ -741,6 +749,7 @@ def list_records(
 
 
 def audit_record(ctx: Context[_Connection, Any], record_id: RecordId) -> AuditOut:
+    """The ``audit_record`` tool: :meth:`Session.audit`."""
     with _as_tool_error():
         return _audit_out(_connection(ctx).session.audit(record_id))
 
@@ -748,6 +757,7 @@ def audit_record(ctx: Context[_Connection, Any], record_id: RecordId) -> AuditOu
 async def accept_memory(
     ctx: Context[_Connection, Any], record_id: RecordId, note: Note = ""
 ) -> DecisionOut:
+    """The ``accept_memory`` tool: :meth:`Session.accept`; announces the record."""
     session = _connection(ctx).session
     with _as_tool_error():
         await _off_loop(partial(session.accept, record_id, note=note))
@@ -764,6 +774,7 @@ async def accept_memory(
 async def reject_memory(
     ctx: Context[_Connection, Any], record_id: RecordId, reason: Reason
 ) -> DecisionOut:
+    """The ``reject_memory`` tool: :meth:`Session.reject`; announces the record."""
     session = _connection(ctx).session
     with _as_tool_error():
         await _off_loop(partial(session.reject, record_id, reason))
@@ -779,6 +790,7 @@ async def reject_memory(
 async def revoke_memory(
     ctx: Context[_Connection, Any], record_id: RecordId, reason: Reason
 ) -> RevocationOut:
+    """The ``revoke_memory`` tool: :meth:`Session.revoke`; announces what it affected."""
     session = _connection(ctx).session
     with _as_tool_error():
         rev = await _off_loop(partial(session.revoke, record_id, reason))
@@ -799,6 +811,7 @@ async def revalidate_memory(
         ),
     ] = None,
 ) -> DecisionOut:
+    """The ``revalidate_memory`` tool: :meth:`Session.revalidate`; announces the record."""
     session = _connection(ctx).session
     with _as_tool_error():
         await _off_loop(partial(session.revalidate, record_id, note=note, parents=parents))
