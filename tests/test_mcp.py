@@ -439,15 +439,10 @@ async def test_list_records_pages_through_the_review_queue_and_what_needs_attent
         assert [r["id"] for r in prefixed["records"]] == ["M3"]
 
         # After a revocation, what needs attention: everything resting on E1 (the
-        # candidates included), not E1 itself (INVALID) nor an unrelated fact (VALID)
-        await ok(
-            agent,
-            "propose_memory",
-            scope=SCOPE,
-            claim_key="api.other",
-            value=1,
-            kind="fact",
-            id="M5",
+        # candidates included), not E1 itself (INVALID) nor an unrelated fact (VALID),
+        # proposed outside this connection (which has been shown E1)
+        team.sessions["agent-1"].propose(
+            scope=SCOPE, claim_key="api.other", value=1, kind=Kind.FACT, id="M5"
         )
         await ok(reviewer, "accept_memory", record_id="M5")
         await ok(reviewer, "revoke_memory", record_id="E1", reason="doc changed")
@@ -571,7 +566,19 @@ async def test_a_superseding_proposal_replaces_the_old_value_instead_of_conflict
             supersedes="M1",
         )
         assert proposal["record"]["supersedes"] == "M1"
-        await ok(reviewer, "accept_memory", record_id="M2")
+        async with reviewer.listen(
+            resource_subscriptions=[record_uri("M1"), record_uri("M2")]
+        ) as subscription:
+            await ok(reviewer, "accept_memory", record_id="M2")
+            heard = []
+            with anyio.fail_after(30):  # a guard against hanging, not a timing check
+                async for event in subscription:
+                    assert isinstance(event, ResourceUpdated)
+                    heard.append(event.uri)
+                    if len(heard) == 2:
+                        break
+        # (listeners hear of the accepted record and of the one it replaced)
+        assert heard == [record_uri("M2"), record_uri("M1")]
 
         # Then the claim reads FOUND with the new value, M1 is SUPERSEDED, R1 STALE
         found = await ok(agent, "read_memory", scope=SCOPE, claim_key=CLAIM)
@@ -662,20 +669,103 @@ async def test_a_connection_starts_its_run_at_its_first_read_and_ends_it_on_clos
     assert runs() == [(proposal["run_id"], "agent-1", "completed")]
 
 
-async def test_listing_records_is_not_recorded_as_a_read(team: Team) -> None:
+async def test_what_a_connection_lists_or_explains_is_observed_too(team: Team) -> None:
     await accepted_evidence(team, "E1")
+    await accepted_evidence(team, "E2", content="the queue is FIFO")
     async with team.client("agent-1") as agent:
-        listed = await ok(agent, "list_records", scope=SCOPE)
+        # Given the connection lists E1 and has E2 explained
+        listed = await ok(
+            agent, "list_records", scope=SCOPE, claim_prefix="source:https://docs.test/E1"
+        )
         assert [r["id"] for r in listed["records"]] == ["E1"]
+        await ok(agent, "explain_memory", scope=SCOPE, claim_key="source:https://docs.test/E2")
+
+        # When it proposes
         proposal = await ok(
-            agent,
+            agent, "propose_memory", scope=SCOPE, claim_key=CLAIM, value=1, kind="fact"
+        )
+
+    # Then both were observed: it was shown them
+    assert proposal["record"]["observed"] == ["E1", "E2"]
+
+
+async def test_a_connection_shown_withdrawn_records_can_still_propose_a_correction(
+    team: Team,
+) -> None:
+    await accepted_evidence(team, "E1")
+    agent, reviewer = team.sessions["agent-1"], team.sessions["reviewer"]
+    agent.propose(scope=SCOPE, claim_key=CLAIM, value=1, kind=Kind.FACT, id="M1")
+    agent.propose(
+        scope=SCOPE,
+        claim_key="api.derived",
+        value=2,
+        kind=Kind.INFERENCE,
+        parents=["E1"],
+        id="S1",
+    )
+    reviewer.accept("M1")
+    reviewer.accept("S1")
+    reviewer.revoke("M1", reason="wrong")
+    reviewer.revoke("E1", reason="page changed")  # S1 is STALE
+    async with team.client("agent-1") as client:
+        # Given the connection is shown withdrawn records every way it can be
+        assert (await ok(client, "read_memory", scope=SCOPE, claim_key=CLAIM))[
+            "outcome"
+        ] == "MISSING"
+        explained = await ok(client, "explain_memory", scope=SCOPE, claim_key=CLAIM)
+        assert [e["record"]["status"] for e in explained["entries"]] == ["REVOKED"]
+        assert (await ok(client, "get_record", record_id="S1"))["status"] == "STALE"
+        attention = await ok(client, "list_records", scope=SCOPE, validity="NEEDS_REVALIDATION")
+        assert [r["id"] for r in attention["records"]] == ["S1"]
+        await client.read_resource(record_uri("M1"))
+
+        # When it proposes the corrected value
+        correction = await ok(
+            client,
             "propose_memory",
             scope=SCOPE,
             claim_key=CLAIM,
-            value=1,
+            value=3,
             kind="fact",
+            id="M2",
         )
-    assert proposal["record"]["observed"] == []
+
+    # Then the proposal stands on nothing withdrawn
+    assert correction["record"]["observed"] == []
+
+
+async def test_once_shown_that_a_record_it_read_was_withdrawn_a_connection_goes_on_without_it(
+    team: Team,
+) -> None:
+    await accepted_evidence(team, "E1")
+    await accepted_evidence(team, "E2", content="the queue is FIFO")
+    async with team.client("agent-1") as agent:
+        # Given the connection read E1 and E2 and built on them
+        for rid in ("E1", "E2"):
+            source = f"source:https://docs.test/{rid}"
+            assert (await ok(agent, "read_memory", scope=SCOPE, claim_key=source))[
+                "outcome"
+            ] == "FOUND"
+        first = await ok(
+            agent, "propose_memory", scope=SCOPE, claim_key=CLAIM, value=1, kind="fact"
+        )
+        assert first["record"]["observed"] == ["E1", "E2"]
+
+        # When E1 is revoked elsewhere, its next proposal is refused, naming E1
+        team.sessions["reviewer"].revoke("E1", reason="doc changed")
+        blocked = await refused(
+            agent, "propose_memory", scope=SCOPE, claim_key="api.k", value=2, kind="fact"
+        )
+        assert "InvalidParentError: observed dependency 'E1'" in blocked
+
+        # Then once it has been shown E1's new state, it goes on in a new run with E2
+        assert (await ok(agent, "get_record", record_id="E1"))["status"] == "REVOKED"
+        after = await ok(
+            agent, "propose_memory", scope=SCOPE, claim_key="api.k", value=2, kind="fact"
+        )
+
+    assert after["record"]["observed"] == ["E2"]
+    assert after["run_id"] != first["run_id"]
 
 
 # -- bad input and refusals ---------------------------------------------------------------------

@@ -16,10 +16,13 @@ streamable HTTP (:func:`serve`).
   updated (and after accept, reject and revalidate the record itself), to clients
   listening with ``subscriptions/listen``.
 - One connection is one ledger run (:meth:`ledger.Session.run`), started at its
-  first read or proposal: what it reads (``read_memory``, ``get_record``, the record
-  resource; ``explain_memory`` as far as the run records explanations) is recorded,
-  and what it proposes carries those reads as ``observed`` dependencies.
-  ``list_records`` and ``audit_record`` are not recorded. Over stdio the
+  first read or proposal: every usable record it is shown (by ``read_memory``,
+  ``explain_memory``, ``get_record``, ``list_records``, the record resource) is
+  recorded, and what it proposes carries those reads as ``observed`` dependencies.
+  Records shown as not usable (candidates, stale, revoked, superseded, expired) are
+  no basis and are not recorded; neither is ``audit_record``. Once shown that a
+  record it read was withdrawn, the connection goes on in a new run keeping its
+  other reads. Over stdio the
   connection is the process; in process (``mcp.Client(server)``) each client; over
   streamable HTTP, whose 2026 protocol has no sessions, the server's lifetime.
 """
@@ -92,8 +95,9 @@ of claims you derive from it.
 - When a record is revoked, everything built on it becomes STALE (needs \
 re-verification) and is no longer returned; list_records with \
 validity=NEEDS_REVALIDATION shows what needs attention.
-- This connection is one run: what you read or get through it is recorded, and what \
-you propose carries those reads as observed dependencies.
+- This connection is one run: every usable record you are shown (read, explained, \
+fetched or listed) is recorded, and what you propose carries those reads as observed \
+dependencies.
 """
 
 
@@ -232,6 +236,7 @@ class RecordOut(TypedDict):
     reason: str | None
     supersedes: str | None
     superseded_by: str | None
+    cause_superseded_by: str | None
     deliveries: list[dict[str, Any]]
     position: int
 
@@ -359,9 +364,9 @@ def record_out(view: RecordView) -> RecordOut:
         "evidence": None if view.evidence is None else _plain(view.evidence),
         "cause": view.cause,
         "reason": view.reason,
-        # Supersession is landing in the core; until then views carry neither field.
-        "supersedes": getattr(view, "supersedes", None),
-        "superseded_by": getattr(view, "superseded_by", None),
+        "supersedes": view.supersedes,
+        "superseded_by": view.superseded_by,
+        "cause_superseded_by": view.cause_superseded_by,
         "deliveries": [_delivery_out(d) for d in view.deliveries],
         "position": view.position,
     }
@@ -453,9 +458,25 @@ def _as_tool_error() -> Iterator[None]:
 # -- one connection, one run -----------------------------------------------------------------
 
 
+def _usable(view: RecordView) -> bool:
+    """Whether a record may be relied on now (ACCEPTED, and it and its ancestors unexpired)."""
+    return view.status == Status.ACCEPTED and view.validity == Validity.VALID
+
+
 class _Connection:
     """One MCP connection: the token's session and, from its first read or proposal
-    on, its run (so reads are observed on what it proposes)."""
+    on, its run (so what it reads is observed on what it proposes).
+
+    Two rules keep a long connection from a dead end, where the core's run would
+    refuse every later proposal because an observed dependency is no longer usable
+    (TEMPORARY until the run applies them itself; see :meth:`shown`):
+
+    - a record shown as not usable (a candidate, stale, revoked, superseded or
+      expired; by explain_memory, get_record, list_records, the resource) is no
+      basis for anything and is not observed;
+    - once the connection is shown that a record it read is no longer usable, it
+      knows: its run ends and a new one carries on with its other reads.
+    """
 
     def __init__(self, session: Session) -> None:
         self.session = session
@@ -463,6 +484,9 @@ class _Connection:
         self._stack = ExitStack()
         self._run: RunContext | None = None
         self._runless = False
+
+    def _start(self) -> RunContext:
+        return self._stack.enter_context(self.session.run(f"mcp-{secrets.token_hex(8)}"))
 
     def acting(self) -> RunContext | Session:
         """The run, started now if this is the connection's first read or proposal.
@@ -474,16 +498,52 @@ class _Connection:
         with self._lock:
             if self._run is None and not self._runless:
                 try:
-                    self._run = self._stack.enter_context(
-                        self.session.run(f"mcp-{secrets.token_hex(8)}")
-                    )
+                    self._run = self._start()
                 except AccessDeniedError:
                     self._runless = True
             return self._run if self._run is not None else self.session
 
+    def shown(self, views: Iterable[RecordView]) -> None:
+        """Record in the run the usable records among those just shown; if one the run
+        read before is shown no longer usable, renew the run without it.
+
+        TEMPORARY: ``RunContext.explain/get/records`` record every record shown, and
+        a proposal in a run is refused while any observed dependency is REVOKED,
+        REJECTED, STALE or SUPERSEDED, so one look at a withdrawn record (the
+        explanation after a MISSING, the list of what needs attention), or one
+        revocation of something read earlier, would block every later proposal of
+        the connection, evidence captures included.
+        """
+        acting = self.acting()
+        if not isinstance(acting, RunContext):
+            return
+        withdrawn = set()
+        for view in views:
+            if _usable(view):
+                acting.observe(view.id)
+            elif view.id in acting.reads:
+                withdrawn.add(view.id)
+        if withdrawn:
+            self._renew(acting, withdrawn)
+
+    def _renew(self, old: RunContext, withdrawn: set[str]) -> None:
+        """End ``old`` and go on in a new run that has observed ``old``'s other reads."""
+        with self._lock:
+            if self._run is not old:
+                return
+            self._stack.close()
+            self._stack = ExitStack()
+            self._run = run = self._start()
+        for rid in old.reads:
+            if rid not in withdrawn:
+                try:
+                    run.observe(rid)
+                except LedgerError:  # no longer visible: nothing can rest on it now
+                    continue
+
     @property
     def run_id(self) -> str | None:
-        """The run's id once started."""
+        """The current run's id once started."""
         return None if self._run is None else self._run.run_id
 
     def close(self) -> None:
@@ -679,18 +739,23 @@ def explain_memory(
     context: ReadContext = None,
     kinds: Kinds = None,
 ) -> ExplainOut:
-    """The ``explain_memory`` tool: :meth:`Session.explain`."""
+    """The ``explain_memory`` tool: :meth:`Session.explain`, recorded in the run."""
     with _as_tool_error():
-        explanation = (
-            _connection(ctx).acting().explain(scope, claim_key, at=at, context=context, kinds=kinds)
+        connection = _connection(ctx)
+        explanation = connection.session.explain(
+            scope, claim_key, at=at, context=context, kinds=kinds
         )
+        connection.shown(e.record for e in explanation.entries)
         return _explain_out(explanation)
 
 
 def get_record(ctx: Context[_Connection, Any], record_id: RecordId) -> RecordOut:
     """The ``get_record`` tool: :meth:`Session.get`, recorded in the run."""
+    connection = _connection(ctx)
     with _as_tool_error():
-        return record_out(_connection(ctx).acting().get(record_id))
+        view = connection.session.get(record_id)
+        connection.shown([view])
+        return record_out(view)
 
 
 def list_records(
@@ -729,10 +794,10 @@ def list_records(
         Field(description="The `next_after` of the previous page, to get the next one."),
     ] = None,
 ) -> PageOut:
-    """The ``list_records`` tool: one page of :meth:`Session.records`."""
-    session = _connection(ctx).session
+    """The ``list_records`` tool: one page of :meth:`Session.records`, recorded in the run."""
     with _as_tool_error():
-        page = session.records(  # type: ignore[attr-defined]  # landing in the core
+        connection = _connection(ctx)
+        page = connection.session.records(
             scope,
             status=status,
             validity=validity,
@@ -741,6 +806,7 @@ def list_records(
             limit=limit,
             after=after,
         )
+        connection.shown(page)
     records = [record_out(r) for r in page]
     return {
         "records": records,
@@ -762,7 +828,7 @@ async def accept_memory(
     with _as_tool_error():
         await _off_loop(partial(session.accept, record_id, note=note))
         view = await _off_loop(partial(_view_if_readable, session, record_id))
-    replaced = None if view is None else getattr(view, "supersedes", None)
+    replaced = None if view is None else view.supersedes
     await _announce(ctx, [record_id, *([replaced] if replaced else [])])
     return {
         "id": record_id,
@@ -862,7 +928,8 @@ TOOLS: tuple[tuple[Callable[..., Any], str, ToolAnnotations], ...] = (
         "replace an earlier record for the same claim, pass its id as `supersedes` instead of "
         "proposing a rival value (two accepted values for one claim are a CONFLICT). Refused "
         "when a parent is unknown, outside your scopes, or not usable (REVOKED, REJECTED, "
-        "STALE).",
+        "STALE, SUPERSEDED); and when a record you read in this session has been withdrawn "
+        "since: look at it (get_record or explain_memory), then propose again.",
         _write_tool("Propose a memory", destructive=False),
     ),
     (
@@ -884,7 +951,8 @@ TOOLS: tuple[tuple[Callable[..., Any], str, ToolAnnotations], ...] = (
         "usable: a candidate awaiting approval, rejected, revoked (with the reason), stale "
         "because something it rests on was revoked, an ancestor expired, a condition your "
         "`context` does not match. Use it when read_memory answers MISSING or CONFLICT, and "
-        "before proposing a replacement.",
+        "before proposing a replacement. The usable records it shows are recorded as read in "
+        "this session.",
         _read_tool("Explain a claim"),
     ),
     (
@@ -893,8 +961,8 @@ TOOLS: tuple[tuple[Callable[..., Any], str, ToolAnnotations], ...] = (
         "ACCEPTED, REJECTED, STALE, REVOKED, SUPERSEDED), validity (VALID, NEEDS_REVALIDATION, "
         "INVALID), parents, observed dependencies, conditions, expiry, evidence details and "
         "deliveries. A status is not permission to rely on it: read_memory decides that. An "
-        "unknown id and an id in a scope you cannot see give the same error. Recorded as read "
-        "in this session.",
+        "unknown id and an id in a scope you cannot see give the same error. If it is usable, "
+        "it is recorded as read in this session.",
         _read_tool("Get a record"),
     ),
     (
@@ -903,9 +971,9 @@ TOOLS: tuple[tuple[Callable[..., Any], str, ToolAnnotations], ...] = (
         "status='CANDIDATE' is the review queue; status='STALE' what a revocation flagged for "
         "re-verification; validity='NEEDS_REVALIDATION' everything not (or no longer) "
         "verified - candidates, stale and expired records; or by `kind` or `claim_prefix`. "
-        "Pass the returned "
-        "`next_after` as `after` for the next page (null on the last page). Listing is for "
-        "finding records: use read_memory before relying on a value.",
+        "Pass the returned `next_after` as `after` for the next page (null on the last "
+        "page). A listed record is not necessarily usable: read_memory decides what you may "
+        "rely on. The usable records listed are recorded as read in this session.",
         _read_tool("List records"),
     ),
     (
@@ -959,8 +1027,10 @@ APPROVAL_TOOLS: tuple[tuple[Callable[..., Any], str, ToolAnnotations], ...] = (
 
 def _record_resource(ctx: Context[_Connection, Any], record_id: str) -> str:
     """One record as JSON (what get_record returns); recorded as read in the run."""
+    connection = _connection(ctx)
     try:
-        view = _connection(ctx).acting().get(record_id)
+        view = connection.session.get(record_id)
+        connection.shown([view])
     except UnknownRecordError as exc:
         raise ResourceNotFoundError(_refusal(exc)) from None
     except LedgerError as exc:
@@ -1018,7 +1088,7 @@ def build_server(ledger: Ledger, token: str) -> MCPServer[_Connection]:
         name="record",
         title="A provledger record",
         description="One record as JSON, whatever its status (the result of get_record). "
-        "Reading it is recorded as a read of this connection's run.",
+        "A usable record read this way is recorded as read in this connection's run.",
         mime_type="application/json",
     )(_record_resource)
     return server
