@@ -92,6 +92,8 @@ is usable now; not proof that nothing was ever said - explain_memory says why) o
 CONFLICT (usable records disagree; all are returned, none wins).
 - Store what you read from outside with capture_evidence and name it in the parents \
 of claims you derive from it.
+- To change what is remembered, propose the new value with supersedes=<the old record's \
+id>; two accepted values for one claim are a CONFLICT.
 - When a record is revoked, everything built on it becomes STALE (needs \
 re-verification) and is no longer returned; list_records with \
 validity=NEEDS_REVALIDATION shows what needs attention.
