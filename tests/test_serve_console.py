@@ -157,7 +157,7 @@ def test_forms_without_this_sessions_csrf_token_are_refused_and_change_nothing(
 ) -> None:
     _seed(desk)
     client, csrf = desk.signed_in("reviewer-2")
-    other, other_csrf = desk.signed_in("reviewer")
+    _other, other_csrf = desk.signed_in("reviewer")
     before = desk.ledger.position
     for data in ({}, {"csrf": "forged"}, {"csrf": other_csrf}):
         r = client.post("/records/M2/accept", data=data)
