@@ -294,7 +294,9 @@ def test_the_record_page_shows_status_validity_reason_deliveries_audit_and_graph
     assert page.status_code == 200
     text = text_of(page.text)
     assert "Status STALE" in text and "Validity NEEDS_REVALIDATION" in text
-    assert "E1 was withdrawn: “doc changed”" in text
+    why = text_of(page.text[page.text.index('class="card why"') :].split("</section>")[0])
+    assert "Not usable now" in why and "E1" in why and "doc changed" in why
+    assert "STALE means it needs re-verification" in why
     assert "ops@x.test" in text and "DELIVERED" in text
     assert re.search(r"Proposed .* Accepted .* Delivered .* MarkedStale", text)
     svg = page.text[page.text.index("<svg") : page.text.index("</svg>")]
