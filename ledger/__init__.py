@@ -22,6 +22,7 @@ from ledger.values import (
     RebuildReport,
     RecordView,
     Revocation,
+    RevocationPreview,
 )
 
 __version__ = "0.1.0"
@@ -46,6 +47,7 @@ __all__ = [
     "RecordView",
     "RetentionRule",
     "Revocation",
+    "RevocationPreview",
     "Role",
     "RunContext",
     "Session",

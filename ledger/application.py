@@ -10,6 +10,7 @@ its events, view updates and snapshots in one transaction.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import hashlib
 import random
 import re
@@ -91,14 +92,17 @@ from ledger.values import (
     RebuildReport,
     RecordView,
     Revocation,
+    RevocationPreview,
 )
 from projections import access as access_view
 from projections import delivery as delivery_view
 from projections import timeline
 from projections import validity as validity_view
 from projections.base import Cursor, fetch_in_chunks
+from projections.projector import LAYOUT
 
 T = TypeVar("T")
+EnumT = TypeVar("EnumT", bound=enum.Enum)
 
 
 class AcceptanceCheck(Protocol):
@@ -114,10 +118,16 @@ class AcceptanceCheck(Protocol):
 #: Threads that get their own SQLite connection for single-statement reads.
 MAX_READERS = 32
 
-_BLOCKING = (Status.REVOKED, Status.REJECTED, Status.STALE)
-_FINAL = (Status.REVOKED, Status.REJECTED)
+_BLOCKING = (Status.REVOKED, Status.REJECTED, Status.STALE, Status.SUPERSEDED)
+#: Statuses a revocation or supersession does not mark STALE (nothing left to re-verify).
+_FINAL = (Status.REVOKED, Status.REJECTED, Status.SUPERSEDED)
+#: ``records(limit=…)`` bounds.
+MAX_PAGE = 1000
 _SNAPSHOT_REF = re.compile(r"sha256:[0-9a-f]{64}")
 _RETRIES = 20
+
+
+_RECAPTURE: Any = object()  # capture's ``supersedes``: "the previous capture, if any"
 
 
 class _Clash(Exception):
@@ -189,6 +199,7 @@ class Ledger:
         self._projector.mapper = self._app.mapper
         self._dialect = self._recorder.dialect
         try:
+            self._migrate_views()
             self.catch_up()
         except BaseException:
             self.close()
@@ -454,6 +465,17 @@ class Ledger:
             self._recorder.lock_for_write(c)
             return self._projector.catch_up(c)
 
+    def _migrate_views(self) -> None:
+        """Rebuild the views from the log if they were built with another layout
+        (a ledger written by an older version); the stored events never change."""
+        with self._reading() as c:
+            if self._projector.layout(c) == LAYOUT:
+                return
+        with self._writing() as c:
+            self._recorder.lock_for_write(c)
+            if self._projector.layout(c) != LAYOUT:  # another process may have done it
+                self._projector.replay(c)
+
     def views_digest(self) -> str:
         """Order-independent digest of every view row."""
         self._check_open()
@@ -469,7 +491,6 @@ class Ledger:
         self._check_open()
         if progress is not None and not callable(progress):
             raise InvalidInputError(f"progress must be callable, got {type(progress).__name__}")
-        applied = 0
         # One transaction: a crash or a corrupt event part-way leaves the old views
         # exactly as they were, and writers wait instead of seeing half-built views.
         with self._writing() as c:
@@ -478,13 +499,9 @@ class Ledger:
             before = self._projector.digest(c)
             target = self._recorder.max_position(c)
             started = time.perf_counter()
-            self._projector.drop_tables(c)
-            self._projector.create_tables(c)
-            for batch in self._projector.pending(c):
-                self._projector._apply(c, batch)
-                applied += len(batch)
-                if progress is not None:
-                    progress(batch[-1][0], target)
+            applied = self._projector.replay(
+                c, None if progress is None else (lambda reached: progress(reached, target))
+            )
         seconds = time.perf_counter() - started
         return RebuildReport(
             events=applied, seconds=seconds, digest_before=before, digest_after=self.views_digest()
@@ -671,6 +688,26 @@ class Ledger:
         return found
 
 
+@dataclasses.dataclass(frozen=True)
+class _Marking:
+    """What marking a record's descendants STALE will append (see ``_stale_marking``)."""
+
+    events: list[Any]
+    guard: Guard
+    visible: tuple[str, ...]
+    hidden: int
+
+
+def _both(first: Guard, second: Guard) -> Guard:
+    """A guard running two guards in turn."""
+
+    def guard(c: Cursor) -> None:
+        first(c)
+        second(c)
+
+    return guard
+
+
 class _Reader:
     """A thread's reading connection; closed when its thread ends (the thread's
     local data is dropped) or when the ledger closes, whichever comes first."""
@@ -847,6 +884,9 @@ class Session:
             reason=row["reason"],
             deliveries=tuple(delivered),
             position=row["from_pos"],
+            supersedes=row["supersedes"],
+            superseded_by=row["superseded_by"],
+            cause_superseded_by=row["stale_via"],
         )
 
     def _note_reads(self, record_ids: Iterable[str], how: str) -> None:
@@ -885,7 +925,7 @@ class Session:
         Raises:
             AccessDeniedError: no ``read`` role in ``scope``.
         """
-        explanation = self.explain(scope, claim_key, at=at, context=context, kinds=kinds)
+        explanation = self._explanation(scope, claim_key, at, context, kinds)
         usable = tuple(e.record for e in explanation.entries if e.usable)
         self._note_reads((r.id for r in usable), "read")
         return ReadResult(
@@ -906,9 +946,24 @@ class Session:
     ) -> Explanation:
         """Say, per record for ``(scope, claim_key)``, why it is or is not usable.
 
+        Inside a run, every record shown (values included) counts as read.
+
         Raises:
             AccessDeniedError: no ``read`` role in ``scope``.
         """
+        explanation = self._explanation(scope, claim_key, at, context, kinds)
+        self._note_reads((e.record.id for e in explanation.entries), "explain")
+        return explanation
+
+    def _explanation(
+        self,
+        scope: str,
+        claim_key: str,
+        at: datetime | None,
+        context: Mapping[str, Any] | None,
+        kinds: Iterable[Kind | str] | None,
+    ) -> Explanation:
+        """``explain`` without recording what it shows."""
         check_id(scope, "scope")
         check_text(claim_key, "claim_key", max_len=512)
         when = self._at(at)
@@ -987,6 +1042,60 @@ class Session:
             view = self._view(c, row, self._at(None))
         self._note_reads((view.id,), "get")
         return view
+
+    def records(
+        self,
+        scope: str,
+        *,
+        status: Status | str | None = None,
+        validity: Validity | str | None = None,
+        kind: Kind | str | None = None,
+        claim_prefix: str | None = None,
+        limit: int = 100,
+        after: str | None = None,
+    ) -> tuple[RecordView, ...]:
+        """One page of the records of ``scope`` in id order, optionally filtered.
+
+        The review queue is ``records(scope, status="CANDIDATE")``; what needs
+        attention is ``records(scope, validity="NEEDS_REVALIDATION")``. Pass the last
+        id of a page as ``after`` to get the next one. One indexed query per page.
+
+        Raises:
+            AccessDeniedError: no ``read`` role in ``scope``.
+            InvalidInputError: a filter that names no status, validity or kind, or a
+                ``limit`` outside 1..1000.
+        """
+        check_id(scope, "scope")
+        the_status = None if status is None else _member(Status, status, "status")
+        the_validity = None if validity is None else _member(Validity, validity, "validity")
+        the_kind = None if kind is None else check_kind(kind)
+        if claim_prefix is not None:
+            check_text(claim_prefix, "claim_prefix", max_len=512, empty=True)
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+            raise InvalidInputError(f"limit {limit!r} is not between 1 and {MAX_PAGE}")
+        if after is not None:
+            check_id(after, "after")
+        at = self._at(None)
+        with self._ctx() as c:
+            self._require(c, scope, Role.READ, "records")
+            rows = validity_view.page(
+                c,
+                self._ledger._dialect,
+                scope,
+                position=self._position,
+                at=datetime_to_micros(at),
+                status=None if the_status is None else the_status.value,
+                validity=None if the_validity is None else the_validity.value,
+                kind=None if the_kind is None else the_kind.value,
+                claim_prefix=claim_prefix,
+                limit=limit,
+                after=after,
+            )
+            views = tuple(
+                self._view(c, row, at, deliveries=bool(row["has_deliveries"])) for row in rows
+            )
+        self._note_reads((v.id for v in views), "records")
+        return views
 
     def audit(self, record_id: str) -> AuditTrail:
         """The whole history of a record (revoked ones included), event by event.
@@ -1301,9 +1410,10 @@ class Session:
             "snapshot_ref": digest,
             "size": len(data),
         }
+        claim = claim_key if claim_key is not None else f"source:{uri}"
         return self._propose(
             scope=scope,
-            claim_key=claim_key if claim_key is not None else f"source:{uri}",
+            claim_key=claim,
             value=digest if value is None else value,
             kind=Kind.EVIDENCE,
             parents=(),
@@ -1311,6 +1421,7 @@ class Session:
             conditions=conditions,
             record_id=id,
             evidence=evidence,
+            supersedes=_RECAPTURE,
             snapshots=((digest, data),),
         )
 
@@ -1324,10 +1435,14 @@ class Session:
         expires: datetime | None = None,
         conditions: Mapping[str, Any] | None = None,
         id: str | None = None,
+        supersedes: str | None = None,
     ) -> str:
         """Propose a record; it is a ``CANDIDATE`` until an approver accepts it.
 
-        Returns the record id (given or generated).
+        Returns the record id (given or generated). ``supersedes=OLD`` proposes a
+        new version of OLD (same scope and claim key): when this record is
+        accepted, OLD becomes SUPERSEDED and OLD's descendants STALE, in the same
+        transaction.
 
         Raises:
             AccessDeniedError: no ``propose`` role in ``scope``.
@@ -1347,6 +1462,7 @@ class Session:
             conditions=conditions,
             record_id=id,
             evidence=None,
+            supersedes=supersedes,
             snapshots=(),
         )
 
@@ -1355,7 +1471,7 @@ class Session:
 
         Each item is a mapping of ``propose`` keyword arguments (``scope``,
         ``claim_key``, ``value``, ``kind``, and optionally ``parents``,
-        ``expires``, ``conditions``, ``id``). An item may name an earlier item of
+        ``expires``, ``conditions``, ``id``, ``supersedes``). An item may name an earlier item of
         the same batch as a parent. Returns the ids in order.
 
         Raises:
@@ -1363,7 +1479,17 @@ class Session:
         """
         self._writable("propose_many")
         batch = _as_list(items, "items")
-        allowed = {"scope", "claim_key", "value", "kind", "parents", "expires", "conditions", "id"}
+        allowed = {
+            "scope",
+            "claim_key",
+            "value",
+            "kind",
+            "parents",
+            "expires",
+            "conditions",
+            "id",
+            "supersedes",
+        }
         records: list[Record.Proposed] = []
         pending: dict[str, str] = {}
         with self._ctx() as c:
@@ -1396,6 +1522,7 @@ class Session:
                         conditions=item.get("conditions"),
                         record_id=item.get("id"),
                         evidence=None,
+                        supersedes=item.get("supersedes"),
                     )
                 except LedgerError as exc:
                     raise type(exc)(f"propose_many item {index}: {exc}") from None
@@ -1405,8 +1532,14 @@ class Session:
         return [r.record_id for r in records]
 
     def _propose(self, snapshots: Sequence[tuple[str, bytes]] = (), **fields: Any) -> str:
-        """One proposal: ``fields`` are ``_prepare``'s keyword arguments."""
+        """One proposal: ``fields`` are ``_prepare``'s keyword arguments
+        (``supersedes=_RECAPTURE``: the newest accepted capture of the same URI
+        with other bytes, if any)."""
         with self._ctx() as c:
+            if fields.get("supersedes") is _RECAPTURE:
+                fields["supersedes"] = self._previous_capture(
+                    c, fields["scope"], fields["claim_key"], fields["evidence"]
+                )
             record = self._prepare(c, {}, None, **fields)
         self._commit([record], snapshots)
         return record.record_id
@@ -1426,6 +1559,7 @@ class Session:
         conditions: Mapping[str, Any] | None,
         record_id: str | None,
         evidence: dict[str, Any] | None,
+        supersedes: str | None = None,
     ) -> Record.Proposed:
         """Validate one proposal completely and build its event (nothing written).
 
@@ -1460,6 +1594,8 @@ class Session:
             self._check_dependency(c, dep, "parent", rid, known)
         for dep in observed:
             self._check_dependency(c, dep, "observed dependency", rid, known)
+        if supersedes is not None:
+            self._check_supersedable(c, supersedes, rid, scope, claim_key, declared, known)
         return Record.proposed_event(
             at=ledger._now(),
             record_id=rid,
@@ -1474,7 +1610,62 @@ class Session:
             conditions=the_conditions,
             evidence=evidence,
             run_id=self._run.run_id if self._run is not None else None,
+            supersedes=supersedes,
         )
+
+    def _previous_capture(
+        self, c: Cursor, scope: object, claim_key: object, evidence: Mapping[str, Any]
+    ) -> str | None:
+        """The newest ACCEPTED capture of ``evidence['uri']`` under ``(scope,
+        claim_key)`` whose bytes differ: a re-capture supersedes it, so the claim
+        answers with the newest version instead of a conflict between two."""
+        if not isinstance(scope, str) or not isinstance(claim_key, str):
+            return None  # _prepare names what is wrong
+        if not self._roles(c, scope):
+            return None  # _prepare refuses the proposal without revealing anything
+        for row in reversed(validity_view.for_claim(c, self._ledger._dialect, scope, claim_key)):
+            if row["status"] != Status.ACCEPTED or row["evidence"] is None:
+                continue
+            previous = unpack(row["evidence"])
+            if previous.get("uri") == evidence["uri"]:
+                if previous.get("content_hash") == evidence["content_hash"]:
+                    return None  # the same bytes again: nothing to replace
+                return str(row["record_id"])
+        return None
+
+    def _check_supersedable(
+        self,
+        c: Cursor,
+        old: object,
+        rid: str,
+        scope: str,
+        claim_key: str,
+        declared: Sequence[str],
+        known: Mapping[str, Any] | None,
+    ) -> None:
+        """``old`` may be superseded by the proposal ``rid``: visible, same scope and
+        claim key, not withdrawn, and not something the proposal depends on."""
+        old_id = check_id(old, "supersedes id")
+        row = self._row(c, old_id, known)
+        if row is None or not self._roles(c, row["scope"]):
+            raise UnknownRecordError(
+                f"propose refused: superseded record {old_id!r} is unknown or not visible "
+                f"to {self._subject!r}"
+            )
+        if (row["scope"], row["claim_key"]) != (scope, claim_key):
+            raise InvalidInputError(
+                f"propose refused: {rid!r} ({scope}/{claim_key}) cannot supersede {old_id!r} "
+                f"({row['scope']}/{row['claim_key']}): a new version keeps scope and claim key"
+            )
+        if row["status"] in _FINAL:
+            raise InvalidTransitionError(
+                f"propose refused: {old_id!r} is {row['status']}{_cause_text(row)}; "
+                "only a CANDIDATE, ACCEPTED or STALE record can be superseded"
+            )
+        if old_id in declared:
+            raise InvalidParentError(
+                f"propose refused: {rid!r} cannot both depend on and supersede {old_id!r}"
+            )
 
     def _row(self, c: Cursor, rid: str, known: Mapping[str, Any] | None) -> Any:
         if known is not None and rid in known:
@@ -1563,15 +1754,22 @@ class Session:
                 _check_not_expired(row, now, "accept")
                 self._check_usable_deps(c, record.dependencies, rid, "accept", now)
                 view = self._view(c, row, now)
+                replaced: list[Any] = []
+                guard = self._deps_guard(record.dependencies, rid, "accept")
+                if record.supersedes is not None:
+                    # The old version is superseded and what rests on it marked STALE
+                    # in the same transaction as the acceptance.
+                    old = ledger._record(record.supersedes, c)
+                    old.supersede(self._subject, rid, now)
+                    marking = self._stale_marking(
+                        c, old.record_id, f"superseded by {rid}", now, superseded_by=rid
+                    )
+                    replaced = [*old.collect_events(), *marking.events]
+                    guard = _both(guard, marking.guard)
             self._run_acceptance_checks(view, "accept")
-            ledger._save(
-                record,
-                guard=self._locked(
-                    row["scope"],
-                    Role.APPROVE,
-                    "accept",
-                    self._deps_guard(record.dependencies, rid, "accept"),
-                ),
+            ledger._append(
+                [*record.collect_events(), *replaced],
+                guard=self._locked(row["scope"], Role.APPROVE, "accept", guard),
             )
 
         ledger._retrying(attempt)
@@ -1662,7 +1860,6 @@ class Session:
         self._writable("revoke")
         check_text(reason, "reason")
         ledger = self._ledger
-        d = ledger._dialect
 
         def attempt() -> Revocation:
             with self._ctx() as c:
@@ -1671,61 +1868,115 @@ class Session:
                 root = ledger._record(rid, c)
                 now = ledger._now()
                 root.revoke(self._subject, reason, now)
-                reached = [child_id for child_id, _via in validity_view.descendants(c, d, rid)]
-                rows = validity_view.current_many(c, d, reached)
-                # Stale markings are built from the view's rows and the aggregates'
-                # newest stored versions (one query each per 500 records) instead of
-                # loading every descendant; the guard below and the version numbers
-                # make the append conditional on nothing having changed meanwhile.
-                marked = [cid for cid in reached if rows[cid]["status"] not in _FINAL]
-                versions = ledger._recorder.last_versions(c, [record_uuid(m) for m in marked])
-                seen = {s: bool(self._roles(c, s)) for s in {rows[m]["scope"] for m in marked}}
-            unstored = [cid for cid in marked if record_uuid(cid) not in versions]
-            if unstored:
-                raise CorruptEventError(
-                    f"record {unstored[0]!r} is in the validity view but has no stored events"
-                )
-            stale_events = [
-                Record.stale_event(
-                    record_id=cid,
-                    version=versions[record_uuid(cid)],
-                    actor=self._subject,
-                    cause=rid,
-                    reason=reason,
-                    at=now,
-                )
-                for cid in marked
-            ]
-            expected = set(reached)
-            statuses = {cid: rows[cid]["status"] for cid in reached}
-
-            def guard(c: Cursor) -> None:
-                # Under the write lock: a child proposed since we looked must be
-                # marked too, and a descendant's status must be what we decided
-                # on, so retry from a fresh read if either changed.
-                now_reached = {cid for cid, _ in validity_view.descendants(c, d, rid)}
-                if now_reached != expected:
-                    raise _Clash()
-                now_rows = validity_view.current_many(c, d, reached)
-                if any(now_rows[cid]["status"] != statuses[cid] for cid in reached):
-                    raise _Clash()
-
+                marking = self._stale_marking(c, rid, reason, now)
             position = ledger._append(
-                [*root.collect_events(), *stale_events],
-                guard=self._locked(row["scope"], Role.APPROVE, "revoke", guard),
+                [*root.collect_events(), *marking.events],
+                guard=self._locked(row["scope"], Role.APPROVE, "revoke", marking.guard),
             )
-            # Descendants in scopes the caller cannot see are marked all the same,
-            # but only counted: their ids are not the caller's to learn.
-            stale = tuple(m for m in marked if seen[rows[m]["scope"]])
             return Revocation(
                 root=rid,
-                affected=(rid, *stale),
+                affected=(rid, *marking.visible),
                 position=position,
-                stale=stale,
-                hidden=len(marked) - len(stale),
+                stale=marking.visible,
+                hidden=marking.hidden,
             )
 
         return ledger._retrying(attempt)
+
+    def _stale_marking(
+        self,
+        c: Cursor,
+        root: str,
+        reason: str,
+        now: datetime,
+        superseded_by: str | None = None,
+    ) -> _Marking:
+        """The ``MarkedStale`` events for every descendant of ``root`` not already
+        final (cause ``root``), and a guard that retries the command if the set of
+        descendants or their statuses change before the write.
+
+        Descendants are found through the reverse-dependency index, so the cost
+        follows the number of descendants, not the size of the ledger; markings are
+        built from the view's rows and the aggregates' newest stored versions (one
+        query each per 500 records) instead of loading every descendant.
+        """
+        ledger = self._ledger
+        d = ledger._dialect
+        reached = [
+            cid for cid, _via in validity_view.descendants(c, d, root) if cid != superseded_by
+        ]
+        rows = validity_view.current_many(c, d, reached)
+        marked = [cid for cid in reached if rows[cid]["status"] not in _FINAL]
+        versions = ledger._recorder.last_versions(c, [record_uuid(m) for m in marked])
+        seen = {s: bool(self._roles(c, s)) for s in {rows[m]["scope"] for m in marked}}
+        unstored = [cid for cid in marked if record_uuid(cid) not in versions]
+        if unstored:
+            raise CorruptEventError(
+                f"record {unstored[0]!r} is in the validity view but has no stored events"
+            )
+        events = [
+            Record.stale_event(
+                record_id=cid,
+                version=versions[record_uuid(cid)],
+                actor=self._subject,
+                cause=root,
+                reason=reason,
+                at=now,
+                superseded_by=superseded_by,
+            )
+            for cid in marked
+        ]
+        expected = set(reached)
+        statuses = {cid: rows[cid]["status"] for cid in reached}
+
+        def guard(c: Cursor) -> None:
+            # Under the write lock: a child proposed since we looked must be marked
+            # too, and a descendant's status must be what we decided on, so retry
+            # from a fresh read if either changed.
+            now_reached = {
+                cid for cid, _ in validity_view.descendants(c, d, root) if cid != superseded_by
+            }
+            if now_reached != expected:
+                raise _Clash()
+            now_rows = validity_view.current_many(c, d, reached)
+            if any(now_rows[cid]["status"] != statuses[cid] for cid in reached):
+                raise _Clash()
+
+        # Descendants in scopes the caller cannot see are marked all the same, but
+        # only counted: their ids are not the caller's to learn.
+        visible = tuple(m for m in marked if seen[rows[m]["scope"]])
+        return _Marking(events, guard, visible, len(marked) - len(visible))
+
+    def preview_revoke(self, record_id: str) -> RevocationPreview:
+        """What ``revoke(record_id)`` would do now, writing nothing: the descendants
+        it would mark STALE and the deliveries that would then owe a correction.
+
+        Raises:
+            UnknownRecordError: no such record, or not visible to this principal.
+            AccessDeniedError: no ``approve`` role in the record's scope.
+            InvalidTransitionError: the record cannot be revoked.
+        """
+        ledger = self._ledger
+        d = ledger._dialect
+        with self._ctx() as c:
+            row = self._visible(c, record_id, Role.APPROVE, "revoke")
+            rid = row["record_id"]
+            if Status(row["status"]) not in (Status.CANDIDATE, Status.ACCEPTED, Status.STALE):
+                raise InvalidTransitionError(
+                    f"record {rid!r} is {row['status']}; revoke needs CANDIDATE|ACCEPTED|STALE"
+                )
+            marking = self._stale_marking(c, rid, "preview", ledger._now())
+            now = self._at(None)
+            rows = validity_view.current_many(c, d, (rid, *marking.visible))
+            owed = []
+            for cid in (rid, *marking.visible):
+                crow = rows[cid]
+                if _validity(crow, now) != Validity.VALID:
+                    continue  # already owes a correction, or never could
+                if Role.DELIVER.value not in self._roles(c, crow["scope"]):
+                    continue
+                owed += [_delivery(r, ()) for r in delivery_view.for_record(c, d, cid)]
+        return RevocationPreview(root=rid, stale=marking.visible, deliveries=tuple(owed))
 
     def revalidate(
         self, record_id: str, note: str = "", parents: Iterable[str] | None = None
@@ -1998,9 +2249,14 @@ class RunContext:
         return self._session.get(record_id)
 
     def explain(self, *args: Any, **kwargs: Any) -> Explanation:
-        """``Session.explain`` (not recorded: it hands nothing on)."""
+        """``Session.explain``, recorded: every record it shows was seen by the run."""
         self._check()
         return self._session.explain(*args, **kwargs)
+
+    def records(self, *args: Any, **kwargs: Any) -> tuple[RecordView, ...]:
+        """``Session.records``, recorded."""
+        self._check()
+        return self._session.records(*args, **kwargs)
 
     def propose(self, *args: Any, **kwargs: Any) -> str:
         """``Session.propose`` with the run's reads as observed dependencies."""
@@ -2099,7 +2355,7 @@ def _check_not_expired(row: Any, now: datetime, command: str) -> None:
 
 def _validity(row: Any, at: datetime) -> Validity:
     status = row["status"]
-    if status in (Status.REVOKED, Status.REJECTED):
+    if status in _FINAL:
         return Validity.INVALID
     eff = row["eff_expires"]
     if status == Status.ACCEPTED and (eff is None or datetime_to_micros(at) < eff):
@@ -2107,10 +2363,28 @@ def _validity(row: Any, at: datetime) -> Validity:
     return Validity.NEEDS_REVALIDATION
 
 
+def _member(enum: type[EnumT], value: object, what: str) -> EnumT:
+    """The member of ``enum`` named by ``value``, else ``InvalidInputError``."""
+    try:
+        return enum(value)
+    except ValueError:
+        allowed = ", ".join(m.value for m in enum)
+        raise InvalidInputError(f"{what} {value!r} is not one of: {allowed}") from None
+
+
+def _stale_text(row: Any) -> str:
+    """Why a STALE row is stale: its cause was revoked (with the reason) or superseded."""
+    if row["stale_via"] is not None:
+        return f"{row['cause_root']} was superseded by {row['stale_via']}"
+    return f"{row['cause_root']} was revoked: {row['reason']}"
+
+
 def _cause_text(row: Any) -> str:
     status = row["status"]
     if status == Status.STALE:
-        return f" ({row['cause_root']} revoked: {row['reason']})"
+        return f" ({_stale_text(row)})"
+    if status == Status.SUPERSEDED:
+        return f" (superseded by {row['superseded_by']})"
     if status in (Status.REVOKED, Status.REJECTED) and row["reason"]:
         return f" ({row['reason']})"
     return ""
@@ -2136,7 +2410,9 @@ def _blocking_reasons(
     if status == Status.REVOKED:
         return (f"revoked: {row['reason']}",)
     if status == Status.STALE:
-        return (f"stale because {row['cause_root']} was revoked: {row['reason']}",)
+        return (f"stale because {_stale_text(row)}",)
+    if status == Status.SUPERSEDED:
+        return (f"superseded by {row['superseded_by']}",)
     eff = row["eff_expires"]
     if eff is not None and datetime_to_micros(at) >= eff:
         when = micros_to_datetime(eff).isoformat()
@@ -2161,6 +2437,7 @@ _RECORD_EVENTS = (
     "Rejected",
     "Revoked",
     "MarkedStale",
+    "Superseded",
     "Revalidated",
     "Delivered",
     "CorrectionIssued",

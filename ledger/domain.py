@@ -56,6 +56,7 @@ class Status(StrEnum):
     REJECTED = "REJECTED"
     STALE = "STALE"
     REVOKED = "REVOKED"
+    SUPERSEDED = "SUPERSEDED"
 
 
 class Outcome(StrEnum):
@@ -279,7 +280,18 @@ class Record(Aggregate):
     """A memory record: evidence, fact, constraint, preference, inference, plan or report."""
 
     class Proposed(Aggregate.Created):
-        """A principal proposed the record; it starts as ``CANDIDATE``."""
+        """A principal proposed the record; it starts as ``CANDIDATE``.
+
+        Version 2 added ``supersedes`` (the record this one replaces once accepted);
+        version 1 events, written before it existed, read as ``supersedes=None``.
+        """
+
+        class_version = 2
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            """0.1.0 proposals replace nothing."""
+            state["supersedes"] = None
 
         record_id: str
         scope: str
@@ -293,6 +305,7 @@ class Record(Aggregate):
         conditions: dict[str, Any]
         evidence: dict[str, Any] | None
         run_id: str | None
+        supersedes: str | None
 
     class Accepted(Aggregate.Event):
         """An approver accepted the candidate."""
@@ -322,14 +335,37 @@ class Record(Aggregate):
             aggregate.status = Status.REVOKED
 
     class MarkedStale(Aggregate.Event):
-        """An ancestor (``cause``) was revoked; the record needs re-verification."""
+        """An ancestor (``cause``) was revoked, or superseded by ``superseded_by``;
+        the record needs re-verification.
+
+        Version 2 added ``superseded_by``; version 1 events (0.1.0) were all
+        caused by revocations and read as ``superseded_by=None``.
+        """
+
+        class_version = 2
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            """0.1.0 stale markings were all caused by revocations."""
+            state["superseded_by"] = None
 
         actor: str
         cause: str
         reason: str
+        superseded_by: str | None
 
         def apply(self, aggregate: Record) -> None:
             aggregate.status = Status.STALE
+
+    class Superseded(Aggregate.Event):
+        """A newer record for the same claim (``by``) was accepted in its place."""
+
+        actor: str
+        by: str
+
+        def apply(self, aggregate: Record) -> None:
+            aggregate.status = Status.SUPERSEDED
+            aggregate.superseded_by = self.by
 
     class Revalidated(Aggregate.Event):
         """An approver re-verified a stale record, optionally on a new basis."""
@@ -384,6 +420,7 @@ class Record(Aggregate):
         conditions: dict[str, Any],
         evidence: dict[str, Any] | None,
         run_id: str | None,
+        supersedes: str | None,
     ) -> None:
         self.record_id = record_id
         self.scope = scope
@@ -397,6 +434,8 @@ class Record(Aggregate):
         self.conditions = dict(conditions)
         self.evidence = evidence
         self.run_id = run_id
+        self.supersedes = supersedes
+        self.superseded_by: str | None = None
         self.status = Status.CANDIDATE
         self.deliveries: tuple[str, ...] = ()
 
@@ -429,7 +468,15 @@ class Record(Aggregate):
 
     @classmethod
     def stale_event(
-        cls, *, record_id: str, version: int, actor: str, cause: str, reason: str, at: datetime
+        cls,
+        *,
+        record_id: str,
+        version: int,
+        actor: str,
+        cause: str,
+        reason: str,
+        at: datetime,
+        superseded_by: str | None = None,
     ) -> Record.MarkedStale:
         """The ``MarkedStale`` event :meth:`mark_stale` would record on a record whose
         last event has ``version`` and whose status the caller checked (CANDIDATE,
@@ -442,6 +489,7 @@ class Record(Aggregate):
             actor=actor,
             cause=cause,
             reason=reason,
+            superseded_by=superseded_by,
         )
         return event
 
@@ -484,7 +532,28 @@ class Record(Aggregate):
     def mark_stale(self, actor: str, cause: str, reason: str, at: datetime) -> None:
         """Any status but REVOKED/REJECTED → STALE, because ``cause`` was revoked."""
         self.check_status("mark stale", Status.CANDIDATE, Status.ACCEPTED, Status.STALE)
-        self.trigger_event(self.MarkedStale, actor=actor, cause=cause, reason=reason, timestamp=at)
+        self.trigger_event(
+            self.MarkedStale,
+            actor=actor,
+            cause=cause,
+            reason=reason,
+            superseded_by=None,
+            timestamp=at,
+        )
+
+    def supersede(self, actor: str, by: str, at: datetime) -> None:
+        """CANDIDATE|ACCEPTED|STALE → SUPERSEDED: ``by`` was accepted in its place."""
+        self.check_not_superseded(by)
+        self.check_status("supersede", Status.CANDIDATE, Status.ACCEPTED, Status.STALE)
+        self.trigger_event(self.Superseded, actor=actor, by=by, timestamp=at)
+
+    def check_not_superseded(self, by: str) -> None:
+        """A record is superseded once: a second replacement must name the first."""
+        if self.superseded_by is not None:
+            raise InvalidTransitionError(
+                f"record {self.record_id!r} was already superseded by {self.superseded_by!r}; "
+                f"{by!r} must supersede {self.superseded_by!r} instead"
+            )
 
     def revalidate(
         self,

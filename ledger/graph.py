@@ -35,6 +35,7 @@ STATUS_COLOURS: dict[Status, tuple[str, str]] = {
     Status.STALE: ("#ffcc80", "#e65100"),
     Status.REVOKED: ("#ef9a9a", "#b71c1c"),
     Status.REJECTED: ("#e0e0e0", "#616161"),
+    Status.SUPERSEDED: ("#bbdefb", "#1565c0"),
 }
 
 #: What :func:`draw` can produce.
@@ -171,7 +172,10 @@ def _title(
 def _lines(node: RecordView) -> list[str]:
     lines = [node.id, f"[{node.kind}]", f"{node.status} / {node.validity}"]
     if node.status == Status.STALE and node.cause:
-        lines.append(f"({node.cause} revoked)")
+        verb = "revoked" if node.cause_superseded_by is None else "superseded"
+        lines.append(f"({node.cause} {verb})")
+    if node.superseded_by is not None:
+        lines.append(f"(by {node.superseded_by})")
     if node.deliveries:
         lines.append(
             "DELIVERED" + (f" x{len(node.deliveries)}" if len(node.deliveries) > 1 else "")

@@ -59,6 +59,9 @@ COLUMNS = (
     "changed_by",
     "changed_at",
     "left_valid_pos",
+    "supersedes",
+    "superseded_by",
+    "stale_via",
 )
 
 DDL = (
@@ -70,8 +73,12 @@ DDL = (
     "conditions {blob}, parents {blob}, observed {blob}, evidence {blob}, "
     "snapshot_ref TEXT, run_id TEXT, "
     "cause_root TEXT, reason TEXT, changed_by TEXT, changed_at {bigint}, "
-    "left_valid_pos {bigint}, PRIMARY KEY (record_id, from_pos))",
+    "left_valid_pos {bigint}, supersedes TEXT, superseded_by TEXT, stale_via TEXT, "
+    "PRIMARY KEY (record_id, from_pos))",
     "CREATE INDEX IF NOT EXISTS pl_records_claim ON {t}pl_records (scope, claim_key)",
+    # Listing a scope page by page in id order (``Session.records``): current rows only.
+    "CREATE INDEX IF NOT EXISTS pl_records_listing ON {t}pl_records (scope, record_id) "
+    "WHERE to_pos IS NULL",
     # Partial: only evidence has a snapshot, and other rows then cost no index entry.
     "CREATE INDEX IF NOT EXISTS pl_records_snapshot ON {t}pl_records (snapshot_ref) "
     "WHERE snapshot_ref IS NOT NULL",
@@ -133,6 +140,79 @@ def current(c: Cursor, d: Dialect, record_id: str, position: int | None = None) 
             (record_id, position, position),
         )
     return c.fetchone()
+
+
+def for_claim(c: Cursor, d: Dialect, scope: str, claim_key: str) -> list[Any]:
+    """The current rows of ``(scope, claim_key)`` in proposal order."""
+    c.execute(
+        d.q(
+            "SELECT * FROM {t}pl_records WHERE scope=? AND claim_key=? "
+            f"AND {NOW_FILTER} ORDER BY created_pos"
+        ),
+        (scope, claim_key),
+    )
+    return list(c.fetchall())
+
+
+#: Per validity, the SQL condition on a row given the instant (µs) as its parameters.
+VALIDITY_SQL = {
+    "VALID": ("status='ACCEPTED' AND (eff_expires IS NULL OR eff_expires > ?)", 1),
+    "NEEDS_REVALIDATION": (
+        "(status IN ('CANDIDATE', 'STALE') OR (status='ACCEPTED' AND eff_expires <= ?))",
+        1,
+    ),
+    "INVALID": ("status IN ('REVOKED', 'REJECTED', 'SUPERSEDED')", 0),
+}
+
+
+def page(
+    c: Cursor,
+    d: Dialect,
+    scope: str,
+    *,
+    position: int | None,
+    at: int,
+    status: str | None,
+    validity: str | None,
+    kind: str | None,
+    claim_prefix: str | None,
+    limit: int,
+    after: str | None,
+) -> list[Any]:
+    """One page of a scope's rows in record-id order (``Session.records``), each
+    with ``has_deliveries``; one query on the ``(scope, record_id)`` index."""
+    where = ["r.scope=?"]
+    params: list[Any] = [scope]
+    if position is None:
+        where.append("r.to_pos IS NULL")
+    else:
+        where.append("r.from_pos <= ? AND (r.to_pos IS NULL OR r.to_pos > ?)")
+        params += [position, position]
+    if status is not None:
+        where.append("r.status=?")
+        params.append(status)
+    if kind is not None:
+        where.append("r.kind=?")
+        params.append(kind)
+    if validity is not None:
+        condition, uses_at = VALIDITY_SQL[validity]
+        where.append(condition)
+        params += [at] * uses_at
+    if claim_prefix:
+        where.append("substr(r.claim_key, 1, ?) = ?")
+        params += [len(claim_prefix), claim_prefix]
+    if after is not None:
+        where.append("r.record_id > ?")
+        params.append(after)
+    c.execute(
+        d.q(
+            "SELECT r.*, EXISTS (SELECT 1 FROM {t}pl_deliveries dl "
+            "WHERE dl.record_id = r.record_id) AS has_deliveries "
+            f"FROM {{t}}pl_records r WHERE {' AND '.join(where)} ORDER BY r.record_id LIMIT ?"
+        ),
+        (*params, limit),
+    )
+    return list(c.fetchall())
 
 
 def for_claim_as(
@@ -269,15 +349,27 @@ def _new_version(c: Cursor, d: Dialect, record_id: str, pos: int, at: int, **cha
     c.execute(d.q(_INSERT), tuple(values[name] for name in COLUMNS))
 
 
-def _status_change(event: Any, rid: str) -> tuple[str, str | None, str | None]:
-    """(new status, cause root, reason) of a status event other than Revalidated."""
+def _status_change(event: Any, rid: str) -> dict[str, Any]:
+    """The columns a status event other than Revalidated changes."""
     if isinstance(event, Record.Accepted):
-        return Status.ACCEPTED.value, None, event.note or None
+        return {"status": Status.ACCEPTED.value, "cause_root": None, "reason": event.note or None}
     if isinstance(event, Record.Rejected):
-        return Status.REJECTED.value, None, event.reason
+        return {"status": Status.REJECTED.value, "cause_root": None, "reason": event.reason}
     if isinstance(event, Record.Revoked):
-        return Status.REVOKED.value, rid, event.reason
-    return Status.STALE.value, event.cause, event.reason
+        return {"status": Status.REVOKED.value, "cause_root": rid, "reason": event.reason}
+    if isinstance(event, Record.Superseded):
+        return {
+            "status": Status.SUPERSEDED.value,
+            "cause_root": None,
+            "reason": None,
+            "superseded_by": event.by,
+        }
+    return {
+        "status": Status.STALE.value,
+        "cause_root": event.cause,
+        "reason": event.reason,
+        "stale_via": event.superseded_by,
+    }
 
 
 def _proposed_row(pos: int, event: Any, eff: int | None, source: str | None) -> dict[str, Any]:
@@ -309,6 +401,9 @@ def _proposed_row(pos: int, event: Any, eff: int | None, source: str | None) -> 
         "changed_by": event.actor,
         "changed_at": at,
         "left_valid_pos": None,
+        "supersedes": event.supersedes,
+        "superseded_by": None,
+        "stale_via": None,
     }
 
 
@@ -375,17 +470,15 @@ class _Fold:
         if rid is None:
             raise CorruptEventError(f"stored event at position {pos} belongs to no proposed record")
         row = self.rows[rid]
-        status, cause, reason = _status_change(event, rid)
         new = dict(row)
         new.update(
-            status=status,
+            stale_via=None,
             changed_by=event.actor,
-            cause_root=cause,
-            reason=reason,
             from_pos=pos,
             to_pos=None,
             changed_at=datetime_to_micros(event.timestamp),
         )
+        new.update(_status_change(event, rid))
         _mark_left_valid(row, new, pos)
         if rid in self.fresh:
             row["to_pos"] = pos
@@ -409,7 +502,14 @@ class _Fold:
 
 
 _PROPOSED = Record.Proposed
-_FOLDED = (Record.Proposed, Record.Accepted, Record.Rejected, Record.Revoked, Record.MarkedStale)
+_FOLDED = (
+    Record.Proposed,
+    Record.Accepted,
+    Record.Rejected,
+    Record.Revoked,
+    Record.MarkedStale,
+    Record.Superseded,
+)
 
 
 def apply_many(c: Cursor, d: Dialect, events: Sequence[tuple[int, Any]]) -> None:
@@ -474,6 +574,7 @@ def apply(c: Cursor, d: Dialect, pos: int, event: Any) -> None:
         status=Status.ACCEPTED.value,
         changed_by=event.actor,
         cause_root=None,
+        stale_via=None,
         reason=event.note or None,
         parents=pack(parents),
         observed=pack(observed),

@@ -59,6 +59,8 @@ from ledger import (
     RetentionRule,
     Role,
     Session,
+    Status,
+    Validity,
 )
 from ledger.errors import CorruptEventError
 from ledger.merkle import LogDigest
@@ -1043,6 +1045,27 @@ APPROVERS = ("reviewer", "reviewer", "reviewer", "solo", "agent", "asof", "revok
 READERS = ("agent", "reviewer", "reviewer", "outsider", "probe", "asof", "revoked")
 RUNS = ("run:agent", "run:agent", "run:solo", "run-unopened")
 _RECORD = {"record_id": RECORD}
+_RECORDS_OPTIONAL = {
+    "status": Param(
+        st.none() | st.sampled_from(list(Status)) | st.sampled_from([x.value for x in Status]),
+        st.sampled_from(("accepted", "LOST", "", " STALE")) | not_none,
+    ),
+    "validity": Param(
+        st.none() | st.sampled_from([v.value for v in Validity]),
+        st.sampled_from(("valid", "MAYBE", "")) | not_none,
+    ),
+    "kind": Param(st.none() | KIND.valid, KIND.bad.filter(lambda v: v is not None)),
+    "claim_prefix": Param(
+        st.none() | st.sampled_from(("claim.", "source:", "", "k")),
+        adversarial_text.filter(lambda v: isinstance(v, str) and bool(v.strip()))
+        | wrong_types.filter(lambda v: v is not None),
+    ),
+    "limit": Param(
+        st.integers(min_value=1, max_value=1000),
+        st.sampled_from((0, -1, 1001, True, 2.5, "10")),
+    ),
+    "after": Param(st.none() | RECORD.valid, RECORD.bad.filter(lambda v: v is not None)),
+}
 
 CALLS: tuple[CallSpec, ...] = (
     # -- lifecycle ---------------------------------------------------------------------
@@ -1112,6 +1135,7 @@ CALLS: tuple[CallSpec, ...] = (
     CallSpec("Session.accept", "approve", APPROVERS, _RECORD, {"note": NOTE}, writes=True),
     CallSpec("Session.reject", "approve", APPROVERS, {**_RECORD, "reason": REASON}, writes=True),
     CallSpec("Session.revoke", "approve", APPROVERS, {**_RECORD, "reason": REASON}, writes=True),
+    CallSpec("Session.preview_revoke", "approve", APPROVERS, _RECORD),
     CallSpec(
         "Session.revalidate",
         "approve",
@@ -1142,6 +1166,7 @@ CALLS: tuple[CallSpec, ...] = (
     CallSpec("Session.read", "read", READERS, _READ, _READ_OPTIONAL),
     CallSpec("Session.explain", "read", READERS, _READ, _READ_OPTIONAL),
     CallSpec("Session.get", "read", READERS, _RECORD),
+    CallSpec("Session.records", "read", READERS, {"scope": SCOPE}, _RECORDS_OPTIONAL),
     CallSpec("Session.audit", "read", READERS, _RECORD),
     CallSpec("Session.prove", "read", READERS, _RECORD),
     CallSpec("Session.snapshot", "read", READERS, {"ref": SNAPSHOT}),
@@ -1177,7 +1202,8 @@ CALLS: tuple[CallSpec, ...] = (
     CallSpec("RunContext.observe", "run", RUNS, _RECORD, writes=True),
     CallSpec("RunContext.read", "run", RUNS, _READ, _READ_OPTIONAL, writes=True),
     CallSpec("RunContext.get", "run", RUNS, _RECORD, writes=True),
-    CallSpec("RunContext.explain", "run", RUNS, _READ, _READ_OPTIONAL),
+    CallSpec("RunContext.explain", "run", RUNS, _READ, _READ_OPTIONAL, writes=True),
+    CallSpec("RunContext.records", "run", RUNS, {"scope": SCOPE}, _RECORDS_OPTIONAL, writes=True),
     CallSpec(
         "RunContext.propose",
         "run",
