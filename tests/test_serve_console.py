@@ -430,9 +430,16 @@ def test_every_page_carries_the_security_headers(desk: Desk) -> None:
 # -- isolation -------------------------------------------------------------------------------------
 
 
-def _same_page(a: Any, b: Any, a_id: str, b_id: str) -> None:
+def _blank(page: str, record_id: str, csrf: str) -> str:
+    """A page with its CSRF token and then the asked-for id blanked out (the random
+    token may spell an id by chance)."""
+    return page.replace(csrf, "<CSRF>").replace(record_id, "<ID>")
+
+
+def _same_page(a: Any, b: Any, a_id: str, b_id: str, csrf: str) -> None:
     assert a.status_code == b.status_code
-    assert a.content.replace(a_id.encode(), b"<ID>") == b.content.replace(b_id.encode(), b"<ID>")
+    assert sorted(a.headers.items()) == sorted(b.headers.items())
+    assert _blank(a.text, a_id, csrf) == _blank(b.text, b_id, csrf)
 
 
 def test_a_hidden_record_page_is_byte_for_byte_a_missing_one(desk: Desk) -> None:
@@ -444,16 +451,16 @@ def test_a_hidden_record_page_is_byte_for_byte_a_missing_one(desk: Desk) -> None
             seen = client.get(f"/records/{hidden}{suffix}")
             none = client.get(f"/records/{absent}{suffix}")
             assert seen.status_code == 404
-            _same_page(seen, none, hidden, absent)
+            _same_page(seen, none, hidden, absent, csrf)
     fake = "sha256:" + "0" * 64
-    _same_page(client.get(f"/snapshots/{ref}"), client.get(f"/snapshots/{fake}"), ref, fake)
+    _same_page(client.get(f"/snapshots/{ref}"), client.get(f"/snapshots/{fake}"), ref, fake, csrf)
     before = desk.ledger.position
     for action, data in (("accept", {}), ("reject", {"reason": "x"}), ("revoke", {"reason": "x"})):
         client.post(f"/records/M2/{action}", data={"csrf": csrf, **data})
         refused = client.get("/").text
         client.post(f"/records/Q9/{action}", data={"csrf": csrf, **data})
         missing = client.get("/").text
-        assert refused.replace("M2", "<ID>") == missing.replace("Q9", "<ID>")
+        assert _blank(refused, "M2", csrf) == _blank(missing, "Q9", csrf)
     assert desk.ledger.position == before
 
 
@@ -473,3 +480,21 @@ def test_an_outsiders_pages_show_nothing_of_another_scope(desk: Desk) -> None:
         seen = text_of(page) + " ".join(re.findall(r'(?:href|action)="([^"]*)"', page))
         for secret in ("M1", "M2", "R1", "E1", "api.retry_safe", "secret reason", "ops@x.test"):
             assert secret not in seen, secret
+
+
+def test_a_superseding_candidate_names_what_it_replaces_and_the_old_page_says_by_what(
+    desk: Desk,
+) -> None:
+    desk.agent.propose(scope="proj-a", claim_key="api.limit", value=60, kind=Kind.FACT, id="L1")
+    desk.reviewer.accept("L1")
+    desk.agent.propose(
+        scope="proj-a", claim_key="api.limit", value=120, kind=Kind.FACT, id="L2", supersedes="L1"
+    )
+    client, csrf = desk.signed_in("reviewer")
+    card = card_of(client.get("/").text, "L2")
+    assert "Replaces" in text_of(card) and 'href="/records/L1"' in card
+    client.post("/records/L2/accept", data={"csrf": csrf})
+    old = client.get("/records/L1").text
+    assert "Status SUPERSEDED" in text_of(old)
+    assert "Superseded by L2" in text_of(old)
+    assert "Revoke…" not in text_of(old)

@@ -124,6 +124,18 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "reason": _nullable(_STR),
             "deliveries": {"type": "array", "items": _ref("Delivery")},
             "position": _INT,
+            "supersedes": _nullable(
+                {"type": "string", "description": "The record this one was proposed to replace."}
+            ),
+            "superseded_by": _nullable(
+                {"type": "string", "description": "Set once this record is SUPERSEDED."}
+            ),
+            "cause_superseded_by": _nullable(
+                {
+                    "type": "string",
+                    "description": "When STALE because `cause` was superseded: by what.",
+                }
+            ),
         },
         description="A record as the views see it (hidden dependencies show as <hidden>).",
     ),
