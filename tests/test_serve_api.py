@@ -220,6 +220,19 @@ def test_the_graph_route_answers_json_svg_dot_and_mermaid(served: Served) -> Non
     assert mermaid.text.startswith("flowchart TD")
 
 
+def test_an_svg_graph_without_graphviz_is_503_pointing_to_dot(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _seed(served)
+    monkeypatch.setenv("PATH", "/nonexistent")  # no `dot` to be found
+    r = served.agent.get("/records/{record_id}/graph", record_id="M1", params={"format": "svg"})
+    assert r.status_code == 503
+    assert error_of(r)["field"] == "format"
+    assert "format=dot" in error_of(r)["message"]
+    dot = served.agent.get("/records/{record_id}/graph", record_id="M1", params={"format": "dot"})
+    assert dot.status_code == 200
+
+
 def test_accept_reject_revoke_and_revalidate_move_records_through_the_machine(
     served: Served,
 ) -> None:

@@ -277,8 +277,16 @@ def test_a_refused_action_says_why_on_the_next_page(desk: Desk) -> None:
 def test_an_off_site_next_target_is_ignored(desk: Desk) -> None:
     _seed(desk)
     client, csrf = desk.signed_in("reviewer-2")
-    r = client.post("/records/M2/accept", data={"csrf": csrf, "next": "//evil.test/x"})
-    assert r.headers["location"] == "/"
+    for target in (
+        "//evil.test/x",
+        "/\\evil.test/x",
+        "https://evil.test/",
+        "/x\r\nSet-Cookie: a=b",
+    ):
+        r = client.post("/records/NOPE/reject", data={"csrf": csrf, "next": target, "reason": "x"})
+        assert r.headers["location"] == "/", target
+    kept = client.post("/records/M2/accept", data={"csrf": csrf, "next": "/attention?x=1"})
+    assert kept.headers["location"] == "/attention?x=1"
 
 
 # -- record pages, revocation, attention ------------------------------------------------------

@@ -27,7 +27,7 @@ from starlette.routing import BaseRoute, Route
 from ledger.application import Ledger, Session
 from ledger.domain import Kind, Status, Validity
 from ledger.errors import AuthenticationError, InvalidInputError, LedgerError
-from ledger.graph import collect, render, to_dot, to_mermaid
+from ledger.graph import collect, dot_available, render, to_dot, to_mermaid
 from ledger.serve import payloads
 from ledger.serve.errors import error_body, field_of, status_of
 
@@ -382,6 +382,9 @@ def graph_record(call: Call) -> Response:
     source = to_dot(sub)
     if fmt == "dot":
         return Response(source, media_type=_MEDIA["dot"])
+    if not dot_available():
+        message = "Graphviz's dot program is not installed on the server; ask for format=dot"
+        return json_response(error_body("GraphvizMissing", message, "format"), 503)
     return Response(render(source, "svg"), media_type=_MEDIA["svg"])
 
 

@@ -12,6 +12,7 @@ message. Ledger calls block, so each page's data is gathered in a worker thread.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -48,6 +49,8 @@ HERE = Path(__file__).parent
 PAGE = 50
 #: The placeholder the ledger shows for a record in a scope the caller cannot see.
 HIDDEN = "<hidden>"
+#: A path on this site (browsers read ``//host`` and ``/\host`` as another site).
+_LOCAL_PATH = re.compile(r"/(?![/\\])[^\s\\]*")
 
 
 class CsrfError(Exception):
@@ -406,7 +409,7 @@ class Console:
     def _back(request: Request, form: Mapping[str, Any], default: str) -> str:
         """The local page to return to after a form (never another site)."""
         target = form.get("next")
-        if isinstance(target, str) and target.startswith("/") and not target.startswith("//"):
+        if isinstance(target, str) and _LOCAL_PATH.fullmatch(target):
             return target
         return default
 

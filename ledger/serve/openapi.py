@@ -284,6 +284,7 @@ _ERRORS = {
     "409": "The status machine does not allow this now (e.g. accepting a REVOKED record).",
     "413": "The request body is over the server's limit.",
     "422": "Bad input; error.field names the offending field.",
+    "503": "format=svg, but Graphviz's dot program is not installed on the server.",
 }
 
 
@@ -437,7 +438,7 @@ def _paths() -> dict[str, dict[str, Any]]:
                 "A record's dependency graph",
                 "200",
                 "Graph",
-                "401 403 404 422",
+                "401 403 404 422 503",
                 params=graph_params,
                 extra_media={
                     "image/svg+xml": text,
