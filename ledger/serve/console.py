@@ -53,8 +53,14 @@ HIDDEN = "<hidden>"
 _LOCAL_PATH = re.compile(r"/(?![/\\])[^\s\\]*")
 
 
-class CsrfError(Exception):
-    """A form came without this session's CSRF token."""
+#: The heading of an error page, by HTTP status.
+_TITLES = {
+    401: "Sign in again",
+    403: "Not allowed",
+    404: "Not found",
+    409: "Not possible now",
+    422: "Check the input",
+}
 
 
 # -- the moment a page shows -------------------------------------------------------------
@@ -115,8 +121,8 @@ class Moment:
 # -- template helpers ----------------------------------------------------------------------
 
 
-def _json(value: Any, limit: int | None = None) -> str:
-    text = json.dumps(plain(value), ensure_ascii=False, indent=2, default=str)
+def _json(value: Any, limit: int | None = None, compact: bool = False) -> str:
+    text = json.dumps(plain(value), ensure_ascii=False, indent=None if compact else 2, default=str)
     if limit is not None and len(text) > limit:
         return text[:limit] + " …"
     return text
@@ -334,13 +340,14 @@ class Console:
         self, request: Request, session: ConsoleSession, exc: LedgerError, moment: Moment
     ) -> HTMLResponse:
         """A refusal as a page, with the status of the one error table."""
+        status = status_of(exc)
         return self.render(
             request,
             session,
             "error.html",
-            status=status_of(exc),
+            status=status,
             moment=moment,
-            title="Refused",
+            title=_TITLES.get(status, "Refused"),
             error_type=type(exc).__name__,
             message=str(exc),
         )
