@@ -3,7 +3,9 @@
 A reviewer signs in, sees a candidate in the queue (and their own proposal with
 its buttons disabled), accepts it, revokes its evidence after the preview, sees
 the record STALE and the correction due, and issues it. Screenshots are saved
-as test artefacts (``$PROVLEDGER_ARTEFACTS`` or the test's temporary directory).
+as test artefacts (``$PROVLEDGER_ARTEFACTS`` or the test's temporary directory);
+with ``PROVLEDGER_DOCS_SCREENSHOTS=docs`` the queue and record page shots are
+also copied there (how ``docs/console-*.png`` are made).
 
 Browser downloads are not available, so the browser is the system's
 (``$PROVLEDGER_CHROMIUM``, default ``/usr/bin/chromium``). Without it or
