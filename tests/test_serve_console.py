@@ -506,3 +506,20 @@ def test_a_superseding_candidate_names_what_it_replaces_and_the_old_page_says_by
     assert "Status SUPERSEDED" in text_of(old)
     assert "Superseded by L2" in text_of(old)
     assert "Revoke…" not in text_of(old)
+
+
+def test_an_expired_record_needs_attention_until_revalidated(desk: Desk, clock: Any) -> None:
+    from datetime import timedelta
+
+    desk.agent.propose(
+        scope="proj-a", claim_key="price", value=9, kind=Kind.FACT, id="X1",
+        expires=clock.now + timedelta(hours=1),
+    )  # fmt: skip
+    desk.reviewer.accept("X1")
+    client, _ = desk.signed_in("reviewer")
+    assert "X1" not in text_of(client.get("/attention").text)
+    clock.advance(hours=2)
+    text = text_of(client.get("/attention").text)
+    assert "STALE or expired records (1)" in text
+    assert "X1" in text and "expired 2026-01-01 13:00:00 UTC" in text
+    assert "Validity NEEDS_REVALIDATION" in text_of(client.get("/records/X1").text)
