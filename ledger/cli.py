@@ -1493,5 +1493,35 @@ def mcp_command(transport: str, host: str, port: int, token: str, url: str | Non
         )
 
 
+# -- serve --------------------------------------------------------------------------------
+
+
+@main.command()
+@url_option
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option(
+    "--port", type=click.IntRange(1, 65535), default=8321, show_default=True, help="TCP port."
+)
+@_errors_exit_1
+def serve(url: str | None, host: str, port: int) -> None:
+    """Serve the HTTP JSON API (/api/v1), the MCP endpoint (/mcp) and the review console (/).
+
+    Agents authenticate with `Authorization: Bearer TOKEN`; people sign in to
+    the console with their token. Needs the serve extra: pip install
+    'provledger[serve]'. Stop it with Ctrl-C.
+
+    \b
+    Example:
+      provledger serve --url sqlite:///provledger.db --port 8321
+    """
+    try:
+        from ledger.serve import run
+    except ImportError as exc:
+        raise click.ClickException(
+            f"provledger serve needs the serve extra (pip install 'provledger[serve]'): {exc}"
+        ) from None
+    run(url, host=host, port=port)
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()
