@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ledger.access import Role
+from ledger.domain import Validity
 from ledger.engine import Engine
 from ledger.errors import (
     AccessDeniedError,
@@ -22,6 +23,7 @@ from ledger.errors import (
     UnknownRecordError,
 )
 from ledger.validation import check_aware, check_id
+from ledger.values import RecordView
 from projections import access as access_view
 from projections import validity as validity_view
 from projections.base import Cursor
@@ -154,7 +156,10 @@ class Caller:
             return self.as_of_at
         return self.engine.now()
 
-    def note_reads(self, record_ids: Iterable[str], how: str) -> None:
-        """Inside a run, record that these records were shown to it."""
+    def note_reads(self, shown: Iterable[RecordView], how: str) -> None:
+        """Inside a run, record that these records were shown to it (and which of
+        them were VALID then: only those become its observed dependencies)."""
         if self.run is not None:
-            self.run.record_reads(tuple(record_ids), how)
+            views = tuple(shown)
+            valid = {v.id for v in views if v.validity == Validity.VALID}
+            self.run.record_reads(tuple(v.id for v in views), how, valid)

@@ -93,7 +93,7 @@ def read(
     """``Session.read``: the usable records of ``explanation`` and the outcome."""
     result = explanation(caller, scope, claim_key, at, context, kinds)
     usable = tuple(e.record for e in result.entries if e.usable)
-    caller.note_reads((r.id for r in usable), "read")
+    caller.note_reads(usable, "read")
     return ReadResult(
         outcome=result.outcome, records=usable, scope=scope, claim_key=claim_key, at=result.at
     )
@@ -109,7 +109,7 @@ def explain(
 ) -> Explanation:
     """``Session.explain``: every record shown counts as read inside a run."""
     result = explanation(caller, scope, claim_key, at, context, kinds)
-    caller.note_reads((e.record.id for e in result.entries), "explain")
+    caller.note_reads((e.record for e in result.entries), "explain")
     return result
 
 
@@ -192,7 +192,7 @@ def get(caller: Caller, record_id: str) -> RecordView:
     with caller.reading() as c:
         row = caller.visible(c, record_id, Role.READ, "get")
         view = record_view(caller, c, row, caller.at(None))
-    caller.note_reads((view.id,), "get")
+    caller.note_reads((view,), "get")
     return view
 
 
@@ -237,16 +237,15 @@ def records(
         views = tuple(
             record_view(caller, c, row, at, deliveries=bool(row["has_deliveries"])) for row in rows
         )
-    caller.note_reads((v.id for v in views), "records")
+    caller.note_reads(views, "records")
     return views
 
 
-def scopes(caller: Caller, role: Role | str) -> tuple[str, ...]:
-    """``Session.scopes``: where the caller holds ``role`` now, sorted."""
-    wanted = check_member(Role, role, "role")
+def grants(caller: Caller) -> dict[str, tuple[str, ...]]:
+    """``Session.grants``: the caller's roles now, by scope (the token checked)."""
     with caller.engine.reading() as c:
         held = caller.authenticate(c)
-    return tuple(sorted(scope for scope, roles in held.items() if wanted.value in roles))
+    return {scope: tuple(sorted(roles)) for scope, roles in sorted(held.items()) if roles}
 
 
 def snapshot(caller: Caller, ref: str) -> bytes:

@@ -2,14 +2,20 @@
 
 Inside ``with session.run("task-42") as run:``, every read, get, explain and
 listing made through ``run`` is recorded as a ``Run.ReadRecorded`` event, and a
-record proposed through ``run`` carries those reads as ``observed`` dependencies
-(minus its declared parents): revocation follows them too. The ledger does not
-rely only on what the model says it used.
+record proposed through ``run`` carries as ``observed`` dependencies (minus its
+declared parents) the records the run was shown while they were VALID:
+revocation follows them too. The ledger does not rely only on what the model says
+it used.
+
+A record the run was last shown *not* VALID (a candidate, or one withdrawn since
+it was read) is not a dependency: the run has been told it is not to be relied
+on. Without that, one look at a withdrawn record would refuse every later
+proposal of a long-lived run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from ledger.access import Role
@@ -42,7 +48,8 @@ class RunContext:
         self._session = Session(caller.derive(run=self))
         # Run ids are per principal: nobody can take (or probe) another's run id.
         self._aggregate_id = run_uuid(f"{caller.subject}/{run_id}")
-        self._reads: dict[str, None] = {}
+        #: Record id → whether it was VALID when the run was last shown it.
+        self._reads: dict[str, bool] = {}
         self._open = False
 
     def __enter__(self) -> RunContext:
@@ -95,34 +102,40 @@ class RunContext:
         if not self._open:
             raise InvalidInputError(f"run {self.run_id!r} is not open")
 
-    def record_reads(self, record_ids: tuple[str, ...], how: str) -> None:
-        """Record that the run was shown these records (called by its reads)."""
+    def record_reads(
+        self, record_ids: tuple[str, ...], how: str, valid: Collection[str] | None = None
+    ) -> None:
+        """Record that the run was shown these records (called by its reads);
+        ``valid``: those of them that were VALID then (default: all)."""
         if not record_ids:
             return
         self._check()
         self._append(Run.ReadRecorded, record_ids=record_ids, how=how)
         for rid in record_ids:
-            self._reads[rid] = None
+            self._reads[rid] = valid is None or rid in valid
 
     def observed_for(self, declared: Sequence[str]) -> tuple[str, ...]:
-        """What the run read, minus the declared parents."""
-        return tuple(r for r in self._reads if r not in declared)
+        """The records the run was last shown while VALID, minus the declared parents."""
+        return tuple(r for r, valid in self._reads.items() if valid and r not in declared)
 
     @property
     def reads(self) -> tuple[str, ...]:
         """Every record id read or observed in this run, in order."""
         return tuple(self._reads)
 
-    def observe(self, record_id: str) -> None:
-        """Record a read made outside the ledger (e.g. by a tool wrapper).
+    def observe(self, record_id: str, *more: str) -> None:
+        """Record reads made outside the ledger (e.g. by a tool wrapper), in one event.
 
         Raises:
-            UnknownRecordError: unknown or not visible to the principal.
+            UnknownRecordError: one is unknown or not visible to the principal.
         """
         self._check()
         with self._outer.reading() as c:
-            row = self._outer.visible(c, record_id, Role.READ, "observe")
-        self.record_reads((row["record_id"],), "observed")
+            ids = tuple(
+                self._outer.visible(c, rid, Role.READ, "observe")["record_id"]
+                for rid in (record_id, *more)
+            )
+        self.record_reads(ids, "observed")
 
     def read(self, *args: Any, **kwargs: Any) -> ReadResult:
         """``Session.read``, recorded."""

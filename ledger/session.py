@@ -13,7 +13,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ledger import audit, deliveries, proposals, reads, transitions
-from ledger.access import Role
 from ledger.caller import Caller
 from ledger.domain import Kind, Status, Validity
 from ledger.merkle import InclusionProof
@@ -150,13 +149,13 @@ class Session:
             after=after,
         )
 
-    def scopes(self, role: Role | str = Role.READ) -> tuple[str, ...]:
-        """The scopes where this principal holds ``role`` now, sorted.
+    def grants(self) -> dict[str, tuple[str, ...]]:
+        """The roles this principal holds now, by scope (scopes and roles sorted).
 
         Raises:
-            InvalidInputError: ``role`` names no role.
+            AuthenticationError: the token is no longer valid.
         """
-        return reads.scopes(self.caller, role)
+        return reads.grants(self.caller)
 
     def snapshot(self, ref: str) -> bytes:
         """The captured bytes for ``ref``, re-verified against their hash.

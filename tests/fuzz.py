@@ -1167,17 +1167,7 @@ CALLS: tuple[CallSpec, ...] = (
     CallSpec("Session.explain", "read", READERS, _READ, _READ_OPTIONAL),
     CallSpec("Session.get", "read", READERS, _RECORD),
     CallSpec("Session.records", "read", READERS, {"scope": SCOPE}, _RECORDS_OPTIONAL),
-    CallSpec(
-        "Session.scopes",
-        "read",
-        READERS,
-        optional={
-            "role": Param(
-                st.sampled_from([r.value for r in Role]) | st.sampled_from(list(Role)),
-                st.sampled_from(("READ", "admin", "", " read")) | not_none,
-            )
-        },
-    ),
+    CallSpec("Session.grants", "read", READERS),
     CallSpec("Session.audit", "read", READERS, _RECORD),
     CallSpec("Session.prove", "read", READERS, _RECORD),
     CallSpec("Session.snapshot", "read", READERS, {"ref": SNAPSHOT}),

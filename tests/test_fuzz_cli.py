@@ -53,7 +53,8 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
 from ledger import Ledger
-from ledger.cli import DateTimeType, JSONType, main
+from ledger.cli import main
+from ledger.cli.options import DateTimeType, JSONType
 
 from .fuzz import (
     CONTROL_TEXT,

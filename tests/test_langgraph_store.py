@@ -33,7 +33,6 @@ from langgraph.store.base import (
 )
 
 from ledger import Kind, Ledger, Outcome, Session, Status
-from ledger.domain import check_text
 from ledger.errors import AccessDeniedError, InvalidInputError, InvalidParentError, LedgerError
 from ledger.integrations.langgraph import (
     LedgerStore,
@@ -44,6 +43,7 @@ from ledger.integrations.langgraph import (
     parse_claim_key,
     run_id_of,
 )
+from ledger.validation import check_text
 
 #: Scopes the agent and the reviewer hold roles in (first namespace labels).
 SCOPES = ("test", "prod", "docs", "items", "flags", "foo", "foobar", "foo2", "uid", "proj-a")

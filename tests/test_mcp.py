@@ -1093,12 +1093,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _agent_section() -> str:
-    """The "Use it from an agent" section: in the README once merged, else docs/mcp.md."""
-    for path in (ROOT / "README.md", ROOT / "docs" / "mcp.md"):
-        text = path.read_text()
-        if "## Use it from an agent" in text:
-            return text.split("## Use it from an agent", 1)[1].split("\n## ", 1)[0]
-    raise AssertionError("no 'Use it from an agent' section")
+    """The README's "Use it from an agent" section."""
+    text = (ROOT / "README.md").read_text()
+    assert "## Use it from an agent" in text
+    return text.split("## Use it from an agent", 1)[1].split("\n## ", 1)[0]
 
 
 def test_the_documented_session_prints_the_documented_transcript(

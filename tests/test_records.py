@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from ledger import Kind, Role, Status, Validity
+from ledger import Kind, Status, Validity
 from ledger.errors import AccessDeniedError, InvalidInputError, InvalidKindError
 from tests.conftest import World
 
@@ -131,10 +131,9 @@ def test_records_read_in_a_run_are_observed(world: World) -> None:
     assert set(world.reviewer.get(rid).observed) == {r.id for r in seen}
 
 
-def test_scopes_lists_where_the_principal_holds_a_role(world: World) -> None:
-    assert world.reviewer.scopes() == ("proj-a", "proj-b")
-    assert world.reviewer.scopes("approve") == ("proj-a", "proj-b")
-    assert world.agent.scopes(Role.APPROVE) == ()
-    assert world.outsider.scopes() == ("proj-b",)
-    with pytest.raises(InvalidInputError, match="role 'admin' is not one of"):
-        world.agent.scopes("admin")
+def test_grants_lists_the_roles_the_principal_holds_by_scope(world: World) -> None:
+    roles = ("approve", "audit", "deliver", "read")
+    assert world.reviewer.grants() == {"proj-a": roles, "proj-b": roles}
+    assert world.outsider.grants() == {"proj-b": ("read",)}
+    world.ledger.admin().revoke_grant("outsider", scope="proj-b")
+    assert world.outsider.grants() == {}

@@ -108,14 +108,15 @@ from langgraph.store.base import (
     validate_op_namespace,
 )
 
-from ledger.application import Ledger, RunContext, Session
-from ledger.domain import ID_PATTERN, Kind, Outcome, Status, check_kind
+from ledger import Ledger, RunContext, Session
+from ledger.domain import Kind, Outcome, Status
 from ledger.errors import (
     DuplicateRecordError,
     InvalidInputError,
     InvalidParentError,
     LedgerError,
 )
+from ledger.validation import ID_PATTERN, check_kind
 from ledger.values import RecordView
 
 #: Longest claim key the ledger holds.

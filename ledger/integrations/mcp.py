@@ -56,9 +56,8 @@ from mcp.types import ToolAnnotations
 from pydantic import Field
 from typing_extensions import TypedDict  # pydantic needs it on Python < 3.12
 
-from ledger import __version__
+from ledger import Ledger, RunContext, Session, __version__
 from ledger.access import Role
-from ledger.application import Ledger, RunContext, Session
 from ledger.domain import Kind, Status, Validity
 from ledger.errors import AccessDeniedError, InvalidInputError, LedgerError, UnknownRecordError
 from ledger.values import AuditTrail, Delivery, Explanation, ReadResult, RecordView, Revocation

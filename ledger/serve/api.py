@@ -24,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from ledger.application import Ledger, Session
+from ledger import Ledger, Session
 from ledger.domain import Kind, Status, Validity
 from ledger.errors import AuthenticationError, InvalidInputError, LedgerError
 from ledger.graph import collect, dot_available, render, to_dot, to_mermaid

@@ -27,9 +27,8 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from ledger import Ledger, Session
 from ledger.access import Role
-from ledger.application import Ledger, Session
-from ledger.cli import plain
 from ledger.domain import Kind, Status, Validity
 from ledger.errors import (
     AccessDeniedError,
@@ -39,6 +38,7 @@ from ledger.errors import (
     UnknownRecordError,
     UnknownSnapshotError,
 )
+from ledger.jsonable import plain
 from ledger.serve.errors import status_of
 from ledger.serve.pictures import picture
 from ledger.serve.sessions import COOKIE, ConsoleSession, SessionStore

@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ledger.cli import plain, record_json
 from ledger.graph import Subgraph
+from ledger.jsonable import plain, record_json
 from ledger.values import (
     AuditTrail,
     CorrectionDue,

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 from markupsafe import Markup
 
-from ledger.application import Session
+from ledger import Session
 from ledger.graph import Subgraph, collect, dot_available, render, to_dot
 from ledger.values import RecordView
 
