@@ -152,3 +152,19 @@ def test_an_accepted_record_whose_ancestor_expired_can_be_given_a_new_basis(worl
         world.reviewer.revalidate("M1")  # no new basis: nothing would change
     world.reviewer.revalidate("M1", note="re-checked against E2", parents=["E2"])
     assert world.agent.read(scope="proj-a", claim_key="m").outcome == Outcome.FOUND
+
+
+def test_a_url_password_never_appears_in_messages_or_the_ledger_s_url(pg_url: str) -> None:
+    from ledger import Ledger
+    from ledger.errors import InvalidURLError
+    from ledger.persistence import resolve_url
+
+    secret = "s3cr3t-pw"
+    with_password = pg_url.replace("postgresql://postgres@", f"postgresql://postgres:{secret}@")
+    with pytest.raises(InvalidURLError) as refused:
+        Ledger.open(with_password + "&colour=blue")
+    assert secret not in str(refused.value) and "***" in str(refused.value)
+    backend = resolve_url(with_password)
+    assert secret not in backend.url and secret not in repr(backend)
+    with Ledger.open(with_password) as led:  # trust auth: the password is not checked
+        assert secret not in led.url
