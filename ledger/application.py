@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import random
 import re
 import sqlite3
@@ -33,7 +34,8 @@ from eventsourcing.persistence import (
 )
 from eventsourcing.utils import TopicError, get_topic
 
-from ledger import merkle
+from ledger import erasure, merkle, verification
+from ledger import heads as heads_module
 from ledger.access import Admin, Role, hash_token
 from ledger.domain import (
     DEFAULT_MAX_VALUE_BYTES,
@@ -76,6 +78,7 @@ from ledger.errors import (
     UnknownSnapshotError,
     ValueTooLargeError,
 )
+from ledger.heads import PrivateKeyLike, PublicKeyLike, SignedHead
 from ledger.merkle import InclusionProof, LogDigest, Verification
 from ledger.persistence import Guard, LedgerApplication, resolve_url
 from ledger.serialization import canonical, datetime_to_micros, micros_to_datetime, unpack
@@ -332,74 +335,30 @@ class Ledger:
             size, root = merkle.root_of(leaves())
         return LogDigest(size=size, position=last, root=root.hex())
 
-    def verify(self, against: LogDigest | str | None = None) -> Verification:
-        """Recompute the Merkle tree from the stored event bytes.
+    def verify(
+        self,
+        against: LogDigest | str | None = None,
+        *,
+        heads: str | os.PathLike[str] | Iterable[SignedHead] | None = None,
+        public_key: PublicKeyLike | None = None,
+    ) -> Verification:
+        """Check the whole ledger, naming the first problem (never writes).
 
-        Names the first position whose stored bytes differ from what was appended
-        (modified, deleted, inserted or reordered events). With ``against`` (a
-        digest kept elsewhere) also proves, with an RFC 6962 consistency proof,
-        that the current log extends the log that digest described.
+        Kept heads' signatures; the stored event bytes against their Merkle
+        leaves; RFC 6962 consistency of the log with every kept head (``heads=``
+        a heads file or heads, ``public_key=`` their KEY.pub) and with
+        ``against`` (a digest kept elsewhere); authorization replay; the views
+        against a replay of the log; the evidence bytes. See
+        :mod:`ledger.verification`.
 
         Raises:
-            InvalidInputError: ``against`` is not a digest.
+            InvalidInputError: ``against`` is not a digest, or heads without a key.
         """
-        self._check_open()
-        target = None
-        if against is not None:
-            try:
-                if isinstance(against, LogDigest):
-                    target = LogDigest.parse(str(against))
-                elif isinstance(against, str):
-                    target = LogDigest.parse(against)
-                else:
-                    raise TypeError(f"expected a LogDigest or str, got {type(against).__name__}")
-            except (ValueError, TypeError) as exc:
-                raise InvalidInputError(f"cannot verify against {against!r}: {exc}") from None
-        problem: tuple[int, str] | None = None
-        recomputed: list[bytes] = []
-        last = 0
-        for position, leaf, stored in self._leaf_pairs():
-            last = max(last, position)
-            if problem is None:
-                if leaf is None:
-                    problem = (position, f"the event at position {position} is missing")
-                elif stored is None:
-                    problem = (
-                        position,
-                        f"the event at position {position} was not appended by the ledger",
-                    )
-                elif leaf != stored:
-                    problem = (
-                        position,
-                        f"the stored bytes at position {position} differ from what was appended",
-                    )
-            if leaf is not None:
-                recomputed.append(leaf)
-        size, root = merkle.root_of(recomputed)
-        now = LogDigest(size=size, position=last, root=root.hex())
-        if problem is not None:
-            return Verification(
-                ok=False, digest=now, first_bad_position=problem[0], problem=problem[1]
-            )
-        if target is None:
-            return Verification(ok=True, digest=now)
-        if target.size > size:
-            return Verification(
-                ok=False,
-                digest=now,
-                problem=f"the log has {size} events; the digest describes {target.size}",
-            )
-        proof = merkle.consistency_path(recomputed, target.size)
-        prefix_root = merkle.root_of(recomputed[: target.size])[1]
-        if prefix_root.hex() != target.root or not merkle.verify_consistency(
-            target.size, size, bytes.fromhex(target.root), root, proof
-        ):
-            return Verification(
-                ok=False,
-                digest=now,
-                problem=f"the first {target.size} events do not match the digest {target}",
-            )
-        return Verification(ok=True, digest=now, consistency_proof=tuple(p.hex() for p in proof))
+        return verification.verify(self, against, heads=heads, public_key=public_key)
+
+    def signed_head(self, private_key: PrivateKeyLike) -> SignedHead:
+        """A signed tree head of the log now (keep it outside the operator's reach)."""
+        return heads_module.signed_head(self, private_key)
 
     def _leaf_pairs(self) -> Iterator[tuple[int, bytes | None, bytes | None]]:
         """(position, leaf recomputed from the stored event, leaf stored at append time)."""
@@ -1155,6 +1114,7 @@ class Session:
         Raises:
             UnknownSnapshotError: no such snapshot, or no evidence with it is readable.
             SnapshotIntegrityError: the stored bytes no longer match the hash.
+            SnapshotErasedError: an admin erased the bytes (``Admin.erase_snapshot``).
         """
         if not isinstance(ref, str) or not _SNAPSHOT_REF.fullmatch(ref):
             raise UnknownSnapshotError(f"snapshot {ref!r} is not a sha256:<hex> reference")
@@ -1171,6 +1131,8 @@ class Session:
             readable = any(Role.READ.value in self._roles(c, s) for s in scopes)
             c.execute(d.q("SELECT content FROM {t}pl_snapshots WHERE ref=?"), (ref,))
             row = c.fetchone() if readable else None
+            if readable and row is None:
+                erasure.check_not_erased(self._ledger, c, ref)
         if row is None:
             raise UnknownSnapshotError(
                 f"snapshot {ref!r} is unknown or not readable by {self._subject!r}"
@@ -2164,6 +2126,7 @@ _RECORD_EVENTS = (
     "Revalidated",
     "Delivered",
     "CorrectionIssued",
+    "SnapshotErased",
 )
 _EVENT_PLUMBING = ("originator_id", "originator_version", "timestamp", "actor", "originator_topic")
 
