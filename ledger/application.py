@@ -22,7 +22,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from eventsourcing.application import AggregateNotFoundError
 from eventsourcing.domain import OriginatorIDError, OriginatorVersionError
@@ -78,7 +78,6 @@ from ledger.errors import (
     UnknownSnapshotError,
     ValueTooLargeError,
 )
-from ledger.heads import PrivateKeyLike, PublicKeyLike, SignedHead
 from ledger.merkle import InclusionProof, LogDigest, Verification
 from ledger.persistence import Guard, LedgerApplication, resolve_url
 from ledger.serialization import canonical, datetime_to_micros, micros_to_datetime, unpack
@@ -100,6 +99,9 @@ from projections import delivery as delivery_view
 from projections import timeline
 from projections import validity as validity_view
 from projections.base import Cursor, fetch_in_chunks
+
+if TYPE_CHECKING:
+    from ledger.heads import PrivateKeyLike, PublicKeyLike, SignedHead
 
 T = TypeVar("T")
 

@@ -48,11 +48,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from ledger import merkle
 from ledger.access import Role
@@ -61,9 +59,8 @@ from ledger.domain import Kind, record_uuid
 from ledger.errors import CorruptEventError, InvalidKeyError, LedgerError
 from ledger.graph import collect
 from ledger.heads import (
-    PrivateKeyLike,
-    PublicKeyLike,
     SignedHead,
+    ed25519,
     key_id,
     load_private_key,
     load_public_key,
@@ -75,6 +72,11 @@ from ledger.merkle import LogDigest
 from ledger.prov import PL, export_prov, serialize
 from ledger.values import AuditEvent, AuditTrail, RecordView
 from ledger.verification import stored_tree
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    from ledger.heads import PrivateKeyLike, PublicKeyLike
 
 #: The placeholder for a record outside the caller's scopes.
 HIDDEN = "<hidden>"
@@ -546,7 +548,7 @@ def _check_signature(
 ) -> None:
     try:
         key.verify(base64.b64decode((signature or b"").strip(), validate=True), message)
-    except (InvalidSignature, ValueError):
+    except (ed25519().InvalidSignature, ValueError):
         problems.append(what)
 
 

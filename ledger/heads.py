@@ -25,39 +25,67 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import json
 import os
 import struct
+import types
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from typing import TYPE_CHECKING, Any, cast
 
 from ledger.errors import InvalidHeadError, InvalidKeyError
 from ledger.merkle import LogDigest
 from ledger.serialization import datetime_to_micros, micros_to_datetime
 
 if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+        Ed25519PrivateKey,
+        Ed25519PublicKey,
+    )
+
     from ledger.application import Ledger
+
+    PrivateKeyLike = Ed25519PrivateKey | str | os.PathLike[str]
+    PublicKeyLike = Ed25519PublicKey | Ed25519PrivateKey | bytes | str | os.PathLike[str]
 
 #: What the signature of a head starts with (domain separation).
 HEAD_CONTEXT = b"provledger tree head v1\n"
 #: The ``version`` field of a head's JSON.
 HEAD_VERSION = 1
 
-PrivateKeyLike = Ed25519PrivateKey | str | os.PathLike[str]
-PublicKeyLike = Ed25519PublicKey | Ed25519PrivateKey | bytes | str | os.PathLike[str]
-
 _FIELDS = ("version", "tree_size", "root", "position", "time", "key_id", "signature")
 
 
 # -- keys ------------------------------------------------------------------------------
+
+
+@functools.cache
+def ed25519() -> Any:
+    """The ``cryptography`` pieces used here (imported on first use, so the ledger
+    itself runs without the package; install ``provledger[evidence]``).
+
+    Raises:
+        InvalidKeyError: ``cryptography`` is not installed.
+    """
+    try:
+        from cryptography.exceptions import InvalidSignature
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import ed25519 as keys
+    except ImportError:
+        raise InvalidKeyError(
+            "signed heads and bundles need the 'cryptography' package: "
+            "pip install 'provledger[evidence]'"
+        ) from None
+    return types.SimpleNamespace(
+        Private=keys.Ed25519PrivateKey,
+        Public=keys.Ed25519PublicKey,
+        serialization=serialization,
+        InvalidSignature=InvalidSignature,
+    )
 
 
 def generate_key(path: str | os.PathLike[str]) -> str:
@@ -74,11 +102,12 @@ def generate_key(path: str | os.PathLike[str]) -> str:
     for existing in (private_path, public_path):
         if existing.exists():
             raise InvalidKeyError(f"{existing} already exists; refusing to overwrite a key")
-    key = Ed25519PrivateKey.generate()
+    crypto = ed25519()
+    key = crypto.Private.generate()
     private_pem = key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
+        crypto.serialization.Encoding.PEM,
+        crypto.serialization.PrivateFormat.PKCS8,
+        crypto.serialization.NoEncryption(),
     )
     fd = os.open(private_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
@@ -96,16 +125,18 @@ def load_private_key(key: PrivateKeyLike) -> Ed25519PrivateKey:
     Raises:
         InvalidKeyError: the file is missing, unreadable or not an Ed25519 private key.
     """
-    if isinstance(key, Ed25519PrivateKey):
-        return key
+    crypto = ed25519()
+    if isinstance(key, crypto.Private):
+        return cast("Ed25519PrivateKey", key)
     data = _read_key_file(key)
     try:
-        loaded = serialization.load_pem_private_key(data, password=None)
+        loaded = crypto.serialization.load_pem_private_key(data, password=None)
     except (ValueError, TypeError) as exc:
         raise InvalidKeyError(f"{key}: not an unencrypted PEM private key ({exc})") from None
-    if not isinstance(loaded, Ed25519PrivateKey):
+    if not isinstance(loaded, crypto.Private):
         raise InvalidKeyError(f"{key}: not an Ed25519 private key")
-    return loaded
+    private: Ed25519PrivateKey = loaded
+    return private
 
 
 def load_public_key(key: PublicKeyLike) -> Ed25519PublicKey:
@@ -115,19 +146,22 @@ def load_public_key(key: PublicKeyLike) -> Ed25519PublicKey:
     Raises:
         InvalidKeyError: the file is missing, unreadable or not an Ed25519 public key.
     """
-    if isinstance(key, Ed25519PublicKey):
-        return key
-    if isinstance(key, Ed25519PrivateKey):
-        return key.public_key()
+    crypto = ed25519()
+    if isinstance(key, crypto.Public):
+        return cast("Ed25519PublicKey", key)
+    if isinstance(key, crypto.Private):
+        derived: Ed25519PublicKey = key.public_key()
+        return derived
     data = key if isinstance(key, bytes) else _read_key_file(key)
     where = "public key" if isinstance(key, bytes) else str(key)
     try:
-        loaded = serialization.load_pem_public_key(data)
+        loaded = crypto.serialization.load_pem_public_key(data)
     except (ValueError, TypeError) as exc:
         raise InvalidKeyError(f"{where}: not a PEM public key ({exc})") from None
-    if not isinstance(loaded, Ed25519PublicKey):
+    if not isinstance(loaded, crypto.Public):
         raise InvalidKeyError(f"{where}: not an Ed25519 public key")
-    return loaded
+    public: Ed25519PublicKey = loaded
+    return public
 
 
 def _read_key_file(path: object) -> bytes:
@@ -141,16 +175,19 @@ def _read_key_file(path: object) -> bytes:
 
 def public_key_pem(key: Ed25519PublicKey) -> bytes:
     """The public key as SubjectPublicKeyInfo PEM (what ``KEY.pub`` holds)."""
-    return key.public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    crypto = ed25519()
+    pem: bytes = key.public_bytes(
+        crypto.serialization.Encoding.PEM, crypto.serialization.PublicFormat.SubjectPublicKeyInfo
     )
+    return pem
 
 
 def key_id(key: Ed25519PublicKey | Ed25519PrivateKey) -> str:
     """SHA-256 (hex) of the public key's DER SubjectPublicKeyInfo."""
-    public = key.public_key() if isinstance(key, Ed25519PrivateKey) else key
+    crypto = ed25519()
+    public = cast("Ed25519PublicKey", key.public_key() if isinstance(key, crypto.Private) else key)
     der = public.public_bytes(
-        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+        crypto.serialization.Encoding.DER, crypto.serialization.PublicFormat.SubjectPublicKeyInfo
     )
     return hashlib.sha256(der).hexdigest()
 
@@ -290,7 +327,7 @@ def verify_head(head: SignedHead, public_key: PublicKeyLike) -> bool:
         return False
     try:
         key.verify(base64.b64decode(head.signature), head.message())
-    except (InvalidSignature, ValueError):
+    except (ed25519().InvalidSignature, ValueError):
         return False
     return True
 
@@ -388,6 +425,7 @@ __all__ = [
     "SignedHead",
     "append_head",
     "as_heads",
+    "ed25519",
     "generate_key",
     "head_message",
     "key_id",

@@ -40,13 +40,14 @@ from typing import TYPE_CHECKING, Any
 from ledger import merkle
 from ledger.authorization import AuthorizationReplay
 from ledger.errors import InvalidInputError, LedgerError
-from ledger.heads import PublicKeyLike, SignedHead, as_heads, key_id, load_public_key, verify_head
+from ledger.heads import SignedHead, as_heads, key_id, load_public_key, verify_head
 from ledger.merkle import LogDigest, MerkleTree, Verification
 from projections.base import SQLITE, Cursor, fetch_in_chunks, rows_digest
 from projections.projector import Projector
 
 if TYPE_CHECKING:
     from ledger.application import Ledger
+    from ledger.heads import PublicKeyLike
 
 #: How many problems a report lists (the first one is the report's ``problem``).
 MAX_PROBLEMS = 20
@@ -98,7 +99,9 @@ def verify(
     kept = as_heads(heads)
     key = None if public_key is None else load_public_key(public_key)
     if kept and key is None:
-        raise InvalidInputError("verifying kept heads needs public_key= (the KEY.pub they match)")
+        raise InvalidInputError(
+            "verifying kept heads needs the public key that signed them (--public-key)"
+        )
     findings = _Findings()
     if key is not None:
         _check_signatures(kept, key, findings)
