@@ -43,7 +43,6 @@ import io
 import json
 import os
 import zipfile
-import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -179,7 +178,7 @@ def write_bundle(
     )
     index_of = {p: i for i, p in enumerate(positions)}
     events = _events(session, trails, visible, tree, index_of)
-    order = [root, *sorted(visible - {root})]
+    order = _nearest_first(root, trails)
     prov = _prov_json(session, root, trails, visible)
     summary = _summary(trails, order, hidden, head, events)
     files: dict[str, bytes] = {
@@ -235,6 +234,22 @@ def write_bundle(
         withheld=sum(1 for e in events if e.data is None),
         hidden=len(hidden),
     )
+
+
+def _nearest_first(root: str, trails: dict[str, AuditTrail]) -> list[str]:
+    """The included records, the root first, then its ancestors breadth-first (then
+    any reached only through hidden ones, by id)."""
+    order, frontier = [root], [root]
+    while frontier:
+        reached = []
+        for rid in frontier:
+            record = trails[rid].record
+            for dep in (*record.parents, *record.observed):
+                if dep in trails and dep not in order:
+                    order.append(dep)
+                    reached.append(dep)
+        frontier = reached
+    return order + sorted(set(trails) - set(order))
 
 
 def _events(
@@ -474,8 +489,11 @@ def _read_members(archive: zipfile.ZipFile, problems: list[str]) -> dict[str, by
     for name in names:
         try:
             members[name] = archive.read(name)
-        except (zipfile.BadZipFile, zlib.error, EOFError, ValueError, NotImplementedError) as exc:
-            problems.append(f"{name} cannot be read from the archive: it was altered ({exc})")
+        except Exception as exc:  # zipfile raises many kinds on altered headers
+            problems.append(
+                f"{name} cannot be read from the archive: it was altered "
+                f"({type(exc).__name__}: {exc})"
+            )
     return members
 
 
