@@ -119,8 +119,12 @@ class Scene:
     clock: Callable[[], datetime]
 
 
-def build_scene(ledger: Ledger, directory: Path, clock: Callable[[], datetime]) -> Scene:
-    """The scene of the module docstring on ``ledger`` (heads and key in ``directory``)."""
+def build_scene(
+    ledger: Ledger, directory: Path, clock: Callable[[], datetime], noise: int = 0
+) -> Scene:
+    """The scene of the module docstring on ``ledger`` (heads and key in ``directory``);
+    ``noise`` more records proposed by agent-2 (every other one accepted) before E1
+    is revoked, so the attacked positions vary."""
     admin = ledger.admin()
     admin.grant("agent-1", scope="proj-a", roles=["propose", "read"])
     admin.grant("agent-2", scope="proj-a", roles=["propose", "read"])
@@ -146,6 +150,10 @@ def build_scene(ledger: Ledger, directory: Path, clock: Callable[[], datetime]) 
     generate_key(key)
     heads = directory / "heads.jsonl"
     publish_head(ledger, key, heads)
+    for n in range(noise):
+        agent2.propose(scope="proj-a", claim_key=f"noise.{n}", value=n, kind=Kind.FACT, id=f"N{n}")
+        if n % 2 == 0:
+            reviewer.accept(f"N{n}")
     reviewer.revoke("E1", reason="the page changed")
     agent.propose(scope="proj-a", claim_key="api.region", value="eu", kind=Kind.FACT, id="F2")
     publish_head(ledger, key, heads)
