@@ -171,6 +171,8 @@ def _read_key_file(path: object) -> bytes:
         return Path(path).read_bytes()
     except OSError as exc:
         raise InvalidKeyError(f"{path}: cannot read the key file ({exc.strerror})") from None
+    except ValueError as exc:  # a NUL or a lone surrogate in the path
+        raise InvalidKeyError(f"{path!r} is not a usable key file path ({exc})") from None
 
 
 def public_key_pem(key: Ed25519PublicKey) -> bytes:
@@ -360,8 +362,8 @@ def load_heads(path: str | os.PathLike[str]) -> tuple[SignedHead, ...]:
     """
     try:
         text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidHeadError(f"cannot read the heads file {path}: {exc}") from None
+    except (OSError, ValueError) as exc:  # ValueError: undecodable, or a NUL in the path
+        raise InvalidHeadError(f"cannot read the heads file {path!r}: {exc}") from None
     heads = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
@@ -381,6 +383,12 @@ def as_heads(
         return ()
     if isinstance(heads, (str, os.PathLike)):
         return load_heads(heads)
+    if isinstance(heads, (bytes, bytearray, memoryview, Mapping)) or not isinstance(
+        heads, Iterable
+    ):
+        raise InvalidHeadError(
+            f"heads must be a heads file path or signed heads, got {type(heads).__name__}"
+        )
     out = tuple(heads)
     for head in out:
         if not isinstance(head, SignedHead):
