@@ -564,6 +564,11 @@ def test_erasing_a_snapshot_removes_the_bytes_and_keeps_the_log_verifiable(scene
         "erasure request 2026-114",
     )
     assert [e.type for e in reviewer.history(type="SnapshotErased")] == ["SnapshotErased"]
+    from ledger.prov import export_text
+
+    prov = json.loads(export_text(reviewer, record="E1"))
+    erasure = prov["activity"][f"act:erase-snapshot-{erased.position}"]
+    assert erasure["pl:reason"] == "erasure request 2026-114" and erasure["pl:snapshotRef"] == ref
     # and everything still verifies, kept heads included
     report = detect(scene, with_heads=True)
     assert report.ok, report.problem
