@@ -28,11 +28,12 @@ that with no ledger and no token, naming the first thing that fails. Given the
 public key the auditor holds from elsewhere (``public_key=``), it also refuses a
 bundle re-signed with another key.
 
-Scope isolation: the bundle holds the records the caller may audit. Any other
-ancestor appears only as ``<hidden>``, with no id and no bytes; an event of an
-included record whose bytes name a hidden record (a parent, an observed
-dependency, a revoked cause, a replacement) is listed with its leaf hash and
-inclusion proof only, its bytes withheld.
+Scope isolation: the bundle holds the records the caller may audit. Ancestors
+outside those scopes appear as one ``<hidden>`` placeholder, whatever their
+number, with no id and no bytes; an event of an included record whose bytes
+name a record the caller may not audit (a parent, an observed dependency, a
+revoked cause, a replacement) is listed with its leaf hash and inclusion proof
+only, its bytes withheld.
 """
 
 from __future__ import annotations
@@ -55,7 +56,14 @@ from ledger import merkle
 from ledger.access import Role
 from ledger.application import Session
 from ledger.domain import Kind, record_uuid
-from ledger.errors import CorruptEventError, InvalidKeyError, LedgerError
+from ledger.errors import (
+    AccessDeniedError,
+    CorruptEventError,
+    InvalidInputError,
+    InvalidKeyError,
+    LedgerError,
+    UnknownRecordError,
+)
 from ledger.graph import collect
 from ledger.heads import (
     SignedHead,
@@ -100,7 +108,7 @@ class BundleInfo:
     records: tuple[str, ...]  # included records (the record first)
     events: int  # events whose bytes are included
     withheld: int  # events listed by leaf hash only (their bytes name a hidden record)
-    hidden: int  # ancestors shown as <hidden>
+    hidden: int  # 1 if ancestors outside the caller's scopes are shown as <hidden> (once)
 
 
 @dataclass(frozen=True)
@@ -163,9 +171,12 @@ def write_bundle(
     root = sub.root
     assert root is not None
     trails = {node.id: session.audit(node.id) for node in sub.nodes}
-    visible = set(trails)
-    hidden = sorted(
-        {dep for t in trails.values() for dep in (*t.record.parents, *t.record.observed)} - visible
+    auditable = _Auditable(session, trails)
+    # Every auditable ancestor is in ``trails``: the others are the hidden ones.
+    hidden = any(
+        dep not in trails
+        for t in trails.values()
+        for dep in (*t.record.parents, *t.record.observed)
     )
     ledger = session._ledger
     tree, positions = stored_tree(ledger)
@@ -177,10 +188,10 @@ def write_bundle(
         ledger.now(),
     )
     index_of = {p: i for i, p in enumerate(positions)}
-    events = _events(session, trails, visible, tree, index_of)
+    events = _events(session, trails, auditable, tree, index_of)
     order = _nearest_first(root, trails)
-    prov = _prov_json(session, root, trails, visible)
-    summary = _summary(trails, order, hidden, head, events)
+    prov = _prov_json(session, root, trails, auditable)
+    summary = _summary(trails, order, hidden, head, events, auditable)
     files: dict[str, bytes] = {
         "summary.txt": summary.encode("utf-8"),
         "prov.json": prov.encode("utf-8"),
@@ -206,7 +217,7 @@ def write_bundle(
             }
             for rid in order
         ]
-        + [{"id": HIDDEN} for _ in hidden],
+        + ([{"id": HIDDEN}] if hidden else []),
         "events": [
             {
                 "record": e.record,
@@ -232,8 +243,25 @@ def write_bundle(
         records=tuple(order),
         events=sum(1 for e in events if e.data is not None),
         withheld=sum(1 for e in events if e.data is None),
-        hidden=len(hidden),
+        hidden=int(hidden),
     )
+
+
+class _Auditable:
+    """Whether the session may audit a record (cached): what the bundle may name."""
+
+    def __init__(self, session: Session, trails: dict[str, AuditTrail]) -> None:
+        self._session = session
+        self._known = dict.fromkeys(trails, True)
+
+    def __call__(self, record_id: str) -> bool:
+        if record_id not in self._known:
+            try:
+                self._session.audit(record_id)
+                self._known[record_id] = True
+            except (UnknownRecordError, AccessDeniedError, InvalidInputError):
+                self._known[record_id] = False
+        return self._known[record_id]
 
 
 def _nearest_first(root: str, trails: dict[str, AuditTrail]) -> list[str]:
@@ -255,7 +283,7 @@ def _nearest_first(root: str, trails: dict[str, AuditTrail]) -> list[str]:
 def _events(
     session: Session,
     trails: dict[str, AuditTrail],
-    visible: set[str],
+    auditable: _Auditable,
     tree: merkle.MerkleTree,
     index_of: dict[int, int],
 ) -> list[_Event]:
@@ -282,7 +310,7 @@ def _events(
                         f"bundle refused: the stored bytes at position {audit.position} differ "
                         "from what was appended"
                     )
-                withheld = any(dep not in visible for dep in _named_ids(audit))
+                withheld = not all(auditable(dep) for dep in _named_ids(audit))
                 out.append(
                     _Event(
                         record=rid,
@@ -298,7 +326,7 @@ def _events(
 
 
 def _prov_json(
-    session: Session, root: str, trails: dict[str, AuditTrail], visible: set[str]
+    session: Session, root: str, trails: dict[str, AuditTrail], auditable: _Auditable
 ) -> str:
     """The PROV-JSON of the record and its ancestors, hidden ones as one placeholder."""
     doc = json.loads(serialize(export_prov(session, record=root, ancestors=True), "prov-json"))
@@ -307,7 +335,7 @@ def _prov_json(
     def hidden_ref(value: Any) -> bool:
         text = value.get("$") if isinstance(value, dict) else value
         return (
-            isinstance(text, str) and text.startswith(prefix) and text[len(prefix) :] not in visible
+            isinstance(text, str) and text.startswith(prefix) and not auditable(text[len(prefix) :])
         )
 
     for section in doc.values():
@@ -327,7 +355,7 @@ def _prov_json(
     needs = sorted(
         rid
         for rid, trail in trails.items()
-        if any(dep not in visible for dep in (*trail.record.parents, *trail.record.observed))
+        if any(dep not in trails for dep in (*trail.record.parents, *trail.record.observed))
     )
     if needs:
         doc.setdefault("entity", {})[f"{PL.prefix}:hidden"] = {"prov:label": HIDDEN}
@@ -347,18 +375,18 @@ def _when(at: datetime) -> str:
 def _summary(
     trails: dict[str, AuditTrail],
     order: Sequence[str],
-    hidden: Sequence[str],
+    hidden: bool,
     head: SignedHead,
     events: Sequence[_Event],
+    auditable: _Auditable,
 ) -> str:
-    visible = set(trails)
     record = trails[order[0]].record
     lines = [
         "provledger compliance bundle",
         "",
         f"record:    {record.id} ({record.kind}, scope {record.scope}, claim {record.claim_key!r})",
         f"value:     {json.dumps(record.value, default=repr, ensure_ascii=False)[:200]}",
-        f"status:    {record.status} / {record.validity}{_cause(record, visible)}",
+        f"status:    {record.status} / {record.validity}{_cause(record, auditable)}",
     ]
     lines += _history_lines(trails[order[0]])
     evidence = [rid for rid in order if trails[rid].record.kind == Kind.EVIDENCE]
@@ -375,7 +403,7 @@ def _summary(
         )
     ancestry = [
         f"{rid} ({trails[rid].record.kind}, {trails[rid].record.status})" for rid in order[1:]
-    ] + [HIDDEN] * len(hidden)
+    ] + ([HIDDEN] if hidden else [])
     lines.append(f"ancestry:  {', '.join(ancestry) if ancestry else 'none'}")
     for rid in order[1:]:
         lines += [f"  {line}" for line in _history_lines(trails[rid], rid)]
@@ -397,10 +425,10 @@ def _summary(
     return "\n".join(lines)
 
 
-def _cause(record: RecordView, visible: set[str]) -> str:
+def _cause(record: RecordView, auditable: _Auditable) -> str:
     if record.cause is None or record.cause == record.id:
         return f" ({record.reason})" if record.reason else ""
-    if record.cause not in visible:
+    if not auditable(record.cause):
         return f" ({_HIDDEN_REASON})"
     return f" ({record.cause} revoked: {record.reason})"
 
@@ -470,7 +498,7 @@ def verify_bundle(
     data = Path(path).read_bytes()
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
-    except (zipfile.BadZipFile, ValueError) as exc:
+    except Exception as exc:  # zipfile raises many kinds on altered archives
         return _failed(f"{Path(path).name} is not a readable zip archive ({exc})")
     with archive:
         return _verify_archive(archive, data, trusted)

@@ -464,8 +464,10 @@ def test_any_altered_byte_of_a_bundle_fails(bundled: tuple[World, Path, Path]) -
     _world, path, public = bundled
     original = path.read_bytes()
     altered = path.with_name("altered.zip")
-    # Every byte of the archive's end record and signature, and random bytes elsewhere
-    tail = range(original.rindex(b"PK\x05\x06"), len(original))
+    # Every byte of the archive's central directory, end record and signature, and
+    # random bytes elsewhere (every byte of this bundle, four masks each, was checked
+    # once by hand; too slow to repeat on every run)
+    tail = range(original.index(b"PK\x01\x02"), len(original))
 
     def check(offset: int, mask: int) -> None:
         data = bytearray(original)
