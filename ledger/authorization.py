@@ -11,13 +11,16 @@ event                     must hold
 ========================  ===============================================================
 ``Proposed``              a valid token; ``propose`` in the scope; ``read`` in the scope of
                           every parent and observed dependency, each of which exists and is
-                          not REVOKED, REJECTED or STALE
+                          not REVOKED, REJECTED, STALE or SUPERSEDED; a record it supersedes
+                          exists in the same scope
 ``Accepted``              a valid token; ``approve``; not the proposer; the record is a
                           CANDIDATE and every dependency ACCEPTED
 ``Rejected``              a valid token; ``approve``; not the proposer; a CANDIDATE
 ``Revoked``               a valid token; ``approve``; CANDIDATE, ACCEPTED or STALE
-``MarkedStale``           a valid token; ``approve`` in the scope of the revoked cause, which
-                          exists and is REVOKED; the record is not REVOKED or REJECTED
+``MarkedStale``           a valid token; ``approve`` in the scope of the cause, which exists
+                          and is REVOKED (SUPERSEDED when ``superseded_by`` is set); the
+                          record is CANDIDATE, ACCEPTED or STALE
+``Superseded``            a valid token; ``approve``; CANDIDATE, ACCEPTED or STALE
 ``Revalidated``           a valid token; ``approve``; not the proposer; STALE; every
                           dependency (the new basis, if given) ACCEPTED
 ``Delivered``             a valid token; ``deliver``; ACCEPTED
@@ -51,7 +54,12 @@ from ledger.serialization import datetime_to_micros
 #: The actor of every event the embedding host's ``Admin`` handle appends.
 ADMIN = "admin"
 
-_BLOCKING = (Status.REVOKED.value, Status.REJECTED.value, Status.STALE.value)
+_BLOCKING = (
+    Status.REVOKED.value,
+    Status.REJECTED.value,
+    Status.STALE.value,
+    Status.SUPERSEDED.value,
+)
 
 
 @dataclass
@@ -205,6 +213,11 @@ class AuthorizationReplay:
             return f"{what}: {event.actor!r} held no valid token then"
         if not self.access.holds(event.actor, event.scope, "propose"):
             return f"{what}: {event.actor!r} did not hold 'propose' in scope {event.scope!r} then"
+        replaced = getattr(event, "supersedes", None)
+        if replaced is not None:
+            old = self.by_id.get(replaced)
+            if old is None or old.scope != event.scope:
+                return f"{what}: the record it supersedes, {replaced!r}, is not in its scope"
         for dep in deps:
             found = self.by_id.get(dep)
             if found is None:
@@ -249,8 +262,11 @@ class AuthorizationReplay:
             cause = self.by_id.get(event.cause)
             if cause is None:
                 return f"{what}: its cause {event.cause!r} was never proposed"
-            if cause.status is not None and cause.status != Status.REVOKED.value:
-                return f"{what}: its cause {event.cause!r} was {cause.status}, not REVOKED"
+            # Revoked, or superseded by the record named in ``superseded_by``.
+            why = Status.REVOKED if getattr(event, "superseded_by", None) is None else None
+            wanted = (why or Status.SUPERSEDED).value
+            if cause.status is not None and cause.status != wanted:
+                return f"{what}: its cause {event.cause!r} was {cause.status}, not {wanted}"
             scope = cause.scope  # the revoker needed approve where the revoked record is
         if not self.access.holds(actor, scope, role):
             return f"{what}: {actor!r} did not hold {role!r} in scope {scope!r} then"
@@ -305,6 +321,7 @@ _RULES: dict[str, tuple[str, tuple[str, ...], bool, str | None]] = {
     "Rejected": ("approve", (_C,), True, Status.REJECTED.value),
     "Revoked": ("approve", (_C, _A, _S), False, Status.REVOKED.value),
     "MarkedStale": ("approve", (_C, _A, _S), False, _S),
+    "Superseded": ("approve", (_C, _A, _S), False, Status.SUPERSEDED.value),
     "Revalidated": ("approve", (_S,), True, None),
     "Delivered": ("deliver", (_A,), False, None),
     "CorrectionIssued": ("deliver", (), False, None),

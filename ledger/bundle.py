@@ -54,7 +54,6 @@ import msgpack
 
 from ledger import merkle
 from ledger.access import Role
-from ledger.application import Session
 from ledger.domain import Kind, record_uuid
 from ledger.errors import (
     AccessDeniedError,
@@ -77,6 +76,7 @@ from ledger.heads import (
 )
 from ledger.merkle import LogDigest
 from ledger.prov import PL, export_prov, serialize
+from ledger.session import Session
 from ledger.values import AuditEvent, AuditTrail, RecordView
 from ledger.verification import stored_tree
 
@@ -178,14 +178,14 @@ def write_bundle(
         for t in trails.values()
         for dep in (*t.record.parents, *t.record.observed)
     )
-    ledger = session._ledger
-    tree, positions = stored_tree(ledger)
+    engine = session.caller.engine
+    tree, positions = stored_tree(engine)
     head = sign_head(
         key,
         LogDigest(
             size=tree.size, position=positions[-1] if positions else 0, root=tree.root().hex()
         ),
-        ledger.now(),
+        engine.now(),
     )
     index_of = {p: i for i, p in enumerate(positions)}
     events = _events(session, trails, auditable, tree, index_of)
@@ -204,7 +204,7 @@ def write_bundle(
     manifest = {
         "format": FORMAT,
         "record": root,
-        "created": ledger.now().astimezone(UTC).isoformat(timespec="microseconds"),
+        "created": engine.now().astimezone(UTC).isoformat(timespec="microseconds"),
         "key_id": key_id(key),
         "head": head.to_json(),
         "records": [
@@ -288,11 +288,11 @@ def _events(
     index_of: dict[int, int],
 ) -> list[_Event]:
     """Each event of the included records with its bytes (or withheld) and proof."""
-    ledger = session._ledger
+    engine = session.caller.engine
     out: list[_Event] = []
-    with ledger._reading() as c:
+    with engine.reading() as c:
         for rid, trail in sorted(trails.items()):
-            notes = {n.id: n for n in ledger._recorder.select_record_events(c, record_uuid(rid))}
+            notes = {n.id: n for n in engine.recorder.select_record_events(c, record_uuid(rid))}
             for audit in trail.events:
                 note = notes.get(audit.position)
                 index = index_of.get(audit.position)

@@ -26,12 +26,14 @@ from typing import TYPE_CHECKING, Any
 
 from eventsourcing.utils import get_topic
 
-from ledger.domain import Record, check_text, record_uuid
-from ledger.errors import ConcurrencyError, SnapshotErasedError, UnknownSnapshotError
+from ledger.domain import Record, record_uuid
+from ledger.errors import SnapshotErasedError, UnknownSnapshotError
+from ledger.validation import check_text
+from projections import validity as validity_view
 from projections.base import Cursor
 
 if TYPE_CHECKING:
-    from ledger.application import Ledger
+    from ledger.engine import Engine, Write
 
 _SNAPSHOT_REF = re.compile(r"sha256:[0-9a-f]{64}")
 _ERASED_TOPIC = get_topic(Record.SnapshotErased)
@@ -56,32 +58,27 @@ def _check_ref(ref: object) -> str:
     return ref
 
 
-def _evidence_with(ledger: Ledger, c: Cursor, ref: str) -> list[str]:
-    d = ledger._dialect
+def _evidence_with(engine: Engine, c: Cursor, ref: str) -> list[str]:
+    """The evidence records captured with ``ref`` (every scope), by id."""
     c.execute(
-        d.q(
+        engine.dialect.q(
             "SELECT DISTINCT record_id FROM {t}pl_records WHERE snapshot_ref=? "
-            "AND to_pos IS NULL ORDER BY record_id"
+            f"AND {validity_view.NOW_FILTER} ORDER BY record_id"
         ),
         (ref,),
     )
     return [str(r["record_id"]) for r in c.fetchall()]
 
 
-def _stored(ledger: Ledger, c: Cursor, ref: str) -> bool:
-    c.execute(ledger._dialect.q("SELECT 1 AS one FROM {t}pl_snapshots WHERE ref=?"), (ref,))
-    return c.fetchone() is not None
-
-
-def erasure_of(ledger: Ledger, c: Cursor, ref: str) -> Erasure | None:
+def erasure_of(engine: Engine, c: Cursor, ref: str) -> Erasure | None:
     """The newest erasure of ``ref`` recorded in the log (read with ``c``), or None."""
-    records = _evidence_with(ledger, c, ref)
+    records = _evidence_with(engine, c, ref)
     newest: tuple[int, Any] | None = None
     for rid in records:
-        for note in ledger._recorder.select_record_events(c, record_uuid(rid)):
+        for note in engine.recorder.select_record_events(c, record_uuid(rid)):
             if note.topic != _ERASED_TOPIC:
                 continue
-            event = ledger._projector.decode(note)
+            event = engine.projector.decode(note)
             if event.snapshot_ref == ref and (newest is None or note.id > newest[0]):
                 newest = (note.id, event)
     if newest is None:
@@ -97,12 +94,12 @@ def erasure_of(ledger: Ledger, c: Cursor, ref: str) -> Erasure | None:
     )
 
 
-def check_not_erased(ledger: Ledger, c: Cursor, ref: str) -> None:
+def check_not_erased(engine: Engine, c: Cursor, ref: str) -> None:
     """Raise ``SnapshotErasedError`` if the log records an erasure of ``ref``.
 
-    Called by ``Session.snapshot`` when the bytes are missing.
+    ``Session.snapshot`` calls it when the bytes are missing.
     """
-    found = erasure_of(ledger, c, ref)
+    found = erasure_of(engine, c, ref)
     if found is not None:
         raise SnapshotErasedError(
             f"snapshot {ref!r} was erased at {found.at.isoformat()} by {found.actor!r} "
@@ -110,43 +107,34 @@ def check_not_erased(ledger: Ledger, c: Cursor, ref: str) -> None:
         )
 
 
-def erase_snapshot(ledger: Ledger, ref: str, reason: str, actor: str) -> Erasure:
-    """Remove the bytes behind ``ref`` and record who erased them and why (see the
-    module docstring); returns the erasure.
+def erase_snapshot(engine: Engine, ref: str, reason: str, actor: str) -> Erasure:
+    """Remove the bytes behind ``ref`` and record who erased them and why, in one
+    write transaction (see the module docstring); returns the erasure.
 
     Raises:
         UnknownSnapshotError: ``ref`` is malformed or no evidence was captured with it.
         SnapshotErasedError: its bytes were erased already.
         InvalidValueError: ``reason`` is empty or not printable text.
     """
-    ledger._check_open()
+    engine.check_open()
     ref = _check_ref(ref)
     check_text(reason, "reason")
 
-    def attempt() -> Erasure:
-        with ledger._reading() as c:
-            records = _evidence_with(ledger, c, ref)
-            if not records:
-                raise UnknownSnapshotError(f"snapshot {ref!r} is unknown")
-            stored = _stored(ledger, c, ref)
-            if not stored:
-                check_not_erased(ledger, c, ref)
-            aggregates = [ledger._record(rid, c) for rid in records]
-        now = ledger._now()
-        for record in aggregates:
+    def work(w: Write) -> Erasure:
+        records = _evidence_with(engine, w.c, ref)
+        if not records:
+            raise UnknownSnapshotError(f"snapshot {ref!r} is unknown")
+        stored = engine.recorder.snapshot_content(w.c, ref) is not None
+        if not stored:
+            check_not_erased(engine, w.c, ref)
+        now = engine.now()
+        events: list[Any] = []
+        for rid in records:
+            record = engine.load_record(w.c, rid)
             record.erase_snapshot(actor, ref, reason, now)
-        events = [event for record in aggregates for event in record.collect_events()]
-
-        def guard(c: Cursor) -> None:
-            # Under the write lock, in the events' transaction: the bytes go with them.
-            if _evidence_with(ledger, c, ref) != records:
-                raise ConcurrencyError(
-                    f"erase_snapshot refused: evidence with {ref!r} was captured meanwhile; "
-                    "try again"
-                )
-            c.execute(ledger._dialect.q("DELETE FROM {t}pl_snapshots WHERE ref=?"), (ref,))
-
-        position = ledger._append(events, guard=guard)
+            events += record.collect_events()
+        position = w.append(events)
+        w.c.execute(engine.dialect.q("DELETE FROM {t}pl_snapshots WHERE ref=?"), (ref,))
         return Erasure(
             snapshot_ref=ref,
             records=tuple(records),
@@ -157,7 +145,7 @@ def erase_snapshot(ledger: Ledger, ref: str, reason: str, actor: str) -> Erasure
             deleted=stored,
         )
 
-    return ledger._retrying(attempt)
+    return engine.transact(work)
 
 
 __all__ = ["Erasure", "check_not_erased", "erase_snapshot", "erasure_of"]

@@ -421,7 +421,7 @@ def publish_head(
         return head
     kept = [h for h in (load_heads(path) if Path(path).exists() else ()) if h.key_id == head.key_id]
     if kept:
-        problem = check_extends(ledger, kept[-1])
+        problem = check_extends(ledger.engine, kept[-1])
         if problem is not None:
             raise InvalidHeadError(f"not appended to {path}: {problem}")
     append_head(path, head)

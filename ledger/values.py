@@ -66,6 +66,12 @@ class RecordView:
     reason: str | None
     deliveries: tuple[Delivery, ...]
     position: int
+    #: The record this one was proposed to replace (``propose(supersedes=…)``).
+    supersedes: str | None = None
+    #: The record accepted in this one's place, once it is ``SUPERSEDED``.
+    superseded_by: str | None = None
+    #: When STALE because ``cause`` was superseded (not revoked): what superseded it.
+    cause_superseded_by: str | None = None
 
     @property
     def undeclared(self) -> tuple[str, ...]:
@@ -152,6 +158,21 @@ class Revocation:
     position: int
     stale: tuple[str, ...] = field(default=())
     hidden: int = 0
+
+
+@dataclass(frozen=True)
+class RevocationPreview:
+    """What revoking ``root`` would do now (``Session.preview_revoke``; nothing written).
+
+    ``stale``: the descendants the caller may see that would become STALE;
+    ``deliveries``: deliveries of the root or of those records, in scopes where the
+    caller holds ``deliver``, whose record is VALID now and would then owe a
+    correction.
+    """
+
+    root: str
+    stale: tuple[str, ...]
+    deliveries: tuple[Delivery, ...]
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,7 @@ from projections.base import SQLITE, Cursor, fetch_in_chunks, rows_digest
 from projections.projector import Projector
 
 if TYPE_CHECKING:
-    from ledger.application import Ledger
+    from ledger.engine import Engine
     from ledger.heads import PublicKeyLike
 
 #: How many problems a report lists (the first one is the report's ``problem``).
@@ -73,7 +73,7 @@ class _Findings:
 
 
 def verify(
-    ledger: Ledger,
+    engine: Engine,
     against: LogDigest | str | None = None,
     *,
     heads: str | os.PathLike[str] | Iterable[SignedHead] | None = None,
@@ -94,7 +94,7 @@ def verify(
         InvalidHeadError: the heads file is malformed.
         InvalidKeyError: the public key cannot be loaded.
     """
-    ledger._check_open()
+    engine.check_open()
     target = _as_digest(against)
     kept = as_heads(heads)
     key = None if public_key is None else load_public_key(public_key)
@@ -106,10 +106,10 @@ def verify(
     if key is not None:
         _check_signatures(kept, key, findings)
     replay = AuthorizationReplay()
-    with ledger._reading() as c, _Scratch() as scratch:
-        tracking = ledger._projector.tracking_map(c)
+    with engine.reading() as c, _Scratch() as scratch:
+        tracking = engine.projector.tracking_map(c)
         views_upto = min(tracking.values()) if tracking else 0
-        tree, positions, log_ok = _walk_log(ledger, c, replay, scratch, views_upto, findings)
+        tree, positions, log_ok = _walk_log(engine, c, replay, scratch, views_upto, findings)
         digest = LogDigest(
             size=tree.size,
             position=positions[-1] if positions else 0,
@@ -127,10 +127,10 @@ def verify(
             elif target.size < tree.size:
                 proof = tuple(p.hex() for p in tree.consistency_path(target.size))
         if log_ok:
-            problem = _compare_views(ledger, c, scratch)
+            problem = _compare_views(engine, c, scratch)
             if problem is not None:
                 findings.add("views", problem)
-            for problem in _evidence_problems(ledger, c, replay):
+            for problem in _evidence_problems(engine, c, replay):
                 findings.add("evidence bytes", problem)
     ordered = findings.ordered()
     ran = {
@@ -203,7 +203,7 @@ def _check_signatures(kept: Sequence[SignedHead], key: Any, findings: _Findings)
 
 
 def _walk_log(
-    ledger: Ledger,
+    engine: Engine,
     c: Cursor,
     replay: AuthorizationReplay,
     scratch: _Scratch,
@@ -212,26 +212,14 @@ def _walk_log(
 ) -> tuple[MerkleTree, list[int], bool]:
     """One pass over the stored events and leaves: the recomputed tree, the position
     of each leaf, and whether the log is intact (then every event was replayed)."""
-    recorder, d = ledger._recorder, ledger._dialect
+    recorder = engine.recorder
     tree, positions = MerkleTree(), []
     log_ok = True
     after = 0
     while True:
         notes = recorder.read_after(c, after, _BATCH)
         upper = notes[-1].id if notes else None
-        if upper is None:
-            c.execute(
-                d.q("SELECT position, leaf FROM {t}pl_merkle_leaves WHERE position > ?"), (after,)
-            )
-        else:
-            c.execute(
-                d.q(
-                    "SELECT position, leaf FROM {t}pl_merkle_leaves "
-                    "WHERE position > ? AND position <= ?"
-                ),
-                (after, upper),
-            )
-        stored = {int(r["position"]): bytes(r["leaf"]) for r in c.fetchall()}
+        stored = dict(recorder.leaves(c, after, upper))
         by_position = {n.id: n for n in notes}
         batch: list[tuple[int, Any]] = []
         for position in sorted(set(stored) | set(by_position)):
@@ -256,7 +244,7 @@ def _walk_log(
             if not log_ok or note is None:
                 continue
             try:
-                event = ledger._projector.decode(note)
+                event = engine.projector.decode(note)
             except LedgerError as exc:
                 findings.add("log", str(exc), position)
                 log_ok = False
@@ -328,29 +316,26 @@ def _against_problem(tree: MerkleTree, target: LogDigest) -> str | None:
     return None
 
 
-def check_extends(ledger: Ledger, head: SignedHead) -> str | None:
+def check_extends(engine: Engine, head: SignedHead) -> str | None:
     """Why the ledger's stored leaves are not consistent with ``head``, or None.
 
     Cheaper than :func:`verify` (reads only the leaves table): what
     :func:`ledger.heads.publish_head` checks before appending a new head.
     """
-    tree, positions = stored_tree(ledger)
+    tree, positions = stored_tree(engine)
     return _consistency_problem(tree, positions, head.digest, "the newest kept head", head)
 
 
-def stored_tree(ledger: Ledger, size: int | None = None) -> tuple[MerkleTree, list[int]]:
+def stored_tree(engine: Engine, size: int | None = None) -> tuple[MerkleTree, list[int]]:
     """The Merkle tree over the leaves stored at append time (the first ``size``),
     and the log position of each leaf."""
-    ledger._check_open()
-    d = ledger._dialect
     tree, positions = MerkleTree(), []
-    with ledger._reading() as c:
-        c.execute(d.q("SELECT position, leaf FROM {t}pl_merkle_leaves ORDER BY position"))
-        for row in fetch_in_chunks(c):
+    with engine.reading() as c:
+        for position, leaf in engine.recorder.leaves(c):
             if size is not None and tree.size >= size:
                 break
-            tree.append(bytes(row["leaf"]))
-            positions.append(int(row["position"]))
+            tree.append(leaf)
+            positions.append(position)
     return tree, positions
 
 
@@ -370,7 +355,7 @@ class _Scratch:
         self.cursor = self.connection.cursor()
         self.projector = Projector(dialect=SQLITE, reader=lambda c, after, limit: [])
         self.cursor.execute("BEGIN")
-        self.projector.create_tables(self.cursor)
+        self.projector.reset(self.cursor)  # empty views in the current layout
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -405,10 +390,10 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _compare_views(ledger: Ledger, c: Cursor, scratch: _Scratch) -> str | None:
+def _compare_views(engine: Engine, c: Cursor, scratch: _Scratch) -> str | None:
     """The first difference between the live views and the replay, or None."""
-    d = ledger._dialect
-    for table in (*ledger._projector.tables, "pl_tracking"):
+    d = engine.dialect
+    for table in (*engine.projector.tables, "pl_tracking"):
         names, replayed = _rows(scratch.cursor, f"SELECT * FROM {table}")
         replay_digest = rows_digest(replayed)
         live_names, live = _rows(c, d.q(f"SELECT * FROM {{t}}{table}"))
@@ -469,9 +454,9 @@ def _difference(
 # -- evidence bytes -------------------------------------------------------------------------
 
 
-def _evidence_problems(ledger: Ledger, c: Cursor, replay: AuthorizationReplay) -> Iterator[str]:
+def _evidence_problems(engine: Engine, c: Cursor, replay: AuthorizationReplay) -> Iterator[str]:
     """Stored snapshot bytes against what the log says should (not) be there."""
-    d = ledger._dialect
+    d = engine.dialect
     c.execute(d.q("SELECT ref, content FROM {t}pl_snapshots ORDER BY ref"))
     present: set[str] = set()
     for row in fetch_in_chunks(c, 64):

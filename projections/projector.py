@@ -31,6 +31,12 @@ from projections.base import (
 
 VIEWS: tuple[ModuleType, ...] = (validity, delivery, access)
 
+#: The layout of the view tables, kept in ``pl_tracking`` under ``LAYOUT_KEY``. Views
+#: built with another layout (a ledger written by 0.1.0 has none recorded) are
+#: dropped and rebuilt from the log when the ledger opens; stored events never change.
+LAYOUT = 2
+LAYOUT_KEY = "#layout"
+
 #: Reads stored events after a position inside an open transaction:
 #: ``(cursor, after, limit) -> notifications``.
 NotificationReader = Callable[[Cursor, int, int], Sequence[Notification]]
@@ -71,6 +77,33 @@ class Projector:
         for table in self.tables:
             c.execute(self.dialect.q(f"DROP TABLE IF EXISTS {{t}}{table}"))
         c.execute(self.dialect.q("DROP TABLE IF EXISTS {t}pl_tracking"))
+
+    def layout(self, c: Cursor) -> int | None:
+        """The layout the view tables were built with (None: not recorded)."""
+        c.execute(self.dialect.q("SELECT position FROM {t}pl_tracking WHERE view=?"), (LAYOUT_KEY,))
+        row = c.fetchone()
+        return None if row is None else int(row["position"])
+
+    def reset(self, c: Cursor) -> None:
+        """Drop every view table and create empty ones in the current layout."""
+        self.drop_tables(c)
+        self.create_tables(c)
+        c.execute(
+            self.dialect.q("INSERT INTO {t}pl_tracking (view, position) VALUES (?, ?)"),
+            (LAYOUT_KEY, LAYOUT),
+        )
+
+    def replay(self, c: Cursor, progress: Callable[[int], None] | None = None) -> int:
+        """Reset the views and apply the whole log to them; returns the event count.
+        ``progress`` is called with the log position reached after each batch."""
+        self.reset(c)
+        applied = 0
+        for batch in self.pending(c):
+            self._apply(c, batch)
+            applied += len(batch)
+            if progress is not None:
+                progress(batch[-1][0])
+        return applied
 
     def tracking_map(self, c: Cursor) -> dict[str, int]:
         """Each view's tracking position (0 for a view that has applied nothing)."""

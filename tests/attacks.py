@@ -204,7 +204,7 @@ def truncate(scene: Scene, rebuild: bool = True, n: int = 3) -> str:
 def append_event(scene: Scene, event: Any) -> int:
     """Append a well-formed event with a correct Merkle leaf, then let the views
     catch up (as the next open would); returns its position."""
-    stored = scene.ledger._app.mapper.to_stored_event(event)
+    stored = scene.ledger.engine.app.mapper.to_stored_event(event)
     oid = stored.originator_id
     key = oid.hex if scene.raw.backend == "sqlite" else oid
     (row,) = scene.raw.run(

@@ -60,6 +60,8 @@ from ledger import (
     RetentionRule,
     Role,
     Session,
+    Status,
+    Validity,
 )
 from ledger.errors import CorruptEventError
 from ledger.merkle import LogDigest
@@ -249,7 +251,7 @@ class Arena:
 
 def _memory_name(led: Ledger) -> str:
     """The SQLite URI of a ``memory:`` ledger's database (an eventsourcing detail)."""
-    pool: Any = led._recorder.datastore.pool
+    pool: Any = led.engine.recorder.datastore.pool
     return str(pool.db_name)
 
 
@@ -1065,6 +1067,27 @@ APPROVERS = ("reviewer", "reviewer", "reviewer", "solo", "agent", "asof", "revok
 READERS = ("agent", "reviewer", "reviewer", "outsider", "probe", "asof", "revoked")
 RUNS = ("run:agent", "run:agent", "run:solo", "run-unopened")
 _RECORD = {"record_id": RECORD}
+_RECORDS_OPTIONAL = {
+    "status": Param(
+        st.none() | st.sampled_from(list(Status)) | st.sampled_from([x.value for x in Status]),
+        st.sampled_from(("accepted", "LOST", "", " STALE")) | not_none,
+    ),
+    "validity": Param(
+        st.none() | st.sampled_from([v.value for v in Validity]),
+        st.sampled_from(("valid", "MAYBE", "")) | not_none,
+    ),
+    "kind": Param(st.none() | KIND.valid, KIND.bad.filter(lambda v: v is not None)),
+    "claim_prefix": Param(
+        st.none() | st.sampled_from(("claim.", "source:", "", "k")),
+        adversarial_text.filter(lambda v: isinstance(v, str) and bool(v.strip()))
+        | wrong_types.filter(lambda v: v is not None),
+    ),
+    "limit": Param(
+        st.integers(min_value=1, max_value=1000),
+        st.sampled_from((0, -1, 1001, True, 2.5, "10")),
+    ),
+    "after": Param(st.none() | RECORD.valid, RECORD.bad.filter(lambda v: v is not None)),
+}
 
 CALLS: tuple[CallSpec, ...] = (
     # -- lifecycle ---------------------------------------------------------------------
@@ -1147,6 +1170,7 @@ CALLS: tuple[CallSpec, ...] = (
     CallSpec("Session.accept", "approve", APPROVERS, _RECORD, {"note": NOTE}, writes=True),
     CallSpec("Session.reject", "approve", APPROVERS, {**_RECORD, "reason": REASON}, writes=True),
     CallSpec("Session.revoke", "approve", APPROVERS, {**_RECORD, "reason": REASON}, writes=True),
+    CallSpec("Session.preview_revoke", "approve", APPROVERS, _RECORD),
     CallSpec(
         "Session.revalidate",
         "approve",
@@ -1177,6 +1201,18 @@ CALLS: tuple[CallSpec, ...] = (
     CallSpec("Session.read", "read", READERS, _READ, _READ_OPTIONAL),
     CallSpec("Session.explain", "read", READERS, _READ, _READ_OPTIONAL),
     CallSpec("Session.get", "read", READERS, _RECORD),
+    CallSpec("Session.records", "read", READERS, {"scope": SCOPE}, _RECORDS_OPTIONAL),
+    CallSpec(
+        "Session.scopes",
+        "read",
+        READERS,
+        optional={
+            "role": Param(
+                st.sampled_from([r.value for r in Role]) | st.sampled_from(list(Role)),
+                st.sampled_from(("READ", "admin", "", " read")) | not_none,
+            )
+        },
+    ),
     CallSpec("Session.audit", "read", READERS, _RECORD),
     CallSpec("Session.prove", "read", READERS, _RECORD),
     CallSpec("Session.snapshot", "read", READERS, {"ref": SNAPSHOT}),
@@ -1212,7 +1248,8 @@ CALLS: tuple[CallSpec, ...] = (
     CallSpec("RunContext.observe", "run", RUNS, _RECORD, writes=True),
     CallSpec("RunContext.read", "run", RUNS, _READ, _READ_OPTIONAL, writes=True),
     CallSpec("RunContext.get", "run", RUNS, _RECORD, writes=True),
-    CallSpec("RunContext.explain", "run", RUNS, _READ, _READ_OPTIONAL),
+    CallSpec("RunContext.explain", "run", RUNS, _READ, _READ_OPTIONAL, writes=True),
+    CallSpec("RunContext.records", "run", RUNS, {"scope": SCOPE}, _RECORDS_OPTIONAL, writes=True),
     CallSpec(
         "RunContext.propose",
         "run",

@@ -66,12 +66,14 @@ def test_a_0_1_0_ledger_answers_every_question_as_0_1_0_did(old_ledger: Ledger) 
         got = _read(agent, "proj-a", "api.retry_safe", AT[when], {"api_version": "v2"})
         assert got == expected, when
     then = reviewer.as_of(position=ANSWERS["before_revocation"])
-    assert _read(then, "proj-a", "api.retry_safe", EARLY, {"api_version": "v2"}) == (
-        ANSWERS["as_of_reads"]["api.retry_safe"]
+    assert (
+        _read(then, "proj-a", "api.retry_safe", EARLY, {"api_version": "v2"})
+        == (ANSWERS["as_of_reads"]["api.retry_safe"])
     )
     assert _read(then, "proj-a", "report.weekly", EARLY) == ANSWERS["as_of_reads"]["report.weekly"]
-    assert sorted(d.delivery.delivery_id for d in reviewer.corrections_due()) == (
-        ANSWERS["corrections_due"]
+    assert (
+        sorted(d.delivery.delivery_id for d in reviewer.corrections_due())
+        == (ANSWERS["corrections_due"])
     )
     assert reviewer.snapshot(ANSWERS["snapshot_e1"]) == b"retries ok"
 

@@ -29,6 +29,7 @@ EXPECTED = [
     "RecordView",
     "RetentionRule",
     "Revocation",
+    "RevocationPreview",
     "Role",
     "RunContext",
     "Session",

@@ -108,7 +108,10 @@ def name_of(path: CommandPath) -> str:
     return " ".join(path) or "provledger"
 
 
-PATHS = command_paths()
+#: Commands that serve until stopped are not fuzzed here (tests/test_mcp.py and
+#: tests/test_serve_*.py cover them).
+SERVERS = frozenset({"mcp", "serve"})
+PATHS = [p for p in command_paths() if name_of(p) not in SERVERS]
 
 #: Commands that may append to the log (or build a ledger) when they succeed.
 WRITES = frozenset(

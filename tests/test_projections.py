@@ -610,7 +610,7 @@ def test_views_that_missed_events_catch_up_exactly_once_when_the_ledger_is_reope
     agent.propose(SCOPE, "api.retry_safe", True, Kind.INFERENCE, parents=[e1], id="M1")
 
     # Step 1: stop the views (as if the process died after each commit) and keep writing.
-    led._projector.enabled = False
+    led.engine.projector.enabled = False
     stopped_at = led.position
     reviewer.accept(e1)
     reviewer.reject("M1", reason="a guess")
@@ -619,7 +619,9 @@ def test_views_that_missed_events_catch_up_exactly_once_when_the_ledger_is_reope
     written = led.position
     assert written > stopped_at
     assert reviewer.get("E1").status == Status.CANDIDATE  # the view is behind the log
-    assert {p for (p,) in raw_rows(led, db, "SELECT position FROM pl_tracking")} == {stopped_at}
+    assert {
+        p for (p,) in raw_rows(led, db, "SELECT position FROM pl_tracking WHERE view NOT LIKE '#%'")
+    } == {stopped_at}
     led.close()
 
     # Step 2: reopening catches every view up from its tracking position.
@@ -634,7 +636,7 @@ def test_views_that_missed_events_catch_up_exactly_once_when_the_ledger_is_reope
         "M1": Status.REJECTED,
         "M2": Status.CANDIDATE,
     }
-    tracking = raw_rows(led, db, "SELECT view, position FROM pl_tracking")
+    tracking = raw_rows(led, db, "SELECT view, position FROM pl_tracking WHERE view NOT LIKE '#%'")
     assert {p for _, p in tracking} == {led.position}
     assert len(tracking) == 4
 

@@ -1,0 +1,140 @@
+"""``Session.records``: the review queue and what needs attention, one call each."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from ledger import Kind, Role, Status, Validity
+from ledger.errors import AccessDeniedError, InvalidInputError, InvalidKindError
+from tests.conftest import World
+
+
+def _setup(world: World) -> None:
+    agent, reviewer = world.agent, world.reviewer
+    agent.capture(scope="proj-a", uri="https://x.test/a", content=b"a", id="E1")
+    reviewer.accept("E1")
+    for i in range(5):
+        agent.propose(
+            scope="proj-a",
+            claim_key=f"api.k{i}",
+            value=i,
+            kind=Kind.INFERENCE,
+            parents=["E1"],
+            id=f"M{i}",
+        )
+    for i in (0, 1, 2):
+        reviewer.accept(f"M{i}")
+    agent.propose(scope="proj-a", claim_key="plan.x", value=1, kind=Kind.PLAN, id="P1")
+    agent.propose(scope="proj-b", claim_key="api.k0", value=9, kind=Kind.FACT, id="B1")
+
+
+def test_the_review_queue_and_what_needs_attention_are_one_call_each(world: World) -> None:
+    _setup(world)
+    reviewer = world.reviewer
+    queue = reviewer.records("proj-a", status="CANDIDATE")
+    assert [r.id for r in queue] == ["M3", "M4", "P1"]
+    assert all(r.status == Status.CANDIDATE for r in queue)
+    reviewer.revoke("E1", reason="doc changed")
+    attention = reviewer.records("proj-a", validity=Validity.NEEDS_REVALIDATION)
+    assert [r.id for r in attention] == ["M0", "M1", "M2", "M3", "M4", "P1"]
+    assert [r.id for r in reviewer.records("proj-a", status=Status.STALE)] == [
+        "M0",
+        "M1",
+        "M2",
+        "M3",
+        "M4",
+    ]
+    assert [r.id for r in reviewer.records("proj-a", validity="INVALID")] == ["E1"]
+    assert reviewer.records("proj-a", validity="VALID") == ()
+
+
+def test_records_filter_by_kind_and_claim_prefix_and_page_by_id(world: World) -> None:
+    _setup(world)
+    reviewer = world.reviewer
+    assert [r.id for r in reviewer.records("proj-a", kind="plan")] == ["P1"]
+    assert [r.id for r in reviewer.records("proj-a", kind=Kind.EVIDENCE)] == ["E1"]
+    assert [r.id for r in reviewer.records("proj-a", claim_prefix="api.")] == [
+        "M0",
+        "M1",
+        "M2",
+        "M3",
+        "M4",
+    ]
+    assert [r.id for r in reviewer.records("proj-a", claim_prefix="source:")] == ["E1"]
+    pages, after = [], None
+    while True:
+        page = reviewer.records("proj-a", limit=3, after=after)
+        if not page:
+            break
+        pages.append([r.id for r in page])
+        after = page[-1].id
+    assert pages == [["E1", "M0", "M1"], ["M2", "M3", "M4"], ["P1"]]
+    valid = reviewer.records("proj-a", validity="VALID", claim_prefix="api.")
+    assert [r.id for r in valid] == ["M0", "M1", "M2"]
+
+
+def test_records_validity_follows_expiry_at_the_sessions_now(world: World) -> None:
+    agent, reviewer = world.agent, world.reviewer
+    soon = world.clock.now + timedelta(hours=1)
+    agent.propose(scope="proj-a", claim_key="t", value=1, kind=Kind.FACT, expires=soon, id="T1")
+    reviewer.accept("T1")
+    assert [r.id for r in reviewer.records("proj-a", validity="VALID")] == ["T1"]
+    world.clock.advance(hours=2)
+    assert reviewer.records("proj-a", validity="VALID") == ()
+    assert [r.id for r in reviewer.records("proj-a", validity="NEEDS_REVALIDATION")] == ["T1"]
+
+
+def test_records_as_of_a_past_position_lists_what_was_there(world: World) -> None:
+    _setup(world)
+    reviewer = world.reviewer
+    before = world.ledger.position
+    reviewer.revoke("E1", reason="x")
+    then = reviewer.as_of(position=before)
+    assert [r.id for r in then.records("proj-a", status="STALE")] == []
+    assert [r.id for r in then.records("proj-a", status="ACCEPTED")] == ["E1", "M0", "M1", "M2"]
+
+
+def test_records_of_a_scope_without_a_grant_are_refused_not_empty(world: World) -> None:
+    _setup(world)
+    with pytest.raises(AccessDeniedError, match="'outsider' lacks role 'read' in scope 'proj-a'"):
+        world.outsider.records("proj-a")
+    assert [r.id for r in world.outsider.records("proj-b")] == ["B1"]
+    # A grant in proj-a shows nothing of proj-b.
+    assert all(r.scope == "proj-a" for r in world.reviewer.records("proj-a", limit=1000))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"status": "LOST"}, InvalidInputError, "status 'LOST' is not one of"),
+        ({"validity": "MAYBE"}, InvalidInputError, "validity 'MAYBE' is not one of"),
+        ({"kind": "rumour"}, InvalidKindError, "kind 'rumour'"),
+        ({"limit": 0}, InvalidInputError, "limit 0 is not between 1 and 1000"),
+        ({"limit": 1001}, InvalidInputError, "limit 1001"),
+        ({"after": "bad id!"}, InvalidInputError, "after 'bad id!' is invalid"),
+    ],
+)
+def test_records_refuses_bad_filters_by_name(
+    world: World, kwargs: dict[str, object], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        world.reviewer.records("proj-a", **kwargs)  # type: ignore[arg-type]
+
+
+def test_records_read_in_a_run_are_observed(world: World) -> None:
+    _setup(world)
+    with world.agent.run("task-9") as run:
+        seen = run.records("proj-a", validity="VALID")
+        rid = run.propose(scope="proj-a", claim_key="summary", value="ok", kind=Kind.REPORT)
+    assert set(world.reviewer.get(rid).observed) == {r.id for r in seen}
+
+
+def test_scopes_lists_where_the_principal_holds_a_role(world: World) -> None:
+    assert world.reviewer.scopes() == ("proj-a", "proj-b")
+    assert world.reviewer.scopes("approve") == ("proj-a", "proj-b")
+    assert world.agent.scopes(Role.APPROVE) == ()
+    assert world.outsider.scopes() == ("proj-b",)
+    with pytest.raises(InvalidInputError, match="role 'admin' is not one of"):
+        world.agent.scopes("admin")

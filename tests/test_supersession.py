@@ -1,0 +1,178 @@
+"""Supersession: a new version of a claim replaces the old one instead of conflicting.
+
+``propose(..., supersedes=OLD)``: when the new record is accepted, OLD becomes
+SUPERSEDED (not usable; its view names ``superseded_by``) and OLD's descendants
+become STALE with the cause "OLD superseded by NEW", in one transaction. Capturing
+a URI again with other bytes supersedes the newest accepted capture of that URI.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ledger import Kind, Outcome, Status, Validity
+from ledger.errors import (
+    InvalidInputError,
+    InvalidParentError,
+    InvalidTransitionError,
+    UnknownRecordError,
+)
+from tests.conftest import World
+
+
+def _accepted(world: World, rid: str, **fields: object) -> str:
+    world.agent.propose(id=rid, **fields)  # type: ignore[arg-type]
+    world.reviewer.accept(rid)
+    return rid
+
+
+def test_accepting_a_new_version_supersedes_the_old_and_marks_its_descendants_stale(
+    world: World,
+) -> None:
+    agent, reviewer, led = world.agent, world.reviewer, world.ledger
+    _accepted(world, "V1", scope="proj-a", claim_key="api.timeout", value=30, kind=Kind.FACT)
+    _accepted(
+        world,
+        "P1",
+        scope="proj-a",
+        claim_key="plan.retry",
+        value="wait 30s",
+        kind=Kind.PLAN,
+        parents=["V1"],
+    )
+    # Step 1: the new version is a candidate; the old one still answers.
+    agent.propose(
+        scope="proj-a", claim_key="api.timeout", value=60, kind=Kind.FACT, supersedes="V1", id="V2"
+    )
+    assert reviewer.get("V2").supersedes == "V1"
+    read = agent.read(scope="proj-a", claim_key="api.timeout")
+    assert (read.outcome, read.value) == (Outcome.FOUND, 30)
+    before = led.position
+
+    # Step 2: accepting it replaces V1 and flags what rested on V1, atomically.
+    reviewer.accept("V2")
+    read = agent.read(scope="proj-a", claim_key="api.timeout")
+    assert (read.outcome, read.value, read.records[0].id) == (Outcome.FOUND, 60, "V2")
+    v1 = reviewer.get("V1")
+    assert (v1.status, v1.validity, v1.superseded_by) == (
+        Status.SUPERSEDED,
+        Validity.INVALID,
+        "V2",
+    )
+    p1 = reviewer.get("P1")
+    assert (p1.status, p1.cause) == (Status.STALE, "V1")
+    why = reviewer.explain(scope="proj-a", claim_key="plan.retry").entries[0].reasons
+    assert why == ("stale because V1 was superseded by V2",)
+    assert [e.type for e in reviewer.audit("V1").events] == ["Proposed", "Accepted", "Superseded"]
+    assert [e.type for e in reviewer.audit("P1").events][-1] == "MarkedStale"
+    # The three changes are one transaction: no position shows V2 accepted alone.
+    then = reviewer.as_of(position=before + 1)
+    assert then.get("V1").status == Status.SUPERSEDED
+    assert then.get("P1").status == Status.STALE
+    # And history keeps the old answer.
+    old = reviewer.as_of(position=before).read(scope="proj-a", claim_key="api.timeout")
+    assert old.value == 30
+
+
+def test_a_superseded_record_cannot_be_a_parent_revoked_or_superseded_twice(world: World) -> None:
+    agent, reviewer = world.agent, world.reviewer
+    _accepted(world, "V1", scope="proj-a", claim_key="k", value=1, kind=Kind.FACT)
+    agent.propose(scope="proj-a", claim_key="k", value=2, kind=Kind.FACT, supersedes="V1", id="V2")
+    agent.propose(scope="proj-a", claim_key="k", value=3, kind=Kind.FACT, supersedes="V1", id="V3")
+    reviewer.accept("V2")
+    position = world.ledger.position
+    with pytest.raises(InvalidTransitionError, match="'V1' was already superseded by 'V2'"):
+        reviewer.accept("V3")
+    with pytest.raises(InvalidParentError, match="'V1'"):
+        agent.propose(scope="proj-a", claim_key="x", value=1, kind=Kind.FACT, parents=["V1"])
+    with pytest.raises(InvalidTransitionError, match="SUPERSEDED"):
+        reviewer.revoke("V1", reason="no")
+    with pytest.raises(InvalidTransitionError, match="'V1' is SUPERSEDED"):
+        agent.propose(scope="proj-a", claim_key="k", value=4, kind=Kind.FACT, supersedes="V1")
+    assert world.ledger.position == position
+    assert reviewer.get("V3").status == Status.CANDIDATE
+
+
+def test_supersedes_must_keep_scope_and_claim_key_and_be_visible(world: World) -> None:
+    agent = world.agent
+    _accepted(world, "V1", scope="proj-a", claim_key="k", value=1, kind=Kind.FACT)
+    position = world.ledger.position
+    with pytest.raises(InvalidInputError, match="keeps scope and claim key"):
+        agent.propose(scope="proj-a", claim_key="other", value=2, kind=Kind.FACT, supersedes="V1")
+    with pytest.raises(InvalidInputError, match="keeps scope and claim key"):
+        agent.propose(scope="proj-b", claim_key="k", value=2, kind=Kind.FACT, supersedes="V1")
+    with pytest.raises(InvalidParentError, match="depend on and supersede 'V1'"):
+        agent.propose(
+            scope="proj-a", claim_key="k", value=2, kind=Kind.FACT, parents=["V1"], supersedes="V1"
+        )
+    with pytest.raises(UnknownRecordError, match="'NOPE' is unknown"):
+        agent.propose(scope="proj-a", claim_key="k", value=2, kind=Kind.FACT, supersedes="NOPE")
+    # The outsider (proj-b only) cannot tell V1 from an id that does not exist.
+    outsider_admin = world.ledger.admin()
+    outsider_admin.grant("outsider", scope="proj-b", roles=["propose"])
+    hidden = world.outsider
+    with pytest.raises(UnknownRecordError) as seen:
+        hidden.propose(scope="proj-b", claim_key="k", value=2, kind=Kind.FACT, supersedes="V1")
+    with pytest.raises(UnknownRecordError) as absent:
+        hidden.propose(scope="proj-b", claim_key="k", value=2, kind=Kind.FACT, supersedes="V9")
+    assert str(seen.value).replace("V1", "V9") == str(absent.value)
+    assert world.ledger.position == position + 1  # only the grant
+
+
+def test_recapturing_a_changed_source_supersedes_the_old_capture(world: World) -> None:
+    agent, reviewer = world.agent, world.reviewer
+    uri = "https://x.test/doc"
+    e1 = agent.capture(scope="proj-a", uri=uri, content=b"v1", id="E1")
+    reviewer.accept(e1)
+    _accepted(
+        world,
+        "M1",
+        scope="proj-a",
+        claim_key="api.v",
+        value=1,
+        kind=Kind.INFERENCE,
+        parents=["E1"],
+    )
+    # The same bytes again supersede nothing.
+    same = agent.capture(scope="proj-a", uri=uri, content=b"v1", id="E1b")
+    assert reviewer.get(same).supersedes is None
+    # Other bytes: the new capture supersedes E1 once accepted.
+    e2 = agent.capture(scope="proj-a", uri=uri, content=b"v2", id="E2")
+    assert reviewer.get(e2).supersedes == "E1"
+    reviewer.accept(e2)
+    read = agent.read(scope="proj-a", claim_key=f"source:{uri}")
+    assert read.outcome == Outcome.FOUND
+    assert [r.id for r in read.records] == ["E2"]
+    assert reviewer.get("E1").status == Status.SUPERSEDED
+    m1 = reviewer.get("M1")
+    assert (m1.status, m1.validity) == (Status.STALE, Validity.NEEDS_REVALIDATION)
+    # The old bytes stay in the snapshot store: nothing is deleted.
+    assert agent.snapshot(reviewer.get("E1").evidence["snapshot_ref"]) == b"v1"  # type: ignore[index]
+
+
+def test_a_delivered_record_that_is_superseded_owes_a_correction(world: World) -> None:
+    reviewer = world.reviewer
+    _accepted(world, "R1", scope="proj-a", claim_key="report", value="a", kind=Kind.FACT)
+    delivery = reviewer.deliver("R1", recipient="ops@x.test")
+    world.agent.propose(
+        scope="proj-a", claim_key="report", value="b", kind=Kind.FACT, supersedes="R1", id="R2"
+    )
+    assert reviewer.corrections_due() == ()
+    reviewer.accept("R2")
+    due = reviewer.corrections_due()
+    assert [(d.delivery.delivery_id, d.status) for d in due] == [(delivery, Status.SUPERSEDED)]
+    reviewer.issue_correction(delivery, note="replaced", replacement="R2")
+    assert reviewer.corrections_due() == ()
+
+
+def test_supersession_survives_a_rebuild_and_a_reopen(world: World) -> None:
+    _accepted(world, "V1", scope="proj-a", claim_key="k", value=1, kind=Kind.FACT)
+    _accepted(world, "C1", scope="proj-a", claim_key="c", value=1, kind=Kind.FACT, parents=["V1"])
+    world.agent.propose(
+        scope="proj-a", claim_key="k", value=2, kind=Kind.FACT, supersedes="V1", id="V2"
+    )
+    world.reviewer.accept("V2")
+    report = world.ledger.rebuild()
+    assert report.matched
+    assert world.reviewer.get("C1").cause == "V1"
+    assert world.reviewer.get("V1").superseded_by == "V2"
