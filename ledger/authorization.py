@@ -38,18 +38,27 @@ until a known event sets it again, so the replay never fails a log it cannot
 judge; :attr:`AuthorizationReplay.unchecked` counts those events by type.
 
 Grants and tokens come only from events here: forged rows in the access views
-(``pl_grants``, ``pl_tokens``) cannot make an event pass.
+(``pl_grants``, ``pl_tokens``) cannot make an event pass. :func:`access_from_log`
+gives run-time checks the same footing: a principal's roles and token from its
+own events (vouched by their Merkle leaves), the view serving only as an index.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from ledger.domain import Principal, Record, Run, Status
+from ledger.domain import Principal, Record, Run, Status, principal_uuid
+from ledger.errors import AuthenticationError
 from ledger.serialization import datetime_to_micros
+from projections import access as access_view
+from projections.base import Cursor
+
+if TYPE_CHECKING:
+    from ledger.engine import Engine
 
 #: The actor of every event the embedding host's ``Admin`` handle appends.
 ADMIN = "admin"
@@ -313,6 +322,48 @@ class AuthorizationReplay:
                 state.accepted_once = True
 
 
+def access_from_log(
+    engine: Engine, c: Cursor, token_hash: str, at: datetime
+) -> dict[str, list[str]]:
+    """The roles by scope of the principal holding the token ``token_hash``, from the
+    log alone; raises ``AuthenticationError`` unless the log issued that token to
+    it and it is unrevoked and unexpired at ``at``.
+
+    The access view (``pl_tokens``) serves only as an index from the token to its
+    subject; the subject's ``Principal`` events are read, checked against their
+    Merkle leaves and folded, so a forged ``pl_tokens`` or ``pl_grants`` row grants
+    nothing. What run-time checks call instead of trusting the view's rows
+    (``Caller.authenticate``); reads ``c`` inside the caller's transaction.
+
+    Raises:
+        AuthenticationError: the token is unknown to the log, revoked or expired.
+        CorruptEventError: a stored event of the principal was not appended by the
+            ledger.
+    """
+    row = access_view.token(c, engine.dialect, token_hash)
+    subject = None if row is None else str(row["subject"])
+    notes = (
+        [] if subject is None else engine.recorder.select_record_events(c, principal_uuid(subject))
+    )
+    if notes:
+        engine.recorder.vouch(c, notes)
+    state = AccessState()
+    for note in notes:
+        state.apply(note.id, engine.projector.decode(note))
+    token = state.tokens.get(token_hash)
+    if token is None or token.subject != subject:
+        raise AuthenticationError("token is unknown")
+    if token.revoked_position is not None:
+        raise AuthenticationError(f"token of {subject!r} was revoked")
+    if token.expires is not None and datetime_to_micros(at) >= token.expires:
+        raise AuthenticationError(f"token of {subject!r} expired")
+    return {
+        scope: sorted(roles)
+        for scope, roles in sorted(state.roles.get(token.subject, {}).items())
+        if roles
+    }
+
+
 _C, _A, _S = Status.CANDIDATE.value, Status.ACCEPTED.value, Status.STALE.value
 
 #: Event type -> (role needed, statuses it may follow, separation of duties, status after).
@@ -328,4 +379,4 @@ _RULES: dict[str, tuple[str, tuple[str, ...], bool, str | None]] = {
     "SnapshotErased": (ADMIN, (), False, None),
 }
 
-__all__ = ["ADMIN", "AccessState", "AuthorizationReplay", "TokenState"]
+__all__ = ["ADMIN", "AccessState", "AuthorizationReplay", "TokenState", "access_from_log"]

@@ -242,6 +242,37 @@ def test_a_grant_appended_by_someone_other_than_the_admin_is_named(
     )
 
 
+@pytest.mark.parametrize("ledger_url", BACKENDS, indirect=True)
+def test_roles_from_the_log_ignore_forged_grant_and_token_rows(scene: Scene) -> None:
+    from ledger.access import hash_token
+    from ledger.authorization import access_from_log
+    from ledger.errors import AuthenticationError
+
+    engine = scene.ledger.engine
+    reviewer_hash = hash_token(scene.reviewer_token)
+    ghost_token = "plt_ghost"
+    scene.raw.run(
+        (
+            "INSERT INTO pl_tokens (token_hash, subject, issued_pos, issued_at) "
+            "VALUES (?, 'ghost', 1, 0)",
+            (hash_token(ghost_token),),
+        ),
+        (
+            "INSERT INTO pl_grants (subject, scope, role, from_pos, granted_at, granted_by) "
+            "VALUES ('reviewer', 'proj-b', 'approve', 1, 0, 'admin')",
+            (),
+        ),
+    )
+    with engine.reading() as c:
+        # The view now says the ghost holds a token and the reviewer approves in proj-b
+        assert scene.ledger.authenticate(ghost_token).principal == "ghost"
+        # the log says neither
+        with pytest.raises(AuthenticationError, match="token is unknown"):
+            access_from_log(engine, c, hash_token(ghost_token), scene.clock())
+        roles = access_from_log(engine, c, reviewer_hash, scene.clock())
+    assert roles == {"proj-a": ["approve", "audit", "deliver", "read"]}
+
+
 def test_a_ledger_used_in_every_way_verifies_on_every_backend(world: World) -> None:
     agent, reviewer, led = world.agent, world.reviewer, world.ledger
     e1 = agent.capture(scope="proj-a", uri="https://x.test/doc", content=b"doc", id="E1")
