@@ -22,6 +22,7 @@ from eventsourcing.domain import Aggregate
 from eventsourcing.utils import get_topic
 
 from ledger.errors import (
+    InvalidInputError,
     InvalidParentError,
     InvalidTransitionError,
     RetentionRuleError,
@@ -272,6 +273,17 @@ class Record(Aggregate):
         def apply(self, aggregate: Record) -> None:
             pass
 
+    class SnapshotErased(Aggregate.Event):
+        """An admin erased the evidence bytes behind ``snapshot_ref`` (the record,
+        its content hash and its status stay; only the stored bytes are gone)."""
+
+        actor: str
+        snapshot_ref: str
+        reason: str
+
+        def apply(self, aggregate: Record) -> None:
+            pass
+
     def __init__(
         self,
         *,
@@ -490,6 +502,25 @@ class Record(Aggregate):
             delivery_id=delivery_id,
             note=note,
             replacement=replacement,
+            timestamp=at,
+        )
+
+    def check_snapshot(self, snapshot_ref: str) -> None:
+        """Raise ``InvalidInputError`` unless this is evidence captured with ``snapshot_ref``."""
+        held = (self.evidence or {}).get("snapshot_ref")
+        if self.kind != Kind.EVIDENCE or held != snapshot_ref:
+            raise InvalidInputError(
+                f"record {self.record_id!r} is not evidence captured as {snapshot_ref!r}"
+            )
+
+    def erase_snapshot(self, actor: str, snapshot_ref: str, reason: str, at: datetime) -> None:
+        """Record that the bytes behind the record's snapshot were erased (any status)."""
+        self.check_snapshot(snapshot_ref)
+        self.trigger_event(
+            self.SnapshotErased,
+            actor=actor,
+            snapshot_ref=snapshot_ref,
+            reason=reason,
             timestamp=at,
         )
 

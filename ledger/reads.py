@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from ledger import rules
+from ledger import erasure, rules
 from ledger.access import Role
 from ledger.caller import Caller
 from ledger.deliveries import correction_of, delivery_of
@@ -260,6 +260,8 @@ def snapshot(caller: Caller, ref: str) -> bytes:
         scopes = validity_view.scopes_with_snapshot(c, d, ref)
         readable = any(Role.READ.value in caller.roles(c, s) for s in scopes)
         found = caller.engine.recorder.snapshot_content(c, ref) if readable else None
+        if readable and found is None:
+            erasure.check_not_erased(caller.engine, c, ref)
     if found is None:
         raise UnknownSnapshotError(
             f"snapshot {ref!r} is unknown or not readable by {caller.subject!r}"

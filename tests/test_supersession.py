@@ -176,4 +176,3 @@ def test_supersession_survives_a_rebuild_and_a_reopen(world: World) -> None:
     assert report.matched
     assert world.reviewer.get("C1").cause == "V1"
     assert world.reviewer.get("V1").superseded_by == "V2"
-
