@@ -125,3 +125,14 @@ def edges_among(
     """(parent, child, edge) rows with both ends in ``ids``, now or after ``position``."""
     members = set(ids)
     return [e for e in _edges_where(c, d, "parent_id", list(ids), position) if e[1] in members]
+
+
+def basis_since(c: Cursor, d: Dialect, child: str) -> int | None:
+    """The log position from which ``child``'s current dependencies hold (None if it
+    has none)."""
+    c.execute(
+        d.q("SELECT MAX(from_pos) AS p FROM {t}pl_edges WHERE child_id=? AND to_pos IS NULL"),
+        (child,),
+    )
+    row = c.fetchone()
+    return None if row is None or row["p"] is None else int(row["p"])

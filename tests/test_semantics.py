@@ -7,7 +7,13 @@ from datetime import timedelta
 import pytest
 
 from ledger import Kind, Outcome
-from ledger.errors import InvalidParentError, InvalidTransitionError, InvalidValueError
+from ledger.errors import (
+    InvalidInputError,
+    InvalidParentError,
+    InvalidTransitionError,
+    InvalidValueError,
+    NotUsableError,
+)
 from tests.conftest import World
 
 
@@ -168,3 +174,69 @@ def test_a_url_password_never_appears_in_messages_or_the_ledger_s_url(pg_url: st
     assert secret not in backend.url and secret not in repr(backend)
     with Ledger.open(with_password) as led:  # trust auth: the password is not checked
         assert secret not in led.url
+
+
+def _delivered_report(world: World, expires: object = None) -> str:
+    _accepted(world, "E1", scope="proj-a", claim_key="e1", value=1, kind=Kind.FACT)
+    _accepted(world, "E2", scope="proj-a", claim_key="e2", value=2, kind=Kind.FACT)
+    fields: dict[str, object] = {"expires": expires} if expires is not None else {}
+    _accepted(
+        world,
+        "R1",
+        scope="proj-a",
+        claim_key="report",
+        value="r",
+        kind=Kind.REPORT,
+        parents=["E1"],
+        **fields,
+    )
+    return world.reviewer.deliver("R1", recipient="ops@x.test")
+
+
+def test_a_correction_issued_while_valid_does_not_answer_a_later_expiry(world: World) -> None:
+    delivery = _delivered_report(world, expires=world.clock.now + timedelta(hours=1))
+    world.reviewer.issue_correction(delivery, note="an early note")
+    assert world.reviewer.corrections_due() == ()
+    world.clock.advance(hours=2)
+    assert [d.delivery.delivery_id for d in world.reviewer.corrections_due()] == [delivery]
+    world.reviewer.issue_correction(delivery, note="expired")
+    assert world.reviewer.corrections_due() == ()
+
+
+def test_a_report_revalidated_on_another_basis_owes_a_correction(world: World) -> None:
+    delivery = _delivered_report(world)
+    world.reviewer.revoke("E1", reason="withdrawn")
+    world.reviewer.issue_correction(delivery, note="E1 was withdrawn")
+    world.reviewer.revalidate("R1", note="re-based on E2", parents=["E2"])
+    assert world.reviewer.get("R1").validity == "VALID"
+    # The recipient's copy still cites E1.
+    assert [d.delivery.delivery_id for d in world.reviewer.corrections_due()] == [delivery]
+    world.reviewer.issue_correction(delivery, note="now rests on E2")
+    assert world.reviewer.corrections_due() == ()
+
+
+def test_a_second_invalidation_after_a_correction_and_revalidation_is_owed_again(
+    world: World,
+) -> None:
+    delivery = _delivered_report(world)
+    world.reviewer.revoke("E1", reason="withdrawn")
+    world.reviewer.issue_correction(delivery, note="first")
+    world.reviewer.revalidate("R1", note="re-based", parents=["E2"])
+    world.reviewer.issue_correction(delivery, note="re-based on E2")
+    world.reviewer.revoke("E2", reason="withdrawn too")
+    assert [d.delivery.delivery_id for d in world.reviewer.corrections_due()] == [delivery]
+
+
+def test_a_replacement_must_be_valid_and_not_the_delivered_record(world: World) -> None:
+    delivery = _delivered_report(world)
+    world.reviewer.revoke("E1", reason="withdrawn")
+    world.agent.propose(scope="proj-a", claim_key="report", value="r2", kind=Kind.FACT, id="R2")
+    position = world.ledger.position
+    with pytest.raises(InvalidInputError, match="'R1' is the delivered record itself"):
+        world.reviewer.issue_correction(delivery, note="x", replacement="R1")
+    with pytest.raises(NotUsableError, match="'R2' is CANDIDATE"):
+        world.reviewer.issue_correction(delivery, note="x", replacement="R2")
+    assert world.ledger.position == position
+    world.reviewer.accept("R2")
+    world.reviewer.issue_correction(delivery, note="see R2", replacement="R2")
+    assert world.reviewer.corrections_due() == ()
