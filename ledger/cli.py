@@ -32,7 +32,7 @@ from rich.text import Text
 
 from ledger import __version__
 from ledger.application import Ledger, Session
-from ledger.domain import Kind
+from ledger.domain import Kind, Status, Validity
 from ledger.errors import AccessDeniedError, LedgerError
 from ledger.experiment import ExperimentResult, run_experiment
 from ledger.persistence import resolve_url
@@ -643,6 +643,12 @@ def capture(
 @click.option("--id", "record_id", help="The record id (default: generated).")
 @click.option("--expires", type=DATETIME, help="Latest valid instant (ISO 8601 with offset).")
 @click.option("--conditions", type=JSON, help='Applicability as JSON, e.g. {"api_version": "v2"}.')
+@click.option(
+    "--supersedes",
+    metavar="OLD",
+    help="A new version of OLD (same scope and claim): once this is accepted, "
+    "OLD is SUPERSEDED and what rests on it STALE.",
+)
 @token_option
 @url_option
 @json_option
@@ -657,6 +663,7 @@ def propose(
     record_id: str | None,
     expires: datetime | None,
     conditions: Any,
+    supersedes: str | None,
     token: str,
     url: str | None,
     as_json: bool,
@@ -664,11 +671,14 @@ def propose(
     """Propose a record; it is a CANDIDATE until an approver accepts it. Prints its id.
 
     Give the value as JSON with --value, or as a plain string with --value-str.
+    Update a claim with --supersedes OLD instead of proposing a conflicting value.
 
     \b
     Example:
       provledger propose --scope proj-a --claim api.retry_safe --kind inference \\
         --value true --parent E1 --id M1
+      provledger propose --scope proj-a --claim api.timeout --kind fact \\
+        --value 60 --supersedes T1
     """
     if (raw_value is None) == (value_str is None):
         raise click.UsageError("give exactly one of --value (JSON) or --value-str (plain string)")
@@ -691,6 +701,7 @@ def propose(
             expires=expires,
             conditions=conditions,
             id=record_id,
+            supersedes=supersedes,
         )
         position = led.position
     _done(as_json, {"id": rid, "position": position}, rid)
@@ -1431,6 +1442,112 @@ def rebuild_with_progress(led: Ledger, *, quiet: bool = False) -> Any:
             f"(digest {report.digest_after[:16]})"
         )
     return report
+
+
+# -- listing records --------------------------------------------------------------------
+
+
+def _listing_table(records: Sequence[RecordView]) -> Table:
+    """One row per record; the id column is never wrapped or cut."""
+    table = Table()
+    table.add_column("id", no_wrap=True, min_width=max(len(r.id) for r in records))
+    for column in ("kind", "claim", "status", "validity", "value", "why"):
+        table.add_column(column, overflow="fold")
+    for r in records:
+        notes = []
+        if r.status == Status.SUPERSEDED:
+            notes.append(f"superseded by {r.superseded_by}")
+        elif r.status == Status.STALE and r.cause_superseded_by is not None:
+            notes.append(f"{r.cause} superseded by {r.cause_superseded_by}")
+        elif r.status == Status.STALE:
+            notes.append(f"{r.cause} revoked: {r.reason}")
+        elif r.status in (Status.REVOKED, Status.REJECTED) and r.reason:
+            notes.append(r.reason)
+        if r.supersedes is not None:
+            notes.append(f"new version of {r.supersedes}")
+        table.add_row(
+            Text(r.id),
+            Text(str(r.kind)),
+            Text(r.claim_key),
+            _styled(r.status, STATUS_STYLE),
+            _styled(r.validity, VALIDITY_STYLE),
+            Text(_value_text(r.value)),
+            Text("; ".join(notes) or "-"),
+        )
+    return table
+
+
+@click.command("records")
+@click.option("--scope", required=True, help="The scope to list.")
+@click.option(
+    "--status",
+    type=click.Choice([s.value for s in Status]),
+    help="Only this status (CANDIDATE is the review queue).",
+)
+@click.option(
+    "--validity",
+    type=click.Choice([v.value for v in Validity]),
+    help="Only this validity (NEEDS_REVALIDATION is what needs attention).",
+)
+@click.option("--kind", type=click.Choice(KINDS), help="Only this kind.")
+@click.option("--claim-prefix", help="Only claim keys starting with this text.")
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 1000),
+    default=100,
+    show_default=True,
+    help="At most this many records (one page).",
+)
+@click.option("--after", metavar="ID", help="Start after this id (the last of the previous page).")
+@token_option
+@url_option
+@json_option
+@_errors_exit_1
+def records(
+    scope: str,
+    status: str | None,
+    validity: str | None,
+    kind: str | None,
+    claim_prefix: str | None,
+    limit: int,
+    after: str | None,
+    token: str,
+    url: str | None,
+    as_json: bool,
+) -> None:
+    """List one page of a scope's records in id order, optionally filtered.
+
+    A full page ends with the --after value for the next one (JSON: next_after).
+
+    \b
+    Example:
+      provledger records --scope proj-a --status CANDIDATE
+      provledger records --scope proj-a --validity NEEDS_REVALIDATION --json
+    """
+    with _principal(url, token) as (_led, session):
+        found = session.records(
+            scope,
+            status=status,
+            validity=validity,
+            kind=kind,
+            claim_prefix=claim_prefix,
+            limit=limit,
+            after=after,
+        )
+    next_after = found[-1].id if len(found) == limit else None
+    if as_json:
+        _echo_json({"records": [record_json(r) for r in found], "next_after": next_after})
+        return
+    if not found:
+        click.echo("no records")
+        return
+    _console().print(_listing_table(found))
+    if next_after is not None:
+        click.echo(f"more may follow: add --after {next_after}")
+
+
+main.add_command(records)
+as_of.add_command(records)
 
 
 if __name__ == "__main__":  # pragma: no cover
