@@ -1093,8 +1093,10 @@ def test_revalidating_a_superseding_candidate_made_stale_supersedes_the_old_reco
     world: World,
 ) -> None:
     """SPEC §13.3: V2 (a new version of V1) rests on E1; E1 is revoked before V2 is
-    accepted, so V2 is STALE; revalidating it on E2 approves it, and must supersede V1
-    as acceptance would, or the claim answers CONFLICT between the two versions."""
+    accepted, so V2 is STALE. No way to approve V2 may skip the supersession, or the
+    claim answers CONFLICT between the two versions: revalidating it on E2 either
+    supersedes V1 as acceptance would, or (SPEC §13.2, a STALE record never accepted)
+    returns it to CANDIDATE so that accepting it does."""
     agent, reviewer = world.agent, world.reviewer
     for source in ("E1", "E2"):
         agent.propose("proj-a", f"source.{source}", 0, Kind.EVIDENCE, id=source)
@@ -1106,6 +1108,8 @@ def test_revalidating_a_superseding_candidate_made_stale_supersedes_the_old_reco
     assert reviewer.get("V2").status == Status.STALE
 
     reviewer.revalidate("V2", note="re-checked against E2", parents=["E2"])
+    if reviewer.get("V2").status == Status.CANDIDATE:
+        reviewer.accept("V2")
 
     v1 = reviewer.get("V1")
     assert (v1.status, v1.superseded_by) == (Status.SUPERSEDED, "V2")
