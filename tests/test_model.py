@@ -390,6 +390,10 @@ class LedgerMachine(RuleBasedStateMachine):
                 actual[name] = expected[name]
         diff = {k: (actual[k], expected[k]) for k in actual if actual[k] != expected[k]}
         assert not diff, f"get({rec.id!r}) differs (ledger, model): {diff}"
+        if rec.status == Status.SUPERSEDED:
+            event("view: a SUPERSEDED record")
+        if rec.cause_superseded_by is not None:
+            event("view: STALE because an ancestor was superseded")
 
     def _check_session(
         self,
@@ -648,7 +652,7 @@ class LedgerMachine(RuleBasedStateMachine):
 
     @rule(
         i=index,
-        targeted=likely,
+        aim=st.sampled_from(("deep", "deep", "delivered", "replaceable", "any")),
         proposer=st.sampled_from(PRINCIPALS),
         val=value,
         knd=kind,
@@ -661,7 +665,7 @@ class LedgerMachine(RuleBasedStateMachine):
     def supersede(
         self,
         i: int,
-        targeted: bool,
+        aim: str,
         proposer: str,
         val: Any,
         knd: Kind,
@@ -672,10 +676,25 @@ class LedgerMachine(RuleBasedStateMachine):
         how: str,
     ) -> None:
         """A new version of a record, mostly approved at once: the old one becomes
-        SUPERSEDED and what rested on it STALE. ``wrong`` picks a broken request now
-        and then: another claim, the old record as a parent too, an unknown record."""
+        SUPERSEDED and what rested on it STALE. ``aim`` prefers an old record with
+        a live child, a delivered one (a correction becomes due) or any that can
+        be replaced; ``wrong`` picks a broken request now and then: another claim,
+        the old record as a parent too, an unknown record."""
         replaceable = self._status_is(Status.ACCEPTED, Status.STALE, Status.CANDIDATE)
-        old = self._pick(i, replaceable if targeted else None)
+        records, state = self.model.records, self.model.state
+        wanted: dict[str, Callable[[str], bool] | None] = {
+            "deep": lambda r: (
+                replaceable(r)
+                and any(r in c.deps and c.status not in _FINAL for c in records.values())
+            ),
+            "delivered": lambda r: (
+                records[r].status == Status.ACCEPTED
+                and any(d.record_id == r for d in state.deliveries.values())
+            ),
+            "replaceable": replaceable,
+            "any": None,
+        }
+        old = self._pick(i, wanted[aim])
         if old is None:
             return
         claim_key = self.model.records[old].claim_key
