@@ -15,15 +15,14 @@ from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from eventsourcing.application import AggregateNotFoundError
-
-from ledger.domain import Principal, check_aware, check_id, principal_uuid
+from ledger.domain import Principal, principal_uuid
 from ledger.errors import AuthenticationError, InvalidInputError, InvalidRoleError
 from ledger.serialization import micros_to_datetime
+from ledger.validation import check_aware, check_id
 from projections import access as access_view
 
 if TYPE_CHECKING:
-    from ledger.application import Ledger
+    from ledger.engine import Engine, Write
 
 
 class Role(StrEnum):
@@ -83,34 +82,27 @@ class Admin:
 
     ACTOR = "admin"
 
-    def __init__(self, ledger: Ledger) -> None:
-        self._ledger = ledger
-
-    def _principal(self, subject: str) -> Principal:
-        app = self._ledger._app
-        try:
-            found: Any = app.repository.get(principal_uuid(subject))
-            assert isinstance(found, Principal)
-            return found
-        except AggregateNotFoundError:
-            return Principal._create(
-                Principal.Registered,
-                id=principal_uuid(subject),
-                timestamp=self._ledger._now(),
-                subject=subject,
-            )
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
 
     def _append(self, subject: str, event_class: type[Principal.Event], **fields: Any) -> None:
-        """Append one event to the subject's principal (registering it if new)."""
+        """Append one event to the subject's principal (registering it if new), in
+        one write transaction."""
+        engine = self._engine
 
-        def attempt() -> None:
-            principal = self._principal(subject)
-            principal.trigger_event(
-                event_class, actor=self.ACTOR, timestamp=self._ledger._now(), **fields
-            )
-            self._ledger._save(principal)
+        def work(w: Write) -> None:
+            principal: Any = engine.load(w.c, principal_uuid(subject))
+            if principal is None:
+                principal = Principal._create(
+                    Principal.Registered,
+                    id=principal_uuid(subject),
+                    timestamp=engine.now(),
+                    subject=subject,
+                )
+            principal.trigger_event(event_class, actor=self.ACTOR, timestamp=engine.now(), **fields)
+            w.append(principal.collect_events())
 
-        self._ledger._retrying(attempt)
+        engine.transact(work)
 
     def grant(self, subject: str, scope: str, roles: Iterable[str]) -> None:
         """Give ``subject`` the ``roles`` in ``scope``.
@@ -119,7 +111,7 @@ class Admin:
             InvalidIdError: subject or scope is not a valid name.
             InvalidRoleError: a role is unknown.
         """
-        self._ledger._check_open()
+        self._engine.check_open()
         check_id(subject, "subject")
         check_id(scope, "scope")
         wanted = check_roles(roles)
@@ -132,11 +124,11 @@ class Admin:
         Raises:
             InvalidInputError: the subject holds none of those roles there.
         """
-        self._ledger._check_open()
+        self._engine.check_open()
         check_id(subject, "subject")
         check_id(scope, "scope")
-        with self._ledger._reading() as c:
-            held = set(access_view.roles_of(c, self._ledger._dialect, subject, scope))
+        with self._engine.reading() as c:
+            held = set(access_view.roles_of(c, self._engine.dialect, subject, scope))
         wanted = tuple(sorted(held)) if roles is None else check_roles(roles)
         missing = [r for r in wanted if r not in held]
         if not wanted or missing:
@@ -153,10 +145,10 @@ class Admin:
             NaiveDatetimeError: ``expires`` has no timezone.
             ExpiryInPastError: ``expires`` is not in the future.
         """
-        self._ledger._check_open()
+        self._engine.check_open()
         check_id(subject, "subject")
         if expires is not None:
-            self._ledger._check_future(check_aware(expires, "token expiry"), "token expiry")
+            self._engine.check_future(check_aware(expires, "token expiry"), "token expiry")
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
 
         self._append(subject, Principal.TokenIssued, token_hash=hash_token(token), expires=expires)
@@ -168,12 +160,12 @@ class Admin:
         Raises:
             AuthenticationError: the token is unknown or already revoked.
         """
-        self._ledger._check_open()
+        self._engine.check_open()
         if not isinstance(token, str):
             raise AuthenticationError("token must be a string")
         token_hash = hash_token(token)
-        with self._ledger._reading() as c:
-            row = access_view.token(c, self._ledger._dialect, token_hash)
+        with self._engine.reading() as c:
+            row = access_view.token(c, self._engine.dialect, token_hash)
         if row is None or row["revoked_pos"] is not None:
             raise AuthenticationError("token is unknown or already revoked")
         subject = str(row["subject"])
@@ -184,22 +176,11 @@ class Admin:
         self, subject: str | None = None, scope: str | None = None
     ) -> tuple[GrantChange, ...]:
         """Who held which role in which scope, from when until when."""
-        self._ledger._check_open()
-        clauses, params = [], []
-        if subject is not None:
-            clauses.append("subject=?")
-            params.append(check_id(subject, "subject"))
-        if scope is not None:
-            clauses.append("scope=?")
-            params.append(check_id(scope, "scope"))
-        where = ("WHERE " + " AND ".join(clauses)) if clauses else ""
-        d = self._ledger._dialect
-        with self._ledger._reading() as c:
-            c.execute(
-                d.q(f"SELECT * FROM {{t}}pl_grants {where} ORDER BY from_pos, role"),
-                tuple(params),
-            )
-            rows: list[Any] = list(c.fetchall())
+        self._engine.check_open()
+        who = None if subject is None else check_id(subject, "subject")
+        where = None if scope is None else check_id(scope, "scope")
+        with self._engine.reading() as c:
+            rows = access_view.grant_rows(c, self._engine.dialect, who, where)
         return tuple(
             GrantChange(
                 subject=r["subject"],

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
-import re
 import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 from uuid import NAMESPACE_URL, UUID, uuid5
@@ -24,16 +22,10 @@ from eventsourcing.domain import Aggregate
 from eventsourcing.utils import get_topic
 
 from ledger.errors import (
-    InvalidIdError,
-    InvalidKindError,
     InvalidTransitionError,
-    InvalidValueError,
-    NaiveDatetimeError,
     RetentionRuleError,
     SelfApprovalError,
-    ValueTooLargeError,
 )
-from ledger.serialization import pack
 
 
 class Kind(StrEnum):
@@ -75,10 +67,6 @@ class Validity(StrEnum):
     INVALID = "INVALID"
 
 
-ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
-MAX_NESTING = 32
-DEFAULT_MAX_VALUE_BYTES = 1024 * 1024
-
 _NAMESPACE = uuid5(NAMESPACE_URL, "urn:provledger")
 
 
@@ -95,149 +83,6 @@ def principal_uuid(subject: str) -> UUID:
 def run_uuid(run_id: str) -> UUID:
     """The aggregate id of the run ``run_id``."""
     return uuid5(_NAMESPACE, "run:" + run_id)
-
-
-def check_id(value: object, what: str = "record id") -> str:
-    """Return ``value`` if it is a valid identifier, else raise ``InvalidIdError``."""
-    if not isinstance(value, str) or not ID_PATTERN.fullmatch(value):
-        raise InvalidIdError(
-            f"{what} {value!r} is invalid: expected ^[A-Za-z0-9][A-Za-z0-9._:-]{{0,127}}$"
-        )
-    return value
-
-
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f]")
-
-
-def check_text(value: object, what: str, *, max_len: int = 1024, empty: bool = False) -> str:
-    """Return ``value`` if it is a printable string of bounded length."""
-    if not isinstance(value, str):
-        raise InvalidValueError(f"{what} must be a string, got {type(value).__name__}")
-    if not empty and not value.strip():
-        raise InvalidValueError(f"{what} must not be empty")
-    if len(value) > max_len:
-        raise ValueTooLargeError(f"{what} is {len(value)} characters; the limit is {max_len}")
-    if _CONTROL.search(value):
-        raise InvalidValueError(f"{what} {value[:40]!r} contains control characters")
-    return check_unicode(value, what)
-
-
-def check_unicode(value: str, what: str) -> str:
-    """Refuse strings that cannot be stored as UTF-8 (lone surrogates)."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidValueError(
-            f"{what} {value[:40]!r} is not valid Unicode (lone surrogate)"
-        ) from None
-    return value
-
-
-def check_kind(value: object) -> Kind:
-    """Return the ``Kind`` named by ``value`` or raise ``InvalidKindError``."""
-    try:
-        return Kind(str(value)) if isinstance(value, str) else Kind(value)  # type: ignore[arg-type]
-    except ValueError:
-        allowed = ", ".join(k.value for k in Kind)
-        raise InvalidKindError(f"kind {value!r} is not one of: {allowed}") from None
-
-
-def check_aware(value: object, what: str) -> datetime:
-    """Return ``value`` if it is a timezone-aware datetime."""
-    if not isinstance(value, datetime):
-        raise InvalidValueError(f"{what} must be a datetime, got {type(value).__name__}")
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise NaiveDatetimeError(f"{what} {value.isoformat()} has no timezone")
-    try:
-        value.astimezone(UTC)
-    except OverflowError:
-        raise InvalidValueError(
-            f"{what} {value.isoformat()} is outside the years 1-9999 in UTC"
-        ) from None
-    return value
-
-
-def check_value(value: Any, what: str, max_bytes: int = DEFAULT_MAX_VALUE_BYTES) -> Any:
-    """Validate a claim value and return it normalised (tuples become lists).
-
-    Allowed: None, bool, int (64-bit), float (not NaN), str, bytes, list and
-    str-keyed dict, nested at most ``MAX_NESTING`` deep.
-    """
-
-    def walk(v: Any, depth: int, path: str) -> Any:
-        if depth > MAX_NESTING:
-            raise InvalidValueError(f"{what} is nested deeper than {MAX_NESTING} at {path}")
-        if isinstance(v, str):
-            return check_unicode(v, f"{what} at {path}")
-        if v is None or isinstance(v, (bool, bytes)):
-            return v
-        if isinstance(v, int):
-            if not -(2**63) <= v < 2**64:
-                raise InvalidValueError(f"{what} has an integer out of 64-bit range at {path}")
-            return v
-        if isinstance(v, float):
-            if math.isnan(v):
-                raise InvalidValueError(f"{what} contains NaN at {path}")
-            return v
-        if isinstance(v, (list, tuple)):
-            return [walk(item, depth + 1, f"{path}[{i}]") for i, item in enumerate(v)]
-        if isinstance(v, dict):
-            out = {}
-            for key, item in v.items():
-                if not isinstance(key, str):
-                    raise InvalidValueError(f"{what} has a non-string key {key!r} at {path}")
-                check_unicode(key, f"{what} key at {path}")
-                out[key] = walk(item, depth + 1, f"{path}.{key}")
-            return out
-        raise InvalidValueError(f"{what} contains an unserialisable {type(v).__name__} at {path}")
-
-    normalised = _plain(value, 0)
-    if normalised is _NOT_PLAIN:
-        normalised = walk(value, 0, "value")  # names what is wrong, or normalises the rest
-    size = len(pack(normalised))
-    if size > max_bytes:
-        raise ValueTooLargeError(f"{what} is {size} bytes serialised; the limit is {max_bytes}")
-    return normalised
-
-
-_NOT_PLAIN = object()
-
-
-def _plain(v: Any, depth: int) -> Any:
-    """``check_value``'s fast path: the normalised value if it is built of exact
-    plain types and valid, else ``_NOT_PLAIN`` (the full walk then decides)."""
-    if depth > MAX_NESTING:
-        return _NOT_PLAIN
-    kind = type(v)
-    if kind is str:
-        return v if v.isascii() or _encodes(v) else _NOT_PLAIN
-    if v is None or kind is bool or kind is bytes:
-        return v
-    if kind is int:
-        return v if -(2**63) <= v < 2**64 else _NOT_PLAIN
-    if kind is float:
-        return v if v == v else _NOT_PLAIN
-    if kind is list or kind is tuple:
-        items = [_plain(item, depth + 1) for item in v]
-        return _NOT_PLAIN if any(item is _NOT_PLAIN for item in items) else items
-    if kind is dict:
-        out = {}
-        for key, item in v.items():
-            if type(key) is not str or not (key.isascii() or _encodes(key)):
-                return _NOT_PLAIN
-            out[key] = _plain(item, depth + 1)
-            if out[key] is _NOT_PLAIN:
-                return _NOT_PLAIN
-        return out
-    return _NOT_PLAIN
-
-
-def _encodes(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 @dataclass(frozen=True)

@@ -101,7 +101,7 @@ def run_experiment(ledger: Ledger) -> ExperimentResult:
     reviewer.deliver(r1, recipient="ops@example.test", channel="email")
 
     # Independent evidence E2 with an expiry.
-    e2_expires = ledger._now() + timedelta(days=30)
+    e2_expires = ledger.now() + timedelta(days=30)
     e2 = agent.capture(
         scope="proj-a",
         uri="https://status.example.test/orders",

@@ -22,9 +22,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ledger.access import Role
-from ledger.application import Session
-from ledger.domain import Status, check_id
+from ledger.domain import Status
 from ledger.errors import InvalidInputError
+from ledger.reads import record_view
+from ledger.session import Session
+from ledger.validation import check_id
 from ledger.values import RecordView
 from projections import validity as validity_view
 
@@ -114,18 +116,19 @@ def collect(
         UnknownRecordError: ``record`` is unknown or not visible.
         AccessDeniedError: no ``role`` in ``record``'s scope or in ``scope``.
     """
-    d = session._ledger._dialect
+    caller = session.caller
+    d = caller.engine.dialect
     position = session.position
     allowed: dict[str, bool] = {}
-    with session._ctx() as c:
+    with caller.reading() as c:
 
         def may(scope_name: str) -> bool:
             if scope_name not in allowed:
-                allowed[scope_name] = role.value in session._roles(c, scope_name)
+                allowed[scope_name] = role.value in caller.roles(c, scope_name)
             return allowed[scope_name]
 
         if record is not None:
-            row = session._visible(c, record, role, command)
+            row = caller.visible(c, record, role, command)
             root: str | None = row["record_id"]
             rows = validity_view.lineage(
                 c,
@@ -139,19 +142,19 @@ def collect(
         else:
             root = None
             if scope is not None:
-                session._require(c, check_id(scope, "scope"), role, command)
+                caller.require(c, check_id(scope, "scope"), role, command)
                 wanted = [scope]
             else:
                 wanted = [s for s in validity_view.scopes(c, d, position) if may(s)]
             ids = [rid for s in wanted for rid in validity_view.in_scope(c, d, s, position)]
             rows = validity_view.edges_among(c, d, ids, position)
-        at = session._at(None)
+        at = caller.at(None)
         nodes: dict[str, RecordView] = {}
         for rid in ids:
             found = validity_view.current(c, d, rid, position)
             if found is not None and may(found["scope"]):
-                nodes[rid] = session._view(c, found, at)
-        now = session._ledger.position if position is None else position
+                nodes[rid] = record_view(caller, c, found, at)
+        now = caller.engine.position() if position is None else position
     edges = tuple(
         Edge(parent=p, child=ch, edge=kind) for p, ch, kind in rows if p in nodes and ch in nodes
     )

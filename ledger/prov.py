@@ -43,9 +43,9 @@ from typing import Any
 from prov.model import XSD_ANYURI, Literal, Namespace, ProvDocument, QualifiedName
 
 from ledger.access import Role
-from ledger.application import Session
 from ledger.errors import AccessDeniedError, InvalidInputError, UnknownRecordError
 from ledger.graph import collect
+from ledger.session import Session
 from ledger.values import AuditEvent, AuditTrail, RecordView
 
 #: Attributes and types defined by provledger.

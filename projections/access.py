@@ -166,3 +166,36 @@ def token(c: Cursor, d: Dialect, token_hash: str) -> Any:
     """The token row for a hash, or None."""
     c.execute(d.q("SELECT * FROM {t}pl_tokens WHERE token_hash=?"), (token_hash,))
     return c.fetchone()
+
+
+def holds_any(c: Cursor, d: Dialect, subject: str, roles: tuple[str, ...]) -> bool:
+    """Whether ``subject`` holds one of ``roles`` in some scope now."""
+    marks = ", ".join("?" for _ in roles)
+    c.execute(
+        d.q(
+            "SELECT COUNT(*) AS n FROM {t}pl_grants WHERE subject=? AND to_pos IS NULL "
+            f"AND role IN ({marks})"
+        ),
+        (subject, *roles),
+    )
+    return bool(c.fetchone()["n"])
+
+
+def grant_rows(c: Cursor, d: Dialect, subject: str | None, scope: str | None) -> list[Any]:
+    """Every grant row (current and withdrawn), optionally of one subject or scope."""
+    clauses, params = [], []
+    if subject is not None:
+        clauses.append("subject=?")
+        params.append(subject)
+    if scope is not None:
+        clauses.append("scope=?")
+        params.append(scope)
+    where = ("WHERE " + " AND ".join(clauses)) if clauses else ""
+    c.execute(d.q(f"SELECT * FROM {{t}}pl_grants {where} ORDER BY from_pos, role"), tuple(params))
+    return list(c.fetchall())
+
+
+def run_count(c: Cursor, d: Dialect) -> int:
+    """How many runs were started."""
+    c.execute(d.q("SELECT COUNT(*) AS n FROM {t}pl_runs"))
+    return int(c.fetchone()["n"])

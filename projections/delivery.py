@@ -115,3 +115,24 @@ def corrections_for(
         (delivery_id, bound),
     )
     return list(c.fetchall())
+
+
+def delivery(c: Cursor, d: Dialect, delivery_id: str) -> Any:
+    """One delivery's row, or None."""
+    c.execute(d.q("SELECT * FROM {t}pl_deliveries WHERE delivery_id=?"), (delivery_id,))
+    return c.fetchone()
+
+
+def up_to(c: Cursor, d: Dialect, position: int | None = None) -> list[Any]:
+    """Every delivery (up to ``position`` if given), oldest first."""
+    bound = position if position is not None else (1 << 62)
+    c.execute(d.q("SELECT * FROM {t}pl_deliveries WHERE position <= ? ORDER BY position"), (bound,))
+    return list(c.fetchall())
+
+
+def count(c: Cursor, d: Dialect, table: str) -> int:
+    """How many rows ``pl_deliveries`` or ``pl_corrections`` holds."""
+    if table not in ("pl_deliveries", "pl_corrections"):
+        raise ValueError(f"{table!r} is not a table of the delivery view")
+    c.execute(d.q(f"SELECT COUNT(*) AS n FROM {{t}}{table}"))
+    return int(c.fetchone()["n"])

@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import operator
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from ledger.domain import Record, Status
 from ledger.errors import CorruptEventError
@@ -63,6 +63,47 @@ COLUMNS = (
     "superseded_by",
     "stale_via",
 )
+
+
+class RecordRow(TypedDict):
+    """One version of a record in ``pl_records`` (times in µs since the epoch,
+    ``value``/``conditions``/``parents``/``observed``/``evidence`` msgpack)."""
+
+    record_id: str
+    from_pos: int
+    to_pos: int | None
+    scope: str
+    claim_key: str
+    kind: str
+    value: bytes
+    status: str
+    proposer: str
+    created_pos: int
+    created_at: int
+    expires: int | None
+    eff_expires: int | None
+    eff_source: str | None
+    conditions: bytes
+    parents: bytes
+    observed: bytes
+    evidence: bytes | None
+    snapshot_ref: str | None
+    run_id: str | None
+    cause_root: str | None
+    reason: str | None
+    changed_by: str | None
+    changed_at: int | None
+    left_valid_pos: int | None
+    supersedes: str | None
+    superseded_by: str | None
+    stale_via: str | None
+
+
+class ListedRow(RecordRow):
+    """A ``RecordRow`` as a listing or a read gives it: with whether it was delivered."""
+
+    has_deliveries: int
+
 
 DDL = (
     "CREATE TABLE IF NOT EXISTS {t}pl_records ("
@@ -127,7 +168,7 @@ def record_id_of(c: Cursor, d: Dialect, agg_id: Any, position: int | None = None
     return str(row["record_id"])
 
 
-def current(c: Cursor, d: Dialect, record_id: str, position: int | None = None) -> Any:
+def current(c: Cursor, d: Dialect, record_id: str, position: int | None = None) -> RecordRow | None:
     """The record's row now, or right after ``position``; None if it did not exist."""
     if position is None:
         c.execute(
@@ -139,10 +180,19 @@ def current(c: Cursor, d: Dialect, record_id: str, position: int | None = None) 
             d.q(f"SELECT * FROM {{t}}pl_records WHERE record_id=? AND {AS_OF_FILTER}"),
             (record_id, position, position),
         )
-    return c.fetchone()
+    return cast("RecordRow | None", c.fetchone())
 
 
-def for_claim(c: Cursor, d: Dialect, scope: str, claim_key: str) -> list[Any]:
+def existing(c: Cursor, d: Dialect, record_id: str, position: int | None = None) -> RecordRow:
+    """``current``, for a record that must have a row (named by the log or the
+    view itself); raises ``LookupError`` if it has none."""
+    row = current(c, d, record_id, position)
+    if row is None:
+        raise LookupError(f"record {record_id!r} has no row in the validity view")
+    return row
+
+
+def for_claim(c: Cursor, d: Dialect, scope: str, claim_key: str) -> list[RecordRow]:
     """The current rows of ``(scope, claim_key)`` in proposal order."""
     c.execute(
         d.q(
@@ -151,7 +201,7 @@ def for_claim(c: Cursor, d: Dialect, scope: str, claim_key: str) -> list[Any]:
         ),
         (scope, claim_key),
     )
-    return list(c.fetchall())
+    return cast("list[RecordRow]", list(c.fetchall()))
 
 
 #: Per validity, the SQL condition on a row given the instant (µs) as its parameters.
@@ -178,7 +228,7 @@ def page(
     claim_prefix: str | None,
     limit: int,
     after: str | None,
-) -> list[Any]:
+) -> list[ListedRow]:
     """One page of a scope's rows in record-id order (``Session.records``), each
     with ``has_deliveries``; one query on the ``(scope, record_id)`` index."""
     where = ["r.scope=?"]
@@ -212,7 +262,7 @@ def page(
         ),
         (*params, limit),
     )
-    return list(c.fetchall())
+    return cast("list[ListedRow]", list(c.fetchall()))
 
 
 def for_claim_as(
@@ -319,6 +369,11 @@ def _insert_edges(
     insert_rows(c, d, "pl_edges", _EDGE_COLUMNS, _edge_rows(child, parents, observed, pos))
 
 
+def _as_dict(row: Any) -> dict[str, Any]:
+    """A view row (``sqlite3.Row`` or a psycopg dict row) as a plain dict of its columns."""
+    return {name: row[name] for name in COLUMNS}
+
+
 def _mark_left_valid(before: Any, after: dict[str, Any], pos: int) -> None:
     """``left_valid_pos`` of a new version: cleared while ACCEPTED, ``pos`` when an
     ACCEPTED record stops being so, else kept from ``before``."""
@@ -329,10 +384,8 @@ def _mark_left_valid(before: Any, after: dict[str, Any], pos: int) -> None:
 
 
 def _new_version(c: Cursor, d: Dialect, record_id: str, pos: int, at: int, **changes: Any) -> None:
-    row = current(c, d, record_id)
-    if row is None:
-        raise LookupError(f"record {record_id!r} has no row in the validity view")
-    values = {name: row[name] for name in COLUMNS}
+    row = existing(c, d, record_id)
+    values = _as_dict(row)
     values.update(changes)
     values["from_pos"], values["to_pos"], values["changed_at"] = pos, None, at
     _mark_left_valid(row, values, pos)
@@ -407,7 +460,7 @@ def _proposed_row(pos: int, event: Any, eff: int | None, source: str | None) -> 
     }
 
 
-def current_many(c: Cursor, d: Dialect, record_ids: Iterable[str]) -> dict[str, Any]:
+def current_many(c: Cursor, d: Dialect, record_ids: Iterable[str]) -> dict[str, RecordRow]:
     """The current rows of the given records (missing ones left out), in one
     query per 500 ids."""
     select = "SELECT * FROM {{t}}pl_records WHERE record_id IN ({marks}) AND " + NOW_FILTER
@@ -446,7 +499,7 @@ class _Fold:
             if dep not in self.rows
         ]
         for rid, row in current_many(c, d, deps).items():
-            self.rows[rid] = {name: row[name] for name in COLUMNS}
+            self.rows[rid] = _as_dict(row)
         self.rid_of.update(proposed)
         self.fresh: set[str] = set()  # records whose newest row was made here
         self.closes: list[tuple[int, str]] = []  # (to_pos, record id) of stored rows
@@ -551,7 +604,7 @@ def apply(c: Cursor, d: Dialect, pos: int, event: Any) -> None:
         return  # deliveries belong to the delivery-history view; other aggregates elsewhere
     at = datetime_to_micros(event.timestamp)
     rid = record_id_of(c, d, event.originator_id, pos)
-    row = current(c, d, rid)
+    row = existing(c, d, rid)
     parents = list(unpack(row["parents"]))
     observed = list(unpack(row["observed"]))
     if event.parents is not None or event.observed is not None:
@@ -594,7 +647,7 @@ def _refresh_effective_expiry(c: Cursor, d: Dialect, root: str, pos: int, at: in
     while frontier:
         changed: list[str] = []
         for child in dict.fromkeys(child for _p, child, _e in children(c, d, frontier)):
-            row = current(c, d, child)
+            row = existing(c, d, child)
             deps = dict.fromkeys((*unpack(row["parents"]), *unpack(row["observed"])))
             eff, source = _effective_expiry(c, d, child, row["expires"], deps)
             if (eff, source) != (row["eff_expires"], row["eff_source"]):
@@ -656,6 +709,26 @@ def edges_among(
     """(parent, child, edge) rows with both ends in ``ids``, now or after ``position``."""
     members = set(ids)
     return [e for e in _edges_where(c, d, "parent_id", list(ids), position) if e[1] in members]
+
+
+def scopes_with_snapshot(c: Cursor, d: Dialect, ref: str) -> list[str]:
+    """The scopes of current evidence rows carrying snapshot ``ref``."""
+    c.execute(
+        d.q(f"SELECT DISTINCT scope FROM {{t}}pl_records WHERE snapshot_ref=? AND {NOW_FILTER}"),
+        (ref,),
+    )
+    return [r["scope"] for r in c.fetchall()]
+
+
+def status_counts(c: Cursor, d: Dialect) -> dict[str, int]:
+    """How many records are in each status now."""
+    c.execute(
+        d.q(
+            f"SELECT status, COUNT(*) AS n FROM {{t}}pl_records WHERE {NOW_FILTER} "
+            "GROUP BY status ORDER BY status"
+        )
+    )
+    return {str(r["status"]): int(r["n"]) for r in c.fetchall()}
 
 
 def scopes(c: Cursor, d: Dialect, position: int | None = None) -> list[str]:

@@ -100,6 +100,23 @@ are ledger cost / baseline cost, except the speedup, which is baseline / ledger)
         ``psycopg`` single-row inserts with a commit each (same server settings;
         ``synchronous_commit`` checked to match).
 
+LangGraph's SQLite store (what agent builders pick instead): a fresh ledger file and
+a fresh ``SqliteStore`` file on its own connection, set to the ledger's
+``journal_mode`` and ``synchronous`` (checked with PRAGMA after ``setup()``), each
+first given ``SAMPLE`` memories under the same namespace and keys. Latencies are
+medians of interleaved calls; every put writes a new key on each side.
+    store_put_vs_langgraph_sqlite [<= 2]
+        Time: ``LedgerStore.put`` (approver policy: a proposal, then its acceptance,
+        two ledger commands; so the goal is twice propose's) over ``SqliteStore.put``.
+    store_get_vs_langgraph_sqlite [<= 1]
+        Time: ``LedgerStore.get`` (the eligibility chain) over ``SqliteStore.get``.
+    propose_vs_langgraph_sqlite_put [<= 1]
+        Time: ``Session.propose`` of a new record over ``SqliteStore.put``.
+    read_vs_langgraph_sqlite_get [<= 1]
+        Time: ``Session.read`` of the stored memories' claims over ``SqliteStore.get``.
+    ``--only`` with just these names builds nothing else (a few seconds); any other
+    name runs the whole benchmark and shows the names given.
+
 Latencies are medians of many calls; the calls of the sides of a comparison are
 interleaved, rotating their order, so drift hits both alike.
 
@@ -108,6 +125,7 @@ Examples::
     python scripts/bench.py --quick --json /tmp/bench.json
     python scripts/bench.py --huge 500000 --build-budget 300 --no-pg
     python scripts/bench.py --json results/bench.json
+    python scripts/bench.py --only store_put_vs_langgraph_sqlite,store_get_vs_langgraph_sqlite
 """
 
 from __future__ import annotations
@@ -197,7 +215,19 @@ GOALS: dict[str, tuple[str, float]] = {
     "rss_growth": ("<=", 2.0),
     "pg_bulk_vs_raw_executemany": (">=", 0.25),
     "pg_single_command_vs_raw_txn": (">=", 0.5),  # extra; goal borrowed from SQLite's
+    "store_put_vs_langgraph_sqlite": ("<=", 2.0),
+    "store_get_vs_langgraph_sqlite": ("<=", 1.0),
+    "propose_vs_langgraph_sqlite_put": ("<=", 1.0),
+    "read_vs_langgraph_sqlite_get": ("<=", 1.0),
 }
+#: The ratios ``langgraph_bench`` measures; ``--only`` with just these runs nothing else.
+LANGGRAPH_RATIOS = (
+    "store_put_vs_langgraph_sqlite",
+    "store_get_vs_langgraph_sqlite",
+    "propose_vs_langgraph_sqlite_put",
+    "read_vs_langgraph_sqlite_get",
+)
+LG_NAMESPACE = (SCOPE, "memories")
 
 RAW_EVENTS_SQL = (
     "SELECT rowid, originator_id, originator_version, topic, state FROM stored_events "
@@ -979,6 +1009,120 @@ def pg_bench(url: str, sizes: Sizes) -> dict[str, float]:
         admin.close()
 
 
+# -- LangGraph's SQLite store ------------------------------------------------------------
+
+
+def sqlite_store(path: Path, pragmas: tuple[str, int]) -> Any:
+    """LangGraph's ``SqliteStore`` on its own file, with the ledger's journal mode and
+    synchronous setting (checked after ``setup()``)."""
+    try:
+        from langgraph.store.sqlite import SqliteStore
+    except ImportError:
+        raise BenchError(
+            "LangGraph's SQLite store is not installed; pip install 'provledger[langgraph]'"
+        ) from None
+    con = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+    journal, sync = pragmas
+    con.execute(f"PRAGMA journal_mode={journal}")
+    con.execute(f"PRAGMA synchronous={sync}")
+    store = SqliteStore(con)
+    store.setup()
+    got = (
+        str(con.execute("PRAGMA journal_mode").fetchone()[0]).lower(),
+        int(con.execute("PRAGMA synchronous").fetchone()[0]),
+    )
+    check(got == pragmas, f"SqliteStore has journal_mode/synchronous {got}, ledger {pragmas}")
+    return store
+
+
+def langgraph_bench(workdir: Path, sizes: Sizes) -> dict[str, float]:
+    """``LedgerStore`` put/get and ``Session`` propose/read against ``SqliteStore``."""
+    from ledger.integrations.langgraph import LedgerStore
+
+    opened = open_ledger(workdir / "langgraph-ledger.db")
+    admin = opened.ledger.admin()
+    pragmas = ledger_pragmas(opened.ledger)
+    baseline = sqlite_store(workdir / "langgraph-sqlite-store.db", pragmas)
+    store = LedgerStore(
+        opened.ledger,
+        token=admin.issue_token(PROPOSER),
+        approver_token=admin.issue_token(APPROVER),
+    )
+    try:
+        keys = [f"k{i}" for i in range(SAMPLE)]
+        for i, key in enumerate(keys):
+            store.put(LG_NAMESPACE, key, filler_value(i))
+            baseline.put(LG_NAMESPACE, key, filler_value(i))
+        claims = [f"{LG_NAMESPACE[1]}/{key}" for key in keys]
+        for i in (0, SAMPLE - 1):
+            mine, theirs = store.get(LG_NAMESPACE, keys[i]), baseline.get(LG_NAMESPACE, keys[i])
+            check(
+                mine is not None and theirs is not None and mine.value == theirs.value,
+                f"LedgerStore.get({keys[i]!r}) gave {mine}, SqliteStore.get gave {theirs}",
+            )
+            check_found(
+                opened.proposer,
+                claims[i],
+                opened.proposer.read(SCOPE, claims[i]).records[0].id,
+                "LedgerStore's ledger",
+            )
+        fresh = iter(range(10**9)).__next__
+        cycle_keys, cycle_claims = cycle(keys).__next__, cycle(claims).__next__
+
+        def store_put() -> None:
+            store.put(LG_NAMESPACE, f"new-{fresh()}", filler_value(0))
+
+        def sqlite_put() -> None:
+            baseline.put(LG_NAMESPACE, f"new-{fresh()}", filler_value(0))
+
+        def propose() -> None:
+            opened.proposer.propose(SCOPE, f"new:{fresh()}", filler_value(0), Kind.FACT)
+
+        note(f"LangGraph: put vs SqliteStore.put ({sizes.commands} calls each, {pragmas})")
+        puts = interleaved(
+            {"store_put": store_put, "sqlite_put": sqlite_put, "propose": propose},
+            sizes.commands,
+        )
+        note(f"LangGraph: get vs SqliteStore.get ({sizes.calls} calls each)")
+        gets = interleaved(
+            {
+                "store_get": lambda: store.get(LG_NAMESPACE, cycle_keys()),
+                "sqlite_get": lambda: baseline.get(LG_NAMESPACE, cycle_keys()),
+                "read": lambda: opened.proposer.read(SCOPE, cycle_claims()),
+            },
+            sizes.calls,
+        )
+        written = store.search(LG_NAMESPACE, limit=1)
+        check(
+            bool(written) and written[0].key.startswith("new-"),
+            f"the newest LedgerStore item is {written[0].key if written else None}, not a put",
+        )
+    finally:
+        store.close()
+        baseline.conn.close()
+        opened.ledger.close()
+    return {
+        "lg_sample": SAMPLE,
+        "lg_sqlite_synchronous": pragmas[1],
+        "lg_store_put_us": puts["store_put"] * 1e6,
+        "lg_sqlite_put_us": puts["sqlite_put"] * 1e6,
+        "lg_propose_us": puts["propose"] * 1e6,
+        "lg_store_get_us": gets["store_get"] * 1e6,
+        "lg_sqlite_get_us": gets["sqlite_get"] * 1e6,
+        "lg_read_us": gets["read"] * 1e6,
+    }
+
+
+def langgraph_ratios(f: dict[str, float]) -> dict[str, float]:
+    """The four LangGraph ratios from ``langgraph_bench``'s figures."""
+    return {
+        "store_put_vs_langgraph_sqlite": f["lg_store_put_us"] / f["lg_sqlite_put_us"],
+        "store_get_vs_langgraph_sqlite": f["lg_store_get_us"] / f["lg_sqlite_get_us"],
+        "propose_vs_langgraph_sqlite_put": f["lg_propose_us"] / f["lg_sqlite_put_us"],
+        "read_vs_langgraph_sqlite_get": f["lg_read_us"] / f["lg_sqlite_get_us"],
+    }
+
+
 # -- the run ---------------------------------------------------------------------------
 
 
@@ -1107,8 +1251,15 @@ def measure_as_of_and_rebuild(
     return mid, as_of, (raw_rows, raw_seconds), report
 
 
-def run(sizes: Sizes, workdir: Path, pg_url: str | None) -> dict[str, Any]:
-    """Build the ledgers, measure, and return ``{"ratios": …, "figures": …}``."""
+def run(
+    sizes: Sizes, workdir: Path, pg_url: str | None, only: Sequence[str] = ()
+) -> dict[str, Any]:
+    """Build the ledgers, measure, and return ``{"ratios": …, "figures": …}``
+    (only the LangGraph comparison when ``only`` names nothing else)."""
+    if only and set(only) <= set(LANGGRAPH_RATIOS):
+        note("LangGraph's SQLite store only (--only)")
+        lg = langgraph_bench(workdir, sizes)
+        return {"ratios": langgraph_ratios(lg), "figures": dict(lg)}
     check_sizes(sizes)
     rng = random.Random(SEED)
     small_path = workdir / "small.db"
@@ -1173,6 +1324,9 @@ def run(sizes: Sizes, workdir: Path, pg_url: str | None) -> dict[str, Any]:
         rss_huge["events"] == huge_stats["events"],
         f"child rebuilt {rss_huge['events']} of the huge ledger's {huge_stats['events']} events",
     )
+
+    note("LangGraph's SQLite store: fresh files on both sides")
+    lg = langgraph_bench(workdir, sizes)
 
     pg: dict[str, float] = {}
     if pg_url is not None:
@@ -1243,6 +1397,7 @@ def run(sizes: Sizes, workdir: Path, pg_url: str | None) -> dict[str, Any]:
         "rss_huge_open_mib": rss_huge["open_kib"] / 1024,
         "rebuild_huge_seconds": rss_huge["seconds"],
         "rebuild_huge_events_per_s": rss_huge["events"] / rss_huge["seconds"],
+        **lg,
         **pg,
     }
     ratios = {
@@ -1258,6 +1413,7 @@ def run(sizes: Sizes, workdir: Path, pg_url: str | None) -> dict[str, Any]:
         "rebuild_vs_raw_decode": rebuild_rate / decode_rate,
         "as_of_vs_rebuild": as_of / report.seconds,
         "rss_growth": rss_huge["peak_kib"] / rss_base["peak_kib"],
+        **langgraph_ratios(lg),
     }
     if pg:
         ratios["pg_bulk_vs_raw_executemany"] = (
@@ -1280,8 +1436,28 @@ def holds(name: str, value: float) -> bool:
 
 def sides(f: dict[str, float]) -> dict[str, tuple[str, str]]:
     """(measured, baseline) text of every ratio, from the figures."""
+    rows: dict[str, tuple[str, str]] = {}
+    if "lg_store_put_us" in f:
+        rows["store_put_vs_langgraph_sqlite"] = (
+            f"LedgerStore.put {f['lg_store_put_us']:,.1f} µs",
+            f"SqliteStore.put {f['lg_sqlite_put_us']:,.1f} µs",
+        )
+        rows["store_get_vs_langgraph_sqlite"] = (
+            f"LedgerStore.get {f['lg_store_get_us']:,.1f} µs",
+            f"SqliteStore.get {f['lg_sqlite_get_us']:,.1f} µs",
+        )
+        rows["propose_vs_langgraph_sqlite_put"] = (
+            f"propose {f['lg_propose_us']:,.1f} µs",
+            f"SqliteStore.put {f['lg_sqlite_put_us']:,.1f} µs",
+        )
+        rows["read_vs_langgraph_sqlite_get"] = (
+            f"read {f['lg_read_us']:,.1f} µs",
+            f"SqliteStore.get {f['lg_sqlite_get_us']:,.1f} µs",
+        )
+    if "small_records" not in f:
+        return rows
     small, huge = f"{f['small_records']:,.0f}", f"{f['huge_records']:,.0f}"
-    rows = {
+    rows |= {
         "single_command_vs_raw_txn": (
             f"commands {f['commands_per_s']:,.0f}/s",
             f"raw commits {f['raw_commits_per_s']:,.0f}/s",
@@ -1339,9 +1515,8 @@ def sides(f: dict[str, float]) -> dict[str, tuple[str, str]]:
     return rows
 
 
-def render(result: dict[str, Any]) -> Table:
-    """The side-by-side table: what was measured, its baseline, the ratio and its goal."""
-    f, r = result["figures"], result["ratios"]
+def core_caption(f: dict[str, float]) -> str:
+    """The caption lines of the ledgers the core ratios were measured on."""
     capped = f["huge_records"] < f["huge_records_requested"]
     huge_note = (
         f" (requested {f['huge_records_requested']:,.0f}: capped by the "
@@ -1354,24 +1529,41 @@ def render(result: dict[str, Any]) -> Table:
         if "pg_records" in f
         else "PostgreSQL: skipped (--no-pg)"
     )
+    return (
+        f"small: {f['small_records']:,.0f} records via batch path "
+        f"({f['small_records_total']:,.0f} in all); "
+        f"large: {f['large_records']:,.0f} records via batch path "
+        f"({f['large_events']:,.0f} events); "
+        f"huge: {f['huge_records']:,.0f} records via propose_many{huge_note} "
+        f"({f['import_events_per_s']:,.0f} ev/s, {f['huge_records_total']:,.0f} in all)\n"
+        f"revocations: root + {f['revoke_descendants']:,.0f} descendants "
+        f"(DAG depth {f['revoke_dag_depth']:.0f}), median of {f['revokes_per_ledger']:.0f}; "
+        f"naive: {f['naive_passes']:.0f} full scans; rss: huge vs copy at "
+        f"{f['rss_base_records']:,.0f} records; as-of at position "
+        f"{f['as_of_position']:,.0f}\n{pg_note}; pg_single_command_vs_raw_txn is extra, "
+        "its goal borrowed from the SQLite one"
+    )
+
+
+def render(result: dict[str, Any], names: Sequence[str] = ()) -> Table:
+    """The side-by-side table: what was measured, its baseline, the ratio and its goal
+    (of ``names`` only, when given)."""
+    f, r = result["figures"], result["ratios"]
+    lines = [
+        "rate ratios (…/s) are ledger over raw; time ratios are cost over baseline cost; "
+        "latencies are medians of interleaved calls"
+    ]
+    if "small_records" in f:
+        lines.append(core_caption(f))
+    if "lg_sample" in f:
+        lines.append(
+            f"LangGraph: fresh ledger and SqliteStore files (synchronous="
+            f"{f['lg_sqlite_synchronous']:.0f}), {f['lg_sample']:.0f} memories each first; "
+            "LedgerStore with the approver policy"
+        )
     table = Table(
         title="provledger benchmark",
-        caption=(
-            "rate ratios (…/s) are ledger over raw; time ratios are cost over baseline cost; "
-            "latencies are medians of interleaved calls\n"
-            f"small: {f['small_records']:,.0f} records via batch path "
-            f"({f['small_records_total']:,.0f} in all); "
-            f"large: {f['large_records']:,.0f} records via batch path "
-            f"({f['large_events']:,.0f} events); "
-            f"huge: {f['huge_records']:,.0f} records via propose_many{huge_note} "
-            f"({f['import_events_per_s']:,.0f} ev/s, {f['huge_records_total']:,.0f} in all)\n"
-            f"revocations: root + {f['revoke_descendants']:,.0f} descendants "
-            f"(DAG depth {f['revoke_dag_depth']:.0f}), median of {f['revokes_per_ledger']:.0f}; "
-            f"naive: {f['naive_passes']:.0f} full scans; rss: huge vs copy at "
-            f"{f['rss_base_records']:,.0f} records; as-of at position "
-            f"{f['as_of_position']:,.0f}\n{pg_note}; pg_single_command_vs_raw_txn is extra, "
-            "its goal borrowed from the SQLite one"
-        ),
+        caption="\n".join(lines),
         box=box.SIMPLE_HEAD,
         show_edge=False,
     )
@@ -1383,6 +1575,8 @@ def render(result: dict[str, Any]) -> Table:
     table.add_column("holds", no_wrap=True)
     text = sides(f)
     for name, (op, threshold) in GOALS.items():
+        if names and name not in names:
+            continue
         goal = f"{op} {threshold:g}"
         if name not in r:
             table.add_row(name, "not measured", "", "-", goal, "-")
@@ -1459,7 +1653,26 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--json", type=Path, metavar="PATH", help='also write {"ratios": …, "figures": …} here'
     )
+    parser.add_argument(
+        "--only",
+        type=ratio_names,
+        default=(),
+        metavar="NAME[,NAME]",
+        help="show only these ratios; the LangGraph ones (e.g. "
+        "store_put_vs_langgraph_sqlite) alone build nothing else",
+    )
     return parser.parse_args(argv)
+
+
+def ratio_names(text: str) -> tuple[str, ...]:
+    """``--only``'s comma-separated ratio names, each one the script reports."""
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in names if name not in GOALS]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown ratio {', '.join(unknown) or text!r}; one of: {', '.join(GOALS)}"
+        )
+    return names
 
 
 def sizes_of(args: argparse.Namespace) -> Sizes:
@@ -1492,7 +1705,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         sizes = sizes_of(args)
         with tempfile.TemporaryDirectory(prefix="provledger-bench-") as tmp:
-            result = run(sizes, Path(tmp), None if args.no_pg else args.pg_url)
+            result = run(sizes, Path(tmp), None if args.no_pg else args.pg_url, args.only)
     except BenchError as exc:
         err.print(f"[red]benchmark check failed:[/red] {exc}")
         return 1
@@ -1501,7 +1714,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Console()
     if not out.is_terminal:  # piped or redirected: keep the table on one line per row
         out = Console(width=150)
-    out.print(render(result))
+    if args.only:
+        result["ratios"] = {k: v for k, v in result["ratios"].items() if k in args.only}
+    out.print(render(result, args.only))
     missed = [name for name, value in result["ratios"].items() if not holds(name, value)]
     err.print(f"total {wall:.1f} s; goals missed: {', '.join(missed) or 'none'}")
     if args.json is not None:

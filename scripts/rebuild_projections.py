@@ -12,7 +12,7 @@ import argparse
 import sys
 
 from ledger import Ledger, LedgerError
-from ledger.cli import rebuild_with_progress
+from ledger.cli.admin import rebuild_with_progress
 
 
 def main() -> int:

@@ -16,7 +16,7 @@ from pathlib import Path
 from rich.console import Console
 
 from ledger import Ledger
-from ledger.cli import print_experiment
+from ledger.cli.render import print_experiment
 from ledger.experiment import run_experiment
 
 

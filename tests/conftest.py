@@ -145,8 +145,8 @@ def raw_rows(led: Ledger, db_path: Path | None, sql: str, params: tuple[Any, ...
         finally:
             con.close()
     if led.backend == "postgresql":
-        sql = re.sub(r"\bpl_", led._dialect.prefix + "pl_", sql).replace("?", "%s")
-    with led._reading() as c:
+        sql = re.sub(r"\bpl_", led.engine.dialect.prefix + "pl_", sql).replace("?", "%s")
+    with led.engine.reading() as c:
         c.execute(sql, params)
         return [tuple(r.values()) if isinstance(r, dict) else tuple(r) for r in c.fetchall()]
 

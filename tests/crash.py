@@ -237,8 +237,8 @@ def _batch_items(prefix: str, batch: int, size: int) -> list[dict[str, Any]]:
 
 def _rows(led: Ledger, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
     """Rows of a query on the ledger's own tables (``{t}`` prefixes, ``?`` marks)."""
-    with led._reading() as c:
-        c.execute(led._dialect.q(sql), params)
+    with led.engine.reading() as c:
+        c.execute(led.engine.dialect.q(sql), params)
         rows = c.fetchall()
     # psycopg returns dicts; sqlite3.Row iterates values and names them in keys().
     return [r if isinstance(r, dict) else dict(zip(r.keys(), r, strict=True)) for r in rows]
@@ -259,8 +259,8 @@ def _log_has(led: Ledger, record_id: str) -> bool:
     """Whether the event log (not a view) holds any event of ``record_id``."""
     from ledger.domain import record_uuid
 
-    with led._reading() as c:
-        return bool(led._recorder.select_record_events(c, record_uuid(record_id)))
+    with led.engine.reading() as c:
+        return bool(led.engine.recorder.select_record_events(c, record_uuid(record_id)))
 
 
 def raw_tracking(url: str) -> tuple[dict[str, int], int]:
@@ -315,7 +315,7 @@ def check_common(led: Ledger, state: State) -> list[str]:
     if (n := led.catch_up()) != 0:
         failures.append(f"views were still {n} events behind after Ledger.open")
     position = led.position
-    names = set(led._projector.view_names)
+    names = set(led.engine.projector.view_names)
     tracking = {
         r["view"]: int(r["position"])
         for r in _rows(led, "SELECT view, position FROM {t}pl_tracking")
@@ -327,7 +327,8 @@ def check_common(led: Ledger, state: State) -> list[str]:
     status_events = sum(
         int(r["n"])
         for r in _rows(
-            led, f"SELECT topic, COUNT(*) AS n FROM {led._recorder.events_table} GROUP BY topic"
+            led,
+            f"SELECT topic, COUNT(*) AS n FROM {led.engine.recorder.events_table} GROUP BY topic",
         )
         if ":Record." in r["topic"] and r["topic"].rsplit(".", 1)[1] in STATUS_EVENTS
     )
@@ -588,7 +589,7 @@ def prepare_catch_up(url: str, scale: float = 1.0) -> State:
         stopped_at = led.position
 
         # The views stop; every command below is in the log only.
-        led._projector.enabled = False
+        led.engine.projector.enabled = False
         for cid in children:
             reviewer.accept(cid)
         for b in range(batches):

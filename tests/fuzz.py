@@ -250,7 +250,7 @@ class Arena:
 
 def _memory_name(led: Ledger) -> str:
     """The SQLite URI of a ``memory:`` ledger's database (an eventsourcing detail)."""
-    pool: Any = led._recorder.datastore.pool
+    pool: Any = led.engine.recorder.datastore.pool
     return str(pool.db_name)
 
 
@@ -1167,6 +1167,7 @@ CALLS: tuple[CallSpec, ...] = (
     CallSpec("Session.explain", "read", READERS, _READ, _READ_OPTIONAL),
     CallSpec("Session.get", "read", READERS, _RECORD),
     CallSpec("Session.records", "read", READERS, {"scope": SCOPE}, _RECORDS_OPTIONAL),
+    CallSpec("Session.grants", "read", READERS),
     CallSpec("Session.audit", "read", READERS, _RECORD),
     CallSpec("Session.prove", "read", READERS, _RECORD),
     CallSpec("Session.snapshot", "read", READERS, {"ref": SNAPSHOT}),

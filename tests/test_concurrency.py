@@ -171,7 +171,7 @@ def _setup(url: str) -> tuple[list[str], int]:
 
 def _transitive_invariant(led: Ledger) -> int:
     """Every record with a REVOKED or STALE ancestor is STALE, REVOKED or REJECTED."""
-    with led._reading() as c:
+    with led.engine.reading() as c:
         c.execute(
             "SELECT record_id, status FROM " + _prefix(led) + "pl_records WHERE to_pos IS NULL"
         )
@@ -200,7 +200,7 @@ def _transitive_invariant(led: Ledger) -> int:
 
 
 def _prefix(led: Ledger) -> str:
-    return led._dialect.prefix
+    return led.engine.dialect.prefix
 
 
 def test_four_writer_processes_lose_nothing_and_never_expose_revoked_knowledge(

@@ -784,27 +784,27 @@ def test_reads_on_many_threads_follow_writes_made_anywhere(world: World) -> None
         accepted(world, "c2", value=False)
         assert set(pool.map(outcome, range(40))) == {Outcome.FOUND}
     world.ledger.close()
-    assert world.ledger._readers == []
+    assert world.ledger.engine.recorder.open_readers() == 0
 
 
 def test_a_thread_s_reading_connection_is_closed_when_the_thread_ends(world: World) -> None:
     import threading
 
     accepted(world, "c1")
-    before = list(world.ledger._readers)  # this thread's own, if any
+    before = world.ledger.engine.recorder.open_readers()  # this thread's own, if any
     seen: list[Outcome] = []
     grown: list[int] = []
 
     def read() -> None:
         seen.append(world.agent.read(SCOPE, CLAIM).outcome)
-        grown.append(len(world.ledger._readers) - len(before))
+        grown.append(world.ledger.engine.recorder.open_readers() - before)
 
     reader = threading.Thread(target=read)
     reader.start()
     reader.join()
     assert seen == [Outcome.FOUND]
     assert grown == ([1] if world.ledger.backend == "sqlite" else [0])
-    assert world.ledger._readers == before
+    assert world.ledger.engine.recorder.open_readers() == before
 
 
 def test_a_read_begun_inside_another_on_the_same_thread_sees_the_newest_state(
@@ -817,13 +817,13 @@ def test_a_read_begun_inside_another_on_the_same_thread_sees_the_newest_state(
     e1 = evidence(world, "e1")
     accepted(world, "c1", parents=[e1])
     status = "SELECT status FROM {t}pl_records WHERE record_id=? AND to_pos IS NULL"
-    q = world.ledger._dialect.q(status)
-    with world.ledger._reading() as outer:
+    q = world.ledger.engine.dialect.q(status)
+    with world.ledger.engine.reading() as outer:
         outer.execute(q, ("e1",))
         assert outer.fetchone()["status"] == Status.ACCEPTED
         world.reviewer.revoke(e1, reason="retracted")
         assert world.agent.read(SCOPE, CLAIM).outcome == Outcome.MISSING
-        with world.ledger._reading() as inner:
+        with world.ledger.engine.reading() as inner:
             inner.execute(q, ("e1",))
             assert inner.fetchone()["status"] == Status.REVOKED
         outer.execute(q, ("e1",))

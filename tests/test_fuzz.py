@@ -93,6 +93,7 @@ NOT_FUZZED = {
     "Ledger.catch_up": "takes no arguments",
     "Ledger.views_digest": "takes no arguments",
     "RunContext.observed_for": "a helper of propose; takes the declared parents it is given",
+    "RunContext.record_reads": "called by the run's own reads with the ids they showed",
 }
 
 

@@ -53,7 +53,8 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
 from ledger import Ledger
-from ledger.cli import DateTimeType, JSONType, main
+from ledger.cli import main
+from ledger.cli.options import DateTimeType, JSONType
 
 from .fuzz import (
     CONTROL_TEXT,
@@ -106,7 +107,10 @@ def name_of(path: CommandPath) -> str:
     return " ".join(path) or "provledger"
 
 
-PATHS = command_paths()
+#: Commands that serve until stopped are not fuzzed here (tests/test_mcp.py and
+#: tests/test_serve_*.py cover them).
+SERVERS = frozenset({"mcp", "serve"})
+PATHS = [p for p in command_paths() if name_of(p) not in SERVERS]
 
 #: Commands that may append to the log (or build a ledger) when they succeed.
 WRITES = frozenset(

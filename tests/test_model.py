@@ -571,12 +571,18 @@ class LedgerMachine(RuleBasedStateMachine):
         old: int,
     ) -> None:
         """A run reads some records, then proposes (sometimes a new version of a record
-        of the claim): what it read becomes ``observed``."""
+        of the claim): what it was last shown VALID becomes ``observed`` (a record it
+        was shown not VALID, or told about by ``observe``, counts as it was then)."""
         session = self.sessions[proposer]
         parents = [p for p in (self._pick(i) for i in picks) if p is not None]
         rid = self._new_id()
         expires = self._expires(minutes)
-        seen: list[str] = []
+        shown: dict[str, bool] = {}  # record → VALID when the run was last shown it
+
+        def show(ids: Sequence[str]) -> None:
+            for r in ids:
+                shown[r] = self.model.state.validity(r, self.model.now) == Validity.VALID
+
         with session.run(self._new_id("run")) as run:
             for how, i, key, ctx in reads:
                 target = self._pick(i)
@@ -584,23 +590,26 @@ class LedgerMachine(RuleBasedStateMachine):
                 if how == "read":
                     want = self.model.state.explain(key, now, ctx)
                     self._check_read(run.read(SCOPE, key, context=ctx), want, now)
-                    seen += want.usable
+                    show(want.usable)
                 elif how == "explain":
                     want = self.model.state.explain(key, now, ctx)
                     self._check_explanation(run.explain(SCOPE, key, context=ctx), want, now)
-                    seen += [e.id for e in want.entries]
+                    show([e.id for e in want.entries])
                 elif how == "records":
                     listed = run.records(SCOPE, claim_prefix=key, limit=3)
                     assert tuple(v.id for v in listed) == self.model.state.listing(
                         now, claim_prefix=key, limit=3
                     )
-                    seen += [v.id for v in listed]
+                    show([v.id for v in listed])
                 elif target is not None and how == "get":
                     self._check_view(run.get(target), self.model.state, self.model.now)
-                    seen.append(target)
+                    show([target])
                 elif target is not None:
                     run.observe(target)
-                    seen.append(target)
+                    shown[target] = True  # a read outside the ledger: a dependency
+            seen = [r for r, valid in shown.items() if valid]
+            if len(seen) < len(shown):
+                event("run: shown a record that was not VALID")
             replaces = None
             if supersede == 0:
                 same_claim = self._pick(old, lambda r: self.model.records[r].claim_key == claim_key)

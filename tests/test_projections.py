@@ -610,7 +610,7 @@ def test_views_that_missed_events_catch_up_exactly_once_when_the_ledger_is_reope
     agent.propose(SCOPE, "api.retry_safe", True, Kind.INFERENCE, parents=[e1], id="M1")
 
     # Step 1: stop the views (as if the process died after each commit) and keep writing.
-    led._projector.enabled = False
+    led.engine.projector.enabled = False
     stopped_at = led.position
     reviewer.accept(e1)
     reviewer.reject("M1", reason="a guess")

@@ -528,7 +528,7 @@ PROBES: dict[str, Probe] = {
     ),
     "as_of get": Probe(
         UnknownRecordError,
-        lambda s, x, t: s.as_of(position=s._ledger.position).get(x),
+        lambda s, x, t: s.as_of(position=s.caller.engine.position()).get(x),
         lambda t: t.accepted,
         "NO-SUCH",
     ),

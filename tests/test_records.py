@@ -129,3 +129,11 @@ def test_records_read_in_a_run_are_observed(world: World) -> None:
         seen = run.records("proj-a", validity="VALID")
         rid = run.propose(scope="proj-a", claim_key="summary", value="ok", kind=Kind.REPORT)
     assert set(world.reviewer.get(rid).observed) == {r.id for r in seen}
+
+
+def test_grants_lists_the_roles_the_principal_holds_by_scope(world: World) -> None:
+    roles = ("approve", "audit", "deliver", "read")
+    assert world.reviewer.grants() == {"proj-a": roles, "proj-b": roles}
+    assert world.outsider.grants() == {"proj-b": ("read",)}
+    world.ledger.admin().revoke_grant("outsider", scope="proj-b")
+    assert world.outsider.grants() == {}

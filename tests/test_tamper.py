@@ -288,7 +288,7 @@ def test_a_well_formed_event_forged_into_the_table_never_reaches_the_views(
         actor="mallory",
         note="",
     )
-    stored = led._app.mapper.to_stored_event(forged)
+    stored = led.engine.app.mapper.to_stored_event(forged)
     with closing(sqlite3.connect(_db(ledger_url))) as con:
         con.execute(
             "INSERT INTO stored_events VALUES (?, ?, ?, ?)",

@@ -1,0 +1,195 @@
+"""Audit: a record's whole history, the event log, inclusion proofs, and as-of
+sessions that answer as the ledger did at a past position or time."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+from eventsourcing.utils import get_topic
+
+from ledger import merkle
+from ledger.access import Role
+from ledger.caller import Caller
+from ledger.domain import Record, record_uuid
+from ledger.errors import CorruptEventError, InvalidInputError
+from ledger.merkle import InclusionProof
+from ledger.reads import record_view
+from ledger.serialization import datetime_to_micros, micros_to_datetime
+from ledger.validation import check_aware
+from ledger.values import AuditEvent, AuditTrail
+from projections import timeline
+from projections import validity as validity_view
+
+#: The ``Record`` events ``history(type=…)`` knows.
+RECORD_EVENTS = (
+    "Proposed",
+    "Accepted",
+    "Rejected",
+    "Revoked",
+    "MarkedStale",
+    "Superseded",
+    "Revalidated",
+    "Delivered",
+    "CorrectionIssued",
+)
+_RECORD_TOPIC = get_topic(Record)
+_PLUMBING = ("originator_id", "originator_version", "timestamp", "actor", "originator_topic")
+#: The ``at`` of an as-of session before the first event.
+_EPOCH_AT = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def audit(caller: Caller, record_id: str) -> AuditTrail:
+    """``Session.audit``: every event of one record, revoked ones included."""
+    engine = caller.engine
+    with caller.reading() as c:
+        row = caller.visible(c, record_id, Role.AUDIT, "audit")
+        view = record_view(caller, c, row, caller.at(None))
+        notes = engine.recorder.select_record_events(c, record_uuid(view.id))
+    events = []
+    for note in notes:
+        if caller.position is not None and note.id > caller.position:
+            break
+        event = engine.projector.decode(note)
+        events.append(
+            AuditEvent(
+                position=note.id,
+                type=type(event).__name__,
+                at=event.timestamp,
+                actor=getattr(event, "actor", None),
+                details={k: v for k, v in vars(event).items() if k not in _PLUMBING},
+            )
+        )
+    return AuditTrail(record=view, events=tuple(events), undeclared=view.undeclared)
+
+
+def history(
+    caller: Caller,
+    record: str | None,
+    type: str | None,
+    start: int | None,
+    stop: int | None,
+) -> tuple[AuditEvent, ...]:
+    """``Session.history``: record events in position order, in audited scopes."""
+    if type is not None and type not in RECORD_EVENTS:
+        raise InvalidInputError(f"history type {type!r} is not one of: {', '.join(RECORD_EVENTS)}")
+    for bound, what in ((start, "start"), (stop, "stop")):
+        if bound is not None and (
+            isinstance(bound, bool) or not isinstance(bound, int) or not 0 <= bound < 2**62
+        ):
+            raise InvalidInputError(f"history {what} {bound!r} is not a position")
+    first = start or 0
+    last = min(
+        stop if stop is not None else 1 << 62,
+        caller.position if caller.position is not None else 1 << 62,
+    )
+    engine = caller.engine
+    d = engine.dialect
+    prefix = _RECORD_TOPIC + "."
+    out: list[AuditEvent] = []
+    with caller.reading() as c:
+
+        def log() -> Iterator[Any]:
+            after = max(first - 1, 0)
+            while True:
+                batch = engine.recorder.read_after(c, after, 1000)
+                if not batch or batch[0].id > last:
+                    return
+                yield from batch
+                after = batch[-1].id
+
+        notes: Iterable[Any]
+        if record is not None:
+            row = caller.visible(c, record, Role.AUDIT, "history")
+            notes = engine.recorder.select_record_events(c, record_uuid(row["record_id"]))
+        else:
+            notes = log()
+        records: dict[Any, tuple[str, bool]] = {}  # aggregate id -> (record id, may audit)
+        for note in notes:
+            if note.id < first or not note.topic.startswith(prefix):
+                continue
+            if note.id > last:
+                break
+            if type is not None and note.topic[len(prefix) :] != type:
+                continue
+            if note.originator_id not in records:
+                try:
+                    rid = validity_view.record_id_of(c, d, note.originator_id)
+                except LookupError:
+                    raise CorruptEventError(
+                        f"stored event at position {note.id} belongs to no proposed record"
+                    ) from None
+                scope = validity_view.existing(c, d, rid)["scope"]
+                records[note.originator_id] = (rid, Role.AUDIT.value in caller.roles(c, scope))
+            rid, allowed = records[note.originator_id]
+            if allowed:
+                event = engine.projector.decode(note)
+                details = {k: v for k, v in vars(event).items() if k not in _PLUMBING}
+                out.append(
+                    AuditEvent(
+                        position=note.id,
+                        type=event.__class__.__name__,
+                        at=event.timestamp,
+                        actor=getattr(event, "actor", None),
+                        details={"record_id": rid, **details},
+                    )
+                )
+    return tuple(out)
+
+
+def prove(caller: Caller, record_id: str) -> tuple[InclusionProof, ...]:
+    """``Session.prove``: inclusion proofs of a record's events in the current tree."""
+    engine = caller.engine
+    with caller.reading() as c:
+        row = caller.visible(c, record_id, Role.AUDIT, "prove")
+        notes = engine.recorder.select_record_events(c, record_uuid(row["record_id"]))
+        stored = list(engine.recorder.leaves(c))
+    positions = [p for p, _ in stored]
+    leaves = [leaf for _, leaf in stored]
+    size, root = merkle.root_of(leaves)
+    index_of = {p: i for i, p in enumerate(positions)}
+    proofs = []
+    for note in notes:
+        index = index_of.get(note.id)
+        if index is None:
+            continue
+        data = merkle.leaf_data(
+            note.id, note.originator_id, note.originator_version, note.topic, note.state
+        )
+        proofs.append(
+            InclusionProof(
+                position=note.id,
+                index=index,
+                size=size,
+                leaf_data=data.hex(),
+                path=tuple(p.hex() for p in merkle.inclusion_path(leaves, index)),
+                root=root.hex(),
+            )
+        )
+    return tuple(proofs)
+
+
+def as_of(caller: Caller, position: int | None, time: datetime | None) -> Caller:
+    """``Session.as_of``: the caller as of a log position (the end of the
+    transaction that appended it) or the newest position at or before ``time``."""
+    if (position is None) == (time is None):
+        raise InvalidInputError("as_of needs exactly one of position= or time=")
+    d = caller.engine.dialect
+    with caller.reading() as c:
+        if position is not None:
+            if isinstance(position, bool) or not isinstance(position, int) or position < 0:
+                raise InvalidInputError(f"as_of position {position!r} is not a position")
+            newest = caller.engine.position()
+            if position > newest:
+                raise InvalidInputError(
+                    f"as_of position {position} is beyond the log (newest is {newest})"
+                )
+            pos = timeline.commit_end(c, d, position)
+            at_micros = timeline.time_of(c, d, pos)
+            at = None if at_micros is None else micros_to_datetime(at_micros)
+        else:
+            when = check_aware(time, "as_of time")
+            pos = timeline.commit_end(c, d, timeline.position_at(c, d, datetime_to_micros(when)))
+            at = when
+    return caller.derive(position=pos, at=at or _EPOCH_AT)

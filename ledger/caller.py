@@ -1,0 +1,165 @@
+"""The authenticated principal a session acts as: its token, roles and visibility.
+
+Every read and every command starts here: the token is checked again on each call
+(a revoked token or grant stops the next call), the roles of its subject come
+from the access view in the same statement, and a record in a scope the subject
+holds no grant in looks exactly like one that does not exist.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from ledger.access import Role
+from ledger.domain import Validity
+from ledger.engine import Engine
+from ledger.errors import (
+    AccessDeniedError,
+    InvalidParentError,
+    ReadOnlyError,
+    UnknownRecordError,
+)
+from ledger.validation import check_aware, check_id
+from ledger.values import RecordView
+from projections import access as access_view
+from projections import validity as validity_view
+from projections.base import Cursor
+
+if TYPE_CHECKING:
+    from ledger.runs import RunContext
+
+
+class Caller:
+    """One principal bound to an engine: live, or as of a log position (read-only),
+    and optionally inside a run that records what it reads."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        subject: str,
+        token_hash: str,
+        *,
+        position: int | None = None,
+        at: datetime | None = None,
+        run: RunContext | None = None,
+    ) -> None:
+        self.engine = engine
+        self.subject = subject
+        self.token_hash = token_hash
+        self.position = position
+        self.as_of_at = at
+        self.run = run
+        self._role_cache: dict[int, dict[str, list[str]]] = {}
+
+    def derive(
+        self,
+        *,
+        position: int | None = None,
+        at: datetime | None = None,
+        run: RunContext | None = None,
+    ) -> Caller:
+        """The same principal as of ``position``, or inside ``run``."""
+        return Caller(self.engine, self.subject, self.token_hash, position=position, at=at, run=run)
+
+    # -- authentication and roles -------------------------------------------------
+
+    @contextmanager
+    def reading(self) -> Iterator[Cursor]:
+        """A read transaction in which the token was checked and the subject's roles
+        read (one statement); they serve it until it ends."""
+        with self.engine.reading() as c, self.authenticated(c):
+            yield c
+
+    @contextmanager
+    def authenticated(self, c: Cursor) -> Iterator[None]:
+        """Check the token with ``c`` and keep the subject's roles for ``c``'s
+        transaction (a command does this under the writers' lock)."""
+        self._role_cache[id(c)] = self.authenticate(c)
+        try:
+            yield
+        finally:
+            del self._role_cache[id(c)]
+
+    def authenticate(self, c: Cursor) -> dict[str, list[str]]:
+        """Check the token (``AuthenticationError``); its subject's roles by scope."""
+        row, roles = access_view.token_and_roles(c, self.engine.dialect, self.token_hash)
+        self.engine.check_token(row)
+        return roles
+
+    def roles(self, c: Cursor, scope: str) -> list[str]:
+        """The subject's roles in ``scope`` (as read when ``c`` was authenticated)."""
+        cache = self._role_cache.get(id(c))
+        if cache is None:
+            return access_view.roles_of(c, self.engine.dialect, self.subject, scope)
+        return cache.get(scope, [])
+
+    def require(self, c: Cursor, scope: str, role: Role, command: str) -> None:
+        """Raise ``AccessDeniedError`` unless the subject holds ``role`` in ``scope``."""
+        if role.value not in self.roles(c, scope):
+            raise self.denied(scope, role, command)
+
+    def denied(self, scope: str, role: Role, command: str) -> AccessDeniedError:
+        """The refusal of ``command`` for want of ``role`` in ``scope``."""
+        return AccessDeniedError(
+            f"{command} refused: {self.subject!r} lacks role {role.value!r} in scope {scope!r}"
+        )
+
+    def visible(
+        self, c: Cursor, record_id: object, role: Role, command: str, what: str = "record"
+    ) -> Any:
+        """The record's row if the principal may see it and holds ``role`` there.
+
+        A record in a scope the principal has no grant in looks exactly like one
+        that does not exist.
+        """
+        rid = check_id(record_id, f"{what} id")
+        row = validity_view.current(c, self.engine.dialect, rid, self.position)
+        if row is None or not self.roles(c, row["scope"]):
+            raise UnknownRecordError(
+                f"{command} refused: {what} {rid!r} is unknown or not visible to {self.subject!r}"
+            )
+        self.require(c, row["scope"], role, command)
+        return row
+
+    def readable_dependency(self, c: Cursor, row: Any, dep: str, what: str, child: str) -> Any:
+        """``row`` (of ``dep``, a parent or observed dependency of ``child``) if the
+        caller may read it; else ``InvalidParentError``, the same for a record that
+        does not exist as for one the caller cannot see."""
+        if row is None or Role.READ.value not in self.roles(c, row["scope"]):
+            raise InvalidParentError(
+                f"{what} {dep!r} of {child!r} is unknown or not readable by {self.subject!r}"
+            )
+        return row
+
+    # -- time, as-of and runs -----------------------------------------------------
+
+    @property
+    def read_only(self) -> bool:
+        """True as of a past position."""
+        return self.position is not None
+
+    def writable(self, command: str) -> None:
+        """Raise ``ReadOnlyError`` as of a past position."""
+        if self.position is not None:
+            raise ReadOnlyError(
+                f"{command} refused: this session is read-only (as of position {self.position})"
+            )
+
+    def at(self, at: datetime | None) -> datetime:
+        """The instant a read is about: ``at``, else the as-of time, else now."""
+        if at is not None:
+            return check_aware(at, "at")
+        if self.as_of_at is not None:
+            return self.as_of_at
+        return self.engine.now()
+
+    def note_reads(self, shown: Iterable[RecordView], how: str) -> None:
+        """Inside a run, record that these records were shown to it (and which of
+        them were VALID then: only those become its observed dependencies)."""
+        if self.run is not None:
+            views = tuple(shown)
+            valid = {v.id for v in views if v.validity == Validity.VALID}
+            self.run.record_reads(tuple(v.id for v in views), how, valid)

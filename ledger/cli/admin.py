@@ -1,0 +1,259 @@
+"""Host commands: create the ledger, grant roles, issue tokens, stats, demo, rebuild."""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+from rich.text import Text
+
+from ledger.application import Ledger
+from ledger.cli.options import (
+    DATETIME,
+    STATUS_STYLE,
+    errors_exit_1,
+    host_ledger,
+    json_option,
+    printable,
+    url_option,
+)
+from ledger.cli.render import (
+    echo_json,
+    make_console,
+    print_experiment,
+    report_done,
+    styled,
+)
+from ledger.experiment import run_experiment
+
+
+@click.command()
+@url_option
+@json_option
+@errors_exit_1
+def init(url: str | None, as_json: bool) -> None:
+    """Create the ledger database (or open an existing one) and say where it is.
+
+    Admin: no token, local embedded database only.
+
+    \b
+    Example:
+      provledger init --url sqlite:///provledger.db
+    """
+    with host_ledger(url, "init") as led:
+        info = {"url": printable(led.url), "backend": led.backend, "position": led.position}
+    report_done(as_json, info, f"ledger ready: {info['url']} (log position {info['position']})")
+
+
+@click.command()
+@click.argument("subject")
+@click.option("--scope", required=True, help="The scope (project / tenant) the roles apply in.")
+@click.option(
+    "--roles",
+    required=True,
+    help="Comma-separated roles: read, propose, approve, deliver, audit.",
+)
+@url_option
+@json_option
+@errors_exit_1
+def grant(subject: str, scope: str, roles: str, url: str | None, as_json: bool) -> None:
+    """Give SUBJECT roles in a scope (the grant is an event in the log).
+
+    Admin: no token, local embedded database only.
+
+    \b
+    Example:
+      provledger grant agent-1 --scope proj-a --roles propose,read
+    """
+    wanted = [r.strip() for r in roles.split(",") if r.strip()]
+    with host_ledger(url, "grant") as led:
+        led.admin().grant(subject, scope=scope, roles=wanted)
+        position = led.position
+    report_done(
+        as_json,
+        {"subject": subject, "scope": scope, "roles": sorted(set(wanted)), "position": position},
+        f"granted {', '.join(sorted(set(wanted)))} in {scope} to {subject}",
+    )
+
+
+@click.group()
+def token() -> None:
+    """Issue and revoke bearer tokens.
+
+    Admin: no token, local embedded database only. Only a token's sha256 is
+    stored; the token itself is printed once.
+
+    \b
+    Example:
+      provledger token issue agent-1
+    """
+
+
+@token.command("issue")
+@click.argument("subject")
+@click.option("--expires", type=DATETIME, help="When the token stops working (ISO 8601).")
+@url_option
+@json_option
+@errors_exit_1
+def token_issue(subject: str, expires: datetime | None, url: str | None, as_json: bool) -> None:
+    """Issue a bearer token for SUBJECT and print it (nothing else goes to stdout).
+
+    \b
+    Example:
+      AGENT=$(provledger token issue agent-1)
+    """
+    with host_ledger(url, "token issue") as led:
+        issued = led.admin().issue_token(subject, expires=expires)
+    report_done(as_json, {"subject": subject, "token": issued, "expires": expires}, issued)
+
+
+@token.command("revoke")
+@click.argument("token_value", metavar="TOKEN")
+@url_option
+@json_option
+@errors_exit_1
+def token_revoke(token_value: str, url: str | None, as_json: bool) -> None:
+    """Withdraw TOKEN; commands using it are refused from now on.
+
+    \b
+    Example:
+      provledger token revoke "$AGENT"
+    """
+    with host_ledger(url, "token revoke") as led:
+        led.admin().revoke_token(token_value)
+        position = led.position
+    report_done(as_json, {"revoked": True, "position": position}, "token revoked")
+
+
+@click.command()
+@url_option
+@json_option
+@errors_exit_1
+def stats(url: str | None, as_json: bool) -> None:
+    """Show counts: events, log position, records per status, deliveries, snapshots.
+
+    Maintenance: no token, local embedded database only.
+
+    \b
+    Example:
+      provledger stats --json
+    """
+    with host_ledger(url, "stats") as led:
+        counts = led.stats()
+    if as_json:
+        echo_json(counts)
+        return
+    console = make_console()
+    console.print(Text(f"ledger {printable(led.url)}", style="bold"))
+    table = Table(show_header=False)
+    table.add_column("what", style="bold")
+    table.add_column("count", justify="right")
+    for key, value in counts.items():
+        if key == "statuses":
+            for status, n in value.items():
+                table.add_row(styled(status, STATUS_STYLE), Text(str(n)))
+        else:
+            table.add_row(key, Text(str(value)))
+    console.print(table)
+
+
+@click.command()
+@click.option(
+    "--url",
+    default=None,
+    help="Where to build the scenario (must be an empty "
+    "ledger). Default: a fresh SQLite file in a temporary directory.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@errors_exit_1
+def demo(url: str | None, as_json: bool) -> None:
+    """Run the experiment on a fresh embedded SQLite ledger and print its table.
+
+    Exits 1 if any row deviates.
+
+    \b
+    Example:
+      provledger demo --json
+    """
+    with tempfile.TemporaryDirectory(prefix="provledger-demo-") as tmp:
+        target = url or f"sqlite:///{Path(tmp) / 'demo.db'}"
+        with host_ledger(target, "demo") as led:
+            result = run_experiment(led)
+    if as_json:
+        click.echo(json.dumps(result.to_json(), indent=2))
+    else:
+        print_experiment(result, Console())
+    if not result.passed:
+        sys.exit(1)
+
+
+@click.command()
+@url_option
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@errors_exit_1
+def rebuild(url: str | None, as_json: bool) -> None:
+    """Drop the views and replay the whole log; exit 1 unless they match.
+
+    Maintenance: no token, local embedded database only.
+
+    \b
+    Example:
+      provledger rebuild --url sqlite:///provledger.db
+    """
+    with host_ledger(url, "rebuild") as led:
+        report = rebuild_with_progress(led, quiet=as_json)
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "events": report.events,
+                    "seconds": report.seconds,
+                    "events_per_second": report.events_per_second,
+                    "digest_before": report.digest_before,
+                    "digest_after": report.digest_after,
+                    "matched": report.matched,
+                }
+            )
+        )
+    if not report.matched:
+        click.echo(
+            f"error: rebuilt views differ (before {report.digest_before[:16]}…, "
+            f"after {report.digest_after[:16]}…)",
+            err=True,
+        )
+        sys.exit(1)
+
+
+def rebuild_with_progress(led: Ledger, *, quiet: bool = False) -> Any:
+    """Rebuild ``led``'s views with a rich progress bar and print the rate."""
+    console = Console(stderr=True)
+    with Progress(
+        TextColumn("rebuilding views"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total} positions"),
+        TimeRemainingColumn(),
+        console=console,
+        disable=quiet,
+    ) as progress:
+        task = progress.add_task("rebuild", total=max(led.position, 1))
+
+        def step(done: int, total: int) -> None:
+            progress.update(task, completed=done, total=max(total, 1))
+
+        report = led.rebuild(progress=step)
+    if not quiet:
+        verdict = "views match" if report.matched else "VIEWS DIFFER"
+        console.print(
+            f"replayed {report.events} events in {report.seconds:.2f} s "
+            f"({report.events_per_second:,.0f} events/s); {verdict} "
+            f"(digest {report.digest_after[:16]})"
+        )
+    return report

@@ -1,0 +1,103 @@
+"""Long-running servers for agents and reviewers: the MCP server and the HTTP API
+with the review console. Their frameworks are imported only when they start."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ledger.cli.options import (
+    errors_exit_1,
+    principal_session,
+    token_option,
+    url_option,
+)
+
+# -- mcp: the ledger as an agent's memory over the Model Context Protocol -------------------
+
+
+@click.command("mcp")
+@click.option(
+    "--transport",
+    type=click.Choice(["stdio", "streamable-http"]),
+    default="stdio",
+    show_default=True,
+    help="stdio: the MCP client starts this command and talks over stdin/stdout; "
+    "streamable-http: serve http://HOST:PORT/mcp.",
+)
+@click.option(
+    "--host", default="127.0.0.1", show_default=True, help="streamable-http: address to bind."
+)
+@click.option(
+    "--port",
+    type=click.IntRange(1, 65535),
+    default=8000,
+    show_default=True,
+    help="streamable-http: port to listen on.",
+)
+@token_option
+@url_option
+@errors_exit_1
+def mcp_command(transport: str, host: str, port: int, token: str, url: str | None) -> None:
+    """Serve the ledger to an agent over MCP, as the token's principal.
+
+    Tools to capture evidence, propose, read, explain, get, list and audit records,
+    plus accept/reject/revoke/revalidate when the token holds `approve`. One
+    connection is one run: what it reads is observed on what it proposes. Give the
+    token in $PROVLEDGER_TOKEN rather than --token (other users can read a command
+    line). Over streamable-http every client acts with this token: keep it on
+    127.0.0.1. Needs the extra: pip install 'provledger[mcp]'.
+
+    \b
+    Example:
+      PROVLEDGER_TOKEN="$AGENT" provledger mcp --url sqlite:///provledger.db
+    """
+    try:
+        from ledger.integrations.mcp import serve
+    except ModuleNotFoundError as exc:
+        click.echo(
+            f"error: provledger mcp needs the MCP SDK ({(exc.name or 'mcp').split('.')[0]} "
+            "is not installed): "
+            "pip install 'provledger[mcp]'",
+            err=True,
+        )
+        sys.exit(1)
+    with principal_session(url, token) as (led, _session):
+        serve(
+            led,
+            token,
+            transport="streamable-http" if transport != "stdio" else "stdio",
+            host=host,
+            port=port,
+        )
+
+
+# -- serve --------------------------------------------------------------------------------
+
+
+@click.command()
+@url_option
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option(
+    "--port", type=click.IntRange(1, 65535), default=8321, show_default=True, help="TCP port."
+)
+@errors_exit_1
+def serve(url: str | None, host: str, port: int) -> None:
+    """Serve the HTTP JSON API (/api/v1), the MCP endpoint (/mcp) and the review console (/).
+
+    Agents authenticate with `Authorization: Bearer TOKEN`; people sign in to
+    the console with their token. Needs the serve extra: pip install
+    'provledger[serve]'. Stop it with Ctrl-C.
+
+    \b
+    Example:
+      provledger serve --url sqlite:///provledger.db --port 8321
+    """
+    try:
+        from ledger.serve import run
+    except ImportError as exc:
+        raise click.ClickException(
+            f"provledger serve needs the serve extra (pip install 'provledger[serve]'): {exc}"
+        ) from None
+    run(url, host=host, port=port)

@@ -1,0 +1,444 @@
+"""Read commands (also under ``as-of``): read, get, explain, audit, history,
+corrections, export, graph, records."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ledger.cli.options import (
+    DATETIME,
+    EVENT_TYPES,
+    JSON,
+    KINDS,
+    AsOf,
+    errors_exit_1,
+    json_option,
+    principal_session,
+    printable,
+    token_option,
+    url_option,
+)
+from ledger.cli.render import (
+    echo_json,
+    events_table,
+    listing_table,
+    make_console,
+    print_audit,
+    print_corrections,
+    print_explanation,
+    print_read,
+    print_record,
+    write_output,
+)
+from ledger.domain import Status, Validity
+from ledger.jsonable import record_json
+
+# -- read commands (also under as-of) ----------------------------------------------
+
+
+@click.command()
+@click.option("--scope", required=True, help="The scope to read in.")
+@click.option("--claim-key", "--claim", "claim_key", required=True, help="The question asked.")
+@click.option("--at", type=DATETIME, help="Validity at this instant (default: now).")
+@click.option(
+    "--context", type=JSON, help='Applicability context as JSON, e.g. {"api_version": "v2"}.'
+)
+@click.option("--kind", "kinds", multiple=True, type=click.Choice(KINDS), help="Only these kinds.")
+@token_option
+@url_option
+@json_option
+@errors_exit_1
+def read(
+    scope: str,
+    claim_key: str,
+    at: datetime | None,
+    context: Any,
+    kinds: tuple[str, ...],
+    token: str,
+    url: str | None,
+    as_json: bool,
+) -> None:
+    """Read a claim through the eligibility chain: FOUND, MISSING or CONFLICT.
+
+    \b
+    Example:
+      provledger read --scope proj-a --claim api.retry_safe
+    """
+    with principal_session(url, token) as (_led, session):
+        result = session.read(scope, claim_key, at=at, context=context, kinds=kinds or None)
+    if as_json:
+        echo_json(
+            {
+                "outcome": result.outcome,
+                "scope": result.scope,
+                "claim_key": result.claim_key,
+                "at": result.at,
+                "value": result.value,
+                "records": [record_json(r) for r in result.records],
+            }
+        )
+    else:
+        print_read(result, make_console())
+
+
+@click.command()
+@click.argument("record_id", metavar="ID")
+@token_option
+@url_option
+@json_option
+@errors_exit_1
+def get(record_id: str, token: str, url: str | None, as_json: bool) -> None:
+    """Show one record: status, validity, dependencies, evidence, deliveries.
+
+    \b
+    Example:
+      provledger get R1
+    """
+    with principal_session(url, token) as (_led, session):
+        record = session.get(record_id)
+    if as_json:
+        echo_json(record_json(record))
+    else:
+        print_record(record, make_console())
+
+
+@click.command()
+@click.option("--scope", required=True, help="The scope to read in.")
+@click.option("--claim-key", "--claim", "claim_key", required=True, help="The question asked.")
+@click.option("--at", type=DATETIME, help="Validity at this instant (default: now).")
+@click.option(
+    "--context", type=JSON, help='Applicability context as JSON, e.g. {"api_version": "v2"}.'
+)
+@click.option("--kind", "kinds", multiple=True, type=click.Choice(KINDS), help="Only these kinds.")
+@token_option
+@url_option
+@json_option
+@errors_exit_1
+def explain(
+    scope: str,
+    claim_key: str,
+    at: datetime | None,
+    context: Any,
+    kinds: tuple[str, ...],
+    token: str,
+    url: str | None,
+    as_json: bool,
+) -> None:
+    """Say, per record answering a claim, why it is or is not usable.
+
+    \b
+    Example:
+      provledger explain --scope proj-a --claim api.retry_safe
+    """
+    with principal_session(url, token) as (_led, session):
+        explanation = session.explain(scope, claim_key, at=at, context=context, kinds=kinds or None)
+    if as_json:
+        echo_json(
+            {
+                "outcome": explanation.outcome,
+                "scope": explanation.scope,
+                "claim_key": explanation.claim_key,
+                "at": explanation.at,
+                "entries": [
+                    {"record": record_json(e.record), "usable": e.usable, "reasons": e.reasons}
+                    for e in explanation.entries
+                ],
+            }
+        )
+    else:
+        print_explanation(explanation, make_console())
+
+
+@click.command()
+@click.argument("record_id", metavar="ID")
+@token_option
+@url_option
+@json_option
+@errors_exit_1
+def audit(record_id: str, token: str, url: str | None, as_json: bool) -> None:
+    """Show the whole history of a record, revoked ones included (needs the audit role).
+
+    \b
+    Example:
+      provledger audit E1
+    """
+    with principal_session(url, token) as (_led, session):
+        trail = session.audit(record_id)
+    if as_json:
+        echo_json(
+            {
+                "record": record_json(trail.record),
+                "events": trail.events,
+                "undeclared": trail.undeclared,
+            }
+        )
+    else:
+        print_audit(trail, make_console())
+
+
+@click.command()
+@click.option("--record", "record_id", help="Only this record's events.")
+@click.option("--type", "event_type", help=f"Only this event type: {EVENT_TYPES}.")
+@click.option("--from", "start", type=click.IntRange(min=0), help="First log position.")
+@click.option("--to", "stop", type=click.IntRange(min=0), help="Last log position (inclusive).")
+@token_option
+@url_option
+@json_option
+@errors_exit_1
+def history(
+    record_id: str | None,
+    event_type: str | None,
+    start: int | None,
+    stop: int | None,
+    token: str,
+    url: str | None,
+    as_json: bool,
+) -> None:
+    """List the event log: record events in scopes where you hold the audit role.
+
+    \b
+    Example:
+      provledger history --type Revoked --from 10 --to 40
+    """
+    with principal_session(url, token) as (_led, session):
+        events = session.history(record=record_id, type=event_type, start=start, stop=stop)
+    if as_json:
+        echo_json({"events": events})
+    elif events:
+        make_console().print(events_table(events, with_record=True))
+    else:
+        click.echo("no events")
+
+
+@click.command()
+@token_option
+@url_option
+@json_option
+@errors_exit_1
+def corrections(token: str, url: str | None, as_json: bool) -> None:
+    """List delivered records that are no longer VALID and have no correction yet.
+
+    \b
+    Example:
+      provledger corrections
+    """
+    with principal_session(url, token) as (_led, session):
+        due = session.corrections_due()
+    if as_json:
+        echo_json({"due": due})
+    else:
+        print_corrections(due, make_console())
+
+
+@click.command()
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["prov-json", "prov-n", "prov-xml"]),
+    default="prov-json",
+    show_default=True,
+    help="PROV serialisation.",
+)
+@click.option("--scope", help="Only records in this scope.")
+@click.option("--record", "record_id", help="Only this record (with --ancestors/--descendants).")
+@click.option("--ancestors", is_flag=True, help="With --record: add everything it depends on.")
+@click.option("--descendants", is_flag=True, help="With --record: add everything depending on it.")
+@click.option(
+    "-o", "--output", default="-", show_default=True, help="File to write (- for stdout)."
+)
+@token_option
+@url_option
+@errors_exit_1
+def export(
+    fmt: str,
+    scope: str | None,
+    record_id: str | None,
+    ancestors: bool,
+    descendants: bool,
+    output: str,
+    token: str,
+    url: str | None,
+) -> None:
+    """Export records, events and principals as a W3C PROV document (needs the audit role).
+
+    \b
+    Example:
+      provledger export --format prov-json --record R1 --ancestors -o r1.prov.json
+    """
+    from ledger.prov import export_text  # the prov package loads only when needed
+
+    if (ancestors or descendants) and record_id is None:
+        raise click.UsageError("--ancestors and --descendants need --record")
+    with principal_session(url, token) as (_led, session):
+        text = export_text(
+            session,
+            fmt,
+            scope=scope,
+            record=record_id,
+            ancestors=ancestors,
+            descendants=descendants,
+        )
+    write_output(output, text.encode())
+    if output != "-":
+        click.echo(f"wrote {printable(output)} ({fmt})")
+
+
+@click.command()
+@click.argument("record_id", metavar="ID")
+@click.option("--ancestors", is_flag=True, help="Draw everything it depends on.")
+@click.option("--descendants", is_flag=True, help="Draw everything depending on it.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["svg", "png", "dot", "mermaid"]),
+    default="svg",
+    show_default=True,
+    help="svg and png need Graphviz's dot program.",
+)
+@click.option(
+    "-o", "--output", default="-", show_default=True, help="File to write (- for stdout)."
+)
+@token_option
+@url_option
+@errors_exit_1
+def graph(
+    record_id: str,
+    ancestors: bool,
+    descendants: bool,
+    fmt: str,
+    output: str,
+    token: str,
+    url: str | None,
+) -> None:
+    """Draw a record's dependency subgraph, coloured by status (neither flag: both directions).
+
+    Nodes show id, kind, status and validity; observed edges are dashed;
+    delivered records have a double border. Without Graphviz's dot program,
+    svg and png fall back to DOT text (FILE.dot) with a warning.
+
+    \b
+    Example:
+      provledger graph E1 --descendants --format svg -o impact.svg
+    """
+    from ledger.graph import draw
+
+    both = not ancestors and not descendants
+    with principal_session(url, token) as (_led, session):
+        picture = draw(
+            session,
+            record_id,
+            ancestors=ancestors or both,
+            descendants=descendants or both,
+            format=fmt,
+        )
+    target = output
+    if picture.fell_back and output != "-":
+        target = str(Path(output).with_suffix(".dot"))
+    write_output(target, picture.data)
+    if picture.note:
+        click.echo(f"warning: {picture.note} ({target})", err=True)
+    if target != "-":
+        sub = picture.subgraph
+        click.echo(
+            f"wrote {printable(target)} ({picture.format}: {len(sub.nodes)} records, "
+            f"{len(sub.edges)} edges)"
+        )
+
+
+@click.command("records")
+@click.option("--scope", required=True, help="The scope to list.")
+@click.option(
+    "--status",
+    type=click.Choice([s.value for s in Status]),
+    help="Only this status (CANDIDATE is the review queue).",
+)
+@click.option(
+    "--validity",
+    type=click.Choice([v.value for v in Validity]),
+    help="Only this validity (NEEDS_REVALIDATION is what needs attention).",
+)
+@click.option("--kind", type=click.Choice(KINDS), help="Only this kind.")
+@click.option("--claim-prefix", help="Only claim keys starting with this text.")
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 1000),
+    default=100,
+    show_default=True,
+    help="At most this many records (one page).",
+)
+@click.option("--after", metavar="ID", help="Start after this id (the last of the previous page).")
+@token_option
+@url_option
+@json_option
+@errors_exit_1
+def records(
+    scope: str,
+    status: str | None,
+    validity: str | None,
+    kind: str | None,
+    claim_prefix: str | None,
+    limit: int,
+    after: str | None,
+    token: str,
+    url: str | None,
+    as_json: bool,
+) -> None:
+    """List one page of a scope's records in id order, optionally filtered.
+
+    A full page ends with the --after value for the next one (JSON: next_after).
+
+    \b
+    Example:
+      provledger records --scope proj-a --status CANDIDATE
+      provledger records --scope proj-a --validity NEEDS_REVALIDATION --json
+    """
+    with principal_session(url, token) as (_led, session):
+        found = session.records(
+            scope,
+            status=status,
+            validity=validity,
+            kind=kind,
+            claim_prefix=claim_prefix,
+            limit=limit,
+            after=after,
+        )
+    next_after = found[-1].id if len(found) == limit else None
+    if as_json:
+        echo_json({"records": [record_json(r) for r in found], "next_after": next_after})
+        return
+    if not found:
+        click.echo("no records")
+        return
+    make_console().print(listing_table(found))
+    if next_after is not None:
+        click.echo(f"more may follow: add --after {next_after}")
+
+
+READ_COMMANDS = (read, get, explain, audit, history, corrections, export, graph, records)
+
+
+@click.group("as-of")
+@click.option("--position", type=click.IntRange(min=0), help="Right after this log position.")
+@click.option("--time", "when", type=DATETIME, help="At this instant (ISO 8601 with offset).")
+@click.pass_context
+def as_of(ctx: click.Context, position: int | None, when: datetime | None) -> None:
+    """Run a read command as the ledger was at a past log position or time.
+
+    Give exactly one of --position or --time; read, get, explain, audit,
+    history, corrections, export, graph and records then answer as of then.
+
+    \b
+    Example:
+      provledger as-of --position 12 read --scope proj-a --claim api.retry_safe
+    """
+    if (position is None) == (when is None):
+        raise click.UsageError("give exactly one of --position or --time")
+    ctx.obj = AsOf(position=position, time=when)
+
+
+for _command in READ_COMMANDS:
+    as_of.add_command(_command)

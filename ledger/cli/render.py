@@ -1,0 +1,296 @@
+"""How results are shown: tables and colours for people, JSON for machines."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ledger.cli.options import (
+    OUTCOME_STYLE,
+    STATUS_STYLE,
+    VALIDITY_STYLE,
+    printable,
+)
+from ledger.domain import Status
+from ledger.experiment import ExperimentResult
+from ledger.jsonable import plain
+from ledger.values import (
+    AuditEvent,
+    AuditTrail,
+    CorrectionDue,
+    Explanation,
+    ReadResult,
+    RecordView,
+    Revocation,
+)
+
+# -- output -----------------------------------------------------------------------------
+
+
+def make_console() -> Console:
+    # Piped output keeps long ids and reasons on one line instead of 80 columns.
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+
+
+def echo_json(data: Any) -> None:
+    click.echo(json.dumps(plain(data), indent=2, ensure_ascii=False))
+
+
+def styled(value: object, styles: Mapping[str, str]) -> Text:
+    return Text(str(value), style=styles.get(str(value), ""))
+
+
+def value_text(value: Any) -> str:
+    return json.dumps(plain(value), ensure_ascii=False)
+
+
+def when_text(value: datetime | None) -> str:
+    return "-" if value is None else value.isoformat(timespec="seconds")
+
+
+def report_done(as_json: bool, data: dict[str, Any], line: str) -> None:
+    """What a write command prints: ``line`` for people, ``data`` with ``--json``."""
+    if as_json:
+        echo_json(data)
+    else:
+        click.echo(line)
+
+
+def records_table(records: Sequence[RecordView]) -> Table:
+    table = Table()
+    for column in ("id", "kind", "status", "validity", "value", "parents", "expires"):
+        table.add_column(column)
+    for r in records:
+        parents = ", ".join(r.parents)
+        if r.undeclared:
+            parents += f" (observed: {', '.join(r.undeclared)})"
+        table.add_row(
+            Text(r.id),
+            Text(str(r.kind)),
+            styled(r.status, STATUS_STYLE),
+            styled(r.validity, VALIDITY_STYLE),
+            Text(value_text(r.value)),
+            Text(parents or "-"),
+            Text(when_text(r.expires)),
+        )
+    return table
+
+
+def listing_table(records: Sequence[RecordView]) -> Table:
+    """``provledger records``: one row per record; the id column is never wrapped or cut."""
+    table = Table()
+    table.add_column("id", no_wrap=True, min_width=max(len(r.id) for r in records))
+    for column in ("kind", "claim", "status", "validity", "value", "why"):
+        table.add_column(column, overflow="fold")
+    for r in records:
+        notes = []
+        if r.status == Status.SUPERSEDED:
+            notes.append(f"superseded by {r.superseded_by}")
+        elif r.status == Status.STALE and r.cause_superseded_by is not None:
+            notes.append(f"{r.cause} superseded by {r.cause_superseded_by}")
+        elif r.status == Status.STALE:
+            notes.append(f"{r.cause} revoked: {r.reason}")
+        elif r.status in (Status.REVOKED, Status.REJECTED) and r.reason:
+            notes.append(r.reason)
+        if r.supersedes is not None:
+            notes.append(f"new version of {r.supersedes}")
+        table.add_row(
+            Text(r.id),
+            Text(str(r.kind)),
+            Text(r.claim_key),
+            styled(r.status, STATUS_STYLE),
+            styled(r.validity, VALIDITY_STYLE),
+            Text(value_text(r.value)),
+            Text("; ".join(notes) or "-"),
+        )
+    return table
+
+
+def heading_text(outcome: str, scope: str, claim_key: str, at: datetime) -> Text:
+    text = styled(outcome, OUTCOME_STYLE)
+    text.append(f"  {scope}/{claim_key} at {at.isoformat(timespec='seconds')}")
+    return text
+
+
+def print_read(result: ReadResult, console: Console) -> None:
+    """A read's outcome and its usable records."""
+    heading = heading_text(result.outcome, result.scope, result.claim_key, result.at)
+    if result.outcome == "FOUND":
+        heading.append(f"  value: {value_text(result.value)}")
+    console.print(heading)
+    if result.records:
+        console.print(records_table(result.records))
+    else:
+        console.print("no usable record; `provledger explain` says why")
+
+
+def print_explanation(explanation: Explanation, console: Console) -> None:
+    """Per record, why it is or is not usable."""
+    console.print(
+        heading_text(explanation.outcome, explanation.scope, explanation.claim_key, explanation.at)
+    )
+    table = Table()
+    for column in ("id", "kind", "status", "usable", "why"):
+        table.add_column(column)
+    for e in explanation.entries:
+        why = "usable" if e.usable else "; ".join(e.reasons)
+        if e.record.undeclared:
+            why += f" (observed but undeclared: {', '.join(e.record.undeclared)})"
+        table.add_row(
+            Text(e.record.id),
+            Text(str(e.record.kind)),
+            styled(e.record.status, STATUS_STYLE),
+            Text("yes", style="green") if e.usable else Text("no", style="red"),
+            Text(why),
+        )
+    console.print(table if explanation.entries else "no record answers this claim")
+
+
+def print_record(record: RecordView, console: Console) -> None:
+    """One record, field by field."""
+    console.print(Text(f"record {record.id}", style="bold"))
+    table = Table(show_header=False)
+    table.add_column("field", style="bold")
+    table.add_column("value")
+    rows: list[tuple[str, Text]] = [
+        ("scope", Text(record.scope)),
+        ("claim_key", Text(record.claim_key)),
+        ("kind", Text(str(record.kind))),
+        ("value", Text(value_text(record.value))),
+        ("status", styled(record.status, STATUS_STYLE)),
+        ("validity", styled(record.validity, VALIDITY_STYLE)),
+        ("parents", Text(", ".join(record.parents) or "-")),
+        ("observed", Text(", ".join(record.observed) or "-")),
+        ("conditions", Text(value_text(record.conditions) if record.conditions else "-")),
+        ("expires", Text(when_text(record.expires))),
+        ("effective expiry", Text(when_text(record.effective_expires))),
+        ("proposer", Text(record.proposer)),
+        ("created", Text(when_text(record.created_at))),
+    ]
+    if record.cause is not None and record.cause != record.id:
+        rows.append(("cause", Text(f"{record.cause} revoked")))
+    if record.reason:
+        rows.append(("reason", Text(record.reason)))
+    if record.undeclared:
+        rows.append(("undeclared", Text(", ".join(record.undeclared), style="yellow")))
+    for key, value in (record.evidence or {}).items():
+        rows.append((key, Text(when_text(value) if isinstance(value, datetime) else str(value))))
+    for d in record.deliveries:
+        corrected = f", {len(d.corrections)} correction(s)" if d.corrections else ""
+        rows.append(
+            (
+                "delivery",
+                Text(
+                    f"{d.state} to {d.recipient} via {d.channel} at {when_text(d.delivered_at)} "
+                    f"({d.delivery_id}{corrected})"
+                ),
+            )
+        )
+    for name, text in rows:
+        table.add_row(name, text)
+    console.print(table)
+
+
+def details_text(details: Mapping[str, Any], skip: Sequence[str] = ()) -> str:
+    shown = {k: v for k, v in details.items() if k not in skip and v not in (None, "", [], ())}
+    return ", ".join(f"{k}={value_text(v)}" for k, v in shown.items())
+
+
+def events_table(events: Sequence[AuditEvent], with_record: bool) -> Table:
+    table = Table()
+    columns = ["position", "type", *(["record"] * with_record), "at", "actor", "details"]
+    for column in columns:
+        table.add_column(column, justify="right" if column == "position" else "left")
+    for e in events:
+        cells = [Text(str(e.position)), Text(e.type)]
+        if with_record:
+            cells.append(Text(str(e.details.get("record_id", ""))))
+        cells += [
+            Text(when_text(e.at)),
+            Text(e.actor or "-"),
+            Text(details_text(e.details, skip=("record_id",))),
+        ]
+        table.add_row(*cells)
+    return table
+
+
+def print_audit(trail: AuditTrail, console: Console) -> None:
+    """A record's state and its whole history."""
+    heading = Text(f"{trail.record.id} [{trail.record.kind}] ")
+    heading.append_text(styled(trail.record.status, STATUS_STYLE))
+    heading.append(" / ")
+    heading.append_text(styled(trail.record.validity, VALIDITY_STYLE))
+    if trail.undeclared:
+        heading.append(f"  observed but undeclared: {', '.join(trail.undeclared)}", "yellow")
+    console.print(heading)
+    console.print(events_table(trail.events, with_record=False))
+
+
+def print_corrections(due: Sequence[CorrectionDue], console: Console) -> None:
+    """Deliveries that need a correction."""
+    if not due:
+        console.print("no corrections due")
+        return
+    console.print(Text(f"{len(due)} correction(s) due", style="bold"))
+    table = Table()
+    for column in ("delivery", "record", "recipient", "status", "validity", "why"):
+        table.add_column(column)
+    for c in due:
+        why = f"{c.cause} revoked: {c.reason}" if c.cause else (c.reason or "-")
+        table.add_row(
+            Text(c.delivery.delivery_id),
+            Text(c.delivery.record_id),
+            Text(c.delivery.recipient),
+            styled(c.status, STATUS_STYLE),
+            styled(c.validity, VALIDITY_STYLE),
+            Text(why),
+        )
+    console.print(table)
+
+
+def print_revocation(rev: Revocation, console: Console) -> None:
+    """The revoked root and every record now STALE because of it."""
+    console.print(Text(f"revoked {rev.root} (log position {rev.position})", style="bold"))
+    table = Table()
+    table.add_column("record")
+    table.add_column("now")
+    table.add_row(Text(rev.root), styled("REVOKED", STATUS_STYLE))
+    for rid in rev.stale:
+        table.add_row(Text(rid), styled("STALE", STATUS_STYLE))
+    console.print(table)
+    if rev.hidden:
+        console.print(f"and {rev.hidden} STALE in scopes you cannot see")
+
+
+def print_experiment(result: ExperimentResult, console: Console) -> None:
+    """Print the experiment's table."""
+    table = Table(title=f"provledger experiment ({printable(result.url)})")
+    table.add_column("check")
+    table.add_column("expected")
+    table.add_column("observed")
+    table.add_column("passed")
+    for row in result.rows:
+        mark = "[green]yes[/green]" if row.passed else "[red]NO[/red]"
+        table.add_row(row.check, row.expected, row.observed, mark)
+    console.print(table)
+    verdict = "[green]all rows passed[/green]" if result.passed else "[red]a row deviated[/red]"
+    console.print(verdict)
+
+
+def write_output(output: str, data: bytes) -> None:
+    if output == "-":
+        click.echo(data, nl=False)  # bytes go to the binary stdout
+    else:
+        Path(output).write_bytes(data)
+
+
+# -- the commands ---------------------------------------------------------------------

@@ -1,0 +1,310 @@
+"""The machinery every command and read shares: the backend, the clock and the log.
+
+:class:`Engine` is internal to the package (the public API is :class:`ledger.Ledger`
+and :class:`ledger.Session`). It owns the eventsourcing application and its
+recorder, and gives the rest of the package four things:
+
+- transactions: ``reading()`` (one snapshot), ``statement()`` (one statement) and
+  ``transact(work)`` — a command's *one* write transaction: the writers' lock is
+  taken first, the views are caught up, then ``work`` reads what it decides on,
+  decides, and appends through :meth:`Write.append` (events, view rows, Merkle
+  leaves and snapshots together); busy databases are retried;
+- aggregates loaded from their stored events inside a transaction (``load``);
+- the clock (``now``) and the ledger's options (checks, retention, size limit);
+- token checks shared by every principal (``check_token``).
+"""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol, TypeVar
+from uuid import UUID
+
+from eventsourcing.domain import OriginatorIDError, OriginatorVersionError
+from eventsourcing.persistence import (
+    IntegrityError,
+    MapperDeserialisationError,
+    OperationalError,
+    PersistenceError,
+)
+from eventsourcing.utils import TopicError
+
+from ledger.domain import Kind, Record, RetentionRule, record_uuid
+from ledger.errors import (
+    AuthenticationError,
+    ClosedLedgerError,
+    ConcurrencyError,
+    CorruptEventError,
+    ExpiryInPastError,
+    InvalidInputError,
+    LedgerError,
+    StorageError,
+    UnknownRecordError,
+)
+from ledger.persistence import Backend, LedgerApplication, LedgerRecorder
+from ledger.serialization import datetime_to_micros, micros_to_datetime
+from ledger.validation import check_aware
+from ledger.values import RecordView
+from projections.base import Cursor, Dialect
+from projections.projector import LAYOUT, Projector
+
+T = TypeVar("T")
+
+#: How often a command is tried while the database stays locked by other writers.
+RETRIES = 20
+
+
+class AcceptanceCheck(Protocol):
+    """A check the embedding application registers to run on every ``accept``.
+
+    It gets the candidate as a ``RecordView`` and returns None (or an empty
+    string) to let it pass, or a reason to refuse it with ``AcceptanceCheckError``.
+    """
+
+    def __call__(self, record: RecordView, /) -> str | None: ...
+
+
+class Busy(Exception):
+    """The database was locked by another writer; the command is tried again."""
+
+
+@dataclass
+class Write:
+    """One command's write transaction: the writers' lock is held and the views
+    have applied every earlier event, so what ``c`` reads is what the command
+    decides on."""
+
+    c: Cursor
+    engine: Engine
+    done: dict[str, int] | None
+
+    def append(self, events: Sequence[Any], snapshots: Sequence[tuple[str, bytes]] = ()) -> int:
+        """Store ``events`` with their view rows, Merkle leaves and ``snapshots``;
+        returns the log position of the last one."""
+        if not events:
+            return self.engine.recorder.max_position(self.c)
+        mapper = self.engine.app.mapper
+        stored = [mapper.to_stored_event(e) for e in events]
+        ids = self.engine.recorder.insert_in(self.c, stored, events, snapshots, self.done)
+        self.done = None  # the views moved on: a second append reads tracking again
+        return ids[-1]
+
+
+class Engine:
+    """The backend, the clock and the options of one open ledger (internal)."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        checks: tuple[AcceptanceCheck, ...],
+        max_value_bytes: int,
+        clock: Callable[[], datetime],
+        retention: Mapping[Kind, RetentionRule],
+    ) -> None:
+        self.url = backend.url
+        self.backend = backend.kind
+        self.checks = checks
+        self.max_value_bytes = max_value_bytes
+        self.clock = clock
+        self.retention = dict(retention)
+        self.closed = True
+        self.now()  # a clock that does not give aware datetimes is refused now
+        try:
+            self.app = _construct(backend.env)
+        except LedgerError:
+            raise
+        except (PersistenceError, sqlite3.Error, OSError, ValueError, UnicodeError) as exc:
+            raise StorageError(f"cannot open ledger {backend.url!r}: {exc}") from None
+        self.closed = False
+        self.recorder: LedgerRecorder = self.app.ledger_recorder
+        self.projector: Projector = self.recorder.projector
+        self.projector.mapper = self.app.mapper
+        self.dialect: Dialect = self.recorder.dialect
+
+    def close(self) -> None:
+        """Close the database connections. Safe to call twice."""
+        if not self.closed:
+            self.closed = True
+            self.recorder.close_readers()
+            self.app.close()
+
+    def check_open(self) -> None:
+        """Raise ``ClosedLedgerError`` once the ledger is closed."""
+        if self.closed:
+            raise ClosedLedgerError(f"ledger {self.url!r} is closed")
+
+    # -- time ---------------------------------------------------------------------
+
+    def now(self) -> datetime:
+        """The ledger's clock, checked to be timezone-aware."""
+        try:
+            now = self.clock()
+        except Exception as exc:
+            raise InvalidInputError(f"the ledger's clock failed: {exc!r}") from None
+        return check_aware(now, "the ledger's clock")
+
+    def check_future(self, when: datetime, what: str) -> None:
+        """Raise ``ExpiryInPastError`` unless ``when`` is after now."""
+        if when <= self.now():
+            raise ExpiryInPastError(f"{what} {when.isoformat()} is not in the future")
+
+    # -- transactions -------------------------------------------------------------
+
+    @contextmanager
+    def reading(self) -> Iterator[Cursor]:
+        """A read transaction: every statement sees one snapshot."""
+        self.check_open()
+        with self.recorder.reading() as c:
+            yield c
+
+    @contextmanager
+    def statement(self) -> Iterator[Cursor]:
+        """A cursor for a read that is one SQL statement (no transaction)."""
+        self.check_open()
+        with self.recorder.statement() as c:
+            yield c
+
+    @contextmanager
+    def locked(self) -> Iterator[Cursor]:
+        """A write transaction holding the writers' lock (maintenance: catch-up,
+        rebuild); commands use :meth:`transact`."""
+        self.check_open()
+        with self.recorder.writing() as c:
+            self.recorder.lock_for_write(c)
+            yield c
+
+    def transact(self, work: Callable[[Write], T]) -> T:
+        """Run a command's ``work`` in one write transaction (see :class:`Write`).
+
+        The lock is taken before anything is read, so nothing ``work`` read can
+        change before it commits; if the database stays locked by other writers
+        the whole command is tried again, up to ``RETRIES`` times.
+
+        Raises:
+            ConcurrencyError: the database stayed locked.
+            StorageError: the database failed otherwise.
+        """
+        self.check_open()
+
+        def attempt() -> T:
+            try:
+                with self.recorder.writing() as c:
+                    self.recorder.lock_for_write(c)
+                    return work(Write(c, self, self._caught_up(c)))
+            except (IntegrityError, sqlite3.IntegrityError):
+                raise Busy() from None
+            except (OperationalError, sqlite3.OperationalError) as exc:
+                message = str(exc).lower()
+                if any(word in message for word in ("locked", "busy", "lock timeout", "deadlock")):
+                    raise Busy() from None
+                raise StorageError(f"ledger {self.url!r}: {exc}") from None
+
+        return self.retrying(attempt)
+
+    def _caught_up(self, c: Cursor) -> dict[str, int] | None:
+        """The views' tracking positions, after applying any event they missed
+        (written while they were stopped, or by a process that died)."""
+        if not self.projector.enabled:
+            return None
+        done = self.projector.tracking_map(c)
+        if min(done.values()) < self.recorder.max_position(c):
+            self.projector.catch_up(c)
+            done = self.projector.tracking_map(c)
+        return done
+
+    def retrying(self, attempt: Callable[[], T]) -> T:
+        """``attempt()``, again after a jittered pause while it raises :class:`Busy`."""
+        for attempt_number in range(RETRIES):
+            try:
+                return attempt()
+            except Busy:
+                # Jittered exponential backoff, capped at ~0.2 s.
+                time.sleep(min(0.2, 0.002 * 2**attempt_number) * random.random())
+        raise ConcurrencyError(
+            f"the database stayed locked by other writers; gave up after {RETRIES} tries"
+        )
+
+    # -- the log ------------------------------------------------------------------
+
+    def position(self) -> int:
+        """Log position of the newest event (0 for an empty ledger)."""
+        self.check_open()
+        return int(self.recorder.max_notification_id() or 0)
+
+    def load(self, c: Cursor, aggregate_id: UUID) -> Any | None:
+        """The aggregate folded from its stored events read with ``c`` (None if it
+        has none); undecodable bytes raise ``CorruptEventError``."""
+        found: Any = None
+        try:
+            for note in self.recorder.select_record_events(c, aggregate_id):
+                event: Any = self.app.mapper.to_domain_event(note)
+                found = event.mutate(found)
+        except (
+            MapperDeserialisationError,
+            TopicError,
+            TypeError,
+            AttributeError,
+            ValueError,
+            KeyError,
+            OriginatorVersionError,
+            OriginatorIDError,
+        ) as exc:
+            raise CorruptEventError(
+                f"aggregate {aggregate_id} has a stored event that cannot be decoded: {exc!r}"
+            ) from None
+        return found
+
+    def load_record(self, c: Cursor, record_id: str) -> Record:
+        """The record's aggregate from its stored events (read with ``c``)."""
+        found = self.load(c, record_uuid(record_id))
+        if found is None:
+            raise UnknownRecordError(f"record {record_id!r} is unknown")
+        if not isinstance(found, Record):
+            raise CorruptEventError(f"record {record_id!r} has stored events of another kind")
+        return found
+
+    def migrate_views(self) -> None:
+        """Rebuild the views from the log if they were built with another layout
+        (a ledger written by an older version); the stored events never change."""
+        with self.reading() as c:
+            if self.projector.layout(c) == LAYOUT:
+                return
+        with self.locked() as c:
+            if self.projector.layout(c) != LAYOUT:  # another process may have done it
+                self.projector.replay(c)
+
+    # -- tokens -------------------------------------------------------------------
+
+    def check_token(self, row: Mapping[str, Any] | None) -> str:
+        """The subject of a token row (``subject``, ``revoked_pos``, ``expires``) that
+        is valid now; raises ``AuthenticationError`` otherwise."""
+        if row is None:
+            raise AuthenticationError("token is unknown")
+        if row["revoked_pos"] is not None:
+            raise AuthenticationError(f"token of {row['subject']!r} was revoked")
+        if row["expires"] is not None and datetime_to_micros(self.now()) >= row["expires"]:
+            raise AuthenticationError(
+                f"token of {row['subject']!r} expired at "
+                f"{micros_to_datetime(row['expires']).isoformat()}"
+            )
+        return str(row["subject"])
+
+
+def _construct(env: dict[str, str]) -> LedgerApplication:
+    # Several processes creating a fresh SQLite file at once can find it locked
+    # while another sets WAL mode or creates the tables; that is worth waiting for.
+    for attempt_number in range(60):
+        try:
+            return LedgerApplication(env=env)
+        except (OperationalError, sqlite3.OperationalError) as exc:
+            if "locked" not in str(exc) or attempt_number == 59:
+                raise
+            time.sleep(0.05 + 0.05 * random.random())
+    raise AssertionError("unreachable")  # pragma: no cover

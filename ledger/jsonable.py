@@ -1,0 +1,37 @@
+"""JSON forms of the values the API returns, shared by every surface that speaks
+JSON (the command line's ``--json``, the HTTP API, the MCP server)."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from dataclasses import fields, is_dataclass
+from datetime import datetime
+from typing import Any
+
+from ledger.values import RecordView
+
+
+def plain(value: Any) -> Any:
+    """``value`` as JSON-ready data: dataclasses become objects, datetimes ISO 8601,
+    bytes ``{"base64": …}``."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return {"base64": base64.b64encode(bytes(value)).decode()}
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value
+
+
+def record_json(record: RecordView) -> dict[str, Any]:
+    """A record as JSON: every field, plus ``undeclared`` and each delivery's ``state``."""
+    out: dict[str, Any] = plain(record)
+    out["undeclared"] = list(record.undeclared)
+    for delivery, data in zip(record.deliveries, out["deliveries"], strict=True):
+        data["state"] = delivery.state
+    return out

@@ -1,0 +1,54 @@
+"""Backends: a ledger URL becomes an eventsourcing environment and a recorder.
+
+- :mod:`ledger.persistence.urls` — parsing a ledger URL into a :class:`Backend`;
+- :mod:`ledger.persistence.sqlite` — the SQLite backend (a file or ``memory:``);
+- :mod:`ledger.persistence.postgres` — the PostgreSQL backend;
+- :mod:`ledger.persistence.base` — what both share (the tables beside the events,
+  the work done in the transaction that appends events).
+
+Each backend module owns its recorder *and* its read and write transactions; the
+rest of the ledger names no backend.
+"""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from eventsourcing.application import Application
+from eventsourcing.persistence import Transcoder
+
+from ledger.persistence.base import Guard
+from ledger.persistence.postgres import LedgerPostgresRecorder
+from ledger.persistence.sqlite import LedgerSQLiteRecorder
+from ledger.persistence.urls import DEFAULT_PATH, Backend, resolve_url
+from ledger.serialization import MsgpackTranscoder
+
+LedgerRecorder = LedgerSQLiteRecorder | LedgerPostgresRecorder
+
+
+class LedgerApplication(Application[UUID]):
+    """The eventsourcing application behind a :class:`ledger.Ledger`."""
+
+    name = "provledger"
+
+    def construct_transcoder(self) -> Transcoder:
+        """Every stored event is msgpack (see :mod:`ledger.serialization`)."""
+        return MsgpackTranscoder()
+
+    @property
+    def ledger_recorder(self) -> LedgerRecorder:
+        """The recorder, typed."""
+        assert isinstance(self.recorder, (LedgerSQLiteRecorder, LedgerPostgresRecorder))
+        return self.recorder
+
+
+__all__ = [
+    "DEFAULT_PATH",
+    "Backend",
+    "Guard",
+    "LedgerApplication",
+    "LedgerPostgresRecorder",
+    "LedgerRecorder",
+    "LedgerSQLiteRecorder",
+    "resolve_url",
+]

@@ -1,0 +1,246 @@
+"""What every backend shares: the tables beside the events and the recorder mixin.
+
+The recorders are eventsourcing's own, extended in one place: after the events
+of a command are inserted, the same transaction applies them to every view,
+writes their Merkle leaves and stores evidence snapshots. Either all of that
+commits or none of it does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+from uuid import UUID
+
+from eventsourcing.persistence import Notification
+
+from ledger.errors import CorruptEventError
+from ledger.merkle import leaf_data, leaf_hash
+from projections.base import Cursor, Dialect, fetch_in_chunks, insert_rows, rows_in
+from projections.projector import Projector
+
+#: Primary data beside the events (not views: never dropped by a rebuild): the
+#: content-addressed evidence snapshots, and the boundaries of transactions that
+#: appended more than one event, so an as-of position never lands inside one.
+SNAPSHOT_DDL = (
+    "CREATE TABLE IF NOT EXISTS {t}pl_snapshots ("
+    "ref TEXT PRIMARY KEY, content {blob} NOT NULL, size {bigint} NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS {t}pl_commits ("
+    "last_pos {bigint} PRIMARY KEY, first_pos {bigint} NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS pl_commits_first ON {t}pl_commits (first_pos)",
+    "CREATE TABLE IF NOT EXISTS {t}pl_merkle_leaves ("
+    "position {bigint} PRIMARY KEY, leaf {blob} NOT NULL)",
+)
+
+#: Tables beside the events that must never change once written.
+APPEND_ONLY = ("pl_commits", "pl_merkle_leaves")
+
+#: A guard runs inside the command's transaction, after the views caught up and
+#: before the command's own events are applied; it raises to refuse the command.
+Guard = Callable[[Cursor], None]
+
+
+class LedgerRecorderMixin:
+    """What every backend's recorder adds to eventsourcing's: the ledger's
+    transactions, and the work done in the transaction that appends events.
+
+    Each backend module implements ``reading`` (one snapshot for several
+    statements), ``statement`` (one statement, no transaction), ``writing`` (a
+    write transaction), ``lock_for_write`` and ``insert_in`` (events inserted in
+    the caller's write transaction, then views, leaves and snapshots).
+    """
+
+    projector: Projector
+    dialect: Dialect
+
+    def vouch(self, c: Cursor, notes: Sequence[Notification]) -> None:
+        """Raise ``CorruptEventError`` unless each stored event is byte for byte what
+        the ledger appended (its Merkle leaf, written in the same transaction)."""
+        first, last = notes[0].id, notes[-1].id
+        c.execute(
+            self.dialect.q(
+                "SELECT position, leaf FROM {t}pl_merkle_leaves WHERE position >= ? "
+                "AND position <= ?"
+            ),
+            (first, last),
+        )
+        leaves = {int(r["position"]): bytes(r["leaf"]) for r in c.fetchall()}
+        for n in notes:
+            leaf = leaf_hash(
+                leaf_data(n.id, n.originator_id, n.originator_version, n.topic, n.state)
+            )
+            stored = leaves.get(n.id)
+            if stored != leaf:
+                why = "was not appended by the ledger" if stored is None else "was altered"
+                raise CorruptEventError(f"stored event at position {n.id} {why}")
+
+    def lock_for_write(self, c: Cursor) -> None:
+        """Take the writers' lock in an open transaction (before reading what to write)."""
+        raise NotImplementedError
+
+    def reading(self) -> AbstractContextManager[Cursor]:
+        """A read transaction: every statement sees one snapshot; nothing is written."""
+        raise NotImplementedError
+
+    def statement(self) -> AbstractContextManager[Cursor]:
+        """A cursor outside any explicit transaction, for a read that is one statement."""
+        raise NotImplementedError
+
+    def writing(self) -> AbstractContextManager[Cursor]:
+        """A write transaction, committed when the block ends without an exception."""
+        raise NotImplementedError
+
+    def insert_in(
+        self,
+        c: Cursor,
+        stored_events: Sequence[Any],
+        events: Sequence[Any],
+        snapshots: Sequence[tuple[str, bytes]],
+        done: dict[str, int] | None,
+    ) -> list[int]:
+        """Insert a command's events in the caller's write transaction (which holds
+        the writers' lock and whose views have applied every earlier event, as
+        ``done`` says), then apply them to the views and write their Merkle leaves
+        and the evidence snapshots. Returns the events' log positions."""
+        raise NotImplementedError
+
+    def close_readers(self) -> None:
+        """Close connections kept for reads (the pool closes the rest)."""
+
+    def open_readers(self) -> int:
+        """How many connections are kept for reads (one per thread on an SQLite file)."""
+        return 0
+
+    # -- the tables beside the events --------------------------------------------
+
+    def snapshot_content(self, c: Cursor, ref: str) -> tuple[bytes | None] | None:
+        """``(bytes,)`` stored for a snapshot reference (``(None,)`` if what is stored
+        is not bytes), or None if there is no such snapshot."""
+        c.execute(self.dialect.q("SELECT content FROM {t}pl_snapshots WHERE ref=?"), (ref,))
+        row = c.fetchone()
+        if row is None:
+            return None
+        stored = row["content"]
+        return (bytes(stored) if isinstance(stored, (bytes, bytearray, memoryview)) else None,)
+
+    def leaves(
+        self, c: Cursor, after: int = 0, upto: int | None = None
+    ) -> Iterator[tuple[int, bytes]]:
+        """(position, Merkle leaf) stored at append time, after ``after`` and up to
+        ``upto`` (inclusive; None: all), in position order, streamed (consume it
+        before the transaction ends)."""
+        if upto is None:
+            c.execute(
+                self.dialect.q(
+                    "SELECT position, leaf FROM {t}pl_merkle_leaves WHERE position > ? "
+                    "ORDER BY position"
+                ),
+                (after,),
+            )
+        else:
+            c.execute(
+                self.dialect.q(
+                    "SELECT position, leaf FROM {t}pl_merkle_leaves "
+                    "WHERE position > ? AND position <= ? ORDER BY position"
+                ),
+                (after, upto),
+            )
+        for r in fetch_in_chunks(c):
+            yield int(r["position"]), bytes(r["leaf"])
+
+    def counts(self, c: Cursor) -> dict[str, int]:
+        """How many stored events, snapshots and multi-event transactions there are."""
+        c.execute(f"SELECT COUNT(*) AS n FROM {self.events_table}")
+        out = {"events": int(c.fetchone()["n"])}
+        c.execute(self.dialect.q("SELECT COUNT(*) AS n FROM {t}pl_snapshots"))
+        out["snapshots"] = int(c.fetchone()["n"])
+        return out
+
+    def last_versions(self, c: Cursor, originator_ids: Sequence[UUID]) -> dict[UUID, int]:
+        """The newest stored version of each aggregate (absent ones left out), read
+        inside an open transaction, one query per 500 aggregates."""
+        select = (
+            "SELECT originator_id AS oid, MAX(originator_version) AS v "
+            f"FROM {self.events_table} WHERE originator_id IN ({{marks}}) GROUP BY originator_id"
+        )
+        keys = (self.originator_key(oid) for oid in originator_ids)
+        return {
+            row["oid"] if isinstance(row["oid"], UUID) else UUID(row["oid"]): int(row["v"])
+            for row in rows_in(c, self.dialect, select, keys)
+        }
+
+    def originator_key(self, originator_id: UUID) -> Any:
+        """An aggregate id as the events table stores it."""
+        return originator_id
+
+    @property
+    def events_table(self) -> str:
+        """The stored events table, as SQL."""
+        raise NotImplementedError
+
+    def max_position(self, c: Cursor) -> int:
+        """The newest log position, read inside an open transaction."""
+        raise NotImplementedError
+
+    def after_insert(
+        self,
+        c: Cursor,
+        ids: Sequence[int],
+        stored_events: Sequence[Any],
+        kwargs: dict[str, Any],
+    ) -> None:
+        """Guard, views, snapshots and Merkle leaves, in the events' transaction."""
+        if not ids:
+            return
+        guard: Guard | None = kwargs.get("guard")
+        done = self.projector.tracking_map(c) if self.projector.enabled else None
+        if guard is not None:
+            # The guard reads the views: they must include every earlier event.
+            if done is not None and min(done.values()) < ids[0] - 1:
+                self.projector.catch_up(c, upto=ids[0] - 1)
+                done = self.projector.tracking_map(c)
+            guard(c)
+        self.write_after(c, ids, stored_events, kwargs, done)
+
+    def write_after(
+        self,
+        c: Cursor,
+        ids: Sequence[int],
+        stored_events: Sequence[Any],
+        kwargs: dict[str, Any],
+        done: dict[str, int] | None,
+    ) -> None:
+        """Views, Merkle leaves, transaction bounds and snapshots of inserted events."""
+        events = kwargs.get("ledger_events")
+        if events is not None:
+            self.projector.apply(c, list(zip(ids, events, strict=True)), done)
+        insert_rows(
+            c,
+            self.dialect,
+            "pl_merkle_leaves",
+            ("position", "leaf"),
+            [
+                (
+                    pos,
+                    leaf_hash(
+                        leaf_data(pos, e.originator_id, e.originator_version, e.topic, e.state)
+                    ),
+                )
+                for pos, e in zip(ids, stored_events, strict=True)
+            ],
+        )
+        if len(ids) > 1:
+            c.execute(
+                self.dialect.q("INSERT INTO {t}pl_commits (last_pos, first_pos) VALUES (?, ?)"),
+                (ids[-1], ids[0]),
+            )
+        snapshots: Sequence[tuple[str, bytes]] = kwargs.get("snapshots", ())
+        for ref, content in snapshots:
+            c.execute(
+                self.dialect.q(
+                    "INSERT INTO {t}pl_snapshots (ref, content, size) VALUES (?, ?, ?) "
+                    "ON CONFLICT (ref) DO NOTHING"
+                ),
+                (ref, content, len(content)),
+            )

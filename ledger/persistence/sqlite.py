@@ -1,0 +1,309 @@
+"""The SQLite backend (a file, or ``memory:``): its connection pool, its recorder,
+and its read and write transactions.
+
+The stored events table is append-only: triggers created with the tables make any
+UPDATE or DELETE on it fail.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import weakref
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+from uuid import UUID
+
+from eventsourcing.persistence import InterfaceError, Notification
+from eventsourcing.sqlite import (
+    SQLITE3_DEFAULT_LOCK_TIMEOUT,
+    SQLiteApplicationRecorder,
+    SQLiteConnection,
+    SQLiteConnectionPool,
+    SQLiteCursor,
+    SQLiteDatastore,
+    SQLiteFactory,
+)
+
+from ledger.persistence.base import APPEND_ONLY, SNAPSHOT_DDL, LedgerRecorderMixin
+from projections.base import SQLITE, Cursor
+from projections.projector import Projector
+
+#: Threads that get their own SQLite connection for single-statement reads.
+MAX_READERS = 32
+
+#: Prepared statements each SQLite connection keeps. eventsourcing opens its
+#: connections with ``cached_statements=True`` (that is, one), so a transaction
+#: of several statements prepared every one of them again on every call.
+STATEMENT_CACHE = 256
+
+
+class LedgerSQLitePool(SQLiteConnectionPool):
+    """eventsourcing's SQLite connection pool, with a real prepared-statement cache."""
+
+    def _create_connection(self) -> SQLiteConnection:
+        try:
+            c = sqlite3.connect(
+                database=self.db_name,
+                uri=True,
+                check_same_thread=False,
+                isolation_level=None,  # auto-commit; transactions BEGIN explicitly
+                cached_statements=STATEMENT_CACHE,
+                timeout=self.lock_timeout or SQLITE3_DEFAULT_LOCK_TIMEOUT,
+            )
+        except (sqlite3.Error, TypeError) as e:
+            raise InterfaceError(e) from e
+        if not self.is_sqlite_memory_mode and not self.is_journal_mode_wal:
+            cursor = c.cursor()
+            cursor.execute("PRAGMA journal_mode;")
+            if str(cursor.fetchone()[0]).lower() != "wal":
+                cursor.execute("PRAGMA journal_mode=WAL;")
+                self.journal_mode_was_changed_to_wal = True
+            self.is_journal_mode_wal = True
+        c.row_factory = sqlite3.Row
+        return SQLiteConnection(sqlite_conn=c, max_age=self.max_age)
+
+
+class LedgerSQLiteFactory(SQLiteFactory):
+    """eventsourcing's SQLite persistence, with connections from ``LedgerSQLitePool``."""
+
+    def __init__(self, env: Any):
+        super().__init__(env)
+        old = self.datastore.pool
+        self.datastore.pool = LedgerSQLitePool(
+            db_name=old.db_name,
+            lock_timeout=old.lock_timeout,
+            pool_size=old.pool_size,
+            max_overflow=old.max_overflow,
+            pool_timeout=old.pool_timeout,
+            max_age=old.max_age,
+            pre_ping=old.pre_ping,
+        )
+        old.close()
+
+
+class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
+    """eventsourcing's SQLite application recorder, with views in the same
+    transaction, and the ledger's read and write transactions on SQLite."""
+
+    def __init__(self, datastore: SQLiteDatastore, events_table_name: str = "stored_events"):
+        self.dialect = SQLITE
+        self.projector = Projector(dialect=SQLITE, reader=self.read_after, vouch=self.vouch)
+        super().__init__(datastore, events_table_name)
+        # On a file, one connection per thread serves single-statement reads and
+        # read transactions (a pool round trip costs as much as the statement); an
+        # in-memory database keeps eventsourcing's reader/writer interlocking.
+        self._file = not self.datastore.pool.is_sqlite_memory_mode
+        self._reader = threading.local()
+        self._readers: list[sqlite3.Connection] = []
+        self._readers_lock = threading.Lock()
+        self._closed = False
+
+    # -- transactions ----------------------------------------------------------
+
+    @contextmanager
+    def reading(self) -> Iterator[Cursor]:
+        """A read transaction on this thread's connection (a pooled one when that
+        is busy with an outer read, or the database is in memory)."""
+        held = self._own_reader() if self._file else None
+        if held is not None and not held.busy:
+            held.busy = True
+            cursor = held.connection.cursor()
+            try:
+                cursor.execute("BEGIN")
+                yield cursor
+            finally:
+                held.busy = False
+                held.connection.rollback()
+            return
+        with self.datastore.transaction(commit=False) as c:
+            yield c
+
+    @contextmanager
+    def statement(self) -> Iterator[Cursor]:
+        """A cursor outside any explicit transaction (a statement sees one snapshot)."""
+        held = self._own_reader() if self._file else None
+        if held is not None and not held.busy:
+            yield held.connection.cursor()
+        else:
+            with self.datastore.get_connection(commit=False) as conn:
+                yield conn.cursor()
+
+    @contextmanager
+    def writing(self) -> Iterator[Cursor]:
+        """A write transaction from eventsourcing's pool (its writer slot)."""
+        with self.datastore.transaction(commit=True) as c:
+            yield c
+
+    def _own_reader(self) -> _Reader | None:
+        """This thread's reading connection, opened on first use; None once
+        ``MAX_READERS`` threads have one (the pool serves the rest)."""
+        held: _Reader | None = getattr(self._reader, "held", None)
+        if held is None:
+            with self._readers_lock:
+                if self._closed or len(self._readers) >= MAX_READERS:
+                    return None
+                pool: Any = self.datastore.pool
+                held = _Reader(pool._create_connection()._sqlite_conn, self)
+                self._readers.append(held.connection)
+            self._reader.held = held
+        return held
+
+    def close_readers(self) -> None:
+        """Close every thread's reading connection (the ledger is closing)."""
+        with self._readers_lock:
+            self._closed = True
+            readers, self._readers = self._readers, []
+        for reader in readers:
+            reader.close()
+
+    def open_readers(self) -> int:
+        """How many threads' reading connections are open."""
+        with self._readers_lock:
+            return len(self._readers)
+
+    def forget_reader(self, connection: sqlite3.Connection) -> None:
+        """A thread's reading connection is closing with its thread."""
+        with self._readers_lock:
+            if connection in self._readers:
+                self._readers.remove(connection)
+
+    def construct_create_table_statements(self) -> list[str]:
+        """eventsourcing's table, append-only triggers, the snapshot store and the views."""
+        table = self.events_table_name
+        statements = super().construct_create_table_statements()
+        statements += [
+            f"CREATE TRIGGER IF NOT EXISTS {table}_no_update BEFORE UPDATE ON {table} "
+            f"BEGIN SELECT RAISE(ABORT, '{table} is append-only: UPDATE refused'); END",
+            f"CREATE TRIGGER IF NOT EXISTS {table}_no_delete BEFORE DELETE ON {table} "
+            f"BEGIN SELECT RAISE(ABORT, '{table} is append-only: DELETE refused'); END",
+        ]
+        statements += [SQLITE.q(s) for s in SNAPSHOT_DDL]
+        for name in APPEND_ONLY:
+            statements += [
+                f"CREATE TRIGGER IF NOT EXISTS {name}_no_update BEFORE UPDATE ON {name} "
+                f"BEGIN SELECT RAISE(ABORT, '{name} is append-only: UPDATE refused'); END",
+                f"CREATE TRIGGER IF NOT EXISTS {name}_no_delete BEFORE DELETE ON {name} "
+                f"BEGIN SELECT RAISE(ABORT, '{name} is append-only: DELETE refused'); END",
+            ]
+        return statements
+
+    def _create_table(self, c: SQLiteCursor) -> None:
+        super()._create_table(c)
+        self.projector.create_tables(c)
+
+    @property
+    def events_table(self) -> str:
+        """The stored events table, as SQL."""
+        return self.events_table_name
+
+    def originator_key(self, originator_id: UUID) -> Any:
+        """An aggregate id as the events table stores it (hex text)."""
+        return originator_id.hex
+
+    def max_position(self, c: Cursor) -> int:
+        """The newest log position, read inside an open transaction."""
+        c.execute(f"SELECT MAX(rowid) AS m FROM {self.events_table_name}")
+        return int(c.fetchone()["m"] or 0)
+
+    def lock_for_write(self, c: Cursor) -> None:
+        """A write statement takes SQLite's write lock (waiting up to the busy timeout)."""
+        c.execute("UPDATE pl_tracking SET position = position WHERE view = '#lock'")
+
+    def insert_in(
+        self,
+        c: Cursor,
+        stored_events: Sequence[Any],
+        events: Sequence[Any],
+        snapshots: Sequence[tuple[str, bytes]],
+        done: dict[str, int] | None,
+    ) -> list[int]:
+        """The command's events, views, leaves and snapshots, in its transaction."""
+        ids = self._insert_rows(c, stored_events)
+        self.write_after(
+            c, ids, stored_events, {"ledger_events": events, "snapshots": snapshots}, done
+        )
+        return ids
+
+    def _insert_events(
+        self, c: SQLiteCursor, stored_events: Sequence[Any], **kwargs: Any
+    ) -> Sequence[int] | None:
+        """eventsourcing's insert path (``Application.save``): events, then the
+        guard, views, leaves and snapshots in the same transaction."""
+        ids = self._insert_rows(c, stored_events)
+        self.after_insert(c, ids, stored_events, kwargs)
+        return ids
+
+    def _insert_rows(self, c: Cursor, stored_events: Sequence[Any]) -> list[int]:
+        # One executemany instead of eventsourcing's statement per event. The
+        # table is a rowid table that never loses a row (append-only triggers), and
+        # this transaction holds the write lock from the first insert on, so the new
+        # rows take the next consecutive rowids after the current maximum.
+        rows = [
+            (
+                s.originator_id.hex if isinstance(s.originator_id, UUID) else s.originator_id,
+                s.originator_version,
+                s.topic,
+                s.state,
+            )
+            for s in stored_events
+        ]
+        if len(rows) == 1:
+            c.execute(self.insert_events_statement, rows[0])
+            last = int(getattr(c, "lastrowid"))  # noqa: B009  (sqlite3 cursors have it)
+        else:
+            c.executemany(self.insert_events_statement, rows)
+            last = self.max_position(c)
+        return list(range(last - len(stored_events) + 1, last + 1))
+
+    def read_after(self, c: Cursor, after: int, limit: int) -> list[Notification]:
+        """Stored events after ``after``, read inside an open transaction."""
+        c.execute(
+            f"SELECT rowid, * FROM {self.events_table_name} WHERE rowid > ? ORDER BY rowid LIMIT ?",
+            (after, limit),
+        )
+        return [
+            Notification(
+                id=row["rowid"],
+                originator_id=UUID(row["originator_id"]),
+                originator_version=row["originator_version"],
+                topic=row["topic"],
+                state=row["state"],
+            )
+            for row in c.fetchall()
+        ]
+
+    def select_record_events(self, c: Cursor, originator_id: UUID) -> list[Notification]:
+        """Every stored event of one aggregate with its log position."""
+        c.execute(
+            f"SELECT rowid, * FROM {self.events_table_name} WHERE originator_id=? "
+            "ORDER BY originator_version",
+            (originator_id.hex,),
+        )
+        return [
+            Notification(
+                id=row["rowid"],
+                originator_id=originator_id,
+                originator_version=row["originator_version"],
+                topic=row["topic"],
+                state=row["state"],
+            )
+            for row in c.fetchall()
+        ]
+
+
+class _Reader:
+    """A thread's reading connection; closed when its thread ends (the thread's
+    local data is dropped) or when the ledger closes, whichever comes first."""
+
+    def __init__(self, connection: sqlite3.Connection, recorder: LedgerSQLiteRecorder) -> None:
+        self.connection = connection
+        self.busy = False  # a read transaction is open on it
+        self._recorder = weakref.ref(recorder)
+
+    def __del__(self) -> None:
+        recorder = self._recorder()
+        if recorder is not None:
+            recorder.forget_reader(self.connection)
+        self.connection.close()

@@ -1,0 +1,92 @@
+"""The command pipeline, written once.
+
+Every command that changes the ledger is::
+
+    validate its input (before anything is read)
+      → one write transaction, writers' lock first (``Engine.transact``)
+      → authenticate the token and read the subject's roles
+      → load what the decision needs (visible row, aggregate, dependencies)
+      → the domain decides (``Record.accept`` …, the ``check_…`` rules)
+      → append the events with their view rows, leaves and snapshots
+      → commit; a database locked by other writers retries the whole command
+
+Because the decision is made under the lock, nothing it read can change before
+its events are stored: no separate read phase, no conditional append. A command
+module declares only its own steps: :func:`command` for any command,
+:func:`on_record` for one that acts on an existing record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+
+from ledger.access import Role
+from ledger.caller import Caller
+from ledger.domain import Record
+from ledger.engine import Write
+from projections.base import Cursor
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Decision(Generic[T]):
+    """What a command decided: the events to append, and its result given the log
+    position of the last one."""
+
+    events: Sequence[Any]
+    result: Callable[[int], T]
+    snapshots: Sequence[tuple[str, bytes]] = field(default=())
+
+
+def command(caller: Caller, name: str, decide: Callable[[Cursor, datetime], Decision[T]]) -> T:
+    """Run a command: ``decide(c, now)`` reads what it needs with ``c`` (the token
+    already checked and the roles read, under the writers' lock) and returns its
+    :class:`Decision`, which is appended in the same transaction.
+
+    Raises:
+        ReadOnlyError: the caller is an as-of session.
+        AuthenticationError: the token is no longer valid.
+        ConcurrencyError: the database stayed locked by other writers.
+    """
+    caller.writable(name)
+
+    def work(w: Write) -> T:
+        with caller.authenticated(w.c):
+            decision = decide(w.c, caller.engine.now())
+            position = w.append(decision.events, decision.snapshots)
+        return decision.result(position)
+
+    return caller.engine.transact(work)
+
+
+def on_record(
+    caller: Caller,
+    name: str,
+    role: Role,
+    record_id: object,
+    decide: Callable[[Cursor, Any, Record, datetime], Decision[T]],
+) -> T:
+    """Run a command on one existing record: the record must be visible to the
+    caller, who must hold ``role`` in its scope; ``decide(c, row, record, now)``
+    gets its view row and its aggregate.
+
+    Raises:
+        UnknownRecordError: no such record, or not visible to the caller.
+        AccessDeniedError: no ``role`` in the record's scope.
+    """
+
+    def decide_on_record(c: Cursor, now: datetime) -> Decision[T]:
+        row = caller.visible(c, record_id, role, name)
+        record = caller.engine.load_record(c, row["record_id"])
+        return decide(c, row, record, now)
+
+    return command(caller, name, decide_on_record)
+
+
+def done(position: int) -> None:
+    """The result of a command that returns nothing."""
+    del position

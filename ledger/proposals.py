@@ -1,0 +1,342 @@
+"""Proposals: ``propose``, ``propose_many`` and ``capture`` (evidence pinned to the
+exact bytes read), each a CANDIDATE until an approver accepts it.
+
+A proposal is validated completely before anything is written: its own fields,
+then — under the writers' lock — the caller's role, the id's freshness, and
+every parent and observed dependency (readable, not withdrawn); a batch is all
+or nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from ledger import pipeline, rules
+from ledger.access import Role
+from ledger.caller import Caller
+from ledger.domain import Kind, Record, Status
+from ledger.errors import (
+    CycleError,
+    DuplicateRecordError,
+    InvalidInputError,
+    InvalidParentError,
+    InvalidTransitionError,
+    InvalidValueError,
+    LedgerError,
+    UnknownRecordError,
+    ValueTooLargeError,
+)
+from ledger.pipeline import Decision
+from ledger.serialization import unpack
+from ledger.validation import (
+    check_aware,
+    check_conditions,
+    check_id,
+    check_kind,
+    check_list,
+    check_text,
+    check_value,
+)
+from projections import validity as validity_view
+from projections.base import Cursor
+
+#: The fields a ``propose_many`` item may have.
+BATCH_FIELDS = (
+    "scope",
+    "claim_key",
+    "value",
+    "kind",
+    "parents",
+    "expires",
+    "conditions",
+    "id",
+    "supersedes",
+)
+_RECAPTURE: Any = object()  # capture's ``supersedes``: "the previous capture, if any"
+
+
+def propose(caller: Caller, **fields: Any) -> str:
+    """``Session.propose``: ``fields`` are :func:`prepare`'s keyword arguments."""
+    caller.writable("propose")
+    return _propose(caller, "propose", (), fields)
+
+
+def capture(
+    caller: Caller,
+    *,
+    scope: str,
+    uri: str,
+    content: bytes,
+    fetched_at: datetime | None,
+    claim_key: str | None,
+    expires: datetime | None,
+    conditions: Mapping[str, Any] | None,
+    record_id: str | None,
+    value: Any,
+) -> str:
+    """``Session.capture``: the bytes into the snapshot store, an evidence record
+    carrying their hash; a re-capture of the URI with other bytes supersedes the
+    newest accepted capture of it."""
+    caller.writable("capture")
+    check_text(uri, "uri", max_len=2048)
+    if not isinstance(content, (bytes, bytearray, memoryview)):
+        raise InvalidValueError(f"content must be bytes, got {type(content).__name__}")
+    data = bytes(content)
+    limit = caller.engine.max_value_bytes
+    if len(data) > limit:
+        raise ValueTooLargeError(f"content of {uri!r} is {len(data)} bytes; the limit is {limit}")
+    fetched = caller.engine.now() if fetched_at is None else check_aware(fetched_at, "fetched_at")
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    evidence = {
+        "uri": uri,
+        "fetched_at": fetched,
+        "content_hash": digest,
+        "snapshot_ref": digest,
+        "size": len(data),
+    }
+    fields = {
+        "scope": scope,
+        "claim_key": claim_key if claim_key is not None else f"source:{uri}",
+        "value": digest if value is None else value,
+        "kind": Kind.EVIDENCE,
+        "parents": (),
+        "expires": expires,
+        "conditions": conditions,
+        "record_id": record_id,
+        "evidence": evidence,
+        "supersedes": _RECAPTURE,
+    }
+    return _propose(caller, "capture", ((digest, data),), fields)
+
+
+def _propose(
+    caller: Caller, name: str, snapshots: Sequence[tuple[str, bytes]], fields: dict[str, Any]
+) -> str:
+    def decide(c: Cursor, now: datetime) -> Decision[str]:
+        if fields.get("supersedes") is _RECAPTURE:
+            fields["supersedes"] = previous_capture(
+                caller, c, fields["scope"], fields["claim_key"], fields["evidence"]
+            )
+        record = prepare(caller, c, {}, None, **fields)
+        return Decision([record], lambda _: record.record_id, snapshots)
+
+    return pipeline.command(caller, name, decide)
+
+
+def propose_many(caller: Caller, items: Iterable[Mapping[str, Any]]) -> list[str]:
+    """``Session.propose_many``: every item or none, in one transaction."""
+    caller.writable("propose_many")
+    batch = check_list(items, "items")
+
+    def decide(c: Cursor, now: datetime) -> Decision[list[str]]:
+        records: list[Record.Proposed] = []
+        pending: dict[str, str] = {}
+        mentioned = _mentioned_ids(batch)
+        found = validity_view.current_many(c, caller.engine.dialect, mentioned)
+        known = {rid: found.get(rid) for rid in mentioned}
+        for index, item in enumerate(batch):
+            try:
+                record = prepare(caller, c, pending, known, **_batch_fields(item))
+            except LedgerError as exc:
+                raise type(exc)(f"propose_many item {index}: {exc}") from None
+            pending[record.record_id] = record.scope
+            records.append(record)
+        return Decision(records, lambda _: [r.record_id for r in records])
+
+    return pipeline.command(caller, "propose_many", decide)
+
+
+def _batch_fields(item: object) -> dict[str, Any]:
+    """A ``propose_many`` item as :func:`prepare`'s keyword arguments."""
+    if not isinstance(item, Mapping):
+        raise InvalidInputError(f"must be a mapping, got {type(item).__name__}")
+    odd = [k for k in item if not isinstance(k, str)]
+    if odd:
+        raise InvalidInputError(f"field names must be strings, got {odd[0]!r}")
+    unknown = sorted(set(item) - set(BATCH_FIELDS))
+    if unknown:
+        raise InvalidInputError(f"unknown field {unknown[0]!r}")
+    missing = [k for k in ("scope", "claim_key", "value", "kind") if k not in item]
+    if missing:
+        raise InvalidInputError(f"missing field {missing[0]!r}")
+    return {
+        "scope": item["scope"],
+        "claim_key": item["claim_key"],
+        "value": item["value"],
+        "kind": item["kind"],
+        "parents": item.get("parents", ()),
+        "expires": item.get("expires"),
+        "conditions": item.get("conditions"),
+        "record_id": item.get("id"),
+        "evidence": None,
+        "supersedes": item.get("supersedes"),
+    }
+
+
+def prepare(
+    caller: Caller,
+    c: Cursor,
+    pending: Mapping[str, str],
+    known: Mapping[str, Any] | None,
+    *,
+    scope: str,
+    claim_key: str,
+    value: Any,
+    kind: Kind | str,
+    parents: Iterable[str],
+    expires: datetime | None,
+    conditions: Mapping[str, Any] | None,
+    record_id: str | None,
+    evidence: dict[str, Any] | None,
+    supersedes: str | None = None,
+) -> Record.Proposed:
+    """Validate one proposal completely and build its event (nothing written).
+
+    ``pending`` maps ids proposed earlier in the same batch to their scopes;
+    ``known`` holds current view rows read for the whole batch up front (a record
+    id it has no key for is looked up).
+    """
+    engine = caller.engine
+    check_id(scope, "scope")
+    check_text(claim_key, "claim_key", max_len=512)
+    the_kind = check_kind(kind)
+    the_value = check_value(value, "value", engine.max_value_bytes)
+    the_conditions = check_conditions(conditions, engine.max_value_bytes)
+    if expires is not None:
+        engine.check_future(check_aware(expires, "expires"), "expires")
+    rule = engine.retention.get(the_kind)
+    if rule is not None:
+        rule.check(the_kind, expires, engine.now())
+    rid = check_id(record_id) if record_id is not None else f"r-{uuid.uuid4().hex}"
+    declared = tuple(
+        dict.fromkeys(check_id(p, "parent id") for p in check_list(parents, "parents"))
+    )
+    if rid in declared:
+        raise CycleError(f"record {rid!r} cannot be its own parent")
+    observed = caller.run.observed_for(declared) if caller.run is not None else ()
+    caller.require(c, scope, Role.PROPOSE, "propose")
+    if rid in pending or _row(caller, c, rid, known) is not None:
+        raise DuplicateRecordError(f"record {rid!r} already exists")
+    for dep in declared:
+        if dep in pending and Role.READ.value in caller.roles(c, pending[dep]):
+            continue
+        _check_dependency(caller, c, dep, "parent", rid, known)
+    for dep in observed:
+        _check_dependency(caller, c, dep, "observed dependency", rid, known)
+    if supersedes is not None:
+        _check_supersedable(caller, c, supersedes, rid, scope, claim_key, declared, known)
+    return Record.proposed_event(
+        at=engine.now(),
+        record_id=rid,
+        scope=scope,
+        claim_key=claim_key,
+        kind=the_kind.value,
+        value=the_value,
+        actor=caller.subject,
+        expires=expires,
+        parents=declared,
+        observed=observed,
+        conditions=the_conditions,
+        evidence=evidence,
+        run_id=caller.run.run_id if caller.run is not None else None,
+        supersedes=supersedes,
+    )
+
+
+def previous_capture(
+    caller: Caller, c: Cursor, scope: object, claim_key: object, evidence: Mapping[str, Any]
+) -> str | None:
+    """The newest ACCEPTED capture of ``evidence['uri']`` under ``(scope,
+    claim_key)`` whose bytes differ: a re-capture supersedes it, so the claim
+    answers with the newest version instead of a conflict between two."""
+    if not isinstance(scope, str) or not isinstance(claim_key, str):
+        return None  # prepare names what is wrong
+    if not caller.roles(c, scope):
+        return None  # prepare refuses the proposal without revealing anything
+    for row in reversed(validity_view.for_claim(c, caller.engine.dialect, scope, claim_key)):
+        if row["status"] != Status.ACCEPTED or row["evidence"] is None:
+            continue
+        previous = unpack(row["evidence"])
+        if previous.get("uri") == evidence["uri"]:
+            if previous.get("content_hash") == evidence["content_hash"]:
+                return None  # the same bytes again: nothing to replace
+            return str(row["record_id"])
+    return None
+
+
+def _check_supersedable(
+    caller: Caller,
+    c: Cursor,
+    old: object,
+    rid: str,
+    scope: str,
+    claim_key: str,
+    declared: Sequence[str],
+    known: Mapping[str, Any] | None,
+) -> None:
+    """``old`` may be superseded by the proposal ``rid``: visible, same scope and
+    claim key, not withdrawn, and not something the proposal depends on."""
+    old_id = check_id(old, "supersedes id")
+    row = _row(caller, c, old_id, known)
+    if row is None or not caller.roles(c, row["scope"]):
+        raise UnknownRecordError(
+            f"propose refused: superseded record {old_id!r} is unknown or not visible "
+            f"to {caller.subject!r}"
+        )
+    if (row["scope"], row["claim_key"]) != (scope, claim_key):
+        raise InvalidInputError(
+            f"propose refused: {rid!r} ({scope}/{claim_key}) cannot supersede {old_id!r} "
+            f"({row['scope']}/{row['claim_key']}): a new version keeps scope and claim key"
+        )
+    if row["status"] in rules.FINAL:
+        raise InvalidTransitionError(
+            f"propose refused: {old_id!r} is {row['status']}{rules.cause_text(row)}; "
+            "only a CANDIDATE, ACCEPTED or STALE record can be superseded"
+        )
+    if old_id in declared:
+        raise InvalidParentError(
+            f"propose refused: {rid!r} cannot both depend on and supersede {old_id!r}"
+        )
+
+
+def _row(caller: Caller, c: Cursor, rid: str, known: Mapping[str, Any] | None) -> Any:
+    if known is not None and rid in known:
+        return known[rid]
+    return validity_view.current(c, caller.engine.dialect, rid)
+
+
+def _check_dependency(
+    caller: Caller,
+    c: Cursor,
+    dep: str,
+    what: str,
+    child: str,
+    known: Mapping[str, Any] | None = None,
+) -> None:
+    row = caller.readable_dependency(c, _row(caller, c, dep, known), dep, what, child)
+    rules.check_buildable_on(row, dep, what, child)
+
+
+def _mentioned_ids(batch: Sequence[Any]) -> list[str]:
+    """Well-formed record ids a ``propose_many`` batch names (as ids or parents),
+    so their view rows are read in one query; anything odd is left to the
+    per-item validation, which reports it."""
+    ids: list[str] = []
+    for item in batch:
+        if not isinstance(item, Mapping):
+            continue
+        named = [item.get("id")]
+        parents = item.get("parents")
+        if isinstance(parents, (list, tuple)):
+            named.extend(parents)
+        for rid in named:
+            if isinstance(rid, str):
+                try:
+                    ids.append(check_id(rid))
+                except LedgerError:
+                    continue
+    return ids

@@ -1,0 +1,281 @@
+"""Reads: the eligibility chain (``read``, ``explain``), single records, listings
+and evidence snapshots.
+
+``read`` applies, in order: scope (the caller's grants) → status and expiry of the
+record and every ancestor (the view's effective expiry) → applicability
+(conditions matched by the context) → conflict. Inside a run, what a read shows
+is recorded as observed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from ledger import rules
+from ledger.access import Role
+from ledger.caller import Caller
+from ledger.deliveries import correction_of, delivery_of
+from ledger.domain import Kind, Outcome, Status, Validity
+from ledger.errors import InvalidInputError, SnapshotIntegrityError, UnknownSnapshotError
+from ledger.serialization import canonical, datetime_to_micros, micros_to_datetime, unpack
+from ledger.validation import (
+    check_context,
+    check_id,
+    check_kind,
+    check_list,
+    check_member,
+    check_text,
+)
+from ledger.values import Explanation, ReadResult, Reason, RecordView
+from projections import delivery as delivery_view
+from projections import validity as validity_view
+from projections.base import Cursor
+
+#: ``records(limit=…)`` bounds.
+MAX_PAGE = 1000
+_SNAPSHOT_REF = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+def record_view(
+    caller: Caller, c: Cursor | None, row: Any, at: datetime, deliveries: bool = True
+) -> RecordView:
+    """The public view of a record row (``deliveries=False``: the caller knows it
+    has none, so they are not looked up)."""
+    d = caller.engine.dialect
+    delivered = []
+    if deliveries and c is not None:
+        for drow in delivery_view.for_record(c, d, row["record_id"], caller.position):
+            corrections = tuple(
+                correction_of(r)
+                for r in delivery_view.corrections_for(c, d, drow["delivery_id"], caller.position)
+            )
+            delivered.append(delivery_of(drow, corrections))
+    eff = row["eff_expires"]
+    return RecordView(
+        id=row["record_id"],
+        scope=row["scope"],
+        claim_key=row["claim_key"],
+        kind=Kind(row["kind"]),
+        value=unpack(row["value"]),
+        status=Status(row["status"]),
+        validity=rules.validity(row, at),
+        expires=None if row["expires"] is None else micros_to_datetime(row["expires"]),
+        effective_expires=None if eff is None else micros_to_datetime(eff),
+        expiry_source=row["eff_source"],
+        parents=tuple(unpack(row["parents"])),
+        observed=tuple(unpack(row["observed"])),
+        conditions=unpack(row["conditions"]),
+        proposer=row["proposer"],
+        created_at=micros_to_datetime(row["created_at"]),
+        evidence=None if row["evidence"] is None else unpack(row["evidence"]),
+        cause=row["cause_root"],
+        reason=row["reason"],
+        deliveries=tuple(delivered),
+        position=row["from_pos"],
+        supersedes=row["supersedes"],
+        superseded_by=row["superseded_by"],
+        cause_superseded_by=row["stale_via"],
+    )
+
+
+def read(
+    caller: Caller,
+    scope: str,
+    claim_key: str,
+    at: datetime | None,
+    context: Mapping[str, Any] | None,
+    kinds: Iterable[Kind | str] | None,
+) -> ReadResult:
+    """``Session.read``: the usable records of ``explanation`` and the outcome."""
+    result = explanation(caller, scope, claim_key, at, context, kinds)
+    usable = tuple(e.record for e in result.entries if e.usable)
+    caller.note_reads(usable, "read")
+    return ReadResult(
+        outcome=result.outcome, records=usable, scope=scope, claim_key=claim_key, at=result.at
+    )
+
+
+def explain(
+    caller: Caller,
+    scope: str,
+    claim_key: str,
+    at: datetime | None,
+    context: Mapping[str, Any] | None,
+    kinds: Iterable[Kind | str] | None,
+) -> Explanation:
+    """``Session.explain``: every record shown counts as read inside a run."""
+    result = explanation(caller, scope, claim_key, at, context, kinds)
+    caller.note_reads((e.record for e in result.entries), "explain")
+    return result
+
+
+def explanation(
+    caller: Caller,
+    scope: str,
+    claim_key: str,
+    at: datetime | None,
+    context: Mapping[str, Any] | None,
+    kinds: Iterable[Kind | str] | None,
+) -> Explanation:
+    """The eligibility chain for ``(scope, claim_key)``, per record, recording nothing."""
+    check_id(scope, "scope")
+    check_text(claim_key, "claim_key", max_len=512)
+    when = caller.at(at)
+    ctx = check_context(context)
+    wanted = None if kinds is None else {check_kind(k) for k in check_list(kinds, "kinds")}
+    engine = caller.engine
+    # Token, roles and the claim's rows in one statement, outside a transaction;
+    # a record with deliveries needs more statements, so then the whole read is
+    # done again in one read transaction.
+    with engine.statement() as c:
+        rows = validity_view.for_claim_as(
+            c, engine.dialect, caller.token_hash, scope, claim_key, caller.position
+        )
+    if any(row["has_deliveries"] for row in rows):
+        with engine.reading() as c:
+            rows = validity_view.for_claim_as(
+                c, engine.dialect, caller.token_hash, scope, claim_key, caller.position
+            )
+            return _explain(caller, c, rows, scope, claim_key, when, ctx, wanted)
+    return _explain(caller, None, rows, scope, claim_key, when, ctx, wanted)
+
+
+def _explain(
+    caller: Caller,
+    c: Cursor | None,
+    rows: list[Any],
+    scope: str,
+    claim_key: str,
+    when: datetime,
+    ctx: dict[str, Any],
+    wanted: set[Kind] | None,
+) -> Explanation:
+    """``explain`` on the rows of ``for_claim_as`` (deliveries read with ``c``)."""
+    head = rows[0] if rows else None
+    caller.engine.check_token(
+        None
+        if head is None
+        else {
+            "subject": head["tok_subject"],
+            "revoked_pos": head["tok_revoked"],
+            "expires": head["tok_expires"],
+        }
+    )
+    assert head is not None
+    if Role.READ.value not in (head["tok_roles"] or "").split(","):
+        raise caller.denied(scope, Role.READ, "read")
+    entries = []
+    for row in rows:
+        if row["record_id"] is None:
+            continue
+        view = record_view(caller, c, row, when, deliveries=c is not None)
+        reasons = rules.blocking_reasons(row, when, ctx, wanted)
+        entries.append(Reason(record=view, usable=not reasons, reasons=reasons))
+    usable = [e.record for e in entries if e.usable]
+    if not usable:
+        outcome = Outcome.MISSING
+    elif len(usable) > 1 and len({canonical(r.value) for r in usable}) > 1:
+        outcome = Outcome.CONFLICT
+    else:
+        outcome = Outcome.FOUND
+    return Explanation(
+        outcome=outcome, scope=scope, claim_key=claim_key, at=when, entries=tuple(entries)
+    )
+
+
+def get(caller: Caller, record_id: str) -> RecordView:
+    """``Session.get``."""
+    with caller.reading() as c:
+        row = caller.visible(c, record_id, Role.READ, "get")
+        view = record_view(caller, c, row, caller.at(None))
+    caller.note_reads((view,), "get")
+    return view
+
+
+def records(
+    caller: Caller,
+    scope: str,
+    *,
+    status: Status | str | None,
+    validity: Validity | str | None,
+    kind: Kind | str | None,
+    claim_prefix: str | None,
+    limit: int,
+    after: str | None,
+) -> tuple[RecordView, ...]:
+    """``Session.records``: one page of a scope in id order, one indexed query."""
+    check_id(scope, "scope")
+    the_status = None if status is None else check_member(Status, status, "status")
+    the_validity = None if validity is None else check_member(Validity, validity, "validity")
+    the_kind = None if kind is None else check_kind(kind)
+    if claim_prefix is not None:
+        check_text(claim_prefix, "claim_prefix", max_len=512, empty=True)
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+        raise InvalidInputError(f"limit {limit!r} is not between 1 and {MAX_PAGE}")
+    if after is not None:
+        check_id(after, "after")
+    at = caller.at(None)
+    with caller.reading() as c:
+        caller.require(c, scope, Role.READ, "records")
+        rows = validity_view.page(
+            c,
+            caller.engine.dialect,
+            scope,
+            position=caller.position,
+            at=datetime_to_micros(at),
+            status=None if the_status is None else the_status.value,
+            validity=None if the_validity is None else the_validity.value,
+            kind=None if the_kind is None else the_kind.value,
+            claim_prefix=claim_prefix,
+            limit=limit,
+            after=after,
+        )
+        views = tuple(
+            record_view(caller, c, row, at, deliveries=bool(row["has_deliveries"])) for row in rows
+        )
+    caller.note_reads(views, "records")
+    return views
+
+
+def grants(caller: Caller) -> dict[str, tuple[str, ...]]:
+    """``Session.grants``: the caller's roles now, by scope (the token checked)."""
+    with caller.engine.reading() as c:
+        held = caller.authenticate(c)
+    return {scope: tuple(sorted(roles)) for scope, roles in sorted(held.items()) if roles}
+
+
+def snapshot(caller: Caller, ref: str) -> bytes:
+    """``Session.snapshot``: the bytes, re-hashed, if evidence carrying them is readable."""
+    if not isinstance(ref, str) or not _SNAPSHOT_REF.fullmatch(ref):
+        raise UnknownSnapshotError(f"snapshot {ref!r} is not a sha256:<hex> reference")
+    d = caller.engine.dialect
+    with caller.reading() as c:
+        scopes = validity_view.scopes_with_snapshot(c, d, ref)
+        readable = any(Role.READ.value in caller.roles(c, s) for s in scopes)
+        found = caller.engine.recorder.snapshot_content(c, ref) if readable else None
+    if found is None:
+        raise UnknownSnapshotError(
+            f"snapshot {ref!r} is unknown or not readable by {caller.subject!r}"
+        )
+    stored = found[0]
+    if stored is None or "sha256:" + hashlib.sha256(stored).hexdigest() != ref:
+        raise SnapshotIntegrityError(f"snapshot {ref!r}: stored bytes do not match the hash")
+    return stored
+
+
+def sync(caller: Caller) -> int:
+    """``Session.sync``: the token checked, any missed events applied; the position."""
+    caller.writable("sync")
+    with caller.reading():
+        pass
+    engine = caller.engine
+    with engine.reading() as c:
+        behind = engine.projector.tracking(c) < engine.recorder.max_position(c)
+    if behind:
+        with engine.locked() as c:
+            engine.projector.catch_up(c)
+    return engine.position()

@@ -1,0 +1,129 @@
+"""The domain's rules about usability, applied to rows of the current-validity view.
+
+Status transitions are checked by the aggregates (``Record.check_…``); what
+depends on *other* records — whether a dependency is usable, whether an ancestor
+expired, what validity a record has at an instant, why it is not usable — is
+decided here from view rows, so every command and read applies the same rule.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from ledger.domain import Kind, Status, Validity
+from ledger.errors import InvalidParentError, InvalidTransitionError
+from ledger.serialization import canonical, datetime_to_micros, micros_to_datetime, unpack
+from projections.validity import RecordRow
+
+#: Statuses a record may not be built on (as a parent or observed dependency).
+BLOCKING = (Status.REVOKED, Status.REJECTED, Status.STALE, Status.SUPERSEDED)
+#: Statuses a revocation or supersession does not mark STALE (nothing left to re-verify).
+FINAL = (Status.REVOKED, Status.REJECTED, Status.SUPERSEDED)
+
+
+def validity(row: RecordRow, at: datetime) -> Validity:
+    """VALID (usable at ``at``), NEEDS_REVALIDATION (candidate, stale or expired) or
+    INVALID (revoked, rejected or superseded)."""
+    status = row["status"]
+    if status in FINAL:
+        return Validity.INVALID
+    eff = row["eff_expires"]
+    if status == Status.ACCEPTED and (eff is None or datetime_to_micros(at) < eff):
+        return Validity.VALID
+    return Validity.NEEDS_REVALIDATION
+
+
+def stale_text(row: RecordRow) -> str:
+    """Why a STALE row is stale: its cause was revoked (with the reason) or superseded."""
+    if row["stale_via"] is not None:
+        return f"{row['cause_root']} was superseded by {row['stale_via']}"
+    return f"{row['cause_root']} was revoked: {row['reason']}"
+
+
+def cause_text(row: RecordRow) -> str:
+    """`` (why)`` after a status that blocks, or nothing."""
+    status = row["status"]
+    if status == Status.STALE:
+        return f" ({stale_text(row)})"
+    if status == Status.SUPERSEDED:
+        return f" (superseded by {row['superseded_by']})"
+    if status in (Status.REVOKED, Status.REJECTED) and row["reason"]:
+        return f" ({row['reason']})"
+    return ""
+
+
+def expiry_text(row: RecordRow, rid: str) -> str:
+    """Why a record that is not VALID is not: its status, or which expiry passed."""
+    eff = row["eff_expires"]
+    if row["status"] != Status.ACCEPTED or eff is None:
+        return f"is {row['status']}{cause_text(row)}"
+    when = micros_to_datetime(eff).isoformat()
+    if row["eff_source"] == rid:
+        return f"expired at {when}"
+    return f"is unusable: ancestor {row['eff_source']} expired at {when}"
+
+
+def blocking_reasons(
+    row: RecordRow, at: datetime, context: dict[str, Any], kinds: set[Kind] | None
+) -> tuple[str, ...]:
+    """Why a record is not usable for a read at ``at`` under ``context``: the first
+    failing stage of the eligibility chain (status, then time, then
+    applicability); empty when it is usable."""
+    status = row["status"]
+    if status == Status.CANDIDATE:
+        return ("candidate: not yet approved",)
+    if status == Status.REJECTED:
+        return (f"rejected: {row['reason']}",)
+    if status == Status.REVOKED:
+        return (f"revoked: {row['reason']}",)
+    if status == Status.STALE:
+        return (f"stale because {stale_text(row)}",)
+    if status == Status.SUPERSEDED:
+        return (f"superseded by {row['superseded_by']}",)
+    eff = row["eff_expires"]
+    if eff is not None and datetime_to_micros(at) >= eff:
+        when = micros_to_datetime(eff).isoformat()
+        if row["eff_source"] == row["record_id"]:
+            return (f"expired at {when}",)
+        return (f"ancestor {row['eff_source']} expired at {when}",)
+    reasons = []
+    for key, wanted in unpack(row["conditions"]).items():
+        if key not in context:
+            reasons.append(f"condition {key}={wanted!r} not met: context has no {key!r}")
+        elif canonical(context[key]) != canonical(wanted):
+            reasons.append(f"condition {key}={wanted!r} not met: context has {context[key]!r}")
+    if kinds is not None and Kind(row["kind"]) not in kinds:
+        reasons.append(f"kind {row['kind']} not requested")
+    return tuple(reasons)
+
+
+def check_not_expired(row: RecordRow, now: datetime, command: str) -> None:
+    """A record past its own expiry cannot become ACCEPTED."""
+    if row["expires"] is not None and datetime_to_micros(now) >= row["expires"]:
+        raise InvalidTransitionError(
+            f"record {row['record_id']!r} expired at "
+            f"{micros_to_datetime(row['expires']).isoformat()}; {command} refused"
+        )
+
+
+def check_buildable_on(row: RecordRow, dep: str, what: str, child: str) -> None:
+    """A proposal may not rest on a revoked, rejected, stale or superseded record."""
+    if row["status"] in BLOCKING:
+        raise InvalidParentError(f"{what} {dep!r} of {child!r} is {row['status']}{cause_text(row)}")
+
+
+def check_usable_dependency(
+    row: RecordRow | None, dep: str, rid: str, command: str, now: datetime
+) -> None:
+    """Acceptance needs every dependency ACCEPTED and unexpired at ``now``."""
+    if row is None:
+        raise InvalidParentError(f"{command} refused: dependency {dep!r} of {rid!r} is unknown")
+    if row["status"] != Status.ACCEPTED:
+        raise InvalidParentError(
+            f"{command} refused: dependency {dep!r} of {rid!r} is {row['status']}{cause_text(row)}"
+        )
+    if row["eff_expires"] is not None and datetime_to_micros(now) >= row["eff_expires"]:
+        raise InvalidParentError(
+            f"{command} refused: dependency {dep!r} of {rid!r} {expiry_text(row, dep)}"
+        )

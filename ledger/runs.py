@@ -1,0 +1,168 @@
+"""Runs: what an agent task read is recorded, and carried by what it proposes.
+
+Inside ``with session.run("task-42") as run:``, every read, get, explain and
+listing made through ``run`` is recorded as a ``Run.ReadRecorded`` event, and a
+record proposed through ``run`` carries as ``observed`` dependencies (minus its
+declared parents) the records the run was shown while they were VALID:
+revocation follows them too. The ledger does not rely only on what the model says
+it used.
+
+A record the run was last shown *not* VALID (a candidate, or one withdrawn since
+it was read) is not a dependency: the run has been told it is not to be relied
+on. Without that, one look at a withdrawn record would refuse every later
+proposal of a long-lived run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from typing import Any
+
+from ledger.access import Role
+from ledger.caller import Caller
+from ledger.domain import Run, run_uuid
+from ledger.engine import Write
+from ledger.errors import (
+    AccessDeniedError,
+    CorruptEventError,
+    DuplicateRecordError,
+    InvalidInputError,
+)
+from ledger.session import Session
+from ledger.values import Explanation, ReadResult, RecordView
+from projections import access as access_view
+
+
+class RunContext:
+    """One agent task. Reads through it are recorded as events; a record proposed
+    in it carries them as ``observed`` dependencies (minus its declared parents).
+
+    ``with session.run("task-42") as run:`` then ``run.read(...)``,
+    ``run.get(...)``, ``run.propose(...)``, ``run.capture(...)`` and
+    ``run.observe(record_id)`` for reads that happened outside the ledger.
+    """
+
+    def __init__(self, caller: Caller, run_id: str) -> None:
+        self.run_id = run_id
+        self._outer = caller
+        self._session = Session(caller.derive(run=self))
+        # Run ids are per principal: nobody can take (or probe) another's run id.
+        self._aggregate_id = run_uuid(f"{caller.subject}/{run_id}")
+        #: Record id → whether it was VALID when the run was last shown it.
+        self._reads: dict[str, bool] = {}
+        self._open = False
+
+    def __enter__(self) -> RunContext:
+        caller = self._outer
+        with caller.reading() as c:
+            if not access_view.holds_any(
+                c, caller.engine.dialect, caller.subject, (Role.PROPOSE.value, Role.READ.value)
+            ):
+                raise AccessDeniedError(
+                    f"run refused: {caller.subject!r} holds neither 'propose' nor 'read' "
+                    "in any scope"
+                )
+
+        def start(w: Write) -> None:
+            if caller.engine.load(w.c, self._aggregate_id) is not None:
+                raise DuplicateRecordError(
+                    f"run {self.run_id!r} of {caller.subject!r} already exists"
+                )
+            run = Run._create(
+                Run.Started,
+                id=self._aggregate_id,
+                timestamp=caller.engine.now(),
+                run_id=self.run_id,
+                actor=caller.subject,
+            )
+            w.append(run.collect_events())
+
+        caller.engine.transact(start)
+        self._open = True
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        outcome = "failed" if exc_type else "completed"
+        self._append(Run.Ended, outcome=outcome)
+        self._open = False
+
+    def _append(self, event_class: type[Run.Event], **fields: Any) -> None:
+        engine = self._outer.engine
+
+        def work(w: Write) -> None:
+            run = engine.load(w.c, self._aggregate_id)
+            if not isinstance(run, Run):
+                raise CorruptEventError(f"run {self.run_id!r} has no stored start")
+            run.trigger_event(event_class, timestamp=engine.now(), **fields)
+            w.append(run.collect_events())
+
+        engine.transact(work)
+
+    def _check(self) -> None:
+        if not self._open:
+            raise InvalidInputError(f"run {self.run_id!r} is not open")
+
+    def record_reads(
+        self, record_ids: tuple[str, ...], how: str, valid: Collection[str] | None = None
+    ) -> None:
+        """Record that the run was shown these records (called by its reads);
+        ``valid``: those of them that were VALID then (default: all)."""
+        if not record_ids:
+            return
+        self._check()
+        self._append(Run.ReadRecorded, record_ids=record_ids, how=how)
+        for rid in record_ids:
+            self._reads[rid] = valid is None or rid in valid
+
+    def observed_for(self, declared: Sequence[str]) -> tuple[str, ...]:
+        """The records the run was last shown while VALID, minus the declared parents."""
+        return tuple(r for r, valid in self._reads.items() if valid and r not in declared)
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """Every record id read or observed in this run, in order."""
+        return tuple(self._reads)
+
+    def observe(self, record_id: str, *more: str) -> None:
+        """Record reads made outside the ledger (e.g. by a tool wrapper), in one event.
+
+        Raises:
+            UnknownRecordError: one is unknown or not visible to the principal.
+        """
+        self._check()
+        with self._outer.reading() as c:
+            ids = tuple(
+                self._outer.visible(c, rid, Role.READ, "observe")["record_id"]
+                for rid in (record_id, *more)
+            )
+        self.record_reads(ids, "observed")
+
+    def read(self, *args: Any, **kwargs: Any) -> ReadResult:
+        """``Session.read``, recorded."""
+        self._check()
+        return self._session.read(*args, **kwargs)
+
+    def get(self, record_id: str) -> RecordView:
+        """``Session.get``, recorded."""
+        self._check()
+        return self._session.get(record_id)
+
+    def explain(self, *args: Any, **kwargs: Any) -> Explanation:
+        """``Session.explain``, recorded: every record it shows was seen by the run."""
+        self._check()
+        return self._session.explain(*args, **kwargs)
+
+    def records(self, *args: Any, **kwargs: Any) -> tuple[RecordView, ...]:
+        """``Session.records``, recorded."""
+        self._check()
+        return self._session.records(*args, **kwargs)
+
+    def propose(self, *args: Any, **kwargs: Any) -> str:
+        """``Session.propose`` with the run's reads as observed dependencies."""
+        self._check()
+        return self._session.propose(*args, **kwargs)
+
+    def capture(self, *args: Any, **kwargs: Any) -> str:
+        """``Session.capture`` inside the run."""
+        self._check()
+        return self._session.capture(*args, **kwargs)

@@ -1,0 +1,556 @@
+"""The JSON API under ``/api/v1`` (SPEC §13.4): one small handler per route.
+
+Each handler reads its inputs through a :class:`Call` (which remembers the
+fields it was given, so a refusal can name the offending one), makes one
+library call on the session of the request's bearer token, and returns JSON.
+The ledger's calls block on the database, so each handler's body runs in a
+worker thread. Errors become ``{"error": {"type", "message", "field"}}`` with
+the status of :data:`ledger.serve.errors.STATUS`.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import QueryParams
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from ledger import Ledger, Session
+from ledger.domain import Kind, Status, Validity
+from ledger.errors import AuthenticationError, InvalidInputError, LedgerError
+from ledger.graph import collect, dot_available, render, to_dot, to_mermaid
+from ledger.serve import payloads
+from ledger.serve.errors import error_body, field_of, status_of
+
+PREFIX = "/api/v1"
+
+#: ``GET /records`` returns at most this many records per page.
+MAX_LIMIT = 1000
+
+
+class FieldError(InvalidInputError):
+    """Bad input the API found itself, with the name of the offending field.
+
+    Reported as ``InvalidInputError`` (the ledger's class for bad input).
+    """
+
+    def __init__(self, field_name: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field_name
+
+
+def bearer_token(headers: Mapping[str, str]) -> str:
+    """The token of an ``Authorization: Bearer …`` header.
+
+    Raises:
+        AuthenticationError: no such header, or not a bearer token.
+    """
+    value = headers.get("authorization", "")
+    scheme, _, token = value.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise AuthenticationError("send the token as 'Authorization: Bearer <token>'")
+    return token.strip()
+
+
+def json_response(
+    data: Any, status: int = 200, headers: Mapping[str, str] | None = None
+) -> Response:
+    """``data`` as a JSON response (UTF-8, no NaN)."""
+    return JSONResponse(data, status_code=status, headers=dict(headers or {}))
+
+
+def ledger_error_response(exc: LedgerError, fields: tuple[str, ...] = ()) -> Response:
+    """The response for a refusal: the table's status and the error body."""
+    status = status_of(exc)
+    found: str | None
+    if isinstance(exc, FieldError):
+        name, found = "InvalidInputError", exc.field
+    else:
+        name, found = type(exc).__name__, field_of(exc, fields)
+    headers = {"WWW-Authenticate": 'Bearer realm="provledger"'} if status == 401 else None
+    return json_response(error_body(name, str(exc), found), status, headers)
+
+
+@dataclass
+class Call:
+    """One API request's inputs, read field by field (each name is remembered)."""
+
+    ledger: Ledger
+    token: str
+    path: Mapping[str, str]
+    query: QueryParams
+    body: Mapping[str, Any]
+    used: list[str] = field(default_factory=list)
+
+    # -- the principal ---------------------------------------------------------
+
+    def session(self) -> Session:
+        """The token's session, as of a past moment when the query asks for one."""
+        session = self.ledger.authenticate(self.token)
+        position = self.query_int("as_of_position", minimum=0)
+        when = self.query_time("as_of_time")
+        if position is not None or when is not None:
+            session = session.as_of(position=position, time=when)
+        return session
+
+    # -- path and query --------------------------------------------------------
+
+    def path_id(self, name: str = "record_id") -> str:
+        """A path parameter."""
+        self.used.append(name)
+        return self.path[name]
+
+    def query_str(self, name: str, *, required: bool = False) -> str | None:
+        """A query parameter; ``required`` refuses a missing or empty one."""
+        self.used.append(name)
+        value = self.query.get(name)
+        if value is None or value == "":
+            if required:
+                raise FieldError(name, f"query parameter {name!r} is required")
+            return None
+        return value
+
+    def query_int(
+        self, name: str, *, minimum: int | None = None, maximum: int | None = None
+    ) -> int | None:
+        """An integer query parameter within bounds."""
+        text = self.query_str(name)
+        if text is None:
+            return None
+        try:
+            value = int(text)
+        except ValueError:
+            raise FieldError(name, f"{name} {text[:40]!r} is not an integer") from None
+        if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+            raise FieldError(name, f"{name} {value} is not in {minimum}..{maximum}")
+        return value
+
+    def query_choice(self, name: str, choices: type[Kind | Status | Validity]) -> str | None:
+        """A query parameter naming one member of an enum."""
+        text = self.query_str(name)
+        allowed = [c.value for c in choices]
+        if text is not None and text not in allowed:
+            raise FieldError(name, f"{name} {text[:40]!r} is not one of: {', '.join(allowed)}")
+        return text
+
+    def query_time(self, name: str) -> datetime | None:
+        """An ISO 8601 date-time query parameter."""
+        return _parse_time(name, self.query_str(name))
+
+    def query_bool(self, name: str, default: bool) -> bool:
+        """``true``/``false`` (also 1/0, yes/no)."""
+        text = self.query_str(name)
+        if text is None:
+            return default
+        lowered = text.lower()
+        if lowered in ("true", "1", "yes"):
+            return True
+        if lowered in ("false", "0", "no"):
+            return False
+        raise FieldError(name, f"{name} {text[:40]!r} is not true or false")
+
+    # -- body ------------------------------------------------------------------
+
+    def has(self, name: str) -> bool:
+        """Whether the body gives ``name`` (null counts as not given)."""
+        return self.body.get(name) is not None
+
+    def body_any(self, name: str, *, required: bool = False) -> Any:
+        """A body field of any JSON type."""
+        self.used.append(name)
+        if name not in self.body and required:
+            raise FieldError(name, f"field {name!r} is required")
+        return self.body.get(name)
+
+    def body_str(self, name: str, *, required: bool = False, default: str | None = None) -> Any:
+        """A string body field (the ledger checks its content)."""
+        value = self.body_any(name, required=required)
+        if value is None:
+            if required:
+                raise FieldError(name, f"field {name!r} must be a string, got null")
+            return default
+        if not isinstance(value, str):
+            raise FieldError(name, f"field {name!r} must be a string, got {_json_type(value)}")
+        return value
+
+    def body_list(self, name: str) -> list[str] | None:
+        """A list-of-strings body field."""
+        value = self.body_any(name)
+        if value is None:
+            return None
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise FieldError(name, f"field {name!r} must be a list of strings")
+        return value
+
+    def body_object(self, name: str) -> dict[str, Any] | None:
+        """An object body field."""
+        value = self.body_any(name)
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            raise FieldError(name, f"field {name!r} must be an object, got {_json_type(value)}")
+        return value
+
+    def body_time(self, name: str) -> datetime | None:
+        """An ISO 8601 date-time body field."""
+        return _parse_time(name, self.body_str(name))
+
+
+def _json_type(value: Any) -> str:
+    names = {dict: "object", list: "array", str: "string", bool: "boolean", int: "integer"}
+    return "null" if value is None else names.get(type(value), type(value).__name__)
+
+
+def _parse_time(name: str, text: str | None) -> datetime | None:
+    if text is None:
+        return None
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        raise FieldError(
+            name, f"{name} {text[:40]!r} is not an ISO 8601 date-time (e.g. 2026-05-01T12:00:00Z)"
+        ) from None
+
+
+Handler = Callable[[Call], Response]
+
+
+def endpoint(ledger: Ledger, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+    """An ASGI endpoint running ``handler`` in a worker thread, errors as JSON."""
+
+    async def run(request: Request) -> Response:
+        try:
+            token = bearer_token(request.headers)
+            body: Mapping[str, Any] = {}
+            if request.method == "POST":
+                body = _parse_body(await request.body())
+        except LedgerError as exc:
+            return ledger_error_response(exc)
+        call = Call(ledger, token, request.path_params, request.query_params, body)
+
+        def guarded() -> Response:
+            try:
+                return handler(call)
+            except LedgerError as exc:
+                return ledger_error_response(exc, tuple(call.used))
+
+        return await run_in_threadpool(guarded)
+
+    run.__name__ = handler.__name__
+    run.__doc__ = handler.__doc__
+    return run
+
+
+def _parse_body(raw: bytes) -> Mapping[str, Any]:
+    if not raw.strip():
+        return {}
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise InvalidInputError("the request body is not JSON") from None
+    if not isinstance(data, dict):
+        raise InvalidInputError(f"the request body must be a JSON object, got {_json_type(data)}")
+    return data
+
+
+# -- handlers --------------------------------------------------------------------------
+
+
+def _created(record_id: str, session: Session) -> Response:
+    return json_response(
+        _result(record_id, session), 201, {"Location": f"{PREFIX}/records/{record_id}"}
+    )
+
+
+def _result(record_id: str, session: Session) -> dict[str, Any]:
+    """The id and, when the caller may read it, the record as it is now."""
+    try:
+        view = session.get(record_id)
+    except LedgerError:
+        return {"id": record_id, "record": None}
+    return {"id": record_id, "record": payloads.record(view)}
+
+
+def propose(call: Call) -> Response:
+    """Propose a record (a CANDIDATE until an approver accepts it)."""
+    session = call.session()
+    kwargs: dict[str, Any] = {}
+    if call.has("supersedes"):
+        kwargs["supersedes"] = call.body_str("supersedes")
+    record_id = session.propose(
+        scope=call.body_str("scope", required=True),
+        claim_key=call.body_str("claim_key", required=True),
+        value=call.body_any("value", required=True),
+        kind=call.body_str("kind", required=True),
+        parents=call.body_list("parents") or (),
+        expires=call.body_time("expires"),
+        conditions=call.body_object("conditions"),
+        id=call.body_str("id"),
+        **kwargs,
+    )
+    return _created(record_id, session)
+
+
+def capture(call: Call) -> Response:
+    """Capture evidence: store the bytes and propose an ``evidence`` record."""
+    session = call.session()
+    text = call.body_str("content")
+    encoded = call.body_str("content_base64")
+    if (text is None) == (encoded is None):
+        raise FieldError("content", "give exactly one of 'content' (text) or 'content_base64'")
+    if encoded is not None:
+        try:
+            content = base64.b64decode(encoded, validate=True)
+        except (binascii.Error, ValueError):
+            raise FieldError("content_base64", "content_base64 is not base64") from None
+    else:
+        assert text is not None
+        content = text.encode("utf-8", "surrogatepass")
+    kwargs: dict[str, Any] = {}
+    if call.has("value"):
+        kwargs["value"] = call.body_any("value")
+    record_id = session.capture(
+        scope=call.body_str("scope", required=True),
+        uri=call.body_str("uri", required=True),
+        content=content,
+        fetched_at=call.body_time("fetched_at"),
+        claim_key=call.body_str("claim_key"),
+        expires=call.body_time("expires"),
+        conditions=call.body_object("conditions"),
+        id=call.body_str("id"),
+        **kwargs,
+    )
+    return _created(record_id, session)
+
+
+def list_records(call: Call) -> Response:
+    """One page of a scope's records, ordered by id."""
+    session = call.session()
+    limit = call.query_int("limit", minimum=1, maximum=MAX_LIMIT) or 100
+    views = session.records(
+        call.query_str("scope", required=True) or "",
+        status=call.query_choice("status", Status),
+        validity=call.query_choice("validity", Validity),
+        kind=call.query_choice("kind", Kind),
+        claim_prefix=call.query_str("claim_prefix"),
+        limit=limit,
+        after=call.query_str("after"),
+    )
+    return json_response(payloads.records_page(views, limit))
+
+
+def get_record(call: Call) -> Response:
+    """One record with its status, validity and deliveries."""
+    return json_response(payloads.record(call.session().get(call.path_id())))
+
+
+def audit_record(call: Call) -> Response:
+    """A record's whole history (needs ``audit``)."""
+    return json_response(payloads.audit(call.session().audit(call.path_id())))
+
+
+GRAPH_FORMATS = ("json", "svg", "dot", "mermaid")
+_MEDIA = {
+    "svg": "image/svg+xml",
+    "dot": "text/vnd.graphviz; charset=utf-8",
+    "mermaid": "text/plain; charset=utf-8",
+}
+
+
+def graph_record(call: Call) -> Response:
+    """A record's dependency subgraph as JSON, SVG, DOT or Mermaid."""
+    session = call.session()
+    fmt = call.query_str("format") or "json"
+    if fmt not in GRAPH_FORMATS:
+        raise FieldError("format", f"format {fmt[:40]!r} is not one of: {', '.join(GRAPH_FORMATS)}")
+    ancestors = call.query_bool("ancestors", True)
+    descendants = call.query_bool("descendants", True)
+    sub = collect(session, call.path_id(), ancestors=ancestors, descendants=descendants)
+    if fmt == "json":
+        return json_response(payloads.graph(sub))
+    if fmt == "mermaid":
+        return Response(to_mermaid(sub), media_type=_MEDIA["mermaid"])
+    source = to_dot(sub)
+    if fmt == "dot":
+        return Response(source, media_type=_MEDIA["dot"])
+    if not dot_available():
+        message = "Graphviz's dot program is not installed on the server; ask for format=dot"
+        return json_response(error_body("GraphvizMissing", message, "format"), 503)
+    return Response(render(source, "svg"), media_type=_MEDIA["svg"])
+
+
+def accept(call: Call) -> Response:
+    """CANDIDATE → ACCEPTED (an approver other than the proposer)."""
+    session = call.session()
+    record_id = call.path_id()
+    session.accept(record_id, note=call.body_str("note", default=""))
+    return json_response(_result(record_id, session))
+
+
+def reject(call: Call) -> Response:
+    """CANDIDATE → REJECTED, with a reason."""
+    session = call.session()
+    record_id = call.path_id()
+    session.reject(record_id, reason=call.body_str("reason", required=True))
+    return json_response(_result(record_id, session))
+
+
+def revoke(call: Call) -> Response:
+    """Withdraw a record; every descendant becomes STALE."""
+    session = call.session()
+    result = session.revoke(call.path_id(), reason=call.body_str("reason", required=True))
+    return json_response(payloads.revocation(result))
+
+
+def revalidate(call: Call) -> Response:
+    """STALE → ACCEPTED after re-verification, optionally on a new basis."""
+    session = call.session()
+    record_id = call.path_id()
+    session.revalidate(
+        record_id, note=call.body_str("note", default=""), parents=call.body_list("parents")
+    )
+    return json_response(_result(record_id, session))
+
+
+def _context(call: Call) -> dict[str, Any] | None:
+    text = call.query_str("context")
+    if text is None:
+        return None
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        raise FieldError("context", "context is not a JSON object") from None
+    if not isinstance(data, dict):
+        raise FieldError("context", f"context must be a JSON object, got {_json_type(data)}")
+    return data
+
+
+def _kinds(call: Call) -> list[str] | None:
+    text = call.query_str("kinds")
+    if text is None:
+        return None
+    kinds = [k.strip() for k in text.split(",") if k.strip()]
+    allowed = [k.value for k in Kind]
+    for k in kinds:
+        if k not in allowed:
+            raise FieldError("kinds", f"kind {k[:40]!r} is not one of: {', '.join(allowed)}")
+    return kinds
+
+
+def read(call: Call) -> Response:
+    """The eligibility chain's answer for ``(scope, claim_key)``."""
+    session = call.session()
+    result = session.read(
+        call.query_str("scope", required=True) or "",
+        call.query_str("claim_key", required=True) or "",
+        at=call.query_time("at"),
+        context=_context(call),
+        kinds=_kinds(call),
+    )
+    return json_response(payloads.read_result(result))
+
+
+def explain(call: Call) -> Response:
+    """Per record, why it is or is not usable for ``(scope, claim_key)``."""
+    session = call.session()
+    result = session.explain(
+        call.query_str("scope", required=True) or "",
+        call.query_str("claim_key", required=True) or "",
+        at=call.query_time("at"),
+        context=_context(call),
+        kinds=_kinds(call),
+    )
+    return json_response(payloads.explanation(result))
+
+
+def corrections(call: Call) -> Response:
+    """Deliveries that owe a correction (scopes where the caller holds ``deliver``)."""
+    due = call.session().corrections_due()
+    return json_response({"corrections": [payloads.correction_due(d) for d in due]})
+
+
+def issue_correction(call: Call) -> Response:
+    """Record a correction for a delivery in the outbox (nothing is sent)."""
+    session = call.session()
+    delivery_id = call.path_id("delivery_id")
+    correction_id = session.issue_correction(
+        delivery_id,
+        note=call.body_str("note", required=True),
+        replacement=call.body_str("replacement"),
+    )
+    return json_response({"correction_id": correction_id, "delivery_id": delivery_id}, 201)
+
+
+#: (method, path under PREFIX, handler): the routes of SPEC §13.4, in its order.
+ROUTES: tuple[tuple[str, str, Handler], ...] = (
+    ("POST", "/records", propose),
+    ("POST", "/evidence", capture),
+    ("GET", "/records", list_records),
+    ("GET", "/records/{record_id}", get_record),
+    ("GET", "/records/{record_id}/audit", audit_record),
+    ("GET", "/records/{record_id}/graph", graph_record),
+    ("POST", "/records/{record_id}/accept", accept),
+    ("POST", "/records/{record_id}/reject", reject),
+    ("POST", "/records/{record_id}/revoke", revoke),
+    ("POST", "/records/{record_id}/revalidate", revalidate),
+    ("GET", "/read", read),
+    ("GET", "/explain", explain),
+    ("GET", "/corrections", corrections),
+    ("POST", "/deliveries/{delivery_id}/corrections", issue_correction),
+)
+
+
+def routes(ledger: Ledger) -> list[BaseRoute]:
+    """The API's Starlette routes (one per path, methods merged)."""
+    by_path: dict[str, dict[str, Handler]] = {}
+    for method, path, handler in ROUTES:
+        by_path.setdefault(path, {})[method] = handler
+    out: list[BaseRoute] = []
+    for path, handlers in by_path.items():
+        out.append(Route(PREFIX + path, _dispatch(ledger, handlers), methods=list(handlers)))
+    return out
+
+
+def _dispatch(
+    ledger: Ledger, handlers: Mapping[str, Handler]
+) -> Callable[[Request], Awaitable[Response]]:
+    endpoints = {method: endpoint(ledger, h) for method, h in handlers.items()}
+
+    async def dispatch(request: Request) -> Response:
+        method = "GET" if request.method == "HEAD" else request.method
+        return await endpoints[method](request)
+
+    return dispatch
+
+
+def not_found(path: str) -> Response:
+    """The API's answer for a path it does not serve."""
+    return json_response(error_body("NotFound", f"no API route {path!r}"), 404)
+
+
+def method_not_allowed(method: str, path: str) -> Response:
+    """The API's answer for a method a path does not take."""
+    return json_response(
+        error_body("MethodNotAllowed", f"{method} is not allowed on {path!r}"), 405
+    )
+
+
+__all__ = [
+    "MAX_LIMIT",
+    "PREFIX",
+    "ROUTES",
+    "Call",
+    "FieldError",
+    "bearer_token",
+    "ledger_error_response",
+    "routes",
+]

@@ -1,0 +1,208 @@
+"""The ASGI application of ``provledger serve``: API, OpenAPI, MCP and console.
+
+``create_app(ledger)`` wires them into one Starlette application:
+
+- ``/api/v1/…``: the JSON API (:mod:`ledger.serve.api`), bearer tokens;
+- ``/openapi.json``: its OpenAPI 3.1 description (:mod:`ledger.serve.openapi`);
+- ``/mcp``: the MCP streamable-HTTP endpoint (:mod:`ledger.serve.mcp_mount`);
+- everything else: the review console (:mod:`ledger.serve.console`).
+
+Two pure-ASGI middlewares wrap it all: a request-body limit (413 before the
+handler runs when ``Content-Length`` says so, and while streaming otherwise)
+and security headers (a strict Content-Security-Policy: the console runs no
+script at all).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ledger.application import Ledger
+from ledger.serve import api, openapi
+from ledger.serve.console import Console
+from ledger.serve.errors import error_body
+from ledger.serve.mcp_mount import MCPMount, ServerFactory, default_factory
+from ledger.serve.sessions import SessionStore
+
+#: Largest request body of the API (JSON with a base64 capture of the ledger's
+#: default 1 MiB limit fits) and of everything else (console forms).
+MAX_API_BODY = 4 * 1024 * 1024
+MAX_FORM_BODY = 256 * 1024
+
+_CSP = (
+    "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; "
+    "frame-ancestors 'none'; base-uri 'none'"
+)
+
+_DEFAULT: Any = object()
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class BodyLimit:
+    """Refuse request bodies over the limit with 413 (API paths get the JSON error body)."""
+
+    def __init__(self, app: ASGIApp, api_limit: int, form_limit: int) -> None:
+        self.app = app
+        self.api_limit = api_limit
+        self.form_limit = form_limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path: str = scope["path"]
+        is_api = path.startswith(api.PREFIX) or path.startswith("/mcp")
+        limit = self.api_limit if is_api else self.form_limit
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            await self._refuse(is_api, limit)(scope, receive, send)
+            return
+        seen = 0
+        started = False
+
+        async def limited_receive() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    raise _TooLarge
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, tracking_send)
+        except _TooLarge:
+            if started:
+                raise
+            await self._refuse(is_api, limit)(scope, receive, send)
+
+    @staticmethod
+    def _refuse(is_api: bool, limit: int) -> Response:
+        message = f"the request body is over the limit of {limit} bytes"
+        if is_api:
+            return JSONResponse(error_body("ValueTooLargeError", message), status_code=413)
+        return HTMLResponse(f"<!doctype html><title>Too large</title><p>{message}</p>", 413)
+
+
+class SecurityHeaders:
+    """Headers every answer carries: CSP, no framing, no sniffing, no caching of pages."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        static = scope["path"].startswith("/static/")
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                present = {name.lower() for name, _ in headers}
+                wanted = [
+                    (b"content-security-policy", _CSP.encode()),
+                    (b"x-content-type-options", b"nosniff"),
+                    (b"x-frame-options", b"DENY"),
+                    (b"referrer-policy", b"same-origin"),
+                ]
+                if not static:
+                    wanted.append((b"cache-control", b"no-store"))
+                headers += [(k, v) for k, v in wanted if k not in present]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+def create_app(
+    ledger: Ledger,
+    *,
+    max_body_bytes: int = MAX_API_BODY,
+    max_form_bytes: int = MAX_FORM_BODY,
+    mcp_factory: ServerFactory | None = _DEFAULT,
+    host: str = "127.0.0.1",
+    sessions: SessionStore | None = None,
+) -> Starlette:
+    """The ``provledger serve`` application over an open ``ledger``.
+
+    Args:
+        ledger: the ledger it serves (the caller opens and closes it).
+        max_body_bytes: largest request body of ``/api/v1`` and ``/mcp`` (413 above).
+        max_form_bytes: largest console form body (413 above).
+        mcp_factory: ``build_server(ledger, token)`` for ``/mcp``; by default
+            ``ledger.integrations.mcp.build_server`` when installed, else ``/mcp``
+            answers 501.
+        host: the host the server listens on (the MCP endpoint's DNS-rebinding
+            protection allows only loopback names when it is a loopback address).
+        sessions: the console's session store (default: a new in-memory one).
+    """
+    factory = default_factory() if mcp_factory is _DEFAULT else mcp_factory
+    mcp = MCPMount(ledger, factory, host)
+    console = Console(ledger, sessions)
+
+    async def openapi_json(request: Request) -> Response:
+        return JSONResponse(openapi.document())
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        path = request.url.path
+        if path.startswith(api.PREFIX):
+            if exc.status_code == 405:
+                return api.method_not_allowed(request.method, path)
+            return api.not_found(path)
+        session, _ = console._session(request)
+        return console.render(
+            request,
+            session,
+            "error.html",
+            status=exc.status_code,
+            title="Not found" if exc.status_code == 404 else "Not allowed",
+            error_type=str(exc.status_code),
+            message=f"There is no page {path!r}."
+            if exc.status_code == 404
+            else f"{request.method} is not allowed on {path!r}.",
+        )
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with mcp.lifespan():
+            yield
+
+    routes = [
+        Route("/openapi.json", openapi_json),
+        *api.routes(ledger),
+        Route("/mcp", mcp),
+        *console.routes(),
+    ]
+    app = Starlette(
+        routes=routes,
+        middleware=[
+            Middleware(SecurityHeaders),
+            Middleware(BodyLimit, api_limit=max_body_bytes, form_limit=max_form_bytes),
+        ],
+        exception_handlers={HTTPException: http_error},
+        lifespan=lifespan,
+    )
+    app.state.ledger = ledger
+    app.state.console = console
+    app.state.mcp = mcp
+    return app

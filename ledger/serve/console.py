@@ -1,0 +1,737 @@
+"""The review console: server-rendered pages for the people who approve, revoke and audit.
+
+Pages (Jinja2 templates, no JavaScript): sign-in, the review queue (``/``),
+record pages with the dependency picture, the revocation preview, what needs
+attention (STALE or expired records, corrections due), a record list and an
+explain page. Every page can be viewed as the ledger was at a past log position
+or time (``?as_of_position=`` / ``?as_of_time=``; links keep it). Every form
+carries the session's CSRF token; every write is POST → redirect → GET with a
+message. Ledger calls block, so each page's data is gathered in a worker thread.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from ledger import Ledger, Session
+from ledger.access import Role
+from ledger.domain import Kind, Status, Validity
+from ledger.errors import (
+    AccessDeniedError,
+    AuthenticationError,
+    InvalidInputError,
+    LedgerError,
+    UnknownRecordError,
+    UnknownSnapshotError,
+)
+from ledger.jsonable import plain
+from ledger.serve.errors import status_of
+from ledger.serve.pictures import picture
+from ledger.serve.sessions import COOKIE, ConsoleSession, SessionStore
+from ledger.values import RecordView
+
+HERE = Path(__file__).parent
+#: Records shown per page of the queue, the attention list and the record list.
+PAGE = 50
+#: The placeholder the ledger shows for a record in a scope the caller cannot see.
+HIDDEN = "<hidden>"
+#: A path on this site (browsers read ``//host`` and ``/\host`` as another site).
+_LOCAL_PATH = re.compile(r"/(?![/\\])[^\s\\]*")
+
+
+#: The heading of an error page, by HTTP status.
+_TITLES = {
+    401: "Sign in again",
+    403: "Not allowed",
+    404: "Not found",
+    409: "Not possible now",
+    422: "Check the input",
+}
+
+
+# -- the moment a page shows -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Moment:
+    """Now, or the past log position or time the page is browsed at."""
+
+    position: int | None = None
+    time: datetime | None = None
+
+    @property
+    def past(self) -> bool:
+        """Whether the page shows a past state (read-only)."""
+        return self.position is not None or self.time is not None
+
+    def params(self) -> dict[str, str]:
+        """The query parameters that keep this moment on a link."""
+        if self.position is not None:
+            return {"as_of_position": str(self.position)}
+        if self.time is not None:
+            return {"as_of_time": self.time.isoformat()}
+        return {}
+
+    @classmethod
+    def of(cls, query: Mapping[str, str]) -> Moment:
+        """The moment asked for by a page's query.
+
+        Raises:
+            InvalidInputError: a position that is not a number, or an unreadable time.
+        """
+        position = (query.get("as_of_position") or "").strip()
+        when = (query.get("as_of_time") or "").strip()
+        if position:
+            if not position.isdigit():
+                raise InvalidInputError(f"as-of position {position[:40]!r} is not a number")
+            return cls(position=int(position))
+        if when:
+            try:
+                parsed = datetime.fromisoformat(when)
+            except ValueError:
+                raise InvalidInputError(
+                    f"as-of time {when[:40]!r} is not an ISO 8601 date-time "
+                    "(e.g. 2026-05-01T12:00:00Z)"
+                ) from None
+            # A time without an offset is read as UTC (the label on the form says so).
+            return cls(time=parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC))
+        return cls()
+
+    def session(self, session: Session) -> Session:
+        """``session`` as of this moment."""
+        if not self.past:
+            return session
+        return session.as_of(position=self.position, time=self.time)
+
+
+# -- template helpers ----------------------------------------------------------------------
+
+
+def _json(value: Any, limit: int | None = None, compact: bool = False) -> str:
+    text = json.dumps(plain(value), ensure_ascii=False, indent=None if compact else 2, default=str)
+    if limit is not None and len(text) > limit:
+        return text[:limit] + " …"
+    return text
+
+
+def _details(details: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """An event's details as ``(name, compact JSON)``, leaving out empty ones."""
+    out = []
+    for name, value in details.items():
+        if value is None or value == "" or value == [] or value == {} or value == ():
+            continue
+        text = json.dumps(plain(value), ensure_ascii=False, default=str)
+        out.append((name, text if len(text) <= 300 else text[:300] + " …"))
+    return out
+
+
+def _when(value: datetime | None) -> str:
+    if value is None:
+        return "—"
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _environment() -> Environment:
+    env = Environment(
+        loader=FileSystemLoader(HERE / "templates"),
+        autoescape=select_autoescape(("html",)),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["json"] = _json
+    env.filters["when"] = _when
+    env.filters["details"] = _details
+    return env
+
+
+# -- what the pages show --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Parent:
+    """A dependency of a candidate, as far as the reviewer may see it."""
+
+    id: str
+    view: RecordView | None
+    observed: bool
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A queue entry: the record, its dependencies and what blocks accepting it."""
+
+    view: RecordView
+    parents: tuple[Parent, ...]
+    blocked: str | None
+    accept_blocked: str | None
+
+
+@dataclass
+class Access:
+    """The principal's roles by scope (current grants)."""
+
+    roles: dict[str, set[str]] = field(default_factory=dict)
+
+    def scopes(self, role: Role) -> list[str]:
+        """Scopes where the principal holds ``role``, sorted."""
+        return sorted(s for s, held in self.roles.items() if role.value in held)
+
+    def has(self, scope: str, role: Role) -> bool:
+        """Whether the principal holds ``role`` in ``scope``."""
+        return role.value in self.roles.get(scope, set())
+
+
+def access_of(ledger: Ledger, principal: str) -> Access:
+    """The principal's current roles, from the ledger's grant history."""
+    access = Access()
+    for change in ledger.admin().access_history(subject=principal):
+        if change.revoked_position is None:
+            access.roles.setdefault(change.scope, set()).add(change.role)
+    return access
+
+
+def _dependency(session: Session, rid: str, observed: bool) -> Parent:
+    if rid == HIDDEN:
+        return Parent(rid, None, observed, "a record in a scope you cannot see")
+    try:
+        return Parent(rid, session.get(rid), observed)
+    except (UnknownRecordError, AccessDeniedError):
+        return Parent(rid, None, observed, "not readable with your roles")
+
+
+def candidate(session: Session, view: RecordView) -> Candidate:
+    """A queue entry for ``view``, with what would refuse its acceptance said up front."""
+    deps = [_dependency(session, p, False) for p in view.parents]
+    deps += [_dependency(session, o, True) for o in view.undeclared]
+    blocked = None
+    if view.proposer == session.principal:
+        blocked = "You proposed this record: another approver must review it."
+    accept_blocked = blocked
+    if accept_blocked is None:
+        for dep in deps:
+            if dep.view is None:
+                accept_blocked = f"It depends on {dep.id} ({dep.note})."
+            elif dep.view.status != Status.ACCEPTED:
+                accept_blocked = f"Its dependency {dep.id} is {dep.view.status}; settle that first."
+            elif dep.view.validity != Validity.VALID:
+                accept_blocked = f"Its dependency {dep.id} is {dep.view.validity}."
+            if accept_blocked:
+                break
+    return Candidate(view, tuple(deps), blocked, accept_blocked)
+
+
+def _explain_line(session: Session, view: RecordView) -> tuple[bool, tuple[str, ...]]:
+    """Whether the record is usable now and, if not, the ledger's reasons."""
+    try:
+        explanation = session.explain(view.scope, view.claim_key)
+    except LedgerError:
+        return False, ()
+    for entry in explanation.entries:
+        if entry.record.id == view.id:
+            return entry.usable, entry.reasons
+    return False, ()
+
+
+# -- the console -------------------------------------------------------------------------------
+
+
+Page = Callable[[Request, ConsoleSession], Awaitable[Response]]
+
+
+class Console:
+    """The console's routes over one ledger and one session store."""
+
+    def __init__(self, ledger: Ledger, store: SessionStore | None = None) -> None:
+        self.ledger = ledger
+        self.store = store or SessionStore()
+        self.env = _environment()
+
+    # -- plumbing ----------------------------------------------------------------
+
+    def routes(self) -> list[BaseRoute]:
+        """The console's Starlette routes."""
+        return [
+            Route("/", self._page(self.queue, signed_out=self.signin_page)),
+            Route("/signin", self.signin, methods=["POST"]),
+            Route("/signout", self._post(self.signout), methods=["POST"]),
+            Route("/records", self._page(self.records)),
+            Route("/records/{record_id}", self._page(self.record)),
+            Route("/records/{record_id}/accept", self._post(self.accept), methods=["POST"]),
+            Route("/records/{record_id}/reject", self._post(self.reject), methods=["POST"]),
+            Route("/records/{record_id}/revalidate", self._post(self.revalidate), methods=["POST"]),
+            Route("/records/{record_id}/revoke", self._page(self.revoke_preview)),
+            Route("/records/{record_id}/revoke", self._post(self.revoke), methods=["POST"]),
+            Route("/attention", self._page(self.attention)),
+            Route(
+                "/deliveries/{delivery_id}/correction",
+                self._post(self.issue_correction),
+                methods=["POST"],
+            ),
+            Route("/explain", self._page(self.explain)),
+            Route("/snapshots/{ref}", self._page(self.snapshot)),
+            Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+        ]
+
+    def _session(self, request: Request) -> tuple[ConsoleSession, bool]:
+        """The request's console session, and whether it was made just now."""
+        found = self.store.get(request.cookies.get(COOKIE))
+        if found is not None:
+            return found, False
+        return self.store.new(), True
+
+    @staticmethod
+    def _set_cookie(request: Request, response: Response, session: ConsoleSession) -> None:
+        response.set_cookie(
+            COOKIE,
+            session.sid,
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+            path="/",
+        )
+
+    def render(
+        self,
+        request: Request,
+        session: ConsoleSession,
+        template: str,
+        status: int = 200,
+        **context: Any,
+    ) -> HTMLResponse:
+        """A page from ``template`` with the header's context."""
+        moment = context.pop("moment", None) or Moment()
+
+        def url(path: str, **params: Any) -> str:
+            query = {**moment.params(), **{k: str(v) for k, v in params.items() if v is not None}}
+            return path + ("?" + urlencode(query) if query else "")
+
+        html = self.env.get_template(template).render(
+            request=request,
+            session=session,
+            principal=session.principal,
+            csrf=session.csrf,
+            flashes=session.take_flashes(),
+            moment=moment,
+            url=url,
+            path=request.url.path,
+            Status=Status,
+            Validity=Validity,
+            Kind=Kind,
+            **context,
+        )
+        return HTMLResponse(html, status_code=status)
+
+    def error_page(
+        self, request: Request, session: ConsoleSession, exc: LedgerError, moment: Moment
+    ) -> HTMLResponse:
+        """A refusal as a page, with the status of the one error table."""
+        status = status_of(exc)
+        return self.render(
+            request,
+            session,
+            "error.html",
+            status=status,
+            moment=moment,
+            title=_TITLES.get(status, "Refused"),
+            error_type=type(exc).__name__,
+            message=str(exc),
+        )
+
+    def _live(self, session: ConsoleSession) -> Session:
+        assert session.token is not None
+        return self.ledger.authenticate(session.token)
+
+    def _page(self, handler: Page, signed_out: Page | None = None) -> Callable[..., Any]:
+        """A GET page: signed-in only (else ``signed_out`` or a redirect to sign-in)."""
+
+        async def page(request: Request) -> Response:
+            session, fresh = self._session(request)
+            if not session.signed_in:
+                if signed_out is not None:
+                    response = await signed_out(request, session)
+                else:
+                    response = RedirectResponse("/", status_code=303)
+            else:
+                try:
+                    response = await handler(request, session)
+                except AuthenticationError:
+                    self.store.drop(session.sid)
+                    session, fresh = self.store.new(), True
+                    session.flash("error", "Your token is no longer valid; sign in again.")
+                    response = RedirectResponse("/", status_code=303)
+            if fresh:
+                self._set_cookie(request, response, session)
+            return response
+
+        return page
+
+    def _post(self, handler: Page) -> Callable[..., Any]:
+        """A form target: signed-in session and its CSRF token, then POST → redirect."""
+
+        async def post(request: Request) -> Response:
+            session = self.store.get(request.cookies.get(COOKIE))
+            form = await request.form()
+            if session is None or not session.csrf_ok(form.get("csrf")):
+                fresh = session is None
+                session = session or self.store.new()
+                response = self.render(
+                    request,
+                    session,
+                    "error.html",
+                    status=403,
+                    title="Form refused",
+                    error_type="CSRF check failed",
+                    message="This form did not come from this console session (its CSRF "
+                    "token is missing or wrong). Reload the page and try again.",
+                )
+                if fresh:
+                    self._set_cookie(request, response, session)
+                return response
+            if not session.signed_in:
+                return RedirectResponse("/", status_code=303)
+            try:
+                return await handler(request, session)
+            except AuthenticationError:
+                self.store.drop(session.sid)
+                return RedirectResponse("/", status_code=303)
+
+        return post
+
+    @staticmethod
+    def _back(request: Request, form: Mapping[str, Any], default: str) -> str:
+        """The local page to return to after a form (never another site)."""
+        target = form.get("next")
+        if isinstance(target, str) and _LOCAL_PATH.fullmatch(target):
+            return target
+        return default
+
+    async def _act(
+        self,
+        request: Request,
+        session: ConsoleSession,
+        action: Callable[[Session, Mapping[str, Any]], str],
+        default_back: str,
+    ) -> Response:
+        """Run a write from a form; its message (or the refusal) shows on the next page."""
+        form = await request.form()
+        values = {k: v for k, v in form.items() if isinstance(v, str)}
+        try:
+            message = await run_in_threadpool(lambda: action(self._live(session), values))
+            session.flash("ok", message)
+        except AuthenticationError:
+            raise
+        except LedgerError as exc:
+            session.flash("error", f"Refused ({type(exc).__name__}): {exc}")
+        return RedirectResponse(self._back(request, values, default_back), status_code=303)
+
+    async def _gather(
+        self,
+        request: Request,
+        session: ConsoleSession,
+        template: str,
+        load: Callable[[Session, Moment, Access], dict[str, Any]],
+    ) -> Response:
+        """Load a page's data in a worker thread (as of the page's moment) and render it."""
+        try:
+            moment = Moment.of(request.query_params)
+        except InvalidInputError as exc:
+            return self.error_page(request, session, exc, Moment())
+
+        def run() -> dict[str, Any]:
+            live = self._live(session)
+            access = access_of(self.ledger, live.principal)
+            return load(moment.session(live), moment, access)
+
+        try:
+            context = await run_in_threadpool(run)
+        except AuthenticationError:
+            raise
+        except LedgerError as exc:
+            return self.error_page(request, session, exc, moment)
+        return self.render(request, session, template, moment=moment, **context)
+
+    # -- sign-in -----------------------------------------------------------------
+
+    async def signin_page(self, request: Request, session: ConsoleSession) -> Response:
+        """The sign-in form."""
+        return self.render(request, session, "signin.html", title="Sign in")
+
+    async def signin(self, request: Request) -> Response:
+        """Check the token; on success a new signed-in session replaces the old one."""
+        session = self.store.get(request.cookies.get(COOKIE))
+        form = await request.form()
+        if session is None or not session.csrf_ok(form.get("csrf")):
+            session = session or self.store.new()
+            session.flash("error", "The sign-in form had expired; please try again.")
+            response: Response = RedirectResponse("/", status_code=303)
+            self._set_cookie(request, response, session)
+            return response
+        token = form.get("token")
+        token = token.strip() if isinstance(token, str) else ""
+        try:
+            live = await run_in_threadpool(self.ledger.authenticate, token)
+        except LedgerError:
+            session.flash("error", "That token is unknown, revoked or expired.")
+            return self.render(request, session, "signin.html", status=401, title="Sign in")
+        signed = self.store.sign_in(session, token, live.principal)
+        signed.flash("ok", f"Signed in as {live.principal}.")
+        response = RedirectResponse("/", status_code=303)
+        self._set_cookie(request, response, signed)
+        return response
+
+    async def signout(self, request: Request, session: ConsoleSession) -> Response:
+        """End the session."""
+        self.store.drop(session.sid)
+        fresh = self.store.new()
+        fresh.flash("ok", "Signed out.")
+        response = RedirectResponse("/", status_code=303)
+        self._set_cookie(request, response, fresh)
+        return response
+
+    # -- pages -------------------------------------------------------------------
+
+    async def queue(self, request: Request, session: ConsoleSession) -> Response:
+        """Candidates in every scope where the principal may approve."""
+        only = request.query_params.get("scope") or None
+        after = request.query_params.get("after") or None
+
+        def load(live: Session, moment: Moment, access: Access) -> dict[str, Any]:
+            groups = []
+            for scope in access.scopes(Role.APPROVE):
+                if only is not None and scope != only:
+                    continue
+                if not access.has(scope, Role.READ):
+                    groups.append({"scope": scope, "candidates": [], "unreadable": True})
+                    continue
+                views = live.records(
+                    scope, status=Status.CANDIDATE, limit=PAGE, after=after if only else None
+                )
+                groups.append(
+                    {
+                        "scope": scope,
+                        "candidates": [candidate(live, v) for v in views],
+                        "next_after": views[-1].id if len(views) >= PAGE else None,
+                        "unreadable": False,
+                    }
+                )
+            return {"title": "Review queue", "groups": groups, "approves": bool(groups)}
+
+        return await self._gather(request, session, "queue.html", load)
+
+    async def records(self, request: Request, session: ConsoleSession) -> Response:
+        """A scope's records, filtered and paged."""
+        q = request.query_params
+
+        def load(live: Session, moment: Moment, access: Access) -> dict[str, Any]:
+            scopes = access.scopes(Role.READ)
+            scope = q.get("scope") or (scopes[0] if scopes else None)
+            filters = {
+                "status": q.get("status") or None,
+                "validity": q.get("validity") or None,
+                "kind": q.get("kind") or None,
+                "claim_prefix": q.get("claim_prefix") or None,
+            }
+            views: tuple[RecordView, ...] = ()
+            if scope is not None:
+                views = live.records(scope, limit=PAGE, after=q.get("after") or None, **filters)
+            return {
+                "title": "Records",
+                "scopes": scopes,
+                "scope": scope,
+                "filters": filters,
+                "views": views,
+                "next_after": views[-1].id if len(views) >= PAGE else None,
+            }
+
+        return await self._gather(request, session, "records.html", load)
+
+    async def record(self, request: Request, session: ConsoleSession) -> Response:
+        """One record: status and validity with the reason, deliveries, audit, picture."""
+        record_id = request.path_params["record_id"]
+
+        def load(live: Session, moment: Moment, access: Access) -> dict[str, Any]:
+            view = live.get(record_id)
+            usable, reasons = _explain_line(live, view)
+            try:
+                trail = live.audit(record_id)
+                audit_note = None
+            except AccessDeniedError:
+                trail, audit_note = None, f"Your roles in {view.scope} do not include audit."
+
+            def link(rid: str) -> str:
+                query = urlencode(moment.params())
+                return f"/records/{rid}" + (f"?{query}" if query else "")
+
+            return {
+                "title": f"Record {view.id}",
+                "view": view,
+                "usable": usable,
+                "reasons": reasons,
+                "trail": trail,
+                "audit_note": audit_note,
+                "picture": picture(live, view.id, link),
+                "approver": access.has(view.scope, Role.APPROVE) and not moment.past,
+                "entry": candidate(live, view) if view.status == Status.CANDIDATE else None,
+            }
+
+        return await self._gather(request, session, "record.html", load)
+
+    async def revoke_preview(self, request: Request, session: ConsoleSession) -> Response:
+        """What a revocation would mark STALE and which deliveries would owe corrections."""
+        record_id = request.path_params["record_id"]
+
+        def load(live: Session, moment: Moment, access: Access) -> dict[str, Any]:
+            view = live.get(record_id)
+            preview = live.preview_revoke(record_id)
+            stale = []
+            for rid in preview.stale:
+                try:
+                    stale.append(live.get(rid))
+                except LedgerError:
+                    continue
+            return {
+                "title": f"Revoke {view.id}?",
+                "view": view,
+                "preview": preview,
+                "stale": stale,
+            }
+
+        return await self._gather(request, session, "revoke.html", load)
+
+    async def attention(self, request: Request, session: ConsoleSession) -> Response:
+        """STALE or expired records, and the deliveries that owe corrections."""
+
+        def load(live: Session, moment: Moment, access: Access) -> dict[str, Any]:
+            found: dict[str, RecordView] = {}
+            truncated = False
+            for scope in access.scopes(Role.READ):
+                # STALE, and ACCEPTED but expired (a CANDIDATE is not valid yet either,
+                # but it waits in the review queue, not here).
+                for wanted in (
+                    {"status": Status.STALE},
+                    {"status": Status.ACCEPTED, "validity": Validity.NEEDS_REVALIDATION},
+                ):
+                    views = live.records(scope, limit=PAGE, **wanted)
+                    truncated = truncated or len(views) >= PAGE
+                    for v in views:
+                        found.setdefault(v.id, v)
+            due = live.corrections_due() if access.scopes(Role.DELIVER) else ()
+            return {
+                "title": "Needs attention",
+                "needs": sorted(found.values(), key=lambda v: (v.scope, v.id)),
+                "truncated": truncated,
+                "due": due,
+                "approves": set(access.scopes(Role.APPROVE)),
+            }
+
+        return await self._gather(request, session, "attention.html", load)
+
+    async def explain(self, request: Request, session: ConsoleSession) -> Response:
+        """Why each record for a claim is or is not usable."""
+        scope = request.query_params.get("scope") or None
+        claim_key = request.query_params.get("claim_key") or None
+
+        def load(live: Session, moment: Moment, access: Access) -> dict[str, Any]:
+            result = None
+            if scope is not None and claim_key is not None:
+                result = live.explain(scope, claim_key)
+            return {
+                "title": "Explain a claim",
+                "scopes": access.scopes(Role.READ),
+                "scope": scope,
+                "claim_key": claim_key,
+                "result": result,
+            }
+
+        return await self._gather(request, session, "explain.html", load)
+
+    async def snapshot(self, request: Request, session: ConsoleSession) -> Response:
+        """The captured bytes of a snapshot, as plain text or a download; never rendered."""
+        ref = request.path_params["ref"]
+        try:
+            data = await run_in_threadpool(lambda: self._live(session).snapshot(ref))
+        except AuthenticationError:
+            raise
+        except UnknownSnapshotError as exc:
+            return self.error_page(request, session, exc, Moment())
+        headers = {"Content-Security-Policy": "sandbox", "X-Content-Type-Options": "nosniff"}
+        try:
+            return Response(
+                data.decode("utf-8"), media_type="text/plain; charset=utf-8", headers=headers
+            )
+        except UnicodeDecodeError:
+            name = ref.replace(":", "-")
+            headers["Content-Disposition"] = f'attachment; filename="{name}"'
+            return Response(data, media_type="application/octet-stream", headers=headers)
+
+    # -- writes ------------------------------------------------------------------
+
+    async def accept(self, request: Request, session: ConsoleSession) -> Response:
+        """Accept a candidate."""
+        record_id = request.path_params["record_id"]
+
+        def act(live: Session, form: Mapping[str, Any]) -> str:
+            live.accept(record_id, note=form.get("note", ""))
+            return f"Accepted {record_id}."
+
+        return await self._act(request, session, act, "/")
+
+    async def reject(self, request: Request, session: ConsoleSession) -> Response:
+        """Reject a candidate with a reason."""
+        record_id = request.path_params["record_id"]
+
+        def act(live: Session, form: Mapping[str, Any]) -> str:
+            live.reject(record_id, reason=form.get("reason", ""))
+            return f"Rejected {record_id}."
+
+        return await self._act(request, session, act, "/")
+
+    async def revalidate(self, request: Request, session: ConsoleSession) -> Response:
+        """Revalidate a STALE record, optionally on a new basis."""
+        record_id = request.path_params["record_id"]
+
+        def act(live: Session, form: Mapping[str, Any]) -> str:
+            basis = [p for p in form.get("parents", "").replace(",", " ").split() if p]
+            live.revalidate(record_id, note=form.get("note", ""), parents=basis or None)
+            return f"Revalidated {record_id}."
+
+        return await self._act(request, session, act, f"/records/{record_id}")
+
+    async def revoke(self, request: Request, session: ConsoleSession) -> Response:
+        """Revoke a record (after its preview)."""
+        record_id = request.path_params["record_id"]
+
+        def act(live: Session, form: Mapping[str, Any]) -> str:
+            result = live.revoke(record_id, reason=form.get("reason", ""))
+            marked = len(result.stale) + result.hidden
+            return f"Revoked {result.root}; {marked} record(s) marked STALE."
+
+        return await self._act(request, session, act, f"/records/{record_id}")
+
+    async def issue_correction(self, request: Request, session: ConsoleSession) -> Response:
+        """Issue a correction for a delivery (outbox)."""
+        delivery_id = request.path_params["delivery_id"]
+
+        def act(live: Session, form: Mapping[str, Any]) -> str:
+            replacement = form.get("replacement", "").strip() or None
+            cid = live.issue_correction(
+                delivery_id, note=form.get("note", ""), replacement=replacement
+            )
+            return f"Correction {cid} issued for delivery {delivery_id} (in the outbox)."
+
+        return await self._act(request, session, act, "/attention")

@@ -1,0 +1,148 @@
+"""HTTP status codes for ledger errors: the one table both the API and the console use.
+
+A refused command raises a :class:`ledger.errors.LedgerError` subclass; its HTTP
+status is the entry of :data:`STATUS` for the nearest class in its MRO. The JSON
+error body names the class, the message and, for bad input, the offending field::
+
+    {"error": {"type": "InvalidKindError", "message": "kind 'x' is not one of: …",
+               "field": "kind"}}
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from ledger.errors import (
+    AcceptanceCheckError,
+    AccessDeniedError,
+    AuthenticationError,
+    ClosedLedgerError,
+    ConcurrencyError,
+    CorruptEventError,
+    DuplicateRecordError,
+    InvalidInputError,
+    InvalidKindError,
+    InvalidParentError,
+    InvalidTransitionError,
+    LedgerError,
+    NotUsableError,
+    ReadOnlyError,
+    RetentionRuleError,
+    SelfApprovalError,
+    SnapshotIntegrityError,
+    StorageError,
+    UnknownDeliveryError,
+    UnknownRecordError,
+    UnknownSnapshotError,
+)
+
+#: HTTP status per ledger error class; a class not listed takes its nearest base's.
+STATUS: dict[type[LedgerError], int] = {
+    LedgerError: 500,
+    AuthenticationError: 401,
+    AccessDeniedError: 403,
+    SelfApprovalError: 403,
+    UnknownRecordError: 404,
+    UnknownDeliveryError: 404,
+    UnknownSnapshotError: 404,
+    InvalidTransitionError: 409,
+    DuplicateRecordError: 409,
+    NotUsableError: 409,
+    AcceptanceCheckError: 409,
+    ConcurrencyError: 409,
+    ReadOnlyError: 409,
+    InvalidInputError: 422,
+    InvalidParentError: 422,
+    RetentionRuleError: 422,
+    SnapshotIntegrityError: 500,
+    CorruptEventError: 500,
+    StorageError: 503,
+    ClosedLedgerError: 503,
+}
+
+#: How the library's messages name a request field (``"<name> …"``), longest first.
+_FIELD_WORDS: tuple[tuple[str, str], ...] = tuple(
+    sorted(
+        {
+            "as_of time": "as_of_time",
+            "as_of position": "as_of_position",
+            "claim_key": "claim_key",
+            "claim_prefix": "claim_prefix",
+            "conditions": "conditions",
+            "content": "content",
+            "context": "context",
+            "delivery id": "delivery_id",
+            "expires": "expires",
+            "fetched_at": "fetched_at",
+            "kind": "kind",
+            "kinds": "kinds",
+            "limit": "limit",
+            "after": "after",
+            "at": "at",
+            "note": "note",
+            "observed dependency": "parents",
+            "parent id": "parents",
+            "parent": "parents",
+            "parents": "parents",
+            "reason": "reason",
+            "record id": "id",
+            "replacement id": "replacement",
+            "replacement": "replacement",
+            "scope": "scope",
+            "status": "status",
+            "supersedes": "supersedes",
+            "uri": "uri",
+            "validity": "validity",
+            "value": "value",
+        }.items(),
+        key=lambda item: -len(item[0]),
+    )
+)
+
+#: A field named by the error class alone, when the message does not say.
+_FIELD_OF_CLASS: tuple[tuple[type[LedgerError], str], ...] = (
+    (InvalidKindError, "kind"),
+    (InvalidParentError, "parents"),
+    (RetentionRuleError, "expires"),
+)
+
+_REFUSED = re.compile(r"^[a-z_]+ refused: ")
+
+
+def status_of(exc: LedgerError) -> int:
+    """The HTTP status for ``exc``: the :data:`STATUS` entry of its nearest class."""
+    for cls in type(exc).__mro__:
+        if cls in STATUS:
+            return STATUS[cls]
+    return 500
+
+
+def field_of(exc: LedgerError, fields: Iterable[str]) -> str | None:
+    """The request field ``exc`` is about, among ``fields`` (those the request used).
+
+    Library messages start with the name of what they refuse (``"expires
+    2020-… has no timezone"``, ``"parent id 'x' is invalid"``); the error class
+    decides where the message does not. ``record id`` is ``id`` in a request
+    body that gives one and the path's ``record_id`` otherwise.
+    """
+    if status_of(exc) != 422:
+        return None
+    given = set(fields)
+    message = _REFUSED.sub("", str(exc))
+    for word, name in _FIELD_WORDS:
+        if message.startswith(word) and message[len(word) : len(word) + 1] in (" ", ":", ""):
+            if name == "id" and "id" not in given:
+                name = "record_id"
+            if name in given or not given:
+                return name
+    for cls, name in _FIELD_OF_CLASS:
+        if isinstance(exc, cls) and (name in given or not given):
+            return name
+    return None
+
+
+def error_body(type_name: str, message: str, field: str | None = None) -> dict[str, Any]:
+    """The JSON error body every refusal of the API carries."""
+    return {"error": {"type": type_name, "message": message, "field": field}}

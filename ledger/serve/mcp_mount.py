@@ -1,0 +1,142 @@
+"""The MCP streamable-HTTP endpoint at ``/mcp``, one MCP server per bearer token.
+
+INTEGRATION POINT: the MCP server itself comes from
+``ledger.integrations.mcp.build_server(ledger, token) -> MCPServer`` (SPEC §13.4
+"MCP"). Each request's ``Authorization: Bearer`` token is checked with
+``Ledger.authenticate`` first; the first request with a token builds that token's
+server and starts its session manager in the application's task group (so an
+MCP session id only ever reaches the server of the token that opened it). When
+that module is not installed, ``/mcp`` answers 501 naming what is missing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import anyio
+from anyio.abc import TaskGroup
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.types import Receive, Scope, Send
+
+from ledger.application import Ledger
+from ledger.errors import LedgerError
+from ledger.serve.api import bearer_token, json_response, ledger_error_response
+from ledger.serve.errors import error_body
+
+
+class SessionManager(Protocol):
+    """What the MCP SDK's ``StreamableHTTPSessionManager`` offers that this mount uses."""
+
+    def run(self) -> AbstractAsyncContextManager[None]: ...
+
+    async def handle_request(self, scope: Scope, receive: Receive, send: Send) -> None: ...
+
+
+class MCPServerLike(Protocol):
+    """The part of ``mcp.server.mcpserver.MCPServer`` this mount uses."""
+
+    def streamable_http_app(self, *, streamable_http_path: str = ..., host: str = ...) -> Any: ...
+
+    @property
+    def session_manager(self) -> Any: ...
+
+
+#: ``build_server(ledger, token)``: the MCP server acting as that token's principal.
+ServerFactory = Callable[[Ledger, str], MCPServerLike]
+
+
+def default_factory() -> ServerFactory | None:
+    """``ledger.integrations.mcp.build_server`` when that module is installed, else None."""
+    try:
+        from ledger.integrations.mcp import build_server  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        return None
+    factory: ServerFactory = build_server
+    return factory
+
+
+@dataclass
+class _Running:
+    manager: SessionManager
+    stop: anyio.Event
+
+
+class MCPMount:
+    """ASGI app serving ``/mcp``; :meth:`lifespan` must wrap the server's life."""
+
+    def __init__(self, ledger: Ledger, factory: ServerFactory | None, host: str) -> None:
+        self.ledger = ledger
+        self.factory = factory
+        self.host = host
+        self._running: dict[str, _Running] = {}
+        self._tasks: TaskGroup | None = None
+        self._lock = anyio.Lock()
+
+    @asynccontextmanager
+    async def lifespan(self) -> Any:
+        """Run the per-token session managers while the application runs."""
+        async with anyio.create_task_group() as tasks:
+            self._tasks = tasks
+            try:
+                yield
+            finally:
+                self._tasks = None
+                for running in self._running.values():
+                    running.stop.set()
+                self._running.clear()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive)
+        if self.factory is None:
+            response = json_response(
+                error_body(
+                    "NotImplemented",
+                    "the MCP endpoint needs ledger.integrations.mcp (provledger[mcp]), "
+                    "which is not installed",
+                ),
+                501,
+            )
+            await response(scope, receive, send)
+            return
+        try:
+            token = bearer_token(request.headers)
+            await run_in_threadpool(self.ledger.authenticate, token)
+        except LedgerError as exc:
+            await ledger_error_response(exc)(scope, receive, send)
+            return
+        if self._tasks is None:
+            response = json_response(
+                error_body(
+                    "Unavailable", "the MCP endpoint runs only inside the server's lifespan"
+                ),
+                503,
+            )
+            await response(scope, receive, send)
+            return
+        manager = await self._manager(token)
+        await manager.handle_request(scope, receive, send)
+
+    async def _manager(self, token: str) -> SessionManager:
+        key = hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+        async with self._lock:
+            running = self._running.get(key)
+            if running is None:
+                assert self.factory is not None and self._tasks is not None
+                server = await run_in_threadpool(self.factory, self.ledger, token)
+                server.streamable_http_app(streamable_http_path="/mcp", host=self.host)
+                manager: SessionManager = server.session_manager
+                running = _Running(manager, anyio.Event())
+                await self._tasks.start(self._serve, running)
+                self._running[key] = running
+        return running.manager
+
+    @staticmethod
+    async def _serve(running: _Running, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        async with running.manager.run():
+            task_status.started()
+            await running.stop.wait()

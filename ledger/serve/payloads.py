@@ -1,0 +1,106 @@
+"""The JSON shapes of the API's answers (the same as the CLI's ``--json`` output).
+
+Datetimes are ISO 8601 strings, bytes ``{"base64": …}``, and a float JSON cannot
+carry (infinity) the string ``"inf"``/``"-inf"``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ledger.graph import Subgraph
+from ledger.jsonable import plain, record_json
+from ledger.values import (
+    AuditTrail,
+    CorrectionDue,
+    Explanation,
+    ReadResult,
+    RecordView,
+    Revocation,
+)
+
+
+def finite(data: Any) -> Any:
+    """``data`` with non-finite floats replaced by strings (JSON has no infinity)."""
+    if isinstance(data, float) and not math.isfinite(data):
+        return "inf" if data > 0 else "-inf"
+    if isinstance(data, dict):
+        return {k: finite(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [finite(v) for v in data]
+    return data
+
+
+def record(view: RecordView) -> dict[str, Any]:
+    """A record: every field, ``undeclared`` and each delivery's ``state``."""
+    out: dict[str, Any] = finite(record_json(view))
+    return out
+
+
+def records_page(views: tuple[RecordView, ...], limit: int) -> dict[str, Any]:
+    """One page of a listing; ``next_after`` is the id to pass as ``after`` for the next."""
+    full = len(views) >= limit
+    return {
+        "records": [record(v) for v in views],
+        "next_after": views[-1].id if full and views else None,
+    }
+
+
+def read_result(result: ReadResult) -> dict[str, Any]:
+    """A read's outcome, its usable records and the agreed value when FOUND."""
+    return {
+        "outcome": str(result.outcome),
+        "scope": result.scope,
+        "claim_key": result.claim_key,
+        "at": result.at.isoformat(),
+        "value": finite(plain(result.value)),
+        "records": [record(r) for r in result.records],
+    }
+
+
+def explanation(result: Explanation) -> dict[str, Any]:
+    """Per record, whether it is usable and why not."""
+    return {
+        "outcome": str(result.outcome),
+        "scope": result.scope,
+        "claim_key": result.claim_key,
+        "at": result.at.isoformat(),
+        "entries": [
+            {"record": record(e.record), "usable": e.usable, "reasons": list(e.reasons)}
+            for e in result.entries
+        ],
+    }
+
+
+def audit(trail: AuditTrail) -> dict[str, Any]:
+    """A record's whole history, event by event."""
+    return {
+        "record": record(trail.record),
+        "events": [finite(plain(e)) for e in trail.events],
+        "undeclared": list(trail.undeclared),
+    }
+
+
+def correction_due(due: CorrectionDue) -> dict[str, Any]:
+    """A delivery that owes a correction, with why."""
+    data: dict[str, Any] = finite(plain(due))
+    data["delivery"]["state"] = due.delivery.state
+    return data
+
+
+def revocation(result: Revocation) -> dict[str, Any]:
+    """What a revocation changed (only what the caller may see; ``hidden`` counts the rest)."""
+    data: dict[str, Any] = plain(result)
+    return data
+
+
+def graph(sub: Subgraph) -> dict[str, Any]:
+    """A dependency subgraph: records and the edges between them."""
+    return {
+        "root": sub.root,
+        "title": sub.title,
+        "position": sub.position,
+        "nodes": [record(n) for n in sub.nodes],
+        "edges": [{"parent": e.parent, "child": e.child, "edge": e.edge} for e in sub.edges],
+    }

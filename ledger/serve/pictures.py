@@ -1,0 +1,108 @@
+"""The record page's dependency picture: inline SVG, coloured as the CLI draws it.
+
+The subgraph comes from :func:`ledger.graph.collect` and the DOT source from
+:func:`ledger.graph.to_dot` (so the colours, dashed observed edges and double
+borders of delivered records are the CLI's); each node links to its record
+page. A graph of more than :data:`MAX_NODES` records is summarised: the record,
+its direct parents and children are drawn, the rest counted by status.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from markupsafe import Markup
+
+from ledger import Session
+from ledger.graph import Subgraph, collect, dot_available, render, to_dot
+from ledger.values import RecordView
+
+#: Pictures with more records than this are summarised.
+MAX_NODES = 40
+
+
+@dataclass(frozen=True)
+class Picture:
+    """What the record page shows of the dependency graph."""
+
+    svg: Markup | None
+    note: str | None
+    drawn: tuple[RecordView, ...]
+    left_out: dict[str, int]
+    records: tuple[RecordView, ...]
+    edges: int
+
+
+def _quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def summarise(sub: Subgraph, limit: int = MAX_NODES) -> tuple[Subgraph, dict[str, int]]:
+    """``sub`` cut to the root and its direct neighbours when it has over ``limit`` records;
+    the records left out, counted by status."""
+    if len(sub.nodes) <= limit or sub.root is None:
+        return sub, {}
+    near = {sub.root}
+    for e in sub.edges:
+        if e.child == sub.root:
+            near.add(e.parent)
+        if e.parent == sub.root:
+            near.add(e.child)
+    ordered = [n for n in sub.nodes if n.id == sub.root] + [
+        n for n in sub.nodes if n.id in near and n.id != sub.root
+    ]
+    kept = {n.id for n in ordered[:limit]}
+    left = Counter(str(n.status) for n in sub.nodes if n.id not in kept)
+    small = replace(
+        sub,
+        nodes=tuple(n for n in sub.nodes if n.id in kept),
+        edges=tuple(e for e in sub.edges if e.parent in kept and e.child in kept),
+        title=f"{sub.title}: {len(kept)} of {len(sub.nodes)} records drawn",
+    )
+    return small, dict(sorted(left.items()))
+
+
+def with_links(source: str, sub: Subgraph, link: Callable[[str], str]) -> str:
+    """DOT source whose nodes link to their record pages."""
+    for node in sub.nodes:
+        head = f"  {_quote(node.id)} ["
+        source = source.replace(head, f'{head}URL={_quote(link(node.id))}, target="_top", ', 1)
+    return source
+
+
+def svg_inline(data: bytes, label: str) -> Markup:
+    """Graphviz's SVG made fit to sit inside an HTML page, labelled for screen readers."""
+    text = data.decode("utf-8")
+    text = text[text.index("<svg") :]
+    text = text.replace(
+        "<svg ", f'<svg role="img" aria-label="{Markup.escape(label)}" class="graph" ', 1
+    )
+    # Graphviz escapes every label and attribute it writes into the SVG.
+    return Markup(text)
+
+
+def picture(session: Session, record_id: str, link: Callable[[str], str]) -> Picture:
+    """The picture of ``record_id`` with its ancestors and descendants.
+
+    Raises:
+        UnknownRecordError, AccessDeniedError: as :func:`ledger.graph.collect`.
+    """
+    sub = collect(session, record_id, ancestors=True, descendants=True)
+    drawn, left_out = summarise(sub)
+    note = None
+    svg = None
+    if dot_available():
+        source = with_links(to_dot(drawn), drawn, link)
+        svg = svg_inline(render(source, "svg"), drawn.title)
+    else:
+        note = "Graphviz's dot program is not installed on the server, so no picture is drawn."
+    return Picture(
+        svg=svg,
+        note=note,
+        drawn=drawn.nodes,
+        left_out=left_out,
+        records=sub.nodes,
+        edges=len(sub.edges),
+    )

@@ -1,0 +1,110 @@
+"""The review console's sign-in sessions, kept in the server's memory.
+
+The browser holds only a random session id (an HttpOnly, SameSite=Strict
+cookie); the ledger token it signed in with stays here, next to the session's
+CSRF token (a synchronizer token every form sends back). Signing in replaces
+the session id, so an id planted before sign-in is worthless afterwards.
+Sessions end on sign-out, after :attr:`SessionStore.idle` seconds unused, or
+:attr:`SessionStore.lifetime` seconds after sign-in; restarting the server ends
+them all.
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+COOKIE = "provledger_session"
+
+
+@dataclass
+class ConsoleSession:
+    """One browser's session: its CSRF token and, once signed in, its ledger token."""
+
+    sid: str
+    csrf: str
+    created: float
+    seen: float
+    token: str | None = None
+    principal: str | None = None
+    flashes: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def signed_in(self) -> bool:
+        """Whether a token was accepted for this session."""
+        return self.token is not None
+
+    def flash(self, kind: str, message: str) -> None:
+        """Show ``message`` on the next page (``kind``: ``ok`` or ``error``)."""
+        self.flashes.append((kind, message))
+        del self.flashes[:-5]
+
+    def take_flashes(self) -> list[tuple[str, str]]:
+        """The messages to show now (then forgotten)."""
+        out, self.flashes = self.flashes, []
+        return out
+
+    def csrf_ok(self, sent: object) -> bool:
+        """Whether ``sent`` is this session's CSRF token (constant-time)."""
+        return isinstance(sent, str) and hmac.compare_digest(sent.encode(), self.csrf.encode())
+
+
+class SessionStore:
+    """Sessions by id, oldest first; at most ``capacity`` (the least recently used go)."""
+
+    def __init__(
+        self, *, idle: float = 8 * 3600, lifetime: float = 24 * 3600, capacity: int = 10_000
+    ) -> None:
+        self.idle = idle
+        self.lifetime = lifetime
+        self.capacity = capacity
+        self._sessions: OrderedDict[str, ConsoleSession] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def new(self) -> ConsoleSession:
+        """A fresh anonymous session (it carries a CSRF token for the sign-in form)."""
+        now = time.monotonic()
+        session = ConsoleSession(
+            sid=secrets.token_urlsafe(32), csrf=secrets.token_urlsafe(32), created=now, seen=now
+        )
+        with self._lock:
+            self._sessions[session.sid] = session
+            while len(self._sessions) > self.capacity:
+                self._sessions.popitem(last=False)
+        return session
+
+    def get(self, sid: str | None) -> ConsoleSession | None:
+        """The live session with that id, or None (unknown, idle too long or too old)."""
+        if not sid:
+            return None
+        now = time.monotonic()
+        with self._lock:
+            session = self._sessions.get(sid)
+            if session is None:
+                return None
+            if now - session.seen > self.idle or now - session.created > self.lifetime:
+                del self._sessions[sid]
+                return None
+            session.seen = now
+            self._sessions.move_to_end(sid)
+            return session
+
+    def sign_in(self, old: ConsoleSession, token: str, principal: str) -> ConsoleSession:
+        """Replace ``old`` by a new signed-in session (new id, new CSRF token)."""
+        self.drop(old.sid)
+        session = self.new()
+        session.token = token
+        session.principal = principal
+        return session
+
+    def drop(self, sid: str) -> None:
+        """End a session (sign-out)."""
+        with self._lock:
+            self._sessions.pop(sid, None)

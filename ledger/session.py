@@ -1,0 +1,426 @@
+"""``Session``: what one authenticated principal may do.
+
+A façade: each method states its contract and hands off to the module that owns
+the concern — :mod:`ledger.proposals`, :mod:`ledger.transitions`,
+:mod:`ledger.reads`, :mod:`ledger.audit`, :mod:`ledger.deliveries`,
+:mod:`ledger.runs` — with the principal (:class:`ledger.caller.Caller`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from ledger import audit, deliveries, proposals, reads, transitions
+from ledger.caller import Caller
+from ledger.domain import Kind, Status, Validity
+from ledger.merkle import InclusionProof
+from ledger.validation import check_id
+from ledger.values import (
+    AuditEvent,
+    AuditTrail,
+    CorrectionDue,
+    Explanation,
+    ReadResult,
+    RecordView,
+    Revocation,
+    RevocationPreview,
+)
+
+if TYPE_CHECKING:
+    from ledger.runs import RunContext
+
+
+class Session:
+    """What one authenticated principal may do; every call re-checks its token.
+
+    Sessions come from :meth:`ledger.Ledger.authenticate`. A session from
+    :meth:`as_of` is read-only: it answers as the ledger did right after a log
+    position, and every write raises ``ReadOnlyError``.
+    """
+
+    def __init__(self, caller: Caller) -> None:
+        #: The principal this session acts as (internal: for this package's
+        #: integrations and pictures; not part of the public API).
+        self.caller = caller
+
+    @property
+    def principal(self) -> str:
+        """The authenticated subject."""
+        return self.caller.subject
+
+    @property
+    def position(self) -> int | None:
+        """The as-of log position, or None for a live session."""
+        return self.caller.position
+
+    @property
+    def read_only(self) -> bool:
+        """True for as-of sessions."""
+        return self.caller.read_only
+
+    def sync(self) -> int:
+        """Make this session's next read reflect every command committed anywhere.
+
+        Views are updated in the same transaction as the events by every writer,
+        so a read in one process after a command in another has returned already
+        sees it; ``sync`` additionally applies any events written while a view was
+        stopped. Returns the log position (the views have then applied all of it).
+        """
+        return reads.sync(self.caller)
+
+    # -- reads ----------------------------------------------------------------
+
+    def read(
+        self,
+        scope: str,
+        claim_key: str,
+        at: datetime | None = None,
+        context: Mapping[str, Any] | None = None,
+        kinds: Iterable[Kind | str] | None = None,
+    ) -> ReadResult:
+        """Apply the eligibility chain to ``(scope, claim_key)``.
+
+        Scope (the principal's grants) → status and expiry of the record and
+        every ancestor at ``at`` → conditions matched by ``context`` → conflict.
+
+        Raises:
+            AccessDeniedError: no ``read`` role in ``scope``.
+        """
+        return reads.read(self.caller, scope, claim_key, at, context, kinds)
+
+    def explain(
+        self,
+        scope: str,
+        claim_key: str,
+        at: datetime | None = None,
+        context: Mapping[str, Any] | None = None,
+        kinds: Iterable[Kind | str] | None = None,
+    ) -> Explanation:
+        """Say, per record for ``(scope, claim_key)``, why it is or is not usable.
+
+        Inside a run, every record shown (values included) counts as read.
+
+        Raises:
+            AccessDeniedError: no ``read`` role in ``scope``.
+        """
+        return reads.explain(self.caller, scope, claim_key, at, context, kinds)
+
+    def get(self, record_id: str) -> RecordView:
+        """One record with its status, validity and deliveries.
+
+        Raises:
+            UnknownRecordError: no such record, or not visible to this principal.
+            AccessDeniedError: no ``read`` role in the record's scope.
+        """
+        return reads.get(self.caller, record_id)
+
+    def records(
+        self,
+        scope: str,
+        *,
+        status: Status | str | None = None,
+        validity: Validity | str | None = None,
+        kind: Kind | str | None = None,
+        claim_prefix: str | None = None,
+        limit: int = 100,
+        after: str | None = None,
+    ) -> tuple[RecordView, ...]:
+        """One page of the records of ``scope`` in id order, optionally filtered.
+
+        The review queue is ``records(scope, status="CANDIDATE")``; what needs
+        attention is ``records(scope, validity="NEEDS_REVALIDATION")``. Pass the last
+        id of a page as ``after`` to get the next one. One indexed query per page.
+
+        Raises:
+            AccessDeniedError: no ``read`` role in ``scope``.
+            InvalidInputError: a filter that names no status, validity or kind, or a
+                ``limit`` outside 1..1000.
+        """
+        return reads.records(
+            self.caller,
+            scope,
+            status=status,
+            validity=validity,
+            kind=kind,
+            claim_prefix=claim_prefix,
+            limit=limit,
+            after=after,
+        )
+
+    def grants(self) -> dict[str, tuple[str, ...]]:
+        """The roles this principal holds now, by scope (scopes and roles sorted).
+
+        Raises:
+            AuthenticationError: the token is no longer valid.
+        """
+        return reads.grants(self.caller)
+
+    def snapshot(self, ref: str) -> bytes:
+        """The captured bytes for ``ref``, re-verified against their hash.
+
+        Raises:
+            UnknownSnapshotError: no such snapshot, or no evidence with it is readable.
+            SnapshotIntegrityError: the stored bytes no longer match the hash.
+        """
+        return reads.snapshot(self.caller, ref)
+
+    # -- audit ----------------------------------------------------------------
+
+    def audit(self, record_id: str) -> AuditTrail:
+        """The whole history of a record (revoked ones included), event by event.
+
+        Raises:
+            UnknownRecordError: no such record, or not visible to this principal.
+            AccessDeniedError: no ``audit`` role in the record's scope.
+        """
+        return audit.audit(self.caller, record_id)
+
+    def history(
+        self,
+        record: str | None = None,
+        type: str | None = None,
+        start: int | None = None,
+        stop: int | None = None,
+    ) -> tuple[AuditEvent, ...]:
+        """Record events of the log in position order, optionally filtered.
+
+        Lists only events of records in scopes where the principal holds
+        ``audit``; the others are skipped as if absent. ``record`` narrows the
+        list to one record, ``type`` to one event type (``Proposed``,
+        ``Revoked``, …), ``start``/``stop`` to an inclusive position range. Each
+        event's ``details`` name its ``record_id``. An as-of session lists
+        nothing after its position.
+
+        Raises:
+            UnknownRecordError: ``record`` is unknown or not visible.
+            AccessDeniedError: no ``audit`` role in ``record``'s scope.
+            InvalidInputError: an unknown event type, or a position that is not one.
+        """
+        return audit.history(self.caller, record, type, start, stop)
+
+    def prove(self, record_id: str) -> tuple[InclusionProof, ...]:
+        """Inclusion proofs of every event of a record in the current Merkle tree.
+
+        A third party checks each with ``proof.verify()`` (or the few lines of
+        ``ledger.merkle.verify_inclusion``) against a digest it trusts.
+
+        Raises:
+            UnknownRecordError: no such record, or not visible to this principal.
+            AccessDeniedError: no ``audit`` role in the record's scope.
+        """
+        return audit.prove(self.caller, record_id)
+
+    def as_of(self, position: int | None = None, time: datetime | None = None) -> Session:
+        """A read-only session answering as the ledger did then.
+
+        Give exactly one of ``position`` (right after the transaction that
+        appended that log position: a command's events are only ever seen
+        together) or ``time`` (the newest position recorded at or before that
+        instant). Reads default ``at`` to that moment; pass ``at=`` for
+        bitemporal questions.
+
+        Raises:
+            InvalidInputError: neither or both given, or a position beyond the log.
+        """
+        return Session(audit.as_of(self.caller, position, time))
+
+    # -- deliveries -----------------------------------------------------------
+
+    def corrections_due(self) -> tuple[CorrectionDue, ...]:
+        """Deliveries whose record is no longer VALID and that have no correction since.
+
+        Only scopes where the principal holds ``deliver`` are listed.
+        """
+        return deliveries.corrections_due(self.caller)
+
+    def deliver(self, record_id: str, recipient: str, channel: str = "email") -> str:
+        """Record that a usable record (typically a report) left the system.
+
+        Returns the delivery id.
+
+        Raises:
+            InvalidTransitionError: the record is not ACCEPTED.
+            NotUsableError: it (or an ancestor) has expired.
+        """
+        return deliveries.deliver(self.caller, record_id, recipient, channel)
+
+    def issue_correction(self, delivery_id: str, note: str, replacement: str | None = None) -> str:
+        """Record a correction for a delivery in the outbox (nothing is sent).
+
+        The delivery stays DELIVERED. Returns the correction id.
+
+        Raises:
+            UnknownDeliveryError: no such delivery visible to this principal.
+            UnknownRecordError: ``replacement`` is unknown or not visible.
+        """
+        return deliveries.issue_correction(self.caller, delivery_id, note, replacement)
+
+    # -- proposals ------------------------------------------------------------
+
+    def capture(
+        self,
+        scope: str,
+        uri: str,
+        content: bytes,
+        fetched_at: datetime | None = None,
+        claim_key: str | None = None,
+        expires: datetime | None = None,
+        conditions: Mapping[str, Any] | None = None,
+        id: str | None = None,
+        value: Any = None,
+    ) -> str:
+        """Store ``content`` in the snapshot store and propose an ``evidence`` record.
+
+        The record carries ``uri``, ``fetched_at``, ``content_hash`` and
+        ``snapshot_ref`` (``sha256:<hex>``). Its value defaults to the content hash;
+        its claim key to ``source:<uri>``. Capturing a URI again with other bytes
+        supersedes the newest accepted capture of it once accepted.
+
+        Raises:
+            InvalidValueError: content is not bytes, or uri is empty.
+            ValueTooLargeError: content is over the size limit.
+        """
+        return proposals.capture(
+            self.caller,
+            scope=scope,
+            uri=uri,
+            content=content,
+            fetched_at=fetched_at,
+            claim_key=claim_key,
+            expires=expires,
+            conditions=conditions,
+            record_id=id,
+            value=value,
+        )
+
+    def propose(
+        self,
+        scope: str,
+        claim_key: str,
+        value: Any,
+        kind: Kind | str,
+        parents: Iterable[str] = (),
+        expires: datetime | None = None,
+        conditions: Mapping[str, Any] | None = None,
+        id: str | None = None,
+        supersedes: str | None = None,
+    ) -> str:
+        """Propose a record; it is a ``CANDIDATE`` until an approver accepts it.
+
+        Returns the record id (given or generated). ``supersedes=OLD`` proposes a
+        new version of OLD (same scope and claim key): when this record is
+        accepted, OLD becomes SUPERSEDED and OLD's descendants STALE, in the same
+        transaction.
+
+        Raises:
+            AccessDeniedError: no ``propose`` role in ``scope``.
+            InvalidIdError, InvalidKindError, InvalidValueError, ValueTooLargeError,
+            NaiveDatetimeError, ExpiryInPastError: bad input.
+            DuplicateRecordError: the id is taken.
+            InvalidParentError, CycleError: a parent is unknown, unreadable or unusable.
+        """
+        return proposals.propose(
+            self.caller,
+            scope=scope,
+            claim_key=claim_key,
+            value=value,
+            kind=kind,
+            parents=parents,
+            expires=expires,
+            conditions=conditions,
+            record_id=id,
+            evidence=None,
+            supersedes=supersedes,
+        )
+
+    def propose_many(self, items: Iterable[Mapping[str, Any]]) -> list[str]:
+        """Propose many records in one transaction: all of them or none.
+
+        Each item is a mapping of ``propose`` keyword arguments (``scope``,
+        ``claim_key``, ``value``, ``kind``, and optionally ``parents``,
+        ``expires``, ``conditions``, ``id``, ``supersedes``). An item may name an
+        earlier item of the same batch as a parent. Returns the ids in order.
+
+        Raises:
+            The errors of ``propose``; the message starts with the item's index.
+        """
+        return proposals.propose_many(self.caller, items)
+
+    # -- transitions ----------------------------------------------------------
+
+    def accept(self, record_id: str, note: str = "") -> None:
+        """CANDIDATE → ACCEPTED, by an approver who is not the proposer.
+
+        Every dependency must be ACCEPTED and unexpired, and every registered
+        acceptance check must pass. A record proposed with ``supersedes=OLD``
+        makes OLD SUPERSEDED and OLD's descendants STALE in the same transaction.
+
+        Raises:
+            InvalidTransitionError: not a CANDIDATE, or the record already expired.
+            SelfApprovalError: the approver proposed it.
+            InvalidParentError: a dependency is not usable.
+            AcceptanceCheckError: a registered check refused it.
+        """
+        transitions.accept(self.caller, record_id, note)
+
+    def reject(self, record_id: str, reason: str) -> None:
+        """CANDIDATE → REJECTED.
+
+        Raises:
+            InvalidTransitionError: not a CANDIDATE.
+            SelfApprovalError: the approver proposed it.
+        """
+        transitions.reject(self.caller, record_id, reason)
+
+    def revoke(self, record_id: str, reason: str) -> Revocation:
+        """Withdraw a record: it becomes REVOKED and every transitive descendant
+        (over declared and observed edges) not already REVOKED/REJECTED becomes
+        STALE with this revocation as its cause — all in one transaction.
+
+        Descendants are found through the reverse-dependency index, so the cost
+        follows the number of descendants, not the size of the ledger.
+
+        Raises:
+            InvalidTransitionError: the record is REVOKED or REJECTED.
+        """
+        return transitions.revoke(self.caller, record_id, reason)
+
+    def preview_revoke(self, record_id: str) -> RevocationPreview:
+        """What ``revoke(record_id)`` would do now, writing nothing: the descendants
+        it would mark STALE and the deliveries that would then owe a correction.
+
+        Raises:
+            UnknownRecordError: no such record, or not visible to this principal.
+            AccessDeniedError: no ``approve`` role in the record's scope.
+            InvalidTransitionError: the record cannot be revoked.
+        """
+        return transitions.preview_revoke(self.caller, record_id)
+
+    def revalidate(
+        self, record_id: str, note: str = "", parents: Iterable[str] | None = None
+    ) -> None:
+        """STALE → ACCEPTED after re-verification, by an approver other than the proposer.
+
+        Without ``parents`` every current dependency must be usable again. With
+        ``parents`` (a new basis of usable records) they replace the record's
+        dependencies, observed ones included; the old basis stays in the history.
+        Descendants stay STALE until each is revalidated itself.
+
+        Raises:
+            InvalidTransitionError: not STALE.
+            SelfApprovalError: the approver proposed it.
+            InvalidParentError: a dependency is not usable.
+            CycleError: the new basis would make the record depend on itself.
+        """
+        transitions.revalidate(self.caller, record_id, note, parents)
+
+    # -- runs -----------------------------------------------------------------
+
+    def run(self, run_id: str) -> RunContext:
+        """A context that records every read made through it (see ``RunContext``)."""
+        from ledger.runs import RunContext  # a run wraps a session: imported on use
+
+        self.caller.writable("run")
+        return RunContext(self.caller, check_id(run_id, "run id"))

@@ -1,0 +1,254 @@
+"""Status transitions of existing records: accept, reject, revoke, revalidate,
+and the STALE marking that revocation and supersession share.
+
+Each command is a declaration over :mod:`ledger.pipeline`: it validates its input,
+then decides on the record's view row and aggregate under the writers' lock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from ledger import pipeline, rules
+from ledger.access import Role
+from ledger.caller import Caller
+from ledger.deliveries import delivery_of
+from ledger.domain import Record, Status, Validity, record_uuid
+from ledger.errors import AcceptanceCheckError, CorruptEventError, CycleError
+from ledger.pipeline import Decision
+from ledger.reads import record_view
+from ledger.validation import check_id, check_list, check_text
+from ledger.values import RecordView, Revocation, RevocationPreview
+from projections import delivery as delivery_view
+from projections import validity as validity_view
+from projections.base import Cursor
+
+
+def accept(caller: Caller, record_id: str, note: str) -> None:
+    """``Session.accept``: CANDIDATE → ACCEPTED; a record it supersedes becomes
+    SUPERSEDED and what rested on that one STALE, in the same transaction."""
+    caller.writable("accept")
+    check_text(note, "note", empty=True)
+
+    def decide(c: Cursor, row: Any, record: Record, now: datetime) -> Decision[None]:
+        rid = row["record_id"]
+        record.accept(caller.subject, note, now)
+        rules.check_not_expired(row, now, "accept")
+        check_usable_dependencies(caller, c, record.dependencies, rid, "accept", now)
+        run_acceptance_checks(caller, record_view(caller, c, row, now), "accept")
+        events = list(record.collect_events())
+        if record.supersedes is not None:
+            old = caller.engine.load_record(c, record.supersedes)
+            old.supersede(caller.subject, rid, now)
+            events += old.collect_events()
+            events += stale_marking(
+                caller, c, old.record_id, f"superseded by {rid}", now, rid
+            ).events
+        return Decision(events, pipeline.done)
+
+    pipeline.on_record(caller, "accept", Role.APPROVE, record_id, decide)
+
+
+def reject(caller: Caller, record_id: str, reason: str) -> None:
+    """``Session.reject``: CANDIDATE → REJECTED."""
+    caller.writable("reject")
+    check_text(reason, "reason")
+
+    def decide(c: Cursor, row: Any, record: Record, now: datetime) -> Decision[None]:
+        record.reject(caller.subject, reason, now)
+        return Decision(record.collect_events(), pipeline.done)
+
+    pipeline.on_record(caller, "reject", Role.APPROVE, record_id, decide)
+
+
+def revoke(caller: Caller, record_id: str, reason: str) -> Revocation:
+    """``Session.revoke``: the record REVOKED and every transitive descendant not
+    already final STALE with it as the cause, in one transaction."""
+    caller.writable("revoke")
+    check_text(reason, "reason")
+
+    def decide(c: Cursor, row: Any, record: Record, now: datetime) -> Decision[Revocation]:
+        rid = row["record_id"]
+        record.revoke(caller.subject, reason, now)
+        marking = stale_marking(caller, c, rid, reason, now)
+
+        def result(position: int) -> Revocation:
+            return Revocation(
+                root=rid,
+                affected=(rid, *marking.visible),
+                position=position,
+                stale=marking.visible,
+                hidden=marking.hidden,
+            )
+
+        return Decision([*record.collect_events(), *marking.events], result)
+
+    return pipeline.on_record(caller, "revoke", Role.APPROVE, record_id, decide)
+
+
+def preview_revoke(caller: Caller, record_id: str) -> RevocationPreview:
+    """``Session.preview_revoke``: what ``revoke`` would do now, writing nothing."""
+    engine = caller.engine
+    d = engine.dialect
+    with caller.reading() as c:
+        row = caller.visible(c, record_id, Role.APPROVE, "revoke")
+        rid = row["record_id"]
+        engine.load_record(c, rid).check_status(
+            "revoke", Status.CANDIDATE, Status.ACCEPTED, Status.STALE
+        )
+        marking = stale_marking(caller, c, rid, "preview", engine.now())
+        now = caller.at(None)
+        rows = validity_view.current_many(c, d, (rid, *marking.visible))
+        owed = []
+        for cid in (rid, *marking.visible):
+            crow = rows[cid]
+            if rules.validity(crow, now) != Validity.VALID:
+                continue  # already owes a correction, or never could
+            if Role.DELIVER.value not in caller.roles(c, crow["scope"]):
+                continue
+            owed += [delivery_of(r, ()) for r in delivery_view.for_record(c, d, cid)]
+    return RevocationPreview(root=rid, stale=marking.visible, deliveries=tuple(owed))
+
+
+def revalidate(caller: Caller, record_id: str, note: str, parents: Iterable[str] | None) -> None:
+    """``Session.revalidate``: STALE → ACCEPTED once every dependency is usable
+    again, or on a new basis (``parents``) which replaces its dependencies."""
+    caller.writable("revalidate")
+    check_text(note, "note", empty=True)
+    new_basis = (
+        None
+        if parents is None
+        else tuple(dict.fromkeys(check_id(p, "parent id") for p in check_list(parents, "parents")))
+    )
+    d = caller.engine.dialect
+
+    def decide(c: Cursor, row: Any, record: Record, now: datetime) -> Decision[None]:
+        rid = row["record_id"]
+        record.check_status("revalidate", Status.STALE)
+        record.check_not_proposer(caller.subject, "revalidate")
+        rules.check_not_expired(row, now, "revalidate")
+        if new_basis is not None:
+            below = {rid, *(cid for cid, _ in validity_view.descendants(c, d, rid))}
+            for dep in new_basis:
+                # Visibility first: a hidden record must look absent, not cyclic.
+                dep_row = None if dep == rid else check_readable(caller, c, dep, "parent", rid)
+                if dep_row is None or dep in below:
+                    raise CycleError(
+                        f"revalidate refused: {dep!r} depends on {rid!r}; "
+                        "a cycle is impossible by construction"
+                    )
+                rules.check_buildable_on(dep_row, dep, "parent", rid)
+        deps = new_basis if new_basis is not None else record.dependencies
+        check_usable_dependencies(caller, c, deps, rid, "revalidate", now)
+        view = record_view(caller, c, row, now)
+        if new_basis is not None:
+            view = dataclasses.replace(view, parents=new_basis, observed=())
+        # Revalidation re-approves: a candidate made STALE before anyone accepted
+        # it must not skip the application's checks this way.
+        run_acceptance_checks(caller, view, "revalidate")
+        record.revalidate(
+            caller.subject,
+            note,
+            parents=new_basis,
+            observed=() if new_basis is not None else None,
+            at=now,
+        )
+        return Decision(record.collect_events(), pipeline.done)
+
+    pipeline.on_record(caller, "revalidate", Role.APPROVE, record_id, decide)
+
+
+# -- shared steps -------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Marking:
+    """The ``MarkedStale`` events for a record's descendants, and which of them the
+    caller may see (the others are only counted)."""
+
+    events: list[Any]
+    visible: tuple[str, ...]
+    hidden: int
+
+
+def stale_marking(
+    caller: Caller,
+    c: Cursor,
+    root: str,
+    reason: str,
+    now: datetime,
+    superseded_by: str | None = None,
+) -> Marking:
+    """``MarkedStale`` events for every descendant of ``root`` not already final
+    (cause ``root``; ``superseded_by``: the record that superseded it, itself left
+    out).
+
+    Descendants are found through the reverse-dependency index, so the cost follows
+    the number of descendants, not the size of the ledger; the events are built
+    from the view's rows and the aggregates' newest stored versions (one query each
+    per 500 records) instead of loading every descendant.
+    """
+    engine = caller.engine
+    d = engine.dialect
+    reached = [cid for cid, _ in validity_view.descendants(c, d, root) if cid != superseded_by]
+    rows = validity_view.current_many(c, d, reached)
+    marked = [cid for cid in reached if rows[cid]["status"] not in rules.FINAL]
+    versions = engine.recorder.last_versions(c, [record_uuid(m) for m in marked])
+    unstored = [cid for cid in marked if record_uuid(cid) not in versions]
+    if unstored:
+        raise CorruptEventError(
+            f"record {unstored[0]!r} is in the validity view but has no stored events"
+        )
+    events = [
+        Record.stale_event(
+            record_id=cid,
+            version=versions[record_uuid(cid)],
+            actor=caller.subject,
+            cause=root,
+            reason=reason,
+            at=now,
+            superseded_by=superseded_by,
+        )
+        for cid in marked
+    ]
+    seen = {s: bool(caller.roles(c, s)) for s in {rows[m]["scope"] for m in marked}}
+    # Descendants in scopes the caller cannot see are marked all the same, but only
+    # counted: their ids are not the caller's to learn.
+    visible = tuple(m for m in marked if seen[rows[m]["scope"]])
+    return Marking(events, visible, len(marked) - len(visible))
+
+
+def check_readable(caller: Caller, c: Cursor, dep: str, what: str, child: str) -> Any:
+    """The row of a dependency the caller may read, else ``InvalidParentError``."""
+    row = validity_view.current(c, caller.engine.dialect, dep)
+    return caller.readable_dependency(c, row, dep, what, child)
+
+
+def check_usable_dependencies(
+    caller: Caller, c: Cursor, deps: Sequence[str], rid: str, command: str, now: datetime
+) -> None:
+    """Every dependency ACCEPTED and unexpired at ``now`` (one query)."""
+    deps = list(deps)
+    rows = validity_view.current_many(c, caller.engine.dialect, deps)
+    for dep in deps:
+        rules.check_usable_dependency(rows.get(dep), dep, rid, command, now)
+
+
+def run_acceptance_checks(caller: Caller, view: RecordView, command: str) -> None:
+    """Every check the application registered must pass before a record is ACCEPTED."""
+    for check in caller.engine.checks:
+        name = getattr(check, "__name__", repr(check))
+        try:
+            reason = check(view)
+        except Exception as exc:
+            raise AcceptanceCheckError(
+                f"{command} refused: acceptance check {name!r} failed on record "
+                f"{view.id!r}: {exc!r}"
+            ) from None
+        if reason:
+            raise AcceptanceCheckError(
+                f"acceptance check {name!r} refused record {view.id!r}: {reason}"
+            )

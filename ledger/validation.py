@@ -1,0 +1,209 @@
+"""Input validation shared by every command: ids, text, values, kinds, instants.
+
+Each ``check_…`` returns its (normalised) input or raises a specific
+:class:`ledger.errors.LedgerError` naming the offending item; nothing is read or
+written before a command's input has passed them.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from enum import Enum
+from typing import Any, TypeVar
+
+from ledger.domain import Kind
+from ledger.errors import (
+    InvalidIdError,
+    InvalidInputError,
+    InvalidKindError,
+    InvalidValueError,
+    NaiveDatetimeError,
+    ValueTooLargeError,
+)
+from ledger.serialization import pack
+
+EnumT = TypeVar("EnumT", bound=Enum)
+
+ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+MAX_NESTING = 32
+DEFAULT_MAX_VALUE_BYTES = 1024 * 1024
+
+
+def check_id(value: object, what: str = "record id") -> str:
+    """Return ``value`` if it is a valid identifier, else raise ``InvalidIdError``."""
+    if not isinstance(value, str) or not ID_PATTERN.fullmatch(value):
+        raise InvalidIdError(
+            f"{what} {value!r} is invalid: expected ^[A-Za-z0-9][A-Za-z0-9._:-]{{0,127}}$"
+        )
+    return value
+
+
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def check_text(value: object, what: str, *, max_len: int = 1024, empty: bool = False) -> str:
+    """Return ``value`` if it is a printable string of bounded length."""
+    if not isinstance(value, str):
+        raise InvalidValueError(f"{what} must be a string, got {type(value).__name__}")
+    if not empty and not value.strip():
+        raise InvalidValueError(f"{what} must not be empty")
+    if len(value) > max_len:
+        raise ValueTooLargeError(f"{what} is {len(value)} characters; the limit is {max_len}")
+    if _CONTROL.search(value):
+        raise InvalidValueError(f"{what} {value[:40]!r} contains control characters")
+    return check_unicode(value, what)
+
+
+def check_unicode(value: str, what: str) -> str:
+    """Refuse strings that cannot be stored as UTF-8 (lone surrogates)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidValueError(
+            f"{what} {value[:40]!r} is not valid Unicode (lone surrogate)"
+        ) from None
+    return value
+
+
+def check_kind(value: object) -> Kind:
+    """Return the ``Kind`` named by ``value`` or raise ``InvalidKindError``."""
+    try:
+        return Kind(str(value)) if isinstance(value, str) else Kind(value)  # type: ignore[arg-type]
+    except ValueError:
+        allowed = ", ".join(k.value for k in Kind)
+        raise InvalidKindError(f"kind {value!r} is not one of: {allowed}") from None
+
+
+def check_aware(value: object, what: str) -> datetime:
+    """Return ``value`` if it is a timezone-aware datetime."""
+    if not isinstance(value, datetime):
+        raise InvalidValueError(f"{what} must be a datetime, got {type(value).__name__}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise NaiveDatetimeError(f"{what} {value.isoformat()} has no timezone")
+    try:
+        value.astimezone(UTC)
+    except OverflowError:
+        raise InvalidValueError(
+            f"{what} {value.isoformat()} is outside the years 1-9999 in UTC"
+        ) from None
+    return value
+
+
+def check_value(value: Any, what: str, max_bytes: int = DEFAULT_MAX_VALUE_BYTES) -> Any:
+    """Validate a claim value and return it normalised (tuples become lists).
+
+    Allowed: None, bool, int (64-bit), float (not NaN), str, bytes, list and
+    str-keyed dict, nested at most ``MAX_NESTING`` deep.
+    """
+
+    def walk(v: Any, depth: int, path: str) -> Any:
+        if depth > MAX_NESTING:
+            raise InvalidValueError(f"{what} is nested deeper than {MAX_NESTING} at {path}")
+        if isinstance(v, str):
+            return check_unicode(v, f"{what} at {path}")
+        if v is None or isinstance(v, (bool, bytes)):
+            return v
+        if isinstance(v, int):
+            if not -(2**63) <= v < 2**64:
+                raise InvalidValueError(f"{what} has an integer out of 64-bit range at {path}")
+            return v
+        if isinstance(v, float):
+            if math.isnan(v):
+                raise InvalidValueError(f"{what} contains NaN at {path}")
+            return v
+        if isinstance(v, (list, tuple)):
+            return [walk(item, depth + 1, f"{path}[{i}]") for i, item in enumerate(v)]
+        if isinstance(v, dict):
+            out = {}
+            for key, item in v.items():
+                if not isinstance(key, str):
+                    raise InvalidValueError(f"{what} has a non-string key {key!r} at {path}")
+                check_unicode(key, f"{what} key at {path}")
+                out[key] = walk(item, depth + 1, f"{path}.{key}")
+            return out
+        raise InvalidValueError(f"{what} contains an unserialisable {type(v).__name__} at {path}")
+
+    normalised = _plain(value, 0)
+    if normalised is _NOT_PLAIN:
+        normalised = walk(value, 0, "value")  # names what is wrong, or normalises the rest
+    size = len(pack(normalised))
+    if size > max_bytes:
+        raise ValueTooLargeError(f"{what} is {size} bytes serialised; the limit is {max_bytes}")
+    return normalised
+
+
+_NOT_PLAIN = object()
+
+
+def _plain(v: Any, depth: int) -> Any:
+    """``check_value``'s fast path: the normalised value if it is built of exact
+    plain types and valid, else ``_NOT_PLAIN`` (the full walk then decides)."""
+    if depth > MAX_NESTING:
+        return _NOT_PLAIN
+    kind = type(v)
+    if kind is str:
+        return v if v.isascii() or _encodes(v) else _NOT_PLAIN
+    if v is None or kind is bool or kind is bytes:
+        return v
+    if kind is int:
+        return v if -(2**63) <= v < 2**64 else _NOT_PLAIN
+    if kind is float:
+        return v if v == v else _NOT_PLAIN
+    if kind is list or kind is tuple:
+        items = [_plain(item, depth + 1) for item in v]
+        return _NOT_PLAIN if any(item is _NOT_PLAIN for item in items) else items
+    if kind is dict:
+        out = {}
+        for key, item in v.items():
+            if type(key) is not str or not (key.isascii() or _encodes(key)):
+                return _NOT_PLAIN
+            out[key] = _plain(item, depth + 1)
+            if out[key] is _NOT_PLAIN:
+                return _NOT_PLAIN
+        return out
+    return _NOT_PLAIN
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def check_member(enum: type[EnumT], value: object, what: str) -> EnumT:
+    """The member of ``enum`` named by ``value``, else ``InvalidInputError``."""
+    try:
+        return enum(value)
+    except ValueError:
+        allowed = ", ".join(str(m.value) for m in enum)
+        raise InvalidInputError(f"{what} {value!r} is not one of: {allowed}") from None
+
+
+def check_list(items: object, what: str) -> list[Any]:
+    """``items`` as a list, unless it is a string or not iterable."""
+    if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
+        raise InvalidInputError(f"{what} must be a list, got {type(items).__name__}")
+    return list(items)
+
+
+def check_context(context: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A read's applicability context: a mapping of plain values."""
+    if context is None:
+        return {}
+    if not isinstance(context, Mapping):
+        raise InvalidInputError(f"context must be a mapping, got {type(context).__name__}")
+    return dict(check_value(dict(context), "context"))
+
+
+def check_conditions(conditions: Mapping[str, Any] | None, limit: int) -> dict[str, Any]:
+    """A record's applicability conditions: a mapping of plain values."""
+    if conditions is None:
+        return {}
+    if not isinstance(conditions, Mapping):
+        raise InvalidValueError(f"conditions must be a mapping, got {type(conditions).__name__}")
+    return dict(check_value(dict(conditions), "conditions", limit))

@@ -1,0 +1,941 @@
+"""LedgerStore: LangGraph's BaseStore over the ledger, on every backend.
+
+The store behaviours are the ones LangGraph's own SQLite and PostgreSQL stores are
+held to (results in batch order, get/put/search/list_namespaces, namespace edge
+cases, async batching), plus what only a ledger-backed store does: approval,
+supersession, revocation and provenance inside a graph.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import unicodedata
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, TypedDict
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from langgraph.config import get_store
+from langgraph.graph import END, START, StateGraph
+from langgraph.store.base import (
+    BaseStore,
+    GetOp,
+    InvalidNamespaceError,
+    Item,
+    ListNamespacesOp,
+    Op,
+    PutOp,
+    Result,
+    SearchOp,
+)
+
+from ledger import Kind, Ledger, Outcome, Session, Status
+from ledger.errors import AccessDeniedError, InvalidInputError, InvalidParentError, LedgerError
+from ledger.integrations.langgraph import (
+    LedgerStore,
+    MemoryConflictError,
+    NamespaceLabelError,
+    UnsupportedStoreOperationError,
+    claim_key_of,
+    parse_claim_key,
+    run_id_of,
+)
+from ledger.validation import check_text
+
+#: Scopes the agent and the reviewer hold roles in (first namespace labels).
+SCOPES = ("test", "prod", "docs", "items", "flags", "foo", "foobar", "foo2", "uid", "proj-a")
+
+
+@dataclass
+class Principals:
+    """The ledger, the agent's and the reviewer's tokens and sessions."""
+
+    ledger: Ledger
+    agent_token: str
+    reviewer_token: str
+    agent: Session
+    reviewer: Session
+
+
+@pytest.fixture
+def principals(ledger: Ledger) -> Principals:
+    admin = ledger.admin()
+    for scope in SCOPES:
+        admin.grant("agent", scope, ["propose", "read"])
+        admin.grant("reviewer", scope, ["approve", "read", "audit"])
+    admin.grant("outsider", "secret", ["propose", "read", "approve"])
+    agent_token = admin.issue_token("agent")
+    reviewer_token = admin.issue_token("reviewer")
+    return Principals(
+        ledger=ledger,
+        agent_token=agent_token,
+        reviewer_token=reviewer_token,
+        agent=ledger.authenticate(agent_token),
+        reviewer=ledger.authenticate(reviewer_token),
+    )
+
+
+@pytest.fixture
+def store(principals: Principals) -> Iterator[LedgerStore]:
+    """Puts accepted at once by the reviewer (the convenience policy)."""
+    with LedgerStore(
+        principals.ledger, token=principals.agent_token, approver_token=principals.reviewer_token
+    ) as s:
+        yield s
+
+
+@pytest.fixture
+def review_store(principals: Principals) -> Iterator[LedgerStore]:
+    """Puts stay candidates until the reviewer accepts them."""
+    with LedgerStore(principals.ledger, token=principals.agent_token) as s:
+        yield s
+
+
+def current_id(session: Session, scope: str, claim_key: str) -> str:
+    """The id of the one usable record of a claim."""
+    result = session.read(scope, claim_key)
+    assert result.outcome == Outcome.FOUND, result
+    assert len(result.records) == 1
+    return result.records[0].id
+
+
+# -- batches ---------------------------------------------------------------------------
+
+
+def test_batch_answers_each_operation_in_its_place(store: LedgerStore) -> None:
+    store.put(("test", "foo"), "key1", {"data": "value1"})
+    store.put(("test", "bar"), "key2", {"data": "value2"})
+
+    results = store.batch(
+        [
+            GetOp(namespace=("test", "foo"), key="key1"),
+            PutOp(namespace=("test", "bar"), key="key2", value={"data": "value2"}),
+            SearchOp(namespace_prefix=("test",), filter={"data": "value1"}, limit=10, offset=0),
+            ListNamespacesOp(match_conditions=None, max_depth=None, limit=10, offset=0),
+            GetOp(namespace=("test",), key="key3"),
+        ]
+    )
+
+    assert len(results) == 5
+    first = results[0]
+    assert isinstance(first, Item)
+    assert (first.namespace, first.key, first.value) == (
+        ("test", "foo"),
+        "key1",
+        {"data": "value1"},
+    )
+    assert results[1] is None
+    found = results[2]
+    assert isinstance(found, list)
+    assert [(i.namespace, i.key) for i in found] == [(("test", "foo"), "key1")]
+    listed = results[3]
+    assert isinstance(listed, list)
+    assert ("test", "foo") in listed and ("test", "bar") in listed
+    assert results[4] is None
+
+    reordered = store.batch(
+        [
+            SearchOp(namespace_prefix=("test",), filter=None, limit=5, offset=0),
+            GetOp(namespace=("test", "bar"), key="key2"),
+            ListNamespacesOp(match_conditions=None, max_depth=None, limit=5, offset=0),
+            PutOp(namespace=("test",), key="key3", value={"data": "value3"}),
+            GetOp(namespace=("test", "foo"), key="key1"),
+        ]
+    )
+    assert isinstance(reordered[0], list) and len(reordered[0]) == 2
+    assert isinstance(reordered[1], Item) and reordered[1].value == {"data": "value2"}
+    assert isinstance(reordered[2], list) and len(reordered[2]) == 2
+    assert reordered[3] is None
+    assert isinstance(reordered[4], Item) and reordered[4].key == "key1"
+    item3 = store.get(("test",), "key3")
+    assert item3 is not None and item3.value == {"data": "value3"}
+
+
+def test_batch_reads_see_the_state_before_its_puts_and_the_last_put_of_a_key_wins(
+    store: LedgerStore,
+) -> None:
+    store.put(("test",), "k", {"v": 1})
+
+    results = store.batch(
+        [
+            PutOp(("test",), "k", {"v": 2}),
+            GetOp(("test",), "k"),
+            PutOp(("test",), "k", {"v": 3}),
+            PutOp(("test",), "gone", {"v": 0}),
+            PutOp(("test",), "gone", None),
+        ]
+    )
+
+    read = results[1]
+    assert isinstance(read, Item) and read.value == {"v": 1}
+    after = store.get(("test",), "k")
+    assert after is not None and after.value == {"v": 3}
+    assert store.get(("test",), "gone") is None
+
+
+def test_batch_puts_and_deletes(store: LedgerStore) -> None:
+    store.put(("test",), "key3", {"data": "old"})
+
+    results = store.batch(
+        [
+            PutOp(("test",), "key1", {"data": "value1"}),
+            PutOp(("test",), "key2", {"data": "value2"}),
+            PutOp(("test",), "key3", None),
+        ]
+    )
+
+    assert results == [None, None, None]
+    item1, item2 = store.get(("test",), "key1"), store.get(("test",), "key2")
+    assert item1 is not None and item1.value == {"data": "value1"}
+    assert item2 is not None and item2.value == {"data": "value2"}
+    assert store.get(("test",), "key3") is None
+
+
+def test_a_refused_operation_fails_the_batch_before_anything_is_written(
+    store: LedgerStore, principals: Principals
+) -> None:
+    before = principals.ledger.position
+
+    with pytest.raises(NamespaceLabelError):
+        store.batch([PutOp(("test",), "ok", {"v": 1}), PutOp(("bad label",), "k", {"v": 1})])
+
+    assert principals.ledger.position == before
+    assert store.get(("test",), "ok") is None
+
+
+# -- get / put / delete ----------------------------------------------------------------
+
+
+def test_get_returns_the_value_with_times_from_the_record(
+    store: LedgerStore, principals: Principals
+) -> None:
+    store.put(("test", "documents"), "doc1", {"title": "Test", "content": "Hello"})
+
+    item = store.get(("test", "documents"), "doc1")
+
+    assert item is not None
+    assert item.namespace == ("test", "documents")
+    assert item.key == "doc1"
+    assert item.value == {"title": "Test", "content": "Hello"}
+    record = principals.reviewer.get(current_id(principals.reviewer, "test", "documents/doc1"))
+    assert record.kind == Kind.FACT
+    assert record.proposer == "agent"
+    assert item.created_at == record.created_at
+    assert item.updated_at == record.created_at
+    assert store.get(("test", "other_documents"), "doc1") is None
+    assert store.get(("test", "documents"), "doc2") is None
+
+
+def test_a_second_put_supersedes_the_first_version(
+    store: LedgerStore, principals: Principals
+) -> None:
+    store.put(("test",), "profile", {"name": "Ada"})
+    first = current_id(principals.reviewer, "test", "profile")
+
+    store.put(("test",), "profile", {"name": "Ada Lovelace"})
+
+    item = store.get(("test",), "profile")
+    assert item is not None and item.value == {"name": "Ada Lovelace"}
+    second = current_id(principals.reviewer, "test", "profile")
+    old, new = principals.reviewer.get(first), principals.reviewer.get(second)
+    assert old.status == Status.SUPERSEDED
+    assert old.superseded_by == second
+    assert new.status == Status.ACCEPTED
+    assert new.supersedes == first
+
+
+def test_delete_revokes_the_record_with_a_reason_naming_the_store(
+    store: LedgerStore, principals: Principals
+) -> None:
+    store.put(("test",), "k", {"v": 1})
+    record_id = current_id(principals.reviewer, "test", "k")
+
+    store.delete(("test",), "k")
+
+    assert store.get(("test",), "k") is None
+    view = principals.reviewer.get(record_id)
+    assert view.status == Status.REVOKED
+    assert view.reason is not None and "LedgerStore" in view.reason
+    store.delete(("test",), "never-there")  # deleting a missing key is not an error
+    store.put(("test",), "k", {"v": 2})  # a deleted key can be written again
+    again = store.get(("test",), "k")
+    assert again is not None and again.value == {"v": 2}
+
+
+def test_without_an_approver_a_put_is_a_candidate_until_reviewed(
+    review_store: LedgerStore, principals: Principals
+) -> None:
+    review_store.put(("test",), "k", {"v": 1})
+
+    assert review_store.get(("test",), "k") is None
+    assert review_store.search(("test",)) == []
+    queue = principals.reviewer.records("test", status="CANDIDATE")
+    assert [(r.claim_key, r.value) for r in queue] == [("k", {"v": 1})]
+
+    principals.reviewer.accept(queue[0].id)
+
+    item = review_store.get(("test",), "k")
+    assert item is not None and item.value == {"v": 1}
+    review_store.put(("test",), "k", {"v": 2})
+    still = review_store.get(("test",), "k")
+    assert still is not None and still.value == {"v": 1}  # the new version awaits review
+
+
+def test_without_an_approver_a_delete_needs_the_approve_role(
+    review_store: LedgerStore, principals: Principals
+) -> None:
+    review_store.put(("test",), "k", {"v": 1})
+
+    with pytest.raises(AccessDeniedError):
+        review_store.delete(("test",), "k")
+
+    assert principals.reviewer.records("test", status="CANDIDATE")[0].claim_key == "k"
+
+
+def test_the_approver_must_be_another_principal(principals: Principals) -> None:
+    with pytest.raises(InvalidInputError, match="separation of duties"):
+        LedgerStore(
+            principals.ledger,
+            token=principals.agent_token,
+            approver_token=principals.agent_token,
+        )
+
+
+def test_records_of_other_kinds_and_foreign_claim_keys_are_not_items(
+    store: LedgerStore, principals: Principals
+) -> None:
+    guess = principals.agent.propose("test", "k", {"v": "guess"}, Kind.INFERENCE)
+    principals.reviewer.accept(guess)
+    odd = principals.agent.propose("test", "a.b/k", {"v": 1}, Kind.FACT)  # "a.b" is no label
+    principals.reviewer.accept(odd)
+
+    assert store.get(("test",), "k") is None
+    assert store.search(("test",)) == []
+    assert store.list_namespaces() == []
+
+
+def test_usable_records_that_disagree_raise_instead_of_picking_one(
+    store: LedgerStore, principals: Principals
+) -> None:
+    store.put(("test",), "k", {"v": 1})
+    rival = principals.agent.propose("test", "k", {"v": 2}, Kind.FACT)
+    principals.reviewer.accept(rival)
+
+    with pytest.raises(MemoryConflictError, match=rival):
+        store.get(("test",), "k")
+    with pytest.raises(MemoryConflictError):
+        store.search(("test",))
+
+
+def test_a_scope_without_grants_is_refused(store: LedgerStore) -> None:
+    with pytest.raises(AccessDeniedError):
+        store.put(("secret",), "k", {"v": 1})
+    with pytest.raises(AccessDeniedError):
+        store.get(("secret",), "k")
+
+
+# -- search ----------------------------------------------------------------------------
+
+
+def test_search_by_namespace_prefix_filter_limit_and_offset(store: LedgerStore) -> None:
+    data = [
+        (("test", "docs"), "doc1", {"title": "First", "author": "Alice", "tags": ["important"]}),
+        (("test", "docs"), "doc2", {"title": "Second", "author": "Bob", "tags": ["draft"]}),
+        (("test", "images"), "img1", {"title": "Image", "author": "Alice", "tags": ["draft"]}),
+    ]
+    for namespace, key, value in data:
+        store.put(namespace, key, value)
+
+    assert len(store.search(("test",))) == 3
+    docs = store.search(("test", "docs"))
+    assert {i.key for i in docs} == {"doc1", "doc2"}
+    assert all(i.namespace == ("test", "docs") for i in docs)
+    alice = store.search(("test",), filter={"author": "Alice"})
+    assert {i.key for i in alice} == {"doc1", "img1"}
+    drafts = store.search(("test",), filter={"tags": ["draft"]})
+    assert {i.key for i in drafts} == {"doc2", "img1"}
+    first_page = store.search(("test",), limit=2)
+    second_page = store.search(("test",), limit=2, offset=2)
+    assert len(first_page) == 2 and len(second_page) == 1
+    assert {i.key for i in first_page}.isdisjoint({i.key for i in second_page})
+    assert store.search(("test",), limit=0) == []
+
+
+def test_search_lists_the_newest_versions_first(store: LedgerStore) -> None:
+    for key in ("a", "b", "c"):
+        store.put(("test",), key, {"key": key})
+    store.put(("test",), "a", {"key": "a", "version": 2})
+
+    keys = [i.key for i in store.search(("test",))]
+
+    assert keys == ["a", "c", "b"]
+    assert store.search(("test",))[0].value == {"key": "a", "version": 2}
+
+
+def test_search_filter_operators(store: LedgerStore) -> None:
+    store.put(("items",), "i1", {"price": 10, "name": "apple", "meta": {"rank": 1}})
+    store.put(("items",), "i2", {"price": 20.5, "name": "pear", "meta": {"rank": 2}})
+    store.put(("items",), "i3", {"price": 30, "name": "plum", "meta": {"rank": 3}})
+    store.put(("items",), "i4", {"name": "free"})
+
+    def keys(flt: dict[str, Any]) -> set[str]:
+        return {i.key for i in store.search(("items",), filter=flt)}
+
+    assert keys({"price": {"$gt": 15}}) == {"i2", "i3"}
+    assert keys({"price": {"$gte": 20.5}}) == {"i2", "i3"}
+    assert keys({"price": {"$lt": 20.5}}) == {"i1"}
+    assert keys({"price": {"$lte": 20.5}}) == {"i1", "i2"}
+    assert keys({"price": {"$eq": 10.0}}) == {"i1"}
+    assert keys({"price": {"$ne": 10}}) == {"i2", "i3"}  # a missing field fails every condition
+    assert keys({"price": {"$gt": 5, "$lt": 25}}) == {"i1", "i2"}
+    assert keys({"price": {"$lt": float("inf")}}) == {"i1", "i2", "i3"}
+    assert keys({"price": {"$eq": float("nan")}}) == set()
+    assert keys({"name": {"$gte": "pear"}}) == {"i2", "i3"}
+    assert keys({"meta.rank": {"$gte": 2}}) == {"i2", "i3"}
+    assert keys({"meta": {"rank": 3}}) == {"i3"}
+    assert keys({"name": "apple", "price": 10}) == {"i1"}
+    assert keys({"name": "O'Brien' OR '1'='1"}) == set()
+
+
+def test_search_filters_booleans_apart_from_numbers(store: LedgerStore) -> None:
+    store.put(("flags",), "f1", {"active": True})
+    store.put(("flags",), "f2", {"active": False})
+    store.put(("flags",), "f3", {"active": 1})
+
+    assert {i.key for i in store.search(("flags",), filter={"active": True})} == {"f1"}
+    assert {i.key for i in store.search(("flags",), filter={"active": False})} == {"f2"}
+    assert {i.key for i in store.search(("flags",), filter={"active": 1})} == {"f3"}
+
+
+def test_search_refuses_an_unknown_operator(store: LedgerStore) -> None:
+    with pytest.raises(InvalidInputError, match=r"\$in"):
+        store.search(("items",), filter={"price": {"$in": [1, 2]}})
+
+
+def test_search_stops_at_label_boundaries_and_is_case_sensitive(store: LedgerStore) -> None:
+    for namespace in [
+        ("foo",),
+        ("foo", "child"),
+        ("foo", "child", "deep"),
+        ("foobar",),
+        ("foobar", "baz"),
+        ("foo2",),
+        ("foo", "Child"),
+        ("foo", "child2"),
+    ]:
+        store.put(namespace, "k", {"v": 1})
+
+    def namespaces(prefix: tuple[str, ...]) -> set[tuple[str, ...]]:
+        return {i.namespace for i in store.search(prefix, limit=100)}
+
+    assert namespaces(("foo",)) == {
+        ("foo",),
+        ("foo", "child"),
+        ("foo", "child", "deep"),
+        ("foo", "Child"),
+        ("foo", "child2"),
+    }
+    assert namespaces(("foo", "child")) == {("foo", "child"), ("foo", "child", "deep")}
+    assert namespaces(("foo", "Child")) == {("foo", "Child")}
+    assert namespaces(("foobar",)) == {("foobar",), ("foobar", "baz")}
+    with pytest.raises(AccessDeniedError):  # a scope without grants: refused, not empty
+        namespaces(("fo",))
+
+
+def test_search_with_an_empty_prefix_covers_every_readable_scope(
+    store: LedgerStore, principals: Principals
+) -> None:
+    for namespace in [("test",), ("prod", "c"), ("docs", "e", "f")]:
+        store.put(namespace, "k", {"v": 1})
+    outsider = principals.ledger.authenticate(principals.ledger.admin().issue_token("outsider"))
+    hidden = outsider.propose("secret", "k", {"v": "hidden"}, Kind.FACT)
+    assert hidden
+
+    assert {i.namespace for i in store.search((), limit=100)} == {
+        ("test",),
+        ("prod", "c"),
+        ("docs", "e", "f"),
+    }
+
+
+def test_search_skips_candidates_and_withdrawn_records(
+    store: LedgerStore, principals: Principals
+) -> None:
+    store.put(("test",), "kept", {"v": 1})
+    store.put(("test",), "revoked", {"v": 2})
+    principals.reviewer.revoke(current_id(principals.reviewer, "test", "revoked"), "wrong")
+    principals.agent.propose("test", "pending", {"v": 3}, Kind.FACT)
+
+    assert [i.key for i in store.search(("test",))] == ["kept"]
+
+
+def test_a_semantic_query_an_index_or_a_ttl_is_refused_clearly(store: LedgerStore) -> None:
+    with pytest.raises(UnsupportedStoreOperationError, match="semantic"):
+        store.search(("test",), query="what does the user like?")
+    with pytest.raises(UnsupportedStoreOperationError, match="index"):
+        store.put(("test",), "k", {"text": "x"}, index=["text"])
+    with pytest.raises(UnsupportedStoreOperationError, match="ttl"):
+        store.batch([PutOp(("test",), "k", {"text": "x"}, ttl=5.0)])
+    with pytest.raises(NotImplementedError):
+        store.put(("test",), "k", {"text": "x"}, ttl=5.0)
+    store.put(("test",), "k", {"text": "x"}, index=False)
+    assert store.get(("test",), "k") is not None
+
+
+# -- list_namespaces -------------------------------------------------------------------
+
+
+def test_list_namespaces_with_prefix_suffix_depth_and_pages(store: LedgerStore) -> None:
+    namespaces = [
+        ("test", "documents", "public"),
+        ("test", "documents", "private"),
+        ("test", "images", "public"),
+        ("test", "images", "private"),
+        ("prod", "documents", "public"),
+        ("prod", "documents", "some", "nesting", "public"),
+        ("prod", "documents", "private"),
+    ]
+    for namespace in namespaces:
+        store.put(namespace, "dummy", {"content": "dummy"})
+
+    assert store.list_namespaces() == sorted(namespaces)
+    assert set(store.list_namespaces(prefix=("test",))) == set(namespaces[:4])
+    assert len(store.list_namespaces(prefix=("test", "documents"))) == 2
+    assert {ns[-1] for ns in store.list_namespaces(suffix=("public",))} == {"public"}
+    assert len(store.list_namespaces(suffix=("public",))) == 4
+    assert set(store.list_namespaces(prefix=("test",), suffix=("public",))) == {
+        ("test", "documents", "public"),
+        ("test", "images", "public"),
+    }
+    assert len(store.list_namespaces(prefix=("*", "documents"))) == 5
+    assert set(store.list_namespaces(suffix=("some", "*", "public"))) == {namespaces[5]}
+    assert store.list_namespaces(max_depth=2) == [
+        ("prod", "documents"),
+        ("test", "documents"),
+        ("test", "images"),
+    ]
+    assert store.list_namespaces(prefix=("prod",), max_depth=3) == [
+        ("prod", "documents", "private"),
+        ("prod", "documents", "public"),
+        ("prod", "documents", "some"),
+    ]
+    assert store.list_namespaces(limit=3) == sorted(namespaces)[:3]
+    assert store.list_namespaces(offset=3) == sorted(namespaces)[3:]
+
+
+def test_list_namespaces_matches_whole_labels(store: LedgerStore) -> None:
+    for namespace in [
+        ("foo",),
+        ("foo", "child"),
+        ("foobar",),
+        ("uid", "users", "alice"),
+        ("uid", "users", "malice"),
+        ("uid", "a", "b", "alice"),
+        ("uid", "users", "alice\n"),
+    ]:
+        store.put(namespace, "k", {"v": 1})
+
+    assert set(store.list_namespaces(prefix=("foo",))) == {("foo",), ("foo", "child")}
+    assert set(store.list_namespaces(suffix=("alice",))) == {
+        ("uid", "users", "alice"),
+        ("uid", "a", "b", "alice"),
+    }
+    assert set(store.list_namespaces(prefix=("uid", "*", "alice"))) == {
+        ("uid", "users", "alice"),
+    }
+
+
+def test_list_namespaces_leaves_out_namespaces_with_nothing_usable(
+    store: LedgerStore, principals: Principals
+) -> None:
+    store.put(("test", "live"), "k", {"v": 1})
+    store.put(("test", "dead"), "k", {"v": 1})
+
+    store.delete(("test", "dead"), "k")
+
+    assert store.list_namespaces() == [("test", "live")]
+
+
+# -- namespaces and keys ---------------------------------------------------------------
+
+
+def test_labels_the_ledger_cannot_hold_are_refused_by_name(
+    store: LedgerStore, principals: Principals
+) -> None:
+    with pytest.raises(InvalidNamespaceError, match="user 1") as refused:
+        store.put(("user 1", "notes"), "k", {"v": 1})
+    assert isinstance(refused.value, LedgerError)
+    with pytest.raises(InvalidNamespaceError, match="users"):
+        store.get(("users.eu",), "k")  # LangGraph's own rule: no periods in labels
+    with pytest.raises(InvalidNamespaceError):
+        store.batch([GetOp(("test", "a.b"), "k")])
+    with pytest.raises(InvalidNamespaceError, match="langgraph"):
+        store.batch([PutOp(("langgraph",), "k", {"v": 1})])
+    with pytest.raises(InvalidNamespaceError, match="fewer than"):
+        store.get((), "k")
+    with pytest.raises(InvalidNamespaceError, match="at most 512"):
+        store.put(("test", "x" * 300), "y" * 300, {"v": 1})
+    deep = LedgerStore(principals.ledger, token=principals.agent_token, scope_depth=2)
+    with pytest.raises(InvalidNamespaceError, match="'a:b'"):
+        deep.get(("a:b", "c"), "k")
+
+
+def test_scope_depth_two_joins_the_first_labels_into_the_scope(principals: Principals) -> None:
+    admin = principals.ledger.admin()
+    for principal, roles in (("agent", ["propose", "read"]), ("reviewer", ["approve", "read"])):
+        admin.grant(principal, "acme:support", roles)
+    store = LedgerStore(
+        principals.ledger,
+        token=principals.agent_token,
+        approver_token=principals.reviewer_token,
+        scope_depth=2,
+    )
+
+    store.put(("acme", "support", "users", "u1"), "lang", {"value": "fr"})
+
+    assert current_id(principals.reviewer, "acme:support", "users/u1/lang")
+    item = store.get(("acme", "support", "users", "u1"), "lang")
+    assert item is not None and item.value == {"value": "fr"}
+    assert store.list_namespaces(prefix=("acme",)) == [("acme", "support", "users", "u1")]
+    assert [i.key for i in store.search(("acme",))] == ["lang"]
+    store.close()
+
+
+TRICKY = [
+    (("test",), "plain"),
+    (("test",), "a/b"),
+    (("test", "a"), "b"),
+    (("test",), "a%2Fb"),
+    (("test",), "100%"),
+    (("test", "x/y"), "z"),
+    (("test", "x", "y"), "z"),
+    (("test",), " padded "),
+    (("test",), "padded"),
+    (("test",), "line\nbreak"),
+    (("test",), "tab\there"),
+    (("test",), "caf\u00e9"),  # NFC
+    (("test",), "cafe\u0301"),  # NFD: another key, not normalised into the first
+    (("test", "\u00e9t\u00e9"), "k"),
+    (("test", "e\u0301te\u0301"), "k"),
+    (("test",), "emoji \U0001f600"),
+    (("test",), "zero\u200bwidth"),
+    (("test", "ns"), ""),
+]
+
+
+def test_claim_keys_of_tricky_namespaces_and_keys_are_distinct_and_valid() -> None:
+    claims = [claim_key_of(ns[1:], key) for ns, key in TRICKY]
+
+    assert len(set(claims)) == len(claims)
+    for (ns, key), claim in zip(TRICKY, claims, strict=True):
+        assert parse_claim_key(claim) == (ns[1:], key)
+        assert check_text(claim, "claim_key", max_len=512) == claim
+        assert unicodedata.is_normalized("NFC", claim)
+        assert claim == claim.strip()
+
+
+def test_tricky_keys_round_trip_through_the_ledger(store: LedgerStore) -> None:
+    for n, (namespace, key) in enumerate(TRICKY):
+        store.put(namespace, key, {"n": n})
+
+    for n, (namespace, key) in enumerate(TRICKY):
+        item = store.get(namespace, key)
+        assert item is not None and item.value == {"n": n}, (namespace, key)
+    found = {(i.namespace, i.key): i.value["n"] for i in store.search(("test",), limit=100)}
+    assert found == {(ns, key): n for n, (ns, key) in enumerate(TRICKY)}
+    assert set(store.list_namespaces()) == {ns for ns, _ in TRICKY}
+
+
+def test_an_empty_key_directly_under_the_scope_is_refused() -> None:
+    with pytest.raises(NamespaceLabelError, match="empty"):
+        claim_key_of((), "")
+
+
+labels = st.text(min_size=1, max_size=12).filter(lambda s: "." not in s and "\x00" not in s)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    first=st.tuples(st.lists(labels, max_size=3), st.text(max_size=12)),
+    second=st.tuples(st.lists(labels, max_size=3), st.text(max_size=12)),
+)
+def test_the_claim_key_mapping_is_injective_and_reversible(
+    first: tuple[list[str], str], second: tuple[list[str], str]
+) -> None:
+    claims = []
+    for rest, key in (first, second):
+        try:
+            claim = claim_key_of(rest, key)
+        except NamespaceLabelError:
+            continue  # lone surrogates and the empty key are refused by name
+        assert parse_claim_key(claim) == (tuple(rest), key)
+        assert unicodedata.is_normalized("NFC", claim)
+        check_text(claim, "claim_key", max_len=512)
+        claims.append(((tuple(rest), key), claim))
+    if len(claims) == 2 and claims[0][0] != claims[1][0]:
+        assert claims[0][1] != claims[1][1]
+
+
+def test_run_ids_of_threads_are_ledger_names() -> None:
+    assert run_id_of("t1") == "langgraph.t1"
+    odd = run_id_of("user 42 / chat \u00e9")
+    assert odd.startswith("langgraph.h-") and odd != run_id_of("user 42 / chat e")
+
+
+# -- async -----------------------------------------------------------------------------
+
+
+def test_async_operations_match_the_sync_ones(store: LedgerStore) -> None:
+    async def scenario() -> None:
+        await store.aput(("test", "a"), "k1", {"v": 1})
+        await store.aput(("test", "b"), "k2", {"v": 2})
+        item = await store.aget(("test", "a"), "k1")
+        assert item is not None and item.value == {"v": 1}
+        assert {i.key for i in await store.asearch(("test",))} == {"k1", "k2"}
+        assert await store.alist_namespaces(prefix=("test",)) == [("test", "a"), ("test", "b")]
+        await store.adelete(("test", "a"), "k1")
+        assert await store.aget(("test", "a"), "k1") is None
+        results = await store.abatch(
+            [GetOp(("test", "b"), "k2"), PutOp(("test",), "k3", {"v": 3}), GetOp(("test",), "x")]
+        )
+        assert isinstance(results[0], Item) and results[1] is None and results[2] is None
+
+    asyncio.run(scenario())
+    assert store.get(("test",), "k3") is not None
+
+
+def test_concurrent_async_puts_and_gets_all_land(store: LedgerStore) -> None:
+    keys = [f"key{i}" for i in range(8)]
+
+    async def scenario() -> list[Item | None]:
+        await asyncio.gather(
+            *(store.aput(("test", f"n{i % 2}"), k, {"i": i}) for i, k in enumerate(keys))
+        )
+        return await asyncio.gather(
+            *(store.aget(("test", f"n{i % 2}"), k) for i, k in enumerate(keys))
+        )
+
+    items = asyncio.run(scenario())
+
+    assert [i.value["i"] if i else None for i in items] == list(range(8))
+
+
+class _GatedStore(LedgerStore):
+    """Its batch waits until the event loop has run another task."""
+
+    released = threading.Event()
+    waited: bool | None = None
+
+    def _execute(self, ops: list[Op], thread: str | None) -> list[Result]:
+        type(self).waited = self.released.wait(timeout=10)
+        return super()._execute(ops, thread)
+
+
+def test_abatch_does_not_block_the_event_loop(principals: Principals) -> None:
+    store = _GatedStore(
+        principals.ledger, token=principals.agent_token, approver_token=principals.reviewer_token
+    )
+
+    async def release() -> None:
+        await asyncio.sleep(0)
+        store.released.set()
+
+    async def scenario() -> None:
+        await asyncio.gather(store.aput(("test",), "k", {"v": 1}), release())
+
+    asyncio.run(scenario())
+
+    assert _GatedStore.waited is True  # the loop ran release() while the batch waited
+    assert store.get(("test",), "k") is not None
+
+
+# -- inside a graph ----------------------------------------------------------------------
+
+
+class State(TypedDict):
+    greeting: str
+
+
+def greeting_graph(store: BaseStore) -> Any:
+    """A node that reads the user's name and writes a greeting derived from it."""
+
+    def greet(state: State) -> State:
+        memories = get_store()
+        name = memories.get(("proj-a", "user"), "name")
+        greeting = f"Hello, {name.value['text'] if name else 'stranger'}!"
+        memories.put(("proj-a", "greetings"), "latest", {"text": greeting})
+        return {"greeting": greeting}
+
+    builder = StateGraph(State)
+    builder.add_node("greet", greet)
+    builder.add_edge(START, "greet")
+    builder.add_edge("greet", END)
+    return builder.compile(store=store)
+
+
+def test_a_graph_node_writes_a_memory_derived_from_what_it_read(
+    store: LedgerStore, principals: Principals
+) -> None:
+    store.put(("proj-a", "user"), "name", {"text": "Ada"})
+    graph = greeting_graph(store)
+
+    out = graph.invoke({"greeting": ""}, {"configurable": {"thread_id": "chat-1"}})
+
+    assert out["greeting"] == "Hello, Ada!"
+    name_id = current_id(principals.reviewer, "proj-a", "user/name")
+    greeting = principals.reviewer.get(
+        current_id(principals.reviewer, "proj-a", "greetings/latest")
+    )
+    assert greeting.observed == (name_id,)
+    item = store.get(("proj-a", "greetings"), "latest")
+    assert item is not None and item.value == {"text": "Hello, Ada!"}
+
+
+def test_revoking_a_memory_hides_the_memories_derived_from_it(
+    store: LedgerStore, principals: Principals
+) -> None:
+    store.put(("proj-a", "user"), "name", {"text": "Mallory (a poisoned guess)"})
+    greeting_graph(store).invoke({"greeting": ""}, {"configurable": {"thread_id": "chat-1"}})
+    assert store.get(("proj-a", "greetings"), "latest") is not None
+    greeting_id = current_id(principals.reviewer, "proj-a", "greetings/latest")
+
+    revocation = principals.reviewer.revoke(
+        current_id(principals.reviewer, "proj-a", "user/name"), "the name was a guess"
+    )
+
+    assert greeting_id in revocation.stale
+    assert principals.reviewer.get(greeting_id).status == Status.STALE
+    assert store.get(("proj-a", "greetings"), "latest") is None
+    assert store.search(("proj-a",)) == []
+
+
+def test_deleting_a_memory_through_the_store_hides_what_was_derived_from_it(
+    store: LedgerStore, principals: Principals
+) -> None:
+    store.put(("proj-a", "user"), "name", {"text": "Ada"})
+    greeting_graph(store).invoke({"greeting": ""}, {"configurable": {"thread_id": "chat-1"}})
+
+    store.delete(("proj-a", "user"), "name")
+
+    assert store.get(("proj-a", "greetings"), "latest") is None
+
+
+def test_a_graph_run_without_a_thread_records_nothing_as_observed(
+    store: LedgerStore, principals: Principals
+) -> None:
+    store.put(("proj-a", "user"), "name", {"text": "Ada"})
+
+    greeting_graph(store).invoke({"greeting": ""})
+
+    greeting = principals.reviewer.get(
+        current_id(principals.reviewer, "proj-a", "greetings/latest")
+    )
+    assert greeting.observed == ()
+
+
+def test_a_search_in_a_node_is_observed_too(store: LedgerStore, principals: Principals) -> None:
+    store.put(("proj-a", "facts"), "f1", {"text": "sky is blue"})
+    store.put(("proj-a", "facts"), "f2", {"text": "grass is green"})
+
+    def summarise(state: State) -> State:
+        memories = get_store()
+        facts = memories.search(("proj-a", "facts"))
+        text = "; ".join(sorted(f.value["text"] for f in facts))
+        memories.put(("proj-a", "summaries"), "all", {"text": text})
+        return {"greeting": text}
+
+    builder = StateGraph(State)
+    builder.add_node("summarise", summarise)
+    builder.add_edge(START, "summarise")
+    builder.add_edge("summarise", END)
+    builder.compile(store=store).invoke({"greeting": ""}, {"configurable": {"thread_id": "t"}})
+
+    summary = principals.reviewer.get(current_id(principals.reviewer, "proj-a", "summaries/all"))
+    assert set(summary.observed) == {
+        current_id(principals.reviewer, "proj-a", "facts/f1"),
+        current_id(principals.reviewer, "proj-a", "facts/f2"),
+    }
+
+
+def test_a_thread_that_updates_a_memory_it_read_keeps_writing(
+    store: LedgerStore, principals: Principals
+) -> None:
+    store.put(("proj-a", "user"), "visits", {"count": 0})
+
+    def count(state: State) -> State:
+        memories = get_store()
+        seen = memories.get(("proj-a", "user"), "visits")
+        assert seen is not None
+        visits = seen.value["count"] + 1
+        memories.put(("proj-a", "user"), "visits", {"count": visits})
+        memories.put(("proj-a", "greetings"), "latest", {"text": f"visit {visits}"})
+        return {"greeting": f"visit {visits}"}
+
+    builder = StateGraph(State)
+    builder.add_node("count", count)
+    builder.add_edge(START, "count")
+    builder.add_edge("count", END)
+    graph = builder.compile(store=store)
+    for _ in range(3):
+        graph.invoke({"greeting": ""}, {"configurable": {"thread_id": "chat-7"}})
+
+    visits = store.get(("proj-a", "user"), "visits")
+    assert visits is not None and visits.value == {"count": 3}
+    greeting = store.get(("proj-a", "greetings"), "latest")
+    assert greeting is not None and greeting.value == {"text": "visit 3"}
+    latest = principals.reviewer.get(current_id(principals.reviewer, "proj-a", "greetings/latest"))
+    visits_id = current_id(principals.reviewer, "proj-a", "user/visits")
+    assert visits_id in latest.observed  # it rests on the version the thread wrote
+    principals.reviewer.revoke(visits_id, "miscounted")
+    assert store.get(("proj-a", "greetings"), "latest") is None
+
+
+def writer_graph(store: BaseStore) -> Any:
+    """A node that only writes (it reads nothing in this invocation)."""
+
+    def note(state: State) -> State:
+        get_store().put(("proj-a", "notes"), "last", {"text": state["greeting"]})
+        return state
+
+    builder = StateGraph(State)
+    builder.add_node("note", note)
+    builder.add_edge(START, "note")
+    builder.add_edge("note", END)
+    return builder.compile(store=store)
+
+
+def test_a_thread_goes_on_after_a_memory_it_read_was_updated_and_read_again(
+    store: LedgerStore, principals: Principals
+) -> None:
+    store.put(("proj-a", "user"), "name", {"text": "Ada"})
+    graph = greeting_graph(store)
+    graph.invoke({"greeting": ""}, {"configurable": {"thread_id": "chat-1"}})
+    store.put(("proj-a", "user"), "name", {"text": "Grace"})  # outside the thread
+
+    out = graph.invoke({"greeting": ""}, {"configurable": {"thread_id": "chat-1"}})
+
+    assert out["greeting"] == "Hello, Grace!"
+    greeting = principals.reviewer.get(
+        current_id(principals.reviewer, "proj-a", "greetings/latest")
+    )
+    assert greeting.observed == (current_id(principals.reviewer, "proj-a", "user/name"),)
+
+
+def test_a_thread_that_read_a_withdrawn_memory_is_refused_its_next_put(
+    store: LedgerStore, principals: Principals
+) -> None:
+    store.put(("proj-a", "user"), "name", {"text": "Mallory"})
+    greeting_graph(store).invoke({"greeting": ""}, {"configurable": {"thread_id": "chat-1"}})
+    name_id = current_id(principals.reviewer, "proj-a", "user/name")
+    principals.reviewer.revoke(name_id, "poisoned")
+
+    with pytest.raises(InvalidParentError, match="read the key again") as refused:
+        writer_graph(store).invoke({"greeting": "hi"}, {"configurable": {"thread_id": "chat-1"}})
+
+    assert name_id in str(refused.value)
+    assert store.get(("proj-a", "notes"), "last") is None
+    writer_graph(store).invoke({"greeting": "hi"}, {"configurable": {"thread_id": "chat-2"}})
+    assert store.get(("proj-a", "notes"), "last") is not None  # a new thread starts clean

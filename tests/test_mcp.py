@@ -1,0 +1,1124 @@
+"""The MCP server (``ledger.integrations.mcp``) through the SDK's own client.
+
+In process, ``mcp.Client(server)`` talks to ``build_server(ledger, token)`` on each
+backend of the ``ledger`` fixture: every tool, the role-dependent tool list, tool
+errors for bad input and refusals (carrying the ``LedgerError``'s class and
+message), one connection = one run (its reads observed on its proposals), scope
+isolation, the record resource and its update notifications. One test spawns
+``provledger mcp`` over stdio with the token in the environment.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.server.mcpserver import MCPServer
+from mcp.shared.exceptions import MCPError
+from mcp.shared.subscriptions import ResourceUpdated
+
+from ledger import Kind, Ledger, Session
+from ledger.errors import (
+    AccessDeniedError,
+    AuthenticationError,
+    InvalidParentError,
+    InvalidTransitionError,
+    LedgerError,
+    SelfApprovalError,
+)
+from ledger.integrations.mcp import APPROVAL_TOOLS, TOOLS, build_server, record_uri
+
+from .conftest import raw_rows
+
+pytestmark = pytest.mark.anyio
+
+SCOPE = "proj-a"
+OTHER = "proj-b"
+CLAIM = "api.orders.retry_safe"
+MEMORY_TOOLS = [
+    "capture_evidence",
+    "propose_memory",
+    "read_memory",
+    "explain_memory",
+    "get_record",
+    "list_records",
+    "audit_record",
+]
+APPROVALS = ["accept_memory", "reject_memory", "revoke_memory", "revalidate_memory"]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@dataclass
+class Team:
+    """A ledger with an agent (propose, read in proj-a), a reviewer (approve, read,
+    audit in proj-a), a lead (propose, approve, read in proj-a), an outsider (propose,
+    read in proj-b only); their tokens, sessions and MCP servers."""
+
+    ledger: Ledger
+    tokens: dict[str, str]
+    sessions: dict[str, Session]
+    servers: dict[str, MCPServer[Any]]
+
+    @asynccontextmanager
+    async def client(self, who: str) -> AsyncIterator[Client]:
+        """A connection to ``who``'s server (a new one each time: a new run)."""
+        async with Client(self.servers[who]) as client:
+            yield client
+
+
+@pytest.fixture
+def team(ledger: Ledger) -> Team:
+    admin = ledger.admin()
+    grants = {
+        "agent-1": (SCOPE, ["propose", "read"]),
+        "reviewer": (SCOPE, ["approve", "read", "audit"]),
+        "lead": (SCOPE, ["propose", "approve", "read"]),
+        "outsider": (OTHER, ["propose", "read", "approve", "audit"]),
+    }
+    tokens = {}
+    for subject, (scope, roles) in grants.items():
+        admin.grant(subject, scope=scope, roles=roles)
+        tokens[subject] = admin.issue_token(subject)
+    return Team(
+        ledger=ledger,
+        tokens=tokens,
+        sessions={who: ledger.authenticate(token) for who, token in tokens.items()},
+        servers={who: build_server(ledger, token) for who, token in tokens.items()},
+    )
+
+
+async def ok(client: Client, tool: str, **arguments: Any) -> Any:
+    """Call ``tool``; it must succeed; its structured result."""
+    result = await client.call_tool(tool, arguments)
+    assert not result.is_error, result.content
+    assert result.structured_content is not None
+    return result.structured_content
+
+
+async def refused(client: Client, tool: str, **arguments: Any) -> str:
+    """Call ``tool``; it must be a tool error; its text."""
+    result = await client.call_tool(tool, arguments)
+    assert result.is_error, result.structured_content
+    text = result.content[0].text
+    assert isinstance(text, str)
+    return text
+
+
+def refusal(exc: LedgerError) -> str:
+    """What a tool error carries for ``exc``."""
+    return f"{type(exc).__name__}: {exc}"
+
+
+def records_state(ledger: Ledger) -> dict[str, Any]:
+    """What the ledger holds besides runs: records by status, snapshots, deliveries."""
+    stats = ledger.stats()
+    return {k: stats[k] for k in ("records", "statuses", "snapshots", "deliveries")}
+
+
+def library_refusal(call: Callable[[], object]) -> str:
+    """The refusal the library itself gives for ``call``."""
+    with pytest.raises(LedgerError) as info:
+        call()
+    return refusal(info.value)
+
+
+async def accepted_evidence(team: Team, rid: str, content: str = "retries are safe") -> None:
+    """The agent captures a document; the reviewer accepts it."""
+    async with team.client("agent-1") as agent:
+        await ok(
+            agent,
+            "capture_evidence",
+            scope=SCOPE,
+            uri=f"https://docs.test/{rid}",
+            content=content,
+            id=rid,
+        )
+    async with team.client("reviewer") as reviewer:
+        await ok(reviewer, "accept_memory", record_id=rid)
+
+
+# -- the tool list --------------------------------------------------------------------------
+
+
+async def test_an_agent_token_gets_the_memory_tools_and_no_approval_tool(team: Team) -> None:
+    async with team.client("agent-1") as agent:
+        # When the agent's client lists the tools
+        names = [t.name for t in (await agent.list_tools()).tools]
+
+        # Then it has the memory tools and none of the approval tools,
+        assert names == MEMORY_TOOLS
+        # which cannot be called either
+        text = await refused(agent, "accept_memory", record_id="E1")
+        assert "accept_memory" in text
+
+
+async def test_a_token_holding_approve_also_gets_the_approval_tools(team: Team) -> None:
+    async with team.client("reviewer") as reviewer:
+        names = [t.name for t in (await reviewer.list_tools()).tools]
+    assert names == MEMORY_TOOLS + APPROVALS
+
+
+async def test_every_tool_is_described_for_a_model_with_schemas_and_annotations(
+    team: Team,
+) -> None:
+    async with team.client("reviewer") as reviewer:
+        tools = {t.name: t for t in (await reviewer.list_tools()).tools}
+
+    for name, tool in tools.items():
+        # Each tool has a description, an input schema with described arguments,
+        # an output schema and annotations
+        assert tool.description and len(tool.description) > 150, name
+        properties = tool.input_schema["properties"]
+        assert properties and all(p.get("description") for p in properties.values()), name
+        assert tool.output_schema is not None and tool.output_schema["type"] == "object"
+        assert tool.annotations is not None and tool.annotations.open_world_hint is False
+    # Reads are read-only; revoking and rejecting are destructive, accepting is not
+    for name in ("read_memory", "explain_memory", "get_record", "list_records", "audit_record"):
+        hints = tools[name].annotations
+        assert hints is not None and hints.read_only_hint and hints.idempotent_hint
+    for name, destructive in (
+        ("capture_evidence", False),
+        ("propose_memory", False),
+        ("accept_memory", False),
+        ("revalidate_memory", False),
+        ("reject_memory", True),
+        ("revoke_memory", True),
+    ):
+        hints = tools[name].annotations
+        assert hints is not None and hints.read_only_hint is False, name
+        assert hints.destructive_hint is destructive, name
+    # The descriptions say what a model must know
+    assert "CANDIDATE" in tools["propose_memory"].description
+    assert "never" in tools["propose_memory"].description
+    for outcome in ("FOUND", "MISSING", "CONFLICT"):
+        assert outcome in tools["read_memory"].description
+    # The library's argument names
+    assert set(tools["propose_memory"].input_schema["properties"]) == {
+        *("scope", "claim_key", "value", "kind", "parents", "expires", "conditions", "id"),
+        "supersedes",
+    }
+    kind_schema = tools["propose_memory"].input_schema["properties"]["kind"]
+    assert kind_schema["enum"] == [k.value for k in Kind]
+    assert [fn.__name__ for fn, _, _ in TOOLS] == MEMORY_TOOLS
+    assert [fn.__name__ for fn, _, _ in APPROVAL_TOOLS] == APPROVALS
+
+
+# -- the memory cycle -----------------------------------------------------------------------
+
+
+async def test_a_proposal_reads_missing_until_a_reviewer_accepts_it_then_found(
+    team: Team,
+) -> None:
+    async with team.client("agent-1") as agent, team.client("reviewer") as reviewer:
+        # Given the agent proposes a fact
+        proposal = await ok(
+            agent,
+            "propose_memory",
+            scope=SCOPE,
+            claim_key=CLAIM,
+            value={"safe": True, "max": 3},
+            kind="fact",
+            id="M1",
+        )
+        assert proposal["id"] == "M1" and proposal["status"] == "CANDIDATE"
+        assert "not memory yet" in proposal["note"]
+        assert proposal["record"]["status"] == "CANDIDATE"
+
+        # Then reading it is MISSING: a candidate is not memory
+        missing = await ok(agent, "read_memory", scope=SCOPE, claim_key=CLAIM)
+        assert missing["outcome"] == "MISSING" and missing["records"] == []
+        assert missing["value"] is None
+
+        # When the reviewer accepts it through its own server
+        decision = await ok(reviewer, "accept_memory", record_id="M1", note="checked")
+        assert decision["action"] == "accepted"
+        assert decision["record"]["status"] == "ACCEPTED"
+
+        # Then the agent reads it FOUND, with its value as stored
+        found = await ok(agent, "read_memory", scope=SCOPE, claim_key=CLAIM)
+        assert found["outcome"] == "FOUND"
+        assert found["value"] == {"safe": True, "max": 3}
+        assert [r["id"] for r in found["records"]] == ["M1"]
+    assert team.sessions["agent-1"].get("M1").value == {"safe": True, "max": 3}
+
+
+async def test_two_accepted_values_for_one_claim_read_as_a_conflict(team: Team) -> None:
+    async with team.client("agent-1") as agent, team.client("reviewer") as reviewer:
+        for rid, value in (("M1", True), ("M2", False)):
+            await ok(
+                agent,
+                "propose_memory",
+                scope=SCOPE,
+                claim_key=CLAIM,
+                value=value,
+                kind="fact",
+                id=rid,
+            )
+            await ok(reviewer, "accept_memory", record_id=rid)
+
+        conflict = await ok(agent, "read_memory", scope=SCOPE, claim_key=CLAIM)
+
+    assert conflict["outcome"] == "CONFLICT"
+    assert sorted(r["id"] for r in conflict["records"]) == ["M1", "M2"]
+
+
+async def test_captured_evidence_is_pinned_to_its_bytes_and_can_be_a_parent(
+    team: Team,
+) -> None:
+    raw = b"\x00\xffretries are safe"
+    async with team.client("agent-1") as agent:
+        # When the agent captures text and binary content
+        text = await ok(
+            agent,
+            "capture_evidence",
+            scope=SCOPE,
+            uri="https://docs.test/retries",
+            content="retries are safe",
+            id="E1",
+            fetched_at="2026-01-01T11:00:00+00:00",
+        )
+        binary = await ok(
+            agent,
+            "capture_evidence",
+            scope=SCOPE,
+            uri="https://docs.test/blob",
+            content=base64.b64encode(raw).decode(),
+            content_encoding="base64",
+            id="E2",
+        )
+        # and proposes a claim resting on the first
+        claim = await ok(
+            agent,
+            "propose_memory",
+            scope=SCOPE,
+            claim_key=CLAIM,
+            value=True,
+            kind="inference",
+            parents=["E1"],
+            id="M1",
+        )
+
+    # Then each evidence record names the exact bytes read, and when
+    evidence = text["record"]["evidence"]
+    assert evidence["content_hash"] == "sha256:" + hashlib.sha256(b"retries are safe").hexdigest()
+    assert evidence["fetched_at"] == "2026-01-01T11:00:00+00:00"
+    assert text["record"]["claim_key"] == "source:https://docs.test/retries"
+    assert text["record"]["kind"] == "evidence" and text["status"] == "CANDIDATE"
+    ref = binary["record"]["evidence"]["snapshot_ref"]
+    assert team.sessions["agent-1"].snapshot(ref) == raw
+    assert claim["record"]["parents"] == ["E1"]
+
+
+async def test_explain_memory_says_why_each_record_is_not_usable(team: Team) -> None:
+    async with team.client("agent-1") as agent, team.client("reviewer") as reviewer:
+        await ok(
+            agent,
+            "propose_memory",
+            scope=SCOPE,
+            claim_key=CLAIM,
+            value=True,
+            kind="fact",
+            id="M1",
+        )
+        await ok(
+            agent,
+            "propose_memory",
+            scope=SCOPE,
+            claim_key=CLAIM,
+            value=False,
+            kind="fact",
+            id="M2",
+            conditions={"api_version": "v2"},
+        )
+        await ok(reviewer, "accept_memory", record_id="M2")
+        await ok(reviewer, "reject_memory", record_id="M1", reason="no basis")
+
+        # When the agent asks why, without and with a matching context
+        without = await ok(agent, "explain_memory", scope=SCOPE, claim_key=CLAIM)
+        matching = await ok(
+            agent, "explain_memory", scope=SCOPE, claim_key=CLAIM, context={"api_version": "v2"}
+        )
+
+    # Then each record says why, and the matching context makes M2 usable
+    reasons = {e["record"]["id"]: (e["usable"], e["reasons"]) for e in without["entries"]}
+    assert without["outcome"] == "MISSING"
+    assert reasons["M1"][0] is False and "no basis" in " ".join(reasons["M1"][1])
+    assert reasons["M2"][0] is False and "api_version" in " ".join(reasons["M2"][1])
+    assert matching["outcome"] == "FOUND"
+
+
+async def test_get_record_and_audit_record_show_a_record_and_its_whole_history(
+    team: Team,
+) -> None:
+    await accepted_evidence(team, "E1")
+    async with team.client("agent-1") as agent, team.client("reviewer") as reviewer:
+        await ok(
+            agent,
+            "propose_memory",
+            scope=SCOPE,
+            claim_key=CLAIM,
+            value=[1, "two", None],
+            kind="inference",
+            parents=["E1"],
+            id="M1",
+            expires="2026-06-01T00:00:00Z",
+        )
+        await ok(reviewer, "revoke_memory", record_id="E1", reason="doc changed")
+
+        record = await ok(agent, "get_record", record_id="M1")
+        trail = await ok(reviewer, "audit_record", record_id="E1")
+
+    assert record["status"] == "STALE" and record["validity"] == "NEEDS_REVALIDATION"
+    assert record["value"] == [1, "two", None]
+    assert record["expires"] == "2026-06-01T00:00:00+00:00"
+    assert record["cause"] == "E1" and record["proposer"] == "agent-1"
+    assert [e["type"] for e in trail["events"]] == ["Proposed", "Accepted", "Revoked"]
+    assert trail["events"][-1]["actor"] == "reviewer"
+    assert trail["events"][-1]["details"]["reason"] == "doc changed"
+    assert trail["record"]["status"] == "REVOKED"
+
+
+async def test_list_records_pages_through_the_review_queue_and_what_needs_attention(
+    team: Team,
+) -> None:
+    await accepted_evidence(team, "E1")
+    async with team.client("agent-1") as agent, team.client("reviewer") as reviewer:
+        for n in range(5):
+            await ok(
+                agent,
+                "propose_memory",
+                scope=SCOPE,
+                claim_key=f"api.k{n}",
+                value=n,
+                kind="inference",
+                parents=["E1"],
+                id=f"M{n}",
+            )
+        await ok(reviewer, "accept_memory", record_id="M0")
+        await ok(reviewer, "accept_memory", record_id="M1")
+
+        # The review queue, two at a time, ordered by id
+        first = await ok(agent, "list_records", scope=SCOPE, status="CANDIDATE", limit=2)
+        second = await ok(
+            agent,
+            "list_records",
+            scope=SCOPE,
+            status="CANDIDATE",
+            limit=2,
+            after=first["next_after"],
+        )
+        assert [r["id"] for r in first["records"]] == ["M2", "M3"]
+        assert first["next_after"] == "M3"
+        assert [r["id"] for r in second["records"]] == ["M4"]
+        assert second["next_after"] is None
+
+        # By kind and by key prefix
+        evidence = await ok(agent, "list_records", scope=SCOPE, kind="evidence")
+        assert [r["id"] for r in evidence["records"]] == ["E1"]
+        prefixed = await ok(agent, "list_records", scope=SCOPE, claim_prefix="api.k3")
+        assert [r["id"] for r in prefixed["records"]] == ["M3"]
+
+        # After a revocation, what needs attention: everything resting on E1 (the
+        # candidates included), not E1 itself (INVALID) nor an unrelated fact (VALID),
+        # proposed outside this connection (which has been shown E1)
+        team.sessions["agent-1"].propose(
+            scope=SCOPE, claim_key="api.other", value=1, kind=Kind.FACT, id="M5"
+        )
+        await ok(reviewer, "accept_memory", record_id="M5")
+        await ok(reviewer, "revoke_memory", record_id="E1", reason="doc changed")
+        attention = await ok(agent, "list_records", scope=SCOPE, validity="NEEDS_REVALIDATION")
+        stale = await ok(agent, "list_records", scope=SCOPE, status="STALE")
+        assert [r["id"] for r in attention["records"]] == ["M0", "M1", "M2", "M3", "M4"]
+        assert attention["records"] == stale["records"]
+        assert {r["cause"] for r in stale["records"]} == {"E1"}
+
+
+async def test_reject_memory_makes_a_candidate_rejected_for_good(team: Team) -> None:
+    async with team.client("agent-1") as agent, team.client("reviewer") as reviewer:
+        await ok(
+            agent,
+            "propose_memory",
+            scope=SCOPE,
+            claim_key=CLAIM,
+            value=1,
+            kind="fact",
+            id="M1",
+        )
+        decision = await ok(reviewer, "reject_memory", record_id="M1", reason="no basis")
+        again = await refused(reviewer, "accept_memory", record_id="M1")
+
+    assert decision["action"] == "rejected" and decision["record"]["status"] == "REJECTED"
+    assert decision["record"]["reason"] == "no basis"
+    assert "InvalidTransitionError: " in again
+
+
+async def test_revoke_then_revalidate_on_a_new_basis(team: Team) -> None:
+    await accepted_evidence(team, "E1")
+    await accepted_evidence(team, "E2", content="retries are safe, v2")
+    async with team.client("agent-1") as agent, team.client("reviewer") as reviewer:
+        await ok(
+            agent,
+            "propose_memory",
+            scope=SCOPE,
+            claim_key=CLAIM,
+            value=True,
+            kind="inference",
+            parents=["E1"],
+            id="M1",
+        )
+        await ok(
+            agent,
+            "propose_memory",
+            scope=SCOPE,
+            claim_key="report.weekly",
+            value="retry",
+            kind="report",
+            parents=["M1"],
+            id="R1",
+        )
+        await ok(reviewer, "accept_memory", record_id="M1")
+        await ok(reviewer, "accept_memory", record_id="R1")
+
+        # When the source is revoked
+        rev = await ok(reviewer, "revoke_memory", record_id="E1", reason="doc changed")
+
+        # Then it and everything downstream is affected, and the claim is MISSING
+        assert rev == {
+            "root": "E1",
+            "affected": ["E1", "M1", "R1"],
+            "stale": ["M1", "R1"],
+            "hidden": 0,
+            "position": rev["position"],
+        }
+        assert (await ok(agent, "read_memory", scope=SCOPE, claim_key=CLAIM))[
+            "outcome"
+        ] == "MISSING"
+
+        # When the reviewer revalidates M1 on the new evidence
+        decision = await ok(
+            reviewer, "revalidate_memory", record_id="M1", note="re-checked", parents=["E2"]
+        )
+
+        # Then M1 is ACCEPTED on E2 again, and R1 stays STALE until revalidated itself
+        assert decision["action"] == "revalidated"
+        assert decision["record"]["status"] == "ACCEPTED"
+        assert decision["record"]["parents"] == ["E2"]
+        assert (await ok(agent, "get_record", record_id="R1"))["status"] == "STALE"
+        found = await ok(agent, "read_memory", scope=SCOPE, claim_key=CLAIM)
+        assert found["outcome"] == "FOUND"
+
+
+async def test_a_superseding_proposal_replaces_the_old_value_instead_of_conflicting(
+    team: Team,
+) -> None:
+    async with team.client("agent-1") as agent, team.client("reviewer") as reviewer:
+        await ok(
+            agent,
+            "propose_memory",
+            scope=SCOPE,
+            claim_key=CLAIM,
+            value=3,
+            kind="fact",
+            id="M1",
+        )
+        await ok(reviewer, "accept_memory", record_id="M1")
+        await ok(
+            agent,
+            "propose_memory",
+            scope=SCOPE,
+            claim_key="report.retries",
+            value="3",
+            kind="report",
+            parents=["M1"],
+            id="R1",
+        )
+        await ok(reviewer, "accept_memory", record_id="R1")
+
+        # When the agent proposes a new value superseding M1, and it is accepted
+        proposal = await ok(
+            agent,
+            "propose_memory",
+            scope=SCOPE,
+            claim_key=CLAIM,
+            value=5,
+            kind="fact",
+            id="M2",
+            supersedes="M1",
+        )
+        assert proposal["record"]["supersedes"] == "M1"
+        async with reviewer.listen(
+            resource_subscriptions=[record_uri("M1"), record_uri("M2")]
+        ) as subscription:
+            await ok(reviewer, "accept_memory", record_id="M2")
+            heard = []
+            with anyio.fail_after(30):  # a guard against hanging, not a timing check
+                async for event in subscription:
+                    assert isinstance(event, ResourceUpdated)
+                    heard.append(event.uri)
+                    if len(heard) == 2:
+                        break
+        # (listeners hear of the accepted record and of the one it replaced)
+        assert heard == [record_uri("M2"), record_uri("M1")]
+
+        # Then the claim reads FOUND with the new value, M1 is SUPERSEDED, R1 STALE
+        found = await ok(agent, "read_memory", scope=SCOPE, claim_key=CLAIM)
+        old = await ok(agent, "get_record", record_id="M1")
+        report = await ok(agent, "get_record", record_id="R1")
+        # and superseding another claim key is refused
+        wrong = await refused(
+            agent,
+            "propose_memory",
+            scope=SCOPE,
+            claim_key="other.key",
+            value=1,
+            kind="fact",
+            supersedes="M2",
+        )
+
+    assert found["outcome"] == "FOUND" and found["value"] == 5
+    assert old["status"] == "SUPERSEDED" and old["superseded_by"] == "M2"
+    assert report["status"] == "STALE"
+    assert wrong.split(": ", 2)[1] == "InvalidInputError"
+
+
+# -- one connection, one run ------------------------------------------------------------------
+
+
+async def test_what_a_connection_reads_is_observed_on_what_it_proposes(team: Team) -> None:
+    await accepted_evidence(team, "E1")
+    await accepted_evidence(team, "E2", content="the queue is FIFO")
+    async with team.client("agent-1") as first, team.client("agent-1") as second:
+        # Given one connection reads E1 and gets E2, the other reads nothing
+        read = await ok(first, "read_memory", scope=SCOPE, claim_key="source:https://docs.test/E1")
+        assert read["outcome"] == "FOUND"
+        await ok(first, "get_record", record_id="E2")
+
+        # When each proposes without declaring parents
+        observed = await ok(
+            first,
+            "propose_memory",
+            scope=SCOPE,
+            claim_key=CLAIM,
+            value=True,
+            kind="inference",
+            id="M1",
+        )
+        unobserved = await ok(
+            second,
+            "propose_memory",
+            scope=SCOPE,
+            claim_key="api.other",
+            value=True,
+            kind="inference",
+            id="M2",
+        )
+
+    # Then the first connection's proposal carries its reads as observed dependencies
+    assert observed["record"]["observed"] == ["E1", "E2"]
+    assert observed["record"]["undeclared"] == ["E1", "E2"]
+    assert unobserved["record"]["observed"] == []
+    # and the two connections were two runs
+    assert observed["run_id"] and unobserved["run_id"]
+    assert observed["run_id"] != unobserved["run_id"]
+
+    # And revoking what the first connection read makes its proposal STALE
+    team.sessions["reviewer"].accept("M1")
+    rev = team.sessions["reviewer"].revoke("E1", reason="doc changed")
+    assert "M1" in rev.stale and "M2" not in rev.affected
+
+
+async def test_a_connection_starts_its_run_at_its_first_read_and_ends_it_on_closing(
+    team: Team, tmp_path: Path
+) -> None:
+    def runs() -> list[tuple[Any, ...]]:
+        return raw_rows(
+            team.ledger, tmp_path / "ledger.db", "SELECT run_id, actor, outcome FROM pl_runs"
+        )
+
+    # A connection that only lists its tools starts no run
+    async with team.client("agent-1") as agent:
+        await agent.list_tools()
+    assert runs() == []
+
+    # One that proposes starts one, and ends it as completed when it closes
+    async with team.client("agent-1") as agent:
+        proposal = await ok(
+            agent, "propose_memory", scope=SCOPE, claim_key=CLAIM, value=1, kind="fact"
+        )
+        assert runs() == [(proposal["run_id"], "agent-1", None)]
+    assert runs() == [(proposal["run_id"], "agent-1", "completed")]
+
+
+async def test_what_a_connection_lists_or_explains_is_observed_too(team: Team) -> None:
+    await accepted_evidence(team, "E1")
+    await accepted_evidence(team, "E2", content="the queue is FIFO")
+    async with team.client("agent-1") as agent:
+        # Given the connection lists E1 and has E2 explained
+        listed = await ok(
+            agent, "list_records", scope=SCOPE, claim_prefix="source:https://docs.test/E1"
+        )
+        assert [r["id"] for r in listed["records"]] == ["E1"]
+        await ok(agent, "explain_memory", scope=SCOPE, claim_key="source:https://docs.test/E2")
+
+        # When it proposes
+        proposal = await ok(
+            agent, "propose_memory", scope=SCOPE, claim_key=CLAIM, value=1, kind="fact"
+        )
+
+    # Then both were observed: it was shown them
+    assert proposal["record"]["observed"] == ["E1", "E2"]
+
+
+async def test_a_connection_shown_withdrawn_records_can_still_propose_a_correction(
+    team: Team,
+) -> None:
+    await accepted_evidence(team, "E1")
+    agent, reviewer = team.sessions["agent-1"], team.sessions["reviewer"]
+    agent.propose(scope=SCOPE, claim_key=CLAIM, value=1, kind=Kind.FACT, id="M1")
+    agent.propose(
+        scope=SCOPE,
+        claim_key="api.derived",
+        value=2,
+        kind=Kind.INFERENCE,
+        parents=["E1"],
+        id="S1",
+    )
+    reviewer.accept("M1")
+    reviewer.accept("S1")
+    reviewer.revoke("M1", reason="wrong")
+    reviewer.revoke("E1", reason="page changed")  # S1 is STALE
+    async with team.client("agent-1") as client:
+        # Given the connection is shown withdrawn records every way it can be
+        assert (await ok(client, "read_memory", scope=SCOPE, claim_key=CLAIM))[
+            "outcome"
+        ] == "MISSING"
+        explained = await ok(client, "explain_memory", scope=SCOPE, claim_key=CLAIM)
+        assert [e["record"]["status"] for e in explained["entries"]] == ["REVOKED"]
+        assert (await ok(client, "get_record", record_id="S1"))["status"] == "STALE"
+        attention = await ok(client, "list_records", scope=SCOPE, validity="NEEDS_REVALIDATION")
+        assert [r["id"] for r in attention["records"]] == ["S1"]
+        await client.read_resource(record_uri("M1"))
+
+        # When it proposes the corrected value
+        correction = await ok(
+            client,
+            "propose_memory",
+            scope=SCOPE,
+            claim_key=CLAIM,
+            value=3,
+            kind="fact",
+            id="M2",
+        )
+
+    # Then the proposal stands on nothing withdrawn
+    assert correction["record"]["observed"] == []
+
+
+async def test_once_shown_that_a_record_it_read_was_withdrawn_a_connection_goes_on_without_it(
+    team: Team,
+) -> None:
+    await accepted_evidence(team, "E1")
+    await accepted_evidence(team, "E2", content="the queue is FIFO")
+    async with team.client("agent-1") as agent:
+        # Given the connection read E1 and E2 and built on them
+        for rid in ("E1", "E2"):
+            source = f"source:https://docs.test/{rid}"
+            assert (await ok(agent, "read_memory", scope=SCOPE, claim_key=source))[
+                "outcome"
+            ] == "FOUND"
+        first = await ok(
+            agent, "propose_memory", scope=SCOPE, claim_key=CLAIM, value=1, kind="fact"
+        )
+        assert first["record"]["observed"] == ["E1", "E2"]
+
+        # When E1 is revoked elsewhere, its next proposal is refused, naming E1
+        team.sessions["reviewer"].revoke("E1", reason="doc changed")
+        blocked = await refused(
+            agent, "propose_memory", scope=SCOPE, claim_key="api.k", value=2, kind="fact"
+        )
+        assert "InvalidParentError: observed dependency 'E1'" in blocked
+
+        # Then once it has been shown E1's new state, it goes on in a new run with E2
+        assert (await ok(agent, "get_record", record_id="E1"))["status"] == "REVOKED"
+        after = await ok(
+            agent, "propose_memory", scope=SCOPE, claim_key="api.k", value=2, kind="fact"
+        )
+
+    assert after["record"]["observed"] == ["E2"]
+    assert after["run_id"] != first["run_id"]
+
+
+# -- bad input and refusals ---------------------------------------------------------------------
+
+
+async def test_bad_arguments_are_tool_errors_naming_the_argument(team: Team) -> None:
+    async with team.client("agent-1") as agent:
+        propose = {"scope": SCOPE, "claim_key": CLAIM, "value": 1, "kind": "fact"}
+        before = records_state(team.ledger)
+
+        missing = await refused(agent, "propose_memory", **{**propose, "scope": None})
+        assert "scope" in missing
+        unreadable = await refused(agent, "propose_memory", **propose, expires="yesterday")
+        assert "expires" in unreadable
+        too_many = await refused(agent, "list_records", scope=SCOPE, limit=5000)
+        assert "limit" in too_many
+
+        # Arguments the schema lets through are refused by the ledger, by name
+        assert "InvalidKindError: kind 'gossip' is not one of" in await refused(
+            agent, "propose_memory", **{**propose, "kind": "gossip"}
+        )
+        naive = await refused(agent, "propose_memory", **propose, expires="2026-06-01T00:00:00")
+        assert "NaiveDatetimeError: " in naive and "expires" in naive
+        assert "InvalidIdError: record id 'bad id'" in await refused(
+            agent, "propose_memory", **propose, id="bad id"
+        )
+        assert "InvalidInputError: content is not valid base64" in await refused(
+            agent,
+            "capture_evidence",
+            scope=SCOPE,
+            uri="https://x.test",
+            content="%%%",
+            content_encoding="base64",
+        )
+
+    # And no record was written (the connection's run was started and ended, that is all)
+    assert records_state(team.ledger) == before
+
+
+async def test_refusals_carry_the_ledger_errors_class_and_message(team: Team) -> None:
+    lead, agent = team.sessions["lead"], team.sessions["agent-1"]
+    rid = lead.propose(scope=SCOPE, claim_key=CLAIM, value=1, kind=Kind.FACT, id="L1")
+    team.sessions["reviewer"].reject("L1", reason="no")
+    own = lead.propose(scope=SCOPE, claim_key=CLAIM, value=2, kind=Kind.FACT, id="L2")
+    expected = {
+        "self": library_refusal(lambda: lead.accept(own)),
+        "role": library_refusal(
+            lambda: agent.propose(scope=OTHER, claim_key=CLAIM, value=1, kind=Kind.FACT)
+        ),
+        "transition": library_refusal(lambda: lead.accept(rid)),
+        "parent": library_refusal(
+            lambda: agent.propose(
+                scope=SCOPE, claim_key=CLAIM, value=1, kind=Kind.FACT, parents=[rid], id="N1"
+            )
+        ),
+    }
+    assert expected["self"].startswith(SelfApprovalError.__name__)
+    assert expected["role"].startswith(AccessDeniedError.__name__)
+    assert expected["transition"].startswith(InvalidTransitionError.__name__)
+    assert expected["parent"].startswith(InvalidParentError.__name__)
+    before = records_state(team.ledger)
+
+    async with team.client("lead") as lead_client, team.client("agent-1") as agent_client:
+        got = {
+            "self": await refused(lead_client, "accept_memory", record_id=own),
+            "role": await refused(
+                agent_client,
+                "propose_memory",
+                scope=OTHER,
+                claim_key=CLAIM,
+                value=1,
+                kind="fact",
+            ),
+            "transition": await refused(lead_client, "accept_memory", record_id=rid),
+            "parent": await refused(
+                agent_client,
+                "propose_memory",
+                scope=SCOPE,
+                claim_key=CLAIM,
+                value=1,
+                kind="fact",
+                parents=[rid],
+                id="N1",
+            ),
+        }
+
+    for what, text in got.items():
+        assert text.endswith(expected[what]), (what, text)
+    # Refused commands change no record (the connections' runs were started and ended)
+    assert records_state(team.ledger) == before
+
+
+async def test_a_bad_token_builds_no_server_and_a_revoked_one_is_refused_next_call(
+    team: Team,
+) -> None:
+    with pytest.raises(AuthenticationError):
+        build_server(team.ledger, "plt_not-a-token")
+
+    async with team.client("agent-1") as agent:
+        await ok(agent, "read_memory", scope=SCOPE, claim_key=CLAIM)
+        team.ledger.admin().revoke_token(team.tokens["agent-1"])
+        text = await refused(agent, "read_memory", scope=SCOPE, claim_key=CLAIM)
+    assert "AuthenticationError: " in text
+    assert team.tokens["agent-1"] not in text
+
+
+# -- isolation ----------------------------------------------------------------------------
+
+
+async def test_a_token_for_scope_a_reads_and_gets_nothing_of_scope_b(team: Team) -> None:
+    team.sessions["outsider"].propose(
+        scope=OTHER, claim_key=CLAIM, value="secret", kind=Kind.FACT, id="B1"
+    )
+    async with team.client("agent-1") as agent:
+        # Reading and explaining scope B are refused for want of a grant
+        read = await refused(agent, "read_memory", scope=OTHER, claim_key=CLAIM)
+        explain = await refused(agent, "explain_memory", scope=OTHER, claim_key=CLAIM)
+        # Getting, or the resource of, a B record is exactly an unknown id's answer
+        hidden = await refused(agent, "get_record", record_id="B1")
+        unknown = await refused(agent, "get_record", record_id="B2")
+        with pytest.raises(MCPError) as hidden_resource:
+            await agent.read_resource(record_uri("B1"))
+        with pytest.raises(MCPError) as unknown_resource:
+            await agent.read_resource(record_uri("B2"))
+        # and a B record cannot be a parent: it does not exist for this token
+        parent = await refused(
+            agent,
+            "propose_memory",
+            scope=SCOPE,
+            claim_key=CLAIM,
+            value=1,
+            kind="fact",
+            parents=["B1"],
+        )
+
+    assert read.startswith("Error executing tool read_memory: AccessDeniedError: ")
+    assert "AccessDeniedError: " in explain
+    assert hidden == unknown.replace("B2", "B1")
+    assert "UnknownRecordError: " in hidden and "secret" not in hidden
+    assert hidden_resource.value.error.code == unknown_resource.value.error.code
+    assert hidden_resource.value.error.message == unknown_resource.value.error.message.replace(
+        "B2", "B1"
+    )
+    assert "InvalidParentError: " in parent and "secret" not in parent
+
+
+async def test_a_token_for_scope_a_lists_nothing_of_scope_b(team: Team) -> None:
+    team.sessions["outsider"].propose(
+        scope=OTHER, claim_key=CLAIM, value="secret", kind=Kind.FACT, id="B1"
+    )
+    async with team.client("agent-1") as agent:
+        # Listing scope B is refused, not answered empty
+        listed = await refused(agent, "list_records", scope=OTHER)
+        # and its own scope lists nothing of B
+        own = await ok(agent, "list_records", scope=SCOPE)
+
+    assert listed.startswith("Error executing tool list_records: AccessDeniedError: ")
+    assert own == {"records": [], "next_after": None}
+
+
+# -- the record resource and its notifications ------------------------------------------------
+
+
+async def test_the_record_resource_is_the_records_json_and_is_observed(team: Team) -> None:
+    await accepted_evidence(team, "E1")
+    async with team.client("agent-1") as agent:
+        templates = (await agent.list_resource_templates()).resource_templates
+        assert [t.uri_template for t in templates] == ["provledger://record/{record_id}"]
+
+        # When the agent reads E1 as a resource
+        result = await agent.read_resource(record_uri("E1"))
+        content = result.contents[0]
+        as_tool = await ok(agent, "get_record", record_id="E1")
+        proposal = await ok(
+            agent,
+            "propose_memory",
+            scope=SCOPE,
+            claim_key=CLAIM,
+            value=1,
+            kind="fact",
+        )
+
+    # Then it is the JSON get_record returns, and the read was observed
+    assert content.mime_type == "application/json"
+    assert json.loads(content.text) == as_tool
+    assert proposal["record"]["observed"] == ["E1"]
+
+
+async def test_a_revocation_notifies_listeners_of_every_affected_record_they_may_see(
+    team: Team,
+) -> None:
+    await accepted_evidence(team, "E1")
+    await accepted_evidence(team, "E2", content="unrelated")
+    outsider = team.sessions["outsider"]
+    team.ledger.admin().grant("outsider", scope=SCOPE, roles=["read"])
+    # A record in proj-b rests on E1: the reviewer (proj-a only) may not see it
+    outsider.propose(
+        scope=OTHER, claim_key=CLAIM, value=1, kind=Kind.INFERENCE, parents=["E1"], id="B1"
+    )
+    agent = team.sessions["agent-1"]
+    agent.propose(
+        scope=SCOPE, claim_key=CLAIM, value=1, kind=Kind.INFERENCE, parents=["E1"], id="M1"
+    )
+    watched = [record_uri(rid) for rid in ("E1", "M1", "B1", "E2")]
+
+    async with (
+        team.client("reviewer") as reviewer,
+        reviewer.listen(resource_subscriptions=watched) as subscription,
+    ):
+        # When the reviewer revokes E1, then (a later, separate change) revokes E2
+        rev = await ok(reviewer, "revoke_memory", record_id="E1", reason="doc changed")
+        await ok(reviewer, "revoke_memory", record_id="E2", reason="done")
+
+        # Then listeners hear of E1 and M1, then E2, and never of the hidden B1
+        heard: list[str] = []
+        with anyio.fail_after(30):  # a guard against hanging, not a timing check
+            async for event in subscription:
+                assert isinstance(event, ResourceUpdated)
+                heard.append(event.uri)
+                if event.uri == record_uri("E2"):
+                    break
+    assert rev["hidden"] == 1 and rev["affected"] == ["E1", "M1"]
+    assert heard == [record_uri("E1"), record_uri("M1"), record_uri("E2")]
+
+
+# -- the command -----------------------------------------------------------------------------
+
+
+def test_provledger_mcp_serves_over_stdio_with_the_token_from_the_environment(
+    tmp_path: Path, anyio_backend: str
+) -> None:
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    with Ledger.open(url) as led:
+        admin = led.admin()
+        admin.grant("agent-1", scope=SCOPE, roles=["propose", "read"])
+        token = admin.issue_token("agent-1")
+    env = {"PROVLEDGER_TOKEN": token}
+    if "PYTHONPATH" in os.environ:  # this checkout's package, however pytest was started
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    server = StdioServerParameters(
+        command=sys.executable, args=["-m", "ledger", "mcp", "--url", url], env=env
+    )
+    stderr_path = tmp_path / "stderr.txt"
+
+    async def session() -> tuple[list[str], Any, Any]:
+        with stderr_path.open("w") as errlog:
+            async with Client(stdio_client(server, errlog=errlog)) as client:
+                names = [t.name for t in (await client.list_tools()).tools]
+                evidence = await client.call_tool(
+                    "capture_evidence",
+                    {"scope": SCOPE, "uri": "https://docs.test/e1", "content": "x", "id": "E1"},
+                )
+                denied = await client.call_tool("accept_memory", {"record_id": "E1"})
+        return names, evidence, denied
+
+    names, evidence, denied = anyio.run(session, backend=anyio_backend)
+
+    assert names == MEMORY_TOOLS
+    assert not evidence.is_error and evidence.structured_content["status"] == "CANDIDATE"
+    assert denied.is_error
+    with Ledger.open(url) as led:
+        assert led.authenticate(token).get("E1").proposer == "agent-1"
+    assert token not in stderr_path.read_text()
+
+
+def test_provledger_mcp_without_the_sdk_names_the_extra_to_install(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from click.testing import CliRunner
+
+    from ledger.cli import main
+
+    # Given the mcp package cannot be imported
+    for name in [m for m in sys.modules if m == "mcp" or m.startswith("mcp.")]:
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.delitem(sys.modules, "ledger.integrations.mcp")
+
+    result = CliRunner().invoke(
+        main, ["mcp", "--url", f"sqlite:///{tmp_path / 'l.db'}"], env={"PROVLEDGER_TOKEN": "t"}
+    )
+
+    assert result.exit_code == 1
+    assert result.stderr == (
+        "error: provledger mcp needs the MCP SDK (mcp is not installed): "
+        "pip install 'provledger[mcp]'\n"
+    )
+
+
+def test_provledger_mcp_refuses_a_bad_token_in_one_line_without_echoing_it(
+    tmp_path: Path,
+) -> None:
+    from click.testing import CliRunner
+
+    from ledger.cli import main
+
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    Ledger.open(url).close()
+    secret = "plt_secret-value-that-must-not-be-printed"
+
+    result = CliRunner().invoke(main, ["mcp", "--url", url], env={"PROVLEDGER_TOKEN": secret})
+
+    assert result.exit_code == 1
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
+    assert secret not in result.output and secret not in result.stderr
+
+
+def test_provledger_help_does_not_import_the_mcp_sdk() -> None:
+    code = (
+        "import sys\n"
+        "from click.testing import CliRunner\n"
+        "from ledger.cli import main\n"
+        "assert CliRunner().invoke(main, ['--help']).exit_code == 0\n"
+        "assert CliRunner().invoke(main, ['mcp', '--help']).exit_code == 0\n"
+        "print(sorted(m for m in sys.modules if m == 'mcp' or m.startswith('mcp.')))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.strip() == "[]"
+
+
+# -- the documentation ---------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _agent_section() -> str:
+    """The README's "Use it from an agent" section."""
+    text = (ROOT / "README.md").read_text()
+    assert "## Use it from an agent" in text
+    return text.split("## Use it from an agent", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_documented_session_prints_the_documented_transcript(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    section = _agent_section().split("### A session without a model", 1)[1]
+    script = re.findall(r"```python\n(.*?)```", section, flags=re.S)[0]
+    transcript = re.findall(r"```text\n(.*?)```", section, flags=re.S)[0]
+    monkeypatch.chdir(tmp_path)
+    printed = io.StringIO()
+
+    with contextlib.redirect_stdout(printed):
+        exec(compile(script, "the documented session", "exec"), {"__name__": "session"})
+
+    assert printed.getvalue() == transcript, printed.getvalue()
+
+
+def test_the_documented_client_configuration_runs_provledger_mcp_with_the_token_in_env() -> None:
+    section = _agent_section()
+    config = json.loads(re.findall(r"```json\n(.*?)```", section, flags=re.S)[0])
+    server = config["mcpServers"]["provledger"]
+    assert server["command"] == "provledger" and server["args"][0] == "mcp"
+    assert "PROVLEDGER_TOKEN" in server["env"] and "--token" not in server["args"]
+    documented = set(re.findall(r"^\| `(\w+)`(?: / `(\w+)`)? \|", section, flags=re.M))
+    assert {name for pair in documented for name in pair if name} == {*MEMORY_TOOLS, *APPROVALS}

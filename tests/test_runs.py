@@ -1,0 +1,58 @@
+"""Runs: what a run is shown is recorded; what it was shown VALID it depends on."""
+
+from __future__ import annotations
+
+import pytest
+
+from ledger import Kind
+from ledger.errors import InvalidParentError
+from tests.conftest import World
+
+
+def _accepted(world: World, rid: str, claim: str, value: object = 1) -> str:
+    world.agent.propose(scope="proj-a", claim_key=claim, value=value, kind=Kind.FACT, id=rid)
+    world.reviewer.accept(rid)
+    return rid
+
+
+def test_what_a_run_is_shown_is_recorded_but_only_valid_records_become_dependencies(
+    world: World,
+) -> None:
+    _accepted(world, "A1", "a")
+    _accepted(world, "B1", "b")
+    world.reviewer.revoke("B1", reason="wrong")
+    world.agent.propose(scope="proj-a", claim_key="c", value=1, kind=Kind.FACT, id="C1")
+    with world.agent.run("task-1") as run:
+        run.read(scope="proj-a", claim_key="a")
+        run.explain(scope="proj-a", claim_key="b")  # shows B1, REVOKED
+        run.records("proj-a", status="CANDIDATE")  # shows C1, a candidate
+        rid = run.propose(scope="proj-a", claim_key="d", value=1, kind=Kind.INFERENCE)
+        assert set(run.reads) == {"A1", "B1", "C1"}
+    assert world.reviewer.get(rid).observed == ("A1",)
+
+
+def test_a_run_told_that_a_record_it_read_was_withdrawn_no_longer_depends_on_it(
+    world: World,
+) -> None:
+    _accepted(world, "A1", "a")
+    with world.agent.run("task-2") as run:
+        run.read(scope="proj-a", claim_key="a")
+        world.reviewer.revoke("A1", reason="doc changed")
+        # Not yet told: the proposal would rest on a withdrawn record, and is refused.
+        with pytest.raises(InvalidParentError, match=r"observed dependency 'A1'.*REVOKED"):
+            run.propose(scope="proj-a", claim_key="x", value=1, kind=Kind.FACT)
+        # Shown the withdrawal, the run carries on without it.
+        assert run.get("A1").status == "REVOKED"
+        rid = run.propose(scope="proj-a", claim_key="x", value=1, kind=Kind.FACT)
+    assert world.reviewer.get(rid).observed == ()
+
+
+def test_observe_records_many_outside_reads_in_one_event(world: World) -> None:
+    _accepted(world, "A1", "a")
+    _accepted(world, "A2", "b")
+    with world.agent.run("task-3") as run:
+        before = world.ledger.position
+        run.observe("A1", "A2")
+        assert world.ledger.position == before + 1
+        rid = run.propose(scope="proj-a", claim_key="y", value=1, kind=Kind.FACT)
+    assert world.reviewer.get(rid).observed == ("A1", "A2")

@@ -1,0 +1,246 @@
+"""The review console in a real browser: Playwright driving Debian's ``chromium``.
+
+A reviewer signs in, sees a candidate in the queue (and their own proposal with
+its buttons disabled), accepts it, revokes its evidence after the preview, sees
+the record STALE and the correction due, and issues it. Screenshots are saved
+as test artefacts (``$PROVLEDGER_ARTEFACTS`` or the test's temporary directory);
+with ``PROVLEDGER_DOCS_SCREENSHOTS=docs`` the queue and record page shots are
+also copied there (how ``docs/console-*.png`` are made).
+
+Browser downloads are not available, so the browser is the system's
+(``$PROVLEDGER_CHROMIUM``, default ``/usr/bin/chromium``). Without it or
+without Playwright these tests skip — except on CI (``CI=true``), where they fail.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ledger import Kind, Ledger
+from ledger.serve import create_app
+from tests.serve_support import running
+
+CHROMIUM = os.environ.get("PROVLEDGER_CHROMIUM", "/usr/bin/chromium")
+ON_CI = os.environ.get("CI", "").lower() == "true"
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+def _unavailable(why: str) -> None:
+    if ON_CI:
+        pytest.fail(f"browser tests must run on CI: {why}")
+    pytest.skip(why)
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _unavailable("Playwright for Python is not installed (pip install playwright)")
+    if not Path(CHROMIUM).exists():
+        _unavailable(f"no Chromium at {CHROMIUM} (apt-get install -y chromium)")
+    with sync_playwright() as p:
+        launched = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@pytest.fixture
+def artefacts(tmp_path: Path) -> Path:
+    where = Path(os.environ.get("PROVLEDGER_ARTEFACTS") or tmp_path / "screenshots")
+    where.mkdir(parents=True, exist_ok=True)
+    return where
+
+
+@pytest.fixture
+def desk(tmp_path: Path) -> Iterator[tuple[str, str, Ledger]]:
+    """A served SQLite ledger: E1 → M1 → R1 (delivered) accepted, M2 on E1 to review,
+    and S1 proposed by the reviewer themself. Yields (base URL, reviewer token, ledger)."""
+    with Ledger.open(f"sqlite:///{tmp_path / 'ledger.db'}") as led:
+        admin = led.admin()
+        admin.grant("agent-1", scope="proj-a", roles=["propose", "read"])
+        admin.grant(
+            "reviewer", scope="proj-a", roles=["approve", "read", "audit", "deliver", "propose"]
+        )
+        admin.grant("reviewer-2", scope="proj-a", roles=["approve", "read"])
+        token = admin.issue_token("reviewer")
+        agent = led.authenticate(admin.issue_token("agent-1"))
+        reviewer = led.authenticate(token)
+        second = led.authenticate(admin.issue_token("reviewer-2"))
+        agent.capture(
+            scope="proj-a",
+            uri="https://docs.example.test/api/retries",
+            content=b"POST /orders is idempotent with an Idempotency-Key; retries are safe.",
+            id="E1",
+        )
+        second.accept("E1")
+        agent.propose(
+            scope="proj-a",
+            claim_key="api.orders.retry_safe",
+            value=True,
+            kind=Kind.INFERENCE,
+            parents=["E1"],
+            id="M1",
+        )
+        second.accept("M1")
+        agent.propose(
+            scope="proj-a",
+            claim_key="report.weekly.reliability",
+            value={"summary": "Enable automatic retries on POST /orders", "confidence": 0.8},
+            kind=Kind.REPORT,
+            parents=["M1"],
+            id="R1",
+        )
+        second.accept("R1")
+        reviewer.deliver("R1", recipient="ops@example.test")
+        agent.propose(
+            scope="proj-a",
+            claim_key="api.orders.max_retries",
+            value=3,
+            kind=Kind.INFERENCE,
+            parents=["E1"],
+            id="M2",
+        )
+        reviewer.propose(
+            scope="proj-a",
+            claim_key="team.review.style",
+            value="dry-run every migration first",
+            kind=Kind.USER_PREFERENCE,
+            id="S1",
+        )
+        with running(create_app(led, mcp_factory=None)) as base:
+            yield base, token, led
+
+
+def _shot(page: Any, artefacts: Path, name: str) -> Path:
+    path = artefacts / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    docs = os.environ.get("PROVLEDGER_DOCS_SCREENSHOTS")
+    if docs and name in ("console-queue", "console-record"):
+        shutil.copyfile(path, Path(docs) / path.name)
+    return path
+
+
+def test_a_reviewer_does_the_whole_job_in_the_browser(
+    browser: Any, desk: tuple[str, str, Ledger], artefacts: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    base, token, led = desk
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+
+    # Sign in with the token.
+    page.goto(base + "/")
+    page.get_by_label("Token").fill(token)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("heading", name="Review queue")).to_be_visible()
+    expect(page.get_by_text("Signed in as reviewer", exact=True)).to_be_visible()
+
+    # The queue: M2 with its evidence and parent; S1 is the reviewer's own.
+    m2 = page.get_by_role("listitem", name="api.orders.max_retries")
+    expect(m2.get_by_text("https://docs.example.test/api/retries", exact=True)).to_be_visible()
+    expect(m2.get_by_role("link", name="view the captured bytes")).to_be_visible()
+    expect(m2.get_by_role("link", name="E1", exact=True)).to_be_visible()
+    own = page.get_by_role("listitem", name="team.review.style")
+    expect(own.get_by_role("button", name="Accept")).to_be_disabled()
+    expect(own.get_by_role("button", name="Reject…")).to_be_disabled()
+    expect(own.get_by_text("You proposed this record")).to_be_visible()
+    _shot(page, artefacts, "console-queue")
+
+    # Reject asks for a reason (the form opens in place).
+    m2.get_by_text("Reject…").click()
+    expect(m2.get_by_label("Reason for rejecting M2")).to_be_visible()
+
+    # Accept M2.
+    m2.get_by_role("button", name="Accept").click()
+    expect(page.get_by_role("status").filter(has_text="Accepted M2.")).to_be_visible()
+    expect(page.get_by_role("listitem", name="api.orders.max_retries")).to_have_count(0)
+
+    # Revoke its evidence, after the preview.
+    page.goto(base + "/records/E1")
+    page.get_by_role("link", name="Revoke…").click()
+    expect(page.get_by_role("heading", name="Will be marked STALE (3)")).to_be_visible()
+    expect(
+        page.get_by_role("heading", name="Deliveries that will owe corrections (1)")
+    ).to_be_visible()
+    expect(page.get_by_role("cell", name="ops@example.test")).to_be_visible()
+    _shot(page, artefacts, "console-revoke-preview")
+    page.get_by_label("Reason for revoking E1").fill(
+        "the docs page now says retries duplicate orders"
+    )
+    page.get_by_role("button", name="Confirm revocation").click()
+    expect(page.get_by_text("Revoked E1; 3 record(s) marked STALE.")).to_be_visible()
+
+    # The report is STALE and needs revalidation; the graph links the records.
+    page.goto(base + "/records/R1")
+    badges = page.get_by_label("Status and validity")
+    expect(badges.get_by_text("STALE", exact=True)).to_be_visible()
+    expect(badges.get_by_text("NEEDS_REVALIDATION")).to_be_visible()
+    expect(page.locator("svg.graph")).to_be_visible()
+    expect(
+        page.get_by_text("the docs page now says retries duplicate orders").first
+    ).to_be_visible()
+    _shot(page, artefacts, "console-record")
+
+    # The correction is due; issue it.
+    page.get_by_role("link", name="Needs attention").click()
+    expect(page.get_by_role("heading", name="Corrections due (1)")).to_be_visible()
+    page.get_by_label("Correction note to ops@example.test").fill(
+        "Retry advice withdrawn: the source changed. Do not enable automatic retries."
+    )
+    page.get_by_role("button", name="Issue correction").click()
+    expect(page.get_by_role("heading", name="Corrections due (0)")).to_be_visible()
+    expect(page.get_by_text("issued for delivery")).to_be_visible()
+    _shot(page, artefacts, "console-attention")
+
+    # What the ledger now says, seen from the library.
+    reviewer = led.authenticate(token)
+    assert reviewer.get("M2").status == "STALE"
+    assert reviewer.get("E1").status == "REVOKED"
+    assert reviewer.corrections_due() == ()
+    [delivery] = reviewer.get("R1").deliveries
+    assert delivery.corrections[0].note.startswith("Retry advice withdrawn")
+    for name in ("console-queue", "console-revoke-preview", "console-record", "console-attention"):
+        assert (artefacts / f"{name}.png").stat().st_size > 10_000
+
+
+def test_the_console_works_on_a_narrow_screen_and_from_the_keyboard(
+    browser: Any, desk: tuple[str, str, Ledger], artefacts: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    base, token, _led = desk
+    page = browser.new_page(viewport={"width": 390, "height": 844})
+    page.goto(base + "/")
+    # The token field has the focus: type and press Enter, no mouse.
+    assert page.evaluate("document.activeElement.id") == "token"
+    page.keyboard.type(token)
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("heading", name="Review queue")).to_be_visible()
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.textContent") == "Skip to content"
+    page.keyboard.press("Enter")
+    assert page.evaluate("document.activeElement.id") == "main"
+    for path in ("/", "/records/R1", "/attention", "/records"):
+        page.goto(base + path)
+        overflow = page.evaluate(
+            "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+        )
+        assert overflow <= 0, f"{path} scrolls sideways by {overflow}px at 390px"
+    page.goto(base + "/")
+    _shot(page, artefacts, "console-queue-narrow")

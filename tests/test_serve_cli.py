@@ -1,0 +1,41 @@
+"""``provledger serve`` starts the server on the given host and port."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.serve_support import free_port
+
+
+def test_provledger_serve_answers_on_the_given_port_until_stopped(tmp_path: Path) -> None:
+    port = free_port()
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    server = subprocess.Popen(
+        [sys.executable, "-m", "ledger", "serve", "--url", url, "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        answer = None
+        deadline = time.monotonic() + 60
+        while answer is None and time.monotonic() < deadline and server.poll() is None:
+            try:
+                answer = httpx.get(f"http://127.0.0.1:{port}/openapi.json", timeout=5)
+            except httpx.TransportError:
+                time.sleep(0.2)
+        assert answer is not None, "the server did not answer"
+        assert answer.status_code == 200
+        assert answer.json()["openapi"].startswith("3.1")
+        page = httpx.get(f"http://127.0.0.1:{port}/", timeout=5)
+        assert '<label for="token">Token</label>' in page.text
+        refused = httpx.get(f"http://127.0.0.1:{port}/api/v1/corrections", timeout=5)
+        assert refused.status_code == 401
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert server.returncode is not None

@@ -1,0 +1,525 @@
+"""The review console of ``provledger serve``: sign-in, CSRF, the queue, record pages,
+revocation with a preview, what needs attention, as-of browsing and isolation.
+
+Driven over HTTP against the ASGI app (the browser tests drive the same pages in
+Chromium); on every backend.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+
+from ledger import Kind, Ledger, Session
+from ledger.serve import create_app
+from ledger.serve.sessions import COOKIE
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+_CSRF = re.compile(r'name="csrf" value="([^"]+)"')
+
+
+def csrf_of(page: str) -> str:
+    """The CSRF token a page's forms carry."""
+    found = _CSRF.search(page)
+    assert found is not None, "the page has no form with a CSRF token"
+    return found.group(1)
+
+
+def card_of(page: str, record_id: str) -> str:
+    """The queue card of one candidate."""
+    card = page[page.index(f'id="c-{record_id}"') :]
+    ends = [i for i in (card.find('<li class="card candidate"'), card.find("</ol>")) if i >= 0]
+    return card[: min(ends)]
+
+
+def text_of(page: str) -> str:
+    """A page's text, tags removed and whitespace collapsed (what a reader sees)."""
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", page)).split())
+
+
+@dataclass
+class Desk:
+    """A ledger behind the app, the library sessions and tokens of its principals."""
+
+    ledger: Ledger
+    app: Any
+    agent: Session
+    reviewer: Session
+    tokens: dict[str, str]
+
+    def browser(self) -> TestClient:
+        """A new client with its own cookie jar (no redirects followed)."""
+        return TestClient(self.app, follow_redirects=False)
+
+    def signed_in(self, who: str) -> tuple[TestClient, str]:
+        """A client signed in as ``who`` and its session's CSRF token."""
+        client = self.browser()
+        page = client.get("/")
+        r = client.post("/signin", data={"token": self.tokens[who], "csrf": csrf_of(page.text)})
+        assert r.status_code == 303
+        queue = client.get("/")
+        assert f"Signed in as <strong>{who}</strong>" in queue.text
+        return client, csrf_of(queue.text)
+
+
+@pytest.fixture
+def desk(ledger: Ledger) -> Iterator[Desk]:
+    admin = ledger.admin()
+    admin.grant("agent-1", scope="proj-a", roles=["propose", "read"])
+    admin.grant(
+        "reviewer", scope="proj-a", roles=["approve", "read", "audit", "deliver", "propose"]
+    )
+    admin.grant("reviewer-2", scope="proj-a", roles=["approve", "read"])
+    admin.grant("outsider", scope="proj-b", roles=["read", "approve", "deliver", "propose"])
+    tokens = {n: admin.issue_token(n) for n in ("agent-1", "reviewer", "reviewer-2", "outsider")}
+    app = create_app(ledger, mcp_factory=None)
+    yield Desk(
+        ledger=ledger,
+        app=app,
+        agent=ledger.authenticate(tokens["agent-1"]),
+        reviewer=ledger.authenticate(tokens["reviewer"]),
+        tokens=tokens,
+    )
+
+
+def _seed(d: Desk) -> None:
+    """E1 → M1 → R1 (delivered) accepted; M2 on E1 waits for review; S1 is the reviewer's own."""
+    d.agent.capture(scope="proj-a", uri="https://x.test/doc", content=b"retries are safe", id="E1")
+    d.reviewer.accept("E1")
+    d.agent.propose(
+        scope="proj-a", claim_key="api.retry_safe", value=True, kind=Kind.INFERENCE,
+        parents=["E1"], id="M1",
+    )  # fmt: skip
+    d.reviewer.accept("M1")
+    d.agent.propose(
+        scope="proj-a", claim_key="report.weekly", value="retries on", kind=Kind.REPORT,
+        parents=["M1"], id="R1",
+    )  # fmt: skip
+    d.reviewer.accept("R1")
+    d.reviewer.deliver("R1", recipient="ops@x.test")
+    d.agent.propose(
+        scope="proj-a", claim_key="api.dedupe_window_s", value=30, kind=Kind.INFERENCE,
+        parents=["E1"], id="M2",
+    )  # fmt: skip
+    d.reviewer.propose(
+        scope="proj-a", claim_key="team.style", value="dry-run first", kind=Kind.USER_PREFERENCE,
+        id="S1",
+    )  # fmt: skip
+
+
+# -- sign-in, cookies, CSRF --------------------------------------------------------------------
+
+
+def test_the_sign_in_page_has_a_token_field_and_a_sign_in_button(desk: Desk) -> None:
+    page = desk.browser().get("/")
+    assert page.status_code == 200
+    assert re.search(r'<label for="token">Token</label>', page.text)
+    assert re.search(r'<input id="token" name="token" type="password"', page.text)
+    assert '<button type="submit">Sign in</button>' in page.text
+
+
+def test_signing_in_keeps_the_token_on_the_server_behind_a_strict_httponly_cookie(
+    desk: Desk,
+) -> None:
+    client = desk.browser()
+    first = client.get("/")
+    before = first.cookies[COOKIE]
+    r = client.post("/signin", data={"token": desk.tokens["reviewer"], "csrf": csrf_of(first.text)})
+    assert r.status_code == 303
+    set_cookie = r.headers["set-cookie"]
+    assert "HttpOnly" in set_cookie
+    assert "SameSite=strict" in set_cookie
+    assert "Path=/" in set_cookie
+    after = r.cookies[COOKIE]
+    assert after != before  # a new session id on sign-in: a planted id is worthless
+    assert desk.tokens["reviewer"] not in set_cookie
+    assert desk.tokens["reviewer"] not in client.get("/").text
+
+
+def test_a_wrong_token_is_refused_and_signs_nobody_in(desk: Desk) -> None:
+    client = desk.browser()
+    page = client.get("/")
+    r = client.post("/signin", data={"token": "plt_wrong", "csrf": csrf_of(page.text)})
+    assert r.status_code == 401
+    assert "That token is unknown, revoked or expired." in r.text
+    assert "Signed in as" not in client.get("/").text
+
+
+def test_forms_without_this_sessions_csrf_token_are_refused_and_change_nothing(
+    desk: Desk,
+) -> None:
+    _seed(desk)
+    client, csrf = desk.signed_in("reviewer-2")
+    _other, other_csrf = desk.signed_in("reviewer")
+    before = desk.ledger.position
+    for data in ({}, {"csrf": "forged"}, {"csrf": other_csrf}):
+        r = client.post("/records/M2/accept", data=data)
+        assert r.status_code == 403
+        assert "CSRF" in r.text
+    for path, data in (
+        ("/records/E1/revoke", {"reason": "x"}),
+        ("/records/M2/reject", {"reason": "x"}),
+        ("/signout", {}),
+    ):
+        assert client.post(path, data=data).status_code == 403
+    assert desk.ledger.position == before
+    assert desk.agent.get("M2").status.value == "CANDIDATE"
+    assert "Signed in as" in client.get("/").text  # the refused sign-out did nothing
+    fresh = desk.browser()
+    fresh.get("/")
+    signin = fresh.post("/signin", data={"token": desk.tokens["reviewer"]})
+    assert "Signed in as" not in fresh.get("/").text
+    assert signin.status_code == 303
+    ok = client.post("/records/M2/accept", data={"csrf": csrf})
+    assert ok.status_code == 303
+    assert desk.agent.get("M2").status.value == "ACCEPTED"
+
+
+def test_signing_out_ends_the_session(desk: Desk) -> None:
+    client, csrf = desk.signed_in("reviewer")
+    old = client.cookies[COOKIE]
+    r = client.post("/signout", data={"csrf": csrf})
+    assert r.status_code == 303
+    replay = desk.browser()
+    replay.cookies.set(COOKIE, old)
+    assert replay.get("/attention").status_code == 303  # back to sign-in
+    assert "Sign in" in client.get("/").text
+
+
+def test_a_revoked_token_signs_the_session_out(desk: Desk) -> None:
+    client, _ = desk.signed_in("reviewer")
+    desk.ledger.admin().revoke_token(desk.tokens["reviewer"])
+    r = client.get("/attention")
+    assert r.status_code == 303
+    assert "no longer valid" in client.get("/").text
+
+
+# -- the queue ----------------------------------------------------------------------------------
+
+
+def test_the_queue_shows_each_candidate_with_its_evidence_and_parents(desk: Desk) -> None:
+    _seed(desk)
+    client, _ = desk.signed_in("reviewer-2")
+    page = client.get("/")
+    text = text_of(page.text)
+    assert "Scope proj-a" in text
+    assert "api.dedupe_window_s" in text and "30" in text
+    assert "inference" in text and "agent-1" in text
+    e1 = desk.agent.get("E1")
+    assert e1.evidence is not None
+    assert "https://x.test/doc" in text
+    assert e1.evidence["content_hash"] in text
+    assert f'href="/snapshots/{e1.evidence["snapshot_ref"]}"' in page.text
+    assert 'href="/records/E1"' in page.text
+    assert 'action="/records/M2/accept"' in page.text
+    assert "Reject…" in text
+    assert "M1" not in re.findall(r'action="/records/([^/"]+)/accept"', page.text)
+
+
+def test_self_approval_is_visibly_impossible_in_the_queue(desk: Desk) -> None:
+    _seed(desk)
+    client, _ = desk.signed_in("reviewer")
+    page = client.get("/").text
+    card = card_of(page, "S1")
+    assert re.search(
+        r'<button type="submit" class="accept" disabled aria-describedby="why-S1">', card
+    )
+    assert re.search(
+        r'<button type="button" class="danger" disabled aria-describedby="why-S1">', card
+    )
+    assert "You proposed this record: another approver must review it." in card
+    assert 'action="/records/S1/reject"' not in card
+    assert re.search(r'class="accept">Accept</button>', card_of(page, "M2"))
+
+
+def test_a_candidate_whose_parent_is_not_accepted_cannot_be_accepted_yet(desk: Desk) -> None:
+    desk.agent.capture(scope="proj-a", uri="https://x.test/new", content=b"n", id="E9")
+    desk.agent.propose(
+        scope="proj-a", claim_key="c", value=1, kind=Kind.INFERENCE, parents=["E9"], id="M9"
+    )
+    client, _ = desk.signed_in("reviewer")
+    page = client.get("/").text
+    assert "Its dependency E9 is CANDIDATE; settle that first." in card_of(page, "M9")
+
+
+def test_accepting_and_rejecting_from_the_queue(desk: Desk) -> None:
+    _seed(desk)
+    client, csrf = desk.signed_in("reviewer-2")
+    r = client.post("/records/M2/accept", data={"csrf": csrf, "next": "/"})
+    assert (r.status_code, r.headers["location"]) == (303, "/")
+    assert "Accepted M2." in client.get("/").text
+    assert desk.agent.get("M2").status.value == "ACCEPTED"
+    empty = client.post("/records/S1/reject", data={"csrf": csrf, "reason": "  "})
+    assert empty.status_code == 303
+    assert "Refused" in client.get("/").text
+    assert desk.agent.get("S1").status.value == "CANDIDATE"
+    client.post("/records/S1/reject", data={"csrf": csrf, "reason": "not a team rule"})
+    assert desk.agent.get("S1").status.value == "REJECTED"
+    assert desk.agent.get("S1").reason == "not a team rule"
+
+
+def test_a_refused_action_says_why_on_the_next_page(desk: Desk) -> None:
+    _seed(desk)
+    client, csrf = desk.signed_in("reviewer")
+    client.post("/records/S1/accept", data={"csrf": csrf})
+    page = client.get("/").text
+    assert "Refused (SelfApprovalError)" in page
+    assert 'role="alert"' in page
+
+
+def test_an_off_site_next_target_is_ignored(desk: Desk) -> None:
+    _seed(desk)
+    client, csrf = desk.signed_in("reviewer-2")
+    for target in (
+        "//evil.test/x",
+        "/\\evil.test/x",
+        "https://evil.test/",
+        "/x\r\nSet-Cookie: a=b",
+    ):
+        r = client.post("/records/NOPE/reject", data={"csrf": csrf, "next": target, "reason": "x"})
+        assert r.headers["location"] == "/", target
+    kept = client.post("/records/M2/accept", data={"csrf": csrf, "next": "/attention?x=1"})
+    assert kept.headers["location"] == "/attention?x=1"
+
+
+# -- record pages, revocation, attention ------------------------------------------------------
+
+
+def test_the_record_page_shows_status_validity_reason_deliveries_audit_and_graph(
+    desk: Desk,
+) -> None:
+    _seed(desk)
+    desk.reviewer.revoke("E1", reason="doc changed")
+    client, _ = desk.signed_in("reviewer")
+    page = client.get("/records/R1")
+    assert page.status_code == 200
+    text = text_of(page.text)
+    assert "Status STALE" in text and "Validity NEEDS_REVALIDATION" in text
+    why = text_of(page.text[page.text.index('class="card why"') :].split("</section>")[0])
+    assert "Not usable now" in why and "E1" in why and "doc changed" in why
+    assert "STALE means it needs re-verification" in why
+    assert "ops@x.test" in text and "DELIVERED" in text
+    assert re.search(r"Proposed .* Accepted .* Delivered .* MarkedStale", text)
+    svg = page.text[page.text.index("<svg") : page.text.index("</svg>")]
+    assert 'role="img"' in svg
+    assert "#ffcc80" in svg  # STALE's fill, as the CLI draws it
+    assert "#ef9a9a" in svg  # REVOKED (E1)
+    assert 'href="/records/E1"' in svg
+    assert "Revoke…" in text and "Revalidate…" in text
+
+
+def test_revoking_shows_what_will_go_stale_and_who_is_owed_a_correction_first(
+    desk: Desk,
+) -> None:
+    _seed(desk)
+    client, csrf = desk.signed_in("reviewer")
+    before = desk.ledger.position
+    preview = client.get("/records/E1/revoke")
+    assert preview.status_code == 200
+    assert desk.ledger.position == before  # the preview writes nothing
+    text = text_of(preview.text)
+    assert "Will be marked STALE (3)" in text
+    for rid in ("M1", "M2", "R1"):
+        assert f'href="/records/{rid}"' in preview.text
+    assert "Deliveries that will owe corrections (1)" in text
+    assert "ops@x.test" in text
+    assert "Confirm revocation" in text
+    done = client.post("/records/E1/revoke", data={"csrf": csrf, "reason": "doc changed"})
+    assert (done.status_code, done.headers["location"]) == (303, "/records/E1")
+    assert "Revoked E1; 3 record(s) marked STALE." in client.get("/records/E1").text
+    assert desk.agent.get("R1").status.value == "STALE"
+
+
+def test_needs_attention_lists_stale_records_and_issues_the_correction_due(desk: Desk) -> None:
+    _seed(desk)
+    desk.reviewer.revoke("E1", reason="doc changed")
+    client, csrf = desk.signed_in("reviewer")
+    page = client.get("/attention")
+    text = text_of(page.text)
+    assert "Corrections due (1)" in text
+    assert "ops@x.test received R1" in text
+    assert "STALE or expired records (3)" in text
+    [delivery] = desk.reviewer.get("R1").deliveries
+    action = f'action="/deliveries/{delivery.delivery_id}/correction"'
+    assert action in page.text
+    r = client.post(
+        f"/deliveries/{delivery.delivery_id}/correction",
+        data={"csrf": csrf, "note": "retry advice withdrawn", "next": "/attention"},
+    )
+    assert r.status_code == 303
+    after = client.get("/attention").text
+    assert "Corrections due (0)" in text_of(after)
+    assert "issued for delivery" in after
+    assert desk.reviewer.corrections_due() == ()
+
+
+def test_pages_can_be_browsed_as_of_a_past_position_read_only(desk: Desk) -> None:
+    _seed(desk)
+    before = desk.ledger.position
+    desk.reviewer.revoke("E1", reason="doc changed")
+    client, _ = desk.signed_in("reviewer-2")
+    page = client.get("/records/R1", params={"as_of_position": before})
+    text = text_of(page.text)
+    assert f"as of log position {before}" in text
+    assert "Status ACCEPTED" in text
+    assert "Revoke…" not in text
+    assert f'href="/records/M1?as_of_position={before}"' in page.text
+    queue = client.get("/", params={"as_of_position": before}).text
+    assert "api.dedupe_window_s" in queue
+    assert 'action="/records/M2/accept"' not in queue
+    now = client.get("/records/R1").text
+    assert "Status STALE" in text_of(now)
+    bad = client.get("/records/R1", params={"as_of_position": "soon"})
+    assert bad.status_code == 422
+
+
+def test_pages_can_be_browsed_as_of_a_past_time(desk: Desk, clock: Any) -> None:
+    _seed(desk)
+    then = clock.now
+    clock.advance(hours=1)
+    desk.reviewer.revoke("E1", reason="doc changed")
+    client, _ = desk.signed_in("reviewer-2")
+    page = client.get("/records/M1", params={"as_of_time": then.isoformat()})
+    assert "Status ACCEPTED" in text_of(page.text)
+
+
+def test_a_large_graph_is_summarised_not_drawn_whole(desk: Desk) -> None:
+    desk.agent.capture(scope="proj-a", uri="https://x.test/root", content=b"r", id="E1")
+    desk.reviewer.accept("E1")
+    desk.agent.propose(
+        scope="proj-a", claim_key="hub", value=1, kind=Kind.INFERENCE, parents=["E1"], id="H"
+    )
+    desk.reviewer.accept("H")
+    desk.agent.propose_many(
+        {"scope": "proj-a", "claim_key": f"leaf.{i}", "value": i, "kind": "inference",
+         "parents": ["H"], "id": f"L{i:02d}"}
+        for i in range(45)
+    )  # fmt: skip
+    client, _ = desk.signed_in("reviewer")
+    page = client.get("/records/E1").text
+    text = text_of(page)
+    assert "2 of 47 records drawn" in text
+    assert "Not drawn: 45 CANDIDATE" in text
+    svg = page[page.index("<svg") : page.index("</svg>")]
+    assert "L00" not in svg
+    assert "All 47 records in the graph" in text
+
+
+def test_snapshots_are_served_as_inert_text(desk: Desk) -> None:
+    desk.agent.capture(
+        scope="proj-a", uri="https://x.test/x", content=b"<script>alert(1)</script>", id="E1"
+    )
+    ref = desk.agent.get("E1").evidence["snapshot_ref"]  # type: ignore[index]
+    client, _ = desk.signed_in("reviewer")
+    r = client.get(f"/snapshots/{ref}")
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("text/plain")
+    assert r.headers["content-security-policy"] == "sandbox"
+    assert r.text == "<script>alert(1)</script>"
+
+
+def test_every_page_carries_the_security_headers(desk: Desk) -> None:
+    r = desk.browser().get("/")
+    csp = r.headers["content-security-policy"]
+    assert "default-src 'none'" in csp and "script-src" not in csp
+    assert "frame-ancestors 'none'" in csp
+    assert r.headers["x-frame-options"] == "DENY"
+    assert r.headers["x-content-type-options"] == "nosniff"
+    assert r.headers["cache-control"] == "no-store"
+
+
+# -- isolation -------------------------------------------------------------------------------------
+
+
+def _blank(page: str, record_id: str, csrf: str) -> str:
+    """A page with its CSRF token and then the asked-for id blanked out (the random
+    token may spell an id by chance)."""
+    return page.replace(csrf, "<CSRF>").replace(record_id, "<ID>")
+
+
+def _same_page(a: Any, b: Any, a_id: str, b_id: str, csrf: str) -> None:
+    assert a.status_code == b.status_code
+    assert sorted(a.headers.items()) == sorted(b.headers.items())
+    assert _blank(a.text, a_id, csrf) == _blank(b.text, b_id, csrf)
+
+
+def test_a_hidden_record_page_is_byte_for_byte_a_missing_one(desk: Desk) -> None:
+    _seed(desk)
+    ref = desk.agent.get("E1").evidence["snapshot_ref"]  # type: ignore[index]
+    client, csrf = desk.signed_in("outsider")
+    for hidden, absent in (("M1", "Q9"), ("E1", "Q8"), ("R1", "Q7")):
+        for suffix in ("", "/revoke"):
+            seen = client.get(f"/records/{hidden}{suffix}")
+            none = client.get(f"/records/{absent}{suffix}")
+            assert seen.status_code == 404
+            _same_page(seen, none, hidden, absent, csrf)
+    fake = "sha256:" + "0" * 64
+    _same_page(client.get(f"/snapshots/{ref}"), client.get(f"/snapshots/{fake}"), ref, fake, csrf)
+    before = desk.ledger.position
+    for action, data in (("accept", {}), ("reject", {"reason": "x"}), ("revoke", {"reason": "x"})):
+        client.post(f"/records/M2/{action}", data={"csrf": csrf, **data})
+        refused = client.get("/").text
+        client.post(f"/records/Q9/{action}", data={"csrf": csrf, **data})
+        missing = client.get("/").text
+        assert _blank(refused, "M2", csrf) == _blank(missing, "Q9", csrf)
+    assert desk.ledger.position == before
+
+
+def test_an_outsiders_pages_show_nothing_of_another_scope(desk: Desk) -> None:
+    _seed(desk)
+    desk.reviewer.revoke("E1", reason="secret reason")
+    client, _ = desk.signed_in("outsider")
+    pages = [
+        client.get("/").text,
+        client.get("/attention").text,
+        client.get("/records").text,
+        client.get("/records", params={"scope": "proj-a"}).text,
+        client.get("/explain", params={"scope": "proj-a", "claim_key": "api.retry_safe"}).text,
+    ]
+    for page in pages:
+        # The visible text and every link (a random CSRF token may spell anything).
+        seen = text_of(page) + " ".join(re.findall(r'(?:href|action)="([^"]*)"', page))
+        for secret in ("M1", "M2", "R1", "E1", "api.retry_safe", "secret reason", "ops@x.test"):
+            assert secret not in seen, secret
+
+
+def test_a_superseding_candidate_names_what_it_replaces_and_the_old_page_says_by_what(
+    desk: Desk,
+) -> None:
+    desk.agent.propose(scope="proj-a", claim_key="api.limit", value=60, kind=Kind.FACT, id="L1")
+    desk.reviewer.accept("L1")
+    desk.agent.propose(
+        scope="proj-a", claim_key="api.limit", value=120, kind=Kind.FACT, id="L2", supersedes="L1"
+    )
+    client, csrf = desk.signed_in("reviewer")
+    card = card_of(client.get("/").text, "L2")
+    assert "Replaces" in text_of(card) and 'href="/records/L1"' in card
+    client.post("/records/L2/accept", data={"csrf": csrf})
+    old = client.get("/records/L1").text
+    assert "Status SUPERSEDED" in text_of(old)
+    assert "Superseded by L2" in text_of(old)
+    assert "Revoke…" not in text_of(old)
+
+
+def test_an_expired_record_needs_attention_until_revalidated(desk: Desk, clock: Any) -> None:
+    from datetime import timedelta
+
+    desk.agent.propose(
+        scope="proj-a", claim_key="price", value=9, kind=Kind.FACT, id="X1",
+        expires=clock.now + timedelta(hours=1),
+    )  # fmt: skip
+    desk.reviewer.accept("X1")
+    client, _ = desk.signed_in("reviewer")
+    assert "X1" not in text_of(client.get("/attention").text)
+    clock.advance(hours=2)
+    text = text_of(client.get("/attention").text)
+    assert "STALE or expired records (1)" in text
+    assert "X1" in text and "expired 2026-01-01 13:00:00 UTC" in text
+    assert "Validity NEEDS_REVALIDATION" in text_of(client.get("/records/X1").text)

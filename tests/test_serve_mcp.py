@@ -1,0 +1,127 @@
+"""The MCP streamable-HTTP endpoint at ``/mcp``: one MCP server per bearer token.
+
+The mount is exercised with a real ``MCPServer`` from the ``mcp`` SDK, built per
+token by a factory given to ``create_app`` (the ledger's own server comes from
+``ledger.integrations.mcp.build_server``, the default factory), behind uvicorn.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from ledger import Ledger
+from ledger.serve import create_app
+from tests.serve_support import running
+
+mcpserver = pytest.importorskip("mcp.server.mcpserver")
+
+ACCEPT = {"Accept": "application/json, text/event-stream"}
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "test", "version": "1"},
+    },
+}
+
+
+def _whoami_factory(ledger: Ledger, token: str) -> Any:
+    server = mcpserver.MCPServer(name="whoami")
+
+    @server.tool()
+    def whoami() -> str:
+        return ledger.authenticate(token).principal
+
+    return server
+
+
+def _messages(response: httpx.Response) -> list[dict[str, Any]]:
+    """The JSON-RPC messages of a streamable-HTTP answer (SSE or plain JSON)."""
+    if response.headers["content-type"].startswith("application/json"):
+        return [response.json()]
+    return [
+        json.loads(line[len("data: ") :])
+        for line in response.text.splitlines()
+        if line.startswith("data: ")
+    ]
+
+
+def _rpc(base: str, token: str, message: dict[str, Any], session: str | None = None) -> Any:
+    headers = {**ACCEPT, "Authorization": f"Bearer {token}"}
+    if session is not None:
+        headers |= {"mcp-session-id": session, "mcp-protocol-version": "2025-06-18"}
+    return httpx.post(f"{base}/mcp", json=message, headers=headers, timeout=30)
+
+
+@pytest.fixture
+def tokens(ledger: Ledger) -> dict[str, str]:
+    admin = ledger.admin()
+    admin.grant("agent-1", scope="proj-a", roles=["read", "propose"])
+    admin.grant("agent-2", scope="proj-b", roles=["read"])
+    return {name: admin.issue_token(name) for name in ("agent-1", "agent-2")}
+
+
+@pytest.fixture
+def base(ledger: Ledger) -> Iterator[str]:
+    with running(create_app(ledger, mcp_factory=_whoami_factory)) as url:
+        yield url
+
+
+def test_each_bearer_token_gets_an_mcp_server_acting_as_its_principal(
+    base: str, tokens: dict[str, str]
+) -> None:
+    for name, token in tokens.items():
+        init = _rpc(base, token, INIT)
+        assert init.status_code == 200
+        session = init.headers["mcp-session-id"]
+        call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "whoami"}}
+        [answer] = _messages(_rpc(base, token, call, session))
+        assert answer["result"]["structuredContent"] == {"result": name}
+
+
+def test_the_mcp_endpoint_refuses_a_missing_or_bad_token(base: str) -> None:
+    missing = httpx.post(f"{base}/mcp", json=INIT, headers=ACCEPT)
+    assert missing.status_code == 401
+    assert missing.json()["error"]["type"] == "AuthenticationError"
+    bad = _rpc(base, "plt_wrong", INIT)
+    assert bad.status_code == 401
+
+
+def test_an_mcp_session_opened_with_one_token_is_unknown_to_another(
+    base: str, tokens: dict[str, str]
+) -> None:
+    session = _rpc(base, tokens["agent-1"], INIT).headers["mcp-session-id"]
+    listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}
+    assert _rpc(base, tokens["agent-2"], listing, session).status_code == 404
+    assert _rpc(base, tokens["agent-1"], listing, session).status_code == 200
+
+
+def test_the_default_mcp_server_is_the_ledger_integration_when_installed(
+    ledger: Ledger, tokens: dict[str, str]
+) -> None:
+    with running(create_app(ledger)) as url:
+        r = _rpc(url, tokens["agent-1"], INIT)
+        try:
+            importlib.import_module("ledger.integrations.mcp")
+            installed = True
+        except ImportError:
+            installed = False
+        if not installed:
+            assert r.status_code == 501
+            assert "ledger.integrations.mcp" in r.json()["error"]["message"]
+            return
+        assert r.status_code == 200
+        session = r.headers["mcp-session-id"]
+        listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}
+        [answer] = _messages(_rpc(url, tokens["agent-1"], listing, session))
+        names = {tool["name"] for tool in answer["result"]["tools"]}
+        assert {"read_memory", "propose_memory", "capture_evidence"} <= names
