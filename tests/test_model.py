@@ -97,6 +97,12 @@ KNOWN_BUGS = {
         "without superseding the old record: the claim answers CONFLICT"
     ),
 }
+#: Known bugs whose fix is a core change still to be made: the CI campaign leaves
+#: them out (the default ``LedgerMachine.ignore``) and their deterministic tests are
+#: strict xfail, so the fix shows up as an XPASS and both are dropped together. A
+#: bug not named here fails CI as soon as the campaign meets it.
+CORE_PENDING = frozenset({"superseding-own-ancestor", "revalidation-skips-supersession"})
+_PENDING = "core change pending: tests/test_model.py KNOWN_BUGS[{!r}]"
 
 MAX_EXAMPLES = 30
 STEPS = 40
@@ -127,10 +133,10 @@ class LedgerMachine(RuleBasedStateMachine):
 
     backend: ClassVar[str] = "memory"
     #: Names from ``KNOWN_BUGS`` left out: their differences are not compared, or
-    #: the commands that reach them are not made. Always empty in CI (a known
-    #: library bug keeps failing there until it is fixed); the soak script sets it
-    #: with ``--ignore`` to keep hunting past a bug already reported.
-    ignore: ClassVar[frozenset[str]] = frozenset()
+    #: the commands that reach them are not made. In CI only ``CORE_PENDING`` (a
+    #: known library bug otherwise keeps failing there until it is fixed); the soak
+    #: script sets it with ``--ignore`` to keep hunting past a bug already reported.
+    ignore: ClassVar[frozenset[str]] = CORE_PENDING
 
     def __init__(self) -> None:
         super().__init__()
@@ -1001,7 +1007,7 @@ TestPostgres.settings = settings(
 )
 
 
-# -- library bugs the campaign found, kept as plain failing tests until fixed ----------
+# -- library bugs the campaign found: failing tests until fixed (strict xfail while CORE_PENDING)
 
 
 def test_stale_descendant_effective_expiry_follows_its_ancestors_new_basis(world: World) -> None:
@@ -1074,6 +1080,7 @@ def test_a_candidate_made_stale_cannot_skip_the_acceptance_checks_by_revalidatio
     assert reviewer.read("proj-a", "report.weekly").outcome == Outcome.MISSING
 
 
+@pytest.mark.xfail(strict=True, reason=_PENDING.format("superseding-own-ancestor"))
 def test_a_new_version_proposed_in_a_run_that_read_the_old_one_does_not_rest_on_it(
     world: World,
 ) -> None:
@@ -1099,6 +1106,7 @@ def test_a_new_version_proposed_in_a_run_that_read_the_old_one_does_not_rest_on_
     assert (read.outcome, [r.id for r in read.records]) == (Outcome.FOUND, ["V2"])
 
 
+@pytest.mark.xfail(strict=True, reason=_PENDING.format("superseding-own-ancestor"))
 def test_a_new_version_cannot_rest_on_the_record_it_supersedes(world: World) -> None:
     """SPEC §4.2/§13.3: accepting V2 marks everything resting on V1 STALE; if V2 rested
     on V1 through X, V2 would be ACCEPTED and usable on top of a STALE parent. A new
@@ -1117,6 +1125,7 @@ def test_a_new_version_cannot_rest_on_the_record_it_supersedes(world: World) -> 
     assert world.ledger.position == position
 
 
+@pytest.mark.xfail(strict=True, reason=_PENDING.format("revalidation-skips-supersession"))
 def test_revalidating_a_superseding_candidate_made_stale_supersedes_the_old_record(
     world: World,
 ) -> None:
