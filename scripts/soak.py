@@ -405,7 +405,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         action="append",
         default=[],
         metavar="BUG",
-        help="skip the comparison a known library bug breaks (tests/test_model.py KNOWN_BUGS)",
+        help="leave out what a known library bug breaks (tests/test_model.py KNOWN_BUGS)",
     )
     parser.add_argument("--no-shrink", action="store_true", help="report failures unshrunk")
     parser.add_argument("--seed", type=int, default=20261130, help="fuzz and crash campaigns")

@@ -121,7 +121,10 @@ WRITES = frozenset(
         *("revoke", "revalidate", "deliver", "correct", "demo", "erase-snapshot"),
     }
 )
-_READ_COMMANDS = ("read", "get", "explain", "audit", "history", "corrections", "export", "graph")
+_READ_COMMANDS = (
+    *("read", "get", "explain", "audit", "history", "corrections", "export", "graph"),
+    "records",
+)
 #: Commands that must leave the log and the views as they were even when they succeed
 #: (``init`` opens an existing ledger; ``rebuild`` replays it into identical views).
 READS = frozenset(
