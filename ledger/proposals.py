@@ -42,6 +42,7 @@ from ledger.validation import (
     check_text,
     check_value,
 )
+from projections import edges as edges_index
 from projections import validity as validity_view
 from projections.base import Cursor
 
@@ -227,6 +228,8 @@ def prepare(
     if rid in declared:
         raise CycleError(f"record {rid!r} cannot be its own parent")
     observed = caller.run.observed_for(declared) if caller.run is not None else ()
+    # A new version read the one it replaces: that is not a dependency.
+    observed = tuple(o for o in observed if o != supersedes)
     caller.require(c, scope, Role.PROPOSE, "propose")
     if rid in pending or _row(caller, c, rid, known) is not None:
         raise DuplicateRecordError(f"record {rid!r} already exists")
@@ -242,7 +245,9 @@ def prepare(
         inherited.append((dep, unpack(row["conditions"])))
     the_conditions = _with_inherited(rid, the_conditions, inherited)
     if supersedes is not None:
-        _check_supersedable(caller, c, supersedes, rid, scope, claim_key, declared, known)
+        _check_supersedable(
+            caller, c, supersedes, rid, scope, claim_key, (*declared, *observed), known, pending
+        )
     return Record.proposed_event(
         at=engine.now(),
         record_id=rid,
@@ -289,11 +294,13 @@ def _check_supersedable(
     rid: str,
     scope: str,
     claim_key: str,
-    declared: Sequence[str],
+    deps: Sequence[str],
     known: Mapping[str, Any] | None,
+    pending: Mapping[str, Record.Proposed],
 ) -> None:
     """``old`` may be superseded by the proposal ``rid``: visible, same scope and
-    claim key, not withdrawn, and not something the proposal depends on."""
+    claim key, not withdrawn, and neither a dependency of the proposal nor an
+    ancestor of one (a new version may not rest on what it replaces)."""
     old_id = check_id(old, "supersedes id")
     row = _row(caller, c, old_id, known)
     if row is None or not caller.roles(c, row["scope"]):
@@ -311,10 +318,27 @@ def _check_supersedable(
             f"propose refused: {old_id!r} is {row['status']}{rules.cause_text(row)}; "
             "only a CANDIDATE, ACCEPTED or STALE record can be superseded"
         )
-    if old_id in declared:
+    if old_id in deps:
         raise InvalidParentError(
             f"propose refused: {rid!r} cannot both depend on and supersede {old_id!r}"
         )
+    below = {cid for cid, _ in edges_index.descendants(c, caller.engine.dialect, old_id)}
+    for dep in deps:
+        if _rests_on(dep, below, pending):
+            raise InvalidParentError(
+                f"propose refused: {rid!r} cannot supersede {old_id!r}: its dependency "
+                f"{dep!r} rests on {old_id!r}"
+            )
+
+
+def _rests_on(dep: str, below: set[str], pending: Mapping[str, Record.Proposed]) -> bool:
+    """Whether ``dep`` is in ``below``, or is a record of this batch resting on it."""
+    if dep in below:
+        return True
+    event = pending.get(dep)
+    return event is not None and any(
+        _rests_on(p, below, pending) for p in (*event.parents, *event.observed)
+    )
 
 
 def _with_inherited(

@@ -17,7 +17,13 @@ from ledger.access import Role
 from ledger.caller import Caller
 from ledger.deliveries import delivery_of
 from ledger.domain import Record, Status, Validity, record_uuid
-from ledger.errors import AcceptanceCheckError, CorruptEventError, CycleError
+from ledger.errors import (
+    AcceptanceCheckError,
+    CorruptEventError,
+    CycleError,
+    InvalidParentError,
+    InvalidTransitionError,
+)
 from ledger.pipeline import Decision
 from ledger.reads import record_view
 from ledger.validation import check_id, check_list, check_text
@@ -42,12 +48,7 @@ def accept(caller: Caller, record_id: str, note: str) -> None:
         run_acceptance_checks(caller, record_view(caller, c, row, now), "accept")
         events = list(record.collect_events())
         if record.supersedes is not None:
-            old = caller.engine.load_record(c, record.supersedes)
-            old.supersede(caller.subject, rid, now)
-            events += old.collect_events()
-            events += stale_marking(
-                caller, c, old.record_id, f"superseded by {rid}", now, rid
-            ).events
+            events += supersession(caller, c, rid, record.supersedes, now)
         return Decision(events, pipeline.done)
 
     pipeline.on_record(caller, "accept", Role.APPROVE, record_id, decide)
@@ -172,6 +173,28 @@ def revalidate(caller: Caller, record_id: str, note: str, parents: Iterable[str]
 
 
 # -- shared steps -------------------------------------------------------------------
+
+
+def supersession(caller: Caller, c: Cursor, rid: str, old_id: str, now: datetime) -> list[Any]:
+    """The events of ``rid``'s acceptance superseding ``old_id``: OLD SUPERSEDED and
+    OLD's descendants STALE. Nothing if OLD was withdrawn meanwhile (revoked or
+    rejected: there is nothing left to replace)."""
+    old = caller.engine.load_record(c, old_id)
+    if old.status in (Status.REVOKED, Status.REJECTED):
+        return []
+    if old.superseded_by is not None:
+        raise InvalidTransitionError(
+            f"accept refused: {rid!r} supersedes {old_id!r}, which was already superseded "
+            f"by {old.superseded_by!r}; propose a new version of {old.superseded_by!r}"
+        )
+    below = {cid for cid, _ in edges_index.descendants(c, caller.engine.dialect, old_id)}
+    if rid in below:
+        raise InvalidParentError(
+            f"accept refused: {rid!r} rests on {old_id!r}, which it supersedes"
+        )
+    old.supersede(caller.subject, rid, now)
+    marking = stale_marking(caller, c, old_id, f"superseded by {rid}", now, rid)
+    return [*old.collect_events(), *marking.events]
 
 
 @dataclasses.dataclass(frozen=True)

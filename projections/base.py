@@ -38,11 +38,14 @@ class Dialect:
     blob: str
     bigint: str
     prefix: str = ""
+    #: Appended to a text column to order it by code point, as SQLite and Python do.
+    bytewise: str = ""
 
     def q(self, statement: str) -> str:
         """Translate a statement written with ``?`` and ``{t}`` table prefixes."""
         statement = statement.replace("{t}", self.prefix)
         statement = statement.replace("{blob}", self.blob).replace("{bigint}", self.bigint)
+        statement = statement.replace("{bytewise}", self.bytewise)
         if self.placeholder != "?":
             statement = statement.replace("?", self.placeholder)
         return statement
@@ -54,7 +57,12 @@ SQLITE = Dialect(name="sqlite", placeholder="?", blob="BLOB", bigint="INTEGER")
 def postgres_dialect(schema: str) -> Dialect:
     """The PostgreSQL dialect with tables qualified by ``schema``."""
     return Dialect(
-        name="postgresql", placeholder="%s", blob="BYTEA", bigint="BIGINT", prefix=f"{schema}."
+        name="postgresql",
+        placeholder="%s",
+        blob="BYTEA",
+        bigint="BIGINT",
+        prefix=f"{schema}.",
+        bytewise=' COLLATE "C"',
     )
 
 

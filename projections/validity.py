@@ -119,7 +119,7 @@ DDL = (
     "PRIMARY KEY (record_id, from_pos))",
     "CREATE INDEX IF NOT EXISTS pl_records_claim ON {t}pl_records (scope, claim_key)",
     # Listing a scope page by page in id order (``Session.records``): current rows only.
-    "CREATE INDEX IF NOT EXISTS pl_records_listing ON {t}pl_records (scope, record_id) "
+    "CREATE INDEX IF NOT EXISTS pl_records_listing ON {t}pl_records (scope, record_id{bytewise}) "
     "WHERE to_pos IS NULL",
     # Partial: only evidence has a snapshot, and other rows then cost no index entry.
     "CREATE INDEX IF NOT EXISTS pl_records_snapshot ON {t}pl_records (snapshot_ref) "
@@ -247,13 +247,14 @@ def page(
         where.append("substr(r.claim_key, 1, ?) = ?")
         params += [len(claim_prefix), claim_prefix]
     if after is not None:
-        where.append("r.record_id > ?")
+        where.append("r.record_id{bytewise} > ?")
         params.append(after)
     c.execute(
         d.q(
             "SELECT r.*, EXISTS (SELECT 1 FROM {t}pl_deliveries dl "
             "WHERE dl.record_id = r.record_id) AS has_deliveries "
-            f"FROM {{t}}pl_records r WHERE {' AND '.join(where)} ORDER BY r.record_id LIMIT ?"
+            f"FROM {{t}}pl_records r WHERE {' AND '.join(where)} "
+            "ORDER BY r.record_id{bytewise} LIMIT ?"
         ),
         (*params, limit),
     )

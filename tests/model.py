@@ -51,6 +51,7 @@ from ledger.errors import (
     InvalidInputError,
     InvalidParentError,
     InvalidTransitionError,
+    InvalidValueError,
     LedgerError,
     NotUsableError,
     SelfApprovalError,
@@ -64,6 +65,10 @@ BLOCKING = (Status.REVOKED, Status.REJECTED, Status.STALE, Status.SUPERSEDED)
 FINAL = (Status.REVOKED, Status.REJECTED, Status.SUPERSEDED)
 #: Statuses a supersession can replace.
 REPLACEABLE = (Status.CANDIDATE, Status.ACCEPTED, Status.STALE)
+#: An old version withdrawn this way is not superseded by its new version's approval.
+WITHDRAWN = (Status.REVOKED, Status.REJECTED)
+#: Kinds revalidation may not leave without a basis.
+NEEDS_BASIS = (Kind.INFERENCE, Kind.REPORT, Kind.PLAN)
 
 Problem = tuple[frozenset[type[LedgerError]], str]
 
@@ -110,6 +115,8 @@ class Rec:
     reason: str | None = None  # why it is STALE, REVOKED or REJECTED
     superseded_by: str | None = None  # the record approved in its place, once SUPERSEDED
     left_accepted_step: int | None = None  # when it last stopped being ACCEPTED
+    accepted_once: bool = False  # ever ACCEPTED (a STALE candidate revalidates to CANDIDATE)
+    basis_step: int = 0  # the step from which its current dependencies hold
 
     @property
     def deps(self) -> tuple[str, ...]:
@@ -124,7 +131,8 @@ class Delivery:
     id: str
     record_id: str
     step: int
-    corrections: list[tuple[str, int]] = field(default_factory=list)
+    basis: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())  # (parents, observed) then
+    corrections: list[tuple[str, int, datetime]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -317,15 +325,28 @@ class State:
         return tuple(out[:limit])
 
     def corrections_due(self, now: datetime) -> tuple[Due, ...]:
-        """Delivered records no longer VALID whose delivery has no correction since."""
+        """Deliveries owing a correction (SPEC §13.2): the record left VALID after the
+        delivery and no correction came after that (after the step it left ACCEPTED,
+        or, when it merely expired, at or after the expiry instant); or it is VALID
+        again on another basis than the delivered copy cites, with no correction
+        since that basis."""
         out = []
         for d in self.deliveries.values():
             rec = self.records[d.record_id]
             validity = self.validity(d.record_id, now)
-            if validity == Validity.VALID:
+            instant: datetime | None = None
+            if validity != Validity.VALID:
+                if rec.status == Status.ACCEPTED:
+                    since, instant = d.step, self.effective_expiry(d.record_id)[0]
+                else:
+                    since = max(d.step, rec.left_accepted_step or 0)
+            elif (rec.parents, rec.observed) != d.basis:
+                since = max(d.step, rec.basis_step)
+            else:
                 continue
-            since = max(d.step, rec.left_accepted_step or 0)
-            if any(step > since for _, step in d.corrections):
+            if any(
+                step > since and (instant is None or at >= instant) for _, step, at in d.corrections
+            ):
                 continue
             out.append(Due(d.id, d.record_id, validity, rec.status))
         return tuple(out)
@@ -397,6 +418,7 @@ class Model:
             rec.left_accepted_step = self.step
         if status == Status.ACCEPTED:
             rec.left_accepted_step = None
+            rec.accepted_once = True
         rec.status = status
 
     def _mark_stale(self, rids: Iterable[str], cause: str, reason: str, by: str | None) -> None:
@@ -410,8 +432,8 @@ class Model:
         """Approving ``rec`` (on the dependencies ``deps``) supersedes ``rec.supersedes``:
         once only, not if it was withdrawn, and not if ``rec`` would rest on it."""
         old = self.records[rec.supersedes] if rec.supersedes is not None else None
-        if old is None or old.superseded_by == rec.id:
-            return []
+        if old is None or old.superseded_by == rec.id or old.status in WITHDRAWN:
+            return []  # a withdrawn old version leaves nothing to replace
         problems = []
         if old.superseded_by is not None:
             problems.append(
@@ -434,7 +456,7 @@ class Model:
     def _supersede(self, rec: Rec) -> None:
         """``rec.supersedes`` → SUPERSEDED by ``rec``; its descendants not FINAL → STALE."""
         old = self.records[rec.supersedes] if rec.supersedes is not None else None
-        if old is None or old.superseded_by == rec.id:
+        if old is None or old.superseded_by == rec.id or old.status in WITHDRAWN:
             return
         stale = [d for d in self.state.descendants(old.id) if self.records[d].status not in FINAL]
         self._set_status(old, Status.SUPERSEDED)
@@ -480,6 +502,15 @@ class Model:
             problems += self._problems_with_dependency(dep, "observed dependency")
         if supersedes is not None:
             problems += self._problems_with_supersedes(supersedes, claim_key, declared, observed)
+        inherited = dict(conditions or {})
+        for dep in (*declared, *observed):
+            for key, wanted in (
+                self.records[dep].conditions if dep in self.records else {}
+            ).items():
+                if key not in inherited:
+                    inherited[key] = wanted
+                elif canonical(inherited[key]) != canonical(wanted):
+                    problems.append(_one(InvalidValueError, f"conditions contradict on {key}"))
         _refuse_if(problems)
         self.step += 1
         self.records[rid] = Rec(
@@ -491,8 +522,9 @@ class Model:
             expires=expires,
             parents=declared,
             observed=observed,
-            conditions=dict(conditions or {}),
+            conditions=inherited,
             supersedes=supersedes,
+            basis_step=self.step,
         )
 
     def _problems_with_supersedes(
@@ -566,20 +598,32 @@ class Model:
         return stale
 
     def revalidate(self, rid: str, actor: str, parents: Sequence[str] | None = None) -> None:
-        """STALE → ACCEPTED, not by the proposer.
+        """STALE → ACCEPTED (CANDIDATE if it was never accepted), not by the proposer.
 
-        Like accept, the record itself must not have expired. Without ``parents``
-        every current dependency must be usable; with them they must all be usable,
-        none may be the record or depend on it, and they replace both the declared
-        parents and the observed dependencies. A record that supersedes another and
-        was made STALE before its approval supersedes it now, as ``accept`` would.
+        An ACCEPTED record whose basis expired (an ancestor's expiry, not its own)
+        may be given a new basis too. Like accept, the record itself must not have
+        expired. Without ``parents`` every current dependency must be usable; with
+        them they must all be usable, none may be the record or depend on it, they
+        replace both the declared parents and the observed dependencies, and a kind
+        that needs a basis (inference, report, plan) may not be left without one.
+        A revalidation supersedes nothing: a never-approved new version returns to
+        CANDIDATE and supersedes when it is accepted.
         """
         rec = self._known(rid)
         problems: list[Problem] = []
-        if rec.status != Status.STALE:
+        source = self.state.effective_expiry(rid)[1]
+        basis_expired = (
+            rec.status == Status.ACCEPTED
+            and not self.state.usable(rid, self.now)
+            and source is not None
+            and source != rid
+        )
+        if rec.status != Status.STALE and not (basis_expired and parents is not None):
             problems.append(_one(InvalidTransitionError, f"{rid} is {rec.status}"))
         if actor == rec.proposer:
             problems.append(_one(SelfApprovalError, f"{actor} proposed {rid}"))
+        if parents is not None and not parents and rec.kind in NEEDS_BASIS:
+            problems.append(_one(InvalidParentError, f"{rid} is {rec.kind} and needs a basis"))
         if rec.expires is not None and self.now >= rec.expires:
             problems.append(_one(InvalidTransitionError, f"{rid} has expired"))
         if parents is None:
@@ -592,14 +636,13 @@ class Model:
                     problems.append(_one(CycleError, f"{dep} depends on {rid}"))
                 problems += self._problems_with_usable(dep)
         basis = rec.deps if parents is None else tuple(dict.fromkeys(parents))
-        problems += self._problems_superseding(rec, basis)
         _refuse_if(problems)
         self.step += 1
-        self._set_status(rec, Status.ACCEPTED)
+        self._set_status(rec, Status.ACCEPTED if rec.accepted_once else Status.CANDIDATE)
         rec.cause = rec.reason = rec.cause_superseded_by = None
         if parents is not None:
             rec.parents, rec.observed = basis, ()
-        self._supersede(rec)
+            rec.basis_step = self.step
 
     def deliver(self, rid: str, delivery_id: str) -> None:
         """Record a delivery of a record usable now (SPEC §5)."""
@@ -609,7 +652,9 @@ class Model:
         if not self.state.usable(rid, self.now):
             raise Refused([_one(NotUsableError, f"{rid} is not usable now")])
         self.step += 1
-        self.state.deliveries[delivery_id] = Delivery(delivery_id, rid, self.step)
+        self.state.deliveries[delivery_id] = Delivery(
+            delivery_id, rid, self.step, (rec.parents, rec.observed)
+        )
 
     def issue_correction(self, delivery_id: str, correction_id: str) -> None:
         """Put a correction for a delivery in the outbox; the delivery stays delivered."""
@@ -617,4 +662,4 @@ class Model:
         if delivery is None:
             raise Refused([_one(UnknownDeliveryError, f"delivery {delivery_id} is unknown")])
         self.step += 1
-        delivery.corrections.append((correction_id, self.step))
+        delivery.corrections.append((correction_id, self.step, self.now))

@@ -101,7 +101,7 @@ KNOWN_BUGS = {
 #: them out (the default ``LedgerMachine.ignore``) and their deterministic tests are
 #: strict xfail, so the fix shows up as an XPASS and both are dropped together. A
 #: bug not named here fails CI as soon as the campaign meets it.
-CORE_PENDING = frozenset({"superseding-own-ancestor", "revalidation-skips-supersession"})
+CORE_PENDING: frozenset[str] = frozenset()
 _PENDING = "core change pending: tests/test_model.py KNOWN_BUGS[{!r}]"
 
 MAX_EXAMPLES = 30
@@ -389,7 +389,7 @@ class LedgerMachine(RuleBasedStateMachine):
             "reason": rec.reason if rec.status in (Status.STALE, *_FINAL) else None,
             "supersedes": rec.supersedes,
             "superseded_by": rec.superseded_by,
-            "deliveries": [(d.id, [c for c, _ in d.corrections], "DELIVERED") for d in deliveries],
+            "deliveries": [(d.id, [c for c, *_ in d.corrections], "DELIVERED") for d in deliveries],
         }
         if "stale-effective-expiry" in self.ignore and rec.status != Status.ACCEPTED:
             for name in ("effective_expires", "expiry_source"):
@@ -1080,7 +1080,6 @@ def test_a_candidate_made_stale_cannot_skip_the_acceptance_checks_by_revalidatio
     assert reviewer.read("proj-a", "report.weekly").outcome == Outcome.MISSING
 
 
-@pytest.mark.xfail(strict=True, reason=_PENDING.format("superseding-own-ancestor"))
 def test_a_new_version_proposed_in_a_run_that_read_the_old_one_does_not_rest_on_it(
     world: World,
 ) -> None:
@@ -1106,7 +1105,6 @@ def test_a_new_version_proposed_in_a_run_that_read_the_old_one_does_not_rest_on_
     assert (read.outcome, [r.id for r in read.records]) == (Outcome.FOUND, ["V2"])
 
 
-@pytest.mark.xfail(strict=True, reason=_PENDING.format("superseding-own-ancestor"))
 def test_a_new_version_cannot_rest_on_the_record_it_supersedes(world: World) -> None:
     """SPEC §4.2/§13.3: accepting V2 marks everything resting on V1 STALE; if V2 rested
     on V1 through X, V2 would be ACCEPTED and usable on top of a STALE parent. A new
@@ -1125,7 +1123,6 @@ def test_a_new_version_cannot_rest_on_the_record_it_supersedes(world: World) -> 
     assert world.ledger.position == position
 
 
-@pytest.mark.xfail(strict=True, reason=_PENDING.format("revalidation-skips-supersession"))
 def test_revalidating_a_superseding_candidate_made_stale_supersedes_the_old_record(
     world: World,
 ) -> None:

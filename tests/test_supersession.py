@@ -81,7 +81,7 @@ def test_a_superseded_record_cannot_be_a_parent_revoked_or_superseded_twice(worl
     agent.propose(scope="proj-a", claim_key="k", value=3, kind=Kind.FACT, supersedes="V1", id="V3")
     reviewer.accept("V2")
     position = world.ledger.position
-    with pytest.raises(InvalidTransitionError, match="'V1' was already superseded by 'V2'"):
+    with pytest.raises(InvalidTransitionError, match="'V1', which was already superseded by 'V2'"):
         reviewer.accept("V3")
     with pytest.raises(InvalidParentError, match="'V1'"):
         agent.propose(scope="proj-a", claim_key="x", value=1, kind=Kind.FACT, parents=["V1"])
@@ -176,3 +176,35 @@ def test_supersession_survives_a_rebuild_and_a_reopen(world: World) -> None:
     assert report.matched
     assert world.reviewer.get("C1").cause == "V1"
     assert world.reviewer.get("V1").superseded_by == "V2"
+
+
+def test_a_new_version_may_not_rest_on_what_it_supersedes(world: World) -> None:
+    agent = world.agent
+    _accepted(world, "V1", scope="proj-a", claim_key="k", value=1, kind=Kind.FACT)
+    _accepted(world, "X", scope="proj-a", claim_key="x", value=1, kind=Kind.FACT, parents=["V1"])
+    position = world.ledger.position
+    with pytest.raises(InvalidParentError, match="its dependency 'X' rests on 'V1'"):
+        agent.propose(
+            scope="proj-a", claim_key="k", value=2, kind=Kind.FACT, parents=["X"], supersedes="V1"
+        )
+    assert world.ledger.position == position
+    # A run that read V1 proposes V2: reading the old version is not resting on it.
+    with agent.run("task-v2") as run:
+        run.read(scope="proj-a", claim_key="k")
+        v2 = run.propose(scope="proj-a", claim_key="k", value=2, kind=Kind.FACT, supersedes="V1")
+    assert world.reviewer.get(v2).observed == ()
+    world.reviewer.accept(v2)
+    assert agent.read(scope="proj-a", claim_key="k").value == 2
+
+
+def test_a_new_version_of_a_record_withdrawn_meanwhile_is_accepted_on_its_own(
+    world: World,
+) -> None:
+    _accepted(world, "V1", scope="proj-a", claim_key="k", value=1, kind=Kind.FACT)
+    world.agent.propose(
+        scope="proj-a", claim_key="k", value=2, kind=Kind.FACT, supersedes="V1", id="V2"
+    )
+    world.reviewer.revoke("V1", reason="wrong")
+    world.reviewer.accept("V2")
+    assert world.reviewer.get("V1").status == Status.REVOKED
+    assert world.agent.read(scope="proj-a", claim_key="k").value == 2
