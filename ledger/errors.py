@@ -12,7 +12,10 @@ event log and the views exactly as they were::
     │   ├── ExpiryInPastError
     │   ├── InvalidKindError
     │   ├── InvalidRoleError
-    │   └── InvalidURLError
+    │   ├── InvalidURLError
+    │   └── InvalidNamespaceLabelError
+    │       └── NamespaceLabelError (langgraph's InvalidNamespaceError; in
+    │           ledger.integrations.langgraph)
     ├── UnknownRecordError (KeyError)
     ├── DuplicateRecordError
     ├── InvalidParentError
@@ -31,7 +34,9 @@ event log and the views exactly as they were::
     ├── UnknownSnapshotError (KeyError)
     ├── CorruptEventError
     ├── StorageError
-    └── ClosedLedgerError
+    ├── ClosedLedgerError
+    ├── MemoryConflictError
+    └── UnsupportedStoreOperationError (NotImplementedError)
 """
 
 from __future__ import annotations
@@ -79,6 +84,10 @@ class InvalidRoleError(InvalidInputError):
 
 class InvalidURLError(InvalidInputError):
     """The ledger URL names no supported backend."""
+
+
+class InvalidNamespaceLabelError(InvalidInputError):
+    """A LangGraph namespace label or key cannot be part of a ledger scope or claim key."""
 
 
 class UnknownRecordError(LedgerError, KeyError):
@@ -155,3 +164,13 @@ class StorageError(LedgerError):
 
 class ClosedLedgerError(LedgerError):
     """The ledger was closed."""
+
+
+class MemoryConflictError(LedgerError):
+    """A LangGraph store read found usable records of one key that disagree; the
+    ledger picks none."""
+
+
+class UnsupportedStoreOperationError(LedgerError, NotImplementedError):
+    """A LangGraph store feature the ledger does not offer (semantic query, field
+    index, TTL)."""
