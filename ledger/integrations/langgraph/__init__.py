@@ -57,19 +57,21 @@ Approval policy
 
 Provenance
     Inside a graph node the store reads ``thread_id`` from the runnable config
-    and does its work in one ledger run per thread (``Session.run``): what the
-    thread read through ``get`` and ``search`` becomes the ``observed``
-    dependencies of what it puts, so revoking a memory makes the memories
-    derived from it STALE, and ``get`` no longer returns them. The ledger refuses
-    a proposal that rests on a record withdrawn since the thread read it. When
-    the version the thread read was superseded by one the thread read or wrote
-    later (the usual read-modify-write), the store shows the run the old version
-    and observes the newer one in its place, and the put goes through. A thread
-    that read a memory since revoked, or superseded by a version it never saw,
-    gets the ledger's ``InvalidParentError`` on its next put, saying so, until it
-    reads the key again (``get``): the run is then shown what became of the
-    version it read, and no longer rests on it. Outside a graph (no
-    ``thread_id``) nothing is recorded as observed.
+    and does its work in one ledger run per thread (``Session.run``; a thread
+    resumed by a later store over the same ledger goes on in run ``….1``,
+    ``….2``, as an ended run cannot be reopened): what the thread read through
+    ``get`` and ``search`` becomes the ``observed`` dependencies of what it
+    puts, so revoking a memory makes the memories derived from it STALE, and
+    ``get`` no longer returns them. The ledger refuses a proposal that rests on
+    a record withdrawn since the thread read it. When the version the thread
+    read was superseded by one the thread read or wrote later (the usual
+    read-modify-write), the store shows the run the old version and observes the
+    newer one in its place, and the put goes through. A thread that read a
+    memory since revoked, or superseded by a version it never saw, gets the
+    ledger's ``InvalidParentError`` on its next put, saying so, until it reads
+    the key again (``get``): the run is then shown what became of the version it
+    read, and no longer rests on it. Outside a graph (no ``thread_id``) nothing
+    is recorded as observed.
 
 Batches
     As LangGraph's own stores do, a batch answers its reads (``GetOp``,

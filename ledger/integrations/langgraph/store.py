@@ -61,7 +61,7 @@ _LIVE = (Status.CANDIDATE, Status.ACCEPTED, Status.STALE)
 
 
 class LedgerStore(BaseStore):
-    """LangGraph's ``BaseStore`` over a ledger (see the module docstring).
+    """LangGraph's ``BaseStore`` over a ledger (see :mod:`ledger.integrations.langgraph`).
 
     Args:
         ledger: an open :class:`ledger.Ledger`.
