@@ -13,6 +13,8 @@ event log and the views exactly as they were::
     │   ├── InvalidKindError
     │   ├── InvalidRoleError
     │   ├── InvalidURLError
+    │   ├── InvalidKeyError
+    │   ├── InvalidHeadError
     │   └── InvalidNamespaceLabelError
     │       └── NamespaceLabelError (langgraph's InvalidNamespaceError; in
     │           ledger.integrations.langgraph)
@@ -31,6 +33,7 @@ event log and the views exactly as they were::
     ├── ReadOnlyError
     ├── ConcurrencyError
     ├── SnapshotIntegrityError
+    ├── SnapshotErasedError
     ├── UnknownSnapshotError (KeyError)
     ├── CorruptEventError
     ├── StorageError
@@ -84,6 +87,14 @@ class InvalidRoleError(InvalidInputError):
 
 class InvalidURLError(InvalidInputError):
     """The ledger URL names no supported backend."""
+
+
+class InvalidKeyError(InvalidInputError):
+    """A signing or verification key file is missing, unreadable or not Ed25519."""
+
+
+class InvalidHeadError(InvalidInputError):
+    """A signed tree head (or a line of a heads file) is malformed."""
 
 
 class InvalidNamespaceLabelError(InvalidInputError):
@@ -148,6 +159,10 @@ class ConcurrencyError(LedgerError):
 
 class SnapshotIntegrityError(LedgerError):
     """Stored snapshot bytes no longer match their content hash."""
+
+
+class SnapshotErasedError(LedgerError):
+    """The snapshot's bytes were erased by an admin (the erasure is in the log)."""
 
 
 class UnknownSnapshotError(LedgerError, KeyError):

@@ -27,6 +27,7 @@ from ledger.reads import record_view
 from ledger.session import Session
 from ledger.validation import check_id
 from ledger.values import RecordView
+from projections import edges as edges_index
 from projections import validity as validity_view
 
 #: (fill, border) colour per status: REVOKED red, STALE orange, ACCEPTED green,
@@ -124,7 +125,7 @@ def collect(
         if record is not None:
             row = caller.visible(c, record, role, command)
             root: str | None = row["record_id"]
-            rows = validity_view.lineage(
+            rows = edges_index.lineage(
                 c,
                 d,
                 row["record_id"],
@@ -141,7 +142,7 @@ def collect(
             else:
                 wanted = [s for s in validity_view.scopes(c, d, position) if may(s)]
             ids = [rid for s in wanted for rid in validity_view.in_scope(c, d, s, position)]
-            rows = validity_view.edges_among(c, d, ids, position)
+            rows = edges_index.edges_among(c, d, ids, position)
         at = caller.at(None)
         nodes: dict[str, RecordView] = {}
         for rid in ids:

@@ -12,8 +12,9 @@ Built with the ``prov`` package (:class:`prov.model.ProvDocument`):
 - every event is an **activity** (``act:<verb>-<log position>``) associated
   with its principal, an **agent** (``agent:<subject>``): the proposal
   generates the entity (``wasGeneratedBy``, ``wasAttributedTo`` the proposer)
-  and used its parents; acceptance, rejection, revalidation, delivery and
-  correction ``used`` the entity (with ``prov:role``);
+  and used its parents; acceptance, rejection, revalidation, delivery,
+  correction and an erasure of evidence bytes ``used`` the entity (with
+  ``prov:role``);
 - a revocation ``wasInvalidatedBy`` its activity, with the reason; a stale
   marking is an activity recording its cause (``pl:cause``, ``pl:reason``)
   that ``wasInformedBy`` the revocation that caused it. A stale record is not
@@ -62,6 +63,7 @@ _ACTIVITIES = {
     "Revalidated": ("revalidate", "Revalidation", "revalidated"),
     "Delivered": ("deliver", "Delivery", "delivered"),
     "CorrectionIssued": ("correct", "Correction", "corrected"),
+    "SnapshotErased": ("erase-snapshot", "SnapshotErasure", "erased"),
 }
 
 
@@ -164,6 +166,7 @@ class _Builder:
                 ("channel", "pl:channel"),
                 ("delivery_id", "pl:deliveryId"),
                 ("correction_id", "pl:correctionId"),
+                ("snapshot_ref", "pl:snapshotRef"),
             ):
                 if details.get(key):
                     attrs[name] = str(details[key])
