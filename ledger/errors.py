@@ -14,7 +14,10 @@ event log and the views exactly as they were::
     │   ├── InvalidRoleError
     │   ├── InvalidURLError
     │   ├── InvalidKeyError
-    │   └── InvalidHeadError
+    │   ├── InvalidHeadError
+    │   └── InvalidNamespaceLabelError
+    │       └── NamespaceLabelError (langgraph's InvalidNamespaceError; in
+    │           ledger.integrations.langgraph)
     ├── UnknownRecordError (KeyError)
     ├── DuplicateRecordError
     ├── InvalidParentError
@@ -34,7 +37,9 @@ event log and the views exactly as they were::
     ├── UnknownSnapshotError (KeyError)
     ├── CorruptEventError
     ├── StorageError
-    └── ClosedLedgerError
+    ├── ClosedLedgerError
+    ├── MemoryConflictError
+    └── UnsupportedStoreOperationError (NotImplementedError)
 """
 
 from __future__ import annotations
@@ -90,6 +95,10 @@ class InvalidKeyError(InvalidInputError):
 
 class InvalidHeadError(InvalidInputError):
     """A signed tree head (or a line of a heads file) is malformed."""
+
+
+class InvalidNamespaceLabelError(InvalidInputError):
+    """A LangGraph namespace label or key cannot be part of a ledger scope or claim key."""
 
 
 class UnknownRecordError(LedgerError, KeyError):
@@ -170,3 +179,13 @@ class StorageError(LedgerError):
 
 class ClosedLedgerError(LedgerError):
     """The ledger was closed."""
+
+
+class MemoryConflictError(LedgerError):
+    """A LangGraph store read found usable records of one key that disagree; the
+    ledger picks none."""
+
+
+class UnsupportedStoreOperationError(LedgerError, NotImplementedError):
+    """A LangGraph store feature the ledger does not offer (semantic query, field
+    index, TTL)."""

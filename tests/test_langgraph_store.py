@@ -939,3 +939,49 @@ def test_a_thread_that_read_a_withdrawn_memory_is_refused_its_next_put(
     assert store.get(("proj-a", "notes"), "last") is None
     writer_graph(store).invoke({"greeting": "hi"}, {"configurable": {"thread_id": "chat-2"}})
     assert store.get(("proj-a", "notes"), "last") is not None  # a new thread starts clean
+
+
+def test_a_thread_refused_for_a_withdrawn_memory_goes_on_once_it_reads_the_key_again(
+    store: LedgerStore, principals: Principals
+) -> None:
+    store.put(("proj-a", "user"), "name", {"text": "Mallory"})
+    graph = greeting_graph(store)
+    graph.invoke({"greeting": ""}, {"configurable": {"thread_id": "chat-1"}})
+    principals.reviewer.revoke(current_id(principals.reviewer, "proj-a", "user/name"), "poisoned")
+    with pytest.raises(InvalidParentError):
+        writer_graph(store).invoke({"greeting": "hi"}, {"configurable": {"thread_id": "chat-1"}})
+
+    # When the thread reads the name again, and finds nothing usable
+    out = graph.invoke({"greeting": ""}, {"configurable": {"thread_id": "chat-1"}})
+
+    # Then its put goes through, resting on nothing withdrawn, and so do later ones
+    assert out["greeting"] == "Hello, stranger!"
+    greeting = principals.reviewer.get(
+        current_id(principals.reviewer, "proj-a", "greetings/latest")
+    )
+    assert greeting.observed == ()
+    writer_graph(store).invoke({"greeting": "hi"}, {"configurable": {"thread_id": "chat-1"}})
+    assert store.get(("proj-a", "notes"), "last") is not None
+
+
+def test_a_thread_resumed_by_a_later_store_goes_on_in_a_new_run(
+    store: LedgerStore, principals: Principals
+) -> None:
+    store.put(("proj-a", "user"), "name", {"text": "Ada"})
+    greeting_graph(store).invoke({"greeting": ""}, {"configurable": {"thread_id": "chat-1"}})
+    store.close()  # the thread's run ended; it cannot be reopened
+
+    with LedgerStore(
+        principals.ledger, token=principals.agent_token, approver_token=principals.reviewer_token
+    ) as later:
+        out = greeting_graph(later).invoke(
+            {"greeting": ""}, {"configurable": {"thread_id": "chat-1"}}
+        )
+
+    assert out["greeting"] == "Hello, Ada!"
+    greeting_id = current_id(principals.reviewer, "proj-a", "greetings/latest")
+    proposed = principals.reviewer.audit(greeting_id).events[0]
+    assert proposed.details["run_id"] == f"{run_id_of('chat-1')}.1"
+    assert principals.reviewer.get(greeting_id).observed == (
+        current_id(principals.reviewer, "proj-a", "user/name"),
+    )

@@ -496,13 +496,10 @@ def test_an_invalid_transition_or_a_taken_id_is_409(served: Served) -> None:
             "scope",
             "InvalidIdError",
         ),
-        pytest.param(
+        (
             {"scope": "proj-a", "claim_key": " c", "value": 1, "kind": "fact"},
             "claim_key",
-            None,
-            marks=pytest.mark.xfail(
-                strict=True, reason="SPEC 13.2: the core does not refuse edge whitespace yet"
-            ),
+            "InvalidValueError",
         ),
         (
             {"scope": "proj-a", "claim_key": "c", "value": 1, "kind": "fact", "id": "-x"},

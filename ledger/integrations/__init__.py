@@ -1,4 +1,4 @@
-"""Adapters that let agent frameworks keep their memory in the ledger; each module
+"""Adapters that let agent frameworks keep their memory in the ledger; each package
 imports its framework only when it is imported itself.
 
 - ``ledger.integrations.mcp``: a Model Context Protocol server (``provledger[mcp]``);

@@ -1,0 +1,111 @@
+"""A LangGraph long-term memory store whose memories are ledger records.
+
+``LedgerStore`` implements LangGraph's ``BaseStore`` (``batch`` and ``abatch``),
+so a graph compiled with ``store=LedgerStore(...)`` keeps its memories in the
+ledger without changing the agent's code: every ``put`` is a proposal, every
+``get`` and ``search`` passes the eligibility chain, a second ``put`` of a key is
+a new version that supersedes the old one, and ``delete`` revokes, which marks
+every memory derived from the deleted one STALE.
+
+Where an item lives
+    ``namespace[:scope_depth]`` names the ledger scope; the remaining labels and
+    the key make the claim key. With ``scope_depth=1`` the first label *is* the
+    scope (it must be a ledger name: ``^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$``);
+    with a greater depth the scope labels are joined with ``:``, so they may not
+    contain ``:`` themselves. A label the ledger cannot hold is refused with
+    :class:`NamespaceLabelError` (a LangGraph ``InvalidNamespaceError``) naming
+    it, never rewritten.
+
+    The claim key is the remaining labels and the key, each escaped, joined with
+    ``/``: ``("proj-a", "users", "u1")`` + ``"theme"`` is scope ``proj-a``, claim
+    key ``users/u1/theme``. Escaping writes a character as ``%`` and the
+    upper-case hex of its UTF-8 bytes; it applies to ``%`` and ``/`` always, to
+    characters that are not printable (controls, format characters, separators
+    other than the plain space), and to whitespace at either end of a label or
+    key. If the result is still not in Unicode NFC form, every non-ASCII
+    character of it is escaped too, so the ledger never normalises a key into
+    another one. Unescaping is plain percent-decoding, so the mapping is
+    injective: no two ``(namespace, key)`` pairs share a claim key, and a claim
+    key is read back as an item only if escaping its decoded parts gives it
+    again.
+
+What is visible
+    Only records of the store's ``kind`` (``fact`` unless configured) are its
+    items. ``get`` and ``search`` return usable records only (accepted, every
+    ancestor accepted and unexpired, no unmet condition); when usable records of
+    one key disagree the store raises :class:`MemoryConflictError` instead of
+    picking one. ``Item.created_at`` and ``Item.updated_at`` are both the time
+    the current version was proposed (the earlier versions and their times are
+    in the ledger's history). ``search`` lists the current versions newest
+    first (the store gives its records ids that sort that way) and filters on
+    value fields: exact match, or ``$eq $ne $gt $gte $lt $lte``; a dotted field
+    name reaches into nested mappings; a field missing from a value fails every
+    condition on it. There is no semantic index: ``search(query=...)`` and
+    ``put(index=[...])`` are refused, and so is ``ttl`` (a ledger expiry is fixed
+    when a record is proposed and is not refreshed by reads).
+
+Approval policy
+    Without ``approver_token`` a ``put`` is a CANDIDATE and ``get`` returns None
+    until someone with ``approve`` accepts it (the review queue is
+    ``Session.records(scope, status="CANDIDATE")``). With ``approver_token`` the
+    store accepts each of its puts at once as that principal. This is an
+    explicit trade: it gives up separation of duties (the agent's writes are
+    approved by a principal the agent's host controls) for the convenience of
+    LangGraph's usual put-then-get. The approver must be another principal than
+    the proposer. Deletes revoke as the approver if there is one, else as the
+    store's own principal (which then needs ``approve``).
+
+Provenance
+    Inside a graph node the store reads ``thread_id`` from the runnable config
+    and does its work in one ledger run per thread (``Session.run``; a thread
+    resumed by a later store over the same ledger goes on in run ``….1``,
+    ``….2``, as an ended run cannot be reopened): what the thread read through
+    ``get`` and ``search`` becomes the ``observed`` dependencies of what it
+    puts, so revoking a memory makes the memories derived from it STALE, and
+    ``get`` no longer returns them. The ledger refuses a proposal that rests on
+    a record withdrawn since the thread read it. When the version the thread
+    read was superseded by one the thread read or wrote later (the usual
+    read-modify-write), the store shows the run the old version and observes the
+    newer one in its place, and the put goes through. A thread that read a
+    memory since revoked, or superseded by a version it never saw, gets the
+    ledger's ``InvalidParentError`` on its next put, saying so, until it reads
+    the key again (``get``): the run is then shown what became of the version it
+    read, and no longer rests on it. Outside a graph (no ``thread_id``) nothing
+    is recorded as observed.
+
+Batches
+    As LangGraph's own stores do, a batch answers its reads (``GetOp``,
+    ``SearchOp``, ``ListNamespacesOp``) from the state before the batch and then
+    applies its ``PutOp``\\ s, the last one for a key winning. ``abatch`` runs the
+    batch in a worker thread, so the event loop is never blocked.
+
+Modules: :mod:`~ledger.integrations.langgraph.keys` (namespace and key ↔ scope
+and claim key), :mod:`~ledger.integrations.langgraph.filters` (search filters),
+:mod:`~ledger.integrations.langgraph.threads` (one run per thread) and
+:mod:`~ledger.integrations.langgraph.store` (``LedgerStore``).
+"""
+
+from __future__ import annotations
+
+from ledger.errors import MemoryConflictError, UnsupportedStoreOperationError
+from ledger.integrations.langgraph.keys import (
+    NamespaceLabelError,
+    claim_key_of,
+    labels_of,
+    parse_claim_key,
+    scope_of,
+)
+from ledger.integrations.langgraph.store import LedgerStore
+from ledger.integrations.langgraph.threads import run_id_of
+
+__all__ = [
+    "LedgerStore",
+    "MemoryConflictError",
+    "NamespaceLabelError",
+    "UnsupportedStoreOperationError",
+    "claim_key_of",
+    "labels_of",
+    "parse_claim_key",
+    "run_id_of",
+    "scope_of",
+]

@@ -1,0 +1,445 @@
+"""``LedgerStore``: LangGraph's ``BaseStore`` over a ledger (see the package
+docstring for the mapping, the approval policy and provenance)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import nullcontext
+from datetime import datetime
+from typing import Any
+
+from langgraph.store.base import (
+    BaseStore,
+    GetOp,
+    Item,
+    ListNamespacesOp,
+    Op,
+    PutOp,
+    Result,
+    SearchItem,
+    SearchOp,
+    validate_op_namespace,
+)
+
+from ledger import Ledger, RunContext, Session
+from ledger.access import Role
+from ledger.domain import Kind, Outcome, Status
+from ledger.errors import (
+    InvalidInputError,
+    InvalidParentError,
+    MemoryConflictError,
+    UnsupportedStoreOperationError,
+)
+from ledger.integrations.langgraph.filters import (
+    check_condition,
+    check_filter,
+    count,
+    matches,
+    namespace_matches,
+)
+from ledger.integrations.langgraph.keys import (
+    SEPARATOR,
+    NamespaceLabelError,
+    component,
+    labels_of,
+    location,
+    parse_claim_key,
+    scope_of,
+)
+from ledger.integrations.langgraph.threads import Ids, Thread, thread_id
+from ledger.validation import check_kind
+from ledger.values import ReadResult, RecordView
+
+__all__ = ["PAGE", "LedgerStore"]
+
+#: Records fetched per ``Session.records`` page while listing.
+PAGE = 1000
+#: The statuses of a record a delete revokes.
+_LIVE = (Status.CANDIDATE, Status.ACCEPTED, Status.STALE)
+
+
+class LedgerStore(BaseStore):
+    """LangGraph's ``BaseStore`` over a ledger (see :mod:`ledger.integrations.langgraph`).
+
+    Args:
+        ledger: an open :class:`ledger.Ledger`.
+        token: the agent's token; its principal proposes (``propose`` and
+            ``read`` in the scopes the graph uses).
+        approver_token: if given, every put is accepted at once by this
+            principal (an explicit policy that trades separation of duties for
+            convenience); it must be another principal than ``token``'s.
+        scope_depth: how many leading namespace labels name the scope.
+        kind: the kind of the store's records (``fact``).
+
+    Raises:
+        AuthenticationError: a token is unknown, revoked or expired.
+        InvalidInputError: ``scope_depth`` is not a positive int, or the
+            approver is the proposer.
+        InvalidKindError: ``kind`` is not a record kind.
+    """
+
+    supports_ttl = False
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        *,
+        token: str,
+        approver_token: str | None = None,
+        scope_depth: int = 1,
+        kind: Kind | str = Kind.FACT,
+    ) -> None:
+        if not isinstance(ledger, Ledger):
+            raise InvalidInputError(f"ledger must be a Ledger, got {type(ledger).__name__}")
+        if isinstance(scope_depth, bool) or not isinstance(scope_depth, int) or scope_depth < 1:
+            raise InvalidInputError(f"scope_depth must be a positive int, got {scope_depth!r}")
+        self.kind = check_kind(kind)
+        self.scope_depth = scope_depth
+        self.ledger = ledger
+        self.session: Session = ledger.authenticate(token)
+        self.approver: Session | None = (
+            None if approver_token is None else ledger.authenticate(approver_token)
+        )
+        if self.approver is not None and self.approver.principal == self.session.principal:
+            raise InvalidInputError(
+                f"approver_token belongs to {self.session.principal!r}, the proposer: "
+                "separation of duties forbids approving one's own proposals"
+            )
+        self._ids = Ids()
+        self._threads: dict[str, Thread] = {}
+        self._threads_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return (
+            f"LedgerStore({self.ledger.url!r}, principal={self.session.principal!r}, "
+            f"approver={None if self.approver is None else self.approver.principal!r}, "
+            f"scope_depth={self.scope_depth}, kind={self.kind.value!r})"
+        )
+
+    # -- lifecycle ----------------------------------------------------------------
+
+    def close(self) -> None:
+        """End the ledger run of every thread this store served. Safe to call twice."""
+        with self._threads_lock:
+            threads, self._threads = list(self._threads.values()), {}
+        for state in threads:
+            state.end()
+
+    def __enter__(self) -> LedgerStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- BaseStore ----------------------------------------------------------------
+
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        """Run the operations; results in the order of ``ops`` (see "Batches")."""
+        return self._execute(list(ops), thread_id())
+
+    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        """``batch`` in a worker thread, so the event loop keeps running."""
+        listed = list(ops)
+        return await asyncio.to_thread(self._execute, listed, thread_id())
+
+    def _execute(self, ops: list[Op], thread: str | None) -> list[Result]:
+        for op in ops:
+            self._check_op(op)
+        state = None if thread is None else self._thread(thread)
+        with state.lock if state is not None else nullcontext():
+            results: list[Result] = []
+            puts: dict[tuple[tuple[str, ...], str], PutOp] = {}
+            for op in ops:
+                if isinstance(op, GetOp):
+                    results.append(self._get(state, op))
+                elif isinstance(op, SearchOp):
+                    results.append(self._search(state, op))
+                elif isinstance(op, ListNamespacesOp):
+                    results.append(self._list_namespaces(op))
+                else:
+                    assert isinstance(op, PutOp)
+                    puts.pop((tuple(op.namespace), op.key), None)
+                    puts[(tuple(op.namespace), op.key)] = op
+                    results.append(None)
+            for op in puts.values():
+                self._put(state, op)
+        return results
+
+    def _check_op(self, op: object) -> None:
+        """Refuse a malformed or unsupported operation before anything runs."""
+        if not isinstance(op, GetOp | SearchOp | ListNamespacesOp | PutOp):
+            raise InvalidInputError(f"unknown store operation {type(op).__name__}")
+        validate_op_namespace(op)
+        if isinstance(op, GetOp):
+            self._locate(op.namespace, op.key)
+        elif isinstance(op, PutOp):
+            if not op.namespace:
+                raise NamespaceLabelError("namespace cannot be empty")
+            if op.namespace[0] == "langgraph":
+                raise NamespaceLabelError(
+                    f"root label of namespace {tuple(op.namespace)!r} cannot be 'langgraph'"
+                )
+            self._locate(op.namespace, op.key)
+            if op.value is not None and not isinstance(op.value, Mapping):
+                raise InvalidInputError(
+                    f"value of key {op.key!r} must be a mapping or None, got "
+                    f"{type(op.value).__name__}"
+                )
+            if op.index not in (None, False):
+                raise UnsupportedStoreOperationError(
+                    f"put of key {op.key!r} with index={op.index!r}: LedgerStore has no "
+                    "semantic index; pass index=None or index=False"
+                )
+            if op.ttl is not None:
+                raise UnsupportedStoreOperationError(
+                    f"put of key {op.key!r} with ttl={op.ttl!r}: LedgerStore does not expire "
+                    "items on a refreshable timer (a ledger expiry is fixed when a record is "
+                    "proposed); pass ttl=None"
+                )
+        elif isinstance(op, SearchOp):
+            if op.query:
+                raise UnsupportedStoreOperationError(
+                    f"search with query={op.query!r}: LedgerStore has no semantic index; "
+                    "search by namespace and filter instead"
+                )
+            check_filter(op.filter)
+            count(op.limit, "search limit")
+            count(op.offset, "search offset")
+            if len(op.namespace_prefix) >= self.scope_depth:
+                scope_of(op.namespace_prefix[: self.scope_depth])
+        else:
+            count(op.limit, "list_namespaces limit")
+            count(op.offset, "list_namespaces offset")
+            if op.max_depth is not None:
+                count(op.max_depth, "list_namespaces max_depth")
+            for condition in op.match_conditions or ():
+                check_condition(condition)
+
+    # -- mapping ------------------------------------------------------------------
+
+    def _locate(self, namespace: Sequence[str], key: str) -> tuple[str, str]:
+        """(scope, claim key) of an item."""
+        return location(tuple(namespace), key, self.scope_depth)
+
+    def _readable_scopes(self) -> list[str]:
+        """Scopes where the store's principal holds ``read`` now, sorted."""
+        held = self.session.grants()
+        return [scope for scope, roles in held.items() if Role.READ.value in roles]
+
+    def _scopes_under(
+        self, prefix: tuple[str, ...]
+    ) -> list[tuple[str, tuple[str, ...], tuple[str, ...]]]:
+        """(scope, its labels, the prefix labels after them) for a namespace prefix."""
+        depth = self.scope_depth
+        if len(prefix) >= depth:
+            return [(scope_of(prefix[:depth]), prefix[:depth], prefix[depth:])]
+        out: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = []
+        for scope in self._readable_scopes():
+            labels = labels_of(scope, depth)
+            if labels is not None and labels[: len(prefix)] == prefix:
+                out.append((scope, labels, ()))
+        return out
+
+    # -- reads --------------------------------------------------------------------
+
+    def _current(
+        self, reader: Session | RunContext, scope: str, claim: str, where: str
+    ) -> RecordView | None:
+        """The usable current version of a claim (eligibility chain), or None."""
+        return self._newest(reader.read(scope, claim, kinds=(self.kind,)), where)
+
+    @staticmethod
+    def _newest(result: ReadResult, where: str) -> RecordView | None:
+        """The newest of a read's usable records, or None."""
+        if result.outcome == Outcome.CONFLICT:
+            ids = ", ".join(r.id for r in result.records)
+            raise MemoryConflictError(
+                f"{where}: usable records disagree ({ids}); the ledger keeps both and "
+                "picks neither: an approver must revoke or supersede all but one"
+            )
+        if result.outcome != Outcome.FOUND:
+            return None
+        return max(result.records, key=lambda r: (r.created_at, r.position))
+
+    def _get(self, state: Thread | None, op: GetOp) -> Item | None:
+        scope, claim = self._locate(op.namespace, op.key)
+        where = f"get of {tuple(op.namespace)!r} key {op.key!r}"
+        if state is None:
+            view = self._current(self.session, scope, claim, where)
+        else:
+            result = state.run.read(scope, claim, kinds=(self.kind,))
+            state.read_key(scope, claim, result.records)
+            view = self._newest(result, where)
+        return None if view is None else _item(Item, tuple(op.namespace), op.key, view)
+
+    def _listing(self, scope: str, claim_prefix: str | None) -> Iterator[RecordView]:
+        """Accepted, valid records of the store's kind in ``scope``, page by page."""
+        after = None
+        while True:
+            page = self.session.records(
+                scope,
+                status=Status.ACCEPTED,
+                validity="VALID",
+                kind=self.kind,
+                claim_prefix=claim_prefix,
+                limit=PAGE,
+                after=after,
+            )
+            yield from page
+            if len(page) < PAGE:
+                return
+            after = page[-1].id
+
+    def _search(self, state: Thread | None, op: SearchOp) -> list[SearchItem]:
+        flt = check_filter(op.filter)
+        prefix = tuple(op.namespace_prefix)
+        found: list[SearchItem] = []
+        shown: list[tuple[str, RecordView]] = []
+        skipped = 0
+        if op.limit == 0:
+            return found
+        for scope, labels, rest in self._scopes_under(prefix):
+            claim_prefix = "".join(component(label) + SEPARATOR for label in rest) or None
+            seen: set[str] = set()
+            for view in self._listing(scope, claim_prefix):
+                parsed = parse_claim_key(view.claim_key)
+                if parsed is None or view.claim_key in seen or view.conditions:
+                    continue
+                namespace, key = labels + parsed[0], parsed[1]
+                if namespace[: len(prefix)] != prefix or not matches(flt, view.value):
+                    continue
+                seen.add(view.claim_key)
+                where = f"search of {prefix!r}: key {key!r} in {namespace!r}"
+                current = self._current(self.session, scope, view.claim_key, where)
+                if current is None or not matches(flt, current.value):
+                    continue
+                if skipped < op.offset:
+                    skipped += 1
+                    continue
+                found.append(_item(SearchItem, namespace, key, current))
+                shown.append((scope, current))
+                if len(found) == op.limit:
+                    break
+            if len(found) == op.limit:
+                break
+        if state is not None and shown:  # what the node was shown is what it may rely on
+            state.run.observe(*(view.id for _, view in shown))
+            for scope, view in shown:
+                state.note_shown(scope, view.claim_key, (view,))
+        return found
+
+    def _list_namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
+        conditions = tuple(op.match_conditions or ())
+        depth = self.scope_depth
+        prefixes = [tuple(c.path) for c in conditions if c.match_type == "prefix"]
+        namespaces: set[tuple[str, ...]] = set()
+        for scope in self._readable_scopes():
+            labels = labels_of(scope, depth)
+            if labels is None or not all(
+                all(p == "*" or p == s for s, p in zip(labels, path, strict=False))
+                for path in prefixes
+            ):
+                continue
+            # The literal labels of a prefix right after the scope narrow the listing.
+            literal: list[str] = []
+            for label in prefixes[0][depth:] if prefixes else ():
+                if label == "*":
+                    break
+                literal.append(label)
+            claim_prefix = "".join(component(x) + SEPARATOR for x in literal) or None
+            for view in self._listing(scope, claim_prefix):
+                parsed = parse_claim_key(view.claim_key)
+                if parsed is not None and not view.conditions:
+                    namespaces.add(labels + parsed[0])
+        kept = [ns for ns in namespaces if all(namespace_matches(c, ns) for c in conditions)]
+        if op.max_depth is not None:
+            kept = list({ns[: op.max_depth] for ns in kept})
+        return sorted(kept)[op.offset : op.offset + op.limit]
+
+    # -- writes -------------------------------------------------------------------
+
+    def _head(self, scope: str, claim: str) -> str | None:
+        """The version a new put replaces: the newest ACCEPTED or STALE record of
+        the claim, else the newest CANDIDATE (not recorded as a read)."""
+        records = [
+            e.record
+            for e in self.session.explain(scope, claim, kinds=(self.kind,)).entries
+            if e.record.kind == self.kind
+        ]
+
+        def newest(statuses: tuple[Status, ...]) -> str | None:
+            chosen = [r for r in records if r.status in statuses]
+            return max(chosen, key=lambda r: (r.created_at, r.position)).id if chosen else None
+
+        return newest((Status.ACCEPTED, Status.STALE)) or newest((Status.CANDIDATE,))
+
+    def _put(self, state: Thread | None, op: PutOp) -> None:
+        scope, claim = self._locate(op.namespace, op.key)
+        if op.value is None:
+            self._delete(scope, claim)
+            return
+        previous = self._head(scope, claim)
+        fields: dict[str, Any] = {} if previous is None else {"supersedes": previous}
+        value = dict(op.value)
+        if state is None:
+            record_id = self.session.propose(
+                scope, claim, value, self.kind, id=self._ids.next(), **fields
+            )
+        else:
+            record_id = self._propose_in_thread(state, scope, claim, value, fields)
+        if self.approver is not None:
+            self.approver.accept(record_id)
+
+    def _delete(self, scope: str, claim: str) -> None:
+        revoker = self.approver or self.session
+        reason = f"deleted through the LangGraph store (LedgerStore): {scope}/{claim}"
+        for entry in self.session.explain(scope, claim, kinds=(self.kind,)).entries:
+            record = entry.record
+            if record.kind == self.kind and record.status in _LIVE:
+                revoker.revoke(record.id, reason)
+
+    # -- runs ---------------------------------------------------------------------
+
+    def _thread(self, thread: str) -> Thread:
+        """The run of a LangGraph thread, started on first use."""
+        with self._threads_lock:
+            state = self._threads.get(thread)
+            if state is None:
+                state = self._threads[thread] = Thread.start(self.session, thread)
+            return state
+
+    def _propose_in_thread(
+        self, state: Thread, scope: str, claim: str, value: Any, fields: dict[str, Any]
+    ) -> str:
+        """Propose in the thread's run (what it was shown usable becomes ``observed``).
+
+        A read withdrawn since is refused by the ledger; if it was superseded by a
+        version the thread read or wrote later, the thread knows that version
+        instead (:meth:`Thread.catch_up`) and the proposal is tried once more.
+        """
+        try:
+            record_id = state.run.propose(
+                scope, claim, value, self.kind, id=self._ids.next(), **fields
+            )
+        except InvalidParentError as exc:
+            if not state.catch_up(self.session):
+                raise InvalidParentError(
+                    f"{exc} (LangGraph thread {state.thread_id!r} read it earlier in ledger run "
+                    f"{state.run.run_id!r}; what the thread puts rests on everything it read: "
+                    "read the key again in this thread, or continue in a new thread)"
+                ) from None
+            record_id = state.run.propose(
+                scope, claim, value, self.kind, id=self._ids.next(), **fields
+            )
+        state.written.add(record_id)
+        return record_id
+
+
+def _item(cls: type[Any], namespace: tuple[str, ...], key: str, view: RecordView) -> Any:
+    """An ``Item`` (or ``SearchItem``) of the record's current version."""
+    created: datetime = view.created_at
+    return cls(
+        namespace=namespace, key=key, value=view.value, created_at=created, updated_at=created
+    )

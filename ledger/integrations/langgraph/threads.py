@@ -1,0 +1,171 @@
+"""Provenance inside a graph: one ledger run per LangGraph thread.
+
+What a thread is shown usable through ``get`` and ``search`` becomes the
+``observed`` dependencies of what it puts (the run decides: a record it was last
+shown not VALID is no dependency). The ledger refuses a put that would rest on a
+record withdrawn since the thread read it; the thread goes on when
+
+- it wrote or read the version that replaced it (the usual read-modify-write):
+  the store shows the run the old version and observes the newer one instead,
+  and tries the put once more;
+- it reads the key again (``get``): the run is shown the version it read as it
+  is now, and no longer rests on it if it was withdrawn.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import threading
+import time
+from collections.abc import Collection
+from dataclasses import dataclass, field
+
+from langgraph.config import get_config
+
+from ledger import RunContext, Session
+from ledger.domain import Status
+from ledger.errors import DuplicateRecordError, LedgerError
+from ledger.validation import ID_PATTERN
+from ledger.values import RecordView
+
+__all__ = ["Ids", "Thread", "run_id_of", "thread_id"]
+
+#: How many runs ``base``, ``base.1``, … a thread may have had before.
+MAX_RESUMPTIONS = 1000
+
+
+class Ids:
+    """Record ids that sort newest first: ``records()`` pages by id, so a search
+    meets the newest versions first and can stop early."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last = 0
+
+    def next(self) -> str:
+        """A new record id, sorting before every earlier one."""
+        with self._lock:
+            self._last = max(time.time_ns(), self._last + 1)
+            stamp = (1 << 64) - 1 - self._last
+        return f"lg-{stamp:016x}-{secrets.token_hex(4)}"
+
+
+def thread_id() -> str | None:
+    """The ``thread_id`` of the runnable config in force, if any."""
+    try:
+        config = get_config()
+    except RuntimeError:  # not inside a runnable
+        return None
+    thread = (config.get("configurable") or {}).get("thread_id")
+    return None if thread is None else str(thread)
+
+
+def run_id_of(thread: str) -> str:
+    """The ledger run id of a LangGraph thread (a digest when the thread id is not
+    a ledger name)."""
+    candidate = f"langgraph.{thread}"
+    if ID_PATTERN.fullmatch(candidate) and len(candidate) <= 120:
+        return candidate
+    return f"langgraph.h-{hashlib.sha256(thread.encode('utf-8', 'replace')).hexdigest()[:40]}"
+
+
+@dataclass
+class Thread:
+    """The ledger run of one LangGraph thread, and what the thread knows."""
+
+    thread_id: str
+    run: RunContext
+    #: One batch at a time per thread.
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    #: Records the thread put (it knows them as well as what it read).
+    written: set[str] = field(default_factory=set)
+    #: The (scope, claim key) of each record the thread was shown usable.
+    keys: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+    @classmethod
+    def start(cls, session: Session, thread: str) -> Thread:
+        """Start the thread's run: ``run_id_of(thread)``, or ``….N`` when that is
+        taken (a run that ended cannot be reopened; a thread resumed by a later
+        store over the same ledger gets the next number).
+
+        Raises:
+            AccessDeniedError: the principal holds neither ``propose`` nor ``read``.
+        """
+        base = run_id_of(thread)
+        for number in range(MAX_RESUMPTIONS):
+            run = session.run(base if number == 0 else f"{base}.{number}")
+            try:
+                run.__enter__()
+            except DuplicateRecordError:
+                continue
+            return cls(thread_id=thread, run=run)
+        raise LedgerError(f"runs {base!r} to {base}.{MAX_RESUMPTIONS - 1} are all taken")
+
+    def end(self) -> None:
+        """End the run (recorded as completed)."""
+        with self.lock:
+            self.run.__exit__(None, None, None)
+
+    def note_shown(self, scope: str, claim: str, views: Collection[RecordView]) -> None:
+        """Note what a ``search`` showed the thread of one key (already recorded in
+        the run)."""
+        for view in views:
+            self.keys[view.id] = (scope, claim)
+
+    def read_key(self, scope: str, claim: str, current: Collection[RecordView]) -> None:
+        """The thread read a key (through the run) and was shown ``current``: each
+        record of that key it rests on and was not shown now is shown to the run
+        as it is now, so the run stops resting on it if it was withdrawn."""
+        now = {view.id for view in current}
+        earlier = [
+            rid
+            for rid in self.run.observed_for(())
+            if rid not in now and self.keys.get(rid) == (scope, claim)
+        ]
+        for rid in earlier:
+            try:
+                self.run.get(rid)
+            except LedgerError:  # no longer visible: nothing can rest on it now
+                continue
+        self.note_shown(scope, claim, current)
+
+    def catch_up(self, session: Session) -> bool:
+        """After a put was refused: show the run each record it rests on that was
+        superseded by a version the thread read or wrote since, and observe that
+        version instead. False if there is none (nothing changes then)."""
+        known = set(self.run.reads) | self.written
+        replaced: list[str] = []
+        newer: list[str] = []
+        for rid in self.run.observed_for(()):
+            newest = _newest_known(session, rid, known)
+            if newest is not None:
+                replaced.append(rid)
+                newer.append(newest)
+        if not replaced:
+            return False
+        for rid in replaced:
+            self.run.get(rid)  # shown SUPERSEDED: no longer a dependency
+        self.run.observe(*dict.fromkeys(newer))
+        return True
+
+
+def _newest_known(session: Session, record_id: str, known: Collection[str]) -> str | None:
+    """The newest version in ``known`` of those that superseded ``record_id``, if it
+    is SUPERSEDED (looked up through ``session``: not recorded in the run)."""
+    try:
+        view = session.get(record_id)
+    except LedgerError:  # no longer visible: nothing replaces it for the thread
+        return None
+    if view.status != Status.SUPERSEDED:
+        return None
+    newest, following, seen = None, view.superseded_by, set()
+    while following is not None and following not in seen:
+        seen.add(following)
+        if following in known:
+            newest = following
+        try:
+            following = session.get(following).superseded_by
+        except LedgerError:  # a later version not visible: the thread cannot know it
+            break
+    return newest

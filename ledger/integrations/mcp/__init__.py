@@ -1,0 +1,50 @@
+"""provledger as an agent's memory over the Model Context Protocol (``provledger[mcp]``).
+
+:func:`build_server` gives an MCP server (the official ``mcp`` SDK's ``MCPServer``)
+acting with one principal's token; ``provledger mcp`` runs it over stdio or
+streamable HTTP (:func:`serve`).
+
+- Tools: ``capture_evidence``, ``propose_memory``, ``read_memory``,
+  ``explain_memory``, ``get_record``, ``list_records``, ``audit_record``; and, only
+  when the token holds ``approve`` in some scope, ``accept_memory``,
+  ``reject_memory``, ``revoke_memory``, ``revalidate_memory``. Arguments carry the
+  library's names; results are structured JSON (datetimes ISO 8601, bytes
+  ``{"base64": …}``). A refusal is a tool error whose text names the
+  ``LedgerError`` class and carries its message.
+- Resources: ``provledger://record/{record_id}``, the JSON ``get_record`` returns.
+  After ``revoke_memory`` every affected record the token can see is announced as
+  updated (and after accept, reject and revalidate the record itself), to clients
+  listening with ``subscriptions/listen``.
+- One connection is one ledger run (:meth:`ledger.Session.run`), started at its
+  first read or proposal: what it is shown by ``read_memory``, ``explain_memory``,
+  ``get_record``, ``list_records`` and the record resource is recorded, and what it
+  proposes carries as ``observed`` dependencies the records it was shown usable
+  (VALID). A record it was last shown not usable (a candidate; stale, revoked,
+  superseded or expired, even if it was usable when first read) is no dependency:
+  a proposal is refused while something the connection read has been withdrawn
+  unseen, and goes through once the connection has been shown it. ``audit_record``
+  is not recorded. Over stdio the connection is the process; in process
+  (``mcp.Client(server)``) each client; over streamable HTTP, whose 2026 protocol
+  has no sessions, the server's lifetime.
+
+Modules: :mod:`~ledger.integrations.mcp.schemas` (argument types),
+:mod:`~ledger.integrations.mcp.results` (result types),
+:mod:`~ledger.integrations.mcp.connection` (one connection, one run),
+:mod:`~ledger.integrations.mcp.tools` (the tool functions) and
+:mod:`~ledger.integrations.mcp.server` (descriptions, :func:`build_server`).
+"""
+
+from __future__ import annotations
+
+from ledger.integrations.mcp.results import RECORD_URI, record_out, record_uri
+from ledger.integrations.mcp.server import APPROVAL_TOOLS, TOOLS, build_server, serve
+
+__all__ = [
+    "APPROVAL_TOOLS",
+    "RECORD_URI",
+    "TOOLS",
+    "build_server",
+    "record_out",
+    "record_uri",
+    "serve",
+]

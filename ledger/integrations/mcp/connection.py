@@ -1,0 +1,158 @@
+"""One MCP connection, one ledger run; and the helpers every tool shares (refusals
+as tool errors, blocking calls off the event loop, resource announcements)."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from contextlib import AbstractAsyncContextManager, ExitStack, asynccontextmanager, contextmanager
+from typing import Any, TypeVar
+
+import anyio
+import anyio.to_thread
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+from ledger import RunContext, Session
+from ledger.errors import AccessDeniedError, LedgerError
+from ledger.integrations.mcp.results import record_uri
+from ledger.values import RecordView
+
+__all__ = [
+    "Connection",
+    "Ctx",
+    "announce",
+    "as_tool_error",
+    "connection_of",
+    "lifespan_of",
+    "off_loop",
+    "refusal",
+    "view_if_readable",
+]
+
+log = logging.getLogger("ledger.integrations.mcp")
+
+T = TypeVar("T")
+
+
+# -- refusals -------------------------------------------------------------------------------
+
+
+def refusal(exc: LedgerError) -> str:
+    """The text of a refusal: the error's class, then its message."""
+    return f"{type(exc).__name__}: {exc}"
+
+
+@contextmanager
+def as_tool_error() -> Iterator[None]:
+    """A ``LedgerError`` becomes a tool error the model reads (the SDK would hide it)."""
+    try:
+        yield
+    except LedgerError as exc:
+        raise ToolError(refusal(exc)) from None
+
+
+# -- one connection, one run ------------------------------------------------------------------
+
+
+class Connection:
+    """One MCP connection: the token's session and, from its first read or proposal
+    on, its run.
+
+    The run decides what the connection's proposals depend on: every record shown
+    through it is recorded, and those shown VALID (last time they were shown)
+    become ``observed`` dependencies. A record shown as not usable, or shown
+    withdrawn after it was read, is no dependency, so a long connection that has
+    looked at what changed never reaches a dead end.
+    """
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        # One call at a time on the run: it records what it was shown in order.
+        self._lock = threading.Lock()
+        self._stack = ExitStack()
+        self._run: RunContext | None = None
+        self._runless = False
+
+    @contextmanager
+    def acting(self) -> Iterator[RunContext | Session]:
+        """The run (started now if this is the connection's first read or proposal),
+        held for one call.
+
+        A token holding neither ``propose`` nor ``read`` anywhere cannot start a run;
+        its calls go to the session (and are refused there by role), as do calls
+        made after the connection closed.
+        """
+        with self._lock:
+            if self._run is None and not self._runless:
+                try:
+                    run = self.session.run(f"mcp-{secrets.token_hex(8)}")
+                    self._run = self._stack.enter_context(run)
+                except AccessDeniedError:
+                    self._runless = True
+            yield self._run if self._run is not None else self.session
+
+    @property
+    def run_id(self) -> str | None:
+        """The run's id once started."""
+        return None if self._run is None else self._run.run_id
+
+    def close(self) -> None:
+        """End the run (recorded as completed)."""
+        with self._lock:
+            self._runless = True
+            run, self._run = self._run, None
+            try:
+                self._stack.close()
+            except LedgerError as exc:  # the ledger closed first: the run stays open in the log
+                log.warning("could not end run %s: %s", run.run_id if run else "-", exc)
+
+
+#: The request context the tools receive.
+Ctx = Context[Connection, Any]
+
+
+def connection_of(ctx: Ctx) -> Connection:
+    """The connection a tool call came on."""
+    return ctx.request_context.lifespan_context
+
+
+def lifespan_of(
+    session: Session,
+) -> Callable[[MCPServer[Connection]], AbstractAsyncContextManager[Connection]]:
+    """The server's lifespan: a :class:`Connection` per connection, its run ended
+    when the connection closes."""
+
+    @asynccontextmanager
+    async def lifespan(_server: MCPServer[Connection]) -> AsyncIterator[Connection]:
+        connection = Connection(session)
+        try:
+            yield connection
+        finally:
+            # Shielded: a client that drops the connection still ends its run.
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(connection.close)
+
+    return lifespan
+
+
+async def off_loop(fn: Callable[[], T]) -> T:
+    """Run a blocking ledger call on a worker thread (as the SDK does for sync tools)."""
+    return await anyio.to_thread.run_sync(fn)
+
+
+async def announce(ctx: Ctx, record_ids: Iterable[str]) -> None:
+    """Tell listening clients these records' resources changed."""
+    for rid in dict.fromkeys(record_ids):
+        await ctx.notify_resource_updated(record_uri(rid))
+
+
+def view_if_readable(session: Session, record_id: str) -> RecordView | None:
+    """The record's view (not recorded in the run), or None when the token may act
+    on it but not read it."""
+    try:
+        return session.get(record_id)
+    except AccessDeniedError:
+        return None

@@ -1,0 +1,202 @@
+"""What the MCP tools return: typed JSON objects (their schemas are the tools'
+output schemas) built from the library's values with :mod:`ledger.jsonable`, the
+JSON forms every surface shares (datetimes ISO 8601, bytes ``{"base64": …}``)."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from typing_extensions import TypedDict  # pydantic needs it on Python < 3.12
+
+from ledger.jsonable import plain, record_json
+from ledger.values import AuditTrail, Explanation, ReadResult, RecordView, Revocation
+
+__all__ = [
+    "RECORD_URI",
+    "AuditOut",
+    "DecisionOut",
+    "EventOut",
+    "ExplainOut",
+    "PageOut",
+    "ProposalOut",
+    "ReadOut",
+    "ReasonOut",
+    "RecordOut",
+    "RevocationOut",
+    "audit_out",
+    "explain_out",
+    "read_out",
+    "record_out",
+    "record_uri",
+    "revocation_out",
+]
+
+#: The URI template of the record resource.
+RECORD_URI = "provledger://record/{record_id}"
+
+
+class RecordOut(TypedDict):
+    """One record as the ledger sees it now (:func:`ledger.jsonable.record_json`)."""
+
+    id: str
+    scope: str
+    claim_key: str
+    kind: str
+    value: Any
+    status: str
+    validity: str
+    expires: str | None
+    effective_expires: str | None
+    expiry_source: str | None
+    parents: list[str]
+    observed: list[str]
+    conditions: dict[str, Any]
+    proposer: str
+    created_at: str
+    evidence: dict[str, Any] | None
+    cause: str | None
+    reason: str | None
+    deliveries: list[dict[str, Any]]
+    position: int
+    supersedes: str | None
+    superseded_by: str | None
+    cause_superseded_by: str | None
+    undeclared: list[str]
+
+
+class ProposalOut(TypedDict):
+    """What capture_evidence and propose_memory return."""
+
+    id: str
+    status: str
+    note: str
+    run_id: str | None
+    record: RecordOut | None
+
+
+class ReadOut(TypedDict):
+    """The answer of the eligibility chain."""
+
+    outcome: str
+    scope: str
+    claim_key: str
+    at: str
+    value: Any
+    records: list[RecordOut]
+
+
+class ReasonOut(TypedDict):
+    """Why one record is or is not usable."""
+
+    record: RecordOut
+    usable: bool
+    reasons: list[str]
+
+
+class ExplainOut(TypedDict):
+    """Per record, why it is or is not usable."""
+
+    outcome: str
+    scope: str
+    claim_key: str
+    at: str
+    entries: list[ReasonOut]
+
+
+class PageOut(TypedDict):
+    """One page of records; ``next_after`` is the ``after`` of the next page."""
+
+    records: list[RecordOut]
+    next_after: str | None
+
+
+class EventOut(TypedDict):
+    """One event of a record's history."""
+
+    position: int
+    type: str
+    at: str
+    actor: str | None
+    details: dict[str, Any]
+
+
+class AuditOut(TypedDict):
+    """A record's whole history."""
+
+    record: RecordOut
+    events: list[EventOut]
+    undeclared: list[str]
+
+
+class DecisionOut(TypedDict):
+    """What an approval tool did; ``record`` is None without the read role there."""
+
+    id: str
+    action: str
+    record: RecordOut | None
+
+
+class RevocationOut(TypedDict):
+    """What a revocation changed, as far as the token may see."""
+
+    root: str
+    affected: list[str]
+    stale: list[str]
+    hidden: int
+    position: int
+
+
+def record_out(view: RecordView) -> RecordOut:
+    """A record view as the JSON the tools and the resource return."""
+    return cast(RecordOut, record_json(view))
+
+
+def read_out(result: ReadResult) -> ReadOut:
+    """A read's answer as JSON."""
+    return {
+        "outcome": str(result.outcome),
+        "scope": result.scope,
+        "claim_key": result.claim_key,
+        "at": result.at.isoformat(),
+        "value": plain(result.value),
+        "records": [record_out(r) for r in result.records],
+    }
+
+
+def explain_out(explanation: Explanation) -> ExplainOut:
+    """An explanation as JSON."""
+    return {
+        "outcome": str(explanation.outcome),
+        "scope": explanation.scope,
+        "claim_key": explanation.claim_key,
+        "at": explanation.at.isoformat(),
+        "entries": [
+            {"record": record_out(e.record), "usable": e.usable, "reasons": list(e.reasons)}
+            for e in explanation.entries
+        ],
+    }
+
+
+def audit_out(trail: AuditTrail) -> AuditOut:
+    """A record's audit trail as JSON."""
+    return {
+        "record": record_out(trail.record),
+        "events": [cast(EventOut, plain(e)) for e in trail.events],
+        "undeclared": list(trail.undeclared),
+    }
+
+
+def revocation_out(rev: Revocation) -> RevocationOut:
+    """What a revocation changed, as JSON."""
+    return {
+        "root": rev.root,
+        "affected": list(rev.affected),
+        "stale": list(rev.stale),
+        "hidden": rev.hidden,
+        "position": rev.position,
+    }
+
+
+def record_uri(record_id: str) -> str:
+    """The resource URI of a record."""
+    return RECORD_URI.format(record_id=record_id)

@@ -1,0 +1,136 @@
+"""The MCP tools' argument types: each an ``Annotated`` type whose description is
+what a model reads, with the enum values on string arguments that name a kind,
+status or validity (the ledger checks the value itself, naming a wrong one)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import Field
+
+from ledger.domain import Kind
+
+__all__ = [
+    "At",
+    "ClaimKey",
+    "Conditions",
+    "Expires",
+    "KindName",
+    "Kinds",
+    "NewId",
+    "Note",
+    "Parents",
+    "ReadContext",
+    "Reason",
+    "RecordId",
+    "Scope",
+    "one_of",
+]
+
+
+def one_of(names: type[StrEnum]) -> Callable[[dict[str, Any]], None]:
+    """Put the enum's values on the string in an argument's schema (also inside
+    ``anyOf`` for an optional argument, or on a list's items). The ledger checks the
+    value itself, naming it when it is none of these."""
+    values = [member.value for member in names]
+
+    def annotate(schema: dict[str, Any]) -> None:
+        for branch in [schema, *schema.get("anyOf", ())]:
+            if branch.get("type") == "string":
+                branch["enum"] = values
+            elif branch.get("type") == "array":
+                branch["items"] = {"type": "string", "enum": values}
+
+    return annotate
+
+
+Scope = Annotated[
+    str,
+    Field(
+        description="The project or tenant the record belongs to. Your token's grants decide "
+        "which scopes you may use; a scope you hold no grant in is refused."
+    ),
+]
+ClaimKey = Annotated[
+    str,
+    Field(
+        description="The precise question a record answers, as a structured key, "
+        "e.g. 'api.orders.retry_safe'."
+    ),
+]
+RecordId = Annotated[
+    str,
+    Field(
+        description="A record id, as returned by propose_memory, capture_evidence, "
+        "read_memory or list_records."
+    ),
+]
+KindName = Annotated[
+    str,
+    Field(
+        description="What the record is: 'fact'; 'inference' (your own deduction or "
+        "suggestion); 'user_constraint' or 'user_preference' (what a user told you); "
+        "'plan'; 'report'; 'evidence' (prefer capture_evidence for external content). "
+        "Kinds are never merged: a user's constraint and your inference stay two records.",
+        json_schema_extra=one_of(Kind),
+    ),
+]
+Parents = Annotated[
+    list[str] | None,
+    Field(
+        description="Ids of the records this one rests on: evidence from capture_evidence, "
+        "facts or inferences it was derived from. If one of them is revoked later, this "
+        "record becomes STALE."
+    ),
+]
+Expires = Annotated[
+    datetime | None,
+    Field(
+        description="The last instant the claim may be used, ISO 8601 with a timezone "
+        "(e.g. '2026-12-31T00:00:00Z'). Omit for no expiry."
+    ),
+]
+Conditions = Annotated[
+    dict[str, Any] | None,
+    Field(
+        description='When the claim applies, e.g. {"api_version": "v2"}. A read returns '
+        "it only when its `context` matches every condition."
+    ),
+]
+NewId = Annotated[
+    str | None,
+    Field(
+        description="Your own id for the new record (a letter or digit, then letters, digits, "
+        "'.', '_', ':' or '-'; at most 128). Omit to have one generated."
+    ),
+]
+At = Annotated[
+    datetime | None,
+    Field(
+        description="Answer for this instant (ISO 8601 with a timezone) instead of now, e.g. "
+        "to ask whether a record was usable at some past or future time."
+    ),
+]
+ReadContext = Annotated[
+    dict[str, Any] | None,
+    Field(
+        description="Your situation, matched against the records' conditions, e.g. "
+        '{"api_version": "v2"}. A record with a condition your context does not match '
+        "is not usable."
+    ),
+]
+Kinds = Annotated[
+    list[str] | None,
+    Field(
+        description="Only consider records of these kinds.",
+        json_schema_extra=one_of(Kind),
+    ),
+]
+Note = Annotated[str, Field(description="What you checked; recorded in the audit trail.")]
+Reason = Annotated[
+    str,
+    Field(description="Why; recorded, and shown by explain_memory and audit_record."),
+]

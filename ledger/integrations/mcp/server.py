@@ -1,0 +1,256 @@
+"""The MCP server: its instructions for a model, the tool table (each tool's
+description and annotations) and :func:`build_server` / :func:`serve`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal
+
+from mcp.server.mcpserver import MCPServer
+from mcp.types import ToolAnnotations
+
+from ledger import Ledger, __version__
+from ledger.access import Role
+from ledger.integrations.mcp.connection import Connection, lifespan_of
+from ledger.integrations.mcp.results import RECORD_URI
+from ledger.integrations.mcp.tools import (
+    accept_memory,
+    audit_record,
+    capture_evidence,
+    explain_memory,
+    get_record,
+    list_records,
+    propose_memory,
+    read_memory,
+    record_resource,
+    reject_memory,
+    revalidate_memory,
+    revoke_memory,
+)
+
+__all__ = ["APPROVAL_TOOLS", "INSTRUCTIONS", "TOOLS", "build_server", "serve"]
+
+INSTRUCTIONS = """\
+provledger is a provenance ledger used as memory. Everything stored is a record: a \
+claim answering one question (scope + claim_key -> value), of a kind (evidence, fact, \
+user_constraint, user_preference, inference, plan, report), naming what it rests on \
+(parents).
+- What you propose is a CANDIDATE, not memory: read_memory does not return it until \
+an approver who is not its proposer accepts it.
+- read_memory answers FOUND (the usable records agree on a value), MISSING (nothing \
+is usable now; not proof that nothing was ever said - explain_memory says why) or \
+CONFLICT (usable records disagree; all are returned, none wins).
+- Store what you read from outside with capture_evidence and name it in the parents \
+of claims you derive from it.
+- To change what is remembered, propose the new value with supersedes=<the old record's \
+id>; two accepted values for one claim are a CONFLICT.
+- When a record is revoked, everything built on it becomes STALE (needs \
+re-verification) and is no longer returned; list_records with \
+validity=NEEDS_REVALIDATION shows what needs attention.
+- This connection is one run: what you are shown (read, explained, fetched or listed) \
+is recorded, and what you propose carries the usable records among it as observed \
+dependencies. A record you were last shown not usable is not one of them.
+"""
+
+
+def _read_tool(title: str) -> ToolAnnotations:
+    return ToolAnnotations(
+        title=title, read_only_hint=True, idempotent_hint=True, open_world_hint=False
+    )
+
+
+def _write_tool(title: str, *, destructive: bool) -> ToolAnnotations:
+    return ToolAnnotations(
+        title=title,
+        read_only_hint=False,
+        destructive_hint=destructive,
+        idempotent_hint=False,
+        open_world_hint=False,
+    )
+
+
+#: (tool, description for the model, annotations) of the tools every token gets.
+TOOLS: tuple[tuple[Callable[..., Any], str, ToolAnnotations], ...] = (
+    (
+        capture_evidence,
+        "Store the exact content you read from an outside source (web page, file, API "
+        "response) as an `evidence` record pinned to its bytes: sha256 content hash, fetch "
+        "time, snapshot. Do this before proposing a claim that rests on the source, then name "
+        "the returned id in that claim's `parents`. The evidence is a CANDIDATE until an "
+        "approver accepts it, and claims resting on it cannot be accepted before it is. Its "
+        "claim key defaults to 'source:<uri>'.",
+        _write_tool("Capture evidence", destructive=False),
+    ),
+    (
+        propose_memory,
+        "Propose something to remember: a `value` answering `claim_key` in `scope`, of a "
+        "`kind`, naming in `parents` the records it rests on. The result is a CANDIDATE, NOT "
+        "memory yet: read_memory will not return it until an approver accepts it, and its "
+        "proposer (you) never can. What you read in this session is attached as observed "
+        "dependencies, so if any of it is revoked later this record is flagged STALE too. To "
+        "replace an earlier record for the same claim, pass its id as `supersedes` instead of "
+        "proposing a rival value (two accepted values for one claim are a CONFLICT). Refused "
+        "when a parent is unknown, outside your scopes, or not usable (REVOKED, REJECTED, "
+        "STALE, SUPERSEDED); and when a record you read in this session has been withdrawn "
+        "since: look at it (get_record or explain_memory), then propose again.",
+        _write_tool("Propose a memory", destructive=False),
+    ),
+    (
+        read_memory,
+        "Look up what is known for `claim_key` in `scope`: the memory you may rely on. Only "
+        "ACCEPTED, unexpired records whose every ancestor is accepted and unexpired, and whose "
+        "conditions match `context`, count. outcome FOUND: the usable records agree; `value` "
+        "is the answer. MISSING: nothing is usable now - which does not mean nothing was ever "
+        "said: a record may be a CANDIDATE awaiting approval, STALE, REVOKED, expired or "
+        "conditioned on another context; explain_memory says which. CONFLICT: usable records "
+        "disagree; all are returned and none wins - do not pick one silently. What this "
+        "returns is recorded as read in this session and becomes an observed dependency of "
+        "what you propose next.",
+        _read_tool("Read memory"),
+    ),
+    (
+        explain_memory,
+        "Say, record by record, why each record for `claim_key` in `scope` is or is not "
+        "usable: a candidate awaiting approval, rejected, revoked (with the reason), stale "
+        "because something it rests on was revoked, an ancestor expired, a condition your "
+        "`context` does not match. Use it when read_memory answers MISSING or CONFLICT, and "
+        "before proposing a replacement. The usable records it shows become observed "
+        "dependencies of what you propose in this session.",
+        _read_tool("Explain a claim"),
+    ),
+    (
+        get_record,
+        "Fetch one record by id, whatever its status: value, kind, status (CANDIDATE, "
+        "ACCEPTED, REJECTED, STALE, REVOKED, SUPERSEDED), validity (VALID, NEEDS_REVALIDATION, "
+        "INVALID), parents, observed dependencies, conditions, expiry, evidence details and "
+        "deliveries. A status is not permission to rely on it: read_memory decides that. An "
+        "unknown id and an id in a scope you cannot see give the same error. If it is usable, "
+        "it becomes an observed dependency of what you propose in this session.",
+        _read_tool("Get a record"),
+    ),
+    (
+        list_records,
+        "List the records of `scope`, a page at a time, ordered by id, optionally filtered: "
+        "status='CANDIDATE' is the review queue; status='STALE' what a revocation flagged for "
+        "re-verification; validity='NEEDS_REVALIDATION' everything not (or no longer) "
+        "verified - candidates, stale and expired records; or by `kind` or `claim_prefix`. "
+        "Pass the returned `next_after` as `after` for the next page (null on the last "
+        "page). A listed record is not necessarily usable: read_memory decides what you may "
+        "rely on. The usable records listed become observed dependencies of what you propose "
+        "in this session.",
+        _read_tool("List records"),
+    ),
+    (
+        audit_record,
+        "The whole history of one record, event by event (proposed, accepted, rejected, "
+        "revoked, marked stale, revalidated, delivered, corrected), with who did it, when and "
+        "why - revoked records included - and the dependencies observed at run time but not "
+        "declared as parents (`undeclared`). Needs the audit role in the record's scope.",
+        _read_tool("Audit a record"),
+    ),
+)
+
+#: The tools of a token holding ``approve`` in some scope.
+APPROVAL_TOOLS: tuple[tuple[Callable[..., Any], str, ToolAnnotations], ...] = (
+    (
+        accept_memory,
+        "Approve a CANDIDATE so it becomes ACCEPTED memory that read_memory returns. Only an "
+        "approver may accept, never the record's own proposer, and every record it rests on "
+        "must already be ACCEPTED and unexpired. Look at it first (get_record, audit_record): "
+        "what it claims and what it rests on. If it supersedes an older record, the older one "
+        "becomes SUPERSEDED and what was built on that one STALE.",
+        _write_tool("Accept a candidate", destructive=False),
+    ),
+    (
+        reject_memory,
+        "Decline a CANDIDATE: it becomes REJECTED for good (kept in the history, never "
+        "returned by read_memory). The `reason` is recorded and shown by explain_memory and "
+        "audit_record. Never by the record's own proposer.",
+        _write_tool("Reject a candidate", destructive=True),
+    ),
+    (
+        revoke_memory,
+        "Withdraw a record found to be wrong (a source changed or was retracted, a claim was "
+        "disproved): it becomes REVOKED, and every record built on it - through declared "
+        "parents and observed reads - becomes STALE (needs re-verification), in one step, with "
+        "this revocation and `reason` as the cause. Nothing is deleted. Returns the records "
+        "affected that you can see. Cannot be undone: a record revoked stays revoked.",
+        _write_tool("Revoke a record", destructive=True),
+    ),
+    (
+        revalidate_memory,
+        "Return a STALE record to use after re-verifying it: it becomes ACCEPTED again (a "
+        "stale record that was never accepted returns to CANDIDATE). Without `parents` every "
+        "current dependency must be usable again; with `parents`, a new basis of usable "
+        "records replaces its dependencies. Records built on it stay STALE until each is "
+        "revalidated itself. Never by the record's own proposer.",
+        _write_tool("Revalidate a stale record", destructive=False),
+    ),
+)
+
+
+# -- the server ---------------------------------------------------------------------------
+
+
+def build_server(ledger: Ledger, token: str) -> MCPServer[Connection]:
+    """An MCP server acting as the principal of ``token`` on ``ledger``.
+
+    The approval tools are listed only when the token holds ``approve`` in some
+    scope when the server is built; every call is checked against the token's grants
+    at that moment anyway. The caller keeps ``ledger`` open while the server runs.
+
+    Raises:
+        AuthenticationError: the token is unknown, revoked or expired.
+    """
+    session = ledger.authenticate(token)
+    roles = session.grants()
+    server: MCPServer[Connection] = MCPServer(
+        "provledger",
+        title="provledger memory",
+        instructions=INSTRUCTIONS,
+        version=__version__,
+        lifespan=lifespan_of(session),
+        # A refused tool call is an answer to the model, not an operator's concern.
+        log_level="WARNING",
+    )
+    approves = any(Role.APPROVE.value in held for held in roles.values())
+    for fn, description, hints in TOOLS + (APPROVAL_TOOLS if approves else ()):
+        server.add_tool(
+            fn,
+            name=fn.__name__,
+            title=hints.title,
+            description=description,
+            annotations=hints,
+            structured_output=True,
+        )
+    server.resource(
+        RECORD_URI,
+        name="record",
+        title="A provledger record",
+        description="One record as JSON, whatever its status (the result of get_record). "
+        "A usable record read this way becomes an observed dependency of what this "
+        "connection proposes.",
+        mime_type="application/json",
+    )(record_resource)
+    return server
+
+
+def serve(
+    ledger: Ledger,
+    token: str,
+    *,
+    transport: Literal["stdio", "streamable-http"] = "stdio",
+    host: str = "127.0.0.1",
+    port: int = 8000,
+) -> None:
+    """Run :func:`build_server` until the client disconnects (stdio) or the process
+    is stopped (streamable HTTP at ``http://HOST:PORT/mcp``).
+
+    Raises:
+        AuthenticationError: the token is unknown, revoked or expired.
+    """
+    server = build_server(ledger, token)
+    if transport == "stdio":
+        server.run("stdio")
+    else:
+        server.run("streamable-http", host=host, port=port)

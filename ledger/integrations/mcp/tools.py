@@ -1,0 +1,361 @@
+"""The MCP tools: each one library call on the connection's run (reads, proposals)
+or on the token's session (audit, approvals), its result as typed JSON, a
+refusal as a tool error naming the ``LedgerError``."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from datetime import datetime
+from functools import partial
+from typing import Annotated, Any, Literal
+
+from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
+from pydantic import Field
+
+from ledger.domain import Kind, Status, Validity
+from ledger.errors import InvalidInputError, LedgerError, UnknownRecordError
+from ledger.integrations.mcp.connection import (
+    Connection,
+    Ctx,
+    announce,
+    as_tool_error,
+    connection_of,
+    off_loop,
+    refusal,
+    view_if_readable,
+)
+from ledger.integrations.mcp.results import (
+    AuditOut,
+    DecisionOut,
+    ExplainOut,
+    PageOut,
+    ProposalOut,
+    ReadOut,
+    RecordOut,
+    RevocationOut,
+    audit_out,
+    explain_out,
+    read_out,
+    record_out,
+    revocation_out,
+)
+from ledger.integrations.mcp.schemas import (
+    At,
+    ClaimKey,
+    Conditions,
+    Expires,
+    KindName,
+    Kinds,
+    NewId,
+    Note,
+    Parents,
+    ReadContext,
+    Reason,
+    RecordId,
+    Scope,
+    one_of,
+)
+
+__all__ = [
+    "accept_memory",
+    "audit_record",
+    "capture_evidence",
+    "explain_memory",
+    "get_record",
+    "list_records",
+    "propose_memory",
+    "read_memory",
+    "record_resource",
+    "reject_memory",
+    "revalidate_memory",
+    "revoke_memory",
+]
+
+_CANDIDATE_NOTE = (
+    "A CANDIDATE: not memory yet. read_memory will not return it until an approver who is "
+    "not you accepts it."
+)
+
+
+def _proposal(connection: Connection, record_id: str) -> ProposalOut:
+    view = view_if_readable(connection.session, record_id)
+    return {
+        "id": record_id,
+        "status": str(Status.CANDIDATE),
+        "note": _CANDIDATE_NOTE,
+        "run_id": connection.run_id,
+        "record": None if view is None else record_out(view),
+    }
+
+
+def capture_evidence(
+    ctx: Ctx,
+    scope: Scope,
+    uri: Annotated[str, Field(description="Where the content was read (URL, path, API call).")],
+    content: Annotated[
+        str,
+        Field(
+            description="The exact content read, as text (or base64 with "
+            "content_encoding='base64'). It is stored and pinned by its sha256 hash."
+        ),
+    ],
+    content_encoding: Annotated[
+        Literal["utf-8", "base64"],
+        Field(description="How `content` is given: 'utf-8' text (default) or 'base64' bytes."),
+    ] = "utf-8",
+    fetched_at: Annotated[
+        datetime | None,
+        Field(description="When it was read, ISO 8601 with a timezone; default now."),
+    ] = None,
+    claim_key: Annotated[
+        str | None, Field(description="The key it answers; default 'source:<uri>'.")
+    ] = None,
+    expires: Expires = None,
+    conditions: Conditions = None,
+    id: NewId = None,
+    value: Annotated[
+        Any, Field(description="What the evidence says, as a JSON value; default its hash.")
+    ] = None,
+) -> ProposalOut:
+    """The ``capture_evidence`` tool: :meth:`Session.capture` in the connection's run."""
+    connection = connection_of(ctx)
+    with as_tool_error():
+        if content_encoding == "base64":
+            try:
+                data = base64.b64decode(content, validate=True)
+            except binascii.Error as exc:
+                raise InvalidInputError(f"content is not valid base64: {exc}") from None
+        else:
+            try:
+                data = content.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise InvalidInputError(f"content is not valid text: {exc.reason}") from None
+        with connection.acting() as acting:
+            record_id = acting.capture(
+                scope=scope,
+                uri=uri,
+                content=data,
+                fetched_at=fetched_at,
+                claim_key=claim_key,
+                expires=expires,
+                conditions=conditions,
+                id=id,
+                value=value,
+            )
+        return _proposal(connection, record_id)
+
+
+def propose_memory(
+    ctx: Ctx,
+    scope: Scope,
+    claim_key: ClaimKey,
+    value: Annotated[
+        Any,
+        Field(
+            description="The claim itself: any JSON value (text, number, boolean, null, "
+            "array or object). Text that is itself a JSON array, object or null is taken as "
+            "that value."
+        ),
+    ],
+    kind: KindName,
+    parents: Parents = None,
+    expires: Expires = None,
+    conditions: Conditions = None,
+    id: NewId = None,
+    supersedes: Annotated[
+        str | None,
+        Field(
+            description="The id of the record this one replaces (same scope and claim key). "
+            "When this one is accepted the old one becomes SUPERSEDED, so the two do not "
+            "CONFLICT, and what was built on the old one becomes STALE."
+        ),
+    ] = None,
+) -> ProposalOut:
+    """The ``propose_memory`` tool: :meth:`Session.propose` in the connection's run."""
+    connection = connection_of(ctx)
+    replaces: dict[str, Any] = {} if supersedes is None else {"supersedes": supersedes}
+    with as_tool_error():
+        with connection.acting() as acting:
+            record_id = acting.propose(
+                scope=scope,
+                claim_key=claim_key,
+                value=value,
+                kind=kind,
+                parents=parents or (),
+                expires=expires,
+                conditions=conditions,
+                id=id,
+                **replaces,
+            )
+        return _proposal(connection, record_id)
+
+
+def read_memory(
+    ctx: Ctx,
+    scope: Scope,
+    claim_key: ClaimKey,
+    at: At = None,
+    context: ReadContext = None,
+    kinds: Kinds = None,
+) -> ReadOut:
+    """The ``read_memory`` tool: :meth:`Session.read`, recorded in the run."""
+    with as_tool_error(), connection_of(ctx).acting() as acting:
+        return read_out(acting.read(scope, claim_key, at=at, context=context, kinds=kinds))
+
+
+def explain_memory(
+    ctx: Ctx,
+    scope: Scope,
+    claim_key: ClaimKey,
+    at: At = None,
+    context: ReadContext = None,
+    kinds: Kinds = None,
+) -> ExplainOut:
+    """The ``explain_memory`` tool: :meth:`Session.explain`, recorded in the run."""
+    with as_tool_error(), connection_of(ctx).acting() as acting:
+        return explain_out(acting.explain(scope, claim_key, at=at, context=context, kinds=kinds))
+
+
+def get_record(ctx: Ctx, record_id: RecordId) -> RecordOut:
+    """The ``get_record`` tool: :meth:`Session.get`, recorded in the run."""
+    with as_tool_error(), connection_of(ctx).acting() as acting:
+        return record_out(acting.get(record_id))
+
+
+def list_records(
+    ctx: Ctx,
+    scope: Scope,
+    status: Annotated[
+        str | None,
+        Field(
+            description="Only records in this status; 'CANDIDATE' is the review queue.",
+            json_schema_extra=one_of(Status),
+        ),
+    ] = None,
+    validity: Annotated[
+        str | None,
+        Field(
+            description="Only records of this validity: 'NEEDS_REVALIDATION' is what is "
+            "not (or no longer) verified - candidates, records flagged STALE by a revocation, "
+            "expired ones; 'VALID' what may be relied on; 'INVALID' what was revoked or "
+            "rejected.",
+            json_schema_extra=one_of(Validity),
+        ),
+    ] = None,
+    kind: Annotated[
+        str | None,
+        Field(
+            description="Only records of this kind.",
+            json_schema_extra=one_of(Kind),
+        ),
+    ] = None,
+    claim_prefix: Annotated[
+        str | None, Field(description="Only records whose claim key starts with this.")
+    ] = None,
+    limit: Annotated[int, Field(description="At most this many records.", ge=1, le=1000)] = 100,
+    after: Annotated[
+        str | None,
+        Field(description="The `next_after` of the previous page, to get the next one."),
+    ] = None,
+) -> PageOut:
+    """The ``list_records`` tool: one page of :meth:`Session.records`, recorded in the run."""
+    with as_tool_error(), connection_of(ctx).acting() as acting:
+        page = acting.records(
+            scope,
+            status=status,
+            validity=validity,
+            kind=kind,
+            claim_prefix=claim_prefix,
+            limit=limit,
+            after=after,
+        )
+    records = [record_out(r) for r in page]
+    return {
+        "records": records,
+        "next_after": records[-1]["id"] if len(records) == limit else None,
+    }
+
+
+def audit_record(ctx: Ctx, record_id: RecordId) -> AuditOut:
+    """The ``audit_record`` tool: :meth:`Session.audit`."""
+    with as_tool_error():
+        return audit_out(connection_of(ctx).session.audit(record_id))
+
+
+async def accept_memory(ctx: Ctx, record_id: RecordId, note: Note = "") -> DecisionOut:
+    """The ``accept_memory`` tool: :meth:`Session.accept`; announces the record."""
+    session = connection_of(ctx).session
+    with as_tool_error():
+        await off_loop(partial(session.accept, record_id, note=note))
+        view = await off_loop(partial(view_if_readable, session, record_id))
+    replaced = None if view is None else view.supersedes
+    await announce(ctx, [record_id, *([replaced] if replaced else [])])
+    return {
+        "id": record_id,
+        "action": "accepted",
+        "record": None if view is None else record_out(view),
+    }
+
+
+async def reject_memory(ctx: Ctx, record_id: RecordId, reason: Reason) -> DecisionOut:
+    """The ``reject_memory`` tool: :meth:`Session.reject`; announces the record."""
+    session = connection_of(ctx).session
+    with as_tool_error():
+        await off_loop(partial(session.reject, record_id, reason))
+        view = await off_loop(partial(view_if_readable, session, record_id))
+    await announce(ctx, [record_id])
+    return {
+        "id": record_id,
+        "action": "rejected",
+        "record": None if view is None else record_out(view),
+    }
+
+
+async def revoke_memory(ctx: Ctx, record_id: RecordId, reason: Reason) -> RevocationOut:
+    """The ``revoke_memory`` tool: :meth:`Session.revoke`; announces what it affected."""
+    session = connection_of(ctx).session
+    with as_tool_error():
+        rev = await off_loop(partial(session.revoke, record_id, reason))
+    # ``affected`` holds only what this token may see: hidden records are never named.
+    await announce(ctx, list(rev.affected))
+    return revocation_out(rev)
+
+
+async def revalidate_memory(
+    ctx: Ctx,
+    record_id: RecordId,
+    note: Note = "",
+    parents: Annotated[
+        list[str] | None,
+        Field(
+            description="A new basis: ids of usable records replacing the record's "
+            "dependencies. Omit when its current dependencies are usable again."
+        ),
+    ] = None,
+) -> DecisionOut:
+    """The ``revalidate_memory`` tool: :meth:`Session.revalidate`; announces the record."""
+    session = connection_of(ctx).session
+    with as_tool_error():
+        await off_loop(partial(session.revalidate, record_id, note=note, parents=parents))
+        view = await off_loop(partial(view_if_readable, session, record_id))
+    await announce(ctx, [record_id])
+    return {
+        "id": record_id,
+        "action": "revalidated",
+        "record": None if view is None else record_out(view),
+    }
+
+
+def record_resource(ctx: Ctx, record_id: str) -> str:
+    """The record resource: one record as JSON (what get_record returns), recorded
+    in the run."""
+    try:
+        with connection_of(ctx).acting() as acting:
+            view = acting.get(record_id)
+    except UnknownRecordError as exc:
+        raise ResourceNotFoundError(refusal(exc)) from None
+    except LedgerError as exc:
+        raise ResourceError(refusal(exc)) from None
+    return json.dumps(record_out(view), ensure_ascii=False)

@@ -1,0 +1,224 @@
+"""What the console's pages show: the moment a page is about (now, or a past log
+position or time), the template environment and its filters, and the review
+entries (a candidate, its dependencies and what would refuse accepting it)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+from ledger import Session
+from ledger.access import Role
+from ledger.domain import Status, Validity
+from ledger.errors import AccessDeniedError, InvalidInputError, LedgerError, UnknownRecordError
+from ledger.jsonable import plain
+from ledger.values import RecordView
+
+__all__ = [
+    "HERE",
+    "HIDDEN",
+    "Access",
+    "Candidate",
+    "Moment",
+    "Parent",
+    "candidate",
+    "environment",
+    "explain_line",
+]
+
+HERE = Path(__file__).parent
+#: The placeholder the ledger shows for a record in a scope the caller cannot see.
+HIDDEN = "<hidden>"
+
+
+# -- the moment a page shows -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Moment:
+    """Now, or the past log position or time the page is browsed at."""
+
+    position: int | None = None
+    time: datetime | None = None
+
+    @property
+    def past(self) -> bool:
+        """Whether the page shows a past state (read-only)."""
+        return self.position is not None or self.time is not None
+
+    def params(self) -> dict[str, str]:
+        """The query parameters that keep this moment on a link."""
+        if self.position is not None:
+            return {"as_of_position": str(self.position)}
+        if self.time is not None:
+            return {"as_of_time": self.time.isoformat()}
+        return {}
+
+    @classmethod
+    def of(cls, query: Mapping[str, str]) -> Moment:
+        """The moment asked for by a page's query.
+
+        Raises:
+            InvalidInputError: a position that is not a number, or an unreadable time.
+        """
+        position = (query.get("as_of_position") or "").strip()
+        when = (query.get("as_of_time") or "").strip()
+        if position:
+            if not position.isdigit():
+                raise InvalidInputError(f"as-of position {position[:40]!r} is not a number")
+            return cls(position=int(position))
+        if when:
+            try:
+                parsed = datetime.fromisoformat(when)
+            except ValueError:
+                raise InvalidInputError(
+                    f"as-of time {when[:40]!r} is not an ISO 8601 date-time "
+                    "(e.g. 2026-05-01T12:00:00Z)"
+                ) from None
+            # A time without an offset is read as UTC (the label on the form says so).
+            return cls(time=parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC))
+        return cls()
+
+    def session(self, session: Session) -> Session:
+        """``session`` as of this moment."""
+        if not self.past:
+            return session
+        return session.as_of(position=self.position, time=self.time)
+
+
+# -- template helpers ----------------------------------------------------------------------
+
+
+def _json(value: Any, limit: int | None = None, compact: bool = False) -> str:
+    """The ``json`` filter: a value as JSON, cut at ``limit`` characters."""
+    text = json.dumps(plain(value), ensure_ascii=False, indent=None if compact else 2, default=str)
+    if limit is not None and len(text) > limit:
+        return text[:limit] + " …"
+    return text
+
+
+def _details(details: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """An event's details as ``(name, compact JSON)``, leaving out empty ones."""
+    out = []
+    for name, value in details.items():
+        if value is None or value == "" or value == [] or value == {} or value == ():
+            continue
+        text = json.dumps(plain(value), ensure_ascii=False, default=str)
+        out.append((name, text if len(text) <= 300 else text[:300] + " …"))
+    return out
+
+
+def _when(value: datetime | None) -> str:
+    """The ``when`` filter: an instant in UTC, to the second."""
+    if value is None:
+        return "—"
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def environment() -> Environment:
+    """The Jinja environment of the console's templates, with its filters."""
+    env = Environment(
+        loader=FileSystemLoader(HERE / "templates"),
+        autoescape=select_autoescape(("html",)),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["json"] = _json
+    env.filters["when"] = _when
+    env.filters["details"] = _details
+    return env
+
+
+# -- what the pages show --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Parent:
+    """A dependency of a candidate, as far as the reviewer may see it."""
+
+    id: str
+    view: RecordView | None
+    observed: bool
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A queue entry: the record, its dependencies and what blocks accepting it."""
+
+    view: RecordView
+    parents: tuple[Parent, ...]
+    blocked: str | None
+    accept_blocked: str | None
+
+
+@dataclass(frozen=True)
+class Access:
+    """The principal's roles by scope (current grants)."""
+
+    roles: Mapping[str, tuple[str, ...]]
+
+    @classmethod
+    def of(cls, session: Session) -> Access:
+        """The roles ``session``'s principal holds now (its token checked again).
+
+        Raises:
+            AuthenticationError: the token is no longer valid.
+        """
+        return cls(session.grants())
+
+    def scopes(self, role: Role) -> list[str]:
+        """Scopes where the principal holds ``role``, sorted."""
+        return sorted(s for s, held in self.roles.items() if role.value in held)
+
+    def has(self, scope: str, role: Role) -> bool:
+        """Whether the principal holds ``role`` in ``scope``."""
+        return role.value in self.roles.get(scope, ())
+
+
+def _dependency(session: Session, rid: str, observed: bool) -> Parent:
+    if rid == HIDDEN:
+        return Parent(rid, None, observed, "a record in a scope you cannot see")
+    try:
+        return Parent(rid, session.get(rid), observed)
+    except (UnknownRecordError, AccessDeniedError):
+        return Parent(rid, None, observed, "not readable with your roles")
+
+
+def candidate(session: Session, view: RecordView) -> Candidate:
+    """A queue entry for ``view``, with what would refuse its acceptance said up front."""
+    deps = [_dependency(session, p, False) for p in view.parents]
+    deps += [_dependency(session, o, True) for o in view.undeclared]
+    blocked = None
+    if view.proposer == session.principal:
+        blocked = "You proposed this record: another approver must review it."
+    accept_blocked = blocked
+    if accept_blocked is None:
+        for dep in deps:
+            if dep.view is None:
+                accept_blocked = f"It depends on {dep.id} ({dep.note})."
+            elif dep.view.status != Status.ACCEPTED:
+                accept_blocked = f"Its dependency {dep.id} is {dep.view.status}; settle that first."
+            elif dep.view.validity != Validity.VALID:
+                accept_blocked = f"Its dependency {dep.id} is {dep.view.validity}."
+            if accept_blocked:
+                break
+    return Candidate(view, tuple(deps), blocked, accept_blocked)
+
+
+def explain_line(session: Session, view: RecordView) -> tuple[bool, tuple[str, ...]]:
+    """Whether the record is usable now and, if not, the ledger's reasons."""
+    try:
+        explanation = session.explain(view.scope, view.claim_key)
+    except LedgerError:
+        return False, ()
+    for entry in explanation.entries:
+        if entry.record.id == view.id:
+            return entry.usable, entry.reasons
+    return False, ()
