@@ -18,8 +18,8 @@ from typing import Any
 
 from eventsourcing.persistence import Mapper, Notification
 
-from ledger.domain import check_event_shape
 from ledger.errors import CorruptEventError, LedgerError
+from ledger.shapes import check_event_shape
 from projections import access, delivery, timeline, validity
 from projections.base import (
     TRACKING_DDL,
