@@ -505,11 +505,12 @@ def prepare_revocation(url: str, scale: float = 1.0) -> State:
             )
         for start in range(0, len(items), BATCH):
             agent.propose_many(items[start : start + BATCH])
+        for item in items:  # parents come first, so each is accepted after its parents
+            reviewer.accept(item["id"])
+        # A run depends on what it was shown VALID: read d-00005 once it is accepted.
         with agent.run("crash-task") as run:
             run.get("d-00005")
             run.propose(SCOPE, "observed.child", True, Kind.INFERENCE, id="d-observed")
-        for item in items:  # parents come first, so each is accepted after its parents
-            reviewer.accept(item["id"])
         reviewer.accept("d-observed")
         return _seal(led, {"tokens": tokens, "descendants": n})
 
