@@ -23,6 +23,7 @@ from projections import access as access_view
 
 if TYPE_CHECKING:
     from ledger.engine import Engine, Write
+    from ledger.erasure import Erasure
 
 
 class Role(StrEnum):
@@ -171,6 +172,22 @@ class Admin:
         subject = str(row["subject"])
 
         self._append(subject, Principal.TokenRevoked, token_hash=token_hash)
+
+    def erase_snapshot(self, ref: str, reason: str) -> Erasure:
+        """Erase the evidence bytes behind ``ref`` (``sha256:…``), recording who and why.
+
+        The bytes leave the snapshot store and every evidence record captured with
+        them gets a ``SnapshotErased`` event, in one transaction; records keep
+        their status and the log still verifies. ``Session.snapshot(ref)`` then
+        raises ``SnapshotErasedError``. See :mod:`ledger.erasure`.
+
+        Raises:
+            UnknownSnapshotError: no evidence was captured with ``ref``.
+            SnapshotErasedError: the bytes were erased already.
+        """
+        from ledger.erasure import erase_snapshot
+
+        return erase_snapshot(self._engine, ref, reason, actor=self.ACTOR)
 
     def access_history(
         self, subject: str | None = None, scope: str | None = None

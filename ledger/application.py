@@ -3,7 +3,7 @@
 ``Ledger.open(url)`` opens (or creates) a ledger; ``Ledger.admin()`` is the
 embedding host's trusted handle; ``Ledger.authenticate(token)`` returns a
 :class:`ledger.Session` bound to the token's principal. A façade: the machinery is
-:class:`ledger.engine.Engine`, tamper evidence :mod:`ledger.tamper`.
+:class:`ledger.engine.Engine`, tamper evidence :mod:`ledger.verification`.
 
 Every command checks the principal's roles, validates its input completely before
 writing, and appends its events, view updates and snapshots in one transaction
@@ -12,12 +12,14 @@ writing, and appends its events, view updates and snapshots in one transaction
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ledger import tamper
+from ledger import heads as heads_module
+from ledger import verification
 from ledger.access import Admin, hash_token
 from ledger.caller import Caller
 from ledger.domain import Kind, RetentionRule
@@ -31,6 +33,9 @@ from ledger.values import RebuildReport
 from projections import access as access_view
 from projections import delivery as delivery_view
 from projections import validity as validity_view
+
+if TYPE_CHECKING:
+    from ledger.heads import PrivateKeyLike, PublicKeyLike, SignedHead
 
 
 def _utcnow() -> datetime:
@@ -190,21 +195,32 @@ class Ledger:
 
         Later, ``verify(against=digest)`` proves the log still extends it.
         """
-        return tamper.digest(self._engine)
+        return verification.digest(self._engine)
 
-    def verify(self, against: LogDigest | str | None = None) -> Verification:
-        """Recompute the Merkle tree from the stored event bytes.
+    def verify(
+        self,
+        against: LogDigest | str | None = None,
+        *,
+        heads: str | os.PathLike[str] | Iterable[SignedHead] | None = None,
+        public_key: PublicKeyLike | None = None,
+    ) -> Verification:
+        """Check the whole ledger, naming the first problem (never writes).
 
-        Names the first position whose stored bytes differ from what was appended
-        (modified, deleted, inserted or reordered events). With ``against`` (a
-        digest kept elsewhere) also proves, with an RFC 6962 consistency proof,
-        that the current log extends the log that digest described.
+        Kept heads' signatures; the stored event bytes against their Merkle
+        leaves (naming the first position that differs); RFC 6962 consistency of
+        the log with every kept head (``heads=`` a heads file or heads,
+        ``public_key=`` their KEY.pub) and with ``against`` (a digest kept
+        elsewhere); authorization replay; the views against a replay of the log;
+        the evidence bytes. See :mod:`ledger.verification`.
 
         Raises:
-            InvalidInputError: ``against`` is not a digest.
+            InvalidInputError: ``against`` is not a digest, or heads without a key.
         """
-        self._engine.check_open()
-        return tamper.verify(self._engine, against)
+        return verification.verify(self._engine, against, heads=heads, public_key=public_key)
+
+    def signed_head(self, private_key: PrivateKeyLike) -> SignedHead:
+        """A signed tree head of the log now (keep it outside the operator's reach)."""
+        return heads_module.signed_head(self, private_key)
 
     # -- maintenance ----------------------------------------------------------
 

@@ -33,6 +33,7 @@ RECORD_EVENTS = (
     "Revalidated",
     "Delivered",
     "CorrectionIssued",
+    "SnapshotErased",
 )
 _RECORD_TOPIC = get_topic(Record)
 _PLUMBING = ("originator_id", "originator_version", "timestamp", "actor", "originator_topic")

@@ -8,20 +8,23 @@ outbox entry: nothing is really sent).
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from typing import Any
 
 from ledger import pipeline, rules
 from ledger.access import Role
 from ledger.caller import Caller
 from ledger.domain import Record, Status, Validity
-from ledger.errors import NotUsableError, UnknownDeliveryError
+from ledger.errors import InvalidInputError, NotUsableError, UnknownDeliveryError
 from ledger.pipeline import Decision
 from ledger.serialization import micros_to_datetime
 from ledger.validation import check_id, check_text
 from ledger.values import Correction, CorrectionDue, Delivery
 from projections import delivery as delivery_view
+from projections import edges as edges_index
 from projections import validity as validity_view
 from projections.base import Cursor
+from projections.validity import RecordRow
 
 
 def deliver(caller: Caller, record_id: str, recipient: str, channel: str) -> str:
@@ -59,7 +62,17 @@ def issue_correction(caller: Caller, delivery_id: str, note: str, replacement: s
             )
         caller.require(c, row["scope"], Role.DELIVER, "issue_correction")
         if replacement is not None:
-            caller.visible(c, replacement, Role.READ, "issue_correction", "replacement")
+            new = caller.visible(c, replacement, Role.READ, "issue_correction", "replacement")
+            if new["record_id"] == row["record_id"]:
+                raise InvalidInputError(
+                    f"issue_correction refused: replacement {replacement!r} is the delivered "
+                    "record itself"
+                )
+            if rules.validity(new, now) != Validity.VALID:
+                raise NotUsableError(
+                    f"issue_correction refused: replacement {replacement!r} "
+                    f"{rules.expiry_text(new, new['record_id'])}"
+                )
         record = caller.engine.load_record(c, row["record_id"])
         record.issue_correction(caller.subject, correction_id, delivery_id, note, replacement, now)
         return Decision(record.collect_events(), lambda _: correction_id)
@@ -68,8 +81,8 @@ def issue_correction(caller: Caller, delivery_id: str, note: str, replacement: s
 
 
 def corrections_due(caller: Caller) -> tuple[CorrectionDue, ...]:
-    """``Session.corrections_due``: deliveries whose record left VALID since the
-    delivery (or since the last correction), in scopes where the caller delivers."""
+    """``Session.corrections_due``: deliveries that owe a correction, in scopes where
+    the caller delivers (see :func:`owed_since`)."""
     d = caller.engine.dialect
     now = caller.at(None)
     out = []
@@ -78,23 +91,51 @@ def corrections_due(caller: Caller) -> tuple[CorrectionDue, ...]:
             row = validity_view.existing(c, d, drow["record_id"], caller.position)
             if Role.DELIVER.value not in caller.roles(c, row["scope"]):
                 continue
-            validity = rules.validity(row, now)
-            if validity == Validity.VALID:
-                continue
-            since = max(drow["position"], row["left_valid_pos"] or 0)
             corrections = delivery_view.corrections_for(c, d, drow["delivery_id"], caller.position)
-            if any(r["position"] > since for r in corrections):
+            since = owed_since(caller, c, drow, row, now)
+            if since is None or any(_answers(r, since) for r in corrections):
                 continue
             out.append(
                 CorrectionDue(
                     delivery=delivery_of(drow, tuple(correction_of(r) for r in corrections)),
-                    validity=validity,
+                    validity=rules.validity(row, now),
                     status=Status(row["status"]),
                     cause=row["cause_root"],
                     reason=row["reason"],
                 )
             )
     return tuple(out)
+
+
+def owed_since(
+    caller: Caller, c: Cursor, drow: Any, row: RecordRow, now: datetime
+) -> tuple[int, int | None] | None:
+    """Whether a delivery owes a correction, as (log position, instant in µs) that a
+    correction must come after to answer it; None if nothing is owed.
+
+    Owed when the record left VALID after the delivery — by a status change
+    (revocation, supersession, staleness: after the position it left VALID), or by
+    expiry (after the instant it expired) — and also when it is VALID again on a
+    different basis than the recipient's copy cites (after that basis began).
+    """
+    delivered = int(drow["position"])
+    if rules.validity(row, now) != Validity.VALID:
+        eff = row["eff_expires"]
+        if row["status"] == Status.ACCEPTED and eff is not None:
+            return delivered, eff  # expired: a correction before the expiry says nothing
+        return max(delivered, row["left_valid_pos"] or 0), None
+    d = caller.engine.dialect
+    then = validity_view.existing(c, d, row["record_id"], delivered)
+    if (then["parents"], then["observed"]) == (row["parents"], row["observed"]):
+        return None
+    return max(delivered, edges_index.basis_since(c, d, row["record_id"]) or row["from_pos"]), None
+
+
+def _answers(correction: Any, since: tuple[int, int | None]) -> bool:
+    position, instant = since
+    if correction["position"] <= position:
+        return False
+    return instant is None or correction["issued_at"] >= instant
 
 
 def delivery_of(row: Any, corrections: tuple[Correction, ...]) -> Delivery:

@@ -22,6 +22,8 @@ from eventsourcing.domain import Aggregate
 from eventsourcing.utils import get_topic
 
 from ledger.errors import (
+    InvalidInputError,
+    InvalidParentError,
     InvalidTransitionError,
     RetentionRuleError,
     SelfApprovalError,
@@ -121,6 +123,10 @@ class RetentionRule:
             )
 
 
+#: Kinds whose claim rests on others: revalidation may not leave them without a basis.
+NEEDS_BASIS = frozenset({Kind.INFERENCE, Kind.REPORT, Kind.PLAN})
+
+
 class Record(Aggregate):
     """A memory record: evidence, fact, constraint, preference, inference, plan or report."""
 
@@ -160,6 +166,7 @@ class Record(Aggregate):
 
         def apply(self, aggregate: Record) -> None:
             aggregate.status = Status.ACCEPTED
+            aggregate.accepted_once = True
 
     class Rejected(Aggregate.Event):
         """An approver rejected the candidate."""
@@ -213,15 +220,31 @@ class Record(Aggregate):
             aggregate.superseded_by = self.by
 
     class Revalidated(Aggregate.Event):
-        """An approver re-verified a stale record, optionally on a new basis."""
+        """An approver re-verified a record (STALE, or ACCEPTED on an expired basis),
+        optionally on a new basis; it became ``status`` again: ACCEPTED, or
+        CANDIDATE if it had never been accepted.
+
+        Version 2 added ``status``; version 1 events (0.1.0) all made the record
+        ACCEPTED.
+        """
+
+        class_version = 2
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            """0.1.0 revalidations all made the record ACCEPTED."""
+            state["status"] = Status.ACCEPTED.value
 
         actor: str
         note: str
         parents: tuple[str, ...] | None
         observed: tuple[str, ...] | None
+        status: str
 
         def apply(self, aggregate: Record) -> None:
-            aggregate.status = Status.ACCEPTED
+            aggregate.status = Status(self.status)
+            if aggregate.status == Status.ACCEPTED:
+                aggregate.accepted_once = True
             if self.parents is not None:
                 aggregate.parents = tuple(self.parents)
             if self.observed is not None:
@@ -246,6 +269,17 @@ class Record(Aggregate):
         delivery_id: str
         note: str
         replacement: str | None
+
+        def apply(self, aggregate: Record) -> None:
+            pass
+
+    class SnapshotErased(Aggregate.Event):
+        """An admin erased the evidence bytes behind ``snapshot_ref`` (the record,
+        its content hash and its status stay; only the stored bytes are gone)."""
+
+        actor: str
+        snapshot_ref: str
+        reason: str
 
         def apply(self, aggregate: Record) -> None:
             pass
@@ -282,6 +316,7 @@ class Record(Aggregate):
         self.supersedes = supersedes
         self.superseded_by: str | None = None
         self.status = Status.CANDIDATE
+        self.accepted_once = False
         self.deliveries: tuple[str, ...] = ()
 
     @staticmethod
@@ -400,6 +435,20 @@ class Record(Aggregate):
                 f"{by!r} must supersede {self.superseded_by!r} instead"
             )
 
+    def check_revalidatable(
+        self, actor: str, parents: tuple[str, ...] | None, basis_expired: bool
+    ) -> None:
+        """STALE, or ACCEPTED whose basis expired and is given a new one; never by
+        the proposer; a kind that needs a basis keeps one."""
+        if not (self.status == Status.ACCEPTED and basis_expired and parents is not None):
+            self.check_status("revalidate", Status.STALE)
+        self.check_not_proposer(actor, "revalidate")
+        if parents is not None and not parents and self.kind in NEEDS_BASIS:
+            raise InvalidParentError(
+                f"revalidate refused: record {self.record_id!r} is {self.kind.value!r} and "
+                "needs a basis; parents=[] would leave it none"
+            )
+
     def revalidate(
         self,
         actor: str,
@@ -407,16 +456,18 @@ class Record(Aggregate):
         parents: tuple[str, ...] | None,
         observed: tuple[str, ...] | None,
         at: datetime,
+        basis_expired: bool = False,
     ) -> None:
-        """STALE → ACCEPTED, optionally replacing the basis."""
-        self.check_status("revalidate", Status.STALE)
-        self.check_not_proposer(actor, "revalidate")
+        """STALE (or ACCEPTED on an expired basis, given a new one) → ACCEPTED, or
+        CANDIDATE if it was never accepted; optionally replacing the basis."""
+        self.check_revalidatable(actor, parents, basis_expired)
         self.trigger_event(
             self.Revalidated,
             actor=actor,
             note=note,
             parents=parents,
             observed=observed,
+            status=(Status.ACCEPTED if self.accepted_once else Status.CANDIDATE).value,
             timestamp=at,
         )
 
@@ -451,6 +502,25 @@ class Record(Aggregate):
             delivery_id=delivery_id,
             note=note,
             replacement=replacement,
+            timestamp=at,
+        )
+
+    def check_snapshot(self, snapshot_ref: str) -> None:
+        """Raise ``InvalidInputError`` unless this is evidence captured with ``snapshot_ref``."""
+        held = (self.evidence or {}).get("snapshot_ref")
+        if self.kind != Kind.EVIDENCE or held != snapshot_ref:
+            raise InvalidInputError(
+                f"record {self.record_id!r} is not evidence captured as {snapshot_ref!r}"
+            )
+
+    def erase_snapshot(self, actor: str, snapshot_ref: str, reason: str, at: datetime) -> None:
+        """Record that the bytes behind the record's snapshot were erased (any status)."""
+        self.check_snapshot(snapshot_ref)
+        self.trigger_event(
+            self.SnapshotErased,
+            actor=actor,
+            snapshot_ref=snapshot_ref,
+            reason=reason,
             timestamp=at,
         )
 

@@ -12,7 +12,9 @@ event log and the views exactly as they were::
     │   ├── ExpiryInPastError
     │   ├── InvalidKindError
     │   ├── InvalidRoleError
-    │   └── InvalidURLError
+    │   ├── InvalidURLError
+    │   ├── InvalidKeyError
+    │   └── InvalidHeadError
     ├── UnknownRecordError (KeyError)
     ├── DuplicateRecordError
     ├── InvalidParentError
@@ -28,6 +30,7 @@ event log and the views exactly as they were::
     ├── ReadOnlyError
     ├── ConcurrencyError
     ├── SnapshotIntegrityError
+    ├── SnapshotErasedError
     ├── UnknownSnapshotError (KeyError)
     ├── CorruptEventError
     ├── StorageError
@@ -79,6 +82,14 @@ class InvalidRoleError(InvalidInputError):
 
 class InvalidURLError(InvalidInputError):
     """The ledger URL names no supported backend."""
+
+
+class InvalidKeyError(InvalidInputError):
+    """A signing or verification key file is missing, unreadable or not Ed25519."""
+
+
+class InvalidHeadError(InvalidInputError):
+    """A signed tree head (or a line of a heads file) is malformed."""
 
 
 class UnknownRecordError(LedgerError, KeyError):
@@ -139,6 +150,10 @@ class ConcurrencyError(LedgerError):
 
 class SnapshotIntegrityError(LedgerError):
     """Stored snapshot bytes no longer match their content hash."""
+
+
+class SnapshotErasedError(LedgerError):
+    """The snapshot's bytes were erased by an admin (the erasure is in the log)."""
 
 
 class UnknownSnapshotError(LedgerError, KeyError):

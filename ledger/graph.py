@@ -8,8 +8,9 @@ the DOT source and says so in :attr:`Picture.note`.
 
 Each node shows the record's id, kind, status and validity; the fill colour is
 the status (:data:`STATUS_COLOURS`), observed dependencies are dashed edges,
-delivered records get a double border and a ``DELIVERED`` line, and the record
-the picture is about gets a thick border.
+a new version is joined to the record it supersedes by a dotted ``supersedes``
+edge (old → new) when both are drawn, delivered records get a double border and
+a ``DELIVERED`` line, and the record the picture is about gets a thick border.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from ledger.reads import record_view
 from ledger.session import Session
 from ledger.validation import check_id
 from ledger.values import RecordView
+from projections import edges as edges_index
 from projections import validity as validity_view
 
 #: (fill, border) colour per status: REVOKED red, STALE orange, ACCEPTED green,
@@ -50,11 +52,13 @@ _INSTALL_HINT = (
 
 @dataclass(frozen=True)
 class Edge:
-    """``child`` depends on ``parent``: declared by its proposer, or observed at run time."""
+    """``child`` depends on ``parent``: declared by its proposer, or observed at run
+    time; or (``edge="supersedes"``, in :attr:`Subgraph.supersessions` only)
+    ``child`` is a new version of ``parent``."""
 
     parent: str
     child: str
-    edge: str  # "declared" | "observed"
+    edge: str  # "declared" | "observed" | "supersedes"
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,9 @@ class Subgraph:
     edges: tuple[Edge, ...]
     position: int
     title: str
+    #: Old version → new version, for each record proposed to supersede another
+    #: when both are among ``nodes`` (not dependencies: kept apart from ``edges``).
+    supersessions: tuple[Edge, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -124,7 +131,7 @@ def collect(
         if record is not None:
             row = caller.visible(c, record, role, command)
             root: str | None = row["record_id"]
-            rows = validity_view.lineage(
+            rows = edges_index.lineage(
                 c,
                 d,
                 row["record_id"],
@@ -141,7 +148,7 @@ def collect(
             else:
                 wanted = [s for s in validity_view.scopes(c, d, position) if may(s)]
             ids = [rid for s in wanted for rid in validity_view.in_scope(c, d, s, position)]
-            rows = validity_view.edges_among(c, d, ids, position)
+            rows = edges_index.edges_among(c, d, ids, position)
         at = caller.at(None)
         nodes: dict[str, RecordView] = {}
         for rid in ids:
@@ -152,12 +159,18 @@ def collect(
     edges = tuple(
         Edge(parent=p, child=ch, edge=kind) for p, ch, kind in rows if p in nodes and ch in nodes
     )
+    supersessions = tuple(
+        Edge(parent=n.supersedes, child=n.id, edge="supersedes")
+        for n in nodes.values()
+        if n.supersedes is not None and n.supersedes in nodes
+    )
     return Subgraph(
         root=root,
         nodes=tuple(nodes.values()),
         edges=edges,
         position=now,
         title=_title(root, scope, ancestors, descendants, now),
+        supersessions=supersessions,
     )
 
 
@@ -201,8 +214,21 @@ def _dot_attrs(attrs: Iterable[tuple[str, str]]) -> str:
     return ", ".join(f"{k}={v}" for k, v in attrs)
 
 
+_QUOTED_SUPERSEDED_BORDER = _dot_quote(STATUS_COLOURS[Status.SUPERSEDED][1])
+
+
+#: DOT attributes of the edge from a superseded record to its new version.
+_SUPERSEDES_DOT = (
+    ("style", "dotted"),
+    ("color", _QUOTED_SUPERSEDED_BORDER),
+    ("fontcolor", _QUOTED_SUPERSEDED_BORDER),
+    ("label", '"supersedes"'),
+)
+
+
 def to_dot(sub: Subgraph) -> str:
-    """Graphviz DOT source: parent → child, fill colour by status, observed edges dashed."""
+    """Graphviz DOT source: parent → child, fill colour by status, observed edges
+    dashed, old version → new version dotted and labelled ``supersedes``."""
     out = [
         "digraph provledger {",
         f"  graph [rankdir=TB, labelloc=t, fontname=Helvetica, label={_dot_quote(sub.title)}];",
@@ -226,6 +252,10 @@ def to_dot(sub: Subgraph) -> str:
         attrs = [("style", "dashed"), ("label", '"observed"')] if e.edge == "observed" else []
         suffix = f" [{_dot_attrs(attrs)}]" if attrs else ""
         out.append(f"  {_dot_quote(e.parent)} -> {_dot_quote(e.child)}{suffix};")
+    for e in sub.supersessions:
+        out.append(
+            f"  {_dot_quote(e.parent)} -> {_dot_quote(e.child)} [{_dot_attrs(_SUPERSEDES_DOT)}];"
+        )
     out.append("}")
     return "\n".join(out) + "\n"
 
@@ -235,7 +265,8 @@ def _mermaid_text(text: str) -> str:
 
 
 def to_mermaid(sub: Subgraph) -> str:
-    """A Mermaid flowchart: the same nodes, colours (classes) and dashed observed edges."""
+    """A Mermaid flowchart: the same nodes, colours (classes), dashed observed edges
+    and thick ``supersedes`` edges (Mermaid has no dotted style apart from dashed)."""
     names = {node.id: f"n{i}" for i, node in enumerate(sub.nodes)}
     out = ["flowchart TD"]
     for node in sub.nodes:
@@ -246,6 +277,8 @@ def to_mermaid(sub: Subgraph) -> str:
     for e in sub.edges:
         arrow = "-. observed .->" if e.edge == "observed" else "-->"
         out.append(f"  {names[e.parent]} {arrow} {names[e.child]}")
+    for e in sub.supersessions:
+        out.append(f"  {names[e.parent]} == supersedes ==> {names[e.child]}")
     for status, (fill, border) in STATUS_COLOURS.items():
         out.append(f"  classDef {status.lower()} fill:{fill},stroke:{border},color:#000")
     if sub.root in names:

@@ -8,9 +8,15 @@ with ``H`` = SHA-256, exactly as in RFC 6962 section 2.1.
 
 A *digest* ``(size, root)`` kept elsewhere pins the whole log: any modified byte,
 deleted, reordered or inserted event changes the root. An *inclusion proof* shows
-one event is in the tree with that root; a *consistency proof* shows a later tree
-extends an earlier one. Both verify with the few lines of :func:`verify_inclusion`
-and :func:`verify_consistency`, which need nothing from this package.
+one event is in the tree with that root; a *consistency proof* (RFC 6962 section
+2.1.2, RFC 9162 section 2.1.4) shows a later tree extends an earlier one. Both
+verify with the few lines of :func:`verify_inclusion` and
+:func:`verify_consistency`, pure functions that need nothing from this package.
+
+:class:`MerkleTree` keeps every complete subtree of a sequence of leaf hashes
+(64 bytes per leaf), so proofs against any earlier size of the log cost
+O(log² n) hashing instead of a pass over the leaves: that is what checking many
+kept tree heads against one log needs.
 """
 
 from __future__ import annotations
@@ -107,11 +113,129 @@ def consistency_path(leaves: Sequence[bytes], m: int) -> list[bytes]:
     return subproof(m, leaves, True)
 
 
+class MerkleTree:
+    """The RFC 6962 tree over a sequence of leaf hashes, with every complete subtree kept.
+
+    Level ``h`` holds the hashes of the complete subtrees of ``2**h`` leaves
+    (``size >> h`` of them, 32 bytes each), so the root, an inclusion path or a
+    consistency proof for the first ``m`` leaves costs O(log² n) hashing. Build
+    it once with :meth:`append` (or from a list), then ask about any prefix.
+    """
+
+    HASH = 32
+
+    def __init__(self, leaves: Iterable[bytes] = ()) -> None:
+        self._levels: list[bytearray] = [bytearray()]
+        for leaf in leaves:
+            self.append(leaf)
+
+    @property
+    def size(self) -> int:
+        """How many leaves the tree has."""
+        return len(self._levels[0]) // self.HASH
+
+    def append(self, leaf: bytes) -> None:
+        """Add the next leaf hash (32 bytes)."""
+        if len(leaf) != self.HASH:
+            raise ValueError(f"a leaf hash is {self.HASH} bytes, got {len(leaf)}")
+        self._levels[0] += leaf
+        height, node = 0, leaf
+        # Each time a level gets an even number of nodes, their parent is complete.
+        while (len(self._levels[height]) // self.HASH) % 2 == 0:
+            left = self._node(height, len(self._levels[height]) // self.HASH - 2)
+            node = node_hash(left, node)
+            height += 1
+            if height == len(self._levels):
+                self._levels.append(bytearray())
+            self._levels[height] += node
+
+    def leaf(self, index: int) -> bytes:
+        """The hash of leaf ``index``."""
+        return self._node(0, index)
+
+    def _node(self, height: int, index: int) -> bytes:
+        start = index * self.HASH
+        return bytes(self._levels[height][start : start + self.HASH])
+
+    def _range(self, start: int, end: int) -> bytes:
+        """MTH(D[start:end]); ``start`` is aligned to the largest power of two below
+        ``end - start`` (true of every range RFC 6962's recursions ask for)."""
+        n = end - start
+        if n & (n - 1) == 0:  # a complete subtree: stored
+            return self._node(n.bit_length() - 1, start >> (n.bit_length() - 1))
+        k = _largest_power_of_two_below(n)
+        return node_hash(self._range(start, start + k), self._range(start + k, end))
+
+    def _check_size(self, size: int | None) -> int:
+        n = self.size if size is None else size
+        if not 0 <= n <= self.size:
+            raise ValueError(f"the tree has {self.size} leaves, not {n}")
+        return n
+
+    def root(self, size: int | None = None) -> bytes:
+        """MTH of the first ``size`` leaves (default: all)."""
+        n = self._check_size(size)
+        return EMPTY_ROOT if n == 0 else self._range(0, n)
+
+    def inclusion_path(self, index: int, size: int | None = None) -> list[bytes]:
+        """RFC 6962 PATH(index, D[size]): leaf ``index``'s audit path in the first
+        ``size`` leaves (default: all)."""
+        n = self._check_size(size)
+        if not 0 <= index < n:
+            raise ValueError(f"leaf {index} is not among the first {n}")
+        path: list[bytes] = []
+
+        def walk(m: int, start: int, end: int) -> None:
+            if end - start <= 1:
+                return
+            k = _largest_power_of_two_below(end - start)
+            if m < k:
+                walk(m, start, start + k)
+                path.append(self._range(start + k, end))
+            else:
+                walk(m - k, start + k, end)
+                path.append(self._range(start, start + k))
+
+        walk(index, 0, n)
+        return path
+
+    def consistency_path(self, m: int, size: int | None = None) -> list[bytes]:
+        """RFC 6962 PROOF(m, D[size]): shows the first ``m`` leaves' tree is a prefix
+        of the first ``size`` leaves' tree (default: all); empty when ``m`` is 0
+        or ``size``."""
+        n = self._check_size(size)
+        if not 0 <= m <= n:
+            raise ValueError(f"a tree of {m} leaves is not a prefix of one of {n}")
+        if m in (0, n):
+            return []
+        proof: list[bytes] = []
+
+        def subproof(m: int, start: int, end: int, complete: bool) -> None:
+            if m == end - start:
+                if not complete:
+                    proof.append(self._range(start, end))
+                return
+            k = _largest_power_of_two_below(end - start)
+            if m <= k:
+                subproof(m, start, start + k, complete)
+                proof.append(self._range(start + k, end))
+            else:
+                subproof(m - k, start + k, end, False)
+                proof.append(self._range(start, start + k))
+
+        subproof(m, 0, n, True)
+        return proof
+
+
 def verify_inclusion(
     leaf: bytes, index: int, size: int, path: Sequence[bytes], root: bytes
 ) -> bool:
-    """Check an inclusion proof (RFC 9162 section 2.1.3.2)."""
-    if index >= size:
+    """Check an inclusion proof (RFC 9162 section 2.1.3.2).
+
+    True when ``path`` proves that the leaf hash ``leaf`` is leaf ``index`` of the
+    tree of ``size`` leaves whose root is ``root``.
+    """
+    if index < 0 or index >= size:
         return False
     fn, sn, r = index, size - 1, leaf
     for p in path:
@@ -132,18 +256,22 @@ def verify_inclusion(
 def verify_consistency(
     size1: int, size2: int, root1: bytes, root2: bytes, path: Sequence[bytes]
 ) -> bool:
-    """Check a consistency proof (RFC 9162 section 2.1.4.2)."""
-    if size1 > size2:
+    """Check a consistency proof (RFC 9162 section 2.1.4.2).
+
+    True when ``path`` proves that the tree of the first ``size1`` leaves (root
+    ``root1``) is a prefix of the tree of ``size2`` leaves (root ``root2``).
+    """
+    if size1 < 0 or size1 > size2:
         return False
     if size1 == size2:
         return root1 == root2 and not path
     if size1 == 0:
         return not path
+    if not path:  # 0 < size1 < size2 always needs at least one node
+        return False
     proof = list(path)
     if size1 & (size1 - 1) == 0:  # a power of two: the old root is the first node
         proof.insert(0, root1)
-    if not proof:
-        return False
     fn, sn = size1 - 1, size2 - 1
     while fn % 2 == 1:
         fn >>= 1
@@ -196,13 +324,26 @@ class LogDigest:
 
 @dataclass(frozen=True)
 class Verification:
-    """The outcome of recomputing the tree from the stored bytes."""
+    """The outcome of verifying a ledger (see :func:`ledger.verification.verify`).
+
+    ``problem`` is the first problem found (None when ``ok``), ``problems`` every
+    one found (up to a limit), ``first_bad_position`` the log position of the
+    first problem that has one. ``digest`` is the tree recomputed from the stored
+    events; ``consistency_proof`` proves it extends the digest verified
+    ``against``. ``checks`` names the checks that ran, ``heads`` counts the kept
+    heads checked, ``unchecked`` names event types the authorization replay had
+    no rule for.
+    """
 
     ok: bool
     digest: LogDigest
     first_bad_position: int | None = None
     problem: str | None = None
     consistency_proof: tuple[str, ...] = ()
+    problems: tuple[str, ...] = ()
+    checks: tuple[str, ...] = ()
+    heads: int = 0
+    unchecked: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from ledger import pipeline, rules
@@ -31,9 +31,10 @@ from ledger.errors import (
     ValueTooLargeError,
 )
 from ledger.pipeline import Decision
-from ledger.serialization import unpack
+from ledger.serialization import canonical, unpack
 from ledger.validation import (
     check_aware,
+    check_claim_key,
     check_conditions,
     check_id,
     check_kind,
@@ -56,6 +57,8 @@ BATCH_FIELDS = (
     "id",
     "supersedes",
 )
+#: How far ahead of the ledger's clock a capture's ``fetched_at`` may be.
+CLOCK_SKEW = timedelta(minutes=5)
 _RECAPTURE: Any = object()  # capture's ``supersedes``: "the previous capture, if any"
 
 
@@ -89,7 +92,13 @@ def capture(
     limit = caller.engine.max_value_bytes
     if len(data) > limit:
         raise ValueTooLargeError(f"content of {uri!r} is {len(data)} bytes; the limit is {limit}")
-    fetched = caller.engine.now() if fetched_at is None else check_aware(fetched_at, "fetched_at")
+    now = caller.engine.now()
+    fetched = now if fetched_at is None else check_aware(fetched_at, "fetched_at")
+    if fetched > now + CLOCK_SKEW:
+        raise InvalidValueError(
+            f"fetched_at {fetched.isoformat()} is in the future (now {now.isoformat()}, "
+            f"allowing {int(CLOCK_SKEW.total_seconds() // 60)} minutes of clock skew)"
+        )
     digest = "sha256:" + hashlib.sha256(data).hexdigest()
     evidence = {
         "uri": uri,
@@ -134,7 +143,7 @@ def propose_many(caller: Caller, items: Iterable[Mapping[str, Any]]) -> list[str
 
     def decide(c: Cursor, now: datetime) -> Decision[list[str]]:
         records: list[Record.Proposed] = []
-        pending: dict[str, str] = {}
+        pending: dict[str, Record.Proposed] = {}
         mentioned = _mentioned_ids(batch)
         found = validity_view.current_many(c, caller.engine.dialect, mentioned)
         known = {rid: found.get(rid) for rid in mentioned}
@@ -143,7 +152,7 @@ def propose_many(caller: Caller, items: Iterable[Mapping[str, Any]]) -> list[str
                 record = prepare(caller, c, pending, known, **_batch_fields(item))
             except LedgerError as exc:
                 raise type(exc)(f"propose_many item {index}: {exc}") from None
-            pending[record.record_id] = record.scope
+            pending[record.record_id] = record
             records.append(record)
         return Decision(records, lambda _: [r.record_id for r in records])
 
@@ -180,7 +189,7 @@ def _batch_fields(item: object) -> dict[str, Any]:
 def prepare(
     caller: Caller,
     c: Cursor,
-    pending: Mapping[str, str],
+    pending: Mapping[str, Record.Proposed],
     known: Mapping[str, Any] | None,
     *,
     scope: str,
@@ -196,13 +205,13 @@ def prepare(
 ) -> Record.Proposed:
     """Validate one proposal completely and build its event (nothing written).
 
-    ``pending`` maps ids proposed earlier in the same batch to their scopes;
+    ``pending`` maps ids proposed earlier in the same batch to their events;
     ``known`` holds current view rows read for the whole batch up front (a record
     id it has no key for is looked up).
     """
     engine = caller.engine
     check_id(scope, "scope")
-    check_text(claim_key, "claim_key", max_len=512)
+    claim_key = check_claim_key(claim_key)
     the_kind = check_kind(kind)
     the_value = check_value(value, "value", engine.max_value_bytes)
     the_conditions = check_conditions(conditions, engine.max_value_bytes)
@@ -221,12 +230,17 @@ def prepare(
     caller.require(c, scope, Role.PROPOSE, "propose")
     if rid in pending or _row(caller, c, rid, known) is not None:
         raise DuplicateRecordError(f"record {rid!r} already exists")
+    inherited: list[tuple[str, dict[str, Any]]] = []
     for dep in declared:
-        if dep in pending and Role.READ.value in caller.roles(c, pending[dep]):
+        if dep in pending and Role.READ.value in caller.roles(c, pending[dep].scope):
+            inherited.append((dep, pending[dep].conditions))
             continue
-        _check_dependency(caller, c, dep, "parent", rid, known)
+        row = _check_dependency(caller, c, dep, "parent", rid, known)
+        inherited.append((dep, unpack(row["conditions"])))
     for dep in observed:
-        _check_dependency(caller, c, dep, "observed dependency", rid, known)
+        row = _check_dependency(caller, c, dep, "observed dependency", rid, known)
+        inherited.append((dep, unpack(row["conditions"])))
+    the_conditions = _with_inherited(rid, the_conditions, inherited)
     if supersedes is not None:
         _check_supersedable(caller, c, supersedes, rid, scope, claim_key, declared, known)
     return Record.proposed_event(
@@ -303,6 +317,25 @@ def _check_supersedable(
         )
 
 
+def _with_inherited(
+    rid: str, own: dict[str, Any], inherited: Sequence[tuple[str, dict[str, Any]]]
+) -> dict[str, Any]:
+    """A record's conditions with those of everything it rests on (a summary may not
+    drop a condition); a contradiction is refused naming both sides."""
+    out = dict(own)
+    source = dict.fromkeys(own, rid)
+    for dep, conditions in inherited:
+        for key, value in conditions.items():
+            if key not in out:
+                out[key], source[key] = value, dep
+            elif canonical(out[key]) != canonical(value):
+                raise InvalidValueError(
+                    f"conditions of {rid!r} contradict: {key}={out[key]!r} (from "
+                    f"{source[key]!r}) but {key}={value!r} (from {dep!r})"
+                )
+    return out
+
+
 def _row(caller: Caller, c: Cursor, rid: str, known: Mapping[str, Any] | None) -> Any:
     if known is not None and rid in known:
         return known[rid]
@@ -316,9 +349,10 @@ def _check_dependency(
     what: str,
     child: str,
     known: Mapping[str, Any] | None = None,
-) -> None:
+) -> Any:
     row = caller.readable_dependency(c, _row(caller, c, dep, known), dep, what, child)
     rules.check_buildable_on(row, dep, what, child)
+    return row
 
 
 def _mentioned_ids(batch: Sequence[Any]) -> list[str]:

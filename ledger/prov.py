@@ -12,12 +12,21 @@ Built with the ``prov`` package (:class:`prov.model.ProvDocument`):
 - every event is an **activity** (``act:<verb>-<log position>``) associated
   with its principal, an **agent** (``agent:<subject>``): the proposal
   generates the entity (``wasGeneratedBy``, ``wasAttributedTo`` the proposer)
-  and used its parents; acceptance, rejection, revalidation, delivery and
-  correction ``used`` the entity (with ``prov:role``);
+  and used its parents; acceptance, rejection, revalidation, delivery,
+  correction and an erasure of evidence bytes ``used`` the entity (with
+  ``prov:role``);
 - a revocation ``wasInvalidatedBy`` its activity, with the reason; a stale
   marking is an activity recording its cause (``pl:cause``, ``pl:reason``)
   that ``wasInformedBy`` the revocation that caused it. A stale record is not
-  invalidated: STALE means *needs re-verification*, not *proven wrong*.
+  invalidated: STALE means *needs re-verification*, not *proven wrong*;
+- supersession: a record proposed as a new version ``wasRevisionOf`` the record
+  it supersedes (the derivation names its proposal); once the new version is
+  accepted, the old record ``wasInvalidatedBy`` a supersession activity
+  (``act:supersede-<position>``, ``pl:supersededBy``) that ``wasInformedBy``
+  the new version's acceptance (or revalidation). A stale marking caused by a
+  supersession says so (``pl:causedBy="supersession"``, ``pl:supersededBy``)
+  and ``wasInformedBy`` that supersession activity; one caused by a revocation
+  has ``pl:causedBy="revocation"``.
 
 Only records in scopes where the session holds ``audit`` are exported, and only
 relations between exported records; an as-of session exports the ledger as it
@@ -59,9 +68,11 @@ _ACTIVITIES = {
     "Rejected": ("reject", "Rejection", "rejected"),
     "Revoked": ("revoke", "Revocation", "revoked"),
     "MarkedStale": ("mark-stale", "StaleMarking", "markedStale"),
+    "Superseded": ("supersede", "Supersession", "superseded"),
     "Revalidated": ("revalidate", "Revalidation", "revalidated"),
     "Delivered": ("deliver", "Delivery", "delivered"),
     "CorrectionIssued": ("correct", "Correction", "corrected"),
+    "SnapshotErased": ("erase-snapshot", "SnapshotErasure", "erased"),
 }
 
 
@@ -127,6 +138,12 @@ class _Builder:
             attrs["pl:reason"] = node.reason
         if node.cause is not None and node.cause != node.id:
             attrs["pl:staleCause"] = REC[node.cause]
+        if node.cause_superseded_by is not None:
+            attrs["pl:staleCauseSupersededBy"] = REC[node.cause_superseded_by]
+        if node.supersedes is not None:
+            attrs["pl:supersedes"] = REC[node.supersedes]
+        if node.superseded_by is not None:
+            attrs["pl:supersededBy"] = REC[node.superseded_by]
         if node.evidence is not None:
             ev = node.evidence
             attrs["pl:uri"] = Literal(str(ev["uri"]), XSD_ANYURI)
@@ -164,11 +181,18 @@ class _Builder:
                 ("channel", "pl:channel"),
                 ("delivery_id", "pl:deliveryId"),
                 ("correction_id", "pl:correctionId"),
+                ("snapshot_ref", "pl:snapshotRef"),
             ):
                 if details.get(key):
                     attrs[name] = str(details[key])
             if event.type == "MarkedStale":
                 attrs["pl:cause"] = REC[str(details["cause"])]
+                by = details.get("superseded_by")
+                attrs["pl:causedBy"] = "revocation" if by is None else "supersession"
+                if by is not None:
+                    attrs["pl:supersededBy"] = REC[str(by)]
+            if event.type == "Superseded":
+                attrs["pl:supersededBy"] = REC[str(details["by"])]
             self.doc.activity(act, event.at, event.at, attrs)
             agent = self.agent(event.actor)
             if agent is not None:
@@ -189,9 +213,19 @@ class _Builder:
                     other_attributes={"pl:reason": str(details.get("reason", ""))},
                 )
                 continue
+            if event.type == "Superseded":
+                by = str(details["by"])
+                self.doc.wasInvalidatedBy(
+                    entity, act, event.at, other_attributes={"pl:supersededBy": REC[by]}
+                )
+                approval = self._newest(by, ("Accepted", "Revalidated"), event.position)
+                if approval is not None:
+                    self.doc.wasInformedBy(act, approval)
+                continue
             self.doc.used(act, entity, event.at, other_attributes={"prov:role": PL[role]})
             if event.type == "MarkedStale":
-                cause = self._revocation(str(details["cause"]), event.position)
+                caused_by = "Revoked" if details.get("superseded_by") is None else "Superseded"
+                cause = self._newest(str(details["cause"]), (caused_by,), event.position)
                 if cause is not None:
                     self.doc.wasInformedBy(act, cause)
             elif event.type == "Revalidated" and details.get("parents") is not None:
@@ -208,13 +242,27 @@ class _Builder:
             if rid in members:
                 self.doc.used(act, REC[rid], other_attributes={"prov:role": PL[role]})
 
-    def _revocation(self, root: str, before: int) -> QualifiedName | None:
-        """The activity of ``root``'s revocation that a marking at ``before`` came from."""
-        trail = self.trail(root)
+    def _newest(self, rid: str, types: Sequence[str], before: int) -> QualifiedName | None:
+        """The activity of ``rid``'s newest event of one of ``types`` before position
+        ``before`` (the revocation or supersession a marking came from, the approval
+        a supersession came from); None if the session may not audit ``rid``."""
+        trail = self.trail(rid)
         if trail is None:
             return None
-        revoked = [e for e in trail.events if e.type == "Revoked" and e.position < before]
-        return _activity_id(revoked[-1]) if revoked else None
+        found = [e for e in trail.events if e.type in types and e.position < before]
+        return _activity_id(found[-1]) if found else None
+
+    def revision(self, node: RecordView, members: set[str]) -> None:
+        """``node`` ``wasRevisionOf`` the record it supersedes, if both are exported;
+        the derivation names the proposal that made it a new version."""
+        old = node.supersedes
+        if old is None or old not in members:
+            return
+        trail = self.trail(node.id)
+        proposal = None
+        if trail is not None:
+            proposal = next((_activity_id(e) for e in trail.events if e.type == "Proposed"), None)
+        self.doc.wasRevisionOf(REC[node.id], REC[old], proposal)
 
 
 def export_prov(
@@ -251,6 +299,8 @@ def export_prov(
         builder.entity(node)
     for node in nodes:
         bases[node.id] = builder.activities(node, members)
+    for node in nodes:
+        builder.revision(node, members)
     for edge in sub.edges:
         if edge.parent not in members or edge.child not in members:
             continue

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import hashlib
 import re
+import unicodedata
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from ledger import rules
+from ledger import erasure, rules
 from ledger.access import Role
 from ledger.caller import Caller
 from ledger.deliveries import correction_of, delivery_of
@@ -23,6 +24,7 @@ from ledger.domain import Kind, Outcome, Status, Validity
 from ledger.errors import InvalidInputError, SnapshotIntegrityError, UnknownSnapshotError
 from ledger.serialization import canonical, datetime_to_micros, micros_to_datetime, unpack
 from ledger.validation import (
+    check_claim_key,
     check_context,
     check_id,
     check_kind,
@@ -123,7 +125,7 @@ def explanation(
 ) -> Explanation:
     """The eligibility chain for ``(scope, claim_key)``, per record, recording nothing."""
     check_id(scope, "scope")
-    check_text(claim_key, "claim_key", max_len=512)
+    claim_key = check_claim_key(claim_key)
     when = caller.at(at)
     ctx = check_context(context)
     wanted = None if kinds is None else {check_kind(k) for k in check_list(kinds, "kinds")}
@@ -214,6 +216,7 @@ def records(
     the_kind = None if kind is None else check_kind(kind)
     if claim_prefix is not None:
         check_text(claim_prefix, "claim_prefix", max_len=512, empty=True)
+        claim_prefix = unicodedata.normalize("NFC", claim_prefix)
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
         raise InvalidInputError(f"limit {limit!r} is not between 1 and {MAX_PAGE}")
     if after is not None:
@@ -257,6 +260,8 @@ def snapshot(caller: Caller, ref: str) -> bytes:
         scopes = validity_view.scopes_with_snapshot(c, d, ref)
         readable = any(Role.READ.value in caller.roles(c, s) for s in scopes)
         found = caller.engine.recorder.snapshot_content(c, ref) if readable else None
+        if readable and found is None:
+            erasure.check_not_erased(caller.engine, c, ref)
     if found is None:
         raise UnknownSnapshotError(
             f"snapshot {ref!r} is unknown or not readable by {caller.subject!r}"

@@ -168,12 +168,14 @@ def canonical(obj: Any) -> bytes:
     """Bytes that are equal exactly when two claim values are the same claim.
 
     Dict keys are sorted so ``{"a": 1, "b": 2}`` and ``{"b": 2, "a": 1}`` agree,
-    while ``1``, ``1.0`` and ``True`` stay different claims.
+    while ``1``, ``1.0`` and ``True`` stay different claims, and so do a dict and a
+    list (``{}`` and ``[]``; ``{"a": 1}`` and ``[["a", 1]]``): a dict stays a
+    msgpack map, a list an array.
     """
 
     def norm(value: Any) -> Any:
         if isinstance(value, dict):
-            return [[k, norm(v)] for k, v in sorted(value.items())]
+            return {k: norm(v) for k, v in sorted(value.items())}
         if isinstance(value, (list, tuple)):
             return [norm(v) for v in value]
         return value

@@ -163,6 +163,7 @@ class Session:
         Raises:
             UnknownSnapshotError: no such snapshot, or no evidence with it is readable.
             SnapshotIntegrityError: the stored bytes no longer match the hash.
+            SnapshotErasedError: an admin erased the bytes (``Admin.erase_snapshot``).
         """
         return reads.snapshot(self.caller, ref)
 

@@ -23,6 +23,7 @@ from ledger.reads import record_view
 from ledger.validation import check_id, check_list, check_text
 from ledger.values import RecordView, Revocation, RevocationPreview
 from projections import delivery as delivery_view
+from projections import edges as edges_index
 from projections import validity as validity_view
 from projections.base import Cursor
 
@@ -114,8 +115,10 @@ def preview_revoke(caller: Caller, record_id: str) -> RevocationPreview:
 
 
 def revalidate(caller: Caller, record_id: str, note: str, parents: Iterable[str] | None) -> None:
-    """``Session.revalidate``: STALE → ACCEPTED once every dependency is usable
-    again, or on a new basis (``parents``) which replaces its dependencies."""
+    """``Session.revalidate``: STALE → ACCEPTED (CANDIDATE if it was never
+    accepted) once every dependency is usable again, or on a new basis (``parents``)
+    which replaces its dependencies; an ACCEPTED record whose basis expired may be
+    given a new one."""
     caller.writable("revalidate")
     check_text(note, "note", empty=True)
     new_basis = (
@@ -127,11 +130,15 @@ def revalidate(caller: Caller, record_id: str, note: str, parents: Iterable[str]
 
     def decide(c: Cursor, row: Any, record: Record, now: datetime) -> Decision[None]:
         rid = row["record_id"]
-        record.check_status("revalidate", Status.STALE)
-        record.check_not_proposer(caller.subject, "revalidate")
+        # An ACCEPTED record whose basis expired (an ancestor's expiry, not its own)
+        # may be given a new one: no dead end.
+        basis_expired = rules.validity(row, now) == Validity.NEEDS_REVALIDATION and (
+            row["status"] == Status.ACCEPTED and row["eff_source"] != rid
+        )
+        record.check_revalidatable(caller.subject, new_basis, basis_expired)
         rules.check_not_expired(row, now, "revalidate")
         if new_basis is not None:
-            below = {rid, *(cid for cid, _ in validity_view.descendants(c, d, rid))}
+            below = {rid, *(cid for cid, _ in edges_index.descendants(c, d, rid))}
             for dep in new_basis:
                 # Visibility first: a hidden record must look absent, not cyclic.
                 dep_row = None if dep == rid else check_readable(caller, c, dep, "parent", rid)
@@ -146,15 +153,18 @@ def revalidate(caller: Caller, record_id: str, note: str, parents: Iterable[str]
         view = record_view(caller, c, row, now)
         if new_basis is not None:
             view = dataclasses.replace(view, parents=new_basis, observed=())
-        # Revalidation re-approves: a candidate made STALE before anyone accepted
-        # it must not skip the application's checks this way.
-        run_acceptance_checks(caller, view, "revalidate")
+        # Revalidation re-approves: the application's checks run again (a
+        # candidate made STALE before anyone accepted it returns to CANDIDATE and
+        # meets them when it is accepted).
+        if record.accepted_once:
+            run_acceptance_checks(caller, view, "revalidate")
         record.revalidate(
             caller.subject,
             note,
             parents=new_basis,
             observed=() if new_basis is not None else None,
             at=now,
+            basis_expired=basis_expired,
         )
         return Decision(record.collect_events(), pipeline.done)
 
@@ -193,7 +203,7 @@ def stale_marking(
     """
     engine = caller.engine
     d = engine.dialect
-    reached = [cid for cid, _ in validity_view.descendants(c, d, root) if cid != superseded_by]
+    reached = [cid for cid, _ in edges_index.descendants(c, d, root) if cid != superseded_by]
     rows = validity_view.current_many(c, d, reached)
     marked = [cid for cid in reached if rows[cid]["status"] not in rules.FINAL]
     versions = engine.recorder.last_versions(c, [record_uuid(m) for m in marked])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from enum import Enum
@@ -173,6 +174,15 @@ def _encodes(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def check_claim_key(value: object, what: str = "claim_key") -> str:
+    """A claim key in NFC form; surrounding whitespace is refused, not stripped (two
+    spellings of one question must not become two claims, nor a typo a new one)."""
+    text = check_text(value, what, max_len=512)
+    if text != text.strip():
+        raise InvalidValueError(f"{what} {text!r} has leading or trailing whitespace")
+    return unicodedata.normalize("NFC", text)
 
 
 def check_member(enum: type[EnumT], value: object, what: str) -> EnumT:

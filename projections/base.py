@@ -54,7 +54,7 @@ SQLITE = Dialect(name="sqlite", placeholder="?", blob="BLOB", bigint="INTEGER")
 def postgres_dialect(schema: str) -> Dialect:
     """The PostgreSQL dialect with tables qualified by ``schema``."""
     return Dialect(
-        name="postgres", placeholder="%s", blob="BYTEA", bigint="BIGINT", prefix=f"{schema}."
+        name="postgresql", placeholder="%s", blob="BYTEA", bigint="BIGINT", prefix=f"{schema}."
     )
 
 
@@ -83,7 +83,7 @@ def insert_rows(
 ) -> None:
     """Insert ``rows`` (tuples in ``columns`` order) into the view table ``table``:
     ``COPY`` on PostgreSQL for ``COPY_FROM`` rows or more, else ``write_rows``."""
-    if d.name == "postgres" and len(rows) >= COPY_FROM:
+    if d.name == "postgresql" and len(rows) >= COPY_FROM:
         copy: Any = getattr(c, "copy")  # noqa: B009  (psycopg cursors only)
         with copy(_copy_sql(d, table, tuple(columns))) as stream:
             for row in rows:

@@ -29,6 +29,7 @@ from typing import Any, TypedDict, cast
 from ledger.domain import Record, Status
 from ledger.errors import CorruptEventError
 from ledger.serialization import datetime_to_micros, pack, unpack
+from projections import edges
 from projections.base import Cursor, Dialect, insert_rows, rows_in, write_rows
 
 VIEW = "validity"
@@ -124,14 +125,10 @@ DDL = (
     "CREATE INDEX IF NOT EXISTS pl_records_snapshot ON {t}pl_records (snapshot_ref) "
     "WHERE snapshot_ref IS NOT NULL",
     "CREATE TABLE IF NOT EXISTS {t}pl_record_ids (agg_id TEXT PRIMARY KEY, record_id TEXT)",
-    "CREATE TABLE IF NOT EXISTS {t}pl_edges ("
-    "parent_id TEXT NOT NULL, child_id TEXT NOT NULL, edge TEXT NOT NULL, "
-    "from_pos {bigint} NOT NULL, to_pos {bigint}, "
-    "PRIMARY KEY (child_id, parent_id, from_pos))",
-    "CREATE INDEX IF NOT EXISTS pl_edges_parent ON {t}pl_edges (parent_id)",
+    *edges.DDL,
 )
 
-TABLES = ("pl_records", "pl_record_ids", "pl_edges")
+TABLES = ("pl_records", "pl_record_ids", *edges.TABLES)
 
 _INSERT = "INSERT INTO {{t}}pl_records ({}) VALUES ({})".format(
     ", ".join(COLUMNS),
@@ -140,8 +137,6 @@ _INSERT = "INSERT INTO {{t}}pl_records ({}) VALUES ({})".format(
 
 #: A row dict as the tuple ``_INSERT`` takes.
 _AS_ROW = operator.itemgetter(*COLUMNS)
-
-_EDGE_COLUMNS = ("parent_id", "child_id", "edge", "from_pos")
 
 NOW_FILTER = "to_pos IS NULL"
 AS_OF_FILTER = "from_pos <= ? AND (to_pos IS NULL OR to_pos > ?)"
@@ -289,7 +284,7 @@ def for_claim_as(
 
 @functools.cache
 def _claim_as_sql(d: Dialect, as_of: bool) -> str:
-    roles = "string_agg(g.role, ',')" if d.name == "postgres" else "group_concat(g.role, ',')"
+    roles = "string_agg(g.role, ',')" if d.name == "postgresql" else "group_concat(g.role, ',')"
     when = "r.from_pos <= ? AND (r.to_pos IS NULL OR r.to_pos > ?)" if as_of else "r.to_pos IS NULL"
     return d.q(
         "SELECT t.subject AS tok_subject, t.revoked_pos AS tok_revoked, "
@@ -302,29 +297,6 @@ def _claim_as_sql(d: Dialect, as_of: bool) -> str:
         f"ON r.scope = ? AND r.claim_key = ? AND {when} "
         "WHERE t.token_hash = ? ORDER BY r.created_pos"
     )
-
-
-def children(c: Cursor, d: Dialect, parent_ids: Sequence[str]) -> list[tuple[str, str, str]]:
-    """Current (parent, child, edge) rows for the given parents."""
-    return _edges_where(c, d, "parent_id", parent_ids, None)
-
-
-def descendants(c: Cursor, d: Dialect, root: str) -> list[tuple[str, str]]:
-    """Every transitive descendant of ``root`` with the parent it was first reached from.
-
-    Breadth-first over the reverse-dependency index: the cost follows the number
-    of descendants, not the size of the ledger.
-    """
-    seen: dict[str, str] = {}
-    frontier = [root]
-    while frontier:
-        nxt: list[str] = []
-        for parent, child, _edge in children(c, d, frontier):
-            if child != root and child not in seen:
-                seen[child] = parent
-                nxt.append(child)
-        frontier = nxt
-    return list(seen.items())
 
 
 def _effective_expiry(
@@ -353,20 +325,6 @@ def _earliest_expiry(
         if dep_eff is not None and (eff is None or dep_eff < eff):
             eff, source = dep_eff, row["eff_source"]
     return eff, source
-
-
-def _edge_rows(
-    child: str, parents: Sequence[str], observed: Sequence[str], pos: int
-) -> list[tuple[str, str, str, int]]:
-    rows = [(p, child, "declared", pos) for p in parents]
-    rows += [(o, child, "observed", pos) for o in observed if o not in parents]
-    return rows
-
-
-def _insert_edges(
-    c: Cursor, d: Dialect, child: str, parents: Sequence[str], observed: Sequence[str], pos: int
-) -> None:
-    insert_rows(c, d, "pl_edges", _EDGE_COLUMNS, _edge_rows(child, parents, observed, pos))
 
 
 def _as_dict(row: Any) -> dict[str, Any]:
@@ -516,7 +474,7 @@ class _Fold:
         self.versions.append(row)
         self.rows[rid] = row
         self.fresh.add(rid)
-        self.edges.extend(_edge_rows(rid, event.parents, event.observed, pos))
+        self.edges.extend(edges.rows(rid, event.parents, event.observed, pos))
 
     def change(self, pos: int, event: Any) -> None:
         rid = self.rid_of.get(event.originator_id.hex)
@@ -551,7 +509,7 @@ class _Fold:
             )
         insert_rows(c, d, "pl_record_ids", ("agg_id", "record_id"), self.ids)
         insert_rows(c, d, "pl_records", COLUMNS, [_AS_ROW(row) for row in self.versions])
-        insert_rows(c, d, "pl_edges", _EDGE_COLUMNS, self.edges)
+        edges.insert(c, d, self.edges)
 
 
 _PROPOSED = Record.Proposed
@@ -612,11 +570,7 @@ def apply(c: Cursor, d: Dialect, pos: int, event: Any) -> None:
             parents = list(event.parents)
         if event.observed is not None:
             observed = list(event.observed)
-        c.execute(
-            d.q("UPDATE {t}pl_edges SET to_pos=? WHERE child_id=? AND to_pos IS NULL"),
-            (pos, rid),
-        )
-        _insert_edges(c, d, rid, parents, observed, pos)
+        edges.replace(c, d, rid, parents, observed, pos)
     eff, source = _effective_expiry(c, d, rid, row["expires"], dict.fromkeys((*parents, *observed)))
     _new_version(
         c,
@@ -624,7 +578,7 @@ def apply(c: Cursor, d: Dialect, pos: int, event: Any) -> None:
         rid,
         pos,
         at,
-        status=Status.ACCEPTED.value,
+        status=event.status,
         changed_by=event.actor,
         cause_root=None,
         stale_via=None,
@@ -646,7 +600,7 @@ def _refresh_effective_expiry(c: Cursor, d: Dialect, root: str, pos: int, at: in
     frontier = [root]
     while frontier:
         changed: list[str] = []
-        for child in dict.fromkeys(child for _p, child, _e in children(c, d, frontier)):
+        for child in dict.fromkeys(child for _p, child, _e in edges.children(c, d, frontier)):
             row = existing(c, d, child)
             deps = dict.fromkeys((*unpack(row["parents"]), *unpack(row["observed"])))
             eff, source = _effective_expiry(c, d, child, row["expires"], deps)
@@ -654,61 +608,6 @@ def _refresh_effective_expiry(c: Cursor, d: Dialect, root: str, pos: int, at: in
                 _new_version(c, d, child, pos, at, eff_expires=eff, eff_source=source)
                 changed.append(child)
         frontier = changed
-
-
-# -- read-only subgraph queries (dependency pictures, PROV export) ----------------
-
-
-def _edges_where(
-    c: Cursor, d: Dialect, column: str, ids: Sequence[str], position: int | None
-) -> list[tuple[str, str, str]]:
-    """(parent, child, edge) rows whose ``column`` is one of ``ids``, now or after ``position``."""
-    when = "to_pos IS NULL" if position is None else AS_OF_FILTER
-    select = (
-        "SELECT parent_id, child_id, edge FROM {{t}}pl_edges "
-        f"WHERE {column} IN ({{marks}}) AND {when} ORDER BY parent_id, child_id"
-    )
-    after = () if position is None else (position, position)
-    return [(r["parent_id"], r["child_id"], r["edge"]) for r in rows_in(c, d, select, ids, after)]
-
-
-def lineage(
-    c: Cursor,
-    d: Dialect,
-    root: str,
-    *,
-    ancestors: bool,
-    descendants: bool,
-    position: int | None = None,
-) -> list[tuple[str, str, str]]:
-    """Every (parent, child, edge) on a path up from ``root`` (its ancestors) and/or
-    down from it (its descendants), over declared and observed edges.
-
-    Breadth-first over the edge index; the cost follows the size of the subgraph.
-    """
-    found: dict[tuple[str, str, str], None] = {}
-    for wanted, near, far in ((ancestors, "child_id", 0), (descendants, "parent_id", 1)):
-        if not wanted:
-            continue
-        seen = {root}
-        frontier = [root]
-        while frontier:
-            nxt: list[str] = []
-            for row in _edges_where(c, d, near, frontier, position):
-                found.setdefault(row, None)
-                if row[far] not in seen:
-                    seen.add(row[far])
-                    nxt.append(row[far])
-            frontier = nxt
-    return list(found)
-
-
-def edges_among(
-    c: Cursor, d: Dialect, ids: Sequence[str], position: int | None = None
-) -> list[tuple[str, str, str]]:
-    """(parent, child, edge) rows with both ends in ``ids``, now or after ``position``."""
-    members = set(ids)
-    return [e for e in _edges_where(c, d, "parent_id", list(ids), position) if e[1] in members]
 
 
 def scopes_with_snapshot(c: Cursor, d: Dialect, ref: str) -> list[str]:

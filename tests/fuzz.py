@@ -46,6 +46,7 @@ from types import MappingProxyType
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from cryptography.hazmat.primitives.asymmetric import ed25519
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
@@ -734,6 +735,27 @@ DELIVERY = Param(
     st.sampled_from((Known("delivery"), Known("delivery:stale"))),
     st.sampled_from(("d-nope", "d-" + "0" * 32)) | RECORD.valid | RECORD.bad,
 )
+#: A signing key for heads (``Ledger.signed_head``, ``Ledger.verify(heads=…)``).
+FUZZ_KEY = ed25519.Ed25519PrivateKey.generate()
+PRIVATE_KEY = Param(
+    st.just(FUZZ_KEY),
+    st.one_of(
+        st.just(FUZZ_KEY.public_key()),
+        st.sampled_from(("missing.key", "", "/", "key\x00", b"-----BEGIN PRIVATE KEY-----")),
+        adversarial_text,
+        wrong_types,
+    ),
+)
+PUBLIC_KEY = Param(
+    st.none() | st.just(FUZZ_KEY.public_key()) | st.just(FUZZ_KEY),
+    st.sampled_from(("missing.pub", "", "key\x00", b"not pem")) | adversarial_text | not_none,
+)
+HEADS = Param(
+    st.none() | st.just(()),
+    st.sampled_from(("missing.jsonl", "", "heads\x00", b"{}", ({},), ("x",)))
+    | adversarial_text
+    | not_none,
+)
 RUN_ID = Param(
     valid_fresh_ids, st.sampled_from(("task-1", *NEAR_IDS)) | adversarial_text | not_none
 )
@@ -1072,7 +1094,13 @@ CALLS: tuple[CallSpec, ...] = (
     CallSpec(
         "Ledger.open", "lifecycle", ("class",), {"url": URL}, LEDGER_OPTIONS, invoke=_open_and_use
     ),
-    CallSpec("Ledger.verify", "lifecycle", ("ledger",), optional={"against": DIGEST}),
+    CallSpec(
+        "Ledger.verify",
+        "lifecycle",
+        ("ledger",),
+        optional={"against": DIGEST, "heads": HEADS, "public_key": PUBLIC_KEY},
+    ),
+    CallSpec("Ledger.signed_head", "lifecycle", ("ledger",), {"private_key": PRIVATE_KEY}),
     CallSpec("Ledger.rebuild", "lifecycle", ("ledger",), optional={"progress": PROGRESS}),
     # -- access ------------------------------------------------------------------------
     CallSpec("Ledger.authenticate", "access", ("ledger",), {"token": TOKEN}),
@@ -1102,6 +1130,13 @@ CALLS: tuple[CallSpec, ...] = (
         new_ids=("subject",),
     ),
     CallSpec("Admin.revoke_token", "access", ("admin",), {"token": TOKEN}, writes=True),
+    CallSpec(
+        "Admin.erase_snapshot",
+        "access",
+        ("admin",),
+        {"ref": SNAPSHOT, "reason": REASON},
+        writes=True,
+    ),
     CallSpec(
         "Admin.access_history",
         "access",

@@ -26,6 +26,13 @@ Choices where SPEC is silent (documented so a reader can disagree):
 - A correction answers a delivery if it was issued after the delivery and after
   the record last left ACCEPTED, so a report revalidated and invalidated again
   needs a new correction.
+- Supersession (SPEC §13.3): a new version never rests on the version it
+  replaces. A run's own read of OLD is not an observed dependency of a proposal
+  that supersedes OLD (the run read the version it replaces); any other path from
+  the new record down to OLD is refused, at proposal and again at approval (a
+  new basis given on revalidation can create one). The supersession happens when
+  the new record is first approved: by ``accept``, or by ``revalidate`` when it
+  was made STALE while still a candidate.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ from ledger.errors import (
     CycleError,
     DuplicateRecordError,
     ExpiryInPastError,
+    InvalidInputError,
     InvalidParentError,
     InvalidTransitionError,
     LedgerError,
@@ -51,7 +59,11 @@ from ledger.errors import (
 )
 from ledger.serialization import canonical
 
-BLOCKING = (Status.REVOKED, Status.REJECTED, Status.STALE)
+BLOCKING = (Status.REVOKED, Status.REJECTED, Status.STALE, Status.SUPERSEDED)
+#: Statuses nothing moves a record out of; a revocation or supersession leaves them alone.
+FINAL = (Status.REVOKED, Status.REJECTED, Status.SUPERSEDED)
+#: Statuses a supersession can replace.
+REPLACEABLE = (Status.CANDIDATE, Status.ACCEPTED, Status.STALE)
 
 Problem = tuple[frozenset[type[LedgerError]], str]
 
@@ -91,9 +103,12 @@ class Rec:
     parents: tuple[str, ...]
     observed: tuple[str, ...]
     conditions: dict[str, Any]
+    supersedes: str | None = None  # the record it replaces once approved
     status: Status = Status.CANDIDATE
-    cause: str | None = None  # the revoked root, while STALE
+    cause: str | None = None  # the revoked or superseded root, while STALE
+    cause_superseded_by: str | None = None  # what superseded ``cause``, if it was superseded
     reason: str | None = None  # why it is STALE, REVOKED or REJECTED
+    superseded_by: str | None = None  # the record approved in its place, once SUPERSEDED
     left_accepted_step: int | None = None  # when it last stopped being ACCEPTED
 
     @property
@@ -181,6 +196,10 @@ class State:
                     changed = True
         return found
 
+    def rests_on(self, deps: Iterable[str], rid: str) -> bool:
+        """Whether ``rid`` is one of ``deps`` or an ancestor of one of them."""
+        return any(rid in self.ancestry(dep) for dep in deps if dep in self.records)
+
     def effective_expiry(self, rid: str) -> tuple[datetime | None, str | None]:
         """The earliest expiry in the record's ancestry (itself included), and whose."""
         best: tuple[datetime | None, str | None] = (None, None)
@@ -201,8 +220,9 @@ class State:
         return True
 
     def validity(self, rid: str, at: datetime) -> Validity:
-        """SPEC §5: VALID while usable; INVALID once revoked or rejected; else it needs work."""
-        if self.records[rid].status in (Status.REVOKED, Status.REJECTED):
+        """SPEC §5: VALID while usable; INVALID once revoked, rejected or superseded;
+        else it needs work."""
+        if self.records[rid].status in FINAL:
             return Validity.INVALID
         return Validity.VALID if self.usable(rid, at) else Validity.NEEDS_REVALIDATION
 
@@ -223,8 +243,12 @@ class State:
             return (f"rejected: {rec.reason}",)
         if rec.status == Status.REVOKED:
             return (f"revoked: {rec.reason}",)
+        if rec.status == Status.STALE and rec.cause_superseded_by is not None:
+            return (f"stale because {rec.cause} was superseded by {rec.cause_superseded_by}",)
         if rec.status == Status.STALE:
             return (f"stale because {rec.cause} was revoked: {rec.reason}",)
+        if rec.status == Status.SUPERSEDED:
+            return (f"superseded by {rec.superseded_by}",)
         # ACCEPTED: every ancestor must be ACCEPTED too (the library never says this
         # text; the model does, so a broken invariant shows up as a difference).
         for node in self.ancestry(rid)[1:]:
@@ -269,6 +293,28 @@ class State:
         else:
             outcome = Outcome.FOUND
         return Answer(outcome, tuple(entries))
+
+    def listing(
+        self,
+        at: datetime,
+        status: Status | None = None,
+        validity: Validity | None = None,
+        kind: Kind | None = None,
+        claim_prefix: str | None = None,
+        limit: int = 100,
+        after: str | None = None,
+    ) -> tuple[str, ...]:
+        """SPEC §13.3 ``records``: ids in id order after ``after``, filtered, at most ``limit``."""
+        out = [
+            rid
+            for rid, rec in sorted(self.records.items())
+            if (after is None or rid > after)
+            and (status is None or rec.status == status)
+            and (validity is None or self.validity(rid, at) == validity)
+            and (kind is None or rec.kind == kind)
+            and (claim_prefix is None or rec.claim_key.startswith(claim_prefix))
+        ]
+        return tuple(out[:limit])
 
     def corrections_due(self, now: datetime) -> tuple[Due, ...]:
         """Delivered records no longer VALID whose delivery has no correction since."""
@@ -353,6 +399,49 @@ class Model:
             rec.left_accepted_step = None
         rec.status = status
 
+    def _mark_stale(self, rids: Iterable[str], cause: str, reason: str, by: str | None) -> None:
+        """Each record → STALE because ``cause`` was revoked (``by`` None) or superseded."""
+        for rid in rids:
+            rec = self.records[rid]
+            self._set_status(rec, Status.STALE)
+            rec.cause, rec.reason, rec.cause_superseded_by = cause, reason, by
+
+    def _problems_superseding(self, rec: Rec, deps: Sequence[str]) -> list[Problem]:
+        """Approving ``rec`` (on the dependencies ``deps``) supersedes ``rec.supersedes``:
+        once only, not if it was withdrawn, and not if ``rec`` would rest on it."""
+        old = self.records[rec.supersedes] if rec.supersedes is not None else None
+        if old is None or old.superseded_by == rec.id:
+            return []
+        problems = []
+        if old.superseded_by is not None:
+            problems.append(
+                _one(
+                    InvalidTransitionError,
+                    f"{old.id} was already superseded by {old.superseded_by}",
+                )
+            )
+        elif old.status not in REPLACEABLE:
+            problems.append(_one(InvalidTransitionError, f"{old.id} is {old.status}"))
+        if self.state.rests_on(deps, old.id):
+            problems.append(
+                (
+                    frozenset({InvalidParentError, InvalidTransitionError}),
+                    f"{rec.id} rests on {old.id}, which it supersedes",
+                )
+            )
+        return problems
+
+    def _supersede(self, rec: Rec) -> None:
+        """``rec.supersedes`` → SUPERSEDED by ``rec``; its descendants not FINAL → STALE."""
+        old = self.records[rec.supersedes] if rec.supersedes is not None else None
+        if old is None or old.superseded_by == rec.id:
+            return
+        stale = [d for d in self.state.descendants(old.id) if self.records[d].status not in FINAL]
+        self._set_status(old, Status.SUPERSEDED)
+        old.superseded_by = rec.id
+        old.cause = old.reason = old.cause_superseded_by = None
+        self._mark_stale(stale, old.id, f"superseded by {rec.id}", rec.id)
+
     # -- commands (SPEC §3) ---------------------------------------------------------
 
     def propose(
@@ -366,10 +455,18 @@ class Model:
         expires: datetime | None = None,
         conditions: Mapping[str, Any] | None = None,
         run_reads: Sequence[str] = (),
+        supersedes: str | None = None,
     ) -> None:
-        """→ CANDIDATE; parents and observed reads must exist and not be blocking."""
+        """→ CANDIDATE; parents and observed reads must exist and not be blocking.
+
+        ``supersedes`` (a new version of it) must exist, answer the same claim, not be
+        REVOKED/REJECTED/SUPERSEDED, and not be something the proposal rests on; the
+        run's read of it is not an observed dependency.
+        """
         declared = tuple(dict.fromkeys(parents))
-        observed = tuple(r for r in dict.fromkeys(run_reads) if r not in declared)
+        observed = tuple(
+            r for r in dict.fromkeys(run_reads) if r not in declared and r != supersedes
+        )
         problems: list[Problem] = []
         if expires is not None and expires <= self.now:
             problems.append(_one(ExpiryInPastError, f"expiry {expires} is not in the future"))
@@ -381,6 +478,8 @@ class Model:
             problems += self._problems_with_dependency(dep, "parent")
         for dep in observed:
             problems += self._problems_with_dependency(dep, "observed dependency")
+        if supersedes is not None:
+            problems += self._problems_with_supersedes(supersedes, claim_key, declared, observed)
         _refuse_if(problems)
         self.step += 1
         self.records[rid] = Rec(
@@ -393,7 +492,26 @@ class Model:
             parents=declared,
             observed=observed,
             conditions=dict(conditions or {}),
+            supersedes=supersedes,
         )
+
+    def _problems_with_supersedes(
+        self, old: str, claim_key: str, declared: Sequence[str], observed: Sequence[str]
+    ) -> list[Problem]:
+        """propose(supersedes=old): what may be replaced by a new proposal."""
+        rec = self.records.get(old)
+        if rec is None:
+            return [_one(UnknownRecordError, f"superseded record {old} is unknown")]
+        problems = []
+        if rec.claim_key != claim_key:
+            problems.append(_one(InvalidInputError, f"{old} answers {rec.claim_key}"))
+        if rec.status in FINAL:
+            problems.append(_one(InvalidTransitionError, f"{old} is {rec.status}"))
+        if old in declared:
+            problems.append(_one(InvalidParentError, f"{old} is also a parent"))
+        elif self.state.rests_on((*declared, *observed), old):
+            problems.append(_one(InvalidParentError, f"a dependency rests on {old}"))
+        return problems
 
     def accept(self, rid: str, actor: str) -> None:
         """CANDIDATE → ACCEPTED: not by the proposer, unexpired, every dependency usable."""
@@ -409,9 +527,11 @@ class Model:
             )
         for dep in rec.deps:
             problems += self._problems_with_usable(dep)
+        problems += self._problems_superseding(rec, rec.deps)
         _refuse_if(problems)
         self.step += 1
         self._set_status(rec, Status.ACCEPTED)
+        self._supersede(rec)
 
     def reject(self, rid: str, actor: str, reason: str) -> None:
         """CANDIDATE → REJECTED, not by the proposer."""
@@ -427,7 +547,7 @@ class Model:
         rec.reason = reason
 
     def revoke(self, rid: str, reason: str) -> set[str]:
-        """CANDIDATE|ACCEPTED|STALE → REVOKED; every descendant not REVOKED/REJECTED → STALE.
+        """CANDIDATE|ACCEPTED|STALE → REVOKED; every descendant not FINAL → STALE.
 
         Returns the ids marked STALE.
         """
@@ -439,17 +559,10 @@ class Model:
             else [_one(InvalidTransitionError, f"{rid} is {rec.status}")]
         )
         self.step += 1
-        stale = {
-            d
-            for d in self.state.descendants(rid)
-            if self.records[d].status not in (Status.REVOKED, Status.REJECTED)
-        }
+        stale = {d for d in self.state.descendants(rid) if self.records[d].status not in FINAL}
         self._set_status(rec, Status.REVOKED)
-        rec.cause, rec.reason = rid, reason
-        for d in stale:
-            child = self.records[d]
-            self._set_status(child, Status.STALE)
-            child.cause, child.reason = rid, reason
+        rec.cause, rec.reason, rec.cause_superseded_by = rid, reason, None
+        self._mark_stale(stale, rid, reason, None)
         return stale
 
     def revalidate(self, rid: str, actor: str, parents: Sequence[str] | None = None) -> None:
@@ -458,7 +571,8 @@ class Model:
         Like accept, the record itself must not have expired. Without ``parents``
         every current dependency must be usable; with them they must all be usable,
         none may be the record or depend on it, and they replace both the declared
-        parents and the observed dependencies.
+        parents and the observed dependencies. A record that supersedes another and
+        was made STALE before its approval supersedes it now, as ``accept`` would.
         """
         rec = self._known(rid)
         problems: list[Problem] = []
@@ -477,12 +591,15 @@ class Model:
                 if dep in below:
                     problems.append(_one(CycleError, f"{dep} depends on {rid}"))
                 problems += self._problems_with_usable(dep)
+        basis = rec.deps if parents is None else tuple(dict.fromkeys(parents))
+        problems += self._problems_superseding(rec, basis)
         _refuse_if(problems)
         self.step += 1
         self._set_status(rec, Status.ACCEPTED)
-        rec.cause = rec.reason = None
+        rec.cause = rec.reason = rec.cause_superseded_by = None
         if parents is not None:
-            rec.parents, rec.observed = tuple(dict.fromkeys(parents)), ()
+            rec.parents, rec.observed = basis, ()
+        self._supersede(rec)
 
     def deliver(self, rid: str, delivery_id: str) -> None:
         """Record a delivery of a record usable now (SPEC §5)."""

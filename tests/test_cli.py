@@ -831,6 +831,7 @@ def test_the_cli_has_every_command_the_issue_asks_for() -> None:
         "demo",
         "export",
         "graph",
+        "records",
     }
     assert wanted <= names
 
@@ -848,7 +849,17 @@ def test_every_command_has_help_with_an_example_and_is_in_the_readme(path: tuple
 
 def test_read_commands_are_also_available_under_as_of() -> None:
     result = CliRunner().invoke(main, ["as-of", "--help"])
-    for name in ("read", "get", "explain", "audit", "history", "corrections", "export", "graph"):
+    for name in (
+        "read",
+        "get",
+        "explain",
+        "audit",
+        "history",
+        "corrections",
+        "export",
+        "graph",
+        "records",
+    ):
         assert re.search(rf"^\s+{name}\s", result.stdout, flags=re.M), name
 
 
@@ -965,4 +976,139 @@ def test_prove_needs_the_audit_role(chain: Cli) -> None:
     result = chain.as_agent("prove", "E1")
     assert result.exit_code == 1
     assert "lacks role 'audit' in scope 'proj-a'" in result.stderr
+    assert chain.position == before
+
+
+# -- records, propose --supersedes ---------------------------------------------------------
+
+
+def _ids(result: Result) -> list[str]:
+    return [r["id"] for r in json.loads(result.stdout)["records"]]
+
+
+def test_records_lists_a_scope_in_id_order_with_whole_ids_and_as_json(chain: Cli) -> None:
+    # Given a candidate with a generated id and a very long value next to E1, M1, R1
+    long_value = json.dumps("x" * 300)
+    rid = chain.as_agent(
+        "propose", "--scope", "proj-a", "--claim", "api.notes", "--kind", "fact",
+        "--value", long_value,
+    ).stdout.strip()  # fmt: skip
+    assert re.fullmatch(r"r-[0-9a-f]{32}", rid)
+
+    # When the reviewer lists the scope as a table
+    table = chain.as_reviewer("records", "--scope", "proj-a")
+    assert table.exit_code == 0, table.output
+
+    # Then every id is printed whole, on one line, in id order, with status and validity
+    lines = table.stdout.splitlines()
+    for wanted in ("E1", "M1", "R1", rid):
+        [line] = [x for x in lines if re.search(rf"│ {re.escape(wanted)}\s+│", x)]
+        assert "ACCEPTED" in line or "CANDIDATE" in line
+    rows = [x.split("│")[1].strip() for x in lines if x.startswith("│") and "│" in x[1:]]
+    assert [r for r in rows if r] == sorted(["E1", "M1", "R1", rid])
+    assert "more may follow" not in table.stdout
+
+    # And --json has every record field, in the same order
+    data = json.loads(chain.as_reviewer("records", "--scope", "proj-a", "--json").stdout)
+    assert [r["id"] for r in data["records"]] == sorted(["E1", "M1", "R1", rid])
+    assert set(data["records"][0]) == RECORD_KEYS
+    assert data["next_after"] is None
+
+
+def test_records_filters_by_status_validity_kind_and_claim_prefix(chain: Cli) -> None:
+    chain.as_agent(
+        "propose", "--scope", "proj-a", "--claim", "api.timeout", "--kind", "fact",
+        "--value", "30", "--id", "C1",
+    )  # fmt: skip
+    queue = chain.as_reviewer("records", "--scope", "proj-a", "--status", "CANDIDATE", "--json")
+    assert _ids(queue) == ["C1"]
+    _revoked(chain)
+    attention = chain.as_reviewer(
+        "records", "--scope", "proj-a", "--validity", "NEEDS_REVALIDATION", "--json"
+    )
+    assert _ids(attention) == ["C1", "M1", "R1"]  # a candidate is not yet valid either
+    stale = chain.as_reviewer("records", "--scope", "proj-a", "--status", "STALE")
+    assert "E1 revoked: doc changed" in stale.stdout
+    kinds = chain.as_reviewer("records", "--scope", "proj-a", "--kind", "evidence", "--json")
+    assert _ids(kinds) == ["E1"]
+    prefix = chain.as_reviewer("records", "--scope", "proj-a", "--claim-prefix", "api.", "--json")
+    assert _ids(prefix) == ["C1", "M1"]
+    none = chain.as_reviewer("records", "--scope", "proj-a", "--status", "SUPERSEDED")
+    assert none.exit_code == 0 and none.stdout == "no records\n"
+
+
+def test_records_pages_with_limit_and_after(chain: Cli) -> None:
+    args = ["records", "--scope", "proj-a", "--limit", "2"]
+    first = json.loads(chain.as_reviewer(*args, "--json").stdout)
+    assert [r["id"] for r in first["records"]] == ["E1", "M1"]
+    assert first["next_after"] == "M1"
+    table = chain.as_reviewer(*args)
+    assert table.stdout.rstrip().endswith("more may follow: add --after M1")
+    second = json.loads(chain.as_reviewer(*args, "--after", "M1", "--json").stdout)
+    assert [r["id"] for r in second["records"]] == ["R1"]
+    assert second["next_after"] is None
+
+
+def test_records_is_refused_without_a_grant_and_for_bad_filters(chain: Cli) -> None:
+    refused = chain.as_reviewer("records", "--scope", "proj-b")
+    assert refused.exit_code == 1
+    assert refused.stdout == ""
+    assert (
+        refused.stderr == "error: records refused: 'reviewer' lacks role 'read' in scope 'proj-b'\n"
+    )
+    for bad in (
+        ["--status", "GONE"],
+        ["--validity", "valid"],
+        ["--limit", "0"],
+        ["--limit", "1001"],
+    ):
+        result = chain.as_reviewer("records", "--scope", "proj-a", *bad)
+        assert result.exit_code == 2, (bad, result.output)
+        assert "Invalid value" in result.stderr
+
+
+def test_records_under_as_of_lists_the_scope_as_it_was(chain: Cli) -> None:
+    before = chain.position
+    _revoked(chain)
+    args = ["records", "--scope", "proj-a", "--validity", "VALID", "--json"]
+    then = chain("as-of", "--position", str(before), *args, "--token", chain.reviewer)
+    assert then.exit_code == 0, then.output
+    assert _ids(then) == ["E1", "M1", "R1"]
+    assert _ids(chain.as_reviewer(*args)) == []
+
+
+def test_propose_supersedes_updates_a_claim_instead_of_conflicting(chain: Cli) -> None:
+    # Given M1 answers api.retry_safe, the agent proposes a new version of it
+    new = chain.as_agent(
+        "propose", "--scope", "proj-a", "--claim", "api.retry_safe", "--kind", "inference",
+        "--value", "false", "--parent", "E1", "--supersedes", "M1", "--id", "M2", "--json",
+    )  # fmt: skip
+    assert new.exit_code == 0, new.output
+    assert json.loads(chain.as_agent("get", "M2", "--json").stdout)["supersedes"] == "M1"
+
+    # When the reviewer accepts it
+    chain.as_reviewer("accept", "M2")
+
+    # Then the claim answers M2's value (not CONFLICT), M1 is SUPERSEDED and R1 is STALE
+    read = json.loads(
+        chain.as_agent("read", "--scope", "proj-a", "--claim", "api.retry_safe", "--json").stdout
+    )
+    assert (read["outcome"], read["value"]) == ("FOUND", False)
+    m1 = json.loads(chain.as_reviewer("get", "M1", "--json").stdout)
+    assert (m1["status"], m1["validity"], m1["superseded_by"]) == ("SUPERSEDED", "INVALID", "M2")
+    table = chain.as_reviewer("records", "--scope", "proj-a").stdout
+    assert re.search(r"│ M1 .*SUPERSEDED.*superseded by M2", table)
+    assert re.search(r"│ M2 .*new version of M1", table)
+    assert re.search(r"│ R1 .*STALE.*M1 superseded by M2", table)
+
+
+def test_propose_supersedes_is_refused_for_another_claim(chain: Cli) -> None:
+    before = chain.position
+    result = chain.as_agent(
+        "propose", "--scope", "proj-a", "--claim", "other", "--kind", "fact",
+        "--value", "1", "--supersedes", "M1",
+    )  # fmt: skip
+    assert result.exit_code == 1
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
+    assert "keeps scope and claim key" in result.stderr
     assert chain.position == before

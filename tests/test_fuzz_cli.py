@@ -53,8 +53,10 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
 from ledger import Ledger
+from ledger.bundle import write_bundle
 from ledger.cli import main
 from ledger.cli.options import DateTimeType, JSONType
+from ledger.heads import generate_key, publish_head
 
 from .fuzz import (
     CONTROL_TEXT,
@@ -116,15 +118,20 @@ PATHS = [p for p in command_paths() if name_of(p) not in SERVERS]
 WRITES = frozenset(
     {
         *("grant", "token issue", "token revoke", "capture", "propose", "accept", "reject"),
-        *("revoke", "revalidate", "deliver", "correct", "demo"),
+        *("revoke", "revalidate", "deliver", "correct", "demo", "erase-snapshot"),
     }
 )
-_READ_COMMANDS = ("read", "get", "explain", "audit", "history", "corrections", "export", "graph")
+_READ_COMMANDS = (
+    *("read", "get", "explain", "audit", "history", "corrections", "export", "graph"),
+    "records",
+)
 #: Commands that must leave the log and the views as they were even when they succeed
 #: (``init`` opens an existing ledger; ``rebuild`` replays it into identical views).
 READS = frozenset(
     {
         *("provledger", "token", "as-of", "init", "digest", "verify", "prove", "stats"),
+        # Keys, heads and bundles are files outside the ledger; the log stays as it was.
+        *("keygen", "head", "bundle", "verify-bundle"),
         "rebuild",
         *_READ_COMMANDS,
         *(f"as-of {name}" for name in _READ_COMMANDS),
@@ -179,6 +186,16 @@ class World:
             refs["digest:ahead"] = f"{digest.size + 1}:{digest.position + 1}:{digest.root}"
             refs["position"] = str(led.position)
             refs["position+1"] = str(led.position + 1)
+            # A signing key, a heads file and a bundle beside the template (outside
+            # every example's directory), for keygen/head/verify/bundle/verify-bundle.
+            key = directory / "ledger-key"
+            generate_key(key)
+            publish_head(led, key, directory / "heads.jsonl")
+            write_bundle(probe, "R1", key, directory / "r1.zip")
+            refs["key"] = str(key)
+            refs["heads"] = str(directory / "heads.jsonl")
+            refs["bundle"] = str(directory / "r1.zip")
+            refs["snapshot:E1"] = str((probe.get("E1").evidence or {})["snapshot_ref"])
             position, views = led.position, led.views_digest()
         return cls(directory, template, refs, position, views)
 
@@ -343,6 +360,13 @@ POOLS: dict[str, Pool] = {
         ("-", "out.bin", "out.svg"),
         ("nope/out.bin", "a-directory.db", "o-\udc80.out", "o-a\nb/x.out"),
     ),
+    "out": Pool.of(("new-key", "k2"), ("nope/k", "a-directory.db", "doc.txt", "k-\udc80")),
+    "key": Pool.of(("<<key>>",), ("<<key>>.pub", "doc.txt", "missing.key", "a-directory.db")),
+    "public_key": Pool.of(("<<key>>.pub",), ("<<key>>", "doc.txt", "missing.pub")),
+    "append_to": Pool.of(("heads.jsonl",), ("a-directory.db", "doc.txt", "nope/h.jsonl")),
+    "heads_file": Pool.of(("<<heads>>",), ("doc.txt", "missing.jsonl", "a-directory.db")),
+    "path": Pool.of(("<<bundle>>",), ("doc.txt", "ledger.db", "a-directory.db", "missing.zip")),
+    "ref": Pool.of(("<<snapshot:E1>>",), ("sha256:" + "0" * 64, "E1", "sha256:", "")),
 }
 #: Usual values a command needs to get anywhere (the seeded world's CANDIDATEs for
 #: accept, its STALE records for revalidate…), by command and parameter name.
@@ -356,7 +380,16 @@ USUAL_FOR = {
 }
 #: Adversarial values that must stay inside the scratch directory: prefixed, so a
 #: path can never climb out of it (the prefixed first component does not exist).
-CONFINED = {"file": "f-", "output": "o-"}
+CONFINED = {
+    "file": "f-",
+    "output": "o-",
+    "out": "k-",
+    "key": "k-",
+    "public_key": "k-",
+    "append_to": "h-",
+    "heads_file": "h-",
+    "path": "b-",
+}
 
 
 def pool_for(param: click.Parameter, path: CommandPath) -> Pool:

@@ -302,3 +302,63 @@ def test_the_subgraph_queries_work_on_every_backend(world: World) -> None:
     assert {n.id for n in collect(reviewer, scope="proj-a").nodes} == {"E1", "M1", "M2"}
     then = collect(reviewer.as_of(position=before), "E1", descendants=True)
     assert {n.status for n in then.nodes} == {Status.ACCEPTED, Status.CANDIDATE}
+
+
+def test_a_new_version_is_joined_to_the_record_it_supersedes_by_a_dotted_edge(
+    world: World,
+) -> None:
+    # Given V1 with a plan P1 on it, and V2 accepted as a new version of V1
+    agent, reviewer = world.agent, world.reviewer
+    agent.propose(scope="proj-a", claim_key="api.timeout", value=30, kind=Kind.FACT, id="V1")
+    reviewer.accept("V1")
+    agent.propose(
+        scope="proj-a", claim_key="plan", value="wait", kind=Kind.PLAN, parents=["V1"], id="P1"
+    )
+    reviewer.accept("P1")
+    agent.propose(
+        scope="proj-a", claim_key="api.timeout", value=60, kind=Kind.FACT, supersedes="V1", id="V2"
+    )
+    reviewer.accept("V2")
+
+    # When the whole scope is drawn
+    sub = collect(reviewer, scope="proj-a")
+    nodes, edges = _parse(to_dot(sub))
+
+    # Then V1 → V2 is a dotted, labelled "supersedes" edge, not a dependency
+    assert [(e.parent, e.child, e.edge) for e in sub.supersessions] == [("V1", "V2", "supersedes")]
+    assert {(e.parent, e.child) for e in sub.edges} == {("V1", "P1")}
+    border = STATUS_COLOURS[Status.SUPERSEDED][1]
+    assert edges[("V1", "V2")] == {
+        "style": "dotted",
+        "color": border,
+        "fontcolor": border,
+        "label": "supersedes",
+    }
+    assert edges[("V1", "P1")] == {}
+    # And the labels say who replaced V1 and why P1 is stale
+    assert nodes["V1"]["label"] == "V1\\n[fact]\\nSUPERSEDED / INVALID\\n(by V2)"
+    assert nodes["P1"]["label"] == "P1\\n[plan]\\nSTALE / NEEDS_REVALIDATION\\n(V1 superseded)"
+    assert nodes["V1"]["fillcolor"] == STATUS_COLOURS[Status.SUPERSEDED][0]
+    # And Mermaid draws it as a thick labelled edge between the same two nodes
+    mermaid = to_mermaid(sub)
+    names = dict(re.findall(r"^  (n\d+)\[\"(\w+)<br/>", mermaid, re.M))
+    ids = {rid: name for name, rid in names.items()}
+    assert f"  {ids['V1']} == supersedes ==> {ids['V2']}" in mermaid.splitlines()
+
+
+def test_the_supersedes_edge_is_drawn_only_when_both_versions_are_in_the_picture(
+    world: World,
+) -> None:
+    agent, reviewer = world.agent, world.reviewer
+    agent.propose(scope="proj-a", claim_key="k", value=1, kind=Kind.FACT, id="V1")
+    reviewer.accept("V1")
+    agent.propose(scope="proj-a", claim_key="k", value=2, kind=Kind.FACT, supersedes="V1", id="V2")
+    # V2 is still a candidate: the edge shows the proposed new version
+    assert [(e.parent, e.child) for e in collect(reviewer, scope="proj-a").supersessions] == [
+        ("V1", "V2")
+    ]
+    # Drawing V2 alone (or V1 with its descendants, which V2 is not) leaves it out
+    assert collect(reviewer, "V2", ancestors=True).supersessions == ()
+    down = collect(reviewer, "V1", descendants=True)
+    assert [n.id for n in down.nodes] == ["V1"] and down.supersessions == ()
+    assert "supersedes" not in to_dot(down)

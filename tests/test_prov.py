@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from prov.model import (
+    PROV,
     PROV_TYPE,
     ProvActivity,
     ProvAgent,
@@ -298,3 +299,82 @@ def test_the_prov_json_round_trip_holds_on_every_backend(world: World) -> None:
     assert ProvDocument.deserialize(content=serialize(doc, "prov-json"), format="json") == doc
     assert len(_records(doc, ProvInvalidation)) == 1
     assert len(_activities(doc, "StaleMarking")) == 1
+
+
+def test_supersession_is_a_revision_that_invalidates_the_old_version(world: World) -> None:
+    """V2 supersedes V1: V2 wasRevisionOf V1, V1 wasInvalidatedBy the supersession
+    (informed by V2's acceptance), and P1's stale marking is named as caused by it."""
+    agent, reviewer = world.agent, world.reviewer
+    agent.propose(scope="proj-a", claim_key="api.timeout", value=30, kind=Kind.FACT, id="V1")
+    reviewer.accept("V1")
+    agent.propose(
+        scope="proj-a", claim_key="plan", value="wait", kind=Kind.PLAN, parents=["V1"], id="P1"
+    )
+    reviewer.accept("P1")
+    agent.propose(
+        scope="proj-a", claim_key="api.timeout", value=60, kind=Kind.FACT, supersedes="V1", id="V2"
+    )
+
+    # Step 1: proposed, not yet accepted: a revision, but nothing is invalidated.
+    doc = export_prov(reviewer)
+    [revision] = [d for d in _records(doc, ProvDerivation) if d.get_attribute(PROV_TYPE)]
+    assert (revision.args[0], revision.args[1]) == (REC["V2"], REC["V1"])
+    assert _one(revision.get_attribute(PROV_TYPE)) == PROV["Revision"]
+    assert str(revision.args[2]).startswith("act:propose-")
+    assert _records(doc, ProvInvalidation) == []
+    assert _one(_entity(doc, "V2").get_attribute("pl:supersedes")) == REC["V1"]
+
+    # Step 2: accepting V2 supersedes V1 and marks P1 stale, in one transaction.
+    reviewer.accept("V2")
+    doc = export_prov(reviewer)
+    [supersession] = _activities(doc, "Supersession")
+    assert _one(supersession.get_attribute("pl:supersededBy")) == REC["V2"]
+    [invalidation] = _records(doc, ProvInvalidation)
+    assert (invalidation.args[0], invalidation.args[1]) == (REC["V1"], supersession.identifier)
+    assert _one(invalidation.get_attribute("pl:supersededBy")) == REC["V2"]
+    informed = {(c.args[0], c.args[1]) for c in _records(doc, ProvCommunication)}
+    accepts = {
+        _one(a.get_attribute("prov:label")): a.identifier for a in _activities(doc, "Acceptance")
+    }
+    assert (supersession.identifier, accepts["Accepted V2"]) in informed
+    associated = {(a.args[0], a.args[1]) for a in _records(doc, ProvAssociation)}
+    assert (supersession.identifier, AGENT["reviewer"]) in associated
+    v1 = _entity(doc, "V1")
+    assert _one(v1.get_attribute("pl:status")) == "SUPERSEDED"
+    assert _one(v1.get_attribute("pl:validity")) == "INVALID"
+    assert _one(v1.get_attribute("pl:supersededBy")) == REC["V2"]
+
+    # Step 3: the stale marking says it was caused by the supersession, not a revocation.
+    [marking] = _activities(doc, "StaleMarking")
+    assert _one(marking.get_attribute("pl:causedBy")) == "supersession"
+    assert _one(marking.get_attribute("pl:cause")) == REC["V1"]
+    assert _one(marking.get_attribute("pl:supersededBy")) == REC["V2"]
+    assert (marking.identifier, supersession.identifier) in informed
+    p1 = _entity(doc, "P1")
+    assert _one(p1.get_attribute("pl:staleCause")) == REC["V1"]
+    assert _one(p1.get_attribute("pl:staleCauseSupersededBy")) == REC["V2"]
+    assert ProvDocument.deserialize(content=serialize(doc, "prov-json"), format="json") == doc
+    assert "wasInvalidatedBy(rec:V1, act:supersede-" in serialize(doc, "prov-n")
+
+
+def test_stale_markings_caused_by_a_revocation_say_so(scene: Scene) -> None:
+    doc = export_prov(scene.reviewer)
+    markings = _activities(doc, "StaleMarking")
+    assert {_one(m.get_attribute("pl:causedBy")) for m in markings} == {"revocation"}
+    assert all(not m.get_attribute("pl:supersededBy") for m in markings)
+    assert _activities(doc, "Supersession") == []
+
+
+def test_a_revision_is_exported_only_with_both_versions(world: World) -> None:
+    agent, reviewer = world.agent, world.reviewer
+    agent.propose(scope="proj-a", claim_key="k", value=1, kind=Kind.FACT, id="V1")
+    reviewer.accept("V1")
+    agent.propose(scope="proj-a", claim_key="k", value=2, kind=Kind.FACT, supersedes="V1", id="V2")
+    reviewer.accept("V2")
+    alone = export_prov(reviewer, record="V2")
+    assert _records(alone, ProvDerivation) == []
+    # V1 alone still shows what invalidated it, without exporting V2 as an entity.
+    old = export_prov(reviewer, record="V1")
+    assert {str(e.identifier) for e in _records(old, ProvEntity)} == {"rec:V1"}
+    [invalidation] = _records(old, ProvInvalidation)
+    assert _one(invalidation.get_attribute("pl:supersededBy")) == REC["V2"]

@@ -214,3 +214,12 @@ def test_packing_after_a_refused_object_gives_the_same_bytes() -> None:
     with pytest.raises(TypeError):
         pack({"a": (1, 2), "naive": datetime(2026, 1, 1)})
     assert pack({"a": (1, 2), "t": datetime(2026, 1, 1, tzinfo=UTC)}) == expected
+
+
+def test_canonical_bytes_keep_a_dict_apart_from_a_list() -> None:
+    from ledger.serialization import canonical
+
+    assert canonical({}) != canonical([])
+    assert canonical({"a": 1}) != canonical([["a", 1]])
+    assert canonical({"a": 1, "b": [2]}) == canonical({"b": [2], "a": 1})
+    assert canonical(1) != canonical(True) != canonical(1.0)

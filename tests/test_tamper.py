@@ -237,7 +237,13 @@ def test_rewriting_events_and_their_leaves_together_is_caught_by_the_kept_digest
         ("UPDATE stored_events SET state=? WHERE rowid=3", (forged_state,)),
         ("UPDATE pl_merkle_leaves SET leaf=? WHERE position=3", (forged_leaf,)),
     )
-    # The local check is fooled (leaves were rewritten too) but the kept digest is not.
+    # The Merkle check alone is fooled (leaves were rewritten too); the views, built
+    # from the original event, no longer equal a replay of the log.
+    report = led.verify()
+    assert not report.ok and report.first_bad_position is None
+    assert report.problem is not None and report.problem.startswith("view pl_grants differs")
+    # Once the views are rebuilt from the rewritten log, only the kept digest sees it.
+    assert led.rebuild().matched is False
     assert led.verify().ok
     assert not led.verify(against=kept).ok
 

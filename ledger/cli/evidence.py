@@ -11,12 +11,11 @@ from ledger.cli.options import (
     host_ledger,
     json_option,
     principal_session,
+    printable,
     token_option,
     url_option,
 )
-from ledger.cli.render import (
-    echo_json,
-)
+from ledger.cli.render import echo_json, report_done
 
 # -- tamper evidence --------------------------------------------------------------------
 
@@ -53,23 +52,46 @@ def digest(url: str | None, as_json: bool) -> None:
     metavar="DIGEST",
     help="A digest printed earlier by `provledger digest`.",
 )
+@click.option(
+    "--heads",
+    "heads_file",
+    default=None,
+    metavar="HEADS.jsonl",
+    help="Signed heads kept elsewhere (`provledger head --append`); needs --public-key.",
+)
+@click.option(
+    "--public-key",
+    "public_key",
+    default=None,
+    metavar="KEY.pub",
+    help="The public key the heads were signed with.",
+)
 @url_option
 @json_option
 @errors_exit_1
-def verify(against: str | None, url: str | None, as_json: bool) -> None:
-    """Recompute the Merkle tree from the stored bytes; exit 1 if anything changed.
+def verify(
+    against: str | None,
+    heads_file: str | None,
+    public_key: str | None,
+    url: str | None,
+    as_json: bool,
+) -> None:
+    """Check the whole ledger; exit 1 naming the first problem.
 
-    Names the first position whose stored bytes differ from what was appended.
-    With --against, also proves (RFC 6962 consistency proof) that the current
-    log extends the log that digest described. Maintenance: no token, local
-    embedded database only.
+    Recomputes the Merkle tree from the stored bytes (naming the first position
+    that differs), proves (RFC 6962 consistency proofs) that the log extends
+    every kept signed head and the --against digest, replays authorization
+    (every event's actor held the role it needed, by the log's own grants),
+    compares the views with a replay of the log in a scratch database, and
+    checks the evidence bytes. Maintenance: no token, local embedded database
+    only.
 
     \b
     Example:
-      provledger verify --against "$(cat digest-2026-11-30.txt)"
+      provledger verify --heads /mnt/witness/heads.jsonl --public-key ledger-key.pub
     """
     with host_ledger(url, "verify") as led:
-        report = led.verify(against=against)
+        report = led.verify(against=against, heads=heads_file, public_key=public_key)
     if as_json:
         echo_json(
             {
@@ -77,12 +99,16 @@ def verify(against: str | None, url: str | None, as_json: bool) -> None:
                 "digest": str(report.digest),
                 "first_bad_position": report.first_bad_position,
                 "problem": report.problem,
+                "problems": list(report.problems),
+                "checks": list(report.checks),
+                "heads": report.heads,
                 "consistency_proof": list(report.consistency_proof),
             }
         )
     elif report.ok:
         extends = f"; extends {against}" if against else ""
-        click.echo(f"ok: {report.digest}{extends}")
+        kept = f"; consistent with {report.heads} signed heads" if report.heads else ""
+        click.echo(f"ok: {report.digest}{extends}{kept} ({', '.join(report.checks)})")
     if not report.ok:
         click.echo(f"error: tampering detected: {report.problem}", err=True)
         sys.exit(1)
@@ -121,3 +147,189 @@ def prove(record_id: str, token: str, url: str | None) -> None:
 
 
 # -- maintenance ------------------------------------------------------------------------
+
+
+# -- verifiable evidence: keys, signed heads, bundles, erasure ---------------------------
+
+
+@click.command()
+@click.option(
+    "--out",
+    "out",
+    required=True,
+    metavar="KEY",
+    help="Where to write the private key (mode 0600); the public key goes to KEY.pub.",
+)
+@json_option
+@errors_exit_1
+def keygen(out: str, as_json: bool) -> None:
+    """Create an Ed25519 key pair for signing tree heads and bundles.
+
+    Keep KEY with the job that signs heads; give KEY.pub to whoever verifies.
+    Refuses to overwrite an existing key.
+
+    \b
+    Example:
+      provledger keygen --out ledger-key
+    """
+    from ledger.heads import generate_key
+
+    kid = generate_key(out)
+    report_done(
+        as_json,
+        {"private_key": out, "public_key": f"{out}.pub", "key_id": kid},
+        f"wrote {out} (private, mode 0600) and {out}.pub (public); key id {kid}",
+    )
+
+
+@click.command()
+@click.option("--key", "key", required=True, metavar="KEY", help="The key from `keygen`.")
+@click.option(
+    "--append",
+    "append_to",
+    default=None,
+    metavar="HEADS.jsonl",
+    help="Append the head to this heads file; refused if the log no longer extends "
+    "the newest head in it.",
+)
+@url_option
+@errors_exit_1
+def head(key: str, append_to: str | None, url: str | None) -> None:
+    """Print a signed tree head (JSON): tree size, root, log position, time, key id, signature.
+
+    Keep heads where the ledger's operator cannot rewrite them (another host,
+    object storage with a retention lock, a transparency witness); `verify
+    --heads` then detects truncation and rewriting before the newest one.
+    Maintenance: no token, local embedded database only.
+
+    \b
+    Example:
+      provledger head --key ledger-key --append /mnt/witness/heads.jsonl
+    """
+    from ledger.heads import publish_head
+
+    with host_ledger(url, "head") as led:
+        signed = publish_head(led, key, append_to)
+    click.echo(signed.dumps())
+
+
+@click.command()
+@click.argument("record_id", metavar="ID")
+@click.option("--key", "key", required=True, metavar="KEY", help="The key from `keygen`.")
+@click.option("-o", "--output", required=True, metavar="FILE.zip", help="Where to write it.")
+@token_option
+@url_option
+@json_option
+@errors_exit_1
+def bundle(
+    record_id: str, key: str, output: str, token: str, url: str | None, as_json: bool
+) -> None:
+    """Write a compliance bundle of a record for an auditor (needs the audit role).
+
+    The zip holds the record's ancestry as PROV-JSON, the stored bytes of its
+    and its ancestors' events with inclusion proofs against a signed head, the
+    public key and a summary; `verify-bundle` checks it offline.
+
+    \b
+    Example:
+      provledger bundle R1 --key ledger-key -o r1-bundle.zip
+    """
+    from ledger.bundle import write_bundle
+
+    with principal_session(url, token) as (_led, session):
+        info = write_bundle(session, record_id, key, output)
+    report_done(
+        as_json,
+        {
+            "path": info.path,
+            "record": info.record,
+            "records": list(info.records),
+            "events": info.events,
+            "withheld": info.withheld,
+            "hidden": info.hidden,
+            "head": info.head.to_json(),
+        },
+        f"wrote {printable(info.path)}: {info.record} and {len(info.records) - 1} ancestors, "
+        f"{info.events} events with inclusion proofs (tree size {info.head.tree_size})"
+        + (f", {info.hidden} hidden ancestors" if info.hidden else ""),
+    )
+
+
+@click.command("verify-bundle")
+@click.argument("path", metavar="FILE.zip")
+@click.option(
+    "--public-key",
+    "public_key",
+    default=None,
+    metavar="KEY.pub",
+    help="The public key you hold from elsewhere; without it the bundle's own key is used.",
+)
+@json_option
+@errors_exit_1
+def verify_bundle_command(path: str, public_key: str | None, as_json: bool) -> None:
+    """Check a compliance bundle offline (no ledger, no token); exit 1 naming what fails.
+
+    \b
+    Example:
+      provledger verify-bundle r1-bundle.zip --public-key ledger-key.pub
+    """
+    from ledger.bundle import verify_bundle
+
+    report = verify_bundle(path, public_key)
+    if as_json:
+        echo_json(
+            {
+                "ok": report.ok,
+                "problem": report.problem,
+                "problems": list(report.problems),
+                "record": report.record,
+                "events": report.events,
+                "withheld": report.withheld,
+                "hidden": report.hidden,
+                "key_id": report.key_id,
+                "trusted_key": report.trusted_key,
+                "head": None if report.head is None else report.head.to_json(),
+            }
+        )
+    elif report.ok and report.head is not None:
+        trust = "the trusted key" if report.trusted_key else "the key it carries (not pinned)"
+        click.echo(
+            f"ok: bundle of {report.record}: {report.events} events in the tree of "
+            f"{report.head.tree_size} signed {report.head.time.isoformat()} by {trust}, "
+            f"key id {report.key_id}"
+        )
+    if not report.ok:
+        click.echo(f"error: bundle check failed: {printable(report.problem)}", err=True)
+        sys.exit(1)
+
+
+@click.command("erase-snapshot")
+@click.argument("ref", metavar="REF")
+@click.option("--reason", required=True, help="Why (e.g. the erasure request it answers).")
+@url_option
+@json_option
+@errors_exit_1
+def erase_snapshot(ref: str, reason: str, url: str | None, as_json: bool) -> None:
+    """Erase the captured bytes behind a snapshot reference (sha256:…).
+
+    The bytes leave the snapshot store; an audited SnapshotErased event records
+    who erased them and why; records built on them keep their status and the log
+    still verifies. Admin: no token, local embedded database only.
+
+    \b
+    Example:
+      provledger erase-snapshot sha256:9f86d0… --reason "erasure request 2026-114"
+    """
+    with host_ledger(url, "erase-snapshot") as led:
+        done = led.admin().erase_snapshot(ref, reason)
+    report_done(
+        as_json,
+        {
+            "snapshot_ref": done.snapshot_ref,
+            "records": list(done.records),
+            "position": done.position,
+            "deleted": done.deleted,
+        },
+        f"erased {done.snapshot_ref} (evidence {', '.join(done.records)}); "
+        f"recorded at log position {done.position}",
+    )

@@ -29,7 +29,8 @@ URL_HELP = (
 TOKEN_HELP = "Bearer token of the principal acting (from `provledger token issue`)."
 KINDS = [k.value for k in Kind]
 EVENT_TYPES = (
-    "Proposed, Accepted, Rejected, Revoked, MarkedStale, Revalidated, Delivered, CorrectionIssued"
+    "Proposed, Accepted, Rejected, Revoked, MarkedStale, Superseded, Revalidated, Delivered, "
+    "CorrectionIssued, SnapshotErased"
 )
 
 STATUS_STYLE = {

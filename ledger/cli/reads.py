@@ -1,5 +1,5 @@
 """Read commands (also under ``as-of``): read, get, explain, audit, history,
-corrections, export, graph."""
+corrections, export, graph, records."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from ledger.cli.options import (
 from ledger.cli.render import (
     echo_json,
     events_table,
+    listing_table,
     make_console,
     print_audit,
     print_corrections,
@@ -33,6 +34,7 @@ from ledger.cli.render import (
     print_record,
     write_output,
 )
+from ledger.domain import Status, Validity
 from ledger.jsonable import record_json
 
 # -- read commands (also under as-of) ----------------------------------------------
@@ -347,7 +349,76 @@ def graph(
         )
 
 
-READ_COMMANDS = (read, get, explain, audit, history, corrections, export, graph)
+@click.command("records")
+@click.option("--scope", required=True, help="The scope to list.")
+@click.option(
+    "--status",
+    type=click.Choice([s.value for s in Status]),
+    help="Only this status (CANDIDATE is the review queue).",
+)
+@click.option(
+    "--validity",
+    type=click.Choice([v.value for v in Validity]),
+    help="Only this validity (NEEDS_REVALIDATION is what needs attention).",
+)
+@click.option("--kind", type=click.Choice(KINDS), help="Only this kind.")
+@click.option("--claim-prefix", help="Only claim keys starting with this text.")
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 1000),
+    default=100,
+    show_default=True,
+    help="At most this many records (one page).",
+)
+@click.option("--after", metavar="ID", help="Start after this id (the last of the previous page).")
+@token_option
+@url_option
+@json_option
+@errors_exit_1
+def records(
+    scope: str,
+    status: str | None,
+    validity: str | None,
+    kind: str | None,
+    claim_prefix: str | None,
+    limit: int,
+    after: str | None,
+    token: str,
+    url: str | None,
+    as_json: bool,
+) -> None:
+    """List one page of a scope's records in id order, optionally filtered.
+
+    A full page ends with the --after value for the next one (JSON: next_after).
+
+    \b
+    Example:
+      provledger records --scope proj-a --status CANDIDATE
+      provledger records --scope proj-a --validity NEEDS_REVALIDATION --json
+    """
+    with principal_session(url, token) as (_led, session):
+        found = session.records(
+            scope,
+            status=status,
+            validity=validity,
+            kind=kind,
+            claim_prefix=claim_prefix,
+            limit=limit,
+            after=after,
+        )
+    next_after = found[-1].id if len(found) == limit else None
+    if as_json:
+        echo_json({"records": [record_json(r) for r in found], "next_after": next_after})
+        return
+    if not found:
+        click.echo("no records")
+        return
+    make_console().print(listing_table(found))
+    if next_after is not None:
+        click.echo(f"more may follow: add --after {next_after}")
+
+
+READ_COMMANDS = (read, get, explain, audit, history, corrections, export, graph, records)
 
 
 @click.group("as-of")
@@ -358,7 +429,7 @@ def as_of(ctx: click.Context, position: int | None, when: datetime | None) -> No
     """Run a read command as the ledger was at a past log position or time.
 
     Give exactly one of --position or --time; read, get, explain, audit,
-    history, corrections, export and graph then answer as of then.
+    history, corrections, export, graph and records then answer as of then.
 
     \b
     Example:

@@ -20,6 +20,7 @@ from ledger.cli.options import (
     VALIDITY_STYLE,
     printable,
 )
+from ledger.domain import Status
 from ledger.experiment import ExperimentResult
 from ledger.jsonable import plain
 from ledger.values import (
@@ -80,6 +81,36 @@ def records_table(records: Sequence[RecordView]) -> Table:
             Text(value_text(r.value)),
             Text(parents or "-"),
             Text(when_text(r.expires)),
+        )
+    return table
+
+
+def listing_table(records: Sequence[RecordView]) -> Table:
+    """``provledger records``: one row per record; the id column is never wrapped or cut."""
+    table = Table()
+    table.add_column("id", no_wrap=True, min_width=max(len(r.id) for r in records))
+    for column in ("kind", "claim", "status", "validity", "value", "why"):
+        table.add_column(column, overflow="fold")
+    for r in records:
+        notes = []
+        if r.status == Status.SUPERSEDED:
+            notes.append(f"superseded by {r.superseded_by}")
+        elif r.status == Status.STALE and r.cause_superseded_by is not None:
+            notes.append(f"{r.cause} superseded by {r.cause_superseded_by}")
+        elif r.status == Status.STALE:
+            notes.append(f"{r.cause} revoked: {r.reason}")
+        elif r.status in (Status.REVOKED, Status.REJECTED) and r.reason:
+            notes.append(r.reason)
+        if r.supersedes is not None:
+            notes.append(f"new version of {r.supersedes}")
+        table.add_row(
+            Text(r.id),
+            Text(str(r.kind)),
+            Text(r.claim_key),
+            styled(r.status, STATUS_STYLE),
+            styled(r.validity, VALIDITY_STYLE),
+            Text(value_text(r.value)),
+            Text("; ".join(notes) or "-"),
         )
     return table
 

@@ -98,6 +98,12 @@ def capture(
 @click.option("--id", "record_id", help="The record id (default: generated).")
 @click.option("--expires", type=DATETIME, help="Latest valid instant (ISO 8601 with offset).")
 @click.option("--conditions", type=JSON, help='Applicability as JSON, e.g. {"api_version": "v2"}.')
+@click.option(
+    "--supersedes",
+    metavar="OLD",
+    help="A new version of OLD (same scope and claim): once this is accepted, "
+    "OLD is SUPERSEDED and what rests on it STALE.",
+)
 @token_option
 @url_option
 @json_option
@@ -112,6 +118,7 @@ def propose(
     record_id: str | None,
     expires: datetime | None,
     conditions: Any,
+    supersedes: str | None,
     token: str,
     url: str | None,
     as_json: bool,
@@ -119,11 +126,14 @@ def propose(
     """Propose a record; it is a CANDIDATE until an approver accepts it. Prints its id.
 
     Give the value as JSON with --value, or as a plain string with --value-str.
+    Update a claim with --supersedes OLD instead of proposing a conflicting value.
 
     \b
     Example:
       provledger propose --scope proj-a --claim api.retry_safe --kind inference \\
         --value true --parent E1 --id M1
+      provledger propose --scope proj-a --claim api.timeout --kind fact \\
+        --value 60 --supersedes T1
     """
     if (raw_value is None) == (value_str is None):
         raise click.UsageError("give exactly one of --value (JSON) or --value-str (plain string)")
@@ -146,6 +156,7 @@ def propose(
             expires=expires,
             conditions=conditions,
             id=record_id,
+            supersedes=supersedes,
         )
         position = led.position
     report_done(as_json, {"id": rid, "position": position}, rid)

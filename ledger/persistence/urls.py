@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import re
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import parse_qs, unquote, urlparse
 
 from eventsourcing.utils import get_topic
@@ -23,8 +23,8 @@ class Backend:
     """What a ledger URL resolved to."""
 
     kind: str  # "memory", "sqlite" or "postgresql"
-    url: str
-    env: dict[str, str]
+    url: str  # credentials replaced by ``***``
+    env: dict[str, str] = field(repr=False)  # holds the password
     path: str | None = None
 
 
@@ -75,6 +75,7 @@ def resolve_url(url: str | None) -> Backend:
         return Backend(kind="sqlite", url=url, env=env, path=path)
     if url.startswith(("postgresql://", "postgres://")):
         return _postgres_backend(url)
+    url = redacted(url)
     raise InvalidURLError(
         f"ledger URL {url!r} is not memory:, sqlite:///path or postgresql://user@host/db"
     )
@@ -90,8 +91,23 @@ _PG_OPTIONS = {
 _SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 
-def _postgres_backend(url: str) -> Backend:
-    parsed = urlparse(url)
+def redacted(url: str) -> str:
+    """``url`` with any password replaced by ``***`` (for messages, reprs and logs)."""
+    try:
+        parsed = urlparse(url)
+        password = parsed.password
+    except ValueError:
+        return url
+    if not password:
+        return url
+    netloc = parsed.netloc.rsplit("@", 1)
+    user = netloc[0].split(":", 1)[0]
+    return parsed._replace(netloc=f"{user}:***@{netloc[1]}").geturl()
+
+
+def _postgres_backend(full: str) -> Backend:
+    url = redacted(full)  # what messages and ``Ledger.url`` show
+    parsed = urlparse(full)
     dbname = unquote(parsed.path.lstrip("/"))
     if not parsed.hostname or not dbname:
         raise InvalidURLError(

@@ -1,0 +1,382 @@
+"""Authorization replay: did every event's actor hold what it needed, by the log alone?
+
+:class:`AccessState` folds the ``Principal`` events (registrations, grants,
+tokens) into who held which role in which scope, and which tokens were valid,
+after any log position. :class:`AuthorizationReplay` walks the whole log in
+order and checks each record and run event against that state and against the
+status machine, using nothing but the events before it:
+
+========================  ===============================================================
+event                     must hold
+========================  ===============================================================
+``Proposed``              a valid token; ``propose`` in the scope; ``read`` in the scope of
+                          every parent and observed dependency, each of which exists and is
+                          not REVOKED, REJECTED, STALE or SUPERSEDED; a record it supersedes
+                          exists in the same scope
+``Accepted``              a valid token; ``approve``; not the proposer; the record is a
+                          CANDIDATE and every dependency ACCEPTED
+``Rejected``              a valid token; ``approve``; not the proposer; a CANDIDATE
+``Revoked``               a valid token; ``approve``; CANDIDATE, ACCEPTED or STALE
+``MarkedStale``           a valid token; ``approve`` in the scope of the cause, which exists
+                          and is REVOKED (SUPERSEDED when ``superseded_by`` is set); the
+                          record is CANDIDATE, ACCEPTED or STALE
+``Superseded``            a valid token; ``approve``; CANDIDATE, ACCEPTED or STALE
+``Revalidated``           a valid token; ``approve``; not the proposer; STALE; every
+                          dependency (the new basis, if given) ACCEPTED
+``Delivered``             a valid token; ``deliver``; ACCEPTED
+``CorrectionIssued``      a valid token; ``deliver``
+``SnapshotErased``        the admin (the embedding host)
+``Principal`` events      the admin
+``Run.Started``           a valid token; ``propose`` or ``read`` in some scope
+========================  ===============================================================
+
+A *valid token* is one issued to the actor before the event, not revoked before
+it, and not expired at the event's timestamp. A status that later versions
+change in ways this table does not know (an event type it has no rule for, a
+revalidation of a record never accepted) becomes *unknown* and is not checked
+until a known event sets it again, so the replay never fails a log it cannot
+judge; :attr:`AuthorizationReplay.unchecked` counts those events by type.
+
+Grants and tokens come only from events here: forged rows in the access views
+(``pl_grants``, ``pl_tokens``) cannot make an event pass. :func:`access_from_log`
+gives run-time checks the same footing: a principal's roles and token from its
+own events (vouched by their Merkle leaves), the view serving only as an index.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from ledger.domain import Principal, Record, Run, Status, principal_uuid
+from ledger.errors import AuthenticationError
+from ledger.serialization import datetime_to_micros
+from projections import access as access_view
+from projections.base import Cursor
+
+if TYPE_CHECKING:
+    from ledger.engine import Engine
+
+#: The actor of every event the embedding host's ``Admin`` handle appends.
+ADMIN = "admin"
+
+_BLOCKING = (
+    Status.REVOKED.value,
+    Status.REJECTED.value,
+    Status.STALE.value,
+    Status.SUPERSEDED.value,
+)
+
+
+@dataclass
+class TokenState:
+    """One token as the log says: whose, since when, until when."""
+
+    subject: str
+    issued_position: int
+    expires: int | None  # microseconds since the epoch
+    revoked_position: int | None = None
+
+
+@dataclass
+class AccessState:
+    """Who held which role where, and which tokens, after the events folded so far."""
+
+    subjects: dict[UUID, str] = field(default_factory=dict)
+    roles: dict[str, dict[str, set[str]]] = field(default_factory=dict)
+    tokens: dict[str, TokenState] = field(default_factory=dict)
+    tokens_of: dict[str, list[TokenState]] = field(default_factory=dict)
+
+    def holds(self, subject: str, scope: str, role: str) -> bool:
+        """True if ``subject`` holds ``role`` in ``scope``."""
+        return role in self.roles.get(subject, {}).get(scope, ())
+
+    def holds_anywhere(self, subject: str, roles: tuple[str, ...]) -> bool:
+        """True if ``subject`` holds one of ``roles`` in some scope."""
+        return any(held & set(roles) for held in self.roles.get(subject, {}).values())
+
+    def has_valid_token(self, subject: str, at_micros: int) -> bool:
+        """True if a token of ``subject`` is unrevoked and unexpired at ``at_micros``."""
+        return any(
+            token.revoked_position is None and (token.expires is None or at_micros < token.expires)
+            for token in self.tokens_of.get(subject, ())
+        )
+
+    def apply(self, position: int, event: Any) -> str | None:
+        """Fold one ``Principal`` event; returns a problem, or None."""
+        if isinstance(event, Principal.Registered):
+            self.subjects[event.originator_id] = event.subject
+            return None
+        subject = self.subjects.get(event.originator_id)
+        kind = type(event).__name__
+        if subject is None:
+            return f"{kind} at position {position} belongs to no registered principal"
+        actor = getattr(event, "actor", None)
+        problem = None
+        if actor != ADMIN:
+            problem = (
+                f"{kind} for {subject!r} at position {position} was appended by {actor!r}, "
+                f"not by the admin"
+            )
+        if isinstance(event, Principal.Granted):
+            held = self.roles.setdefault(subject, {}).setdefault(event.scope, set())
+            held.update(event.roles)
+        elif isinstance(event, Principal.GrantRevoked):
+            held = self.roles.setdefault(subject, {}).setdefault(event.scope, set())
+            held.difference_update(event.roles)
+        elif isinstance(event, Principal.TokenIssued):
+            expires = None if event.expires is None else datetime_to_micros(event.expires)
+            token = TokenState(subject=subject, issued_position=position, expires=expires)
+            self.tokens[event.token_hash] = token
+            self.tokens_of.setdefault(subject, []).append(token)
+        elif isinstance(event, Principal.TokenRevoked):
+            revoked = self.tokens.get(event.token_hash)
+            if revoked is None or revoked.subject != subject:
+                return f"TokenRevoked at position {position} names a token {subject!r} never held"
+            revoked.revoked_position = position
+        return problem
+
+
+@dataclass(slots=True)
+class _RecordState:
+    record_id: str
+    scope: str
+    proposer: str
+    status: str | None  # None: unknown (an event this replay has no rule for)
+    dependencies: tuple[str, ...]
+    accepted_once: bool = False
+
+
+@dataclass
+class AuthorizationReplay:
+    """Checks each event of the log, in order, against the log before it."""
+
+    access: AccessState = field(default_factory=AccessState)
+    records: dict[UUID, _RecordState] = field(default_factory=dict)
+    by_id: dict[str, _RecordState] = field(default_factory=dict)
+    #: Snapshot reference -> (position, "captured" | "erased", record id, by, reason).
+    snapshots: dict[str, tuple[int, str, str, str, str]] = field(default_factory=dict)
+    #: Events of types without a rule here, by type name.
+    unchecked: Counter[str] = field(default_factory=Counter)
+    events: int = 0
+
+    def apply(self, position: int, event: Any) -> str | None:
+        """Check and fold one decoded event; returns the first problem with it, or None."""
+        self.events += 1
+        if isinstance(event, Principal.Event):
+            return self.access.apply(position, event)
+        if isinstance(event, Record.Proposed):
+            return self._proposed(position, event)
+        if isinstance(event, Record.Event):
+            return self._record_event(position, event)
+        if isinstance(event, Run.Started):
+            if not self._token(event.actor, event):
+                return (
+                    f"Run.Started of run {event.run_id!r} at position {position}: "
+                    f"{event.actor!r} held no valid token then"
+                )
+            if not self.access.holds_anywhere(event.actor, ("propose", "read")):
+                return (
+                    f"Run.Started of run {event.run_id!r} at position {position}: "
+                    f"{event.actor!r} held neither 'propose' nor 'read' in any scope then"
+                )
+            return None
+        if isinstance(event, Run.Event):
+            return None
+        self.unchecked[type(event).__name__] += 1
+        return None
+
+    # -- records ----------------------------------------------------------------------
+
+    def _token(self, actor: str, event: Any) -> bool:
+        return self.access.has_valid_token(actor, datetime_to_micros(event.timestamp))
+
+    def _proposed(self, position: int, event: Record.Proposed) -> str | None:
+        deps = tuple(dict.fromkeys((*event.parents, *event.observed)))
+        problem = self._proposal_problem(
+            f"Proposed of {event.record_id!r} at position {position}", event, deps
+        )
+        state = _RecordState(
+            record_id=event.record_id,
+            scope=event.scope,
+            proposer=event.actor,
+            status=Status.CANDIDATE.value,
+            dependencies=deps,
+        )
+        self.records[event.originator_id] = state
+        self.by_id[event.record_id] = state
+        ref = (event.evidence or {}).get("snapshot_ref")
+        if isinstance(ref, str):
+            self.snapshots[ref] = (position, "captured", event.record_id, event.actor, "")
+        return problem
+
+    def _proposal_problem(
+        self, what: str, event: Record.Proposed, deps: tuple[str, ...]
+    ) -> str | None:
+        if event.record_id in self.by_id:
+            return f"{what}: the record was proposed before"
+        if not self._token(event.actor, event):
+            return f"{what}: {event.actor!r} held no valid token then"
+        if not self.access.holds(event.actor, event.scope, "propose"):
+            return f"{what}: {event.actor!r} did not hold 'propose' in scope {event.scope!r} then"
+        replaced = getattr(event, "supersedes", None)
+        if replaced is not None:
+            old = self.by_id.get(replaced)
+            if old is None or old.scope != event.scope:
+                return f"{what}: the record it supersedes, {replaced!r}, is not in its scope"
+        for dep in deps:
+            found = self.by_id.get(dep)
+            if found is None:
+                return f"{what}: its dependency {dep!r} was never proposed"
+            if not self.access.holds(event.actor, found.scope, "read"):
+                return (
+                    f"{what}: {event.actor!r} could not read its dependency {dep!r} "
+                    f"(no 'read' in scope {found.scope!r})"
+                )
+            if found.status in _BLOCKING:
+                return f"{what}: its dependency {dep!r} was {found.status}"
+        return None
+
+    def _record_event(self, position: int, event: Any) -> str | None:
+        kind = type(event).__name__
+        state = self.records.get(event.originator_id)
+        if state is None:
+            return f"{kind} at position {position} belongs to no proposed record"
+        what = f"{kind} of {state.record_id!r} at position {position}"
+        rule = _RULES.get(kind)
+        if rule is None:
+            self.unchecked[kind] += 1
+            state.status = None
+            return None
+        problem = self._check(what, state, event, rule)
+        self._fold(state, event, rule[3], position)
+        return problem
+
+    def _check(
+        self, what: str, state: _RecordState, event: Any, rule: tuple[str, Any, bool, Any]
+    ) -> str | None:
+        """The first rule of ``rule`` (role, allowed statuses, separation of duties)
+        that ``event`` breaks, or None."""
+        role, allowed, separate, _after = rule
+        actor = str(getattr(event, "actor", None))
+        if role == ADMIN:
+            return None if actor == ADMIN else f"{what}: appended by {actor!r}, not by the admin"
+        if not self._token(actor, event):
+            return f"{what}: {actor!r} held no valid token then"
+        scope = state.scope
+        if isinstance(event, Record.MarkedStale):
+            cause = self.by_id.get(event.cause)
+            if cause is None:
+                return f"{what}: its cause {event.cause!r} was never proposed"
+            # Revoked, or superseded by the record named in ``superseded_by``.
+            why = Status.REVOKED if getattr(event, "superseded_by", None) is None else None
+            wanted = (why or Status.SUPERSEDED).value
+            if cause.status is not None and cause.status != wanted:
+                return f"{what}: its cause {event.cause!r} was {cause.status}, not {wanted}"
+            scope = cause.scope  # the revoker needed approve where the revoked record is
+        if not self.access.holds(actor, scope, role):
+            return f"{what}: {actor!r} did not hold {role!r} in scope {scope!r} then"
+        if separate and actor == state.proposer:
+            return f"{what}: {actor!r} approved its own proposal (separation of duties)"
+        if allowed and state.status is not None and state.status not in allowed:
+            return f"{what}: the record was {state.status}; that needs {'|'.join(allowed)}"
+        if isinstance(event, (Record.Accepted, Record.Revalidated)):
+            return self._dependencies_accepted(what, state, event)
+        return None
+
+    def _dependencies_accepted(self, what: str, state: _RecordState, event: Any) -> str | None:
+        deps = state.dependencies
+        if isinstance(event, Record.Revalidated) and event.parents is not None:
+            deps = tuple(dict.fromkeys((*event.parents, *(event.observed or ()))))
+        for dep in deps:
+            found = self.by_id.get(dep)
+            if found is None:
+                return f"{what}: its dependency {dep!r} was never proposed"
+            if found.status is not None and found.status != Status.ACCEPTED.value:
+                return f"{what}: its dependency {dep!r} was {found.status}"
+        return None
+
+    def _fold(self, state: _RecordState, event: Any, after: str | None, position: int) -> None:
+        if isinstance(event, Record.Revalidated):
+            if event.parents is not None or event.observed is not None:
+                parents = event.parents if event.parents is not None else state.dependencies
+                state.dependencies = tuple(dict.fromkeys((*parents, *(event.observed or ()))))
+            # A record never accepted may come back as a CANDIDATE in later versions.
+            state.status = Status.ACCEPTED.value if state.accepted_once else None
+            return
+        if isinstance(event, Record.SnapshotErased):
+            self.snapshots[event.snapshot_ref] = (
+                position,
+                "erased",
+                state.record_id,
+                str(event.actor),
+                event.reason,
+            )
+            return
+        if after is not None:
+            state.status = after
+            if after == Status.ACCEPTED.value:
+                state.accepted_once = True
+
+
+def access_from_log(
+    engine: Engine, c: Cursor, token_hash: str, at: datetime
+) -> dict[str, list[str]]:
+    """The roles by scope of the principal holding the token ``token_hash``, from the
+    log alone; raises ``AuthenticationError`` unless the log issued that token to
+    it and it is unrevoked and unexpired at ``at``.
+
+    The access view (``pl_tokens``) serves only as an index from the token to its
+    subject; the subject's ``Principal`` events are read, checked against their
+    Merkle leaves and folded, so a forged ``pl_tokens`` or ``pl_grants`` row grants
+    nothing. What run-time checks call instead of trusting the view's rows
+    (``Caller.authenticate``); reads ``c`` inside the caller's transaction.
+
+    Raises:
+        AuthenticationError: the token is unknown to the log, revoked or expired.
+        CorruptEventError: a stored event of the principal was not appended by the
+            ledger.
+    """
+    row = access_view.token(c, engine.dialect, token_hash)
+    subject = None if row is None else str(row["subject"])
+    notes = (
+        [] if subject is None else engine.recorder.select_record_events(c, principal_uuid(subject))
+    )
+    if notes:
+        engine.recorder.vouch(c, notes)
+    state = AccessState()
+    for note in notes:
+        state.apply(note.id, engine.projector.decode(note))
+    token = state.tokens.get(token_hash)
+    if token is None or token.subject != subject:
+        raise AuthenticationError("token is unknown")
+    if token.revoked_position is not None:
+        raise AuthenticationError(f"token of {subject!r} was revoked")
+    if token.expires is not None and datetime_to_micros(at) >= token.expires:
+        raise AuthenticationError(f"token of {subject!r} expired")
+    return {
+        scope: sorted(roles)
+        for scope, roles in sorted(state.roles.get(token.subject, {}).items())
+        if roles
+    }
+
+
+_C, _A, _S = Status.CANDIDATE.value, Status.ACCEPTED.value, Status.STALE.value
+
+#: Event type -> (role needed, statuses it may follow, separation of duties, status after).
+_RULES: dict[str, tuple[str, tuple[str, ...], bool, str | None]] = {
+    "Accepted": ("approve", (_C,), True, _A),
+    "Rejected": ("approve", (_C,), True, Status.REJECTED.value),
+    "Revoked": ("approve", (_C, _A, _S), False, Status.REVOKED.value),
+    "MarkedStale": ("approve", (_C, _A, _S), False, _S),
+    "Superseded": ("approve", (_C, _A, _S), False, Status.SUPERSEDED.value),
+    "Revalidated": ("approve", (_S,), True, None),
+    "Delivered": ("deliver", (_A,), False, None),
+    "CorrectionIssued": ("deliver", (), False, None),
+    "SnapshotErased": (ADMIN, (), False, None),
+}
+
+__all__ = ["ADMIN", "AccessState", "AuthorizationReplay", "TokenState", "access_from_log"]

@@ -1,0 +1,151 @@
+"""Erasure of evidence bytes (GDPR Art. 17) without breaking verifiability.
+
+``Admin.erase_snapshot(ref, reason)`` removes the captured bytes behind a
+snapshot reference from the snapshot store and, in the same transaction,
+appends a ``Record.SnapshotErased`` event (who, which reference, why) to every
+evidence record captured with it. Nothing else changes:
+
+- the log still verifies: Merkle leaves commit to the events, which carry only
+  the content *hash*, never the bytes;
+- records built on the evidence keep their status (erasure is not revocation;
+  an admin who also wants that revokes the evidence);
+- ``Session.snapshot(ref)`` then raises ``SnapshotErasedError`` naming the
+  erasure, and ``verify`` checks that erased bytes are really gone and that no
+  other bytes went missing without an erasure in the log.
+
+Capturing the same bytes again later stores them again (a new act of
+collection, with its own record).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from eventsourcing.utils import get_topic
+
+from ledger.domain import Record, record_uuid
+from ledger.errors import SnapshotErasedError, UnknownSnapshotError
+from ledger.validation import check_text
+from projections import validity as validity_view
+from projections.base import Cursor
+
+if TYPE_CHECKING:
+    from ledger.engine import Engine, Write
+
+_SNAPSHOT_REF = re.compile(r"sha256:[0-9a-f]{64}")
+_ERASED_TOPIC = get_topic(Record.SnapshotErased)
+
+
+@dataclass(frozen=True)
+class Erasure:
+    """An erasure of snapshot bytes as the log records it."""
+
+    snapshot_ref: str
+    records: tuple[str, ...]  # the evidence records captured with it
+    position: int  # log position of the (last) erasure event
+    actor: str
+    reason: str
+    at: datetime
+    deleted: bool = True  # False: no bytes were stored any more when it was recorded
+
+
+def _check_ref(ref: object) -> str:
+    if not isinstance(ref, str) or not _SNAPSHOT_REF.fullmatch(ref):
+        raise UnknownSnapshotError(f"snapshot {ref!r} is not a sha256:<hex> reference")
+    return ref
+
+
+def _evidence_with(engine: Engine, c: Cursor, ref: str) -> list[str]:
+    """The evidence records captured with ``ref`` (every scope), by id."""
+    c.execute(
+        engine.dialect.q(
+            "SELECT DISTINCT record_id FROM {t}pl_records WHERE snapshot_ref=? "
+            f"AND {validity_view.NOW_FILTER} ORDER BY record_id"
+        ),
+        (ref,),
+    )
+    return [str(r["record_id"]) for r in c.fetchall()]
+
+
+def erasure_of(engine: Engine, c: Cursor, ref: str) -> Erasure | None:
+    """The newest erasure of ``ref`` recorded in the log (read with ``c``), or None."""
+    records = _evidence_with(engine, c, ref)
+    newest: tuple[int, Any] | None = None
+    for rid in records:
+        for note in engine.recorder.select_record_events(c, record_uuid(rid)):
+            if note.topic != _ERASED_TOPIC:
+                continue
+            event = engine.projector.decode(note)
+            if event.snapshot_ref == ref and (newest is None or note.id > newest[0]):
+                newest = (note.id, event)
+    if newest is None:
+        return None
+    position, event = newest
+    return Erasure(
+        snapshot_ref=ref,
+        records=tuple(records),
+        position=position,
+        actor=event.actor,
+        reason=event.reason,
+        at=event.timestamp,
+    )
+
+
+def check_not_erased(engine: Engine, c: Cursor, ref: str) -> None:
+    """Raise ``SnapshotErasedError`` if the log records an erasure of ``ref``.
+
+    ``Session.snapshot`` calls it when the bytes are missing.
+    """
+    found = erasure_of(engine, c, ref)
+    if found is not None:
+        raise SnapshotErasedError(
+            f"snapshot {ref!r} was erased at {found.at.isoformat()} by {found.actor!r} "
+            f"(log position {found.position}): {found.reason}"
+        )
+
+
+def erase_snapshot(engine: Engine, ref: str, reason: str, actor: str) -> Erasure:
+    """Remove the bytes behind ``ref`` and record who erased them and why, in one
+    write transaction (see the module docstring); returns the erasure.
+
+    Raises:
+        UnknownSnapshotError: ``ref`` is malformed or no evidence was captured with it.
+        SnapshotErasedError: its bytes were erased already.
+        InvalidValueError: ``reason`` is empty or not printable text.
+    """
+    engine.check_open()
+    ref = _check_ref(ref)
+    check_text(reason, "reason")
+
+    def work(w: Write) -> Erasure:
+        records = _evidence_with(engine, w.c, ref)
+        if not records:
+            raise UnknownSnapshotError(f"snapshot {ref!r} is unknown")
+        stored = engine.recorder.snapshot_content(w.c, ref) is not None
+        if not stored:
+            check_not_erased(engine, w.c, ref)
+        now = engine.now()
+        events: list[Any] = []
+        for rid in records:
+            record = engine.load_record(w.c, rid)
+            record.erase_snapshot(actor, ref, reason, now)
+            events += record.collect_events()
+        position = w.append(events)
+        w.c.execute(engine.dialect.q("DELETE FROM {t}pl_snapshots WHERE ref=?"), (ref,))
+        return Erasure(
+            snapshot_ref=ref,
+            records=tuple(records),
+            position=position,
+            actor=actor,
+            reason=reason,
+            at=now,
+            deleted=stored,
+        )
+
+    return engine.transact(work)
+
+
+__all__ = ["Erasure", "check_not_erased", "erase_snapshot", "erasure_of"]

@@ -1,0 +1,498 @@
+"""Full verification of a ledger: heads, log, authorization, views, evidence bytes.
+
+:func:`verify` (what ``Ledger.verify`` and ``provledger verify`` run) reads the
+log once, in one read transaction, and checks, in this order, naming the first
+problem it finds:
+
+1. **heads** — every kept signed head (``heads=``) verifies with ``public_key=``,
+   and heads later in the file are not smaller than earlier ones;
+2. **log** — every stored event's bytes are what was appended (its Merkle leaf,
+   written in the same transaction; the 0.1 check, same messages);
+3. **consistency** — the log is consistent with every kept head (an RFC 9162
+   consistency proof from the head's tree to the current one, and the head's
+   last position): truncation and rewriting before the newest head are caught;
+   with ``against=`` the same for one unsigned digest;
+4. **authorization** — every event's actor held the role it needed by the log's
+   own grant and token events at that position, separation of duties held, and
+   the status machine was obeyed (:mod:`ledger.authorization`);
+5. **views** — the views equal a replay of the log into a scratch SQLite database
+   in a temporary directory (the live views are only read, never repaired);
+6. **evidence bytes** — every stored snapshot matches its hash, every captured one
+   is present unless the log records its erasure, and no erased one is still stored.
+
+What no check can see: an event appended *after* the newest kept head by
+someone holding a valid token with the role it needs looks exactly like a
+legitimate command (see docs/evidence.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+import tempfile
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ledger import merkle
+from ledger.authorization import AuthorizationReplay
+from ledger.errors import InvalidInputError, LedgerError
+from ledger.heads import SignedHead, as_heads, key_id, load_public_key, verify_head
+from ledger.merkle import LogDigest, MerkleTree, Verification
+from projections.base import SQLITE, Cursor, fetch_in_chunks, rows_digest
+from projections.projector import Projector
+
+if TYPE_CHECKING:
+    from ledger.engine import Engine
+    from ledger.heads import PublicKeyLike
+
+#: How many problems a report lists (the first one is the report's ``problem``).
+MAX_PROBLEMS = 20
+_BATCH = 1000
+_CHECKS = ("heads", "log", "consistency", "authorization", "views", "evidence bytes")
+
+
+@dataclass
+class _Findings:
+    """Problems per check, in the order the checks are reported."""
+
+    by_check: dict[str, list[tuple[int | None, str]]] = field(
+        default_factory=lambda: {name: [] for name in _CHECKS}
+    )
+
+    def add(self, check: str, problem: str, position: int | None = None) -> None:
+        found = self.by_check[check]
+        if len(found) < MAX_PROBLEMS:
+            found.append((position, problem))
+
+    def ordered(self) -> list[tuple[int | None, str]]:
+        return [item for name in _CHECKS for item in self.by_check[name]]
+
+
+def verify(
+    engine: Engine,
+    against: LogDigest | str | None = None,
+    *,
+    heads: str | os.PathLike[str] | Iterable[SignedHead] | None = None,
+    public_key: PublicKeyLike | None = None,
+) -> Verification:
+    """Check the ledger completely (see the module docstring); never writes.
+
+    Args:
+        against: a digest kept elsewhere (``size:position:root``); the log must
+            extend it.
+        heads: signed heads kept elsewhere: a heads file path, or heads.
+        public_key: the key the heads were signed with (a ``KEY.pub`` path or key);
+            needed with ``heads``.
+
+    Raises:
+        InvalidInputError: ``against`` is not a digest; ``heads`` without
+            ``public_key``.
+        InvalidHeadError: the heads file is malformed.
+        InvalidKeyError: the public key cannot be loaded.
+    """
+    engine.check_open()
+    target = _as_digest(against)
+    kept = as_heads(heads)
+    key = None if public_key is None else load_public_key(public_key)
+    if kept and key is None:
+        raise InvalidInputError(
+            "verifying kept heads needs the public key that signed them (--public-key)"
+        )
+    findings = _Findings()
+    if key is not None:
+        _check_signatures(kept, key, findings)
+    replay = AuthorizationReplay()
+    with engine.reading() as c, _Scratch() as scratch:
+        tracking = engine.projector.tracking_map(c)
+        views_upto = min(tracking.values()) if tracking else 0
+        tree, positions, log_ok = _walk_log(engine, c, replay, scratch, views_upto, findings)
+        digest = LogDigest(
+            size=tree.size,
+            position=positions[-1] if positions else 0,
+            root=tree.root().hex(),
+        )
+        for number, head in enumerate(kept, start=1):
+            problem = _consistency_problem(tree, positions, head.digest, f"head {number}", head)
+            if problem is not None:
+                findings.add("consistency", problem)
+        proof: tuple[str, ...] = ()
+        if target is not None:
+            problem = _against_problem(tree, target)
+            if problem is not None:
+                findings.add("consistency", problem)
+            elif target.size < tree.size:
+                proof = tuple(p.hex() for p in tree.consistency_path(target.size))
+        if log_ok:
+            problem = _compare_views(engine, c, scratch)
+            if problem is not None:
+                findings.add("views", problem)
+            for problem in _evidence_problems(engine, c, replay):
+                findings.add("evidence bytes", problem)
+    ordered = findings.ordered()
+    ran = {
+        "heads": bool(kept),
+        "consistency": bool(kept) or target is not None,
+        "authorization": log_ok,
+        "views": log_ok,
+        "evidence bytes": log_ok,
+    }
+    checks = tuple(name for name in _CHECKS if ran.get(name, True))
+    if not ordered:
+        return Verification(
+            ok=True,
+            digest=digest,
+            consistency_proof=proof,
+            problems=(),
+            checks=checks,
+            heads=len(kept),
+            unchecked=tuple(sorted(replay.unchecked)),
+        )
+    located = [pos for pos, _ in ordered if pos is not None]
+    return Verification(
+        ok=False,
+        digest=digest,
+        first_bad_position=located[0] if located else None,
+        problem=ordered[0][1],
+        problems=tuple(problem for _, problem in ordered),
+        checks=checks,
+        heads=len(kept),
+        unchecked=tuple(sorted(replay.unchecked)),
+    )
+
+
+def _as_digest(against: LogDigest | str | None) -> LogDigest | None:
+    if against is None:
+        return None
+    try:
+        if isinstance(against, LogDigest):
+            return LogDigest.parse(str(against))
+        if isinstance(against, str):
+            return LogDigest.parse(against)
+        raise TypeError(f"expected a LogDigest or str, got {type(against).__name__}")
+    except (ValueError, TypeError) as exc:
+        raise InvalidInputError(f"cannot verify against {against!r}: {exc}") from None
+
+
+def _describe(head: SignedHead) -> str:
+    return f"tree size {head.tree_size}, signed {head.time.isoformat()}"
+
+
+def _check_signatures(kept: Sequence[SignedHead], key: Any, findings: _Findings) -> None:
+    expected = key_id(key)
+    for number, head in enumerate(kept, start=1):
+        if head.key_id != expected:
+            findings.add(
+                "heads",
+                f"head {number} ({_describe(head)}) was signed by key {head.key_id[:16]}…, "
+                f"not by the given public key {expected[:16]}…",
+            )
+        elif not verify_head(head, key):
+            findings.add(
+                "heads", f"head {number} ({_describe(head)}): the signature does not verify"
+            )
+        if number > 1 and head.tree_size < kept[number - 2].tree_size:
+            findings.add(
+                "heads",
+                f"head {number} ({_describe(head)}) is smaller than head {number - 1} "
+                f"(tree size {kept[number - 2].tree_size}): the log was cut back between them",
+            )
+
+
+def _walk_log(
+    engine: Engine,
+    c: Cursor,
+    replay: AuthorizationReplay,
+    scratch: _Scratch,
+    views_upto: int,
+    findings: _Findings,
+) -> tuple[MerkleTree, list[int], bool]:
+    """One pass over the stored events and leaves: the recomputed tree, the position
+    of each leaf, and whether the log is intact (then every event was replayed)."""
+    recorder = engine.recorder
+    tree, positions = MerkleTree(), []
+    log_ok = True
+    after = 0
+    while True:
+        notes = recorder.read_after(c, after, _BATCH)
+        upper = notes[-1].id if notes else None
+        stored = dict(recorder.leaves(c, after, upper))
+        by_position = {n.id: n for n in notes}
+        batch: list[tuple[int, Any]] = []
+        for position in sorted(set(stored) | set(by_position)):
+            note = by_position.get(position)
+            leaf = (
+                None
+                if note is None
+                else merkle.leaf_hash(
+                    merkle.leaf_data(
+                        note.id, note.originator_id, note.originator_version, note.topic, note.state
+                    )
+                )
+            )
+            if log_ok:
+                problem = _leaf_problem(position, leaf, stored.get(position))
+                if problem is not None:
+                    findings.add("log", problem, position)
+                    log_ok = False
+            if leaf is not None:
+                tree.append(leaf)
+                positions.append(position)
+            if not log_ok or note is None:
+                continue
+            try:
+                event = engine.projector.decode(note)
+            except LedgerError as exc:
+                findings.add("log", str(exc), position)
+                log_ok = False
+                continue
+            problem = replay.apply(position, event)
+            if problem is not None:
+                findings.add("authorization", problem, position)
+            if position <= views_upto:
+                batch.append((position, event))
+        if batch and log_ok:
+            problem = scratch.apply(batch)
+            if problem is not None:
+                findings.add("views", problem)
+                log_ok = False
+        if upper is None:
+            return tree, positions, log_ok
+        after = upper
+
+
+def _leaf_problem(position: int, leaf: bytes | None, stored: bytes | None) -> str | None:
+    if leaf is None:
+        return f"the event at position {position} is missing"
+    if stored is None:
+        return f"the event at position {position} was not appended by the ledger"
+    if leaf != stored:
+        return f"the stored bytes at position {position} differ from what was appended"
+    return None
+
+
+def _consistency_problem(
+    tree: MerkleTree,
+    positions: Sequence[int],
+    kept: LogDigest,
+    name: str,
+    head: SignedHead | None = None,
+) -> str | None:
+    """Why the log is not consistent with a kept digest or head, or None."""
+    what = f"{name} ({_describe(head)})" if head is not None else f"{name} {kept}"
+    if kept.size > tree.size:
+        return (
+            f"the log has {tree.size} events; {what} describes {kept.size}: events were "
+            "removed after it was taken"
+        )
+    proof = tree.consistency_path(kept.size)
+    if not merkle.verify_consistency(
+        kept.size, tree.size, bytes.fromhex(kept.root), tree.root(), proof
+    ):
+        return (
+            f"the first {kept.size} events do not match {what}: the log was rewritten "
+            "before it was taken"
+        )
+    if kept.size and positions[kept.size - 1] != kept.position:
+        return (
+            f"{what} ends at log position {kept.position}, but its last event is at "
+            f"position {positions[kept.size - 1]}"
+        )
+    return None
+
+
+def _against_problem(tree: MerkleTree, target: LogDigest) -> str | None:
+    # The 0.1 messages, which scripts may match on.
+    if target.size > tree.size:
+        return f"the log has {tree.size} events; the digest describes {target.size}"
+    proof = tree.consistency_path(target.size)
+    if tree.root(target.size).hex() != target.root or not merkle.verify_consistency(
+        target.size, tree.size, bytes.fromhex(target.root), tree.root(), proof
+    ):
+        return f"the first {target.size} events do not match the digest {target}"
+    return None
+
+
+def check_extends(engine: Engine, head: SignedHead) -> str | None:
+    """Why the ledger's stored leaves are not consistent with ``head``, or None.
+
+    Cheaper than :func:`verify` (reads only the leaves table): what
+    :func:`ledger.heads.publish_head` checks before appending a new head.
+    """
+    tree, positions = stored_tree(engine)
+    return _consistency_problem(tree, positions, head.digest, "the newest kept head", head)
+
+
+def stored_tree(engine: Engine, size: int | None = None) -> tuple[MerkleTree, list[int]]:
+    """The Merkle tree over the leaves stored at append time (the first ``size``),
+    and the log position of each leaf."""
+    tree, positions = MerkleTree(), []
+    with engine.reading() as c:
+        for position, leaf in engine.recorder.leaves(c):
+            if size is not None and tree.size >= size:
+                break
+            tree.append(leaf)
+            positions.append(position)
+    return tree, positions
+
+
+# -- views: a replay in a scratch database ------------------------------------------------
+
+
+class _Scratch:
+    """A throwaway SQLite database in a temporary directory, replaying the log into
+    fresh views with the ledger's own projections."""
+
+    def __enter__(self) -> _Scratch:
+        self._dir = tempfile.TemporaryDirectory(prefix="provledger-verify-")
+        self.connection = sqlite3.connect(Path(self._dir.name) / "replay.db", isolation_level=None)
+        self.connection.row_factory = sqlite3.Row
+        self.connection.execute("PRAGMA journal_mode=OFF")
+        self.connection.execute("PRAGMA synchronous=OFF")
+        self.cursor = self.connection.cursor()
+        self.projector = Projector(dialect=SQLITE, reader=lambda c, after, limit: [])
+        self.cursor.execute("BEGIN")
+        self.projector.reset(self.cursor)  # empty views in the current layout
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.connection.close()
+        self._dir.cleanup()
+
+    def apply(self, batch: list[tuple[int, Any]]) -> str | None:
+        """Apply decoded events; a problem if the projections refuse them."""
+        try:
+            self.projector.apply(self.cursor, batch)
+        except LedgerError as exc:
+            return f"replaying the log into fresh views fails: {exc}"
+        return None
+
+
+def _rows(c: Cursor, sql: str) -> tuple[list[str], Iterator[tuple[Any, ...]]]:
+    c.execute(sql)
+    raw: Any = getattr(c, "sqlite_cursor", c)
+    names = [str(col[0]) for col in raw.description]
+
+    def rows() -> Iterator[tuple[Any, ...]]:
+        for row in fetch_in_chunks(c):
+            values = row.values() if isinstance(row, dict) else row
+            yield tuple(_plain(v) for v in values)
+
+    return names, rows()
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (memoryview, bytearray)):
+        return bytes(value)
+    return value
+
+
+def _compare_views(engine: Engine, c: Cursor, scratch: _Scratch) -> str | None:
+    """The first difference between the live views and the replay, or None."""
+    d = engine.dialect
+    for table in (*engine.projector.tables, "pl_tracking"):
+        names, replayed = _rows(scratch.cursor, f"SELECT * FROM {table}")
+        replay_digest = rows_digest(replayed)
+        live_names, live = _rows(c, d.q(f"SELECT * FROM {{t}}{table}"))
+        missing = [n for n in names if n not in live_names]
+        if missing:
+            return f"view {table} lacks the column {missing[0]!r} a replay of the log fills"
+        order = [live_names.index(n) for n in names]
+        if rows_digest(tuple(row[i] for i in order) for row in live) == replay_digest:
+            continue
+        # They differ: read both sides whole (only now) to name the first difference.
+        replay_all = Counter(_rows(scratch.cursor, f"SELECT * FROM {table}")[1])
+        live_all = Counter(
+            tuple(row[i] for i in order) for row in _rows(c, d.q(f"SELECT * FROM {{t}}{table}"))[1]
+        )
+        return _difference(table, names, live_all - replay_all, replay_all - live_all)
+    return None
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, bytes):
+        return f"<{len(value)} bytes>"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "…"
+
+
+def _difference(
+    table: str,
+    names: Sequence[str],
+    live_only: Counter[tuple[Any, ...]],
+    replay_only: Counter[tuple[Any, ...]],
+) -> str:
+    def key(row: tuple[Any, ...]) -> tuple[str, ...]:
+        return tuple(repr(v) for v in row)
+
+    def ident(row: tuple[Any, ...], width: int) -> str:
+        pairs = zip(names[:width], row[:width], strict=False)
+        return ", ".join(f"{n}={_show(v)}" for n, v in pairs)
+
+    extra = sorted(live_only, key=key)
+    lacking = sorted(replay_only, key=key)
+    for row in extra:
+        twins = [r for r in lacking if r[0] == row[0]]
+        if not twins:
+            continue
+        twin = max(twins, key=lambda r: sum(a == b for a, b in zip(r, row, strict=True)))
+        diffs = [i for i, (a, b) in enumerate(zip(row, twin, strict=True)) if a != b]
+        first = diffs[0]
+        more = f" (and {len(diffs) - 1} more columns)" if len(diffs) > 1 else ""
+        return (
+            f"view {table} differs from a replay of the log: the row {ident(row, 2)} has "
+            f"{names[first]}={_show(row[first])} where the replay has {_show(twin[first])}{more}"
+        )
+    if extra:
+        return f"view {table} has a row no event produced: {ident(extra[0], 4)}"
+    return f"view {table} lacks a row the log produces: {ident(lacking[0], 4)}"
+
+
+# -- evidence bytes -------------------------------------------------------------------------
+
+
+def _evidence_problems(engine: Engine, c: Cursor, replay: AuthorizationReplay) -> Iterator[str]:
+    """Stored snapshot bytes against what the log says should (not) be there."""
+    d = engine.dialect
+    c.execute(d.q("SELECT ref, content FROM {t}pl_snapshots ORDER BY ref"))
+    present: set[str] = set()
+    for row in fetch_in_chunks(c, 64):
+        ref, content = str(row["ref"]), bytes(row["content"])
+        present.add(ref)
+        state = replay.snapshots.get(ref)
+        if "sha256:" + hashlib.sha256(content).hexdigest() != ref:
+            yield f"snapshot {ref}: the stored bytes do not match their hash"
+        elif state is None:
+            yield f"snapshot {ref} is stored but no evidence in the log captured it"
+        elif state[1] == "erased":
+            yield (
+                f"snapshot {ref} was erased at position {state[0]} (evidence {state[2]!r}) "
+                "but its bytes are still stored"
+            )
+    for ref, (position, what, record, _by, _reason) in sorted(replay.snapshots.items()):
+        if what == "captured" and ref not in present:
+            yield (
+                f"the bytes of snapshot {ref} (evidence {record!r}, captured at position "
+                f"{position}) are missing, and the log records no erasure of them"
+            )
+
+
+__all__ = ["MAX_PROBLEMS", "check_extends", "stored_tree", "verify"]
+
+
+def digest(engine: Engine) -> LogDigest:
+    """The Merkle root over every event as it was appended."""
+    last = 0
+
+    def leaves() -> Iterator[bytes]:
+        nonlocal last
+        for position, leaf in engine.recorder.leaves(c):
+            last = position
+            yield leaf
+
+    with engine.reading() as c:
+        size, root = merkle.root_of(leaves())
+    return LogDigest(size=size, position=last, root=root.hex())

@@ -1,0 +1,138 @@
+"""The reverse-dependency index: ``pl_edges``, parent → child over declared and
+observed dependencies, part of the current-validity view.
+
+Edges are versioned like record rows (``from_pos``/``to_pos``), so a new basis
+given at revalidation replaces a record's edges without losing what they were at
+any past position. Walks over the index cost what the subgraph holds, never what
+the ledger holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from projections.base import Cursor, Dialect, insert_rows, rows_in
+
+DDL = (
+    "CREATE TABLE IF NOT EXISTS {t}pl_edges ("
+    "parent_id TEXT NOT NULL, child_id TEXT NOT NULL, edge TEXT NOT NULL, "
+    "from_pos {bigint} NOT NULL, to_pos {bigint}, "
+    "PRIMARY KEY (child_id, parent_id, from_pos))",
+    "CREATE INDEX IF NOT EXISTS pl_edges_parent ON {t}pl_edges (parent_id)",
+)
+
+TABLES = ("pl_edges",)
+
+COLUMNS = ("parent_id", "child_id", "edge", "from_pos")
+
+AS_OF_FILTER = "from_pos <= ? AND (to_pos IS NULL OR to_pos > ?)"
+
+Edge = tuple[str, str, str, int]
+
+
+def rows(child: str, parents: Sequence[str], observed: Sequence[str], pos: int) -> list[Edge]:
+    """The edge rows of ``child`` opened at ``pos``: declared, then observed-only."""
+    out = [(p, child, "declared", pos) for p in parents]
+    out += [(o, child, "observed", pos) for o in observed if o not in parents]
+    return out
+
+
+def insert(c: Cursor, d: Dialect, edges: Sequence[Edge]) -> None:
+    """Insert edge rows (from :func:`rows`)."""
+    insert_rows(c, d, "pl_edges", COLUMNS, edges)
+
+
+def replace(
+    c: Cursor, d: Dialect, child: str, parents: Sequence[str], observed: Sequence[str], pos: int
+) -> None:
+    """Close ``child``'s current edges at ``pos`` and open its new basis."""
+    c.execute(
+        d.q("UPDATE {t}pl_edges SET to_pos=? WHERE child_id=? AND to_pos IS NULL"), (pos, child)
+    )
+    insert(c, d, rows(child, parents, observed, pos))
+
+
+def children(c: Cursor, d: Dialect, parent_ids: Sequence[str]) -> list[tuple[str, str, str]]:
+    """Current (parent, child, edge) rows for the given parents."""
+    return _edges_where(c, d, "parent_id", parent_ids, None)
+
+
+def descendants(c: Cursor, d: Dialect, root: str) -> list[tuple[str, str]]:
+    """Every transitive descendant of ``root`` with the parent it was first reached from.
+
+    Breadth-first over the reverse-dependency index: the cost follows the number
+    of descendants, not the size of the ledger.
+    """
+    seen: dict[str, str] = {}
+    frontier = [root]
+    while frontier:
+        nxt: list[str] = []
+        for parent, child, _edge in children(c, d, frontier):
+            if child != root and child not in seen:
+                seen[child] = parent
+                nxt.append(child)
+        frontier = nxt
+    return list(seen.items())
+
+
+def _edges_where(
+    c: Cursor, d: Dialect, column: str, ids: Sequence[str], position: int | None
+) -> list[tuple[str, str, str]]:
+    """(parent, child, edge) rows whose ``column`` is one of ``ids``, now or after ``position``."""
+    when = "to_pos IS NULL" if position is None else AS_OF_FILTER
+    select = (
+        "SELECT parent_id, child_id, edge FROM {{t}}pl_edges "
+        f"WHERE {column} IN ({{marks}}) AND {when} ORDER BY parent_id, child_id"
+    )
+    after = () if position is None else (position, position)
+    return [(r["parent_id"], r["child_id"], r["edge"]) for r in rows_in(c, d, select, ids, after)]
+
+
+def lineage(
+    c: Cursor,
+    d: Dialect,
+    root: str,
+    *,
+    ancestors: bool,
+    descendants: bool,
+    position: int | None = None,
+) -> list[tuple[str, str, str]]:
+    """Every (parent, child, edge) on a path up from ``root`` (its ancestors) and/or
+    down from it (its descendants), over declared and observed edges.
+
+    Breadth-first over the edge index; the cost follows the size of the subgraph.
+    """
+    found: dict[tuple[str, str, str], None] = {}
+    for wanted, near, far in ((ancestors, "child_id", 0), (descendants, "parent_id", 1)):
+        if not wanted:
+            continue
+        seen = {root}
+        frontier = [root]
+        while frontier:
+            nxt: list[str] = []
+            for row in _edges_where(c, d, near, frontier, position):
+                found.setdefault(row, None)
+                if row[far] not in seen:
+                    seen.add(row[far])
+                    nxt.append(row[far])
+            frontier = nxt
+    return list(found)
+
+
+def edges_among(
+    c: Cursor, d: Dialect, ids: Sequence[str], position: int | None = None
+) -> list[tuple[str, str, str]]:
+    """(parent, child, edge) rows with both ends in ``ids``, now or after ``position``."""
+    members = set(ids)
+    return [e for e in _edges_where(c, d, "parent_id", list(ids), position) if e[1] in members]
+
+
+def basis_since(c: Cursor, d: Dialect, child: str) -> int | None:
+    """The log position from which ``child``'s current dependencies hold (None if it
+    has none)."""
+    c.execute(
+        d.q("SELECT MAX(from_pos) AS p FROM {t}pl_edges WHERE child_id=? AND to_pos IS NULL"),
+        (child,),
+    )
+    row = c.fetchone()
+    return None if row is None or row["p"] is None else int(row["p"])

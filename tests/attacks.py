@@ -1,0 +1,375 @@
+"""Attacks on a ledger by someone with write access to its database, and what catches them.
+
+A *scene* (:func:`build_scene`) is a small ledger whose operator kept signed
+tree heads elsewhere: E1 (evidence) and M1 (a fact resting on it) accepted, F1
+and G1 candidates, a head kept; then E1 revoked (M1 STALE), one more proposal,
+and a second head kept. Each attack in :data:`ATTACKS` then edits the database
+directly, with the append-only triggers dropped, as an attacker holding the
+database (not the signing key) could, and covers its tracks where it can
+(rebuilding the views, removing forged rows). :func:`detect` runs
+``Ledger.verify`` with and without the kept heads.
+
+:data:`EXPECTED` is what docs/evidence.md promises for each attack:
+``(detected with kept heads, detected without)``. ``tests/test_evidence.py``
+asserts it on SQLite and PostgreSQL; ``scripts/soak.py --campaign tamper``
+repeats the attacks on random victims and prints the table as measured.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import sqlite3
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+from ledger import Kind, Ledger, Session, merkle
+from ledger.access import hash_token
+from ledger.domain import Record, record_uuid
+from ledger.heads import generate_key, publish_head
+from ledger.merkle import Verification
+from ledger.persistence import resolve_url
+
+
+class Raw:
+    """Direct SQL on the ledger's database, as an attacker with write access has.
+
+    Statements use ``?`` placeholders, unqualified ``pl_…`` table names, ``EVENTS``
+    for the stored events table and ``POS`` for its position column. Every call
+    first drops the append-only triggers (whoever holds the database can).
+    """
+
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+        backend = resolve_url(ledger.url)
+        self.backend = backend.kind
+        if backend.kind == "sqlite":
+            assert backend.path is not None
+            self.path = backend.path
+            self.events, self.pos = "stored_events", "rowid"
+        elif backend.kind == "postgresql":
+            self.env = backend.env
+            self.schema = parse_qs(urlparse(ledger.url).query).get("schema", ["public"])[-1]
+            self.events, self.pos = f"{self.schema}.provledger_events", "notification_id"
+        else:
+            raise ValueError("attacks need a database another connection can open")
+
+    def _sql(self, sql: str) -> str:
+        sql = sql.replace("EVENTS", self.events).replace("POS", self.pos)
+        if self.backend == "postgresql":
+            sql = re.sub(r"\bpl_", f"{self.schema}.pl_", sql).replace("?", "%s")
+        return sql
+
+    def run(self, *statements: tuple[str, Sequence[Any]]) -> list[list[tuple[Any, ...]]]:
+        """Run ``statements`` in one transaction; the rows each returned."""
+        out: list[list[tuple[Any, ...]]] = []
+        if self.backend == "sqlite":
+            con = sqlite3.connect(self.path)
+            try:
+                for table in ("stored_events", "pl_merkle_leaves", "pl_commits"):
+                    for what in ("update", "delete"):
+                        con.execute(f"DROP TRIGGER IF EXISTS {table}_no_{what}")
+                for sql, params in statements:
+                    out.append([tuple(r) for r in con.execute(self._sql(sql), tuple(params))])
+                con.commit()
+            finally:
+                con.close()
+            return out
+        import psycopg
+
+        env = self.env
+        with psycopg.connect(
+            host=env["POSTGRES_HOST"],
+            port=int(env["POSTGRES_PORT"]),
+            dbname=env["POSTGRES_DBNAME"],
+            user=env["POSTGRES_USER"],
+            password=env["POSTGRES_PASSWORD"] or None,
+        ) as conn:
+            for table in ("provledger_events", "pl_merkle_leaves", "pl_commits"):
+                for name in ("append_only", "no_truncate"):
+                    conn.execute(f"DROP TRIGGER IF EXISTS {table}_{name} ON {self.schema}.{table}")
+            for sql, params in statements:
+                cursor = conn.execute(self._sql(sql), tuple(params))
+                out.append([tuple(r) for r in cursor.fetchall()] if cursor.description else [])
+        return out
+
+    def one(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """The rows of one statement."""
+        return self.run((sql, params))[0]
+
+
+@dataclass
+class Scene:
+    """A ledger under attack, with the heads its operator kept elsewhere."""
+
+    ledger: Ledger
+    raw: Raw
+    agent: Session
+    agent2: Session
+    reviewer: Session
+    reviewer_token: str
+    key: Path
+    public_key: Path
+    heads: Path
+    clock: Callable[[], datetime]
+
+
+def build_scene(
+    ledger: Ledger, directory: Path, clock: Callable[[], datetime], noise: int = 0
+) -> Scene:
+    """The scene of the module docstring on ``ledger`` (heads and key in ``directory``);
+    ``noise`` more records proposed by agent-2 (every other one accepted) before E1
+    is revoked, so the attacked positions vary."""
+    admin = ledger.admin()
+    admin.grant("agent-1", scope="proj-a", roles=["propose", "read"])
+    admin.grant("agent-2", scope="proj-a", roles=["propose", "read"])
+    admin.grant("reviewer", scope="proj-a", roles=["approve", "read", "audit", "deliver"])
+    reviewer_token = admin.issue_token("reviewer")
+    agent = ledger.authenticate(admin.issue_token("agent-1"))
+    agent2 = ledger.authenticate(admin.issue_token("agent-2"))
+    reviewer = ledger.authenticate(reviewer_token)
+    agent.capture(scope="proj-a", uri="https://docs.test/retries", content=b"retries ok", id="E1")
+    reviewer.accept("E1")
+    agent.propose(
+        scope="proj-a",
+        claim_key="api.retry_safe",
+        value=True,
+        kind=Kind.FACT,
+        parents=["E1"],
+        id="M1",
+    )
+    reviewer.accept("M1")
+    agent.propose(scope="proj-a", claim_key="api.timeout", value=30, kind=Kind.FACT, id="F1")
+    agent2.propose(scope="proj-a", claim_key="api.limit", value=100, kind=Kind.FACT, id="G1")
+    key = directory / "ledger-key"
+    generate_key(key)
+    heads = directory / "heads.jsonl"
+    publish_head(ledger, key, heads)
+    for n in range(noise):
+        agent2.propose(scope="proj-a", claim_key=f"noise.{n}", value=n, kind=Kind.FACT, id=f"N{n}")
+        if n % 2 == 0:
+            reviewer.accept(f"N{n}")
+    reviewer.revoke("E1", reason="the page changed")
+    agent.propose(scope="proj-a", claim_key="api.region", value="eu", kind=Kind.FACT, id="F2")
+    publish_head(ledger, key, heads)
+    return Scene(
+        ledger=ledger,
+        raw=Raw(ledger),
+        agent=agent,
+        agent2=agent2,
+        reviewer=reviewer,
+        reviewer_token=reviewer_token,
+        key=key,
+        public_key=Path(f"{key}.pub"),
+        heads=heads,
+        clock=clock,
+    )
+
+
+def detect(scene: Scene, with_heads: bool) -> Verification:
+    """``verify`` as an auditor runs it: with the kept heads and key, or without."""
+    if with_heads:
+        return scene.ledger.verify(heads=scene.heads, public_key=scene.public_key)
+    return scene.ledger.verify()
+
+
+# -- the attacks -------------------------------------------------------------------------
+
+
+def _last_positions(scene: Scene, n: int) -> list[int]:
+    rows = scene.raw.one(f"SELECT POS FROM EVENTS ORDER BY POS DESC LIMIT {int(n)}")
+    return sorted(int(r[0]) for r in rows)
+
+
+def truncate(scene: Scene, rebuild: bool = True, n: int = 3) -> str:
+    """Delete the last ``n`` events and their leaves (undoing the revocation of E1);
+    rebuild the views so they agree with the shortened log."""
+    victims = _last_positions(scene, n)
+    marks = ", ".join("?" for _ in victims)
+    scene.raw.run(
+        (f"DELETE FROM EVENTS WHERE POS IN ({marks})", victims),
+        (f"DELETE FROM pl_merkle_leaves WHERE position IN ({marks})", victims),
+        (f"DELETE FROM pl_commits WHERE last_pos IN ({marks})", victims),
+    )
+    if rebuild:
+        scene.ledger.rebuild()
+    return f"deleted the events at positions {victims} and their leaves"
+
+
+def append_event(scene: Scene, event: Any) -> int:
+    """Append a well-formed event with a correct Merkle leaf, then let the views
+    catch up (as the next open would); returns its position."""
+    stored = scene.ledger.engine.app.mapper.to_stored_event(event)
+    oid = stored.originator_id
+    key = oid.hex if scene.raw.backend == "sqlite" else oid
+    (row,) = scene.raw.run(
+        (
+            "INSERT INTO EVENTS (originator_id, originator_version, topic, state) "
+            "VALUES (?, ?, ?, ?) RETURNING POS",
+            (key, stored.originator_version, stored.topic, stored.state),
+        )
+    )[0]
+    position = int(row[0])
+    leaf = merkle.leaf_hash(
+        merkle.leaf_data(position, oid, stored.originator_version, stored.topic, stored.state)
+    )
+    scene.raw.one("INSERT INTO pl_merkle_leaves (position, leaf) VALUES (?, ?)", (position, leaf))
+    scene.ledger.catch_up()
+    return position
+
+
+def _version(scene: Scene, record_id: str) -> int:
+    oid = record_uuid(record_id)
+    key = oid.hex if scene.raw.backend == "sqlite" else oid
+    rows = scene.raw.one("SELECT MAX(originator_version) FROM EVENTS WHERE originator_id=?", (key,))
+    return int(rows[0][0])
+
+
+def forged_accept(scene: Scene, actor: str, record_id: str = "F1") -> str:
+    """Append ``Accepted`` of a candidate by ``actor`` with a recomputed leaf."""
+    event = Record.Accepted(
+        originator_id=record_uuid(record_id),
+        originator_version=_version(scene, record_id) + 1,
+        timestamp=scene.clock(),
+        actor=actor,
+        note="",
+    )
+    position = append_event(scene, event)
+    return f"appended Accepted of {record_id} by {actor!r} at position {position}"
+
+
+def rewrite_before_head(scene: Scene) -> str:
+    """Rewrite the revocation's reason in the stored event and its leaf (a position
+    the newest kept head covers); rebuild the views from the rewritten log."""
+    oid = record_uuid("E1")
+    key = oid.hex if scene.raw.backend == "sqlite" else oid
+    position, version, topic, state = scene.raw.one(
+        "SELECT POS, originator_version, topic, state FROM EVENTS WHERE originator_id=? "
+        "ORDER BY originator_version DESC LIMIT 1",
+        (key,),
+    )[0]
+    state = bytes(state)
+    forged = state.replace(b"the page changed", b"the page is fine")  # same length
+    assert forged != state
+    leaf = merkle.leaf_hash(merkle.leaf_data(int(position), oid, int(version), str(topic), forged))
+    scene.raw.run(
+        ("UPDATE EVENTS SET state=? WHERE POS=?", (forged, position)),
+        ("UPDATE pl_merkle_leaves SET leaf=? WHERE position=?", (leaf, position)),
+    )
+    scene.ledger.rebuild()
+    return f"rewrote the event at position {position} and its leaf"
+
+
+def view_edit(scene: Scene) -> str:
+    """``UPDATE pl_records SET status='ACCEPTED'`` on the STALE record M1."""
+    scene.raw.one(
+        "UPDATE pl_records SET status='ACCEPTED', cause_root=NULL, reason=NULL "
+        "WHERE record_id='M1' AND to_pos IS NULL"
+    )
+    return "set M1 (STALE) to ACCEPTED in pl_records"
+
+
+def forged_grant(scene: Scene, remove_rows: bool = True) -> str:
+    """Forge token and grant rows for a 'ghost' principal, accept G1 as the ghost
+    through the library (a genuine leaf), then remove the forged rows."""
+    token = "plt_" + uuid.uuid4().hex
+    position = scene.ledger.position
+    scene.raw.run(
+        (
+            "INSERT INTO pl_tokens (token_hash, subject, issued_pos, issued_at) "
+            "VALUES (?, 'ghost', ?, 0)",
+            (hash_token(token), position),
+        ),
+        *(
+            (
+                "INSERT INTO pl_grants (subject, scope, role, from_pos, granted_at, granted_by) "
+                "VALUES ('ghost', 'proj-a', ?, ?, 0, 'admin')",
+                (role, position),
+            )
+            for role in ("approve", "read")
+        ),
+    )
+    scene.ledger.authenticate(token).accept("G1")
+    if remove_rows:
+        scene.raw.run(
+            ("DELETE FROM pl_tokens WHERE subject='ghost'", ()),
+            ("DELETE FROM pl_grants WHERE subject='ghost'", ()),
+        )
+    return "forged pl_tokens/pl_grants rows for 'ghost', who accepted G1" + (
+        "; rows removed" if remove_rows else ""
+    )
+
+
+def forged_role(scene: Scene) -> str:
+    """Forge a ``pl_grants`` row giving agent-1 'approve'; agent-1 accepts G1."""
+    scene.raw.one(
+        "INSERT INTO pl_grants (subject, scope, role, from_pos, granted_at, granted_by) "
+        "VALUES ('agent-1', 'proj-a', 'approve', ?, 0, 'admin')",
+        (scene.ledger.position,),
+    )
+    scene.agent.accept("G1")
+    scene.raw.one("DELETE FROM pl_grants WHERE subject='agent-1' AND role='approve'")
+    return "forged an 'approve' row for agent-1, who accepted G1; row removed"
+
+
+def delete_bytes(scene: Scene) -> str:
+    """Delete E1's captured bytes from the snapshot store without an erasure."""
+    scene.raw.one("DELETE FROM pl_snapshots")
+    return "deleted the snapshot bytes without an erasure event"
+
+
+#: Attack name -> (what it does, how to run it on a scene).
+ATTACKS: dict[str, tuple[str, Callable[[Scene], str]]] = {
+    "truncation": ("truncation of the last 3 events + leaves, views rebuilt", truncate),
+    "truncation-views-left": (
+        "truncation of the last 3 events + leaves, views left as they were",
+        lambda s: truncate(s, rebuild=False),
+    ),
+    "rewrite-before-head": (
+        "rewrite of an event + its leaf before the newest head, views rebuilt",
+        rewrite_before_head,
+    ),
+    "forged-append-authorized": (
+        "forged append (recomputed leaf) of Accepted by a real approver, after the newest head",
+        lambda s: forged_accept(s, "reviewer"),
+    ),
+    "forged-append-unauthorized": (
+        "forged append (recomputed leaf) of Accepted by its own proposer",
+        lambda s: forged_accept(s, "agent-1"),
+    ),
+    "view-edit": ("UPDATE pl_records SET status='ACCEPTED' on a STALE record", view_edit),
+    "forged-grant": (
+        "forged pl_grants/pl_tokens rows; the ghost accepts a candidate; rows removed",
+        forged_grant,
+    ),
+    "forged-grant-kept": (
+        "forged pl_grants/pl_tokens rows; the ghost accepts a candidate; rows kept",
+        lambda s: forged_grant(s, remove_rows=False),
+    ),
+    "forged-role": ("forged 'approve' row for a real principal, who accepts", forged_role),
+    "bytes-deleted": ("evidence bytes deleted without an erasure event", delete_bytes),
+}
+
+#: Attack -> (detected with kept heads, detected without): what docs/evidence.md says.
+EXPECTED: dict[str, tuple[bool, bool]] = {
+    "truncation": (True, False),
+    "truncation-views-left": (True, True),
+    "rewrite-before-head": (True, False),
+    "forged-append-authorized": (False, False),
+    "forged-append-unauthorized": (True, True),
+    "view-edit": (True, True),
+    "forged-grant": (True, True),
+    "forged-grant-kept": (True, True),
+    "forged-role": (True, True),
+    "bytes-deleted": (True, True),
+}
+
+
+def random_victim(rng: random.Random) -> str:
+    """An attack name drawn at random (for the soak campaign)."""
+    return rng.choice(sorted(ATTACKS))

@@ -1,0 +1,709 @@
+"""Verifiable evidence: signed tree heads, full verification, compliance bundles, erasure.
+
+The attacks of ``tests/attacks.py`` run on SQLite and PostgreSQL, each checked
+with and without the kept heads against what docs/evidence.md promises.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import stat
+import zipfile
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ledger import Kind, Ledger, Outcome, Status, merkle
+from ledger.bundle import HIDDEN, verify_bundle, write_bundle
+from ledger.cli import main
+from ledger.errors import (
+    AccessDeniedError,
+    InvalidHeadError,
+    InvalidInputError,
+    InvalidKeyError,
+    SnapshotErasedError,
+    UnknownSnapshotError,
+)
+from ledger.heads import (
+    SignedHead,
+    append_head,
+    generate_key,
+    load_heads,
+    publish_head,
+    sign_head,
+    verify_head,
+)
+
+from .attacks import ATTACKS, EXPECTED, Scene, append_event, build_scene, detect, forged_accept
+from .conftest import Clock, World
+
+BACKENDS = ["sqlite", "postgres"]
+
+#: Attack -> (words the problem names with kept heads, without), when detected.
+PROBLEMS: dict[str, tuple[str | None, str | None]] = {
+    "truncation": ("events were removed after it was taken", None),
+    "truncation-views-left": (
+        "events were removed after it was taken",
+        "view pl_records differs from a replay of the log",
+    ),
+    "rewrite-before-head": ("the log was rewritten before it was taken", None),
+    "forged-append-authorized": (None, None),
+    "forged-append-unauthorized": (
+        "'agent-1' did not hold 'approve' in scope 'proj-a'",
+        "'agent-1' did not hold 'approve' in scope 'proj-a'",
+    ),
+    "view-edit": (
+        "the row record_id='M1', from_pos=",
+        "has status='ACCEPTED' where the replay has 'STALE'",
+    ),
+    "forged-grant": ("'ghost' held no valid token then", "'ghost' held no valid token then"),
+    "forged-grant-kept": ("'ghost' held no valid token then", "'ghost' held no valid token then"),
+    "forged-role": (
+        "Accepted of 'G1' at position",
+        "'agent-1' did not hold 'approve' in scope 'proj-a' then",
+    ),
+    "bytes-deleted": ("no erasure of them", "are missing, and the log records no erasure"),
+}
+
+
+@pytest.fixture
+def scene(open_ledger: Callable[..., Ledger], tmp_path: Path, clock: Clock) -> Scene:
+    return build_scene(open_ledger(), tmp_path, clock)
+
+
+# -- every attack, with and without kept heads ------------------------------------------
+
+
+@pytest.mark.parametrize("ledger_url", BACKENDS, indirect=True)
+@pytest.mark.parametrize("attack", sorted(ATTACKS))
+def test_each_attack_is_detected_exactly_as_documented(scene: Scene, attack: str) -> None:
+    # Given an untouched ledger that verifies with and without its kept heads
+    assert detect(scene, with_heads=True).ok, detect(scene, with_heads=True).problem
+    assert detect(scene, with_heads=False).ok
+
+    # When someone with write access to the database runs the attack
+    ATTACKS[attack][1](scene)
+
+    # Then verify fails (or not) exactly as docs/evidence.md says, naming the problem
+    for with_heads, expected, words in zip(
+        (True, False), EXPECTED[attack], PROBLEMS[attack], strict=True
+    ):
+        report = detect(scene, with_heads)
+        assert (not report.ok) == expected, (attack, with_heads, report.problem)
+        if expected:
+            assert words is not None and words in (report.problem or ""), report.problem
+
+
+@pytest.mark.parametrize("ledger_url", BACKENDS, indirect=True)
+def test_truncation_undoes_a_revocation_and_only_a_kept_head_notices(scene: Scene) -> None:
+    assert scene.agent.read(scope="proj-a", claim_key="api.retry_safe").outcome == Outcome.MISSING
+
+    ATTACKS["truncation"][1](scene)
+
+    # The revocation is gone: M1 is usable again, and the log alone looks fine
+    assert scene.agent.read(scope="proj-a", claim_key="api.retry_safe").outcome == Outcome.FOUND
+    assert scene.ledger.verify().ok
+    # but the newest kept head describes more events than the log has
+    report = detect(scene, with_heads=True)
+    assert not report.ok and report.heads == 2
+    assert report.problem is not None and report.problem.startswith(
+        f"the log has {scene.ledger.digest().size} events; head 2 "
+    )
+
+
+@pytest.mark.parametrize("ledger_url", BACKENDS, indirect=True)
+def test_a_forged_accept_by_a_real_approver_after_the_newest_head_passes_every_check(
+    scene: Scene,
+) -> None:
+    # The one attack no log can show: a well-formed command by someone holding the role
+    forged_accept(scene, "reviewer")
+    assert scene.reviewer.get("F1").status == Status.ACCEPTED
+    assert detect(scene, with_heads=True).ok and detect(scene, with_heads=False).ok
+
+
+@pytest.mark.parametrize("ledger_url", BACKENDS, indirect=True)
+def test_verifying_never_repairs_an_edited_view(scene: Scene) -> None:
+    ATTACKS["view-edit"][1](scene)
+    assert scene.reviewer.get("M1").status == Status.ACCEPTED  # the edit took effect
+
+    assert not scene.ledger.verify().ok
+
+    # The edited row is still there for the investigation: verify wrote nothing
+    assert scene.reviewer.get("M1").status == Status.ACCEPTED
+    assert not scene.ledger.rebuild().matched
+    assert scene.reviewer.get("M1").status == Status.STALE
+
+
+# -- authorization replay ---------------------------------------------------------------
+
+
+def _world_scene(world: World, tmp_path: Path) -> Scene:
+    from .attacks import Raw
+
+    return Scene(
+        ledger=world.ledger,
+        raw=Raw(world.ledger),
+        agent=world.agent,
+        agent2=world.agent,
+        reviewer=world.reviewer,
+        reviewer_token="",
+        key=tmp_path / "unused",
+        public_key=tmp_path / "unused.pub",
+        heads=tmp_path / "unused.jsonl",
+        clock=world.clock,
+    )
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_an_event_after_its_actors_token_was_revoked_is_named(world: World, tmp_path: Path) -> None:
+    admin = world.ledger.admin()
+    token = admin.issue_token("approver-2")
+    admin.grant("approver-2", scope="proj-a", roles=["approve", "read"])
+    world.agent.propose(scope="proj-a", claim_key="k", value=1, kind=Kind.FACT, id="F1")
+    admin.revoke_token(token)
+
+    forged_accept(_world_scene(world, tmp_path), "approver-2")
+
+    report = world.ledger.verify()
+    assert not report.ok
+    assert report.problem == (
+        f"Accepted of 'F1' at position {world.ledger.position}: 'approver-2' held no valid "
+        "token then"
+    )
+    assert report.first_bad_position == world.ledger.position
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_an_event_after_its_actors_token_expired_is_named(world: World, tmp_path: Path) -> None:
+    admin = world.ledger.admin()
+    admin.grant("approver-2", scope="proj-a", roles=["approve", "read"])
+    admin.issue_token("approver-2", expires=world.clock.now + timedelta(hours=1))
+    world.agent.propose(scope="proj-a", claim_key="k", value=1, kind=Kind.FACT, id="F1")
+    world.clock.advance(hours=2)
+
+    forged_accept(_world_scene(world, tmp_path), "approver-2")
+
+    assert "'approver-2' held no valid token then" in (world.ledger.verify().problem or "")
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_a_status_the_machine_forbids_is_named(world: World, tmp_path: Path) -> None:
+    world.agent.propose(scope="proj-a", claim_key="k", value=1, kind=Kind.FACT, id="F1")
+    world.reviewer.reject("F1", reason="no")
+
+    forged_accept(_world_scene(world, tmp_path), "reviewer")
+
+    assert world.reviewer.get("F1").status == Status.ACCEPTED
+    problem = world.ledger.verify().problem or ""
+    assert problem.endswith("the record was REJECTED; that needs CANDIDATE"), problem
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_an_approval_of_ones_own_proposal_is_named(world: World, tmp_path: Path) -> None:
+    world.ledger.admin().grant("agent-1", scope="proj-b", roles=["approve"])
+    world.agent.propose(scope="proj-b", claim_key="k", value=1, kind=Kind.FACT, id="F1")
+
+    forged_accept(_world_scene(world, tmp_path), "agent-1")
+
+    problem = world.ledger.verify().problem or ""
+    assert "'agent-1' approved its own proposal (separation of duties)" in problem
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_a_grant_appended_by_someone_other_than_the_admin_is_named(
+    world: World, tmp_path: Path
+) -> None:
+    from ledger.domain import Principal, principal_uuid
+
+    scene = _world_scene(world, tmp_path)
+    rows = scene.raw.one(
+        "SELECT MAX(originator_version) FROM EVENTS WHERE originator_id=?",
+        (principal_uuid("agent-1").hex,),
+    )
+    event = Principal.Granted(
+        originator_id=principal_uuid("agent-1"),
+        originator_version=int(rows[0][0]) + 1,
+        timestamp=world.clock.now,
+        actor="agent-1",
+        scope="proj-a",
+        roles=("approve",),
+    )
+    position = append_event(scene, event)
+
+    assert world.ledger.verify().problem == (
+        f"Granted for 'agent-1' at position {position} was appended by 'agent-1', not by the admin"
+    )
+
+
+@pytest.mark.parametrize("ledger_url", BACKENDS, indirect=True)
+def test_roles_from_the_log_ignore_forged_grant_and_token_rows(scene: Scene) -> None:
+    from ledger.access import hash_token
+    from ledger.authorization import access_from_log
+    from ledger.errors import AuthenticationError
+
+    engine = scene.ledger.engine
+    reviewer_hash = hash_token(scene.reviewer_token)
+    ghost_token = "plt_ghost"
+    scene.raw.run(
+        (
+            "INSERT INTO pl_tokens (token_hash, subject, issued_pos, issued_at) "
+            "VALUES (?, 'ghost', 1, 0)",
+            (hash_token(ghost_token),),
+        ),
+        (
+            "INSERT INTO pl_grants (subject, scope, role, from_pos, granted_at, granted_by) "
+            "VALUES ('reviewer', 'proj-b', 'approve', 1, 0, 'admin')",
+            (),
+        ),
+    )
+    with engine.reading() as c:
+        # The view now says the ghost holds a token and the reviewer approves in proj-b
+        assert scene.ledger.authenticate(ghost_token).principal == "ghost"
+        # the log says neither
+        with pytest.raises(AuthenticationError, match="token is unknown"):
+            access_from_log(engine, c, hash_token(ghost_token), scene.clock())
+        roles = access_from_log(engine, c, reviewer_hash, scene.clock())
+    assert roles == {"proj-a": ["approve", "audit", "deliver", "read"]}
+
+
+def test_a_ledger_used_in_every_way_verifies_on_every_backend(world: World) -> None:
+    agent, reviewer, led = world.agent, world.reviewer, world.ledger
+    e1 = agent.capture(scope="proj-a", uri="https://x.test/doc", content=b"doc", id="E1")
+    e2 = agent.capture(scope="proj-a", uri="https://x.test/doc2", content=b"doc2", id="E2")
+    reviewer.accept(e1)
+    reviewer.accept(e2)
+    with agent.run("task-1") as run:
+        run.read(scope="proj-a", claim_key="source:https://x.test/doc")
+        run.propose(scope="proj-a", claim_key="k", value=1, kind=Kind.INFERENCE, id="M1")
+    agent.propose(
+        scope="proj-a", claim_key="r", value="r", kind=Kind.REPORT, parents=["M1"], id="R1"
+    )
+    reviewer.accept("M1")
+    reviewer.accept("R1")
+    delivery = reviewer.deliver("R1", recipient="ops@x.test")
+    agent.propose(scope="proj-b", claim_key="x", value=2, kind=Kind.FACT, id="X1")
+    reviewer.reject("X1", reason="no")
+    reviewer.revoke(e1, reason="wrong")
+    reviewer.issue_correction(delivery, note="E1 was wrong")
+    reviewer.revalidate("M1", note="checked", parents=[e2])
+    reviewer.revalidate("R1", note="checked")
+    # supersession: an explicit new version, and a re-capture with other bytes
+    agent.propose(scope="proj-a", claim_key="k", value=2, kind=Kind.FACT, supersedes="M1", id="M2")
+    reviewer.accept("M2")
+    e3 = agent.capture(scope="proj-a", uri="https://x.test/doc2", content=b"doc2, v2", id="E3")
+    reviewer.accept(e3)
+    assert reviewer.get("E2").status == Status.SUPERSEDED
+    assert reviewer.get("R1").status == Status.STALE
+    led.admin().revoke_grant("outsider", scope="proj-b")
+
+    report = led.verify()
+
+    assert report.ok, report.problem
+    assert report.checks == ("log", "authorization", "views", "evidence bytes")
+    assert report.unchecked == ()
+
+
+# -- signed heads -------------------------------------------------------------------------
+
+
+def test_keygen_writes_a_private_key_only_its_owner_can_read_and_refuses_to_overwrite(
+    tmp_path: Path,
+) -> None:
+    key_id = generate_key(tmp_path / "k")
+    assert stat.S_IMODE(os.stat(tmp_path / "k").st_mode) == 0o600
+    assert (tmp_path / "k.pub").read_bytes().startswith(b"-----BEGIN PUBLIC KEY-----")
+    assert len(key_id) == 64
+    with pytest.raises(InvalidKeyError, match="already exists; refusing to overwrite"):
+        generate_key(tmp_path / "k")
+    with pytest.raises(InvalidKeyError, match=r"not an Ed25519 private key|not an unencrypted"):
+        sign_head(tmp_path / "k.pub", Ledger.open("memory:").digest(), Clock().now)
+
+
+def test_a_signed_head_round_trips_through_json_and_any_changed_field_fails(
+    tmp_path: Path, clock: Clock
+) -> None:
+    generate_key(tmp_path / "k")
+    digest = merkle.LogDigest(size=7, position=9, root="ab" * 32)
+    head = sign_head(tmp_path / "k", digest, clock.now)
+
+    again = SignedHead.from_json(head.dumps())
+    assert again == head and again.digest == digest
+    assert verify_head(again, tmp_path / "k.pub")
+    for field, value in (
+        ("tree_size", 8),
+        ("position", 10),
+        ("root", "cd" * 32),
+        ("time", (clock.now + timedelta(microseconds=1)).isoformat()),
+    ):
+        data = head.to_json()
+        data[field] = value
+        assert not verify_head(SignedHead.from_json(data), tmp_path / "k.pub"), field
+    generate_key(tmp_path / "other")
+    assert not verify_head(head, tmp_path / "other.pub")
+
+
+def test_a_malformed_heads_file_line_is_refused_by_number(tmp_path: Path, clock: Clock) -> None:
+    generate_key(tmp_path / "k")
+    heads = tmp_path / "heads.jsonl"
+    append_head(heads, sign_head(tmp_path / "k", merkle.LogDigest(1, 1, "00" * 32), clock.now))
+    with heads.open("a") as out:
+        out.write('{"version": 1, "tree_size": -1}\n')
+    with pytest.raises(InvalidHeadError, match=r"heads.jsonl line 2: the signed head lacks"):
+        load_heads(heads)
+
+
+@pytest.mark.parametrize("ledger_url", BACKENDS, indirect=True)
+def test_a_head_is_not_appended_once_the_log_no_longer_extends_the_newest(scene: Scene) -> None:
+    before = scene.heads.read_text()
+    ATTACKS["truncation"][1](scene)
+
+    with pytest.raises(InvalidHeadError, match=r"not appended to .*events were removed"):
+        publish_head(scene.ledger, scene.key, scene.heads)
+
+    assert scene.heads.read_text() == before
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_heads_need_their_key_and_a_foreign_or_forged_head_is_named(scene: Scene) -> None:
+    led = scene.ledger
+    with pytest.raises(InvalidInputError, match="needs the public key"):
+        led.verify(heads=scene.heads)
+
+    # A head signed with another key
+    generate_key(scene.key.parent / "other")
+    foreign = led.signed_head(scene.key.parent / "other")
+    report = led.verify(heads=[*load_heads(scene.heads), foreign], public_key=scene.public_key)
+    assert report.problem is not None and report.problem.startswith("head 3 (tree size ")
+    assert "was signed by key" in report.problem
+
+    # A head whose root was edited in the heads file
+    kept = load_heads(scene.heads)
+    data = kept[0].to_json()
+    data["root"] = "00" * 32
+    report = led.verify(heads=[SignedHead.from_json(data), kept[1]], public_key=scene.public_key)
+    assert report.problem is not None and report.problem.endswith("the signature does not verify")
+
+    # Heads out of order: the log was cut back between them
+    report = led.verify(heads=[kept[1], kept[0]], public_key=scene.public_key)
+    assert "the log was cut back between them" in (report.problem or "")
+
+
+def test_merkle_tree_proofs_equal_the_rfc_6962_definitions() -> None:
+    leaves = [merkle.leaf_hash(str(i).encode()) for i in range(70)]
+    tree = merkle.MerkleTree(leaves)
+    for size in range(71):
+        assert tree.root(size) == merkle.root_of(leaves[:size])[1]
+        for m in range(size + 1):
+            path = tree.consistency_path(m, size)
+            assert path == merkle.consistency_path(leaves[:size], m)
+            if 0 < m < size:
+                assert merkle.verify_consistency(m, size, tree.root(m), tree.root(size), path)
+                assert not merkle.verify_consistency(m, size, tree.root(m), tree.root(size), [])
+        for index in range(size):
+            assert tree.inclusion_path(index, size) == merkle.inclusion_path(leaves[:size], index)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(min_value=2, max_value=300), st.data())
+def test_a_consistency_proof_fails_for_any_changed_leaf_before_the_old_size(
+    n: int, data: st.DataObject
+) -> None:
+    leaves = [merkle.leaf_hash(str(i).encode()) for i in range(n)]
+    m = data.draw(st.integers(min_value=1, max_value=n - 1))
+    victim = data.draw(st.integers(min_value=0, max_value=m - 1))
+    old_root = merkle.MerkleTree(leaves).root(m)
+    changed = list(leaves)
+    changed[victim] = merkle.leaf_hash(b"forged")
+    tree = merkle.MerkleTree(changed)
+    assert not merkle.verify_consistency(m, n, old_root, tree.root(), tree.consistency_path(m))
+
+
+# -- compliance bundles -------------------------------------------------------------------
+
+
+@pytest.fixture
+def bundled(world: World, tmp_path: Path) -> tuple[World, Path, Path]:
+    """R1 ← M1 ← {E1, H1}, H1 in proj-b where the reviewer may not audit; R1's bundle."""
+    agent, reviewer = world.agent, world.reviewer
+    world.ledger.admin().revoke_grant("reviewer", scope="proj-b", roles=["audit"])
+    agent.capture(scope="proj-a", uri="https://x.test/doc", content=b"retries ok", id="E1")
+    agent.capture(scope="proj-b", uri="https://secret.test/h", content=b"secret", id="H1")
+    for rid in ("E1", "H1"):
+        reviewer.accept(rid)
+    agent.propose(
+        scope="proj-a",
+        claim_key="api.retry",
+        value=True,
+        kind=Kind.INFERENCE,
+        parents=["E1", "H1"],
+        id="M1",
+    )
+    agent.propose(
+        scope="proj-a",
+        claim_key="report.w",
+        value="ok",
+        kind=Kind.REPORT,
+        parents=["M1"],
+        id="R1",
+    )
+    reviewer.accept("M1")
+    reviewer.accept("R1")
+    generate_key(tmp_path / "k")
+    write_bundle(reviewer, "R1", tmp_path / "k", tmp_path / "r1.zip")
+    return world, tmp_path / "r1.zip", tmp_path / "k.pub"
+
+
+@pytest.mark.parametrize("ledger_url", BACKENDS, indirect=True)
+def test_a_bundle_verifies_offline_with_no_ledger(bundled: tuple[World, Path, Path]) -> None:
+    world, path, public = bundled
+    world.ledger.close()
+    if world.ledger.backend == "sqlite":
+        Path(world.ledger.url[len("sqlite:///") :]).unlink()
+
+    report = verify_bundle(path, public)
+
+    assert report.ok, report.problem
+    assert report.record == "R1" and report.trusted_key
+    assert report.events == 5 and report.withheld == 1 and report.hidden == 1
+    archive = zipfile.ZipFile(path)
+    summary = archive.read("summary.txt").decode()
+    assert "proposed:  by agent-1" in summary and "approved:  by reviewer" in summary
+    assert "ancestry:  M1 (inference, ACCEPTED), E1 (evidence, ACCEPTED), <hidden>" in summary
+    assert "evidence:  E1: https://x.test/doc" in summary
+
+
+@pytest.mark.parametrize("ledger_url", ["memory"], indirect=True)
+def test_a_bundle_names_no_hidden_record_anywhere(bundled: tuple[World, Path, Path]) -> None:
+    _world, path, _public = bundled
+    archive = zipfile.ZipFile(path)
+    for name in archive.namelist():
+        content = archive.read(name)
+        assert b"H1" not in content and b"proj-b" not in content and b"secret" not in content, name
+    manifest = json.loads(archive.read("manifest.json"))
+    assert {"id": HIDDEN} in manifest["records"]
+    withheld = [e for e in manifest["events"] if e["file"] is None]
+    assert [(e["record"], e["type"]) for e in withheld] == [("M1", "Proposed")]
+    prov = json.loads(archive.read("prov.json"))
+    assert prov["entity"]["pl:hidden"] == {"prov:label": HIDDEN}
+    from prov.model import ProvDocument
+
+    assert ProvDocument.deserialize(content=archive.read("prov.json").decode(), format="json")
+
+
+@pytest.mark.parametrize("ledger_url", ["memory"], indirect=True)
+def test_any_altered_byte_of_a_bundle_fails(bundled: tuple[World, Path, Path]) -> None:
+    _world, path, public = bundled
+    original = path.read_bytes()
+    altered = path.with_name("altered.zip")
+    # Every byte of the archive's central directory, end record and signature, and
+    # random bytes elsewhere (every byte of this bundle, four masks each, was checked
+    # once by hand; too slow to repeat on every run)
+    tail = range(original.index(b"PK\x01\x02"), len(original))
+
+    def check(offset: int, mask: int) -> None:
+        data = bytearray(original)
+        data[offset] ^= mask
+        altered.write_bytes(bytes(data))
+        report = verify_bundle(altered, public)
+        assert not report.ok and report.problem, (offset, mask)
+
+    for offset in tail:
+        check(offset, 0x01)
+
+    @settings(max_examples=300, deadline=None, database=None)
+    @given(st.integers(0, len(original) - 1), st.integers(1, 255))
+    def anywhere(offset: int, mask: int) -> None:
+        check(offset, mask)
+
+    anywhere()
+
+
+@pytest.mark.parametrize("ledger_url", ["memory"], indirect=True)
+def test_an_altered_file_in_a_bundle_is_named(bundled: tuple[World, Path, Path]) -> None:
+    _world, path, _public = bundled
+    members = {n: zipfile.ZipFile(path).read(n) for n in zipfile.ZipFile(path).namelist()}
+    members["summary.txt"] = members["summary.txt"].replace(b"reviewer", b"reviewex")
+    rebuilt = path.with_name("rebuilt.zip")
+    with zipfile.ZipFile(rebuilt, "w") as out:
+        for name, content in members.items():
+            out.writestr(name, content)
+    report = verify_bundle(rebuilt)
+    assert report.problem == "summary.txt was altered: its SHA-256 does not match the manifest"
+
+
+@pytest.mark.parametrize("ledger_url", ["memory"], indirect=True)
+def test_a_bundle_re_signed_with_another_key_fails_only_against_the_trusted_key(
+    bundled: tuple[World, Path, Path], tmp_path: Path
+) -> None:
+    world, _path, public = bundled
+    # An attacker with their own key writes a complete, self-consistent bundle
+    generate_key(tmp_path / "attacker")
+    forged = tmp_path / "forged.zip"
+    write_bundle(world.reviewer, "R1", tmp_path / "attacker", forged)
+
+    assert verify_bundle(forged).ok  # consistent with the key it carries
+    report = verify_bundle(forged, public)  # the key the auditor holds
+    assert not report.ok
+    assert report.problem is not None and report.problem.startswith("the bundle was signed by key")
+
+
+@pytest.mark.parametrize("ledger_url", ["memory"], indirect=True)
+def test_a_bundle_needs_the_audit_role(world: World, tmp_path: Path) -> None:
+    world.agent.propose(scope="proj-a", claim_key="k", value=1, kind=Kind.FACT, id="F1")
+    generate_key(tmp_path / "k")
+    with pytest.raises(AccessDeniedError, match="lacks role 'audit'"):
+        write_bundle(world.agent, "F1", tmp_path / "k", tmp_path / "f1.zip")
+    assert not (tmp_path / "f1.zip").exists()
+
+
+def test_a_garbage_file_is_not_a_bundle(tmp_path: Path) -> None:
+    (tmp_path / "x.zip").write_bytes(b"not a zip")
+    report = verify_bundle(tmp_path / "x.zip")
+    assert (
+        not report.ok
+        and report.problem == "x.zip is not a readable zip archive (File is not a zip file)"
+    )
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("hello.txt", "hi")
+    (tmp_path / "y.zip").write_bytes(buffer.getvalue())
+    assert verify_bundle(tmp_path / "y.zip").problem == "the bundle lacks manifest.json"
+
+
+# -- erasure --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ledger_url", BACKENDS, indirect=True)
+def test_erasing_a_snapshot_removes_the_bytes_and_keeps_the_log_verifiable(scene: Scene) -> None:
+    led, reviewer = scene.ledger, scene.reviewer
+    ref = (reviewer.get("E1").evidence or {})["snapshot_ref"]
+    before = {rid: reviewer.get(rid).status for rid in ("E1", "M1")}
+
+    erased = led.admin().erase_snapshot(ref, reason="erasure request 2026-114")
+
+    # The bytes are gone, and reading them names the erasure
+    assert erased.records == ("E1",) and erased.deleted
+    assert scene.raw.one("SELECT COUNT(*) FROM pl_snapshots WHERE ref=?", (ref,)) == [(0,)]
+    with pytest.raises(
+        SnapshotErasedError, match=r"erased .* by 'admin' .*erasure request 2026-114"
+    ):
+        scene.agent.snapshot(ref)
+    # the records keep their status, the erasure is in E1's audit trail
+    assert {rid: reviewer.get(rid).status for rid in ("E1", "M1")} == before
+    last = reviewer.audit("E1").events[-1]
+    assert (last.type, last.actor, last.details["reason"]) == (
+        "SnapshotErased",
+        "admin",
+        "erasure request 2026-114",
+    )
+    assert [e.type for e in reviewer.history(type="SnapshotErased")] == ["SnapshotErased"]
+    from ledger.prov import export_text
+
+    prov = json.loads(export_text(reviewer, record="E1"))
+    erasure = prov["activity"][f"act:erase-snapshot-{erased.position}"]
+    assert erasure["pl:reason"] == "erasure request 2026-114" and erasure["pl:snapshotRef"] == ref
+    # and everything still verifies, kept heads included
+    report = detect(scene, with_heads=True)
+    assert report.ok, report.problem
+    # A second erasure is refused by name
+    with pytest.raises(SnapshotErasedError, match="was erased at"):
+        led.admin().erase_snapshot(ref, reason="again")
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_erased_bytes_put_back_behind_the_ledgers_back_are_named(scene: Scene) -> None:
+    ref = (scene.reviewer.get("E1").evidence or {})["snapshot_ref"]
+    scene.ledger.admin().erase_snapshot(ref, reason="request")
+    scene.raw.one(
+        "INSERT INTO pl_snapshots (ref, content, size) VALUES (?, ?, ?)",
+        (ref, b"retries ok", 10),
+    )
+    problem = scene.ledger.verify().problem or ""
+    assert (
+        problem.startswith(f"snapshot {ref} was erased at position") and "still stored" in problem
+    )
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_an_unknown_snapshot_cannot_be_erased_and_capturing_again_stores_the_bytes(
+    scene: Scene,
+) -> None:
+    admin = scene.ledger.admin()
+    with pytest.raises(UnknownSnapshotError, match="is unknown"):
+        admin.erase_snapshot("sha256:" + "0" * 64, reason="x")
+    with pytest.raises(UnknownSnapshotError, match="not a sha256"):
+        admin.erase_snapshot("E1", reason="x")
+    ref = (scene.reviewer.get("E1").evidence or {})["snapshot_ref"]
+    admin.erase_snapshot(ref, reason="request")
+
+    scene.agent.capture(scope="proj-a", uri="https://docs.test/again", content=b"retries ok")
+
+    assert scene.agent.snapshot(ref) == b"retries ok"
+    assert scene.ledger.verify().ok
+
+
+# -- the command line ---------------------------------------------------------------------
+
+
+def test_the_evidence_commands_work_end_to_end(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    with Ledger.open(url) as led:
+        admin = led.admin()
+        admin.grant("agent-1", scope="proj-a", roles=["propose", "read"])
+        admin.grant("reviewer", scope="proj-a", roles=["approve", "read", "audit"])
+        agent = led.authenticate(admin.issue_token("agent-1"))
+        reviewer_token = admin.issue_token("reviewer")
+        agent.capture(scope="proj-a", uri="https://x.test/doc", content=b"doc", id="E1")
+        led.authenticate(reviewer_token).accept("E1")
+        ref = (agent.get("E1").evidence or {})["snapshot_ref"]
+    runner = CliRunner()
+
+    def run(*args: str) -> tuple[int, str, str]:
+        result = runner.invoke(main, [*args], env={"PROVLEDGER_URL": url})
+        return result.exit_code, result.stdout, result.stderr
+
+    key, heads = str(tmp_path / "k"), str(tmp_path / "heads.jsonl")
+    assert run("keygen", "--out", key)[0] == 0
+    code, out, _ = run("head", "--key", key, "--append", heads)
+    assert code == 0 and SignedHead.from_json(out.strip()) == load_heads(heads)[0]
+    code, out, _ = run("verify", "--heads", heads, "--public-key", f"{key}.pub")
+    assert code == 0 and "consistent with 1 signed heads" in out
+    zip_path = str(tmp_path / "e1.zip")
+    assert run("bundle", "E1", "--key", key, "-o", zip_path, "--token", reviewer_token)[0] == 0
+    code, out, _ = run("verify-bundle", zip_path, "--public-key", f"{key}.pub")
+    assert code == 0 and out.startswith("ok: bundle of E1: 2 events")
+    code, out, _ = run("erase-snapshot", ref, "--reason", "request 7", "--json")
+    assert code == 0 and json.loads(out)["records"] == ["E1"]
+    assert run("verify", "--heads", heads, "--public-key", f"{key}.pub")[0] == 0
+
+    # A truncated log: exit 1 naming the newest kept head
+    assert run("head", "--key", key, "--append", heads)[0] == 0
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "l.db") as con:
+        con.execute("DROP TRIGGER stored_events_no_delete")
+        con.execute("DROP TRIGGER pl_merkle_leaves_no_delete")
+        con.execute(
+            "DELETE FROM stored_events WHERE rowid = (SELECT MAX(rowid) FROM stored_events)"
+        )
+        con.execute(
+            "DELETE FROM pl_merkle_leaves "
+            "WHERE position = (SELECT MAX(position) FROM pl_merkle_leaves)"
+        )
+    code, _, err = run("verify", "--heads", heads, "--public-key", f"{key}.pub")
+    assert code == 1
+    assert err.startswith("error: tampering detected: the log has ") and "head 2" in err
+
+    # An altered bundle: exit 1 naming it
+    data = bytearray(Path(zip_path).read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    Path(zip_path).write_bytes(bytes(data))
+    code, _, err = run("verify-bundle", zip_path)
+    assert code == 1 and err.startswith("error: bundle check failed: ")

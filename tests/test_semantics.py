@@ -1,0 +1,242 @@
+"""Semantics settled after review (SPEC 13.2), each as a user meets it."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from ledger import Kind, Outcome
+from ledger.errors import (
+    InvalidInputError,
+    InvalidParentError,
+    InvalidTransitionError,
+    InvalidValueError,
+    NotUsableError,
+)
+from tests.conftest import World
+
+
+def _accepted(world: World, rid: str, **fields: object) -> str:
+    world.agent.propose(id=rid, **fields)  # type: ignore[arg-type]
+    world.reviewer.accept(rid)
+    return rid
+
+
+def test_a_dict_and_a_list_of_its_pairs_are_different_values_and_conflict(world: World) -> None:
+    _accepted(world, "D1", scope="proj-a", claim_key="shape", value={"a": 1}, kind=Kind.FACT)
+    _accepted(world, "L1", scope="proj-a", claim_key="shape", value=[["a", 1]], kind=Kind.FACT)
+    assert world.agent.read(scope="proj-a", claim_key="shape").outcome == Outcome.CONFLICT
+    _accepted(world, "D2", scope="proj-a", claim_key="empty", value={}, kind=Kind.FACT)
+    _accepted(world, "L2", scope="proj-a", claim_key="empty", value=[], kind=Kind.FACT)
+    assert world.agent.read(scope="proj-a", claim_key="empty").outcome == Outcome.CONFLICT
+
+
+def test_nfc_and_nfd_spellings_of_a_claim_key_are_one_claim(world: World) -> None:
+    nfc, nfd = "caf\u00e9.open", "cafe\u0301.open"
+    _accepted(world, "N1", scope="proj-a", claim_key=nfc, value=True, kind=Kind.FACT)
+    _accepted(world, "N2", scope="proj-a", claim_key=nfd, value=False, kind=Kind.FACT)
+    assert world.reviewer.get("N2").claim_key == nfc
+    assert world.agent.read(scope="proj-a", claim_key=nfd).outcome == Outcome.CONFLICT
+
+
+@pytest.mark.parametrize("claim", [" api.x", "api.x ", "api.x\t"])
+def test_a_claim_key_with_surrounding_whitespace_is_refused_by_name(
+    world: World, claim: str
+) -> None:
+    position = world.ledger.position
+    with pytest.raises(InvalidValueError, match="whitespace"):
+        world.agent.propose(scope="proj-a", claim_key=claim, value=1, kind=Kind.FACT)
+    assert world.ledger.position == position
+
+
+def test_a_capture_fetched_in_the_future_is_refused_beyond_five_minutes_of_skew(
+    world: World,
+) -> None:
+    now = world.clock.now
+    position = world.ledger.position
+    with pytest.raises(InvalidValueError, match=r"fetched_at .* is in the future"):
+        world.agent.capture(
+            scope="proj-a", uri="https://x.test/a", content=b"a", fetched_at=now + timedelta(days=1)
+        )
+    assert world.ledger.position == position
+    rid = world.agent.capture(
+        scope="proj-a", uri="https://x.test/a", content=b"a", fetched_at=now + timedelta(minutes=4)
+    )
+    assert world.reviewer.get(rid).evidence["fetched_at"] == now + timedelta(minutes=4)  # type: ignore[index]
+
+
+def test_a_record_derived_from_a_conditioned_one_inherits_its_conditions(world: World) -> None:
+    _accepted(
+        world,
+        "M1",
+        scope="proj-a",
+        claim_key="api.retry_safe",
+        value=True,
+        kind=Kind.INFERENCE,
+        conditions={"api": "v2"},
+    )
+    _accepted(
+        world,
+        "R1",
+        scope="proj-a",
+        claim_key="report",
+        value="ok",
+        kind=Kind.REPORT,
+        parents=["M1"],
+    )
+    assert world.reviewer.get("R1").conditions == {"api": "v2"}
+    read = world.agent.read(scope="proj-a", claim_key="report", context={"api": "v1"})
+    assert read.outcome == Outcome.MISSING  # the summary kept the condition
+    assert world.agent.read(scope="proj-a", claim_key="report", context={"api": "v2"}).value == "ok"
+
+
+def test_contradictory_inherited_conditions_are_refused_naming_both_sides(world: World) -> None:
+    _accepted(
+        world, "A", scope="proj-a", claim_key="a", value=1, kind=Kind.FACT, conditions={"api": "v2"}
+    )
+    _accepted(
+        world, "B", scope="proj-a", claim_key="b", value=1, kind=Kind.FACT, conditions={"api": "v1"}
+    )
+    position = world.ledger.position
+    with pytest.raises(InvalidValueError, match=r"api='v2' \(from 'A'\) but api='v1' \(from 'B'\)"):
+        world.agent.propose(
+            scope="proj-a", claim_key="c", value=1, kind=Kind.PLAN, parents=["A", "B"]
+        )
+    with pytest.raises(InvalidValueError, match="contradict"):
+        world.agent.propose(
+            scope="proj-a",
+            claim_key="c",
+            value=1,
+            kind=Kind.PLAN,
+            parents=["A"],
+            conditions={"api": "v3"},
+        )
+    assert world.ledger.position == position
+
+
+def test_a_stale_record_that_was_never_accepted_returns_to_candidate(world: World) -> None:
+    _accepted(world, "E1", scope="proj-a", claim_key="e1", value=1, kind=Kind.FACT)
+    _accepted(world, "E2", scope="proj-a", claim_key="e2", value=2, kind=Kind.FACT)
+    world.agent.propose(
+        scope="proj-a", claim_key="m", value=1, kind=Kind.INFERENCE, parents=["E1"], id="M1"
+    )
+    world.reviewer.revoke("E1", reason="wrong")
+    assert world.reviewer.get("M1").status == "STALE"
+    world.reviewer.revalidate("M1", note="re-based", parents=["E2"])
+    assert world.reviewer.get("M1").status == "CANDIDATE"  # still needs an acceptance
+    assert world.agent.read(scope="proj-a", claim_key="m").outcome == Outcome.MISSING
+    world.reviewer.accept("M1")
+    assert world.agent.read(scope="proj-a", claim_key="m").outcome == Outcome.FOUND
+
+
+def test_revalidation_refuses_an_empty_basis_for_kinds_that_need_one(world: World) -> None:
+    _accepted(world, "E1", scope="proj-a", claim_key="e1", value=1, kind=Kind.FACT)
+    _accepted(
+        world, "M1", scope="proj-a", claim_key="m", value=1, kind=Kind.INFERENCE, parents=["E1"]
+    )
+    _accepted(world, "F1", scope="proj-a", claim_key="f", value=1, kind=Kind.FACT, parents=["E1"])
+    world.reviewer.revoke("E1", reason="wrong")
+    position = world.ledger.position
+    with pytest.raises(InvalidParentError, match="'M1' is 'inference' and needs a basis"):
+        world.reviewer.revalidate("M1", parents=[])
+    assert world.ledger.position == position
+    world.reviewer.revalidate("F1", note="a fact stands alone", parents=[])
+    assert world.reviewer.get("F1").status == "ACCEPTED"
+
+
+def test_an_accepted_record_whose_ancestor_expired_can_be_given_a_new_basis(world: World) -> None:
+    soon = world.clock.now + timedelta(hours=1)
+    _accepted(world, "E1", scope="proj-a", claim_key="e1", value=1, kind=Kind.FACT, expires=soon)
+    _accepted(world, "E2", scope="proj-a", claim_key="e2", value=1, kind=Kind.FACT)
+    _accepted(
+        world, "M1", scope="proj-a", claim_key="m", value=1, kind=Kind.INFERENCE, parents=["E1"]
+    )
+    world.clock.advance(hours=2)
+    assert world.agent.read(scope="proj-a", claim_key="m").outcome == Outcome.MISSING
+    with pytest.raises(InvalidTransitionError, match="is ACCEPTED; revalidate needs STALE"):
+        world.reviewer.revalidate("M1")  # no new basis: nothing would change
+    world.reviewer.revalidate("M1", note="re-checked against E2", parents=["E2"])
+    assert world.agent.read(scope="proj-a", claim_key="m").outcome == Outcome.FOUND
+
+
+def test_a_url_password_never_appears_in_messages_or_the_ledger_s_url(pg_url: str) -> None:
+    from ledger import Ledger
+    from ledger.errors import InvalidURLError
+    from ledger.persistence import resolve_url
+
+    secret = "s3cr3t-pw"
+    with_password = pg_url.replace("postgresql://postgres@", f"postgresql://postgres:{secret}@")
+    with pytest.raises(InvalidURLError) as refused:
+        Ledger.open(with_password + "&colour=blue")
+    assert secret not in str(refused.value) and "***" in str(refused.value)
+    backend = resolve_url(with_password)
+    assert secret not in backend.url and secret not in repr(backend)
+    with Ledger.open(with_password) as led:  # trust auth: the password is not checked
+        assert secret not in led.url
+
+
+def _delivered_report(world: World, expires: object = None) -> str:
+    _accepted(world, "E1", scope="proj-a", claim_key="e1", value=1, kind=Kind.FACT)
+    _accepted(world, "E2", scope="proj-a", claim_key="e2", value=2, kind=Kind.FACT)
+    fields: dict[str, object] = {"expires": expires} if expires is not None else {}
+    _accepted(
+        world,
+        "R1",
+        scope="proj-a",
+        claim_key="report",
+        value="r",
+        kind=Kind.REPORT,
+        parents=["E1"],
+        **fields,
+    )
+    return world.reviewer.deliver("R1", recipient="ops@x.test")
+
+
+def test_a_correction_issued_while_valid_does_not_answer_a_later_expiry(world: World) -> None:
+    delivery = _delivered_report(world, expires=world.clock.now + timedelta(hours=1))
+    world.reviewer.issue_correction(delivery, note="an early note")
+    assert world.reviewer.corrections_due() == ()
+    world.clock.advance(hours=2)
+    assert [d.delivery.delivery_id for d in world.reviewer.corrections_due()] == [delivery]
+    world.reviewer.issue_correction(delivery, note="expired")
+    assert world.reviewer.corrections_due() == ()
+
+
+def test_a_report_revalidated_on_another_basis_owes_a_correction(world: World) -> None:
+    delivery = _delivered_report(world)
+    world.reviewer.revoke("E1", reason="withdrawn")
+    world.reviewer.issue_correction(delivery, note="E1 was withdrawn")
+    world.reviewer.revalidate("R1", note="re-based on E2", parents=["E2"])
+    assert world.reviewer.get("R1").validity == "VALID"
+    # The recipient's copy still cites E1.
+    assert [d.delivery.delivery_id for d in world.reviewer.corrections_due()] == [delivery]
+    world.reviewer.issue_correction(delivery, note="now rests on E2")
+    assert world.reviewer.corrections_due() == ()
+
+
+def test_a_second_invalidation_after_a_correction_and_revalidation_is_owed_again(
+    world: World,
+) -> None:
+    delivery = _delivered_report(world)
+    world.reviewer.revoke("E1", reason="withdrawn")
+    world.reviewer.issue_correction(delivery, note="first")
+    world.reviewer.revalidate("R1", note="re-based", parents=["E2"])
+    world.reviewer.issue_correction(delivery, note="re-based on E2")
+    world.reviewer.revoke("E2", reason="withdrawn too")
+    assert [d.delivery.delivery_id for d in world.reviewer.corrections_due()] == [delivery]
+
+
+def test_a_replacement_must_be_valid_and_not_the_delivered_record(world: World) -> None:
+    delivery = _delivered_report(world)
+    world.reviewer.revoke("E1", reason="withdrawn")
+    world.agent.propose(scope="proj-a", claim_key="report", value="r2", kind=Kind.FACT, id="R2")
+    position = world.ledger.position
+    with pytest.raises(InvalidInputError, match="'R1' is the delivered record itself"):
+        world.reviewer.issue_correction(delivery, note="x", replacement="R1")
+    with pytest.raises(NotUsableError, match="'R2' is CANDIDATE"):
+        world.reviewer.issue_correction(delivery, note="x", replacement="R2")
+    assert world.ledger.position == position
+    world.reviewer.accept("R2")
+    world.reviewer.issue_correction(delivery, note="see R2", replacement="R2")
+    assert world.reviewer.corrections_due() == ()
