@@ -13,10 +13,12 @@ Ledgers
     parent of the next), written one command at a time through
     ``Session.propose`` / ``Session.accept``, then accepted fillers through the
     library's batch write path: ``Record.propose(...)`` / ``.accept(...)`` build
-    the aggregates and ``Ledger._save(*aggregates)`` saves 500 of them (1000
-    events) per transaction, updating the views in that transaction exactly as
-    the commands do (through the commands, at ~1 ms each, the fillers alone would
-    take a quarter of the ``--quick`` time; command throughput has its own ratio).
+    the aggregates, and the events of 500 of them (``collect_events()``, 1000
+    events) are appended in one ``ledger.engine.transact(lambda w: w.append(events))``
+    (the commands' own write transaction and ``Write.append``), updating the views
+    in that transaction exactly as the commands do (through the commands, at ~1 ms
+    each, the fillers alone would take a quarter of the ``--quick`` time; command
+    throughput has its own ratio).
     The single-command measurement and the revocation DAGs (below) add a few
     thousand records to it.
 
@@ -63,9 +65,10 @@ are ledger cost / baseline cost, except the speedup, which is baseline / ledger)
         parents or observed dependencies intersect affected}`` by scanning every
         current record's ``parents``/``observed`` in ``pl_records`` until a pass adds
         nothing, then build the same Revoked / MarkedStale events the way
-        ``Session.revoke`` does and append them with ``Ledger._append`` (the same
-        write path). It skips the command's access checks
-        and its under-lock guard, which favours the baseline.
+        ``Session.revoke`` does and append them in one
+        ``ledger.engine.transact(lambda w: w.append(events))`` (the same write
+        path). It skips the command's access checks and reads outside the writers'
+        lock, which favours the baseline.
     stale_marking_vs_bulk_event [<= 2]
         Time: cost per descendant marked STALE (huge-ledger revoke time / 1,000) over
         the cost per event of the huge import.
@@ -159,6 +162,8 @@ from rich.table import Table
 
 from ledger import Kind, Ledger, Outcome, Session
 from ledger.domain import Record, Status, record_uuid
+from ledger.engine import Write
+from ledger.rules import FINAL
 from ledger.serialization import unpack
 from projections.validity import current_many
 
@@ -424,8 +429,16 @@ def check_found(session: Session, claim_key: str, record_id: str, where: str) ->
 # -- building the ledgers ------------------------------------------------------------
 
 
+def append(ledger: Ledger, events: Sequence[Any]) -> int:
+    """Append ``events`` in one write transaction of the commands' own path (the
+    writers' lock, views caught up, view rows and Merkle leaves with the events);
+    returns the log position of the last one."""
+    return ledger.engine.transact(lambda w: w.append(events))
+
+
 def batch_fillers(opened: Opened, records: int, label: str) -> None:
-    """``records`` accepted fillers through the batch path (``BATCH`` aggregates per save)."""
+    """``records`` accepted fillers through the batch path (``BATCH`` aggregates per
+    transaction)."""
     ledger = opened.ledger
     with progress_bar() as bar:
         task = bar.add_task(f"{label} (batch path)", total=records)
@@ -447,10 +460,11 @@ def batch_fillers(opened: Opened, records: int, label: str) -> None:
                     conditions={},
                     evidence=None,
                     run_id=None,
+                    supersedes=None,
                 )
                 record.accept(APPROVER, "", at)
                 batch.append(record)
-            ledger._save(*batch)
+            append(ledger, [event for record in batch for event in record.collect_events()])
             bar.advance(task, len(batch))
 
 
@@ -565,13 +579,22 @@ def import_fillers(
 
 
 def accept_batch(ledger: Ledger, record_ids: Sequence[str]) -> None:
-    """Accept records through the batch path (``BATCH`` per transaction, views included)."""
+    """Accept records through the batch path (``BATCH`` per transaction, views included):
+    each aggregate is loaded from its events and accepted inside the transaction."""
     at = datetime.now(UTC)
+    engine = ledger.engine
     for first in range(0, len(record_ids), BATCH):
-        records = [ledger._record(rid) for rid in record_ids[first : first + BATCH]]
-        for record in records:
-            record.accept(APPROVER, "", at)
-        ledger._save(*records)
+        chunk = record_ids[first : first + BATCH]
+
+        def work(w: Write, chunk: Sequence[str] = chunk) -> int:
+            events: list[Any] = []
+            for rid in chunk:
+                record = engine.load_record(w.c, rid)
+                record.accept(APPROVER, "", at)
+                events += record.collect_events()
+            return w.append(events)
+
+        engine.transact(work)
 
 
 def dag_items(tag: str) -> tuple[Dag, list[dict[str, Any]]]:
@@ -637,7 +660,7 @@ def add_dags(opened: Opened, prefix: str, count: int) -> list[Dag]:
 
 def ledger_pragmas(ledger: Ledger) -> tuple[str, int]:
     """``journal_mode`` and ``synchronous`` of the ledger's own SQLite connection."""
-    with ledger._reading() as c:
+    with ledger.engine.reading() as c:
         c.execute("PRAGMA journal_mode")
         journal = str(c.fetchone()[0]).lower()
         c.execute("PRAGMA synchronous")
@@ -791,7 +814,7 @@ def timed_revoke(opened: Opened, dag: Dag, where: str) -> float:
 
 
 def naive_revoke(opened: Opened, dag: Dag, where: str) -> tuple[float, float, int]:
-    """The seed's fixed-point scan, then the same events through ``Ledger._append``.
+    """The seed's fixed-point scan, then the same events through the batch path's append.
 
     Returns (total seconds, scanning seconds, full passes over ``pl_records``).
     """
@@ -799,7 +822,8 @@ def naive_revoke(opened: Opened, dag: Dag, where: str) -> tuple[float, float, in
     started = time.perf_counter()
     affected = {dag.root}
     passes = 0
-    with ledger._reading() as c:
+    engine = ledger.engine
+    with engine.reading() as c:
         while True:
             passes += 1
             c.execute(NAIVE_SCAN_SQL)
@@ -826,10 +850,10 @@ def naive_revoke(opened: Opened, dag: Dag, where: str) -> tuple[float, float, in
     # aggregate, the stale markings from current rows and newest stored versions.
     now = ledger.now()
     below = sorted(affected - {dag.root})
-    with ledger._reading() as c:
-        root = ledger._record(dag.root, c)
-        rows = current_many(c, ledger._dialect, below)
-        versions = ledger._recorder.last_versions(c, [record_uuid(rid) for rid in below])
+    with engine.reading() as c:
+        root = engine.load_record(c, dag.root)
+        rows = current_many(c, engine.dialect, below)
+        versions = engine.recorder.last_versions(c, [record_uuid(rid) for rid in below])
     root.revoke(APPROVER, REASON, now)
     marked = [
         Record.stale_event(
@@ -841,9 +865,9 @@ def naive_revoke(opened: Opened, dag: Dag, where: str) -> tuple[float, float, in
             at=now,
         )
         for rid in below
-        if rows[rid]["status"] not in (Status.REVOKED, Status.REJECTED)
+        if rows[rid]["status"] not in FINAL
     ]
-    ledger._append([*root.collect_events(), *marked])
+    append(ledger, [*root.collect_events(), *marked])
     return time.perf_counter() - started, scanned, passes
 
 
@@ -950,7 +974,7 @@ def pg_bench(url: str, sizes: Sizes) -> dict[str, float]:
             f"PostgreSQL import appended {imported.events} events for {sizes.pg_records} records",
         )
         raw = psycopg.connect(conninfo)
-        with opened.ledger._reading() as c:
+        with opened.ledger.engine.reading() as c:
             c.execute("SHOW synchronous_commit")
             ledger_sync = str(c.fetchone()["synchronous_commit"])
         raw_sync = raw.execute("SHOW synchronous_commit").fetchone()

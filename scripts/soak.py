@@ -96,7 +96,7 @@ def model_campaign(args: argparse.Namespace, backend: str) -> Outcome:
     while done < args.examples:
         batch = min(args.batch, args.examples - done)
         try:
-            run_state_machine_as_test(  # type: ignore[no-untyped-call]  # unannotated upstream
+            run_state_machine_as_test(
                 machine,
                 settings=settings(
                     max_examples=batch,

@@ -3,11 +3,14 @@
 The script checks itself that the replayed copy of the ledger ends equal, row
 for row, to the copy the workload ran on (and exits 1 if not); here a tiny run
 must pass that check, and the content digest it relies on must notice a single
-changed or missing row. Nothing here times anything.
+changed or missing row. Nothing here times anything. The scripts (``sql_floor``
+builds on ``bench``) call the library only through its public API and the
+documented internal ``Ledger.engine``: no private attribute of a library object.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import sqlite3
 import subprocess
@@ -110,3 +113,38 @@ def test_the_content_digest_notices_rows_at_other_rowids_or_another_schema(
     assert same == sql_floor.contents(made("b.db", ["x", "y"]))
     assert same != sql_floor.contents(made("c.db", ["y", "x"]))
     assert same != sql_floor.contents(made("d.db", ["x", "y"], index=True))
+
+
+def private_reaches(source: str) -> list[str]:
+    """``obj._name`` (and ``getattr(obj, "_name")``) in ``source``, other than on
+    ``self`` or ``cls`` and other than dunders: ``"line: obj._name"`` each."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source)):
+        name, base, line = None, None, 0
+        if isinstance(node, ast.Attribute):
+            name, base, line = node.attr, node.value, node.lineno
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "setattr", "hasattr", "delattr")
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+        ):
+            name, base, line = node.args[1].value, node.args[0], node.lineno
+        if name is None or base is None or not name.startswith("_") or name.startswith("__"):
+            continue
+        if isinstance(base, ast.Name) and base.id in ("self", "cls"):
+            continue
+        found.append((line, f"{line}: {ast.unparse(base)}.{name}"))
+    return [text for _, text in sorted(found)]
+
+
+def test_the_private_reach_check_finds_attributes_and_getattr() -> None:
+    source = "led._reading()\ngetattr(led, '_app')\nself._x = 1\nled.engine.reading()\n"
+    assert private_reaches(source) == ["1: led._reading", "2: led._app"]
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in SCRIPTS.glob("*.py")))
+def test_the_scripts_use_no_private_attribute_of_a_library_object(script: str) -> None:
+    assert private_reaches((SCRIPTS / script).read_text()) == []
