@@ -55,6 +55,8 @@ def principals(led: Ledger) -> tuple[Session, Session, dict[str, str]]:
 # -- property: random command sequences, a reference model, and rebuild ------------
 
 BLOCKING = {Status.REVOKED, Status.REJECTED, Status.STALE}
+#: Kinds revalidation may not leave without a basis.
+NEEDS_BASIS = {Kind.INFERENCE, Kind.REPORT, Kind.PLAN}
 
 
 @dataclass
@@ -62,6 +64,8 @@ class ModelRecord:
     status: Status
     expires: datetime | None
     deps: tuple[str, ...]
+    kind: Kind = Kind.FACT
+    accepted_once: bool = False  # a STALE record never accepted revalidates to CANDIDATE
 
 
 @dataclass
@@ -107,7 +111,13 @@ class Model:
 
     def can_revalidate(self, rid: str, basis: tuple[str, ...] | None, now: datetime) -> bool:
         rec = self.records[rid]
-        if rec.status != Status.STALE or (rec.expires is not None and now >= rec.expires):
+        if rec.expires is not None and now >= rec.expires:
+            return False
+        eff = self.eff_expires(rid)
+        basis_expired = rec.status == Status.ACCEPTED and eff is not None and now >= eff
+        if rec.status != Status.STALE and not (basis_expired and basis is not None):
+            return False
+        if basis is not None and not basis and rec.kind in NEEDS_BASIS:
             return False
         if basis is None:
             return all(self.usable(d, now) for d in rec.deps)
@@ -207,7 +217,7 @@ def _run_command(
             agent.capture, SCOPE, uri=f"https://x.test/{cmd.i % 4}", content=content, id=rid
         )
         assert outcome[0] == "ok", (cmd, outcome)
-        model.records[rid] = ModelRecord(Status.CANDIDATE, None, ())
+        model.records[rid] = ModelRecord(Status.CANDIDATE, None, (), Kind.EVIDENCE)
         ids.append(rid)
         return
     if cmd.name == "propose":
@@ -229,7 +239,7 @@ def _run_command(
         )
         assert (outcome[0] == "ok") == expected, (cmd, parents, outcome)
         if expected:
-            model.records[rid] = ModelRecord(Status.CANDIDATE, expires, parents)
+            model.records[rid] = ModelRecord(Status.CANDIDATE, expires, parents, cmd.kind)
             ids.append(rid)
         return
     if cmd.name == "correct":
@@ -245,7 +255,7 @@ def _run_command(
         expected = model.can_accept(rid, now)
         outcome = attempt(reviewer.accept, rid)
         if expected:
-            rec.status = Status.ACCEPTED
+            rec.status, rec.accepted_once = Status.ACCEPTED, True
     elif cmd.name == "reject":
         expected = rec.status == Status.CANDIDATE
         outcome = attempt(reviewer.reject, rid, reason="wrong")
@@ -271,7 +281,7 @@ def _run_command(
         expected = model.can_revalidate(rid, basis, now)
         outcome = attempt(reviewer.revalidate, rid, note="re-checked", parents=basis)
         if expected:
-            rec.status = Status.ACCEPTED
+            rec.status = Status.ACCEPTED if rec.accepted_once else Status.CANDIDATE
             if basis is not None:
                 rec.deps = basis
     assert (outcome[0] == "ok") == expected, (cmd, rid, outcome)
