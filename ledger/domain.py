@@ -69,6 +69,7 @@ class Validity(StrEnum):
 _NAMESPACE = uuid5(NAMESPACE_URL, "urn:provledger")
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def record_uuid(record_id: str) -> UUID:
     """The aggregate id of the record called ``record_id`` (stable, never reused)."""
     return uuid5(_NAMESPACE, "record:" + record_id)

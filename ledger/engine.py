@@ -213,8 +213,8 @@ class Engine:
         (written while they were stopped, or by a process that died)."""
         if not self.projector.enabled:
             return None
-        done = self.projector.tracking_map(c)
-        if min(done.values()) < self.recorder.max_position(c):
+        done, newest = self.recorder.tracking_and_newest(c)
+        if min(done.values()) < newest:
             self.projector.catch_up(c)
             done = self.projector.tracking_map(c)
         return done

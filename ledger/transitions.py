@@ -45,7 +45,8 @@ def accept(caller: Caller, record_id: str, note: str) -> None:
         record.accept(caller.subject, note, now)
         rules.check_not_expired(row, now, "accept")
         check_usable_dependencies(caller, c, record.dependencies, rid, "accept", now)
-        run_acceptance_checks(caller, record_view(caller, c, row, now), "accept")
+        if caller.engine.checks:
+            run_acceptance_checks(caller, record_view(caller, c, row, now), "accept")
         events = list(record.collect_events())
         if record.supersedes is not None:
             events += supersession(caller, c, rid, record.supersedes, now)

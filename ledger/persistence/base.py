@@ -79,6 +79,23 @@ class LedgerRecorderMixin:
         """Take the writers' lock in an open transaction (before reading what to write)."""
         raise NotImplementedError
 
+    def tracking_and_newest(self, c: Cursor) -> tuple[dict[str, int], int]:
+        """In one statement: each view's tracking position and the newest log position."""
+        c.execute(
+            self.dialect.q(
+                "SELECT view, position, (SELECT MAX("
+                + self.position_column
+                + f") FROM {self.events_table}) AS newest FROM {{t}}pl_tracking"
+            )
+        )
+        rows = c.fetchall()
+        found = {str(r["view"]): int(r["position"]) for r in rows}
+        newest = int(rows[0]["newest"] or 0) if rows else self.max_position(c)
+        return {name: found.get(name, 0) for name in self.projector.view_names}, newest
+
+    #: The column holding an event's log position.
+    position_column = "notification_id"
+
     def reading(self) -> AbstractContextManager[Cursor]:
         """A read transaction: every statement sees one snapshot; nothing is written."""
         raise NotImplementedError

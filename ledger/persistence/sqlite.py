@@ -132,9 +132,18 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
 
     @contextmanager
     def writing(self) -> Iterator[Cursor]:
-        """A write transaction from eventsourcing's pool (its writer slot)."""
-        with self.datastore.transaction(commit=True) as c:
-            yield c
+        """A write transaction on eventsourcing's writer connection, begun with
+        ``BEGIN IMMEDIATE``: the database's write lock is taken with it (waiting up to
+        the busy timeout), so what the transaction reads nobody else can change."""
+        with self.datastore.get_connection(commit=True) as conn:
+            cursor = conn.cursor()
+            cursor.execute("BEGIN IMMEDIATE")
+            try:
+                yield cursor
+            except BaseException:
+                conn.rollback()
+                raise
+            conn.commit()
 
     def _own_reader(self) -> _Reader | None:
         """This thread's reading connection, opened on first use; None once
@@ -198,6 +207,8 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
         """The stored events table, as SQL."""
         return self.events_table_name
 
+    position_column = "rowid"
+
     def originator_key(self, originator_id: UUID) -> Any:
         """An aggregate id as the events table stores it (hex text)."""
         return originator_id.hex
@@ -208,8 +219,8 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
         return int(c.fetchone()["m"] or 0)
 
     def lock_for_write(self, c: Cursor) -> None:
-        """A write statement takes SQLite's write lock (waiting up to the busy timeout)."""
-        c.execute("UPDATE pl_tracking SET position = position WHERE view = '#lock'")
+        """Nothing more to do: ``writing`` began with ``BEGIN IMMEDIATE``, which took
+        SQLite's write lock."""
 
     def insert_in(
         self,
