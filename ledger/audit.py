@@ -101,6 +101,8 @@ def history(
                 after = batch[-1].id
 
         notes: Iterable[Any]
+        if record is None:
+            caller.require_somewhere(c, Role.AUDIT, "history")
         if record is not None:
             row = caller.visible(c, record, Role.AUDIT, "history")
             notes = engine.recorder.select_record_events(c, record_uuid(row["record_id"]))

@@ -96,6 +96,17 @@ class Caller:
             return access_view.roles_of(c, self.engine.dialect, self.subject, scope)
         return cache.get(scope, [])
 
+    def require_somewhere(self, c: Cursor, role: Role, command: str) -> None:
+        """Raise ``AccessDeniedError`` unless the subject holds ``role`` in some scope
+        (a listing across scopes is refused, not answered empty, without it)."""
+        held = self._role_cache.get(id(c))
+        if held is None:
+            held = self.authenticate(c)
+        if not any(role.value in roles for roles in held.values()):
+            raise AccessDeniedError(
+                f"{command} refused: {self.subject!r} lacks role {role.value!r} in every scope"
+            )
+
     def require(self, c: Cursor, scope: str, role: Role, command: str) -> None:
         """Raise ``AccessDeniedError`` unless the subject holds ``role`` in ``scope``."""
         if role.value not in self.roles(c, scope):

@@ -87,6 +87,7 @@ def corrections_due(caller: Caller) -> tuple[CorrectionDue, ...]:
     now = caller.at(None)
     out = []
     with caller.reading() as c:
+        caller.require_somewhere(c, Role.DELIVER, "corrections_due")
         for drow in delivery_view.up_to(c, d, caller.position):
             row = validity_view.existing(c, d, drow["record_id"], caller.position)
             if Role.DELIVER.value not in caller.roles(c, row["scope"]):

@@ -196,7 +196,8 @@ class Session:
 
         Raises:
             UnknownRecordError: ``record`` is unknown or not visible.
-            AccessDeniedError: no ``audit`` role in ``record``'s scope.
+            AccessDeniedError: no ``audit`` role in ``record``'s scope, or (without
+                ``record``) in any scope.
             InvalidInputError: an unknown event type, or a position that is not one.
         """
         return audit.history(self.caller, record, type, start, stop)
@@ -233,6 +234,9 @@ class Session:
         """Deliveries whose record is no longer VALID and that have no correction since.
 
         Only scopes where the principal holds ``deliver`` are listed.
+
+        Raises:
+            AccessDeniedError: the principal holds ``deliver`` in no scope.
         """
         return deliveries.corrections_due(self.caller)
 

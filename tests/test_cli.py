@@ -530,9 +530,12 @@ def test_session_history_filters_on_every_backend(world: World) -> None:
         world.reviewer.history(start=-1)
 
 
-def test_history_lists_nothing_in_scopes_without_the_audit_role(chain: Cli) -> None:
-    assert json.loads(chain.as_agent("history", "--json").stdout) == {"events": []}
-    assert chain.as_agent("history").stdout == "no events\n"
+def test_history_without_the_audit_role_anywhere_is_refused_not_empty(chain: Cli) -> None:
+    for args in (("history", "--json"), ("history",)):
+        result = chain.as_agent(*args)
+        assert result.exit_code == 1
+        assert "lacks role 'audit' in every scope" in result.stderr
+        assert result.stdout == ""
 
 
 def test_corrections_json_lists_deliveries_needing_a_correction(chain: Cli) -> None:

@@ -240,3 +240,15 @@ def test_a_replacement_must_be_valid_and_not_the_delivered_record(world: World) 
     world.reviewer.accept("R2")
     world.reviewer.issue_correction(delivery, note="see R2", replacement="R2")
     assert world.reviewer.corrections_due() == ()
+
+
+def test_listings_across_scopes_are_refused_without_the_role_not_answered_empty(
+    world: World,
+) -> None:
+    from ledger.errors import AccessDeniedError
+
+    with pytest.raises(AccessDeniedError, match="lacks role 'deliver' in every scope"):
+        world.agent.corrections_due()
+    with pytest.raises(AccessDeniedError, match="lacks role 'audit' in every scope"):
+        world.agent.history()
+    assert world.reviewer.corrections_due() == ()

@@ -402,7 +402,8 @@ def test_no_token_or_a_bad_token_is_401_with_a_bearer_challenge(served: Served) 
 
 
 def test_a_revoked_token_is_refused_from_its_next_request(served: Served) -> None:
-    assert served.agent.get("/corrections").status_code == 200
+    assert served.agent.get("/corrections").status_code == 403  # no 'deliver' anywhere
+    assert served.reviewer.get("/corrections").status_code == 200
     served.ledger.admin().revoke_token(served.tokens["agent-1"])
     r = served.agent.get("/corrections")
     assert r.status_code == 401
@@ -691,7 +692,9 @@ def test_a_hidden_record_answers_byte_for_byte_like_one_that_does_not_exist(
         assert seen.status_code == 403
         assert _comparable(seen, "proj-a") == _comparable(none, "proj-z")
     served.reviewer.post("/records/{record_id}/revoke", record_id="E1", json={"reason": "x"})
-    assert served.outsider.get("/corrections").json() == {"corrections": []}
+    owed = served.outsider.get("/corrections")  # no 'deliver' anywhere: refused, revealing nothing
+    assert owed.status_code == 403
+    assert "proj-a" not in owed.text and "E1" not in owed.text
 
 
 @pytest.mark.xfail(

@@ -513,9 +513,12 @@ def _paths() -> dict[str, dict[str, Any]]:
                 "Deliveries that owe a correction",
                 "200",
                 "CorrectionsDue",
-                "401 422",
+                "401 403 422",
                 params=list(_AS_OF),
-                description="Lists scopes where the principal holds `deliver`.",
+                description=(
+                    "Lists scopes where the principal holds `deliver`; 403 if it holds "
+                    "`deliver` in no scope."
+                ),
             )
         },
         "/deliveries/{delivery_id}/corrections": {
