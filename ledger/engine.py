@@ -270,6 +270,17 @@ class Engine:
             raise CorruptEventError(f"record {record_id!r} has stored events of another kind")
         return found
 
+    def catch_up(self) -> int:
+        """Apply any events the views have not seen; returns how many. Cheap when the
+        views are current (one read); otherwise under the writers' lock, so concurrent
+        writers and catch-ups never apply an event twice."""
+        with self.reading() as c:
+            done, newest = self.recorder.tracking_and_newest(c)
+        if min(done.values()) >= newest:
+            return 0
+        with self.locked() as c:
+            return self.projector.catch_up(c)
+
     def migrate_views(self) -> None:
         """Rebuild the views from the log if they were built with another layout
         (a ledger written by an older version); the stored events never change."""

@@ -277,10 +277,5 @@ def sync(caller: Caller) -> int:
     caller.writable("sync")
     with caller.reading():
         pass
-    engine = caller.engine
-    with engine.reading() as c:
-        behind = engine.projector.tracking(c) < engine.recorder.max_position(c)
-    if behind:
-        with engine.locked() as c:
-            engine.projector.catch_up(c)
-    return engine.position()
+    caller.engine.catch_up()
+    return caller.engine.position()

@@ -177,3 +177,27 @@ def principal_session(url: str | None, token: str) -> Iterator[tuple[Ledger, Ses
         if moment is not None:
             session = session.as_of(position=moment.position, time=moment.time)
         yield led, session
+
+
+def claim_options(fn: F) -> F:
+    """``--scope``, ``--claim``, ``--at``, ``--context`` and ``--kind``: the question a
+    read or an explanation asks."""
+    for option in reversed(
+        (
+            click.option("--scope", required=True, help="The scope to read in."),
+            click.option(
+                "--claim-key", "--claim", "claim_key", required=True, help="The question asked."
+            ),
+            click.option("--at", type=DATETIME, help="Validity at this instant (default: now)."),
+            click.option(
+                "--context",
+                type=JSON,
+                help='Applicability context as JSON, e.g. {"api_version": "v2"}.',
+            ),
+            click.option(
+                "--kind", "kinds", multiple=True, type=click.Choice(KINDS), help="Only these kinds."
+            ),
+        )
+    ):
+        fn = option(fn)
+    return fn

@@ -12,9 +12,9 @@ import click
 from ledger.cli.options import (
     DATETIME,
     EVENT_TYPES,
-    JSON,
     KINDS,
     AsOf,
+    claim_options,
     errors_exit_1,
     json_option,
     principal_session,
@@ -41,13 +41,7 @@ from ledger.jsonable import record_json
 
 
 @click.command()
-@click.option("--scope", required=True, help="The scope to read in.")
-@click.option("--claim-key", "--claim", "claim_key", required=True, help="The question asked.")
-@click.option("--at", type=DATETIME, help="Validity at this instant (default: now).")
-@click.option(
-    "--context", type=JSON, help='Applicability context as JSON, e.g. {"api_version": "v2"}.'
-)
-@click.option("--kind", "kinds", multiple=True, type=click.Choice(KINDS), help="Only these kinds.")
+@claim_options
 @token_option
 @url_option
 @json_option
@@ -107,13 +101,7 @@ def get(record_id: str, token: str, url: str | None, as_json: bool) -> None:
 
 
 @click.command()
-@click.option("--scope", required=True, help="The scope to read in.")
-@click.option("--claim-key", "--claim", "claim_key", required=True, help="The question asked.")
-@click.option("--at", type=DATETIME, help="Validity at this instant (default: now).")
-@click.option(
-    "--context", type=JSON, help='Applicability context as JSON, e.g. {"api_version": "v2"}.'
-)
-@click.option("--kind", "kinds", multiple=True, type=click.Choice(KINDS), help="Only these kinds.")
+@claim_options
 @token_option
 @url_option
 @json_option
