@@ -267,8 +267,6 @@ def print_revocation(rev: Revocation, console: Console) -> None:
     for rid in rev.stale:
         table.add_row(Text(rid), styled("STALE", STATUS_STYLE))
     console.print(table)
-    if rev.hidden:
-        console.print(f"and {rev.hidden} STALE in scopes you cannot see")
 
 
 def print_experiment(result: ExperimentResult, console: Console) -> None:
