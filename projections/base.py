@@ -40,18 +40,24 @@ class Dialect:
     prefix: str = ""
     #: Appended to a text column to order it by code point, as SQLite and Python do.
     bytewise: str = ""
+    #: Ends a table whose primary key is its only b-tree (SQLite's ``WITHOUT ROWID``):
+    #: a row written touches one page fewer than with a separate key index.
+    clustered: str = ""
 
     def q(self, statement: str) -> str:
         """Translate a statement written with ``?`` and ``{t}`` table prefixes."""
         statement = statement.replace("{t}", self.prefix)
         statement = statement.replace("{blob}", self.blob).replace("{bigint}", self.bigint)
         statement = statement.replace("{bytewise}", self.bytewise)
+        statement = statement.replace("{clustered}", self.clustered)
         if self.placeholder != "?":
             statement = statement.replace("?", self.placeholder)
         return statement
 
 
-SQLITE = Dialect(name="sqlite", placeholder="?", blob="BLOB", bigint="INTEGER")
+SQLITE = Dialect(
+    name="sqlite", placeholder="?", blob="BLOB", bigint="INTEGER", clustered=" WITHOUT ROWID"
+)
 
 
 def postgres_dialect(schema: str) -> Dialect:
@@ -67,7 +73,8 @@ def postgres_dialect(schema: str) -> Dialect:
 
 
 TRACKING_DDL = (
-    "CREATE TABLE IF NOT EXISTS {t}pl_tracking (view TEXT PRIMARY KEY, position {bigint} NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS {t}pl_tracking ("
+    "view TEXT PRIMARY KEY, position {bigint} NOT NULL){clustered}",
 )
 
 

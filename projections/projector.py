@@ -34,7 +34,7 @@ VIEWS: tuple[ModuleType, ...] = (validity, delivery, access)
 #: The layout of the view tables, kept in ``pl_tracking`` under ``LAYOUT_KEY``. Views
 #: built with another layout (a ledger written by 0.1.0 has none recorded) are
 #: dropped and rebuilt from the log when the ledger opens; stored events never change.
-LAYOUT = 2
+LAYOUT = 3
 LAYOUT_KEY = "#layout"
 
 #: Reads stored events after a position inside an open transaction:
