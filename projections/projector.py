@@ -11,7 +11,9 @@ transaction, so nothing is applied twice or skipped.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+import functools
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -56,6 +58,22 @@ class Projector:
     enabled: bool = True
     batch: int = 1000
     _names: tuple[str, ...] = field(default=(), init=False)
+    #: Per open write transaction (by cursor id): current view rows its command read.
+    _known: dict[int, Mapping[str, Any]] = field(default_factory=dict, init=False)
+
+    @contextmanager
+    def knowing(self, c: Cursor, rows: Mapping[str, Any] | None) -> Iterator[None]:
+        """While inside, events applied with ``c`` start from ``rows`` (current
+        validity rows read in ``c``'s transaction, by aggregate id in hex) instead
+        of reading them again."""
+        if not rows:
+            yield
+            return
+        self._known[id(c)] = rows
+        try:
+            yield
+        finally:
+            del self._known[id(c)]
 
     @property
     def view_names(self) -> tuple[str, ...]:
@@ -138,17 +156,23 @@ class Projector:
         """
         if not self.enabled or not events:
             return
+        known = self._known.get(id(c))
         if done is None:
             done = self.tracking_map(c)
         if min(done.values()) < events[0][0] - 1 and self.catch_up(c, upto=events[0][0] - 1):
             done = self.tracking_map(c)
-        self._apply(c, events, done)
+            known = None  # read before the catch-up: no longer current
+        self._apply(c, events, done, known)
 
     def _apply(
-        self, c: Cursor, events: Sequence[tuple[int, Any]], done: dict[str, int] | None = None
+        self,
+        c: Cursor,
+        events: Sequence[tuple[int, Any]],
+        done: dict[str, int] | None = None,
+        known: Mapping[str, Any] | None = None,
     ) -> None:
         try:
-            self._apply_views(c, events, self.tracking_map(c) if done is None else done)
+            self._apply_views(c, events, self.tracking_map(c) if done is None else done, known)
         except LedgerError:
             raise
         except Exception as exc:
@@ -159,29 +183,29 @@ class Projector:
             ) from None
 
     def _apply_views(
-        self, c: Cursor, events: Sequence[tuple[int, Any]], done: dict[str, int]
+        self,
+        c: Cursor,
+        events: Sequence[tuple[int, Any]],
+        done: dict[str, int],
+        known: Mapping[str, Any] | None = None,
     ) -> None:
         d = self.dialect
-        last = events[-1][0]
-        for view in VIEWS:
-            todo = [(p, e) for p, e in events if p > done[view.VIEW]]
-            many = getattr(view, "apply_many", None)
-            if many is not None:
-                many(c, d, todo)
-            else:
-                for pos, event in todo:
-                    view.apply(c, d, pos, event)
-        timeline.apply_many(c, d, [(p, e) for p, e in events if p > done[timeline.VIEW]])
-        moved = [name for name, position in done.items() if last > position]
+        first, last = events[0][0], events[-1][0]
+        # Views in step (every one has applied the event just before these) take
+        # the events as they are; any that are ahead skip what they have applied.
+        in_step = all(position == first - 1 for position in done.values())
+
+        def todo(view: str) -> Sequence[tuple[int, Any]]:
+            return events if in_step else [(p, e) for p, e in events if p > done[view]]
+
+        validity.apply_many(c, d, todo(validity.VIEW), known)
+        for view in (delivery, access):
+            for pos, event in todo(view.VIEW):
+                view.apply(c, d, pos, event)
+        timeline.apply_many(c, d, todo(timeline.VIEW))
+        moved = tuple(name for name, position in done.items() if last > position)
         if moved:
-            c.execute(
-                d.q(
-                    "INSERT INTO {t}pl_tracking (view, position) VALUES "
-                    + ", ".join("(?, ?)" for _ in moved)
-                    + " ON CONFLICT (view) DO UPDATE SET position=excluded.position"
-                ),
-                tuple(value for name in moved for value in (name, last)),
-            )
+            c.execute(_tracking_sql(d, len(moved)), tuple(v for n in moved for v in (n, last)))
 
     def pending(self, c: Cursor, upto: int | None = None) -> Iterator[list[tuple[int, Any]]]:
         """Batches of decoded events after the views' tracking position."""
@@ -216,6 +240,16 @@ class Projector:
             rows = ([table, *_values(row)] for row in fetch_in_chunks(c))
             total = (total + rows_digest(rows)) % (1 << 256)
         return f"{total:064x}"
+
+
+@functools.cache
+def _tracking_sql(d: Dialect, views: int) -> str:
+    """Set the tracking position of ``views`` views (name, position pairs)."""
+    return d.q(
+        "INSERT INTO {t}pl_tracking (view, position) VALUES "
+        + ", ".join("(?, ?)" for _ in range(views))
+        + " ON CONFLICT (view) DO UPDATE SET position=excluded.position"
+    )
 
 
 def _values(row: Any) -> tuple[Any, ...]:

@@ -10,6 +10,7 @@ rebuild reproduces it exactly).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ledger.serialization import datetime_to_micros
@@ -35,7 +36,7 @@ def last_time(c: Cursor, d: Dialect) -> int:
     return int(row["at"]) if row else 0
 
 
-def apply_many(c: Cursor, d: Dialect, events: list[tuple[int, Any]]) -> None:
+def apply_many(c: Cursor, d: Dialect, events: Sequence[tuple[int, Any]]) -> None:
     """Index a batch of (position, event) in log order."""
     if not events:
         return
