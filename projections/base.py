@@ -1,9 +1,10 @@
 """Shared plumbing for the views: SQL dialects, the tracking table, row digests.
 
-Every view is a set of tables in the ledger's own database. Each view has one
-row in ``pl_tracking`` holding the last log position it has applied; the view's
-rows and that position are always written in the same transaction, so a view is
-updated exactly once per event even across crashes.
+Every view is a set of tables in the ledger's own database. The views apply each
+event in the same transaction as the time index's row for it, so the newest
+position in ``pl_timeline`` is the last log position every view has applied: a
+view is updated exactly once per event even across crashes. ``pl_tracking``
+keeps the layout the views were built with.
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ class Dialect:
 
     def q(self, statement: str) -> str:
         """Translate a statement written with ``?`` and ``{t}`` table prefixes."""
+        return _translated(self, statement)
+
+    def _translate(self, statement: str) -> str:
         statement = statement.replace("{t}", self.prefix)
         statement = statement.replace("{blob}", self.blob).replace("{bigint}", self.bigint)
         statement = statement.replace("{bytewise}", self.bytewise)
@@ -53,6 +57,12 @@ class Dialect:
         if self.placeholder != "?":
             statement = statement.replace("?", self.placeholder)
         return statement
+
+
+@functools.lru_cache(maxsize=4096)
+def _translated(d: Dialect, statement: str) -> str:
+    """``Dialect.q``, remembered: a command translates the same few statements."""
+    return d._translate(statement)
 
 
 SQLITE = Dialect(

@@ -5,13 +5,14 @@ transaction that appends the events, so in normal operation the views never lag
 the log and every process sees them consistent. If a view is behind (events
 written while it was stopped, a dropped view, a crash of an older version), the
 next transaction first catches it up from its tracking position; opening the
-ledger does the same. Each view's rows and tracking position are written in one
-transaction, so nothing is applied twice or skipped.
+ledger does the same. Every view applies every event in the transaction that
+indexes the event's time (``pl_timeline``), so the newest indexed position is
+how far all of them got: nothing is applied twice or skipped, and a command
+writes no tracking row of its own.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -39,6 +40,9 @@ VIEWS: tuple[ModuleType, ...] = (validity, delivery, access)
 LAYOUT = 3
 LAYOUT_KEY = "#layout"
 
+#: How far the views got (NULL before the first event): see the module docstring.
+APPLIED_SQL = "SELECT MAX(position) AS p FROM {t}pl_timeline"
+
 #: Reads stored events after a position inside an open transaction:
 #: ``(cursor, after, limit) -> notifications``.
 NotificationReader = Callable[[Cursor, int, int], Sequence[Notification]]
@@ -46,7 +50,7 @@ NotificationReader = Callable[[Cursor, int, int], Sequence[Notification]]
 
 @dataclass
 class Projector:
-    """Applies events to every view and keeps their tracking positions."""
+    """Applies events to every view, all of them in step."""
 
     dialect: Dialect
     reader: NotificationReader
@@ -91,7 +95,7 @@ class Projector:
             c.execute(self.dialect.q(statement))
 
     def drop_tables(self, c: Cursor) -> None:
-        """Drop every view table and forget the tracking positions."""
+        """Drop every view table (and with the time index, the views' position)."""
         for table in self.tables:
             c.execute(self.dialect.q(f"DROP TABLE IF EXISTS {{t}}{table}"))
         c.execute(self.dialect.q("DROP TABLE IF EXISTS {t}pl_tracking"))
@@ -124,10 +128,11 @@ class Projector:
         return applied
 
     def tracking_map(self, c: Cursor) -> dict[str, int]:
-        """Each view's tracking position (0 for a view that has applied nothing)."""
-        c.execute(self.dialect.q("SELECT view, position FROM {t}pl_tracking"))
-        found = {str(r["view"]): int(r["position"]) for r in c.fetchall()}
-        return {name: found.get(name, 0) for name in self.view_names}
+        """Each view's tracking position (0 before the first event): the newest
+        position in the time index, the same for every view."""
+        c.execute(self.dialect.q(APPLIED_SQL))
+        row = c.fetchone()
+        return dict.fromkeys(self.view_names, int(row["p"] or 0) if row else 0)
 
     def tracking(self, c: Cursor) -> int:
         """The lowest tracking position among the views (what is fully applied)."""
@@ -190,7 +195,7 @@ class Projector:
         known: Mapping[str, Any] | None = None,
     ) -> None:
         d = self.dialect
-        first, last = events[0][0], events[-1][0]
+        first = events[0][0]
         # Views in step (every one has applied the event just before these) take
         # the events as they are; any that are ahead skip what they have applied.
         in_step = all(position == first - 1 for position in done.values())
@@ -203,9 +208,6 @@ class Projector:
             for pos, event in todo(view.VIEW):
                 view.apply(c, d, pos, event)
         timeline.apply_many(c, d, todo(timeline.VIEW))
-        moved = tuple(name for name, position in done.items() if last > position)
-        if moved:
-            c.execute(_tracking_sql(d, len(moved)), tuple(v for n in moved for v in (n, last)))
 
     def pending(self, c: Cursor, upto: int | None = None) -> Iterator[list[tuple[int, Any]]]:
         """Batches of decoded events after the views' tracking position."""
@@ -240,16 +242,6 @@ class Projector:
             rows = ([table, *_values(row)] for row in fetch_in_chunks(c))
             total = (total + rows_digest(rows)) % (1 << 256)
         return f"{total:064x}"
-
-
-@functools.cache
-def _tracking_sql(d: Dialect, views: int) -> str:
-    """Set the tracking position of ``views`` views (name, position pairs)."""
-    return d.q(
-        "INSERT INTO {t}pl_tracking (view, position) VALUES "
-        + ", ".join("(?, ?)" for _ in range(views))
-        + " ON CONFLICT (view) DO UPDATE SET position=excluded.position"
-    )
 
 
 def _values(row: Any) -> tuple[Any, ...]:
