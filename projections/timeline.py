@@ -10,6 +10,7 @@ rebuild reproduces it exactly).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -54,15 +55,18 @@ def apply_many(c: Cursor, d: Dialect, events: Sequence[tuple[int, Any]]) -> None
     for pos, event in events:
         running = max(running, datetime_to_micros(event.timestamp))
         params += [pos, running]
-    values = ", ".join("(CAST(? AS {bigint}), CAST(? AS {bigint}))" for _ in events)
-    c.execute(
-        d.q(
-            "INSERT INTO {t}pl_timeline (position, at) "
-            "SELECT v.column1, CASE WHEN v.column2 > m.at THEN v.column2 ELSE m.at END "
-            f"FROM (VALUES {values}) AS v, (SELECT COALESCE((SELECT at FROM {{t}}pl_timeline "
-            "ORDER BY position DESC LIMIT 1), 0) AS at) AS m"
-        ),
-        tuple(params),
+    c.execute(_insert_sql(d, len(events)), tuple(params))
+
+
+@functools.cache
+def _insert_sql(d: Dialect, count: int) -> str:
+    """Index ``count`` (position, running time) pairs, joining the stored maximum in."""
+    values = ", ".join("(CAST(? AS {bigint}), CAST(? AS {bigint}))" for _ in range(count))
+    return d.q(
+        "INSERT INTO {t}pl_timeline (position, at) "
+        "SELECT v.column1, CASE WHEN v.column2 > m.at THEN v.column2 ELSE m.at END "
+        f"FROM (VALUES {values}) AS v, (SELECT COALESCE((SELECT at FROM {{t}}pl_timeline "
+        "ORDER BY position DESC LIMIT 1), 0) AS at) AS m"
     )
 
 
