@@ -99,7 +99,10 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
         self._writer: sqlite3.Connection | None = None
-        self._writer_lock = threading.Lock()
+        # Re-entrant: a thread that closes the ledger, or writes again, inside its
+        # own write transaction gets an error, not a deadlock.
+        self._writer_lock = threading.RLock()
+        self._writing = False  # a write transaction is open (read under the lock)
         self._closed = False
 
     # -- transactions ----------------------------------------------------------
@@ -146,8 +149,15 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
                 yield from _transaction(conn, conn.cursor())
             return
         with self._writer_lock:
-            writer = self._own_writer()
-            yield from _transaction(writer, writer.cursor())
+            if self._writing:
+                # Its BEGIN would fail, and the rollback would end the outer one.
+                raise sqlite3.OperationalError("a write transaction is already open here")
+            self._writing = True
+            try:
+                writer = self._own_writer()
+                yield from _transaction(writer, writer.cursor())
+            finally:
+                self._writing = False
 
     def _own_writer(self) -> sqlite3.Connection:
         """The writer connection, opened on first use (under ``_writer_lock``)."""
