@@ -87,14 +87,23 @@ class Write:
     engine: Engine
     done: dict[str, int] | None
 
-    def append(self, events: Sequence[Any], snapshots: Sequence[tuple[str, bytes]] = ()) -> int:
+    def append(
+        self,
+        events: Sequence[Any],
+        snapshots: Sequence[tuple[str, bytes]] = (),
+        known: Mapping[str, Any] | None = None,
+    ) -> int:
         """Store ``events`` with their view rows, Merkle leaves and ``snapshots``;
-        returns the log position of the last one."""
+        returns the log position of the last one. ``known``: current view rows
+        read in this transaction, by aggregate id (hex), that the views may reuse."""
         if not events:
             return self.engine.recorder.max_position(self.c)
         mapper = self.engine.app.mapper
         stored = [mapper.to_stored_event(e) for e in events]
-        ids = self.engine.recorder.insert_in(self.c, stored, events, snapshots, self.done)
+        # Rows read before a first append are current; after it the views moved on.
+        first = self.done is not None
+        with self.engine.projector.knowing(self.c, known if first else None):
+            ids = self.engine.recorder.insert_in(self.c, stored, events, snapshots, self.done)
         self.done = None  # the views moved on: a second append reads tracking again
         return ids[-1]
 

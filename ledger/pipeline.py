@@ -18,8 +18,8 @@ module declares only its own steps: :func:`command` for any command,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
@@ -40,6 +40,9 @@ class Decision(Generic[T]):
     events: Sequence[Any]
     result: Callable[[int], T]
     snapshots: Sequence[tuple[str, bytes]] = field(default=())
+    #: Current view rows the command read under the lock, by aggregate id (hex):
+    #: the views start from them instead of reading them again.
+    known: Mapping[str, Any] = field(default_factory=dict)
 
 
 def command(caller: Caller, name: str, decide: Callable[[Cursor, datetime], Decision[T]]) -> T:
@@ -57,7 +60,7 @@ def command(caller: Caller, name: str, decide: Callable[[Cursor, datetime], Deci
     def work(w: Write) -> T:
         with caller.authenticated(w.c):
             decision = decide(w.c, caller.engine.now())
-            position = w.append(decision.events, decision.snapshots)
+            position = w.append(decision.events, decision.snapshots, decision.known)
         return decision.result(position)
 
     return caller.engine.transact(work)
@@ -82,7 +85,8 @@ def on_record(
     def decide_on_record(c: Cursor, now: datetime) -> Decision[T]:
         row = caller.visible(c, record_id, role, name)
         record = caller.engine.load_record(c, row["record_id"])
-        return decide(c, row, record, now)
+        decision = decide(c, row, record, now)
+        return replace(decision, known={**decision.known, record.id.hex: row})
 
     return command(caller, name, decide_on_record)
 

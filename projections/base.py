@@ -1,9 +1,10 @@
 """Shared plumbing for the views: SQL dialects, the tracking table, row digests.
 
-Every view is a set of tables in the ledger's own database. Each view has one
-row in ``pl_tracking`` holding the last log position it has applied; the view's
-rows and that position are always written in the same transaction, so a view is
-updated exactly once per event even across crashes.
+Every view is a set of tables in the ledger's own database. The views apply each
+event in the same transaction as the time index's row for it, so the newest
+position in ``pl_timeline`` is the last log position every view has applied: a
+view is updated exactly once per event even across crashes. ``pl_tracking``
+keeps the layout the views were built with.
 """
 
 from __future__ import annotations
@@ -40,18 +41,33 @@ class Dialect:
     prefix: str = ""
     #: Appended to a text column to order it by code point, as SQLite and Python do.
     bytewise: str = ""
+    #: Ends a table whose primary key is its only b-tree (SQLite's ``WITHOUT ROWID``):
+    #: a row written touches one page fewer than with a separate key index.
+    clustered: str = ""
 
     def q(self, statement: str) -> str:
         """Translate a statement written with ``?`` and ``{t}`` table prefixes."""
+        return _translated(self, statement)
+
+    def _translate(self, statement: str) -> str:
         statement = statement.replace("{t}", self.prefix)
         statement = statement.replace("{blob}", self.blob).replace("{bigint}", self.bigint)
         statement = statement.replace("{bytewise}", self.bytewise)
+        statement = statement.replace("{clustered}", self.clustered)
         if self.placeholder != "?":
             statement = statement.replace("?", self.placeholder)
         return statement
 
 
-SQLITE = Dialect(name="sqlite", placeholder="?", blob="BLOB", bigint="INTEGER")
+@functools.lru_cache(maxsize=4096)
+def _translated(d: Dialect, statement: str) -> str:
+    """``Dialect.q``, remembered: a command translates the same few statements."""
+    return d._translate(statement)
+
+
+SQLITE = Dialect(
+    name="sqlite", placeholder="?", blob="BLOB", bigint="INTEGER", clustered=" WITHOUT ROWID"
+)
 
 
 def postgres_dialect(schema: str) -> Dialect:
@@ -67,7 +83,8 @@ def postgres_dialect(schema: str) -> Dialect:
 
 
 TRACKING_DDL = (
-    "CREATE TABLE IF NOT EXISTS {t}pl_tracking (view TEXT PRIMARY KEY, position {bigint} NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS {t}pl_tracking ("
+    "view TEXT PRIMARY KEY, position {bigint} NOT NULL){clustered}",
 )
 
 

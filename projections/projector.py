@@ -5,13 +5,16 @@ transaction that appends the events, so in normal operation the views never lag
 the log and every process sees them consistent. If a view is behind (events
 written while it was stopped, a dropped view, a crash of an older version), the
 next transaction first catches it up from its tracking position; opening the
-ledger does the same. Each view's rows and tracking position are written in one
-transaction, so nothing is applied twice or skipped.
+ledger does the same. Every view applies every event in the transaction that
+indexes the event's time (``pl_timeline``), so the newest indexed position is
+how far all of them got: nothing is applied twice or skipped, and a command
+writes no tracking row of its own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -34,8 +37,11 @@ VIEWS: tuple[ModuleType, ...] = (validity, delivery, access)
 #: The layout of the view tables, kept in ``pl_tracking`` under ``LAYOUT_KEY``. Views
 #: built with another layout (a ledger written by 0.1.0 has none recorded) are
 #: dropped and rebuilt from the log when the ledger opens; stored events never change.
-LAYOUT = 2
+LAYOUT = 3
 LAYOUT_KEY = "#layout"
+
+#: How far the views got (NULL before the first event): see the module docstring.
+APPLIED_SQL = "SELECT MAX(position) AS p FROM {t}pl_timeline"
 
 #: Reads stored events after a position inside an open transaction:
 #: ``(cursor, after, limit) -> notifications``.
@@ -44,7 +50,7 @@ NotificationReader = Callable[[Cursor, int, int], Sequence[Notification]]
 
 @dataclass
 class Projector:
-    """Applies events to every view and keeps their tracking positions."""
+    """Applies events to every view, all of them in step."""
 
     dialect: Dialect
     reader: NotificationReader
@@ -56,6 +62,22 @@ class Projector:
     enabled: bool = True
     batch: int = 1000
     _names: tuple[str, ...] = field(default=(), init=False)
+    #: Per open write transaction (by cursor id): current view rows its command read.
+    _known: dict[int, Mapping[str, Any]] = field(default_factory=dict, init=False)
+
+    @contextmanager
+    def knowing(self, c: Cursor, rows: Mapping[str, Any] | None) -> Iterator[None]:
+        """While inside, events applied with ``c`` start from ``rows`` (current
+        validity rows read in ``c``'s transaction, by aggregate id in hex) instead
+        of reading them again."""
+        if not rows:
+            yield
+            return
+        self._known[id(c)] = rows
+        try:
+            yield
+        finally:
+            del self._known[id(c)]
 
     @property
     def view_names(self) -> tuple[str, ...]:
@@ -73,7 +95,7 @@ class Projector:
             c.execute(self.dialect.q(statement))
 
     def drop_tables(self, c: Cursor) -> None:
-        """Drop every view table and forget the tracking positions."""
+        """Drop every view table (and with the time index, the views' position)."""
         for table in self.tables:
             c.execute(self.dialect.q(f"DROP TABLE IF EXISTS {{t}}{table}"))
         c.execute(self.dialect.q("DROP TABLE IF EXISTS {t}pl_tracking"))
@@ -106,10 +128,11 @@ class Projector:
         return applied
 
     def tracking_map(self, c: Cursor) -> dict[str, int]:
-        """Each view's tracking position (0 for a view that has applied nothing)."""
-        c.execute(self.dialect.q("SELECT view, position FROM {t}pl_tracking"))
-        found = {str(r["view"]): int(r["position"]) for r in c.fetchall()}
-        return {name: found.get(name, 0) for name in self.view_names}
+        """Each view's tracking position (0 before the first event): the newest
+        position in the time index, the same for every view."""
+        c.execute(self.dialect.q(APPLIED_SQL))
+        row = c.fetchone()
+        return dict.fromkeys(self.view_names, int(row["p"] or 0) if row else 0)
 
     def tracking(self, c: Cursor) -> int:
         """The lowest tracking position among the views (what is fully applied)."""
@@ -138,17 +161,23 @@ class Projector:
         """
         if not self.enabled or not events:
             return
+        known = self._known.get(id(c))
         if done is None:
             done = self.tracking_map(c)
         if min(done.values()) < events[0][0] - 1 and self.catch_up(c, upto=events[0][0] - 1):
             done = self.tracking_map(c)
-        self._apply(c, events, done)
+            known = None  # read before the catch-up: no longer current
+        self._apply(c, events, done, known)
 
     def _apply(
-        self, c: Cursor, events: Sequence[tuple[int, Any]], done: dict[str, int] | None = None
+        self,
+        c: Cursor,
+        events: Sequence[tuple[int, Any]],
+        done: dict[str, int] | None = None,
+        known: Mapping[str, Any] | None = None,
     ) -> None:
         try:
-            self._apply_views(c, events, self.tracking_map(c) if done is None else done)
+            self._apply_views(c, events, self.tracking_map(c) if done is None else done, known)
         except LedgerError:
             raise
         except Exception as exc:
@@ -159,29 +188,26 @@ class Projector:
             ) from None
 
     def _apply_views(
-        self, c: Cursor, events: Sequence[tuple[int, Any]], done: dict[str, int]
+        self,
+        c: Cursor,
+        events: Sequence[tuple[int, Any]],
+        done: dict[str, int],
+        known: Mapping[str, Any] | None = None,
     ) -> None:
         d = self.dialect
-        last = events[-1][0]
-        for view in VIEWS:
-            todo = [(p, e) for p, e in events if p > done[view.VIEW]]
-            many = getattr(view, "apply_many", None)
-            if many is not None:
-                many(c, d, todo)
-            else:
-                for pos, event in todo:
-                    view.apply(c, d, pos, event)
-        timeline.apply_many(c, d, [(p, e) for p, e in events if p > done[timeline.VIEW]])
-        moved = [name for name, position in done.items() if last > position]
-        if moved:
-            c.execute(
-                d.q(
-                    "INSERT INTO {t}pl_tracking (view, position) VALUES "
-                    + ", ".join("(?, ?)" for _ in moved)
-                    + " ON CONFLICT (view) DO UPDATE SET position=excluded.position"
-                ),
-                tuple(value for name in moved for value in (name, last)),
-            )
+        first = events[0][0]
+        # Views in step (every one has applied the event just before these) take
+        # the events as they are; any that are ahead skip what they have applied.
+        in_step = all(position == first - 1 for position in done.values())
+
+        def todo(view: str) -> Sequence[tuple[int, Any]]:
+            return events if in_step else [(p, e) for p, e in events if p > done[view]]
+
+        validity.apply_many(c, d, todo(validity.VIEW), known)
+        for view in (delivery, access):
+            for pos, event in todo(view.VIEW):
+                view.apply(c, d, pos, event)
+        timeline.apply_many(c, d, todo(timeline.VIEW))
 
     def pending(self, c: Cursor, upto: int | None = None) -> Iterator[list[tuple[int, Any]]]:
         """Batches of decoded events after the views' tracking position."""

@@ -3,12 +3,15 @@
 Event timestamps come from the writers' clocks and need not rise with the log
 position (two processes, clock steps). The index stores, per position, the
 running maximum of the timestamps so far: monotonic by construction, so the
-position for an instant is a single indexed lookup, and the index is a pure
-function of the log (a rebuild reproduces it exactly).
+position for an instant is a binary search on the position key (no second
+index for a command to write), and the index is a pure function of the log (a
+rebuild reproduces it exactly).
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Sequence
 from typing import Any
 
 from ledger.serialization import datetime_to_micros
@@ -19,7 +22,6 @@ VIEW = "timeline"
 DDL = (
     "CREATE TABLE IF NOT EXISTS {t}pl_timeline ("
     "position {bigint} PRIMARY KEY, at {bigint} NOT NULL)",
-    "CREATE INDEX IF NOT EXISTS pl_timeline_at ON {t}pl_timeline (at)",
 )
 
 TABLES = ("pl_timeline",)
@@ -35,7 +37,7 @@ def last_time(c: Cursor, d: Dialect) -> int:
     return int(row["at"]) if row else 0
 
 
-def apply_many(c: Cursor, d: Dialect, events: list[tuple[int, Any]]) -> None:
+def apply_many(c: Cursor, d: Dialect, events: Sequence[tuple[int, Any]]) -> None:
     """Index a batch of (position, event) in log order."""
     if not events:
         return
@@ -53,21 +55,48 @@ def apply_many(c: Cursor, d: Dialect, events: list[tuple[int, Any]]) -> None:
     for pos, event in events:
         running = max(running, datetime_to_micros(event.timestamp))
         params += [pos, running]
-    values = ", ".join("(CAST(? AS {bigint}), CAST(? AS {bigint}))" for _ in events)
-    c.execute(
-        d.q(
-            "INSERT INTO {t}pl_timeline (position, at) "
-            "SELECT v.column1, CASE WHEN v.column2 > m.at THEN v.column2 ELSE m.at END "
-            f"FROM (VALUES {values}) AS v, (SELECT COALESCE((SELECT at FROM {{t}}pl_timeline "
-            "ORDER BY position DESC LIMIT 1), 0) AS at) AS m"
-        ),
-        tuple(params),
+    c.execute(_insert_sql(d, len(events)), tuple(params))
+
+
+@functools.cache
+def _insert_sql(d: Dialect, count: int) -> str:
+    """Index ``count`` (position, running time) pairs, joining the stored maximum in."""
+    values = ", ".join("(CAST(? AS {bigint}), CAST(? AS {bigint}))" for _ in range(count))
+    return d.q(
+        "INSERT INTO {t}pl_timeline (position, at) "
+        "SELECT v.column1, CASE WHEN v.column2 > m.at THEN v.column2 ELSE m.at END "
+        f"FROM (VALUES {values}) AS v, (SELECT COALESCE((SELECT at FROM {{t}}pl_timeline "
+        "ORDER BY position DESC LIMIT 1), 0) AS at) AS m"
     )
+
+
+#: The middle of the bisection's range, and the time indexed at the newest position
+#: at or before it (NULL if none).
+_MID = "(lo + hi + 1) / 2"
+_AT_OR_BEFORE = (
+    f"(SELECT at FROM {{t}}pl_timeline WHERE position <= {_MID} ORDER BY position DESC LIMIT 1)"
+)
+
+#: ``at`` never falls as the position rises, so the newest position recorded at or
+#: before an instant is found by bisecting positions, each step one key lookup:
+#: ``hi`` only moves below a middle whose time is after the instant, ``lo`` only up
+#: to one whose time is not (or that has no position at or before it).
+_POSITION_AT = (
+    "WITH RECURSIVE s(lo, hi) AS ("
+    "SELECT CAST(0 AS {bigint}), CAST(COALESCE(MAX(position), 0) AS {bigint}) "
+    "FROM {t}pl_timeline "
+    "UNION ALL "
+    f"SELECT CASE WHEN {_AT_OR_BEFORE} > ? THEN lo ELSE {_MID} END, "
+    f"CASE WHEN {_AT_OR_BEFORE} > ? THEN {_MID} - 1 ELSE hi END "
+    "FROM s WHERE lo < hi) "
+    "SELECT COALESCE((SELECT MAX(position) FROM {t}pl_timeline WHERE position <= s.lo), 0) "
+    "AS p FROM s WHERE s.lo >= s.hi"
+)
 
 
 def position_at(c: Cursor, d: Dialect, at: int) -> int:
     """The newest position recorded at or before ``at`` (0 if none)."""
-    c.execute(d.q("SELECT MAX(position) AS p FROM {t}pl_timeline WHERE at <= ?"), (at,))
+    c.execute(d.q(_POSITION_AT), (at, at))
     row = c.fetchone()
     return int(row["p"]) if row and row["p"] is not None else 0
 

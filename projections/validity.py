@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 import operator
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypedDict, cast
 
 from ledger.domain import Record, Status
@@ -116,7 +116,7 @@ DDL = (
     "snapshot_ref TEXT, run_id TEXT, "
     "cause_root TEXT, reason TEXT, changed_by TEXT, changed_at {bigint}, "
     "left_valid_pos {bigint}, supersedes TEXT, superseded_by TEXT, stale_via TEXT, "
-    "PRIMARY KEY (record_id, from_pos))",
+    "PRIMARY KEY (record_id, from_pos)){clustered}",
     "CREATE INDEX IF NOT EXISTS pl_records_claim ON {t}pl_records (scope, claim_key)",
     # Listing a scope page by page in id order (``Session.records``): current rows only.
     "CREATE INDEX IF NOT EXISTS pl_records_listing ON {t}pl_records (scope, record_id{bytewise}) "
@@ -124,7 +124,8 @@ DDL = (
     # Partial: only evidence has a snapshot, and other rows then cost no index entry.
     "CREATE INDEX IF NOT EXISTS pl_records_snapshot ON {t}pl_records (snapshot_ref) "
     "WHERE snapshot_ref IS NOT NULL",
-    "CREATE TABLE IF NOT EXISTS {t}pl_record_ids (agg_id TEXT PRIMARY KEY, record_id TEXT)",
+    "CREATE TABLE IF NOT EXISTS {t}pl_record_ids ("
+    "agg_id TEXT PRIMARY KEY, record_id TEXT){clustered}",
     *edges.DDL,
 )
 
@@ -440,16 +441,29 @@ class _Fold:
     few ``executemany`` statements: the rows it needs are read in one query per
     500 records up front, so the cost follows the events, not the statements."""
 
-    def __init__(self, c: Cursor, d: Dialect, events: Sequence[tuple[int, Any]]) -> None:
+    def __init__(
+        self,
+        c: Cursor,
+        d: Dialect,
+        events: Sequence[tuple[int, Any]],
+        known: Mapping[str, Any] | None = None,
+    ) -> None:
         self.c, self.d = c, d
         proposed = {e.originator_id.hex: e.record_id for _, e in events if type(e) is _PROPOSED}
         changed = [e.originator_id.hex for _, e in events if e.originator_id.hex not in proposed]
         #: record id → its newest row (a dict), read from the view or made here.
         self.rows: dict[str, dict[str, Any]] = {}
         self.rid_of: dict[str, str] = {}
+        known = known or {}
+        for agg in changed:
+            row = known.get(agg)
+            if row is not None:
+                self.rid_of[agg] = row["record_id"]
+                self.rows[row["record_id"]] = _as_dict(row)
+        changed = [agg for agg in changed if agg not in self.rid_of]
         for row in _current_by_aggregate(c, d, changed) if changed else ():
             self.rid_of[str(row["agg_id"])] = row["record_id"]
-            self.rows[row["record_id"]] = {name: row[name] for name in COLUMNS}
+            self.rows[row["record_id"]] = _as_dict(row)
         deps = [
             dep
             for _, e in events
@@ -457,7 +471,7 @@ class _Fold:
             for dep in (*e.parents, *e.observed)
             if dep not in self.rows
         ]
-        for rid, row in current_many(c, d, deps).items():
+        for rid, row in current_many(c, d, deps).items() if deps else ():
             self.rows[rid] = _as_dict(row)
         self.rid_of.update(proposed)
         self.fresh: set[str] = set()  # records whose newest row was made here
@@ -524,28 +538,34 @@ _FOLDED = (
 )
 
 
-def apply_many(c: Cursor, d: Dialect, events: Sequence[tuple[int, Any]]) -> None:
+def apply_many(
+    c: Cursor, d: Dialect, events: Sequence[tuple[int, Any]], known: Mapping[str, Any] | None = None
+) -> None:
     """Fold events in log order.
 
     Runs of proposals and status changes are folded in memory and written with
     ``executemany`` (see ``_Fold``); a revalidation, which may replace edges and
     move effective expiries below it, is applied on its own between runs.
+    ``known``: current rows read in this transaction, by aggregate id (hex), that
+    the first run starts from instead of reading them.
     """
     run: list[tuple[int, Any]] = []
     for pos, event in events:
         if type(event) in _FOLDED:
             run.append((pos, event))
         elif isinstance(event, Record.Revalidated):
-            _fold(c, d, run)
-            run = []
+            _fold(c, d, run, known)
+            run, known = [], None
             apply(c, d, pos, event)
-    _fold(c, d, run)
+    _fold(c, d, run, known)
 
 
-def _fold(c: Cursor, d: Dialect, events: Sequence[tuple[int, Any]]) -> None:
+def _fold(
+    c: Cursor, d: Dialect, events: Sequence[tuple[int, Any]], known: Mapping[str, Any] | None = None
+) -> None:
     if not events:
         return
-    fold = _Fold(c, d, events)
+    fold = _Fold(c, d, events, known)
     for pos, event in events:
         if type(event) is _PROPOSED:
             fold.propose(pos, event)

@@ -288,3 +288,36 @@ def test_the_database_refuses_to_update_or_delete_stored_events(
     with Ledger.open(shared_url) as led:
         assert led.stats()["events"] == before
         assert led.rebuild().matched
+
+
+def test_a_command_started_inside_another_on_its_thread_is_refused_and_the_outer_commits(
+    tmp_path: Path,
+) -> None:
+    """A file ledger writes on one connection: a second write transaction opened on
+    the thread already inside one is refused at once (not a deadlock, and not a
+    rollback of the outer transaction), and the outer command still commits."""
+    refused: list[LedgerError] = []
+
+    def check(view: Any) -> None:
+        try:
+            agent.propose("p", "nested", 1, Kind.FACT, id="N1")
+        except LedgerError as exc:
+            refused.append(exc)
+
+    led = Ledger.open(f"sqlite:///{tmp_path / 'l.db'}", acceptance_checks=[check])
+    try:
+        admin = led.admin()
+        admin.grant("agent", "p", ["propose", "read"])
+        admin.grant("reviewer", "p", ["approve", "read"])
+        agent = led.authenticate(admin.issue_token("agent"))
+        reviewer = led.authenticate(admin.issue_token("reviewer"))
+        agent.propose("p", "k", 1, Kind.FACT, id="R1")
+        before = led.position
+        reviewer.accept("R1")
+        assert [type(e).__name__ for e in refused] == ["StorageError"]
+        assert "already open" in str(refused[0])
+        assert reviewer.get("R1").status == Status.ACCEPTED
+        assert led.position == before + 1  # the accept only: nothing of N1
+        assert reviewer.read("p", "nested").outcome == Outcome.MISSING
+    finally:
+        led.close()

@@ -12,7 +12,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -464,6 +464,30 @@ def test_as_of_every_position_answers_exactly_what_the_ledger_said_then(world: W
         assert observe(by_time) == observe(reviewer.as_of(position=cap.position)), cap.step
 
 
+def test_as_of_time_finds_the_newest_position_at_or_before_it_when_clocks_step_back(
+    world: World, tmp_path: Path
+) -> None:
+    """The time index keeps a running maximum, so ``as_of(time=)`` bisects positions:
+    with the writers' clock stepping back and repeating, every instant (between,
+    on and around the indexed times) gives the position a scan of the index gives."""
+    agent, reviewer, led, clock = world.agent, world.reviewer, world.ledger, world.clock
+    for n, step in enumerate([0, 2, -3, 0, 5, -1, 1, 0, 0, 7, -9, 4, 1, 3]):
+        clock.advance(seconds=step)
+        rid = agent.propose("proj-a", f"tick.{n}", n, Kind.FACT, id=f"T{n}")
+        if n % 3 == 0:
+            reviewer.accept(rid)
+    db = tmp_path / "ledger.db" if led.backend == "sqlite" else None
+    index = raw_rows(led, db, "SELECT position, at FROM pl_timeline ORDER BY position")
+    assert len(index) == led.position
+    commits = raw_rows(led, db, "SELECT first_pos, last_pos FROM pl_commits")
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    for micros in sorted({at + delta for _, at in index for delta in (-1, 0, 1)}):
+        newest = max((p for p, at in index if at <= micros), default=0)
+        expected = next((last for first, last in commits if first <= newest <= last), newest)
+        instant = epoch + timedelta(microseconds=micros)
+        assert reviewer.as_of(time=instant).position == expected, micros
+
+
 def test_as_of_with_at_answers_what_was_believed_then_about_validity_at_another_time(
     world: World,
 ) -> None:
@@ -629,9 +653,8 @@ def test_views_that_missed_events_catch_up_exactly_once_when_the_ledger_is_reope
     written = led.position
     assert written > stopped_at
     assert reviewer.get("E1").status == Status.CANDIDATE  # the view is behind the log
-    assert {
-        p for (p,) in raw_rows(led, db, "SELECT position FROM pl_tracking WHERE view NOT LIKE '#%'")
-    } == {stopped_at}
+    # The views' position is the time index's newest: every view applies in step.
+    assert raw_rows(led, db, "SELECT MAX(position) FROM pl_timeline") == [(stopped_at,)]
     led.close()
 
     # Step 2: reopening catches every view up from its tracking position.
@@ -646,9 +669,8 @@ def test_views_that_missed_events_catch_up_exactly_once_when_the_ledger_is_reope
         "M1": Status.REJECTED,
         "M2": Status.CANDIDATE,
     }
-    tracking = raw_rows(led, db, "SELECT view, position FROM pl_tracking WHERE view NOT LIKE '#%'")
-    assert {p for _, p in tracking} == {led.position}
-    assert len(tracking) == 4
+    assert raw_rows(led, db, "SELECT MAX(position) FROM pl_timeline") == [(led.position,)]
+    assert raw_rows(led, db, "SELECT view FROM pl_tracking") == [("#layout",)]
 
     # Step 3: nothing was applied twice: one row version per status event, one
     # timeline row per position, and nothing left to catch up.

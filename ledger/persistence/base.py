@@ -18,7 +18,7 @@ from eventsourcing.persistence import Notification
 from ledger.errors import CorruptEventError
 from ledger.merkle import leaf_data, leaf_hash
 from projections.base import Cursor, Dialect, fetch_in_chunks, insert_rows, rows_in
-from projections.projector import Projector
+from projections.projector import APPLIED_SQL, Projector
 
 #: Primary data beside the events (not views: never dropped by a rebuild): the
 #: content-addressed evidence snapshots, and the boundaries of transactions that
@@ -83,15 +83,13 @@ class LedgerRecorderMixin:
         """In one statement: each view's tracking position and the newest log position."""
         c.execute(
             self.dialect.q(
-                "SELECT view, position, (SELECT MAX("
-                + self.position_column
-                + f") FROM {self.events_table}) AS newest FROM {{t}}pl_tracking"
+                f"SELECT ({APPLIED_SQL}) AS done, (SELECT MAX({self.position_column}) "
+                f"FROM {self.events_table}) AS newest"
             )
         )
-        rows = c.fetchall()
-        found = {str(r["view"]): int(r["position"]) for r in rows}
-        newest = int(rows[0]["newest"] or 0) if rows else self.max_position(c)
-        return {name: found.get(name, 0) for name in self.projector.view_names}, newest
+        row = c.fetchone()
+        done = dict.fromkeys(self.projector.view_names, int(row["done"] or 0))
+        return done, int(row["newest"] or 0)
 
     #: The column holding an event's log position.
     position_column = "notification_id"

@@ -98,6 +98,11 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
         self._reader = threading.local()
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
+        self._writer: sqlite3.Connection | None = None
+        # Re-entrant: a thread that closes the ledger, or writes again, inside its
+        # own write transaction gets an error, not a deadlock.
+        self._writer_lock = threading.RLock()
+        self._writing = False  # a write transaction is open (read under the lock)
         self._closed = False
 
     # -- transactions ----------------------------------------------------------
@@ -132,18 +137,36 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
 
     @contextmanager
     def writing(self) -> Iterator[Cursor]:
-        """A write transaction on eventsourcing's writer connection, begun with
-        ``BEGIN IMMEDIATE``: the database's write lock is taken with it (waiting up to
-        the busy timeout), so what the transaction reads nobody else can change."""
-        with self.datastore.get_connection(commit=True) as conn:
-            cursor = conn.cursor()
-            cursor.execute("BEGIN IMMEDIATE")
+        """A write transaction begun with ``BEGIN IMMEDIATE``: the database's write
+        lock is taken with it (waiting up to the busy timeout), so what the
+        transaction reads nobody else can change.
+
+        On a file it runs on the recorder's own writer connection, one thread at a
+        time (a pool round trip costs as much as a statement); an in-memory
+        database keeps eventsourcing's writer connection."""
+        if not self._file:
+            with self.datastore.get_connection(commit=True) as conn:
+                yield from _transaction(conn, conn.cursor())
+            return
+        with self._writer_lock:
+            if self._writing:
+                # Its BEGIN would fail, and the rollback would end the outer one.
+                raise sqlite3.OperationalError("a write transaction is already open here")
+            self._writing = True
             try:
-                yield cursor
-            except BaseException:
-                conn.rollback()
-                raise
-            conn.commit()
+                writer = self._own_writer()
+                yield from _transaction(writer, writer.cursor())
+            finally:
+                self._writing = False
+
+    def _own_writer(self) -> sqlite3.Connection:
+        """The writer connection, opened on first use (under ``_writer_lock``)."""
+        if self._writer is None:
+            if self._closed:
+                raise sqlite3.ProgrammingError("the ledger is closed")
+            pool: Any = self.datastore.pool
+            self._writer = pool._create_connection()._sqlite_conn
+        return self._writer
 
     def _own_reader(self) -> _Reader | None:
         """This thread's reading connection, opened on first use; None once
@@ -160,12 +183,16 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
         return held
 
     def close_readers(self) -> None:
-        """Close every thread's reading connection (the ledger is closing)."""
+        """Close every thread's reading connection and the writer (the ledger is closing)."""
         with self._readers_lock:
             self._closed = True
             readers, self._readers = self._readers, []
         for reader in readers:
             reader.close()
+        with self._writer_lock:
+            if self._writer is not None:
+                self._writer.close()
+                self._writer = None
 
     def open_readers(self) -> int:
         """How many threads' reading connections are open."""
@@ -302,6 +329,18 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
             )
             for row in c.fetchall()
         ]
+
+
+def _transaction(connection: Any, cursor: Any) -> Iterator[Cursor]:
+    """``cursor`` inside ``BEGIN IMMEDIATE`` … ``COMMIT`` on ``connection``; rolled
+    back if the block raises or the commit fails."""
+    cursor.execute("BEGIN IMMEDIATE")
+    try:
+        yield cursor
+        connection.commit()
+    except BaseException:
+        connection.rollback()
+        raise
 
 
 class _Reader:
