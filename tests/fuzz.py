@@ -37,7 +37,7 @@ import traceback
 import uuid
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import closing, contextmanager, suppress
+from contextlib import AbstractContextManager, closing, contextmanager, nullcontext, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta, timezone, tzinfo
 from decimal import Decimal
@@ -63,7 +63,7 @@ from ledger import (
     Status,
     Validity,
 )
-from ledger.errors import CorruptEventError
+from ledger.errors import ConnectionLostError, CorruptEventError
 from ledger.merkle import LogDigest
 
 # -- the seeded world ------------------------------------------------------------
@@ -1375,7 +1375,11 @@ def _receiver(
 
 
 def fuzz_once(
-    ledger: Ledger, sessions: Mapping[str, Session], call_spec: CallSpec, args: Args
+    ledger: Ledger,
+    sessions: Mapping[str, Session],
+    call_spec: CallSpec,
+    args: Args,
+    fault: Callable[[], AbstractContextManager[Any]] | None = None,
 ) -> Outcome:
     """Make one call and check the bad-input contract; raise ``FuzzFailure`` if broken.
 
@@ -1389,6 +1393,11 @@ def fuzz_once(
     * after a successful write the records it names get, audit and explain without
       ``CorruptEventError`` or any non-``LedgerError``, and the views rebuilt from
       the log equal the live ones.
+
+    ``fault``, if given, is entered around the call itself (a full disk, server
+    sessions ended): the same contract must hold, and the checks run after it ends.
+    A ``ConnectionLostError`` saying the command "may have been applied" (the
+    connection was lost while committing) is exempt from the unchanged-log check.
     """
     if args.who.startswith("run:"):
         # Opening the run is part of the call: a principal whose grants an earlier
@@ -1408,7 +1417,8 @@ def fuzz_once(
         kwargs = _resolve(args.kwargs, ledger, sessions)
         position, views = ledger.position, ledger.views_digest()
         try:
-            value = call_spec.call(receiver, kwargs)
+            with fault() if fault is not None else nullcontext():
+                value = call_spec.call(receiver, kwargs)
         except LedgerError as exc:
             try:
                 str(exc), repr(exc)
@@ -1417,7 +1427,9 @@ def fuzz_once(
                     call_spec, args, f"{type(exc).__name__} cannot be shown: {_describe(inner)}"
                 ) from inner
             changed = _changes(ledger, position, views)
-            if changed:
+            if changed and not (
+                isinstance(exc, ConnectionLostError) and "may have been applied" in str(exc)
+            ):
                 raise FuzzFailure(
                     call_spec, args, f"refused with {_describe(exc)} but {changed}", _where(exc)
                 ) from exc

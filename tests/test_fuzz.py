@@ -15,13 +15,18 @@ until the library is fixed.
 from __future__ import annotations
 
 import inspect
+import os
 import sqlite3
+import subprocess
+import threading
+import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import closing
+from contextlib import closing, contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -35,6 +40,7 @@ from ledger.errors import CorruptEventError, InvalidIdError, LedgerError
 from ledger.merkle import LogDigest
 from ledger.serialization import pack
 
+from .conftest import _pg_dsn, new_pg_schema_url
 from .fuzz import (
     CALLS,
     CALLS_BY_NAME,
@@ -47,8 +53,10 @@ from .fuzz import (
     TmpUrl,
     call_and_args,
     calls_in,
+    fixed_clock,
     fuzz_once,
     run_campaign,
+    seed,
 )
 
 BACKENDS = ("memory", "sqlite")
@@ -573,3 +581,150 @@ def test_an_orphan_event_in_the_log_is_a_corrupt_event(arenas: dict[str, Arena])
     # When the ledger is used, Then the orphan is reported as corrupt, by position
     problems = _problems(led, sessions, position, set())
     assert problems == [], "\n".join(problems)
+
+
+# -- storage faults ----------------------------------------------------------------------
+
+#: Groups whose callables write (reads are fuzzed under faults as part of them).
+FAULT_GROUPS = ("access", "propose", "approve", "deliver", "run")
+FAULT_EXAMPLES = 15
+
+
+@pytest.fixture(scope="module")
+def full_disk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Arena, Path]]:
+    """An arena of SQLite ledgers on an 8 MiB tmpfs (needs root to mount it; the
+    file-size-limit tests of ``test_storage_faults.py`` run without)."""
+    mount = tmp_path_factory.mktemp("disk")
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)],
+        capture_output=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    arena = Arena("sqlite", directory=mount)
+    try:
+        yield arena, mount
+    finally:
+        arena.close()
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+@contextmanager
+def _disk_full(mount: Path) -> Iterator[None]:
+    """Every free byte of ``mount`` taken for the duration of the block."""
+    filler = mount / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        for chunk in (1 << 16, 1 << 12, 1 << 9, 1):
+            with suppress(OSError):
+                while True:
+                    os.write(fd, b"\0" * chunk)
+    finally:
+        os.close(fd)
+    try:
+        yield
+    finally:
+        filler.unlink()
+
+
+@pytest.mark.parametrize("group", FAULT_GROUPS)
+def test_adversarial_calls_on_a_full_disk_raise_only_ledger_errors_and_change_nothing(
+    full_disk: tuple[Arena, Path], group: str
+) -> None:
+    arena, mount = full_disk
+    refused: Counter[str] = Counter()
+
+    # Given a pristine seeded SQLite ledger on a disk that fills up for each call
+    @settings(FUZZ, max_examples=FAULT_EXAMPLES)
+    @given(drawn=call_and_args(calls_in(group)))
+    def fuzz(drawn: tuple[Any, Args]) -> None:
+        spec, args = drawn
+        ledger, sessions = arena.fresh()
+        # When a callable is called while the disk is full, Then it succeeds or
+        # raises a LedgerError leaving the log and the views unchanged (checked
+        # once space is back)
+        outcome = fuzz_once(ledger, sessions, spec, args, fault=lambda: _disk_full(mount))
+        if outcome.error is not None:
+            refused[type(outcome.error).__name__] += 1
+
+    fuzz()
+
+    # And the full disk was met as a typed error (calls that append little may fit in
+    # the pages SQLite's write-ahead log already holds, so only where much is written)
+    if group in ("access", "propose"):
+        assert refused["DiskFullError"] > 0, refused
+
+
+@pytest.fixture(scope="module")
+def pg_world() -> Iterator[tuple[str, Ledger, dict[str, Session]]]:
+    """One seeded PostgreSQL ledger the fault fuzz works on (a campaign's arena)."""
+    url, drop = new_pg_schema_url()
+    ledger = Ledger.open(url, clock=fixed_clock)
+    try:
+        yield url, ledger, seed(ledger)
+    finally:
+        ledger.close()
+        drop()
+
+
+def _end_sessions(url: str) -> int:
+    """pg_terminate_backend on every server session of the ledger at ``url``."""
+    import psycopg
+
+    schema = url.split("schema=")[1].split("&")[0]
+    with psycopg.connect(_pg_dsn(), autocommit=True) as admin:
+        return len(
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = %s",
+                (f"provledger:{schema}",),
+            ).fetchall()
+        )
+
+
+@contextmanager
+def _sessions_ended(url: str, after: float) -> Iterator[None]:
+    """The ledger's server sessions terminated ``after`` seconds into the block
+    (mid-command, or once it is over: idle connections die then)."""
+    killer = threading.Timer(after, _end_sessions, (url,))
+    killer.start()
+    try:
+        yield
+    finally:
+        killer.join()
+        time.sleep(0.05)  # the server closes the sockets before the checks read
+
+
+# The connection pool replaces ended sessions in its worker threads, drawing its retry
+# jitter from ``random`` while hypothesis generates the next example.
+@pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisDeprecationWarning")
+@pytest.mark.parametrize("group", FAULT_GROUPS)
+def test_adversarial_calls_while_postgresql_ends_sessions_keep_the_contract(
+    pg_world: tuple[str, Ledger, dict[str, Session]], group: str
+) -> None:
+    url, ledger, sessions = pg_world
+    outcomes: Counter[str] = Counter()
+
+    # Given a seeded PostgreSQL ledger whose server sessions are terminated during
+    # or right after each call
+    @settings(FUZZ, max_examples=FAULT_EXAMPLES)
+    @given(
+        drawn=call_and_args(calls_in(group)),
+        after=st.sampled_from((0.0, 0.002, 0.005, 0.01, 0.02)),
+    )
+    def fuzz(drawn: tuple[Any, Args], after: float) -> None:
+        spec, args = drawn
+        # Then each call succeeds or raises a LedgerError (ConnectionLostError when
+        # its session ended) with the log and the views unchanged, and the calls
+        # after it work
+        outcome = fuzz_once(ledger, sessions, spec, args, fault=lambda: _sessions_ended(url, after))
+        outcomes[outcome.status] += 1
+
+    fuzz()
+
+    # And afterwards the whole ledger verifies
+    assert sum(outcomes.values()) == FAULT_EXAMPLES
+    assert ledger.verify().ok
