@@ -594,3 +594,114 @@ def test_sqlite_file_uri_does_not_open_a_database_in_memory(
     assert result.exit_code != 0
     assert "file:" in result.output + result.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+# -- PostgreSQL: a lock held by another session --------------------------------------
+
+
+def test_pg_foreign_table_lock_is_a_concurrency_error_within_the_lock_timeout(pg: str) -> None:
+    import psycopg
+
+    from ledger.errors import ConcurrencyError
+
+    use = in_use(f"{pg}&lock_timeout=1")
+    schema = pg.split("schema=")[1]
+    try:
+        before = use.state()
+        with psycopg.connect(_pg_dsn()) as other:  # holds the lock until it leaves
+            other.execute(f"LOCK TABLE {schema}.provledger_events IN ACCESS EXCLUSIVE MODE")
+            attempts: list[Callable[[], object]] = [
+                lambda: use.agent.propose(
+                    scope="proj-a", claim_key="k", value=1, kind=Kind.INFERENCE, parents=["E1"]
+                ),
+                lambda: use.reviewer.audit("M1"),
+                lambda: use.led.position,
+            ]
+            for attempt in attempts:
+                started = time.monotonic()
+                with pytest.raises(ConcurrencyError) as caught:
+                    attempt()
+                # A correctness bound: the refusal comes after lock_timeout, not a hang.
+                assert time.monotonic() - started < 20
+                one_line(str(caught.value))
+                assert "lock timeout" in str(caught.value)
+        assert use.state() == before  # the lock is gone: everything as it was
+        use.agent.propose(
+            scope="proj-a", claim_key="k", value=1, kind=Kind.INFERENCE, parents=["E1"]
+        )
+        assert use.led.position == before[0] + 1
+    finally:
+        use.led.close()
+
+
+# -- PostgreSQL: the server's disk is full --------------------------------------------
+
+
+@pytest.fixture
+def pg_small_disk(pg: str) -> Iterator[tuple[str, SmallDisk]]:
+    """The ledger's tables moved to a tablespace on a 8 MiB tmpfs (needs root and the
+    PostgreSQL server on this machine, as the ``postgres`` user)."""
+    import psycopg
+
+    if os.geteuid() != 0 or urlparse(PG_SERVER).hostname not in ("127.0.0.1", "localhost"):
+        pytest.skip("needs root and a PostgreSQL server on this machine")
+    name = f"provledger_disk_{uuid.uuid4().hex[:8]}"
+    mount = Path("/tmp") / name  # the server's user must reach it
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=8m,mode=0700", "tmpfs", str(mount)],
+        capture_output=True,
+        check=False,
+    )
+    if done.returncode != 0 or subprocess.run(["chown", "postgres", str(mount)]).returncode:
+        mount.rmdir()
+        pytest.skip("cannot mount a tmpfs for the server here")
+    schema = pg.split("schema=")[1]
+    admin = psycopg.connect(_pg_dsn(), autocommit=True)
+    try:
+        admin.execute(f"CREATE TABLESPACE {name} LOCATION '{mount}'")
+        Ledger.open(pg).close()  # the tables, then moved to the small disk
+        for (table,) in admin.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,)
+        ).fetchall():
+            admin.execute(f"ALTER TABLE {schema}.{table} SET TABLESPACE {name}")
+        yield pg, SmallDisk(mount)
+    finally:
+        admin.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        admin.execute(f"DROP TABLESPACE IF EXISTS {name}")
+        admin.close()
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+        mount.rmdir()
+
+
+def test_pg_full_disk_refuses_propose_and_propose_many_then_the_ledger_is_whole(
+    pg_small_disk: tuple[str, SmallDisk],
+) -> None:
+    url, disk = pg_small_disk
+    use = in_use(url)
+    try:
+        before = use.state()
+        disk.fill()
+        attempts: list[Callable[[], object]] = [
+            lambda: use.agent.propose_many(big_items(20, 40_000)),
+            lambda: use.agent.propose(
+                scope="proj-a",
+                claim_key="big",
+                value="v" * 900_000,
+                kind=Kind.INFERENCE,
+                parents=["E1"],
+                id="BIG",
+            ),
+        ]
+        for attempt in attempts:
+            with pytest.raises(DiskFullError) as caught:
+                attempt()
+            one_line(str(caught.value))
+            assert "No space left on device" in str(caught.value)
+        assert use.state() == before
+        disk.free()
+        assert use.led.verify().ok
+        assert use.state() == before
+        assert use.agent.propose_many(big_items(3, 1000))
+    finally:
+        use.led.close()

@@ -28,8 +28,10 @@ _NEARLY_FULL = 1 << 20
 #: SQLSTATEs of a lost connection: the server ended the session (terminated
 #: backend, shutdown, crash, idle-in-transaction timeout) or cannot be reached.
 _LOST_STATES = ("57P01", "57P02", "57P03", "25P03")
-#: SQLSTATEs of a lock the command could not get in time (tried again).
-_BUSY_STATES = ("55P03", "40001", "40P01")
+#: SQLSTATEs of a conflict with another transaction (the command is tried again).
+_BUSY_STATES = ("40001", "40P01")
+#: SQLSTATE of a lock not granted within ``lock_timeout`` (already waited: not retried).
+_LOCK_TIMEOUT = "55P03"
 
 #: Errors a backend raises for the database (wrapped by eventsourcing or not).
 DATABASE_ERRORS: tuple[type[BaseException], ...] = (PersistenceError, sqlite3.Error)
@@ -69,13 +71,15 @@ def reason_of(exc: BaseException, secret: str = "") -> str:
         where = where.removeprefix("connection failed:").strip().rstrip(":").strip()
         text = f"{' '.join(said.split())} ({where.removesuffix(' failed')})"
     text = text.removeprefix("connection failed: ").removeprefix("consuming input failed: ")
+    text = " ".join(text.split())
     if secret and secret in text:
         text = text.replace(secret, "***")
     return text
 
 
 def is_busy(exc: BaseException) -> bool:
-    """True if ``exc`` says another writer held a lock (the command is tried again)."""
+    """True if ``exc`` says another writer held a lock or conflicted (the command is
+    tried again); a PostgreSQL lock timeout is not: ``lock_timeout`` was waited."""
     cause = root_cause(exc)
     if isinstance(cause, sqlite3.Error):
         code = getattr(cause, "sqlite_errorcode", None)
@@ -111,8 +115,11 @@ def storage_error(
     cause = root_cause(exc)
     reason = reason_of(exc, secret)
     head = f"cannot open ledger {url!r}" if opening else f"ledger {url!r}"
-    if is_busy(exc):
-        return ConcurrencyError(f"{head}: the database stayed locked by other writers ({reason})")
+    if is_busy(exc) or getattr(cause, "sqlstate", None) == _LOCK_TIMEOUT:
+        return ConcurrencyError(
+            f"{head}: another session held a lock on the ledger's tables ({reason}); "
+            "nothing was written — try again"
+        )
     if _is_full(cause, path):
         return DiskFullError(
             f"{head}: the disk is full ({reason}); nothing was written — free space and try again"

@@ -47,6 +47,9 @@ class LedgerPostgresFactory(PostgresFactory):
         pool: Any = self.datastore.pool
         # Named in pg_stat_activity, so an administrator can tell a ledger's sessions.
         pool.kwargs["application_name"] = f"provledger:{self.datastore.schema}"[:63]
+        # Reads wait for a lock (another session's ACCESS EXCLUSIVE, say) no longer
+        # than writers do; writers set it again for their own transaction.
+        pool.kwargs["options"] = f"-c lock_timeout={int(self.datastore.lock_timeout)}s"
         probe(pool.kwargs, pool.timeout)
         if hasattr(pool, "_check") and pool._check is None:
             pool._check = _quick_check(pool)
