@@ -11,12 +11,13 @@ transaction, so nothing is applied twice or skipped.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from eventsourcing.persistence import Mapper, Notification
+from eventsourcing.persistence import Mapper, Notification, PersistenceError
 
 from ledger.errors import CorruptEventError, LedgerError
 from ledger.shapes import check_event_shape
@@ -149,9 +150,11 @@ class Projector:
     ) -> None:
         try:
             self._apply_views(c, events, self.tracking_map(c) if done is None else done)
-        except LedgerError:
-            raise
+        except (LedgerError, PersistenceError, sqlite3.Error):
+            raise  # a database failure (a full disk, a lost connection) is not the event's
         except Exception as exc:
+            if type(exc).__module__.split(".", 1)[0] == "psycopg":
+                raise
             first, last = events[0][0], events[-1][0]
             where = f"position {first}" if first == last else f"positions {first}-{last}"
             raise CorruptEventError(

@@ -15,18 +15,15 @@ until the library is fixed.
 from __future__ import annotations
 
 import inspect
-import os
 import sqlite3
-import subprocess
 import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import closing, contextmanager, suppress
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
-from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -40,7 +37,8 @@ from ledger.errors import CorruptEventError, InvalidIdError, LedgerError
 from ledger.merkle import LogDigest
 from ledger.serialization import pack
 
-from .conftest import _pg_dsn, new_pg_schema_url
+from .conftest import new_pg_schema_url
+from .faults import SmallDisk, end_sessions, small_disk
 from .fuzz import (
     CALLS,
     CALLS_BY_NAME,
@@ -591,50 +589,22 @@ FAULT_EXAMPLES = 15
 
 
 @pytest.fixture(scope="module")
-def full_disk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Arena, Path]]:
+def full_disk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Arena, SmallDisk]]:
     """An arena of SQLite ledgers on an 8 MiB tmpfs (needs root to mount it; the
     file-size-limit tests of ``test_storage_faults.py`` run without)."""
-    mount = tmp_path_factory.mktemp("disk")
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)],
-        capture_output=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
-    arena = Arena("sqlite", directory=mount)
-    try:
-        yield arena, mount
-    finally:
-        arena.close()
-        subprocess.run(["umount", "-l", str(mount)], check=False)
-
-
-@contextmanager
-def _disk_full(mount: Path) -> Iterator[None]:
-    """Every free byte of ``mount`` taken for the duration of the block."""
-    filler = mount / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    try:
-        for chunk in (1 << 16, 1 << 12, 1 << 9, 1):
-            with suppress(OSError):
-                while True:
-                    os.write(fd, b"\0" * chunk)
-    finally:
-        os.close(fd)
-    try:
-        yield
-    finally:
-        filler.unlink()
+    with small_disk(tmp_path_factory.mktemp("disk"), "8m") as disk:
+        arena = Arena("sqlite", directory=disk.mount)
+        try:
+            yield arena, disk
+        finally:
+            arena.close()
 
 
 @pytest.mark.parametrize("group", FAULT_GROUPS)
 def test_adversarial_calls_on_a_full_disk_raise_only_ledger_errors_and_change_nothing(
-    full_disk: tuple[Arena, Path], group: str
+    full_disk: tuple[Arena, SmallDisk], group: str
 ) -> None:
-    arena, mount = full_disk
+    arena, disk = full_disk
     refused: Counter[str] = Counter()
 
     # Given a pristine seeded SQLite ledger on a disk that fills up for each call
@@ -646,9 +616,11 @@ def test_adversarial_calls_on_a_full_disk_raise_only_ledger_errors_and_change_no
         # When a callable is called while the disk is full, Then it succeeds or
         # raises a LedgerError leaving the log and the views unchanged (checked
         # once space is back)
-        outcome = fuzz_once(ledger, sessions, spec, args, fault=lambda: _disk_full(mount))
+        outcome = fuzz_once(ledger, sessions, spec, args, fault=disk.full)
         if outcome.error is not None:
             refused[type(outcome.error).__name__] += 1
+        # (the world holds no corrupt event: a fault must not be reported as one)
+        assert not isinstance(outcome.error, CorruptEventError), outcome.error
 
     fuzz()
 
@@ -670,26 +642,11 @@ def pg_world() -> Iterator[tuple[str, Ledger, dict[str, Session]]]:
         drop()
 
 
-def _end_sessions(url: str) -> int:
-    """pg_terminate_backend on every server session of the ledger at ``url``."""
-    import psycopg
-
-    schema = url.split("schema=")[1].split("&")[0]
-    with psycopg.connect(_pg_dsn(), autocommit=True) as admin:
-        return len(
-            admin.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE application_name = %s",
-                (f"provledger:{schema}",),
-            ).fetchall()
-        )
-
-
 @contextmanager
 def _sessions_ended(url: str, after: float) -> Iterator[None]:
     """The ledger's server sessions terminated ``after`` seconds into the block
     (mid-command, or once it is over: idle connections die then)."""
-    killer = threading.Timer(after, _end_sessions, (url,))
+    killer = threading.Timer(after, end_sessions, (url,))
     killer.start()
     try:
         yield
@@ -722,6 +679,7 @@ def test_adversarial_calls_while_postgresql_ends_sessions_keep_the_contract(
         # after it work
         outcome = fuzz_once(ledger, sessions, spec, args, fault=lambda: _sessions_ended(url, after))
         outcomes[outcome.status] += 1
+        assert not isinstance(outcome.error, CorruptEventError), outcome.error
 
     fuzz()
 

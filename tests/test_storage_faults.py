@@ -32,7 +32,8 @@ from ledger.cli import main
 from ledger.errors import InvalidURLError, LedgerError
 from ledger.persistence.urls import PG_BOUNDS
 
-from .conftest import PG_SERVER, _pg_dsn, new_pg_schema_url
+from .conftest import PG_SERVER, _pg_dsn
+from .faults import SmallDisk, end_sessions, small_disk
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -105,48 +106,12 @@ def one_line(message: str) -> None:
 # -- a full disk: a small tmpfs, or a file size limit ------------------------------
 
 
-class SmallDisk:
-    """A 4 MiB tmpfs mounted for the test; ``fill()`` takes every free byte."""
-
-    def __init__(self, mount: Path) -> None:
-        self.mount = mount
-        self.filler = mount / "filler"
-
-    def fill(self) -> None:
-        fd = os.open(self.filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-        try:
-            for chunk in (1 << 16, 1 << 12, 1 << 9, 1):
-                try:
-                    while True:
-                        os.write(fd, b"\0" * chunk)
-                except OSError:
-                    continue
-        finally:
-            os.close(fd)
-        assert os.statvfs(self.mount).f_bavail == 0
-
-    def free(self) -> None:
-        self.filler.unlink()
-
-
 @pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[SmallDisk]:
-    """A small tmpfs (needs root; the file-size-limit tests below need nothing)."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root (the RLIMIT_FSIZE tests cover this)")
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)],
-        capture_output=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
-    try:
-        yield SmallDisk(mount)
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
+def disk(tmp_path: Path) -> Iterator[SmallDisk]:
+    """A 4 MiB tmpfs (needs root; the file-size-limit tests below need nothing)."""
+    (tmp_path / "disk").mkdir()
+    with small_disk(tmp_path / "disk", "4m") as mounted:
+        yield mounted
 
 
 def big_items(n: int, size: int) -> list[dict[str, Any]]:
@@ -162,29 +127,34 @@ def big_items(n: int, size: int) -> list[dict[str, Any]]:
     ]
 
 
-def test_full_disk_refuses_propose_and_propose_many_then_the_ledger_is_whole(
-    small_disk: SmallDisk,
-) -> None:
-    url = f"sqlite:///{small_disk.mount / 'ledger.db'}"
-    use = in_use(url)
-    before = use.state()
-    small_disk.fill()
-
-    attempts: list[Callable[[], object]] = [
-        lambda: use.agent.propose(
+def big_writes(agent: Session) -> list[Callable[[], object]]:
+    """Commands that each need more than a few free pages: a large proposal, a batch,
+    a large capture."""
+    return [
+        lambda: agent.propose(
             scope="proj-a",
             claim_key="big",
-            value="v" * 600_000,
+            value="v" * 900_000,
             kind=Kind.INFERENCE,
             parents=["E1"],
             id="BIG",
         ),
-        lambda: use.agent.propose_many(big_items(20, 40_000)),
-        lambda: use.agent.capture(
-            scope="proj-a", uri="https://x.test/big", content=os.urandom(600_000)
+        lambda: agent.propose_many(big_items(20, 40_000)),
+        lambda: agent.capture(
+            scope="proj-a", uri="https://x.test/big", content=os.urandom(900_000)
         ),
     ]
-    for attempt in attempts:
+
+
+def test_full_disk_refuses_propose_and_propose_many_then_the_ledger_is_whole(
+    disk: SmallDisk,
+) -> None:
+    url = f"sqlite:///{disk.mount / 'ledger.db'}"
+    use = in_use(url)
+    before = use.state()
+    disk.fill()
+
+    for attempt in big_writes(use.agent):
         with pytest.raises(DiskFullError) as caught:
             attempt()
         one_line(str(caught.value))
@@ -193,7 +163,7 @@ def test_full_disk_refuses_propose_and_propose_many_then_the_ledger_is_whole(
     # Still full: reads answer exactly as before.
     assert use.state() == before
 
-    small_disk.free()
+    disk.free()
     use.led.close()
     again = reopened(url, use)
     try:
@@ -208,13 +178,13 @@ def test_full_disk_refuses_propose_and_propose_many_then_the_ledger_is_whole(
         again.led.close()
 
 
-def test_full_disk_on_the_cli_is_one_line(small_disk: SmallDisk) -> None:
-    url = f"sqlite:///{small_disk.mount / 'ledger.db'}"
+def test_full_disk_on_the_cli_is_one_line(disk: SmallDisk) -> None:
+    url = f"sqlite:///{disk.mount / 'ledger.db'}"
     use = in_use(url)
     before = use.state()
-    content = small_disk.mount.parent / "big.bin"
+    content = disk.mount.parent / "big.bin"
     content.write_bytes(os.urandom(600_000))
-    small_disk.fill()
+    disk.fill()
     result = CliRunner().invoke(
         main,
         ["capture", str(content), "--scope", "proj-a", "--uri", "https://x.test/big"],
@@ -223,7 +193,7 @@ def test_full_disk_on_the_cli_is_one_line(small_disk: SmallDisk) -> None:
     assert result.exit_code == 1, result.output
     assert result.stderr.startswith("error: ") and "disk is full" in result.stderr
     one_line(result.stderr)
-    small_disk.free()
+    disk.free()
     assert use.state() == before
     use.led.close()
 
@@ -340,27 +310,15 @@ def test_file_size_limit_on_the_cli_is_one_line(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def pg() -> Iterator[str]:
-    url, drop = new_pg_schema_url()
-    try:
-        yield url
-    finally:
-        drop()
+def pg(pg_url: str) -> str:
+    return pg_url
 
 
 def terminate(url: str) -> int:
-    """End every server session of the ledger at ``url`` (pg_terminate_backend), as
-    an administrator or a server restart would; returns how many."""
-    import psycopg
-
-    schema = url.split("schema=")[1].split("&")[0]
-    with psycopg.connect(_pg_dsn(), autocommit=True) as admin:
-        rows = admin.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
-            (f"provledger:{schema}",),
-        ).fetchall()
-    time.sleep(0.2)  # the server closes the sockets
-    return len(rows)
+    """End the ledger's server sessions and give the server time to close them."""
+    ended = end_sessions(url)
+    time.sleep(0.2)
+    return ended
 
 
 def test_pg_sessions_ended_while_idle_are_replaced_without_an_error(pg: str) -> None:
@@ -639,38 +597,33 @@ def test_pg_foreign_table_lock_is_a_concurrency_error_within_the_lock_timeout(pg
 
 @pytest.fixture
 def pg_small_disk(pg: str) -> Iterator[tuple[str, SmallDisk]]:
-    """The ledger's tables moved to a tablespace on a 8 MiB tmpfs (needs root and the
+    """The ledger's tables moved to a tablespace on an 8 MiB tmpfs (needs root and the
     PostgreSQL server on this machine, as the ``postgres`` user)."""
     import psycopg
 
-    if os.geteuid() != 0 or urlparse(PG_SERVER).hostname not in ("127.0.0.1", "localhost"):
-        pytest.skip("needs root and a PostgreSQL server on this machine")
+    if urlparse(PG_SERVER).hostname not in ("127.0.0.1", "localhost"):
+        pytest.skip("needs the PostgreSQL server on this machine")
     name = f"provledger_disk_{uuid.uuid4().hex[:8]}"
     mount = Path("/tmp") / name  # the server's user must reach it
     mount.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=8m,mode=0700", "tmpfs", str(mount)],
-        capture_output=True,
-        check=False,
-    )
-    if done.returncode != 0 or subprocess.run(["chown", "postgres", str(mount)]).returncode:
-        mount.rmdir()
-        pytest.skip("cannot mount a tmpfs for the server here")
     schema = pg.split("schema=")[1]
-    admin = psycopg.connect(_pg_dsn(), autocommit=True)
     try:
-        admin.execute(f"CREATE TABLESPACE {name} LOCATION '{mount}'")
-        Ledger.open(pg).close()  # the tables, then moved to the small disk
-        for (table,) in admin.execute(
-            "SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,)
-        ).fetchall():
-            admin.execute(f"ALTER TABLE {schema}.{table} SET TABLESPACE {name}")
-        yield pg, SmallDisk(mount)
+        with (
+            small_disk(mount, "8m", owner="postgres") as disk,
+            psycopg.connect(_pg_dsn(), autocommit=True) as admin,
+        ):
+            admin.execute(f"CREATE TABLESPACE {name} LOCATION '{mount}'")
+            try:
+                Ledger.open(pg).close()  # the tables, then moved to the small disk
+                for (table,) in admin.execute(
+                    "SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,)
+                ).fetchall():
+                    admin.execute(f"ALTER TABLE {schema}.{table} SET TABLESPACE {name}")
+                yield pg, disk
+            finally:
+                admin.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+                admin.execute(f"DROP TABLESPACE IF EXISTS {name}")
     finally:
-        admin.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-        admin.execute(f"DROP TABLESPACE IF EXISTS {name}")
-        admin.close()
-        subprocess.run(["umount", "-l", str(mount)], check=False)
         mount.rmdir()
 
 
@@ -682,18 +635,7 @@ def test_pg_full_disk_refuses_propose_and_propose_many_then_the_ledger_is_whole(
     try:
         before = use.state()
         disk.fill()
-        attempts: list[Callable[[], object]] = [
-            lambda: use.agent.propose_many(big_items(20, 40_000)),
-            lambda: use.agent.propose(
-                scope="proj-a",
-                claim_key="big",
-                value="v" * 900_000,
-                kind=Kind.INFERENCE,
-                parents=["E1"],
-                id="BIG",
-            ),
-        ]
-        for attempt in attempts:
+        for attempt in big_writes(use.agent):
             with pytest.raises(DiskFullError) as caught:
                 attempt()
             one_line(str(caught.value))

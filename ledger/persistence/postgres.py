@@ -197,9 +197,9 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
         """One snapshot for every statement of a read, begun in the same round trip
         as the transaction. Nested in a transaction open on this thread, the read
         uses that transaction's connection (and sees what it sees)."""
-        held = getattr(self._held, "conn", None)
-        if held is not None:
-            with held.cursor() as cursor:
+        nested = self._nested()
+        if nested is not None:
+            with nested as cursor:
                 yield cursor
             return
         datastore: Any = self.datastore
@@ -218,14 +218,19 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
     def statement(self) -> Iterator[Cursor]:
         """A cursor outside any explicit transaction (a statement sees one snapshot);
         inside a transaction open on this thread, a cursor of its connection."""
-        held = getattr(self._held, "conn", None)
-        if held is not None:
-            with held.cursor() as cursor:
+        nested = self._nested()
+        if nested is not None:
+            with nested as cursor:
                 yield cursor
             return
         datastore: Any = self.datastore
         with datastore.get_connection() as conn, conn.cursor() as cursor:
             yield cursor
+
+    def _nested(self) -> Any:
+        """A new cursor of the transaction open on this thread, or None."""
+        held = getattr(self._held, "conn", None)
+        return None if held is None else held.cursor()
 
     @contextmanager
     def writing(self) -> Iterator[Cursor]:
