@@ -9,8 +9,8 @@ Connections: opening a ledger connects once directly, so a wrong database, role 
 address is reported at once with the server's own reason; a pooled connection whose
 server session ended while it sat idle (a terminated backend, a restart) is noticed
 when it is handed out and replaced, with the pool's other idle connections checked;
-and a read or write transaction never waits for a second pooled connection — a read
-nested in it on the same thread uses the transaction's own connection.
+and a thread holding a read or write transaction open never waits for a second
+pooled connection — a read nested in it takes an idle one or opens its own.
 """
 
 from __future__ import annotations
@@ -195,53 +195,70 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
     @contextmanager
     def reading(self) -> Iterator[Cursor]:
         """One snapshot for every statement of a read, begun in the same round trip
-        as the transaction. Nested in a transaction open on this thread, the read
-        uses that transaction's connection (and sees what it sees)."""
-        nested = self._nested()
-        if nested is not None:
-            with nested as cursor:
-                yield cursor
-            return
-        datastore: Any = self.datastore
-        with datastore.get_connection() as conn:
+        as the transaction (a read nested in a transaction open on this thread gets
+        its own snapshot on a spare connection: see ``_connection``)."""
+        with self._connection() as conn:
             conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            self._held.conn = conn
+            outer, self._held.conn = getattr(self._held, "conn", None), conn
             try:
                 with conn.cursor() as cursor:
                     yield cursor
             finally:
-                self._held.conn = None
+                self._held.conn = outer
                 if not conn.broken:
                     conn.execute("ROLLBACK")
 
     @contextmanager
     def statement(self) -> Iterator[Cursor]:
-        """A cursor outside any explicit transaction (a statement sees one snapshot);
-        inside a transaction open on this thread, a cursor of its connection."""
-        nested = self._nested()
-        if nested is not None:
-            with nested as cursor:
-                yield cursor
-            return
-        datastore: Any = self.datastore
-        with datastore.get_connection() as conn, conn.cursor() as cursor:
+        """A cursor outside any explicit transaction (a statement sees one snapshot)."""
+        with self._connection() as conn, conn.cursor() as cursor:
             yield cursor
 
-    def _nested(self) -> Any:
-        """A new cursor of the transaction open on this thread, or None."""
-        held = getattr(self._held, "conn", None)
-        return None if held is None else held.cursor()
+    @contextmanager
+    def _connection(self) -> Iterator[Any]:
+        """A pooled connection; but while this thread holds a transaction open, never
+        one it would wait for (the open transaction would sit idle, holding its
+        locks, and a pool of threads doing the same would deadlock): an idle pooled
+        connection if there is one, else a connection of its own, closed after."""
+        datastore: Any = self.datastore
+        if getattr(self._held, "conn", None) is None:
+            with datastore.get_connection() as conn:
+                yield conn
+            return
+        import psycopg
+        import psycopg_pool
+
+        pool = datastore.pool
+        try:
+            spare = pool.getconn(timeout=0.001)
+            owned = False
+        except psycopg_pool.PoolTimeout:
+            spare, owned = None, True
+        try:
+            if spare is None:
+                spare = psycopg.connect(
+                    **pool.kwargs, autocommit=True, connect_timeout=max(2, int(pool.timeout))
+                )
+            yield spare
+        except psycopg.Error as exc:
+            raise OperationalError(str(exc)) from exc
+        finally:
+            if spare is not None:
+                if owned:
+                    spare.close()
+                else:
+                    pool.putconn(spare)
 
     @contextmanager
     def writing(self) -> Iterator[Cursor]:
         """A write transaction (READ COMMITTED: after the table lock, every
-        statement sees every earlier writer's commit). A failure while committing
-        is raised as ``CommitFailed`` (its outcome may be unknown)."""
-        datastore: Any = self.datastore
+        statement sees every earlier writer's commit), on a connection got as
+        ``_connection`` says. A failure while committing is raised as
+        ``CommitFailed`` (its outcome may be unknown)."""
         outer = getattr(self._held, "conn", None)
         committing = False
         try:
-            with datastore.get_connection() as conn, conn.transaction():
+            with self._connection() as conn, conn.transaction():
                 self._held.conn = conn
                 try:
                     with conn.cursor() as cursor:
@@ -255,8 +272,8 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
             raise
 
     def max_notification_id(self) -> int | None:
-        """The newest log position, in one statement (on this thread's open
-        transaction if there is one)."""
+        """The newest log position, in one statement (never waiting for a pooled
+        connection while this thread holds a transaction open)."""
         with self.statement() as c:
             c.execute(f"SELECT MAX(notification_id) AS m FROM {self._table}")
             row = c.fetchone()
