@@ -76,11 +76,12 @@ def _quick_check(pool: Any) -> Any:
 
     def check(conn: Any) -> None:
         try:
-            waiting = select.select([conn.pgconn.socket], [], [], 0)[0]
-        except (OSError, ValueError):
-            waiting = [True]
-        if not waiting:
-            return
+            poll = select.poll()  # no limit on descriptor numbers, unlike select()
+            poll.register(conn.pgconn.socket, select.POLLIN | select.POLLERR | select.POLLHUP)
+            if not poll.poll(0):
+                return
+        except (OSError, ValueError, AttributeError):  # no poll(): confirm below
+            pass
         try:
             conn.execute("")
         except Exception:
