@@ -146,6 +146,18 @@ def big_writes(agent: Session) -> list[Callable[[], object]]:
     ]
 
 
+def refused_as_full(agent: Session, reason: str) -> None:
+    """Each of ``big_writes`` is refused with ``DiskFullError``: one line, the
+    database's ``reason``, nothing written."""
+    for attempt in big_writes(agent):
+        with pytest.raises(DiskFullError) as caught:
+            attempt()
+        message = str(caught.value)
+        one_line(message)
+        assert "disk is full" in message and reason in message
+        assert "nothing was written" in message
+
+
 def test_full_disk_refuses_propose_and_propose_many_then_the_ledger_is_whole(
     disk: SmallDisk,
 ) -> None:
@@ -154,12 +166,7 @@ def test_full_disk_refuses_propose_and_propose_many_then_the_ledger_is_whole(
     before = use.state()
     disk.fill()
 
-    for attempt in big_writes(use.agent):
-        with pytest.raises(DiskFullError) as caught:
-            attempt()
-        one_line(str(caught.value))
-        assert "disk is full" in str(caught.value)
-        assert "nothing was written" in str(caught.value)
+    refused_as_full(use.agent, "database or disk is full")
     # Still full: reads answer exactly as before.
     assert use.state() == before
 
@@ -638,11 +645,7 @@ def test_pg_full_disk_refuses_propose_and_propose_many_then_the_ledger_is_whole(
     try:
         before = use.state()
         disk.fill()
-        for attempt in big_writes(use.agent):
-            with pytest.raises(DiskFullError) as caught:
-                attempt()
-            one_line(str(caught.value))
-            assert "No space left on device" in str(caught.value)
+        refused_as_full(use.agent, "No space left on device")
         assert use.state() == before
         disk.free()
         assert use.led.verify().ok
