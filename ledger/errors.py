@@ -37,6 +37,8 @@ event log and the views exactly as they were::
     ├── UnknownSnapshotError (KeyError)
     ├── CorruptEventError
     ├── StorageError
+    │   ├── DiskFullError
+    │   └── ConnectionLostError
     ├── ClosedLedgerError
     ├── MemoryConflictError
     └── UnsupportedStoreOperationError (NotImplementedError)
@@ -174,7 +176,19 @@ class CorruptEventError(LedgerError):
 
 
 class StorageError(LedgerError):
-    """The ledger's database cannot be opened or reached."""
+    """The ledger's database cannot be opened, reached or written (the message says
+    why, with the server's own reason; credentials never appear in it). A command
+    refused with it was not applied unless the message says otherwise."""
+
+
+class DiskFullError(StorageError):
+    """The disk (or the database server's disk) holding the ledger is full; the
+    command was not applied. Free space and try again."""
+
+
+class ConnectionLostError(StorageError):
+    """The connection to the database server was lost (the server restarted, or its
+    backend was terminated); the ledger opens a fresh connection for the next call."""
 
 
 class ClosedLedgerError(LedgerError):

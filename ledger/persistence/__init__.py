@@ -4,7 +4,9 @@
 - :mod:`ledger.persistence.sqlite` — the SQLite backend (a file or ``memory:``);
 - :mod:`ledger.persistence.postgres` — the PostgreSQL backend;
 - :mod:`ledger.persistence.base` — what both share (the tables beside the events,
-  the work done in the transaction that appends events).
+  the work done in the transaction that appends events);
+- :mod:`ledger.persistence.faults` — a failure of the disk, the connection or a lock
+  as the typed ``LedgerError`` the engine raises.
 
 Each backend module owns its recorder *and* its read and write transactions; the
 rest of the ledger names no backend.
