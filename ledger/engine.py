@@ -44,10 +44,11 @@ from ledger.errors import (
     ExpiryInPastError,
     InvalidInputError,
     LedgerError,
+    LedgerNotFoundError,
     StorageError,
     UnknownRecordError,
 )
-from ledger.persistence import Backend, LedgerApplication, LedgerRecorder
+from ledger.persistence import Backend, LedgerApplication, LedgerRecorder, holds_ledger
 from ledger.serialization import datetime_to_micros, micros_to_datetime
 from ledger.validation import check_aware
 from ledger.values import RecordView
@@ -107,6 +108,7 @@ class Engine:
         max_value_bytes: int,
         clock: Callable[[], datetime],
         retention: Mapping[Kind, RetentionRule],
+        create: bool = True,
     ) -> None:
         self.url = backend.url
         self.backend = backend.kind
@@ -116,8 +118,14 @@ class Engine:
         self.retention = dict(retention)
         self.closed = True
         self.now()  # a clock that does not give aware datetimes is refused now
+        env = backend.env
+        if not create and backend.kind != "memory":
+            missing = LedgerNotFoundError(f"no ledger at {backend.url!r} (nothing was created)")
+            if backend.kind == "sqlite" and not holds_ledger(str(backend.path)):
+                raise missing
+            env = {**env, "CREATE_TABLE": "no"}
         try:
-            self.app = _construct(backend.env)
+            self.app = _construct(env)
         except LedgerError:
             raise
         except (PersistenceError, sqlite3.Error, OSError, ValueError, UnicodeError) as exc:
@@ -127,6 +135,9 @@ class Engine:
         self.projector: Projector = self.recorder.projector
         self.projector.mapper = self.app.mapper
         self.dialect: Dialect = self.recorder.dialect
+        if not create and backend.kind != "memory" and not self.recorder.holds_ledger():
+            self.close()
+            raise missing
 
     def close(self) -> None:
         """Close the database connections. Safe to call twice."""

@@ -37,7 +37,9 @@ event log and the views exactly as they were::
     ├── UnknownSnapshotError (KeyError)
     ├── CorruptEventError
     ├── StorageError
+    │   └── LedgerNotFoundError (FileNotFoundError)
     ├── ClosedLedgerError
+    ├── RenderError
     ├── MemoryConflictError
     └── UnsupportedStoreOperationError (NotImplementedError)
 """
@@ -177,8 +179,16 @@ class StorageError(LedgerError):
     """The ledger's database cannot be opened or reached."""
 
 
+class LedgerNotFoundError(StorageError, FileNotFoundError):
+    """``Ledger.open(url, create=False)`` found no ledger there (nothing was created)."""
+
+
 class ClosedLedgerError(LedgerError):
     """The ledger was closed."""
+
+
+class RenderError(LedgerError):
+    """Graphviz could not draw a picture (it failed, or drew nothing)."""
 
 
 class MemoryConflictError(LedgerError):

@@ -4,6 +4,7 @@ opens its ledger: as the embedding host (admin) or as a token's principal."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -16,7 +17,7 @@ import click
 
 from ledger.application import Ledger
 from ledger.domain import Kind
-from ledger.errors import AccessDeniedError, LedgerError
+from ledger.errors import AccessDeniedError, LedgerError, LedgerNotFoundError
 from ledger.persistence import resolve_url
 from ledger.session import Session
 
@@ -132,6 +133,22 @@ def url_option(fn: F) -> F:
     )(fn)
 
 
+def admin_token_option(fn: F) -> F:
+    return click.option(
+        "--admin-token",
+        envvar="PROVLEDGER_ADMIN_TOKEN",
+        show_envvar=True,
+        default=None,
+        help="The admin token `provledger init` printed (needed on PostgreSQL and on a "
+        "file you do not own).",
+    )(fn)
+
+
+def admin_options(fn: F) -> F:
+    """``--url`` and ``--admin-token``: what every admin and maintenance command takes."""
+    return url_option(admin_token_option(fn))
+
+
 def token_option(fn: F) -> F:
     return click.option(
         "--token", envvar="PROVLEDGER_TOKEN", show_envvar=True, required=True, help=TOKEN_HELP
@@ -153,24 +170,67 @@ class AsOf:
     time: datetime | None
 
 
+def open_ledger(url: str | None, *, create: bool = False) -> Ledger:
+    """The ledger at ``url``; unless ``create``, one that does not exist is refused
+    and nothing is created (no file, no tables)."""
+    try:
+        return Ledger.open(url, create=create)
+    except LedgerNotFoundError:
+        where = resolve_url(url).url
+        raise LedgerNotFoundError(
+            f"no ledger at {where}; run `provledger init` or check PROVLEDGER_URL"
+        ) from None
+
+
+def owns_file(path: str | None) -> bool:
+    """Whether this process's user owns the SQLite file at ``path``."""
+    try:
+        return path is not None and os.stat(path).st_uid == os.geteuid()
+    except (OSError, AttributeError):  # AttributeError: no geteuid on this platform
+        return False
+
+
 @contextmanager
-def host_ledger(url: str | None, command: str) -> Iterator[Ledger]:
-    """The ledger as its embedding host: only a local embedded database qualifies."""
+def host_ledger(
+    url: str | None, command: str, admin_token: str | None = None, *, create: bool = False
+) -> Iterator[Ledger]:
+    """The ledger as its administrator: with a valid admin token, or without one on
+    an in-memory ledger or a local SQLite file this user owns."""
     backend = resolve_url(url)
-    if backend.kind not in ("sqlite", "memory"):
-        raise AccessDeniedError(
-            f"{command} refused: admin and maintenance commands run without a token only on "
-            f"a local embedded database (sqlite:///path.db), not on a shared {backend.kind} "
-            "server; run them from the embedding host's code (Ledger.admin(), Ledger.rebuild())"
-        )
-    with Ledger.open(url) as led:
+    with open_ledger(url, create=create) as led:
+        if admin_token is None:
+            if backend.kind == "postgresql" or (
+                backend.kind == "sqlite" and not owns_file(backend.path)
+            ):
+                whose = (
+                    f"a shared {backend.kind} database"
+                    if backend.kind == "postgresql"
+                    else f"{printable(backend.path)}, a file another user owns"
+                )
+                raise AccessDeniedError(
+                    f"{command} refused: it is an admin command on {whose}; give the admin "
+                    "token `provledger init` printed (--admin-token or $PROVLEDGER_ADMIN_TOKEN)"
+                )
+        else:
+            led.admin(admin_token)
         yield led
+
+
+def warn_token_in_argv(token: str) -> None:
+    """A token given as ``--token`` is readable by other users in the process list."""
+    if f"--token={token}" in sys.argv or token in sys.argv[1:]:
+        click.echo(
+            "warning: --token on the command line is visible to other users "
+            "(ps, /proc/PID/cmdline); export PROVLEDGER_TOKEN instead",
+            err=True,
+        )
 
 
 @contextmanager
 def principal_session(url: str | None, token: str) -> Iterator[tuple[Ledger, Session]]:
     """The ledger and the session of the token's principal (as of a past moment under as-of)."""
-    with Ledger.open(url) as led:
+    warn_token_in_argv(token)
+    with open_ledger(url) as led:
         session = led.authenticate(token)
         ctx = click.get_current_context(silent=True)
         moment = ctx.find_object(AsOf) if ctx is not None else None

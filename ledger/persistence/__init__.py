@@ -19,7 +19,7 @@ from eventsourcing.persistence import Transcoder
 
 from ledger.persistence.base import Guard
 from ledger.persistence.postgres import LedgerPostgresRecorder
-from ledger.persistence.sqlite import LedgerSQLiteRecorder
+from ledger.persistence.sqlite import LedgerSQLiteRecorder, holds_ledger
 from ledger.persistence.urls import DEFAULT_PATH, Backend, resolve_url
 from ledger.serialization import MsgpackTranscoder
 
@@ -50,5 +50,6 @@ __all__ = [
     "LedgerPostgresRecorder",
     "LedgerRecorder",
     "LedgerSQLiteRecorder",
+    "holds_ledger",
     "resolve_url",
 ]
