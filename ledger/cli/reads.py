@@ -3,6 +3,8 @@ corrections, export, graph, records."""
 
 from __future__ import annotations
 
+import sys
+from collections import Counter
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,7 @@ from ledger.cli.render import (
     write_output,
 )
 from ledger.domain import Status, Validity
+from ledger.errors import LedgerError
 from ledger.jsonable import record_json
 
 # -- read commands (also under as-of) ----------------------------------------------
@@ -290,6 +293,13 @@ def export(
 @click.option(
     "-o", "--output", default="-", show_default=True, help="File to write (- for stdout)."
 )
+@click.option(
+    "--max-nodes",
+    type=click.IntRange(min=1),
+    default=500,
+    show_default=True,
+    help="Refuse (with a summary) a picture of more records than this.",
+)
 @token_option
 @url_option
 @errors_exit_1
@@ -299,42 +309,65 @@ def graph(
     descendants: bool,
     fmt: str,
     output: str,
+    max_nodes: int,
     token: str,
     url: str | None,
 ) -> None:
     """Draw a record's dependency subgraph, coloured by status (neither flag: both directions).
 
-    Nodes show id, kind, status and validity; observed edges are dashed;
-    delivered records have a double border. Without Graphviz's dot program,
-    svg and png fall back to DOT text (FILE.dot) with a warning.
+    Nodes show id, kind, status and validity, and on REVOKED records the reason,
+    who revoked them and when; observed edges are dashed; delivered records have
+    a double border; a legend says what the colours mean. Above --max-nodes the
+    picture is refused with a summary. Without Graphviz's dot program, svg and
+    png fall back to DOT text (FILE.dot) with a warning. PNG is binary: give -o
+    FILE (or pipe it) rather than print it to a terminal.
 
     \b
     Example:
       provledger graph E1 --descendants --format svg -o impact.svg
     """
-    from ledger.graph import draw
+    from ledger.graph import collect, picture, revocations
 
+    if fmt == "png" and output == "-" and sys.stdout.isatty():
+        raise click.UsageError(
+            "--format png is binary and stdout is a terminal: give -o FILE.png "
+            f"(e.g. provledger graph {record_id} --format png -o {record_id}.png)"
+        )
     both = not ancestors and not descendants
     with principal_session(url, token) as (_led, session):
-        picture = draw(
-            session,
-            record_id,
-            ancestors=ancestors or both,
-            descendants=descendants or both,
-            format=fmt,
+        sub = collect(
+            session, record_id, ancestors=ancestors or both, descendants=descendants or both
         )
+        if len(sub.nodes) > max_nodes:
+            raise LedgerError(f"graph refused: {graph_summary(sub, max_nodes)}")
+        drawn = picture(sub, fmt, revocations(session, sub))
     target = output
-    if picture.fell_back and output != "-":
+    if drawn.fell_back and output != "-":
         target = str(Path(output).with_suffix(".dot"))
-    write_output(target, picture.data)
-    if picture.note:
-        click.echo(f"warning: {picture.note} ({target})", err=True)
+    write_output(target, drawn.data)
+    if drawn.note:
+        click.echo(f"warning: {drawn.note} ({target})", err=True)
     if target != "-":
-        sub = picture.subgraph
         click.echo(
-            f"wrote {printable(target)} ({picture.format}: {len(sub.nodes)} records, "
-            f"{len(sub.edges)} edges)"
+            f"wrote {printable(target)} ({drawn.format}: {len(sub.nodes)} records, "
+            f"{len(sub.edges)} edges, {len(drawn.data):,} bytes)"
         )
+
+
+def graph_summary(sub: Any, max_nodes: int) -> str:
+    """Why a picture is too large, and what is in it: counts by status and by the
+    first part of the claim key."""
+    statuses = Counter(str(n.status) for n in sub.nodes)
+    prefixes = Counter(n.claim_key.split(".", 1)[0] + ".*" for n in sub.nodes)
+    by_status = ", ".join(f"{k} {v:,}" for k, v in statuses.most_common())
+    by_claim = ", ".join(f"{k} {v:,}" for k, v in prefixes.most_common(5))
+    more = len(prefixes) - 5
+    return (
+        f"{sub.title} has {len(sub.nodes):,} records, more than --max-nodes {max_nodes:,} "
+        f"({by_status}; claims {by_claim}{f' and {more:,} more' if more > 0 else ''}); "
+        "draw one side (--ancestors or --descendants) or a record further along, list them "
+        "(provledger records --scope SCOPE --status STALE), or raise --max-nodes"
+    )
 
 
 @click.command("records")

@@ -27,7 +27,10 @@ from ledger.cli.render import (
     make_console,
     print_revocation,
     report_done,
+    revocation_json,
+    working,
 )
+from ledger.errors import AccessDeniedError
 
 
 @click.command()
@@ -213,23 +216,51 @@ def reject(record_id: str, reason: str, token: str, url: str | None, as_json: bo
 @click.command()
 @click.argument("record_id", metavar="ID")
 @click.option("--reason", required=True, help="Why it is withdrawn.")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=0),
+    default=20,
+    show_default=True,
+    help="List at most this many of the records affected.",
+)
+@click.option("--all", "show_all", is_flag=True, help="List every record affected.")
 @token_option
 @url_option
 @json_option
 @errors_exit_1
-def revoke(record_id: str, reason: str, token: str, url: str | None, as_json: bool) -> None:
+def revoke(
+    record_id: str,
+    reason: str,
+    limit: int,
+    show_all: bool,
+    token: str,
+    url: str | None,
+    as_json: bool,
+) -> None:
     """Revoke a record: it becomes REVOKED and every descendant STALE, in one transaction.
+
+    Prints a summary (counts, deliveries now owing a correction, the log
+    positions `as-of` needs to see the state before and after) and the first
+    --limit records affected; --all lists them all, --json gives everything.
 
     \b
     Example:
       provledger revoke E1 --reason "doc changed"
     """
     with principal_session(url, token) as (_led, session):
-        rev = session.revoke(record_id, reason=reason)
+        with working(f"revoking {record_id} and marking its descendants STALE", quiet=as_json):
+            rev = session.revoke(record_id, reason=reason)
+        affected = set(rev.affected)
+        try:
+            owing: Any = tuple(
+                d for d in session.corrections_due() if d.delivery.record_id in affected
+            )
+        except AccessDeniedError:  # no deliver role anywhere: nothing it could correct
+            owing = None
     if as_json:
-        echo_json(rev)
+        echo_json(revocation_json(rev, owing))
     else:
-        print_revocation(rev, make_console())
+        print_revocation(rev, owing, make_console(), None if show_all else limit)
 
 
 @click.command()
