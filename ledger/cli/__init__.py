@@ -18,7 +18,7 @@ from __future__ import annotations
 import click
 
 from ledger import __version__
-from ledger.cli import admin, agents, evidence, reads, writes
+from ledger.cli import admin, agents, evidence, reads, runs, writes
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -53,6 +53,8 @@ for _command in (
     writes.correct,
     *reads.READ_COMMANDS,
     reads.as_of,
+    reads.snapshot,
+    runs.run,
     evidence.digest,
     evidence.verify,
     evidence.prove,

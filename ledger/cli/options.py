@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -34,12 +35,14 @@ EVENT_TYPES = (
     "CorrectionIssued, SnapshotErased"
 )
 
+#: The colours of the pictures (ledger.graph.STATUS_COLOURS): STALE orange, REVOKED red.
 STATUS_STYLE = {
     "ACCEPTED": "bold green",
     "CANDIDATE": "bold yellow",
-    "STALE": "bold dark_orange",
-    "REVOKED": "bold red",
+    "STALE": "bold #e65100",
+    "REVOKED": "bold #d32f2f",
     "REJECTED": "dim",
+    "SUPERSEDED": "bold #1565c0",
 }
 VALIDITY_STYLE = {"VALID": "green", "NEEDS_REVALIDATION": "yellow", "INVALID": "red"}
 OUTCOME_STYLE = {"FOUND": "bold green", "MISSING": "bold yellow", "CONFLICT": "bold red"}
@@ -51,13 +54,39 @@ def printable(text: object) -> str:
     return one_line.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+#: Library calls whose names differ from the command a person typed.
+COMMAND_NAMES = {
+    "issue_correction": "correct",
+    "corrections_due": "corrections",
+    "propose_many": "propose",
+    "preview_revoke": "revoke",
+}
+_GENERATED_ID = re.compile(r"'(r-[0-9a-f]{32})'")
+
+
+def cli_message(exc: LedgerError, given: dict[str, Any]) -> str:
+    """The library's message in the command line's words: command names instead of
+    method names, and "the new record" instead of an id generated for it that the
+    user never saw."""
+    text = printable(exc)
+    first, sep, rest = text.partition(" refused")
+    if sep and first in COMMAND_NAMES:
+        text = COMMAND_NAMES[first] + sep + rest
+    typed = {str(v) for v in given.values()}
+
+    def unseen(match: re.Match[str]) -> str:
+        return match.group(0) if match.group(1) in typed else "the new record"
+
+    return _GENERATED_ID.sub(unseen, text)
+
+
 def errors_exit_1(fn: F) -> F:
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except LedgerError as exc:
-            click.echo(f"error: {printable(exc)}", err=True)
+            click.echo(f"error: {cli_message(exc, kwargs)}", err=True)
             sys.exit(1)
         except OSError as exc:  # reading FILE or writing -o FILE
             where = f"{exc.filename}: " if exc.filename else ""
@@ -114,13 +143,20 @@ class DateTimeType(_ParamType):
         if isinstance(value, datetime):
             return value
         try:
-            return datetime.fromisoformat(str(value))
+            parsed = datetime.fromisoformat(str(value))
         except ValueError:
             self.fail(
                 f"{value!r} is not an ISO 8601 date-time (e.g. 2026-05-01T12:00:00+00:00)",
                 param,
                 ctx,
             )
+        if parsed.tzinfo is None:
+            self.fail(
+                f"{value!r} has no timezone; add an offset, e.g. {parsed.isoformat()}+00:00",
+                param,
+                ctx,
+            )
+        return parsed
 
 
 JSON = JSONType()
@@ -153,6 +189,28 @@ def token_option(fn: F) -> F:
     return click.option(
         "--token", envvar="PROVLEDGER_TOKEN", show_envvar=True, required=True, help=TOKEN_HELP
     )(fn)
+
+
+def run_option(fn: F) -> F:
+    """``--run RUN`` / ``$PROVLEDGER_RUN``: act inside a run started earlier."""
+    return click.option(
+        "--run",
+        "run_id",
+        envvar="PROVLEDGER_RUN",
+        show_envvar=True,
+        default=None,
+        metavar="RUN",
+        help="Inside this run (`provledger run start`): reads are recorded in it and "
+        "proposals carry them as observed dependencies (ignored under as-of).",
+    )(fn)
+
+
+def within(session: Session, run_id: str | None) -> Any:
+    """``session``, or the run ``run_id`` it started earlier, resumed (not under as-of:
+    a past state is not what a task reads)."""
+    if run_id is None or session.read_only:
+        return session
+    return session.run(run_id).resume()
 
 
 def json_option(fn: F) -> F:

@@ -21,8 +21,10 @@ from ledger.cli.options import (
     json_option,
     principal_session,
     printable,
+    run_option,
     token_option,
     url_option,
+    within,
 )
 from ledger.cli.render import (
     echo_json,
@@ -45,6 +47,7 @@ from ledger.jsonable import record_json
 
 @click.command()
 @claim_options
+@run_option
 @token_option
 @url_option
 @json_option
@@ -55,6 +58,7 @@ def read(
     at: datetime | None,
     context: Any,
     kinds: tuple[str, ...],
+    run_id: str | None,
     token: str,
     url: str | None,
     as_json: bool,
@@ -66,7 +70,7 @@ def read(
       provledger read --scope proj-a --claim api.retry_safe
     """
     with principal_session(url, token) as (_led, session):
-        result = session.read(scope, claim_key, at=at, context=context, kinds=kinds or None)
+        result = within(session, run_id).read(scope, claim_key, at=at, context=context, kinds=kinds or None)
     if as_json:
         echo_json(
             {
@@ -84,11 +88,12 @@ def read(
 
 @click.command()
 @click.argument("record_id", metavar="ID")
+@run_option
 @token_option
 @url_option
 @json_option
 @errors_exit_1
-def get(record_id: str, token: str, url: str | None, as_json: bool) -> None:
+def get(record_id: str, run_id: str | None, token: str, url: str | None, as_json: bool) -> None:
     """Show one record: status, validity, dependencies, evidence, deliveries.
 
     \b
@@ -96,7 +101,7 @@ def get(record_id: str, token: str, url: str | None, as_json: bool) -> None:
       provledger get R1
     """
     with principal_session(url, token) as (_led, session):
-        record = session.get(record_id)
+        record = within(session, run_id).get(record_id)
     if as_json:
         echo_json(record_json(record))
     else:
@@ -437,6 +442,28 @@ def records(
     make_console().print(listing_table(found))
     if next_after is not None:
         click.echo(f"more may follow: add --after {next_after}")
+
+
+@click.command()
+@click.argument("ref", metavar="REF")
+@click.option("-o", "--output", required=True, help="File to write the bytes to (- for stdout).")
+@token_option
+@url_option
+@errors_exit_1
+def snapshot(ref: str, output: str, token: str, url: str | None) -> None:
+    """Write the captured bytes behind REF (sha256:…, from `get E1`), re-verified.
+
+    \b
+    Example:
+      provledger snapshot sha256:9f86d0… -o doc-as-read.txt
+    """
+    if output == "-" and sys.stdout.isatty():
+        raise click.UsageError("give -o FILE: captured bytes may be binary (or -o - into a pipe)")
+    with principal_session(url, token) as (_led, session):
+        data = session.snapshot(ref)
+    write_output(output, data)
+    if output != "-":
+        click.echo(f"wrote {printable(output)} ({len(data):,} bytes, {ref})")
 
 
 READ_COMMANDS = (read, get, explain, audit, history, corrections, export, graph, records)

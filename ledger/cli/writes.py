@@ -19,8 +19,10 @@ from ledger.cli.options import (
     parse_json,
     principal_session,
     printable,
+    run_option,
     token_option,
     url_option,
+    within,
 )
 from ledger.cli.render import (
     echo_json,
@@ -43,6 +45,7 @@ from ledger.errors import AccessDeniedError
 @click.option("--expires", type=DATETIME, help="Latest valid instant (ISO 8601 with offset).")
 @click.option("--conditions", type=JSON, help='Applicability as JSON, e.g. {"api_version": "v2"}.')
 @click.option("--value", type=JSON, help="The claim as JSON (default: the content hash).")
+@run_option
 @token_option
 @url_option
 @json_option
@@ -57,6 +60,7 @@ def capture(
     expires: datetime | None,
     conditions: Any,
     value: Any,
+    run_id: str | None,
     token: str,
     url: str | None,
     as_json: bool,
@@ -76,7 +80,7 @@ def capture(
         message = f"{printable(file)}: {printable(reason)}"
         raise click.BadParameter(message, param_hint="FILE") from None
     with principal_session(url, token) as (led, session):
-        rid = session.capture(
+        rid = within(session, run_id).capture(
             scope=scope,
             uri=uri,
             content=content,
@@ -107,6 +111,7 @@ def capture(
     help="A new version of OLD (same scope and claim): once this is accepted, "
     "OLD is SUPERSEDED and what rests on it STALE.",
 )
+@run_option
 @token_option
 @url_option
 @json_option
@@ -122,6 +127,7 @@ def propose(
     expires: datetime | None,
     conditions: Any,
     supersedes: str | None,
+    run_id: str | None,
     token: str,
     url: str | None,
     as_json: bool,
@@ -150,7 +156,7 @@ def propose(
     else:
         value = value_str
     with principal_session(url, token) as (led, session):
-        rid = session.propose(
+        rid = within(session, run_id).propose(
             scope=scope,
             claim_key=claim_key,
             value=value,
