@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from uuid import UUID
 
 from eventsourcing.domain import OriginatorIDError, OriginatorVersionError
@@ -48,12 +48,15 @@ from ledger.errors import (
     StorageError,
     UnknownRecordError,
 )
-from ledger.persistence import Backend, LedgerApplication, LedgerRecorder, holds_ledger
+from ledger.persistence import Backend, LedgerApplication, holds_ledger
 from ledger.serialization import datetime_to_micros, micros_to_datetime
 from ledger.validation import check_aware
 from ledger.values import RecordView
 from projections.base import Cursor, Dialect
 from projections.projector import LAYOUT, Projector
+
+if TYPE_CHECKING:
+    from ledger.persistence import LedgerRecorder
 
 T = TypeVar("T")
 

@@ -54,6 +54,21 @@ def printable(text: object) -> str:
     return one_line.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+#: The optional package behind a feature → the extra that installs it.
+EXTRAS = {
+    "psycopg": "postgres",
+    "psycopg_pool": "postgres",
+    "prov": "prov",
+    "lxml": "prov",
+    "cryptography": "evidence",
+    "mcp": "mcp",
+    "starlette": "serve",
+    "uvicorn": "serve",
+    "jinja2": "serve",
+    "multipart": "serve",
+    "langgraph": "langgraph",
+}
+
 #: Library calls whose names differ from the command a person typed.
 COMMAND_NAMES = {
     "issue_correction": "correct",
@@ -87,6 +102,17 @@ def errors_exit_1(fn: F) -> F:
             return fn(*args, **kwargs)
         except LedgerError as exc:
             click.echo(f"error: {cli_message(exc, kwargs)}", err=True)
+            sys.exit(1)
+        except ModuleNotFoundError as exc:  # an optional package of an extra
+            top = (exc.name or "").split(".", 1)[0]
+            if top not in EXTRAS:
+                raise
+            command = click.get_current_context().command_path
+            click.echo(
+                f"error: {command} needs {top}, which is not installed: "
+                f"pip install 'provledger[{EXTRAS[top]}]'",
+                err=True,
+            )
             sys.exit(1)
         except OSError as exc:  # reading FILE or writing -o FILE
             where = f"{exc.filename}: " if exc.filename else ""

@@ -3,6 +3,7 @@ eventsourcing environment naming this package's recorder for that backend."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import uuid
@@ -11,8 +12,7 @@ from urllib.parse import parse_qs, unquote, urlparse
 
 from eventsourcing.utils import get_topic
 
-from ledger.errors import InvalidURLError
-from ledger.persistence.postgres import LedgerPostgresRecorder
+from ledger.errors import InvalidURLError, StorageError
 from ledger.persistence.sqlite import LedgerSQLiteFactory, LedgerSQLiteRecorder
 
 DEFAULT_PATH = "provledger.db"
@@ -74,11 +74,23 @@ def resolve_url(url: str | None) -> Backend:
         }
         return Backend(kind="sqlite", url=url, env=env, path=path)
     if url.startswith(("postgresql://", "postgres://")):
+        if not _installed("psycopg"):
+            raise StorageError(
+                f"ledger URL {redacted(url)!r} needs PostgreSQL support, which is not "
+                "installed: pip install 'provledger[postgres]'"
+            )
         return _postgres_backend(url)
     url = redacted(url)
     raise InvalidURLError(
         f"ledger URL {url!r} is not memory:, sqlite:///path or postgresql://user@host/db"
     )
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ValueError, ImportError):  # e.g. blocked with sys.modules[module] = None
+        return False
 
 
 _PG_OPTIONS = {
@@ -138,7 +150,8 @@ def _postgres_backend(full: str) -> Backend:
         "POSTGRES_POOL_SIZE": "2",
         "POSTGRES_MAX_OVERFLOW": "8",
         "POSTGRES_LOCK_TIMEOUT": "30",
-        "APPLICATION_RECORDER_TOPIC": get_topic(LedgerPostgresRecorder),
+        # A topic, not the class: psycopg loads only when the ledger opens.
+        "APPLICATION_RECORDER_TOPIC": "ledger.persistence.postgres:LedgerPostgresRecorder",
     }
     for option, value in query.items():
         env[_PG_OPTIONS[option]] = value
