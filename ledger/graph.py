@@ -21,7 +21,6 @@ import subprocess
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from ledger.access import Role
 from ledger.domain import Record, Status, record_uuid

@@ -77,8 +77,7 @@ def init(url: str | None, as_json: bool) -> None:
     where = f"{what} {info['url']} (log position {info['position']})"
     if issued is None:
         click.echo(
-            f"{where}; it has an admin token already "
-            "(another: `provledger token issue --admin`)",
+            f"{where}; it has an admin token already (another: `provledger token issue --admin`)",
             err=True,
         )
         return
@@ -208,8 +207,7 @@ def token_issue(
     """
     if for_admin == (subject is not None):
         raise click.UsageError(
-            "give SUBJECT or --admin, not both or neither "
-            "(e.g. provledger token issue agent-1)"
+            "give SUBJECT or --admin, not both or neither (e.g. provledger token issue agent-1)"
         )
     with host_ledger(url, "token issue", admin_token) as led:
         admin = led.admin()

@@ -107,9 +107,8 @@ def errors_exit_1(fn: F) -> F:
             top = (exc.name or "").split(".", 1)[0]
             if top not in EXTRAS:
                 raise
-            command = click.get_current_context().command_path
             click.echo(
-                f"error: {command} needs {top}, which is not installed: "
+                f"error: this needs {top}, which is not installed: "
                 f"pip install 'provledger[{EXTRAS[top]}]'",
                 err=True,
             )

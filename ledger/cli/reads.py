@@ -70,7 +70,9 @@ def read(
       provledger read --scope proj-a --claim api.retry_safe
     """
     with principal_session(url, token) as (_led, session):
-        result = within(session, run_id).read(scope, claim_key, at=at, context=context, kinds=kinds or None)
+        result = within(session, run_id).read(
+            scope, claim_key, at=at, context=context, kinds=kinds or None
+        )
     if as_json:
         echo_json(
             {

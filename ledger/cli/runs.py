@@ -108,4 +108,3 @@ def run_end(run_id: str, failed: bool, token: str, url: str | None, as_json: boo
         {"run": run_id, "outcome": outcome, "position": position},
         f"run {run_id} {outcome}",
     )
-
