@@ -36,6 +36,7 @@ from ledger.cli.render import (
     print_explanation,
     print_read,
     print_record,
+    show,
     write_output,
 )
 from ledger.domain import Status, Validity
@@ -207,7 +208,7 @@ def history(
     if as_json:
         echo_json({"events": events})
     elif events:
-        make_console().print(events_table(events, with_record=True))
+        show(make_console(), events_table(events, with_record=True))
     else:
         click.echo("no events")
 
@@ -441,7 +442,7 @@ def records(
     if not found:
         click.echo("no records")
         return
-    make_console().print(listing_table(found))
+    show(make_console(), listing_table(found))
     if next_after is not None:
         click.echo(f"more may follow: add --after {next_after}")
 

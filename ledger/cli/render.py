@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -54,6 +55,25 @@ def working(what: str, *, quiet: bool = False) -> Iterator[None]:
         return
     with console.status(what):
         yield
+
+
+def show(console: Console, table: Table) -> None:
+    """Print ``table``; when its id columns cannot all fit the terminal, print each
+    row as ``column  value`` lines instead, so no id is ever cut."""
+    unbounded = console.options.update(max_width=1_000_000)
+    if Measurement.get(console, unbounded, table).minimum <= console.width:
+        console.print(table)
+        return
+    width = max(len(str(c.header)) for c in table.columns)
+    cells = [list(c.cells) for c in table.columns]
+    for i in range(table.row_count):
+        if i:
+            console.print()
+        for column, column_cells in zip(table.columns, cells, strict=True):
+            line = Text(f"{column.header!s:<{width}}  ", style="bold")
+            cell = column_cells[i]
+            line.append_text(cell if isinstance(cell, Text) else Text(str(cell)))
+            console.print(line, soft_wrap=bool(column.no_wrap))  # an id is never broken
 
 
 def new_table(*columns: str, ids: Mapping[str, Iterable[str]] | None = None, **kw: Any) -> Table:
@@ -158,7 +178,7 @@ def print_read(result: ReadResult, console: Console) -> None:
         heading.append(f"  value: {value_text(result.value)}")
     console.print(heading)
     if result.records:
-        console.print(records_table(result.records))
+        show(console, records_table(result.records))
     else:
         console.print("no usable record; `provledger explain` says why")
 
@@ -183,7 +203,10 @@ def print_explanation(explanation: Explanation, console: Console) -> None:
             Text("yes", style="green") if e.usable else Text("no", style="red"),
             Text(why),
         )
-    console.print(table if explanation.entries else "no record answers this claim")
+    if explanation.entries:
+        show(console, table)
+    else:
+        console.print("no record answers this claim")
 
 
 def print_record(record: RecordView, console: Console) -> None:
@@ -263,7 +286,7 @@ def print_audit(trail: AuditTrail, console: Console) -> None:
     if trail.undeclared:
         heading.append(f"  observed but undeclared: {', '.join(trail.undeclared)}", "yellow")
     console.print(heading)
-    console.print(events_table(trail.events, with_record=False))
+    show(console, events_table(trail.events, with_record=False))
 
 
 def print_corrections(due: Sequence[CorrectionDue], console: Console) -> None:
@@ -289,7 +312,7 @@ def print_corrections(due: Sequence[CorrectionDue], console: Console) -> None:
             styled(c.validity, VALIDITY_STYLE),
             Text(why),
         )
-    console.print(table)
+    show(console, table)
 
 
 def revoked_position(rev: Revocation) -> int:
@@ -338,7 +361,7 @@ def print_revocation(
     for rid in shown:
         status = "REVOKED" if rid == rev.root else "STALE"
         table.add_row(Text(rid), styled(status, STATUS_STYLE))
-    console.print(table)
+    show(console, table)
     more = len(rev.affected) - len(shown)
     if more:
         console.print(f"… and {more:,} more STALE: --all lists them, --json gives everything")
