@@ -82,8 +82,8 @@ def init(url: str | None, as_json: bool) -> None:
         )
         return
     click.echo(
-        f"{where}; its admin token follows, shown this once: keep it and give it to "
-        "admin commands as --admin-token or $PROVLEDGER_ADMIN_TOKEN",
+        f"{where}; its admin token is on stdout, shown this once: keep it and give it "
+        "to admin commands as --admin-token or $PROVLEDGER_ADMIN_TOKEN",
         err=True,
     )
     click.echo(issued)
@@ -301,6 +301,11 @@ def demo(url: str | None, as_json: bool) -> None:
         click.echo(json.dumps(result.to_json(), indent=2))
     else:
         print_experiment(result, Console())
+        if url is None:
+            click.echo(
+                "(the ledger was a temporary file, deleted on exit; "
+                "`provledger demo --url sqlite:///demo.db` keeps one to explore)"
+            )
     if not result.passed:
         sys.exit(1)
 

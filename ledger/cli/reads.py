@@ -358,7 +358,7 @@ def graph(
     if target != "-":
         click.echo(
             f"wrote {printable(target)} ({drawn.format}: {len(sub.nodes)} records, "
-            f"{len(sub.edges)} edges, {len(drawn.data):,} bytes)"
+            f"{len(sub.edges)} edges)"
         )
 
 

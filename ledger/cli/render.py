@@ -13,7 +13,6 @@ from typing import Any
 
 import click
 from rich.console import Console
-from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -60,8 +59,9 @@ def working(what: str, *, quiet: bool = False) -> Iterator[None]:
 def show(console: Console, table: Table) -> None:
     """Print ``table``; when its id columns cannot all fit the terminal, print each
     row as ``column  value`` lines instead, so no id is ever cut."""
-    unbounded = console.options.update(max_width=1_000_000)
-    if Measurement.get(console, unbounded, table).minimum <= console.width:
+    # Folding columns can be narrowed to a few characters; id columns cannot.
+    needed = sum((c.min_width or 0) if c.no_wrap else 6 for c in table.columns)
+    if needed + 3 * len(table.columns) + 1 <= console.width:
         console.print(table)
         return
     width = max(len(str(c.header)) for c in table.columns)
