@@ -114,7 +114,13 @@ class RunContext:
         return self
 
     def end(self, outcome: str = "completed") -> None:
-        """Record the run's end (``completed`` or ``failed``); nothing is recorded in it after."""
+        """Record the run's end (``completed`` or ``failed``); nothing is recorded in it after.
+
+        Raises:
+            InvalidInputError: another outcome, or the run is not open.
+        """
+        if outcome not in ("completed", "failed"):
+            raise InvalidInputError(f"run outcome {outcome!r} is not 'completed' or 'failed'")
         self._check()
         self._append(Run.Ended, outcome=outcome)
         self._open = False
