@@ -37,6 +37,7 @@ from ledger.cli.render import (
     print_read,
     print_record,
     show,
+    working,
     write_output,
 )
 from ledger.domain import Status, Validity
@@ -343,12 +344,14 @@ def graph(
         )
     both = not ancestors and not descendants
     with principal_session(url, token) as (_led, session):
-        sub = collect(
-            session, record_id, ancestors=ancestors or both, descendants=descendants or both
-        )
+        with working(f"collecting the records around {record_id}"):
+            sub = collect(
+                session, record_id, ancestors=ancestors or both, descendants=descendants or both
+            )
         if len(sub.nodes) > max_nodes:
             raise LedgerError(f"graph refused: {graph_summary(sub, max_nodes)}")
-        drawn = picture(sub, fmt, revocations(session, sub))
+        with working(f"drawing {len(sub.nodes):,} records"):
+            drawn = picture(sub, fmt, revocations(session, sub))
     target = output
     if drawn.fell_back and output != "-":
         target = str(Path(output).with_suffix(".dot"))
