@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -115,13 +115,23 @@ class Admin:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
 
-    def _append(self, subject: str, event_class: type[Principal.Event], **fields: Any) -> None:
+    def _append(
+        self,
+        subject: str,
+        event_class: type[Principal.Event],
+        *,
+        unless: Callable[[Principal | None], bool] | None = None,
+        **fields: Any,
+    ) -> bool:
         """Append one event to the subject's principal (registering it if new), in
-        one write transaction."""
+        one write transaction; not if ``unless(principal)`` holds under the lock.
+        Returns whether it was appended."""
         engine = self._engine
 
-        def work(w: Write) -> None:
+        def work(w: Write) -> bool:
             principal: Any = engine.load(w.c, principal_uuid(subject))
+            if unless is not None and unless(principal):
+                return False
             if principal is None:
                 principal = Principal._create(
                     Principal.Registered,
@@ -131,8 +141,9 @@ class Admin:
                 )
             principal.trigger_event(event_class, actor=self.ACTOR, timestamp=engine.now(), **fields)
             w.append(principal.collect_events())
+            return True
 
-        engine.transact(work)
+        return engine.transact(work)
 
     def grant(self, subject: str, scope: str, roles: Iterable[str]) -> None:
         """Give ``subject`` the ``roles`` in ``scope``.
@@ -208,31 +219,15 @@ class Admin:
         processes initialising one database at once cannot both get one.
         """
         self._engine.check_open()
-        engine = self._engine
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-
-        def work(w: Write) -> bool:
-            principal: Any = engine.load(w.c, principal_uuid(ADMIN_PRINCIPAL))
-            if principal is not None and principal.tokens:
-                return False
-            if principal is None:
-                principal = Principal._create(
-                    Principal.Registered,
-                    id=principal_uuid(ADMIN_PRINCIPAL),
-                    timestamp=engine.now(),
-                    subject=ADMIN_PRINCIPAL,
-                )
-            principal.trigger_event(
-                Principal.TokenIssued,
-                actor=self.ACTOR,
-                timestamp=engine.now(),
-                token_hash=hash_token(token),
-                expires=None,
-            )
-            w.append(principal.collect_events())
-            return True
-
-        return token if engine.transact(work) else None
+        issued = self._append(
+            ADMIN_PRINCIPAL,
+            Principal.TokenIssued,
+            unless=lambda admin: admin is not None and bool(admin.tokens),
+            token_hash=hash_token(token),
+            expires=None,
+        )
+        return token if issued else None
 
     def revoke_token(self, token: str) -> None:
         """Withdraw a token; sessions using it are refused from their next call.
