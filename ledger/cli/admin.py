@@ -57,7 +57,7 @@ def init(url: str | None, as_json: bool) -> None:
     """
     try:
         led = open_ledger(url)
-        created = False
+        created = led.backend == "memory"  # a new one each time
     except LedgerNotFoundError:
         led = open_ledger(url, create=True)
         created = True
