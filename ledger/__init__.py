@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from ledger.runs import RunContext
     from ledger.session import Session
     from ledger.values import (
+        HIDDEN,
+        WITHHELD,
         AuditEvent,
         AuditTrail,
         Correction,
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
         RecordView,
         Revocation,
         RevocationPreview,
+        StaleCause,
     )
 
 __version__ = "0.1.0"
@@ -48,6 +51,7 @@ _HOMES = {
     "CorrectionDue": "ledger.values",
     "Delivery": "ledger.values",
     "Explanation": "ledger.values",
+    "HIDDEN": "ledger.values",
     "GrantChange": "ledger.access",
     "Kind": "ledger.domain",
     "Ledger": "ledger.application",
@@ -64,10 +68,14 @@ _HOMES = {
     "RunContext": "ledger.runs",
     "Session": "ledger.session",
     "Status": "ledger.domain",
+    "StaleCause": "ledger.values",
     "Validity": "ledger.domain",
+    "WITHHELD": "ledger.values",
 }
 
 __all__ = [
+    "HIDDEN",
+    "WITHHELD",
     "AcceptanceCheck",
     "Admin",
     "AuditEvent",
@@ -91,6 +99,7 @@ __all__ = [
     "Role",
     "RunContext",
     "Session",
+    "StaleCause",
     "Status",
     "Validity",
 ]

@@ -9,7 +9,7 @@ from typing import Any
 
 from eventsourcing.utils import get_topic
 
-from ledger import merkle
+from ledger import merkle, redaction
 from ledger.access import Role
 from ledger.caller import Caller
 from ledger.domain import Record, record_uuid
@@ -48,21 +48,25 @@ def audit(caller: Caller, record_id: str) -> AuditTrail:
         row = caller.visible(c, record_id, Role.AUDIT, "audit")
         view = record_view(caller, c, row, caller.at(None))
         notes = engine.recorder.select_record_events(c, record_uuid(view.id))
-    events = []
-    for note in notes:
-        if caller.position is not None and note.id > caller.position:
-            break
-        event = engine.projector.decode(note)
-        events.append(
-            AuditEvent(
-                position=note.id,
-                type=type(event).__name__,
-                at=event.timestamp,
-                actor=getattr(event, "actor", None),
-                details={k: v for k, v in vars(event).items() if k not in _PLUMBING},
-            )
+        decoded = [
+            (note, engine.projector.decode(note))
+            for note in notes
+            if caller.position is None or note.id <= caller.position
+        ]
+        fields = [{k: v for k, v in vars(e).items() if k not in _PLUMBING} for _, e in decoded]
+        named = set().union(*(redaction.event_dependencies(f) for f in fields))
+        hidden = caller.hidden_among(c, named, seen=view.scope)
+    events = tuple(
+        AuditEvent(
+            position=note.id,
+            type=type(event).__name__,
+            at=event.timestamp,
+            actor=getattr(event, "actor", None),
+            details=redaction.details(f, hidden),
         )
-    return AuditTrail(record=view, events=tuple(events), undeclared=view.undeclared)
+        for (note, event), f in zip(decoded, fields, strict=True)
+    )
+    return AuditTrail(record=view, events=events, undeclared=view.undeclared)
 
 
 def history(
@@ -129,6 +133,8 @@ def history(
             if allowed:
                 event = engine.projector.decode(note)
                 details = {k: v for k, v in vars(event).items() if k not in _PLUMBING}
+                hidden = caller.hidden_among(c, redaction.event_dependencies(details))
+                details = redaction.details(details, hidden)
                 out.append(
                     AuditEvent(
                         position=note.id,

@@ -77,7 +77,7 @@ from ledger.heads import (
 from ledger.merkle import LogDigest
 from ledger.prov import PL, export_prov, serialize
 from ledger.session import Session
-from ledger.values import AuditEvent, AuditTrail, RecordView
+from ledger.values import HIDDEN, AuditEvent, AuditTrail, RecordView
 from ledger.verification import stored_tree
 
 if TYPE_CHECKING:
@@ -85,8 +85,6 @@ if TYPE_CHECKING:
 
     from ledger.heads import PrivateKeyLike, PublicKeyLike
 
-#: The placeholder for a record outside the caller's scopes.
-HIDDEN = "<hidden>"
 #: The manifest's ``format``.
 FORMAT = "provledger-bundle/1"
 #: What the archive comment starts with; the base64 signature follows.

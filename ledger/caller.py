@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from ledger import redaction
 from ledger.access import Role
 from ledger.domain import Validity
 from ledger.engine import Engine
@@ -96,6 +97,31 @@ class Caller:
             return access_view.roles_of(c, self.engine.dialect, self.subject, scope)
         return cache.get(scope, [])
 
+    def granted_scopes(self, c: Cursor | None) -> frozenset[str]:
+        """The scopes the subject holds any role in (a fresh read when ``c`` is None
+        or was not authenticated)."""
+        held = None if c is None else self._role_cache.get(id(c))
+        if held is None:
+            if c is None:
+                with self.engine.statement() as c2:
+                    held = self.authenticate(c2)
+            else:
+                held = self.authenticate(c)
+        return frozenset(s for s, roles in held.items() if roles)
+
+    def hidden_among(
+        self, c: Cursor | None, ids: Iterable[str], seen: str | None = None
+    ) -> frozenset[str]:
+        """Those of ``ids`` that are records in scopes the subject holds no grant in
+        (see :mod:`ledger.redaction`). ``seen``: a scope known to be visible (the
+        scope of the record that names them), which needs no look-up."""
+        scopes = self.engine.scopes_of(c, ids)
+        others = {rid: s for rid, s in scopes.items() if s != seen}
+        if not others:
+            return frozenset()
+        granted = self.granted_scopes(c)
+        return frozenset(rid for rid, s in others.items() if s not in granted)
+
     def require_somewhere(self, c: Cursor, role: Role, command: str) -> None:
         """Raise ``AccessDeniedError`` unless the subject holds ``role`` in some scope
         (a listing across scopes is refused, not answered empty, without it)."""
@@ -133,7 +159,9 @@ class Caller:
                 f"{command} refused: {what} {rid!r} is unknown or not visible to {self.subject!r}"
             )
         self.require(c, row["scope"], role, command)
-        return row
+        return redaction.row(
+            row, self.hidden_among(c, redaction.row_dependencies(row), seen=row["scope"])
+        )
 
     def readable_dependency(self, c: Cursor, row: Any, dep: str, what: str, child: str) -> Any:
         """``row`` (of ``dep``, a parent or observed dependency of ``child``) if the
@@ -143,7 +171,8 @@ class Caller:
             raise InvalidParentError(
                 f"{what} {dep!r} of {child!r} is unknown or not readable by {self.subject!r}"
             )
-        return row
+        hidden = self.hidden_among(c, redaction.row_dependencies(row), seen=row["scope"])
+        return redaction.row(row, hidden)
 
     # -- time, as-of and runs -----------------------------------------------------
 

@@ -11,7 +11,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from ledger import pipeline, rules
+from ledger import pipeline, redaction, rules
 from ledger.access import Role
 from ledger.caller import Caller
 from ledger.domain import Record, Status, Validity
@@ -94,6 +94,9 @@ def corrections_due(caller: Caller) -> tuple[CorrectionDue, ...]:
                 continue
             corrections = delivery_view.corrections_for(c, d, drow["delivery_id"], caller.position)
             since = owed_since(caller, c, drow, row, now)
+            row = redaction.row(
+                row, caller.hidden_among(c, redaction.row_dependencies(row), seen=row["scope"])
+            )
             if since is None or any(_answers(r, since) for r in corrections):
                 continue
             out.append(

@@ -19,7 +19,7 @@ from __future__ import annotations
 import random
 import sqlite3
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -52,6 +52,7 @@ from ledger.persistence import Backend, LedgerApplication, holds_ledger
 from ledger.serialization import datetime_to_micros, micros_to_datetime
 from ledger.validation import check_aware
 from ledger.values import RecordView
+from projections import validity as validity_view
 from projections.base import Cursor, Dialect
 from projections.projector import LAYOUT, Projector
 
@@ -62,6 +63,8 @@ T = TypeVar("T")
 
 #: How often a command is tried while the database stays locked by other writers.
 RETRIES = 20
+#: How many record scopes :meth:`Engine.scopes_of` keeps before starting afresh.
+SCOPE_CACHE = 100_000
 
 
 class AcceptanceCheck(Protocol):
@@ -120,6 +123,7 @@ class Engine:
         self.clock = clock
         self.retention = dict(retention)
         self.closed = True
+        self._scopes: dict[str, str] = {}
         self.now()  # a clock that does not give aware datetimes is refused now
         env = backend.env
         if not create and backend.kind != "memory":
@@ -274,6 +278,23 @@ class Engine:
                 f"aggregate {aggregate_id} has a stored event that cannot be decoded: {exc!r}"
             ) from None
         return found
+
+    def scopes_of(self, c: Cursor | None, record_ids: Iterable[str]) -> dict[str, str]:
+        """The scope of each of ``record_ids`` that exists (read with ``c``, or in a
+        statement of its own when ``c`` is None). A record's scope never changes,
+        so answers are kept for the engine's life."""
+        known = self._scopes
+        missing = [rid for rid in set(record_ids) if rid not in known]
+        if missing:
+            if c is None:
+                with self.statement() as c2:
+                    found = validity_view.current_many(c2, self.dialect, missing)
+            else:
+                found = validity_view.current_many(c, self.dialect, missing)
+            if len(known) > SCOPE_CACHE:
+                known.clear()
+            known.update((rid, row["scope"]) for rid, row in found.items())
+        return {rid: known[rid] for rid in record_ids if rid in known}
 
     def load_record(self, c: Cursor, record_id: str) -> Record:
         """The record's aggregate from its stored events (read with ``c``)."""

@@ -28,7 +28,7 @@ from ledger.errors import InvalidInputError, RenderError
 from ledger.reads import record_view
 from ledger.session import Session
 from ledger.validation import check_id
-from ledger.values import RecordView
+from ledger.values import HIDDEN, RecordView
 from projections import edges as edges_index
 from projections import validity as validity_view
 
@@ -74,6 +74,12 @@ class Subgraph:
     #: Old version → new version, for each record proposed to supersede another
     #: when both are among ``nodes`` (not dependencies: kept apart from ``edges``).
     supersessions: tuple[Edge, ...] = ()
+
+    @property
+    def shows_hidden(self) -> bool:
+        """Whether an edge ends at the :data:`~ledger.values.HIDDEN` placeholder (a
+        record outside the caller's scopes; the walk does not go through it)."""
+        return any(HIDDEN in (e.parent, e.child) for e in self.edges)
 
 
 @dataclass(frozen=True)
@@ -129,9 +135,15 @@ def collect(
                 allowed[scope_name] = role.value in caller.roles(c, scope_name)
             return allowed[scope_name]
 
+        def unshown(reached: list[str]) -> set[str]:
+            scopes = caller.engine.scopes_of(c, reached)
+            return {rid for rid in reached if rid not in scopes or not may(scopes[rid])}
+
         if record is not None:
             row = caller.visible(c, record, role, command)
             root: str | None = row["record_id"]
+            # The walk stops at a record the caller may not see: what lies beyond
+            # it is reached only through it, so it is not drawn either.
             rows = edges_index.lineage(
                 c,
                 d,
@@ -139,6 +151,7 @@ def collect(
                 ancestors=ancestors,
                 descendants=descendants,
                 position=position,
+                stop=unshown,
             )
             ids = list(dict.fromkeys([row["record_id"], *(x for e in rows for x in e[:2])]))
         else:
@@ -157,8 +170,13 @@ def collect(
             if found is not None and may(found["scope"]):
                 nodes[rid] = record_view(caller, c, found, at)
         now = caller.engine.position() if position is None else position
+    # An edge to a record not drawn ends at the one placeholder node.
     edges = tuple(
-        Edge(parent=p, child=ch, edge=kind) for p, ch, kind in rows if p in nodes and ch in nodes
+        dict.fromkeys(
+            Edge(parent=p if p in nodes else HIDDEN, child=ch if ch in nodes else HIDDEN, edge=kind)
+            for p, ch, kind in rows
+            if (p in nodes) != (ch in nodes) or p in nodes
+        )
     )
     supersessions = tuple(
         Edge(parent=n.supersedes, child=n.id, edge="supersedes")
@@ -258,6 +276,15 @@ def _dot_attrs(attrs: Iterable[tuple[str, str]]) -> str:
 _QUOTED_SUPERSEDED_BORDER = _dot_quote(STATUS_COLOURS[Status.SUPERSEDED][1])
 
 
+#: The placeholder node for records outside the caller's scopes (white, dashed).
+_HIDDEN_FILL, _HIDDEN_BORDER = "#ffffff", "#9e9e9e"
+_HIDDEN_DOT = (
+    ("label", _dot_quote(f"{HIDDEN}\noutside your scopes")),
+    ("style", '"rounded,dashed"'),
+    ("color", _dot_quote(_HIDDEN_BORDER)),
+    ("fontcolor", _dot_quote(_HIDDEN_BORDER)),
+)
+
 #: DOT attributes of the edge from a superseded record to its new version.
 _SUPERSEDES_DOT = (
     ("style", "dotted"),
@@ -281,6 +308,8 @@ def _legend_dot(sub: Subgraph) -> list[str]:
         notes.append("dashed edge: observed at run time")
     if sub.supersessions:
         notes.append("dotted edge: new version")
+    if sub.shows_hidden:
+        notes.append("&lt;hidden&gt;: records outside your scopes")
     rows += [f"<TR><TD>{note}</TD></TR>" for note in notes]
     table = '<TABLE BORDER="0" CELLBORDER="1" CELLSPACING="2">' + "".join(rows) + "</TABLE>"
     return [
@@ -315,6 +344,8 @@ def to_dot(sub: Subgraph, revoked: Mapping[str, RevokedBy] | None = None) -> str
         if node.id == sub.root:
             attrs.append(("penwidth", "3"))
         out.append(f"  {_dot_quote(node.id)} [{_dot_attrs(attrs)}];")
+    if sub.shows_hidden:
+        out.append(f"  {_dot_quote(HIDDEN)} [{_dot_attrs(_HIDDEN_DOT)}];")
     for e in sub.edges:
         attrs = [("style", "dashed"), ("label", '"observed"')] if e.edge == "observed" else []
         suffix = f" [{_dot_attrs(attrs)}]" if attrs else ""
@@ -339,6 +370,10 @@ def to_mermaid(sub: Subgraph, revoked: Mapping[str, RevokedBy] | None = None) ->
     revoked = revoked or {}
     names = {node.id: f"n{i}" for i, node in enumerate(sub.nodes)}
     out = ["flowchart TD"]
+    if sub.shows_hidden:
+        names[HIDDEN] = "hidden"
+        out.append(f'  hidden["{_mermaid_text(HIDDEN)}"]:::hidden')
+        out.append(f"  classDef hidden fill:{_HIDDEN_FILL},stroke:{_HIDDEN_BORDER},color:#000")
     for node in sub.nodes:
         lines = _lines(node, revoked.get(node.id))
         label = "<br/>".join(_mermaid_text(line) for line in lines)

@@ -148,13 +148,21 @@ def propose_many(caller: Caller, items: Iterable[Mapping[str, Any]]) -> list[str
         mentioned = _mentioned_ids(batch)
         found = validity_view.current_many(c, caller.engine.dialect, mentioned)
         known = {rid: found.get(rid) for rid in mentioned}
+        # A taken id is reported only if no item has another problem: the error a
+        # batch meets does not tell whether an id exists.
+        taken: DuplicateRecordError | None = None
         for index, item in enumerate(batch):
             try:
                 record = prepare(caller, c, pending, known, **_batch_fields(item))
+            except DuplicateRecordError as exc:
+                taken = taken or DuplicateRecordError(f"propose_many item {index}: {exc}")
+                continue
             except LedgerError as exc:
                 raise type(exc)(f"propose_many item {index}: {exc}") from None
             pending[record.record_id] = record
             records.append(record)
+        if taken is not None:
+            raise taken
         return Decision(records, lambda _: [r.record_id for r in records])
 
     return pipeline.command(caller, "propose_many", decide)
@@ -231,8 +239,6 @@ def prepare(
     # A new version read the one it replaces: that is not a dependency.
     observed = tuple(o for o in observed if o != supersedes)
     caller.require(c, scope, Role.PROPOSE, "propose")
-    if rid in pending or _row(caller, c, rid, known) is not None:
-        raise DuplicateRecordError(f"record {rid!r} already exists")
     inherited: list[tuple[str, dict[str, Any]]] = []
     for dep in declared:
         if dep in pending and Role.READ.value in caller.roles(c, pending[dep].scope):
@@ -248,6 +254,10 @@ def prepare(
         _check_supersedable(
             caller, c, supersedes, rid, scope, claim_key, (*declared, *observed), known, pending
         )
+    # Last: every other refusal comes first, so which error a bad proposal meets
+    # does not tell whether its id is taken.
+    if rid in pending or _row(caller, c, rid, known) is not None:
+        raise DuplicateRecordError(f"record {rid!r} already exists")
     return Record.proposed_event(
         at=engine.now(),
         record_id=rid,

@@ -47,7 +47,7 @@ from ledger.access import Role
 from ledger.errors import AccessDeniedError, InvalidInputError, UnknownRecordError
 from ledger.graph import collect
 from ledger.session import Session
-from ledger.values import AuditEvent, AuditTrail, RecordView
+from ledger.values import HIDDEN, AuditEvent, AuditTrail, RecordView
 
 #: Attributes and types defined by provledger.
 PL = Namespace("pl", "urn:provledger:ns#")
@@ -101,6 +101,7 @@ class _Builder:
             self.doc.add_namespace(ns)
         self.agents: set[str] = set()
         self.trails: dict[str, AuditTrail | None] = {}
+        self.hidden = False
 
     def agent(self, subject: str | None) -> QualifiedName | None:
         if subject is None:
@@ -110,8 +111,20 @@ class _Builder:
             self.doc.agent(AGENT[subject], {"prov:label": subject})
         return AGENT[subject]
 
+    def ref(self, rid: str) -> QualifiedName:
+        """The entity of ``rid``; one ``pl:hidden`` entity for every record outside
+        the session's scopes (:data:`~ledger.values.HIDDEN`)."""
+        if rid != HIDDEN:
+            return REC[rid]
+        if not self.hidden:
+            self.hidden = True
+            self.doc.entity(PL["hidden"], {"prov:label": HIDDEN})
+        return PL["hidden"]
+
     def trail(self, record_id: str) -> AuditTrail | None:
         """A record's audit trail, or None if the session may not audit it."""
+        if record_id == HIDDEN:
+            return None
         if record_id not in self.trails:
             try:
                 self.trails[record_id] = self.session.audit(record_id)
@@ -137,13 +150,13 @@ class _Builder:
         if node.reason:
             attrs["pl:reason"] = node.reason
         if node.cause is not None and node.cause != node.id:
-            attrs["pl:staleCause"] = REC[node.cause]
+            attrs["pl:staleCause"] = self.ref(node.cause)
         if node.cause_superseded_by is not None:
-            attrs["pl:staleCauseSupersededBy"] = REC[node.cause_superseded_by]
+            attrs["pl:staleCauseSupersededBy"] = self.ref(node.cause_superseded_by)
         if node.supersedes is not None:
-            attrs["pl:supersedes"] = REC[node.supersedes]
+            attrs["pl:supersedes"] = self.ref(node.supersedes)
         if node.superseded_by is not None:
-            attrs["pl:supersededBy"] = REC[node.superseded_by]
+            attrs["pl:supersededBy"] = self.ref(node.superseded_by)
         if node.evidence is not None:
             ev = node.evidence
             attrs["pl:uri"] = Literal(str(ev["uri"]), XSD_ANYURI)
@@ -186,13 +199,13 @@ class _Builder:
                 if details.get(key):
                     attrs[name] = str(details[key])
             if event.type == "MarkedStale":
-                attrs["pl:cause"] = REC[str(details["cause"])]
+                attrs["pl:cause"] = self.ref(str(details["cause"]))
                 by = details.get("superseded_by")
                 attrs["pl:causedBy"] = "revocation" if by is None else "supersession"
                 if by is not None:
-                    attrs["pl:supersededBy"] = REC[str(by)]
+                    attrs["pl:supersededBy"] = self.ref(str(by))
             if event.type == "Superseded":
-                attrs["pl:supersededBy"] = REC[str(details["by"])]
+                attrs["pl:supersededBy"] = self.ref(str(details["by"]))
             self.doc.activity(act, event.at, event.at, attrs)
             agent = self.agent(event.actor)
             if agent is not None:
@@ -216,7 +229,7 @@ class _Builder:
             if event.type == "Superseded":
                 by = str(details["by"])
                 self.doc.wasInvalidatedBy(
-                    entity, act, event.at, other_attributes={"pl:supersededBy": REC[by]}
+                    entity, act, event.at, other_attributes={"pl:supersededBy": self.ref(by)}
                 )
                 approval = self._newest(by, ("Accepted", "Revalidated"), event.position)
                 if approval is not None:

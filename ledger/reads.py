@@ -9,6 +9,7 @@ is recorded as observed.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 import unicodedata
@@ -16,11 +17,11 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from ledger import erasure, rules
+from ledger import erasure, redaction, rules
 from ledger.access import Role
 from ledger.caller import Caller
 from ledger.deliveries import correction_of, delivery_of
-from ledger.domain import Kind, Outcome, Status, Validity
+from ledger.domain import Kind, Outcome, Status, Validity, record_uuid
 from ledger.errors import InvalidInputError, SnapshotIntegrityError, UnknownSnapshotError
 from ledger.serialization import canonical, datetime_to_micros, micros_to_datetime, unpack
 from ledger.validation import (
@@ -32,8 +33,17 @@ from ledger.validation import (
     check_member,
     check_text,
 )
-from ledger.values import Explanation, ReadResult, Reason, RecordView
+from ledger.values import (
+    HIDDEN,
+    WITHHELD,
+    Explanation,
+    ReadResult,
+    Reason,
+    RecordView,
+    StaleCause,
+)
 from projections import delivery as delivery_view
+from projections import edges as edges_index
 from projections import validity as validity_view
 from projections.base import Cursor
 
@@ -46,8 +56,10 @@ def record_view(
     caller: Caller, c: Cursor | None, row: Any, at: datetime, deliveries: bool = True
 ) -> RecordView:
     """The public view of a record row (``deliveries=False``: the caller knows it
-    has none, so they are not looked up)."""
+    has none, so they are not looked up), naming no record the caller may not see
+    (:mod:`ledger.redaction`). A STALE record's causes need ``c``."""
     d = caller.engine.dialect
+    causes = stale_causes(caller, c, row)
     delivered = []
     if deliveries and c is not None:
         for drow in delivery_view.for_record(c, d, row["record_id"], caller.position):
@@ -56,6 +68,22 @@ def record_view(
                 for r in delivery_view.corrections_for(c, d, drow["delivery_id"], caller.position)
             )
             delivered.append(delivery_of(drow, corrections))
+    named = redaction.row_dependencies(row) | {x.cause for x in causes}
+    named.update(x.replacement for y in delivered for x in y.corrections if x.replacement)
+    hidden = caller.hidden_among(c, named, seen=row["scope"])
+    if hidden:
+        causes = tuple(_redacted_cause(x, hidden) for x in causes)
+        row = redaction.row(row, hidden)
+        delivered = [
+            dataclasses.replace(
+                y,
+                corrections=tuple(
+                    dataclasses.replace(x, replacement=redaction.one(x.replacement, hidden))
+                    for x in y.corrections
+                ),
+            )
+            for y in delivered
+        ]
     eff = row["eff_expires"]
     return RecordView(
         id=row["record_id"],
@@ -68,8 +96,8 @@ def record_view(
         expires=None if row["expires"] is None else micros_to_datetime(row["expires"]),
         effective_expires=None if eff is None else micros_to_datetime(eff),
         expiry_source=row["eff_source"],
-        parents=tuple(unpack(row["parents"])),
-        observed=tuple(unpack(row["observed"])),
+        parents=redaction.ids(unpack(row["parents"]), hidden),
+        observed=redaction.ids(unpack(row["observed"]), hidden),
         conditions=unpack(row["conditions"]),
         proposer=row["proposer"],
         created_at=micros_to_datetime(row["created_at"]),
@@ -81,6 +109,59 @@ def record_view(
         supersedes=row["supersedes"],
         superseded_by=row["superseded_by"],
         cause_superseded_by=row["stale_via"],
+        stale_causes=causes,
+    )
+
+
+def stale_causes(caller: Caller, c: Cursor | None, row: Any) -> tuple[StaleCause, ...]:
+    """Every cause that marked a STALE row's record STALE since its last
+    revalidation (from its events, as of the caller's position), each saying
+    whether it still rests under the record; ``()`` for other rows."""
+    if row["status"] != Status.STALE or c is None:
+        return ()
+    engine = caller.engine
+    causes: list[StaleCause] = []
+    for note in engine.recorder.select_record_events(c, record_uuid(row["record_id"])):
+        if caller.position is not None and note.id > caller.position:
+            break
+        kind = note.topic.rsplit(".", 1)[-1]
+        if kind == "Revalidated":
+            causes.clear()
+        elif kind == "MarkedStale":
+            event = engine.projector.decode(note)
+            causes.append(
+                StaleCause(
+                    cause=event.cause,
+                    reason=event.reason,
+                    superseded_by=event.superseded_by,
+                    position=note.id,
+                    at=event.timestamp,
+                )
+            )
+    if not causes:
+        return ()
+    above = {
+        parent
+        for parent, _, _ in edges_index.lineage(
+            c,
+            engine.dialect,
+            row["record_id"],
+            ancestors=True,
+            descendants=False,
+            position=caller.position,
+        )
+    }
+    return tuple(dataclasses.replace(x, blocking=x.cause in above) for x in causes)
+
+
+def _redacted_cause(cause: StaleCause, hidden: frozenset[str]) -> StaleCause:
+    if cause.cause not in hidden:
+        return cause
+    return dataclasses.replace(
+        cause,
+        cause=HIDDEN,
+        reason=WITHHELD,
+        superseded_by=redaction.one(cause.superseded_by, hidden),
     )
 
 
@@ -131,13 +212,13 @@ def explanation(
     wanted = None if kinds is None else {check_kind(k) for k in check_list(kinds, "kinds")}
     engine = caller.engine
     # Token, roles and the claim's rows in one statement, outside a transaction;
-    # a record with deliveries needs more statements, so then the whole read is
-    # done again in one read transaction.
+    # a record with deliveries or stale causes needs more statements, so then the
+    # whole read is done again in one read transaction.
     with engine.statement() as c:
         rows = validity_view.for_claim_as(
             c, engine.dialect, caller.token_hash, scope, claim_key, caller.position
         )
-    if any(row["has_deliveries"] for row in rows):
+    if any(row["has_deliveries"] or row["status"] == Status.STALE for row in rows):
         with engine.reading() as c:
             rows = validity_view.for_claim_as(
                 c, engine.dialect, caller.token_hash, scope, claim_key, caller.position
@@ -175,7 +256,7 @@ def _explain(
         if row["record_id"] is None:
             continue
         view = record_view(caller, c, row, when, deliveries=c is not None)
-        reasons = rules.blocking_reasons(row, when, ctx, wanted)
+        reasons = rules.blocking_reasons(row, when, ctx, wanted, view.stale_causes)
         entries.append(Reason(record=view, usable=not reasons, reasons=reasons))
     usable = [e.record for e in entries if e.usable]
     if not usable:

@@ -8,12 +8,14 @@ decided here from view rows, so every command and read applies the same rule.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from ledger.domain import Kind, Status, Validity
 from ledger.errors import InvalidParentError, InvalidTransitionError
 from ledger.serialization import canonical, datetime_to_micros, micros_to_datetime, unpack
+from ledger.values import StaleCause
 from projections.validity import RecordRow
 
 #: Statuses a record may not be built on (as a parent or observed dependency).
@@ -41,6 +43,25 @@ def stale_text(row: RecordRow) -> str:
     return f"{row['cause_root']} was revoked: {row['reason']}"
 
 
+def stale_reasons(row: RecordRow, causes: Sequence[StaleCause]) -> tuple[str, ...]:
+    """Why a STALE record is stale: each cause still blocking it (all of them
+    when only the row is known), or that none does any more."""
+    if not causes:
+        return (f"stale because {stale_text(row)}",)
+    blocking = [x for x in causes if x.blocking]
+    if not blocking:
+        resolved = ", ".join(dict.fromkeys(x.cause for x in causes))
+        return (f"stale until revalidated: its causes ({resolved}) no longer rest under it",)
+    return tuple(
+        dict.fromkeys(
+            f"stale because {x.cause} was superseded by {x.superseded_by}"
+            if x.superseded_by is not None
+            else f"stale because {x.cause} was revoked: {x.reason}"
+            for x in blocking
+        )
+    )
+
+
 def cause_text(row: RecordRow) -> str:
     """`` (why)`` after a status that blocks, or nothing."""
     status = row["status"]
@@ -65,11 +86,16 @@ def expiry_text(row: RecordRow, rid: str) -> str:
 
 
 def blocking_reasons(
-    row: RecordRow, at: datetime, context: dict[str, Any], kinds: set[Kind] | None
+    row: RecordRow,
+    at: datetime,
+    context: dict[str, Any],
+    kinds: set[Kind] | None,
+    causes: Sequence[StaleCause] = (),
 ) -> tuple[str, ...]:
     """Why a record is not usable for a read at ``at`` under ``context``: the first
     failing stage of the eligibility chain (status, then time, then
-    applicability); empty when it is usable."""
+    applicability); empty when it is usable. A STALE record with its ``causes``
+    known names those still blocking it, not ones already resolved."""
     status = row["status"]
     if status == Status.CANDIDATE:
         return ("candidate: not yet approved",)
@@ -78,7 +104,7 @@ def blocking_reasons(
     if status == Status.REVOKED:
         return (f"revoked: {row['reason']}",)
     if status == Status.STALE:
-        return (f"stale because {stale_text(row)}",)
+        return stale_reasons(row, causes)
     if status == Status.SUPERSEDED:
         return (f"superseded by {row['superseded_by']}",)
     eff = row["eff_expires"]

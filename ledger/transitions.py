@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from ledger import pipeline, rules
+from ledger import pipeline, redaction, rules
 from ledger.access import Role
 from ledger.caller import Caller
 from ledger.deliveries import delivery_of
@@ -27,7 +27,7 @@ from ledger.errors import (
 from ledger.pipeline import Decision
 from ledger.reads import record_view
 from ledger.validation import check_id, check_list, check_text
-from ledger.values import RecordView, Revocation, RevocationPreview
+from ledger.values import HIDDEN, RecordView, Revocation, RevocationPreview
 from projections import delivery as delivery_view
 from projections import edges as edges_index
 from projections import validity as validity_view
@@ -44,7 +44,7 @@ def accept(caller: Caller, record_id: str, note: str) -> None:
         rid = row["record_id"]
         record.accept(caller.subject, note, now)
         rules.check_not_expired(row, now, "accept")
-        check_usable_dependencies(caller, c, record.dependencies, rid, "accept", now)
+        check_usable_dependencies(caller, c, record.dependencies, rid, row["scope"], "accept", now)
         if caller.engine.checks:
             run_acceptance_checks(caller, record_view(caller, c, row, now), "accept")
         events = list(record.collect_events())
@@ -78,16 +78,18 @@ def revoke(caller: Caller, record_id: str, reason: str) -> Revocation:
         record.revoke(caller.subject, reason, now)
         marking = stale_marking(caller, c, rid, reason, now)
 
+        events = [*record.collect_events(), *marking.events]
+
         def result(position: int) -> Revocation:
             return Revocation(
                 root=rid,
                 affected=(rid, *marking.visible),
-                position=position,
+                # The Revoked event's own position (the first of the events).
+                position=position - len(events) + 1,
                 stale=marking.visible,
-                hidden=marking.hidden,
             )
 
-        return Decision([*record.collect_events(), *marking.events], result)
+        return Decision(events, result)
 
     return pipeline.on_record(caller, "revoke", Role.APPROVE, record_id, decide)
 
@@ -151,7 +153,7 @@ def revalidate(caller: Caller, record_id: str, note: str, parents: Iterable[str]
                     )
                 rules.check_buildable_on(dep_row, dep, "parent", rid)
         deps = new_basis if new_basis is not None else record.dependencies
-        check_usable_dependencies(caller, c, deps, rid, "revalidate", now)
+        check_usable_dependencies(caller, c, deps, rid, row["scope"], "revalidate", now)
         view = record_view(caller, c, row, now)
         if new_basis is not None:
             view = dataclasses.replace(view, parents=new_basis, observed=())
@@ -256,19 +258,47 @@ def stale_marking(
 
 
 def check_readable(caller: Caller, c: Cursor, dep: str, what: str, child: str) -> Any:
-    """The row of a dependency the caller may read, else ``InvalidParentError``."""
+    """The row of a dependency the caller may read (naming nothing it may not
+    see), else ``InvalidParentError``."""
     row = validity_view.current(c, caller.engine.dialect, dep)
     return caller.readable_dependency(c, row, dep, what, child)
 
 
 def check_usable_dependencies(
-    caller: Caller, c: Cursor, deps: Sequence[str], rid: str, command: str, now: datetime
+    caller: Caller,
+    c: Cursor,
+    deps: Sequence[str],
+    rid: str,
+    scope: str,
+    command: str,
+    now: datetime,
 ) -> None:
-    """Every dependency ACCEPTED and unexpired at ``now`` (one query)."""
+    """Every dependency readable by the approver (in ``scope``, the record's own, its
+    grant there suffices; elsewhere it needs ``read``), ACCEPTED and unexpired at
+    ``now`` (one query): an approver vouches only for what it can read."""
     deps = list(deps)
     rows = validity_view.current_many(c, caller.engine.dialect, deps)
+    hidden = caller.hidden_among(c, deps)
     for dep in deps:
-        rules.check_usable_dependency(rows.get(dep), dep, rid, command, now)
+        if dep in hidden:
+            raise InvalidParentError(
+                f"{command} refused: {rid!r} rests on a record outside your scopes "
+                f"({HIDDEN}); only an approver who can read every dependency may {command} it"
+            )
+        row = rows.get(dep)
+        if (
+            row is not None
+            and row["scope"] != scope
+            and Role.READ.value not in caller.roles(c, row["scope"])
+        ):
+            raise InvalidParentError(
+                f"{command} refused: dependency {dep!r} of {rid!r} is not readable by "
+                f"{caller.subject!r}; only an approver who can read every dependency "
+                f"may {command} it"
+            )
+        if row is not None:
+            row = redaction.row(row, caller.hidden_among(c, redaction.row_dependencies(row)))
+        rules.check_usable_dependency(row, dep, rid, command, now)
 
 
 def run_acceptance_checks(caller: Caller, view: RecordView, command: str) -> None:

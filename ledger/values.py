@@ -8,6 +8,30 @@ from typing import Any
 
 from ledger.domain import Kind, Outcome, Status, Validity
 
+#: What every output shows in place of a record in a scope the caller holds no
+#: grant in (its id, reason and claim are never shown; several are shown once).
+HIDDEN = "<hidden>"
+#: The reason shown when a hidden dependency's revocation made a record STALE.
+WITHHELD = "a dependency outside your scopes was revoked"
+
+
+@dataclass(frozen=True)
+class StaleCause:
+    """One reason a record was marked STALE: ``cause`` was revoked (``reason``) or
+    superseded (by ``superseded_by``), at log ``position``.
+
+    ``blocking`` is False once the cause no longer rests under the record (an
+    ancestor in between was given a new basis): the record still needs
+    revalidation, but not because of this cause.
+    """
+
+    cause: str
+    reason: str
+    superseded_by: str | None
+    position: int
+    at: datetime
+    blocking: bool = True
+
 
 @dataclass(frozen=True)
 class Correction:
@@ -72,6 +96,9 @@ class RecordView:
     superseded_by: str | None = None
     #: When STALE because ``cause`` was superseded (not revoked): what superseded it.
     cause_superseded_by: str | None = None
+    #: Every cause that marked this record STALE since it was last revalidated,
+    #: oldest first (``cause``/``reason`` are the newest).
+    stale_causes: tuple[StaleCause, ...] = ()
 
     @property
     def undeclared(self) -> tuple[str, ...]:
@@ -150,14 +177,15 @@ class Revocation:
     """What a revocation changed: the root is REVOKED, its descendants STALE.
 
     ``affected`` is the root and the descendants marked STALE that the caller
-    may see; ``hidden`` counts those marked in scopes it has no grant in.
+    may see; descendants in scopes it holds no grant in are marked all the same
+    but neither named nor counted. ``position`` is the log position of the
+    ``Revoked`` event: ``as_of(position=position - 1)`` is the state before.
     """
 
     root: str
     affected: tuple[str, ...]
     position: int
     stale: tuple[str, ...] = field(default=())
-    hidden: int = 0
 
 
 @dataclass(frozen=True)

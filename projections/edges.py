@@ -9,7 +9,7 @@ the ledger holds.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence, Set
 
 from projections.base import Cursor, Dialect, insert_rows, rows_in
 
@@ -96,9 +96,12 @@ def lineage(
     ancestors: bool,
     descendants: bool,
     position: int | None = None,
+    stop: Callable[[list[str]], Set[str]] | None = None,
 ) -> list[tuple[str, str, str]]:
     """Every (parent, child, edge) on a path up from ``root`` (its ancestors) and/or
-    down from it (its descendants), over declared and observed edges.
+    down from it (its descendants), over declared and observed edges. ``stop``,
+    given the records a step reached, names those not to walk through (their own
+    edges to ``root``'s side are kept).
 
     Breadth-first over the edge index; the cost follows the size of the subgraph.
     """
@@ -115,6 +118,9 @@ def lineage(
                 if row[far] not in seen:
                     seen.add(row[far])
                     nxt.append(row[far])
+            if stop is not None and nxt:
+                ends = stop(nxt)
+                nxt = [rid for rid in nxt if rid not in ends]
             frontier = nxt
     return list(found)
 

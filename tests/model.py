@@ -117,6 +117,9 @@ class Rec:
     left_accepted_step: int | None = None  # when it last stopped being ACCEPTED
     accepted_once: bool = False  # ever ACCEPTED (a STALE candidate revalidates to CANDIDATE)
     basis_step: int = 0  # the step from which its current dependencies hold
+    #: Every (cause, reason, superseded by) that marked it STALE since it was last
+    #: revalidated, oldest first.
+    stale_causes: list[tuple[str, str, str | None]] = field(default_factory=list)
 
     @property
     def deps(self) -> tuple[str, ...]:
@@ -251,10 +254,24 @@ class State:
             return (f"rejected: {rec.reason}",)
         if rec.status == Status.REVOKED:
             return (f"revoked: {rec.reason}",)
-        if rec.status == Status.STALE and rec.cause_superseded_by is not None:
-            return (f"stale because {rec.cause} was superseded by {rec.cause_superseded_by}",)
         if rec.status == Status.STALE:
-            return (f"stale because {rec.cause} was revoked: {rec.reason}",)
+            # SPEC §13.2: every cause is kept; explain names those still resting
+            # under the record (an ancestor given a new basis resolves its cause).
+            above = set(self.ancestry(rid)[1:])
+            blocking = [c for c in rec.stale_causes if c[0] in above]
+            if not blocking:
+                resolved = ", ".join(dict.fromkeys(c[0] for c in rec.stale_causes))
+                return (
+                    f"stale until revalidated: its causes ({resolved}) no longer rest under it",
+                )
+            return tuple(
+                dict.fromkeys(
+                    f"stale because {cause} was superseded by {by}"
+                    if by is not None
+                    else f"stale because {cause} was revoked: {why}"
+                    for cause, why, by in blocking
+                )
+            )
         if rec.status == Status.SUPERSEDED:
             return (f"superseded by {rec.superseded_by}",)
         # ACCEPTED: every ancestor must be ACCEPTED too (the library never says this
@@ -427,6 +444,7 @@ class Model:
             rec = self.records[rid]
             self._set_status(rec, Status.STALE)
             rec.cause, rec.reason, rec.cause_superseded_by = cause, reason, by
+            rec.stale_causes.append((cause, reason, by))
 
     def _problems_superseding(self, rec: Rec, deps: Sequence[str]) -> list[Problem]:
         """Approving ``rec`` (on the dependencies ``deps``) supersedes ``rec.supersedes``:
@@ -640,6 +658,7 @@ class Model:
         self.step += 1
         self._set_status(rec, Status.ACCEPTED if rec.accepted_once else Status.CANDIDATE)
         rec.cause = rec.reason = rec.cause_superseded_by = None
+        rec.stale_causes = []
         if parents is not None:
             rec.parents, rec.observed = basis, ()
             rec.basis_step = self.step

@@ -237,7 +237,8 @@ def test_revoking_evidence_marks_every_descendant_of_a_deep_chain_stale(world: W
     assert rev.root == e1
     assert rev.affected == (e1, *chain)
     assert rev.stale == tuple(chain)
-    assert rev.position == world.ledger.position
+    # (the position is the Revoked event's: the markings follow it)
+    assert rev.position == world.ledger.position - len(chain)
     assert world.reviewer.get(e1).status == Status.REVOKED
     for rid in chain:
         view = world.reviewer.get(rid)
@@ -590,7 +591,7 @@ def test_audit_of_a_revoked_record_shows_its_events_and_reason(world: World) -> 
     # And the child's history records the cause of its staleness, in the same step
     marked = world.reviewer.audit(m1).events[-1]
     assert marked.type == "MarkedStale"
-    assert {revoked.position, marked.position} == {rev.position - 1, rev.position}
+    assert (revoked.position, marked.position) == (rev.position, rev.position + 1)
     assert marked.details["cause"] == e1
     assert marked.details["reason"] == "doc changed"
 
@@ -756,11 +757,11 @@ def test_revocation_is_one_atomic_step_at_one_position(world: World) -> None:
 
     # Then the root event and both markings were appended together
     assert world.ledger.position == before + 3
-    assert rev.position == world.ledger.position
+    assert rev.position == before + 1  # the Revoked event; the markings follow
     positions = {world.reviewer.audit(rid).events[-1].position for rid in (e1, a, b)}
     assert positions == {before + 1, before + 2, before + 3}
     # and an as-of read just before it sees none of them, one at it sees all
-    just_before = world.reviewer.as_of(position=before)
+    just_before = world.reviewer.as_of(position=rev.position - 1)
     assert set(statuses(just_before, e1, a, b).values()) == {Status.ACCEPTED}
     at_it = world.reviewer.as_of(position=rev.position)
     assert statuses(at_it, e1, a, b) == {e1: Status.REVOKED, a: Status.STALE, b: Status.STALE}

@@ -120,9 +120,11 @@ def test_graph_dot_shows_the_right_nodes_edges_and_status_colours(scene: Scene) 
     assert result.exit_code == 0, result.output
     nodes, edges = _parse(result.stdout)
 
-    # Then every visible record is a node; P (proj-b) is left out with its edge
-    assert set(nodes) == {"M", "E1", "E2", "R0", "C", "X", "D"}
+    # Then every visible record is a node; P (proj-b) is the one <hidden> placeholder
+    assert set(nodes) == {"M", "E1", "E2", "R0", "C", "X", "D", "<hidden>"}
+    assert nodes["<hidden>"]["style"] == "rounded,dashed"
     assert set(edges) == {
+        ("<hidden>", "M"),
         ("E1", "M"),
         ("C", "M"),
         ("X", "M"),

@@ -526,7 +526,7 @@ def test_as_of_any_position_of_a_revocation_shows_it_whole_or_not_at_all(world: 
     before = led.position
     revocation = reviewer.revoke("E1", reason="doc changed")
     (revoked_at,) = [e.position for e in reviewer.audit("E1").events if e.type == "Revoked"]
-    assert before < revoked_at <= revocation.position == led.position
+    assert before < revoked_at == revocation.position <= led.position
 
     # Every position from just before to just after the transaction, including the
     # one the audit trail gives for the revocation, is either all-before or all-after.

@@ -229,7 +229,7 @@ def test_events_are_activities_associated_with_their_principals(scene: Scene) ->
 
 def test_revocation_invalidates_and_stale_markings_record_their_cause(scene: Scene) -> None:
     doc = export_prov(scene.reviewer)
-    revoke = ACT[f"revoke-{scene.revoke_position - 3}"]  # the root event comes before 3 markings
+    revoke = ACT[f"revoke-{scene.revoke_position}"]  # the Revoked event's own position
     [invalidation] = _records(doc, ProvInvalidation)
     assert invalidation.args[0] == REC["E1"] and invalidation.args[1] == revoke
     assert _one(invalidation.get_attribute("pl:reason")) == "doc changed"

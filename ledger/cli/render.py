@@ -315,20 +315,12 @@ def print_corrections(due: Sequence[CorrectionDue], console: Console) -> None:
     show(console, table)
 
 
-def revoked_position(rev: Revocation) -> int:
-    """The log position of the ``Revoked`` event itself (its ``MarkedStale`` events,
-    one per descendant marked, follow it in the same transaction)."""
-    return rev.position - len(rev.stale) - rev.hidden
-
-
 def revocation_json(rev: Revocation, owing: Sequence[CorrectionDue] | None) -> dict[str, Any]:
     """Everything ``revoke --json`` prints: the revocation and the positions as-of needs."""
-    at = revoked_position(rev)
     return {
         **plain(rev),
-        "revoked_position": at,
-        "before_position": at - 1,
-        "counts": {"REVOKED": 1, "STALE": len(rev.stale), "hidden": rev.hidden},
+        "before_position": rev.position - 1,
+        "counts": {"REVOKED": 1, "STALE": len(rev.stale)},
         "deliveries_owing_correction": None if owing is None else plain(owing),
     }
 
@@ -338,16 +330,13 @@ def print_revocation(
 ) -> None:
     """A summary (counts, deliveries now owing a correction, the positions to give
     ``as-of``), then the first ``limit`` records affected (all if None)."""
-    at = revoked_position(rev)
-    console.print(Text(f"revoked {rev.root} at log position {at}", style="bold"))
-    console.print(f"state before: provledger as-of --position {at - 1} …")
+    console.print(Text(f"revoked {rev.root} at log position {rev.position}", style="bold"))
+    console.print(f"state before: provledger as-of --position {rev.position - 1} …")
     counts = Text("now: ")
     counts.append_text(styled("REVOKED", STATUS_STYLE))
     counts.append(" 1, ")
     counts.append_text(styled("STALE", STATUS_STYLE))
-    counts.append(f" {len(rev.stale):,}")
-    if rev.hidden:
-        counts.append(f" (and {rev.hidden:,} STALE in scopes you cannot see)")
+    counts.append(f" {len(rev.stale):,} (in the scopes you can see)")
     console.print(counts)
     if owing is None:
         console.print("deliveries now owing a correction: not shown (no deliver role)")

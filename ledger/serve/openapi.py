@@ -136,6 +136,21 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                     "description": "When STALE because `cause` was superseded: by what.",
                 }
             ),
+            "stale_causes": {
+                "type": "array",
+                "description": "Every cause that marked it STALE since its last revalidation; "
+                "`blocking` is false once the cause no longer rests under it.",
+                "items": _object(
+                    {
+                        "cause": _STR,
+                        "reason": _STR,
+                        "superseded_by": _nullable(_STR),
+                        "position": _INT,
+                        "at": {"type": "string", "format": "date-time"},
+                        "blocking": {"type": "boolean"},
+                    }
+                ),
+            },
         },
         description="A record as the views see it (hidden dependencies show as <hidden>).",
     ),
@@ -223,13 +238,14 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         {
             "root": _STR,
             "affected": _IDS,
-            "position": _INT,
-            "stale": _IDS,
-            "hidden": {
+            "position": {
                 "type": "integer",
-                "description": "Records marked STALE in scopes the caller cannot see.",
+                "description": "The Revoked event's log position (as of position - 1: before).",
             },
-        }
+            "stale": _IDS,
+        },
+        description="What a revocation marked, as far as the caller may see: records in "
+        "scopes it holds no grant in are neither named nor counted.",
     ),
     "ActionResult": _object(
         {"id": _STR, "record": _nullable(_ref("Record"))},

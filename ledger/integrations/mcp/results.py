@@ -61,6 +61,7 @@ class RecordOut(TypedDict):
     supersedes: str | None
     superseded_by: str | None
     cause_superseded_by: str | None
+    stale_causes: list[dict[str, Any]]
     undeclared: list[str]
 
 
@@ -142,7 +143,6 @@ class RevocationOut(TypedDict):
     root: str
     affected: list[str]
     stale: list[str]
-    hidden: int
     position: int
 
 
@@ -192,7 +192,6 @@ def revocation_out(rev: Revocation) -> RevocationOut:
         "root": rev.root,
         "affected": list(rev.affected),
         "stale": list(rev.stale),
-        "hidden": rev.hidden,
         "position": rev.position,
     }
 

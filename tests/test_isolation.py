@@ -1,0 +1,231 @@
+"""Scope isolation as two tenants meet it (SPEC §13.1), on memory, SQLite and PostgreSQL.
+
+Tenant A works in ``proj-a``, tenant B in ``proj-b``. A bridge principal, granted
+in both, builds B's records on A's (and A's on B's). A revokes its source with a
+confidential reason. Everything B can call then answers without naming any A
+record, claim or reason: one ``<hidden>`` placeholder stands for them, and the
+reason is withheld.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import timedelta
+
+import pytest
+
+from ledger import HIDDEN, WITHHELD, Kind, Ledger, Session, Status
+from ledger.errors import InvalidParentError, LedgerError
+from ledger.graph import collect, draw
+from ledger.prov import export_text
+from tests.conftest import Clock
+
+#: What B must never see: A's ids, claim key, scope and confidential reason.
+SECRETS = ("A-E1", "A-M1", "A-X", "api.secret_claim", "proj-a", "merger with ACME")
+
+
+def grant(led: Ledger, subject: str, roles: dict[str, list[str]]) -> Session:
+    admin = led.admin()
+    for scope, granted in roles.items():
+        admin.grant(subject, scope=scope, roles=granted)
+    return led.authenticate(admin.issue_token(subject))
+
+
+ALL = ["read", "propose", "approve", "deliver", "audit"]
+
+
+@dataclass
+class Tenants:
+    led: Ledger
+    a: Session  # every role in proj-a
+    a_rev: Session  # every role in proj-a (approves what ``a`` proposes)
+    b: Session  # every role in proj-b only
+    bridge: Session  # read and propose in both
+    delivery: str  # of B-R1, before A's revocation
+
+
+@pytest.fixture
+def tenants(ledger: Ledger, clock: Clock) -> Tenants:
+    led = ledger
+    a = grant(led, "tenant-a", {"proj-a": ALL})
+    a_rev = grant(led, "tenant-a-reviewer", {"proj-a": ALL})
+    b = grant(led, "tenant-b", {"proj-b": ALL})
+    b_rev = grant(led, "tenant-b-reviewer", {"proj-b": ALL})
+    bridge = grant(led, "bridge", {"proj-a": ["read", "propose"], "proj-b": ["read", "propose"]})
+    expires = clock() + timedelta(days=30)
+    a.capture("proj-a", uri="https://a.test/doc", content=b"a secret", id="A-E1")
+    a_rev.accept("A-E1")
+    a.propose(
+        "proj-a", "api.secret_claim", 1, Kind.FACT, parents=["A-E1"], id="A-M1", expires=expires
+    )
+    a_rev.accept("A-M1")
+    # B's report rests on A's fact (the bridge could read both)
+    bridge.propose("proj-b", "b.report", "go", Kind.REPORT, parents=["A-M1"], id="B-R1")
+    # B's approver cannot read A-M1: it may not vouch for B-R1 (checked below);
+    # A's approver holds no role in proj-b, so accept B-R1 before A's revocation
+    # with a principal that can read both.
+    approver = grant(led, "approver-ab", {"proj-a": ["read"], "proj-b": ["approve", "read"]})
+    approver.accept("B-R1")
+    delivery = b.deliver("B-R1", recipient="ops@b.test")
+    # A chain B-B0 → A-X → B-B2: B's graph must not walk through A-X to B-B2
+    b.propose("proj-b", "b.base", 0, Kind.FACT, id="B-B0")
+    b_rev.accept("B-B0")
+    bridge.propose("proj-a", "a.mid", 1, Kind.INFERENCE, parents=["B-B0"], id="A-X")
+    bridge.propose("proj-b", "b.top", 2, Kind.INFERENCE, parents=["A-X"], id="B-B2")
+    a.revoke("A-E1", reason="merger with ACME")
+    return Tenants(led, a, a_rev, b, bridge, delivery)
+
+
+def assert_nothing_of_a(text: str) -> None:
+    for secret in SECRETS:
+        assert secret not in text, secret
+
+
+def test_a_record_resting_on_a_hidden_one_shows_one_placeholder_and_no_reason(
+    tenants: Tenants,
+) -> None:
+    view = tenants.b.get("B-R1")
+    assert view.status == Status.STALE
+    assert view.parents == (HIDDEN,)
+    assert (view.cause, view.reason) == (HIDDEN, WITHHELD)
+    assert view.expiry_source == HIDDEN  # it inherits A-M1's expiry
+    assert [(c.cause, c.reason, c.blocking) for c in view.stale_causes] == [
+        (HIDDEN, WITHHELD, True)
+    ]
+    assert_nothing_of_a(repr(view))
+    # The bridge, granted in both, sees the real ids (redaction is per caller)
+    seen = tenants.bridge.get("B-R1")
+    assert (seen.parents, seen.cause, seen.reason) == (("A-M1",), "A-E1", "merger with ACME")
+
+
+def test_explain_audit_history_and_corrections_name_nothing_of_the_other_scope(
+    tenants: Tenants,
+) -> None:
+    b = tenants.b
+    explained = b.explain("proj-b", "b.report")
+    assert explained.entries[0].reasons == (f"stale because {HIDDEN} was revoked: {WITHHELD}",)
+    assert_nothing_of_a(str(explained) + repr(explained))
+    trail = b.audit("B-R1")
+    assert trail.events[0].details["parents"] == [HIDDEN]
+    marked = [e for e in trail.events if e.type == "MarkedStale"]
+    assert [(e.details["cause"], e.details["reason"]) for e in marked] == [(HIDDEN, WITHHELD)]
+    assert_nothing_of_a(repr(trail))
+    assert_nothing_of_a(repr(b.history()))
+    (due,) = b.corrections_due()
+    assert (due.delivery.delivery_id, due.cause, due.reason) == (
+        tenants.delivery,
+        HIDDEN,
+        WITHHELD,
+    )
+    assert_nothing_of_a(repr(due))
+    before = b.as_of(position=tenants.led.position - 1)
+    assert_nothing_of_a(repr(before.get("B-R1")) + repr(before.audit("B-R1")))
+
+
+def test_graph_and_prov_show_the_placeholder_and_do_not_walk_through_it(
+    tenants: Tenants,
+) -> None:
+    b = tenants.b
+    down = collect(b, "B-B0", descendants=True)
+    assert [n.id for n in down.nodes] == ["B-B0"]  # B-B2 lies beyond A-X
+    assert {(e.parent, e.child) for e in down.edges} == {("B-B0", HIDDEN)}
+    up = collect(b, "B-R1", ancestors=True)
+    assert [n.id for n in up.nodes] == ["B-R1"]
+    for fmt in ("dot", "mermaid"):
+        text = draw(b, "B-R1", ancestors=True, format=fmt).data.decode()
+        assert "hidden" in text
+        assert_nothing_of_a(text)
+        text = draw(b, "B-B0", descendants=True, format=fmt).data.decode()
+        assert "B-B2" not in text and "hidden" in text
+    prov = export_text(b, "prov-json", record="B-R1", ancestors=True)
+    assert "pl:hidden" in prov
+    assert_nothing_of_a(prov)
+    json.loads(prov)
+
+
+def test_an_approver_vouches_only_for_what_it_can_read(tenants: Tenants) -> None:
+    led, b, bridge = tenants.led, tenants.b, tenants.bridge
+    bridge.propose("proj-b", "b.other", 3, Kind.INFERENCE, parents=["B-B0"], id="B-OK")
+    bridge.propose("proj-a", "a.fact", 1, Kind.FACT, id="A-F")
+    tenants.a_rev.accept("A-F")
+    bridge.propose("proj-b", "b.more", 4, Kind.INFERENCE, parents=["A-F"], id="B-C")
+    position, digest = led.position, led.views_digest()
+    with pytest.raises(InvalidParentError) as refused:
+        b.accept("B-C")
+    assert HIDDEN in str(refused.value) and "A-F" not in str(refused.value)
+    with pytest.raises(InvalidParentError) as revalidate:
+        b.revalidate("B-R1", note="looks fine")
+    assert_nothing_of_a(str(revalidate.value))
+    assert (led.position, led.views_digest()) == (position, digest)
+    b.accept("B-OK")  # what it can read, it may accept
+    assert b.get("B-OK").status == Status.ACCEPTED
+
+
+def test_a_revocation_reports_only_what_the_caller_may_see(tenants: Tenants) -> None:
+    b = tenants.b
+    rev = b.revoke("B-B0", reason="wrong")
+    # A-X is STALE all the same, neither named nor counted; B-B2, B's own record
+    # beyond it, is named (its parents show only the placeholder)
+    assert rev.affected == ("B-B0", "B-B2")
+    assert not hasattr(rev, "hidden")
+    assert tenants.bridge.get("A-X").status == Status.STALE
+    assert tenants.bridge.get("B-B2").status == Status.STALE
+    assert b.get("B-B2").status == Status.STALE
+
+
+def test_every_cause_is_kept_and_explain_names_only_those_still_blocking(
+    ledger: Ledger,
+) -> None:
+    led = ledger
+    s = grant(led, "owner", {"p": ALL})
+    r = grant(led, "reviewer", {"p": ALL})
+    s.capture("p", uri="https://x.test/1", content=b"1", id="E1")
+    s.capture("p", uri="https://x.test/2", content=b"2", id="E2")
+    s.capture("p", uri="https://x.test/3", content=b"3", id="E3")
+    for rid in ("E1", "E2", "E3"):
+        r.accept(rid)
+    s.propose("p", "mid", 1, Kind.INFERENCE, parents=["E1"], id="M")
+    r.accept("M")
+    s.propose("p", "top", 2, Kind.INFERENCE, parents=["M", "E2"], id="T")
+    r.accept("T")
+    r.revoke("E1", reason="first")
+    r.revoke("E2", reason="second")
+    view = r.get("T")
+    assert [(c.cause, c.reason, c.blocking) for c in view.stale_causes] == [
+        ("E1", "first", True),
+        ("E2", "second", True),
+    ]
+    assert r.explain("p", "top").entries[0].reasons == (
+        "stale because E1 was revoked: first",
+        "stale because E2 was revoked: second",
+    )
+    # M gets a new basis: E1 no longer rests under T, E2 still does
+    r.revalidate("M", note="re-checked", parents=["E3"])
+    assert [c.blocking for c in r.get("T").stale_causes] == [False, True]
+    assert r.explain("p", "top").entries[0].reasons == ("stale because E2 was revoked: second",)
+    # Revalidated on a new basis, T has no stale causes left
+    r.revalidate("T", note="ok", parents=["M", "E3"])
+    assert r.get("T").stale_causes == ()
+
+
+def test_which_error_a_bad_batch_meets_does_not_tell_whether_an_id_is_taken(
+    tenants: Tenants,
+) -> None:
+    led, b = tenants.led, tenants.b
+    position, digest = led.position, led.views_digest()
+    errors = []
+    for rid in ("A-M1", "FREE-ID"):  # taken in a hidden scope; free
+        with pytest.raises(LedgerError) as refused:
+            b.propose_many(
+                [
+                    {"scope": "proj-b", "claim_key": "k", "value": 1, "kind": "fact", "id": rid},
+                    {"scope": "proj-b", "claim_key": "k2", "value": 1, "kind": "bogus"},
+                ]
+            )
+        errors.append((type(refused.value), str(refused.value)))
+        with pytest.raises(LedgerError) as single:
+            b.propose("proj-b", "k", 1, Kind.INFERENCE, parents=["NO-SUCH"], id=rid)
+        errors.append((type(single.value), str(single.value).replace(rid, "ID")))
+    assert errors[:2] == errors[2:]
+    assert (led.position, led.views_digest()) == (position, digest)
