@@ -15,6 +15,7 @@ a ``DELIVERED`` line, and the record the picture is about gets a thick border.
 
 from __future__ import annotations
 
+import html
 import json
 import shutil
 import subprocess
@@ -309,7 +310,7 @@ def _legend_dot(sub: Subgraph) -> list[str]:
     if sub.supersessions:
         notes.append("dotted edge: new version")
     if sub.shows_hidden:
-        notes.append("&lt;hidden&gt;: records outside your scopes")
+        notes.append(f"{html.escape(HIDDEN)}: records outside your scopes")
     rows += [f"<TR><TD>{note}</TD></TR>" for note in notes]
     table = '<TABLE BORDER="0" CELLBORDER="1" CELLSPACING="2">' + "".join(rows) + "</TABLE>"
     return [
