@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from uuid import UUID
 
 from eventsourcing.domain import OriginatorIDError, OriginatorVersionError
@@ -44,10 +44,11 @@ from ledger.errors import (
     ExpiryInPastError,
     InvalidInputError,
     LedgerError,
+    LedgerNotFoundError,
     StorageError,
     UnknownRecordError,
 )
-from ledger.persistence import Backend, LedgerApplication, LedgerRecorder
+from ledger.persistence import Backend, LedgerApplication, holds_ledger
 from ledger.persistence.faults import DATABASE_ERRORS, CommitFailed, is_busy, storage_error
 from ledger.serialization import datetime_to_micros, micros_to_datetime
 from ledger.validation import check_aware
@@ -55,6 +56,9 @@ from ledger.values import RecordView
 from projections import validity as validity_view
 from projections.base import Cursor, Dialect
 from projections.projector import LAYOUT, Projector
+
+if TYPE_CHECKING:
+    from ledger.persistence import LedgerRecorder
 
 T = TypeVar("T")
 
@@ -120,6 +124,7 @@ class Engine:
         max_value_bytes: int,
         clock: Callable[[], datetime],
         retention: Mapping[Kind, RetentionRule],
+        create: bool = True,
     ) -> None:
         self.url = backend.url
         self.backend = backend.kind
@@ -132,8 +137,14 @@ class Engine:
         self.closed = True
         self._scopes: dict[str, str] = {}
         self.now()  # a clock that does not give aware datetimes is refused now
+        env = backend.env
+        if not create and backend.kind != "memory":
+            missing = LedgerNotFoundError(f"no ledger at {backend.url!r} (nothing was created)")
+            if backend.kind == "sqlite" and not holds_ledger(str(backend.path)):
+                raise missing
+            env = {**env, "CREATE_TABLE": "no"}
         try:
-            self.app = _construct(backend.env)
+            self.app = _construct(env)
         except LedgerError:
             raise
         except (PersistenceError, sqlite3.Error, OSError) as exc:
@@ -145,6 +156,9 @@ class Engine:
         self.projector: Projector = self.recorder.projector
         self.projector.mapper = self.app.mapper
         self.dialect: Dialect = self.recorder.dialect
+        if not create and backend.kind != "memory" and not self.recorder.holds_ledger():
+            self.close()
+            raise missing
 
     def close(self) -> None:
         """Close the database connections. Safe to call twice."""

@@ -38,8 +38,10 @@ event log and the views exactly as they were::
     ├── CorruptEventError
     ├── StorageError
     │   ├── DiskFullError
-    │   └── ConnectionLostError
+    │   ├── ConnectionLostError
+    │   └── LedgerNotFoundError (FileNotFoundError)
     ├── ClosedLedgerError
+    ├── RenderError
     ├── MemoryConflictError
     └── UnsupportedStoreOperationError (NotImplementedError)
 """
@@ -191,8 +193,16 @@ class ConnectionLostError(StorageError):
     backend was terminated); the ledger opens a fresh connection for the next call."""
 
 
+class LedgerNotFoundError(StorageError, FileNotFoundError):
+    """``Ledger.open(url, create=False)`` found no ledger there (nothing was created)."""
+
+
 class ClosedLedgerError(LedgerError):
     """The ledger was closed."""
+
+
+class RenderError(LedgerError):
+    """Graphviz could not draw a picture (it failed, or drew nothing)."""
 
 
 class MemoryConflictError(LedgerError):

@@ -1131,6 +1131,16 @@ CALLS: tuple[CallSpec, ...] = (
     ),
     CallSpec("Admin.revoke_token", "access", ("admin",), {"token": TOKEN}, writes=True),
     CallSpec(
+        "Admin.issue_admin_token", "access", ("admin",), optional={"expires": EXPIRES}, writes=True
+    ),
+    # Principals' tokens are not admin tokens: refused like bad ones.
+    CallSpec(
+        "Ledger.admin",
+        "access",
+        ("ledger",),
+        optional={"token": Param(st.none(), st.one_of(TOKEN.valid, TOKEN.bad))},
+    ),
+    CallSpec(
         "Admin.erase_snapshot",
         "access",
         ("admin",),

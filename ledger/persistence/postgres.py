@@ -177,6 +177,13 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
             c.execute(f"CREATE TABLE {schema}.pl_schema (version INTEGER NOT NULL)")
             c.execute(f"INSERT INTO {schema}.pl_schema (version) VALUES (1)")
 
+    def holds_ledger(self) -> bool:
+        """Whether the schema already holds a ledger's events table (nothing is created)."""
+        with self.datastore.get_connection() as conn:
+            row = conn.execute("SELECT to_regclass(%s) IS NOT NULL AS found", (self._table,))
+            found = row.fetchone()
+        return bool(found is not None and found["found"])
+
     @property
     def events_table(self) -> str:
         """The stored events table, schema-qualified."""

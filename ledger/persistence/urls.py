@@ -11,6 +11,7 @@ whole numbers within :data:`PG_BOUNDS`.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import uuid
@@ -19,8 +20,7 @@ from urllib.parse import parse_qs, unquote, urlparse
 
 from eventsourcing.utils import get_topic
 
-from ledger.errors import InvalidURLError
-from ledger.persistence.postgres import LedgerPostgresFactory, LedgerPostgresRecorder
+from ledger.errors import InvalidURLError, StorageError
 from ledger.persistence.sqlite import LedgerSQLiteFactory, LedgerSQLiteRecorder
 
 DEFAULT_PATH = "provledger.db"
@@ -94,11 +94,23 @@ def resolve_url(url: str | None) -> Backend:
         }
         return Backend(kind="sqlite", url=url, env=env, path=path)
     if url.startswith(("postgresql://", "postgres://")):
+        if not _installed("psycopg"):
+            raise StorageError(
+                f"ledger URL {redacted(url)!r} needs PostgreSQL support, which is not "
+                "installed: pip install 'provledger[postgres]'"
+            )
         return _postgres_backend(url)
     url = redacted(url)
     raise InvalidURLError(
         f"ledger URL {url!r} is not memory:, sqlite:///path or postgresql://user@host/db"
     )
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ValueError, ImportError):  # e.g. blocked with sys.modules[module] = None
+        return False
 
 
 _PG_OPTIONS = {
@@ -194,14 +206,15 @@ def _postgres_backend(full: str) -> Backend:
     schema = query.get("schema", "public")
     _check_schema(url, schema)
     env = {
-        "PERSISTENCE_MODULE": get_topic(LedgerPostgresFactory),
+        # Topics, not the classes: psycopg loads only when the ledger opens.
+        "PERSISTENCE_MODULE": "ledger.persistence.postgres:LedgerPostgresFactory",
         "POSTGRES_DBNAME": dbname,
         "POSTGRES_HOST": parsed.hostname,
         "POSTGRES_PORT": str(port),
         "POSTGRES_USER": unquote(parsed.username or os.environ.get("USER", "postgres")),
         "POSTGRES_PASSWORD": unquote(parsed.password or ""),
         "POSTGRES_SCHEMA": schema,
-        "APPLICATION_RECORDER_TOPIC": get_topic(LedgerPostgresRecorder),
+        "APPLICATION_RECORDER_TOPIC": "ledger.persistence.postgres:LedgerPostgresRecorder",
     }
     for option, (low, high, default) in PG_BOUNDS.items():
         value = query.get(option, str(default))
