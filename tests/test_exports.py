@@ -16,9 +16,11 @@ EXPECTED = [
     "Admin",
     "AuditEvent",
     "AuditTrail",
+    "ConnectionLostError",
     "Correction",
     "CorrectionDue",
     "Delivery",
+    "DiskFullError",
     "Explanation",
     "GrantChange",
     "Kind",
@@ -37,6 +39,7 @@ EXPECTED = [
     "Session",
     "StaleCause",
     "Status",
+    "StorageError",
     "Validity",
 ]
 
