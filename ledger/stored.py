@@ -24,7 +24,7 @@ from eventsourcing.persistence import Mapper, StoredEvent
 from eventsourcing.utils import get_topic
 
 from ledger.domain import Record
-from ledger.serialization import ext_of, pack
+from ledger.serialization import MsgpackTranscoder, ext_of, pack
 
 _PROPOSED = Record.Proposed
 _TOPIC = get_topic(_PROPOSED)
@@ -75,9 +75,23 @@ def stored_proposal(event: Any) -> StoredEvent:
     return stored
 
 
+def plain(mapper: Mapper[Any]) -> bool:
+    """Whether ``mapper`` only transcodes with the ledger's msgpack transcoder (no
+    compressor, no cipher): then stored state is exactly ``pack`` of the event's."""
+    return (
+        mapper.compressor is None
+        and mapper.cipher is None
+        and type(mapper.transcoder) is MsgpackTranscoder
+    )
+
+
 def stored_events(mapper: Mapper[Any], events: Sequence[Any]) -> list[StoredEvent]:
     """The stored rows of ``events``: proposals assembled directly, the rest
-    (and any proposal whose fields are not in declaration order) through ``mapper``."""
+    (and any proposal whose fields are not in declaration order) through ``mapper``;
+    all of them through ``mapper`` if it does more than the ledger's transcoding
+    (a compressor or a cipher configured through eventsourcing's environment)."""
+    if not plain(mapper):
+        return [mapper.to_stored_event(e) for e in events]
     return [
         stored_proposal(e)
         if type(e) is _PROPOSED and tuple(e.__dict__) == _FIELDS

@@ -210,3 +210,13 @@ def test_a_batch_is_stored_as_the_mapper_stores_it_and_read_back(world: World) -
     assert captured.evidence is not None and captured.evidence["fetched_at"] == now
     reviewer.accept("b-3")
     assert reviewer.get(old).status == Status.SUPERSEDED
+
+
+def test_a_mapper_that_compresses_stores_every_event_itself() -> None:
+    from eventsourcing.compressor import ZlibCompressor
+
+    zipped: Mapper[Any] = Mapper(MsgpackTranscoder(), compressor=ZlibCompressor())
+    event = proposed(1, value={"v": "x" * 100})
+    (stored,) = stored_events(zipped, [event])
+    assert stored.state == zipped.to_stored_event(event).state
+    assert stored.state != stored_proposal(event).state
