@@ -85,7 +85,20 @@ def record_uuid(record_id: str) -> UUID:
     import computes one per record)."""
     sha = _RECORD_SHA1.copy()
     sha.update(record_id.encode())
-    value = (int.from_bytes(sha.digest()[:16]) & _V5_KEEP) | _V5_SET
+    return _uuid_of_int((int.from_bytes(sha.digest()[:16]) & _V5_KEEP) | _V5_SET)
+
+
+def uuid_of_hex(text: str) -> UUID:
+    """``UUID(text)`` for the 32 hex digits a stored event's aggregate id is kept
+    as on SQLite, without ``UUID.__init__``'s general parsing (a rebuild makes one
+    per event); anything else is parsed by ``UUID``."""
+    if len(text) != 32:
+        return UUID(text)
+    return _uuid_of_int(int(text, 16))
+
+
+def _uuid_of_int(value: int) -> UUID:
+    """The UUID whose 128-bit value is ``value`` (0 <= value < 2**128)."""
     made: UUID = object.__new__(UUID)
     object.__setattr__(made, "int", value)
     object.__setattr__(made, "is_safe", SafeUUID.unknown)

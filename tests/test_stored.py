@@ -7,13 +7,16 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
+import pytest
 from eventsourcing.persistence import Mapper
 from eventsourcing.utils import get_topic
 
 from ledger import Kind, Ledger, Status
 from ledger.domain import Record, record_uuid
+from ledger.errors import CorruptEventError
 from ledger.serialization import MsgpackTranscoder
 from ledger.stored import stored_events, stored_proposal
+from projections.projector import decode_row
 from tests.conftest import World
 
 MAPPER: Mapper[Any] = Mapper(MsgpackTranscoder())
@@ -220,3 +223,28 @@ def test_a_mapper_that_compresses_stores_every_event_itself() -> None:
     (stored,) = stored_events(zipped, [event])
     assert stored.state == zipped.to_stored_event(event).state
     assert stored.state != stored_proposal(event).state
+
+
+def test_the_rebuild_decodes_rows_as_the_mapper_does(world: World) -> None:
+    led, agent, reviewer = world.ledger, world.agent, world.reviewer
+    base = agent.propose("proj-a", "base", {"b": (1, 2)}, Kind.FACT, conditions={"r": "eu"})
+    reviewer.accept(base)
+    child = agent.propose("proj-a", "child", 1, Kind.FACT, parents=[base])
+    reviewer.revoke(base, "withdrawn")
+    reviewer.revalidate(child, "rebased", parents=[])
+    agent.capture("proj-a", "https://example.org/a", b"bytes")
+    with led.engine.reading() as c:
+        rows = led.engine.recorder.read_rows_after(c, 0, 10_000)
+        notes = led.engine.recorder.read_after(c, 0, 10_000)
+    assert len(rows) == len(notes) > 10
+    for row, note in zip(rows, notes, strict=True):
+        mine, theirs = decode_row(row), MAPPER.to_domain_event(note)
+        assert type(mine) is type(theirs)
+        assert vars(mine) == vars(theirs)
+    position, oid, version, topic, state = rows[-1]
+    with pytest.raises(CorruptEventError, match=f"position {position}"):
+        decode_row((position, oid, version, topic, state[:-3]))
+    with pytest.raises(CorruptEventError, match="cannot be decoded"):
+        decode_row((position, oid, version, "ledger.domain:Nowhere", state))
+    report = led.rebuild()
+    assert report.digest_before == report.digest_after
