@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from ledger.access import Admin, GrantChange, Role
     from ledger.application import AcceptanceCheck, Ledger
     from ledger.domain import Kind, Outcome, RetentionRule, Status, Validity
-    from ledger.errors import LedgerError
+    from ledger.errors import ConnectionLostError, DiskFullError, LedgerError, StorageError
     from ledger.runs import RunContext
     from ledger.session import Session
     from ledger.values import (
@@ -47,9 +47,11 @@ _HOMES = {
     "Admin": "ledger.access",
     "AuditEvent": "ledger.values",
     "AuditTrail": "ledger.values",
+    "ConnectionLostError": "ledger.errors",
     "Correction": "ledger.values",
     "CorrectionDue": "ledger.values",
     "Delivery": "ledger.values",
+    "DiskFullError": "ledger.errors",
     "Explanation": "ledger.values",
     "HIDDEN": "ledger.values",
     "GrantChange": "ledger.access",
@@ -67,8 +69,9 @@ _HOMES = {
     "Role": "ledger.access",
     "RunContext": "ledger.runs",
     "Session": "ledger.session",
-    "Status": "ledger.domain",
     "StaleCause": "ledger.values",
+    "Status": "ledger.domain",
+    "StorageError": "ledger.errors",
     "Validity": "ledger.domain",
     "WITHHELD": "ledger.values",
 }
@@ -80,9 +83,11 @@ __all__ = [
     "Admin",
     "AuditEvent",
     "AuditTrail",
+    "ConnectionLostError",
     "Correction",
     "CorrectionDue",
     "Delivery",
+    "DiskFullError",
     "Explanation",
     "GrantChange",
     "Kind",
@@ -101,6 +106,7 @@ __all__ = [
     "Session",
     "StaleCause",
     "Status",
+    "StorageError",
     "Validity",
 ]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -38,6 +38,10 @@ class Role(StrEnum):
 
 TOKEN_PREFIX = "plt_"
 
+#: The principal admin tokens are issued to. Not a valid subject id, so no grant
+#: or principal token can ever name it; its tokens authorize admin commands only.
+ADMIN_PRINCIPAL = "@admin"
+
 
 def hash_token(token: str) -> str:
     """The stored form of a token."""
@@ -58,6 +62,31 @@ def check_roles(roles: object) -> tuple[str, ...]:
     if not out:
         raise InvalidRoleError("roles must name at least one role")
     return tuple(sorted(set(out)))
+
+
+def check_admin_token(engine: Engine, token: object) -> None:
+    """Raise ``AuthenticationError`` unless ``token`` is an admin token that is valid
+    now, by the log's own events (a forged ``pl_tokens`` row does not pass)."""
+    from ledger.authorization import access_from_log
+
+    if not isinstance(token, str) or not token:
+        raise AuthenticationError("admin token must be a non-empty string")
+    token_hash = hash_token(token)
+    with engine.reading() as c:
+        row = access_view.token(c, engine.dialect, token_hash)
+        if row is None:
+            raise AuthenticationError("admin token is unknown")
+        if row["subject"] != ADMIN_PRINCIPAL:
+            raise AuthenticationError(
+                f"that token belongs to {row['subject']!r}, not to the administrator (admin "
+                "tokens come from `provledger init` and `provledger token issue --admin`)"
+            )
+        try:
+            access_from_log(engine, c, token_hash, engine.now())
+        except AuthenticationError as exc:
+            raise AuthenticationError(
+                str(exc).replace(f"token of {ADMIN_PRINCIPAL!r}", "admin token")
+            ) from None
 
 
 @dataclass(frozen=True)
@@ -86,13 +115,23 @@ class Admin:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
 
-    def _append(self, subject: str, event_class: type[Principal.Event], **fields: Any) -> None:
+    def _append(
+        self,
+        subject: str,
+        event_class: type[Principal.Event],
+        *,
+        unless: Callable[[Principal | None], bool] | None = None,
+        **fields: Any,
+    ) -> bool:
         """Append one event to the subject's principal (registering it if new), in
-        one write transaction."""
+        one write transaction; not if ``unless(principal)`` holds under the lock.
+        Returns whether it was appended."""
         engine = self._engine
 
-        def work(w: Write) -> None:
+        def work(w: Write) -> bool:
             principal: Any = engine.load(w.c, principal_uuid(subject))
+            if unless is not None and unless(principal):
+                return False
             if principal is None:
                 principal = Principal._create(
                     Principal.Registered,
@@ -102,8 +141,9 @@ class Admin:
                 )
             principal.trigger_event(event_class, actor=self.ACTOR, timestamp=engine.now(), **fields)
             w.append(principal.collect_events())
+            return True
 
-        engine.transact(work)
+        return engine.transact(work)
 
     def grant(self, subject: str, scope: str, roles: Iterable[str]) -> None:
         """Give ``subject`` the ``roles`` in ``scope``.
@@ -155,11 +195,46 @@ class Admin:
         self._append(subject, Principal.TokenIssued, token_hash=hash_token(token), expires=expires)
         return token
 
+    def issue_admin_token(self, expires: datetime | None = None) -> str:
+        """Issue another admin token (for ``Ledger.admin(token)`` and the command
+        line's ``--admin-token``); only its hash is stored, as an event.
+
+        Raises:
+            NaiveDatetimeError: ``expires`` has no timezone.
+            ExpiryInPastError: ``expires`` is not in the future.
+        """
+        self._engine.check_open()
+        if expires is not None:
+            self._engine.check_future(check_aware(expires, "token expiry"), "token expiry")
+        token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        self._append(
+            ADMIN_PRINCIPAL, Principal.TokenIssued, token_hash=hash_token(token), expires=expires
+        )
+        return token
+
+    def bootstrap_admin_token(self) -> str | None:
+        """The first admin token, if the log has never issued one (else None).
+
+        What ``provledger init`` prints once; decided under the writers' lock, so two
+        processes initialising one database at once cannot both get one.
+        """
+        self._engine.check_open()
+        token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        issued = self._append(
+            ADMIN_PRINCIPAL,
+            Principal.TokenIssued,
+            unless=lambda admin: admin is not None and bool(admin.tokens),
+            token_hash=hash_token(token),
+            expires=None,
+        )
+        return token if issued else None
+
     def revoke_token(self, token: str) -> None:
         """Withdraw a token; sessions using it are refused from their next call.
 
         Raises:
             AuthenticationError: the token is unknown or already revoked.
+            InvalidInputError: it is the last admin token not yet revoked.
         """
         self._engine.check_open()
         if not isinstance(token, str):
@@ -167,6 +242,14 @@ class Admin:
         token_hash = hash_token(token)
         with self._engine.reading() as c:
             row = access_view.token(c, self._engine.dialect, token_hash)
+            if row is not None and row["subject"] == ADMIN_PRINCIPAL:
+                admin: Any = self._engine.load(c, principal_uuid(ADMIN_PRINCIPAL))
+                others = [h for h, live in admin.tokens.items() if live and h != token_hash]
+                if row["revoked_pos"] is None and not others:
+                    raise InvalidInputError(
+                        "that is the last admin token: issue another first "
+                        "(`provledger token issue --admin`)"
+                    )
         if row is None or row["revoked_pos"] is not None:
             raise AuthenticationError("token is unknown or already revoked")
         subject = str(row["subject"])

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ledger import heads as heads_module
 from ledger import verification
-from ledger.access import Admin, hash_token
+from ledger.access import ADMIN_PRINCIPAL, Admin, check_admin_token, hash_token
 from ledger.caller import Caller
 from ledger.domain import Kind, RetentionRule
 from ledger.engine import AcceptanceCheck, Engine
@@ -53,6 +53,7 @@ class Ledger:
         max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
         clock: Callable[[], datetime] = _utcnow,
         retention: Mapping[Kind | str, RetentionRule] | None = None,
+        create: bool = True,
     ) -> None:
         backend = resolve_url(url)
         self.url = backend.url
@@ -73,6 +74,7 @@ class Ledger:
             max_value_bytes=max_value_bytes,
             clock=clock,
             retention=_check_retention(retention),
+            create=create,
         )
         try:
             self._engine.migrate_views()
@@ -92,6 +94,7 @@ class Ledger:
         max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
         clock: Callable[[], datetime] = _utcnow,
         retention: Mapping[Kind | str, RetentionRule] | None = None,
+        create: bool = True,
     ) -> Ledger:
         """Open (creating if needed) the ledger at ``url``.
 
@@ -105,9 +108,12 @@ class Ledger:
             clock: the ledger's notion of *now* (expiry checks).
             retention: per-kind ``RetentionRule``; a proposal that breaks one is
                 refused with ``RetentionRuleError`` naming the rule.
+            create: False to refuse a ledger that does not exist yet instead of
+                creating it (nothing is created: no file, no tables).
 
         Raises:
             InvalidURLError: the URL names no supported backend.
+            LedgerNotFoundError: ``create=False`` and there is no ledger at ``url``.
             InvalidInputError: an option is of the wrong type.
             StorageError: the database cannot be opened or reached.
         """
@@ -117,6 +123,7 @@ class Ledger:
             max_value_bytes=max_value_bytes,
             clock=clock,
             retention=retention,
+            create=create,
         )
 
     def close(self) -> None:
@@ -137,9 +144,19 @@ class Ledger:
 
     # -- handles --------------------------------------------------------------
 
-    def admin(self) -> Admin:
-        """The trusted host's handle for grants, tokens and maintenance."""
+    def admin(self, token: str | None = None) -> Admin:
+        """The trusted host's handle for grants, tokens and maintenance.
+
+        Code that opened the ledger is trusted as it is; ``token`` (an admin token
+        from ``Admin.bootstrap_admin_token`` or ``Admin.issue_admin_token``) is
+        checked first when given, as the command line does on shared databases.
+
+        Raises:
+            AuthenticationError: ``token`` is not a valid admin token.
+        """
         self._engine.check_open()
+        if token is not None:
+            check_admin_token(self._engine, token)
         return Admin(self._engine)
 
     def authenticate(self, token: str) -> Session:
@@ -155,6 +172,11 @@ class Ledger:
         with self._engine.reading() as c:
             row = access_view.token(c, self._engine.dialect, token_hash)
             subject = self._engine.check_token(row)
+        if subject == ADMIN_PRINCIPAL:
+            raise AuthenticationError(
+                "that is an admin token: it authorizes admin commands (--admin-token), "
+                "not a principal's; issue one with `provledger token issue SUBJECT`"
+            )
         return Session(Caller(self._engine, subject, token_hash))
 
     @property

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from uuid import UUID
 
 from eventsourcing.domain import OriginatorIDError, OriginatorVersionError
@@ -44,10 +44,12 @@ from ledger.errors import (
     ExpiryInPastError,
     InvalidInputError,
     LedgerError,
+    LedgerNotFoundError,
     StorageError,
     UnknownRecordError,
 )
-from ledger.persistence import Backend, LedgerApplication, LedgerRecorder
+from ledger.persistence import Backend, LedgerApplication, holds_ledger
+from ledger.persistence.faults import DATABASE_ERRORS, CommitFailed, is_busy, storage_error
 from ledger.serialization import datetime_to_micros, micros_to_datetime
 from ledger.stored import stored_events
 from ledger.validation import check_aware
@@ -55,6 +57,9 @@ from ledger.values import RecordView
 from projections import validity as validity_view
 from projections.base import Cursor, Dialect
 from projections.projector import LAYOUT, Projector
+
+if TYPE_CHECKING:
+    from ledger.persistence import LedgerRecorder
 
 T = TypeVar("T")
 
@@ -120,9 +125,12 @@ class Engine:
         max_value_bytes: int,
         clock: Callable[[], datetime],
         retention: Mapping[Kind, RetentionRule],
+        create: bool = True,
     ) -> None:
         self.url = backend.url
         self.backend = backend.kind
+        self._path = backend.path
+        self._secret = backend.env.get("POSTGRES_PASSWORD", "")
         self.checks = checks
         self.max_value_bytes = max_value_bytes
         self.clock = clock
@@ -130,17 +138,28 @@ class Engine:
         self.closed = True
         self._scopes: dict[str, str] = {}
         self.now()  # a clock that does not give aware datetimes is refused now
+        env = backend.env
+        if not create and backend.kind != "memory":
+            missing = LedgerNotFoundError(f"no ledger at {backend.url!r} (nothing was created)")
+            if backend.kind == "sqlite" and not holds_ledger(str(backend.path)):
+                raise missing
+            env = {**env, "CREATE_TABLE": "no"}
         try:
-            self.app = _construct(backend.env)
+            self.app = _construct(env)
         except LedgerError:
             raise
-        except (PersistenceError, sqlite3.Error, OSError, ValueError, UnicodeError) as exc:
+        except (PersistenceError, sqlite3.Error, OSError) as exc:
+            raise self.storage_error(exc, opening=True) from None
+        except (ValueError, UnicodeError) as exc:
             raise StorageError(f"cannot open ledger {backend.url!r}: {exc}") from None
         self.closed = False
         self.recorder: LedgerRecorder = self.app.ledger_recorder
         self.projector: Projector = self.recorder.projector
         self.projector.mapper = self.app.mapper
         self.dialect: Dialect = self.recorder.dialect
+        if not create and backend.kind != "memory" and not self.recorder.holds_ledger():
+            self.close()
+            raise missing
 
     def close(self) -> None:
         """Close the database connections. Safe to call twice."""
@@ -171,28 +190,52 @@ class Engine:
 
     # -- transactions -------------------------------------------------------------
 
+    def storage_error(
+        self, exc: BaseException, *, opening: bool = False, committing: bool = False
+    ) -> LedgerError:
+        """The typed error for a failure of the database (see ``persistence.faults``)."""
+        return storage_error(
+            exc,
+            self.url,
+            path=self._path,
+            opening=opening,
+            committing=committing,
+            secret=self._secret,
+        )
+
     @contextmanager
     def reading(self) -> Iterator[Cursor]:
         """A read transaction: every statement sees one snapshot."""
         self.check_open()
-        with self.recorder.reading() as c:
-            yield c
+        try:
+            with self.recorder.reading() as c:
+                yield c
+        except DATABASE_ERRORS as exc:
+            raise self.storage_error(exc) from None
 
     @contextmanager
     def statement(self) -> Iterator[Cursor]:
         """A cursor for a read that is one SQL statement (no transaction)."""
         self.check_open()
-        with self.recorder.statement() as c:
-            yield c
+        try:
+            with self.recorder.statement() as c:
+                yield c
+        except DATABASE_ERRORS as exc:
+            raise self.storage_error(exc) from None
 
     @contextmanager
     def locked(self) -> Iterator[Cursor]:
         """A write transaction holding the writers' lock (maintenance: catch-up,
         rebuild); commands use :meth:`transact`."""
         self.check_open()
-        with self.recorder.writing() as c:
-            self.recorder.lock_for_write(c)
-            yield c
+        try:
+            with self.recorder.writing() as c:
+                self.recorder.lock_for_write(c)
+                yield c
+        except DATABASE_ERRORS as exc:
+            raise self.storage_error(exc) from None
+        except CommitFailed as exc:
+            raise self.storage_error(exc.__cause__ or exc, committing=True) from None
 
     def transact(self, work: Callable[[Write], T]) -> T:
         """Run a command's ``work`` in one write transaction (see :class:`Write`).
@@ -203,7 +246,8 @@ class Engine:
 
         Raises:
             ConcurrencyError: the database stayed locked.
-            StorageError: the database failed otherwise.
+            StorageError: the database failed otherwise (``DiskFullError``,
+                ``ConnectionLostError``: the command was not applied).
         """
         self.check_open()
 
@@ -214,11 +258,12 @@ class Engine:
                     return work(Write(c, self, self._caught_up(c)))
             except (IntegrityError, sqlite3.IntegrityError):
                 raise Busy() from None
-            except (OperationalError, sqlite3.OperationalError) as exc:
-                message = str(exc).lower()
-                if any(word in message for word in ("locked", "busy", "lock timeout", "deadlock")):
+            except DATABASE_ERRORS as exc:
+                if is_busy(exc):
                     raise Busy() from None
-                raise StorageError(f"ledger {self.url!r}: {exc}") from None
+                raise self.storage_error(exc) from None
+            except CommitFailed as exc:
+                raise self.storage_error(exc.__cause__ or exc, committing=True) from None
 
         return self.retrying(attempt)
 
@@ -250,7 +295,10 @@ class Engine:
     def position(self) -> int:
         """Log position of the newest event (0 for an empty ledger)."""
         self.check_open()
-        return int(self.recorder.max_notification_id() or 0)
+        try:
+            return int(self.recorder.max_notification_id() or 0)
+        except DATABASE_ERRORS as exc:
+            raise self.storage_error(exc) from None
 
     def load(self, c: Cursor, aggregate_id: UUID) -> Any | None:
         """The aggregate folded from its stored events read with ``c`` (None if it

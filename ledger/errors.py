@@ -37,7 +37,11 @@ event log and the views exactly as they were::
     ├── UnknownSnapshotError (KeyError)
     ├── CorruptEventError
     ├── StorageError
+    │   ├── DiskFullError
+    │   ├── ConnectionLostError
+    │   └── LedgerNotFoundError (FileNotFoundError)
     ├── ClosedLedgerError
+    ├── RenderError
     ├── MemoryConflictError
     └── UnsupportedStoreOperationError (NotImplementedError)
 """
@@ -174,11 +178,31 @@ class CorruptEventError(LedgerError):
 
 
 class StorageError(LedgerError):
-    """The ledger's database cannot be opened or reached."""
+    """The ledger's database cannot be opened, reached or written (the message says
+    why, with the server's own reason; credentials never appear in it). A command
+    refused with it was not applied unless the message says otherwise."""
+
+
+class DiskFullError(StorageError):
+    """The disk (or the database server's disk) holding the ledger is full; the
+    command was not applied. Free space and try again."""
+
+
+class ConnectionLostError(StorageError):
+    """The connection to the database server was lost (the server restarted, or its
+    backend was terminated); the ledger opens a fresh connection for the next call."""
+
+
+class LedgerNotFoundError(StorageError, FileNotFoundError):
+    """``Ledger.open(url, create=False)`` found no ledger there (nothing was created)."""
 
 
 class ClosedLedgerError(LedgerError):
     """The ledger was closed."""
+
+
+class RenderError(LedgerError):
+    """Graphviz could not draw a picture (it failed, or drew nothing)."""
 
 
 class MemoryConflictError(LedgerError):

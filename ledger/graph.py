@@ -2,8 +2,8 @@
 
 :func:`collect` gathers the subgraph a session may see; :func:`to_dot` and
 :func:`to_mermaid` turn it into text; :func:`draw` is the one call the command
-line makes. SVG and PNG are rendered by Graphviz's ``dot`` program through the
-``graphviz`` package; when ``dot`` is not installed, :func:`draw` falls back to
+line makes. SVG and PNG are rendered by Graphviz's ``dot`` program; when ``dot``
+is not installed, :func:`draw` falls back to
 the DOT source and says so in :attr:`Picture.note`.
 
 Each node shows the record's id, kind, status and validity; the fill colour is
@@ -15,15 +15,17 @@ a ``DELIVERED`` line, and the record the picture is about gets a thick border.
 
 from __future__ import annotations
 
+import html
 import json
 import shutil
-from collections.abc import Iterable
+import subprocess
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime
 
 from ledger.access import Role
-from ledger.domain import Status
-from ledger.errors import InvalidInputError
+from ledger.domain import Record, Status, record_uuid
+from ledger.errors import InvalidInputError, RenderError
 from ledger.reads import record_view
 from ledger.session import Session
 from ledger.validation import check_id
@@ -203,8 +205,48 @@ def _title(
     return f"{what} (log position {position})"
 
 
-def _lines(node: RecordView) -> list[str]:
+@dataclass(frozen=True)
+class RevokedBy:
+    """Who revoked a record, when, and why (drawn on REVOKED nodes)."""
+
+    actor: str
+    at: datetime
+    reason: str
+
+
+def revocations(session: Session, sub: Subgraph) -> dict[str, RevokedBy]:
+    """Who revoked each REVOKED record of ``sub``, when and why, from its events up to
+    the subgraph's log position."""
+    caller = session.caller
+    engine = caller.engine
+    found: dict[str, RevokedBy] = {}
+    with caller.reading() as c:
+        for node in sub.nodes:
+            if node.status != Status.REVOKED:
+                continue
+            for note in engine.recorder.select_record_events(c, record_uuid(node.id)):
+                event = engine.projector.decode(note) if note.id <= sub.position else None
+                if isinstance(event, Record.Revoked):
+                    found[node.id] = RevokedBy(event.actor, event.timestamp, event.reason)
+    return found
+
+
+def _wrap(text: str, width: int = 36) -> list[str]:
+    words, lines, line = text.split(), [], ""
+    for word in words:
+        if line and len(line) + 1 + len(word) > width:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}" if line else word
+    return [*lines, line] if line else lines
+
+
+def _lines(node: RecordView, revoked: RevokedBy | None = None) -> list[str]:
     lines = [node.id, f"[{node.kind}]", f"{node.status} / {node.validity}"]
+    if revoked is not None:
+        lines += _wrap(f"reason: {revoked.reason}")
+        lines.append(f"by {revoked.actor} at {revoked.at.isoformat(timespec='seconds')}")
     if node.status == Status.STALE and node.cause:
         verb = "revoked" if node.cause_superseded_by is None else "superseded"
         lines.append(f"({node.cause} {verb})")
@@ -253,9 +295,37 @@ _SUPERSEDES_DOT = (
 )
 
 
-def to_dot(sub: Subgraph) -> str:
+def _legend_dot(sub: Subgraph) -> list[str]:
+    """A legend node: the colour of each status drawn, and what the line styles mean."""
+    statuses = [s for s in STATUS_COLOURS if any(n.status == s for n in sub.nodes)]
+    rows = [
+        f'<TR><TD BGCOLOR="{STATUS_COLOURS[s][0]}" COLOR="{STATUS_COLOURS[s][1]}">{s}</TD></TR>'
+        for s in statuses
+    ]
+    notes = ["thick border: the record asked about"]
+    if any(n.deliveries for n in sub.nodes):
+        notes.append("double border: delivered")
+    if any(e.edge == "observed" for e in sub.edges):
+        notes.append("dashed edge: observed at run time")
+    if sub.supersessions:
+        notes.append("dotted edge: new version")
+    if sub.shows_hidden:
+        notes.append(f"{html.escape(HIDDEN)}: records outside your scopes")
+    rows += [f"<TR><TD>{note}</TD></TR>" for note in notes]
+    table = '<TABLE BORDER="0" CELLBORDER="1" CELLSPACING="2">' + "".join(rows) + "</TABLE>"
+    return [
+        "  subgraph cluster_legend {",
+        '    label="legend"; fontsize=10; color="#9e9e9e";',
+        f"    legend [shape=plaintext, style=solid, fontsize=10, label=<{table}>];",
+        "  }",
+    ]
+
+
+def to_dot(sub: Subgraph, revoked: Mapping[str, RevokedBy] | None = None) -> str:
     """Graphviz DOT source: parent → child, fill colour by status, observed edges
-    dashed, old version → new version dotted and labelled ``supersedes``."""
+    dashed, old version → new version dotted and labelled ``supersedes``, a legend,
+    and on REVOKED records (``revoked``) the reason, the revoker and the time."""
+    revoked = revoked or {}
     out = [
         "digraph provledger {",
         f"  graph [rankdir=TB, labelloc=t, fontname=Helvetica, label={_dot_quote(sub.title)}];",
@@ -265,7 +335,7 @@ def to_dot(sub: Subgraph) -> str:
     for node in sub.nodes:
         fill, border = STATUS_COLOURS[node.status]
         attrs = [
-            ("label", _dot_quote("\n".join(_lines(node)))),
+            ("label", _dot_quote("\n".join(_lines(node, revoked.get(node.id))))),
             ("fillcolor", _dot_quote(fill)),
             ("color", _dot_quote(border)),
             ("tooltip", _dot_quote(_tooltip(node))),
@@ -285,6 +355,7 @@ def to_dot(sub: Subgraph) -> str:
         out.append(
             f"  {_dot_quote(e.parent)} -> {_dot_quote(e.child)} [{_dot_attrs(_SUPERSEDES_DOT)}];"
         )
+    out += _legend_dot(sub)
     out.append("}")
     return "\n".join(out) + "\n"
 
@@ -293,9 +364,11 @@ def _mermaid_text(text: str) -> str:
     return text.replace('"', "#quot;").replace("<", "#lt;").replace(">", "#gt;")
 
 
-def to_mermaid(sub: Subgraph) -> str:
+def to_mermaid(sub: Subgraph, revoked: Mapping[str, RevokedBy] | None = None) -> str:
     """A Mermaid flowchart: the same nodes, colours (classes), dashed observed edges
-    and thick ``supersedes`` edges (Mermaid has no dotted style apart from dashed)."""
+    and thick ``supersedes`` edges (Mermaid has no dotted style apart from dashed),
+    a legend of the statuses drawn, and the revocation of REVOKED records."""
+    revoked = revoked or {}
     names = {node.id: f"n{i}" for i, node in enumerate(sub.nodes)}
     out = ["flowchart TD"]
     if sub.shows_hidden:
@@ -303,7 +376,8 @@ def to_mermaid(sub: Subgraph) -> str:
         out.append(f'  hidden["{_mermaid_text(HIDDEN)}"]:::hidden')
         out.append(f"  classDef hidden fill:{_HIDDEN_FILL},stroke:{_HIDDEN_BORDER},color:#000")
     for node in sub.nodes:
-        label = "<br/>".join(_mermaid_text(line) for line in _lines(node))
+        lines = _lines(node, revoked.get(node.id))
+        label = "<br/>".join(_mermaid_text(line) for line in lines)
         # A delivered record gets the double-bordered "subroutine" shape.
         opening, closing = ('[["', '"]]') if node.deliveries else ('["', '"]')
         out.append(f"  {names[node.id]}{opening}{label}{closing}:::{node.status.lower()}")
@@ -316,6 +390,10 @@ def to_mermaid(sub: Subgraph) -> str:
         out.append(f"  classDef {status.lower()} fill:{fill},stroke:{border},color:#000")
     if sub.root in names:
         out.append(f"  style {names[sub.root]} stroke-width:3px")
+    drawn = [s for s in STATUS_COLOURS if any(n.status == s for n in sub.nodes)]
+    out.append("  subgraph legend [legend]")
+    out += [f'    legend_{s.lower()}["{s}"]:::{s.lower()}' for s in drawn]
+    out.append("  end")
     return "\n".join(out) + "\n"
 
 
@@ -328,12 +406,26 @@ def render(dot_source: str, format: str) -> bytes:
     """Render DOT source to ``svg`` or ``png`` bytes with Graphviz's ``dot``.
 
     Raises:
-        graphviz.ExecutableNotFound: ``dot`` is not installed.
+        FileNotFoundError: ``dot`` is not installed.
+        RenderError: ``dot`` failed, drew nothing, or had to shrink a bitmap too
+            large for it (the picture would be unreadable).
     """
-    import graphviz  # imported here: only rendering needs it
-
-    data: Any = graphviz.Source(dot_source).pipe(format=format)
-    return bytes(data)
+    done = subprocess.run(
+        ["dot", f"-T{format}"], input=dot_source.encode(), capture_output=True, check=False
+    )
+    said = done.stderr.decode("utf-8", "replace").strip()
+    last = said.splitlines()[-1] if said else ""
+    if done.returncode != 0:
+        why = last or f"exit status {done.returncode}"
+        raise RenderError(f"Graphviz's dot could not draw the {format.upper()}: {why}")
+    if not done.stdout:
+        raise RenderError(f"Graphviz's dot drew an empty {format.upper()}: {last or 'no output'}")
+    if "too large" in said:
+        raise RenderError(
+            f"the picture is too large for a {format.upper()} ({last}); "
+            "use --format svg or draw fewer records"
+        )
+    return done.stdout
 
 
 def draw(
@@ -357,18 +449,28 @@ def draw(
     if format not in FORMATS:
         raise InvalidInputError(f"graph format {format!r} is not one of: {', '.join(FORMATS)}")
     sub = collect(session, record, ancestors=ancestors, descendants=descendants)
+    return picture(sub, format, revocations(session, sub))
+
+
+def picture(sub: Subgraph, format: str, revoked: Mapping[str, RevokedBy] | None = None) -> Picture:
+    """``sub`` drawn in ``format`` (see :func:`draw`).
+
+    Raises:
+        InvalidInputError: an unknown format.
+        RenderError: ``dot`` failed or drew nothing.
+    """
+    if format not in FORMATS:
+        raise InvalidInputError(f"graph format {format!r} is not one of: {', '.join(FORMATS)}")
     if format == "mermaid":
-        return Picture(format, format, to_mermaid(sub).encode(), sub)
-    source = to_dot(sub)
+        return Picture(format, format, to_mermaid(sub, revoked).encode(), sub)
+    source = to_dot(sub, revoked)
     if format == "dot":
         return Picture(format, format, source.encode(), sub)
     note = f"Graphviz's `dot` program is not installed, so no {format.upper()} was drawn"
     if dot_available():
-        import graphviz
-
         try:
             return Picture(format, format, render(source, format), sub)
-        except graphviz.ExecutableNotFound:
+        except FileNotFoundError:
             pass
     return Picture(
         format,

@@ -53,6 +53,15 @@ class RunContext:
         self._open = False
 
     def __enter__(self) -> RunContext:
+        return self.start()
+
+    def start(self) -> RunContext:
+        """Record the run's start (what ``with`` does); end it with :meth:`end`.
+
+        Raises:
+            AccessDeniedError: the principal holds neither propose nor read anywhere.
+            DuplicateRecordError: the principal started a run with this id before.
+        """
         caller = self._outer
         with caller.reading() as c:
             if not access_view.holds_any(
@@ -82,7 +91,37 @@ class RunContext:
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        outcome = "failed" if exc_type else "completed"
+        self.end("failed" if exc_type else "completed")
+
+    def resume(self) -> RunContext:
+        """Continue a run started earlier (by another process: a shell pipeline's
+        ``provledger run start``) and not ended. Every record it was shown or
+        observed counts as read while VALID.
+
+        Raises:
+            InvalidInputError: the principal never started this run, or it ended.
+        """
+        with self._outer.reading() as c:
+            run = self._outer.engine.load(c, self._aggregate_id)
+        if not isinstance(run, Run):
+            raise InvalidInputError(
+                f"run {self.run_id!r} of {self._outer.subject!r} was never started"
+            )
+        if run.ended:
+            raise InvalidInputError(f"run {self.run_id!r} of {self._outer.subject!r} has ended")
+        self._reads = dict.fromkeys(run.reads, True)
+        self._open = True
+        return self
+
+    def end(self, outcome: str = "completed") -> None:
+        """Record the run's end (``completed`` or ``failed``); nothing is recorded in it after.
+
+        Raises:
+            InvalidInputError: another outcome, or the run is not open.
+        """
+        if outcome not in ("completed", "failed"):
+            raise InvalidInputError(f"run outcome {outcome!r} is not 'completed' or 'failed'")
+        self._check()
         self._append(Run.Ended, outcome=outcome)
         self._open = False
 

@@ -14,6 +14,7 @@ writes no tracking row of its own.
 from __future__ import annotations
 
 import functools
+import sqlite3
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from types import ModuleType
 from typing import Any
 from uuid import UUID
 
-from eventsourcing.persistence import Mapper, Notification
+from eventsourcing.persistence import Mapper, Notification, PersistenceError
 from eventsourcing.utils import resolve_topic
 
 from ledger import stored
@@ -196,9 +197,11 @@ class Projector:
     ) -> None:
         try:
             self._apply_views(c, events, self.tracking_map(c) if done is None else done, known)
-        except LedgerError:
-            raise
+        except (LedgerError, PersistenceError, sqlite3.Error):
+            raise  # a database failure (a full disk, a lost connection) is not the event's
         except Exception as exc:
+            if type(exc).__module__.split(".", 1)[0] == "psycopg":
+                raise
             first, last = events[0][0], events[-1][0]
             where = f"position {first}" if first == last else f"positions {first}-{last}"
             raise CorruptEventError(

@@ -37,7 +37,7 @@ import traceback
 import uuid
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import closing, contextmanager, suppress
+from contextlib import AbstractContextManager, closing, contextmanager, nullcontext, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta, timezone, tzinfo
 from decimal import Decimal
@@ -63,7 +63,7 @@ from ledger import (
     Status,
     Validity,
 )
-from ledger.errors import CorruptEventError
+from ledger.errors import ConnectionLostError, CorruptEventError, StorageError
 from ledger.merkle import LogDigest
 
 # -- the seeded world ------------------------------------------------------------
@@ -1131,6 +1131,16 @@ CALLS: tuple[CallSpec, ...] = (
     ),
     CallSpec("Admin.revoke_token", "access", ("admin",), {"token": TOKEN}, writes=True),
     CallSpec(
+        "Admin.issue_admin_token", "access", ("admin",), optional={"expires": EXPIRES}, writes=True
+    ),
+    # Principals' tokens are not admin tokens: refused like bad ones.
+    CallSpec(
+        "Ledger.admin",
+        "access",
+        ("ledger",),
+        optional={"token": Param(st.none(), st.one_of(TOKEN.valid, TOKEN.bad))},
+    ),
+    CallSpec(
         "Admin.erase_snapshot",
         "access",
         ("admin",),
@@ -1375,7 +1385,11 @@ def _receiver(
 
 
 def fuzz_once(
-    ledger: Ledger, sessions: Mapping[str, Session], call_spec: CallSpec, args: Args
+    ledger: Ledger,
+    sessions: Mapping[str, Session],
+    call_spec: CallSpec,
+    args: Args,
+    fault: Callable[[], AbstractContextManager[Any]] | None = None,
 ) -> Outcome:
     """Make one call and check the bad-input contract; raise ``FuzzFailure`` if broken.
 
@@ -1389,6 +1403,10 @@ def fuzz_once(
     * after a successful write the records it names get, audit and explain without
       ``CorruptEventError`` or any non-``LedgerError``, and the views rebuilt from
       the log equal the live ones.
+
+    ``fault``, if given, is entered around the call itself (a full disk, server
+    sessions ended): the same contract must hold, and the checks run after it ends
+    (see ``_storage_fault_after_a_command`` for what may move the log then).
     """
     if args.who.startswith("run:"):
         # Opening the run is part of the call: a principal whose grants an earlier
@@ -1408,7 +1426,8 @@ def fuzz_once(
         kwargs = _resolve(args.kwargs, ledger, sessions)
         position, views = ledger.position, ledger.views_digest()
         try:
-            value = call_spec.call(receiver, kwargs)
+            with fault() if fault is not None else nullcontext():
+                value = call_spec.call(receiver, kwargs)
         except LedgerError as exc:
             try:
                 str(exc), repr(exc)
@@ -1417,7 +1436,7 @@ def fuzz_once(
                     call_spec, args, f"{type(exc).__name__} cannot be shown: {_describe(inner)}"
                 ) from inner
             changed = _changes(ledger, position, views)
-            if changed:
+            if changed and not _storage_fault_after_a_command(call_spec, exc, fault):
                 raise FuzzFailure(
                     call_spec, args, f"refused with {_describe(exc)} but {changed}", _where(exc)
                 ) from exc
@@ -1430,6 +1449,22 @@ def fuzz_once(
                 raise FuzzFailure(call_spec, args, f"a read, yet {changed}")
     _check_success(ledger, sessions, call_spec, args, kwargs, value, position)
     return Outcome("succeeded", value=value)
+
+
+#: Calls that are two commands: a storage fault may refuse the second after the first
+#: was applied (each command is still whole).
+COMPOUND_CALLS = {"Session.run": "enters a run (one command) and leaves it (another)"}
+
+
+def _storage_fault_after_a_command(
+    spec: CallSpec, exc: LedgerError, fault: Callable[[], AbstractContextManager[Any]] | None
+) -> bool:
+    """Whether a refusal may leave the log moved: the connection was lost while
+    committing (the message says the command may have been applied), or a storage
+    fault refused the second command of a compound call."""
+    if isinstance(exc, ConnectionLostError) and "may have been applied" in str(exc):
+        return True
+    return fault is not None and spec.name in COMPOUND_CALLS and isinstance(exc, StorageError)
 
 
 def _changes(ledger: Ledger, position: int, views: str) -> str:

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import inspect
 import sqlite3
+import threading
+import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import closing
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
@@ -35,6 +37,8 @@ from ledger.errors import CorruptEventError, InvalidIdError, LedgerError
 from ledger.merkle import LogDigest
 from ledger.serialization import pack
 
+from .conftest import new_pg_schema_url
+from .faults import SmallDisk, end_sessions, small_disk
 from .fuzz import (
     CALLS,
     CALLS_BY_NAME,
@@ -47,8 +51,10 @@ from .fuzz import (
     TmpUrl,
     call_and_args,
     calls_in,
+    fixed_clock,
     fuzz_once,
     run_campaign,
+    seed,
 )
 
 BACKENDS = ("memory", "sqlite")
@@ -86,7 +92,7 @@ def arenas() -> Iterator[dict[str, Arena]]:
 #: Public callables deliberately not fuzzed, and why.
 NOT_FUZZED = {
     "Ledger.close": "takes no arguments",
-    "Ledger.admin": "takes no arguments",
+    "Admin.bootstrap_admin_token": "takes no arguments",
     "Ledger.now": "takes no arguments",
     "Ledger.stats": "takes no arguments",
     "Ledger.digest": "takes no arguments",
@@ -94,6 +100,9 @@ NOT_FUZZED = {
     "Ledger.views_digest": "takes no arguments",
     "RunContext.observed_for": "a helper of propose; takes the declared parents it is given",
     "RunContext.record_reads": "called by the run's own reads with the ids they showed",
+    "RunContext.start": "what entering the run does (Session.run is fuzzed entering it)",
+    "RunContext.resume": "takes no arguments",
+    "RunContext.end": "ends the run the other run calls use (Session.run is fuzzed leaving it)",
 }
 
 
@@ -573,3 +582,110 @@ def test_an_orphan_event_in_the_log_is_a_corrupt_event(arenas: dict[str, Arena])
     # When the ledger is used, Then the orphan is reported as corrupt, by position
     problems = _problems(led, sessions, position, set())
     assert problems == [], "\n".join(problems)
+
+
+# -- storage faults ----------------------------------------------------------------------
+
+#: Groups whose callables write (reads are fuzzed under faults as part of them).
+FAULT_GROUPS = ("access", "propose", "approve", "deliver", "run")
+FAULT_EXAMPLES = 15
+
+
+@pytest.fixture(scope="module")
+def full_disk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Arena, SmallDisk]]:
+    """An arena of SQLite ledgers on an 8 MiB tmpfs (needs root to mount it; the
+    file-size-limit tests of ``test_storage_faults.py`` run without)."""
+    with small_disk(tmp_path_factory.mktemp("disk"), "8m") as disk:
+        arena = Arena("sqlite", directory=disk.mount)
+        try:
+            yield arena, disk
+        finally:
+            arena.close()
+
+
+@pytest.mark.parametrize("group", FAULT_GROUPS)
+def test_adversarial_calls_on_a_full_disk_raise_only_ledger_errors_and_change_nothing(
+    full_disk: tuple[Arena, SmallDisk], group: str
+) -> None:
+    arena, disk = full_disk
+    refused: Counter[str] = Counter()
+
+    # Given a pristine seeded SQLite ledger on a disk that fills up for each call
+    @settings(FUZZ, max_examples=FAULT_EXAMPLES)
+    @given(drawn=call_and_args(calls_in(group)))
+    def fuzz(drawn: tuple[Any, Args]) -> None:
+        spec, args = drawn
+        ledger, sessions = arena.fresh()
+        # When a callable is called while the disk is full, Then it succeeds or
+        # raises a LedgerError leaving the log and the views unchanged (checked
+        # once space is back)
+        outcome = fuzz_once(ledger, sessions, spec, args, fault=disk.full)
+        if outcome.error is not None:
+            refused[type(outcome.error).__name__] += 1
+        # (the world holds no corrupt event: a fault must not be reported as one)
+        assert not isinstance(outcome.error, CorruptEventError), outcome.error
+
+    fuzz()
+
+    # And the full disk was met as a typed error (calls that append little may fit in
+    # the pages SQLite's write-ahead log already holds, so only where much is written)
+    if group in ("access", "propose"):
+        assert refused["DiskFullError"] > 0, refused
+
+
+@pytest.fixture(scope="module")
+def pg_world() -> Iterator[tuple[str, Ledger, dict[str, Session]]]:
+    """One seeded PostgreSQL ledger the fault fuzz works on (a campaign's arena)."""
+    url, drop = new_pg_schema_url()
+    ledger = Ledger.open(url, clock=fixed_clock)
+    try:
+        yield url, ledger, seed(ledger)
+    finally:
+        ledger.close()
+        drop()
+
+
+@contextmanager
+def _sessions_ended(url: str, after: float) -> Iterator[None]:
+    """The ledger's server sessions terminated ``after`` seconds into the block
+    (mid-command, or once it is over: idle connections die then)."""
+    killer = threading.Timer(after, end_sessions, (url,))
+    killer.start()
+    try:
+        yield
+    finally:
+        killer.join()
+        time.sleep(0.05)  # the server closes the sockets before the checks read
+
+
+# The connection pool replaces ended sessions in its worker threads, drawing its retry
+# jitter from ``random`` while hypothesis generates the next example.
+@pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisDeprecationWarning")
+@pytest.mark.parametrize("group", FAULT_GROUPS)
+def test_adversarial_calls_while_postgresql_ends_sessions_keep_the_contract(
+    pg_world: tuple[str, Ledger, dict[str, Session]], group: str
+) -> None:
+    url, ledger, sessions = pg_world
+    outcomes: Counter[str] = Counter()
+
+    # Given a seeded PostgreSQL ledger whose server sessions are terminated during
+    # or right after each call
+    @settings(FUZZ, max_examples=FAULT_EXAMPLES)
+    @given(
+        drawn=call_and_args(calls_in(group)),
+        after=st.sampled_from((0.0, 0.002, 0.005, 0.01, 0.02)),
+    )
+    def fuzz(drawn: tuple[Any, Args], after: float) -> None:
+        spec, args = drawn
+        # Then each call succeeds or raises a LedgerError (ConnectionLostError when
+        # its session ended) with the log and the views unchanged, and the calls
+        # after it work
+        outcome = fuzz_once(ledger, sessions, spec, args, fault=lambda: _sessions_ended(url, after))
+        outcomes[outcome.status] += 1
+        assert not isinstance(outcome.error, CorruptEventError), outcome.error
+
+    fuzz()
+
+    # And afterwards the whole ledger verifies
+    assert sum(outcomes.values()) == FAULT_EXAMPLES
+    assert ledger.verify().ok

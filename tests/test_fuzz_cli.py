@@ -119,6 +119,8 @@ WRITES = frozenset(
     {
         *("grant", "token issue", "token revoke", "capture", "propose", "accept", "reject"),
         *("revoke", "revalidate", "deliver", "correct", "demo", "erase-snapshot"),
+        # init issues the first admin token of a ledger that has none.
+        *("init", "revoke-grant", "run start", "run observe", "run end"),
     }
 )
 _READ_COMMANDS = (
@@ -126,10 +128,11 @@ _READ_COMMANDS = (
     "records",
 )
 #: Commands that must leave the log and the views as they were even when they succeed
-#: (``init`` opens an existing ledger; ``rebuild`` replays it into identical views).
+#: (``rebuild`` replays the log into identical views).
 READS = frozenset(
     {
-        *("provledger", "token", "as-of", "init", "digest", "verify", "prove", "stats"),
+        *("provledger", "token", "as-of", "digest", "verify", "prove", "stats"),
+        *("run", "snapshot"),
         # Keys, heads and bundles are files outside the ledger; the log stays as it was.
         *("keygen", "head", "bundle", "verify-bundle"),
         "rebuild",
@@ -155,9 +158,9 @@ class World:
     """A seeded SQLite ledger (the ``tests/fuzz.py`` world) every call gets a copy of.
 
     ``refs`` fills the ``<<…>>`` markers: ``token:<agent|reviewer|outsider|solo|
-    probe|revoked>``, ``delivery:R1`` / ``delivery:RS`` (RS is STALE: a correction
-    is due), ``digest`` / ``digest:tampered`` / ``digest:ahead``, ``position`` /
-    ``position+1``; ``url`` is the copy's own URL.
+    probe|revoked>``, ``admin`` (an admin token), ``delivery:R1`` / ``delivery:RS``
+    (RS is STALE: a correction is due), ``digest`` / ``digest:tampered`` /
+    ``digest:ahead``, ``position`` / ``position+1``; ``url`` is the copy's own URL.
     """
 
     directory: Path
@@ -177,6 +180,7 @@ class World:
             probe = led.authenticate(tokens["probe"])
             refs = {f"token:{name}": token for name, token in tokens.items()}
             refs["token:revoked"] = revoked
+            refs["admin"] = admin.issue_admin_token()
             for rid in ("R1", "RS"):
                 refs[f"delivery:{rid}"] = probe.get(rid).deliveries[0].delivery_id
             digest = led.digest()
@@ -341,6 +345,9 @@ POOLS: dict[str, Pool] = {
         ("<<token:outsider>>", "<<token:probe>>", "<<token:revoked>>", "plt_nope", ""),
     ),
     "token_value": Pool.of(TOKENS, ("<<token:revoked>>", "plt_nope", "")),
+    "admin_token": Pool.of(("<<admin>>",), ("<<token:reviewer>>", "plt_nope", "")),
+    "run_id": Pool.of(("task-1", "task-2"), ("", "bad id!", "RUN1")),
+    "record_ids": RECORD_IDS,
     "url": URLS,
     "note": Pool.of(("checked", "re-checked by hand"), ("", "a\tb")),
     "reason": Pool.of(("doc changed", "wrong"), ("", " ")),

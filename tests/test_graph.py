@@ -24,7 +24,15 @@ from ledger import Kind, Ledger, Session
 from ledger.cli import main
 from ledger.domain import Status
 from ledger.errors import InvalidInputError, UnknownRecordError
-from ledger.graph import STATUS_COLOURS, collect, dot_available, draw, to_dot, to_mermaid
+from ledger.graph import (
+    STATUS_COLOURS,
+    collect,
+    dot_available,
+    draw,
+    revocations,
+    to_dot,
+    to_mermaid,
+)
 
 from .conftest import World
 
@@ -145,7 +153,11 @@ def test_graph_dot_shows_the_right_nodes_edges_and_status_colours(scene: Scene) 
     assert len(fills) == len(Status)
     # And labels carry id, kind, validity and the stale cause
     assert nodes["M"]["label"] == "M\\n[plan]\\nSTALE / NEEDS_REVALIDATION\\n(E1 revoked)"
-    assert nodes["E1"]["label"] == "E1\\n[evidence]\\nREVOKED / INVALID"
+    # And a revoked record says why, who revoked it and when
+    assert re.fullmatch(
+        r"E1\\n\[evidence\]\\nREVOKED / INVALID\\nreason: [^\\]+\\nby reviewer at \S+",
+        nodes["E1"]["label"],
+    ), nodes["E1"]["label"]
     assert nodes["E2"]["label"] == "E2\\n[evidence]\\nACCEPTED / VALID"
     # And the observed edge is dashed, declared ones are solid
     assert edges[("E2", "M")] == {"style": "dashed", "label": "observed"}
@@ -223,7 +235,9 @@ def test_without_the_dot_program_pictures_fall_back_to_dot_text_with_a_clear_not
     assert not dot_available()
     picture = draw(scene.reviewer, "E1", descendants=True, format=fmt)
     assert picture.fell_back and picture.requested == fmt and picture.format == "dot"
-    assert picture.data.decode() == to_dot(picture.subgraph)
+    assert picture.data.decode() == to_dot(
+        picture.subgraph, revocations(scene.reviewer, picture.subgraph)
+    )
     assert picture.note is not None
     assert "`dot` program is not installed" in picture.note
     assert "apt-get install graphviz" in picture.note and "--format mermaid" in picture.note

@@ -9,12 +9,14 @@ from pathlib import Path
 
 import httpx
 
+from ledger import Ledger
 from tests.serve_support import free_port
 
 
 def test_provledger_serve_answers_on_the_given_port_until_stopped(tmp_path: Path) -> None:
     port = free_port()
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    Ledger.open(url).close()  # `provledger init` would do: serve refuses a missing ledger
     server = subprocess.Popen(
         [sys.executable, "-m", "ledger", "serve", "--url", url, "--port", str(port)],
         stdout=subprocess.PIPE,

@@ -1,9 +1,12 @@
 """The ``provledger`` command line: a thin layer, one library call per command.
 
-``--url`` / ``$PROVLEDGER_URL`` selects the ledger. Admin and maintenance
-commands (``init``, ``grant``, ``token``, ``rebuild``, ``stats``, ``demo``) act as
-the embedding host, without a token, and only on a local embedded database;
-every other command authenticates with ``--token`` / ``$PROVLEDGER_TOKEN``.
+``--url`` / ``$PROVLEDGER_URL`` selects the ledger; every command but ``init``
+(and ``demo``) refuses one that does not exist. ``init`` prints an admin token once;
+admin and maintenance commands (``grant``, ``revoke-grant``, ``token``, ``rebuild``,
+``stats``, ``digest``, ``verify``, ``head``, ``erase-snapshot``) take it as
+``--admin-token`` / ``$PROVLEDGER_ADMIN_TOKEN`` (the owner of a local SQLite file
+may omit it); every other command authenticates with ``$PROVLEDGER_TOKEN`` /
+``--token``.
 Read commands print aligned tables for people and JSON with ``--json``;
 ``as-of`` runs them as the ledger was at a past position or time.
 
@@ -15,7 +18,7 @@ from __future__ import annotations
 import click
 
 from ledger import __version__
-from ledger.cli import admin, agents, evidence, reads, writes
+from ledger.cli import admin, agents, evidence, reads, runs, writes
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -23,9 +26,11 @@ from ledger.cli import admin, agents, evidence, reads, writes
 def main() -> None:
     """provledger: an event-sourced provenance ledger for AI agents' memory.
 
-    Admin commands (init, grant, token, rebuild, stats, demo) need no token
-    and work on a local SQLite file only; the others take --token or
-    $PROVLEDGER_TOKEN. --url or $PROVLEDGER_URL selects the ledger.
+    --url or $PROVLEDGER_URL selects the ledger; `init` creates it and prints
+    an admin token once. Admin commands (grant, revoke-grant, token, stats,
+    rebuild, digest, verify, head, erase-snapshot) take it as --admin-token or
+    $PROVLEDGER_ADMIN_TOKEN (optional on a local SQLite file you own); the
+    others take a principal's token in $PROVLEDGER_TOKEN (or --token).
 
     \b
     Example:
@@ -36,6 +41,7 @@ def main() -> None:
 for _command in (
     admin.init,
     admin.grant,
+    admin.revoke_grant,
     admin.token,
     writes.capture,
     writes.propose,
@@ -47,6 +53,8 @@ for _command in (
     writes.correct,
     *reads.READ_COMMANDS,
     reads.as_of,
+    reads.snapshot,
+    runs.run,
     evidence.digest,
     evidence.verify,
     evidence.prove,

@@ -19,9 +19,11 @@ from ledger.application import Ledger
 from ledger.cli.options import (
     DATETIME,
     STATUS_STYLE,
+    admin_options,
     errors_exit_1,
     host_ledger,
     json_option,
+    open_ledger,
     printable,
     url_option,
 )
@@ -32,6 +34,7 @@ from ledger.cli.render import (
     report_done,
     styled,
 )
+from ledger.errors import AccessDeniedError, LedgerNotFoundError
 from ledger.experiment import run_experiment
 
 
@@ -40,17 +43,54 @@ from ledger.experiment import run_experiment
 @json_option
 @errors_exit_1
 def init(url: str | None, as_json: bool) -> None:
-    """Create the ledger database (or open an existing one) and say where it is.
+    """Create the ledger and print its admin token, once (or say it exists).
 
-    Admin: no token, local embedded database only.
+    On every backend. The admin token goes alone to stdout (the rest to stderr),
+    the first time only: keep it, e.g. in $PROVLEDGER_ADMIN_TOKEN; admin
+    commands need it on PostgreSQL and on a file you do not own. Every other
+    command refuses a ledger that does not exist yet.
 
     \b
     Example:
       provledger init --url sqlite:///provledger.db
+      export PROVLEDGER_ADMIN_TOKEN=$(provledger init --url postgresql://me@db/ledger)
     """
-    with host_ledger(url, "init") as led:
-        info = {"url": printable(led.url), "backend": led.backend, "position": led.position}
-    report_done(as_json, info, f"ledger ready: {info['url']} (log position {info['position']})")
+    try:
+        led = open_ledger(url)
+        created = led.backend == "memory"  # a new one each time
+    except LedgerNotFoundError:
+        led = open_ledger(url, create=True)
+        created = True
+    with led:
+        issued = led.admin().bootstrap_admin_token()
+        info = {
+            "url": printable(led.url),
+            "backend": led.backend,
+            "position": led.position,
+            "created": created,
+            "admin_token": issued,
+        }
+    if as_json:
+        echo_json(info)
+        return
+    what = "created ledger" if created else "ledger exists:"
+    where = f"{what} {info['url']} (log position {info['position']})"
+    if issued is None:
+        click.echo(
+            f"{where}; it has an admin token already (another: `provledger token issue --admin`)",
+            err=True,
+        )
+        return
+    click.echo(
+        f"{where}; its admin token is on stdout, shown this once: keep it and give it "
+        "to admin commands as --admin-token or $PROVLEDGER_ADMIN_TOKEN",
+        err=True,
+    )
+    click.echo(issued)
+
+
+def _roles(roles: str) -> list[str]:
+    return [r.strip() for r in roles.split(",") if r.strip()]
 
 
 @click.command()
@@ -61,20 +101,22 @@ def init(url: str | None, as_json: bool) -> None:
     required=True,
     help="Comma-separated roles: read, propose, approve, deliver, audit.",
 )
-@url_option
+@admin_options
 @json_option
 @errors_exit_1
-def grant(subject: str, scope: str, roles: str, url: str | None, as_json: bool) -> None:
+def grant(
+    subject: str, scope: str, roles: str, url: str | None, admin_token: str | None, as_json: bool
+) -> None:
     """Give SUBJECT roles in a scope (the grant is an event in the log).
 
-    Admin: no token, local embedded database only.
+    Admin: see `provledger init` for the admin token.
 
     \b
     Example:
       provledger grant agent-1 --scope proj-a --roles propose,read
     """
-    wanted = [r.strip() for r in roles.split(",") if r.strip()]
-    with host_ledger(url, "grant") as led:
+    wanted = _roles(roles)
+    with host_ledger(url, "grant", admin_token) as led:
         led.admin().grant(subject, scope=scope, roles=wanted)
         position = led.position
     report_done(
@@ -84,12 +126,52 @@ def grant(subject: str, scope: str, roles: str, url: str | None, as_json: bool) 
     )
 
 
+@click.command("revoke-grant")
+@click.argument("subject")
+@click.option("--scope", required=True, help="The scope the roles are withdrawn in.")
+@click.option("--roles", help="Comma-separated roles to withdraw (default: every role there).")
+@admin_options
+@json_option
+@errors_exit_1
+def revoke_grant(
+    subject: str,
+    scope: str,
+    roles: str | None,
+    url: str | None,
+    admin_token: str | None,
+    as_json: bool,
+) -> None:
+    """Withdraw SUBJECT's roles in a scope (an event in the log; its tokens stay valid).
+
+    Admin: see `provledger init` for the admin token.
+
+    \b
+    Example:
+      provledger revoke-grant agent-1 --scope proj-a --roles propose
+    """
+    wanted = None if roles is None else _roles(roles)
+    with host_ledger(url, "revoke-grant", admin_token) as led:
+        held = {
+            g.role
+            for g in led.admin().access_history(subject=subject, scope=scope)
+            if g.revoked_position is None
+        }
+        led.admin().revoke_grant(subject, scope=scope, roles=wanted)
+        position = led.position
+    gone = sorted(held if wanted is None else set(wanted))
+    report_done(
+        as_json,
+        {"subject": subject, "scope": scope, "revoked_roles": gone, "position": position},
+        f"withdrew {', '.join(gone)} in {scope} from {subject} (log position {position})",
+    )
+
+
 @click.group()
 def token() -> None:
-    """Issue and revoke bearer tokens.
+    """Issue and revoke bearer tokens (principals' and admin tokens).
 
-    Admin: no token, local embedded database only. Only a token's sha256 is
-    stored; the token itself is printed once.
+    Admin: see `provledger init` for the admin token. Only a token's sha256 is
+    stored, as an event; the token itself is printed once.
 
     \b
     Example:
@@ -98,55 +180,83 @@ def token() -> None:
 
 
 @token.command("issue")
-@click.argument("subject")
+@click.argument("subject", required=False)
 @click.option("--expires", type=DATETIME, help="When the token stops working (ISO 8601).")
-@url_option
+@click.option("--admin", "for_admin", is_flag=True, help="Issue another admin token instead.")
+@click.option("--force", is_flag=True, help="Issue it even though SUBJECT holds no role yet.")
+@admin_options
 @json_option
 @errors_exit_1
-def token_issue(subject: str, expires: datetime | None, url: str | None, as_json: bool) -> None:
+def token_issue(
+    subject: str | None,
+    expires: datetime | None,
+    for_admin: bool,
+    force: bool,
+    url: str | None,
+    admin_token: str | None,
+    as_json: bool,
+) -> None:
     """Issue a bearer token for SUBJECT and print it (nothing else goes to stdout).
+
+    SUBJECT must hold a role somewhere (`provledger grant`) unless --force.
 
     \b
     Example:
       AGENT=$(provledger token issue agent-1)
+      provledger token issue --admin --expires 2027-01-01T00:00:00+00:00
     """
-    with host_ledger(url, "token issue") as led:
-        issued = led.admin().issue_token(subject, expires=expires)
-    report_done(as_json, {"subject": subject, "token": issued, "expires": expires}, issued)
+    if for_admin == (subject is not None):
+        raise click.UsageError(
+            "give SUBJECT or --admin, not both or neither (e.g. provledger token issue agent-1)"
+        )
+    with host_ledger(url, "token issue", admin_token) as led:
+        admin = led.admin()
+        if subject is None:
+            issued = admin.issue_admin_token(expires=expires)
+        else:
+            held = [g for g in admin.access_history(subject=subject) if g.revoked_position is None]
+            if not held and not force:
+                raise AccessDeniedError(
+                    f"token issue refused: {subject!r} holds no role in any scope; grant one "
+                    f"first (provledger grant {subject} --scope SCOPE --roles read) or add --force"
+                )
+            issued = admin.issue_token(subject, expires=expires)
+    who = "admin" if subject is None else subject
+    report_done(as_json, {"subject": who, "token": issued, "expires": expires}, issued)
 
 
 @token.command("revoke")
 @click.argument("token_value", metavar="TOKEN")
-@url_option
+@admin_options
 @json_option
 @errors_exit_1
-def token_revoke(token_value: str, url: str | None, as_json: bool) -> None:
+def token_revoke(token_value: str, url: str | None, admin_token: str | None, as_json: bool) -> None:
     """Withdraw TOKEN; commands using it are refused from now on.
 
     \b
     Example:
       provledger token revoke "$AGENT"
     """
-    with host_ledger(url, "token revoke") as led:
+    with host_ledger(url, "token revoke", admin_token) as led:
         led.admin().revoke_token(token_value)
         position = led.position
     report_done(as_json, {"revoked": True, "position": position}, "token revoked")
 
 
 @click.command()
-@url_option
+@admin_options
 @json_option
 @errors_exit_1
-def stats(url: str | None, as_json: bool) -> None:
+def stats(url: str | None, admin_token: str | None, as_json: bool) -> None:
     """Show counts: events, log position, records per status, deliveries, snapshots.
 
-    Maintenance: no token, local embedded database only.
+    Maintenance: see `provledger init` for the admin token.
 
     \b
     Example:
       provledger stats --json
     """
-    with host_ledger(url, "stats") as led:
+    with host_ledger(url, "stats", admin_token) as led:
         counts = led.stats()
     if as_json:
         echo_json(counts)
@@ -185,30 +295,35 @@ def demo(url: str | None, as_json: bool) -> None:
     """
     with tempfile.TemporaryDirectory(prefix="provledger-demo-") as tmp:
         target = url or f"sqlite:///{Path(tmp) / 'demo.db'}"
-        with host_ledger(target, "demo") as led:
+        with host_ledger(target, "demo", create=True) as led:
             result = run_experiment(led)
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2))
     else:
         print_experiment(result, Console())
+        if url is None:
+            click.echo(
+                "(the ledger was a temporary file, deleted on exit; "
+                "`provledger demo --url sqlite:///demo.db` keeps one to explore)"
+            )
     if not result.passed:
         sys.exit(1)
 
 
 @click.command()
-@url_option
+@admin_options
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @errors_exit_1
-def rebuild(url: str | None, as_json: bool) -> None:
+def rebuild(url: str | None, admin_token: str | None, as_json: bool) -> None:
     """Drop the views and replay the whole log; exit 1 unless they match.
 
-    Maintenance: no token, local embedded database only.
+    Maintenance: see `provledger init` for the admin token.
 
     \b
     Example:
       provledger rebuild --url sqlite:///provledger.db
     """
-    with host_ledger(url, "rebuild") as led:
+    with host_ledger(url, "rebuild", admin_token) as led:
         report = rebuild_with_progress(led, quiet=as_json)
     if as_json:
         click.echo(

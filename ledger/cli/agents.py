@@ -9,6 +9,7 @@ import click
 
 from ledger.cli.options import (
     errors_exit_1,
+    open_ledger,
     principal_session,
     token_option,
     url_option,
@@ -100,4 +101,5 @@ def serve(url: str | None, host: str, port: int) -> None:
         raise click.ClickException(
             f"provledger serve needs the serve extra (pip install 'provledger[serve]'): {exc}"
         ) from None
-    run(url, host=host, port=port)
+    open_ledger(url).close()  # refuses a ledger that does not exist, creating nothing
+    run(url, host=host, port=port, create=False)

@@ -7,6 +7,7 @@ import sys
 import click
 
 from ledger.cli.options import (
+    admin_options,
     errors_exit_1,
     host_ledger,
     json_option,
@@ -21,20 +22,20 @@ from ledger.cli.render import echo_json, report_done
 
 
 @click.command()
-@url_option
+@admin_options
 @json_option
 @errors_exit_1
-def digest(url: str | None, as_json: bool) -> None:
+def digest(url: str | None, admin_token: str | None, as_json: bool) -> None:
     """Print the log's Merkle digest (size:position:root) to keep somewhere else.
 
-    Maintenance: no token, local embedded database only. Later,
+    Maintenance: see `provledger init` for the admin token. Later,
     `provledger verify --against DIGEST` proves the log still extends it.
 
     \b
     Example:
       provledger digest > digest-2026-11-30.txt
     """
-    with host_ledger(url, "digest") as led:
+    with host_ledger(url, "digest", admin_token) as led:
         kept = led.digest()
     if as_json:
         echo_json(
@@ -66,7 +67,7 @@ def digest(url: str | None, as_json: bool) -> None:
     metavar="KEY.pub",
     help="The public key the heads were signed with.",
 )
-@url_option
+@admin_options
 @json_option
 @errors_exit_1
 def verify(
@@ -74,6 +75,7 @@ def verify(
     heads_file: str | None,
     public_key: str | None,
     url: str | None,
+    admin_token: str | None,
     as_json: bool,
 ) -> None:
     """Check the whole ledger; exit 1 naming the first problem.
@@ -83,14 +85,14 @@ def verify(
     every kept signed head and the --against digest, replays authorization
     (every event's actor held the role it needed, by the log's own grants),
     compares the views with a replay of the log in a scratch database, and
-    checks the evidence bytes. Maintenance: no token, local embedded database
-    only.
+    checks the evidence bytes. Maintenance: see `provledger init` for the admin
+    token.
 
     \b
     Example:
       provledger verify --heads /mnt/witness/heads.jsonl --public-key ledger-key.pub
     """
-    with host_ledger(url, "verify") as led:
+    with host_ledger(url, "verify", admin_token) as led:
         report = led.verify(against=against, heads=heads_file, public_key=public_key)
     if as_json:
         echo_json(
@@ -192,15 +194,15 @@ def keygen(out: str, as_json: bool) -> None:
     help="Append the head to this heads file; refused if the log no longer extends "
     "the newest head in it.",
 )
-@url_option
+@admin_options
 @errors_exit_1
-def head(key: str, append_to: str | None, url: str | None) -> None:
+def head(key: str, append_to: str | None, url: str | None, admin_token: str | None) -> None:
     """Print a signed tree head (JSON): tree size, root, log position, time, key id, signature.
 
     Keep heads where the ledger's operator cannot rewrite them (another host,
     object storage with a retention lock, a transparency witness); `verify
     --heads` then detects truncation and rewriting before the newest one.
-    Maintenance: no token, local embedded database only.
+    Maintenance: see `provledger init` for the admin token.
 
     \b
     Example:
@@ -208,7 +210,7 @@ def head(key: str, append_to: str | None, url: str | None) -> None:
     """
     from ledger.heads import publish_head
 
-    with host_ledger(url, "head") as led:
+    with host_ledger(url, "head", admin_token) as led:
         signed = publish_head(led, key, append_to)
     click.echo(signed.dumps())
 
@@ -306,21 +308,23 @@ def verify_bundle_command(path: str, public_key: str | None, as_json: bool) -> N
 @click.command("erase-snapshot")
 @click.argument("ref", metavar="REF")
 @click.option("--reason", required=True, help="Why (e.g. the erasure request it answers).")
-@url_option
+@admin_options
 @json_option
 @errors_exit_1
-def erase_snapshot(ref: str, reason: str, url: str | None, as_json: bool) -> None:
+def erase_snapshot(
+    ref: str, reason: str, url: str | None, admin_token: str | None, as_json: bool
+) -> None:
     """Erase the captured bytes behind a snapshot reference (sha256:…).
 
     The bytes leave the snapshot store; an audited SnapshotErased event records
     who erased them and why; records built on them keep their status and the log
-    still verifies. Admin: no token, local embedded database only.
+    still verifies. Admin: see `provledger init` for the admin token.
 
     \b
     Example:
       provledger erase-snapshot sha256:9f86d0… --reason "erasure request 2026-114"
     """
-    with host_ledger(url, "erase-snapshot") as led:
+    with host_ledger(url, "erase-snapshot", admin_token) as led:
         done = led.admin().erase_snapshot(ref, reason)
     report_done(
         as_json,

@@ -4,6 +4,8 @@ opens its ledger: as the embedding host (admin) or as a token's principal."""
 from __future__ import annotations
 
 import json
+import os
+import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -16,7 +18,7 @@ import click
 
 from ledger.application import Ledger
 from ledger.domain import Kind
-from ledger.errors import AccessDeniedError, LedgerError
+from ledger.errors import AccessDeniedError, LedgerError, LedgerNotFoundError
 from ledger.persistence import resolve_url
 from ledger.session import Session
 
@@ -33,12 +35,14 @@ EVENT_TYPES = (
     "CorrectionIssued, SnapshotErased"
 )
 
+#: The colours of the pictures (ledger.graph.STATUS_COLOURS): STALE orange, REVOKED red.
 STATUS_STYLE = {
     "ACCEPTED": "bold green",
     "CANDIDATE": "bold yellow",
-    "STALE": "bold dark_orange",
-    "REVOKED": "bold red",
+    "STALE": "bold #e65100",
+    "REVOKED": "bold #d32f2f",
     "REJECTED": "dim",
+    "SUPERSEDED": "bold #1565c0",
 }
 VALIDITY_STYLE = {"VALID": "green", "NEEDS_REVALIDATION": "yellow", "INVALID": "red"}
 OUTCOME_STYLE = {"FOUND": "bold green", "MISSING": "bold yellow", "CONFLICT": "bold red"}
@@ -50,13 +54,64 @@ def printable(text: object) -> str:
     return one_line.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+#: The optional package behind a feature → the extra that installs it.
+EXTRAS = {
+    "psycopg": "postgres",
+    "psycopg_pool": "postgres",
+    "prov": "prov",
+    "lxml": "prov",
+    "cryptography": "evidence",
+    "mcp": "mcp",
+    "starlette": "serve",
+    "uvicorn": "serve",
+    "jinja2": "serve",
+    "multipart": "serve",
+    "langgraph": "langgraph",
+}
+
+#: Library calls whose names differ from the command a person typed.
+COMMAND_NAMES = {
+    "issue_correction": "correct",
+    "corrections_due": "corrections",
+    "propose_many": "propose",
+    "preview_revoke": "revoke",
+}
+_GENERATED_ID = re.compile(r"'(r-[0-9a-f]{32})'")
+
+
+def cli_message(exc: LedgerError, given: dict[str, Any]) -> str:
+    """The library's message in the command line's words: command names instead of
+    method names, and "the new record" instead of an id generated for it that the
+    user never saw."""
+    text = printable(exc)
+    first, sep, rest = text.partition(" refused")
+    if sep and first in COMMAND_NAMES:
+        text = COMMAND_NAMES[first] + sep + rest
+    typed = {str(v) for v in given.values()}
+
+    def unseen(match: re.Match[str]) -> str:
+        return match.group(0) if match.group(1) in typed else "the new record"
+
+    return _GENERATED_ID.sub(unseen, text)
+
+
 def errors_exit_1(fn: F) -> F:
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except LedgerError as exc:
-            click.echo(f"error: {printable(exc)}", err=True)
+            click.echo(f"error: {cli_message(exc, kwargs)}", err=True)
+            sys.exit(1)
+        except ModuleNotFoundError as exc:  # an optional package of an extra
+            top = (exc.name or "").split(".", 1)[0]
+            if top not in EXTRAS:
+                raise
+            click.echo(
+                f"error: this needs {top}, which is not installed: "
+                f"pip install 'provledger[{EXTRAS[top]}]'",
+                err=True,
+            )
             sys.exit(1)
         except OSError as exc:  # reading FILE or writing -o FILE
             where = f"{exc.filename}: " if exc.filename else ""
@@ -113,13 +168,20 @@ class DateTimeType(_ParamType):
         if isinstance(value, datetime):
             return value
         try:
-            return datetime.fromisoformat(str(value))
+            parsed = datetime.fromisoformat(str(value))
         except ValueError:
             self.fail(
                 f"{value!r} is not an ISO 8601 date-time (e.g. 2026-05-01T12:00:00+00:00)",
                 param,
                 ctx,
             )
+        if parsed.tzinfo is None:
+            self.fail(
+                f"{value!r} has no timezone; add an offset, e.g. {parsed.isoformat()}+00:00",
+                param,
+                ctx,
+            )
+        return parsed
 
 
 JSON = JSONType()
@@ -132,10 +194,48 @@ def url_option(fn: F) -> F:
     )(fn)
 
 
+def admin_token_option(fn: F) -> F:
+    return click.option(
+        "--admin-token",
+        envvar="PROVLEDGER_ADMIN_TOKEN",
+        show_envvar=True,
+        default=None,
+        help="The admin token `provledger init` printed (needed on PostgreSQL and on a "
+        "file you do not own).",
+    )(fn)
+
+
+def admin_options(fn: F) -> F:
+    """``--url`` and ``--admin-token``: what every admin and maintenance command takes."""
+    return url_option(admin_token_option(fn))
+
+
 def token_option(fn: F) -> F:
     return click.option(
         "--token", envvar="PROVLEDGER_TOKEN", show_envvar=True, required=True, help=TOKEN_HELP
     )(fn)
+
+
+def run_option(fn: F) -> F:
+    """``--run RUN`` / ``$PROVLEDGER_RUN``: act inside a run started earlier."""
+    return click.option(
+        "--run",
+        "run_id",
+        envvar="PROVLEDGER_RUN",
+        show_envvar=True,
+        default=None,
+        metavar="RUN",
+        help="Inside this run (`provledger run start`): reads are recorded in it and "
+        "proposals carry them as observed dependencies (ignored under as-of).",
+    )(fn)
+
+
+def within(session: Session, run_id: str | None) -> Any:
+    """``session``, or the run ``run_id`` it started earlier, resumed (not under as-of:
+    a past state is not what a task reads)."""
+    if run_id is None or session.read_only:
+        return session
+    return session.run(run_id).resume()
 
 
 def json_option(fn: F) -> F:
@@ -153,24 +253,67 @@ class AsOf:
     time: datetime | None
 
 
+def open_ledger(url: str | None, *, create: bool = False) -> Ledger:
+    """The ledger at ``url``; unless ``create``, one that does not exist is refused
+    and nothing is created (no file, no tables)."""
+    try:
+        return Ledger.open(url, create=create)
+    except LedgerNotFoundError:
+        where = resolve_url(url).url
+        raise LedgerNotFoundError(
+            f"no ledger at {where}; run `provledger init` or check PROVLEDGER_URL"
+        ) from None
+
+
+def owns_file(path: str | None) -> bool:
+    """Whether this process's user owns the SQLite file at ``path``."""
+    try:
+        return path is not None and os.stat(path).st_uid == os.geteuid()
+    except (OSError, AttributeError):  # AttributeError: no geteuid on this platform
+        return False
+
+
 @contextmanager
-def host_ledger(url: str | None, command: str) -> Iterator[Ledger]:
-    """The ledger as its embedding host: only a local embedded database qualifies."""
+def host_ledger(
+    url: str | None, command: str, admin_token: str | None = None, *, create: bool = False
+) -> Iterator[Ledger]:
+    """The ledger as its administrator: with a valid admin token, or without one on
+    an in-memory ledger or a local SQLite file this user owns."""
     backend = resolve_url(url)
-    if backend.kind not in ("sqlite", "memory"):
-        raise AccessDeniedError(
-            f"{command} refused: admin and maintenance commands run without a token only on "
-            f"a local embedded database (sqlite:///path.db), not on a shared {backend.kind} "
-            "server; run them from the embedding host's code (Ledger.admin(), Ledger.rebuild())"
-        )
-    with Ledger.open(url) as led:
+    with open_ledger(url, create=create) as led:
+        if admin_token is None:
+            if backend.kind == "postgresql" or (
+                backend.kind == "sqlite" and not owns_file(backend.path)
+            ):
+                whose = (
+                    f"a shared {backend.kind} database"
+                    if backend.kind == "postgresql"
+                    else f"{printable(backend.path)}, a file another user owns"
+                )
+                raise AccessDeniedError(
+                    f"{command} refused: it is an admin command on {whose}; give the admin "
+                    "token `provledger init` printed (--admin-token or $PROVLEDGER_ADMIN_TOKEN)"
+                )
+        else:
+            led.admin(admin_token)
         yield led
+
+
+def warn_token_in_argv(token: str) -> None:
+    """A token given as ``--token`` is readable by other users in the process list."""
+    if f"--token={token}" in sys.argv or token in sys.argv[1:]:
+        click.echo(
+            "warning: --token on the command line is visible to other users "
+            "(ps, /proc/PID/cmdline); export PROVLEDGER_TOKEN instead",
+            err=True,
+        )
 
 
 @contextmanager
 def principal_session(url: str | None, token: str) -> Iterator[tuple[Ledger, Session]]:
     """The ledger and the session of the token's principal (as of a past moment under as-of)."""
-    with Ledger.open(url) as led:
+    warn_token_in_argv(token)
+    with open_ledger(url) as led:
         session = led.authenticate(token)
         ctx = click.get_current_context(silent=True)
         moment = ctx.find_object(AsOf) if ctx is not None else None

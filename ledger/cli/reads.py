@@ -3,6 +3,8 @@ corrections, export, graph, records."""
 
 from __future__ import annotations
 
+import sys
+from collections import Counter
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -19,8 +21,10 @@ from ledger.cli.options import (
     json_option,
     principal_session,
     printable,
+    run_option,
     token_option,
     url_option,
+    within,
 )
 from ledger.cli.render import (
     echo_json,
@@ -32,9 +36,12 @@ from ledger.cli.render import (
     print_explanation,
     print_read,
     print_record,
+    show,
+    working,
     write_output,
 )
 from ledger.domain import Status, Validity
+from ledger.errors import LedgerError
 from ledger.jsonable import record_json
 
 # -- read commands (also under as-of) ----------------------------------------------
@@ -42,6 +49,7 @@ from ledger.jsonable import record_json
 
 @click.command()
 @claim_options
+@run_option
 @token_option
 @url_option
 @json_option
@@ -52,6 +60,7 @@ def read(
     at: datetime | None,
     context: Any,
     kinds: tuple[str, ...],
+    run_id: str | None,
     token: str,
     url: str | None,
     as_json: bool,
@@ -63,7 +72,9 @@ def read(
       provledger read --scope proj-a --claim api.retry_safe
     """
     with principal_session(url, token) as (_led, session):
-        result = session.read(scope, claim_key, at=at, context=context, kinds=kinds or None)
+        result = within(session, run_id).read(
+            scope, claim_key, at=at, context=context, kinds=kinds or None
+        )
     if as_json:
         echo_json(
             {
@@ -81,11 +92,12 @@ def read(
 
 @click.command()
 @click.argument("record_id", metavar="ID")
+@run_option
 @token_option
 @url_option
 @json_option
 @errors_exit_1
-def get(record_id: str, token: str, url: str | None, as_json: bool) -> None:
+def get(record_id: str, run_id: str | None, token: str, url: str | None, as_json: bool) -> None:
     """Show one record: status, validity, dependencies, evidence, deliveries.
 
     \b
@@ -93,7 +105,7 @@ def get(record_id: str, token: str, url: str | None, as_json: bool) -> None:
       provledger get R1
     """
     with principal_session(url, token) as (_led, session):
-        record = session.get(record_id)
+        record = within(session, run_id).get(record_id)
     if as_json:
         echo_json(record_json(record))
     else:
@@ -197,7 +209,7 @@ def history(
     if as_json:
         echo_json({"events": events})
     elif events:
-        make_console().print(events_table(events, with_record=True))
+        show(make_console(), events_table(events, with_record=True))
     else:
         click.echo("no events")
 
@@ -290,6 +302,13 @@ def export(
 @click.option(
     "-o", "--output", default="-", show_default=True, help="File to write (- for stdout)."
 )
+@click.option(
+    "--max-nodes",
+    type=click.IntRange(min=1),
+    default=500,
+    show_default=True,
+    help="Refuse (with a summary) a picture of more records than this.",
+)
 @token_option
 @url_option
 @errors_exit_1
@@ -299,42 +318,67 @@ def graph(
     descendants: bool,
     fmt: str,
     output: str,
+    max_nodes: int,
     token: str,
     url: str | None,
 ) -> None:
     """Draw a record's dependency subgraph, coloured by status (neither flag: both directions).
 
-    Nodes show id, kind, status and validity; observed edges are dashed;
-    delivered records have a double border. Without Graphviz's dot program,
-    svg and png fall back to DOT text (FILE.dot) with a warning.
+    Nodes show id, kind, status and validity, and on REVOKED records the reason,
+    who revoked them and when; observed edges are dashed; delivered records have
+    a double border; a legend says what the colours mean. Above --max-nodes the
+    picture is refused with a summary. Without Graphviz's dot program, svg and
+    png fall back to DOT text (FILE.dot) with a warning. PNG is binary: give -o
+    FILE (or pipe it) rather than print it to a terminal.
 
     \b
     Example:
       provledger graph E1 --descendants --format svg -o impact.svg
     """
-    from ledger.graph import draw
+    from ledger.graph import collect, picture, revocations
 
+    if fmt == "png" and output == "-" and sys.stdout.isatty():
+        raise click.UsageError(
+            "--format png is binary and stdout is a terminal: give -o FILE.png "
+            f"(e.g. provledger graph {record_id} --format png -o {record_id}.png)"
+        )
     both = not ancestors and not descendants
     with principal_session(url, token) as (_led, session):
-        picture = draw(
-            session,
-            record_id,
-            ancestors=ancestors or both,
-            descendants=descendants or both,
-            format=fmt,
-        )
+        with working(f"collecting the records around {record_id}"):
+            sub = collect(
+                session, record_id, ancestors=ancestors or both, descendants=descendants or both
+            )
+        if len(sub.nodes) > max_nodes:
+            raise LedgerError(f"graph refused: {graph_summary(sub, max_nodes)}")
+        with working(f"drawing {len(sub.nodes):,} records"):
+            drawn = picture(sub, fmt, revocations(session, sub))
     target = output
-    if picture.fell_back and output != "-":
+    if drawn.fell_back and output != "-":
         target = str(Path(output).with_suffix(".dot"))
-    write_output(target, picture.data)
-    if picture.note:
-        click.echo(f"warning: {picture.note} ({target})", err=True)
+    write_output(target, drawn.data)
+    if drawn.note:
+        click.echo(f"warning: {drawn.note} ({target})", err=True)
     if target != "-":
-        sub = picture.subgraph
         click.echo(
-            f"wrote {printable(target)} ({picture.format}: {len(sub.nodes)} records, "
+            f"wrote {printable(target)} ({drawn.format}: {len(sub.nodes)} records, "
             f"{len(sub.edges)} edges)"
         )
+
+
+def graph_summary(sub: Any, max_nodes: int) -> str:
+    """Why a picture is too large, and what is in it: counts by status and by the
+    first part of the claim key."""
+    statuses = Counter(str(n.status) for n in sub.nodes)
+    prefixes = Counter(n.claim_key.split(".", 1)[0] + ".*" for n in sub.nodes)
+    by_status = ", ".join(f"{k} {v:,}" for k, v in statuses.most_common())
+    by_claim = ", ".join(f"{k} {v:,}" for k, v in prefixes.most_common(5))
+    more = len(prefixes) - 5
+    return (
+        f"{sub.title} has {len(sub.nodes):,} records, more than --max-nodes {max_nodes:,} "
+        f"({by_status}; claims {by_claim}{f' and {more:,} more' if more > 0 else ''}); "
+        "draw one side (--ancestors or --descendants) or a record further along, list them "
+        "(provledger records --scope SCOPE --status STALE), or raise --max-nodes"
+    )
 
 
 @click.command("records")
@@ -401,9 +445,31 @@ def records(
     if not found:
         click.echo("no records")
         return
-    make_console().print(listing_table(found))
+    show(make_console(), listing_table(found))
     if next_after is not None:
         click.echo(f"more may follow: add --after {next_after}")
+
+
+@click.command()
+@click.argument("ref", metavar="REF")
+@click.option("-o", "--output", required=True, help="File to write the bytes to (- for stdout).")
+@token_option
+@url_option
+@errors_exit_1
+def snapshot(ref: str, output: str, token: str, url: str | None) -> None:
+    """Write the captured bytes behind REF (sha256:…, from `get E1`), re-verified.
+
+    \b
+    Example:
+      provledger snapshot sha256:9f86d0… -o doc-as-read.txt
+    """
+    if output == "-" and sys.stdout.isatty():
+        raise click.UsageError("give -o FILE: captured bytes may be binary (or -o - into a pipe)")
+    with principal_session(url, token) as (_led, session):
+        data = session.snapshot(ref)
+    write_output(output, data)
+    if output != "-":
+        click.echo(f"wrote {printable(output)} ({len(data):,} bytes, {ref})")
 
 
 READ_COMMANDS = (read, get, explain, audit, history, corrections, export, graph, records)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -37,8 +39,55 @@ from ledger.values import (
 
 
 def make_console() -> Console:
-    # Piped output keeps long ids and reasons on one line instead of 80 columns.
-    return Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+    # Piped output keeps long ids and reasons on one line instead of 80 columns,
+    # unless COLUMNS says how wide the output is to be.
+    wide = sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit()
+    return Console(highlight=False, width=None if wide else 160)
+
+
+@contextmanager
+def working(what: str, *, quiet: bool = False) -> Iterator[None]:
+    """A spinner on stderr while a long command works (only on a terminal)."""
+    console = Console(stderr=True)
+    if quiet or not console.is_terminal:
+        yield
+        return
+    with console.status(what):
+        yield
+
+
+def show(console: Console, table: Table) -> None:
+    """Print ``table``; when its id columns cannot all fit the terminal, print each
+    row as ``column  value`` lines instead, so no id is ever cut."""
+    # Folding columns can be narrowed to a few characters; id columns cannot.
+    needed = sum((c.min_width or 0) if c.no_wrap else 6 for c in table.columns)
+    if needed + 3 * len(table.columns) + 1 <= console.width:
+        console.print(table)
+        return
+    width = max(len(str(c.header)) for c in table.columns)
+    cells = [list(c.cells) for c in table.columns]
+    for i in range(table.row_count):
+        if i:
+            console.print()
+        for column, column_cells in zip(table.columns, cells, strict=True):
+            line = Text(f"{column.header!s:<{width}}  ", style="bold")
+            cell = column_cells[i]
+            line.append_text(cell if isinstance(cell, Text) else Text(str(cell)))
+            console.print(line, soft_wrap=bool(column.no_wrap))  # an id is never broken
+
+
+def new_table(*columns: str, ids: Mapping[str, Iterable[str]] | None = None, **kw: Any) -> Table:
+    """A table whose id columns (``ids``: column → the ids in it) are never wrapped or
+    cut, and whose other columns fold long text onto more lines instead of cutting it."""
+    table = Table(**kw)
+    for name in columns:
+        values = None if ids is None else ids.get(name)
+        if values is not None:
+            widest = max((len(v) for v in values), default=0)
+            table.add_column(name, no_wrap=True, min_width=max(widest, len(name)))
+        else:
+            table.add_column(name, overflow="fold")
+    return table
 
 
 def echo_json(data: Any) -> None:
@@ -66,9 +115,10 @@ def report_done(as_json: bool, data: dict[str, Any], line: str) -> None:
 
 
 def records_table(records: Sequence[RecordView]) -> Table:
-    table = Table()
-    for column in ("id", "kind", "status", "validity", "value", "parents", "expires"):
-        table.add_column(column)
+    table = new_table(
+        *("id", "kind", "status", "validity", "value", "parents", "expires"),
+        ids={"id": [r.id for r in records]},
+    )
     for r in records:
         parents = ", ".join(r.parents)
         if r.undeclared:
@@ -87,10 +137,10 @@ def records_table(records: Sequence[RecordView]) -> Table:
 
 def listing_table(records: Sequence[RecordView]) -> Table:
     """``provledger records``: one row per record; the id column is never wrapped or cut."""
-    table = Table()
-    table.add_column("id", no_wrap=True, min_width=max(len(r.id) for r in records))
-    for column in ("kind", "claim", "status", "validity", "value", "why"):
-        table.add_column(column, overflow="fold")
+    table = new_table(
+        *("id", "kind", "claim", "status", "validity", "value", "why"),
+        ids={"id": [r.id for r in records]},
+    )
     for r in records:
         notes = []
         if r.status == Status.SUPERSEDED:
@@ -128,7 +178,7 @@ def print_read(result: ReadResult, console: Console) -> None:
         heading.append(f"  value: {value_text(result.value)}")
     console.print(heading)
     if result.records:
-        console.print(records_table(result.records))
+        show(console, records_table(result.records))
     else:
         console.print("no usable record; `provledger explain` says why")
 
@@ -138,9 +188,10 @@ def print_explanation(explanation: Explanation, console: Console) -> None:
     console.print(
         heading_text(explanation.outcome, explanation.scope, explanation.claim_key, explanation.at)
     )
-    table = Table()
-    for column in ("id", "kind", "status", "usable", "why"):
-        table.add_column(column)
+    table = new_table(
+        *("id", "kind", "status", "usable", "why"),
+        ids={"id": [e.record.id for e in explanation.entries]},
+    )
     for e in explanation.entries:
         why = "usable" if e.usable else "; ".join(e.reasons)
         if e.record.undeclared:
@@ -152,15 +203,18 @@ def print_explanation(explanation: Explanation, console: Console) -> None:
             Text("yes", style="green") if e.usable else Text("no", style="red"),
             Text(why),
         )
-    console.print(table if explanation.entries else "no record answers this claim")
+    if explanation.entries:
+        show(console, table)
+    else:
+        console.print("no record answers this claim")
 
 
 def print_record(record: RecordView, console: Console) -> None:
     """One record, field by field."""
     console.print(Text(f"record {record.id}", style="bold"))
     table = Table(show_header=False)
-    table.add_column("field", style="bold")
-    table.add_column("value")
+    table.add_column("field", style="bold", no_wrap=True)
+    table.add_column("value", overflow="fold")
     rows: list[tuple[str, Text]] = [
         ("scope", Text(record.scope)),
         ("claim_key", Text(record.claim_key)),
@@ -206,10 +260,10 @@ def details_text(details: Mapping[str, Any], skip: Sequence[str] = ()) -> str:
 
 
 def events_table(events: Sequence[AuditEvent], with_record: bool) -> Table:
-    table = Table()
     columns = ["position", "type", *(["record"] * with_record), "at", "actor", "details"]
-    for column in columns:
-        table.add_column(column, justify="right" if column == "position" else "left")
+    record_ids = [str(e.details.get("record_id", "")) for e in events]
+    table = new_table(*columns, ids={"record": record_ids, "position": [str(len(events))]})
+    table.columns[0].justify = "right"
     for e in events:
         cells = [Text(str(e.position)), Text(e.type)]
         if with_record:
@@ -232,7 +286,7 @@ def print_audit(trail: AuditTrail, console: Console) -> None:
     if trail.undeclared:
         heading.append(f"  observed but undeclared: {', '.join(trail.undeclared)}", "yellow")
     console.print(heading)
-    console.print(events_table(trail.events, with_record=False))
+    show(console, events_table(trail.events, with_record=False))
 
 
 def print_corrections(due: Sequence[CorrectionDue], console: Console) -> None:
@@ -241,9 +295,13 @@ def print_corrections(due: Sequence[CorrectionDue], console: Console) -> None:
         console.print("no corrections due")
         return
     console.print(Text(f"{len(due)} correction(s) due", style="bold"))
-    table = Table()
-    for column in ("delivery", "record", "recipient", "status", "validity", "why"):
-        table.add_column(column)
+    table = new_table(
+        *("delivery", "record", "recipient", "status", "validity", "why"),
+        ids={
+            "delivery": [c.delivery.delivery_id for c in due],
+            "record": [c.delivery.record_id for c in due],
+        },
+    )
     for c in due:
         why = f"{c.cause} revoked: {c.reason}" if c.cause else (c.reason or "-")
         table.add_row(
@@ -254,19 +312,48 @@ def print_corrections(due: Sequence[CorrectionDue], console: Console) -> None:
             styled(c.validity, VALIDITY_STYLE),
             Text(why),
         )
-    console.print(table)
+    show(console, table)
 
 
-def print_revocation(rev: Revocation, console: Console) -> None:
-    """The revoked root and every record now STALE because of it."""
-    console.print(Text(f"revoked {rev.root} (log position {rev.position})", style="bold"))
-    table = Table()
-    table.add_column("record")
-    table.add_column("now")
-    table.add_row(Text(rev.root), styled("REVOKED", STATUS_STYLE))
-    for rid in rev.stale:
-        table.add_row(Text(rid), styled("STALE", STATUS_STYLE))
-    console.print(table)
+def revocation_json(rev: Revocation, owing: Sequence[CorrectionDue] | None) -> dict[str, Any]:
+    """Everything ``revoke --json`` prints: the revocation and the positions as-of needs."""
+    return {
+        **plain(rev),
+        "before_position": rev.position - 1,
+        "counts": {"REVOKED": 1, "STALE": len(rev.stale)},
+        "deliveries_owing_correction": None if owing is None else plain(owing),
+    }
+
+
+def print_revocation(
+    rev: Revocation, owing: Sequence[CorrectionDue] | None, console: Console, limit: int | None
+) -> None:
+    """A summary (counts, deliveries now owing a correction, the positions to give
+    ``as-of``), then the first ``limit`` records affected (all if None)."""
+    console.print(Text(f"revoked {rev.root} at log position {rev.position}", style="bold"))
+    console.print(f"state before: provledger as-of --position {rev.position - 1} …")
+    counts = Text("now: ")
+    counts.append_text(styled("REVOKED", STATUS_STYLE))
+    counts.append(" 1, ")
+    counts.append_text(styled("STALE", STATUS_STYLE))
+    counts.append(f" {len(rev.stale):,} (in the scopes you can see)")
+    console.print(counts)
+    if owing is None:
+        console.print("deliveries now owing a correction: not shown (no deliver role)")
+    else:
+        console.print(
+            f"deliveries now owing a correction: {len(owing):,}"
+            + (" (provledger corrections)" if owing else "")
+        )
+    shown = rev.affected if limit is None else rev.affected[: limit + 1]
+    table = new_table("record", "now", ids={"record": shown})
+    for rid in shown:
+        status = "REVOKED" if rid == rev.root else "STALE"
+        table.add_row(Text(rid), styled(status, STATUS_STYLE))
+    show(console, table)
+    more = len(rev.affected) - len(shown)
+    if more:
+        console.print(f"… and {more:,} more STALE: --all lists them, --json gives everything")
 
 
 def print_experiment(result: ExperimentResult, console: Console) -> None:

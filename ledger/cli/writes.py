@@ -19,15 +19,20 @@ from ledger.cli.options import (
     parse_json,
     principal_session,
     printable,
+    run_option,
     token_option,
     url_option,
+    within,
 )
 from ledger.cli.render import (
     echo_json,
     make_console,
     print_revocation,
     report_done,
+    revocation_json,
+    working,
 )
+from ledger.errors import AccessDeniedError
 
 
 @click.command()
@@ -40,6 +45,7 @@ from ledger.cli.render import (
 @click.option("--expires", type=DATETIME, help="Latest valid instant (ISO 8601 with offset).")
 @click.option("--conditions", type=JSON, help='Applicability as JSON, e.g. {"api_version": "v2"}.')
 @click.option("--value", type=JSON, help="The claim as JSON (default: the content hash).")
+@run_option
 @token_option
 @url_option
 @json_option
@@ -54,6 +60,7 @@ def capture(
     expires: datetime | None,
     conditions: Any,
     value: Any,
+    run_id: str | None,
     token: str,
     url: str | None,
     as_json: bool,
@@ -73,7 +80,7 @@ def capture(
         message = f"{printable(file)}: {printable(reason)}"
         raise click.BadParameter(message, param_hint="FILE") from None
     with principal_session(url, token) as (led, session):
-        rid = session.capture(
+        rid = within(session, run_id).capture(
             scope=scope,
             uri=uri,
             content=content,
@@ -104,6 +111,7 @@ def capture(
     help="A new version of OLD (same scope and claim): once this is accepted, "
     "OLD is SUPERSEDED and what rests on it STALE.",
 )
+@run_option
 @token_option
 @url_option
 @json_option
@@ -119,6 +127,7 @@ def propose(
     expires: datetime | None,
     conditions: Any,
     supersedes: str | None,
+    run_id: str | None,
     token: str,
     url: str | None,
     as_json: bool,
@@ -147,7 +156,7 @@ def propose(
     else:
         value = value_str
     with principal_session(url, token) as (led, session):
-        rid = session.propose(
+        rid = within(session, run_id).propose(
             scope=scope,
             claim_key=claim_key,
             value=value,
@@ -213,23 +222,51 @@ def reject(record_id: str, reason: str, token: str, url: str | None, as_json: bo
 @click.command()
 @click.argument("record_id", metavar="ID")
 @click.option("--reason", required=True, help="Why it is withdrawn.")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=0),
+    default=20,
+    show_default=True,
+    help="List at most this many of the records affected.",
+)
+@click.option("--all", "show_all", is_flag=True, help="List every record affected.")
 @token_option
 @url_option
 @json_option
 @errors_exit_1
-def revoke(record_id: str, reason: str, token: str, url: str | None, as_json: bool) -> None:
+def revoke(
+    record_id: str,
+    reason: str,
+    limit: int,
+    show_all: bool,
+    token: str,
+    url: str | None,
+    as_json: bool,
+) -> None:
     """Revoke a record: it becomes REVOKED and every descendant STALE, in one transaction.
+
+    Prints a summary (counts, deliveries now owing a correction, the log
+    positions `as-of` needs to see the state before and after) and the first
+    --limit records affected; --all lists them all, --json gives everything.
 
     \b
     Example:
       provledger revoke E1 --reason "doc changed"
     """
     with principal_session(url, token) as (_led, session):
-        rev = session.revoke(record_id, reason=reason)
+        with working(f"revoking {record_id} and marking its descendants STALE", quiet=as_json):
+            rev = session.revoke(record_id, reason=reason)
+        affected = set(rev.affected)
+        try:
+            owing: Any = tuple(
+                d for d in session.corrections_due() if d.delivery.record_id in affected
+            )
+        except AccessDeniedError:  # no deliver role anywhere: nothing it could correct
+            owing = None
     if as_json:
-        echo_json(rev)
+        echo_json(revocation_json(rev, owing))
     else:
-        print_revocation(rev, make_console())
+        print_revocation(rev, owing, make_console(), None if show_all else limit)
 
 
 @click.command()

@@ -4,7 +4,9 @@
 - :mod:`ledger.persistence.sqlite` — the SQLite backend (a file or ``memory:``);
 - :mod:`ledger.persistence.postgres` — the PostgreSQL backend;
 - :mod:`ledger.persistence.base` — what both share (the tables beside the events,
-  the work done in the transaction that appends events).
+  the work done in the transaction that appends events);
+- :mod:`ledger.persistence.faults` — a failure of the disk, the connection or a lock
+  as the typed ``LedgerError`` the engine raises.
 
 Each backend module owns its recorder *and* its read and write transactions; the
 rest of the ledger names no backend.
@@ -12,18 +14,32 @@ rest of the ledger names no backend.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from eventsourcing.application import Application
 from eventsourcing.persistence import Transcoder
 
-from ledger.persistence.base import Guard
-from ledger.persistence.postgres import LedgerPostgresRecorder
-from ledger.persistence.sqlite import LedgerSQLiteRecorder
+from ledger.persistence.base import Guard, LedgerRecorderMixin
+from ledger.persistence.sqlite import LedgerSQLiteRecorder, holds_ledger
 from ledger.persistence.urls import DEFAULT_PATH, Backend, resolve_url
 from ledger.serialization import MsgpackTranscoder
 
-LedgerRecorder = LedgerSQLiteRecorder | LedgerPostgresRecorder
+if TYPE_CHECKING:
+    # psycopg loads only when a PostgreSQL ledger is opened (the postgres extra).
+    from ledger.persistence.postgres import LedgerPostgresRecorder
+
+    LedgerRecorder = LedgerSQLiteRecorder | LedgerPostgresRecorder
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("LedgerPostgresRecorder", "LedgerRecorder"):
+        from ledger.persistence.postgres import LedgerPostgresRecorder
+
+        if name == "LedgerRecorder":
+            return LedgerSQLiteRecorder | LedgerPostgresRecorder
+        return LedgerPostgresRecorder
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class LedgerApplication(Application[UUID]):
@@ -38,8 +54,9 @@ class LedgerApplication(Application[UUID]):
     @property
     def ledger_recorder(self) -> LedgerRecorder:
         """The recorder, typed."""
-        assert isinstance(self.recorder, (LedgerSQLiteRecorder, LedgerPostgresRecorder))
-        return self.recorder
+        assert isinstance(self.recorder, LedgerRecorderMixin)
+        recorder: Any = self.recorder
+        return recorder  # type: ignore[no-any-return]
 
 
 __all__ = [
@@ -50,5 +67,6 @@ __all__ = [
     "LedgerPostgresRecorder",
     "LedgerRecorder",
     "LedgerSQLiteRecorder",
+    "holds_ledger",
     "resolve_url",
 ]

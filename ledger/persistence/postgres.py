@@ -1,24 +1,95 @@
-"""The PostgreSQL backend: its recorder and its read and write transactions.
+"""The PostgreSQL backend: its connections, its recorder and its read and write
+transactions.
 
 Several processes and hosts may write one ledger; writers take eventsourcing's
 table lock first. The stored events table is append-only: triggers refuse any
 UPDATE, DELETE or TRUNCATE.
+
+Connections: opening a ledger connects once directly, so a wrong database, role or
+address is reported at once with the server's own reason; a pooled connection whose
+server session ended while it sat idle (a terminated backend, a restart) is noticed
+when it is handed out and replaced, with the pool's other idle connections checked;
+and a thread holding a read or write transaction open never waits for a second
+pooled connection — a read nested in it takes an idle one or opens its own.
 """
 
 from __future__ import annotations
 
+import select
+import threading
 import zlib
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 from uuid import UUID
 
-from eventsourcing.persistence import Notification
-from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
+from eventsourcing.persistence import Notification, OperationalError
+from eventsourcing.postgres import (
+    PostgresApplicationRecorder,
+    PostgresDatastore,
+    PostgresFactory,
+)
 
 from ledger.persistence.base import APPEND_ONLY, SNAPSHOT_DDL, LedgerRecorderMixin
+from ledger.persistence.faults import CommitFailed
 from projections.base import Cursor, postgres_dialect
 from projections.projector import Projector
+
+
+class LedgerPostgresFactory(PostgresFactory):
+    """eventsourcing's PostgreSQL persistence, connecting once before the pool opens
+    (the server's reason for refusing comes back within the connect timeout instead
+    of a pool timeout), and with a pool that replaces connections whose session
+    ended while they were idle."""
+
+    def __init__(self, env: Any):
+        super().__init__(env)
+        pool: Any = self.datastore.pool
+        # Named in pg_stat_activity, so an administrator can tell a ledger's sessions.
+        pool.kwargs["application_name"] = f"provledger:{self.datastore.schema}"[:63]
+        # Reads wait for a lock (another session's ACCESS EXCLUSIVE, say) no longer
+        # than writers do; writers set it again for their own transaction.
+        pool.kwargs["options"] = f"-c lock_timeout={int(self.datastore.lock_timeout)}s"
+        probe(pool.kwargs, pool.timeout)
+        if hasattr(pool, "_check") and pool._check is None:
+            pool._check = _quick_check(pool)
+
+
+def probe(kwargs: dict[str, Any], timeout: float) -> None:
+    """Connect once with ``kwargs`` (libpq's connect timeout is whole seconds, at
+    least 2); raise eventsourcing's ``OperationalError`` with the server's reason."""
+    import psycopg
+
+    options = {k: v for k, v in kwargs.items() if k != "row_factory"}
+    try:
+        with psycopg.connect(**options, connect_timeout=max(2, int(timeout)), autocommit=True):
+            pass
+    except psycopg.Error as exc:
+        raise OperationalError(str(exc)) from exc
+
+
+def _quick_check(pool: Any) -> Any:
+    """A check run as the pool hands out a connection: nothing should be waiting on
+    an idle connection's socket (one system call); if something is, the server may
+    have ended the session — confirm with an empty query, and on failure check the
+    pool's other idle connections too (they were likely ended together)."""
+
+    def check(conn: Any) -> None:
+        try:
+            poll = select.poll()  # no limit on descriptor numbers, unlike select()
+            poll.register(conn.pgconn.socket, select.POLLIN | select.POLLERR | select.POLLHUP)
+            if not poll.poll(0):
+                return
+        except (OSError, ValueError, AttributeError):  # no poll(): confirm below
+            pass
+        try:
+            conn.execute("")
+        except Exception:
+            with suppress(Exception):
+                pool.check()
+            raise
+
+    return check
 
 
 class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
@@ -40,6 +111,8 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
         )
         super().__init__(datastore, events_table_name=events_table_name)
         self._table = f"{datastore.schema}.{events_table_name}"
+        # The connection of the read or write transaction open on each thread.
+        self._held = threading.local()
         # eventsourcing sends the events as one array of a composite type, whose
         # values psycopg dumps in Python; four arrays of plain types dump in C.
         self._insert_plain = (
@@ -57,6 +130,7 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
         """
         key = zlib.crc32(f"provledger:{self.datastore.schema}".encode())
         schema = self.datastore.schema
+        # One connection does it all, so a pool of one connection can open a ledger.
         with self.datastore.get_connection() as conn:
             conn.execute("SELECT pg_advisory_lock(%s)", (key,))
             try:
@@ -65,38 +139,56 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
                 marker = conn.execute(
                     "SELECT to_regclass(%s) IS NOT NULL AS done", (f"{schema}.pl_schema",)
                 ).fetchone()
-                if marker is not None and marker["done"]:
-                    self.datastore.register_type_adapters()
-                    return
-                conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
-                super().create_table()
-                with self.datastore.transaction(commit=True) as c:
-                    for statement in SNAPSHOT_DDL:
-                        c.execute(self.dialect.q(statement))
-                    self.projector.create_tables(c)
-                    c.execute(
-                        f"CREATE OR REPLACE FUNCTION {schema}.pl_append_only() RETURNS trigger "
-                        "LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION "
-                        "'% is append-only: % refused', TG_TABLE_NAME, TG_OP; END $$"
-                    )
-                    for table, name in [
-                        (self._table, self.events_table_name),
-                        *((f"{schema}.{t}", t) for t in APPEND_ONLY),
-                    ]:
-                        c.execute(
-                            f"CREATE OR REPLACE TRIGGER {name}_append_only "
-                            f"BEFORE UPDATE OR DELETE ON {table} FOR EACH ROW "
-                            f"EXECUTE FUNCTION {schema}.pl_append_only()"
-                        )
-                        c.execute(
-                            f"CREATE OR REPLACE TRIGGER {name}_no_truncate "
-                            f"BEFORE TRUNCATE ON {table} FOR EACH STATEMENT "
-                            f"EXECUTE FUNCTION {schema}.pl_append_only()"
-                        )
-                    c.execute(f"CREATE TABLE {schema}.pl_schema (version INTEGER NOT NULL)")
-                    c.execute(f"INSERT INTO {schema}.pl_schema (version) VALUES (1)")
+                if marker is None or not marker["done"]:
+                    conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+                    self._create_all(conn)
             finally:
                 conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+        self.datastore.register_type_adapters()
+
+    def _create_all(self, conn: Any) -> None:
+        """eventsourcing's types and tables, then the ledger's, on ``conn``."""
+        import psycopg
+
+        schema = self.datastore.schema
+        for create in self.sql_create_statements:
+            if "CREATE TYPE" in create.as_string():
+                # No IF NOT EXISTS for types: each in its own transaction.
+                with suppress(psycopg.errors.DuplicateObject), conn.transaction():
+                    conn.execute(create, prepare=False)
+        with conn.transaction(), conn.cursor() as c:
+            self._create_table(c)
+            for statement in SNAPSHOT_DDL:
+                c.execute(self.dialect.q(statement))
+            self.projector.create_tables(c)
+            c.execute(
+                f"CREATE OR REPLACE FUNCTION {schema}.pl_append_only() RETURNS trigger "
+                "LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION "
+                "'% is append-only: % refused', TG_TABLE_NAME, TG_OP; END $$"
+            )
+            for table, name in [
+                (self._table, self.events_table_name),
+                *((f"{schema}.{t}", t) for t in APPEND_ONLY),
+            ]:
+                c.execute(
+                    f"CREATE OR REPLACE TRIGGER {name}_append_only "
+                    f"BEFORE UPDATE OR DELETE ON {table} FOR EACH ROW "
+                    f"EXECUTE FUNCTION {schema}.pl_append_only()"
+                )
+                c.execute(
+                    f"CREATE OR REPLACE TRIGGER {name}_no_truncate "
+                    f"BEFORE TRUNCATE ON {table} FOR EACH STATEMENT "
+                    f"EXECUTE FUNCTION {schema}.pl_append_only()"
+                )
+            c.execute(f"CREATE TABLE {schema}.pl_schema (version INTEGER NOT NULL)")
+            c.execute(f"INSERT INTO {schema}.pl_schema (version) VALUES (1)")
+
+    def holds_ledger(self) -> bool:
+        """Whether the schema already holds a ledger's events table (nothing is created)."""
+        with self.datastore.get_connection() as conn:
+            row = conn.execute("SELECT to_regclass(%s) IS NOT NULL AS found", (self._table,))
+            found = row.fetchone()
+        return bool(found is not None and found["found"])
 
     @property
     def events_table(self) -> str:
@@ -117,29 +209,89 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
     @contextmanager
     def reading(self) -> Iterator[Cursor]:
         """One snapshot for every statement of a read, begun in the same round trip
-        as the transaction."""
-        datastore: Any = self.datastore
-        with datastore.get_connection() as conn:
+        as the transaction (a read nested in a transaction open on this thread gets
+        its own snapshot on a spare connection: see ``_connection``)."""
+        with self._connection() as conn:
             conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            outer, self._held.conn = getattr(self._held, "conn", None), conn
             try:
                 with conn.cursor() as cursor:
                     yield cursor
             finally:
-                conn.execute("ROLLBACK")
+                self._held.conn = outer
+                if not conn.broken:
+                    conn.execute("ROLLBACK")
 
     @contextmanager
     def statement(self) -> Iterator[Cursor]:
         """A cursor outside any explicit transaction (a statement sees one snapshot)."""
-        datastore: Any = self.datastore
-        with datastore.get_connection() as conn, conn.cursor() as cursor:
+        with self._connection() as conn, conn.cursor() as cursor:
             yield cursor
+
+    @contextmanager
+    def _connection(self) -> Iterator[Any]:
+        """A pooled connection; but while this thread holds a transaction open, never
+        one it would wait for (the open transaction would sit idle, holding its
+        locks, and a pool of threads doing the same would deadlock): an idle pooled
+        connection if there is one, else a connection of its own, closed after."""
+        datastore: Any = self.datastore
+        if getattr(self._held, "conn", None) is None:
+            with datastore.get_connection() as conn:
+                yield conn
+            return
+        import psycopg
+        import psycopg_pool
+
+        pool = datastore.pool
+        try:
+            spare = pool.getconn(timeout=0.001)
+            owned = False
+        except psycopg_pool.PoolTimeout:
+            spare, owned = None, True
+        try:
+            if spare is None:
+                spare = psycopg.connect(
+                    **pool.kwargs, autocommit=True, connect_timeout=max(2, int(pool.timeout))
+                )
+            yield spare
+        except psycopg.Error as exc:
+            raise OperationalError(str(exc)) from exc
+        finally:
+            if spare is not None:
+                if owned:
+                    spare.close()
+                else:
+                    pool.putconn(spare)
 
     @contextmanager
     def writing(self) -> Iterator[Cursor]:
         """A write transaction (READ COMMITTED: after the table lock, every
-        statement sees every earlier writer's commit)."""
-        with self.datastore.transaction(commit=True) as c:
-            yield c
+        statement sees every earlier writer's commit), on a connection got as
+        ``_connection`` says. A failure while committing is raised as
+        ``CommitFailed`` (its outcome may be unknown)."""
+        outer = getattr(self._held, "conn", None)
+        committing = False
+        try:
+            with self._connection() as conn, conn.transaction():
+                self._held.conn = conn
+                try:
+                    with conn.cursor() as cursor:
+                        yield cursor
+                finally:
+                    self._held.conn = outer
+                committing = True
+        except Exception as exc:
+            if committing:
+                raise CommitFailed() from exc
+            raise
+
+    def max_notification_id(self) -> int | None:
+        """The newest log position, in one statement (never waiting for a pooled
+        connection while this thread holds a transaction open)."""
+        with self.statement() as c:
+            c.execute(f"SELECT MAX(notification_id) AS m FROM {self._table}")
+            row = c.fetchone()
+        return None if row is None else row["m"]
 
     def insert_in(
         self,

@@ -7,11 +7,13 @@ UPDATE or DELETE on it fail.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 from uuid import UUID
 
@@ -37,6 +39,26 @@ MAX_READERS = 32
 #: connections with ``cached_statements=True`` (that is, one), so a transaction
 #: of several statements prepared every one of them again on every call.
 STATEMENT_CACHE = 256
+
+
+def holds_ledger(path: str) -> bool:
+    """Whether the SQLite file at ``path`` exists and holds a ledger's events table;
+    opened read-only, so nothing is created or changed."""
+    if not os.path.isfile(path):
+        return False
+    try:
+        c = sqlite3.connect(f"{Path(path).absolute().as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error:
+        return False
+    try:
+        found = c.execute(
+            "SELECT 1 FROM sqlite_master WHERE type='table' AND name='stored_events'"
+        ).fetchone()
+    except sqlite3.Error:  # not a database at all
+        return False
+    finally:
+        c.close()
+    return found is not None
 
 
 class LedgerSQLitePool(SQLiteConnectionPool):
@@ -210,6 +232,15 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
         with self._readers_lock:
             if connection in self._readers:
                 self._readers.remove(connection)
+
+    def holds_ledger(self) -> bool:
+        """Whether the database already holds the events table (nothing is created)."""
+        with self.statement() as c:
+            c.execute(
+                "SELECT 1 FROM sqlite_master WHERE type='table' AND name=?",
+                (self.events_table_name,),
+            )
+            return c.fetchone() is not None
 
     def construct_create_table_statements(self) -> list[str]:
         """eventsourcing's table, append-only triggers, the snapshot store and the views."""

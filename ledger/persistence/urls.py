@@ -1,8 +1,17 @@
 """Ledger URLs: ``memory:``, ``sqlite:///path.db`` or ``postgresql://…`` become an
-eventsourcing environment naming this package's recorder for that backend."""
+eventsourcing environment naming this package's recorder for that backend.
+
+Every option is checked here, and a refusal is an ``InvalidURLError`` naming the
+option (the URL in it redacted): an SQLite path is a plain file path (``file:`` URIs
+and ``:memory:`` are refused: they would silently open something else); a PostgreSQL
+schema is a plain lowercase name that is neither a system schema
+(``information_schema``, ``pg_*``) nor a reserved word; pool sizes and timeouts are
+whole numbers within :data:`PG_BOUNDS`.
+"""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import uuid
@@ -11,8 +20,7 @@ from urllib.parse import parse_qs, unquote, urlparse
 
 from eventsourcing.utils import get_topic
 
-from ledger.errors import InvalidURLError
-from ledger.persistence.postgres import LedgerPostgresRecorder
+from ledger.errors import InvalidURLError, StorageError
 from ledger.persistence.sqlite import LedgerSQLiteFactory, LedgerSQLiteRecorder
 
 DEFAULT_PATH = "provledger.db"
@@ -61,7 +69,19 @@ def resolve_url(url: str | None) -> Backend:
             raise InvalidURLError(f"ledger URL {url!r} names no database file")
         if "\x00" in path:
             raise InvalidURLError(f"ledger URL {url!r} has a NUL character in its path")
-        timeout = parse_qs(parsed.query).get("timeout", ["30"])[-1]
+        if path.lower().startswith("file:") or path == ":memory:":
+            raise InvalidURLError(
+                f"ledger URL {url!r}: path {path!r} is not a plain file path (SQLite "
+                "would read it as a 'file:' URI or an in-memory database); give "
+                "sqlite:///path.db, or memory: for a ledger in memory"
+            )
+        options = parse_qs(parsed.query, keep_blank_values=True)
+        unknown = sorted(set(options) - {"timeout"})
+        if unknown:
+            raise InvalidURLError(
+                f"ledger URL {url!r}: unknown option {unknown[0]!r} (known: timeout)"
+            )
+        timeout = options.get("timeout", ["30"])[-1]
         if not timeout.isascii() or not timeout.isdigit() or not 0 < int(timeout) <= 86_400:
             raise InvalidURLError(
                 f"ledger URL {url!r}: timeout must be whole seconds between 1 and 86400"
@@ -74,11 +94,23 @@ def resolve_url(url: str | None) -> Backend:
         }
         return Backend(kind="sqlite", url=url, env=env, path=path)
     if url.startswith(("postgresql://", "postgres://")):
+        if not _installed("psycopg"):
+            raise StorageError(
+                f"ledger URL {redacted(url)!r} needs PostgreSQL support, which is not "
+                "installed: pip install 'provledger[postgres]'"
+            )
         return _postgres_backend(url)
     url = redacted(url)
     raise InvalidURLError(
         f"ledger URL {url!r} is not memory:, sqlite:///path or postgresql://user@host/db"
     )
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ValueError, ImportError):  # e.g. blocked with sys.modules[module] = None
+        return False
 
 
 _PG_OPTIONS = {
@@ -88,7 +120,52 @@ _PG_OPTIONS = {
     "lock_timeout": "POSTGRES_LOCK_TIMEOUT",
     "connect_timeout": "POSTGRES_CONNECT_TIMEOUT",
 }
-_SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+#: Bounds (inclusive) and defaults of the PostgreSQL URL's numeric options: pool
+#: sizes in connections, timeouts in whole seconds.
+PG_BOUNDS = {
+    "pool_size": (1, 20, 2),
+    "max_overflow": (0, 50, 8),
+    "lock_timeout": (1, 3600, 30),
+    "connect_timeout": (1, 300, 30),
+}
+
+_SCHEMA = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+#: PostgreSQL's reserved key words: a schema so named breaks unquoted SQL.
+_RESERVED = frozenset(
+    " ".join(
+        (
+            "all analyse analyze and any array as asc asymmetric authorization binary both",
+            "case cast check collate collation column concurrently constraint create cross",
+            "current_catalog current_date current_role current_schema current_time",
+            "current_timestamp current_user default deferrable desc distinct do else end",
+            "except false fetch for foreign freeze from full grant group having ilike in",
+            "initially inner intersect into is isnull join lateral leading left like limit",
+            "localtime localtimestamp natural not notnull null offset on only or order outer",
+            "overlaps placing primary references returning right select session_user similar",
+            "some symmetric system_user table tablesample then to trailing true union unique",
+            "user using variadic verbose when where window with",
+        )
+    ).split()
+)
+
+
+def _check_schema(url: str, schema: str) -> None:
+    if not _SCHEMA.fullmatch(schema):
+        raise InvalidURLError(
+            f"ledger URL {url!r}: schema {schema!r} is not a plain lowercase name "
+            "(letters a-z, digits and _, at most 63, not starting with a digit)"
+        )
+    if schema == "information_schema" or schema.startswith("pg_"):
+        raise InvalidURLError(
+            f"ledger URL {url!r}: schema {schema!r} is a PostgreSQL system schema; "
+            "name a schema of your own"
+        )
+    if schema in _RESERVED:
+        raise InvalidURLError(
+            f"ledger URL {url!r}: schema {schema!r} is a reserved word in PostgreSQL"
+        )
 
 
 def redacted(url: str) -> str:
@@ -113,7 +190,13 @@ def _postgres_backend(full: str) -> Backend:
         raise InvalidURLError(
             f"ledger URL {url!r} is not postgresql://user:password@host:port/dbname?schema=…"
         )
-    query = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
+    try:
+        port = parsed.port or 5432
+    except ValueError:
+        raise InvalidURLError(
+            f"ledger URL {url!r}: the port is not a number from 1 to 65535"
+        ) from None
+    query = {k: v[-1] for k, v in parse_qs(parsed.query, keep_blank_values=True).items()}
     unknown = sorted(set(query) - set(_PG_OPTIONS))
     if unknown:
         raise InvalidURLError(
@@ -121,25 +204,24 @@ def _postgres_backend(full: str) -> Backend:
             f"(known: {', '.join(sorted(_PG_OPTIONS))})"
         )
     schema = query.get("schema", "public")
-    if not _SCHEMA.match(schema):
-        raise InvalidURLError(
-            f"ledger URL {url!r}: schema {schema!r} is not a plain lowercase name"
-        )
-    for option in ("pool_size", "max_overflow", "lock_timeout", "connect_timeout"):
-        if option in query and not query[option].isdigit():
-            raise InvalidURLError(f"ledger URL {url!r}: {option} must be a whole number")
+    _check_schema(url, schema)
     env = {
-        "PERSISTENCE_MODULE": "eventsourcing.postgres",
+        # Topics, not the classes: psycopg loads only when the ledger opens.
+        "PERSISTENCE_MODULE": "ledger.persistence.postgres:LedgerPostgresFactory",
         "POSTGRES_DBNAME": dbname,
         "POSTGRES_HOST": parsed.hostname,
-        "POSTGRES_PORT": str(parsed.port or 5432),
+        "POSTGRES_PORT": str(port),
         "POSTGRES_USER": unquote(parsed.username or os.environ.get("USER", "postgres")),
         "POSTGRES_PASSWORD": unquote(parsed.password or ""),
-        "POSTGRES_POOL_SIZE": "2",
-        "POSTGRES_MAX_OVERFLOW": "8",
-        "POSTGRES_LOCK_TIMEOUT": "30",
-        "APPLICATION_RECORDER_TOPIC": get_topic(LedgerPostgresRecorder),
+        "POSTGRES_SCHEMA": schema,
+        "APPLICATION_RECORDER_TOPIC": "ledger.persistence.postgres:LedgerPostgresRecorder",
     }
-    for option, value in query.items():
-        env[_PG_OPTIONS[option]] = value
+    for option, (low, high, default) in PG_BOUNDS.items():
+        value = query.get(option, str(default))
+        if not value.isascii() or not value.isdigit() or not low <= int(value) <= high:
+            raise InvalidURLError(
+                f"ledger URL {url!r}: {option} must be a whole number from {low} to {high}, "
+                f"not {value[:20]!r}"
+            )
+        env[_PG_OPTIONS[option]] = str(int(value))
     return Backend(kind="postgresql", url=url, env=env)

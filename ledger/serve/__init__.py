@@ -20,15 +20,18 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8321
 
 
-def run(url: str | None, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> None:
+def run(
+    url: str | None, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, create: bool = True
+) -> None:
     """Open the ledger at ``url`` and serve it on ``host:port`` until interrupted.
 
     Raises:
         StorageError, InvalidURLError: the ledger cannot be opened.
+        LedgerNotFoundError: ``create=False`` and there is no ledger at ``url``.
     """
     import uvicorn  # imported here: only serving needs it
 
-    with Ledger.open(url) as ledger:
+    with Ledger.open(url, create=create) as ledger:
         uvicorn.run(
             create_app(ledger, host=host),
             host=host,

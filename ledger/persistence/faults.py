@@ -1,0 +1,189 @@
+"""Storage failures as ledger errors.
+
+Whatever the database or the disk reports — a full disk, a lost connection, a lock
+held too long, a server refusing a connection — becomes one typed
+:class:`~ledger.errors.LedgerError` with a one-line message naming the ledger (its
+URL redacted) and the server's own reason. psycopg is never imported here: its
+errors are recognised by their module and SQLSTATE, so an SQLite-only process does
+not load it.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sqlite3
+from typing import Any
+
+from eventsourcing.persistence import PersistenceError
+
+from ledger.errors import ConcurrencyError, ConnectionLostError, DiskFullError, StorageError
+
+#: SQLite primary result codes the ledger tells apart.
+_SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_IOERR, _SQLITE_FULL = 5, 6, 10, 13
+
+#: Free bytes below which an SQLite I/O error on write is taken for a full disk.
+_NEARLY_FULL = 1 << 20
+
+#: SQLSTATEs of a lost connection: the server ended the session (terminated
+#: backend, shutdown, crash, idle-in-transaction timeout) or cannot be reached.
+_LOST_STATES = ("57P01", "57P02", "57P03", "25P03")
+#: SQLSTATEs of a conflict with another transaction (the command is tried again).
+_BUSY_STATES = ("40001", "40P01")
+#: SQLSTATE of a lock not granted within ``lock_timeout`` (already waited: not retried).
+_LOCK_TIMEOUT = "55P03"
+
+#: Errors a backend raises for the database (wrapped by eventsourcing or not).
+DATABASE_ERRORS: tuple[type[BaseException], ...] = (PersistenceError, sqlite3.Error)
+
+
+class CommitFailed(Exception):
+    """The database failed while committing a write transaction (its cause says how):
+    on a lost connection, the command may or may not have been applied."""
+
+
+def root_cause(exc: BaseException) -> BaseException:
+    """The driver's exception behind eventsourcing's wrapper (or ``exc`` itself)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, (sqlite3.Error, OSError)) or _is_psycopg(current):
+            return current
+        current = current.__cause__ or current.__context__
+    return exc
+
+
+def _is_psycopg(exc: BaseException) -> bool:
+    return type(exc).__module__.split(".", 1)[0] in ("psycopg", "psycopg_pool")
+
+
+def reason_of(exc: BaseException, secret: str = "") -> str:
+    """The database's own reason, on one line, without ``secret`` (a password)."""
+    cause = root_cause(exc)
+    text = str(cause) or str(exc) or type(cause).__name__
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    text = "; ".join(lines) if lines else type(cause).__name__
+    # libpq: 'connection failed: connection to server at "h" (…), port 5432 failed:
+    # FATAL:  database "x" does not exist' — the server's words come last.
+    if "FATAL:" in text:
+        where, _, said = text.partition("FATAL:")
+        where = where.removeprefix("connection failed:").strip().rstrip(":").strip()
+        text = f"{' '.join(said.split())} ({where.removesuffix(' failed')})"
+    text = text.removeprefix("connection failed: ").removeprefix("consuming input failed: ")
+    text = " ".join(text.split())
+    if secret and secret in text:
+        text = text.replace(secret, "***")
+    return text
+
+
+def is_busy(exc: BaseException) -> bool:
+    """True if ``exc`` says another writer held a lock or conflicted (the command is
+    tried again); a PostgreSQL lock timeout is not: ``lock_timeout`` was waited."""
+    cause = root_cause(exc)
+    if isinstance(cause, sqlite3.Error):
+        code = getattr(cause, "sqlite_errorcode", None)
+        if code is not None:
+            return code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
+        message = str(cause).lower()
+        return "locked" in message or "busy" in message
+    if _is_psycopg(cause):
+        return getattr(cause, "sqlstate", None) in _BUSY_STATES
+    message = str(exc).lower()
+    return any(word in message for word in ("locked", "busy", "lock timeout", "deadlock"))
+
+
+def storage_error(
+    exc: BaseException,
+    url: str,
+    *,
+    path: str | None = None,
+    opening: bool = False,
+    committing: bool = False,
+    secret: str = "",
+) -> StorageError | ConcurrencyError:
+    """The typed ledger error for a failure of the database behind ``url``.
+
+    Args:
+        exc: what the driver (or eventsourcing's wrapper of it) raised.
+        url: the ledger URL as shown to users (already redacted).
+        path: the SQLite file, to tell a full disk from another I/O error.
+        opening: the failure happened while opening the ledger.
+        committing: the failure happened while committing a write.
+        secret: a password to keep out of the message even if a driver echoed it.
+    """
+    cause = root_cause(exc)
+    reason = reason_of(exc, secret)
+    head = f"cannot open ledger {url!r}" if opening else f"ledger {url!r}"
+    if is_busy(exc) or getattr(cause, "sqlstate", None) == _LOCK_TIMEOUT:
+        return ConcurrencyError(
+            f"{head}: another session held a lock on the ledger's tables ({reason}); "
+            "nothing was written — try again"
+        )
+    if _is_full(cause, path):
+        return DiskFullError(
+            f"{head}: the disk is full ({reason}); nothing was written — free space and try again"
+        )
+    if _is_lost(cause) and not opening:
+        if committing:
+            return ConnectionLostError(
+                f"{head}: the connection to the database server was lost while committing "
+                f"({reason}); the command may have been applied — check before trying again"
+            )
+        return ConnectionLostError(
+            f"{head}: the connection to the database server was lost ({reason}); "
+            "the command was not applied — try again"
+        )
+    return StorageError(f"{head}: {reason}")
+
+
+def _is_full(cause: BaseException, path: str | None) -> bool:
+    if isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        return True
+    if _is_psycopg(cause):
+        return getattr(cause, "sqlstate", None) == "53100"
+    if not isinstance(cause, sqlite3.Error):
+        return False
+    code = getattr(cause, "sqlite_errorcode", None)
+    if code is None:
+        return "disk is full" in str(cause)
+    if code & 0xFF == _SQLITE_FULL:
+        return True
+    # A write refused by the file system surfaces as an I/O error: out of space, or
+    # the process's file size limit (RLIMIT_FSIZE) reached.
+    return code & 0xFF == _SQLITE_IOERR and (_size_limited() or _nearly_full(path))
+
+
+def _size_limited() -> bool:
+    try:
+        import resource
+    except ImportError:  # pragma: no cover  (not on Windows)
+        return False
+    soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    return bool(soft != resource.RLIM_INFINITY)
+
+
+def _nearly_full(path: str | None) -> bool:
+    if not path:
+        return False
+    try:
+        stat = os.statvfs(os.path.dirname(os.path.abspath(path)) or ".")
+    except (OSError, AttributeError):
+        return False
+    return stat.f_bavail * stat.f_frsize < _NEARLY_FULL
+
+
+def _is_lost(cause: BaseException) -> bool:
+    if not _is_psycopg(cause):
+        return False
+    state: Any = getattr(cause, "sqlstate", None)
+    if isinstance(state, str):
+        return state.startswith("08") or state in _LOST_STATES
+    name = type(cause).__name__
+    if name == "PoolTimeout":
+        return False
+    # Client-side: the socket was closed under the connection.
+    message = str(cause).lower()
+    return name in ("OperationalError", "InterfaceError") and any(
+        word in message for word in ("connection", "server closed", "terminat")
+    )

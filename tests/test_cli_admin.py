@@ -1,0 +1,266 @@
+"""``provledger init`` and the admin token on every backend, a missing ledger, extras.
+
+``init`` creates the ledger and prints an admin token once; admin commands take
+it as ``--admin-token`` / ``$PROVLEDGER_ADMIN_TOKEN`` (the owner of a local
+SQLite file may omit it); every other command refuses a ledger that does not
+exist and creates nothing; ``provledger --help`` imports no optional package.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from ledger import Ledger
+from ledger.cli import main
+from ledger.errors import AuthenticationError, LedgerNotFoundError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(*args: str, **env: str | None) -> Result:
+    environment: dict[str, str | None] = {
+        "PROVLEDGER_URL": None,
+        "PROVLEDGER_TOKEN": None,
+        "PROVLEDGER_ADMIN_TOKEN": None,
+        **env,
+    }
+    return CliRunner().invoke(main, list(args), env=environment)
+
+
+def ok(*args: str, **env: str | None) -> Result:
+    result = run(*args, **env)
+    assert result.exit_code == 0, (result.output, result.exception)
+    return result
+
+
+# -- init --------------------------------------------------------------------------------
+
+
+def test_init_creates_the_ledger_and_prints_the_admin_token_once(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'new.db'}"
+    first = ok("init", "--url", url)
+    token = first.stdout.strip()
+    assert token.startswith("plt_") and first.stdout == token + "\n"  # alone on stdout
+    assert "created ledger" in first.stderr and "shown this once" in first.stderr
+    again = ok("init", "--url", url)
+    assert again.stdout == ""
+    assert "ledger exists" in again.stderr and "admin token already" in again.stderr
+    data = json.loads(ok("init", "--url", url, "--json").stdout)
+    assert data == {
+        "url": url,
+        "backend": "sqlite",
+        "position": 2,
+        "created": False,
+        "admin_token": None,
+    }
+    with Ledger.open(url) as led:
+        led.admin(token)  # a valid admin token
+        # Only its sha256 is stored, as an event in the log.
+        assert token not in (tmp_path / "new.db").read_bytes().decode("latin-1")
+        assert led.verify().ok
+
+
+def test_an_admin_token_is_no_principal_token_and_a_principal_token_no_admin_token(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    admin_token = ok("init", "--url", url).stdout.strip()
+    ok("grant", "agent-1", "--scope", "p", "--roles", "read", "--url", url)
+    agent = ok("token", "issue", "agent-1", "--url", url).stdout.strip()
+    with Ledger.open(url) as led:
+        with pytest.raises(AuthenticationError, match="that is an admin token"):
+            led.authenticate(admin_token)
+        with pytest.raises(AuthenticationError, match="belongs to 'agent-1'"):
+            led.admin(agent)
+    refused = run("stats", "--url", url, "--admin-token", agent)
+    assert refused.exit_code == 1
+    assert "belongs to 'agent-1', not to the administrator" in refused.stderr
+
+
+def test_another_admin_token_can_be_issued_and_the_last_one_is_never_revoked(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    first = ok("init", "--url", url).stdout.strip()
+    last = run("token", "revoke", first, "--url", url, "--admin-token", first)
+    assert last.exit_code == 1 and "last admin token" in last.stderr
+    second = ok("token", "issue", "--admin", "--url", url, "--admin-token", first).stdout.strip()
+    ok("token", "revoke", first, "--url", url, "--admin-token", second)
+    refused = run("stats", "--url", url, "--admin-token", first)
+    assert refused.exit_code == 1 and refused.stderr == "error: admin token was revoked\n"
+    assert json.loads(ok("stats", "--url", url, "--admin-token", second, "--json").stdout)
+
+
+def test_admin_commands_on_a_file_another_user_owns_need_the_admin_token(tmp_path: Path) -> None:
+    if os.geteuid() != 0:  # pragma: no cover - only root can give a file away
+        pytest.skip("needs root to hand the file to another user")
+    path = tmp_path / "x.db"
+    url = f"sqlite:///{path}"
+    admin_token = ok("init", "--url", url).stdout.strip()
+    os.chown(path, 65534, 65534)
+    refused = run("grant", "a", "--scope", "p", "--roles", "read", "--url", url)
+    assert refused.exit_code == 1
+    assert "a file another user owns" in refused.stderr and "--admin-token" in refused.stderr
+    ok("grant", "a", "--scope", "p", "--roles", "read", "--url", url, "--admin-token", admin_token)
+    ok("stats", "--url", url, PROVLEDGER_ADMIN_TOKEN=admin_token)
+
+
+@pytest.mark.postgres
+def test_the_admin_token_flow_on_postgresql(pg_url: str) -> None:
+    # Before init: nothing there, and nothing is created by asking.
+    missing = run("stats", "--url", pg_url)
+    assert missing.exit_code == 1
+    assert "no ledger at" in missing.stderr and "run `provledger init`" in missing.stderr
+    with pytest.raises(LedgerNotFoundError):
+        Ledger.open(pg_url, create=False)
+    # init prints the admin token once.
+    admin_token = ok("init", "--url", pg_url).stdout.strip()
+    assert admin_token.startswith("plt_")
+    assert ok("init", "--url", pg_url).stdout == ""
+    # Admin commands need it on a shared database.
+    grant = ["grant", "agent-1", "--scope", "proj-a", "--roles", "propose,read", "--url", pg_url]
+    refused = run(*grant)
+    assert refused.exit_code == 1
+    assert "shared postgresql database" in refused.stderr and "--admin-token" in refused.stderr
+    assert run(*grant, "--admin-token", "plt_wrong").stderr == "error: admin token is unknown\n"
+    ok(*grant, "--admin-token", admin_token)
+    agent = ok(
+        "token", "issue", "agent-1", "--url", pg_url, PROVLEDGER_ADMIN_TOKEN=admin_token
+    ).stdout.strip()
+    # The principal's token works for principal commands.
+    got = ok("records", "--scope", "proj-a", "--url", pg_url, "--json", PROVLEDGER_TOKEN=agent)
+    assert json.loads(got.stdout)["records"] == []
+    # Authorization replay accepts the admin token's events.
+    verified = ok("verify", "--url", pg_url, "--json", PROVLEDGER_ADMIN_TOKEN=admin_token)
+    assert json.loads(verified.stdout)["ok"] is True
+
+
+# -- a ledger that does not exist ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["read", "--scope", "p", "--claim", "k", "--token", "plt_x"],
+        ["get", "E1", "--token", "plt_x"],
+        ["stats"],
+        ["grant", "a", "--scope", "p", "--roles", "read"],
+        ["verify"],
+        ["token", "issue", "a"],
+    ],
+    ids=lambda a: a[0],
+)
+def test_every_command_but_init_refuses_a_missing_ledger_and_creates_nothing(
+    tmp_path: Path, args: list[str]
+) -> None:
+    path = tmp_path / "walkthroug.db"  # a typo of the real name
+    result = run(*args, "--url", f"sqlite:///{path}")
+    assert result.exit_code == 1
+    assert result.stderr == (
+        f"error: no ledger at sqlite:///{path}; run `provledger init` or check PROVLEDGER_URL\n"
+    )
+    assert list(tmp_path.iterdir()) == []  # no file, no -wal, no -shm
+
+
+def test_the_default_url_is_not_created_by_a_read_either(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = run("read", "--scope", "p", "--claim", "k", "--token", "plt_x")
+    assert result.exit_code == 1 and "no ledger at sqlite:///provledger.db" in result.stderr
+    assert not (tmp_path / "provledger.db").exists()
+
+
+def test_a_file_that_is_not_a_ledger_is_refused_and_left_alone(tmp_path: Path) -> None:
+    path = tmp_path / "notes.db"
+    path.write_bytes(b"")
+    result = run("get", "E1", "--token", "plt_x", "--url", f"sqlite:///{path}")
+    assert result.exit_code == 1 and "no ledger at" in result.stderr
+    assert path.read_bytes() == b"" and sorted(p.name for p in tmp_path.iterdir()) == ["notes.db"]
+
+
+# -- extras and lazy imports ------------------------------------------------------------------
+
+
+def _modules_after(code: str) -> set[str]:
+    done = subprocess.run(
+        [sys.executable, "-c", code + "\nimport sys\nprint(' '.join(sorted(sys.modules)))"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    return {m.split(".", 1)[0] for m in done.stdout.split()}
+
+
+def test_help_imports_no_postgresql_prov_or_graphviz() -> None:
+    loaded = _modules_after(
+        "from ledger.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass"
+    )
+    assert "ledger" in loaded and "click" in loaded
+    assert not loaded & {"psycopg", "psycopg_pool", "prov", "lxml", "graphviz", "cryptography"}
+
+
+def test_a_sqlite_command_imports_no_postgresql(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    ok("init", "--url", url)
+    loaded = _modules_after(
+        "from ledger.cli import main\n"
+        f"try:\n    main(['stats', '--url', {url!r}])\nexcept SystemExit:\n    pass"
+    )
+    assert "eventsourcing" in loaded and "psycopg" not in loaded
+
+
+def test_a_missing_extra_is_named_in_the_error() -> None:
+    code = (
+        "import sys\nsys.modules['psycopg'] = None\n"
+        "from ledger.cli import main\n"
+        "main(['stats', '--url', 'postgresql://u@db.invalid/x'])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 1
+    assert "pip install 'provledger[postgres]'" in done.stderr
+
+
+def test_export_without_the_prov_extra_says_which_extra_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    ok("init", "--url", url)
+    ok("grant", "auditor", "--scope", "p", "--roles", "audit", "--url", url)
+    token = ok("token", "issue", "auditor", "--url", url).stdout.strip()
+    # As if prov were not installed (its modules imported by earlier tests included).
+    for name in [m for m in sys.modules if m == "prov" or m.startswith("prov.")] or ["prov"]:
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.delitem(sys.modules, "ledger.prov", raising=False)
+    result = run("export", "--url", url, PROVLEDGER_TOKEN=token)
+    assert result.exit_code == 1
+    assert result.stderr == (
+        "error: this needs prov, which is not installed: pip install 'provledger[prov]'\n"
+    )
+
+
+def test_pyproject_declares_the_extras_and_test_pulls_them_all() -> None:
+    import tomllib
+
+    project: dict[str, Any] = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    assert {"postgres", "prov", "mcp", "langgraph", "serve", "evidence"} <= set(extras)
+    core = " ".join(project["dependencies"])
+    assert "psycopg" not in core and "prov" not in core and "graphviz" not in core
+    test = set(extras["test"])
+    for name in ("postgres", "prov", "mcp", "langgraph", "serve", "evidence"):
+        assert set(extras[name]) <= test, name
