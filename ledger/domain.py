@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
-from uuid import NAMESPACE_URL, UUID, uuid5
+from uuid import NAMESPACE_URL, UUID, SafeUUID, uuid5
 
 from eventsourcing.domain import Aggregate
 from eventsourcing.utils import get_topic
@@ -69,10 +70,39 @@ class Validity(StrEnum):
 _NAMESPACE = uuid5(NAMESPACE_URL, "urn:provledger")
 
 
+#: SHA-1 state after the namespace and the prefix a record's name starts with.
+_RECORD_SHA1 = hashlib.sha1(_NAMESPACE.bytes + b"record:", usedforsecurity=False)
+#: The bits a version 5 UUID sets (RFC 4122 variant, version 5) and those it clears.
+_V5_SET = (0x8000 << 48) | (5 << 76)
+_V5_KEEP = ~((0xC000 << 48) | (0xF000 << 64)) & ((1 << 128) - 1)
+
+
 @functools.lru_cache(maxsize=1 << 16)
 def record_uuid(record_id: str) -> UUID:
-    """The aggregate id of the record called ``record_id`` (stable, never reused)."""
-    return uuid5(_NAMESPACE, "record:" + record_id)
+    """The aggregate id of the record called ``record_id`` (stable, never reused):
+    ``uuid5(_NAMESPACE, "record:" + record_id)``, computed from the hash state of
+    the common prefix and without ``UUID.__init__``'s argument checks (a bulk
+    import computes one per record)."""
+    sha = _RECORD_SHA1.copy()
+    sha.update(record_id.encode())
+    return _uuid_of_int((int.from_bytes(sha.digest()[:16]) & _V5_KEEP) | _V5_SET)
+
+
+def uuid_of_hex(text: str) -> UUID:
+    """``UUID(text)`` for the 32 hex digits a stored event's aggregate id is kept
+    as on SQLite, without ``UUID.__init__``'s general parsing (a rebuild makes one
+    per event); anything else is parsed by ``UUID``."""
+    if len(text) != 32:
+        return UUID(text)
+    return _uuid_of_int(int(text, 16))
+
+
+def _uuid_of_int(value: int) -> UUID:
+    """The UUID whose 128-bit value is ``value`` (0 <= value < 2**128)."""
+    made: UUID = object.__new__(UUID)
+    object.__setattr__(made, "int", value)
+    object.__setattr__(made, "is_safe", SafeUUID.unknown)
+    return made
 
 
 def principal_uuid(subject: str) -> UUID:

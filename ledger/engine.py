@@ -51,6 +51,7 @@ from ledger.errors import (
 from ledger.persistence import Backend, LedgerApplication, holds_ledger
 from ledger.persistence.faults import DATABASE_ERRORS, CommitFailed, is_busy, storage_error
 from ledger.serialization import datetime_to_micros, micros_to_datetime
+from ledger.stored import stored_events
 from ledger.validation import check_aware
 from ledger.values import RecordView
 from projections import validity as validity_view
@@ -103,8 +104,8 @@ class Write:
         read in this transaction, by aggregate id (hex), that the views may reuse."""
         if not events:
             return self.engine.recorder.max_position(self.c)
-        mapper = self.engine.app.mapper
-        stored = [mapper.to_stored_event(e) for e in events]
+        # Proposals' rows are assembled directly (the same bytes as the mapper's).
+        stored = stored_events(self.engine.app.mapper, events)
         # Rows read before a first append are current; after it the views moved on.
         first = self.done is not None
         with self.engine.projector.knowing(self.c, known if first else None):

@@ -75,6 +75,13 @@ def _default(obj: Any) -> Any:
     return _default_subclass(obj)
 
 
+def ext_of(obj: Any) -> Any:
+    """What the transcoder stores in place of a tuple, an aware datetime or a UUID
+    (the extension value its packer asks for); anything else as its packer would
+    convert it."""
+    return _default(obj)
+
+
 def _default_subclass(obj: Any) -> Any:
     if isinstance(obj, UUID):
         return msgpack.ExtType(EXT_UUID, obj.bytes)

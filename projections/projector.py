@@ -13,16 +13,22 @@ writes no tracking row of its own.
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
+from uuid import UUID
 
 from eventsourcing.persistence import Mapper, Notification, PersistenceError
+from eventsourcing.utils import resolve_topic
 
+from ledger import stored
+from ledger.domain import uuid_of_hex
 from ledger.errors import CorruptEventError, LedgerError
+from ledger.serialization import unpack
 from ledger.shapes import check_event_shape
 from projections import access, delivery, timeline, validity
 from projections.base import (
@@ -48,6 +54,13 @@ APPLIED_SQL = "SELECT MAX(position) AS p FROM {t}pl_timeline"
 #: ``(cursor, after, limit) -> notifications``.
 NotificationReader = Callable[[Cursor, int, int], Sequence[Notification]]
 
+#: A stored event as a plain tuple: (position, originator id — a ``UUID`` or its
+#: hex —, originator version, topic, state).
+Row = tuple[int, Any, int, str, bytes]
+#: Reads stored events after a position as :data:`Row` tuples: ``(cursor, after,
+#: limit) -> rows``.
+RowReader = Callable[[Cursor, int, int], Sequence[Row]]
+
 
 @dataclass
 class Projector:
@@ -60,6 +73,10 @@ class Projector:
     #: applied (raises ``CorruptEventError``), so a row slipped into the table
     #: behind the ledger's back never reaches the views.
     vouch: Callable[[Cursor, Sequence[Notification]], None] | None = None
+    #: The rebuild's reader and check of plain rows (``reader`` and ``vouch``
+    #: otherwise): no ``Notification`` per event.
+    row_reader: RowReader | None = None
+    vouch_rows: Callable[[Cursor, Sequence[Row]], None] | None = None
     enabled: bool = True
     batch: int = 1000
     _names: tuple[str, ...] = field(default=(), init=False)
@@ -121,7 +138,8 @@ class Projector:
         ``progress`` is called with the log position reached after each batch."""
         self.reset(c)
         applied = 0
-        for batch in self.pending(c):
+        streamed = self.row_reader is not None and self.mapper is not None
+        for batch in self.streamed(c) if streamed else self.pending(c):
             self._apply(c, batch)
             applied += len(batch)
             if progress is not None:
@@ -227,6 +245,25 @@ class Projector:
             yield [(n.id, self.decode(n)) for n in notes]
             after = notes[-1].id
 
+    def streamed(self, c: Cursor) -> Iterator[list[tuple[int, Any]]]:
+        """Batches of the whole log decoded straight from plain rows (the rebuild):
+        each state unpacked by the ledger's transcoder and upcast as the mapper
+        does, without a ``Notification`` or the mapper per event; shape-checked.
+        Falls back to the mapper's decoding if it does more than transcode."""
+        assert self.row_reader is not None and self.mapper is not None
+        if not stored.plain(self.mapper):
+            yield from self.pending(c)
+            return
+        after = 0
+        while True:
+            rows = self.row_reader(c, after, self.batch)
+            if not rows:
+                return
+            if self.vouch_rows is not None:
+                self.vouch_rows(c, rows)
+            yield [(row[0], decode_row(row)) for row in rows]
+            after = rows[-1][0]
+
     def catch_up(self, c: Cursor, upto: int | None = None) -> int:
         """Apply every stored event the views have not seen (up to ``upto``)."""
         count = 0
@@ -245,6 +282,38 @@ class Projector:
             rows = ([table, *_values(row)] for row in fetch_in_chunks(c))
             total = (total + rows_digest(rows)) % (1 << 256)
         return f"{total:064x}"
+
+
+def decode_row(row: Row) -> Any:
+    """The domain event of a stored row, as eventsourcing's mapper (with the
+    ledger's transcoder only) decodes it: the class of its topic, its state
+    unpacked and upcast to the class's version, the originator fields added;
+    shape-checked. Undecodable rows raise ``CorruptEventError``."""
+    position, originator_id, version, topic, state = row
+    try:
+        cls = _event_class(topic)
+        data = unpack(state)
+        data["originator_id"] = (
+            originator_id if isinstance(originator_id, UUID) else uuid_of_hex(originator_id)
+        )
+        data["originator_version"] = version
+        have, want = data.pop("class_version", 1), getattr(cls, "class_version", 1)
+        while have < want:
+            getattr(cls, f"upcast_v{have}_v{have + 1}")(data)
+            have += 1
+        event = object.__new__(cls)
+        object.__setattr__(event, "__dict__", data)
+        check_event_shape(event)
+        return event
+    except Exception as exc:
+        raise CorruptEventError(
+            f"stored event at position {position} ({topic}) cannot be decoded: {exc}"
+        ) from None
+
+
+@functools.lru_cache(maxsize=256)
+def _event_class(topic: str) -> Any:
+    return resolve_topic(topic)
 
 
 def _values(row: Any) -> tuple[Any, ...]:

@@ -18,7 +18,7 @@ from eventsourcing.persistence import Notification
 from ledger.errors import CorruptEventError
 from ledger.merkle import leaf_data, leaf_hash
 from projections.base import Cursor, Dialect, fetch_in_chunks, insert_rows, rows_in
-from projections.projector import APPLIED_SQL, Projector
+from projections.projector import APPLIED_SQL, Projector, Row
 
 #: Primary data beside the events (not views: never dropped by a rebuild): the
 #: content-addressed evidence snapshots, and the boundaries of transactions that
@@ -57,7 +57,25 @@ class LedgerRecorderMixin:
     def vouch(self, c: Cursor, notes: Sequence[Notification]) -> None:
         """Raise ``CorruptEventError`` unless each stored event is byte for byte what
         the ledger appended (its Merkle leaf, written in the same transaction)."""
-        first, last = notes[0].id, notes[-1].id
+        self.vouch_rows(
+            c, [(n.id, n.originator_id, n.originator_version, n.topic, n.state) for n in notes]
+        )
+
+    def read_rows_after(self, c: Cursor, after: int, limit: int) -> list[Row]:
+        """Stored events after ``after`` as plain rows (see ``projections.projector.Row``),
+        read inside an open transaction."""
+        return [
+            (n.id, n.originator_id, n.originator_version, n.topic, n.state)
+            for n in self.read_after(c, after, limit)
+        ]
+
+    def read_after(self, c: Cursor, after: int, limit: int) -> list[Notification]:
+        """Stored events after ``after``, read inside an open transaction."""
+        raise NotImplementedError
+
+    def vouch_rows(self, c: Cursor, rows: Sequence[Row]) -> None:
+        """:meth:`vouch` for plain rows."""
+        first, last = rows[0][0], rows[-1][0]
         c.execute(
             self.dialect.q(
                 "SELECT position, leaf FROM {t}pl_merkle_leaves WHERE position >= ? "
@@ -66,14 +84,12 @@ class LedgerRecorderMixin:
             (first, last),
         )
         leaves = {int(r["position"]): bytes(r["leaf"]) for r in c.fetchall()}
-        for n in notes:
-            leaf = leaf_hash(
-                leaf_data(n.id, n.originator_id, n.originator_version, n.topic, n.state)
-            )
-            stored = leaves.get(n.id)
+        for position, originator_id, version, topic, state in rows:
+            leaf = leaf_hash(leaf_data(position, originator_id, version, topic, state))
+            stored = leaves.get(position)
             if stored != leaf:
                 why = "was not appended by the ledger" if stored is None else "was altered"
-                raise CorruptEventError(f"stored event at position {n.id} {why}")
+                raise CorruptEventError(f"stored event at position {position} {why}")
 
     def lock_for_write(self, c: Cursor) -> None:
         """Take the writers' lock in an open transaction (before reading what to write)."""

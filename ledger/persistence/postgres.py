@@ -102,7 +102,13 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
 
     def __init__(self, datastore: PostgresDatastore, *, events_table_name: str = "stored_events"):
         self.dialect = postgres_dialect(datastore.schema)
-        self.projector = Projector(dialect=self.dialect, reader=self.read_after, vouch=self.vouch)
+        self.projector = Projector(
+            dialect=self.dialect,
+            reader=self.read_after,
+            vouch=self.vouch,
+            row_reader=self.read_rows_after,
+            vouch_rows=self.vouch_rows,
+        )
         super().__init__(datastore, events_table_name=events_table_name)
         self._table = f"{datastore.schema}.{events_table_name}"
         # The connection of the read or write transaction open on each thread.

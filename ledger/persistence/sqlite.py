@@ -30,7 +30,7 @@ from eventsourcing.sqlite import (
 
 from ledger.persistence.base import APPEND_ONLY, SNAPSHOT_DDL, LedgerRecorderMixin
 from projections.base import SQLITE, Cursor
-from projections.projector import Projector
+from projections.projector import Projector, Row
 
 #: Threads that get their own SQLite connection for single-statement reads.
 MAX_READERS = 32
@@ -111,7 +111,13 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
 
     def __init__(self, datastore: SQLiteDatastore, events_table_name: str = "stored_events"):
         self.dialect = SQLITE
-        self.projector = Projector(dialect=SQLITE, reader=self.read_after, vouch=self.vouch)
+        self.projector = Projector(
+            dialect=SQLITE,
+            reader=self.read_after,
+            vouch=self.vouch,
+            row_reader=self.read_rows_after,
+            vouch_rows=self.vouch_rows,
+        )
         super().__init__(datastore, events_table_name)
         # On a file, one connection per thread serves single-statement reads and
         # read transactions (a pool round trip costs as much as the statement); an
@@ -342,6 +348,16 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
             )
             for row in c.fetchall()
         ]
+
+    def read_rows_after(self, c: Cursor, after: int, limit: int) -> list[Row]:
+        """Stored events after ``after`` as plain rows (the aggregate id as stored:
+        its hex), read inside an open transaction."""
+        c.execute(
+            f"SELECT rowid, originator_id, originator_version, topic, state "
+            f"FROM {self.events_table_name} WHERE rowid > ? ORDER BY rowid LIMIT ?",
+            (after, limit),
+        )
+        return [tuple(row) for row in c.fetchall()]
 
     def select_record_events(self, c: Cursor, originator_id: UUID) -> list[Notification]:
         """Every stored event of one aggregate with its log position."""

@@ -1,0 +1,250 @@
+"""Proposals' stored rows are assembled without eventsourcing's mapper
+(``ledger.stored``); their bytes must be exactly the mapper's, and the mapper
+must read them back."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from eventsourcing.persistence import Mapper
+from eventsourcing.utils import get_topic
+
+from ledger import Kind, Ledger, Status
+from ledger.domain import Record, record_uuid
+from ledger.errors import CorruptEventError
+from ledger.serialization import MsgpackTranscoder
+from ledger.stored import stored_events, stored_proposal
+from projections.projector import decode_row
+from tests.conftest import World
+
+MAPPER: Mapper[Any] = Mapper(MsgpackTranscoder())
+AT = datetime(2026, 3, 4, 5, 6, 7, 891011, tzinfo=UTC)
+INDIA = timezone(timedelta(hours=5, minutes=30))
+
+#: Field values a proposal may carry, each unusual in some way.
+VARIETY: list[dict[str, Any]] = [
+    {},
+    {"value": "ünïcødé \x00 text", "claim_key": "ключ"},
+    {"value": 2**63 - 1, "kind": "inference"},
+    {"value": -(2**63), "expires": AT + timedelta(days=3)},
+    {"value": 1.5, "expires": datetime(2027, 1, 1, 9, 30, tzinfo=INDIA)},
+    {"value": True, "parents": ("r-a",), "observed": ("r-b", "r-c")},
+    {"value": None, "conditions": {"region": "eu", "tier": 2, "nested": {"a": [1, 2]}}},
+    {"value": [1, "two", [3.0, None], {"k": "v"}], "run_id": "task-7"},
+    {"value": {"b": 1, "a": {"deep": [True, False]}}, "supersedes": "r-old"},
+    {"value": b"\x00\xffbytes", "kind": "evidence"},
+    {
+        "kind": "evidence",
+        "evidence": {
+            "uri": "https://example.org/page",
+            "fetched_at": AT - timedelta(minutes=1),
+            "content_hash": "sha256:" + "0" * 64,
+            "snapshot_ref": "sha256:" + "0" * 64,
+            "size": 12,
+        },
+    },
+    {"value": ("a", 1), "conditions": {"pair": ("x", "y")}},
+    {"value": "x" * 70_000},
+]
+
+
+def proposed(n: int, **fields: Any) -> Record.Proposed:
+    base: dict[str, Any] = {
+        "scope": "proj-a",
+        "claim_key": f"claim:{n}",
+        "kind": "fact",
+        "value": n,
+        "actor": "agent-1",
+        "expires": None,
+        "parents": (),
+        "observed": (),
+        "conditions": {},
+        "evidence": None,
+        "run_id": None,
+        "supersedes": None,
+    }
+    return Record.proposed_event(at=AT, record_id=f"r-{n}", **(base | fields))
+
+
+def test_a_proposals_row_is_the_mappers_byte_for_byte() -> None:
+    for n, fields in enumerate(VARIETY):
+        event = proposed(n, **fields)
+        mine, theirs = stored_proposal(event), MAPPER.to_stored_event(event)
+        assert mine.state == theirs.state, fields
+        assert mine == theirs
+        assert mine.originator_id == record_uuid(f"r-{n}")
+        assert mine.topic == get_topic(Record.Proposed)
+        back = MAPPER.to_domain_event(mine)
+        assert vars(back) == {**vars(event)}
+
+
+def test_the_aggregates_own_proposal_is_stored_alike() -> None:
+    # Record.propose builds its event through eventsourcing's constructor.
+    record = Record.propose(
+        at=AT,
+        record_id="r-own",
+        scope="proj-a",
+        claim_key="claim",
+        kind="fact",
+        value={"x": 1},
+        actor="agent-1",
+        expires=AT + timedelta(hours=1),
+        parents=("r-p",),
+        observed=(),
+        conditions={"c": 1},
+        evidence=None,
+        run_id=None,
+        supersedes=None,
+    )
+    record.accept("reviewer", "ok", AT)
+    events = record.collect_events()
+    assert [s.state for s in stored_events(MAPPER, events)] == [
+        MAPPER.to_stored_event(e).state for e in events
+    ]
+
+
+def test_a_proposal_with_its_fields_out_of_order_goes_through_the_mapper() -> None:
+    event = proposed(1, value={"v": 1})
+    reordered: Any = object.__new__(Record.Proposed)
+    object.__setattr__(reordered, "__dict__", dict(reversed(list(vars(event).items()))))
+    (stored,) = stored_events(MAPPER, [reordered])
+    assert stored.state == MAPPER.to_stored_event(reordered).state
+    assert stored.state != stored_proposal(event).state  # the order is in the bytes
+
+
+def test_the_uuid_of_a_record_is_uuid5_of_its_name() -> None:
+    from uuid import uuid5
+
+    from ledger.domain import _NAMESPACE
+
+    for rid in ("a", "r-1", "ünïcødé", "x" * 300, "fill-0000001"):
+        mine, theirs = record_uuid.__wrapped__(rid), uuid5(_NAMESPACE, "record:" + rid)
+        assert (mine, mine.hex, str(mine), hash(mine), mine.version) == (
+            theirs,
+            theirs.hex,
+            str(theirs),
+            hash(theirs),
+            5,
+        )
+
+
+def _stored_rows(led: Ledger, record_id: str) -> list[Any]:
+    with led.engine.reading() as c:
+        return list(led.engine.recorder.select_record_events(c, record_uuid(record_id)))
+
+
+def test_a_batch_is_stored_as_the_mapper_stores_it_and_read_back(world: World) -> None:
+    led, agent, reviewer = world.ledger, world.agent, world.reviewer
+    now = world.clock.now
+    base = agent.propose("proj-a", "base", {"b": 1}, Kind.FACT, conditions={"region": "eu"})
+    reviewer.accept(base)
+    old = agent.propose("proj-a", "versioned", 1, Kind.FACT)
+    reviewer.accept(old)
+    evidence = agent.capture("proj-a", "https://example.org/a", b"bytes", fetched_at=now)
+    items: list[dict[str, Any]] = [
+        {"scope": "proj-a", "claim_key": "plain", "value": "v", "kind": "fact", "id": "b-1"},
+        {
+            "scope": "proj-a",
+            "claim_key": "child",
+            "value": {"n": [1, 2.5, None, True]},
+            "kind": Kind.INFERENCE,
+            "parents": [base, "b-1"],
+            "conditions": {"tier": 2},
+            "expires": datetime(2027, 1, 1, 9, 30, tzinfo=INDIA),
+            "id": "b-2",
+        },
+        {
+            "scope": "proj-a",
+            "claim_key": "versioned",
+            "value": 2,
+            "kind": "fact",
+            "supersedes": old,
+            "id": "b-3",
+        },
+        {
+            "scope": "proj-b",
+            "claim_key": "ключ",
+            "value": "ünïcødé",
+            "kind": "user_preference",
+            "expires": now + timedelta(days=1),
+            "id": "b-4",
+        },
+        {
+            "scope": "proj-a",
+            "claim_key": "from-evidence",
+            "value": 1,
+            "kind": "report",
+            "parents": [evidence],
+            "id": "b-5",
+        },
+    ]
+    ids = agent.propose_many(items)
+    with agent.run("task-9") as run:
+        run.observe(base)
+        ids.append(run.propose("proj-a", "in-run", 3, Kind.INFERENCE, id="b-6"))
+    assert ids == ["b-1", "b-2", "b-3", "b-4", "b-5", "b-6"]
+    for rid in [base, old, evidence, *ids]:
+        (note, *_rest) = _stored_rows(led, rid)
+        event = MAPPER.to_domain_event(note)
+        # eventsourcing's own encoding of the event it decoded: the same bytes.
+        again = MAPPER.to_stored_event(event)
+        assert (again.state, again.topic, again.originator_version) == (
+            note.state,
+            note.topic,
+            note.originator_version,
+        )
+        assert again.originator_id == note.originator_id == record_uuid(rid)
+    with led.engine.reading() as c:
+        child = led.engine.load_record(c, "b-2")
+        newer = led.engine.load_record(c, "b-3")
+        pref = led.engine.load_record(c, "b-4")
+        in_run = led.engine.load_record(c, "b-6")
+        captured = led.engine.load_record(c, evidence)
+    assert child.parents == (base, "b-1")
+    assert child.conditions == {"tier": 2, "region": "eu"}
+    assert child.expires == datetime(2027, 1, 1, 9, 30, tzinfo=INDIA)
+    assert child.expires.utcoffset() == timedelta(hours=5, minutes=30)
+    assert child.status == Status.CANDIDATE and child.kind == "inference"
+    assert newer.supersedes == old
+    assert pref.scope == "proj-b" and pref.claim_key == "ключ" and pref.value == "ünïcødé"
+    assert in_run.run_id == "task-9" and in_run.observed == (base,)
+    assert captured.evidence is not None and captured.evidence["fetched_at"] == now
+    reviewer.accept("b-3")
+    assert reviewer.get(old).status == Status.SUPERSEDED
+
+
+def test_a_mapper_that_compresses_stores_every_event_itself() -> None:
+    from eventsourcing.compressor import ZlibCompressor
+
+    zipped: Mapper[Any] = Mapper(MsgpackTranscoder(), compressor=ZlibCompressor())
+    event = proposed(1, value={"v": "x" * 100})
+    (stored,) = stored_events(zipped, [event])
+    assert stored.state == zipped.to_stored_event(event).state
+    assert stored.state != stored_proposal(event).state
+
+
+def test_the_rebuild_decodes_rows_as_the_mapper_does(world: World) -> None:
+    led, agent, reviewer = world.ledger, world.agent, world.reviewer
+    base = agent.propose("proj-a", "base", {"b": (1, 2)}, Kind.FACT, conditions={"r": "eu"})
+    reviewer.accept(base)
+    child = agent.propose("proj-a", "child", 1, Kind.FACT, parents=[base])
+    reviewer.revoke(base, "withdrawn")
+    reviewer.revalidate(child, "rebased", parents=[])
+    agent.capture("proj-a", "https://example.org/a", b"bytes")
+    with led.engine.reading() as c:
+        rows = led.engine.recorder.read_rows_after(c, 0, 10_000)
+        notes = led.engine.recorder.read_after(c, 0, 10_000)
+    assert len(rows) == len(notes) > 10
+    for row, note in zip(rows, notes, strict=True):
+        mine, theirs = decode_row(row), MAPPER.to_domain_event(note)
+        assert type(mine) is type(theirs)
+        assert vars(mine) == vars(theirs)
+    position, oid, version, topic, state = rows[-1]
+    with pytest.raises(CorruptEventError, match=f"position {position}"):
+        decode_row((position, oid, version, topic, state[:-3]))
+    with pytest.raises(CorruptEventError, match="cannot be decoded"):
+        decode_row((position, oid, version, "ledger.domain:Nowhere", state))
+    report = led.rebuild()
+    assert report.digest_before == report.digest_after
