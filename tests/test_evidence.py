@@ -430,19 +430,19 @@ def test_a_consistency_proof_fails_for_any_changed_leaf_before_the_old_size(
 
 @pytest.fixture
 def bundled(world: World, tmp_path: Path) -> tuple[World, Path, Path]:
-    """R1 ← M1 ← {E1, H1}, H1 in proj-b where the reviewer may not audit; R1's bundle."""
+    """R1 ← M1 ← {E1, HIDDEN-SRC-7}, HIDDEN-SRC-7 in proj-b where the reviewer may not audit; R1's bundle."""
     agent, reviewer = world.agent, world.reviewer
     world.ledger.admin().revoke_grant("reviewer", scope="proj-b", roles=["audit"])
     agent.capture(scope="proj-a", uri="https://x.test/doc", content=b"retries ok", id="E1")
-    agent.capture(scope="proj-b", uri="https://secret.test/h", content=b"secret", id="H1")
-    for rid in ("E1", "H1"):
+    agent.capture(scope="proj-b", uri="https://secret.test/h", content=b"secret", id="HIDDEN-SRC-7")
+    for rid in ("E1", "HIDDEN-SRC-7"):
         reviewer.accept(rid)
     agent.propose(
         scope="proj-a",
         claim_key="api.retry",
         value=True,
         kind=Kind.INFERENCE,
-        parents=["E1", "H1"],
+        parents=["E1", "HIDDEN-SRC-7"],
         id="M1",
     )
     agent.propose(
@@ -485,7 +485,9 @@ def test_a_bundle_names_no_hidden_record_anywhere(bundled: tuple[World, Path, Pa
     archive = zipfile.ZipFile(path)
     for name in archive.namelist():
         content = archive.read(name)
-        assert b"H1" not in content and b"proj-b" not in content and b"secret" not in content, name
+        assert (
+            b"HIDDEN-SRC-7" not in content and b"proj-b" not in content and b"secret" not in content
+        ), name
     manifest = json.loads(archive.read("manifest.json"))
     assert {"id": HIDDEN} in manifest["records"]
     withheld = [e for e in manifest["events"] if e["file"] is None]
