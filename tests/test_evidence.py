@@ -430,7 +430,8 @@ def test_a_consistency_proof_fails_for_any_changed_leaf_before_the_old_size(
 
 @pytest.fixture
 def bundled(world: World, tmp_path: Path) -> tuple[World, Path, Path]:
-    """R1 ← M1 ← {E1, HIDDEN-SRC-7}, HIDDEN-SRC-7 in proj-b where the reviewer may not audit; R1's bundle."""
+    """R1 ← M1 ← {E1, HIDDEN-SRC-7}, HIDDEN-SRC-7 in proj-b where the reviewer may not
+    audit; R1's bundle."""
     agent, reviewer = world.agent, world.reviewer
     world.ledger.admin().revoke_grant("reviewer", scope="proj-b", roles=["audit"])
     agent.capture(scope="proj-a", uri="https://x.test/doc", content=b"retries ok", id="E1")
