@@ -47,7 +47,7 @@ def audit(caller: Caller, record_id: str) -> AuditTrail:
     with caller.reading() as c:
         row = caller.visible(c, record_id, Role.AUDIT, "audit")
         view = record_view(caller, c, row, caller.at(None))
-        notes = engine.recorder.select_record_events(c, record_uuid(view.id))
+        notes = engine.recorder.select_record_events(c, record_uuid(row["record_id"]))
         decoded = [
             (note, engine.projector.decode(note))
             for note in notes
@@ -56,13 +56,14 @@ def audit(caller: Caller, record_id: str) -> AuditTrail:
         fields = [{k: v for k, v in vars(e).items() if k not in _PLUMBING} for _, e in decoded]
         named = set().union(*(redaction.event_dependencies(f) for f in fields))
         hidden = caller.hidden_among(c, named, seen=view.scope)
+        names = caller.names(c, (*named, row["record_id"]))
     events = tuple(
         AuditEvent(
             position=note.id,
             type=type(event).__name__,
             at=event.timestamp,
             actor=getattr(event, "actor", None),
-            details=redaction.details(f, hidden),
+            details=redaction.details(f, hidden, names),
         )
         for (note, event), f in zip(decoded, fields, strict=True)
     )
@@ -133,15 +134,17 @@ def history(
             if allowed:
                 event = engine.projector.decode(note)
                 details = {k: v for k, v in vars(event).items() if k not in _PLUMBING}
-                hidden = caller.hidden_among(c, redaction.event_dependencies(details))
-                details = redaction.details(details, hidden)
+                named = redaction.event_dependencies(details)
+                hidden = caller.hidden_among(c, named)
+                names = caller.names(c, (*named, rid))
+                details = redaction.details(details, hidden, names)
                 out.append(
                     AuditEvent(
                         position=note.id,
                         type=event.__class__.__name__,
                         at=event.timestamp,
                         actor=getattr(event, "actor", None),
-                        details={"record_id": rid, **details},
+                        details={"record_id": names.get(rid, rid), **details},
                     )
                 )
     return tuple(out)

@@ -23,7 +23,7 @@ from ledger.errors import (
     ReadOnlyError,
     UnknownRecordError,
 )
-from ledger.validation import check_aware, check_id
+from ledger.validation import check_aware, check_ref
 from ledger.values import RecordView
 from projections import access as access_view
 from projections import validity as validity_view
@@ -144,16 +144,75 @@ class Caller:
             f"{command} refused: {self.subject!r} lacks role {role.value!r} in scope {scope!r}"
         )
 
+    # -- record ids: unique per scope ----------------------------------------------
+
+    def resolve(self, c: Cursor, name: str) -> str:
+        """The key of the record a caller means by ``name`` (see
+        :mod:`ledger.redaction`): ``name`` itself if the caller can see a record
+        keyed so, else the record proposed as ``name`` in a scope it holds a grant
+        in (keyed ``name@@scope`` because ``name`` was taken in a scope it cannot
+        see), else ``name`` (unknown: refused like any free id).
+
+        A qualified name is taken as given from a caller who can see the bare id
+        (it needs it to tell the two apart); from any other it denotes nothing (a
+        key no record has), exactly like a qualified name never used.
+        """
+        d = self.engine.dialect
+        if redaction.QUALIFIER in name:
+            bare = redaction.bare(name)
+            row = validity_view.current(c, d, bare, self.position)
+            if row is not None and self.roles(c, row["scope"]):
+                return name
+            return name + redaction.QUALIFIER
+        row = validity_view.current(c, d, name, self.position)
+        if row is None or self.roles(c, row["scope"]):
+            return name
+        for scope in sorted(self.granted_scopes(c)):
+            key = redaction.qualified(name, scope)
+            if validity_view.current(c, d, key, self.position) is not None:
+                return key
+        return name
+
+    def key_for(self, c: Cursor, name: str, scope: str) -> str | None:
+        """The key a new record proposed as ``name`` in ``scope`` is stored under:
+        ``name``, or ``name@@scope`` when ``name`` is taken only in a scope the
+        caller holds no grant in; None when the caller can see that ``name`` is
+        taken (a duplicate)."""
+        d = self.engine.dialect
+        row = validity_view.current(c, d, name)
+        if row is None:
+            return name
+        if self.roles(c, row["scope"]):
+            return None
+        key = redaction.qualified(name, scope)
+        return None if validity_view.current(c, d, key) is not None else key
+
+    def names(self, c: Cursor | None, keys: Iterable[str | None]) -> dict[str, str]:
+        """How the caller is shown those of ``keys`` that are qualified
+        (``name@@scope``): as the bare ``name`` unless it can also see the record
+        keyed ``name`` (then it needs the qualified form to tell them apart)."""
+        bare = {k: redaction.bare(k) for k in keys if k and redaction.QUALIFIER in k}
+        if not bare:
+            return {}
+        scopes = self.engine.scopes_of(c, set(bare.values()))
+        granted = self.granted_scopes(c)
+        return {k: b for k, b in bare.items() if scopes.get(b) not in granted}
+
+    def shown(self, c: Cursor | None, key: str) -> str:
+        """``key`` as the caller is shown it (see :meth:`names`)."""
+        return self.names(c, (key,)).get(key, key)
+
     def visible(
         self, c: Cursor, record_id: object, role: Role, command: str, what: str = "record"
     ) -> Any:
         """The record's row if the principal may see it and holds ``role`` there.
 
         A record in a scope the principal has no grant in looks exactly like one
-        that does not exist.
+        that does not exist; a bare id resolves within the caller's visible scopes
+        (:meth:`resolve`).
         """
-        rid = check_id(record_id, f"{what} id")
-        row = validity_view.current(c, self.engine.dialect, rid, self.position)
+        rid = check_ref(record_id, f"{what} id")
+        row = validity_view.current(c, self.engine.dialect, self.resolve(c, rid), self.position)
         if row is None or not self.roles(c, row["scope"]):
             raise UnknownRecordError(
                 f"{command} refused: {what} {rid!r} is unknown or not visible to {self.subject!r}"
@@ -201,5 +260,18 @@ class Caller:
         them were VALID then: only those become its observed dependencies)."""
         if self.run is not None:
             views = tuple(shown)
-            valid = {v.id for v in views if v.validity == Validity.VALID}
-            self.run.record_reads(tuple(v.id for v in views), how, valid)
+            keys = self.keys_of(views)
+            valid = {keys[v.id, v.scope] for v in views if v.validity == Validity.VALID}
+            self.run.record_reads(tuple(keys[v.id, v.scope] for v in views), how, valid)
+
+    def keys_of(self, views: Iterable[RecordView]) -> dict[tuple[str, str], str]:
+        """The key of each record shown (by ``(id, scope)``): its id, or
+        ``id@@scope`` when the record keyed by the bare id lies in another scope."""
+        views = tuple(views)
+        scopes = self.engine.scopes_of(None, {v.id for v in views})
+        return {
+            (v.id, v.scope): v.id
+            if redaction.QUALIFIER in v.id or scopes.get(v.id) == v.scope
+            else redaction.qualified(v.id, v.scope)
+            for v in views
+        }

@@ -7,6 +7,7 @@ outbox entry: nothing is really sent).
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from datetime import datetime
 from typing import Any
@@ -74,7 +75,8 @@ def issue_correction(caller: Caller, delivery_id: str, note: str, replacement: s
                     f"{rules.expiry_text(new, new['record_id'])}"
                 )
         record = caller.engine.load_record(c, row["record_id"])
-        record.issue_correction(caller.subject, correction_id, delivery_id, note, replacement, now)
+        key = None if replacement is None else new["record_id"]
+        record.issue_correction(caller.subject, correction_id, delivery_id, note, key, now)
         return Decision(record.collect_events(), lambda _: correction_id)
 
     return pipeline.command(caller, "issue_correction", decide)
@@ -99,9 +101,30 @@ def corrections_due(caller: Caller) -> tuple[CorrectionDue, ...]:
             )
             if since is None or any(_answers(r, since) for r in corrections):
                 continue
+            delivery = delivery_of(drow, tuple(correction_of(r) for r in corrections))
+            named = (
+                row["record_id"],
+                row["cause_root"],
+                *(x.replacement for x in delivery.corrections),
+            )
+            names = caller.names(c, named)
+            if names:
+                delivery = dataclasses.replace(
+                    delivery,
+                    record_id=names.get(delivery.record_id, delivery.record_id),
+                    corrections=tuple(
+                        dataclasses.replace(
+                            x,
+                            record_id=names.get(x.record_id, x.record_id),
+                            replacement=redaction.one(x.replacement, frozenset(), names),
+                        )
+                        for x in delivery.corrections
+                    ),
+                )
+                row = {**row, "cause_root": redaction.one(row["cause_root"], frozenset(), names)}
             out.append(
                 CorrectionDue(
-                    delivery=delivery_of(drow, tuple(correction_of(r) for r in corrections)),
+                    delivery=delivery,
                     validity=rules.validity(row, now),
                     status=Status(row["status"]),
                     cause=row["cause_root"],

@@ -171,21 +171,27 @@ def collect(
             if found is not None and may(found["scope"]):
                 nodes[rid] = record_view(caller, c, found, at)
         now = caller.engine.position() if position is None else position
+        names = caller.names(c, nodes)
     # An edge to a record not drawn ends at the one placeholder node.
     edges = tuple(
         dict.fromkeys(
-            Edge(parent=p if p in nodes else HIDDEN, child=ch if ch in nodes else HIDDEN, edge=kind)
+            Edge(
+                parent=names.get(p, p) if p in nodes else HIDDEN,
+                child=names.get(ch, ch) if ch in nodes else HIDDEN,
+                edge=kind,
+            )
             for p, ch, kind in rows
             if (p in nodes) != (ch in nodes) or p in nodes
         )
     )
+    drawn = {n.id for n in nodes.values()}
     supersessions = tuple(
         Edge(parent=n.supersedes, child=n.id, edge="supersedes")
         for n in nodes.values()
-        if n.supersedes is not None and n.supersedes in nodes
+        if n.supersedes is not None and n.supersedes in drawn
     )
     return Subgraph(
-        root=root,
+        root=None if root is None else names.get(root, root),
         nodes=tuple(nodes.values()),
         edges=edges,
         position=now,

@@ -23,10 +23,12 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
+from ledger import redaction
 from ledger.access import Role
 from ledger.caller import Caller
 from ledger.domain import Record
 from ledger.engine import Write
+from ledger.errors import LedgerError
 from projections.base import Cursor
 
 T = TypeVar("T")
@@ -59,7 +61,14 @@ def command(caller: Caller, name: str, decide: Callable[[Cursor, datetime], Deci
 
     def work(w: Write) -> T:
         with caller.authenticated(w.c):
-            decision = decide(w.c, caller.engine.now())
+            try:
+                decision = decide(w.c, caller.engine.now())
+            except LedgerError as exc:
+                # A message names a record as the caller is shown it.
+                names = caller.names(w.c, redaction.keys_in(str(exc)))
+                if not names:
+                    raise
+                raise redaction.error(exc, names) from None
             position = w.append(decision.events, decision.snapshots, decision.known)
         return decision.result(position)
 

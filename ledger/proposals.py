@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from ledger import pipeline, rules
+from ledger import pipeline, redaction, rules
 from ledger.access import Role
 from ledger.caller import Caller
 from ledger.domain import Kind, Record, Status
@@ -39,6 +39,7 @@ from ledger.validation import (
     check_id,
     check_kind,
     check_list,
+    check_ref,
     check_text,
     check_value,
 )
@@ -132,7 +133,7 @@ def _propose(
                 caller, c, fields["scope"], fields["claim_key"], fields["evidence"]
             )
         record = prepare(caller, c, {}, None, **fields)
-        return Decision([record], lambda _: record.record_id, snapshots)
+        return Decision([record], lambda _: redaction.bare(record.record_id), snapshots)
 
     return pipeline.command(caller, name, decide)
 
@@ -163,7 +164,7 @@ def propose_many(caller: Caller, items: Iterable[Mapping[str, Any]]) -> list[str
             records.append(record)
         if taken is not None:
             raise taken
-        return Decision(records, lambda _: [r.record_id for r in records])
+        return Decision(records, lambda _: [redaction.bare(r.record_id) for r in records])
 
     return pipeline.command(caller, "propose_many", decide)
 
@@ -230,37 +231,53 @@ def prepare(
     if rule is not None:
         rule.check(the_kind, expires, engine.now())
     rid = check_id(record_id) if record_id is not None else f"r-{uuid.uuid4().hex}"
-    declared = tuple(
-        dict.fromkeys(check_id(p, "parent id") for p in check_list(parents, "parents"))
-    )
-    if rid in declared:
+    named = tuple(dict.fromkeys(check_ref(p, "parent id") for p in check_list(parents, "parents")))
+    if rid in named:
         raise CycleError(f"record {rid!r} cannot be its own parent")
+    caller.require(c, scope, Role.PROPOSE, "propose")
+    # Dependencies are named as the caller sees them; the event holds their keys.
+    declared = tuple(dict.fromkeys(_resolve(caller, c, p, known, pending) for p in named))
+    shown = dict(zip(declared, named, strict=False)) if declared != named else {}
+    if supersedes is not None:
+        old_name = check_ref(supersedes, "supersedes id")
+        supersedes = _resolve(caller, c, old_name, known, pending)
+        shown.setdefault(supersedes, old_name)
     observed = caller.run.observed_for(declared) if caller.run is not None else ()
     # A new version read the one it replaces: that is not a dependency.
     observed = tuple(o for o in observed if o != supersedes)
-    caller.require(c, scope, Role.PROPOSE, "propose")
     inherited: list[tuple[str, dict[str, Any]]] = []
     for dep in declared:
         if dep in pending and Role.READ.value in caller.roles(c, pending[dep].scope):
             inherited.append((dep, pending[dep].conditions))
             continue
-        row = _check_dependency(caller, c, dep, "parent", rid, known)
-        inherited.append((dep, unpack(row["conditions"])))
+        row = _check_dependency(caller, c, dep, "parent", rid, known, shown.get(dep, dep))
+        inherited.append((shown.get(dep, dep), unpack(row["conditions"])))
     for dep in observed:
         row = _check_dependency(caller, c, dep, "observed dependency", rid, known)
-        inherited.append((dep, unpack(row["conditions"])))
+        inherited.append((caller.shown(c, dep), unpack(row["conditions"])))
     the_conditions = _with_inherited(rid, the_conditions, inherited)
     if supersedes is not None:
         _check_supersedable(
-            caller, c, supersedes, rid, scope, claim_key, (*declared, *observed), known, pending
+            caller,
+            c,
+            supersedes,
+            shown.get(supersedes, supersedes),
+            rid,
+            scope,
+            claim_key,
+            (*declared, *observed),
+            known,
+            pending,
         )
     # Last: every other refusal comes first, so which error a bad proposal meets
-    # does not tell whether its id is taken.
-    if rid in pending or _row(caller, c, rid, known) is not None:
+    # does not tell whether its id is taken. An id taken only in a scope the
+    # caller cannot see is free to it (the record is keyed ``id@@scope``).
+    key = _new_key(caller, c, rid, scope, known, pending)
+    if key is None:
         raise DuplicateRecordError(f"record {rid!r} already exists")
     return Record.proposed_event(
         at=engine.now(),
-        record_id=rid,
+        record_id=key,
         scope=scope,
         claim_key=claim_key,
         kind=the_kind.value,
@@ -300,7 +317,8 @@ def previous_capture(
 def _check_supersedable(
     caller: Caller,
     c: Cursor,
-    old: object,
+    old_id: str,
+    old_name: str,
     rid: str,
     scope: str,
     claim_key: str,
@@ -310,34 +328,34 @@ def _check_supersedable(
 ) -> None:
     """``old`` may be superseded by the proposal ``rid``: visible, same scope and
     claim key, not withdrawn, and neither a dependency of the proposal nor an
-    ancestor of one (a new version may not rest on what it replaces)."""
-    old_id = check_id(old, "supersedes id")
+    ancestor of one (a new version may not rest on what it replaces). ``old_id``
+    is its key, ``old_name`` the id the caller named it by (in messages)."""
     row = _row(caller, c, old_id, known)
     if row is None or not caller.roles(c, row["scope"]):
         raise UnknownRecordError(
-            f"propose refused: superseded record {old_id!r} is unknown or not visible "
+            f"propose refused: superseded record {old_name!r} is unknown or not visible "
             f"to {caller.subject!r}"
         )
     if (row["scope"], row["claim_key"]) != (scope, claim_key):
         raise InvalidInputError(
-            f"propose refused: {rid!r} ({scope}/{claim_key}) cannot supersede {old_id!r} "
+            f"propose refused: {rid!r} ({scope}/{claim_key}) cannot supersede {old_name!r} "
             f"({row['scope']}/{row['claim_key']}): a new version keeps scope and claim key"
         )
     if row["status"] in rules.FINAL:
         raise InvalidTransitionError(
-            f"propose refused: {old_id!r} is {row['status']}{rules.cause_text(row)}; "
+            f"propose refused: {old_name!r} is {row['status']}{rules.cause_text(row)}; "
             "only a CANDIDATE, ACCEPTED or STALE record can be superseded"
         )
     if old_id in deps:
         raise InvalidParentError(
-            f"propose refused: {rid!r} cannot both depend on and supersede {old_id!r}"
+            f"propose refused: {rid!r} cannot both depend on and supersede {old_name!r}"
         )
     below = {cid for cid, _ in edges_index.descendants(c, caller.engine.dialect, old_id)}
     for dep in deps:
         if _rests_on(dep, below, pending):
             raise InvalidParentError(
-                f"propose refused: {rid!r} cannot supersede {old_id!r}: its dependency "
-                f"{dep!r} rests on {old_id!r}"
+                f"propose refused: {rid!r} cannot supersede {old_name!r}: its dependency "
+                f"{caller.shown(c, dep)!r} rests on {old_name!r}"
             )
 
 
@@ -376,6 +394,47 @@ def _row(caller: Caller, c: Cursor, rid: str, known: Mapping[str, Any] | None) -
     return validity_view.current(c, caller.engine.dialect, rid)
 
 
+def _resolve(
+    caller: Caller,
+    c: Cursor,
+    name: str,
+    known: Mapping[str, Any] | None,
+    pending: Mapping[str, Record.Proposed],
+) -> str:
+    """The key of the record ``name`` denotes for the caller
+    (:meth:`Caller.resolve`), records proposed earlier in the batch included."""
+    if name in pending or redaction.QUALIFIER in name:
+        return name if name in pending else caller.resolve(c, name)
+    row = _row(caller, c, name, known)
+    if row is None or caller.roles(c, row["scope"]):
+        return name
+    for key, event in pending.items():
+        if key == redaction.qualified(name, event.scope) and caller.roles(c, event.scope):
+            return key
+    return caller.resolve(c, name)
+
+
+def _new_key(
+    caller: Caller,
+    c: Cursor,
+    rid: str,
+    scope: str,
+    known: Mapping[str, Any] | None,
+    pending: Mapping[str, Record.Proposed],
+) -> str | None:
+    """The key of a new record proposed as ``rid`` in ``scope``; None if the id is
+    taken where the caller can see it (see :meth:`Caller.key_for`)."""
+    if rid in pending:
+        return None
+    row = _row(caller, c, rid, known)
+    if row is None:
+        return rid
+    if caller.roles(c, row["scope"]):
+        return None
+    key = caller.key_for(c, rid, scope)
+    return None if key is None or key in pending else key
+
+
 def _check_dependency(
     caller: Caller,
     c: Cursor,
@@ -383,9 +442,13 @@ def _check_dependency(
     what: str,
     child: str,
     known: Mapping[str, Any] | None = None,
+    name: str | None = None,
 ) -> Any:
-    row = caller.readable_dependency(c, _row(caller, c, dep, known), dep, what, child)
-    rules.check_buildable_on(row, dep, what, child)
+    """The row of ``dep`` (a key; ``name``: how the caller named it), which
+    ``child`` may rest on."""
+    shown = name or caller.shown(c, dep)
+    row = caller.readable_dependency(c, _row(caller, c, dep, known), shown, what, child)
+    rules.check_buildable_on(row, shown, what, child)
     return row
 
 

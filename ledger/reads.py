@@ -31,6 +31,7 @@ from ledger.validation import (
     check_kind,
     check_list,
     check_member,
+    check_ref,
     check_text,
 )
 from ledger.values import (
@@ -85,7 +86,8 @@ def record_view(
             for y in delivered
         ]
     eff = row["eff_expires"]
-    return RecordView(
+    names = caller.names(c, (*named, row["record_id"]))
+    view = RecordView(
         id=row["record_id"],
         scope=row["scope"],
         claim_key=row["claim_key"],
@@ -111,6 +113,7 @@ def record_view(
         cause_superseded_by=row["stale_via"],
         stale_causes=causes,
     )
+    return redaction.view(view, names)
 
 
 def stale_causes(caller: Caller, c: Cursor | None, row: Any) -> tuple[StaleCause, ...]:
@@ -301,10 +304,15 @@ def records(
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
         raise InvalidInputError(f"limit {limit!r} is not between 1 and {MAX_PAGE}")
     if after is not None:
-        check_id(after, "after")
+        check_ref(after, "after")
     at = caller.at(None)
     with caller.reading() as c:
         caller.require(c, scope, Role.READ, "records")
+        if after is not None and redaction.QUALIFIER not in after:
+            # A page ending on a record shown by its bare id ends on its key.
+            key = redaction.qualified(after, scope)
+            if key in caller.names(c, (key,)) and caller.engine.scopes_of(c, (key,)):
+                after = key
         rows = validity_view.page(
             c,
             caller.engine.dialect,

@@ -12,16 +12,62 @@ however many there are) and a hidden cause's reason is withheld
 
 Which ids are hidden is decided by :meth:`ledger.caller.Caller.hidden_among`:
 a record is hidden when the caller holds no role at all in its scope.
+
+Ids are unique per scope: a record proposed under an id taken only in a scope
+its proposer cannot see is stored under the key ``id@@scope`` (``@@`` cannot
+occur in an id). A caller is shown such a key as the bare id unless it can see
+the record keyed by the bare id too (:meth:`ledger.caller.Caller.names`);
+:func:`view`, :func:`ids`, :func:`one` and :func:`details` apply that mapping
+(``names``) where they apply the placeholder.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from collections.abc import Iterable, Mapping, Set
 from typing import Any
 
+from ledger.errors import LedgerError
 from ledger.serialization import unpack
-from ledger.values import HIDDEN, WITHHELD
+from ledger.values import HIDDEN, WITHHELD, RecordView
 from projections.validity import RecordRow
+
+#: Separates an id from its scope in the key of a record whose id was taken in a
+#: scope its proposer could not see.
+QUALIFIER = "@@"
+#: No names to map.
+_NONE: Mapping[str, str] = {}
+
+
+def qualified(name: str, scope: str) -> str:
+    """The key of a record proposed as ``name`` in ``scope`` when ``name`` is taken
+    in a scope its proposer cannot see."""
+    return f"{name}{QUALIFIER}{scope}"
+
+
+def bare(key: str) -> str:
+    """The id a record was proposed as (its key without a qualifying scope): how
+    its proposer, who could not see the id taken, is shown it."""
+    return key.partition(QUALIFIER)[0]
+
+
+_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}@@[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+
+
+def keys_in(text: str) -> set[str]:
+    """The qualified keys a message names."""
+    return set(_KEY.findall(text)) if QUALIFIER in text else set()
+
+
+def error(exc: LedgerError, names: Mapping[str, str]) -> LedgerError:
+    """``exc``, or one of its type whose message names qualified keys as ``names``
+    shows them."""
+    if not names:
+        return exc
+    text = _KEY.sub(lambda m: names.get(m.group(0), m.group(0)), str(exc))
+    return type(exc)(text)
+
 
 #: Row columns that name another record.
 _ID_COLUMNS = ("cause_root", "stale_via", "eff_source", "supersedes", "superseded_by")
@@ -59,19 +105,67 @@ def event_dependencies(details: Mapping[str, Any]) -> set[str]:
     return out
 
 
-def ids(values: Iterable[str], hidden: Set[str]) -> tuple[str, ...]:
-    """``values`` with hidden ids replaced by one :data:`HIDDEN`, in order."""
+def ids(
+    values: Iterable[str], hidden: Set[str], names: Mapping[str, str] = _NONE
+) -> tuple[str, ...]:
+    """``values`` with hidden ids replaced by one :data:`HIDDEN`, in order (and
+    qualified keys by the ids ``names`` shows them as)."""
     out: list[str] = []
     for value in values:
-        shown = HIDDEN if value in hidden else value
+        shown = HIDDEN if value in hidden else names.get(value, value)
         if shown not in out or shown != HIDDEN:
             out.append(shown)
     return tuple(out)
 
 
-def one(value: str | None, hidden: Set[str]) -> str | None:
-    """``value``, or :data:`HIDDEN` when it is hidden."""
-    return HIDDEN if value is not None and value in hidden else value
+def one(value: str | None, hidden: Set[str], names: Mapping[str, str] = _NONE) -> str | None:
+    """``value``, or :data:`HIDDEN` when it is hidden (a qualified key as shown)."""
+    if value is None:
+        return None
+    return HIDDEN if value in hidden else names.get(value, value)
+
+
+def view(record: RecordView, names: Mapping[str, str]) -> RecordView:
+    """``record`` with every qualified key it names as ``names`` shows it."""
+    if not names:
+        return record
+    none: Set[str] = frozenset()
+
+    def name(value: str | None) -> str | None:
+        return one(value, none, names)
+
+    return dataclasses.replace(
+        record,
+        id=names.get(record.id, record.id),
+        expiry_source=name(record.expiry_source),
+        parents=ids(record.parents, none, names),
+        observed=ids(record.observed, none, names),
+        cause=name(record.cause),
+        supersedes=name(record.supersedes),
+        superseded_by=name(record.superseded_by),
+        cause_superseded_by=name(record.cause_superseded_by),
+        stale_causes=tuple(
+            dataclasses.replace(
+                x, cause=names.get(x.cause, x.cause), superseded_by=name(x.superseded_by)
+            )
+            for x in record.stale_causes
+        ),
+        deliveries=tuple(
+            dataclasses.replace(
+                y,
+                record_id=names.get(y.record_id, y.record_id),
+                corrections=tuple(
+                    dataclasses.replace(
+                        x,
+                        record_id=names.get(x.record_id, x.record_id),
+                        replacement=name(x.replacement),
+                    )
+                    for x in y.corrections
+                ),
+            )
+            for y in record.deliveries
+        ),
+    )
 
 
 def row(row: RecordRow, hidden: Set[str]) -> RecordRow:
@@ -89,17 +183,20 @@ def row(row: RecordRow, hidden: Set[str]) -> RecordRow:
     return out  # type: ignore[return-value]
 
 
-def details(fields: Mapping[str, Any], hidden: Set[str]) -> dict[str, Any]:
-    """An event's fields naming no hidden record; a hidden cause's reason withheld."""
+def details(
+    fields: Mapping[str, Any], hidden: Set[str], names: Mapping[str, str] = _NONE
+) -> dict[str, Any]:
+    """An event's fields naming no hidden record; a hidden cause's reason withheld
+    (and qualified keys as ``names`` shows them)."""
     out = dict(fields)
-    if not hidden:
+    if not hidden and not names:
         return out
-    for name in _ID_FIELDS:
+    for name in (*_ID_FIELDS, "record_id"):
         value = out.get(name)
         if isinstance(value, str):
-            out[name] = one(value, hidden)
+            out[name] = one(value, hidden, names)
         elif isinstance(value, list | tuple):
-            out[name] = list(ids(value, hidden))
+            out[name] = list(ids(value, hidden, names))
     if fields.get("cause") in hidden and "reason" in out:
         out["reason"] = WITHHELD
     return out

@@ -159,8 +159,11 @@ class RunContext:
 
     @property
     def reads(self) -> tuple[str, ...]:
-        """Every record id read or observed in this run, in order."""
-        return tuple(self._reads)
+        """Every record id read or observed in this run, in order (as the principal
+        is shown them, :mod:`ledger.redaction`)."""
+        keys = tuple(self._reads)
+        names = self._outer.names(None, keys)
+        return tuple(names.get(k, k) for k in keys)
 
     def observe(self, record_id: str, *more: str) -> None:
         """Record reads made outside the ledger (e.g. by a tool wrapper), in one event.

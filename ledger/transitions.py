@@ -26,7 +26,7 @@ from ledger.errors import (
 )
 from ledger.pipeline import Decision
 from ledger.reads import record_view
-from ledger.validation import check_id, check_list, check_text
+from ledger.validation import check_list, check_ref, check_text
 from ledger.values import HIDDEN, RecordView, Revocation, RevocationPreview
 from projections import delivery as delivery_view
 from projections import edges as edges_index
@@ -79,14 +79,17 @@ def revoke(caller: Caller, record_id: str, reason: str) -> Revocation:
         marking = stale_marking(caller, c, rid, reason, now)
 
         events = [*record.collect_events(), *marking.events]
+        names = caller.names(c, (rid, *marking.visible))
+        root = names.get(rid, rid)
+        stale = redaction.ids(marking.visible, frozenset(), names)
 
         def result(position: int) -> Revocation:
             return Revocation(
-                root=rid,
-                affected=(rid, *marking.visible),
+                root=root,
+                affected=(root, *stale),
                 # The Revoked event's own position (the first of the events).
                 position=position - len(events) + 1,
-                stale=marking.visible,
+                stale=stale,
             )
 
         return Decision(events, result)
@@ -115,7 +118,10 @@ def preview_revoke(caller: Caller, record_id: str) -> RevocationPreview:
             if Role.DELIVER.value not in caller.roles(c, crow["scope"]):
                 continue
             owed += [delivery_of(r, ()) for r in delivery_view.for_record(c, d, cid)]
-    return RevocationPreview(root=rid, stale=marking.visible, deliveries=tuple(owed))
+        names = caller.names(c, (rid, *marking.visible))
+    shown = redaction.ids((rid, *marking.visible), frozenset(), names)
+    owed = [dataclasses.replace(x, record_id=names.get(x.record_id, x.record_id)) for x in owed]
+    return RevocationPreview(root=shown[0], stale=shown[1:], deliveries=tuple(owed))
 
 
 def revalidate(caller: Caller, record_id: str, note: str, parents: Iterable[str] | None) -> None:
@@ -128,7 +134,7 @@ def revalidate(caller: Caller, record_id: str, note: str, parents: Iterable[str]
     new_basis = (
         None
         if parents is None
-        else tuple(dict.fromkeys(check_id(p, "parent id") for p in check_list(parents, "parents")))
+        else tuple(dict.fromkeys(check_ref(p, "parent id") for p in check_list(parents, "parents")))
     )
     d = caller.engine.dialect
 
@@ -141,18 +147,20 @@ def revalidate(caller: Caller, record_id: str, note: str, parents: Iterable[str]
         )
         record.check_revalidatable(caller.subject, new_basis, basis_expired)
         rules.check_not_expired(row, now, "revalidate")
-        if new_basis is not None:
+        # The keys of the records the new basis names (as the caller sees them).
+        basis = None if new_basis is None else tuple(caller.resolve(c, p) for p in new_basis)
+        if basis is not None and new_basis is not None:
             below = {rid, *(cid for cid, _ in edges_index.descendants(c, d, rid))}
-            for dep in new_basis:
+            for dep, name in zip(basis, new_basis, strict=True):
                 # Visibility first: a hidden record must look absent, not cyclic.
-                dep_row = None if dep == rid else check_readable(caller, c, dep, "parent", rid)
+                dep_row = None if dep == rid else check_readable(caller, c, name, "parent", rid)
                 if dep_row is None or dep in below:
                     raise CycleError(
-                        f"revalidate refused: {dep!r} depends on {rid!r}; "
+                        f"revalidate refused: {name!r} depends on {rid!r}; "
                         "a cycle is impossible by construction"
                     )
-                rules.check_buildable_on(dep_row, dep, "parent", rid)
-        deps = new_basis if new_basis is not None else record.dependencies
+                rules.check_buildable_on(dep_row, name, "parent", rid)
+        deps = basis if basis is not None else record.dependencies
         check_usable_dependencies(caller, c, deps, rid, row["scope"], "revalidate", now)
         view = record_view(caller, c, row, now)
         if new_basis is not None:
@@ -165,7 +173,7 @@ def revalidate(caller: Caller, record_id: str, note: str, parents: Iterable[str]
         record.revalidate(
             caller.subject,
             note,
-            parents=new_basis,
+            parents=basis,
             observed=() if new_basis is not None else None,
             at=now,
             basis_expired=basis_expired,
@@ -260,7 +268,7 @@ def stale_marking(
 def check_readable(caller: Caller, c: Cursor, dep: str, what: str, child: str) -> Any:
     """The row of a dependency the caller may read (naming nothing it may not
     see), else ``InvalidParentError``."""
-    row = validity_view.current(c, caller.engine.dialect, dep)
+    row = validity_view.current(c, caller.engine.dialect, caller.resolve(c, dep))
     return caller.readable_dependency(c, row, dep, what, child)
 
 

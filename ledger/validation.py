@@ -42,6 +42,16 @@ def check_id(value: object, what: str = "record id") -> str:
     return value
 
 
+def check_ref(value: object, what: str = "record id") -> str:
+    """``check_id``, also accepting a qualified ``id@@scope`` (a record proposed
+    under an id taken in a scope its proposer could not see)."""
+    if isinstance(value, str) and "@@" in value:
+        name, _, scope = value.partition("@@")
+        if ID_PATTERN.fullmatch(name) and ID_PATTERN.fullmatch(scope):
+            return value
+    return check_id(value, what)
+
+
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f]")
 
 

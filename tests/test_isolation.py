@@ -229,3 +229,139 @@ def test_which_error_a_bad_batch_meets_does_not_tell_whether_an_id_is_taken(
         errors.append((type(single.value), str(single.value).replace(rid, "ID")))
     assert errors[:2] == errors[2:]
     assert (led.position, led.views_digest()) == (position, digest)
+
+
+def no_key_in(text: str) -> None:
+    assert "@@" not in text, text
+
+
+def test_an_id_taken_only_in_a_hidden_scope_is_free_to_propose_and_use(
+    tenants: Tenants,
+) -> None:
+    led, a, b, bridge = tenants.led, tenants.a, tenants.b, tenants.bridge
+    b_rev = grant(led, "tenant-b-approver", {"proj-b": ALL})
+    a_before = repr(a.get("A-M1")), repr(a.audit("A-M1"))
+    # A-E1 and A-M1 are taken in proj-a, which B cannot see: to B they are free
+    assert b.capture("proj-b", uri="https://b.test/doc", content=b"b's", id="A-E1") == "A-E1"
+    b_rev.accept("A-E1")
+    assert b.propose("proj-b", "b.fact", 7, Kind.FACT, parents=["A-E1"], id="A-M1") == "A-M1"
+    b_rev.accept("A-M1")
+    b.propose("proj-b", "b.child", 8, Kind.INFERENCE, parents=["A-M1"], id="B-CHILD")
+    b_rev.accept("B-CHILD")
+    # A run that reads it observes it by the same name
+    with b.run("b-task") as run:
+        assert run.get("A-M1").id == "A-M1"
+        run.observe("A-E1")
+        run.propose("proj-b", "b.ran", 9, Kind.INFERENCE, parents=["B-CHILD"], id="B-RAN")
+        assert run.reads == ("A-M1", "A-E1")
+    assert b.get("B-RAN").observed == ("A-M1", "A-E1")
+    assert tenants.bridge.get("B-RAN").observed == ("A-M1@@proj-b", "A-E1@@proj-b")
+    view = b.get("A-M1")
+    assert (view.id, view.scope, view.value, view.parents) == ("A-M1", "proj-b", 7, ("A-E1",))
+    assert view.status == Status.ACCEPTED
+    assert b.get("B-CHILD").parents == ("A-M1",)
+    assert [r.id for r in b.read("proj-b", "b.fact").records] == ["A-M1"]
+    ids = [v.id for v in b.records("proj-b")]
+    assert {"A-E1", "A-M1", "B-CHILD"} <= set(ids)
+    # paging after a record shown by its bare id does not show it again
+    after = [v.id for v in b.records("proj-b", after="A-M1")]
+    assert "A-M1" not in after and "A-E1" not in after
+    sub = collect(b, "B-CHILD", ancestors=True)
+    assert {n.id for n in sub.nodes} == {"A-E1", "A-M1", "B-CHILD"}
+    assert {(e.parent, e.child) for e in sub.edges} == {("A-E1", "A-M1"), ("A-M1", "B-CHILD")}
+    outputs = [
+        repr(view),
+        repr(b.explain("proj-b", "b.child")),
+        repr(b.audit("A-M1")),
+        repr(b.audit("B-CHILD")),
+        repr(b.history()),
+        repr(sub),
+        draw(b, "B-CHILD", ancestors=True, format="dot").data.decode(),
+        export_text(b, "prov-json", record="B-CHILD", ancestors=True),
+    ]
+    for text in outputs:
+        no_key_in(text)
+    preview = b_rev.preview_revoke("A-M1")
+    assert (preview.root, preview.stale) == ("A-M1", ("B-CHILD", "B-RAN"))
+    rev = b_rev.revoke("A-M1", reason="b withdrew it")
+    assert (rev.root, rev.affected) == ("A-M1", ("A-M1", "B-CHILD", "B-RAN"))
+    assert b.get("B-CHILD").cause == "A-M1"
+    assert b.get("A-M1").status == Status.REVOKED
+    # Refusals name it as B knows it
+    for refused_call in (
+        lambda: b_rev.accept("A-M1"),
+        lambda: b_rev.revoke("A-M1", reason="again"),
+        lambda: b.deliver("A-M1", recipient="ops@b.test"),
+        lambda: b.propose("proj-b", "b.fact", 1, Kind.FACT, id="A-M1"),
+        lambda: b.propose("proj-b", "b.x", 1, Kind.INFERENCE, parents=["A-M1"]),
+    ):
+        with pytest.raises(LedgerError) as refused:
+            refused_call()
+        assert "A-M1" in str(refused.value)
+        no_key_in(str(refused.value))
+    # A's records are untouched and A sees nothing of B's
+    assert (repr(a.get("A-M1")), repr(a.audit("A-M1"))) == a_before
+    # The bridge, granted in both, tells them apart by the qualified form
+    assert bridge.get("A-M1").scope == "proj-a"
+    both = bridge.get("A-M1@@proj-b")
+    assert (both.id, both.scope, both.status) == ("A-M1@@proj-b", "proj-b", Status.REVOKED)
+    assert bridge.get("B-CHILD").parents == ("A-M1@@proj-b",)
+    assert bridge.get("B-CHILD").cause == "A-M1@@proj-b"
+    # The log replays to the same views and verifies
+    assert led.rebuild().matched
+    assert led.verify().ok
+
+
+def refusals(b: Session, rid: str) -> list[tuple[type, str]]:
+    """What B meets proposing ``rid`` again (by each way in) and naming its
+    qualified forms, with ``rid`` itself written as ID."""
+    calls = (
+        lambda: b.propose("proj-b", "k", 1, Kind.FACT, id=rid),
+        lambda: b.propose_many(
+            [{"scope": "proj-b", "claim_key": "k", "value": 1, "kind": "fact", "id": rid}]
+        ),
+        lambda: b.capture("proj-b", uri="https://b.test/again", content=b"y", id=rid),
+        lambda: b.get(f"{rid}@@proj-b"),
+        lambda: b.get(f"{rid}@@proj-a"),
+    )
+    out: list[tuple[type, str]] = []
+    for call in calls:
+        with pytest.raises(LedgerError) as refused:
+            call()
+        out.append((type(refused.value), str(refused.value).replace(rid, "ID")))
+    return out
+
+
+def test_a_free_id_and_a_hidden_taken_id_behave_alike(tenants: Tenants) -> None:
+    """Propose, propose_many and capture answer the same for an id taken in a
+    scope the caller cannot see as for one never used, and so does naming a
+    qualified form it was never shown."""
+    led, b = tenants.led, tenants.b
+    ways = {
+        "propose": lambda rid: b.propose("proj-b", f"k.{rid}", 1, Kind.FACT, id=rid),
+        "propose_many": lambda rid: b.propose_many(
+            [{"scope": "proj-b", "claim_key": f"m.{rid}", "value": 1, "kind": "fact", "id": rid}]
+        ),
+        "capture": lambda rid: b.capture(
+            "proj-b", uri=f"https://b.test/{rid}", content=b"x", id=rid
+        ),
+    }
+    for way, taken, free in (
+        ("propose", "A-M1", "FREE-M1"),
+        ("propose_many", "A-X", "FREE-X"),
+        ("capture", "A-E1", "FREE-E1"),
+    ):
+        answers = []
+        for rid in (taken, free):
+            got = ways[way](rid)
+            view = b.get(rid)
+            answers.append(
+                (
+                    str(got).replace(rid, "ID"),
+                    refusals(b, rid),
+                    (view.id.replace(rid, "ID"), view.scope, view.value),
+                )
+            )
+        assert answers[0] == answers[1], way
+    assert led.rebuild().matched
+    assert led.verify().ok
