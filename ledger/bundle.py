@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgpack
 
-from ledger import merkle
+from ledger import merkle, redaction
 from ledger.access import Role
 from ledger.domain import Kind, record_uuid
 from ledger.errors import (
@@ -286,11 +286,14 @@ def _events(
     index_of: dict[int, int],
 ) -> list[_Event]:
     """Each event of the included records with its bytes (or withheld) and proof."""
-    engine = session.caller.engine
+    caller = session.caller
+    engine = caller.engine
+    keys = caller.keys_of(t.record for t in trails.values())
     out: list[_Event] = []
     with engine.reading() as c:
         for rid, trail in sorted(trails.items()):
-            notes = {n.id: n for n in engine.recorder.select_record_events(c, record_uuid(rid))}
+            key = keys[rid, trail.record.scope]
+            notes = {n.id: n for n in engine.recorder.select_record_events(c, record_uuid(key))}
             for audit in trail.events:
                 note = notes.get(audit.position)
                 index = index_of.get(audit.position)
@@ -308,7 +311,12 @@ def _events(
                         f"bundle refused: the stored bytes at position {audit.position} differ "
                         "from what was appended"
                     )
-                withheld = not all(auditable(dep) for dep in _named_ids(audit))
+                # An event naming a record by a key its reader is shown otherwise
+                # (redaction.names) is withheld too: its bytes would tell more.
+                named = redaction.event_dependencies(vars(engine.projector.decode(note)))
+                withheld = not all(auditable(dep) for dep in _named_ids(audit)) or bool(
+                    caller.names(c, (*named, key))
+                )
                 out.append(
                     _Event(
                         record=rid,

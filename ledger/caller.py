@@ -146,32 +146,40 @@ class Caller:
 
     # -- record ids: unique per scope ----------------------------------------------
 
-    def resolve(self, c: Cursor, name: str) -> str:
-        """The key of the record a caller means by ``name`` (see
-        :mod:`ledger.redaction`): ``name`` itself if the caller can see a record
-        keyed so, else the record proposed as ``name`` in a scope it holds a grant
-        in (keyed ``name@@scope`` because ``name`` was taken in a scope it cannot
-        see), else ``name`` (unknown: refused like any free id).
+    def lookup(self, c: Cursor, name: str) -> Any:
+        """The current row of the record a caller means by ``name`` (see
+        :mod:`ledger.redaction`), None if there is none it can see: the record
+        keyed ``name`` if the caller can see it, else the one proposed as ``name``
+        in a scope it holds a grant in (keyed ``name@@scope`` because ``name`` was
+        taken in a scope it cannot see).
 
         A qualified name is taken as given from a caller who can see the bare id
-        (it needs it to tell the two apart); from any other it denotes nothing (a
-        key no record has), exactly like a qualified name never used.
+        (it needs it to tell the two apart); from any other it denotes nothing,
+        exactly like a qualified name never used.
         """
         d = self.engine.dialect
         if redaction.QUALIFIER in name:
-            bare = redaction.bare(name)
-            row = validity_view.current(c, d, bare, self.position)
-            if row is not None and self.roles(c, row["scope"]):
-                return name
-            return name + redaction.QUALIFIER
+            bare = validity_view.current(c, d, redaction.bare(name), self.position)
+            if bare is None or not self.roles(c, bare["scope"]):
+                return None
+            return validity_view.current(c, d, name, self.position)
         row = validity_view.current(c, d, name, self.position)
         if row is None or self.roles(c, row["scope"]):
-            return name
+            return row  # a free id: no record can be keyed by it qualified
         for scope in sorted(self.granted_scopes(c)):
-            key = redaction.qualified(name, scope)
-            if validity_view.current(c, d, key, self.position) is not None:
-                return key
-        return name
+            found = validity_view.current(c, d, redaction.qualified(name, scope), self.position)
+            if found is not None:
+                return found
+        return None
+
+    def resolve(self, c: Cursor, name: str) -> str:
+        """The key of the record a caller means by ``name`` (:meth:`lookup`); else
+        a key that names nothing the caller can see (so it is refused like any
+        free id): ``name`` itself, or for a qualified name one no record has."""
+        row = self.lookup(c, name)
+        if row is not None:
+            return str(row["record_id"])
+        return name + redaction.QUALIFIER if redaction.QUALIFIER in name else name
 
     def key_for(self, c: Cursor, name: str, scope: str) -> str | None:
         """The key a new record proposed as ``name`` in ``scope`` is stored under:
@@ -212,7 +220,7 @@ class Caller:
         (:meth:`resolve`).
         """
         rid = check_ref(record_id, f"{what} id")
-        row = validity_view.current(c, self.engine.dialect, self.resolve(c, rid), self.position)
+        row = self.lookup(c, rid)
         if row is None or not self.roles(c, row["scope"]):
             raise UnknownRecordError(
                 f"{command} refused: {what} {rid!r} is unknown or not visible to {self.subject!r}"

@@ -268,8 +268,7 @@ def stale_marking(
 def check_readable(caller: Caller, c: Cursor, dep: str, what: str, child: str) -> Any:
     """The row of a dependency the caller may read (naming nothing it may not
     see), else ``InvalidParentError``."""
-    row = validity_view.current(c, caller.engine.dialect, caller.resolve(c, dep))
-    return caller.readable_dependency(c, row, dep, what, child)
+    return caller.readable_dependency(c, caller.lookup(c, dep), dep, what, child)
 
 
 def check_usable_dependencies(

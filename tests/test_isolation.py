@@ -10,14 +10,18 @@ reason is withheld.
 from __future__ import annotations
 
 import json
+import zipfile
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
 from ledger import HIDDEN, WITHHELD, Kind, Ledger, Session, Status
+from ledger.bundle import verify_bundle, write_bundle
 from ledger.errors import InvalidParentError, LedgerError
 from ledger.graph import collect, draw
+from ledger.heads import generate_key
 from ledger.prov import export_text
 from tests.conftest import Clock
 
@@ -330,6 +334,28 @@ def refusals(b: Session, rid: str) -> list[tuple[type, str]]:
             call()
         out.append((type(refused.value), str(refused.value).replace(rid, "ID")))
     return out
+
+
+def test_a_bundle_names_an_id_taken_in_a_hidden_scope_as_its_proposer_knows_it(
+    tenants: Tenants, tmp_path: Path
+) -> None:
+    b = tenants.b
+    b_rev = grant(tenants.led, "tenant-b-approver", {"proj-b": ALL})
+    b.capture("proj-b", uri="https://b.test/doc", content=b"b's", id="A-E1")
+    b_rev.accept("A-E1")
+    b.propose("proj-b", "b.fact", 7, Kind.FACT, parents=["A-E1"], id="A-M1")
+    b_rev.accept("A-M1")
+    generate_key(tmp_path / "k")
+    info = write_bundle(b, "A-M1", tmp_path / "k", tmp_path / "b.zip")
+    assert (info.record, info.records) == ("A-M1", ("A-M1", "A-E1"))
+    report = verify_bundle(tmp_path / "b.zip", tmp_path / "k.pub")
+    assert report.ok, report.problem
+    # The stored events hold the records' keys: their bytes are withheld, their
+    # inclusion still proved
+    assert report.withheld > 0
+    with zipfile.ZipFile(tmp_path / "b.zip") as archive:
+        for name in archive.namelist():
+            assert b"@@" not in archive.read(name), name
 
 
 def test_a_free_id_and_a_hidden_taken_id_behave_alike(tenants: Tenants) -> None:
