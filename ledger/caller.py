@@ -20,6 +20,7 @@ from ledger.engine import Engine
 from ledger.errors import (
     AccessDeniedError,
     InvalidParentError,
+    LedgerError,
     ReadOnlyError,
     UnknownRecordError,
 )
@@ -54,6 +55,8 @@ class Caller:
         self.as_of_at = at
         self.run = run
         self._role_cache: dict[int, dict[str, list[str]]] = {}
+        #: Qualified names the caller gave in a transaction (echoed as typed).
+        self._given: dict[int, set[str]] = {}
 
     def derive(
         self,
@@ -72,17 +75,30 @@ class Caller:
         """A read transaction in which the token was checked and the subject's roles
         read (one statement); they serve it until it ends."""
         with self.engine.reading() as c, self.authenticated(c):
-            yield c
+            try:
+                yield c
+            except LedgerError as exc:
+                raise self.refusal(c, exc) from exc.__cause__
 
     @contextmanager
     def authenticated(self, c: Cursor) -> Iterator[None]:
         """Check the token with ``c`` and keep the subject's roles for ``c``'s
         transaction (a command does this under the writers' lock)."""
         self._role_cache[id(c)] = self.authenticate(c)
+        self._given[id(c)] = set()
         try:
             yield
         finally:
             del self._role_cache[id(c)]
+            del self._given[id(c)]
+
+    def refusal(self, c: Cursor, exc: LedgerError) -> LedgerError:
+        """``exc`` naming every record as the caller is shown it (a qualified key
+        it cannot tell apart as its bare id); what the caller typed is echoed as
+        typed."""
+        keys = redaction.keys_in(str(exc)) - self._given.get(id(c), set())
+        names = self.names(c, keys) if keys else {}
+        return redaction.error(exc, names) if names else exc
 
     def authenticate(self, c: Cursor) -> dict[str, list[str]]:
         """Check the token (``AuthenticationError``); its subject's roles by scope."""
@@ -159,6 +175,9 @@ class Caller:
         """
         d = self.engine.dialect
         if redaction.QUALIFIER in name:
+            given = self._given.get(id(c))
+            if given is not None:
+                given.add(name)
             bare = validity_view.current(c, d, redaction.bare(name), self.position)
             if bare is None or not self.roles(c, bare["scope"]):
                 return None

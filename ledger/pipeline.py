@@ -23,7 +23,6 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
-from ledger import redaction
 from ledger.access import Role
 from ledger.caller import Caller
 from ledger.domain import Record
@@ -64,11 +63,8 @@ def command(caller: Caller, name: str, decide: Callable[[Cursor, datetime], Deci
             try:
                 decision = decide(w.c, caller.engine.now())
             except LedgerError as exc:
-                # A message names a record as the caller is shown it.
-                names = caller.names(w.c, redaction.keys_in(str(exc)))
-                if not names:
-                    raise
-                raise redaction.error(exc, names) from None
+                # A refusal names a record as the caller is shown it.
+                raise caller.refusal(w.c, exc) from exc.__cause__
             position = w.append(decision.events, decision.snapshots, decision.known)
         return decision.result(position)
 
