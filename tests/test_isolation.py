@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -367,7 +368,7 @@ def test_a_free_id_and_a_hidden_taken_id_behave_alike(tenants: Tenants) -> None:
     scope the caller cannot see as for one never used, and so does naming a
     qualified form it was never shown."""
     led, b = tenants.led, tenants.b
-    ways = {
+    ways: dict[str, Callable[[str], object]] = {
         "propose": lambda rid: b.propose("proj-b", f"k.{rid}", 1, Kind.FACT, id=rid),
         "propose_many": lambda rid: b.propose_many(
             [{"scope": "proj-b", "claim_key": f"m.{rid}", "value": 1, "kind": "fact", "id": rid}]
