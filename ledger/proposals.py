@@ -132,7 +132,7 @@ def _propose(
             fields["supersedes"] = previous_capture(
                 caller, c, fields["scope"], fields["claim_key"], fields["evidence"]
             )
-        record = prepare(caller, c, {}, None, **fields)
+        record = prepare(caller, c, {}, {}, **fields)
         return Decision([record], lambda _: redaction.bare(record.record_id), snapshots)
 
     return pipeline.command(caller, name, decide)
@@ -200,7 +200,7 @@ def prepare(
     caller: Caller,
     c: Cursor,
     pending: Mapping[str, Record.Proposed],
-    known: Mapping[str, Any] | None,
+    known: dict[str, Any],
     *,
     scope: str,
     claim_key: str,
@@ -217,7 +217,7 @@ def prepare(
 
     ``pending`` maps ids proposed earlier in the same batch to their events;
     ``known`` holds current view rows read for the whole batch up front (a record
-    id it has no key for is looked up).
+    id it has no key for is looked up, and kept there).
     """
     engine = caller.engine
     check_id(scope, "scope")
@@ -323,7 +323,7 @@ def _check_supersedable(
     scope: str,
     claim_key: str,
     deps: Sequence[str],
-    known: Mapping[str, Any] | None,
+    known: dict[str, Any],
     pending: Mapping[str, Record.Proposed],
 ) -> None:
     """``old`` may be superseded by the proposal ``rid``: visible, same scope and
@@ -388,17 +388,18 @@ def _with_inherited(
     return out
 
 
-def _row(caller: Caller, c: Cursor, rid: str, known: Mapping[str, Any] | None) -> Any:
-    if known is not None and rid in known:
-        return known[rid]
-    return validity_view.current(c, caller.engine.dialect, rid)
+def _row(caller: Caller, c: Cursor, rid: str, known: dict[str, Any]) -> Any:
+    """The current row of ``rid`` (None if there is none), read once a command."""
+    if rid not in known:
+        known[rid] = validity_view.current(c, caller.engine.dialect, rid)
+    return known[rid]
 
 
 def _resolve(
     caller: Caller,
     c: Cursor,
     name: str,
-    known: Mapping[str, Any] | None,
+    known: dict[str, Any],
     pending: Mapping[str, Record.Proposed],
 ) -> str:
     """The key of the record ``name`` denotes for the caller
@@ -419,7 +420,7 @@ def _new_key(
     c: Cursor,
     rid: str,
     scope: str,
-    known: Mapping[str, Any] | None,
+    known: dict[str, Any],
     pending: Mapping[str, Record.Proposed],
 ) -> str | None:
     """The key of a new record proposed as ``rid`` in ``scope``; None if the id is
@@ -441,7 +442,7 @@ def _check_dependency(
     dep: str,
     what: str,
     child: str,
-    known: Mapping[str, Any] | None = None,
+    known: dict[str, Any],
     name: str | None = None,
 ) -> Any:
     """The row of ``dep`` (a key; ``name``: how the caller named it), which

@@ -291,6 +291,16 @@ def test_an_id_taken_only_in_a_hidden_scope_is_free_to_propose_and_use(
     rev = b_rev.revoke("A-M1", reason="b withdrew it")
     assert (rev.root, rev.affected) == ("A-M1", ("A-M1", "B-CHILD", "B-RAN"))
     assert b.get("B-CHILD").cause == "A-M1"
+    assert b.explain("proj-b", "b.child").entries[0].reasons == (
+        "stale because A-M1 was revoked: b withdrew it",
+    )
+    for text in (
+        repr(b.get("B-CHILD")),
+        repr(b.history()),
+        repr(b.audit("B-CHILD")),
+        draw(b, "A-M1", descendants=True, format="mermaid").data.decode(),
+    ):
+        no_key_in(text)
     assert b.get("A-M1").status == Status.REVOKED
     # Refusals name it as B knows it
     for refused_call in (
