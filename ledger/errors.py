@@ -110,7 +110,8 @@ class UnknownRecordError(LedgerError, KeyError):
 
 
 class DuplicateRecordError(LedgerError):
-    """A record with that id already exists."""
+    """A record with that id already exists in a scope the caller can see (an id
+    taken only in a scope it cannot see is free to it: ids are unique per scope)."""
 
 
 class InvalidParentError(LedgerError):
