@@ -10,6 +10,7 @@ reason is withheld.
 from __future__ import annotations
 
 import json
+import shlex
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,9 +18,11 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from ledger import HIDDEN, WITHHELD, Kind, Ledger, Session, Status
 from ledger.bundle import verify_bundle, write_bundle
+from ledger.cli import main
 from ledger.errors import InvalidParentError, LedgerError
 from ledger.graph import collect, draw
 from ledger.heads import generate_key
@@ -407,3 +410,45 @@ def test_a_free_id_and_a_hidden_taken_id_behave_alike(tenants: Tenants) -> None:
             assert hidden_taken == free_one, way
     assert led.rebuild().matched
     assert led.verify().ok
+
+
+#: CLI commands an outsider aims at a record id ({id}); each is run with a hidden id
+#: and with one that does not exist, and must answer alike.
+CLI_PROBES = (
+    "get {id}",
+    "audit {id}",
+    "history --record {id}",
+    "accept {id}",
+    "reject {id} --reason no",
+    "revoke {id} --reason no",
+    "revalidate {id} --note ok",
+    "deliver {id} --to me@evil.test",
+    "graph {id} --ancestors --format dot",
+    "propose --scope proj-b --claim k --kind inference --value 1 --parent {id}",
+)
+
+
+@pytest.mark.parametrize("probe", CLI_PROBES)
+def test_the_command_line_answers_a_hidden_id_as_it_answers_a_free_one(
+    tmp_path: Path, probe: str
+) -> None:
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    with Ledger.open(url) as led:
+        owner = grant(led, "owner-a", {"proj-a": ALL})
+        grant(led, "reviewer-a", {"proj-a": ALL}).accept(
+            owner.capture("proj-a", uri="https://a.test/s", content=b"s", id="SECRET-1")
+        )
+        grant(led, "outsider", {"proj-b": ALL})
+        token = led.admin().issue_token("outsider")
+        position, digest = led.position, led.views_digest()
+
+    def run(rid: str) -> tuple[int, str]:
+        env = {"PROVLEDGER_URL": url, "PROVLEDGER_TOKEN": token}
+        result = CliRunner().invoke(main, shlex.split(probe.format(id=rid)), env=env)
+        return result.exit_code, result.output.replace(rid, "<ID>")
+
+    hidden, free = run("SECRET-1"), run("NO-SUCH-1")
+    assert hidden == free
+    assert hidden[0] == 1 and "proj-a" not in hidden[1]
+    with Ledger.open(url) as led:
+        assert (led.position, led.views_digest()) == (position, digest)
