@@ -102,7 +102,13 @@ class Caller:
 
     def authenticate(self, c: Cursor) -> dict[str, list[str]]:
         """Check the token (``AuthenticationError``); its subject's roles by scope."""
-        row, roles = access_view.token_and_roles(c, self.engine.dialect, self.token_hash)
+        fresh = self.engine.fresh(c)
+        known = self.engine.recent.tokens.get(self.token_hash) if fresh else None
+        if known is None:
+            known = access_view.token_and_roles(c, self.engine.dialect, self.token_hash)
+            if fresh and known[0] is not None:
+                self.engine.recent.tokens[self.token_hash] = known
+        row, roles = known
         self.engine.check_token(row)
         return roles
 

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import random
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from uuid import UUID
@@ -33,7 +34,7 @@ from eventsourcing.persistence import (
     OperationalError,
     PersistenceError,
 )
-from eventsourcing.utils import TopicError
+from eventsourcing.utils import TopicError, get_topic
 
 from ledger.domain import Kind, Record, RetentionRule, record_uuid
 from ledger.errors import (
@@ -51,12 +52,13 @@ from ledger.errors import (
 from ledger.persistence import Backend, LedgerApplication, holds_ledger
 from ledger.persistence.faults import DATABASE_ERRORS, CommitFailed, is_busy, storage_error
 from ledger.serialization import datetime_to_micros, micros_to_datetime
+from ledger.stored import plain as stored_plain
 from ledger.stored import stored_events
 from ledger.validation import check_aware
 from ledger.values import RecordView
 from projections import validity as validity_view
 from projections.base import Cursor, Dialect
-from projections.projector import LAYOUT, Projector
+from projections.projector import LAYOUT, Projector, decode_row
 
 if TYPE_CHECKING:
     from ledger.persistence import LedgerRecorder
@@ -67,6 +69,9 @@ T = TypeVar("T")
 RETRIES = 20
 #: How many record scopes :meth:`Engine.scopes_of` keeps before starting afresh.
 SCOPE_CACHE = 100_000
+#: How many aggregates' stored events :class:`Recent` keeps before starting afresh.
+RECENT = 10_000
+_RECORD_TOPIC = get_topic(Record) + "."
 
 
 class AcceptanceCheck(Protocol):
@@ -92,6 +97,8 @@ class Write:
     c: Cursor
     engine: Engine
     done: dict[str, int] | None
+    #: (position, stored event) of everything appended so far, in log order.
+    appended: list[tuple[int, Any]] = field(default_factory=list)
 
     def append(
         self,
@@ -107,11 +114,54 @@ class Write:
         # Proposals' rows are assembled directly (the same bytes as the mapper's).
         stored = stored_events(self.engine.app.mapper, events)
         # Rows read before a first append are current; after it the views moved on.
-        first = self.done is not None
-        with self.engine.projector.knowing(self.c, known if first else None):
+        with self.engine.projector.knowing(self.c, None if self.appended else known):
             ids = self.engine.recorder.insert_in(self.c, stored, events, snapshots, self.done)
-        self.done = None  # the views moved on: a second append reads tracking again
+        if self.done is not None:
+            self.done = dict.fromkeys(self.done, ids[-1])  # every view applied them
+        self.appended.extend(zip(ids, stored, strict=True))
         return ids[-1]
+
+
+class Recent:
+    """What an engine knows of the ledger from its own write transactions, kept
+    while no other connection writes (the backend tells, see
+    ``LedgerRecorder.others_wrote``): the views' positions, each recently
+    written aggregate's stored events and each token checked. A command then
+    needs neither the tracking query nor its aggregate's events read back, nor
+    its token's row. Everything is forgotten when another connection wrote, when
+    a transaction fails, and around maintenance."""
+
+    def __init__(self) -> None:
+        self.cursor: Cursor | None = None  # the write transaction it serves now
+        self.done: dict[str, int] | None = None
+        self.rows: dict[UUID, list[tuple[int, str, int, str, bytes]]] = {}
+        self.tokens: dict[str, tuple[Any, dict[str, list[str]]]] = {}
+
+    def forget(self) -> None:
+        """Know nothing (the next write transaction reads everything again)."""
+        self.done = None
+        self.rows.clear()
+        self.tokens.clear()
+
+    def learn(self, appended: Sequence[tuple[int, Any]], done: dict[str, int] | None) -> None:
+        """Remember a committed transaction's appended (position, stored event)s."""
+        self.done = done
+        rows = self.rows
+        if len(rows) > RECENT:
+            rows.clear()
+        for position, s in appended:
+            oid: UUID = s.originator_id
+            version = s.originator_version
+            row = (position, oid.hex, version, s.topic, s.state)
+            chain = rows.get(oid)
+            if version == 1:
+                rows[oid] = [row]
+            elif chain is not None and chain[-1][2] == version - 1:
+                chain.append(row)
+            else:
+                rows.pop(oid, None)
+            if not s.topic.startswith(_RECORD_TOPIC):
+                self.tokens.clear()  # grants and tokens change with Principal events
 
 
 class Engine:
@@ -137,6 +187,8 @@ class Engine:
         self.retention = dict(retention)
         self.closed = True
         self._scopes: dict[str, str] = {}
+        self.recent = Recent()
+        self._lock = threading.RLock()
         self.now()  # a clock that does not give aware datetimes is refused now
         env = backend.env
         if not create and backend.kind != "memory":
@@ -229,7 +281,8 @@ class Engine:
         rebuild); commands use :meth:`transact`."""
         self.check_open()
         try:
-            with self.recorder.writing() as c:
+            with self._lock, self.recorder.writing() as c:
+                self.recent.forget()
                 self.recorder.lock_for_write(c)
                 yield c
         except DATABASE_ERRORS as exc:
@@ -253,9 +306,8 @@ class Engine:
 
         def attempt() -> T:
             try:
-                with self.recorder.writing() as c:
-                    self.recorder.lock_for_write(c)
-                    return work(Write(c, self, self._caught_up(c)))
+                with self._lock:
+                    return self._attempt(work)
             except (IntegrityError, sqlite3.IntegrityError):
                 raise Busy() from None
             except DATABASE_ERRORS as exc:
@@ -266,6 +318,34 @@ class Engine:
                 raise self.storage_error(exc.__cause__ or exc, committing=True) from None
 
         return self.retrying(attempt)
+
+    def _attempt(self, work: Callable[[Write], T]) -> T:
+        """One try of a command (under the engine's lock): its transaction, then
+        what it wrote remembered once committed, or everything forgotten."""
+        recent = self.recent
+        try:
+            with self.recorder.writing() as c:
+                self.recorder.lock_for_write(c)
+                if self.recorder.others_wrote(c) or recent.done is None:
+                    recent.forget()
+                    recent.done = done = self._caught_up(c)
+                else:
+                    done = dict(recent.done)
+                recent.cursor = c
+                w = Write(c, self, done)
+                result = work(w)
+                recent.cursor = None
+        except BaseException:
+            recent.cursor = None
+            recent.forget()
+            raise
+        recent.learn(w.appended, w.done)
+        return result
+
+    def fresh(self, c: Cursor) -> bool:
+        """Whether ``c`` is the write transaction :attr:`recent` serves (nothing
+        another connection wrote is missing from it)."""
+        return c is self.recent.cursor and self.recent.done is not None
 
     def _caught_up(self, c: Cursor) -> dict[str, int] | None:
         """The views' tracking positions, after applying any event they missed
@@ -304,6 +384,11 @@ class Engine:
         """The aggregate folded from its stored events read with ``c`` (None if it
         has none); undecodable bytes raise ``CorruptEventError``."""
         found: Any = None
+        rows = self.recent.rows.get(aggregate_id) if self.fresh(c) else None
+        if rows is not None and stored_plain(self.app.mapper):
+            for row in rows:
+                found = decode_row(row).mutate(found)
+            return found
         try:
             for note in self.recorder.select_record_events(c, aggregate_id):
                 event: Any = self.app.mapper.to_domain_event(note)

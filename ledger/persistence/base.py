@@ -95,6 +95,14 @@ class LedgerRecorderMixin:
         """Take the writers' lock in an open transaction (before reading what to write)."""
         raise NotImplementedError
 
+    def others_wrote(self, c: Cursor) -> bool:
+        """Whether another connection may have committed since this recorder's
+        previous write transaction (asked first in a write transaction, under the
+        writers' lock). True whenever the backend cannot tell: what the engine
+        remembers of its own writes is then read again."""
+        del c
+        return True
+
     def tracking_and_newest(self, c: Cursor) -> tuple[dict[str, int], int]:
         """In one statement: each view's tracking position and the newest log position."""
         c.execute(

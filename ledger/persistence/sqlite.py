@@ -132,6 +132,8 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
         self._writer_lock = threading.RLock()
         self._writing = False  # a write transaction is open (read under the lock)
         self._closed = False
+        #: The writer's ``PRAGMA data_version`` in its previous write transaction.
+        self._data_version: int | None = None
 
     # -- transactions ----------------------------------------------------------
 
@@ -194,6 +196,7 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
                 raise sqlite3.ProgrammingError("the ledger is closed")
             pool: Any = self.datastore.pool
             self._writer = pool._create_connection()._sqlite_conn
+            self._data_version = None  # a new connection has its own counter
         return self._writer
 
     def _own_reader(self) -> _Reader | None:
@@ -285,6 +288,18 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
     def lock_for_write(self, c: Cursor) -> None:
         """Nothing more to do: ``writing`` began with ``BEGIN IMMEDIATE``, which took
         SQLite's write lock."""
+
+    def others_wrote(self, c: Cursor) -> bool:
+        """SQLite's ``PRAGMA data_version`` on the writer connection changes when
+        any other connection commits (its own commits leave it alone); under the
+        write lock nobody else can commit until this transaction ends, so the
+        value read now holds until the next write transaction reads it again."""
+        if not self._file:
+            return True
+        c.execute("PRAGMA data_version")
+        version = int(c.fetchone()[0])
+        seen, self._data_version = self._data_version, version
+        return version != seen
 
     def insert_in(
         self,
