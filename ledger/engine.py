@@ -34,7 +34,7 @@ from eventsourcing.persistence import (
     OperationalError,
     PersistenceError,
 )
-from eventsourcing.utils import TopicError, get_topic
+from eventsourcing.utils import TopicError
 
 from ledger.domain import Kind, Record, RetentionRule, record_uuid
 from ledger.errors import (
@@ -52,13 +52,12 @@ from ledger.errors import (
 from ledger.persistence import Backend, LedgerApplication, holds_ledger
 from ledger.persistence.faults import DATABASE_ERRORS, CommitFailed, is_busy, storage_error
 from ledger.serialization import datetime_to_micros, micros_to_datetime
-from ledger.stored import plain as stored_plain
 from ledger.stored import stored_events
 from ledger.validation import check_aware
 from ledger.values import RecordView
 from projections import validity as validity_view
 from projections.base import Cursor, Dialect
-from projections.projector import LAYOUT, Projector, decode_row
+from projections.projector import LAYOUT, Projector
 
 if TYPE_CHECKING:
     from ledger.persistence import LedgerRecorder
@@ -71,7 +70,6 @@ RETRIES = 20
 SCOPE_CACHE = 100_000
 #: How many aggregates' stored events :class:`Recent` keeps before starting afresh.
 RECENT = 10_000
-_RECORD_TOPIC = get_topic(Record) + "."
 
 
 class AcceptanceCheck(Protocol):
@@ -97,7 +95,7 @@ class Write:
     c: Cursor
     engine: Engine
     done: dict[str, int] | None
-    #: (position, stored event) of everything appended so far, in log order.
+    #: (position, domain event) of everything appended so far, in log order.
     appended: list[tuple[int, Any]] = field(default_factory=list)
 
     def append(
@@ -118,7 +116,7 @@ class Write:
             ids = self.engine.recorder.insert_in(self.c, stored, events, snapshots, self.done)
         if self.done is not None:
             self.done = dict.fromkeys(self.done, ids[-1])  # every view applied them
-        self.appended.extend(zip(ids, stored, strict=True))
+        self.appended.extend(zip(ids, events, strict=True))
         return ids[-1]
 
 
@@ -126,7 +124,7 @@ class Recent:
     """What an engine knows of the ledger from its own write transactions, kept
     while no other connection writes (the backend tells, see
     ``LedgerRecorder.others_wrote``): the views' positions, each recently
-    written aggregate's stored events and each token checked. A command then
+    written aggregate's events and each token checked. A command then
     needs neither the tracking query nor its aggregate's events read back, nor
     its token's row. Everything is forgotten when another connection wrote, when
     a transaction fails, and around maintenance."""
@@ -134,33 +132,32 @@ class Recent:
     def __init__(self) -> None:
         self.cursor: Cursor | None = None  # the write transaction it serves now
         self.done: dict[str, int] | None = None
-        self.rows: dict[UUID, list[tuple[int, str, int, str, bytes]]] = {}
+        self.events: dict[UUID, list[Any]] = {}
         self.tokens: dict[str, tuple[Any, dict[str, list[str]]]] = {}
 
     def forget(self) -> None:
         """Know nothing (the next write transaction reads everything again)."""
         self.done = None
-        self.rows.clear()
+        self.events.clear()
         self.tokens.clear()
 
     def learn(self, appended: Sequence[tuple[int, Any]], done: dict[str, int] | None) -> None:
-        """Remember a committed transaction's appended (position, stored event)s."""
+        """Remember a committed transaction's appended (position, event)s."""
         self.done = done
-        rows = self.rows
-        if len(rows) > RECENT:
-            rows.clear()
-        for position, s in appended:
-            oid: UUID = s.originator_id
-            version = s.originator_version
-            row = (position, oid.hex, version, s.topic, s.state)
-            chain = rows.get(oid)
+        known = self.events
+        if len(known) > RECENT:
+            known.clear()
+        for _, event in appended:
+            oid: UUID = event.originator_id
+            version = event.originator_version
+            chain = known.get(oid)
             if version == 1:
-                rows[oid] = [row]
-            elif chain is not None and chain[-1][2] == version - 1:
-                chain.append(row)
+                known[oid] = [event]
+            elif chain is not None and chain[-1].originator_version == version - 1:
+                chain.append(event)
             else:
-                rows.pop(oid, None)
-            if not s.topic.startswith(_RECORD_TOPIC):
+                known.pop(oid, None)
+            if not isinstance(event, Record.Event):
                 self.tokens.clear()  # grants and tokens change with Principal events
 
 
@@ -384,10 +381,10 @@ class Engine:
         """The aggregate folded from its stored events read with ``c`` (None if it
         has none); undecodable bytes raise ``CorruptEventError``."""
         found: Any = None
-        rows = self.recent.rows.get(aggregate_id) if self.fresh(c) else None
-        if rows is not None and stored_plain(self.app.mapper):
-            for row in rows:
-                found = decode_row(row).mutate(found)
+        known = self.recent.events.get(aggregate_id) if self.fresh(c) else None
+        if known is not None:  # this ledger wrote them; nobody wrote since
+            for mine in known:
+                found = mine.mutate(found)
             return found
         try:
             for note in self.recorder.select_record_events(c, aggregate_id):
