@@ -107,9 +107,17 @@ class Projector:
         """Every view table (the snapshot store is primary data, not a view)."""
         return (*(t for v in VIEWS for t in v.TABLES), *timeline.TABLES)
 
-    def create_tables(self, c: Cursor) -> None:
-        """Create the view tables if missing."""
+    def create_tables(self, c: Cursor, indexes: bool = True) -> None:
+        """Create the view tables if missing (and every index, unless ``indexes``
+        is false: then :meth:`create_indexes` adds the ones a replay never reads)."""
         for statement in (*TRACKING_DDL, *(s for v in VIEWS for s in v.DDL), *timeline.DDL):
+            c.execute(self.dialect.q(statement))
+        if indexes:
+            self.create_indexes(c)
+
+    def create_indexes(self, c: Cursor) -> None:
+        """The indexes only reads use, built over the rows already in."""
+        for statement in validity.AFTER_LOAD_DDL:
             c.execute(self.dialect.q(statement))
 
     def drop_tables(self, c: Cursor) -> None:
@@ -124,10 +132,11 @@ class Projector:
         row = c.fetchone()
         return None if row is None else int(row["position"])
 
-    def reset(self, c: Cursor) -> None:
-        """Drop every view table and create empty ones in the current layout."""
+    def reset(self, c: Cursor, indexes: bool = True) -> None:
+        """Drop every view table and create empty ones in the current layout
+        (without the read-only indexes unless ``indexes``)."""
         self.drop_tables(c)
-        self.create_tables(c)
+        self.create_tables(c, indexes)
         c.execute(
             self.dialect.q("INSERT INTO {t}pl_tracking (view, position) VALUES (?, ?)"),
             (LAYOUT_KEY, LAYOUT),
@@ -136,7 +145,7 @@ class Projector:
     def replay(self, c: Cursor, progress: Callable[[int], None] | None = None) -> int:
         """Reset the views and apply the whole log to them; returns the event count.
         ``progress`` is called with the log position reached after each batch."""
-        self.reset(c)
+        self.reset(c, indexes=False)
         applied = 0
         streamed = self.row_reader is not None and self.mapper is not None
         for batch in self.streamed(c) if streamed else self.pending(c):
@@ -144,6 +153,7 @@ class Projector:
             applied += len(batch)
             if progress is not None:
                 progress(batch[-1][0])
+        self.create_indexes(c)
         return applied
 
     def tracking_map(self, c: Cursor) -> dict[str, int]:

@@ -117,6 +117,14 @@ DDL = (
     "cause_root TEXT, reason TEXT, changed_by TEXT, changed_at {bigint}, "
     "left_valid_pos {bigint}, supersedes TEXT, superseded_by TEXT, stale_via TEXT, "
     "PRIMARY KEY (record_id, from_pos)){clustered}",
+    "CREATE TABLE IF NOT EXISTS {t}pl_record_ids ("
+    "agg_id TEXT PRIMARY KEY, record_id TEXT){clustered}",
+    *edges.DDL,
+)
+
+#: Indexes that applying events never reads (reads do): a replay builds them once
+#: its rows are in, which costs a sort instead of an index entry per row.
+AFTER_LOAD_DDL = (
     "CREATE INDEX IF NOT EXISTS pl_records_claim ON {t}pl_records (scope, claim_key)",
     # Listing a scope page by page in id order (``Session.records``): current rows only.
     "CREATE INDEX IF NOT EXISTS pl_records_listing ON {t}pl_records (scope, record_id{bytewise}) "
@@ -124,9 +132,6 @@ DDL = (
     # Partial: only evidence has a snapshot, and other rows then cost no index entry.
     "CREATE INDEX IF NOT EXISTS pl_records_snapshot ON {t}pl_records (snapshot_ref) "
     "WHERE snapshot_ref IS NOT NULL",
-    "CREATE TABLE IF NOT EXISTS {t}pl_record_ids ("
-    "agg_id TEXT PRIMARY KEY, record_id TEXT){clustered}",
-    *edges.DDL,
 )
 
 TABLES = ("pl_records", "pl_record_ids", *edges.TABLES)
