@@ -762,3 +762,42 @@ def test_a_batch_writes_the_same_view_rows_as_one_command_at_a_time(
     got = agent.get("batch-4")
     assert got.value == items("batch")[4]["value"]
     assert got.claim_key == items("batch")[4]["claim_key"]
+
+
+def _view_indexes(led: Ledger, db: Path | None) -> set[tuple[str, str]]:
+    """(index, definition) of every index on the views, as the database states it."""
+    if led.backend == "postgresql":
+        schema = led.engine.dialect.prefix.rstrip(".").strip('"')
+        with led.engine.reading() as c:
+            c.execute(
+                "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname=%s "
+                "AND tablename LIKE 'pl%%'",
+                (schema,),
+            )
+            rows = [tuple(r.values()) for r in c.fetchall()]
+    else:  # an SQLite file, or memory: (read on the ledger's own connection)
+        rows = raw_rows(
+            led,
+            db,
+            "SELECT name, sql FROM sqlite_master WHERE type='index' AND tbl_name LIKE 'pl%'",
+        )
+    return {(str(name), str(sql)) for name, sql in rows}
+
+
+def test_a_rebuild_builds_every_index_a_fresh_ledger_has(
+    open_ledger: Callable[..., Ledger], ledger_url: str, tmp_path: Path
+) -> None:
+    """The read-only indexes are built after a rebuild's rows are in, not left out."""
+    db = tmp_path / "ledger.db" if ledger_url.startswith("sqlite") else None
+    led = open_ledger()
+    fresh = _view_indexes(led, db)
+    assert {"pl_records_claim", "pl_records_listing", "pl_records_snapshot"} <= {
+        name for name, _ in fresh
+    }
+    agent, reviewer, _ = principals(led)
+    agent.capture(SCOPE, uri="https://x.test/1", content=b"one", id="E1")
+    agent.propose(SCOPE, "k", 1, Kind.FACT, parents=["E1"], id="M1")
+    reviewer.accept("E1")
+    assert led.rebuild().matched
+    assert _view_indexes(led, db) == fresh
+    assert [r.id for r in reviewer.records(SCOPE)] == ["E1", "M1"]
