@@ -61,6 +61,13 @@ def holds_ledger(path: str) -> bool:
     return found is not None
 
 
+#: Pages the writer connection keeps in memory (KiB; SQLite's default is 2 MiB).
+#: Every record adds entries at random places in the events' and id map's keys; with
+#: the default, an import's rate at 600k records fell to 0.64 of its rate at
+#: the start, with 64 MiB to 0.86 (the two imports run side by side).
+WRITER_CACHE_KIB = 65_536
+
+
 class LedgerSQLitePool(SQLiteConnectionPool):
     """eventsourcing's SQLite connection pool, with a real prepared-statement cache."""
 
@@ -196,6 +203,7 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
                 raise sqlite3.ProgrammingError("the ledger is closed")
             pool: Any = self.datastore.pool
             self._writer = pool._create_connection()._sqlite_conn
+            self._writer.execute(f"PRAGMA cache_size=-{WRITER_CACHE_KIB}")
             self._data_version = None  # a new connection has its own counter
         return self._writer
 
