@@ -68,7 +68,7 @@ T = TypeVar("T")
 RETRIES = 20
 #: How many record scopes :meth:`Engine.scopes_of` keeps before starting afresh.
 SCOPE_CACHE = 100_000
-#: How many aggregates' stored events :class:`Recent` keeps before starting afresh.
+#: How many aggregates' events :class:`Recent` keeps before starting afresh.
 RECENT = 10_000
 
 
