@@ -32,7 +32,7 @@ from eventsourcing.postgres import (
 
 from ledger.persistence.base import APPEND_ONLY, SNAPSHOT_DDL, LedgerRecorderMixin
 from ledger.persistence.faults import CommitFailed
-from projections.base import Cursor, postgres_dialect
+from projections.base import COPY_FROM, Cursor, postgres_dialect
 from projections.projector import Projector
 
 
@@ -92,6 +92,16 @@ def _quick_check(pool: Any) -> Any:
     return check
 
 
+def columns_of(stored_events: Sequence[Any]) -> tuple[list[Any], ...]:
+    """The parameters of the recorder's ``unnest`` insert: one list per column."""
+    return (
+        [e.originator_id for e in stored_events],
+        [e.originator_version for e in stored_events],
+        [e.topic for e in stored_events],
+        [e.state for e in stored_events],
+    )
+
+
 class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
     """eventsourcing's PostgreSQL application recorder, with views in the same
     transaction, and the ledger's read and write transactions on PostgreSQL.
@@ -120,6 +130,17 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
             f"SELECT * FROM unnest(%s::{datastore.originator_id_type}[], %s::bigint[], "
             "%s::text[], %s::bytea[]) RETURNING notification_id"
         )
+        # A batch: its positions drawn from the events' sequence as one block (and
+        # the listeners notified, as eventsourcing's insert does), then one COPY.
+        sequence = f"pg_get_serial_sequence('{self._table}', 'notification_id')::regclass"
+        self._reserve_positions = (
+            f"SELECT pg_notify(%s, ''), setval({sequence}, nextval({sequence}) + %s - 1) AS last"
+        )
+        self._copy_statement = (
+            f"COPY {self._table} (originator_id, originator_version, topic, state, "
+            "notification_id) FROM STDIN (FORMAT BINARY)"
+        )
+        self._copy_types = [datastore.originator_id_type, "int8", "text", "bytea", "int8"]
 
     def create_table(self) -> None:
         """Create everything once, even when several processes open a fresh database.
@@ -304,21 +325,40 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
         """The command's events (the table lock is already held), then its views,
         leaves and snapshots, in its transaction."""
         curs: Any = c
-        self._notify_channel(curs)
-        curs.execute(
-            self._insert_plain,
-            (
-                [e.originator_id for e in stored_events],
-                [e.originator_version for e in stored_events],
-                [e.topic for e in stored_events],
-                [e.state for e in stored_events],
-            ),
-        )
-        ids = [int(row["notification_id"]) for row in curs.fetchall()]
+        if len(stored_events) >= COPY_FROM:
+            ids = self._copy_events(curs, stored_events)
+        else:
+            self._notify_channel(curs)
+            curs.execute(self._insert_plain, columns_of(stored_events))
+            ids = [int(row["notification_id"]) for row in curs.fetchall()]
         self.write_after(
             c, ids, stored_events, {"ledger_events": events, "snapshots": snapshots}, done
         )
         return ids
+
+    def _copy_events(self, curs: Any, stored_events: Sequence[Any]) -> list[int]:
+        """Insert a batch of events with one binary ``COPY`` (the table lock is held)
+        and return their log positions.
+
+        The positions are taken from the events table's own sequence before the
+        rows are sent, as one block (``nextval`` then ``setval`` past the block, in
+        the statement that also notifies the listeners), so they are consecutive
+        and in the order of ``stored_events``. Under the table lock no other writer
+        draws from the sequence; a session that drew from it anyway would collide
+        on the unique position index and the transaction would fail, never store
+        two events at one position or interleave.
+        """
+        n = len(stored_events)
+        curs.execute(self._reserve_positions, (self.channel_name, n))
+        first = int(curs.fetchone()["last"]) - n + 1
+        text_ids = self.datastore.originator_id_type != "uuid"
+        with curs.copy(self._copy_statement) as copy:
+            copy.set_types(self._copy_types)
+            write = copy.write_row
+            for position, e in enumerate(stored_events, first):
+                oid = str(e.originator_id) if text_ids else e.originator_id
+                write((oid, e.originator_version, e.topic, e.state, position))
+        return list(range(first, first + n))
 
     def insert_events(self, stored_events: Sequence[Any], **kwargs: Any) -> Sequence[int] | None:
         """Lock, insert, then guard/views/snapshots — one transaction."""
@@ -336,15 +376,7 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
                 try:
                     self._lock_table(curs)
                     self._notify_channel(curs)
-                    curs.execute(
-                        self._insert_plain,
-                        (
-                            [e.originator_id for e in stored_events],
-                            [e.originator_version for e in stored_events],
-                            [e.topic for e in stored_events],
-                            [e.state for e in stored_events],
-                        ),
-                    )
+                    curs.execute(self._insert_plain, columns_of(stored_events))
                     pipeline.sync()
                     ids = [int(row["notification_id"]) for row in curs.fetchall()]
                 except Exception as exc:  # raised again once the pipeline has ended
