@@ -138,6 +138,14 @@ def rows_in(
     are the parameters of any placeholders following it.
     """
     distinct = list(dict.fromkeys(ids))
+    if d.name == "postgresql" and "IN ({marks})" in select:
+        # One array parameter: the statement's text is the same for every chunk,
+        # so psycopg parses it once instead of 500 placeholders per query.
+        statement = d.q(select.replace("IN ({marks})", "= ANY(?)").format())
+        for start in range(0, len(distinct), 500):
+            c.execute(statement, (distinct[start : start + 500], *after))
+            yield from c.fetchall()
+        return
     for start in range(0, len(distinct), 500):
         chunk = distinct[start : start + 500]
         c.execute(d.q(select.format(marks=", ".join("?" for _ in chunk))), (*chunk, *after))

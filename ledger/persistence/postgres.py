@@ -30,7 +30,7 @@ from eventsourcing.postgres import (
     PostgresFactory,
 )
 
-from ledger.persistence.base import APPEND_ONLY, SNAPSHOT_DDL, LedgerRecorderMixin
+from ledger.persistence.base import APPEND_ONLY, SNAPSHOT_DDL, LedgerRecorderMixin, leaf_of
 from ledger.persistence.faults import CommitFailed
 from projections.base import COPY_FROM, Cursor, postgres_dialect
 from projections.projector import Projector
@@ -325,20 +325,22 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
         """The command's events (the table lock is already held), then its views,
         leaves and snapshots, in its transaction."""
         curs: Any = c
+        after: dict[str, Any] = {"ledger_events": events, "snapshots": snapshots}
         if len(stored_events) >= COPY_FROM:
-            ids = self._copy_events(curs, stored_events)
+            ids, after["leaves"] = self._copy_events(curs, stored_events)
         else:
             self._notify_channel(curs)
             curs.execute(self._insert_plain, columns_of(stored_events))
             ids = [int(row["notification_id"]) for row in curs.fetchall()]
-        self.write_after(
-            c, ids, stored_events, {"ledger_events": events, "snapshots": snapshots}, done
-        )
+        self.write_after(c, ids, stored_events, after, done)
         return ids
 
-    def _copy_events(self, curs: Any, stored_events: Sequence[Any]) -> list[int]:
-        """Insert a batch of events with one binary ``COPY`` (the table lock is held)
-        and return their log positions.
+    def _copy_events(
+        self, curs: Any, stored_events: Sequence[Any]
+    ) -> tuple[list[int], list[tuple[int, bytes]]]:
+        """Insert a batch of events with one binary ``COPY`` (the table lock is held);
+        return their log positions and their (position, Merkle leaf) rows, hashed
+        while the server takes in the rows already sent.
 
         The positions are taken from the events table's own sequence before the
         rows are sent, as one block (``nextval`` then ``setval`` past the block, in
@@ -352,13 +354,15 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
         curs.execute(self._reserve_positions, (self.channel_name, n))
         first = int(curs.fetchone()["last"]) - n + 1
         text_ids = self.datastore.originator_id_type != "uuid"
+        leaves: list[tuple[int, bytes]] = []
         with curs.copy(self._copy_statement) as copy:
             copy.set_types(self._copy_types)
             write = copy.write_row
             for position, e in enumerate(stored_events, first):
                 oid = str(e.originator_id) if text_ids else e.originator_id
                 write((oid, e.originator_version, e.topic, e.state, position))
-        return list(range(first, first + n))
+                leaves.append((position, leaf_of(position, e)))
+        return list(range(first, first + n)), leaves
 
     def insert_events(self, stored_events: Sequence[Any], **kwargs: Any) -> Sequence[int] | None:
         """Lock, insert, then guard/views/snapshots — one transaction."""
