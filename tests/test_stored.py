@@ -279,8 +279,12 @@ def test_a_large_batch_is_stored_in_order_at_consecutive_positions(world: World)
             item["expires"] = world.clock.now + timedelta(days=2)
     ids = agent.propose_many(items)
     assert ids == [item["id"] for item in items]
-    after = agent.propose("proj-a", "after", 1, Kind.FACT)
+    # One event whose view rows (its edges) are as many as a batch's.
+    parents = [rid for rid, item in zip(ids, items, strict=True) if item["scope"] == "proj-a"]
+    assert len(parents) >= COPY_FROM
+    after = agent.propose("proj-a", "after", 1, Kind.FACT, parents=parents)
     assert led.position == before + len(items) + 1
+    assert reviewer.get(after).parents == tuple(parents)
 
     with led.engine.reading() as c:
         rows = led.engine.recorder.read_rows_after(c, before, 10_000)

@@ -103,13 +103,18 @@ class LedgerRecorderMixin:
 
     def tracking_and_newest(self, c: Cursor) -> tuple[dict[str, int], int]:
         """In one statement: each view's tracking position and the newest log position."""
-        c.execute(
-            self.dialect.q(
-                f"SELECT ({APPLIED_SQL}) AS done, (SELECT MAX({self.position_column}) "
-                f"FROM {self.events_table}) AS newest"
-            )
+        c.execute(self.tracking_statement())
+        return self.tracking_of(c.fetchone())
+
+    def tracking_statement(self) -> str:
+        """The statement :meth:`tracking_and_newest` runs (see :meth:`tracking_of`)."""
+        return self.dialect.q(
+            f"SELECT ({APPLIED_SQL}) AS done, (SELECT MAX({self.position_column}) "
+            f"FROM {self.events_table}) AS newest"
         )
-        row = c.fetchone()
+
+    def tracking_of(self, row: Any) -> tuple[dict[str, int], int]:
+        """:meth:`tracking_and_newest`'s answer from the row of its statement."""
         done = dict.fromkeys(self.projector.view_names, int(row["done"] or 0))
         return done, int(row["newest"] or 0)
 

@@ -222,8 +222,41 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
         return int(c.fetchone()["m"] or 0)
 
     def lock_for_write(self, c: Cursor) -> None:
-        """The same table lock the writers take."""
+        """The same table lock the writers take. In a transaction begun by
+        :meth:`writing`, its BEGIN, the lock and the views' tracking read (which a
+        command makes next: see :meth:`tracking_and_newest`) travel in one round trip."""
         self._lock_table(c)  # type: ignore[arg-type]
+        if getattr(self._held, "pipe", None) is None:
+            return
+        c.execute(self.tracking_statement())
+        self._pipe_off()
+        self._held.tracking = (c, self.tracking_of(c.fetchone()))
+
+    def tracking_and_newest(self, c: Cursor) -> tuple[dict[str, int], int]:
+        """Each view's tracking position and the newest log position: as read with
+        the writers' lock when ``c``'s transaction has just taken it, else now."""
+        held = getattr(self._held, "tracking", None)
+        self._held.tracking = None
+        if held is not None and held[0] is c:
+            answer: tuple[dict[str, int], int] = held[1]
+            return answer
+        return super().tracking_and_newest(c)
+
+    def _pipe_on(self, conn: Any) -> None:
+        """Queue this thread's next statements (pipeline mode) until a result is
+        fetched or :meth:`_pipe_off`; a transaction's BEGIN and its last writes and
+        COMMIT each travel with the statement after or before them."""
+        if getattr(self._held, "pipe", None) is None:
+            pipe = conn.pipeline()
+            pipe.__enter__()
+            self._held.pipe = pipe
+
+    def _pipe_off(self, exc: BaseException | None = None) -> None:
+        """Send what is queued and leave pipeline mode (``COPY`` cannot run in it);
+        raise the first queued statement's error (ignored when ending with ``exc``)."""
+        pipe, self._held.pipe = getattr(self._held, "pipe", None), None
+        if pipe is not None:
+            pipe.__exit__(type(exc) if exc else None, exc, exc.__traceback__ if exc else None)
 
     # -- transactions ----------------------------------------------------------
 
@@ -290,17 +323,35 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
         statement sees every earlier writer's commit), on a connection got as
         ``_connection`` says. A failure while committing is raised as
         ``CommitFailed`` (its outcome may be unknown)."""
-        outer = getattr(self._held, "conn", None)
+        import psycopg
+
+        held = self._held
+        outer = (getattr(held, "conn", None), getattr(held, "pipe", None))
         committing = False
         try:
-            with self._connection() as conn, conn.transaction():
-                self._held.conn = conn
+            with self._connection() as conn:
+                held.conn, held.pipe, held.tracking = conn, None, None
+                # BEGIN is sent with the writers' lock (``lock_for_write``); a small
+                # command's writes with its COMMIT (``insert_in``).
+                self._pipe_on(conn)
                 try:
                     with conn.cursor() as cursor:
+                        cursor.execute("BEGIN")
                         yield cursor
+                        committing = True
+                        cursor.execute("COMMIT")
+                        self._pipe_off()
+                except BaseException as exc:
+                    self._pipe_off(exc)
+                    if conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
+                        committing = False  # a queued write failed: COMMIT never ran
+                    if not conn.broken:
+                        with suppress(psycopg.Error):
+                            conn.rollback()
+                    raise
                 finally:
-                    self._held.conn = outer
-                committing = True
+                    held.conn, held.pipe = outer
+                    held.tracking = None
         except Exception as exc:
             if committing:
                 raise CommitFailed() from exc
@@ -327,8 +378,13 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
         curs: Any = c
         after: dict[str, Any] = {"ledger_events": events, "snapshots": snapshots}
         if len(stored_events) >= COPY_FROM:
+            self._pipe_off()
             ids, after["leaves"] = self._copy_events(curs, stored_events)
         else:
+            # NOTIFY and the insert in one round trip; the views' and leaves' writes
+            # after it are sent with the COMMIT (see ``writing``).
+            if getattr(self._held, "conn", None) is curs.connection:
+                self._pipe_on(curs.connection)
             self._notify_channel(curs)
             curs.execute(self._insert_plain, columns_of(stored_events))
             ids = [int(row["notification_id"]) for row in curs.fetchall()]
