@@ -376,6 +376,7 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
         """The command's events (the table lock is already held), then its views,
         leaves and snapshots, in its transaction."""
         curs: Any = c
+        self._held.tracking = None  # read before these writes: no longer the answer
         after: dict[str, Any] = {"ledger_events": events, "snapshots": snapshots}
         if len(stored_events) >= COPY_FROM:
             self._pipe_off()
