@@ -321,8 +321,10 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
     def writing(self) -> Iterator[Cursor]:
         """A write transaction (READ COMMITTED: after the table lock, every
         statement sees every earlier writer's commit), on a connection got as
-        ``_connection`` says. A failure while committing is raised as
-        ``CommitFailed`` (its outcome may be unknown)."""
+        ``_connection`` says. It starts in pipeline mode, so BEGIN is sent with
+        the writers' lock, and a small command's last writes with the COMMIT. A
+        failure while committing is raised as ``CommitFailed`` (its outcome may be
+        unknown); a queued write the server refused is not one (COMMIT never ran)."""
         import psycopg
 
         held = self._held
