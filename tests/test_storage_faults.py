@@ -375,6 +375,38 @@ def test_pg_session_ended_mid_command_is_typed_nothing_lost_next_call_works(pg: 
         use.led.close()
 
 
+def test_pg_a_refused_last_write_is_not_taken_for_a_failed_commit(pg: str) -> None:
+    """A command's last writes travel with its COMMIT: one the server refuses is
+    reported as not applied (not as a commit whose outcome is unknown), and the
+    command leaves nothing behind."""
+    import psycopg
+
+    use = in_use(pg)
+    schema = pg.split("schema=")[1]
+    refuse = (
+        f"CREATE FUNCTION {schema}.refuse() RETURNS trigger LANGUAGE plpgsql AS "
+        "$$ BEGIN RAISE EXCEPTION 'refused by a test' USING ERRCODE = '57P01'; END $$; "
+        f"CREATE TRIGGER refuse BEFORE INSERT ON {schema}.pl_merkle_leaves "
+        f"FOR EACH ROW EXECUTE FUNCTION {schema}.refuse()"
+    )
+    try:
+        before = use.state()
+        with psycopg.connect(_pg_dsn(), autocommit=True) as admin:
+            admin.execute(refuse)
+            with pytest.raises(ConnectionLostError) as caught:
+                use.agent.propose(scope="proj-a", claim_key="k", value=1, kind=Kind.FACT)
+            message = str(caught.value)
+            one_line(message)
+            assert "refused by a test" in message and "was not applied" in message
+            admin.execute(f"DROP TRIGGER refuse ON {schema}.pl_merkle_leaves")
+        assert use.state() == before
+        use.agent.propose(scope="proj-a", claim_key="k", value=1, kind=Kind.FACT)
+        assert use.led.stats()["events"] == before[-1] + 1
+        assert use.led.verify().ok
+    finally:
+        use.led.close()
+
+
 def test_pg_session_ended_mid_rebuild_leaves_the_views(pg: str) -> None:
     use = in_use(pg)
     try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
+from uuid import UUID
 
 import pytest
 from eventsourcing.persistence import Mapper
@@ -16,6 +17,7 @@ from ledger.domain import Record, record_uuid
 from ledger.errors import CorruptEventError
 from ledger.serialization import MsgpackTranscoder
 from ledger.stored import stored_events, stored_proposal
+from projections.base import COPY_FROM
 from projections.projector import decode_row
 from tests.conftest import World
 
@@ -248,3 +250,58 @@ def test_the_rebuild_decodes_rows_as_the_mapper_does(world: World) -> None:
         decode_row((position, oid, version, "ledger.domain:Nowhere", state))
     report = led.rebuild()
     assert report.digest_before == report.digest_after
+
+
+def test_a_large_batch_is_stored_in_order_at_consecutive_positions(world: World) -> None:
+    """A batch large enough to be streamed (``COPY`` on PostgreSQL): the rows are
+    the mapper's, in the items' order at consecutive positions, with their Merkle
+    leaves and view rows; single commands before and after it take the positions
+    next to it."""
+    led, agent, reviewer = world.ledger, world.agent, world.reviewer
+    base = agent.propose("proj-a", "base", {"b": 1}, Kind.FACT, conditions={"region": "eu"})
+    reviewer.accept(base)
+    before = led.position
+    variety = [v for v in VARIETY if not {"parents", "observed", "supersedes", "evidence"} & set(v)]
+    items: list[dict[str, Any]] = [
+        {
+            "scope": "proj-a" if n % 3 else "proj-b",
+            "claim_key": f"bulk:{n}",
+            "value": n,
+            "kind": "fact",
+            "id": f"bulk-{n:02d}",
+            **{k: v for k, v in variety[n % len(variety)].items() if k != "run_id"},
+            **({"parents": [base, f"bulk-{n - 1:02d}"]} if n % 4 == 1 else {}),
+        }
+        for n in range(3 * COPY_FROM)
+    ]
+    for item in items:
+        if "expires" in item:
+            item["expires"] = world.clock.now + timedelta(days=2)
+    ids = agent.propose_many(items)
+    assert ids == [item["id"] for item in items]
+    # One event whose view rows (its edges) are as many as a batch's.
+    parents = [rid for rid, item in zip(ids, items, strict=True) if item["scope"] == "proj-a"]
+    assert len(parents) >= COPY_FROM
+    after = agent.propose("proj-a", "after", 1, Kind.FACT, parents=parents)
+    assert led.position == before + len(items) + 1
+    assert reviewer.get(after).parents == tuple(parents)
+
+    with led.engine.reading() as c:
+        rows = led.engine.recorder.read_rows_after(c, before, 10_000)
+    assert [row[0] for row in rows] == list(range(before + 1, before + len(items) + 2))
+    assert [UUID(str(row[1])) for row in rows] == [record_uuid(rid) for rid in [*ids, after]]
+    for position, oid, version, topic, state in rows:
+        event = decode_row((position, oid, version, topic, state))
+        again = MAPPER.to_stored_event(event)
+        assert (again.originator_version, again.topic, again.state) == (version, topic, state)
+    child = reviewer.get("bulk-05")
+    assert child.parents == (base, "bulk-04")
+    assert child.conditions["region"] == "eu"
+    assert reviewer.get("bulk-12").value == items[12]["value"]
+    reviewer.accept("bulk-04")
+    reviewer.accept("bulk-05")
+    report = led.verify()
+    assert report.ok, report.problem
+    assert report.digest.size == led.position
+    rebuilt = led.rebuild()
+    assert rebuilt.digest_before == rebuilt.digest_after

@@ -41,6 +41,12 @@ APPEND_ONLY = ("pl_commits", "pl_merkle_leaves")
 Guard = Callable[[Cursor], None]
 
 
+def leaf_of(position: int, stored_event: Any) -> bytes:
+    """The Merkle leaf of a stored event appended at ``position``."""
+    e = stored_event
+    return leaf_hash(leaf_data(position, e.originator_id, e.originator_version, e.topic, e.state))
+
+
 class LedgerRecorderMixin:
     """What every backend's recorder adds to eventsourcing's: the ledger's
     transactions, and the work done in the transaction that appends events.
@@ -105,13 +111,18 @@ class LedgerRecorderMixin:
 
     def tracking_and_newest(self, c: Cursor) -> tuple[dict[str, int], int]:
         """In one statement: each view's tracking position and the newest log position."""
-        c.execute(
-            self.dialect.q(
-                f"SELECT ({APPLIED_SQL}) AS done, (SELECT MAX({self.position_column}) "
-                f"FROM {self.events_table}) AS newest"
-            )
+        c.execute(self.tracking_statement())
+        return self.tracking_of(c.fetchone())
+
+    def tracking_statement(self) -> str:
+        """The statement :meth:`tracking_and_newest` runs (see :meth:`tracking_of`)."""
+        return self.dialect.q(
+            f"SELECT ({APPLIED_SQL}) AS done, (SELECT MAX({self.position_column}) "
+            f"FROM {self.events_table}) AS newest"
         )
-        row = c.fetchone()
+
+    def tracking_of(self, row: Any) -> tuple[dict[str, int], int]:
+        """:meth:`tracking_and_newest`'s answer from the row of its statement."""
         done = dict.fromkeys(self.projector.view_names, int(row["done"] or 0))
         return done, int(row["newest"] or 0)
 
@@ -250,25 +261,15 @@ class LedgerRecorderMixin:
         kwargs: dict[str, Any],
         done: dict[str, int] | None,
     ) -> None:
-        """Views, Merkle leaves, transaction bounds and snapshots of inserted events."""
+        """Views, Merkle leaves, transaction bounds and snapshots of inserted events
+        (``kwargs["leaves"]``: the (position, leaf) rows, if the insert made them)."""
         events = kwargs.get("ledger_events")
         if events is not None:
             self.projector.apply(c, list(zip(ids, events, strict=True)), done)
-        insert_rows(
-            c,
-            self.dialect,
-            "pl_merkle_leaves",
-            ("position", "leaf"),
-            [
-                (
-                    pos,
-                    leaf_hash(
-                        leaf_data(pos, e.originator_id, e.originator_version, e.topic, e.state)
-                    ),
-                )
-                for pos, e in zip(ids, stored_events, strict=True)
-            ],
-        )
+        leaves: Sequence[tuple[int, bytes]] | None = kwargs.get("leaves")
+        if leaves is None:
+            leaves = [(pos, leaf_of(pos, e)) for pos, e in zip(ids, stored_events, strict=True)]
+        insert_rows(c, self.dialect, "pl_merkle_leaves", ("position", "leaf"), leaves)
         if len(ids) > 1:
             c.execute(
                 self.dialect.q("INSERT INTO {t}pl_commits (last_pos, first_pos) VALUES (?, ?)"),

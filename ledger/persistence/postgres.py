@@ -30,9 +30,9 @@ from eventsourcing.postgres import (
     PostgresFactory,
 )
 
-from ledger.persistence.base import APPEND_ONLY, SNAPSHOT_DDL, LedgerRecorderMixin
+from ledger.persistence.base import APPEND_ONLY, SNAPSHOT_DDL, LedgerRecorderMixin, leaf_of
 from ledger.persistence.faults import CommitFailed
-from projections.base import Cursor, postgres_dialect
+from projections.base import COPY_FROM, Cursor, postgres_dialect
 from projections.projector import Projector
 
 
@@ -92,6 +92,16 @@ def _quick_check(pool: Any) -> Any:
     return check
 
 
+def columns_of(stored_events: Sequence[Any]) -> tuple[list[Any], ...]:
+    """The parameters of the recorder's ``unnest`` insert: one list per column."""
+    return (
+        [e.originator_id for e in stored_events],
+        [e.originator_version for e in stored_events],
+        [e.topic for e in stored_events],
+        [e.state for e in stored_events],
+    )
+
+
 class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
     """eventsourcing's PostgreSQL application recorder, with views in the same
     transaction, and the ledger's read and write transactions on PostgreSQL.
@@ -120,6 +130,17 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
             f"SELECT * FROM unnest(%s::{datastore.originator_id_type}[], %s::bigint[], "
             "%s::text[], %s::bytea[]) RETURNING notification_id"
         )
+        # A batch: its positions drawn from the events' sequence as one block (and
+        # the listeners notified, as eventsourcing's insert does), then one COPY.
+        sequence = f"pg_get_serial_sequence('{self._table}', 'notification_id')::regclass"
+        self._reserve_positions = (
+            f"SELECT pg_notify(%s, ''), setval({sequence}, nextval({sequence}) + %s - 1) AS last"
+        )
+        self._copy_statement = (
+            f"COPY {self._table} (originator_id, originator_version, topic, state, "
+            "notification_id) FROM STDIN (FORMAT BINARY)"
+        )
+        self._copy_types = [datastore.originator_id_type, "int8", "text", "bytea", "int8"]
 
     def create_table(self) -> None:
         """Create everything once, even when several processes open a fresh database.
@@ -201,8 +222,41 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
         return int(c.fetchone()["m"] or 0)
 
     def lock_for_write(self, c: Cursor) -> None:
-        """The same table lock the writers take."""
+        """The same table lock the writers take. In a transaction begun by
+        :meth:`writing`, its BEGIN, the lock and the views' tracking read (which a
+        command makes next: see :meth:`tracking_and_newest`) travel in one round trip."""
         self._lock_table(c)  # type: ignore[arg-type]
+        if getattr(self._held, "pipe", None) is None:
+            return
+        c.execute(self.tracking_statement())
+        self._pipe_off()
+        self._held.tracking = (c, self.tracking_of(c.fetchone()))
+
+    def tracking_and_newest(self, c: Cursor) -> tuple[dict[str, int], int]:
+        """Each view's tracking position and the newest log position: as read with
+        the writers' lock when ``c``'s transaction has just taken it, else now."""
+        held = getattr(self._held, "tracking", None)
+        self._held.tracking = None
+        if held is not None and held[0] is c:
+            answer: tuple[dict[str, int], int] = held[1]
+            return answer
+        return super().tracking_and_newest(c)
+
+    def _pipe_on(self, conn: Any) -> None:
+        """Queue this thread's next statements (pipeline mode) until a result is
+        fetched or :meth:`_pipe_off`; a transaction's BEGIN and its last writes and
+        COMMIT each travel with the statement after or before them."""
+        if getattr(self._held, "pipe", None) is None:
+            pipe = conn.pipeline()
+            pipe.__enter__()
+            self._held.pipe = pipe
+
+    def _pipe_off(self, exc: BaseException | None = None) -> None:
+        """Send what is queued and leave pipeline mode (``COPY`` cannot run in it);
+        raise the first queued statement's error (ignored when ending with ``exc``)."""
+        pipe, self._held.pipe = getattr(self._held, "pipe", None), None
+        if pipe is not None:
+            pipe.__exit__(type(exc) if exc else None, exc, exc.__traceback__ if exc else None)
 
     # -- transactions ----------------------------------------------------------
 
@@ -267,19 +321,39 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
     def writing(self) -> Iterator[Cursor]:
         """A write transaction (READ COMMITTED: after the table lock, every
         statement sees every earlier writer's commit), on a connection got as
-        ``_connection`` says. A failure while committing is raised as
-        ``CommitFailed`` (its outcome may be unknown)."""
-        outer = getattr(self._held, "conn", None)
+        ``_connection`` says. It starts in pipeline mode, so BEGIN is sent with
+        the writers' lock, and a small command's last writes with the COMMIT. A
+        failure while committing is raised as ``CommitFailed`` (its outcome may be
+        unknown); a queued write the server refused is not one (COMMIT never ran)."""
+        import psycopg
+
+        held = self._held
+        outer = (getattr(held, "conn", None), getattr(held, "pipe", None))
         committing = False
         try:
-            with self._connection() as conn, conn.transaction():
-                self._held.conn = conn
+            with self._connection() as conn:
+                held.conn, held.pipe, held.tracking = conn, None, None
+                # BEGIN is sent with the writers' lock (``lock_for_write``); a small
+                # command's writes with its COMMIT (``insert_in``).
+                self._pipe_on(conn)
                 try:
                     with conn.cursor() as cursor:
+                        cursor.execute("BEGIN")
                         yield cursor
+                        committing = True
+                        cursor.execute("COMMIT")
+                        self._pipe_off()
+                except BaseException as exc:
+                    self._pipe_off(exc)
+                    if conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
+                        committing = False  # a queued write failed: COMMIT never ran
+                    if not conn.broken:
+                        with suppress(psycopg.Error):
+                            conn.rollback()
+                    raise
                 finally:
-                    self._held.conn = outer
-                committing = True
+                    held.conn, held.pipe = outer
+                    held.tracking = None
         except Exception as exc:
             if committing:
                 raise CommitFailed() from exc
@@ -304,21 +378,50 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
         """The command's events (the table lock is already held), then its views,
         leaves and snapshots, in its transaction."""
         curs: Any = c
-        self._notify_channel(curs)
-        curs.execute(
-            self._insert_plain,
-            (
-                [e.originator_id for e in stored_events],
-                [e.originator_version for e in stored_events],
-                [e.topic for e in stored_events],
-                [e.state for e in stored_events],
-            ),
-        )
-        ids = [int(row["notification_id"]) for row in curs.fetchall()]
-        self.write_after(
-            c, ids, stored_events, {"ledger_events": events, "snapshots": snapshots}, done
-        )
+        self._held.tracking = None  # read before these writes: no longer the answer
+        after: dict[str, Any] = {"ledger_events": events, "snapshots": snapshots}
+        if len(stored_events) >= COPY_FROM:
+            self._pipe_off()
+            ids, after["leaves"] = self._copy_events(curs, stored_events)
+        else:
+            # NOTIFY and the insert in one round trip; the views' and leaves' writes
+            # after it are sent with the COMMIT (see ``writing``).
+            if getattr(self._held, "conn", None) is curs.connection:
+                self._pipe_on(curs.connection)
+            self._notify_channel(curs)
+            curs.execute(self._insert_plain, columns_of(stored_events))
+            ids = [int(row["notification_id"]) for row in curs.fetchall()]
+        self.write_after(c, ids, stored_events, after, done)
         return ids
+
+    def _copy_events(
+        self, curs: Any, stored_events: Sequence[Any]
+    ) -> tuple[list[int], list[tuple[int, bytes]]]:
+        """Insert a batch of events with one binary ``COPY`` (the table lock is held);
+        return their log positions and their (position, Merkle leaf) rows, hashed
+        while the server takes in the rows already sent.
+
+        The positions are taken from the events table's own sequence before the
+        rows are sent, as one block (``nextval`` then ``setval`` past the block, in
+        the statement that also notifies the listeners), so they are consecutive
+        and in the order of ``stored_events``. Under the table lock no other writer
+        draws from the sequence; a session that drew from it anyway would collide
+        on the unique position index and the transaction would fail, never store
+        two events at one position or interleave.
+        """
+        n = len(stored_events)
+        curs.execute(self._reserve_positions, (self.channel_name, n))
+        first = int(curs.fetchone()["last"]) - n + 1
+        text_ids = self.datastore.originator_id_type != "uuid"
+        leaves: list[tuple[int, bytes]] = []
+        with curs.copy(self._copy_statement) as copy:
+            copy.set_types(self._copy_types)
+            write = copy.write_row
+            for position, e in enumerate(stored_events, first):
+                oid = str(e.originator_id) if text_ids else e.originator_id
+                write((oid, e.originator_version, e.topic, e.state, position))
+                leaves.append((position, leaf_of(position, e)))
+        return list(range(first, first + n)), leaves
 
     def insert_events(self, stored_events: Sequence[Any], **kwargs: Any) -> Sequence[int] | None:
         """Lock, insert, then guard/views/snapshots — one transaction."""
@@ -336,15 +439,7 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
                 try:
                     self._lock_table(curs)
                     self._notify_channel(curs)
-                    curs.execute(
-                        self._insert_plain,
-                        (
-                            [e.originator_id for e in stored_events],
-                            [e.originator_version for e in stored_events],
-                            [e.topic for e in stored_events],
-                            [e.state for e in stored_events],
-                        ),
-                    )
+                    curs.execute(self._insert_plain, columns_of(stored_events))
                     pipeline.sync()
                     ids = [int(row["notification_id"]) for row in curs.fetchall()]
                 except Exception as exc:  # raised again once the pipeline has ended
