@@ -297,7 +297,10 @@ class Engine:
         Raises:
             ConcurrencyError: the database stayed locked.
             StorageError: the database failed otherwise (``DiskFullError``,
-                ``ConnectionLostError``: the command was not applied).
+                ``ConnectionLostError``); its message says whether the command
+                was not applied or may have been (a connection lost while the
+                commit was on its way: on PostgreSQL a command's last writes
+                travel with its ``COMMIT``).
         """
         self.check_open()
 
