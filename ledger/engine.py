@@ -223,6 +223,15 @@ class Engine:
         except DATABASE_ERRORS as exc:
             raise self.storage_error(exc) from None
 
+    def query(self, fetch: Callable[[Cursor], T]) -> T:
+        """What ``fetch`` reads with a cursor for a read that is one SQL statement
+        (as :meth:`statement`, without a context manager per read)."""
+        self.check_open()
+        try:
+            return self.recorder.query(fetch)
+        except DATABASE_ERRORS as exc:
+            raise self.storage_error(exc) from None
+
     @contextmanager
     def locked(self) -> Iterator[Cursor]:
         """A write transaction holding the writers' lock (maintenance: catch-up,
