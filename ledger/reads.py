@@ -42,6 +42,7 @@ from ledger.values import (
     Reason,
     RecordView,
     StaleCause,
+    assembled,
 )
 from projections import delivery as delivery_view
 from projections import edges as edges_index
@@ -59,7 +60,7 @@ def record_view(
     """The public view of a record row (``deliveries=False``: the caller knows it
     has none, so they are not looked up), naming no record the caller may not see
     (:mod:`ledger.redaction`). A STALE record's causes need ``c``."""
-    causes = stale_causes(caller, c, row)
+    causes = stale_causes(caller, c, row) if row["status"] == _STALE else ()
     delivered = []
     if deliveries and c is not None:
         d = caller.engine.dialect
@@ -92,31 +93,34 @@ def record_view(
     rid = row["record_id"]
     names = caller.names(c, (*named, rid)) if named or redaction.QUALIFIER in rid else {}
     eff, expires, evidence = row["eff_expires"], row["expires"], row["evidence"]
-    view = RecordView(
-        id=rid,
-        scope=row["scope"],
-        claim_key=row["claim_key"],
-        kind=_KINDS.get(row["kind"]) or Kind(row["kind"]),
-        value=unpack(row["value"]),
-        status=_STATUSES.get(row["status"]) or Status(row["status"]),
-        validity=rules.validity(row, at),
-        expires=None if expires is None else micros_to_datetime(expires),
-        effective_expires=None if eff is None else micros_to_datetime(eff),
-        expiry_source=row["eff_source"],
-        parents=redaction.ids(parents, hidden) if parents else (),
-        observed=redaction.ids(observed, hidden) if observed else (),
-        conditions=rules.conditions(row),
-        proposer=row["proposer"],
-        created_at=micros_to_datetime(row["created_at"]),
-        evidence=None if evidence is None else unpack(evidence),
-        cause=row["cause_root"],
-        reason=row["reason"],
-        deliveries=tuple(delivered),
-        position=row["from_pos"],
-        supersedes=row["supersedes"],
-        superseded_by=row["superseded_by"],
-        cause_superseded_by=row["stale_via"],
-        stale_causes=causes,
+    view = assembled(
+        RecordView,
+        {
+            "id": rid,
+            "scope": row["scope"],
+            "claim_key": row["claim_key"],
+            "kind": _KINDS.get(row["kind"]) or Kind(row["kind"]),
+            "value": unpack(row["value"]),
+            "status": _STATUSES.get(row["status"]) or Status(row["status"]),
+            "validity": rules.validity(row, at),
+            "expires": None if expires is None else micros_to_datetime(expires),
+            "effective_expires": None if eff is None else micros_to_datetime(eff),
+            "expiry_source": row["eff_source"],
+            "parents": redaction.ids(parents, hidden) if parents else (),
+            "observed": redaction.ids(observed, hidden) if observed else (),
+            "conditions": rules.conditions(row),
+            "proposer": row["proposer"],
+            "created_at": micros_to_datetime(row["created_at"]),
+            "evidence": None if evidence is None else unpack(evidence),
+            "cause": row["cause_root"],
+            "reason": row["reason"],
+            "deliveries": tuple(delivered),
+            "position": row["from_pos"],
+            "supersedes": row["supersedes"],
+            "superseded_by": row["superseded_by"],
+            "cause_superseded_by": row["stale_via"],
+            "stale_causes": causes,
+        },
     )
     return redaction.view(view, names)
 
@@ -190,8 +194,15 @@ def read(
     _, when, judged = _judge(caller, scope, claim_key, at, context, kinds)
     usable = tuple([view for view, reasons in judged if not reasons])
     caller.note_reads(usable, "read")
-    return ReadResult(
-        outcome=_outcome(usable), records=usable, scope=scope, claim_key=claim_key, at=when
+    return assembled(
+        ReadResult,
+        {
+            "outcome": _outcome(usable),
+            "records": usable,
+            "scope": scope,
+            "claim_key": claim_key,
+            "at": when,
+        },
     )
 
 

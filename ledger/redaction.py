@@ -98,7 +98,15 @@ def row_dependencies(
     """Every other record a view row names (its parents, observed dependencies,
     expiry source, stale cause, versions); ``parents`` and ``observed``: the row's
     when already unpacked."""
-    out = {row[col] for col in _ID_COLUMNS if row[col] is not None}  # type: ignore[literal-required]
+    named: set[str | None] = {
+        row["cause_root"],
+        row["stale_via"],
+        row["eff_source"],
+        row["supersedes"],
+        row["superseded_by"],
+    }
+    named.discard(None)
+    out = cast("set[str]", named)
     out.update(id_list(row["parents"]) if parents is None else parents)
     out.update(id_list(row["observed"]) if observed is None else observed)
     out.discard(row["record_id"])

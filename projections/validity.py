@@ -261,13 +261,17 @@ def page(
     return cast("list[ListedRow]", list(c.fetchall()))
 
 
+#: What a read never shows of a record's row (its bookkeeping).
+_UNREAD = ("to_pos", "snapshot_ref", "run_id", "changed_by", "changed_at", "left_valid_pos")
+#: The record columns of a ``for_claim_as`` row: every column a read uses.
+READ_COLUMNS = tuple(name for name in COLUMNS if name not in _UNREAD)
 #: The columns of a ``for_claim_as`` row, in order.
 CLAIM_AS_COLUMNS = (
     "tok_subject",
     "tok_revoked",
     "tok_expires",
     "tok_roles",
-    *COLUMNS,
+    *READ_COLUMNS,
     "has_deliveries",
 )
 
@@ -283,14 +287,16 @@ def for_claim_as(
     """One statement for a read: the token's row (``tok_subject``, ``tok_revoked``,
     ``tok_expires``), its subject's roles in ``scope`` (``tok_roles``, comma
     separated), and the claim's record rows (``record_id`` NULL when there are
-    none), each with ``has_deliveries``, as plain dicts (``CLAIM_AS_COLUMNS``) in
-    proposal order. No row at all: the token is unknown.
+    none; the ``READ_COLUMNS`` of each), each with ``has_deliveries``, as plain
+    dicts (``CLAIM_AS_COLUMNS``) in proposal order. No row at all: the token is
+    unknown.
 
     The caller checks the token and the roles before using any record row.
     """
-    sql = _claim_as_sql(d, position is not None)
-    params = (scope, scope, claim_key, *(() if position is None else (position, position)))
-    c.execute(sql, (*params, token_hash))
+    if position is None:
+        c.execute(_claim_as_sql(d, False), (scope, scope, claim_key, token_hash))
+    else:
+        c.execute(_claim_as_sql(d, True), (scope, scope, claim_key, position, position, token_hash))
     if d.name != "sqlite":
         return [dict(row) for row in c.fetchall()]
     # sqlite3.Row finds a column by name with a scan of every column before it,
@@ -329,7 +335,7 @@ def _claim_as_statement(d: Dialect, as_of: bool) -> str:
         "t.expires AS tok_expires, "
         f"(SELECT {roles} FROM {{t}}pl_grants g WHERE g.subject = t.subject "
         "AND g.scope = ? AND g.to_pos IS NULL) AS tok_roles, "
-        + ", ".join(f"r.{name}" for name in COLUMNS)
+        + ", ".join(f"r.{name}" for name in READ_COLUMNS)
         + ", EXISTS (SELECT 1 FROM {t}pl_deliveries dl WHERE dl.record_id = r.record_id) "
         "AS has_deliveries "
         "FROM {t}pl_tokens t LEFT JOIN {t}pl_records r "
