@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import operator
 import re
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
@@ -255,18 +256,19 @@ def _judge(
     engine = caller.engine
     d, token_hash, position = engine.dialect, caller.token_hash, caller.position
 
-    def fetch(c: Cursor) -> list[Any]:
+    def fetch(c: Cursor) -> tuple[validity_view.Token | None, list[Any]]:
         return validity_view.for_claim_as(c, d, token_hash, scope, claim_key, position)
 
     # Token, roles and the claim's rows in one statement, outside a transaction;
     # a record with deliveries or stale causes needs more statements, so then the
     # whole read is done again in one read transaction.
-    rows = engine.query(fetch)
+    token, rows = engine.query(fetch)
     for row in rows:
-        if row["has_deliveries"] or row["status"] == _STALE:
+        if row[_HAS_DELIVERIES] or row[_STATUS] == _STALE:
             with engine.reading() as c:
-                return claim_key, when, _judged(caller, c, fetch(c), scope, when, ctx, wanted)
-    return claim_key, when, _judged(caller, None, rows, scope, when, ctx, wanted)
+                token, rows = fetch(c)
+                return claim_key, when, _judged(caller, c, token, rows, scope, when, ctx, wanted)
+    return claim_key, when, _judged(caller, None, token, rows, scope, when, ctx, wanted)
 
 
 #: Scope and claim key pairs already checked, with the claim key normalised.
@@ -296,6 +298,7 @@ def _checked_claim(scope: str, claim_key: str) -> str:
 def _judged(
     caller: Caller,
     c: Cursor | None,
+    token: validity_view.Token | None,
     rows: list[Any],
     scope: str,
     when: datetime,
@@ -304,27 +307,101 @@ def _judged(
 ) -> list[tuple[RecordView, tuple[str, ...]]]:
     """The records of ``for_claim_as`` rows, each with why it is not usable, once
     the token and the caller's ``read`` role are checked (deliveries read with ``c``)."""
-    head = rows[0] if rows else None
-    if head is None or head["tok_revoked"] is not None or head["tok_expires"] is not None:
+    if token is None or token[1] is not None or token[2] is not None:
         caller.engine.check_token(
             None
-            if head is None
-            else {
-                "subject": head["tok_subject"],
-                "revoked_pos": head["tok_revoked"],
-                "expires": head["tok_expires"],
-            }
+            if token is None
+            else {"subject": token[0], "revoked_pos": token[1], "expires": token[2]}
         )
-    assert head is not None
-    if _READ not in (head["tok_roles"] or "").split(","):
+    assert token is not None
+    if _READ not in (token[3] or "").split(","):
         raise caller.denied(scope, Role.READ, "read")
-    judged = []
-    for row in rows:
-        if row["record_id"] is None:
+    judged: list[tuple[RecordView, tuple[str, ...]]] = []
+    for found in rows:
+        view = None if c is not None else _plain_view(found, wanted)
+        if view is not None:
+            judged.append((view, ()))
             continue
+        row: Any = validity_view.claim_row(found)
         view = record_view(caller, c, row, when, deliveries=c is not None)
         judged.append((view, rules.blocking_reasons(row, when, ctx, wanted, view.stale_causes)))
     return judged
+
+
+#: Positions in a record row of ``for_claim_as``.
+_AT = {name: i for i, name in enumerate(validity_view.CLAIM_ROW)}
+_ID, _SCOPE, _CLAIM, _KIND, _VALUE, _STATUS = (
+    _AT[name] for name in ("record_id", "scope", "claim_key", "kind", "value", "status")
+)
+_PROPOSER, _CREATED_AT, _EVIDENCE, _REASON, _FROM_POS, _HAS_DELIVERIES = (
+    _AT[name]
+    for name in ("proposer", "created_at", "evidence", "reason", "from_pos", "has_deliveries")
+)
+#: What a plain row holds in these columns: no expiry (nor a record it comes
+#: from), no parents, no observed dependencies, no conditions, no stale cause,
+#: no supersession either way, no deliveries.
+_PLAIN_COLUMNS = {
+    "expires": None,
+    "eff_expires": None,
+    "eff_source": None,
+    "parents": redaction.NO_IDS,
+    "observed": redaction.NO_IDS,
+    "conditions": rules.NO_CONDITIONS,
+    "cause_root": None,
+    "stale_via": None,
+    "supersedes": None,
+    "superseded_by": None,
+    "has_deliveries": 0,
+}
+_PLAIN_OF = operator.itemgetter(*(_AT[name] for name in _PLAIN_COLUMNS))
+_PLAIN = tuple(_PLAIN_COLUMNS.values())
+_ACCEPTED = Status.ACCEPTED
+
+
+def _plain_view(row: Any, wanted: set[Kind] | None) -> RecordView | None:
+    """The view of an ACCEPTED record row (of ``for_claim_as``, without
+    deliveries) that names no other record and has neither an expiry nor
+    conditions, and is of a kind ``wanted``: usable whatever the instant and the
+    context. None for any other row (``record_view`` and
+    ``rules.blocking_reasons`` then decide)."""
+    if row[_STATUS] != _ACCEPTED or _PLAIN_OF(row) != _PLAIN:
+        return None
+    rid, kind = row[_ID], _KINDS.get(row[_KIND])
+    if kind is None or redaction.QUALIFIER in rid or (wanted is not None and kind not in wanted):
+        return None
+    evidence = row[_EVIDENCE]
+    fields = _PLAIN_FIELDS.copy()
+    fields["id"] = rid
+    fields["scope"] = row[_SCOPE]
+    fields["claim_key"] = row[_CLAIM]
+    fields["kind"] = kind
+    fields["value"] = unpack(row[_VALUE])
+    fields["conditions"] = {}
+    fields["proposer"] = row[_PROPOSER]
+    fields["created_at"] = micros_to_datetime(row[_CREATED_AT])
+    fields["evidence"] = None if evidence is None else unpack(evidence)
+    fields["reason"] = row[_REASON]
+    fields["position"] = row[_FROM_POS]
+    return assembled(RecordView, fields)
+
+
+#: The fields of a plain row's view, in order, with the values every such view
+#: shares (the others are set from the row; ``conditions`` is a new dict each time).
+_PLAIN_FIELDS: dict[str, Any] = dict.fromkeys(f.name for f in dataclasses.fields(RecordView)) | {
+    "status": Status.ACCEPTED,
+    "validity": Validity.VALID,
+    "expires": None,
+    "effective_expires": None,
+    "expiry_source": None,
+    "parents": (),
+    "observed": (),
+    "cause": None,
+    "deliveries": (),
+    "supersedes": None,
+    "superseded_by": None,
+    "cause_superseded_by": None,
+    "stale_causes": (),
+}
 
 
 def get(caller: Caller, record_id: str) -> RecordView:

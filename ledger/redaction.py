@@ -84,12 +84,12 @@ _ID_FIELDS = (
 
 
 #: How the view stores an empty list of ids (most records have no parents).
-_NO_IDS = b"\x90"
+NO_IDS = b"\x90"
 
 
 def id_list(data: bytes) -> list[str]:
     """The ids a view row stores in ``parents`` or ``observed``."""
-    return [] if data == _NO_IDS else cast("list[str]", unpack(data))
+    return [] if data == NO_IDS else cast("list[str]", unpack(data))
 
 
 def row_dependencies(

@@ -123,13 +123,13 @@ def blocking_reasons(
 
 
 #: How the view stores a record without conditions.
-_NO_CONDITIONS = b"\x80"
+NO_CONDITIONS = b"\x80"
 
 
 def conditions(row: RecordRow) -> dict[str, Any]:
     """A row's applicability conditions (a new dict each time)."""
     data = row["conditions"]
-    return {} if data == _NO_CONDITIONS else cast("dict[str, Any]", unpack(data))
+    return {} if data == NO_CONDITIONS else cast("dict[str, Any]", unpack(data))
 
 
 def _status_reasons(row: RecordRow, causes: Sequence[StaleCause]) -> tuple[str, ...] | None:

@@ -81,6 +81,8 @@ def check_unicode(value: str, what: str) -> str:
 
 def check_kind(value: object) -> Kind:
     """Return the ``Kind`` named by ``value`` or raise ``InvalidKindError``."""
+    if isinstance(value, Kind):
+        return value
     try:
         return Kind(str(value)) if isinstance(value, str) else Kind(value)  # type: ignore[arg-type]
     except ValueError:

@@ -20,14 +20,15 @@ T = TypeVar("T")
 def assembled(cls: type[T], values: dict[str, Any]) -> T:
     """The frozen dataclass ``cls`` with every field given by name in ``values``,
     as its constructor builds it but without its ``object.__setattr__`` call per
-    field (a read builds a view per record)."""
+    field (a read builds a view per record); ``values`` becomes the instance's own
+    attribute dict, so the caller must not keep it."""
     count = _FIELD_COUNTS.get(cls)
     if count is None:
         count = _FIELD_COUNTS[cls] = len(fields(cls))  # type: ignore[arg-type]
     if len(values) != count:
         raise TypeError(f"{cls.__name__} needs {count} fields, got {tuple(values)}")
     made: Any = object.__new__(cls)
-    made.__dict__.update(values)
+    object.__setattr__(made, "__dict__", values)
     return made  # type: ignore[no-any-return]
 
 
