@@ -225,7 +225,8 @@ class Engine:
 
     def query(self, fetch: Callable[[Cursor], T]) -> T:
         """What ``fetch`` reads with a cursor for a read that is one SQL statement
-        (as :meth:`statement`, without a context manager per read)."""
+        (as :meth:`statement`, without a context manager per read); ``fetch``
+        reads its rows by position (an SQLite file gives plain tuples)."""
         self.check_open()
         try:
             return self.recorder.query(fetch)

@@ -98,7 +98,7 @@ def row_dependencies(
     """Every other record a view row names (its parents, observed dependencies,
     expiry source, stale cause, versions); ``parents`` and ``observed``: the row's
     when already unpacked."""
-    named: set[str | None] = {
+    named: set[str | None] = {  # the _ID_COLUMNS
         row["cause_root"],
         row["stale_via"],
         row["eff_source"],

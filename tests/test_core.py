@@ -859,7 +859,8 @@ def test_read_shows_each_record_as_get_and_explain_show_it(world: World, clock: 
             assert result.outcome == why.outcome, (claim, ask)
             for entry in why.entries:
                 assert entry.record == reviewer.get(entry.record.id), (claim, ask)
-                assert entry.usable == (entry.record.validity == Validity.VALID and not entry.reasons)
+                valid = entry.record.validity == Validity.VALID
+                assert entry.usable == (valid and not entry.reasons), (claim, ask)
     assert [r.id for r in reviewer.read(SCOPE, "k.plain").records] == ["plain", "plan"]
     assert [r.id for r in reviewer.read(SCOPE, "k.plain", kinds=["fact"]).records] == ["plain"]
     assert reviewer.read(SCOPE, "k.noted").records[0].reason == "checked by hand"
