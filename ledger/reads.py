@@ -318,7 +318,7 @@ def _judged(
         raise caller.denied(scope, Role.READ, "read")
     judged: list[tuple[RecordView, tuple[str, ...]]] = []
     for found in rows:
-        view = None if c is not None else _plain_view(found, wanted)
+        view = None if c is not None else _plain_view(caller, found, wanted)
         if view is not None:
             judged.append((view, ()))
             continue
@@ -337,15 +337,13 @@ _PROPOSER, _CREATED_AT, _EVIDENCE, _REASON, _FROM_POS, _HAS_DELIVERIES = (
     _AT[name]
     for name in ("proposer", "created_at", "evidence", "reason", "from_pos", "has_deliveries")
 )
+_PARENTS, _OBSERVED = _AT["parents"], _AT["observed"]
 #: What a plain row holds in these columns: no expiry (nor a record it comes
-#: from), no parents, no observed dependencies, no conditions, no stale cause,
-#: no supersession either way, no deliveries.
+#: from), no conditions, no stale cause, no supersession either way, no deliveries.
 _PLAIN_COLUMNS = {
     "expires": None,
     "eff_expires": None,
     "eff_source": None,
-    "parents": redaction.NO_IDS,
-    "observed": redaction.NO_IDS,
     "conditions": rules.NO_CONDITIONS,
     "cause_root": None,
     "stale_via": None,
@@ -358,17 +356,29 @@ _PLAIN = tuple(_PLAIN_COLUMNS.values())
 _ACCEPTED = Status.ACCEPTED
 
 
-def _plain_view(row: Any, wanted: set[Kind] | None) -> RecordView | None:
+def _plain_view(caller: Caller, row: Any, wanted: set[Kind] | None) -> RecordView | None:
     """The view of an ACCEPTED record row (of ``for_claim_as``, without
-    deliveries) that names no other record and has neither an expiry nor
-    conditions, and is of a kind ``wanted``: usable whatever the instant and the
-    context. None for any other row (``record_view`` and
+    deliveries) that names no other record than its parents and observed
+    dependencies, all of them shown as they are (none hidden, none qualified), has
+    neither an expiry nor conditions, and is of a kind ``wanted``: usable whatever
+    the instant and the context. None for any other row (``record_view`` and
     ``rules.blocking_reasons`` then decide)."""
     if row[_STATUS] != _ACCEPTED or _PLAIN_OF(row) != _PLAIN:
         return None
     rid, kind = row[_ID], _KINDS.get(row[_KIND])
     if kind is None or redaction.QUALIFIER in rid or (wanted is not None and kind not in wanted):
         return None
+    parents: tuple[str, ...] = ()
+    observed: tuple[str, ...] = ()
+    if row[_PARENTS] != redaction.NO_IDS or row[_OBSERVED] != redaction.NO_IDS:
+        parents = tuple(redaction.id_list(row[_PARENTS]))
+        observed = tuple(redaction.id_list(row[_OBSERVED]))
+        named = {*parents, *observed}
+        named.discard(rid)
+        if any(redaction.QUALIFIER in x for x in named):
+            return None
+        if named and caller.hidden_among(None, named, seen=row[_SCOPE]):
+            return None
     evidence = row[_EVIDENCE]
     fields = _PLAIN_FIELDS.copy()
     fields["id"] = rid
@@ -376,6 +386,8 @@ def _plain_view(row: Any, wanted: set[Kind] | None) -> RecordView | None:
     fields["claim_key"] = row[_CLAIM]
     fields["kind"] = kind
     fields["value"] = unpack(row[_VALUE])
+    fields["parents"] = parents
+    fields["observed"] = observed
     fields["conditions"] = {}
     fields["proposer"] = row[_PROPOSER]
     fields["created_at"] = micros_to_datetime(row[_CREATED_AT])
@@ -393,8 +405,6 @@ _PLAIN_FIELDS: dict[str, Any] = dict.fromkeys(f.name for f in dataclasses.fields
     "expires": None,
     "effective_expires": None,
     "expiry_source": None,
-    "parents": (),
-    "observed": (),
     "cause": None,
     "deliveries": (),
     "supersedes": None,
