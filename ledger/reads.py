@@ -375,7 +375,8 @@ def _plain_view(caller: Caller, row: Any, wanted: set[Kind] | None) -> RecordVie
         observed = tuple(redaction.id_list(row[_OBSERVED]))
         named = {*parents, *observed}
         named.discard(rid)
-        if any(redaction.QUALIFIER in x for x in named):
+        # A bare id has no "@", so only a qualified key holds the qualifier.
+        if redaction.QUALIFIER in " ".join(named):
             return None
         if named and caller.hidden_among(None, named, seen=row[_SCOPE]):
             return None
