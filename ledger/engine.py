@@ -272,6 +272,16 @@ class Engine:
         except DATABASE_ERRORS as exc:
             raise self.storage_error(exc) from None
 
+    def query(self, fetch: Callable[[Cursor], T]) -> T:
+        """What ``fetch`` reads with a cursor for a read that is one SQL statement
+        (as :meth:`statement`, without a context manager per read); ``fetch``
+        reads its rows by position (an SQLite file gives plain tuples)."""
+        self.check_open()
+        try:
+            return self.recorder.query(fetch)
+        except DATABASE_ERRORS as exc:
+            raise self.storage_error(exc) from None
+
     @contextmanager
     def locked(self) -> Iterator[Cursor]:
         """A write transaction holding the writers' lock (maintenance: catch-up,

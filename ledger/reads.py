@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import operator
 import re
 import unicodedata
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -42,6 +43,7 @@ from ledger.values import (
     Reason,
     RecordView,
     StaleCause,
+    assembled,
 )
 from projections import delivery as delivery_view
 from projections import edges as edges_index
@@ -59,19 +61,23 @@ def record_view(
     """The public view of a record row (``deliveries=False``: the caller knows it
     has none, so they are not looked up), naming no record the caller may not see
     (:mod:`ledger.redaction`). A STALE record's causes need ``c``."""
-    d = caller.engine.dialect
-    causes = stale_causes(caller, c, row)
+    causes = stale_causes(caller, c, row) if row["status"] == _STALE else ()
     delivered = []
     if deliveries and c is not None:
+        d = caller.engine.dialect
         for drow in delivery_view.for_record(c, d, row["record_id"], caller.position):
             corrections = tuple(
                 correction_of(r)
                 for r in delivery_view.corrections_for(c, d, drow["delivery_id"], caller.position)
             )
             delivered.append(delivery_of(drow, corrections))
-    named = redaction.row_dependencies(row) | {x.cause for x in causes}
-    named.update(x.replacement for y in delivered for x in y.corrections if x.replacement)
-    hidden = caller.hidden_among(c, named, seen=row["scope"])
+    parents, observed = redaction.id_list(row["parents"]), redaction.id_list(row["observed"])
+    named = redaction.row_dependencies(row, parents, observed)
+    if causes:
+        named.update(x.cause for x in causes)
+    if delivered:
+        named.update(x.replacement for y in delivered for x in y.corrections if x.replacement)
+    hidden = caller.hidden_among(c, named, seen=row["scope"]) if named else frozenset()
     if hidden:
         causes = tuple(_redacted_cause(x, hidden) for x in causes)
         row = redaction.row(row, hidden)
@@ -85,35 +91,44 @@ def record_view(
             )
             for y in delivered
         ]
-    eff = row["eff_expires"]
-    names = caller.names(c, (*named, row["record_id"]))
-    view = RecordView(
-        id=row["record_id"],
-        scope=row["scope"],
-        claim_key=row["claim_key"],
-        kind=Kind(row["kind"]),
-        value=unpack(row["value"]),
-        status=Status(row["status"]),
-        validity=rules.validity(row, at),
-        expires=None if row["expires"] is None else micros_to_datetime(row["expires"]),
-        effective_expires=None if eff is None else micros_to_datetime(eff),
-        expiry_source=row["eff_source"],
-        parents=redaction.ids(unpack(row["parents"]), hidden),
-        observed=redaction.ids(unpack(row["observed"]), hidden),
-        conditions=unpack(row["conditions"]),
-        proposer=row["proposer"],
-        created_at=micros_to_datetime(row["created_at"]),
-        evidence=None if row["evidence"] is None else unpack(row["evidence"]),
-        cause=row["cause_root"],
-        reason=row["reason"],
-        deliveries=tuple(delivered),
-        position=row["from_pos"],
-        supersedes=row["supersedes"],
-        superseded_by=row["superseded_by"],
-        cause_superseded_by=row["stale_via"],
-        stale_causes=causes,
+    rid = row["record_id"]
+    names = caller.names(c, (*named, rid)) if named or redaction.QUALIFIER in rid else {}
+    eff, expires, evidence = row["eff_expires"], row["expires"], row["evidence"]
+    view = assembled(
+        RecordView,
+        {
+            "id": rid,
+            "scope": row["scope"],
+            "claim_key": row["claim_key"],
+            "kind": _KINDS.get(row["kind"]) or Kind(row["kind"]),
+            "value": unpack(row["value"]),
+            "status": _STATUSES.get(row["status"]) or Status(row["status"]),
+            "validity": rules.validity(row, at),
+            "expires": None if expires is None else micros_to_datetime(expires),
+            "effective_expires": None if eff is None else micros_to_datetime(eff),
+            "expiry_source": row["eff_source"],
+            "parents": redaction.ids(parents, hidden) if parents else (),
+            "observed": redaction.ids(observed, hidden) if observed else (),
+            "conditions": rules.conditions(row),
+            "proposer": row["proposer"],
+            "created_at": micros_to_datetime(row["created_at"]),
+            "evidence": None if evidence is None else unpack(evidence),
+            "cause": row["cause_root"],
+            "reason": row["reason"],
+            "deliveries": tuple(delivered),
+            "position": row["from_pos"],
+            "supersedes": row["supersedes"],
+            "superseded_by": row["superseded_by"],
+            "cause_superseded_by": row["stale_via"],
+            "stale_causes": causes,
+        },
     )
     return redaction.view(view, names)
+
+
+#: Members by stored value (an enum's own call is slower than a dict).
+_KINDS = {k.value: k for k in Kind}
+_STATUSES = {s.value: s for s in Status}
 
 
 def stale_causes(caller: Caller, c: Cursor | None, row: Any) -> tuple[StaleCause, ...]:
@@ -176,12 +191,19 @@ def read(
     context: Mapping[str, Any] | None,
     kinds: Iterable[Kind | str] | None,
 ) -> ReadResult:
-    """``Session.read``: the usable records of ``explanation`` and the outcome."""
-    result = explanation(caller, scope, claim_key, at, context, kinds)
-    usable = tuple(e.record for e in result.entries if e.usable)
+    """``Session.read``: the usable records of the eligibility chain and the outcome."""
+    _, when, judged = _judge(caller, scope, claim_key, at, context, kinds)
+    usable = tuple([view for view, reasons in judged if not reasons])
     caller.note_reads(usable, "read")
-    return ReadResult(
-        outcome=result.outcome, records=usable, scope=scope, claim_key=claim_key, at=result.at
+    return assembled(
+        ReadResult,
+        {
+            "outcome": _outcome(usable),
+            "records": usable,
+            "scope": scope,
+            "claim_key": claim_key,
+            "at": when,
+        },
     )
 
 
@@ -193,84 +215,204 @@ def explain(
     context: Mapping[str, Any] | None,
     kinds: Iterable[Kind | str] | None,
 ) -> Explanation:
-    """``Session.explain``: every record shown counts as read inside a run."""
-    result = explanation(caller, scope, claim_key, at, context, kinds)
-    caller.note_reads((e.record for e in result.entries), "explain")
-    return result
+    """``Session.explain``: the eligibility chain for ``(scope, claim_key)``, per
+    record; every record shown counts as read inside a run."""
+    claim_key, when, judged = _judge(caller, scope, claim_key, at, context, kinds)
+    caller.note_reads((view for view, _ in judged), "explain")
+    return Explanation(
+        outcome=_outcome([view for view, reasons in judged if not reasons]),
+        scope=scope,
+        claim_key=claim_key,
+        at=when,
+        entries=tuple(
+            Reason(record=view, usable=not reasons, reasons=reasons) for view, reasons in judged
+        ),
+    )
 
 
-def explanation(
+def _outcome(usable: Sequence[RecordView]) -> Outcome:
+    """FOUND, MISSING, or CONFLICT when the usable records disagree on the value."""
+    if not usable:
+        return Outcome.MISSING
+    if len(usable) > 1 and len({canonical(r.value) for r in usable}) > 1:
+        return Outcome.CONFLICT
+    return Outcome.FOUND
+
+
+def _judge(
     caller: Caller,
     scope: str,
     claim_key: str,
     at: datetime | None,
     context: Mapping[str, Any] | None,
     kinds: Iterable[Kind | str] | None,
-) -> Explanation:
-    """The eligibility chain for ``(scope, claim_key)``, per record, recording nothing."""
-    check_id(scope, "scope")
-    claim_key = check_claim_key(claim_key)
+) -> tuple[str, datetime, list[tuple[RecordView, tuple[str, ...]]]]:
+    """The claim key (normalised), the instant, and each record of the claim with
+    why it is not usable (nothing when it is)."""
+    claim_key = _checked_claim(scope, claim_key)
     when = caller.at(at)
     ctx = check_context(context)
     wanted = None if kinds is None else {check_kind(k) for k in check_list(kinds, "kinds")}
     engine = caller.engine
+    d, token_hash, position = engine.dialect, caller.token_hash, caller.position
+
+    def fetch(c: Cursor) -> tuple[validity_view.Token | None, list[Any]]:
+        return validity_view.for_claim_as(c, d, token_hash, scope, claim_key, position)
+
     # Token, roles and the claim's rows in one statement, outside a transaction;
     # a record with deliveries or stale causes needs more statements, so then the
     # whole read is done again in one read transaction.
-    with engine.statement() as c:
-        rows = validity_view.for_claim_as(
-            c, engine.dialect, caller.token_hash, scope, claim_key, caller.position
-        )
-    if any(row["has_deliveries"] or row["status"] == Status.STALE for row in rows):
-        with engine.reading() as c:
-            rows = validity_view.for_claim_as(
-                c, engine.dialect, caller.token_hash, scope, claim_key, caller.position
-            )
-            return _explain(caller, c, rows, scope, claim_key, when, ctx, wanted)
-    return _explain(caller, None, rows, scope, claim_key, when, ctx, wanted)
+    token, rows = engine.query(fetch)
+    for row in rows:
+        if row[_HAS_DELIVERIES] or row[_STATUS] == _STALE:
+            with engine.reading() as c:
+                token, rows = fetch(c)
+                return claim_key, when, _judged(caller, c, token, rows, scope, when, ctx, wanted)
+    return claim_key, when, _judged(caller, None, token, rows, scope, when, ctx, wanted)
 
 
-def _explain(
+#: Scope and claim key pairs already checked, with the claim key normalised.
+_CHECKED: dict[tuple[str, str], str] = {}
+_CHECKED_MAX = 4096
+_STALE = Status.STALE
+_READ = Role.READ.value
+
+
+def _checked_claim(scope: str, claim_key: str) -> str:
+    """``claim_key`` normalised once ``scope`` and it are checked (a pair of plain
+    strings checked before is not checked again: the checks depend on nothing else)."""
+    plain = type(scope) is str and type(claim_key) is str
+    if plain:
+        known = _CHECKED.get((scope, claim_key))
+        if known is not None:
+            return known
+    check_id(scope, "scope")
+    normalised = check_claim_key(claim_key)
+    if plain:
+        if len(_CHECKED) >= _CHECKED_MAX:
+            _CHECKED.clear()
+        _CHECKED[scope, claim_key] = normalised
+    return normalised
+
+
+def _judged(
     caller: Caller,
     c: Cursor | None,
+    token: validity_view.Token | None,
     rows: list[Any],
     scope: str,
-    claim_key: str,
     when: datetime,
     ctx: dict[str, Any],
     wanted: set[Kind] | None,
-) -> Explanation:
-    """``explain`` on the rows of ``for_claim_as`` (deliveries read with ``c``)."""
-    head = rows[0] if rows else None
-    caller.engine.check_token(
-        None
-        if head is None
-        else {
-            "subject": head["tok_subject"],
-            "revoked_pos": head["tok_revoked"],
-            "expires": head["tok_expires"],
-        }
-    )
-    assert head is not None
-    if Role.READ.value not in (head["tok_roles"] or "").split(","):
+) -> list[tuple[RecordView, tuple[str, ...]]]:
+    """The records of ``for_claim_as`` rows, each with why it is not usable, once
+    the token and the caller's ``read`` role are checked (deliveries read with ``c``)."""
+    if token is None or token[1] is not None or token[2] is not None:
+        caller.engine.check_token(
+            None
+            if token is None
+            else {"subject": token[0], "revoked_pos": token[1], "expires": token[2]}
+        )
+    assert token is not None
+    if _READ not in (token[3] or "").split(","):
         raise caller.denied(scope, Role.READ, "read")
-    entries = []
-    for row in rows:
-        if row["record_id"] is None:
+    judged: list[tuple[RecordView, tuple[str, ...]]] = []
+    for found in rows:
+        view = None if c is not None else _plain_view(caller, found, wanted)
+        if view is not None:
+            judged.append((view, ()))
             continue
+        row: Any = validity_view.claim_row(found)
         view = record_view(caller, c, row, when, deliveries=c is not None)
-        reasons = rules.blocking_reasons(row, when, ctx, wanted, view.stale_causes)
-        entries.append(Reason(record=view, usable=not reasons, reasons=reasons))
-    usable = [e.record for e in entries if e.usable]
-    if not usable:
-        outcome = Outcome.MISSING
-    elif len(usable) > 1 and len({canonical(r.value) for r in usable}) > 1:
-        outcome = Outcome.CONFLICT
-    else:
-        outcome = Outcome.FOUND
-    return Explanation(
-        outcome=outcome, scope=scope, claim_key=claim_key, at=when, entries=tuple(entries)
-    )
+        judged.append((view, rules.blocking_reasons(row, when, ctx, wanted, view.stale_causes)))
+    return judged
+
+
+#: Positions in a record row of ``for_claim_as``.
+_AT = {name: i for i, name in enumerate(validity_view.CLAIM_ROW)}
+_ID, _SCOPE, _CLAIM, _KIND, _VALUE, _STATUS = (
+    _AT[name] for name in ("record_id", "scope", "claim_key", "kind", "value", "status")
+)
+_PROPOSER, _CREATED_AT, _EVIDENCE, _REASON, _FROM_POS, _HAS_DELIVERIES = (
+    _AT[name]
+    for name in ("proposer", "created_at", "evidence", "reason", "from_pos", "has_deliveries")
+)
+_PARENTS, _OBSERVED = _AT["parents"], _AT["observed"]
+#: What a plain row holds in these columns: no expiry (nor a record it comes
+#: from), no conditions, no stale cause, no supersession either way, no deliveries.
+_PLAIN_COLUMNS = {
+    "expires": None,
+    "eff_expires": None,
+    "eff_source": None,
+    "conditions": rules.NO_CONDITIONS,
+    "cause_root": None,
+    "stale_via": None,
+    "supersedes": None,
+    "superseded_by": None,
+    "has_deliveries": 0,
+}
+_PLAIN_OF = operator.itemgetter(*(_AT[name] for name in _PLAIN_COLUMNS))
+_PLAIN = tuple(_PLAIN_COLUMNS.values())
+_ACCEPTED = Status.ACCEPTED
+
+
+def _plain_view(caller: Caller, row: Any, wanted: set[Kind] | None) -> RecordView | None:
+    """The view of an ACCEPTED record row (of ``for_claim_as``, without
+    deliveries) that names no other record than its parents and observed
+    dependencies, all of them shown as they are (none hidden, none qualified), has
+    neither an expiry nor conditions, and is of a kind ``wanted``: usable whatever
+    the instant and the context. None for any other row (``record_view`` and
+    ``rules.blocking_reasons`` then decide)."""
+    if row[_STATUS] != _ACCEPTED or _PLAIN_OF(row) != _PLAIN:
+        return None
+    rid, kind = row[_ID], _KINDS.get(row[_KIND])
+    if kind is None or redaction.QUALIFIER in rid or (wanted is not None and kind not in wanted):
+        return None
+    parents: tuple[str, ...] = ()
+    observed: tuple[str, ...] = ()
+    if row[_PARENTS] != redaction.NO_IDS or row[_OBSERVED] != redaction.NO_IDS:
+        parents = tuple(redaction.id_list(row[_PARENTS]))
+        observed = tuple(redaction.id_list(row[_OBSERVED]))
+        named = {*parents, *observed}
+        named.discard(rid)
+        # A bare id has no "@", so only a qualified key holds the qualifier.
+        if redaction.QUALIFIER in " ".join(named):
+            return None
+        if named and caller.hidden_among(None, named, seen=row[_SCOPE]):
+            return None
+    evidence = row[_EVIDENCE]
+    fields = _PLAIN_FIELDS.copy()
+    fields["id"] = rid
+    fields["scope"] = row[_SCOPE]
+    fields["claim_key"] = row[_CLAIM]
+    fields["kind"] = kind
+    fields["value"] = unpack(row[_VALUE])
+    fields["parents"] = parents
+    fields["observed"] = observed
+    fields["conditions"] = {}
+    fields["proposer"] = row[_PROPOSER]
+    fields["created_at"] = micros_to_datetime(row[_CREATED_AT])
+    fields["evidence"] = None if evidence is None else unpack(evidence)
+    fields["reason"] = row[_REASON]
+    fields["position"] = row[_FROM_POS]
+    return assembled(RecordView, fields)
+
+
+#: The fields of a plain row's view, in order, with the values every such view
+#: shares (the others are set from the row; ``conditions`` is a new dict each time).
+_PLAIN_FIELDS: dict[str, Any] = dict.fromkeys(f.name for f in dataclasses.fields(RecordView)) | {
+    "status": Status.ACCEPTED,
+    "validity": Validity.VALID,
+    "expires": None,
+    "effective_expires": None,
+    "expiry_source": None,
+    "cause": None,
+    "deliveries": (),
+    "supersedes": None,
+    "superseded_by": None,
+    "cause_superseded_by": None,
+    "stale_causes": (),
+}
 
 
 def get(caller: Caller, record_id: str) -> RecordView:

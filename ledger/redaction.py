@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Iterable, Mapping, Set
-from typing import Any
+from typing import Any, cast
 
 from ledger.errors import LedgerError
 from ledger.serialization import unpack
@@ -83,12 +83,32 @@ _ID_FIELDS = (
 )
 
 
-def row_dependencies(row: RecordRow) -> set[str]:
+#: How the view stores an empty list of ids (most records have no parents).
+NO_IDS = b"\x90"
+
+
+def id_list(data: bytes) -> list[str]:
+    """The ids a view row stores in ``parents`` or ``observed``."""
+    return [] if data == NO_IDS else cast("list[str]", unpack(data))
+
+
+def row_dependencies(
+    row: RecordRow, parents: Iterable[str] | None = None, observed: Iterable[str] | None = None
+) -> set[str]:
     """Every other record a view row names (its parents, observed dependencies,
-    expiry source, stale cause, versions)."""
-    out = {row[col] for col in _ID_COLUMNS if row[col] is not None}  # type: ignore[literal-required]
-    out.update(unpack(row["parents"]))
-    out.update(unpack(row["observed"]))
+    expiry source, stale cause, versions); ``parents`` and ``observed``: the row's
+    when already unpacked."""
+    named: set[str | None] = {  # the _ID_COLUMNS
+        row["cause_root"],
+        row["stale_via"],
+        row["eff_source"],
+        row["supersedes"],
+        row["superseded_by"],
+    }
+    named.discard(None)
+    out = cast("set[str]", named)
+    out.update(id_list(row["parents"]) if parents is None else parents)
+    out.update(id_list(row["observed"]) if observed is None else observed)
     out.discard(row["record_id"])
     return out
 

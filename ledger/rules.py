@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from ledger.domain import Kind, Status, Validity
 from ledger.errors import InvalidParentError, InvalidTransitionError
@@ -22,17 +22,21 @@ from projections.validity import RecordRow
 BLOCKING = (Status.REVOKED, Status.REJECTED, Status.STALE, Status.SUPERSEDED)
 #: Statuses a revocation or supersession does not mark STALE (nothing left to re-verify).
 FINAL = (Status.REVOKED, Status.REJECTED, Status.SUPERSEDED)
+#: Looked up once (an enum member's attribute lookup costs more than the compare).
+_ACCEPTED = Status.ACCEPTED
 
 
 def validity(row: RecordRow, at: datetime) -> Validity:
     """VALID (usable at ``at``), NEEDS_REVALIDATION (candidate, stale or expired) or
     INVALID (revoked, rejected or superseded)."""
     status = row["status"]
+    if status == _ACCEPTED:
+        eff = row["eff_expires"]
+        if eff is None or datetime_to_micros(at) < eff:
+            return Validity.VALID
+        return Validity.NEEDS_REVALIDATION
     if status in FINAL:
         return Validity.INVALID
-    eff = row["eff_expires"]
-    if status == Status.ACCEPTED and (eff is None or datetime_to_micros(at) < eff):
-        return Validity.VALID
     return Validity.NEEDS_REVALIDATION
 
 
@@ -97,6 +101,40 @@ def blocking_reasons(
     applicability); empty when it is usable. A STALE record with its ``causes``
     known names those still blocking it, not ones already resolved."""
     status = row["status"]
+    if status != _ACCEPTED:
+        blocked = _status_reasons(row, causes)
+        if blocked is not None:
+            return blocked
+    eff = row["eff_expires"]
+    if eff is not None and datetime_to_micros(at) >= eff:
+        when = micros_to_datetime(eff).isoformat()
+        if row["eff_source"] == row["record_id"]:
+            return (f"expired at {when}",)
+        return (f"ancestor {row['eff_source']} expired at {when}",)
+    reasons = []
+    for key, wanted in conditions(row).items():
+        if key not in context:
+            reasons.append(f"condition {key}={wanted!r} not met: context has no {key!r}")
+        elif canonical(context[key]) != canonical(wanted):
+            reasons.append(f"condition {key}={wanted!r} not met: context has {context[key]!r}")
+    if kinds is not None and Kind(row["kind"]) not in kinds:
+        reasons.append(f"kind {row['kind']} not requested")
+    return tuple(reasons)
+
+
+#: How the view stores a record without conditions.
+NO_CONDITIONS = b"\x80"
+
+
+def conditions(row: RecordRow) -> dict[str, Any]:
+    """A row's applicability conditions (a new dict each time)."""
+    data = row["conditions"]
+    return {} if data == NO_CONDITIONS else cast("dict[str, Any]", unpack(data))
+
+
+def _status_reasons(row: RecordRow, causes: Sequence[StaleCause]) -> tuple[str, ...] | None:
+    """Why a record is not usable for its status (None: not for its status)."""
+    status = row["status"]
     if status == Status.CANDIDATE:
         return ("candidate: not yet approved",)
     if status == Status.REJECTED:
@@ -107,21 +145,7 @@ def blocking_reasons(
         return stale_reasons(row, causes)
     if status == Status.SUPERSEDED:
         return (f"superseded by {row['superseded_by']}",)
-    eff = row["eff_expires"]
-    if eff is not None and datetime_to_micros(at) >= eff:
-        when = micros_to_datetime(eff).isoformat()
-        if row["eff_source"] == row["record_id"]:
-            return (f"expired at {when}",)
-        return (f"ancestor {row['eff_source']} expired at {when}",)
-    reasons = []
-    for key, wanted in unpack(row["conditions"]).items():
-        if key not in context:
-            reasons.append(f"condition {key}={wanted!r} not met: context has no {key!r}")
-        elif canonical(context[key]) != canonical(wanted):
-            reasons.append(f"condition {key}={wanted!r} not met: context has {context[key]!r}")
-    if kinds is not None and Kind(row["kind"]) not in kinds:
-        reasons.append(f"kind {row['kind']} not requested")
-    return tuple(reasons)
+    return None
 
 
 def check_not_expired(row: RecordRow, now: datetime, command: str) -> None:

@@ -42,7 +42,7 @@ def datetime_to_micros(value: datetime) -> int:
 def micros_to_datetime(micros: int, offset_seconds: int = 0) -> datetime:
     """The aware datetime for microseconds since the epoch, in the given offset."""
     if offset_seconds == 0:
-        return _EPOCH + timedelta(microseconds=micros)
+        return _EPOCH + timedelta(0, 0, micros)
     tz = timezone(timedelta(seconds=offset_seconds))
     return (_EPOCH + timedelta(microseconds=micros)).astimezone(tz)
 

@@ -81,6 +81,8 @@ def check_unicode(value: str, what: str) -> str:
 
 def check_kind(value: object) -> Kind:
     """Return the ``Kind`` named by ``value`` or raise ``InvalidKindError``."""
+    if isinstance(value, Kind):
+        return value
     try:
         return Kind(str(value)) if isinstance(value, str) else Kind(value)  # type: ignore[arg-type]
     except ValueError:
@@ -92,6 +94,8 @@ def check_aware(value: object, what: str) -> datetime:
     """Return ``value`` if it is a timezone-aware datetime."""
     if not isinstance(value, datetime):
         raise InvalidValueError(f"{what} must be a datetime, got {type(value).__name__}")
+    if value.tzinfo is UTC:  # the clock's own (every UTC instant is in range)
+        return value
     if value.tzinfo is None or value.utcoffset() is None:
         raise NaiveDatetimeError(f"{what} {value.isoformat()} has no timezone")
     try:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from ledger.domain import Kind, Outcome, Status, Validity
 
@@ -13,6 +13,27 @@ from ledger.domain import Kind, Outcome, Status, Validity
 HIDDEN = "<hidden>"
 #: The reason shown when a hidden dependency's revocation made a record STALE.
 WITHHELD = "a dependency outside your scopes was revoked"
+
+T = TypeVar("T")
+
+
+def assembled(cls: type[T], values: dict[str, Any]) -> T:
+    """The frozen dataclass ``cls`` with every field given by name in ``values``,
+    as its constructor builds it but without its ``object.__setattr__`` call per
+    field (a read builds a view per record); ``values`` becomes the instance's own
+    attribute dict, so the caller must not keep it."""
+    count = _FIELD_COUNTS.get(cls)
+    if count is None:
+        count = _FIELD_COUNTS[cls] = len(fields(cls))  # type: ignore[arg-type]
+    if len(values) != count:
+        raise TypeError(f"{cls.__name__} needs {count} fields, got {tuple(values)}")
+    made: Any = object.__new__(cls)
+    object.__setattr__(made, "__dict__", values)
+    return made  # type: ignore[no-any-return]
+
+
+#: How many fields each class given to ``assembled`` has.
+_FIELD_COUNTS: dict[type, int] = {}
 
 
 @dataclass(frozen=True)

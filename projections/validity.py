@@ -21,7 +21,6 @@ The claim index is the ``(scope, claim_key)`` index on ``pl_records``.
 
 from __future__ import annotations
 
-import functools
 import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypedDict, cast
@@ -267,6 +266,18 @@ def page(
     return cast("list[ListedRow]", list(c.fetchall()))
 
 
+#: What a read never shows of a record's row (its bookkeeping).
+_UNREAD = ("to_pos", "snapshot_ref", "run_id", "changed_by", "changed_at", "left_valid_pos")
+#: The record columns of a ``for_claim_as`` row: every column a read uses.
+READ_COLUMNS = tuple(name for name in COLUMNS if name not in _UNREAD)
+#: The keys of a record row of ``for_claim_as``.
+CLAIM_ROW = (*READ_COLUMNS, "has_deliveries")
+#: The token's columns of a ``for_claim_as`` statement (after the record's).
+TOKEN_COLUMNS = ("tok_subject", "tok_revoked", "tok_expires", "tok_roles")
+#: (subject, revoked_pos, expires, roles in the scope comma separated or None)
+Token = tuple[str, int | None, int | None, str | None]
+
+
 def for_claim_as(
     c: Cursor,
     d: Dialect,
@@ -274,35 +285,74 @@ def for_claim_as(
     scope: str,
     claim_key: str,
     position: int | None = None,
-) -> list[Any]:
-    """One statement for a read: the token's row (``tok_subject``, ``tok_revoked``,
-    ``tok_expires``), its subject's roles in ``scope`` (``tok_roles``, comma
-    separated), and the claim's record rows (``record_id`` NULL when there are
-    none), each with ``has_deliveries``. No row at all: the token is unknown.
+) -> tuple[Token | None, list[Any]]:
+    """One statement for a read: the token's row with its subject's roles in
+    ``scope`` (None: the token is unknown), and the claim's record rows in
+    proposal order, as tuples of ``CLAIM_ROW`` (the ``READ_COLUMNS`` of the row
+    and whether the record was delivered; ``claim_row`` makes one a dict).
 
     The caller checks the token and the roles before using any record row.
     """
-    c.execute(
-        _claim_as_sql(d, position is not None),
-        (scope, scope, claim_key, *(() if position is None else (position, position)), token_hash),
-    )
-    return list(c.fetchall())
+    if position is None:
+        c.execute(_claim_as_sql(d, False), (scope, scope, claim_key, token_hash))
+    else:
+        c.execute(_claim_as_sql(d, True), (scope, scope, claim_key, position, position, token_hash))
+    found = c.fetchall()
+    if not found:
+        return None, []
+    if d.name != "sqlite":
+        head = found[0]
+        token: Any = tuple(head[name] for name in TOKEN_COLUMNS)
+        rows = [tuple(row.values()) for row in found if row["record_id"] is not None]
+        return token, rows
+    # The record's columns come first, the token's last. Rows stay tuples:
+    # sqlite3.Row finds a column by name with a scan of every column before it,
+    # and a dict costs more to make than most reads look up.
+    token = tuple(found[0][-4:])
+    rows = [row for row in found if row[0] is not None]
+    if len(rows) > 1:
+        rows.sort(key=_created_pos)
+    return token, rows
 
 
-@functools.cache
+def claim_row(row: Sequence[Any]) -> dict[str, Any]:
+    """A record row of ``for_claim_as`` as a dict of ``CLAIM_ROW``."""
+    return dict(zip(CLAIM_ROW, row, strict=False))
+
+
+_created_pos = operator.itemgetter(CLAIM_ROW.index("created_pos"))
+
+
+#: ``_claim_as_sql`` by as-of-ness, then by dialect (by identity: hashing a
+#: dialect costs more than the look-up).
+_CLAIM_AS: tuple[dict[int, tuple[Dialect, str]], ...] = ({}, {})
+
+
 def _claim_as_sql(d: Dialect, as_of: bool) -> str:
+    known = _CLAIM_AS[as_of].get(id(d))
+    if known is not None and known[0] is d:
+        return known[1]
+    sql = _claim_as_statement(d, as_of)
+    _CLAIM_AS[as_of][id(d)] = (d, sql)
+    return sql
+
+
+def _claim_as_statement(d: Dialect, as_of: bool) -> str:
     roles = "string_agg(g.role, ',')" if d.name == "postgresql" else "group_concat(g.role, ',')"
     when = "r.from_pos <= ? AND (r.to_pos IS NULL OR r.to_pos > ?)" if as_of else "r.to_pos IS NULL"
+    # SQLite sorts a claim's few rows in Python (no temporary b-tree per read).
+    order = "" if d.name == "sqlite" else " ORDER BY r.created_pos"
     return d.q(
-        "SELECT t.subject AS tok_subject, t.revoked_pos AS tok_revoked, "
+        "SELECT "
+        + ", ".join(f"r.{name}" for name in READ_COLUMNS)
+        + ", EXISTS (SELECT 1 FROM {t}pl_deliveries dl WHERE dl.record_id = r.record_id) "
+        "AS has_deliveries, t.subject AS tok_subject, t.revoked_pos AS tok_revoked, "
         "t.expires AS tok_expires, "
         f"(SELECT {roles} FROM {{t}}pl_grants g WHERE g.subject = t.subject "
-        "AND g.scope = ? AND g.to_pos IS NULL) AS tok_roles, r.*, "
-        "EXISTS (SELECT 1 FROM {t}pl_deliveries dl WHERE dl.record_id = r.record_id) "
-        "AS has_deliveries "
+        "AND g.scope = ? AND g.to_pos IS NULL) AS tok_roles "
         "FROM {t}pl_tokens t LEFT JOIN {t}pl_records r "
         f"ON r.scope = ? AND r.claim_key = ? AND {when} "
-        "WHERE t.token_hash = ? ORDER BY r.created_pos"
+        f"WHERE t.token_hash = ?{order}"
     )
 
 

@@ -829,3 +829,44 @@ def test_a_read_begun_inside_another_on_the_same_thread_sees_the_newest_state(
             assert inner.fetchone()["status"] == Status.REVOKED
         outer.execute(q, ("e1",))
         assert outer.fetchone()["status"] == Status.ACCEPTED  # its own snapshot
+
+
+def test_read_shows_each_record_as_get_and_explain_show_it(world: World, clock: Clock) -> None:
+    """However a record is shaped, ``read`` shows the view ``get`` gives and keeps
+    exactly the records ``explain`` calls usable."""
+    agent, reviewer = world.agent, world.reviewer
+    evidence(world, "E1", claim_key="doc.e1")
+    accepted(world, "plain", claim_key="k.plain", kind=Kind.FACT)
+    agent.propose(SCOPE, "k.noted", {"v": [1, 2]}, Kind.FACT, id="noted")
+    reviewer.accept("noted", note="checked by hand")
+    accepted(world, "child", parents=["E1"], claim_key="k.child")
+    accepted(world, "soon", claim_key="k.soon", expires=clock.now + timedelta(hours=1))
+    accepted(world, "cond", claim_key="k.cond", conditions={"env": "prod"})
+    accepted(world, "old", claim_key="k.super", kind=Kind.FACT)
+    accepted(world, "new", claim_key="k.super", kind=Kind.FACT, supersedes="old")
+    agent.propose(SCOPE, "k.cand", 1, Kind.FACT, id="cand")
+    accepted(world, "gone", claim_key="k.gone", kind=Kind.FACT)
+    reviewer.revoke("gone", reason="wrong")
+    accepted(world, "plan", claim_key="k.plain", kind=Kind.PLAN, value=2)
+    claims = ["doc.e1", "k.plain", "k.noted", "k.child", "k.soon", "k.cond", "k.super"]
+    claims += ["k.cand", "k.gone"]
+    asks: list[dict[str, Any]] = [{}, {"context": {"env": "prod"}}, {"kinds": [Kind.FACT]}]
+    for claim in claims:
+        for ask in asks:
+            result, why = reviewer.read(SCOPE, claim, **ask), reviewer.explain(SCOPE, claim, **ask)
+            usable = tuple(e.record for e in why.entries if e.usable)
+            assert result.records == usable, (claim, ask)
+            assert result.outcome == why.outcome, (claim, ask)
+            for entry in why.entries:
+                assert entry.record == reviewer.get(entry.record.id), (claim, ask)
+                valid = entry.record.validity == Validity.VALID
+                assert entry.usable == (valid and not entry.reasons), (claim, ask)
+    assert [r.id for r in reviewer.read(SCOPE, "k.plain").records] == ["plain", "plan"]
+    assert [r.id for r in reviewer.read(SCOPE, "k.plain", kinds=["fact"]).records] == ["plain"]
+    assert reviewer.read(SCOPE, "k.noted").records[0].reason == "checked by hand"
+    assert reviewer.read(SCOPE, "k.noted").value == {"v": [1, 2]}
+    assert reviewer.read(SCOPE, "k.cond").outcome == Outcome.MISSING
+    assert [r.id for r in reviewer.read(SCOPE, "k.super").records] == ["new"]
+    assert reviewer.read(SCOPE, "k.super").records[0].supersedes == "old"
+    clock.advance(hours=2)
+    assert reviewer.read(SCOPE, "k.soon").outcome == Outcome.MISSING

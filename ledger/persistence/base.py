@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 from eventsourcing.persistence import Notification
@@ -39,6 +39,8 @@ APPEND_ONLY = ("pl_commits", "pl_merkle_leaves")
 #: A guard runs inside the command's transaction, after the views caught up and
 #: before the command's own events are applied; it raises to refuse the command.
 Guard = Callable[[Cursor], None]
+
+T = TypeVar("T")
 
 
 def leaf_of(position: int, stored_event: Any) -> bytes:
@@ -136,6 +138,12 @@ class LedgerRecorderMixin:
     def statement(self) -> AbstractContextManager[Cursor]:
         """A cursor outside any explicit transaction, for a read that is one statement."""
         raise NotImplementedError
+
+    def query(self, fetch: Callable[[Cursor], T]) -> T:
+        """What ``fetch`` reads with a cursor of :meth:`statement` (a read that is
+        one statement and fetches all its rows)."""
+        with self.statement() as c:
+            return fetch(c)
 
     def writing(self) -> AbstractContextManager[Cursor]:
         """A write transaction, committed when the block ends without an exception."""

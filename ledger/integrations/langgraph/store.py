@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import nullcontext
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from langgraph.store.base import (
@@ -245,27 +246,31 @@ class LedgerStore(BaseStore):
     # -- reads --------------------------------------------------------------------
 
     def _current(
-        self, reader: Session | RunContext, scope: str, claim: str, where: str
+        self, reader: Session | RunContext, scope: str, claim: str, where: Callable[[], str]
     ) -> RecordView | None:
         """The usable current version of a claim (eligibility chain), or None."""
         return self._newest(reader.read(scope, claim, kinds=(self.kind,)), where)
 
     @staticmethod
-    def _newest(result: ReadResult, where: str) -> RecordView | None:
-        """The newest of a read's usable records, or None."""
+    def _newest(result: ReadResult, where: Callable[[], str]) -> RecordView | None:
+        """The newest of a read's usable records, or None (``where``: what was read,
+        said when the usable records disagree)."""
         if result.outcome == Outcome.CONFLICT:
             ids = ", ".join(r.id for r in result.records)
             raise MemoryConflictError(
-                f"{where}: usable records disagree ({ids}); the ledger keeps both and "
+                f"{where()}: usable records disagree ({ids}); the ledger keeps both and "
                 "picks neither: an approver must revoke or supersede all but one"
             )
         if result.outcome != Outcome.FOUND:
             return None
-        return max(result.records, key=lambda r: (r.created_at, r.position))
+        records = result.records
+        if len(records) == 1:
+            return records[0]
+        return max(records, key=lambda r: (r.created_at, r.position))
 
     def _get(self, state: Thread | None, op: GetOp) -> Item | None:
         scope, claim = self._locate(op.namespace, op.key)
-        where = f"get of {tuple(op.namespace)!r} key {op.key!r}"
+        where = partial("get of {!r} key {!r}".format, tuple(op.namespace), op.key)
         if state is None:
             view = self._current(self.session, scope, claim, where)
         else:
@@ -311,7 +316,7 @@ class LedgerStore(BaseStore):
                 if namespace[: len(prefix)] != prefix or not matches(flt, view.value):
                     continue
                 seen.add(view.claim_key)
-                where = f"search of {prefix!r}: key {key!r} in {namespace!r}"
+                where = partial("search of {!r}: key {!r} in {!r}".format, prefix, key, namespace)
                 current = self._current(self.session, scope, view.claim_key, where)
                 if current is None or not matches(flt, current.value):
                     continue
