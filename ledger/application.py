@@ -32,7 +32,7 @@ from ledger.validation import DEFAULT_MAX_VALUE_BYTES, check_kind
 from ledger.values import RebuildReport
 from projections import access as access_view
 from projections import delivery as delivery_view
-from projections import validity as validity_view
+from projections import queries as view_queries
 
 if TYPE_CHECKING:
     from ledger.heads import PrivateKeyLike, PublicKeyLike, SignedHead
@@ -194,7 +194,7 @@ class Ledger:
         d = engine.dialect
         with engine.reading() as c:
             counts = engine.recorder.counts(c)
-            statuses = validity_view.status_counts(c, d)
+            statuses = view_queries.status_counts(c, d)
             deliveries = delivery_view.count(c, d, "pl_deliveries")
             corrections = delivery_view.count(c, d, "pl_corrections")
             runs = access_view.run_count(c, d)

@@ -31,6 +31,7 @@ from ledger.session import Session
 from ledger.validation import check_id
 from ledger.values import HIDDEN, RecordView
 from projections import edges as edges_index
+from projections import queries as view_queries
 from projections import validity as validity_view
 
 #: (fill, border) colour per status: REVOKED red, STALE orange, ACCEPTED green,
@@ -161,8 +162,8 @@ def collect(
                 caller.require(c, check_id(scope, "scope"), role, command)
                 wanted = [scope]
             else:
-                wanted = [s for s in validity_view.scopes(c, d, position) if may(s)]
-            ids = [rid for s in wanted for rid in validity_view.in_scope(c, d, s, position)]
+                wanted = [s for s in view_queries.scopes(c, d, position) if may(s)]
+            ids = [rid for s in wanted for rid in view_queries.in_scope(c, d, s, position)]
             rows = edges_index.edges_among(c, d, ids, position)
         at = caller.at(None)
         nodes: dict[str, RecordView] = {}

@@ -44,6 +44,7 @@ from ledger.validation import (
     check_value,
 )
 from projections import edges as edges_index
+from projections import queries as view_queries
 from projections import validity as validity_view
 from projections.base import Cursor
 
@@ -303,7 +304,7 @@ def previous_capture(
         return None  # prepare names what is wrong
     if not caller.roles(c, scope):
         return None  # prepare refuses the proposal without revealing anything
-    for row in reversed(validity_view.for_claim(c, caller.engine.dialect, scope, claim_key)):
+    for row in reversed(view_queries.for_claim(c, caller.engine.dialect, scope, claim_key)):
         if row["status"] != Status.ACCEPTED or row["evidence"] is None:
             continue
         previous = unpack(row["evidence"])

@@ -47,7 +47,7 @@ from ledger.values import (
 )
 from projections import delivery as delivery_view
 from projections import edges as edges_index
-from projections import validity as validity_view
+from projections import queries as view_queries
 from projections.base import Cursor
 
 #: ``records(limit=…)`` bounds.
@@ -256,8 +256,8 @@ def _judge(
     engine = caller.engine
     d, token_hash, position = engine.dialect, caller.token_hash, caller.position
 
-    def fetch(c: Cursor) -> tuple[validity_view.Token | None, list[Any]]:
-        return validity_view.for_claim_as(c, d, token_hash, scope, claim_key, position)
+    def fetch(c: Cursor) -> tuple[view_queries.Token | None, list[Any]]:
+        return view_queries.for_claim_as(c, d, token_hash, scope, claim_key, position)
 
     # Token, roles and the claim's rows in one statement, outside a transaction;
     # a record with deliveries or stale causes needs more statements, so then the
@@ -298,7 +298,7 @@ def _checked_claim(scope: str, claim_key: str) -> str:
 def _judged(
     caller: Caller,
     c: Cursor | None,
-    token: validity_view.Token | None,
+    token: view_queries.Token | None,
     rows: list[Any],
     scope: str,
     when: datetime,
@@ -322,14 +322,14 @@ def _judged(
         if view is not None:
             judged.append((view, ()))
             continue
-        row: Any = validity_view.claim_row(found)
+        row: Any = view_queries.claim_row(found)
         view = record_view(caller, c, row, when, deliveries=c is not None)
         judged.append((view, rules.blocking_reasons(row, when, ctx, wanted, view.stale_causes)))
     return judged
 
 
 #: Positions in a record row of ``for_claim_as``.
-_AT = {name: i for i, name in enumerate(validity_view.CLAIM_ROW)}
+_AT = {name: i for i, name in enumerate(view_queries.CLAIM_ROW)}
 _ID, _SCOPE, _CLAIM, _KIND, _VALUE, _STATUS = (
     _AT[name] for name in ("record_id", "scope", "claim_key", "kind", "value", "status")
 )
@@ -455,7 +455,7 @@ def records(
             key = redaction.qualified(after, scope)
             if key in caller.names(c, (key,)) and caller.engine.scopes_of(c, (key,)):
                 after = key
-        rows = validity_view.page(
+        rows = view_queries.page(
             c,
             caller.engine.dialect,
             scope,
@@ -488,7 +488,7 @@ def snapshot(caller: Caller, ref: str) -> bytes:
         raise UnknownSnapshotError(f"snapshot {ref!r} is not a sha256:<hex> reference")
     d = caller.engine.dialect
     with caller.reading() as c:
-        scopes = validity_view.scopes_with_snapshot(c, d, ref)
+        scopes = view_queries.scopes_with_snapshot(c, d, ref)
         readable = any(Role.READ.value in caller.roles(c, s) for s in scopes)
         found = caller.engine.recorder.snapshot_content(c, ref) if readable else None
         if readable and found is None:

@@ -1,0 +1,233 @@
+"""The reads the current-validity view serves (``projections.validity`` owns the
+table and keeps it): a claim's rows for ``read`` and ``explain`` (with the token and
+grants in the same statement), pages of a scope for ``records``, and the scopes,
+ids and counts the graph, the snapshot check and the summary ask for.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from typing import Any, cast
+
+from projections.base import Cursor, Dialect
+from projections.validity import AS_OF_FILTER, COLUMNS, NOW_FILTER, ListedRow, RecordRow
+
+
+def for_claim(c: Cursor, d: Dialect, scope: str, claim_key: str) -> list[RecordRow]:
+    """The current rows of ``(scope, claim_key)`` in proposal order."""
+    c.execute(
+        d.q(
+            "SELECT * FROM {t}pl_records WHERE scope=? AND claim_key=? "
+            f"AND {NOW_FILTER} ORDER BY created_pos"
+        ),
+        (scope, claim_key),
+    )
+    return cast("list[RecordRow]", list(c.fetchall()))
+
+
+#: Per validity, the SQL condition on a row given the instant (µs) as its parameters.
+VALIDITY_SQL = {
+    "VALID": ("status='ACCEPTED' AND (eff_expires IS NULL OR eff_expires > ?)", 1),
+    "NEEDS_REVALIDATION": (
+        "(status IN ('CANDIDATE', 'STALE') OR (status='ACCEPTED' AND eff_expires <= ?))",
+        1,
+    ),
+    "INVALID": ("status IN ('REVOKED', 'REJECTED', 'SUPERSEDED')", 0),
+}
+
+
+def page(
+    c: Cursor,
+    d: Dialect,
+    scope: str,
+    *,
+    position: int | None,
+    at: int,
+    status: str | None,
+    validity: str | None,
+    kind: str | None,
+    claim_prefix: str | None,
+    limit: int,
+    after: str | None,
+) -> list[ListedRow]:
+    """One page of a scope's rows in record-id order (``Session.records``), each
+    with ``has_deliveries``; one query on the ``(scope, record_id)`` index."""
+    where = ["r.scope=?"]
+    params: list[Any] = [scope]
+    if position is None:
+        where.append("r.to_pos IS NULL")
+    else:
+        where.append("r.from_pos <= ? AND (r.to_pos IS NULL OR r.to_pos > ?)")
+        params += [position, position]
+    if status is not None:
+        where.append("r.status=?")
+        params.append(status)
+    if kind is not None:
+        where.append("r.kind=?")
+        params.append(kind)
+    if validity is not None:
+        condition, uses_at = VALIDITY_SQL[validity]
+        where.append(condition)
+        params += [at] * uses_at
+    if claim_prefix:
+        where.append("substr(r.claim_key, 1, ?) = ?")
+        params += [len(claim_prefix), claim_prefix]
+    if after is not None:
+        where.append("r.record_id{bytewise} > ?")
+        params.append(after)
+    c.execute(
+        d.q(
+            "SELECT r.*, EXISTS (SELECT 1 FROM {t}pl_deliveries dl "
+            "WHERE dl.record_id = r.record_id) AS has_deliveries "
+            f"FROM {{t}}pl_records r WHERE {' AND '.join(where)} "
+            "ORDER BY r.record_id{bytewise} LIMIT ?"
+        ),
+        (*params, limit),
+    )
+    return cast("list[ListedRow]", list(c.fetchall()))
+
+
+#: What a read never shows of a record's row (its bookkeeping).
+_UNREAD = ("to_pos", "snapshot_ref", "run_id", "changed_by", "changed_at", "left_valid_pos")
+#: The record columns of a ``for_claim_as`` row: every column a read uses.
+READ_COLUMNS = tuple(name for name in COLUMNS if name not in _UNREAD)
+#: The keys of a record row of ``for_claim_as``.
+CLAIM_ROW = (*READ_COLUMNS, "has_deliveries")
+#: The token's columns of a ``for_claim_as`` statement (after the record's).
+TOKEN_COLUMNS = ("tok_subject", "tok_revoked", "tok_expires", "tok_roles")
+#: (subject, revoked_pos, expires, roles in the scope comma separated or None)
+Token = tuple[str, int | None, int | None, str | None]
+
+
+def for_claim_as(
+    c: Cursor,
+    d: Dialect,
+    token_hash: str,
+    scope: str,
+    claim_key: str,
+    position: int | None = None,
+) -> tuple[Token | None, list[Any]]:
+    """One statement for a read: the token's row with its subject's roles in
+    ``scope`` (None: the token is unknown), and the claim's record rows in
+    proposal order, as tuples of ``CLAIM_ROW`` (the ``READ_COLUMNS`` of the row
+    and whether the record was delivered; ``claim_row`` makes one a dict).
+
+    The caller checks the token and the roles before using any record row.
+    """
+    if position is None:
+        c.execute(_claim_as_sql(d, False), (scope, scope, claim_key, token_hash))
+    else:
+        c.execute(_claim_as_sql(d, True), (scope, scope, claim_key, position, position, token_hash))
+    found = c.fetchall()
+    if not found:
+        return None, []
+    if d.name != "sqlite":
+        head = found[0]
+        token: Any = tuple(head[name] for name in TOKEN_COLUMNS)
+        rows = [tuple(row.values()) for row in found if row["record_id"] is not None]
+        return token, rows
+    # The record's columns come first, the token's last. Rows stay tuples:
+    # sqlite3.Row finds a column by name with a scan of every column before it,
+    # and a dict costs more to make than most reads look up.
+    token = tuple(found[0][-4:])
+    rows = [row for row in found if row[0] is not None]
+    if len(rows) > 1:
+        rows.sort(key=_created_pos)
+    return token, rows
+
+
+def claim_row(row: Sequence[Any]) -> dict[str, Any]:
+    """A record row of ``for_claim_as`` as a dict of ``CLAIM_ROW``."""
+    return dict(zip(CLAIM_ROW, row, strict=False))
+
+
+_created_pos = operator.itemgetter(CLAIM_ROW.index("created_pos"))
+
+
+#: ``_claim_as_sql`` by as-of-ness, then by dialect (by identity: hashing a
+#: dialect costs more than the look-up).
+_CLAIM_AS: tuple[dict[int, tuple[Dialect, str]], ...] = ({}, {})
+
+
+def _claim_as_sql(d: Dialect, as_of: bool) -> str:
+    known = _CLAIM_AS[as_of].get(id(d))
+    if known is not None and known[0] is d:
+        return known[1]
+    sql = _claim_as_statement(d, as_of)
+    _CLAIM_AS[as_of][id(d)] = (d, sql)
+    return sql
+
+
+def _claim_as_statement(d: Dialect, as_of: bool) -> str:
+    roles = "string_agg(g.role, ',')" if d.name == "postgresql" else "group_concat(g.role, ',')"
+    when = "r.from_pos <= ? AND (r.to_pos IS NULL OR r.to_pos > ?)" if as_of else "r.to_pos IS NULL"
+    # SQLite sorts a claim's few rows in Python (no temporary b-tree per read).
+    order = "" if d.name == "sqlite" else " ORDER BY r.created_pos"
+    return d.q(
+        "SELECT "
+        + ", ".join(f"r.{name}" for name in READ_COLUMNS)
+        + ", EXISTS (SELECT 1 FROM {t}pl_deliveries dl WHERE dl.record_id = r.record_id) "
+        "AS has_deliveries, t.subject AS tok_subject, t.revoked_pos AS tok_revoked, "
+        "t.expires AS tok_expires, "
+        f"(SELECT {roles} FROM {{t}}pl_grants g WHERE g.subject = t.subject "
+        "AND g.scope = ? AND g.to_pos IS NULL) AS tok_roles "
+        "FROM {t}pl_tokens t LEFT JOIN {t}pl_records r "
+        f"ON r.scope = ? AND r.claim_key = ? AND {when} "
+        f"WHERE t.token_hash = ?{order}"
+    )
+
+
+def scopes_with_snapshot(c: Cursor, d: Dialect, ref: str) -> list[str]:
+    """The scopes of current evidence rows carrying snapshot ``ref``."""
+    c.execute(
+        d.q(f"SELECT DISTINCT scope FROM {{t}}pl_records WHERE snapshot_ref=? AND {NOW_FILTER}"),
+        (ref,),
+    )
+    return [r["scope"] for r in c.fetchall()]
+
+
+def status_counts(c: Cursor, d: Dialect) -> dict[str, int]:
+    """How many records are in each status now."""
+    c.execute(
+        d.q(
+            f"SELECT status, COUNT(*) AS n FROM {{t}}pl_records WHERE {NOW_FILTER} "
+            "GROUP BY status ORDER BY status"
+        )
+    )
+    return {str(r["status"]): int(r["n"]) for r in c.fetchall()}
+
+
+def scopes(c: Cursor, d: Dialect, position: int | None = None) -> list[str]:
+    """Every scope holding a record, now or after ``position``."""
+    if position is None:
+        c.execute(
+            d.q(f"SELECT DISTINCT scope FROM {{t}}pl_records WHERE {NOW_FILTER} ORDER BY scope")
+        )
+    else:
+        c.execute(
+            d.q(f"SELECT DISTINCT scope FROM {{t}}pl_records WHERE {AS_OF_FILTER} ORDER BY scope"),
+            (position, position),
+        )
+    return [r["scope"] for r in c.fetchall()]
+
+
+def in_scope(c: Cursor, d: Dialect, scope: str, position: int | None = None) -> list[str]:
+    """Ids of the records in ``scope`` in proposal order, now or after ``position``."""
+    if position is None:
+        c.execute(
+            d.q(
+                "SELECT record_id FROM {t}pl_records WHERE scope=? "
+                f"AND {NOW_FILTER} ORDER BY created_pos"
+            ),
+            (scope,),
+        )
+    else:
+        c.execute(
+            d.q(
+                "SELECT record_id FROM {t}pl_records WHERE scope=? "
+                f"AND {AS_OF_FILTER} ORDER BY created_pos"
+            ),
+            (scope, position, position),
+        )
+    return [r["record_id"] for r in c.fetchall()]
