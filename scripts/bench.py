@@ -51,7 +51,7 @@ are ledger cost / baseline cost, except the speedup, which is baseline / ledger)
         over raw ``sqlite3`` single-row inserts into a copy of the ``stored_events``
         table (same DDL, same ``journal_mode`` and ``synchronous``, checked with
         PRAGMA), BEGIN/INSERT/COMMIT each. Blocks of 50 of each side alternate.
-    bulk_import_vs_raw_executemany [>= 0.25]
+    bulk_import_vs_raw_executemany [>= 0.3]
         Rate: events/s inside the ``propose_many`` calls that built the huge ledger
         over one raw ``executemany`` transaction writing the same stored rows (the
         same msgpack blobs, read back from the huge ledger) into a copy of the table.
@@ -87,10 +87,10 @@ are ledger cost / baseline cost, except the speedup, which is baseline / ledger)
         Time: the same read of accepted fillers in the huge ledger over the small
         one; each side cycles through 256 fillers picked at random (fixed seed).
         The large ledger is read in the same rotation (figure ``read_large_us``).
-    read_vs_raw_lookup [<= 5]
+    read_vs_raw_lookup [<= 3]
         Time: the small-ledger filler read over a raw ``sqlite3`` primary-key lookup
         of the same records' current row in ``pl_records``.
-    rebuild_vs_raw_decode [>= 0.5]
+    rebuild_vs_raw_decode [>= 0.25; 0.5 the longer aim]
         Rate: ``Ledger.rebuild()`` events/s of the large ledger over a raw ``sqlite3``
         read of the same ``stored_events`` rows in log order plus ``msgpack.unpackb``
         of each state (the physical floor; median of 3 passes).
@@ -101,13 +101,12 @@ are ledger cost / baseline cost, except the speedup, which is baseline / ledger)
         Peak RSS (VmHWM in ``/proc/self/status``) of a child process running
         ``Ledger.open(url).rebuild()`` on the huge ledger over the same on the base
         copy (not ``ru_maxrss``: see ``REBUILD_CHILD``).
-    pg_bulk_vs_raw_executemany [>= 0.25]
+    pg_bulk_vs_raw_executemany [>= 0.3]
         Rate: PostgreSQL ``propose_many`` import events/s over a raw ``psycopg``
         ``executemany`` of the same rows (the same blobs) in one transaction into a
         table made ``LIKE`` the ledger's ``provledger_events`` (indexes included).
     pg_single_command_vs_raw_txn [>= 0.5]
-        An extra ratio beside the SQLite set; its goal is borrowed from
-        ``single_command_vs_raw_txn``. Rate: PostgreSQL single commands/s over raw
+        Rate: PostgreSQL single commands/s over raw
         ``psycopg`` single-row inserts with a commit each (same server settings;
         ``synchronous_commit`` checked to match).
 
@@ -221,19 +220,19 @@ QUICK: dict[str, Any] = {
 #: name → (comparison, threshold); every ratio the script reports, in table order.
 GOALS: dict[str, tuple[str, float]] = {
     "single_command_vs_raw_txn": (">=", 0.5),
-    "bulk_import_vs_raw_executemany": (">=", 0.25),
+    "bulk_import_vs_raw_executemany": (">=", 0.3),
     "bulk_rate_growth": (">=", 0.8),
     "revoke_size_growth": ("<=", 1.5),
     "revoke_vs_naive_speedup": (">=", 20.0),
     "stale_marking_vs_bulk_event": ("<=", 2.0),
     "read_depth_growth": ("<=", 1.3),
     "read_size_growth": ("<=", 1.3),
-    "read_vs_raw_lookup": ("<=", 5.0),
-    "rebuild_vs_raw_decode": (">=", 0.5),
+    "read_vs_raw_lookup": ("<=", 3.0),
+    "rebuild_vs_raw_decode": (">=", 0.25),  # 0.5 is the longer aim
     "as_of_vs_rebuild": ("<=", 0.1),
     "rss_growth": ("<=", 2.0),
-    "pg_bulk_vs_raw_executemany": (">=", 0.25),
-    "pg_single_command_vs_raw_txn": (">=", 0.5),  # extra; goal borrowed from SQLite's
+    "pg_bulk_vs_raw_executemany": (">=", 0.3),
+    "pg_single_command_vs_raw_txn": (">=", 0.5),
     "store_put_vs_langgraph_sqlite": ("<=", 2.0),
     "store_get_vs_langgraph_sqlite": ("<=", 1.0),
     "propose_vs_langgraph_sqlite_put": ("<=", 1.0),
@@ -1633,8 +1632,7 @@ def core_caption(f: dict[str, float]) -> str:
         f"(DAG depth {f['revoke_dag_depth']:.0f}), median of {f['revokes_per_ledger']:.0f}; "
         f"naive: {f['naive_passes']:.0f} full scans; rss: huge vs copy at "
         f"{f['rss_base_records']:,.0f} records; as-of at position "
-        f"{f['as_of_position']:,.0f}\n{pg_note}; pg_single_command_vs_raw_txn is extra, "
-        "its goal borrowed from the SQLite one"
+        f"{f['as_of_position']:,.0f}\n{pg_note}"
     )
 
 
