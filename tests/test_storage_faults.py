@@ -30,6 +30,7 @@ from click.testing import CliRunner
 from ledger import ConnectionLostError, DiskFullError, Kind, Ledger, Session, StorageError
 from ledger.cli import main
 from ledger.errors import InvalidURLError, LedgerError
+from ledger.persistence.faults import storage_error
 from ledger.persistence.urls import PG_BOUNDS
 
 from .conftest import PG_SERVER, _pg_dsn
@@ -685,3 +686,21 @@ def test_pg_full_disk_refuses_propose_and_propose_many_then_the_ledger_is_whole(
         assert use.agent.propose_many(big_items(3, 1000))
     finally:
         use.led.close()
+
+
+def test_a_commit_whose_pipeline_could_not_be_left_may_have_been_applied() -> None:
+    """psycopg refusing to leave pipeline mode once a command's last writes and its
+    COMMIT were sent (the server ended the session meanwhile) leaves the outcome
+    unknown: the error says so, as for a connection lost while committing; before
+    the COMMIT was sent the same refusal is a plain storage error."""
+    import psycopg
+
+    stuck = psycopg.OperationalError("cannot exit pipeline mode while busy")
+    url = "postgresql://postgres@127.0.0.1:5432/test"
+    committed = storage_error(stuck, url, committing=True)
+    assert isinstance(committed, ConnectionLostError)
+    assert "may have been applied" in str(committed)
+    assert "cannot exit pipeline mode while busy" in str(committed)
+    earlier = storage_error(stuck, url)
+    assert type(earlier) is StorageError
+    assert "not applied" not in str(earlier) and "may have been" not in str(earlier)

@@ -124,7 +124,7 @@ def storage_error(
         return DiskFullError(
             f"{head}: the disk is full ({reason}); nothing was written — free space and try again"
         )
-    if _is_lost(cause) and not opening:
+    if not opening and (_is_lost(cause) or (committing and _is_pipeline_stuck(cause))):
         if committing:
             return ConnectionLostError(
                 f"{head}: the connection to the database server was lost while committing "
@@ -171,6 +171,17 @@ def _nearly_full(path: str | None) -> bool:
     except (OSError, AttributeError):
         return False
     return stat.f_bavail * stat.f_frsize < _NEARLY_FULL
+
+
+def _is_pipeline_stuck(cause: BaseException) -> bool:
+    """psycopg could not leave pipeline mode after a command's last writes and its
+    COMMIT were sent (the server ended the session as they ran): whether the
+    COMMIT was applied is unknown, as when the connection is lost."""
+    return (
+        _is_psycopg(cause)
+        and type(cause).__name__ == "OperationalError"
+        and "pipeline mode" in str(cause)
+    )
 
 
 def _is_lost(cause: BaseException) -> bool:
