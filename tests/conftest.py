@@ -109,6 +109,20 @@ def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
             drop()
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database several ledgers (or processes) open at once: an SQLite file in
+    the test's directory, or a fresh PostgreSQL schema."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'shared.db'}"
+        return
+    url, drop = new_pg_schema_url()
+    try:
+        yield url
+    finally:
+        drop()
+
+
 @pytest.fixture
 def open_ledger(ledger_url: str, clock: Clock) -> Iterator[Callable[..., Ledger]]:
     """Open (or reopen) the test's ledger; everything opened is closed afterwards."""

@@ -11,7 +11,7 @@ import random
 import sqlite3
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,24 +19,10 @@ import pytest
 
 from ledger import Kind, Ledger, LedgerError, Outcome, Status
 
-from .conftest import new_pg_schema_url
-
 WRITERS = 4
 SECONDS = 6.0
 CLAIMS = 6
 ROLES = ["propose", "read", "approve", "deliver", "audit"]
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'shared.db'}"
-        return
-    url, drop = new_pg_schema_url()
-    try:
-        yield url
-    finally:
-        drop()
 
 
 def _writer(url: str, token: str, seed: int, seconds: float) -> dict[str, Any]:

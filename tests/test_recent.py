@@ -12,32 +12,17 @@ Runs on an SQLite file and on PostgreSQL (which always reads everything again).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from ledger import Kind, Ledger, Status
 from ledger.errors import AccessDeniedError, AuthenticationError, InvalidTransitionError
 
-from .conftest import new_pg_schema_url
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'ledger.db'}"
-        return
-    pg_url, drop = new_pg_schema_url()
-    try:
-        yield pg_url
-    finally:
-        drop()
-
 
 @pytest.fixture
-def pair(url: str) -> Iterator[tuple[Ledger, Ledger, dict[str, str]]]:
+def pair(shared_url: str) -> Iterator[tuple[Ledger, Ledger, dict[str, str]]]:
     """Two ledgers on one database, and tokens of a proposer and an approver."""
-    first = Ledger.open(url)
+    first = Ledger.open(shared_url)
     admin = first.admin()
     admin.grant("proposer", "s", ["propose", "read"])
     admin.grant("approver", "s", ["approve", "read", "audit"])
@@ -45,7 +30,7 @@ def pair(url: str) -> Iterator[tuple[Ledger, Ledger, dict[str, str]]]:
         "proposer": admin.issue_token("proposer"),
         "approver": admin.issue_token("approver"),
     }
-    second = Ledger.open(url)
+    second = Ledger.open(shared_url)
     try:
         yield first, second, tokens
     finally:
