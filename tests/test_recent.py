@@ -21,7 +21,8 @@ from ledger.errors import AccessDeniedError, AuthenticationError, InvalidTransit
 
 @pytest.fixture
 def pair(shared_url: str) -> Iterator[tuple[Ledger, Ledger, dict[str, str]]]:
-    """Two ledgers on one database, and tokens of a proposer and an approver."""
+    """Two ledgers on one database, and tokens of a proposer and an approver; the
+    first has proposed and accepted record ``warm``, so it remembers its writes."""
     first = Ledger.open(shared_url)
     admin = first.admin()
     admin.grant("proposer", "s", ["propose", "read"])
@@ -32,23 +33,18 @@ def pair(shared_url: str) -> Iterator[tuple[Ledger, Ledger, dict[str, str]]]:
     }
     second = Ledger.open(shared_url)
     try:
+        first.authenticate(tokens["proposer"]).propose("s", "k", "warm", Kind.FACT, id="warm")
+        first.authenticate(tokens["approver"]).accept("warm")
         yield first, second, tokens
     finally:
         second.close()
         first.close()
 
 
-def _warm(led: Ledger, tokens: dict[str, str], rid: str) -> None:
-    """Propose and accept ``rid`` so that ``led`` remembers both."""
-    led.authenticate(tokens["proposer"]).propose("s", "k", rid, Kind.FACT, id=rid)
-    led.authenticate(tokens["approver"]).accept(rid)
-
-
 def test_a_record_changed_elsewhere_is_decided_on_as_stored(
     pair: tuple[Ledger, Ledger, dict[str, str]],
 ) -> None:
     first, second, tokens = pair
-    _warm(first, tokens, "warm")
     first.authenticate(tokens["proposer"]).propose("s", "k", "v", Kind.FACT, id="r1")
     # The other connection rejects r1: the first ledger remembers it as a candidate.
     second.authenticate(tokens["approver"]).reject("r1", "wrong")
@@ -69,7 +65,6 @@ def test_a_token_revoked_elsewhere_is_refused_at_the_next_command(
     pair: tuple[Ledger, Ledger, dict[str, str]],
 ) -> None:
     first, second, tokens = pair
-    _warm(first, tokens, "warm")
     proposer = first.authenticate(tokens["proposer"])
     proposer.propose("s", "k", "v", Kind.FACT, id="r1")
     second.admin().revoke_token(tokens["proposer"])
@@ -85,7 +80,6 @@ def test_a_grant_revoked_elsewhere_is_refused_at_the_next_command(
     pair: tuple[Ledger, Ledger, dict[str, str]],
 ) -> None:
     first, second, tokens = pair
-    _warm(first, tokens, "warm")
     first.authenticate(tokens["proposer"]).propose("s", "k", "v", Kind.FACT, id="r1")
     second.admin().revoke_grant("approver", "s", ["approve"])
     with pytest.raises(AccessDeniedError):
@@ -97,7 +91,6 @@ def test_a_token_revoked_through_the_same_ledger_is_refused_at_once(
     pair: tuple[Ledger, Ledger, dict[str, str]],
 ) -> None:
     first, _, tokens = pair
-    _warm(first, tokens, "warm")
     approver = first.authenticate(tokens["approver"])
     first.admin().revoke_grant("approver", "s", ["approve"])
     first.authenticate(tokens["proposer"]).propose("s", "k", "v", Kind.FACT, id="r1")
@@ -112,7 +105,6 @@ def test_a_refused_command_leaves_nothing_remembered_that_is_not_stored(
     pair: tuple[Ledger, Ledger, dict[str, str]],
 ) -> None:
     first, second, tokens = pair
-    _warm(first, tokens, "warm")
     proposer = first.authenticate(tokens["proposer"])
     approver = first.authenticate(tokens["approver"])
     proposer.propose("s", "k", "v", Kind.FACT, id="r1")
