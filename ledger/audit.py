@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any
+from uuid import UUID
 
 from eventsourcing.utils import get_topic
 
@@ -122,12 +123,12 @@ def history(
             if type is not None and note.topic[len(prefix) :] != type:
                 continue
             if note.originator_id not in records:
-                try:
-                    rid = validity_view.record_id_of(c, d, note.originator_id)
-                except LookupError:
+                oid = UUID(str(note.originator_id))
+                rid = engine.recorder.record_ids(c, (oid,)).get(oid.hex, "")
+                if not rid:
                     raise CorruptEventError(
                         f"stored event at position {note.id} belongs to no proposed record"
-                    ) from None
+                    )
                 scope = validity_view.existing(c, d, rid)["scope"]
                 records[note.originator_id] = (rid, Role.AUDIT.value in caller.roles(c, scope))
             rid, allowed = records[note.originator_id]

@@ -106,7 +106,7 @@ def verify(
     if key is not None:
         _check_signatures(kept, key, findings)
     replay = AuthorizationReplay()
-    with engine.reading() as c, _Scratch() as scratch:
+    with engine.reading() as c, _Scratch(engine, c) as scratch:
         tracking = engine.projector.tracking_map(c)
         views_upto = min(tracking.values()) if tracking else 0
         tree, positions, log_ok = _walk_log(engine, c, replay, scratch, views_upto, findings)
@@ -344,7 +344,11 @@ def stored_tree(engine: Engine, size: int | None = None) -> tuple[MerkleTree, li
 
 class _Scratch:
     """A throwaway SQLite database in a temporary directory, replaying the log into
-    fresh views with the ledger's own projections."""
+    fresh views with the ledger's own projections. The record a later event belongs
+    to is found by its proposal in the ledger's log, read with ``live``."""
+
+    def __init__(self, engine: Engine, live: Cursor) -> None:
+        self._record_ids = lambda _c, ids: engine.recorder.record_ids(live, ids)
 
     def __enter__(self) -> _Scratch:
         self._dir = tempfile.TemporaryDirectory(prefix="provledger-verify-")
@@ -353,7 +357,9 @@ class _Scratch:
         self.connection.execute("PRAGMA journal_mode=OFF")
         self.connection.execute("PRAGMA synchronous=OFF")
         self.cursor = self.connection.cursor()
-        self.projector = Projector(dialect=SQLITE, reader=lambda c, after, limit: [])
+        self.projector = Projector(
+            dialect=SQLITE, reader=lambda c, after, limit: [], record_ids=self._record_ids
+        )
         self.cursor.execute("BEGIN")
         self.projector.reset(self.cursor)  # empty views in the current layout
         return self

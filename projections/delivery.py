@@ -7,12 +7,13 @@ record's validity *now* is read beside it from the current-validity view.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ledger.domain import Record
 from ledger.serialization import datetime_to_micros
 from projections.base import Cursor, Dialect
-from projections.validity import record_id_of
+from projections.validity import record_id_in
 
 VIEW = "delivery"
 
@@ -35,8 +36,9 @@ DDL = (
 TABLES = ("pl_deliveries", "pl_corrections", "pl_outbox")
 
 
-def apply(c: Cursor, d: Dialect, pos: int, event: Any) -> None:
-    """Fold one ``Record`` event into the delivery history."""
+def apply(c: Cursor, d: Dialect, pos: int, event: Any, rid_of: Mapping[str, str]) -> None:
+    """Fold one ``Record`` event into the delivery history (``rid_of``: the record
+    id of each record event's aggregate, by its hex)."""
     if isinstance(event, Record.Delivered):
         c.execute(
             d.q(
@@ -45,7 +47,7 @@ def apply(c: Cursor, d: Dialect, pos: int, event: Any) -> None:
             ),
             (
                 event.delivery_id,
-                record_id_of(c, d, event.originator_id, pos),
+                record_id_in(rid_of, event, pos),
                 event.recipient,
                 event.channel,
                 datetime_to_micros(event.timestamp),
@@ -67,7 +69,7 @@ def apply(c: Cursor, d: Dialect, pos: int, event: Any) -> None:
             (
                 event.correction_id,
                 event.delivery_id,
-                record_id_of(c, d, event.originator_id, pos),
+                record_id_in(rid_of, event, pos),
                 event.note,
                 event.replacement,
                 datetime_to_micros(event.timestamp),

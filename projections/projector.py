@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import sqlite3
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -26,7 +26,7 @@ from eventsourcing.persistence import Mapper, Notification, PersistenceError
 from eventsourcing.utils import resolve_topic
 
 from ledger import stored
-from ledger.domain import uuid_of_hex
+from ledger.domain import Record, uuid_of_hex
 from ledger.errors import CorruptEventError, LedgerError
 from ledger.serialization import unpack
 from ledger.shapes import check_event_shape
@@ -44,7 +44,10 @@ VIEWS: tuple[ModuleType, ...] = (validity, delivery, access)
 #: The layout of the view tables, kept in ``pl_tracking`` under ``LAYOUT_KEY``. Views
 #: built with another layout (a ledger written by 0.1.0 has none recorded) are
 #: dropped and rebuilt from the log when the ledger opens; stored events never change.
-LAYOUT = 3
+LAYOUT = 4
+#: Tables of earlier layouts, dropped with the views (4 keeps no map from aggregate
+#: ids to record ids: a record's proposal, found by the events' key, holds it).
+RETIRED = ("pl_record_ids",)
 LAYOUT_KEY = "#layout"
 
 #: How far the views got (NULL before the first event): see the module docstring.
@@ -60,6 +63,24 @@ Row = tuple[int, Any, int, str, bytes]
 #: Reads stored events after a position as :data:`Row` tuples: ``(cursor, after,
 #: limit) -> rows``.
 RowReader = Callable[[Cursor, int, int], Sequence[Row]]
+#: Reads the record ids of aggregates from their stored proposals inside an open
+#: transaction: ``(cursor, aggregate ids) -> {aggregate id hex: record id}``.
+RecordIdReader = Callable[[Cursor, Collection[UUID]], dict[str, str]]
+
+#: Events of a record after its proposal: the views find the record they belong
+#: to by their aggregate id.
+_LATER = frozenset(
+    (
+        Record.Accepted,
+        Record.Rejected,
+        Record.Revoked,
+        Record.MarkedStale,
+        Record.Superseded,
+        Record.Revalidated,
+        Record.Delivered,
+        Record.CorrectionIssued,
+    )
+)
 
 
 @dataclass
@@ -77,6 +98,8 @@ class Projector:
     #: otherwise): no ``Notification`` per event.
     row_reader: RowReader | None = None
     vouch_rows: Callable[[Cursor, Sequence[Row]], None] | None = None
+    #: Where the record id of an aggregate is found (its stored proposal).
+    record_ids: RecordIdReader | None = None
     enabled: bool = True
     batch: int = 1000
     _names: tuple[str, ...] = field(default=(), init=False)
@@ -122,7 +145,7 @@ class Projector:
 
     def drop_tables(self, c: Cursor) -> None:
         """Drop every view table (and with the time index, the views' position)."""
-        for table in self.tables:
+        for table in (*self.tables, *RETIRED):
             c.execute(self.dialect.q(f"DROP TABLE IF EXISTS {{t}}{table}"))
         c.execute(self.dialect.q("DROP TABLE IF EXISTS {t}pl_tracking"))
 
@@ -180,6 +203,43 @@ class Projector:
                 f"({notification.topic}) cannot be decoded: {exc}"
             ) from None
 
+    def decode_any(self, row: Row) -> Any:
+        """The domain event of a stored row (:func:`decode_row`, or the mapper's
+        decoding when it does more than transcode)."""
+        assert self.mapper is not None
+        if stored.plain(self.mapper):
+            return decode_row(row)
+        position, originator_id, version, topic, state = row
+        oid = originator_id if isinstance(originator_id, UUID) else uuid_of_hex(originator_id)
+        return self.decode(
+            Notification(
+                id=position,
+                originator_id=oid,
+                originator_version=version,
+                topic=topic,
+                state=state,
+            )
+        )
+
+    def record_ids_of(
+        self, c: Cursor, events: Sequence[tuple[int, Any]], known: Mapping[str, Any] | None
+    ) -> dict[str, str]:
+        """The record id of every record event among ``events``, by aggregate id
+        (hex): from the proposals among them, ``known`` rows, then the stored
+        proposals of the rest (one query). Aggregates with no proposal are left out."""
+        rid_of = {e.originator_id.hex: e.record_id for _, e in events if type(e) is _PROPOSED}
+        if known:
+            rid_of.update((agg, row["record_id"]) for agg, row in known.items())
+        missing = {
+            e.originator_id
+            for _, e in events
+            if type(e) in _LATER and e.originator_id.hex not in rid_of
+        }
+        if missing:
+            assert self.record_ids is not None, "the projector has no record id reader"
+            rid_of.update(self.record_ids(c, missing))
+        return rid_of
+
     def apply(
         self, c: Cursor, events: Sequence[tuple[int, Any]], done: dict[str, int] | None = None
     ) -> None:
@@ -234,10 +294,12 @@ class Projector:
         def todo(view: str) -> Sequence[tuple[int, Any]]:
             return events if in_step else [(p, e) for p, e in events if p > done[view]]
 
-        validity.apply_many(c, d, todo(validity.VIEW), known)
-        for view in (delivery, access):
-            for pos, event in todo(view.VIEW):
-                view.apply(c, d, pos, event)
+        rid_of = self.record_ids_of(c, events, known)
+        validity.apply_many(c, d, todo(validity.VIEW), rid_of, known)
+        for pos, event in todo(delivery.VIEW):
+            delivery.apply(c, d, pos, event, rid_of)
+        for pos, event in todo(access.VIEW):
+            access.apply(c, d, pos, event)
         timeline.apply_many(c, d, todo(timeline.VIEW))
 
     def pending(self, c: Cursor, upto: int | None = None) -> Iterator[list[tuple[int, Any]]]:
@@ -319,6 +381,9 @@ def decode_row(row: Row) -> Any:
         raise CorruptEventError(
             f"stored event at position {position} ({topic}) cannot be decoded: {exc}"
         ) from None
+
+
+_PROPOSED = Record.Proposed
 
 
 @functools.lru_cache(maxsize=256)

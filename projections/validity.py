@@ -116,8 +116,6 @@ DDL = (
     "cause_root TEXT, reason TEXT, changed_by TEXT, changed_at {bigint}, "
     "left_valid_pos {bigint}, supersedes TEXT, superseded_by TEXT, stale_via TEXT, "
     "PRIMARY KEY (record_id, from_pos)){clustered}",
-    "CREATE TABLE IF NOT EXISTS {t}pl_record_ids ("
-    "agg_id TEXT PRIMARY KEY, record_id TEXT){clustered}",
     *edges.DDL,
 )
 
@@ -133,7 +131,7 @@ AFTER_LOAD_DDL = (
     "WHERE snapshot_ref IS NOT NULL",
 )
 
-TABLES = ("pl_records", "pl_record_ids", *edges.TABLES)
+TABLES = ("pl_records", *edges.TABLES)
 
 _INSERT = "INSERT INTO {{t}}pl_records ({}) VALUES ({})".format(
     ", ".join(COLUMNS),
@@ -151,21 +149,16 @@ def _micros(value: Any) -> int | None:
     return None if value is None else datetime_to_micros(value)
 
 
-def record_id_of(c: Cursor, d: Dialect, agg_id: Any, position: int | None = None) -> str:
-    """The record id for an aggregate id (recorded when the record was proposed).
-
-    Raises ``LookupError``, or ``CorruptEventError`` naming ``position`` when
-    applying the event stored there.
-    """
-    c.execute(d.q("SELECT record_id FROM {t}pl_record_ids WHERE agg_id=?"), (agg_id.hex,))
-    row = c.fetchone()
-    if row is None:
-        if position is not None:
-            raise CorruptEventError(
-                f"stored event at position {position} belongs to no proposed record"
-            )
-        raise LookupError(f"no record for aggregate {agg_id}")
-    return str(row["record_id"])
+def record_id_in(rid_of: Mapping[str, str], event: Any, position: int) -> str:
+    """The record id of the record event applied at ``position``, from the map the
+    projector made for its batch; ``CorruptEventError`` if no record was proposed
+    with its aggregate id."""
+    rid = rid_of.get(event.originator_id.hex)
+    if rid is None:
+        raise CorruptEventError(
+            f"stored event at position {position} belongs to no proposed record"
+        )
+    return rid
 
 
 def current(c: Cursor, d: Dialect, record_id: str, position: int | None = None) -> RecordRow | None:
@@ -276,6 +269,10 @@ def _status_change(event: Any, rid: str) -> dict[str, Any]:
     }
 
 
+#: What ``pack`` makes of no conditions and of no dependencies (most proposals).
+_NO_CONDITIONS, _NO_RECORDS = pack({}), pack([])
+
+
 def _proposed_row(pos: int, event: Any, eff: int | None, source: str | None) -> dict[str, Any]:
     at = datetime_to_micros(event.timestamp)
     evidence = event.evidence
@@ -294,9 +291,9 @@ def _proposed_row(pos: int, event: Any, eff: int | None, source: str | None) -> 
         "expires": _micros(event.expires),
         "eff_expires": eff,
         "eff_source": source,
-        "conditions": pack(event.conditions),
-        "parents": pack(list(event.parents)),
-        "observed": pack(list(event.observed)),
+        "conditions": pack(event.conditions) if event.conditions else _NO_CONDITIONS,
+        "parents": pack(list(event.parents)) if event.parents else _NO_RECORDS,
+        "observed": pack(list(event.observed)) if event.observed else _NO_RECORDS,
         "evidence": None if evidence is None else pack(evidence),
         "snapshot_ref": None if evidence is None else evidence["snapshot_ref"],
         "run_id": event.run_id,
@@ -318,15 +315,6 @@ def current_many(c: Cursor, d: Dialect, record_ids: Iterable[str]) -> dict[str, 
     return {row["record_id"]: row for row in rows_in(c, d, select, record_ids)}
 
 
-def _current_by_aggregate(c: Cursor, d: Dialect, agg_hexes: Iterable[str]) -> list[Any]:
-    """Current rows (with ``agg_id``) of the records with the given aggregate ids."""
-    select = (
-        "SELECT i.agg_id AS agg_id, r.* FROM {{t}}pl_record_ids i JOIN {{t}}pl_records r "
-        "ON r.record_id = i.record_id AND r.to_pos IS NULL WHERE i.agg_id IN ({marks})"
-    )
-    return list(rows_in(c, d, select, agg_hexes))
-
-
 class _Fold:
     """Folds a run of proposals and status events in memory, then writes it with a
     few ``executemany`` statements: the rows it needs are read in one query per
@@ -337,38 +325,32 @@ class _Fold:
         c: Cursor,
         d: Dialect,
         events: Sequence[tuple[int, Any]],
+        rid_of: Mapping[str, str],
         known: Mapping[str, Any] | None = None,
     ) -> None:
         self.c, self.d = c, d
-        proposed = {e.originator_id.hex: e.record_id for _, e in events if type(e) is _PROPOSED}
-        changed = [e.originator_id.hex for _, e in events if e.originator_id.hex not in proposed]
+        #: aggregate id (hex) → record id, for every record among the events.
+        self.rid_of = rid_of
+        proposed = {e.record_id for _, e in events if type(e) is _PROPOSED}
         #: record id → its newest row (a dict), read from the view or made here.
         self.rows: dict[str, dict[str, Any]] = {}
-        self.rid_of: dict[str, str] = {}
-        known = known or {}
-        for agg in changed:
-            row = known.get(agg)
-            if row is not None:
-                self.rid_of[agg] = row["record_id"]
-                self.rows[row["record_id"]] = _as_dict(row)
-        changed = [agg for agg in changed if agg not in self.rid_of]
-        for row in _current_by_aggregate(c, d, changed) if changed else ():
-            self.rid_of[str(row["agg_id"])] = row["record_id"]
+        for row in (known or {}).values():
             self.rows[row["record_id"]] = _as_dict(row)
-        deps = [
+        wanted = [
             dep
             for _, e in events
-            if type(e) is _PROPOSED
-            for dep in (*e.parents, *e.observed)
-            if dep not in self.rows
+            for dep in (
+                (*e.parents, *e.observed)
+                if type(e) is _PROPOSED
+                else (rid_of.get(e.originator_id.hex, ""),)
+            )
+            if dep and dep not in self.rows and dep not in proposed
         ]
-        for rid, row in current_many(c, d, deps).items() if deps else ():
+        for rid, row in current_many(c, d, wanted).items() if wanted else ():
             self.rows[rid] = _as_dict(row)
-        self.rid_of.update(proposed)
         self.fresh: set[str] = set()  # records whose newest row was made here
         self.closes: list[tuple[int, str]] = []  # (to_pos, record id) of stored rows
         self.versions: list[dict[str, Any]] = []
-        self.ids: list[tuple[str, str]] = []
         self.edges: list[tuple[str, str, str, int]] = []
 
     def propose(self, pos: int, event: Any) -> None:
@@ -376,17 +358,16 @@ class _Fold:
         deps = dict.fromkeys((*event.parents, *event.observed))
         eff, source = _earliest_expiry(rid, _micros(event.expires), deps, self.rows.get)
         row = _proposed_row(pos, event, eff, source)
-        self.ids.append((event.originator_id.hex, rid))
         self.versions.append(row)
         self.rows[rid] = row
         self.fresh.add(rid)
         self.edges.extend(edges.rows(rid, event.parents, event.observed, pos))
 
     def change(self, pos: int, event: Any) -> None:
-        rid = self.rid_of.get(event.originator_id.hex)
-        if rid is None:
+        rid = record_id_in(self.rid_of, event, pos)
+        row = self.rows.get(rid)
+        if row is None:
             raise CorruptEventError(f"stored event at position {pos} belongs to no proposed record")
-        row = self.rows[rid]
         new = dict(row)
         new.update(
             stale_via=None,
@@ -413,7 +394,6 @@ class _Fold:
                 d.q("UPDATE {t}pl_records SET to_pos=? WHERE record_id=? AND to_pos IS NULL"),
                 self.closes,
             )
-        insert_rows(c, d, "pl_record_ids", ("agg_id", "record_id"), self.ids)
         insert_rows(c, d, "pl_records", COLUMNS, [_AS_ROW(row) for row in self.versions])
         edges.insert(c, d, self.edges)
 
@@ -430,7 +410,11 @@ _FOLDED = (
 
 
 def apply_many(
-    c: Cursor, d: Dialect, events: Sequence[tuple[int, Any]], known: Mapping[str, Any] | None = None
+    c: Cursor,
+    d: Dialect,
+    events: Sequence[tuple[int, Any]],
+    rid_of: Mapping[str, str],
+    known: Mapping[str, Any] | None = None,
 ) -> None:
     """Fold events in log order.
 
@@ -438,25 +422,30 @@ def apply_many(
     ``executemany`` (see ``_Fold``); a revalidation, which may replace edges and
     move effective expiries below it, is applied on its own between runs.
     ``known``: current rows read in this transaction, by aggregate id (hex), that
-    the first run starts from instead of reading them.
+    the first run starts from instead of reading them. ``rid_of``: the record id
+    of each record event's aggregate (hex), see ``Projector.record_ids_of``.
     """
     run: list[tuple[int, Any]] = []
     for pos, event in events:
         if type(event) in _FOLDED:
             run.append((pos, event))
         elif isinstance(event, Record.Revalidated):
-            _fold(c, d, run, known)
+            _fold(c, d, run, rid_of, known)
             run, known = [], None
-            apply(c, d, pos, event)
-    _fold(c, d, run, known)
+            apply(c, d, pos, event, rid_of)
+    _fold(c, d, run, rid_of, known)
 
 
 def _fold(
-    c: Cursor, d: Dialect, events: Sequence[tuple[int, Any]], known: Mapping[str, Any] | None = None
+    c: Cursor,
+    d: Dialect,
+    events: Sequence[tuple[int, Any]],
+    rid_of: Mapping[str, str],
+    known: Mapping[str, Any] | None = None,
 ) -> None:
     if not events:
         return
-    fold = _Fold(c, d, events, known)
+    fold = _Fold(c, d, events, rid_of, known)
     for pos, event in events:
         if type(event) is _PROPOSED:
             fold.propose(pos, event)
@@ -465,15 +454,16 @@ def _fold(
     fold.flush()
 
 
-def apply(c: Cursor, d: Dialect, pos: int, event: Any) -> None:
-    """Fold one ``Record`` event (at log position ``pos``) into the view."""
+def apply(c: Cursor, d: Dialect, pos: int, event: Any, rid_of: Mapping[str, str]) -> None:
+    """Fold one ``Record`` event (at log position ``pos``) into the view; ``rid_of``
+    as for :func:`apply_many`."""
     if type(event) in _FOLDED:
-        _fold(c, d, [(pos, event)])
+        _fold(c, d, [(pos, event)], rid_of)
         return
     if not isinstance(event, Record.Revalidated):
         return  # deliveries belong to the delivery-history view; other aggregates elsewhere
     at = datetime_to_micros(event.timestamp)
-    rid = record_id_of(c, d, event.originator_id, pos)
+    rid = record_id_in(rid_of, event, pos)
     row = existing(c, d, rid)
     parents = list(unpack(row["parents"]))
     observed = list(unpack(row["observed"]))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -79,8 +80,12 @@ def test_a_0_1_0_ledger_answers_every_question_as_0_1_0_did(old_ledger: Ledger) 
 
 
 def test_a_0_1_0_ledger_verifies_against_its_old_digest_and_rebuilds_to_equal_views(
-    old_ledger: Ledger,
+    old_ledger: Ledger, tmp_path: Path
 ) -> None:
+    # Its views were rebuilt in the current layout on open: the old id map is gone.
+    with sqlite3.connect(tmp_path / "ledger-0.1.0.db") as db:
+        tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master")}
+    assert "pl_records" in tables and "pl_record_ids" not in tables
     assert old_ledger.verify().ok
     assert old_ledger.verify(against=ANSWERS["digest"]).ok
     assert str(old_ledger.digest()) == ANSWERS["digest"]

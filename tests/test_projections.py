@@ -21,6 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ledger import Kind, Ledger, LedgerError, Outcome, Session, Status, Validity
+from ledger.domain import Record, record_uuid
+from ledger.errors import CorruptEventError
 from projections.base import COPY_FROM
 
 from .conftest import BACKENDS, Clock, World, new_pg_schema_url, raw_rows
@@ -801,3 +803,29 @@ def test_a_rebuild_builds_every_index_a_fresh_ledger_has(
     assert led.rebuild().matched
     assert _view_indexes(led, db) == fresh
     assert [r.id for r in reviewer.records(SCOPE)] == ["E1", "M1"]
+
+
+def test_a_later_event_of_a_record_never_proposed_is_refused_and_nothing_is_written(
+    world: World,
+) -> None:
+    """Views find a record event's record by its stored proposal (no id map is kept):
+    an event whose aggregate has none is refused as corrupt, naming its position,
+    and the log and the views stay as they were."""
+    led, reviewer = world.ledger, world.reviewer
+    world.agent.propose("proj-a", "k", 1, Kind.FACT, id="M1")
+    before, digest = led.position, led.digest()
+    ghost = Record.Accepted(
+        originator_id=record_uuid("never-proposed"),
+        originator_version=2,
+        timestamp=datetime.now(UTC),
+        actor="reviewer",
+        note="",
+    )
+    with pytest.raises(CorruptEventError, match=rf"position {before + 1} belongs to no proposed"):
+        led.engine.transact(lambda w: w.append([ghost]))
+    assert (led.position, led.digest()) == (before, digest)
+    # A real record's later event still finds its record, within one batch or not.
+    reviewer.accept("M1")
+    assert reviewer.get("M1").status == Status.ACCEPTED
+    assert led.rebuild().matched
+    assert led.verify().ok

@@ -8,13 +8,14 @@ commits or none of it does.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 from uuid import UUID
 
 from eventsourcing.persistence import Notification
 
+from ledger.domain import Record
 from ledger.errors import CorruptEventError
 from ledger.merkle import leaf_data, leaf_hash
 from projections.base import Cursor, Dialect, fetch_in_chunks, insert_rows, rows_in
@@ -41,6 +42,9 @@ APPEND_ONLY = ("pl_commits", "pl_merkle_leaves")
 Guard = Callable[[Cursor], None]
 
 T = TypeVar("T")
+
+#: The topic of a record's first event.
+PROPOSED_TOPIC = f"{Record.Proposed.__module__}:{Record.Proposed.__qualname__}"
 
 
 def leaf_of(position: int, stored_event: Any) -> bytes:
@@ -227,6 +231,33 @@ class LedgerRecorderMixin:
             row["oid"] if isinstance(row["oid"], UUID) else UUID(row["oid"]): int(row["v"])
             for row in rows_in(c, self.dialect, select, keys)
         }
+
+    def record_ids(self, c: Cursor, originator_ids: Collection[UUID]) -> dict[str, str]:
+        """The record id of each of ``originator_ids`` (by the aggregate id's hex),
+        read from the record's first stored event (its proposal) inside an open
+        transaction, one query per 500 aggregates; aggregates with no stored
+        proposal are left out. The events' own key is the index: no view keeps
+        this map."""
+        select = (
+            f"SELECT {self.position_column} AS position, originator_id, originator_version, "
+            f"topic, state FROM {self.events_table} "
+            f"WHERE originator_version = 1 AND originator_id IN ({{marks}})"
+        )
+        keys = (self.originator_key(oid) for oid in originator_ids)
+        found: dict[str, str] = {}
+        for r in rows_in(c, self.dialect, select, keys):
+            if r["topic"] != PROPOSED_TOPIC:
+                continue
+            row: Row = (
+                int(r["position"]),
+                r["originator_id"],
+                int(r["originator_version"]),
+                r["topic"],
+                bytes(r["state"]),
+            )
+            event = self.projector.decode_any(row)
+            found[event.originator_id.hex] = event.record_id
+        return found
 
     def originator_key(self, originator_id: UUID) -> Any:
         """An aggregate id as the events table stores it."""

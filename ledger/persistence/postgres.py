@@ -118,6 +118,7 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
             vouch=self.vouch,
             row_reader=self.read_rows_after,
             vouch_rows=self.vouch_rows,
+            record_ids=self.record_ids,
         )
         super().__init__(datastore, events_table_name=events_table_name)
         self._table = f"{datastore.schema}.{events_table_name}"

@@ -126,6 +126,7 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
             vouch=self.vouch,
             row_reader=self.read_rows_after,
             vouch_rows=self.vouch_rows,
+            record_ids=self.record_ids,
         )
         super().__init__(datastore, events_table_name)
         # On a file, one connection per thread serves single-statement reads and
