@@ -985,3 +985,32 @@ def test_a_thread_resumed_by_a_later_store_goes_on_in_a_new_run(
     assert principals.reviewer.get(greeting_id).observed == (
         current_id(principals.reviewer, "proj-a", "user/name"),
     )
+
+
+def test_get_answers_and_refuses_exactly_as_a_batch_of_one_get_op(
+    store: LedgerStore, principals: Principals
+) -> None:
+    """``get`` outside a graph skips the batch machinery: same items, same errors."""
+    store.put(("test",), "k", {"v": 1})
+    store.put(("test", "deep"), "k", {"v": 2})
+    store.put(("test",), "clash", {"v": 1})
+    principals.reviewer.accept(principals.agent.propose("test", "clash", {"v": 2}, Kind.FACT))
+
+    for namespace, key in ((("test",), "k"), (["test", "deep"], "k"), (("test",), "absent")):
+        direct, batched = store.get(namespace, key), store.batch([GetOp(tuple(namespace), key)])
+        assert batched == [direct]
+    item = store.get(("test",), "k")
+    assert item is not None
+    assert (item.namespace, item.key, item.value) == (("test",), "k", {"v": 1})
+    for namespace, key, error in (
+        (("test",), "clash", MemoryConflictError),
+        (("te.st",), "k", InvalidNamespaceError),
+        (("",), "k", InvalidNamespaceError),
+        (("secret",), "k", AccessDeniedError),
+        ((), "k", NamespaceLabelError),
+    ):
+        with pytest.raises(error) as direct_error:
+            store.get(namespace, key)
+        with pytest.raises(error) as batched_error:
+            store.batch([GetOp(namespace, key)])
+        assert str(direct_error.value) == str(batched_error.value)

@@ -136,6 +136,23 @@ class LedgerStore(BaseStore):
 
     # -- BaseStore ----------------------------------------------------------------
 
+    def get(
+        self, namespace: tuple[str, ...], key: str, *, refresh_ttl: bool | None = None
+    ) -> Item | None:
+        """Retrieve a single item (``BaseStore.get``): the same checks and answer
+        as a batch of one ``GetOp``; outside a LangGraph thread, one ledger read
+        without the batch around it. ``refresh_ttl`` is accepted and ignored (no TTL).
+        """
+        if thread_id() is not None:
+            return super().get(namespace, key, refresh_ttl=refresh_ttl)
+        op = GetOp(tuple(namespace), str(key))
+        validate_op_namespace(op)
+        scope, claim = self._locate(op.namespace, op.key)
+        result = self.session.read(scope, claim, kinds=(self.kind,))
+        where = partial("get of {!r} key {!r}".format, op.namespace, op.key)
+        view = self._newest(result, where)
+        return None if view is None else _item(Item, op.namespace, op.key, view)
+
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         """Run the operations; results in the order of ``ops`` (see "Batches")."""
         return self._execute(list(ops), thread_id())
