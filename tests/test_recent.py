@@ -6,17 +6,22 @@ when nothing but this ledger wrote since its previous write transaction. These
 tests write through a second ``Ledger`` on the same database (another
 connection, as another process would) between two commands of the first, and
 check that the first decides on what is stored, not on what it remembers.
-Runs on an SQLite file and on PostgreSQL (which always reads everything again).
+Runs on an SQLite file (``PRAGMA data_version`` tells another connection's
+commit) and on PostgreSQL (the newest log position, read with the writers' lock,
+is not the one this ledger's last write transaction committed).
 """
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
 
 import pytest
 
 from ledger import Kind, Ledger, Status
 from ledger.errors import AccessDeniedError, AuthenticationError, InvalidTransitionError
+
+from .conftest import _pg_dsn
 
 
 @pytest.fixture
@@ -124,3 +129,68 @@ def test_a_refused_command_leaves_nothing_remembered_that_is_not_stored(
         ]
     assert first.verify().ok
     assert second.rebuild().matched
+
+
+def test_only_another_connections_write_counts_as_someone_else_writing(
+    pair: tuple[Ledger, Ledger, dict[str, str]],
+) -> None:
+    first, second, tokens = pair
+    recorder = first.engine.recorder
+
+    def others_wrote() -> bool:
+        # A write transaction of the first ledger's own that appends nothing.
+        with recorder.writing() as c:
+            recorder.lock_for_write(c)
+            return recorder.others_wrote(c)
+
+    assert others_wrote() is False  # after its own commands
+    first.authenticate(tokens["proposer"]).propose("s", "k", "v", Kind.FACT, id="r1")
+    assert others_wrote() is False
+    second.authenticate(tokens["approver"]).accept("r1")
+    assert others_wrote() is True
+    assert others_wrote() is False  # the previous transaction saw that write
+    second.admin().revoke_grant("proposer", "s", ["propose"])
+    assert others_wrote() is True
+    assert others_wrote() is False
+    # A write that appends no event (here to a table of its own) counts too: a
+    # view row changed behind the ledger's back is read again, not remembered.
+    _raw_write(first.url, "CREATE TABLE scratch (x INTEGER)")
+    assert others_wrote() is True
+
+
+def _raw_write(url: str, statement: str) -> None:
+    """Run one statement on the ledger's database through a connection of its own."""
+    if url.startswith("sqlite:///"):
+        with sqlite3.connect(url.removeprefix("sqlite:///")) as db:
+            db.execute(statement)
+        return
+    import psycopg
+
+    schema = url.rsplit("schema=", 1)[1]
+    with psycopg.connect(_pg_dsn(), autocommit=True) as db:
+        db.execute(f"SET search_path TO {schema}")
+        db.execute(statement)
+
+
+def test_postgres_listeners_are_notified_of_each_command_and_batch(pg_url: str) -> None:
+    """The events' insert notifies the recorder's channel, as eventsourcing's does."""
+    import psycopg
+
+    led = Ledger.open(pg_url)
+    try:
+        admin = led.admin()
+        admin.grant("proposer", "s", ["propose"])
+        proposer = led.authenticate(admin.issue_token("proposer"))
+        channel = led.engine.recorder.channel_name
+        with psycopg.connect(_pg_dsn(), autocommit=True) as listener:
+            listener.execute(f'LISTEN "{channel}"')
+            proposer.propose("s", "k", "v", Kind.FACT, id="one")
+            heard = [n.channel for n in listener.notifies(timeout=5, stop_after=1)]
+            assert heard == [channel]
+            proposer.propose_many(
+                [{"scope": "s", "claim_key": f"k{i}", "value": i, "kind": "fact"} for i in range(3)]
+            )
+            heard = [n.channel for n in listener.notifies(timeout=5, stop_after=1)]
+            assert heard == [channel]
+    finally:
+        led.close()

@@ -125,12 +125,29 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
         # The connection of the read or write transaction open on each thread.
         self._held = threading.local()
         # eventsourcing sends the events as one array of a composite type, whose
-        # values psycopg dumps in Python; four arrays of plain types dump in C.
+        # values psycopg dumps in Python; four arrays of plain types dump in C. The
+        # listeners are notified (as eventsourcing's NOTIFY does) by the same
+        # statement: its filter calls ``pg_notify`` once, before the rows go in.
         self._insert_plain = (
             f"INSERT INTO {self._table} (originator_id, originator_version, topic, state) "
             f"SELECT * FROM unnest(%s::{datastore.originator_id_type}[], %s::bigint[], "
-            "%s::text[], %s::bytea[]) RETURNING notification_id"
+            "%s::text[], %s::bytea[]) WHERE (SELECT pg_notify(%s, '')) IS NOT NULL "
+            "RETURNING notification_id"
         )
+        # The writers' lock alone: every connection of the pool (and every spare
+        # one) already has the ledger's ``lock_timeout`` (see the datastore), so
+        # eventsourcing's ``SET LOCAL lock_timeout`` before it would change nothing.
+        self.lock_table_statements = self.lock_table_statements[-1:]
+        # What a write transaction reads once it holds the lock: the views' and
+        # the log's positions, and its own transaction id (see ``others_wrote``).
+        self._tracking_and_xid = self.tracking_statement().replace(
+            " AS newest", " AS newest, txid_current() AS xid", 1
+        )
+        # When this recorder's last write transaction committed (None: unknown):
+        # the log's newest position, and the transaction's id. Each thread's open
+        # write transaction keeps both in ``_held`` until it commits.
+        self._newest_written: int | None = None
+        self._xid_written: int | None = None
         # A batch: its positions drawn from the events' sequence as one block (and
         # the listeners notified, as eventsourcing's insert does), then one COPY.
         sequence = f"pg_get_serial_sequence('{self._table}', 'notification_id')::regclass"
@@ -229,9 +246,28 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
         self._lock_table(c)  # type: ignore[arg-type]
         if getattr(self._held, "pipe", None) is None:
             return
-        c.execute(self.tracking_statement())
+        c.execute(self._tracking_and_xid)
         self._pipe_off()
-        self._held.tracking = (c, self.tracking_of(c.fetchone()))
+        row = c.fetchone()
+        tracking = self.tracking_of(row)
+        self._held.tracking = (c, tracking)
+        self._held.newest, self._held.xid = tracking[1], int(row["xid"])
+
+    def others_wrote(self, c: Cursor) -> bool:
+        """Whether anyone else may have written since this recorder's last write
+        transaction committed. Read with the writers' lock (:meth:`lock_for_write`):
+        this transaction's id is not the next one after that transaction's (any
+        other session that wrote anything, on any table, took an id in between),
+        or the log's newest position moved. True whenever either is unknown.
+        Under the lock no one else can append until this transaction ends."""
+        held = getattr(self._held, "tracking", None)
+        newest = getattr(self._held, "newest", None)
+        xid = getattr(self._held, "xid", None)
+        if held is None or held[0] is not c or newest is None or xid is None:
+            return True
+        if self._newest_written is None or self._xid_written is None:
+            return True
+        return bool(newest != self._newest_written or xid != self._xid_written + 1)
 
     def tracking_and_newest(self, c: Cursor) -> tuple[dict[str, int], int]:
         """Each view's tracking position and the newest log position: as read with
@@ -334,6 +370,7 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
         try:
             with self._connection() as conn:
                 held.conn, held.pipe, held.tracking = conn, None, None
+                held.newest = held.xid = None
                 # BEGIN is sent with the writers' lock (``lock_for_write``); a small
                 # command's writes with its COMMIT (``insert_in``).
                 self._pipe_on(conn)
@@ -344,7 +381,9 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
                         committing = True
                         cursor.execute("COMMIT")
                         self._pipe_off()
+                    self._newest_written, self._xid_written = held.newest, held.xid
                 except BaseException as exc:
+                    self._newest_written = self._xid_written = None
                     self._pipe_off(exc)
                     if conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
                         committing = False  # a queued write failed: COMMIT never ran
@@ -385,13 +424,14 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
             self._pipe_off()
             ids, after["leaves"] = self._copy_events(curs, stored_events)
         else:
-            # NOTIFY and the insert in one round trip; the views' and leaves' writes
-            # after it are sent with the COMMIT (see ``writing``).
+            # The insert (which notifies the listeners too) in one round trip; the
+            # views' and leaves' writes after it are sent with the COMMIT (``writing``).
             if getattr(self._held, "conn", None) is curs.connection:
                 self._pipe_on(curs.connection)
-            self._notify_channel(curs)
-            curs.execute(self._insert_plain, columns_of(stored_events))
+            curs.execute(self._insert_plain, (*columns_of(stored_events), self.channel_name))
             ids = [int(row["notification_id"]) for row in curs.fetchall()]
+        if ids:
+            self._held.newest = max(ids)
         self.write_after(c, ids, stored_events, after, done)
         return ids
 
@@ -428,7 +468,7 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
         """Lock, insert, then guard/views/snapshots — one transaction."""
         if not stored_events:
             return []
-        # The table lock, NOTIFY and the insert travel in one round trip (pipeline
+        # The table lock and the insert (with its NOTIFY) travel in one round trip (pipeline
         # mode); then the guard, the views and the leaves, in the same transaction.
         failed: Exception | None = None
         with (
@@ -439,8 +479,9 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
             with conn.pipeline() as pipeline:
                 try:
                     self._lock_table(curs)
-                    self._notify_channel(curs)
-                    curs.execute(self._insert_plain, columns_of(stored_events))
+                    curs.execute(
+                        self._insert_plain, (*columns_of(stored_events), self.channel_name)
+                    )
                     pipeline.sync()
                     ids = [int(row["notification_id"]) for row in curs.fetchall()]
                 except Exception as exc:  # raised again once the pipeline has ended
