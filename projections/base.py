@@ -119,6 +119,21 @@ def insert_rows(
         write_rows(c, _insert_sql(d, table, tuple(columns)), rows)
 
 
+#: Tables a batch grows, whose planner statistics PostgreSQL needs current: with
+#: none (a new table, a rebuild) or stale ones, its planner takes the partial
+#: listing index for every ``to_pos IS NULL`` lookup and reads all of it.
+STATISTICS_TABLES = ("pl_records", "pl_edges", "pl_timeline")
+
+
+def refresh_statistics(c: Cursor, d: Dialect) -> None:
+    """``ANALYZE`` :data:`STATISTICS_TABLES` on PostgreSQL, in the caller's
+    transaction (its autovacuum would get there only after its next pass, a minute
+    or more later); nothing on SQLite, whose planner needs no statistics here."""
+    if d.name == "postgresql":
+        for table in STATISTICS_TABLES:
+            c.execute(f"ANALYZE {d.prefix}{table}")
+
+
 def _pipelined(c: Cursor) -> bool:
     """Whether a psycopg cursor's connection is in pipeline mode."""
     connection: Any = getattr(c, "connection", None)

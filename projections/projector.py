@@ -36,6 +36,7 @@ from projections.base import (
     Cursor,
     Dialect,
     fetch_in_chunks,
+    refresh_statistics,
     rows_digest,
 )
 
@@ -177,6 +178,7 @@ class Projector:
             if progress is not None:
                 progress(batch[-1][0])
         self.create_indexes(c)
+        refresh_statistics(c, self.dialect)
         return applied
 
     def tracking_map(self, c: Cursor) -> dict[str, int]:

@@ -829,3 +829,52 @@ def test_a_later_event_of_a_record_never_proposed_is_refused_and_nothing_is_writ
     assert reviewer.get("M1").status == Status.ACCEPTED
     assert led.rebuild().matched
     assert led.verify().ok
+
+
+def test_postgres_batches_and_rebuilds_leave_the_planner_current_statistics(
+    pg_url: str,
+) -> None:
+    """Right after a large import or a rebuild (before PostgreSQL's autovacuum has
+    looked), a record's current row is found by its key, not by reading the whole
+    partial listing index, which is what stale statistics made the planner do."""
+    import psycopg
+
+    from .conftest import _pg_dsn
+
+    led = Ledger.open(pg_url)
+    schema = pg_url.rsplit("schema=", 1)[1]
+    try:
+        admin = led.admin()
+        admin.grant("agent", "s", ["propose"])
+        agent = led.authenticate(admin.issue_token("agent"))
+        for start in range(0, 6000, 1000):
+            agent.propose_many(
+                [
+                    {"scope": "s", "claim_key": f"k{i}", "value": i, "kind": "fact", "id": f"F{i}"}
+                    for i in range(start, start + 1000)
+                ]
+            )
+
+        def plan() -> str:
+            with psycopg.connect(_pg_dsn()) as db:
+                rows = db.execute(
+                    f"EXPLAIN SELECT * FROM {schema}.pl_records "
+                    "WHERE record_id = 'F10' AND to_pos IS NULL"
+                ).fetchall()
+            return "\n".join(str(r[0]) for r in rows)
+
+        def analyzed() -> bool:
+            with psycopg.connect(_pg_dsn()) as db:
+                row = db.execute(
+                    "SELECT reltuples FROM pg_class WHERE oid = %s::regclass",
+                    (f"{schema}.pl_records",),
+                ).fetchone()
+            return row is not None and float(row[0]) >= 4000
+
+        assert analyzed()
+        assert "pl_records_pkey" in plan() and "pl_records_listing" not in plan()
+        assert led.rebuild().matched
+        assert analyzed()
+        assert "pl_records_pkey" in plan() and "pl_records_listing" not in plan()
+    finally:
+        led.close()

@@ -32,7 +32,7 @@ from eventsourcing.postgres import (
 
 from ledger.persistence.base import APPEND_ONLY, SNAPSHOT_DDL, LedgerRecorderMixin, leaf_of
 from ledger.persistence.faults import CommitFailed
-from projections.base import COPY_FROM, Cursor, postgres_dialect
+from projections.base import COPY_FROM, Cursor, postgres_dialect, refresh_statistics
 from projections.projector import Projector
 
 
@@ -102,6 +102,11 @@ def columns_of(stored_events: Sequence[Any]) -> tuple[list[Any], ...]:
     )
 
 
+#: A batch refreshes the views' planner statistics once the batches since the last
+#: refresh wrote this share of the record view's rows then (and this many events).
+_STALE_SHARE, _STALE_MIN = 0.5, 1000
+
+
 class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
     """eventsourcing's PostgreSQL application recorder, with views in the same
     transaction, and the ledger's read and write transactions on PostgreSQL.
@@ -148,6 +153,10 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
         # write transaction keeps both in ``_held`` until it commits.
         self._newest_written: int | None = None
         self._xid_written: int | None = None
+        # Events this recorder's batches wrote since the views' statistics were
+        # refreshed, and the record view's rows then (None: not read yet).
+        self._batched = 0
+        self._rows_when_analyzed: int | None = None
         # A batch: its positions drawn from the events' sequence as one block (and
         # the listeners notified, as eventsourcing's insert does), then one COPY.
         sequence = f"pg_get_serial_sequence('{self._table}', 'notification_id')::regclass"
@@ -433,7 +442,25 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
         if ids:
             self._held.newest = max(ids)
         self.write_after(c, ids, stored_events, after, done)
+        if len(stored_events) >= COPY_FROM:
+            self._after_batch(curs, len(stored_events))
         return ids
+
+    def _after_batch(self, curs: Any, events: int) -> None:
+        """Refresh the views' planner statistics once this recorder's batches have
+        written half as many events as the record view had rows when they were
+        last refreshed (and at least ``_STALE_MIN``): an import leaves them current."""
+        if self._rows_when_analyzed is None:
+            curs.execute(
+                "SELECT GREATEST(reltuples, 0) AS n FROM pg_class WHERE oid = %s::regclass",
+                (f"{self.datastore.schema}.pl_records",),
+            )
+            self._rows_when_analyzed = int(curs.fetchone()["n"])
+        self._batched += events
+        if self._batched >= max(_STALE_MIN, _STALE_SHARE * self._rows_when_analyzed):
+            refresh_statistics(curs, self.dialect)
+            self._rows_when_analyzed += self._batched
+            self._batched = 0
 
     def _copy_events(
         self, curs: Any, stored_events: Sequence[Any]
