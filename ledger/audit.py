@@ -14,7 +14,7 @@ from ledger import merkle, redaction
 from ledger.access import Role
 from ledger.caller import Caller
 from ledger.domain import Record, record_uuid
-from ledger.errors import CorruptEventError, InvalidInputError
+from ledger.errors import InvalidInputError
 from ledger.merkle import InclusionProof
 from ledger.reads import record_view
 from ledger.serialization import datetime_to_micros, micros_to_datetime
@@ -124,11 +124,8 @@ def history(
                 continue
             if note.originator_id not in records:
                 oid = UUID(str(note.originator_id))
-                rid = engine.recorder.record_ids(c, (oid,)).get(oid.hex, "")
-                if not rid:
-                    raise CorruptEventError(
-                        f"stored event at position {note.id} belongs to no proposed record"
-                    )
+                found = engine.recorder.record_ids(c, (oid,))
+                rid = validity_view.record_id_in(found, oid, note.id)
                 scope = validity_view.existing(c, d, rid)["scope"]
                 records[note.originator_id] = (rid, Role.AUDIT.value in caller.roles(c, scope))
             rid, allowed = records[note.originator_id]

@@ -47,7 +47,7 @@ def apply(c: Cursor, d: Dialect, pos: int, event: Any, rid_of: Mapping[str, str]
             ),
             (
                 event.delivery_id,
-                record_id_in(rid_of, event, pos),
+                record_id_in(rid_of, event.originator_id, pos),
                 event.recipient,
                 event.channel,
                 datetime_to_micros(event.timestamp),
@@ -69,7 +69,7 @@ def apply(c: Cursor, d: Dialect, pos: int, event: Any, rid_of: Mapping[str, str]
             (
                 event.correction_id,
                 event.delivery_id,
-                record_id_in(rid_of, event, pos),
+                record_id_in(rid_of, event.originator_id, pos),
                 event.note,
                 event.replacement,
                 datetime_to_micros(event.timestamp),

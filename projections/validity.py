@@ -24,6 +24,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypedDict, cast
+from uuid import UUID
 
 from ledger.domain import Record, Status
 from ledger.errors import CorruptEventError
@@ -149,11 +150,12 @@ def _micros(value: Any) -> int | None:
     return None if value is None else datetime_to_micros(value)
 
 
-def record_id_in(rid_of: Mapping[str, str], event: Any, position: int) -> str:
-    """The record id of the record event applied at ``position``, from the map the
-    projector made for its batch; ``CorruptEventError`` if no record was proposed
-    with its aggregate id."""
-    rid = rid_of.get(event.originator_id.hex)
+def record_id_in(rid_of: Mapping[str, str], originator_id: UUID, position: int) -> str:
+    """The record id of the record event stored at ``position`` with aggregate id
+    ``originator_id``, from ``rid_of`` (aggregate id hex → record id, as
+    ``Projector.record_ids_of`` or the recorder's ``record_ids`` give it);
+    ``CorruptEventError`` if no record was proposed with that aggregate id."""
+    rid = rid_of.get(originator_id.hex)
     if rid is None:
         raise CorruptEventError(
             f"stored event at position {position} belongs to no proposed record"
@@ -364,7 +366,7 @@ class _Fold:
         self.edges.extend(edges.rows(rid, event.parents, event.observed, pos))
 
     def change(self, pos: int, event: Any) -> None:
-        rid = record_id_in(self.rid_of, event, pos)
+        rid = record_id_in(self.rid_of, event.originator_id, pos)
         row = self.rows.get(rid)
         if row is None:
             raise CorruptEventError(f"stored event at position {pos} belongs to no proposed record")
@@ -463,7 +465,7 @@ def apply(c: Cursor, d: Dialect, pos: int, event: Any, rid_of: Mapping[str, str]
     if not isinstance(event, Record.Revalidated):
         return  # deliveries belong to the delivery-history view; other aggregates elsewhere
     at = datetime_to_micros(event.timestamp)
-    rid = record_id_in(rid_of, event, pos)
+    rid = record_id_in(rid_of, event.originator_id, pos)
     row = existing(c, d, rid)
     parents = list(unpack(row["parents"]))
     observed = list(unpack(row["observed"]))
