@@ -238,12 +238,20 @@ class Caller:
     def visible(
         self, c: Cursor, record_id: object, role: Role, command: str, what: str = "record"
     ) -> Any:
-        """The record's row if the principal may see it and holds ``role`` there.
+        """The record's row if the principal may see it and holds ``role`` there,
+        naming no record hidden from it (see :meth:`redacted`).
 
         A record in a scope the principal has no grant in looks exactly like one
         that does not exist; a bare id resolves within the caller's visible scopes
         (:meth:`resolve`).
         """
+        return self.redacted(c, self.visible_row(c, record_id, role, command, what))
+
+    def visible_row(
+        self, c: Cursor, record_id: object, role: Role, command: str, what: str = "record"
+    ) -> Any:
+        """The record's current view row as stored, after :meth:`visible`'s checks:
+        for the views, never for what the caller is shown."""
         rid = check_ref(record_id, f"{what} id")
         row = self.lookup(c, rid)
         if row is None or not self.roles(c, row["scope"]):
@@ -251,6 +259,10 @@ class Caller:
                 f"{command} refused: {what} {rid!r} is unknown or not visible to {self.subject!r}"
             )
         self.require(c, row["scope"], role, command)
+        return row
+
+    def redacted(self, c: Cursor, row: Any) -> Any:
+        """``row`` naming no record hidden from the caller (a placeholder instead)."""
         return redaction.row(
             row, self.hidden_among(c, redaction.row_dependencies(row), seen=row["scope"])
         )

@@ -19,7 +19,7 @@ module declares only its own steps: :func:`command` for any command,
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
@@ -80,7 +80,8 @@ def on_record(
 ) -> T:
     """Run a command on one existing record: the record must be visible to the
     caller, who must hold ``role`` in its scope; ``decide(c, row, record, now)``
-    gets its view row and its aggregate.
+    gets its view row as the caller is shown it (naming no record hidden from
+    it) and its aggregate; the views continue from the row as stored.
 
     Raises:
         UnknownRecordError: no such record, or not visible to the caller.
@@ -88,10 +89,12 @@ def on_record(
     """
 
     def decide_on_record(c: Cursor, now: datetime) -> Decision[T]:
-        row = caller.visible(c, record_id, role, name)
-        record = caller.engine.load_record(c, row["record_id"])
-        decision = decide(c, row, record, now)
-        return replace(decision, known={**decision.known, record.id.hex: row})
+        stored = caller.visible_row(c, record_id, role, name)
+        record = caller.engine.load_record(c, stored["record_id"])
+        decision = decide(c, caller.redacted(c, stored), record, now)
+        # The views continue from the row as stored, not as the caller is shown it.
+        known = {**decision.known, record.id.hex: stored}
+        return Decision(decision.events, decision.result, decision.snapshots, known)
 
     return command(caller, name, decide_on_record)
 

@@ -182,6 +182,24 @@ def test_a_revocation_reports_only_what_the_caller_may_see(tenants: Tenants) -> 
     assert b.get("B-B2").status == Status.STALE
 
 
+def test_acting_on_a_record_that_names_a_hidden_one_keeps_the_stored_names(
+    tenants: Tenants,
+) -> None:
+    # B-R1's row names A-M1 (its expiry source) and A-E1 (the cause of its
+    # staleness); B is shown placeholders for both, but its revocation must not
+    # write them into the view: the next version keeps the real names.
+    led, b = tenants.led, tenants.b
+    assert b.get("B-R1").expiry_source == HIDDEN
+    b.revoke("B-R1", reason="withdrawn")
+    seen = tenants.bridge.get("B-R1")
+    assert (seen.status, seen.expiry_source) == (Status.REVOKED, "A-M1")
+    assert b.get("B-R1").expiry_source == HIDDEN
+    check = led.verify()
+    assert check.ok, check.problems
+    report = led.rebuild()
+    assert report.digest_before == report.digest_after
+
+
 def test_every_cause_is_kept_and_explain_names_only_those_still_blocking(
     ledger: Ledger,
 ) -> None:
