@@ -152,9 +152,17 @@ def prove(caller: Caller, record_id: str) -> tuple[InclusionProof, ...]:
     """``Session.prove``: inclusion proofs of a record's events in the current tree."""
     engine = caller.engine
     with caller.reading() as c:
-        row = caller.visible(c, record_id, Role.AUDIT, "prove")
-        notes = engine.recorder.select_record_events(c, record_uuid(row["record_id"]))
+        row = caller.visible_row(c, record_id, Role.AUDIT, "prove")
+        key = row["record_id"]
+        notes = engine.recorder.select_record_events(c, record_uuid(key))
         stored = list(engine.recorder.leaves(c))
+        # An event's bytes name what its fields name: withheld where the audit
+        # trail shows a placeholder or a key as the caller is shown it.
+        withheld = set()
+        for note in notes:
+            named = redaction.event_dependencies(vars(engine.projector.decode(note)))
+            if caller.hidden_among(c, named, seen=row["scope"]) or caller.names(c, (*named, key)):
+                withheld.add(note.id)
     positions = [p for p, _ in stored]
     leaves = [leaf for _, leaf in stored]
     size, root = merkle.root_of(leaves)
@@ -172,7 +180,8 @@ def prove(caller: Caller, record_id: str) -> tuple[InclusionProof, ...]:
                 position=note.id,
                 index=index,
                 size=size,
-                leaf_data=data.hex(),
+                leaf=merkle.leaf_hash(data).hex(),
+                leaf_data=None if note.id in withheld else data.hex(),
                 path=tuple(p.hex() for p in merkle.inclusion_path(leaves, index)),
                 root=root.hex(),
             )

@@ -8,7 +8,7 @@ holds no grant in looks exactly like one that does not exist.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -175,17 +175,23 @@ class Caller:
         in a scope it holds a grant in (keyed ``name@@scope`` because ``name`` was
         taken in a scope it cannot see).
 
-        A qualified name is taken as given from a caller who can see the bare id
-        (it needs it to tell the two apart); from any other it denotes nothing,
-        exactly like a qualified name never used.
+        Two scopes the caller holds grants in may each hold a record proposed
+        as ``name`` there (both keyed qualified): the bare name denotes the one
+        in the first of those scopes in sorted order, and the caller is shown the
+        other by its qualified key (:meth:`names`).
+
+        A qualified name is taken as given from a caller who is shown the bare
+        name as another record (it needs the qualified form to tell the two
+        apart); from any other it denotes nothing, exactly like a qualified name
+        never used.
         """
         d = self.engine.dialect
         if redaction.QUALIFIER in name:
             given = self._given.get(id(c))
             if given is not None:
                 given.add(name)
-            bare = validity_view.current(c, d, redaction.bare(name), self.position)
-            if bare is None or not self.roles(c, bare["scope"]):
+            first = self.lookup(c, redaction.bare(name))
+            if first is None or first["record_id"] == name:
                 return None
             return validity_view.current(c, d, name, self.position)
         row = validity_view.current(c, d, name, self.position)
@@ -217,19 +223,48 @@ class Caller:
             return name
         if self.roles(c, row["scope"]):
             return None
+        if self.lookup(c, name) is not None:
+            return None  # the caller is shown another record as ``name``
         key = redaction.qualified(name, scope)
         return None if validity_view.current(c, d, key) is not None else key
 
     def names(self, c: Cursor | None, keys: Iterable[str | None]) -> dict[str, str]:
         """How the caller is shown those of ``keys`` that are qualified
-        (``name@@scope``): as the bare ``name`` unless it can also see the record
-        keyed ``name`` (then it needs the qualified form to tell them apart)."""
+        (``name@@scope``): as the bare ``name`` exactly when that is what ``name``
+        denotes for it (:meth:`lookup`, as of the caller's position), else as the
+        key, so no two records it can see share a name. A key stays qualified
+        when the caller holds no grant in its scope, can see the record keyed
+        ``name``, or can see a record keyed ``name@@s`` for a scope ``s`` of its
+        own that sorts before the key's."""
         bare = {k: redaction.bare(k) for k in keys if k and redaction.QUALIFIER in k}
         if not bare:
             return {}
-        scopes = self.engine.scopes_of(c, set(bare.values()))
         granted = self.granted_scopes(c)
-        return {k: b for k, b in bare.items() if scopes.get(b) not in granted}
+        mine = {k: b for k, b in bare.items() if _scope_in(k) in granted}
+        if not mine:
+            return {}
+        before = {
+            k: [redaction.qualified(b, s) for s in granted if s < _scope_in(k)]
+            for k, b in mine.items()
+        }
+        found = self._scopes(c, {*mine.values(), *(q for qs in before.values() for q in qs)})
+        return {
+            k: b
+            for k, b in mine.items()
+            if found.get(b) not in granted and not any(q in found for q in before[k])
+        }
+
+    def _scopes(self, c: Cursor | None, record_ids: set[str]) -> dict[str, str]:
+        """The scope of each of ``record_ids`` that exists (as of the caller's
+        position, if it has one)."""
+        if self.position is None:
+            return self.engine.scopes_of(c, record_ids)
+        if c is None:
+            with self.engine.statement() as c2:
+                return self._scopes(c2, record_ids)
+        d = self.engine.dialect
+        rows = {rid: validity_view.current(c, d, rid, self.position) for rid in record_ids}
+        return {rid: row["scope"] for rid, row in rows.items() if row is not None}
 
     def shown(self, c: Cursor | None, key: str) -> str:
         """``key`` as the caller is shown it (see :meth:`names`)."""
@@ -314,9 +349,22 @@ class Caller:
         ``id@@scope`` when the record keyed by the bare id lies in another scope."""
         views = tuple(views)
         scopes = self.engine.scopes_of(None, {v.id for v in views})
-        return {
-            (v.id, v.scope): v.id
-            if redaction.QUALIFIER in v.id or scopes.get(v.id) == v.scope
-            else redaction.qualified(v.id, v.scope)
-            for v in views
-        }
+        return {(v.id, v.scope): _key(v.id, v.scope, scopes) for v in views}
+
+    def key_of(self, record_id: str, scope: str) -> str:
+        """The key of the record in ``scope`` the caller is shown as ``record_id``
+        (see :meth:`keys_of`)."""
+        return _key(record_id, scope, self.engine.scopes_of(None, (record_id,)))
+
+
+def _key(shown: str, scope: str, scopes: Mapping[str, str]) -> str:
+    """The key of the record in ``scope`` shown as ``shown`` (``scopes``: the scope
+    of the record keyed by each bare id that has one)."""
+    if redaction.QUALIFIER in shown or scopes.get(shown) == scope:
+        return shown
+    return redaction.qualified(shown, scope)
+
+
+def _scope_in(key: str) -> str:
+    """The scope a qualified key names (``name@@scope``)."""
+    return key.partition(redaction.QUALIFIER)[2]

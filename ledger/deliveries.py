@@ -106,6 +106,7 @@ def corrections_due(caller: Caller) -> tuple[CorrectionDue, ...]:
                 row["record_id"],
                 row["cause_root"],
                 *(x.replacement for x in delivery.corrections),
+                *redaction.keys_in(row["reason"] or ""),
             )
             names = caller.names(c, named)
             if names:
@@ -121,7 +122,11 @@ def corrections_due(caller: Caller) -> tuple[CorrectionDue, ...]:
                         for x in delivery.corrections
                     ),
                 )
-                row = {**row, "cause_root": redaction.one(row["cause_root"], frozenset(), names)}
+                row = {
+                    **row,
+                    "cause_root": redaction.one(row["cause_root"], frozenset(), names),
+                    "reason": row["reason"] and redaction.text(row["reason"], names),
+                }
             out.append(
                 CorrectionDue(
                     delivery=delivery,

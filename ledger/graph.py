@@ -191,12 +191,13 @@ def collect(
         for n in nodes.values()
         if n.supersedes is not None and n.supersedes in drawn
     )
+    shown_root = None if root is None else names.get(root, root)
     return Subgraph(
-        root=None if root is None else names.get(root, root),
+        root=shown_root,
         nodes=tuple(nodes.values()),
         edges=edges,
         position=now,
-        title=_title(root, scope, ancestors, descendants, now),
+        title=_title(shown_root, scope, ancestors, descendants, now),
         supersessions=supersessions,
     )
 
@@ -227,11 +228,12 @@ def revocations(session: Session, sub: Subgraph) -> dict[str, RevokedBy]:
     caller = session.caller
     engine = caller.engine
     found: dict[str, RevokedBy] = {}
+    revoked = [node for node in sub.nodes if node.status == Status.REVOKED]
+    keys = caller.keys_of(revoked)  # a node shows its id as the caller is shown it
     with caller.reading() as c:
-        for node in sub.nodes:
-            if node.status != Status.REVOKED:
-                continue
-            for note in engine.recorder.select_record_events(c, record_uuid(node.id)):
+        for node in revoked:
+            key = keys[node.id, node.scope]
+            for note in engine.recorder.select_record_events(c, record_uuid(key)):
                 event = engine.projector.decode(note) if note.id <= sub.position else None
                 if isinstance(event, Record.Revoked):
                     found[node.id] = RevokedBy(event.actor, event.timestamp, event.reason)

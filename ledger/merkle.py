@@ -348,19 +348,31 @@ class Verification:
 
 @dataclass(frozen=True)
 class InclusionProof:
-    """Proof that one stored event is leaf ``index`` of the tree with ``root``."""
+    """Proof that one stored event is leaf ``index`` of the tree with ``root``.
+
+    ``leaf`` is the leaf's hash; ``leaf_data`` the bytes it hashes (position,
+    aggregate, version, topic and the event's stored state), or None where they
+    are withheld from the caller because the event names a record in a scope it
+    holds no grant in (or by a key it is shown otherwise): the proof still
+    shows the event is in the log, not what it says.
+    """
 
     position: int
     index: int
     size: int
-    leaf_data: str  # hex of the leaf's data
+    leaf: str  # hex of the leaf hash
+    leaf_data: str | None  # hex of the leaf's data, None when withheld
     path: tuple[str, ...]  # hex node hashes, leaf to root
     root: str
 
     def verify(self) -> bool:
-        """Check this proof with :func:`verify_inclusion`."""
+        """Check this proof with :func:`verify_inclusion` (and that ``leaf_data``,
+        when given, hashes to ``leaf``)."""
+        leaf = bytes.fromhex(self.leaf)
+        if self.leaf_data is not None and leaf_hash(bytes.fromhex(self.leaf_data)) != leaf:
+            return False
         return verify_inclusion(
-            leaf_hash(bytes.fromhex(self.leaf_data)),
+            leaf,
             self.index,
             self.size,
             [bytes.fromhex(p) for p in self.path],

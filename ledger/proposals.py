@@ -426,8 +426,8 @@ def _new_key(
 ) -> str | None:
     """The key of a new record proposed as ``rid`` in ``scope``; None if the id is
     taken where the caller can see it (see :meth:`Caller.key_for`)."""
-    if rid in pending:
-        return None
+    if rid in pending or any(redaction.bare(k) == rid for k in pending):
+        return None  # proposed earlier in the batch, where the caller sees it
     row = _row(caller, c, rid, known)
     if row is None:
         return rid

@@ -75,6 +75,9 @@ def record_view(
     named = redaction.row_dependencies(row, parents, observed)
     if causes:
         named.update(x.cause for x in causes)
+        named.update(k for x in causes for k in redaction.keys_in(x.reason or ""))
+    if row["reason"]:
+        named.update(redaction.keys_in(row["reason"]))
     if delivered:
         named.update(x.replacement for y in delivered for x in y.corrections if x.replacement)
     hidden = caller.hidden_among(c, named, seen=row["scope"]) if named else frozenset()
@@ -324,8 +327,25 @@ def _judged(
             continue
         row: Any = view_queries.claim_row(found)
         view = record_view(caller, c, row, when, deliveries=c is not None)
-        judged.append((view, rules.blocking_reasons(row, when, ctx, wanted, view.stale_causes)))
+        shown = _as_shown(row, view)
+        judged.append((view, rules.blocking_reasons(shown, when, ctx, wanted, view.stale_causes)))
     return judged
+
+
+def _as_shown(row: dict[str, Any], view: RecordView) -> Any:
+    """``row`` naming records and giving reasons as ``view`` shows them to its
+    caller (placeholders, withheld reasons, qualified keys as shown), so what is
+    said about the row names nothing the view does not."""
+    return {
+        **row,
+        "record_id": view.id,
+        "eff_source": view.expiry_source,
+        "cause_root": view.cause,
+        "reason": view.reason,
+        "stale_via": view.cause_superseded_by,
+        "supersedes": view.supersedes,
+        "superseded_by": view.superseded_by,
+    }
 
 
 #: Positions in a record row of ``for_claim_as``.

@@ -114,7 +114,7 @@ def row_dependencies(
 
 
 def event_dependencies(details: Mapping[str, Any]) -> set[str]:
-    """Every record an event's fields name."""
+    """Every record an event's fields name (qualified keys in its texts included)."""
     out: set[str] = set()
     for name in _ID_FIELDS:
         value = details.get(name)
@@ -122,7 +122,23 @@ def event_dependencies(details: Mapping[str, Any]) -> set[str]:
             out.add(value)
         elif isinstance(value, list | tuple):
             out.update(v for v in value if isinstance(v, str))
+    for name in _TEXT_FIELDS:
+        value = details.get(name)
+        if isinstance(value, str):
+            out.update(keys_in(value))
     return out
+
+
+#: Event fields of free text, which may name a record by its key (a supersession's
+#: reason does).
+_TEXT_FIELDS = ("reason", "note")
+
+
+def text(value: str, names: Mapping[str, str]) -> str:
+    """``value`` with the qualified keys it names as ``names`` shows them."""
+    if not names or QUALIFIER not in value:
+        return value
+    return _KEY.sub(lambda m: names.get(m.group(0), m.group(0)), value)
 
 
 def ids(
@@ -161,12 +177,16 @@ def view(record: RecordView, names: Mapping[str, str]) -> RecordView:
         parents=ids(record.parents, none, names),
         observed=ids(record.observed, none, names),
         cause=name(record.cause),
+        reason=None if record.reason is None else text(record.reason, names),
         supersedes=name(record.supersedes),
         superseded_by=name(record.superseded_by),
         cause_superseded_by=name(record.cause_superseded_by),
         stale_causes=tuple(
             dataclasses.replace(
-                x, cause=names.get(x.cause, x.cause), superseded_by=name(x.superseded_by)
+                x,
+                cause=names.get(x.cause, x.cause),
+                reason=text(x.reason, names),
+                superseded_by=name(x.superseded_by),
             )
             for x in record.stale_causes
         ),
@@ -217,6 +237,10 @@ def details(
             out[name] = one(value, hidden, names)
         elif isinstance(value, list | tuple):
             out[name] = list(ids(value, hidden, names))
+    for name in _TEXT_FIELDS:
+        value = out.get(name)
+        if isinstance(value, str):
+            out[name] = text(value, names)
     if fields.get("cause") in hidden and "reason" in out:
         out["reason"] = WITHHELD
     return out

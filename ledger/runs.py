@@ -161,7 +161,15 @@ class RunContext:
     def reads(self) -> tuple[str, ...]:
         """Every record id read or observed in this run, in order (as the principal
         is shown them, :mod:`ledger.redaction`)."""
-        keys = tuple(self._reads)
+        return self._shown(tuple(self._reads))
+
+    @property
+    def relied_on(self) -> tuple[str, ...]:
+        """The records a proposal in this run would now carry as ``observed``
+        dependencies (those last shown VALID), as the principal is shown them."""
+        return self._shown(self.observed_for(()))
+
+    def _shown(self, keys: tuple[str, ...]) -> tuple[str, ...]:
         names = self._outer.names(None, keys)
         return tuple(names.get(k, k) for k in keys)
 

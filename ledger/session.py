@@ -206,7 +206,10 @@ class Session:
         """Inclusion proofs of every event of a record in the current Merkle tree.
 
         A third party checks each with ``proof.verify()`` (or the few lines of
-        ``ledger.merkle.verify_inclusion``) against a digest it trusts.
+        ``ledger.merkle.verify_inclusion``) against a digest it trusts. An event
+        that names a record in a scope this principal holds no grant in (or by a
+        key it is shown otherwise) comes with its leaf hash and no bytes
+        (``leaf_data`` is None), as a compliance bundle withholds it.
 
         Raises:
             UnknownRecordError: no such record, or not visible to this principal.

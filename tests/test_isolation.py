@@ -23,8 +23,14 @@ from click.testing import CliRunner
 from ledger import HIDDEN, WITHHELD, Kind, Ledger, Session, Status
 from ledger.bundle import verify_bundle, write_bundle
 from ledger.cli import main
-from ledger.errors import InvalidParentError, LedgerError
-from ledger.graph import collect, draw
+from ledger.errors import (
+    AccessDeniedError,
+    DuplicateRecordError,
+    InvalidParentError,
+    LedgerError,
+    UnknownRecordError,
+)
+from ledger.graph import collect, draw, revocations
 from ledger.heads import generate_key
 from ledger.prov import export_text
 from tests.conftest import Clock
@@ -182,6 +188,13 @@ def test_a_revocation_reports_only_what_the_caller_may_see(tenants: Tenants) -> 
     assert b.get("B-B2").status == Status.STALE
 
 
+def taken_in_a(led: Ledger, record_id: str) -> Session:
+    """Tenant A (every role in proj-a) with a record proposed as ``record_id``."""
+    a = grant(led, "tenant-a", {"proj-a": ALL})
+    a.propose("proj-a", "api.secret_claim", 1, Kind.FACT, id=record_id)
+    return a
+
+
 def test_acting_on_a_record_that_names_a_hidden_one_keeps_the_stored_names(
     tenants: Tenants,
 ) -> None:
@@ -198,6 +211,254 @@ def test_acting_on_a_record_that_names_a_hidden_one_keeps_the_stored_names(
     assert check.ok, check.problems
     report = led.rebuild()
     assert report.digest_before == report.digest_after
+
+
+def test_two_records_proposed_as_one_id_in_two_granted_scopes_are_told_apart(
+    ledger: Ledger,
+) -> None:
+    # "x" is taken in proj-a; B and C, who cannot see proj-a, each propose "x"
+    # (keyed x@@proj-b and x@@proj-c). A principal granted in proj-b and proj-c
+    # is shown the first (by scope) as "x" and the other by its key.
+    led = ledger
+    a = taken_in_a(led, "x")
+    b = grant(led, "tenant-b", {"proj-b": ALL})
+    c = grant(led, "tenant-c", {"proj-c": ALL})
+    approver = grant(led, "approver-bc", {"proj-b": ALL, "proj-c": ALL})
+    assert b.propose("proj-b", "b.claim", "b", Kind.FACT, id="x") == "x"
+    assert c.propose("proj-c", "c.claim", "c", Kind.FACT, id="x") == "x"
+    assert [v.id for v in approver.records("proj-b")] == ["x"]
+    assert [v.id for v in approver.records("proj-c")] == ["x@@proj-c"]
+    assert (approver.get("x").scope, approver.get("x@@proj-c").scope) == ("proj-b", "proj-c")
+    # C alone is shown its record as "x"; the key denotes nothing to it
+    assert c.get("x").scope == "proj-c"
+    with pytest.raises(UnknownRecordError):
+        c.get("x@@proj-c")
+    # "x" is taken for the approver: it sees a record shown so
+    with pytest.raises(DuplicateRecordError):
+        approver.propose("proj-c", "c.other", 1, Kind.FACT, id="x")
+    # A command names the record the caller was shown
+    approver.accept("x@@proj-c")
+    assert (b.get("x").status, c.get("x").status) == (Status.CANDIDATE, Status.ACCEPTED)
+    approver.revoke("x", reason="b's withdrawn")
+    assert (b.get("x").status, c.get("x").status) == (Status.REVOKED, Status.ACCEPTED)
+    assert a.get("x").status == Status.CANDIDATE
+    check = led.verify()
+    assert check.ok, check.problems
+
+
+def test_names_follow_the_position_of_an_as_of_session(ledger: Ledger) -> None:
+    led = ledger
+    taken_in_a(led, "x")
+    b = grant(led, "tenant-b", {"proj-b": ALL})
+    c = grant(led, "tenant-c", {"proj-c": ALL})
+    bc = grant(led, "approver-bc", {"proj-b": ALL, "proj-c": ALL})
+    c.propose("proj-c", "c.claim", "c", Kind.FACT, id="x")  # keyed x@@proj-c
+    before = led.position
+    b.propose("proj-b", "b.claim", "b", Kind.FACT, id="x")  # keyed x@@proj-b, later
+    # Now proj-b's sorts first and is "x"; back then proj-c's was the only one
+    assert [v.id for v in bc.records("proj-c")] == ["x@@proj-c"]
+    then = bc.as_of(position=before)
+    assert [v.id for v in then.records("proj-c")] == ["x"]
+    assert (then.get("x").scope, then.audit("x").record.id) == ("proj-c", "x")
+
+
+def test_a_batch_cannot_propose_one_id_twice_for_a_caller_who_would_see_both(
+    ledger: Ledger,
+) -> None:
+    led = ledger
+    taken_in_a(led, "x")
+    bc = grant(led, "approver-bc", {"proj-b": ALL, "proj-c": ALL})
+    position = led.position
+    items = [
+        {"scope": "proj-c", "claim_key": "c.claim", "value": "c", "kind": "fact", "id": "x"},
+        {"scope": "proj-b", "claim_key": "b.claim", "value": "b", "kind": "fact", "id": "x"},
+    ]
+    with pytest.raises(DuplicateRecordError, match="item 1: record 'x' already exists"):
+        bc.propose_many(items)
+    assert led.position == position
+    assert bc.propose_many(items[:1]) == ["x"]
+    with pytest.raises(DuplicateRecordError):
+        bc.propose_many(items[1:])
+
+
+def test_a_store_whose_approver_cannot_see_its_scope_acts_on_no_other_record(
+    ledger: Ledger,
+) -> None:
+    from ledger.integrations.langgraph import LedgerStore
+
+    led, admin = ledger, ledger.admin()
+    taken_in_a(led, "note-1")
+    b = grant(led, "tenant-b", {"proj-b": ALL})
+    c = grant(led, "tenant-c", {"proj-c": ALL})
+    admin.grant("agent-b", scope="proj-b", roles=["propose", "read"])
+    c_approver = grant(led, "approver-c", {"proj-c": ALL})
+    b.propose("proj-b", "user/name", {"text": "Ada"}, Kind.FACT, id="note-1")
+    grant(led, "tenant-b-rev", {"proj-b": ALL}).accept("note-1")
+    c.propose("proj-c", "c.claim", "c's", Kind.FACT, id="note-1")
+    c_approver.accept("note-1")
+    with (
+        LedgerStore(
+            led, token=admin.issue_token("agent-b"), approver_token=admin.issue_token("approver-c")
+        ) as store,
+        pytest.raises(AccessDeniedError, match="approver 'approver-c' holds no role in scope"),
+    ):
+        store.delete(("proj-b", "user"), "name")
+    assert (b.get("note-1").status, c.get("note-1").status) == (Status.ACCEPTED, Status.ACCEPTED)
+
+
+def test_the_langgraph_store_acts_on_its_own_record_when_its_approver_sees_more(
+    ledger: Ledger,
+) -> None:
+    from ledger.integrations.langgraph import LedgerStore
+
+    led, admin = ledger, ledger.admin()
+    a = taken_in_a(led, "note-1")
+    b = grant(led, "tenant-b", {"proj-b": ALL})
+    central = grant(led, "central-reviewer", {"proj-a": ALL, "proj-b": ALL})
+    admin.grant("agent-b", scope="proj-b", roles=["propose", "read"])
+    central.accept("note-1")
+    # B's memory item is proposed as "note-1" (free to B: keyed note-1@@proj-b)
+    b.propose("proj-b", "user/name", {"text": "Ada"}, Kind.FACT, id="note-1")
+    central.accept("note-1@@proj-b")
+    with LedgerStore(
+        led,
+        token=admin.issue_token("agent-b"),
+        approver_token=admin.issue_token("central-reviewer"),
+    ) as store:
+        assert store.get(("proj-b", "user"), "name") is not None
+        store.delete(("proj-b", "user"), "name")
+        assert store.get(("proj-b", "user"), "name") is None
+        store.put(("proj-b", "user"), "name", {"text": "Grace"})
+        item = store.get(("proj-b", "user"), "name")
+        assert item is not None and item.value == {"text": "Grace"}
+    # The approver revoked B's record, not A's it would call "note-1"
+    assert (a.get("note-1").status, a.get("note-1").reason) == (Status.ACCEPTED, None)
+    assert b.get("note-1").status == Status.REVOKED
+
+
+def test_a_langgraph_thread_goes_on_after_rereading_a_withdrawn_record_keyed_qualified(
+    ledger: Ledger,
+) -> None:
+    from ledger.integrations.langgraph import LedgerStore
+    from tests.test_langgraph_store import greeting_graph, writer_graph
+
+    # The store works in proj-a here; "note-1" is taken in proj-z, hidden from it
+    led, admin = ledger, ledger.admin()
+    z = grant(led, "tenant-z", {"proj-z": ALL})
+    z.propose("proj-z", "api.secret_claim", 1, Kind.FACT, id="note-1")
+    a = grant(led, "tenant-a", {"proj-a": ALL})
+    a_rev = grant(led, "tenant-a-reviewer", {"proj-a": ALL})
+    admin.grant("agent-a", scope="proj-a", roles=["propose", "read"])
+    a.propose("proj-a", "user/name", {"text": "Mallory"}, Kind.FACT, id="note-1")
+    a_rev.accept("note-1")  # keyed note-1@@proj-a, shown to A as note-1
+    thread = {"configurable": {"thread_id": "chat-1"}}
+    tokens = {"token": admin.issue_token("agent-a")}
+    tokens["approver_token"] = admin.issue_token("tenant-a-reviewer")
+    with LedgerStore(led, **tokens) as store:
+        greeting_graph(store).invoke({"greeting": ""}, thread)
+        a_rev.revoke("note-1", "poisoned")
+        with pytest.raises(InvalidParentError):
+            writer_graph(store).invoke({"greeting": "hi"}, thread)
+        # Reading the key again (nothing usable now) frees the thread, as for any id
+        out = greeting_graph(store).invoke({"greeting": ""}, thread)
+        assert out["greeting"] == "Hello, stranger!"
+        writer_graph(store).invoke({"greeting": "hi"}, thread)
+        assert store.get(("proj-a", "notes"), "last") is not None
+
+
+def test_explain_says_a_hidden_ancestor_expired_without_naming_it(
+    ledger: Ledger, clock: Clock
+) -> None:
+    led = ledger
+    a = grant(led, "tenant-a", {"proj-a": ALL})
+    a_rev = grant(led, "tenant-a-reviewer", {"proj-a": ALL})
+    b = grant(led, "tenant-b", {"proj-b": ALL})
+    bridge = grant(led, "bridge", {"proj-a": ["read", "propose"], "proj-b": ["read", "propose"]})
+    approver = grant(led, "approver-ab", {"proj-a": ["read"], "proj-b": ["approve", "read"]})
+    a.propose(
+        "proj-a", "api.secret_claim", 1, Kind.FACT, id="A-M1", expires=clock() + timedelta(days=30)
+    )
+    a_rev.accept("A-M1")
+    bridge.propose("proj-b", "b.report", "go", Kind.REPORT, parents=["A-M1"], id="B-R1")
+    approver.accept("B-R1")
+    when = clock.advance(days=31)
+    expired = (clock() - timedelta(days=1)).isoformat()
+    explained = b.explain("proj-b", "b.report")
+    assert explained.entries[0].reasons == (f"ancestor {HIDDEN} expired at {expired}",)
+    assert_nothing_of_a(repr(explained))
+    seen = bridge.explain("proj-b", "b.report", at=when)
+    assert seen.entries[0].reasons == (f"ancestor A-M1 expired at {expired}",)
+
+
+def test_a_supersession_is_told_with_the_ids_as_the_caller_knows_them(ledger: Ledger) -> None:
+    led = ledger
+    taken_in_a(led, "A-V2")
+    b = grant(led, "tenant-b", {"proj-b": ALL})
+    b_rev = grant(led, "tenant-b-reviewer", {"proj-b": ALL})
+    b.propose("proj-b", "b.fact", 1, Kind.FACT, id="B-OLD")
+    b_rev.accept("B-OLD")
+    b.propose("proj-b", "b.child", 2, Kind.REPORT, parents=["B-OLD"], id="B-CHILD")
+    b_rev.accept("B-CHILD")
+    b.deliver("B-CHILD", recipient="ops@b.test")
+    # "A-V2" is free to B (keyed A-V2@@proj-b); the stored reason names the key
+    b.propose("proj-b", "b.fact", 2, Kind.FACT, id="A-V2", supersedes="B-OLD")
+    b_rev.accept("A-V2")
+    child = b.get("B-CHILD")
+    assert [(x.cause, x.reason, x.superseded_by) for x in child.stale_causes] == [
+        ("B-OLD", "superseded by A-V2", "A-V2")
+    ]
+    assert b.explain("proj-b", "b.child").entries[0].reasons == (
+        "stale because B-OLD was superseded by A-V2",
+    )
+    assert b.explain("proj-b", "b.fact").entries[0].reasons == ("superseded by A-V2",)
+    stale = [e for e in b.audit("B-CHILD").events if e.type == "MarkedStale"]
+    assert [e.details["reason"] for e in stale] == ["superseded by A-V2"]
+    assert [(d.delivery.record_id, d.cause, d.reason) for d in b.corrections_due()] == [
+        ("B-CHILD", "B-OLD", "superseded by A-V2")
+    ]
+    for text in (repr(child), repr(b.audit("B-CHILD")), repr(b.history())):
+        no_key_in(text)
+
+
+def test_graphs_draw_the_callers_own_revocation_and_title(ledger: Ledger) -> None:
+    led = ledger
+    a = grant(led, "tenant-a", {"proj-a": ALL})
+    a_rev = grant(led, "tenant-a-reviewer", {"proj-a": ALL})
+    b = grant(led, "tenant-b", {"proj-b": ALL})
+    b_rev = grant(led, "tenant-b-reviewer", {"proj-b": ALL})
+    a.capture("proj-a", uri="https://a.test/doc", content=b"a secret", id="A-E1")
+    a_rev.accept("A-E1")
+    a_rev.revoke("A-E1", reason="merger with ACME")
+    # B uses the id A-E1, free to it, and revokes its own record
+    b.capture("proj-b", uri="https://b.test/doc", content=b"b's", id="A-E1")
+    b_rev.accept("A-E1")
+    b_rev.revoke("A-E1", reason="b's own reason")
+    sub = collect(b, "A-E1")
+    assert sub.title.startswith("A-E1 ")
+    assert {k: v.reason for k, v in revocations(b, sub).items()} == {"A-E1": "b's own reason"}
+    for fmt in ("dot", "mermaid"):
+        text = draw(b, "A-E1", format=fmt).data.decode()
+        assert "b's own reason" in text and "merger with ACME" not in text
+        no_key_in(text)
+
+
+def test_proofs_withhold_the_bytes_of_events_that_name_a_hidden_record(
+    tenants: Tenants,
+) -> None:
+    # B-R1 rests on A-M1 and was made STALE by A-E1, both in proj-a
+    proofs = tenants.b.prove("B-R1")
+    types = [e.type for e in tenants.b.audit("B-R1").events]
+    assert [p.leaf_data is None for p in proofs] == [
+        t in ("Proposed", "MarkedStale") for t in types
+    ]
+    digest = tenants.led.digest()
+    for proof in proofs:
+        assert proof.verify() and proof.root == digest.root
+        if proof.leaf_data is not None:
+            assert_nothing_of_a(bytes.fromhex(proof.leaf_data).decode("latin-1"))
+    # A caller granted in proj-a gets every event's bytes
+    a_auditor = grant(tenants.led, "auditor-ab", {"proj-a": ["audit"], "proj-b": ["audit"]})
+    assert all(p.leaf_data is not None and p.verify() for p in a_auditor.prove("B-R1"))
 
 
 def test_every_cause_is_kept_and_explain_names_only_those_still_blocking(

@@ -139,6 +139,7 @@ def prove(record_id: str, token: str, url: str | None) -> None:
                 "position": p.position,
                 "index": p.index,
                 "size": p.size,
+                "leaf": p.leaf,
                 "leaf_data": p.leaf_data,
                 "path": list(p.path),
                 "root": p.root,

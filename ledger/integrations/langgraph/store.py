@@ -28,6 +28,7 @@ from ledger import Ledger, RunContext, Session
 from ledger.access import Role
 from ledger.domain import Kind, Outcome, Status
 from ledger.errors import (
+    AccessDeniedError,
     InvalidInputError,
     InvalidParentError,
     MemoryConflictError,
@@ -412,7 +413,7 @@ class LedgerStore(BaseStore):
         else:
             record_id = self._propose_in_thread(state, scope, claim, value, fields)
         if self.approver is not None:
-            self.approver.accept(record_id)
+            self.approver.accept(self._named_for(self.approver, record_id, scope))
 
     def _delete(self, scope: str, claim: str) -> None:
         revoker = self.approver or self.session
@@ -420,7 +421,20 @@ class LedgerStore(BaseStore):
         for entry in self.session.explain(scope, claim, kinds=(self.kind,)).entries:
             record = entry.record
             if record.kind == self.kind and record.status in _LIVE:
-                revoker.revoke(record.id, reason)
+                revoker.revoke(self._named_for(revoker, record.id, scope), reason)
+
+    def _named_for(self, other: Session, record_id: str, scope: str) -> str:
+        """How ``other`` is shown the record in ``scope`` that the store's principal
+        is shown as ``record_id``: the two may see different scopes, so one id
+        can denote different records to them (``ledger.redaction``)."""
+        if other is self.session:
+            return record_id
+        if scope not in other.grants():
+            raise AccessDeniedError(
+                f"the store's approver {other.principal!r} holds no role in scope {scope!r}, "
+                "where the store's record is"
+            )
+        return other.caller.shown(None, self.session.caller.key_of(record_id, scope))
 
     # -- runs ---------------------------------------------------------------------
 

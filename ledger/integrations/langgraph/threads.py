@@ -120,7 +120,7 @@ class Thread:
         now = {view.id for view in current}
         earlier = [
             rid
-            for rid in self.run.observed_for(())
+            for rid in self.run.relied_on
             if rid not in now and self.keys.get(rid) == (scope, claim)
         ]
         for rid in earlier:
@@ -137,7 +137,7 @@ class Thread:
         known = set(self.run.reads) | self.written
         replaced: list[str] = []
         newer: list[str] = []
-        for rid in self.run.observed_for(()):
+        for rid in self.run.relied_on:
             newest = _newest_known(session, rid, known)
             if newest is not None:
                 replaced.append(rid)
