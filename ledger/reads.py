@@ -470,11 +470,6 @@ def records(
     at = caller.at(None)
     with caller.reading() as c:
         caller.require(c, scope, Role.READ, "records")
-        if after is not None and redaction.QUALIFIER not in after:
-            # A page ending on a record shown by its bare id ends on its key.
-            key = redaction.qualified(after, scope)
-            if key in caller.names(c, (key,)) and caller.engine.scopes_of(c, (key,)):
-                after = key
         rows = view_queries.page(
             c,
             caller.engine.dialect,
@@ -486,7 +481,10 @@ def records(
             kind=None if the_kind is None else the_kind.value,
             claim_prefix=claim_prefix,
             limit=limit,
-            after=after,
+            # Pages follow the ids records were proposed as (one per record in a
+            # scope), so where a record is listed does not tell whether its id
+            # is taken in a scope the caller cannot see.
+            after=None if after is None else redaction.bare(after),
         )
         views = tuple(
             record_view(caller, c, row, at, deliveries=bool(row["has_deliveries"])) for row in rows

@@ -132,6 +132,8 @@ class Session:
         The review queue is ``records(scope, status="CANDIDATE")``; what needs
         attention is ``records(scope, validity="NEEDS_REVALIDATION")``. Pass the last
         id of a page as ``after`` to get the next one. One indexed query per page.
+        The order is that of the ids the records were proposed as (one record per
+        id in a scope), so a record shown as ``ID@@SCOPE`` sorts as ``ID``.
 
         Raises:
             AccessDeniedError: no ``read`` role in ``scope``.

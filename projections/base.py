@@ -44,6 +44,13 @@ class Dialect:
     #: Ends a table whose primary key is its only b-tree (SQLite's ``WITHOUT ROWID``):
     #: a row written touches one page fewer than with a separate key index.
     clustered: str = ""
+    #: The id a record key was proposed as (the key up to ``@@``), of column ``{c}``.
+    bare_id: str = "substr({c}, 1, instr({c} || '@@', '@@') - 1)"
+
+    def listing_order(self, column: str) -> str:
+        """What a scope's listing is ordered by: the id each record was proposed
+        as (unique within a scope), by code point; an index on it serves pages."""
+        return "(" + self.bare_id.format(c=column) + ")" + self.bytewise
 
     def q(self, statement: str) -> str:
         """Translate a statement written with ``?`` and ``{t}`` table prefixes."""
@@ -79,6 +86,7 @@ def postgres_dialect(schema: str) -> Dialect:
         bigint="BIGINT",
         prefix=f"{schema}.",
         bytewise=' COLLATE "C"',
+        bare_id="split_part({c}, '@@', 1)",
     )
 
 

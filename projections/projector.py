@@ -45,9 +45,10 @@ VIEWS: tuple[ModuleType, ...] = (validity, delivery, access)
 #: The layout of the view tables, kept in ``pl_tracking`` under ``LAYOUT_KEY``. Views
 #: built with another layout (a ledger written by 0.1.0 has none recorded) are
 #: dropped and rebuilt from the log when the ledger opens; stored events never change.
-LAYOUT = 4
+LAYOUT = 5
 #: Tables of earlier layouts, dropped with the views (4 keeps no map from aggregate
-#: ids to record ids: a record's proposal, found by the events' key, holds it).
+#: ids to record ids: a record's proposal, found by the events' key, holds it; 5
+#: indexes a scope's listing by the id each record was proposed as).
 RETIRED = ("pl_record_ids",)
 LAYOUT_KEY = "#layout"
 
@@ -141,8 +142,9 @@ class Projector:
 
     def create_indexes(self, c: Cursor) -> None:
         """The indexes only reads use, built over the rows already in."""
+        listing = self.dialect.listing_order("record_id")
         for statement in validity.AFTER_LOAD_DDL:
-            c.execute(self.dialect.q(statement))
+            c.execute(self.dialect.q(statement.replace("{listing}", listing)))
 
     def drop_tables(self, c: Cursor) -> None:
         """Drop every view table (and with the time index, the views' position)."""

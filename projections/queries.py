@@ -51,8 +51,9 @@ def page(
     limit: int,
     after: str | None,
 ) -> list[ListedRow]:
-    """One page of a scope's rows in record-id order (``Session.records``), each
-    with ``has_deliveries``; one query on the ``(scope, record_id)`` index."""
+    """One page of a scope's rows in the order of the ids they were proposed as
+    (``Session.records``; ``after``: such an id), each with ``has_deliveries``;
+    one query on the listing index (``Dialect.listing_order``)."""
     where = ["r.scope=?"]
     params: list[Any] = [scope]
     if position is None:
@@ -73,15 +74,16 @@ def page(
     if claim_prefix:
         where.append("substr(r.claim_key, 1, ?) = ?")
         params += [len(claim_prefix), claim_prefix]
+    order = d.listing_order("r.record_id")
     if after is not None:
-        where.append("r.record_id{bytewise} > ?")
+        where.append(f"{order} > ?")
         params.append(after)
     c.execute(
         d.q(
             "SELECT r.*, EXISTS (SELECT 1 FROM {t}pl_deliveries dl "
             "WHERE dl.record_id = r.record_id) AS has_deliveries "
             f"FROM {{t}}pl_records r WHERE {' AND '.join(where)} "
-            "ORDER BY r.record_id{bytewise} LIMIT ?"
+            f"ORDER BY {order} LIMIT ?"
         ),
         (*params, limit),
     )

@@ -124,8 +124,9 @@ DDL = (
 #: its rows are in, which costs a sort instead of an index entry per row.
 AFTER_LOAD_DDL = (
     "CREATE INDEX IF NOT EXISTS pl_records_claim ON {t}pl_records (scope, claim_key)",
-    # Listing a scope page by page in id order (``Session.records``): current rows only.
-    "CREATE INDEX IF NOT EXISTS pl_records_listing ON {t}pl_records (scope, record_id{bytewise}) "
+    # Listing a scope page by page in id order (``Session.records``): current rows
+    # only, ordered by the id each was proposed as ({listing}: see Dialect.listing_order).
+    "CREATE INDEX IF NOT EXISTS pl_records_listing ON {t}pl_records (scope, {listing}) "
     "WHERE to_pos IS NULL",
     # Partial: only evidence has a snapshot, and other rows then cost no index entry.
     "CREATE INDEX IF NOT EXISTS pl_records_snapshot ON {t}pl_records (snapshot_ref) "

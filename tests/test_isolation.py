@@ -246,6 +246,29 @@ def test_two_records_proposed_as_one_id_in_two_granted_scopes_are_told_apart(
     assert check.ok, check.problems
 
 
+@pytest.mark.parametrize("taken", [False, True])
+def test_where_a_record_is_listed_does_not_tell_whether_its_id_is_taken_elsewhere(
+    ledger: Ledger, taken: bool
+) -> None:
+    led = ledger
+    if taken:
+        taken_in_a(led, "x")
+    b = grant(led, "tenant-b", {"proj-b": ALL})
+    for rid in ("xa", "x.2", "x", "x-1"):
+        b.propose("proj-b", f"claim.{rid}", 1, Kind.FACT, id=rid)
+    assert [v.id for v in b.records("proj-b")] == ["x", "x-1", "x.2", "xa"]
+    pages, after = [], None
+    while page := b.records("proj-b", limit=1, after=after):
+        pages.append(page[0].id)
+        after = page[0].id
+    assert pages == ["x", "x-1", "x.2", "xa"]
+    # The principal who also sees proj-a pages through both, each name once
+    both = grant(led, "reader-ab", {"proj-a": ["read"], "proj-b": ["read"]})
+    listed = [v.id for v in both.records("proj-b")]
+    assert listed == ["x@@proj-b" if taken else "x", "x-1", "x.2", "xa"]
+    assert [v.id for v in both.records("proj-b", after=listed[0])] == listed[1:]
+
+
 def test_names_follow_the_position_of_an_as_of_session(ledger: Ledger) -> None:
     led = ledger
     taken_in_a(led, "x")
