@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from ledger import heads as heads_module
@@ -308,6 +308,18 @@ def _check_retention(retention: object) -> dict[Kind, RetentionRule]:
     for kind, rule in retention.items():
         if not isinstance(rule, RetentionRule):
             raise InvalidInputError(f"retention rule for {kind!r} is not a RetentionRule")
+        lifetime = rule.max_lifetime
+        positive = isinstance(lifetime, timedelta) and lifetime > timedelta(0)
+        if lifetime is not None and not positive:
+            raise InvalidInputError(
+                f"retention rule for {kind!r}: max_lifetime must be a positive timedelta, "
+                f"got {lifetime!r}"
+            )
+        if not isinstance(rule.expiry_required, bool):
+            raise InvalidInputError(
+                f"retention rule for {kind!r}: expiry_required must be True or False, "
+                f"got {rule.expiry_required!r}"
+            )
         rules[check_kind(kind)] = rule
     return rules
 

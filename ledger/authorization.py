@@ -283,6 +283,8 @@ class AuthorizationReplay:
             return f"{what}: {actor!r} approved its own proposal (separation of duties)"
         if allowed and state.status is not None and state.status not in allowed:
             return f"{what}: the record was {state.status}; that needs {'|'.join(allowed)}"
+        if isinstance(event, Record.Revalidated) and state.status == _A and event.parents is None:
+            return f"{what}: the record was {_A}; revalidating it needs a new basis"
         if isinstance(event, (Record.Accepted, Record.Revalidated)):
             return self._dependencies_accepted(what, state, event)
         return None
@@ -373,7 +375,8 @@ _RULES: dict[str, tuple[str, tuple[str, ...], bool, str | None]] = {
     "Revoked": ("approve", (_C, _A, _S), False, Status.REVOKED.value),
     "MarkedStale": ("approve", (_C, _A, _S), False, _S),
     "Superseded": ("approve", (_C, _A, _S), False, Status.SUPERSEDED.value),
-    "Revalidated": ("approve", (_S,), True, None),
+    # ACCEPTED too: a record whose basis expired is revalidated on a new one (_check).
+    "Revalidated": ("approve", (_S, _A), True, None),
     "Delivered": ("deliver", (_A,), False, None),
     "CorrectionIssued": ("deliver", (), False, None),
     "SnapshotErased": (ADMIN, (), False, None),

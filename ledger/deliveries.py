@@ -160,7 +160,8 @@ def owed_since(
     then = validity_view.existing(c, d, row["record_id"], delivered)
     if (then["parents"], then["observed"]) == (row["parents"], row["observed"]):
         return None
-    return max(delivered, edges_index.basis_since(c, d, row["record_id"]) or row["from_pos"]), None
+    since = edges_index.basis_since(c, d, row["record_id"], caller.position)
+    return max(delivered, since or row["from_pos"]), None
 
 
 def _answers(correction: Any, since: tuple[int, int | None]) -> bool:

@@ -31,7 +31,7 @@ from ledger.errors import (
     ValueTooLargeError,
 )
 from ledger.pipeline import Decision
-from ledger.serialization import canonical, unpack
+from ledger.serialization import unpack
 from ledger.validation import (
     check_aware,
     check_claim_key,
@@ -256,7 +256,7 @@ def prepare(
     for dep in observed:
         row = _check_dependency(caller, c, dep, "observed dependency", rid, known)
         inherited.append((caller.shown(c, dep), unpack(row["conditions"])))
-    the_conditions = _with_inherited(rid, the_conditions, inherited)
+    the_conditions = rules.with_inherited(rid, the_conditions, inherited)
     if supersedes is not None:
         _check_supersedable(
             caller,
@@ -298,21 +298,26 @@ def previous_capture(
     caller: Caller, c: Cursor, scope: object, claim_key: object, evidence: Mapping[str, Any]
 ) -> str | None:
     """The newest ACCEPTED capture of ``evidence['uri']`` under ``(scope,
-    claim_key)`` whose bytes differ: a re-capture supersedes it, so the claim
-    answers with the newest version instead of a conflict between two."""
+    claim_key)`` whose bytes differ (or, while none of its captures is accepted,
+    the newest CANDIDATE one): a re-capture supersedes it, so the claim answers
+    with the newest version instead of a conflict between two."""
     if not isinstance(scope, str) or not isinstance(claim_key, str):
         return None  # prepare names what is wrong
     if not caller.roles(c, scope):
         return None  # prepare refuses the proposal without revealing anything
+    pending = None
     for row in reversed(view_queries.for_claim(c, caller.engine.dialect, scope, claim_key)):
-        if row["status"] != Status.ACCEPTED or row["evidence"] is None:
+        if row["status"] not in (Status.ACCEPTED, Status.CANDIDATE) or row["evidence"] is None:
             continue
         previous = unpack(row["evidence"])
-        if previous.get("uri") == evidence["uri"]:
-            if previous.get("content_hash") == evidence["content_hash"]:
-                return None  # the same bytes again: nothing to replace
-            return str(row["record_id"])
-    return None
+        if previous.get("uri") != evidence["uri"]:
+            continue
+        same = previous.get("content_hash") == evidence["content_hash"]
+        if row["status"] == Status.ACCEPTED:
+            return None if same else str(row["record_id"])  # same bytes: nothing to replace
+        if pending is None and not same:
+            pending = str(row["record_id"])
+    return pending
 
 
 def _check_supersedable(
@@ -368,25 +373,6 @@ def _rests_on(dep: str, below: set[str], pending: Mapping[str, Record.Proposed])
     return event is not None and any(
         _rests_on(p, below, pending) for p in (*event.parents, *event.observed)
     )
-
-
-def _with_inherited(
-    rid: str, own: dict[str, Any], inherited: Sequence[tuple[str, dict[str, Any]]]
-) -> dict[str, Any]:
-    """A record's conditions with those of everything it rests on (a summary may not
-    drop a condition); a contradiction is refused naming both sides."""
-    out = dict(own)
-    source = dict.fromkeys(own, rid)
-    for dep, conditions in inherited:
-        for key, value in conditions.items():
-            if key not in out:
-                out[key], source[key] = value, dep
-            elif canonical(out[key]) != canonical(value):
-                raise InvalidValueError(
-                    f"conditions of {rid!r} contradict: {key}={out[key]!r} (from "
-                    f"{source[key]!r}) but {key}={value!r} (from {dep!r})"
-                )
-    return out
 
 
 def _row(caller: Caller, c: Cursor, rid: str, known: dict[str, Any]) -> Any:

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any, cast
 
 from ledger.domain import Kind, Status, Validity
-from ledger.errors import InvalidParentError, InvalidTransitionError
+from ledger.errors import InvalidParentError, InvalidTransitionError, InvalidValueError
 from ledger.serialization import canonical, datetime_to_micros, micros_to_datetime, unpack
 from ledger.values import StaleCause
 from projections.validity import RecordRow
@@ -120,6 +120,26 @@ def blocking_reasons(
     if kinds is not None and Kind(row["kind"]) not in kinds:
         reasons.append(f"kind {row['kind']} not requested")
     return tuple(reasons)
+
+
+def with_inherited(
+    rid: str, own: dict[str, Any], inherited: Sequence[tuple[str, dict[str, Any]]]
+) -> dict[str, Any]:
+    """A record's conditions with those of everything it rests on (``inherited``:
+    (dependency as named, its conditions)): a summary may not drop a condition; a
+    contradiction is refused naming both sides."""
+    out = dict(own)
+    source = dict.fromkeys(own, rid)
+    for dep, conditions in inherited:
+        for key, value in conditions.items():
+            if key not in out:
+                out[key], source[key] = value, dep
+            elif canonical(out[key]) != canonical(value):
+                raise InvalidValueError(
+                    f"conditions of {rid!r} contradict: {key}={out[key]!r} (from "
+                    f"{source[key]!r}) but {key}={value!r} (from {dep!r})"
+                )
+    return out
 
 
 #: How the view stores a record without conditions.

@@ -49,7 +49,7 @@ def accept(caller: Caller, record_id: str, note: str) -> None:
             run_acceptance_checks(caller, record_view(caller, c, row, now), "accept")
         events = list(record.collect_events())
         if record.supersedes is not None:
-            events += supersession(caller, c, rid, record.supersedes, now)
+            events += supersession(caller, c, record, now)
         return Decision(events, pipeline.done)
 
     pipeline.on_record(caller, "accept", Role.APPROVE, record_id, decide)
@@ -151,6 +151,7 @@ def revalidate(caller: Caller, record_id: str, note: str, parents: Iterable[str]
         basis = None if new_basis is None else tuple(caller.resolve(c, p) for p in new_basis)
         if basis is not None and new_basis is not None:
             below = {rid, *(cid for cid, _ in edges_index.descendants(c, d, rid))}
+            inherited = []
             for dep, name in zip(basis, new_basis, strict=True):
                 # Visibility first: a hidden record must look absent, not cyclic.
                 dep_row = None if dep == rid else check_readable(caller, c, name, "parent", rid)
@@ -160,6 +161,8 @@ def revalidate(caller: Caller, record_id: str, note: str, parents: Iterable[str]
                         "a cycle is impossible by construction"
                     )
                 rules.check_buildable_on(dep_row, name, "parent", rid)
+                inherited.append((name, rules.conditions(dep_row)))
+            check_conditions_kept(caller.shown(c, rid), record.conditions, inherited)
         deps = basis if basis is not None else record.dependencies
         check_usable_dependencies(caller, c, deps, rid, row["scope"], "revalidate", now)
         view = record_view(caller, c, row, now)
@@ -186,26 +189,75 @@ def revalidate(caller: Caller, record_id: str, note: str, parents: Iterable[str]
 # -- shared steps -------------------------------------------------------------------
 
 
-def supersession(caller: Caller, c: Cursor, rid: str, old_id: str, now: datetime) -> list[Any]:
-    """The events of ``rid``'s acceptance superseding ``old_id``: OLD SUPERSEDED and
-    OLD's descendants STALE. Nothing if OLD was withdrawn meanwhile (revoked or
-    rejected: there is nothing left to replace)."""
-    old = caller.engine.load_record(c, old_id)
-    if old.status in (Status.REVOKED, Status.REJECTED):
-        return []
-    if old.superseded_by is not None:
+def supersession(caller: Caller, c: Cursor, record: Record, now: datetime) -> list[Any]:
+    """The events of ``record``'s acceptance superseding OLD, the record it was
+    proposed to replace: OLD SUPERSEDED and OLD's descendants STALE. Nothing for
+    OLD if it was withdrawn meanwhile (revoked or rejected: there is nothing left
+    to replace). A capture whose OLD another capture of the same URI replaced
+    first replaces that one instead, if it is older (:func:`_newest_capture`).
+
+    A version never accepted is replaced with the version it was itself proposed to
+    replace, and so on down the line until one that was accepted: accepting C, a
+    new version of the candidate B, itself a new version of the accepted A, leaves
+    A SUPERSEDED too, not ACCEPTED beside C. Down the line, a version already
+    replaced by another ends the walk.
+    """
+    rid, old_id = record.record_id, record.supersedes
+    assert old_id is not None
+    events: list[Any] = []
+    versions: dict[Any, int] = {}  # aggregates given events here: their newest version
+    target: str | None = old_id
+    while target is not None and record_uuid(target) not in versions:
+        old = caller.engine.load_record(c, target)
+        if old.superseded_by is not None and target == old_id and record.evidence is not None:
+            old = _newest_capture(caller, c, record, old)
+            target = old.record_id
+        if old.superseded_by is not None:
+            if target != old_id:
+                break
+            raise InvalidTransitionError(
+                f"accept refused: {rid!r} supersedes {old_id!r}, which was already superseded "
+                f"by {old.superseded_by!r}; propose a new version of {old.superseded_by!r}"
+            )
+        if old.status not in (Status.REVOKED, Status.REJECTED):
+            below = {cid for cid, _ in edges_index.descendants(c, caller.engine.dialect, target)}
+            if rid in below:
+                raise InvalidParentError(
+                    f"accept refused: {rid!r} rests on {target!r}, which it supersedes"
+                )
+            old.supersede(caller.subject, rid, now)
+            marking = stale_marking(caller, c, target, f"superseded by {rid}", now, rid, versions)
+            superseded = list(old.collect_events())
+            versions[old.id] = superseded[-1].originator_version
+            events += [*superseded, *marking.events]
+        if old.accepted_once:
+            break
+        target = old.supersedes
+    return events
+
+
+def _newest_capture(caller: Caller, c: Cursor, record: Record, old: Record) -> Record:
+    """For the capture ``record`` proposed to replace the capture ``old``, which
+    another capture of the same URI replaced meanwhile: the newest version of that
+    line (``record`` replaces it), or ``old`` itself if the line left the URI.
+    ``InvalidTransitionError`` if that version was proposed after ``record``: an
+    older capture does not replace a newer one."""
+    uri = (record.evidence or {}).get("uri")
+    head = old
+    while head.superseded_by is not None:
+        newer = caller.engine.load_record(c, head.superseded_by)
+        if (newer.evidence or {}).get("uri") != uri:
+            return old
+        head = newer
+    d = caller.engine.dialect
+    rows = validity_view.current_many(c, d, (head.record_id, record.record_id))
+    if rows[head.record_id]["created_pos"] > rows[record.record_id]["created_pos"]:
         raise InvalidTransitionError(
-            f"accept refused: {rid!r} supersedes {old_id!r}, which was already superseded "
-            f"by {old.superseded_by!r}; propose a new version of {old.superseded_by!r}"
+            f"accept refused: {record.record_id!r} is a capture of {uri} older than "
+            f"{head.record_id!r}, accepted since in place of {old.record_id!r}; "
+            f"reject {record.record_id!r} or capture the source again"
         )
-    below = {cid for cid, _ in edges_index.descendants(c, caller.engine.dialect, old_id)}
-    if rid in below:
-        raise InvalidParentError(
-            f"accept refused: {rid!r} rests on {old_id!r}, which it supersedes"
-        )
-    old.supersede(caller.subject, rid, now)
-    marking = stale_marking(caller, c, old_id, f"superseded by {rid}", now, rid)
-    return [*old.collect_events(), *marking.events]
+    return head
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,10 +277,12 @@ def stale_marking(
     reason: str,
     now: datetime,
     superseded_by: str | None = None,
+    versions: dict[Any, int] | None = None,
 ) -> Marking:
     """``MarkedStale`` events for every descendant of ``root`` not already final
     (cause ``root``; ``superseded_by``: the record that superseded it, itself left
-    out).
+    out). ``versions``: the newest version of aggregates given events earlier in
+    the same transaction (by aggregate id), updated with these.
 
     Descendants are found through the reverse-dependency index, so the cost follows
     the number of descendants, not the size of the ledger; the events are built
@@ -240,16 +294,17 @@ def stale_marking(
     reached = [cid for cid, _ in edges_index.descendants(c, d, root) if cid != superseded_by]
     rows = validity_view.current_many(c, d, reached)
     marked = [cid for cid in reached if rows[cid]["status"] not in rules.FINAL]
-    versions = engine.recorder.last_versions(c, [record_uuid(m) for m in marked])
-    unstored = [cid for cid in marked if record_uuid(cid) not in versions]
+    stored = engine.recorder.last_versions(c, [record_uuid(m) for m in marked])
+    unstored = [cid for cid in marked if record_uuid(cid) not in stored]
     if unstored:
         raise CorruptEventError(
             f"record {unstored[0]!r} is in the validity view but has no stored events"
         )
+    newest = {**stored, **(versions or {})}
     events = [
         Record.stale_event(
             record_id=cid,
-            version=versions[record_uuid(cid)],
+            version=newest[record_uuid(cid)],
             actor=caller.subject,
             cause=root,
             reason=reason,
@@ -258,6 +313,8 @@ def stale_marking(
         )
         for cid in marked
     ]
+    if versions is not None:
+        versions.update((e.originator_id, e.originator_version) for e in events)
     seen = {s: bool(caller.roles(c, s)) for s in {rows[m]["scope"] for m in marked}}
     # Descendants in scopes the caller cannot see are marked all the same, but only
     # counted: their ids are not the caller's to learn.
@@ -269,6 +326,23 @@ def check_readable(caller: Caller, c: Cursor, dep: str, what: str, child: str) -
     """The row of a dependency the caller may read (naming nothing it may not
     see), else ``InvalidParentError``."""
     return caller.readable_dependency(c, caller.lookup(c, dep), dep, what, child)
+
+
+def check_conditions_kept(
+    rid: str, own: dict[str, Any], inherited: Sequence[tuple[str, dict[str, Any]]]
+) -> None:
+    """A new basis may not contradict the record's conditions, nor carry one the
+    record lacks (the record would drop it: a new version must carry it)."""
+    merged = rules.with_inherited(rid, own, inherited)
+    added = [(key, value) for key, value in merged.items() if key not in own]
+    if added:
+        key, value = added[0]
+        source = next(dep for dep, conditions in inherited if key in conditions)
+        raise InvalidParentError(
+            f"revalidate refused: new parent {source!r} holds under {key}={value!r} and "
+            f"{rid!r} does not; a record may not drop a condition of what it rests on: "
+            f"propose a new version of {rid!r} on it"
+        )
 
 
 def check_usable_dependencies(

@@ -133,12 +133,20 @@ def edges_among(
     return [e for e in _edges_where(c, d, "parent_id", list(ids), position) if e[1] in members]
 
 
-def basis_since(c: Cursor, d: Dialect, child: str) -> int | None:
-    """The log position from which ``child``'s current dependencies hold (None if it
-    has none)."""
-    c.execute(
-        d.q("SELECT MAX(from_pos) AS p FROM {t}pl_edges WHERE child_id=? AND to_pos IS NULL"),
-        (child,),
-    )
+def basis_since(c: Cursor, d: Dialect, child: str, position: int | None = None) -> int | None:
+    """The log position from which ``child``'s dependencies hold, now or right after
+    ``position`` (None if it has none)."""
+    if position is None:
+        c.execute(
+            d.q("SELECT MAX(from_pos) AS p FROM {t}pl_edges WHERE child_id=? AND to_pos IS NULL"),
+            (child,),
+        )
+    else:
+        c.execute(
+            d.q(
+                f"SELECT MAX(from_pos) AS p FROM {{t}}pl_edges WHERE child_id=? AND {AS_OF_FILTER}"
+            ),
+            (child, position, position),
+        )
     row = c.fetchone()
     return None if row is None or row["p"] is None else int(row["p"])

@@ -446,41 +446,62 @@ class Model:
             rec.cause, rec.reason, rec.cause_superseded_by = cause, reason, by
             rec.stale_causes.append((cause, reason, by))
 
+    def _replaced(self, rec: Rec) -> list[Rec]:
+        """The versions approving ``rec`` replaces: ``rec.supersedes`` and, while a
+        version was never approved, the one it was proposed to replace in turn (a
+        version already replaced by another ends the line); withdrawn ones included
+        (they are passed over, not replaced)."""
+        out: list[Rec] = []
+        target = rec.supersedes
+        while target is not None and all(r.id != target for r in out):
+            old = self.records[target]
+            if old.superseded_by is not None and out:
+                break
+            out.append(old)
+            if old.accepted_once or old.superseded_by is not None:
+                break
+            target = old.supersedes
+        return out
+
     def _problems_superseding(self, rec: Rec, deps: Sequence[str]) -> list[Problem]:
-        """Approving ``rec`` (on the dependencies ``deps``) supersedes ``rec.supersedes``:
-        once only, not if it was withdrawn, and not if ``rec`` would rest on it."""
-        old = self.records[rec.supersedes] if rec.supersedes is not None else None
-        if old is None or old.superseded_by == rec.id or old.status in WITHDRAWN:
-            return []  # a withdrawn old version leaves nothing to replace
+        """Approving ``rec`` (on the dependencies ``deps``) supersedes what it
+        replaces (``_replaced``): once only, not what was withdrawn, and not what
+        ``rec`` would rest on."""
         problems = []
-        if old.superseded_by is not None:
-            problems.append(
-                _one(
-                    InvalidTransitionError,
-                    f"{old.id} was already superseded by {old.superseded_by}",
+        for old in self._replaced(rec):
+            if old.superseded_by == rec.id or old.status in WITHDRAWN:
+                continue  # a withdrawn old version leaves nothing to replace
+            if old.superseded_by is not None:
+                problems.append(
+                    _one(
+                        InvalidTransitionError,
+                        f"{old.id} was already superseded by {old.superseded_by}",
+                    )
                 )
-            )
-        elif old.status not in REPLACEABLE:
-            problems.append(_one(InvalidTransitionError, f"{old.id} is {old.status}"))
-        if self.state.rests_on(deps, old.id):
-            problems.append(
-                (
-                    frozenset({InvalidParentError, InvalidTransitionError}),
-                    f"{rec.id} rests on {old.id}, which it supersedes",
+            elif old.status not in REPLACEABLE:
+                problems.append(_one(InvalidTransitionError, f"{old.id} is {old.status}"))
+            if self.state.rests_on(deps, old.id):
+                problems.append(
+                    (
+                        frozenset({InvalidParentError, InvalidTransitionError}),
+                        f"{rec.id} rests on {old.id}, which it supersedes",
+                    )
                 )
-            )
         return problems
 
     def _supersede(self, rec: Rec) -> None:
-        """``rec.supersedes`` → SUPERSEDED by ``rec``; its descendants not FINAL → STALE."""
-        old = self.records[rec.supersedes] if rec.supersedes is not None else None
-        if old is None or old.superseded_by == rec.id or old.status in WITHDRAWN:
-            return
-        stale = [d for d in self.state.descendants(old.id) if self.records[d].status not in FINAL]
-        self._set_status(old, Status.SUPERSEDED)
-        old.superseded_by = rec.id
-        old.cause = old.reason = old.cause_superseded_by = None
-        self._mark_stale(stale, old.id, f"superseded by {rec.id}", rec.id)
+        """What ``rec`` replaces → SUPERSEDED by ``rec``; their descendants not FINAL →
+        STALE."""
+        for old in self._replaced(rec):
+            if old.superseded_by == rec.id or old.status in WITHDRAWN:
+                continue
+            stale = [
+                d for d in self.state.descendants(old.id) if self.records[d].status not in FINAL
+            ]
+            self._set_status(old, Status.SUPERSEDED)
+            old.superseded_by = rec.id
+            old.cause = old.reason = old.cause_superseded_by = None
+            self._mark_stale(stale, old.id, f"superseded by {rec.id}", rec.id)
 
     # -- commands (SPEC §3) ---------------------------------------------------------
 
@@ -621,9 +642,10 @@ class Model:
         An ACCEPTED record whose basis expired (an ancestor's expiry, not its own)
         may be given a new basis too. Like accept, the record itself must not have
         expired. Without ``parents`` every current dependency must be usable; with
-        them they must all be usable, none may be the record or depend on it, they
-        replace both the declared parents and the observed dependencies, and a kind
-        that needs a basis (inference, report, plan) may not be left without one.
+        them they must all be usable, none may be the record or depend on it or hold
+        a condition the record does not hold alike, they replace both the declared
+        parents and the observed dependencies, and a kind that needs a basis
+        (inference, report, plan) may not be left without one.
         A revalidation supersedes nothing: a never-approved new version returns to
         CANDIDATE and supersedes when it is accepted.
         """
@@ -653,6 +675,15 @@ class Model:
                 if dep in below:
                     problems.append(_one(CycleError, f"{dep} depends on {rid}"))
                 problems += self._problems_with_usable(dep)
+                # The new basis may neither contradict nor add to the record's conditions.
+                held = self.records[dep].conditions if dep in self.records else {}
+                for key, wanted in held.items():
+                    if key not in rec.conditions:
+                        problems.append(_one(InvalidParentError, f"{dep} adds {key} to {rid}"))
+                    elif canonical(rec.conditions[key]) != canonical(wanted):
+                        problems.append(
+                            _one(InvalidValueError, f"{dep} contradicts {rid} on {key}")
+                        )
         basis = rec.deps if parents is None else tuple(dict.fromkeys(parents))
         _refuse_if(problems)
         self.step += 1

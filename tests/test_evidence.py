@@ -20,9 +20,10 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ledger import Kind, Ledger, Outcome, Status, merkle
+from ledger import Kind, Ledger, Outcome, Status, Validity, merkle
 from ledger.bundle import HIDDEN, verify_bundle, write_bundle
 from ledger.cli import main
+from ledger.domain import Record, record_uuid
 from ledger.errors import (
     AccessDeniedError,
     InvalidHeadError,
@@ -206,6 +207,30 @@ def test_a_status_the_machine_forbids_is_named(world: World, tmp_path: Path) -> 
 
 
 @pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_a_revalidation_of_an_accepted_record_without_a_new_basis_is_named(
+    world: World, tmp_path: Path
+) -> None:
+    world.agent.propose(scope="proj-a", claim_key="k", value=1, kind=Kind.FACT, id="F1")
+    world.reviewer.accept("F1")
+    scene = _world_scene(world, tmp_path)
+    version = len(world.reviewer.audit("F1").events)
+    event = Record.Revalidated(
+        originator_id=record_uuid("F1"),
+        originator_version=version + 1,
+        timestamp=world.clock(),
+        actor="reviewer",
+        note="",
+        parents=None,
+        observed=None,
+        status=Status.ACCEPTED.value,
+    )
+    append_event(scene, event)
+
+    problem = world.ledger.verify().problem or ""
+    assert problem.endswith("the record was ACCEPTED; revalidating it needs a new basis"), problem
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
 def test_an_approval_of_ones_own_proposal_is_named(world: World, tmp_path: Path) -> None:
     world.ledger.admin().grant("agent-1", scope="proj-b", roles=["approve"])
     world.agent.propose(scope="proj-b", claim_key="k", value=1, kind=Kind.FACT, id="F1")
@@ -308,6 +333,28 @@ def test_a_ledger_used_in_every_way_verifies_on_every_backend(world: World) -> N
     assert report.ok, report.problem
     assert report.checks == ("log", "authorization", "views", "evidence bytes")
     assert report.unchecked == ()
+
+
+def test_a_record_revalidated_on_a_new_basis_once_its_basis_expired_verifies(
+    world: World,
+) -> None:
+    agent, reviewer, led = world.agent, world.reviewer, world.ledger
+    for rid, expires in (("E1", world.clock() + timedelta(days=1)), ("E2", None)):
+        agent.capture(
+            scope="proj-a", uri=f"https://x.test/{rid}", content=b"", id=rid, expires=expires
+        )
+        reviewer.accept(rid)
+    agent.propose(
+        scope="proj-a", claim_key="r", value="r", kind=Kind.REPORT, parents=["E1"], id="R1"
+    )
+    reviewer.accept("R1")
+    world.clock.advance(days=2)
+    reviewer.revalidate("R1", note="rebased", parents=["E2"])  # ACCEPTED, basis expired
+
+    report = led.verify()
+
+    assert report.ok, report.problem
+    assert reviewer.get("R1").validity == Validity.VALID
 
 
 # -- signed heads -------------------------------------------------------------------------

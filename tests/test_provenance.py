@@ -22,6 +22,7 @@ from ledger import Kind, Ledger, LedgerError, Outcome, RetentionRule, Session, S
 from ledger.errors import (
     AccessDeniedError,
     AuthenticationError,
+    InvalidInputError,
     InvalidParentError,
     RetentionRuleError,
     SnapshotIntegrityError,
@@ -604,6 +605,21 @@ def _retention_sessions(led: Ledger) -> tuple[Session, Session]:
     agent = session_for(led, "agent-1", {SCOPE: ["propose", "read"]})
     reviewer = session_for(led, "reviewer", {SCOPE: ["approve", "read"]})
     return agent, reviewer
+
+
+@pytest.mark.parametrize(
+    ("rule", "message"),
+    [
+        (RetentionRule(max_lifetime=5), "max_lifetime must be a positive timedelta, got 5"),  # type: ignore[arg-type]
+        (RetentionRule(max_lifetime=timedelta(0)), "max_lifetime must be a positive timedelta"),
+        (RetentionRule(expiry_required="yes"), "expiry_required must be True or False"),  # type: ignore[arg-type]
+    ],
+)
+def test_a_malformed_retention_rule_is_refused_when_the_ledger_opens(
+    rule: RetentionRule, message: str
+) -> None:
+    with pytest.raises(InvalidInputError, match=f"retention rule for 'fact': {message}"):
+        Ledger.open("memory:", retention={"fact": rule})
 
 
 def test_a_max_lifetime_rule_refuses_facts_without_expiry_or_expiring_too_late(

@@ -115,6 +115,36 @@ def test_contradictory_inherited_conditions_are_refused_naming_both_sides(world:
     assert world.ledger.position == position
 
 
+def test_a_new_basis_may_not_make_a_record_drop_or_contradict_a_condition(world: World) -> None:
+    fact = {"scope": "proj-a", "value": 1, "kind": Kind.FACT}
+    _accepted(world, "E1", claim_key="e1", **fact)
+    _accepted(world, "V2", claim_key="v2", conditions={"api": "v2"}, **fact)
+    for rid, conditions in (("M", None), ("N", {"api": "v1"}), ("K", {"api": "v2"})):
+        _accepted(
+            world,
+            rid,
+            scope="proj-a",
+            claim_key=rid.lower(),
+            value=True,
+            kind=Kind.INFERENCE,
+            parents=["E1"],
+            conditions=conditions,
+        )
+    world.reviewer.revoke("E1", reason="gone")
+    position = world.ledger.position
+    # M holds under any api: resting on V2 it would drop V2's condition
+    with pytest.raises(InvalidParentError, match="new parent 'V2' holds under api='v2'"):
+        world.reviewer.revalidate("M", note="x", parents=["V2"])
+    with pytest.raises(InvalidValueError, match=r"api='v1' \(from 'N'\) but api='v2'"):
+        world.reviewer.revalidate("N", note="x", parents=["V2"])
+    assert world.ledger.position == position
+    world.reviewer.revalidate("K", note="same condition", parents=["V2"])
+    assert (world.reviewer.get("K").parents, world.reviewer.get("K").conditions) == (
+        ("V2",),
+        {"api": "v2"},
+    )
+
+
 def test_a_stale_record_that_was_never_accepted_returns_to_candidate(world: World) -> None:
     _accepted(world, "E1", scope="proj-a", claim_key="e1", value=1, kind=Kind.FACT)
     _accepted(world, "E2", scope="proj-a", claim_key="e2", value=2, kind=Kind.FACT)
@@ -225,6 +255,21 @@ def test_a_second_invalidation_after_a_correction_and_revalidation_is_owed_again
     world.reviewer.issue_correction(delivery, note="re-based on E2")
     world.reviewer.revoke("E2", reason="withdrawn too")
     assert [d.delivery.delivery_id for d in world.reviewer.corrections_due()] == [delivery]
+
+
+def test_corrections_due_as_of_a_position_stay_what_they_were_then(world: World) -> None:
+    delivery = _delivered_report(world)
+    _accepted(world, "E3", scope="proj-a", claim_key="e3", value=3, kind=Kind.FACT)
+    world.reviewer.revoke("E1", reason="withdrawn")
+    world.reviewer.revalidate("R1", note="re-based", parents=["E2"])
+    world.reviewer.issue_correction(delivery, note="now rests on E2")
+    answered = world.ledger.position
+    assert world.reviewer.as_of(position=answered).corrections_due() == ()
+    # Later the report moves to yet another basis: what was due then stays as it was
+    world.reviewer.revoke("E2", reason="withdrawn too")
+    world.reviewer.revalidate("R1", note="re-based again", parents=["E3"])
+    assert [d.delivery.delivery_id for d in world.reviewer.corrections_due()] == [delivery]
+    assert world.reviewer.as_of(position=answered).corrections_due() == ()
 
 
 def test_a_replacement_must_be_valid_and_not_the_delivered_record(world: World) -> None:

@@ -150,6 +150,69 @@ def test_recapturing_a_changed_source_supersedes_the_old_capture(world: World) -
     assert agent.snapshot(reviewer.get("E1").evidence["snapshot_ref"]) == b"v1"  # type: ignore[index]
 
 
+def _consistent(world: World) -> None:
+    check = world.ledger.verify()
+    assert check.ok, check.problems
+    report = world.ledger.rebuild()
+    assert report.digest_before == report.digest_after
+
+
+def test_accepting_a_version_of_a_pending_version_replaces_the_whole_line(world: World) -> None:
+    agent, reviewer = world.agent, world.reviewer
+    _accepted(world, "A", scope="proj-a", claim_key="k", value=1, kind=Kind.FACT)
+    agent.propose(scope="proj-a", claim_key="k", value=2, kind=Kind.FACT, supersedes="A", id="B")
+    agent.propose(scope="proj-a", claim_key="k", value=3, kind=Kind.FACT, supersedes="B", id="C")
+    reviewer.accept("C")  # B was never accepted: C replaces what B would have
+    assert [reviewer.get(r).status for r in ("A", "B", "C")] == [
+        Status.SUPERSEDED,
+        Status.SUPERSEDED,
+        Status.ACCEPTED,
+    ]
+    assert (reviewer.get("A").superseded_by, reviewer.get("B").superseded_by) == ("C", "C")
+    read = agent.read(scope="proj-a", claim_key="k")
+    assert (read.outcome, [r.id for r in read.records]) == (Outcome.FOUND, ["C"])
+    _consistent(world)
+
+
+@pytest.mark.parametrize("order", [("E2", "E3"), ("E3", "E2")])
+def test_captures_pending_together_leave_the_newest_found(
+    world: World, order: tuple[str, str]
+) -> None:
+    agent, reviewer = world.agent, world.reviewer
+    uri = "https://x.test/doc"
+    reviewer.accept(agent.capture(scope="proj-a", uri=uri, content=b"v1", id="E1"))
+    agent.capture(scope="proj-a", uri=uri, content=b"v2", id="E2")
+    agent.capture(scope="proj-a", uri=uri, content=b"v3", id="E3")
+    first, second = order
+    reviewer.accept(first)
+    if second == "E3":
+        reviewer.accept("E3")  # E1 went to E2 first: E3 replaces E2
+        assert reviewer.get("E2").superseded_by == "E3"
+    else:
+        position = world.ledger.position
+        with pytest.raises(InvalidTransitionError, match=r"capture of .* older than 'E3'"):
+            reviewer.accept("E2")
+        assert world.ledger.position == position
+    read = agent.read(scope="proj-a", claim_key=f"source:{uri}")
+    assert (read.outcome, [r.id for r in read.records]) == (Outcome.FOUND, ["E3"])
+    _consistent(world)
+
+
+def test_a_capture_of_a_source_no_capture_of_which_is_accepted_yet_replaces_the_newest(
+    world: World,
+) -> None:
+    agent, reviewer = world.agent, world.reviewer
+    uri = "https://x.test/doc"
+    agent.capture(scope="proj-a", uri=uri, content=b"v1", id="F1")
+    agent.capture(scope="proj-a", uri=uri, content=b"v2", id="F2")
+    assert reviewer.get("F2").supersedes == "F1"
+    reviewer.accept("F1")
+    reviewer.accept("F2")
+    read = agent.read(scope="proj-a", claim_key=f"source:{uri}")
+    assert (read.outcome, [r.id for r in read.records]) == (Outcome.FOUND, ["F2"])
+    _consistent(world)
+
+
 def test_a_delivered_record_that_is_superseded_owes_a_correction(world: World) -> None:
     reviewer = world.reviewer
     _accepted(world, "R1", scope="proj-a", claim_key="report", value="a", kind=Kind.FACT)
