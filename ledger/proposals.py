@@ -344,23 +344,25 @@ def _check_supersedable(
         )
     if (row["scope"], row["claim_key"]) != (scope, claim_key):
         raise InvalidInputError(
-            f"propose refused: {rid!r} ({scope}/{claim_key}) cannot supersede {old_name!r} "
-            f"({row['scope']}/{row['claim_key']}): a new version keeps scope and claim key"
+            f"propose refused: supersedes {old_name!r} ({row['scope']}/{row['claim_key']}), "
+            f"not {scope}/{claim_key}: a new version keeps scope and claim key"
         )
     if row["status"] in rules.FINAL:
         raise InvalidTransitionError(
-            f"propose refused: {old_name!r} is {row['status']}{rules.cause_text(row)}; "
-            "only a CANDIDATE, ACCEPTED or STALE record can be superseded"
+            f"propose refused: supersedes {old_name!r}, which is "
+            f"{row['status']}{rules.cause_text(row)}; only a CANDIDATE, ACCEPTED or STALE "
+            "record can be superseded"
         )
     if old_id in deps:
         raise InvalidParentError(
-            f"propose refused: {rid!r} cannot both depend on and supersede {old_name!r}"
+            f"propose refused: supersedes {old_name!r}, which it would also depend on "
+            "(a new version cannot both depend on and supersede the old)"
         )
     below = {cid for cid, _ in edges_index.descendants(c, caller.engine.dialect, old_id)}
     for dep in deps:
         if _rests_on(dep, below, pending):
             raise InvalidParentError(
-                f"propose refused: {rid!r} cannot supersede {old_name!r}: its dependency "
+                f"propose refused: supersedes {old_name!r}, but its dependency "
                 f"{caller.shown(c, dep)!r} rests on {old_name!r}"
             )
 

@@ -795,6 +795,9 @@ def test_a_usage_error_exits_2_and_writes_nothing(chain: Cli, line: str) -> None
     result = chain(*shlex.split(line), "--token", chain.agent)
     assert result.exit_code == 2, result.output
     assert "Error" in result.stderr
+    # ... with an example of the command (its --help's), or of a fix the error names
+    example = result.stderr.split("Example:\n", 1)[-1] if "Example:\n" in result.stderr else ""
+    assert example.startswith("  provledger ") or "e.g." in result.stderr, result.stderr
     assert chain.position == before
 
 

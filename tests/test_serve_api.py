@@ -401,6 +401,26 @@ def test_no_token_or_a_bad_token_is_401_with_a_bearer_challenge(served: Served) 
     assert basic.status_code == 401
 
 
+def test_a_bad_token_is_401_even_when_the_body_is_malformed_too(served: Served) -> None:
+    bad = served.anonymous.as_("plt_not-a-token")
+    for content in (b"{not json", b"[1, 2]"):
+        r = bad.post("/records", content=content, headers={"Content-Type": "application/json"})
+        assert (r.status_code, error_of(r)["type"]) == (401, "AuthenticationError")
+    r = served.agent.post("/records", content=b"{not json")  # a good token: the body's fault
+    assert (r.status_code, error_of(r)["type"]) == (422, "InvalidInputError")
+
+
+def test_superseding_an_unknown_record_or_another_claim_names_the_field(served: Served) -> None:
+    _seed(served)
+    new = {"scope": "proj-a", "claim_key": "other", "value": 1, "kind": "fact"}
+    r = served.agent.post("/records", json={**new, "supersedes": "NOPE"})
+    assert (r.status_code, error_of(r)["type"]) == (404, "UnknownRecordError")
+    r = served.agent.post("/records", json={**new, "supersedes": "E1"})
+    error = error_of(r)
+    assert (r.status_code, error["field"]) == (422, "supersedes")
+    assert error["message"].startswith("propose refused: supersedes 'E1' (proj-a/source:")
+
+
 def test_a_revoked_token_is_refused_from_its_next_request(served: Served) -> None:
     assert served.agent.get("/corrections").status_code == 403  # no 'deliver' anywhere
     assert served.reviewer.get("/corrections").status_code == 200
@@ -770,7 +790,8 @@ def test_every_ledger_error_class_has_one_status_in_the_table() -> None:
     assert errors.LedgerError in STATUS
     for cls in classes:
         code = status_of(cls("x"))
-        assert code in (401, 403, 404, 409, 422, 500, 503), cls
+        assert code in (401, 403, 404, 409, 410, 422, 500, 503), cls
+    assert status_of(errors.SnapshotErasedError("x")) == 410  # the console's snapshot page
     assert status_of(errors.SelfApprovalError("x")) == 403
     assert status_of(errors.CycleError("x")) == 422
     assert status_of(errors.UnknownDeliveryError("x")) == 404

@@ -425,6 +425,18 @@ def test_snapshots_are_served_as_inert_text(desk: Desk) -> None:
     assert r.text == "<script>alert(1)</script>"
 
 
+def test_an_erased_snapshot_is_an_error_page_saying_so(desk: Desk) -> None:
+    desk.agent.capture(scope="proj-a", uri="https://x.test/x", content=b"secret", id="E1")
+    ref = desk.agent.get("E1").evidence["snapshot_ref"]  # type: ignore[index]
+    desk.ledger.admin().erase_snapshot(ref, reason="court order")
+    client, _ = desk.signed_in("reviewer")
+    r = client.get(f"/snapshots/{ref}")
+    assert r.status_code == 410
+    assert r.headers["content-type"].startswith("text/html")
+    assert "was erased" in text_of(r.text) and "secret" not in r.text
+    assert "default-src 'none'" in r.headers["content-security-policy"]
+
+
 def test_every_page_carries_the_security_headers(desk: Desk) -> None:
     r = desk.browser().get("/")
     csp = r.headers["content-security-policy"]

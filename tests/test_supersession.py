@@ -87,7 +87,7 @@ def test_a_superseded_record_cannot_be_a_parent_revoked_or_superseded_twice(worl
         agent.propose(scope="proj-a", claim_key="x", value=1, kind=Kind.FACT, parents=["V1"])
     with pytest.raises(InvalidTransitionError, match="SUPERSEDED"):
         reviewer.revoke("V1", reason="no")
-    with pytest.raises(InvalidTransitionError, match="'V1' is SUPERSEDED"):
+    with pytest.raises(InvalidTransitionError, match="supersedes 'V1', which is SUPERSEDED"):
         agent.propose(scope="proj-a", claim_key="k", value=4, kind=Kind.FACT, supersedes="V1")
     assert world.ledger.position == position
     assert reviewer.get("V3").status == Status.CANDIDATE
@@ -101,7 +101,7 @@ def test_supersedes_must_keep_scope_and_claim_key_and_be_visible(world: World) -
         agent.propose(scope="proj-a", claim_key="other", value=2, kind=Kind.FACT, supersedes="V1")
     with pytest.raises(InvalidInputError, match="keeps scope and claim key"):
         agent.propose(scope="proj-b", claim_key="k", value=2, kind=Kind.FACT, supersedes="V1")
-    with pytest.raises(InvalidParentError, match="depend on and supersede 'V1'"):
+    with pytest.raises(InvalidParentError, match="supersedes 'V1', which it would also depend on"):
         agent.propose(
             scope="proj-a", claim_key="k", value=2, kind=Kind.FACT, parents=["V1"], supersedes="V1"
         )

@@ -15,13 +15,36 @@ Errors from the library print one line on stderr and exit 1; usage errors exit 2
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 import click
 
 from ledger import __version__
 from ledger.cli import admin, agents, evidence, reads, runs, writes
 
+#: The ``Example:`` block of a command's help text.
+_EXAMPLE = re.compile(r"^\s*Examples?:\n((?:[ \t]+\S.*(?:\n|$))+)", re.MULTILINE)
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+class _Main(click.Group):
+    """The command group; a usage error also shows the failing command's example."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as exc:
+            command = exc.ctx.command if exc.ctx is not None else None
+            found = _EXAMPLE.search((command.help or "") if command is not None else "")
+            message = exc.format_message()
+            if not found or "Example" in message:
+                raise
+            lines = [line.strip() for line in found.group(1).splitlines() if line.strip()]
+            example = "\nExample:\n" + "\n".join(f"  {line}" for line in lines)
+            raise click.UsageError(message.rstrip() + example, exc.ctx) from None
+
+
+@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="provledger")
 def main() -> None:
     """provledger: an event-sourced provenance ledger for AI agents' memory.

@@ -232,7 +232,13 @@ def endpoint(ledger: Ledger, handler: Handler) -> Callable[[Request], Awaitable[
             token = bearer_token(request.headers)
             body: Mapping[str, Any] = {}
             if request.method == "POST":
-                body = _parse_body(await request.body())
+                raw = await request.body()
+                try:
+                    body = _parse_body(raw)
+                except LedgerError:
+                    # A bad token is told before a bad body (401, not 422).
+                    await run_in_threadpool(ledger.authenticate, token)
+                    raise
         except LedgerError as exc:
             return ledger_error_response(exc)
         call = Call(ledger, token, request.path_params, request.query_params, body)

@@ -31,7 +31,6 @@ from ledger.errors import (
     AuthenticationError,
     InvalidInputError,
     LedgerError,
-    UnknownSnapshotError,
 )
 from ledger.serve.errors import status_of
 from ledger.serve.pages import HERE, Access, Moment, candidate, environment, explain_line
@@ -475,7 +474,7 @@ class Console:
             data = await run_in_threadpool(lambda: self._live(session).snapshot(ref))
         except AuthenticationError:
             raise
-        except UnknownSnapshotError as exc:
+        except LedgerError as exc:  # unknown, erased, or bytes that fail their hash
             return self.error_page(request, session, exc, Moment())
         headers = {"Content-Security-Policy": "sandbox", "X-Content-Type-Options": "nosniff"}
         try:

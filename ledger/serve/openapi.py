@@ -405,7 +405,7 @@ def _paths() -> dict[str, dict[str, Any]]:
                 "Propose a record",
                 "201",
                 "ActionResult",
-                "401 403 409 413 422",
+                "401 403 404 409 413 422",
                 body="ProposeRequest",
                 description="Needs `propose` in the scope. The record is a CANDIDATE until "
                 "an approver other than the proposer accepts it.",

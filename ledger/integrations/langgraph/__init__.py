@@ -37,7 +37,8 @@ What is visible
     picking one. ``Item.created_at`` and ``Item.updated_at`` are both the time
     the current version was proposed (the earlier versions and their times are
     in the ledger's history). ``search`` lists the current versions newest
-    first (the store gives its records ids that sort that way) and filters on
+    first within each scope, scope by scope in name order (the store gives its
+    records ids that sort that way, and a ledger lists one scope at a time) and filters on
     value fields: exact match, or ``$eq $ne $gt $gte $lt $lte``; a dotted field
     name reaches into nested mappings; a field missing from a value fails every
     condition on it. There is no semantic index: ``search(query=...)`` and
