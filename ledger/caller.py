@@ -57,6 +57,9 @@ class Caller:
         self._role_cache: dict[int, dict[str, list[str]]] = {}
         #: Qualified names the caller gave in a transaction (echoed as typed).
         self._given: dict[int, set[str]] = {}
+        #: Per read transaction (by cursor id): qualified keys → how they are shown
+        #: (None: as they are); a snapshot's answers do not change.
+        self._shown: dict[int, dict[str, str | None]] = {}
 
     def derive(
         self,
@@ -75,10 +78,13 @@ class Caller:
         """A read transaction in which the token was checked and the subject's roles
         read (one statement); they serve it until it ends."""
         with self.engine.reading() as c, self.authenticated(c):
+            self._shown[id(c)] = {}
             try:
                 yield c
             except LedgerError as exc:
                 raise self.refusal(c, exc) from exc.__cause__
+            finally:
+                del self._shown[id(c)]
 
     @contextmanager
     def authenticated(self, c: Cursor) -> Iterator[None]:
@@ -197,10 +203,11 @@ class Caller:
         row = validity_view.current(c, d, name, self.position)
         if row is None or self.roles(c, row["scope"]):
             return row  # a free id: no record can be keyed by it qualified
-        for scope in sorted(self.granted_scopes(c)):
-            found = validity_view.current(c, d, redaction.qualified(name, scope), self.position)
-            if found is not None:
-                return found
+        granted = self.granted_scopes(c)
+        keyed = validity_view.qualified_keys(c, d, (name,), self.position).get(name, [])
+        for key, scope in sorted(keyed, key=lambda found: found[1]):
+            if scope in granted:
+                return validity_view.current(c, d, key, self.position)
         return None
 
     def resolve(self, c: Cursor, name: str) -> str:
@@ -239,32 +246,47 @@ class Caller:
         bare = {k: redaction.bare(k) for k in keys if k and redaction.QUALIFIER in k}
         if not bare:
             return {}
+        memo = None if c is None else self._shown.get(id(c))
+        if memo is not None:
+            wanted = {k: b for k, b in bare.items() if k not in memo}
+            if wanted:
+                found = self._names(c, wanted)
+                memo.update((k, found.get(k)) for k in wanted)
+            return {k: shown for k in bare if (shown := memo[k]) is not None}
+        return self._names(c, bare)
+
+    def _names(self, c: Cursor | None, bare: dict[str, str]) -> dict[str, str]:
+        """:meth:`names` of the qualified keys ``bare`` (key → bare id)."""
         granted = self.granted_scopes(c)
         mine = {k: b for k, b in bare.items() if _scope_in(k) in granted}
         if not mine:
             return {}
-        before = {
-            k: [redaction.qualified(b, s) for s in granted if s < _scope_in(k)]
-            for k, b in mine.items()
-        }
-        found = self._scopes(c, {*mine.values(), *(q for qs in before.values() for q in qs)})
-        return {
-            k: b
-            for k, b in mine.items()
-            if found.get(b) not in granted and not any(q in found for q in before[k])
-        }
-
-    def _scopes(self, c: Cursor | None, record_ids: set[str]) -> dict[str, str]:
-        """The scope of each of ``record_ids`` that exists (as of the caller's
-        position, if it has one)."""
-        if self.position is None:
-            return self.engine.scopes_of(c, record_ids)
         if c is None:
             with self.engine.statement() as c2:
-                return self._scopes(c2, record_ids)
+                return self._bare_names(c2, mine, granted)
+        return self._bare_names(c, mine, granted)
+
+    def _bare_names(
+        self, c: Cursor, mine: dict[str, str], granted: frozenset[str]
+    ) -> dict[str, str]:
+        """Those of the qualified keys ``mine`` (key → bare id, each in a granted
+        scope) that the caller is shown by their bare id (see :meth:`names`)."""
         d = self.engine.dialect
-        rows = {rid: validity_view.current(c, d, rid, self.position) for rid in record_ids}
-        return {rid: row["scope"] for rid, row in rows.items() if row is not None}
+        names = set(mine.values())
+        if self.position is None:
+            scopes = self.engine.scopes_of(c, names)
+        else:
+            rows = validity_view.current_many(c, d, names, self.position)
+            scopes = {rid: row["scope"] for rid, row in rows.items()}
+        alone = {k: b for k, b in mine.items() if scopes.get(b) not in granted}
+        if not alone:
+            return {}
+        keyed = validity_view.qualified_keys(c, d, set(alone.values()), self.position)
+        return {
+            k: b
+            for k, b in alone.items()
+            if not any(s in granted and s < _scope_in(k) for _, s in keyed.get(b, ()))
+        }
 
     def shown(self, c: Cursor | None, key: str) -> str:
         """``key`` as the caller is shown it (see :meth:`names`)."""

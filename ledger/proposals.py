@@ -65,6 +65,20 @@ CLOCK_SKEW = timedelta(minutes=5)
 _RECAPTURE: Any = object()  # capture's ``supersedes``: "the previous capture, if any"
 
 
+class Batch(dict[str, Record.Proposed]):
+    """The events proposed earlier in one batch, by key, and the ids they were
+    proposed as (each key's bare id: a second proposal under one is a duplicate)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ids: set[str] = set()
+
+    def add(self, event: Record.Proposed) -> None:
+        """Keep ``event``, proposed in the batch."""
+        self[event.record_id] = event
+        self.ids.add(redaction.bare(event.record_id))
+
+
 def propose(caller: Caller, **fields: Any) -> str:
     """``Session.propose``: ``fields`` are :func:`prepare`'s keyword arguments."""
     caller.writable("propose")
@@ -86,7 +100,7 @@ def capture(
 ) -> str:
     """``Session.capture``: the bytes into the snapshot store, an evidence record
     carrying their hash; a re-capture of the URI with other bytes supersedes the
-    newest accepted capture of it."""
+    newest accepted capture of it (see :func:`previous_capture`)."""
     caller.writable("capture")
     check_text(uri, "uri", max_len=2048)
     if not isinstance(content, (bytes, bytearray, memoryview)):
@@ -133,7 +147,7 @@ def _propose(
             fields["supersedes"] = previous_capture(
                 caller, c, fields["scope"], fields["claim_key"], fields["evidence"]
             )
-        record = prepare(caller, c, {}, {}, **fields)
+        record = prepare(caller, c, Batch(), {}, **fields)
         return Decision([record], lambda _: redaction.bare(record.record_id), snapshots)
 
     return pipeline.command(caller, name, decide)
@@ -146,7 +160,7 @@ def propose_many(caller: Caller, items: Iterable[Mapping[str, Any]]) -> list[str
 
     def decide(c: Cursor, now: datetime) -> Decision[list[str]]:
         records: list[Record.Proposed] = []
-        pending: dict[str, Record.Proposed] = {}
+        pending = Batch()
         mentioned = _mentioned_ids(batch)
         found = validity_view.current_many(c, caller.engine.dialect, mentioned)
         known = {rid: found.get(rid) for rid in mentioned}
@@ -161,7 +175,7 @@ def propose_many(caller: Caller, items: Iterable[Mapping[str, Any]]) -> list[str
                 continue
             except LedgerError as exc:
                 raise type(exc)(f"propose_many item {index}: {exc}") from None
-            pending[record.record_id] = record
+            pending.add(record)
             records.append(record)
         if taken is not None:
             raise taken
@@ -200,7 +214,7 @@ def _batch_fields(item: object) -> dict[str, Any]:
 def prepare(
     caller: Caller,
     c: Cursor,
-    pending: Mapping[str, Record.Proposed],
+    pending: Batch,
     known: dict[str, Any],
     *,
     scope: str,
@@ -410,11 +424,11 @@ def _new_key(
     rid: str,
     scope: str,
     known: dict[str, Any],
-    pending: Mapping[str, Record.Proposed],
+    pending: Batch,
 ) -> str | None:
     """The key of a new record proposed as ``rid`` in ``scope``; None if the id is
     taken where the caller can see it (see :meth:`Caller.key_for`)."""
-    if rid in pending or any(redaction.bare(k) == rid for k in pending):
+    if rid in pending.ids:
         return None  # proposed earlier in the batch, where the caller sees it
     row = _row(caller, c, rid, known)
     if row is None:

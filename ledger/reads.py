@@ -486,6 +486,10 @@ def records(
             # is taken in a scope the caller cannot see.
             after=None if after is None else redaction.bare(after),
         )
+        # How the page's qualified keys are shown, in one look-up for all its rows
+        caller.names(
+            c, {k for row in rows for k in (row["record_id"], *redaction.row_dependencies(row))}
+        )
         views = tuple(
             record_view(caller, c, row, at, deliveries=bool(row["has_deliveries"])) for row in rows
         )

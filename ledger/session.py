@@ -286,7 +286,9 @@ class Session:
         The record carries ``uri``, ``fetched_at``, ``content_hash`` and
         ``snapshot_ref`` (``sha256:<hex>``). Its value defaults to the content hash;
         its claim key to ``source:<uri>``. Capturing a URI again with other bytes
-        supersedes the newest accepted capture of it once accepted.
+        supersedes, once accepted, the newest accepted capture of it (the newest
+        candidate one while none is accepted; the newest version, if another
+        capture replaced that one first).
 
         Raises:
             InvalidValueError: content is not bytes, or uri is empty.

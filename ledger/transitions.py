@@ -8,7 +8,7 @@ then decides on the record's view row and aggregate under the writers' lock.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -206,6 +206,7 @@ def supersession(caller: Caller, c: Cursor, record: Record, now: datetime) -> li
     assert old_id is not None
     events: list[Any] = []
     versions: dict[Any, int] = {}  # aggregates given events here: their newest version
+    superseded: set[str] = set()  # not to be marked STALE below a later one
     target: str | None = old_id
     while target is not None and record_uuid(target) not in versions:
         old = caller.engine.load_record(c, target)
@@ -215,9 +216,10 @@ def supersession(caller: Caller, c: Cursor, record: Record, now: datetime) -> li
         if old.superseded_by is not None:
             if target != old_id:
                 break
+            newest = _head_of(caller, c, old).record_id
             raise InvalidTransitionError(
                 f"accept refused: {rid!r} supersedes {old_id!r}, which was already superseded "
-                f"by {old.superseded_by!r}; propose a new version of {old.superseded_by!r}"
+                f"by {old.superseded_by!r}; propose a new version of {newest!r}"
             )
         if old.status not in (Status.REVOKED, Status.REJECTED):
             below = {cid for cid, _ in edges_index.descendants(c, caller.engine.dialect, target)}
@@ -226,14 +228,25 @@ def supersession(caller: Caller, c: Cursor, record: Record, now: datetime) -> li
                     f"accept refused: {rid!r} rests on {target!r}, which it supersedes"
                 )
             old.supersede(caller.subject, rid, now)
-            marking = stale_marking(caller, c, target, f"superseded by {rid}", now, rid, versions)
-            superseded = list(old.collect_events())
-            versions[old.id] = superseded[-1].originator_version
-            events += [*superseded, *marking.events]
+            superseded.add(target)
+            reason = f"superseded by {rid}"
+            marking = stale_marking(caller, c, target, reason, now, rid, versions, superseded)
+            replaced = list(old.collect_events())
+            versions[old.id] = replaced[-1].originator_version
+            events += [*replaced, *marking.events]
         if old.accepted_once:
             break
         target = old.supersedes
     return events
+
+
+def _head_of(caller: Caller, c: Cursor, record: Record) -> Record:
+    """The newest version of ``record``'s line: following ``superseded_by``."""
+    head, seen = record, {record.record_id}
+    while head.superseded_by is not None and head.superseded_by not in seen:
+        seen.add(head.superseded_by)
+        head = caller.engine.load_record(c, head.superseded_by)
+    return head
 
 
 def _newest_capture(caller: Caller, c: Cursor, record: Record, old: Record) -> Record:
@@ -243,12 +256,9 @@ def _newest_capture(caller: Caller, c: Cursor, record: Record, old: Record) -> R
     ``InvalidTransitionError`` if that version was proposed after ``record``: an
     older capture does not replace a newer one."""
     uri = (record.evidence or {}).get("uri")
-    head = old
-    while head.superseded_by is not None:
-        newer = caller.engine.load_record(c, head.superseded_by)
-        if (newer.evidence or {}).get("uri") != uri:
-            return old
-        head = newer
+    head = _head_of(caller, c, old)
+    if (head.evidence or {}).get("uri") != uri:
+        return old
     d = caller.engine.dialect
     rows = validity_view.current_many(c, d, (head.record_id, record.record_id))
     if rows[head.record_id]["created_pos"] > rows[record.record_id]["created_pos"]:
@@ -278,11 +288,13 @@ def stale_marking(
     now: datetime,
     superseded_by: str | None = None,
     versions: dict[Any, int] | None = None,
+    skip: Collection[str] = (),
 ) -> Marking:
     """``MarkedStale`` events for every descendant of ``root`` not already final
     (cause ``root``; ``superseded_by``: the record that superseded it, itself left
     out). ``versions``: the newest version of aggregates given events earlier in
-    the same transaction (by aggregate id), updated with these.
+    the same transaction (by aggregate id), updated with these; ``skip``: records
+    left alone (superseded earlier in the transaction).
 
     Descendants are found through the reverse-dependency index, so the cost follows
     the number of descendants, not the size of the ledger; the events are built
@@ -293,7 +305,7 @@ def stale_marking(
     d = engine.dialect
     reached = [cid for cid, _ in edges_index.descendants(c, d, root) if cid != superseded_by]
     rows = validity_view.current_many(c, d, reached)
-    marked = [cid for cid in reached if rows[cid]["status"] not in rules.FINAL]
+    marked = [cid for cid in reached if rows[cid]["status"] not in rules.FINAL and cid not in skip]
     stored = engine.recorder.last_versions(c, [record_uuid(m) for m in marked])
     unstored = [cid for cid in marked if record_uuid(cid) not in stored]
     if unstored:

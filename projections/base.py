@@ -46,11 +46,17 @@ class Dialect:
     clustered: str = ""
     #: The id a record key was proposed as (the key up to ``@@``), of column ``{c}``.
     bare_id: str = "substr({c}, 1, instr({c} || '@@', '@@') - 1)"
+    #: Whether the key in column ``{c}`` is qualified (``name@@scope``).
+    qualified: str = "instr({c}, '@@') > 0"
 
     def listing_order(self, column: str) -> str:
         """What a scope's listing is ordered by: the id each record was proposed
         as (unique within a scope), by code point; an index on it serves pages."""
         return "(" + self.bare_id.format(c=column) + ")" + self.bytewise
+
+    def is_qualified(self, column: str) -> str:
+        """A condition: the key in ``column`` is qualified (``name@@scope``)."""
+        return self.qualified.format(c=column)
 
     def q(self, statement: str) -> str:
         """Translate a statement written with ``?`` and ``{t}`` table prefixes."""
@@ -87,6 +93,7 @@ def postgres_dialect(schema: str) -> Dialect:
         prefix=f"{schema}.",
         bytewise=' COLLATE "C"',
         bare_id="split_part({c}, '@@', 1)",
+        qualified="strpos({c}, '@@') > 0",
     )
 
 

@@ -142,9 +142,11 @@ class Projector:
 
     def create_indexes(self, c: Cursor) -> None:
         """The indexes only reads use, built over the rows already in."""
-        listing = self.dialect.listing_order("record_id")
+        d = self.dialect
+        listing, qualified = d.listing_order("record_id"), d.is_qualified("record_id")
         for statement in validity.AFTER_LOAD_DDL:
-            c.execute(self.dialect.q(statement.replace("{listing}", listing)))
+            statement = statement.replace("{listing}", listing).replace("{qualified}", qualified)
+            c.execute(d.q(statement))
 
     def drop_tables(self, c: Cursor) -> None:
         """Drop every view table (and with the time index, the views' position)."""

@@ -128,6 +128,10 @@ AFTER_LOAD_DDL = (
     # only, ordered by the id each was proposed as ({listing}: see Dialect.listing_order).
     "CREATE INDEX IF NOT EXISTS pl_records_listing ON {t}pl_records (scope, {listing}) "
     "WHERE to_pos IS NULL",
+    # The qualified keys (``name@@scope``, few) by the id they were proposed as: who
+    # else is known by a name (``Caller.names``). Partial: other rows cost nothing.
+    "CREATE INDEX IF NOT EXISTS pl_records_qualified ON {t}pl_records ({listing}, scope) "
+    "WHERE {qualified}",
     # Partial: only evidence has a snapshot, and other rows then cost no index entry.
     "CREATE INDEX IF NOT EXISTS pl_records_snapshot ON {t}pl_records (snapshot_ref) "
     "WHERE snapshot_ref IS NOT NULL",
@@ -311,11 +315,40 @@ def _proposed_row(pos: int, event: Any, eff: int | None, source: str | None) -> 
     }
 
 
-def current_many(c: Cursor, d: Dialect, record_ids: Iterable[str]) -> dict[str, RecordRow]:
-    """The current rows of the given records (missing ones left out), in one
-    query per 500 ids."""
-    select = "SELECT * FROM {{t}}pl_records WHERE record_id IN ({marks}) AND " + NOW_FILTER
-    return {row["record_id"]: row for row in rows_in(c, d, select, record_ids)}
+def current_many(
+    c: Cursor, d: Dialect, record_ids: Iterable[str], position: int | None = None
+) -> dict[str, RecordRow]:
+    """The rows of the given records now, or right after ``position`` (missing
+    ones left out), in one query per 500 ids."""
+    select = "SELECT * FROM {{t}}pl_records WHERE record_id IN ({marks}) AND "
+    if position is None:
+        return {row["record_id"]: row for row in rows_in(c, d, select + NOW_FILTER, record_ids)}
+    rows = rows_in(c, d, select + AS_OF_FILTER, record_ids, (position, position))
+    return {row["record_id"]: row for row in rows}
+
+
+def qualified_keys(
+    c: Cursor, d: Dialect, names: Iterable[str], position: int | None = None
+) -> dict[str, list[tuple[str, str]]]:
+    """For each of ``names``, the (key, scope) of every record keyed
+    ``name@@scope`` (proposed as ``name`` where it was taken), now or right after
+    ``position``: one query per 500 names on the qualified keys' index."""
+    select = (
+        "SELECT record_id, scope FROM {{t}}pl_records WHERE "
+        + d.is_qualified("record_id")
+        + " AND "
+        + d.listing_order("record_id")
+        + " IN ({marks}) AND "
+    )
+    if position is None:
+        rows = rows_in(c, d, select + NOW_FILTER, names)
+    else:
+        rows = rows_in(c, d, select + AS_OF_FILTER, names, (position, position))
+    out: dict[str, list[tuple[str, str]]] = {}
+    for row in rows:
+        key = str(row["record_id"])
+        out.setdefault(key.partition("@@")[0], []).append((key, str(row["scope"])))
+    return out
 
 
 class _Fold:

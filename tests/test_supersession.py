@@ -174,6 +174,27 @@ def test_accepting_a_version_of_a_pending_version_replaces_the_whole_line(world:
     _consistent(world)
 
 
+def test_a_version_replaced_in_a_line_is_not_also_marked_stale_below_an_older_one(
+    world: World,
+) -> None:
+    agent, reviewer = world.agent, world.reviewer
+    fact = {"scope": "proj-a", "kind": Kind.FACT}
+    for rid, fields in (("A", {}), ("E", {}), ("D", {"parents": ["E"]})):
+        _accepted(world, rid, claim_key=rid.lower(), value=1, **{**fact, **fields})
+    # B, a new version of A, rests on D; D moves onto A: B now rests on A too
+    agent.propose(claim_key="a", value=2, supersedes="A", parents=["D"], id="B", **fact)
+    reviewer.revoke("E", reason="gone")
+    reviewer.revalidate("D", note="on A", parents=["A"])
+    agent.propose(claim_key="a", value=3, supersedes="B", id="C", **fact)
+    reviewer.accept("C")
+    assert [e.type for e in reviewer.history("B")][-1] == "Superseded"
+    assert (reviewer.get("A").status, reviewer.get("B").status) == (
+        Status.SUPERSEDED,
+        Status.SUPERSEDED,
+    )
+    _consistent(world)
+
+
 @pytest.mark.parametrize("order", [("E2", "E3"), ("E3", "E2")])
 def test_captures_pending_together_leave_the_newest_found(
     world: World, order: tuple[str, str]
