@@ -598,8 +598,12 @@ def _check_files(members: dict[str, bytes], manifest: dict[str, Any], problems: 
 def _check_signature(
     key: Ed25519PublicKey, message: bytes, signature: bytes | None, problems: list[str], what: str
 ) -> None:
+    text = (signature or b"").strip()
     try:
-        key.verify(base64.b64decode((signature or b"").strip(), validate=True), message)
+        raw = base64.b64decode(text, validate=True)
+        if base64.b64encode(raw) != text:  # one spelling only: no byte may change
+            raise ValueError("not the canonical base64 of the signature")
+        key.verify(raw, message)
     except (ed25519().InvalidSignature, ValueError):
         problems.append(what)
 

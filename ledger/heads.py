@@ -328,7 +328,10 @@ def verify_head(head: SignedHead, public_key: PublicKeyLike) -> bool:
     if head.key_id != key_id(key):
         return False
     try:
-        key.verify(base64.b64decode(head.signature), head.message())
+        raw = base64.b64decode(head.signature, validate=True)
+        if base64.b64encode(raw).decode("ascii") != head.signature:
+            return False  # one spelling only: a head's every character is signed for
+        key.verify(raw, head.message())
     except (ed25519().InvalidSignature, ValueError):
         return False
     return True

@@ -231,14 +231,14 @@ class _Builder:
                 self.doc.wasInvalidatedBy(
                     entity, act, event.at, other_attributes={"pl:supersededBy": self.ref(by)}
                 )
-                approval = self._newest(by, ("Accepted", "Revalidated"), event.position)
+                approval = self._newest(by, ("Accepted", "Revalidated"), event.position, members)
                 if approval is not None:
                     self.doc.wasInformedBy(act, approval)
                 continue
             self.doc.used(act, entity, event.at, other_attributes={"prov:role": PL[role]})
             if event.type == "MarkedStale":
                 caused_by = "Revoked" if details.get("superseded_by") is None else "Superseded"
-                cause = self._newest(str(details["cause"]), (caused_by,), event.position)
+                cause = self._newest(str(details["cause"]), (caused_by,), event.position, members)
                 if cause is not None:
                     self.doc.wasInformedBy(act, cause)
             elif event.type == "Revalidated" and details.get("parents") is not None:
@@ -255,10 +255,15 @@ class _Builder:
             if rid in members:
                 self.doc.used(act, REC[rid], other_attributes={"prov:role": PL[role]})
 
-    def _newest(self, rid: str, types: Sequence[str], before: int) -> QualifiedName | None:
+    def _newest(
+        self, rid: str, types: Sequence[str], before: int, members: set[str]
+    ) -> QualifiedName | None:
         """The activity of ``rid``'s newest event of one of ``types`` before position
         ``before`` (the revocation or supersession a marking came from, the approval
-        a supersession came from); None if the session may not audit ``rid``."""
+        a supersession came from); None if ``rid`` is not exported (``members``: its
+        activities are not in the document) or the session may not audit it."""
+        if rid not in members:
+            return None
         trail = self.trail(rid)
         if trail is None:
             return None

@@ -6,6 +6,8 @@ with and without the kept heads against what docs/evidence.md promises.
 
 from __future__ import annotations
 
+import base64
+import dataclasses
 import io
 import json
 import os
@@ -392,6 +394,8 @@ def test_a_signed_head_round_trips_through_json_and_any_changed_field_fails(
         data = head.to_json()
         data[field] = value
         assert not verify_head(SignedHead.from_json(data), tmp_path / "k.pub"), field
+    respelt = other_spelling(head.signature.encode()).decode()
+    assert not verify_head(dataclasses.replace(head, signature=respelt), tmp_path / "k.pub")
     generate_key(tmp_path / "other")
     assert not verify_head(head, tmp_path / "other.pub")
 
@@ -573,6 +577,33 @@ def test_any_altered_byte_of_a_bundle_fails(bundled: tuple[World, Path, Path]) -
         check(offset, mask)
 
     anywhere()
+
+
+#: Base64 digits in order: a digit's value is its index.
+B64 = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
+
+def other_spelling(text: bytes) -> bytes:
+    """``text`` (base64 of 64 bytes, ending ``X==``) with the 2 bits of ``X`` that
+    encode nothing changed: another spelling of the same bytes."""
+    assert text.endswith(b"==")
+    digit = B64.index(text[-3:-2])
+    return text[:-3] + B64[digit ^ 1 : (digit ^ 1) + 1] + b"=="
+
+
+@pytest.mark.parametrize("ledger_url", ["memory"], indirect=True)
+def test_a_bundle_whose_signature_is_spelt_otherwise_fails(
+    bundled: tuple[World, Path, Path],
+) -> None:
+    _world, path, public = bundled
+    original = path.read_bytes()
+    altered = path.with_name("respelt.zip")
+    altered.write_bytes(other_spelling(original))
+    assert base64.b64decode(original[-88:]) == base64.b64decode(other_spelling(original)[-88:])
+
+    report = verify_bundle(altered, public)
+
+    assert not report.ok and report.problem
 
 
 @pytest.mark.parametrize("ledger_url", ["memory"], indirect=True)

@@ -8,6 +8,7 @@ correction issued for R1's delivery.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -363,6 +364,40 @@ def test_stale_markings_caused_by_a_revocation_say_so(scene: Scene) -> None:
     assert {_one(m.get_attribute("pl:causedBy")) for m in markings} == {"revocation"}
     assert all(not m.get_attribute("pl:supersededBy") for m in markings)
     assert _activities(doc, "Supersession") == []
+
+
+#: Keys of PROV-JSON relations that name an entity, an activity or an agent.
+_ENDS = ("prov:entity", "prov:activity", "prov:agent", "prov:informed", "prov:informant")
+
+
+def test_a_partial_export_relates_only_what_it_declares(world: World) -> None:
+    agent, reviewer = world.agent, world.reviewer
+    agent.capture(scope="proj-a", uri="https://x.test/1", content=b"x", id="E1")
+    reviewer.accept("E1")
+    agent.propose(scope="proj-a", claim_key="r", value=1, kind=Kind.REPORT, parents=["E1"], id="R")
+    reviewer.accept("R")
+    agent.propose(scope="proj-a", claim_key="f", value=1, kind=Kind.FACT, id="F1")
+    reviewer.accept("F1")
+    agent.propose(scope="proj-a", claim_key="f", value=2, kind=Kind.FACT, supersedes="F1", id="F2")
+    agent.propose(
+        scope="proj-a", claim_key="g", value=3, kind=Kind.INFERENCE, parents=["F1"], id="G"
+    )
+    reviewer.accept("G")
+    reviewer.accept("F2")  # F1 superseded by F2: G stale
+    reviewer.revoke("E1", reason="wrong")  # R stale
+    for record in ("R", "G", "F1", None):
+        doc = json.loads(export_text(reviewer, "prov-json", record=record))
+        declared = {name for kind in ("entity", "activity", "agent") for name in doc.get(kind, {})}
+        ends = [
+            (kind, key, value)
+            for kind, relations in doc.items()
+            if kind not in ("prefix", "entity", "activity", "agent")
+            for relation in relations.values()
+            for one in (relation if isinstance(relation, list) else [relation])
+            for key, value in one.items()
+            if key in _ENDS
+        ]
+        assert ends and [end for end in ends if end[2] not in declared] == [], record
 
 
 def test_a_revision_is_exported_only_with_both_versions(world: World) -> None:
