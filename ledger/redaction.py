@@ -67,8 +67,7 @@ def error(exc: LedgerError, names: Mapping[str, str]) -> LedgerError:
     shows them."""
     if not names:
         return exc
-    text = _KEY.sub(lambda m: names.get(m.group(0), m.group(0)), str(exc))
-    return type(exc)(text)
+    return type(exc)(text(str(exc), names))
 
 
 #: Row columns that name another record.
