@@ -63,7 +63,7 @@ def audit(caller: Caller, record_id: str) -> AuditTrail:
             position=note.id,
             type=type(event).__name__,
             at=event.timestamp,
-            actor=getattr(event, "actor", None),
+            actor=redaction.actor(getattr(event, "actor", None), f, hidden),
             details=redaction.details(f, hidden, names),
         )
         for (note, event), f in zip(decoded, fields, strict=True)
@@ -135,13 +135,14 @@ def history(
                 named = redaction.event_dependencies(details)
                 hidden = caller.hidden_among(c, named)
                 names = caller.names(c, (*named, rid))
+                actor = redaction.actor(getattr(event, "actor", None), details, hidden)
                 details = redaction.details(details, hidden, names)
                 out.append(
                     AuditEvent(
                         position=note.id,
                         type=event.__class__.__name__,
                         at=event.timestamp,
-                        actor=getattr(event, "actor", None),
+                        actor=actor,
                         details={"record_id": names.get(rid, rid), **details},
                     )
                 )

@@ -104,7 +104,9 @@ class _Builder:
         self.hidden = False
 
     def agent(self, subject: str | None) -> QualifiedName | None:
-        if subject is None:
+        """The agent of ``subject``; None (no association) for no actor or one
+        withheld (:data:`~ledger.values.HIDDEN`: it acted outside the session's scopes)."""
+        if subject is None or subject == HIDDEN:
             return None
         if subject not in self.agents:
             self.agents.add(subject)

@@ -7,8 +7,9 @@ it STALE. Every output built from a view row or an event (``RecordView``,
 ``explain``, audit trails, history, corrections, graphs, PROV export, bundles,
 error messages) passes through :func:`row`, :func:`ids` or :func:`details`, so
 such ids become one fixed placeholder (:data:`~ledger.values.HIDDEN`, shown once
-however many there are) and a hidden cause's reason is withheld
-(:data:`~ledger.values.WITHHELD`).
+however many there are), a hidden cause's reason is withheld
+(:data:`~ledger.values.WITHHELD`) and so is who made the stale marking it caused
+(:func:`actor`).
 
 Which ids are hidden is decided by :meth:`ledger.caller.Caller.hidden_among`:
 a record is hidden when the caller holds no role at all in its scope.
@@ -222,6 +223,15 @@ def row(row: RecordRow, hidden: Set[str]) -> RecordRow:
     if row["cause_root"] in hidden and row["status"] == "STALE":
         out["reason"] = WITHHELD
     return out  # type: ignore[return-value]
+
+
+def actor(subject: str | None, fields: Mapping[str, Any], hidden: Set[str]) -> str | None:
+    """Who an event shows as its actor: :data:`HIDDEN` for a stale marking whose
+    cause is hidden (whoever revoked or superseded it acted in a scope the caller
+    cannot see), ``subject`` otherwise."""
+    if subject is not None and hidden and fields.get("cause") in hidden:
+        return HIDDEN
+    return subject
 
 
 def details(

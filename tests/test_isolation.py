@@ -35,8 +35,9 @@ from ledger.heads import generate_key
 from ledger.prov import export_text
 from tests.conftest import Clock
 
-#: What B must never see: A's ids, claim key, scope and confidential reason.
-SECRETS = ("A-E1", "A-M1", "A-X", "api.secret_claim", "proj-a", "merger with ACME")
+#: What B must never see: A's ids, claim key, scope, confidential reason and who
+#: acts there (``tenant-a`` revoked A-E1, which marked B's records STALE).
+SECRETS = ("A-E1", "A-M1", "A-X", "api.secret_claim", "proj-a", "merger with ACME", "tenant-a")
 
 
 def grant(led: Ledger, subject: str, roles: dict[str, list[str]]) -> Session:
@@ -124,6 +125,8 @@ def test_explain_audit_history_and_corrections_name_nothing_of_the_other_scope(
     assert trail.events[0].details["parents"] == [HIDDEN]
     marked = [e for e in trail.events if e.type == "MarkedStale"]
     assert [(e.details["cause"], e.details["reason"]) for e in marked] == [(HIDDEN, WITHHELD)]
+    # Who revoked A's source acted in proj-a: the marking it caused shows no actor's name.
+    assert [e.actor for e in marked] == [HIDDEN]
     assert_nothing_of_a(repr(trail))
     assert_nothing_of_a(repr(b.history()))
     (due,) = b.corrections_due()
