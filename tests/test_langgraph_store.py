@@ -479,10 +479,87 @@ def test_a_semantic_query_an_index_or_a_ttl_is_refused_clearly(store: LedgerStor
         store.put(("test",), "k", {"text": "x"}, index=["text"])
     with pytest.raises(UnsupportedStoreOperationError, match="ttl"):
         store.batch([PutOp(("test",), "k", {"text": "x"}, ttl=5.0)])
-    with pytest.raises(NotImplementedError):
+    # put and aput refuse a ttl as the batch does (BaseStore's own check would
+    # raise a bare NotImplementedError first); the error is one too.
+    with pytest.raises(UnsupportedStoreOperationError, match=r"ttl=5\.0: LedgerStore does not"):
         store.put(("test",), "k", {"text": "x"}, ttl=5.0)
-    store.put(("test",), "k", {"text": "x"}, index=False)
+    with pytest.raises(NotImplementedError, match="pass ttl=None"):
+        asyncio.run(store.aput(("test",), "k", {"text": "x"}, ttl=5.0))
+    assert store.get(("test",), "k") is None
+    store.put(("test",), "k", {"text": "x"}, index=False, ttl=None)
     assert store.get(("test",), "k") is not None
+
+
+def test_puts_of_one_key_at_once_leave_one_value_and_later_puts_replace_it(
+    principals: Principals, store: LedgerStore
+) -> None:
+    # Each put reads the version it replaces, then proposes and accepts: run at
+    # once, they must still end in one line of versions, the last one winning.
+    writers = 6
+    start = threading.Barrier(writers)
+    errors: list[BaseException] = []
+
+    def put(n: int) -> None:
+        try:
+            start.wait()
+            for round_ in range(3):
+                store.put(("test", "race"), "key", {"writer": n, "round": round_})
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=put, args=(n,)) for n in range(writers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    item = store.get(("test", "race"), "key")
+    assert item is not None and item.value["round"] == 2
+    versions = principals.reviewer.explain("test", "race/key").entries
+    statuses = sorted(e.record.status.value for e in versions)
+    assert statuses == ["ACCEPTED"] + ["SUPERSEDED"] * (3 * writers - 1)
+    store.put(("test", "race"), "key", {"writer": "last"})
+    assert store.get(("test", "race"), "key").value == {"writer": "last"}  # type: ignore[union-attr]
+    asyncio.run(_aputs(store, [{"n": n} for n in range(4)]))
+    current_id(principals.agent, "test", "race/key")  # one usable version
+    item = store.get(("test", "race"), "key")
+    assert item is not None and item.value in [{"n": n} for n in range(4)]
+
+
+def test_a_conflict_left_by_two_processes_is_named_and_cleared_by_a_delete(
+    principals: Principals, store: LedgerStore
+) -> None:
+    # What two processes putting one key at the same instant leave: two accepted
+    # versions, neither replacing the other.
+    agent, reviewer = principals.agent, principals.reviewer
+    ids = [agent.propose("test", "race/key", {"v": n}, Kind.FACT) for n in (1, 2)]
+    for rid in ids:
+        reviewer.accept(rid)
+    with pytest.raises(MemoryConflictError, match=f"{ids[0]}.*{ids[1]}|{ids[1]}.*{ids[0]}"):
+        store.get(("test", "race"), "key")
+    store.delete(("test", "race"), "key")
+    store.put(("test", "race"), "key", {"v": 3})
+    assert store.get(("test", "race"), "key").value == {"v": 3}  # type: ignore[union-attr]
+
+
+async def _aputs(store: LedgerStore, values: list[dict[str, int]]) -> None:
+    await asyncio.gather(*(store.aput(("test", "race"), "key", value) for value in values))
+
+
+def test_a_scope_whose_name_holds_a_period_is_no_namespace(
+    principals: Principals, store: LedgerStore
+) -> None:
+    # LangGraph refuses a "." in a label: a scope named so is left out of the
+    # namespaces the store lists and searches, so it never hands back one it refuses.
+    admin = principals.ledger.admin()
+    admin.grant("agent", "acme.billing", ["propose", "read"])
+    admin.grant("reviewer", "acme.billing", ["approve", "read"])
+    principals.reviewer.accept(
+        principals.agent.propose("acme.billing", "plan", {"tier": 1}, Kind.FACT)
+    )
+    store.put(("test",), "k", {"v": 1})
+    assert store.list_namespaces() == [("test",)]
+    assert [(i.namespace, i.key) for i in store.search(())] == [(("test",), "k")]
 
 
 # -- list_namespaces -------------------------------------------------------------------

@@ -36,9 +36,11 @@ What is visible
     one key disagree the store raises :class:`MemoryConflictError` instead of
     picking one. ``Item.created_at`` and ``Item.updated_at`` are both the time
     the current version was proposed (the earlier versions and their times are
-    in the ledger's history). ``search`` lists the current versions newest
-    first within each scope, scope by scope in name order (the store gives its
-    records ids that sort that way, and a ledger lists one scope at a time) and filters on
+    in the ledger's history). ``search`` lists the current versions scope by
+    scope in name order and by record id within a scope (a ledger lists one
+    scope at a time): newest first for the store's own puts, whose ids sort that
+    way, and by their ids for records proposed otherwise. A scope whose name holds
+    a ``.`` is never listed (LangGraph refuses such a label). ``search`` filters on
     value fields: exact match, or ``$eq $ne $gt $gte $lt $lte``; a dotted field
     name reaches into nested mappings; a field missing from a value fails every
     condition on it. There is no semantic index: ``search(query=...)`` and
@@ -78,7 +80,12 @@ Batches
     As LangGraph's own stores do, a batch answers its reads (``GetOp``,
     ``SearchOp``, ``ListNamespacesOp``) from the state before the batch and then
     applies its ``PutOp``\\ s, the last one for a key winning. ``abatch`` runs the
-    batch in a worker thread, so the event loop is never blocked.
+    batch in a worker thread, so the event loop is never blocked. Puts and
+    deletes of one key run one at a time in a process, whatever the thread or
+    the store: a put reads the version it replaces before it proposes, so two at
+    once would both replace it and leave two accepted values. Two processes
+    putting one key at the same instant still can; ``get`` then raises
+    :class:`MemoryConflictError`, and deleting the key clears it.
 
 Modules: :mod:`~ledger.integrations.langgraph.keys` (namespace and key ↔ scope
 and claim key), :mod:`~ledger.integrations.langgraph.filters` (search filters),

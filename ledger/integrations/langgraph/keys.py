@@ -177,9 +177,10 @@ def location(namespace: tuple[str, ...], key: str, depth: int) -> tuple[str, str
 
 
 def labels_of(scope: str, depth: int) -> tuple[str, ...] | None:
-    """The namespace labels of ``scope``, or None if it is not one of ``depth`` labels."""
+    """The namespace labels of ``scope``, or None if it is not one of ``depth``
+    labels LangGraph accepts (a ledger scope may hold a ``.``, a namespace label not)."""
     labels = (scope,) if depth == 1 else tuple(scope.split(SCOPE_JOIN))
-    if len(labels) != depth:
+    if len(labels) != depth or any("." in label for label in labels):
         return None
     try:
         scope_of(labels)

@@ -9,13 +9,15 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import nullcontext
 from datetime import datetime
 from functools import partial
-from typing import Any
+from typing import Any, Literal
 
 from langgraph.store.base import (
+    NOT_PROVIDED,
     BaseStore,
     GetOp,
     Item,
     ListNamespacesOp,
+    NotProvided,
     Op,
     PutOp,
     Result,
@@ -60,6 +62,15 @@ __all__ = ["PAGE", "LedgerStore"]
 PAGE = 1000
 #: The statuses of a record a delete revokes.
 _LIVE = (Status.CANDIDATE, Status.ACCEPTED, Status.STALE)
+#: A put reads the version it replaces, then proposes and accepts: two puts of one
+#: key at once would both replace the same version and leave two accepted values (a
+#: CONFLICT). Puts and deletes of one key therefore run one at a time in a process,
+#: whatever the store or thread: under one of these locks, chosen by the key.
+_KEY_LOCKS = tuple(threading.Lock() for _ in range(64))
+
+
+def _key_lock(scope: str, claim: str) -> threading.Lock:
+    return _KEY_LOCKS[hash((scope, claim)) % len(_KEY_LOCKS)]
 
 
 class LedgerStore(BaseStore):
@@ -153,6 +164,45 @@ class LedgerStore(BaseStore):
         where = partial("get of {!r} key {!r}".format, op.namespace, op.key)
         view = self._newest(result, where)
         return None if view is None else _item(Item, op.namespace, op.key, view)
+
+    def put(
+        self,
+        namespace: tuple[str, ...],
+        key: str,
+        value: Mapping[str, Any],
+        index: Literal[False] | list[str] | None = None,
+        *,
+        ttl: float | NotProvided | None = NOT_PROVIDED,
+    ) -> None:
+        """Store an item (``BaseStore.put``): a batch of one ``PutOp``. A ``ttl``
+        other than None raises ``UnsupportedStoreOperationError``, as in a batch."""
+        self.batch([self._put_op(namespace, key, value, index, ttl)])
+
+    async def aput(
+        self,
+        namespace: tuple[str, ...],
+        key: str,
+        value: Mapping[str, Any],
+        index: Literal[False] | list[str] | None = None,
+        *,
+        ttl: float | NotProvided | None = NOT_PROVIDED,
+    ) -> None:
+        """``put`` in a worker thread (``BaseStore.aput``)."""
+        await self.abatch([self._put_op(namespace, key, value, index, ttl)])
+
+    @staticmethod
+    def _put_op(
+        namespace: tuple[str, ...],
+        key: str,
+        value: Mapping[str, Any],
+        index: Literal[False] | list[str] | None,
+        ttl: float | NotProvided | None,
+    ) -> PutOp:
+        # BaseStore.put refuses a ttl with a bare NotImplementedError before the
+        # batch sees it; the batch's check says what to do instead.
+        return PutOp(
+            tuple(namespace), str(key), value, index, None if isinstance(ttl, NotProvided) else ttl
+        )
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         """Run the operations; results in the order of ``ops`` (see "Batches")."""
@@ -400,12 +450,18 @@ class LedgerStore(BaseStore):
 
     def _put(self, state: Thread | None, op: PutOp) -> None:
         scope, claim = self._locate(op.namespace, op.key)
-        if op.value is None:
-            self._delete(scope, claim)
-            return
+        with _key_lock(scope, claim):
+            if op.value is None:
+                self._delete(scope, claim)
+            else:
+                self._replace(state, scope, claim, op.value)
+
+    def _replace(self, state: Thread | None, scope: str, claim: str, given: Any) -> None:
+        """Propose ``given`` as the newest version of the key (accepted at once
+        under the approver policy), superseding the version it replaces."""
         previous = self._head(scope, claim)
         fields: dict[str, Any] = {} if previous is None else {"supersedes": previous}
-        value = dict(op.value)
+        value = dict(given)
         if state is None:
             record_id = self.session.propose(
                 scope, claim, value, self.kind, id=self._ids.next(), **fields
