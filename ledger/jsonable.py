@@ -4,6 +4,7 @@ JSON (the command line's ``--json``, the HTTP API, the MCP server)."""
 from __future__ import annotations
 
 import base64
+import math
 from collections.abc import Mapping
 from dataclasses import fields, is_dataclass
 from datetime import datetime
@@ -14,7 +15,10 @@ from ledger.values import RecordView
 
 def plain(value: Any) -> Any:
     """``value`` as JSON-ready data: dataclasses become objects, datetimes ISO 8601,
-    bytes ``{"base64": …}``."""
+    bytes ``{"base64": …}``, and a float JSON cannot carry (an infinity; a NaN never
+    enters the ledger) the string ``"inf"`` or ``"-inf"``."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "inf" if value > 0 else "-inf"
     if is_dataclass(value) and not isinstance(value, type):
         return {f.name: plain(getattr(value, f.name)) for f in fields(value)}
     if isinstance(value, datetime):

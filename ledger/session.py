@@ -436,3 +436,15 @@ class Session:
 
         self.caller.writable("run")
         return RunContext(self.caller, check_id(run_id, "run id"))
+
+
+def next_after(
+    session: Session, scope: str, page: tuple[RecordView, ...], limit: int, **filters: Any
+) -> str | None:
+    """The ``after`` of the page that follows ``page`` (what ``session.records(scope,
+    limit=limit, **filters)`` gave), or None when nothing follows it: a full page
+    costs one look at the record after it (through ``session``, so a run does not
+    count it as shown)."""
+    if len(page) < limit or not session.records(scope, limit=1, after=page[-1].id, **filters):
+        return None
+    return page[-1].id

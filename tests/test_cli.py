@@ -461,6 +461,20 @@ def test_get_json_has_every_record_field_and_delivery_state(chain: Cli) -> None:
     assert "NEEDS_REVALIDATION" in out and "DELIVERED to ops@x.test" in out
 
 
+def test_json_output_carries_an_infinite_float_as_the_string_inf(cli: Cli) -> None:
+    with Ledger.open(cli.url) as led:
+        agent, reviewer = led.authenticate(cli.agent), led.authenticate(cli.reviewer)
+        value = {"huge": float("inf"), "small": [-float("inf"), 1.5]}
+        reviewer.accept(agent.propose("proj-a", "api.huge", value, Kind.FACT, id="H1"))
+    out = cli.as_reviewer("get", "H1", "--json").stdout
+    assert "Infinity" not in out  # what json.dumps writes, and no JSON parser takes
+    assert json.loads(out)["value"] == {"huge": "inf", "small": ["-inf", 1.5]}
+    read = json.loads(
+        cli.as_reviewer("read", "--scope", "proj-a", "--claim", "api.huge", "--json").stdout
+    )
+    assert read["value"] == {"huge": "inf", "small": ["-inf", 1.5]}
+
+
 def test_audit_shows_the_whole_history_of_a_revoked_record(chain: Cli) -> None:
     _revoked(chain)
     data = json.loads(chain.as_reviewer("audit", "E1", "--json").stdout)

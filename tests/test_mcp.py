@@ -431,6 +431,10 @@ async def test_list_records_pages_through_the_review_queue_and_what_needs_attent
         assert first["next_after"] == "M3"
         assert [r["id"] for r in second["records"]] == ["M4"]
         assert second["next_after"] is None
+        # A full page that nothing follows is the last one
+        whole = await ok(agent, "list_records", scope=SCOPE, status="CANDIDATE", limit=3)
+        assert [r["id"] for r in whole["records"]] == ["M2", "M3", "M4"]
+        assert whole["next_after"] is None
 
         # By kind and by key prefix
         evidence = await ok(agent, "list_records", scope=SCOPE, kind="evidence")
@@ -451,6 +455,67 @@ async def test_list_records_pages_through_the_review_queue_and_what_needs_attent
         assert [r["id"] for r in attention["records"]] == ["M0", "M1", "M2", "M3", "M4"]
         assert attention["records"] == stale["records"]
         assert {r["cause"] for r in stale["records"]} == {"E1"}
+
+
+async def test_an_infinite_float_is_shown_as_the_string_inf_not_null(team: Team) -> None:
+    # JSON has no infinity: shown as null, two different values would look alike.
+    agent, reviewer = team.sessions["agent-1"], team.sessions["reviewer"]
+    reviewer.accept(agent.propose(SCOPE, CLAIM, {"v": float("inf")}, Kind.FACT, id="H1"))
+    reviewer.accept(agent.propose(SCOPE, CLAIM, {"v": None}, Kind.FACT, id="H2"))
+    async with team.client("agent-1") as client:
+        read = await ok(client, "read_memory", scope=SCOPE, claim_key=CLAIM)
+        record = await ok(client, "get_record", record_id="H1")
+    assert read["outcome"] == "CONFLICT"
+    assert sorted(str(r["value"]) for r in read["records"]) == ["{'v': 'inf'}", "{'v': None}"]
+    assert record["value"] == {"v": "inf"}
+
+
+async def test_an_argument_a_tool_does_not_take_is_refused_naming_it(team: Team) -> None:
+    # The SDK would drop it: a misspelt `parents` would lose the provenance silently.
+    await accepted_evidence(team, "E1")
+    before = team.ledger.position
+    async with team.client("agent-1") as agent:
+        tools = await agent.list_tools()
+        text = await refused(
+            agent,
+            "propose_memory",
+            scope=SCOPE,
+            claim_key=CLAIM,
+            value=1,
+            kind="inference",
+            parent=["E1"],
+            id="M1",
+        )
+    assert all(t.input_schema["additionalProperties"] is False for t in tools.tools)
+    assert text.startswith(
+        "Error executing tool propose_memory: InvalidInputError: propose_memory takes no "
+        "argument 'parent'; "
+    )
+    assert "parents" in text
+    assert team.ledger.position == before
+
+
+async def test_a_connection_that_lost_read_on_what_it_read_proposes_no_more(
+    team: Team,
+) -> None:
+    # What it proposes may rest on a record it can no longer cite: refused, naming it,
+    # until a new connection (a new run) starts.
+    admin = team.ledger.admin()
+    admin.grant("agent-1", scope=OTHER, roles=["read"])
+    admin.grant("reviewer", scope=OTHER, roles=["approve"])
+    team.sessions["reviewer"].accept(
+        team.sessions["outsider"].propose(OTHER, "b.fact", 1, Kind.FACT, id="B1")
+    )
+    async with team.client("agent-1") as agent:
+        await ok(agent, "read_memory", scope=OTHER, claim_key="b.fact")
+        admin.revoke_grant("agent-1", scope=OTHER)
+        text = await refused(
+            agent, "propose_memory", scope=SCOPE, claim_key=CLAIM, value=1, kind="fact"
+        )
+    assert text.startswith("Error executing tool propose_memory: InvalidParentError: ")
+    assert "'B1'" in text
+    async with team.client("agent-1") as fresh:
+        await ok(fresh, "propose_memory", scope=SCOPE, claim_key=CLAIM, value=1, kind="fact")
 
 
 async def test_reject_memory_makes_a_candidate_rejected_for_good(team: Team) -> None:

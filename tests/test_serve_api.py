@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -18,7 +19,7 @@ import pytest
 from openapi_spec_validator import validate
 from starlette.testclient import TestClient
 
-from ledger import Ledger
+from ledger import Kind, Ledger
 from ledger.serve import api as api_module
 from ledger.serve import create_app
 from ledger.serve.errors import STATUS, status_of
@@ -155,6 +156,17 @@ def test_capturing_evidence_pins_the_bytes_given_as_text_or_base64(served: Serve
     assert text.json()["record"]["evidence"]["content_hash"] == digest
 
 
+def test_an_infinite_float_is_the_string_inf_and_the_body_strict_json(served: Served) -> None:
+    # JSON has no infinity; a value the library stored with one reads back as "inf".
+    reviewer = served.ledger.authenticate(served.tokens["reviewer"])
+    agent = served.ledger.authenticate(served.tokens["agent-1"])
+    value = {"huge": float("inf"), "small": [-float("inf"), 1.5]}
+    reviewer.accept(agent.propose("proj-a", "api.huge", value, Kind.FACT, id="H1"))
+    r = served.agent.get("/records/{record_id}", record_id="H1")
+    assert "Infinity" not in r.text
+    assert json.loads(r.text)["value"] == {"huge": "inf", "small": ["-inf", 1.5]}
+
+
 def test_listing_pages_a_scope_by_id_with_filters(served: Served) -> None:
     _seed(served)
     served.agent.post(
@@ -167,6 +179,7 @@ def test_listing_pages_a_scope_by_id_with_filters(served: Served) -> None:
     assert first.json()["next_after"] == "E1"
     rest = served.agent.get("/records", params={"scope": "proj-a", "limit": 2, "after": "E1"})
     assert [x["id"] for x in rest.json()["records"]] == ["M1", "R1"]
+    assert rest.json()["next_after"] is None  # a full page, but nothing follows it
     candidates = served.agent.get("/records", params={"scope": "proj-a", "status": "CANDIDATE"})
     assert [x["id"] for x in candidates.json()["records"]] == ["A0"]
     assert candidates.json()["next_after"] is None

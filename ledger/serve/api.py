@@ -30,6 +30,7 @@ from ledger.errors import AuthenticationError, InvalidInputError, LedgerError
 from ledger.graph import collect, dot_available, render, to_dot, to_mermaid
 from ledger.serve import payloads
 from ledger.serve.errors import error_body, field_of, status_of
+from ledger.session import next_after
 
 PREFIX = "/api/v1"
 
@@ -342,16 +343,16 @@ def list_records(call: Call) -> Response:
     """One page of a scope's records, ordered by id."""
     session = call.session()
     limit = call.query_int("limit", minimum=1, maximum=MAX_LIMIT) or 100
-    views = session.records(
-        call.query_str("scope", required=True) or "",
-        status=call.query_choice("status", Status),
-        validity=call.query_choice("validity", Validity),
-        kind=call.query_choice("kind", Kind),
-        claim_prefix=call.query_str("claim_prefix"),
-        limit=limit,
-        after=call.query_str("after"),
-    )
-    return json_response(payloads.records_page(views, limit))
+    scope = call.query_str("scope", required=True) or ""
+    filters: dict[str, Any] = {
+        "status": call.query_choice("status", Status),
+        "validity": call.query_choice("validity", Validity),
+        "kind": call.query_choice("kind", Kind),
+        "claim_prefix": call.query_str("claim_prefix"),
+    }
+    views = session.records(scope, limit=limit, after=call.query_str("after"), **filters)
+    following = next_after(session, scope, views, limit, **filters)
+    return json_response(payloads.records_page(views, following))
 
 
 def get_record(call: Call) -> Response:

@@ -36,6 +36,7 @@ from ledger.serve.errors import status_of
 from ledger.serve.pages import HERE, Access, Moment, candidate, environment, explain_line
 from ledger.serve.pictures import picture
 from ledger.serve.sessions import COOKIE, ConsoleSession, SessionStore
+from ledger.session import next_after
 from ledger.values import RecordView
 
 #: Records shown per page of the queue, the attention list and the record list.
@@ -332,7 +333,7 @@ class Console:
                     {
                         "scope": scope,
                         "candidates": [candidate(live, v) for v in views],
-                        "next_after": views[-1].id if len(views) >= PAGE else None,
+                        "next_after": next_after(live, scope, views, PAGE, status=Status.CANDIDATE),
                         "unreadable": False,
                     }
                 )
@@ -362,7 +363,7 @@ class Console:
                 "scope": scope,
                 "filters": filters,
                 "views": views,
-                "next_after": views[-1].id if len(views) >= PAGE else None,
+                "next_after": next_after(live, scope, views, PAGE, **filters) if scope else None,
             }
 
         return await self._gather(request, session, "records.html", load)

@@ -1,12 +1,11 @@
 """The JSON shapes of the API's answers (the same as the CLI's ``--json`` output).
 
 Datetimes are ISO 8601 strings, bytes ``{"base64": …}``, and a float JSON cannot
-carry (infinity) the string ``"inf"``/``"-inf"``.
+carry (infinity) the string ``"inf"``/``"-inf"`` (:func:`ledger.jsonable.plain`).
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from ledger.graph import Subgraph
@@ -21,30 +20,16 @@ from ledger.values import (
 )
 
 
-def finite(data: Any) -> Any:
-    """``data`` with non-finite floats replaced by strings (JSON has no infinity)."""
-    if isinstance(data, float) and not math.isfinite(data):
-        return "inf" if data > 0 else "-inf"
-    if isinstance(data, dict):
-        return {k: finite(v) for k, v in data.items()}
-    if isinstance(data, list):
-        return [finite(v) for v in data]
-    return data
-
-
 def record(view: RecordView) -> dict[str, Any]:
     """A record: every field, ``undeclared`` and each delivery's ``state``."""
-    out: dict[str, Any] = finite(record_json(view))
+    out: dict[str, Any] = record_json(view)
     return out
 
 
-def records_page(views: tuple[RecordView, ...], limit: int) -> dict[str, Any]:
-    """One page of a listing; ``next_after`` is the id to pass as ``after`` for the next."""
-    full = len(views) >= limit
-    return {
-        "records": [record(v) for v in views],
-        "next_after": views[-1].id if full and views else None,
-    }
+def records_page(views: tuple[RecordView, ...], following: str | None) -> dict[str, Any]:
+    """One page of a listing; ``next_after`` (``following``: see
+    :func:`ledger.session.next_after`) is the ``after`` of the next, None on the last."""
+    return {"records": [record(v) for v in views], "next_after": following}
 
 
 def read_result(result: ReadResult) -> dict[str, Any]:
@@ -54,7 +39,7 @@ def read_result(result: ReadResult) -> dict[str, Any]:
         "scope": result.scope,
         "claim_key": result.claim_key,
         "at": result.at.isoformat(),
-        "value": finite(plain(result.value)),
+        "value": plain(result.value),
         "records": [record(r) for r in result.records],
     }
 
@@ -77,14 +62,14 @@ def audit(trail: AuditTrail) -> dict[str, Any]:
     """A record's whole history, event by event."""
     return {
         "record": record(trail.record),
-        "events": [finite(plain(e)) for e in trail.events],
+        "events": [plain(e) for e in trail.events],
         "undeclared": list(trail.undeclared),
     }
 
 
 def correction_due(due: CorrectionDue) -> dict[str, Any]:
     """A delivery that owes a correction, with why."""
-    data: dict[str, Any] = finite(plain(due))
+    data: dict[str, Any] = plain(due)
     data["delivery"]["state"] = due.delivery.state
     return data
 

@@ -65,7 +65,10 @@ class Connection:
     through it is recorded, and those shown VALID (last time they were shown)
     become ``observed`` dependencies. A record shown as not usable, or shown
     withdrawn after it was read, is no dependency, so a long connection that has
-    looked at what changed never reaches a dead end.
+    looked at what changed never reaches a dead end — unless the token loses
+    ``read`` where a record it was shown lives: what it proposes may rest on what
+    it can no longer cite, so its proposals are refused until a new connection
+    (a new run) starts.
     """
 
     def __init__(self, session: Session) -> None:

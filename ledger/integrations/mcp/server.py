@@ -6,12 +6,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal
 
-from mcp.server.mcpserver import MCPServer
-from mcp.types import ToolAnnotations
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import CallToolResult, InputRequiredResult, ToolAnnotations
+from mcp.types import Tool as MCPTool
 
 from ledger import Ledger, __version__
 from ledger.access import Role
-from ledger.integrations.mcp.connection import Connection, lifespan_of
+from ledger.errors import InvalidInputError
+from ledger.integrations.mcp.connection import Connection, lifespan_of, refusal
 from ledger.integrations.mcp.results import RECORD_URI
 from ledger.integrations.mcp.tools import (
     accept_memory,
@@ -29,6 +32,44 @@ from ledger.integrations.mcp.tools import (
 )
 
 __all__ = ["APPROVAL_TOOLS", "INSTRUCTIONS", "TOOLS", "build_server", "serve"]
+
+
+class LedgerServer(MCPServer[Connection]):
+    """The SDK's server, strict about arguments: a tool's input schema admits no
+    other properties, and a call naming an argument the tool does not take is
+    refused naming it (the SDK would drop it, so a misspelt ``parent`` would
+    silently lose provenance)."""
+
+    async def list_tools(self) -> list[MCPTool]:
+        """Every tool, its input schema closed to other arguments."""
+        tools = await super().list_tools()
+        for tool in tools:
+            tool.input_schema = {**tool.input_schema, "additionalProperties": False}
+        return tools
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context[Connection, Any] | None = None
+    ) -> CallToolResult | InputRequiredResult:
+        """Refuse arguments ``name`` does not take, then call it."""
+        for tool in await super().list_tools():
+            if tool.name == name:
+                takes = set(tool.input_schema.get("properties", {}))
+                unknown = sorted(set(arguments) - takes)
+                if unknown:
+                    # Worded as the SDK words a tool's refusal.
+                    raise ToolError(
+                        f"Error executing tool {name}: "
+                        + refusal(
+                            InvalidInputError(
+                                f"{name} takes no argument "
+                                + ", ".join(repr(arg) for arg in unknown)
+                                + "; its arguments are "
+                                + ", ".join(sorted(takes))
+                            )
+                        )
+                    )
+        return await super().call_tool(name, arguments, context)
+
 
 INSTRUCTIONS = """\
 provledger is a provenance ledger used as memory. Everything stored is a record: a \
@@ -92,7 +133,10 @@ TOOLS: tuple[tuple[Callable[..., Any], str, ToolAnnotations], ...] = (
         "proposing a rival value (two accepted values for one claim are a CONFLICT). Refused "
         "when a parent is unknown, outside your scopes, or not usable (REVOKED, REJECTED, "
         "STALE, SUPERSEDED); and when a record you read in this session has been withdrawn "
-        "since: look at it (get_record or explain_memory), then propose again.",
+        "since: look at it (get_record or explain_memory), then propose again. If you can "
+        "no longer read a record this session read (your access was withdrawn), what you "
+        "propose here may rest on it, so every proposal of this session is refused: start a "
+        "new session.",
         _write_tool("Propose a memory", destructive=False),
     ),
     (
@@ -204,7 +248,7 @@ def build_server(ledger: Ledger, token: str) -> MCPServer[Connection]:
     """
     session = ledger.authenticate(token)
     roles = session.grants()
-    server: MCPServer[Connection] = MCPServer(
+    server = LedgerServer(
         "provledger",
         title="provledger memory",
         instructions=INSTRUCTIONS,

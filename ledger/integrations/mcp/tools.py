@@ -57,6 +57,7 @@ from ledger.integrations.mcp.schemas import (
     Scope,
     one_of,
 )
+from ledger.session import next_after
 
 __all__ = [
     "accept_memory",
@@ -261,21 +262,18 @@ def list_records(
     ] = None,
 ) -> PageOut:
     """The ``list_records`` tool: one page of :meth:`Session.records`, recorded in the run."""
-    with as_tool_error(), connection_of(ctx).acting() as acting:
-        page = acting.records(
-            scope,
-            status=status,
-            validity=validity,
-            kind=kind,
-            claim_prefix=claim_prefix,
-            limit=limit,
-            after=after,
-        )
-    records = [record_out(r) for r in page]
-    return {
-        "records": records,
-        "next_after": records[-1]["id"] if len(records) == limit else None,
+    filters: dict[str, Any] = {
+        "status": status,
+        "validity": validity,
+        "kind": kind,
+        "claim_prefix": claim_prefix,
     }
+    connection = connection_of(ctx)
+    with as_tool_error(), connection.acting() as acting:
+        page = acting.records(scope, limit=limit, after=after, **filters)
+        # The look past a full page goes through the session: the run was not shown it.
+        following = next_after(connection.session, scope, page, limit, **filters)
+    return {"records": [record_out(r) for r in page], "next_after": following}
 
 
 def audit_record(ctx: Ctx, record_id: RecordId) -> AuditOut:
