@@ -630,6 +630,14 @@ def test_bad_query_parameters_are_422_naming_them(served: Served) -> None:
         ("/explain", {"scope": "proj-a", "claim_key": "c", "kinds": "guess"}, "kinds"),
         ("/corrections", {"as_of_position": "-1"}, "as_of_position"),
         ("/corrections", {"as_of_position": "99999"}, "as_of_position"),
+        (
+            "/corrections",
+            {"as_of_position": "1", "as_of_time": "2026-01-01T00:00:00Z"},
+            "as_of_time",
+        ),
+        # A misspelt parameter would otherwise drop the filter it meant
+        ("/records", {"scope": "proj-a", "stauts": "STALE"}, "stauts"),
+        ("/read", {"scope": "proj-a", "claim_key": "c", "as_of": "1"}, "as_of"),
     ]
     for template, params, field in cases:
         r = served.agent.get(template, params=params)
@@ -638,7 +646,7 @@ def test_bad_query_parameters_are_422_naming_them(served: Served) -> None:
 
 
 def test_a_body_that_is_not_a_json_object_is_422(served: Served) -> None:
-    for raw in (b"{not json", b"[1, 2]"):
+    for raw in (b"{not json", b"[1, 2]", b'{"value": Infinity}', b'{"value": -Infinity}'):
         r = served.agent.post("/records", content=raw, headers={"Content-Type": "application/json"})
         assert r.status_code == 422
         assert error_of(r)["type"] == "InvalidInputError"
@@ -650,6 +658,35 @@ def test_a_body_that_is_not_a_json_object_is_422(served: Served) -> None:
         json={"scope": "proj-a", "uri": "u", "content": "a", "content_base64": "YQ=="},
     )
     assert (both.status_code, error_of(both)["field"]) == (422, "content")
+
+
+def test_a_field_a_route_does_not_take_is_422_naming_it_and_writes_nothing(
+    served: Served,
+) -> None:
+    # Dropped, a misspelt `parents` would lose the provenance and `expire` the expiry.
+    _seed(served)
+    before = served.ledger.position
+    body = {"scope": "proj-a", "claim_key": "c", "value": 1, "kind": "report"}
+    for extra in ({"parent": ["M1"]}, {"expire": "2020-01-01T00:00:00Z"}):
+        r = served.agent.post("/records", json={**body, **extra})
+        assert r.status_code == 422, r.text
+        (name,) = extra
+        assert error_of(r)["field"] == name
+        assert error_of(r)["message"].startswith(f"unknown field {name!r} (this route takes: ")
+    r = served.reviewer.post("/records/{record_id}/accept", record_id="M1", json={"reason": "x"})
+    assert (r.status_code, error_of(r)["field"]) == (422, "reason")
+    r = served.agent.post("/records", json=body, params={"as_of_position": "1"})
+    assert (r.status_code, error_of(r)["field"]) == (422, "as_of_position")
+    assert served.ledger.position == before
+
+
+def test_a_method_a_route_does_not_take_is_405_with_allow(served: Served) -> None:
+    r = served.client.put("/api/v1/records/E1")
+    assert r.status_code == 405
+    assert set(r.headers["allow"].replace(" ", "").split(",")) == {"GET", "HEAD"}
+    assert error_of(r)["type"] == "MethodNotAllowed"
+    page = served.client.post("/records")
+    assert page.status_code == 405 and "GET" in page.headers["allow"]
 
 
 def test_a_body_over_the_limit_is_413_before_anything_is_written(served: Served) -> None:
@@ -759,6 +796,22 @@ def test_a_record_resting_on_a_hidden_one_never_names_it(served: Served) -> None
 
 
 # -- the contract itself ------------------------------------------------------------------------
+
+
+def test_a_closed_ledger_is_a_documented_503_and_bodies_are_closed_schemas(
+    served: Served,
+) -> None:
+    doc = served.client.get("/openapi.json").json()
+    for path, ops in doc["paths"].items():
+        for method, op in ops.items():
+            assert {"500", "503"} <= set(op["responses"]), (method, path)
+            if "requestBody" in op:
+                ref = op["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+                schema = doc["components"]["schemas"][ref.rsplit("/", 1)[-1]]
+                assert schema["additionalProperties"] is False, (method, path)
+    served.ledger.close()
+    r = served.agent.get("/records/{record_id}", record_id="E1")  # checked against the document
+    assert (r.status_code, error_of(r)["type"]) == (503, "ClosedLedgerError")
 
 
 def test_the_openapi_document_is_valid_3_1_and_lists_every_route(served: Served) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -99,6 +99,8 @@ class Call:
         session = self.ledger.authenticate(self.token)
         position = self.query_int("as_of_position", minimum=0)
         when = self.query_time("as_of_time")
+        if position is not None and when is not None:
+            raise FieldError("as_of_time", "give as_of_position or as_of_time, not both")
         if position is not None or when is not None:
             session = session.as_of(position=position, time=when)
         return session
@@ -225,8 +227,14 @@ def _parse_time(name: str, text: str | None) -> datetime | None:
 Handler = Callable[[Call], Response]
 
 
-def endpoint(ledger: Ledger, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
-    """An ASGI endpoint running ``handler`` in a worker thread, errors as JSON."""
+def endpoint(
+    ledger: Ledger,
+    handler: Handler,
+    accepted: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset()),
+) -> Callable[[Request], Awaitable[Response]]:
+    """An ASGI endpoint running ``handler`` in a worker thread, errors as JSON;
+    ``accepted``: the query parameters and body fields it takes (any other is
+    refused before anything runs: a misspelt ``parents`` must not lose provenance)."""
 
     async def run(request: Request) -> Response:
         try:
@@ -240,6 +248,8 @@ def endpoint(ledger: Ledger, handler: Handler) -> Callable[[Request], Awaitable[
                     # A bad token is told before a bad body (401, not 422).
                     await run_in_threadpool(ledger.authenticate, token)
                     raise
+            _check_names(request.query_params.keys(), accepted[0], "query parameter")
+            _check_names(body.keys(), accepted[1], "field")
         except LedgerError as exc:
             return ledger_error_response(exc)
         call = Call(ledger, token, request.path_params, request.query_params, body)
@@ -257,11 +267,27 @@ def endpoint(ledger: Ledger, handler: Handler) -> Callable[[Request], Awaitable[
     return run
 
 
+def _check_names(given: Iterable[str], accepted: frozenset[str], what: str) -> None:
+    unknown = sorted(set(given) - accepted)
+    if unknown:
+        takes = ", ".join(sorted(accepted)) or "none"
+        raise FieldError(
+            unknown[0],
+            f"unknown {what} {', '.join(repr(name) for name in unknown)} (this route takes: "
+            f"{takes})",
+        )
+
+
+def _not_json(constant: str) -> Any:
+    # Python's json module reads NaN and Infinity; RFC 8259 JSON has neither.
+    raise ValueError(f"{constant} is not JSON")
+
+
 def _parse_body(raw: bytes) -> Mapping[str, Any]:
     if not raw.strip():
         return {}
     try:
-        data = json.loads(raw)
+        data = json.loads(raw, parse_constant=_not_json)
     except (ValueError, RecursionError):
         raise InvalidInputError("the request body is not JSON") from None
     if not isinstance(data, dict):
@@ -517,20 +543,24 @@ ROUTES: tuple[tuple[str, str, Handler], ...] = (
 
 
 def routes(ledger: Ledger) -> list[BaseRoute]:
-    """The API's Starlette routes (one per path, methods merged)."""
-    by_path: dict[str, dict[str, Handler]] = {}
+    """The API's Starlette routes (one per path, methods merged), each taking the
+    inputs its OpenAPI operation documents."""
+    from ledger.serve.openapi import accepted_inputs  # it describes these routes
+
+    by_path: dict[str, dict[str, Callable[[Request], Awaitable[Response]]]] = {}
     for method, path, handler in ROUTES:
-        by_path.setdefault(path, {})[method] = handler
-    out: list[BaseRoute] = []
-    for path, handlers in by_path.items():
-        out.append(Route(PREFIX + path, _dispatch(ledger, handlers), methods=list(handlers)))
-    return out
+        by_path.setdefault(path, {})[method] = endpoint(
+            ledger, handler, accepted_inputs(method, path)
+        )
+    return [
+        Route(PREFIX + path, _dispatch(endpoints), methods=list(endpoints))
+        for path, endpoints in by_path.items()
+    ]
 
 
 def _dispatch(
-    ledger: Ledger, handlers: Mapping[str, Handler]
+    endpoints: Mapping[str, Callable[[Request], Awaitable[Response]]],
 ) -> Callable[[Request], Awaitable[Response]]:
-    endpoints = {method: endpoint(ledger, h) for method, h in handlers.items()}
 
     async def dispatch(request: Request) -> Response:
         method = "GET" if request.method == "HEAD" else request.method
@@ -544,10 +574,13 @@ def not_found(path: str) -> Response:
     return json_response(error_body("NotFound", f"no API route {path!r}"), 404)
 
 
-def method_not_allowed(method: str, path: str) -> Response:
-    """The API's answer for a method a path does not take."""
+def method_not_allowed(
+    method: str, path: str, headers: Mapping[str, str] | None = None
+) -> Response:
+    """The API's answer for a method a path does not take (``headers``: the
+    ``Allow`` header naming the methods it does take, which a 405 must carry)."""
     return json_response(
-        error_body("MethodNotAllowed", f"{method} is not allowed on {path!r}"), 405
+        error_body("MethodNotAllowed", f"{method} is not allowed on {path!r}"), 405, headers
     )
 
 

@@ -167,10 +167,10 @@ def create_app(
         path = request.url.path
         if path.startswith(api.PREFIX):
             if exc.status_code == 405:
-                return api.method_not_allowed(request.method, path)
+                return api.method_not_allowed(request.method, path, exc.headers)
             return api.not_found(path)
         session, _ = console._session(request)
-        return console.render(
+        page = console.render(
             request,
             session,
             "error.html",
@@ -181,6 +181,8 @@ def create_app(
             if exc.status_code == 404
             else f"{request.method} is not allowed on {path!r}.",
         )
+        page.headers.update(exc.headers or {})  # a 405's Allow
+        return page
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -300,8 +300,12 @@ _ERRORS = {
     "409": "The status machine does not allow this now (e.g. accepting a REVOKED record).",
     "413": "The request body is over the server's limit.",
     "422": "Bad input; error.field names the offending field.",
-    "503": "format=svg, but Graphviz's dot program is not installed on the server.",
+    "503": "The ledger cannot be reached or is closed (StorageError, ClosedLedgerError); "
+    "for format=svg, also: Graphviz's dot program is not installed on the server.",
+    "500": "Stored data failed its integrity check (CorruptEventError, SnapshotIntegrityError).",
 }
+#: What any operation may answer, whatever it does.
+_ALWAYS = ("500", "503")
 
 
 def _param(
@@ -550,14 +554,34 @@ def _paths() -> dict[str, dict[str, Any]]:
     }
 
 
+def accepted_inputs(method: str, path: str) -> tuple[frozenset[str], frozenset[str]]:
+    """The query parameters and body fields the operation ``method`` on ``path``
+    (under the API's prefix) documents: the API refuses any other, naming it."""
+    doc = document()
+    op = doc["paths"][PREFIX + path][method.lower()]
+    query = frozenset(p["name"] for p in op.get("parameters", ()) if p["in"] == "query")
+    body: frozenset[str] = frozenset()
+    if "requestBody" in op:
+        ref = op["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+        body = frozenset(doc["components"]["schemas"][ref.rsplit("/", 1)[-1]]["properties"])
+    return query, body
+
+
 def document() -> dict[str, Any]:
     """The whole OpenAPI 3.1 document."""
     paths = {PREFIX + path: ops for path, ops in _paths().items()}
+    schemas = {name: dict(schema) for name, schema in SCHEMAS.items()}
     for path, ops in paths.items():
         for method, op in ops.items():
             op["operationId"] = method + path.replace(PREFIX, "").replace("/", "_").replace(
                 "{", ""
             ).replace("}", "")
+            for code in _ALWAYS:
+                op["responses"].setdefault(code, {"$ref": f"#/components/responses/E{code}"})
+            if "requestBody" in op:
+                # The API refuses a field its operation does not document.
+                ref = op["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+                schemas[ref.rsplit("/", 1)[-1]]["additionalProperties"] = False
     return {
         "openapi": "3.1.0",
         "info": {
@@ -570,7 +594,7 @@ def document() -> dict[str, Any]:
         "security": [{"bearer": []}],
         "paths": paths,
         "components": {
-            "schemas": SCHEMAS,
+            "schemas": schemas,
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
             "responses": {
                 f"E{code}": {
