@@ -54,6 +54,7 @@ class Ledger:
         clock: Callable[[], datetime] = _utcnow,
         retention: Mapping[Kind | str, RetentionRule] | None = None,
         create: bool = True,
+        catch_up: bool = True,
     ) -> None:
         backend = resolve_url(url)
         self.url = backend.url
@@ -78,7 +79,8 @@ class Ledger:
         )
         try:
             self._engine.migrate_views()
-            self.catch_up()
+            if catch_up:
+                self.catch_up()
         except BaseException:
             self.close()
             raise
@@ -95,6 +97,7 @@ class Ledger:
         clock: Callable[[], datetime] = _utcnow,
         retention: Mapping[Kind | str, RetentionRule] | None = None,
         create: bool = True,
+        catch_up: bool = True,
     ) -> Ledger:
         """Open (creating if needed) the ledger at ``url``.
 
@@ -110,6 +113,11 @@ class Ledger:
                 refused with ``RetentionRuleError`` naming the rule.
             create: False to refuse a ledger that does not exist yet instead of
                 creating it (nothing is created: no file, no tables).
+            catch_up: False to leave the views as stored instead of applying the
+                events they have not seen (the first write still does): what an
+                audit of a ledger that may have been tampered with opens it with,
+                so that ``verify`` names the first problem rather than opening
+                failing on a row written behind the ledger's back.
 
         Raises:
             InvalidURLError: the URL names no supported backend.
@@ -124,6 +132,7 @@ class Ledger:
             clock=clock,
             retention=retention,
             create=create,
+            catch_up=catch_up,
         )
 
     def close(self) -> None:

@@ -263,10 +263,10 @@ def verify_consistency(
     """
     if size1 < 0 or size1 > size2:
         return False
+    if size1 == 0:  # the empty tree is a prefix of every tree; its root is fixed
+        return root1 == EMPTY_ROOT and not path and (size2 > 0 or root2 == EMPTY_ROOT)
     if size1 == size2:
         return root1 == root2 and not path
-    if size1 == 0:
-        return not path
     if not path:  # 0 < size1 < size2 always needs at least one node
         return False
     proof = list(path)

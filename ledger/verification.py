@@ -121,7 +121,7 @@ def verify(
                 findings.add("consistency", problem)
         proof: tuple[str, ...] = ()
         if target is not None:
-            problem = _against_problem(tree, target)
+            problem = _against_problem(tree, positions, target)
             if problem is not None:
                 findings.add("consistency", problem)
             elif target.size < tree.size:
@@ -216,6 +216,15 @@ def _walk_log(
     tree, positions = MerkleTree(), []
     log_ok = True
     after = 0
+    stray = recorder.stray_position(c)
+    if stray is not None:
+        findings.add(
+            "log",
+            f"the event at position {stray} was not appended by the ledger (log positions "
+            "start at 1)",
+            stray,
+        )
+        log_ok = False
     while True:
         notes = recorder.read_after(c, after, _BATCH)
         upper = notes[-1].id if notes else None
@@ -304,7 +313,7 @@ def _consistency_problem(
     return None
 
 
-def _against_problem(tree: MerkleTree, target: LogDigest) -> str | None:
+def _against_problem(tree: MerkleTree, positions: Sequence[int], target: LogDigest) -> str | None:
     # The 0.1 messages, which scripts may match on.
     if target.size > tree.size:
         return f"the log has {tree.size} events; the digest describes {target.size}"
@@ -313,6 +322,12 @@ def _against_problem(tree: MerkleTree, target: LogDigest) -> str | None:
         target.size, tree.size, bytes.fromhex(target.root), tree.root(), proof
     ):
         return f"the first {target.size} events do not match the digest {target}"
+    last = positions[target.size - 1] if target.size else 0
+    if target.position != last:
+        return (
+            f"the digest {target} ends at log position {target.position}, but its last "
+            f"event is at position {last}"
+        )
     return None
 
 

@@ -7,6 +7,7 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -61,6 +62,16 @@ def test_every_consistency_proof_verifies_and_a_changed_prefix_does_not(n: int) 
         assert not merkle.verify_consistency(m, n, naive_root(forged), naive_root(leaves), path)
 
 
+def test_a_consistency_proof_from_the_empty_tree_needs_its_fixed_root() -> None:
+    # RFC 6962 section 2.1: the empty tree's root is SHA-256 of nothing.
+    leaves = leaves_of(5)
+    bogus = b"\x42" * 32
+    assert merkle.verify_consistency(0, 5, merkle.EMPTY_ROOT, naive_root(leaves), [])
+    assert merkle.verify_consistency(0, 0, merkle.EMPTY_ROOT, merkle.EMPTY_ROOT, [])
+    assert not merkle.verify_consistency(0, 5, bogus, naive_root(leaves), [])
+    assert not merkle.verify_consistency(0, 0, bogus, bogus, [])
+
+
 @settings(max_examples=50, deadline=None)
 @given(st.integers(min_value=2, max_value=200), st.data())
 def test_consistency_holds_for_random_sizes(n: int, data: st.DataObject) -> None:
@@ -102,6 +113,13 @@ def test_a_forged_or_longer_digest_is_refused(world: World) -> None:
     d = led.digest()
     forged = merkle.LogDigest(size=d.size, position=d.position, root="00" * 32)
     assert not led.verify(against=forged).ok
+    moved = merkle.LogDigest(size=d.size, position=d.position - 3, root=d.root)
+    result = led.verify(against=moved)
+    assert not result.ok
+    assert result.problem == (
+        f"the digest {moved} ends at log position {d.position - 3}, but its last event is "
+        f"at position {d.position}"
+    )
     longer = merkle.LogDigest(size=d.size + 5, position=d.position + 5, root=d.root)
     result = led.verify(against=longer)
     assert not result.ok and "describes" in (result.problem or "")
@@ -281,20 +299,12 @@ def test_a_well_formed_event_forged_into_the_table_never_reaches_the_views(
     world: World, ledger_url: str
 ) -> None:
     # Given a record and a forged, perfectly decodable Accepted event for it
-    from ledger.domain import Record, record_uuid
     from ledger.errors import CorruptEventError
 
     world.agent.propose(scope="proj-a", claim_key="k", value=1, kind=Kind.FACT, id="F1")
     led = world.ledger
     digest, position = led.views_digest(), led.position
-    forged = Record.Accepted(
-        originator_id=record_uuid("F1"),
-        originator_version=2,
-        timestamp=world.clock.now,
-        actor="mallory",
-        note="",
-    )
-    stored = led.engine.app.mapper.to_stored_event(forged)
+    stored = _forged_acceptance(world, "mallory")
     with closing(sqlite3.connect(_db(ledger_url))) as con:
         con.execute(
             "INSERT INTO stored_events VALUES (?, ?, ?, ?)",
@@ -340,3 +350,91 @@ def test_a_view_row_with_no_stored_events_stops_a_revocation_by_name(
     with pytest.raises(CorruptEventError, match=r"'ghost'.*no stored events"):
         world.reviewer.revoke(e1, reason="retracted")
     assert world.ledger.position == before
+
+
+def _forged_acceptance(world: World, actor: str) -> Any:
+    """A well-formed Accepted of record F1 by ``actor``, as eventsourcing stores it."""
+    from ledger.domain import Record, record_uuid
+
+    forged = Record.Accepted(
+        originator_id=record_uuid("F1"),
+        originator_version=2,
+        timestamp=world.clock.now,
+        actor=actor,
+        note="",
+    )
+    return world.ledger.engine.app.mapper.to_stored_event(forged)
+
+
+def _forge_accept(world: World, path: str, position: int, with_leaf: bool) -> None:
+    """Store at ``position`` a well-formed Accepted of candidate F1 by the reviewer
+    (and, ``with_leaf``, its correct Merkle leaf there)."""
+    world.agent.propose(scope="proj-a", claim_key="k", value=1, kind=Kind.FACT, id="F1")
+    stored = _forged_acceptance(world, "reviewer")
+    oid = stored.originator_id.hex
+    rows: list[tuple[str, tuple[object, ...]]] = [
+        (
+            "INSERT INTO stored_events (rowid, originator_id, originator_version, topic, state) "
+            "VALUES (?, ?, 2, ?, ?)",
+            (position, oid, stored.topic, stored.state),
+        )
+    ]
+    if with_leaf:
+        leaf = merkle.leaf_hash(merkle.leaf_data(position, oid, 2, stored.topic, stored.state))
+        rows.append(
+            ("INSERT INTO pl_merkle_leaves (position, leaf) VALUES (?, ?)", (position, leaf))
+        )
+    _tamper(path, *rows)
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize(("position", "with_leaf"), [(0, True), (-7, False)])
+def test_an_event_forged_below_the_first_position_is_named_and_refused(
+    world: World, ledger_url: str, position: int, with_leaf: bool
+) -> None:
+    # Given a forged Accepted of candidate F1 stored where no reading after position
+    # 0 looks: at 0 (with a correct leaf there) or below
+    led = world.ledger
+    _forge_accept(world, _db(ledger_url), position, with_leaf)
+    # Then verify names it, however well-formed it is
+    report = led.verify()
+    assert not report.ok
+    assert report.first_bad_position == position
+    assert report.problem == (
+        f"the event at position {position} was not appended by the ledger (log positions "
+        "start at 1)"
+    )
+    # and F1's audit trail and commands refuse it by position (its version would
+    # clash with the acceptance's, which would otherwise be retried as a conflict)
+    forged = rf"position {position} \(ledger.domain:Record.Accepted\) was not appended"
+    with pytest.raises(CorruptEventError, match=forged):
+        world.reviewer.audit("F1")
+    with pytest.raises(CorruptEventError, match=forged):
+        world.reviewer.accept("F1")
+    assert world.reviewer.get("F1").status == "CANDIDATE"
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_verify_names_the_first_problem_when_a_forged_event_would_stop_opening(
+    world: World, ledger_url: str
+) -> None:
+    from click.testing import CliRunner
+
+    from ledger.cli import main
+
+    # Given a byte changed at position 5 and, after it, an event with no leaf that
+    # the views have not seen (opening the ledger refuses to apply it)
+    _scenario(world)
+    path = _db(ledger_url)
+    _flip_byte(path, 5)
+    _insert(path, world.ledger.position + 1)
+    world.ledger.close()
+    with pytest.raises(CorruptEventError, match="was not appended"):
+        Ledger.open(ledger_url)
+    # When it is verified (the views left as stored), the first problem is named
+    with Ledger.open(ledger_url, catch_up=False) as led:
+        report = led.verify()
+    assert (report.ok, report.first_bad_position) == (False, 5)
+    result = CliRunner().invoke(main, ["verify", "--url", ledger_url])
+    assert result.exit_code == 1
+    assert "position 5 differ" in result.output, result.output

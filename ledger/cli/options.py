@@ -253,11 +253,11 @@ class AsOf:
     time: datetime | None
 
 
-def open_ledger(url: str | None, *, create: bool = False) -> Ledger:
+def open_ledger(url: str | None, *, create: bool = False, catch_up: bool = True) -> Ledger:
     """The ledger at ``url``; unless ``create``, one that does not exist is refused
-    and nothing is created (no file, no tables)."""
+    and nothing is created (no file, no tables). ``catch_up``: see ``Ledger.open``."""
     try:
-        return Ledger.open(url, create=create)
+        return Ledger.open(url, create=create, catch_up=catch_up)
     except LedgerNotFoundError:
         where = resolve_url(url).url
         raise LedgerNotFoundError(
@@ -275,12 +275,18 @@ def owns_file(path: str | None) -> bool:
 
 @contextmanager
 def host_ledger(
-    url: str | None, command: str, admin_token: str | None = None, *, create: bool = False
+    url: str | None,
+    command: str,
+    admin_token: str | None = None,
+    *,
+    create: bool = False,
+    catch_up: bool = True,
 ) -> Iterator[Ledger]:
     """The ledger as its administrator: with a valid admin token, or without one on
-    an in-memory ledger or a local SQLite file this user owns."""
+    an in-memory ledger or a local SQLite file this user owns (``catch_up``: see
+    ``Ledger.open``)."""
     backend = resolve_url(url)
-    with open_ledger(url, create=create) as led:
+    with open_ledger(url, create=create, catch_up=catch_up) as led:
         if admin_token is None:
             if backend.kind == "postgresql" or (
                 backend.kind == "sqlite" and not owns_file(backend.path)

@@ -53,6 +53,19 @@ def leaf_of(position: int, stored_event: Any) -> bytes:
     return leaf_hash(leaf_data(position, e.originator_id, e.originator_version, e.topic, e.state))
 
 
+def in_log(notes: list[Notification]) -> list[Notification]:
+    """One aggregate's stored events, refused (``CorruptEventError``) if one sits
+    below the log's first position: only a row written behind the ledger's back
+    can be there, and its version would otherwise clash with the next command's."""
+    for note in notes:
+        if note.id < 1:
+            raise CorruptEventError(
+                f"stored event at position {note.id} ({note.topic}) was not appended by the "
+                "ledger (log positions start at 1)"
+            )
+    return notes
+
+
 class LedgerRecorderMixin:
     """What every backend's recorder adds to eventsourcing's: the ledger's
     transactions, and the work done in the transaction that appends events.
@@ -271,6 +284,22 @@ class LedgerRecorderMixin:
     def max_position(self, c: Cursor) -> int:
         """The newest log position, read inside an open transaction."""
         raise NotImplementedError
+
+    def lowest_event_position(self, c: Cursor) -> int | None:
+        """The lowest position holding a stored event (None: the log is empty)."""
+        raise NotImplementedError
+
+    def stray_position(self, c: Cursor) -> int | None:
+        """The lowest position below 1 holding a stored event or a Merkle leaf, or
+        None. The log starts at 1: only a row written behind the ledger's back can
+        be there, and reading after position 0 would never see it."""
+        c.execute(
+            self.dialect.q("SELECT MIN(position) AS m FROM {t}pl_merkle_leaves WHERE position < 1")
+        )
+        leaf = c.fetchone()["m"]
+        event = self.lowest_event_position(c)
+        found = [int(p) for p in (leaf, event) if p is not None and int(p) < 1]
+        return min(found) if found else None
 
     def after_insert(
         self,

@@ -30,7 +30,13 @@ from eventsourcing.postgres import (
     PostgresFactory,
 )
 
-from ledger.persistence.base import APPEND_ONLY, SNAPSHOT_DDL, LedgerRecorderMixin, leaf_of
+from ledger.persistence.base import (
+    APPEND_ONLY,
+    SNAPSHOT_DDL,
+    LedgerRecorderMixin,
+    in_log,
+    leaf_of,
+)
 from ledger.persistence.faults import CommitFailed
 from projections.base import COPY_FROM, Cursor, postgres_dialect, refresh_statistics
 from projections.projector import Projector
@@ -247,6 +253,12 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
         """The newest log position, read inside an open transaction."""
         c.execute(f"SELECT MAX(notification_id) AS m FROM {self._table}")
         return int(c.fetchone()["m"] or 0)
+
+    def lowest_event_position(self, c: Cursor) -> int | None:
+        """The lowest position holding a stored event (None: the log is empty)."""
+        c.execute(f"SELECT MIN(notification_id) AS m FROM {self._table}")
+        low = c.fetchone()["m"]
+        return None if low is None else int(low)
 
     def lock_for_write(self, c: Cursor) -> None:
         """The same table lock the writers take. In a transaction begun by
@@ -542,13 +554,15 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
             f"SELECT * FROM {self._table} WHERE originator_id = %s ORDER BY originator_version",
             (originator_id,),
         )
-        return [
-            Notification(
-                id=row["notification_id"],
-                originator_id=originator_id,
-                originator_version=row["originator_version"],
-                topic=row["topic"],
-                state=bytes(row["state"]),
-            )
-            for row in c.fetchall()
-        ]
+        return in_log(
+            [
+                Notification(
+                    id=row["notification_id"],
+                    originator_id=originator_id,
+                    originator_version=row["originator_version"],
+                    topic=row["topic"],
+                    state=bytes(row["state"]),
+                )
+                for row in c.fetchall()
+            ]
+        )

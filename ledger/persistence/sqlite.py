@@ -28,7 +28,7 @@ from eventsourcing.sqlite import (
     SQLiteFactory,
 )
 
-from ledger.persistence.base import APPEND_ONLY, SNAPSHOT_DDL, LedgerRecorderMixin
+from ledger.persistence.base import APPEND_ONLY, SNAPSHOT_DDL, LedgerRecorderMixin, in_log
 from projections.base import SQLITE, Cursor
 from projections.projector import Projector, Row
 
@@ -304,6 +304,12 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
         c.execute(f"SELECT MAX(rowid) AS m FROM {self.events_table_name}")
         return int(c.fetchone()["m"] or 0)
 
+    def lowest_event_position(self, c: Cursor) -> int | None:
+        """The lowest position holding a stored event (None: the log is empty)."""
+        c.execute(f"SELECT MIN(rowid) AS m FROM {self.events_table_name}")
+        low = c.fetchone()["m"]
+        return None if low is None else int(low)
+
     def lock_for_write(self, c: Cursor) -> None:
         """Nothing more to do: ``writing`` began with ``BEGIN IMMEDIATE``, which took
         SQLite's write lock."""
@@ -400,16 +406,18 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
             "ORDER BY originator_version",
             (originator_id.hex,),
         )
-        return [
-            Notification(
-                id=row["rowid"],
-                originator_id=originator_id,
-                originator_version=row["originator_version"],
-                topic=row["topic"],
-                state=row["state"],
-            )
-            for row in c.fetchall()
-        ]
+        return in_log(
+            [
+                Notification(
+                    id=row["rowid"],
+                    originator_id=originator_id,
+                    originator_version=row["originator_version"],
+                    topic=row["topic"],
+                    state=row["state"],
+                )
+                for row in c.fetchall()
+            ]
+        )
 
 
 def _transaction(connection: Any, cursor: Any) -> Iterator[Cursor]:
