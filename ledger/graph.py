@@ -124,7 +124,8 @@ def collect(
 
     Raises:
         UnknownRecordError: ``record`` is unknown or not visible.
-        AccessDeniedError: no ``role`` in ``record``'s scope or in ``scope``.
+        AccessDeniedError: no ``role`` in ``record``'s scope or in ``scope`` (in
+            no scope at all, with neither).
     """
     caller = session.caller
     d = caller.engine.dialect
@@ -162,6 +163,8 @@ def collect(
                 caller.require(c, check_id(scope, "scope"), role, command)
                 wanted = [scope]
             else:
+                # Across scopes: refused, not answered empty, without the role anywhere.
+                caller.require_somewhere(c, role, command)
                 wanted = [s for s in view_queries.scopes(c, d, position) if may(s)]
             ids = [rid for s in wanted for rid in view_queries.in_scope(c, d, s, position)]
             rows = edges_index.edges_among(c, d, ids, position)

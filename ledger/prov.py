@@ -300,7 +300,8 @@ def export_prov(
 
     Raises:
         UnknownRecordError: ``record`` is unknown or not visible.
-        AccessDeniedError: no ``audit`` role in ``record``'s scope or in ``scope``.
+        AccessDeniedError: no ``audit`` role in ``record``'s scope or in ``scope``
+            (in no scope at all, with neither).
     """
     sub = collect(
         session,

@@ -143,7 +143,7 @@ def check_value(value: Any, what: str, max_bytes: int = DEFAULT_MAX_VALUE_BYTES)
 
     normalised = _plain(value, 0)
     if normalised is _NOT_PLAIN:
-        normalised = walk(value, 0, "value")  # names what is wrong, or normalises the rest
+        normalised = walk(value, 0, what)  # names what is wrong, or normalises the rest
     size = len(pack(normalised))
     if size > max_bytes:
         raise ValueTooLargeError(f"{what} is {size} bytes serialised; the limit is {max_bytes}")

@@ -304,6 +304,18 @@ CASES = [
     Case("value-set", lambda b: _propose(b, value={1, 2}), InvalidValueError, "set"),
     Case("value-nan", lambda b: _propose(b, value=float("nan")), InvalidValueError, "NaN"),
     Case(
+        "value-nan-nested",
+        lambda b: _propose(b, value={"v": [float("nan")]}),
+        InvalidValueError,
+        "NaN at value.v[0]",
+    ),
+    Case(
+        "conditions-nan",
+        lambda b: _propose(b, conditions={"v": float("nan")}),
+        InvalidValueError,
+        "conditions contains NaN at conditions.v",
+    ),
+    Case(
         "value-nested-nan",
         lambda b: _propose(b, value=[1, {"a": float("nan")}]),
         InvalidValueError,

@@ -206,6 +206,21 @@ def test_demo_runs_the_experiment_and_every_row_passes() -> None:
     assert data["passed"] is True and len(data["rows"]) == 10
 
 
+def test_demo_runs_on_an_empty_postgresql_schema_and_refuses_a_ledger_with_events(
+    pg_url: str,
+) -> None:
+    result = CliRunner().invoke(main, ["demo", "--json", "--url", pg_url])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["passed"] is True
+    with Ledger.open(pg_url) as led:
+        position = led.position
+    again = CliRunner().invoke(main, ["demo", "--url", pg_url])
+    assert again.exit_code == 1
+    assert again.stderr.startswith("error: the experiment needs an empty ledger; ")
+    with Ledger.open(pg_url) as led:
+        assert led.position == position
+
+
 ADMIN_COMMANDS = [
     ["grant", "agent-1", "--scope", "proj-a", "--roles", "read"],
     ["token", "issue", "agent-1"],
@@ -602,6 +617,26 @@ def test_as_of_time_answers_as_the_ledger_did_at_that_instant(chain: Cli) -> Non
     )
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["status"] == "ACCEPTED"
+
+
+def test_export_without_the_audit_role_anywhere_is_refused_not_empty(chain: Cli) -> None:
+    result = chain.as_agent("export")
+    assert result.exit_code == 1
+    assert result.stderr == "error: export refused: 'agent-1' lacks role 'audit' in every scope\n"
+    assert result.stdout == ""
+
+
+def test_revalidating_a_record_never_accepted_reports_it_candidate(cli: Cli) -> None:
+    # SPEC 13.2: a STALE record that was never accepted returns to CANDIDATE.
+    with Ledger.open(cli.url) as led:
+        agent, reviewer = led.authenticate(cli.agent), led.authenticate(cli.reviewer)
+        reviewer.accept(agent.propose("proj-a", "a", 1, Kind.FACT, id="EA"))
+        reviewer.accept(agent.propose("proj-a", "b", 2, Kind.FACT, id="EB"))
+        agent.propose("proj-a", "c", 3, Kind.INFERENCE, parents=["EA"], id="CX")
+        reviewer.revoke("EA", reason="wrong")
+    out = json.loads(cli.as_reviewer("revalidate", "CX", "--parent", "EB", "--json").stdout)
+    assert out == {"id": "CX", "status": "CANDIDATE", "position": cli.position}
+    assert cli.as_reviewer("get", "CX", "--json").stdout.count('"CANDIDATE"') == 1
 
 
 def test_export_writes_prov_json_to_stdout_or_a_file(chain: Cli, tmp_path: Path) -> None:
@@ -1047,7 +1082,7 @@ def test_records_lists_a_scope_in_id_order_with_whole_ids_and_as_json(chain: Cli
         assert "ACCEPTED" in line or "CANDIDATE" in line
     rows = [x.split("│")[1].strip() for x in lines if x.startswith("│") and "│" in x[1:]]
     assert [r for r in rows if r] == sorted(["E1", "M1", "R1", rid])
-    assert "more may follow" not in table.stdout
+    assert "more follow" not in table.stdout
 
     # And --json has every record field, in the same order
     data = json.loads(chain.as_reviewer("records", "--scope", "proj-a", "--json").stdout)
@@ -1084,10 +1119,15 @@ def test_records_pages_with_limit_and_after(chain: Cli) -> None:
     assert [r["id"] for r in first["records"]] == ["E1", "M1"]
     assert first["next_after"] == "M1"
     table = chain.as_reviewer(*args)
-    assert table.stdout.rstrip().endswith("more may follow: add --after M1")
+    assert table.stdout.rstrip().endswith("more follow: add --after M1")
     second = json.loads(chain.as_reviewer(*args, "--after", "M1", "--json").stdout)
     assert [r["id"] for r in second["records"]] == ["R1"]
     assert second["next_after"] is None
+    # A full page that nothing follows is the last one
+    whole = json.loads(chain.as_reviewer(*args[:-1], "3", "--json").stdout)
+    assert [r["id"] for r in whole["records"]] == ["E1", "M1", "R1"]
+    assert whole["next_after"] is None
+    assert "more follow" not in chain.as_reviewer(*args[:-1], "3").stdout
 
 
 def test_records_is_refused_without_a_grant_and_for_bad_filters(chain: Cli) -> None:

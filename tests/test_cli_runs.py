@@ -196,3 +196,16 @@ def test_refusals_name_the_ids_the_user_gave_not_generated_ones(sh: Shell) -> No
     assert "the new record" in result.stderr
     given = sh(*args, "--parent", "NOPE", "--id", "X1", token=sh.agent)
     assert "'X1'" in given.stderr
+
+
+def test_an_admin_token_given_in_argv_is_warned_about_too(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'admin.db'}"
+    admin = _provledger("init", url=url).stdout.strip()
+    in_argv = _provledger("stats", "--admin-token", admin, url=url)
+    assert in_argv.returncode == 0, in_argv.stderr
+    assert in_argv.stderr == (
+        "warning: --admin-token on the command line is visible to other users "
+        "(ps, /proc/PID/cmdline); export PROVLEDGER_ADMIN_TOKEN instead\n"
+    )
+    in_env = _provledger("stats", url=url, PROVLEDGER_ADMIN_TOKEN=admin)
+    assert in_env.returncode == 0 and in_env.stderr == ""

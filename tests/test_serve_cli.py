@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import time
@@ -41,3 +42,21 @@ def test_provledger_serve_answers_on_the_given_port_until_stopped(tmp_path: Path
         server.terminate()
         server.wait(timeout=30)
     assert server.returncode is not None
+
+
+def test_provledger_serve_on_a_taken_port_is_one_error_line_and_exit_1(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    Ledger.open(url).close()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "ledger", "serve", "--url", url, "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert done.returncode == 1
+    assert done.stderr == f"error: cannot listen on 127.0.0.1:{port}: Address already in use\n"

@@ -295,7 +295,9 @@ def demo(url: str | None, as_json: bool) -> None:
     """
     with tempfile.TemporaryDirectory(prefix="provledger-demo-") as tmp:
         target = url or f"sqlite:///{Path(tmp) / 'demo.db'}"
-        with host_ledger(target, "demo", create=True) as led:
+        # No admin token: the experiment runs only on an empty ledger (it refuses
+        # one with events before writing), which no admin token guards yet.
+        with open_ledger(target, create=True) as led:
             result = run_experiment(led)
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2))

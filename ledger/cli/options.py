@@ -301,16 +301,19 @@ def host_ledger(
                     "token `provledger init` printed (--admin-token or $PROVLEDGER_ADMIN_TOKEN)"
                 )
         else:
+            warn_token_in_argv(admin_token, "--admin-token", "PROVLEDGER_ADMIN_TOKEN")
             led.admin(admin_token)
         yield led
 
 
-def warn_token_in_argv(token: str) -> None:
-    """A token given as ``--token`` is readable by other users in the process list."""
-    if f"--token={token}" in sys.argv or token in sys.argv[1:]:
+def warn_token_in_argv(
+    token: str, option: str = "--token", variable: str = "PROVLEDGER_TOKEN"
+) -> None:
+    """A token given as ``option`` is readable by other users in the process list."""
+    if f"{option}={token}" in sys.argv or token in sys.argv[1:]:
         click.echo(
-            "warning: --token on the command line is visible to other users "
-            "(ps, /proc/PID/cmdline); export PROVLEDGER_TOKEN instead",
+            f"warning: {option} on the command line is visible to other users "
+            f"(ps, /proc/PID/cmdline); export {variable} instead",
             err=True,
         )
 

@@ -43,6 +43,7 @@ from ledger.cli.render import (
 from ledger.domain import Status, Validity
 from ledger.errors import LedgerError
 from ledger.jsonable import record_json
+from ledger.session import next_after
 
 # -- read commands (also under as-of) ----------------------------------------------
 
@@ -421,33 +422,32 @@ def records(
 ) -> None:
     """List one page of a scope's records in id order, optionally filtered.
 
-    A full page ends with the --after value for the next one (JSON: next_after).
+    A page that more records follow ends with the --after value for the next one
+    (JSON: next_after).
 
     \b
     Example:
       provledger records --scope proj-a --status CANDIDATE
       provledger records --scope proj-a --validity NEEDS_REVALIDATION --json
     """
+    filters: dict[str, Any] = {
+        "status": status,
+        "validity": validity,
+        "kind": kind,
+        "claim_prefix": claim_prefix,
+    }
     with principal_session(url, token) as (_led, session):
-        found = session.records(
-            scope,
-            status=status,
-            validity=validity,
-            kind=kind,
-            claim_prefix=claim_prefix,
-            limit=limit,
-            after=after,
-        )
-    next_after = found[-1].id if len(found) == limit else None
+        found = session.records(scope, limit=limit, after=after, **filters)
+        following = next_after(session, scope, found, limit, **filters)
     if as_json:
-        echo_json({"records": [record_json(r) for r in found], "next_after": next_after})
+        echo_json({"records": [record_json(r) for r in found], "next_after": following})
         return
     if not found:
         click.echo("no records")
         return
     show(make_console(), listing_table(found))
-    if next_after is not None:
-        click.echo(f"more may follow: add --after {next_after}")
+    if following is not None:
+        click.echo(f"more follow: add --after {following}")
 
 
 @click.command()

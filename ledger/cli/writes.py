@@ -32,7 +32,7 @@ from ledger.cli.render import (
     revocation_json,
     working,
 )
-from ledger.errors import AccessDeniedError
+from ledger.errors import AccessDeniedError, LedgerError
 
 
 @click.command()
@@ -299,10 +299,15 @@ def revalidate(
     with principal_session(url, token) as (led, session):
         session.revalidate(record_id, note=note, parents=list(parents) if parents else None)
         position = led.position
+        # ACCEPTED, or CANDIDATE for a record never accepted (None: not readable here).
+        try:
+            status: str | None = session.get(record_id).status.value
+        except LedgerError:
+            status = None
     report_done(
         as_json,
-        {"id": record_id, "status": "ACCEPTED", "position": position},
-        f"revalidated {record_id}",
+        {"id": record_id, "status": status, "position": position},
+        f"revalidated {record_id}" + (f": {status}" if status else ""),
     )
 
 
