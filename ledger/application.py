@@ -78,8 +78,8 @@ class Ledger:
             create=create,
         )
         try:
-            self._engine.migrate_views()
             if catch_up:
+                self._engine.migrate_views()
                 self.catch_up()
         except BaseException:
             self.close()
@@ -113,11 +113,13 @@ class Ledger:
                 refused with ``RetentionRuleError`` naming the rule.
             create: False to refuse a ledger that does not exist yet instead of
                 creating it (nothing is created: no file, no tables).
-            catch_up: False to leave the views as stored instead of applying the
-                events they have not seen (the first write still does): what an
-                audit of a ledger that may have been tampered with opens it with,
-                so that ``verify`` names the first problem rather than opening
-                failing on a row written behind the ledger's back.
+            catch_up: False to leave the views exactly as stored: neither rebuilt
+                when their layout is another version's nor brought up to the
+                events they have not seen (the first write still does that): what
+                an audit of a ledger that may have been tampered with opens it
+                with, so that ``verify`` names the first problem rather than
+                opening failing on, or rebuilding away, what was written behind
+                the ledger's back.
 
         Raises:
             InvalidURLError: the URL names no supported backend.

@@ -15,10 +15,7 @@ from ledger.values import RecordView
 
 def plain(value: Any) -> Any:
     """``value`` as JSON-ready data: dataclasses become objects, datetimes ISO 8601,
-    bytes ``{"base64": …}``, and a float JSON cannot carry (an infinity; a NaN never
-    enters the ledger) the string ``"inf"`` or ``"-inf"``."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return "inf" if value > 0 else "-inf"
+    bytes ``{"base64": …}`` (an infinite float stays one: see :func:`json_safe`)."""
     if is_dataclass(value) and not isinstance(value, type):
         return {f.name: plain(getattr(value, f.name)) for f in fields(value)}
     if isinstance(value, datetime):
@@ -30,6 +27,20 @@ def plain(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [plain(v) for v in value]
     return value
+
+
+def json_safe(data: Any) -> Any:
+    """``data`` (what :func:`plain` made) with each float JSON cannot carry (an
+    infinity; a NaN never enters the ledger) as the string ``"inf"`` or ``"-inf"``:
+    what every JSON output applies last (``--json``, the HTTP API, MCP). Outputs for
+    people keep the number (``inf``), so it is not mistaken for the string."""
+    if isinstance(data, float) and not math.isfinite(data):
+        return "inf" if data > 0 else "-inf"
+    if isinstance(data, dict):
+        return {k: json_safe(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [json_safe(v) for v in data]
+    return data
 
 
 def record_json(record: RecordView) -> dict[str, Any]:

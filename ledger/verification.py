@@ -43,7 +43,7 @@ from ledger.errors import InvalidInputError, LedgerError
 from ledger.heads import SignedHead, as_heads, key_id, load_public_key, verify_head
 from ledger.merkle import LogDigest, MerkleTree, Verification
 from projections.base import SQLITE, Cursor, fetch_in_chunks, rows_digest
-from projections.projector import Projector
+from projections.projector import LAYOUT, Projector
 
 if TYPE_CHECKING:
     from ledger.engine import Engine
@@ -414,6 +414,14 @@ def _plain(value: Any) -> Any:
 def _compare_views(engine: Engine, c: Cursor, scratch: _Scratch) -> str | None:
     """The first difference between the live views and the replay, or None."""
     d = engine.dialect
+    layout = engine.projector.layout(c)
+    if layout != LAYOUT:
+        built = "by 0.1.0 (no layout recorded)" if layout is None else f"with layout {layout}"
+        return (
+            f"the views say they were built {built}, not layout {LAYOUT}: a ledger "
+            "of an earlier version has its views rebuilt when it is opened (opened with "
+            "catch_up=False, they were left as stored), or the layout row was changed"
+        )
     for table in (*engine.projector.tables, "pl_tracking"):
         names, replayed = _rows(scratch.cursor, f"SELECT * FROM {table}")
         replay_digest = rows_digest(replayed)

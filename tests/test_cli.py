@@ -488,6 +488,9 @@ def test_json_output_carries_an_infinite_float_as_the_string_inf(cli: Cli) -> No
         cli.as_reviewer("read", "--scope", "proj-a", "--claim", "api.huge", "--json").stdout
     )
     assert read["value"] == {"huge": "inf", "small": ["-inf", 1.5]}
+    # For people the number stays a number, told apart from the string "inf"
+    shown = cli.as_reviewer("get", "H1").stdout
+    assert "Infinity" in shown and '"inf"' not in shown
 
 
 def test_audit_shows_the_whole_history_of_a_revoked_record(chain: Cli) -> None:

@@ -419,6 +419,12 @@ def test_a_bad_token_is_401_even_when_the_body_is_malformed_too(served: Served) 
     for content in (b"{not json", b"[1, 2]"):
         r = bad.post("/records", content=content, headers={"Content-Type": "application/json"})
         assert (r.status_code, error_of(r)["type"]) == (401, "AuthenticationError")
+    # nor do the names a route takes reach an unknown caller
+    r = bad.post("/records", json={"parent": ["E1"]})
+    assert (r.status_code, error_of(r)["type"]) == (401, "AuthenticationError")
+    assert "parents" not in r.text
+    r = bad.get("/corrections", params={"bogus": "1"})
+    assert (r.status_code, error_of(r)["type"]) == (401, "AuthenticationError")
     r = served.agent.post("/records", content=b"{not json")  # a good token: the body's fault
     assert (r.status_code, error_of(r)["type"]) == (422, "InvalidInputError")
 

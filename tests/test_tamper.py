@@ -438,3 +438,51 @@ def test_verify_names_the_first_problem_when_a_forged_event_would_stop_opening(
     result = CliRunner().invoke(main, ["verify", "--url", ledger_url])
     assert result.exit_code == 1
     assert "position 5 differ" in result.output, result.output
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_verify_leaves_the_views_as_stored_even_with_the_layout_row_changed(
+    world: World, ledger_url: str
+) -> None:
+    from click.testing import CliRunner
+
+    from ledger.cli import main
+
+    # Given a forged view row, and the layout row changed so that opening the
+    # ledger would rebuild the views (erasing the forged row)
+    _scenario(world)
+    path = _db(ledger_url)
+    world.ledger.close()
+    _tamper(
+        path,
+        ("UPDATE pl_records SET status='ACCEPTED' WHERE record_id='M1'", ()),
+        ("UPDATE pl_tracking SET position=4 WHERE view='#layout'", ()),
+    )
+    # When it is verified, nothing is rebuilt and the changed layout row is named
+    result = CliRunner().invoke(main, ["verify", "--url", ledger_url])
+    assert result.exit_code == 1
+    assert "the views say they were built with layout 4, not layout 5" in result.output
+    with closing(sqlite3.connect(path)) as con:
+        assert con.execute("SELECT position FROM pl_tracking WHERE view='#layout'").fetchone() == (
+            4,
+        )
+
+
+def test_verify_of_a_0_1_0_ledger_says_to_open_it_once(tmp_path: Path) -> None:
+    import shutil
+
+    from click.testing import CliRunner
+
+    from ledger.cli import main
+
+    path = tmp_path / "old.db"
+    shutil.copyfile(Path(__file__).parent / "fixtures" / "ledger-0.1.0.db", path)
+    url = f"sqlite:///{path}"
+    first = CliRunner().invoke(main, ["verify", "--url", url])
+    assert first.exit_code == 1
+    assert "the views say they were built by 0.1.0 (no layout recorded), not layout 5" in (
+        first.output
+    )
+    Ledger.open(url).close()  # any command does this
+    again = CliRunner().invoke(main, ["verify", "--url", url])
+    assert again.exit_code == 0, again.output

@@ -24,7 +24,7 @@ from ledger.cli.options import (
 )
 from ledger.domain import Status
 from ledger.experiment import ExperimentResult
-from ledger.jsonable import plain
+from ledger.jsonable import json_safe, plain
 from ledger.values import (
     AuditEvent,
     AuditTrail,
@@ -91,7 +91,7 @@ def new_table(*columns: str, ids: Mapping[str, Iterable[str]] | None = None, **k
 
 
 def echo_json(data: Any) -> None:
-    click.echo(json.dumps(plain(data), indent=2, ensure_ascii=False))
+    click.echo(json.dumps(json_safe(plain(data)), indent=2, ensure_ascii=False))
 
 
 def styled(value: object, styles: Mapping[str, str]) -> Text:

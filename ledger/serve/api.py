@@ -28,6 +28,7 @@ from ledger import Ledger, Session
 from ledger.domain import Kind, Status, Validity
 from ledger.errors import AuthenticationError, InvalidInputError, LedgerError
 from ledger.graph import collect, dot_available, render, to_dot, to_mermaid
+from ledger.jsonable import json_safe
 from ledger.serve import payloads
 from ledger.serve.errors import error_body, field_of, status_of
 from ledger.session import next_after
@@ -65,8 +66,9 @@ def bearer_token(headers: Mapping[str, str]) -> str:
 def json_response(
     data: Any, status: int = 200, headers: Mapping[str, str] | None = None
 ) -> Response:
-    """``data`` as a JSON response (UTF-8, no NaN)."""
-    return JSONResponse(data, status_code=status, headers=dict(headers or {}))
+    """``data`` as a JSON response (UTF-8; an infinity as ``"inf"``: see
+    :func:`ledger.jsonable.json_safe`)."""
+    return JSONResponse(json_safe(data), status_code=status, headers=dict(headers or {}))
 
 
 def ledger_error_response(exc: LedgerError, fields: tuple[str, ...] = ()) -> Response:
@@ -240,16 +242,16 @@ def endpoint(
         try:
             token = bearer_token(request.headers)
             body: Mapping[str, Any] = {}
-            if request.method == "POST":
-                raw = await request.body()
-                try:
-                    body = _parse_body(raw)
-                except LedgerError:
-                    # A bad token is told before a bad body (401, not 422).
-                    await run_in_threadpool(ledger.authenticate, token)
-                    raise
-            _check_names(request.query_params.keys(), accepted[0], "query parameter")
-            _check_names(body.keys(), accepted[1], "field")
+            try:
+                if request.method == "POST":
+                    body = _parse_body(await request.body())
+                _check_names(request.query_params.keys(), accepted[0], "query parameter")
+                _check_names(body.keys(), accepted[1], "field")
+            except LedgerError:
+                # A bad token is told before bad input (401, not 422): nothing about
+                # the route, not even the names it takes, reaches an unknown caller.
+                await run_in_threadpool(ledger.authenticate, token)
+                raise
         except LedgerError as exc:
             return ledger_error_response(exc)
         call = Call(ledger, token, request.path_params, request.query_params, body)

@@ -1,7 +1,8 @@
 """The JSON shapes of the API's answers (the same as the CLI's ``--json`` output).
 
 Datetimes are ISO 8601 strings, bytes ``{"base64": …}``, and a float JSON cannot
-carry (infinity) the string ``"inf"``/``"-inf"`` (:func:`ledger.jsonable.plain`).
+carry (infinity) the string ``"inf"``/``"-inf"`` (``api.json_response`` applies
+:func:`ledger.jsonable.json_safe` to every answer).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from typing import Any, cast
 
 from typing_extensions import TypedDict  # pydantic needs it on Python < 3.12
 
-from ledger.jsonable import plain, record_json
+from ledger.jsonable import json_safe, plain, record_json
 from ledger.values import AuditTrail, Explanation, ReadResult, RecordView, Revocation
 
 __all__ = [
@@ -148,7 +148,7 @@ class RevocationOut(TypedDict):
 
 def record_out(view: RecordView) -> RecordOut:
     """A record view as the JSON the tools and the resource return."""
-    return cast(RecordOut, record_json(view))
+    return cast(RecordOut, json_safe(record_json(view)))
 
 
 def read_out(result: ReadResult) -> ReadOut:
@@ -158,7 +158,7 @@ def read_out(result: ReadResult) -> ReadOut:
         "scope": result.scope,
         "claim_key": result.claim_key,
         "at": result.at.isoformat(),
-        "value": plain(result.value),
+        "value": json_safe(plain(result.value)),
         "records": [record_out(r) for r in result.records],
     }
 
@@ -181,7 +181,7 @@ def audit_out(trail: AuditTrail) -> AuditOut:
     """A record's audit trail as JSON."""
     return {
         "record": record_out(trail.record),
-        "events": [cast(EventOut, plain(e)) for e in trail.events],
+        "events": [cast(EventOut, json_safe(plain(e))) for e in trail.events],
         "undeclared": list(trail.undeclared),
     }
 
