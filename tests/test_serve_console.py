@@ -18,7 +18,7 @@ from starlette.testclient import TestClient
 
 from ledger import Kind, Ledger, Session
 from ledger.serve import create_app
-from ledger.serve.sessions import COOKIE
+from ledger.serve.sessions import COOKIE, SessionStore
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -117,6 +117,27 @@ def _seed(d: Desk) -> None:
 # -- sign-in, cookies, CSRF --------------------------------------------------------------------
 
 
+def test_requests_without_a_cookie_never_push_a_signed_in_reviewer_out(ledger: Ledger) -> None:
+    # Each request without a cookie opens an anonymous session (the sign-in form's
+    # CSRF token); the store's own settings are used (an empty store is still one).
+    admin = ledger.admin()
+    admin.grant("reviewer", scope="proj-a", roles=["approve", "read"])
+    store = SessionStore(capacity=5)
+    desk = Desk(ledger, create_app(ledger, mcp_factory=None, sessions=store), None, None, {})  # type: ignore[arg-type]
+    desk.tokens["reviewer"] = admin.issue_token("reviewer")
+    client, _ = desk.signed_in("reviewer")
+    for _ in range(40):
+        desk.browser().get("/")  # a signed-out page
+        desk.browser().get("/no/such/page")  # the 404 page
+    assert 0 < len(store) <= 2 * store.capacity
+    assert "Signed in as <strong>reviewer</strong>" in client.get("/").text
+    # The store on its own: anonymous sessions evict only anonymous ones
+    signed = store.sign_in(store.new(), "plt_x", "someone")
+    for _ in range(3 * store.capacity):
+        store.new()
+    assert store.get(signed.sid) is signed
+
+
 def test_the_sign_in_page_has_a_token_field_and_a_sign_in_button(desk: Desk) -> None:
     page = desk.browser().get("/")
     assert page.status_code == 200
@@ -199,6 +220,28 @@ def test_a_revoked_token_signs_the_session_out(desk: Desk) -> None:
     r = client.get("/attention")
     assert r.status_code == 303
     assert "no longer valid" in client.get("/").text
+
+
+def test_a_form_sent_after_the_session_ended_says_so_and_writes_nothing(desk: Desk) -> None:
+    _seed(desk)
+    # The token revoked while the form was open
+    client, csrf = desk.signed_in("reviewer-2")
+    desk.ledger.admin().revoke_token(desk.tokens["reviewer-2"])
+    before = desk.ledger.position
+    r = client.post("/records/M2/reject", data={"csrf": csrf, "reason": "no basis"})
+    assert (r.status_code, r.headers["location"]) == (303, "/")
+    page = text_of(client.get("/").text)
+    assert "Your token is no longer valid; nothing was written. Sign in again." in page
+    # The session ended (here: signed out in another tab) while the form was open
+    client, csrf = desk.signed_in("reviewer")
+    other = desk.browser()
+    other.cookies.set(COOKIE, client.cookies[COOKIE])
+    other.post("/signout", data={"csrf": csrf})
+    r = client.post("/records/M2/reject", data={"csrf": csrf, "reason": "no basis"})
+    assert (r.status_code, r.headers["location"]) == (303, "/")
+    page = text_of(client.get("/").text)
+    assert "Your session ended before the form was sent; nothing was written." in page
+    assert desk.ledger.position == before
 
 
 # -- the queue ----------------------------------------------------------------------------------
@@ -378,6 +421,45 @@ def test_pages_can_be_browsed_as_of_a_past_position_read_only(desk: Desk) -> Non
     assert "Status STALE" in text_of(now)
     bad = client.get("/records/R1", params={"as_of_position": "soon"})
     assert bad.status_code == 422
+    # Odd moments are refused the same way, never a server error
+    for odd in ({"as_of_position": "²"}, {"as_of_time": "9999-12-31T23:59:59-10:00"}):
+        r = client.get("/records/R1", params=odd)
+        assert r.status_code == 422, (odd, r.text[:300])
+        assert "Check the input" in r.text
+
+
+def test_the_queue_filtered_by_a_scope_it_does_not_approve_in_says_so(desk: Desk) -> None:
+    client, _ = desk.signed_in("reviewer")
+    page = text_of(client.get("/", params={"scope": "nosuch"}).text)
+    assert "You do not hold the approve role in scope nosuch" in page
+    assert "in no scope" not in page
+
+
+def test_direction_controls_in_stored_text_are_shown_not_obeyed(desk: Desk) -> None:
+    # A right-to-left override in a reason would make the console's sentence read
+    # backwards; it is written out instead.
+    desk.agent.capture(scope="proj-a", uri="https://x.test/doc", content=b"d", id="E1")
+    desk.reviewer.accept("E1")
+    desk.reviewer.revoke("E1", reason="wrong \u202eodd")
+    client, _ = desk.signed_in("reviewer")
+    page = client.get("/records/E1").text
+    assert "\u202e" not in page
+    assert "wrong &lt;U+202E&gt;odd" in page
+
+
+def test_changing_the_moment_keeps_the_pages_own_question(desk: Desk) -> None:
+    _seed(desk)
+    before = desk.ledger.position
+    client, _ = desk.signed_in("reviewer")
+    past = client.get(
+        "/records", params={"scope": "proj-a", "status": "ACCEPTED", "as_of_position": before}
+    ).text
+    # the link back to now keeps the filters, and so does the as-of form
+    assert 'href="/records?scope=proj-a&amp;status=ACCEPTED">Back to now</a>' in past
+    asof = past[past.index('<section class="asof') :]
+    asof = asof[: asof.index("</section>")]
+    assert '<input type="hidden" name="status" value="ACCEPTED">' in asof
+    assert '<input type="hidden" name="as_of_position"' not in asof
 
 
 def test_pages_can_be_browsed_as_of_a_past_time(desk: Desk, clock: Any) -> None:

@@ -61,12 +61,16 @@ _TITLES = {
 Page = Callable[[Request, ConsoleSession], Awaitable[Response]]
 
 
+#: The query parameters that name a page's moment (see ``pages.Moment``).
+_MOMENT = ("as_of_position", "as_of_time")
+
+
 class Console:
     """The console's routes over one ledger and one session store."""
 
     def __init__(self, ledger: Ledger, store: SessionStore | None = None) -> None:
         self.ledger = ledger
-        self.store = store or SessionStore()
+        self.store = store if store is not None else SessionStore()
         self.env = environment()
 
     # -- plumbing ----------------------------------------------------------------
@@ -137,6 +141,9 @@ class Console:
             moment=moment,
             url=url,
             path=request.url.path,
+            # The page's own question (filters, claim, page), kept when its moment
+            # changes: by the as-of form and the link back to now.
+            kept=[(k, v) for k, v in request.query_params.multi_items() if k not in _MOMENT],
             Status=Status,
             Validity=Validity,
             Kind=Kind,
@@ -192,8 +199,17 @@ class Console:
         """A form target: signed-in session and its CSRF token, then POST → redirect."""
 
         async def post(request: Request) -> Response:
-            session = self.store.get(request.cookies.get(COOKIE))
+            cookie = request.cookies.get(COOKIE)
+            session = self.store.get(cookie)
             form = await request.form()
+            if session is None and cookie:
+                # A session that ended (idle too long, too old, signed out elsewhere,
+                # the server restarted): say so, rather than call the form forged.
+                return self._ended(
+                    request,
+                    "Your session ended before the form was sent; nothing was written. "
+                    "Sign in and send it again.",
+                )
             if session is None or not session.csrf_ok(form.get("csrf")):
                 fresh = session is None
                 session = session or self.store.new()
@@ -216,9 +232,20 @@ class Console:
                 return await handler(request, session)
             except AuthenticationError:
                 self.store.drop(session.sid)
-                return RedirectResponse("/", status_code=303)
+                return self._ended(
+                    request,
+                    "Your token is no longer valid; nothing was written. Sign in again.",
+                )
 
         return post
+
+    def _ended(self, request: Request, message: str) -> Response:
+        """To the sign-in page of a new session that shows ``message``."""
+        session = self.store.new()
+        session.flash("error", message)
+        response = RedirectResponse("/", status_code=303)
+        self._set_cookie(request, response, session)
+        return response
 
     @staticmethod
     def _back(request: Request, form: Mapping[str, Any], default: str) -> str:
@@ -337,7 +364,14 @@ class Console:
                         "unreadable": False,
                     }
                 )
-            return {"title": "Review queue", "groups": groups, "approves": bool(groups)}
+            approving = access.scopes(Role.APPROVE)
+            return {
+                "title": "Review queue",
+                "groups": groups,
+                "approves": bool(approving),
+                # Filtered by a scope it does not approve in (whether or not it exists).
+                "not_approving": only if only is not None and only not in approving else None,
+            }
 
         return await self._gather(request, session, "queue.html", load)
 

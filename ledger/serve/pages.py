@@ -5,6 +5,7 @@ entries (a candidate, its dependencies and what would refuse accepting it)."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from markupsafe import Markup
 
 from ledger import Session
 from ledger.access import Role
@@ -70,7 +72,8 @@ class Moment:
         position = (query.get("as_of_position") or "").strip()
         when = (query.get("as_of_time") or "").strip()
         if position:
-            if not position.isdigit():
+            # ASCII digits only: str.isdigit() takes "²", which int() refuses.
+            if not _POSITION.fullmatch(position):
                 raise InvalidInputError(f"as-of position {position[:40]!r} is not a number")
             return cls(position=int(position))
         if when:
@@ -82,7 +85,14 @@ class Moment:
                     "(e.g. 2026-05-01T12:00:00Z)"
                 ) from None
             # A time without an offset is read as UTC (the label on the form says so).
-            return cls(time=parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC))
+            parsed = parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+            try:
+                parsed.astimezone(UTC)  # every page shows it in UTC
+            except OverflowError:
+                raise InvalidInputError(
+                    f"as-of time {when[:40]!r} is outside the years 1-9999 in UTC"
+                ) from None
+            return cls(time=parsed)
         return cls()
 
     def session(self, session: Session) -> Session:
@@ -93,6 +103,9 @@ class Moment:
 
 
 # -- template helpers ----------------------------------------------------------------------
+
+
+_POSITION = re.compile(r"[0-9]{1,18}")
 
 
 def _json(value: Any, limit: int | None = None, compact: bool = False) -> str:
@@ -121,6 +134,29 @@ def _when(value: datetime | None) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+#: Characters that reorder the text around them (embeddings, overrides, isolates,
+#: marks): from a claim key or a reason they could make the console's own sentence
+#: read backwards, or a record seem to say what it does not.
+_BIDI = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def controls_written_out(text: str, markup: bool = False) -> str:
+    """``text`` with its direction controls written out (``<U+202E>``) instead of
+    obeyed; ``markup``: ``text`` is HTML or SVG, so the marker is written escaped."""
+    if not _BIDI.search(text):
+        return text
+    lt, gt = ("&lt;", "&gt;") if markup else ("<", ">")
+    return _BIDI.sub(lambda m: f"{lt}U+{ord(m.group()):04X}{gt}", text)
+
+
+def _bidi_shown(value: Any) -> Any:
+    """What every ``{{ … }}`` of a page shows (:func:`controls_written_out`).
+    Markup (a macro's output, a drawn graph) was made from values shown so."""
+    if isinstance(value, str) and not isinstance(value, Markup):
+        return controls_written_out(value)
+    return value
+
+
 def environment() -> Environment:
     """The Jinja environment of the console's templates, with its filters."""
     env = Environment(
@@ -128,6 +164,7 @@ def environment() -> Environment:
         autoescape=select_autoescape(("html",)),
         trim_blocks=True,
         lstrip_blocks=True,
+        finalize=_bidi_shown,
     )
     env.filters["json"] = _json
     env.filters["when"] = _when

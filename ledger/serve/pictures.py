@@ -17,6 +17,7 @@ from markupsafe import Markup
 
 from ledger import Session
 from ledger.graph import Subgraph, collect, dot_available, render, to_dot
+from ledger.serve.pages import controls_written_out
 from ledger.values import RecordView
 
 #: Pictures with more records than this are summarised.
@@ -79,8 +80,9 @@ def svg_inline(data: bytes, label: str) -> Markup:
     text = text.replace(
         "<svg ", f'<svg role="img" aria-label="{Markup.escape(label)}" class="graph" ', 1
     )
-    # Graphviz escapes every label and attribute it writes into the SVG.
-    return Markup(text)
+    # Graphviz escapes every label and attribute it writes into the SVG; direction
+    # controls in a label or tooltip are written out, as everywhere on the pages.
+    return Markup(controls_written_out(text, markup=True))
 
 
 def picture(session: Session, record_id: str, link: Callable[[str], str]) -> Picture:

@@ -54,7 +54,10 @@ class ConsoleSession:
 
 
 class SessionStore:
-    """Sessions by id, oldest first; at most ``capacity`` (the least recently used go)."""
+    """Sessions by id, least recently used first, at most ``capacity`` anonymous
+    ones and ``capacity`` signed-in ones: each kind evicts only its own, so
+    requests without a cookie (each opens an anonymous session for the sign-in
+    form's CSRF token) can never push a signed-in reviewer out."""
 
     def __init__(
         self, *, idle: float = 8 * 3600, lifetime: float = 24 * 3600, capacity: int = 10_000
@@ -62,22 +65,18 @@ class SessionStore:
         self.idle = idle
         self.lifetime = lifetime
         self.capacity = capacity
-        self._sessions: OrderedDict[str, ConsoleSession] = OrderedDict()
+        self._anonymous: OrderedDict[str, ConsoleSession] = OrderedDict()
+        self._signed_in: OrderedDict[str, ConsoleSession] = OrderedDict()
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
-        return len(self._sessions)
+        return len(self._anonymous) + len(self._signed_in)
 
     def new(self) -> ConsoleSession:
         """A fresh anonymous session (it carries a CSRF token for the sign-in form)."""
-        now = time.monotonic()
-        session = ConsoleSession(
-            sid=secrets.token_urlsafe(32), csrf=secrets.token_urlsafe(32), created=now, seen=now
-        )
+        session = self._fresh()
         with self._lock:
-            self._sessions[session.sid] = session
-            while len(self._sessions) > self.capacity:
-                self._sessions.popitem(last=False)
+            self._keep(self._anonymous, session)
         return session
 
     def get(self, sid: str | None) -> ConsoleSession | None:
@@ -86,25 +85,43 @@ class SessionStore:
             return None
         now = time.monotonic()
         with self._lock:
-            session = self._sessions.get(sid)
-            if session is None:
-                return None
-            if now - session.seen > self.idle or now - session.created > self.lifetime:
-                del self._sessions[sid]
-                return None
-            session.seen = now
-            self._sessions.move_to_end(sid)
-            return session
+            for kind in (self._signed_in, self._anonymous):
+                session = kind.get(sid)
+                if session is None:
+                    continue
+                if now - session.seen > self.idle or now - session.created > self.lifetime:
+                    del kind[sid]
+                    return None
+                session.seen = now
+                kind.move_to_end(sid)
+                return session
+            return None
 
     def sign_in(self, old: ConsoleSession, token: str, principal: str) -> ConsoleSession:
         """Replace ``old`` by a new signed-in session (new id, new CSRF token)."""
-        self.drop(old.sid)
-        session = self.new()
+        session = self._fresh()
         session.token = token
         session.principal = principal
+        with self._lock:
+            self._anonymous.pop(old.sid, None)
+            self._signed_in.pop(old.sid, None)
+            self._keep(self._signed_in, session)
         return session
 
     def drop(self, sid: str) -> None:
         """End a session (sign-out)."""
         with self._lock:
-            self._sessions.pop(sid, None)
+            self._anonymous.pop(sid, None)
+            self._signed_in.pop(sid, None)
+
+    @staticmethod
+    def _fresh() -> ConsoleSession:
+        now = time.monotonic()
+        return ConsoleSession(
+            sid=secrets.token_urlsafe(32), csrf=secrets.token_urlsafe(32), created=now, seen=now
+        )
+
+    def _keep(self, kind: OrderedDict[str, ConsoleSession], session: ConsoleSession) -> None:
+        kind[session.sid] = session
+        while len(kind) > self.capacity:
+            kind.popitem(last=False)
