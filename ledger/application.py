@@ -81,6 +81,8 @@ class Ledger:
             if catch_up:
                 self._engine.migrate_views()
                 self.catch_up()
+            elif self._engine.position() == 0:
+                self._engine.migrate_views()  # a new ledger's empty views: their layout
         except BaseException:
             self.close()
             raise
@@ -113,13 +115,14 @@ class Ledger:
                 refused with ``RetentionRuleError`` naming the rule.
             create: False to refuse a ledger that does not exist yet instead of
                 creating it (nothing is created: no file, no tables).
-            catch_up: False to leave the views exactly as stored: neither rebuilt
-                when their layout is another version's nor brought up to the
-                events they have not seen (the first write still does that): what
-                an audit of a ledger that may have been tampered with opens it
-                with, so that ``verify`` names the first problem rather than
-                opening failing on, or rebuilding away, what was written behind
-                the ledger's back.
+            catch_up: False to leave the views of a ledger with events exactly as
+                stored: neither rebuilt when their layout is an earlier version's
+                (``verify`` then leaves the views check out and says so) nor
+                brought up to the events they have not seen (the first write
+                still does that): what an audit of a ledger that may have been
+                tampered with opens it with, so that ``verify`` names the first
+                problem rather than opening failing on, or rebuilding away, what
+                was written behind the ledger's back.
 
         Raises:
             InvalidURLError: the URL names no supported backend.

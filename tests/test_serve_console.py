@@ -445,6 +445,16 @@ def test_direction_controls_in_stored_text_are_shown_not_obeyed(desk: Desk) -> N
     page = client.get("/records/E1").text
     assert "\u202e" not in page
     assert "wrong &lt;U+202E&gt;odd" in page
+    # but a form sends back the very claim shown (its value is not rewritten)
+    claim = "price\u202eusd"
+    desk.reviewer.accept(desk.agent.propose("proj-a", claim, 1, Kind.FACT, id="P1"))
+    asked = client.get("/explain", params={"scope": "proj-a", "claim_key": claim}).text
+    assert f'name="claim_key" value="{claim}"' in asked
+    assert "price&lt;U+202E&gt;usd" in asked
+    again = client.get(
+        "/explain", params={"scope": "proj-a", "claim_key": claim, "as_of_position": "999999"}
+    )
+    assert f'<input type="hidden" name="claim_key" value="{claim}">' in again.text
 
 
 def test_changing_the_moment_keeps_the_pages_own_question(desk: Desk) -> None:

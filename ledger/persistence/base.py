@@ -289,17 +289,22 @@ class LedgerRecorderMixin:
         """The lowest position holding a stored event (None: the log is empty)."""
         raise NotImplementedError
 
-    def stray_position(self, c: Cursor) -> int | None:
-        """The lowest position below 1 holding a stored event or a Merkle leaf, or
-        None. The log starts at 1: only a row written behind the ledger's back can
-        be there, and reading after position 0 would never see it."""
+    def stray_position(self, c: Cursor) -> tuple[int, str] | None:
+        """The lowest position below 1 holding a stored event or a Merkle leaf, and
+        which of the two (``"event"``, or ``"Merkle leaf"`` when there is no event
+        there), or None. The log starts at 1: only a row written behind the
+        ledger's back can be there, and reading after position 0 never sees it."""
         c.execute(
             self.dialect.q("SELECT MIN(position) AS m FROM {t}pl_merkle_leaves WHERE position < 1")
         )
         leaf = c.fetchone()["m"]
         event = self.lowest_event_position(c)
-        found = [int(p) for p in (leaf, event) if p is not None and int(p) < 1]
-        return min(found) if found else None
+        found = [
+            (int(p), what)
+            for p, what in ((event, "event"), (leaf, "Merkle leaf"))
+            if p is not None and int(p) < 1
+        ]
+        return min(found, key=lambda item: item[0]) if found else None
 
     def after_insert(
         self,

@@ -149,9 +149,15 @@ def controls_written_out(text: str, markup: bool = False) -> str:
     return _BIDI.sub(lambda m: f"{lt}U+{ord(m.group()):04X}{gt}", text)
 
 
+def _field(value: Any) -> Markup:
+    """The ``field`` filter: a value a form sends back (an input's ``value``), escaped
+    but otherwise as it is, so the form asks about the very claim shown."""
+    return Markup.escape("" if value is None else value)
+
+
 def _bidi_shown(value: Any) -> Any:
     """What every ``{{ … }}`` of a page shows (:func:`controls_written_out`).
-    Markup (a macro's output, a drawn graph) was made from values shown so."""
+    Markup (a macro's output, a drawn graph, a form's value: ``field``) is left as it is."""
     if isinstance(value, str) and not isinstance(value, Markup):
         return controls_written_out(value)
     return value
@@ -167,6 +173,7 @@ def environment() -> Environment:
         finalize=_bidi_shown,
     )
     env.filters["json"] = _json
+    env.filters["field"] = _field
     env.filters["when"] = _when
     env.filters["details"] = _details
     return env
