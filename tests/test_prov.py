@@ -269,8 +269,10 @@ def test_export_needs_the_audit_role(scene: Scene) -> None:
         export_prov(scene.agent, record="E1")
     with pytest.raises(UnknownRecordError):
         export_prov(scene.reviewer, record="NOPE")
-    # With neither, only scopes the principal may audit are exported: none for the agent
-    assert _records(export_prov(scene.agent), ProvEntity) == []
+    # With neither, the scopes the principal may audit are exported; holding the
+    # role in none, the agent is refused, not given an empty document (SPEC 13.1)
+    with pytest.raises(AccessDeniedError, match="'agent-1' lacks role 'audit' in every scope"):
+        export_prov(scene.agent)
     with pytest.raises(InvalidInputError, match="export format 'rdf'"):
         export_text(scene.reviewer, "rdf")
 
