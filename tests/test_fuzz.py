@@ -655,7 +655,10 @@ def _sessions_ended(url: str, after: float) -> Iterator[None]:
         yield
     finally:
         killer.join()
-        time.sleep(0.05)  # the server closes the sockets before the checks read
+        # The server closes the ended sessions' sockets before the checks read (as
+        # test_storage_faults waits): a socket not closed yet looks alive to the pool,
+        # and the checks' first read would then meet the ending, not the contract.
+        time.sleep(0.2)
 
 
 # The connection pool replaces ended sessions in its worker threads, drawing its retry
