@@ -230,9 +230,7 @@ Handler = Callable[[Call], Response]
 
 
 def endpoint(
-    ledger: Ledger,
-    handler: Handler,
-    accepted: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset()),
+    ledger: Ledger, handler: Handler, accepted: tuple[frozenset[str], frozenset[str]]
 ) -> Callable[[Request], Awaitable[Response]]:
     """An ASGI endpoint running ``handler`` in a worker thread, errors as JSON;
     ``accepted``: the query parameters and body fields it takes (any other is
@@ -547,12 +545,13 @@ ROUTES: tuple[tuple[str, str, Handler], ...] = (
 def routes(ledger: Ledger) -> list[BaseRoute]:
     """The API's Starlette routes (one per path, methods merged), each taking the
     inputs its OpenAPI operation documents."""
-    from ledger.serve.openapi import accepted_inputs  # it describes these routes
+    from ledger.serve.openapi import accepted_inputs, document  # it describes these routes
 
+    doc = document()
     by_path: dict[str, dict[str, Callable[[Request], Awaitable[Response]]]] = {}
     for method, path, handler in ROUTES:
         by_path.setdefault(path, {})[method] = endpoint(
-            ledger, handler, accepted_inputs(method, path)
+            ledger, handler, accepted_inputs(doc, method, path)
         )
     return [
         Route(PREFIX + path, _dispatch(endpoints), methods=list(endpoints))

@@ -554,10 +554,12 @@ def _paths() -> dict[str, dict[str, Any]]:
     }
 
 
-def accepted_inputs(method: str, path: str) -> tuple[frozenset[str], frozenset[str]]:
+def accepted_inputs(
+    doc: dict[str, Any], method: str, path: str
+) -> tuple[frozenset[str], frozenset[str]]:
     """The query parameters and body fields the operation ``method`` on ``path``
-    (under the API's prefix) documents: the API refuses any other, naming it."""
-    doc = document()
+    (under the API's prefix) documents in ``doc`` (:func:`document`): the API
+    refuses any other, naming it."""
     op = doc["paths"][PREFIX + path][method.lower()]
     query = frozenset(p["name"] for p in op.get("parameters", ()) if p["in"] == "query")
     body: frozenset[str] = frozenset()

@@ -40,6 +40,9 @@ class LedgerServer(MCPServer[Connection]):
     refused naming it (the SDK would drop it, so a misspelt ``parent`` would
     silently lose provenance)."""
 
+    #: Each tool's argument names, read from the schemas on the first call.
+    _takes: dict[str, frozenset[str]] | None = None
+
     async def list_tools(self) -> list[MCPTool]:
         """Every tool, its input schema closed to other arguments."""
         tools = await super().list_tools()
@@ -51,24 +54,35 @@ class LedgerServer(MCPServer[Connection]):
         self, name: str, arguments: dict[str, Any], context: Context[Connection, Any] | None = None
     ) -> CallToolResult | InputRequiredResult:
         """Refuse arguments ``name`` does not take, then call it."""
-        for tool in await super().list_tools():
-            if tool.name == name:
-                takes = set(tool.input_schema.get("properties", {}))
-                unknown = sorted(set(arguments) - takes)
-                if unknown:
-                    # Worded as the SDK words a tool's refusal.
-                    raise ToolError(
-                        f"Error executing tool {name}: "
-                        + refusal(
-                            InvalidInputError(
-                                f"{name} takes no argument "
-                                + ", ".join(repr(arg) for arg in unknown)
-                                + "; its arguments are "
-                                + ", ".join(sorted(takes))
-                            )
+        takes = (await self._arguments()).get(name)
+        if takes is not None:
+            unknown = sorted(set(arguments) - takes)
+            if unknown:
+                # Worded as the SDK words a tool's refusal.
+                raise ToolError(
+                    f"Error executing tool {name}: "
+                    + refusal(
+                        InvalidInputError(
+                            f"{name} takes no argument "
+                            + ", ".join(repr(arg) for arg in unknown)
+                            + "; its arguments are "
+                            + ", ".join(sorted(takes))
                         )
                     )
+                )
         return await super().call_tool(name, arguments, context)
+
+    async def _arguments(self) -> dict[str, frozenset[str]]:
+        """Each tool's argument names, read from its schema once (the tools are all
+        added before the server serves)."""
+        known = self._takes
+        if known is None:
+            known = {
+                tool.name: frozenset(tool.input_schema.get("properties", {}))
+                for tool in await super().list_tools()
+            }
+            self._takes = known
+        return known
 
 
 INSTRUCTIONS = """\
