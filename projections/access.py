@@ -55,6 +55,22 @@ def _run_id(c: Cursor, d: Dialect, agg_id: Any, pos: int) -> str:
     return _lookup(c, d, "SELECT run_id FROM {t}pl_runs WHERE agg_id=?", agg_id, pos, "run")
 
 
+#: The events this view folds (``Principal`` and ``Run`` ones); the projector
+#: hands it no other (a record's events would only be looked at and skipped).
+EVENTS = frozenset(
+    (
+        Principal.Registered,
+        Principal.Granted,
+        Principal.GrantRevoked,
+        Principal.TokenIssued,
+        Principal.TokenRevoked,
+        Run.Started,
+        Run.ReadRecorded,
+        Run.Ended,
+    )
+)
+
+
 def apply(c: Cursor, d: Dialect, pos: int, event: Any) -> None:
     """Fold one ``Principal`` or ``Run`` event into the view."""
     at = datetime_to_micros(event.timestamp)

@@ -36,6 +36,10 @@ DDL = (
 TABLES = ("pl_deliveries", "pl_corrections", "pl_outbox")
 
 
+#: The events this view folds; the projector hands it no other.
+EVENTS = frozenset((Record.Delivered, Record.CorrectionIssued))
+
+
 def apply(c: Cursor, d: Dialect, pos: int, event: Any, rid_of: Mapping[str, str]) -> None:
     """Fold one ``Record`` event into the delivery history (``rid_of``: the record
     id of each record event's aggregate, by its hex)."""

@@ -303,9 +303,11 @@ class Projector:
         rid_of = self.record_ids_of(c, events, known)
         validity.apply_many(c, d, todo(validity.VIEW), rid_of, known)
         for pos, event in todo(delivery.VIEW):
-            delivery.apply(c, d, pos, event, rid_of)
+            if type(event) in delivery.EVENTS:
+                delivery.apply(c, d, pos, event, rid_of)
         for pos, event in todo(access.VIEW):
-            access.apply(c, d, pos, event)
+            if type(event) in access.EVENTS:
+                access.apply(c, d, pos, event)
         timeline.apply_many(c, d, todo(timeline.VIEW))
 
     def pending(self, c: Cursor, upto: int | None = None) -> Iterator[list[tuple[int, Any]]]:

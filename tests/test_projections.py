@@ -878,3 +878,64 @@ def test_postgres_batches_and_rebuilds_leave_the_planner_current_statistics(
         assert "pl_records_pkey" in plan() and "pl_records_listing" not in plan()
     finally:
         led.close()
+
+
+def test_inserted_rows_keep_every_value_whether_its_column_is_null_in_all_rows_or_some() -> None:
+    # On SQLite, columns NULL in every row of an insert are written as a NULL
+    # literal rather than bound: falsy values (0, "", b"", False) are values, a
+    # column NULL in one row but not another is bound, and one row or many agree.
+    import sqlite3
+
+    from projections.base import SQLITE, insert_rows
+
+    columns = ("a", "b", "c", "d", "e", "f")
+    con = sqlite3.connect(":memory:")
+    con.execute("CREATE TABLE t (n INTEGER PRIMARY KEY, a, b, c, d, e, f)")
+    batches: list[list[tuple[Any, ...]]] = [
+        [(0, None, "", None, b"", None)],
+        [(None, None, None, None, None, 1)],
+        [(1, None, False, None, b"x", None), (None, None, 2.5, None, b"", "z")],
+        [(None,) * 6, (None,) * 6],
+        [(i, None, str(i) if i % 2 else None, None, bytes([i]), None) for i in range(50)],
+        [(7, "b", "c", "d", b"e", 0.0)],
+    ]
+    written: list[tuple[Any, ...]] = []
+    for rows in batches:
+        numbered = [(len(written) + i, *row) for i, row in enumerate(rows)]
+        insert_rows(con, SQLITE, "t", ("n", *columns), numbered)
+        written += numbered
+    got = con.execute("SELECT n, a, b, c, d, e, f FROM t ORDER BY n").fetchall()
+    assert got == [tuple(int(v) if isinstance(v, bool) else v for v in row) for row in written]
+    assert [type(v) for v in got[0]] == [int, int, type(None), str, type(None), bytes, type(None)]
+
+
+def test_the_delivery_and_access_views_are_handed_every_event_type_they_fold() -> None:
+    # The projector gives these views only the event types in their EVENTS: one
+    # missing there would silently never reach its view.
+    import re
+
+    from eventsourcing.domain import DomainEvent
+
+    from ledger.domain import Principal, Run
+    from projections import access, delivery
+
+    def events_of(*aggregates: type) -> set[type]:
+        return {
+            value
+            for aggregate in aggregates
+            for name, value in vars(aggregate).items()
+            if isinstance(value, type)
+            and issubclass(value, DomainEvent)
+            and name not in ("Event", "Created")  # eventsourcing's own bases
+        }
+
+    assert events_of(Principal, Run) == access.EVENTS
+    assert {Record.Delivered, Record.CorrectionIssued} == delivery.EVENTS
+    folded = {
+        name
+        for module in (access, delivery)
+        for name in re.findall(
+            r"isinstance\(event, (\w+\.\w+)\)", Path(str(module.__file__)).read_text("utf-8")
+        )
+    }
+    assert folded == {t.__qualname__ for t in access.EVENTS | delivery.EVENTS}
