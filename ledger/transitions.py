@@ -92,7 +92,7 @@ def revoke(caller: Caller, record_id: str, reason: str) -> Revocation:
                 stale=stale,
             )
 
-        return Decision(events, result)
+        return Decision(events, result, known=marking.known)
 
     return pipeline.on_record(caller, "revoke", Role.APPROVE, record_id, decide)
 
@@ -278,6 +278,9 @@ class Marking:
     events: list[Any]
     visible: tuple[str, ...]
     hidden: int
+    #: The marked records' view rows as read (before these events), by aggregate
+    #: id (hex): ``Decision.known``, so the views start from them.
+    known: dict[str, Any]
 
 
 def stale_marking(
@@ -306,8 +309,9 @@ def stale_marking(
     reached = [cid for cid, _ in edges_index.descendants(c, d, root) if cid != superseded_by]
     rows = validity_view.current_many(c, d, reached)
     marked = [cid for cid in reached if rows[cid]["status"] not in rules.FINAL and cid not in skip]
-    stored = engine.recorder.last_versions(c, [record_uuid(m) for m in marked])
-    unstored = [cid for cid in marked if record_uuid(cid) not in stored]
+    aggregate = {cid: record_uuid(cid) for cid in marked}
+    stored = engine.recorder.last_versions(c, list(aggregate.values()))
+    unstored = [cid for cid in marked if aggregate[cid] not in stored]
     if unstored:
         raise CorruptEventError(
             f"record {unstored[0]!r} is in the validity view but has no stored events"
@@ -316,7 +320,7 @@ def stale_marking(
     events = [
         Record.stale_event(
             record_id=cid,
-            version=newest[record_uuid(cid)],
+            version=newest[aggregate[cid]],
             actor=caller.subject,
             cause=root,
             reason=reason,
@@ -331,7 +335,8 @@ def stale_marking(
     # Descendants in scopes the caller cannot see are marked all the same, but only
     # counted: their ids are not the caller's to learn.
     visible = tuple(m for m in marked if seen[rows[m]["scope"]])
-    return Marking(events, visible, len(marked) - len(visible))
+    known = {aggregate[cid].hex: rows[cid] for cid in marked}
+    return Marking(events, visible, len(marked) - len(visible), known)
 
 
 def check_readable(caller: Caller, c: Cursor, dep: str, what: str, child: str) -> Any:

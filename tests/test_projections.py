@@ -939,3 +939,51 @@ def test_the_delivery_and_access_views_are_handed_every_event_type_they_fold() -
         )
     }
     assert folded == {t.__qualname__ for t in access.EVENTS | delivery.EVENTS}
+
+
+def test_a_revocation_hands_the_views_the_rows_it_read_instead_of_reading_again(
+    tmp_path: Path,
+) -> None:
+    # Revoking reads each descendant's view row once (to decide which to mark);
+    # the views continue from those rows: no second read of them, and no look-up of
+    # the descendants' stored proposals to learn their record ids.
+    led = Ledger.open(f"sqlite:///{tmp_path / 'ledger.db'}")
+    try:
+        admin = led.admin()
+        admin.grant("agent", SCOPE, ["propose", "read"])
+        admin.grant("reviewer", SCOPE, ["approve", "read"])
+        agent = led.authenticate(admin.issue_token("agent"))
+        reviewer = led.authenticate(admin.issue_token("reviewer"))
+        items: list[dict[str, Any]] = [
+            {"scope": SCOPE, "claim_key": "root", "value": 0, "kind": Kind.EVIDENCE, "id": "root"}
+        ]
+        items += [
+            {
+                "scope": SCOPE,
+                "claim_key": f"k{i}",
+                "value": i,
+                "kind": Kind.INFERENCE,
+                "parents": ["root"] if i < 10 else [f"d{i - 10}"],
+                "id": f"d{i}",
+            }
+            for i in range(40)
+        ]
+        for rid in agent.propose_many(items):
+            reviewer.accept(rid)
+        with led.engine.locked() as c:
+            writer = c.connection
+        statements: list[str] = []
+        writer.set_trace_callback(statements.append)
+        try:
+            revocation = reviewer.revoke("root", "retracted")
+        finally:
+            writer.set_trace_callback(None)
+        assert len(revocation.stale) == 40
+        proposals = [s for s in statements if "originator_version = 1" in s]
+        current = "SELECT * FROM pl_records WHERE record_id IN"
+        rows = [s for s in statements if s.startswith(current)]
+        assert proposals == [] and len(rows) == 1, statements
+        assert {reviewer.get(f"d{i}").status for i in range(40)} == {Status.STALE}
+        assert led.rebuild().matched
+    finally:
+        led.close()
