@@ -106,14 +106,18 @@ class Write:
     ) -> int:
         """Store ``events`` with their view rows, Merkle leaves and ``snapshots``;
         returns the log position of the last one. ``known``: current view rows
-        read in this transaction, by aggregate id (hex), that the views may reuse."""
+        read in this transaction since its previous append (a command step reads
+        them in its decision, right before its own append), by aggregate id
+        (hex), that the views may reuse."""
         if not events:
             return self.engine.recorder.max_position(self.c)
         # Proposals' rows are assembled directly (the same bytes as the mapper's).
         stored = stored_events(self.engine.app.mapper, events)
-        # Rows read before a first append are current; after it the views moved on.
-        with self.engine.projector.knowing(self.c, None if self.appended else known):
-            ids = self.engine.recorder.insert_in(self.c, stored, events, snapshots, self.done)
+        with self.engine.projector.knowing(self.c, known):
+            first = self.appended[0][0] if self.appended else None
+            ids = self.engine.recorder.insert_in(
+                self.c, stored, events, snapshots, self.done, first
+            )
         if self.done is not None:
             self.done = dict.fromkeys(self.done, ids[-1])  # every view applied them
         self.appended.extend(zip(ids, events, strict=True))

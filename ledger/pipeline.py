@@ -13,7 +13,9 @@ Every command that changes the ledger is::
 Because the decision is made under the lock, nothing it read can change before
 its events are stored: no separate read phase, no conditional append. A command
 module declares only its own steps: :func:`command` for any command,
-:func:`on_record` for one that acts on an existing record.
+:func:`on_record` for one that acts on an existing record. Their :func:`step`
+and :func:`on_record_decision` let two principals' steps share one transaction
+(``Session.propose(..., accepted_by=...)``).
 """
 
 from __future__ import annotations
@@ -41,8 +43,9 @@ class Decision(Generic[T]):
     events: Sequence[Any]
     result: Callable[[int], T]
     snapshots: Sequence[tuple[str, bytes]] = field(default=())
-    #: Current view rows the command read under the lock, by aggregate id (hex):
-    #: the views start from them instead of reading them again.
+    #: Current view rows the command read under the lock (after anything appended
+    #: earlier in its transaction), by aggregate id (hex): the views start from
+    #: them instead of reading them again.
     known: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -57,6 +60,14 @@ def command(caller: Caller, name: str, decide: Callable[[Cursor, datetime], Deci
         ConcurrencyError: the database stayed locked by other writers.
     """
     caller.writable(name)
+    return caller.engine.transact(step(caller, decide))
+
+
+def step(caller: Caller, decide: Callable[[Cursor, datetime], Decision[T]]) -> Callable[[Write], T]:
+    """What :func:`command` runs in its write transaction: the caller's token
+    checked with the transaction's cursor, ``decide`` run and its events
+    appended. Steps of several callers may share one transaction (a proposal and
+    its acceptance: :func:`ledger.transitions.propose_accepted`)."""
 
     def work(w: Write) -> T:
         with caller.authenticated(w.c):
@@ -68,7 +79,7 @@ def command(caller: Caller, name: str, decide: Callable[[Cursor, datetime], Deci
             position = w.append(decision.events, decision.snapshots, decision.known)
         return decision.result(position)
 
-    return caller.engine.transact(work)
+    return work
 
 
 def on_record(
@@ -87,6 +98,19 @@ def on_record(
         UnknownRecordError: no such record, or not visible to the caller.
         AccessDeniedError: no ``role`` in the record's scope.
     """
+    return command(caller, name, on_record_decision(caller, name, role, record_id, decide))
+
+
+def on_record_decision(
+    caller: Caller,
+    name: str,
+    role: Role,
+    record_id: object,
+    decide: Callable[[Cursor, Any, Record, datetime], Decision[T]],
+) -> Callable[[Cursor, datetime], Decision[T]]:
+    """The decision :func:`on_record` hands :func:`command` (or :func:`step`):
+    the record's visibility and ``role`` checked, its row and aggregate loaded,
+    then ``decide``."""
 
     def decide_on_record(c: Cursor, now: datetime) -> Decision[T]:
         stored = caller.visible_row(c, record_id, role, name)
@@ -96,7 +120,7 @@ def on_record(
         known = {**decision.known, record.id.hex: stored}
         return Decision(decision.events, decision.result, decision.snapshots, known)
 
-    return command(caller, name, decide_on_record)
+    return decide_on_record
 
 
 def done(position: int) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -142,6 +142,15 @@ def capture(
 def _propose(
     caller: Caller, name: str, snapshots: Sequence[tuple[str, bytes]], fields: dict[str, Any]
 ) -> str:
+    return pipeline.command(caller, name, proposal(caller, snapshots, fields))
+
+
+def proposal(
+    caller: Caller, snapshots: Sequence[tuple[str, bytes]], fields: dict[str, Any]
+) -> Callable[[Cursor, datetime], Decision[str]]:
+    """The decision of one proposal (``fields``: :func:`prepare`'s keyword
+    arguments): its ``Proposed`` event; the result is its id as the caller is shown it."""
+
     def decide(c: Cursor, now: datetime) -> Decision[str]:
         if fields.get("supersedes") is _RECAPTURE:
             fields["supersedes"] = previous_capture(
@@ -150,7 +159,7 @@ def _propose(
         record = prepare(caller, c, Batch(), {}, **fields)
         return Decision([record], lambda _: redaction.bare(record.record_id), snapshots)
 
-    return pipeline.command(caller, name, decide)
+    return decide
 
 
 def propose_many(caller: Caller, items: Iterable[Mapping[str, Any]]) -> list[str]:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ledger import audit, deliveries, proposals, reads, transitions
 from ledger.caller import Caller
 from ledger.domain import Kind, Status, Validity
+from ledger.errors import InvalidInputError
 from ledger.merkle import InclusionProof
 from ledger.validation import check_id
 from ledger.values import (
@@ -318,6 +319,7 @@ class Session:
         conditions: Mapping[str, Any] | None = None,
         id: str | None = None,
         supersedes: str | None = None,
+        accepted_by: Session | None = None,
     ) -> str:
         """Propose a record; it is a ``CANDIDATE`` until an approver accepts it.
 
@@ -326,26 +328,43 @@ class Session:
         accepted, OLD becomes SUPERSEDED and OLD's descendants STALE, in the same
         transaction.
 
+        ``accepted_by``: a session of another principal (with ``approve`` in
+        ``scope``) that accepts the record in the same transaction, as its
+        ``accept`` would (two events, each by its own principal; one commit). If
+        the acceptance is refused, nothing is written. An application that
+        approves its agents' proposals by policy (the LangGraph store's
+        ``approver_token``) uses it so that a proposal never waits half-done.
+
         Raises:
             AccessDeniedError: no ``propose`` role in ``scope``.
             InvalidIdError, InvalidKindError, InvalidValueError, ValueTooLargeError,
             NaiveDatetimeError, ExpiryInPastError: bad input.
             DuplicateRecordError: the id is taken.
             InvalidParentError, CycleError: a parent is unknown, unreadable or unusable.
+            SelfApprovalError: ``accepted_by`` is this session's principal.
+            InvalidInputError: ``accepted_by`` is not a session of this ledger.
+            UnknownRecordError, InvalidTransitionError, AcceptanceCheckError: as
+                ``accept`` raises them for ``accepted_by``.
         """
-        return proposals.propose(
-            self.caller,
-            scope=scope,
-            claim_key=claim_key,
-            value=value,
-            kind=kind,
-            parents=parents,
-            expires=expires,
-            conditions=conditions,
-            record_id=id,
-            evidence=None,
-            supersedes=supersedes,
-        )
+        fields = {
+            "scope": scope,
+            "claim_key": claim_key,
+            "value": value,
+            "kind": kind,
+            "parents": parents,
+            "expires": expires,
+            "conditions": conditions,
+            "record_id": id,
+            "evidence": None,
+            "supersedes": supersedes,
+        }
+        if accepted_by is None:
+            return proposals.propose(self.caller, **fields)
+        if not isinstance(accepted_by, Session):
+            raise InvalidInputError(
+                f"accepted_by must be a Session, got {type(accepted_by).__name__}"
+            )
+        return transitions.propose_accepted(self.caller, accepted_by.caller, fields)
 
     def propose_many(self, items: Iterable[Mapping[str, Any]]) -> list[str]:
         """Propose many records in one transaction: all of them or none.

@@ -8,21 +8,26 @@ then decides on the record's view row and aggregate under the writers' lock.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from ledger import pipeline, redaction, rules
+from ledger import pipeline, proposals, redaction, rules
 from ledger.access import Role
 from ledger.caller import Caller
 from ledger.deliveries import delivery_of
 from ledger.domain import Record, Status, Validity, record_uuid
+from ledger.engine import Write
 from ledger.errors import (
     AcceptanceCheckError,
+    AccessDeniedError,
     CorruptEventError,
     CycleError,
+    InvalidInputError,
     InvalidParentError,
     InvalidTransitionError,
+    SelfApprovalError,
+    UnknownRecordError,
 )
 from ledger.pipeline import Decision
 from ledger.reads import record_view
@@ -39,6 +44,13 @@ def accept(caller: Caller, record_id: str, note: str) -> None:
     SUPERSEDED and what rested on that one STALE, in the same transaction."""
     caller.writable("accept")
     check_text(note, "note", empty=True)
+    pipeline.on_record(caller, "accept", Role.APPROVE, record_id, acceptance(caller, note))
+
+
+def acceptance(
+    caller: Caller, note: str
+) -> Callable[[Cursor, Any, Record, datetime], Decision[None]]:
+    """The decision of ``accept`` on a record's row and aggregate (``note`` checked)."""
 
     def decide(c: Cursor, row: Any, record: Record, now: datetime) -> Decision[None]:
         rid = row["record_id"]
@@ -52,7 +64,46 @@ def accept(caller: Caller, record_id: str, note: str) -> None:
             events += supersession(caller, c, record, now)
         return Decision(events, pipeline.done)
 
-    pipeline.on_record(caller, "accept", Role.APPROVE, record_id, decide)
+    return decide
+
+
+def propose_accepted(proposer: Caller, approver: Caller, fields: dict[str, Any]) -> str:
+    """``Session.propose(..., accepted_by=...)``: the proposal (``fields``:
+    ``proposals.prepare``'s keyword arguments) and its acceptance by ``approver``
+    in one write transaction, each step checked as its own command would be; if
+    either is refused nothing is written."""
+    proposer.writable("propose")
+    approver.writable("accept")
+    if approver.engine is not proposer.engine:
+        raise InvalidInputError("accepted_by must be a session of the same ledger")
+    if approver.subject == proposer.subject:
+        raise SelfApprovalError(
+            f"accept refused: accepted_by is {approver.subject!r}, the proposer; "
+            "a record is accepted by another principal"
+        )
+    propose = pipeline.step(proposer, proposals.proposal(proposer, (), fields))
+
+    def work(w: Write) -> str:
+        shown = propose(w)
+        made = next(e for _, e in reversed(w.appended) if type(e) is Record.Proposed)
+        decide = pipeline.on_record_decision(
+            approver,
+            "accept",
+            Role.APPROVE,
+            approver.shown(w.c, made.record_id),
+            acceptance(approver, ""),
+        )
+        try:
+            pipeline.step(approver, decide)(w)
+        except UnknownRecordError:
+            # The record was just proposed: the approver holds no role where it is.
+            raise AccessDeniedError(
+                f"accept refused: accepted_by {approver.subject!r} lacks role "
+                f"{Role.APPROVE.value!r} in scope {made.scope!r}"
+            ) from None
+        return shown
+
+    return proposer.engine.transact(work)
 
 
 def reject(caller: Caller, record_id: str, reason: str) -> None:

@@ -116,9 +116,14 @@ def commit_end(c: Cursor, d: Dialect, position: int) -> int:
     A command's events are committed together, so no reader ever saw the ledger
     between them; as-of answers are given at transaction ends only.
     """
+    # A transaction of several appends has a row for each of its later appends,
+    # all from its first position: the widest is the transaction.
     c.execute(
-        d.q("SELECT last_pos FROM {t}pl_commits WHERE first_pos <= ? AND last_pos >= ?"),
+        d.q(
+            "SELECT MAX(last_pos) AS last_pos FROM {t}pl_commits "
+            "WHERE first_pos <= ? AND last_pos >= ?"
+        ),
         (position, position),
     )
     row = c.fetchone()
-    return int(row["last_pos"]) if row else position
+    return int(row["last_pos"]) if row and row["last_pos"] is not None else position

@@ -295,6 +295,43 @@ def test_without_an_approver_a_delete_needs_the_approve_role(
     assert principals.reviewer.records("test", status="CANDIDATE")[0].claim_key == "k"
 
 
+def test_with_an_approver_a_put_is_proposed_and_accepted_in_one_transaction(
+    store: LedgerStore, principals: Principals
+) -> None:
+    before = principals.ledger.position
+    store.put(("test",), "k", {"v": 1})
+
+    assert principals.ledger.position == before + 2
+    rid = current_id(principals.reviewer, "test", "k")
+    events = principals.reviewer.audit(rid).events
+    assert [(e.type, e.actor) for e in events] == [("Proposed", "agent"), ("Accepted", "reviewer")]
+    # Whole at either position of its transaction: never a candidate to anyone.
+    past = principals.reviewer.as_of(position=before + 1)
+    assert past.get(rid).status == Status.ACCEPTED
+
+
+def test_with_an_approver_a_refused_acceptance_stores_nothing(
+    open_ledger: Any,
+) -> None:
+    led = open_ledger(acceptance_checks=[lambda r: "no secrets" if "secret" in r.value else None])
+    admin = led.admin()
+    admin.grant("agent", "test", ["propose", "read"])
+    admin.grant("reviewer", "test", ["approve", "read"])
+    with LedgerStore(
+        led, token=admin.issue_token("agent"), approver_token=admin.issue_token("reviewer")
+    ) as s:
+        before = led.position
+        with pytest.raises(LedgerError, match="no secrets"):
+            s.put(("test",), "k", {"secret": "hunter2"})
+        assert led.position == before
+        assert s.get(("test",), "k") is None
+        reviewer = led.authenticate(admin.issue_token("reviewer"))
+        assert reviewer.records("test", status="CANDIDATE") == ()
+        s.put(("test",), "k", {"v": 1})
+        item = s.get(("test",), "k")
+        assert item is not None and item.value == {"v": 1}
+
+
 def test_the_approver_must_be_another_principal(principals: Principals) -> None:
     with pytest.raises(InvalidInputError, match="separation of duties"):
         LedgerStore(

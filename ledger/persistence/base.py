@@ -173,11 +173,14 @@ class LedgerRecorderMixin:
         events: Sequence[Any],
         snapshots: Sequence[tuple[str, bytes]],
         done: dict[str, int] | None,
+        first: int | None = None,
     ) -> list[int]:
         """Insert a command's events in the caller's write transaction (which holds
         the writers' lock and whose views have applied every earlier event, as
         ``done`` says), then apply them to the views and write their Merkle leaves
-        and the evidence snapshots. Returns the events' log positions."""
+        and the evidence snapshots. Returns the events' log positions. ``first``:
+        the position of the transaction's first event when it appended earlier
+        ones (its bounds then cover them too)."""
         raise NotImplementedError
 
     def close_readers(self) -> None:
@@ -335,7 +338,9 @@ class LedgerRecorderMixin:
         done: dict[str, int] | None,
     ) -> None:
         """Views, Merkle leaves, transaction bounds and snapshots of inserted events
-        (``kwargs["leaves"]``: the (position, leaf) rows, if the insert made them)."""
+        (``kwargs["leaves"]``: the (position, leaf) rows, if the insert made them;
+        ``kwargs["first"]``: the transaction's first position, if it appended
+        events before these)."""
         events = kwargs.get("ledger_events")
         if events is not None:
             self.projector.apply(c, list(zip(ids, events, strict=True)), done)
@@ -343,10 +348,11 @@ class LedgerRecorderMixin:
         if leaves is None:
             leaves = [(pos, leaf_of(pos, e)) for pos, e in zip(ids, stored_events, strict=True)]
         insert_rows(c, self.dialect, "pl_merkle_leaves", ("position", "leaf"), leaves)
-        if len(ids) > 1:
+        first = kwargs.get("first") or ids[0]
+        if ids[-1] > first:
             c.execute(
                 self.dialect.q("INSERT INTO {t}pl_commits (last_pos, first_pos) VALUES (?, ?)"),
-                (ids[-1], ids[0]),
+                (ids[-1], first),
             )
         snapshots: Sequence[tuple[str, bytes]] = kwargs.get("snapshots", ())
         for ref, content in snapshots:

@@ -435,12 +435,13 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
         events: Sequence[Any],
         snapshots: Sequence[tuple[str, bytes]],
         done: dict[str, int] | None,
+        first: int | None = None,
     ) -> list[int]:
         """The command's events (the table lock is already held), then its views,
         leaves and snapshots, in its transaction."""
         curs: Any = c
         self._held.tracking = None  # read before these writes: no longer the answer
-        after: dict[str, Any] = {"ledger_events": events, "snapshots": snapshots}
+        after: dict[str, Any] = {"ledger_events": events, "snapshots": snapshots, "first": first}
         if len(stored_events) >= COPY_FROM:
             self._pipe_off()
             ids, after["leaves"] = self._copy_events(curs, stored_events)

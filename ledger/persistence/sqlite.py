@@ -333,12 +333,12 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
         events: Sequence[Any],
         snapshots: Sequence[tuple[str, bytes]],
         done: dict[str, int] | None,
+        first: int | None = None,
     ) -> list[int]:
         """The command's events, views, leaves and snapshots, in its transaction."""
         ids = self._insert_rows(c, stored_events)
-        self.write_after(
-            c, ids, stored_events, {"ledger_events": events, "snapshots": snapshots}, done
-        )
+        after = {"ledger_events": events, "snapshots": snapshots, "first": first}
+        self.write_after(c, ids, stored_events, after, done)
         return ids
 
     def _insert_events(

@@ -51,7 +51,9 @@ Approval policy
     Without ``approver_token`` a ``put`` is a CANDIDATE and ``get`` returns None
     until someone with ``approve`` accepts it (the review queue is
     ``Session.records(scope, status="CANDIDATE")``). With ``approver_token`` the
-    store accepts each of its puts at once as that principal. This is an
+    store accepts each of its puts at once as that principal, in the proposal's
+    own transaction (``Session.propose(..., accepted_by=...)``): a put is stored
+    accepted, or not at all (a refused acceptance leaves nothing). This is an
     explicit trade: it gives up separation of duties (the agent's writes are
     approved by a principal the agent's host controls) for the convenience of
     LangGraph's usual put-then-get. The approver must be another principal than

@@ -461,15 +461,14 @@ class LedgerStore(BaseStore):
         under the approver policy), superseding the version it replaces."""
         previous = self._head(scope, claim)
         fields: dict[str, Any] = {} if previous is None else {"supersedes": previous}
+        if self.approver is not None:
+            # Proposed and accepted in one transaction: whole, or not at all.
+            fields["accepted_by"] = self.approver
         value = dict(given)
         if state is None:
-            record_id = self.session.propose(
-                scope, claim, value, self.kind, id=self._ids.next(), **fields
-            )
+            self.session.propose(scope, claim, value, self.kind, id=self._ids.next(), **fields)
         else:
-            record_id = self._propose_in_thread(state, scope, claim, value, fields)
-        if self.approver is not None:
-            self.approver.accept(self._named_for(self.approver, record_id, scope))
+            self._propose_in_thread(state, scope, claim, value, fields)
 
     def _delete(self, scope: str, claim: str) -> None:
         revoker = self.approver or self.session
