@@ -85,8 +85,11 @@ Batches
     batch in a worker thread, so the event loop is never blocked. Puts and
     deletes of one key run one at a time in a process, whatever the thread or
     the store: a put reads the version it replaces before it proposes, so two at
-    once would both replace it and leave two accepted values. Two processes
-    putting one key at the same instant still can; ``get`` then raises
+    once would both replace it and leave two accepted values. A put from another
+    process that replaced the version meanwhile makes the ledger refuse the stale
+    replacement (writing nothing), and the store tries again on the newer
+    version: the last put wins. Only the first puts of a new key from two
+    processes at the same instant can both be stored; ``get`` then raises
     :class:`MemoryConflictError`, and deleting the key clears it.
 
 Modules: :mod:`~ledger.integrations.langgraph.keys` (namespace and key ↔ scope

@@ -33,6 +33,7 @@ from ledger.errors import (
     AccessDeniedError,
     InvalidInputError,
     InvalidParentError,
+    InvalidTransitionError,
     MemoryConflictError,
     UnsupportedStoreOperationError,
 )
@@ -62,6 +63,9 @@ __all__ = ["PAGE", "LedgerStore"]
 PAGE = 1000
 #: The statuses of a record a delete revokes.
 _LIVE = (Status.CANDIDATE, Status.ACCEPTED, Status.STALE)
+#: How often a put under the approver policy is tried when another process put a
+#: newer version of its key meanwhile (see ``LedgerStore._replace``).
+REPLACE_TRIES = 5
 #: A put reads the version it replaces, then proposes and accepts: two puts of one
 #: key at once would both replace the same version and leave two accepted values (a
 #: CONFLICT). Puts and deletes of one key therefore run one at a time in a process,
@@ -458,17 +462,33 @@ class LedgerStore(BaseStore):
 
     def _replace(self, state: Thread | None, scope: str, claim: str, given: Any) -> None:
         """Propose ``given`` as the newest version of the key (accepted at once
-        under the approver policy), superseding the version it replaces."""
-        previous = self._head(scope, claim)
-        fields: dict[str, Any] = {} if previous is None else {"supersedes": previous}
-        if self.approver is not None:
-            # Proposed and accepted in one transaction: whole, or not at all.
-            fields["accepted_by"] = self.approver
+        under the approver policy), superseding the version it replaces.
+
+        Proposing (or, under the approver policy, proposing and accepting in one
+        transaction) a new version of something already superseded is refused,
+        writing nothing: when another process replaced the key's version after it
+        was read here, the put is tried again on the newer one (up to
+        ``REPLACE_TRIES`` times), so the last put wins as in any store."""
         value = dict(given)
-        if state is None:
-            self.session.propose(scope, claim, value, self.kind, id=self._ids.next(), **fields)
-        else:
-            self._propose_in_thread(state, scope, claim, value, fields)
+        previous = self._head(scope, claim)
+        for attempt in range(1, REPLACE_TRIES + 1):
+            fields: dict[str, Any] = {} if previous is None else {"supersedes": previous}
+            if self.approver is not None:
+                # Proposed and accepted in one transaction: whole, or not at all.
+                fields["accepted_by"] = self.approver
+            try:
+                if state is None:
+                    self.session.propose(
+                        scope, claim, value, self.kind, id=self._ids.next(), **fields
+                    )
+                else:
+                    self._propose_in_thread(state, scope, claim, value, fields)
+                return
+            except InvalidTransitionError:
+                newer = self._head(scope, claim)
+                if newer == previous or attempt == REPLACE_TRIES:
+                    raise
+                previous = newer
 
     def _delete(self, scope: str, claim: str) -> None:
         revoker = self.approver or self.session
