@@ -63,16 +63,21 @@ def command(caller: Caller, name: str, decide: Callable[[Cursor, datetime], Deci
     return caller.engine.transact(step(caller, decide))
 
 
-def step(caller: Caller, decide: Callable[[Cursor, datetime], Decision[T]]) -> Callable[[Write], T]:
+def step(
+    caller: Caller,
+    decide: Callable[[Cursor, datetime], Decision[T]],
+    now: datetime | None = None,
+) -> Callable[[Write], T]:
     """What :func:`command` runs in its write transaction: the caller's token
-    checked with the transaction's cursor, ``decide`` run and its events
-    appended. Steps of several callers may share one transaction (a proposal and
-    its acceptance: :func:`ledger.transitions.propose_accepted`)."""
+    checked with the transaction's cursor, ``decide`` run (at ``now``, else the
+    ledger's clock) and its events appended. Steps of several callers may share
+    one transaction and one time (a proposal and its acceptance:
+    :func:`ledger.transitions.propose_accepted`)."""
 
     def work(w: Write) -> T:
         with caller.authenticated(w.c):
             try:
-                decision = decide(w.c, caller.engine.now())
+                decision = decide(w.c, caller.engine.now() if now is None else now)
             except LedgerError as exc:
                 # A refusal names a record as the caller is shown it.
                 raise caller.refusal(w.c, exc) from exc.__cause__

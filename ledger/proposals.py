@@ -156,7 +156,7 @@ def proposal(
             fields["supersedes"] = previous_capture(
                 caller, c, fields["scope"], fields["claim_key"], fields["evidence"]
             )
-        record = prepare(caller, c, Batch(), {}, **fields)
+        record = prepare(caller, c, Batch(), {}, now=now, **fields)
         return Decision([record], lambda _: redaction.bare(record.record_id), snapshots)
 
     return decide
@@ -236,14 +236,17 @@ def prepare(
     record_id: str | None,
     evidence: dict[str, Any] | None,
     supersedes: str | None = None,
+    now: datetime | None = None,
 ) -> Record.Proposed:
-    """Validate one proposal completely and build its event (nothing written).
+    """Validate one proposal completely and build its event (nothing written),
+    timed ``now`` (else the ledger's clock is read).
 
     ``pending`` maps ids proposed earlier in the same batch to their events;
     ``known`` holds current view rows read for the whole batch up front (a record
     id it has no key for is looked up, and kept there).
     """
     engine = caller.engine
+    now = engine.now() if now is None else now
     check_id(scope, "scope")
     claim_key = check_claim_key(claim_key)
     the_kind = check_kind(kind)
@@ -253,7 +256,7 @@ def prepare(
         engine.check_future(check_aware(expires, "expires"), "expires")
     rule = engine.retention.get(the_kind)
     if rule is not None:
-        rule.check(the_kind, expires, engine.now())
+        rule.check(the_kind, expires, now)
     rid = check_id(record_id) if record_id is not None else f"r-{uuid.uuid4().hex}"
     named = tuple(dict.fromkeys(check_ref(p, "parent id") for p in check_list(parents, "parents")))
     if rid in named:
@@ -300,7 +303,7 @@ def prepare(
     if key is None:
         raise DuplicateRecordError(f"record {rid!r} already exists")
     return Record.proposed_event(
-        at=engine.now(),
+        at=now,
         record_id=key,
         scope=scope,
         claim_key=claim_key,

@@ -21,11 +21,13 @@ from ledger.engine import Write
 from ledger.errors import (
     AcceptanceCheckError,
     AccessDeniedError,
+    AuthenticationError,
     CorruptEventError,
     CycleError,
     InvalidInputError,
     InvalidParentError,
     InvalidTransitionError,
+    LedgerError,
     SelfApprovalError,
     UnknownRecordError,
 )
@@ -53,18 +55,26 @@ def acceptance(
     """The decision of ``accept`` on a record's row and aggregate (``note`` checked)."""
 
     def decide(c: Cursor, row: Any, record: Record, now: datetime) -> Decision[None]:
-        rid = row["record_id"]
         record.accept(caller.subject, note, now)
-        rules.check_not_expired(row, now, "accept")
-        check_usable_dependencies(caller, c, record.dependencies, rid, row["scope"], "accept", now)
-        if caller.engine.checks:
-            run_acceptance_checks(caller, record_view(caller, c, row, now), "accept")
-        events = list(record.collect_events())
-        if record.supersedes is not None:
-            events += supersession(caller, c, record, now)
-        return Decision(events, pipeline.done)
+        replaced = acceptance_checks(caller, c, row, record, now)
+        return Decision([*record.collect_events(), *replaced], pipeline.done)
 
     return decide
+
+
+def acceptance_checks(
+    caller: Caller, c: Cursor, row: Any, record: Record, now: datetime
+) -> list[Any]:
+    """What ``accept`` requires besides the transition itself, as ``caller`` sees
+    the record (``row``: its row as shown to it): unexpired, every dependency
+    usable and readable, the registered checks passed, and what it supersedes
+    still replaceable. Returns the supersession's events."""
+    rid = row["record_id"]
+    rules.check_not_expired(row, now, "accept")
+    check_usable_dependencies(caller, c, record.dependencies, rid, row["scope"], "accept", now)
+    if caller.engine.checks:
+        run_acceptance_checks(caller, record_view(caller, c, row, now), "accept")
+    return supersession(caller, c, record, now) if record.supersedes is not None else []
 
 
 def propose_accepted(proposer: Caller, approver: Caller, fields: dict[str, Any]) -> str:
@@ -81,10 +91,10 @@ def propose_accepted(proposer: Caller, approver: Caller, fields: dict[str, Any])
             f"accept refused: accepted_by is {approver.subject!r}, the proposer; "
             "a record is accepted by another principal"
         )
-    propose = pipeline.step(proposer, proposals.proposal(proposer, (), fields))
 
     def work(w: Write) -> str:
-        shown = propose(w)
+        now = proposer.engine.now()  # both events carry one time, as one command's do
+        shown = pipeline.step(proposer, proposals.proposal(proposer, (), fields), now)(w)
         made = next(e for _, e in reversed(w.appended) if type(e) is Record.Proposed)
         decide = pipeline.on_record_decision(
             approver,
@@ -94,16 +104,50 @@ def propose_accepted(proposer: Caller, approver: Caller, fields: dict[str, Any])
             acceptance(approver, ""),
         )
         try:
-            pipeline.step(approver, decide)(w)
-        except UnknownRecordError:
-            # The record was just proposed: the approver holds no role where it is.
+            pipeline.step(approver, decide, now)(w)
+        except AuthenticationError:
+            raise  # the approver's token: nothing of the record's to hide
+        except (UnknownRecordError, AccessDeniedError):
+            # The record was just proposed: the approver lacks the role where it is.
             raise AccessDeniedError(
                 f"accept refused: accepted_by {approver.subject!r} lacks role "
                 f"{Role.APPROVE.value!r} in scope {made.scope!r}"
             ) from None
+        except LedgerError as refused:
+            raise _as_proposer_sees(
+                proposer, approver, w.c, made.record_id, shown, refused
+            ) from None
         return shown
 
     return proposer.engine.transact(work)
+
+
+def _as_proposer_sees(
+    proposer: Caller, approver: Caller, c: Cursor, key: str, shown: str, refused: LedgerError
+) -> LedgerError:
+    """The refusal of ``propose_accepted``'s acceptance step told as the proposer
+    may be told it: the approver's own refusal names what the approver sees
+    (records, scopes, an acceptance check's view), so the acceptance checks are
+    run again as the proposer sees the record and their refusal is the answer;
+    when they pass, the refusal came from what only the approver sees, and says
+    only that."""
+    with proposer.authenticated(c):
+        stored = validity_view.existing(c, proposer.engine.dialect, key)
+        record = proposer.engine.load_record(c, key)
+        try:
+            acceptance_checks(
+                proposer, c, proposer.redacted(c, stored), record, proposer.engine.now()
+            )
+        except LedgerError as exc:
+            return proposer.refusal(c, exc)
+    why = {
+        InvalidParentError: "a dependency of it is not usable as that principal sees it",
+        AcceptanceCheckError: "an acceptance check refused it as that principal sees it",
+    }.get(type(refused), f"{type(refused).__name__} as that principal sees it")
+    return type(refused)(
+        f"accept refused: accepted_by {approver.subject!r} cannot accept {shown!r}: {why}; "
+        "nothing was written"
+    )
 
 
 def reject(caller: Caller, record_id: str, reason: str) -> None:

@@ -9,11 +9,14 @@ refused nothing is written.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
-from ledger import Kind, Ledger, Status
+from ledger import Kind, Ledger, Session, Status
 from ledger.errors import (
     AcceptanceCheckError,
     AccessDeniedError,
@@ -138,3 +141,96 @@ def test_a_refused_proposal_is_refused_as_propose_refuses_it(world: World) -> No
 
     assert world.ledger.position == before
     assert world.reviewer.get("taken").status == Status.CANDIDATE
+
+
+# -- what the proposer is told when the acceptor refuses ----------------------------
+
+
+def _principals(led: Ledger, grants: dict[str, dict[str, list[str]]]) -> dict[str, Session]:
+    admin = led.admin()
+    for subject, scopes in grants.items():
+        for scope, roles in scopes.items():
+            admin.grant(subject, scope, roles)
+    return {subject: led.authenticate(admin.issue_token(subject)) for subject in grants}
+
+
+def test_a_refusal_names_the_record_as_the_proposer_is_shown_it(
+    open_ledger: Callable[..., Ledger],
+) -> None:
+    # "x" is taken in scope A, which the agent cannot see; the acceptor sees both
+    # scopes, so to it the agent's record is "x@@B". The agent must not learn that.
+    led = open_ledger(acceptance_checks=[lambda r: "nope" if r.value == "bad" else None])
+    p = _principals(
+        led,
+        {
+            "owner": {"A": ["propose", "read"]},
+            "agent": {"B": ["propose", "read"]},
+            "rev": {"A": ["approve", "read"], "B": ["approve", "read"]},
+        },
+    )
+    p["owner"].propose("A", "k", 1, Kind.FACT, id="x")
+
+    with pytest.raises(AcceptanceCheckError) as refused:
+        p["agent"].propose("B", "k", "bad", Kind.FACT, id="x", accepted_by=p["rev"])
+
+    assert str(refused.value) == "acceptance check '<lambda>' refused record 'x': nope"
+    assert p["agent"].propose("B", "k", "ok", Kind.FACT, id="x", accepted_by=p["rev"]) == "x"
+
+
+def test_a_refusal_names_no_record_hidden_from_the_proposer(
+    open_ledger: Callable[..., Ledger], clock: Any
+) -> None:
+    # The parent's ancestor, in a scope only the acceptor sees, has expired.
+    led = open_ledger()
+    p = _principals(
+        led,
+        {
+            "owner": {"B": ["propose", "read"], "C": ["propose", "read"]},
+            "agent": {"B": ["propose", "read"]},
+            "rev": {"B": ["approve", "read"], "C": ["approve", "read"]},
+        },
+    )
+    ancestor = p["owner"].propose(
+        "C", "g", 1, Kind.FACT, id="secret-g", expires=clock.now + timedelta(days=1)
+    )
+    p["rev"].accept(ancestor)
+    p["rev"].accept(p["owner"].propose("B", "p", 2, Kind.INFERENCE, id="p", parents=[ancestor]))
+    clock.advance(days=2)
+    before = led.position
+
+    with pytest.raises(InvalidParentError) as refused:
+        p["agent"].propose("B", "n", 3, Kind.INFERENCE, parents=["p"], accepted_by=p["rev"])
+
+    assert "secret-g" not in str(refused.value) and "<hidden>" in str(refused.value)
+    assert "'p'" in str(refused.value)
+    assert led.position == before
+
+
+def test_a_refusal_from_what_only_the_acceptor_lacks_says_so(world: World) -> None:
+    # The agent rests its proposal on a record in proj-b; an acceptor who cannot
+    # read proj-b may not vouch for it. The agent is told who refused and why, in
+    # terms of its own record.
+    admin = world.ledger.admin()
+    admin.grant("approver-a", SCOPE, ["approve", "read"])
+    approver = world.ledger.authenticate(admin.issue_token("approver-a"))
+    source = world.agent.propose("proj-b", "src", 1, Kind.FACT, accepted_by=world.reviewer)
+    before = world.ledger.position
+
+    with pytest.raises(InvalidParentError, match="accepted_by 'approver-a' cannot accept 'n'"):
+        world.agent.propose(
+            SCOPE, "k", 2, Kind.INFERENCE, id="n", parents=[source], accepted_by=approver
+        )
+
+    assert world.ledger.position == before
+
+
+def test_both_events_carry_one_time(open_ledger: Callable[..., Ledger]) -> None:
+    # On a clock that moves at every reading, the two steps still share one.
+    ticks = itertools.count()
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    led = open_ledger(clock=lambda: start + timedelta(microseconds=next(ticks)))
+    p = _principals(led, {"agent": {SCOPE: ["propose"]}, "rev": {SCOPE: ["approve", "audit"]}})
+    rid = p["agent"].propose(SCOPE, "k", 1, Kind.FACT, accepted_by=p["rev"])
+    proposed, accepted = p["rev"].audit(rid).events
+    assert (proposed.type, accepted.type) == ("Proposed", "Accepted")
+    assert proposed.at == accepted.at
