@@ -115,7 +115,7 @@ def propose_accepted(proposer: Caller, approver: Caller, fields: dict[str, Any])
             ) from None
         except LedgerError as refused:
             raise _as_proposer_sees(
-                proposer, approver, w.c, made.record_id, shown, refused
+                proposer, approver, w.c, (made.record_id, shown), now, refused
             ) from None
         return shown
 
@@ -123,23 +123,30 @@ def propose_accepted(proposer: Caller, approver: Caller, fields: dict[str, Any])
 
 
 def _as_proposer_sees(
-    proposer: Caller, approver: Caller, c: Cursor, key: str, shown: str, refused: LedgerError
+    proposer: Caller,
+    approver: Caller,
+    c: Cursor,
+    record: tuple[str, str],
+    now: datetime,
+    refused: LedgerError,
 ) -> LedgerError:
-    """The refusal of ``propose_accepted``'s acceptance step told as the proposer
-    may be told it: the approver's own refusal names what the approver sees
-    (records, scopes, an acceptance check's view), so the acceptance checks are
-    run again as the proposer sees the record and their refusal is the answer;
-    when they pass, the refusal came from what only the approver sees, and says
-    only that."""
+    """The refusal of ``propose_accepted``'s acceptance step (of the record
+    ``(key, id shown to the proposer)``, at ``now``) told as the proposer may be
+    told it: the approver's own refusal names what the approver sees (records,
+    scopes, an acceptance check's view), so the acceptance checks are run again
+    at the same time as the proposer sees the record, and a refusal of the same
+    kind is the answer. Otherwise the refusal came from what only the approver
+    sees, and says only that (whether the approver accepts depends on what it
+    sees, as it does when it accepts in a command of its own)."""
+    key, shown = record
     with proposer.authenticated(c):
         stored = validity_view.existing(c, proposer.engine.dialect, key)
-        record = proposer.engine.load_record(c, key)
+        aggregate = proposer.engine.load_record(c, key)
         try:
-            acceptance_checks(
-                proposer, c, proposer.redacted(c, stored), record, proposer.engine.now()
-            )
+            acceptance_checks(proposer, c, proposer.redacted(c, stored), aggregate, now)
         except LedgerError as exc:
-            return proposer.refusal(c, exc)
+            if type(exc) is type(refused):
+                return proposer.refusal(c, exc)
     why = {
         InvalidParentError: "a dependency of it is not usable as that principal sees it",
         AcceptanceCheckError: "an acceptance check refused it as that principal sees it",

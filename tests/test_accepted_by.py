@@ -234,3 +234,87 @@ def test_both_events_carry_one_time(open_ledger: Callable[..., Ledger]) -> None:
     proposed, accepted = p["rev"].audit(rid).events
     assert (proposed.type, accepted.type) == ("Proposed", "Accepted")
     assert proposed.at == accepted.at
+
+
+def test_a_refusal_of_another_kind_as_the_proposer_sees_it_is_not_passed_off_as_the_reason(
+    open_ledger: Callable[..., Ledger], clock: Any
+) -> None:
+    # The acceptor is refused for a dependency it cannot read (in proj-d). Checked
+    # again as the agent sees the record, that dependency passes and a check that
+    # depends on what is hidden from the agent refuses: the agent must be told of
+    # the dependency (the acceptor's reason, in its own terms), not of the check.
+    def known_expiry(view: Any) -> str | None:
+        hidden = view.effective_expires is not None and view.expiry_source == "<hidden>"
+        return "expiry source unknown" if hidden else None
+
+    led = open_ledger(acceptance_checks=[known_expiry])
+    p = _principals(
+        led,
+        {
+            "owner": {"S": ["propose", "read"], "B": ["propose", "read"]},
+            "agent": {"B": ["propose", "read"], "D": ["propose", "read"]},
+            "revd": {"D": ["approve", "read"]},
+            "rev": {"S": ["approve", "read"], "B": ["approve", "read"]},
+        },
+    )
+    secret = p["owner"].propose(
+        "S", "g", 1, Kind.FACT, id="secret-g", expires=clock.now + timedelta(days=9)
+    )
+    p["rev"].accept(secret)
+    p["rev"].accept(p["owner"].propose("B", "q", 1, Kind.INFERENCE, id="q", parents=[secret]))
+    d = p["agent"].propose("D", "d", 1, Kind.FACT, id="d", accepted_by=p["revd"])
+    before = led.position
+
+    with pytest.raises(InvalidParentError, match="accepted_by 'rev' cannot accept 'n'"):
+        p["agent"].propose(
+            "B", "k", 1, Kind.INFERENCE, id="n", parents=["q", d], accepted_by=p["rev"]
+        )
+
+    assert led.position == before
+    assert (
+        p["agent"].propose("B", "k", 1, Kind.INFERENCE, id="n", parents=["q"], accepted_by=p["rev"])
+        == "n"
+    )
+
+
+def test_the_proposer_is_told_the_refusal_at_the_time_the_acceptor_was_refused(
+    open_ledger: Callable[..., Ledger],
+) -> None:
+    # A clock a second further at every reading; the record expires two seconds
+    # after the proposal. The acceptor is refused for a dependency it cannot read;
+    # checked again later, the record would have expired: the agent must still be
+    # told of the dependency.
+    now = [datetime(2026, 1, 1, tzinfo=UTC)]
+    tick = [timedelta(0)]
+
+    def clock() -> datetime:
+        reading = now[0]
+        now[0] += tick[0]
+        return reading
+
+    led = open_ledger(clock=clock)
+    p = _principals(
+        led,
+        {
+            "agent": {"B": ["propose", "read"], "D": ["propose", "read"]},
+            "revd": {"D": ["approve", "read"]},
+            "rev": {"B": ["approve", "read"]},
+        },
+    )
+    source = p["agent"].propose("D", "s", 1, Kind.FACT, id="src", accepted_by=p["revd"])
+    before = led.position
+    tick[0] = timedelta(seconds=1)
+
+    with pytest.raises(InvalidParentError, match="accepted_by 'rev' cannot accept 'n'"):
+        p["agent"].propose(
+            "B",
+            "k",
+            1,
+            Kind.FACT,
+            id="n",
+            parents=[source],
+            expires=now[0] + timedelta(seconds=2),
+            accepted_by=p["rev"],
+        )
+
+    assert led.position == before
