@@ -154,6 +154,14 @@ def _principals(led: Ledger, grants: dict[str, dict[str, list[str]]]) -> dict[st
     return {subject: led.authenticate(admin.issue_token(subject)) for subject in grants}
 
 
+def _behind_a_hidden_ancestor(p: dict[str, Session], hidden: str, rid: str, expires: Any) -> None:
+    """An accepted record ``rid`` in scope B resting on the accepted "secret-g" in
+    scope ``hidden`` (expiring at ``expires``), both the owner's, accepted by rev."""
+    secret = p["owner"].propose(hidden, "g", 1, Kind.FACT, id="secret-g", expires=expires)
+    p["rev"].accept(secret)
+    p["rev"].accept(p["owner"].propose("B", rid, 2, Kind.INFERENCE, id=rid, parents=[secret]))
+
+
 def test_a_refusal_names_the_record_as_the_proposer_is_shown_it(
     open_ledger: Callable[..., Ledger],
 ) -> None:
@@ -190,11 +198,7 @@ def test_a_refusal_names_no_record_hidden_from_the_proposer(
             "rev": {"B": ["approve", "read"], "C": ["approve", "read"]},
         },
     )
-    ancestor = p["owner"].propose(
-        "C", "g", 1, Kind.FACT, id="secret-g", expires=clock.now + timedelta(days=1)
-    )
-    p["rev"].accept(ancestor)
-    p["rev"].accept(p["owner"].propose("B", "p", 2, Kind.INFERENCE, id="p", parents=[ancestor]))
+    _behind_a_hidden_ancestor(p, "C", "p", clock.now + timedelta(days=1))
     clock.advance(days=2)
     before = led.position
 
@@ -257,11 +261,7 @@ def test_a_refusal_of_another_kind_as_the_proposer_sees_it_is_not_passed_off_as_
             "rev": {"S": ["approve", "read"], "B": ["approve", "read"]},
         },
     )
-    secret = p["owner"].propose(
-        "S", "g", 1, Kind.FACT, id="secret-g", expires=clock.now + timedelta(days=9)
-    )
-    p["rev"].accept(secret)
-    p["rev"].accept(p["owner"].propose("B", "q", 1, Kind.INFERENCE, id="q", parents=[secret]))
+    _behind_a_hidden_ancestor(p, "S", "q", clock.now + timedelta(days=9))
     d = p["agent"].propose("D", "d", 1, Kind.FACT, id="d", accepted_by=p["revd"])
     before = led.position
 
