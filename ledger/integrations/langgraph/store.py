@@ -63,8 +63,8 @@ __all__ = ["PAGE", "LedgerStore"]
 PAGE = 1000
 #: The statuses of a record a delete revokes.
 _LIVE = (Status.CANDIDATE, Status.ACCEPTED, Status.STALE)
-#: How often a put under the approver policy is tried when another process put a
-#: newer version of its key meanwhile (see ``LedgerStore._replace``).
+#: How often a put is tried when another process replaced its key's version
+#: meanwhile (see ``LedgerStore._replace``).
 REPLACE_TRIES = 5
 #: A put reads the version it replaces, then proposes and accepts: two puts of one
 #: key at once would both replace the same version and leave two accepted values (a
