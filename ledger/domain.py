@@ -100,9 +100,14 @@ def uuid_of_hex(text: str) -> UUID:
 def _uuid_of_int(value: int) -> UUID:
     """The UUID whose 128-bit value is ``value`` (0 <= value < 2**128)."""
     made: UUID = object.__new__(UUID)
-    object.__setattr__(made, "int", value)
-    object.__setattr__(made, "is_safe", SafeUUID.unknown)
+    _set(made, "int", value)
+    _set(made, "is_safe", _UNKNOWN_SAFETY)
     return made
+
+
+_set = object.__setattr__
+#: Read once: an enum member's attribute access costs more than the rest of the call.
+_UNKNOWN_SAFETY = SafeUUID.unknown
 
 
 def principal_uuid(subject: str) -> UUID:

@@ -22,7 +22,7 @@ kept tree heads against one log needs.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from uuid import UUID
 
@@ -36,6 +36,16 @@ def leaf_data(
     oid = originator_id.hex if isinstance(originator_id, UUID) else str(originator_id)
     packed: bytes = msgpack.packb([position, oid, version, topic, bytes(state)], use_bin_type=True)
     return packed
+
+
+def leaf_hashes(rows: Iterable[tuple[int, UUID | str, int, str, bytes]]) -> Iterator[bytes]:
+    """``leaf_hash(leaf_data(*row))`` of each (position, originator id, version,
+    topic, state) row, with one packer for them all (a rebuild checks every event)."""
+    pack = msgpack.Packer(use_bin_type=True).pack
+    sha256 = hashlib.sha256
+    for position, originator_id, version, topic, state in rows:
+        oid = originator_id.hex if isinstance(originator_id, UUID) else str(originator_id)
+        yield sha256(b"\x00" + pack([position, oid, version, topic, bytes(state)])).digest()
 
 
 def leaf_hash(data: bytes) -> bytes:

@@ -46,18 +46,54 @@ def check_event_shape(event: Any) -> None:
     every field present and of its declared type (guards against stored bytes
     that decode but are not what the ledger wrote)."""
     cls: type = type(event)
-    fields = _event_fields(cls)
-    if fields is None:
+    check = _checker(cls)
+    if check is None:
         raise ValueError(f"{cls.__qualname__} is not a ledger event")
-    state = vars(event)
-    for name, exact, conforms in fields:
+    check(vars(event))
+
+
+def _slow_check(cls: type, state: dict[str, Any]) -> None:
+    """The field-by-field check, for the message: the first field missing or of
+    a type its hint does not allow."""
+    for name, exact, conforms in _event_fields(cls) or ():
         if name not in state:
             raise ValueError(f"{cls.__qualname__} lacks field {name!r}")
         value = state[name]
-        if type(value) in exact:
-            continue  # an exact type the hint allows: no further check needed
-        if not conforms(value):
+        if type(value) not in exact and not conforms(value):
             raise ValueError(f"{cls.__qualname__}.{name} has a {type(value).__name__}")
+
+
+@functools.cache
+def _checker(cls: type) -> Callable[[dict[str, Any]], None] | None:
+    """A function checking an event's ``vars`` against ``cls``'s fields, written
+    out field by field (a rebuild checks every event: a loop over the fields
+    costs several times as much). It does what :func:`_slow_check` does; on any
+    failure it calls that, for the message."""
+    fields = _event_fields(cls)
+    if fields is None:
+        return None
+    names: dict[str, Any] = {"_slow": _slow_check, "_cls": cls}
+    lines = ["def check(state):", "    try:"]
+    lines += [f"        v{i} = state[{name!r}]" for i, (name, _, _) in enumerate(fields)]
+    lines += ["    except KeyError:", "        _slow(_cls, state)", "        return"]
+    for i, (_, exact, conforms) in enumerate(fields):
+        names[f"p{i}"] = conforms
+        if len(exact) == 1:
+            names[f"t{i}"] = next(iter(exact))
+            test = f"type(v{i}) is not t{i} and not p{i}(v{i})"
+        elif exact:
+            names[f"e{i}"] = exact
+            test = f"type(v{i}) not in e{i} and not p{i}(v{i})"
+        elif conforms(()):  # a tuple: an empty one (most dependencies) needs no closer look
+            test = f"not (type(v{i}) is tuple and not v{i}) and not p{i}(v{i})"
+        elif conforms({}):  # a dict: likewise
+            test = f"not (type(v{i}) is dict and not v{i}) and not p{i}(v{i})"
+        else:
+            test = f"not p{i}(v{i})"
+        lines += [f"    if {test}:", "        _slow(_cls, state)"]
+    exec("\n".join(lines), names)  # the source is built above from the fields alone
+    check: Callable[[dict[str, Any]], None] = names["check"]
+    return check
 
 
 _Field = tuple[str, frozenset[type], Callable[[Any], bool]]
@@ -78,11 +114,11 @@ def _event_fields(cls: type) -> tuple[_Field, ...] | None:
 
 
 def _exact_types(hint: Any) -> frozenset[type]:
+    """The plain types among ``hint``'s options: a value of exactly one of them
+    conforms (containers and ``Any`` always get the full check)."""
     options = typing.get_args(hint) if typing.get_origin(hint) in _UNIONS else (hint,)
     simple = (str, int, float, bool, datetime, UUID, type(None))
-    if all(option in simple for option in options):
-        return frozenset(options)
-    return frozenset()  # containers and Any: always the full check
+    return frozenset(option for option in options if option in simple)
 
 
 _UNIONS = (typing.Union, types.UnionType)

@@ -253,23 +253,37 @@ def _new_version(c: Cursor, d: Dialect, record_id: str, pos: int, at: int, **cha
     c.execute(d.q(_INSERT), tuple(values[name] for name in COLUMNS))
 
 
+#: The stored text of each status (an enum member's ``.value`` is slow to read).
+_CANDIDATE, _ACCEPTED, _REJECTED, _REVOKED, _SUPERSEDED, _STALE = (
+    s.value
+    for s in (
+        Status.CANDIDATE,
+        Status.ACCEPTED,
+        Status.REJECTED,
+        Status.REVOKED,
+        Status.SUPERSEDED,
+        Status.STALE,
+    )
+)
+
+
 def _status_change(event: Any, rid: str) -> dict[str, Any]:
     """The columns a status event other than Revalidated changes."""
     if isinstance(event, Record.Accepted):
-        return {"status": Status.ACCEPTED.value, "cause_root": None, "reason": event.note or None}
+        return {"status": _ACCEPTED, "cause_root": None, "reason": event.note or None}
     if isinstance(event, Record.Rejected):
-        return {"status": Status.REJECTED.value, "cause_root": None, "reason": event.reason}
+        return {"status": _REJECTED, "cause_root": None, "reason": event.reason}
     if isinstance(event, Record.Revoked):
-        return {"status": Status.REVOKED.value, "cause_root": rid, "reason": event.reason}
+        return {"status": _REVOKED, "cause_root": rid, "reason": event.reason}
     if isinstance(event, Record.Superseded):
         return {
-            "status": Status.SUPERSEDED.value,
+            "status": _SUPERSEDED,
             "cause_root": None,
             "reason": None,
             "superseded_by": event.by,
         }
     return {
-        "status": Status.STALE.value,
+        "status": _STALE,
         "cause_root": event.cause,
         "reason": event.reason,
         "stale_via": event.superseded_by,
@@ -291,7 +305,7 @@ def _proposed_row(pos: int, event: Any, eff: int | None, source: str | None) -> 
         "claim_key": event.claim_key,
         "kind": event.kind,
         "value": pack(event.value),
-        "status": Status.CANDIDATE.value,
+        "status": _CANDIDATE,
         "proposer": event.actor,
         "created_pos": pos,
         "created_at": at,

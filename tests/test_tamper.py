@@ -72,6 +72,27 @@ def test_a_consistency_proof_from_the_empty_tree_needs_its_fixed_root() -> None:
     assert not merkle.verify_consistency(0, 0, bogus, bogus, [])
 
 
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(min_value=1, max_value=2**62),
+            st.one_of(st.uuids(), st.uuids().map(lambda u: u.hex)),
+            st.integers(min_value=1, max_value=2**31),
+            st.text(max_size=40),
+            st.binary(max_size=200),
+        ),
+        max_size=20,
+    )
+)
+def test_leaves_of_a_batch_are_each_rows_leaf(rows: list[Any]) -> None:
+    # A rebuild checks a batch of rows at once: each leaf as one row's alone.
+    expected = [merkle.leaf_hash(merkle.leaf_data(*row)) for row in rows]
+    assert list(merkle.leaf_hashes(rows)) == expected
+    assert list(merkle.leaf_hashes([(p, o, v, t, memoryview(s)) for p, o, v, t, s in rows])) == (
+        expected
+    )
+
+
 @settings(max_examples=50, deadline=None)
 @given(st.integers(min_value=2, max_value=200), st.data())
 def test_consistency_holds_for_random_sizes(n: int, data: st.DataObject) -> None:

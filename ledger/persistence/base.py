@@ -17,7 +17,7 @@ from eventsourcing.persistence import Notification
 
 from ledger.domain import Record
 from ledger.errors import CorruptEventError
-from ledger.merkle import leaf_data, leaf_hash
+from ledger.merkle import leaf_data, leaf_hash, leaf_hashes
 from projections.base import Cursor, Dialect, fetch_in_chunks, insert_rows, rows_in
 from projections.projector import APPLIED_SQL, Projector, Row
 
@@ -109,8 +109,7 @@ class LedgerRecorderMixin:
             (first, last),
         )
         leaves = {int(r["position"]): bytes(r["leaf"]) for r in c.fetchall()}
-        for position, originator_id, version, topic, state in rows:
-            leaf = leaf_hash(leaf_data(position, originator_id, version, topic, state))
+        for (position, *_), leaf in zip(rows, leaf_hashes(rows), strict=True):
             stored = leaves.get(position)
             if stored != leaf:
                 why = "was not appended by the ledger" if stored is None else "was altered"
