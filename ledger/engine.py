@@ -135,6 +135,7 @@ class Recent:
 
     def __init__(self) -> None:
         self.cursor: Cursor | None = None  # the write transaction it serves now
+        self.write: Write | None = None  # and what that transaction appended so far
         self.done: dict[str, int] | None = None
         self.events: dict[UUID, list[Any]] = {}
         self.tokens: dict[str, tuple[Any, dict[str, list[str]]]] = {}
@@ -345,12 +346,12 @@ class Engine:
                     recent.done = done = self._caught_up(c)
                 else:
                     done = dict(recent.done)
-                recent.cursor = c
                 w = Write(c, self, done)
+                recent.cursor, recent.write = c, w
                 result = work(w)
-                recent.cursor = None
+                recent.cursor = recent.write = None
         except BaseException:
-            recent.cursor = None
+            recent.cursor = recent.write = None
             recent.forget()
             raise
         recent.learn(w.appended, w.done)
@@ -398,7 +399,13 @@ class Engine:
         """The aggregate folded from its stored events read with ``c`` (None if it
         has none); undecodable bytes raise ``CorruptEventError``."""
         found: Any = None
-        known = self.recent.events.get(aggregate_id) if self.fresh(c) else None
+        appended = self._appended(c, aggregate_id)
+        if appended and appended[0].originator_version == 1:
+            known: list[Any] | None = appended  # created in this very transaction
+        elif appended:
+            known = None  # some of its events are not committed yet: read them all
+        else:
+            known = self.recent.events.get(aggregate_id) if self.fresh(c) else None
         if known is not None:  # this ledger wrote them; nobody wrote since
             for mine in known:
                 found = mine.mutate(found)
@@ -421,6 +428,14 @@ class Engine:
                 f"aggregate {aggregate_id} has a stored event that cannot be decoded: {exc!r}"
             ) from None
         return found
+
+    def _appended(self, c: Cursor, aggregate_id: UUID) -> list[Any]:
+        """The events of ``aggregate_id`` appended so far in the write transaction
+        of ``c`` (a later step of the same transaction needs no read of them)."""
+        w = self.recent.write
+        if w is None or w.c is not c:
+            return []
+        return [event for _, event in w.appended if event.originator_id == aggregate_id]
 
     def scopes_of(self, c: Cursor | None, record_ids: Iterable[str]) -> dict[str, str]:
         """The scope of each of ``record_ids`` that exists (read with ``c``, or in a

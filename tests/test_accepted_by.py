@@ -318,3 +318,27 @@ def test_the_proposer_is_told_the_refusal_at_the_time_the_acceptor_was_refused(
         )
 
     assert led.position == before
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_the_acceptance_step_reads_no_stored_event_of_the_record_just_proposed(
+    world: World, ledger_url: str
+) -> None:
+    # The record was created in this very transaction: its aggregate is folded from
+    # the events appended a step earlier, not read back from the event table.
+    with world.ledger.engine.locked() as c:
+        writer = c.connection
+    old = world.agent.propose(SCOPE, "k", 1, Kind.FACT, accepted_by=world.reviewer)
+    statements: list[str] = []
+    writer.set_trace_callback(statements.append)
+    try:
+        rid = world.agent.propose(
+            SCOPE, "k", 2, Kind.FACT, supersedes=old, accepted_by=world.reviewer
+        )
+    finally:
+        writer.set_trace_callback(None)
+    assert [s for s in statements if "FROM stored_events WHERE originator_id" in s] == []
+    assert world.reviewer.get(rid).status == Status.ACCEPTED
+    assert world.reviewer.get(old).status == Status.SUPERSEDED
+    assert world.ledger.verify().ok
+    assert world.ledger.rebuild().matched
