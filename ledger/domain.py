@@ -91,8 +91,9 @@ def record_uuid(record_id: str) -> UUID:
 def uuid_of_hex(text: str) -> UUID:
     """``UUID(text)`` for the 32 hex digits a stored event's aggregate id is kept
     as on SQLite, without ``UUID.__init__``'s general parsing (a rebuild makes one
-    per event); anything else is parsed by ``UUID``."""
-    if len(text) != 32:
+    per event); anything else is parsed by ``UUID`` (and what ``int`` would take
+    but ``UUID`` refuses — a sign, spaces, underscores — refused as it refuses it)."""
+    if len(text) != 32 or not (text.isascii() and text.isalnum()):
         return UUID(text)
     return _uuid_of_int(int(text, 16))
 
