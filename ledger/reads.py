@@ -255,7 +255,7 @@ def _judge(
     claim_key = _checked_claim(scope, claim_key)
     when = caller.at(at)
     ctx = check_context(context)
-    wanted = None if kinds is None else {check_kind(k) for k in check_list(kinds, "kinds")}
+    wanted = None if kinds is None else _wanted(kinds)
     engine = caller.engine
     d, token_hash, position = engine.dialect, caller.token_hash, caller.position
 
@@ -279,6 +279,32 @@ _CHECKED: dict[tuple[str, str], str] = {}
 _CHECKED_MAX = 4096
 _STALE = Status.STALE
 _READ = Role.READ.value
+
+
+#: The kinds a read asked for, by the tuple of plain strings or ``Kind`` members
+#: it gave (a store asks for the same one on every read).
+_WANTED: dict[tuple[Any, ...], frozenset[Kind]] = {}
+_PLAIN_KIND = (str, Kind)
+
+
+def _wanted(kinds: Iterable[Kind | str]) -> frozenset[Kind]:
+    """The kinds a read keeps, checked (a tuple of plain strings or ``Kind``
+    members checked before is not checked again: the check depends on nothing else)."""
+    key = (
+        tuple(kinds)  # the same tuple, typed as one
+        if type(kinds) is tuple and all(type(k) in _PLAIN_KIND for k in kinds)
+        else None
+    )
+    if key is not None:
+        known = _WANTED.get(key)
+        if known is not None:
+            return known
+    wanted = frozenset(check_kind(k) for k in check_list(kinds, "kinds"))
+    if key is not None:
+        if len(_WANTED) >= _CHECKED_MAX:
+            _WANTED.clear()
+        _WANTED[key] = wanted
+    return wanted
 
 
 def _checked_claim(scope: str, claim_key: str) -> str:
@@ -306,7 +332,7 @@ def _judged(
     scope: str,
     when: datetime,
     ctx: dict[str, Any],
-    wanted: set[Kind] | None,
+    wanted: frozenset[Kind] | None,
 ) -> list[tuple[RecordView, tuple[str, ...]]]:
     """The records of ``for_claim_as`` rows, each with why it is not usable, once
     the token and the caller's ``read`` role are checked (deliveries read with ``c``)."""
@@ -376,7 +402,7 @@ _PLAIN = tuple(_PLAIN_COLUMNS.values())
 _ACCEPTED = Status.ACCEPTED
 
 
-def _plain_view(caller: Caller, row: Any, wanted: set[Kind] | None) -> RecordView | None:
+def _plain_view(caller: Caller, row: Any, wanted: frozenset[Kind] | None) -> RecordView | None:
     """The view of an ACCEPTED record row (of ``for_claim_as``, without
     deliveries) that names no other record than its parents and observed
     dependencies, all of them shown as they are (none hidden, none qualified), has

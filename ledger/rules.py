@@ -9,6 +9,7 @@ decided here from view rows, so every command and read applies the same rule.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from datetime import datetime
 from typing import Any, cast
 
@@ -93,7 +94,7 @@ def blocking_reasons(
     row: RecordRow,
     at: datetime,
     context: dict[str, Any],
-    kinds: set[Kind] | None,
+    kinds: AbstractSet[Kind] | None,
     causes: Sequence[StaleCause] = (),
 ) -> tuple[str, ...]:
     """Why a record is not usable for a read at ``at`` under ``context``: the first

@@ -12,11 +12,12 @@ from typing import Any
 
 import pytest
 
-from ledger import Kind, Ledger, Outcome, RecordView, Session, Status, Validity
+from ledger import Kind, Ledger, Outcome, RecordView, Session, Status, Validity, reads
 from ledger.errors import (
     AcceptanceCheckError,
     AccessDeniedError,
     CycleError,
+    InvalidKindError,
     InvalidParentError,
     ReadOnlyError,
     SelfApprovalError,
@@ -402,6 +403,33 @@ def test_kinds_filter_limits_the_read_to_those_kinds(world: World) -> None:
     only_plans = world.agent.read(SCOPE, CLAIM, kinds=["plan"])
     assert [r.id for r in only_plans.records] == [plan]
     assert world.agent.read(SCOPE, CLAIM, kinds=[Kind.REPORT]).outcome == Outcome.MISSING
+
+
+def test_kinds_given_as_the_same_tuple_again_answer_alike_and_bad_ones_are_refused(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A store reads with the same kinds tuple every time; what it asks for is
+    # checked once, and a lookalike string cannot stand in for another kind.
+    monkeypatch.setattr(reads, "_WANTED", {})  # what earlier tests asked for is not kept
+    fact = accepted(world, "F1", kind=Kind.FACT, value="yes")
+    plan = accepted(world, "P1", kind=Kind.PLAN, value="later")
+
+    class Lookalike(str):
+        # hashes and compares as "fact" would: kept in a cache, it would answer for it
+        def __hash__(self) -> int:
+            return hash("fact")
+
+        def __eq__(self, other: object) -> bool:
+            return True
+
+    looks = (Lookalike("plan"),)
+    assert [r.id for r in world.agent.read(SCOPE, CLAIM, kinds=looks).records] == [plan]
+    for _ in range(2):
+        assert [r.id for r in world.agent.read(SCOPE, CLAIM, kinds=("fact",)).records] == [fact]
+        assert [r.id for r in world.agent.read(SCOPE, CLAIM, kinds=(Kind.FACT,)).records] == [fact]
+        assert [r.id for r in world.agent.read(SCOPE, CLAIM, kinds=("plan",)).records] == [plan]
+        with pytest.raises(InvalidKindError, match="'nope'"):
+            world.agent.read(SCOPE, CLAIM, kinds=("nope",))
 
 
 def test_two_accepted_records_disagreeing_are_a_conflict_with_both(world: World) -> None:
