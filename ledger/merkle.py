@@ -33,9 +33,18 @@ def leaf_data(
     position: int, originator_id: UUID | str, version: int, topic: str, state: bytes
 ) -> bytes:
     """The bytes a leaf commits to: everything stored for one event, with its position."""
-    oid = originator_id.hex if isinstance(originator_id, UUID) else str(originator_id)
-    packed: bytes = msgpack.packb([position, oid, version, topic, bytes(state)], use_bin_type=True)
+    packed: bytes = msgpack.packb(
+        _leaf_fields(position, originator_id, version, topic, state), use_bin_type=True
+    )
     return packed
+
+
+def _leaf_fields(
+    position: int, originator_id: UUID | str, version: int, topic: str, state: bytes
+) -> list[object]:
+    """What :func:`leaf_data` packs, in order (the one definition of a leaf's content)."""
+    oid = originator_id.hex if isinstance(originator_id, UUID) else str(originator_id)
+    return [position, oid, version, topic, bytes(state)]
 
 
 def leaf_hashes(rows: Iterable[tuple[int, UUID | str, int, str, bytes]]) -> Iterator[bytes]:
@@ -43,9 +52,8 @@ def leaf_hashes(rows: Iterable[tuple[int, UUID | str, int, str, bytes]]) -> Iter
     topic, state) row, with one packer for them all (a rebuild checks every event)."""
     pack = msgpack.Packer(use_bin_type=True).pack
     sha256 = hashlib.sha256
-    for position, originator_id, version, topic, state in rows:
-        oid = originator_id.hex if isinstance(originator_id, UUID) else str(originator_id)
-        yield sha256(b"\x00" + pack([position, oid, version, topic, bytes(state)])).digest()
+    for row in rows:
+        yield sha256(b"\x00" + pack(_leaf_fields(*row))).digest()
 
 
 def leaf_hash(data: bytes) -> bytes:
