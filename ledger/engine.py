@@ -36,6 +36,7 @@ from eventsourcing.persistence import (
 )
 from eventsourcing.utils import TopicError
 
+from ledger import gc_pause
 from ledger.domain import Kind, Record, RetentionRule, record_uuid
 from ledger.errors import (
     AuthenticationError,
@@ -471,7 +472,7 @@ class Engine:
             done, newest = self.recorder.tracking_and_newest(c)
         if min(done.values()) >= newest:
             return 0
-        with self.locked() as c:
+        with self.locked() as c, gc_pause.paused():
             return self.projector.catch_up(c)
 
     def migrate_views(self) -> None:

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ledger import merkle
+from ledger import gc_pause, merkle
 from ledger.authorization import AuthorizationReplay
 from ledger.errors import InvalidInputError, LedgerError
 from ledger.heads import SignedHead, as_heads, key_id, load_public_key, verify_head
@@ -106,7 +106,7 @@ def verify(
     if key is not None:
         _check_signatures(kept, key, findings)
     replay = AuthorizationReplay()
-    with engine.reading() as c, _Scratch(engine, c) as scratch:
+    with gc_pause.paused(), engine.reading() as c, _Scratch(engine, c) as scratch:
         tracking = engine.projector.tracking_map(c)
         views_upto = min(tracking.values()) if tracking else 0
         tree, positions, log_ok = _walk_log(engine, c, replay, scratch, views_upto, findings)

@@ -25,7 +25,7 @@ from uuid import UUID
 from eventsourcing.persistence import Mapper, Notification, PersistenceError
 from eventsourcing.utils import resolve_topic
 
-from ledger import stored
+from ledger import gc_pause, stored
 from ledger.domain import Record, uuid_of_hex
 from ledger.errors import CorruptEventError, LedgerError
 from ledger.serialization import unpack
@@ -172,15 +172,17 @@ class Projector:
 
     def replay(self, c: Cursor, progress: Callable[[int], None] | None = None) -> int:
         """Reset the views and apply the whole log to them; returns the event count.
-        ``progress`` is called with the log position reached after each batch."""
+        ``progress`` is called with the log position reached after each batch.
+        Automatic garbage collection is paused meanwhile (:mod:`ledger.gc_pause`)."""
         self.reset(c, indexes=False)
         applied = 0
         streamed = self.row_reader is not None and self.mapper is not None
-        for batch in self.streamed(c) if streamed else self.pending(c):
-            self._apply(c, batch)
-            applied += len(batch)
-            if progress is not None:
-                progress(batch[-1][0])
+        with gc_pause.paused():
+            for batch in self.streamed(c) if streamed else self.pending(c):
+                self._apply(c, batch)
+                applied += len(batch)
+                if progress is not None:
+                    progress(batch[-1][0])
         self.create_indexes(c)
         refresh_statistics(c, self.dialect)
         return applied

@@ -1,0 +1,164 @@
+"""Automatic garbage collection is paused while the ledger works through a log
+(``ledger.gc_pause``): a rebuild, a bulk import, a verification and a catch-up.
+
+Inside, the collector is off; after, it is as the process had it, also when the
+work fails; nested and concurrent pauses share one.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pytest
+
+import ledger.gc_pause as gc_pause
+import ledger.verification as verification
+from ledger import Kind
+from ledger.errors import InvalidInputError
+
+from .conftest import World
+
+
+def items(n: int, prefix: str = "k") -> list[dict[str, Any]]:
+    return [
+        {"scope": "proj-a", "claim_key": f"{prefix}{i}", "value": {"n": i}, "kind": Kind.FACT}
+        for i in range(n)
+    ]
+
+
+class Watching(Mapping[str, Any]):
+    """A ``propose_many`` item that notes whether the collector was on when read."""
+
+    def __init__(self, fields: dict[str, Any], seen: list[bool]) -> None:
+        self._fields, self._seen = fields, seen
+
+    def __getitem__(self, key: str) -> Any:
+        self._seen.append(gc.isenabled())
+        return self._fields[key]
+
+    def __iter__(self) -> Iterator[str]:
+        self._seen.append(gc.isenabled())
+        return iter(self._fields)
+
+    def __len__(self) -> int:
+        return len(self._fields)
+
+
+@pytest.fixture
+def collector_on() -> Iterator[None]:
+    was = gc.isenabled()
+    gc.enable()
+    try:
+        yield
+    finally:
+        (gc.enable if was else gc.disable)()
+
+
+def test_a_rebuild_replays_with_the_collector_off(world: World, collector_on: None) -> None:
+    world.agent.propose_many(items(50))
+    states: list[bool] = []
+    report = world.ledger.rebuild(progress=lambda reached, target: states.append(gc.isenabled()))
+    assert states and not any(states)
+    assert gc.isenabled()
+    assert report.digest_before == report.digest_after
+
+
+def test_propose_many_imports_with_the_collector_off(world: World, collector_on: None) -> None:
+    seen: list[bool] = []
+    ids = world.agent.propose_many([Watching(item, seen) for item in items(3)])
+    assert len(ids) == 3 and seen and not any(seen)
+    assert gc.isenabled()
+
+
+def test_a_refused_import_turns_the_collector_back_on(world: World, collector_on: None) -> None:
+    position = world.ledger.position
+    bad = [*items(2), {"scope": "proj-a", "claim_key": "x", "value": 1, "kind": "rumour"}]
+    with pytest.raises(InvalidInputError, match="propose_many item 2"):
+        world.agent.propose_many(bad)
+    assert gc.isenabled()
+    assert world.ledger.position == position
+
+
+def test_a_process_that_turned_the_collector_off_keeps_it_off(world: World) -> None:
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        world.agent.propose_many(items(5))
+        world.ledger.rebuild()
+        assert world.ledger.verify().ok
+        assert not gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()
+
+
+def test_verify_walks_the_log_with_the_collector_off(
+    world: World, collector_on: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    world.agent.propose_many(items(20))
+    states: list[bool] = []
+    walk = verification._walk_log
+
+    def watched(*args: Any) -> Any:
+        states.append(gc.isenabled())
+        return walk(*args)
+
+    monkeypatch.setattr(verification, "_walk_log", watched)
+    assert world.ledger.verify().ok
+    assert states == [False]
+    assert gc.isenabled()
+
+
+def test_a_catch_up_applies_with_the_collector_off(
+    world: World, collector_on: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    led = world.ledger
+    projector = led.engine.projector
+    projector.enabled = False  # the views stop following the log
+    try:
+        ids = world.agent.propose_many(items(30, "behind"))
+    finally:
+        projector.enabled = True
+    states: list[bool] = []
+    apply = projector._apply
+
+    def watched(*args: Any) -> None:
+        states.append(gc.isenabled())
+        apply(*args)
+
+    monkeypatch.setattr(projector, "_apply", watched)
+    led.engine.recent.forget()  # what it knew of the views' position is stale
+    assert led.catch_up() == 30
+    assert states and not any(states)
+    assert gc.isenabled()
+    world.reviewer.accept(ids[7])
+    assert [r.id for r in world.agent.read("proj-a", "behind7").records] == [ids[7]]
+    assert led.verify().ok
+
+
+def test_pauses_nest_and_the_last_one_out_turns_the_collector_on(collector_on: None) -> None:
+    entered, release, done = threading.Event(), threading.Event(), threading.Event()
+    states: list[bool] = []
+
+    def other() -> None:
+        with gc_pause.paused():
+            entered.set()
+            release.wait(10)
+            states.append(gc.isenabled())
+        done.set()
+
+    thread = threading.Thread(target=other)
+    with gc_pause.paused():
+        thread.start()
+        assert entered.wait(10)
+        with gc_pause.paused():
+            states.append(gc.isenabled())
+        states.append(gc.isenabled())
+    states.append(gc.isenabled())  # the other thread still pauses
+    release.set()
+    assert done.wait(10)
+    thread.join(10)
+    assert states == [False, False, False, False]
+    assert gc.isenabled()
