@@ -149,10 +149,14 @@ def ids(
     """``values`` with hidden ids replaced by one :data:`HIDDEN`, in order (and
     qualified keys by the ids ``names`` shows them as)."""
     out: list[str] = []
+    hidden_shown = False  # whether ``out`` holds HIDDEN yet
     for value in values:
         shown = HIDDEN if value in hidden else names.get(value, value)
-        if shown not in out or shown != HIDDEN:
+        if shown != HIDDEN:
             out.append(shown)
+        elif not hidden_shown:
+            out.append(shown)
+            hidden_shown = True
     return tuple(out)
 
 

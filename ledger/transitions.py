@@ -12,7 +12,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from ledger import pipeline, proposals, redaction, rules
+from ledger import gc_pause, pipeline, proposals, redaction, rules
 from ledger.access import Role
 from ledger.caller import Caller
 from ledger.deliveries import delivery_of
@@ -196,7 +196,8 @@ def revoke(caller: Caller, record_id: str, reason: str) -> Revocation:
 
         return Decision(events, result, known=marking.known)
 
-    return pipeline.on_record(caller, "revoke", Role.APPROVE, record_id, decide)
+    with gc_pause.paused():  # an event and a view row per descendant
+        return pipeline.on_record(caller, "revoke", Role.APPROVE, record_id, decide)
 
 
 def preview_revoke(caller: Caller, record_id: str) -> RevocationPreview:

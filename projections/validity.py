@@ -22,6 +22,7 @@ The claim index is the ``(scope, claim_key)`` index on ``pl_records``.
 from __future__ import annotations
 
 import operator
+import sqlite3
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypedDict, cast
 from uuid import UUID
@@ -146,6 +147,7 @@ _INSERT = "INSERT INTO {{t}}pl_records ({}) VALUES ({})".format(
 
 #: A row dict as the tuple ``_INSERT`` takes.
 _AS_ROW = operator.itemgetter(*COLUMNS)
+_COLUMN_LIST = list(COLUMNS)
 
 NOW_FILTER = "to_pos IS NULL"
 AS_OF_FILTER = "from_pos <= ? AND (to_pos IS NULL OR to_pos > ?)"
@@ -222,6 +224,8 @@ def _earliest_expiry(
 
 def _as_dict(row: Any) -> dict[str, Any]:
     """A view row (``sqlite3.Row`` or a psycopg dict row) as a plain dict of its columns."""
+    if type(row) is sqlite3.Row and row.keys() == _COLUMN_LIST:
+        return dict(zip(COLUMNS, row, strict=True))  # SELECT *: no look-up by name
     return {name: row[name] for name in COLUMNS}
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 import ledger.gc_pause as gc_pause
+import ledger.transitions as transitions
 import ledger.verification as verification
 from ledger import Kind
 from ledger.errors import InvalidInputError
@@ -136,6 +137,28 @@ def test_a_catch_up_applies_with_the_collector_off(
     world.reviewer.accept(ids[7])
     assert [r.id for r in world.agent.read("proj-a", "behind7").records] == [ids[7]]
     assert led.verify().ok
+
+
+def test_a_revocation_marks_its_descendants_with_the_collector_off(
+    world: World, collector_on: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (root,) = world.agent.propose_many(items(1, "root"))
+    world.reviewer.accept(root)
+    below = world.agent.propose_many([{**item, "parents": [root]} for item in items(20, "below")])
+    for rid in below:
+        world.reviewer.accept(rid)
+    states: list[bool] = []
+    marking = transitions.stale_marking
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        states.append(gc.isenabled())
+        return marking(*args, **kwargs)
+
+    monkeypatch.setattr(transitions, "stale_marking", watched)
+    revocation = world.reviewer.revoke(root, "retracted")
+    assert states == [False]
+    assert gc.isenabled()
+    assert set(revocation.stale) == set(below)
 
 
 def test_pauses_nest_and_the_last_one_out_turns_the_collector_on(collector_on: None) -> None:
