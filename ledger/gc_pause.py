@@ -2,11 +2,12 @@
 
 A rebuild, a bulk import, a revocation of many descendants or a verification
 makes millions of short-lived objects (decoded events, view rows) that form no
-reference cycles, yet the collector's thresholds count them: young collections promote whatever a batch still holds,
-and the promoted objects trigger full collections, each one walking every object
-the process keeps alive. Measured on a 400,006-event ledger, a rebuild spent 3.0 of
-20.0 s in collections (5.2 of 18.1 s with five million other objects alive in the
-process); a 60,000-record ``propose_many`` import 1.1 of 5.7 s.
+reference cycles, yet the collector's thresholds count them: young collections
+promote whatever a batch still holds, and the promoted objects trigger full
+collections, each one walking every object the process keeps alive. Measured on
+a 400,006-event ledger, a rebuild spent 3.0 of 20.0 s in collections (5.2 of
+18.1 s with five million other objects alive in the process); a 60,000-record
+``propose_many`` import 1.1 of 5.7 s.
 
 :func:`paused` turns automatic collection off for the duration and back on after,
 only if it was on when the outermost pause began: nested and concurrent pauses
