@@ -113,41 +113,45 @@ def check_value(value: Any, what: str, max_bytes: int = DEFAULT_MAX_VALUE_BYTES)
     Allowed: None, bool, int (64-bit), float (not NaN), str, bytes, list and
     str-keyed dict, nested at most ``MAX_NESTING`` deep.
     """
-
-    def walk(v: Any, depth: int, path: str) -> Any:
-        if depth > MAX_NESTING:
-            raise InvalidValueError(f"{what} is nested deeper than {MAX_NESTING} at {path}")
-        if isinstance(v, str):
-            return check_unicode(v, f"{what} at {path}")
-        if v is None or isinstance(v, (bool, bytes)):
-            return v
-        if isinstance(v, int):
-            if not -(2**63) <= v < 2**64:
-                raise InvalidValueError(f"{what} has an integer out of 64-bit range at {path}")
-            return v
-        if isinstance(v, float):
-            if math.isnan(v):
-                raise InvalidValueError(f"{what} contains NaN at {path}")
-            return v
-        if isinstance(v, (list, tuple)):
-            return [walk(item, depth + 1, f"{path}[{i}]") for i, item in enumerate(v)]
-        if isinstance(v, dict):
-            out = {}
-            for key, item in v.items():
-                if not isinstance(key, str):
-                    raise InvalidValueError(f"{what} has a non-string key {key!r} at {path}")
-                check_unicode(key, f"{what} key at {path}")
-                out[key] = walk(item, depth + 1, f"{path}.{key}")
-            return out
-        raise InvalidValueError(f"{what} contains an unserialisable {type(v).__name__} at {path}")
-
     normalised = _plain(value, 0)
     if normalised is _NOT_PLAIN:
-        normalised = walk(value, 0, what)  # names what is wrong, or normalises the rest
+        normalised = _walk(value, 0, what, what)  # names what is wrong, or normalises the rest
     size = len(pack(normalised))
     if size > max_bytes:
         raise ValueTooLargeError(f"{what} is {size} bytes serialised; the limit is {max_bytes}")
     return normalised
+
+
+def _walk(v: Any, depth: int, path: str, what: str) -> Any:
+    """``check_value``'s full walk: ``v`` normalised, or an error naming ``what``
+    and the path to the first offending item. (A module function: a nested one
+    calling itself would be a reference cycle left to the garbage collector on
+    every call.)"""
+    if depth > MAX_NESTING:
+        raise InvalidValueError(f"{what} is nested deeper than {MAX_NESTING} at {path}")
+    if isinstance(v, str):
+        return check_unicode(v, f"{what} at {path}")
+    if v is None or isinstance(v, (bool, bytes)):
+        return v
+    if isinstance(v, int):
+        if not -(2**63) <= v < 2**64:
+            raise InvalidValueError(f"{what} has an integer out of 64-bit range at {path}")
+        return v
+    if isinstance(v, float):
+        if math.isnan(v):
+            raise InvalidValueError(f"{what} contains NaN at {path}")
+        return v
+    if isinstance(v, (list, tuple)):
+        return [_walk(item, depth + 1, f"{path}[{i}]", what) for i, item in enumerate(v)]
+    if isinstance(v, dict):
+        out = {}
+        for key, item in v.items():
+            if not isinstance(key, str):
+                raise InvalidValueError(f"{what} has a non-string key {key!r} at {path}")
+            check_unicode(key, f"{what} key at {path}")
+            out[key] = _walk(item, depth + 1, f"{path}.{key}", what)
+        return out
+    raise InvalidValueError(f"{what} contains an unserialisable {type(v).__name__} at {path}")
 
 
 _NOT_PLAIN = object()
