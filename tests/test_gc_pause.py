@@ -95,18 +95,25 @@ def test_a_process_that_turned_the_collector_off_keeps_it_off(world: World) -> N
         (gc.enable if was else gc.disable)()
 
 
+def collector_states(monkeypatch: pytest.MonkeyPatch, owner: object, name: str) -> list[bool]:
+    """Whether the collector was on at each call of ``owner.name`` from now on (the
+    function still does its work)."""
+    states: list[bool] = []
+    original = getattr(owner, name)
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        states.append(gc.isenabled())
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, watched)
+    return states
+
+
 def test_verify_walks_the_log_with_the_collector_off(
     world: World, collector_on: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     world.agent.propose_many(items(20))
-    states: list[bool] = []
-    walk = verification._walk_log
-
-    def watched(*args: Any) -> Any:
-        states.append(gc.isenabled())
-        return walk(*args)
-
-    monkeypatch.setattr(verification, "_walk_log", watched)
+    states = collector_states(monkeypatch, verification, "_walk_log")
     assert world.ledger.verify().ok
     assert states == [False]
     assert gc.isenabled()
@@ -122,14 +129,7 @@ def test_a_catch_up_applies_with_the_collector_off(
         ids = world.agent.propose_many(items(30, "behind"))
     finally:
         projector.enabled = True
-    states: list[bool] = []
-    apply = projector._apply
-
-    def watched(*args: Any) -> None:
-        states.append(gc.isenabled())
-        apply(*args)
-
-    monkeypatch.setattr(projector, "_apply", watched)
+    states = collector_states(monkeypatch, projector, "_apply")
     led.engine.recent.forget()  # what it knew of the views' position is stale
     assert led.catch_up() == 30
     assert states and not any(states)
@@ -147,14 +147,7 @@ def test_a_revocation_marks_its_descendants_with_the_collector_off(
     below = world.agent.propose_many([{**item, "parents": [root]} for item in items(20, "below")])
     for rid in below:
         world.reviewer.accept(rid)
-    states: list[bool] = []
-    marking = transitions.stale_marking
-
-    def watched(*args: Any, **kwargs: Any) -> Any:
-        states.append(gc.isenabled())
-        return marking(*args, **kwargs)
-
-    monkeypatch.setattr(transitions, "stale_marking", watched)
+    states = collector_states(monkeypatch, transitions, "stale_marking")
     revocation = world.reviewer.revoke(root, "retracted")
     assert states == [False]
     assert gc.isenabled()
