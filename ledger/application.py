@@ -285,7 +285,9 @@ class Ledger:
         engine = self._engine
         # One transaction: a crash or a corrupt event part-way leaves the old views
         # exactly as they were, and writers wait instead of seeing half-built views.
-        with engine.locked() as c:
+        # The backend is set for reading and writing every view row once (on SQLite
+        # a small page cache, so memory does not grow with the log).
+        with engine.locked() as c, engine.recorder.replaying(c):
             # Under the lock, so no other writer slips in between the two digests.
             before = engine.projector.digest(c)
             target = engine.recorder.max_position(c)

@@ -481,7 +481,7 @@ class Engine:
         with self.reading() as c:
             if self.projector.layout(c) == LAYOUT:
                 return
-        with self.locked() as c:
+        with self.locked() as c, self.recorder.replaying(c):
             if self.projector.layout(c) != LAYOUT:  # another process may have done it
                 self.projector.replay(c)
 

@@ -9,7 +9,7 @@ commits or none of it does.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterator, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -164,6 +164,12 @@ class LedgerRecorderMixin:
     def writing(self) -> AbstractContextManager[Cursor]:
         """A write transaction, committed when the block ends without an exception."""
         raise NotImplementedError
+
+    def replaying(self, c: Cursor) -> AbstractContextManager[None]:
+        """Around a replay of the whole log in the write transaction of ``c``
+        (rebuild, view migration): what the backend sets for it and restores after.
+        Nothing by default."""
+        return nullcontext()
 
     def insert_in(
         self,
