@@ -152,11 +152,19 @@ class _RecordState:
 
 @dataclass
 class AuthorizationReplay:
-    """Checks each event of the log, in order, against the log before it."""
+    """Checks each event of the log, in order, against the log before it.
+
+    It keeps one small state per record for the whole log, so that is what its
+    memory grows with: records are keyed by their aggregate id's integer (the
+    ``UUID`` objects are let go), and each scope and principal name is kept once,
+    however many records name it."""
 
     access: AccessState = field(default_factory=AccessState)
-    records: dict[UUID, _RecordState] = field(default_factory=dict)
+    #: By the integer of the record's aggregate id (``UUID.int``).
+    records: dict[int, _RecordState] = field(default_factory=dict)
     by_id: dict[str, _RecordState] = field(default_factory=dict)
+    #: Each scope and proposer name seen, once (decoding makes a new string per event).
+    names: dict[str, str] = field(default_factory=dict)
     #: Snapshot reference -> (position, "captured" | "erased", record id, by, reason).
     snapshots: dict[str, tuple[int, str, str, str, str]] = field(default_factory=dict)
     #: Events of types without a rule here, by type name.
@@ -199,14 +207,15 @@ class AuthorizationReplay:
         problem = self._proposal_problem(
             f"Proposed of {event.record_id!r} at position {position}", event, deps
         )
+        names = self.names
         state = _RecordState(
             record_id=event.record_id,
-            scope=event.scope,
-            proposer=event.actor,
+            scope=names.setdefault(event.scope, event.scope),
+            proposer=names.setdefault(event.actor, event.actor),
             status=Status.CANDIDATE.value,
             dependencies=deps,
         )
-        self.records[event.originator_id] = state
+        self.records[event.originator_id.int] = state
         self.by_id[event.record_id] = state
         ref = (event.evidence or {}).get("snapshot_ref")
         if isinstance(ref, str):
@@ -242,7 +251,7 @@ class AuthorizationReplay:
 
     def _record_event(self, position: int, event: Any) -> str | None:
         kind = type(event).__name__
-        state = self.records.get(event.originator_id)
+        state = self.records.get(event.originator_id.int)
         if state is None:
             return f"{kind} at position {position} belongs to no proposed record"
         what = f"{kind} of {state.record_id!r} at position {position}"

@@ -31,6 +31,7 @@ import hashlib
 import os
 import sqlite3
 import tempfile
+from array import array
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -214,11 +215,11 @@ def _walk_log(
     scratch: _Scratch,
     views_upto: int,
     findings: _Findings,
-) -> tuple[MerkleTree, list[int], bool]:
+) -> tuple[MerkleTree, array[int], bool]:
     """One pass over the stored events and leaves: the recomputed tree, the position
     of each leaf, and whether the log is intact (then every event was replayed)."""
     recorder = engine.recorder
-    tree, positions = MerkleTree(), []
+    tree, positions = MerkleTree(), array("q")  # 8 bytes a leaf
     log_ok = True
     after = 0
     stray = recorder.stray_position(c)
@@ -347,10 +348,10 @@ def check_extends(engine: Engine, head: SignedHead) -> str | None:
     return _consistency_problem(tree, positions, head.digest, "the newest kept head", head)
 
 
-def stored_tree(engine: Engine, size: int | None = None) -> tuple[MerkleTree, list[int]]:
+def stored_tree(engine: Engine, size: int | None = None) -> tuple[MerkleTree, array[int]]:
     """The Merkle tree over the leaves stored at append time (the first ``size``),
     and the log position of each leaf."""
-    tree, positions = MerkleTree(), []
+    tree, positions = MerkleTree(), array("q")  # 8 bytes a leaf
     with engine.reading() as c:
         for position, leaf in engine.recorder.leaves(c):
             if size is not None and tree.size >= size:

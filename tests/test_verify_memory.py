@@ -1,0 +1,79 @@
+"""What ``verify()`` keeps for the whole log is small per record: the
+authorization replay keys records by their aggregate id's integer and keeps each
+scope and principal name once; the leaves' positions are an array of 8-byte ints."""
+
+from __future__ import annotations
+
+from array import array
+
+import pytest
+
+import ledger.verification as verification
+from ledger import Kind, Ledger
+from ledger.authorization import AuthorizationReplay
+from ledger.domain import record_uuid
+
+from .conftest import World
+
+
+@pytest.fixture
+def replays(monkeypatch: pytest.MonkeyPatch) -> list[AuthorizationReplay]:
+    """Every authorization replay ``verify()`` makes."""
+    made: list[AuthorizationReplay] = []
+
+    def keep() -> AuthorizationReplay:
+        made.append(AuthorizationReplay())
+        return made[-1]
+
+    monkeypatch.setattr(verification, "AuthorizationReplay", keep)
+    return made
+
+
+def test_the_replay_keeps_one_string_per_name_and_no_uuid_objects(
+    world: World, replays: list[AuthorizationReplay]
+) -> None:
+    # Given records proposed by one agent in one scope (each event decodes its
+    # own copy of the scope and the proposer's name)
+    ids = [
+        world.agent.propose("proj-a", f"k{i}", {"n": i}, Kind.FACT, id=f"R{i}") for i in range(5)
+    ]
+    world.reviewer.accept(ids[0])
+
+    # When the ledger is verified
+    report = world.ledger.verify()
+
+    # Then it is intact, and the replay's states share one scope and one name
+    assert report.ok, report.problem
+    (replay,) = replays
+    states = [replay.by_id[rid] for rid in ids]
+    assert len({id(s.scope) for s in states}) == 1 and states[0].scope == "proj-a"
+    assert len({id(s.proposer) for s in states}) == 1 and states[0].proposer == "agent-1"
+    # keyed by the aggregate id's integer, the same state as by record id
+    for rid, state in zip(ids, states, strict=True):
+        assert replay.records[record_uuid(rid).int] is state
+    assert all(type(key) is int for key in replay.records)
+    # and the accepted record's status was followed
+    assert [s.status for s in states] == [
+        "ACCEPTED",
+        "CANDIDATE",
+        "CANDIDATE",
+        "CANDIDATE",
+        "CANDIDATE",
+    ]
+
+
+def test_the_leaves_positions_are_an_array_of_8_byte_ints(ledger: Ledger) -> None:
+    # Given a ledger with a few events
+    admin = ledger.admin()
+    admin.grant("agent-1", scope="proj-a", roles=["propose"])
+    session = ledger.authenticate(admin.issue_token("agent-1"))
+    for i in range(3):
+        session.propose("proj-a", f"k{i}", i, Kind.FACT)
+
+    # When the stored tree is read
+    tree, positions = verification.stored_tree(ledger._engine)
+
+    # Then every leaf has its position, 8 bytes each
+    assert isinstance(positions, array) and positions.itemsize == 8
+    assert list(positions) == list(range(1, ledger.position + 1))
+    assert tree.size == len(positions)
