@@ -156,7 +156,6 @@ def prove(caller: Caller, record_id: str) -> tuple[InclusionProof, ...]:
         row = caller.visible_row(c, record_id, Role.AUDIT, "prove")
         key = row["record_id"]
         notes = engine.recorder.select_record_events(c, record_uuid(key))
-        stored = list(engine.recorder.leaves(c))
         # An event's bytes name what its fields name: withheld where the audit
         # trail shows a placeholder or a key as the caller is shown it.
         withheld = set()
@@ -164,10 +163,12 @@ def prove(caller: Caller, record_id: str) -> tuple[InclusionProof, ...]:
             named = redaction.event_dependencies(vars(engine.projector.decode(note)))
             if caller.hidden_among(c, named, seen=row["scope"]) or caller.names(c, (*named, key)):
                 withheld.add(note.id)
-    positions = [p for p, _ in stored]
-    leaves = [leaf for _, leaf in stored]
-    size, root = merkle.root_of(leaves)
-    index_of = {p: i for i, p in enumerate(positions)}
+        # One pass over the leaves, in the same snapshot: the root and each
+        # event's path, in memory that does not grow with the log.
+        size, index_of = engine.recorder.leaf_indexes(c, [note.id for note in notes])
+        root, paths = merkle.inclusion_paths(
+            (leaf for _, leaf in engine.recorder.leaves(c)), size, index_of.values()
+        )
     proofs = []
     for note in notes:
         index = index_of.get(note.id)
@@ -183,7 +184,7 @@ def prove(caller: Caller, record_id: str) -> tuple[InclusionProof, ...]:
                 size=size,
                 leaf=merkle.leaf_hash(data).hex(),
                 leaf_data=None if note.id in withheld else data.hex(),
-                path=tuple(p.hex() for p in merkle.inclusion_path(leaves, index)),
+                path=tuple(p.hex() for p in paths[index]),
                 root=root.hex(),
             )
         )

@@ -78,7 +78,6 @@ from ledger.merkle import LogDigest
 from ledger.prov import PL, export_prov, serialize
 from ledger.session import Session
 from ledger.values import HIDDEN, AuditEvent, AuditTrail, RecordView
-from ledger.verification import stored_tree
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -177,16 +176,8 @@ def write_bundle(
         for dep in (*t.record.parents, *t.record.observed)
     )
     engine = session.caller.engine
-    tree, positions = stored_tree(engine)
-    head = sign_head(
-        key,
-        LogDigest(
-            size=tree.size, position=positions[-1] if positions else 0, root=tree.root().hex()
-        ),
-        engine.now(),
-    )
-    index_of = {p: i for i, p in enumerate(positions)}
-    events = _events(session, trails, auditable, tree, index_of)
+    events, digest = _events(session, trails, auditable)
+    head = sign_head(key, digest, engine.now())
     order = _nearest_first(root, trails)
     prov = _prov_json(session, root, trails, auditable)
     summary = _summary(trails, order, hidden, head, events, auditable)
@@ -279,25 +270,24 @@ def _nearest_first(root: str, trails: dict[str, AuditTrail]) -> list[str]:
 
 
 def _events(
-    session: Session,
-    trails: dict[str, AuditTrail],
-    auditable: _Auditable,
-    tree: merkle.MerkleTree,
-    index_of: dict[int, int],
-) -> list[_Event]:
-    """Each event of the included records with its bytes (or withheld) and proof."""
+    session: Session, trails: dict[str, AuditTrail], auditable: _Auditable
+) -> tuple[list[_Event], LogDigest]:
+    """Each event of the included records with its bytes (or withheld) and its
+    inclusion proof, and the digest of the tree the proofs are in: one read
+    transaction, one pass over the leaves (memory does not grow with the log)."""
     caller = session.caller
     engine = caller.engine
+    recorder = engine.recorder
     keys = caller.keys_of(t.record for t in trails.values())
-    out: list[_Event] = []
+    found: list[tuple[str, AuditEvent, Any, bytes, bool]] = []
     with engine.reading() as c:
         for rid, trail in sorted(trails.items()):
             key = keys[rid, trail.record.scope]
-            notes = {n.id: n for n in engine.recorder.select_record_events(c, record_uuid(key))}
+            notes = {n.id: n for n in recorder.select_record_events(c, record_uuid(key))}
             for audit in trail.events:
                 note = notes.get(audit.position)
-                index = index_of.get(audit.position)
-                if note is None or index is None:
+                stored = dict(recorder.leaves(c, audit.position - 1, audit.position))
+                if note is None or audit.position not in stored:
                     raise CorruptEventError(
                         f"bundle refused: the event at position {audit.position} of {rid!r} "
                         "has no Merkle leaf"
@@ -306,7 +296,7 @@ def _events(
                     note.id, note.originator_id, note.originator_version, note.topic, note.state
                 )
                 leaf = merkle.leaf_hash(data)
-                if leaf != tree.leaf(index):
+                if leaf != stored[audit.position]:
                     raise CorruptEventError(
                         f"bundle refused: the stored bytes at position {audit.position} differ "
                         "from what was appended"
@@ -317,18 +307,26 @@ def _events(
                 withheld = not all(auditable(dep) for dep in _named_ids(audit)) or bool(
                     caller.names(c, (*named, key))
                 )
-                out.append(
-                    _Event(
-                        record=rid,
-                        audit=audit,
-                        position=audit.position,
-                        index=index,
-                        leaf=leaf,
-                        data=None if withheld else data,
-                        path=tree.inclusion_path(index),
-                    )
-                )
-    return sorted(out, key=lambda e: e.position)
+                found.append((rid, audit, data, leaf, withheld))
+        size, index_of = recorder.leaf_indexes(c, [audit.position for _, audit, *_ in found])
+        last = recorder.max_leaf_position(c)
+        root, paths = merkle.inclusion_paths(
+            (leaf for _, leaf in recorder.leaves(c)), size, index_of.values()
+        )
+    out = [
+        _Event(
+            record=rid,
+            audit=audit,
+            position=audit.position,
+            index=index_of[audit.position],
+            leaf=leaf,
+            data=None if withheld else data,
+            path=paths[index_of[audit.position]],
+        )
+        for rid, audit, data, leaf, withheld in found
+    ]
+    digest = LogDigest(size=size, position=last, root=root.hex())
+    return sorted(out, key=lambda e: e.position), digest
 
 
 def _prov_json(

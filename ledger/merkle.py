@@ -22,7 +22,7 @@ kept tree heads against one log needs.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from uuid import UUID
 
@@ -112,6 +112,87 @@ def inclusion_path(leaves: Sequence[bytes], index: int) -> list[bytes]:
     if index < k:
         return [*inclusion_path(leaves[:k], index), _mth(leaves[k:])]
     return [*inclusion_path(leaves[k:], index - k), _mth(leaves[:k])]
+
+
+def inclusion_paths(
+    leaves: Iterable[bytes], size: int, indexes: Collection[int]
+) -> tuple[bytes, dict[int, list[bytes]]]:
+    """The root of the tree over the first ``size`` of ``leaves`` and the RFC 6962
+    audit path of each leaf in ``indexes``, in one pass over the leaves and
+    memory that grows with log ``size``, not with ``size`` (what a proof about a
+    few events of a long log needs).
+
+    Every node of a path covers a range whose hash is the right fold of a few
+    complete, aligned subtrees; the pass keeps those subtrees as
+    :func:`root_of`'s stack makes them.
+
+    Raises:
+        ValueError: an index is not below ``size``, or ``leaves`` ends before ``size``.
+    """
+    for index in indexes:
+        if not 0 <= index < size:
+            raise ValueError(f"leaf index {index} is not in a tree of {size} leaves")
+    ranges = {index: _path_ranges(index, 0, size) for index in indexes}
+    wanted = {piece for spans in ranges.values() for span in spans for piece in _pieces(*span)}
+    kept: dict[tuple[int, int], bytes] = {}
+    stack: list[tuple[int, bytes]] = []
+    count = 0
+    for leaf in leaves:
+        if count == size:
+            break
+        if (count, 1) in wanted:
+            kept[count, 1] = leaf
+        count += 1
+        node, height = leaf, 1
+        while stack and stack[-1][0] == height:
+            node = node_hash(stack.pop()[1], node)
+            height *= 2
+            if (count - height, height) in wanted:
+                kept[count - height, height] = node
+        stack.append((height, node))
+    if count < size:
+        raise ValueError(f"{count} leaves given for a tree of {size}")
+    root = EMPTY_ROOT if not stack else _fold([node for _, node in stack])
+    paths = {
+        index: [_fold([kept[piece] for piece in _pieces(*span)]) for span in spans]
+        for index, spans in ranges.items()
+    }
+    return root, paths
+
+
+def _path_ranges(index: int, start: int, end: int) -> list[tuple[int, int]]:
+    """The (start, end) leaf ranges whose hashes make PATH(index) within
+    ``[start, end)``, in path order (the recursion of :func:`inclusion_path`)."""
+    n = end - start
+    if n <= 1:
+        return []
+    k = _largest_power_of_two_below(n)
+    if index < start + k:
+        return [*_path_ranges(index, start, start + k), (start + k, end)]
+    return [*_path_ranges(index, start + k, end), (start, start + k)]
+
+
+def _pieces(start: int, end: int) -> list[tuple[int, int]]:
+    """The complete subtrees, as (first leaf, leaves), whose right fold is the
+    hash of the tree node over ``[start, end)`` (each starts at a multiple of its size)."""
+    out = []
+    while end - start > 0:
+        n = end - start
+        if n & (n - 1) == 0:
+            out.append((start, n))
+            break
+        k = _largest_power_of_two_below(n)
+        out.append((start, k))
+        start += k
+    return out
+
+
+def _fold(nodes: Sequence[bytes]) -> bytes:
+    """The right fold ``H(n0, H(n1, … H(n[-2], n[-1])))`` of complete subtrees' hashes."""
+    node = nodes[-1]
+    for left in reversed(nodes[:-1]):
+        node = node_hash(left, node)
+    return node
 
 
 def consistency_path(leaves: Sequence[bytes], m: int) -> list[bytes]:

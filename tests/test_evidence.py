@@ -515,6 +515,7 @@ def bundled(world: World, tmp_path: Path) -> tuple[World, Path, Path]:
 @pytest.mark.parametrize("ledger_url", BACKENDS, indirect=True)
 def test_a_bundle_verifies_offline_with_no_ledger(bundled: tuple[World, Path, Path]) -> None:
     world, path, public = bundled
+    digest = world.ledger.digest()  # nothing was written since the bundle
     world.ledger.close()
     if world.ledger.backend == "sqlite":
         Path(world.ledger.url[len("sqlite:///") :]).unlink()
@@ -523,6 +524,8 @@ def test_a_bundle_verifies_offline_with_no_ledger(bundled: tuple[World, Path, Pa
 
     assert report.ok, report.problem
     assert report.record == "R1" and report.trusted_key
+    # its signed head is the ledger's digest when it was written
+    assert report.head is not None and report.head.digest == digest
     assert report.events == 5 and report.withheld == 1 and report.hidden == 1
     archive = zipfile.ZipFile(path)
     summary = archive.read("summary.txt").decode()

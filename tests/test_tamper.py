@@ -10,10 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ledger import Kind, Ledger, merkle
+from ledger.bundle import write_bundle
 from ledger.errors import CorruptEventError, InvalidInputError
 
 from .conftest import World
@@ -103,6 +105,32 @@ def test_consistency_holds_for_random_sizes(n: int, data: st.DataObject) -> None
     assert not merkle.verify_consistency(
         m, n, naive_root(leaves[:m]), naive_root(leaves[:-1]), path
     )
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(min_value=0, max_value=300), st.data())
+def test_paths_in_one_pass_are_the_rfc_6962_paths(n: int, data: st.DataObject) -> None:
+    # Given a tree of n leaves (more leaves follow, as a log grown since) and a
+    # few leaves of it
+    leaves = leaves_of(n + 3)
+    indexes = data.draw(st.sets(st.integers(0, n - 1), max_size=5)) if n else set()
+
+    # When the root and their paths are made in one pass
+    root, paths = merkle.inclusion_paths(iter(leaves), n, indexes)
+
+    # Then they are the definition's, and each path verifies
+    assert root == naive_root(leaves[:n])
+    assert set(paths) == indexes
+    for index in indexes:
+        assert paths[index] == merkle.inclusion_path(leaves[:n], index)
+        assert merkle.verify_inclusion(leaves[index], index, n, paths[index], root)
+
+
+def test_paths_in_one_pass_refuse_a_leaf_outside_the_tree_or_too_few_leaves() -> None:
+    with pytest.raises(ValueError, match="leaf index 4 is not in a tree of 4 leaves"):
+        merkle.inclusion_paths(leaves_of(4), 4, [4])
+    with pytest.raises(ValueError, match="3 leaves given for a tree of 5"):
+        merkle.inclusion_paths(leaves_of(3), 5, [1])
 
 
 def _scenario(world: World) -> None:
@@ -252,6 +280,52 @@ def test_every_kind_of_tampering_is_detected_and_named(
     # and the digest kept elsewhere no longer matches (or is no longer extended)
     if how != "inserted":
         assert not led.verify(against=kept).ok
+
+
+def _other_value(path: str, position: int) -> None:
+    """The event's stored value 1 made 2: the bytes still decode."""
+    with closing(sqlite3.connect(path)) as con:
+        (state,) = con.execute(
+            "SELECT state FROM stored_events WHERE rowid=?", (position,)
+        ).fetchone()
+    assert state.count(b"\xa5value\x01") == 1
+    changed = state.replace(b"\xa5value\x01", b"\xa5value\x02")
+    _tamper(path, ("UPDATE stored_events SET state=? WHERE rowid=?", (changed, position)))
+
+
+def _leaf_deleted(path: str, position: int) -> None:
+    with closing(sqlite3.connect(path)) as con:
+        con.execute("DROP TRIGGER pl_merkle_leaves_no_delete")
+        con.execute("DELETE FROM pl_merkle_leaves WHERE position=?", (position,))
+        con.commit()
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize(
+    ("tamper", "refusal"),
+    [
+        (_other_value, "bundle refused: the stored bytes at position {} differ"),
+        (_leaf_deleted, "bundle refused: the event at position {} of 'M1' has no Merkle leaf"),
+        (_flip_byte, r"stored event at position {} \(ledger.domain:Record.Proposed\) cannot be"),
+    ],
+)
+def test_a_bundle_of_a_record_with_a_tampered_event_is_refused(
+    world: World,
+    ledger_url: str,
+    tmp_path: Path,
+    tamper: Callable[[str, int], None],
+    refusal: str,
+) -> None:
+    # Given a ledger file in which the proposal of M1 is tampered with
+    _scenario(world)
+    victim = world.reviewer.audit("M1").events[0].position
+    tamper(_db(ledger_url), victim)
+
+    # When a bundle of M1 is written, it is refused, naming the event
+    with pytest.raises(CorruptEventError, match=refusal.format(victim)):
+        write_bundle(world.reviewer, "M1", Ed25519PrivateKey.generate(), tmp_path / "m1.zip")
+    # and nothing is written
+    assert not (tmp_path / "m1.zip").exists()
 
 
 @pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)

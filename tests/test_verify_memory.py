@@ -1,4 +1,4 @@
-"""What ``verify()`` keeps for the whole log is small per record: the
+"""What ``verify()`` and proofs keep for the whole log is small per record: the
 authorization replay keys records by their aggregate id's integer and keeps each
 scope and principal name once; the leaves' positions are an array of 8-byte ints."""
 

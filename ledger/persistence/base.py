@@ -8,7 +8,7 @@ commits or none of it does.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, TypeVar
 from uuid import UUID
@@ -231,6 +231,31 @@ class LedgerRecorderMixin:
             )
         for r in fetch_in_chunks(c):
             yield int(r["position"]), bytes(r["leaf"])
+
+    def leaf_indexes(self, c: Cursor, positions: Iterable[int]) -> tuple[int, dict[int, int]]:
+        """How many Merkle leaves are stored, and the index in the tree (the number
+        of leaves before it) of each of ``positions`` that has one."""
+        d = self.dialect
+        c.execute(d.q("SELECT COUNT(*) AS n FROM {t}pl_merkle_leaves"))
+        size = int(c.fetchone()["n"])
+        found: dict[int, int] = {}
+        for position in positions:
+            c.execute(
+                d.q(
+                    "SELECT (SELECT COUNT(*) FROM {t}pl_merkle_leaves WHERE position < ?) AS i, "
+                    "(SELECT COUNT(*) FROM {t}pl_merkle_leaves WHERE position = ?) AS held"
+                ),
+                (position, position),
+            )
+            row = c.fetchone()
+            if int(row["held"]):
+                found[position] = int(row["i"])
+        return size, found
+
+    def max_leaf_position(self, c: Cursor) -> int:
+        """The log position of the newest Merkle leaf (0: none)."""
+        c.execute(self.dialect.q("SELECT MAX(position) AS p FROM {t}pl_merkle_leaves"))
+        return int(c.fetchone()["p"] or 0)
 
     def counts(self, c: Cursor) -> dict[str, int]:
         """How many stored events, snapshots and multi-event transactions there are."""
