@@ -15,8 +15,9 @@ proposal of a long-lived run.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Collection, Sequence
-from typing import Any
+from typing import Any, cast
 
 from ledger.access import Role
 from ledger.caller import Caller
@@ -45,7 +46,9 @@ class RunContext:
     def __init__(self, caller: Caller, run_id: str) -> None:
         self.run_id = run_id
         self._outer = caller
-        self._session = Session(caller.derive(run=self))
+        # The run's session refers back to the run weakly: no reference cycle,
+        # so a finished run is freed with its last reference, not by the collector.
+        self._session = Session(caller.derive(run=cast("RunContext", weakref.proxy(self))))
         # Run ids are per principal: nobody can take (or probe) another's run id.
         self._aggregate_id = run_uuid(f"{caller.subject}/{run_id}")
         #: Record id → whether it was VALID when the run was last shown it.

@@ -187,6 +187,22 @@ def test_commands_and_reads_leave_no_reference_cycles(world: World) -> None:
     )
 
 
+def test_a_run_leaves_no_reference_cycle(world: World) -> None:
+    """A run's own session refers back to the run weakly: a finished run is
+    freed when its last reference goes, not by the collector."""
+    world.reviewer.accept(world.agent.propose("proj-a", "c", {"n": 1}, Kind.FACT, id="C1"))
+
+    def a_run(run_id: str) -> None:
+        with world.agent.run(run_id) as run:
+            assert run.read("proj-a", "c").records[0].id == "C1"
+            made = run.propose("proj-a", "d", 2, Kind.FACT, id=f"D-{run_id}")
+        # the run's reads became the proposal's observed dependencies
+        assert world.agent.get(made).observed == ("C1",)
+
+    assert cycles_left_by(lambda: a_run("task-1")) == 0
+    assert cycles_left_by(lambda: a_run("task-2")) == 0
+
+
 def test_pauses_nest_and_the_last_one_out_turns_the_collector_on(collector_on: None) -> None:
     entered, release, done = threading.Event(), threading.Event(), threading.Event()
     states: list[bool] = []
