@@ -4,7 +4,9 @@ scope and principal name once; the leaves' positions are an array of 8-byte ints
 
 from __future__ import annotations
 
+import sqlite3
 from array import array
+from contextlib import closing
 
 import pytest
 
@@ -77,3 +79,29 @@ def test_the_leaves_positions_are_an_array_of_8_byte_ints(ledger: Ledger) -> Non
     assert isinstance(positions, array) and positions.itemsize == 8
     assert list(positions) == list(range(1, ledger.position + 1))
     assert tree.size == len(positions)
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_leaf_indexes_count_the_leaves_before_each_position(
+    ledger: Ledger, ledger_url: str
+) -> None:
+    # Given a ledger file whose leaf at position 4 was removed behind its back
+    admin = ledger.admin()
+    admin.grant("agent-1", scope="proj-a", roles=["propose"])
+    session = ledger.authenticate(admin.issue_token("agent-1"))
+    for i in range(6):
+        session.propose("proj-a", f"k{i}", i, Kind.FACT)
+    with closing(sqlite3.connect(ledger_url.removeprefix("sqlite:///"))) as con:
+        con.execute("DROP TRIGGER pl_merkle_leaves_no_delete")
+        con.execute("DELETE FROM pl_merkle_leaves WHERE position = 4")
+        con.commit()
+        stored = [p for (p,) in con.execute("SELECT position FROM pl_merkle_leaves ORDER BY 1")]
+
+    # When the indexes of some positions are asked, in any order and repeated
+    engine = ledger._engine
+    with engine.reading() as c:
+        size, found = engine.recorder.leaf_indexes(c, [7, 2, 4, 99, 7, 5, 1])
+
+    # Then each held position's index is the number of leaves before it
+    assert size == len(stored) == ledger.position - 1
+    assert found == {p: stored.index(p) for p in (1, 2, 5, 7)}

@@ -234,22 +234,26 @@ class LedgerRecorderMixin:
 
     def leaf_indexes(self, c: Cursor, positions: Iterable[int]) -> tuple[int, dict[int, int]]:
         """How many Merkle leaves are stored, and the index in the tree (the number
-        of leaves before it) of each of ``positions`` that has one."""
+        of leaves before it) of each of ``positions`` that has one. The leaves
+        between one asked position and the next are counted once: the counts
+        together scan the key up to the last position asked, however many."""
         d = self.dialect
         c.execute(d.q("SELECT COUNT(*) AS n FROM {t}pl_merkle_leaves"))
         size = int(c.fetchone()["n"])
+        between = d.q(
+            "SELECT (SELECT COUNT(*) FROM {t}pl_merkle_leaves "
+            "WHERE position >= ? AND position < ?) AS n, "
+            "(SELECT COUNT(*) FROM {t}pl_merkle_leaves WHERE position = ?) AS held"
+        )
         found: dict[int, int] = {}
-        for position in positions:
-            c.execute(
-                d.q(
-                    "SELECT (SELECT COUNT(*) FROM {t}pl_merkle_leaves WHERE position < ?) AS i, "
-                    "(SELECT COUNT(*) FROM {t}pl_merkle_leaves WHERE position = ?) AS held"
-                ),
-                (position, position),
-            )
+        index = previous = 0
+        for position in sorted(set(positions)):
+            c.execute(between, (previous, position, position))
             row = c.fetchone()
+            index += int(row["n"])
             if int(row["held"]):
-                found[position] = int(row["i"])
+                found[position] = index
+            previous = position
         return size, found
 
     def max_leaf_position(self, c: Cursor) -> int:
