@@ -284,6 +284,7 @@ def _events(
         for rid, trail in sorted(trails.items()):
             key = keys[rid, trail.record.scope]
             notes = {n.id: n for n in recorder.select_record_events(c, record_uuid(key))}
+            _check_versions(rid, [n.originator_version for n in notes.values()])
             for audit in trail.events:
                 note = notes.get(audit.position)
                 stored = dict(recorder.leaves(c, audit.position - 1, audit.position))
@@ -327,6 +328,17 @@ def _events(
     ]
     digest = LogDigest(size=size, position=last, root=root.hex())
     return sorted(out, key=lambda e: e.position), digest
+
+
+def _check_versions(rid: str, versions: list[int]) -> None:
+    """Refuse a record whose stored events do not run 1, 2, … without a gap: one
+    was deleted behind the ledger's back, and its history would be told without it."""
+    for expected, version in enumerate(sorted(versions), start=1):
+        if version != expected:
+            raise CorruptEventError(
+                f"bundle refused: the stored events of {rid!r} lack version {expected} "
+                "(an event was removed from the log; verify names its position)"
+            )
 
 
 def _prov_json(

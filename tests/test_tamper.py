@@ -307,6 +307,7 @@ def _leaf_deleted(path: str, position: int) -> None:
         (_other_value, "bundle refused: the stored bytes at position {} differ"),
         (_leaf_deleted, "bundle refused: the event at position {} of 'M1' has no Merkle leaf"),
         (_flip_byte, r"stored event at position {} \(ledger.domain:Record.Proposed\) cannot be"),
+        (_delete, r"bundle refused: the stored events of 'M1' lack version 1 \(an event was"),
     ],
 )
 def test_a_bundle_of_a_record_with_a_tampered_event_is_refused(
@@ -325,6 +326,23 @@ def test_a_bundle_of_a_record_with_a_tampered_event_is_refused(
     with pytest.raises(CorruptEventError, match=refusal.format(victim)):
         write_bundle(world.reviewer, "M1", Ed25519PrivateKey.generate(), tmp_path / "m1.zip")
     # and nothing is written
+    assert not (tmp_path / "m1.zip").exists()
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_a_bundle_of_a_record_missing_a_later_event_is_refused(
+    world: World, ledger_url: str, tmp_path: Path
+) -> None:
+    # Given a ledger file from which M1's acceptance (its version 2) was deleted
+    # (its proposal, version 1, still there)
+    _scenario(world)
+    accepted = world.reviewer.audit("M1").events[1]
+    assert accepted.type == "Accepted"
+    _delete(_db(ledger_url), accepted.position)
+
+    # When its bundle is written, the gap refuses it, and nothing is written
+    with pytest.raises(CorruptEventError, match="stored events of 'M1' lack version 2"):
+        write_bundle(world.reviewer, "M1", Ed25519PrivateKey.generate(), tmp_path / "m1.zip")
     assert not (tmp_path / "m1.zip").exists()
 
 
