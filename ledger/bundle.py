@@ -279,7 +279,7 @@ def _events(
     engine = caller.engine
     recorder = engine.recorder
     keys = caller.keys_of(t.record for t in trails.values())
-    found: list[tuple[str, AuditEvent, Any, bytes, bool]] = []
+    out: list[_Event] = []  # each index and path set after the pass over the leaves
     with engine.reading() as c:
         for rid, trail in sorted(trails.items()):
             key = keys[rid, trail.record.scope]
@@ -308,24 +308,15 @@ def _events(
                 withheld = not all(auditable(dep) for dep in _named_ids(audit)) or bool(
                     caller.names(c, (*named, key))
                 )
-                found.append((rid, audit, data, leaf, withheld))
-        size, index_of = recorder.leaf_indexes(c, [audit.position for _, audit, *_ in found])
+                out.append(_Event(rid, audit, audit.position, -1, leaf, None if withheld else data))
+        size, index_of = recorder.leaf_indexes(c, [e.position for e in out])
         last = recorder.max_leaf_position(c)
         root, paths = merkle.inclusion_paths(
             (leaf for _, leaf in recorder.leaves(c)), size, index_of.values()
         )
-    out = [
-        _Event(
-            record=rid,
-            audit=audit,
-            position=audit.position,
-            index=index_of[audit.position],
-            leaf=leaf,
-            data=None if withheld else data,
-            path=paths[index_of[audit.position]],
-        )
-        for rid, audit, data, leaf, withheld in found
-    ]
+    for event in out:
+        event.index = index_of[event.position]
+        event.path = paths[event.index]
     digest = LogDigest(size=size, position=last, root=root.hex())
     return sorted(out, key=lambda e: e.position), digest
 
