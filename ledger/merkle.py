@@ -122,10 +122,6 @@ def inclusion_paths(
     memory that grows with log ``size``, not with ``size`` (what a proof about a
     few events of a long log needs).
 
-    Every node of a path covers a range whose hash is the right fold of a few
-    complete, aligned subtrees; the pass keeps those subtrees as
-    :func:`root_of`'s stack makes them.
-
     Raises:
         ValueError: an index is not below ``size``, or ``leaves`` ends before ``size``.
     """
@@ -133,7 +129,33 @@ def inclusion_paths(
         if not 0 <= index < size:
             raise ValueError(f"leaf index {index} is not in a tree of {size} leaves")
     ranges = {index: _path_ranges(index, 0, size) for index in indexes}
-    wanted = {piece for spans in ranges.values() for span in spans for piece in _pieces(*span)}
+    root, hashes = _range_hashes(leaves, size, [s for spans in ranges.values() for s in spans])
+    return root, {index: [hashes[s] for s in spans] for index, spans in ranges.items()}
+
+
+def consistency_proof(leaves: Iterable[bytes], size: int, m: int) -> tuple[bytes, list[bytes]]:
+    """The root of the tree over the first ``size`` of ``leaves`` and RFC 6962
+    PROOF(m, D[size]) (what :func:`consistency_path` gives), in one pass over the
+    leaves and memory that grows with log ``size``.
+
+    Raises:
+        ValueError: ``m`` is not between 0 and ``size``, or ``leaves`` ends before ``size``.
+    """
+    if not 0 <= m <= size:
+        raise ValueError(f"a tree of {m} leaves is not a prefix of one of {size}")
+    spans = [] if m in (0, size) else _consistency_ranges(m, 0, size, True)
+    root, hashes = _range_hashes(leaves, size, spans)
+    return root, [hashes[s] for s in spans]
+
+
+def _range_hashes(
+    leaves: Iterable[bytes], size: int, spans: Iterable[tuple[int, int]]
+) -> tuple[bytes, dict[tuple[int, int], bytes]]:
+    """The root over the first ``size`` leaves and the hash of the tree node over
+    each (start, end) of ``spans``, in one pass: every node is the right fold of a
+    few complete, aligned subtrees, kept as :func:`root_of`'s stack makes them."""
+    spans = list(spans)
+    wanted = {piece for span in spans for piece in _pieces(*span)}
     kept: dict[tuple[int, int], bytes] = {}
     stack: list[tuple[int, bytes]] = []
     count = 0
@@ -153,11 +175,19 @@ def inclusion_paths(
     if count < size:
         raise ValueError(f"{count} leaves given for a tree of {size}")
     root = EMPTY_ROOT if not stack else _fold([node for _, node in stack])
-    paths = {
-        index: [_fold([kept[piece] for piece in _pieces(*span)]) for span in spans]
-        for index, spans in ranges.items()
-    }
-    return root, paths
+    return root, {span: _fold([kept[piece] for piece in _pieces(*span)]) for span in spans}
+
+
+def _consistency_ranges(m: int, start: int, end: int, complete: bool) -> list[tuple[int, int]]:
+    """The (start, end) leaf ranges whose hashes make SUBPROOF(m, D[start:end],
+    complete), in proof order (the recursion of :func:`consistency_path`)."""
+    n = end - start
+    if m == n:
+        return [] if complete else [(start, end)]
+    k = _largest_power_of_two_below(n)
+    if m <= k:
+        return [*_consistency_ranges(m, start, start + k, complete), (start + k, end)]
+    return [*_consistency_ranges(m - k, start + k, end, False), (start, start + k)]
 
 
 def _path_ranges(index: int, start: int, end: int) -> list[tuple[int, int]]:

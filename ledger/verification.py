@@ -300,22 +300,35 @@ def _consistency_problem(
     """Why the log is not consistent with a kept digest or head, or None."""
     what = f"{name} ({_describe(head)})" if head is not None else f"{name} {kept}"
     if kept.size > tree.size:
-        return (
-            f"the log has {tree.size} events; {what} describes {kept.size}: events were "
-            "removed after it was taken"
-        )
-    proof = tree.consistency_path(kept.size)
-    if not merkle.verify_consistency(
-        kept.size, tree.size, bytes.fromhex(kept.root), tree.root(), proof
-    ):
+        return _removed(tree.size, kept, what)
+    last = positions[kept.size - 1] if kept.size else 0
+    return _unextended(tree.size, tree.root(), tree.consistency_path(kept.size), last, kept, what)
+
+
+def _removed(size: int, kept: LogDigest, what: str) -> str | None:
+    """The problem of a log shorter than ``kept``, or None."""
+    if kept.size <= size:
+        return None
+    return (
+        f"the log has {size} events; {what} describes {kept.size}: events were "
+        "removed after it was taken"
+    )
+
+
+def _unextended(
+    size: int, root: bytes, proof: list[bytes], last: int, kept: LogDigest, what: str
+) -> str | None:
+    """Why a log of ``size`` leaves under ``root`` does not extend ``kept`` (not
+    larger), given the consistency ``proof`` from it and the position of the log's
+    ``kept.size``-th leaf (``last``), or None."""
+    if not merkle.verify_consistency(kept.size, size, bytes.fromhex(kept.root), root, proof):
         return (
             f"the first {kept.size} events do not match {what}: the log was rewritten "
             "before it was taken"
         )
-    if kept.size and positions[kept.size - 1] != kept.position:
+    if kept.size and last != kept.position:
         return (
-            f"{what} ends at log position {kept.position}, but its last event is at "
-            f"position {positions[kept.size - 1]}"
+            f"{what} ends at log position {kept.position}, but its last event is at position {last}"
         )
     return None
 
@@ -341,24 +354,28 @@ def _against_problem(tree: MerkleTree, positions: Sequence[int], target: LogDige
 def check_extends(engine: Engine, head: SignedHead) -> str | None:
     """Why the ledger's stored leaves are not consistent with ``head``, or None.
 
-    Cheaper than :func:`verify` (reads only the leaves table): what
-    :func:`ledger.heads.publish_head` checks before appending a new head.
+    Cheaper than :func:`verify` (reads only the leaves table, once, keeping a few
+    subtree hashes): what :func:`ledger.heads.publish_head` checks before
+    appending a new head.
     """
-    tree, positions = stored_tree(engine)
-    return _consistency_problem(tree, positions, head.digest, "the newest kept head", head)
-
-
-def stored_tree(engine: Engine, size: int | None = None) -> tuple[MerkleTree, array[int]]:
-    """The Merkle tree over the leaves stored at append time (the first ``size``),
-    and the log position of each leaf."""
-    tree, positions = MerkleTree(), array("q")  # 8 bytes a leaf
+    kept = head.digest
+    what = f"the newest kept head ({_describe(head)})"
+    last = 0
     with engine.reading() as c:
-        for position, leaf in engine.recorder.leaves(c):
-            if size is not None and tree.size >= size:
-                break
-            tree.append(leaf)
-            positions.append(position)
-    return tree, positions
+        size, _ = engine.recorder.leaf_indexes(c, ())
+        removed = _removed(size, kept, what)
+        if removed is not None:
+            return removed
+
+        def leaves() -> Iterator[bytes]:
+            nonlocal last
+            for count, (position, leaf) in enumerate(engine.recorder.leaves(c), start=1):
+                if count == kept.size:
+                    last = position
+                yield leaf
+
+        root, proof = merkle.consistency_proof(leaves(), size, kept.size)
+    return _unextended(size, root, proof, last, kept, what)
 
 
 # -- views: a replay in a scratch database ------------------------------------------------
@@ -514,7 +531,7 @@ def _evidence_problems(engine: Engine, c: Cursor, replay: AuthorizationReplay) -
             )
 
 
-__all__ = ["MAX_PROBLEMS", "check_extends", "stored_tree", "verify"]
+__all__ = ["MAX_PROBLEMS", "check_extends", "verify"]
 
 
 def digest(engine: Engine) -> LogDigest:

@@ -421,6 +421,47 @@ def test_a_head_is_not_appended_once_the_log_no_longer_extends_the_newest(scene:
     assert scene.heads.read_text() == before
 
 
+@pytest.mark.parametrize("ledger_url", BACKENDS, indirect=True)
+def test_a_head_is_appended_while_the_log_extends_the_newest(scene: Scene) -> None:
+    # Given a ledger that grew after its newest kept head
+    kept = load_heads(scene.heads)
+    scene.agent.propose(scope="proj-a", claim_key="later", value=1, kind=Kind.FACT)
+
+    # When a head is published, it is appended, over the longer log
+    head = publish_head(scene.ledger, scene.key, scene.heads)
+    assert load_heads(scene.heads) == (*kept, head)
+    assert head.digest == scene.ledger.digest() and head.digest.size > kept[-1].digest.size
+    assert scene.ledger.verify(heads=scene.heads, public_key=scene.public_key).ok
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize(
+    ("forge", "refusal"),
+    [
+        (
+            lambda d: merkle.LogDigest(d.size, d.position, "00" * 32),
+            r"the first \d+ events do not match the newest kept head .*: the log was rewritten",
+        ),
+        (
+            lambda d: merkle.LogDigest(d.size, d.position + 7, d.root),
+            r"the newest kept head .* ends at log position \d+, but its last event is at",
+        ),
+    ],
+)
+def test_a_head_is_not_appended_over_a_newest_head_the_log_does_not_extend(
+    scene: Scene, forge: Callable[[merkle.LogDigest], merkle.LogDigest], refusal: str
+) -> None:
+    # Given a heads file whose newest head (signed with the ledger's key) says
+    # something else than the log about the same events
+    append_head(scene.heads, sign_head(scene.key, forge(scene.ledger.digest()), scene.clock()))
+    before = scene.heads.read_text()
+
+    # When a head is published, it is refused, naming the head and what differs
+    with pytest.raises(InvalidHeadError, match=refusal):
+        publish_head(scene.ledger, scene.key, scene.heads)
+    assert scene.heads.read_text() == before
+
+
 @pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
 def test_heads_need_their_key_and_a_foreign_or_forged_head_is_named(scene: Scene) -> None:
     led = scene.ledger

@@ -126,6 +126,28 @@ def test_paths_in_one_pass_are_the_rfc_6962_paths(n: int, data: st.DataObject) -
         assert merkle.verify_inclusion(leaves[index], index, n, paths[index], root)
 
 
+@settings(max_examples=80, deadline=None)
+@given(st.integers(min_value=0, max_value=300), st.data())
+def test_a_consistency_proof_in_one_pass_is_the_rfc_6962_proof(n: int, data: st.DataObject) -> None:
+    # Given a tree of n leaves (more follow) and the size m of an earlier tree
+    leaves = leaves_of(n + 2)
+    m = data.draw(st.integers(min_value=0, max_value=n))
+
+    # When the root and the proof from m are made in one pass
+    root, proof = merkle.consistency_proof(iter(leaves), n, m)
+
+    # Then they are the definition's, and the proof verifies
+    assert root == naive_root(leaves[:n])
+    assert proof == merkle.consistency_path(leaves[:n], m)
+    if m > 0:
+        assert merkle.verify_consistency(m, n, naive_root(leaves[:m]), root, proof)
+
+
+def test_a_consistency_proof_in_one_pass_refuses_a_larger_earlier_tree() -> None:
+    with pytest.raises(ValueError, match="a tree of 5 leaves is not a prefix of one of 4"):
+        merkle.consistency_proof(leaves_of(4), 4, 5)
+
+
 def test_paths_in_one_pass_refuse_a_leaf_outside_the_tree_or_too_few_leaves() -> None:
     with pytest.raises(ValueError, match="leaf index 4 is not in a tree of 4 leaves"):
         merkle.inclusion_paths(leaves_of(4), 4, [4])

@@ -5,7 +5,6 @@ scope and principal name once; the leaves' positions are an array of 8-byte ints
 from __future__ import annotations
 
 import sqlite3
-from array import array
 from contextlib import closing
 
 import pytest
@@ -62,23 +61,6 @@ def test_the_replay_keeps_one_string_per_name_and_no_uuid_objects(
         "CANDIDATE",
         "CANDIDATE",
     ]
-
-
-def test_the_leaves_positions_are_an_array_of_8_byte_ints(ledger: Ledger) -> None:
-    # Given a ledger with a few events
-    admin = ledger.admin()
-    admin.grant("agent-1", scope="proj-a", roles=["propose"])
-    session = ledger.authenticate(admin.issue_token("agent-1"))
-    for i in range(3):
-        session.propose("proj-a", f"k{i}", i, Kind.FACT)
-
-    # When the stored tree is read
-    tree, positions = verification.stored_tree(ledger._engine)
-
-    # Then every leaf has its position, 8 bytes each
-    assert isinstance(positions, array) and positions.itemsize == 8
-    assert list(positions) == list(range(1, ledger.position + 1))
-    assert tree.size == len(positions)
 
 
 @pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
