@@ -75,21 +75,37 @@ def root_of(leaves: Iterable[bytes]) -> tuple[int, bytes]:
     Keeps the perfect subtrees of the binary decomposition of the size so far;
     the RFC 6962 root is their right fold.
     """
+    size, stack = _subtrees(leaves, None, frozenset(), {})
+    return size, _fold([node for _, node in stack]) if stack else EMPTY_ROOT
+
+
+def _subtrees(
+    leaves: Iterable[bytes],
+    size: int | None,
+    wanted: Collection[tuple[int, int]],
+    kept: dict[tuple[int, int], bytes],
+) -> tuple[int, list[tuple[int, bytes]]]:
+    """One pass over the first ``size`` of ``leaves`` (all of them: None), merging
+    equal complete subtrees as they are made; each made one that is ``wanted``,
+    as (first leaf, leaves), is put in ``kept``. Returns how many leaves were read
+    and the (leaves, hash) of the complete subtrees left, largest first."""
     stack: list[tuple[int, bytes]] = []
-    size = 0
+    count = 0
+    look = bool(wanted)  # a plain root (:func:`root_of`) looks nothing up
     for leaf in leaves:
-        size += 1
+        if count == size:
+            break
+        if look and (count, 1) in wanted:
+            kept[count, 1] = leaf
+        count += 1
         node, height = leaf, 1
         while stack and stack[-1][0] == height:
             node = node_hash(stack.pop()[1], node)
             height *= 2
+            if look and (count - height, height) in wanted:
+                kept[count - height, height] = node
         stack.append((height, node))
-    if not stack:
-        return 0, EMPTY_ROOT
-    root = stack[-1][1]
-    for _, left in reversed(stack[:-1]):
-        root = node_hash(left, root)
-    return size, root
+    return count, stack
 
 
 def _largest_power_of_two_below(n: int) -> int:
@@ -153,25 +169,11 @@ def _range_hashes(
 ) -> tuple[bytes, dict[tuple[int, int], bytes]]:
     """The root over the first ``size`` leaves and the hash of the tree node over
     each (start, end) of ``spans``, in one pass: every node is the right fold of a
-    few complete, aligned subtrees, kept as :func:`root_of`'s stack makes them."""
+    few complete, aligned subtrees, kept as :func:`_subtrees` makes them."""
     spans = list(spans)
     wanted = {piece for span in spans for piece in _pieces(*span)}
     kept: dict[tuple[int, int], bytes] = {}
-    stack: list[tuple[int, bytes]] = []
-    count = 0
-    for leaf in leaves:
-        if count == size:
-            break
-        if (count, 1) in wanted:
-            kept[count, 1] = leaf
-        count += 1
-        node, height = leaf, 1
-        while stack and stack[-1][0] == height:
-            node = node_hash(stack.pop()[1], node)
-            height *= 2
-            if (count - height, height) in wanted:
-                kept[count - height, height] = node
-        stack.append((height, node))
+    count, stack = _subtrees(leaves, size, wanted, kept)
     if count < size:
         raise ValueError(f"{count} leaves given for a tree of {size}")
     root = EMPTY_ROOT if not stack else _fold([node for _, node in stack])

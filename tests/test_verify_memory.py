@@ -1,6 +1,7 @@
-"""What ``verify()`` and proofs keep for the whole log is small per record: the
+"""What ``verify()`` keeps for the whole log is small per record (the
 authorization replay keys records by their aggregate id's integer and keeps each
-scope and principal name once; the leaves' positions are an array of 8-byte ints."""
+scope and principal name once), and a proof finds its leaves' indexes by counting
+in the database, not by a map of every position."""
 
 from __future__ import annotations
 
