@@ -145,14 +145,31 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
             "%s::text[], %s::bytea[]) WHERE (SELECT pg_notify(%s, '')) IS NOT NULL "
             "RETURNING notification_id"
         )
+        # The same at positions drawn from the sequence's state read with the lock
+        # (``lock_for_write``): the sequence is moved past them by the statement
+        # itself, and nothing comes back, so it travels with the COMMIT.
+        self._insert_at = (
+            f"INSERT INTO {self._table} (originator_id, originator_version, topic, state, "
+            f"notification_id) SELECT * FROM unnest(%s::{datastore.originator_id_type}[], "
+            "%s::bigint[], %s::text[], %s::bytea[], %s::bigint[]) "
+            "WHERE (SELECT pg_notify(%s, '')) IS NOT NULL AND (SELECT setval("
+            f"pg_get_serial_sequence('{self._table}', 'notification_id')::regclass, %s)) "
+            "IS NOT NULL"
+        )
         # The writers' lock alone: every connection of the pool (and every spare
         # one) already has the ledger's ``lock_timeout`` (see the datastore), so
         # eventsourcing's ``SET LOCAL lock_timeout`` before it would change nothing.
         self.lock_table_statements = self.lock_table_statements[-1:]
         # What a write transaction reads once it holds the lock: the views' and
         # the log's positions, and its own transaction id (see ``others_wrote``).
+        # And the events' sequence's last value: under the lock no other writer
+        # draws from it, so a small command's positions are known before its
+        # insert, which then needs no answer (``insert_in``).
+        sequence = f"pg_get_serial_sequence('{self._table}', 'notification_id')::regclass"
         self._tracking_and_xid = self.tracking_statement().replace(
-            " AS newest", " AS newest, txid_current() AS xid", 1
+            " AS newest",
+            f" AS newest, txid_current() AS xid, pg_sequence_last_value({sequence}) AS seq_last",
+            1,
         )
         # When this recorder's last write transaction committed (None: unknown):
         # the log's newest position, and the transaction's id. Each thread's open
@@ -165,7 +182,6 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
         self._rows_when_analyzed: int | None = None
         # A batch: its positions drawn from the events' sequence as one block (and
         # the listeners notified, as eventsourcing's insert does), then one COPY.
-        sequence = f"pg_get_serial_sequence('{self._table}', 'notification_id')::regclass"
         self._reserve_positions = (
             f"SELECT pg_notify(%s, ''), setval({sequence}, nextval({sequence}) + %s - 1) AS last"
         )
@@ -273,6 +289,8 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
         tracking = self.tracking_of(row)
         self._held.tracking = (c, tracking)
         self._held.newest, self._held.xid = tracking[1], int(row["xid"])
+        last = row["seq_last"]
+        self._held.next_position = None if last is None else int(last) + 1
 
     def others_wrote(self, c: Cursor) -> bool:
         """Whether anyone else may have written since this recorder's last write
@@ -391,7 +409,7 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
         try:
             with self._connection() as conn:
                 held.conn, held.pipe, held.tracking = conn, None, None
-                held.newest = held.xid = None
+                held.newest = held.xid = held.next_position = None
                 # BEGIN is sent with the writers' lock (``lock_for_write``); a small
                 # command's writes with its COMMIT (``insert_in``).
                 self._pipe_on(conn)
@@ -414,7 +432,7 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
                     raise
                 finally:
                     held.conn, held.pipe = outer
-                    held.tracking = None
+                    held.tracking = held.next_position = None
         except Exception as exc:
             if committing:
                 raise CommitFailed() from exc
@@ -442,9 +460,23 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
         curs: Any = c
         self._held.tracking = None  # read before these writes: no longer the answer
         after: dict[str, Any] = {"ledger_events": events, "snapshots": snapshots, "first": first}
+        held = self._held
+        mine = getattr(held, "conn", None) is curs.connection
+        first_free = getattr(held, "next_position", None) if mine else None
         if len(stored_events) >= COPY_FROM:
+            held.next_position = None
             self._pipe_off()
             ids, after["leaves"] = self._copy_events(curs, stored_events)
+        elif first_free is not None:
+            # Positions known (see ``_insert_at``): nothing to wait for, so the
+            # insert is queued with the views' writes and sent with the COMMIT.
+            self._pipe_on(curs.connection)
+            ids = list(range(first_free, first_free + len(stored_events)))
+            held.next_position = ids[-1] + 1
+            curs.execute(
+                self._insert_at,
+                (*columns_of(stored_events), ids, self.channel_name, ids[-1]),
+            )
         else:
             # The insert (which notifies the listeners too) in one round trip; the
             # views' and leaves' writes after it are sent with the COMMIT (``writing``).

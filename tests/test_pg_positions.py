@@ -1,0 +1,149 @@
+"""PostgreSQL: a command's log positions are taken from the events' sequence as read
+with the writers' lock, so its insert needs no answer and travels with its COMMIT.
+
+Every way of appending (a single command, two principals' steps in one transaction,
+a batch's ``COPY``) must go on drawing positions in order from the same sequence,
+leave the sequence at the newest position, and step over anything drawn outside
+the lock or by a command that failed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from ledger import Kind, Ledger, Session
+from projections.base import COPY_FROM
+
+from .conftest import _pg_dsn
+
+SCOPE = "proj-a"
+
+
+class Pg:
+    """A ledger on a fresh schema with a proposer and an approver, and a plain
+    connection to look at its events table and sequence."""
+
+    def __init__(self, url: str) -> None:
+        self.schema = url.split("schema=")[1]
+        self.led = Ledger.open(url)
+        admin = self.led.admin()
+        admin.grant("agent", scope=SCOPE, roles=["propose", "read"])
+        admin.grant("reviewer", scope=SCOPE, roles=["approve", "read"])
+        self.agent: Session = self.led.authenticate(admin.issue_token("agent"))
+        self.reviewer: Session = self.led.authenticate(admin.issue_token("reviewer"))
+        self.raw = psycopg.connect(_pg_dsn(), autocommit=True)
+        self.table = f"{self.schema}.provledger_events"
+        self.sequence = f"pg_get_serial_sequence('{self.table}', 'notification_id')"
+
+    def positions(self) -> list[int]:
+        return [
+            int(r[0])
+            for r in self.raw.execute(
+                f"SELECT notification_id FROM {self.table} ORDER BY notification_id"
+            )
+        ]
+
+    def sequence_last(self) -> int:
+        row = self.raw.execute(f"SELECT pg_sequence_last_value({self.sequence})").fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def draw(self) -> int:
+        """A position drawn from the sequence outside the ledger (never used)."""
+        row = self.raw.execute(f"SELECT nextval({self.sequence})").fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def close(self) -> None:
+        self.raw.close()
+        self.led.close()
+
+
+@pytest.fixture
+def pg(pg_url: str) -> Iterator[Pg]:
+    opened = Pg(pg_url)
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+def propose(session: Session, n: int, **extra: Any) -> str:
+    return session.propose(SCOPE, f"k{n}", {"n": n}, Kind.FACT, id=f"M{n}", **extra)
+
+
+def test_single_commands_take_the_next_positions_and_leave_the_sequence_there(pg: Pg) -> None:
+    before = pg.positions()
+    propose(pg.agent, 1)
+    pg.reviewer.accept("M1")
+    after = pg.positions()
+    assert after == [*before, before[-1] + 1, before[-1] + 2]
+    assert pg.sequence_last() == after[-1] == pg.led.position
+
+
+def test_two_steps_in_one_transaction_take_consecutive_positions(pg: Pg) -> None:
+    newest = pg.positions()[-1]
+    propose(pg.agent, 1, accepted_by=pg.reviewer)
+    assert pg.positions()[-2:] == [newest + 1, newest + 2]
+    assert pg.sequence_last() == newest + 2
+    assert pg.reviewer.get("M1").status == "ACCEPTED"
+
+
+def test_positions_drawn_outside_the_lock_are_stepped_over(pg: Pg) -> None:
+    propose(pg.agent, 1)
+    drawn = [pg.draw(), pg.draw()]
+    pg.reviewer.accept("M1")
+    assert pg.positions()[-1] == drawn[-1] + 1
+    assert not set(drawn) & set(pg.positions())
+    assert pg.sequence_last() == drawn[-1] + 1
+    assert pg.led.verify().ok
+
+
+def test_single_commands_and_copy_batches_interleave_in_order(pg: Pg) -> None:
+    propose(pg.agent, 1)
+    items = [
+        {"scope": SCOPE, "claim_key": f"b{i}", "value": i, "kind": Kind.FACT, "id": f"B{i}"}
+        for i in range(COPY_FROM + 5)
+    ]
+    pg.agent.propose_many(items)  # the COPY path: positions reserved with nextval
+    pg.reviewer.accept("M1")  # a single command after it reads the sequence again
+    propose(pg.agent, 2)
+    positions = pg.positions()
+    assert positions == sorted(set(positions))
+    assert positions[-COPY_FROM - 7 :] == list(
+        range(positions[-COPY_FROM - 7], positions[-COPY_FROM - 7] + COPY_FROM + 7)
+    )
+    assert pg.sequence_last() == positions[-1] == pg.led.position
+    assert pg.reviewer.get("M1").status == "ACCEPTED"
+    assert pg.agent.get("B0").status == "CANDIDATE"
+    assert pg.led.verify().ok
+    assert pg.led.rebuild().matched
+
+
+def test_a_refused_command_leaves_a_gap_the_next_command_steps_over(pg: Pg) -> None:
+    """The statement that stores a command's events moves the sequence past them
+    before the server refuses a later write of the same transaction: nothing of
+    the command is kept, the sequence stays moved, and the next command takes the
+    position after the gap."""
+    propose(pg.agent, 1)
+    newest = pg.positions()[-1]
+    pg.raw.execute(
+        f"CREATE FUNCTION {pg.schema}.refuse() RETURNS trigger LANGUAGE plpgsql AS "
+        "$$ BEGIN RAISE EXCEPTION 'refused by a test'; END $$; "
+        f"CREATE TRIGGER refuse BEFORE INSERT ON {pg.schema}.pl_merkle_leaves "
+        f"FOR EACH ROW EXECUTE FUNCTION {pg.schema}.refuse()"
+    )
+    with pytest.raises(Exception, match="refused by a test"):
+        pg.reviewer.accept("M1")
+    pg.raw.execute(f"DROP TRIGGER refuse ON {pg.schema}.pl_merkle_leaves")
+    assert pg.positions()[-1] == newest
+    assert pg.sequence_last() == newest + 1
+    pg.reviewer.accept("M1")
+    assert pg.positions()[-1] == newest + 2
+    assert pg.reviewer.get("M1").status == "ACCEPTED"
+    assert pg.led.verify().ok
+    assert pg.led.rebuild().matched
