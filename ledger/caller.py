@@ -200,7 +200,10 @@ class Caller:
             if first is None or first["record_id"] == name:
                 return None
             return validity_view.current(c, d, name, self.position)
-        row = validity_view.current(c, d, name, self.position)
+        if self.position is None:
+            row = self.engine.current_row(c, name)
+        else:
+            row = validity_view.current(c, d, name, self.position)
         if row is None or self.roles(c, row["scope"]):
             return row  # a free id: no record can be keyed by it qualified
         granted = self.granted_scopes(c)

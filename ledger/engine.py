@@ -98,6 +98,9 @@ class Write:
     done: dict[str, int] | None
     #: (position, domain event) of everything appended so far, in log order.
     appended: list[tuple[int, Any]] = field(default_factory=list)
+    #: Current view rows (None: no such record) read with the writers' lock, by
+    #: record id, until the first append (see :meth:`Engine.current_row`).
+    ahead: dict[str, Any] = field(default_factory=dict)
 
     def append(
         self,
@@ -112,6 +115,7 @@ class Write:
         (hex), that the views may reuse."""
         if not events:
             return self.engine.recorder.max_position(self.c)
+        self.ahead.clear()  # the views are about to change
         # Proposals' rows are assembled directly (the same bytes as the mapper's).
         stored = stored_events(self.engine.app.mapper, events)
         with self.engine.projector.knowing(self.c, known):
@@ -120,7 +124,9 @@ class Write:
                 self.c, stored, events, snapshots, self.done, first
             )
         if self.done is not None:
-            self.done = dict.fromkeys(self.done, ids[-1])  # every view applied them
+            # Every view applied them; none did if the views are stopped (the next
+            # write transaction then reads their positions and catches them up).
+            self.done = dict.fromkeys(self.done, ids[-1]) if self.engine.projector.enabled else None
         self.appended.extend(zip(ids, events, strict=True))
         return ids[-1]
 
@@ -303,12 +309,15 @@ class Engine:
         except CommitFailed as exc:
             raise self.storage_error(exc.__cause__ or exc, committing=True) from None
 
-    def transact(self, work: Callable[[Write], T]) -> T:
+    def transact(self, work: Callable[[Write], T], about: str | None = None) -> T:
         """Run a command's ``work`` in one write transaction (see :class:`Write`).
 
         The lock is taken before anything is read, so nothing ``work`` read can
         change before it commits; if the database stays locked by other writers
-        the whole command is tried again, up to ``RETRIES`` times.
+        the whole command is tried again, up to ``RETRIES`` times. ``about``: the
+        id of a record whose current row the command reads first
+        (:meth:`current_row`); on PostgreSQL it is read with the lock, in the same
+        round trip.
 
         Raises:
             ConcurrencyError: the database stayed locked.
@@ -323,7 +332,7 @@ class Engine:
         def attempt() -> T:
             try:
                 with self._lock:
-                    return self._attempt(work)
+                    return self._attempt(work, about)
             except (IntegrityError, sqlite3.IntegrityError):
                 raise Busy() from None
             except DATABASE_ERRORS as exc:
@@ -335,19 +344,25 @@ class Engine:
 
         return self.retrying(attempt)
 
-    def _attempt(self, work: Callable[[Write], T]) -> T:
+    def _attempt(self, work: Callable[[Write], T], about: str | None = None) -> T:
         """One try of a command (under the engine's lock): its transaction, then
         what it wrote remembered once committed, or everything forgotten."""
         recent = self.recent
+        ahead = None if about is None else validity_view.current_query(self.dialect, about)
         try:
             with self.recorder.writing() as c:
-                self.recorder.lock_for_write(c)
+                rows = self.recorder.lock_for_write(c, ahead)
                 if self.recorder.others_wrote(c) or recent.done is None:
                     recent.forget()
-                    recent.done = done = self._caught_up(c)
+                    recent.done, moved = self._caught_up(c)
+                    done = recent.done
+                    if moved:
+                        rows = None  # the views changed after it was read
                 else:
                     done = dict(recent.done)
                 w = Write(c, self, done)
+                if rows is not None and about is not None:
+                    w.ahead[about] = rows[0] if rows else None
                 recent.cursor, recent.write = c, w
                 result = work(w)
                 recent.cursor = recent.write = None
@@ -363,16 +378,26 @@ class Engine:
         another connection wrote is missing from it)."""
         return c is self.recent.cursor and self.recent.done is not None
 
-    def _caught_up(self, c: Cursor) -> dict[str, int] | None:
+    def _caught_up(self, c: Cursor) -> tuple[dict[str, int] | None, bool]:
         """The views' tracking positions, after applying any event they missed
-        (written while they were stopped, or by a process that died)."""
+        (written while they were stopped, or by a process that died), and whether
+        there were any (the views changed in this transaction)."""
         if not self.projector.enabled:
-            return None
+            return None, False
         done, newest = self.recorder.tracking_and_newest(c)
         if min(done.values()) < newest:
             self.projector.catch_up(c)
-            done = self.projector.tracking_map(c)
-        return done
+            return self.projector.tracking_map(c), True
+        return done, False
+
+    def current_row(self, c: Cursor, record_id: str) -> Any:
+        """The current view row of ``record_id`` (None: no such record): as read
+        with the writers' lock when ``c``'s command named it (``transact``'s
+        ``about``) and has appended nothing since, else read now."""
+        w = self.recent.write
+        if w is not None and self.recent.cursor is c and record_id in w.ahead:
+            return w.ahead[record_id]
+        return validity_view.current(c, self.dialect, record_id)
 
     def retrying(self, attempt: Callable[[], T]) -> T:
         """``attempt()``, again after a jittered pause while it raises :class:`Busy`."""

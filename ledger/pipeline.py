@@ -30,6 +30,7 @@ from ledger.caller import Caller
 from ledger.domain import Record
 from ledger.engine import Write
 from ledger.errors import LedgerError
+from ledger.validation import ID_PATTERN
 from projections.base import Cursor
 
 T = TypeVar("T")
@@ -49,10 +50,17 @@ class Decision(Generic[T]):
     known: Mapping[str, Any] = field(default_factory=dict)
 
 
-def command(caller: Caller, name: str, decide: Callable[[Cursor, datetime], Decision[T]]) -> T:
+def command(
+    caller: Caller,
+    name: str,
+    decide: Callable[[Cursor, datetime], Decision[T]],
+    about: object = None,
+) -> T:
     """Run a command: ``decide(c, now)`` reads what it needs with ``c`` (the token
     already checked and the roles read, under the writers' lock) and returns its
-    :class:`Decision`, which is appended in the same transaction.
+    :class:`Decision`, which is appended in the same transaction. ``about``: the
+    id of the record whose current row it reads first (``Engine.transact``), as
+    the caller gave it (anything but a plain record id is ignored).
 
     Raises:
         ReadOnlyError: the caller is an as-of session.
@@ -60,7 +68,14 @@ def command(caller: Caller, name: str, decide: Callable[[Cursor, datetime], Deci
         ConcurrencyError: the database stayed locked by other writers.
     """
     caller.writable(name)
-    return caller.engine.transact(step(caller, decide))
+    return caller.engine.transact(step(caller, decide), plain_id(about))
+
+
+def plain_id(value: object) -> str | None:
+    """``value`` if it is a plain record id (as ``check_id`` accepts), else None:
+    what a command may ask ``Engine.transact`` to read with the lock (anything
+    else is checked, and refused, by the command itself)."""
+    return value if isinstance(value, str) and ID_PATTERN.fullmatch(value) else None
 
 
 def step(
@@ -103,7 +118,8 @@ def on_record(
         UnknownRecordError: no such record, or not visible to the caller.
         AccessDeniedError: no ``role`` in the record's scope.
     """
-    return command(caller, name, on_record_decision(caller, name, role, record_id, decide))
+    decision = on_record_decision(caller, name, role, record_id, decide)
+    return command(caller, name, decision, record_id)
 
 
 def on_record_decision(

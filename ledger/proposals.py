@@ -142,7 +142,8 @@ def capture(
 def _propose(
     caller: Caller, name: str, snapshots: Sequence[tuple[str, bytes]], fields: dict[str, Any]
 ) -> str:
-    return pipeline.command(caller, name, proposal(caller, snapshots, fields))
+    decision = proposal(caller, snapshots, fields)
+    return pipeline.command(caller, name, decision, fields.get("record_id"))
 
 
 def proposal(
@@ -407,7 +408,7 @@ def _rests_on(dep: str, below: set[str], pending: Mapping[str, Record.Proposed])
 def _row(caller: Caller, c: Cursor, rid: str, known: dict[str, Any]) -> Any:
     """The current row of ``rid`` (None if there is none), read once a command."""
     if rid not in known:
-        known[rid] = validity_view.current(c, caller.engine.dialect, rid)
+        known[rid] = caller.engine.current_row(c, rid)
     return known[rid]
 
 

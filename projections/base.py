@@ -31,6 +31,10 @@ class Cursor(Protocol):
     def fetchall(self) -> Any: ...
 
 
+#: A statement (in the backend's own placeholders) and its parameters.
+Query = tuple[str, Sequence[Any]]
+
+
 @dataclass(frozen=True)
 class Dialect:
     """How one SQL backend spells placeholders, types and table names."""

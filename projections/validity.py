@@ -31,7 +31,7 @@ from ledger.domain import Record, Status
 from ledger.errors import CorruptEventError
 from ledger.serialization import datetime_to_micros, pack, unpack
 from projections import edges
-from projections.base import Cursor, Dialect, insert_rows, rows_in, write_rows
+from projections.base import Cursor, Dialect, Query, insert_rows, rows_in, write_rows
 
 VIEW = "validity"
 
@@ -170,13 +170,15 @@ def record_id_in(rid_of: Mapping[str, str], originator_id: UUID, position: int) 
     return rid
 
 
+def current_query(d: Dialect, record_id: str) -> Query:
+    """The statement of :func:`current` now (its one row, if any, is the answer)."""
+    return d.q(f"SELECT * FROM {{t}}pl_records WHERE record_id=? AND {NOW_FILTER}"), (record_id,)
+
+
 def current(c: Cursor, d: Dialect, record_id: str, position: int | None = None) -> RecordRow | None:
     """The record's row now, or right after ``position``; None if it did not exist."""
     if position is None:
-        c.execute(
-            d.q(f"SELECT * FROM {{t}}pl_records WHERE record_id=? AND {NOW_FILTER}"),
-            (record_id,),
-        )
+        c.execute(*current_query(d, record_id))
     else:
         c.execute(
             d.q(f"SELECT * FROM {{t}}pl_records WHERE record_id=? AND {AS_OF_FILTER}"),

@@ -18,7 +18,7 @@ from eventsourcing.persistence import Notification
 from ledger.domain import Record
 from ledger.errors import CorruptEventError
 from ledger.merkle import leaf_data, leaf_hash, leaf_hashes
-from projections.base import Cursor, Dialect, fetch_in_chunks, insert_rows, rows_in
+from projections.base import Cursor, Dialect, Query, fetch_in_chunks, insert_rows, rows_in
 from projections.projector import APPLIED_SQL, Projector, Row
 
 #: Primary data beside the events (not views: never dropped by a rebuild): the
@@ -115,8 +115,11 @@ class LedgerRecorderMixin:
                 why = "was not appended by the ledger" if stored is None else "was altered"
                 raise CorruptEventError(f"stored event at position {position} {why}")
 
-    def lock_for_write(self, c: Cursor) -> None:
-        """Take the writers' lock in an open transaction (before reading what to write)."""
+    def lock_for_write(self, c: Cursor, ahead: Query | None = None) -> list[Any] | None:
+        """Take the writers' lock in an open transaction (before reading what to
+        write). ``ahead``: a query the command will make first, which a backend
+        that pays a round trip per answer sends with the lock and answers here (its
+        rows); None when it did not (the command then runs it itself)."""
         raise NotImplementedError
 
     def others_wrote(self, c: Cursor) -> bool:

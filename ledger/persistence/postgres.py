@@ -38,7 +38,13 @@ from ledger.persistence.base import (
     leaf_of,
 )
 from ledger.persistence.faults import CommitFailed
-from projections.base import COPY_FROM, Cursor, postgres_dialect, refresh_statistics
+from projections.base import (
+    COPY_FROM,
+    Cursor,
+    Query,
+    postgres_dialect,
+    refresh_statistics,
+)
 from projections.projector import Projector
 
 
@@ -276,21 +282,32 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
         low = c.fetchone()["m"]
         return None if low is None else int(low)
 
-    def lock_for_write(self, c: Cursor) -> None:
+    def lock_for_write(self, c: Cursor, ahead: Query | None = None) -> list[Any] | None:
         """The same table lock the writers take. In a transaction begun by
-        :meth:`writing`, its BEGIN, the lock and the views' tracking read (which a
-        command makes next: see :meth:`tracking_and_newest`) travel in one round trip."""
+        :meth:`writing`, its BEGIN, the lock, the views' tracking read (which a
+        command makes next: see :meth:`tracking_and_newest`) and ``ahead`` travel
+        in one round trip; ``ahead``'s rows are returned."""
         self._lock_table(c)  # type: ignore[arg-type]
         if getattr(self._held, "pipe", None) is None:
-            return
+            return None
         c.execute(self._tracking_and_xid)
+        curs: Any = c
+        first = None
+        if ahead is not None:
+            first = curs.connection.cursor(row_factory=curs.row_factory)
+            first.execute(*ahead)
         self._pipe_off()
         row = c.fetchone()
+        answer = None
+        if first is not None:
+            answer = first.fetchall()
+            first.close()
         tracking = self.tracking_of(row)
         self._held.tracking = (c, tracking)
         self._held.newest, self._held.xid = tracking[1], int(row["xid"])
         last = row["seq_last"]
         self._held.next_position = None if last is None else int(last) + 1
+        return answer
 
     def others_wrote(self, c: Cursor) -> bool:
         """Whether anyone else may have written since this recorder's last write

@@ -29,7 +29,7 @@ from eventsourcing.sqlite import (
 )
 
 from ledger.persistence.base import APPEND_ONLY, SNAPSHOT_DDL, LedgerRecorderMixin, in_log
-from projections.base import SQLITE, Cursor
+from projections.base import SQLITE, Cursor, Query
 from projections.projector import Projector, Row
 
 #: Threads that get their own SQLite connection for single-statement reads.
@@ -330,9 +330,12 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
         finally:
             c.execute(f"PRAGMA cache_size=-{WRITER_CACHE_KIB}")
 
-    def lock_for_write(self, c: Cursor) -> None:
+    def lock_for_write(self, c: Cursor, ahead: Query | None = None) -> list[Any] | None:
         """Nothing more to do: ``writing`` began with ``BEGIN IMMEDIATE``, which took
-        SQLite's write lock."""
+        SQLite's write lock (and a query costs no round trip: ``ahead`` is left to
+        the command)."""
+        del ahead
+        return None
 
     def others_wrote(self, c: Cursor) -> bool:
         """SQLite's ``PRAGMA data_version`` on the writer connection changes when

@@ -1,10 +1,14 @@
-"""PostgreSQL: a command's log positions are taken from the events' sequence as read
-with the writers' lock, so its insert needs no answer and travels with its COMMIT.
+"""PostgreSQL commands in two round trips: the writers' lock with the views' and
+the sequence's positions and the current row of the record the command names,
+then its writes with the COMMIT.
 
-Every way of appending (a single command, two principals' steps in one transaction,
-a batch's ``COPY``) must go on drawing positions in order from the same sequence,
-leave the sequence at the newest position, and step over anything drawn outside
-the lock or by a command that failed.
+A command's log positions are taken from the events' sequence as read with the
+lock, so its insert needs no answer. Every way of appending (a single command, two
+principals' steps in one transaction, a batch's ``COPY``) must go on drawing
+positions in order from the same sequence, leave the sequence at the newest
+position, and step over anything drawn outside the lock or by a command that
+failed. The row read with the lock serves only while nothing in the transaction
+has changed the views.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from ledger import Kind, Ledger, Session
+from ledger import Kind, Ledger, Session, Status
 from projections.base import COPY_FROM
 
 from .conftest import _pg_dsn
@@ -32,7 +36,7 @@ class Pg:
         self.led = Ledger.open(url)
         admin = self.led.admin()
         admin.grant("agent", scope=SCOPE, roles=["propose", "read"])
-        admin.grant("reviewer", scope=SCOPE, roles=["approve", "read"])
+        admin.grant("reviewer", scope=SCOPE, roles=["approve", "read", "audit"])
         self.agent: Session = self.led.authenticate(admin.issue_token("agent"))
         self.reviewer: Session = self.led.authenticate(admin.issue_token("reviewer"))
         self.raw = psycopg.connect(_pg_dsn(), autocommit=True)
@@ -146,4 +150,41 @@ def test_a_refused_command_leaves_a_gap_the_next_command_steps_over(pg: Pg) -> N
     assert pg.positions()[-1] == newest + 2
     assert pg.reviewer.get("M1").status == "ACCEPTED"
     assert pg.led.verify().ok
+    assert pg.led.rebuild().matched
+
+
+def test_a_row_read_with_the_lock_is_not_used_once_the_views_caught_up(pg: Pg) -> None:
+    """Views that missed events (stopped, as if a process died after its commit)
+    catch up in the next command's transaction, after its record's row was read
+    with the lock: the command reads the row again, and its view rows continue
+    from the row as it now is."""
+    propose(pg.agent, 1)
+    pg.led.engine.projector.enabled = False
+    pg.reviewer.accept("M1")  # the view still says CANDIDATE
+    pg.led.engine.projector.enabled = True
+    revocation = pg.reviewer.revoke("M1", reason="withdrawn")
+    assert revocation.root == "M1" and revocation.position == pg.led.position
+    view = pg.reviewer.get("M1")
+    assert view.status == Status.REVOKED
+    assert [e.type for e in pg.reviewer.audit("M1").events][-2:] == ["Accepted", "Revoked"]
+    assert pg.led.rebuild().matched
+
+
+def test_the_row_read_with_the_lock_serves_the_command_that_named_it(pg: Pg) -> None:
+    """Each kind of command that names its record reads it with the lock and
+    decides as it would on a row read on its own: a duplicate id is refused, a
+    record hidden from the caller is unknown to it, and two steps in one
+    transaction see what the first appended."""
+    propose(pg.agent, 1)
+    with pytest.raises(Exception, match="already exists"):
+        propose(pg.agent, 1)
+    admin = pg.led.admin()
+    admin.grant("other", scope="proj-b", roles=["approve", "read"])
+    other = pg.led.authenticate(admin.issue_token("other"))
+    with pytest.raises(Exception, match="unknown or not visible"):
+        other.accept("M1")
+    pg.reviewer.accept("M1")
+    assert pg.reviewer.get("M1").status == Status.ACCEPTED
+    propose(pg.agent, 2, accepted_by=pg.reviewer)
+    assert pg.reviewer.get("M2").status == Status.ACCEPTED
     assert pg.led.rebuild().matched
