@@ -143,7 +143,22 @@ def _propose(
     caller: Caller, name: str, snapshots: Sequence[tuple[str, bytes]], fields: dict[str, Any]
 ) -> str:
     decision = proposal(caller, snapshots, fields)
-    return pipeline.command(caller, name, decision, fields.get("record_id"))
+    return pipeline.command(caller, name, decision, named(fields))
+
+
+def named(fields: dict[str, Any]) -> object:
+    """The id of the record a proposal's ``fields`` make, drawn now (and kept in
+    ``fields``) when the caller gave none: the command can then name it before
+    its transaction (``pipeline.command``'s ``about``) and every try of it
+    proposes the same id."""
+    if fields.get("record_id") is None:
+        fields["record_id"] = new_record_id()
+    return fields["record_id"]
+
+
+def new_record_id() -> str:
+    """An id for a record proposed without one."""
+    return f"r-{uuid.uuid4().hex}"
 
 
 def proposal(
@@ -259,7 +274,7 @@ def prepare(
     rule = engine.retention.get(the_kind)
     if rule is not None:
         rule.check(the_kind, expires, now)
-    rid = check_id(record_id) if record_id is not None else f"r-{uuid.uuid4().hex}"
+    rid = check_id(record_id) if record_id is not None else new_record_id()
     named = tuple(dict.fromkeys(check_ref(p, "parent id") for p in check_list(parents, "parents")))
     if rid in named:
         raise CycleError(f"record {rid!r} cannot be its own parent")

@@ -119,7 +119,7 @@ def propose_accepted(proposer: Caller, approver: Caller, fields: dict[str, Any])
             ) from None
         return shown
 
-    return proposer.engine.transact(work, pipeline.plain_id(fields.get("record_id")))
+    return proposer.engine.transact(work, pipeline.plain_id(proposals.named(fields)))
 
 
 def _as_proposer_sees(

@@ -187,4 +187,10 @@ def test_the_row_read_with_the_lock_serves_the_command_that_named_it(pg: Pg) -> 
     assert pg.reviewer.get("M1").status == Status.ACCEPTED
     propose(pg.agent, 2, accepted_by=pg.reviewer)
     assert pg.reviewer.get("M2").status == Status.ACCEPTED
+    # Without an id the proposal's id is drawn before the transaction.
+    drawn = pg.agent.propose(SCOPE, "k3", 3, Kind.FACT)
+    both = pg.agent.propose(SCOPE, "k4", 4, Kind.FACT, accepted_by=pg.reviewer)
+    assert drawn.startswith("r-") and both.startswith("r-") and drawn != both
+    assert pg.reviewer.get(drawn).status == Status.CANDIDATE
+    assert pg.reviewer.get(both).status == Status.ACCEPTED
     assert pg.led.rebuild().matched
