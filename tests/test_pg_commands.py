@@ -20,6 +20,7 @@ import psycopg
 import pytest
 
 from ledger import Kind, Ledger, Session, Status
+from ledger.errors import InvalidIdError
 from projections.base import COPY_FROM
 
 from .conftest import _pg_dsn
@@ -194,3 +195,20 @@ def test_the_row_read_with_the_lock_serves_the_command_that_named_it(pg: Pg) -> 
     assert pg.reviewer.get(drawn).status == Status.CANDIDATE
     assert pg.reviewer.get(both).status == Status.ACCEPTED
     assert pg.led.rebuild().matched
+
+
+@pytest.mark.parametrize("bad", ["M1\x00", "a b", "", "-M1", "x" * 200])
+def test_an_id_the_command_refuses_is_never_read_with_the_lock(pg: Pg, bad: str) -> None:
+    """Only a plain record id is read with the lock: any other is refused by the
+    command itself, naming it, and nothing is written."""
+    propose(pg.agent, 1)
+    before = pg.positions()
+    with pytest.raises(InvalidIdError) as accepting:
+        pg.reviewer.accept(bad)
+    assert repr(bad) in str(accepting.value)
+    with pytest.raises(InvalidIdError) as proposing:
+        pg.agent.propose(SCOPE, "k", 1, Kind.FACT, id=bad)
+    assert repr(bad) in str(proposing.value)
+    assert pg.positions() == before
+    pg.reviewer.accept("M1")
+    assert pg.positions() == [*before, before[-1] + 1]

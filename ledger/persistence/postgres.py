@@ -139,6 +139,8 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
         )
         super().__init__(datastore, events_table_name=events_table_name)
         self._table = f"{datastore.schema}.{events_table_name}"
+        # The events' positions come from this sequence (eventsourcing's BIGSERIAL).
+        sequence = f"pg_get_serial_sequence('{self._table}', 'notification_id')::regclass"
         # The connection of the read or write transaction open on each thread.
         self._held = threading.local()
         # eventsourcing sends the events as one array of a composite type, whose
@@ -158,8 +160,7 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
             f"INSERT INTO {self._table} (originator_id, originator_version, topic, state, "
             f"notification_id) SELECT * FROM unnest(%s::{datastore.originator_id_type}[], "
             "%s::bigint[], %s::text[], %s::bytea[], %s::bigint[]) "
-            "WHERE (SELECT pg_notify(%s, '')) IS NOT NULL AND (SELECT setval("
-            f"pg_get_serial_sequence('{self._table}', 'notification_id')::regclass, %s)) "
+            f"WHERE (SELECT pg_notify(%s, '')) IS NOT NULL AND (SELECT setval({sequence}, %s)) "
             "IS NOT NULL"
         )
         # The writers' lock alone: every connection of the pool (and every spare
@@ -171,7 +172,6 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
         # And the events' sequence's last value: under the lock no other writer
         # draws from it, so a small command's positions are known before its
         # insert, which then needs no answer (``insert_in``).
-        sequence = f"pg_get_serial_sequence('{self._table}', 'notification_id')::regclass"
         self._tracking_and_xid = self.tracking_statement().replace(
             " AS newest",
             f" AS newest, txid_current() AS xid, pg_sequence_last_value({sequence}) AS seq_last",
