@@ -362,7 +362,7 @@ def check_extends(engine: Engine, head: SignedHead) -> str | None:
     what = f"the newest kept head ({_describe(head)})"
     last = 0
     with engine.reading() as c:
-        size, _ = engine.recorder.leaf_indexes(c, ())
+        size = engine.recorder.leaf_count(c)
         removed = _removed(size, kept, what)
         if removed is not None:
             return removed

@@ -241,8 +241,7 @@ class LedgerRecorderMixin:
         between one asked position and the next are counted once: the counts
         together scan the key up to the last position asked, however many."""
         d = self.dialect
-        c.execute(d.q("SELECT COUNT(*) AS n FROM {t}pl_merkle_leaves"))
-        size = int(c.fetchone()["n"])
+        size = self.leaf_count(c)
         between = d.q(
             "SELECT (SELECT COUNT(*) FROM {t}pl_merkle_leaves "
             "WHERE position >= ? AND position < ?) AS n, "
@@ -258,6 +257,11 @@ class LedgerRecorderMixin:
                 found[position] = index
             previous = position
         return size, found
+
+    def leaf_count(self, c: Cursor) -> int:
+        """How many Merkle leaves are stored (the size of the log's tree)."""
+        c.execute(self.dialect.q("SELECT COUNT(*) AS n FROM {t}pl_merkle_leaves"))
+        return int(c.fetchone()["n"])
 
     def max_leaf_position(self, c: Cursor) -> int:
         """The log position of the newest Merkle leaf (0: none)."""
