@@ -195,7 +195,7 @@ def read(
     kinds: Iterable[Kind | str] | None,
 ) -> ReadResult:
     """``Session.read``: the usable records of the eligibility chain and the outcome."""
-    _, when, judged = _judge(caller, scope, claim_key, at, context, kinds)
+    _, when, judged = _judge(caller, scope, claim_key, at, context, kinds, usable_only=True)
     usable = tuple([view for view, reasons in judged if not reasons])
     caller.note_reads(usable, "read")
     return assembled(
@@ -249,9 +249,13 @@ def _judge(
     at: datetime | None,
     context: Mapping[str, Any] | None,
     kinds: Iterable[Kind | str] | None,
+    *,
+    usable_only: bool = False,
 ) -> tuple[str, datetime, list[tuple[RecordView, tuple[str, ...]]]]:
     """The claim key (normalised), the instant, and each record of the claim with
-    why it is not usable (nothing when it is)."""
+    why it is not usable (nothing when it is). ``usable_only``: leave out, unread,
+    the records whose status alone makes them unusable (every status but
+    ACCEPTED: see ``rules.blocking_reasons``), as a read shows none of them."""
     claim_key = _checked_claim(scope, claim_key)
     when = caller.at(at)
     ctx = check_context(context)
@@ -260,7 +264,9 @@ def _judge(
     d, token_hash, position = engine.dialect, caller.token_hash, caller.position
 
     def fetch(c: Cursor) -> tuple[view_queries.Token | None, list[Any]]:
-        return view_queries.for_claim_as(c, d, token_hash, scope, claim_key, position)
+        return view_queries.for_claim_as(
+            c, d, token_hash, scope, claim_key, position, accepted_only=usable_only
+        )
 
     # Token, roles and the claim's rows in one statement, outside a transaction;
     # a record with deliveries or stale causes needs more statements, so then the
@@ -383,9 +389,9 @@ _PROPOSER, _CREATED_AT, _EVIDENCE, _REASON, _FROM_POS, _HAS_DELIVERIES = (
     _AT[name]
     for name in ("proposer", "created_at", "evidence", "reason", "from_pos", "has_deliveries")
 )
-_PARENTS, _OBSERVED = _AT["parents"], _AT["observed"]
+_PARENTS, _OBSERVED, _SUPERSEDES = _AT["parents"], _AT["observed"], _AT["supersedes"]
 #: What a plain row holds in these columns: no expiry (nor a record it comes
-#: from), no conditions, no stale cause, no supersession either way, no deliveries.
+#: from), no conditions, no stale cause, not superseded, no deliveries.
 _PLAIN_COLUMNS = {
     "expires": None,
     "eff_expires": None,
@@ -393,7 +399,6 @@ _PLAIN_COLUMNS = {
     "conditions": rules.NO_CONDITIONS,
     "cause_root": None,
     "stale_via": None,
-    "supersedes": None,
     "superseded_by": None,
     "has_deliveries": 0,
 }
@@ -404,15 +409,22 @@ _ACCEPTED = Status.ACCEPTED
 
 def _plain_view(caller: Caller, row: Any, wanted: frozenset[Kind] | None) -> RecordView | None:
     """The view of an ACCEPTED record row (of ``for_claim_as``, without
-    deliveries) that names no other record than its parents and observed
-    dependencies, all of them shown as they are (none hidden, none qualified), has
-    neither an expiry nor conditions, and is of a kind ``wanted``: usable whatever
-    the instant and the context. None for any other row (``record_view`` and
-    ``rules.blocking_reasons`` then decide)."""
+    deliveries) that names no other record than its parents, observed
+    dependencies and the version it supersedes, all of them shown as they are
+    (none hidden, none qualified), has neither an expiry nor conditions, and is of
+    a kind ``wanted``: usable whatever the instant and the context. None for any
+    other row (``record_view`` and ``rules.blocking_reasons`` then decide).
+
+    A superseded version is never hidden from a caller who sees the new one: a
+    new version keeps its scope and claim key (``proposals``), so only a
+    qualified name needs the full path."""
     if row[_STATUS] != _ACCEPTED or _PLAIN_OF(row) != _PLAIN:
         return None
     rid, kind = row[_ID], _KINDS.get(row[_KIND])
     if kind is None or redaction.QUALIFIER in rid or (wanted is not None and kind not in wanted):
+        return None
+    supersedes = row[_SUPERSEDES]
+    if supersedes is not None and redaction.QUALIFIER in supersedes:
         return None
     parents: tuple[str, ...] = ()
     observed: tuple[str, ...] = ()
@@ -441,6 +453,7 @@ def _plain_view(caller: Caller, row: Any, wanted: frozenset[Kind] | None) -> Rec
     fields["evidence"] = None if evidence is None else unpack(evidence)
     fields["reason"] = row[_REASON]
     fields["position"] = row[_FROM_POS]
+    fields["supersedes"] = supersedes
     return assembled(RecordView, fields)
 
 
@@ -454,7 +467,6 @@ _PLAIN_FIELDS: dict[str, Any] = dict.fromkeys(f.name for f in dataclasses.fields
     "expiry_source": None,
     "cause": None,
     "deliveries": (),
-    "supersedes": None,
     "superseded_by": None,
     "cause_superseded_by": None,
     "stale_causes": (),

@@ -109,18 +109,22 @@ def for_claim_as(
     scope: str,
     claim_key: str,
     position: int | None = None,
+    *,
+    accepted_only: bool = False,
 ) -> tuple[Token | None, list[Any]]:
     """One statement for a read: the token's row with its subject's roles in
     ``scope`` (None: the token is unknown), and the claim's record rows in
     proposal order, as tuples of ``CLAIM_ROW`` (the ``READ_COLUMNS`` of the row
-    and whether the record was delivered; ``claim_row`` makes one a dict).
+    and whether the record was delivered; ``claim_row`` makes one a dict);
+    ``accepted_only``: only its ACCEPTED records' rows.
 
     The caller checks the token and the roles before using any record row.
     """
+    sql = _claim_as_sql(d, position is not None, accepted_only)
     if position is None:
-        c.execute(_claim_as_sql(d, False), (scope, scope, claim_key, token_hash))
+        c.execute(sql, (scope, scope, claim_key, token_hash))
     else:
-        c.execute(_claim_as_sql(d, True), (scope, scope, claim_key, position, position, token_hash))
+        c.execute(sql, (scope, scope, claim_key, position, position, token_hash))
     found = c.fetchall()
     if not found:
         return None, []
@@ -147,23 +151,27 @@ def claim_row(row: Sequence[Any]) -> dict[str, Any]:
 _created_pos = operator.itemgetter(CLAIM_ROW.index("created_pos"))
 
 
-#: ``_claim_as_sql`` by as-of-ness, then by dialect (by identity: hashing a
-#: dialect costs more than the look-up).
-_CLAIM_AS: tuple[dict[int, tuple[Dialect, str]], ...] = ({}, {})
+#: ``_claim_as_sql`` by as-of-ness and ACCEPTED-only-ness (``as_of + 2 *
+#: accepted_only``), then by dialect (by identity: hashing a dialect costs more
+#: than the look-up).
+_CLAIM_AS: tuple[dict[int, tuple[Dialect, str]], ...] = ({}, {}, {}, {})
 
 
-def _claim_as_sql(d: Dialect, as_of: bool) -> str:
-    known = _CLAIM_AS[as_of].get(id(d))
+def _claim_as_sql(d: Dialect, as_of: bool, accepted_only: bool) -> str:
+    cache = _CLAIM_AS[as_of + 2 * accepted_only]
+    known = cache.get(id(d))
     if known is not None and known[0] is d:
         return known[1]
-    sql = _claim_as_statement(d, as_of)
-    _CLAIM_AS[as_of][id(d)] = (d, sql)
+    sql = _claim_as_statement(d, as_of, accepted_only)
+    cache[id(d)] = (d, sql)
     return sql
 
 
-def _claim_as_statement(d: Dialect, as_of: bool) -> str:
+def _claim_as_statement(d: Dialect, as_of: bool, accepted_only: bool) -> str:
     roles = "string_agg(g.role, ',')" if d.name == "postgresql" else "group_concat(g.role, ',')"
     when = "r.from_pos <= ? AND (r.to_pos IS NULL OR r.to_pos > ?)" if as_of else "r.to_pos IS NULL"
+    if accepted_only:
+        when += " AND r.status = 'ACCEPTED'"
     # SQLite sorts a claim's few rows in Python (no temporary b-tree per read).
     order = "" if d.name == "sqlite" else " ORDER BY r.created_pos"
     return d.q(

@@ -120,6 +120,9 @@ medians of interleaved calls; every put writes a new key on each side.
         two ledger commands; so the goal is twice propose's) over ``SqliteStore.put``.
     store_get_vs_langgraph_sqlite [<= 1]
         Time: ``LedgerStore.get`` (the eligibility chain) over ``SqliteStore.get``.
+    store_get_updated_vs_langgraph_sqlite [<= 1]
+        The same for ``SAMPLE`` other keys each put twice on both sides: the ledger
+        keeps the first version, SUPERSEDED, beside the second, which names it.
     propose_vs_langgraph_sqlite_put [<= 1]
         Time: ``Session.propose`` of a new record over ``SqliteStore.put``.
     read_vs_langgraph_sqlite_get [<= 1]
@@ -235,6 +238,7 @@ GOALS: dict[str, tuple[str, float]] = {
     "pg_single_command_vs_raw_txn": (">=", 0.5),
     "store_put_vs_langgraph_sqlite": ("<=", 2.0),
     "store_get_vs_langgraph_sqlite": ("<=", 1.0),
+    "store_get_updated_vs_langgraph_sqlite": ("<=", 1.0),
     "propose_vs_langgraph_sqlite_put": ("<=", 1.0),
     "read_vs_langgraph_sqlite_get": ("<=", 1.0),
 }
@@ -242,6 +246,7 @@ GOALS: dict[str, tuple[str, float]] = {
 LANGGRAPH_RATIOS = (
     "store_put_vs_langgraph_sqlite",
     "store_get_vs_langgraph_sqlite",
+    "store_get_updated_vs_langgraph_sqlite",
     "propose_vs_langgraph_sqlite_put",
     "read_vs_langgraph_sqlite_get",
 )
@@ -1170,6 +1175,33 @@ def langgraph_bench(workdir: Path, sizes: Sizes) -> dict[str, float]:
             bool(written) and written[0].key.startswith("new-"),
             f"the newest LedgerStore item is {written[0].key if written else None}, not a put",
         )
+        # Keys put twice, measured after the rest so its ratios keep their own run.
+        updated = [f"u{i}" for i in range(SAMPLE)]
+        for i, key in enumerate(updated):
+            for value in (filler_value(i), filler_value(i + 1)):
+                store.put(LG_NAMESPACE, key, value)
+                baseline.put(LG_NAMESPACE, key, value)
+        for i in (0, SAMPLE - 1):
+            mine, theirs = (
+                store.get(LG_NAMESPACE, updated[i]),
+                baseline.get(LG_NAMESPACE, updated[i]),
+            )
+            check(
+                mine is not None
+                and theirs is not None
+                and mine.value == theirs.value
+                and mine.value == filler_value(i + 1),
+                f"LedgerStore.get({updated[i]!r}) gave {mine}, SqliteStore.get gave {theirs}",
+            )
+        cycle_updated = cycle(updated).__next__
+        note(f"LangGraph: get of keys put twice ({sizes.calls} calls each)")
+        gets |= interleaved(
+            {
+                "store_get_updated": lambda: store.get(LG_NAMESPACE, cycle_updated()),
+                "sqlite_get_updated": lambda: baseline.get(LG_NAMESPACE, cycle_updated()),
+            },
+            sizes.calls,
+        )
     finally:
         store.close()
         baseline.conn.close()
@@ -1183,14 +1215,18 @@ def langgraph_bench(workdir: Path, sizes: Sizes) -> dict[str, float]:
         "lg_store_get_us": gets["store_get"] * 1e6,
         "lg_sqlite_get_us": gets["sqlite_get"] * 1e6,
         "lg_read_us": gets["read"] * 1e6,
+        "lg_store_get_updated_us": gets["store_get_updated"] * 1e6,
+        "lg_sqlite_get_updated_us": gets["sqlite_get_updated"] * 1e6,
     }
 
 
 def langgraph_ratios(f: dict[str, float]) -> dict[str, float]:
-    """The four LangGraph ratios from ``langgraph_bench``'s figures."""
+    """The LangGraph ratios from ``langgraph_bench``'s figures."""
     return {
         "store_put_vs_langgraph_sqlite": f["lg_store_put_us"] / f["lg_sqlite_put_us"],
         "store_get_vs_langgraph_sqlite": f["lg_store_get_us"] / f["lg_sqlite_get_us"],
+        "store_get_updated_vs_langgraph_sqlite": f["lg_store_get_updated_us"]
+        / f["lg_sqlite_get_updated_us"],
         "propose_vs_langgraph_sqlite_put": f["lg_propose_us"] / f["lg_sqlite_put_us"],
         "read_vs_langgraph_sqlite_get": f["lg_read_us"] / f["lg_sqlite_get_us"],
     }
@@ -1531,6 +1567,10 @@ def sides(f: dict[str, float]) -> dict[str, tuple[str, str]]:
         rows["store_get_vs_langgraph_sqlite"] = (
             f"LedgerStore.get {f['lg_store_get_us']:,.1f} µs",
             f"SqliteStore.get {f['lg_sqlite_get_us']:,.1f} µs",
+        )
+        rows["store_get_updated_vs_langgraph_sqlite"] = (
+            f"LedgerStore.get {f['lg_store_get_updated_us']:,.1f} µs",
+            f"SqliteStore.get {f['lg_sqlite_get_updated_us']:,.1f} µs",
         )
         rows["propose_vs_langgraph_sqlite_put"] = (
             f"propose {f['lg_propose_us']:,.1f} µs",

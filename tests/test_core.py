@@ -898,3 +898,75 @@ def test_read_shows_each_record_as_get_and_explain_show_it(world: World, clock: 
     assert reviewer.read(SCOPE, "k.super").records[0].supersedes == "old"
     clock.advance(hours=2)
     assert reviewer.read(SCOPE, "k.soon").outcome == Outcome.MISSING
+
+
+def _claim_history(world: World) -> tuple[str, str, int]:
+    """A claim whose history holds every unusable status and a delivery: v1
+    delivered and then superseded by v2 (whose descendant goes STALE), v2
+    accepted, a rejected proposal, a candidate, and a record made STALE by a
+    revoked parent. Returns (the usable record, the claim, the log's position
+    before that revocation)."""
+    agent, reviewer = world.agent, world.reviewer
+    claim = "k.history"
+    v1 = accepted(world, "v1", claim_key=claim, kind=Kind.FACT)
+    reviewer.deliver(v1, recipient="ops@x.test")
+    accepted(world, "v1-child", parents=[v1], claim_key=claim, kind=Kind.FACT)
+    v2 = accepted(world, "v2", claim_key=claim, kind=Kind.FACT, value=2, supersedes=v1)
+    reviewer.reject(agent.propose(SCOPE, claim, 3, Kind.FACT, id="no"), reason="wrong")
+    agent.propose(SCOPE, claim, 4, Kind.FACT, id="maybe")
+    source = evidence(world, "src", claim_key="doc.src")
+    accepted(world, "leaning", parents=[source], claim_key=claim, kind=Kind.FACT, value=2)
+    before = world.ledger.position
+    reviewer.revoke(source, reason="retracted")
+    return v2, claim, before
+
+
+def test_a_read_shows_a_new_version_as_get_does_beside_every_unusable_status(
+    world: World,
+) -> None:
+    """A claim's superseded, delivered, stale, rejected and candidate records are
+    never usable, so a read leaves them out; the version that supersedes shows
+    as ``get`` and ``explain`` show it."""
+    v2, claim, revoked_after = _claim_history(world)
+    reviewer = world.reviewer
+    why = reviewer.explain(SCOPE, claim)
+    assert {e.record.id: e.record.status for e in why.entries} == {
+        "v1": Status.SUPERSEDED,
+        "v1-child": Status.STALE,
+        "v2": Status.ACCEPTED,
+        "no": Status.REJECTED,
+        "maybe": Status.CANDIDATE,
+        "leaning": Status.STALE,
+    }
+    for ask in ({}, {"kinds": [Kind.FACT]}, {"context": {"env": "prod"}}):
+        result = reviewer.read(SCOPE, claim, **ask)
+        assert result.outcome == Outcome.FOUND
+        assert result.records == (reviewer.get(v2),)
+        shown = reviewer.explain(SCOPE, claim, **ask).entries
+        assert result.records == tuple(e.record for e in shown if e.usable)
+    assert reviewer.read(SCOPE, claim).records[0].supersedes == "v1"
+    assert reviewer.read(SCOPE, claim).value == 2
+    now = reviewer.as_of(world.ledger.position)
+    assert now.read(SCOPE, claim).records == (now.get(v2),)
+    before = reviewer.as_of(revoked_after)  # before the source was revoked
+    assert [r.id for r in before.read(SCOPE, claim).records] == ["v2", "leaning"]
+    assert before.read(SCOPE, claim).outcome == Outcome.FOUND  # both say 2
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_a_read_runs_one_statement_whatever_the_claim_history(
+    world: World, ledger_url: str
+) -> None:
+    """Only the claim's possibly usable records leave the database: the
+    unusable versions (a delivered one among them) need no read transaction."""
+    v2, claim, _ = _claim_history(world)
+    reader = world.ledger.engine.query(lambda c: c.connection)
+    statements: list[str] = []
+    reader.set_trace_callback(statements.append)
+    try:
+        result = world.reviewer.read(SCOPE, claim)
+    finally:
+        reader.set_trace_callback(None)
+    assert [r.id for r in result.records] == [v2]
+    assert len(statements) == 1, statements
+    assert "status = 'ACCEPTED'" in statements[0]

@@ -1159,11 +1159,17 @@ def test_get_answers_and_refuses_exactly_as_a_batch_of_one_get_op(
         (("test",), "clash", MemoryConflictError),
         (("te.st",), "k", InvalidNamespaceError),
         (("",), "k", InvalidNamespaceError),
+        (("test", ["deep"]), "k", InvalidNamespaceError),  # unhashable: no cache look-up
+        (("test", 7), "k", InvalidNamespaceError),
         (("secret",), "k", AccessDeniedError),
         ((), "k", NamespaceLabelError),
     ):
+        for _ in range(2):  # the second time as the first (a refusal is never cached)
+            with pytest.raises(error) as again:
+                store.get(namespace, key)
         with pytest.raises(error) as direct_error:
             store.get(namespace, key)
+        assert str(again.value) == str(direct_error.value)
         with pytest.raises(error) as batched_error:
             store.batch([GetOp(namespace, key)])
         assert str(direct_error.value) == str(batched_error.value)

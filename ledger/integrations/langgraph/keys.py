@@ -19,7 +19,7 @@ import unicodedata
 from collections.abc import Sequence
 from urllib.parse import unquote
 
-from langgraph.store.base import InvalidNamespaceError
+from langgraph.store.base import GetOp, InvalidNamespaceError, validate_op_namespace
 
 from ledger.errors import InvalidInputError, InvalidNamespaceLabelError
 from ledger.validation import ID_PATTERN
@@ -174,6 +174,16 @@ def location(namespace: tuple[str, ...], key: str, depth: int) -> tuple[str, str
     if not isinstance(key, str):
         raise InvalidInputError(f"key must be a string, got {type(key).__name__}")
     return scope_of(namespace[:depth]), claim_key_of(namespace[depth:], key)
+
+
+@functools.lru_cache(maxsize=4096)
+def checked_location(namespace: tuple[str, ...], key: str, depth: int) -> tuple[str, str]:
+    """``location`` of ``key`` under a namespace whose labels LangGraph accepts
+    (``validate_op_namespace``: strings, none empty, none with a period or NUL);
+    cached, so a key read again is checked once. Labels that are not strings may
+    be unhashable: check them with ``validate_op_namespace`` first."""
+    validate_op_namespace(GetOp(namespace, key))
+    return location(namespace, key, depth)
 
 
 def labels_of(scope: str, depth: int) -> tuple[str, ...] | None:

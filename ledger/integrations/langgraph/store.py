@@ -47,6 +47,7 @@ from ledger.integrations.langgraph.filters import (
 from ledger.integrations.langgraph.keys import (
     SEPARATOR,
     NamespaceLabelError,
+    checked_location,
     component,
     labels_of,
     location,
@@ -113,6 +114,7 @@ class LedgerStore(BaseStore):
         if isinstance(scope_depth, bool) or not isinstance(scope_depth, int) or scope_depth < 1:
             raise InvalidInputError(f"scope_depth must be a positive int, got {scope_depth!r}")
         self.kind = check_kind(kind)
+        self._kinds = (self.kind,)
         self.scope_depth = scope_depth
         self.ledger = ledger
         self.session: Session = ledger.authenticate(token)
@@ -161,13 +163,16 @@ class LedgerStore(BaseStore):
         """
         if thread_id() is not None:
             return super().get(namespace, key, refresh_ttl=refresh_ttl)
-        op = GetOp(tuple(namespace), str(key))
-        validate_op_namespace(op)
-        scope, claim = self._locate(op.namespace, op.key)
-        result = self.session.read(scope, claim, kinds=(self.kind,))
-        where = partial("get of {!r} key {!r}".format, op.namespace, op.key)
+        namespace, key = tuple(namespace), str(key)
+        try:
+            scope, claim = checked_location(namespace, key, self.scope_depth)
+        except TypeError:  # an unhashable label, which the check refuses by name
+            validate_op_namespace(GetOp(namespace, key))
+            raise
+        result = self.session.read(scope, claim, kinds=self._kinds)
+        where = partial("get of {!r} key {!r}".format, namespace, key)
         view = self._newest(result, where)
-        return None if view is None else _item(Item, op.namespace, op.key, view)
+        return None if view is None else _item(Item, namespace, key, view)
 
     def put(
         self,

@@ -21,7 +21,7 @@ import time
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
-from langgraph.config import get_config
+from langchain_core.runnables.config import var_child_runnable_config
 
 from ledger import RunContext, Session
 from ledger.domain import Status
@@ -52,10 +52,11 @@ class Ids:
 
 
 def thread_id() -> str | None:
-    """The ``thread_id`` of the runnable config in force, if any."""
-    try:
-        config = get_config()
-    except RuntimeError:  # not inside a runnable
+    """The ``thread_id`` of the runnable config in force, if any (the config
+    ``langgraph.config.get_config`` returns, read without the exception it raises
+    outside a runnable)."""
+    config = var_child_runnable_config.get()
+    if not config:  # not inside a runnable
         return None
     thread = (config.get("configurable") or {}).get("thread_id")
     return None if thread is None else str(thread)
