@@ -195,7 +195,7 @@ def read(
     kinds: Iterable[Kind | str] | None,
 ) -> ReadResult:
     """``Session.read``: the usable records of the eligibility chain and the outcome."""
-    _, when, judged = _judge(caller, scope, claim_key, at, context, kinds, usable_only=True)
+    _, when, judged = _judge(caller, scope, claim_key, at, context, kinds, True)
     usable = tuple([view for view, reasons in judged if not reasons])
     caller.note_reads(usable, "read")
     return assembled(
@@ -249,7 +249,6 @@ def _judge(
     at: datetime | None,
     context: Mapping[str, Any] | None,
     kinds: Iterable[Kind | str] | None,
-    *,
     usable_only: bool = False,
 ) -> tuple[str, datetime, list[tuple[RecordView, tuple[str, ...]]]]:
     """The claim key (normalised), the instant, and each record of the claim with
@@ -258,15 +257,13 @@ def _judge(
     ACCEPTED: see ``rules.blocking_reasons``), as a read shows none of them."""
     claim_key = _checked_claim(scope, claim_key)
     when = caller.at(at)
-    ctx = check_context(context)
+    ctx = _NO_CONTEXT if context is None else check_context(context)
     wanted = None if kinds is None else _wanted(kinds)
     engine = caller.engine
     d, token_hash, position = engine.dialect, caller.token_hash, caller.position
 
     def fetch(c: Cursor) -> tuple[view_queries.Token | None, list[Any]]:
-        return view_queries.for_claim_as(
-            c, d, token_hash, scope, claim_key, position, accepted_only=usable_only
-        )
+        return view_queries.for_claim_as(c, d, token_hash, scope, claim_key, position, usable_only)
 
     # Token, roles and the claim's rows in one statement, outside a transaction;
     # a record with deliveries or stale causes needs more statements, so then the
@@ -280,6 +277,8 @@ def _judge(
     return claim_key, when, _judged(caller, None, token, rows, scope, when, ctx, wanted)
 
 
+#: The context of a read given none (never changed: rules only read it).
+_NO_CONTEXT: dict[str, Any] = {}
 #: Scope and claim key pairs already checked, with the claim key normalised.
 _CHECKED: dict[tuple[str, str], str] = {}
 _CHECKED_MAX = 4096
@@ -349,7 +348,7 @@ def _judged(
             else {"subject": token[0], "revoked_pos": token[1], "expires": token[2]}
         )
     assert token is not None
-    if _READ not in (token[3] or "").split(","):
+    if not _reads(token[3]):
         raise caller.denied(scope, Role.READ, "read")
     judged: list[tuple[RecordView, tuple[str, ...]]] = []
     for found in rows:
@@ -362,6 +361,22 @@ def _judged(
         shown = _as_shown(row, view)
         judged.append((view, rules.blocking_reasons(shown, when, ctx, wanted, view.stale_causes)))
     return judged
+
+
+def _reads(roles: str | None) -> bool:
+    """Whether ``roles`` (a grant's roles, comma separated) hold ``read``
+    (remembered per text: a principal's roles in a scope seldom change)."""
+    known = _READS.get(roles)
+    if known is None:
+        known = _READ in (roles or "").split(",")
+        if len(_READS) >= _CHECKED_MAX:
+            _READS.clear()
+        _READS[roles] = known
+    return known
+
+
+#: ``_reads`` by roles text.
+_READS: dict[str | None, bool] = {}
 
 
 def _as_shown(row: dict[str, Any], view: RecordView) -> Any:

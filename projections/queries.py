@@ -109,7 +109,6 @@ def for_claim_as(
     scope: str,
     claim_key: str,
     position: int | None = None,
-    *,
     accepted_only: bool = False,
 ) -> tuple[Token | None, list[Any]]:
     """One statement for a read: the token's row with its subject's roles in
