@@ -16,7 +16,7 @@ import re
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from ledger import erasure, redaction, rules
 from ledger.access import Role
@@ -252,9 +252,10 @@ def _judge(
     usable_only: bool = False,
 ) -> tuple[str, datetime, list[tuple[RecordView, tuple[str, ...]]]]:
     """The claim key (normalised), the instant, and each record of the claim with
-    why it is not usable (nothing when it is). ``usable_only``: leave out, unread,
-    the records whose status alone makes them unusable (every status but
-    ACCEPTED: see ``rules.blocking_reasons``), as a read shows none of them."""
+    why it is not usable (nothing when it is). ``usable_only``: leave out the
+    records whose status alone makes them unusable (every status but ACCEPTED:
+    see ``rules.blocking_reasons``), as a read shows none of them; those
+    withdrawn for good are not even read (``validity.LIVE_FILTER``)."""
     claim_key = _checked_claim(scope, claim_key)
     when = caller.at(at)
     ctx = _NO_CONTEXT if context is None else check_context(context)
@@ -269,12 +270,25 @@ def _judge(
     # a record with deliveries or stale causes needs more statements, so then the
     # whole read is done again in one read transaction.
     token, rows = engine.query(fetch)
+    if usable_only:
+        rows = _accepted(rows)
     for row in rows:
         if row[_HAS_DELIVERIES] or row[_STATUS] == _STALE:
             with engine.reading() as c:
                 token, rows = fetch(c)
+                if usable_only:
+                    rows = _accepted(rows)
                 return claim_key, when, _judged(caller, c, token, rows, scope, when, ctx, wanted)
     return claim_key, when, _judged(caller, None, token, rows, scope, when, ctx, wanted)
+
+
+def _accepted(rows: list[Any]) -> list[Any]:
+    """The ACCEPTED ones of a claim's live rows (its STALE and CANDIDATE records
+    are left out before anything is built for them)."""
+    for row in rows:
+        if row[_STATUS] != _ACCEPTED:
+            return [row for row in rows if row[_STATUS] == _ACCEPTED]
+    return rows
 
 
 #: The context of a read given none (never changed: rules only read it).
@@ -341,15 +355,7 @@ def _judged(
 ) -> list[tuple[RecordView, tuple[str, ...]]]:
     """The records of ``for_claim_as`` rows, each with why it is not usable, once
     the token and the caller's ``read`` role are checked (deliveries read with ``c``)."""
-    if token is None or token[1] is not None or token[2] is not None:
-        caller.engine.check_token(
-            None
-            if token is None
-            else {"subject": token[0], "revoked_pos": token[1], "expires": token[2]}
-        )
-    assert token is not None
-    if not _reads(token[3]):
-        raise caller.denied(scope, Role.READ, "read")
+    _check_read(caller, token, scope)
     judged: list[tuple[RecordView, tuple[str, ...]]] = []
     for found in rows:
         view = None if c is not None else _plain_view(caller, found, wanted)
@@ -361,6 +367,58 @@ def _judged(
         shown = _as_shown(row, view)
         judged.append((view, rules.blocking_reasons(shown, when, ctx, wanted, view.stale_causes)))
     return judged
+
+
+def _check_read(caller: Caller, token: view_queries.Token | None, scope: str) -> None:
+    """Raise unless ``token`` (of ``for_claim_as``) is valid now and holds ``read``
+    in ``scope``."""
+    if token is None or token[1] is not None or token[2] is not None:
+        caller.engine.check_token(
+            None
+            if token is None
+            else {"subject": token[0], "revoked_pos": token[1], "expires": token[2]}
+        )
+    assert token is not None
+    if not _reads(token[3]):
+        raise caller.denied(scope, Role.READ, "read")
+
+
+class LiveVersion(NamedTuple):
+    """A live record of a claim (``validity.LIVE_FILTER``), as ``live_versions``
+    gives it: its id as the caller is shown it, kind, status and proposal."""
+
+    id: str
+    kind: Kind
+    status: Status
+    created_at: datetime
+    position: int
+
+
+def live_versions(caller: Caller, scope: str, claim_key: str) -> list[LiveVersion]:
+    """The claim's live records (ACCEPTED, STALE or CANDIDATE: those a new version
+    may supersede), oldest first, without building their views: what a writer
+    choosing the version a new one replaces needs, however many earlier
+    versions the claim has had (one indexed statement). The caller's token and
+    ``read`` role in ``scope`` are checked as for a read."""
+    claim_key = _checked_claim(scope, claim_key)
+    engine = caller.engine
+    d, token_hash, position = engine.dialect, caller.token_hash, caller.position
+    token, rows = engine.query(
+        lambda c: view_queries.for_claim_as(c, d, token_hash, scope, claim_key, position, True)
+    )
+    _check_read(caller, token, scope)
+    qualified = [row[_ID] for row in rows if redaction.QUALIFIER in row[_ID]]
+    names = caller.names(None, qualified) if qualified else {}
+    return [
+        LiveVersion(
+            names.get(row[_ID], row[_ID]),
+            _KINDS.get(row[_KIND]) or Kind(row[_KIND]),
+            _STATUSES.get(row[_STATUS]) or Status(row[_STATUS]),
+            micros_to_datetime(row[_CREATED_AT]),
+            row[_FROM_POS],
+        )
+        for row in rows
+    ]
 
 
 def _reads(roles: str | None) -> bool:

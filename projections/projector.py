@@ -45,10 +45,11 @@ VIEWS: tuple[ModuleType, ...] = (validity, delivery, access)
 #: The layout of the view tables, kept in ``pl_tracking`` under ``LAYOUT_KEY``. Views
 #: built with another layout (a ledger written by 0.1.0 has none recorded) are
 #: dropped and rebuilt from the log when the ledger opens; stored events never change.
-LAYOUT = 5
+LAYOUT = 6
 #: Tables of earlier layouts, dropped with the views (4 keeps no map from aggregate
 #: ids to record ids: a record's proposal, found by the events' key, holds it; 5
-#: indexes a scope's listing by the id each record was proposed as).
+#: indexes a scope's listing by the id each record was proposed as; 6 a claim's
+#: live rows).
 RETIRED = ("pl_record_ids",)
 LAYOUT_KEY = "#layout"
 
@@ -146,6 +147,7 @@ class Projector:
         listing, qualified = d.listing_order("record_id"), d.is_qualified("record_id")
         for statement in validity.AFTER_LOAD_DDL:
             statement = statement.replace("{listing}", listing).replace("{qualified}", qualified)
+            statement = statement.replace("{live}", validity.LIVE_FILTER)
             c.execute(d.q(statement))
 
     def drop_tables(self, c: Cursor) -> None:

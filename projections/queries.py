@@ -11,7 +11,14 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 from projections.base import Cursor, Dialect
-from projections.validity import AS_OF_FILTER, COLUMNS, NOW_FILTER, ListedRow, RecordRow
+from projections.validity import (
+    AS_OF_FILTER,
+    COLUMNS,
+    NOW_FILTER,
+    ListedRow,
+    RecordRow,
+    live_filter,
+)
 
 
 def for_claim(c: Cursor, d: Dialect, scope: str, claim_key: str) -> list[RecordRow]:
@@ -109,17 +116,17 @@ def for_claim_as(
     scope: str,
     claim_key: str,
     position: int | None = None,
-    accepted_only: bool = False,
+    live_only: bool = False,
 ) -> tuple[Token | None, list[Any]]:
     """One statement for a read: the token's row with its subject's roles in
     ``scope`` (None: the token is unknown), and the claim's record rows in
     proposal order, as tuples of ``CLAIM_ROW`` (the ``READ_COLUMNS`` of the row
     and whether the record was delivered; ``claim_row`` makes one a dict);
-    ``accepted_only``: only its ACCEPTED records' rows.
+    ``live_only``: only its live records' rows (``validity.LIVE_FILTER``).
 
     The caller checks the token and the roles before using any record row.
     """
-    sql = _claim_as_sql(d, position is not None, accepted_only)
+    sql = _claim_as_sql(d, position is not None, live_only)
     if position is None:
         c.execute(sql, (scope, scope, claim_key, token_hash))
     else:
@@ -150,27 +157,29 @@ def claim_row(row: Sequence[Any]) -> dict[str, Any]:
 _created_pos = operator.itemgetter(CLAIM_ROW.index("created_pos"))
 
 
-#: ``_claim_as_sql`` by as-of-ness and ACCEPTED-only-ness (``as_of + 2 *
-#: accepted_only``), then by dialect (by identity: hashing a dialect costs more
-#: than the look-up).
+#: ``_claim_as_sql`` by as-of-ness and live-only-ness (``as_of + 2 * live_only``),
+#: then by dialect (by identity: hashing a dialect costs more than the look-up).
 _CLAIM_AS: tuple[dict[int, tuple[Dialect, str]], ...] = ({}, {}, {}, {})
 
 
-def _claim_as_sql(d: Dialect, as_of: bool, accepted_only: bool) -> str:
-    cache = _CLAIM_AS[as_of + 2 * accepted_only]
+def _claim_as_sql(d: Dialect, as_of: bool, live_only: bool) -> str:
+    cache = _CLAIM_AS[as_of + 2 * live_only]
     known = cache.get(id(d))
     if known is not None and known[0] is d:
         return known[1]
-    sql = _claim_as_statement(d, as_of, accepted_only)
+    sql = _claim_as_statement(d, as_of, live_only)
     cache[id(d)] = (d, sql)
     return sql
 
 
-def _claim_as_statement(d: Dialect, as_of: bool, accepted_only: bool) -> str:
+def _claim_as_statement(d: Dialect, as_of: bool, live_only: bool) -> str:
     roles = "string_agg(g.role, ',')" if d.name == "postgresql" else "group_concat(g.role, ',')"
-    when = "r.from_pos <= ? AND (r.to_pos IS NULL OR r.to_pos > ?)" if as_of else "r.to_pos IS NULL"
-    if accepted_only:
-        when += " AND r.status = 'ACCEPTED'"
+    if as_of:
+        when = "r.from_pos <= ? AND (r.to_pos IS NULL OR r.to_pos > ?)"
+        if live_only:  # as the records stood then
+            when += " AND " + live_filter("r", now=False)
+    else:
+        when = live_filter("r") if live_only else "r.to_pos IS NULL"
     # SQLite sorts a claim's few rows in Python (no temporary b-tree per read).
     order = "" if d.name == "sqlite" else " ORDER BY r.created_pos"
     return d.q(

@@ -125,6 +125,9 @@ DDL = (
 #: its rows are in, which costs a sort instead of an index entry per row.
 AFTER_LOAD_DDL = (
     "CREATE INDEX IF NOT EXISTS pl_records_claim ON {t}pl_records (scope, claim_key)",
+    # A claim's live records (``LIVE_FILTER``: what a read may use, and what a new
+    # version may replace), found without passing over its earlier versions.
+    "CREATE INDEX IF NOT EXISTS pl_records_live ON {t}pl_records (scope, claim_key) WHERE {live}",
     # Listing a scope page by page in id order (``Session.records``): current rows
     # only, ordered by the id each was proposed as ({listing}: see Dialect.listing_order).
     "CREATE INDEX IF NOT EXISTS pl_records_listing ON {t}pl_records (scope, {listing}) "
@@ -150,6 +153,22 @@ _AS_ROW = operator.itemgetter(*COLUMNS)
 _COLUMN_LIST = list(COLUMNS)
 
 NOW_FILTER = "to_pos IS NULL"
+#: The current rows of live records: ACCEPTED ones (the only usable status), and
+#: STALE and CANDIDATE ones (which a new version may still supersede); not those
+#: withdrawn for good. ``pl_records_live`` indexes exactly these rows, and a
+#: statement uses it when its WHERE holds these very terms (``live_filter``).
+LIVE_STATUSES = ("ACCEPTED", "STALE", "CANDIDATE")
+
+
+def live_filter(alias: str = "", now: bool = True) -> str:
+    """``LIVE_FILTER`` on the rows of table alias ``alias`` (``now=False``: the
+    status terms alone, for rows as they stood at an earlier position)."""
+    col = f"{alias}." if alias else ""
+    status = f"{col}status IN ({', '.join(repr(s) for s in LIVE_STATUSES)})"
+    return f"{col}to_pos IS NULL AND {status}" if now else status
+
+
+LIVE_FILTER = live_filter()
 AS_OF_FILTER = "from_pos <= ? AND (to_pos IS NULL OR to_pos > ?)"
 
 

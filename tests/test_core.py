@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from ledger import Kind, Ledger, Outcome, RecordView, Session, Status, Validity, reads
+from ledger import Kind, Ledger, Outcome, RecordView, Session, Status, Validity, reads, rules
 from ledger.errors import (
     AcceptanceCheckError,
     AccessDeniedError,
@@ -23,6 +23,7 @@ from ledger.errors import (
     SelfApprovalError,
     UnknownRecordError,
 )
+from projections.validity import LIVE_STATUSES
 
 from .conftest import Clock, World
 
@@ -957,8 +958,9 @@ def test_a_read_shows_a_new_version_as_get_does_beside_every_unusable_status(
 def test_a_read_runs_one_statement_whatever_the_claim_history(
     world: World, ledger_url: str
 ) -> None:
-    """Only the claim's possibly usable records leave the database: the
-    unusable versions (a delivered one among them) need no read transaction."""
+    """Only the claim's live records leave the database, found through an index
+    of those alone, so its withdrawn versions are not even passed over; and the
+    unusable ones (a delivered one among them) need no read transaction."""
     v2, claim, _ = _claim_history(world)
     reader = world.ledger.engine.query(lambda c: c.connection)
     statements: list[str] = []
@@ -969,4 +971,30 @@ def test_a_read_runs_one_statement_whatever_the_claim_history(
         reader.set_trace_callback(None)
     assert [r.id for r in result.records] == [v2]
     assert len(statements) == 1, statements
-    assert "status = 'ACCEPTED'" in statements[0]
+    plan = " ".join(str(step[3]) for step in reader.execute("EXPLAIN QUERY PLAN " + statements[0]))
+    assert "USING INDEX pl_records_live" in plan, plan
+
+
+def test_live_versions_are_a_claims_accepted_stale_and_candidate_records(world: World) -> None:
+    """What a writer may supersede, without views: as ``explain`` shows them."""
+    _, claim, _ = _claim_history(world)
+    live = reads.live_versions(world.reviewer.caller, SCOPE, claim)
+    assert [(v.id, v.status) for v in live] == [
+        ("v1-child", Status.STALE),
+        ("v2", Status.ACCEPTED),
+        ("maybe", Status.CANDIDATE),
+        ("leaning", Status.STALE),
+    ]
+    shown = {e.record.id: e.record for e in world.reviewer.explain(SCOPE, claim).entries}
+    for v in live:
+        record = shown[v.id]
+        assert (v.kind, v.status, v.created_at, v.position) == (
+            record.kind,
+            record.status,
+            record.created_at,
+            record.position,
+        )
+    # Live: every status a record can still leave (see rules.FINAL).
+    assert set(LIVE_STATUSES) == {s.value for s in Status} - {s.value for s in rules.FINAL}
+    with pytest.raises(AccessDeniedError):
+        reads.live_versions(world.outsider.caller, SCOPE, claim)

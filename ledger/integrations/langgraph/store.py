@@ -26,7 +26,7 @@ from langgraph.store.base import (
     validate_op_namespace,
 )
 
-from ledger import Ledger, RunContext, Session
+from ledger import Ledger, RunContext, Session, reads
 from ledger.access import Role
 from ledger.domain import Kind, Outcome, Status
 from ledger.errors import (
@@ -444,11 +444,10 @@ class LedgerStore(BaseStore):
 
     def _head(self, scope: str, claim: str) -> str | None:
         """The version a new put replaces: the newest ACCEPTED or STALE record of
-        the claim, else the newest CANDIDATE (not recorded as a read)."""
+        the claim, else the newest CANDIDATE (not recorded as a read; the claim's
+        earlier, superseded versions are not looked at)."""
         records = [
-            e.record
-            for e in self.session.explain(scope, claim, kinds=(self.kind,)).entries
-            if e.record.kind == self.kind
+            v for v in reads.live_versions(self.session.caller, scope, claim) if v.kind == self.kind
         ]
 
         def newest(statuses: tuple[Status, ...]) -> str | None:
