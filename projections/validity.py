@@ -162,9 +162,11 @@ LIVE_STATUSES = ("ACCEPTED", "STALE", "CANDIDATE")
 
 def live_filter(alias: str = "", now: bool = True) -> str:
     """``LIVE_FILTER`` on the rows of table alias ``alias`` (``now=False``: the
-    status terms alone, for rows as they stood at an earlier position)."""
+    status terms alone, for rows as they stood at an earlier position). The
+    statuses are ORed equalities: SQLite builds a temporary table for an IN list
+    on every run of the statement (1.5 µs a read here)."""
     col = f"{alias}." if alias else ""
-    status = f"{col}status IN ({', '.join(repr(s) for s in LIVE_STATUSES)})"
+    status = "(" + " OR ".join(f"{col}status = '{s}'" for s in LIVE_STATUSES) + ")"
     return f"{col}to_pos IS NULL AND {status}" if now else status
 
 
