@@ -123,6 +123,12 @@ medians of interleaved calls; every put writes a new key on each side.
     store_get_updated_vs_langgraph_sqlite [<= 1]
         The same for ``SAMPLE`` other keys each put twice on both sides: the ledger
         keeps the first version, SUPERSEDED, beside the second, which names it.
+    store_get_history_growth [<= 1.3]
+        Time: ``LedgerStore.get`` of 4 keys put ``HISTORY`` times each over the
+        same of the keys put once (the ledger keeps every version).
+    store_put_history_growth [<= 1.3]
+        Time: ``LedgerStore.put`` of a new version of those 4 keys over the same of
+        the keys put once (each put adds a version on either side).
     propose_vs_langgraph_sqlite_put [<= 1]
         Time: ``Session.propose`` of a new record over ``SqliteStore.put``.
     read_vs_langgraph_sqlite_get [<= 1]
@@ -183,6 +189,7 @@ APPROVER = "reviewer"
 CHAIN_DEPTH = 50
 BATCH = 500  # aggregates per transaction on the batch path
 SAMPLE = 256  # filler records each size-growth side cycles through
+HISTORY = 200  # versions of each long-lived LangGraph key (``store_*_history_growth``)
 DESCENDANTS = 1_000  # records below each revoked root
 FANOUT = 10
 BLOCK = 50  # single commands (and raw inserts) per interleaved block
@@ -239,6 +246,8 @@ GOALS: dict[str, tuple[str, float]] = {
     "store_put_vs_langgraph_sqlite": ("<=", 2.0),
     "store_get_vs_langgraph_sqlite": ("<=", 1.0),
     "store_get_updated_vs_langgraph_sqlite": ("<=", 1.0),
+    "store_get_history_growth": ("<=", 1.3),
+    "store_put_history_growth": ("<=", 1.3),
     "propose_vs_langgraph_sqlite_put": ("<=", 1.0),
     "read_vs_langgraph_sqlite_get": ("<=", 1.0),
 }
@@ -247,6 +256,8 @@ LANGGRAPH_RATIOS = (
     "store_put_vs_langgraph_sqlite",
     "store_get_vs_langgraph_sqlite",
     "store_get_updated_vs_langgraph_sqlite",
+    "store_get_history_growth",
+    "store_put_history_growth",
     "propose_vs_langgraph_sqlite_put",
     "read_vs_langgraph_sqlite_get",
 )
@@ -1202,6 +1213,33 @@ def langgraph_bench(workdir: Path, sizes: Sizes) -> dict[str, float]:
             },
             sizes.calls,
         )
+        # Long-lived keys: does a key's history slow its gets and puts?
+        long = [f"long{i}" for i in range(4)]
+        for key in long:
+            for version in range(HISTORY):
+                store.put(LG_NAMESPACE, key, filler_value(version))
+        got = store.get(LG_NAMESPACE, long[0])
+        check(
+            got is not None and got.value == filler_value(HISTORY - 1),
+            f"LedgerStore.get({long[0]!r}) after {HISTORY} puts gave {got}",
+        )
+        cycle_long = cycle(long).__next__
+        note(f"LangGraph: keys put {HISTORY} times vs once ({sizes.calls} gets each)")
+        gets |= interleaved(
+            {
+                "store_get_short": lambda: store.get(LG_NAMESPACE, cycle_keys()),
+                "store_get_long": lambda: store.get(LG_NAMESPACE, cycle_long()),
+            },
+            sizes.calls,
+        )
+        note(f"LangGraph: put on keys put {HISTORY} times vs once ({sizes.commands // 4} each)")
+        puts |= interleaved(
+            {
+                "store_put_short": lambda: store.put(LG_NAMESPACE, cycle_keys(), filler_value(1)),
+                "store_put_long": lambda: store.put(LG_NAMESPACE, cycle_long(), filler_value(1)),
+            },
+            sizes.commands // 4,
+        )
     finally:
         store.close()
         baseline.conn.close()
@@ -1217,6 +1255,11 @@ def langgraph_bench(workdir: Path, sizes: Sizes) -> dict[str, float]:
         "lg_read_us": gets["read"] * 1e6,
         "lg_store_get_updated_us": gets["store_get_updated"] * 1e6,
         "lg_sqlite_get_updated_us": gets["sqlite_get_updated"] * 1e6,
+        "lg_history": HISTORY,
+        "lg_store_get_short_us": gets["store_get_short"] * 1e6,
+        "lg_store_get_long_us": gets["store_get_long"] * 1e6,
+        "lg_store_put_short_us": puts["store_put_short"] * 1e6,
+        "lg_store_put_long_us": puts["store_put_long"] * 1e6,
     }
 
 
@@ -1227,6 +1270,8 @@ def langgraph_ratios(f: dict[str, float]) -> dict[str, float]:
         "store_get_vs_langgraph_sqlite": f["lg_store_get_us"] / f["lg_sqlite_get_us"],
         "store_get_updated_vs_langgraph_sqlite": f["lg_store_get_updated_us"]
         / f["lg_sqlite_get_updated_us"],
+        "store_get_history_growth": f["lg_store_get_long_us"] / f["lg_store_get_short_us"],
+        "store_put_history_growth": f["lg_store_put_long_us"] / f["lg_store_put_short_us"],
         "propose_vs_langgraph_sqlite_put": f["lg_propose_us"] / f["lg_sqlite_put_us"],
         "read_vs_langgraph_sqlite_get": f["lg_read_us"] / f["lg_sqlite_get_us"],
     }
@@ -1571,6 +1616,15 @@ def sides(f: dict[str, float]) -> dict[str, tuple[str, str]]:
         rows["store_get_updated_vs_langgraph_sqlite"] = (
             f"LedgerStore.get {f['lg_store_get_updated_us']:,.1f} µs",
             f"SqliteStore.get {f['lg_sqlite_get_updated_us']:,.1f} µs",
+        )
+        history = f"{f['lg_history']:,.0f} versions"
+        rows["store_get_history_growth"] = (
+            f"{history}: get {f['lg_store_get_long_us']:,.1f} µs",
+            f"1 version: {f['lg_store_get_short_us']:,.1f} µs",
+        )
+        rows["store_put_history_growth"] = (
+            f"{history}: put {f['lg_store_put_long_us']:,.1f} µs",
+            f"1 version: {f['lg_store_put_short_us']:,.1f} µs",
         )
         rows["propose_vs_langgraph_sqlite_put"] = (
             f"propose {f['lg_propose_us']:,.1f} µs",
