@@ -129,6 +129,10 @@ medians of interleaved calls; every put writes a new key on each side.
     store_put_history_growth [<= 1.3]
         Time: ``LedgerStore.put`` of a new version of those 4 keys over the same of
         the keys put once (each put adds a version on either side).
+    store_search_history_growth [<= 1.3]
+        Time: ``LedgerStore.search(namespace, limit=10)`` of a namespace of 50 keys
+        put ``HISTORY // 10`` times each over the same of 50 keys put once (each
+        namespace in a scope of its own).
     propose_vs_langgraph_sqlite_put [<= 1]
         Time: ``Session.propose`` of a new record over ``SqliteStore.put``.
     read_vs_langgraph_sqlite_get [<= 1]
@@ -248,6 +252,7 @@ GOALS: dict[str, tuple[str, float]] = {
     "store_get_updated_vs_langgraph_sqlite": ("<=", 1.0),
     "store_get_history_growth": ("<=", 1.3),
     "store_put_history_growth": ("<=", 1.3),
+    "store_search_history_growth": ("<=", 1.3),
     "propose_vs_langgraph_sqlite_put": ("<=", 1.0),
     "read_vs_langgraph_sqlite_get": ("<=", 1.0),
 }
@@ -258,6 +263,7 @@ LANGGRAPH_RATIOS = (
     "store_get_updated_vs_langgraph_sqlite",
     "store_get_history_growth",
     "store_put_history_growth",
+    "store_search_history_growth",
     "propose_vs_langgraph_sqlite_put",
     "read_vs_langgraph_sqlite_get",
 )
@@ -1240,6 +1246,29 @@ def langgraph_bench(workdir: Path, sizes: Sizes) -> dict[str, float]:
             },
             sizes.commands // 4,
         )
+        # Each in a scope of its own: a scope's listing passes over its other keys.
+        once, often = ("lg-once", "memories"), ("lg-often", "memories")
+        for scope in (once[0], often[0]):
+            admin.grant(PROPOSER, scope, ["propose", "read"])
+            admin.grant(APPROVER, scope, ["approve", "read"])
+        for version in range(HISTORY // 10):
+            for n in range(50):
+                if version == 0:
+                    store.put(once, f"k{n}", filler_value(n))
+                store.put(often, f"k{n}", filler_value(version))
+        found = store.search(often, limit=10)
+        check(
+            len(found) == 10 and all(i.value == filler_value(HISTORY // 10 - 1) for i in found),
+            f"LedgerStore.search({often!r}, limit=10) gave {found}",
+        )
+        note(f"LangGraph: search, keys put {HISTORY // 10} times vs once ({sizes.calls // 10})")
+        gets |= interleaved(
+            {
+                "store_search_short": lambda: store.search(once, limit=10),
+                "store_search_long": lambda: store.search(often, limit=10),
+            },
+            sizes.calls // 10,
+        )
     finally:
         store.close()
         baseline.conn.close()
@@ -1260,6 +1289,8 @@ def langgraph_bench(workdir: Path, sizes: Sizes) -> dict[str, float]:
         "lg_store_get_long_us": gets["store_get_long"] * 1e6,
         "lg_store_put_short_us": puts["store_put_short"] * 1e6,
         "lg_store_put_long_us": puts["store_put_long"] * 1e6,
+        "lg_store_search_short_us": gets["store_search_short"] * 1e6,
+        "lg_store_search_long_us": gets["store_search_long"] * 1e6,
     }
 
 
@@ -1272,6 +1303,7 @@ def langgraph_ratios(f: dict[str, float]) -> dict[str, float]:
         / f["lg_sqlite_get_updated_us"],
         "store_get_history_growth": f["lg_store_get_long_us"] / f["lg_store_get_short_us"],
         "store_put_history_growth": f["lg_store_put_long_us"] / f["lg_store_put_short_us"],
+        "store_search_history_growth": f["lg_store_search_long_us"] / f["lg_store_search_short_us"],
         "propose_vs_langgraph_sqlite_put": f["lg_propose_us"] / f["lg_sqlite_put_us"],
         "read_vs_langgraph_sqlite_get": f["lg_read_us"] / f["lg_sqlite_get_us"],
     }
@@ -1625,6 +1657,10 @@ def sides(f: dict[str, float]) -> dict[str, tuple[str, str]]:
         rows["store_put_history_growth"] = (
             f"{history}: put {f['lg_store_put_long_us']:,.1f} µs",
             f"1 version: {f['lg_store_put_short_us']:,.1f} µs",
+        )
+        rows["store_search_history_growth"] = (
+            f"{f['lg_history'] // 10:,.0f} versions: search {f['lg_store_search_long_us']:,.1f} µs",
+            f"1 version: {f['lg_store_search_short_us']:,.1f} µs",
         )
         rows["propose_vs_langgraph_sqlite_put"] = (
             f"propose {f['lg_propose_us']:,.1f} µs",

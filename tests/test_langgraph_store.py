@@ -412,6 +412,26 @@ def test_search_lists_the_newest_versions_first(store: LedgerStore) -> None:
     assert store.search(("test",))[0].value == {"key": "a", "version": 2}
 
 
+def test_a_few_items_at_a_time_are_the_slices_of_one_long_search(store: LedgerStore) -> None:
+    """A search for a few items asks the ledger for a few records, then for more
+    as its filter skips some: its pages are still the slices of the full answer."""
+    for version in range(3):
+        for n in range(12):
+            store.put(("test",), f"k{n}", {"n": n, "even": n % 2 == 0, "version": version})
+    store.put(("test", "other"), "k0", {"even": True, "n": 0, "version": 9})
+    full = store.search(("test",), filter={"even": True}, limit=100)
+    assert [i.value["n"] for i in full] == [0, 10, 8, 6, 4, 2, 0]
+    assert all(i.value["version"] in (2, 9) for i in full)
+    for limit in (1, 2, 3):
+        pages = [
+            store.search(("test",), filter={"even": True}, limit=limit, offset=offset)
+            for offset in range(0, len(full) + limit, limit)
+        ]
+        assert [(i.namespace, i.key) for page in pages for i in page] == [
+            (i.namespace, i.key) for i in full
+        ]
+
+
 def test_search_filter_operators(store: LedgerStore) -> None:
     store.put(("items",), "i1", {"price": 10, "name": "apple", "meta": {"rank": 1}})
     store.put(("items",), "i2", {"price": 20.5, "name": "pear", "meta": {"rank": 2}})

@@ -356,9 +356,15 @@ class LedgerStore(BaseStore):
             view = self._newest(result, where)
         return None if view is None else _item(Item, tuple(op.namespace), op.key, view)
 
-    def _listing(self, scope: str, claim_prefix: str | None) -> Iterator[RecordView]:
-        """Accepted, valid records of the store's kind in ``scope``, page by page."""
+    def _listing(
+        self, scope: str, claim_prefix: str | None, wanted: int = PAGE
+    ) -> Iterator[RecordView]:
+        """Accepted, valid records of the store's kind in ``scope``, page by page:
+        the first page of ``wanted`` records, each next one twice as large, up to
+        ``PAGE`` (a page's query passes over the withdrawn versions among the
+        records it returns, so a search for a few items asks for a few)."""
         after = None
+        size = max(1, min(wanted, PAGE))
         while True:
             page = self.session.records(
                 scope,
@@ -366,13 +372,14 @@ class LedgerStore(BaseStore):
                 validity="VALID",
                 kind=self.kind,
                 claim_prefix=claim_prefix,
-                limit=PAGE,
+                limit=size,
                 after=after,
             )
             yield from page
-            if len(page) < PAGE:
+            if len(page) < size:
                 return
             after = page[-1].id
+            size = min(2 * size, PAGE)
 
     def _search(self, state: Thread | None, op: SearchOp) -> list[SearchItem]:
         flt = check_filter(op.filter)
@@ -385,7 +392,7 @@ class LedgerStore(BaseStore):
         for scope, labels, rest in self._scopes_under(prefix):
             claim_prefix = "".join(component(label) + SEPARATOR for label in rest) or None
             seen: set[str] = set()
-            for view in self._listing(scope, claim_prefix):
+            for view in self._listing(scope, claim_prefix, op.offset + op.limit):
                 parsed = parse_claim_key(view.claim_key)
                 if parsed is None or view.claim_key in seen or view.conditions:
                     continue
