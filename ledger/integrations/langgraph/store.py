@@ -57,13 +57,14 @@ from ledger.integrations.langgraph.keys import (
 from ledger.integrations.langgraph.threads import Ids, Thread, thread_id
 from ledger.validation import check_kind
 from ledger.values import ReadResult, RecordView
+from projections.validity import LIVE_STATUSES
 
 __all__ = ["PAGE", "LedgerStore"]
 
 #: Records fetched per ``Session.records`` page while listing.
 PAGE = 1000
-#: The statuses of a record a delete revokes.
-_LIVE = (Status.CANDIDATE, Status.ACCEPTED, Status.STALE)
+#: The statuses of a record a delete revokes: every live one.
+_LIVE = tuple(Status(s) for s in LIVE_STATUSES)
 #: How often a put is tried when another process replaced its key's version
 #: meanwhile (see ``LedgerStore._replace``).
 REPLACE_TRIES = 5
