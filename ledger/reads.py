@@ -484,7 +484,8 @@ def _plain_view(caller: Caller, row: Any, wanted: frozenset[Kind] | None) -> Rec
     """The view of an ACCEPTED record row (of ``for_claim_as``, without
     deliveries) that names no other record than its parents, observed
     dependencies and the version it supersedes, all of them shown as they are
-    (none hidden, none qualified), has neither an expiry nor conditions, and is of
+    (none hidden, none qualified, and no qualified key in its acceptance note),
+    has neither an expiry nor conditions, and is of
     a kind ``wanted``: usable whatever the instant and the context. None for any
     other row (``record_view`` and ``rules.blocking_reasons`` then decide).
 
@@ -493,9 +494,11 @@ def _plain_view(caller: Caller, row: Any, wanted: frozenset[Kind] | None) -> Rec
     qualified name needs the full path."""
     if row[_STATUS] != _ACCEPTED or _PLAIN_OF(row) != _PLAIN:
         return None
-    rid, kind = row[_ID], _KINDS.get(row[_KIND])
+    rid, kind, reason = row[_ID], _KINDS.get(row[_KIND]), row[_REASON]
     if kind is None or redaction.QUALIFIER in rid or (wanted is not None and kind not in wanted):
         return None
+    if reason is not None and redaction.QUALIFIER in reason:
+        return None  # an acceptance note naming a qualified key: shown as the caller knows it
     supersedes = row[_SUPERSEDES]
     if supersedes is not None and redaction.QUALIFIER in supersedes:
         return None
@@ -524,7 +527,7 @@ def _plain_view(caller: Caller, row: Any, wanted: frozenset[Kind] | None) -> Rec
     fields["proposer"] = row[_PROPOSER]
     fields["created_at"] = micros_to_datetime(row[_CREATED_AT])
     fields["evidence"] = None if evidence is None else unpack(evidence)
-    fields["reason"] = row[_REASON]
+    fields["reason"] = reason
     fields["position"] = row[_FROM_POS]
     fields["supersedes"] = supersedes
     return assembled(RecordView, fields)

@@ -446,6 +446,21 @@ def test_a_supersession_is_told_with_the_ids_as_the_caller_knows_them(ledger: Le
         no_key_in(text)
 
 
+def test_an_acceptance_note_naming_a_key_reads_as_the_caller_knows_it(ledger: Ledger) -> None:
+    led = ledger
+    taken_in_a(led, "A-V2")
+    b = grant(led, "tenant-b", {"proj-b": ALL})
+    b_rev = grant(led, "tenant-b-reviewer", {"proj-b": ALL})
+    b.propose("proj-b", "b.fact", 2, Kind.FACT, id="A-V2")  # keyed A-V2@@proj-b
+    b_rev.accept("A-V2")
+    b.propose("proj-b", "b.other", 3, Kind.FACT, id="B-X")
+    b_rev.accept("B-X", note="checked, as A-V2@@proj-b says")
+    # A read of a plain record and a get of it tell the note alike.
+    (read,) = b.read("proj-b", "b.other").records
+    assert read.reason == b.get("B-X").reason == "checked, as A-V2 says"
+    assert read == b.get("B-X") == b.explain("proj-b", "b.other").entries[0].record
+
+
 def test_graphs_draw_the_callers_own_revocation_and_title(ledger: Ledger) -> None:
     led = ledger
     a = grant(led, "tenant-a", {"proj-a": ALL})
