@@ -485,9 +485,9 @@ def _plain_view(caller: Caller, row: Any, wanted: frozenset[Kind] | None) -> Rec
     deliveries) that names no other record than its parents, observed
     dependencies and the version it supersedes, all of them shown as they are
     (none hidden, none qualified, and no qualified key in its acceptance note),
-    has neither an expiry nor conditions, and is of
-    a kind ``wanted``: usable whatever the instant and the context. None for any
-    other row (``record_view`` and ``rules.blocking_reasons`` then decide).
+    has neither an expiry nor conditions, and is of a kind ``wanted``: usable
+    whatever the instant and the context. None for any other row
+    (``record_view`` and ``rules.blocking_reasons`` then decide).
 
     A superseded version is never hidden from a caller who sees the new one: a
     new version keeps its scope and claim key (``proposals``), so only a
