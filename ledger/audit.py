@@ -13,7 +13,7 @@ from eventsourcing.utils import get_topic
 from ledger import merkle, redaction
 from ledger.access import Role
 from ledger.caller import Caller
-from ledger.domain import Record, record_uuid
+from ledger.domain import Record, uuid_of_hex
 from ledger.errors import InvalidInputError
 from ledger.merkle import InclusionProof
 from ledger.reads import record_view
@@ -48,7 +48,7 @@ def audit(caller: Caller, record_id: str) -> AuditTrail:
     with caller.reading() as c:
         row = caller.visible(c, record_id, Role.AUDIT, "audit")
         view = record_view(caller, c, row, caller.at(None))
-        notes = engine.recorder.select_record_events(c, record_uuid(row["record_id"]))
+        notes = engine.recorder.select_record_events(c, uuid_of_hex(row["agg_id"]))
         decoded = [
             (note, engine.projector.decode(note))
             for note in notes
@@ -111,7 +111,7 @@ def history(
             caller.require_somewhere(c, Role.AUDIT, "history")
         if record is not None:
             row = caller.visible(c, record, Role.AUDIT, "history")
-            notes = engine.recorder.select_record_events(c, record_uuid(row["record_id"]))
+            notes = engine.recorder.select_record_events(c, uuid_of_hex(row["agg_id"]))
         else:
             notes = log()
         records: dict[Any, tuple[str, bool]] = {}  # aggregate id -> (record id, may audit)
@@ -155,7 +155,7 @@ def prove(caller: Caller, record_id: str) -> tuple[InclusionProof, ...]:
     with caller.reading() as c:
         row = caller.visible_row(c, record_id, Role.AUDIT, "prove")
         key = row["record_id"]
-        notes = engine.recorder.select_record_events(c, record_uuid(key))
+        notes = engine.recorder.select_record_events(c, uuid_of_hex(row["agg_id"]))
         # An event's bytes name what its fields name: withheld where the audit
         # trail shows a placeholder or a key as the caller is shown it.
         withheld = set()

@@ -54,7 +54,7 @@ import msgpack
 
 from ledger import merkle, redaction
 from ledger.access import Role
-from ledger.domain import Kind, record_uuid
+from ledger.domain import Kind
 from ledger.errors import (
     AccessDeniedError,
     CorruptEventError,
@@ -283,7 +283,7 @@ def _events(
     with engine.reading() as c:
         for rid, trail in sorted(trails.items()):
             key = keys[rid, trail.record.scope]
-            notes = {n.id: n for n in recorder.select_record_events(c, record_uuid(key))}
+            notes = {n.id: n for n in recorder.select_record_events(c, engine.aggregate_of(c, key))}
             _check_versions(rid, [n.originator_version for n in notes.values()])
             for audit in trail.events:
                 note = notes.get(audit.position)

@@ -37,7 +37,7 @@ from eventsourcing.persistence import (
 from eventsourcing.utils import TopicError
 
 from ledger import gc_pause
-from ledger.domain import Kind, Record, RetentionRule, record_uuid
+from ledger.domain import Kind, Record, RetentionRule, uuid_of_hex
 from ledger.errors import (
     AuthenticationError,
     ClosedLedgerError,
@@ -480,9 +480,21 @@ class Engine:
             known.update((rid, row["scope"]) for rid, row in found.items())
         return {rid: known[rid] for rid in record_ids if rid in known}
 
-    def load_record(self, c: Cursor, record_id: str) -> Record:
-        """The record's aggregate from its stored events (read with ``c``)."""
-        found = self.load(c, record_uuid(record_id))
+    def aggregate_of(self, c: Cursor, record_id: str) -> UUID:
+        """The aggregate id the record's events are stored under (read with ``c``
+        from the validity view: the id is not a function of the record id alone);
+        ``UnknownRecordError`` if no such record was proposed."""
+        found = validity_view.aggregate_id(c, self.dialect, record_id)
+        if found is None:
+            raise UnknownRecordError(f"record {record_id!r} is unknown")
+        return found
+
+    def load_record(self, c: Cursor, record_id: str, row: Any = None) -> Record:
+        """The record's aggregate from its stored events (read with ``c``);
+        ``row``: the record's view row as stored, if the caller read it (its
+        aggregate id then costs no query)."""
+        oid = self.aggregate_of(c, record_id) if row is None else uuid_of_hex(row["agg_id"])
+        found = self.load(c, oid)
         if found is None:
             raise UnknownRecordError(f"record {record_id!r} is unknown")
         if not isinstance(found, Record):

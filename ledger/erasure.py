@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from eventsourcing.utils import get_topic
 
-from ledger.domain import Record, record_uuid
+from ledger.domain import Record
 from ledger.errors import SnapshotErasedError, UnknownSnapshotError
 from ledger.validation import check_text
 from projections import validity as validity_view
@@ -75,7 +75,7 @@ def erasure_of(engine: Engine, c: Cursor, ref: str) -> Erasure | None:
     records = _evidence_with(engine, c, ref)
     newest: tuple[int, Any] | None = None
     for rid in records:
-        for note in engine.recorder.select_record_events(c, record_uuid(rid)):
+        for note in engine.recorder.select_record_events(c, engine.aggregate_of(c, rid)):
             if note.topic != _ERASED_TOPIC:
                 continue
             event = engine.projector.decode(note)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from ledger.access import Role
-from ledger.domain import Record, Status, record_uuid
+from ledger.domain import Record, Status
 from ledger.errors import InvalidInputError, RenderError
 from ledger.reads import record_view
 from ledger.session import Session
@@ -236,7 +236,7 @@ def revocations(session: Session, sub: Subgraph) -> dict[str, RevokedBy]:
     with caller.reading() as c:
         for node in revoked:
             key = keys[node.id, node.scope]
-            for note in engine.recorder.select_record_events(c, record_uuid(key)):
+            for note in engine.recorder.select_record_events(c, engine.aggregate_of(c, key)):
                 event = engine.projector.decode(note) if note.id <= sub.position else None
                 if isinstance(event, Record.Revoked):
                     found[node.id] = RevokedBy(event.actor, event.timestamp, event.reason)

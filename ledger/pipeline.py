@@ -135,7 +135,7 @@ def on_record_decision(
 
     def decide_on_record(c: Cursor, now: datetime) -> Decision[T]:
         stored = caller.visible_row(c, record_id, role, name)
-        record = caller.engine.load_record(c, stored["record_id"])
+        record = caller.engine.load_record(c, stored["record_id"], stored)
         decision = decide(c, caller.redacted(c, stored), record, now)
         # The views continue from the row as stored, not as the caller is shown it.
         known = {**decision.known, record.id.hex: stored}

@@ -22,7 +22,7 @@ from ledger import erasure, redaction, rules
 from ledger.access import Role
 from ledger.caller import Caller
 from ledger.deliveries import correction_of, delivery_of
-from ledger.domain import Kind, Outcome, Status, Validity, record_uuid
+from ledger.domain import Kind, Outcome, Status, Validity
 from ledger.errors import InvalidInputError, SnapshotIntegrityError, UnknownSnapshotError
 from ledger.serialization import canonical, datetime_to_micros, micros_to_datetime, unpack
 from ledger.validation import (
@@ -142,7 +142,7 @@ def stale_causes(caller: Caller, c: Cursor | None, row: Any) -> tuple[StaleCause
         return ()
     engine = caller.engine
     causes: list[StaleCause] = []
-    for note in engine.recorder.select_record_events(c, record_uuid(row["record_id"])):
+    for note in engine.recorder.select_record_events(c, engine.aggregate_of(c, row["record_id"])):
         if caller.position is not None and note.id > caller.position:
             break
         kind = note.topic.rsplit(".", 1)[-1]

@@ -16,7 +16,7 @@ from ledger import gc_pause, pipeline, proposals, redaction, rules
 from ledger.access import Role
 from ledger.caller import Caller
 from ledger.deliveries import delivery_of
-from ledger.domain import Record, Status, Validity, record_uuid
+from ledger.domain import Record, Status, Validity, uuid_of_hex
 from ledger.engine import Write
 from ledger.errors import (
     AcceptanceCheckError,
@@ -141,7 +141,7 @@ def _as_proposer_sees(
     key, shown = record
     with proposer.authenticated(c):
         stored = validity_view.existing(c, proposer.engine.dialect, key)
-        aggregate = proposer.engine.load_record(c, key)
+        aggregate = proposer.engine.load_record(c, key, stored)
         try:
             acceptance_checks(proposer, c, proposer.redacted(c, stored), aggregate, now)
         except LedgerError as exc:
@@ -311,8 +311,10 @@ def supersession(caller: Caller, c: Cursor, record: Record, now: datetime) -> li
     versions: dict[Any, int] = {}  # aggregates given events here: their newest version
     superseded: set[str] = set()  # not to be marked STALE below a later one
     target: str | None = old_id
-    while target is not None and record_uuid(target) not in versions:
+    while target is not None:
         old = caller.engine.load_record(c, target)
+        if old.id in versions:
+            break
         if old.superseded_by is not None and target == old_id and record.evidence is not None:
             old = _newest_capture(caller, c, record, old)
             target = old.record_id
@@ -410,9 +412,18 @@ def stale_marking(
     engine = caller.engine
     d = engine.dialect
     reached = [cid for cid, _ in edges_index.descendants(c, d, root) if cid != superseded_by]
-    rows = validity_view.current_many(c, d, reached)
+    rows = validity_view.current_many(c, d, [root, *reached])
     marked = [cid for cid in reached if rows[cid]["status"] not in rules.FINAL and cid not in skip]
-    aggregate = {cid: record_uuid(cid) for cid in marked}
+    aggregate = {cid: uuid_of_hex(rows[cid]["agg_id"]) for cid in marked}
+    # Each record's events are its own: a view row naming another's aggregate
+    # (the views were changed behind the ledger's back) stops the command.
+    owner = {uuid_of_hex(rows[root]["agg_id"]): root} if root in rows else {}
+    for cid, oid in aggregate.items():
+        if owner.setdefault(oid, cid) != cid:
+            raise CorruptEventError(
+                f"record {cid!r} is in the validity view under the aggregate id of "
+                f"record {owner[oid]!r}"
+            )
     stored = engine.recorder.last_versions(c, list(aggregate.values()))
     unstored = [cid for cid in marked if aggregate[cid] not in stored]
     if unstored:
@@ -422,7 +433,7 @@ def stale_marking(
     newest = {**stored, **(versions or {})}
     events = [
         Record.stale_event(
-            record_id=cid,
+            aggregate_id=aggregate[cid],
             version=newest[aggregate[cid]],
             actor=caller.subject,
             cause=root,

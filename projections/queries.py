@@ -98,7 +98,15 @@ def page(
 
 
 #: What a read never shows of a record's row (its bookkeeping).
-_UNREAD = ("to_pos", "snapshot_ref", "run_id", "changed_by", "changed_at", "left_valid_pos")
+_UNREAD = (
+    "to_pos",
+    "snapshot_ref",
+    "run_id",
+    "changed_by",
+    "changed_at",
+    "left_valid_pos",
+    "agg_id",
+)
 #: The record columns of a ``for_claim_as`` row: every column a read uses.
 READ_COLUMNS = tuple(name for name in COLUMNS if name not in _UNREAD)
 #: The keys of a record row of ``for_claim_as``.

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypedDict, cast
 from uuid import UUID
 
-from ledger.domain import Record, Status
+from ledger.domain import Record, Status, uuid_of_hex
 from ledger.errors import CorruptEventError
 from ledger.serialization import datetime_to_micros, pack, unpack
 from projections import edges
@@ -64,6 +64,7 @@ COLUMNS = (
     "supersedes",
     "superseded_by",
     "stale_via",
+    "agg_id",
 )
 
 
@@ -99,6 +100,8 @@ class RecordRow(TypedDict):
     supersedes: str | None
     superseded_by: str | None
     stale_via: str | None
+    #: The record's aggregate id (hex), as its stored events are keyed.
+    agg_id: str
 
 
 class ListedRow(RecordRow):
@@ -117,7 +120,7 @@ DDL = (
     "snapshot_ref TEXT, run_id TEXT, "
     "cause_root TEXT, reason TEXT, changed_by TEXT, changed_at {bigint}, "
     "left_valid_pos {bigint}, supersedes TEXT, superseded_by TEXT, stale_via TEXT, "
-    "PRIMARY KEY (record_id, from_pos)){clustered}",
+    "agg_id TEXT NOT NULL, PRIMARY KEY (record_id, from_pos)){clustered}",
     *edges.DDL,
 )
 
@@ -206,6 +209,14 @@ def current(c: Cursor, d: Dialect, record_id: str, position: int | None = None) 
             (record_id, position, position),
         )
     return cast("RecordRow | None", c.fetchone())
+
+
+def aggregate_id(c: Cursor, d: Dialect, record_id: str) -> UUID | None:
+    """The aggregate id the record's events are stored under (any version of its
+    row keeps it), or None if the view has no such record."""
+    c.execute(d.q("SELECT agg_id FROM {t}pl_records WHERE record_id=? LIMIT 1"), (record_id,))
+    row = c.fetchone()
+    return None if row is None else uuid_of_hex(row["agg_id"])
 
 
 def existing(c: Cursor, d: Dialect, record_id: str, position: int | None = None) -> RecordRow:
@@ -353,6 +364,7 @@ def _proposed_row(pos: int, event: Any, eff: int | None, source: str | None) -> 
         "supersedes": event.supersedes,
         "superseded_by": None,
         "stale_via": None,
+        "agg_id": event.originator_id.hex,
     }
 
 

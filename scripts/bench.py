@@ -181,7 +181,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ledger import Kind, Ledger, Outcome, Session
-from ledger.domain import Record, Status, record_uuid
+from ledger.domain import Record, Status, uuid_of_hex
 from ledger.engine import Write
 from ledger.rules import FINAL
 from ledger.serialization import unpack
@@ -924,12 +924,13 @@ def naive_revoke(opened: Opened, dag: Dag, where: str) -> tuple[float, float, in
     with engine.reading() as c:
         root = engine.load_record(c, dag.root)
         rows = current_many(c, engine.dialect, below)
-        versions = engine.recorder.last_versions(c, [record_uuid(rid) for rid in below])
+        aggregate = {rid: uuid_of_hex(rows[rid]["agg_id"]) for rid in below}
+        versions = engine.recorder.last_versions(c, list(aggregate.values()))
     root.revoke(APPROVER, REASON, now)
     marked = [
         Record.stale_event(
-            record_id=rid,
-            version=versions[record_uuid(rid)],
+            aggregate_id=aggregate[rid],
+            version=versions[aggregate[rid]],
             actor=APPROVER,
             cause=dag.root,
             reason=REASON,

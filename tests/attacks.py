@@ -30,10 +30,12 @@ from urllib.parse import parse_qs, urlparse
 
 from ledger import Kind, Ledger, Session, merkle
 from ledger.access import hash_token
-from ledger.domain import Record, record_uuid
+from ledger.domain import Record
 from ledger.heads import generate_key, publish_head
 from ledger.merkle import Verification
 from ledger.persistence import resolve_url
+
+from .conftest import aggregate_of
 
 
 class Raw:
@@ -224,7 +226,7 @@ def append_event(scene: Scene, event: Any) -> int:
 
 
 def _version(scene: Scene, record_id: str) -> int:
-    oid = record_uuid(record_id)
+    oid = aggregate_of(scene.ledger, record_id)
     key = oid.hex if scene.raw.backend == "sqlite" else oid
     rows = scene.raw.one("SELECT MAX(originator_version) FROM EVENTS WHERE originator_id=?", (key,))
     return int(rows[0][0])
@@ -233,7 +235,7 @@ def _version(scene: Scene, record_id: str) -> int:
 def forged_accept(scene: Scene, actor: str, record_id: str = "F1") -> str:
     """Append ``Accepted`` of a candidate by ``actor`` with a recomputed leaf."""
     event = Record.Accepted(
-        originator_id=record_uuid(record_id),
+        originator_id=aggregate_of(scene.ledger, record_id),
         originator_version=_version(scene, record_id) + 1,
         timestamp=scene.clock(),
         actor=actor,
@@ -246,7 +248,7 @@ def forged_accept(scene: Scene, actor: str, record_id: str = "F1") -> str:
 def rewrite_before_head(scene: Scene) -> str:
     """Rewrite the revocation's reason in the stored event and its leaf (a position
     the newest kept head covers); rebuild the views from the rewritten log."""
-    oid = record_uuid("E1")
+    oid = aggregate_of(scene.ledger, "E1")
     key = oid.hex if scene.raw.backend == "sqlite" else oid
     position, version, topic, state = scene.raw.one(
         "SELECT POS, originator_version, topic, state FROM EVENTS WHERE originator_id=? "

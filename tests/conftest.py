@@ -165,6 +165,13 @@ def raw_rows(led: Ledger, db_path: Path | None, sql: str, params: tuple[Any, ...
         return [tuple(r.values()) if isinstance(r, dict) else tuple(r) for r in c.fetchall()]
 
 
+def aggregate_of(led: Ledger, record_id: str) -> uuid.UUID:
+    """The aggregate id ``record_id``'s events are stored under (the validity
+    view keeps it: it is not a function of the record id alone)."""
+    with led.engine.reading() as c:
+        return led.engine.aggregate_of(c, record_id)
+
+
 @dataclass
 class World:
     """A ledger with an agent (propose, read), a reviewer (approve, read, audit,

@@ -257,10 +257,13 @@ def _status_groups(led: Ledger, prefix: str) -> dict[tuple[str, str | None], int
 
 def _log_has(led: Ledger, record_id: str) -> bool:
     """Whether the event log (not a view) holds any event of ``record_id``."""
-    from ledger.domain import record_uuid
+    from ledger.domain import Record
+    from projections.projector import decode_row
 
     with led.engine.reading() as c:
-        return bool(led.engine.recorder.select_record_events(c, record_uuid(record_id)))
+        rows = led.engine.recorder.read_rows_after(c, 0, 1 << 30)
+    proposed = (decode_row(row) for row in rows if row[2] == 1)
+    return any(isinstance(e, Record.Proposed) and e.record_id == record_id for e in proposed)
 
 
 def raw_tracking(url: str) -> tuple[dict[str, int], int]:

@@ -18,7 +18,6 @@ from uuid import uuid4
 import pytest
 
 from ledger import Admin, Kind, Ledger, Session
-from ledger.domain import record_uuid
 from ledger.errors import (
     AccessDeniedError,
     AuthenticationError,
@@ -44,7 +43,7 @@ from ledger.errors import (
 )
 from ledger.serialization import pack
 
-from .conftest import Clock
+from .conftest import Clock, aggregate_of
 
 SCOPE = "proj-a"
 LIMIT = 512  # max_value_bytes of the ledger under test: small, so "oversized" is cheap
@@ -753,7 +752,7 @@ def test_a_command_after_a_corrupt_event_is_refused_naming_the_event(
         con.execute(
             "INSERT INTO stored_events (originator_id, originator_version, topic, state) "
             "VALUES (?, ?, ?, ?)",
-            (record_uuid("F1").hex, 3, *GARBAGE["undecodable-bytes"]),
+            (aggregate_of(led, "F1").hex, 3, *GARBAGE["undecodable-bytes"]),
         )
         con.commit()
 

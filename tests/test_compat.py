@@ -113,3 +113,38 @@ def test_a_0_1_0_ledger_takes_new_writes_and_still_extends_its_old_digest(
     assert old_ledger.position > ANSWERS["position"]
     assert old_ledger.verify(against=ANSWERS["digest"]).ok
     assert old_ledger.rebuild().matched
+
+
+def test_a_0_1_0_ledgers_records_keep_their_hashed_ids_beside_new_time_ordered_ones(
+    old_ledger: Ledger,
+) -> None:
+    from uuid import NAMESPACE_URL, uuid5
+
+    agent, reviewer = _sessions(old_ledger)
+    namespace = uuid5(NAMESPACE_URL, "urn:provledger")
+    engine = old_ledger.engine
+    # 0.1.0 stored each record's events under uuid5 of its name; the rebuilt view
+    # finds them there, and every one of them is the record's
+    with engine.reading() as c:
+        for rid in ANSWERS["status"]:
+            oid = engine.aggregate_of(c, rid)
+            assert oid == uuid5(namespace, "record:" + rid), rid
+            notes = engine.recorder.select_record_events(c, oid)
+            assert [n.originator_version for n in notes] == list(range(1, len(notes) + 1))
+            assert len(reviewer.audit(rid).events) == len(notes), rid
+    # A record proposed now, on an old one, is stored under a version 7 id that
+    # sorts after every id made before it, and the two work together
+    new = agent.propose(scope="proj-a", claim_key="api.v7", value=7, kind=Kind.FACT)
+    child = agent.propose(
+        scope="proj-a", claim_key="api.v7c", value=8, kind=Kind.FACT, parents=[new]
+    )
+    with engine.reading() as c:
+        made = [engine.aggregate_of(c, rid) for rid in (new, child)]
+    assert [u.version for u in made] == [7, 7]
+    assert made[0].hex < made[1].hex
+    reviewer.accept(new)
+    revoked = reviewer.revoke(new, reason="checked again")
+    assert revoked.stale == (child,)
+    assert [e.type for e in reviewer.audit(child).events] == ["Proposed", "MarkedStale"]
+    assert old_ledger.verify(against=ANSWERS["digest"]).ok
+    assert old_ledger.rebuild().matched

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from ledger import Kind, Ledger, Outcome, Status, Validity, merkle
 from ledger.bundle import HIDDEN, verify_bundle, write_bundle
 from ledger.cli import main
-from ledger.domain import Record, record_uuid
+from ledger.domain import Record
 from ledger.errors import (
     AccessDeniedError,
     InvalidHeadError,
@@ -45,7 +45,7 @@ from ledger.heads import (
 )
 
 from .attacks import ATTACKS, EXPECTED, Scene, append_event, build_scene, detect, forged_accept
-from .conftest import Clock, World
+from .conftest import Clock, World, aggregate_of
 
 BACKENDS = ["sqlite", "postgres"]
 
@@ -217,7 +217,7 @@ def test_a_revalidation_of_an_accepted_record_without_a_new_basis_is_named(
     scene = _world_scene(world, tmp_path)
     version = len(world.reviewer.audit("F1").events)
     event = Record.Revalidated(
-        originator_id=record_uuid("F1"),
+        originator_id=aggregate_of(world.ledger, "F1"),
         originator_version=version + 1,
         timestamp=world.clock(),
         actor="reviewer",

@@ -53,8 +53,9 @@ def _rows(select: str) -> list[Any]:
     con.execute(ddl)
     con.execute(
         "INSERT INTO pl_records (record_id, from_pos, scope, claim_key, kind, value, status, "
-        "proposer, created_pos, created_at, parents) "
-        "VALUES ('m1', 3, 's', 'k', 'fact', x'81a161', 'ACCEPTED', 'p', 3, 17, x'90')"
+        "proposer, created_pos, created_at, parents, agg_id) "
+        "VALUES ('m1', 3, 's', 'k', 'fact', x'81a161', 'ACCEPTED', 'p', 3, 17, x'90', "
+        "'0190a1b2c3d47e5f8a9b0c1d2e3f4a5b')"
     )
     return list(con.execute(select).fetchall())
 

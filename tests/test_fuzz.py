@@ -32,7 +32,6 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from ledger import Admin, Ledger, RunContext, Session
-from ledger.domain import record_uuid
 from ledger.errors import CorruptEventError, InvalidIdError, LedgerError
 from ledger.merkle import LogDigest
 from ledger.serialization import pack
@@ -498,12 +497,21 @@ def _plant(path: str, originator: str, version: int, topic: str, state: bytes) -
         con.commit()
 
 
+def _m1_oid(path: str) -> str:
+    """M1's aggregate id (hex) as the validity view keeps it."""
+    with closing(sqlite3.connect(path)) as con:
+        (oid,) = con.execute(
+            "SELECT agg_id FROM pl_records WHERE record_id = 'M1' LIMIT 1"
+        ).fetchone()
+        return str(oid)
+
+
 def _m1_events(path: str) -> list[tuple[int, str, bytes]]:
     with closing(sqlite3.connect(path)) as con:
         return con.execute(
             "SELECT originator_version, topic, state FROM stored_events "
             "WHERE originator_id = ? ORDER BY originator_version",
-            (record_uuid("M1").hex,),
+            (_m1_oid(path),),
         ).fetchall()
 
 
@@ -553,7 +561,7 @@ def test_corrupt_stored_events_surface_as_corrupt_event_errors_naming_them(
     if placement == "new-aggregate":
         originator, version = uuid.uuid4().hex, 1
     else:
-        originator, version = record_uuid("M1").hex, len(events) + 1
+        originator, version = _m1_oid(path), len(events) + 1
     position = led.position + 1
     _plant(path, originator, version, topic or real_topic, planted_state)
     assert led.position == position

@@ -815,7 +815,7 @@ def test_a_later_event_of_a_record_never_proposed_is_refused_and_nothing_is_writ
     world.agent.propose("proj-a", "k", 1, Kind.FACT, id="M1")
     before, digest = led.position, led.digest()
     ghost = Record.Accepted(
-        originator_id=record_uuid("never-proposed"),
+        originator_id=record_uuid("never-proposed", datetime.now(UTC)),
         originator_version=2,
         timestamp=datetime.now(UTC),
         actor="reviewer",

@@ -76,7 +76,7 @@ def test_a_proposals_row_is_the_mappers_byte_for_byte() -> None:
         mine, theirs = stored_proposal(event), MAPPER.to_stored_event(event)
         assert mine.state == theirs.state, fields
         assert mine == theirs
-        assert mine.originator_id == record_uuid(f"r-{n}")
+        assert mine.originator_id == record_uuid(f"r-{n}", AT)
         assert mine.topic == get_topic(Record.Proposed)
         back = MAPPER.to_domain_event(mine)
         assert vars(back) == {**vars(event)}
@@ -116,25 +116,45 @@ def test_a_proposal_with_its_fields_out_of_order_goes_through_the_mapper() -> No
     assert stored.state != stored_proposal(event).state  # the order is in the bytes
 
 
-def test_the_uuid_of_a_record_is_uuid5_of_its_name() -> None:
-    from uuid import uuid5
+def test_the_uuid_of_a_record_is_version_7_of_its_proposal_time_and_name() -> None:
+    import hashlib
 
     from ledger.domain import _NAMESPACE
 
+    times = (
+        datetime(1970, 1, 1, tzinfo=UTC),
+        AT,
+        AT + timedelta(microseconds=1),
+        AT.astimezone(INDIA) + timedelta(milliseconds=1),
+        datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+    )
     for rid in ("a", "r-1", "ünïcødé", "x" * 300, "fill-0000001"):
-        mine, theirs = record_uuid.__wrapped__(rid), uuid5(_NAMESPACE, "record:" + rid)
-        assert (mine, mine.hex, str(mine), hash(mine), mine.version) == (
-            theirs,
-            theirs.hex,
-            str(theirs),
-            hash(theirs),
-            5,
-        )
+        sha = hashlib.sha1(_NAMESPACE.bytes + b"record:" + rid.encode()).digest()
+        for at in times:
+            ms, sub = divmod((at - times[0]) // timedelta(microseconds=1), 1000)
+            low = int.from_bytes(sha[:8]) & ((1 << 62) - 1)
+            theirs = UUID(int=(ms % 2**48) << 80 | 7 << 76 | sub << 64 | 2 << 62 | low)
+            mine = record_uuid(rid, at)
+            assert (mine, mine.hex, str(mine), hash(mine), mine.version, mine.variant) == (
+                theirs,
+                theirs.hex,
+                str(theirs),
+                hash(theirs),
+                7,
+                theirs.variant,
+            )
+            assert theirs.variant == "specified in RFC 4122"
+    # Later proposals sort later, whatever their names; one name at two times differs.
+    made = [record_uuid(rid, at) for at in times[:4] for rid in ("zz", "a", "m")]
+    assert [u.hex for u in made[::3]] == sorted(u.hex for u in made[::3])
+    assert max(u.hex for u in made[:3]) < min(u.hex for u in made[3:6])
+    assert len(set(made)) == len(made)
 
 
 def _stored_rows(led: Ledger, record_id: str) -> list[Any]:
     with led.engine.reading() as c:
-        return list(led.engine.recorder.select_record_events(c, record_uuid(record_id)))
+        oid = led.engine.aggregate_of(c, record_id)
+        return list(led.engine.recorder.select_record_events(c, oid))
 
 
 def test_a_batch_is_stored_as_the_mapper_stores_it_and_read_back(world: World) -> None:
@@ -197,7 +217,9 @@ def test_a_batch_is_stored_as_the_mapper_stores_it_and_read_back(world: World) -
             note.topic,
             note.originator_version,
         )
-        assert again.originator_id == note.originator_id == record_uuid(rid)
+        with led.engine.reading() as c:
+            assert again.originator_id == note.originator_id == led.engine.aggregate_of(c, rid)
+        assert note.originator_id.version == 7
     with led.engine.reading() as c:
         child = led.engine.load_record(c, "b-2")
         newer = led.engine.load_record(c, "b-3")
@@ -288,8 +310,9 @@ def test_a_large_batch_is_stored_in_order_at_consecutive_positions(world: World)
 
     with led.engine.reading() as c:
         rows = led.engine.recorder.read_rows_after(c, before, 10_000)
+        made = [led.engine.aggregate_of(c, rid) for rid in [*ids, after]]
     assert [row[0] for row in rows] == list(range(before + 1, before + len(items) + 2))
-    assert [UUID(str(row[1])) for row in rows] == [record_uuid(rid) for rid in [*ids, after]]
+    assert [UUID(str(row[1])) for row in rows] == made
     for position, oid, version, topic, state in rows:
         event = decode_row((position, oid, version, topic, state))
         again = MAPPER.to_stored_event(event)

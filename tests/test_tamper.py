@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+import uuid
 from collections.abc import Callable, Sequence
 from contextlib import closing
 from pathlib import Path
@@ -18,7 +19,7 @@ from ledger import Kind, Ledger, merkle
 from ledger.bundle import write_bundle
 from ledger.errors import CorruptEventError, InvalidInputError
 
-from .conftest import World
+from .conftest import World, aggregate_of
 
 
 def naive_root(leaves: Sequence[bytes]) -> bytes:
@@ -456,10 +457,18 @@ def test_a_well_formed_event_forged_into_the_table_never_reaches_the_views(
 
 
 @pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize(
+    ("aggregate", "refusal"),
+    [
+        ("none stored", r"'ghost'.*no stored events"),
+        ("the parent's", r"'ghost'.*under the aggregate id of record 'e1'"),
+    ],
+)
 def test_a_view_row_with_no_stored_events_stops_a_revocation_by_name(
-    world: World, ledger_url: str
+    world: World, ledger_url: str, aggregate: str, refusal: str
 ) -> None:
-    # Given a descendant slipped into the views with no event behind it
+    # Given a descendant slipped into the views with no event behind it: under an
+    # aggregate id with no events, or under its parent's
     e1 = world.agent.capture(uri="https://docs.test/e1", content=b"e1", id="e1", scope="proj-a")
     world.reviewer.accept(e1)
     path = _db(ledger_url)
@@ -470,6 +479,8 @@ def test_a_view_row_with_no_stored_events_stops_a_revocation_by_name(
         names = [d[0] for d in con.execute("SELECT * FROM pl_records LIMIT 0").description]
     ghost = dict(zip(names, row, strict=True))
     ghost.update(record_id="ghost", claim_key="ghost", snapshot_ref=None, evidence=None)
+    if aggregate == "none stored":
+        ghost["agg_id"] = uuid.uuid4().hex
     marks = ", ".join("?" for _ in names)
     _tamper(
         path,
@@ -482,17 +493,17 @@ def test_a_view_row_with_no_stored_events_stops_a_revocation_by_name(
     before = world.ledger.position
 
     # When the parent is revoked, then the revocation names the record and writes nothing
-    with pytest.raises(CorruptEventError, match=r"'ghost'.*no stored events"):
+    with pytest.raises(CorruptEventError, match=refusal):
         world.reviewer.revoke(e1, reason="retracted")
     assert world.ledger.position == before
 
 
 def _forged_acceptance(world: World, actor: str) -> Any:
     """A well-formed Accepted of record F1 by ``actor``, as eventsourcing stores it."""
-    from ledger.domain import Record, record_uuid
+    from ledger.domain import Record
 
     forged = Record.Accepted(
-        originator_id=record_uuid("F1"),
+        originator_id=aggregate_of(world.ledger, "F1"),
         originator_version=2,
         timestamp=world.clock.now,
         actor=actor,

@@ -13,9 +13,8 @@ import pytest
 import ledger.verification as verification
 from ledger import Kind, Ledger
 from ledger.authorization import AuthorizationReplay
-from ledger.domain import record_uuid
 
-from .conftest import World
+from .conftest import World, aggregate_of
 
 
 @pytest.fixture
@@ -52,7 +51,7 @@ def test_the_replay_keeps_one_string_per_name_and_no_uuid_objects(
     assert len({id(s.proposer) for s in states}) == 1 and states[0].proposer == "agent-1"
     # keyed by the aggregate id's integer, the same state as by record id
     for rid, state in zip(ids, states, strict=True):
-        assert replay.records[record_uuid(rid).int] is state
+        assert replay.records[aggregate_of(world.ledger, rid).int] is state
     assert all(type(key) is int for key in replay.records)
     # and the accepted record's status was followed
     assert [s.status for s in states] == [
