@@ -11,7 +11,7 @@ import dataclasses
 import functools
 import hashlib
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 from uuid import NAMESPACE_URL, UUID, SafeUUID, uuid5
@@ -26,6 +26,7 @@ from ledger.errors import (
     RetentionRuleError,
     SelfApprovalError,
 )
+from ledger.serialization import datetime_to_micros
 
 
 class Kind(StrEnum):
@@ -77,7 +78,6 @@ _RECORD_SHA1 = hashlib.sha1(_NAMESPACE.bytes + b"record:", usedforsecurity=False
 _V7_SET = (7 << 76) | (0b10 << 62)
 _LOW_62 = (1 << 62) - 1
 _MS_48 = (1 << 48) - 1
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def record_uuid(record_id: str, at: datetime) -> UUID:
@@ -97,9 +97,7 @@ def record_uuid(record_id: str, at: datetime) -> UUID:
     stored proposal."""
     sha = _RECORD_SHA1.copy()
     sha.update(record_id.encode())
-    delta = at - _EPOCH
-    micros = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
-    ms, sub = divmod(micros, 1000)
+    ms, sub = divmod(datetime_to_micros(at), 1000)
     head = ((ms & _MS_48) << 80) | (sub << 64)
     return _uuid_of_int(head | _V7_SET | (int.from_bytes(sha.digest()[:8]) & _LOW_62))
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from eventsourcing.utils import get_topic
 
-from ledger.domain import Record
+from ledger.domain import Record, uuid_of_hex
 from ledger.errors import SnapshotErasedError, UnknownSnapshotError
 from ledger.validation import check_text
 from projections import validity as validity_view
@@ -58,24 +58,25 @@ def _check_ref(ref: object) -> str:
     return ref
 
 
-def _evidence_with(engine: Engine, c: Cursor, ref: str) -> list[str]:
-    """The evidence records captured with ``ref`` (every scope), by id."""
+def _evidence_with(engine: Engine, c: Cursor, ref: str) -> dict[str, Any]:
+    """The evidence records captured with ``ref`` (every scope): each one's id
+    and aggregate id (``agg_id``) by record id, in id order."""
     c.execute(
         engine.dialect.q(
-            "SELECT DISTINCT record_id FROM {t}pl_records WHERE snapshot_ref=? "
+            "SELECT record_id, agg_id FROM {t}pl_records WHERE snapshot_ref=? "
             f"AND {validity_view.NOW_FILTER} ORDER BY record_id"
         ),
         (ref,),
     )
-    return [str(r["record_id"]) for r in c.fetchall()]
+    return {str(r["record_id"]): r for r in c.fetchall()}
 
 
 def erasure_of(engine: Engine, c: Cursor, ref: str) -> Erasure | None:
     """The newest erasure of ``ref`` recorded in the log (read with ``c``), or None."""
     records = _evidence_with(engine, c, ref)
     newest: tuple[int, Any] | None = None
-    for rid in records:
-        for note in engine.recorder.select_record_events(c, engine.aggregate_of(c, rid)):
+    for row in records.values():
+        for note in engine.recorder.select_record_events(c, uuid_of_hex(row["agg_id"])):
             if note.topic != _ERASED_TOPIC:
                 continue
             event = engine.projector.decode(note)
@@ -129,8 +130,8 @@ def erase_snapshot(engine: Engine, ref: str, reason: str, actor: str) -> Erasure
             check_not_erased(engine, w.c, ref)
         now = engine.now()
         events: list[Any] = []
-        for rid in records:
-            record = engine.load_record(w.c, rid)
+        for rid, row in records.items():
+            record = engine.load_record(w.c, rid, row)
             record.erase_snapshot(actor, ref, reason, now)
             events += record.collect_events()
         position = w.append(events)
