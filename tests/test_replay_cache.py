@@ -1,6 +1,8 @@
 """A replay of the whole log (``rebuild``, the view migration on open) runs with a
 small page cache on an SQLite file (``LedgerSQLiteRecorder.replaying``), so its
 memory does not grow with the log; commands get the writer's full cache back.
+Each thread's reading connection has a cache of its own, bigger than SQLite's
+default, so a working set of records read again stays in it.
 
 What each step sees is read with ``PRAGMA cache_size`` on the transaction's own
 cursor, from inside the projector's methods.
@@ -9,6 +11,7 @@ cursor, from inside the projector's methods.
 from __future__ import annotations
 
 import sqlite3
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import closing
 from pathlib import Path
@@ -18,7 +21,8 @@ import pytest
 
 from ledger import Kind, Ledger
 from ledger.errors import CorruptEventError
-from ledger.persistence.sqlite import REPLAY_CACHE_KIB, WRITER_CACHE_KIB
+from ledger.persistence.sqlite import READER_CACHE_KIB, REPLAY_CACHE_KIB, WRITER_CACHE_KIB
+from projections import queries
 from projections.projector import Projector
 
 SCOPE = "proj-a"
@@ -147,6 +151,34 @@ def test_the_view_migration_on_open_replays_with_the_small_cache(
         seen["apply"].clear()
         propose_one(led, 1)
         assert seen["apply"] and set(seen["apply"]) == {WRITER_CACHE_KIB}
+
+
+def test_reads_on_a_ledger_file_run_with_each_threads_own_reader_cache(
+    seeded_file: tuple[Ledger, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a ledger file, and the cache each read's statement runs with
+    led, _ = seeded_file
+    read_with: list[int] = []
+    original = queries.for_claim_as
+
+    def for_claim_as(c: Any, *args: Any, **kw: Any) -> Any:
+        read_with.append(cache_kib(c))
+        return original(c, *args, **kw)
+
+    monkeypatch.setattr(queries, "for_claim_as", for_claim_as)
+    agent = led.authenticate(led.admin().issue_token("agent-1"))
+
+    # When a claim is read here and on another thread
+    answers = [agent.read(SCOPE, "k0").value]
+    other = threading.Thread(target=lambda: answers.append(agent.read(SCOPE, "k1").value))
+    other.start()
+    other.join()
+
+    # Then both reads found their record, each with the readers' cache, which is
+    # bigger than SQLite's default (2 MiB) and smaller than the writer's
+    assert answers == [0, 1]
+    assert read_with == [READER_CACHE_KIB, READER_CACHE_KIB]
+    assert 2_000 < READER_CACHE_KIB < WRITER_CACHE_KIB
 
 
 @pytest.mark.parametrize("ledger_url", ["memory", "postgres"], indirect=True)

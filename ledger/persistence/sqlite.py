@@ -74,6 +74,12 @@ WRITER_CACHE_KIB = 65_536
 #: events peaked at 154 MiB with ``WRITER_CACHE_KIB``, at 48 MiB with this, at the
 #: same rate (33k events/s); 40k events peaked at 61 and 41 MiB.
 REPLAY_CACHE_KIB = 8_192
+#: Pages each thread's reading connection keeps in memory (KiB; SQLite's default is
+#: 2 MiB). A read passes a claim index leaf, a record row's leaf and the pages
+#: above them: reading 256 claims in turn, reads on a 300k-record ledger took
+#: 1.27-1.36 times as long as on a 2,000-record one with 2 MiB, 1.14-1.16 with
+#: this. The cache holds only what a thread read and goes when its connection does.
+READER_CACHE_KIB = 8_192
 
 
 class LedgerSQLitePool(SQLiteConnectionPool):
@@ -233,7 +239,9 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
                 if self._closed or len(self._readers) >= MAX_READERS:
                     return None
                 pool: Any = self.datastore.pool
-                held = _Reader(pool._create_connection()._sqlite_conn, self)
+                connection = pool._create_connection()._sqlite_conn
+                connection.execute(f"PRAGMA cache_size=-{READER_CACHE_KIB}")
+                held = _Reader(connection, self)
                 self._readers.append(held.connection)
             self._reader.held = held
         return held
