@@ -569,7 +569,8 @@ def records(
     limit: int,
     after: str | None,
 ) -> tuple[RecordView, ...]:
-    """``Session.records``: one page of a scope in id order, one indexed query."""
+    """``Session.records``: one page of a scope in id order, from the listing
+    indexes its filter needs (``view_queries.page``)."""
     check_id(scope, "scope")
     the_status = None if status is None else check_member(Status, status, "status")
     the_validity = None if validity is None else check_member(Validity, validity, "validity")

@@ -132,7 +132,9 @@ class Session:
 
         The review queue is ``records(scope, status="CANDIDATE")``; what needs
         attention is ``records(scope, validity="NEEDS_REVALIDATION")``. Pass the last
-        id of a page as ``after`` to get the next one. One indexed query per page.
+        id of a page as ``after`` to get the next one. A page reads one or two
+        indexes, ``limit`` rows from each at most: the few CANDIDATE or STALE
+        records of a scope are listed without passing over its ACCEPTED ones.
         The order is that of the ids the records were proposed as (one record per
         id in a scope), so a record shown as ``ID@@SCOPE`` sorts as ``ID``.
 

@@ -149,7 +149,7 @@ def insert_rows(
 
 
 #: Tables a batch grows, whose planner statistics PostgreSQL needs current: with
-#: none (a new table, a rebuild) or stale ones, its planner takes the partial
+#: none (a new table, a rebuild) or stale ones, its planner takes a partial
 #: listing index for every ``to_pos IS NULL`` lookup and reads all of it.
 STATISTICS_TABLES = ("pl_records", "pl_edges", "pl_timeline")
 

@@ -12,9 +12,11 @@ from typing import Any, cast
 
 from projections.base import Cursor, Dialect
 from projections.validity import (
+    ACCEPTED_TERM,
     AS_OF_FILTER,
     COLUMNS,
     NOW_FILTER,
+    OPEN_TERM,
     ListedRow,
     RecordRow,
     live_filter,
@@ -59,15 +61,22 @@ def page(
     after: str | None,
 ) -> list[ListedRow]:
     """One page of a scope's rows in the order of the ids they were proposed as
-    (``Session.records``; ``after``: such an id), each with ``has_deliveries``;
-    one query on the listing index (``Dialect.listing_order``)."""
+    (``Session.records``; ``after``: such an id), each with ``has_deliveries``.
+
+    Current rows are listed from the listing indexes (``Dialect.listing_order``):
+    ``pl_records_accepted`` for ACCEPTED rows, ``pl_records_open`` for the rest,
+    ``pl_records_expiring`` for ACCEPTED rows past their expiry. A page reads the
+    one or two a filter needs, ``limit`` rows from each at most, and keeps the
+    first ``limit`` of them in order; a page of the few CANDIDATE records of a
+    scope passes over none of its ACCEPTED ones. As of a position, one query
+    over the scope's rows."""
     where = ["r.scope=?"]
     params: list[Any] = [scope]
-    if position is None:
-        where.append("r.to_pos IS NULL")
-    else:
+    if position is not None:
         where.append("r.from_pos <= ? AND (r.to_pos IS NULL OR r.to_pos > ?)")
         params += [position, position]
+    else:
+        where.append("r.to_pos IS NULL")
     if status is not None:
         where.append("r.status=?")
         params.append(status)
@@ -85,12 +94,63 @@ def page(
     if after is not None:
         where.append(f"{order} > ?")
         params.append(after)
+    if position is not None:
+        return _page_rows(c, d, where, params, limit)
+    sides = _sides(status, validity)
+    rows: list[ListedRow] = []
+    for term, expired in sides:
+        if expired:
+            rows += _page_rows(c, d, [*where, term, _EXPIRED], [*params, at], limit)
+        else:
+            rows += _page_rows(c, d, [*where, term], params, limit)
+    if len(sides) > 1:
+        rows.sort(key=_listed_as)
+        del rows[limit:]
+    return rows
+
+
+_ACCEPTED, _OPEN = f"r.{ACCEPTED_TERM}", f"r.{OPEN_TERM}"
+#: ACCEPTED rows expired by the instant (``pl_records_expiring``: the few that need
+#: revalidation, not every ACCEPTED row of the scope in id order).
+_EXPIRED = "r.eff_expires <= ?"
+
+
+def _sides(status: str | None, validity: str | None) -> list[tuple[str, bool]]:
+    """The listing indexes a page of current rows reads, each as the term that
+    selects it and whether it is the expired ACCEPTED rows' (none: no row can
+    pass the filters, such as CANDIDATE and VALID)."""
+    accepted, expired, others = (_ACCEPTED, False), (_ACCEPTED, True), (_OPEN, False)
+    if validity == "NEEDS_REVALIDATION":
+        sides = [others, expired]
+    elif validity == "VALID":
+        sides = [accepted]
+    elif validity == "INVALID":
+        sides = [others]
+    else:
+        sides = [accepted, others]
+    if status is not None:
+        wanted = _ACCEPTED if status == "ACCEPTED" else _OPEN
+        sides = [side for side in sides if side[0] == wanted]
+    return sides
+
+
+def _listed_as(row: Any) -> str:
+    """Where a row sorts in a listing: the id its record was proposed as (code
+    points sort as the listing index's bytes do)."""
+    return str(row["record_id"]).partition("@@")[0]
+
+
+def _page_rows(
+    c: Cursor, d: Dialect, where: list[str], params: list[Any], limit: int
+) -> list[ListedRow]:
+    """Up to ``limit`` rows of ``pl_records`` holding ``where``, in listing order."""
     c.execute(
         d.q(
             "SELECT r.*, EXISTS (SELECT 1 FROM {t}pl_deliveries dl "
             "WHERE dl.record_id = r.record_id) AS has_deliveries "
-            f"FROM {{t}}pl_records r WHERE {' AND '.join(where)} "
-            f"ORDER BY {order} LIMIT ?"
+            "FROM {t}pl_records r "
+            f"WHERE {' AND '.join(where)} "
+            f"ORDER BY {d.listing_order('r.record_id')} LIMIT ?"
         ),
         (*params, limit),
     )

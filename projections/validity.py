@@ -124,6 +124,11 @@ DDL = (
     *edges.DDL,
 )
 
+#: The terms that put a current row in ``pl_records_accepted`` or ``pl_records_open``;
+#: a statement uses one of the two when its WHERE holds the very same term.
+ACCEPTED_TERM = "status = 'ACCEPTED'"
+OPEN_TERM = "status <> 'ACCEPTED'"
+
 #: Indexes that applying events never reads (reads do): a replay builds them once
 #: its rows are in, which costs a sort instead of an index entry per row.
 AFTER_LOAD_DDL = (
@@ -132,9 +137,18 @@ AFTER_LOAD_DDL = (
     # version may replace), found without passing over its earlier versions.
     "CREATE INDEX IF NOT EXISTS pl_records_live ON {t}pl_records (scope, claim_key) WHERE {live}",
     # Listing a scope page by page in id order (``Session.records``): current rows
-    # only, ordered by the id each was proposed as ({listing}: see Dialect.listing_order).
-    "CREATE INDEX IF NOT EXISTS pl_records_listing ON {t}pl_records (scope, {listing}) "
-    "WHERE to_pos IS NULL",
+    # ordered by the id each was proposed as ({listing}: see Dialect.listing_order),
+    # the ACCEPTED ones in one index and the rest in another, so a page of the few
+    # CANDIDATE or STALE records of a big scope passes over no ACCEPTED one, and a
+    # command still changes one entry of the two per row version.
+    "CREATE INDEX IF NOT EXISTS pl_records_accepted ON {t}pl_records (scope, {listing}) "
+    f"WHERE to_pos IS NULL AND {ACCEPTED_TERM}",
+    "CREATE INDEX IF NOT EXISTS pl_records_open ON {t}pl_records (scope, {listing}) "
+    f"WHERE to_pos IS NULL AND {OPEN_TERM}",
+    # ACCEPTED records that expire, by when (what needs revalidation once expired):
+    # records without an expiry cost no entry.
+    "CREATE INDEX IF NOT EXISTS pl_records_expiring ON {t}pl_records (scope, eff_expires) "
+    f"WHERE to_pos IS NULL AND {ACCEPTED_TERM} AND eff_expires IS NOT NULL",
     # The qualified keys (``name@@scope``, few) by the id they were proposed as: who
     # else is known by a name (``Caller.names``). Partial: other rows cost nothing.
     "CREATE INDEX IF NOT EXISTS pl_records_qualified ON {t}pl_records ({listing}, scope) "
