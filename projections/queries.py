@@ -10,6 +10,7 @@ import operator
 from collections.abc import Sequence
 from typing import Any, cast
 
+from ledger.redaction import bare
 from projections.base import Cursor, Dialect
 from projections.validity import (
     ACCEPTED_TERM,
@@ -95,16 +96,17 @@ def page(
         where.append(f"{order} > ?")
         params.append(after)
     if position is not None:
-        return _page_rows(c, d, where, params, limit)
+        return _page_rows(c, d, where, params, order, limit)
     sides = _sides(status, validity)
     rows: list[ListedRow] = []
     for term, expired in sides:
         if expired:
-            rows += _page_rows(c, d, [*where, term, _EXPIRED], [*params, at], limit)
+            rows += _page_rows(c, d, [*where, term, _EXPIRED], [*params, at], order, limit)
         else:
-            rows += _page_rows(c, d, [*where, term], params, limit)
+            rows += _page_rows(c, d, [*where, term], params, order, limit)
     if len(sides) > 1:
-        rows.sort(key=_listed_as)
+        # The id each record was proposed as; code points sort as the index's bytes.
+        rows.sort(key=lambda row: bare(str(row["record_id"])))
         del rows[limit:]
     return rows
 
@@ -134,23 +136,17 @@ def _sides(status: str | None, validity: str | None) -> list[tuple[str, bool]]:
     return sides
 
 
-def _listed_as(row: Any) -> str:
-    """Where a row sorts in a listing: the id its record was proposed as (code
-    points sort as the listing index's bytes do)."""
-    return str(row["record_id"]).partition("@@")[0]
-
-
 def _page_rows(
-    c: Cursor, d: Dialect, where: list[str], params: list[Any], limit: int
+    c: Cursor, d: Dialect, where: list[str], params: list[Any], order: str, limit: int
 ) -> list[ListedRow]:
-    """Up to ``limit`` rows of ``pl_records`` holding ``where``, in listing order."""
+    """Up to ``limit`` rows of ``pl_records`` holding ``where``, in ``order``."""
     c.execute(
         d.q(
             "SELECT r.*, EXISTS (SELECT 1 FROM {t}pl_deliveries dl "
             "WHERE dl.record_id = r.record_id) AS has_deliveries "
             "FROM {t}pl_records r "
             f"WHERE {' AND '.join(where)} "
-            f"ORDER BY {d.listing_order('r.record_id')} LIMIT ?"
+            f"ORDER BY {order} LIMIT ?"
         ),
         (*params, limit),
     )
