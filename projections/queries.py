@@ -16,6 +16,7 @@ from projections.validity import (
     ACCEPTED_TERM,
     AS_OF_FILTER,
     COLUMNS,
+    LIVE_STATUSES,
     NOW_FILTER,
     OPEN_TERM,
     ListedRow,
@@ -69,8 +70,11 @@ def page(
     ``pl_records_expiring`` for ACCEPTED rows past their expiry. A page reads the
     one or two a filter needs, ``limit`` rows from each at most, and keeps the
     first ``limit`` of them in order; a page of the few CANDIDATE records of a
-    scope passes over none of its ACCEPTED ones. As of a position, one query
-    over the scope's rows."""
+    scope passes over none of its ACCEPTED ones. On SQLite, a page with a
+    ``claim_prefix`` whose range of claim keys holds a small share of the scope
+    (see ``PREFIX_RANGE``) reads that range instead (:func:`_prefix_rows`): a
+    namespace of a few keys in a busy scope costs its own rows, not the scope's.
+    As of a position, one query over the scope's rows."""
     where = ["r.scope=?"]
     params: list[Any] = [scope]
     if position is not None:
@@ -97,6 +101,11 @@ def page(
         params.append(after)
     if position is not None:
         return _page_rows(c, d, where, params, order, limit)
+    if claim_prefix and d.name == "sqlite":
+        live = status in LIVE_STATUSES or validity in ("VALID", "NEEDS_REVALIDATION")
+        found = _prefix_rows(c, d, scope, claim_prefix, where, params, order, limit, live)
+        if found is not None:
+            return found
     sides = _sides(status, validity)
     rows: list[ListedRow] = []
     for term, expired in sides:
@@ -137,20 +146,107 @@ def _sides(status: str | None, validity: str | None) -> list[tuple[str, bool]]:
 
 
 def _page_rows(
-    c: Cursor, d: Dialect, where: list[str], params: list[Any], order: str, limit: int
+    c: Cursor,
+    d: Dialect,
+    where: list[str],
+    params: list[Any],
+    order: str,
+    limit: int,
+    index: str = "",
 ) -> list[ListedRow]:
-    """Up to ``limit`` rows of ``pl_records`` holding ``where``, in ``order``."""
+    """Up to ``limit`` rows of ``pl_records`` holding ``where``, in ``order``
+    (``index``: an SQLite index the statement must read them from)."""
+    indexed = f" INDEXED BY {index}" if index else ""
     c.execute(
         d.q(
             "SELECT r.*, EXISTS (SELECT 1 FROM {t}pl_deliveries dl "
             "WHERE dl.record_id = r.record_id) AS has_deliveries "
-            "FROM {t}pl_records r "
+            f"FROM {{t}}pl_records r{indexed} "
             f"WHERE {' AND '.join(where)} "
             f"ORDER BY {order} LIMIT ?"
         ),
         (*params, limit),
     )
     return cast("list[ListedRow]", list(c.fetchall()))
+
+
+#: A page with a claim prefix reads the prefix's claim keys (``_prefix_rows``) when
+#: they hold fewer row versions than this and under a ``1 / (1 + DENSE)`` share of
+#: the scope's; else the scope's listing indexes, which then meet a matching row
+#: every few rows, or pass over about ``limit * scope rows / PREFIX_RANGE`` at most.
+PREFIX_RANGE = 4096
+#: The scope's other row versions, per one under the prefix, from which a prefix
+#: counts as sparse (3: the prefix holds under a quarter of the scope).
+DENSE = 3
+
+
+def _prefix_rows(
+    c: Cursor,
+    d: Dialect,
+    scope: str,
+    claim_prefix: str,
+    where: list[str],
+    params: list[Any],
+    order: str,
+    limit: int,
+    live: bool,
+) -> list[ListedRow] | None:
+    """A page of current rows (``where``) whose claim keys start with
+    ``claim_prefix``, read from the range of those keys in ``pl_records_claim``
+    (every version), or in ``pl_records_live`` if ``live`` (the filter keeps
+    only live statuses), and sorted; None if the scope's listing serves the page
+    better (see ``PREFIX_RANGE``; each count stops at what it decides). SQLite
+    only: its text order is the code points', so the keys with a prefix form one
+    range."""
+    span, bounds = ["r.claim_key >= ?"], [claim_prefix]
+    end = prefix_end(claim_prefix)
+    if end is not None:
+        span.append("r.claim_key < ?")
+        bounds.append(end)
+    outside = [(["r.claim_key < ?"], [claim_prefix])]
+    if end is not None:
+        outside.append((["r.claim_key >= ?"], [end]))
+    if not any(_versions(c, d, scope, *side, 1) for side in outside):
+        return None  # the prefix holds the whole scope
+    inside = _versions(c, d, scope, span, bounds, PREFIX_RANGE)
+    if inside >= PREFIX_RANGE:
+        return None
+    cap = DENSE * inside + 1
+    if sum(_versions(c, d, scope, *side, cap) for side in outside) < cap:
+        return None  # a dense prefix
+    if live:  # the partial index's own condition, for SQLite to read it
+        span.append(live_filter("r"))
+    index = "pl_records_live" if live else "pl_records_claim"
+    return _page_rows(c, d, [*where, *span], [*params, *bounds], order, limit, index)
+
+
+def _versions(
+    c: Cursor, d: Dialect, scope: str, terms: list[str], params: list[Any], cap: int
+) -> int:
+    """How many row versions of ``scope`` hold ``terms`` (on its claim keys),
+    counted up to ``cap`` in ``pl_records_claim``."""
+    c.execute(
+        d.q(
+            "SELECT count(*) AS n FROM (SELECT 1 FROM {t}pl_records r "
+            f"INDEXED BY pl_records_claim WHERE r.scope = ? AND {' AND '.join(terms)} LIMIT ?)"
+        ),
+        (scope, *params, cap),
+    )
+    return int(c.fetchone()["n"])
+
+
+def prefix_end(prefix: str) -> str | None:
+    """The least string above every string that starts with ``prefix``, in code
+    point order (None: there is none, every character is the last code point)."""
+    head = prefix
+    while head:
+        following = ord(head[-1]) + 1
+        if 0xD800 <= following <= 0xDFFF:  # surrogates are never stored
+            following = 0xE000
+        head = head[:-1]
+        if following <= 0x10FFFF:
+            return head + chr(following)
+    return None
 
 
 #: What a read never shows of a record's row (its bookkeeping).

@@ -133,6 +133,10 @@ medians of interleaved calls; every put writes a new key on each side.
         Time: ``LedgerStore.search(namespace, limit=10)`` of a namespace of 50 keys
         put ``HISTORY // 10`` times each over the same of 50 keys put once (each
         namespace in a scope of its own).
+    store_search_crowd_growth [<= 1.3]
+        Time: ``LedgerStore.search(namespace, limit=10)`` of a namespace of 50 keys
+        put once in a scope whose 100 other namespaces then got ``CROWD`` keys, over
+        the same of the 50 keys in a scope of their own.
     propose_vs_langgraph_sqlite_put [<= 1]
         Time: ``Session.propose`` of a new record over ``SqliteStore.put``.
     read_vs_langgraph_sqlite_get [<= 1]
@@ -194,6 +198,7 @@ CHAIN_DEPTH = 50
 BATCH = 500  # aggregates per transaction on the batch path
 SAMPLE = 256  # filler records each size-growth side cycles through
 HISTORY = 200  # versions of each long-lived LangGraph key (``store_*_history_growth``)
+CROWD = 20_000  # keys of other namespaces beside a searched one (``store_search_crowd_growth``)
 DESCENDANTS = 1_000  # records below each revoked root
 FANOUT = 10
 BLOCK = 50  # single commands (and raw inserts) per interleaved block
@@ -253,6 +258,7 @@ GOALS: dict[str, tuple[str, float]] = {
     "store_get_history_growth": ("<=", 1.3),
     "store_put_history_growth": ("<=", 1.3),
     "store_search_history_growth": ("<=", 1.3),
+    "store_search_crowd_growth": ("<=", 1.3),
     "propose_vs_langgraph_sqlite_put": ("<=", 1.0),
     "read_vs_langgraph_sqlite_get": ("<=", 1.0),
 }
@@ -264,6 +270,7 @@ LANGGRAPH_RATIOS = (
     "store_get_history_growth",
     "store_put_history_growth",
     "store_search_history_growth",
+    "store_search_crowd_growth",
     "propose_vs_langgraph_sqlite_put",
     "read_vs_langgraph_sqlite_get",
 )
@@ -476,6 +483,15 @@ def append(ledger: Ledger, events: Sequence[Any]) -> int:
 def batch_fillers(opened: Opened, records: int, label: str) -> None:
     """``records`` accepted fillers through the batch path (``BATCH`` aggregates per
     transaction)."""
+    batch_records(opened, records, label, lambda i: (filler_id(i), SCOPE, filler_key(i)))
+
+
+def batch_records(
+    opened: Opened, records: int, label: str, made: Callable[[int], tuple[str, str, str]]
+) -> None:
+    """``records`` accepted records through the batch path (``BATCH`` aggregates per
+    transaction): record ``i`` has the (id, scope, claim key) ``made(i)`` and the
+    value ``filler_value(i)``."""
     ledger = opened.ledger
     with progress_bar() as bar:
         task = bar.add_task(f"{label} (batch path)", total=records)
@@ -483,11 +499,12 @@ def batch_fillers(opened: Opened, records: int, label: str) -> None:
             at = datetime.now(UTC)
             batch: list[Record] = []
             for i in range(first, min(first + BATCH, records)):
+                record_id, scope, claim_key = made(i)
                 record = Record.propose(
                     at=at,
-                    record_id=filler_id(i),
-                    scope=SCOPE,
-                    claim_key=filler_key(i),
+                    record_id=record_id,
+                    scope=scope,
+                    claim_key=claim_key,
                     kind=Kind.FACT.value,
                     value=filler_value(i),
                     actor=PROPOSER,
@@ -1134,6 +1151,7 @@ def sqlite_store(path: Path, pragmas: tuple[str, int]) -> Any:
 def langgraph_bench(workdir: Path, sizes: Sizes) -> dict[str, float]:
     """``LedgerStore`` put/get and ``Session`` propose/read against ``SqliteStore``."""
     from ledger.integrations.langgraph import LedgerStore
+    from ledger.integrations.langgraph.threads import Ids
 
     opened = open_ledger(workdir / "langgraph-ledger.db")
     admin = opened.ledger.admin()
@@ -1270,6 +1288,33 @@ def langgraph_bench(workdir: Path, sizes: Sizes) -> dict[str, float]:
             },
             sizes.calls // 10,
         )
+        # The same 50 keys in a scope where other namespaces then got CROWD keys,
+        # with the store's own ids (newer ones sort first, as a listing meets them).
+        busy = ("lg-busy", "memories")
+        admin.grant(PROPOSER, busy[0], ["propose", "read"])
+        admin.grant(APPROVER, busy[0], ["approve", "read"])
+        for n in range(50):
+            store.put(busy, f"k{n}", filler_value(n))
+        ids = Ids()
+        batch_records(
+            opened,
+            CROWD,
+            f"LangGraph: {CROWD:,} keys in 100 other namespaces",
+            lambda i: (ids.next(), busy[0], f"other{i % 100}/k{i}"),
+        )
+        found = store.search(busy, limit=10)
+        check(
+            len(found) == 10 and all(i.namespace == busy for i in found),
+            f"LedgerStore.search({busy!r}, limit=10) gave {found}",
+        )
+        note(f"LangGraph: search among {CROWD:,} other keys vs alone ({sizes.calls // 10})")
+        gets |= interleaved(
+            {
+                "store_search_alone": lambda: store.search(once, limit=10),
+                "store_search_crowded": lambda: store.search(busy, limit=10),
+            },
+            sizes.calls // 10,
+        )
     finally:
         store.close()
         baseline.conn.close()
@@ -1292,6 +1337,9 @@ def langgraph_bench(workdir: Path, sizes: Sizes) -> dict[str, float]:
         "lg_store_put_long_us": puts["store_put_long"] * 1e6,
         "lg_store_search_short_us": gets["store_search_short"] * 1e6,
         "lg_store_search_long_us": gets["store_search_long"] * 1e6,
+        "lg_crowd": CROWD,
+        "lg_store_search_alone_us": gets["store_search_alone"] * 1e6,
+        "lg_store_search_crowded_us": gets["store_search_crowded"] * 1e6,
     }
 
 
@@ -1305,6 +1353,8 @@ def langgraph_ratios(f: dict[str, float]) -> dict[str, float]:
         "store_get_history_growth": f["lg_store_get_long_us"] / f["lg_store_get_short_us"],
         "store_put_history_growth": f["lg_store_put_long_us"] / f["lg_store_put_short_us"],
         "store_search_history_growth": f["lg_store_search_long_us"] / f["lg_store_search_short_us"],
+        "store_search_crowd_growth": f["lg_store_search_crowded_us"]
+        / f["lg_store_search_alone_us"],
         "propose_vs_langgraph_sqlite_put": f["lg_propose_us"] / f["lg_sqlite_put_us"],
         "read_vs_langgraph_sqlite_get": f["lg_read_us"] / f["lg_sqlite_get_us"],
     }
@@ -1662,6 +1712,10 @@ def sides(f: dict[str, float]) -> dict[str, tuple[str, str]]:
         rows["store_search_history_growth"] = (
             f"{f['lg_history'] // 10:,.0f} versions: search {f['lg_store_search_long_us']:,.1f} µs",
             f"1 version: {f['lg_store_search_short_us']:,.1f} µs",
+        )
+        rows["store_search_crowd_growth"] = (
+            f"among {f['lg_crowd']:,.0f} keys: search {f['lg_store_search_crowded_us']:,.1f} µs",
+            f"alone: {f['lg_store_search_alone_us']:,.1f} µs",
         )
         rows["propose_vs_langgraph_sqlite_put"] = (
             f"propose {f['lg_propose_us']:,.1f} µs",

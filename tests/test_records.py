@@ -233,28 +233,98 @@ def test_pages_of_every_filter_list_exactly_the_matching_records_in_id_order(
     assert [r.id for r in reviewer.records("proj-a", limit=1000, **filters)] == expected  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("through", ["range", "listing"])
 @pytest.mark.parametrize(
-    ("filters", "indexes"),
+    "filters",
     [
-        ({}, ["pl_records_accepted", "pl_records_open"]),
-        ({"status": "ACCEPTED"}, ["pl_records_accepted"]),
-        ({"status": "CANDIDATE"}, ["pl_records_open"]),
-        ({"validity": "VALID"}, ["pl_records_accepted"]),
-        ({"validity": "INVALID"}, ["pl_records_open"]),
-        ({"validity": "NEEDS_REVALIDATION"}, ["pl_records_open", "pl_records_expiring"]),
+        {},
+        {"status": "ACCEPTED"},
+        {"status": "CANDIDATE"},
+        {"status": "SUPERSEDED"},
+        {"validity": "VALID"},
+        {"validity": "INVALID"},
+        {"validity": "NEEDS_REVALIDATION"},
+        {"kind": "fact", "validity": "NEEDS_REVALIDATION"},
     ],
 )
-def test_a_page_reads_only_the_listing_indexes_its_filter_needs(
-    world: World,
-    ledger_url: str,
-    monkeypatch: pytest.MonkeyPatch,
-    filters: dict[str, str],
-    indexes: list[str],
+def test_pages_under_a_claim_prefix_list_exactly_its_matching_records_in_id_order(
+    world: World, monkeypatch: pytest.MonkeyPatch, filters: dict[str, str], through: str
 ) -> None:
-    """The review queue of a scope of many ACCEPTED records passes over none of
-    them: SQLite's plan for each statement of a page names the index it reads."""
+    """A page with a claim prefix lists the records under it that match, in id
+    order, whether SQLite reads the prefix's range of claim keys (``range``) or
+    the scope's listing indexes (``listing``: the range counted too large)."""
+    if through == "listing":
+        monkeypatch.setattr(queries, "PREFIX_RANGE", 1)
+    else:  # a prefix's range however large its share of the scope
+        monkeypatch.setattr(queries, "DENSE", 0)
+    statuses = _mixed(world)
+    reviewer = world.reviewer
+    views = {rid: reviewer.get(rid) for rid in statuses}
+    for prefix in ("c.", "c.F", "c.F5", "c.H7", "c.Z", "c"):
+        expected = [
+            rid
+            for rid, view in sorted(views.items())
+            if view.claim_key.startswith(prefix)
+            and view.status.value == filters.get("status", view.status.value)
+            and view.validity.value == filters.get("validity", view.validity.value)
+            and view.kind.value == filters.get("kind", view.kind.value)
+        ]
+        listed, after = [], None
+        while page := reviewer.records(
+            "proj-a",
+            limit=2,
+            after=after,
+            claim_prefix=prefix,
+            **filters,  # type: ignore[arg-type]
+        ):
+            assert len(page) <= 2
+            listed += [r.id for r in page]
+            after = page[-1].id
+        assert listed == expected, prefix
+    # Every record's claim key starts with "c.": the same records as without a prefix.
+    under = reviewer.records("proj-a", claim_prefix="c.", limit=1000, **filters)  # type: ignore[arg-type]
+    every = reviewer.records("proj-a", limit=1000, **filters)  # type: ignore[arg-type]
+    assert [r.id for r in under] == [r.id for r in every]
+
+
+def test_a_prefix_range_ends_at_the_least_string_above_every_string_under_it() -> None:
+    assert queries.prefix_end("c.") == "c/"
+    assert queries.prefix_end("memories/") == "memories0"
+    assert queries.prefix_end("a\U0010ffff") == "b"
+    assert queries.prefix_end("\U0010ffff\U0010ffff") is None
+    assert queries.prefix_end("x\ud7ff") == "x\ue000"  # past the surrogates
+    for prefix in ("c.", "a\U0010ffff", "x\ud7ff", "é"):
+        end = queries.prefix_end(prefix)
+        assert end is not None and prefix < end
+        assert all(key < end for key in (prefix, prefix + "\U0010ffff", prefix + "\x00"))
+        assert all(k.encode() < end.encode() for k in (prefix, prefix + "\U0010ffff"))
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_a_page_under_a_prefix_of_many_claim_keys_reads_the_listing(
+    world: World, ledger_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A page walks the scope's listing indexes in id order (and stops at
+    ``limit``) once the prefix's range holds ``PREFIX_RANGE`` row versions, or
+    more than a ``1 / (1 + DENSE)`` share of the scope's, or all of them."""
     _mixed(world)
+    listing = ["USING INDEX pl_records_accepted (scope=?)", "USING INDEX pl_records_open (scope=?)"]
+    claim_range = ["USING INDEX pl_records_claim (scope=? AND claim_key>? AND claim_key<?)"]
+    assert _planned(world, ledger_url, monkeypatch, {"claim_prefix": "c."}) == listing
+    # c.F: 5 of the scope's 23 row versions (F5 proposed, accepted, superseded; G6).
+    assert _planned(world, ledger_url, monkeypatch, {"claim_prefix": "c.F"}) == claim_range
+    monkeypatch.setattr(queries, "DENSE", 4)
+    assert _planned(world, ledger_url, monkeypatch, {"claim_prefix": "c.F"}) == listing
+    monkeypatch.setattr(queries, "DENSE", 3)
+    monkeypatch.setattr(queries, "PREFIX_RANGE", 5)
+    assert _planned(world, ledger_url, monkeypatch, {"claim_prefix": "c.F"}) == listing
+    assert _planned(world, ledger_url, monkeypatch, {"claim_prefix": "c.C2"}) == claim_range
+
+
+def _planned(
+    world: World, ledger_url: str, monkeypatch: pytest.MonkeyPatch, filters: dict[str, str]
+) -> list[str]:
+    """The index part of SQLite's plan for each statement of a page of proj-a."""
     statements: list[tuple[str, tuple[object, ...]]] = []
     original = queries._page_rows
 
@@ -279,6 +349,42 @@ def test_a_page_reads_only_the_listing_indexes_its_filter_needs(
             " ".join(str(row[3]) for row in db.execute("EXPLAIN QUERY PLAN " + sql, params))
             for sql, params in statements
         ]
+    return [plan[plan.index("USING INDEX") :].split(")")[0] + ")" for plan in plans]
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize(
+    ("filters", "indexes"),
+    [
+        ({}, ["pl_records_accepted", "pl_records_open"]),
+        ({"status": "ACCEPTED"}, ["pl_records_accepted"]),
+        ({"status": "CANDIDATE"}, ["pl_records_open"]),
+        ({"validity": "VALID"}, ["pl_records_accepted"]),
+        ({"validity": "INVALID"}, ["pl_records_open"]),
+        ({"validity": "NEEDS_REVALIDATION"}, ["pl_records_open", "pl_records_expiring"]),
+        ({"claim_prefix": "c.F"}, ["pl_records_claim"]),
+        ({"claim_prefix": "c.F", "status": "CANDIDATE"}, ["pl_records_live"]),
+        ({"claim_prefix": "c.F", "validity": "VALID"}, ["pl_records_live"]),
+        ({"claim_prefix": "c.F", "validity": "NEEDS_REVALIDATION"}, ["pl_records_live"]),
+        ({"claim_prefix": "c.F", "validity": "INVALID"}, ["pl_records_claim"]),
+    ],
+)
+def test_a_page_reads_only_the_indexes_its_filter_needs(
+    world: World,
+    ledger_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    filters: dict[str, str],
+    indexes: list[str],
+) -> None:
+    """The review queue of a scope of many ACCEPTED records passes over none of
+    them, and a page under a claim prefix reads that prefix's range of claim keys
+    (in the live records' index when the filter keeps only live statuses), so a
+    namespace of a few keys in a busy scope passes over none of the scope's other
+    records: SQLite's plan for each statement of a page names the index it reads."""
+    _mixed(world)
+    monkeypatch.setattr(queries, "DENSE", 0)  # a prefix's range however small the scope
+    plans = _planned(world, ledger_url, monkeypatch, filters)
     assert len(plans) == len(indexes)
     for plan, index in zip(plans, indexes, strict=True):
-        assert f"USING INDEX {index} (scope=?" in plan, plan
+        in_range = "scope=? AND claim_key>? AND claim_key<?" if "claim_prefix" in filters else ""
+        assert plan.startswith(f"USING INDEX {index} (scope=?") and in_range in plan, plan
