@@ -37,14 +37,15 @@ def for_claim(c: Cursor, d: Dialect, scope: str, claim_key: str) -> list[RecordR
     return cast("list[RecordRow]", list(c.fetchall()))
 
 
-#: Per validity, the SQL condition on a row given the instant (µs) as its parameters.
+#: Per validity, the SQL condition on a row ``r`` given the instant (µs) as its
+#: parameters.
 VALIDITY_SQL = {
-    "VALID": ("status='ACCEPTED' AND (eff_expires IS NULL OR eff_expires > ?)", 1),
+    "VALID": ("r.status='ACCEPTED' AND (r.eff_expires IS NULL OR r.eff_expires > ?)", 1),
     "NEEDS_REVALIDATION": (
-        "(status IN ('CANDIDATE', 'STALE') OR (status='ACCEPTED' AND eff_expires <= ?))",
+        "(r.status IN ('CANDIDATE', 'STALE') OR (r.status='ACCEPTED' AND r.eff_expires <= ?))",
         1,
     ),
-    "INVALID": ("status IN ('REVOKED', 'REJECTED', 'SUPERSEDED')", 0),
+    "INVALID": ("r.status IN ('REVOKED', 'REJECTED', 'SUPERSEDED')", 0),
 }
 
 
@@ -74,38 +75,41 @@ def page(
     ``claim_prefix`` whose range of claim keys holds a small share of the scope
     (see ``PREFIX_RANGE``) reads that range instead (:func:`_prefix_rows`): a
     namespace of a few keys in a busy scope costs its own rows, not the scope's.
-    As of a position, one query over the scope's rows."""
-    where = ["r.scope=?"]
-    params: list[Any] = [scope]
-    if position is not None:
-        where.append("r.from_pos <= ? AND (r.to_pos IS NULL OR r.to_pos > ?)")
-        params += [position, position]
-    else:
-        where.append("r.to_pos IS NULL")
+    As of a position, the same listing indexes lead to each record's row then
+    (:func:`_as_of_rows`)."""
+    filters: list[str] = []
+    values: list[Any] = []
     if status is not None:
-        where.append("r.status=?")
-        params.append(status)
+        filters.append("r.status=?")
+        values.append(status)
     if kind is not None:
-        where.append("r.kind=?")
-        params.append(kind)
+        filters.append("r.kind=?")
+        values.append(kind)
     if validity is not None:
         condition, uses_at = VALIDITY_SQL[validity]
-        where.append(condition)
-        params += [at] * uses_at
+        filters.append(condition)
+        values += [at] * uses_at
     if claim_prefix:
-        where.append("substr(r.claim_key, 1, ?) = ?")
-        params += [len(claim_prefix), claim_prefix]
+        filters.append("substr(r.claim_key, 1, ?) = ?")
+        values += [len(claim_prefix), claim_prefix]
+    where = ["r.scope=?", "r.to_pos IS NULL" if position is None else _THEN]
+    params: list[Any] = [scope, *([] if position is None else [position, position])]
+    where += filters
+    params += values
     order = d.listing_order("r.record_id")
     if after is not None:
         where.append(f"{order} > ?")
         params.append(after)
-    if position is not None:
-        return _page_rows(c, d, where, params, order, limit)
     if claim_prefix and d.name == "sqlite":
-        live = status in LIVE_STATUSES or validity in ("VALID", "NEEDS_REVALIDATION")
+        # A page as of a position reads every version in the range (no live index then).
+        live = position is None and (
+            status in LIVE_STATUSES or validity in ("VALID", "NEEDS_REVALIDATION")
+        )
         found = _prefix_rows(c, d, scope, claim_prefix, where, params, order, limit, live)
         if found is not None:
             return found
+    if position is not None:
+        return _as_of_rows(c, d, scope, position, filters, values, limit, after)
     sides = _sides(status, validity)
     rows: list[ListedRow] = []
     for term, expired in sides:
@@ -113,14 +117,48 @@ def page(
             rows += _page_rows(c, d, [*where, term, _EXPIRED], [*params, at], order, limit)
         else:
             rows += _page_rows(c, d, [*where, term], params, order, limit)
-    if len(sides) > 1:
-        # The id each record was proposed as; code points sort as the index's bytes.
-        rows.sort(key=lambda row: bare(str(row["record_id"])))
-        del rows[limit:]
+    return _merged(rows, limit) if len(sides) > 1 else rows
+
+
+def _merged(rows: list[ListedRow], limit: int) -> list[ListedRow]:
+    """The first ``limit`` of two listing indexes' rows, in listing order: by the
+    id each record was proposed as (code points sort as the index's bytes)."""
+    rows.sort(key=lambda row: bare(str(row["record_id"])))
+    del rows[limit:]
     return rows
 
 
+def _as_of_rows(
+    c: Cursor,
+    d: Dialect,
+    scope: str,
+    position: int,
+    filters: list[str],
+    values: list[Any],
+    limit: int,
+    after: str | None,
+) -> list[ListedRow]:
+    """A page of the scope's records as they stood right after ``position``, each
+    row ``r`` holding ``filters``. Every record keeps one current row, in one of
+    the two listing indexes, and never changes scope or id: the page walks both
+    indexes in listing order past the records proposed later, and joins each
+    record's row of then (a primary-key look-up), ``limit`` rows from each."""
+    order = d.listing_order("cur.record_id")
+    where = ["cur.scope=?", "cur.to_pos IS NULL", "cur.created_pos <= ?", *filters]
+    params: list[Any] = [position, position, scope, position, *values]
+    if after is not None:
+        where.append(f"{order} > ?")
+        params.append(after)
+    then = f"{{t}}pl_records cur JOIN {{t}}pl_records r ON r.record_id = cur.record_id AND {_THEN}"
+    rows: list[ListedRow] = []
+    for side in (f"cur.{ACCEPTED_TERM}", f"cur.{OPEN_TERM}"):
+        rows += _page_rows(c, d, [*where, side], params, order, limit, rows=then)
+    return _merged(rows, limit)
+
+
 _ACCEPTED, _OPEN = f"r.{ACCEPTED_TERM}", f"r.{OPEN_TERM}"
+#: A row ``r`` as it stood right after a position (``validity.AS_OF_FILTER``).
+_THEN = "r.from_pos <= ? AND (r.to_pos IS NULL OR r.to_pos > ?)"
 #: ACCEPTED rows expired by the instant (``pl_records_expiring``: the few that need
 #: revalidation, not every ACCEPTED row of the scope in id order).
 _EXPIRED = "r.eff_expires <= ?"
@@ -153,15 +191,17 @@ def _page_rows(
     order: str,
     limit: int,
     index: str = "",
+    rows: str = "{t}pl_records r",
 ) -> list[ListedRow]:
-    """Up to ``limit`` rows of ``pl_records`` holding ``where``, in ``order``
-    (``index``: an SQLite index the statement must read them from)."""
+    """Up to ``limit`` rows ``r`` holding ``where``, in ``order``, of ``rows``
+    (``pl_records``, or a join that names its rows ``r``, its parameters first in
+    ``params``; ``index``: the index SQLite must read ``pl_records`` from)."""
     indexed = f" INDEXED BY {index}" if index else ""
     c.execute(
         d.q(
             "SELECT r.*, EXISTS (SELECT 1 FROM {t}pl_deliveries dl "
             "WHERE dl.record_id = r.record_id) AS has_deliveries "
-            f"FROM {{t}}pl_records r{indexed} "
+            f"FROM {rows}{indexed} "
             f"WHERE {' AND '.join(where)} "
             f"ORDER BY {order} LIMIT ?"
         ),

@@ -97,6 +97,10 @@ are ledger cost / baseline cost, except the speedup, which is baseline / ledger)
     as_of_vs_rebuild [<= 0.1]
         Time: ``session.as_of(position=mid).read(...)`` at the middle of the large log
         (a record accepted before ``mid`` and revoked after it) over the rebuild.
+    as_of_page_vs_page [<= 2]
+        Time: ``session.as_of(position=mid).records(scope, limit=PAGE)`` over
+        ``session.records(scope, limit=PAGE)`` on the large ledger (the same records:
+        its ids sort in the order they were proposed).
     rss_growth [<= 2]
         Peak RSS (VmHWM in ``/proc/self/status``) of a child process running
         ``Ledger.open(url).rebuild()`` on the huge ledger over the same on the base
@@ -198,6 +202,7 @@ CHAIN_DEPTH = 50
 BATCH = 500  # aggregates per transaction on the batch path
 SAMPLE = 256  # filler records each size-growth side cycles through
 HISTORY = 200  # versions of each long-lived LangGraph key (``store_*_history_growth``)
+PAGE = 50  # records of a page of ``Session.records`` (``as_of_page_vs_page``)
 CROWD = 20_000  # keys of other namespaces beside a searched one (``store_search_crowd_growth``)
 DESCENDANTS = 1_000  # records below each revoked root
 FANOUT = 10
@@ -249,6 +254,7 @@ GOALS: dict[str, tuple[str, float]] = {
     "read_vs_raw_lookup": ("<=", 3.0),
     "rebuild_vs_raw_decode": (">=", 0.25),  # 0.5 is the longer aim
     "as_of_vs_rebuild": ("<=", 0.1),
+    "as_of_page_vs_page": ("<=", 2.0),
     "rss_growth": ("<=", 2.0),
     "pg_bulk_vs_raw_executemany": (">=", 0.3),
     "pg_single_command_vs_raw_txn": (">=", 0.5),
@@ -1460,8 +1466,9 @@ def measure_revokes(
 
 def measure_as_of_and_rebuild(
     large: Opened, sizes: Sizes
-) -> tuple[int, float, tuple[int, float], Any]:
-    """As-of read at the middle of the large log; rebuild against the raw decode floor."""
+) -> tuple[int, float, dict[str, float], tuple[int, float], Any]:
+    """As-of read and page at the middle of the large log; rebuild against the raw
+    decode floor."""
     reviewer = large.approver
     # A record accepted before mid, revoked after it: the as-of answer differs.
     target = sizes.large // 4  # its two events sit near position large / 2
@@ -1477,6 +1484,19 @@ def measure_as_of_and_rebuild(
         {"as_of": lambda: reviewer.as_of(position=mid).read(SCOPE, target_key)},
         sizes.as_of_calls,
     )["as_of"]
+    shown = [v.id for v in then.records(SCOPE, limit=PAGE)]
+    check(
+        len(shown) == PAGE and shown == [v.id for v in reviewer.records(SCOPE, limit=PAGE)],
+        f"a page as of {mid} lists {shown[:3]}…, not the first {PAGE} records of the scope",
+    )
+    note(f"measuring pages of {PAGE} records as of position {mid} and now")
+    pages = interleaved(
+        {
+            "as_of_page": lambda: reviewer.as_of(position=mid).records(SCOPE, limit=PAGE),
+            "page": lambda: reviewer.records(SCOPE, limit=PAGE),
+        },
+        sizes.as_of_calls,
+    )
 
     note("measuring raw decode of the large log (3 passes)")
     passes = [raw_decode(file_of(large)) for _ in range(3)]
@@ -1490,7 +1510,7 @@ def measure_as_of_and_rebuild(
     )
     check(report.events == raw_rows, f"rebuild applied {report.events} of {raw_rows} events")
     check_found(reviewer, filler_key(0), filler_id(0), "rebuilt large ledger")
-    return mid, as_of, (raw_rows, raw_seconds), report
+    return mid, as_of, pages, (raw_rows, raw_seconds), report
 
 
 def run(
@@ -1556,7 +1576,9 @@ def run(
     small.ledger.close()
     huge.ledger.close()
 
-    mid, as_of, (decode_rows, decode_seconds), report = measure_as_of_and_rebuild(large, sizes)
+    mid, as_of, pages, (decode_rows, decode_seconds), report = measure_as_of_and_rebuild(
+        large, sizes
+    )
     large.ledger.close()
 
     note(f"rebuilding the huge ledger ({huge_stats['events']:,} events) in a child process")
@@ -1637,6 +1659,9 @@ def run(
         "raw_decode_events_per_s": decode_rate,
         "as_of_position": mid,
         "as_of_read_us": as_of * 1e6,
+        "page_records": PAGE,
+        "as_of_page_us": pages["as_of_page"] * 1e6,
+        "page_us": pages["page"] * 1e6,
         "rss_base_records": imported.base_records,
         "rss_base_events": rss_base["events"],
         "rss_base_peak_mib": rss_base["peak_kib"] / 1024,
@@ -1662,6 +1687,7 @@ def run(
         "read_vs_raw_lookup": size["small"] / size["raw"],
         "rebuild_vs_raw_decode": rebuild_rate / decode_rate,
         "as_of_vs_rebuild": as_of / report.seconds,
+        "as_of_page_vs_page": pages["as_of_page"] / pages["page"],
         "rss_growth": rss_huge["peak_kib"] / rss_base["peak_kib"],
         **langgraph_ratios(lg),
     }
@@ -1774,6 +1800,10 @@ def sides(f: dict[str, float]) -> dict[str, tuple[str, str]]:
         "as_of_vs_rebuild": (
             f"as-of read {f['as_of_read_us']:,.1f} µs",
             f"rebuild {f['rebuild_seconds']:,.2f} s",
+        ),
+        "as_of_page_vs_page": (
+            f"as-of page of {f['page_records']:,.0f} {f['as_of_page_us']:,.1f} µs",
+            f"page now {f['page_us']:,.1f} µs",
         ),
         "rss_growth": (
             f"{f['rss_huge_events']:,.0f} ev {f['rss_huge_peak_mib']:,.0f} MiB",

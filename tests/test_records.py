@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from contextlib import closing
 from datetime import timedelta
 from typing import Any
@@ -10,7 +11,12 @@ from typing import Any
 import pytest
 
 from ledger import Kind, Status, Validity
-from ledger.errors import AccessDeniedError, InvalidInputError, InvalidKindError
+from ledger.errors import (
+    AccessDeniedError,
+    InvalidInputError,
+    InvalidKindError,
+    UnknownRecordError,
+)
 from projections import queries
 from tests.conftest import World
 
@@ -233,6 +239,52 @@ def test_pages_of_every_filter_list_exactly_the_matching_records_in_id_order(
     assert [r.id for r in reviewer.records("proj-a", limit=1000, **filters)] == expected  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(
+    "filters",
+    [
+        {},
+        {"status": "ACCEPTED"},
+        {"status": "CANDIDATE"},
+        {"status": "REVOKED"},
+        {"validity": "VALID"},
+        {"validity": "INVALID"},
+        {"validity": "NEEDS_REVALIDATION"},
+        {"claim_prefix": "c.F"},
+    ],
+)
+def test_pages_as_of_each_position_list_exactly_the_records_matching_then(
+    world: World, filters: dict[str, str]
+) -> None:
+    """As of every few positions of a history with every status, pages of two
+    walk the records that existed then in id order, with exactly those whose row
+    of then matches (what each record's own view as of that position says)."""
+    statuses = _mixed(world)
+    reviewer = world.reviewer
+    for position in range(1, world.ledger.position + 1, 3):
+        then = reviewer.as_of(position=position)
+        views = {}
+        for rid in statuses:
+            try:
+                views[rid] = then.get(rid)
+            except UnknownRecordError:
+                continue  # proposed later
+        expected = [
+            rid
+            for rid, view in sorted(views.items())
+            if view.status.value == filters.get("status", view.status.value)
+            and view.validity.value == filters.get("validity", view.validity.value)
+            and view.claim_key.startswith(filters.get("claim_prefix", ""))
+        ]
+        listed, after = [], None
+        while page := then.records("proj-a", limit=2, after=after, **filters):  # type: ignore[arg-type]
+            listed += [r.id for r in page]
+            after = page[-1].id
+        assert listed == expected, position
+        assert [r.status for r in then.records("proj-a", limit=1000, **filters)] == [  # type: ignore[arg-type]
+            views[rid].status for rid in expected
+        ]
+
+
 @pytest.mark.parametrize("through", ["range", "listing"])
 @pytest.mark.parametrize(
     "filters",
@@ -325,6 +377,15 @@ def _planned(
     world: World, ledger_url: str, monkeypatch: pytest.MonkeyPatch, filters: dict[str, str]
 ) -> list[str]:
     """The index part of SQLite's plan for each statement of a page of proj-a."""
+    plans = _plans(ledger_url, monkeypatch, lambda: world.reviewer.records("proj-a", **filters))  # type: ignore[arg-type]
+    return [plan[plan.index("USING INDEX") :].split(")")[0] + ")" for plan in plans]
+
+
+def _plans(
+    ledger_url: str, monkeypatch: pytest.MonkeyPatch, page: Callable[[], object]
+) -> list[str]:
+    """SQLite's plan for each statement that lists rows in ``page()``, its steps
+    joined by "; "."""
     statements: list[tuple[str, tuple[object, ...]]] = []
     original = queries._page_rows
 
@@ -343,13 +404,32 @@ def _planned(
         return original(Recording(c), *args, **kw)
 
     monkeypatch.setattr(queries, "_page_rows", page_rows)
-    world.reviewer.records("proj-a", **filters)  # type: ignore[arg-type]
+    page()
     with closing(sqlite3.connect(ledger_url.removeprefix("sqlite:///"))) as db:
-        plans = [
-            " ".join(str(row[3]) for row in db.execute("EXPLAIN QUERY PLAN " + sql, params))
+        return [
+            "; ".join(str(row[3]) for row in db.execute("EXPLAIN QUERY PLAN " + sql, params))
             for sql, params in statements
         ]
-    return [plan[plan.index("USING INDEX") :].split(")")[0] + ")" for plan in plans]
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("filters", [{}, {"status": "REVOKED"}, {"validity": "VALID"}])
+def test_a_page_as_of_a_position_walks_the_listing_indexes_to_each_row_then(
+    world: World, ledger_url: str, monkeypatch: pytest.MonkeyPatch, filters: dict[str, str]
+) -> None:
+    """An auditor's page of a scope as it stood then passes over records in id
+    order from the two listing indexes and looks up each one's row of then by its
+    key: neither every row version of the scope nor a sort of them."""
+    _mixed(world)
+    then = world.reviewer.as_of(position=world.ledger.position - 4)
+    plans = _plans(ledger_url, monkeypatch, lambda: then.records("proj-a", **filters))  # type: ignore[arg-type]
+    assert len(plans) == 2
+    for plan, index in zip(plans, ["pl_records_accepted", "pl_records_open"], strict=True):
+        assert plan.startswith(
+            f"SEARCH cur USING INDEX {index} (scope=?); "
+            "SEARCH r USING PRIMARY KEY (record_id=? AND from_pos<?)"
+        ), plan
+        assert "TEMP B-TREE" not in plan, plan
 
 
 @pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
