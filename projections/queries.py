@@ -231,13 +231,13 @@ def _prefix_rows(
     limit: int,
     live: bool,
 ) -> list[ListedRow] | None:
-    """A page of current rows (``where``) whose claim keys start with
-    ``claim_prefix``, read from the range of those keys in ``pl_records_claim``
-    (every version), or in ``pl_records_live`` if ``live`` (the filter keeps
-    only live statuses), and sorted; None if the scope's listing serves the page
-    better (see ``PREFIX_RANGE``; each count stops at what it decides). SQLite
-    only: its text order is the code points', so the keys with a prefix form one
-    range."""
+    """A page of the rows ``where`` selects (current ones, or as of a position)
+    whose claim keys start with ``claim_prefix``, read from the range of those
+    keys in ``pl_records_claim`` (every version), or in ``pl_records_live`` if
+    ``live`` (current rows, the filter keeping only live statuses), and sorted;
+    None if the scope's listing serves the page better (see ``PREFIX_RANGE``;
+    each count stops at what it decides). SQLite only: its text order is the
+    code points', so the keys with a prefix form one range."""
     span, bounds = ["r.claim_key >= ?"], [claim_prefix]
     end = prefix_end(claim_prefix)
     if end is not None:

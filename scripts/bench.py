@@ -176,6 +176,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from itertools import cycle
 from pathlib import Path
 from typing import Any
@@ -1286,13 +1287,19 @@ def langgraph_bench(workdir: Path, sizes: Sizes) -> dict[str, float]:
             len(found) == 10 and all(i.value == filler_value(HISTORY // 10 - 1) for i in found),
             f"LedgerStore.search({often!r}, limit=10) gave {found}",
         )
-        note(f"LangGraph: search, keys put {HISTORY // 10} times vs once ({sizes.calls // 10})")
-        gets |= interleaved(
-            {
-                "store_search_short": lambda: store.search(once, limit=10),
-                "store_search_long": lambda: store.search(often, limit=10),
-            },
-            sizes.calls // 10,
+
+        def searches(what: str, **namespaces: tuple[str, str]) -> dict[str, float]:
+            """Interleaved ``search(namespace, limit=10)`` of each named namespace."""
+            note(f"LangGraph: search, {what} ({sizes.calls // 10})")
+            return interleaved(
+                {name: partial(store.search, ns, limit=10) for name, ns in namespaces.items()},
+                sizes.calls // 10,
+            )
+
+        gets |= searches(
+            f"keys put {HISTORY // 10} times vs once",
+            store_search_short=once,
+            store_search_long=often,
         )
         # The same 50 keys in a scope where other namespaces then got CROWD keys,
         # with the store's own ids (newer ones sort first, as a listing meets them).
@@ -1313,13 +1320,10 @@ def langgraph_bench(workdir: Path, sizes: Sizes) -> dict[str, float]:
             len(found) == 10 and all(i.namespace == busy for i in found),
             f"LedgerStore.search({busy!r}, limit=10) gave {found}",
         )
-        note(f"LangGraph: search among {CROWD:,} other keys vs alone ({sizes.calls // 10})")
-        gets |= interleaved(
-            {
-                "store_search_alone": lambda: store.search(once, limit=10),
-                "store_search_crowded": lambda: store.search(busy, limit=10),
-            },
-            sizes.calls // 10,
+        gets |= searches(
+            f"among {CROWD:,} other keys vs alone",
+            store_search_alone=once,
+            store_search_crowded=busy,
         )
     finally:
         store.close()
