@@ -21,6 +21,7 @@ from projections.validity import (
     OPEN_TERM,
     ListedRow,
     RecordRow,
+    as_of_filter,
     live_filter,
 )
 
@@ -157,8 +158,8 @@ def _as_of_rows(
 
 
 _ACCEPTED, _OPEN = f"r.{ACCEPTED_TERM}", f"r.{OPEN_TERM}"
-#: A row ``r`` as it stood right after a position (``validity.AS_OF_FILTER``).
-_THEN = "r.from_pos <= ? AND (r.to_pos IS NULL OR r.to_pos > ?)"
+#: A row ``r`` as it stood right after a position.
+_THEN = as_of_filter("r")
 #: ACCEPTED rows expired by the instant (``pl_records_expiring``: the few that need
 #: revalidation, not every ACCEPTED row of the scope in id order).
 _EXPIRED = "r.eff_expires <= ?"
@@ -375,7 +376,7 @@ def _claim_as_sql(d: Dialect, as_of: bool, live_only: bool) -> str:
 def _claim_as_statement(d: Dialect, as_of: bool, live_only: bool) -> str:
     roles = "string_agg(g.role, ',')" if d.name == "postgresql" else "group_concat(g.role, ',')"
     if as_of:
-        when = "r.from_pos <= ? AND (r.to_pos IS NULL OR r.to_pos > ?)"
+        when = _THEN
         if live_only:  # as the records stood then
             when += " AND " + live_filter("r", now=False)
     else:

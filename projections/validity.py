@@ -187,8 +187,15 @@ def live_filter(alias: str = "", now: bool = True) -> str:
     return f"{col}to_pos IS NULL AND {status}" if now else status
 
 
+def as_of_filter(alias: str = "") -> str:
+    """The rows of table alias ``alias`` as they stood right after a position
+    (its two parameters: the position, twice)."""
+    col = f"{alias}." if alias else ""
+    return f"{col}from_pos <= ? AND ({col}to_pos IS NULL OR {col}to_pos > ?)"
+
+
 LIVE_FILTER = live_filter()
-AS_OF_FILTER = "from_pos <= ? AND (to_pos IS NULL OR to_pos > ?)"
+AS_OF_FILTER = as_of_filter()
 
 
 def _micros(value: Any) -> int | None:
