@@ -108,6 +108,14 @@ TRACKING_DDL = (
 )
 
 
+def as_of_filter(alias: str = "") -> str:
+    """The rows of a versioned view (``from_pos``/``to_pos``: records, edges) under
+    table alias ``alias`` as they stood right after a position (its two
+    parameters: the position, twice)."""
+    col = f"{alias}." if alias else ""
+    return f"{col}from_pos <= ? AND ({col}to_pos IS NULL OR {col}to_pos > ?)"
+
+
 def write_rows(c: Cursor, statement: str, rows: Sequence[Sequence[Any]]) -> None:
     """``executemany``, except that one row is one ``execute``: psycopg runs
     ``executemany`` in pipeline mode, which costs extra round trips for one row."""

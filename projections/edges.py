@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence, Set
 
-from projections.base import Cursor, Dialect, insert_rows, rows_in
+from projections.base import Cursor, Dialect, as_of_filter, insert_rows, rows_in
 
 DDL = (
     "CREATE TABLE IF NOT EXISTS {t}pl_edges ("
@@ -25,7 +25,7 @@ TABLES = ("pl_edges",)
 
 COLUMNS = ("parent_id", "child_id", "edge", "from_pos")
 
-AS_OF_FILTER = "from_pos <= ? AND (to_pos IS NULL OR to_pos > ?)"
+AS_OF_FILTER = as_of_filter()
 
 Edge = tuple[str, str, str, int]
 

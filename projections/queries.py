@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 from ledger.redaction import bare
-from projections.base import Cursor, Dialect
+from projections.base import Cursor, Dialect, as_of_filter
 from projections.validity import (
     ACCEPTED_TERM,
     AS_OF_FILTER,
@@ -21,7 +21,6 @@ from projections.validity import (
     OPEN_TERM,
     ListedRow,
     RecordRow,
-    as_of_filter,
     live_filter,
 )
 

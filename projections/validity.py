@@ -31,7 +31,15 @@ from ledger.domain import Record, Status, uuid_of_hex
 from ledger.errors import CorruptEventError
 from ledger.serialization import datetime_to_micros, pack, unpack
 from projections import edges
-from projections.base import Cursor, Dialect, Query, insert_rows, rows_in, write_rows
+from projections.base import (
+    Cursor,
+    Dialect,
+    Query,
+    as_of_filter,
+    insert_rows,
+    rows_in,
+    write_rows,
+)
 
 VIEW = "validity"
 
@@ -185,13 +193,6 @@ def live_filter(alias: str = "", now: bool = True) -> str:
     col = f"{alias}." if alias else ""
     status = "(" + " OR ".join(f"{col}status = '{s}'" for s in LIVE_STATUSES) + ")"
     return f"{col}to_pos IS NULL AND {status}" if now else status
-
-
-def as_of_filter(alias: str = "") -> str:
-    """The rows of table alias ``alias`` as they stood right after a position
-    (its two parameters: the position, twice)."""
-    col = f"{alias}." if alias else ""
-    return f"{col}from_pos <= ? AND ({col}to_pos IS NULL OR {col}to_pos > ?)"
 
 
 LIVE_FILTER = live_filter()
