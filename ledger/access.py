@@ -16,7 +16,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from ledger.domain import Principal, principal_uuid
-from ledger.errors import AuthenticationError, InvalidInputError, InvalidRoleError
+from ledger.errors import AuthenticationError, InvalidIdError, InvalidInputError, InvalidRoleError
 from ledger.serialization import micros_to_datetime
 from ledger.validation import check_aware, check_id
 from projections import access as access_view
@@ -149,11 +149,12 @@ class Admin:
         """Give ``subject`` the ``roles`` in ``scope``.
 
         Raises:
-            InvalidIdError: subject or scope is not a valid name.
+            InvalidIdError: subject or scope is not a valid name, or the subject
+                is "admin" (reserved for the administrator).
             InvalidRoleError: a role is unknown.
         """
         self._engine.check_open()
-        check_id(subject, "subject")
+        _check_subject(subject)
         check_id(scope, "scope")
         wanted = check_roles(roles)
 
@@ -183,11 +184,12 @@ class Admin:
         """Issue a bearer token for ``subject``; only its hash is stored.
 
         Raises:
+            InvalidIdError: the subject is not a valid name, or is "admin".
             NaiveDatetimeError: ``expires`` has no timezone.
             ExpiryInPastError: ``expires`` is not in the future.
         """
         self._engine.check_open()
-        check_id(subject, "subject")
+        _check_subject(subject)
         if expires is not None:
             self._engine.check_future(check_aware(expires, "token expiry"), "token expiry")
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
@@ -294,4 +296,15 @@ class Admin:
                 revoked_position=r["to_pos"],
             )
             for r in rows
+        )
+
+
+def _check_subject(subject: str) -> None:
+    """A subject a principal may be given roles or tokens as: a valid name, and
+    not ``Admin.ACTOR``, which names the administrator in every audit trail."""
+    check_id(subject, "subject")
+    if subject == Admin.ACTOR:
+        raise InvalidIdError(
+            f"subject {subject!r} is reserved: it names the administrator in audit "
+            "trails; give the principal another name"
         )

@@ -362,11 +362,19 @@ class Caller:
 
     def note_reads(self, shown: Iterable[RecordView], how: str) -> None:
         """Inside a run, record that these records were shown to it (and which of
-        them were VALID then: only those become its observed dependencies)."""
+        them are VALID: only those become its observed dependencies). A read at an
+        earlier instant (``at``) shows a record as it was then: one VALID then
+        whose expiry has passed since is shown, but is no basis now."""
         if self.run is not None:
             views = tuple(shown)
             keys = self.keys_of(views)
-            valid = {keys[v.id, v.scope] for v in views if v.validity == Validity.VALID}
+            now = self.engine.now()
+            valid = {
+                keys[v.id, v.scope]
+                for v in views
+                if v.validity == Validity.VALID
+                and (v.effective_expires is None or v.effective_expires > now)
+            }
             self.run.record_reads(tuple(keys[v.id, v.scope] for v in views), how, valid)
 
     def keys_of(self, views: Iterable[RecordView]) -> dict[tuple[str, str], str]:

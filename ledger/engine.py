@@ -400,11 +400,24 @@ class Engine:
         return validity_view.current(c, self.dialect, record_id)
 
     def retrying(self, attempt: Callable[[], T]) -> T:
-        """``attempt()``, again after a jittered pause while it raises :class:`Busy`."""
+        """``attempt()``, again after a jittered pause while it raises :class:`Busy`:
+        up to ``RETRIES`` tries, and none begun once the backend's lock wait
+        (``LedgerRecorderMixin.lock_wait``, e.g. a SQLite URL's ``timeout``) has
+        passed since the first, so that wait bounds the whole command."""
+        wait = self.recorder.lock_wait
+        started = time.monotonic()
         for attempt_number in range(RETRIES):
             try:
                 return attempt()
             except Busy:
+                waited = time.monotonic() - started
+                if wait is not None and waited >= wait:
+                    tries = attempt_number + 1
+                    raise ConcurrencyError(
+                        f"the database stayed locked by other writers for {waited:.1f} s "
+                        f"(the ledger's lock wait is {wait:g} s); gave up after {tries} "
+                        f"{'try' if tries == 1 else 'tries'}"
+                    ) from None
                 # Jittered exponential backoff, capped at ~0.2 s.
                 time.sleep(min(0.2, 0.002 * 2**attempt_number) * random.random())
         raise ConcurrencyError(

@@ -381,11 +381,19 @@ def load_heads(path: str | os.PathLike[str]) -> tuple[SignedHead, ...]:
 def as_heads(
     heads: str | os.PathLike[str] | Iterable[SignedHead] | None,
 ) -> tuple[SignedHead, ...]:
-    """Heads given as a heads file path, or as heads (None: none)."""
+    """Heads given as a heads file path, or as heads (None: none). A heads file
+    that holds none (emptied, or the wrong file) is refused: checking the log
+    against it would check nothing."""
     if heads is None:
         return ()
     if isinstance(heads, (str, os.PathLike)):
-        return load_heads(heads)
+        loaded = load_heads(heads)
+        if not loaded:
+            raise InvalidHeadError(
+                f"the heads file {os.fspath(heads)!r} holds no signed head: there is "
+                "nothing to check the log against"
+            )
+        return loaded
     if isinstance(heads, (bytes, bytearray, memoryview, Mapping)) or not isinstance(
         heads, Iterable
     ):

@@ -152,13 +152,20 @@ def named(fields: dict[str, Any]) -> object:
     its transaction (``pipeline.command``'s ``about``) and every try of it
     proposes the same id."""
     if fields.get("record_id") is None:
-        fields["record_id"] = new_record_id()
+        fields["record_id"] = DrawnId(new_record_id())
     return fields["record_id"]
 
 
 def new_record_id() -> str:
     """An id for a record proposed without one."""
     return f"r-{uuid.uuid4().hex}"
+
+
+class DrawnId(str):
+    """An id :func:`named` drew for a proposal that named none: messages about a
+    refused proposal call it "the proposal", not by an id nobody gave."""
+
+    __slots__ = ()
 
 
 def proposal(
@@ -274,7 +281,8 @@ def prepare(
     rule = engine.retention.get(the_kind)
     if rule is not None:
         rule.check(the_kind, expires, now)
-    rid = check_id(record_id) if record_id is not None else new_record_id()
+    drawn = record_id is None or isinstance(record_id, DrawnId)
+    rid = str(check_id(record_id)) if record_id is not None else new_record_id()
     named = tuple(dict.fromkeys(check_ref(p, "parent id") for p in check_list(parents, "parents")))
     if rid in named:
         raise CycleError(f"record {rid!r} cannot be its own parent")
@@ -289,6 +297,8 @@ def prepare(
     observed = caller.run.observed_for(declared) if caller.run is not None else ()
     # A new version read the one it replaces: that is not a dependency.
     observed = tuple(o for o in observed if o != supersedes)
+    if supersedes is not None and observed:
+        observed = _not_resting_on(caller, c, supersedes, observed, known, pending)
     inherited: list[tuple[str, dict[str, Any]]] = []
     for dep in declared:
         if dep in pending and Role.READ.value in caller.roles(c, pending[dep].scope):
@@ -296,10 +306,13 @@ def prepare(
             continue
         row = _check_dependency(caller, c, dep, "parent", rid, known, shown.get(dep, dep))
         inherited.append((shown.get(dep, dep), unpack(row["conditions"])))
+    seen: list[tuple[str, dict[str, Any]]] = []
     for dep in observed:
         row = _check_dependency(caller, c, dep, "observed dependency", rid, known)
-        inherited.append((caller.shown(c, dep), unpack(row["conditions"])))
-    the_conditions = rules.with_inherited(rid, the_conditions, inherited)
+        seen.append((caller.shown(c, dep), unpack(row["conditions"])))
+    label = "the proposal" if drawn else repr(rid)
+    the_conditions = rules.with_inherited(label, the_conditions, inherited)
+    the_conditions = rules.with_observed(label, the_conditions, seen)
     if supersedes is not None:
         _check_supersedable(
             caller,
@@ -408,6 +421,25 @@ def _check_supersedable(
                 f"propose refused: supersedes {old_name!r}, but its dependency "
                 f"{caller.shown(c, dep)!r} rests on {old_name!r}"
             )
+
+
+def _not_resting_on(
+    caller: Caller,
+    c: Cursor,
+    old_id: str,
+    observed: tuple[str, ...],
+    known: dict[str, Any],
+    pending: Mapping[str, Record.Proposed],
+) -> tuple[str, ...]:
+    """The run's reads a new version of ``old_id`` may rest on: not those that rest
+    on ``old_id`` themselves (accepting the new version makes them STALE, so the
+    read that carried the old version forward is no basis for the new one). Only
+    for a visible ``old_id``: otherwise the proposal is refused for it anyway."""
+    row = _row(caller, c, old_id, known)
+    if row is None or not caller.roles(c, row["scope"]):
+        return observed
+    below = {cid for cid, _ in edges_index.descendants(c, caller.engine.dialect, old_id)}
+    return tuple(o for o in observed if not _rests_on(o, below, pending))
 
 
 def _rests_on(dep: str, below: set[str], pending: Mapping[str, Record.Proposed]) -> bool:

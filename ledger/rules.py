@@ -124,21 +124,56 @@ def blocking_reasons(
 
 
 def with_inherited(
-    rid: str, own: dict[str, Any], inherited: Sequence[tuple[str, dict[str, Any]]]
+    label: str, own: dict[str, Any], inherited: Sequence[tuple[str, dict[str, Any]]]
 ) -> dict[str, Any]:
-    """A record's conditions with those of everything it rests on (``inherited``:
-    (dependency as named, its conditions)): a summary may not drop a condition; a
-    contradiction is refused naming both sides."""
+    """A record's conditions with those of its declared parents (``inherited``:
+    (parent as named, its conditions)): a summary may not drop a condition; a
+    contradiction is refused naming both sides. ``label`` names the record in
+    messages (its id quoted, or e.g. "the proposal" when it has none yet)."""
     out = dict(own)
-    source = dict.fromkeys(own, rid)
+    source = dict.fromkeys(own, label)
     for dep, conditions in inherited:
         for key, value in conditions.items():
             if key not in out:
-                out[key], source[key] = value, dep
+                out[key], source[key] = value, repr(dep)
             elif canonical(out[key]) != canonical(value):
                 raise InvalidValueError(
-                    f"conditions of {rid!r} contradict: {key}={out[key]!r} (from "
-                    f"{source[key]!r}) but {key}={value!r} (from {dep!r})"
+                    f"conditions of {label} contradict: {key}={out[key]!r} (from "
+                    f"{source[key]}) but {key}={value!r} (from {dep!r})"
+                )
+    return out
+
+
+def with_observed(
+    label: str, stated: dict[str, Any], observed: Sequence[tuple[str, dict[str, Any]]]
+) -> dict[str, Any]:
+    """``stated`` (the record's own conditions and its parents') with those of the
+    records its run read (``observed``: (record as named, its conditions)).
+
+    A run is shown what holds in other contexts too (a listing, reads under
+    different contexts): an observed record whose conditions contradict
+    ``stated`` holds only where this record does not apply, so it adds none.
+    The others add theirs; two of them contradicting each other on a condition
+    ``stated`` leaves open is refused naming both, and stating that condition
+    (``conditions=``) settles which of them applies.
+    """
+    out = dict(stated)
+    source: dict[str, str] = {}
+    applicable = [
+        (dep, conditions)
+        for dep, conditions in observed
+        if all(canonical(stated[k]) == canonical(v) for k, v in conditions.items() if k in stated)
+    ]
+    for dep, conditions in applicable:
+        for key, value in conditions.items():
+            if key not in out:
+                out[key], source[key] = value, dep
+            elif key in source and canonical(out[key]) != canonical(value):
+                raise InvalidValueError(
+                    f"conditions of {label} contradict: its run read {source[key]!r} "
+                    f"({key}={out[key]!r}) and {dep!r} ({key}={value!r}); state the "
+                    f"{key!r} it applies under with conditions={{{key!r}: ...}}, and what "
+                    "holds under another is no basis for it"
                 )
     return out
 

@@ -464,7 +464,7 @@ def check_conditions_kept(
 ) -> None:
     """A new basis may not contradict the record's conditions, nor carry one the
     record lacks (the record would drop it: a new version must carry it)."""
-    merged = rules.with_inherited(rid, own, inherited)
+    merged = rules.with_inherited(repr(rid), own, inherited)
     added = [(key, value) for key, value in merged.items() if key not in own]
     if added:
         key, value = added[0]

@@ -528,6 +528,9 @@ class Model:
         observed = tuple(
             r for r in dict.fromkeys(run_reads) if r not in declared and r != supersedes
         )
+        if supersedes is not None and supersedes in self.records:
+            # What rests on the old version goes STALE with it: no basis for the new.
+            observed = tuple(r for r in observed if not self.state.rests_on((r,), supersedes))
         problems: list[Problem] = []
         if expires is not None and expires <= self.now:
             problems.append(_one(ExpiryInPastError, f"expiry {expires} is not in the future"))
@@ -542,7 +545,7 @@ class Model:
         if supersedes is not None:
             problems += self._problems_with_supersedes(supersedes, claim_key, declared, observed)
         inherited = dict(conditions or {})
-        for dep in (*declared, *observed):
+        for dep in declared:
             for key, wanted in (
                 self.records[dep].conditions if dep in self.records else {}
             ).items():
@@ -550,6 +553,18 @@ class Model:
                     inherited[key] = wanted
                 elif canonical(inherited[key]) != canonical(wanted):
                     problems.append(_one(InvalidValueError, f"conditions contradict on {key}"))
+        # An observed record holding under other conditions than those stated (its
+        # own and its parents') adds none; those that apply may not contradict.
+        stated = dict(inherited)
+        for dep in observed:
+            held = self.records[dep].conditions if dep in self.records else {}
+            if any(canonical(stated[k]) != canonical(v) for k, v in held.items() if k in stated):
+                continue
+            for key, wanted in held.items():
+                if key not in inherited:
+                    inherited[key] = wanted
+                elif canonical(inherited[key]) != canonical(wanted):
+                    problems.append(_one(InvalidValueError, f"observed contradict on {key}"))
         _refuse_if(problems)
         self.step += 1
         self.records[rid] = Rec(

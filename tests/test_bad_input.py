@@ -486,6 +486,18 @@ CASES = [
         "roles",
     ),
     Case(
+        "grant-to-the-admin-name",
+        lambda b: b.admin.grant("admin", scope=SCOPE, roles=["read"]),
+        InvalidIdError,
+        "'admin' is reserved",
+    ),
+    Case(
+        "token-for-the-admin-name",
+        lambda b: b.admin.issue_token("admin"),
+        InvalidIdError,
+        "'admin' is reserved",
+    ),
+    Case(
         "roles-a-string",
         lambda b: b.admin.grant("agent-1", scope=SCOPE, roles="read"),
         InvalidRoleError,

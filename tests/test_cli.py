@@ -476,6 +476,114 @@ def test_get_json_has_every_record_field_and_delivery_state(chain: Cli) -> None:
     assert "NEEDS_REVALIDATION" in out and "DELIVERED to ops@x.test" in out
 
 
+def _recaptured(chain: Cli, tmp_path: Path) -> None:
+    """E1's page captured again with new bytes as E2, and accepted: E2 supersedes E1."""
+    doc = tmp_path / "doc-v2.txt"
+    doc.write_bytes(b"retries are NOT safe")
+    capture = ("capture", str(doc), "--scope", "proj-a", "--uri", "https://x.test/doc")
+    assert chain.as_agent(*capture, "--id", "E2").exit_code == 0
+    assert chain.as_reviewer("accept", "E2").exit_code == 0
+
+
+def test_get_and_corrections_say_a_stale_cause_was_superseded_not_revoked(
+    chain: Cli, tmp_path: Path
+) -> None:
+    # Given E1's page captured again with new bytes: M1 and the delivered R1 rest on E1
+    _recaptured(chain, tmp_path)
+    m1 = json.loads(chain.as_reviewer("get", "M1", "--json").stdout)
+    assert (m1["status"], m1["cause"], m1["cause_superseded_by"]) == ("STALE", "E1", "E2")
+
+    # When get and corrections say why
+    got = chain.as_reviewer("get", "M1").stdout
+    due = chain.as_reviewer("corrections").stdout
+
+    # Then both say E1 was superseded by E2, and neither that it was revoked
+    assert re.search(r"│ stale cause\s+│ E1 superseded by E2\s+│", got), got
+    assert re.search(r"│ R1\s+│.*│ E1 superseded by E2\s+│", due), due
+    assert "revoked" not in got and "revoked" not in due
+
+
+def test_get_shows_supersession_links_and_every_stale_cause(chain: Cli, tmp_path: Path) -> None:
+    # Given X1 built on E1 and on a second source E3
+    doc = tmp_path / "three.txt"
+    doc.write_bytes(b"third source")
+    chain.as_agent(
+        "capture", str(doc), "--scope", "proj-a", "--uri", "https://z.test", "--id", "E3"
+    )
+    chain.as_reviewer("accept", "E3")
+    chain.as_agent(
+        "propose", "--scope", "proj-a", "--claim", "api.x", "--kind", "inference",
+        "--value", "1", "--parent", "E1", "--parent", "E3", "--id", "X1",
+    )  # fmt: skip
+    chain.as_reviewer("accept", "X1")
+
+    # When E1 is superseded by a new capture, and then E3 is revoked
+    _recaptured(chain, tmp_path)
+    chain.as_reviewer("revoke", "E3", "--reason", "wrong page")
+    causes = json.loads(chain.as_reviewer("get", "X1", "--json").stdout)["stale_causes"]
+    assert [c["cause"] for c in causes] == ["E1", "E3"]
+
+    # Then get X1 names every stale cause, oldest first
+    got = chain.as_reviewer("get", "X1").stdout
+    first = re.search(r"│ stale cause\s+│ E1 superseded by E2\s+│", got)
+    second = re.search(r"│ stale cause\s+│ E3 revoked: wrong page\s+│", got)
+    assert first and second and first.start() < second.start(), got
+    # And get names both ends of the supersession
+    assert re.search(r"│ superseded by\s+│ E2\s+│", chain.as_reviewer("get", "E1").stdout)
+    assert re.search(r"│ supersedes\s+│ E1\s+│", chain.as_reviewer("get", "E2").stdout)
+    assert "supersede" not in chain.as_reviewer("get", "E3").stdout
+
+
+def test_corrections_and_records_say_why_an_expired_record_is_not_valid(cli: Cli) -> None:
+    # Given, a day ago, a fact that expired an hour later, and a delivered report on it
+    then = datetime.now(UTC) - timedelta(days=1)
+    with Ledger.open(cli.url, clock=lambda: then) as led:
+        agent, reviewer = led.authenticate(cli.agent), led.authenticate(cli.reviewer)
+        agent.propose(
+            "proj-a", "api.rps", 10, Kind.FACT, id="F1", expires=then + timedelta(hours=1)
+        )
+        agent.propose("proj-a", "report.rps", "10 rps", Kind.REPORT, parents=["F1"], id="R1")
+        reviewer.accept("F1")
+        reviewer.accept("R1")
+        reviewer.deliver("R1", recipient="ops@x.test")
+    expired = re.escape((then + timedelta(hours=1)).isoformat(timespec="seconds"))
+
+    # When they are listed now
+    records = cli("records", "--scope", "proj-a", "--token", cli.reviewer, COLUMNS="200").stdout
+    due = cli("corrections", "--token", cli.reviewer, COLUMNS="200").stdout
+    explained = cli.as_reviewer("explain", "--scope", "proj-a", "--claim", "report.rps", "--json")
+
+    # Then they say which expiry passed, in explain's words
+    [entry] = json.loads(explained.stdout)["entries"]
+    assert entry["reasons"][0].startswith("ancestor F1 expired at ")
+    assert re.search(rf"│ F1\s+│.*│ expired at {expired}\s+│", records), records
+    assert re.search(rf"│ R1\s+│.*│ ancestor F1 expired at {expired}\s+│", records), records
+    assert re.search(rf"│ R1\s+│.*│ ancestor F1 expired at {expired}\s+│", due), due
+
+
+def test_get_keeps_a_long_id_whole_at_80_columns(chain: Cli) -> None:
+    # Given a record with an id of the longest legal length, and one built on it
+    long_id = "P-" + "0123456789" * 12 + "abcdef"
+    assert len(long_id) == 128
+    with Ledger.open(chain.url) as led:
+        agent = led.authenticate(chain.agent)
+        agent.propose("proj-a", "api.long", 1, Kind.FACT, id=long_id)
+        agent.propose("proj-a", "api.on", 2, Kind.INFERENCE, parents=["M1", long_id], id="C1")
+
+    for rid in (long_id, "C1"):
+        # When get shows it in an 80-column terminal
+        result = chain("get", rid, "--token", chain.reviewer, COLUMNS="80")
+        assert result.exit_code == 0, result.output
+
+        # Then the long id is printed whole, on one line
+        assert any(long_id in line for line in result.stdout.splitlines()), result.stdout
+
+    # And a record whose ids fit is still a table within 80 columns
+    r1 = chain("get", "R1", "--token", chain.reviewer, COLUMNS="80").stdout
+    assert re.search(r"│ parents\s+│ M1\s+│", r1), r1
+    assert max(len(line) for line in r1.splitlines()) <= 80
+
+
 def test_json_output_carries_an_infinite_float_as_the_string_inf(cli: Cli) -> None:
     with Ledger.open(cli.url) as led:
         agent, reviewer = led.authenticate(cli.agent), led.authenticate(cli.reviewer)

@@ -78,6 +78,39 @@ def test_a_shell_run_records_its_reads_as_observed_dependencies(sh: Shell) -> No
     assert json.loads(sh.ok("get", "M", "--json", token=sh.reviewer).stdout)["status"] == "STALE"
 
 
+#: A command that shows E1 (and, for records, that a second page follows).
+SHOWING_E1 = {
+    "explain": ("explain", "--scope", "proj-a", "--claim", "source:u"),
+    "records": ("records", "--scope", "proj-a", "--limit", "1"),
+}
+
+
+@pytest.mark.parametrize("how", ["--run", "PROVLEDGER_RUN"])
+@pytest.mark.parametrize("command", list(SHOWING_E1))
+def test_explain_and_records_in_a_run_record_what_they_show_as_observed(
+    sh: Shell, tmp_path: Path, command: str, how: str
+) -> None:
+    # Given a second accepted record after E1, and a run started from the shell
+    a = sh.agent
+    (tmp_path / "other.txt").write_text("other page")
+    capture = ("capture", str(tmp_path / "other.txt"), "--scope", "proj-a", "--uri", "w")
+    sh.ok(*capture, "--id", "E2", token=a)
+    sh.ok("accept", "E2", token=sh.reviewer)
+    sh.ok("run", "start", "t", token=a)
+
+    # When the command is run inside it (by option or environment), then a proposal made
+    in_run: dict[str, str] = {"PROVLEDGER_RUN": "t"} if how == "PROVLEDGER_RUN" else {}
+    args = SHOWING_E1[command] + (("--run", "t") if how == "--run" else ())
+    shown = sh.ok(*args, token=a, **in_run).stdout
+    assert "E1" in shown and "│ E2" not in shown
+    propose = ("propose", "--scope", "proj-a", "--claim", "k", "--kind", "fact", "--value", "1")
+    sh.ok(*propose, "--id", "F", "--run", "t", token=a)
+
+    # Then the proposal names what the command showed as observed (not the E2 that
+    # records only looked at to tell that more follow)
+    assert json.loads(sh.ok("get", "F", "--json", token=a).stdout)["observed"] == ["E1"]
+
+
 def test_run_observe_records_reads_made_outside_the_ledger(sh: Shell) -> None:
     a = sh.agent
     sh.ok("run", "start", "t", token=a)

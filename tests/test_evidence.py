@@ -411,6 +411,17 @@ def test_a_malformed_heads_file_line_is_refused_by_number(tmp_path: Path, clock:
 
 
 @pytest.mark.parametrize("ledger_url", BACKENDS, indirect=True)
+def test_verifying_against_a_heads_file_that_holds_no_head_is_refused(
+    scene: Scene, tmp_path: Path
+) -> None:
+    emptied = tmp_path / "emptied.jsonl"
+    emptied.write_text("\n")
+    with pytest.raises(InvalidHeadError, match=r"emptied.jsonl' holds no signed head"):
+        scene.ledger.verify(heads=emptied, public_key=scene.public_key)
+    assert scene.ledger.verify(heads=scene.heads, public_key=scene.public_key).ok
+
+
+@pytest.mark.parametrize("ledger_url", BACKENDS, indirect=True)
 def test_a_head_is_not_appended_once_the_log_no_longer_extends_the_newest(scene: Scene) -> None:
     before = scene.heads.read_text()
     ATTACKS["truncation"][1](scene)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
@@ -455,6 +455,20 @@ def test_search_filter_operators(store: LedgerStore) -> None:
     assert keys({"meta": {"rank": 3}}) == {"i3"}
     assert keys({"name": "apple", "price": 10}) == {"i1"}
     assert keys({"name": "O'Brien' OR '1'='1"}) == set()
+
+
+def test_a_missing_field_counts_as_null_as_in_langgraphs_stores(store: LedgerStore) -> None:
+    store.put(("items",), "a", {"x": 1})
+    store.put(("items",), "b", {"x": 1, "archived": None})
+    store.put(("items",), "c", {"x": 1, "archived": True})
+
+    def keys(flt: dict[str, Any]) -> list[str]:
+        return sorted(i.key for i in store.search(("items",), filter=flt))
+
+    assert keys({"archived": None}) == ["a", "b"]
+    assert keys({"archived": {"$eq": None}}) == ["a", "b"]
+    assert keys({"archived": True}) == ["c"]
+    assert keys({"archived": {"$gt": 0}}) == []  # no order with a missing field
 
 
 def test_search_filters_booleans_apart_from_numbers(store: LedgerStore) -> None:
@@ -1066,6 +1080,15 @@ def test_a_thread_that_updates_a_memory_it_read_keeps_writing(
     assert store.get(("proj-a", "greetings"), "latest") is None
 
 
+def one_node_graph(store: BaseStore, node: Callable[[State], State]) -> Any:
+    """A graph of the one node ``node``."""
+    builder = StateGraph(State)
+    builder.add_node(node.__name__, node)
+    builder.add_edge(START, node.__name__)
+    builder.add_edge(node.__name__, END)
+    return builder.compile(store=store)
+
+
 def writer_graph(store: BaseStore) -> Any:
     """A node that only writes (it reads nothing in this invocation)."""
 
@@ -1158,6 +1181,74 @@ def test_a_thread_resumed_by_a_later_store_goes_on_in_a_new_run(
     assert principals.reviewer.get(greeting_id).observed == (
         current_id(principals.reviewer, "proj-a", "user/name"),
     )
+
+
+def test_a_thread_that_deletes_a_memory_it_read_keeps_writing(
+    store: LedgerStore, principals: Principals
+) -> None:
+    store.put(("proj-a", "memories"), "old", {"text": "stale plan"})
+
+    def tidy(state: State) -> State:
+        memories = get_store()
+        found = memories.search(("proj-a", "memories"))
+        for item in found:
+            memories.delete(("proj-a", "memories"), item.key)
+        memories.put(("proj-a", "memories"), f"new-{len(found)}", {"text": state["greeting"]})
+        return state
+
+    graph = one_node_graph(store, tidy)
+    config = {"configurable": {"thread_id": "manage"}}
+    graph.invoke({"greeting": "first"}, config)
+    graph.invoke({"greeting": "second"}, config)  # deletes new-1 it found, then puts
+
+    assert [i.key for i in store.search(("proj-a", "memories"))] == ["new-1"]
+    latest = principals.reviewer.get(current_id(principals.reviewer, "proj-a", "memories/new-1"))
+    assert latest.observed == ()  # nothing it deleted is a basis for it
+    assert store.get(("proj-a", "memories"), "old") is None
+
+
+def test_a_thread_whose_search_no_longer_finds_a_deleted_memory_goes_on(
+    store: LedgerStore, principals: Principals
+) -> None:
+    store.put(("proj-a", "facts"), "f1", {"text": "sky is blue"})
+    store.put(("proj-a", "facts"), "f2", {"text": "grass is green"})
+
+    def summarise(state: State) -> State:
+        memories = get_store()
+        text = "; ".join(sorted(f.value["text"] for f in memories.search(("proj-a", "facts"))))
+        memories.put(("proj-a", "summaries"), "all", {"text": text})
+        return {"greeting": text}
+
+    graph = one_node_graph(store, summarise)
+    config = {"configurable": {"thread_id": "recall"}}
+    graph.invoke({"greeting": ""}, config)
+    f1 = current_id(principals.reviewer, "proj-a", "facts/f1")
+    store.delete(("proj-a", "facts"), "f1")  # by another thread (none here)
+
+    out = graph.invoke({"greeting": ""}, config)
+
+    assert out["greeting"] == "grass is green"
+    summary = principals.reviewer.get(current_id(principals.reviewer, "proj-a", "summaries/all"))
+    assert summary.observed == (current_id(principals.reviewer, "proj-a", "facts/f2"),)
+    assert f1 in principals.agent.run(run_id_of("recall")).resume().reads  # still a read
+
+
+def test_a_store_keeps_the_runs_of_the_threads_it_used_last(
+    store: LedgerStore, principals: Principals, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("ledger.integrations.langgraph.store.MAX_THREADS", 2)
+    graph = writer_graph(store)
+    for thread in ("t0", "t1", "t0", "t2"):  # t1 is the one used longest ago
+        graph.invoke({"greeting": thread}, {"configurable": {"thread_id": thread}})
+
+    with pytest.raises(InvalidInputError, match="has ended"):
+        principals.agent.run(run_id_of("t1")).resume()
+    for open_thread in ("t0", "t2"):
+        assert principals.agent.run(run_id_of(open_thread)).resume().run_id
+    graph.invoke({"greeting": "back"}, {"configurable": {"thread_id": "t1"}})
+    note = current_id(principals.reviewer, "proj-a", "notes/last")
+    proposed = principals.reviewer.audit(note).events[0]
+    assert proposed.details["run_id"] == f"{run_id_of('t1')}.1"  # its next run
 
 
 def test_get_answers_and_refuses_exactly_as_a_batch_of_one_get_op(

@@ -178,6 +178,19 @@ async def test_a_token_holding_approve_also_gets_the_approval_tools(team: Team) 
     assert names == MEMORY_TOOLS + APPROVALS
 
 
+async def test_the_tool_list_follows_grants_made_and_withdrawn_while_the_server_runs(
+    team: Team,
+) -> None:
+    admin = team.ledger.admin()
+    async with team.client("agent-1") as agent:
+        admin.grant("agent-1", "proj-c", ["approve"])
+        names = [t.name for t in (await agent.list_tools()).tools]
+        assert names == MEMORY_TOOLS + APPROVALS
+        admin.revoke_grant("agent-1", "proj-c")
+        names = [t.name for t in (await agent.list_tools()).tools]
+        assert names == MEMORY_TOOLS
+
+
 async def test_every_tool_is_described_for_a_model_with_schemas_and_annotations(
     team: Team,
 ) -> None:
@@ -468,6 +481,34 @@ async def test_an_infinite_float_is_shown_as_the_string_inf_not_null(team: Team)
     assert read["outcome"] == "CONFLICT"
     assert sorted(str(r["value"]) for r in read["records"]) == ["{'v': 'inf'}", "{'v': None}"]
     assert record["value"] == {"v": "inf"}
+
+
+async def test_text_that_spells_json_is_stored_as_text_and_values_keep_their_type(
+    team: Team,
+) -> None:
+    # "{}" is not {}: a value's type is part of it (the SDK alone would parse the text).
+    texts = ["[1, 2]", "null", '{"retry": true}', "{}", "42", "true"]
+    values: list[Any] = [*texts, [1, 2], None, {"retry": True}, {}]
+    async with team.client("agent-1") as agent:
+        ids = [
+            (
+                await ok(
+                    agent, "propose_memory", scope=SCOPE, claim_key=f"v{i}", value=v, kind="fact"
+                )
+            )["id"]
+            for i, v in enumerate(values)
+        ]
+        proposal = await ok(
+            agent,
+            "capture_evidence",
+            scope=SCOPE,
+            uri="https://x.test/v",
+            content="c",
+            value="[3]",
+        )
+    stored = [team.sessions["reviewer"].get(rid).value for rid in ids]
+    assert stored == values
+    assert team.sessions["reviewer"].get(proposal["id"]).value == "[3]"
 
 
 async def test_an_argument_a_tool_does_not_take_is_refused_naming_it(team: Team) -> None:

@@ -103,7 +103,9 @@ def test_contradictory_inherited_conditions_are_refused_naming_both_sides(world:
         world.agent.propose(
             scope="proj-a", claim_key="c", value=1, kind=Kind.PLAN, parents=["A", "B"]
         )
-    with pytest.raises(InvalidValueError, match="contradict"):
+    with pytest.raises(
+        InvalidValueError, match=r"api='v3' \(from the proposal\) but api='v2' \(from 'A'\)"
+    ):
         world.agent.propose(
             scope="proj-a",
             claim_key="c",
@@ -113,6 +115,69 @@ def test_contradictory_inherited_conditions_are_refused_naming_both_sides(world:
             conditions={"api": "v3"},
         )
     assert world.ledger.position == position
+
+
+def test_a_run_shown_records_of_contradicting_conditions_states_which_one_applies(
+    world: World,
+) -> None:
+    """A listing shows what holds under every context: a run that saw both
+    versions is asked which condition its record holds under, not dead-ended."""
+    for rid, version, safe in (("M1", "v1", False), ("M2", "v2", True)):
+        _accepted(
+            world,
+            rid,
+            scope="proj-a",
+            claim_key="api.retry_safe",
+            value=safe,
+            kind=Kind.FACT,
+            conditions={"api": version},
+        )
+    with world.agent.run("task-list") as run:
+        run.records("proj-a")
+        position = world.ledger.position
+        with pytest.raises(
+            InvalidValueError,
+            match=r"its run read 'M1' \(api='v1'\) and 'M2' \(api='v2'\); state the 'api'",
+        ):
+            run.propose(scope="proj-a", claim_key="note", value="x", kind=Kind.INFERENCE)
+        assert world.ledger.position == position
+        rid = run.propose(
+            scope="proj-a",
+            claim_key="note",
+            value="retry is safe",
+            kind=Kind.INFERENCE,
+            conditions={"api": "v2"},
+        )
+    note = world.reviewer.get(rid)
+    assert note.conditions == {"api": "v2"}
+    assert set(note.observed) == {"M1", "M2"}  # both still revoke it
+    world.reviewer.accept(rid)
+    assert world.agent.read(scope="proj-a", claim_key="note", context={"api": "v1"}).outcome == (
+        Outcome.MISSING
+    )
+    world.reviewer.revoke("M1", reason="wrong")
+    assert world.reviewer.get(rid).status == "STALE"
+
+
+def test_a_record_read_as_of_before_it_expired_is_no_basis_now(world: World) -> None:
+    start = world.clock.now
+    _accepted(
+        world,
+        "T1",
+        scope="proj-a",
+        claim_key="token",
+        value="abc",
+        kind=Kind.FACT,
+        expires=start + timedelta(hours=1),
+    )
+    world.clock.advance(hours=2)
+    with world.agent.run("task-past") as run:
+        past = run.read(scope="proj-a", claim_key="token", at=start + timedelta(minutes=30))
+        assert past.outcome == Outcome.FOUND  # what held then is shown
+        rid = run.propose(scope="proj-a", claim_key="d", value=1, kind=Kind.INFERENCE, parents=[])
+    assert world.reviewer.get(rid).observed == ()
+    assert "T1" in run.reads
+    world.reviewer.accept(rid)  # nothing expired under it
 
 
 def test_a_new_basis_may_not_make_a_record_drop_or_contradict_a_condition(world: World) -> None:
@@ -204,6 +269,14 @@ def test_a_url_password_never_appears_in_messages_or_the_ledger_s_url(pg_url: st
     assert secret not in backend.url and secret not in repr(backend)
     with Ledger.open(with_password) as led:  # trust auth: the password is not checked
         assert secret not in led.url
+    # As a query option, and in a URL too malformed to parse: masked all the same.
+    as_option = pg_url.replace("?", f"?password={secret}&", 1)
+    malformed = f"postgresql://postgres:{secret}@[::1/test?schema=x"
+    for url in (as_option, malformed):
+        with pytest.raises(InvalidURLError) as refused:
+            Ledger.open(url)
+        assert secret not in str(refused.value) and "***" in str(refused.value)
+    assert "is not a valid URL" in str(refused.value)  # not a traceback of urlparse's
 
 
 def _delivered_report(world: World, expires: object = None) -> str:

@@ -666,6 +666,36 @@ def test_a_body_that_is_not_a_json_object_is_422(served: Served) -> None:
     assert (both.status_code, error_of(both)["field"]) == (422, "content")
 
 
+def test_a_number_out_of_range_or_a_field_given_twice_is_422_and_writes_nothing(
+    served: Served,
+) -> None:
+    # 1e999 would be read as infinity, and a repeated `parents` would keep its last value.
+    _seed(served)
+    before = served.ledger.position
+    for raw, message in (
+        (
+            b'{"scope": "proj-a", "claim_key": "c", "value": 1e999, "kind": "fact"}',
+            "the request body holds the number 1e999, out of range",
+        ),
+        (
+            b'{"scope": "proj-a", "claim_key": "c", "value": 1, "kind": "inference", '
+            b'"parents": ["M1"], "parents": []}',
+            "the request body gives 'parents' more than once",
+        ),
+    ):
+        r = served.agent.post("/records", content=raw, headers={"Content-Type": "application/json"})
+        assert r.status_code == 422, r.text
+        assert error_of(r)["message"] == message
+    assert served.ledger.position == before
+
+
+def test_a_path_with_a_trailing_slash_is_404_not_a_redirect(served: Served) -> None:
+    for path in ("/api/v1/records/", "/api/v1/records/E1/", "/records/E1/"):
+        r = served.client.get(path, headers={"Host": "elsewhere.example"})
+        assert r.status_code == 404, (path, r.status_code)
+        assert "location" not in r.headers
+
+
 def test_a_field_a_route_does_not_take_is_422_naming_it_and_writes_nothing(
     served: Served,
 ) -> None:

@@ -14,6 +14,7 @@ import json
 import os
 import resource
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -595,6 +596,36 @@ def test_sqlite_file_uri_does_not_open_a_database_in_memory(
     assert result.exit_code != 0
     assert "file:" in result.output + result.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+# -- SQLite: the write lock held by another process -----------------------------------
+
+
+def test_sqlite_lock_held_elsewhere_is_refused_once_the_urls_timeout_has_passed(
+    tmp_path: Path,
+) -> None:
+    """``?timeout=1`` bounds the whole command: the tries after a busy database stop
+    once the wait has passed, instead of each waiting it again."""
+    from ledger.errors import ConcurrencyError
+
+    path = tmp_path / "ledger.db"
+    use = in_use(f"sqlite:///{path}?timeout=1")
+    try:
+        before = use.state()
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # holds the write lock until it ends
+        started = time.monotonic()
+        with pytest.raises(ConcurrencyError, match=r"lock wait is 1 s\); gave up after 1 try"):
+            use.agent.propose(scope="proj-a", claim_key="k", value=1, kind=Kind.FACT)
+        # A correctness bound: one wait of the timeout, not one per try (20 tries).
+        assert time.monotonic() - started < 10
+        other.execute("ROLLBACK")
+        other.close()
+        assert use.state() == before
+        use.agent.propose(scope="proj-a", claim_key="k", value=1, kind=Kind.FACT)
+        assert use.led.position == before[0] + 1
+    finally:
+        use.led.close()
 
 
 # -- PostgreSQL: a lock held by another session --------------------------------------

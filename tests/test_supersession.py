@@ -281,6 +281,44 @@ def test_a_new_version_may_not_rest_on_what_it_supersedes(world: World) -> None:
     assert agent.read(scope="proj-a", claim_key="k").value == 2
 
 
+def test_a_run_that_read_what_rests_on_the_old_version_may_still_supersede_it(
+    world: World,
+) -> None:
+    """Read, derive, then update: what the run read that rests on the old version
+    goes STALE when the new one is accepted, so it is no basis for the new one."""
+    agent, reviewer = world.agent, world.reviewer
+    _accepted(world, "M1", scope="proj-a", claim_key="user.name", value="Ada", kind=Kind.FACT)
+    _accepted(world, "U", scope="proj-a", claim_key="user.city", value="Paris", kind=Kind.FACT)
+    with agent.run("task-profile") as run:
+        run.read(scope="proj-a", claim_key="user.name")
+        p1 = run.propose(scope="proj-a", claim_key="greeting", value="Hi Ada", kind=Kind.PLAN)
+        reviewer.accept(p1)
+        run.read(scope="proj-a", claim_key="greeting")
+        run.read(scope="proj-a", claim_key="user.city")
+        m2 = run.propose(
+            scope="proj-a", claim_key="user.name", value="Ada L.", kind=Kind.FACT, supersedes="M1"
+        )
+    assert reviewer.get(p1).observed == ("M1",)
+    assert reviewer.get(m2).observed == ("U",)  # not P1, which rests on M1
+    reviewer.accept(m2)
+    assert reviewer.get("M1").status == Status.SUPERSEDED
+    assert reviewer.get(p1).status == Status.STALE
+    assert agent.read(scope="proj-a", claim_key="user.name").value == "Ada L."
+    # Declared, the same dependency is still refused: the proposer said it rests on it.
+    _accepted(world, "P2", scope="proj-a", claim_key="g2", value=1, kind=Kind.PLAN, parents=[m2])
+    position = world.ledger.position
+    with pytest.raises(InvalidParentError, match=r"its dependency 'P2' rests on"):
+        agent.propose(
+            scope="proj-a",
+            claim_key="user.name",
+            value="A",
+            kind=Kind.FACT,
+            parents=["P2"],
+            supersedes=m2,
+        )
+    assert world.ledger.position == position
+
+
 def test_a_new_version_of_a_record_withdrawn_meanwhile_is_accepted_on_its_own(
     world: World,
 ) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -43,7 +44,8 @@ from ledger.cli.render import (
 from ledger.domain import Status, Validity
 from ledger.errors import LedgerError
 from ledger.jsonable import record_json
-from ledger.session import next_after
+from ledger.session import Session, next_after
+from ledger.values import CorrectionDue, RecordView
 
 # -- read commands (also under as-of) ----------------------------------------------
 
@@ -115,6 +117,7 @@ def get(record_id: str, run_id: str | None, token: str, url: str | None, as_json
 
 @click.command()
 @claim_options
+@run_option
 @token_option
 @url_option
 @json_option
@@ -125,6 +128,7 @@ def explain(
     at: datetime | None,
     context: Any,
     kinds: tuple[str, ...],
+    run_id: str | None,
     token: str,
     url: str | None,
     as_json: bool,
@@ -136,7 +140,9 @@ def explain(
       provledger explain --scope proj-a --claim api.retry_safe
     """
     with principal_session(url, token) as (_led, session):
-        explanation = session.explain(scope, claim_key, at=at, context=context, kinds=kinds or None)
+        explanation = within(session, run_id).explain(
+            scope, claim_key, at=at, context=context, kinds=kinds or None
+        )
     if as_json:
         echo_json(
             {
@@ -229,10 +235,27 @@ def corrections(token: str, url: str | None, as_json: bool) -> None:
     """
     with principal_session(url, token) as (_led, session):
         due = session.corrections_due()
+        views = {} if as_json else views_of(session, due)
     if as_json:
         echo_json({"due": due})
     else:
-        print_corrections(due, make_console())
+        print_corrections(due, make_console(), views)
+
+
+def views_of(session: Session, due: Sequence[CorrectionDue]) -> dict[str, RecordView]:
+    """The records of ``due`` whose why needs more than a ``CorrectionDue`` says
+    (whether a STALE one's cause was revoked or superseded, what superseded a
+    SUPERSEDED one, which expiry an ACCEPTED one passed), by the id shown; one the
+    principal may not ``get`` (no read role there) is left out."""
+    views = {}
+    for c in due:
+        if c.validity != Validity.VALID and c.status not in (Status.REVOKED, Status.REJECTED):
+            rid = c.delivery.record_id
+            try:
+                views[rid] = session.get(rid)
+            except LedgerError:
+                continue
+    return views
 
 
 @click.command()
@@ -404,6 +427,7 @@ def graph_summary(sub: Any, max_nodes: int) -> str:
     help="At most this many records (one page).",
 )
 @click.option("--after", metavar="ID", help="Start after this id (the last of the previous page).")
+@run_option
 @token_option
 @url_option
 @json_option
@@ -416,6 +440,7 @@ def records(
     claim_prefix: str | None,
     limit: int,
     after: str | None,
+    run_id: str | None,
     token: str,
     url: str | None,
     as_json: bool,
@@ -437,7 +462,8 @@ def records(
         "claim_prefix": claim_prefix,
     }
     with principal_session(url, token) as (_led, session):
-        found = session.records(scope, limit=limit, after=after, **filters)
+        found = within(session, run_id).records(scope, limit=limit, after=after, **filters)
+        # through the session: looking whether more follow is not shown to the run
         following = next_after(session, scope, found, limit, **filters)
     if as_json:
         echo_json({"records": [record_json(r) for r in found], "next_after": following})

@@ -22,7 +22,7 @@ from ledger.cli.options import (
     VALIDITY_STYLE,
     printable,
 )
-from ledger.domain import Status
+from ledger.domain import Status, Validity
 from ledger.experiment import ExperimentResult
 from ledger.jsonable import json_safe, plain
 from ledger.values import (
@@ -142,15 +142,7 @@ def listing_table(records: Sequence[RecordView]) -> Table:
         ids={"id": [r.id for r in records]},
     )
     for r in records:
-        notes = []
-        if r.status == Status.SUPERSEDED:
-            notes.append(f"superseded by {r.superseded_by}")
-        elif r.status == Status.STALE and r.cause_superseded_by is not None:
-            notes.append(f"{r.cause} superseded by {r.cause_superseded_by}")
-        elif r.status == Status.STALE:
-            notes.append(f"{r.cause} revoked: {r.reason}")
-        elif r.status in (Status.REVOKED, Status.REJECTED) and r.reason:
-            notes.append(r.reason)
+        notes = [why] if (why := why_text(r)) else []
         if r.supersedes is not None:
             notes.append(f"new version of {r.supersedes}")
         table.add_row(
@@ -163,6 +155,31 @@ def listing_table(records: Sequence[RecordView]) -> Table:
             Text("; ".join(notes) or "-"),
         )
     return table
+
+
+def stale_text(cause: str | None, reason: str | None, superseded_by: str | None) -> str:
+    """One stale cause as the view gives it: revoked (with the reason) or superseded."""
+    if superseded_by is not None:
+        return f"{cause} superseded by {superseded_by}"
+    return f"{cause} revoked: {reason}"
+
+
+def why_text(r: RecordView) -> str:
+    """Why a record is not VALID, in explain's words ("" when it is, or when its
+    status says it all): what superseded it, its newest stale cause, why it was
+    revoked or rejected, or which expiry passed (its own or an ancestor's)."""
+    if r.status == Status.SUPERSEDED:
+        return f"superseded by {r.superseded_by}"
+    if r.status == Status.STALE:
+        return stale_text(r.cause, r.reason, r.cause_superseded_by)
+    if r.status in (Status.REVOKED, Status.REJECTED):
+        return r.reason or ""
+    if r.validity != Validity.VALID and r.effective_expires is not None:
+        when = when_text(r.effective_expires)
+        if r.expiry_source in (None, r.id):
+            return f"expired at {when}"
+        return f"ancestor {r.expiry_source} expired at {when}"
+    return ""
 
 
 def heading_text(outcome: str, scope: str, claim_key: str, at: datetime) -> Text:
@@ -209,49 +226,96 @@ def print_explanation(explanation: Explanation, console: Console) -> None:
         console.print("no record answers this claim")
 
 
+#: A ``get`` row: the field, its value, and the ids in the value (never to be cut).
+Field = tuple[str, Text, Sequence[str]]
+
+
 def print_record(record: RecordView, console: Console) -> None:
     """One record, field by field."""
-    console.print(Text(f"record {record.id}", style="bold"))
-    table = Table(show_header=False)
-    table.add_column("field", style="bold", no_wrap=True)
-    table.add_column("value", overflow="fold")
-    rows: list[tuple[str, Text]] = [
-        ("scope", Text(record.scope)),
-        ("claim_key", Text(record.claim_key)),
-        ("kind", Text(str(record.kind))),
-        ("value", Text(value_text(record.value))),
-        ("status", styled(record.status, STATUS_STYLE)),
-        ("validity", styled(record.validity, VALIDITY_STYLE)),
-        ("parents", Text(", ".join(record.parents) or "-")),
-        ("observed", Text(", ".join(record.observed) or "-")),
-        ("conditions", Text(value_text(record.conditions) if record.conditions else "-")),
-        ("expires", Text(when_text(record.expires))),
-        ("effective expiry", Text(when_text(record.effective_expires))),
-        ("proposer", Text(record.proposer)),
-        ("created", Text(when_text(record.created_at))),
+    console.print(Text(f"record {record.id}", style="bold"), soft_wrap=True)
+    show_fields(console, record_fields(record))
+
+
+def record_fields(record: RecordView) -> list[Field]:
+    """What ``get`` shows of a record: its fields, its supersession links when set,
+    every stale cause (oldest first), evidence and deliveries."""
+    rows: list[Field] = [
+        ("scope", Text(record.scope), ()),
+        ("claim_key", Text(record.claim_key), ()),
+        ("kind", Text(str(record.kind)), ()),
+        ("value", Text(value_text(record.value)), ()),
+        ("status", styled(record.status, STATUS_STYLE), ()),
+        ("validity", styled(record.validity, VALIDITY_STYLE), ()),
+        ("parents", Text(", ".join(record.parents) or "-"), record.parents),
+        ("observed", Text(", ".join(record.observed) or "-"), record.observed),
+        ("conditions", Text(value_text(record.conditions) if record.conditions else "-"), ()),
+        ("expires", Text(when_text(record.expires)), ()),
+        ("effective expiry", Text(when_text(record.effective_expires)), ()),
+        ("proposer", Text(record.proposer), ()),
+        ("created", Text(when_text(record.created_at)), ()),
     ]
-    if record.cause is not None and record.cause != record.id:
-        rows.append(("cause", Text(f"{record.cause} revoked")))
-    if record.reason:
-        rows.append(("reason", Text(record.reason)))
+    if record.supersedes is not None:
+        rows.append(("supersedes", Text(record.supersedes), (record.supersedes,)))
+    if record.superseded_by is not None:
+        rows.append(("superseded by", Text(record.superseded_by), (record.superseded_by,)))
+    if record.status == Status.STALE:
+        causes: list[tuple[str | None, str | None, str | None, bool]] = [
+            (x.cause, x.reason, x.superseded_by, x.blocking) for x in record.stale_causes
+        ] or [(record.cause, record.reason, record.cause_superseded_by, True)]
+        for cause, reason, by, blocking in causes:
+            text = stale_text(cause, reason, by)
+            if not blocking:
+                text += " (no longer rests under it)"
+            rows.append(("stale cause", Text(text), (cause or "", by or "")))
+    elif record.reason:
+        rows.append(("reason", Text(record.reason), ()))
     if record.undeclared:
-        rows.append(("undeclared", Text(", ".join(record.undeclared), style="yellow")))
+        rows.append(
+            ("undeclared", Text(", ".join(record.undeclared), style="yellow"), record.undeclared)
+        )
     for key, value in (record.evidence or {}).items():
-        rows.append((key, Text(when_text(value) if isinstance(value, datetime) else str(value))))
+        shown = when_text(value) if isinstance(value, datetime) else str(value)
+        # a snapshot ref is what `provledger snapshot` takes: an id too
+        rows.append((key, Text(shown), (shown,) if key.endswith(("_ref", "_hash")) else ()))
     for d in record.deliveries:
         corrected = f", {len(d.corrections)} correction(s)" if d.corrections else ""
-        rows.append(
-            (
-                "delivery",
-                Text(
-                    f"{d.state} to {d.recipient} via {d.channel} at {when_text(d.delivered_at)} "
-                    f"({d.delivery_id}{corrected})"
-                ),
-            )
+        text = (
+            f"{d.state} to {d.recipient} via {d.channel} at {when_text(d.delivered_at)} "
+            f"({d.delivery_id}{corrected})"
         )
-    for name, text in rows:
-        table.add_row(name, text)
-    console.print(table)
+        rows.append(("delivery", Text(text), (d.delivery_id,)))
+    return rows
+
+
+def show_fields(console: Console, rows: Sequence[Field]) -> None:
+    """Print ``rows`` as a ``field │ value`` table whose values fold long text onto
+    more lines; when an id in them is wider than the value column, print each row
+    as ``field  value`` lines instead (as :func:`show` does), so no id is ever cut."""
+    width = max(len(name) for name, _, _ in rows)
+    room = console.width - width - 7  # the table's borders and padding
+    # Folding wraps at spaces and cuts only words wider than the column: the words
+    # holding an id (with the comma or bracket next to it) must fit.
+    widest = max(
+        (
+            len(word)
+            for _, text, ids in rows
+            for word in text.plain.split()
+            if any(i and i in word for i in ids)
+        ),
+        default=0,
+    )
+    if widest <= room:
+        table = Table(show_header=False)
+        table.add_column("field", style="bold", no_wrap=True)
+        table.add_column("value", overflow="fold")
+        for name, text, _ in rows:
+            table.add_row(name, text)
+        console.print(table)
+        return
+    for name, text, ids in rows:
+        line = Text(f"{name:<{width}}  ", style="bold")
+        line.append_text(text)
+        console.print(line, soft_wrap=bool(ids))  # an id is never broken
 
 
 def details_text(details: Mapping[str, Any], skip: Sequence[str] = ()) -> str:
@@ -289,8 +353,11 @@ def print_audit(trail: AuditTrail, console: Console) -> None:
     show(console, events_table(trail.events, with_record=False))
 
 
-def print_corrections(due: Sequence[CorrectionDue], console: Console) -> None:
-    """Deliveries that need a correction."""
+def print_corrections(
+    due: Sequence[CorrectionDue], console: Console, views: Mapping[str, RecordView] | None = None
+) -> None:
+    """Deliveries that need a correction; ``views``: their records by id, where the
+    why needs more than ``due`` says (see :func:`why_text`)."""
     if not due:
         console.print("no corrections due")
         return
@@ -303,7 +370,10 @@ def print_corrections(due: Sequence[CorrectionDue], console: Console) -> None:
         },
     )
     for c in due:
-        why = f"{c.cause} revoked: {c.reason}" if c.cause else (c.reason or "-")
+        view = (views or {}).get(c.delivery.record_id)
+        why = why_text(view) if view is not None else ""
+        if not why:
+            why = f"{c.cause} revoked: {c.reason}" if c.cause else (c.reason or "-")
         table.add_row(
             Text(c.delivery.delivery_id),
             Text(c.delivery.record_id),

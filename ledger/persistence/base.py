@@ -78,6 +78,10 @@ class LedgerRecorderMixin:
 
     projector: Projector
     dialect: Dialect
+    #: Seconds a writer waits for another's lock before the database says it is
+    #: busy (None: the backend reports no such wait); a command tried again after
+    #: that stops being tried once this much time has passed since its first try.
+    lock_wait: float | None = None
 
     def vouch(self, c: Cursor, notes: Sequence[Notification]) -> None:
         """Raise ``CorruptEventError`` unless each stored event is byte for byte what

@@ -145,6 +145,7 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
         # read transactions (a pool round trip costs as much as the statement); an
         # in-memory database keeps eventsourcing's reader/writer interlocking.
         self._file = not self.datastore.pool.is_sqlite_memory_mode
+        self.lock_wait = float(self.datastore.pool.lock_timeout or SQLITE3_DEFAULT_LOCK_TIMEOUT)
         self._reader = threading.local()
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()

@@ -168,13 +168,21 @@ def _check_schema(url: str, schema: str) -> None:
         )
 
 
+#: A password given as a query option (``?password=…``, libpq's spelling).
+_QUERY_PASSWORD = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
+#: The password of ``//user:password@``, for a URL too malformed to parse.
+_NETLOC_PASSWORD = re.compile(r"(//[^/?#@:]*:)[^@/?#]*@")
+
+
 def redacted(url: str) -> str:
-    """``url`` with any password replaced by ``***`` (for messages, reprs and logs)."""
+    """``url`` with any password, in its user part or as a ``password`` option,
+    replaced by ``***`` (for messages, reprs and logs)."""
+    url = _QUERY_PASSWORD.sub(r"\1***", url)
     try:
         parsed = urlparse(url)
         password = parsed.password
     except ValueError:
-        return url
+        return _NETLOC_PASSWORD.sub(r"\1***@", url)
     if not password:
         return url
     netloc = parsed.netloc.rsplit("@", 1)
@@ -184,7 +192,10 @@ def redacted(url: str) -> str:
 
 def _postgres_backend(full: str) -> Backend:
     url = redacted(full)  # what messages and ``Ledger.url`` show
-    parsed = urlparse(full)
+    try:
+        parsed = urlparse(full)
+    except ValueError as exc:
+        raise InvalidURLError(f"ledger URL {url!r} is not a valid URL: {exc}") from None
     dbname = unquote(parsed.path.lstrip("/"))
     if not parsed.hostname or not dbname:
         raise InvalidURLError(

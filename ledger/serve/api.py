@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -283,11 +284,37 @@ def _not_json(constant: str) -> Any:
     raise ValueError(f"{constant} is not JSON")
 
 
+class _Refused(ValueError):
+    """A body that is JSON but not one the API takes (named in the message)."""
+
+
+def _finite(text: str) -> float:
+    # Python reads 1e999 as infinity, which JSON cannot hold either.
+    number = float(text)
+    if not math.isfinite(number):
+        raise _Refused(f"the request body holds the number {text[:40]}, out of range")
+    return number
+
+
+def _once_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # A field given twice would otherwise keep its last value silently.
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _Refused(f"the request body gives {key[:80]!r} more than once")
+        out[key] = value
+    return out
+
+
 def _parse_body(raw: bytes) -> Mapping[str, Any]:
     if not raw.strip():
         return {}
     try:
-        data = json.loads(raw, parse_constant=_not_json)
+        data = json.loads(
+            raw, parse_constant=_not_json, parse_float=_finite, object_pairs_hook=_once_each
+        )
+    except _Refused as exc:
+        raise InvalidInputError(str(exc)) from None
     except (ValueError, RecursionError):
         raise InvalidInputError("the request body is not JSON") from None
     if not isinstance(data, dict):

@@ -204,6 +204,9 @@ def create_app(
         exception_handlers={HTTPException: http_error},
         lifespan=lifespan,
     )
+    # ``/api/v1/records/`` is not a route: answered like any unknown path, not
+    # redirected to an address built from the request's Host header.
+    app.router.redirect_slashes = False
     app.state.ledger = ledger
     app.state.console = console
     app.state.mcp = mcp

@@ -561,7 +561,7 @@ class Console:
         def act(live: Session, form: Mapping[str, Any]) -> str:
             result = live.revoke(record_id, reason=form.get("reason", ""))
             marked = len(result.stale)
-            return f"Revoked {result.root}; {marked} record(s) marked STALE."
+            return f"Revoked {result.root}; {marked} record(s) you can see marked STALE."
 
         return await self._act(request, session, act, f"/records/{record_id}")
 

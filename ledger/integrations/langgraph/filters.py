@@ -1,6 +1,7 @@
 """The ``search`` filters (exact match, or ``$eq $ne $gt $gte $lt $lte`` on value
 fields; a dotted name reaches into nested mappings; a field missing from a value
-fails every condition on it) and the ``list_namespaces`` match conditions."""
+counts as null, as in LangGraph's own stores: it passes an equality with ``None``
+and fails every other condition) and the ``list_namespaces`` match conditions."""
 
 from __future__ import annotations
 
@@ -96,10 +97,15 @@ def matches(flt: Mapping[str, Any], value: Any) -> bool:
     """Whether ``value`` passes every condition of a (checked) search filter."""
     for name, wanted in flt.items():
         present, actual = _field(value, name)
-        if not present:
-            return False
         if isinstance(wanted, Mapping) and any(str(k).startswith("$") for k in wanted):
+            if not present:
+                if all(op == "$eq" and operand is None for op, operand in wanted.items()):
+                    continue
+                return False
             if not all(_compare(op, actual, operand) for op, operand in wanted.items()):
+                return False
+        elif not present:
+            if wanted is not None:
                 return False
         elif not _equal(actual, wanted):
             return False

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import nullcontext
 from datetime import datetime
@@ -59,10 +60,13 @@ from ledger.validation import check_kind
 from ledger.values import ReadResult, RecordView
 from projections.validity import LIVE_STATUSES
 
-__all__ = ["PAGE", "LedgerStore"]
+__all__ = ["MAX_THREADS", "PAGE", "LedgerStore"]
 
 #: Records fetched per ``Session.records`` page while listing.
 PAGE = 1000
+#: How many LangGraph threads' runs a store keeps open; past that, the run of the
+#: thread used longest ago is ended, as when the store closes (see ``_thread``).
+MAX_THREADS = 1024
 #: The statuses of a record a delete revokes: every live one.
 _LIVE = tuple(Status(s) for s in LIVE_STATUSES)
 #: How often a put is tried when another process replaced its key's version
@@ -128,7 +132,7 @@ class LedgerStore(BaseStore):
                 "separation of duties forbids approving one's own proposals"
             )
         self._ids = Ids()
-        self._threads: dict[str, Thread] = {}
+        self._threads: OrderedDict[str, Thread] = OrderedDict()
         self._threads_lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -143,7 +147,7 @@ class LedgerStore(BaseStore):
     def close(self) -> None:
         """End the ledger run of every thread this store served. Safe to call twice."""
         with self._threads_lock:
-            threads, self._threads = list(self._threads.values()), {}
+            threads, self._threads = list(self._threads.values()), OrderedDict()
         for state in threads:
             state.end()
 
@@ -387,11 +391,14 @@ class LedgerStore(BaseStore):
         prefix = tuple(op.namespace_prefix)
         found: list[SearchItem] = []
         shown: list[tuple[str, RecordView]] = []
+        searched: list[tuple[str, str | None]] = []
         skipped = 0
         if op.limit == 0:
             return found
         for scope, labels, rest in self._scopes_under(prefix):
             claim_prefix = "".join(component(label) + SEPARATOR for label in rest) or None
+            if state is not None:
+                searched.append((scope, claim_prefix))
             seen: set[str] = set()
             for view in self._listing(scope, claim_prefix, op.offset + op.limit):
                 parsed = parse_claim_key(view.claim_key)
@@ -418,6 +425,8 @@ class LedgerStore(BaseStore):
             state.run.observe(*(view.id for _, view in shown))
             for scope, view in shown:
                 state.note_shown(scope, view.claim_key, (view,))
+        if state is not None and searched:
+            state.recheck(self.session, searched, {view.id for _, view in shown})
         return found
 
     def _list_namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
@@ -469,6 +478,8 @@ class LedgerStore(BaseStore):
         with _key_lock(scope, claim):
             if op.value is None:
                 self._delete(scope, claim)
+                if state is not None:  # what the thread deleted is no basis for it now
+                    state.read_key(scope, claim, ())
             else:
                 self._replace(state, scope, claim, op.value)
 
@@ -526,12 +537,24 @@ class LedgerStore(BaseStore):
     # -- runs ---------------------------------------------------------------------
 
     def _thread(self, thread: str) -> Thread:
-        """The run of a LangGraph thread, started on first use."""
+        """The run of a LangGraph thread, started on first use. The store keeps the
+        runs of the ``MAX_THREADS`` threads it used last; the run of one used
+        longer ago is ended (after any batch of it that is running), and the
+        thread, should it come back, starts its next run (``Thread.start``), as
+        after the store was closed."""
         with self._threads_lock:
             state = self._threads.get(thread)
-            if state is None:
-                state = self._threads[thread] = Thread.start(self.session, thread)
-            return state
+            if state is not None:
+                self._threads.move_to_end(thread)
+                return state
+            state = self._threads[thread] = Thread.start(self.session, thread)
+            retired = [
+                self._threads.popitem(last=False)[1]
+                for _ in range(len(self._threads) - MAX_THREADS)
+            ]
+        for old in retired:
+            old.end()
+        return state
 
     def _propose_in_thread(
         self, state: Thread, scope: str, claim: str, value: Any, fields: dict[str, Any]

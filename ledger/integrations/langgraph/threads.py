@@ -8,8 +8,10 @@ record withdrawn since the thread read it; the thread goes on when
 - it wrote or read the version that replaced it (the usual read-modify-write):
   the store shows the run the old version and observes the newer one instead,
   and tries the put once more;
-- it reads the key again (``get``): the run is shown the version it read as it
-  is now, and no longer rests on it if it was withdrawn.
+- it reads the key again (``get``), deletes it, or searches a namespace that
+  holds the key and is not shown it: the run is shown the version it read as it
+  is now, and no longer rests on it if it was withdrawn (a search that no longer
+  finds a key is how a thread learns that another one deleted it).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field
 from langchain_core.runnables.config import var_child_runnable_config
 
 from ledger import RunContext, Session
-from ledger.domain import Status
+from ledger.domain import Status, Validity
 from ledger.errors import DuplicateRecordError, LedgerError
 from ledger.validation import ID_PATTERN
 from ledger.values import RecordView
@@ -130,6 +132,27 @@ class Thread:
             except LedgerError:  # no longer visible: nothing can rest on it now
                 continue
         self.note_shown(scope, claim, current)
+
+    def recheck(
+        self, session: Session, searched: Collection[tuple[str, str | None]], shown: Collection[str]
+    ) -> None:
+        """After a ``search`` of ``searched`` ((scope, claim prefix or None) each)
+        that showed ``shown``: each record of a key under them that the thread
+        rests on, was not shown and is no longer VALID is shown to the run as it
+        is now (looked up first through ``session``, not recorded), so the run
+        stops resting on it."""
+        for rid in self.run.relied_on:
+            where = self.keys.get(rid)
+            if rid in shown or where is None:
+                continue
+            scope, claim = where
+            if not any(s == scope and claim.startswith(p or "") for s, p in searched):
+                continue
+            try:
+                if session.get(rid).validity != Validity.VALID:
+                    self.run.get(rid)
+            except LedgerError:  # no longer visible: nothing can rest on it now
+                continue
 
     def catch_up(self, session: Session) -> bool:
         """After a put was refused: show the run each record it rests on that was

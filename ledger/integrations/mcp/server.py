@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal
 
+import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, InputRequiredResult, ToolAnnotations
@@ -13,10 +14,11 @@ from mcp.types import Tool as MCPTool
 
 from ledger import Ledger, __version__
 from ledger.access import Role
-from ledger.errors import InvalidInputError
+from ledger.errors import InvalidInputError, LedgerError
 from ledger.integrations.mcp.connection import Connection, lifespan_of, refusal
 from ledger.integrations.mcp.results import RECORD_URI
 from ledger.integrations.mcp.tools import (
+    Verbatim,
     accept_memory,
     audit_record,
     capture_evidence,
@@ -42,10 +44,17 @@ class LedgerServer(MCPServer[Connection]):
 
     #: Each tool's argument names, read from the schemas on the first call.
     _takes: dict[str, frozenset[str]] | None = None
+    #: The approval tools' names, and whether the principal holds ``approve`` in
+    #: some scope now (asked at each listing: grants change while a server runs).
+    _approval: frozenset[str] = frozenset()
+    _approves: Callable[[], bool] | None = None
 
     async def list_tools(self) -> list[MCPTool]:
-        """Every tool, its input schema closed to other arguments."""
+        """Every tool the principal may use now (the approval tools only while it
+        holds ``approve`` somewhere), its input schema closed to other arguments."""
         tools = await super().list_tools()
+        if self._approves is not None and not await anyio.to_thread.run_sync(self._approves):
+            tools = [tool for tool in tools if tool.name not in self._approval]
         for tool in tools:
             tool.input_schema = {**tool.input_schema, "additionalProperties": False}
         return tools
@@ -53,8 +62,11 @@ class LedgerServer(MCPServer[Connection]):
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Connection, Any] | None = None
     ) -> CallToolResult | InputRequiredResult:
-        """Refuse arguments ``name`` does not take, then call it."""
+        """Refuse arguments ``name`` does not take, then call it (a ``value`` given
+        as text kept as that text: :class:`~ledger.integrations.mcp.tools.Verbatim`)."""
         takes = (await self._arguments()).get(name)
+        if takes is not None and "value" in takes and isinstance(arguments.get("value"), str):
+            arguments = {**arguments, "value": Verbatim(arguments["value"])}
         if takes is not None:
             unknown = sorted(set(arguments) - takes)
             if unknown:
@@ -253,15 +265,15 @@ APPROVAL_TOOLS: tuple[tuple[Callable[..., Any], str, ToolAnnotations], ...] = (
 def build_server(ledger: Ledger, token: str) -> MCPServer[Connection]:
     """An MCP server acting as the principal of ``token`` on ``ledger``.
 
-    The approval tools are listed only when the token holds ``approve`` in some
-    scope when the server is built; every call is checked against the token's grants
-    at that moment anyway. The caller keeps ``ledger`` open while the server runs.
+    The approval tools are listed only while the token's principal holds
+    ``approve`` in some scope (asked at each listing); every call is checked
+    against the token's grants at that moment anyway. The caller keeps
+    ``ledger`` open while the server runs.
 
     Raises:
         AuthenticationError: the token is unknown, revoked or expired.
     """
     session = ledger.authenticate(token)
-    roles = session.grants()
     server = LedgerServer(
         "provledger",
         title="provledger memory",
@@ -271,8 +283,17 @@ def build_server(ledger: Ledger, token: str) -> MCPServer[Connection]:
         # A refused tool call is an answer to the model, not an operator's concern.
         log_level="WARNING",
     )
-    approves = any(Role.APPROVE.value in held for held in roles.values())
-    for fn, description, hints in TOOLS + (APPROVAL_TOOLS if approves else ()):
+
+    def approves() -> bool:
+        try:
+            held = session.grants()
+        except LedgerError:  # the token ended: no tool will work, none approves
+            return False
+        return any(Role.APPROVE.value in roles for roles in held.values())
+
+    server._approval = frozenset(fn.__name__ for fn, _, _ in APPROVAL_TOOLS)
+    server._approves = approves
+    for fn, description, hints in TOOLS + APPROVAL_TOOLS:
         server.add_tool(
             fn,
             name=fn.__name__,

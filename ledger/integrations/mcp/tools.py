@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
 from typing import Annotated, Any, Literal
@@ -80,6 +81,21 @@ _CANDIDATE_NOTE = (
 )
 
 
+@dataclass(frozen=True)
+class Verbatim:
+    """A ``value`` argument given as text, kept as that text: the SDK would read
+    text that looks like JSON (``"[1, 2]"``, ``"null"``) as the JSON it spells,
+    and a value's type is part of it (``"{}"`` is not ``{}``). ``LedgerServer``
+    wraps such an argument before the SDK sees it."""
+
+    text: str
+
+
+def as_given(value: Any) -> Any:
+    """A ``value`` argument as the client sent it (see :class:`Verbatim`)."""
+    return value.text if isinstance(value, Verbatim) else value
+
+
 def _proposal(connection: Connection, record_id: str) -> ProposalOut:
     view = view_if_readable(connection.session, record_id)
     return {
@@ -143,7 +159,7 @@ def capture_evidence(
                 expires=expires,
                 conditions=conditions,
                 id=id,
-                value=value,
+                value=as_given(value),
             )
         return _proposal(connection, record_id)
 
@@ -156,8 +172,8 @@ def propose_memory(
         Any,
         Field(
             description="The claim itself: any JSON value (text, number, boolean, null, "
-            "array or object). Text that is itself a JSON array, object or null is taken as "
-            "that value."
+            "array or object), kept with its type: text stays text even when it spells "
+            "JSON (send an array as an array, not as text)."
         ),
     ],
     kind: KindName,
@@ -182,7 +198,7 @@ def propose_memory(
             record_id = acting.propose(
                 scope=scope,
                 claim_key=claim_key,
-                value=value,
+                value=as_given(value),
                 kind=kind,
                 parents=parents or (),
                 expires=expires,
