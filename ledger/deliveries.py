@@ -16,7 +16,12 @@ from ledger import pipeline, redaction, rules
 from ledger.access import Role
 from ledger.caller import Caller
 from ledger.domain import Record, Status, Validity
-from ledger.errors import InvalidInputError, NotUsableError, UnknownDeliveryError
+from ledger.errors import (
+    InvalidInputError,
+    InvalidTransitionError,
+    NotUsableError,
+    UnknownDeliveryError,
+)
 from ledger.pipeline import Decision
 from ledger.serialization import micros_to_datetime
 from ledger.validation import check_id, check_text
@@ -31,8 +36,8 @@ from projections.validity import RecordRow
 def deliver(caller: Caller, record_id: str, recipient: str, channel: str) -> str:
     """``Session.deliver``: the record must be ACCEPTED and VALID now."""
     caller.writable("deliver")
-    check_text(recipient, "recipient", max_len=512)
-    check_text(channel, "channel", max_len=64)
+    check_text(recipient, "recipient", max_len=512, line=True)
+    check_text(channel, "channel", max_len=64, line=True)
     delivery_id = f"d-{uuid.uuid4().hex}"
 
     def decide(c: Cursor, row: Any, record: Record, now: Any) -> Decision[str]:
@@ -45,8 +50,16 @@ def deliver(caller: Caller, record_id: str, recipient: str, channel: str) -> str
     return pipeline.on_record(caller, "deliver", Role.DELIVER, record_id, decide)
 
 
-def issue_correction(caller: Caller, delivery_id: str, note: str, replacement: str | None) -> str:
-    """``Session.issue_correction``: a correction of one delivery in the outbox."""
+def issue_correction(
+    caller: Caller,
+    delivery_id: str,
+    note: str,
+    replacement: str | None,
+    only_if_owed: bool = False,
+) -> str:
+    """``Session.issue_correction``: a correction of one delivery in the outbox
+    (``only_if_owed``: refused unless the delivery owes one, checked in the
+    command's transaction, so two submissions of one form issue one)."""
     caller.writable("issue_correction")
     check_text(note, "note")
     check_id(delivery_id, "delivery id")
@@ -62,6 +75,15 @@ def issue_correction(caller: Caller, delivery_id: str, note: str, replacement: s
                 f"visible to {caller.subject!r}"
             )
         caller.require(c, row["scope"], Role.DELIVER, "issue_correction")
+        if only_if_owed:
+            since = owed_since(caller, c, drow, row, now)
+            done = delivery_view.corrections_for(c, d, delivery_id, caller.position)
+            if since is None or any(_answers(r, since) for r in done):
+                raise InvalidTransitionError(
+                    f"issue_correction refused: delivery {delivery_id!r} owes no correction "
+                    "now (its record is VALID as delivered, or a correction was issued since "
+                    "it changed)"
+                )
         if replacement is not None:
             new = caller.visible(c, replacement, Role.READ, "issue_correction", "replacement")
             if new["record_id"] == row["record_id"]:

@@ -259,16 +259,29 @@ class Session:
         """
         return deliveries.deliver(self.caller, record_id, recipient, channel)
 
-    def issue_correction(self, delivery_id: str, note: str, replacement: str | None = None) -> str:
+    def issue_correction(
+        self,
+        delivery_id: str,
+        note: str,
+        replacement: str | None = None,
+        *,
+        only_if_owed: bool = False,
+    ) -> str:
         """Record a correction for a delivery in the outbox (nothing is sent).
 
-        The delivery stays DELIVERED. Returns the correction id.
+        The delivery stays DELIVERED. Returns the correction id. A correction may
+        be issued at any time; with ``only_if_owed`` it is refused unless the
+        delivery owes one now (see :meth:`corrections_due`), checked in the
+        command's own transaction: a form submitted twice issues one.
 
         Raises:
             UnknownDeliveryError: no such delivery visible to this principal.
             UnknownRecordError: ``replacement`` is unknown or not visible.
+            InvalidTransitionError: ``only_if_owed`` and none is owed.
         """
-        return deliveries.issue_correction(self.caller, delivery_id, note, replacement)
+        return deliveries.issue_correction(
+            self.caller, delivery_id, note, replacement, only_if_owed
+        )
 
     # -- proposals ------------------------------------------------------------
 

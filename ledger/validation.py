@@ -52,18 +52,25 @@ def check_ref(value: object, what: str = "record id") -> str:
     return check_id(value, what)
 
 
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f]")
+#: Control characters no text may hold (C0 but for tab and line feed, DEL, and
+#: C1, whose CSI would drive a terminal that shows the text).
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+#: What a one-line text (``line=True``) may not hold either.
+_LINE_BREAK = re.compile("[\t\n]")
 
 
-def check_text(value: object, what: str, *, max_len: int = 1024, empty: bool = False) -> str:
-    """Return ``value`` if it is a printable string of bounded length."""
+def check_text(
+    value: object, what: str, *, max_len: int = 1024, empty: bool = False, line: bool = False
+) -> str:
+    """Return ``value`` if it is a printable string of bounded length (one line
+    of it when ``line``: a name or an address, shown on one line everywhere)."""
     if not isinstance(value, str):
         raise InvalidValueError(f"{what} must be a string, got {type(value).__name__}")
     if not empty and not value.strip():
         raise InvalidValueError(f"{what} must not be empty")
     if len(value) > max_len:
         raise ValueTooLargeError(f"{what} is {len(value)} characters; the limit is {max_len}")
-    if _CONTROL.search(value):
+    if _CONTROL.search(value) or (line and _LINE_BREAK.search(value)):
         raise InvalidValueError(f"{what} {value[:40]!r} contains control characters")
     return check_unicode(value, what)
 

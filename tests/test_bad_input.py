@@ -535,6 +535,18 @@ CASES = [
         "recipient",
     ),
     Case(
+        "recipient-two-lines",
+        lambda b: b.reviewer.deliver("M1", recipient="ops@x.test\nBcc: eve@x.test"),
+        InvalidValueError,
+        "recipient 'ops@x.test\\nBcc: eve@x.test' contains control characters",
+    ),
+    Case(
+        "reason-with-a-c1-control",
+        lambda b: b.reviewer.reject("C1", reason="looks fine\x9b2J"),
+        InvalidValueError,
+        "reason",
+    ),
+    Case(
         "revoke-grant-not-held",
         lambda b: b.admin.revoke_grant("nobody", scope=SCOPE),
         InvalidInputError,

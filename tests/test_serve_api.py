@@ -649,6 +649,11 @@ def test_bad_query_parameters_are_422_naming_them(served: Served) -> None:
         r = served.agent.get(template, params=params)
         assert r.status_code == 422, (template, params, r.text)
         assert error_of(r)["field"] == field, (template, params, r.text)
+    # The bounds are told as they are, none of them "None"
+    below = served.agent.get("/corrections", params={"as_of_position": "-1"})
+    assert error_of(below)["message"] == "as_of_position -1 is not at least 0"
+    over = served.agent.get("/records", params={"scope": "proj-a", "limit": "0"})
+    assert error_of(over)["message"].startswith("limit 0 is not in 1..")
 
 
 def test_a_body_that_is_not_a_json_object_is_422(served: Served) -> None:

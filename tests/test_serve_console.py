@@ -402,6 +402,13 @@ def test_needs_attention_lists_stale_records_and_issues_the_correction_due(desk:
     assert "Corrections due (0)" in text_of(after)
     assert "issued for delivery" in after
     assert desk.reviewer.corrections_due() == ()
+    # The same form submitted again (a double click) issues nothing more
+    again = client.post(
+        f"/deliveries/{delivery.delivery_id}/correction",
+        data={"csrf": csrf, "note": "retry advice withdrawn", "next": "/attention"},
+    )
+    assert "owes no correction now" in text_of(client.get(again.headers["location"]).text)
+    assert len(desk.reviewer.get("R1").deliveries[0].corrections) == 1
 
 
 def test_pages_can_be_browsed_as_of_a_past_position_read_only(desk: Desk) -> None:

@@ -136,8 +136,12 @@ class Call:
             value = int(text)
         except ValueError:
             raise FieldError(name, f"{name} {text[:40]!r} is not an integer") from None
-        if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
-            raise FieldError(name, f"{name} {value} is not in {minimum}..{maximum}")
+        if minimum is not None and value < minimum:
+            bound = f"at least {minimum}" if maximum is None else f"in {minimum}..{maximum}"
+            raise FieldError(name, f"{name} {value} is not {bound}")
+        if maximum is not None and value > maximum:
+            bound = f"at most {maximum}" if minimum is None else f"in {minimum}..{maximum}"
+            raise FieldError(name, f"{name} {value} is not {bound}")
         return value
 
     def query_choice(self, name: str, choices: type[Kind | Status | Validity]) -> str | None:

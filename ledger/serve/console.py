@@ -571,8 +571,10 @@ class Console:
 
         def act(live: Session, form: Mapping[str, Any]) -> str:
             replacement = form.get("replacement", "").strip() or None
+            # The form is offered for a correction due: a second submission of it
+            # finds none owed and issues nothing.
             cid = live.issue_correction(
-                delivery_id, note=form.get("note", ""), replacement=replacement
+                delivery_id, note=form.get("note", ""), replacement=replacement, only_if_owed=True
             )
             return f"Correction {cid} issued for delivery {delivery_id} (in the outbox)."
 
