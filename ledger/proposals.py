@@ -297,8 +297,12 @@ def prepare(
     observed = caller.run.observed_for(declared) if caller.run is not None else ()
     # A new version read the one it replaces: that is not a dependency.
     observed = tuple(o for o in observed if o != supersedes)
-    if supersedes is not None and observed:
-        observed = _not_resting_on(caller, c, supersedes, observed, known, pending)
+    # What rests on the version replaced (None: it is not visible, and refused below).
+    below = None if supersedes is None else _below(caller, c, supersedes, known)
+    if below is not None:
+        # Accepting the new version makes those STALE: the run's reads of them
+        # (that carried the old version forward) are no basis for the new one.
+        observed = tuple(o for o in observed if not _rests_on(o, below, pending))
     inherited: list[tuple[str, dict[str, Any]]] = []
     for dep in declared:
         if dep in pending and Role.READ.value in caller.roles(c, pending[dep].scope):
@@ -325,6 +329,7 @@ def prepare(
             (*declared, *observed),
             known,
             pending,
+            below or set(),
         )
     # Last: every other refusal comes first, so which error a bad proposal meets
     # does not tell whether its id is taken. An id taken only in a scope the
@@ -387,11 +392,13 @@ def _check_supersedable(
     deps: Sequence[str],
     known: dict[str, Any],
     pending: Mapping[str, Record.Proposed],
+    below: set[str],
 ) -> None:
     """``old`` may be superseded by the proposal ``rid``: visible, same scope and
     claim key, not withdrawn, and neither a dependency of the proposal nor an
-    ancestor of one (a new version may not rest on what it replaces). ``old_id``
-    is its key, ``old_name`` the id the caller named it by (in messages)."""
+    ancestor of one (a new version may not rest on what it replaces: ``below``
+    holds its descendants, :func:`_below`). ``old_id`` is its key, ``old_name``
+    the id the caller named it by (in messages)."""
     row = _row(caller, c, old_id, known)
     if row is None or not caller.roles(c, row["scope"]):
         raise UnknownRecordError(
@@ -414,7 +421,6 @@ def _check_supersedable(
             f"propose refused: supersedes {old_name!r}, which it would also depend on "
             "(a new version cannot both depend on and supersede the old)"
         )
-    below = {cid for cid, _ in edges_index.descendants(c, caller.engine.dialect, old_id)}
     for dep in deps:
         if _rests_on(dep, below, pending):
             raise InvalidParentError(
@@ -423,23 +429,13 @@ def _check_supersedable(
             )
 
 
-def _not_resting_on(
-    caller: Caller,
-    c: Cursor,
-    old_id: str,
-    observed: tuple[str, ...],
-    known: dict[str, Any],
-    pending: Mapping[str, Record.Proposed],
-) -> tuple[str, ...]:
-    """The run's reads a new version of ``old_id`` may rest on: not those that rest
-    on ``old_id`` themselves (accepting the new version makes them STALE, so the
-    read that carried the old version forward is no basis for the new one). Only
-    for a visible ``old_id``: otherwise the proposal is refused for it anyway."""
+def _below(caller: Caller, c: Cursor, old_id: str, known: dict[str, Any]) -> set[str] | None:
+    """The descendants of ``old_id``, the record a proposal supersedes; None when
+    the caller cannot see it (the proposal is then refused for it, telling nothing)."""
     row = _row(caller, c, old_id, known)
     if row is None or not caller.roles(c, row["scope"]):
-        return observed
-    below = {cid for cid, _ in edges_index.descendants(c, caller.engine.dialect, old_id)}
-    return tuple(o for o in observed if not _rests_on(o, below, pending))
+        return None
+    return {cid for cid, _ in edges_index.descendants(c, caller.engine.dialect, old_id)}
 
 
 def _rests_on(dep: str, below: set[str], pending: Mapping[str, Record.Proposed]) -> bool:

@@ -373,7 +373,7 @@ def test_revoking_shows_what_will_go_stale_and_who_is_owed_a_correction_first(
         assert f'href="/records/{rid}"' in preview.text
     assert "Deliveries that will owe corrections (1)" in text
     assert "ops@x.test" in text
-    assert "in scopes you hold no role in are marked too, and are neither listed nor" in text
+    assert "in scopes you hold no role in go STALE too and their deliveries owe" in text
     assert "Confirm revocation" in text
     done = client.post("/records/E1/revoke", data={"csrf": csrf, "reason": "doc changed"})
     assert (done.status_code, done.headers["location"]) == (303, "/records/E1")

@@ -49,6 +49,10 @@ class LedgerServer(MCPServer[Connection]):
     _approval: frozenset[str] = frozenset()
     _approves: Callable[[], bool] | None = None
 
+    def list_while(self, tools: frozenset[str], holds: Callable[[], bool]) -> None:
+        """List ``tools`` only while ``holds()`` (asked at each listing)."""
+        self._approval, self._approves = tools, holds
+
     async def list_tools(self) -> list[MCPTool]:
         """Every tool the principal may use now (the approval tools only while it
         holds ``approve`` somewhere), its input schema closed to other arguments."""
@@ -291,8 +295,7 @@ def build_server(ledger: Ledger, token: str) -> MCPServer[Connection]:
             return False
         return any(Role.APPROVE.value in roles for roles in held.values())
 
-    server._approval = frozenset(fn.__name__ for fn, _, _ in APPROVAL_TOOLS)
-    server._approves = approves
+    server.list_while(frozenset(fn.__name__ for fn, _, _ in APPROVAL_TOOLS), approves)
     for fn, description, hints in TOOLS + APPROVAL_TOOLS:
         server.add_tool(
             fn,
