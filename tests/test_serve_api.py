@@ -634,6 +634,7 @@ def test_bad_query_parameters_are_422_naming_them(served: Served) -> None:
         ("/read", {"scope": "proj-a", "claim_key": "c", "at": "2026-01-01T00:00:00"}, "at"),
         ("/read", {"scope": "proj-a", "claim_key": "c", "context": "[1]"}, "context"),
         ("/explain", {"scope": "proj-a", "claim_key": "c", "kinds": "guess"}, "kinds"),
+        ("/read", {"scope": "proj-a", "claim_key": "c", "kinds": ",,"}, "kinds"),
         ("/corrections", {"as_of_position": "-1"}, "as_of_position"),
         ("/corrections", {"as_of_position": "99999"}, "as_of_position"),
         (
@@ -669,6 +670,12 @@ def test_a_body_that_is_not_a_json_object_is_422(served: Served) -> None:
         json={"scope": "proj-a", "uri": "u", "content": "a", "content_base64": "YQ=="},
     )
     assert (both.status_code, error_of(both)["field"]) == (422, "content")
+    lone = served.agent.post(
+        "/evidence",
+        content=b'{"scope": "proj-a", "uri": "u", "content": "a\\ud800"}',
+        headers={"Content-Type": "application/json"},
+    )
+    assert (lone.status_code, error_of(lone)["field"]) == (422, "content")
 
 
 def test_a_number_out_of_range_or_a_field_given_twice_is_422_and_writes_nothing(
@@ -728,6 +735,8 @@ def test_a_method_a_route_does_not_take_is_405_with_allow(served: Served) -> Non
     assert error_of(r)["type"] == "MethodNotAllowed"
     page = served.client.post("/records")
     assert page.status_code == 405 and "GET" in page.headers["allow"]
+    document = served.client.post("/openapi.json")  # read by programs: answered in JSON
+    assert document.status_code == 405 and error_of(document)["type"] == "MethodNotAllowed"
 
 
 def test_a_body_over_the_limit_is_413_before_anything_is_written(served: Served) -> None:

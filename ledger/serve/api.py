@@ -378,7 +378,12 @@ def capture(call: Call) -> Response:
             raise FieldError("content_base64", "content_base64 is not base64") from None
     else:
         assert text is not None
-        content = text.encode("utf-8", "surrogatepass")
+        try:  # JSON may spell a lone surrogate (\ud800), which no UTF-8 text holds
+            content = text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise FieldError(
+                "content", "content is not valid text (a lone surrogate); send content_base64"
+            ) from None
     kwargs: dict[str, Any] = {}
     if call.has("value"):
         kwargs["value"] = call.body_any("value")
@@ -504,6 +509,10 @@ def _kinds(call: Call) -> list[str] | None:
         return None
     kinds = [k.strip() for k in text.split(",") if k.strip()]
     allowed = [k.value for k in Kind]
+    if not kinds:  # an empty list would filter every record out: MISSING, wrongly
+        raise FieldError(
+            "kinds", f"kinds {text[:40]!r} names no kind (one of: {', '.join(allowed)})"
+        )
     for k in kinds:
         if k not in allowed:
             raise FieldError("kinds", f"kind {k[:40]!r} is not one of: {', '.join(allowed)}")

@@ -165,7 +165,7 @@ def create_app(
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         path = request.url.path
-        if path.startswith(api.PREFIX):
+        if path.startswith(api.PREFIX) or path == "/openapi.json":  # for programs: JSON
             if exc.status_code == 405:
                 return api.method_not_allowed(request.method, path, exc.headers)
             return api.not_found(path)
