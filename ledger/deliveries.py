@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -76,9 +77,8 @@ def issue_correction(
             )
         caller.require(c, row["scope"], Role.DELIVER, "issue_correction")
         if only_if_owed:
-            since = owed_since(caller, c, drow, row, now)
             done = delivery_view.corrections_for(c, d, delivery_id, caller.position)
-            if since is None or any(_answers(r, since) for r in done):
+            if not _owed(owed_since(caller, c, drow, row, now), done):
                 raise InvalidTransitionError(
                     f"issue_correction refused: delivery {delivery_id!r} owes no correction "
                     "now (its record is VALID as delivered, or a correction was issued since "
@@ -121,7 +121,7 @@ def corrections_due(caller: Caller) -> tuple[CorrectionDue, ...]:
             row = redaction.row(
                 row, caller.hidden_among(c, redaction.row_dependencies(row), seen=row["scope"])
             )
-            if since is None or any(_answers(r, since) for r in corrections):
+            if not _owed(since, corrections):
                 continue
             delivery = delivery_of(drow, tuple(correction_of(r) for r in corrections))
             named = (
@@ -184,6 +184,12 @@ def owed_since(
         return None
     since = edges_index.basis_since(c, d, row["record_id"], caller.position)
     return max(delivered, since or row["from_pos"]), None
+
+
+def _owed(since: tuple[int, int | None] | None, corrections: Sequence[Any]) -> bool:
+    """Whether a delivery owing a correction since ``since`` (None: nothing is
+    owed, :func:`owed_since`) still owes one after its ``corrections``."""
+    return since is not None and not any(_answers(r, since) for r in corrections)
 
 
 def _answers(correction: Any, since: tuple[int, int | None]) -> bool:

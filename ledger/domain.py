@@ -661,13 +661,30 @@ class Run(Aggregate):
         actor: str
 
     class ReadRecorded(Aggregate.Event):
-        """Records were read (through the ledger or observed by a tool wrapper)."""
+        """Records were read (through the ledger or observed by a tool wrapper).
+
+        Version 2 added ``valid``: those of ``record_ids`` that were VALID when
+        shown (only those may be relied on), so a run continued elsewhere
+        (``RunContext.resume``) knows it as the process that read them did;
+        version 1 events read as every record VALID, as 0.1.0 took them.
+        """
+
+        class_version = 2
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            """0.1.0 counted every record a run read as VALID then."""
+            state["valid"] = state["record_ids"]
 
         record_ids: tuple[str, ...]
         how: str
+        valid: tuple[str, ...]
 
         def apply(self, aggregate: Run) -> None:
             aggregate.reads = tuple(dict.fromkeys((*aggregate.reads, *self.record_ids)))
+            valid = set(self.valid)
+            for rid in self.record_ids:
+                aggregate.last_valid[rid] = rid in valid
 
     class Ended(Aggregate.Event):
         """The run finished."""
@@ -681,6 +698,8 @@ class Run(Aggregate):
         self.run_id = run_id
         self.actor = actor
         self.reads: tuple[str, ...] = ()
+        #: Each record read: whether it was VALID when the run was last shown it.
+        self.last_valid: dict[str, bool] = {}
         self.ended = False
 
     @staticmethod

@@ -75,6 +75,7 @@ def record_view(
     named = redaction.row_dependencies(row, parents, observed)
     if causes:
         named.update(x.cause for x in causes)
+        named.update(x.superseded_by for x in causes if x.superseded_by)
         named.update(k for x in causes for k in redaction.keys_in(x.reason or ""))
     if row["reason"]:
         named.update(redaction.keys_in(row["reason"]))

@@ -99,7 +99,8 @@ class RunContext:
     def resume(self) -> RunContext:
         """Continue a run started earlier (by another process: a shell pipeline's
         ``provledger run start``) and not ended. Every record it was shown or
-        observed counts as read while VALID.
+        observed counts as it did there: a dependency if it was VALID when last
+        shown.
 
         Raises:
             InvalidInputError: the principal never started this run, or it ended.
@@ -112,7 +113,7 @@ class RunContext:
             )
         if run.ended:
             raise InvalidInputError(f"run {self.run_id!r} of {self._outer.subject!r} has ended")
-        self._reads = dict.fromkeys(run.reads, True)
+        self._reads = {rid: run.last_valid.get(rid, True) for rid in run.reads}
         self._open = True
         return self
 
@@ -152,7 +153,8 @@ class RunContext:
         if not record_ids:
             return
         self._check()
-        self._append(Run.ReadRecorded, record_ids=record_ids, how=how)
+        shown_valid = record_ids if valid is None else tuple(r for r in record_ids if r in valid)
+        self._append(Run.ReadRecorded, record_ids=record_ids, how=how, valid=shown_valid)
         for rid in record_ids:
             self._reads[rid] = valid is None or rid in valid
 

@@ -52,9 +52,8 @@ def check_ref(value: object, what: str = "record id") -> str:
     return check_id(value, what)
 
 
-#: Control characters no text may hold (C0 but for tab and line feed, DEL, and
-#: C1, whose CSI would drive a terminal that shows the text).
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+#: Control characters no text may hold (C0 but for tab and line feed, and DEL).
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f]")
 #: What a one-line text (``line=True``) may not hold either.
 _LINE_BREAK = re.compile("[\t\n]")
 

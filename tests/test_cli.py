@@ -546,6 +546,10 @@ def test_corrections_and_records_say_why_an_expired_record_is_not_valid(cli: Cli
         reviewer.accept("F1")
         reviewer.accept("R1")
         reviewer.deliver("R1", recipient="ops@x.test")
+        # and a candidate that expires next month: not VALID for its status alone
+        agent.propose(
+            "proj-a", "api.later", 1, Kind.FACT, id="C9", expires=then + timedelta(days=30)
+        )
     expired = re.escape((then + timedelta(hours=1)).isoformat(timespec="seconds"))
 
     # When they are listed now
@@ -559,6 +563,8 @@ def test_corrections_and_records_say_why_an_expired_record_is_not_valid(cli: Cli
     assert re.search(rf"│ F1\s+│.*│ expired at {expired}\s+│", records), records
     assert re.search(rf"│ R1\s+│.*│ ancestor F1 expired at {expired}\s+│", records), records
     assert re.search(rf"│ R1\s+│.*│ ancestor F1 expired at {expired}\s+│", due), due
+    [c9] = [line for line in records.splitlines() if "│ C9 " in line]
+    assert "expired" not in c9, c9
 
 
 def test_get_keeps_a_long_id_whole_at_80_columns(chain: Cli) -> None:

@@ -143,6 +143,26 @@ def test_the_admin_token_flow_on_postgresql(pg_url: str) -> None:
     assert json.loads(verified.stdout)["ok"] is True
 
 
+def test_grants_shows_who_held_which_role_where_and_until_when(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'g.db'}"
+    ok("init", "--url", url)
+    ok("grant", "agent-1", "--scope", "proj-a", "--roles", "propose,read", "--url", url)
+    ok("grant", "reviewer", "--scope", "proj-b", "--roles", "approve", "--url", url)
+    ok("revoke-grant", "agent-1", "--scope", "proj-a", "--roles", "propose", "--url", url)
+
+    data = json.loads(ok("grants", "--subject", "agent-1", "--url", url, "--json").stdout)
+
+    held = {(g["role"], g["revoked_position"] is None) for g in data["grants"]}
+    assert held == {("propose", False), ("read", True)}
+    assert {g["scope"] for g in data["grants"]} == {"proj-a"}
+    assert all(g["granted_by"] == "admin" for g in data["grants"])
+    table = ok("grants", "--url", url, COLUMNS="200").stdout
+    assert "reviewer" in table and "held now" in table and "by admin (position" in table
+    assert ok("grants", "--scope", "nowhere", "--url", url).stdout == "no grants in nowhere\n"
+    refused = run("grant", "admin", "--scope", "proj-a", "--roles", "read", "--url", url)
+    assert refused.exit_code == 1 and "'admin' is reserved" in refused.stderr
+
+
 # -- a ledger that does not exist ----------------------------------------------------------
 
 

@@ -111,6 +111,19 @@ def test_explain_and_records_in_a_run_record_what_they_show_as_observed(
     assert json.loads(sh.ok("get", "F", "--json", token=a).stdout)["observed"] == ["E1"]
 
 
+def test_a_run_shown_a_withdrawn_record_by_one_command_proposes_in_the_next(sh: Shell) -> None:
+    # Each command continues the run in a process of its own: what it was shown
+    # not VALID (E1, revoked) is no dependency there either, as in one process.
+    a = sh.agent
+    sh.ok("revoke", "E1", "--reason", "wrong page", token=sh.reviewer)
+    sh.ok("run", "start", "t", token=a)
+    listed = sh.ok("records", "--scope", "proj-a", "--run", "t", token=a).stdout
+    assert "E1" in listed and "REVOKED" in listed
+    propose = ("propose", "--scope", "proj-a", "--claim", "k", "--kind", "fact", "--value", "1")
+    sh.ok(*propose, "--id", "F", "--run", "t", token=a)
+    assert json.loads(sh.ok("get", "F", "--json", token=a).stdout)["observed"] == []
+
+
 def test_run_observe_records_reads_made_outside_the_ledger(sh: Shell) -> None:
     a = sh.agent
     sh.ok("run", "start", "t", token=a)

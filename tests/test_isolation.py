@@ -416,6 +416,27 @@ def test_explain_says_a_hidden_ancestor_expired_without_naming_it(
     assert seen.entries[0].reasons == (f"ancestor A-M1 expired at {expired}",)
 
 
+def test_a_hidden_cause_superseded_names_not_what_superseded_it(ledger: Ledger) -> None:
+    led = ledger
+    a = grant(led, "tenant-a", {"proj-a": ALL})
+    b = grant(led, "tenant-b", {"proj-b": ALL})
+    b_rev = grant(led, "tenant-b-reviewer", {"proj-b": ALL})
+    bridge = grant(led, "bridge", {"proj-a": ["read", "propose"], "proj-b": ["read", "propose"]})
+    approver = grant(led, "approver-ab", {"proj-a": ["approve", "read"], "proj-b": ["read"]})
+    b.propose("proj-b", "b.fact", 1, Kind.FACT, id="SECRET-H")
+    b_rev.accept("SECRET-H")
+    bridge.propose("proj-a", "a.view", 1, Kind.INFERENCE, parents=["SECRET-H"], id="V")
+    approver.accept("V")
+    b.propose("proj-b", "b.fact", 2, Kind.FACT, id="SECRET-H2", supersedes="SECRET-H")
+    b_rev.accept("SECRET-H2")
+
+    view = a.get("V")
+
+    assert view.status == Status.STALE
+    assert [(x.cause, x.superseded_by) for x in view.stale_causes] == [(HIDDEN, HIDDEN)]
+    assert "SECRET" not in repr(view)
+
+
 def test_a_supersession_is_told_with_the_ids_as_the_caller_knows_them(ledger: Ledger) -> None:
     led = ledger
     taken_in_a(led, "A-V2")

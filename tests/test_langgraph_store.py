@@ -1233,22 +1233,24 @@ def test_a_thread_whose_search_no_longer_finds_a_deleted_memory_goes_on(
     assert f1 in principals.agent.run(run_id_of("recall")).resume().reads  # still a read
 
 
-def test_a_store_keeps_the_runs_of_the_threads_it_used_last(
+def test_a_thread_the_store_let_go_comes_back_to_its_run_and_what_it_read(
     store: LedgerStore, principals: Principals, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("ledger.integrations.langgraph.store.MAX_THREADS", 2)
-    graph = writer_graph(store)
-    for thread in ("t0", "t1", "t0", "t2"):  # t1 is the one used longest ago
-        graph.invoke({"greeting": thread}, {"configurable": {"thread_id": thread}})
+    monkeypatch.setattr("ledger.integrations.langgraph.store.MAX_THREADS", 1)
+    store.put(("proj-a", "user"), "name", {"text": "Ada"})
+    greeting_graph(store).invoke({"greeting": ""}, {"configurable": {"thread_id": "t1"}})
+    writer_graph(store).invoke({"greeting": "x"}, {"configurable": {"thread_id": "t2"}})
 
-    with pytest.raises(InvalidInputError, match="has ended"):
-        principals.agent.run(run_id_of("t1")).resume()
-    for open_thread in ("t0", "t2"):
-        assert principals.agent.run(run_id_of(open_thread)).resume().run_id
-    graph.invoke({"greeting": "back"}, {"configurable": {"thread_id": "t1"}})
-    note = current_id(principals.reviewer, "proj-a", "notes/last")
-    proposed = principals.reviewer.audit(note).events[0]
-    assert proposed.details["run_id"] == f"{run_id_of('t1')}.1"  # its next run
+    # t1 was let go for t2; it comes back and writes without reading
+    writer_graph(store).invoke({"greeting": "back"}, {"configurable": {"thread_id": "t1"}})
+
+    note = principals.reviewer.get(current_id(principals.reviewer, "proj-a", "notes/last"))
+    name = current_id(principals.reviewer, "proj-a", "user/name")
+    assert note.observed == (name,)  # what it read before is still what it rests on
+    proposed = principals.reviewer.audit(note.id).events[0]
+    assert proposed.details["run_id"] == run_id_of("t1")  # its own run, continued
+    principals.reviewer.revoke(name, "a guess")
+    assert principals.reviewer.get(note.id).status == Status.STALE
 
 
 def test_get_answers_and_refuses_exactly_as_a_batch_of_one_get_op(

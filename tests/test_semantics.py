@@ -178,6 +178,13 @@ def test_a_record_read_as_of_before_it_expired_is_no_basis_now(world: World) -> 
     assert world.reviewer.get(rid).observed == ()
     assert "T1" in run.reads
     world.reviewer.accept(rid)  # nothing expired under it
+    # The same when the run is continued elsewhere (a shell pipeline's next command)
+    world.agent.run("task-elsewhere").start().read(
+        scope="proj-a", claim_key="token", at=start + timedelta(minutes=30)
+    )
+    later = world.agent.run("task-elsewhere").resume()
+    rid = later.propose(scope="proj-a", claim_key="e", value=1, kind=Kind.INFERENCE, parents=[])
+    assert world.reviewer.get(rid).observed == () and later.reads == ("T1",)
 
 
 def test_a_new_basis_may_not_make_a_record_drop_or_contradict_a_condition(world: World) -> None:
@@ -272,11 +279,18 @@ def test_a_url_password_never_appears_in_messages_or_the_ledger_s_url(pg_url: st
     # As a query option, and in a URL too malformed to parse: masked all the same.
     as_option = pg_url.replace("?", f"?password={secret}&", 1)
     malformed = f"postgresql://postgres:{secret}@[::1/test?schema=x"
-    for url in (as_option, malformed):
+    unencoded = f"postgresql://postgres:ab#{secret}@127.0.0.1/test?schema=x&colour=1"
+    others = (
+        pg_url.replace("?", f"?sslpassword={secret}&", 1),
+        pg_url.replace("?", f"?pass%77ord={secret}&", 1),
+        f"sqlite:///x.db?password={secret}",
+    )
+    for url in (as_option, malformed, unencoded, *others):
         with pytest.raises(InvalidURLError) as refused:
             Ledger.open(url)
         assert secret not in str(refused.value) and "***" in str(refused.value)
-    assert "is not a valid URL" in str(refused.value)  # not a traceback of urlparse's
+    with pytest.raises(InvalidURLError, match="is not a valid URL"):  # not a traceback
+        Ledger.open(malformed)
 
 
 def _delivered_report(world: World, expires: object = None) -> str:

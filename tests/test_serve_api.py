@@ -701,6 +701,20 @@ def test_a_number_out_of_range_or_a_field_given_twice_is_422_and_writes_nothing(
     assert served.ledger.position == before
 
 
+def test_accepting_a_record_whose_parent_is_a_candidate_is_a_409_conflict(served: Served) -> None:
+    # Nothing in the request is bad input: the state of a dependency refuses it.
+    body = {"scope": "proj-a", "claim_key": "x", "value": 1, "kind": "fact", "id": "X1"}
+    assert served.agent.post("/records", json=body).status_code == 201
+    body = {**body, "claim_key": "xr", "kind": "inference", "id": "XR", "parents": ["X1"]}
+    assert served.agent.post("/records", json=body).status_code == 201
+    before = served.ledger.position
+    r = served.reviewer.post("/records/{record_id}/accept", record_id="XR", json={})
+    assert r.status_code == 409, r.text
+    assert error_of(r)["type"] == "InvalidParentError" and error_of(r)["field"] is None
+    assert "'X1'" in error_of(r)["message"]
+    assert served.ledger.position == before
+
+
 def test_a_path_with_a_trailing_slash_is_404_not_a_redirect(served: Served) -> None:
     for path in ("/api/v1/records/", "/api/v1/records/E1/", "/records/E1/"):
         r = served.client.get(path, headers={"Host": "elsewhere.example"})

@@ -94,6 +94,9 @@ def test_the_mcp_endpoint_refuses_a_missing_or_bad_token(base: str) -> None:
     assert missing.json()["error"]["type"] == "AuthenticationError"
     bad = _rpc(base, "plt_wrong", INIT)
     assert bad.status_code == 401
+    slashed = httpx.post(f"{base}/mcp/", json=INIT, headers=ACCEPT)  # the same endpoint
+    assert slashed.status_code == 401
+    assert slashed.json()["error"]["type"] == "AuthenticationError"
 
 
 def test_an_mcp_session_opened_with_one_token_is_unknown_to_another(

@@ -65,6 +65,7 @@ for _command in (
     admin.init,
     admin.grant,
     admin.revoke_grant,
+    admin.grants,
     admin.token,
     writes.capture,
     writes.propose,

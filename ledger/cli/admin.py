@@ -30,9 +30,12 @@ from ledger.cli.options import (
 from ledger.cli.render import (
     echo_json,
     make_console,
+    new_table,
     print_experiment,
     report_done,
+    show,
     styled,
+    when_text,
 )
 from ledger.errors import AccessDeniedError, LedgerNotFoundError
 from ledger.experiment import run_experiment
@@ -164,6 +167,62 @@ def revoke_grant(
         {"subject": subject, "scope": scope, "revoked_roles": gone, "position": position},
         f"withdrew {', '.join(gone)} in {scope} from {subject} (log position {position})",
     )
+
+
+@click.command()
+@click.option("--subject", help="Only this principal's grants.")
+@click.option("--scope", help="Only the grants in this scope.")
+@admin_options
+@json_option
+@errors_exit_1
+def grants(
+    subject: str | None, scope: str | None, url: str | None, admin_token: str | None, as_json: bool
+) -> None:
+    """Show who held which role in which scope, from when until when (every grant and
+    its withdrawal, from the log).
+
+    Admin: see `provledger init` for the admin token.
+
+    \b
+    Example:
+      provledger grants --scope proj-a
+    """
+    with host_ledger(url, "grants", admin_token) as led:
+        history = led.admin().access_history(subject=subject, scope=scope)
+    if as_json:
+        echo_json({"grants": history})
+        return
+    console = make_console()
+    if not history:
+        console.print(
+            "no grants"
+            + "".join(
+                f" {what} {value}" for what, value in (("of", subject), ("in", scope)) if value
+            )
+        )
+        return
+    table = new_table(
+        "subject",
+        "scope",
+        "role",
+        "granted",
+        "withdrawn",
+        ids={"subject": [g.subject for g in history], "scope": [g.scope for g in history]},
+    )
+    for g in history:
+        withdrawn = (
+            "held now"
+            if g.revoked_at is None
+            else f"{when_text(g.revoked_at)} by {g.revoked_by} (position {g.revoked_position})"
+        )
+        table.add_row(
+            g.subject,
+            g.scope,
+            g.role,
+            f"{when_text(g.granted_at)} by {g.granted_by} (position {g.granted_position})",
+            withdrawn,
+        )
+    show(console, table)
 
 
 @click.group()

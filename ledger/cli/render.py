@@ -174,7 +174,8 @@ def why_text(r: RecordView) -> str:
         return stale_text(r.cause, r.reason, r.cause_superseded_by)
     if r.status in (Status.REVOKED, Status.REJECTED):
         return r.reason or ""
-    if r.validity != Validity.VALID and r.effective_expires is not None:
+    # Only an ACCEPTED record is invalid for an expiry (a CANDIDATE is for its status).
+    if r.status == Status.ACCEPTED and r.validity != Validity.VALID and r.effective_expires:
         when = when_text(r.effective_expires)
         if r.expiry_source in (None, r.id):
             return f"expired at {when}"

@@ -59,19 +59,20 @@ def resolve_url(url: str | None) -> Backend:
         }
         return Backend(kind="memory", url=url, env=env)
     if url.startswith("sqlite:"):
+        shown = redacted(url)  # what messages show
         parsed = urlparse(url)
         if not url.startswith("sqlite:///"):
             raise InvalidURLError(
-                f"ledger URL {url!r} is not sqlite:///relative/path or sqlite:////absolute/path"
+                f"ledger URL {shown!r} is not sqlite:///relative/path or sqlite:////absolute/path"
             )
         path = unquote(parsed.path[1:]) if parsed.path.startswith("/") else parsed.path
         if not path or path.endswith("/"):
-            raise InvalidURLError(f"ledger URL {url!r} names no database file")
+            raise InvalidURLError(f"ledger URL {shown!r} names no database file")
         if "\x00" in path:
-            raise InvalidURLError(f"ledger URL {url!r} has a NUL character in its path")
+            raise InvalidURLError(f"ledger URL {shown!r} has a NUL character in its path")
         if path.lower().startswith("file:") or path == ":memory:":
             raise InvalidURLError(
-                f"ledger URL {url!r}: path {path!r} is not a plain file path (SQLite "
+                f"ledger URL {shown!r}: path {path!r} is not a plain file path (SQLite "
                 "would read it as a 'file:' URI or an in-memory database); give "
                 "sqlite:///path.db, or memory: for a ledger in memory"
             )
@@ -79,12 +80,12 @@ def resolve_url(url: str | None) -> Backend:
         unknown = sorted(set(options) - {"timeout"})
         if unknown:
             raise InvalidURLError(
-                f"ledger URL {url!r}: unknown option {unknown[0]!r} (known: timeout)"
+                f"ledger URL {shown!r}: unknown option {unknown[0]!r} (known: timeout)"
             )
         timeout = options.get("timeout", ["30"])[-1]
         if not timeout.isascii() or not timeout.isdigit() or not 0 < int(timeout) <= 86_400:
             raise InvalidURLError(
-                f"ledger URL {url!r}: timeout must be whole seconds between 1 and 86400"
+                f"ledger URL {shown!r}: timeout must be whole seconds between 1 and 86400"
             )
         env = {
             "PERSISTENCE_MODULE": get_topic(LedgerSQLiteFactory),
@@ -168,26 +169,19 @@ def _check_schema(url: str, schema: str) -> None:
         )
 
 
-#: A password given as a query option (``?password=…``, libpq's spelling).
-_QUERY_PASSWORD = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
-#: The password of ``//user:password@``, for a URL too malformed to parse.
-_NETLOC_PASSWORD = re.compile(r"(//[^/?#@:]*:)[^@/?#]*@")
+#: A query option that may hold a secret (``password``, ``sslpassword``, a name
+#: percent-encoded or not): its value is masked, up to the next option.
+_SECRET_OPTION = re.compile(r"([?&][^=&]*(?:pass|%70ass|p%61ss)[^=&]*=)[^&]*", re.IGNORECASE)
+#: ``scheme://user:PASSWORD@``: the password runs to the last ``@`` (one holding
+#: ``#``, ``?`` or ``/`` unencoded is masked whole; masking more is the safe side).
+_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://[^:/?#@]*:)(.*)@", re.DOTALL)
 
 
 def redacted(url: str) -> str:
-    """``url`` with any password, in its user part or as a ``password`` option,
-    replaced by ``***`` (for messages, reprs and logs)."""
-    url = _QUERY_PASSWORD.sub(r"\1***", url)
-    try:
-        parsed = urlparse(url)
-        password = parsed.password
-    except ValueError:
-        return _NETLOC_PASSWORD.sub(r"\1***@", url)
-    if not password:
-        return url
-    netloc = parsed.netloc.rsplit("@", 1)
-    user = netloc[0].split(":", 1)[0]
-    return parsed._replace(netloc=f"{user}:***@{netloc[1]}").geturl()
+    """``url`` with any password, in its user part or as a query option, replaced
+    by ``***`` (for messages, reprs and logs). Works on text, not on a parse, so a
+    URL too malformed to parse is masked too."""
+    return _USERINFO.sub(r"\1***@", _SECRET_OPTION.sub(r"\1***", url))
 
 
 def _postgres_backend(full: str) -> Backend:

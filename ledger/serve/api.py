@@ -27,7 +27,7 @@ from starlette.routing import BaseRoute, Route
 
 from ledger import Ledger, Session
 from ledger.domain import Kind, Status, Validity
-from ledger.errors import AuthenticationError, InvalidInputError, LedgerError
+from ledger.errors import AuthenticationError, InvalidInputError, InvalidParentError, LedgerError
 from ledger.graph import collect, dot_available, render, to_dot, to_mermaid
 from ledger.jsonable import json_safe
 from ledger.serve import payloads
@@ -78,6 +78,10 @@ def ledger_error_response(exc: LedgerError, fields: tuple[str, ...] = ()) -> Res
     found: str | None
     if isinstance(exc, FieldError):
         name, found = "InvalidInputError", exc.field
+    elif isinstance(exc, InvalidParentError) and not {"parents", "supersedes"} & set(fields):
+        # The state of a record's dependencies (accept a record whose parent is a
+        # CANDIDATE), not a dependency the request named: a conflict, not bad input.
+        name, found, status = type(exc).__name__, None, 409
     else:
         name, found = type(exc).__name__, field_of(exc, fields)
     headers = {"WWW-Authenticate": 'Bearer realm="provledger"'} if status == 401 else None

@@ -193,6 +193,7 @@ def create_app(
         Route("/openapi.json", openapi_json),
         *api.routes(ledger),
         Route("/mcp", mcp),
+        Route("/mcp/", mcp),  # as some MCP clients are configured (no redirect: see below)
         *console.routes(),
     ]
     app = Starlette(

@@ -297,7 +297,8 @@ _ERRORS = {
     "401": "No token, or a token that is unknown, revoked or expired.",
     "403": "The principal lacks the role in the record's scope, or approves its own proposal.",
     "404": "No such record or delivery, or one in a scope the principal cannot see.",
-    "409": "The status machine does not allow this now (e.g. accepting a REVOKED record).",
+    "409": "The status machine does not allow this now (e.g. accepting a REVOKED record, or "
+    "one whose dependency is not usable).",
     "413": "The request body is over the server's limit.",
     "422": "Bad input; error.field names the offending field.",
     "503": "The ledger cannot be reached or is closed (StorageError, ClosedLedgerError); "

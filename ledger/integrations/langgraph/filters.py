@@ -1,7 +1,7 @@
 """The ``search`` filters (exact match, or ``$eq $ne $gt $gte $lt $lte`` on value
 fields; a dotted name reaches into nested mappings; a field missing from a value
-counts as null, as in LangGraph's own stores: it passes an equality with ``None``
-and fails every other condition) and the ``list_namespaces`` match conditions."""
+passes an equality with ``None``, as in LangGraph's own stores, and fails every
+other condition, as in ``SqliteStore``) and the ``list_namespaces`` match conditions."""
 
 from __future__ import annotations
 

@@ -64,8 +64,8 @@ __all__ = ["MAX_THREADS", "PAGE", "LedgerStore"]
 
 #: Records fetched per ``Session.records`` page while listing.
 PAGE = 1000
-#: How many LangGraph threads' runs a store keeps open; past that, the run of the
-#: thread used longest ago is ended, as when the store closes (see ``_thread``).
+#: How many LangGraph threads a store keeps in memory; past that, the one used
+#: longest ago is let go (its run stays open, and is continued if it comes back).
 MAX_THREADS = 1024
 #: The statuses of a record a delete revokes: every live one.
 _LIVE = tuple(Status(s) for s in LIVE_STATUSES)
@@ -395,6 +395,7 @@ class LedgerStore(BaseStore):
         skipped = 0
         if op.limit == 0:
             return found
+        position = self.ledger.position if state is not None else 0  # before it reads
         for scope, labels, rest in self._scopes_under(prefix):
             claim_prefix = "".join(component(label) + SEPARATOR for label in rest) or None
             if state is not None:
@@ -426,7 +427,7 @@ class LedgerStore(BaseStore):
             for scope, view in shown:
                 state.note_shown(scope, view.claim_key, (view,))
         if state is not None and searched:
-            state.recheck(self.session, searched, {view.id for _, view in shown})
+            state.searched(searched, position)
         return found
 
     def _list_namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
@@ -538,39 +539,37 @@ class LedgerStore(BaseStore):
 
     def _thread(self, thread: str) -> Thread:
         """The run of a LangGraph thread, started on first use. The store keeps the
-        runs of the ``MAX_THREADS`` threads it used last; the run of one used
-        longer ago is ended (after any batch of it that is running), and the
-        thread, should it come back, starts its next run (``Thread.start``), as
-        after the store was closed."""
+        ``MAX_THREADS`` threads it used last in memory; one used longer ago is let
+        go, its run left open, and should it come back its run is continued with
+        what it read (``Thread.start``), as after a restart."""
         with self._threads_lock:
             state = self._threads.get(thread)
             if state is not None:
                 self._threads.move_to_end(thread)
                 return state
             state = self._threads[thread] = Thread.start(self.session, thread)
-            retired = [
-                self._threads.popitem(last=False)[1]
-                for _ in range(len(self._threads) - MAX_THREADS)
-            ]
-        for old in retired:
-            old.end()
-        return state
+            while len(self._threads) > MAX_THREADS:
+                self._threads.popitem(last=False)
+            return state
 
     def _propose_in_thread(
         self, state: Thread, scope: str, claim: str, value: Any, fields: dict[str, Any]
     ) -> str:
         """Propose in the thread's run (what it was shown usable becomes ``observed``).
 
-        A read withdrawn since is refused by the ledger; if it was superseded by a
-        version the thread read or wrote later, the thread knows that version
-        instead (:meth:`Thread.catch_up`) and the proposal is tried once more.
+        A read withdrawn since is refused by the ledger; if the thread's latest
+        search of its namespace no longer found it (:meth:`Thread.recheck`), or it
+        was superseded by a version the thread read or wrote later
+        (:meth:`Thread.catch_up`), the thread knows it and the proposal is tried
+        once more.
         """
         try:
             record_id = state.run.propose(
                 scope, claim, value, self.kind, id=self._ids.next(), **fields
             )
         except InvalidParentError as exc:
-            if not state.catch_up(self.session):
+            rechecked = state.recheck(self.session)
+            if not state.catch_up(self.session) and not rechecked:
                 raise InvalidParentError(
                     f"{exc} (LangGraph thread {state.thread_id!r} read it earlier in ledger run "
                     f"{state.run.run_id!r}; what the thread puts rests on everything it read: "

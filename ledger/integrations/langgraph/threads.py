@@ -27,7 +27,7 @@ from langchain_core.runnables.config import var_child_runnable_config
 
 from ledger import RunContext, Session
 from ledger.domain import Status, Validity
-from ledger.errors import DuplicateRecordError, LedgerError
+from ledger.errors import DuplicateRecordError, InvalidInputError, LedgerError
 from ledger.validation import ID_PATTERN
 from ledger.values import RecordView
 
@@ -85,12 +85,15 @@ class Thread:
     written: set[str] = field(default_factory=set)
     #: The (scope, claim key) of each record the thread was shown usable.
     keys: dict[str, tuple[str, str]] = field(default_factory=dict)
+    #: The log position of the latest search of each (scope, claim prefix).
+    searches: dict[tuple[str, str | None], int] = field(default_factory=dict)
 
     @classmethod
     def start(cls, session: Session, thread: str) -> Thread:
-        """Start the thread's run: ``run_id_of(thread)``, or ``….N`` when that is
-        taken (a run that ended cannot be reopened; a thread resumed by a later
-        store over the same ledger gets the next number).
+        """Start the thread's run: ``run_id_of(thread)``, or ``….N`` when that one
+        ended (a run that ended cannot be reopened: a thread resumed by a later
+        store over the same ledger, after the first closed, gets the next number);
+        a run not ended is continued, with what it read.
 
         Raises:
             AccessDeniedError: the principal holds neither ``propose`` nor ``read``.
@@ -101,7 +104,10 @@ class Thread:
             try:
                 run.__enter__()
             except DuplicateRecordError:
-                continue
+                try:  # one not ended (a store let it go, or stopped without closing)
+                    run.resume()
+                except InvalidInputError:  # ended: the thread goes on in the next one
+                    continue
             return cls(thread_id=thread, run=run)
         raise LedgerError(f"runs {base!r} to {base}.{MAX_RESUMPTIONS - 1} are all taken")
 
@@ -133,26 +139,42 @@ class Thread:
                 continue
         self.note_shown(scope, claim, current)
 
-    def recheck(
-        self, session: Session, searched: Collection[tuple[str, str | None]], shown: Collection[str]
-    ) -> None:
-        """After a ``search`` of ``searched`` ((scope, claim prefix or None) each)
-        that showed ``shown``: each record of a key under them that the thread
-        rests on, was not shown and is no longer VALID is shown to the run as it
-        is now (looked up first through ``session``, not recorded), so the run
-        stops resting on it."""
+    def searched(self, where: Collection[tuple[str, str | None]], position: int) -> None:
+        """Note a ``search`` of ``where`` ((scope, claim prefix or None) each) made
+        at log ``position`` (what it did not show as of then, the thread was shown
+        gone: see :meth:`recheck`)."""
+        for key in where:
+            self.searches[key] = position
+
+    def recheck(self, session: Session) -> bool:
+        """After a put was refused: show the run, as it is now, each record it rests
+        on that the thread's latest search of its namespace did not find because it
+        was no longer VALID then (a search no longer finding a key is how a thread
+        learns another deleted it). Paid only when a put is refused; True if any."""
+        changed = False
         for rid in self.run.relied_on:
             where = self.keys.get(rid)
-            if rid in shown or where is None:
+            if where is None:
                 continue
             scope, claim = where
-            if not any(s == scope and claim.startswith(p or "") for s, p in searched):
+            at = [
+                p
+                for (s, prefix), p in self.searches.items()
+                if s == scope and claim.startswith(prefix or "")
+            ]
+            if not at:
                 continue
             try:
-                if session.get(rid).validity != Validity.VALID:
-                    self.run.get(rid)
-            except LedgerError:  # no longer visible: nothing can rest on it now
+                then = session.as_of(position=max(at)).get(rid)
+            except LedgerError:  # not visible then or now: nothing rests on it
                 continue
+            if then.validity != Validity.VALID:
+                try:
+                    self.run.get(rid)
+                except LedgerError:
+                    continue
+                changed = True
+        return changed
 
     def catch_up(self, session: Session) -> bool:
         """After a put was refused: show the run each record it rests on that was
