@@ -131,7 +131,7 @@ _READ_COMMANDS = (
 #: (``rebuild`` replays the log into identical views).
 READS = frozenset(
     {
-        *("provledger", "token", "as-of", "digest", "verify", "prove", "stats"),
+        *("provledger", "token", "as-of", "digest", "verify", "prove", "stats", "grants"),
         *("run", "snapshot"),
         # Keys, heads and bundles are files outside the ledger; the log stays as it was.
         *("keygen", "head", "bundle", "verify-bundle"),
