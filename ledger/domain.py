@@ -661,13 +661,8 @@ class Run(Aggregate):
         actor: str
 
     class ReadRecorded(Aggregate.Event):
-        """Records were read (through the ledger or observed by a tool wrapper).
-
-        Version 2 added ``valid``: those of ``record_ids`` that were VALID when
-        shown (only those may be relied on), so a run continued elsewhere
-        (``RunContext.resume``) knows it as the process that read them did;
-        version 1 events read as every record VALID, as 0.1.0 took them.
-        """
+        """Records were read (through the ledger or a tool wrapper); version 2 added
+        ``valid``: those of them VALID when shown (only those may be relied on)."""
 
         class_version = 2
 
@@ -681,10 +676,8 @@ class Run(Aggregate):
         valid: tuple[str, ...]
 
         def apply(self, aggregate: Run) -> None:
-            aggregate.reads = tuple(dict.fromkeys((*aggregate.reads, *self.record_ids)))
             valid = set(self.valid)
-            for rid in self.record_ids:
-                aggregate.last_valid[rid] = rid in valid
+            aggregate.reads.update((rid, rid in valid) for rid in self.record_ids)
 
     class Ended(Aggregate.Event):
         """The run finished."""
@@ -697,9 +690,8 @@ class Run(Aggregate):
     def __init__(self, *, run_id: str, actor: str) -> None:
         self.run_id = run_id
         self.actor = actor
-        self.reads: tuple[str, ...] = ()
-        #: Each record read: whether it was VALID when the run was last shown it.
-        self.last_valid: dict[str, bool] = {}
+        #: Each record read (in order): whether it was VALID when last shown.
+        self.reads: dict[str, bool] = {}
         self.ended = False
 
     @staticmethod

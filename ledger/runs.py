@@ -113,7 +113,7 @@ class RunContext:
             )
         if run.ended:
             raise InvalidInputError(f"run {self.run_id!r} of {self._outer.subject!r} has ended")
-        self._reads = {rid: run.last_valid.get(rid, True) for rid in run.reads}
+        self._reads = dict(run.reads)
         self._open = True
         return self
 
