@@ -1251,6 +1251,10 @@ def test_a_thread_the_store_let_go_comes_back_to_its_run_and_what_it_read(
     assert proposed.details["run_id"] == run_id_of("t1")  # its own run, continued
     principals.reviewer.revoke(name, "a guess")
     assert principals.reviewer.get(note.id).status == Status.STALE
+    # Let go again, it reads the key anew (nothing usable) and goes on writing
+    writer_graph(store).invoke({"greeting": "x"}, {"configurable": {"thread_id": "t2"}})
+    out = greeting_graph(store).invoke({"greeting": ""}, {"configurable": {"thread_id": "t1"}})
+    assert out["greeting"] == "Hello, stranger!"
 
 
 def test_get_answers_and_refuses_exactly_as_a_batch_of_one_get_op(

@@ -108,6 +108,7 @@ class Thread:
                     run.resume()
                 except InvalidInputError:  # ended: the thread goes on in the next one
                     continue
+                return cls(thread_id=thread, run=run, keys=_keys_of(session, run.relied_on))
             return cls(thread_id=thread, run=run)
         raise LedgerError(f"runs {base!r} to {base}.{MAX_RESUMPTIONS - 1} are all taken")
 
@@ -194,6 +195,19 @@ class Thread:
             self.run.get(rid)  # shown SUPERSEDED: no longer a dependency
         self.run.observe(*dict.fromkeys(newer))
         return True
+
+
+def _keys_of(session: Session, record_ids: Collection[str]) -> dict[str, tuple[str, str]]:
+    """The (scope, claim key) of each of ``record_ids`` ``session`` can see (looked
+    up, not recorded in a run): what a continued run's thread knows them by."""
+    keys = {}
+    for rid in record_ids:
+        try:
+            view = session.get(rid)
+        except LedgerError:  # no longer visible: nothing can rest on it now
+            continue
+        keys[rid] = (view.scope, view.claim_key)
+    return keys
 
 
 def _newest_known(session: Session, record_id: str, known: Collection[str]) -> str | None:
