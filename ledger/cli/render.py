@@ -374,7 +374,7 @@ def print_corrections(
         view = (views or {}).get(c.delivery.record_id)
         why = why_text(view) if view is not None else ""
         if not why:
-            why = f"{c.cause} revoked: {c.reason}" if c.cause else (c.reason or "-")
+            why = stale_text(c.cause, c.reason, None) if c.cause else (c.reason or "-")
         table.add_row(
             Text(c.delivery.delivery_id),
             Text(c.delivery.record_id),
