@@ -22,13 +22,19 @@ import click
 
 from ledger import __version__
 from ledger.cli import admin, agents, evidence, reads, runs, writes
+from ledger.cli.terminal import guarded
 
 #: The ``Example:`` block of a command's help text.
 _EXAMPLE = re.compile(r"^\s*Examples?:\n((?:[ \t]+\S.*(?:\n|$))+)", re.MULTILINE)
 
 
 class _Main(click.Group):
-    """The command group; a usage error also shows the failing command's example."""
+    """The command group; a usage error also shows the failing command's example,
+    and what is written to a terminal is made inert (:mod:`ledger.cli.terminal`)."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        with guarded():
+            return super().main(*args, **kwargs)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:

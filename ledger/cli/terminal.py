@@ -1,0 +1,73 @@
+"""What reaches a terminal: stored text is shown, never obeyed.
+
+The library refuses C0 control characters in the text it stores (ids, claim keys,
+reasons, notes), and the command line prints values as JSON, which escapes them.
+What is left would still act on a terminal instead of being shown: the C1 controls
+(U+0080 to U+009F; U+009B is an 8-bit CSI, U+009D an OSC) that a value, a claim key or
+a reason may hold, and the bidirectional embeddings, overrides and isolates
+(U+202A to U+202E, U+2066 to U+2069) that make text display in an order other than its
+own, so that what a reviewer reads is not what is stored. While ``provledger``
+writes to a terminal, each of those is printed as its ``\\uXXXX`` escape instead
+(inside JSON output that is the same string). Output to a pipe or a file is left
+byte for byte as it is.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any, TextIO
+
+#: Characters a terminal acts on, or reorders by, rather than shows.
+ACTIVE = re.compile("[\x80-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def inert(text: str) -> str:
+    """``text`` with every :data:`ACTIVE` character written as its ``\\uXXXX`` escape."""
+    return ACTIVE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+class Guarded:
+    """A terminal's text stream that writes :func:`inert` text; everything else
+    (``isatty``, ``fileno``, ``encoding``, ``buffer`` …) is the stream's own."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        """Write ``text`` made inert; returns the length of ``text`` as given."""
+        self.stream.write(inert(text))
+        return len(text)
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        """Write each line made inert."""
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
+def _is_terminal(stream: object) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty()) if callable(isatty) else False
+    except ValueError:  # a closed stream
+        return False
+
+
+@contextmanager
+def guarded() -> Iterator[None]:
+    """Within this block, ``sys.stdout`` and ``sys.stderr`` are :class:`Guarded`
+    where they are terminals; both are put back afterwards."""
+    saved = sys.stdout, sys.stderr
+    if _is_terminal(sys.stdout) and not isinstance(sys.stdout, Guarded):
+        sys.stdout = Guarded(sys.stdout)
+    if _is_terminal(sys.stderr) and not isinstance(sys.stderr, Guarded):
+        sys.stderr = Guarded(sys.stderr)
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved

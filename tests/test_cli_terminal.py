@@ -1,0 +1,118 @@
+"""What ``provledger`` writes to a terminal: stored text is shown, never obeyed
+(``ledger.cli.terminal``). Run as a real process on a pseudo-terminal."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ledger import Ledger
+from ledger.cli.terminal import guarded, inert
+
+#: An 8-bit CSI that would turn what follows red, and a right-to-left override
+#: that would make "DETEPECCA" read "ACCEPTED" on the screen.
+VALUE = "retry \x9b31mnever\x9b0m \u202eDETPECCA\u202c"
+CLAIM = "api.retry\x9d0;title\x9c"  # an 8-bit OSC that would retitle the window
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    """A ledger holding one accepted record with active characters in its value and claim."""
+    url = f"sqlite:///{tmp_path / 'term.db'}"
+    with Ledger.open(url) as led:
+        admin = led.admin()
+        admin.grant("agent-1", scope="proj-a", roles=["propose", "read"])
+        admin.grant("reviewer", scope="proj-a", roles=["approve", "read"])
+        agent = led.authenticate(admin.issue_token("agent-1"))
+        agent.propose("proj-a", CLAIM, VALUE, "fact", id="M1")
+        led.authenticate(admin.issue_token("reviewer")).accept("M1")
+        token = admin.issue_token("agent-1")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("PROVLEDGER_")}
+    return {**clean, "PROVLEDGER_URL": url, "PROVLEDGER_TOKEN": token, "COLUMNS": "200"}
+
+
+def on_terminal(env: dict[str, str], *args: str) -> tuple[int, str]:
+    """Run ``provledger ARGS`` with stdout and stderr on a pseudo-terminal."""
+    master, slave = pty.openpty()
+    done = subprocess.Popen(
+        [sys.executable, "-m", "ledger", *args], stdout=slave, stderr=slave, env=env
+    )
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # the terminal closed: the process has exited
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    return done.wait(timeout=60), out.decode("utf-8")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("get", "M1"),
+        ("get", "M1", "--json"),
+        ("records", "--scope", "proj-a"),
+        ("read", "--scope", "proj-a", "--claim", CLAIM),
+        ("read", "--scope", "proj-a", "--claim", CLAIM, "--json"),
+    ],
+    ids=["get", "get-json", "records", "read", "read-json"],
+)
+def test_active_characters_reach_a_terminal_as_escapes(
+    env: dict[str, str], args: tuple[str, ...]
+) -> None:
+    code, shown = on_terminal(env, *args)
+
+    assert code == 0, shown
+    for active in ("\x9b", "\x9d", "\x9c", "\u202e", "\u202c"):
+        assert active not in shown
+    assert "\\u202eDETPECCA\\u202c" in shown
+    assert "\\u009b31mnever" in shown
+
+
+def test_both_streams_are_guarded_on_a_terminal_and_put_back_after(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    master, slave = pty.openpty()
+    with os.fdopen(slave, "w", encoding="utf-8") as terminal:
+        monkeypatch.setattr(sys, "stdout", terminal)
+        monkeypatch.setattr(sys, "stderr", terminal)
+        with guarded():
+            assert sys.stdout is not terminal and sys.stderr is not terminal
+            sys.stderr.write(f"error: {VALUE}\n")
+            sys.stderr.flush()
+        assert sys.stdout is terminal and sys.stderr is terminal
+        shown = os.read(master, 4096).decode("utf-8")
+    os.close(master)
+
+    assert shown.startswith("error: retry \\u009b31mnever")
+    assert "\x9b" not in shown and "\u202e" not in shown
+
+
+def test_output_to_a_pipe_is_the_stored_text_byte_for_byte(env: dict[str, str]) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "ledger", "get", "M1", "--json"],
+        env=env,
+        capture_output=True,
+        check=True,
+    )
+
+    record = json.loads(done.stdout.decode("utf-8"))
+    assert record["value"] == VALUE and record["claim_key"] == CLAIM
+
+
+def test_inert_escapes_only_what_a_terminal_would_act_on() -> None:
+    assert inert("caf\u00e9 \u65e5\u672c \x9b31m \u2067x\u2069") == (
+        "caf\u00e9 \u65e5\u672c \\u009b31m \\u2067x\\u2069"
+    )
+    assert inert("plain \\u009b stays") == "plain \\u009b stays"
