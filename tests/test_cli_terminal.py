@@ -116,3 +116,4 @@ def test_inert_escapes_only_what_a_terminal_would_act_on() -> None:
         "caf\u00e9 \u65e5\u672c \\u009b31m \\u2067x\\u2069"
     )
     assert inert("plain \\u009b stays") == "plain \\u009b stays"
+    assert inert("\u200fmark") == "\\u200fmark"

@@ -4,9 +4,9 @@ The library refuses C0 control characters in the text it stores (ids, claim keys
 reasons, notes), and the command line prints values as JSON, which escapes them.
 What is left would still act on a terminal instead of being shown: the C1 controls
 (U+0080 to U+009F; U+009B is an 8-bit CSI, U+009D an OSC) that a value, a claim key or
-a reason may hold, and the bidirectional embeddings, overrides and isolates
-(U+202A to U+202E, U+2066 to U+2069) that make text display in an order other than its
-own, so that what a reviewer reads is not what is stored. While ``provledger``
+a reason may hold, and the bidirectional marks, embeddings, overrides and isolates
+(:data:`ledger.validation.BIDI_CONTROLS`, e.g. U+202E) that make text display in an
+order other than its own, so that what a reviewer reads is not what is stored. While ``provledger``
 writes to a terminal, each of those is printed as its ``\\uXXXX`` escape instead
 (inside JSON output that is the same string). Output to a pipe or a file is left
 byte for byte as it is.
@@ -20,8 +20,10 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
+from ledger.validation import BIDI_CONTROLS
+
 #: Characters a terminal acts on, or reorders by, rather than shows.
-ACTIVE = re.compile("[\x80-\x9f\u202a-\u202e\u2066-\u2069]")
+ACTIVE = re.compile(f"[\x80-\x9f{BIDI_CONTROLS}]")
 
 
 def inert(text: str) -> str:

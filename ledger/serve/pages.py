@@ -20,6 +20,7 @@ from ledger.access import Role
 from ledger.domain import Status, Validity
 from ledger.errors import AccessDeniedError, InvalidInputError, LedgerError, UnknownRecordError
 from ledger.jsonable import plain
+from ledger.validation import BIDI_CONTROLS
 from ledger.values import RecordView
 
 __all__ = [
@@ -137,7 +138,7 @@ def _when(value: datetime | None) -> str:
 #: Characters that reorder the text around them (embeddings, overrides, isolates,
 #: marks): from a claim key or a reason they could make the console's own sentence
 #: read backwards, or a record seem to say what it does not.
-_BIDI = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_BIDI = re.compile(f"[{BIDI_CONTROLS}]")
 
 
 def controls_written_out(text: str, markup: bool = False) -> str:
