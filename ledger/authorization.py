@@ -31,11 +31,13 @@ event                     must hold
 ========================  ===============================================================
 
 A *valid token* is one issued to the actor before the event, not revoked before
-it, and not expired at the event's timestamp. A status that later versions
-change in ways this table does not know (an event type it has no rule for, a
-revalidation of a record never accepted) becomes *unknown* and is not checked
-until a known event sets it again, so the replay never fails a log it cannot
-judge; :attr:`AuthorizationReplay.unchecked` counts those events by type.
+it, and not expired at the event's timestamp. An event of a type this table has
+no rule for is refused: every type a command writes has one (a type no version
+knows cannot even be decoded), so such an event was written behind the ledger's
+back, and letting it pass would switch off the status machine for its record
+(:attr:`AuthorizationReplay.unchecked` counts them by type). A status this table
+cannot follow (a revalidation of a record never accepted) becomes *unknown* and
+is not checked until a known event sets it again.
 
 Grants and tokens come only from events here: forged rows in the access views
 (``pl_grants``, ``pl_tokens``) cannot make an event pass. :func:`access_from_log`
@@ -148,6 +150,8 @@ class _RecordState:
     status: str | None  # None: unknown (an event this replay has no rule for)
     dependencies: tuple[str, ...]
     accepted_once: bool = False
+    #: The version of the record's latest event so far.
+    version: int = 1
 
 
 @dataclass
@@ -167,19 +171,28 @@ class AuthorizationReplay:
     names: dict[str, str] = field(default_factory=dict)
     #: Snapshot reference -> (position, "captured" | "erased", record id, by, reason).
     snapshots: dict[str, tuple[int, str, str, str, str]] = field(default_factory=dict)
-    #: Events of types without a rule here, by type name.
+    #: The latest version so far of each principal and run (records keep theirs).
+    versions: dict[int, int] = field(default_factory=dict)
+    #: Events of types without a rule here (each refused), by type name.
     unchecked: Counter[str] = field(default_factory=Counter)
     events: int = 0
 
     def apply(self, position: int, event: Any) -> str | None:
         """Check and fold one decoded event; returns the first problem with it, or None."""
         self.events += 1
-        if isinstance(event, Principal.Event):
-            return self.access.apply(position, event)
         if isinstance(event, Record.Proposed):
             return self._proposed(position, event)
         if isinstance(event, Record.Event):
             return self._record_event(position, event)
+        if isinstance(event, (Principal.Event, Run.Event)):
+            key = event.originator_id.int
+            what = f"{type(event).__name__} at position {position}"
+            gap = _out_of_sequence(what, event.originator_version, self.versions.get(key, 0))
+            self.versions[key] = event.originator_version
+            if gap is not None:
+                return gap
+        if isinstance(event, Principal.Event):
+            return self.access.apply(position, event)
         if isinstance(event, Run.Started):
             if not self._token(event.actor, event):
                 return (
@@ -194,8 +207,13 @@ class AuthorizationReplay:
             return None
         if isinstance(event, Run.Event):
             return None
-        self.unchecked[type(event).__name__] += 1
-        return None
+        return self._unwritten(f"a {type(event).__name__} event at position {position}", event)
+
+    def _unwritten(self, what: str, event: Any) -> str:
+        """An event of a type no command writes: counted, and refused."""
+        name = type(event).__name__
+        self.unchecked[name] += 1
+        return f"{what}: no command writes {name} events (it was added behind the ledger's back)"
 
     # -- records ----------------------------------------------------------------------
 
@@ -204,9 +222,9 @@ class AuthorizationReplay:
 
     def _proposed(self, position: int, event: Record.Proposed) -> str | None:
         deps = tuple(dict.fromkeys((*event.parents, *event.observed)))
-        problem = self._proposal_problem(
-            f"Proposed of {event.record_id!r} at position {position}", event, deps
-        )
+        what = f"Proposed of {event.record_id!r} at position {position}"
+        problem = _out_of_sequence(what, event.originator_version, 0)
+        problem = problem or self._proposal_problem(what, event, deps)
         names = self.names
         state = _RecordState(
             record_id=event.record_id,
@@ -255,11 +273,13 @@ class AuthorizationReplay:
         if state is None:
             return f"{kind} at position {position} belongs to no proposed record"
         what = f"{kind} of {state.record_id!r} at position {position}"
+        gap = _out_of_sequence(what, event.originator_version, state.version)
+        state.version = event.originator_version
+        if gap is not None:
+            return gap
         rule = _RULES.get(kind)
         if rule is None:
-            self.unchecked[kind] += 1
-            state.status = None
-            return None
+            return self._unwritten(what, event)
         problem = self._check(what, state, event, rule)
         self._fold(state, event, rule[3], position)
         return problem
@@ -331,6 +351,22 @@ class AuthorizationReplay:
             state.status = after
             if after == Status.ACCEPTED.value:
                 state.accepted_once = True
+
+
+def _out_of_sequence(what: str, version: int, before: int) -> str | None:
+    """Why an aggregate's event of ``version``, after one of version ``before`` (0:
+    none), cannot be next: each aggregate's events are numbered 1, 2, 3 … in log order."""
+    if version == before + 1:
+        return None
+    here = f"{what}: it is version {version} of its aggregate"
+    if version == before + 2:
+        return f"{here}, but version {before + 1} is not in the log (an event was removed)"
+    if version > before + 2:
+        return (
+            f"{here}, but versions {before + 1} to {version - 1} are not in the log "
+            "(events were removed)"
+        )
+    return f"{here}, after version {before} (events were reordered)"
 
 
 def access_from_log(

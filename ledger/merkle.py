@@ -463,7 +463,7 @@ class Verification:
     events; ``consistency_proof`` proves it extends the digest verified
     ``against``. ``checks`` names the checks that ran, ``heads`` counts the kept
     heads checked, ``unchecked`` names event types the authorization replay had
-    no rule for.
+    no rule for (each such event is also a problem: no command writes them).
     """
 
     ok: bool

@@ -13,8 +13,9 @@ problem it finds:
    last position): truncation and rewriting before the newest head are caught;
    with ``against=`` the same for one unsigned digest;
 4. **authorization** — every event's actor held the role it needed by the log's
-   own grant and token events at that position, separation of duties held, and
-   the status machine was obeyed (:mod:`ledger.authorization`);
+   own grant and token events at that position, separation of duties held, the
+   status machine was obeyed, each aggregate's events are numbered in sequence
+   and none is of a type no command writes (:mod:`ledger.authorization`);
 5. **views** — the views equal a replay of the log into a scratch SQLite database
    in a temporary directory (the live views are only read, never repaired);
 6. **evidence bytes** — every stored snapshot matches its hash, every captured one
@@ -44,7 +45,7 @@ from ledger.errors import InvalidInputError, LedgerError
 from ledger.heads import SignedHead, as_heads, key_id, load_public_key, verify_head
 from ledger.merkle import LogDigest, MerkleTree, Verification
 from projections.base import SQLITE, Cursor, fetch_in_chunks, rows_digest
-from projections.projector import LAYOUT, Projector
+from projections.projector import LAYOUT, LAYOUT_KEY, RETIRED, Projector
 
 if TYPE_CHECKING:
     from ledger.engine import Engine
@@ -127,13 +128,11 @@ def verify(
                 findings.add("consistency", problem)
             elif target.size < tree.size:
                 proof = tuple(p.hex() for p in tree.consistency_path(target.size))
-        layout = engine.projector.layout(c)
-        # Views of an earlier version's layout (rebuilt when the ledger is next
-        # opened normally) cannot be compared: the check is left out, and said so.
-        compared = log_ok and layout is not None and layout >= LAYOUT
+        # Views 0.1.0 built (rebuilt when the ledger is next opened normally)
+        # cannot be compared: the check is left out, and said so.
+        compared = log_ok and not _views_of_0_1_0(engine, c)
         if compared:
-            problem = _compare_views(engine, c, scratch)
-            if problem is not None:
+            for problem in _compare_views(engine, c, scratch):
                 findings.add("views", problem)
         if log_ok:
             for problem in _evidence_problems(engine, c, replay):
@@ -435,19 +434,43 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _compare_views(engine: Engine, c: Cursor, scratch: _Scratch) -> str | None:
-    """The first difference between the live views and the replay, or None."""
-    d = engine.dialect
+def _views_of_0_1_0(engine: Engine, c: Cursor) -> bool:
+    """Whether the views are 0.1.0's: no layout recorded, and its id map kept
+    (every later layout records itself and drops that table)."""
+    return engine.projector.layout(c) is None and engine.recorder.has_table(c, RETIRED[0])
+
+
+def _compare_views(engine: Engine, c: Cursor, scratch: _Scratch) -> Iterator[str]:
+    """A changed layout row, then the first difference between the live views and
+    the replay (the rows are compared whatever the layout row says)."""
     layout = engine.projector.layout(c)
-    if layout != LAYOUT:
-        return (
-            f"the views say they were built with layout {layout}, which no version of "
-            f"provledger up to this one (layout {LAYOUT}) wrote: the layout row was changed"
+    if layout is None:
+        yield (
+            "the views record no layout, yet they are not 0.1.0's (which kept "
+            f"{RETIRED[0]}): the layout row was removed"
         )
+    elif layout != LAYOUT:
+        yield (
+            f"the views say they were built with layout {layout}, which no released "
+            f"version of provledger wrote (0.1.0 recorded none; this version writes "
+            f"{LAYOUT}): the layout row was changed"
+        )
+    problem = _first_difference(engine, c, scratch, skip_layout=layout != LAYOUT)
+    if problem is not None:
+        yield problem
+
+
+def _first_difference(
+    engine: Engine, c: Cursor, scratch: _Scratch, skip_layout: bool
+) -> str | None:
+    """The first difference between the live views and the replay, or None;
+    ``skip_layout``: the layout row is left out (it was named already)."""
+    d = engine.dialect
     for table in (*engine.projector.tables, "pl_tracking"):
-        names, replayed = _rows(scratch.cursor, f"SELECT * FROM {table}")
+        where = f" WHERE view <> '{LAYOUT_KEY}'" if skip_layout and table == "pl_tracking" else ""
+        names, replayed = _rows(scratch.cursor, f"SELECT * FROM {table}{where}")
         replay_digest = rows_digest(replayed)
-        live_names, live = _rows(c, d.q(f"SELECT * FROM {{t}}{table}"))
+        live_names, live = _rows(c, d.q(f"SELECT * FROM {{t}}{table}{where}"))
         missing = [n for n in names if n not in live_names]
         if missing:
             return f"view {table} lacks the column {missing[0]!r} a replay of the log fills"
@@ -455,9 +478,10 @@ def _compare_views(engine: Engine, c: Cursor, scratch: _Scratch) -> str | None:
         if rows_digest(tuple(row[i] for i in order) for row in live) == replay_digest:
             continue
         # They differ: read both sides whole (only now) to name the first difference.
-        replay_all = Counter(_rows(scratch.cursor, f"SELECT * FROM {table}")[1])
+        replay_all = Counter(_rows(scratch.cursor, f"SELECT * FROM {table}{where}")[1])
         live_all = Counter(
-            tuple(row[i] for i in order) for row in _rows(c, d.q(f"SELECT * FROM {{t}}{table}"))[1]
+            tuple(row[i] for i in order)
+            for row in _rows(c, d.q(f"SELECT * FROM {{t}}{table}{where}"))[1]
         )
         return _difference(table, names, live_all - replay_all, replay_all - live_all)
     return None

@@ -325,6 +325,37 @@ def delete_bytes(scene: Scene) -> str:
     return "deleted the snapshot bytes without an erasure event"
 
 
+def untyped_event(scene: Scene) -> str:
+    """Append (recomputed leaves) an event of ``Record.Event`` itself, a type no command
+    writes, to the REVOKED E1, then ``Accepted`` of E1 by the real approver: without a
+    rule for the first, the status machine would not know E1 is REVOKED."""
+    event = Record.Event(
+        originator_id=aggregate_of(scene.ledger, "E1"),
+        originator_version=_version(scene, "E1") + 1,
+        timestamp=scene.clock(),
+    )
+    position = append_event(scene, event)
+    forged_accept(scene, "reviewer", "E1")
+    return f"appended an untyped Record.Event of E1 at position {position}, then Accepted of E1"
+
+
+def event_removed(scene: Scene) -> str:
+    """Delete M1's acceptance (a version in the middle of its history) and its leaf,
+    and rebuild the views: M1 then looks as if it had been marked STALE as a candidate."""
+    oid = aggregate_of(scene.ledger, "M1")
+    key = oid.hex if scene.raw.backend == "sqlite" else oid
+    (row,) = scene.raw.one(
+        "SELECT POS FROM EVENTS WHERE originator_id=? AND originator_version=2", (key,)
+    )
+    position = int(row[0])
+    scene.raw.run(
+        ("DELETE FROM EVENTS WHERE POS=?", (position,)),
+        ("DELETE FROM pl_merkle_leaves WHERE position=?", (position,)),
+    )
+    scene.ledger.rebuild()
+    return f"deleted M1's Accepted at position {position} and its leaf, views rebuilt"
+
+
 #: Attack name -> (what it does, how to run it on a scene).
 ATTACKS: dict[str, tuple[str, Callable[[Scene], str]]] = {
     "truncation": ("truncation of the last 3 events + leaves, views rebuilt", truncate),
@@ -355,6 +386,14 @@ ATTACKS: dict[str, tuple[str, Callable[[Scene], str]]] = {
     ),
     "forged-role": ("forged 'approve' row for a real principal, who accepts", forged_role),
     "bytes-deleted": ("evidence bytes deleted without an erasure event", delete_bytes),
+    "untyped-event": (
+        "forged append of an event of a type no command writes, then Accepted of a REVOKED record",
+        untyped_event,
+    ),
+    "event-removed": (
+        "an event in the middle of a record's history deleted with its leaf, views rebuilt",
+        event_removed,
+    ),
 }
 
 #: Attack -> (detected with kept heads, detected without): what docs/evidence.md says.
@@ -369,6 +408,8 @@ EXPECTED: dict[str, tuple[bool, bool]] = {
     "forged-grant-kept": (True, True),
     "forged-role": (True, True),
     "bytes-deleted": (True, True),
+    "untyped-event": (True, True),
+    "event-removed": (True, True),
 }
 
 

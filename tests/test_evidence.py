@@ -73,6 +73,11 @@ PROBLEMS: dict[str, tuple[str | None, str | None]] = {
         "'agent-1' did not hold 'approve' in scope 'proj-a' then",
     ),
     "bytes-deleted": ("no erasure of them", "are missing, and the log records no erasure"),
+    "untyped-event": ("no command writes Event events", "no command writes Event events"),
+    "event-removed": (
+        "the log was rewritten before it was taken",
+        "but version 2 is not in the log (an event was removed)",
+    ),
 }
 
 

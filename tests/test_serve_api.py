@@ -925,3 +925,24 @@ def test_every_ledger_error_class_has_one_status_in_the_table() -> None:
     assert status_of(errors.SelfApprovalError("x")) == 403
     assert status_of(errors.CycleError("x")) == 422
     assert status_of(errors.UnknownDeliveryError("x")) == 404
+
+
+def test_no_secret_of_a_request_or_a_console_session_is_in_its_repr() -> None:
+    from starlette.datastructures import QueryParams
+
+    from ledger.serve.sessions import SessionStore
+
+    with Ledger.open("memory:") as led:
+        admin = led.admin()
+        admin.grant("agent-1", scope="proj-a", roles=["read"])
+        token = admin.issue_token("agent-1")
+        call = api_module.Call(led, token, {}, QueryParams(""), {})
+        store = SessionStore()
+        session = store.sign_in(store.new(), token, "agent-1")
+
+        shown = repr(call), repr(session)
+
+    for text in shown:
+        assert token not in text
+    assert session.sid not in shown[1] and session.csrf not in shown[1]
+    assert "agent-1" in shown[1]  # what is not secret is still shown

@@ -337,6 +337,11 @@ class LedgerRecorderMixin:
         """The lowest position holding a stored event (None: the log is empty)."""
         raise NotImplementedError
 
+    def has_table(self, c: Cursor, name: str) -> bool:
+        """Whether the ledger's schema holds a table ``name``, read inside an open
+        transaction (which a missing table leaves usable)."""
+        raise NotImplementedError
+
     def stray_position(self, c: Cursor) -> tuple[int, str] | None:
         """The lowest position below 1 holding a stored event or a Merkle leaf, and
         which of the two (``"event"``, or ``"Merkle leaf"`` when there is no event

@@ -282,6 +282,13 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
         low = c.fetchone()["m"]
         return None if low is None else int(low)
 
+    def has_table(self, c: Cursor, name: str) -> bool:
+        """Whether the ledger's schema holds a table ``name``."""
+        c.execute(
+            "SELECT to_regclass(%s) IS NOT NULL AS found", (f"{self.datastore.schema}.{name}",)
+        )
+        return bool(c.fetchone()["found"])
+
     def lock_for_write(self, c: Cursor, ahead: Query | None = None) -> list[Any] | None:
         """The same table lock the writers take. In a transaction begun by
         :meth:`writing`, its BEGIN, the lock, the views' tracking read (which a

@@ -325,6 +325,11 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
         low = c.fetchone()["m"]
         return None if low is None else int(low)
 
+    def has_table(self, c: Cursor, name: str) -> bool:
+        """Whether the database holds a table ``name``."""
+        c.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (name,))
+        return c.fetchone() is not None
+
     @contextmanager
     def replaying(self, c: Cursor) -> Iterator[None]:
         """The writer's page cache shrinks to ``REPLAY_CACHE_KIB`` during a replay

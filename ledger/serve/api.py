@@ -90,10 +90,11 @@ def ledger_error_response(exc: LedgerError, fields: tuple[str, ...] = ()) -> Res
 
 @dataclass
 class Call:
-    """One API request's inputs, read field by field (each name is remembered)."""
+    """One API request's inputs, read field by field (each name is remembered);
+    its ``repr`` leaves out the token."""
 
     ledger: Ledger
-    token: str
+    token: str = field(repr=False)
     path: Mapping[str, str]
     query: QueryParams
     body: Mapping[str, Any]

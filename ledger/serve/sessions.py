@@ -23,13 +23,14 @@ COOKIE = "provledger_session"
 
 @dataclass
 class ConsoleSession:
-    """One browser's session: its CSRF token and, once signed in, its ledger token."""
+    """One browser's session: its CSRF token and, once signed in, its ledger token
+    (none of the three secrets is in its ``repr``)."""
 
-    sid: str
-    csrf: str
+    sid: str = field(repr=False)
+    csrf: str = field(repr=False)
     created: float
     seen: float
-    token: str | None = None
+    token: str | None = field(default=None, repr=False)
     principal: str | None = None
     flashes: list[tuple[str, str]] = field(default_factory=list)
 
