@@ -14,12 +14,17 @@ evidence record captured with it. Nothing else changes:
   other bytes went missing without an erasure in the log.
 
 Capturing the same bytes again later stores them again (a new act of
-collection, with its own record).
+collection, with its own record), readable through that record only: a caller
+whose readable evidence of them was all erased is still told of the erasure,
+whether the bytes came back by a new capture in another scope or behind the
+ledger's back.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -58,12 +63,12 @@ def _check_ref(ref: object) -> str:
     return ref
 
 
-def _evidence_with(engine: Engine, c: Cursor, ref: str) -> dict[str, Any]:
-    """The evidence records captured with ``ref`` (every scope): each one's id
-    and aggregate id (``agg_id``) by record id, in id order."""
+def evidence_with(engine: Engine, c: Cursor, ref: str) -> dict[str, Any]:
+    """The evidence records captured with ``ref`` (every scope): each one's id,
+    scope and aggregate id (``agg_id``) by record id, in id order."""
     c.execute(
         engine.dialect.q(
-            "SELECT record_id, agg_id FROM {t}pl_records WHERE snapshot_ref=? "
+            "SELECT record_id, scope, agg_id FROM {t}pl_records WHERE snapshot_ref=? "
             f"AND {validity_view.NOW_FILTER} ORDER BY record_id"
         ),
         (ref,),
@@ -71,41 +76,56 @@ def _evidence_with(engine: Engine, c: Cursor, ref: str) -> dict[str, Any]:
     return {str(r["record_id"]): r for r in c.fetchall()}
 
 
-def erasure_of(engine: Engine, c: Cursor, ref: str) -> Erasure | None:
-    """The newest erasure of ``ref`` recorded in the log (read with ``c``), or None."""
-    records = _evidence_with(engine, c, ref)
-    newest: tuple[int, Any] | None = None
-    for row in records.values():
+def erased(engine: Engine, c: Cursor, ref: str, records: Mapping[str, Any]) -> dict[str, Erasure]:
+    """Of ``records`` (:func:`evidence_with`'s rows), those whose capture of ``ref``
+    the log records erased: the newest erasure of each, by record id."""
+    found: dict[str, Erasure] = {}
+    for rid, row in records.items():
         for note in engine.recorder.select_record_events(c, uuid_of_hex(row["agg_id"])):
             if note.topic != _ERASED_TOPIC:
                 continue
             event = engine.projector.decode(note)
-            if event.snapshot_ref == ref and (newest is None or note.id > newest[0]):
-                newest = (note.id, event)
-    if newest is None:
+            if event.snapshot_ref == ref:
+                found[rid] = Erasure(
+                    snapshot_ref=ref,
+                    records=(rid,),
+                    position=note.id,
+                    actor=event.actor,
+                    reason=event.reason,
+                    at=event.timestamp,
+                )
+    return found
+
+
+def erasure_of(
+    engine: Engine, c: Cursor, ref: str, records: Mapping[str, Any] | None = None
+) -> Erasure | None:
+    """The newest erasure of ``ref`` recorded in the log (read with ``c``) for
+    ``records`` (default: every evidence record captured with it), or None."""
+    records = evidence_with(engine, c, ref) if records is None else records
+    each = erased(engine, c, ref, records)
+    if not each:
         return None
-    position, event = newest
-    return Erasure(
-        snapshot_ref=ref,
-        records=tuple(records),
-        position=position,
-        actor=event.actor,
-        reason=event.reason,
-        at=event.timestamp,
-    )
+    newest = max(each.values(), key=lambda e: e.position)
+    return dataclasses.replace(newest, records=tuple(records))
 
 
-def check_not_erased(engine: Engine, c: Cursor, ref: str) -> None:
-    """Raise ``SnapshotErasedError`` if the log records an erasure of ``ref``.
-
-    ``Session.snapshot`` calls it when the bytes are missing.
-    """
-    found = erasure_of(engine, c, ref)
+def check_not_erased(
+    engine: Engine, c: Cursor, ref: str, records: Mapping[str, Any] | None = None
+) -> None:
+    """Raise ``SnapshotErasedError`` if the log records an erasure of ``ref`` (for
+    ``records``, default every evidence record captured with it)."""
+    found = erasure_of(engine, c, ref, records)
     if found is not None:
-        raise SnapshotErasedError(
-            f"snapshot {ref!r} was erased at {found.at.isoformat()} by {found.actor!r} "
-            f"(log position {found.position}): {found.reason}"
-        )
+        raise erased_error(found)
+
+
+def erased_error(found: Erasure) -> SnapshotErasedError:
+    """The error a read of erased bytes raises, naming the erasure."""
+    return SnapshotErasedError(
+        f"snapshot {found.snapshot_ref!r} was erased at {found.at.isoformat()} by "
+        f"{found.actor!r} (log position {found.position}): {found.reason}"
+    )
 
 
 def erase_snapshot(engine: Engine, ref: str, reason: str, actor: str) -> Erasure:
@@ -122,7 +142,7 @@ def erase_snapshot(engine: Engine, ref: str, reason: str, actor: str) -> Erasure
     check_text(reason, "reason")
 
     def work(w: Write) -> Erasure:
-        records = _evidence_with(engine, w.c, ref)
+        records = evidence_with(engine, w.c, ref)
         if not records:
             raise UnknownSnapshotError(f"snapshot {ref!r} is unknown")
         stored = engine.recorder.snapshot_content(w.c, ref) is not None
@@ -149,4 +169,12 @@ def erase_snapshot(engine: Engine, ref: str, reason: str, actor: str) -> Erasure
     return engine.transact(work)
 
 
-__all__ = ["Erasure", "check_not_erased", "erase_snapshot", "erasure_of"]
+__all__ = [
+    "Erasure",
+    "check_not_erased",
+    "erase_snapshot",
+    "erased",
+    "erased_error",
+    "erasure_of",
+    "evidence_with",
+]

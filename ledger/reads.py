@@ -624,13 +624,21 @@ def snapshot(caller: Caller, ref: str) -> bytes:
     """``Session.snapshot``: the bytes, re-hashed, if evidence carrying them is readable."""
     if not isinstance(ref, str) or not _SNAPSHOT_REF.fullmatch(ref):
         raise UnknownSnapshotError(f"snapshot {ref!r} is not a sha256:<hex> reference")
-    d = caller.engine.dialect
+    engine = caller.engine
     with caller.reading() as c:
-        scopes = view_queries.scopes_with_snapshot(c, d, ref)
-        readable = any(Role.READ.value in caller.roles(c, s) for s in scopes)
-        found = caller.engine.recorder.snapshot_content(c, ref) if readable else None
-        if readable and found is None:
-            erasure.check_not_erased(caller.engine, c, ref)
+        evidence = erasure.evidence_with(engine, c, ref)
+        readable = {
+            rid: row
+            for rid, row in evidence.items()
+            if Role.READ.value in caller.roles(c, row["scope"])
+        }
+        # Read through the caller's own evidence only: once each of those
+        # captures was erased, bytes stored again (captured anew elsewhere, or
+        # put back) are not theirs to read.
+        gone = erasure.erased(engine, c, ref, readable)
+        if readable and len(gone) == len(readable):
+            raise erasure.erased_error(max(gone.values(), key=lambda e: e.position))
+        found = engine.recorder.snapshot_content(c, ref) if readable else None
     if found is None:
         raise UnknownSnapshotError(
             f"snapshot {ref!r} is unknown or not readable by {caller.subject!r}"

@@ -396,15 +396,6 @@ def _claim_as_statement(d: Dialect, as_of: bool, live_only: bool) -> str:
     )
 
 
-def scopes_with_snapshot(c: Cursor, d: Dialect, ref: str) -> list[str]:
-    """The scopes of current evidence rows carrying snapshot ``ref``."""
-    c.execute(
-        d.q(f"SELECT DISTINCT scope FROM {{t}}pl_records WHERE snapshot_ref=? AND {NOW_FILTER}"),
-        (ref,),
-    )
-    return [r["scope"] for r in c.fetchall()]
-
-
 def status_counts(c: Cursor, d: Dialect) -> dict[str, int]:
     """How many records are in each status now."""
     c.execute(

@@ -770,6 +770,28 @@ def test_erased_bytes_put_back_behind_the_ledgers_back_are_named(scene: Scene) -
     assert (
         problem.startswith(f"snapshot {ref} was erased at position") and "still stored" in problem
     )
+    # and reading them is refused as before: the log says they were erased
+    with pytest.raises(SnapshotErasedError, match="was erased at"):
+        scene.agent.snapshot(ref)
+
+
+@pytest.mark.parametrize("ledger_url", BACKENDS, indirect=True)
+def test_bytes_captured_again_in_another_scope_are_not_readable_through_the_erased_evidence(
+    scene: Scene,
+) -> None:
+    # Given E1's bytes erased, and the same bytes captured anew in a scope
+    # agent-1 holds no grant in
+    ref = (scene.reviewer.get("E1").evidence or {})["snapshot_ref"]
+    admin = scene.ledger.admin()
+    admin.erase_snapshot(ref, reason="erasure request 114")
+    admin.grant("tenant-b", scope="proj-b", roles=["propose", "read"])
+    tenant_b = scene.ledger.authenticate(admin.issue_token("tenant-b"))
+    tenant_b.capture(scope="proj-b", uri="https://b.test/page", content=b"retries ok")
+
+    # Then the new capture's reader reads them, and agent-1 is still told of the erasure
+    assert tenant_b.snapshot(ref) == b"retries ok"
+    with pytest.raises(SnapshotErasedError, match="erasure request 114"):
+        scene.agent.snapshot(ref)
 
 
 @pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
