@@ -176,16 +176,16 @@ def collect(
                 nodes[rid] = record_view(caller, c, found, at)
         now = caller.engine.position() if position is None else position
         names = caller.names(c, nodes)
-    # An edge to a record not drawn ends at the one placeholder node.
+    # A drawn record resting on one not drawn rests on the one placeholder node;
+    # what rests on a drawn record from a scope the caller cannot see is left out
+    # (its existence, and when it appeared, are that scope's to know).
     edges = tuple(
         dict.fromkeys(
             Edge(
-                parent=names.get(p, p) if p in nodes else HIDDEN,
-                child=names.get(ch, ch) if ch in nodes else HIDDEN,
-                edge=kind,
+                parent=names.get(p, p) if p in nodes else HIDDEN, child=names.get(ch, ch), edge=kind
             )
             for p, ch, kind in rows
-            if (p in nodes) != (ch in nodes) or p in nodes
+            if ch in nodes
         )
     )
     drawn = {n.id for n in nodes.values()}

@@ -177,6 +177,9 @@ def stale_causes(caller: Caller, c: Cursor | None, row: Any) -> tuple[StaleCause
 
 
 def _redacted_cause(cause: StaleCause, hidden: frozenset[str]) -> StaleCause:
+    """A cause as a caller who may not see it is shown it: the placeholder, no
+    reason, and always blocking (whether it still rests under the record changes
+    with what is done in its scope, which is that scope's to know)."""
     if cause.cause not in hidden:
         return cause
     return dataclasses.replace(
@@ -184,6 +187,7 @@ def _redacted_cause(cause: StaleCause, hidden: frozenset[str]) -> StaleCause:
         cause=HIDDEN,
         reason=WITHHELD,
         superseded_by=redaction.one(cause.superseded_by, hidden),
+        blocking=True,
     )
 
 

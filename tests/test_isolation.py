@@ -140,13 +140,34 @@ def test_explain_audit_history_and_corrections_name_nothing_of_the_other_scope(
     assert_nothing_of_a(repr(before.get("B-R1")) + repr(before.audit("B-R1")))
 
 
+def test_a_hidden_cause_looks_the_same_whatever_is_done_in_its_scope(tenants: Tenants) -> None:
+    b = tenants.b
+    before = b.get("B-R1"), b.explain("proj-b", "b.report")
+    # When A gives A-M1 a new basis, so that A-E1 no longer rests under B-R1
+    tenants.a.capture("proj-a", uri="https://a.test/doc2", content=b"a secret 2", id="A-E2")
+    tenants.a_rev.accept("A-E2")
+    tenants.a_rev.revalidate("A-M1", note="re-based", parents=["A-E2"])
+
+    # Then B is shown exactly what it was shown before: that is A's to know
+    after = b.get("B-R1"), b.explain("proj-b", "b.report")
+    assert [(c.cause, c.blocking) for c in after[0].stale_causes] == [(HIDDEN, True)]
+    assert after[0].stale_causes == before[0].stale_causes
+    assert [e.reasons for e in after[1].entries] == [e.reasons for e in before[1].entries]
+    # while the bridge, who sees A's records, is told the cause no longer rests under it
+    assert [(c.cause, c.blocking) for c in tenants.bridge.get("B-R1").stale_causes] == [
+        ("A-E1", False)
+    ]
+
+
 def test_graph_and_prov_show_the_placeholder_and_do_not_walk_through_it(
     tenants: Tenants,
 ) -> None:
     b = tenants.b
     down = collect(b, "B-B0", descendants=True)
     assert [n.id for n in down.nodes] == ["B-B0"]  # B-B2 lies beyond A-X
-    assert {(e.parent, e.child) for e in down.edges} == {("B-B0", HIDDEN)}
+    # A-X, in A, rests on B-B0: not even a placeholder says so (when A built on
+    # B's record is A's to know); a record of B resting on one of A's shows one.
+    assert down.edges == ()
     up = collect(b, "B-R1", ancestors=True)
     assert [n.id for n in up.nodes] == ["B-R1"]
     for fmt in ("dot", "mermaid"):
@@ -154,7 +175,7 @@ def test_graph_and_prov_show_the_placeholder_and_do_not_walk_through_it(
         assert "hidden" in text
         assert_nothing_of_a(text)
         text = draw(b, "B-B0", descendants=True, format=fmt).data.decode()
-        assert "B-B2" not in text and "hidden" in text
+        assert "B-B2" not in text and "hidden" not in text
     prov = export_text(b, "prov-json", record="B-R1", ancestors=True)
     assert "pl:hidden" in prov
     assert_nothing_of_a(prov)

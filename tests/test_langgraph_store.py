@@ -532,6 +532,17 @@ def test_search_with_an_empty_prefix_covers_every_readable_scope(
     }
 
 
+def test_listings_across_scopes_without_read_anywhere_are_refused_not_empty(
+    principals: Principals,
+) -> None:
+    admin = principals.ledger.admin()
+    admin.grant("courier", "test", ["deliver"])  # a grant, but no 'read' anywhere
+    with LedgerStore(principals.ledger, token=admin.issue_token("courier")) as courier:
+        for listing in (lambda: courier.search(()), courier.list_namespaces):
+            with pytest.raises(AccessDeniedError, match="lacks role 'read' in every scope"):
+                listing()
+
+
 def test_search_skips_candidates_and_withdrawn_records(
     store: LedgerStore, principals: Principals
 ) -> None:

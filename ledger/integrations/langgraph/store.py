@@ -306,10 +306,16 @@ class LedgerStore(BaseStore):
         """(scope, claim key) of an item."""
         return location(tuple(namespace), key, self.scope_depth)
 
-    def _readable_scopes(self) -> list[str]:
-        """Scopes where the store's principal holds ``read`` now, sorted."""
+    def _readable_scopes(self, command: str) -> list[str]:
+        """Scopes where the store's principal holds ``read`` now, sorted; a listing
+        across scopes without ``read`` in any is refused, not answered empty."""
         held = self.session.grants()
-        return [scope for scope, roles in held.items() if Role.READ.value in roles]
+        scopes = [scope for scope, roles in held.items() if Role.READ.value in roles]
+        if not scopes:
+            raise AccessDeniedError(
+                f"{command} refused: {self.session.principal!r} lacks role 'read' in every scope"
+            )
+        return scopes
 
     def _scopes_under(
         self, prefix: tuple[str, ...]
@@ -319,7 +325,7 @@ class LedgerStore(BaseStore):
         if len(prefix) >= depth:
             return [(scope_of(prefix[:depth]), prefix[:depth], prefix[depth:])]
         out: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = []
-        for scope in self._readable_scopes():
+        for scope in self._readable_scopes("search"):
             labels = labels_of(scope, depth)
             if labels is not None and labels[: len(prefix)] == prefix:
                 out.append((scope, labels, ()))
@@ -435,7 +441,7 @@ class LedgerStore(BaseStore):
         depth = self.scope_depth
         prefixes = [tuple(c.path) for c in conditions if c.match_type == "prefix"]
         namespaces: set[tuple[str, ...]] = set()
-        for scope in self._readable_scopes():
+        for scope in self._readable_scopes("list_namespaces"):
             labels = labels_of(scope, depth)
             if labels is None or not all(
                 all(p == "*" or p == s for s, p in zip(labels, path, strict=False))
