@@ -705,6 +705,21 @@ def test_corrections_json_lists_deliveries_needing_a_correction(chain: Cli) -> N
     assert "R1" in chain.as_reviewer("corrections").stdout
 
 
+def test_correct_only_if_owed_issues_one_correction_however_often_it_runs(chain: Cli) -> None:
+    _revoked(chain)
+    [due] = json.loads(chain.as_reviewer("corrections", "--json").stdout)["due"]
+    delivery_id = due["delivery"]["delivery_id"]
+    args = ("correct", delivery_id, "--note", "withdrawn", "--only-if-owed")
+
+    assert chain.as_reviewer(*args).exit_code == 0
+    position = chain.position
+    again = chain.as_reviewer(*args)
+
+    assert again.exit_code == 1 and "error:" in again.stderr
+    assert chain.position == position  # nothing written
+    assert json.loads(chain.as_reviewer("corrections", "--json").stdout) == {"due": []}
+
+
 def test_as_of_position_answers_as_the_ledger_did_then(chain: Cli) -> None:
     before = chain.position
     _revoked(chain)

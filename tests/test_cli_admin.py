@@ -68,6 +68,33 @@ def test_init_creates_the_ledger_and_prints_the_admin_token_once(tmp_path: Path)
         assert led.verify().ok
 
 
+def test_inits_racing_on_a_new_ledger_name_one_creator_and_one_token(pg_url: str) -> None:
+    # Six `provledger init` at once on a schema that does not exist yet
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    racing = [
+        subprocess.Popen(
+            [sys.executable, "-m", "ledger", "init", "--url", pg_url, "--json"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for _ in range(6)
+    ]
+    said = []
+    for process in racing:
+        out, err = process.communicate(timeout=120)
+        assert process.returncode == 0, err
+        said.append(json.loads(out))
+
+    # Exactly one printed the admin token, and only that one says it created the ledger
+    creators = [s for s in said if s["created"]]
+    assert len(creators) == 1 and creators[0]["admin_token"] is not None
+    assert all(s["admin_token"] is None for s in said if not s["created"])
+    with Ledger.open(pg_url) as led:
+        led.admin(creators[0]["admin_token"])
+
+
 def test_an_admin_token_is_no_principal_token_and_a_principal_token_no_admin_token(
     tmp_path: Path,
 ) -> None:

@@ -255,3 +255,10 @@ def test_an_admin_token_given_in_argv_is_warned_about_too(tmp_path: Path) -> Non
     )
     in_env = _provledger("stats", url=url, PROVLEDGER_ADMIN_TOKEN=admin)
     assert in_env.returncode == 0 and in_env.stderr == ""
+    # The admin token as what a command acts on (`token revoke` withdrawing the
+    # very token in the environment) was not given as --admin-token: no warning.
+    second = _provledger("token", "issue", "--admin", url=url, PROVLEDGER_ADMIN_TOKEN=admin)
+    assert second.returncode == 0, second.stderr
+    revoked = _provledger("token", "revoke", admin, url=url, PROVLEDGER_ADMIN_TOKEN=admin)
+    assert revoked.returncode == 0, revoked.stderr
+    assert "warning" not in revoked.stderr

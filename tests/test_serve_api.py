@@ -358,6 +358,34 @@ def test_corrections_due_are_listed_and_issued_through_the_outbox(served: Served
     assert record["deliveries"][0]["corrections"][0]["note"] == "the retry advice was withdrawn"
 
 
+def test_a_correction_only_if_owed_is_issued_once_by_two_workers(served: Served) -> None:
+    _seed(served)
+    served.reviewer.post("/records/{record_id}/revoke", record_id="E1", json={"reason": "wrong"})
+    [item] = served.reviewer.get("/corrections").json()["corrections"]
+    delivery_id = item["delivery"]["delivery_id"]
+    body = {"note": "withdrawn", "only_if_owed": True}
+
+    # Two workers drained the same list: the first issues it, the second is refused
+    first, second = (
+        served.reviewer.post(
+            "/deliveries/{delivery_id}/corrections", delivery_id=delivery_id, json=body
+        )
+        for _ in range(2)
+    )
+    assert first.status_code == 201
+    assert second.status_code == 409, second.json()
+    position = served.ledger.position
+    record = served.reviewer.get("/records/{record_id}", record_id="R1").json()
+    assert len(record["deliveries"][0]["corrections"]) == 1
+    refused = served.reviewer.post(
+        "/deliveries/{delivery_id}/corrections",
+        delivery_id=delivery_id,
+        json={"note": "x", "only_if_owed": "yes"},
+    )
+    assert refused.status_code == 422 and error_of(refused)["field"] == "only_if_owed"
+    assert served.ledger.position == position
+
+
 def test_get_routes_answer_as_of_a_past_position(served: Served) -> None:
     _seed(served)
     before = served.ledger.position

@@ -60,12 +60,13 @@ def init(url: str | None, as_json: bool) -> None:
     """
     try:
         led = open_ledger(url)
-        created = led.backend == "memory"  # a new one each time
     except LedgerNotFoundError:
         led = open_ledger(url, create=True)
-        created = True
     with led:
         issued = led.admin().bootstrap_admin_token()
+        # The ledger is this init's when it got the first admin token: of inits
+        # racing on a new ledger, one does, whichever of them made the tables.
+        created = issued is not None
         info = {
             "url": printable(led.url),
             "backend": led.backend,

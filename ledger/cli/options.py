@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from functools import wraps
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -309,8 +310,14 @@ def host_ledger(
 def warn_token_in_argv(
     token: str, option: str = "--token", variable: str = "PROVLEDGER_TOKEN"
 ) -> None:
-    """A token given as ``option`` is readable by other users in the process list."""
-    if f"{option}={token}" in sys.argv or token in sys.argv[1:]:
+    """A token given as ``option`` is readable by other users in the process list
+    (a token that is only a command's argument, e.g. the one ``token revoke``
+    withdraws, is not warned about)."""
+    argv = sys.argv[1:]
+    given = f"{option}={token}" in argv or any(
+        flag == option and value == token for flag, value in pairwise(argv)
+    )
+    if given:
         click.echo(
             f"warning: {option} on the command line is visible to other users "
             f"(ps, /proc/PID/cmdline); export {variable} instead",

@@ -342,6 +342,12 @@ def deliver(
 @click.argument("delivery_id", metavar="DELIVERY_ID")
 @click.option("--note", required=True, help="What the correction says.")
 @click.option("--replacement", help="A record that replaces the delivered one.")
+@click.option(
+    "--only-if-owed",
+    is_flag=True,
+    help="Refuse unless the delivery owes a correction now (checked in the command's "
+    "transaction: workers draining `corrections` at once issue one each).",
+)
 @token_option
 @url_option
 @json_option
@@ -350,6 +356,7 @@ def correct(
     delivery_id: str,
     note: str,
     replacement: str | None,
+    only_if_owed: bool,
     token: str,
     url: str | None,
     as_json: bool,
@@ -358,10 +365,12 @@ def correct(
 
     \b
     Example:
-      provledger correct d-1234 --note "retries are not safe after all"
+      provledger correct d-1234 --note "retries are not safe after all" --only-if-owed
     """
     with principal_session(url, token) as (led, session):
-        correction_id = session.issue_correction(delivery_id, note=note, replacement=replacement)
+        correction_id = session.issue_correction(
+            delivery_id, note=note, replacement=replacement, only_if_owed=only_if_owed
+        )
         position = led.position
     report_done(
         as_json,

@@ -61,7 +61,11 @@ def _is_psycopg(exc: BaseException) -> bool:
 def reason_of(exc: BaseException, secret: str = "") -> str:
     """The database's own reason, on one line, without ``secret`` (a password)."""
     cause = root_cause(exc)
-    text = str(cause) or str(exc) or type(cause).__name__
+    # A PostgreSQL server error's own sentence, without the statement and caret
+    # (``LINE 1: INSERT INTO …``) that libpq appends: those are not a reason.
+    diag = getattr(cause, "diag", None)
+    primary = getattr(diag, "message_primary", None) if _is_psycopg(cause) else None
+    text = primary or str(cause) or str(exc) or type(cause).__name__
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     text = "; ".join(lines) if lines else type(cause).__name__
     # libpq: 'connection failed: connection to server at "h" (…), port 5432 failed:

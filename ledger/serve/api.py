@@ -215,6 +215,15 @@ class Call:
             raise FieldError(name, f"field {name!r} must be an object, got {_json_type(value)}")
         return value
 
+    def body_bool(self, name: str, default: bool) -> bool:
+        """A boolean body field (``default`` when absent or null)."""
+        value = self.body_any(name)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise FieldError(name, f"field {name!r} must be a boolean, got {_json_type(value)}")
+        return value
+
     def body_time(self, name: str) -> datetime | None:
         """An ISO 8601 date-time body field."""
         return _parse_time(name, self.body_str(name))
@@ -564,6 +573,7 @@ def issue_correction(call: Call) -> Response:
         delivery_id,
         note=call.body_str("note", required=True),
         replacement=call.body_str("replacement"),
+        only_if_owed=call.body_bool("only_if_owed", False),
     )
     return json_response({"correction_id": correction_id, "delivery_id": delivery_id}, 201)
 

@@ -290,7 +290,20 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         {"note": _STR, "parents": _nullable({**_IDS, "description": "A new basis."})},
         required=[],
     ),
-    "CorrectionRequest": _object({"note": _STR, "replacement": _nullable(_STR)}, required=["note"]),
+    "CorrectionRequest": _object(
+        {
+            "note": _STR,
+            "replacement": _nullable(_STR),
+            "only_if_owed": {
+                "type": "boolean",
+                "default": False,
+                "description": "Refuse (409) unless the delivery owes a correction now, "
+                "checked in the command's own transaction: two workers draining the "
+                "outbox issue one correction per owed delivery.",
+            },
+        },
+        required=["note"],
+    ),
 }
 
 _ERRORS = {
