@@ -441,8 +441,8 @@ class LogDigest:
         parts = text.strip().split(":")
         if (
             len(parts) != 3
-            or not parts[0].isdigit()
-            or not parts[1].isdigit()
+            or not (parts[0].isascii() and parts[0].isdigit())
+            or not (parts[1].isascii() and parts[1].isdigit())
             or len(parts[2]) != 64
             or len(parts[0]) > 18
             or len(parts[1]) > 18
@@ -464,6 +464,8 @@ class Verification:
     ``against``. ``checks`` names the checks that ran, ``heads`` counts the kept
     heads checked, ``unchecked`` names event types the authorization replay had
     no rule for (each such event is also a problem: no command writes them).
+    ``failed_check`` names the check ``problem`` comes from (``"heads"`` when the
+    kept heads themselves do not verify with the given key, or are out of order).
     """
 
     ok: bool
@@ -475,6 +477,7 @@ class Verification:
     checks: tuple[str, ...] = ()
     heads: int = 0
     unchecked: tuple[str, ...] = ()
+    failed_check: str | None = None
 
 
 @dataclass(frozen=True)

@@ -73,6 +73,10 @@ class _Findings:
     def ordered(self) -> list[tuple[int | None, str]]:
         return [item for name in _CHECKS for item in self.by_check[name]]
 
+    def first_check(self) -> str | None:
+        """The first check, in report order, that found a problem."""
+        return next((name for name in _CHECKS if self.by_check[name]), None)
+
 
 def verify(
     engine: Engine,
@@ -103,6 +107,10 @@ def verify(
     if kept and key is None:
         raise InvalidInputError(
             "verifying kept heads needs the public key that signed them (--public-key)"
+        )
+    if key is not None and heads is None:
+        raise InvalidInputError(
+            "a public key checks kept heads: give the heads it signed too (--heads)"
         )
     findings = _Findings()
     if key is not None:
@@ -162,6 +170,7 @@ def verify(
         digest=digest,
         first_bad_position=located[0] if located else None,
         problem=ordered[0][1],
+        failed_check=findings.first_check(),
         problems=tuple(problem for _, problem in ordered),
         checks=checks,
         heads=len(kept),
@@ -199,11 +208,19 @@ def _check_signatures(kept: Sequence[SignedHead], key: Any, findings: _Findings)
             findings.add(
                 "heads", f"head {number} ({_describe(head)}): the signature does not verify"
             )
-        if number > 1 and head.tree_size < kept[number - 2].tree_size:
+        before = kept[number - 2] if number > 1 else None
+        if before is not None and head.time < before.time:
+            findings.add(
+                "heads",
+                f"head {number} ({_describe(head)}) was signed before head {number - 1} "
+                f"({_describe(before)}): the file's heads are out of order (each head is "
+                "appended after the ones signed before it)",
+            )
+        elif before is not None and head.tree_size < before.tree_size:
             findings.add(
                 "heads",
                 f"head {number} ({_describe(head)}) is smaller than head {number - 1} "
-                f"(tree size {kept[number - 2].tree_size}): the log was cut back between them",
+                f"(tree size {before.tree_size}): the log was cut back between them",
             )
 
 

@@ -44,7 +44,16 @@ from ledger.heads import (
     verify_head,
 )
 
-from .attacks import ATTACKS, EXPECTED, Scene, append_event, build_scene, detect, forged_accept
+from .attacks import (
+    ATTACKS,
+    EXPECTED,
+    Scene,
+    append_event,
+    build_scene,
+    detect,
+    forged_accept,
+    truncate,
+)
 from .conftest import Clock, World, aggregate_of
 
 BACKENDS = ["sqlite", "postgres"]
@@ -498,9 +507,24 @@ def test_heads_need_their_key_and_a_foreign_or_forged_head_is_named(scene: Scene
     report = led.verify(heads=[SignedHead.from_json(data), kept[1]], public_key=scene.public_key)
     assert report.problem is not None and report.problem.endswith("the signature does not verify")
 
-    # Heads out of order: the log was cut back between them
-    report = led.verify(heads=[kept[1], kept[0]], public_key=scene.public_key)
+    # Heads in the wrong order in the file (the later one first): named as such
+    scene.clock.advance(hours=1)
+    scene.agent.propose(scope="proj-a", claim_key="later", value=1, kind=Kind.FACT)
+    later = led.signed_head(scene.key)
+    report = led.verify(heads=[later, kept[1]], public_key=scene.public_key)
+    assert report.failed_check == "heads"
+    assert report.problem is not None and report.problem.startswith("head 2 (tree size 18, ")
+    assert "was signed before head 1" in report.problem and "out of order" in report.problem
+    # A later head of a smaller tree: the log was cut back between them
+    truncate(scene)
+    scene.clock.advance(hours=1)
+    shorter = led.signed_head(scene.key)
+    report = led.verify(heads=[*kept, shorter], public_key=scene.public_key)
+    assert "head 3 (" in (report.problem or "")
     assert "the log was cut back between them" in (report.problem or "")
+    # A public key without heads to check is refused, not ignored
+    with pytest.raises(InvalidInputError, match="give the heads it signed too"):
+        led.verify(public_key=scene.public_key)
 
 
 def test_merkle_tree_proofs_equal_the_rfc_6962_definitions() -> None:
@@ -845,6 +869,13 @@ def test_the_evidence_commands_work_end_to_end(tmp_path: Path) -> None:
     code, out, _ = run("erase-snapshot", ref, "--reason", "request 7", "--json")
     assert code == 0 and json.loads(out)["records"] == ["E1"]
     assert run("verify", "--heads", heads, "--public-key", f"{key}.pub")[0] == 0
+    # Another key than the heads': a mistake to be told as such, not tampering
+    assert run("keygen", "--out", str(tmp_path / "other"))[0] == 0
+    code, _, err = run("verify", "--heads", heads, "--public-key", str(tmp_path / "other.pub"))
+    assert code == 1
+    assert (
+        err.startswith("error: the kept heads do not verify: head 1 (") and "signed by key" in err
+    )
 
     # A truncated log: exit 1 naming the newest kept head
     assert run("head", "--key", key, "--append", heads)[0] == 0

@@ -198,6 +198,9 @@ def test_a_forged_or_longer_digest_is_refused(world: World) -> None:
     assert not result.ok and "describes" in (result.problem or "")
     with pytest.raises(InvalidInputError, match="cannot verify against"):
         led.verify(against="not a digest")
+    arabic = "".join(chr(0x0660 + int(ch)) for ch in str(d.size))  # digits, not ASCII ones
+    with pytest.raises(InvalidInputError, match="cannot verify against"):
+        led.verify(against=f"{arabic}:{d.position}:{d.root}")
 
 
 def test_inclusion_proofs_of_a_record_verify_without_the_ledger(world: World) -> None:

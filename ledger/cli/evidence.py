@@ -103,6 +103,7 @@ def verify(
                 "digest": str(report.digest),
                 "first_bad_position": report.first_bad_position,
                 "problem": report.problem,
+                "failed_check": report.failed_check,
                 "problems": list(report.problems),
                 "checks": list(report.checks),
                 "heads": report.heads,
@@ -121,7 +122,13 @@ def verify(
                 err=True,
             )
     if not report.ok:
-        click.echo(f"error: tampering detected: {report.problem}", err=True)
+        # Heads that do not verify may be the wrong key or file, not a tampered log.
+        what = (
+            "the kept heads do not verify"
+            if report.failed_check == "heads"
+            else ("tampering detected")
+        )
+        click.echo(f"error: {what}: {report.problem}", err=True)
         sys.exit(1)
 
 
