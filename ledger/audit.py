@@ -14,7 +14,7 @@ from ledger import merkle, redaction
 from ledger.access import Role
 from ledger.caller import Caller
 from ledger.domain import Record, uuid_of_hex
-from ledger.errors import InvalidInputError
+from ledger.errors import CorruptEventError, InvalidInputError
 from ledger.merkle import InclusionProof
 from ledger.reads import record_view
 from ledger.serialization import datetime_to_micros, micros_to_datetime
@@ -164,19 +164,35 @@ def prove(caller: Caller, record_id: str) -> tuple[InclusionProof, ...]:
             if caller.hidden_among(c, named, seen=row["scope"]) or caller.names(c, (*named, key)):
                 withheld.add(note.id)
         # One pass over the leaves, in the same snapshot: the root and each
-        # event's path, in memory that does not grow with the log.
+        # event's path, in memory that does not grow with the log, and the
+        # leaves stored for the record's own events.
         size, index_of = engine.recorder.leaf_indexes(c, [note.id for note in notes])
-        root, paths = merkle.inclusion_paths(
-            (leaf for _, leaf in engine.recorder.leaves(c)), size, index_of.values()
-        )
+        stored: dict[int, bytes] = {}
+
+        def leaves() -> Iterator[bytes]:
+            for position, leaf in engine.recorder.leaves(c):
+                if position in index_of:
+                    stored[position] = leaf
+                yield leaf
+
+        root, paths = merkle.inclusion_paths(leaves(), size, index_of.values())
     proofs = []
     for note in notes:
-        index = index_of.get(note.id)
-        if index is None:
-            continue
         data = merkle.leaf_data(
             note.id, note.originator_id, note.originator_version, note.topic, note.state
         )
+        index = index_of.get(note.id)
+        if index is None or stored.get(note.id) != merkle.leaf_hash(data):
+            # No proof can hold for it: said here, by position, as `verify` says it.
+            why = (
+                "has no Merkle leaf (it was not appended by the ledger)"
+                if index is None
+                else "does not match its Merkle leaf (it or the leaf was altered)"
+            )
+            raise CorruptEventError(
+                f"prove refused: the stored event at position {note.id} {why} "
+                "(`provledger verify` names every problem)"
+            )
         proofs.append(
             InclusionProof(
                 position=note.id,

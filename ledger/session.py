@@ -219,6 +219,8 @@ class Session:
         Raises:
             UnknownRecordError: no such record, or not visible to this principal.
             AccessDeniedError: no ``audit`` role in the record's scope.
+            CorruptEventError: one of the record's stored events is not what was
+                appended (or has no Merkle leaf): no proof could hold for it.
         """
         return audit.prove(self.caller, record_id)
 

@@ -670,3 +670,28 @@ def test_a_stray_merkle_leaf_is_named_as_a_leaf(world: World, ledger_url: str) -
     assert report.problem == (
         "the Merkle leaf at position 0 was not appended by the ledger (log positions start at 1)"
     )
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_prove_refuses_a_record_whose_stored_event_was_altered_naming_its_position(
+    world: World, ledger_url: str
+) -> None:
+    _scenario(world)
+    first, second = (e.position for e in world.reviewer.audit("E1").events[:2])
+    world.ledger.close()
+    with closing(sqlite3.connect(_db(ledger_url))) as con:
+        con.execute("DROP TRIGGER pl_merkle_leaves_no_update")
+        con.execute("DROP TRIGGER pl_merkle_leaves_no_delete")
+        con.execute("UPDATE pl_merkle_leaves SET leaf=? WHERE position=?", (b"\0" * 32, first))
+        con.execute("DELETE FROM pl_merkle_leaves WHERE position=?", (second,))
+        con.commit()
+
+    # No proof can hold for either event: prove says so by position, as verify does
+    with Ledger.open(ledger_url, catch_up=False) as led:
+        reviewer = led.authenticate(led.admin().issue_token("reviewer"))
+        with pytest.raises(CorruptEventError) as refused:
+            reviewer.prove("E1")
+        assert str(refused.value).startswith(
+            f"prove refused: the stored event at position {first} does not match its Merkle leaf"
+        )
+        assert not led.verify().ok
