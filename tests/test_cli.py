@@ -199,6 +199,23 @@ def test_rebuild_replays_the_log_and_the_views_match(chain: Cli) -> None:
     assert "views match" in chain.ok("rebuild").stderr
 
 
+def test_rebuild_over_an_edited_view_says_what_happened_and_where_to_look(chain: Cli) -> None:
+    import sqlite3
+
+    with sqlite3.connect(chain.path) as con:
+        con.execute("UPDATE pl_records SET status='REJECTED' WHERE record_id='M1'")
+    named = chain("verify")  # reads only: names the row
+    assert named.exit_code == 1 and "record_id='M1'" in named.stderr
+
+    result = chain("rebuild")
+
+    assert result.exit_code == 1
+    assert "error: rebuilt views differ" in result.stderr
+    assert "they are rebuilt from the log now" in result.stderr
+    assert "`provledger verify`, run before a rebuild, names the rows" in result.stderr
+    assert chain("verify").exit_code == 0  # repaired
+
+
 def test_demo_runs_the_experiment_and_every_row_passes() -> None:
     result = CliRunner().invoke(main, ["demo", "--json"])
     assert result.exit_code == 0, result.output

@@ -379,6 +379,9 @@ def demo(url: str | None, as_json: bool) -> None:
 def rebuild(url: str | None, admin_token: str | None, as_json: bool) -> None:
     """Drop the views and replay the whole log; exit 1 unless they match.
 
+    A difference is repaired, not shown: run `provledger verify` first (it only
+    reads) to have the rows that differ named.
+
     Maintenance: see `provledger init` for the admin token.
 
     \b
@@ -403,7 +406,10 @@ def rebuild(url: str | None, admin_token: str | None, as_json: bool) -> None:
     if not report.matched:
         click.echo(
             f"error: rebuilt views differ (before {report.digest_before[:16]}…, "
-            f"after {report.digest_after[:16]}…)",
+            f"after {report.digest_after[:16]}…): the views as stored were not what the "
+            "log gives (a row written behind the ledger's back, or by a faulty version); "
+            "they are rebuilt from the log now. `provledger verify`, run before a "
+            "rebuild, names the rows that differ and changes nothing",
             err=True,
         )
         sys.exit(1)
