@@ -48,6 +48,7 @@ own events (vouched by their Merkle leaves), the view serving only as an index.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -71,6 +72,8 @@ _BLOCKING = (
     Status.STALE.value,
     Status.SUPERSEDED.value,
 )
+#: What withdrawing a record leaves it as; whatever rests on it is then STALE.
+_WITHDRAWN = (Status.REVOKED.value, Status.STALE.value, Status.SUPERSEDED.value)
 
 
 @dataclass
@@ -208,6 +211,26 @@ class AuthorizationReplay:
         if isinstance(event, Run.Event):
             return None
         return self._unwritten(f"a {type(event).__name__} event at position {position}", event)
+
+    def unmarked(self) -> Iterator[str]:
+        """After the whole log: each CANDIDATE or ACCEPTED record resting on one
+        REVOKED, STALE or SUPERSEDED. Every command that withdraws a record marks
+        everything resting on it STALE in the same transaction, so only a log
+        written behind the ledger's back leaves one (a revocation without its
+        stale markings, say)."""
+        live = (Status.CANDIDATE.value, Status.ACCEPTED.value)
+        for state in self.records.values():
+            if state.status not in live:
+                continue
+            for dep in state.dependencies:
+                found = self.by_id.get(dep)
+                if found is not None and found.status in _WITHDRAWN:
+                    yield (
+                        f"{state.record_id!r} is {state.status}, yet its dependency {dep!r} "
+                        f"is {found.status}: the log lacks the stale marking that "
+                        "withdrawing it makes"
+                    )
+                    break
 
     def _unwritten(self, what: str, event: Any) -> str:
         """An event of a type no command writes: counted, and refused."""

@@ -14,8 +14,9 @@ problem it finds:
    with ``against=`` the same for one unsigned digest;
 4. **authorization** — every event's actor held the role it needed by the log's
    own grant and token events at that position, separation of duties held, the
-   status machine was obeyed, each aggregate's events are numbered in sequence
-   and none is of a type no command writes (:mod:`ledger.authorization`);
+   status machine was obeyed, each aggregate's events are numbered in sequence,
+   none is of a type no command writes, and at the end nothing CANDIDATE or
+   ACCEPTED rests on a withdrawn record (:mod:`ledger.authorization`);
 5. **views** — the views equal a replay of the log into a scratch SQLite database
    in a temporary directory (the live views are only read, never repaired);
 6. **evidence bytes** — every stored snapshot matches its hash, every captured one
@@ -120,6 +121,9 @@ def verify(
         tracking = engine.projector.tracking_map(c)
         views_upto = min(tracking.values()) if tracking else 0
         tree, positions, log_ok = _walk_log(engine, c, replay, scratch, views_upto, findings)
+        if log_ok:
+            for unmarked in replay.unmarked():
+                findings.add("authorization", unmarked)
         digest = LogDigest(
             size=tree.size,
             position=positions[-1] if positions else 0,

@@ -356,6 +356,27 @@ def event_removed(scene: Scene) -> str:
     return f"deleted M1's Accepted at position {position} and its leaf, views rebuilt"
 
 
+def unmarked_revocation(scene: Scene) -> str:
+    """Propose P1 (accepted) and P2 resting on it, then append (recomputed leaf) a
+    ``Revoked`` of P1 by the real approver without the ``MarkedStale`` of P2 that
+    every revocation writes with it: P2 would stay usable on a revoked basis."""
+    scene.agent.propose(scope="proj-a", claim_key="p1", value=1, kind=Kind.FACT, id="P1")
+    scene.reviewer.accept("P1")
+    scene.agent.propose(
+        scope="proj-a", claim_key="p2", value=2, kind=Kind.FACT, parents=["P1"], id="P2"
+    )
+    scene.reviewer.accept("P2")
+    event = Record.Revoked(
+        originator_id=aggregate_of(scene.ledger, "P1"),
+        originator_version=_version(scene, "P1") + 1,
+        timestamp=scene.clock(),
+        actor="reviewer",
+        reason="forged",
+    )
+    position = append_event(scene, event)
+    return f"appended Revoked of P1 at position {position} without marking P2 STALE"
+
+
 #: Attack name -> (what it does, how to run it on a scene).
 ATTACKS: dict[str, tuple[str, Callable[[Scene], str]]] = {
     "truncation": ("truncation of the last 3 events + leaves, views rebuilt", truncate),
@@ -394,6 +415,10 @@ ATTACKS: dict[str, tuple[str, Callable[[Scene], str]]] = {
         "an event in the middle of a record's history deleted with its leaf, views rebuilt",
         event_removed,
     ),
+    "unmarked-revocation": (
+        "forged append of Revoked by a real approver, without the stale markings it makes",
+        unmarked_revocation,
+    ),
 }
 
 #: Attack -> (detected with kept heads, detected without): what docs/evidence.md says.
@@ -410,6 +435,7 @@ EXPECTED: dict[str, tuple[bool, bool]] = {
     "bytes-deleted": (True, True),
     "untyped-event": (True, True),
     "event-removed": (True, True),
+    "unmarked-revocation": (True, True),
 }
 
 
