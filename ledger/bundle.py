@@ -164,7 +164,11 @@ def write_bundle(
         CorruptEventError: a stored event no longer matches its Merkle leaf.
     """
     key = load_private_key(private_key)
-    sub = collect(session, record_id, ancestors=True, role=Role.AUDIT, command="bundle")
+    # Every basis ever held: a record revalidated on a new one was delivered, or
+    # relied on, while it rested on the old one, which the bundle must show.
+    sub = collect(
+        session, record_id, ancestors=True, role=Role.AUDIT, command="bundle", former=True
+    )
     root = sub.root
     assert root is not None
     trails = {node.id: session.audit(node.id) for node in sub.nodes}
@@ -254,8 +258,9 @@ class _Auditable:
 
 
 def _nearest_first(root: str, trails: dict[str, AuditTrail]) -> list[str]:
-    """The included records, the root first, then its ancestors breadth-first (then
-    any reached only through hidden ones, by id)."""
+    """The included records, the root first, then its ancestors breadth-first over
+    their current bases (then, by id, those reached only through former bases or
+    hidden records)."""
     order, frontier = [root], [root]
     while frontier:
         reached = []

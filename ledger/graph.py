@@ -65,6 +65,19 @@ class Edge:
 
 
 @dataclass(frozen=True)
+class Basis:
+    """``child`` rested on ``parent`` from log position ``since`` until ``until``
+    (None: it still does, or did at the subgraph's position), when a
+    revalidation gave it a new basis."""
+
+    parent: str
+    child: str
+    edge: str  # "declared" | "observed"
+    since: int
+    until: int | None
+
+
+@dataclass(frozen=True)
 class Subgraph:
     """Records a session may see and the dependency edges between them."""
 
@@ -76,6 +89,8 @@ class Subgraph:
     #: Old version → new version, for each record proposed to supersede another
     #: when both are among ``nodes`` (not dependencies: kept apart from ``edges``).
     supersessions: tuple[Edge, ...] = ()
+    #: With ``former``: every basis each node held, both ends among ``nodes``.
+    bases: tuple[Basis, ...] = ()
 
     @property
     def shows_hidden(self) -> bool:
@@ -113,14 +128,16 @@ def collect(
     descendants: bool = False,
     role: Role = Role.READ,
     command: str = "graph",
+    former: bool = False,
 ) -> Subgraph:
     """The records ``session`` may see around ``record`` (or in ``scope``, or all).
 
     With ``record``: that record plus its ancestors and/or descendants over
-    declared and observed edges. Without it: every record in ``scope``, or in
-    every scope where the principal holds ``role``. Records in scopes where the
-    principal lacks ``role`` are left out, with their edges, as if absent. An
-    as-of session answers as the ledger did at its position.
+    declared and observed edges (``former``: also over the bases records held
+    before a revalidation gave them new ones, as audits need). Without it: every
+    record in ``scope``, or in every scope where the principal holds ``role``.
+    Records in scopes where the principal lacks ``role`` are left out, with their
+    edges, as if absent. An as-of session answers as the ledger did at its position.
 
     Raises:
         UnknownRecordError: ``record`` is unknown or not visible.
@@ -155,6 +172,7 @@ def collect(
                 descendants=descendants,
                 position=position,
                 stop=unshown,
+                former=former,
             )
             ids = list(dict.fromkeys([row["record_id"], *(x for e in rows for x in e[:2])]))
         else:
@@ -167,7 +185,7 @@ def collect(
                 caller.require_somewhere(c, role, command)
                 wanted = [s for s in view_queries.scopes(c, d, position) if may(s)]
             ids = [rid for s in wanted for rid in view_queries.in_scope(c, d, s, position)]
-            rows = edges_index.edges_among(c, d, ids, position)
+            rows = edges_index.edges_among(c, d, ids, position, former)
         at = caller.at(None)
         nodes: dict[str, RecordView] = {}
         for rid in ids:
@@ -176,6 +194,7 @@ def collect(
                 nodes[rid] = record_view(caller, c, found, at)
         now = caller.engine.position() if position is None else position
         names = caller.names(c, nodes)
+        held = edges_index.bases(c, d, list(nodes), position) if former else []
     # A drawn record resting on one not drawn rests on the one placeholder node;
     # what rests on a drawn record from a scope the caller cannot see is left out
     # (its existence, and when it appeared, are that scope's to know).
@@ -202,6 +221,11 @@ def collect(
         position=now,
         title=_title(shown_root, scope, ancestors, descendants, now),
         supersessions=supersessions,
+        bases=tuple(
+            Basis(names.get(p, p), names.get(ch, ch), kind, since, until)
+            for p, ch, kind, since, until in held
+            if p in nodes
+        ),
     )
 
 

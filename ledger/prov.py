@@ -171,13 +171,19 @@ class _Builder:
                 attrs["pl:size"] = ev["size"]
         self.doc.entity(REC[node.id], attrs)
 
-    def activities(self, node: RecordView, members: set[str]) -> QualifiedName | None:
-        """Add the record's events; returns the activity that set its current basis."""
+    def activity_at(self, record_id: str, position: int) -> QualifiedName | None:
+        """The activity of ``record_id``'s event at ``position`` (None if it is
+        not exported or the session may not audit it)."""
+        trail = self.trail(record_id)
+        found = [e for e in trail.events if e.position == position] if trail else []
+        return _activity_id(found[0]) if found else None
+
+    def activities(self, node: RecordView, members: set[str]) -> None:
+        """Add the record's events."""
         trail = self.trail(node.id)
         if trail is None:
-            return None
+            return
         entity = REC[node.id]
-        basis: QualifiedName | None = None
         for event in trail.events:
             if event.type not in _ACTIVITIES:
                 continue
@@ -213,7 +219,6 @@ class _Builder:
             if agent is not None:
                 self.doc.wasAssociatedWith(act, agent)
             if event.type == "Proposed":
-                basis = act
                 self.doc.wasGeneratedBy(entity, act, event.at)
                 if agent is not None:
                     self.doc.wasAttributedTo(entity, agent)
@@ -244,11 +249,9 @@ class _Builder:
                 if cause is not None:
                     self.doc.wasInformedBy(act, cause)
             elif event.type == "Revalidated" and details.get("parents") is not None:
-                basis = act
                 self._used(act, details.get("parents"), members, "newBasis")
             elif event.type == "CorrectionIssued" and details.get("replacement"):
                 self._used(act, [details["replacement"]], members, "replacement")
-        return basis
 
     def _used(
         self, act: QualifiedName, ids: Sequence[str] | None, members: set[str], role: str
@@ -311,25 +314,33 @@ def export_prov(
         descendants=descendants,
         role=Role.AUDIT,
         command="export",
+        former=True,
     )
     nodes = [n for n in sub.nodes if scope is None or n.scope == scope]
     members = {n.id for n in nodes}
     builder = _Builder(session)
-    bases: dict[str, QualifiedName | None] = {}
     for node in nodes:
         builder.entity(node)
     for node in nodes:
-        bases[node.id] = builder.activities(node, members)
+        builder.activities(node, members)
     for node in nodes:
         builder.revision(node, members)
-    for edge in sub.edges:
-        if edge.parent not in members or edge.child not in members:
+    # Every basis a record held, each derivation naming the activity that set
+    # it; one replaced at a revalidation also names that (pl:replacedBy).
+    for basis in sub.bases:
+        if basis.parent not in members or basis.child not in members:
             continue
-        attrs: dict[str, Any] = {"pl:dependency": edge.edge}
-        if edge.edge == "observed":
+        attrs: dict[str, Any] = {"pl:dependency": basis.edge}
+        if basis.edge == "observed":
             attrs["prov:type"] = PL["ObservedDependency"]
+        if basis.until is not None:
+            replaced = builder.activity_at(basis.child, basis.until)
+            attrs["pl:replacedBy"] = replaced if replaced is not None else basis.until
         builder.doc.wasDerivedFrom(
-            REC[edge.child], REC[edge.parent], bases.get(edge.child), other_attributes=attrs
+            REC[basis.child],
+            REC[basis.parent],
+            builder.activity_at(basis.child, basis.since),
+            other_attributes=attrs,
         )
     return builder.doc
 

@@ -76,16 +76,52 @@ def descendants(c: Cursor, d: Dialect, root: str) -> list[tuple[str, str]]:
 
 
 def _edges_where(
-    c: Cursor, d: Dialect, column: str, ids: Sequence[str], position: int | None
+    c: Cursor,
+    d: Dialect,
+    column: str,
+    ids: Sequence[str],
+    position: int | None,
+    former: bool = False,
 ) -> list[tuple[str, str, str]]:
-    """(parent, child, edge) rows whose ``column`` is one of ``ids``, now or after ``position``."""
-    when = "to_pos IS NULL" if position is None else AS_OF_FILTER
+    """(parent, child, edge) rows whose ``column`` is one of ``ids``, now or after
+    ``position``; ``former``: also the edges of bases replaced by then."""
+    after: tuple[int, ...]
+    if former:
+        when, after = ("1=1", ()) if position is None else ("from_pos <= ?", (position,))
+    else:
+        when = "to_pos IS NULL" if position is None else AS_OF_FILTER
+        after = () if position is None else (position, position)
     select = (
-        "SELECT parent_id, child_id, edge FROM {{t}}pl_edges "
+        "SELECT DISTINCT parent_id, child_id, edge FROM {{t}}pl_edges "
         f"WHERE {column} IN ({{marks}}) AND {when} ORDER BY parent_id, child_id"
     )
-    after = () if position is None else (position, position)
     return [(r["parent_id"], r["child_id"], r["edge"]) for r in rows_in(c, d, select, ids, after)]
+
+
+def bases(
+    c: Cursor, d: Dialect, children: Sequence[str], position: int | None = None
+) -> list[tuple[str, str, str, int, int | None]]:
+    """Every basis the ``children`` held up to ``position`` (None: now):
+    (parent, child, edge, from_pos, to_pos) rows, ``to_pos`` None while it holds
+    (or held at ``position``), in the order they were opened."""
+    after: tuple[int, ...] = () if position is None else (position,)
+    when = "1=1" if position is None else "from_pos <= ?"
+    select = (
+        "SELECT parent_id, child_id, edge, from_pos, to_pos FROM {{t}}pl_edges "
+        f"WHERE child_id IN ({{marks}}) AND {when} ORDER BY from_pos, child_id, parent_id"
+    )
+    return [
+        (
+            r["parent_id"],
+            r["child_id"],
+            r["edge"],
+            int(r["from_pos"]),
+            None
+            if r["to_pos"] is None or (position is not None and r["to_pos"] > position)
+            else int(r["to_pos"]),
+        )
+        for r in rows_in(c, d, select, children, after)
+    ]
 
 
 def lineage(
@@ -97,11 +133,13 @@ def lineage(
     descendants: bool,
     position: int | None = None,
     stop: Callable[[list[str]], Set[str]] | None = None,
+    former: bool = False,
 ) -> list[tuple[str, str, str]]:
     """Every (parent, child, edge) on a path up from ``root`` (its ancestors) and/or
     down from it (its descendants), over declared and observed edges. ``stop``,
     given the records a step reached, names those not to walk through (their own
-    edges to ``root``'s side are kept).
+    edges to ``root``'s side are kept). ``former``: over the edges of bases
+    replaced at revalidation too (what each record ever rested on).
 
     Breadth-first over the edge index; the cost follows the size of the subgraph.
     """
@@ -113,7 +151,7 @@ def lineage(
         frontier = [root]
         while frontier:
             nxt: list[str] = []
-            for row in _edges_where(c, d, near, frontier, position):
+            for row in _edges_where(c, d, near, frontier, position, former):
                 found.setdefault(row, None)
                 if row[far] not in seen:
                     seen.add(row[far])
@@ -126,11 +164,13 @@ def lineage(
 
 
 def edges_among(
-    c: Cursor, d: Dialect, ids: Sequence[str], position: int | None = None
+    c: Cursor, d: Dialect, ids: Sequence[str], position: int | None = None, former: bool = False
 ) -> list[tuple[str, str, str]]:
-    """(parent, child, edge) rows with both ends in ``ids``, now or after ``position``."""
+    """(parent, child, edge) rows with both ends in ``ids``, now or after ``position``
+    (``former``: replaced bases' too)."""
     members = set(ids)
-    return [e for e in _edges_where(c, d, "parent_id", list(ids), position) if e[1] in members]
+    rows = _edges_where(c, d, "parent_id", list(ids), position, former)
+    return [e for e in rows if e[1] in members]
 
 
 def basis_since(c: Cursor, d: Dialect, child: str, position: int | None = None) -> int | None:

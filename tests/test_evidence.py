@@ -619,6 +619,45 @@ def test_a_bundle_verifies_offline_with_no_ledger(bundled: tuple[World, Path, Pa
     assert "evidence:  E1: https://x.test/doc" in summary
 
 
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_a_bundle_shows_the_basis_a_record_held_before_its_revalidation(
+    world: World, tmp_path: Path
+) -> None:
+    # Given R1 delivered while M1 rested on E1, then E1 revoked and M1 re-based on E2
+    agent, reviewer = world.agent, world.reviewer
+    agent.capture(scope="proj-a", uri="https://x.test/doc", content=b"v1", id="E1")
+    reviewer.accept("E1")
+    agent.propose(scope="proj-a", claim_key="m", value=1, kind=Kind.FACT, parents=["E1"], id="M1")
+    agent.propose(scope="proj-a", claim_key="r", value=2, kind=Kind.REPORT, parents=["M1"], id="R1")
+    reviewer.accept("M1")
+    reviewer.accept("R1")
+    reviewer.deliver("R1", recipient="ops@x.test")
+    reviewer.revoke("E1", reason="page changed")
+    agent.capture(scope="proj-a", uri="https://x.test/doc2", content=b"v2", id="E2")
+    reviewer.accept("E2")
+    reviewer.revalidate("M1", note="re-based", parents=["E2"])
+    generate_key(tmp_path / "k")
+
+    info = write_bundle(reviewer, "R1", tmp_path / "k", tmp_path / "r1.zip")
+
+    # Then the bundle holds E1, what R1 rested on when it was delivered, with its
+    # events, and its PROV keeps that derivation, replaced by the revalidation
+    assert set(info.records) == {"R1", "M1", "E1", "E2"}
+    assert verify_bundle(tmp_path / "r1.zip", tmp_path / "k.pub").ok
+    archive = zipfile.ZipFile(tmp_path / "r1.zip")
+    summary = archive.read("summary.txt").decode()
+    assert "evidence:  E1: https://x.test/doc fetched" in summary and "REVOKED" in summary
+    manifest = json.loads(archive.read("manifest.json"))
+    assert ("E1", "Revoked") in {(e["record"], e["type"]) for e in manifest["events"]}
+    prov = json.loads(archive.read("prov.json"))
+    derived = {
+        (d["prov:generatedEntity"], d["prov:usedEntity"]): d
+        for d in prov["wasDerivedFrom"].values()
+    }
+    assert "pl:replacedBy" in derived[("rec:M1", "rec:E1")]
+    assert "pl:replacedBy" not in derived[("rec:M1", "rec:E2")]
+
+
 @pytest.mark.parametrize("ledger_url", ["memory"], indirect=True)
 def test_a_bundle_names_no_hidden_record_anywhere(bundled: tuple[World, Path, Path]) -> None:
     _world, path, _public = bundled

@@ -175,12 +175,19 @@ def test_records_and_evidence_are_entities_with_their_attributes(scene: Scene) -
 def test_parents_are_derivations_and_observed_ones_are_marked(scene: Scene) -> None:
     doc = export_prov(scene.reviewer)
     derivations = {(d.args[0], d.args[1]): d for d in _records(doc, ProvDerivation)}
-    # M1's basis is now E2 (revalidated on it); R1 on M1; M3 observed E1
+    # M1's basis is now E2 (revalidated on it) and was E1; R1 on M1; M3 observed E1
     assert set(derivations) == {
+        (REC["M1"], REC["E1"]),
         (REC["M1"], REC["E2"]),
         (REC["R1"], REC["M1"]),
         (REC["M3"], REC["E1"]),
     }
+    # The basis M1 held first stays a derivation (what was relied on then), set
+    # by its proposal and replaced by the revalidation that gave it E2
+    former = derivations[(REC["M1"], REC["E1"])]
+    assert str(former.args[2]).startswith("act:propose-")
+    assert str(_one(former.get_attribute("pl:replacedBy"))).startswith("act:revalidate-")
+    assert not derivations[(REC["M1"], REC["E2"])].get_attribute("pl:replacedBy")
     observed = derivations[(REC["M3"], REC["E1"])]
     assert _one(observed.get_attribute("pl:dependency")) == "observed"
     assert _one(observed.get_attribute(PROV_TYPE)) == PL["ObservedDependency"]
@@ -254,9 +261,16 @@ def test_a_record_can_be_exported_with_its_ancestors_or_descendants(scene: Scene
         return {str(e.identifier) for e in _records(doc, ProvEntity)}
 
     assert entities(record="R1") == {"rec:R1"}
-    assert entities(record="R1", ancestors=True) == {"rec:R1", "rec:M1", "rec:E2"}
-    assert entities(record="E1", descendants=True) == {"rec:E1", "rec:M3"}
-    assert entities(record="M1", ancestors=True, descendants=True) == {"rec:E2", "rec:M1", "rec:R1"}
+    # Every basis ever held counts: M1 rested on E1 before its revalidation on E2
+    # (R1 was delivered then), so an audit of either finds the other
+    assert entities(record="R1", ancestors=True) == {"rec:R1", "rec:M1", "rec:E2", "rec:E1"}
+    assert entities(record="E1", descendants=True) == {"rec:E1", "rec:M3", "rec:M1", "rec:R1"}
+    assert entities(record="M1", ancestors=True, descendants=True) == {
+        "rec:E1",
+        "rec:E2",
+        "rec:M1",
+        "rec:R1",
+    }
     assert entities(scope="proj-a") == entities()
     alone = export_prov(scene.reviewer, record="R1")
     assert _records(alone, ProvDerivation) == []  # relations only between exported records
