@@ -539,7 +539,8 @@ def _difference(
         first = diffs[0]
         more = f" (and {len(diffs) - 1} more columns)" if len(diffs) > 1 else ""
         return (
-            f"view {table} differs from a replay of the log: the row {ident(row, 2)} has "
+            f"view {table} differs from a replay of the log: the row "
+            f"{ident(row, min(2, first))} has "
             f"{names[first]}={_show(row[first])} where the replay has {_show(twin[first])}{more}"
         )
     if extra:

@@ -695,3 +695,18 @@ def test_prove_refuses_a_record_whose_stored_event_was_altered_naming_its_positi
             f"prove refused: the stored event at position {first} does not match its Merkle leaf"
         )
         assert not led.verify().ok
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_an_edited_time_index_row_is_named_by_its_position_and_what_differs(
+    world: World, ledger_url: str
+) -> None:
+    _scenario(world)
+    world.ledger.close()
+    _tamper(_db(ledger_url), ("UPDATE pl_timeline SET at = at + 1 WHERE position = 3", ()))
+
+    with Ledger.open(ledger_url, catch_up=False) as led:
+        problem = led.verify().problem or ""
+
+    assert problem.startswith("view pl_timeline differs from a replay of the log: the row ")
+    assert "the row position=3 has at=" in problem  # the edited value is not the row's name
