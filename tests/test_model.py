@@ -170,8 +170,14 @@ class LedgerMachine(RuleBasedStateMachine):
         raise ValueError(f"unknown backend {self.backend!r}")
 
     def teardown(self) -> None:
-        for step in self._cleanup:
-            step()
+        try:
+            # Whatever the program did through the API, the ledger verifies:
+            # no check of `verify` may take a legitimate history for tampering.
+            report = self.led.verify()
+            assert report.ok, report.problem
+        finally:
+            for step in self._cleanup:
+                step()
 
     # -- helpers ---------------------------------------------------------------------
 
