@@ -72,6 +72,19 @@ _BLOCKING = (
     Status.STALE.value,
     Status.SUPERSEDED.value,
 )
+#: The principal and run events commands write (any other is refused).
+_WRITTEN = frozenset(
+    (
+        Principal.Registered,
+        Principal.Granted,
+        Principal.GrantRevoked,
+        Principal.TokenIssued,
+        Principal.TokenRevoked,
+        Run.Started,
+        Run.ReadRecorded,
+        Run.Ended,
+    )
+)
 #: What withdrawing a record leaves it as; whatever rests on it is then STALE.
 _WITHDRAWN = (Status.REVOKED.value, Status.STALE.value, Status.SUPERSEDED.value)
 
@@ -187,13 +200,17 @@ class AuthorizationReplay:
             return self._proposed(position, event)
         if isinstance(event, Record.Event):
             return self._record_event(position, event)
-        if isinstance(event, (Principal.Event, Run.Event)):
-            key = event.originator_id.int
-            what = f"{type(event).__name__} at position {position}"
-            gap = _out_of_sequence(what, event.originator_version, self.versions.get(key, 0))
-            self.versions[key] = event.originator_version
-            if gap is not None:
-                return gap
+        what = f"{type(event).__name__} at position {position}"
+        if type(event) not in _WRITTEN:
+            return self._unwritten(what, event)
+        key = event.originator_id.int
+        gap = _out_of_sequence(what, event.originator_version, self.versions.get(key, 0))
+        self.versions[key] = event.originator_version
+        # Folded all the same: a removed event is named once, not again by every
+        # later event of its principal.
+        return gap or self._access_or_run(position, event)
+
+    def _access_or_run(self, position: int, event: Any) -> str | None:
         if isinstance(event, Principal.Event):
             return self.access.apply(position, event)
         if isinstance(event, Run.Started):
@@ -207,10 +224,7 @@ class AuthorizationReplay:
                     f"Run.Started of run {event.run_id!r} at position {position}: "
                     f"{event.actor!r} held neither 'propose' nor 'read' in any scope then"
                 )
-            return None
-        if isinstance(event, Run.Event):
-            return None
-        return self._unwritten(f"a {type(event).__name__} event at position {position}", event)
+        return None
 
     def unmarked(self) -> Iterator[str]:
         """After the whole log: each CANDIDATE or ACCEPTED record resting on one
@@ -298,14 +312,12 @@ class AuthorizationReplay:
         what = f"{kind} of {state.record_id!r} at position {position}"
         gap = _out_of_sequence(what, event.originator_version, state.version)
         state.version = event.originator_version
-        if gap is not None:
-            return gap
         rule = _RULES.get(kind)
         if rule is None:
             return self._unwritten(what, event)
         problem = self._check(what, state, event, rule)
-        self._fold(state, event, rule[3], position)
-        return problem
+        self._fold(state, event, rule[3], position)  # folded after a gap too
+        return gap or problem
 
     def _check(
         self, what: str, state: _RecordState, event: Any, rule: tuple[str, Any, bool, Any]

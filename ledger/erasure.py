@@ -76,46 +76,43 @@ def evidence_with(engine: Engine, c: Cursor, ref: str) -> dict[str, Any]:
     return {str(r["record_id"]): r for r in c.fetchall()}
 
 
-def erased(engine: Engine, c: Cursor, ref: str, records: Mapping[str, Any]) -> dict[str, Erasure]:
-    """Of ``records`` (:func:`evidence_with`'s rows), those whose capture of ``ref``
-    the log records erased: the newest erasure of each, by record id."""
-    found: dict[str, Erasure] = {}
+def _erasure(engine: Engine, c: Cursor, ref: str, rid: str, row: Any) -> Erasure | None:
+    """The newest erasure the log records of record ``rid``'s capture of ``ref``."""
+    newest: Erasure | None = None
+    for note in engine.recorder.select_record_events(c, uuid_of_hex(row["agg_id"])):
+        if note.topic != _ERASED_TOPIC:
+            continue
+        event = engine.projector.decode(note)
+        if event.snapshot_ref == ref:
+            newest = Erasure(
+                snapshot_ref=ref,
+                records=(rid,),
+                position=note.id,
+                actor=event.actor,
+                reason=event.reason,
+                at=event.timestamp,
+            )
+    return newest
+
+
+def erased_all(engine: Engine, c: Cursor, ref: str, records: Mapping[str, Any]) -> Erasure | None:
+    """The newest erasure of ``ref`` if every one of ``records`` (:func:`evidence_with`'s
+    rows) had its capture of it erased, else None (found at the first record whose
+    capture stands: the others' histories are not read)."""
+    newest: Erasure | None = None
     for rid, row in records.items():
-        for note in engine.recorder.select_record_events(c, uuid_of_hex(row["agg_id"])):
-            if note.topic != _ERASED_TOPIC:
-                continue
-            event = engine.projector.decode(note)
-            if event.snapshot_ref == ref:
-                found[rid] = Erasure(
-                    snapshot_ref=ref,
-                    records=(rid,),
-                    position=note.id,
-                    actor=event.actor,
-                    reason=event.reason,
-                    at=event.timestamp,
-                )
-    return found
+        found = _erasure(engine, c, ref, rid, row)
+        if found is None:
+            return None
+        if newest is None or found.position > newest.position:
+            newest = found
+    return None if newest is None else dataclasses.replace(newest, records=tuple(records))
 
 
-def erasure_of(
-    engine: Engine, c: Cursor, ref: str, records: Mapping[str, Any] | None = None
-) -> Erasure | None:
-    """The newest erasure of ``ref`` recorded in the log (read with ``c``) for
-    ``records`` (default: every evidence record captured with it), or None."""
-    records = evidence_with(engine, c, ref) if records is None else records
-    each = erased(engine, c, ref, records)
-    if not each:
-        return None
-    newest = max(each.values(), key=lambda e: e.position)
-    return dataclasses.replace(newest, records=tuple(records))
-
-
-def check_not_erased(
-    engine: Engine, c: Cursor, ref: str, records: Mapping[str, Any] | None = None
-) -> None:
-    """Raise ``SnapshotErasedError`` if the log records an erasure of ``ref`` (for
-    ``records``, default every evidence record captured with it)."""
-    found = erasure_of(engine, c, ref, records)
+def check_not_erased(engine: Engine, c: Cursor, ref: str) -> None:
+    """Raise ``SnapshotErasedError`` if the log records the erasure of every capture
+    of ``ref``."""
+    found = erased_all(engine, c, ref, evidence_with(engine, c, ref))
     if found is not None:
         raise erased_error(found)
 
@@ -173,8 +170,7 @@ __all__ = [
     "Erasure",
     "check_not_erased",
     "erase_snapshot",
-    "erased",
+    "erased_all",
     "erased_error",
-    "erasure_of",
     "evidence_with",
 ]

@@ -464,8 +464,9 @@ class Verification:
     ``against``. ``checks`` names the checks that ran, ``heads`` counts the kept
     heads checked, ``unchecked`` names event types the authorization replay had
     no rule for (each such event is also a problem: no command writes them).
-    ``failed_check`` names the check ``problem`` comes from (``"heads"`` when the
-    kept heads themselves do not verify with the given key, or are out of order).
+    ``failed_checks`` names the checks that found a problem, in report order
+    (``("heads",)`` alone: the kept heads themselves do not verify with the given
+    key, or are out of order, and nothing else was found).
     """
 
     ok: bool
@@ -477,7 +478,7 @@ class Verification:
     checks: tuple[str, ...] = ()
     heads: int = 0
     unchecked: tuple[str, ...] = ()
-    failed_check: str | None = None
+    failed_checks: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -639,9 +639,9 @@ def snapshot(caller: Caller, ref: str) -> bytes:
         # Read through the caller's own evidence only: once each of those
         # captures was erased, bytes stored again (captured anew elsewhere, or
         # put back) are not theirs to read.
-        gone = erasure.erased(engine, c, ref, readable)
-        if readable and len(gone) == len(readable):
-            raise erasure.erased_error(max(gone.values(), key=lambda e: e.position))
+        gone = erasure.erased_all(engine, c, ref, readable)
+        if gone is not None:
+            raise erasure.erased_error(gone)
         found = engine.recorder.snapshot_content(c, ref) if readable else None
     if found is None:
         raise UnknownSnapshotError(

@@ -52,11 +52,11 @@ def check_ref(value: object, what: str = "record id") -> str:
     return check_id(value, what)
 
 
-#: Control characters no text may hold (C0 but for tab and line feed, and DEL).
 #: Characters that reorder the text around them when shown (the Arabic letter mark,
 #: left-to-right and right-to-left marks, embeddings, overrides, isolates): stored as
 #: given; the review console and the command line show them written out.
 BIDI_CONTROLS = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+#: Control characters no text may hold (C0 but for tab and line feed, and DEL).
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f]")
 #: What a one-line text (``line=True``) may not hold either.
 _LINE_BREAK = re.compile("[\t\n]")

@@ -74,9 +74,9 @@ class _Findings:
     def ordered(self) -> list[tuple[int | None, str]]:
         return [item for name in _CHECKS for item in self.by_check[name]]
 
-    def first_check(self) -> str | None:
-        """The first check, in report order, that found a problem."""
-        return next((name for name in _CHECKS if self.by_check[name]), None)
+    def failed(self) -> tuple[str, ...]:
+        """The checks that found a problem, in report order."""
+        return tuple(name for name in _CHECKS if self.by_check[name])
 
 
 def verify(
@@ -174,7 +174,7 @@ def verify(
         digest=digest,
         first_bad_position=located[0] if located else None,
         problem=ordered[0][1],
-        failed_check=findings.first_check(),
+        failed_checks=findings.failed(),
         problems=tuple(problem for _, problem in ordered),
         checks=checks,
         heads=len(kept),
@@ -213,16 +213,18 @@ def _check_signatures(kept: Sequence[SignedHead], key: Any, findings: _Findings)
                 "heads", f"head {number} ({_describe(head)}): the signature does not verify"
             )
         before = kept[number - 2] if number > 1 else None
-        if before is not None and head.time < before.time:
+        if before is None or head.tree_size >= before.tree_size:
+            continue  # (a later head may carry an earlier time: clocks step back)
+        if head.time < before.time:
             findings.add(
                 "heads",
-                f"head {number} ({_describe(head)}) was signed before head {number - 1} "
-                f"({_describe(before)}): the file's heads are out of order (each head is "
-                "appended after the ones signed before it)",
+                f"head {number} ({_describe(head)}) is smaller than head {number - 1} "
+                f"({_describe(before)}) and was signed before it: the file's heads are out "
+                "of order (each head is appended after the ones signed before it)",
             )
-        elif before is not None and head.tree_size < before.tree_size:
+        else:
             findings.add(
-                "heads",
+                "consistency",
                 f"head {number} ({_describe(head)}) is smaller than head {number - 1} "
                 f"(tree size {before.tree_size}): the log was cut back between them",
             )

@@ -87,12 +87,23 @@ def test_inits_racing_on_a_new_ledger_name_one_creator_and_one_token(pg_url: str
         assert process.returncode == 0, err
         said.append(json.loads(out))
 
-    # Exactly one printed the admin token, and only that one says it created the ledger
-    creators = [s for s in said if s["created"]]
-    assert len(creators) == 1 and creators[0]["admin_token"] is not None
-    assert all(s["admin_token"] is None for s in said if not s["created"])
+    # Exactly one printed the admin token, and none other says it created the ledger
+    (holder,) = [s for s in said if s["admin_token"] is not None]
+    assert all(not s["created"] for s in said if s is not holder)
     with Ledger.open(pg_url) as led:
-        led.admin(creators[0]["admin_token"])
+        led.admin(holder["admin_token"])
+
+
+def test_init_of_an_existing_ledger_without_an_admin_token_does_not_say_it_created_it(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'made-by-code.db'}"
+    with Ledger.open(url) as led:  # built through the library: no admin token yet
+        led.admin().grant("agent-1", scope="proj-a", roles=["read"])
+
+    data = json.loads(ok("init", "--url", url, "--json").stdout)
+
+    assert data["created"] is False and data["admin_token"] is not None
 
 
 def test_an_admin_token_is_no_principal_token_and_a_principal_token_no_admin_token(

@@ -183,6 +183,36 @@ def _world_scene(world: World, tmp_path: Path) -> Scene:
 
 
 @pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("kind", ["principal", "run"])
+def test_a_principal_or_run_event_of_a_type_no_command_writes_is_named(
+    world: World, tmp_path: Path, kind: str
+) -> None:
+    from ledger.domain import Principal, Run, principal_uuid, run_uuid
+
+    with world.agent.run("task-1") as run:
+        run.read(scope="proj-a", claim_key="k")
+    aggregate, cls = (
+        (principal_uuid("reviewer"), Principal.Event)
+        if kind == "principal"
+        else (run_uuid(f"agent-1/{run.run_id}"), Run.Event)
+    )
+    scene = _world_scene(world, tmp_path)
+    key = aggregate.hex if scene.raw.backend == "sqlite" else aggregate
+    (row,) = scene.raw.one(
+        "SELECT MAX(originator_version) FROM EVENTS WHERE originator_id=?", (key,)
+    )
+    event = cls(
+        originator_id=aggregate, originator_version=int(row[0]) + 1, timestamp=world.clock()
+    )
+
+    position = append_event(scene, event)
+
+    report = world.ledger.verify()
+    assert not report.ok and report.first_bad_position == position
+    assert f"Event at position {position}: no command writes Event events" in (report.problem or "")
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
 def test_an_event_after_its_actors_token_was_revoked_is_named(world: World, tmp_path: Path) -> None:
     admin = world.ledger.admin()
     token = admin.issue_token("approver-2")
@@ -516,14 +546,21 @@ def test_heads_need_their_key_and_a_foreign_or_forged_head_is_named(scene: Scene
     scene.agent.propose(scope="proj-a", claim_key="later", value=1, kind=Kind.FACT)
     later = led.signed_head(scene.key)
     report = led.verify(heads=[later, kept[1]], public_key=scene.public_key)
-    assert report.failed_check == "heads"
+    assert report.failed_checks == ("heads",)
     assert report.problem is not None and report.problem.startswith("head 2 (tree size 18, ")
-    assert "was signed before head 1" in report.problem and "out of order" in report.problem
-    # A later head of a smaller tree: the log was cut back between them
+    assert "and was signed before it" in report.problem and "out of order" in report.problem
+    # A larger head signed at an earlier time (the clock stepped back): in order
+    scene.clock.advance(hours=-3)
+    scene.agent.propose(scope="proj-a", claim_key="earlier", value=1, kind=Kind.FACT)
+    stepped_back = led.signed_head(scene.key)
+    report = led.verify(heads=[*kept, later, stepped_back], public_key=scene.public_key)
+    assert report.ok, report.problem
+    # A later head of a smaller tree: the log was cut back between them (tampering)
     truncate(scene)
-    scene.clock.advance(hours=1)
+    scene.clock.advance(hours=5)
     shorter = led.signed_head(scene.key)
     report = led.verify(heads=[*kept, shorter], public_key=scene.public_key)
+    assert "consistency" in report.failed_checks and "heads" not in report.failed_checks
     assert "head 3 (" in (report.problem or "")
     assert "the log was cut back between them" in (report.problem or "")
     # A public key without heads to check is refused, not ignored

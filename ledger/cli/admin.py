@@ -60,13 +60,15 @@ def init(url: str | None, as_json: bool) -> None:
     """
     try:
         led = open_ledger(url)
+        made = led.backend == "memory"  # a new one each time
     except LedgerNotFoundError:
         led = open_ledger(url, create=True)
+        made = True
     with led:
         issued = led.admin().bootstrap_admin_token()
-        # The ledger is this init's when it got the first admin token: of inits
-        # racing on a new ledger, one does, whichever of them made the tables.
-        created = issued is not None
+        # Of inits racing on a new ledger, each may have found it missing; the
+        # one that got its first admin token is the one that created it.
+        created = made and issued is not None
         info = {
             "url": printable(led.url),
             "backend": led.backend,

@@ -103,7 +103,7 @@ def verify(
                 "digest": str(report.digest),
                 "first_bad_position": report.first_bad_position,
                 "problem": report.problem,
-                "failed_check": report.failed_check,
+                "failed_checks": list(report.failed_checks),
                 "problems": list(report.problems),
                 "checks": list(report.checks),
                 "heads": report.heads,
@@ -122,12 +122,9 @@ def verify(
                 err=True,
             )
     if not report.ok:
-        # Heads that do not verify may be the wrong key or file, not a tampered log.
-        what = (
-            "the kept heads do not verify"
-            if report.failed_check == "heads"
-            else ("tampering detected")
-        )
+        # Heads that alone do not verify may be the wrong key or file, not tampering.
+        alone = report.failed_checks == ("heads",)
+        what = "the kept heads do not verify" if alone else "tampering detected"
         click.echo(f"error: {what}: {report.problem}", err=True)
         sys.exit(1)
 
