@@ -72,19 +72,9 @@ _BLOCKING = (
     Status.STALE.value,
     Status.SUPERSEDED.value,
 )
-#: The principal and run events commands write (any other is refused).
-_WRITTEN = frozenset(
-    (
-        Principal.Registered,
-        Principal.Granted,
-        Principal.GrantRevoked,
-        Principal.TokenIssued,
-        Principal.TokenRevoked,
-        Run.Started,
-        Run.ReadRecorded,
-        Run.Ended,
-    )
-)
+#: The principal and run events commands write (any other is refused): those the
+#: access view folds.
+_WRITTEN = access_view.EVENTS
 #: What withdrawing a record leaves it as; whatever rests on it is then STALE.
 _WITHDRAWN = (Status.REVOKED.value, Status.STALE.value, Status.SUPERSEDED.value)
 
