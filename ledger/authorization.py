@@ -17,9 +17,10 @@ event                     must hold
                           CANDIDATE and every dependency ACCEPTED
 ``Rejected``              a valid token; ``approve``; not the proposer; a CANDIDATE
 ``Revoked``               a valid token; ``approve``; CANDIDATE, ACCEPTED or STALE
-``MarkedStale``           a valid token; ``approve`` in the scope of the cause, which exists
-                          and is REVOKED (SUPERSEDED when ``superseded_by`` is set); the
-                          record is CANDIDATE, ACCEPTED or STALE
+``MarkedStale``           a valid token; ``approve`` in the scope of the cause, which exists,
+                          is REVOKED (SUPERSEDED when ``superseded_by`` is set) and is
+                          among the record's dependencies, transitively; the record is
+                          CANDIDATE, ACCEPTED or STALE
 ``Superseded``            a valid token; ``approve``; CANDIDATE, ACCEPTED or STALE
 ``Revalidated``           a valid token; ``approve``; not the proposer; STALE; every
                           dependency (the new basis, if given) ACCEPTED
@@ -330,6 +331,8 @@ class AuthorizationReplay:
             wanted = (why or Status.SUPERSEDED).value
             if cause.status is not None and cause.status != wanted:
                 return f"{what}: its cause {event.cause!r} was {cause.status}, not {wanted}"
+            if not self._rests_on(state, event.cause):
+                return f"{what}: the record does not rest on its cause {event.cause!r}"
             scope = cause.scope  # the revoker needed approve where the revoked record is
         if not self.access.holds(actor, scope, role):
             return f"{what}: {actor!r} did not hold {role!r} in scope {scope!r} then"
@@ -342,6 +345,22 @@ class AuthorizationReplay:
         if isinstance(event, (Record.Accepted, Record.Revalidated)):
             return self._dependencies_accepted(what, state, event)
         return None
+
+    def _rests_on(self, state: _RecordState, cause: str) -> bool:
+        """Whether ``cause`` is among ``state``'s dependencies, transitively, as they
+        stand now (a stale marking reaches only what rests on what was withdrawn)."""
+        seen: set[str] = set()
+        stack = list(state.dependencies)
+        while stack:
+            dep = stack.pop()
+            if dep == cause:
+                return True
+            if dep not in seen:
+                seen.add(dep)
+                found = self.by_id.get(dep)
+                if found is not None:
+                    stack.extend(found.dependencies)
+        return False
 
     def _dependencies_accepted(self, what: str, state: _RecordState, event: Any) -> str | None:
         deps = state.dependencies

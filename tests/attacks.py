@@ -377,6 +377,23 @@ def unmarked_revocation(scene: Scene) -> str:
     return f"appended Revoked of P1 at position {position} without marking P2 STALE"
 
 
+def stale_elsewhere(scene: Scene) -> str:
+    """Append (recomputed leaf) a ``MarkedStale`` of the candidate F1, which rests on
+    nothing, citing the revoked E1 as its cause, by the real approver: a record
+    withdrawn from use by a revocation it has nothing to do with."""
+    event = Record.MarkedStale(
+        originator_id=aggregate_of(scene.ledger, "F1"),
+        originator_version=_version(scene, "F1") + 1,
+        timestamp=scene.clock(),
+        actor="reviewer",
+        cause="E1",
+        reason="the page changed",
+        superseded_by=None,
+    )
+    position = append_event(scene, event)
+    return f"appended MarkedStale of F1 (cause E1) at position {position}"
+
+
 #: Attack name -> (what it does, how to run it on a scene).
 ATTACKS: dict[str, tuple[str, Callable[[Scene], str]]] = {
     "truncation": ("truncation of the last 3 events + leaves, views rebuilt", truncate),
@@ -419,6 +436,10 @@ ATTACKS: dict[str, tuple[str, Callable[[Scene], str]]] = {
         "forged append of Revoked by a real approver, without the stale markings it makes",
         unmarked_revocation,
     ),
+    "stale-elsewhere": (
+        "forged append of MarkedStale by a real approver, of a record not resting on the cause",
+        stale_elsewhere,
+    ),
 }
 
 #: Attack -> (detected with kept heads, detected without): what docs/evidence.md says.
@@ -436,6 +457,7 @@ EXPECTED: dict[str, tuple[bool, bool]] = {
     "untyped-event": (True, True),
     "event-removed": (True, True),
     "unmarked-revocation": (True, True),
+    "stale-elsewhere": (True, True),
 }
 
 

@@ -83,6 +83,10 @@ PROBLEMS: dict[str, tuple[str | None, str | None]] = {
     ),
     "bytes-deleted": ("no erasure of them", "are missing, and the log records no erasure"),
     "untyped-event": ("no command writes Event events", "no command writes Event events"),
+    "stale-elsewhere": (
+        "the record does not rest on its cause 'E1'",
+        "the record does not rest on its cause 'E1'",
+    ),
     "unmarked-revocation": (
         "'P2' is ACCEPTED, yet its dependency 'P1' is REVOKED",
         "the log lacks the stale marking that withdrawing it makes",
