@@ -232,16 +232,21 @@ def _version(scene: Scene, record_id: str) -> int:
     return int(rows[0][0])
 
 
-def forged_accept(scene: Scene, actor: str, record_id: str = "F1") -> str:
-    """Append ``Accepted`` of a candidate by ``actor`` with a recomputed leaf."""
-    event = Record.Accepted(
+def forge(scene: Scene, record_id: str, event_class: Any, **fields: Any) -> int:
+    """Append the record's next event, of ``event_class`` with ``fields``, with a
+    recomputed leaf (:func:`append_event`); returns its position."""
+    event = event_class(
         originator_id=aggregate_of(scene.ledger, record_id),
         originator_version=_version(scene, record_id) + 1,
         timestamp=scene.clock(),
-        actor=actor,
-        note="",
+        **fields,
     )
-    position = append_event(scene, event)
+    return append_event(scene, event)
+
+
+def forged_accept(scene: Scene, actor: str, record_id: str = "F1") -> str:
+    """Append ``Accepted`` of a candidate by ``actor`` with a recomputed leaf."""
+    position = forge(scene, record_id, Record.Accepted, actor=actor, note="")
     return f"appended Accepted of {record_id} by {actor!r} at position {position}"
 
 
@@ -329,12 +334,7 @@ def untyped_event(scene: Scene) -> str:
     """Append (recomputed leaves) an event of ``Record.Event`` itself, a type no command
     writes, to the REVOKED E1, then ``Accepted`` of E1 by the real approver: without a
     rule for the first, the status machine would not know E1 is REVOKED."""
-    event = Record.Event(
-        originator_id=aggregate_of(scene.ledger, "E1"),
-        originator_version=_version(scene, "E1") + 1,
-        timestamp=scene.clock(),
-    )
-    position = append_event(scene, event)
+    position = forge(scene, "E1", Record.Event)
     forged_accept(scene, "reviewer", "E1")
     return f"appended an untyped Record.Event of E1 at position {position}, then Accepted of E1"
 
@@ -366,14 +366,7 @@ def unmarked_revocation(scene: Scene) -> str:
         scope="proj-a", claim_key="p2", value=2, kind=Kind.FACT, parents=["P1"], id="P2"
     )
     scene.reviewer.accept("P2")
-    event = Record.Revoked(
-        originator_id=aggregate_of(scene.ledger, "P1"),
-        originator_version=_version(scene, "P1") + 1,
-        timestamp=scene.clock(),
-        actor="reviewer",
-        reason="forged",
-    )
-    position = append_event(scene, event)
+    position = forge(scene, "P1", Record.Revoked, actor="reviewer", reason="forged")
     return f"appended Revoked of P1 at position {position} without marking P2 STALE"
 
 
@@ -381,16 +374,15 @@ def stale_elsewhere(scene: Scene) -> str:
     """Append (recomputed leaf) a ``MarkedStale`` of the candidate F1, which rests on
     nothing, citing the revoked E1 as its cause, by the real approver: a record
     withdrawn from use by a revocation it has nothing to do with."""
-    event = Record.MarkedStale(
-        originator_id=aggregate_of(scene.ledger, "F1"),
-        originator_version=_version(scene, "F1") + 1,
-        timestamp=scene.clock(),
+    position = forge(
+        scene,
+        "F1",
+        Record.MarkedStale,
         actor="reviewer",
         cause="E1",
         reason="the page changed",
         superseded_by=None,
     )
-    position = append_event(scene, event)
     return f"appended MarkedStale of F1 (cause E1) at position {position}"
 
 
