@@ -199,7 +199,8 @@ class AuthorizationReplay:
         self.versions[key] = event.originator_version
         # Folded all the same: a removed event is named once, not again by every
         # later event of its principal.
-        return gap or self._access_or_run(position, event)
+        problem = self._access_or_run(position, event)
+        return gap or problem
 
     def _access_or_run(self, position: int, event: Any) -> str | None:
         if isinstance(event, Principal.Event):
