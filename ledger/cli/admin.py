@@ -66,8 +66,8 @@ def init(url: str | None, as_json: bool) -> None:
         made = True
     with led:
         issued = led.admin().bootstrap_admin_token()
-        # Of inits racing on a new ledger, each may have found it missing; the
-        # one that got its first admin token is the one that created it.
+        # Of inits racing on a new ledger, several may have found it missing:
+        # the one among them that got its first admin token says it created it.
         created = made and issued is not None
         info = {
             "url": printable(led.url),

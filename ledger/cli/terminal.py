@@ -6,10 +6,10 @@ What is left would still act on a terminal instead of being shown: the C1 contro
 (U+0080 to U+009F; U+009B is an 8-bit CSI, U+009D an OSC) that a value, a claim key or
 a reason may hold, and the bidirectional marks, embeddings, overrides and isolates
 (:data:`ledger.validation.BIDI_CONTROLS`, e.g. U+202E) that make text display in an
-order other than its own, so that what a reviewer reads is not what is stored. While ``provledger``
-writes to a terminal, each of those is printed as its ``\\uXXXX`` escape instead
-(inside JSON output that is the same string). Output to a pipe or a file is left
-byte for byte as it is.
+order other than its own, so that what a reviewer reads is not what is stored.
+While ``provledger`` writes to a terminal, each of those is printed as its
+``\\uXXXX`` escape instead (inside JSON output that is the same string). Output
+to a pipe or a file is left byte for byte as it is.
 """
 
 from __future__ import annotations
