@@ -91,8 +91,11 @@ def _edges_where(
     else:
         when = "to_pos IS NULL" if position is None else AS_OF_FILTER
         after = () if position is None else (position, position)
+    # A basis held twice (kept at a revalidation) is one edge; current edges are
+    # unique already, and revocations walk them: no DISTINCT there.
+    distinct = "DISTINCT " if former else ""
     select = (
-        "SELECT DISTINCT parent_id, child_id, edge FROM {{t}}pl_edges "
+        f"SELECT {distinct}parent_id, child_id, edge FROM {{{{t}}}}pl_edges "
         f"WHERE {column} IN ({{marks}}) AND {when} ORDER BY parent_id, child_id"
     )
     return [(r["parent_id"], r["child_id"], r["edge"]) for r in rows_in(c, d, select, ids, after)]
