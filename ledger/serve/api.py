@@ -206,23 +206,22 @@ class Call:
             raise FieldError(name, f"field {name!r} must be a list of strings")
         return value
 
+    def _body_of(self, name: str, kind: type, what: str) -> Any:
+        """A body field that is null, absent or of JSON type ``what`` (Python ``kind``)."""
+        value = self.body_any(name)
+        if value is not None and not isinstance(value, kind):
+            raise FieldError(name, f"field {name!r} must be {what}, got {_json_type(value)}")
+        return value
+
     def body_object(self, name: str) -> dict[str, Any] | None:
         """An object body field."""
-        value = self.body_any(name)
-        if value is None:
-            return None
-        if not isinstance(value, dict):
-            raise FieldError(name, f"field {name!r} must be an object, got {_json_type(value)}")
+        value: dict[str, Any] | None = self._body_of(name, dict, "an object")
         return value
 
     def body_bool(self, name: str, default: bool) -> bool:
         """A boolean body field (``default`` when absent or null)."""
-        value = self.body_any(name)
-        if value is None:
-            return default
-        if not isinstance(value, bool):
-            raise FieldError(name, f"field {name!r} must be a boolean, got {_json_type(value)}")
-        return value
+        value: bool | None = self._body_of(name, bool, "a boolean")
+        return default if value is None else value
 
     def body_time(self, name: str) -> datetime | None:
         """An ISO 8601 date-time body field."""
