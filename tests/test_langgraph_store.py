@@ -33,7 +33,14 @@ from langgraph.store.base import (
 )
 
 from ledger import Kind, Ledger, Outcome, Session, Status
-from ledger.errors import AccessDeniedError, InvalidInputError, InvalidParentError, LedgerError
+from ledger.errors import (
+    AccessDeniedError,
+    InvalidInputError,
+    InvalidParentError,
+    InvalidValueError,
+    LedgerError,
+    ValueTooLargeError,
+)
 from ledger.integrations.langgraph import (
     LedgerStore,
     MemoryConflictError,
@@ -204,6 +211,28 @@ def test_a_refused_operation_fails_the_batch_before_anything_is_written(
 
     assert principals.ledger.position == before
     assert store.get(("test",), "ok") is None
+
+
+def test_a_value_the_ledger_cannot_hold_fails_the_batch_before_anything_is_written(
+    store: LedgerStore, principals: Principals
+) -> None:
+    store.put(("test",), "old", {"v": 0})
+    before = principals.ledger.position
+
+    with pytest.raises(InvalidValueError, match="value of key 'bad'"):
+        store.batch(
+            [
+                PutOp(("test",), "ok", {"v": 1}),
+                PutOp(("test",), "old", None),
+                PutOp(("test",), "bad", {1: "a key that is no string"}),
+            ]
+        )
+    with pytest.raises(ValueTooLargeError, match="value of key 'big'"):
+        store.batch([PutOp(("test",), "ok", {"v": 1}), PutOp(("test",), "big", {"s": "x" * 2**21})])
+
+    assert principals.ledger.position == before
+    assert store.get(("test",), "ok") is None
+    assert store.get(("test",), "old") is not None  # the delete did not run either
 
 
 # -- get / put / delete ----------------------------------------------------------------
@@ -1139,10 +1168,14 @@ def test_a_thread_that_read_a_withdrawn_memory_is_refused_its_next_put(
     name_id = current_id(principals.reviewer, "proj-a", "user/name")
     principals.reviewer.revoke(name_id, "poisoned")
 
-    with pytest.raises(InvalidParentError, match="read the key again") as refused:
+    with pytest.raises(InvalidParentError) as refused:
         writer_graph(store).invoke({"greeting": "hi"}, {"configurable": {"thread_id": "chat-1"}})
 
+    # The refusal names the record and the key to read again as the thread knows it.
     assert name_id in str(refused.value)
+    assert "get key 'name' of namespace ('proj-a', 'user') again in this thread" in str(
+        refused.value
+    )
     assert store.get(("proj-a", "notes"), "last") is None
     writer_graph(store).invoke({"greeting": "hi"}, {"configurable": {"thread_id": "chat-2"}})
     assert store.get(("proj-a", "notes"), "last") is not None  # a new thread starts clean

@@ -29,12 +29,13 @@ from langgraph.store.base import (
 
 from ledger import Ledger, RunContext, Session, reads
 from ledger.access import Role
-from ledger.domain import Kind, Outcome, Status
+from ledger.domain import Kind, Outcome, Status, Validity
 from ledger.errors import (
     AccessDeniedError,
     InvalidInputError,
     InvalidParentError,
     InvalidTransitionError,
+    LedgerError,
     MemoryConflictError,
     UnsupportedStoreOperationError,
 )
@@ -56,7 +57,7 @@ from ledger.integrations.langgraph.keys import (
     scope_of,
 )
 from ledger.integrations.langgraph.threads import Ids, Thread, thread_id
-from ledger.validation import check_kind
+from ledger.validation import check_kind, check_value
 from ledger.values import ReadResult, RecordView
 from projections.validity import LIVE_STATUSES
 
@@ -132,6 +133,7 @@ class LedgerStore(BaseStore):
                 "separation of duties forbids approving one's own proposals"
             )
         self._ids = Ids()
+        self._max_value_bytes = ledger.engine.max_value_bytes
         self._threads: OrderedDict[str, Thread] = OrderedDict()
         self._threads_lock = threading.Lock()
 
@@ -270,6 +272,10 @@ class LedgerStore(BaseStore):
                     f"value of key {op.key!r} must be a mapping or None, got "
                     f"{type(op.value).__name__}"
                 )
+            if op.value is not None:
+                # Checked with the rest of the batch, so a value the ledger cannot
+                # hold stops the batch before any of its puts is written.
+                check_value(dict(op.value), f"value of key {op.key!r}", self._max_value_bytes)
             if op.index not in (None, False):
                 raise UnsupportedStoreOperationError(
                     f"put of key {op.key!r} with index={op.index!r}: LedgerStore has no "
@@ -576,16 +582,38 @@ class LedgerStore(BaseStore):
         except InvalidParentError as exc:
             rechecked = state.recheck(self.session)
             if not state.catch_up(self.session) and not rechecked:
+                changed = self._changed_keys(state)
+                again = f"get {changed} again" if changed else "read the key again"
                 raise InvalidParentError(
                     f"{exc} (LangGraph thread {state.thread_id!r} read it earlier in ledger run "
                     f"{state.run.run_id!r}; what the thread puts rests on everything it read: "
-                    "read the key again in this thread, or continue in a new thread)"
+                    f"{again} in this thread, or continue in a new thread)"
                 ) from None
             record_id = state.run.propose(
                 scope, claim, value, self.kind, id=self._ids.next(), **fields
             )
         state.written.add(record_id)
         return record_id
+
+    def _changed_keys(self, state: Thread) -> str:
+        """The keys (namespace and key) of what the thread rests on that is no
+        longer VALID, as a LangGraph user names them (empty if none is known)."""
+        named = []
+        for rid in state.run.relied_on:
+            where = state.keys.get(rid)
+            if where is None:
+                continue
+            try:
+                validity = self.session.get(rid).validity
+            except LedgerError:  # no longer visible: nothing can rest on it now
+                continue
+            if validity == Validity.VALID:
+                continue
+            scope, claim = where
+            labels, parsed = labels_of(scope, self.scope_depth), parse_claim_key(claim)
+            if labels is not None and parsed is not None:
+                named.append(f"key {parsed[1]!r} of namespace {(*labels, *parsed[0])!r}")
+        return ", ".join(dict.fromkeys(named))
 
 
 def _item(cls: type[Any], namespace: tuple[str, ...], key: str, view: RecordView) -> Any:
