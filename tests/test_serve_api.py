@@ -661,6 +661,11 @@ def test_bad_query_parameters_are_422_naming_them(served: Served) -> None:
         ("/read", {"scope": "proj-a", "claim_key": "c", "at": "noon"}, "at"),
         ("/read", {"scope": "proj-a", "claim_key": "c", "at": "2026-01-01T00:00:00"}, "at"),
         ("/read", {"scope": "proj-a", "claim_key": "c", "context": "[1]"}, "context"),
+        # Numbers JSON cannot hold, as in a body
+        ("/read", {"scope": "proj-a", "claim_key": "c", "context": '{"x": Infinity}'}, "context"),
+        ("/explain", {"scope": "proj-a", "claim_key": "c", "context": '{"x": 1e999}'}, "context"),
+        # A parameter given twice would keep its last value silently
+        ("/records", [("scope", "proj-b"), ("scope", "proj-a")], "scope"),
         ("/explain", {"scope": "proj-a", "claim_key": "c", "kinds": "guess"}, "kinds"),
         ("/read", {"scope": "proj-a", "claim_key": "c", "kinds": ",,"}, "kinds"),
         ("/corrections", {"as_of_position": "-1"}, "as_of_position"),
@@ -726,6 +731,28 @@ def test_a_number_out_of_range_or_a_field_given_twice_is_422_and_writes_nothing(
         r = served.agent.post("/records", content=raw, headers={"Content-Type": "application/json"})
         assert r.status_code == 422, r.text
         assert error_of(r)["message"] == message
+        assert error_of(r)["field"] == (None if "1e999" in message else "parents")
+    assert served.ledger.position == before
+
+
+def test_revalidating_on_a_dependency_not_usable_now_is_a_409_naming_no_field(
+    served: Served,
+) -> None:
+    # Nothing in the request is bad input, whether it gives no parents or null.
+    _seed(served)
+    served.reviewer.post("/records/{record_id}/revoke", record_id="E1", json={"reason": "x"})
+    before = served.ledger.position
+    for body in (None, {}, {"parents": None}, {"note": "checked"}):
+        r = served.reviewer.post("/records/{record_id}/revalidate", record_id="R1", json=body)
+        assert r.status_code == 409, (body, r.text)
+        error = error_of(r)
+        assert (error["type"], error["field"]) == ("InvalidParentError", None), error
+        assert "'M1'" in error["message"] and "STALE" in error["message"]
+    # A basis the request names is still the request's: 422 naming it.
+    named = served.reviewer.post(
+        "/records/{record_id}/revalidate", record_id="R1", json={"parents": ["E1"]}
+    )
+    assert (named.status_code, error_of(named)["field"]) == (422, "parents"), named.text
     assert served.ledger.position == before
 
 

@@ -122,8 +122,9 @@ class Call:
 
     def query_str(self, name: str, *, required: bool = False) -> str | None:
         """A query parameter; ``required`` refuses a missing or empty one."""
-        self.used.append(name)
         value = self.query.get(name)
+        if value is not None:
+            self.used.append(name)  # a refusal may be about it (never one not given)
         if value is None or value == "":
             if required:
                 raise FieldError(name, f"query parameter {name!r} is required")
@@ -181,7 +182,8 @@ class Call:
 
     def body_any(self, name: str, *, required: bool = False) -> Any:
         """A body field of any JSON type."""
-        self.used.append(name)
+        if self.body.get(name) is not None:
+            self.used.append(name)  # a refusal may be about it (never one not given)
         if name not in self.body and required:
             raise FieldError(name, f"field {name!r} is required")
         return self.body.get(name)
@@ -262,6 +264,7 @@ def endpoint(
                 if request.method == "POST":
                     body = _parse_body(await request.body())
                 _check_names(request.query_params.keys(), accepted[0], "query parameter")
+                _check_once(request.query_params.multi_items())
                 _check_names(body.keys(), accepted[1], "field")
             except LedgerError:
                 # A bad token is told before bad input (401, not 422): nothing about
@@ -296,20 +299,34 @@ def _check_names(given: Iterable[str], accepted: frozenset[str], what: str) -> N
         )
 
 
+def _check_once(items: Iterable[tuple[str, str]]) -> None:
+    """Refuse a query parameter given twice (its last value would win silently)."""
+    seen: set[str] = set()
+    for name, _ in items:
+        if name in seen:
+            raise FieldError(name, f"query parameter {name!r} is given more than once")
+        seen.add(name)
+
+
 def _not_json(constant: str) -> Any:
     # Python's json module reads NaN and Infinity; RFC 8259 JSON has neither.
     raise ValueError(f"{constant} is not JSON")
 
 
 class _Refused(ValueError):
-    """A body that is JSON but not one the API takes (named in the message)."""
+    """JSON the API does not take; its message follows what holds it ("the
+    request body …")."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 def _finite(text: str) -> float:
     # Python reads 1e999 as infinity, which JSON cannot hold either.
     number = float(text)
     if not math.isfinite(number):
-        raise _Refused(f"the request body holds the number {text[:40]}, out of range")
+        raise _Refused(f"holds the number {text[:40]}, out of range")
     return number
 
 
@@ -318,7 +335,7 @@ def _once_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in pairs:
         if key in out:
-            raise _Refused(f"the request body gives {key[:80]!r} more than once")
+            raise _Refused(f"gives {key[:80]!r} more than once", key)
         out[key] = value
     return out
 
@@ -331,7 +348,10 @@ def _parse_body(raw: bytes) -> Mapping[str, Any]:
             raw, parse_constant=_not_json, parse_float=_finite, object_pairs_hook=_once_each
         )
     except _Refused as exc:
-        raise InvalidInputError(str(exc)) from None
+        message = f"the request body {exc}"
+        if exc.field is not None:
+            raise FieldError(exc.field, message) from None
+        raise InvalidInputError(message) from None
     except (ValueError, RecursionError):
         raise InvalidInputError("the request body is not JSON") from None
     if not isinstance(data, dict):
@@ -508,7 +528,11 @@ def _context(call: Call) -> dict[str, Any] | None:
     if text is None:
         return None
     try:
-        data = json.loads(text)
+        data = json.loads(
+            text, parse_constant=_not_json, parse_float=_finite, object_pairs_hook=_once_each
+        )
+    except _Refused as exc:
+        raise FieldError("context", f"context {exc}") from None
     except (ValueError, RecursionError):
         raise FieldError("context", "context is not a JSON object") from None
     if not isinstance(data, dict):
