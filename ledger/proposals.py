@@ -143,7 +143,16 @@ def _propose(
     caller: Caller, name: str, snapshots: Sequence[tuple[str, bytes]], fields: dict[str, Any]
 ) -> str:
     decision = proposal(caller, snapshots, fields)
-    return pipeline.command(caller, name, decision, named(fields))
+    record_id = named(fields)
+    try:
+        return pipeline.command(caller, name, decision, record_id)
+    except LedgerError as exc:
+        drawn = repr(str(record_id))
+        if not isinstance(record_id, DrawnId) or drawn not in str(exc):
+            raise
+        # The id was drawn for this proposal: the caller never saw it, and no
+        # record holds it.
+        raise type(exc)(str(exc).replace(drawn, "the new record")) from None
 
 
 def named(fields: dict[str, Any]) -> object:
@@ -163,7 +172,8 @@ def new_record_id() -> str:
 
 class DrawnId(str):
     """An id :func:`named` drew for a proposal that named none: messages about a
-    refused proposal call it "the proposal", not by an id nobody gave."""
+    refused proposal call it "the proposal" or "the new record", not by an id
+    nobody gave."""
 
     __slots__ = ()
 

@@ -33,11 +33,26 @@ MAX_NESTING = 32
 DEFAULT_MAX_VALUE_BYTES = 1024 * 1024
 
 
+#: The longest text an error message quotes whole (a longer one is cut, its
+#: length told): a refusal must not hand an agent back a megabyte it sent.
+QUOTED = 160
+
+
+def quoted(value: object) -> str:
+    """``repr(value)`` for an error message, a long string or bytes cut to its
+    first ``QUOTED`` characters with its length told."""
+    if isinstance(value, str | bytes) and len(value) > QUOTED:
+        unit = "characters" if isinstance(value, str) else "bytes"
+        return f"{value[:QUOTED]!r}… ({len(value)} {unit})"
+    text = repr(value)
+    return text if len(text) <= 2 * QUOTED else f"{text[: 2 * QUOTED]}… ({type(value).__name__})"
+
+
 def check_id(value: object, what: str = "record id") -> str:
     """Return ``value`` if it is a valid identifier, else raise ``InvalidIdError``."""
     if not isinstance(value, str) or not ID_PATTERN.fullmatch(value):
         raise InvalidIdError(
-            f"{what} {value!r} is invalid: expected ^[A-Za-z0-9][A-Za-z0-9._:-]{{0,127}}$"
+            f"{what} {quoted(value)} is invalid: expected ^[A-Za-z0-9][A-Za-z0-9._:-]{{0,127}}$"
         )
     return value
 
@@ -97,7 +112,7 @@ def check_kind(value: object) -> Kind:
         return Kind(str(value)) if isinstance(value, str) else Kind(value)  # type: ignore[arg-type]
     except ValueError:
         allowed = ", ".join(k.value for k in Kind)
-        raise InvalidKindError(f"kind {value!r} is not one of: {allowed}") from None
+        raise InvalidKindError(f"kind {quoted(value)} is not one of: {allowed}") from None
 
 
 def check_aware(value: object, what: str) -> datetime:
@@ -219,7 +234,7 @@ def check_member(enum: type[EnumT], value: object, what: str) -> EnumT:
         return enum(value)
     except ValueError:
         allowed = ", ".join(str(m.value) for m in enum)
-        raise InvalidInputError(f"{what} {value!r} is not one of: {allowed}") from None
+        raise InvalidInputError(f"{what} {quoted(value)} is not one of: {allowed}") from None
 
 
 def check_list(items: object, what: str) -> list[Any]:

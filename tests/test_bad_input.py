@@ -598,6 +598,41 @@ def test_bad_input_is_refused_specifically_and_changes_nothing(bad: Bad, case: C
     assert bad.ledger.views_digest() == digest
 
 
+@pytest.mark.parametrize("field", ["scope", "id", "parents", "supersedes", "kind", "get", "status"])
+def test_a_huge_bad_argument_is_quoted_cut_with_its_length_told(bad: Bad, field: str) -> None:
+    # An agent that sent a megabyte must not get it back in the refusal.
+    huge = "x" * 100_000 + " "
+    before = bad.ledger.position
+    acts: dict[str, Callable[[], object]] = {
+        "scope": lambda: _propose(bad, scope=huge),
+        "id": lambda: _propose(bad, id=huge),
+        "parents": lambda: _propose(bad, parents=[huge]),
+        "supersedes": lambda: _propose(bad, supersedes=huge),
+        "kind": lambda: _propose(bad, kind=huge),
+        "get": lambda: bad.agent.get(huge),
+        "status": lambda: bad.agent.records(SCOPE, status=huge),
+    }
+    with pytest.raises(LedgerError) as refused:
+        acts[field]()
+    message = str(refused.value)
+    assert len(message) < 400, message[:200]
+    assert "… (100001 characters)" in message
+    assert bad.ledger.position == before
+
+
+def test_a_refused_proposal_without_an_id_names_no_id_drawn_for_it(bad: Bad) -> None:
+    # No record holds the id drawn for a refused proposal: naming it would send the
+    # caller looking for a record that does not exist.
+    with pytest.raises(InvalidParentError) as refused:
+        bad.agent.propose(SCOPE, "k", 1, Kind.INFERENCE, parents=["NEVER1"])
+    assert str(refused.value) == (
+        "parent 'NEVER1' of the new record is unknown or not readable by 'agent-1'"
+    )
+    with pytest.raises(InvalidParentError) as given:
+        bad.agent.propose(SCOPE, "k", 1, Kind.INFERENCE, parents=["NEVER1"], id="MINE1")
+    assert "of 'MINE1'" in str(given.value)
+
+
 def test_parent_in_unreadable_scope_looks_exactly_like_an_unknown_parent(bad: Bad) -> None:
     # Given H1 exists in proj-c, where the agent holds no grant
     with pytest.raises(UnknownRecordError):

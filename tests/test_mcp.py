@@ -30,6 +30,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import ResourceUpdated
 
@@ -533,6 +534,57 @@ async def test_an_argument_a_tool_does_not_take_is_refused_naming_it(team: Team)
         "argument 'parent'; "
     )
     assert "parents" in text
+    assert team.ledger.position == before
+
+
+async def test_an_argument_of_the_wrong_type_is_refused_naming_it_plainly(team: Team) -> None:
+    # Not pydantic's report (its model's name, a link, the server's wrappers).
+    before = team.ledger.position
+    async with team.client("agent-1") as agent:
+        limit = await refused(agent, "list_records", scope=SCOPE, limit=0)
+        scope = await refused(
+            agent, "propose_memory", scope=123, claim_key=CLAIM, value="x" * 500, kind="fact"
+        )
+        missing = await refused(agent, "propose_memory", scope=SCOPE, claim_key=CLAIM, kind="fact")
+    assert limit == (
+        "Error executing tool list_records: InvalidInputError: argument 'limit' (0): "
+        "Input should be greater than or equal to 1"
+    )
+    assert scope == (
+        "Error executing tool propose_memory: InvalidInputError: argument 'scope' (123): "
+        "Input should be a valid string"
+    )
+    assert missing == (
+        "Error executing tool propose_memory: InvalidInputError: argument 'value': Field required"
+    )
+    assert team.ledger.position == before
+
+
+async def test_an_infinite_number_in_an_argument_is_refused_naming_where(team: Team) -> None:
+    # JSON has no Infinity, but Python's reader (the SDK's, on the wire) takes it;
+    # stored, it would come back as the text "inf". The SDK's own client sends an
+    # infinity as null, so the arguments are handed to the server as read off the wire.
+    server = team.servers["agent-1"]
+    before = team.ledger.position
+    with pytest.raises(ToolError) as proposed:
+        await server.call_tool(
+            "propose_memory",
+            {
+                "scope": SCOPE,
+                "claim_key": CLAIM,
+                "value": {"limits": [1.5, float("inf")]},
+                "kind": "fact",
+            },
+        )
+    with pytest.raises(ToolError) as read:
+        await server.call_tool(
+            "read_memory", {"scope": SCOPE, "claim_key": CLAIM, "context": {"x": float("nan")}}
+        )
+    assert str(proposed.value) == (
+        "Error executing tool propose_memory: InvalidInputError: value.limits[1] is not a "
+        "finite number (Infinity and NaN are not JSON)"
+    )
+    assert "context.x is not a finite number" in str(read.value)
     assert team.ledger.position == before
 
 

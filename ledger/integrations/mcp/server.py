@@ -3,6 +3,7 @@ description and annotations) and :func:`build_server` / :func:`serve`."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -11,6 +12,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, InputRequiredResult, ToolAnnotations
 from mcp.types import Tool as MCPTool
+from pydantic import ValidationError
 
 from ledger import Ledger, __version__
 from ledger.access import Role
@@ -20,6 +22,7 @@ from ledger.integrations.mcp.results import RECORD_URI
 from ledger.integrations.mcp.tools import (
     Verbatim,
     accept_memory,
+    as_given,
     audit_record,
     capture_evidence,
     explain_memory,
@@ -32,8 +35,43 @@ from ledger.integrations.mcp.tools import (
     revalidate_memory,
     revoke_memory,
 )
+from ledger.validation import quoted
 
 __all__ = ["APPROVAL_TOOLS", "INSTRUCTIONS", "TOOLS", "build_server", "serve"]
+
+
+def _argument_errors(error: ValidationError) -> str:
+    """What pydantic found wrong with a tool's arguments, one clause per argument:
+    ``argument 'limit' (0): Input should be greater than 0``."""
+    clauses = []
+    for found in error.errors(include_url=False):
+        where = "".join(
+            f"[{part}]" if isinstance(part, int) else (f".{part}" if i else str(part))
+            for i, part in enumerate(found["loc"])
+        )
+        given = found.get("input")
+        shown = "" if found["type"] == "missing" else f" ({quoted(as_given(given))})"
+        clauses.append(f"argument {where or '?'!r}{shown}: {found['msg']}")
+    return "; ".join(dict.fromkeys(clauses))
+
+
+def _non_finite(given: Any, path: str, depth: int = 0) -> str | None:
+    """Where in an argument a float is infinite or NaN (``value.a[2]``), or None."""
+    if isinstance(given, float):
+        return None if math.isfinite(given) else path
+    if depth > 64:  # deeper than any value the ledger keeps: its own check says so
+        return None
+    if isinstance(given, dict):
+        items: Any = ((f"{path}.{k}", v) for k, v in given.items())
+    elif isinstance(given, list):
+        items = ((f"{path}[{i}]", v) for i, v in enumerate(given))
+    else:
+        return None
+    for inner, value in items:
+        found = _non_finite(value, inner, depth + 1)
+        if found is not None:
+            return found
+    return None
 
 
 class LedgerServer(MCPServer[Connection]):
@@ -69,6 +107,19 @@ class LedgerServer(MCPServer[Connection]):
         """Refuse arguments ``name`` does not take, then call it (a ``value`` given
         as text kept as that text: :class:`~ledger.integrations.mcp.tools.Verbatim`)."""
         takes = (await self._arguments()).get(name)
+        for argument, given in arguments.items():
+            where = _non_finite(given, argument)
+            if where is not None:
+                # JSON has no infinity (Python's reader takes it): it would be stored
+                # as a number and shown back as the text "inf".
+                raise ToolError(
+                    f"Error executing tool {name}: "
+                    + refusal(
+                        InvalidInputError(
+                            f"{where} is not a finite number (Infinity and NaN are not JSON)"
+                        )
+                    )
+                )
         if takes is not None and "value" in takes and isinstance(arguments.get("value"), str):
             arguments = {**arguments, "value": Verbatim(arguments["value"])}
         if takes is not None:
@@ -86,7 +137,17 @@ class LedgerServer(MCPServer[Connection]):
                         )
                     )
                 )
-        return await super().call_tool(name, arguments, context)
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            if not isinstance(exc.__cause__, ValidationError):
+                raise
+            # The SDK's text is pydantic's (its model's name, a link, the wrappers
+            # of arguments): say which argument is wrong and why, in the ledger's words.
+            raise ToolError(
+                f"Error executing tool {name}: "
+                + refusal(InvalidInputError(_argument_errors(exc.__cause__)))
+            ) from None
 
     async def _arguments(self) -> dict[str, frozenset[str]]:
         """Each tool's argument names, read from its schema once (the tools are all
