@@ -50,7 +50,7 @@ from ledger.errors import (
     StorageError,
     UnknownRecordError,
 )
-from ledger.persistence import Backend, LedgerApplication, holds_ledger
+from ledger.persistence import Backend, LedgerApplication, foreign_file, holds_ledger
 from ledger.persistence.faults import DATABASE_ERRORS, CommitFailed, is_busy, storage_error
 from ledger.serialization import datetime_to_micros, micros_to_datetime
 from ledger.stored import stored_events
@@ -203,6 +203,12 @@ class Engine:
         if not create and backend.kind != "memory":
             missing = LedgerNotFoundError(f"no ledger at {backend.url!r} (nothing was created)")
             if backend.kind == "sqlite" and not holds_ledger(str(backend.path)):
+                found = foreign_file(str(backend.path))
+                if found is not None:
+                    raise LedgerNotFoundError(
+                        f"no ledger at {backend.url!r}: the file there is {found} "
+                        "(nothing was changed)"
+                    )
                 raise missing
             env = {**env, "CREATE_TABLE": "no"}
         try:

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -243,6 +245,30 @@ def test_a_file_that_is_not_a_ledger_is_refused_and_left_alone(tmp_path: Path) -
     result = run("get", "E1", "--token", "plt_x", "--url", f"sqlite:///{path}")
     assert result.exit_code == 1 and "no ledger at" in result.stderr
     assert path.read_bytes() == b"" and sorted(p.name for p in tmp_path.iterdir()) == ["notes.db"]
+
+
+def test_a_file_of_something_else_is_named_for_what_it_is_not_sent_to_init(
+    tmp_path: Path,
+) -> None:
+    # `init` is no answer for another program's file: say what the file is.
+    text, other = tmp_path / "notes.db", tmp_path / "other.db"
+    text.write_bytes(b"hello, not a database")
+    with closing(sqlite3.connect(other)) as c:
+        c.execute("CREATE TABLE t (x)")
+        c.commit()
+    before = {p.name: p.read_bytes() for p in (text, other)}
+    for path, what in (
+        (text, "not an SQLite database"),
+        (other, "an SQLite database without a ledger in it"),
+    ):
+        result = run("get", "E1", "--token", "plt_x", "--url", f"sqlite:///{path}")
+        assert result.exit_code == 1
+        assert result.stderr == (
+            f"error: no ledger at sqlite:///{path}: the file there is {what} (nothing was "
+            "changed); check PROVLEDGER_URL\n"
+        )
+    assert {p.name: p.read_bytes() for p in (text, other)} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.db", "other.db"]
 
 
 # -- extras and lazy imports ------------------------------------------------------------------

@@ -259,8 +259,13 @@ def open_ledger(url: str | None, *, create: bool = False, catch_up: bool = True)
     and nothing is created (no file, no tables). ``catch_up``: see ``Ledger.open``."""
     try:
         return Ledger.open(url, create=create, catch_up=catch_up)
-    except LedgerNotFoundError:
+    except LedgerNotFoundError as exc:
         where = resolve_url(url).url
+        _, there, what = str(exc).partition(": the file there is ")
+        if there:  # a file of something else: `init` is no answer
+            raise LedgerNotFoundError(
+                f"no ledger at {where}: the file there is {what}; check PROVLEDGER_URL"
+            ) from None
         raise LedgerNotFoundError(
             f"no ledger at {where}; run `provledger init` or check PROVLEDGER_URL"
         ) from None

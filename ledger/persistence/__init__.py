@@ -21,7 +21,7 @@ from eventsourcing.application import Application
 from eventsourcing.persistence import Transcoder
 
 from ledger.persistence.base import Guard, LedgerRecorderMixin
-from ledger.persistence.sqlite import LedgerSQLiteRecorder, holds_ledger
+from ledger.persistence.sqlite import LedgerSQLiteRecorder, foreign_file, holds_ledger
 from ledger.persistence.urls import DEFAULT_PATH, Backend, resolve_url
 from ledger.serialization import MsgpackTranscoder
 
@@ -67,6 +67,7 @@ __all__ = [
     "LedgerPostgresRecorder",
     "LedgerRecorder",
     "LedgerSQLiteRecorder",
+    "foreign_file",
     "holds_ledger",
     "resolve_url",
 ]

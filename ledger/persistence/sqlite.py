@@ -43,6 +43,20 @@ STATEMENT_CACHE = 256
 T = TypeVar("T")
 
 
+def foreign_file(path: str) -> str | None:
+    """What the file at ``path`` is when it is there but holds no ledger ("not an
+    SQLite database", "an SQLite database of something else"); None when there is
+    no file (or it cannot be read)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(16)
+    except OSError:
+        return None
+    if head and head != b"SQLite format 3\x00":
+        return "not an SQLite database"
+    return "an SQLite database without a ledger in it" if head else None
+
+
 def holds_ledger(path: str) -> bool:
     """Whether the SQLite file at ``path`` exists and holds a ledger's events table;
     opened read-only, so nothing is created or changed."""
