@@ -59,6 +59,7 @@ MEMORY_TOOLS = [
     "explain_memory",
     "get_record",
     "list_records",
+    "read_evidence",
     "audit_record",
 ]
 APPROVALS = ["accept_memory", "reject_memory", "revoke_memory", "revalidate_memory"]
@@ -207,7 +208,14 @@ async def test_every_tool_is_described_for_a_model_with_schemas_and_annotations(
         assert tool.output_schema is not None and tool.output_schema["type"] == "object"
         assert tool.annotations is not None and tool.annotations.open_world_hint is False
     # Reads are read-only; revoking and rejecting are destructive, accepting is not
-    for name in ("read_memory", "explain_memory", "get_record", "list_records", "audit_record"):
+    for name in (
+        "read_memory",
+        "explain_memory",
+        "get_record",
+        "list_records",
+        "read_evidence",
+        "audit_record",
+    ):
         hints = tools[name].annotations
         assert hints is not None and hints.read_only_hint and hints.idempotent_hint
     for name, destructive in (
@@ -535,6 +543,63 @@ async def test_an_argument_a_tool_does_not_take_is_refused_naming_it(team: Team)
     )
     assert "parents" in text
     assert team.ledger.position == before
+
+
+async def test_read_evidence_gives_back_the_bytes_captured_checked_and_observed(
+    team: Team,
+) -> None:
+    text = "retries are safe\r\n\u00e9t\u00e9 \u2014 v2"
+    await accepted_evidence(team, "E1", content=text)
+    binary = bytes(range(256))
+    async with team.client("agent-1") as agent:
+        await ok(
+            agent,
+            "capture_evidence",
+            scope=SCOPE,
+            uri="https://docs.test/blob",
+            content=base64.b64encode(binary).decode(),
+            content_encoding="base64",
+            id="E2",
+        )
+    async with team.client("agent-1") as agent:
+        got = await ok(agent, "read_evidence", record_id="E1")
+        blob = await ok(agent, "read_evidence", record_id="E2")
+        await ok(
+            agent, "propose_memory", scope=SCOPE, claim_key=CLAIM, value=True, kind="inference"
+        )
+        unknown = await refused(agent, "read_evidence", record_id="NEVER1")
+    assert (got["content"], got["content_encoding"], got["size"]) == (
+        text,
+        "utf-8",
+        len(text.encode()),
+    )
+    assert got["content_hash"] == "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+    assert got["uri"] == "https://docs.test/E1" and got["snapshot_ref"]
+    assert blob["content_encoding"] == "base64"
+    assert base64.b64decode(blob["content"]) == binary
+    # The accepted evidence read is a basis of what the session proposed next
+    proposal = team.sessions["reviewer"].records(SCOPE, claim_prefix=CLAIM)[0]
+    assert proposal.observed == ("E1",)
+    assert unknown.startswith("Error executing tool read_evidence: UnknownRecordError:")
+
+
+async def test_read_evidence_refuses_a_record_pinning_no_bytes_and_erased_bytes(
+    team: Team,
+) -> None:
+    await accepted_evidence(team, "E1")
+    async with team.client("agent-1") as agent:
+        await ok(agent, "propose_memory", scope=SCOPE, claim_key="k", value=1, kind="fact", id="F1")
+        plain = await refused(agent, "read_evidence", record_id="F1")
+    ref = team.sessions["reviewer"].get("E1").evidence
+    assert ref is not None
+    team.ledger.admin().erase_snapshot(ref["snapshot_ref"], reason="personal data")
+    async with team.client("agent-1") as agent:
+        erased = await refused(agent, "read_evidence", record_id="E1")
+    assert plain == (
+        "Error executing tool read_evidence: InvalidInputError: record 'F1' pins no captured "
+        "content (only capture_evidence stores the bytes read)"
+    )
+    assert erased.startswith("Error executing tool read_evidence: SnapshotErasedError:")
 
 
 async def test_an_argument_of_the_wrong_type_is_refused_naming_it_plainly(team: Team) -> None:

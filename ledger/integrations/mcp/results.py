@@ -16,6 +16,7 @@ __all__ = [
     "AuditOut",
     "DecisionOut",
     "EventOut",
+    "EvidenceOut",
     "ExplainOut",
     "PageOut",
     "ProposalOut",
@@ -63,6 +64,19 @@ class RecordOut(TypedDict):
     cause_superseded_by: str | None
     stale_causes: list[dict[str, Any]]
     undeclared: list[str]
+
+
+class EvidenceOut(TypedDict):
+    """The captured bytes of an evidence record, re-verified against their hash."""
+
+    id: str
+    uri: str | None
+    fetched_at: str | None
+    content_hash: str | None
+    snapshot_ref: str
+    size: int
+    content_encoding: str
+    content: str
 
 
 class ProposalOut(TypedDict):

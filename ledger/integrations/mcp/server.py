@@ -29,6 +29,7 @@ from ledger.integrations.mcp.tools import (
     get_record,
     list_records,
     propose_memory,
+    read_evidence,
     read_memory,
     record_resource,
     reject_memory,
@@ -173,7 +174,7 @@ an approver who is not its proposer accepts it.
 is usable now; not proof that nothing was ever said - explain_memory says why) or \
 CONFLICT (usable records disagree; all are returned, none wins).
 - Store what you read from outside with capture_evidence and name it in the parents \
-of claims you derive from it.
+of claims you derive from it; read_evidence gives the stored content back, checked.
 - To change what is remembered, propose the new value with supersedes=<the old record's \
 id>; two accepted values for one claim are a CONFLICT.
 - When a record is revoked, everything built on it becomes STALE (needs \
@@ -274,6 +275,17 @@ TOOLS: tuple[tuple[Callable[..., Any], str, ToolAnnotations], ...] = (
         "rely on. The usable records listed become observed dependencies of what you propose "
         "in this session.",
         _read_tool("List records"),
+    ),
+    (
+        read_evidence,
+        "Read back the exact content an evidence record pins (what capture_evidence "
+        "stored), checked against its sha256 hash first: to quote a source, or to check "
+        "what a claim rests on before relying on it or proposing from it. Text comes back "
+        "as text (content_encoding 'utf-8'), other bytes as base64. Refused for a record "
+        "that pins no captured content, and when an administrator erased the bytes. The "
+        "record becomes an observed dependency of what you propose in this session if it "
+        "is usable.",
+        _read_tool("Read evidence"),
     ),
     (
         audit_record,

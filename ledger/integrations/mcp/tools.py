@@ -30,6 +30,7 @@ from ledger.integrations.mcp.connection import (
 from ledger.integrations.mcp.results import (
     AuditOut,
     DecisionOut,
+    EvidenceOut,
     ExplainOut,
     PageOut,
     ProposalOut,
@@ -68,6 +69,7 @@ __all__ = [
     "get_record",
     "list_records",
     "propose_memory",
+    "read_evidence",
     "read_memory",
     "record_resource",
     "reject_memory",
@@ -290,6 +292,39 @@ def list_records(
         # The look past a full page goes through the session: the run was not shown it.
         following = next_after(connection.session, scope, page, limit, **filters)
     return {"records": [record_out(r) for r in page], "next_after": following}
+
+
+def read_evidence(ctx: Ctx, record_id: RecordId) -> EvidenceOut:
+    """The ``read_evidence`` tool: the bytes an evidence record pins
+    (:meth:`Session.snapshot`, re-verified against their hash), the record read in
+    the run; as text when they are UTF-8, else base64."""
+    connection = connection_of(ctx)
+    with as_tool_error():
+        with connection.acting() as acting:
+            view = acting.get(record_id)
+        pinned = view.evidence or {}
+        ref = pinned.get("snapshot_ref")
+        if not isinstance(ref, str):
+            raise InvalidInputError(
+                f"record {record_id!r} pins no captured content (only capture_evidence "
+                "stores the bytes read)"
+            )
+        data = connection.session.snapshot(ref)
+    try:
+        content, encoding = data.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError:
+        content, encoding = base64.b64encode(data).decode("ascii"), "base64"
+    shown = record_out(view)["evidence"] or {}
+    return {
+        "id": view.id,
+        "uri": shown.get("uri"),
+        "fetched_at": shown.get("fetched_at"),
+        "content_hash": shown.get("content_hash"),
+        "snapshot_ref": ref,
+        "size": len(data),
+        "content_encoding": encoding,
+        "content": content,
+    }
 
 
 def audit_record(ctx: Ctx, record_id: RecordId) -> AuditOut:
