@@ -21,6 +21,7 @@ import pytest
 
 from ledger import Kind, Ledger, Session, Status
 from ledger.errors import InvalidIdError
+from ledger.validation import quoted
 from projections.base import COPY_FROM
 
 from .conftest import _pg_dsn
@@ -205,10 +206,10 @@ def test_an_id_the_command_refuses_is_never_read_with_the_lock(pg: Pg, bad: str)
     before = pg.positions()
     with pytest.raises(InvalidIdError) as accepting:
         pg.reviewer.accept(bad)
-    assert repr(bad) in str(accepting.value)
+    assert quoted(bad) in str(accepting.value)  # a long one cut, its length told
     with pytest.raises(InvalidIdError) as proposing:
         pg.agent.propose(SCOPE, "k", 1, Kind.FACT, id=bad)
-    assert repr(bad) in str(proposing.value)
+    assert quoted(bad) in str(proposing.value)
     assert pg.positions() == before
     pg.reviewer.accept("M1")
     assert pg.positions() == [*before, before[-1] + 1]
