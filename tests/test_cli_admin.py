@@ -264,8 +264,8 @@ def test_a_file_of_something_else_is_named_for_what_it_is_not_sent_to_init(
         result = run("get", "E1", "--token", "plt_x", "--url", f"sqlite:///{path}")
         assert result.exit_code == 1
         assert result.stderr == (
-            f"error: no ledger at sqlite:///{path}: the file there is {what} (nothing was "
-            "changed); check PROVLEDGER_URL\n"
+            f"error: no ledger at sqlite:///{path}: the file there is {what}; check "
+            "PROVLEDGER_URL\n"
         )
     assert {p.name: p.read_bytes() for p in (text, other)} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.db", "other.db"]

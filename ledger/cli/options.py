@@ -20,7 +20,7 @@ import click
 from ledger.application import Ledger
 from ledger.domain import Kind
 from ledger.errors import AccessDeniedError, LedgerError, LedgerNotFoundError
-from ledger.persistence import resolve_url
+from ledger.persistence import foreign_file, resolve_url
 from ledger.session import Session
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -259,15 +259,15 @@ def open_ledger(url: str | None, *, create: bool = False, catch_up: bool = True)
     and nothing is created (no file, no tables). ``catch_up``: see ``Ledger.open``."""
     try:
         return Ledger.open(url, create=create, catch_up=catch_up)
-    except LedgerNotFoundError as exc:
-        where = resolve_url(url).url
-        _, there, what = str(exc).partition(": the file there is ")
-        if there:  # a file of something else: `init` is no answer
+    except LedgerNotFoundError:
+        backend = resolve_url(url)
+        found = foreign_file(backend.path) if backend.path is not None else None
+        if found is not None:  # a file of something else: `init` is no answer
             raise LedgerNotFoundError(
-                f"no ledger at {where}: the file there is {what}; check PROVLEDGER_URL"
+                f"no ledger at {backend.url}: the file there is {found}; check PROVLEDGER_URL"
             ) from None
         raise LedgerNotFoundError(
-            f"no ledger at {where}; run `provledger init` or check PROVLEDGER_URL"
+            f"no ledger at {backend.url}; run `provledger init` or check PROVLEDGER_URL"
         ) from None
 
 

@@ -44,9 +44,9 @@ T = TypeVar("T")
 
 
 def foreign_file(path: str) -> str | None:
-    """What the file at ``path`` is when it is there but holds no ledger ("not an
-    SQLite database", "an SQLite database of something else"); None when there is
-    no file (or it cannot be read)."""
+    """What the file at ``path`` is, said of one that holds no ledger ("not an
+    SQLite database", "an SQLite database without a ledger in it"); None when there
+    is no file, it is empty, or it cannot be read."""
     try:
         with open(path, "rb") as f:
             head = f.read(16)

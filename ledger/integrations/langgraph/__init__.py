@@ -74,17 +74,17 @@ Provenance
     newer one in its place, and the put goes through. A thread that read a
     memory since revoked, or superseded by a version it never saw, gets the
     ledger's ``InvalidParentError`` on its next put, naming the namespace and
-    key, until it reads the key again (``get``): the run is then shown what became of the version it
-    read, and no longer rests on it. Outside a graph (no ``thread_id``) nothing
-    is recorded as observed.
+    key, until it reads the key again (``get``): the run is then shown what
+    became of the version it read, and no longer rests on it. Outside a graph
+    (no ``thread_id``) nothing is recorded as observed.
 
 Batches
     As LangGraph's own stores do, a batch answers its reads (``GetOp``,
     ``SearchOp``, ``ListNamespacesOp``) from the state before the batch and then
     applies its ``PutOp``\\ s, the last one for a key winning. Every value is
     checked before any put is written (a value the ledger cannot hold fails the
-    whole batch); each put is then a ledger transaction of its own. ``abatch`` runs the
-    batch in a worker thread, so the event loop is never blocked. Puts and
+    whole batch); each put is then a ledger transaction of its own. ``abatch``
+    runs the batch in a worker thread, so the event loop is never blocked. Puts and
     deletes of one key run one at a time in a process, whatever the thread or
     the store: a put reads the version it replaces before it proposes, so two at
     once would both replace it and leave two accepted values. A put from another
