@@ -184,13 +184,15 @@ def test_postgres_listeners_are_notified_of_each_command_and_batch(pg_url: str) 
         channel = led.engine.recorder.channel_name
         with psycopg.connect(_pg_dsn(), autocommit=True) as listener:
             listener.execute(f'LISTEN "{channel}"')
+            # The channel is named after the events table, so a ledger in another
+            # schema of the database notifies it too: what is heard is the channel only.
             proposer.propose("s", "k", "v", Kind.FACT, id="one")
             heard = [n.channel for n in listener.notifies(timeout=5, stop_after=1)]
-            assert heard == [channel]
+            assert heard and set(heard) == {channel}
             proposer.propose_many(
                 [{"scope": "s", "claim_key": f"k{i}", "value": i, "kind": "fact"} for i in range(3)]
             )
             heard = [n.channel for n in listener.notifies(timeout=5, stop_after=1)]
-            assert heard == [channel]
+            assert heard and set(heard) == {channel}
     finally:
         led.close()
