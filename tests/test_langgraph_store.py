@@ -805,6 +805,11 @@ def test_labels_the_ledger_cannot_hold_are_refused_by_name(
         store.get((), "k")
     with pytest.raises(InvalidNamespaceError, match="at most 512"):
         store.put(("test", "x" * 300), "y" * 300, {"v": 1})
+    with pytest.raises(InvalidNamespaceError, match="100301 characters") as long:
+        store.put(("test", "x" * 100_000), "y" * 300, {"v": 1})
+    assert len(str(long.value)) < 1_000  # the label is quoted cut, not whole
+    with pytest.raises(InvalidNamespaceError, match="empty claim key"):
+        store.put(("test",), "", {"v": 1})
     deep = LedgerStore(principals.ledger, token=principals.agent_token, scope_depth=2)
     with pytest.raises(InvalidNamespaceError, match="'a:b'"):
         deep.get(("a:b", "c"), "k")

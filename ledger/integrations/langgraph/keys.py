@@ -22,7 +22,7 @@ from urllib.parse import unquote
 from langgraph.store.base import GetOp, InvalidNamespaceError, validate_op_namespace
 
 from ledger.errors import InvalidInputError, InvalidNamespaceLabelError
-from ledger.validation import ID_PATTERN
+from ledger.validation import ID_PATTERN, quoted
 
 __all__ = [
     "MAX_CLAIM_KEY",
@@ -99,7 +99,7 @@ def claim_key_of(labels: Sequence[str], key: str) -> str:
     except UnicodeEncodeError:
         bad = next(p for p in parts if not encodable(p))
         raise NamespaceLabelError(
-            f"label or key {bad!r} is not valid Unicode (lone surrogate); the ledger cannot hold it"
+            f"label or key {quoted(bad)} is not valid Unicode (lone surrogate); the ledger cannot hold it"
         ) from None
     if not claim:
         raise NamespaceLabelError(
@@ -108,7 +108,7 @@ def claim_key_of(labels: Sequence[str], key: str) -> str:
         )
     if len(claim) > MAX_CLAIM_KEY:
         raise NamespaceLabelError(
-            f"labels {tuple(labels)!r} and key {key[:40]!r} make a claim key of "
+            f"labels {quoted(tuple(labels))} and key {quoted(key)} make a claim key of "
             f"{len(claim)} characters; the ledger holds at most {MAX_CLAIM_KEY}"
         )
     return claim
