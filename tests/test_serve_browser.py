@@ -184,7 +184,12 @@ def test_a_reviewer_does_the_whole_job_in_the_browser(
         "the docs page now says retries duplicate orders"
     )
     page.get_by_role("button", name="Confirm revocation").click()
-    expect(page.get_by_text("Revoked E1; 3 record(s) you can see marked STALE.")).to_be_visible()
+    expect(
+        page.get_by_text(
+            "Revoked E1; 3 record(s) you can see marked STALE; "
+            "1 delivery(ies) now owe a correction (see Needs attention)."
+        )
+    ).to_be_visible()
 
     # The report is STALE and needs revalidation; the graph links the records.
     page.goto(base + "/records/R1")

@@ -375,10 +375,56 @@ def test_revoking_shows_what_will_go_stale_and_who_is_owed_a_correction_first(
     assert "ops@x.test" in text
     assert "in scopes you hold no role in go STALE too and their deliveries owe" in text
     assert "Confirm revocation" in text
-    done = client.post("/records/E1/revoke", data={"csrf": csrf, "reason": "doc changed"})
+    mark = _PREVIEW.search(preview.text)
+    assert mark is not None
+    done = client.post(
+        "/records/E1/revoke", data={"csrf": csrf, "reason": "doc changed", "preview": mark[1]}
+    )
     assert (done.status_code, done.headers["location"]) == (303, "/records/E1")
-    assert "Revoked E1; 3 record(s) you can see marked STALE." in client.get("/records/E1").text
+    assert (
+        "Revoked E1; 3 record(s) you can see marked STALE; 1 delivery(ies) now owe a correction"
+        in text_of(client.get("/records/E1").text)
+    )
     assert desk.agent.get("R1").status.value == "STALE"
+
+
+_PREVIEW = re.compile(r'name="preview" value="([0-9a-f]+)"')
+
+
+def test_a_revocation_whose_preview_changed_meanwhile_is_shown_again_not_done(
+    desk: Desk,
+) -> None:
+    _seed(desk)
+    client, csrf = desk.signed_in("reviewer")
+    preview = client.get("/records/M2/revoke")
+    assert "Will be marked STALE (0)" in text_of(preview.text)
+    mark = _PREVIEW.search(preview.text)
+    assert mark is not None
+    # Meanwhile, in another tab: a report on M2, accepted and delivered
+    desk.reviewer.accept("M2")
+    desk.agent.propose(
+        scope="proj-a", claim_key="report.dedupe", value="30 s", kind=Kind.REPORT,
+        parents=["M2"], id="R2",
+    )  # fmt: skip
+    desk.reviewer.accept("R2")
+    desk.reviewer.deliver("R2", recipient="cto@x.test")
+    before = desk.ledger.position
+    for form in ({"preview": mark[1]}, {}):  # the old preview, and none at all
+        done = client.post("/records/M2/revoke", data={"csrf": csrf, "reason": "x", **form})
+        assert (done.status_code, done.headers["location"]) == (303, "/records/M2/revoke")
+        again = client.get(done.headers["location"])
+        text = text_of(again.text)
+        assert "Nothing was revoked" in text and "now 1 record(s), 1 delivery(ies)" in text
+        assert "Will be marked STALE (1)" in text and "cto@x.test" in text
+    assert desk.ledger.position == before
+    assert desk.reviewer.get("M2").status.value == "ACCEPTED"
+    fresh = _PREVIEW.search(again.text)
+    assert fresh is not None and fresh[1] != mark[1]
+    done = client.post(
+        "/records/M2/revoke", data={"csrf": csrf, "reason": "x", "preview": fresh[1]}
+    )
+    assert done.headers["location"] == "/records/M2"
+    assert desk.reviewer.get("R2").status.value == "STALE"
 
 
 def test_needs_attention_lists_stale_records_and_issues_the_correction_due(desk: Desk) -> None:
@@ -409,6 +455,76 @@ def test_needs_attention_lists_stale_records_and_issues_the_correction_due(desk:
     )
     assert "owes no correction now" in text_of(client.get(again.headers["location"]).text)
     assert len(desk.reviewer.get("R1").deliveries[0].corrections) == 1
+
+
+def test_needs_attention_says_when_the_outbox_is_not_the_readers_to_see(desk: Desk) -> None:
+    # reviewer-2 reads proj-a but delivers nowhere: corrections are owed, and
+    # the page must not say that none are.
+    _seed(desk)
+    desk.reviewer.revoke("E1", reason="doc changed")
+    client, _ = desk.signed_in("reviewer-2")
+    text = text_of(client.get("/attention").text)
+    assert "No correction is owed" not in text
+    assert "Corrections due (" not in text
+    assert "Your roles include deliver in no scope" in text
+    assert "STALE or expired records (3)" in text
+
+
+def test_a_usable_record_in_a_conflict_says_so_and_the_queue_warns_before_another(
+    desk: Desk,
+) -> None:
+    for rid, value in (("C1", "postgres"), ("C2", "mysql")):
+        desk.agent.propose(
+            scope="proj-a", claim_key="db.engine", value=value, kind=Kind.FACT, id=rid
+        )
+        desk.reviewer.accept(rid)
+    desk.agent.propose(
+        scope="proj-a", claim_key="db.engine", value="sqlite", kind=Kind.FACT, id="C3"
+    )
+    desk.agent.propose(
+        scope="proj-a", claim_key="db.engine", value="postgres", kind=Kind.FACT, id="C4"
+    )
+    client, _ = desk.signed_in("reviewer-2")
+    text = text_of(client.get("/records/C1").text)
+    assert "Usable now" not in text
+    assert "Usable, but in a CONFLICT" in text and "for C2 holds another value" in text
+    queue = client.get("/").text
+    card = text_of(card_of(queue, "C3")).replace(" ,", ",")  # a link's end is a space
+    assert (
+        "Accepting it makes reads of proj-a/db.engine a CONFLICT: C1, C2 hold another value" in card
+    )
+    # C4 agrees with C1 but not with C2: the warning names C2 only
+    assert "a CONFLICT: C2 holds another value" in text_of(card_of(queue, "C4"))
+    assert "CONFLICT" in text_of(client.get("/records/C3").text)  # its own page too
+    # Once C2 is gone, C1 is plainly usable and C4 would agree with it
+    desk.reviewer.revoke("C2", reason="wrong engine")
+    assert "Usable now" in text_of(client.get("/records/C1").text)
+    assert "CONFLICT" not in text_of(card_of(client.get("/").text, "C4"))
+
+
+def test_a_decision_on_a_later_page_of_the_queue_returns_to_that_page(desk: Desk) -> None:
+    desk.agent.propose_many(
+        {"scope": "proj-a", "claim_key": f"bulk.{n:03d}", "value": n, "kind": Kind.FACT,
+         "id": f"B{n:03d}"}
+        for n in range(60)
+    )  # fmt: skip
+    client, csrf = desk.signed_in("reviewer")
+    first = client.get("/").text
+    more = re.search(r'href="(/\?scope=proj-a&amp;after=[^"]+)"', first)
+    assert more is not None
+    later_url = html.unescape(more[1])
+    later = client.get(later_url).text
+    assert "First candidates in proj-a" in later
+    rid = re.search(r'id="c-(B\d+)"', later)
+    assert rid is not None and rid[1] not in first
+    card = card_of(later, rid[1])
+    back = re.search(r'name="next" value="([^"]+)"', card)
+    assert back is not None and html.unescape(back[1]) == later_url
+    done = client.post(
+        f"/records/{rid[1]}/accept", data={"csrf": csrf, "next": html.unescape(back[1])}
+    )
+    assert (done.status_code, done.headers["location"]) == (303, later_url)
+    assert desk.reviewer.get(rid[1]).status.value == "ACCEPTED"
 
 
 def test_pages_can_be_browsed_as_of_a_past_position_read_only(desk: Desk) -> None:

@@ -33,7 +33,15 @@ from ledger.errors import (
     LedgerError,
 )
 from ledger.serve.errors import status_of
-from ledger.serve.pages import HERE, Access, Moment, candidate, environment, explain_line
+from ledger.serve.pages import (
+    HERE,
+    Access,
+    Moment,
+    candidate,
+    environment,
+    explain_line,
+    preview_mark,
+)
 from ledger.serve.pictures import picture
 from ledger.serve.sessions import COOKIE, ConsoleSession, SessionStore
 from ledger.session import next_after
@@ -63,6 +71,14 @@ Page = Callable[[Request, ConsoleSession], Awaitable[Response]]
 
 #: The query parameters that name a page's moment (see ``pages.Moment``).
 _MOMENT = ("as_of_position", "as_of_time")
+
+
+class _PreviewChanged(Exception):
+    """A revocation confirmed from a preview that no longer shows what it would do."""
+
+    def __init__(self, message: str, back: str) -> None:
+        super().__init__(message)
+        self.back = back
 
 
 class Console:
@@ -272,6 +288,9 @@ class Console:
             raise
         except LedgerError as exc:
             session.flash("error", f"Refused ({type(exc).__name__}): {exc}")
+        except _PreviewChanged as exc:
+            session.flash("error", str(exc))
+            return RedirectResponse(exc.back, status_code=303)
         return RedirectResponse(self._back(request, values, default_back), status_code=303)
 
     async def _gather(
@@ -368,6 +387,11 @@ class Console:
             return {
                 "title": "Review queue",
                 "groups": groups,
+                # A decision returns to the page it was made on, not to the first.
+                "here": "/?" + urlencode({"scope": only, "after": after})
+                if only and after
+                else "/",
+                "paged": only is not None and after is not None,
                 "approves": bool(approving),
                 # Filtered by a scope it does not approve in (whether or not it exists).
                 "not_approving": only if only is not None and only not in approving else None,
@@ -408,7 +432,7 @@ class Console:
 
         def load(live: Session, moment: Moment, access: Access) -> dict[str, Any]:
             view = live.get(record_id)
-            usable, reasons = explain_line(live, view)
+            usable, reasons, conflicts = explain_line(live, view)
             try:
                 trail = live.audit(record_id)
                 audit_note = None
@@ -424,6 +448,7 @@ class Console:
                 "view": view,
                 "usable": usable,
                 "reasons": reasons,
+                "conflicts": conflicts,
                 "trail": trail,
                 "audit_note": audit_note,
                 "picture": picture(live, view.id, link),
@@ -451,6 +476,7 @@ class Console:
                 "view": view,
                 "preview": preview,
                 "stale": stale,
+                "mark": preview_mark(preview),
             }
 
         return await self._gather(request, session, "revoke.html", load)
@@ -472,12 +498,16 @@ class Console:
                     truncated = truncated or len(views) >= PAGE
                     for v in views:
                         found.setdefault(v.id, v)
-            due = live.corrections_due() if access.scopes(Role.DELIVER) else ()
+            # Corrections are the deliverers' outbox: without ``deliver`` anywhere
+            # the page says so rather than show an empty (and so false) outbox.
+            delivers = bool(access.scopes(Role.DELIVER))
+            due = live.corrections_due() if delivers else ()
             return {
                 "title": "Needs attention",
                 "needs": sorted(found.values(), key=lambda v: (v.scope, v.id)),
                 "truncated": truncated,
                 "due": due,
+                "delivers": delivers,
                 "approves": set(access.scopes(Role.APPROVE)),
             }
 
@@ -559,9 +589,26 @@ class Console:
         record_id = request.path_params["record_id"]
 
         def act(live: Session, form: Mapping[str, Any]) -> str:
+            # What the approver confirmed is the preview: if records or deliveries
+            # were added under the record since (or the form carries no preview),
+            # nothing is revoked and the new preview is shown to confirm again.
+            preview = live.preview_revoke(record_id)
+            if form.get("preview") != preview_mark(preview):
+                raise _PreviewChanged(
+                    f"Nothing was revoked: what revoking {record_id} would mark STALE or "
+                    "which deliveries would owe corrections changed since the preview "
+                    f"(now {len(preview.stale)} record(s), {len(preview.deliveries)} "
+                    "delivery(ies)). Check the preview again and confirm.",
+                    f"/records/{record_id}/revoke",
+                )
             result = live.revoke(record_id, reason=form.get("reason", ""))
-            marked = len(result.stale)
-            return f"Revoked {result.root}; {marked} record(s) you can see marked STALE."
+            message = (
+                f"Revoked {result.root}; {len(result.stale)} record(s) you can see marked STALE"
+            )
+            owed = len(preview.deliveries)
+            if owed:
+                message += f"; {owed} delivery(ies) now owe a correction (see Needs attention)"
+            return message + "."
 
         return await self._act(request, session, act, f"/records/{record_id}")
 

@@ -4,6 +4,7 @@ entries (a candidate, its dependencies and what would refuse accepting it)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Mapping
@@ -17,11 +18,12 @@ from markupsafe import Markup
 
 from ledger import Session
 from ledger.access import Role
-from ledger.domain import Status, Validity
+from ledger.domain import Outcome, Status, Validity
 from ledger.errors import AccessDeniedError, InvalidInputError, LedgerError, UnknownRecordError
 from ledger.jsonable import plain
+from ledger.serialization import canonical
 from ledger.validation import BIDI_CONTROLS
-from ledger.values import RecordView
+from ledger.values import Explanation, RecordView, RevocationPreview
 
 __all__ = [
     "HERE",
@@ -201,6 +203,9 @@ class Candidate:
     parents: tuple[Parent, ...]
     blocked: str | None
     accept_blocked: str | None
+    #: Usable records of the claim holding another value (accepting it makes
+    #: reads of the claim answer CONFLICT), the version it replaces left out.
+    conflicts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -254,16 +259,60 @@ def candidate(session: Session, view: RecordView) -> Candidate:
                 accept_blocked = f"Its dependency {dep.id} is {dep.view.validity}."
             if accept_blocked:
                 break
-    return Candidate(view, tuple(deps), blocked, accept_blocked)
+    conflicts = _disagreeing(session, view)
+    return Candidate(view, tuple(deps), blocked, accept_blocked, conflicts)
 
 
-def explain_line(session: Session, view: RecordView) -> tuple[bool, tuple[str, ...]]:
-    """Whether the record is usable now and, if not, the ledger's reasons."""
+def explain_line(
+    session: Session, view: RecordView
+) -> tuple[bool, tuple[str, ...], tuple[str, ...]]:
+    """Whether the record is usable now, the ledger's reasons if not, and, if it
+    is, the other usable records of its claim that hold another value (reads of
+    the claim then answer CONFLICT rather than hand on either)."""
     try:
         explanation = session.explain(view.scope, view.claim_key)
     except LedgerError:
-        return False, ()
+        return False, (), ()
     for entry in explanation.entries:
         if entry.record.id == view.id:
-            return entry.usable, entry.reasons
-    return False, ()
+            rivals: tuple[str, ...] = ()
+            if entry.usable and explanation.outcome == Outcome.CONFLICT:
+                rivals = _disagreeing(session, view, explanation)
+            return entry.usable, entry.reasons, rivals
+    return False, (), ()
+
+
+def _disagreeing(
+    session: Session, view: RecordView, explanation: Explanation | None = None
+) -> tuple[str, ...]:
+    """The usable records of ``view``'s claim, other than it and the version it
+    supersedes, whose value is not its value."""
+    if explanation is None:
+        try:
+            explanation = session.explain(view.scope, view.claim_key)
+        except LedgerError:
+            return ()
+    mine = canonical(view.value)
+    return tuple(
+        e.record.id
+        for e in explanation.entries
+        if e.usable
+        and e.record.id not in (view.id, view.supersedes)
+        and canonical(e.record.value) != mine
+    )
+
+
+def preview_mark(preview: RevocationPreview) -> str:
+    """A short digest of what a revocation preview shows (the records it would
+    mark STALE, the deliveries that would owe corrections): the confirmation
+    carries it, and the revocation goes ahead only if a fresh preview still
+    shows the same."""
+    shown = "\n".join(
+        [
+            preview.root,
+            *sorted(preview.stale),
+            "",
+            *sorted(d.delivery_id for d in preview.deliveries),
+        ]
+    )
+    return hashlib.sha256(shown.encode("utf-8")).hexdigest()[:32]
