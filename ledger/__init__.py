@@ -39,7 +39,7 @@ if TYPE_CHECKING:
         StaleCause,
     )
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"
 
 #: Public name → the module defining it.
 _HOMES = {

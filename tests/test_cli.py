@@ -1342,3 +1342,15 @@ def test_propose_supersedes_is_refused_for_another_claim(chain: Cli) -> None:
     assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
     assert "keeps scope and claim key" in result.stderr
     assert chain.position == before
+
+
+def test_version_is_the_installed_package_version() -> None:
+    from importlib.metadata import version
+
+    import ledger
+
+    result = CliRunner().invoke(main, ["--version"])
+    assert result.exit_code == 0
+    assert result.output.strip() == f"provledger, version {version('provledger')}"
+    assert ledger.__version__ == version("provledger")
+    assert not ledger.__version__.startswith("0.1.")  # what 0.2 adds is not 0.1.0
