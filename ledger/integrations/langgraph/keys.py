@@ -99,7 +99,8 @@ def claim_key_of(labels: Sequence[str], key: str) -> str:
     except UnicodeEncodeError:
         bad = next(p for p in parts if not encodable(p))
         raise NamespaceLabelError(
-            f"label or key {quoted(bad)} is not valid Unicode (lone surrogate); the ledger cannot hold it"
+            f"label or key {quoted(bad)} is not valid Unicode (lone surrogate); "
+            "the ledger cannot hold it"
         ) from None
     if not claim:
         raise NamespaceLabelError(
