@@ -414,15 +414,17 @@ def publish_head(
 ) -> SignedHead:
     """Sign a head of the log now; with ``path``, append it to that heads file.
 
-    Before appending, the log must still extend the newest head already in the
-    file that this key signed (an RFC 9162 consistency proof over the stored
-    leaves), so a routine head-signing job never signs over a truncated or
-    rewritten log.
+    Before appending, every head already in the file must be signed by this key
+    (a heads file is verified with one public key: after a key rotation the new
+    key's heads start a new file), and the log must still extend the newest of
+    them (an RFC 9162 consistency proof over the stored leaves), so a routine
+    head-signing job never signs over a truncated or rewritten log.
 
     Raises:
         InvalidKeyError: the key cannot be loaded.
-        InvalidHeadError: the heads file is malformed, or the log no longer extends
-            its newest head (nothing is appended then).
+        InvalidHeadError: the heads file is malformed, holds a head signed by
+            another key, or the log no longer extends its newest head (nothing is
+            appended then).
     """
     from ledger.verification import check_extends
 
@@ -430,7 +432,15 @@ def publish_head(
     head = signed_head(ledger, key)
     if path is None:
         return head
-    kept = [h for h in (load_heads(path) if Path(path).exists() else ()) if h.key_id == head.key_id]
+    kept = load_heads(path) if Path(path).exists() else ()
+    foreign = next((h for h in kept if h.key_id != head.key_id), None)
+    if foreign is not None:
+        raise InvalidHeadError(
+            f"not appended to {path}: its heads are signed by key {foreign.key_id[:16]}…, "
+            f"this one by key {head.key_id[:16]}…, and a heads file is verified with one "
+            "public key; start a new heads file for this key (keep the old one, with its "
+            "public key, for the heads it holds)"
+        )
     if kept:
         problem = check_extends(ledger.engine, kept[-1])
         if problem is not None:

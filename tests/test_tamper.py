@@ -710,3 +710,187 @@ def test_an_edited_time_index_row_is_named_by_its_position_and_what_differs(
 
     assert problem.startswith("view pl_timeline differs from a replay of the log: the row ")
     assert "the row position=3 has at=" in problem  # the edited value is not the row's name
+
+
+# -- values stored with a type the ledger never writes ----------------------------------
+
+
+def _verify_by_cli(ledger_url: str) -> str:
+    """What `provledger verify` prints, after checking it failed cleanly: exit 1,
+    one line naming tampering, no traceback, nothing undecodable printed."""
+    from click.testing import CliRunner
+
+    from ledger.cli import main
+
+    result = CliRunner().invoke(main, ["verify", "--url", ledger_url])
+    assert result.exit_code == 1, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    assert result.output.startswith("error: tampering detected: "), result.output
+    assert result.output.count("\n") == 1 and "\ufffd" not in result.output, result.output
+    return result.output
+
+
+MISTYPED_EVENTS = {
+    # The same bytes as text (not UTF-8: reading it fails in the driver)
+    "state as text that is not UTF-8": (
+        "UPDATE stored_events SET state=CAST(state AS TEXT) WHERE rowid=?",
+        "holds its state as text where the ledger stores bytes",
+    ),
+    "state as UTF-8 text": (
+        "UPDATE stored_events SET state='hello' WHERE rowid=?",
+        "holds its state as text where the ledger stores bytes",
+    ),
+    "version as text": (
+        "UPDATE stored_events SET originator_version='x' WHERE rowid=?",
+        "holds its originator_version as text where the ledger stores an integer",
+    ),
+    "topic as bytes": (
+        "UPDATE stored_events SET topic=CAST(topic AS BLOB) WHERE rowid=?",
+        "holds its topic as bytes where the ledger stores text",
+    ),
+    "aggregate id as bytes": (
+        "UPDATE stored_events SET originator_id=CAST(originator_id AS BLOB) WHERE rowid=?",
+        "holds its originator_id as bytes where the ledger stores text",
+    ),
+    "topic as text that is not UTF-8": (
+        "UPDATE stored_events SET topic=CAST(x'ff00ff' AS TEXT) WHERE rowid=?",
+        "holds its topic as text that is not UTF-8",
+    ),
+}
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("how", sorted(MISTYPED_EVENTS))
+def test_an_event_value_stored_as_another_type_is_named_by_its_position(
+    world: World, ledger_url: str, how: str
+) -> None:
+    # Given an event whose column was given another SQLite type behind the ledger's back
+    _scenario(world)
+    world.ledger.close()
+    statement, named = MISTYPED_EVENTS[how]
+    _tamper(_db(ledger_url), (statement, (5,)))
+
+    # When the ledger is verified, that event is the first problem, by its position
+    with Ledger.open(ledger_url, catch_up=False) as led:
+        report = led.verify()
+    assert (report.ok, report.first_bad_position) == (False, 5), report.problem
+    assert (
+        report.problem == f"the event at position 5 {named}: it was changed after it was appended"
+    )
+    # and the command line says so on one line, with no traceback and no raw bytes
+    assert f"the event at position 5 {named}" in _verify_by_cli(ledger_url)
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("value", ["CAST(leaf AS TEXT)", "'abc'"])
+def test_a_merkle_leaf_stored_as_text_is_named_by_its_position(
+    world: World, ledger_url: str, value: str
+) -> None:
+    _scenario(world)
+    world.ledger.close()
+    _tamper(
+        _db(ledger_url),
+        ("DROP TRIGGER pl_merkle_leaves_no_update", ()),
+        (f"UPDATE pl_merkle_leaves SET leaf={value} WHERE position=5", ()),
+    )
+    named = "the Merkle leaf at position 5 holds its hash as text where the ledger stores bytes"
+
+    with Ledger.open(ledger_url, catch_up=False) as led:
+        report = led.verify()
+        assert (report.ok, report.first_bad_position) == (False, 5), report.problem
+        assert report.problem is not None and report.problem.startswith(named)
+        # A head is not signed over it either: the digest names it
+        with pytest.raises(CorruptEventError, match=named):
+            led.digest()
+    assert named in _verify_by_cli(ledger_url)
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize(
+    ("statement", "named"),
+    [
+        ("UPDATE pl_snapshots SET content=CAST(content AS TEXT)", "its content is stored as text"),
+        ("UPDATE pl_snapshots SET content=CAST(x'ff00' AS TEXT)", "its content is stored as text"),
+        ("UPDATE pl_snapshots SET ref=CAST(ref AS BLOB)", "its reference is stored as bytes"),
+    ],
+)
+def test_a_snapshot_stored_as_another_type_is_named_by_its_reference(
+    world: World, ledger_url: str, statement: str, named: str
+) -> None:
+    # Given evidence whose stored snapshot was given another type (same bytes)
+    _scenario(world)
+    ref = "sha256:" + hashlib.sha256(b"doc").hexdigest()
+    world.ledger.close()
+    _tamper(_db(ledger_url), (statement, ()))
+
+    # Then verify names the snapshot, and the command line fails cleanly
+    with Ledger.open(ledger_url, catch_up=False) as led:
+        report = led.verify()
+    assert report.failed_checks == ("evidence bytes",)
+    assert report.problem is not None and report.problem.startswith(f"snapshot {ref}: {named}")
+    assert f"snapshot {ref}: {named}" in _verify_by_cli(ledger_url)
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_a_view_holding_text_that_is_not_utf_8_is_named_by_table_and_column(
+    world: World, ledger_url: str
+) -> None:
+    _scenario(world)
+    world.ledger.close()
+    _tamper(
+        _db(ledger_url),
+        ("UPDATE pl_records SET status=CAST(x'ff00ff' AS TEXT) WHERE record_id='M1'", ()),
+    )
+    with Ledger.open(ledger_url, catch_up=False) as led:
+        report = led.verify()
+    assert report.failed_checks == ("views",)
+    assert report.problem == (
+        "view pl_records holds text that is not UTF-8 in its column 'status', which no "
+        "projection writes: the view was changed behind the ledger's back"
+    )
+    _verify_by_cli(ledger_url)
+
+
+# -- a heads file signed by one key -------------------------------------------------------
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite", "postgres"], indirect=True)
+def test_a_head_signed_by_another_key_is_not_appended_to_a_heads_file(
+    world: World, ledger_url: str, tmp_path: Path
+) -> None:
+    from click.testing import CliRunner
+
+    from ledger.cli import main
+    from ledger.errors import InvalidHeadError
+    from ledger.heads import generate_key, publish_head
+
+    # Given a heads file kept with the old key, and a new key (rotation)
+    _scenario(world)
+    old_id, new_id = generate_key(tmp_path / "old"), generate_key(tmp_path / "new")
+    heads = tmp_path / "heads.jsonl"
+    publish_head(world.ledger, tmp_path / "old", heads)
+    before = heads.read_text()
+
+    # When a head signed by the new key is appended to it, it is refused, naming
+    # both keys and what to do, and the file is left as it was
+    refusal = (
+        rf"not appended to .*heads.jsonl: its heads are signed by key {old_id[:16]}…, "
+        rf"this one by key {new_id[:16]}…, .* start a new heads file for this key"
+    )
+    with pytest.raises(InvalidHeadError, match=refusal):
+        publish_head(world.ledger, tmp_path / "new", heads)
+    assert heads.read_text() == before
+    if ledger_url.startswith("sqlite"):  # (the file's owner needs no admin token)
+        result = CliRunner().invoke(
+            main,
+            ["head", "--url", ledger_url, "--key", str(tmp_path / "new"), "--append", str(heads)],
+        )
+        assert result.exit_code == 1 and "start a new heads file" in result.output, result.output
+        assert heads.read_text() == before
+
+    # A new heads file takes the new key's heads, and each file verifies with its key
+    fresh = tmp_path / "new-heads.jsonl"
+    publish_head(world.ledger, tmp_path / "new", fresh)
+    publish_head(world.ledger, tmp_path / "old", heads)
+    assert world.ledger.verify(heads=fresh, public_key=tmp_path / "new.pub").ok
+    assert world.ledger.verify(heads=heads, public_key=tmp_path / "old.pub").ok

@@ -206,7 +206,7 @@ def keygen(out: str, as_json: bool) -> None:
     default=None,
     metavar="HEADS.jsonl",
     help="Append the head to this heads file; refused if the log no longer extends "
-    "the newest head in it.",
+    "the newest head in it, or if its heads were signed by another key.",
 )
 @admin_options
 @errors_exit_1
@@ -266,8 +266,17 @@ def bundle(
             "head": info.head.to_json(),
         },
         f"wrote {printable(info.path)}: {info.record} and {len(info.records) - 1} ancestors, "
-        f"{info.events} events with inclusion proofs (tree size {info.head.tree_size})"
-        + (f", {info.hidden} hidden ancestors" if info.hidden else ""),
+        f"{_carried(info.events, info.withheld)} (tree size {info.head.tree_size})"
+        + (", and ancestors outside your scopes shown as one <hidden>" if info.hidden else ""),
+    )
+
+
+def _carried(events: int, withheld: int) -> str:
+    """How many events a bundle carries with inclusion proofs, and how many of
+    those without their bytes (they name a record outside the writer's scopes)."""
+    total = events + withheld
+    return f"{total} event{'' if total == 1 else 's'} with inclusion proofs" + (
+        f" ({withheld} of them with their bytes withheld)" if withheld else ""
     )
 
 
@@ -305,15 +314,20 @@ def verify_bundle_command(path: str, public_key: str | None, as_json: bool) -> N
                 "key_id": report.key_id,
                 "trusted_key": report.trusted_key,
                 "head": None if report.head is None else report.head.to_json(),
+                "unchecked": list(report.unchecked),
             }
         )
     elif report.ok and report.head is not None:
         trust = "the trusted key" if report.trusted_key else "the key it carries (not pinned)"
         click.echo(
-            f"ok: bundle of {report.record}: {report.events} events in the tree of "
-            f"{report.head.tree_size} signed {report.head.time.isoformat()} by {trust}, "
-            f"key id {report.key_id}"
+            f"ok: bundle of {report.record}: {_carried(report.events, report.withheld)} "
+            f"in the tree of {report.head.tree_size} signed {report.head.time.isoformat()} "
+            f"by {trust}, key id {report.key_id}; the statuses and bases it states agree "
+            "with the events it carries"
+            + (", as far as their bytes are carried:" if report.unchecked else "")
         )
+        for what in report.unchecked:
+            click.echo(f"  unchecked (bytes withheld): {printable(what)}")
     if not report.ok:
         click.echo(f"error: bundle check failed: {printable(report.problem)}", err=True)
         sys.exit(1)

@@ -1,0 +1,335 @@
+"""A compliance bundle states nothing its own events contradict.
+
+The writer takes what it states (statuses, validity, parents, ancestry) from the
+views; views edited behind the ledger's back must make it refuse, naming the
+record, rather than sign their word next to the events that contradict it. The
+verifier checks every status and basis a bundle states against the stored bytes
+of the events it carries, so a bundle re-signed by whoever holds the key (or
+written from bad views by an older release) fails too, naming the record.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import sqlite3
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from ledger import Kind, Ledger
+from ledger.bundle import _MANIFEST_CONTEXT, _signed_archive, verify_bundle, write_bundle
+from ledger.cli import main
+from ledger.errors import CorruptEventError
+from ledger.heads import generate_key, load_private_key
+
+from .conftest import World
+
+# -- the writer refuses views the log contradicts ---------------------------------------------
+
+
+@pytest.fixture
+def revoked_chain(world: World, tmp_path: Path) -> tuple[World, Path]:
+    """E1 ← M1 ← R1, all accepted, R1 delivered, then E1 revoked (M1, R1 STALE); a key."""
+    agent, reviewer = world.agent, world.reviewer
+    agent.capture(scope="proj-a", uri="https://x.test/doc", content=b"retries ok", id="E1")
+    agent.propose(
+        scope="proj-a",
+        claim_key="api.retry",
+        value=True,
+        kind=Kind.INFERENCE,
+        parents=["E1"],
+        id="M1",
+    )
+    agent.propose(
+        scope="proj-a", claim_key="report.w", value="on", kind=Kind.REPORT, parents=["M1"], id="R1"
+    )
+    for rid in ("E1", "M1", "R1"):
+        reviewer.accept(rid)
+    reviewer.deliver("R1", recipient="ops@x.test")
+    reviewer.revoke("E1", reason="doc changed")
+    generate_key(tmp_path / "k")
+    return world, tmp_path
+
+
+def edit_views(world: World, *statements: str) -> None:
+    """Edit the view tables of the ledger's SQLite file directly (no event, no leaf)."""
+    with sqlite3.connect(world.ledger.url[len("sqlite:///") :]) as con:
+        for sql in statements:
+            con.execute(sql)
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_a_bundle_is_refused_when_the_views_show_a_status_the_log_contradicts(
+    revoked_chain: tuple[World, Path],
+) -> None:
+    world, tmp_path = revoked_chain
+    # Given the views edited to show E1, M1 and R1 ACCEPTED again
+    edit_views(
+        world,
+        "UPDATE pl_records SET status='ACCEPTED', reason=NULL, cause_root=NULL "
+        "WHERE record_id IN ('E1','M1','R1') AND to_pos IS NULL",
+    )
+    assert world.reviewer.get("R1").status == "ACCEPTED"  # the views' word
+
+    # When R1's bundle is written, it is refused, naming R1 and what its events say
+    with pytest.raises(CorruptEventError) as refused:
+        write_bundle(world.reviewer, "R1", tmp_path / "k", tmp_path / "r1.zip")
+
+    assert str(refused.value).startswith(
+        "bundle refused: the views disagree with the log about 'R1': they show it ACCEPTED "
+        "but its events make it STALE (MarkedStale at position "
+    )
+    assert "provledger verify" in str(refused.value)
+    assert not (tmp_path / "r1.zip").exists()
+    # and verify agrees that the views were edited
+    assert not world.ledger.verify().ok
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_a_bundle_is_refused_when_the_views_drop_a_records_parents(
+    revoked_chain: tuple[World, Path],
+) -> None:
+    world, tmp_path = revoked_chain
+    # Given R1's row edited to declare no parents, and its edges removed
+    edit_views(
+        world,
+        "UPDATE pl_records SET parents=x'90' WHERE record_id='R1'",
+        "DELETE FROM pl_edges WHERE child_id='R1'",
+    )
+
+    with pytest.raises(CorruptEventError, match=r"about 'R1': they show its parents as \[\] "):
+        write_bundle(world.reviewer, "R1", tmp_path / "k", tmp_path / "r1.zip")
+    assert not (tmp_path / "r1.zip").exists()
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_a_bundle_is_refused_when_the_edges_leave_out_an_ancestor(
+    revoked_chain: tuple[World, Path],
+) -> None:
+    world, tmp_path = revoked_chain
+    # Given only the dependency index edited: R1's row still names M1
+    edit_views(world, "DELETE FROM pl_edges WHERE child_id='R1'")
+
+    with pytest.raises(
+        CorruptEventError,
+        match="about 'R1': its events name M1 as a basis, which the views leave out",
+    ):
+        write_bundle(world.reviewer, "R1", tmp_path / "k", tmp_path / "r1.zip")
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_a_bundle_of_untouched_views_states_what_the_log_says(
+    revoked_chain: tuple[World, Path],
+) -> None:
+    world, tmp_path = revoked_chain
+
+    info = write_bundle(world.reviewer, "R1", tmp_path / "k", tmp_path / "r1.zip")
+
+    report = verify_bundle(tmp_path / "r1.zip", tmp_path / "k.pub")
+    assert report.ok, report.problems
+    assert info.records == ("R1", "M1", "E1") and report.unchecked == ()
+    manifest = json.loads(zipfile.ZipFile(tmp_path / "r1.zip").read("manifest.json"))
+    assert [(r["id"], r["status"]) for r in manifest["records"]] == [
+        ("R1", "STALE"),
+        ("M1", "STALE"),
+        ("E1", "REVOKED"),
+    ]
+
+
+# -- the verifier checks what a bundle states against the events it carries -----------------
+
+
+def rewrite(
+    path: Path, key: Path, out: Path, change: Callable[[dict[str, Any], dict[str, bytes]], None]
+) -> Path:
+    """``path`` with its manifest and files changed by ``change``, digests recomputed
+    and manifest and archive re-signed with ``key`` (as whoever holds the key can)."""
+    archive = zipfile.ZipFile(path)
+    files = {n: archive.read(n) for n in archive.namelist()}
+    manifest = json.loads(files.pop("manifest.json"))
+    files.pop("manifest.sig")
+    change(manifest, files)
+    manifest["files"] = {n: hashlib.sha256(d).hexdigest() for n, d in sorted(files.items())}
+    signer = load_private_key(key)
+    body = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
+    files["manifest.json"] = body
+    files["manifest.sig"] = base64.b64encode(signer.sign(_MANIFEST_CONTEXT + body)) + b"\n"
+    out.write_bytes(_signed_archive(files, signer))
+    return out
+
+
+@pytest.fixture
+def r1_bundle(revoked_chain: tuple[World, Path]) -> tuple[Path, Path]:
+    _world, tmp_path = revoked_chain
+    write_bundle(_world.reviewer, "R1", tmp_path / "k", tmp_path / "r1.zip")
+    return tmp_path / "r1.zip", tmp_path
+
+
+@pytest.mark.parametrize("ledger_url", ["memory"], indirect=True)
+def test_a_re_signed_bundle_stating_a_status_its_events_contradict_fails(
+    r1_bundle: tuple[Path, Path],
+) -> None:
+    path, tmp_path = r1_bundle
+
+    # Given R1 stated ACCEPTED / VALID in the manifest, re-signed with the ledger's key
+    def accepted(manifest: dict[str, Any], files: dict[str, bytes]) -> None:
+        manifest["records"][0].update(status="ACCEPTED", validity="VALID")
+
+    forged = rewrite(path, tmp_path / "k", tmp_path / "forged.zip", accepted)
+
+    report = verify_bundle(forged, tmp_path / "k.pub")
+
+    # Then every signature verifies, yet the check fails naming R1 and its events
+    assert not report.ok
+    assert report.problem is not None and report.problem.startswith(
+        "manifest.json states R1 is ACCEPTED, but the events the bundle carries make it STALE "
+        "(MarkedStale at position "
+    )
+
+
+@pytest.mark.parametrize("ledger_url", ["memory"], indirect=True)
+def test_a_re_signed_bundle_whose_prov_and_summary_misstate_a_status_fails(
+    r1_bundle: tuple[Path, Path],
+) -> None:
+    path, tmp_path = r1_bundle
+
+    def prov_and_summary(manifest: dict[str, Any], files: dict[str, bytes]) -> None:
+        prov = json.loads(files["prov.json"])
+        prov["entity"]["rec:M1"]["pl:status"] = "ACCEPTED"
+        files["prov.json"] = json.dumps(prov).encode()
+        files["summary.txt"] = files["summary.txt"].replace(
+            b"status:    STALE / NEEDS_REVALIDATION", b"status:    ACCEPTED / VALID"
+        )
+
+    forged = rewrite(path, tmp_path / "k", tmp_path / "forged.zip", prov_and_summary)
+
+    report = verify_bundle(forged, tmp_path / "k.pub")
+
+    assert not report.ok
+    assert any(p.startswith("prov.json states M1 is ACCEPTED, but") for p in report.problems)
+    assert any(p.startswith("summary.txt states R1 is ACCEPTED, but") for p in report.problems)
+
+
+@pytest.mark.parametrize("ledger_url", ["memory"], indirect=True)
+def test_a_re_signed_bundle_that_drops_an_ancestor_its_events_name_fails(
+    r1_bundle: tuple[Path, Path],
+) -> None:
+    path, tmp_path = r1_bundle
+
+    # Given R1's bundle cut down to R1 alone (its events still name M1)
+    def alone(manifest: dict[str, Any], files: dict[str, bytes]) -> None:
+        manifest["records"] = manifest["records"][:1]
+        manifest["events"] = [e for e in manifest["events"] if e["record"] == "R1"]
+        for name in [n for n in files if n.startswith("events/")]:
+            if name not in {e["file"] for e in manifest["events"]}:
+                del files[name]
+
+    forged = rewrite(path, tmp_path / "k", tmp_path / "forged.zip", alone)
+
+    report = verify_bundle(forged, tmp_path / "k.pub")
+
+    assert not report.ok
+    assert (
+        "the events of R1 name M1 as a basis, but the bundle neither includes it nor "
+        "shows an ancestor <hidden>" in report.problems
+    )
+
+
+@pytest.mark.parametrize("ledger_url", ["memory"], indirect=True)
+def test_a_re_signed_bundle_that_leaves_out_one_of_a_records_events_fails(
+    r1_bundle: tuple[Path, Path],
+) -> None:
+    path, tmp_path = r1_bundle
+
+    # Given R1's acceptance (its event 2) left out of the bundle
+    def no_accept(manifest: dict[str, Any], files: dict[str, bytes]) -> None:
+        (accept,) = [
+            e for e in manifest["events"] if (e["record"], e["type"]) == ("R1", "Accepted")
+        ]
+        manifest["events"].remove(accept)
+        del files[accept["file"]]
+
+    forged = rewrite(path, tmp_path / "k", tmp_path / "forged.zip", no_accept)
+
+    report = verify_bundle(forged, tmp_path / "k.pub")
+
+    assert not report.ok
+    assert any(
+        "is event 3 of 'R1', but the bundle lists it as event 2: the bundle leaves out "
+        "events of 'R1'" in p
+        for p in report.problems
+    )
+
+
+# -- messages that say what is carried ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("ledger_url", ["memory"], indirect=True)
+def test_a_flipped_archive_signature_is_told_as_such(r1_bundle: tuple[Path, Path]) -> None:
+    path, tmp_path = r1_bundle
+    data = bytearray(path.read_bytes())
+    data[-5] = ord("A") if data[-5] != ord("A") else ord("B")  # one digit of the signature
+    (tmp_path / "flipped.zip").write_bytes(bytes(data))
+
+    report = verify_bundle(tmp_path / "flipped.zip", tmp_path / "k.pub")
+
+    assert report.problem == (
+        "the archive's signature (its zip comment) does not verify: the archive's bytes are "
+        "exactly as written, so the signature itself was altered"
+    )
+
+
+def test_the_bundle_commands_count_withheld_events_as_carried(tmp_path: Path) -> None:
+    # Given B1 in proj-b resting on M9 in proj-a, which B1's auditor may not audit
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    with Ledger.open(url) as led:
+        admin = led.admin()
+        admin.grant("agent-1", scope="proj-a", roles=["propose", "read"])
+        admin.grant("agent-1", scope="proj-b", roles=["propose", "read"])
+        admin.grant("reviewer", scope="proj-a", roles=["approve", "read"])
+        admin.grant("other", scope="proj-b", roles=["approve", "read", "audit"])
+        agent = led.authenticate(admin.issue_token("agent-1"))
+        reviewer = led.authenticate(admin.issue_token("reviewer"))
+        other_token = admin.issue_token("other")
+        agent.capture(scope="proj-a", uri="https://x.test/secret", content=b"x", id="E9")
+        reviewer.accept("E9")
+        agent.propose(
+            scope="proj-a", claim_key="c", value=1, kind=Kind.FACT, parents=["E9"], id="M9"
+        )
+        reviewer.accept("M9")
+        agent.propose(
+            scope="proj-b", claim_key="b", value="b", kind=Kind.REPORT, parents=["M9"], id="B1"
+        )
+        reviewer.revoke("E9", reason="confidential")
+    runner = CliRunner()
+
+    def run(*args: str) -> tuple[int, str, str]:
+        result = runner.invoke(main, [*args], env={"PROVLEDGER_URL": url})
+        return result.exit_code, result.stdout, result.stderr
+
+    key, zip_path = str(tmp_path / "k"), str(tmp_path / "b1.zip")
+    assert run("keygen", "--out", key)[0] == 0
+
+    # When its bundle is written and checked
+    code, out, err = run("bundle", "B1", "--key", key, "-o", zip_path, "--token", other_token)
+    assert code == 0, err
+    # Then both commands count the events carried with proofs, withheld bytes and all
+    assert (
+        "B1 and 0 ancestors, 2 events with inclusion proofs (2 of them with their bytes "
+        "withheld)" in out
+    )
+    assert "ancestors outside your scopes shown as one <hidden>" in out
+    code, out, err = run("verify-bundle", zip_path, "--public-key", f"{key}.pub")
+    assert code == 0, err
+    assert out.startswith(
+        "ok: bundle of B1: 2 events with inclusion proofs (2 of them with their bytes withheld)"
+    )
+    assert "unchecked (bytes withheld): B1: its status STALE rests on the type" in out
+    zip_file = zipfile.ZipFile(zip_path)
+    assert b"M9" not in zip_file.read("summary.txt") and b"proj-a" not in zip_file.read("prov.json")
