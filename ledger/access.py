@@ -234,29 +234,55 @@ class Admin:
     def revoke_token(self, token: str) -> None:
         """Withdraw a token; sessions using it are refused from their next call.
 
+        Decided under the writers' lock: of two revocations of one token only the
+        first is appended, and two admins revoking each other's tokens at once
+        cannot leave the ledger without one.
+
         Raises:
             AuthenticationError: the token is unknown or already revoked.
-            InvalidInputError: it is the last admin token not yet revoked.
+            InvalidInputError: it is the last admin token still usable (neither
+                revoked nor expired).
         """
         self._engine.check_open()
         if not isinstance(token, str):
             raise AuthenticationError("token must be a string")
         token_hash = hash_token(token)
-        with self._engine.reading() as c:
-            row = access_view.token(c, self._engine.dialect, token_hash)
-            if row is not None and row["subject"] == ADMIN_PRINCIPAL:
-                admin: Any = self._engine.load(c, principal_uuid(ADMIN_PRINCIPAL))
-                others = [h for h, live in admin.tokens.items() if live and h != token_hash]
-                if row["revoked_pos"] is None and not others:
-                    raise InvalidInputError(
-                        "that is the last admin token: issue another first "
-                        "(`provledger token issue --admin`)"
-                    )
-        if row is None or row["revoked_pos"] is not None:
+        engine = self._engine
+        with engine.reading() as c:
+            row = access_view.token(c, engine.dialect, token_hash)
+        if row is None:
             raise AuthenticationError("token is unknown or already revoked")
-        subject = str(row["subject"])
+        subject = str(row["subject"])  # a token's subject never changes
 
-        self._append(subject, Principal.TokenRevoked, token_hash=token_hash)
+        def work(w: Write) -> None:
+            principal: Any = engine.load(w.c, principal_uuid(subject))
+            if principal is None or not principal.tokens.get(token_hash):
+                raise AuthenticationError("token is unknown or already revoked")
+            if subject == ADMIN_PRINCIPAL:
+                others = [h for h, live in principal.tokens.items() if live and h != token_hash]
+                if not any(self._usable(w, h) for h in others):
+                    raise InvalidInputError(
+                        "that is the last admin token"
+                        + (" still usable (the others have expired)" if others else "")
+                        + ": issue another first (`provledger token issue --admin`)"
+                    )
+            principal.trigger_event(
+                Principal.TokenRevoked,
+                actor=self.ACTOR,
+                timestamp=engine.now(),
+                token_hash=token_hash,
+            )
+            w.append(principal.collect_events())
+
+        engine.transact(work)
+
+    def _usable(self, w: Write, token_hash: str) -> bool:
+        """Whether the token of ``token_hash`` is valid now (read in ``w``)."""
+        try:
+            self._engine.check_token(access_view.token(w.c, self._engine.dialect, token_hash))
+        except AuthenticationError:
+            return False
+        return True
 
     def erase_snapshot(self, ref: str, reason: str) -> Erasure:
         """Erase the evidence bytes behind ``ref`` (``sha256:…``), recording who and why.

@@ -13,7 +13,9 @@ import os
 import sqlite3
 import subprocess
 import sys
+import threading
 from contextlib import closing
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +24,7 @@ from click.testing import CliRunner, Result
 
 from ledger import Ledger
 from ledger.cli import main
-from ledger.errors import AuthenticationError, LedgerNotFoundError
+from ledger.errors import AuthenticationError, InvalidInputError, LedgerNotFoundError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -348,3 +350,74 @@ def test_pyproject_declares_the_extras_and_test_pulls_them_all() -> None:
     test = set(extras["test"])
     for name in ("postgres", "prov", "mcp", "langgraph", "serve", "evidence"):
         assert set(extras[name]) <= test, name
+
+
+def test_an_expired_admin_token_does_not_count_as_another(ledger: Ledger, clock: Any) -> None:
+    admin = ledger.admin()
+    first = admin.bootstrap_admin_token()
+    assert first is not None
+    admin.issue_admin_token(expires=clock.advance(minutes=0) + timedelta(minutes=1))
+    clock.advance(minutes=2)  # the second token has expired
+    before = ledger.position
+    with pytest.raises(InvalidInputError, match="still usable \\(the others have expired\\)"):
+        admin.revoke_token(first)
+    assert ledger.position == before
+    ledger.admin(first)  # still the administrator's
+    third = admin.issue_admin_token()
+    admin.revoke_token(first)
+    with pytest.raises(AuthenticationError, match="revoked"):
+        ledger.admin(first)
+    assert ledger.admin(third) is not None
+
+
+def _at_once(calls: list[Any]) -> list[BaseException | None]:
+    """Run ``calls`` in threads released together; what each raised (or None)."""
+    start = threading.Barrier(len(calls))
+    outcomes: list[BaseException | None] = [None] * len(calls)
+
+    def run_one(i: int) -> None:
+        start.wait()
+        try:
+            calls[i]()
+        except BaseException as exc:
+            outcomes[i] = exc
+
+    threads = [threading.Thread(target=run_one, args=(i,)) for i in range(len(calls))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return outcomes
+
+
+def test_admins_revoking_each_others_tokens_at_once_keep_one(shared_url: str) -> None:
+    # Each admin in its own ledger object (its own connections), as two processes.
+    with Ledger.open(shared_url) as one, Ledger.open(shared_url) as two:
+        kept = one.admin().bootstrap_admin_token()
+        assert kept is not None
+        one.admin().grant("agent-1", "p", ["read"])
+        for _ in range(8):
+            a, b = kept, one.admin().issue_admin_token()  # the only two usable ones
+            outcomes = _at_once(
+                [
+                    lambda a=a, b=b: one.admin(a).revoke_token(b),
+                    lambda a=a, b=b: two.admin(b).revoke_token(a),
+                ]
+            )
+            refused = [o for o in outcomes if o is not None]
+            assert len(refused) == 1, outcomes
+            assert isinstance(refused[0], (InvalidInputError, AuthenticationError))
+            kept = a if outcomes[0] is None else b
+            assert one.admin(kept) is not None
+            # One revocation of one token is appended once, however many ask
+            token = one.admin().issue_token("agent-1")
+            before = one.position
+            outcomes = _at_once(
+                [
+                    lambda t=token: one.admin().revoke_token(t),
+                    lambda t=token: one.admin().revoke_token(t),
+                    lambda t=token: two.admin().revoke_token(t),
+                ]
+            )
+            assert sum(o is None for o in outcomes) == 1, outcomes
+            assert one.position == before + 1
