@@ -22,6 +22,9 @@ problem it finds:
 6. **evidence bytes** — every stored snapshot matches its hash, every captured one
    is present unless the log records its erasure, and no erased one is still stored.
 
+A stored value of a type the ledger never writes (an event's bytes kept as text,
+say) is found and named by :mod:`ledger.stored_types`, not left to crash a check.
+
 What no check can see: an event appended *after* the newest kept head by
 someone holding a valid token with the role it needs looks exactly like a
 legitimate command (see docs/evidence.md).
@@ -31,7 +34,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import sqlite3
 import tempfile
 from array import array
@@ -41,14 +43,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from eventsourcing.persistence import PersistenceError
-
 from ledger import gc_pause, merkle
 from ledger.authorization import AuthorizationReplay
 from ledger.errors import CorruptEventError, InvalidInputError, LedgerError
 from ledger.heads import SignedHead, as_heads, key_id, load_public_key, verify_head
 from ledger.merkle import LogDigest, MerkleTree, Verification
-from projections.base import SQLITE, Cursor, Dialect, fetch_in_chunks, rows_digest
+from ledger.stored_types import (
+    READ_ERRORS,
+    UnreadableViewError,
+    first_mistyped_leaf,
+    mistyped_event,
+    mistyped_snapshot,
+    read_events,
+    read_leaves,
+    readable,
+    snapshot_row,
+    snapshots_statement,
+)
+from projections.base import SQLITE, Cursor, fetch_in_chunks, rows_digest
 from projections.projector import LAYOUT, LAYOUT_KEY, RETIRED, Projector
 
 if TYPE_CHECKING:
@@ -258,13 +270,13 @@ def _walk_log(
         )
         log_ok = False
     while True:
-        notes, unreadable = _read_events(engine, c, after)
+        notes, unreadable = read_events(engine, c, after, _BATCH)
         upper = unreadable[0] if unreadable else notes[-1].id if notes else None
-        stored, odd_leaves = _read_leaves(engine, c, after, upper)
+        stored, odd_leaves = read_leaves(engine, c, after, upper)
         by_position = {n.id: n for n in notes}
         odd_events = dict([unreadable] if unreadable else [])
         for note in notes:
-            mistyped = _mistyped_event(note)
+            mistyped = mistyped_event(note)
             if mistyped is not None:
                 odd_events[note.id] = mistyped
                 del by_position[note.id]  # its leaf cannot be recomputed
@@ -313,175 +325,6 @@ def _walk_log(
         if upper is None:
             return tree, positions, log_ok
         after = upper
-
-
-# -- values of a type the ledger never writes ---------------------------------------------
-#
-# An SQLite column keeps whatever type a value is given, whatever its declared type:
-# whoever edits the file can store an event's bytes as text. Reading such a value
-# fails (text that is not UTF-8) or gives text where bytes belong, so verify names it
-# as the tampering it is, by position. PostgreSQL columns hold only their declared
-# type: there the fallbacks below find nothing, and a failed read is raised as is.
-
-#: What reading a value of the wrong type raises (decoding text, making a UUID or
-#: bytes of it), in the driver or in the recorder.
-_READ_ERRORS = (sqlite3.Error, PersistenceError, TypeError, ValueError, AttributeError)
-
-#: SQLite's storage classes (``typeof``), as the reports name them.
-_KINDS = {
-    "blob": "bytes",
-    "text": "text",
-    "integer": "an integer",
-    "real": "a real number",
-    "null": "NULL",
-}
-
-#: The storage class the ledger writes in each column of the events table.
-_EVENT_COLUMNS = (
-    ("originator_id", "text"),
-    ("originator_version", "integer"),
-    ("topic", "text"),
-    ("state", "blob"),
-)
-
-
-def _kind_of(value: object) -> str:
-    """A value read back, named as :data:`_KINDS` names its storage class."""
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return _KINDS["blob"]
-    if isinstance(value, str):
-        return _KINDS["text"]
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return _KINDS["null"] if value is None else type(value).__name__
-    return _KINDS["integer" if isinstance(value, int) else "real"]
-
-
-def _stored_as(what: str, column: str, found: str, wanted: str) -> str:
-    return (
-        f"{what} holds its {column} as {found} where the ledger stores {_KINDS[wanted]}: "
-        "it was changed after it was appended"
-    )
-
-
-def _mistyped_event(note: Any) -> str | None:
-    """Why an event read back holds a value of a type the ledger never writes, or None."""
-    what = f"the event at position {note.id}"
-    for column, value, wanted in (
-        ("originator_version", note.originator_version, "integer"),
-        ("topic", note.topic, "text"),
-        ("state", note.state, "blob"),
-    ):
-        found = _kind_of(value)
-        if found != _KINDS[wanted]:
-            return _stored_as(what, column, found, wanted)
-    return None
-
-
-def _read_events(engine: Engine, c: Cursor, after: int) -> tuple[list[Any], tuple[int, str] | None]:
-    """A batch of stored events after ``after``. When one cannot be read because it
-    holds a value the ledger never writes: the events before it, and its position
-    and problem."""
-    try:
-        return engine.recorder.read_after(c, after, _BATCH), None
-    except _READ_ERRORS:
-        found = _first_unreadable_event(engine, c, after)
-        if found is None:
-            raise
-    table = engine.recorder.events_table
-    c.execute(f"SELECT COUNT(*) AS n FROM {table} WHERE rowid > ? AND rowid < ?", (after, found[0]))
-    before = int(c.fetchone()["n"])
-    return (engine.recorder.read_after(c, after, before) if before else []), found
-
-
-def _first_unreadable_event(engine: Engine, c: Cursor, after: int) -> tuple[int, str] | None:
-    """The first event of a batch after ``after`` (on SQLite) holding a value the
-    recorder cannot read, and why; None if there is none."""
-    if engine.dialect.name != SQLITE.name:
-        return None
-    types = ", ".join(f"typeof({col}) AS {col}_type" for col, _ in _EVENT_COLUMNS)
-    c.execute(
-        f"SELECT rowid AS position, {types}, CAST(originator_id AS BLOB) AS originator_id, "
-        f"CAST(topic AS BLOB) AS topic FROM {engine.recorder.events_table} "
-        "WHERE rowid > ? ORDER BY rowid LIMIT ?",
-        (after, _BATCH),
-    )
-    for row in c.fetchall():
-        what = f"the event at position {row['position']}"
-        for column, wanted in _EVENT_COLUMNS:
-            found = str(row[f"{column}_type"])
-            if found != wanted:
-                return int(row["position"]), _stored_as(
-                    what, column, _KINDS.get(found, found), wanted
-                )
-        for column in ("originator_id", "topic"):
-            try:
-                text = bytes(row[column]).decode()
-            except UnicodeDecodeError:
-                return int(row["position"]), (
-                    f"{what} holds its {column} as text that is not UTF-8: it was changed "
-                    "after it was appended"
-                )
-            if column == "originator_id" and not _is_hex_id(text):
-                return int(row["position"]), (
-                    f"{what} holds an originator_id that is not an aggregate id (32 hex "
-                    "digits): it was changed after it was appended"
-                )
-    return None
-
-
-def _is_hex_id(text: str) -> bool:
-    return len(text) == 32 and all(ch in "0123456789abcdefABCDEF" for ch in text)
-
-
-def _read_leaves(
-    engine: Engine, c: Cursor, after: int, upto: int | None
-) -> tuple[dict[int, bytes], dict[int, str]]:
-    """The stored Merkle leaves after ``after`` up to ``upto`` (None: all), and the
-    problem of each one stored as a type the ledger never writes (left out of the first)."""
-    try:
-        return dict(engine.recorder.leaves(c, after, upto)), {}
-    except _READ_ERRORS as exc:
-        if engine.dialect.name != SQLITE.name:
-            raise
-        failed = exc
-    bound = "" if upto is None else " AND position <= ?"
-    c.execute(
-        engine.dialect.q(
-            "SELECT position, typeof(leaf) AS type, "
-            "CASE WHEN typeof(leaf) = 'blob' THEN leaf END AS leaf "
-            f"FROM {{t}}pl_merkle_leaves WHERE position > ?{bound} ORDER BY position"
-        ),
-        (after,) if upto is None else (after, upto),
-    )
-    stored: dict[int, bytes] = {}
-    odd: dict[int, str] = {}
-    for row in fetch_in_chunks(c):
-        position, found = int(row["position"]), str(row["type"])
-        if found == "blob":
-            stored[position] = bytes(row["leaf"])
-        else:
-            what = f"the Merkle leaf at position {position}"
-            odd[position] = _stored_as(what, "hash", _KINDS.get(found, found), "blob")
-    if not odd:
-        raise failed  # not a value of the wrong type: a failure to report as such
-    return stored, odd
-
-
-def _first_mistyped_leaf(engine: Engine, c: Cursor) -> str | None:
-    """The problem of the first Merkle leaf stored as another type than bytes (on
-    SQLite), or None."""
-    if engine.dialect.name != SQLITE.name:
-        return None
-    c.execute(
-        "SELECT position, typeof(leaf) AS type FROM pl_merkle_leaves "
-        "WHERE typeof(leaf) <> 'blob' ORDER BY position LIMIT 1"
-    )
-    row = c.fetchone()
-    if row is None:
-        return None
-    found = str(row["type"])
-    what = f"the Merkle leaf at position {row['position']}"
-    return _stored_as(what, "hash", _KINDS.get(found, found), "blob")
 
 
 def _leaf_problem(position: int, leaf: bytes | None, stored: bytes | None) -> str | None:
@@ -580,8 +423,8 @@ def check_extends(engine: Engine, head: SignedHead) -> str | None:
 
         try:
             root, proof = merkle.consistency_proof(leaves(), size, kept.size)
-        except _READ_ERRORS:
-            mistyped = _first_mistyped_leaf(engine, c)
+        except READ_ERRORS:
+            mistyped = first_mistyped_leaf(engine, c)
             if mistyped is None:
                 raise
             return f"{mistyped}; run `provledger verify`"
@@ -668,7 +511,7 @@ def _compare_views(engine: Engine, c: Cursor, scratch: _Scratch) -> Iterator[str
         )
     try:
         problem = _first_difference(engine, c, scratch, skip_layout=layout != LAYOUT)
-    except _UnreadableViewError as exc:
+    except UnreadableViewError as exc:
         problem = str(exc)
     if problem is not None:
         yield problem
@@ -685,7 +528,7 @@ def _first_difference(
         names, replayed = _rows(scratch.cursor, f"SELECT * FROM {table}{where}")
         replay_digest = rows_digest(replayed)
         live_names, live = _rows(c, d.q(f"SELECT * FROM {{t}}{table}{where}"))
-        live = _readable(table, live)
+        live = readable(table, live)
         missing = [n for n in names if n not in live_names]
         if missing:
             return f"view {table} lacks the column {missing[0]!r} a replay of the log fills"
@@ -696,33 +539,10 @@ def _first_difference(
         replay_all = Counter(_rows(scratch.cursor, f"SELECT * FROM {table}{where}")[1])
         live_all = Counter(
             tuple(row[i] for i in order)
-            for row in _readable(table, _rows(c, d.q(f"SELECT * FROM {{t}}{table}{where}"))[1])
+            for row in readable(table, _rows(c, d.q(f"SELECT * FROM {{t}}{table}{where}"))[1])
         )
         return _difference(table, names, live_all - replay_all, replay_all - live_all)
     return None
-
-
-class _UnreadableViewError(Exception):
-    """A live view holds text that is not UTF-8 (SQLite keeps it; no projection writes it)."""
-
-
-def _readable(table: str, rows: Iterator[tuple[Any, ...]]) -> Iterator[tuple[Any, ...]]:
-    """``rows`` of the live view ``table``; text that cannot be decoded is named as
-    the change it is (never printed: it is not text)."""
-    try:
-        yield from rows
-    except (sqlite3.OperationalError, PersistenceError) as exc:
-        found = _UNDECODABLE.search(str(exc))
-        if found is None:
-            raise
-        raise _UnreadableViewError(
-            f"view {table} holds text that is not UTF-8 in its column {found[1]!r}, which "
-            "no projection writes: the view was changed behind the ledger's back"
-        ) from None
-
-
-#: How the sqlite3 module says a stored text value is not UTF-8.
-_UNDECODABLE = re.compile(r"Could not decode to UTF-8 column '([^']*)'")
 
 
 def _show(value: Any) -> str:
@@ -768,52 +588,17 @@ def _difference(
 # -- evidence bytes -------------------------------------------------------------------------
 
 
-def _snapshots_statement(d: Dialect) -> str:
-    """Every stored snapshot: its reference, the storage class of its content, and
-    the content when it is bytes. On SQLite, where a column keeps any type, the
-    reference is read as bytes and the content only when it is bytes, so a value
-    of another type (text that is not UTF-8 among them) is named, not a crash."""
-    if d.name == SQLITE.name:
-        return (
-            "SELECT CAST(ref AS BLOB) AS ref, typeof(ref) AS ref_type, typeof(content) AS type, "
-            "CASE WHEN typeof(content) = 'blob' THEN content END AS content "
-            "FROM pl_snapshots ORDER BY ref"
-        )
-    return d.q(
-        "SELECT ref, 'text' AS ref_type, 'blob' AS type, content FROM {t}pl_snapshots ORDER BY ref"
-    )
-
-
-def _snapshot_row(row: Any) -> tuple[str, str, str, bytes]:
-    """(reference, storage class of the reference, of the content, content) of a row
-    of :func:`_snapshots_statement` (the content is empty unless stored as bytes)."""
-    ref = row["ref"]
-    if isinstance(ref, (bytes, bytearray, memoryview)):
-        # Printable whatever was stored: a reference is ASCII when the ledger wrote it.
-        ref = bytes(ref).decode("utf-8", "backslashreplace")
-    content = row["content"]
-    kinds = str(row["ref_type"]), str(row["type"])
-    return str(ref), *kinds, b"" if content is None else bytes(content)
-
-
 def _evidence_problems(engine: Engine, c: Cursor, replay: AuthorizationReplay) -> Iterator[str]:
     """Stored snapshot bytes against what the log says should (not) be there."""
-    c.execute(_snapshots_statement(engine.dialect))
+    c.execute(snapshots_statement(engine.dialect))
     present: set[str] = set()
     for row in fetch_in_chunks(c, 64):
-        ref, ref_found, found, content = _snapshot_row(row)
+        ref, ref_found, found, content = snapshot_row(row)
         present.add(ref)
         state = replay.snapshots.get(ref)
-        if ref_found != "text":
-            yield (
-                f"snapshot {ref}: its reference is stored as {_KINDS.get(ref_found, ref_found)} "
-                "where the ledger stores text: it was changed after it was captured"
-            )
-        elif found != "blob":
-            yield (
-                f"snapshot {ref}: its content is stored as {_KINDS.get(found, found)} where "
-                "the ledger stores bytes: it was changed after it was captured"
-            )
+        mistyped = mistyped_snapshot(ref, ref_found, found)
+        if mistyped is not None:
+            yield mistyped
         elif "sha256:" + hashlib.sha256(content).hexdigest() != ref:
             yield f"snapshot {ref}: the stored bytes do not match their hash"
         elif state is None:
@@ -851,8 +636,8 @@ def digest(engine: Engine) -> LogDigest:
     with engine.reading() as c:
         try:
             size, root = merkle.root_of(leaves())
-        except _READ_ERRORS:
-            mistyped = _first_mistyped_leaf(engine, c)
+        except READ_ERRORS:
+            mistyped = first_mistyped_leaf(engine, c)
             if mistyped is None:
                 raise
             raise CorruptEventError(f"{mistyped}; run `provledger verify`") from None

@@ -23,7 +23,8 @@ import pytest
 from click.testing import CliRunner
 
 from ledger import Kind, Ledger
-from ledger.bundle import _MANIFEST_CONTEXT, _signed_archive, verify_bundle, write_bundle
+from ledger.bundle import verify_bundle, write_bundle
+from ledger.bundle.archive import _MANIFEST_CONTEXT, _signed_archive
 from ledger.cli import main
 from ledger.errors import CorruptEventError
 from ledger.heads import generate_key, load_private_key

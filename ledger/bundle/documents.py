@@ -1,0 +1,150 @@
+"""The bundle's two documents: ``prov.json`` (W3C PROV-JSON of the record and
+its ancestors) and ``summary.txt`` (for people), records outside the caller's
+scopes shown as one ``<hidden>`` placeholder.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from ledger.bundle.events import _Auditable, _Event
+from ledger.domain import Kind
+from ledger.heads import SignedHead
+from ledger.prov import PL, export_prov, serialize
+from ledger.session import Session
+from ledger.values import HIDDEN, AuditTrail, RecordView
+
+_HIDDEN_REASON = "a dependency outside your scopes was revoked"
+
+
+def _prov_json(
+    session: Session, root: str, trails: dict[str, AuditTrail], auditable: _Auditable
+) -> str:
+    """The PROV-JSON of the record and its ancestors, hidden ones as one placeholder."""
+    doc = json.loads(serialize(export_prov(session, record=root, ancestors=True), "prov-json"))
+    prefix = "rec:"
+
+    def hidden_ref(value: Any) -> bool:
+        text = value.get("$") if isinstance(value, dict) else value
+        return (
+            isinstance(text, str) and text.startswith(prefix) and not auditable(text[len(prefix) :])
+        )
+
+    for section in doc.values():
+        if not isinstance(section, dict):
+            continue
+        for attrs in section.values():
+            for item in attrs if isinstance(attrs, list) else [attrs]:
+                if not isinstance(item, dict):
+                    continue
+                touched = False
+                for name, value in list(item.items()):
+                    if hidden_ref(value):
+                        item[name] = {"$": f"{PL.prefix}:hidden", "type": "prov:QUALIFIED_NAME"}
+                        touched = True
+                if touched and "pl:reason" in item:
+                    item["pl:reason"] = _HIDDEN_REASON
+    needs = sorted(
+        rid
+        for rid, trail in trails.items()
+        if any(dep not in trails for dep in (*trail.record.parents, *trail.record.observed))
+    )
+    if needs:
+        doc.setdefault("entity", {})[f"{PL.prefix}:hidden"] = {"prov:label": HIDDEN}
+        derived = doc.setdefault("wasDerivedFrom", {})
+        for n, rid in enumerate(needs):
+            derived[f"_:hidden{n}"] = {
+                "prov:generatedEntity": f"{prefix}{rid}",
+                "prov:usedEntity": f"{PL.prefix}:hidden",
+            }
+    return json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def _when(at: datetime) -> str:
+    return at.astimezone(UTC).isoformat(timespec="seconds")
+
+
+def _summary(
+    trails: dict[str, AuditTrail],
+    order: Sequence[str],
+    hidden: bool,
+    head: SignedHead,
+    events: Sequence[_Event],
+    auditable: _Auditable,
+) -> str:
+    record = trails[order[0]].record
+    lines = [
+        "provledger compliance bundle",
+        "",
+        f"record:    {record.id} ({record.kind}, scope {record.scope}, claim {record.claim_key!r})",
+        f"value:     {json.dumps(record.value, default=repr, ensure_ascii=False)[:200]}",
+        f"status:    {record.status} / {record.validity}{_cause(record, auditable)}",
+    ]
+    lines += _history_lines(trails[order[0]])
+    evidence = [rid for rid in order if trails[rid].record.kind == Kind.EVIDENCE]
+    if not evidence:
+        lines.append("evidence:  none among the records you may audit")
+    for rid in evidence:
+        view = trails[rid].record
+        ev = view.evidence or {}
+        fetched = ev.get("fetched_at")
+        lines.append(
+            f"evidence:  {rid}: {ev.get('uri')} fetched "
+            f"{_when(fetched) if isinstance(fetched, datetime) else '?'}, "
+            f"{ev.get('content_hash')} ({view.status} / {view.validity})"
+        )
+    ancestry = [
+        f"{rid} ({trails[rid].record.kind}, {trails[rid].record.status})" for rid in order[1:]
+    ] + ([HIDDEN] if hidden else [])
+    lines.append(f"ancestry:  {', '.join(ancestry) if ancestry else 'none'}")
+    for rid in order[1:]:
+        lines += [f"  {line}" for line in _history_lines(trails[rid], rid)]
+    included = sum(1 for e in events if e.data is not None)
+    withheld = len(events) - included
+    lines += [
+        "",
+        f"signed head: tree size {head.tree_size}, log position {head.position}, "
+        f"root {head.root}, signed {head.time.isoformat()} by key {head.key_id}",
+        f"events:    {included} included with their stored bytes and inclusion proofs"
+        + (
+            f"; {withheld} listed by leaf hash only (their bytes name a record outside your scopes)"
+            if withheld
+            else ""
+        ),
+        "check:     provledger verify-bundle THIS.zip --public-key KEY.pub",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _cause(record: RecordView, auditable: _Auditable) -> str:
+    if record.cause is None or record.cause == record.id:
+        return f" ({record.reason})" if record.reason else ""
+    if not auditable(record.cause):
+        return f" ({_HIDDEN_REASON})"
+    return f" ({record.cause} revoked: {record.reason})"
+
+
+def _history_lines(trail: AuditTrail, rid: str | None = None) -> list[str]:
+    label = {
+        "Proposed": "proposed",
+        "Accepted": "approved",
+        "Rejected": "rejected",
+        "Revoked": "revoked",
+        "Revalidated": "revalidated",
+        "Delivered": "delivered",
+        "SnapshotErased": "erased",
+    }
+    lines = []
+    for event in trail.events:
+        if event.type not in label:
+            continue
+        why = event.details.get("reason") or event.details.get("note")
+        lines.append(
+            f"{label[event.type] + ':':<10} {rid + ' ' if rid else ''}by {event.actor} at "
+            f"{_when(event.at)} (log position {event.position})" + (f": {why}" if why else "")
+        )
+    return lines

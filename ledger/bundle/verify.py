@@ -1,0 +1,225 @@
+"""Verifying a compliance bundle offline (:func:`verify_bundle`): the
+archive's members, the manifest's signature and digests, the signed head and
+each event's leaf hash and inclusion proof; what the bundle states is checked
+in :mod:`ledger.bundle.verify_statements`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+
+from ledger import merkle
+from ledger.bundle.archive import (
+    _MANIFEST_CONTEXT,
+    FORMAT,
+    _check_container,
+    _check_signature,
+)
+from ledger.bundle.verify_statements import _check_statements
+from ledger.errors import InvalidKeyError, LedgerError
+from ledger.heads import SignedHead, key_id, load_public_key, verify_head
+from ledger.values import HIDDEN
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    from ledger.heads import PublicKeyLike
+
+
+@dataclass(frozen=True)
+class BundleReport:
+    """What :func:`verify_bundle` found: ``ok``, else ``problem`` names the first failure."""
+
+    ok: bool
+    problem: str | None = None
+    problems: tuple[str, ...] = ()
+    record: str | None = None
+    head: SignedHead | None = None
+    key_id: str | None = None
+    events: int = 0
+    withheld: int = 0
+    hidden: int = 0
+    trusted_key: bool = False
+    #: What the bundle states but its carried bytes cannot confirm (an event
+    #: whose bytes are withheld decides it), each naming the record.
+    unchecked: tuple[str, ...] = ()
+
+
+def verify_bundle(
+    path: str | os.PathLike[str], public_key: PublicKeyLike | None = None
+) -> BundleReport:
+    """Check a compliance bundle offline: no ledger, no token (see the module docstring).
+
+    ``public_key`` is the key the auditor trusts (held from elsewhere); without
+    it the bundle is checked against the key it carries.
+
+    Raises:
+        OSError: the file cannot be read.
+        InvalidKeyError: ``public_key`` cannot be loaded.
+    """
+    trusted = None if public_key is None else load_public_key(public_key)
+    data = Path(path).read_bytes()
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(data))
+    except Exception as exc:  # zipfile raises many kinds on altered archives
+        return _failed(f"{Path(path).name} is not a readable zip archive ({exc})")
+    with archive:
+        return _verify_archive(archive, data, trusted)
+
+
+def _failed(problem: str, **known: Any) -> BundleReport:
+    return BundleReport(ok=False, problem=problem, problems=(problem,), **known)
+
+
+def _read_members(archive: zipfile.ZipFile, problems: list[str]) -> dict[str, bytes]:
+    names = archive.namelist()
+    duplicated = sorted({n for n in names if names.count(n) > 1})
+    for name in duplicated:
+        problems.append(f"the archive holds {name} more than once")
+    members: dict[str, bytes] = {}
+    for name in names:
+        try:
+            members[name] = archive.read(name)
+        except Exception as exc:  # zipfile raises many kinds on altered headers
+            problems.append(
+                f"{name} cannot be read from the archive: it was altered "
+                f"({type(exc).__name__}: {exc})"
+            )
+    return members
+
+
+def _verify_archive(
+    archive: zipfile.ZipFile, data: bytes, trusted: Ed25519PublicKey | None
+) -> BundleReport:
+    problems: list[str] = []
+    members = _read_members(archive, problems)
+    try:
+        manifest = json.loads(members["manifest.json"])
+        key = load_public_key(members["public_key.pem"])
+    except KeyError as exc:
+        return _failed(f"the bundle lacks {exc.args[0]}")
+    except (ValueError, InvalidKeyError) as exc:
+        return _failed(f"the bundle's manifest or public key is unreadable: it was altered ({exc})")
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        return _failed(f"manifest.json is not a {FORMAT} manifest")
+    kid = key_id(key)
+    known: dict[str, Any] = {"record": manifest.get("record"), "key_id": kid}
+    if trusted is not None and key_id(trusted) != kid:
+        problems.append(
+            f"the bundle was signed by key {kid[:16]}…, not by the trusted key "
+            f"{key_id(trusted)[:16]}…"
+        )
+    if manifest.get("key_id") != kid:
+        problems.append("public_key.pem is not the key the manifest names: it was replaced")
+    _check_files(members, manifest, problems)
+    _check_signature(
+        key,
+        _MANIFEST_CONTEXT + members["manifest.json"],
+        members.get("manifest.sig"),
+        problems,
+        "manifest.json was altered: its signature (manifest.sig) does not verify",
+    )
+    head = _check_head(members, manifest, key, problems)
+    events, withheld = _check_events(members, manifest, head, problems)
+    unchecked = _check_statements(members, manifest, problems)
+    _check_container(archive, data, key, problems, members)
+    hidden = sum(
+        1 for r in manifest.get("records", []) if isinstance(r, dict) and r.get("id") == HIDDEN
+    )
+    result = {
+        **known,
+        "head": head,
+        "events": events,
+        "withheld": withheld,
+        "hidden": hidden,
+        "trusted_key": trusted is not None,
+        "unchecked": unchecked,
+    }
+    if problems:
+        return BundleReport(ok=False, problem=problems[0], problems=tuple(problems), **result)
+    return BundleReport(ok=True, **result)
+
+
+def _check_files(members: dict[str, bytes], manifest: dict[str, Any], problems: list[str]) -> None:
+    listed = manifest.get("files")
+    if not isinstance(listed, dict):
+        problems.append("manifest.json lists no files")
+        return
+    for name, digest in sorted(listed.items()):
+        if name not in members:
+            problems.append(f"{name} is missing from the bundle")
+        elif hashlib.sha256(members[name]).hexdigest() != digest:
+            problems.append(f"{name} was altered: its SHA-256 does not match the manifest")
+    for name in sorted(set(members) - set(listed) - {"manifest.json", "manifest.sig"}):
+        problems.append(f"{name} is not listed in the manifest: it was added")
+
+
+def _check_head(
+    members: dict[str, bytes], manifest: dict[str, Any], key: Ed25519PublicKey, problems: list[str]
+) -> SignedHead | None:
+    try:
+        head = SignedHead.from_json(manifest.get("head") or {})
+        in_file = SignedHead.from_json(json.loads(members.get("head.json", b"{}")))
+    except (LedgerError, ValueError) as exc:
+        problems.append(f"the bundle's signed head is malformed: {exc}")
+        return None
+    if in_file != head:
+        problems.append("head.json differs from the head in manifest.json")
+    if not verify_head(head, key):
+        problems.append(f"the signed head (tree size {head.tree_size}) does not verify")
+    return head
+
+
+def _check_events(
+    members: dict[str, bytes],
+    manifest: dict[str, Any],
+    head: SignedHead | None,
+    problems: list[str],
+) -> tuple[int, int]:
+    included = withheld = 0
+    listed = manifest.get("events")
+    if not isinstance(listed, list):
+        problems.append("manifest.json lists no events")
+        return 0, 0
+    for entry in listed:
+        try:
+            position, index = int(entry["position"]), int(entry["index"])
+            leaf = bytes.fromhex(entry["leaf"])
+            path = [bytes.fromhex(p) for p in entry["path"]]
+            name, kind = entry["file"], str(entry["type"])
+        except (KeyError, TypeError, ValueError):
+            problems.append(f"manifest.json has a malformed event entry: {str(entry)[:80]}")
+            continue
+        where = f"the {kind} event at position {position}"
+        if name is None:
+            withheld += 1
+        else:
+            included += 1
+            content = members.get(str(name))
+            if content is None:
+                continue  # already named as missing
+            if merkle.leaf_hash(content) != leaf:
+                problems.append(f"{name} ({where}) was altered: its leaf hash does not match")
+                continue
+            try:
+                stored = msgpack.unpackb(content, raw=False)
+                at, topic = int(stored[0]), str(stored[3])
+            except (ValueError, TypeError, IndexError, msgpack.UnpackException):
+                problems.append(f"{name} ({where}) is not a stored event")
+                continue
+            if at != position or not topic.endswith(f".{kind}"):
+                problems.append(f"{name} is the {topic} event at position {at}, not {where}")
+        if head is not None and not merkle.verify_inclusion(
+            leaf, index, head.tree_size, path, bytes.fromhex(head.root)
+        ):
+            problems.append(f"{where} is not in the signed head's tree (its inclusion proof fails)")
+    return included, withheld

@@ -1,0 +1,302 @@
+"""Verifying what a bundle states (manifest.json, prov.json, summary.txt: each
+record's status, validity, bases and ancestry) against the events it carries,
+decoded from their stored bytes (:func:`_check_statements`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+import msgpack
+
+from ledger.bundle.told import _tell, _Told
+from ledger.domain import Status, Validity
+from ledger.serialization import unpack
+from ledger.values import HIDDEN
+
+# What the bundle states of a record, in each file that states it: (file, record,
+# status, validity or None).
+_Statement = tuple[str, str, str, str | None]
+
+
+def _check_statements(
+    members: dict[str, bytes], manifest: dict[str, Any], problems: list[str]
+) -> tuple[str, ...]:
+    """Check each status, validity and basis the bundle states (manifest.json,
+    prov.json, summary.txt) against the events it carries, decoded from their
+    stored bytes; return what withheld bytes leave unchecked."""
+    records, listed = manifest.get("records"), manifest.get("events")
+    if not isinstance(records, list) or not isinstance(listed, list):
+        return ()  # already named
+    stated = {
+        r["id"]: r
+        for r in records
+        if isinstance(r, dict) and isinstance(r.get("id"), str) and r["id"] != HIDDEN
+    }
+    hidden = any(isinstance(r, dict) and r.get("id") == HIDDEN for r in records)
+    root = manifest.get("record")
+    if root not in stated:
+        problems.append(f"manifest.json does not include the record it is the bundle of ({root})")
+        return ()
+    events = _carried(members, listed, stated, problems)
+    created = _created(manifest)
+    told: dict[str, _Told] = {}
+    unchecked: list[str] = []
+    for rid in stated:
+        t = _told_of(rid, events.get(rid, []), problems)
+        if t is None:
+            continue
+        told[rid] = t
+        if "(bytes withheld)" in t.by:
+            unchecked.append(
+                f"{rid}: its status {t.status} rests on the type manifest.json lists for {t.by}"
+            )
+        unchecked.extend(f"{rid}: {what} cannot be checked" for what in t.unknown)
+    for where, rid, status, validity in _statements(members, stated):
+        if rid in told:
+            _compare(where, rid, status, validity, told[rid], created, problems)
+        elif rid not in stated:
+            unchecked.append(
+                f"{rid}: {where} states it is {status}, but the bundle carries none of its events"
+            )
+    _check_summary_ancestry(members, str(root), stated, hidden, problems)
+    _check_ancestry(members, str(root), stated, hidden, told, problems, unchecked)
+    return tuple(dict.fromkeys(unchecked))
+
+
+def _created(manifest: dict[str, Any]) -> datetime | None:
+    try:
+        return datetime.fromisoformat(str(manifest.get("created")))
+    except ValueError:
+        return None
+
+
+_Carried = tuple[
+    int, str, Any, int | None, str | None
+]  # position, type, fields, version, aggregate
+
+
+def _carried(
+    members: dict[str, bytes],
+    listed: list[Any],
+    stated: dict[str, Any],
+    problems: list[str],
+) -> dict[str, list[_Carried]]:
+    """Each included record's listed events in log order, decoded where carried."""
+    out: dict[str, list[_Carried]] = {}
+    for entry in listed:
+        try:
+            rid, position, kind = str(entry["record"]), int(entry["position"]), str(entry["type"])
+            name = entry["file"]
+        except (KeyError, TypeError, ValueError):
+            continue  # already named as malformed
+        if rid not in stated:
+            problems.append(
+                f"manifest.json lists the {kind} event at position {position} of {rid!r}, "
+                "a record the bundle does not include"
+            )
+            continue
+        fields: Any = None
+        version = oid = None
+        content = None if name is None else members.get(str(name))
+        if content is not None:
+            try:
+                stored = msgpack.unpackb(content, raw=False)
+                oid, version = str(stored[1]), int(stored[2])
+                fields = unpack(stored[4])
+                if not isinstance(fields, dict):
+                    raise ValueError("not a mapping of fields")
+            except (ValueError, TypeError, IndexError, msgpack.UnpackException) as exc:
+                problems.append(
+                    f"{name} (the {kind} event of {rid!r} at position {position}) "
+                    f"holds no readable event state ({exc})"
+                )
+                continue
+        out.setdefault(rid, []).append((position, kind, fields, version, oid))
+    return {rid: sorted(evs, key=lambda e: e[0]) for rid, evs in out.items()}
+
+
+def _told_of(rid: str, events: list[_Carried], problems: list[str]) -> _Told | None:
+    """What ``rid``'s listed events say of it, after checking they are all of its
+    events, in order, from its proposal on."""
+    if not events:
+        problems.append(f"the bundle states {rid!r} but lists none of its events")
+        return None
+    if events[0][1] != "Proposed":
+        problems.append(
+            f"the events the bundle lists for {rid!r} do not start with its proposal "
+            f"(the first is {events[0][1]} at position {events[0][0]})"
+        )
+    if len({oid for *_, oid in events if oid is not None}) > 1:
+        problems.append(f"the events the bundle lists for {rid!r} belong to different records")
+    for number, (position, _kind, _fields, version, _oid) in enumerate(events, start=1):
+        if version is not None and version != number:
+            problems.append(
+                f"the event at position {position} is event {version} of {rid!r}, but the "
+                f"bundle lists it as event {number}: the bundle leaves out events of {rid!r}"
+            )
+            break
+    try:
+        told = _tell(rid, ((p, k, f) for p, k, f, _, _ in events))
+    except (ValueError, KeyError, TypeError) as exc:
+        problems.append(f"the events the bundle carries for {rid!r} are not a record's ({exc})")
+        return None
+    if told.record_id != rid:
+        problems.append(f"the events the bundle lists for {rid!r} are those of {told.record_id!r}")
+        return None
+    return told
+
+
+def _statements(members: dict[str, bytes], stated: dict[str, Any]) -> Iterable[_Statement]:
+    """Every (file, record, status, validity) the bundle states."""
+    for rid, entry in stated.items():
+        yield "manifest.json", rid, str(entry.get("status")), str(entry.get("validity"))
+    try:
+        entities = json.loads(members.get("prov.json", b"{}")).get("entity") or {}
+    except (ValueError, AttributeError):
+        entities = {}  # its digest check names it
+    for name, attrs in entities.items() if isinstance(entities, dict) else ():
+        if isinstance(name, str) and name.startswith("rec:") and isinstance(attrs, dict):
+            status, validity = attrs.get("pl:status"), attrs.get("pl:validity")
+            if status is not None:
+                yield (
+                    "prov.json",
+                    name[4:],
+                    str(status),
+                    None if validity is None else str(validity),
+                )
+    summary = members.get("summary.txt", b"").decode("utf-8", "replace").splitlines()
+    root = next(iter(stated))
+    for line in summary:
+        if m := re.match(r"status:\s+(\S+) / (\S+)", line):
+            yield "summary.txt", root, m[1], m[2]
+        elif m := re.match(r"evidence:\s+(\S+): .*\((\w+) / (\w+)\)$", line):
+            yield "summary.txt", m[1], m[2], m[3]
+        elif line.startswith("ancestry:"):
+            for m in re.finditer(r"([^\s,]+) \((\w+), (\w+)\)", line):
+                yield "summary.txt", m[1], m[3], None
+
+
+def _check_summary_ancestry(
+    members: dict[str, bytes],
+    root: str,
+    stated: dict[str, Any],
+    hidden: bool,
+    problems: list[str],
+) -> None:
+    """summary.txt's ancestry line names exactly the ancestors manifest.json includes."""
+    summary = members.get("summary.txt", b"").decode("utf-8", "replace").splitlines()
+    line = next((x for x in summary if x.startswith("ancestry:")), None)
+    if line is None:
+        return
+    text = line[len("ancestry:") :].strip()
+    named = {m[1] for m in re.finditer(r"([^\s,]+) \((\w+), (\w+)\)", text)}
+    if HIDDEN in text.split(", "):
+        named.add(HIDDEN)
+    included = (set(stated) - {root}) | ({HIDDEN} if hidden else set())
+    if named != included:
+        problems.append(
+            f"summary.txt gives {root}'s ancestry as {text!r}, but manifest.json includes "
+            f"{', '.join(sorted(included)) or 'none'}"
+        )
+
+
+def _compare(
+    where: str,
+    rid: str,
+    status: str,
+    validity: str | None,
+    told: _Told,
+    created: datetime | None,
+    problems: list[str],
+) -> None:
+    if told.status is None:  # a withheld revalidation made it ACCEPTED or CANDIDATE
+        if status not in (Status.ACCEPTED, Status.CANDIDATE):
+            problems.append(
+                f"{where} states {rid} is {status}, but its events ({told.by}) leave it "
+                "ACCEPTED or CANDIDATE"
+            )
+        return
+    if status != told.status:
+        problems.append(
+            f"{where} states {rid} is {status}, but the events the bundle carries make it "
+            f"{told.status} ({told.by})"
+        )
+    elif validity is not None and validity not in told.validities(created):
+        expired = told.status == Status.ACCEPTED and validity == Validity.VALID
+        problems.append(
+            f"{where} states {rid} is {status} / {validity}, but "
+            + (
+                f"its events say it expired {told.expires}"
+                if expired
+                else f"a {status} record is not {validity}"
+            )
+        )
+
+
+def _check_ancestry(
+    members: dict[str, bytes],
+    root: str,
+    stated: dict[str, Any],
+    hidden: bool,
+    told: dict[str, _Told],
+    problems: list[str],
+    unchecked: list[str],
+) -> None:
+    """The records the bundle includes (and prov.json's derivations) against the
+    bases their events name."""
+    for rid, t in told.items():
+        if not t.bases_known:
+            continue
+        missing = sorted(t.bases - set(stated))
+        if missing and not hidden:
+            problems.append(
+                f"the events of {rid} name {', '.join(missing)} as a basis, but the bundle "
+                f"neither includes {'it' if len(missing) == 1 else 'them'} nor shows an "
+                f"ancestor {HIDDEN}"
+            )
+    reached, frontier, open_ended = {root}, [root], False
+    while frontier:
+        rid = frontier.pop()
+        node = told.get(rid)
+        if node is None or not node.bases_known:
+            open_ended = True
+            continue
+        for base in sorted(node.bases & set(stated) - reached):
+            reached.add(base)
+            frontier.append(base)
+    for rid in sorted(set(stated) - reached):
+        if open_ended or hidden:
+            unchecked.append(f"{rid}: that it is an ancestor of {root} cannot be checked")
+        else:
+            problems.append(
+                f"the bundle includes {rid} as an ancestor of {root}, but no event it carries "
+                f"makes {rid} a basis of {root} or of its ancestors"
+            )
+    try:
+        derived = json.loads(members.get("prov.json", b"{}")).get("wasDerivedFrom") or {}
+    except (ValueError, AttributeError):
+        return
+    shown = set()
+    for item in derived.values() if isinstance(derived, dict) else ():
+        if not isinstance(item, dict):
+            continue
+        gen, used = str(item.get("prov:generatedEntity")), str(item.get("prov:usedEntity"))
+        if not (gen.startswith("rec:") and used.startswith("rec:")):
+            continue
+        gen, used = gen[4:], used[4:]
+        shown.add((gen, used))
+        if gen in told and told[gen].bases_known and used not in told[gen].bases:
+            problems.append(
+                f"prov.json derives {gen} from {used}, but no event of {gen} names {used}"
+            )
+    for rid, t in told.items():
+        for base in (*(t.parents or ()), *(t.observed or ())):
+            if base in stated and (rid, base) not in shown:
+                problems.append(
+                    f"prov.json does not derive {rid} from {base}, which its events name"
+                )

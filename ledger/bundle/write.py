@@ -1,0 +1,193 @@
+"""Writing a compliance bundle (:func:`write_bundle`), refused when the views
+disagree with the record's stored events (:func:`_check_view`).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from datetime import UTC
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ledger.access import Role
+from ledger.bundle.archive import _MANIFEST_CONTEXT, FORMAT, _signed_archive
+from ledger.bundle.documents import _prov_json, _summary
+from ledger.bundle.events import _Auditable, _events
+from ledger.bundle.told import _Told
+from ledger.errors import CorruptEventError
+from ledger.graph import collect
+from ledger.heads import SignedHead, key_id, load_private_key, public_key_pem, sign_head
+from ledger.session import Session
+from ledger.values import HIDDEN, AuditTrail, RecordView
+
+if TYPE_CHECKING:
+    from ledger.heads import PrivateKeyLike
+
+
+@dataclass(frozen=True)
+class BundleInfo:
+    """What :func:`write_bundle` wrote."""
+
+    path: str
+    record: str
+    head: SignedHead
+    records: tuple[str, ...]  # included records (the record first)
+    events: int  # events whose bytes are included
+    withheld: int  # events listed by leaf hash only (their bytes name a hidden record)
+    hidden: int  # 1 if ancestors outside the caller's scopes are shown as <hidden> (once)
+
+
+def write_bundle(
+    session: Session, record_id: str, private_key: PrivateKeyLike, path: str | os.PathLike[str]
+) -> BundleInfo:
+    """Write the compliance bundle of ``record_id`` to ``path`` (see the module docstring).
+
+    Raises:
+        UnknownRecordError: no such record, or not visible to the session.
+        AccessDeniedError: no ``audit`` role in the record's scope.
+        InvalidKeyError: the key cannot be loaded.
+        CorruptEventError: a stored event no longer matches its Merkle leaf, or
+            the views disagree with the log about an included record's status,
+            validity, expiry, parents or observed dependencies, or leave out one
+            of its ancestors (``provledger verify`` names the row; ``provledger
+            rebuild`` replays the views from the log).
+    """
+    key = load_private_key(private_key)
+    # Every basis ever held: a record revalidated on a new one was delivered, or
+    # relied on, while it rested on the old one, which the bundle must show.
+    sub = collect(
+        session, record_id, ancestors=True, role=Role.AUDIT, command="bundle", former=True
+    )
+    root = sub.root
+    assert root is not None
+    trails = {node.id: session.audit(node.id) for node in sub.nodes}
+    auditable = _Auditable(session, trails)
+    # Every auditable ancestor is in ``trails``: the others are the hidden ones.
+    hidden = any(
+        dep not in trails
+        for t in trails.values()
+        for dep in (*t.record.parents, *t.record.observed)
+    )
+    engine = session.caller.engine
+    events, digest, told = _events(session, trails, auditable)
+    # The views say what the bundle states; the log is what it proves. State
+    # nothing the events it carries contradict (a view row edited behind the
+    # ledger's back, or not yet rebuilt).
+    for rid, trail in trails.items():
+        _check_view(rid, trail.record, told[rid], trails, auditable)
+    head = sign_head(key, digest, engine.now())
+    order = _nearest_first(root, trails)
+    prov = _prov_json(session, root, trails, auditable)
+    summary = _summary(trails, order, hidden, head, events, auditable)
+    files: dict[str, bytes] = {
+        "summary.txt": summary.encode("utf-8"),
+        "prov.json": prov.encode("utf-8"),
+        "head.json": (json.dumps(head.to_json(), indent=2) + "\n").encode("utf-8"),
+        "public_key.pem": public_key_pem(key.public_key()),
+    }
+    for event in events:
+        if event.data is not None:
+            files[f"events/{event.position:012d}.bin"] = event.data
+    manifest = {
+        "format": FORMAT,
+        "record": root,
+        "created": engine.now().astimezone(UTC).isoformat(timespec="microseconds"),
+        "key_id": key_id(key),
+        "head": head.to_json(),
+        "records": [
+            {
+                "id": rid,
+                "scope": trails[rid].record.scope,
+                "kind": str(trails[rid].record.kind),
+                "status": str(trails[rid].record.status),
+                "validity": str(trails[rid].record.validity),
+            }
+            for rid in order
+        ]
+        + ([{"id": HIDDEN}] if hidden else []),
+        "events": [
+            {
+                "record": e.record,
+                "position": e.position,
+                "type": e.audit.type,
+                "index": e.index,
+                "leaf": e.leaf.hex(),
+                "path": [p.hex() for p in e.path],
+                "file": None if e.data is None else f"events/{e.position:012d}.bin",
+            }
+            for e in events
+        ],
+        "files": {name: hashlib.sha256(data).hexdigest() for name, data in sorted(files.items())},
+    }
+    manifest_bytes = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode("utf-8")
+    files["manifest.json"] = manifest_bytes
+    files["manifest.sig"] = base64.b64encode(key.sign(_MANIFEST_CONTEXT + manifest_bytes)) + b"\n"
+    Path(path).write_bytes(_signed_archive(files, key))
+    return BundleInfo(
+        path=str(path),
+        record=root,
+        head=head,
+        records=tuple(order),
+        events=sum(1 for e in events if e.data is not None),
+        withheld=sum(1 for e in events if e.data is None),
+        hidden=int(hidden),
+    )
+
+
+def _nearest_first(root: str, trails: dict[str, AuditTrail]) -> list[str]:
+    """The included records, the root first, then its ancestors breadth-first over
+    their current bases (then, by id, those reached only through former bases or
+    hidden records)."""
+    order, frontier = [root], [root]
+    while frontier:
+        reached = []
+        for rid in frontier:
+            record = trails[rid].record
+            for dep in (*record.parents, *record.observed):
+                if dep in trails and dep not in order:
+                    order.append(dep)
+                    reached.append(dep)
+        frontier = reached
+    return order + sorted(set(trails) - set(order))
+
+
+_REFUSED = "bundle refused: the views disagree with the log"
+_REMEDY = "(run `provledger verify` to name the row, then `provledger rebuild`)"
+
+
+def _check_view(
+    rid: str,
+    view: RecordView,
+    told: _Told,
+    trails: dict[str, AuditTrail],
+    auditable: _Auditable,
+) -> None:
+    """Refuse, naming ``rid``, if what the views say of it (and so what the bundle
+    would state) is not what its stored events say."""
+
+    def refuse(what: str) -> None:
+        raise CorruptEventError(f"{_REFUSED} about {rid!r}: {what} {_REMEDY}")
+
+    if told.record_id != rid:
+        refuse(f"the views give it the stored events of {told.record_id!r}")
+    if told.status != view.status:
+        refuse(f"they show it {view.status} but its events make it {told.status} ({told.by})")
+    if view.validity not in told.validities(None):
+        refuse(
+            f"they show it {view.status} / {view.validity}, which status {told.status} rules out"
+        )
+    if view.expires != told.expires:
+        refuse(f"they show it expiring {view.expires} but its events say {told.expires}")
+    for name, shown, logged in (
+        ("parents", view.parents, told.parents),
+        ("observed dependencies", view.observed, told.observed),
+    ):
+        if tuple(shown) != logged:
+            refuse(f"they show its {name} as {list(shown)} but its events say {list(logged or ())}")
+    left_out = sorted(b for b in told.bases if b not in trails and auditable(b))
+    if left_out:
+        refuse(f"its events name {', '.join(left_out)} as a basis, which the views leave out")
