@@ -28,6 +28,7 @@ from eventsourcing.sqlite import (
     SQLiteFactory,
 )
 
+from ledger.errors import StorageError
 from ledger.persistence.base import APPEND_ONLY, SNAPSHOT_DDL, LedgerRecorderMixin, in_log
 from projections.base import SQLITE, Cursor, Query
 from projections.projector import Projector, Row
@@ -59,19 +60,39 @@ def foreign_file(path: str) -> str | None:
 
 def holds_ledger(path: str) -> bool:
     """Whether the SQLite file at ``path`` exists and holds a ledger's events table;
-    opened read-only, so nothing is created or changed."""
+    opened read-only, so nothing is created or changed.
+
+    Raises:
+        StorageError: the file holds a ledger that SQLite cannot open where it is
+            (a ledger in WAL mode needs to create its ``-shm`` file beside it, which
+            a read-only directory or file system refuses).
+    """
     if not os.path.isfile(path):
         return False
+    uri = Path(path).absolute().as_uri()
+    found = _has_events_table(f"{uri}?mode=ro")
+    if found is None and _has_events_table(f"{uri}?mode=ro&immutable=1"):
+        raise StorageError(
+            f"the ledger at {path} cannot be opened where it is: SQLite cannot create "
+            "its -wal and -shm files beside it (a read-only directory or file "
+            "system); copy the file to a writable directory (nothing was changed)"
+        )
+    return bool(found)
+
+
+def _has_events_table(uri: str) -> bool | None:
+    """Whether the database at ``uri`` has the events table; None if it cannot be
+    read (not a database, or not openable as asked)."""
     try:
-        c = sqlite3.connect(f"{Path(path).absolute().as_uri()}?mode=ro", uri=True)
+        c = sqlite3.connect(uri, uri=True)
     except sqlite3.Error:
-        return False
+        return None
     try:
         found = c.execute(
             "SELECT 1 FROM sqlite_master WHERE type='table' AND name='stored_events'"
         ).fetchone()
-    except sqlite3.Error:  # not a database at all
-        return False
+    except sqlite3.Error:
+        return None
     finally:
         c.close()
     return found is not None
