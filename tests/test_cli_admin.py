@@ -271,6 +271,22 @@ def test_a_file_of_something_else_is_named_for_what_it_is_not_sent_to_init(
         )
     assert {p.name: p.read_bytes() for p in (text, other)} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.db", "other.db"]
+    # Nor does `init` put a ledger into them
+    for path, holds in ((text, "(not an SQLite database)"), (other, "t")):
+        refused = run("init", "--url", f"sqlite:///{path}")
+        assert refused.exit_code == 1
+        assert refused.stderr == (
+            f"error: not creating a ledger in {path}: it holds {holds}, not a ledger; "
+            "give a ledger a file of its own (nothing was changed)\n"
+        )
+    assert {p.name: p.read_bytes() for p in (text, other)} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.db", "other.db"]
+    # An SQLite file with no table yet is a file of its own
+    empty = tmp_path / "empty.db"
+    with closing(sqlite3.connect(empty)) as c:
+        c.execute("PRAGMA user_version = 1")
+        c.commit()
+    assert ok("init", "--url", f"sqlite:///{empty}").stdout.startswith("plt_")
 
 
 # -- extras and lazy imports ------------------------------------------------------------------

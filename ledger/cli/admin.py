@@ -39,6 +39,23 @@ from ledger.cli.render import (
 )
 from ledger.errors import AccessDeniedError, LedgerNotFoundError
 from ledger.experiment import run_experiment
+from ledger.persistence.sqlite import others_tables
+from ledger.persistence.urls import resolve_url
+
+
+def _refuse_others_file(url: str | None) -> None:
+    """Refuse to put a ledger into another program's SQLite database (its tables
+    would sit beside the ledger's append-only ones) or into a file of another kind."""
+    backend = resolve_url(url)
+    if backend.path is None:
+        return
+    others = others_tables(backend.path)
+    if others:
+        shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+        raise LedgerNotFoundError(
+            f"not creating a ledger in {backend.path}: it holds {shown}, not a ledger; "
+            "give a ledger a file of its own (nothing was changed)"
+        )
 
 
 @click.command()
@@ -62,6 +79,7 @@ def init(url: str | None, as_json: bool) -> None:
         led = open_ledger(url)
         made = led.backend == "memory"  # a new one each time
     except LedgerNotFoundError:
+        _refuse_others_file(url)
         led = open_ledger(url, create=True)
         made = True
     with led:

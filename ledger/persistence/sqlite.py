@@ -58,6 +58,26 @@ def foreign_file(path: str) -> str | None:
     return "an SQLite database without a ledger in it" if head else None
 
 
+def others_tables(path: str) -> list[str]:
+    """The tables of the SQLite file at ``path`` that are not a ledger's (a ledger's
+    are ``stored_events`` and ``pl_…``), read-only; [] when there is no file, it
+    is empty or unreadable, and ``["(not an SQLite database)"]`` for another
+    kind of file."""
+    if foreign_file(path) == "not an SQLite database":
+        return ["(not an SQLite database)"]
+    if not os.path.isfile(path) or os.path.getsize(path) == 0:
+        return []
+    try:
+        c = sqlite3.connect(f"{Path(path).absolute().as_uri()}?mode=ro", uri=True)
+        try:
+            names = [r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        finally:
+            c.close()
+    except sqlite3.Error:
+        return []
+    return sorted(n for n in names if n != "stored_events" and not n.startswith(("pl_", "sqlite_")))
+
+
 def holds_ledger(path: str) -> bool:
     """Whether the SQLite file at ``path`` exists and holds a ledger's events table;
     opened read-only, so nothing is created or changed.

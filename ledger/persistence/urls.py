@@ -77,6 +77,7 @@ def resolve_url(url: str | None) -> Backend:
                 "sqlite:///path.db, or memory: for a ledger in memory"
             )
         options = parse_qs(parsed.query, keep_blank_values=True)
+        _check_once(shown, options)
         unknown = sorted(set(options) - {"timeout"})
         if unknown:
             raise InvalidURLError(
@@ -177,6 +178,15 @@ _SECRET_OPTION = re.compile(r"([?&][^=&]*(?:pass|%70ass|p%61ss)[^=&]*=)[^&]*", r
 _USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://[^:/?#@]*:)(.*)@", re.DOTALL)
 
 
+def _check_once(shown: str, options: dict[str, list[str]]) -> None:
+    """Refuse an option given twice (which of the two was meant is not known)."""
+    for name, values in options.items():
+        if len(values) > 1:
+            raise InvalidURLError(
+                f"ledger URL {shown!r}: option {name!r} is given {len(values)} times; give it once"
+            )
+
+
 def redacted(url: str) -> str:
     """``url`` with any password, in its user part or as a query option, replaced
     by ``***`` (for messages, reprs and logs). Works on text, not on a parse, so a
@@ -201,7 +211,9 @@ def _postgres_backend(full: str) -> Backend:
         raise InvalidURLError(
             f"ledger URL {url!r}: the port is not a number from 1 to 65535"
         ) from None
-    query = {k: v[-1] for k, v in parse_qs(parsed.query, keep_blank_values=True).items()}
+    given = parse_qs(parsed.query, keep_blank_values=True)
+    _check_once(url, given)
+    query = {k: v[-1] for k, v in given.items()}
     unknown = sorted(set(query) - set(_PG_OPTIONS))
     if unknown:
         raise InvalidURLError(
