@@ -258,7 +258,8 @@ class Admin:
             principal: Any = engine.load(w.c, principal_uuid(subject))
             if principal is None or not principal.tokens.get(token_hash):
                 raise AuthenticationError("token is unknown or already revoked")
-            if subject == ADMIN_PRINCIPAL:
+            # Revoking a token that is no longer usable (expired) takes nothing away.
+            if subject == ADMIN_PRINCIPAL and self._usable(w, token_hash):
                 others = [h for h, live in principal.tokens.items() if live and h != token_hash]
                 if not any(self._usable(w, h) for h in others):
                     raise InvalidInputError(

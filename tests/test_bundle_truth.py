@@ -5,7 +5,9 @@ views; views edited behind the ledger's back must make it refuse, naming the
 record, rather than sign their word next to the events that contradict it. The
 verifier checks every status and basis a bundle states against the stored bytes
 of the events it carries, so a bundle re-signed by whoever holds the key (or
-written from bad views by an older release) fails too, naming the record.
+written from bad views by an older release) that states what they contradict
+fails too, naming the record. (A key holder who leaves out a record's latest
+events is beyond any offline check: see docs/evidence.md.)
 """
 
 from __future__ import annotations
@@ -334,3 +336,47 @@ def test_the_bundle_commands_count_withheld_events_as_carried(tmp_path: Path) ->
     assert "unchecked (bytes withheld): B1: its status STALE rests on the type" in out
     zip_file = zipfile.ZipFile(zip_path)
     assert b"M9" not in zip_file.read("summary.txt") and b"proj-a" not in zip_file.read("prov.json")
+
+
+def test_a_bundle_after_supersession_and_revalidation_on_the_new_version_verifies(
+    world: World, tmp_path: Path
+) -> None:
+    # E2 supersedes E1 (M1 goes STALE), M1 is revalidated on E2: PROV-JSON then
+    # derives E2 from E1 as a revision, which E2's proposal names (supersedes).
+    agent, reviewer = world.agent, world.reviewer
+    agent.capture(scope="proj-a", uri="https://x.test/doc", content=b"v1", id="E1")
+    reviewer.accept("E1")
+    agent.propose(
+        scope="proj-a", claim_key="c", value=1, kind=Kind.INFERENCE, parents=["E1"], id="M1"
+    )
+    reviewer.accept("M1")
+    agent.capture(scope="proj-a", uri="https://x.test/doc", content=b"v2", id="E2")
+    reviewer.accept("E2")
+    assert reviewer.get("E2").supersedes == "E1"
+    reviewer.revalidate("M1", parents=["E2"])
+    generate_key(tmp_path / "k")
+    for rid in ("M1", "E2", "E1"):
+        write_bundle(reviewer, rid, tmp_path / "k", tmp_path / f"{rid}.zip")
+        report = verify_bundle(tmp_path / f"{rid}.zip", tmp_path / "k.pub")
+        assert report.ok, (rid, report.problems)
+        assert report.unchecked == ()
+
+
+def test_free_text_in_the_summary_cannot_pose_as_one_of_its_lines(
+    world: World, tmp_path: Path
+) -> None:
+    agent, reviewer = world.agent, world.reviewer
+    agent.capture(
+        scope="proj-a", uri="https://x.test/a\nstatus:    REVOKED / INVALID", content=b"a", id="E1"
+    )
+    reviewer.accept("E1", note="checked\nancestry:  none\nstatus:    REVOKED / INVALID")
+    agent.propose(scope="proj-a", claim_key="c", value=1, kind=Kind.FACT, parents=["E1"], id="F1")
+    reviewer.accept("F1", note="fine\nstatus:    REVOKED / INVALID")
+    generate_key(tmp_path / "k")
+    write_bundle(reviewer, "F1", tmp_path / "k", tmp_path / "f1.zip")
+    report = verify_bundle(tmp_path / "f1.zip", tmp_path / "k.pub")
+    assert report.ok, report.problems
+    summary = zipfile.ZipFile(tmp_path / "f1.zip").read("summary.txt").decode()
+    assert "fine\\nstatus:    REVOKED / INVALID" in summary  # shown, escaped, in its line
+    [status] = [line for line in summary.splitlines() if line.startswith("status:")]
+    assert status.startswith("status:    ACCEPTED / VALID (fine\\nstatus:")

@@ -381,6 +381,12 @@ def test_an_expired_admin_token_does_not_count_as_another(ledger: Ledger, clock:
     ledger.admin(first)  # still the administrator's
     third = admin.issue_admin_token()
     admin.revoke_token(first)
+    # An expired token takes nothing away when revoked, even with only one left usable
+    fourth = admin.issue_admin_token(expires=clock.now + timedelta(minutes=1))
+    clock.advance(minutes=2)
+    admin.revoke_token(fourth)
+    with pytest.raises(AuthenticationError, match="revoked"):
+        ledger.admin(fourth)
     with pytest.raises(AuthenticationError, match="revoked"):
         ledger.admin(first)
     assert ledger.admin(third) is not None

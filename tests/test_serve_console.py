@@ -525,6 +525,10 @@ def test_a_decision_on_a_later_page_of_the_queue_returns_to_that_page(desk: Desk
     )
     assert (done.status_code, done.headers["location"]) == (303, later_url)
     assert desk.reviewer.get(rid[1]).status.value == "ACCEPTED"
+    # The first page filtered by scope returns to itself too
+    filtered = client.get("/?scope=proj-a").text
+    back = re.search(r'name="next" value="([^"]+)"', filtered)
+    assert back is not None and html.unescape(back[1]) == "/?scope=proj-a"
 
 
 def test_pages_can_be_browsed_as_of_a_past_position_read_only(desk: Desk) -> None:

@@ -117,7 +117,18 @@ def _summary(
         "check:     provledger verify-bundle THIS.zip --public-key KEY.pub",
         "",
     ]
-    return "\n".join(lines)
+    # Each entry is one line: a line break or other control character in the
+    # free text (a note, a reason, a URI) is escaped, so no text a proposer or
+    # approver wrote can pose as a line of its own (the verifier reads the
+    # status, evidence and ancestry lines).
+    return "\n".join(_one_line(line) for line in lines)
+
+
+def _one_line(text: str) -> str:
+    """``text`` with every character that is not printable escaped (``\\n``, ``\\u202e``)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _cause(record: RecordView, auditable: _Auditable) -> str:

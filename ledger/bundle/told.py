@@ -43,6 +43,8 @@ class _Told:
     observed: tuple[str, ...] | None = None
     bases: set[str] = field(default_factory=set)  # every basis ever declared or observed
     bases_known: bool = True
+    #: The version it was proposed to replace (a ``prov:Revision`` in PROV-JSON).
+    supersedes: str | None = None
     expires: datetime | None = None
     unknown: list[str] = field(default_factory=list)
 
@@ -94,6 +96,8 @@ def _tell(record: str, events: Iterable[tuple[int, str, Any]]) -> _Told:
             told.record_id = str(fields["record_id"])
             told.parents, told.observed = _names(fields["parents"]), _names(fields["observed"])
             told.bases.update(told.parents, told.observed)
+            replaced = fields.get("supersedes")  # none in 0.1.0's proposals
+            told.supersedes = None if replaced is None else str(replaced)
             expires = fields.get("expires")
             told.expires = expires if isinstance(expires, datetime) else None
         if kind == "Revalidated":
@@ -120,4 +124,7 @@ def _as_shown(
         parents=None if told.parents is None else redaction.ids(told.parents, hidden, names),
         observed=None if told.observed is None else redaction.ids(told.observed, hidden, names),
         bases={redaction.one(b, hidden, names) or b for b in told.bases} - {HIDDEN},
+        supersedes=None
+        if told.supersedes is None
+        else redaction.one(told.supersedes, hidden, names) or told.supersedes,
     )

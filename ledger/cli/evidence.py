@@ -323,7 +323,8 @@ def verify_bundle_command(path: str, public_key: str | None, as_json: bool) -> N
             f"ok: bundle of {report.record}: {_carried(report.events, report.withheld)} "
             f"in the tree of {report.head.tree_size} signed {report.head.time.isoformat()} "
             f"by {trust}, key id {report.key_id}; the statuses and bases it states agree "
-            "with the events it carries"
+            "with the events it carries (events after a record's last one carried are "
+            "beyond an offline check)"
             + (", as far as their bytes are carried:" if report.unchecked else "")
         )
         for what in report.unchecked:

@@ -90,29 +90,36 @@ def holds_ledger(path: str) -> bool:
     if not os.path.isfile(path):
         return False
     uri = Path(path).absolute().as_uri()
-    found = _has_events_table(f"{uri}?mode=ro")
-    if found is None and _has_events_table(f"{uri}?mode=ro&immutable=1"):
+    try:
+        return _has_events_table(f"{uri}?mode=ro")
+    except sqlite3.OperationalError as exc:
+        cannot_open = "unable to open" in str(exc)
+    except sqlite3.Error:  # not a database at all
+        return False
+    try:
+        held = cannot_open and _has_events_table(f"{uri}?mode=ro&immutable=1")
+    except sqlite3.Error:
+        return False
+    if held:
         raise StorageError(
             f"the ledger at {path} cannot be opened where it is: SQLite cannot create "
             "its -wal and -shm files beside it (a read-only directory or file "
             "system); copy the file to a writable directory (nothing was changed)"
         )
-    return bool(found)
+    return False
 
 
-def _has_events_table(uri: str) -> bool | None:
-    """Whether the database at ``uri`` has the events table; None if it cannot be
-    read (not a database, or not openable as asked)."""
-    try:
-        c = sqlite3.connect(uri, uri=True)
-    except sqlite3.Error:
-        return None
+def _has_events_table(uri: str) -> bool:
+    """Whether the database at ``uri`` has the events table.
+
+    Raises:
+        sqlite3.Error: it cannot be opened or read as asked.
+    """
+    c = sqlite3.connect(uri, uri=True)
     try:
         found = c.execute(
             "SELECT 1 FROM sqlite_master WHERE type='table' AND name='stored_events'"
         ).fetchone()
-    except sqlite3.Error:
-        return None
     finally:
         c.close()
     return found is not None

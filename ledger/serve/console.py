@@ -388,8 +388,8 @@ class Console:
                 "title": "Review queue",
                 "groups": groups,
                 # A decision returns to the page it was made on, not to the first.
-                "here": "/?" + urlencode({"scope": only, "after": after})
-                if only and after
+                "here": "/?" + urlencode({"scope": only, **({"after": after} if after else {})})
+                if only
                 else "/",
                 "paged": only is not None and after is not None,
                 "approves": bool(approving),
