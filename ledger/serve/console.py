@@ -366,6 +366,7 @@ class Console:
 
         def load(live: Session, moment: Moment, access: Access) -> dict[str, Any]:
             groups = []
+            explained: dict[tuple[str, str], Any] = {}  # one explanation per claim
             for scope in access.scopes(Role.APPROVE):
                 if only is not None and scope != only:
                     continue
@@ -378,7 +379,7 @@ class Console:
                 groups.append(
                     {
                         "scope": scope,
-                        "candidates": [candidate(live, v) for v in views],
+                        "candidates": [candidate(live, v, explained) for v in views],
                         "next_after": next_after(live, scope, views, PAGE, status=Status.CANDIDATE),
                         "unreadable": False,
                     }

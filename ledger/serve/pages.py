@@ -241,8 +241,15 @@ def _dependency(session: Session, rid: str, observed: bool) -> Parent:
         return Parent(rid, None, observed, "not readable with your roles")
 
 
-def candidate(session: Session, view: RecordView) -> Candidate:
-    """A queue entry for ``view``, with what would refuse its acceptance said up front."""
+def candidate(
+    session: Session,
+    view: RecordView,
+    explained: dict[tuple[str, str], Explanation | None] | None = None,
+) -> Candidate:
+    """A queue entry for ``view``, with what would refuse its acceptance said up front.
+
+    ``explained``: the claims explained so far for one page, by (scope, claim key),
+    so that candidates of one claim share one explanation."""
     deps = [_dependency(session, p, False) for p in view.parents]
     deps += [_dependency(session, o, True) for o in view.undeclared]
     blocked = None
@@ -259,7 +266,17 @@ def candidate(session: Session, view: RecordView) -> Candidate:
                 accept_blocked = f"Its dependency {dep.id} is {dep.view.validity}."
             if accept_blocked:
                 break
-    conflicts = _disagreeing(session, view)
+    key = (view.scope, view.claim_key)
+    if explained is None or key not in explained:
+        try:
+            explanation: Explanation | None = session.explain(*key)
+        except LedgerError:
+            explanation = None
+        if explained is not None:
+            explained[key] = explanation
+    else:
+        explanation = explained[key]
+    conflicts = () if explanation is None else _disagreeing(view, explanation)
     return Candidate(view, tuple(deps), blocked, accept_blocked, conflicts)
 
 
@@ -277,21 +294,14 @@ def explain_line(
         if entry.record.id == view.id:
             rivals: tuple[str, ...] = ()
             if entry.usable and explanation.outcome == Outcome.CONFLICT:
-                rivals = _disagreeing(session, view, explanation)
+                rivals = _disagreeing(view, explanation)
             return entry.usable, entry.reasons, rivals
     return False, (), ()
 
 
-def _disagreeing(
-    session: Session, view: RecordView, explanation: Explanation | None = None
-) -> tuple[str, ...]:
-    """The usable records of ``view``'s claim, other than it and the version it
-    supersedes, whose value is not its value."""
-    if explanation is None:
-        try:
-            explanation = session.explain(view.scope, view.claim_key)
-        except LedgerError:
-            return ()
+def _disagreeing(view: RecordView, explanation: Explanation) -> tuple[str, ...]:
+    """The usable records of ``view``'s claim (``explanation``), other than it and
+    the version it supersedes, whose value is not its value."""
     mine = canonical(view.value)
     return tuple(
         e.record.id
