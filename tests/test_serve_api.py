@@ -711,6 +711,52 @@ def test_a_body_that_is_not_a_json_object_is_422(served: Served) -> None:
     assert (lone.status_code, error_of(lone)["field"]) == (422, "content")
 
 
+def test_a_body_declared_as_another_media_type_is_415_and_writes_nothing(
+    served: Served,
+) -> None:
+    # A form or text/plain body is not read as JSON by guesswork, even when it parses.
+    before = served.ledger.position
+    raw = b'{"scope": "proj-a", "claim_key": "c", "value": 1, "kind": "fact"}'
+    for media in (
+        "text/plain",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+        "application/jsonx",
+    ):
+        r = served.agent.post("/records", content=raw, headers={"Content-Type": media})
+        assert r.status_code == 415, media
+        error = error_of(r)
+        assert error["type"] == "InvalidInputError"
+        assert repr(media.split(";")[0]) in error["message"]
+        assert "application/json" in error["message"]
+    assert served.ledger.position == before
+    # JSON by any of its names, or no declared type at all, is read
+    for n, headers in enumerate(
+        (
+            {"Content-Type": "application/json; charset=utf-8"},
+            {"Content-Type": "Application/JSON"},
+            {"Content-Type": "application/vnd.provledger+json"},
+            {},
+        )
+    ):
+        body = raw.replace(b'"c"', b'"c-%d"' % n)
+        r = served.agent.post("/records", content=body, headers=headers)
+        assert r.status_code == 201, (headers, r.text)
+    # an empty body declared as a form is nothing to refuse: the route's own check speaks
+    empty = served.reviewer.post(
+        "/records/{record_id}/reject",
+        record_id="X",
+        content=b"",
+        headers={"Content-Type": "text/plain"},
+    )
+    assert (empty.status_code, error_of(empty)["field"]) == (422, "reason")
+    # a bad token is still told first
+    bad = served.anonymous.as_("plt_not-a-token").post(
+        "/records", content=raw, headers={"Content-Type": "text/plain"}
+    )
+    assert (bad.status_code, error_of(bad)["type"]) == (401, "AuthenticationError")
+
+
 def test_a_number_out_of_range_or_a_field_given_twice_is_422_and_writes_nothing(
     served: Served,
 ) -> None:

@@ -51,6 +51,44 @@ class FieldError(InvalidInputError):
         self.field = field_name
 
 
+class MediaTypeError(FieldError):
+    """A request body sent as something other than JSON: 415, body unread."""
+
+    def __init__(self, media_type: str) -> None:
+        super().__init__(
+            "Content-Type",
+            f"the request body is sent as {media_type[:80]!r}; this API takes JSON "
+            "(Content-Type: application/json)",
+        )
+
+
+def media_type_of(headers: Mapping[str, str]) -> str | None:
+    """The media type of a request body (``Content-Type`` without parameters,
+    lower case), None when none is given."""
+    value = headers.get("content-type")
+    if value is None:
+        return None
+    return value.split(";", 1)[0].strip().lower()
+
+
+def check_json_body(headers: Mapping[str, str], raw: bytes) -> None:
+    """Refuse a non-empty body whose ``Content-Type`` is given and is not JSON
+    (``application/json`` or ``application/…+json``): a form or ``text/plain``
+    body is not read as JSON by guesswork.
+
+    Raises:
+        MediaTypeError: the body is declared as another media type.
+    """
+    media = media_type_of(headers)
+    if media is None or not raw.strip():
+        return
+    if media == "application/json":
+        return
+    if media.startswith("application/") and media.endswith("+json"):
+        return
+    raise MediaTypeError(media)
+
+
 def bearer_token(headers: Mapping[str, str]) -> str:
     """The token of an ``Authorization: Bearer …`` header.
 
@@ -76,7 +114,9 @@ def ledger_error_response(exc: LedgerError, fields: tuple[str, ...] = ()) -> Res
     """The response for a refusal: the table's status and the error body."""
     status = status_of(exc)
     found: str | None
-    if isinstance(exc, FieldError):
+    if isinstance(exc, MediaTypeError):
+        name, found, status = "InvalidInputError", None, 415
+    elif isinstance(exc, FieldError):
         name, found = "InvalidInputError", exc.field
     elif isinstance(exc, InvalidParentError) and not {"parents", "supersedes"} & set(fields):
         # The state of a record's dependencies (accept a record whose parent is a
@@ -262,7 +302,9 @@ def endpoint(
             body: Mapping[str, Any] = {}
             try:
                 if request.method == "POST":
-                    body = _parse_body(await request.body())
+                    raw = await request.body()
+                    check_json_body(request.headers, raw)
+                    body = _parse_body(raw)
                 _check_names(request.query_params.keys(), accepted[0], "query parameter")
                 _check_once(request.query_params.multi_items())
                 _check_names(body.keys(), accepted[1], "field")

@@ -313,6 +313,8 @@ _ERRORS = {
     "409": "The status machine does not allow this now (e.g. accepting a REVOKED record, or "
     "one whose dependency is not usable).",
     "413": "The request body is over the server's limit.",
+    "415": "The request body is declared as another media type than JSON "
+    "(send Content-Type: application/json, or none).",
     "422": "Bad input; error.field names the offending field.",
     "503": "The ledger cannot be reached or is closed (StorageError, ClosedLedgerError); "
     "for format=svg, also: Graphviz's dot program is not installed on the server.",
@@ -595,6 +597,7 @@ def document() -> dict[str, Any]:
             for code in _ALWAYS:
                 op["responses"].setdefault(code, {"$ref": f"#/components/responses/E{code}"})
             if "requestBody" in op:
+                op["responses"].setdefault("415", {"$ref": "#/components/responses/E415"})
                 # The API refuses a field its operation does not document.
                 ref = op["requestBody"]["content"]["application/json"]["schema"]["$ref"]
                 schemas[ref.rsplit("/", 1)[-1]]["additionalProperties"] = False
