@@ -154,6 +154,7 @@ class Admin:
             InvalidRoleError: a role is unknown.
         """
         self._engine.check_open()
+        self._engine.check_writable("grant")
         _check_subject(subject)
         check_id(scope, "scope")
         wanted = check_roles(roles)
@@ -167,6 +168,7 @@ class Admin:
             InvalidInputError: the subject holds none of those roles there.
         """
         self._engine.check_open()
+        self._engine.check_writable("revoke_grant")
         check_id(subject, "subject")
         check_id(scope, "scope")
         with self._engine.reading() as c:
@@ -189,6 +191,7 @@ class Admin:
             ExpiryInPastError: ``expires`` is not in the future.
         """
         self._engine.check_open()
+        self._engine.check_writable("issue_token")
         _check_subject(subject)
         if expires is not None:
             self._engine.check_future(check_aware(expires, "token expiry"), "token expiry")
@@ -206,6 +209,7 @@ class Admin:
             ExpiryInPastError: ``expires`` is not in the future.
         """
         self._engine.check_open()
+        self._engine.check_writable("issue_admin_token")
         if expires is not None:
             self._engine.check_future(check_aware(expires, "token expiry"), "token expiry")
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
@@ -221,6 +225,7 @@ class Admin:
         processes initialising one database at once cannot both get one.
         """
         self._engine.check_open()
+        self._engine.check_writable("bootstrap_admin_token")
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
         issued = self._append(
             ADMIN_PRINCIPAL,
@@ -244,6 +249,7 @@ class Admin:
                 revoked nor expired).
         """
         self._engine.check_open()
+        self._engine.check_writable("revoke_token")
         if not isinstance(token, str):
             raise AuthenticationError("token must be a string")
         token_hash = hash_token(token)
@@ -299,6 +305,7 @@ class Admin:
         """
         from ledger.erasure import erase_snapshot
 
+        self._engine.check_writable("erase_snapshot")
         return erase_snapshot(self._engine, ref, reason, actor=self.ACTOR)
 
     def access_history(

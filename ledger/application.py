@@ -78,11 +78,15 @@ class Ledger:
             create=create,
         )
         try:
-            if catch_up:
+            if self._engine.read_only:
+                self._engine.note_layout()  # the views as stored: nothing is written
+            elif catch_up:
                 self._engine.migrate_views()
                 self.catch_up()
             elif self._engine.position() == 0:
                 self._engine.migrate_views()  # a new ledger's empty views: their layout
+            else:
+                self._engine.note_layout()
         except BaseException:
             self.close()
             raise
@@ -124,9 +128,16 @@ class Ledger:
                 problem rather than opening failing on, or rebuilding away, what
                 was written behind the ledger's back.
 
+        A URL ``sqlite:///path.db?mode=ro`` opens an existing ledger read-only,
+        as an auditor's copy or a ledger on a read-only file system is opened:
+        nothing is created or written (the views stay as stored, as with
+        ``catch_up=False``), reads, audit, ``verify`` and bundles work, and
+        every write raises ``ReadOnlyError``.
+
         Raises:
             InvalidURLError: the URL names no supported backend.
-            LedgerNotFoundError: ``create=False`` and there is no ledger at ``url``.
+            LedgerNotFoundError: ``create=False`` (or ``mode=ro``) and there is
+                no ledger at ``url``.
             InvalidInputError: an option is of the wrong type.
             StorageError: the database cannot be opened or reached.
         """
@@ -192,6 +203,11 @@ class Ledger:
                 "not a principal's; issue one with `provledger token issue SUBJECT`"
             )
         return Session(Caller(self._engine, subject, token_hash))
+
+    @property
+    def read_only(self) -> bool:
+        """True when opened read-only (``sqlite:///path.db?mode=ro``)."""
+        return self._engine.read_only
 
     @property
     def position(self) -> int:
@@ -287,7 +303,7 @@ class Ledger:
         # exactly as they were, and writers wait instead of seeing half-built views.
         # The backend is set for reading and writing every view row once (on SQLite
         # a small page cache, so memory does not grow with the log).
-        with engine.locked() as c, engine.recorder.replaying(c):
+        with engine.locked("rebuild") as c, engine.recorder.replaying(c):
             # Under the lock, so no other writer slips in between the two digests.
             before = engine.projector.digest(c)
             target = engine.recorder.max_position(c)

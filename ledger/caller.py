@@ -342,15 +342,16 @@ class Caller:
 
     @property
     def read_only(self) -> bool:
-        """True as of a past position."""
-        return self.position is not None
+        """True as of a past position, or on a ledger opened read-only."""
+        return self.position is not None or self.engine.read_only
 
     def writable(self, command: str) -> None:
-        """Raise ``ReadOnlyError`` as of a past position."""
+        """Raise ``ReadOnlyError`` as of a past position or on a ledger opened read-only."""
         if self.position is not None:
             raise ReadOnlyError(
                 f"{command} refused: this session is read-only (as of position {self.position})"
             )
+        self.engine.check_writable(command)
 
     def at(self, at: datetime | None) -> datetime:
         """The instant a read is about: ``at``, else the as-of time, else now."""

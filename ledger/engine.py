@@ -47,11 +47,24 @@ from ledger.errors import (
     InvalidInputError,
     LedgerError,
     LedgerNotFoundError,
+    ReadOnlyError,
     StorageError,
     UnknownRecordError,
 )
-from ledger.persistence import Backend, LedgerApplication, foreign_file, holds_ledger
-from ledger.persistence.faults import DATABASE_ERRORS, CommitFailed, is_busy, storage_error
+from ledger.persistence import (
+    Backend,
+    LedgerApplication,
+    foreign_file,
+    holds_ledger,
+    read_only_uri,
+)
+from ledger.persistence.faults import (
+    DATABASE_ERRORS,
+    CommitFailed,
+    is_busy,
+    root_cause,
+    storage_error,
+)
 from ledger.serialization import datetime_to_micros, micros_to_datetime
 from ledger.stored import stored_events
 from ledger.validation import check_aware
@@ -173,6 +186,24 @@ class Recent:
                 self.tokens.clear()  # grants and tokens change with Principal events
 
 
+def _missing_from_views(exc: BaseException) -> bool:
+    """Whether ``exc`` is a query naming a view table or column the database lacks."""
+    cause = root_cause(exc)
+    if getattr(cause, "sqlstate", None) in ("42703", "42P01"):  # PostgreSQL's undefined
+        return True
+    text = str(cause)
+    return isinstance(cause, sqlite3.OperationalError) and (
+        text.startswith("no such column") or text.startswith("no such table")
+    )
+
+
+def read_only_error(what: str, url: str) -> ReadOnlyError:
+    """The refusal of ``what`` (a write) on the ledger at ``url``, opened read-only."""
+    return ReadOnlyError(
+        f"{what} refused: ledger {url!r} is opened read-only (mode=ro); nothing was written"
+    )
+
+
 class Engine:
     """The backend, the clock and the options of one open ledger (internal)."""
 
@@ -189,6 +220,11 @@ class Engine:
         self.url = backend.url
         self.backend = backend.kind
         self._path = backend.path
+        #: Opened read-only (``sqlite:///path?mode=ro``): every write is refused.
+        self.read_only = backend.read_only
+        #: The layout of views left as stored that is not this version's (see
+        #: :meth:`note_layout`), None when they are current.
+        self.outdated_views: str | None = None
         self._secret = backend.env.get("POSTGRES_PASSWORD", "")
         self.checks = checks
         self.max_value_bytes = max_value_bytes
@@ -200,7 +236,10 @@ class Engine:
         self._lock = threading.RLock()
         self.now()  # a clock that does not give aware datetimes is refused now
         env = backend.env
-        if not create and backend.kind != "memory":
+        if backend.read_only:
+            # Nothing is created, not even the file; SQLite itself refuses writes.
+            env = {**env, "SQLITE_DBNAME": read_only_uri(str(backend.path)), "CREATE_TABLE": "no"}
+        elif not create and backend.kind != "memory":
             missing = LedgerNotFoundError(f"no ledger at {backend.url!r} (nothing was created)")
             if backend.kind == "sqlite" and not holds_ledger(str(backend.path)):
                 found = foreign_file(str(backend.path))
@@ -224,7 +263,11 @@ class Engine:
         self.projector: Projector = self.recorder.projector
         self.projector.mapper = self.app.mapper
         self.dialect: Dialect = self.recorder.dialect
-        if not create and backend.kind != "memory" and not self.recorder.holds_ledger():
+        if (
+            (backend.read_only or not create)
+            and backend.kind != "memory"
+            and not self.recorder.holds_ledger()
+        ):
             self.close()
             raise missing
 
@@ -239,6 +282,11 @@ class Engine:
         """Raise ``ClosedLedgerError`` once the ledger is closed."""
         if self.closed:
             raise ClosedLedgerError(f"ledger {self.url!r} is closed")
+
+    def check_writable(self, what: str) -> None:
+        """Raise ``ReadOnlyError`` (naming ``what``) if the ledger was opened read-only."""
+        if self.read_only:
+            raise read_only_error(what, self.url)
 
     # -- time ---------------------------------------------------------------------
 
@@ -261,6 +309,20 @@ class Engine:
         self, exc: BaseException, *, opening: bool = False, committing: bool = False
     ) -> LedgerError:
         """The typed error for a failure of the database (see ``persistence.faults``)."""
+        if self.outdated_views is not None and _missing_from_views(exc):
+            kept = (
+                "opened read-only, they stay as stored; copy the file to a writable "
+                "place and open it there to have them rebuilt (verify, digest and "
+                "stats work as it is)"
+                if self.read_only
+                else "opened with catch_up=False, they stay as stored until a command "
+                "or an open without it rebuilds them"
+            )
+            return StorageError(
+                f"ledger {self.url!r}: its views were built by an earlier version "
+                f"(layout {self.outdated_views}; this version reads layout {LAYOUT}) "
+                f"and cannot answer this; {kept}"
+            )
         return storage_error(
             exc,
             self.url,
@@ -301,10 +363,11 @@ class Engine:
             raise self.storage_error(exc) from None
 
     @contextmanager
-    def locked(self) -> Iterator[Cursor]:
+    def locked(self, what: str = "maintenance") -> Iterator[Cursor]:
         """A write transaction holding the writers' lock (maintenance: catch-up,
-        rebuild); commands use :meth:`transact`."""
+        rebuild, named by ``what`` in a refusal); commands use :meth:`transact`."""
         self.check_open()
+        self.check_writable(what)
         try:
             with self._lock, self.recorder.writing() as c:
                 self.recent.forget()
@@ -332,8 +395,10 @@ class Engine:
                 was not applied or may have been (a connection lost while the
                 commit was on its way: on PostgreSQL a command's last writes
                 travel with its ``COMMIT``).
+            ReadOnlyError: the ledger was opened read-only.
         """
         self.check_open()
+        self.check_writable("writing")
 
         def attempt() -> T:
             try:
@@ -528,8 +593,15 @@ class Engine:
             done, newest = self.recorder.tracking_and_newest(c)
         if min(done.values()) >= newest:
             return 0
-        with self.locked() as c, gc_pause.paused():
+        with self.locked("catch_up") as c, gc_pause.paused():
             return self.projector.catch_up(c)
+
+    def note_layout(self) -> None:
+        """Remember whether the views, left as stored (read-only, or no catch-up),
+        were built with another layout: a read they cannot answer then says so."""
+        with self.reading() as c:
+            layout = self.projector.layout(c)
+        self.outdated_views = None if layout == LAYOUT else str(layout or "not recorded")
 
     def migrate_views(self) -> None:
         """Rebuild the views from the log if they were built with another layout

@@ -155,7 +155,8 @@ class AccessDeniedError(LedgerError, PermissionError):
 
 
 class ReadOnlyError(LedgerError):
-    """A write was attempted on a read-only (as-of) session."""
+    """A write was attempted on a read-only (as-of) session, or on a ledger
+    opened read-only (``sqlite:///path.db?mode=ro``)."""
 
 
 class ConcurrencyError(LedgerError):

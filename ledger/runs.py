@@ -66,6 +66,7 @@ class RunContext:
             DuplicateRecordError: the principal started a run with this id before.
         """
         caller = self._outer
+        caller.engine.check_writable("run")
         with caller.reading() as c:
             if not access_view.holds_any(
                 c, caller.engine.dialect, caller.subject, (Role.PROPOSE.value, Role.READ.value)

@@ -58,7 +58,7 @@ class Session:
 
     @property
     def read_only(self) -> bool:
-        """True for as-of sessions."""
+        """True for as-of sessions, and on a ledger opened read-only."""
         return self.caller.read_only
 
     def sync(self) -> int:

@@ -37,6 +37,7 @@ from ledger.cli.render import (
     styled,
     when_text,
 )
+from ledger.engine import read_only_error
 from ledger.errors import AccessDeniedError, LedgerNotFoundError
 from ledger.experiment import run_experiment
 from ledger.persistence.sqlite import others_tables
@@ -75,6 +76,9 @@ def init(url: str | None, as_json: bool) -> None:
       provledger init --url sqlite:///provledger.db
       export PROVLEDGER_ADMIN_TOKEN=$(provledger init --url postgresql://me@db/ledger)
     """
+    backend = resolve_url(url)
+    if backend.read_only:
+        raise read_only_error("init", backend.url)
     try:
         led = open_ledger(url)
         made = led.backend == "memory"  # a new one each time
@@ -409,6 +413,8 @@ def rebuild(url: str | None, admin_token: str | None, as_json: bool) -> None:
       provledger rebuild --url sqlite:///provledger.db
     """
     with host_ledger(url, "rebuild", admin_token) as led:
+        if led.read_only:  # before the progress bar shows
+            raise read_only_error("rebuild", led.url)
         report = rebuild_with_progress(led, quiet=as_json)
     if as_json:
         click.echo(

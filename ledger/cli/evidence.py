@@ -91,11 +91,13 @@ def verify(
     \b
     Example:
       provledger verify --heads /mnt/witness/heads.jsonl --public-key ledger-key.pub
+      provledger verify --url 'sqlite:///audit-copy.db?mode=ro'   # opened read-only
     """
     # The views as stored: a row written behind the ledger's back must be named by
     # the checks, in their order, not refused by opening.
     with host_ledger(url, "verify", admin_token, catch_up=False) as led:
         report = led.verify(against=against, heads=heads_file, public_key=public_key)
+        read_only = led.read_only
     if as_json:
         echo_json(
             {
@@ -117,8 +119,13 @@ def verify(
         if "authorization" in report.checks and "views" not in report.checks:
             click.echo(
                 "views not compared: they were built by an earlier version (their "
-                "layout); any command rebuilds them from the log, and verify then "
-                "compares them",
+                "layout); "
+                + (
+                    "opened read-only, they stay as stored: verify a writable copy, "
+                    "where any command rebuilds them from the log, to compare them"
+                    if read_only
+                    else "any command rebuilds them from the log, and verify then compares them"
+                ),
                 err=True,
             )
     if not report.ok:

@@ -266,6 +266,11 @@ def open_ledger(url: str | None, *, create: bool = False, catch_up: bool = True)
             raise LedgerNotFoundError(
                 f"no ledger at {backend.url}: the file there is {found}; check PROVLEDGER_URL"
             ) from None
+        if backend.read_only:  # init creates, which read-only cannot
+            raise LedgerNotFoundError(
+                f"no ledger at {backend.url} (opened read-only: nothing was created); "
+                "check the path or PROVLEDGER_URL"
+            ) from None
         raise LedgerNotFoundError(
             f"no ledger at {backend.url}; run `provledger init` or check PROVLEDGER_URL"
         ) from None

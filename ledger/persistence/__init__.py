@@ -21,7 +21,12 @@ from eventsourcing.application import Application
 from eventsourcing.persistence import Transcoder
 
 from ledger.persistence.base import Guard, LedgerRecorderMixin
-from ledger.persistence.sqlite import LedgerSQLiteRecorder, foreign_file, holds_ledger
+from ledger.persistence.sqlite import (
+    LedgerSQLiteRecorder,
+    foreign_file,
+    holds_ledger,
+    read_only_uri,
+)
 from ledger.persistence.urls import DEFAULT_PATH, Backend, resolve_url
 from ledger.serialization import MsgpackTranscoder
 
@@ -69,5 +74,6 @@ __all__ = [
     "LedgerSQLiteRecorder",
     "foreign_file",
     "holds_ledger",
+    "read_only_uri",
     "resolve_url",
 ]

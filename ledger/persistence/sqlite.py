@@ -28,7 +28,7 @@ from eventsourcing.sqlite import (
     SQLiteFactory,
 )
 
-from ledger.errors import StorageError
+from ledger.errors import LedgerNotFoundError, StorageError
 from ledger.persistence.base import APPEND_ONLY, SNAPSHOT_DDL, LedgerRecorderMixin, in_log
 from projections.base import SQLITE, Cursor, Query
 from projections.projector import Projector, Row
@@ -102,11 +102,64 @@ def holds_ledger(path: str) -> bool:
         return False
     if held:
         raise StorageError(
-            f"the ledger at {path} cannot be opened where it is: SQLite cannot create "
-            "its -wal and -shm files beside it (a read-only directory or file "
-            "system); copy the file to a writable directory (nothing was changed)"
+            f"the ledger at {path} cannot be opened for writing where it is: SQLite "
+            "cannot create its -wal and -shm files beside it (a read-only directory "
+            f"or file system); open it read-only (sqlite:///{path}?mode=ro: reads, "
+            "audit, verify and bundles) or copy the file to a writable directory "
+            "(nothing was changed)"
         )
     return False
+
+
+def read_only_uri(path: str) -> str:
+    """The SQLite URI that opens the ledger at ``path`` read-only (``mode=ro``).
+
+    Where SQLite cannot create the ``-shm`` file a WAL database needs beside it
+    (a read-only directory or file system), the file is opened as immutable:
+    only when no ``-wal`` file with content is beside it, since an immutable
+    open does not read the WAL, and its transactions would be silently missing.
+
+    Raises:
+        LedgerNotFoundError: no file at ``path``, or no ledger in it.
+        StorageError: the file cannot be read where it is.
+    """
+    if not os.path.isfile(path):
+        raise LedgerNotFoundError(f"no ledger at {path} (nothing was created)")
+    if foreign_file(path) == "not an SQLite database":
+        raise LedgerNotFoundError(
+            f"no ledger at {path}: the file there is not an SQLite database (nothing was changed)"
+        )
+    uri = Path(path).absolute().as_uri()
+    read_only = f"{uri}?mode=ro"
+    try:
+        held = _has_events_table(read_only)
+    except sqlite3.OperationalError as exc:
+        if "unable to open" not in str(exc):
+            raise StorageError(f"cannot open the ledger at {path} read-only: {exc}") from None
+        wal = Path(f"{path}-wal")
+        if wal.is_file() and wal.stat().st_size > 0:
+            raise StorageError(
+                f"cannot open the ledger at {path} read-only where it is: its -wal file "
+                "holds transactions not yet in the main file, and SQLite cannot create "
+                "the -shm file it needs to read them (a read-only directory or file "
+                "system); copy the file with its -wal file to a writable directory, or "
+                "checkpoint it where it was written (nothing was changed)"
+            ) from None
+        read_only = f"{uri}?mode=ro&immutable=1"
+        try:
+            held = _has_events_table(read_only)
+        except sqlite3.Error as again:
+            raise StorageError(f"cannot open the ledger at {path} read-only: {again}") from None
+    except sqlite3.Error as exc:
+        raise StorageError(f"cannot open the ledger at {path} read-only: {exc}") from None
+    if not held:
+        found = foreign_file(path)
+        raise LedgerNotFoundError(
+            f"no ledger at {path}"
+            + ("" if found is None else f": the file there is {found}")
+            + " (nothing was changed)"
+        )
+    return read_only
 
 
 def _has_events_table(uri: str) -> bool:
@@ -159,7 +212,8 @@ class LedgerSQLitePool(SQLiteConnectionPool):
             )
         except (sqlite3.Error, TypeError) as e:
             raise InterfaceError(e) from e
-        if not self.is_sqlite_memory_mode and not self.is_journal_mode_wal:
+        read_only = "mode=ro" in self.db_name
+        if not self.is_sqlite_memory_mode and not self.is_journal_mode_wal and not read_only:
             cursor = c.cursor()
             cursor.execute("PRAGMA journal_mode;")
             if str(cursor.fetchone()[0]).lower() != "wal":

@@ -6,7 +6,8 @@ option (the URL in it redacted): an SQLite path is a plain file path (``file:`` 
 and ``:memory:`` are refused: they would silently open something else); a PostgreSQL
 schema is a plain lowercase name that is neither a system schema
 (``information_schema``, ``pg_*``) nor a reserved word; pool sizes and timeouts are
-whole numbers within :data:`PG_BOUNDS`.
+whole numbers within :data:`PG_BOUNDS`. An SQLite URL takes ``mode=ro`` to open
+the file read-only (see :func:`ledger.persistence.sqlite.read_only_uri`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ class Backend:
     url: str  # credentials replaced by ``***``
     env: dict[str, str] = field(repr=False)  # holds the password
     path: str | None = None
+    #: ``sqlite:///path.db?mode=ro``: opened read-only; nothing is ever written.
+    read_only: bool = False
 
 
 def resolve_url(url: str | None) -> Backend:
@@ -78,10 +81,15 @@ def resolve_url(url: str | None) -> Backend:
             )
         options = parse_qs(parsed.query, keep_blank_values=True)
         _check_once(shown, options)
-        unknown = sorted(set(options) - {"timeout"})
+        unknown = sorted(set(options) - {"timeout", "mode"})
         if unknown:
             raise InvalidURLError(
-                f"ledger URL {shown!r}: unknown option {unknown[0]!r} (known: timeout)"
+                f"ledger URL {shown!r}: unknown option {unknown[0]!r} (known: mode, timeout)"
+            )
+        mode = options.get("mode", ["rw"])[-1]
+        if mode not in ("ro", "rw"):
+            raise InvalidURLError(
+                f"ledger URL {shown!r}: mode must be ro (read-only) or rw, got {mode[:20]!r}"
             )
         timeout = options.get("timeout", ["30"])[-1]
         if not timeout.isascii() or not timeout.isdigit() or not 0 < int(timeout) <= 86_400:
@@ -94,7 +102,7 @@ def resolve_url(url: str | None) -> Backend:
             "SQLITE_LOCK_TIMEOUT": timeout,
             "APPLICATION_RECORDER_TOPIC": recorder_topic,
         }
-        return Backend(kind="sqlite", url=url, env=env, path=path)
+        return Backend(kind="sqlite", url=url, env=env, path=path, read_only=mode == "ro")
     if url.startswith(("postgresql://", "postgres://")):
         if not _installed("psycopg"):
             raise StorageError(

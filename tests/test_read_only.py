@@ -1,0 +1,265 @@
+"""A ledger opened read-only (``sqlite:///path.db?mode=ro``): an auditor's copy, or
+a ledger on a read-only file system.
+
+Nothing is created or written: reads, audit, ``verify`` and the digest answer as
+on the ledger opened for writing, every write is refused with ``ReadOnlyError``
+naming it, and the file's bytes do not change. Where SQLite cannot create the
+``-shm`` file beside the ledger (a real read-only bind mount here), it is opened
+as immutable, unless a ``-wal`` file holding transactions is beside it, which an
+immutable open would silently leave out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from ledger import Kind, Ledger, Outcome
+from ledger.cli import main
+from ledger.errors import (
+    InvalidURLError,
+    LedgerNotFoundError,
+    ReadOnlyError,
+    StorageError,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def run(*args: str) -> Result:
+    env: dict[str, str | None] = {
+        "PROVLEDGER_URL": None,
+        "PROVLEDGER_TOKEN": None,
+        "PROVLEDGER_ADMIN_TOKEN": None,
+    }
+    return CliRunner().invoke(main, list(args), env=env)
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def write_ledger(path: Path) -> tuple[Ledger, dict[str, str]]:
+    """A ledger with a proposal, an acceptance, a capture and a revocation; open."""
+    led = Ledger.open(f"sqlite:///{path}")
+    admin = led.admin()
+    tokens = {}
+    for subject, roles in (
+        ("agent-1", ["propose", "read"]),
+        ("reviewer", ["approve", "read", "audit"]),
+    ):
+        admin.grant(subject, "proj-a", roles)
+        tokens[subject] = admin.issue_token(subject)
+    agent = led.authenticate(tokens["agent-1"])
+    reviewer = led.authenticate(tokens["reviewer"])
+    ev = agent.capture("proj-a", "https://example.org/doc", b"the source", id="E1")
+    reviewer.accept(ev)
+    fact = agent.propose("proj-a", "api.retry_safe", True, Kind.FACT, parents=[ev], id="F1")
+    reviewer.accept(fact)
+    old = agent.propose("proj-a", "api.version", "v1", Kind.FACT, id="V1")
+    reviewer.accept(old)
+    reviewer.revoke(old, "superseded upstream")
+    return led, tokens
+
+
+def answers(led: Ledger, tokens: dict[str, str]) -> dict[str, Any]:
+    """What an auditor asks a ledger."""
+    reviewer = led.authenticate(tokens["reviewer"])
+    read = reviewer.read("proj-a", "api.retry_safe")
+    return {
+        "position": led.position,
+        "digest": str(led.digest()),
+        "read": (read.outcome, [r.id for r in read.records], read.value),
+        "statuses": {r: str(reviewer.get(r).status) for r in ("E1", "F1", "V1")},
+        "audit": [e.type for e in reviewer.audit("V1").events],
+        "history": len(reviewer.history()),
+        "snapshot": reviewer.snapshot((reviewer.get("E1").evidence or {})["snapshot_ref"]),
+    }
+
+
+def test_a_read_only_ledger_answers_as_the_writable_one_and_refuses_every_write(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "l.db"
+    led, tokens = write_ledger(path)
+    expected = answers(led, tokens)
+    led.close()
+    before = sha256(path)
+
+    ro = Ledger.open(f"sqlite:///{path}?mode=ro")
+    try:
+        assert ro.read_only
+        assert answers(ro, tokens) == expected
+        assert expected["read"][0] == Outcome.FOUND
+        report = ro.verify()
+        assert report.ok, report.problem
+        assert "views" in report.checks
+        agent = ro.authenticate(tokens["agent-1"])
+        reviewer = ro.authenticate(tokens["reviewer"])
+        assert agent.read_only and reviewer.read_only
+        writes: dict[str, Callable[[], object]] = {
+            "propose": lambda: agent.propose("proj-a", "c", 1, Kind.FACT),
+            "capture": lambda: agent.capture("proj-a", "u", b"x"),
+            "accept": lambda: reviewer.accept("F1"),
+            "revoke": lambda: reviewer.revoke("F1", "why"),
+            "grant": lambda: ro.admin().grant("agent-2", "proj-a", ["read"]),
+            "issue_token": lambda: ro.admin().issue_token("agent-2"),
+            "revoke_token": lambda: ro.admin().revoke_token(tokens["agent-1"]),
+            "rebuild": ro.rebuild,
+            "run": lambda: agent.run("r-1").start(),
+        }
+        for name, write in writes.items():
+            with pytest.raises(ReadOnlyError, match=rf"^{name} refused: .*opened read-only"):
+                write()
+        assert ro.position == expected["position"]
+    finally:
+        ro.close()
+    assert sha256(path) == before
+    wal = tmp_path / "l.db-wal"  # SQLite's own, as for any reader: nothing in it
+    assert not wal.exists() or wal.stat().st_size == 0
+    again = Ledger.open(f"sqlite:///{path}")  # and it still opens for writing
+    try:
+        assert answers(again, tokens) == expected
+    finally:
+        again.close()
+
+
+def test_nothing_is_created_where_there_is_no_ledger(tmp_path: Path) -> None:
+    missing = tmp_path / "none.db"
+    with pytest.raises(LedgerNotFoundError, match="no ledger"):
+        Ledger.open(f"sqlite:///{missing}?mode=ro")
+    assert not missing.exists()
+    other = tmp_path / "other.db"
+    other.write_bytes(b"not a database at all, just text\n" * 4)
+    with pytest.raises(LedgerNotFoundError, match="not an SQLite database"):
+        Ledger.open(f"sqlite:///{other}?mode=ro")
+    refused = run("init", "--url", f"sqlite:///{missing}?mode=ro")
+    assert refused.exit_code == 1
+    assert "init refused" in refused.stderr and "read-only" in refused.stderr
+    assert not missing.exists()
+    stats = run("stats", "--url", f"sqlite:///{missing}?mode=ro")
+    assert stats.exit_code == 1 and "nothing was created" in stats.stderr
+    assert "init" not in stats.stderr
+    assert not missing.exists()
+
+
+@pytest.mark.parametrize("url", ["?mode=rw&mode=ro", "?mode=write", "?mode="])
+def test_the_mode_option_is_ro_or_rw_once(tmp_path: Path, url: str) -> None:
+    with pytest.raises(InvalidURLError, match="mode"):
+        Ledger.open(f"sqlite:///{tmp_path / 'l.db'}{url}")
+    assert not (tmp_path / "l.db").exists()
+
+
+def test_an_earlier_versions_ledger_opened_read_only_verifies_and_says_why_it_cannot_read(
+    tmp_path: Path,
+) -> None:
+    # Its views are in 0.1.0's layout and are not rebuilt (that would write): the log
+    # checks pass, and a read the old views cannot answer says so, not "no such column".
+    copy = tmp_path / "old.db"
+    shutil.copy(FIXTURES / "ledger-0.1.0.db", copy)
+    before = sha256(copy)
+    ro = Ledger.open(f"sqlite:///{copy}?mode=ro")
+    try:
+        report = ro.verify()
+        assert report.ok, report.problem
+        assert "log" in report.checks and "views" not in report.checks
+        tokens = __import__("json").loads((FIXTURES / "ledger-0.1.0.json").read_text())["tokens"]
+        agent = ro.authenticate(tokens["agent-1"])
+        with pytest.raises(StorageError, match=r"built by an earlier version.*read-only"):
+            agent.read("proj-a", "api.retry_safe")
+    finally:
+        ro.close()
+    assert sha256(copy) == before
+    shown = run("verify", "--url", f"sqlite:///{copy}?mode=ro")
+    assert shown.exit_code == 0, shown.output
+    assert "views not compared" in shown.stderr and "read-only" in shown.stderr
+    assert sha256(copy) == before
+
+
+# -- a read-only file system -------------------------------------------------------------
+
+
+@contextmanager
+def read_only_mount(source: Path, target: Path) -> Iterator[Path]:
+    """``source`` bind-mounted read-only at ``target`` (skips where that is not allowed)."""
+    target.mkdir()
+    bind = subprocess.run(
+        ["mount", "--bind", "-o", "ro", str(source), str(target)],
+        capture_output=True,
+        check=False,
+    )
+    if bind.returncode != 0:
+        pytest.skip(f"no read-only bind mount here: {bind.stderr.decode().strip()}")
+    try:
+        yield target
+    finally:
+        subprocess.run(["umount", str(target)], check=True)
+
+
+def test_a_ledger_on_a_read_only_mount_is_refused_for_writing_and_opens_read_only(
+    tmp_path: Path,
+) -> None:
+    # SQLite cannot make a WAL ledger's -shm file on a read-only file system: opening
+    # it for writing says so (not "no ledger", which sent people to `init`), and
+    # mode=ro opens it.
+    src = tmp_path / "src"
+    src.mkdir()
+    led, tokens = write_ledger(src / "l.db")
+    expected = answers(led, tokens)
+    led.close()
+    assert sorted(p.name for p in src.iterdir()) == ["l.db"]  # checkpointed on close
+    with read_only_mount(src, tmp_path / "ro") as mounted:
+        url = f"sqlite:///{mounted / 'l.db'}"
+        for args in (("verify",), ("stats",), ("digest",)):
+            refused = run(*args, "--url", url)
+            assert refused.exit_code == 1
+            assert "cannot be opened for writing where it is" in refused.stderr, refused.stderr
+            assert f"{url}?mode=ro" in refused.stderr
+            assert "no ledger" not in refused.stderr and "init" not in refused.stderr
+        verified = run("verify", "--url", f"{url}?mode=ro")
+        assert verified.exit_code == 0, verified.output
+        assert verified.stdout.startswith(f"ok: {expected['digest']} ")
+        granted = run(
+            "grant", "agent-2", "--scope", "proj-a", "--roles", "read", "--url", f"{url}?mode=ro"
+        )
+        assert granted.exit_code == 1 and "grant refused" in granted.stderr
+        ro = Ledger.open(f"{url}?mode=ro")
+        try:
+            assert answers(ro, tokens) == expected
+        finally:
+            ro.close()
+        assert sorted(p.name for p in mounted.iterdir()) == ["l.db"]
+
+
+def test_a_read_only_mount_with_a_wal_file_is_read_whole_or_refused(tmp_path: Path) -> None:
+    # Copied while the writer was open, the main file lacks what the -wal file holds.
+    # With the -shm file beside them SQLite reads both; without it an immutable open
+    # would silently miss the WAL's transactions, so it is refused.
+    src = tmp_path / "src"
+    src.mkdir()
+    led, tokens = write_ledger(tmp_path / "live.db")
+    try:
+        expected = answers(led, tokens)
+        for name in ("with-shm", "no-shm"):
+            for suffix in ("", "-wal", "-shm") if name == "with-shm" else ("", "-wal"):
+                shutil.copy(tmp_path / f"live.db{suffix}", src / f"{name}.db{suffix}")
+    finally:
+        led.close()
+    assert (src / "no-shm.db-wal").stat().st_size > 0
+    with read_only_mount(src, tmp_path / "ro") as mounted:
+        whole = Ledger.open(f"sqlite:///{mounted / 'with-shm.db'}?mode=ro")
+        try:
+            assert answers(whole, tokens) == expected
+            assert whole.verify().ok
+        finally:
+            whole.close()
+        with pytest.raises(StorageError, match=r"its -wal file holds transactions"):
+            Ledger.open(f"sqlite:///{mounted / 'no-shm.db'}?mode=ro")
