@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -50,7 +50,8 @@ def hash_token(token: str) -> str:
 
 def check_roles(roles: object) -> tuple[str, ...]:
     """Validate a list of role names."""
-    if isinstance(roles, str) or not isinstance(roles, Iterable):
+    if isinstance(roles, (str, Mapping)) or not isinstance(roles, Iterable):
+        # A mapping's keys would be granted whatever its values say ({"approve": False}).
         raise InvalidRoleError(f"roles must be a list of role names, got {roles!r}")
     out: list[str] = []
     for role in roles:

@@ -69,6 +69,9 @@ class Ledger:
             )
         if not callable(clock):
             raise InvalidInputError(f"clock must be callable, got {type(clock).__name__}")
+        for name, flag in (("create", create), ("catch_up", catch_up)):
+            if not isinstance(flag, bool):  # "false" is a true value
+                raise InvalidInputError(f"{name} must be True or False, got {flag!r}")
         self._engine = Engine(
             backend,
             checks=_check_acceptance_checks(acceptance_checks),

@@ -156,6 +156,8 @@ def prove(caller: Caller, record_id: str) -> tuple[InclusionProof, ...]:
         row = caller.visible_row(c, record_id, Role.AUDIT, "prove")
         key = row["record_id"]
         notes = engine.recorder.select_record_events(c, uuid_of_hex(row["agg_id"]))
+        if caller.position is not None:  # as of then: the events the record had then
+            notes = [note for note in notes if note.id <= caller.position]
         # An event's bytes name what its fields name: withheld where the audit
         # trail shows a placeholder or a key as the caller is shown it.
         withheld = set()

@@ -23,6 +23,7 @@ from ledger.errors import (
     CycleError,
     DuplicateRecordError,
     InvalidInputError,
+    InvalidKindError,
     InvalidParentError,
     InvalidTransitionError,
     InvalidValueError,
@@ -102,7 +103,7 @@ def capture(
     carrying their hash; a re-capture of the URI with other bytes supersedes the
     newest accepted capture of it (see :func:`previous_capture`)."""
     caller.writable("capture")
-    check_text(uri, "uri", max_len=2048)
+    check_text(uri, "uri", max_len=2048, line=True)
     if not isinstance(content, (bytes, bytearray, memoryview)):
         raise InvalidValueError(f"content must be bytes, got {type(content).__name__}")
     data = bytes(content)
@@ -284,6 +285,11 @@ def prepare(
     check_id(scope, "scope")
     claim_key = check_claim_key(claim_key)
     the_kind = check_kind(kind)
+    if the_kind is Kind.EVIDENCE and evidence is None:
+        raise InvalidKindError(
+            "kind 'evidence' is proposed by capture, which pins the bytes read (content "
+            "hash, fetch time, snapshot): capture the content, or propose another kind"
+        )
     the_value = check_value(value, "value", engine.max_value_bytes)
     the_conditions = check_conditions(conditions, engine.max_value_bytes)
     if expires is not None:

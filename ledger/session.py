@@ -208,7 +208,8 @@ class Session:
         return audit.history(self.caller, record, type, start, stop)
 
     def prove(self, record_id: str) -> tuple[InclusionProof, ...]:
-        """Inclusion proofs of every event of a record in the current Merkle tree.
+        """Inclusion proofs of every event of a record in the current Merkle tree
+        (as of a past position, of the events it had then).
 
         A third party checks each with ``proof.verify()`` (or the few lines of
         ``ledger.merkle.verify_inclusion``) against a digest it trusts. An event
@@ -424,14 +425,17 @@ class Session:
 
     def revoke(self, record_id: str, reason: str) -> Revocation:
         """Withdraw a record: it becomes REVOKED and every transitive descendant
-        (over declared and observed edges) not already REVOKED/REJECTED becomes
-        STALE with this revocation as its cause — all in one transaction.
+        (over declared and observed edges) not already REVOKED, REJECTED or
+        SUPERSEDED becomes STALE with this revocation as its cause — all in one
+        transaction.
 
         Descendants are found through the reverse-dependency index, so the cost
         follows the number of descendants, not the size of the ledger.
 
         Raises:
-            InvalidTransitionError: the record is REVOKED or REJECTED.
+            UnknownRecordError: no such record, or not visible to this principal.
+            AccessDeniedError: no ``approve`` role in the record's scope.
+            InvalidTransitionError: the record is REVOKED, REJECTED or SUPERSEDED.
         """
         return transitions.revoke(self.caller, record_id, reason)
 
@@ -443,6 +447,7 @@ class Session:
             UnknownRecordError: no such record, or not visible to this principal.
             AccessDeniedError: no ``approve`` role in the record's scope.
             InvalidTransitionError: the record cannot be revoked.
+            ReadOnlyError: an as-of session (its revocation is not "now").
         """
         return transitions.preview_revoke(self.caller, record_id)
 

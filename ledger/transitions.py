@@ -202,6 +202,8 @@ def revoke(caller: Caller, record_id: str, reason: str) -> Revocation:
 
 def preview_revoke(caller: Caller, record_id: str) -> RevocationPreview:
     """``Session.preview_revoke``: what ``revoke`` would do now, writing nothing."""
+    if caller.position is not None:  # "now" is not what an as-of session answers
+        caller.writable("preview_revoke")
     engine = caller.engine
     d = engine.dialect
     with caller.reading() as c:
@@ -524,7 +526,15 @@ def run_acceptance_checks(caller: Caller, view: RecordView, command: str) -> Non
                 f"{command} refused: acceptance check {name!r} failed on record "
                 f"{view.id!r}: {exc!r}"
             ) from None
-        if reason:
+        if reason is None:
+            continue
+        if not isinstance(reason, str) or not reason.strip():
+            # A predicate's False must not pass: only None does.
             raise AcceptanceCheckError(
-                f"acceptance check {name!r} refused record {view.id!r}: {reason}"
+                f"{command} refused: acceptance check {name!r} returned {reason!r} for "
+                f"record {view.id!r}; a check returns None to pass or a reason string "
+                "to refuse"
             )
+        raise AcceptanceCheckError(
+            f"acceptance check {name!r} refused record {view.id!r}: {reason}"
+        )

@@ -222,7 +222,7 @@ def _encodes(text: str) -> bool:
 def check_claim_key(value: object, what: str = "claim_key") -> str:
     """A claim key in NFC form; surrounding whitespace is refused, not stripped (two
     spellings of one question must not become two claims, nor a typo a new one)."""
-    text = check_text(value, what, max_len=512)
+    text = check_text(value, what, max_len=512, line=True)
     if text != text.strip():
         raise InvalidValueError(f"{what} {text!r} has leading or trailing whitespace")
     return unicodedata.normalize("NFC", text)
@@ -238,8 +238,9 @@ def check_member(enum: type[EnumT], value: object, what: str) -> EnumT:
 
 
 def check_list(items: object, what: str) -> list[Any]:
-    """``items`` as a list, unless it is a string or not iterable."""
-    if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
+    """``items`` as a list, unless it is a string, a mapping (whose keys would be
+    taken, whatever their values say) or not iterable."""
+    if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
         raise InvalidInputError(f"{what} must be a list, got {type(items).__name__}")
     return list(items)
 

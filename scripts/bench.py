@@ -704,7 +704,7 @@ def dag_items(tag: str) -> tuple[Dag, list[dict[str, Any]]]:
             "scope": SCOPE,
             "claim_key": f"{tag}:root",
             "value": {"root": tag},
-            "kind": Kind.EVIDENCE,
+            "kind": Kind.FACT,
             "id": root,
         }
     ]

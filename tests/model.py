@@ -686,6 +686,14 @@ class Model:
                 problems += self._problems_with_usable(dep)
         else:
             below = self.state.descendants(rid) | {rid}
+            seen: dict[str, Any] = {}  # the new parents may not contradict each other
+            for dep in dict.fromkeys(parents):
+                for key, wanted in (
+                    self.records[dep].conditions if dep in self.records else {}
+                ).items():
+                    if key in seen and canonical(seen[key]) != canonical(wanted):
+                        problems.append(_one(InvalidValueError, f"new basis contradicts on {key}"))
+                    seen.setdefault(key, wanted)
             for dep in dict.fromkeys(parents):
                 if dep in below:
                     problems.append(_one(CycleError, f"{dep} depends on {rid}"))

@@ -19,6 +19,7 @@ import pytest
 
 from ledger import Admin, Kind, Ledger, Session
 from ledger.errors import (
+    AcceptanceCheckError,
     AccessDeniedError,
     AuthenticationError,
     CorruptEventError,
@@ -35,6 +36,7 @@ from ledger.errors import (
     LedgerError,
     NaiveDatetimeError,
     NotUsableError,
+    ReadOnlyError,
     SelfApprovalError,
     UnknownDeliveryError,
     UnknownRecordError,
@@ -485,6 +487,52 @@ CASES = [
         InvalidRoleError,
         "roles",
     ),
+    # A mapping's keys would be taken whatever its values say: {"approve": False}
+    # must not grant approve, nor {"E1": ...} name E1 as a parent.
+    Case(
+        "roles-a-mapping",
+        lambda b: b.admin.grant("outsider", scope=SCOPE, roles={"read": True, "approve": False}),
+        InvalidRoleError,
+        "roles must be a list",
+    ),
+    Case(
+        "revoke-grant-roles-a-mapping",
+        lambda b: b.admin.revoke_grant("agent-1", scope=SCOPE, roles={"propose": False}),
+        InvalidRoleError,
+        "roles must be a list",
+    ),
+    Case(
+        "parents-a-mapping",
+        lambda b: _propose(b, parents={"E1": "the source"}),
+        InvalidInputError,
+        "parents must be a list, got dict",
+    ),
+    Case(
+        "kinds-a-mapping",
+        lambda b: b.agent.read(SCOPE, "claim.m1", kinds={"fact": False}),
+        InvalidInputError,
+        "kinds must be a list, got dict",
+    ),
+    Case(
+        "propose-many-a-mapping",
+        lambda b: b.agent.propose_many({"scope": SCOPE, "claim_key": "k", "value": 1}),  # type: ignore[arg-type]
+        InvalidInputError,
+        "items must be a list, got dict",
+    ),
+    Case(
+        "evidence-proposed-not-captured",
+        lambda b: _propose(b, kind=Kind.EVIDENCE),
+        InvalidKindError,
+        "kind 'evidence' is proposed by capture",
+    ),
+    Case(
+        "evidence-in-a-batch-not-captured",
+        lambda b: b.agent.propose_many(
+            [{"scope": SCOPE, "claim_key": "k", "value": 1, "kind": "evidence"}]
+        ),
+        InvalidKindError,
+        "propose_many item 0: kind 'evidence'",
+    ),
     Case(
         "grant-to-the-admin-name",
         lambda b: b.admin.grant("admin", scope=SCOPE, roles=["read"]),
@@ -817,3 +865,47 @@ def test_a_command_after_a_corrupt_event_is_refused_naming_the_event(
     # And nothing else was written
     assert led.position == position + 1
     assert led.views_digest() == digest
+
+
+@pytest.mark.parametrize("returned", [False, True, 0, "", "  ", ["no"]])
+def test_an_acceptance_check_passes_only_by_returning_none(
+    open_ledger: Callable[..., Ledger], returned: object
+) -> None:
+    # A check written as a predicate must not let a record through on False (nor
+    # refuse it with "True" as its reason): only None passes.
+    def predicate(view: Any) -> Any:
+        return returned
+
+    led = open_ledger(acceptance_checks=[predicate])
+    admin = led.admin()
+    admin.grant("agent-1", scope=SCOPE, roles=["propose", "read"])
+    admin.grant("reviewer", scope=SCOPE, roles=["approve", "read"])
+    agent = led.authenticate(admin.issue_token("agent-1"))
+    reviewer = led.authenticate(admin.issue_token("reviewer"))
+    rid = agent.propose(SCOPE, "k", 1, Kind.FACT, id="P1")
+    before = led.position
+    with pytest.raises(AcceptanceCheckError, match=r"returned .*None to pass or a reason string"):
+        reviewer.accept(rid)
+    assert led.position == before
+    assert str(reviewer.get(rid).status) == "CANDIDATE"
+
+
+@pytest.mark.parametrize("option", ["create", "catch_up"])
+def test_open_takes_true_or_false_not_a_string(tmp_path: Any, option: str) -> None:
+    path = tmp_path / "l.db"
+    with pytest.raises(InvalidInputError, match=rf"{option} must be True or False, got 'false'"):
+        Ledger.open(f"sqlite:///{path}", **{option: "false"})
+    assert not path.exists()
+
+
+def test_an_as_of_session_proves_what_it_had_and_previews_no_revocation(bad: Bad) -> None:
+    # As of before E0's revocation, E0 had two events (proposed, accepted).
+    events = bad.reviewer.audit("E0").events
+    accepted = next(e for e in events if e.type == "Accepted")
+    then = bad.reviewer.as_of(position=accepted.position)
+    proofs = then.prove("E0")
+    assert [p.position for p in proofs] == [e.position for e in events[:2]]
+    assert all(p.verify() for p in proofs)
+    assert len(bad.reviewer.prove("E0")) == len(events) > 2
+    with pytest.raises(ReadOnlyError, match=r"preview_revoke refused: this session is read-only"):
+        then.preview_revoke("E0")

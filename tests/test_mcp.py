@@ -1009,6 +1009,12 @@ async def test_bad_arguments_are_tool_errors_naming_the_argument(team: Team) -> 
         assert "InvalidKindError: kind 'gossip' is not one of" in await refused(
             agent, "propose_memory", **{**propose, "kind": "gossip"}
         )
+        # Evidence pins the bytes read: it is captured, not proposed (nor offered)
+        unpinned = await refused(agent, "propose_memory", **{**propose, "kind": "evidence"})
+        assert "kind 'evidence' is proposed by capture" in unpinned
+        tools = {t.name: t for t in (await agent.list_tools()).tools}
+        kinds = tools["propose_memory"].input_schema["properties"]["kind"]["enum"]
+        assert "evidence" not in kinds and "fact" in kinds
         naive = await refused(agent, "propose_memory", **propose, expires="2026-06-01T00:00:00")
         assert "NaiveDatetimeError: " in naive and "expires" in naive
         assert "InvalidIdError: record id 'bad id'" in await refused(

@@ -64,7 +64,7 @@ CLAIMS = ("k0", "k1", "k2")
 # Several spellings of the same claim (dict order) and look-alikes that differ
 # (1, 1.0, True) so CONFLICT and its absence are both reached.
 VALUES: tuple[Any, ...] = (0, 1, 1.0, True, "yes", None, [1, 2], {"a": 1, "b": 2}, {"b": 2, "a": 1})
-KINDS = (Kind.FACT, Kind.INFERENCE, Kind.REPORT, Kind.EVIDENCE)
+KINDS = (Kind.FACT, Kind.INFERENCE, Kind.REPORT)  # evidence is captured (test_core)
 CONDITIONS: tuple[dict[str, Any], ...] = ({}, {}, {"v": "1"}, {"v": "2"}, {"v": "1", "w": True})
 CONTEXTS: tuple[dict[str, Any] | None, ...] = (
     None,
@@ -461,7 +461,7 @@ class LedgerMachine(RuleBasedStateMachine):
             parents = [self._pick(i) for i in picks]
             proposer = PRINCIPALS[n % 2]
             rid = self._propose(
-                proposer, key, val, KINDS[n % 4], [p for p in parents if p], minutes, conds
+                proposer, key, val, KINDS[n % len(KINDS)], [p for p in parents if p], minutes, conds
             )
             if rid is not None:
                 self._accept(rid)
@@ -534,7 +534,7 @@ class LedgerMachine(RuleBasedStateMachine):
         """B and C on top of one record, D on both: a revocation reaches D twice."""
         root = self._pick(top, self._status_is(Status.ACCEPTED, Status.CANDIDATE))
         if root is None:
-            root = self._propose("alice", "diamond.top", 0, Kind.EVIDENCE, [], None, {})
+            root = self._propose("alice", "diamond.top", 0, Kind.FACT, [], None, {})
             if root is None:
                 return
             self._accept(root)
@@ -1021,7 +1021,7 @@ def test_stale_descendant_effective_expiry_follows_its_ancestors_new_basis(world
     *current* ancestors. Revalidating N1 on a new basis drops M1 from R1's ancestry,
     so R1 (still STALE) must no longer report M1's expiry."""
     agent, reviewer, clock = world.agent, world.reviewer, world.clock
-    agent.propose("proj-a", "e", 0, Kind.EVIDENCE, id="E1")
+    agent.propose("proj-a", "e", 0, Kind.FACT, id="E1")
     reviewer.accept("E1")
     soon = clock.now + timedelta(minutes=30)
     agent.propose("proj-a", "m", 0, Kind.FACT, parents=["E1"], expires=soon, id="M1")
@@ -1064,7 +1064,7 @@ def test_a_candidate_made_stale_cannot_skip_the_acceptance_checks_by_revalidatio
     agent = led.authenticate(admin.issue_token("agent-1"))
     reviewer = led.authenticate(admin.issue_token("reviewer"))
     for source in ("E1", "E2"):
-        agent.propose("proj-a", f"source.{source}", 0, Kind.EVIDENCE, id=source)
+        agent.propose("proj-a", f"source.{source}", 0, Kind.FACT, id=source)
         reviewer.accept(source)
     agent.propose("proj-a", "report.weekly", "retry freely", Kind.REPORT, parents=["E1"], id="R1")
 
@@ -1139,7 +1139,7 @@ def test_revalidating_a_superseding_candidate_made_stale_supersedes_the_old_reco
     returns it to CANDIDATE so that accepting it does."""
     agent, reviewer = world.agent, world.reviewer
     for source in ("E1", "E2"):
-        agent.propose("proj-a", f"source.{source}", 0, Kind.EVIDENCE, id=source)
+        agent.propose("proj-a", f"source.{source}", 0, Kind.FACT, id=source)
         reviewer.accept(source)
     agent.propose("proj-a", "api.timeout", 30, Kind.FACT, id="V1")
     reviewer.accept("V1")

@@ -710,7 +710,7 @@ def test_a_batch_writes_the_same_view_rows_as_one_command_at_a_time(
             out.append(
                 {
                     "scope": SCOPE,
-                    "claim_key": f"{prefix}.k\\N\\{i}\t\n.é",
+                    "claim_key": f"{prefix}.k\\N\\{i}\u2028\u00a0.é",
                     "value": {"t": "tab\there\nnew line \\N back\\slash", "n": i, "b": b"\x00\\\n"},
                     "kind": Kind.FACT,
                     "conditions": {"region": "eu\tw"} if i % 2 else {},
@@ -959,7 +959,7 @@ def test_a_revocation_hands_the_views_the_rows_it_read_instead_of_reading_again(
         agent = led.authenticate(admin.issue_token("agent"))
         reviewer = led.authenticate(admin.issue_token("reviewer"))
         items: list[dict[str, Any]] = [
-            {"scope": SCOPE, "claim_key": "root", "value": 0, "kind": Kind.EVIDENCE, "id": "root"}
+            {"scope": SCOPE, "claim_key": "root", "value": 0, "kind": Kind.FACT, "id": "root"}
         ]
         items += [
             {

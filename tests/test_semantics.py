@@ -40,13 +40,25 @@ def test_nfc_and_nfd_spellings_of_a_claim_key_are_one_claim(world: World) -> Non
     assert world.agent.read(scope="proj-a", claim_key=nfd).outcome == Outcome.CONFLICT
 
 
-@pytest.mark.parametrize("claim", [" api.x", "api.x ", "api.x\t"])
+@pytest.mark.parametrize("claim", [" api.x", "api.x ", "api.x\u00a0"])
 def test_a_claim_key_with_surrounding_whitespace_is_refused_by_name(
     world: World, claim: str
 ) -> None:
     position = world.ledger.position
     with pytest.raises(InvalidValueError, match="whitespace"):
         world.agent.propose(scope="proj-a", claim_key=claim, value=1, kind=Kind.FACT)
+    assert world.ledger.position == position
+
+
+@pytest.mark.parametrize("claim", ["api.x\t", "api\nx", "api.x\r"])
+def test_a_claim_key_or_uri_is_one_line(world: World, claim: str) -> None:
+    # A tab or line break would split the one-line header of `explain` and the CLI's
+    # tables, and let a key pose as two.
+    position = world.ledger.position
+    with pytest.raises(InvalidValueError, match="control characters"):
+        world.agent.propose(scope="proj-a", claim_key=claim, value=1, kind=Kind.FACT)
+    with pytest.raises(InvalidValueError, match=r"uri .*control characters"):
+        world.agent.capture("proj-a", f"https://x.test/{claim}", b"bytes")
     assert world.ledger.position == position
 
 

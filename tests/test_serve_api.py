@@ -24,7 +24,7 @@ from ledger.serve import api as api_module
 from ledger.serve import create_app
 from ledger.serve.errors import STATUS, status_of
 from tests.conftest import Clock
-from tests.serve_support import Api, error_of
+from tests.serve_support import DOC, Api, error_of
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -709,6 +709,23 @@ def test_a_body_that_is_not_a_json_object_is_422(served: Served) -> None:
         headers={"Content-Type": "application/json"},
     )
     assert (lone.status_code, error_of(lone)["field"]) == (422, "content")
+
+
+def test_evidence_is_captured_not_proposed(served: Served) -> None:
+    # Proposed, it would pin no bytes yet read FOUND as `source:…` evidence.
+    before = served.ledger.position
+    new = {"scope": "proj-a", "claim_key": "source:https://x.test", "value": 1}
+    r = served.agent.post("/records", json={**new, "kind": "evidence"})
+    assert (r.status_code, error_of(r)["type"], error_of(r)["field"]) == (
+        422,
+        "InvalidKindError",
+        "kind",
+    )
+    assert (
+        "POST /evidence"
+        in DOC["components"]["schemas"]["ProposeRequest"]["properties"]["kind"]["description"]
+    )
+    assert served.ledger.position == before
 
 
 def test_a_body_declared_as_another_media_type_is_415_and_writes_nothing(

@@ -56,7 +56,7 @@ def main() -> None:
     """provledger: an event-sourced provenance ledger for AI agents' memory.
 
     --url or $PROVLEDGER_URL selects the ledger; `init` creates it and prints
-    an admin token once. Admin commands (grant, revoke-grant, token, stats,
+    an admin token once. Admin commands (grant, revoke-grant, grants, token, stats,
     rebuild, digest, verify, head, erase-snapshot) take it as --admin-token or
     $PROVLEDGER_ADMIN_TOKEN (optional on a local SQLite file you own); the
     others take a principal's token in $PROVLEDGER_TOKEN (or --token).

@@ -257,7 +257,11 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "scope": _STR,
             "claim_key": _STR,
             "value": _ANY,
-            "kind": _ref("Kind"),
+            "kind": {
+                "type": "string",
+                "enum": [k.value for k in Kind if k is not Kind.EVIDENCE],
+                "description": "Evidence is captured (POST /evidence), which pins its bytes.",
+            },
             "parents": _IDS,
             "expires": _nullable(_TIME),
             "conditions": _nullable({"type": "object"}),

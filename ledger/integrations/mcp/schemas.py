@@ -31,11 +31,13 @@ __all__ = [
 ]
 
 
-def one_of(names: type[StrEnum]) -> Callable[[dict[str, Any]], None]:
-    """Put the enum's values on the string in an argument's schema (also inside
-    ``anyOf`` for an optional argument, or on a list's items). The ledger checks the
-    value itself, naming it when it is none of these."""
-    values = [member.value for member in names]
+def one_of(
+    names: type[StrEnum], leave_out: tuple[StrEnum, ...] = ()
+) -> Callable[[dict[str, Any]], None]:
+    """Put the enum's values (but ``leave_out``) on the string in an argument's
+    schema (also inside ``anyOf`` for an optional argument, or on a list's items).
+    The ledger checks the value itself, naming it when it is none of these."""
+    values = [member.value for member in names if member not in leave_out]
 
     def annotate(schema: dict[str, Any]) -> None:
         for branch in [schema, *schema.get("anyOf", ())]:
@@ -73,9 +75,10 @@ KindName = Annotated[
     Field(
         description="What the record is: 'fact'; 'inference' (your own deduction or "
         "suggestion); 'user_constraint' or 'user_preference' (what a user told you); "
-        "'plan'; 'report'; 'evidence' (prefer capture_evidence for external content). "
+        "'plan'; 'report'. Evidence (external content) is captured with "
+        "capture_evidence, which pins the bytes you read. "
         "Kinds are never merged: a user's constraint and your inference stay two records.",
-        json_schema_extra=one_of(Kind),
+        json_schema_extra=one_of(Kind, leave_out=(Kind.EVIDENCE,)),
     ),
 ]
 Parents = Annotated[
