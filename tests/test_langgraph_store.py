@@ -9,6 +9,7 @@ supersession, revocation and provenance inside a graph.
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import unicodedata
 from collections.abc import Callable, Iterator
@@ -233,6 +234,42 @@ def test_a_value_the_ledger_cannot_hold_fails_the_batch_before_anything_is_writt
     assert principals.ledger.position == before
     assert store.get(("test",), "ok") is None
     assert store.get(("test",), "old") is not None  # the delete did not run either
+
+
+def test_a_tuple_is_refused_where_it_would_come_back_a_list(
+    store: LedgerStore, principals: Principals
+) -> None:
+    # LangGraph's own stores give back the tuple put; the ledger would store a list.
+    before = principals.ledger.position
+    for value, where in (
+        ({"point": (1, 2)}, "['point']"),
+        ({"nested": {"pair": ["a", ("b", "c")]}}, "['nested']['pair'][1]"),
+    ):
+        with pytest.raises(
+            InvalidValueError, match=re.escape(f"value of key 'k'{where} holds a tuple")
+        ):
+            store.put(("test",), "k", value)
+    assert principals.ledger.position == before
+    store.put(("test",), "k", {"point": [1, 2]})
+    item = store.get(("test",), "k")
+    assert item is not None and item.value == {"point": [1, 2]}
+
+
+def test_a_record_under_a_store_key_whose_value_is_no_mapping_is_not_an_item(
+    store: LedgerStore, principals: Principals
+) -> None:
+    # Written through the library (or MCP, or the CLI) under a key the store maps:
+    # LangGraph's Item.value is a dict, so node code indexing it must not get "Ada".
+    store.put(("test", "user"), "age", {"years": 36})
+    for key, value in (("name", "Ada"), ("tags", ["a"])):
+        rid = principals.agent.propose("test", f"user/{key}", value, Kind.FACT)
+        principals.reviewer.accept(rid)
+    assert store.get(("test", "user"), "name") is None
+    assert store.get(("test", "user"), "tags") is None
+    assert [(i.key, i.value) for i in store.search(("test",))] == [("age", {"years": 36})]
+    store.put(("test", "user"), "name", {"first": "Ada"})  # a put replaces it
+    item = store.get(("test", "user"), "name")
+    assert item is not None and item.value == {"first": "Ada"}
 
 
 # -- get / put / delete ----------------------------------------------------------------

@@ -589,12 +589,22 @@ async def test_read_evidence_refuses_a_record_pinning_no_bytes_and_erased_bytes(
     await accepted_evidence(team, "E1")
     async with team.client("agent-1") as agent:
         await ok(agent, "propose_memory", scope=SCOPE, claim_key="k", value=1, kind="fact", id="F1")
+        team.sessions["reviewer"].accept("F1")
+        before = team.ledger.position
         plain = await refused(agent, "read_evidence", record_id="F1")
+        # A refusal records no read: what the session proposes next does not rest on F1
+        assert team.ledger.position == before
+        await ok(
+            agent, "propose_memory", scope=SCOPE, claim_key="k2", value=2, kind="plan", id="P1"
+        )
+    assert team.sessions["reviewer"].get("P1").observed == ()
     ref = team.sessions["reviewer"].get("E1").evidence
     assert ref is not None
     team.ledger.admin().erase_snapshot(ref["snapshot_ref"], reason="personal data")
     async with team.client("agent-1") as agent:
+        before = team.ledger.position
         erased = await refused(agent, "read_evidence", record_id="E1")
+        assert team.ledger.position == before
     assert plain == (
         "Error executing tool read_evidence: InvalidInputError: record 'F1' pins no captured "
         "content (only capture_evidence stores the bytes read)"

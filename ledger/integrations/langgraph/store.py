@@ -35,6 +35,7 @@ from ledger.errors import (
     InvalidInputError,
     InvalidParentError,
     InvalidTransitionError,
+    InvalidValueError,
     LedgerError,
     MemoryConflictError,
     UnsupportedStoreOperationError,
@@ -179,7 +180,8 @@ class LedgerStore(BaseStore):
         result = self.session.read(scope, claim, None, None, self._kinds)  # positional: quicker
         where = partial("get of {!r} key {!r}".format, namespace, key)
         view = self._newest(result, where)
-        return None if view is None else _item(Item, namespace, key, view)
+        item: Item | None = _item(Item, namespace, key, view)
+        return item
 
     def put(
         self,
@@ -276,6 +278,7 @@ class LedgerStore(BaseStore):
                 # Checked with the rest of the batch, so a value the ledger cannot
                 # hold stops the batch before any of its puts is written.
                 check_value(dict(op.value), f"value of key {op.key!r}", self._max_value_bytes)
+                _no_tuple(op.value, f"value of key {op.key!r}")
             if op.index not in (None, False):
                 raise UnsupportedStoreOperationError(
                     f"put of key {op.key!r} with index={op.index!r}: LedgerStore has no "
@@ -371,7 +374,8 @@ class LedgerStore(BaseStore):
             result = state.run.read(scope, claim, kinds=(self.kind,))
             state.read_key(scope, claim, result.records)
             view = self._newest(result, where)
-        return None if view is None else _item(Item, tuple(op.namespace), op.key, view)
+        item: Item | None = _item(Item, tuple(op.namespace), op.key, view)
+        return item
 
     def _listing(
         self, scope: str, claim_prefix: str | None, wanted: int = PAGE
@@ -423,7 +427,9 @@ class LedgerStore(BaseStore):
                 seen.add(view.claim_key)
                 where = partial("search of {!r}: key {!r} in {!r}".format, prefix, key, namespace)
                 current = self._current(self.session, scope, view.claim_key, where)
-                if current is None or not matches(flt, current.value):
+                if current is None or not isinstance(current.value, dict):  # not an item
+                    continue
+                if not matches(flt, current.value):
                     continue
                 if skipped < op.offset:
                     skipped += 1
@@ -616,8 +622,31 @@ class LedgerStore(BaseStore):
         return ", ".join(dict.fromkeys(named))
 
 
-def _item(cls: type[Any], namespace: tuple[str, ...], key: str, view: RecordView) -> Any:
-    """An ``Item`` (or ``SearchItem``) of the record's current version."""
+def _no_tuple(value: Any, what: str) -> None:
+    """Refuse a tuple anywhere in ``value``: the ledger stores it as a list, so
+    what a get gave back would not equal what was put (LangGraph's own stores keep it).
+
+    Raises:
+        InvalidValueError: naming where the tuple is.
+    """
+    if isinstance(value, tuple):
+        raise InvalidValueError(
+            f"{what} holds a tuple, which the ledger would store as a list: give a list"
+        )
+    if isinstance(value, Mapping):
+        for name, inner in value.items():
+            _no_tuple(inner, f"{what}[{name!r}]")
+    elif isinstance(value, list):
+        for index, inner in enumerate(value):
+            _no_tuple(inner, f"{what}[{index}]")
+
+
+def _item(cls: type[Any], namespace: tuple[str, ...], key: str, view: RecordView | None) -> Any:
+    """An ``Item`` (or ``SearchItem``) of the record's current version; None when
+    there is none, or its value is no mapping (a record another surface wrote under
+    the key: LangGraph's ``Item.value`` is a dict)."""
+    if view is None or not isinstance(view.value, dict):
+        return None
     created: datetime = view.created_at
     return cls(
         namespace=namespace, key=key, value=view.value, created_at=created, updated_at=created

@@ -300,8 +300,9 @@ def read_evidence(ctx: Ctx, record_id: RecordId) -> EvidenceOut:
     the run; as text when they are UTF-8, else base64."""
     connection = connection_of(ctx)
     with as_tool_error():
-        with connection.acting() as acting:
-            view = acting.get(record_id)
+        # Checked before the run records the read: a refusal shows the model
+        # nothing, so nothing it proposes next may rest on the record.
+        view = connection.session.get(record_id)
         pinned = view.evidence or {}
         ref = pinned.get("snapshot_ref")
         if not isinstance(ref, str):
@@ -310,6 +311,8 @@ def read_evidence(ctx: Ctx, record_id: RecordId) -> EvidenceOut:
                 "stores the bytes read)"
             )
         data = connection.session.snapshot(ref)
+        with connection.acting() as acting:
+            view = acting.get(record_id)
     try:
         content, encoding = data.decode("utf-8"), "utf-8"
     except UnicodeDecodeError:
