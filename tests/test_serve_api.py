@@ -10,6 +10,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -24,7 +26,7 @@ from ledger.serve import api as api_module
 from ledger.serve import create_app
 from ledger.serve.errors import STATUS, status_of
 from tests.conftest import Clock
-from tests.serve_support import DOC, Api, error_of
+from tests.serve_support import DOC, Api, error_of, running
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -711,6 +713,21 @@ def test_a_body_that_is_not_a_json_object_is_422(served: Served) -> None:
     assert (lone.status_code, error_of(lone)["field"]) == (422, "content")
 
 
+def test_a_number_is_plain_digits_and_a_query_is_utf8(served: Served) -> None:
+    # int() reads "1_0", "+5", " 5" and other scripts' digits; a client sending them
+    # has a bug the API should tell, as it tells "ten".
+    for text in ("1_0", "+5", " 5", "\u0663", "ten", "-1"):
+        r = served.agent.get("/records", params={"scope": "proj-a", "limit": text})
+        assert (r.status_code, error_of(r)["field"]) == (422, "limit"), text
+    auth = {"Authorization": f"Bearer {served.tokens['agent-1']}"}
+    # caf\xe9 in Latin-1 would be read as U+FFFD: a wrong answer (MISSING), not an error
+    r = served.client.get("/api/v1/read?scope=proj-a&claim_key=caf%E9.x", headers=auth)
+    assert (r.status_code, error_of(r)["field"]) == (422, "claim_key")
+    assert "not UTF-8" in error_of(r)["message"]
+    r = served.client.get("/api/v1/read?scope=proj-a&claim_key=caf%C3%A9.x", headers=auth)
+    assert r.status_code == 200 and r.json()["claim_key"] == "caf\u00e9.x"
+
+
 def test_evidence_is_captured_not_proposed(served: Served) -> None:
     # Proposed, it would pin no bytes yet read FOUND as `source:…` evidence.
     before = served.ledger.position
@@ -890,6 +907,33 @@ def test_a_body_over_the_limit_is_413_before_anything_is_written(served: Served)
         headers={"Authorization": f"Bearer {served.tokens['agent-1']}"},
     )
     assert streamed.status_code == 413
+    assert served.ledger.position == before
+
+
+def test_a_client_that_sends_its_whole_body_first_still_gets_the_413(served: Served) -> None:
+    # Python's urllib writes the whole body before reading the answer: had the server
+    # closed without reading it, urllib would see a reset connection, not the 413.
+    before = served.ledger.position
+    body = (
+        b'{"scope": "proj-a", "claim_key": "c", "kind": "fact", "value": "'
+        + b"x" * (5 * 1024 * 1024)
+        + b'"}'
+    )
+    with running(served.client.app) as base:  # a real server on a real socket
+        request = urllib.request.Request(
+            f"{base}/api/v1/records",
+            data=body,
+            method="POST",
+            headers={
+                "Authorization": f"Bearer {served.tokens['agent-1']}",
+                "Content-Type": "application/json",
+            },
+        )
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=30)
+    assert refused.value.code == 413
+    error = json.loads(refused.value.read())["error"]
+    assert error["type"] == "ValueTooLargeError" and "over the limit" in error["message"]
     assert served.ledger.position == before
 
 

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import QueryParams
@@ -178,10 +179,11 @@ class Call:
         text = self.query_str(name)
         if text is None:
             return None
-        try:
-            value = int(text)
-        except ValueError:
-            raise FieldError(name, f"{name} {text[:40]!r} is not an integer") from None
+        # Digits only: int() would also read "1_0", "+5", " 5" and other scripts' digits.
+        digits = text[1:] if text.startswith("-") else text
+        if not (digits.isascii() and digits.isdigit()):
+            raise FieldError(name, f"{name} {text[:40]!r} is not an integer")
+        value = int(text)
         if minimum is not None and value < minimum:
             bound = f"at least {minimum}" if maximum is None else f"in {minimum}..{maximum}"
             raise FieldError(name, f"{name} {value} is not {bound}")
@@ -305,6 +307,7 @@ def endpoint(
                     raw = await request.body()
                     check_json_body(request.headers, raw)
                     body = _parse_body(raw)
+                _check_utf8(request.scope.get("query_string", b""))
                 _check_names(request.query_params.keys(), accepted[0], "query parameter")
                 _check_once(request.query_params.multi_items())
                 _check_names(body.keys(), accepted[1], "field")
@@ -339,6 +342,21 @@ def _check_names(given: Iterable[str], accepted: frozenset[str], what: str) -> N
             f"unknown {what} {', '.join(repr(name) for name in unknown)} (this route takes: "
             f"{takes})",
         )
+
+
+def _check_utf8(query: bytes) -> None:
+    """Refuse a query string that is not UTF-8 once percent-decoded (its bytes
+    would be read as U+FFFD, and a misspelt key would read MISSING)."""
+    for part in query.split(b"&"):
+        name, _, value = part.partition(b"=")
+        shown = unquote_to_bytes(name.replace(b"+", b" ")).decode("utf-8", "replace")
+        for piece in (name, value):
+            try:
+                unquote_to_bytes(piece.replace(b"+", b" ")).decode("utf-8")
+            except UnicodeDecodeError:
+                raise FieldError(
+                    shown, f"query parameter {shown[:40]!r} is not UTF-8 once percent-decoded"
+                ) from None
 
 
 def _check_once(items: Iterable[tuple[str, str]]) -> None:

@@ -52,10 +52,17 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                     "type": {
                         "type": "string",
                         "description": "The ledger error class (ledger.errors), e.g. "
-                        "UnknownRecordError.",
+                        "UnknownRecordError; NotFound or MethodNotAllowed for a path or "
+                        "method no route has (404, 405 with Allow).",
                     },
                     "message": _STR,
-                    "field": _nullable(_STR),
+                    "field": _nullable(
+                        {
+                            "type": "string",
+                            "description": "For bad input (422), the body field or query "
+                            "parameter at fault.",
+                        }
+                    ),
                 }
             )
         },
