@@ -236,11 +236,11 @@ class Engine:
         self._lock = threading.RLock()
         self.now()  # a clock that does not give aware datetimes is refused now
         env = backend.env
+        missing = LedgerNotFoundError(f"no ledger at {backend.url!r} (nothing was created)")
         if backend.read_only:
             # Nothing is created, not even the file; SQLite itself refuses writes.
             env = {**env, "SQLITE_DBNAME": read_only_uri(str(backend.path)), "CREATE_TABLE": "no"}
         elif not create and backend.kind != "memory":
-            missing = LedgerNotFoundError(f"no ledger at {backend.url!r} (nothing was created)")
             if backend.kind == "sqlite" and not holds_ledger(str(backend.path)):
                 found = foreign_file(str(backend.path))
                 if found is not None:
@@ -599,8 +599,12 @@ class Engine:
     def note_layout(self) -> None:
         """Remember whether the views, left as stored (read-only, or no catch-up),
         were built with another layout: a read they cannot answer then says so."""
-        with self.reading() as c:
-            layout = self.projector.layout(c)
+        try:
+            with self.reading() as c:
+                layout = self.projector.layout(c)
+        except LedgerError:  # views altered behind the ledger's back: verify names it
+            self.outdated_views = "unreadable"
+            return
         self.outdated_views = None if layout == LAYOUT else str(layout or "not recorded")
 
     def migrate_views(self) -> None:

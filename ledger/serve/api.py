@@ -53,7 +53,7 @@ class FieldError(InvalidInputError):
 
 
 class MediaTypeError(FieldError):
-    """A request body sent as something other than JSON: 415, body unread."""
+    """A request body declared as something other than JSON: 415, not parsed."""
 
     def __init__(self, media_type: str) -> None:
         super().__init__(
