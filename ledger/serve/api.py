@@ -12,13 +12,10 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
-import math
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
-from urllib.parse import unquote_to_bytes
 
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import QueryParams
@@ -28,79 +25,31 @@ from starlette.routing import BaseRoute, Route
 
 from ledger import Ledger, Session
 from ledger.domain import Kind, Status, Validity
-from ledger.errors import AuthenticationError, InvalidInputError, InvalidParentError, LedgerError
+from ledger.errors import InvalidParentError, LedgerError
 from ledger.graph import collect, dot_available, render, to_dot, to_mermaid
 from ledger.jsonable import json_safe
 from ledger.serve import payloads
 from ledger.serve.errors import error_body, field_of, status_of
+from ledger.serve.inputs import (
+    FieldError,
+    MediaTypeError,
+    Refused,
+    bearer_token,
+    check_json_body,
+    check_names,
+    check_once,
+    check_utf8,
+    json_type,
+    loads_strict,
+    parse_body,
+    parse_time,
+)
 from ledger.session import next_after
 
 PREFIX = "/api/v1"
 
 #: ``GET /records`` returns at most this many records per page.
 MAX_LIMIT = 1000
-
-
-class FieldError(InvalidInputError):
-    """Bad input the API found itself, with the name of the offending field.
-
-    Reported as ``InvalidInputError`` (the ledger's class for bad input).
-    """
-
-    def __init__(self, field_name: str, message: str) -> None:
-        super().__init__(message)
-        self.field = field_name
-
-
-class MediaTypeError(FieldError):
-    """A request body declared as something other than JSON: 415, not parsed."""
-
-    def __init__(self, media_type: str) -> None:
-        super().__init__(
-            "Content-Type",
-            f"the request body is sent as {media_type[:80]!r}; this API takes JSON "
-            "(Content-Type: application/json)",
-        )
-
-
-def media_type_of(headers: Mapping[str, str]) -> str | None:
-    """The media type of a request body (``Content-Type`` without parameters,
-    lower case), None when none is given."""
-    value = headers.get("content-type")
-    if value is None:
-        return None
-    return value.split(";", 1)[0].strip().lower()
-
-
-def check_json_body(headers: Mapping[str, str], raw: bytes) -> None:
-    """Refuse a non-empty body whose ``Content-Type`` is given and is not JSON
-    (``application/json`` or ``application/…+json``): a form or ``text/plain``
-    body is not read as JSON by guesswork.
-
-    Raises:
-        MediaTypeError: the body is declared as another media type.
-    """
-    media = media_type_of(headers)
-    if media is None or not raw.strip():
-        return
-    if media == "application/json":
-        return
-    if media.startswith("application/") and media.endswith("+json"):
-        return
-    raise MediaTypeError(media)
-
-
-def bearer_token(headers: Mapping[str, str]) -> str:
-    """The token of an ``Authorization: Bearer …`` header.
-
-    Raises:
-        AuthenticationError: no such header, or not a bearer token.
-    """
-    value = headers.get("authorization", "")
-    scheme, _, token = value.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        raise AuthenticationError("send the token as 'Authorization: Bearer <token>'")
-    return token.strip()
 
 
 def json_response(
@@ -202,7 +151,7 @@ class Call:
 
     def query_time(self, name: str) -> datetime | None:
         """An ISO 8601 date-time query parameter."""
-        return _parse_time(name, self.query_str(name))
+        return parse_time(name, self.query_str(name))
 
     def query_bool(self, name: str, default: bool) -> bool:
         """``true``/``false`` (also 1/0, yes/no)."""
@@ -238,7 +187,7 @@ class Call:
                 raise FieldError(name, f"field {name!r} must be a string, got null")
             return default
         if not isinstance(value, str):
-            raise FieldError(name, f"field {name!r} must be a string, got {_json_type(value)}")
+            raise FieldError(name, f"field {name!r} must be a string, got {json_type(value)}")
         return value
 
     def body_list(self, name: str) -> list[str] | None:
@@ -254,7 +203,7 @@ class Call:
         """A body field that is null, absent or of JSON type ``what`` (Python ``kind``)."""
         value = self.body_any(name)
         if value is not None and not isinstance(value, kind):
-            raise FieldError(name, f"field {name!r} must be {what}, got {_json_type(value)}")
+            raise FieldError(name, f"field {name!r} must be {what}, got {json_type(value)}")
         return value
 
     def body_object(self, name: str) -> dict[str, Any] | None:
@@ -269,23 +218,7 @@ class Call:
 
     def body_time(self, name: str) -> datetime | None:
         """An ISO 8601 date-time body field."""
-        return _parse_time(name, self.body_str(name))
-
-
-def _json_type(value: Any) -> str:
-    names = {dict: "object", list: "array", str: "string", bool: "boolean", int: "integer"}
-    return "null" if value is None else names.get(type(value), type(value).__name__)
-
-
-def _parse_time(name: str, text: str | None) -> datetime | None:
-    if text is None:
-        return None
-    try:
-        return datetime.fromisoformat(text)
-    except ValueError:
-        raise FieldError(
-            name, f"{name} {text[:40]!r} is not an ISO 8601 date-time (e.g. 2026-05-01T12:00:00Z)"
-        ) from None
+        return parse_time(name, self.body_str(name))
 
 
 Handler = Callable[[Call], Response]
@@ -306,11 +239,11 @@ def endpoint(
                 if request.method == "POST":
                     raw = await request.body()
                     check_json_body(request.headers, raw)
-                    body = _parse_body(raw)
-                _check_utf8(request.scope.get("query_string", b""))
-                _check_names(request.query_params.keys(), accepted[0], "query parameter")
-                _check_once(request.query_params.multi_items())
-                _check_names(body.keys(), accepted[1], "field")
+                    body = parse_body(raw)
+                check_utf8(request.scope.get("query_string", b""))
+                check_names(request.query_params.keys(), accepted[0], "query parameter")
+                check_once(request.query_params.multi_items())
+                check_names(body.keys(), accepted[1], "field")
             except LedgerError:
                 # A bad token is told before bad input (401, not 422): nothing about
                 # the route, not even the names it takes, reaches an unknown caller.
@@ -331,92 +264,6 @@ def endpoint(
     run.__name__ = handler.__name__
     run.__doc__ = handler.__doc__
     return run
-
-
-def _check_names(given: Iterable[str], accepted: frozenset[str], what: str) -> None:
-    unknown = sorted(set(given) - accepted)
-    if unknown:
-        takes = ", ".join(sorted(accepted)) or "none"
-        raise FieldError(
-            unknown[0],
-            f"unknown {what} {', '.join(repr(name) for name in unknown)} (this route takes: "
-            f"{takes})",
-        )
-
-
-def _check_utf8(query: bytes) -> None:
-    """Refuse a query string that is not UTF-8 once percent-decoded (its bytes
-    would be read as U+FFFD, and a misspelt key would read MISSING)."""
-    for part in query.split(b"&"):
-        name, _, value = part.partition(b"=")
-        shown = unquote_to_bytes(name.replace(b"+", b" ")).decode("utf-8", "replace")
-        for piece in (name, value):
-            try:
-                unquote_to_bytes(piece.replace(b"+", b" ")).decode("utf-8")
-            except UnicodeDecodeError:
-                raise FieldError(
-                    shown, f"query parameter {shown[:40]!r} is not UTF-8 once percent-decoded"
-                ) from None
-
-
-def _check_once(items: Iterable[tuple[str, str]]) -> None:
-    """Refuse a query parameter given twice (its last value would win silently)."""
-    seen: set[str] = set()
-    for name, _ in items:
-        if name in seen:
-            raise FieldError(name, f"query parameter {name!r} is given more than once")
-        seen.add(name)
-
-
-def _not_json(constant: str) -> Any:
-    # Python's json module reads NaN and Infinity; RFC 8259 JSON has neither.
-    raise ValueError(f"{constant} is not JSON")
-
-
-class _Refused(ValueError):
-    """JSON the API does not take; its message follows what holds it ("the
-    request body …")."""
-
-    def __init__(self, message: str, field: str | None = None) -> None:
-        super().__init__(message)
-        self.field = field
-
-
-def _finite(text: str) -> float:
-    # Python reads 1e999 as infinity, which JSON cannot hold either.
-    number = float(text)
-    if not math.isfinite(number):
-        raise _Refused(f"holds the number {text[:40]}, out of range")
-    return number
-
-
-def _once_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    # A field given twice would otherwise keep its last value silently.
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _Refused(f"gives {key[:80]!r} more than once", key)
-        out[key] = value
-    return out
-
-
-def _parse_body(raw: bytes) -> Mapping[str, Any]:
-    if not raw.strip():
-        return {}
-    try:
-        data = json.loads(
-            raw, parse_constant=_not_json, parse_float=_finite, object_pairs_hook=_once_each
-        )
-    except _Refused as exc:
-        message = f"the request body {exc}"
-        if exc.field is not None:
-            raise FieldError(exc.field, message) from None
-        raise InvalidInputError(message) from None
-    except (ValueError, RecursionError):
-        raise InvalidInputError("the request body is not JSON") from None
-    if not isinstance(data, dict):
-        raise InvalidInputError(f"the request body must be a JSON object, got {_json_type(data)}")
-    return data
 
 
 # -- handlers --------------------------------------------------------------------------
@@ -588,15 +435,13 @@ def _context(call: Call) -> dict[str, Any] | None:
     if text is None:
         return None
     try:
-        data = json.loads(
-            text, parse_constant=_not_json, parse_float=_finite, object_pairs_hook=_once_each
-        )
-    except _Refused as exc:
+        data = loads_strict(text)
+    except Refused as exc:
         raise FieldError("context", f"context {exc}") from None
     except (ValueError, RecursionError):
         raise FieldError("context", "context is not a JSON object") from None
     if not isinstance(data, dict):
-        raise FieldError("context", f"context must be a JSON object, got {_json_type(data)}")
+        raise FieldError("context", f"context must be a JSON object, got {json_type(data)}")
     return data
 
 

@@ -25,8 +25,9 @@ from starlette.types import Receive, Scope, Send
 
 from ledger.application import Ledger
 from ledger.errors import LedgerError
-from ledger.serve.api import bearer_token, json_response, ledger_error_response
+from ledger.serve.api import json_response, ledger_error_response
 from ledger.serve.errors import error_body
+from ledger.serve.inputs import bearer_token
 
 
 class SessionManager(Protocol):

@@ -1,0 +1,204 @@
+"""A request's inputs as the JSON API reads them (:mod:`ledger.serve.api`).
+
+The body is strict JSON (RFC 8259: no NaN or Infinity, no number out of range, no
+field given twice), declared as JSON or not declared at all; a query string is
+UTF-8 once percent-decoded, each parameter given once and only those a route
+takes; the token is an ``Authorization: Bearer`` header. Every refusal is a
+:class:`FieldError` (reported as ``InvalidInputError``) naming the field when
+there is one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+from urllib.parse import unquote_to_bytes
+
+from ledger.errors import AuthenticationError, InvalidInputError
+
+
+class FieldError(InvalidInputError):
+    """Bad input the API found itself, with the name of the offending field.
+
+    Reported as ``InvalidInputError`` (the ledger's class for bad input).
+    """
+
+    def __init__(self, field_name: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field_name
+
+
+class MediaTypeError(FieldError):
+    """A request body declared as something other than JSON: 415, not parsed."""
+
+    def __init__(self, media_type: str) -> None:
+        super().__init__(
+            "Content-Type",
+            f"the request body is sent as {media_type[:80]!r}; this API takes JSON "
+            "(Content-Type: application/json)",
+        )
+
+
+def media_type_of(headers: Mapping[str, str]) -> str | None:
+    """The media type of a request body (``Content-Type`` without parameters,
+    lower case), None when none is given."""
+    value = headers.get("content-type")
+    if value is None:
+        return None
+    return value.split(";", 1)[0].strip().lower()
+
+
+def check_json_body(headers: Mapping[str, str], raw: bytes) -> None:
+    """Refuse a non-empty body whose ``Content-Type`` is given and is not JSON
+    (``application/json`` or ``application/…+json``): a form or ``text/plain``
+    body is not read as JSON by guesswork.
+
+    Raises:
+        MediaTypeError: the body is declared as another media type.
+    """
+    media = media_type_of(headers)
+    if media is None or not raw.strip():
+        return
+    if media == "application/json":
+        return
+    if media.startswith("application/") and media.endswith("+json"):
+        return
+    raise MediaTypeError(media)
+
+
+def bearer_token(headers: Mapping[str, str]) -> str:
+    """The token of an ``Authorization: Bearer …`` header.
+
+    Raises:
+        AuthenticationError: no such header, or not a bearer token.
+    """
+    value = headers.get("authorization", "")
+    scheme, _, token = value.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise AuthenticationError("send the token as 'Authorization: Bearer <token>'")
+    return token.strip()
+
+
+def json_type(value: Any) -> str:
+    """The JSON name of ``value``'s type, for messages ("object", "array", …)."""
+    names = {dict: "object", list: "array", str: "string", bool: "boolean", int: "integer"}
+    return "null" if value is None else names.get(type(value), type(value).__name__)
+
+
+def parse_time(name: str, text: str | None) -> datetime | None:
+    """The ISO 8601 date-time ``text`` of field ``name`` (None stays None)."""
+    if text is None:
+        return None
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        raise FieldError(
+            name, f"{name} {text[:40]!r} is not an ISO 8601 date-time (e.g. 2026-05-01T12:00:00Z)"
+        ) from None
+
+
+def check_names(given: Iterable[str], accepted: frozenset[str], what: str) -> None:
+    """Refuse any name in ``given`` a route does not take (``what``: "field" or
+    "query parameter"), naming them and what it takes."""
+    unknown = sorted(set(given) - accepted)
+    if unknown:
+        takes = ", ".join(sorted(accepted)) or "none"
+        raise FieldError(
+            unknown[0],
+            f"unknown {what} {', '.join(repr(name) for name in unknown)} (this route takes: "
+            f"{takes})",
+        )
+
+
+def check_utf8(query: bytes) -> None:
+    """Refuse a query string that is not UTF-8 once percent-decoded (its bytes
+    would be read as U+FFFD, and a misspelt key would read MISSING)."""
+    for part in query.split(b"&"):
+        name, _, value = part.partition(b"=")
+        shown = unquote_to_bytes(name.replace(b"+", b" ")).decode("utf-8", "replace")
+        for piece in (name, value):
+            try:
+                unquote_to_bytes(piece.replace(b"+", b" ")).decode("utf-8")
+            except UnicodeDecodeError:
+                raise FieldError(
+                    shown, f"query parameter {shown[:40]!r} is not UTF-8 once percent-decoded"
+                ) from None
+
+
+def check_once(items: Iterable[tuple[str, str]]) -> None:
+    """Refuse a query parameter given twice (its last value would win silently)."""
+    seen: set[str] = set()
+    for name, _ in items:
+        if name in seen:
+            raise FieldError(name, f"query parameter {name!r} is given more than once")
+        seen.add(name)
+
+
+def not_json(constant: str) -> Any:
+    """Refuse NaN and Infinity, which Python's json module reads and RFC 8259 has not."""
+    raise ValueError(f"{constant} is not JSON")
+
+
+class Refused(ValueError):
+    """JSON the API does not take; its message follows what holds it ("the
+    request body …")."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def finite(text: str) -> float:
+    """A JSON number as a float, refused when out of range (Python reads 1e999 as
+    infinity, which JSON cannot hold either)."""
+    number = float(text)
+    if not math.isfinite(number):
+        raise Refused(f"holds the number {text[:40]}, out of range")
+    return number
+
+
+def once_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's fields, refused when one is given twice (its last value
+    would otherwise win silently)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise Refused(f"gives {key[:80]!r} more than once", key)
+        out[key] = value
+    return out
+
+
+def loads_strict(raw: str | bytes) -> Any:
+    """``raw`` read as strict JSON.
+
+    Raises:
+        Refused: a number out of range or a field given twice.
+        ValueError: not JSON (NaN and Infinity included).
+    """
+    return json.loads(raw, parse_constant=not_json, parse_float=finite, object_pairs_hook=once_each)
+
+
+def parse_body(raw: bytes) -> Mapping[str, Any]:
+    """A request body: empty, or a strict JSON object.
+
+    Raises:
+        FieldError: a field given twice.
+        InvalidInputError: not JSON, not an object, or a number out of range.
+    """
+    if not raw.strip():
+        return {}
+    try:
+        data = loads_strict(raw)
+    except Refused as exc:
+        message = f"the request body {exc}"
+        if exc.field is not None:
+            raise FieldError(exc.field, message) from None
+        raise InvalidInputError(message) from None
+    except (ValueError, RecursionError):
+        raise InvalidInputError("the request body is not JSON") from None
+    if not isinstance(data, dict):
+        raise InvalidInputError(f"the request body must be a JSON object, got {json_type(data)}")
+    return data
