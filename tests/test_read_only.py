@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from click.testing import CliRunner, Result
 
@@ -263,3 +264,38 @@ def test_a_read_only_mount_with_a_wal_file_is_read_whole_or_refused(tmp_path: Pa
             whole.close()
         with pytest.raises(StorageError, match=r"its -wal file holds transactions"):
             Ledger.open(f"sqlite:///{mounted / 'no-shm.db'}?mode=ro")
+
+
+def test_an_mcp_server_on_a_read_only_ledger_reads_and_refuses_proposals(tmp_path: Path) -> None:
+    # A connection's run is written, so on a read-only ledger none starts: its reads
+    # answer from the session, and a proposal is refused by name.
+    from mcp import Client
+
+    from ledger.integrations.mcp import build_server
+
+    path = tmp_path / "l.db"
+    led, tokens = write_ledger(path)
+    led.close()
+    before = sha256(path)
+    ro = Ledger.open(f"sqlite:///{path}?mode=ro")
+
+    async def session() -> tuple[Any, Any]:
+        async with Client(build_server(ro, tokens["agent-1"])) as client:
+            read = await client.call_tool(
+                "read_memory", {"scope": "proj-a", "claim_key": "api.retry_safe"}
+            )
+            proposed = await client.call_tool(
+                "propose_memory",
+                {"scope": "proj-a", "claim_key": "k", "value": 1, "kind": "fact"},
+            )
+            return read, proposed
+
+    try:
+        read, proposed = anyio.run(session)
+    finally:
+        ro.close()
+    assert not read.is_error, read.content
+    assert read.structured_content["outcome"] == "FOUND"
+    assert proposed.is_error
+    assert "ReadOnlyError: propose refused: ledger" in proposed.content[0].text
+    assert sha256(path) == before

@@ -86,10 +86,11 @@ class Connection:
 
         A token holding neither ``propose`` nor ``read`` anywhere cannot start a run;
         its calls go to the session (and are refused there by role), as do calls
-        made after the connection closed.
+        made after the connection closed and calls on a ledger opened read-only
+        (where a run, which is written, cannot start; its reads still answer).
         """
         with self._lock:
-            if self._run is None and not self._runless:
+            if self._run is None and not self._runless and not self.session.read_only:
                 try:
                     run = self.session.run(f"mcp-{secrets.token_hex(8)}")
                     self._run = self._stack.enter_context(run)
