@@ -83,6 +83,8 @@ class Ledger:
         try:
             if self._engine.read_only:
                 self._engine.note_layout()  # the views as stored: nothing is written
+                if catch_up:  # reads would take them for current
+                    self._engine.check_views_current()
             elif catch_up:
                 self._engine.migrate_views()
                 self.catch_up()
@@ -133,9 +135,11 @@ class Ledger:
 
         A URL ``sqlite:///path.db?mode=ro`` opens an existing ledger read-only,
         as an auditor's copy or a ledger on a read-only file system is opened:
-        nothing is created or written (the views stay as stored, as with
-        ``catch_up=False``), reads, audit, ``verify`` and bundles work, and
-        every write raises ``ReadOnlyError``.
+        nothing is created or written, reads, audit, ``verify`` and bundles work,
+        and every write raises ``ReadOnlyError``. Views that would need a rebuild
+        or a catch-up are refused (``StorageError``) unless ``catch_up=False``,
+        which leaves them as stored for ``verify`` to check. On a read-only file
+        system the file is read as it was when opened.
 
         Raises:
             InvalidURLError: the URL names no supported backend.

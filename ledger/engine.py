@@ -607,6 +607,30 @@ class Engine:
             return
         self.outdated_views = None if layout == LAYOUT else str(layout or "not recorded")
 
+    def check_views_current(self) -> None:
+        """Refuse a read-only ledger whose views are not this version's or lag the
+        log: they cannot be rebuilt or caught up without writing, and reads would
+        answer from them as if they were current.
+
+        Raises:
+            StorageError: saying which, and what to do instead.
+        """
+        instead = "`verify` (catch_up=False) checks it as it is; open a writable copy to read it"
+        if self.outdated_views is not None:
+            raise StorageError(
+                f"ledger {self.url!r} is opened read-only and its views were built by an "
+                f"earlier version (layout {self.outdated_views}; this version reads "
+                f"layout {LAYOUT}), which cannot be rebuilt without writing; {instead}"
+            )
+        with self.reading() as c:
+            done, newest = self.recorder.tracking_and_newest(c)
+        if min(done.values()) < newest:
+            raise StorageError(
+                f"ledger {self.url!r} is opened read-only and its views have not caught "
+                f"up with the log (views at position {min(done.values())}, log at "
+                f"{newest}), which cannot be done without writing; {instead}"
+            )
+
     def migrate_views(self) -> None:
         """Rebuild the views from the log if they were built with another layout
         (a ledger written by an older version); the stored events never change."""

@@ -530,8 +530,12 @@ def run_acceptance_checks(caller: Caller, view: RecordView, command: str) -> Non
             continue
         if not isinstance(reason, str) or not reason.strip():
             # A predicate's False must not pass: only None does.
+            try:
+                shown = repr(reason)[:80]
+            except Exception:  # a repr that fails must not escape as something else
+                shown = f"a {type(reason).__name__}"
             raise AcceptanceCheckError(
-                f"{command} refused: acceptance check {name!r} returned {reason!r} for "
+                f"{command} refused: acceptance check {name!r} returned {shown} for "
                 f"record {view.id!r}; a check returns None to pass or a reason string "
                 "to refuse"
             )

@@ -867,7 +867,12 @@ def test_a_command_after_a_corrupt_event_is_refused_naming_the_event(
     assert led.views_digest() == digest
 
 
-@pytest.mark.parametrize("returned", [False, True, 0, "", "  ", ["no"]])
+class _NoRepr:
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+
+@pytest.mark.parametrize("returned", [False, True, 0, "", "  ", ["no"], _NoRepr()])
 def test_an_acceptance_check_passes_only_by_returning_none(
     open_ledger: Callable[..., Ledger], returned: object
 ) -> None:

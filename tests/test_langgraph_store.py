@@ -267,6 +267,11 @@ def test_a_record_under_a_store_key_whose_value_is_no_mapping_is_not_an_item(
     assert store.get(("test", "user"), "name") is None
     assert store.get(("test", "user"), "tags") is None
     assert [(i.key, i.value) for i in store.search(("test",))] == [("age", {"years": 36})]
+    # deleting what get calls absent changes nothing (it is not the store's item)
+    before = principals.ledger.position
+    store.delete(("test", "user"), "tags")
+    assert principals.ledger.position == before
+    assert str(principals.reviewer.read("test", "user/tags").outcome) == "FOUND"
     store.put(("test", "user"), "name", {"first": "Ada"})  # a put replaces it
     item = store.get(("test", "user"), "name")
     assert item is not None and item.value == {"first": "Ada"}

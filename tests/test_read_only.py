@@ -12,7 +12,9 @@ immutable open would silently leave out.
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
+import sqlite3
 import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -167,7 +169,10 @@ def test_an_earlier_versions_ledger_opened_read_only_verifies_and_says_why_it_ca
     copy = tmp_path / "old.db"
     shutil.copy(FIXTURES / "ledger-0.1.0.db", copy)
     before = sha256(copy)
-    ro = Ledger.open(f"sqlite:///{copy}?mode=ro")
+    # Opened to be read, it is refused: its views cannot be rebuilt without writing
+    with pytest.raises(StorageError, match=r"read-only .*earlier version .*`verify`"):
+        Ledger.open(f"sqlite:///{copy}?mode=ro")
+    ro = Ledger.open(f"sqlite:///{copy}?mode=ro", catch_up=False)
     try:
         report = ro.verify()
         assert report.ok, report.problem
@@ -183,6 +188,57 @@ def test_an_earlier_versions_ledger_opened_read_only_verifies_and_says_why_it_ca
     assert shown.exit_code == 0, shown.output
     assert "views not compared" in shown.stderr and "read-only" in shown.stderr
     assert sha256(copy) == before
+
+
+def test_views_behind_the_log_are_refused_read_only_not_served_as_current(
+    tmp_path: Path,
+) -> None:
+    # As after a crash between the log and the views (reopening for writing catches
+    # up): read-only, F1's row still says ACCEPTED though the log revoked it.
+    path = tmp_path / "l.db"
+    led, tokens = write_ledger(path)
+    led.engine.projector.enabled = False  # the views stop following the log
+    led.authenticate(tokens["reviewer"]).revoke("F1", "source withdrawn")
+    led.close()
+    with pytest.raises(StorageError, match=r"views have not caught up with the log"):
+        Ledger.open(f"sqlite:///{path}?mode=ro")
+    audit = Ledger.open(f"sqlite:///{path}?mode=ro", catch_up=False)
+    try:
+        assert audit.verify().ok  # the views agree with the log as far as they go
+    finally:
+        audit.close()
+    writable = Ledger.open(f"sqlite:///{path}")  # catches up
+    try:
+        assert str(writable.authenticate(tokens["reviewer"]).get("F1").status) == "REVOKED"
+    finally:
+        writable.close()
+    ro = Ledger.open(f"sqlite:///{path}?mode=ro")
+    try:
+        assert str(ro.authenticate(tokens["reviewer"]).get("F1").status) == "REVOKED"
+    finally:
+        ro.close()
+
+
+def test_a_run_is_refused_on_a_read_only_ledger_not_ignored(tmp_path: Path) -> None:
+    path = tmp_path / "l.db"
+    led, tokens = write_ledger(path)
+    led.close()
+    result = CliRunner().invoke(
+        main,
+        ["read", "--scope", "proj-a", "--claim", "api.retry_safe", "--run", "r-1"],
+        env={"PROVLEDGER_URL": f"sqlite:///{path}?mode=ro", "PROVLEDGER_TOKEN": tokens["agent-1"]},
+    )
+    assert result.exit_code == 1
+    assert "--run 'r-1' refused: the ledger is opened read-only" in result.stderr
+
+
+def test_a_writable_ledger_in_a_directory_named_mode_ro_is_still_wal(tmp_path: Path) -> None:
+    folder = tmp_path / "mode=ro-archive"
+    folder.mkdir()
+    led, _ = write_ledger(folder / "l.db")
+    led.close()
+    with sqlite3.connect(folder / "l.db") as raw:
+        assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
 # -- a read-only file system -------------------------------------------------------------
@@ -264,6 +320,11 @@ def test_a_read_only_mount_with_a_wal_file_is_read_whole_or_refused(tmp_path: Pa
             whole.close()
         with pytest.raises(StorageError, match=r"its -wal file holds transactions"):
             Ledger.open(f"sqlite:///{mounted / 'no-shm.db'}?mode=ro")
+        # Through a link, SQLite looks for the -wal file beside the file linked to
+        link = tmp_path / "link.db"
+        os.symlink(mounted / "no-shm.db", link)
+        with pytest.raises(StorageError, match=r"its -wal file holds transactions"):
+            Ledger.open(f"sqlite:///{link}?mode=ro")
 
 
 def test_an_mcp_server_on_a_read_only_ledger_reads_and_refuses_proposals(tmp_path: Path) -> None:

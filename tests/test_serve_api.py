@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import socket
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -935,6 +936,21 @@ def test_a_client_that_sends_its_whole_body_first_still_gets_the_413(served: Ser
     error = json.loads(refused.value.read())["error"]
     assert error["type"] == "ValueTooLargeError" and "over the limit" in error["message"]
     assert served.ledger.position == before
+
+
+def test_a_client_waiting_to_send_is_refused_before_it_sends(served: Served) -> None:
+    # Expect: 100-continue: the 413 comes first, with no "100 Continue" asking for a
+    # body that would be refused anyway.
+    with running(served.client.app) as base:
+        host, port = base.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=30) as conn:
+            conn.sendall(
+                b"POST /api/v1/records HTTP/1.1\r\nHost: x\r\n"
+                b"Content-Type: application/json\r\nContent-Length: 5000000\r\n"
+                b"Expect: 100-continue\r\n\r\n"
+            )
+            answer = conn.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:80]
 
 
 # -- isolation -----------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ import click
 
 from ledger.application import Ledger
 from ledger.domain import Kind
-from ledger.errors import AccessDeniedError, LedgerError, LedgerNotFoundError
+from ledger.errors import AccessDeniedError, LedgerError, LedgerNotFoundError, ReadOnlyError
 from ledger.persistence import foreign_file, resolve_url
 from ledger.session import Session
 
@@ -227,15 +227,26 @@ def run_option(fn: F) -> F:
         default=None,
         metavar="RUN",
         help="Inside this run (`provledger run start`): reads are recorded in it and "
-        "proposals carry them as observed dependencies (ignored under as-of).",
+        "proposals carry them as observed dependencies (ignored under as-of; refused "
+        "on a ledger opened read-only).",
     )(fn)
 
 
 def within(session: Session, run_id: str | None) -> Any:
     """``session``, or the run ``run_id`` it started earlier, resumed (not under as-of:
-    a past state is not what a task reads)."""
-    if run_id is None or session.read_only:
+    a past state is not what a task reads).
+
+    Raises:
+        ReadOnlyError: a run on a ledger opened read-only (its reads could not be
+            recorded in it).
+    """
+    if run_id is None or session.position is not None:
         return session
+    if session.read_only:
+        raise ReadOnlyError(
+            f"--run {run_id!r} refused: the ledger is opened read-only (mode=ro), so "
+            "reads cannot be recorded in a run; leave --run (and $PROVLEDGER_RUN) out"
+        )
     return session.run(run_id).resume()
 
 

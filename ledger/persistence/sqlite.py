@@ -118,6 +118,8 @@ def read_only_uri(path: str) -> str:
     (a read-only directory or file system), the file is opened as immutable:
     only when no ``-wal`` file with content is beside it, since an immutable
     open does not read the WAL, and its transactions would be silently missing.
+    Immutable, the file is read as it was when opened: what a writer adds
+    through another path later is not seen until it is opened again.
 
     Raises:
         LedgerNotFoundError: no file at ``path``, or no ledger in it.
@@ -136,7 +138,7 @@ def read_only_uri(path: str) -> str:
     except sqlite3.OperationalError as exc:
         if "unable to open" not in str(exc):
             raise StorageError(f"cannot open the ledger at {path} read-only: {exc}") from None
-        wal = Path(f"{path}-wal")
+        wal = Path(f"{os.path.realpath(path)}-wal")  # where SQLite looks: beside the file
         if wal.is_file() and wal.stat().st_size > 0:
             raise StorageError(
                 f"cannot open the ledger at {path} read-only where it is: its -wal file "
@@ -212,7 +214,9 @@ class LedgerSQLitePool(SQLiteConnectionPool):
             )
         except (sqlite3.Error, TypeError) as e:
             raise InterfaceError(e) from e
-        read_only = "mode=ro" in self.db_name
+        # Only read_only_uri's URIs start with "file:" and say mode=ro (a ledger URL's
+        # path cannot be a "file:" URI).
+        read_only = self.db_name.startswith("file:") and "?mode=ro" in self.db_name
         if not self.is_sqlite_memory_mode and not self.is_journal_mode_wal and not read_only:
             cursor = c.cursor()
             cursor.execute("PRAGMA journal_mode;")

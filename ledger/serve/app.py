@@ -71,8 +71,12 @@ class BodyLimit:
         is_api = path.startswith(api.PREFIX) or path.startswith("/mcp")
         limit = self.api_limit if is_api else self.form_limit
         declared = dict(scope["headers"]).get(b"content-length")
+        # A client that asked to wait (Expect: 100-continue) has sent nothing yet:
+        # reading would ask it for the body it is refused.
+        waits = dict(scope["headers"]).get(b"expect", b"").lower() == b"100-continue"
         if declared is not None and declared.isdigit() and int(declared) > limit:
-            await _drain(receive, DRAIN_BODY)
+            if not waits:
+                await _drain(receive, DRAIN_BODY)
             await self._refuse(is_api, limit)(scope, receive, send)
             return
         seen = 0

@@ -537,7 +537,13 @@ class LedgerStore(BaseStore):
         reason = f"deleted through the LangGraph store (LedgerStore): {scope}/{claim}"
         for entry in self.session.explain(scope, claim, kinds=(self.kind,)).entries:
             record = entry.record
-            if record.kind == self.kind and record.status in _LIVE:
+            # Only what get shows as an item: a record another surface wrote there
+            # with a value that is no mapping is not the store's to delete.
+            if (
+                record.kind == self.kind
+                and record.status in _LIVE
+                and isinstance(record.value, dict)
+            ):
                 revoker.revoke(self._named_for(revoker, record.id, scope), reason)
 
     def _named_for(self, other: Session, record_id: str, scope: str) -> str:
