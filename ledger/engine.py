@@ -589,12 +589,18 @@ class Engine:
         """Apply any events the views have not seen; returns how many. Cheap when the
         views are current (one read); otherwise under the writers' lock, so concurrent
         writers and catch-ups never apply an event twice."""
-        with self.reading() as c:
-            done, newest = self.recorder.tracking_and_newest(c)
-        if min(done.values()) >= newest:
+        if self.views_lag() is None:
             return 0
         with self.locked("catch_up") as c, gc_pause.paused():
             return self.projector.catch_up(c)
+
+    def views_lag(self) -> tuple[int, int] | None:
+        """(position the views have applied, newest log position) when the views
+        lag the log, else None (one read)."""
+        with self.reading() as c:
+            done, newest = self.recorder.tracking_and_newest(c)
+        applied = min(done.values())
+        return None if applied >= newest else (applied, newest)
 
     def note_layout(self) -> None:
         """Remember whether the views, left as stored (read-only, or no catch-up),
@@ -622,13 +628,12 @@ class Engine:
                 f"earlier version (layout {self.outdated_views}; this version reads "
                 f"layout {LAYOUT}), which cannot be rebuilt without writing; {instead}"
             )
-        with self.reading() as c:
-            done, newest = self.recorder.tracking_and_newest(c)
-        if min(done.values()) < newest:
+        lag = self.views_lag()
+        if lag is not None:
             raise StorageError(
                 f"ledger {self.url!r} is opened read-only and its views have not caught "
-                f"up with the log (views at position {min(done.values())}, log at "
-                f"{newest}), which cannot be done without writing; {instead}"
+                f"up with the log (views at position {lag[0]}, log at {lag[1]}), which "
+                f"cannot be done without writing; {instead}"
             )
 
     def migrate_views(self) -> None:
