@@ -614,6 +614,31 @@ def test_listings_across_scopes_without_read_anywhere_are_refused_not_empty(
                 listing()
 
 
+def test_namespaces_of_a_scope_without_read_are_refused_as_its_search_is(
+    principals: Principals,
+) -> None:
+    admin = principals.ledger.admin()
+    admin.grant("writer", "prod", ["propose", "read"])
+    admin.grant("boss", "prod", ["approve", "read"])
+    admin.grant("courier", "prod", ["propose"])  # may write there, may not read
+    admin.grant("courier", "test", ["read"])
+    with LedgerStore(
+        principals.ledger,
+        token=admin.issue_token("writer"),
+        approver_token=admin.issue_token("boss"),
+    ) as writer:
+        writer.put(("prod", "users"), "u1", {"v": 1})
+        assert writer.list_namespaces(prefix=("prod",)) == [("prod", "users")]
+    with LedgerStore(principals.ledger, token=admin.issue_token("courier")) as courier:
+        for scope in ("prod", "elsewhere"):  # no read there; no grant at all there
+            with pytest.raises(AccessDeniedError, match=f"lacks role 'read' in scope '{scope}'"):
+                courier.search((scope,))
+            with pytest.raises(AccessDeniedError, match=f"lacks role 'read' in scope '{scope}'"):
+                courier.list_namespaces(prefix=(scope, "users"))
+        # A prefix that names no one scope lists the readable ones, as before.
+        assert courier.list_namespaces(prefix=("*", "users")) == []
+
+
 def test_search_skips_candidates_and_withdrawn_records(
     store: LedgerStore, principals: Principals
 ) -> None:

@@ -305,6 +305,28 @@ def test_a_url_password_never_appears_in_messages_or_the_ledger_s_url(pg_url: st
         Ledger.open(malformed)
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        " postgresql://alice:hunter2@db.test/ledger",  # pasted with a space before it
+        "\tpostgresql://alice:hunter2@db.test/ledger",
+        "postgresql:alice:hunter2@db.test/ledger",  # the // forgotten
+        "//alice:hunter2@db.test/ledger",
+        "mysql://alice:hunter2@db.test/ledger",
+        b"postgresql://alice:hunter2@db.test/ledger",
+    ],
+)
+def test_a_password_in_a_url_of_no_known_shape_is_masked_too(url: object) -> None:
+    from ledger import Ledger
+    from ledger.errors import InvalidURLError
+
+    with pytest.raises(InvalidURLError) as refused:
+        Ledger.open(url)  # type: ignore[arg-type]
+    message = str(refused.value)
+    assert "hunter2" not in message and "alice" not in message
+    assert "***@db.test" in message or message == "ledger URL must be a string, got bytes"
+
+
 def _delivered_report(world: World, expires: object = None) -> str:
     _accepted(world, "E1", scope="proj-a", claim_key="e1", value=1, kind=Kind.FACT)
     _accepted(world, "E2", scope="proj-a", claim_key="e2", value=2, kind=Kind.FACT)

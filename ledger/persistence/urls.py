@@ -49,8 +49,10 @@ def resolve_url(url: str | None) -> Backend:
     """
     if url is None:
         url = os.environ.get("PROVLEDGER_URL") or f"sqlite:///{DEFAULT_PATH}"
-    if not isinstance(url, str) or not url.strip():
-        raise InvalidURLError(f"ledger URL {url!r} is empty or not a string")
+    if not isinstance(url, str):
+        raise InvalidURLError(f"ledger URL must be a string, got {type(url).__name__}")
+    if not url.strip():
+        raise InvalidURLError(f"ledger URL {url!r} is empty")
     recorder_topic = get_topic(LedgerSQLiteRecorder)
     if url in ("memory:", "memory://"):
         # An in-process SQLite database shared by the connections of this ledger only.
@@ -110,9 +112,11 @@ def resolve_url(url: str | None) -> Backend:
                 "installed: pip install 'provledger[postgres]'"
             )
         return _postgres_backend(url)
-    url = redacted(url)
+    # No backend's shape: mask whatever may hold a user and password (a URL with a
+    # space before it, or ``scheme:user:pw@host``, is no URL ``redacted`` can read).
+    shown = _ANY_USERINFO.sub(r"\1***@", redacted(url))
     raise InvalidURLError(
-        f"ledger URL {url!r} is not memory:, sqlite:///path or postgresql://user@host/db"
+        f"ledger URL {shown!r} is not memory:, sqlite:///path or postgresql://user@host/db"
     )
 
 
@@ -184,6 +188,9 @@ _SECRET_OPTION = re.compile(r"([?&][^=&]*(?:pass|%70ass|p%61ss)[^=&]*=)[^&]*", r
 #: ``scheme://user:PASSWORD@``: the password runs to the last ``@`` (one holding
 #: ``#``, ``?`` or ``/`` unencoded is masked whole; masking more is the safe side).
 _USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://[^:/?#@]*:)(.*)@", re.DOTALL)
+#: In text of no known shape: everything before the last ``@`` after any scheme
+#: and ``//`` (user and password both masked: the safe side).
+_ANY_USERINFO = re.compile(r"^(\s*(?:[A-Za-z][A-Za-z0-9+.-]*:)?(?://)?)(.*)@", re.DOTALL)
 
 
 def _check_once(shown: str, options: dict[str, list[str]]) -> None:

@@ -453,7 +453,18 @@ class LedgerStore(BaseStore):
         depth = self.scope_depth
         prefixes = [tuple(c.path) for c in conditions if c.match_type == "prefix"]
         namespaces: set[tuple[str, ...]] = set()
-        for scope in self._readable_scopes("list_namespaces"):
+        readable = self._readable_scopes("list_namespaces")
+        # A prefix naming one scope outright asks about that scope: without
+        # ``read`` there, refused as a search of it is, not answered empty.
+        for path in prefixes:
+            if len(path) >= depth and "*" not in path[:depth]:
+                scope = scope_of(path[:depth])
+                if scope not in readable:
+                    raise AccessDeniedError(
+                        f"list_namespaces refused: {self.session.principal!r} lacks role "
+                        f"'read' in scope {scope!r}"
+                    )
+        for scope in readable:
             labels = labels_of(scope, depth)
             if labels is None or not all(
                 all(p == "*" or p == s for s, p in zip(labels, path, strict=False))
