@@ -349,9 +349,16 @@ def signed_head(ledger: Ledger, private_key: PrivateKeyLike) -> SignedHead:
 
 def append_head(path: str | os.PathLike[str], head: SignedHead) -> None:
     """Append ``head`` as one line to the heads file at ``path`` (created if absent),
-    flushed to disk before returning."""
-    with open(path, "a", encoding="utf-8") as out:
-        out.write(head.dumps() + "\n")
+    flushed to disk before returning. A file whose last line lacks its newline
+    (written by hand, or cut short) gets one first: the new head is never glued
+    onto the last one, which would make both unreadable."""
+    with open(path, "a+b") as out:
+        line = (head.dumps() + "\n").encode("utf-8")
+        if out.seek(0, os.SEEK_END) > 0:
+            out.seek(-1, os.SEEK_END)
+            if out.read(1) != b"\n":
+                line = b"\n" + line
+        out.write(line)  # append mode: at the end, whatever was read
         out.flush()
         os.fsync(out.fileno())
 

@@ -288,6 +288,82 @@ def test_a_flipped_archive_signature_is_told_as_such(r1_bundle: tuple[Path, Path
     )
 
 
+@pytest.mark.parametrize("ledger_url", ["memory"], indirect=True)
+def test_a_re_signed_bundle_cannot_pass_a_visible_ancestor_off_as_hidden(
+    world: World, tmp_path: Path
+) -> None:
+    # Given R1 <- M1 <- {E1, H1}, H1 in a scope R1's auditor holds no grant in
+    led, admin = world.ledger, world.ledger.admin()
+    admin.grant("outside", scope="proj-x", roles=["propose", "read"])
+    admin.grant("x-reviewer", scope="proj-x", roles=["approve", "read"])
+    admin.grant("x-reviewer", scope="proj-a", roles=["approve", "read"])
+    admin.grant("agent-1", scope="proj-x", roles=["read"])
+    outside = led.authenticate(admin.issue_token("outside"))
+    x_reviewer = led.authenticate(admin.issue_token("x-reviewer"))
+    outside.propose(scope="proj-x", claim_key="h", value=1, kind=Kind.FACT, id="H1")
+    x_reviewer.accept("H1")
+    world.agent.propose(scope="proj-a", claim_key="e", value=1, kind=Kind.FACT, id="E1")
+    world.agent.propose(
+        scope="proj-a", claim_key="m", value=2, kind=Kind.INFERENCE, parents=["E1", "H1"], id="M1"
+    )
+    world.agent.propose(
+        scope="proj-a", claim_key="r", value=3, kind=Kind.REPORT, parents=["M1"], id="R1"
+    )
+    world.reviewer.accept("E1")
+    x_reviewer.accept("M1")  # the bundle's author could not: it cannot read H1
+    world.reviewer.accept("R1")
+    generate_key(tmp_path / "k")
+    write_bundle(world.reviewer, "R1", tmp_path / "k", tmp_path / "r1.zip")
+    genuine = verify_bundle(tmp_path / "r1.zip", tmp_path / "k.pub")
+    assert genuine.ok and genuine.hidden == 1 and genuine.withheld == 1  # M1's proposal
+
+    # When the key holder drops M1 and E1, leaving only the <hidden> entry
+    def visible_gone(manifest: dict[str, Any], files: dict[str, bytes]) -> None:
+        manifest["records"] = [r for r in manifest["records"] if r["id"] in ("R1", "<hidden>")]
+        manifest["events"] = [e for e in manifest["events"] if e["record"] == "R1"]
+        for name in [n for n in files if n.startswith("events/")]:
+            if name not in {e["file"] for e in manifest["events"]}:
+                del files[name]
+
+    forged = rewrite(tmp_path / "r1.zip", tmp_path / "k", tmp_path / "forged.zip", visible_gone)
+    report = verify_bundle(forged, tmp_path / "k.pub")
+
+    # Then R1's carried proposal, which names M1, shows M1 was no hidden record
+    assert not report.ok
+    assert (
+        "the events of R1 name M1 as a basis in bytes the bundle carries, but it does not "
+        "include it: <hidden> stands only for records named in bytes it withholds"
+    ) in report.problems
+
+
+@pytest.mark.parametrize("ledger_url", ["memory"], indirect=True)
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        (lambda m: m.update(records=5), "records is a number"),
+        (lambda m: m.update(records=None), "records is missing or null"),
+        (lambda m: m.update(record=["R1"]), "record is an array"),
+        (lambda m: m.update(head="x"), "head is a string"),
+        (lambda m: m.update(created=5), "created is a number"),
+        (lambda m: m["events"][0].update(path="ab"), "events[0].path is a string"),
+        (lambda m: m["events"][0].update(file=7), "events[0].file is a number"),
+        (lambda m: m["events"][0].update(position=True), "events[0].position is a boolean"),
+        (lambda m: m["records"][1].update(status=1), "records[1].status is a number"),
+    ],
+)
+def test_a_signed_manifest_of_the_wrong_shape_is_named_not_a_traceback(
+    r1_bundle: tuple[Path, Path], change: Callable[[dict[str, Any]], None], named: str
+) -> None:
+    path, tmp_path = r1_bundle
+    forged = rewrite(path, tmp_path / "k", tmp_path / "odd.zip", lambda m, _f: change(m))
+
+    report = verify_bundle(forged, tmp_path / "k.pub")
+
+    assert not report.ok and report.problem == f"manifest.json is malformed: {named}"
+    result = CliRunner().invoke(main, ["verify-bundle", str(forged), "--json"])
+    assert result.exit_code == 1 and json.loads(result.stdout)["problem"] == report.problem
+
+
 def test_the_bundle_commands_count_withheld_events_as_carried(tmp_path: Path) -> None:
     # Given B1 in proj-b resting on M9 in proj-a, which B1's auditor may not audit
     url = f"sqlite:///{tmp_path / 'l.db'}"

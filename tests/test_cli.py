@@ -1181,6 +1181,17 @@ def test_verify_against_a_malformed_digest_is_refused(chain: Cli) -> None:
     assert result.stderr.startswith("error: cannot verify against 'not-a-digest'")
 
 
+@pytest.mark.parametrize(
+    ("given", "missing"), [("--heads", "--public-key"), ("--public-key", "--heads")]
+)
+def test_verify_with_heads_or_their_key_alone_is_a_usage_error(
+    chain: Cli, given: str, missing: str
+) -> None:
+    result = chain("verify", given, "some-file")
+    assert result.exit_code == 2, result.output
+    assert f"Error: {given} needs {missing}" in result.stderr
+
+
 def test_prove_prints_inclusion_proofs_a_third_party_can_check(chain: Cli) -> None:
     from ledger import merkle
 

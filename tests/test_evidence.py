@@ -462,6 +462,21 @@ def test_a_malformed_heads_file_line_is_refused_by_number(tmp_path: Path, clock:
         load_heads(heads)
 
 
+def test_a_head_appended_to_a_file_cut_short_of_its_newline_gets_its_own_line(
+    tmp_path: Path, clock: Clock
+) -> None:
+    generate_key(tmp_path / "k")
+    first = sign_head(tmp_path / "k", merkle.LogDigest(1, 1, "00" * 32), clock.now)
+    second = sign_head(tmp_path / "k", merkle.LogDigest(2, 2, "11" * 32), clock.now)
+    heads = tmp_path / "heads.jsonl"
+    heads.write_text(first.dumps())  # kept by hand, no newline at the end
+    append_head(heads, second)
+    assert load_heads(heads) == (first, second)
+    assert heads.read_text() == first.dumps() + "\n" + second.dumps() + "\n"
+    append_head(heads, first)  # a file that ends its line gets no blank one
+    assert heads.read_text().count("\n") == 3 and load_heads(heads) == (first, second, first)
+
+
 @pytest.mark.parametrize("ledger_url", BACKENDS, indirect=True)
 def test_verifying_against_a_heads_file_that_holds_no_head_is_refused(
     scene: Scene, tmp_path: Path

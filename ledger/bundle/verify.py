@@ -76,6 +76,62 @@ def verify_bundle(
         return _verify_archive(archive, data, trusted)
 
 
+#: A manifest's fields and the JSON types they must have (an event's fields below).
+_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "record": str,
+    "created": str,
+    "key_id": str,
+    "head": dict,
+    "records": list,
+    "events": list,
+    "files": dict,
+}
+_EVENT_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "record": str,
+    "position": int,
+    "type": str,
+    "index": int,
+    "leaf": str,
+    "path": list,
+    "file": (str, type(None)),
+}
+
+
+def _shape_problem(manifest: dict[str, Any]) -> str | None:
+    """The first field of ``manifest`` that is missing or of the wrong JSON type
+    (None: every one the checks read is as a bundle writes it)."""
+    for name, want in _FIELDS.items():
+        if not isinstance(manifest.get(name), want):
+            return f"{name} is {_json_type(manifest.get(name))}"
+    for i, entry in enumerate(manifest["records"]):
+        if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
+            return f"records[{i}] is not a record with an id"
+        for name in ("scope", "kind", "status", "validity"):
+            if name in entry and not isinstance(entry[name], str):
+                return f"records[{i}].{name} is {_json_type(entry[name])}"
+    for i, entry in enumerate(manifest["events"]):
+        if not isinstance(entry, dict):
+            return f"events[{i}] is {_json_type(entry)}"
+        for name, want in _EVENT_FIELDS.items():
+            value = entry.get(name)
+            if not isinstance(value, want) or isinstance(value, bool):
+                return f"events[{i}].{name} is {_json_type(value)}"
+        if not all(isinstance(step, str) for step in entry["path"]):
+            return f"events[{i}].path holds something other than hex strings"
+    for name, digest in manifest["files"].items():
+        if not isinstance(digest, str):
+            return f"files[{name!r}] is {_json_type(digest)}"
+    return None
+
+
+def _json_type(value: object) -> str:
+    """How a JSON value is named in a message (its type, not its content)."""
+    if value is None:
+        return "missing or null"
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
+    return names.get(type(value), "a number")
+
+
 def _failed(problem: str, **known: Any) -> BundleReport:
     return BundleReport(ok=False, problem=problem, problems=(problem,), **known)
 
@@ -111,6 +167,9 @@ def _verify_archive(
         return _failed(f"the bundle's manifest or public key is unreadable: it was altered ({exc})")
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         return _failed(f"manifest.json is not a {FORMAT} manifest")
+    malformed = _shape_problem(manifest)
+    if malformed is not None:  # signed or not: what it says cannot be read
+        return _failed(f"manifest.json is malformed: {malformed}")
     kid = key_id(key)
     known: dict[str, Any] = {"record": manifest.get("record"), "key_id": kid}
     if trusted is not None and key_id(trusted) != kid:

@@ -252,12 +252,22 @@ def _check_ancestry(
     for rid, t in told.items():
         if not t.bases_known:
             continue
+        # Known bases were read from bytes the bundle carries, and a bundle carries
+        # only bytes naming records its author could audit (the others' are
+        # withheld): so each is one the bundle must include, and HIDDEN, which
+        # stands for records named in withheld bytes only, cannot stand for it.
         missing = sorted(t.bases - set(stated))
         if missing and not hidden:
             problems.append(
                 f"the events of {rid} name {', '.join(missing)} as a basis, but the bundle "
                 f"neither includes {'it' if len(missing) == 1 else 'them'} nor shows an "
                 f"ancestor {HIDDEN}"
+            )
+        elif missing:
+            problems.append(
+                f"the events of {rid} name {', '.join(missing)} as a basis in bytes the "
+                f"bundle carries, but it does not include {'it' if len(missing) == 1 else 'them'}"
+                f": {HIDDEN} stands only for records named in bytes it withholds"
             )
     reached, frontier, open_ended = {root}, [root], False
     while frontier:

@@ -93,6 +93,10 @@ def verify(
       provledger verify --heads /mnt/witness/heads.jsonl --public-key ledger-key.pub
       provledger verify --url 'sqlite:///audit-copy.db?mode=ro'   # opened read-only
     """
+    if (heads_file is None) != (public_key is None):
+        pair = ("--heads", "--public-key")
+        given, missing = pair if public_key is None else pair[::-1]
+        raise click.UsageError(f"{given} needs {missing}: heads are checked with their key")
     # The views as stored: a row written behind the ledger's back must be named by
     # the checks, in their order, not refused by opening.
     with host_ledger(url, "verify", admin_token, catch_up=False) as led:
