@@ -55,6 +55,9 @@ class Erasure:
     reason: str
     at: datetime
     deleted: bool = True  # False: no bytes were stored any more when it was recorded
+    #: False: the database's files may still hold the bytes for now (see
+    #: ``Recorder.scrub_deleted``: a reader kept the SQLite ``-wal`` from being emptied).
+    scrubbed: bool = True
 
 
 def _check_ref(ref: object) -> str:
@@ -152,7 +155,7 @@ def erase_snapshot(engine: Engine, ref: str, reason: str, actor: str) -> Erasure
             record.erase_snapshot(actor, ref, reason, now)
             events += record.collect_events()
         position = w.append(events)
-        w.c.execute(engine.dialect.q("DELETE FROM {t}pl_snapshots WHERE ref=?"), (ref,))
+        engine.recorder.delete_snapshot(w.c, ref)
         return Erasure(
             snapshot_ref=ref,
             records=tuple(records),
@@ -163,7 +166,10 @@ def erase_snapshot(engine: Engine, ref: str, reason: str, actor: str) -> Erasure
             deleted=stored,
         )
 
-    return engine.transact(work)
+    done = engine.transact(work)
+    if done.deleted and not engine.recorder.scrub_deleted():
+        done = dataclasses.replace(done, scrubbed=False)
+    return done
 
 
 __all__ = [

@@ -11,6 +11,7 @@ import dataclasses
 import io
 import json
 import os
+import sqlite3
 import stat
 import zipfile
 from collections.abc import Callable
@@ -879,6 +880,59 @@ def test_erasing_a_snapshot_removes_the_bytes_and_keeps_the_log_verifiable(scene
     # A second erasure is refused by name
     with pytest.raises(SnapshotErasedError, match="was erased at"):
         led.admin().erase_snapshot(ref, reason="again")
+
+
+@pytest.mark.parametrize("ledger_url", BACKENDS, indirect=True)
+def test_erased_bytes_leave_the_database_files_not_only_the_table(scene: Scene) -> None:
+    # Given bytes captured and checkpointed into the database's file
+    personal = b"".join(b"personal-%06d;" % i for i in range(2000))  # pages of them
+    scene.agent.capture(scope="proj-a", uri="https://docs.test/p", content=personal, id="P1")
+    ref = (scene.reviewer.get("P1").evidence or {})["snapshot_ref"]
+    if scene.raw.backend == "sqlite":
+        files = [Path(scene.raw.path), Path(f"{scene.raw.path}-wal")]
+        with sqlite3.connect(scene.raw.path) as con:
+            con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        assert b"personal-001999;" in files[0].read_bytes()
+    else:
+        filenode = "SELECT pg_relation_filenode('pl_snapshots')"
+        before = scene.raw.one(filenode)
+
+    # When they are erased
+    erased = scene.ledger.admin().erase_snapshot(ref, reason="erasure request 2026-115")
+
+    # Then no file of the database holds them any more: SQLite's pages were
+    # zeroed and its -wal emptied; PostgreSQL's table was rewritten
+    assert erased.deleted and erased.scrubbed
+    if scene.raw.backend == "sqlite":
+        for path in files:
+            assert not path.exists() or b"personal-" not in path.read_bytes(), path
+    else:
+        assert scene.raw.one(filenode) != before
+    assert scene.ledger.verify().ok
+
+
+def test_an_erasure_a_reader_keeps_from_the_wal_says_so(tmp_path: Path) -> None:
+    # Given a reader in another connection holding a snapshot that predates it
+    url = f"sqlite:///{tmp_path / 'l.db'}?timeout=1"
+    with Ledger.open(url) as led:
+        admin = led.admin()
+        admin.grant("agent-1", scope="proj-a", roles=["propose", "read"])
+        agent = led.authenticate(admin.issue_token("agent-1"))
+        agent.capture(scope="proj-a", uri="https://docs.test/p", content=b"personal", id="P1")
+        ref = (agent.get("P1").evidence or {})["snapshot_ref"]
+        reader = sqlite3.connect(tmp_path / "l.db")
+        reader.execute("BEGIN")
+        reader.execute("SELECT COUNT(*) FROM pl_snapshots").fetchone()
+        try:
+            # When the bytes are erased, the -wal cannot be emptied under it
+            erased = admin.erase_snapshot(ref, reason="request")
+        finally:
+            reader.rollback()
+            reader.close()
+        # Then the erasure happened and says the -wal still holds them
+        assert erased.deleted and not erased.scrubbed
+        with pytest.raises(SnapshotErasedError):
+            agent.snapshot(ref)
 
 
 @pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)

@@ -373,7 +373,14 @@ def erase_snapshot(
             "records": list(done.records),
             "position": done.position,
             "deleted": done.deleted,
+            "scrubbed": done.scrubbed,
         },
         f"erased {done.snapshot_ref} (evidence {', '.join(done.records)}); "
         f"recorded at log position {done.position}",
     )
+    if not done.scrubbed:
+        click.echo(
+            "note: a reader kept the database's write-ahead log from being emptied: the "
+            "erased bytes stay in it until its next complete checkpoint",
+            err=True,
+        )

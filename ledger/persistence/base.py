@@ -204,6 +204,18 @@ class LedgerRecorderMixin:
 
     # -- the tables beside the events --------------------------------------------
 
+    def delete_snapshot(self, c: Cursor, ref: str) -> None:
+        """Delete the bytes stored for ``ref`` in the write transaction of ``c``
+        (an erasure); :meth:`scrub_deleted` after the commit removes what the
+        backend's files may still hold of them."""
+        c.execute(self.dialect.q("DELETE FROM {t}pl_snapshots WHERE ref=?"), (ref,))
+
+    def scrub_deleted(self) -> bool:
+        """After an erasure has committed: leave none of the deleted bytes in the
+        database's files where the backend can. False when it could not now (they
+        go with the backend's next checkpoint or vacuum). Nothing to do by default."""
+        return True
+
     def snapshot_content(self, c: Cursor, ref: str) -> tuple[bytes | None] | None:
         """``(bytes,)`` stored for a snapshot reference (``(None,)`` if what is stored
         is not bytes), or None if there is no such snapshot."""

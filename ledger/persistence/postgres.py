@@ -289,6 +289,25 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
         )
         return bool(c.fetchone()["found"])
 
+    def scrub_deleted(self) -> bool:
+        """Rewrite the snapshot table (``VACUUM FULL``): a deleted row's bytes stay
+        in its pages (and its TOAST table's) until then, and a plain ``VACUUM``
+        only marks the space free. It waits for the table's lock up to the
+        ledger's ``lock_timeout``; False when it could not get it (the next
+        erasure, or an operator's ``VACUUM FULL``, rewrites it). The server's WAL
+        and any backups are the operator's to expire."""
+        import psycopg
+
+        try:
+            with self.statement() as c:
+                # Never prepared: PostgreSQL cannot prepare a VACUUM (psycopg would
+                # try from its fifth run on one connection).
+                vacuum: Any = c
+                vacuum.execute(self.dialect.q("VACUUM FULL {t}pl_snapshots"), prepare=False)
+        except (psycopg.errors.LockNotAvailable, psycopg.errors.QueryCanceled):
+            return False
+        return True
+
     def lock_for_write(self, c: Cursor, ahead: Query | None = None) -> list[Any] | None:
         """The same table lock the writers take. In a transaction begun by
         :meth:`writing`, its BEGIN, the lock, the views' tracking read (which a

@@ -464,6 +464,27 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
         finally:
             c.execute(f"PRAGMA cache_size=-{WRITER_CACHE_KIB}")
 
+    def delete_snapshot(self, c: Cursor, ref: str) -> None:
+        """Delete with ``secure_delete`` on: the pages that held the bytes are
+        written back zeroed, not merely marked free (they would stay in the file)."""
+        c.execute("PRAGMA secure_delete=ON")
+        try:
+            super().delete_snapshot(c, ref)
+        finally:
+            c.execute("PRAGMA secure_delete=OFF")
+
+    def scrub_deleted(self) -> bool:
+        """Checkpoint the zeroed pages into the file and empty the ``-wal``, whose
+        earlier frames still hold the bytes (``wal_checkpoint(TRUNCATE)``, which
+        waits for readers up to the busy timeout). False when a reader kept it from
+        completing: the bytes then stay in the ``-wal`` until a later checkpoint."""
+        if not self._file:
+            return True
+        with self.statement() as c:
+            c.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            busy = c.fetchone()[0]
+        return not busy
+
     def lock_for_write(self, c: Cursor, ahead: Query | None = None) -> list[Any] | None:
         """Nothing more to do: ``writing`` began with ``BEGIN IMMEDIATE``, which took
         SQLite's write lock (and a query costs no round trip: ``ahead`` is left to
