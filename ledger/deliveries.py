@@ -30,7 +30,7 @@ from ledger.values import Correction, CorrectionDue, Delivery
 from projections import delivery as delivery_view
 from projections import edges as edges_index
 from projections import validity as validity_view
-from projections.base import Cursor
+from projections.base import Cursor, Dialect
 from projections.validity import RecordRow
 
 
@@ -170,7 +170,10 @@ def owed_since(
     Owed when the record left VALID after the delivery — by a status change
     (revocation, supersession, staleness: after the position it left VALID), or by
     expiry (after the instant it expired) — and also when it is VALID again on a
-    different basis than the recipient's copy cites (after that basis began).
+    different basis than the recipient's copy cites (after that basis began): its
+    own, or that of a record it rests on, re-based since (the copy's sources
+    further up were withdrawn or expired, even where the record's own parents
+    stayed the same).
     """
     delivered = int(drow["position"])
     if rules.validity(row, now) != Validity.VALID:
@@ -178,12 +181,29 @@ def owed_since(
         if row["status"] == Status.ACCEPTED and eff is not None:
             return delivered, eff  # expired: a correction before the expiry says nothing
         return max(delivered, row["left_valid_pos"] or 0), None
-    d = caller.engine.dialect
-    then = validity_view.existing(c, d, row["record_id"], delivered)
-    if (then["parents"], then["observed"]) == (row["parents"], row["observed"]):
+    if row["from_pos"] <= delivered:
+        # Its row is as delivered: nothing it rests on was re-based since (that
+        # takes a STALE or expired basis, which would have changed this row too).
         return None
-    since = edges_index.basis_since(c, d, row["record_id"], caller.position)
-    return max(delivered, since or row["from_pos"]), None
+    d, rid = caller.engine.dialect, row["record_id"]
+    then = validity_view.existing(c, d, rid, delivered)
+    if (then["parents"], then["observed"]) != (row["parents"], row["observed"]):
+        since = edges_index.basis_since(c, d, rid, caller.position)
+        return max(delivered, since or row["from_pos"]), None
+    now_edges = set(_ancestry(c, d, rid, caller.position))
+    if now_edges == set(_ancestry(c, d, rid, delivered)):
+        return None
+    rebased = (edges_index.basis_since(c, d, child, caller.position) for _, child, _ in now_edges)
+    return max(delivered, *(p for p in rebased if p is not None)), None
+
+
+def _ancestry(
+    c: Cursor, d: Dialect, record_id: str, position: int | None
+) -> list[tuple[str, str, str]]:
+    """The (parent, child, edge) rows above a record, now or right after ``position``."""
+    return edges_index.lineage(
+        c, d, record_id, ancestors=True, descendants=False, position=position
+    )
 
 
 def _owed(since: tuple[int, int | None] | None, corrections: Sequence[Any]) -> bool:

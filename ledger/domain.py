@@ -86,15 +86,10 @@ def record_uuid(record_id: str, at: datetime) -> UUID:
     milliseconds since the epoch, then the microseconds within that millisecond
     (12 bits), then 62 bits of ``SHA-1(namespace, "record:" + record_id)``.
 
-    Ids made later sort later, so every proposal adds its events' key at the end
-    of the events' index instead of at a random place in it (the cost that grew
-    with the log when the id was a hash of the record id alone). The id is a
-    function of the proposal, so every try of a command makes the same one. It
-    is not derived from the record id alone: the validity view keeps it
-    (``pl_records.agg_id``), and :meth:`ledger.engine.Engine.aggregate_of` finds
-    it. Records proposed by provledger 0.1 keep the ids they were stored with
-    (``uuid5(namespace, "record:" + record_id)``); the view takes each from its
-    stored proposal."""
+    Ids made later sort later: each proposal's key goes at the end of the events'
+    index, not at a random place. Every try of a command makes the same id; the
+    view keeps it (``pl_records.agg_id``, found by ``Engine.aggregate_of``).
+    Records proposed by 0.1 keep theirs (``uuid5(namespace, "record:" + id)``)."""
     sha = _RECORD_SHA1.copy()
     sha.update(record_id.encode())
     ms, sub = divmod(datetime_to_micros(at), 1000)
@@ -491,6 +486,11 @@ class Record(Aggregate):
             raise InvalidParentError(
                 f"revalidate refused: record {self.record_id!r} is {self.kind.value!r} and "
                 "needs a basis; parents=[] would leave it none"
+            )
+        if parents and self.kind == Kind.EVIDENCE:
+            raise InvalidParentError(
+                f"revalidate refused: evidence {self.record_id!r} is captured, not derived: "
+                "it names no parents (give parents=[], or capture the source again)"
             )
 
     def revalidate(

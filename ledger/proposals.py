@@ -437,8 +437,10 @@ def _check_supersedable(
             f"propose refused: supersedes {old_name!r}, which it would also depend on "
             "(a new version cannot both depend on and supersede the old)"
         )
+    # A record of this batch may rest on ``old`` itself (it is not among ``below``).
+    under = below | {old_id}
     for dep in deps:
-        if _rests_on(dep, below, pending):
+        if _rests_on(dep, under, pending):
             raise InvalidParentError(
                 f"propose refused: supersedes {old_name!r}, but its dependency "
                 f"{caller.shown(c, dep)!r} rests on {old_name!r}"

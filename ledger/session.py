@@ -242,7 +242,10 @@ class Session:
     # -- deliveries -----------------------------------------------------------
 
     def corrections_due(self) -> tuple[CorrectionDue, ...]:
-        """Deliveries whose record is no longer VALID and that have no correction since.
+        """Deliveries that owe a correction: their record left VALID after the
+        delivery (revoked, superseded, STALE, expired), or is VALID again on
+        another basis than the delivered copy rests on (its own parents, or those
+        of a record it rests on, re-based since), with no correction since.
 
         Only scopes where the principal holds ``deliver`` are listed.
 

@@ -135,6 +135,7 @@ class Delivery:
     record_id: str
     step: int
     basis: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())  # (parents, observed) then
+    lineage: frozenset[tuple[str, str, str]] = frozenset()  # ``State.basis_edges`` then
     corrections: list[tuple[str, int, datetime]] = field(default_factory=list)
 
 
@@ -206,6 +207,16 @@ class State:
                     found.add(rid)
                     changed = True
         return found
+
+    def basis_edges(self, rid: str) -> frozenset[tuple[str, str, str]]:
+        """Every (dependency, dependent, how) edge above ``rid``: what it rests on,
+        transitively, and through which declared parent or observed read."""
+        edges: set[tuple[str, str, str]] = set()
+        for node in self.ancestry(rid):
+            rec = self.records[node]
+            edges.update((p, node, "parent") for p in rec.parents)
+            edges.update((o, node, "observed") for o in rec.observed if o not in rec.parents)
+        return frozenset(edges)
 
     def rests_on(self, deps: Iterable[str], rid: str) -> bool:
         """Whether ``rid`` is one of ``deps`` or an ancestor of one of them."""
@@ -345,8 +356,8 @@ class State:
         """Deliveries owing a correction (SPEC §13.2): the record left VALID after the
         delivery and no correction came after that (after the step it left ACCEPTED,
         or, when it merely expired, at or after the expiry instant); or it is VALID
-        again on another basis than the delivered copy cites, with no correction
-        since that basis."""
+        again on another basis than the delivered copy cites — its own, or that of
+        a record it rests on — with no correction since that basis."""
         out = []
         for d in self.deliveries.values():
             rec = self.records[d.record_id]
@@ -359,6 +370,9 @@ class State:
                     since = max(d.step, rec.left_accepted_step or 0)
             elif (rec.parents, rec.observed) != d.basis:
                 since = max(d.step, rec.basis_step)
+            elif (lineage := self.basis_edges(d.record_id)) != d.lineage:
+                # the same parents, but one of the records it rests on was re-based
+                since = max(d.step, *(self.records[child].basis_step for _, child, _ in lineage))
             else:
                 continue
             if any(
@@ -726,7 +740,7 @@ class Model:
             raise Refused([_one(NotUsableError, f"{rid} is not usable now")])
         self.step += 1
         self.state.deliveries[delivery_id] = Delivery(
-            delivery_id, rid, self.step, (rec.parents, rec.observed)
+            delivery_id, rid, self.step, (rec.parents, rec.observed), self.state.basis_edges(rid)
         )
 
     def issue_correction(self, delivery_id: str, correction_id: str) -> None:

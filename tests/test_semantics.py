@@ -259,6 +259,30 @@ def test_revalidation_refuses_an_empty_basis_for_kinds_that_need_one(world: Worl
     assert world.reviewer.get("F1").status == "ACCEPTED"
 
 
+def test_evidence_is_revalidated_without_parents_as_it_was_captured_without(
+    world: World,
+) -> None:
+    # Given evidence captured in a run that read M1 (so it observed M1), M1 revoked
+    _accepted(world, "M1", scope="proj-a", claim_key="m", value=1, kind=Kind.FACT)
+    _accepted(world, "F2", scope="proj-a", claim_key="f", value=2, kind=Kind.FACT)
+    with world.agent.run("t1") as run:
+        run.read(scope="proj-a", claim_key="m")
+        run.capture(scope="proj-a", uri="https://x.test/e", content=b"e", id="E")
+    world.reviewer.accept("E")
+    world.reviewer.revoke("M1", reason="wrong")
+    assert world.reviewer.get("E").status == "STALE"
+    position, views = world.ledger.position, world.ledger.views_digest()
+
+    # When it is revalidated onto a declared parent, that is refused by name
+    with pytest.raises(InvalidParentError, match="evidence 'E' is captured, not derived"):
+        world.reviewer.revalidate("E", note="x", parents=["F2"])
+    assert (world.ledger.position, world.ledger.views_digest()) == (position, views)
+
+    # Then it can be revalidated on no basis at all, as a capture stands
+    world.reviewer.revalidate("E", note="the page still says so", parents=[])
+    assert (world.reviewer.get("E").status, world.reviewer.get("E").parents) == ("ACCEPTED", ())
+
+
 def test_an_accepted_record_whose_ancestor_expired_can_be_given_a_new_basis(world: World) -> None:
     soon = world.clock.now + timedelta(hours=1)
     _accepted(world, "E1", scope="proj-a", claim_key="e1", value=1, kind=Kind.FACT, expires=soon)
@@ -376,6 +400,61 @@ def test_a_second_invalidation_after_a_correction_and_revalidation_is_owed_again
     world.reviewer.issue_correction(delivery, note="re-based on E2")
     world.reviewer.revoke("E2", reason="withdrawn too")
     assert [d.delivery.delivery_id for d in world.reviewer.corrections_due()] == [delivery]
+
+
+def _delivered_on_an_inference(world: World, expires: object = None) -> str:
+    """E1 (``expires`` if given) <- M1 <- R1, all accepted, R1 delivered; E2 accepted."""
+    fields: dict[str, object] = {"expires": expires} if expires is not None else {}
+    _accepted(world, "E1", scope="proj-a", claim_key="e1", value=1, kind=Kind.FACT, **fields)
+    _accepted(world, "E2", scope="proj-a", claim_key="e2", value=2, kind=Kind.FACT)
+    _accepted(
+        world, "M1", scope="proj-a", claim_key="m", value=3, kind=Kind.INFERENCE, parents=["E1"]
+    )
+    _accepted(
+        world, "R1", scope="proj-a", claim_key="r", value="r", kind=Kind.REPORT, parents=["M1"]
+    )
+    return world.reviewer.deliver("R1", recipient="ops@x.test")
+
+
+def test_a_report_whose_ancestor_was_re_based_still_owes_its_correction(world: World) -> None:
+    # Given R1 delivered, then E1 revoked: R1 owes a correction
+    delivery = _delivered_on_an_inference(world)
+    world.reviewer.revoke("E1", reason="withdrawn")
+    assert [d.delivery.delivery_id for d in world.reviewer.corrections_due()] == [delivery]
+
+    # When M1 is re-based on E2 and R1 revalidated on its same parent, M1
+    world.reviewer.revalidate("M1", note="re-based", parents=["E2"])
+    world.reviewer.revalidate("R1", note="M1 holds again")
+    assert world.reviewer.get("R1").validity == "VALID"
+
+    # Then the correction is still owed: the recipient's copy rests on E1, through M1
+    due = world.reviewer.corrections_due()
+    assert [(d.delivery.delivery_id, d.validity) for d in due] == [(delivery, "VALID")]
+    world.reviewer.issue_correction(delivery, note="now rests on E2, through M1")
+    assert world.reviewer.corrections_due() == ()
+
+
+def test_an_expiry_upstream_stays_owed_once_an_ancestor_is_re_based(world: World) -> None:
+    # Given R1 delivered while E1, two steps up, is valid for an hour
+    delivery = _delivered_on_an_inference(world, expires=world.clock.now + timedelta(hours=1))
+    world.clock.advance(hours=2)
+    assert [d.delivery.delivery_id for d in world.reviewer.corrections_due()] == [delivery]
+
+    # When M1, on an expired basis, is re-based on E2 (R1 is VALID again, no event of its own)
+    world.reviewer.revalidate("M1", note="re-based", parents=["E2"])
+    assert world.reviewer.get("R1").validity == "VALID"
+
+    # Then R1's delivery still owes its correction, and a correction answers it
+    assert [d.delivery.delivery_id for d in world.reviewer.corrections_due()] == [delivery]
+    world.reviewer.issue_correction(delivery, note="E1 expired; M1 now rests on E2")
+    assert world.reviewer.corrections_due() == ()
+
+
+def test_a_delivery_whose_ancestry_never_changed_owes_nothing(world: World) -> None:
+    _delivered_on_an_inference(world)
+    _accepted(world, "X1", scope="proj-a", claim_key="x", value=9, kind=Kind.FACT, parents=["M1"])
+    world.reviewer.deliver("M1", recipient="ops@x.test")
+    assert world.reviewer.corrections_due() == ()
 
 
 def test_corrections_due_as_of_a_position_stay_what_they_were_then(world: World) -> None:

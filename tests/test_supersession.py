@@ -281,6 +281,21 @@ def test_a_new_version_may_not_rest_on_what_it_supersedes(world: World) -> None:
     assert agent.read(scope="proj-a", claim_key="k").value == 2
 
 
+def test_a_batch_may_not_give_a_new_version_a_parent_of_the_batch_resting_on_the_old(
+    world: World,
+) -> None:
+    _accepted(world, "V1", scope="proj-a", claim_key="k", value=1, kind=Kind.FACT)
+    position, views = world.ledger.position, world.ledger.views_digest()
+    fields = {"scope": "proj-a", "kind": "fact"}
+    items = [
+        {**fields, "claim_key": "w", "value": 1, "parents": ["V1"], "id": "W1"},
+        {**fields, "claim_key": "k", "value": 2, "parents": ["W1"], "supersedes": "V1"},
+    ]
+    with pytest.raises(InvalidParentError, match=r"item 1: .*its dependency 'W1' rests on 'V1'"):
+        world.agent.propose_many(items)
+    assert (world.ledger.position, world.ledger.views_digest()) == (position, views)
+
+
 def test_a_run_that_read_what_rests_on_the_old_version_may_still_supersede_it(
     world: World,
 ) -> None:
