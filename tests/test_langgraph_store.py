@@ -267,6 +267,10 @@ def test_a_record_under_a_store_key_whose_value_is_no_mapping_is_not_an_item(
     assert store.get(("test", "user"), "name") is None
     assert store.get(("test", "user"), "tags") is None
     assert [(i.key, i.value) for i in store.search(("test",))] == [("age", {"years": 36})]
+    # a namespace holding only such records holds no item, so it is not listed
+    rid = principals.agent.propose("test", "pets/count", 2, Kind.FACT)
+    principals.reviewer.accept(rid)
+    assert store.list_namespaces() == [("test", "user")]
     # deleting what get calls absent changes nothing (it is not the store's item)
     before = principals.ledger.position
     store.delete(("test", "user"), "tags")
@@ -637,6 +641,17 @@ def test_namespaces_of_a_scope_without_read_are_refused_as_its_search_is(
                 courier.list_namespaces(prefix=(scope, "users"))
         # A prefix that names no one scope lists the readable ones, as before.
         assert courier.list_namespaces(prefix=("*", "users")) == []
+
+
+def test_an_operator_inside_a_value_to_match_exactly_is_refused_naming_the_dotted_form(
+    store: LedgerStore,
+) -> None:
+    store.put(("test",), "d1", {"meta": {"a": 1}})
+    store.put(("test",), "d2", {"meta": {"a": 2}})
+    with pytest.raises(InvalidInputError, match=r"name it with dots: \{'meta.a': \{'\$gt'"):
+        store.search(("test",), filter={"meta": {"a": {"$gt": 1}}})
+    assert [i.key for i in store.search(("test",), filter={"meta.a": {"$gt": 1}})] == ["d2"]
+    assert [i.key for i in store.search(("test",), filter={"meta": {"a": 1}})] == ["d1"]
 
 
 def test_search_skips_candidates_and_withdrawn_records(

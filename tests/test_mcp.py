@@ -635,6 +635,30 @@ async def test_an_argument_of_the_wrong_type_is_refused_naming_it_plainly(team: 
     assert team.ledger.position == before
 
 
+async def test_a_boolean_or_fraction_for_a_count_and_a_number_for_an_instant_are_refused(
+    team: Team,
+) -> None:
+    # Not read as pydantic's lax mode would: True as 1, 2.0 as 2, 1700000000 as 2023.
+    before = team.ledger.position
+    async with team.client("agent-1") as agent:
+        flag = await refused(agent, "list_records", scope=SCOPE, limit=True)
+        fraction = await refused(agent, "list_records", scope=SCOPE, limit=2.0)
+        at = await refused(agent, "read_memory", scope=SCOPE, claim_key=CLAIM, at=1700000000)
+        expires = await refused(
+            agent, "propose_memory", scope=SCOPE, claim_key=CLAIM, value=1, kind="fact",
+            expires=12345,
+        )  # fmt: skip
+    assert flag == (
+        "Error executing tool list_records: InvalidInputError: argument 'limit' (True): "
+        "Input should be a valid integer"
+    )
+    assert fraction.endswith("argument 'limit' (2.0): Input should be a valid integer")
+    for text, name, number in ((at, "at", 1700000000), (expires, "expires", 12345)):
+        assert f"InvalidInputError: argument {name!r} ({number}): " in text
+        assert text.endswith("(e.g. '2026-12-31T00:00:00Z'), not a number")
+    assert team.ledger.position == before
+
+
 async def test_an_infinite_number_in_an_argument_is_refused_naming_where(team: Team) -> None:
     # JSON has no Infinity, but Python's reader (the SDK's, on the wire) takes it;
     # stored, it would come back as the text "inf". The SDK's own client sends an

@@ -40,7 +40,27 @@ def check_filter(flt: object) -> dict[str, Any]:
                     f"search filter on {name!r}: operator {unknown[0]!r} is not one of "
                     f"{', '.join(OPERATORS)}"
                 )
+        elif isinstance(wanted, Mapping) and (nested := _nested_operator(wanted)) is not None:
+            # An exact match on a value holding an operator would match nothing, silently.
+            path, op = nested
+            raise InvalidInputError(
+                f"search filter on {name!r}: operator {op!r} inside a value to match "
+                f"exactly; to compare a nested field, name it with dots: "
+                f"{{{f'{name}.{path}'!r}: {{{op!r}: ...}}}}"
+            )
     return dict(flt)
+
+
+def _nested_operator(value: Mapping[Any, Any], path: str = "") -> tuple[str, str] | None:
+    """(dotted path, operator) of the first ``$`` key within a nested mapping."""
+    for key, inner in value.items():
+        if str(key).startswith("$"):
+            return path.rstrip("."), str(key)
+        if isinstance(inner, Mapping):
+            found = _nested_operator(inner, f"{path}{key}.")
+            if found is not None:
+                return found
+    return None
 
 
 def _field(value: Any, name: str) -> tuple[bool, Any]:

@@ -480,7 +480,8 @@ class LedgerStore(BaseStore):
             claim_prefix = "".join(component(x) + SEPARATOR for x in literal) or None
             for view in self._listing(scope, claim_prefix):
                 parsed = parse_claim_key(view.claim_key)
-                if parsed is not None and not view.conditions:
+                # Only namespaces holding an item: a value that is no mapping is none.
+                if parsed is not None and not view.conditions and isinstance(view.value, dict):
                     namespaces.add(labels + parsed[0])
         kept = [ns for ns in namespaces if all(namespace_matches(c, ns) for c in conditions)]
         if op.max_depth is not None:

@@ -9,7 +9,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 
 from ledger.domain import Kind
 
@@ -27,6 +27,7 @@ __all__ = [
     "Reason",
     "RecordId",
     "Scope",
+    "iso_text",
     "one_of",
 ]
 
@@ -89,8 +90,23 @@ Parents = Annotated[
         "record becomes STALE."
     ),
 ]
+
+
+def iso_text(value: object) -> object:
+    """An instant must come as ISO 8601 text: a number is refused, not read as
+    seconds since the epoch (pydantic's lax reading), nor a boolean as one."""
+    if value is None or isinstance(value, (str, datetime)):
+        return value
+    kinds = {bool: "true or false", int: "a number", float: "a number", list: "a list"}
+    raise ValueError(
+        "an instant is ISO 8601 text with a timezone (e.g. '2026-12-31T00:00:00Z'), not "
+        + kinds.get(type(value), "an object" if isinstance(value, dict) else "that")
+    )
+
+
 Expires = Annotated[
     datetime | None,
+    BeforeValidator(iso_text),
     Field(
         description="The last instant the claim may be used, ISO 8601 with a timezone "
         "(e.g. '2026-12-31T00:00:00Z'). Omit for no expiry."
@@ -112,6 +128,7 @@ NewId = Annotated[
 ]
 At = Annotated[
     datetime | None,
+    BeforeValidator(iso_text),
     Field(
         description="Answer for this instant (ISO 8601 with a timezone) instead of now, e.g. "
         "to ask whether a record was usable at some past or future time."

@@ -13,7 +13,7 @@ from functools import partial
 from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 
 from ledger.domain import Kind, Status, Validity
 from ledger.errors import InvalidInputError, LedgerError, UnknownRecordError
@@ -57,6 +57,7 @@ from ledger.integrations.mcp.schemas import (
     Reason,
     RecordId,
     Scope,
+    iso_text,
     one_of,
 )
 from ledger.session import next_after
@@ -126,6 +127,7 @@ def capture_evidence(
     ] = "utf-8",
     fetched_at: Annotated[
         datetime | None,
+        BeforeValidator(iso_text),
         Field(description="When it was read, ISO 8601 with a timezone; default now."),
     ] = None,
     claim_key: Annotated[
@@ -273,7 +275,9 @@ def list_records(
     claim_prefix: Annotated[
         str | None, Field(description="Only records whose claim key starts with this.")
     ] = None,
-    limit: Annotated[int, Field(description="At most this many records.", ge=1, le=1000)] = 100,
+    limit: Annotated[
+        int, Field(description="At most this many records.", ge=1, le=1000, strict=True)
+    ] = 100,
     after: Annotated[
         str | None,
         Field(description="The `next_after` of the previous page, to get the next one."),
