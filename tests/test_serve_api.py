@@ -10,7 +10,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import logging
 import socket
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -798,21 +800,46 @@ def test_a_number_out_of_range_or_a_field_given_twice_is_422_and_writes_nothing(
     # 1e999 would be read as infinity, and a repeated `parents` would keep its last value.
     _seed(served)
     before = served.ledger.position
-    for raw, message in (
+    head = b'{"scope": "proj-a", "claim_key": "c", "kind": "fact", '
+    for raw, message, field in (
         (
-            b'{"scope": "proj-a", "claim_key": "c", "value": 1e999, "kind": "fact"}',
+            head + b'"value": 1e999}',
             "the request body holds the number 1e999, out of range",
+            None,
         ),
         (
             b'{"scope": "proj-a", "claim_key": "c", "value": 1, "kind": "inference", '
             b'"parents": ["M1"], "parents": []}',
             "the request body gives 'parents' more than once",
+            "parents",
         ),
+        # Inside a field, the field holding it is named, not a key of the same name.
+        (
+            head + b'"value": 1, "conditions": {"scope": 1, "scope": 2}}',
+            "the request body gives 'scope' more than once in 'conditions'",
+            "conditions",
+        ),
+        (
+            head + b'"value": 1e-400}',
+            "the request body holds the number 1e-400, too small to keep (it would be 0.0)",
+            None,
+        ),
+        # Valid JSON that is more than the API takes is said so, not "not JSON".
+        (
+            head + b'"value": ' + b"9" * 5000 + b"}",
+            "the request body holds an integer of 5000 digits, out of range",
+            None,
+        ),
+        (
+            head + b'"value": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+            "the request body is nested too deeply",
+            None,
+        ),
+        ('{"scope": "proj-a"}'.encode("utf-16"), "the request body is not UTF-8", None),
     ):
         r = served.agent.post("/records", content=raw, headers={"Content-Type": "application/json"})
         assert r.status_code == 422, r.text
-        assert error_of(r)["message"] == message
-        assert error_of(r)["field"] == (None if "1e999" in message else "parents")
+        assert (error_of(r)["message"], error_of(r)["field"]) == (message, field)
     assert served.ledger.position == before
 
 
@@ -951,6 +978,40 @@ def test_a_client_waiting_to_send_is_refused_before_it_sends(served: Served) -> 
             )
             answer = conn.recv(4096)
     assert answer.startswith(b"HTTP/1.1 413"), answer[:80]
+
+
+def test_a_client_gone_before_its_body_arrived_is_no_application_error(served: Served) -> None:
+    # An ordinary abort must not fill the server's log with tracebacks.
+    errors: list[logging.LogRecord] = []
+    handler = logging.Handler(level=logging.ERROR)
+    handler.emit = errors.append  # type: ignore[method-assign]
+    before = served.ledger.position
+    try:
+        with running(served.client.app) as base:
+            # uvicorn sets up its loggers as it starts: listen from then on
+            logging.getLogger("uvicorn.error").addHandler(handler)
+            host, port = base.removeprefix("http://").split(":")
+            for path in ("/api/v1/records", "/records/M1/accept"):
+                with socket.create_connection((host, int(port)), timeout=30) as conn:
+                    conn.sendall(
+                        f"POST {path} HTTP/1.1\r\nHost: x\r\n".encode()
+                        + b"Authorization: Bearer x\r\nContent-Type: application/json\r\n"
+                        b'Content-Length: 1000\r\n\r\n{"scope": "pro'
+                    )
+                    time.sleep(0.3)  # the server is reading the body when the client goes
+                time.sleep(0.3)
+            # and it still answers
+            assert urllib.request.urlopen(f"{base}/openapi.json", timeout=30).status == 200
+    finally:
+        logging.getLogger("uvicorn.error").removeHandler(handler)
+    assert [r.getMessage() for r in errors] == []
+    assert served.ledger.position == before
+
+
+def test_a_program_s_path_with_a_slash_after_it_is_answered_in_json(served: Served) -> None:
+    r = served.client.get("/openapi.json/")
+    assert (r.status_code, r.headers["content-type"]) == (404, "application/json")
+    assert error_of(r)["type"] == "NotFound"
 
 
 # -- isolation -----------------------------------------------------------------------------------

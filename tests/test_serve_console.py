@@ -554,6 +554,12 @@ def test_pages_can_be_browsed_as_of_a_past_position_read_only(desk: Desk) -> Non
         r = client.get("/records/R1", params=odd)
         assert r.status_code == 422, (odd, r.text[:300])
         assert "Check the input" in r.text
+    # A position and a time together: as the API, neither silently wins
+    both = client.get(
+        "/records/R1", params={"as_of_position": before, "as_of_time": "2026-01-01T00:00:00Z"}
+    )
+    assert both.status_code == 422
+    assert "give an as-of position or an as-of time, not both" in text_of(both.text)
 
 
 def test_the_queue_filtered_by_a_scope_it_does_not_approve_in_says_so(desk: Desk) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -192,7 +192,7 @@ def create_app(
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         path = request.url.path
-        if path.startswith(api.PREFIX) or path == "/openapi.json":  # for programs: JSON
+        if path.startswith(api.PREFIX) or path.startswith("/openapi.json"):  # programs: JSON
             if exc.status_code == 405:
                 return api.method_not_allowed(request.method, path, exc.headers)
             return api.not_found(path)
@@ -210,6 +210,12 @@ def create_app(
         )
         page.headers.update(exc.headers or {})  # a 405's Allow
         return page
+
+    async def client_gone(request: Request, exc: Exception) -> Response:
+        # The client closed the connection before its request was read: nobody is
+        # left to answer and nothing ran (not an error of the application's).
+        del request, exc
+        return Response(status_code=400)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -229,7 +235,7 @@ def create_app(
             Middleware(SecurityHeaders),
             Middleware(BodyLimit, api_limit=max_body_bytes, form_limit=max_form_bytes),
         ],
-        exception_handlers={HTTPException: http_error},
+        exception_handlers={HTTPException: http_error, ClientDisconnect: client_gone},
         lifespan=lifespan,
     )
     # ``/api/v1/records/`` is not a route: answered like any unknown path, not

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
@@ -152,33 +153,98 @@ class Refused(ValueError):
 
 
 def finite(text: str) -> float:
-    """A JSON number as a float, refused when out of range (Python reads 1e999 as
-    infinity, which JSON cannot hold either)."""
+    """A JSON number as a float, refused when out of range: Python reads 1e999 as
+    infinity, which JSON cannot hold either, and 1e-400 as 0.0, which is not the
+    number sent."""
     number = float(text)
     if not math.isfinite(number):
         raise Refused(f"holds the number {text[:40]}, out of range")
+    if number == 0.0 and any(digit in "123456789" for digit in text.lower().split("e")[0]):
+        raise Refused(f"holds the number {text[:40]}, too small to keep (it would be 0.0)")
     return number
 
 
+def bounded_int(text: str) -> int:
+    """A JSON integer; one longer than Python converts is refused as out of range
+    (a shorter one out of 64-bit range is refused where its field is checked)."""
+    digits = len(text.lstrip("-"))
+    if digits > sys.get_int_max_str_digits() > 0:
+        raise Refused(f"holds an integer of {digits} digits, out of range")
+    return int(text)
+
+
+class _Twice(dict[str, Any]):
+    """A JSON object that gave a field more than once (``twice``)."""
+
+    twice = ""
+
+
 def once_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object's fields, refused when one is given twice (its last value
-    would otherwise win silently)."""
+    """A JSON object's fields; one given twice (its last value would otherwise win
+    silently) marks it, for :func:`loads_strict` to refuse naming where it is."""
     out: dict[str, Any] = {}
     for key, value in pairs:
-        if key in out:
-            raise Refused(f"gives {key[:80]!r} more than once", key)
+        if key in out and not isinstance(out, _Twice):
+            out = _Twice(out)
+            out.twice = key
         out[key] = value
     return out
 
 
 def loads_strict(raw: str | bytes) -> Any:
-    """``raw`` read as strict JSON.
+    """``raw`` read as strict JSON (bytes as UTF-8, the one encoding RFC 8259 allows).
 
     Raises:
-        Refused: a number out of range or a field given twice.
+        Refused: a number out of range, too deep a nesting, or a field given twice
+            (its ``field`` is the top-level field holding it, or the field itself).
         ValueError: not JSON (NaN and Infinity included).
     """
-    return json.loads(raw, parse_constant=not_json, parse_float=finite, object_pairs_hook=once_each)
+    text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+    marked: list[_Twice] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        out = once_each(items)
+        if isinstance(out, _Twice):
+            marked.append(out)
+        return out
+
+    try:
+        data = json.loads(
+            text,
+            parse_constant=not_json,
+            parse_float=finite,
+            parse_int=bounded_int,
+            object_pairs_hook=pairs,
+        )
+    except RecursionError:
+        raise Refused("is nested too deeply") from None
+    if marked:
+        _refuse_twice(data, marked[0])
+    return data
+
+
+def _refuse_twice(data: Any, first: _Twice) -> None:
+    """Refuse the first object that gave a field twice, naming the top-level field
+    that holds it (or the field itself, at the top)."""
+    given = f"gives {first.twice[:80]!r} more than once"
+    if data is first:
+        raise Refused(given, first.twice)
+    if isinstance(data, dict):
+        for name, value in data.items():
+            if _holds(value, first):
+                raise Refused(f"{given} in {name[:80]!r}", name)
+    raise Refused(given)
+
+
+def _holds(value: Any, target: object) -> bool:
+    """Whether ``target`` is ``value`` or inside it."""
+    if value is target:
+        return True
+    if isinstance(value, dict):
+        return any(_holds(v, target) for v in value.values())
+    if isinstance(value, list):
+        return any(_holds(v, target) for v in value)
+    return False
 
 
 def parse_body(raw: bytes) -> Mapping[str, Any]:
@@ -197,6 +263,8 @@ def parse_body(raw: bytes) -> Mapping[str, Any]:
         if exc.field is not None:
             raise FieldError(exc.field, message) from None
         raise InvalidInputError(message) from None
+    except UnicodeDecodeError:
+        raise InvalidInputError("the request body is not UTF-8") from None
     except (ValueError, RecursionError):
         raise InvalidInputError("the request body is not JSON") from None
     if not isinstance(data, dict):

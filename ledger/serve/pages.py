@@ -70,10 +70,14 @@ class Moment:
         """The moment asked for by a page's query.
 
         Raises:
-            InvalidInputError: a position that is not a number, or an unreadable time.
+            InvalidInputError: a position that is not a number, an unreadable time, or both.
         """
         position = (query.get("as_of_position") or "").strip()
         when = (query.get("as_of_time") or "").strip()
+        if position and when:  # as the API refuses them: neither may silently win
+            raise InvalidInputError(
+                "give an as-of position or an as-of time, not both (clear one of the two)"
+            )
         if position:
             # ASCII digits only: str.isdigit() takes "²", which int() refuses.
             if not _POSITION.fullmatch(position):
