@@ -53,6 +53,11 @@ class Dialect:
     bare_id: str = "substr({c}, 1, instr({c} || '@@', '@@') - 1)"
     #: Whether the key in column ``{c}`` is qualified (``name@@scope``).
     qualified: str = "instr({c}, '@@') > 0"
+    #: A statement answering one row, true when table ``?`` exists (None: the
+    #: backend's views are replaced whole on a reset). On PostgreSQL a view table
+    #: dropped and made anew is not what a reader's snapshot taken before saw: it
+    #: would read it empty. Its views are emptied in place while their layout holds.
+    table_exists: str | None = None
 
     def listing_order(self, column: str) -> str:
         """What a scope's listing is ordered by: the id each record was proposed
@@ -98,6 +103,7 @@ def postgres_dialect(schema: str) -> Dialect:
         prefix=f"{schema}.",
         bytewise=' COLLATE "C"',
         bare_id="split_part({c}, '@@', 1)",
+        table_exists="SELECT to_regclass(%s) IS NOT NULL AS e",
         qualified="strpos({c}, '@@') > 0",
     )
 

@@ -165,14 +165,35 @@ class Projector:
         return None if row is None else int(row["position"])
 
     def reset(self, c: Cursor, indexes: bool = True) -> None:
-        """Drop every view table and create empty ones in the current layout
-        (without the read-only indexes unless ``indexes``)."""
-        self.drop_tables(c)
-        self.create_tables(c, indexes)
+        """Empty views in the current layout: every view table dropped and created
+        anew (without the read-only indexes unless ``indexes``), or, where the
+        dialect says so (:attr:`Dialect.table_exists`) and the layout holds, every
+        row deleted, so that a read transaction begun before reads the old rows
+        until this one commits, and the new ones after."""
+        if self._in_layout(c):
+            for table in (*self.tables, "pl_tracking"):
+                c.execute(self.dialect.q(f"DELETE FROM {{t}}{table}"))
+            for table in RETIRED:
+                c.execute(self.dialect.q(f"DROP TABLE IF EXISTS {{t}}{table}"))
+        else:
+            self.drop_tables(c)
+            self.create_tables(c, indexes)
         c.execute(
             self.dialect.q("INSERT INTO {t}pl_tracking (view, position) VALUES (?, ?)"),
             (LAYOUT_KEY, LAYOUT),
         )
+
+    def _in_layout(self, c: Cursor) -> bool:
+        """Whether the views are emptied in place (see :meth:`reset`): the dialect
+        asks for it and every view table is there, in the current layout."""
+        exists = self.dialect.table_exists
+        if exists is None:
+            return False
+        for table in (*self.tables, "pl_tracking"):
+            c.execute(exists, (self.dialect.q(f"{{t}}{table}"),))
+            if not c.fetchone()["e"]:
+                return False
+        return self.layout(c) == LAYOUT
 
     def replay(self, c: Cursor, progress: Callable[[int], None] | None = None) -> int:
         """Reset the views and apply the whole log to them; returns the event count.
