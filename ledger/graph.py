@@ -352,7 +352,9 @@ def _legend_dot(sub: Subgraph) -> list[str]:
     return [
         "  subgraph cluster_legend {",
         '    label="legend"; fontsize=10; color="#9e9e9e";',
-        f"    legend [shape=plaintext, style=solid, fontsize=10, label=<{table}>];",
+        # Named as no record id can be (one starts with a letter or digit): a record
+        # called "legend" keeps its own node.
+        f"    _legend [shape=plaintext, style=solid, fontsize=10, label=<{table}>];",
         "  }",
     ]
 
@@ -397,6 +399,8 @@ def to_dot(sub: Subgraph, revoked: Mapping[str, RevokedBy] | None = None) -> str
 
 
 def _mermaid_text(text: str) -> str:
+    # "#" first: stored text reading "#quot;" must not become a quote mark.
+    text = text.replace("#", "#35;")
     return text.replace('"', "#quot;").replace("<", "#lt;").replace(">", "#gt;")
 
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -358,9 +359,29 @@ def serialize(doc: ProvDocument, format: str) -> str:
     if format == "prov-json":
         text = doc.serialize(format="json", indent=2)
     else:
+        _check_xml_text(doc)
         text = doc.serialize(format=FORMATS[format])
     assert isinstance(text, str)
     return text if text.endswith("\n") else text + "\n"
+
+
+#: A character XML 1.0 cannot hold (JSON and PROV-N can): C0 controls but tab and
+#: line ends, and the noncharacters U+FFFE and U+FFFF.
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _check_xml_text(doc: ProvDocument) -> None:
+    """Refuse, naming the element and the character, a document PROV-XML cannot
+    hold (a stored value may hold what XML has no place for)."""
+    for record in doc.get_records():
+        for _, value in record.attributes:
+            found = _NOT_XML.search(str(value))
+            if found is not None:
+                raise InvalidInputError(
+                    f"prov-xml cannot hold {record.identifier}: it holds U+"
+                    f"{ord(found.group()):04X}, which XML 1.0 has no place for; "
+                    "export it as prov-json or prov-n"
+                )
 
 
 def export_text(

@@ -1141,6 +1141,67 @@ def test_the_readme_shows_the_walkthrough_picture() -> None:
     assert DOCS_IMPACT.read_text().lstrip().startswith("<?xml")
 
 
+def test_with_stdout_closed_nothing_runs_and_a_full_stdout_is_no_refusal(tmp_path: Path) -> None:
+    # Given stdout closed: init is refused before it creates a ledger whose one-time
+    # admin token would be printed nowhere
+    url = f"sqlite:///{tmp_path / 'closed.db'}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROVLEDGER_")}
+    provledger = [sys.executable, "-m", "ledger"]
+    closed = subprocess.run(
+        [*provledger, "init", "--url", url],
+        env=env,
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: os.close(1),  # the child's own stdout
+        check=False,
+    )
+    assert closed.returncode == 1
+    assert (
+        closed.stderr.decode() == "error: stdout is closed; provledger writes its answers there\n"
+    )
+    assert not (tmp_path / "closed.db").exists()
+    # And an answer that cannot be written (a full disk) after a write is not
+    # reported as a refusal: the record was proposed
+    token = _fresh_token(tmp_path, env)
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [
+                *provledger,
+                "propose",
+                "--scope",
+                "proj-a",
+                "--claim",
+                "c",
+                "--value",
+                "1",
+                "--kind",
+                "fact",
+            ],
+            env={
+                **env,
+                "PROVLEDGER_URL": f"sqlite:///{tmp_path / 'l.db'}",
+                "PROVLEDGER_TOKEN": token,
+            },
+            stdout=full,
+            stderr=subprocess.PIPE,
+            check=False,
+        )
+    assert done.returncode == 1
+    assert done.stderr.decode().startswith(
+        "error: the answer could not be written to stdout (No space left on device); "
+        "anything the command wrote to the ledger stands"
+    )
+    with Ledger.open(f"sqlite:///{tmp_path / 'l.db'}") as led:
+        assert led.stats()["records"] == 1
+
+
+def _fresh_token(tmp_path: Path, env: dict[str, str]) -> str:
+    """A ledger file ``l.db`` in ``tmp_path`` and a proposer's token in proj-a."""
+    with Ledger.open(f"sqlite:///{tmp_path / 'l.db'}") as led:
+        admin = led.admin()
+        admin.grant("agent-1", scope="proj-a", roles=["propose", "read"])
+        return admin.issue_token("agent-1")
+
+
 def test_ci_installs_graphviz_when_dot_is_missing() -> None:
     ci = (README.parent / ".ci" / "run").read_text()
     assert "command -v dot" in ci and "apt-get install -y -qq graphviz" in ci

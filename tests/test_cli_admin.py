@@ -241,6 +241,18 @@ def test_the_default_url_is_not_created_by_a_read_either(
     assert not (tmp_path / "provledger.db").exists()
 
 
+def test_a_url_variable_set_empty_is_refused_not_taken_for_the_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A shell that lost the value (PROVLEDGER_URL=$UNSET) must not start a second ledger.
+    monkeypatch.chdir(tmp_path)
+    for args in (("init",), ("stats",)):
+        result = run(*args, PROVLEDGER_URL="")
+        assert result.exit_code == 1, result.output
+        assert result.stderr.startswith("error: $PROVLEDGER_URL is set but empty")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_file_that_is_not_a_ledger_is_refused_and_left_alone(tmp_path: Path) -> None:
     path = tmp_path / "notes.db"
     path.write_bytes(b"")

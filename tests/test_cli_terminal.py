@@ -27,7 +27,7 @@ def env(tmp_path: Path) -> dict[str, str]:
     url = f"sqlite:///{tmp_path / 'term.db'}"
     with Ledger.open(url) as led:
         admin = led.admin()
-        admin.grant("agent-1", scope="proj-a", roles=["propose", "read"])
+        admin.grant("agent-1", scope="proj-a", roles=["propose", "read", "audit"])
         admin.grant("reviewer", scope="proj-a", roles=["approve", "read"])
         agent = led.authenticate(admin.issue_token("agent-1"))
         agent.propose("proj-a", CLAIM, VALUE, "fact", id="M1")
@@ -78,6 +78,31 @@ def test_active_characters_reach_a_terminal_as_escapes(
         assert active not in shown
     assert "\\u202eDETPECCA\\u202c" in shown
     assert "\\u009b31mnever" in shown
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("graph", "M1", "--format", "mermaid"),
+        ("graph", "M1", "--format", "dot"),
+        ("export", "--format", "prov-n", "--record", "M1"),
+    ],
+    ids=["mermaid", "dot", "prov-n"],
+)
+def test_pictures_and_exports_written_to_a_terminal_are_guarded_too(
+    env: dict[str, str], args: tuple[str, ...]
+) -> None:
+    # Written as bytes (they may go to a file), they once passed the guard.
+    with Ledger.open(env["PROVLEDGER_URL"]) as led:
+        admin = led.admin()
+        admin.grant("reviewer", scope="proj-a", roles=["approve", "read"])
+        led.authenticate(admin.issue_token("reviewer")).revoke("M1", reason=VALUE)
+    code, shown = on_terminal(env, *args)
+
+    assert code == 0, shown
+    for active in ("\x9b", "\x9d", "\x9c", "\u202e", "\u202c"):
+        assert active not in shown
+    assert "\\u009b31mnever" in shown and "\\u202eDETPECCA" in shown
 
 
 def test_both_streams_are_guarded_on_a_terminal_and_put_back_after(

@@ -320,6 +320,28 @@ def test_the_subgraph_queries_work_on_every_backend(world: World) -> None:
     assert {n.status for n in then.nodes} == {Status.ACCEPTED, Status.CANDIDATE}
 
 
+def test_a_record_called_legend_and_text_reading_like_an_entity_are_drawn_as_they_are(
+    world: World,
+) -> None:
+    agent, reviewer = world.agent, world.reviewer
+    agent.propose(scope="proj-a", claim_key="k", value=1, kind=Kind.FACT, id="legend")
+    reviewer.accept("legend")
+    agent.propose(
+        scope="proj-a", claim_key="m", value=2, kind=Kind.FACT, parents=["legend"], id="M1"
+    )
+    reviewer.accept("M1")
+    reviewer.revoke("legend", reason='said #quot;42#quot; not "42"')
+    sub = collect(reviewer, "legend", descendants=True)
+
+    # DOT: the record keeps its node, apart from the legend's, and its edge
+    dot = to_dot(sub)
+    assert '"legend" -> "M1"' in dot and "_legend [shape=plaintext" in dot
+    assert re.search(r'^\s*"legend" \[', dot, re.MULTILINE)
+    # Mermaid: stored text that reads like an entity stays text; a quote is one
+    mermaid = to_mermaid(sub, revocations(reviewer, sub))
+    assert "#35;quot;42#35;quot; not #quot;42#quot;" in mermaid
+
+
 def test_a_new_version_is_joined_to_the_record_it_supersedes_by_a_dotted_edge(
     world: World,
 ) -> None:

@@ -318,6 +318,14 @@ def test_the_prov_json_round_trip_holds_on_every_backend(world: World) -> None:
     assert len(_activities(doc, "StaleMarking")) == 1
 
 
+def test_text_xml_cannot_hold_is_refused_for_prov_xml_by_name(world: World) -> None:
+    # JSON and PROV-N hold U+FFFF; XML 1.0 has no place for it: a refusal, not a traceback.
+    world.agent.propose(scope="proj-a", claim_key="k", value="a\uffffb", kind=Kind.FACT, id="F1")
+    with pytest.raises(InvalidInputError, match=r"prov-xml cannot hold rec:F1: it holds U\+FFFF"):
+        export_text(world.reviewer, record="F1", format="prov-xml")
+    assert "F1" in export_text(world.reviewer, record="F1", format="prov-n")
+
+
 def test_supersession_is_a_revision_that_invalidates_the_old_version(world: World) -> None:
     """V2 supersedes V1: V2 wasRevisionOf V1, V1 wasInvalidatedBy the supersession
     (informed by V2's acceptance), and P1's stale marking is named as caused by it."""

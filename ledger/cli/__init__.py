@@ -16,6 +16,7 @@ Errors from the library print one line on stderr and exit 1; usage errors exit 2
 from __future__ import annotations
 
 import re
+import sys
 from typing import Any
 
 import click
@@ -33,6 +34,12 @@ class _Main(click.Group):
     and what is written to a terminal is made inert (:mod:`ledger.cli.terminal`)."""
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
+        if sys.stdout is None:  # started with stdout closed (``>&-``)
+            # Refused before anything runs: an admin token issued, or a record's id,
+            # would be shown nowhere.
+            if sys.stderr is not None:
+                sys.stderr.write("error: stdout is closed; provledger writes its answers there\n")
+            sys.exit(1)
         with guarded():
             return super().main(*args, **kwargs)
 

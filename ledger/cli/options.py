@@ -114,8 +114,20 @@ def errors_exit_1(fn: F) -> F:
                 err=True,
             )
             sys.exit(1)
-        except OSError as exc:  # reading FILE or writing -o FILE
-            where = f"{exc.filename}: " if exc.filename else ""
+        except BrokenPipeError:
+            raise  # the reader of stdout went away: click leaves quietly
+        except OSError as exc:  # reading FILE or writing -o FILE, or stdout
+            if not exc.filename:
+                # Writing the answer failed, after the work it answers for: a
+                # command's write stands, so this is no refusal of it.
+                click.echo(
+                    f"error: the answer could not be written to stdout "
+                    f"({printable(exc.strerror or exc)}); anything the command wrote to "
+                    "the ledger stands (look before running it again)",
+                    err=True,
+                )
+                sys.exit(1)
+            where = f"{exc.filename}: "
             click.echo(f"error: {printable(where)}{printable(exc.strerror or exc)}", err=True)
             sys.exit(1)
         except (ValueError, UnicodeError) as exc:  # a path Python cannot open (NUL, surrogate)

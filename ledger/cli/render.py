@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ledger.cli import terminal
 from ledger.cli.options import (
     OUTCOME_STYLE,
     STATUS_STYLE,
@@ -443,10 +444,21 @@ def print_experiment(result: ExperimentResult, console: Console) -> None:
 
 
 def write_output(output: str, data: bytes) -> None:
-    if output == "-":
-        click.echo(data, nl=False)  # bytes go to the binary stdout
-    else:
+    """``data`` to the file ``output``, or to stdout (``-``): as it is, but text to
+    a terminal is shown, not obeyed (:func:`ledger.cli.terminal.inert`), as every
+    other output is; bytes would pass the terminal's guard."""
+    if output != "-":
         Path(output).write_bytes(data)
+        return
+    if sys.stdout is not None and sys.stdout.isatty():
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            pass  # not text (a PNG): as it is
+        else:
+            click.echo(terminal.inert(text), nl=False)
+            return
+    click.echo(data, nl=False)  # bytes go to the binary stdout
 
 
 # -- the commands ---------------------------------------------------------------------

@@ -48,7 +48,15 @@ def resolve_url(url: str | None) -> Backend:
         InvalidURLError: the URL names no supported backend.
     """
     if url is None:
-        url = os.environ.get("PROVLEDGER_URL") or f"sqlite:///{DEFAULT_PATH}"
+        url = os.environ.get("PROVLEDGER_URL")
+        if url is not None and not url.strip():
+            # A variable set empty (a lost value, ``export PROVLEDGER_URL=$MISSING``)
+            # must not open, or create, the default file instead.
+            raise InvalidURLError(
+                "$PROVLEDGER_URL is set but empty; give a ledger URL, or unset it for "
+                f"the default sqlite:///{DEFAULT_PATH}"
+            )
+        url = url or f"sqlite:///{DEFAULT_PATH}"
     if not isinstance(url, str):
         raise InvalidURLError(f"ledger URL must be a string, got {type(url).__name__}")
     if not url.strip():
