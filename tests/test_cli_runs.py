@@ -60,6 +60,21 @@ def sh(tmp_path: Path) -> Shell:
 # -- runs ---------------------------------------------------------------------------------
 
 
+def test_a_run_that_came_from_the_variable_says_so_when_refused(sh: Shell) -> None:
+    # `run start` suggests `export PROVLEDGER_RUN=…`; the variable outlives the task
+    sh.ok("run", "start", "task-9", token=sh.agent)
+    sh.ok("run", "end", "task-9", token=sh.agent)
+    result = sh("get", "E1", token=sh.agent, PROVLEDGER_RUN="task-9")
+    assert result.exit_code == 1
+    assert "has ended" in result.stderr
+    assert result.stderr.rstrip().endswith(
+        "(the run is $PROVLEDGER_RUN's: unset it to act outside a run)"
+    )
+    # given with --run, the message is the run's alone
+    flagged = sh("get", "E1", "--run", "task-9", token=sh.agent)
+    assert flagged.exit_code == 1 and "PROVLEDGER_RUN" not in flagged.stderr
+
+
 def test_a_shell_run_records_its_reads_as_observed_dependencies(sh: Shell) -> None:
     a = sh.agent
     sh.ok("run", "start", "task-42", token=a)

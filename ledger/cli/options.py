@@ -259,7 +259,15 @@ def within(session: Session, run_id: str | None) -> Any:
             f"--run {run_id!r} refused: the ledger is opened read-only (mode=ro), so "
             "reads cannot be recorded in a run; leave --run (and $PROVLEDGER_RUN) out"
         )
-    return session.run(run_id).resume()
+    try:
+        return session.run(run_id).resume()
+    except LedgerError as exc:
+        if os.environ.get("PROVLEDGER_RUN") != run_id:
+            raise
+        # Say where the run came from: the variable outlives the task it was set for.
+        raise type(exc)(
+            f"{exc} (the run is $PROVLEDGER_RUN's: unset it to act outside a run)"
+        ) from None
 
 
 def json_option(fn: F) -> F:
