@@ -380,7 +380,9 @@ def erase_snapshot(
     )
     if not done.scrubbed:
         click.echo(
-            "note: a reader kept the database's write-ahead log from being emptied: the "
-            "erased bytes stay in it until its next complete checkpoint",
+            "note: the database's files may still hold the erased bytes for now: a "
+            "reader kept SQLite's -wal from being emptied (done at its next complete "
+            "checkpoint), or PostgreSQL's snapshot table from being rewritten (done at "
+            "the next erasure, or an operator's VACUUM FULL)",
             err=True,
         )

@@ -3,6 +3,7 @@ opens its ledger: as the embedding host (admin) or as a token's principal."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -96,6 +97,10 @@ def cli_message(exc: LedgerError, given: dict[str, Any]) -> str:
     return _GENERATED_ID.sub(unseen, text)
 
 
+#: Why a write to stdout fails (a full disk, a quota, a device error).
+_WRITE_FAILURES = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})
+
+
 def errors_exit_1(fn: F) -> F:
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -117,7 +122,7 @@ def errors_exit_1(fn: F) -> F:
         except BrokenPipeError:
             raise  # the reader of stdout went away: click leaves quietly
         except OSError as exc:  # reading FILE or writing -o FILE, or stdout
-            if not exc.filename:
+            if not exc.filename and exc.errno in _WRITE_FAILURES:
                 # Writing the answer failed, after the work it answers for: a
                 # command's write stands, so this is no refusal of it.
                 click.echo(
@@ -127,7 +132,7 @@ def errors_exit_1(fn: F) -> F:
                     err=True,
                 )
                 sys.exit(1)
-            where = f"{exc.filename}: "
+            where = f"{exc.filename}: " if exc.filename else ""
             click.echo(f"error: {printable(where)}{printable(exc.strerror or exc)}", err=True)
             sys.exit(1)
         except (ValueError, UnicodeError) as exc:  # a path Python cannot open (NUL, surrogate)
