@@ -188,10 +188,21 @@ def collect(
             rows = edges_index.edges_among(c, d, ids, position, former)
         at = caller.at(None)
         nodes: dict[str, RecordView] = {}
+        descendants_of: dict[str, set[str]] = {}
+
+        def below(cause: str) -> set[str]:
+            # Once a cause for every record it made STALE (see reads.stale_causes).
+            if cause not in descendants_of:
+                down = edges_index.lineage(
+                    c, d, cause, ancestors=False, descendants=True, position=position
+                )
+                descendants_of[cause] = {child for _, child, _ in down}
+            return descendants_of[cause]
+
         for rid in ids:
             found = validity_view.current(c, d, rid, position)
             if found is not None and may(found["scope"]):
-                nodes[rid] = record_view(caller, c, found, at)
+                nodes[rid] = record_view(caller, c, found, at, below=below)
         now = caller.engine.position() if position is None else position
         names = caller.names(c, nodes)
         held = edges_index.bases(c, d, list(nodes), position) if former else []

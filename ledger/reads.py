@@ -14,7 +14,7 @@ import hashlib
 import operator
 import re
 import unicodedata
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -55,13 +55,24 @@ MAX_PAGE = 1000
 _SNAPSHOT_REF = re.compile(r"sha256:[0-9a-f]{64}")
 
 
+#: The records that rest on a record (its descendants), as a view of many records
+#: (a graph, an export) finds them once for all of them: see :func:`stale_causes`.
+Below = Callable[[str], Set[str]]
+
+
 def record_view(
-    caller: Caller, c: Cursor | None, row: Any, at: datetime, deliveries: bool = True
+    caller: Caller,
+    c: Cursor | None,
+    row: Any,
+    at: datetime,
+    deliveries: bool = True,
+    below: Below | None = None,
 ) -> RecordView:
     """The public view of a record row (``deliveries=False``: the caller knows it
     has none, so they are not looked up), naming no record the caller may not see
-    (:mod:`ledger.redaction`). A STALE record's causes need ``c``."""
-    causes = stale_causes(caller, c, row) if row["status"] == _STALE else ()
+    (:mod:`ledger.redaction`). A STALE record's causes need ``c``; ``below``, for
+    their blocking, see :func:`stale_causes`."""
+    causes = stale_causes(caller, c, row, below) if row["status"] == _STALE else ()
     delivered = []
     if deliveries and c is not None:
         d = caller.engine.dialect
@@ -135,10 +146,15 @@ _KINDS = {k.value: k for k in Kind}
 _STATUSES = {s.value: s for s in Status}
 
 
-def stale_causes(caller: Caller, c: Cursor | None, row: Any) -> tuple[StaleCause, ...]:
+def stale_causes(
+    caller: Caller, c: Cursor | None, row: Any, below: Below | None = None
+) -> tuple[StaleCause, ...]:
     """Every cause that marked a STALE row's record STALE since its last
     revalidation (from its events, as of the caller's position), each saying
-    whether it still rests under the record; ``()`` for other rows."""
+    whether it still rests under the record; ``()`` for other rows. ``below``:
+    each cause's descendants, when many records are shown (one walk down from
+    each cause for them all, not one up from each record, which a deep chain
+    makes quadratic); by default the record's ancestors are walked."""
     if row["status"] != Status.STALE or c is None:
         return ()
     engine = caller.engine
@@ -162,6 +178,9 @@ def stale_causes(caller: Caller, c: Cursor | None, row: Any) -> tuple[StaleCause
             )
     if not causes:
         return ()
+    if below is not None:
+        rid = row["record_id"]
+        return tuple(dataclasses.replace(x, blocking=rid in below(x.cause)) for x in causes)
     above = {
         parent
         for parent, _, _ in edges_index.lineage(

@@ -320,6 +320,34 @@ def test_the_subgraph_queries_work_on_every_backend(world: World) -> None:
     assert {n.status for n in then.nodes} == {Status.ACCEPTED, Status.CANDIDATE}
 
 
+def test_a_picture_tells_each_stale_cause_blocking_or_not_as_the_record_itself_does(
+    world: World,
+) -> None:
+    # Given M2 on M1 and E2, M1 on E1; E1 revoked (both STALE), M1 re-based on E3
+    # (E1 no longer under M2), then E2 revoked (under M2)
+    agent, reviewer = world.agent, world.reviewer
+    for rid in ("E1", "E2", "E3"):
+        agent.propose(scope="proj-a", claim_key=rid.lower(), value=1, kind=Kind.FACT, id=rid)
+        reviewer.accept(rid)
+    agent.propose(scope="proj-a", claim_key="m1", value=1, kind=Kind.FACT, parents=["E1"], id="M1")
+    reviewer.accept("M1")
+    agent.propose(
+        scope="proj-a", claim_key="m2", value=2, kind=Kind.FACT, parents=["M1", "E2"], id="M2"
+    )
+    reviewer.accept("M2")
+    reviewer.revoke("E1", reason="gone")
+    reviewer.revalidate("M1", note="re-based", parents=["E3"])
+    reviewer.revoke("E2", reason="gone too")
+
+    # When the picture around M2 and the whole scope are collected
+    for sub in (collect(reviewer, "M2", ancestors=True), collect(reviewer, scope="proj-a")):
+        # Then each record's causes, and whether each still blocks, are its own view's
+        for node in sub.nodes:
+            assert node.stale_causes == reviewer.get(node.id).stale_causes, node.id
+    causes = {x.cause: x.blocking for x in reviewer.get("M2").stale_causes}
+    assert causes == {"E1": False, "E2": True}
+
+
 def test_a_record_called_legend_and_text_reading_like_an_entity_are_drawn_as_they_are(
     world: World,
 ) -> None:
