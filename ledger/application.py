@@ -297,7 +297,8 @@ class Ledger:
             return self._engine.projector.digest(c)
 
     def rebuild(self, progress: Callable[[int, int], None] | None = None) -> RebuildReport:
-        """Drop every view, replay the whole log in batches, compare digests.
+        """Empty every view (on PostgreSQL in place, see ``Projector.reset``), replay
+        the whole log into them in batches, compare digests taken before and after.
 
         Streams the log (memory does not grow with its length). ``progress`` is
         called with (log position reached, log position to reach).

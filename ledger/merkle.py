@@ -500,9 +500,13 @@ class InclusionProof:
     path: tuple[str, ...]  # hex node hashes, leaf to root
     root: str
 
-    def verify(self) -> bool:
+    def verify(self, trusted_root: str | None = None) -> bool:
         """Check this proof with :func:`verify_inclusion` (and that ``leaf_data``,
-        when given, hashes to ``leaf``)."""
+        when given, hashes to ``leaf``). It proves inclusion in the tree whose root
+        the proof itself carries: give ``trusted_root`` (hex, the root of a digest
+        kept elsewhere, ``LogDigest.root``) to check that it is that tree."""
+        if trusted_root is not None and trusted_root.lower() != self.root.lower():
+            return False
         leaf = bytes.fromhex(self.leaf)
         if self.leaf_data is not None and leaf_hash(bytes.fromhex(self.leaf_data)) != leaf:
             return False

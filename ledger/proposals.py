@@ -186,11 +186,13 @@ def proposal(
     arguments): its ``Proposed`` event; the result is its id as the caller is shown it."""
 
     def decide(c: Cursor, now: datetime) -> Decision[str]:
-        if fields.get("supersedes") is _RECAPTURE:
-            fields["supersedes"] = previous_capture(
-                caller, c, fields["scope"], fields["claim_key"], fields["evidence"]
+        given = dict(fields)  # each try finds the previous capture anew
+        found = given.get("supersedes") is _RECAPTURE
+        if found:
+            given["supersedes"] = previous_capture(
+                caller, c, given["scope"], given["claim_key"], given["evidence"]
             )
-        record = prepare(caller, c, Batch(), {}, now=now, **fields)
+        record = prepare(caller, c, Batch(), {}, now=now, found=found, **given)
         return Decision([record], lambda _: redaction.bare(record.record_id), snapshots)
 
     return decide
@@ -272,9 +274,12 @@ def prepare(
     evidence: dict[str, Any] | None,
     supersedes: str | None = None,
     now: datetime | None = None,
+    found: bool = False,
 ) -> Record.Proposed:
     """Validate one proposal completely and build its event (nothing written),
-    timed ``now`` (else the ledger's clock is read).
+    timed ``now`` (else the ledger's clock is read). ``found``: ``supersedes``
+    is the previous capture the ledger found for a re-capture, not a record the
+    caller named (which it must be allowed to read).
 
     ``pending`` maps ids proposed earlier in the same batch to their events;
     ``known`` holds current view rows read for the whole batch up front (a record
@@ -310,11 +315,11 @@ def prepare(
         old_name = check_ref(supersedes, "supersedes id")
         supersedes = _resolve(caller, c, old_name, known, pending)
         shown.setdefault(supersedes, old_name)
-    observed = caller.run.observed_for(declared) if caller.run is not None else ()
+    observed = caller.run.observed_for(declared, c) if caller.run is not None else ()
     # A new version read the one it replaces: that is not a dependency.
     observed = tuple(o for o in observed if o != supersedes)
     # What rests on the version replaced (None: it is not visible, and refused below).
-    below = None if supersedes is None else _below(caller, c, supersedes, known)
+    below = None if supersedes is None else _below(caller, c, supersedes, known, found)
     if below is not None:
         # Accepting the new version makes those STALE: the run's reads of them
         # (that carried the old version forward) are no basis for the new one.
@@ -346,6 +351,7 @@ def prepare(
             known,
             pending,
             below or set(),
+            found,
         )
     # Last: every other refusal comes first, so which error a bad proposal meets
     # does not tell whether its id is taken. An id taken only in a scope the
@@ -409,6 +415,7 @@ def _check_supersedable(
     known: dict[str, Any],
     pending: Mapping[str, Record.Proposed],
     below: set[str],
+    found: bool = False,
 ) -> None:
     """``old`` may be superseded by the proposal ``rid``: visible, same scope and
     claim key, not withdrawn, and neither a dependency of the proposal nor an
@@ -416,7 +423,7 @@ def _check_supersedable(
     holds its descendants, :func:`_below`). ``old_id`` is its key, ``old_name``
     the id the caller named it by (in messages)."""
     row = _row(caller, c, old_id, known)
-    if row is None or not caller.roles(c, row["scope"]):
+    if row is None or not _may_supersede(caller, c, row, found):
         raise UnknownRecordError(
             f"propose refused: superseded record {old_name!r} is unknown or not visible "
             f"to {caller.subject!r}"
@@ -447,11 +454,23 @@ def _check_supersedable(
             )
 
 
-def _below(caller: Caller, c: Cursor, old_id: str, known: dict[str, Any]) -> set[str] | None:
+def _may_supersede(caller: Caller, c: Cursor, row: Any, found: bool) -> bool:
+    """Whether the caller may supersede the record of ``row``: one it named it must
+    read, as a parent (naming it, one who may not learns nothing of it, not its
+    claim key, status or reason); the previous capture of a source it captures
+    again (``found``) is superseded in any scope where it holds a role."""
+    roles = caller.roles(c, row["scope"])
+    return bool(roles) if found else Role.READ.value in roles
+
+
+def _below(
+    caller: Caller, c: Cursor, old_id: str, known: dict[str, Any], found: bool = False
+) -> set[str] | None:
     """The descendants of ``old_id``, the record a proposal supersedes; None when
-    the caller cannot see it (the proposal is then refused for it, telling nothing)."""
+    the caller may not supersede it (the proposal is then refused for it, telling
+    nothing)."""
     row = _row(caller, c, old_id, known)
-    if row is None or not caller.roles(c, row["scope"]):
+    if row is None or not _may_supersede(caller, c, row, found):
         return None
     return {cid for cid, _ in edges_index.descendants(c, caller.engine.dialect, old_id)}
 

@@ -280,6 +280,7 @@ def _judge(
     records whose status alone makes them unusable (every status but ACCEPTED:
     see ``rules.blocking_reasons``), as a read shows none of them; those
     withdrawn for good are not even read (``validity.LIVE_FILTER``)."""
+    command = "read" if usable_only else "explain"
     claim_key = _checked_claim(scope, claim_key)
     when = caller.at(at)
     ctx = _NO_CONTEXT if context is None else check_context(context)
@@ -302,8 +303,12 @@ def _judge(
                 token, rows = fetch(c)
                 if usable_only:
                     rows = _accepted(rows)
-                return claim_key, when, _judged(caller, c, token, rows, scope, when, ctx, wanted)
-    return claim_key, when, _judged(caller, None, token, rows, scope, when, ctx, wanted)
+                return (
+                    claim_key,
+                    when,
+                    _judged(caller, c, token, rows, scope, when, ctx, wanted, command),
+                )
+    return claim_key, when, _judged(caller, None, token, rows, scope, when, ctx, wanted, command)
 
 
 def _accepted(rows: list[Any]) -> list[Any]:
@@ -376,10 +381,12 @@ def _judged(
     when: datetime,
     ctx: dict[str, Any],
     wanted: frozenset[Kind] | None,
+    command: str = "read",
 ) -> list[tuple[RecordView, tuple[str, ...]]]:
     """The records of ``for_claim_as`` rows, each with why it is not usable, once
-    the token and the caller's ``read`` role are checked (deliveries read with ``c``)."""
-    _check_read(caller, token, scope)
+    the token and the caller's ``read`` role are checked (deliveries read with ``c``;
+    ``command``: what a refusal names)."""
+    _check_read(caller, token, scope, command)
     judged: list[tuple[RecordView, tuple[str, ...]]] = []
     for found in rows:
         view = None if c is not None else _plain_view(caller, found, wanted)
@@ -393,9 +400,11 @@ def _judged(
     return judged
 
 
-def _check_read(caller: Caller, token: view_queries.Token | None, scope: str) -> None:
+def _check_read(
+    caller: Caller, token: view_queries.Token | None, scope: str, command: str = "read"
+) -> None:
     """Raise unless ``token`` (of ``for_claim_as``) is valid now and holds ``read``
-    in ``scope``."""
+    in ``scope`` (a refusal names ``command``)."""
     if token is None or token[1] is not None or token[2] is not None:
         caller.engine.check_token(
             None
@@ -404,7 +413,7 @@ def _check_read(caller: Caller, token: view_queries.Token | None, scope: str) ->
         )
     assert token is not None
     if not _reads(token[3]):
-        raise caller.denied(scope, Role.READ, "read")
+        raise caller.denied(scope, Role.READ, command)
 
 
 class LiveVersion(NamedTuple):

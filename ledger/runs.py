@@ -32,6 +32,7 @@ from ledger.errors import (
 from ledger.session import Session
 from ledger.values import Explanation, ReadResult, RecordView
 from projections import access as access_view
+from projections.base import Cursor
 
 
 class RunContext:
@@ -95,7 +96,8 @@ class RunContext:
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        self.end("failed" if exc_type else "completed")
+        if self._open:  # not when ended already, here or (as found) elsewhere
+            self.end("failed" if exc_type else "completed")
 
     def resume(self) -> RunContext:
         """Continue a run started earlier (by another process: a shell pipeline's
@@ -134,9 +136,10 @@ class RunContext:
         engine = self._outer.engine
 
         def work(w: Write) -> None:
-            run = engine.load(w.c, self._aggregate_id)
-            if not isinstance(run, Run):
-                raise CorruptEventError(f"run {self.run_id!r} has no stored start")
+            # As any command: the token checked with the lock, and the run as
+            # stored (ended elsewhere, say by ``provledger run end``, it takes nothing).
+            self._outer.authenticate(w.c)
+            run = self._stored(w.c)
             run.trigger_event(event_class, timestamp=engine.now(), **fields)
             w.append(run.collect_events())
 
@@ -145,6 +148,17 @@ class RunContext:
     def _check(self) -> None:
         if not self._open:
             raise InvalidInputError(f"run {self.run_id!r} is not open")
+
+    def _stored(self, c: Cursor) -> Run:
+        """The run as stored, read with ``c``; refused once it has ended (wherever
+        it was ended: another process may share the run)."""
+        run = self._outer.engine.load(c, self._aggregate_id)
+        if not isinstance(run, Run):
+            raise CorruptEventError(f"run {self.run_id!r} has no stored start")
+        if run.ended:
+            self._open = False
+            raise InvalidInputError(f"run {self.run_id!r} of {self._outer.subject!r} has ended")
+        return run
 
     def record_reads(
         self, record_ids: tuple[str, ...], how: str, valid: Collection[str] | None = None
@@ -159,8 +173,12 @@ class RunContext:
         for rid in record_ids:
             self._reads[rid] = valid is None or rid in valid
 
-    def observed_for(self, declared: Sequence[str]) -> tuple[str, ...]:
-        """The records the run was last shown while VALID, minus the declared parents."""
+    def observed_for(self, declared: Sequence[str], c: Cursor | None = None) -> tuple[str, ...]:
+        """The records the run was last shown while VALID, minus the declared parents;
+        with ``c`` (a proposal's transaction), as the run stored them, reads made
+        by another process sharing the run included (refused if it has ended)."""
+        if c is not None:
+            self._reads = dict(self._stored(c).reads)
         return tuple(r for r, valid in self._reads.items() if valid and r not in declared)
 
     @property

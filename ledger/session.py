@@ -211,8 +211,10 @@ class Session:
         """Inclusion proofs of every event of a record in the current Merkle tree
         (as of a past position, of the events it had then).
 
-        A third party checks each with ``proof.verify()`` (or the few lines of
-        ``ledger.merkle.verify_inclusion``) against a digest it trusts. An event
+        A third party checks each against a digest it trusts, with
+        ``proof.verify(trusted.root)`` (``proof.verify()`` alone checks it only
+        against the root it carries), or the few lines of
+        ``ledger.merkle.verify_inclusion`` given that root. An event
         that names a record in a scope this principal holds no grant in (or by a
         key it is shown otherwise) comes with its leaf hash and no bytes
         (``leaf_data`` is None), as a compliance bundle withholds it.
@@ -457,7 +459,9 @@ class Session:
     def revalidate(
         self, record_id: str, note: str = "", parents: Iterable[str] | None = None
     ) -> None:
-        """STALE → ACCEPTED after re-verification, by an approver other than the proposer.
+        """STALE → ACCEPTED after re-verification (→ CANDIDATE if it was never
+        accepted), by an approver other than the proposer; also an ACCEPTED
+        record whose basis expired, given a new one (``parents``).
 
         Without ``parents`` every current dependency must be usable again. With
         ``parents`` (a new basis of usable records) they replace the record's
@@ -465,7 +469,8 @@ class Session:
         Descendants stay STALE until each is revalidated itself.
 
         Raises:
-            InvalidTransitionError: not STALE.
+            InvalidTransitionError: not STALE (nor ACCEPTED on an expired basis,
+                given ``parents``).
             SelfApprovalError: the approver proposed it.
             InvalidParentError: a dependency is not usable.
             CycleError: the new basis would make the record depend on itself.

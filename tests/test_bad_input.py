@@ -912,5 +912,10 @@ def test_an_as_of_session_proves_what_it_had_and_previews_no_revocation(bad: Bad
     assert [p.position for p in proofs] == [e.position for e in events[:2]]
     assert all(p.verify() for p in proofs)
     assert len(bad.reviewer.prove("E0")) == len(events) > 2
+    # (in the current tree, as every proof is): checked against a digest one trusts,
+    # a proof holds for that tree's root only, not for the root it carries alone
+    now = bad.ledger.digest()
+    assert all(p.verify(now.root) and p.verify(now.root.upper()) for p in proofs)
+    assert not any(p.verify("00" * 32) for p in proofs)
     with pytest.raises(ReadOnlyError, match=r"preview_revoke refused: this session is read-only"):
         then.preview_revoke("E0")

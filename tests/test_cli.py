@@ -722,6 +722,20 @@ def test_corrections_json_lists_deliveries_needing_a_correction(chain: Cli) -> N
     assert "R1" in chain.as_reviewer("corrections").stdout
 
 
+def test_corrections_say_why_a_valid_record_is_owed_one(chain: Cli) -> None:
+    # R1 is VALID again, but on another basis than its delivered copy (M1 re-based)
+    _revoked(chain)
+    with Ledger.open(chain.url) as led:
+        agent, reviewer = led.authenticate(chain.agent), led.authenticate(chain.reviewer)
+        agent.propose(scope="proj-a", claim_key="e2", value=1, kind="fact", id="E2")
+        reviewer.accept("E2")
+        reviewer.revalidate("M1", note="re-based", parents=["E2"])
+        reviewer.revalidate("R1", note="M1 holds again")
+    shown = chain("corrections", "--token", chain.reviewer, COLUMNS="200").stdout
+    row = next(line for line in shown.splitlines() if "R1" in line)
+    assert "VALID" in row and "re-based since the delivery" in row
+
+
 def test_correct_only_if_owed_issues_one_correction_however_often_it_runs(chain: Cli) -> None:
     _revoked(chain)
     [due] = json.loads(chain.as_reviewer("corrections", "--json").stdout)["due"]
@@ -1078,6 +1092,14 @@ def test_read_commands_are_also_available_under_as_of() -> None:
         "records",
     ):
         assert re.search(rf"^\s+{name}\s", result.stdout, flags=re.M), name
+    # and each one's help is shown there as anywhere, with no moment given yet
+    shown = CliRunner().invoke(main, ["as-of", "read", "--help"])
+    assert shown.exit_code == 0 and shown.stdout.startswith("Usage: main as-of read [OPTIONS]")
+    # while running one without a moment (or with both) is a usage error
+    for moment in ([], ["--position", "1", "--time", "2026-01-01T00:00:00+00:00"]):
+        bare = CliRunner().invoke(main, ["as-of", *moment, "get", "E1", "--token", "t"])
+        assert bare.exit_code == 2, bare.output
+        assert "as-of: give exactly one of --position or --time" in bare.stderr
 
 
 def _walkthrough() -> str:

@@ -453,6 +453,17 @@ def test_every_command_is_refused_without_its_role_and_allowed_with_it(
     _effect(name, result, world, targets)
 
 
+def test_a_refusal_of_explain_names_explain(world: World) -> None:
+    lacking = session_for(world.ledger, "lacks-read", {SCOPE: ["propose"]})
+    with pytest.raises(AccessDeniedError) as refused:
+        lacking.explain(SCOPE, "api.retry_safe")
+    assert str(refused.value) == (
+        f"explain refused: 'lacks-read' lacks role 'read' in scope {SCOPE!r}"
+    )
+    with pytest.raises(AccessDeniedError, match=r"^read refused"):
+        lacking.read(SCOPE, "api.retry_safe")
+
+
 # -- nothing crosses a scope boundary --------------------------------------------------
 
 

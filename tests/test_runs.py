@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ledger import Kind
-from ledger.errors import InvalidParentError
+from ledger.errors import AuthenticationError, InvalidInputError, InvalidParentError
 from tests.conftest import World
 
 
@@ -56,3 +56,41 @@ def test_observe_records_many_outside_reads_in_one_event(world: World) -> None:
         assert world.ledger.position == before + 1
         rid = run.propose(scope="proj-a", claim_key="y", value=1, kind=Kind.FACT)
     assert world.reviewer.get(rid).observed == ("A1", "A2")
+
+
+def test_two_contexts_of_one_run_share_what_it_read_and_its_end(world: World) -> None:
+    # Given one run resumed in a second context (as another process, or the
+    # command line, resumes it): what each records, the other's proposals carry
+    _accepted(world, "A1", "a")
+    _accepted(world, "B1", "b")
+    first = world.agent.run("task-7").start()
+    second = world.agent.run("task-7").resume()
+    second.observe("B1")
+    first.read(scope="proj-a", claim_key="a")
+    rid = first.propose(scope="proj-a", claim_key="x", value=1, kind=Kind.INFERENCE)
+    assert set(world.reviewer.get(rid).observed) == {"A1", "B1"}
+    # so revoking what the other context read marks the proposal STALE
+    world.reviewer.accept(rid)
+    world.reviewer.revoke("B1", reason="wrong")
+    assert world.reviewer.get(rid).status == "STALE"
+
+    # When the second context ends the run, the first records nothing more in it
+    second.end()
+    position, views = world.ledger.position, world.ledger.views_digest()
+    with pytest.raises(InvalidInputError, match="run 'task-7' of 'agent-1' has ended"):
+        first.propose(scope="proj-a", claim_key="y", value=1, kind=Kind.FACT)
+    with pytest.raises(InvalidInputError, match="run 'task-7' is not open"):
+        first.end()
+    assert (world.ledger.position, world.ledger.views_digest()) == (position, views)
+
+
+def test_a_run_is_not_ended_with_a_revoked_token(world: World) -> None:
+    admin = world.ledger.admin()
+    token = admin.issue_token("agent-1")
+    agent = world.ledger.authenticate(token)
+    run = agent.run("task-8").start()
+    admin.revoke_token(token)
+    position = world.ledger.position
+    with pytest.raises(AuthenticationError, match="revoked"):
+        run.end()
+    assert world.ledger.position == position

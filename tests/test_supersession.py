@@ -296,6 +296,38 @@ def test_a_batch_may_not_give_a_new_version_a_parent_of_the_batch_resting_on_the
     assert (world.ledger.position, world.ledger.views_digest()) == (position, views)
 
 
+def test_only_a_reader_may_name_a_record_to_supersede_but_a_recapture_needs_no_read(
+    world: World,
+) -> None:
+    # Given a writer with propose but not read in proj-a
+    admin = world.ledger.admin()
+    admin.grant("writer", scope="proj-a", roles=["propose"])
+    writer = world.ledger.authenticate(admin.issue_token("writer"))
+    _accepted(world, "S1", scope="proj-a", claim_key="secret", value=1, kind=Kind.FACT)
+    world.reviewer.revoke(
+        _accepted(world, "S2", scope="proj-a", claim_key="s2", value=1, kind=Kind.FACT), "rotated"
+    )
+    position, views = world.ledger.position, world.ledger.views_digest()
+
+    # When it names records to supersede, it learns nothing of them: each is
+    # refused as one that does not exist (not by claim key, status or reason)
+    answers = set()
+    for old, claim in (("S1", "wrong"), ("S1", "secret"), ("S2", "s2"), ("NOPE", "secret")):
+        with pytest.raises(UnknownRecordError) as refused:
+            writer.propose(scope="proj-a", claim_key=claim, value=2, kind=Kind.FACT, supersedes=old)
+        answers.add(str(refused.value).replace(repr(old), "<ID>"))
+    assert answers == {
+        "propose refused: superseded record <ID> is unknown or not visible to 'writer'"
+    }
+    assert (world.ledger.position, world.ledger.views_digest()) == (position, views)
+
+    # But capturing a source again supersedes its previous capture, as for any capturer
+    first = writer.capture(scope="proj-a", uri="https://x.test/p", content=b"one")
+    world.reviewer.accept(first)
+    second = writer.capture(scope="proj-a", uri="https://x.test/p", content=b"two")
+    assert world.reviewer.get(second).supersedes == first
+
+
 def test_a_run_that_read_what_rests_on_the_old_version_may_still_supersede_it(
     world: World,
 ) -> None:

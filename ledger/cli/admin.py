@@ -401,7 +401,7 @@ def demo(url: str | None, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @errors_exit_1
 def rebuild(url: str | None, admin_token: str | None, as_json: bool) -> None:
-    """Drop the views and replay the whole log; exit 1 unless they match.
+    """Empty the views and replay the whole log into them; exit 1 unless they match.
 
     A difference is repaired, not shown: run `provledger verify` first (it only
     reads) to have the rows that differ named.

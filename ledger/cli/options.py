@@ -374,11 +374,13 @@ def warn_token_in_argv(
 @contextmanager
 def principal_session(url: str | None, token: str) -> Iterator[tuple[Ledger, Session]]:
     """The ledger and the session of the token's principal (as of a past moment under as-of)."""
+    ctx = click.get_current_context(silent=True)
+    moment = ctx.find_object(AsOf) if ctx is not None else None
+    if moment is not None and (moment.position is None) == (moment.time is None):
+        raise click.UsageError("as-of: give exactly one of --position or --time")
     warn_token_in_argv(token)
     with open_ledger(url) as led:
         session = led.authenticate(token)
-        ctx = click.get_current_context(silent=True)
-        moment = ctx.find_object(AsOf) if ctx is not None else None
         if moment is not None:
             session = session.as_of(position=moment.position, time=moment.time)
         yield led, session

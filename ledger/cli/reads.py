@@ -227,7 +227,9 @@ def history(
 @json_option
 @errors_exit_1
 def corrections(token: str, url: str | None, as_json: bool) -> None:
-    """List delivered records that are no longer VALID and have no correction yet.
+    """List deliveries owing a correction: their record left VALID after the
+    delivery, or is VALID again on another basis than the delivered copy rests on
+    (its own, or that of a record it rests on), with no correction since.
 
     \b
     Example:
@@ -515,8 +517,8 @@ def as_of(ctx: click.Context, position: int | None, when: datetime | None) -> No
     Example:
       provledger as-of --position 12 read --scope proj-a --claim api.retry_safe
     """
-    if (position is None) == (when is None):
-        raise click.UsageError("give exactly one of --position or --time")
+    # Checked when the read runs (``principal_session``), before it opens anything:
+    # ``as-of read --help`` shows the read's help, moment or not.
     ctx.obj = AsOf(position=position, time=when)
 
 

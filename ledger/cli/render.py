@@ -374,7 +374,10 @@ def print_corrections(
     for c in due:
         view = (views or {}).get(c.delivery.record_id)
         why = why_text(view) if view is not None else ""
-        if not why:
+        if not why and c.validity == Validity.VALID:
+            # VALID again, on another basis than the delivered copy rests on
+            why = "re-based since the delivery: the copy rests on the old basis"
+        elif not why:
             why = stale_text(c.cause, c.reason, None) if c.cause else (c.reason or "-")
         table.add_row(
             Text(c.delivery.delivery_id),

@@ -55,7 +55,7 @@ def run_start(run_id: str, token: str, url: str | None, as_json: bool) -> None:
         as_json,
         {"run": run_id, "started": True, "position": position},
         f"run {run_id} started; give --run {run_id} (or export PROVLEDGER_RUN={run_id}) "
-        "to read, get, propose and capture",
+        "to read, explain, get, records, propose and capture (unset it after `run end`)",
     )
 
 
