@@ -28,6 +28,7 @@ from ledger.errors import (
     CorruptEventError,
     DuplicateRecordError,
     InvalidInputError,
+    LedgerError,
 )
 from ledger.session import Session
 from ledger.values import Explanation, ReadResult, RecordView
@@ -96,8 +97,18 @@ class RunContext:
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if self._open:  # not when ended already, here or (as found) elsewhere
+        if not self._open:  # ended already, here or (as found) elsewhere
+            return
+        try:
             self.end("failed" if exc_type else "completed")
+        except LedgerError as failure:
+            if not self._open:
+                return  # ended meanwhile by another process sharing the run
+            if not isinstance(exc, BaseException):
+                raise
+            # The block's own exception stays the one raised; it says why the run
+            # is still open (a revoked token, say).
+            exc.add_note(f"run {self.run_id!r} could not be recorded as failed: {failure}")
 
     def resume(self) -> RunContext:
         """Continue a run started earlier (by another process: a shell pipeline's

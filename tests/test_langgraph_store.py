@@ -1314,6 +1314,24 @@ def test_a_thread_resumed_by_a_later_store_goes_on_in_a_new_run(
     )
 
 
+def test_closing_a_store_ends_its_threads_whose_runs_another_store_ended(
+    store: LedgerStore, principals: Principals
+) -> None:
+    # Given two stores over one ledger, the second going on with the first's thread
+    store.put(("proj-a", "user"), "name", {"text": "Ada"})
+    other = LedgerStore(principals.ledger, token=principals.agent_token)
+    for thread in ("chat-1", "chat-2"):
+        greeting_graph(store).invoke({"greeting": ""}, {"configurable": {"thread_id": thread}})
+    greeting_graph(other).invoke({"greeting": ""}, {"configurable": {"thread_id": "chat-1"}})
+    other.close()  # ends chat-1's run
+
+    store.close()  # chat-1's run is ended already; chat-2's is ended now
+
+    for thread in ("chat-1", "chat-2"):
+        with pytest.raises(InvalidInputError, match="has ended"):
+            principals.agent.run(run_id_of(thread)).resume()
+
+
 def test_a_thread_that_deletes_a_memory_it_read_keeps_writing(
     store: LedgerStore, principals: Principals
 ) -> None:

@@ -94,3 +94,44 @@ def test_a_run_is_not_ended_with_a_revoked_token(world: World) -> None:
     with pytest.raises(AuthenticationError, match="revoked"):
         run.end()
     assert world.ledger.position == position
+
+
+def test_a_with_block_leaves_cleanly_when_the_run_was_ended_elsewhere(world: World) -> None:
+    # Given a run that another process sharing it ends while the block runs
+    _accepted(world, "A1", "a")
+    with world.agent.run("task-9") as run:
+        run.read(scope="proj-a", claim_key="a")
+        world.agent.run("task-9").resume().end()
+        position = world.ledger.position
+    # the block's end records nothing more and raises nothing: the run has its end
+    assert world.ledger.position == position
+    with pytest.raises(InvalidInputError, match="run 'task-9' of 'agent-1' has ended"):
+        world.agent.run("task-9").resume()
+
+
+def test_a_run_that_cannot_be_ended_does_not_hide_the_blocks_own_error(world: World) -> None:
+    # Given a block that fails after its token was revoked
+    admin = world.ledger.admin()
+    token = admin.issue_token("agent-1")
+    agent = world.ledger.authenticate(token)
+    position = None
+    with (
+        pytest.raises(ValueError, match="the agent's own error") as raised,
+        agent.run("task-10"),
+    ):
+        admin.revoke_token(token)
+        position = world.ledger.position
+        raise ValueError("the agent's own error")
+    # the block's error is the one raised, and it says why the run stays open
+    assert raised.value.__notes__ == [
+        "run 'task-10' could not be recorded as failed: token of 'agent-1' was revoked"
+    ]
+    assert world.ledger.position == position
+    # Without an error of its own, the block raises why the run could not end
+    token = admin.issue_token("agent-1")
+    run = world.ledger.authenticate(token).run("task-11").start()
+    admin.revoke_token(token)
+    position = world.ledger.position
+    with pytest.raises(AuthenticationError, match="revoked"):
+        run.__exit__(None, None, None)
+    assert world.ledger.position == position

@@ -148,11 +148,20 @@ class LedgerStore(BaseStore):
     # -- lifecycle ----------------------------------------------------------------
 
     def close(self) -> None:
-        """End the ledger run of every thread this store served. Safe to call twice."""
+        """End the ledger run of every thread this store served (one another store
+        ended already is left as it is). Safe to call twice. If a run cannot be
+        ended (its token revoked, say), the others still are and the first such
+        error is raised after."""
         with self._threads_lock:
             threads, self._threads = list(self._threads.values()), OrderedDict()
-        for state in threads:
-            state.end()
+        failed: LedgerError | None = None
+        for state in threads:  # every thread's run, even after one could not be ended
+            try:
+                state.end()
+            except LedgerError as exc:
+                failed = failed or exc
+        if failed is not None:
+            raise failed
 
     def __enter__(self) -> LedgerStore:
         return self
