@@ -56,8 +56,8 @@ class Erasure:
     at: datetime
     deleted: bool = True  # False: no bytes were stored any more when it was recorded
     #: False: the database's files may still hold the bytes for now (see
-    #: ``Recorder.scrub_deleted``: a reader kept SQLite's ``-wal`` from being
-    #: emptied, or PostgreSQL's snapshot table from being rewritten).
+    #: ``Recorder.scrub_deleted``: a reader kept SQLite's checkpoint from
+    #: completing, or PostgreSQL's snapshot table could not be rewritten).
     scrubbed: bool = True
 
 

@@ -17,6 +17,7 @@ import zipfile
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from click.testing import CliRunner
@@ -55,7 +56,7 @@ from .attacks import (
     forged_accept,
     truncate,
 )
-from .conftest import Clock, World, aggregate_of
+from .conftest import Clock, World, _pg_dsn, aggregate_of
 
 BACKENDS = ["sqlite", "postgres"]
 
@@ -933,6 +934,66 @@ def test_an_erasure_a_reader_keeps_from_the_wal_says_so(tmp_path: Path) -> None:
         assert erased.deleted and not erased.scrubbed
         with pytest.raises(SnapshotErasedError):
             agent.snapshot(ref)
+
+
+def _captured_personal(url: str) -> str:
+    """A ledger at ``url`` with personal bytes captured; their snapshot ref."""
+    with Ledger.open(url) as led:
+        admin = led.admin()
+        admin.grant("agent-1", scope="proj-a", roles=["propose", "read"])
+        agent = led.authenticate(admin.issue_token("agent-1"))
+        agent.capture(scope="proj-a", uri="https://docs.test/p", content=b"personal", id="P1")
+        return str((agent.get("P1").evidence or {})["snapshot_ref"])
+
+
+def test_on_postgresql_an_erasure_whose_rewrite_cannot_get_the_table_stands_and_says_so(
+    pg_url: str,
+) -> None:
+    import psycopg
+
+    # Given a reader's open transaction holding the snapshot table
+    ref = _captured_personal(pg_url)
+    schema = pg_url.rsplit("schema=", 1)[1]
+    with Ledger.open(pg_url) as led, psycopg.connect(_pg_dsn()) as reader:
+        reader.execute(f"SELECT COUNT(*) FROM {schema}.pl_snapshots").fetchone()
+        # When the bytes are erased, the table cannot be rewritten under it
+        erased = led.admin().erase_snapshot(ref, reason="request")
+        reader.rollback()
+        # Then the erasure is recorded and in force, and says the files may
+        # still hold the bytes (it raised the driver's lock timeout before)
+        assert erased.deleted and not erased.scrubbed
+        assert erased.position == led.position
+        with pytest.raises(SnapshotErasedError):
+            led.admin().erase_snapshot(ref, reason="again")
+        assert led.verify().ok
+
+
+def test_on_postgresql_an_erasure_by_a_role_that_cannot_rewrite_the_table_says_so(
+    pg_url: str,
+) -> None:
+    import psycopg
+
+    # Given a ledger used by a role that owns neither its tables nor the database
+    ref = _captured_personal(pg_url)
+    schema = pg_url.rsplit("schema=", 1)[1]
+    role = f"t_role_{schema[2:]}"
+    with psycopg.connect(_pg_dsn(), autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN")
+        conn.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
+        conn.execute(f"GRANT ALL ON ALL TABLES IN SCHEMA {schema} TO {role}")
+        conn.execute(f"GRANT ALL ON ALL SEQUENCES IN SCHEMA {schema} TO {role}")
+    try:
+        parts = urlsplit(pg_url)
+        url = urlunsplit(parts._replace(netloc=f"{role}@{parts.hostname}:{parts.port or 5432}"))
+        with Ledger.open(url) as led:
+            # When it erases the bytes: the server skips the rewrite with a warning
+            erased = led.admin().erase_snapshot(ref, reason="request")
+        # Then the erasure stands, and does not claim the files were rewritten
+        assert erased.deleted and not erased.scrubbed
+    finally:
+        with psycopg.connect(_pg_dsn(), autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+            conn.execute(f"DROP ROLE IF EXISTS {role}")
 
 
 @pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)

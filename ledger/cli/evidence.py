@@ -380,9 +380,10 @@ def erase_snapshot(
     )
     if not done.scrubbed:
         click.echo(
-            "note: the database's files may still hold the erased bytes for now: a "
-            "reader kept SQLite's -wal from being emptied (done at its next complete "
-            "checkpoint), or PostgreSQL's snapshot table from being rewritten (done at "
-            "the next erasure, or an operator's VACUUM FULL)",
+            "note: the database's files may still hold the erased bytes for now: on "
+            "SQLite a reader kept the checkpoint from completing (the file or its -wal "
+            "holds them until the next complete one); on PostgreSQL the snapshot table "
+            "could not be rewritten (done at the next erasure, or an operator's VACUUM "
+            "FULL)",
             err=True,
         )

@@ -37,7 +37,7 @@ from ledger.persistence.base import (
     in_log,
     leaf_of,
 )
-from ledger.persistence.faults import CommitFailed
+from ledger.persistence.faults import DATABASE_ERRORS, CommitFailed
 from projections.base import (
     COPY_FROM,
     Cursor,
@@ -113,6 +113,10 @@ def columns_of(stored_events: Sequence[Any]) -> tuple[list[Any], ...]:
         [e.state for e in stored_events],
     )
 
+
+#: How long an erasure's rewrite of the snapshot table waits for the table's lock
+#: (ms): captures and snapshot reads queue behind a waiting ``VACUUM FULL``.
+SCRUB_LOCK_WAIT_MS = 500
 
 #: A batch refreshes the views' planner statistics once the batches since the last
 #: refresh wrote this share of the record view's rows then (and this many events).
@@ -292,21 +296,42 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
     def scrub_deleted(self) -> bool:
         """Rewrite the snapshot table (``VACUUM FULL``): a deleted row's bytes stay
         in its pages (and its TOAST table's) until then, and a plain ``VACUUM``
-        only marks the space free. It waits for the table's lock up to the
-        ledger's ``lock_timeout``; False when it could not get it (the next
-        erasure, or an operator's ``VACUUM FULL``, rewrites it). The server's WAL
-        and any backups are the operator's to expire."""
+        only marks the space free. The rewrite holds the table's exclusive lock
+        while it copies the table, and waits for that lock at most
+        ``SCRUB_LOCK_WAIT_MS`` (meanwhile other captures and snapshot reads queue
+        behind it). False when it could not be done: the lock was not granted in
+        time, the connection failed, or the server skipped the table (a role that
+        neither owns it nor the database); the erasure stands, and the next one,
+        or an operator's ``VACUUM FULL``, rewrites it. The server's WAL and any
+        backups are the operator's to expire."""
         import psycopg
+
+        failures: tuple[type[BaseException], ...] = (*DATABASE_ERRORS, psycopg.Error)
+        skipped: list[str] = []
+
+        def notice(diag: Any) -> None:
+            if diag.severity_nonlocalized == "WARNING":
+                skipped.append(str(diag.message_primary))
 
         try:
             with self.statement() as c:
                 # Never prepared: PostgreSQL cannot prepare a VACUUM (psycopg would
                 # try from its fifth run on one connection).
                 vacuum: Any = c
-                vacuum.execute(self.dialect.q("VACUUM FULL {t}pl_snapshots"), prepare=False)
-        except (psycopg.errors.LockNotAvailable, psycopg.errors.QueryCanceled):
+                conn = vacuum.connection
+                conn.add_notice_handler(notice)
+                try:
+                    vacuum.execute(f"SET lock_timeout = {SCRUB_LOCK_WAIT_MS}", prepare=False)
+                    try:
+                        vacuum.execute(self.dialect.q("VACUUM FULL {t}pl_snapshots"), prepare=False)
+                    finally:
+                        vacuum.execute("RESET lock_timeout", prepare=False)
+                finally:
+                    conn.remove_notice_handler(notice)
+        except failures:
+            # Already committed, the erasure stands: the scrub is what failed.
             return False
-        return True
+        return not skipped
 
     def lock_for_write(self, c: Cursor, ahead: Query | None = None) -> list[Any] | None:
         """The same table lock the writers take. In a transaction begun by

@@ -477,7 +477,9 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
         """Checkpoint the zeroed pages into the file and empty the ``-wal``, whose
         earlier frames still hold the bytes (``wal_checkpoint(TRUNCATE)``, which
         waits for readers up to the busy timeout). False when a reader kept it from
-        completing: the bytes then stay in the ``-wal`` until a later checkpoint."""
+        completing: the zeroed pages then wait in the ``-wal`` while the file (or
+        the ``-wal``'s older frames) still holds the bytes, until a later complete
+        checkpoint."""
         if not self._file:
             return True
         with self.statement() as c:
