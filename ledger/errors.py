@@ -48,6 +48,10 @@ event log and the views exactly as they were::
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 
 class LedgerError(Exception):
     """Base class of every error the ledger raises on purpose."""
@@ -215,3 +219,15 @@ class MemoryConflictError(LedgerError):
 class UnsupportedStoreOperationError(LedgerError, NotImplementedError):
     """A LangGraph store feature the ledger does not offer (semantic query, field
     index, TTL)."""
+
+
+@contextmanager
+def naming_file(path: str | os.PathLike[str]) -> Iterator[None]:
+    """An ``OSError`` raised inside names ``path`` if it names no file (a failed
+    ``write`` does not: a full disk would read as if stdout had failed)."""
+    try:
+        yield
+    except OSError as exc:
+        if not exc.filename:
+            exc.filename = os.fspath(path)
+        raise

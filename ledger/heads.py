@@ -37,7 +37,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from ledger.errors import InvalidHeadError, InvalidKeyError
+from ledger.errors import InvalidHeadError, InvalidKeyError, naming_file
 from ledger.merkle import LogDigest
 from ledger.serialization import datetime_to_micros, micros_to_datetime
 
@@ -109,13 +109,15 @@ def generate_key(path: str | os.PathLike[str]) -> str:
         crypto.serialization.PrivateFormat.PKCS8,
         crypto.serialization.NoEncryption(),
     )
-    fd = os.open(private_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        os.fchmod(fd, 0o600)  # whatever the umask: readable by its owner only
-        os.write(fd, private_pem)
-    finally:
-        os.close(fd)
-    public_path.write_bytes(public_key_pem(key.public_key()))
+    with naming_file(private_path):
+        fd = os.open(private_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.fchmod(fd, 0o600)  # whatever the umask: readable by its owner only
+            os.write(fd, private_pem)
+        finally:
+            os.close(fd)
+    with naming_file(public_path):
+        public_path.write_bytes(public_key_pem(key.public_key()))
     return key_id(key.public_key())
 
 
@@ -352,7 +354,7 @@ def append_head(path: str | os.PathLike[str], head: SignedHead) -> None:
     flushed to disk before returning. A file whose last line lacks its newline
     (written by hand, or cut short) gets one first: the new head is never glued
     onto the last one, which would make both unreadable."""
-    with open(path, "a+b") as out:
+    with naming_file(path), open(path, "a+b") as out:
         line = (head.dumps() + "\n").encode("utf-8")
         if out.seek(0, os.SEEK_END) > 0:
             out.seek(-1, os.SEEK_END)

@@ -1216,6 +1216,26 @@ def test_with_stdout_closed_nothing_runs_and_a_full_stdout_is_no_refusal(tmp_pat
         assert led.stats()["records"] == 1
 
 
+def test_a_full_output_file_is_named_not_taken_for_stdout(tmp_path: Path) -> None:
+    # Given an output file on a full device
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROVLEDGER_")}
+    token = _fresh_token(tmp_path, env)
+    env |= {"PROVLEDGER_URL": f"sqlite:///{tmp_path / 'l.db'}", "PROVLEDGER_TOKEN": token}
+    provledger = [sys.executable, "-m", "ledger"]
+    with Ledger.open(env["PROVLEDGER_URL"]) as led:
+        led.admin().grant("agent-1", scope="proj-a", roles=["audit"])
+    # When an export is written there, the error names the file, not stdout
+    done = subprocess.run(
+        [*provledger, "export", "--format", "prov-json", "-o", "/dev/full"],
+        env=env,
+        capture_output=True,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert done.stderr.decode() == "error: /dev/full: No space left on device\n"
+    assert done.stdout == b""
+
+
 def _fresh_token(tmp_path: Path, env: dict[str, str]) -> str:
     """A ledger file ``l.db`` in ``tmp_path`` and a proposer's token in proj-a."""
     with Ledger.open(f"sqlite:///{tmp_path / 'l.db'}") as led:

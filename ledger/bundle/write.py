@@ -18,7 +18,7 @@ from ledger.bundle.archive import _MANIFEST_CONTEXT, FORMAT, _signed_archive
 from ledger.bundle.documents import _prov_json, _summary
 from ledger.bundle.events import _Auditable, _events
 from ledger.bundle.told import _Told
-from ledger.errors import CorruptEventError
+from ledger.errors import CorruptEventError, naming_file
 from ledger.graph import collect
 from ledger.heads import SignedHead, key_id, load_private_key, public_key_pem, sign_head
 from ledger.session import Session
@@ -126,7 +126,9 @@ def write_bundle(
     manifest_bytes = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode("utf-8")
     files["manifest.json"] = manifest_bytes
     files["manifest.sig"] = base64.b64encode(key.sign(_MANIFEST_CONTEXT + manifest_bytes)) + b"\n"
-    Path(path).write_bytes(_signed_archive(files, key))
+    archive = _signed_archive(files, key)
+    with naming_file(path):
+        Path(path).write_bytes(archive)
     return BundleInfo(
         path=str(path),
         record=root,

@@ -24,6 +24,7 @@ from ledger.cli.options import (
     printable,
 )
 from ledger.domain import Status, Validity
+from ledger.errors import naming_file
 from ledger.experiment import ExperimentResult
 from ledger.jsonable import json_safe, plain
 from ledger.values import (
@@ -451,7 +452,8 @@ def write_output(output: str, data: bytes) -> None:
     a terminal is shown, not obeyed (:func:`ledger.cli.terminal.inert`), as every
     other output is; bytes would pass the terminal's guard."""
     if output != "-":
-        Path(output).write_bytes(data)
+        with naming_file(output):
+            Path(output).write_bytes(data)
         return
     if sys.stdout is not None and sys.stdout.isatty():
         try:
