@@ -191,9 +191,13 @@ def owed_since(
         since = edges_index.basis_since(c, d, rid, caller.position)
         return max(delivered, since or row["from_pos"]), None
     now_edges = set(_ancestry(c, d, rid, caller.position))
-    if now_edges == set(_ancestry(c, d, rid, delivered)):
+    then_edges = set(_ancestry(c, d, rid, delivered))
+    if now_edges == then_edges:
         return None
-    rebased = (edges_index.basis_since(c, d, child, caller.position) for _, child, _ in now_edges)
+    # Every record above it then or now whose basis changed, also one re-based on
+    # nothing (it has no edges now, but had some then).
+    children = {child for _, child, _ in now_edges | then_edges}
+    rebased = (edges_index.basis_changed_at(c, d, child, caller.position) for child in children)
     return max(delivered, *(p for p in rebased if p is not None)), None
 
 

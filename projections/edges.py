@@ -193,3 +193,21 @@ def basis_since(c: Cursor, d: Dialect, child: str, position: int | None = None) 
         )
     row = c.fetchone()
     return None if row is None or row["p"] is None else int(row["p"])
+
+
+def basis_changed_at(c: Cursor, d: Dialect, child: str, position: int | None = None) -> int | None:
+    """The newest log position (up to ``position``; None: now) at which ``child``'s
+    dependencies were given or replaced, also by none (None if it never had any):
+    unlike :func:`basis_since`, a basis made empty still has a position."""
+    upto = "" if position is None else " AND from_pos <= ?"
+    closed = "to_pos IS NOT NULL" + ("" if position is None else " AND to_pos <= ?")
+    c.execute(
+        d.q(
+            f"SELECT MAX(from_pos) AS f, MAX(CASE WHEN {closed} THEN to_pos END) AS t "
+            f"FROM {{t}}pl_edges WHERE child_id=?{upto}"
+        ),
+        (child,) if position is None else (position, child, position),
+    )
+    row = c.fetchone()
+    found = [int(p) for p in (row["f"], row["t"]) if p is not None] if row else []
+    return max(found, default=None)

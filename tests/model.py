@@ -372,7 +372,9 @@ class State:
                 since = max(d.step, rec.basis_step)
             elif (lineage := self.basis_edges(d.record_id)) != d.lineage:
                 # the same parents, but one of the records it rests on was re-based
-                since = max(d.step, *(self.records[child].basis_step for _, child, _ in lineage))
+                # (also one re-based on nothing: it is only in the lineage delivered)
+                changed = lineage | d.lineage
+                since = max(d.step, *(self.records[child].basis_step for _, child, _ in changed))
             else:
                 continue
             if any(

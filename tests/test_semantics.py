@@ -434,6 +434,33 @@ def test_a_report_whose_ancestor_was_re_based_still_owes_its_correction(world: W
     assert world.reviewer.corrections_due() == ()
 
 
+def test_a_report_whose_ancestor_was_re_based_on_nothing_owes_its_correction(
+    world: World,
+) -> None:
+    # Given R1 delivered, resting on E1 through M1 (a fact, which needs no basis),
+    # and a first correction sent once E1 was revoked
+    _accepted(world, "E1", scope="proj-a", claim_key="e1", value=1, kind=Kind.FACT)
+    _accepted(world, "M1", scope="proj-a", claim_key="m", value=3, kind=Kind.FACT, parents=["E1"])
+    _accepted(
+        world, "R1", scope="proj-a", claim_key="r", value="r", kind=Kind.REPORT, parents=["M1"]
+    )
+    delivery = world.reviewer.deliver("R1", recipient="ops@x.test")
+    world.reviewer.revoke("E1", reason="withdrawn")
+    world.reviewer.issue_correction(delivery, note="R1 is stale, hold it")
+    assert world.reviewer.corrections_due() == ()
+
+    # When M1 is re-based on nothing and R1 revalidated on its same parent
+    world.reviewer.revalidate("M1", note="checked first-hand", parents=[])
+    world.reviewer.revalidate("R1", note="M1 holds again")
+    assert world.reviewer.get("R1").validity == "VALID"
+
+    # Then a correction is owed again: the recipient's copy still cites E1
+    due = world.reviewer.corrections_due()
+    assert [(d.delivery.delivery_id, d.validity) for d in due] == [(delivery, "VALID")]
+    world.reviewer.issue_correction(delivery, note="M1 now stands on its own")
+    assert world.reviewer.corrections_due() == ()
+
+
 def test_an_expiry_upstream_stays_owed_once_an_ancestor_is_re_based(world: World) -> None:
     # Given R1 delivered while E1, two steps up, is valid for an hour
     delivery = _delivered_on_an_inference(world, expires=world.clock.now + timedelta(hours=1))
