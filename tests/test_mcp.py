@@ -659,6 +659,28 @@ async def test_a_boolean_or_fraction_for_a_count_and_a_number_for_an_instant_are
     assert team.ledger.position == before
 
 
+async def test_text_that_is_not_iso_8601_is_no_instant(team: Team) -> None:
+    # Not read as pydantic's lax mode would: "1893456000" as 2030, "1.7e9" as 2023.
+    before = team.ledger.position
+    async with team.client("agent-1") as agent:
+        expires = await refused(
+            agent, "propose_memory", scope=SCOPE, claim_key=CLAIM, value=1, kind="fact",
+            expires="1893456000",
+        )  # fmt: skip
+        at = await refused(agent, "read_memory", scope=SCOPE, claim_key=CLAIM, at="1.7e9")
+        assert team.ledger.position == before
+        ok = await agent.call_tool(
+            "read_memory", {"scope": SCOPE, "claim_key": CLAIM, "at": "2026-12-31T00:00:00Z"}
+        )
+    assert expires.endswith(
+        "argument 'expires' ('1893456000'): Value error, an instant is ISO 8601 text with "
+        "a timezone (e.g. '2026-12-31T00:00:00Z'), not '1893456000'"
+    )
+    assert at.endswith("argument 'at' ('1.7e9'): Value error, an instant is ISO 8601 text "
+                       "with a timezone (e.g. '2026-12-31T00:00:00Z'), not '1.7e9'")  # fmt: skip
+    assert not ok.is_error, ok.content
+
+
 async def test_an_infinite_number_in_an_argument_is_refused_naming_where(team: Team) -> None:
     # JSON has no Infinity, but Python's reader (the SDK's, on the wire) takes it;
     # stored, it would come back as the text "inf". The SDK's own client sends an

@@ -94,9 +94,18 @@ Parents = Annotated[
 
 def iso_text(value: object) -> object:
     """An instant must come as ISO 8601 text: a number is refused, not read as
-    seconds since the epoch (pydantic's lax reading), nor a boolean as one."""
-    if value is None or isinstance(value, (str, datetime)):
+    seconds since the epoch (pydantic's lax reading), nor a boolean as one, nor
+    text of digits as one ("1700000000")."""
+    if value is None or isinstance(value, datetime):
         return value
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value)
+        except ValueError:
+            raise ValueError(
+                f"an instant is ISO 8601 text with a timezone (e.g. '2026-12-31T00:00:00Z'), "
+                f"not {value[:40]!r}"
+            ) from None
     kinds = {bool: "true or false", int: "a number", float: "a number", list: "a list"}
     raise ValueError(
         "an instant is ISO 8601 text with a timezone (e.g. '2026-12-31T00:00:00Z'), not "
