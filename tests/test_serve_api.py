@@ -794,6 +794,15 @@ def test_a_body_declared_as_another_media_type_is_415_and_writes_nothing(
     assert (bad.status_code, error_of(bad)["type"]) == (401, "AuthenticationError")
 
 
+def test_a_body_with_a_utf8_byte_order_mark_is_read(served: Served) -> None:
+    # RFC 8259 lets a reader ignore the mark (some Windows tools write it)
+    body = {"scope": "proj-a", "claim_key": "bom", "value": "é", "kind": "fact", "id": "B1"}
+    raw = b"\xef\xbb\xbf" + json.dumps(body).encode("utf-8")
+    r = served.agent.post("/records", content=raw, headers={"Content-Type": "application/json"})
+    assert r.status_code == 201, r.text
+    assert served.agent.get("/records/{record_id}", record_id="B1").json()["value"] == "é"
+
+
 def test_a_number_out_of_range_or_a_field_given_twice_is_422_and_writes_nothing(
     served: Served,
 ) -> None:

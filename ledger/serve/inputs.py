@@ -192,14 +192,15 @@ def once_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def loads_strict(raw: str | bytes) -> Any:
-    """``raw`` read as strict JSON (bytes as UTF-8, the one encoding RFC 8259 allows).
+    """``raw`` read as strict JSON (bytes as UTF-8, the one encoding RFC 8259 allows;
+    a byte order mark before it is ignored, as that RFC lets a reader do).
 
     Raises:
         Refused: a number out of range, too deep a nesting, or a field given twice
             (its ``field`` is the top-level field holding it, or the field itself).
         ValueError: not JSON (NaN and Infinity included).
     """
-    text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+    text = raw.decode("utf-8-sig") if isinstance(raw, bytes) else raw
     marked: list[_Twice] = []
 
     def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
