@@ -28,6 +28,8 @@ from uuid import UUID
 
 import msgpack
 
+from ledger.errors import InvalidInputError
+
 
 def leaf_data(
     position: int, originator_id: UUID | str, version: int, topic: str, state: bytes
@@ -500,12 +502,17 @@ class InclusionProof:
     path: tuple[str, ...]  # hex node hashes, leaf to root
     root: str
 
-    def verify(self, trusted_root: str | None = None) -> bool:
+    def verify(self, trusted_root: str | bytes | LogDigest | None = None) -> bool:
         """Check this proof with :func:`verify_inclusion` (and that ``leaf_data``,
         when given, hashes to ``leaf``). It proves inclusion in the tree whose root
-        the proof itself carries: give ``trusted_root`` (hex, the root of a digest
-        kept elsewhere, ``LogDigest.root``) to check that it is that tree."""
-        if trusted_root is not None and trusted_root.lower() != self.root.lower():
+        the proof itself carries: give ``trusted_root`` (a digest kept elsewhere,
+        its root as hex, ``LogDigest.root``, or as the 32 bytes) to check that it
+        is that tree.
+
+        Raises:
+            InvalidInputError: ``trusted_root`` is none of those.
+        """
+        if trusted_root is not None and _root_hex(trusted_root) != self.root.lower():
             return False
         leaf = bytes.fromhex(self.leaf)
         if self.leaf_data is not None and leaf_hash(bytes.fromhex(self.leaf_data)) != leaf:
@@ -517,3 +524,21 @@ class InclusionProof:
             [bytes.fromhex(p) for p in self.path],
             bytes.fromhex(self.root),
         )
+
+
+def _root_hex(root: object) -> str:
+    """A trusted root given as a digest, hex text or 32 bytes, as lower-case hex."""
+    if isinstance(root, LogDigest):
+        return root.root.lower()
+    if isinstance(root, (bytes, bytearray)) and len(root) == 32:
+        return bytes(root).hex()
+    if isinstance(root, str) and len(root) == 64:
+        try:
+            value = bytes.fromhex(root)
+        except ValueError:
+            value = b""
+        if len(value) == 32:
+            return value.hex()
+    raise InvalidInputError(
+        f"trusted_root must be a LogDigest, 64 hex digits or 32 bytes, got {root!r:.80}"
+    )

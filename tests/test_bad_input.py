@@ -917,5 +917,11 @@ def test_an_as_of_session_proves_what_it_had_and_previews_no_revocation(bad: Bad
     now = bad.ledger.digest()
     assert all(p.verify(now.root) and p.verify(now.root.upper()) for p in proofs)
     assert not any(p.verify("00" * 32) for p in proofs)
+    # the digest itself, or its root's bytes, serve as well; anything else is named
+    assert all(p.verify(now) and p.verify(bytes.fromhex(now.root)) for p in proofs)
+    assert not any(p.verify(b"\0" * 32) for p in proofs)
+    for wrong in (now.root[:-2], b"\0" * 31, "zz" * 32, 42):
+        with pytest.raises(InvalidInputError, match="trusted_root must be a LogDigest"):
+            proofs[0].verify(wrong)  # type: ignore[arg-type]
     with pytest.raises(ReadOnlyError, match=r"preview_revoke refused: this session is read-only"):
         then.preview_revoke("E0")

@@ -1021,6 +1021,11 @@ def test_a_program_s_path_with_a_slash_after_it_is_answered_in_json(served: Serv
     r = served.client.get("/openapi.json/")
     assert (r.status_code, r.headers["content-type"]) == (404, "application/json")
     assert error_of(r)["type"] == "NotFound"
+    # and a path that merely begins like one is the console's (a page for people)
+    for path in ("/openapi.jsonx", "/api/v1x"):
+        r = served.client.get(path)
+        assert r.status_code == 404
+        assert r.headers["content-type"].startswith("text/html"), path
 
 
 # -- isolation -----------------------------------------------------------------------------------

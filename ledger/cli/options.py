@@ -20,7 +20,13 @@ import click
 
 from ledger.application import Ledger
 from ledger.domain import Kind
-from ledger.errors import AccessDeniedError, LedgerError, LedgerNotFoundError, ReadOnlyError
+from ledger.errors import (
+    AccessDeniedError,
+    InvalidInputError,
+    LedgerError,
+    LedgerNotFoundError,
+    ReadOnlyError,
+)
 from ledger.persistence import foreign_file, resolve_url
 from ledger.session import Session
 
@@ -266,7 +272,7 @@ def within(session: Session, run_id: str | None) -> Any:
         )
     try:
         return session.run(run_id).resume()
-    except LedgerError as exc:
+    except InvalidInputError as exc:  # the run was never started, or has ended
         if os.environ.get("PROVLEDGER_RUN") != run_id:
             raise
         # Say where the run came from: the variable outlives the task it was set for.

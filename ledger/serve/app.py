@@ -42,6 +42,8 @@ MAX_FORM_BODY = 256 * 1024
 #: client that writes its whole body before reading the answer (Python's
 #: ``urllib``) would otherwise meet a reset connection instead of the 413.
 DRAIN_BODY = 16 * 1024 * 1024
+#: Paths under these are for programs: an error there is JSON, not a console page.
+_FOR_PROGRAMS = (api.PREFIX, "/openapi.json")
 
 _CSP = (
     "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; "
@@ -192,7 +194,7 @@ def create_app(
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         path = request.url.path
-        if path.startswith(api.PREFIX) or path.startswith("/openapi.json"):  # programs: JSON
+        if any(path == root or path.startswith(root + "/") for root in _FOR_PROGRAMS):
             if exc.status_code == 405:
                 return api.method_not_allowed(request.method, path, exc.headers)
             return api.not_found(path)
