@@ -43,6 +43,9 @@ class RunContext:
     ``with session.run("task-42") as run:`` then ``run.read(...)``,
     ``run.get(...)``, ``run.propose(...)``, ``run.capture(...)`` and
     ``run.observe(record_id)`` for reads that happened outside the ledger.
+    Leaving the ``with`` block ends the run (``failed`` if the block raised), unless
+    another context sharing it (:meth:`resume`) ended it first; if it cannot be
+    ended, the block's own exception is still the one raised, with a note saying why.
     """
 
     def __init__(self, caller: Caller, run_id: str) -> None:
