@@ -250,8 +250,8 @@ def details(
         value = out.get(name)
         if isinstance(value, str):
             out[name] = one(value, hidden, names)
-        elif isinstance(value, list | tuple):
-            out[name] = list(ids(value, hidden, names))
+        elif isinstance(value, list | tuple):  # kept as it came: its type tells nothing
+            out[name] = type(value)(ids(value, hidden, names))
     for name in _TEXT_FIELDS:
         value = out.get(name)
         if isinstance(value, str):

@@ -293,6 +293,23 @@ def test_where_a_record_is_listed_does_not_tell_whether_its_id_is_taken_elsewher
     assert [v.id for v in both.records("proj-b", after=listed[0])] == listed[1:]
 
 
+@pytest.mark.parametrize("taken", [False, True])
+def test_an_audit_of_ones_own_record_does_not_tell_whether_its_id_is_taken_elsewhere(
+    ledger: Ledger, taken: bool
+) -> None:
+    if taken:
+        taken_in_a(ledger, "x")
+    b = grant(ledger, "tenant-b", {"proj-b": ALL})
+    b.propose("proj-b", "claim.base", 0, Kind.FACT, id="base")
+    b.propose("proj-b", "claim.x", 1, Kind.FACT, parents=["base"], id="x")
+    audited = b.audit("x").events[0].details
+    proposed = next(
+        e for e in b.history() if e.type == "Proposed" and e.details["record_id"] == "x"
+    )
+    for details in (audited, proposed.details):
+        assert (details["parents"], details["observed"]) == (("base",), ())
+
+
 def test_names_follow_the_position_of_an_as_of_session(ledger: Ledger) -> None:
     led = ledger
     taken_in_a(led, "x")

@@ -351,6 +351,26 @@ def test_a_password_in_a_url_of_no_known_shape_is_masked_too(url: object) -> Non
     assert "***@db.test" in message or message == "ledger URL must be a string, got bytes"
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://alice/etl:hunter2@db.test/ledger?schema=s",
+        "postgresql://alice?x:hunter2@db.test/ledger",
+        "postgresql://alice#x:hunter2@db.test/ledger",
+    ],
+)
+def test_a_password_after_a_user_part_no_parser_reads_as_one_is_masked(url: str) -> None:
+    # A user part holding "/", "?" or "#" unencoded: the host is read from it
+    # (so opening fails), but the password after it is still masked.
+    from ledger import Ledger
+    from ledger.errors import LedgerError
+
+    with pytest.raises(LedgerError) as refused:
+        Ledger.open(url)
+    message = str(refused.value)
+    assert "hunter2" not in message and "'postgresql://***@db.test/ledger" in message
+
+
 def _delivered_report(world: World, expires: object = None) -> str:
     _accepted(world, "E1", scope="proj-a", claim_key="e1", value=1, kind=Kind.FACT)
     _accepted(world, "E2", scope="proj-a", claim_key="e2", value=2, kind=Kind.FACT)

@@ -196,6 +196,9 @@ _SECRET_OPTION = re.compile(r"([?&][^=&]*(?:pass|%70ass|p%61ss)[^=&]*=)[^&]*", r
 #: ``scheme://user:PASSWORD@``: the password runs to the last ``@`` (one holding
 #: ``#``, ``?`` or ``/`` unencoded is masked whole; masking more is the safe side).
 _USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://[^:/?#@]*:)(.*)@", re.DOTALL)
+#: The same with a user part holding ``/``, ``?`` or ``#`` unencoded (no URL parser
+#: reads it as a user, but the password is still there): user and password masked.
+_LOOSE_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^@]*:.*@", re.DOTALL)
 #: In text of no known shape: everything before the last ``@`` after any scheme
 #: and ``//`` (user and password both masked: the safe side).
 _ANY_USERINFO = re.compile(r"^(\s*(?:[A-Za-z][A-Za-z0-9+.-]*:)?(?://)?)(.*)@", re.DOTALL)
@@ -214,7 +217,9 @@ def redacted(url: str) -> str:
     """``url`` with any password, in its user part or as a query option, replaced
     by ``***`` (for messages, reprs and logs). Works on text, not on a parse, so a
     URL too malformed to parse is masked too."""
-    return _USERINFO.sub(r"\1***@", _SECRET_OPTION.sub(r"\1***", url))
+    masked = _SECRET_OPTION.sub(r"\1***", url)
+    shown = _USERINFO.sub(r"\1***@", masked)
+    return shown if shown != masked else _LOOSE_USERINFO.sub(r"\1***@", masked)
 
 
 def _postgres_backend(full: str) -> Backend:
