@@ -122,7 +122,7 @@ def test_explain_audit_history_and_corrections_name_nothing_of_the_other_scope(
     assert explained.entries[0].reasons == (f"stale because {HIDDEN} was revoked: {WITHHELD}",)
     assert_nothing_of_a(str(explained) + repr(explained))
     trail = b.audit("B-R1")
-    assert trail.events[0].details["parents"] == [HIDDEN]
+    assert trail.events[0].details["parents"] == (HIDDEN,)
     marked = [e for e in trail.events if e.type == "MarkedStale"]
     assert [(e.details["cause"], e.details["reason"]) for e in marked] == [(HIDDEN, WITHHELD)]
     # Who revoked A's source acted in proj-a: the marking it caused shows no actor's name.
