@@ -24,6 +24,7 @@ from projections import access as access_view
 if TYPE_CHECKING:
     from ledger.engine import Engine, Write
     from ledger.erasure import Erasure
+    from projections.base import Cursor
 
 
 class Role(StrEnum):
@@ -122,17 +123,20 @@ class Admin:
         event_class: type[Principal.Event],
         *,
         unless: Callable[[Principal | None], bool] | None = None,
+        decide: Callable[[Cursor], dict[str, Any]] | None = None,
         **fields: Any,
     ) -> bool:
         """Append one event to the subject's principal (registering it if new), in
         one write transaction; not if ``unless(principal)`` holds under the lock.
-        Returns whether it was appended."""
+        ``decide``: read under the lock, it gives more of the event's fields (or
+        refuses). Returns whether it was appended."""
         engine = self._engine
 
         def work(w: Write) -> bool:
             principal: Any = engine.load(w.c, principal_uuid(subject))
             if unless is not None and unless(principal):
                 return False
+            more = {} if decide is None else decide(w.c)
             if principal is None:
                 principal = Principal._create(
                     Principal.Registered,
@@ -140,7 +144,9 @@ class Admin:
                     timestamp=engine.now(),
                     subject=subject,
                 )
-            principal.trigger_event(event_class, actor=self.ACTOR, timestamp=engine.now(), **fields)
+            principal.trigger_event(
+                event_class, actor=self.ACTOR, timestamp=engine.now(), **fields, **more
+            )
             w.append(principal.collect_events())
             return True
 
@@ -172,16 +178,21 @@ class Admin:
         self._engine.check_writable("revoke_grant")
         check_id(subject, "subject")
         check_id(scope, "scope")
-        with self._engine.reading() as c:
-            held = set(access_view.roles_of(c, self._engine.dialect, subject, scope))
-        wanted = tuple(sorted(held)) if roles is None else check_roles(roles)
-        missing = [r for r in wanted if r not in held]
-        if not wanted or missing:
-            raise InvalidInputError(
-                f"{subject!r} does not hold {', '.join(missing) or 'any role'} in scope {scope!r}"
-            )
+        asked = None if roles is None else check_roles(roles)
 
-        self._append(subject, Principal.GrantRevoked, scope=scope, roles=wanted)
+        def held_now(c: Cursor) -> dict[str, Any]:
+            # Under the writers' lock: two revocations of one role cannot both pass.
+            held = set(access_view.roles_of(c, self._engine.dialect, subject, scope))
+            wanted = tuple(sorted(held)) if asked is None else asked
+            missing = [r for r in wanted if r not in held]
+            if not wanted or missing:
+                raise InvalidInputError(
+                    f"{subject!r} does not hold {', '.join(missing) or 'any role'} "
+                    f"in scope {scope!r}"
+                )
+            return {"roles": wanted}
+
+        self._append(subject, Principal.GrantRevoked, decide=held_now, scope=scope)
 
     def issue_token(self, subject: str, expires: datetime | None = None) -> str:
         """Issue a bearer token for ``subject``; only its hash is stored.

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from ledger import Kind, Ledger, LedgerError, Outcome, Status
+from ledger.errors import InvalidInputError
 
 WRITERS = 4
 SECONDS = 6.0
@@ -285,6 +286,34 @@ def _raw_sql(url: str) -> Callable[[str], None]:
     "statement",
     ["UPDATE {events} SET topic = 'x'", "DELETE FROM {events}"],
 )
+def _revoke_approve(url: str, barrier: Any) -> str:
+    with Ledger.open(url) as led:
+        admin = led.admin()
+        barrier.wait()
+        try:
+            admin.revoke_grant("agent", "s", ["approve"])
+        except InvalidInputError as exc:
+            return str(exc)
+        return "revoked"
+
+
+def test_two_processes_revoking_one_grant_at_once_revoke_it_once(shared_url: str) -> None:
+    # Given a grant, and two administrators' processes revoking it at the same moment
+    with Ledger.open(shared_url) as led:
+        led.admin().grant("agent", scope="s", roles=["approve", "read"])
+        before = led.position
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Manager().Barrier(2)
+    with ctx.Pool(2) as pool:
+        results = pool.starmap(_revoke_approve, [(shared_url, barrier)] * 2)
+    # Then one revokes it and the other is refused as it would be after it: the
+    # roles held are read under the writers' lock
+    assert sorted(results) == ["'agent' does not hold approve in scope 's'", "revoked"]
+    with Ledger.open(shared_url) as led:
+        assert led.position == before + 1
+        assert led.verify().ok
+
+
 def test_the_database_refuses_to_update_or_delete_stored_events(
     shared_url: str, statement: str
 ) -> None:
