@@ -246,6 +246,11 @@ class LedgerSQLiteFactory(SQLiteFactory):
         old.close()
 
 
+#: How long an erasure's checkpoint waits for readers (ms): it holds the write lock
+#: meanwhile, so every other writer waits too.
+SCRUB_WAIT_MS = 250
+
+
 class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
     """eventsourcing's SQLite application recorder, with views in the same
     transaction, and the ledger's read and write transactions on SQLite."""
@@ -475,16 +480,23 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
 
     def scrub_deleted(self) -> bool:
         """Checkpoint the zeroed pages into the file and empty the ``-wal``, whose
-        earlier frames still hold the bytes (``wal_checkpoint(TRUNCATE)``, which
-        waits for readers up to the busy timeout). False when a reader kept it from
-        completing: the zeroed pages then wait in the ``-wal`` while the file (or
-        the ``-wal``'s older frames) still holds the bytes, until a later complete
-        checkpoint."""
+        earlier frames still hold the bytes (``wal_checkpoint(TRUNCATE)``). It
+        holds the write lock while it waits for readers, so it waits at most
+        ``SCRUB_WAIT_MS``, not the busy timeout (other writers wait meanwhile).
+        False when a reader kept it from completing: the zeroed pages then wait in
+        the ``-wal`` while the file (or the ``-wal``'s older frames) still holds
+        the bytes, until a later complete checkpoint."""
         if not self._file:
             return True
         with self.statement() as c:
-            c.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            busy = c.fetchone()[0]
+            c.execute("PRAGMA busy_timeout")
+            waits = int(c.fetchone()[0])
+            c.execute(f"PRAGMA busy_timeout={SCRUB_WAIT_MS}")
+            try:
+                c.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                busy = c.fetchone()[0]
+            finally:
+                c.execute(f"PRAGMA busy_timeout={waits}")
         return not busy
 
     def lock_for_write(self, c: Cursor, ahead: Query | None = None) -> list[Any] | None:
