@@ -168,7 +168,7 @@ def erase_snapshot(engine: Engine, ref: str, reason: str, actor: str) -> Erasure
         )
 
     done = engine.transact(work)
-    if done.deleted and not engine.recorder.scrub_deleted():
+    if done.deleted and not engine.recorder.scrub_deleted(done.position):
         done = dataclasses.replace(done, scrubbed=False)
     return done
 

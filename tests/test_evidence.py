@@ -968,6 +968,30 @@ def test_on_postgresql_an_erasure_whose_rewrite_cannot_get_the_table_stands_and_
         assert led.verify().ok
 
 
+def test_on_postgresql_an_erasure_an_older_transaction_keeps_in_the_file_says_so(
+    pg_url: str,
+) -> None:
+    import psycopg
+
+    # Given any transaction of the database begun before the erasure, still open
+    # (another program's, or another ledger's read): its snapshot may see the row
+    ref = _captured_personal(pg_url)
+    schema = pg_url.rsplit("schema=", 1)[1]
+    file_holds = "SELECT position(%s in pg_read_binary_file(pg_relation_filepath(%s))) > 0 AS held"
+    with Ledger.open(pg_url) as led, psycopg.connect(_pg_dsn()) as other:
+        other.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        other.execute("SELECT COUNT(*) FROM pg_class").fetchone()
+        # When the bytes are erased
+        erased = led.admin().erase_snapshot(ref, reason="request")
+        # Then the rewrite kept the deleted row, and the erasure says so
+        with psycopg.connect(_pg_dsn(), autocommit=True) as look:
+            look.execute("CHECKPOINT")
+            held = look.execute(file_holds, (b"personal", f"{schema}.pl_snapshots")).fetchone()
+        assert held == (True,)
+        assert erased.deleted and not erased.scrubbed
+        other.rollback()
+
+
 def test_on_postgresql_an_erasure_by_a_role_that_cannot_rewrite_the_table_says_so(
     pg_url: str,
 ) -> None:

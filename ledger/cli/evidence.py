@@ -383,7 +383,8 @@ def erase_snapshot(
             "note: the database's files may still hold the erased bytes for now: on "
             "SQLite a reader kept the checkpoint from completing (the file or its -wal "
             "holds them until the next complete one); on PostgreSQL the snapshot table "
-            "could not be rewritten (done at the next erasure, or an operator's VACUUM "
-            "FULL)",
+            "could not be rewritten, or a transaction older than the erasure kept the "
+            "row (done at the next erasure, or an operator's VACUUM FULL once older "
+            "transactions have ended)",
             err=True,
         )

@@ -210,10 +210,12 @@ class LedgerRecorderMixin:
         backend's files may still hold of them."""
         c.execute(self.dialect.q("DELETE FROM {t}pl_snapshots WHERE ref=?"), (ref,))
 
-    def scrub_deleted(self) -> bool:
-        """After an erasure has committed: leave none of the deleted bytes in the
-        database's files where the backend can. False when it could not now (they
-        go with the backend's next checkpoint or vacuum). Nothing to do by default."""
+    def scrub_deleted(self, position: int) -> bool:
+        """After an erasure (its event at log ``position``) has committed: leave none
+        of the deleted bytes in the database's files where the backend can. False
+        when it could not now (they go with the backend's next checkpoint or
+        vacuum). Nothing to do by default."""
+        del position
         return True
 
     def snapshot_content(self, c: Cursor, ref: str) -> tuple[bytes | None] | None:

@@ -118,6 +118,22 @@ def columns_of(stored_events: Sequence[Any]) -> tuple[list[Any], ...]:
 #: (ms): captures and snapshot reads queue behind a waiting ``VACUUM FULL``.
 SCRUB_LOCK_WAIT_MS = 500
 
+#: Whether a transaction that may still see rows the erasure at log position %s
+#: deleted is open in the database (a session's snapshot or transaction id as old
+#: as the erasure's transaction, a prepared transaction, a replication slot's
+#: horizon): ``VACUUM FULL`` then keeps the deleted row, bytes included.
+OLDER_HOLDERS = """
+WITH erasure AS (SELECT xmin AS x FROM {events} WHERE notification_id = %s)
+SELECT NOT EXISTS (SELECT 1 FROM erasure)
+    OR EXISTS (SELECT 1 FROM pg_stat_activity, erasure
+               WHERE datname = current_database() AND pid <> pg_backend_pid()
+                 AND (age(backend_xmin) >= age(x) OR age(backend_xid) >= age(x)))
+    OR EXISTS (SELECT 1 FROM pg_prepared_xacts, erasure
+               WHERE database = current_database() AND age(transaction) >= age(x))
+    OR EXISTS (SELECT 1 FROM pg_replication_slots, erasure
+               WHERE age(xmin) >= age(x) OR age(catalog_xmin) >= age(x)) AS held
+"""
+
 #: A batch refreshes the views' planner statistics once the batches since the last
 #: refresh wrote this share of the record view's rows then (and this many events).
 _STALE_SHARE, _STALE_MIN = 0.5, 1000
@@ -293,7 +309,7 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
         )
         return bool(c.fetchone()["found"])
 
-    def scrub_deleted(self) -> bool:
+    def scrub_deleted(self, position: int) -> bool:
         """Rewrite the snapshot table (``VACUUM FULL``): a deleted row's bytes stay
         in its pages (and its TOAST table's) until then, and a plain ``VACUUM``
         only marks the space free. The rewrite holds the table's exclusive lock
@@ -301,9 +317,12 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
         ``SCRUB_LOCK_WAIT_MS`` (meanwhile other captures and snapshot reads queue
         behind it). False when it could not be done: the lock was not granted in
         time, the connection failed, or the server skipped the table (a role that
-        neither owns it nor the database); the erasure stands, and the next one,
-        or an operator's ``VACUUM FULL``, rewrites it. The server's WAL and any
-        backups are the operator's to expire."""
+        neither owns it nor the database); and when it may have kept the deleted
+        row, which it does while any transaction of the database that began
+        before the erasure committed is open (``OLDER_HOLDERS``, asked before and
+        after the rewrite). The erasure stands either way, and the next one, or an
+        operator's ``VACUUM FULL`` once those transactions end, rewrites the table.
+        The server's WAL and any backups are the operator's to expire."""
         import psycopg
 
         failures: tuple[type[BaseException], ...] = (*DATABASE_ERRORS, psycopg.Error)
@@ -313,12 +332,14 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
             if diag.severity_nonlocalized == "WARNING":
                 skipped.append(str(diag.message_primary))
 
+        older = OLDER_HOLDERS.format(events=self._table)
         try:
             with self.statement() as c:
                 # Never prepared: PostgreSQL cannot prepare a VACUUM (psycopg would
                 # try from its fifth run on one connection).
                 vacuum: Any = c
                 conn = vacuum.connection
+                held = bool(vacuum.execute(older, (position,)).fetchone()["held"])
                 conn.add_notice_handler(notice)
                 try:
                     vacuum.execute(f"SET lock_timeout = {SCRUB_LOCK_WAIT_MS}", prepare=False)
@@ -328,10 +349,11 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
                         vacuum.execute("RESET lock_timeout", prepare=False)
                 finally:
                     conn.remove_notice_handler(notice)
+                held = held or bool(vacuum.execute(older, (position,)).fetchone()["held"])
         except failures:
             # Already committed, the erasure stands: the scrub is what failed.
             return False
-        return not skipped
+        return not skipped and not held
 
     def lock_for_write(self, c: Cursor, ahead: Query | None = None) -> list[Any] | None:
         """The same table lock the writers take. In a transaction begun by

@@ -478,7 +478,7 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
         finally:
             c.execute("PRAGMA secure_delete=OFF")
 
-    def scrub_deleted(self) -> bool:
+    def scrub_deleted(self, position: int) -> bool:
         """Checkpoint the zeroed pages into the file and empty the ``-wal``, whose
         earlier frames still hold the bytes (``wal_checkpoint(TRUNCATE)``). It
         holds the write lock while it waits for readers, so it waits at most
@@ -486,6 +486,7 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
         False when a reader kept it from completing: the zeroed pages then wait in
         the ``-wal`` while the file (or the ``-wal``'s older frames) still holds
         the bytes, until a later complete checkpoint."""
+        del position  # whichever erasure: what the checkpoint could not copy waits
         if not self._file:
             return True
         with self.statement() as c:
