@@ -16,10 +16,12 @@ recorder, and gives the rest of the package four things:
 
 from __future__ import annotations
 
+import os
 import random
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -204,6 +206,22 @@ def read_only_error(what: str, url: str) -> ReadOnlyError:
     )
 
 
+#: Every engine of this process: a child made by ``fork`` marks them inherited.
+_ENGINES: weakref.WeakSet[Engine] = weakref.WeakSet()
+#: In a forked child, what inherited engines held: kept, never closed (closing a
+#: connection the parent still uses would end the parent's session).
+_INHERITED: list[Any] = []
+
+
+def _after_fork_in_child() -> None:
+    for engine in list(_ENGINES):
+        engine.inherited = True
+        _INHERITED.append(engine.app)  # never freed here: freeing closes the parent's
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class Engine:
     """The backend, the clock and the options of one open ledger (internal)."""
 
@@ -231,6 +249,9 @@ class Engine:
         self.clock = clock
         self.retention = dict(retention)
         self.closed = True
+        #: Opened in a parent process this one was forked from: its connections
+        #: are the parent's, so it is refused here (see :meth:`check_open`).
+        self.inherited = False
         self._scopes: dict[str, str] = {}
         self.recent = Recent()
         self._lock = threading.RLock()
@@ -259,6 +280,7 @@ class Engine:
         except (ValueError, UnicodeError) as exc:
             raise StorageError(f"cannot open ledger {backend.url!r}: {exc}") from None
         self.closed = False
+        _ENGINES.add(self)
         self.recorder: LedgerRecorder = self.app.ledger_recorder
         self.projector: Projector = self.recorder.projector
         self.projector.mapper = self.app.mapper
@@ -272,14 +294,24 @@ class Engine:
             raise missing
 
     def close(self) -> None:
-        """Close the database connections. Safe to call twice."""
+        """Close the database connections. Safe to call twice. In a process forked
+        after it was opened, nothing is closed: the connections are the parent's."""
         if not self.closed:
             self.closed = True
+            if self.inherited:
+                _INHERITED.append(self.app)
+                return
             self.recorder.close_readers()
             self.app.close()
 
     def check_open(self) -> None:
-        """Raise ``ClosedLedgerError`` once the ledger is closed."""
+        """Raise ``ClosedLedgerError`` once the ledger is closed, or in a process
+        forked after it was opened (its connections are the parent's)."""
+        if self.inherited:
+            raise ClosedLedgerError(
+                f"ledger {self.url!r} was opened in the process this one was forked "
+                "from, whose connections it holds: open it again in this process"
+            )
         if self.closed:
             raise ClosedLedgerError(f"ledger {self.url!r} is closed")
 

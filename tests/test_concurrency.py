@@ -314,6 +314,43 @@ def test_two_processes_revoking_one_grant_at_once_revoke_it_once(shared_url: str
         assert led.verify().ok
 
 
+def test_a_ledger_opened_before_a_fork_is_refused_in_the_child_and_keeps_serving_the_parent(
+    shared_url: str,
+) -> None:
+    import os
+
+    # Given a ledger open in this process, in use
+    with Ledger.open(shared_url) as led:
+        admin = led.admin()
+        admin.grant("agent", scope="s", roles=["propose", "read"])
+        agent = led.authenticate(admin.issue_token("agent"))
+        agent.propose("s", "k", 1, Kind.FACT, id="F1")
+        # When a child forked from it uses it (multiprocessing's default on Linux)
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: say what happened, then leave without cleanup
+            try:
+                agent.propose("s", "k2", 2, Kind.FACT, id="F2")
+                said = "proposed"
+            except LedgerError as exc:
+                said = f"{type(exc).__name__}: {exc}"
+            led.close()  # closes nothing of the parent's
+            os.write(write_end, said.encode())
+            os._exit(0)
+        os.close(write_end)
+        with os.fdopen(read_end, "rb") as pipe:
+            said = pipe.read().decode()
+        os.waitpid(pid, 0)
+        # Then it is refused by name, and the parent's ledger goes on working
+        assert said == (
+            f"ClosedLedgerError: ledger {led.url!r} was opened in the process this one "
+            "was forked from, whose connections it holds: open it again in this process"
+        )
+        agent.propose("s", "k3", 3, Kind.FACT, id="F3")
+        assert [v.id for v in agent.records("s")] == ["F1", "F3"]
+        assert led.verify().ok
+
+
 def test_the_database_refuses_to_update_or_delete_stored_events(
     shared_url: str, statement: str
 ) -> None:
