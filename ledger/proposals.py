@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -64,6 +65,17 @@ BATCH_FIELDS = (
 #: How far ahead of the ledger's clock a capture's ``fetched_at`` may be.
 CLOCK_SKEW = timedelta(minutes=5)
 _RECAPTURE: Any = object()  # capture's ``supersedes``: "the previous capture, if any"
+
+
+@dataclass(frozen=True)
+class NewestOf:
+    """A ``supersedes`` (internal: the LangGraph store's put) meaning "the newest
+    live version of the claim of this kind when the proposal commits": its newest
+    ACCEPTED or STALE record of ``kind``, else its newest CANDIDATE one, else
+    nothing. Found under the writers' lock, so two processes putting one new key
+    at once make one version and its successor, not two rival versions."""
+
+    kind: str
 
 
 class Batch(dict[str, Record.Proposed]):
@@ -191,6 +203,11 @@ def proposal(
         if found:
             given["supersedes"] = previous_capture(
                 caller, c, given["scope"], given["claim_key"], given["evidence"]
+            )
+        newest = given.get("supersedes")
+        if isinstance(newest, NewestOf):
+            given["supersedes"] = newest_version(
+                caller, c, given["scope"], given["claim_key"], newest.kind
             )
         record = prepare(caller, c, Batch(), {}, now=now, found=found, **given)
         return Decision([record], lambda _: redaction.bare(record.record_id), snapshots)
@@ -401,6 +418,28 @@ def previous_capture(
         if pending is None and not same:
             pending = str(row["record_id"])
     return pending
+
+
+def newest_version(
+    caller: Caller, c: Cursor, scope: object, claim_key: object, kind: str
+) -> str | None:
+    """The record :class:`NewestOf` means, read with ``c`` (as the caller is shown
+    its id), or None."""
+    if not isinstance(scope, str) or not isinstance(claim_key, str):
+        return None  # prepare names what is wrong
+    if not caller.roles(c, scope):
+        return None  # prepare refuses the proposal without revealing anything
+    rows = [
+        row
+        for row in view_queries.for_claim(c, caller.engine.dialect, scope, claim_key)
+        if row["kind"] == kind
+    ]
+    for statuses in ((Status.ACCEPTED, Status.STALE), (Status.CANDIDATE,)):
+        live = [row for row in rows if row["status"] in statuses]
+        if live:
+            key = str(max(live, key=lambda r: (r["created_at"], r["from_pos"]))["record_id"])
+            return caller.names(c, (key,)).get(key, key)
+    return None
 
 
 def _check_supersedable(

@@ -16,7 +16,7 @@ import re
 import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any
 
 from ledger import erasure, redaction, rules
 from ledger.access import Role
@@ -414,44 +414,6 @@ def _check_read(
     assert token is not None
     if not _reads(token[3]):
         raise caller.denied(scope, Role.READ, command)
-
-
-class LiveVersion(NamedTuple):
-    """A live record of a claim (``validity.LIVE_FILTER``), as ``live_versions``
-    gives it: its id as the caller is shown it, kind, status and proposal."""
-
-    id: str
-    kind: Kind
-    status: Status
-    created_at: datetime
-    position: int
-
-
-def live_versions(caller: Caller, scope: str, claim_key: str) -> list[LiveVersion]:
-    """The claim's live records (ACCEPTED, STALE or CANDIDATE: those a new version
-    may supersede), oldest first, without building their views: what a writer
-    choosing the version a new one replaces needs, however many earlier
-    versions the claim has had (one indexed statement). The caller's token and
-    ``read`` role in ``scope`` are checked as for a read."""
-    claim_key = _checked_claim(scope, claim_key)
-    engine = caller.engine
-    d, token_hash, position = engine.dialect, caller.token_hash, caller.position
-    token, rows = engine.query(
-        lambda c: view_queries.for_claim_as(c, d, token_hash, scope, claim_key, position, True)
-    )
-    _check_read(caller, token, scope)
-    qualified = [row[_ID] for row in rows if redaction.QUALIFIER in row[_ID]]
-    names = caller.names(None, qualified) if qualified else {}
-    return [
-        LiveVersion(
-            names.get(row[_ID], row[_ID]),
-            _KINDS.get(row[_KIND]) or Kind(row[_KIND]),
-            _STATUSES.get(row[_STATUS]) or Status(row[_STATUS]),
-            micros_to_datetime(row[_CREATED_AT]),
-            row[_FROM_POS],
-        )
-        for row in rows
-    ]
 
 
 def _reads(roles: str | None) -> bool:

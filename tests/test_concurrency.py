@@ -351,6 +351,51 @@ def test_a_ledger_opened_before_a_fork_is_refused_in_the_child_and_keeps_serving
         assert led.verify().ok
 
 
+def _put_name(url: str, tokens: tuple[str, str], key: str, text: str, barrier: Any) -> None:
+    from ledger.integrations.langgraph import LedgerStore
+
+    with Ledger.open(url) as led:
+        store = LedgerStore(led, token=tokens[0], approver_token=tokens[1])
+        barrier.wait()
+        store.put(("s", "user"), key, {"text": text})
+        store.close()
+
+
+def test_two_processes_putting_one_new_store_key_at_once_leave_one_value(
+    shared_url: str,
+) -> None:
+    from ledger.integrations.langgraph import LedgerStore
+
+    # Given two processes with a LangGraph store each, putting the same new key
+    # at the same moment (three keys, to meet the race)
+    with Ledger.open(shared_url) as led:
+        admin = led.admin()
+        admin.grant("agent", scope="s", roles=["propose", "read"])
+        admin.grant("reviewer", scope="s", roles=["approve", "read"])
+        tokens = (admin.issue_token("agent"), admin.issue_token("reviewer"))
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Manager().Barrier(2)
+    keys = ["name0", "name1", "name2"]
+    with ctx.Pool(2) as pool:
+        for key in keys:
+            pool.starmap(
+                _put_name, [(shared_url, tokens, key, text, barrier) for text in ("a", "b")]
+            )
+    # Then each key holds one value, the later put's, which superseded the other:
+    # not two rival versions the store would report as a conflict
+    with Ledger.open(shared_url) as led:
+        store = LedgerStore(led, token=tokens[0])
+        reviewer = led.authenticate(tokens[1])
+        for key in keys:
+            item = store.get(("s", "user"), key)
+            assert item is not None and item.value["text"] in ("a", "b")
+            read = reviewer.read("s", f"user/{key}")
+            assert [r.value for r in read.records] == [item.value]
+            statuses = sorted(e.record.status for e in reviewer.explain("s", f"user/{key}").entries)
+            assert statuses == [Status.ACCEPTED, Status.SUPERSEDED]
+        assert led.verify().ok
+
+
 def test_the_database_refuses_to_update_or_delete_stored_events(
     shared_url: str, statement: str
 ) -> None:

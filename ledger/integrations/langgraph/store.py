@@ -27,14 +27,13 @@ from langgraph.store.base import (
     validate_op_namespace,
 )
 
-from ledger import Ledger, RunContext, Session, reads
+from ledger import Ledger, RunContext, Session
 from ledger.access import Role
 from ledger.domain import Kind, Outcome, Status, Validity
 from ledger.errors import (
     AccessDeniedError,
     InvalidInputError,
     InvalidParentError,
-    InvalidTransitionError,
     InvalidValueError,
     LedgerError,
     MemoryConflictError,
@@ -58,6 +57,7 @@ from ledger.integrations.langgraph.keys import (
     scope_of,
 )
 from ledger.integrations.langgraph.threads import Ids, Thread, thread_id
+from ledger.proposals import NewestOf
 from ledger.validation import check_kind, check_value
 from ledger.values import ReadResult, RecordView
 from projections.validity import LIVE_STATUSES
@@ -71,13 +71,10 @@ PAGE = 1000
 MAX_THREADS = 1024
 #: The statuses of a record a delete revokes: every live one.
 _LIVE = tuple(Status(s) for s in LIVE_STATUSES)
-#: How often a put is tried when another process replaced its key's version
-#: meanwhile (see ``LedgerStore._replace``).
-REPLACE_TRIES = 5
-#: A put reads the version it replaces, then proposes and accepts: two puts of one
-#: key at once would both replace the same version and leave two accepted values (a
-#: CONFLICT). Puts and deletes of one key therefore run one at a time in a process,
-#: whatever the store or thread: under one of these locks, chosen by the key.
+#: Puts and deletes of one key run one at a time in a process, whatever the store
+#: or thread (under one of these locks, chosen by the key): a delete reads the
+#: versions it revokes, and a put in a thread recovers from a refusal by reading
+#: again. (Which version a put replaces is found under the writers' lock.)
 _KEY_LOCKS = tuple(threading.Lock() for _ in range(64))
 
 
@@ -499,20 +496,6 @@ class LedgerStore(BaseStore):
 
     # -- writes -------------------------------------------------------------------
 
-    def _head(self, scope: str, claim: str) -> str | None:
-        """The version a new put replaces: the newest ACCEPTED or STALE record of
-        the claim, else the newest CANDIDATE (not recorded as a read; the claim's
-        earlier, superseded versions are not looked at)."""
-        records = [
-            v for v in reads.live_versions(self.session.caller, scope, claim) if v.kind == self.kind
-        ]
-
-        def newest(statuses: tuple[Status, ...]) -> str | None:
-            chosen = [r for r in records if r.status in statuses]
-            return max(chosen, key=lambda r: (r.created_at, r.position)).id if chosen else None
-
-        return newest((Status.ACCEPTED, Status.STALE)) or newest((Status.CANDIDATE,))
-
     def _put(self, state: Thread | None, op: PutOp) -> None:
         scope, claim = self._locate(op.namespace, op.key)
         with _key_lock(scope, claim):
@@ -525,33 +508,19 @@ class LedgerStore(BaseStore):
 
     def _replace(self, state: Thread | None, scope: str, claim: str, given: Any) -> None:
         """Propose ``given`` as the newest version of the key (accepted at once
-        under the approver policy), superseding the version it replaces.
-
-        Proposing (or, under the approver policy, proposing and accepting in one
-        transaction) a new version of something already superseded is refused,
-        writing nothing: when another process replaced the key's version after it
-        was read here, the put is tried again on the newer one (up to
-        ``REPLACE_TRIES`` times), so the last put wins as in any store."""
+        under the approver policy), superseding the version it replaces: the
+        key's newest ACCEPTED or STALE record, else its newest CANDIDATE, found
+        under the writers' lock (``proposals.NewestOf``), so the last put wins as
+        in any store, also when other processes put the key at the same moment."""
+        fields: dict[str, Any] = {"supersedes": NewestOf(self.kind.value)}
+        if self.approver is not None:
+            # Proposed and accepted in one transaction: whole, or not at all.
+            fields["accepted_by"] = self.approver
         value = dict(given)
-        previous = self._head(scope, claim)
-        for attempt in range(1, REPLACE_TRIES + 1):
-            fields: dict[str, Any] = {} if previous is None else {"supersedes": previous}
-            if self.approver is not None:
-                # Proposed and accepted in one transaction: whole, or not at all.
-                fields["accepted_by"] = self.approver
-            try:
-                if state is None:
-                    self.session.propose(
-                        scope, claim, value, self.kind, id=self._ids.next(), **fields
-                    )
-                else:
-                    self._propose_in_thread(state, scope, claim, value, fields)
-                return
-            except InvalidTransitionError:
-                newer = self._head(scope, claim)
-                if newer == previous or attempt == REPLACE_TRIES:
-                    raise
-                previous = newer
+        if state is None:
+            self.session.propose(scope, claim, value, self.kind, id=self._ids.next(), **fields)
+        else:
+            self._propose_in_thread(state, scope, claim, value, fields)
 
     def _delete(self, scope: str, claim: str) -> None:
         revoker = self.approver or self.session
