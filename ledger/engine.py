@@ -16,12 +16,10 @@ recorder, and gives the rest of the package four things:
 
 from __future__ import annotations
 
-import os
 import random
 import sqlite3
 import threading
 import time
-import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -38,7 +36,7 @@ from eventsourcing.persistence import (
 )
 from eventsourcing.utils import TopicError
 
-from ledger import gc_pause
+from ledger import forks, gc_pause
 from ledger.domain import Kind, Record, RetentionRule, uuid_of_hex
 from ledger.errors import (
     AuthenticationError,
@@ -206,22 +204,6 @@ def read_only_error(what: str, url: str) -> ReadOnlyError:
     )
 
 
-#: Every engine of this process: a child made by ``fork`` marks them inherited.
-_ENGINES: weakref.WeakSet[Engine] = weakref.WeakSet()
-#: In a forked child, what inherited engines held: kept, never closed (closing a
-#: connection the parent still uses would end the parent's session).
-_INHERITED: list[Any] = []
-
-
-def _after_fork_in_child() -> None:
-    for engine in list(_ENGINES):
-        engine.inherited = True
-        _INHERITED.append(engine.app)  # never freed here: freeing closes the parent's
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
 class Engine:
     """The backend, the clock and the options of one open ledger (internal)."""
 
@@ -250,7 +232,7 @@ class Engine:
         self.retention = dict(retention)
         self.closed = True
         #: Opened in a parent process this one was forked from: its connections
-        #: are the parent's, so it is refused here (see :meth:`check_open`).
+        #: are the parent's, so it is refused here (:mod:`ledger.forks`).
         self.inherited = False
         self._scopes: dict[str, str] = {}
         self.recent = Recent()
@@ -280,7 +262,7 @@ class Engine:
         except (ValueError, UnicodeError) as exc:
             raise StorageError(f"cannot open ledger {backend.url!r}: {exc}") from None
         self.closed = False
-        _ENGINES.add(self)
+        forks.track(self)
         self.recorder: LedgerRecorder = self.app.ledger_recorder
         self.projector: Projector = self.recorder.projector
         self.projector.mapper = self.app.mapper
@@ -299,8 +281,7 @@ class Engine:
         if not self.closed:
             self.closed = True
             if self.inherited:
-                _INHERITED.append(self.app)
-                return
+                return  # the parent's connections (see :mod:`ledger.forks`)
             self.recorder.close_readers()
             self.app.close()
 
