@@ -194,10 +194,11 @@ def owed_since(
     then_edges = set(_ancestry(c, d, rid, delivered))
     if now_edges == then_edges:
         return None
-    # Every record above it then or now whose basis changed, also one re-based on
-    # nothing (it has no edges now, but had some then).
-    children = {child for _, child, _ in now_edges | then_edges}
-    rebased = (edges_index.basis_changed_at(c, d, child, caller.position) for child in children)
+    # Every record above it now whose basis changed since, also one re-based on
+    # nothing (it is in the ancestry only as a parent); not one that was above
+    # it then and is no longer (its later changes are no longer the copy's).
+    above = {rid, *(node for edge in now_edges for node in edge[:2])}
+    rebased = (edges_index.basis_changed_at(c, d, node, caller.position) for node in above)
     return max(delivered, *(p for p in rebased if p is not None)), None
 
 

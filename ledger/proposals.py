@@ -424,20 +424,24 @@ def newest_version(
     caller: Caller, c: Cursor, scope: object, claim_key: object, kind: str
 ) -> str | None:
     """The record :class:`NewestOf` means, read with ``c`` (as the caller is shown
-    its id), or None."""
+    its id), or None.
+
+    Raises:
+        AccessDeniedError: the caller holds roles in ``scope`` but not ``read``
+            (which versions the claim has is read).
+    """
     if not isinstance(scope, str) or not isinstance(claim_key, str):
         return None  # prepare names what is wrong
-    if not caller.roles(c, scope):
+    roles = caller.roles(c, scope)
+    if not roles:
         return None  # prepare refuses the proposal without revealing anything
-    rows = [
-        row
-        for row in view_queries.for_claim(c, caller.engine.dialect, scope, claim_key)
-        if row["kind"] == kind
-    ]
+    if Role.READ.value not in roles:
+        raise caller.denied(scope, Role.READ, "propose")
+    rows = view_queries.live_of_claim(c, caller.engine.dialect, scope, claim_key, kind)
     for statuses in ((Status.ACCEPTED, Status.STALE), (Status.CANDIDATE,)):
-        live = [row for row in rows if row["status"] in statuses]
+        live = [row for row in rows if row[1] in statuses]
         if live:
-            key = str(max(live, key=lambda r: (r["created_at"], r["from_pos"]))["record_id"])
+            key = str(max(live, key=lambda r: (r[2], r[3]))[0])
             return caller.names(c, (key,)).get(key, key)
     return None
 

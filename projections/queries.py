@@ -37,6 +37,22 @@ def for_claim(c: Cursor, d: Dialect, scope: str, claim_key: str) -> list[RecordR
     return cast("list[RecordRow]", list(c.fetchall()))
 
 
+def live_of_claim(
+    c: Cursor, d: Dialect, scope: str, claim_key: str, kind: str
+) -> list[tuple[str, str, int, int]]:
+    """(record id, status, created_at, from_pos) of the live records of ``kind`` in
+    ``(scope, claim_key)`` (``validity.LIVE_FILTER``): one statement on the live
+    index, however many earlier versions the claim has had."""
+    c.execute(
+        d.q(
+            "SELECT record_id, status, created_at, from_pos FROM {t}pl_records "
+            f"WHERE scope=? AND claim_key=? AND kind=? AND {live_filter()}"
+        ),
+        (scope, claim_key, kind),
+    )
+    return [(r["record_id"], r["status"], r["created_at"], r["from_pos"]) for r in c.fetchall()]
+
+
 #: Per validity, the SQL condition on a row ``r`` given the instant (µs) as its
 #: parameters.
 VALIDITY_SQL = {

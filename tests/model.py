@@ -372,9 +372,10 @@ class State:
                 since = max(d.step, rec.basis_step)
             elif (lineage := self.basis_edges(d.record_id)) != d.lineage:
                 # the same parents, but one of the records it rests on was re-based
-                # (also one re-based on nothing: it is only in the lineage delivered)
-                changed = lineage | d.lineage
-                since = max(d.step, *(self.records[child].basis_step for _, child, _ in changed))
+                # (every record above it now, also one re-based on nothing, which
+                # is in the lineage only as a dependency)
+                above = {node for edge in lineage for node in edge[:2]} | {d.record_id}
+                since = max(d.step, *(self.records[node].basis_step for node in above))
             else:
                 continue
             if any(

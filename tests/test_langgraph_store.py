@@ -1293,6 +1293,44 @@ def test_closing_a_store_ends_its_threads_whose_runs_another_store_ended(
             principals.agent.run(run_id_of(thread)).resume()
 
 
+def test_a_store_left_with_an_error_raises_that_error_with_a_note(
+    principals: Principals,
+) -> None:
+    # Given a store whose thread's run cannot be ended (its token revoked)
+    admin = principals.ledger.admin()
+    token = admin.issue_token("agent")
+    with (
+        pytest.raises(RuntimeError, match="the application's own error") as raised,
+        LedgerStore(principals.ledger, token=token) as store,
+    ):
+        greeting_graph(store).invoke({"greeting": ""}, {"configurable": {"thread_id": "t"}})
+        admin.revoke_token(token)
+        raise RuntimeError("the application's own error")
+    # Then the block's error is the one raised, and it says why the run stays open
+    (note,) = raised.value.__notes__
+    assert note.startswith("the store's thread runs could not all be ended: ")
+    assert "revoked" in note
+
+
+def test_a_put_by_a_principal_without_read_is_refused_for_want_of_it(
+    principals: Principals,
+) -> None:
+    # Which version a put replaces is read: a principal that may only propose
+    # is refused by name, on a new key and an existing one alike
+    admin = principals.ledger.admin()
+    admin.grant("blind", "test", ["propose"])
+    principals.agent.propose("test", "memories/old", {"v": 1}, Kind.FACT)
+    before = principals.ledger.position
+    with LedgerStore(principals.ledger, token=admin.issue_token("blind")) as blind:
+        for key in ("old", "new"):
+            with pytest.raises(
+                AccessDeniedError,
+                match="propose refused: 'blind' lacks role 'read' in scope 'test'",
+            ):
+                blind.put(("test", "memories"), key, {"v": 2})
+    assert principals.ledger.position == before + 1  # the token issued, nothing else
+
+
 def test_a_thread_that_deletes_a_memory_it_read_keeps_writing(
     store: LedgerStore, principals: Principals
 ) -> None:

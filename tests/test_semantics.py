@@ -357,6 +357,7 @@ def test_a_password_in_a_url_of_no_known_shape_is_masked_too(url: object) -> Non
         "postgresql://alice/etl:hunter2@db.test/ledger?schema=s",
         "postgresql://alice?x:hunter2@db.test/ledger",
         "postgresql://alice#x:hunter2@db.test/ledger",
+        "postgresql://alice@corp:hunter2@db.test/ledger",
     ],
 )
 def test_a_password_after_a_user_part_no_parser_reads_as_one_is_masked(url: str) -> None:
@@ -478,6 +479,30 @@ def test_a_report_whose_ancestor_was_re_based_on_nothing_owes_its_correction(
     due = world.reviewer.corrections_due()
     assert [(d.delivery.delivery_id, d.validity) for d in due] == [(delivery, "VALID")]
     world.reviewer.issue_correction(delivery, note="M1 now stands on its own")
+    assert world.reviewer.corrections_due() == ()
+
+
+def test_re_basing_a_record_no_longer_above_the_delivered_one_owes_nothing(
+    world: World,
+) -> None:
+    # Given R1 delivered on M1 on A1 on P1; P1 revoked, M1 re-based on nothing,
+    # R1 revalidated, and the corrections sent
+    _accepted(world, "P1", scope="proj-a", claim_key="p1", value=1, kind=Kind.FACT)
+    _accepted(world, "A1", scope="proj-a", claim_key="a1", value=2, kind=Kind.FACT, parents=["P1"])
+    _accepted(world, "M1", scope="proj-a", claim_key="m1", value=3, kind=Kind.FACT, parents=["A1"])
+    _accepted(
+        world, "R1", scope="proj-a", claim_key="r", value="r", kind=Kind.REPORT, parents=["M1"]
+    )
+    delivery = world.reviewer.deliver("R1", recipient="ops@x.test")
+    world.reviewer.revoke("P1", reason="withdrawn")
+    world.reviewer.issue_correction(delivery, note="R1 is stale")
+    world.reviewer.revalidate("M1", note="first-hand", parents=[])
+    world.reviewer.revalidate("R1", note="M1 holds")
+    world.reviewer.issue_correction(delivery, note="M1 stands on its own")
+    assert world.reviewer.corrections_due() == ()
+    # When A1, which R1 no longer rests on, is re-based
+    world.reviewer.revalidate("A1", note="checked again", parents=[])
+    # Then R1's copy owes nothing more
     assert world.reviewer.corrections_due() == ()
 
 

@@ -163,8 +163,14 @@ class LedgerStore(BaseStore):
     def __enter__(self) -> LedgerStore:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        try:
+            self.close()
+        except LedgerError as failure:
+            if not isinstance(exc, BaseException):
+                raise
+            # The block's own exception stays the one raised (as a run's does).
+            exc.add_note(f"the store's thread runs could not all be ended: {failure}")
 
     # -- BaseStore ----------------------------------------------------------------
 
