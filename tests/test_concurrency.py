@@ -282,10 +282,6 @@ def _raw_sql(url: str) -> Callable[[str], None]:
     return run_pg
 
 
-@pytest.mark.parametrize(
-    "statement",
-    ["UPDATE {events} SET topic = 'x'", "DELETE FROM {events}"],
-)
 def _revoke_approve(url: str, barrier: Any) -> str:
     with Ledger.open(url) as led:
         admin = led.admin()
@@ -396,6 +392,10 @@ def test_two_processes_putting_one_new_store_key_at_once_leave_one_value(
         assert led.verify().ok
 
 
+@pytest.mark.parametrize(
+    "statement",
+    ["UPDATE {events} SET topic = 'x'", "DELETE FROM {events}"],
+)
 def test_the_database_refuses_to_update_or_delete_stored_events(
     shared_url: str, statement: str
 ) -> None:
