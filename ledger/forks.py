@@ -7,6 +7,13 @@ mixes the two processes' conversations with the database. Every open engine is
 tracked here; in a forked child each is marked ``inherited`` (its
 ``check_open`` then refuses it by name) and what it holds is kept, never freed:
 freeing a PostgreSQL connection ends its session, which is the parent's too.
+
+What the ledger's own code holds across a fork is reset in the child (the
+collector pauses of :mod:`ledger.gc_pause`, the LangGraph store's key locks), so a
+child can open a ledger of its own. SQLite's own locks are not the ledger's: fork
+while another thread is inside SQLite and the child's SQLite may wait for good
+(SQLite's rule: no fork while a connection is in use). A process with threads
+that use a ledger should start its children with ``spawn`` or ``forkserver``.
 """
 
 from __future__ import annotations

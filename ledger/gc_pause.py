@@ -19,28 +19,49 @@ any thread, is collected by the first collection after it.
 from __future__ import annotations
 
 import gc
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 _lock = threading.Lock()
-_depth = 0
+#: How deep each thread is in pauses (its ident → depth); collection is off while
+#: any is.
+_depths: dict[int, int] = {}
 _resume = False
 
 
 @contextmanager
 def paused() -> Iterator[None]:
     """Automatic garbage collection off inside (see the module docstring)."""
-    global _depth, _resume
+    global _resume
+    me = threading.get_ident()
     with _lock:
-        if _depth == 0:
+        if not _depths:
             _resume = gc.isenabled()
             gc.disable()
-        _depth += 1
+        _depths[me] = _depths.get(me, 0) + 1
     try:
         yield
     finally:
         with _lock:
-            _depth -= 1
-            if _depth == 0 and _resume:
+            _depths[me] -= 1
+            if not _depths[me]:
+                del _depths[me]
+            if not _depths and _resume:
                 gc.enable()
+
+
+def _after_fork_in_child() -> None:
+    # Only the forking thread lives on in the child: the pauses of the others
+    # never end there, so they no longer count (and their lock is not theirs).
+    global _lock
+    _lock = threading.Lock()
+    me = threading.get_ident()
+    for ident in [i for i in _depths if i != me]:
+        del _depths[ident]
+    if not _depths and _resume:
+        gc.enable()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -432,6 +432,10 @@ def newest_version(
     """
     if not isinstance(scope, str) or not isinstance(claim_key, str):
         return None  # prepare names what is wrong
+    try:
+        claim_key = check_claim_key(claim_key)  # as prepare normalises it
+    except LedgerError:
+        return None  # prepare names what is wrong
     roles = caller.roles(c, scope)
     if not roles:
         return None  # prepare refuses the proposal without revealing anything

@@ -227,3 +227,52 @@ def test_pauses_nest_and_the_last_one_out_turns_the_collector_on(collector_on: N
     thread.join(10)
     assert states == [False, False, False, False]
     assert gc.isenabled()
+
+
+def _forked(child: Callable[[], bytes]) -> bytes:
+    """What ``child`` returns, run in a child forked now (which leaves at once)."""
+    import os
+    import select
+
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.write(write_end, child())
+        os._exit(0)
+    os.close(write_end)
+    ready, _, _ = select.select([read_end], [], [], 30)
+    said = os.read(read_end, 100) if ready else b"hung"
+    if not ready:
+        os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    os.close(read_end)
+    return said
+
+
+def test_a_child_forked_while_another_thread_pauses_collection_has_it_back() -> None:
+    # Given another thread inside a pause when this one forks
+    inside, leave = threading.Event(), threading.Event()
+
+    def pausing() -> None:
+        with gc_pause.paused():
+            inside.set()
+            leave.wait(30)
+
+    thread = threading.Thread(target=pausing)
+    thread.start()
+    inside.wait(30)
+    try:
+        # Then in the child (where that thread never ends its pause) collection is
+        # on, and its own pauses turn it off and on again
+        def child() -> bytes:
+            before = gc.isenabled()
+            with gc_pause.paused():
+                during = gc.isenabled()
+            return bytes([before, during, gc.isenabled()])
+
+        assert _forked(child) == bytes([True, False, True])
+        assert not gc.isenabled()  # the parent's pause holds
+    finally:
+        leave.set()
+        thread.join()
+    assert gc.isenabled()

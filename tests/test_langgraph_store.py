@@ -14,6 +14,7 @@ import threading
 import unicodedata
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypedDict
 
 import pytest
@@ -1438,3 +1439,48 @@ def test_get_answers_and_refuses_exactly_as_a_batch_of_one_get_op(
         with pytest.raises(error) as batched_error:
             store.batch([GetOp(namespace, key)])
         assert str(direct_error.value) == str(batched_error.value)
+
+
+def test_a_child_forked_while_a_thread_puts_a_key_can_put_it_in_its_own_ledger(
+    tmp_path: Path,
+) -> None:
+    import os
+    import select
+
+    from ledger.integrations.langgraph import store as store_module
+
+    # Given a thread of this process in the middle of a put of ("s", "k") (holding
+    # that key's lock) when another thread forks
+    held, leave = threading.Event(), threading.Event()
+
+    def putting() -> None:
+        with store_module._key_lock("s", "user/k"):
+            held.set()
+            leave.wait(30)
+
+    thread = threading.Thread(target=putting)
+    thread.start()
+    held.wait(30)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child opens a ledger of its own and puts the same key
+        with Ledger.open(f"sqlite:///{tmp_path / 'child.db'}") as led:
+            admin = led.admin()
+            admin.grant("agent", "s", ["propose", "read"])
+            with LedgerStore(led, token=admin.issue_token("agent")) as child_store:
+                child_store.put(("s", "user"), "k", {"v": 1})
+        os.write(write_end, b"put")
+        os._exit(0)
+    os.close(write_end)
+    try:
+        ready, _, _ = select.select([read_end], [], [], 30)
+        said = os.read(read_end, 10) if ready else b"hung"
+    finally:
+        if not ready:
+            os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        os.close(read_end)
+        leave.set()
+        thread.join()
+    # Then the put went through: the lock the parent's thread held is not the child's
+    assert said == b"put"

@@ -351,6 +351,17 @@ def test_a_password_in_a_url_of_no_known_shape_is_masked_too(url: object) -> Non
     assert "***@db.test" in message or message == "ledger URL must be a string, got bytes"
 
 
+def test_a_url_without_a_password_is_shown_as_it_is() -> None:
+    from ledger.persistence.urls import redacted
+
+    for url in (
+        "postgresql://postgres@127.0.0.1:5432/te@st?schema=s",  # an @ in the path
+        "postgresql://ledger@db.test/ledger",
+        "postgresql://db.test:5432/ledger?schema=s",
+    ):
+        assert redacted(url) == url
+
+
 @pytest.mark.parametrize(
     "url",
     [

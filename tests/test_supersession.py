@@ -377,3 +377,22 @@ def test_a_new_version_of_a_record_withdrawn_meanwhile_is_accepted_on_its_own(
     world.reviewer.accept("V2")
     assert world.reviewer.get("V1").status == Status.REVOKED
     assert world.agent.read(scope="proj-a", claim_key="k").value == 2
+
+
+def test_the_newest_version_is_found_under_the_claim_key_as_normalised(world: World) -> None:
+    import unicodedata
+
+    from ledger.proposals import NewestOf
+
+    # Given a claim proposed under its NFC key, then a version of it given in NFD
+    nfc = unicodedata.normalize("NFC", "café")
+    nfd = unicodedata.normalize("NFD", "café")
+    assert nfc != nfd
+    for value, key in ((1, nfc), (2, nfd)):
+        world.agent.propose(
+            "proj-a", key, {"v": value}, Kind.FACT,
+            supersedes=NewestOf("fact"), accepted_by=world.reviewer,  # type: ignore[arg-type]
+        )  # fmt: skip
+    # Then the second replaced the first: one value, not a conflict
+    read = world.reviewer.read("proj-a", nfc)
+    assert (read.outcome, [r.value for r in read.records]) == (Outcome.FOUND, [{"v": 2}])

@@ -198,8 +198,9 @@ _SECRET_OPTION = re.compile(r"([?&][^=&]*(?:pass|%70ass|p%61ss)[^=&]*=)[^&]*", r
 _USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://[^:/?#@]*:)(.*)@", re.DOTALL)
 #: The same with a user part holding ``/``, ``?``, ``#`` or ``@`` unencoded (a parser
 #: reads it otherwise, but the password is still there): everything up to the last
-#: ``@`` masked, where a ``:`` comes before it.
-_LOOSE_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^:]*:.*@", re.DOTALL)
+#: ``@`` masked where a ``:`` comes before it with no ``/`` between the two (a port
+#: is followed by the path's ``/``; ``host:5432/db@x`` holds no password).
+_LOOSE_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^:]*:[^/]*@", re.DOTALL)
 #: In text of no known shape: everything before the last ``@`` after any scheme
 #: and ``//`` (user and password both masked: the safe side).
 _ANY_USERINFO = re.compile(r"^(\s*(?:[A-Za-z][A-Za-z0-9+.-]*:)?(?://)?)(.*)@", re.DOTALL)

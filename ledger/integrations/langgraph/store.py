@@ -4,6 +4,7 @@ docstring for the mapping, the approval policy and provenance)."""
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -75,11 +76,19 @@ _LIVE = tuple(Status(s) for s in LIVE_STATUSES)
 #: or thread (under one of these locks, chosen by the key): a delete reads the
 #: versions it revokes, and a put in a thread recovers from a refusal by reading
 #: again. (Which version a put replaces is found under the writers' lock.)
-_KEY_LOCKS = tuple(threading.Lock() for _ in range(64))
+_KEY_LOCKS = [threading.Lock() for _ in range(64)]
 
 
 def _key_lock(scope: str, claim: str) -> threading.Lock:
     return _KEY_LOCKS[hash((scope, claim)) % len(_KEY_LOCKS)]
+
+
+def _new_key_locks() -> None:
+    # In a forked child: a lock a parent's thread held at the fork is never released.
+    _KEY_LOCKS[:] = [threading.Lock() for _ in _KEY_LOCKS]
+
+
+os.register_at_fork(after_in_child=_new_key_locks)
 
 
 class LedgerStore(BaseStore):
