@@ -66,29 +66,36 @@ def check_roles(roles: object) -> tuple[str, ...]:
     return tuple(sorted(set(out)))
 
 
-def check_admin_token(engine: Engine, token: object) -> None:
+def check_admin_token(engine: Engine, token: object) -> str:
     """Raise ``AuthenticationError`` unless ``token`` is an admin token that is valid
-    now, by the log's own events (a forged ``pl_tokens`` row does not pass)."""
-    from ledger.authorization import access_from_log
-
+    now, by the log's own events (a forged ``pl_tokens`` row does not pass); returns
+    its hash."""
     if not isinstance(token, str) or not token:
         raise AuthenticationError("admin token must be a non-empty string")
     token_hash = hash_token(token)
     with engine.reading() as c:
-        row = access_view.token(c, engine.dialect, token_hash)
-        if row is None:
-            raise AuthenticationError("admin token is unknown")
-        if row["subject"] != ADMIN_PRINCIPAL:
-            raise AuthenticationError(
-                f"that token belongs to {row['subject']!r}, not to the administrator (admin "
-                "tokens come from `provledger init` and `provledger token issue --admin`)"
-            )
-        try:
-            access_from_log(engine, c, token_hash, engine.now())
-        except AuthenticationError as exc:
-            raise AuthenticationError(
-                str(exc).replace(f"token of {ADMIN_PRINCIPAL!r}", "admin token")
-            ) from None
+        check_admin_hash(engine, c, token_hash)
+    return token_hash
+
+
+def check_admin_hash(engine: Engine, c: Cursor, token_hash: str) -> None:
+    """``check_admin_token`` of the token with ``token_hash``, read in ``c``."""
+    from ledger.authorization import access_from_log
+
+    row = access_view.token(c, engine.dialect, token_hash)
+    if row is None:
+        raise AuthenticationError("admin token is unknown")
+    if row["subject"] != ADMIN_PRINCIPAL:
+        raise AuthenticationError(
+            f"that token belongs to {row['subject']!r}, not to the administrator (admin "
+            "tokens come from `provledger init` and `provledger token issue --admin`)"
+        )
+    try:
+        access_from_log(engine, c, token_hash, engine.now())
+    except AuthenticationError as exc:
+        raise AuthenticationError(
+            str(exc).replace(f"token of {ADMIN_PRINCIPAL!r}", "admin token")
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -109,13 +116,27 @@ class GrantChange:
 class Admin:
     """The trusted embedding host's handle: grants, tokens, maintenance.
 
-    Only code that opened the ledger gets one (:meth:`ledger.Ledger.admin`).
+    Only code that opened the ledger gets one (:meth:`ledger.Ledger.admin`). A
+    handle got with an admin token is bound to it: every call checks it again, in
+    the call's own transaction, so once the token is revoked or expires the handle
+    is refused from its next call, as a session is.
     """
 
     ACTOR = "admin"
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, token_hash: str | None = None) -> None:
         self._engine = engine
+        self._token_hash = token_hash
+
+    def _authorize(self, c: Cursor) -> None:
+        """Refuse the call unless the handle's admin token (if it has one) is still
+        valid, read in ``c``.
+
+        Raises:
+            AuthenticationError: the handle's admin token was revoked or has expired.
+        """
+        if self._token_hash is not None:
+            check_admin_hash(self._engine, c, self._token_hash)
 
     def _append(
         self,
@@ -133,6 +154,7 @@ class Admin:
         engine = self._engine
 
         def work(w: Write) -> bool:
+            self._authorize(w.c)
             principal: Any = engine.load(w.c, principal_uuid(subject))
             if unless is not None and unless(principal):
                 return False
@@ -267,12 +289,14 @@ class Admin:
         token_hash = hash_token(token)
         engine = self._engine
         with engine.reading() as c:
+            self._authorize(c)
             row = access_view.token(c, engine.dialect, token_hash)
         if row is None:
             raise AuthenticationError("token is unknown or already revoked")
         subject = str(row["subject"])  # a token's subject never changes
 
         def work(w: Write) -> None:
+            self._authorize(w.c)
             principal: Any = engine.load(w.c, principal_uuid(subject))
             if principal is None or not principal.tokens.get(token_hash):
                 raise AuthenticationError("token is unknown or already revoked")
@@ -318,7 +342,9 @@ class Admin:
         from ledger.erasure import erase_snapshot
 
         self._engine.check_writable("erase_snapshot")
-        return erase_snapshot(self._engine, ref, reason, actor=self.ACTOR)
+        return erase_snapshot(
+            self._engine, ref, reason, actor=self.ACTOR, authorize=self._authorize
+        )
 
     def access_history(
         self, subject: str | None = None, scope: str | None = None
@@ -328,6 +354,7 @@ class Admin:
         who = None if subject is None else check_id(subject, "subject")
         where = None if scope is None else check_id(scope, "scope")
         with self._engine.reading() as c:
+            self._authorize(c)
             rows = access_view.grant_rows(c, self._engine.dialect, who, where)
         return tuple(
             GrantChange(

@@ -181,15 +181,17 @@ class Ledger:
 
         Code that opened the ledger is trusted as it is; ``token`` (an admin token
         from ``Admin.bootstrap_admin_token`` or ``Admin.issue_admin_token``) is
-        checked first when given, as the command line does on shared databases.
+        checked first when given, as the command line does on shared databases,
+        and again at each of the handle's calls: once it is revoked or expires, the
+        handle is refused.
 
         Raises:
             AuthenticationError: ``token`` is not a valid admin token.
         """
         self._engine.check_open()
-        if token is not None:
-            check_admin_token(self._engine, token)
-        return Admin(self._engine)
+        if token is None:
+            return Admin(self._engine)
+        return Admin(self._engine, check_admin_token(self._engine, token))
 
     def authenticate(self, token: str) -> Session:
         """A session bound to the principal the token was issued to.

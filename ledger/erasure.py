@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -129,9 +129,16 @@ def erased_error(found: Erasure) -> SnapshotErasedError:
     )
 
 
-def erase_snapshot(engine: Engine, ref: str, reason: str, actor: str) -> Erasure:
+def erase_snapshot(
+    engine: Engine,
+    ref: str,
+    reason: str,
+    actor: str,
+    authorize: Callable[[Cursor], None] | None = None,
+) -> Erasure:
     """Remove the bytes behind ``ref`` and record who erased them and why, in one
     write transaction (see the module docstring); returns the erasure.
+    ``authorize``: called first in that transaction, it may refuse the erasure.
 
     Raises:
         UnknownSnapshotError: ``ref`` is malformed or no evidence was captured with it.
@@ -143,6 +150,8 @@ def erase_snapshot(engine: Engine, ref: str, reason: str, actor: str) -> Erasure
     check_text(reason, "reason")
 
     def work(w: Write) -> Erasure:
+        if authorize is not None:
+            authorize(w.c)
         records = evidence_with(engine, w.c, ref)
         if not records:
             raise UnknownSnapshotError(f"snapshot {ref!r} is unknown")

@@ -455,3 +455,45 @@ def test_admins_revoking_each_others_tokens_at_once_keep_one(shared_url: str) ->
             )
             assert sum(o is None for o in outcomes) == 1, outcomes
             assert one.position == before + 1
+
+
+def test_an_admin_handle_is_refused_once_its_token_is_revoked_or_expired(
+    ledger: Ledger, clock: Any
+) -> None:
+    host = ledger.admin()  # the code that opened the ledger: trusted as it is
+    first = host.bootstrap_admin_token()
+    assert first is not None
+    short = host.issue_admin_token(expires=clock.now + timedelta(minutes=1))
+    host.grant("agent-1", scope="p", roles=["propose", "read"])
+    agent = ledger.authenticate(host.issue_token("agent-1"))
+    agent.capture(scope="p", uri="https://x.test/a", content=b"the bytes", id="E1")
+    ref = (agent.get("E1").evidence or {})["snapshot_ref"]
+    bound, timed = ledger.admin(first), ledger.admin(short)
+    bound.grant("agent-2", scope="p", roles=["read"])  # works while its token is valid
+    timed.grant("agent-3", scope="p", roles=["read"])
+    kept = host.issue_admin_token()
+    host.revoke_token(first)
+    clock.advance(minutes=2)  # `short` has expired
+    before = ledger.position
+
+    calls: dict[str, Any] = {
+        "grant": lambda a: a.grant("agent-2", scope="p", roles=["approve"]),
+        "revoke_grant": lambda a: a.revoke_grant("agent-2", scope="p"),
+        "issue_token": lambda a: a.issue_token("agent-2"),
+        "issue_admin_token": lambda a: a.issue_admin_token(),
+        "bootstrap_admin_token": lambda a: a.bootstrap_admin_token(),
+        "revoke_token": lambda a: a.revoke_token(kept),
+        "erase_snapshot": lambda a: a.erase_snapshot(ref, reason="request"),
+        "access_history": lambda a: a.access_history(),
+    }
+    for handle, why in ((bound, "admin token was revoked"), (timed, "admin token expired")):
+        for name, call in calls.items():
+            with pytest.raises(AuthenticationError) as refused:
+                call(handle)
+            assert str(refused.value) == why, name
+
+    # Nothing was written, and the bytes are still there
+    assert ledger.position == before
+    assert agent.snapshot(ref) == b"the bytes"
+    assert [g.role for g in host.access_history(subject="agent-2")] == ["read"]
+    ledger.admin(kept).grant("agent-2", scope="p", roles=["approve"])
