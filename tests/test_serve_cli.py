@@ -60,3 +60,44 @@ def test_provledger_serve_on_a_taken_port_is_one_error_line_and_exit_1(tmp_path:
         )
     assert done.returncode == 1
     assert done.stderr == f"error: cannot listen on 127.0.0.1:{port}: Address already in use\n"
+
+
+def test_a_token_a_client_puts_in_the_url_is_not_written_to_the_access_log(
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    with Ledger.open(url) as led:
+        led.admin().grant("agent-1", scope="p", roles=["read"])
+        token = led.admin().issue_token("agent-1")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "ledger", "serve", "--url", url, "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        answer = None
+        deadline = time.monotonic() + 60
+        while answer is None and time.monotonic() < deadline and server.poll() is None:
+            try:
+                # The API reads tokens from the Authorization header only: refused
+                answer = httpx.get(
+                    f"http://127.0.0.1:{port}/api/v1/corrections",
+                    params={"token": token, "scope": "p"},
+                    timeout=5,
+                )
+            except httpx.TransportError:
+                time.sleep(0.2)
+        assert answer is not None and answer.status_code == 401
+        bare = token.removeprefix("plt_")
+        httpx.get(f"http://127.0.0.1:{port}/api/v1/corrections?access_token={bare}", timeout=5)
+        httpx.get(f"http://127.0.0.1:{port}/{token}", timeout=5)
+    finally:
+        server.terminate()
+        out, _ = server.communicate(timeout=30)
+    logged = [line for line in out.splitlines() if "GET /" in line]
+    assert len(logged) == 3, out
+    assert bare[:12] not in out
+    assert '"GET /api/v1/corrections?token=plt_…&scope=p HTTP/1.1" 401' in logged[0]
+    assert "?access_token=… " in logged[1] and '"GET /plt_… HTTP/1.1" 404' in logged[2]

@@ -14,8 +14,10 @@ with uvicorn until interrupted.
 from __future__ import annotations
 
 import logging
+import re
 import socket
 
+from ledger.access import TOKEN_PREFIX
 from ledger.application import Ledger
 from ledger.errors import InvalidInputError
 from ledger.serve.app import create_app
@@ -46,6 +48,7 @@ def run(
                 proxy_headers=False,
                 server_header=False,
             )
+            logging.getLogger("uvicorn.access").addFilter(mask_tokens)
             # What uvicorn says when it binds the address itself.
             shown = f"[{host}]" if ":" in host else host
             logging.getLogger("uvicorn.error").info(
@@ -54,6 +57,28 @@ def run(
             uvicorn.Server(config).run(sockets=[listening])
     finally:
         listening.close()
+
+
+#: A token, or the value of a query parameter whose name says it holds one.
+_TOKEN_IN_TEXT = re.compile(
+    rf"{re.escape(TOKEN_PREFIX)}[A-Za-z0-9_\-%]+|(?<=token=)[^&#\s\"]+", re.IGNORECASE
+)
+
+
+def _masked(found: re.Match[str]) -> str:
+    return TOKEN_PREFIX + "…" if found[0].lower().startswith(TOKEN_PREFIX) else "…"
+
+
+def mask_tokens(record: logging.LogRecord) -> bool:
+    """A log filter that hides tokens in a record's text arguments: the access log
+    shows each request's path with its query string, and a client that puts its
+    token in the URL (the API reads it only from the ``Authorization`` header)
+    would otherwise have it written to the log. Keeps every record."""
+    if isinstance(record.args, tuple):
+        record.args = tuple(
+            _TOKEN_IN_TEXT.sub(_masked, arg) if isinstance(arg, str) else arg for arg in record.args
+        )
+    return True
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -70,4 +95,4 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-__all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "create_app", "run"]
+__all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "create_app", "mask_tokens", "run"]
