@@ -346,6 +346,19 @@ class Admin:
             self._engine, ref, reason, actor=self.ACTOR, authorize=self._authorize
         )
 
+    def scrub_erased(self) -> bool:
+        """Remove what the database's files still hold of erased bytes: what an
+        erasure whose ``Erasure.scrubbed`` was False left (a reader kept SQLite's
+        checkpoint from completing; PostgreSQL's table could not be rewritten, or
+        an older transaction kept the row), or one interrupted before it scrubbed.
+        Writes nothing to the log. True when none are left as far as the database
+        can tell (and when nothing was ever erased); False: try again once the
+        readers or older transactions have ended. See :mod:`ledger.erasure`."""
+        from ledger.erasure import scrub_erased
+
+        self._engine.check_writable("scrub_erased")
+        return scrub_erased(self._engine, authorize=self._authorize)
+
     def access_history(
         self, subject: str | None = None, scope: str | None = None
     ) -> tuple[GrantChange, ...]:

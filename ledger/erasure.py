@@ -182,6 +182,20 @@ def erase_snapshot(
     return done
 
 
+def scrub_erased(engine: Engine, authorize: Callable[[Cursor], None] | None = None) -> bool:
+    """Do again what an erasure does after its commit (``Recorder.scrub_deleted``),
+    for every erasure so far: what one whose ``scrubbed`` was False (or that was
+    interrupted before its scrub) left in the database's files. True when none of
+    the erased bytes are left there as far as the database can tell, and when
+    nothing was ever erased. ``authorize``: called first, it may refuse."""
+    engine.check_open()
+    with engine.reading() as c:
+        if authorize is not None:
+            authorize(c)
+        newest = engine.recorder.newest_of_topic(c, _ERASED_TOPIC)
+    return newest is None or engine.recorder.scrub_deleted(newest)
+
+
 __all__ = [
     "Erasure",
     "check_not_erased",
@@ -189,4 +203,5 @@ __all__ = [
     "erased_all",
     "erased_error",
     "evidence_with",
+    "scrub_erased",
 ]

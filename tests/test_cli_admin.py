@@ -484,6 +484,7 @@ def test_an_admin_handle_is_refused_once_its_token_is_revoked_or_expired(
         "bootstrap_admin_token": lambda a: a.bootstrap_admin_token(),
         "revoke_token": lambda a: a.revoke_token(kept),
         "erase_snapshot": lambda a: a.erase_snapshot(ref, reason="request"),
+        "scrub_erased": lambda a: a.scrub_erased(),
         "access_history": lambda a: a.access_history(),
     }
     for handle, why in ((bound, "admin token was revoked"), (timed, "admin token expired")):
@@ -497,3 +498,30 @@ def test_an_admin_handle_is_refused_once_its_token_is_revoked_or_expired(
     assert agent.snapshot(ref) == b"the bytes"
     assert [g.role for g in host.access_history(subject="agent-2")] == ["read"]
     ledger.admin(kept).grant("agent-2", scope="p", roles=["approve"])
+
+
+def test_scrub_erased_fails_while_a_reader_keeps_the_bytes_and_scrubs_them_after(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "x.db"
+    url = f"sqlite:///{path}"
+    with Ledger.open(url) as led:
+        led.admin().grant("agent-1", scope="p", roles=["propose", "read"])
+        agent = led.authenticate(led.admin().issue_token("agent-1"))
+        agent.capture(scope="p", uri="https://x.test/p", content=b"personal-data", id="P1")
+        ref = (agent.get("P1").evidence or {})["snapshot_ref"]
+    files = [path, tmp_path / "x.db-wal"]
+    with closing(sqlite3.connect(path)) as reader:
+        reader.execute("BEGIN")
+        reader.execute("SELECT COUNT(*) FROM pl_snapshots").fetchone()
+        erased = ok("erase-snapshot", ref, "--reason", "request 7", "--url", url, "--json")
+        assert json.loads(erased.stdout)["scrubbed"] is False
+        assert "may still hold the erased bytes" in erased.stderr
+        refused = run("scrub-erased", "--url", url, "--json")
+        assert refused.exit_code == 1 and json.loads(refused.stdout) == {"scrubbed": False}
+        assert refused.stderr.startswith("error: the database's files may still hold erased")
+        assert any(b"personal-data" in p.read_bytes() for p in files if p.exists())
+        reader.rollback()
+    done = ok("scrub-erased", "--url", url)
+    assert done.stdout == "scrubbed: the database's files hold no erased bytes\n"
+    assert all(b"personal-data" not in p.read_bytes() for p in files if p.exists())

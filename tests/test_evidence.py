@@ -921,19 +921,32 @@ def test_an_erasure_a_reader_keeps_from_the_wal_says_so(tmp_path: Path) -> None:
         agent = led.authenticate(admin.issue_token("agent-1"))
         agent.capture(scope="proj-a", uri="https://docs.test/p", content=b"personal", id="P1")
         ref = (agent.get("P1").evidence or {})["snapshot_ref"]
+        assert admin.scrub_erased()  # nothing erased yet: nothing to scrub
         reader = sqlite3.connect(tmp_path / "l.db")
         reader.execute("BEGIN")
         reader.execute("SELECT COUNT(*) FROM pl_snapshots").fetchone()
+        files = [tmp_path / "l.db", tmp_path / "l.db-wal"]
         try:
             # When the bytes are erased, the -wal cannot be emptied under it
             erased = admin.erase_snapshot(ref, reason="request")
+            # and scrubbing again while the reader holds on fails too
+            again = admin.scrub_erased()
+            held = [b"personal" in path.read_bytes() for path in files]
         finally:
             reader.rollback()
             reader.close()
-        # Then the erasure happened and says the -wal still holds them
+        # Then the erasure happened and says the files still hold them
         assert erased.deleted and not erased.scrubbed
+        assert not again and any(held)
         with pytest.raises(SnapshotErasedError):
             agent.snapshot(ref)
+        # Once the reader has ended, scrubbing again leaves them in no file,
+        # and writes nothing to the log
+        position = led.position
+        assert admin.scrub_erased()
+        for path in files:
+            assert not path.exists() or b"personal" not in path.read_bytes(), path
+        assert led.position == position and led.verify().ok
 
 
 def _captured_personal(url: str) -> str:
@@ -989,7 +1002,16 @@ def test_on_postgresql_an_erasure_an_older_transaction_keeps_in_the_file_says_so
             held = look.execute(file_holds, (b"personal", f"{schema}.pl_snapshots")).fetchone()
         assert held == (True,)
         assert erased.deleted and not erased.scrubbed
+        assert not led.admin().scrub_erased()  # still held
         other.rollback()
+        # Once it has ended, scrubbing again rewrites the table without the row
+        position = led.position
+        assert led.admin().scrub_erased()
+        with psycopg.connect(_pg_dsn(), autocommit=True) as look:
+            look.execute("CHECKPOINT")
+            held = look.execute(file_holds, (b"personal", f"{schema}.pl_snapshots")).fetchone()
+        assert held == (False,)
+        assert led.position == position
 
 
 def test_on_postgresql_an_erasure_by_a_role_that_cannot_rewrite_the_table_says_so(

@@ -116,6 +116,7 @@ def test_a_read_only_ledger_answers_as_the_writable_one_and_refuses_every_write(
             "grant": lambda: ro.admin().grant("agent-2", "proj-a", ["read"]),
             "issue_token": lambda: ro.admin().issue_token("agent-2"),
             "revoke_token": lambda: ro.admin().revoke_token(tokens["agent-1"]),
+            "scrub_erased": lambda: ro.admin().scrub_erased(),
             "rebuild": ro.rebuild,
             "run": lambda: agent.run("r-1").start(),
         }

@@ -3,9 +3,9 @@
 ``--url`` / ``$PROVLEDGER_URL`` selects the ledger; every command but ``init``
 (and ``demo``) refuses one that does not exist. ``init`` prints an admin token once;
 admin and maintenance commands (``grant``, ``revoke-grant``, ``token``, ``rebuild``,
-``stats``, ``digest``, ``verify``, ``head``, ``erase-snapshot``) take it as
-``--admin-token`` / ``$PROVLEDGER_ADMIN_TOKEN`` (the owner of a local SQLite file
-may omit it); every other command authenticates with ``$PROVLEDGER_TOKEN`` /
+``stats``, ``digest``, ``verify``, ``head``, ``erase-snapshot``, ``scrub-erased``)
+take it as ``--admin-token`` / ``$PROVLEDGER_ADMIN_TOKEN`` (the owner of a local
+SQLite file may omit it); every other command authenticates with ``$PROVLEDGER_TOKEN`` /
 ``--token``.
 Read commands print aligned tables for people and JSON with ``--json``;
 ``as-of`` runs them as the ledger was at a past position or time.
@@ -64,9 +64,9 @@ def main() -> None:
 
     --url or $PROVLEDGER_URL selects the ledger; `init` creates it and prints
     an admin token once. Admin commands (grant, revoke-grant, grants, token, stats,
-    rebuild, digest, verify, head, erase-snapshot) take it as --admin-token or
-    $PROVLEDGER_ADMIN_TOKEN (optional on a local SQLite file you own); the
-    others take a principal's token in $PROVLEDGER_TOKEN (or --token).
+    rebuild, digest, verify, head, erase-snapshot, scrub-erased) take it as
+    --admin-token or $PROVLEDGER_ADMIN_TOKEN (optional on a local SQLite file you
+    own); the others take a principal's token in $PROVLEDGER_TOKEN (or --token).
 
     \b
     Example:
@@ -100,6 +100,7 @@ for _command in (
     evidence.bundle,
     evidence.verify_bundle_command,
     evidence.erase_snapshot,
+    evidence.scrub_erased,
     admin.stats,
     admin.demo,
     admin.rebuild,

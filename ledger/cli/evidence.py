@@ -388,3 +388,37 @@ def erase_snapshot(
             "transactions have ended)",
             err=True,
         )
+
+
+@click.command("scrub-erased")
+@admin_options
+@json_option
+@errors_exit_1
+def scrub_erased(url: str | None, admin_token: str | None, as_json: bool) -> None:
+    """Remove what the database's files still hold of erased bytes.
+
+    What an erasure that said the files may still hold them left (a reader kept
+    SQLite's checkpoint from completing; PostgreSQL's snapshot table could not be
+    rewritten, or an older transaction kept the row), or one interrupted before
+    it scrubbed. Writes nothing to the log; exits 1 if the files may still hold
+    them (try again once those readers or transactions have ended). Admin.
+
+    \b
+    Example:
+      provledger scrub-erased
+    """
+    with host_ledger(url, "scrub-erased", admin_token) as led:
+        scrubbed = led.admin().scrub_erased()
+    if as_json:
+        echo_json({"scrubbed": scrubbed})
+    elif scrubbed:
+        click.echo("scrubbed: the database's files hold no erased bytes")
+    if not scrubbed:
+        click.echo(
+            "error: the database's files may still hold erased bytes: on SQLite a reader "
+            "kept the checkpoint from completing; on PostgreSQL the snapshot table could "
+            "not be rewritten, or a transaction older than an erasure is still open; try "
+            "again once they have ended",
+            err=True,
+        )
+        sys.exit(1)

@@ -218,6 +218,17 @@ class LedgerRecorderMixin:
         del position
         return True
 
+    def newest_of_topic(self, c: Cursor, topic: str) -> int | None:
+        """The newest log position holding an event of ``topic`` (None: none), by a
+        scan of the log: for maintenance, not for commands."""
+        c.execute(
+            f"SELECT MAX({self.position_column}) AS m FROM {self.events_table} "
+            f"WHERE topic = {self.dialect.q('?')}",
+            (topic,),
+        )
+        row = c.fetchone()
+        return None if row is None or row["m"] is None else int(row["m"])
+
     def snapshot_content(self, c: Cursor, ref: str) -> tuple[bytes | None] | None:
         """``(bytes,)`` stored for a snapshot reference (``(None,)`` if what is stored
         is not bytes), or None if there is no such snapshot."""
