@@ -10,7 +10,7 @@ What :mod:`ledger.verification` reads through this module, and what each names:
 
 - events (:func:`read_events`, :func:`mistyped_event`): a ``state``,
   ``originator_version``, ``topic`` or ``originator_id`` of another type, text that
-  is not UTF-8, an id that is not 32 hex digits;
+  is not UTF-8, an id that is not 32 lower-case hex digits;
 - Merkle leaves (:func:`read_leaves`, :func:`first_mistyped_leaf`): a hash stored
   as another type than bytes;
 - snapshots (:func:`snapshots_statement`, :func:`snapshot_row`,
@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from eventsourcing.persistence import PersistenceError
 
+from ledger.errors import CorruptEventError
 from projections.base import SQLITE, Cursor, Dialect, fetch_in_chunks
 
 if TYPE_CHECKING:
@@ -98,7 +99,7 @@ def read_events(
     its position and problem."""
     try:
         return engine.recorder.read_after(c, after, limit), None
-    except READ_ERRORS:
+    except (*READ_ERRORS, CorruptEventError):
         found = _first_unreadable_event(engine, c, after, limit)
         if found is None:
             raise
@@ -140,14 +141,15 @@ def _first_unreadable_event(
                 )
             if column == "originator_id" and not _is_hex_id(text):
                 return int(row["position"]), (
-                    f"{what} holds an originator_id that is not an aggregate id (32 hex "
-                    "digits): it was changed after it was appended"
+                    f"{what} holds an originator_id that is not an aggregate id as the "
+                    "ledger writes it (32 lower-case hex digits): it was changed after it "
+                    "was appended"
                 )
     return None
 
 
 def _is_hex_id(text: str) -> bool:
-    return len(text) == 32 and all(ch in "0123456789abcdefABCDEF" for ch in text)
+    return len(text) == 32 and all(ch in "0123456789abcdef" for ch in text)
 
 
 # -- Merkle leaves --------------------------------------------------------------------------

@@ -752,6 +752,20 @@ MISTYPED_EVENTS = {
         "UPDATE stored_events SET originator_id=CAST(originator_id AS BLOB) WHERE rowid=?",
         "holds its originator_id as bytes where the ledger stores text",
     ),
+    # The same id spelt otherwise: the same UUID and the same Merkle leaf, but a
+    # look-up of the aggregate's events misses it
+    "aggregate id in upper case": (
+        "UPDATE stored_events SET originator_id=upper(originator_id) WHERE rowid=?",
+        "holds an originator_id that is not an aggregate id as the ledger writes it "
+        "(32 lower-case hex digits)",
+    ),
+    "aggregate id with dashes": (
+        "UPDATE stored_events SET originator_id=substr(originator_id, 1, 8) || '-' || "
+        "substr(originator_id, 9, 4) || '-' || substr(originator_id, 13, 4) || '-' || "
+        "substr(originator_id, 17, 4) || '-' || substr(originator_id, 21) WHERE rowid=?",
+        "holds an originator_id that is not an aggregate id as the ledger writes it "
+        "(32 lower-case hex digits)",
+    ),
     "topic as text that is not UTF-8": (
         "UPDATE stored_events SET topic=CAST(x'ff00ff' AS TEXT) WHERE rowid=?",
         "holds its topic as text that is not UTF-8",

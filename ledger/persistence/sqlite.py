@@ -28,7 +28,7 @@ from eventsourcing.sqlite import (
     SQLiteFactory,
 )
 
-from ledger.errors import LedgerNotFoundError, StorageError
+from ledger.errors import CorruptEventError, LedgerNotFoundError, StorageError
 from ledger.persistence.base import APPEND_ONLY, SNAPSHOT_DDL, LedgerRecorderMixin, in_log
 from projections.base import SQLITE, Cursor, Query
 from projections.projector import Projector, Row
@@ -566,21 +566,38 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
         return list(range(last - len(stored_events) + 1, last + 1))
 
     def read_after(self, c: Cursor, after: int, limit: int) -> list[Notification]:
-        """Stored events after ``after``, read inside an open transaction."""
+        """Stored events after ``after``, read inside an open transaction.
+
+        Raises:
+            CorruptEventError: an aggregate id is not stored as the ledger writes it
+                (32 lower-case hex digits): the same id spelt otherwise (upper case,
+                dashes) would make the same Merkle leaf and the same UUID, while a
+                look-up of the aggregate's events would miss it.
+        """
         c.execute(
             f"SELECT rowid, * FROM {self.events_table_name} WHERE rowid > ? ORDER BY rowid LIMIT ?",
             (after, limit),
         )
-        return [
-            Notification(
-                id=row["rowid"],
-                originator_id=UUID(row["originator_id"]),
-                originator_version=row["originator_version"],
-                topic=row["topic"],
-                state=row["state"],
+        notes = []
+        for row in c.fetchall():
+            text = row["originator_id"]
+            originator_id = UUID(text)
+            if originator_id.hex != text:
+                raise CorruptEventError(
+                    f"stored event at position {row['rowid']} holds its aggregate id "
+                    "not as the ledger writes it: it was changed after it was appended "
+                    "(run `provledger verify`)"
+                )
+            notes.append(
+                Notification(
+                    id=row["rowid"],
+                    originator_id=originator_id,
+                    originator_version=row["originator_version"],
+                    topic=row["topic"],
+                    state=row["state"],
+                )
             )
-            for row in c.fetchall()
-        ]
+        return notes
 
     def read_rows_after(self, c: Cursor, after: int, limit: int) -> list[Row]:
         """Stored events after ``after`` as plain rows (the aggregate id as stored:
