@@ -38,7 +38,7 @@ import sqlite3
 import tempfile
 from array import array
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -135,7 +135,17 @@ def verify(
     with gc_pause.paused(), engine.reading() as c, _Scratch(engine, c) as scratch:
         tracking = engine.projector.tracking_map(c)
         views_upto = min(tracking.values()) if tracking else 0
-        tree, positions, log_ok = _walk_log(engine, c, replay, scratch, views_upto, findings)
+        differences: list[str] = []
+
+        def at_views() -> None:
+            # The replay has reached the views' position: compare them now (the
+            # events after it are replayed next, so one no view can take is named).
+            if not _views_of_0_1_0(engine, c):
+                differences.extend(_compare_views(engine, c, scratch))
+
+        tree, positions, log_ok = _walk_log(
+            engine, c, replay, scratch, (views_upto, at_views), findings
+        )
         if log_ok:
             for unmarked in replay.unmarked():
                 findings.add("authorization", unmarked)
@@ -159,7 +169,7 @@ def verify(
         # cannot be compared: the check is left out, and said so.
         compared = log_ok and not _views_of_0_1_0(engine, c)
         if compared:
-            for problem in _compare_views(engine, c, scratch):
+            for problem in differences:
                 findings.add("views", problem)
         if log_ok:
             for problem in _evidence_problems(engine, c, replay):
@@ -250,14 +260,18 @@ def _walk_log(
     c: Cursor,
     replay: AuthorizationReplay,
     scratch: _Scratch,
-    views_upto: int,
+    views: tuple[int, Callable[[], None]],
     findings: _Findings,
 ) -> tuple[MerkleTree, array[int], bool]:
     """One pass over the stored events and leaves: the recomputed tree, the position
-    of each leaf, and whether the log is intact (then every event was replayed)."""
+    of each leaf, and whether the log is intact (then every event was replayed).
+    ``views``: the live views' position, and what to call once the replay has
+    applied every event up to it and none after (while the log is intact so far)."""
     recorder = engine.recorder
     tree, positions = MerkleTree(), array("q")  # 8 bytes a leaf
     log_ok = True
+    views_upto, at_views = views
+    reached = False
     after = 0
     stray = recorder.stray_position(c)
     if stray is not None:
@@ -315,14 +329,24 @@ def _walk_log(
             problem = replay.apply(position, event)
             if problem is not None:
                 findings.add("authorization", problem, position)
-            if position <= views_upto:
-                batch.append((position, event))
+            batch.append((position, event))
         if batch and log_ok:
-            problem = scratch.apply(batch)
+            # Views that lag the log (a crash between the two; the next open
+            # catches them up) are compared as far as they go, and the rest of
+            # the log is replayed after them.
+            upto = sum(1 for position, _ in batch if position <= views_upto)
+            problem = scratch.apply(batch[:upto]) if upto else None
+            if problem is None and upto < len(batch):
+                if not reached:
+                    reached = True
+                    at_views()
+                problem = scratch.apply(batch[upto:])
             if problem is not None:
                 findings.add("views", problem)
                 log_ok = False
         if upper is None:
+            if log_ok and not reached:
+                at_views()
             return tree, positions, log_ok
         after = upper
 

@@ -17,6 +17,7 @@ repeats the attacks on random victims and prints the table as measured.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import re
 import sqlite3
@@ -31,6 +32,7 @@ from urllib.parse import parse_qs, urlparse
 from ledger import Kind, Ledger, Session, merkle
 from ledger.access import hash_token
 from ledger.domain import Record
+from ledger.errors import CorruptEventError
 from ledger.heads import generate_key, publish_head
 from ledger.merkle import Verification
 from ledger.persistence import resolve_url
@@ -386,6 +388,25 @@ def stale_elsewhere(scene: Scene) -> str:
     return f"appended MarkedStale of F1 (cause E1) at position {position}"
 
 
+def unappliable_event(scene: Scene) -> str:
+    """Append (recomputed leaf) a ``CorrectionIssued`` of M1 by the real deliverer,
+    for a delivery that never was: no view can take it, so the views stay before
+    it (and every later open that catches them up fails on it)."""
+    position = int(scene.raw.one("SELECT MAX(POS) FROM EVENTS")[0][0]) + 1
+    with contextlib.suppress(CorruptEventError):  # the catch-up refuses it
+        forge(
+            scene,
+            "M1",
+            Record.CorrectionIssued,
+            actor="reviewer",
+            correction_id="c-forged",
+            delivery_id="d-never",
+            note="forged",
+            replacement=None,
+        )
+    return f"appended CorrectionIssued of M1 at position {position} for no delivery"
+
+
 #: Attack name -> (what it does, how to run it on a scene).
 ATTACKS: dict[str, tuple[str, Callable[[Scene], str]]] = {
     "truncation": ("truncation of the last 3 events + leaves, views rebuilt", truncate),
@@ -432,6 +453,10 @@ ATTACKS: dict[str, tuple[str, Callable[[Scene], str]]] = {
         "forged append of MarkedStale by a real approver, of a record not resting on the cause",
         stale_elsewhere,
     ),
+    "unappliable-event": (
+        "forged append of a correction of a delivery that never was, which no view can take",
+        unappliable_event,
+    ),
 }
 
 #: Attack -> (detected with kept heads, detected without): what docs/evidence.md says.
@@ -450,6 +475,7 @@ EXPECTED: dict[str, tuple[bool, bool]] = {
     "event-removed": (True, True),
     "unmarked-revocation": (True, True),
     "stale-elsewhere": (True, True),
+    "unappliable-event": (True, True),
 }
 
 

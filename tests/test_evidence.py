@@ -97,6 +97,10 @@ PROBLEMS: dict[str, tuple[str | None, str | None]] = {
         "the log was rewritten before it was taken",
         "but version 2 is not in the log (an event was removed)",
     ),
+    "unappliable-event": (
+        "cannot be applied to the views",
+        "cannot be applied to the views",
+    ),
 }
 
 
