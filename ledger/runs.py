@@ -63,6 +63,21 @@ class RunContext:
     def __enter__(self) -> RunContext:
         return self.start()
 
+    @property
+    def is_open(self) -> bool:
+        """Whether the run is open here: started or resumed, and not found ended
+        (by this context, or by another sharing the run when it last wrote)."""
+        return self._open
+
+    def state(self) -> str:
+        """The run as stored: ``"new"`` (never started by this principal),
+        ``"open"`` or ``"ended"``. Reads only."""
+        with self._outer.reading() as c:
+            run = self._outer.engine.load(c, self._aggregate_id)
+        if not isinstance(run, Run):
+            return "new"
+        return "ended" if run.ended else "open"
+
     def start(self) -> RunContext:
         """Record the run's start (what ``with`` does); end it with :meth:`end`.
 

@@ -52,7 +52,7 @@ from ledger.integrations.langgraph import (
     parse_claim_key,
     run_id_of,
 )
-from ledger.validation import check_text
+from ledger.validation import ID_PATTERN, check_text
 
 #: Scopes the agent and the reviewer hold roles in (first namespace labels).
 SCOPES = ("test", "prod", "docs", "items", "flags", "foo", "foobar", "foo2", "uid", "proj-a")
@@ -955,10 +955,25 @@ def test_the_claim_key_mapping_is_injective_and_reversible(
         assert claims[0][1] != claims[1][1]
 
 
-def test_run_ids_of_threads_are_ledger_names() -> None:
+def test_run_ids_of_threads_are_ledger_names_no_two_threads_share() -> None:
     assert run_id_of("t1") == "langgraph.t1"
+    assert run_id_of("t1", 2) == "langgraph.t1:2"
     odd = run_id_of("user 42 / chat \u00e9")
-    assert odd.startswith("langgraph.h-") and odd != run_id_of("user 42 / chat e")
+    assert odd.startswith("langgraph:h-") and odd != run_id_of("user 42 / chat e")
+    # A thread whose id looks like another's digest, resumption or later run
+    # gets a run id of its own
+    looks_alike = [
+        "chat",
+        "chat.1",
+        "chat:1",
+        odd.removeprefix("langgraph:"),
+        odd.removeprefix("langgraph.").replace(":", "."),
+        "user 42 / chat \u00e9",
+    ]
+    ids = [run_id_of(thread, n) for thread in looks_alike for n in (0, 1, 2, 10)]
+    assert len(set(ids)) == len(ids)
+    assert all(ID_PATTERN.fullmatch(i) for i in ids)
+    assert ID_PATTERN.fullmatch(run_id_of("x" * 200, 10**12))
 
 
 # -- async -----------------------------------------------------------------------------
@@ -1178,6 +1193,22 @@ def one_node_graph(store: BaseStore, node: Callable[[State], State]) -> Any:
     return builder.compile(store=store)
 
 
+def get_in_thread(store: BaseStore, thread: str, namespace: tuple[str, ...], key: str) -> Any:
+    """``store.get(namespace, key)`` in a node of a graph run in ``thread``."""
+    got: list[Any] = []
+
+    def read(state: State) -> State:
+        got.append(get_store().get(namespace, key))
+        return state
+
+    builder = StateGraph(State)
+    builder.add_node("read", read)
+    builder.add_edge(START, "read")
+    builder.add_edge("read", END)
+    builder.compile(store=store).invoke({"greeting": ""}, {"configurable": {"thread_id": thread}})
+    return got[0]
+
+
 def writer_graph(store: BaseStore) -> Any:
     """A node that only writes (it reads nothing in this invocation)."""
 
@@ -1270,10 +1301,72 @@ def test_a_thread_resumed_by_a_later_store_goes_on_in_a_new_run(
     assert out["greeting"] == "Hello, Ada!"
     greeting_id = current_id(principals.reviewer, "proj-a", "greetings/latest")
     proposed = principals.reviewer.audit(greeting_id).events[0]
-    assert proposed.details["run_id"] == f"{run_id_of('chat-1')}.1"
+    assert proposed.details["run_id"] == run_id_of("chat-1", 1)
     assert principals.reviewer.get(greeting_id).observed == (
         current_id(principals.reviewer, "proj-a", "user/name"),
     )
+
+
+def test_a_thread_resumed_does_not_join_the_run_of_a_thread_named_like_its_next_run(
+    store: LedgerStore, principals: Principals
+) -> None:
+    # Given thread "chat" whose first run ended, then thread "chat.1" reading a fact
+    writer_graph(store).invoke({"greeting": "one"}, {"configurable": {"thread_id": "chat"}})
+    store.close()
+    with LedgerStore(
+        principals.ledger, token=principals.agent_token, approver_token=principals.reviewer_token
+    ) as second:
+        second.put(("proj-a", "facts"), "other", {"v": 1})
+        assert get_in_thread(second, "chat.1", ("proj-a", "facts"), "other") is not None
+
+        # When thread "chat" comes back and puts without reading
+        writer_graph(second).invoke({"greeting": "two"}, {"configurable": {"thread_id": "chat"}})
+
+    # Then it went on in a run of its own, resting on nothing thread "chat.1" read
+    note = principals.reviewer.get(current_id(principals.reviewer, "proj-a", "notes/last"))
+    assert note.observed == ()
+    assert principals.reviewer.audit(note.id).events[0].details["run_id"] == run_id_of("chat", 1)
+
+
+def test_a_store_goes_on_in_a_threads_next_run_when_another_store_ended_it(
+    principals: Principals,
+) -> None:
+    # Given two stores over one ledger serving one thread
+    first = LedgerStore(
+        principals.ledger, token=principals.agent_token, approver_token=principals.reviewer_token
+    )
+    other = LedgerStore(
+        principals.ledger, token=principals.agent_token, approver_token=principals.reviewer_token
+    )
+    config = {"configurable": {"thread_id": "t"}}
+    writer_graph(first).invoke({"greeting": "a"}, config)
+    writer_graph(other).invoke({"greeting": "b"}, config)
+
+    # When the first is closed (ending the thread's run), the other goes on
+    first.close()
+    writer_graph(other).invoke({"greeting": "c"}, config)
+    got = get_in_thread(other, "t", ("proj-a", "notes"), "last")
+    assert got is not None and got.value == {"text": "c"}
+    runs = [principals.agent.run(run_id_of("t", n)).state() for n in range(3)]
+    assert runs == ["ended", "open", "new"]
+    other.close()
+
+
+def test_a_thread_resumed_by_store_after_store_keeps_going(principals: Principals) -> None:
+    # One store per request on one long thread: each close ends the thread's run
+    for turn in range(40):
+        with LedgerStore(
+            principals.ledger,
+            token=principals.agent_token,
+            approver_token=principals.reviewer_token,
+        ) as store:
+            writer_graph(store).invoke(
+                {"greeting": str(turn)}, {"configurable": {"thread_id": "long"}}
+            )
+    latest = current_id(principals.reviewer, "proj-a", "notes/last")
+    proposed = principals.reviewer.audit(latest).events[0]
+    assert proposed.details["run_id"] == run_id_of("long", 39)
+    assert principals.agent.run(run_id_of("long", 40)).state() == "new"
 
 
 def test_closing_a_store_ends_its_threads_whose_runs_another_store_ended(

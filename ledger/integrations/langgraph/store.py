@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import nullcontext
 from datetime import datetime
 from functools import partial
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from langgraph.store.base import (
     NOT_PROVIDED,
@@ -62,6 +62,9 @@ from ledger.proposals import NewestOf
 from ledger.validation import check_kind, check_value
 from ledger.values import ReadResult, RecordView
 from projections.validity import LIVE_STATUSES
+
+_Op = TypeVar("_Op")
+_R = TypeVar("_R")
 
 __all__ = ["MAX_THREADS", "PAGE", "LedgerStore"]
 
@@ -261,9 +264,11 @@ class LedgerStore(BaseStore):
             puts: dict[tuple[tuple[str, ...], str], PutOp] = {}
             for op in ops:
                 if isinstance(op, GetOp):
-                    results.append(self._get(state, op))
+                    state, got = self._in_run(state, self._get, op)
+                    results.append(got)
                 elif isinstance(op, SearchOp):
-                    results.append(self._search(state, op))
+                    state, found = self._in_run(state, self._search, op)
+                    results.append(found)
                 elif isinstance(op, ListNamespacesOp):
                     results.append(self._list_namespaces(op))
                 else:
@@ -272,8 +277,35 @@ class LedgerStore(BaseStore):
                     puts[(tuple(op.namespace), op.key)] = op
                     results.append(None)
             for op in puts.values():
-                self._put(state, op)
+                state, _ = self._in_run(state, self._put, op)
         return results
+
+    def _in_run(
+        self, state: Thread | None, do: Callable[[Thread | None, _Op], _R], op: _Op
+    ) -> tuple[Thread | None, _R]:
+        """``do(state, op)``; if it was refused because the thread's run has ended
+        (another store over the ledger, serving the same thread, closed and ended
+        it), once more in the thread's next run, which then serves the thread
+        here. Nothing was written in the ended run by the refused operation."""
+        if state is not None and not state.run.is_open:
+            state = self._restart(state)
+        try:
+            return state, do(state, op)
+        except InvalidInputError:
+            if state is None or state.run.is_open:
+                raise
+        state = self._restart(state)
+        return state, do(state, op)
+
+    def _restart(self, ended: Thread) -> Thread:
+        """The thread's next run, in place of ``ended`` (whose lock it keeps: the
+        batch that found it ended holds it)."""
+        with self._threads_lock:
+            state = Thread.start(self.session, ended.thread_id)
+            state.lock = ended.lock
+            if self._threads.get(ended.thread_id) is ended:
+                self._threads[ended.thread_id] = state
+            return state
 
     def _check_op(self, op: object) -> None:
         """Refuse a malformed or unsupported operation before anything runs."""

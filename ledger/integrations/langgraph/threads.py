@@ -33,9 +33,6 @@ from ledger.values import RecordView
 
 __all__ = ["Ids", "Thread", "run_id_of", "thread_id"]
 
-#: How many runs ``base``, ``base.1``, … a thread may have had before.
-MAX_RESUMPTIONS = 1000
-
 
 class Ids:
     """Record ids that sort newest first: ``records()`` pages by id, so a search
@@ -64,13 +61,20 @@ def thread_id() -> str | None:
     return None if thread is None else str(thread)
 
 
-def run_id_of(thread: str) -> str:
-    """The ledger run id of a LangGraph thread (a digest when the thread id is not
-    a ledger name)."""
+def run_id_of(thread: str, number: int = 0) -> str:
+    """The ledger run id of a LangGraph thread's ``number``-th run (0: its first;
+    a thread resumed by a later store, after its run ended, goes on in the next).
+
+    ``langgraph.THREAD`` for a thread id that is a ledger name without ``:``;
+    otherwise ``langgraph:h-`` and a digest of it; a later run adds ``:NUMBER``.
+    No two threads share a run id, whatever their ids and resumptions: only the
+    digest form and later runs have a ``:``, each in its own place.
+    """
     candidate = f"langgraph.{thread}"
-    if ID_PATTERN.fullmatch(candidate) and len(candidate) <= 120:
-        return candidate
-    return f"langgraph.h-{hashlib.sha256(thread.encode('utf-8', 'replace')).hexdigest()[:40]}"
+    if ":" in thread or not ID_PATTERN.fullmatch(candidate) or len(candidate) > 110:
+        digest = hashlib.sha256(thread.encode("utf-8", "replace")).hexdigest()[:40]
+        candidate = f"langgraph:h-{digest}"
+    return candidate if number == 0 else f"{candidate}:{number}"
 
 
 @dataclass
@@ -90,27 +94,41 @@ class Thread:
 
     @classmethod
     def start(cls, session: Session, thread: str) -> Thread:
-        """Start the thread's run: ``run_id_of(thread)``, or ``….N`` when that one
-        ended (a run that ended cannot be reopened: a thread resumed by a later
-        store over the same ledger, after the first closed, gets the next number);
-        a run not ended is continued, with what it read.
+        """Start the thread's run, or continue it if it is open (a store let it go,
+        or stopped without closing), with what it read. A run that ended cannot be
+        reopened: a thread resumed by a later store, after the first closed, goes
+        on in its next run (``run_id_of(thread, n)``). Its runs end in order, so
+        the first one not ended is found in a number of look-ups that grows with
+        the logarithm of how many there were.
 
         Raises:
             AccessDeniedError: the principal holds neither ``propose`` nor ``read``.
         """
-        base = run_id_of(thread)
-        for number in range(MAX_RESUMPTIONS):
-            run = session.run(base if number == 0 else f"{base}.{number}")
+
+        def ended(number: int) -> bool:
+            return session.run(run_id_of(thread, number)).state() == "ended"
+
+        number = 0
+        if ended(0):
+            low, high = 0, 1  # ended(low); the first not ended is after it
+            while ended(high):
+                low, high = high, high * 2
+            while high - low > 1:
+                middle = (low + high) // 2
+                low, high = (middle, high) if ended(middle) else (low, middle)
+            number = high
+        while True:
+            run = session.run(run_id_of(thread, number))
             try:
                 run.__enter__()
             except DuplicateRecordError:
-                try:  # one not ended (a store let it go, or stopped without closing)
+                try:  # started meanwhile, or open: continued
                     run.resume()
-                except InvalidInputError:  # ended: the thread goes on in the next one
+                except InvalidInputError:  # ended meanwhile: the thread goes on
+                    number += 1
                     continue
                 return cls(thread_id=thread, run=run, keys=_keys_of(session, run.relied_on))
             return cls(thread_id=thread, run=run)
-        raise LedgerError(f"runs {base!r} to {base}.{MAX_RESUMPTIONS - 1} are all taken")
 
     def end(self) -> None:
         """End the run (recorded as completed)."""
