@@ -31,7 +31,8 @@ import json
 import os
 import struct
 import types
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -427,7 +428,9 @@ def publish_head(
     (a heads file is verified with one public key: after a key rotation the new
     key's heads start a new file), and the log must still extend the newest of
     them (an RFC 9162 consistency proof over the stored leaves), so a routine
-    head-signing job never signs over a truncated or rewritten log.
+    head-signing job never signs over a truncated or rewritten log. The file is
+    locked (``flock``) from signing to appending: jobs publishing at once take
+    turns, and the file keeps its heads in the order they were signed.
 
     Raises:
         InvalidKeyError: the key cannot be loaded.
@@ -438,24 +441,50 @@ def publish_head(
     from ledger.verification import check_extends
 
     key = load_private_key(private_key)
-    head = signed_head(ledger, key)
     if path is None:
-        return head
-    kept = load_heads(path) if Path(path).exists() else ()
-    foreign = next((h for h in kept if h.key_id != head.key_id), None)
-    if foreign is not None:
-        raise InvalidHeadError(
-            f"not appended to {path}: its heads are signed by key {foreign.key_id[:16]}…, "
-            f"this one by key {head.key_id[:16]}…, and a heads file is verified with one "
-            "public key; start a new heads file for this key (keep the old one, with its "
-            "public key, for the heads it holds)"
-        )
-    if kept:
-        problem = check_extends(ledger.engine, kept[-1])
-        if problem is not None:
-            raise InvalidHeadError(f"not appended to {path}: {problem}")
-    append_head(path, head)
+        return signed_head(ledger, key)
+    with _holding(path):
+        # Signed with the file locked: heads published at once (a schedule and a
+        # revocation, say) are appended in the order they were signed.
+        head = signed_head(ledger, key)
+        kept = load_heads(path)
+        foreign = next((h for h in kept if h.key_id != head.key_id), None)
+        if foreign is not None:
+            raise InvalidHeadError(
+                f"not appended to {path}: its heads are signed by key {foreign.key_id[:16]}…, "
+                f"this one by key {head.key_id[:16]}…, and a heads file is verified with one "
+                "public key; start a new heads file for this key (keep the old one, with its "
+                "public key, for the heads it holds)"
+            )
+        if kept:
+            problem = check_extends(ledger.engine, kept[-1])
+            if problem is not None:
+                raise InvalidHeadError(f"not appended to {path}: {problem}")
+        append_head(path, head)
     return head
+
+
+@contextmanager
+def _holding(path: str | os.PathLike[str]) -> Iterator[None]:
+    """The heads file at ``path`` (created empty if absent, and removed again if it
+    is still empty when the block fails), locked for this process alone
+    (``flock``: other publishers, in any process of this machine, wait)."""
+    import fcntl  # POSIX
+
+    with naming_file(path):
+        existed = Path(path).exists()
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            yield
+        except BaseException:
+            if not existed and os.fstat(fd).st_size == 0:
+                with suppress(OSError):
+                    os.unlink(path)
+            raise
+    finally:
+        os.close(fd)  # and the lock with it
 
 
 __all__ = [

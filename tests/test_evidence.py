@@ -518,6 +518,51 @@ def test_a_head_is_appended_while_the_log_extends_the_newest(scene: Scene) -> No
     assert scene.ledger.verify(heads=scene.heads, public_key=scene.public_key).ok
 
 
+def _publish_heads(url: str, key: str, heads: str, times: int) -> None:
+    """Child: publish ``times`` heads of the ledger at ``url`` to ``heads``."""
+    with Ledger.open(url) as led:
+        for _ in range(times):
+            publish_head(led, key, heads)
+
+
+def test_heads_published_at_once_are_appended_in_the_order_they_were_signed(
+    tmp_path: Path,
+) -> None:
+    # Given three head-signing jobs at once (a schedule, a revocation, a
+    # delivery) on one heads file, while the ledger grows
+    import multiprocessing
+
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    key, heads = tmp_path / "key", tmp_path / "heads.jsonl"
+    generate_key(key)
+    with Ledger.open(url) as led:
+        led.admin().grant("agent-1", scope="p", roles=["propose"])
+        agent = led.authenticate(led.admin().issue_token("agent-1"))
+        spawn = multiprocessing.get_context("spawn")
+        jobs = [
+            spawn.Process(target=_publish_heads, args=(url, str(key), str(heads), 25))
+            for _ in range(3)
+        ]
+        for job in jobs:
+            job.start()
+        n = 0
+        while any(job.is_alive() for job in jobs):
+            agent.propose(scope="p", claim_key=f"k{n}", value=n, kind=Kind.FACT)
+            n += 1
+        for job in jobs:
+            job.join()
+        assert [job.exitcode for job in jobs] == [0, 0, 0]
+
+        # Then the file holds every head, in the order of their tree sizes and
+        # times, and the untouched ledger verifies against them
+        kept = load_heads(heads)
+        assert len(kept) == 75
+        assert [h.digest.size for h in kept] == sorted(h.digest.size for h in kept)
+        assert [h.time for h in kept] == sorted(h.time for h in kept)
+        report = led.verify(heads=heads, public_key=tmp_path / "key.pub")
+        assert report.ok, report.problem
+
+
 @pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
 @pytest.mark.parametrize(
     ("forge", "refusal"),
