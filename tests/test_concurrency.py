@@ -392,6 +392,66 @@ def test_two_processes_putting_one_new_store_key_at_once_leave_one_value(
         assert led.verify().ok
 
 
+def _change_key(url: str, tokens: tuple[str, str], key: str, how: str, barrier: Any) -> str:
+    """Child: delete the key, or put it anew, at the barrier; what it raised, if anything."""
+    from ledger.integrations.langgraph import LedgerStore
+
+    with Ledger.open(url) as led:
+        store = LedgerStore(led, token=tokens[0], approver_token=tokens[1])
+        barrier.wait()
+        try:
+            if how == "delete":
+                store.delete(("s", "mem"), key)
+            else:
+                store.put(("s", "mem"), key, {"v": how})
+        except LedgerError as exc:
+            return f"{how}: {type(exc).__name__}: {exc}"
+        finally:
+            store.close()
+    return ""
+
+
+def test_two_processes_deleting_or_replacing_one_store_key_at_once_both_succeed(
+    shared_url: str,
+) -> None:
+    from ledger.integrations.langgraph import LedgerStore
+
+    # Given stored keys, and two processes with a store each that change one key
+    # at the same moment: both delete it, or one deletes and one puts it anew
+    with Ledger.open(shared_url) as led:
+        admin = led.admin()
+        admin.grant("agent", scope="s", roles=["propose", "read"])
+        admin.grant("reviewer", scope="s", roles=["approve", "read"])
+        tokens = (admin.issue_token("agent"), admin.issue_token("reviewer"))
+        store = LedgerStore(led, token=tokens[0], approver_token=tokens[1])
+        for k in range(4):
+            store.put(("s", "mem"), f"d{k}", {"v": 0})
+            store.put(("s", "mem"), f"p{k}", {"v": 0})
+        store.close()
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Manager().Barrier(2)
+    raised: list[str] = []
+    with ctx.Pool(2) as pool:
+        for k in range(4):
+            for key, hows in ((f"d{k}", ("delete", "delete")), (f"p{k}", ("delete", "new"))):
+                raised += pool.starmap(
+                    _change_key, [(shared_url, tokens, key, how, barrier) for how in hows]
+                )
+
+    # Then neither raised (a delete of a key gone already does nothing, as in
+    # every BaseStore), the deleted keys are gone, and each key deleted while
+    # put anew holds the new value or nothing, as one order or the other leaves it
+    assert [r for r in raised if r] == []
+    with Ledger.open(shared_url) as led:
+        store = LedgerStore(led, token=tokens[0])
+        for k in range(4):
+            assert store.get(("s", "mem"), f"d{k}") is None
+            left = store.get(("s", "mem"), f"p{k}")
+            assert left is None or left.value == {"v": "new"}
+        store.close()
+        assert led.verify().ok
+
+
 @pytest.mark.parametrize(
     "statement",
     ["UPDATE {events} SET topic = 'x'", "DELETE FROM {events}"],

@@ -35,6 +35,7 @@ from ledger.errors import (
     AccessDeniedError,
     InvalidInputError,
     InvalidParentError,
+    InvalidTransitionError,
     InvalidValueError,
     LedgerError,
     MemoryConflictError,
@@ -581,7 +582,13 @@ class LedgerStore(BaseStore):
                 and record.status in _LIVE
                 and isinstance(record.value, dict)
             ):
-                revoker.revoke(self._named_for(revoker, record.id, scope), reason)
+                try:
+                    revoker.revoke(self._named_for(revoker, record.id, scope), reason)
+                except InvalidTransitionError:
+                    # Revoked or replaced since it was listed (another process
+                    # deleted or put the key at once): gone already, as asked.
+                    if self.session.get(record.id).status in _LIVE:
+                        raise
 
     def _named_for(self, other: Session, record_id: str, scope: str) -> str:
         """How ``other`` is shown the record in ``scope`` that the store's principal
