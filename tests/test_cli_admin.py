@@ -349,6 +349,40 @@ def test_a_missing_extra_is_named_in_the_error() -> None:
     assert "pip install 'provledger[postgres]'" in done.stderr
 
 
+def test_verify_bundle_without_cryptography_names_the_extra_not_an_alteration(
+    tmp_path: Path,
+) -> None:
+    from ledger import Kind
+    from ledger.bundle import write_bundle
+    from ledger.heads import generate_key
+
+    # Given an intact bundle
+    with Ledger.open(f"sqlite:///{tmp_path / 'l.db'}") as led:
+        led.admin().grant("agent-1", scope="p", roles=["propose", "read", "audit"])
+        agent = led.authenticate(led.admin().issue_token("agent-1"))
+        agent.propose(scope="p", claim_key="k", value=1, kind=Kind.FACT, id="F1")
+        generate_key(tmp_path / "key")
+        write_bundle(agent, "F1", tmp_path / "key", tmp_path / "b.zip")
+
+    # When it is checked where the cryptography package is not installed
+    code = (
+        "import sys\nsys.modules['cryptography'] = None\n"
+        "from ledger.cli import main\n"
+        f"main(['verify-bundle', {str(tmp_path / 'b.zip')!r}])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+
+    # Then it says what to install, and does not call the bundle altered
+    assert done.returncode == 1
+    assert "pip install 'provledger[evidence]'" in done.stderr
+    assert "altered" not in done.stderr
+
+
 def test_export_without_the_prov_extra_says_which_extra_to_install(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -26,7 +26,7 @@ from ledger.bundle.archive import (
 )
 from ledger.bundle.verify_statements import _check_statements
 from ledger.errors import InvalidKeyError, LedgerError
-from ledger.heads import SignedHead, key_id, load_public_key, verify_head
+from ledger.heads import SignedHead, ed25519, key_id, load_public_key, verify_head
 from ledger.values import HIDDEN
 
 if TYPE_CHECKING:
@@ -64,8 +64,10 @@ def verify_bundle(
 
     Raises:
         OSError: the file cannot be read.
-        InvalidKeyError: ``public_key`` cannot be loaded.
+        InvalidKeyError: ``public_key`` cannot be loaded, or the ``cryptography``
+            package is not installed (then nothing can be said of the bundle).
     """
+    ed25519()  # without it every bundle would look altered
     trusted = None if public_key is None else load_public_key(public_key)
     data = Path(path).read_bytes()
     try:
