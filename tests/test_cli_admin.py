@@ -559,3 +559,28 @@ def test_scrub_erased_fails_while_a_reader_keeps_the_bytes_and_scrubs_them_after
     done = ok("scrub-erased", "--url", url)
     assert done.stdout == "scrubbed: the database's files hold no erased bytes\n"
     assert all(b"personal-data" not in p.read_bytes() for p in files if p.exists())
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("init",),
+        ("grant", "a", "--scope", "s", "--roles", "read"),
+        ("stats",),
+        ("get", "E1", "--token", "plt_x"),
+    ],
+)
+def test_memory_is_refused_by_commands_that_would_lose_what_they_write(
+    args: tuple[str, ...],
+) -> None:
+    # Each command is a process of its own: an in-memory ledger would be gone
+    # when it exits, a grant or an admin token with it
+    refused = run(*args, "--url", "memory:")
+    assert refused.exit_code == 1
+    assert refused.stderr.startswith("error: memory: keeps a ledger only inside one process")
+    assert refused.stdout == ""
+
+
+def test_the_demo_runs_on_memory_in_one_process() -> None:
+    result = ok("demo", "--json", "--url", "memory:")
+    assert json.loads(result.stdout)["rows"]

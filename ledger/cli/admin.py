@@ -81,7 +81,7 @@ def init(url: str | None, as_json: bool) -> None:
         raise read_only_error("init", backend.url)
     try:
         led = open_ledger(url)
-        made = led.backend == "memory"  # a new one each time
+        made = False
     except LedgerNotFoundError:
         _refuse_others_file(url)
         led = open_ledger(url, create=True)
@@ -381,7 +381,7 @@ def demo(url: str | None, as_json: bool) -> None:
         target = url or f"sqlite:///{Path(tmp) / 'demo.db'}"
         # No admin token: the experiment runs only on an empty ledger (it refuses
         # one with events before writing), which no admin token guards yet.
-        with open_ledger(target, create=True) as led:
+        with open_ledger(target, create=True, one_process=True) as led:
             result = run_experiment(led)
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2))

@@ -23,6 +23,7 @@ from ledger.domain import Kind
 from ledger.errors import (
     AccessDeniedError,
     InvalidInputError,
+    InvalidURLError,
     LedgerError,
     LedgerNotFoundError,
     ReadOnlyError,
@@ -33,7 +34,7 @@ from ledger.session import Session
 F = TypeVar("F", bound=Callable[..., Any])
 
 URL_HELP = (
-    "Ledger URL (memory:, sqlite:///path.db, postgresql://…). "
+    "Ledger URL (sqlite:///path.db, postgresql://…). "
     "Default: $PROVLEDGER_URL, else sqlite:///provledger.db."
 )
 TOKEN_HELP = "Bearer token of the principal acting (from `provledger token issue`)."
@@ -296,9 +297,21 @@ class AsOf:
     time: datetime | None
 
 
-def open_ledger(url: str | None, *, create: bool = False, catch_up: bool = True) -> Ledger:
+def open_ledger(
+    url: str | None, *, create: bool = False, catch_up: bool = True, one_process: bool = False
+) -> Ledger:
     """The ledger at ``url``; unless ``create``, one that does not exist is refused
-    and nothing is created (no file, no tables). ``catch_up``: see ``Ledger.open``."""
+    and nothing is created (no file, no tables). ``catch_up``: see ``Ledger.open``.
+    ``memory:`` is refused unless ``one_process`` (a command whose whole use of the
+    ledger is in this process, as the demo's): each command is a process of its
+    own, and what one wrote there would be gone when it exits."""
+    if not one_process and resolve_url(url).kind == "memory":
+        raise InvalidURLError(
+            "memory: keeps a ledger only inside one process, and each command is a "
+            "process of its own (what it wrote would be gone when it exits): give a "
+            "sqlite:///path.db file or a postgresql:// database (`provledger demo "
+            "--url memory:` runs the demo in one process)"
+        )
     try:
         return Ledger.open(url, create=create, catch_up=catch_up)
     except LedgerNotFoundError:
