@@ -20,7 +20,7 @@ def main() -> int:
     parser.add_argument("--url", default=None, help="ledger URL; default $PROVLEDGER_URL")
     args = parser.parse_args()
     try:
-        with Ledger.open(args.url) as led:
+        with Ledger.open(args.url, create=False) as led:  # a mistyped URL creates nothing
             report = rebuild_with_progress(led)
     except LedgerError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -349,6 +349,24 @@ def test_a_missing_extra_is_named_in_the_error() -> None:
     assert "pip install 'provledger[postgres]'" in done.stderr
 
 
+def test_serve_without_its_extra_says_which_extra_to_install_as_an_error_line() -> None:
+    code = (
+        "import sys\nsys.modules['starlette'] = None\n"
+        "from ledger.cli import main\n"
+        "main(['serve', '--url', 'sqlite:///never-made.db'])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 1
+    assert done.stderr == (
+        "error: this needs starlette, which is not installed: pip install 'provledger[serve]'\n"
+    )
+
+
 def test_verify_bundle_without_cryptography_names_the_extra_not_an_alteration(
     tmp_path: Path,
 ) -> None:
@@ -584,3 +602,17 @@ def test_memory_is_refused_by_commands_that_would_lose_what_they_write(
 def test_the_demo_runs_on_memory_in_one_process() -> None:
     result = ok("demo", "--json", "--url", "memory:")
     assert json.loads(result.stdout)["rows"]
+
+
+def test_a_ledger_url_naming_a_directory_says_so(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}"
+    made = run("init", "--url", url)
+    assert made.exit_code == 1
+    assert made.stderr == (
+        f"error: not creating a ledger at {tmp_path}: it is a directory; give the path of "
+        f"a file in it (sqlite:///{tmp_path / 'provledger.db'})\n"
+    )
+    read = run("stats", "--url", url)
+    assert read.exit_code == 1
+    assert "the file there is a directory" in read.stderr
+    assert list(tmp_path.iterdir()) == []

@@ -95,11 +95,7 @@ def serve(url: str | None, host: str, port: int) -> None:
     Example:
       provledger serve --url sqlite:///provledger.db --port 8321
     """
-    try:
-        from ledger.serve import run
-    except ImportError as exc:
-        raise click.ClickException(
-            f"provledger serve needs the serve extra (pip install 'provledger[serve]'): {exc}"
-        ) from None
+    from ledger.serve import run  # without the serve extra: named (errors_exit_1)
+
     open_ledger(url).close()  # refuses a ledger that does not exist, creating nothing
     run(url, host=host, port=port, create=False)

@@ -227,7 +227,7 @@ def reject(record_id: str, reason: str, token: str, url: str | None, as_json: bo
     type=click.IntRange(min=0),
     default=20,
     show_default=True,
-    help="List at most this many of the records affected.",
+    help="List at most this many of the records marked STALE (after the revoked one).",
 )
 @click.option("--all", "show_all", is_flag=True, help="List every record affected.")
 @token_option
@@ -247,7 +247,7 @@ def revoke(
 
     Prints a summary (counts, deliveries now owing a correction, the log
     positions `as-of` needs to see the state before and after) and the first
-    --limit records affected; --all lists them all, --json gives everything.
+    --limit records marked STALE; --all lists them all, --json gives everything.
 
     \b
     Example:

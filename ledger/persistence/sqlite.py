@@ -48,6 +48,8 @@ def foreign_file(path: str) -> str | None:
     """What the file at ``path`` is, said of one that holds no ledger ("not an
     SQLite database", "an SQLite database without a ledger in it"); None when there
     is no file, it is empty, or it cannot be read."""
+    if os.path.isdir(path):
+        return "a directory"
     try:
         with open(path, "rb") as f:
             head = f.read(16)
