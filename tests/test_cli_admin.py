@@ -333,34 +333,28 @@ def test_a_sqlite_command_imports_no_postgresql(tmp_path: Path) -> None:
     assert "eventsourcing" in loaded and "psycopg" not in loaded
 
 
-def test_a_missing_extra_is_named_in_the_error() -> None:
+def _without(module: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``provledger ARGS`` in a fresh interpreter where ``module`` is not installed."""
     code = (
-        "import sys\nsys.modules['psycopg'] = None\n"
-        "from ledger.cli import main\n"
-        "main(['stats', '--url', 'postgresql://u@db.invalid/x'])"
+        f"import sys\nsys.modules[{module!r}] = None\n"
+        f"from ledger.cli import main\nmain({list(args)!r})"
     )
-    done = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,
         text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
+
+
+def test_a_missing_extra_is_named_in_the_error() -> None:
+    done = _without("psycopg", "stats", "--url", "postgresql://u@db.invalid/x")
     assert done.returncode == 1
     assert "pip install 'provledger[postgres]'" in done.stderr
 
 
 def test_serve_without_its_extra_says_which_extra_to_install_as_an_error_line() -> None:
-    code = (
-        "import sys\nsys.modules['starlette'] = None\n"
-        "from ledger.cli import main\n"
-        "main(['serve', '--url', 'sqlite:///never-made.db'])"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
+    done = _without("starlette", "serve", "--url", "sqlite:///never-made.db")
     assert done.returncode == 1
     assert done.stderr == (
         "error: this needs starlette, which is not installed: pip install 'provledger[serve]'\n"
@@ -383,17 +377,7 @@ def test_verify_bundle_without_cryptography_names_the_extra_not_an_alteration(
         write_bundle(agent, "F1", tmp_path / "key", tmp_path / "b.zip")
 
     # When it is checked where the cryptography package is not installed
-    code = (
-        "import sys\nsys.modules['cryptography'] = None\n"
-        "from ledger.cli import main\n"
-        f"main(['verify-bundle', {str(tmp_path / 'b.zip')!r}])"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
+    done = _without("cryptography", "verify-bundle", str(tmp_path / "b.zip"))
 
     # Then it says what to install, and does not call the bundle altered
     assert done.returncode == 1
