@@ -22,6 +22,7 @@ from ledger.validation import check_aware
 from ledger.values import AuditEvent, AuditTrail
 from projections import timeline
 from projections import validity as validity_view
+from projections.base import Cursor
 
 #: The ``Record`` events ``history(type=…)`` knows.
 RECORD_EVENTS = (
@@ -209,6 +210,19 @@ def prove(caller: Caller, record_id: str) -> tuple[InclusionProof, ...]:
     return tuple(proofs)
 
 
+def _time_of_event(caller: Caller, c: Cursor, position: int) -> datetime | None:
+    """The time the event at ``position`` carries (None: before the first). The
+    time index keeps the latest time seen up to each position, which is later than
+    the event's own where a writer's clock stepped back: an as-of read at a position
+    is made at the time of the event there, as a read just after it was."""
+    notes = caller.engine.recorder.read_after(c, position - 1, 1) if position > 0 else []
+    if not notes or notes[0].id != position:
+        at_micros = timeline.time_of(c, caller.engine.dialect, position)
+        return None if at_micros is None else micros_to_datetime(at_micros)
+    timestamp: datetime = caller.engine.projector.decode(notes[0]).timestamp
+    return timestamp
+
+
 def as_of(caller: Caller, position: int | None, time: datetime | None) -> Caller:
     """``Session.as_of``: the caller as of a log position (the end of the
     transaction that appended it) or the newest position at or before ``time``."""
@@ -225,8 +239,7 @@ def as_of(caller: Caller, position: int | None, time: datetime | None) -> Caller
                     f"as_of position {position} is beyond the log (newest is {newest})"
                 )
             pos = timeline.commit_end(c, d, position)
-            at_micros = timeline.time_of(c, d, pos)
-            at = None if at_micros is None else micros_to_datetime(at_micros)
+            at = _time_of_event(caller, c, pos)
         else:
             when = check_aware(time, "as_of time")
             pos = timeline.commit_end(c, d, timeline.position_at(c, d, datetime_to_micros(when)))

@@ -648,6 +648,36 @@ def test_as_of_answers_as_the_ledger_did_at_that_position(world: World) -> None:
     assert now.get(m1).status == Status.STALE
 
 
+def test_as_of_a_position_is_made_at_the_time_of_the_event_there_after_the_clock_stepped_back(
+    world: World,
+) -> None:
+    # Given F1 accepted until 10 minutes on, then a writer's clock 20 minutes
+    # ahead, then set back to 5 minutes on before the next write at position p
+    start = world.clock.now
+    world.agent.propose(
+        scope=SCOPE, claim_key="k", value=1, kind=Kind.FACT, id="F1",
+        expires=start + timedelta(minutes=10),
+    )  # fmt: skip
+    world.reviewer.accept("F1")
+    world.clock.advance(minutes=20)
+    world.agent.propose(scope=SCOPE, claim_key="x", value=0, kind=Kind.FACT, id="X")
+    world.clock.now = start + timedelta(minutes=5)
+    world.agent.propose(scope=SCOPE, claim_key="y", value=0, kind=Kind.FACT, id="Y")
+    p = world.ledger.position
+    live = world.reviewer.read(SCOPE, "k")
+    assert live.outcome == Outcome.FOUND
+
+    # Then the as-of read at p answers as the live read just after it did: at the
+    # time of the event at p, when F1 had not expired
+    then = world.reviewer.as_of(position=p)
+    past = then.read(SCOPE, "k")
+    assert (past.outcome, past.at) == (Outcome.FOUND, live.at)
+    assert then.get("F1").validity == Validity.VALID
+    # while the as-of read at X's position, 20 minutes on, found F1 expired
+    at_x = world.reviewer.as_of(position=p - 1)
+    assert at_x.read(SCOPE, "k").outcome == Outcome.MISSING
+
+
 WRITES: dict[str, Callable[[Session], object]] = {
     "propose": lambda s: s.propose(scope=SCOPE, claim_key="x", value=1, kind=Kind.FACT),
     "capture": lambda s: s.capture(scope=SCOPE, uri="https://docs.test/x", content=b"x"),
