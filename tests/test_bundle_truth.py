@@ -459,3 +459,37 @@ def test_free_text_in_the_summary_cannot_pose_as_one_of_its_lines(
     assert "fine\\nstatus:    REVOKED / INVALID" in summary  # shown, escaped, in its line
     [status] = [line for line in summary.splitlines() if line.startswith("status:")]
     assert status.startswith("status:    ACCEPTED / VALID (fine\\nstatus:")
+
+
+def test_a_bundle_of_a_record_expiring_while_it_is_written_states_it_as_at_its_making(
+    tmp_path: Path,
+) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    generate_key(tmp_path / "k")
+    rejected = []
+    # A clock that moves on at every call: the record expires somewhere inside
+    # the bundle's writing, at a different call for each lead
+    for lead in range(-5, 80):
+        now = [datetime(2026, 1, 1, tzinfo=UTC)]
+
+        def clock(now: list[datetime] = now) -> datetime:
+            now[0] += timedelta(milliseconds=1)
+            return now[0]
+
+        with Ledger.open("memory:", clock=clock) as led:
+            admin = led.admin()
+            admin.grant("ag", scope="p", roles=["propose", "read"])
+            admin.grant("rv", scope="p", roles=["approve", "read", "audit"])
+            agent = led.authenticate(admin.issue_token("ag"))
+            reviewer = led.authenticate(admin.issue_token("rv"))
+            agent.propose(
+                scope="p", claim_key="k", value=1, kind=Kind.FACT, id="F1",
+                expires=now[0] + timedelta(milliseconds=10 + lead),
+            )  # fmt: skip
+            reviewer.accept("F1")
+            write_bundle(reviewer, "F1", tmp_path / "k", tmp_path / f"b{lead}.zip")
+        report = verify_bundle(tmp_path / f"b{lead}.zip", tmp_path / "k.pub")
+        if not report.ok:
+            rejected.append((lead, report.problem))
+    assert rejected == []

@@ -57,6 +57,13 @@ def write_bundle(
             rebuild`` replays the views from the log).
     """
     key = load_private_key(private_key)
+    engine = session.caller.engine
+    now = engine.now()
+    if session.caller.position is None and session.caller.as_of_at is None:
+        # Every status and validity stated at one instant, the one the bundle says
+        # it was made at: a record expiring while it is written is stated as it
+        # was then, as its verification judges it.
+        session = Session(session.caller.derive(at=now))
     # Every basis ever held: a record revalidated on a new one was delivered, or
     # relied on, while it rested on the old one, which the bundle must show.
     sub = collect(
@@ -72,14 +79,13 @@ def write_bundle(
         for t in trails.values()
         for dep in (*t.record.parents, *t.record.observed)
     )
-    engine = session.caller.engine
     events, digest, told = _events(session, trails, auditable)
     # The views say what the bundle states; the log is what it proves. State
     # nothing the events it carries contradict (a view row edited behind the
     # ledger's back, or not yet rebuilt).
     for rid, trail in trails.items():
         _check_view(rid, trail.record, told[rid], trails, auditable)
-    head = sign_head(key, digest, engine.now())
+    head = sign_head(key, digest, now)
     order = _nearest_first(root, trails)
     prov = _prov_json(session, root, trails, auditable)
     summary = _summary(trails, order, hidden, head, events, auditable)
@@ -95,7 +101,7 @@ def write_bundle(
     manifest = {
         "format": FORMAT,
         "record": root,
-        "created": engine.now().astimezone(UTC).isoformat(timespec="microseconds"),
+        "created": now.astimezone(UTC).isoformat(timespec="microseconds"),
         "key_id": key_id(key),
         "head": head.to_json(),
         "records": [
