@@ -14,17 +14,21 @@ event                     must hold
                           not REVOKED, REJECTED, STALE or SUPERSEDED; a record it supersedes
                           exists in the same scope
 ``Accepted``              a valid token; ``approve``; not the proposer; the record is a
-                          CANDIDATE and every dependency ACCEPTED
+                          CANDIDATE and every dependency ACCEPTED; neither it nor a record
+                          it rests on expired at the event's time
 ``Rejected``              a valid token; ``approve``; not the proposer; a CANDIDATE
 ``Revoked``               a valid token; ``approve``; CANDIDATE, ACCEPTED or STALE
 ``MarkedStale``           a valid token; ``approve`` in the scope of the cause, which exists,
                           is REVOKED (SUPERSEDED when ``superseded_by`` is set) and is
                           among the record's dependencies, transitively; the record is
                           CANDIDATE, ACCEPTED or STALE
-``Superseded``            a valid token; ``approve``; CANDIDATE, ACCEPTED or STALE
-``Revalidated``           a valid token; ``approve``; not the proposer; STALE; every
-                          dependency (the new basis, if given) ACCEPTED
-``Delivered``             a valid token; ``deliver``; ACCEPTED
+``Superseded``            a valid token; ``approve``; CANDIDATE, ACCEPTED or STALE; the
+                          newer record it names exists, in its scope, and is ACCEPTED
+``Revalidated``           a valid token; ``approve``; not the proposer; STALE, or ACCEPTED
+                          on a new basis when a record it rests on (not the record itself)
+                          had expired; every dependency (the new basis, if given) ACCEPTED
+``Delivered``             a valid token; ``deliver``; ACCEPTED, and neither it nor a record
+                          it rests on expired at the event's time
 ``CorrectionIssued``      a valid token; ``deliver``
 ``SnapshotErased``        the admin (the embedding host)
 ``Principal`` events      the admin
@@ -159,6 +163,9 @@ class _RecordState:
     accepted_once: bool = False
     #: The version of the record's latest event so far.
     version: int = 1
+    #: Its own expiry (microseconds), and the record it was proposed to replace.
+    expires: int | None = None
+    supersedes: str | None = None
 
 
 @dataclass
@@ -225,7 +232,16 @@ class AuthorizationReplay:
         written behind the ledger's back leaves one (a revocation without its
         stale markings, say)."""
         live = (Status.CANDIDATE.value, Status.ACCEPTED.value)
+        replaceable = (*live, Status.STALE.value)
         for state in self.records.values():
+            if state.accepted_once and state.supersedes is not None:
+                old = self.by_id.get(state.supersedes)
+                if old is not None and old.status in replaceable:
+                    yield (
+                        f"{state.record_id!r} was accepted, yet {state.supersedes!r}, which "
+                        f"it was proposed to replace, is {old.status}: the log lacks the "
+                        "supersession that accepting it makes"
+                    )
             if state.status not in live:
                 continue
             for dep in state.dependencies:
@@ -261,6 +277,8 @@ class AuthorizationReplay:
             proposer=names.setdefault(event.actor, event.actor),
             status=Status.CANDIDATE.value,
             dependencies=deps,
+            expires=None if event.expires is None else datetime_to_micros(event.expires),
+            supersedes=getattr(event, "supersedes", None),
         )
         self.records[event.originator_id.int] = state
         self.by_id[event.record_id] = state
@@ -341,10 +359,75 @@ class AuthorizationReplay:
             return f"{what}: {actor!r} approved its own proposal (separation of duties)"
         if allowed and state.status is not None and state.status not in allowed:
             return f"{what}: the record was {state.status}; that needs {'|'.join(allowed)}"
-        if isinstance(event, Record.Revalidated) and state.status == _A and event.parents is None:
-            return f"{what}: the record was {_A}; revalidating it needs a new basis"
+        if isinstance(event, Record.Revalidated) and state.status == _A:
+            problem = self._basis_expired(what, state, event)
+            if problem is not None:
+                return problem
+        if isinstance(event, Record.Superseded):
+            problem = self._superseded_by(what, state, event)
+            if problem is not None:
+                return problem
+        if isinstance(event, (Record.Accepted, Record.Delivered)):
+            problem = self._expired(what, state, event)
+            if problem is not None:
+                return problem
         if isinstance(event, (Record.Accepted, Record.Revalidated)):
             return self._dependencies_accepted(what, state, event)
+        return None
+
+    def _expired(self, what: str, state: _RecordState, event: Any) -> str | None:
+        """Why a record could not be accepted or delivered then: it, or a record it
+        rests on, had expired (accept and deliver need it usable)."""
+        at = datetime_to_micros(event.timestamp)
+        if state.expires is not None and state.expires <= at:
+            return f"{what}: the record had expired"
+        earliest = self._earliest_ancestor_expiry(state)
+        if earliest is not None and earliest <= at:
+            return f"{what}: a record it rests on had expired"
+        return None
+
+    def _basis_expired(self, what: str, state: _RecordState, event: Any) -> str | None:
+        """Why an ACCEPTED record could not be revalidated: only one whose basis
+        expired (an ancestor's expiry, not its own) is, and only on a new basis."""
+        if event.parents is None:
+            return f"{what}: the record was {_A}; revalidating it needs a new basis"
+        at = datetime_to_micros(event.timestamp)
+        if state.expires is not None and state.expires <= at:
+            return f"{what}: the record itself had expired"
+        earliest = self._earliest_ancestor_expiry(state)
+        if earliest is None or earliest > at:
+            return (
+                f"{what}: the record was {_A} and no record it rests on had expired; "
+                f"revalidating it needs it {_S}"
+            )
+        return None
+
+    def _earliest_ancestor_expiry(self, state: _RecordState) -> int | None:
+        """The earliest own expiry among the records ``state`` rests on, transitively."""
+        earliest: int | None = None
+        seen: set[str] = set()
+        stack = list(state.dependencies)
+        while stack:
+            dep = stack.pop()
+            found = self.by_id.get(dep)
+            if dep in seen or found is None:
+                continue
+            seen.add(dep)
+            if found.expires is not None and (earliest is None or found.expires < earliest):
+                earliest = found.expires
+            stack.extend(found.dependencies)
+        return earliest
+
+    def _superseded_by(self, what: str, state: _RecordState, event: Any) -> str | None:
+        """Why a ``Superseded`` cannot stand: it names the record accepted in the
+        same transaction, just before, in the same scope."""
+        by = self.by_id.get(event.by)
+        if by is None:
+            return f"{what}: it names {event.by!r} as the newer record, which was never proposed"
+        if by.scope != state.scope:
+            return f"{what}: the newer record {event.by!r} is not in its scope"
+        if by.status != _A:
+            return f"{what}: the newer record {event.by!r} was {by.status}, not {_A}"
         return None
 
     def _rests_on(self, state: _RecordState, cause: str) -> bool:

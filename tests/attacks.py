@@ -407,6 +407,42 @@ def unappliable_event(scene: Scene) -> str:
     return f"appended CorrectionIssued of M1 at position {position} for no delivery"
 
 
+def revalidate_unexpired(scene: Scene) -> str:
+    """Append (recomputed leaf) a ``Revalidated`` of the ACCEPTED P2 onto a new basis
+    P3 by the real approver, although nothing it rests on expired: only a record
+    whose basis expired may be re-based while ACCEPTED."""
+    for rid, parents in (("P1", []), ("P3", []), ("P2", ["P1"])):
+        kind = Kind.INFERENCE if parents else Kind.FACT
+        scene.agent.propose(
+            scope="proj-a", claim_key=f"rb.{rid}", value=1, kind=kind, parents=parents, id=rid
+        )
+        scene.reviewer.accept(rid)
+    position = forge(
+        scene, "P2", Record.Revalidated, actor="reviewer", note="forged",
+        parents=("P3",), observed=None, status="ACCEPTED",
+    )  # fmt: skip
+    return f"appended Revalidated of the ACCEPTED P2 onto P3 at position {position}"
+
+
+def superseded_by_nothing(scene: Scene) -> str:
+    """Append (recomputed leaf) a ``Superseded`` of the candidate F1 by the real
+    approver, naming a newer record that was never proposed."""
+    position = forge(scene, "F1", Record.Superseded, actor="reviewer", by="NOPE")
+    return f"appended Superseded of F1 by NOPE at position {position}"
+
+
+def accept_without_supersession(scene: Scene) -> str:
+    """Propose F3, a new version of the candidate F1, then append (recomputed leaf)
+    its ``Accepted`` by the real approver without the ``Superseded`` of F1 that
+    accepting it writes: reads of the claim would find two rival versions."""
+    scene.agent.propose(
+        scope="proj-a", claim_key="api.timeout", value=60, kind=Kind.FACT, id="F3",
+        supersedes="F1",
+    )  # fmt: skip
+    position = forge(scene, "F3", Record.Accepted, actor="reviewer", note="")
+    return f"appended Accepted of F3 at position {position}, F1 left as it was"
+
+
 #: Attack name -> (what it does, how to run it on a scene).
 ATTACKS: dict[str, tuple[str, Callable[[Scene], str]]] = {
     "truncation": ("truncation of the last 3 events + leaves, views rebuilt", truncate),
@@ -457,6 +493,18 @@ ATTACKS: dict[str, tuple[str, Callable[[Scene], str]]] = {
         "forged append of a correction of a delivery that never was, which no view can take",
         unappliable_event,
     ),
+    "revalidate-unexpired": (
+        "forged append of Revalidated of an ACCEPTED record onto a new basis, none expired",
+        revalidate_unexpired,
+    ),
+    "superseded-by-nothing": (
+        "forged append of Superseded naming a newer record that was never proposed",
+        superseded_by_nothing,
+    ),
+    "accept-without-supersession": (
+        "forged append of Accepted of a new version, without the supersession of the old",
+        accept_without_supersession,
+    ),
 }
 
 #: Attack -> (detected with kept heads, detected without): what docs/evidence.md says.
@@ -476,6 +524,9 @@ EXPECTED: dict[str, tuple[bool, bool]] = {
     "unmarked-revocation": (True, True),
     "stale-elsewhere": (True, True),
     "unappliable-event": (True, True),
+    "revalidate-unexpired": (True, True),
+    "superseded-by-nothing": (True, True),
+    "accept-without-supersession": (True, True),
 }
 
 

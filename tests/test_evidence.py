@@ -17,6 +17,7 @@ import zipfile
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
@@ -33,6 +34,7 @@ from ledger.errors import (
     InvalidHeadError,
     InvalidInputError,
     InvalidKeyError,
+    LedgerError,
     SnapshotErasedError,
     UnknownSnapshotError,
 )
@@ -53,6 +55,7 @@ from .attacks import (
     append_event,
     build_scene,
     detect,
+    forge,
     forged_accept,
     truncate,
 )
@@ -101,6 +104,18 @@ PROBLEMS: dict[str, tuple[str | None, str | None]] = {
         "cannot be applied to the views",
         "cannot be applied to the views",
     ),
+    "revalidate-unexpired": (
+        "the record was ACCEPTED and no record it rests on had expired",
+        "the record was ACCEPTED and no record it rests on had expired",
+    ),
+    "superseded-by-nothing": (
+        "it names 'NOPE' as the newer record, which was never proposed",
+        "it names 'NOPE' as the newer record, which was never proposed",
+    ),
+    "accept-without-supersession": (
+        "the log lacks the supersession that accepting it makes",
+        "the log lacks the supersession that accepting it makes",
+    ),
 }
 
 
@@ -130,6 +145,47 @@ def test_each_attack_is_detected_exactly_as_documented(scene: Scene, attack: str
         assert (not report.ok) == expected, (attack, with_heads, report.problem)
         if expected:
             assert words is not None and words in (report.problem or ""), report.problem
+
+
+@pytest.mark.parametrize("ledger_url", BACKENDS, indirect=True)
+@pytest.mark.parametrize("event", ["Accepted", "Delivered"])
+def test_an_acceptance_or_delivery_after_an_expiry_appended_behind_the_ledgers_back_is_named(
+    scene: Scene, clock: Clock, event: str
+) -> None:
+    # Given P2 resting on P1, which expires in a minute, then expired
+    scene.agent.propose(
+        scope="proj-a", claim_key="x.p1", value=1, kind=Kind.FACT, id="P1",
+        expires=clock.now + timedelta(minutes=1),
+    )  # fmt: skip
+    scene.reviewer.accept("P1")
+    scene.agent.propose(
+        scope="proj-a", claim_key="x.p2", value=2, kind=Kind.INFERENCE, parents=["P1"], id="P2"
+    )
+    if event == "Delivered":
+        scene.reviewer.accept("P2")
+    clock.advance(minutes=2)
+    # (which the commands refuse)
+    with pytest.raises(LedgerError, match="expired"):
+        if event == "Accepted":
+            scene.reviewer.accept("P2")
+        else:
+            scene.reviewer.deliver("P2", recipient="ops@x.test")
+
+    # When the event is appended by the real approver, with a recomputed leaf
+    fields: dict[str, Any] = (
+        {"note": ""}
+        if event == "Accepted"
+        else {"delivery_id": "d-forged", "recipient": "ops@x.test", "channel": "api"}
+    )
+    position = forge(scene, "P2", getattr(Record, event), actor="reviewer", **fields)
+
+    # Then verify names it, with and without kept heads
+    for with_heads in (True, False):
+        report = detect(scene, with_heads)
+        assert not report.ok
+        assert report.problem == (
+            f"{event} of 'P2' at position {position}: a record it rests on had expired"
+        )
 
 
 @pytest.mark.parametrize("ledger_url", BACKENDS, indirect=True)
