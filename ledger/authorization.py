@@ -166,6 +166,10 @@ class _RecordState:
     #: Its own expiry (microseconds), and the record it was proposed to replace.
     expires: int | None = None
     supersedes: str | None = None
+    #: The earliest expiry of it and everything it rests on, and the replay's
+    #: basis epoch it was worked out in (-1: never).
+    earliest: int | None = None
+    earliest_epoch: int = -1
 
 
 @dataclass
@@ -189,6 +193,10 @@ class AuthorizationReplay:
     versions: dict[int, int] = field(default_factory=dict)
     #: Events of types without a rule here (each refused), by type name.
     unchecked: Counter[str] = field(default_factory=Counter)
+    #: How many records have an expiry of their own (none: no expiry to work out).
+    expiring: int = 0
+    #: Bumped whenever a revalidation gives a record a new basis (``_earliest``).
+    basis_epoch: int = 0
     events: int = 0
 
     def apply(self, position: int, event: Any) -> str | None:
@@ -280,6 +288,7 @@ class AuthorizationReplay:
             expires=None if event.expires is None else datetime_to_micros(event.expires),
             supersedes=getattr(event, "supersedes", None),
         )
+        self.expiring += state.expires is not None
         self.records[event.originator_id.int] = state
         self.by_id[event.record_id] = state
         ref = (event.evidence or {}).get("snapshot_ref")
@@ -404,19 +413,42 @@ class AuthorizationReplay:
 
     def _earliest_ancestor_expiry(self, state: _RecordState) -> int | None:
         """The earliest own expiry among the records ``state`` rests on, transitively."""
+        if not self.expiring:  # no record expires: nothing to walk
+            return None
         earliest: int | None = None
-        seen: set[str] = set()
-        stack = list(state.dependencies)
-        while stack:
-            dep = stack.pop()
+        for dep in state.dependencies:
             found = self.by_id.get(dep)
-            if dep in seen or found is None:
-                continue
-            seen.add(dep)
-            if found.expires is not None and (earliest is None or found.expires < earliest):
-                earliest = found.expires
-            stack.extend(found.dependencies)
+            value = None if found is None else self._earliest(found)
+            if value is not None and (earliest is None or value < earliest):
+                earliest = value
         return earliest
+
+    def _earliest(self, state: _RecordState) -> int | None:
+        """The earliest expiry of ``state`` and everything it rests on. Kept per
+        record until a revalidation gives some record a new basis (the epoch), so
+        a log's acceptances cost one step per record, not a walk of its ancestry."""
+        epoch = self.basis_epoch
+        if state.earliest_epoch == epoch:
+            return state.earliest
+        stack: list[tuple[_RecordState, bool]] = [(state, False)]
+        while stack:
+            node, ready = stack.pop()
+            if node.earliest_epoch == epoch:
+                continue
+            deps = [d for d in map(self.by_id.get, node.dependencies) if d is not None]
+            if not ready:
+                stack.append((node, True))
+                stack.extend((d, False) for d in deps if d.earliest_epoch != epoch)
+                continue
+            earliest = node.expires
+            for dep in deps:
+                # A dependency still unworked here is on a cycle (only a forged log
+                # has one): it adds nothing.
+                value = dep.earliest if dep.earliest_epoch == epoch else None
+                if value is not None and (earliest is None or value < earliest):
+                    earliest = value
+            node.earliest, node.earliest_epoch = earliest, epoch
+        return state.earliest
 
     def _superseded_by(self, what: str, state: _RecordState, event: Any) -> str | None:
         """Why a ``Superseded`` cannot stand: it names the record accepted in the
@@ -461,6 +493,7 @@ class AuthorizationReplay:
     def _fold(self, state: _RecordState, event: Any, after: str | None, position: int) -> None:
         if isinstance(event, Record.Revalidated):
             if event.parents is not None or event.observed is not None:
+                self.basis_epoch += 1  # what rests on it may rest on other expiries now
                 parents = event.parents if event.parents is not None else state.dependencies
                 state.dependencies = tuple(dict.fromkeys((*parents, *(event.observed or ()))))
             # A record never accepted may come back as a CANDIDATE in later versions.

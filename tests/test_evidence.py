@@ -188,6 +188,34 @@ def test_an_acceptance_or_delivery_after_an_expiry_appended_behind_the_ledgers_b
         )
 
 
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_a_record_delivered_after_an_ancestor_was_re_based_past_its_expiry_verifies(
+    world: World,
+) -> None:
+    # Given C resting on B resting on A, which expires in a minute
+    agent, reviewer, clock = world.agent, world.reviewer, world.clock
+    agent.propose(
+        scope="proj-a", claim_key="a", value=1, kind=Kind.FACT, id="A",
+        expires=clock.now + timedelta(minutes=1),
+    )  # fmt: skip
+    agent.propose(scope="proj-a", claim_key="a2", value=1, kind=Kind.FACT, id="A2")
+    for rid, parent in (("A", None), ("A2", None), ("B", "A"), ("C", "B")):
+        if parent is not None:
+            agent.propose(
+                scope="proj-a", claim_key=rid, value=1, kind=Kind.INFERENCE,
+                parents=[parent], id=rid,
+            )  # fmt: skip
+        reviewer.accept(rid)
+    reviewer.deliver("C", recipient="ops@x.test")  # worked out before A expires
+    clock.advance(minutes=2)
+    # When A has expired, B is given a new basis, and C is usable and delivered again
+    reviewer.revalidate("B", note="re-based", parents=["A2"])
+    reviewer.deliver("C", recipient="ops@x.test")
+    # Then the log verifies: what C rests on was worked out again after the re-basing
+    report = world.ledger.verify()
+    assert report.ok, report.problem
+
+
 @pytest.mark.parametrize("ledger_url", BACKENDS, indirect=True)
 def test_truncation_undoes_a_revocation_and_only_a_kept_head_notices(scene: Scene) -> None:
     assert scene.agent.read(scope="proj-a", claim_key="api.retry_safe").outcome == Outcome.MISSING
