@@ -202,6 +202,15 @@ class RunContext:
         for rid in record_ids:
             self._reads[rid] = valid is None or rid in valid
 
+    def carry_into(self, other: RunContext) -> None:
+        """Record in ``other`` (open) every read of this run, each as VALID or not
+        as this run was last shown it: a task that goes on in another run rests on
+        what it read in this one, and is refused as it would have been here if one
+        of those records was withdrawn since."""
+        if self._reads:
+            valid = [rid for rid, was_valid in self._reads.items() if was_valid]
+            other.record_reads(tuple(self._reads), f"carried over from run {self.run_id}", valid)
+
     def observed_for(self, declared: Sequence[str], c: Cursor | None = None) -> tuple[str, ...]:
         """The records the run was last shown while VALID, minus the declared parents;
         with ``c`` (a proposal's transaction), as the run stored them, reads made

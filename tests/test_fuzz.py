@@ -99,6 +99,7 @@ NOT_FUZZED = {
     "Ledger.views_digest": "takes no arguments",
     "RunContext.observed_for": "a helper of propose; takes the declared parents it is given",
     "RunContext.record_reads": "called by the run's own reads with the ids they showed",
+    "RunContext.carry_into": "takes another open run, not input (tests/test_langgraph_store.py)",
     "RunContext.start": "what entering the run does (Session.run is fuzzed entering it)",
     "RunContext.resume": "takes no arguments",
     "RunContext.state": "takes no arguments",

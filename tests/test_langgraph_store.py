@@ -956,23 +956,25 @@ def test_the_claim_key_mapping_is_injective_and_reversible(
 
 
 def test_run_ids_of_threads_are_ledger_names_no_two_threads_share() -> None:
-    assert run_id_of("t1") == "langgraph.t1"
-    assert run_id_of("t1", 2) == "langgraph.t1:2"
+    assert run_id_of("t1") == "langgraph:t1"
+    assert run_id_of("t1", 2) == "langgraph:t1:2"
     odd = run_id_of("user 42 / chat \u00e9")
-    assert odd.startswith("langgraph:h-") and odd != run_id_of("user 42 / chat e")
-    # A thread whose id looks like another's digest, resumption or later run
-    # gets a run id of its own
+    assert odd.startswith("langgraph::h-") and odd != run_id_of("user 42 / chat e")
+    # A thread whose id looks like another's digest, resumption or later run, or
+    # like a run an earlier version named, gets a run id of its own
     looks_alike = [
         "chat",
         "chat.1",
         "chat:1",
+        "",
+        odd.removeprefix("langgraph::"),
         odd.removeprefix("langgraph:"),
-        odd.removeprefix("langgraph.").replace(":", "."),
         "user 42 / chat \u00e9",
     ]
     ids = [run_id_of(thread, n) for thread in looks_alike for n in (0, 1, 2, 10)]
     assert len(set(ids)) == len(ids)
     assert all(ID_PATTERN.fullmatch(i) for i in ids)
+    assert not any(i.startswith("langgraph.") for i in ids)  # 0.1's: langgraph.THREAD.N
     assert ID_PATTERN.fullmatch(run_id_of("x" * 200, 10**12))
 
 
@@ -1340,15 +1342,28 @@ def test_a_store_goes_on_in_a_threads_next_run_when_another_store_ended_it(
     )
     config = {"configurable": {"thread_id": "t"}}
     writer_graph(first).invoke({"greeting": "a"}, config)
-    writer_graph(other).invoke({"greeting": "b"}, config)
+    other.put(("proj-a", "facts"), "x", {"v": 1})
+    other.put(("proj-a", "facts"), "z", {"v": 2})
+    assert get_in_thread(other, "t", ("proj-a", "facts"), "x") is not None
+    assert get_in_thread(other, "t", ("proj-a", "facts"), "z") is not None
 
-    # When the first is closed (ending the thread's run), the other goes on
+    # When the first is closed (ending the thread's run), the other goes on, in
+    # the thread's next run, resting on what the thread read in the ended one
     first.close()
     writer_graph(other).invoke({"greeting": "c"}, config)
     got = get_in_thread(other, "t", ("proj-a", "notes"), "last")
     assert got is not None and got.value == {"text": "c"}
     runs = [principals.agent.run(run_id_of("t", n)).state() for n in range(3)]
     assert runs == ["ended", "open", "new"]
+    reviewer = principals.reviewer
+    note = reviewer.get(current_id(reviewer, "proj-a", "notes/last"))
+    x_id, z_id = (current_id(reviewer, "proj-a", f"facts/{k}") for k in ("x", "z"))
+    assert set(note.observed) == {x_id, z_id}
+    # and a put resting on a read withdrawn since is refused, as in one run
+    reviewer.revoke(z_id, reason="wrong")
+    principals.agent.run(run_id_of("t", 1)).resume().end()  # as another store's close
+    with pytest.raises(InvalidParentError, match="REVOKED"):
+        writer_graph(other).invoke({"greeting": "e"}, config)
     other.close()
 
 

@@ -66,6 +66,8 @@ from projections.validity import LIVE_STATUSES
 
 _Op = TypeVar("_Op")
 _R = TypeVar("_R")
+#: How many times in a row one operation goes on in a thread's next run.
+_RESTARTS = 32
 
 __all__ = ["MAX_THREADS", "PAGE", "LedgerStore"]
 
@@ -286,26 +288,40 @@ class LedgerStore(BaseStore):
     ) -> tuple[Thread | None, _R]:
         """``do(state, op)``; if it was refused because the thread's run has ended
         (another store over the ledger, serving the same thread, closed and ended
-        it), once more in the thread's next run, which then serves the thread
-        here. Nothing was written in the ended run by the refused operation."""
-        if state is not None and not state.run.is_open:
-            state = self._restart(state)
-        try:
-            return state, do(state, op)
-        except InvalidInputError:
-            if state is None or state.run.is_open:
-                raise
-        state = self._restart(state)
-        return state, do(state, op)
+        it), again in the thread's next run, which then serves the thread here
+        with what it read (:meth:`_restart`). Nothing was written in the ended run
+        by the refused operation."""
+        for _ in range(_RESTARTS):
+            try:
+                if state is not None and not state.run.is_open:
+                    state = self._restart(state)
+                return state, do(state, op)
+            except InvalidInputError:
+                if state is None or state.run.is_open:
+                    raise
+        assert state is not None
+        raise InvalidInputError(
+            f"LangGraph thread {state.thread_id!r}: its ledger run was ended {_RESTARTS} "
+            "times in a row while this store served it (other stores serving the thread "
+            "closed meanwhile); try again, or give each store threads of its own"
+        )
 
     def _restart(self, ended: Thread) -> Thread:
         """The thread's next run, in place of ``ended`` (whose lock it keeps: the
-        batch that found it ended holds it)."""
+        batch that found it ended holds it), carrying what the thread read there
+        (``RunContext.carry_into``) and what it knew; or the one another batch of
+        the thread started already."""
         with self._threads_lock:
+            current = self._threads.get(ended.thread_id)
+            if current is not None and current is not ended and current.run.is_open:
+                return current
             state = Thread.start(self.session, ended.thread_id)
+            ended.run.carry_into(state.run)
             state.lock = ended.lock
-            if self._threads.get(ended.thread_id) is ended:
-                self._threads[ended.thread_id] = state
+            state.keys.update(ended.keys)
+            state.written |= ended.written
+            state.searches.update(ended.searches)
+            self._threads[ended.thread_id] = state
             return state
 
     def _check_op(self, op: object) -> None:

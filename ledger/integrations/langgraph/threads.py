@@ -65,15 +65,16 @@ def run_id_of(thread: str, number: int = 0) -> str:
     """The ledger run id of a LangGraph thread's ``number``-th run (0: its first;
     a thread resumed by a later store, after its run ended, goes on in the next).
 
-    ``langgraph.THREAD`` for a thread id that is a ledger name without ``:``;
-    otherwise ``langgraph:h-`` and a digest of it; a later run adds ``:NUMBER``.
-    No two threads share a run id, whatever their ids and resumptions: only the
-    digest form and later runs have a ``:``, each in its own place.
+    ``langgraph:THREAD`` for a thread id that is a ledger name without ``:``;
+    otherwise ``langgraph::h-`` and a digest of it; a later run adds ``:NUMBER``.
+    No two threads share a run id, whatever their ids and resumptions (only a
+    digest has ``::``, and only a later run a ``:`` after the thread's part), nor
+    with a run an earlier version named (``langgraph.…``).
     """
-    candidate = f"langgraph.{thread}"
-    if ":" in thread or not ID_PATTERN.fullmatch(candidate) or len(candidate) > 110:
+    candidate = f"langgraph:{thread}"
+    if not thread or ":" in thread or not ID_PATTERN.fullmatch(candidate) or len(candidate) > 110:
         digest = hashlib.sha256(thread.encode("utf-8", "replace")).hexdigest()[:40]
-        candidate = f"langgraph:h-{digest}"
+        candidate = f"langgraph::h-{digest}"
     return candidate if number == 0 else f"{candidate}:{number}"
 
 
