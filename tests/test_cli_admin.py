@@ -588,15 +588,13 @@ def test_the_demo_runs_on_memory_in_one_process() -> None:
     assert json.loads(result.stdout)["rows"]
 
 
-def test_a_ledger_url_naming_a_directory_says_so(tmp_path: Path) -> None:
+@pytest.mark.parametrize("command", ["init", "stats", "demo"])
+def test_a_ledger_url_naming_a_directory_says_so(tmp_path: Path, command: str) -> None:
     url = f"sqlite:///{tmp_path}"
-    made = run("init", "--url", url)
-    assert made.exit_code == 1
-    assert made.stderr == (
-        f"error: not creating a ledger at {tmp_path}: it is a directory; give the path of "
+    refused = run(command, "--url", url)
+    assert refused.exit_code == 1
+    assert refused.stderr == (
+        f"error: no ledger at {url}: {tmp_path} is a directory; give the path of "
         f"a file in it (sqlite:///{tmp_path / 'provledger.db'})\n"
     )
-    read = run("stats", "--url", url)
-    assert read.exit_code == 1
-    assert "the file there is a directory" in read.stderr
     assert list(tmp_path.iterdir()) == []

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 import tempfile
 from datetime import datetime
@@ -51,11 +50,6 @@ def _refuse_others_file(url: str | None) -> None:
     backend = resolve_url(url)
     if backend.path is None:
         return
-    if os.path.isdir(backend.path):
-        raise LedgerNotFoundError(
-            f"not creating a ledger at {backend.path}: it is a directory; give the path "
-            f"of a file in it (sqlite:///{os.path.join(backend.path, 'provledger.db')})"
-        )
     others = others_tables(backend.path)
     if others:
         shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")

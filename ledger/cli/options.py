@@ -305,7 +305,13 @@ def open_ledger(
     ``memory:`` is refused unless ``one_process`` (a command whose whole use of the
     ledger is in this process, as the demo's): each command is a process of its
     own, and what one wrote there would be gone when it exits."""
-    if not one_process and resolve_url(url).kind == "memory":
+    backend = resolve_url(url)
+    if backend.path is not None and os.path.isdir(backend.path):
+        raise LedgerNotFoundError(
+            f"no ledger at {backend.url}: {backend.path} is a directory; give the path of a "
+            f"file in it (sqlite:///{os.path.join(backend.path, 'provledger.db')})"
+        )
+    if not one_process and backend.kind == "memory":
         raise InvalidURLError(
             "memory: keeps a ledger only inside one process, and each command is a "
             "process of its own (what it wrote would be gone when it exits): give a "

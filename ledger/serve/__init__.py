@@ -61,12 +61,15 @@ def run(
 
 #: A token, or the value of a query parameter whose name says it holds one.
 _TOKEN_IN_TEXT = re.compile(
-    rf"{re.escape(TOKEN_PREFIX)}[A-Za-z0-9_\-%]+|(?<=token=)[^&#\s\"]+", re.IGNORECASE
+    "(?P<token>"
+    + "".join(f"(?:{re.escape(ch)}|%{ord(ch):02x})" for ch in TOKEN_PREFIX)  # or %-encoded
+    + r"[A-Za-z0-9_\-%]+)|(?<=token=)[^&#\s\"]+",
+    re.IGNORECASE,
 )
 
 
 def _masked(found: re.Match[str]) -> str:
-    return TOKEN_PREFIX + "…" if found[0].lower().startswith(TOKEN_PREFIX) else "…"
+    return TOKEN_PREFIX + "…" if found["token"] else "…"
 
 
 def mask_tokens(record: logging.LogRecord) -> bool:
