@@ -23,10 +23,12 @@ event                     must hold
                           among the record's dependencies, transitively; the record is
                           CANDIDATE, ACCEPTED or STALE
 ``Superseded``            a valid token; ``approve``; CANDIDATE, ACCEPTED or STALE; the
-                          newer record it names exists, in its scope, and is ACCEPTED
+                          newer record it names is the one the latest ``Accepted`` accepted,
+                          in its scope, proposed to replace a version of its line
 ``Revalidated``           a valid token; ``approve``; not the proposer; STALE, or ACCEPTED
                           on a new basis when a record it rests on (not the record itself)
-                          had expired; every dependency (the new basis, if given) ACCEPTED
+                          had expired; the record not expired; every dependency (the new
+                          basis, if given) ACCEPTED, nothing the new basis rests on expired
 ``Delivered``             a valid token; ``deliver``; ACCEPTED, and neither it nor a record
                           it rests on expired at the event's time
 ``CorrectionIssued``      a valid token; ``deliver``
@@ -163,9 +165,11 @@ class _RecordState:
     accepted_once: bool = False
     #: The version of the record's latest event so far.
     version: int = 1
-    #: Its own expiry (microseconds), and the record it was proposed to replace.
+    #: Its own expiry (microseconds), the record it was proposed to replace, and
+    #: the record that replaced it.
     expires: int | None = None
     supersedes: str | None = None
+    superseded_by: str | None = None
     #: The earliest expiry of it and everything it rests on, and the replay's
     #: basis epoch it was worked out in (-1: never).
     earliest: int | None = None
@@ -195,8 +199,11 @@ class AuthorizationReplay:
     unchecked: Counter[str] = field(default_factory=Counter)
     #: How many records have an expiry of their own (none: no expiry to work out).
     expiring: int = 0
-    #: Bumped whenever a revalidation gives a record a new basis (``_earliest``).
+    #: Bumped whenever a revalidation gives a record a basis with another earliest
+    #: expiry (``_earliest``).
     basis_epoch: int = 0
+    #: The record of the latest ``Accepted`` event (a ``Superseded`` names it).
+    last_accepted: str | None = None
     events: int = 0
 
     def apply(self, position: int, event: Any) -> str | None:
@@ -368,6 +375,10 @@ class AuthorizationReplay:
             return f"{what}: {actor!r} approved its own proposal (separation of duties)"
         if allowed and state.status is not None and state.status not in allowed:
             return f"{what}: the record was {state.status}; that needs {'|'.join(allowed)}"
+        if isinstance(event, Record.Revalidated):
+            problem = self._revalidation_expired(what, state, event)
+            if problem is not None:
+                return problem
         if isinstance(event, Record.Revalidated) and state.status == _A:
             problem = self._basis_expired(what, state, event)
             if problem is not None:
@@ -395,14 +406,25 @@ class AuthorizationReplay:
             return f"{what}: a record it rests on had expired"
         return None
 
+    def _revalidation_expired(self, what: str, state: _RecordState, event: Any) -> str | None:
+        """Why a record could not be revalidated then: it had expired, or the new
+        basis it is given rests on a record that had."""
+        at = datetime_to_micros(event.timestamp)
+        if state.expires is not None and state.expires <= at:
+            return f"{what}: the record had expired"
+        for dep in event.parents or ():
+            found = self.by_id.get(dep)
+            earliest = None if found is None or not self.expiring else self._earliest(found)
+            if earliest is not None and earliest <= at:
+                return f"{what}: its new basis {dep!r} rests on a record that had expired"
+        return None
+
     def _basis_expired(self, what: str, state: _RecordState, event: Any) -> str | None:
         """Why an ACCEPTED record could not be revalidated: only one whose basis
         expired (an ancestor's expiry, not its own) is, and only on a new basis."""
         if event.parents is None:
             return f"{what}: the record was {_A}; revalidating it needs a new basis"
         at = datetime_to_micros(event.timestamp)
-        if state.expires is not None and state.expires <= at:
-            return f"{what}: the record itself had expired"
         earliest = self._earliest_ancestor_expiry(state)
         if earliest is None or earliest > at:
             return (
@@ -458,9 +480,29 @@ class AuthorizationReplay:
             return f"{what}: it names {event.by!r} as the newer record, which was never proposed"
         if by.scope != state.scope:
             return f"{what}: the newer record {event.by!r} is not in its scope"
-        if by.status != _A:
-            return f"{what}: the newer record {event.by!r} was {by.status}, not {_A}"
+        if by.status != _A or self.last_accepted != event.by:
+            return f"{what}: the newer record {event.by!r} was not the one just accepted"
+        if not self._same_line(by, state.record_id):
+            return f"{what}: the newer record {event.by!r} is no version of it"
         return None
+
+    def _same_line(self, newer: _RecordState, older: str) -> bool:
+        """Whether ``older`` is in the line of versions ``newer`` was proposed to
+        replace: what it names, what that one names, and the records those were
+        replaced by (a capture replaces the newest capture of its source)."""
+        seen: set[str] = set()
+        stack = [newer.supersedes]
+        while stack:
+            rid = stack.pop()
+            if rid is None or rid in seen:
+                continue
+            if rid == older:
+                return True
+            seen.add(rid)
+            found = self.by_id.get(rid)
+            if found is not None:
+                stack += [found.supersedes, found.superseded_by]
+        return False
 
     def _rests_on(self, state: _RecordState, cause: str) -> bool:
         """Whether ``cause`` is among ``state``'s dependencies, transitively, as they
@@ -493,9 +535,14 @@ class AuthorizationReplay:
     def _fold(self, state: _RecordState, event: Any, after: str | None, position: int) -> None:
         if isinstance(event, Record.Revalidated):
             if event.parents is not None or event.observed is not None:
-                self.basis_epoch += 1  # what rests on it may rest on other expiries now
+                before = self._earliest(state) if self.expiring else None
                 parents = event.parents if event.parents is not None else state.dependencies
                 state.dependencies = tuple(dict.fromkeys((*parents, *(event.observed or ()))))
+                if self.expiring:
+                    state.earliest_epoch = -1
+                    if self._earliest(state) != before:
+                        # What rests on it rests on another expiry now: worked out again.
+                        self.basis_epoch += 1
             # A record never accepted may come back as a CANDIDATE in later versions.
             state.status = Status.ACCEPTED.value if state.accepted_once else None
             return
@@ -508,6 +555,10 @@ class AuthorizationReplay:
                 event.reason,
             )
             return
+        if isinstance(event, Record.Accepted):
+            self.last_accepted = state.record_id
+        if isinstance(event, Record.Superseded):
+            state.superseded_by = event.by
         if after is not None:
             state.status = after
             if after == Status.ACCEPTED.value:

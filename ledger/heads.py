@@ -32,7 +32,7 @@ import os
 import struct
 import types
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -466,23 +466,16 @@ def publish_head(
 
 @contextmanager
 def _holding(path: str | os.PathLike[str]) -> Iterator[None]:
-    """The heads file at ``path`` (created empty if absent, and removed again if it
-    is still empty when the block fails), locked for this process alone
+    """The heads file at ``path`` (created empty if absent: never removed again,
+    since another publisher may be waiting for it), locked for this process alone
     (``flock``: other publishers, in any process of this machine, wait)."""
     import fcntl  # POSIX
 
     with naming_file(path):
-        existed = Path(path).exists()
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        try:
-            yield
-        except BaseException:
-            if not existed and os.fstat(fd).st_size == 0:
-                with suppress(OSError):
-                    os.unlink(path)
-            raise
+        yield
     finally:
         os.close(fd)  # and the lock with it
 

@@ -188,6 +188,51 @@ def test_an_acceptance_or_delivery_after_an_expiry_appended_behind_the_ledgers_b
         )
 
 
+@pytest.mark.parametrize("ledger_url", BACKENDS, indirect=True)
+def test_a_supersession_by_a_record_of_another_line_appended_behind_the_ledgers_back_is_named(
+    scene: Scene,
+) -> None:
+    # Given Z, a record of another claim, just accepted
+    scene.agent.propose(scope="proj-a", claim_key="other", value=1, kind=Kind.FACT, id="Z")
+    scene.reviewer.accept("Z")
+    # When a Superseded of the candidate F1 naming Z is appended by the real approver
+    position = forge(scene, "F1", Record.Superseded, actor="reviewer", by="Z")
+    # Then verify names it: Z was proposed to replace nothing of F1's line
+    for with_heads in (True, False):
+        assert detect(scene, with_heads).problem == (
+            f"Superseded of 'F1' at position {position}: the newer record 'Z' is no version of it"
+        )
+
+
+@pytest.mark.parametrize("ledger_url", BACKENDS, indirect=True)
+def test_a_revalidation_of_an_expired_record_appended_behind_the_ledgers_back_is_named(
+    scene: Scene, clock: Clock
+) -> None:
+    # Given X, resting on P, expiring in a minute; P revoked, so X is STALE; then
+    # X expired (which the command refuses to revalidate)
+    scene.agent.propose(scope="proj-a", claim_key="x.p", value=1, kind=Kind.FACT, id="P")
+    scene.reviewer.accept("P")
+    scene.agent.propose(
+        scope="proj-a", claim_key="x.x", value=1, kind=Kind.FACT, parents=["P"], id="X",
+        expires=clock.now + timedelta(minutes=1),
+    )  # fmt: skip
+    scene.reviewer.accept("X")
+    scene.reviewer.revoke("P", reason="wrong")
+    clock.advance(minutes=2)
+    with pytest.raises(LedgerError, match="expired"):
+        scene.reviewer.revalidate("X", note="again", parents=[])
+    # When the revalidation is appended by the real approver
+    position = forge(
+        scene, "X", Record.Revalidated, actor="reviewer", note="forged", parents=(),
+        observed=(), status="ACCEPTED",
+    )  # fmt: skip
+    # Then verify names it
+    for with_heads in (True, False):
+        assert detect(scene, with_heads).problem == (
+            f"Revalidated of 'X' at position {position}: the record had expired"
+        )
+
+
 @pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
 def test_a_record_delivered_after_an_ancestor_was_re_based_past_its_expiry_verifies(
     world: World,
