@@ -6,12 +6,11 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import nullcontext
 from datetime import datetime
 from functools import partial
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from langgraph.store.base import (
     NOT_PROVIDED,
@@ -58,24 +57,16 @@ from ledger.integrations.langgraph.keys import (
     parse_claim_key,
     scope_of,
 )
-from ledger.integrations.langgraph.threads import Ids, Thread, thread_id
+from ledger.integrations.langgraph.threads import MAX_THREADS, Ids, Thread, Threads, thread_id
 from ledger.proposals import NewestOf
 from ledger.validation import check_kind, check_value
 from ledger.values import ReadResult, RecordView
 from projections.validity import LIVE_STATUSES
 
-_Op = TypeVar("_Op")
-_R = TypeVar("_R")
-#: How many times in a row one operation goes on in a thread's next run.
-_RESTARTS = 32
-
 __all__ = ["MAX_THREADS", "PAGE", "LedgerStore"]
 
 #: Records fetched per ``Session.records`` page while listing.
 PAGE = 1000
-#: How many LangGraph threads a store keeps in memory; past that, the one used
-#: longest ago is let go (its run stays open, and is continued if it comes back).
-MAX_THREADS = 1024
 #: The statuses of a record a delete revokes: every live one.
 _LIVE = tuple(Status(s) for s in LIVE_STATUSES)
 #: Puts and deletes of one key run one at a time in a process, whatever the store
@@ -147,8 +138,7 @@ class LedgerStore(BaseStore):
             )
         self._ids = Ids()
         self._max_value_bytes = ledger.engine.max_value_bytes
-        self._threads: OrderedDict[str, Thread] = OrderedDict()
-        self._threads_lock = threading.Lock()
+        self._threads = Threads(self.session)
 
     def __repr__(self) -> str:
         return (
@@ -164,10 +154,9 @@ class LedgerStore(BaseStore):
         ended already is left as it is). Safe to call twice. If a run cannot be
         ended (its token revoked, say), the others still are and the first such
         error is raised after."""
-        with self._threads_lock:
-            threads, self._threads = list(self._threads.values()), OrderedDict()
         failed: LedgerError | None = None
-        for state in threads:  # every thread's run, even after one could not be ended
+        # Every thread's run, even after one could not be ended.
+        for state in self._threads.let_go():
             try:
                 state.end()
             except LedgerError as exc:
@@ -261,16 +250,16 @@ class LedgerStore(BaseStore):
     def _execute(self, ops: list[Op], thread: str | None) -> list[Result]:
         for op in ops:
             self._check_op(op)
-        state = None if thread is None else self._thread(thread)
+        state = None if thread is None else self._threads.get(thread)
         with state.lock if state is not None else nullcontext():
             results: list[Result] = []
             puts: dict[tuple[tuple[str, ...], str], PutOp] = {}
             for op in ops:
                 if isinstance(op, GetOp):
-                    state, got = self._in_run(state, self._get, op)
+                    state, got = self._threads.in_run(state, self._get, op)
                     results.append(got)
                 elif isinstance(op, SearchOp):
-                    state, found = self._in_run(state, self._search, op)
+                    state, found = self._threads.in_run(state, self._search, op)
                     results.append(found)
                 elif isinstance(op, ListNamespacesOp):
                     results.append(self._list_namespaces(op))
@@ -280,49 +269,8 @@ class LedgerStore(BaseStore):
                     puts[(tuple(op.namespace), op.key)] = op
                     results.append(None)
             for op in puts.values():
-                state, _ = self._in_run(state, self._put, op)
+                state, _ = self._threads.in_run(state, self._put, op)
         return results
-
-    def _in_run(
-        self, state: Thread | None, do: Callable[[Thread | None, _Op], _R], op: _Op
-    ) -> tuple[Thread | None, _R]:
-        """``do(state, op)``; if it was refused because the thread's run has ended
-        (another store over the ledger, serving the same thread, closed and ended
-        it), again in the thread's next run, which then serves the thread here
-        with what it read (:meth:`_restart`). Nothing was written in the ended run
-        by the refused operation."""
-        for _ in range(_RESTARTS):
-            try:
-                if state is not None and not state.run.is_open:
-                    state = self._restart(state)
-                return state, do(state, op)
-            except InvalidInputError:
-                if state is None or state.run.is_open:
-                    raise
-        assert state is not None
-        raise InvalidInputError(
-            f"LangGraph thread {state.thread_id!r}: its ledger run was ended {_RESTARTS} "
-            "times in a row while this store served it (other stores serving the thread "
-            "closed meanwhile); try again, or give each store threads of its own"
-        )
-
-    def _restart(self, ended: Thread) -> Thread:
-        """The thread's next run, in place of ``ended`` (whose lock it keeps: the
-        batch that found it ended holds it), carrying what the thread read there
-        (``RunContext.carry_into``) and what it knew; or the one another batch of
-        the thread started already."""
-        with self._threads_lock:
-            current = self._threads.get(ended.thread_id)
-            if current is not None and current is not ended and current.run.is_open:
-                return current
-            state = Thread.start(self.session, ended.thread_id)
-            ended.run.carry_into(state.run)
-            state.lock = ended.lock
-            state.keys.update(ended.keys)
-            state.written |= ended.written
-            state.searches.update(ended.searches)
-            self._threads[ended.thread_id] = state
-            return state
 
     def _check_op(self, op: object) -> None:
         """Refuse a malformed or unsupported operation before anything runs."""
@@ -620,21 +568,6 @@ class LedgerStore(BaseStore):
         return other.caller.shown(None, self.session.caller.key_of(record_id, scope))
 
     # -- runs ---------------------------------------------------------------------
-
-    def _thread(self, thread: str) -> Thread:
-        """The run of a LangGraph thread, started on first use. The store keeps the
-        ``MAX_THREADS`` threads it used last in memory; one used longer ago is let
-        go, its run left open, and should it come back its run is continued with
-        what it read (``Thread.start``), as after a restart."""
-        with self._threads_lock:
-            state = self._threads.get(thread)
-            if state is not None:
-                self._threads.move_to_end(thread)
-                return state
-            state = self._threads[thread] = Thread.start(self.session, thread)
-            while len(self._threads) > MAX_THREADS:
-                self._threads.popitem(last=False)
-            return state
 
     def _propose_in_thread(
         self, state: Thread, scope: str, claim: str, value: Any, fields: dict[str, Any]

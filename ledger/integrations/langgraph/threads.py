@@ -20,8 +20,10 @@ import hashlib
 import secrets
 import threading
 import time
-from collections.abc import Collection
+from collections import OrderedDict
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from langchain_core.runnables.config import var_child_runnable_config
 
@@ -31,7 +33,16 @@ from ledger.errors import DuplicateRecordError, InvalidInputError, LedgerError
 from ledger.validation import ID_PATTERN
 from ledger.values import RecordView
 
-__all__ = ["Ids", "Thread", "run_id_of", "thread_id"]
+__all__ = ["MAX_THREADS", "RESTARTS", "Ids", "Thread", "Threads", "run_id_of", "thread_id"]
+
+#: How many LangGraph threads a store keeps in memory; past that, the one used
+#: longest ago is let go (its run stays open, and is continued if it comes back).
+MAX_THREADS = 1024
+#: How many times in a row one operation goes on in a thread's next run.
+RESTARTS = 32
+
+_Op = TypeVar("_Op")
+_R = TypeVar("_R")
 
 
 class Ids:
@@ -248,3 +259,74 @@ def _newest_known(session: Session, record_id: str, known: Collection[str]) -> s
         except LedgerError:  # a later version not visible: the thread cannot know it
             break
     return newest
+
+
+class Threads:
+    """The runs of the LangGraph threads one store serves: the ``MAX_THREADS`` it
+    used last, kept in memory. One used longer ago is let go, its run left open,
+    and should it come back its run is continued with what it read
+    (``Thread.start``), as after a restart."""
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+        self._lock = threading.Lock()
+        self._threads: OrderedDict[str, Thread] = OrderedDict()
+
+    def get(self, thread: str) -> Thread:
+        """The run of a LangGraph thread, started (or continued) on first use."""
+        with self._lock:
+            state = self._threads.get(thread)
+            if state is not None:
+                self._threads.move_to_end(thread)
+                return state
+            state = self._threads[thread] = Thread.start(self._session, thread)
+            while len(self._threads) > MAX_THREADS:
+                self._threads.popitem(last=False)
+            return state
+
+    def let_go(self) -> list[Thread]:
+        """Every thread kept, no longer kept (what closing the store ends)."""
+        with self._lock:
+            threads, self._threads = list(self._threads.values()), OrderedDict()
+        return threads
+
+    def in_run(
+        self, state: Thread | None, do: Callable[[Thread | None, _Op], _R], op: _Op
+    ) -> tuple[Thread | None, _R]:
+        """``do(state, op)``; if it was refused because the thread's run has ended
+        (another store over the ledger, serving the same thread, closed and ended
+        it), again in the thread's next run, which then serves the thread here
+        with what it read (:meth:`restart`). Nothing was written in the ended run
+        by the refused operation."""
+        for _ in range(RESTARTS):
+            try:
+                if state is not None and not state.run.is_open:
+                    state = self.restart(state)
+                return state, do(state, op)
+            except InvalidInputError:
+                if state is None or state.run.is_open:
+                    raise
+        assert state is not None
+        raise InvalidInputError(
+            f"LangGraph thread {state.thread_id!r}: its ledger run was ended {RESTARTS} "
+            "times in a row while this store served it (other stores serving the thread "
+            "closed meanwhile); try again, or give each store threads of its own"
+        )
+
+    def restart(self, ended: Thread) -> Thread:
+        """The thread's next run, in place of ``ended`` (whose lock it keeps: the
+        batch that found it ended holds it), carrying what the thread read there
+        (``RunContext.carry_into``) and what it knew; or the one another batch of
+        the thread started already."""
+        with self._lock:
+            current = self._threads.get(ended.thread_id)
+            if current is not None and current is not ended and current.run.is_open:
+                return current
+            state = Thread.start(self._session, ended.thread_id)
+            ended.run.carry_into(state.run)
+            state.lock = ended.lock
+            state.keys.update(ended.keys)
+            state.written |= ended.written
+            state.searches.update(ended.searches)
+            self._threads[ended.thread_id] = state
+            return state
