@@ -357,6 +357,14 @@ def _put_name(url: str, tokens: tuple[str, str], key: str, text: str, barrier: A
         store.close()
 
 
+def _store_tokens(led: Ledger) -> tuple[str, str]:
+    """An agent's and a reviewer's token, granted in scope ``s`` of ``led``."""
+    admin = led.admin()
+    admin.grant("agent", scope="s", roles=["propose", "read"])
+    admin.grant("reviewer", scope="s", roles=["approve", "read"])
+    return admin.issue_token("agent"), admin.issue_token("reviewer")
+
+
 def test_two_processes_putting_one_new_store_key_at_once_leave_one_value(
     shared_url: str,
 ) -> None:
@@ -365,10 +373,7 @@ def test_two_processes_putting_one_new_store_key_at_once_leave_one_value(
     # Given two processes with a LangGraph store each, putting the same new key
     # at the same moment (three keys, to meet the race)
     with Ledger.open(shared_url) as led:
-        admin = led.admin()
-        admin.grant("agent", scope="s", roles=["propose", "read"])
-        admin.grant("reviewer", scope="s", roles=["approve", "read"])
-        tokens = (admin.issue_token("agent"), admin.issue_token("reviewer"))
+        tokens = _store_tokens(led)
     ctx = mp.get_context("spawn")
     barrier = ctx.Manager().Barrier(2)
     keys = ["name0", "name1", "name2"]
@@ -419,10 +424,7 @@ def test_two_processes_deleting_or_replacing_one_store_key_at_once_both_succeed(
     # Given stored keys, and two processes with a store each that change one key
     # at the same moment: both delete it, or one deletes and one puts it anew
     with Ledger.open(shared_url) as led:
-        admin = led.admin()
-        admin.grant("agent", scope="s", roles=["propose", "read"])
-        admin.grant("reviewer", scope="s", roles=["approve", "read"])
-        tokens = (admin.issue_token("agent"), admin.issue_token("reviewer"))
+        tokens = _store_tokens(led)
         store = LedgerStore(led, token=tokens[0], approver_token=tokens[1])
         for k in range(4):
             store.put(("s", "mem"), f"d{k}", {"v": 0})

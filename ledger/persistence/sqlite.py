@@ -590,15 +590,7 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
                     "not as the ledger writes it: it was changed after it was appended "
                     "(run `provledger verify`)"
                 )
-            notes.append(
-                Notification(
-                    id=row["rowid"],
-                    originator_id=originator_id,
-                    originator_version=row["originator_version"],
-                    topic=row["topic"],
-                    state=row["state"],
-                )
-            )
+            notes.append(_notification(row, originator_id))
         return notes
 
     def read_rows_after(self, c: Cursor, after: int, limit: int) -> list[Row]:
@@ -618,18 +610,18 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
             "ORDER BY originator_version",
             (originator_id.hex,),
         )
-        return in_log(
-            [
-                Notification(
-                    id=row["rowid"],
-                    originator_id=originator_id,
-                    originator_version=row["originator_version"],
-                    topic=row["topic"],
-                    state=row["state"],
-                )
-                for row in c.fetchall()
-            ]
-        )
+        return in_log([_notification(row, originator_id) for row in c.fetchall()])
+
+
+def _notification(row: Any, originator_id: UUID) -> Notification:
+    """A stored event's row (``rowid, *``) as eventsourcing's notification."""
+    return Notification(
+        id=row["rowid"],
+        originator_id=originator_id,
+        originator_version=row["originator_version"],
+        topic=row["topic"],
+        state=row["state"],
+    )
 
 
 def _transaction(connection: Any, cursor: Any) -> Iterator[Cursor]:
