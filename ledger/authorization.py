@@ -15,7 +15,9 @@ event                     must hold
                           exists in the same scope
 ``Accepted``              a valid token; ``approve``; not the proposer; the record is a
                           CANDIDATE and every dependency ACCEPTED; neither it nor a record
-                          it rests on expired at the event's time
+                          it rests on expired at the event's time; if the version it was
+                          proposed to replace is CANDIDATE, ACCEPTED or STALE and not yet
+                          superseded, the next event is that version's ``Superseded`` by it
 ``Rejected``              a valid token; ``approve``; not the proposer; a CANDIDATE
 ``Revoked``               a valid token; ``approve``; CANDIDATE, ACCEPTED or STALE
 ``MarkedStale``           a valid token; ``approve`` in the scope of the cause, which exists,
@@ -84,6 +86,8 @@ _BLOCKING = (
 _WRITTEN = access_view.EVENTS
 #: What withdrawing a record leaves it as; whatever rests on it is then STALE.
 _WITHDRAWN = (Status.REVOKED.value, Status.STALE.value, Status.SUPERSEDED.value)
+#: What accepting a newer version supersedes (``transitions.supersession``).
+_REPLACEABLE = (Status.CANDIDATE.value, Status.ACCEPTED.value, Status.STALE.value)
 
 
 @dataclass
@@ -204,15 +208,20 @@ class AuthorizationReplay:
     basis_epoch: int = 0
     #: The record of the latest ``Accepted`` event (a ``Superseded`` names it).
     last_accepted: str | None = None
+    #: (newer, older, position): the acceptance at ``position`` of a record
+    #: proposed to replace ``older``, still replaceable; the next event must be
+    #: ``older``'s ``Superseded`` by ``newer`` (one transaction writes both).
+    owed: tuple[str, str, int] | None = None
     events: int = 0
 
     def apply(self, position: int, event: Any) -> str | None:
         """Check and fold one decoded event; returns the first problem with it, or None."""
         self.events += 1
+        owed = self._owed(position, event) if self.owed is not None else None
         if isinstance(event, Record.Proposed):
-            return self._proposed(position, event)
+            return owed or self._proposed(position, event)
         if isinstance(event, Record.Event):
-            return self._record_event(position, event)
+            return owed or self._record_event(position, event)
         what = f"{type(event).__name__} at position {position}"
         if type(event) not in _WRITTEN:
             return self._unwritten(what, event)
@@ -222,7 +231,29 @@ class AuthorizationReplay:
         # Folded all the same: a removed event is named once, not again by every
         # later event of its principal.
         problem = self._access_or_run(position, event)
-        return gap or problem
+        return owed or gap or problem
+
+    def _owed(self, position: int, event: Any) -> str | None:
+        """Why ``event`` cannot follow the acceptance in :attr:`owed`: only the
+        supersession it owes can. Checked here, not only at the end of the log, so
+        that a later withdrawal of the older version cannot hide the two versions
+        accepted side by side in between."""
+        assert self.owed is not None
+        newer, older, accepted_at = self.owed
+        self.owed = None
+        state = self.records.get(event.originator_id.int)
+        superseding = isinstance(event, Record.Superseded) and event.by == newer
+        if superseding and state is not None and state.record_id == older:
+            return None
+        what = type(event).__name__
+        if isinstance(event, Record.Event) and state is not None:
+            what += f" of {state.record_id!r}"
+        return (
+            f"{what} at position {position}: the acceptance of {newer!r} "
+            f"at position {accepted_at} just before lacks the supersession of {older!r}, "
+            "which it was proposed to replace: the log lacks the supersession that "
+            "accepting it makes"
+        )
 
     def _access_or_run(self, position: int, event: Any) -> str | None:
         if isinstance(event, Principal.Event):
@@ -247,11 +278,10 @@ class AuthorizationReplay:
         written behind the ledger's back leaves one (a revocation without its
         stale markings, say)."""
         live = (Status.CANDIDATE.value, Status.ACCEPTED.value)
-        replaceable = (*live, Status.STALE.value)
         for state in self.records.values():
             if state.accepted_once and state.supersedes is not None:
                 old = self.by_id.get(state.supersedes)
-                if old is not None and old.status in replaceable:
+                if old is not None and old.status in _REPLACEABLE:
                     yield (
                         f"{state.record_id!r} was accepted, yet {state.supersedes!r}, which "
                         f"it was proposed to replace, is {old.status}: the log lacks the "
@@ -557,6 +587,9 @@ class AuthorizationReplay:
             return
         if isinstance(event, Record.Accepted):
             self.last_accepted = state.record_id
+            older = self.by_id.get(state.supersedes) if state.supersedes is not None else None
+            if older is not None and older.superseded_by is None and older.status in _REPLACEABLE:
+                self.owed = (state.record_id, older.record_id, position)
         if isinstance(event, Record.Superseded):
             state.superseded_by = event.by
         if after is not None:

@@ -206,6 +206,35 @@ def test_a_supersession_by_a_record_of_another_line_appended_behind_the_ledgers_
 
 
 @pytest.mark.parametrize("ledger_url", BACKENDS, indirect=True)
+@pytest.mark.parametrize("later", ["revoke", "reject"])
+def test_an_acceptance_without_its_supersession_is_named_though_the_old_version_went_later(
+    scene: Scene, later: str
+) -> None:
+    # Given F3, a new version of the candidate F1, accepted behind the ledger's
+    # back (the real approver, a recomputed leaf) without F1's supersession
+    scene.agent.propose(
+        scope="proj-a", claim_key="api.timeout", value=60, kind=Kind.FACT, id="F3",
+        supersedes="F1",
+    )  # fmt: skip
+    accepted_at = forge(scene, "F3", Record.Accepted, actor="reviewer", note="")
+    # When F1 is then withdrawn through the API, which leaves nothing for the end
+    # of the log to show: both versions stood accepted in between
+    if later == "revoke":
+        scene.reviewer.revoke("F1", reason="old")
+    else:
+        scene.reviewer.reject("F1", reason="old")
+    assert scene.reviewer.get("F1").status.value == ("REVOKED" if later == "revoke" else "REJECTED")
+    # Then verify names the event after the acceptance, with and without kept heads
+    for with_heads in (True, False):
+        problem = detect(scene, with_heads).problem or ""
+        assert problem.startswith(
+            f"{'Revoked' if later == 'revoke' else 'Rejected'} of 'F1' at position "
+            f"{accepted_at + 1}: the acceptance of 'F3' at position {accepted_at} just "
+            "before lacks the supersession of 'F1'"
+        ), problem
+
+
+@pytest.mark.parametrize("ledger_url", BACKENDS, indirect=True)
 def test_a_revalidation_of_an_expired_record_appended_behind_the_ledgers_back_is_named(
     scene: Scene, clock: Clock
 ) -> None:
