@@ -163,8 +163,13 @@ def prove(caller: Caller, record_id: str) -> tuple[InclusionProof, ...]:
         # trail shows a placeholder or a key as the caller is shown it.
         withheld = set()
         for note in notes:
-            named = redaction.event_dependencies(vars(engine.projector.decode(note)))
-            if caller.hidden_among(c, named, seen=row["scope"]) or caller.names(c, (*named, key)):
+            fields = vars(engine.projector.decode(note))
+            named = redaction.event_dependencies(fields)
+            # Placeholders stand only for ids (the audit trail shows a note's or
+            # reason's text as written): a key quoted in a text that names a hidden
+            # record must not withhold more than one naming nothing would.
+            hidden = caller.hidden_among(c, redaction.event_ids(fields), seen=row["scope"])
+            if hidden or caller.names(c, (*named, key)):
                 withheld.add(note.id)
         # One pass over the leaves, in the same snapshot: the root and each
         # event's path, in memory that does not grow with the log, and the

@@ -115,8 +115,9 @@ def row_dependencies(
     return out
 
 
-def event_dependencies(details: Mapping[str, Any]) -> set[str]:
-    """Every record an event's fields name (qualified keys in its texts included)."""
+def event_ids(details: Mapping[str, Any]) -> set[str]:
+    """The records an event's id fields name (not keys quoted in its texts, which
+    any principal who may write a note or reason can put there)."""
     out: set[str] = set()
     for name in _ID_FIELDS:
         value = details.get(name)
@@ -124,6 +125,12 @@ def event_dependencies(details: Mapping[str, Any]) -> set[str]:
             out.add(value)
         elif isinstance(value, list | tuple):
             out.update(v for v in value if isinstance(v, str))
+    return out
+
+
+def event_dependencies(details: Mapping[str, Any]) -> set[str]:
+    """Every record an event's fields name (qualified keys in its texts included)."""
+    out = event_ids(details)
     for name in _TEXT_FIELDS:
         value = details.get(name)
         if isinstance(value, str):

@@ -31,6 +31,7 @@ from ledger.errors import (
     LedgerError,
 )
 from ledger.session import Session
+from ledger.validation import check_list, check_ref, check_text
 from ledger.values import Explanation, ReadResult, RecordView
 from projections import access as access_view
 from projections.base import Cursor
@@ -193,7 +194,19 @@ class RunContext:
         self, record_ids: tuple[str, ...], how: str, valid: Collection[str] | None = None
     ) -> None:
         """Record that the run was shown these records (called by its reads);
-        ``valid``: those of them that were VALID then (default: all)."""
+        ``valid``: those of them that were VALID then (default: all).
+
+        Raises:
+            InvalidIdError: an entry is not a record id.
+            InvalidValueError: ``how`` is not one line of printable text.
+            InvalidInputError: ``record_ids`` or ``valid`` is not a list.
+        """
+        # Checked as every other input is: what is appended here is stored for
+        # good, and an event the ledger cannot decode fails verify and rebuild.
+        record_ids = tuple(check_ref(r) for r in check_list(record_ids, "record_ids"))
+        check_text(how, "how", max_len=256, line=True)
+        if valid is not None:
+            valid = frozenset(check_ref(r) for r in check_list(valid, "valid"))
         if not record_ids:
             return
         self._check()

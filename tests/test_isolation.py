@@ -561,6 +561,24 @@ def test_proofs_withhold_the_bytes_of_events_that_name_a_hidden_record(
     assert all(p.leaf_data is not None and p.verify() for p in a_auditor.prove("B-R1"))
 
 
+def test_a_key_quoted_in_a_note_does_not_tell_whether_it_names_a_hidden_record(
+    ledger: Ledger,
+) -> None:
+    a = grant(ledger, "tenant-a", {"proj-a": ALL})
+    a_rev = grant(ledger, "tenant-a-reviewer", {"proj-a": ALL})
+    b = grant(ledger, "tenant-b", {"proj-b": ALL})
+    for rid in ("E1", "E2"):
+        a.propose("proj-a", "k." + rid, 1, Kind.FACT, id=rid)
+    b.propose("proj-b", "b.claim", 1, Kind.FACT, id="E1")  # stored as E1@@proj-b
+    withheld = {}
+    for guess in ("E1@@proj-b", "E2@@proj-b"):
+        rid = a.propose("proj-a", "probe", guess, Kind.FACT)
+        a_rev.accept(rid, note=f"see {guess}")
+        withheld[guess] = [p.leaf_data is None for p in a_rev.prove(rid)]
+    # The same answer whether or not proj-b holds a record keyed so
+    assert withheld["E1@@proj-b"] == withheld["E2@@proj-b"]
+
+
 def test_every_cause_is_kept_and_explain_names_only_those_still_blocking(
     ledger: Ledger,
 ) -> None:

@@ -1129,6 +1129,31 @@ def test_a_graph_run_without_a_thread_records_nothing_as_observed(
     assert greeting.observed == ()
 
 
+def test_a_threads_run_is_opened_by_its_first_store_call_even_a_refused_one(
+    store: LedgerStore, principals: Principals
+) -> None:
+    # Given a graph whose node asks for a memory in a scope the agent cannot read
+    def peek(state: State) -> State:
+        get_store().get(("secret", "notes"), "plan")
+        return state
+
+    builder = StateGraph(State)
+    builder.add_node("peek", peek)
+    builder.add_edge(START, "peek")
+    builder.add_edge("peek", END)
+    run = principals.agent.run(run_id_of("t-refused"))
+    assert run.state() == "new"
+
+    # When the thread runs, the get is refused
+    with pytest.raises(AccessDeniedError, match="secret"):
+        builder.compile(store=store).invoke(
+            {"greeting": ""}, {"configurable": {"thread_id": "t-refused"}}
+        )
+
+    # Then the thread's run was opened all the same (the README: refused or not)
+    assert run.state() == "open"
+
+
 def test_a_search_in_a_node_is_observed_too(store: LedgerStore, principals: Principals) -> None:
     store.put(("proj-a", "facts"), "f1", {"text": "sky is blue"})
     store.put(("proj-a", "facts"), "f2", {"text": "grass is green"})

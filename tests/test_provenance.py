@@ -687,3 +687,18 @@ def test_an_expiry_required_rule_refuses_records_of_that_kind_without_expiry(
     assert reviewer.get("E1").expires == expires
     agent.propose(SCOPE, "k", 1, Kind.FACT, id="F1")
     assert reviewer.get("F1").expires is None
+
+
+def test_a_run_records_only_record_ids_and_one_line_of_text(ledger: Ledger) -> None:
+    admin = ledger.admin()
+    admin.grant("reader", scope="proj-a", roles=["read"])
+    reader = ledger.authenticate(admin.issue_token("reader"))
+    run = reader.run("task-1")
+    run.start()
+    before = ledger.position
+    for ids, how in (((1,), "read"), (("E1",), "\x1b[2J"), (("E1",), "x" * 100_000)):
+        with pytest.raises(LedgerError):
+            run.record_reads(ids, how)
+    assert ledger.position == before
+    run.record_reads(("E1",), "observed")
+    assert ledger.verify().ok
