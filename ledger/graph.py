@@ -314,6 +314,9 @@ def _tooltip(node: RecordView) -> str:
 
 
 def _dot_quote(text: str) -> str:
+    # "&" first: Graphviz reads "&amp;", "&lt;", "&#60;" … in a string as the character
+    # they name, so stored text holding one would be drawn as another text.
+    text = text.replace("&", "&amp;")
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
@@ -453,17 +456,34 @@ def dot_available() -> bool:
     return shutil.which("dot") is not None
 
 
-def render(dot_source: str, format: str) -> bytes:
-    """Render DOT source to ``svg`` or ``png`` bytes with Graphviz's ``dot``.
+#: Seconds ``dot`` may take to lay out one picture for ``provledger serve``
+#: (a request holds a worker thread and a core while it runs).
+RENDER_TIMEOUT = 60
+
+
+def render(dot_source: str, format: str, timeout: float | None = None) -> bytes:
+    """Render DOT source to ``svg`` or ``png`` bytes with Graphviz's ``dot``;
+    ``timeout``: seconds it may take (None: as long as it needs).
 
     Raises:
         FileNotFoundError: ``dot`` is not installed.
-        RenderError: ``dot`` failed, drew nothing, or had to shrink a bitmap too
-            large for it (the picture would be unreadable).
+        RenderError: ``dot`` failed, drew nothing, took longer than ``timeout``,
+            or had to shrink a bitmap too large for it (the picture would be
+            unreadable).
     """
-    done = subprocess.run(
-        ["dot", f"-T{format}"], input=dot_source.encode(), capture_output=True, check=False
-    )
+    try:
+        done = subprocess.run(
+            ["dot", f"-T{format}"],
+            input=dot_source.encode(),
+            capture_output=True,
+            check=False,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        raise RenderError(
+            f"Graphviz's dot did not draw the {format.upper()} within {timeout:g} s; "
+            "draw fewer records"
+        ) from None
     said = done.stderr.decode("utf-8", "replace").strip()
     last = said.splitlines()[-1] if said else ""
     if done.returncode != 0:

@@ -200,6 +200,10 @@ def revoke(caller: Caller, record_id: str, reason: str) -> Revocation:
         return pipeline.on_record(caller, "revoke", Role.APPROVE, record_id, decide)
 
 
+#: The roles whose holders are shown a record's deliveries (``get``, ``corrections_due``).
+_SEES_DELIVERIES = frozenset((Role.READ.value, Role.DELIVER.value))
+
+
 def preview_revoke(caller: Caller, record_id: str) -> RevocationPreview:
     """``Session.preview_revoke``: what ``revoke`` would do now, writing nothing."""
     if caller.position is not None:  # "now" is not what an as-of session answers
@@ -220,8 +224,8 @@ def preview_revoke(caller: Caller, record_id: str) -> RevocationPreview:
             crow = rows[cid]
             if rules.validity(crow, now) != Validity.VALID:
                 continue  # already owes a correction, or never could
-            if Role.DELIVER.value not in caller.roles(c, crow["scope"]):
-                continue
+            if not _SEES_DELIVERIES.intersection(caller.roles(c, crow["scope"])):
+                continue  # its deliveries are shown only to readers and deliverers
             owed += [delivery_of(r, ()) for r in delivery_view.for_record(c, d, cid)]
         names = caller.names(c, (rid, *marking.visible))
     shown = redaction.ids((rid, *marking.visible), frozenset(), names)

@@ -215,8 +215,8 @@ class RevocationPreview:
 
     ``stale``: the descendants the caller may see that would become STALE;
     ``deliveries``: deliveries of the root or of those records, in scopes where the
-    caller holds ``deliver``, whose record is VALID now and would then owe a
-    correction.
+    caller holds ``read`` or ``deliver`` (where it is shown deliveries), whose
+    record is VALID now and would then owe a correction.
     """
 
     root: str

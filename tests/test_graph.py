@@ -23,12 +23,13 @@ from click.testing import CliRunner
 from ledger import Kind, Ledger, Session
 from ledger.cli import main
 from ledger.domain import Status
-from ledger.errors import InvalidInputError, UnknownRecordError
+from ledger.errors import InvalidInputError, RenderError, UnknownRecordError
 from ledger.graph import (
     STATUS_COLOURS,
     collect,
     dot_available,
     draw,
+    render,
     revocations,
     to_dot,
     to_mermaid,
@@ -215,6 +216,16 @@ def test_svg_is_rendered_by_graphviz_or_falls_back_to_dot(scene: Scene) -> None:
         assert "stroke-dasharray" in svg  # the observed edge
     else:  # pragma: no cover - only where Graphviz is not installed
         assert picture.fell_back and picture.format == "dot"
+
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's dot is not installed")
+def test_a_render_that_runs_out_of_time_is_stopped_and_named() -> None:
+    # A layout Graphviz needs seconds for (a dense graph of 600 records)
+    edges = " ".join(
+        f"n{i} -> n{(i * 7 + 3) % 600}; n{i} -> n{(i * 13 + 5) % 600};" for i in range(600)
+    )
+    with pytest.raises(RenderError, match=r"did not draw the SVG within 0.2 s; draw fewer records"):
+        render("digraph { " + edges + " }", "svg", timeout=0.2)
 
 
 def test_png_is_rendered_by_graphviz_or_falls_back_to_dot(scene: Scene) -> None:

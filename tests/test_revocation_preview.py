@@ -50,3 +50,25 @@ def test_the_preview_needs_the_approve_role_and_a_revocable_record(world: World)
     reviewer.reject("K1", reason="no")
     with pytest.raises(InvalidTransitionError, match="'K1' is REJECTED"):
         reviewer.preview_revoke("K1")
+
+
+def test_the_preview_lists_deliveries_an_approver_without_deliver_is_shown_anyway(
+    world: World,
+) -> None:
+    # Given R1 on E1, delivered, and an approver who reads proj-a but cannot deliver
+    agent, reviewer, led = world.agent, world.reviewer, world.ledger
+    admin = led.admin()
+    admin.grant("approver-2", scope="proj-a", roles=["approve", "read"])
+    approver = led.authenticate(admin.issue_token("approver-2"))
+    agent.capture(scope="proj-a", uri="https://x.test/doc", content=b"x", id="E1")
+    reviewer.accept("E1")
+    agent.propose(
+        scope="proj-a", claim_key="r", value="r", kind=Kind.REPORT, parents=["E1"], id="R1"
+    )
+    reviewer.accept("R1")
+    delivery = reviewer.deliver("R1", recipient="ops@x.test")
+    assert [d.delivery_id for d in approver.get("R1").deliveries] == [delivery]
+
+    # When it previews revoking E1, then the delivery that would owe a correction is listed
+    preview = approver.preview_revoke("E1")
+    assert [d.delivery_id for d in preview.deliveries] == [delivery]

@@ -238,6 +238,39 @@ def test_the_graph_route_answers_json_svg_dot_and_mermaid(served: Served) -> Non
     assert mermaid.text.startswith("flowchart TD")
 
 
+def test_an_svg_graph_over_the_size_limit_is_refused_naming_what_to_ask_for(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _seed(served)
+    monkeypatch.setattr(api_module, "MAX_SVG_NODES", 2)  # E1 → M1 → R1 is three
+    r = served.agent.get("/records/{record_id}/graph", record_id="M1", params={"format": "svg"})
+    assert (r.status_code, error_of(r)["field"]) == (422, "format")
+    assert "the graph has 3 records; format=svg draws at most 2" in error_of(r)["message"]
+    one = served.agent.get(
+        "/records/{record_id}/graph",
+        record_id="M1",
+        params={"format": "svg", "ancestors": "false", "descendants": "false"},
+    )
+    assert one.status_code == 200 and one.text.lstrip().startswith(("<?xml", "<svg"))
+    dot = served.agent.get("/records/{record_id}/graph", record_id="M1", params={"format": "dot"})
+    assert dot.status_code == 200 and '"M1"' in dot.text  # the text formats are not limited
+
+
+def test_an_svg_graph_shows_text_holding_a_character_reference_as_stored(served: Served) -> None:
+    _seed(served)
+    for rid, key in (("P1", "a&amp;b"), ("P2", "a&b")):
+        r = served.agent.post(
+            "/records",
+            json={"scope": "proj-a", "claim_key": key, "value": 1, "kind": "inference",
+                  "parents": ["M1"], "id": rid},
+        )  # fmt: skip
+        assert r.status_code == 201
+    svg = served.agent.get("/records/{record_id}/graph", record_id="M1", params={"format": "svg"})
+    # XML-escaped once: a reader of the SVG sees "a&amp;b" and "a&b", two claims
+    assert "proj&#45;a/a&amp;amp;b = 1" in svg.text
+    assert "proj&#45;a/a&amp;b = 1" in svg.text
+
+
 def test_an_svg_graph_without_graphviz_is_503_pointing_to_dot(
     served: Served, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -467,10 +500,28 @@ def test_superseding_an_unknown_record_or_another_claim_names_the_field(served: 
     new = {"scope": "proj-a", "claim_key": "other", "value": 1, "kind": "fact"}
     r = served.agent.post("/records", json={**new, "supersedes": "NOPE"})
     assert (r.status_code, error_of(r)["type"]) == (404, "UnknownRecordError")
+    assert error_of(r)["field"] == "supersedes"
     r = served.agent.post("/records", json={**new, "supersedes": "E1"})
     error = error_of(r)
     assert (r.status_code, error["field"]) == (422, "supersedes")
     assert error["message"].startswith("propose refused: supersedes 'E1' (proj-a/source:")
+
+
+def test_an_unknown_replacement_names_the_field_not_the_delivery(served: Served) -> None:
+    _seed(served)
+    delivery = served.ledger.authenticate(served.tokens["reviewer"]).get("R1").deliveries[0]
+    r = served.reviewer.post(
+        "/deliveries/{delivery_id}/corrections",
+        json={"note": "n", "replacement": "NOPE"},
+        delivery_id=delivery.delivery_id,
+    )
+    assert (r.status_code, error_of(r)["field"]) == (404, "replacement")
+    r = served.reviewer.post(
+        "/deliveries/{delivery_id}/corrections", json={"note": "n"}, delivery_id="NOPE"
+    )
+    assert (r.status_code, error_of(r)["field"]) == (404, None)  # the path's delivery
+    r = served.reviewer.get("/records/{record_id}", record_id="NOPE")
+    assert (r.status_code, error_of(r)["field"]) == (404, None)
 
 
 def test_a_revoked_token_is_refused_from_its_next_request(served: Served) -> None:

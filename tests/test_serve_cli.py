@@ -6,12 +6,27 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 from ledger import Ledger
 from tests.serve_support import free_port
+
+
+def first_answer(
+    server: subprocess.Popen[Any], get: Callable[[], httpx.Response]
+) -> httpx.Response:
+    """``get()``'s answer once the server listens (60 s at most, and only while it runs)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and server.poll() is None:
+        try:
+            return get()
+        except httpx.TransportError:
+            time.sleep(0.2)
+    raise AssertionError("the server did not answer")
 
 
 def test_provledger_serve_answers_on_the_given_port_until_stopped(tmp_path: Path) -> None:
@@ -24,14 +39,9 @@ def test_provledger_serve_answers_on_the_given_port_until_stopped(tmp_path: Path
         stderr=subprocess.STDOUT,
     )
     try:
-        answer = None
-        deadline = time.monotonic() + 60
-        while answer is None and time.monotonic() < deadline and server.poll() is None:
-            try:
-                answer = httpx.get(f"http://127.0.0.1:{port}/openapi.json", timeout=5)
-            except httpx.TransportError:
-                time.sleep(0.2)
-        assert answer is not None, "the server did not answer"
+        answer = first_answer(
+            server, lambda: httpx.get(f"http://127.0.0.1:{port}/openapi.json", timeout=5)
+        )
         assert answer.status_code == 200
         assert answer.json()["openapi"].startswith("3.1")
         page = httpx.get(f"http://127.0.0.1:{port}/", timeout=5)
@@ -104,3 +114,25 @@ def test_a_token_a_client_puts_in_the_url_is_not_written_to_the_access_log(
     assert '"GET /api/v1/corrections?token=plt_…&scope=p HTTP/1.1" 401' in logged[0]
     assert "?access_token=… " in logged[1] and '"GET /plt_… HTTP/1.1" 404' in logged[2]
     assert '"GET /api/v1/read?t=plt_… HTTP/1.1"' in logged[3]
+
+
+def test_provledger_serve_secure_cookies_marks_the_session_cookie_secure(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    Ledger.open(url).close()
+    cookies: dict[tuple[str, ...], str] = {}
+    for flags in ((), ("--secure-cookies",)):
+        port = free_port()
+        server = subprocess.Popen(
+            [sys.executable, "-m", "ledger", "serve", "--url", url, "--port", str(port), *flags],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        try:  # plain HTTP, as a server behind a TLS-terminating proxy sees it
+            home = f"http://127.0.0.1:{port}/"
+            page = first_answer(server, lambda: httpx.get(home, timeout=5))  # noqa: B023
+            cookies[flags] = page.headers["set-cookie"].lower()
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+    assert cookies[()].startswith("provledger_session=") and "secure" not in cookies[()]
+    assert "; secure" in cookies[("--secure-cookies",)]

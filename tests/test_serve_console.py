@@ -18,6 +18,7 @@ from starlette.testclient import TestClient
 
 from ledger import Kind, Ledger, Session
 from ledger.serve import create_app
+from ledger.serve.pages import MAX_DEPENDENCIES
 from ledger.serve.sessions import COOKIE, SessionStore
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -136,6 +137,67 @@ def test_requests_without_a_cookie_never_push_a_signed_in_reviewer_out(ledger: L
     for _ in range(3 * store.capacity):
         store.new()
     assert store.get(signed.sid) is signed
+
+
+def test_one_token_signing_in_again_and_again_never_pushes_another_principal_out(
+    ledger: Ledger,
+) -> None:
+    admin = ledger.admin()
+    admin.grant("reviewer", scope="proj-a", roles=["approve", "read"])
+    admin.grant("agent-1", scope="proj-a", roles=["propose", "read"])
+    store = SessionStore(capacity=10)
+    store.per_principal = 3
+    desk = Desk(ledger, create_app(ledger, mcp_factory=None, sessions=store), None, None, {})  # type: ignore[arg-type]
+    desk.tokens = {who: admin.issue_token(who) for who in ("reviewer", "agent-1")}
+    reviewer, _ = desk.signed_in("reviewer")
+    agents = [desk.signed_in("agent-1")[0] for _ in range(3 * store.capacity)]
+    assert "Signed in as <strong>reviewer</strong>" in reviewer.get("/").text
+    assert "Signed in as <strong>agent-1</strong>" in agents[-1].get("/").text
+    assert 'name="token"' in agents[0].get("/").text  # its oldest session ended
+
+
+def test_secure_cookies_mark_the_session_cookie_secure_behind_a_tls_proxy(ledger: Ledger) -> None:
+    admin = ledger.admin()
+    admin.grant("reviewer", scope="proj-a", roles=["approve", "read"])
+    app = create_app(ledger, mcp_factory=None, secure_cookies=True)
+    desk = Desk(ledger, app, None, None, {"reviewer": admin.issue_token("reviewer")})  # type: ignore[arg-type]
+    client = desk.browser()  # plain http, as the server sees requests a proxy forwards
+    page = client.get("/")
+    r = client.post("/signin", data={"token": desk.tokens["reviewer"], "csrf": csrf_of(page.text)})
+    assert r.status_code == 303
+    assert "secure" in r.headers["set-cookie"].lower()
+
+
+def test_the_revocation_preview_lists_deliveries_an_approver_without_deliver_can_see(
+    desk: Desk,
+) -> None:
+    _seed(desk)  # R1 (on M1 on E1) delivered to ops@x.test
+    client, _ = desk.signed_in("reviewer-2")  # approve + read, no deliver
+    assert "ops@x.test" in client.get("/records/R1").text  # it sees the delivery
+    preview = client.get("/records/E1/revoke")
+    assert "Deliveries that will owe corrections (1)" in text_of(preview.text)
+    assert "ops@x.test" in preview.text and "None that you can see" not in preview.text
+
+
+def test_a_queue_entry_shows_a_bounded_number_of_dependencies(desk: Desk) -> None:
+    # Given a candidate resting on 60 records (the ledger sets no limit)
+    _seed(desk)
+    many = [f"F{i:02d}" for i in range(60)]
+    for rid in many:
+        desk.agent.propose(scope="proj-a", claim_key=f"f.{rid}", value=1, kind=Kind.FACT, id=rid)
+    desk.agent.propose(
+        scope="proj-a", claim_key="wide", value=1, kind=Kind.INFERENCE, parents=many, id="A0"
+    )
+    # When a reviewer opens the queue
+    client, _ = desk.signed_in("reviewer")
+    page = client.get("/")
+    assert page.status_code == 200
+    # Then A0's card lists the first 25 and counts the rest, pointing to its page
+    card = page.text[page.text.index('id="c-A0"') :].split('<li class="card candidate"')[0]
+    parents = card[card.index('<ul class="parents">') : card.index("</ul>")]
+    shown = [rid for rid in many if f'/records/{rid}"' in parents]
+    assert shown == many[:MAX_DEPENDENCIES]
+    assert f"and {60 - MAX_DEPENDENCIES} more: see" in text_of(card)
 
 
 def test_the_sign_in_page_has_a_token_field_and_a_sign_in_button(desk: Desk) -> None:

@@ -83,8 +83,14 @@ def mcp_command(transport: str, host: str, port: int, token: str, url: str | Non
 @click.option(
     "--port", type=click.IntRange(1, 65535), default=8321, show_default=True, help="TCP port."
 )
+@click.option(
+    "--secure-cookies",
+    is_flag=True,
+    help="Mark the console's session cookie Secure (set it when users reach the "
+    "server over HTTPS through a reverse proxy).",
+)
 @errors_exit_1
-def serve(url: str | None, host: str, port: int) -> None:
+def serve(url: str | None, host: str, port: int, secure_cookies: bool) -> None:
     """Serve the HTTP JSON API (/api/v1), the MCP endpoint (/mcp) and the review console (/).
 
     Agents authenticate with `Authorization: Bearer TOKEN`; people sign in to
@@ -98,4 +104,4 @@ def serve(url: str | None, host: str, port: int) -> None:
     from ledger.serve import run  # without the serve extra: named (errors_exit_1)
 
     open_ledger(url).close()  # refuses a ledger that does not exist, creating nothing
-    run(url, host=host, port=port, create=False)
+    run(url, host=host, port=port, create=False, secure_cookies=secure_cookies)

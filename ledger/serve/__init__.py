@@ -27,7 +27,12 @@ DEFAULT_PORT = 8321
 
 
 def run(
-    url: str | None, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, create: bool = True
+    url: str | None,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    *,
+    create: bool = True,
+    secure_cookies: bool = False,
 ) -> None:
     """Open the ledger at ``url`` and serve it on ``host:port`` until interrupted.
 
@@ -43,7 +48,7 @@ def run(
     try:
         with Ledger.open(url, create=create) as ledger:
             config = uvicorn.Config(
-                create_app(ledger, host=host),
+                create_app(ledger, host=host, secure_cookies=secure_cookies),
                 log_level="info",
                 proxy_headers=False,
                 server_header=False,

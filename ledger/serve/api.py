@@ -26,7 +26,7 @@ from starlette.routing import BaseRoute, Route
 from ledger import Ledger, Session
 from ledger.domain import Kind, Status, Validity
 from ledger.errors import InvalidParentError, LedgerError
-from ledger.graph import collect, dot_available, render, to_dot, to_mermaid
+from ledger.graph import RENDER_TIMEOUT, collect, dot_available, render, to_dot, to_mermaid
 from ledger.jsonable import json_safe
 from ledger.serve import payloads
 from ledger.serve.errors import error_body, field_of, status_of
@@ -50,6 +50,10 @@ PREFIX = "/api/v1"
 
 #: ``GET /records`` returns at most this many records per page.
 MAX_LIMIT = 1000
+#: ``GET /records/{id}/graph?format=svg`` draws at most this many records: Graphviz's
+#: layout time grows much faster than the graph (500 records: ~15 s of CPU, 1000:
+#: minutes), and any reader could otherwise hold a worker thread and a core per request.
+MAX_SVG_NODES = 200
 
 
 def json_response(
@@ -391,10 +395,17 @@ def graph_record(call: Call) -> Response:
     source = to_dot(sub)
     if fmt == "dot":
         return Response(source, media_type=_MEDIA["dot"])
+    if len(sub.nodes) > MAX_SVG_NODES:
+        raise FieldError(
+            "format",
+            f"the graph has {len(sub.nodes)} records; format=svg draws at most "
+            f"{MAX_SVG_NODES} (ask for format=dot, json or mermaid, or set ancestors=false "
+            "or descendants=false)",
+        )
     if not dot_available():
         message = "Graphviz's dot program is not installed on the server; ask for format=dot"
         return json_response(error_body("GraphvizMissing", message, "format"), 503)
-    return Response(render(source, "svg"), media_type=_MEDIA["svg"])
+    return Response(render(source, "svg", RENDER_TIMEOUT), media_type=_MEDIA["svg"])
 
 
 def accept(call: Call) -> Response:

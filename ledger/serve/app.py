@@ -170,6 +170,7 @@ def create_app(
     mcp_factory: ServerFactory | None = _DEFAULT,
     host: str = "127.0.0.1",
     sessions: SessionStore | None = None,
+    secure_cookies: bool = False,
 ) -> Starlette:
     """The ``provledger serve`` application over an open ``ledger``.
 
@@ -183,10 +184,12 @@ def create_app(
         host: the host the server listens on (the MCP endpoint's DNS-rebinding
             protection allows only loopback names when it is a loopback address).
         sessions: the console's session store (default: a new in-memory one).
+        secure_cookies: always mark the session cookie Secure (behind a reverse
+            proxy that terminates TLS the server itself only sees http).
     """
     factory = default_factory() if mcp_factory is _DEFAULT else mcp_factory
     mcp = MCPMount(ledger, factory, host)
-    console = Console(ledger, sessions)
+    console = Console(ledger, sessions, secure_cookies=secure_cookies)
 
     async def openapi_json(request: Request) -> Response:
         return JSONResponse(openapi.document())

@@ -45,7 +45,7 @@ from ledger.serve.pages import (
 from ledger.serve.pictures import picture
 from ledger.serve.sessions import COOKIE, ConsoleSession, SessionStore
 from ledger.session import next_after
-from ledger.values import RecordView
+from ledger.values import RecordView, RevocationPreview
 
 #: Records shown per page of the queue, the attention list and the record list.
 PAGE = 50
@@ -66,6 +66,23 @@ _TITLES = {
 # -- the console -------------------------------------------------------------------------------
 
 
+def _revocation_preview(
+    live: Session, record_id: str
+) -> tuple[RecordView, RevocationPreview, list[RecordView]]:
+    """The record, what revoking it would do now, and the records it would mark
+    STALE that the caller may read (the revoke page shows them; confirming
+    compares the preview the page showed with this one)."""
+    view = live.get(record_id)
+    preview = live.preview_revoke(record_id)
+    stale = []
+    for rid in preview.stale:
+        try:
+            stale.append(live.get(rid))
+        except LedgerError:
+            continue
+    return view, preview, stale
+
+
 Page = Callable[[Request, ConsoleSession], Awaitable[Response]]
 
 
@@ -84,8 +101,11 @@ class _PreviewChanged(Exception):
 class Console:
     """The console's routes over one ledger and one session store."""
 
-    def __init__(self, ledger: Ledger, store: SessionStore | None = None) -> None:
+    def __init__(
+        self, ledger: Ledger, store: SessionStore | None = None, *, secure_cookies: bool = False
+    ) -> None:
         self.ledger = ledger
+        self.secure_cookies = secure_cookies
         self.store = store if store is not None else SessionStore()
         self.env = environment()
 
@@ -122,14 +142,13 @@ class Console:
             return found, False
         return self.store.new(), True
 
-    @staticmethod
-    def _set_cookie(request: Request, response: Response, session: ConsoleSession) -> None:
+    def _set_cookie(self, request: Request, response: Response, session: ConsoleSession) -> None:
         response.set_cookie(
             COOKIE,
             session.sid,
             httponly=True,
             samesite="strict",
-            secure=request.url.scheme == "https",
+            secure=self.secure_cookies or request.url.scheme == "https",
             path="/",
         )
 
@@ -464,14 +483,7 @@ class Console:
         record_id = request.path_params["record_id"]
 
         def load(live: Session, moment: Moment, access: Access) -> dict[str, Any]:
-            view = live.get(record_id)
-            preview = live.preview_revoke(record_id)
-            stale = []
-            for rid in preview.stale:
-                try:
-                    stale.append(live.get(rid))
-                except LedgerError:
-                    continue
+            view, preview, stale = _revocation_preview(live, record_id)
             return {
                 "title": f"Revoke {view.id}?",
                 "view": view,
@@ -593,7 +605,7 @@ class Console:
             # What the approver confirmed is the preview: if records or deliveries
             # were added under the record since (or the form carries no preview),
             # nothing is revoked and the new preview is shown to confirm again.
-            preview = live.preview_revoke(record_id)
+            _, preview, _ = _revocation_preview(live, record_id)
             if form.get("preview") != preview_mark(preview):
                 raise _PreviewChanged(
                     f"Nothing was revoked: what revoking {record_id} would mark STALE or "

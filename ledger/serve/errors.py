@@ -29,6 +29,7 @@ from ledger.errors import (
     LedgerError,
     NotUsableError,
     ReadOnlyError,
+    RenderError,
     RetentionRuleError,
     SelfApprovalError,
     SnapshotErasedError,
@@ -62,6 +63,7 @@ STATUS: dict[type[LedgerError], int] = {
     CorruptEventError: 500,
     StorageError: 503,
     ClosedLedgerError: 503,
+    RenderError: 503,  # Graphviz failed or ran out of time, as when it is missing
 }
 
 #: How the library's messages name a request field (``"<name> …"``), longest first.
@@ -94,6 +96,7 @@ _FIELD_WORDS: tuple[tuple[str, str], ...] = tuple(
             "replacement": "replacement",
             "scope": "scope",
             "status": "status",
+            "superseded record": "supersedes",
             "supersedes": "supersedes",
             "uri": "uri",
             "validity": "validity",
@@ -127,9 +130,12 @@ def field_of(exc: LedgerError, fields: Iterable[str]) -> str | None:
     Library messages start with the name of what they refuse (``"expires
     2020-… has no timezone"``, ``"parent id 'x' is invalid"``); the error class
     decides where the message does not. ``record id`` is ``id`` in a request
-    body that gives one and the path's ``record_id`` otherwise.
+    body that gives one and the path's ``record_id`` otherwise. A 404 names a
+    field only when a body field named the unknown record (``supersedes``,
+    ``replacement``): otherwise the unknown one is the path's record or delivery.
     """
-    if status_of(exc) != 422:
+    status = status_of(exc)
+    if status not in (404, 422):
         return None
     given = set(fields)
     message = _REFUSED.sub("", str(exc))
@@ -137,8 +143,12 @@ def field_of(exc: LedgerError, fields: Iterable[str]) -> str | None:
         if message.startswith(word) and message[len(word) : len(word) + 1] in (" ", ":", ""):
             if name == "id" and "id" not in given:
                 name = "record_id"
+            if status == 404:
+                return name if name in given and name not in ("record_id", "delivery_id") else None
             if name in given or not given:
                 return name
+    if status == 404:
+        return None
     for cls, name in _FIELD_OF_CLASS:
         if isinstance(exc, cls) and (name in given or not given):
             return name

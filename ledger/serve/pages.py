@@ -38,6 +38,9 @@ __all__ = [
 ]
 
 HERE = Path(__file__).parent
+#: Dependencies a queue entry loads and shows (the ledger sets no limit on a record's
+#: parents; the rest are counted and shown on the record page).
+MAX_DEPENDENCIES = 25
 #: The placeholder the ledger shows for a record in a scope the caller cannot see.
 HIDDEN = "<hidden>"
 
@@ -210,6 +213,8 @@ class Candidate:
     #: Usable records of the claim holding another value (accepting it makes
     #: reads of the claim answer CONFLICT), the version it replaces left out.
     conflicts: tuple[str, ...] = ()
+    #: Dependencies beyond :data:`MAX_DEPENDENCIES`, neither loaded nor shown.
+    more: int = 0
 
 
 @dataclass(frozen=True)
@@ -254,8 +259,9 @@ def candidate(
 
     ``explained``: the claims explained so far for one page, by (scope, claim key),
     so that candidates of one claim share one explanation."""
-    deps = [_dependency(session, p, False) for p in view.parents]
-    deps += [_dependency(session, o, True) for o in view.undeclared]
+    wanted = [(p, False) for p in view.parents] + [(o, True) for o in view.undeclared]
+    deps = [_dependency(session, rid, observed) for rid, observed in wanted[:MAX_DEPENDENCIES]]
+    more = max(0, len(wanted) - MAX_DEPENDENCIES)
     blocked = None
     if view.proposer == session.principal:
         blocked = "You proposed this record: another approver must review it."
@@ -281,7 +287,7 @@ def candidate(
     else:
         explanation = explained[key]
     conflicts = () if explanation is None else _disagreeing(view, explanation)
-    return Candidate(view, tuple(deps), blocked, accept_blocked, conflicts)
+    return Candidate(view, tuple(deps), blocked, accept_blocked, conflicts, more)
 
 
 def explain_line(

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from markupsafe import Markup
 
 from ledger import Session
-from ledger.graph import Subgraph, collect, dot_available, render, to_dot
+from ledger.graph import RENDER_TIMEOUT, Subgraph, collect, dot_available, render, to_dot
 from ledger.serve.pages import controls_written_out
 from ledger.values import RecordView
 
@@ -97,7 +97,7 @@ def picture(session: Session, record_id: str, link: Callable[[str], str]) -> Pic
     svg = None
     if dot_available():
         source = with_links(to_dot(drawn), drawn, link)
-        svg = svg_inline(render(source, "svg"), drawn.title)
+        svg = svg_inline(render(source, "svg", RENDER_TIMEOUT), drawn.title)
     else:
         note = "Graphviz's dot program is not installed on the server, so no picture is drawn."
     return Picture(

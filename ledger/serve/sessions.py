@@ -58,14 +58,23 @@ class SessionStore:
     """Sessions by id, least recently used first, at most ``capacity`` anonymous
     ones and ``capacity`` signed-in ones: each kind evicts only its own, so
     requests without a cookie (each opens an anonymous session for the sign-in
-    form's CSRF token) can never push a signed-in reviewer out."""
+    form's CSRF token) can never push a signed-in reviewer out. A principal keeps
+    at most ``per_principal`` signed-in sessions (signing in again ends its own
+    least recently used one), so one token signing in over and over cannot push
+    other principals out either."""
 
     def __init__(
-        self, *, idle: float = 8 * 3600, lifetime: float = 24 * 3600, capacity: int = 10_000
+        self,
+        *,
+        idle: float = 8 * 3600,
+        lifetime: float = 24 * 3600,
+        capacity: int = 10_000,
+        per_principal: int = 20,
     ) -> None:
         self.idle = idle
         self.lifetime = lifetime
         self.capacity = capacity
+        self.per_principal = per_principal
         self._anonymous: OrderedDict[str, ConsoleSession] = OrderedDict()
         self._signed_in: OrderedDict[str, ConsoleSession] = OrderedDict()
         self._lock = threading.Lock()
@@ -106,6 +115,9 @@ class SessionStore:
         with self._lock:
             self._anonymous.pop(old.sid, None)
             self._signed_in.pop(old.sid, None)
+            mine = [sid for sid, s in self._signed_in.items() if s.principal == principal]
+            for sid in mine[: max(0, len(mine) - self.per_principal + 1)]:
+                del self._signed_in[sid]  # its own least recently used first
             self._keep(self._signed_in, session)
         return session
 
