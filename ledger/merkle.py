@@ -514,6 +514,12 @@ class InclusionProof:
         """
         if trusted_root is not None and _root_hex(trusted_root) != self.root.lower():
             return False
+        # The tree's size is part of what is trusted (RFC 9162 section 2.1.3.2 takes
+        # tree_size from the signed head): a proof's own size is the prover's word,
+        # and with another size an inner node of the trusted tree (its root, say)
+        # passes for a leaf whose bytes are withheld.
+        if isinstance(trusted_root, LogDigest) and trusted_root.size != self.size:
+            return False
         leaf = bytes.fromhex(self.leaf)
         if self.leaf_data is not None and leaf_hash(bytes.fromhex(self.leaf_data)) != leaf:
             return False

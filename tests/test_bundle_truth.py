@@ -28,8 +28,10 @@ from ledger import Kind, Ledger
 from ledger.bundle import verify_bundle, write_bundle
 from ledger.bundle.archive import _MANIFEST_CONTEXT, _signed_archive
 from ledger.cli import main
-from ledger.errors import CorruptEventError
+from ledger.errors import CorruptEventError, LedgerError
 from ledger.heads import generate_key, load_private_key
+from ledger.merkle import InclusionProof
+from ledger.serialization import pack, unpack
 
 from .conftest import World
 
@@ -60,11 +62,13 @@ def revoked_chain(world: World, tmp_path: Path) -> tuple[World, Path]:
     return world, tmp_path
 
 
-def edit_views(world: World, *statements: str) -> None:
-    """Edit the view tables of the ledger's SQLite file directly (no event, no leaf)."""
+def edit_views(world: World, *statements: str | tuple[str, tuple[Any, ...]]) -> None:
+    """Edit the view tables of the ledger's SQLite file directly (no event, no leaf):
+    each statement as text, or as text and its parameters."""
     with sqlite3.connect(world.ledger.url[len("sqlite:///") :]) as con:
-        for sql in statements:
-            con.execute(sql)
+        for statement in statements:
+            sql, args = (statement, ()) if isinstance(statement, str) else statement
+            con.execute(sql, args)
 
 
 @pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
@@ -493,3 +497,208 @@ def test_a_bundle_of_a_record_expiring_while_it_is_written_states_it_as_at_its_m
         if not report.ok:
             rejected.append((lead, report.problem))
     assert rejected == []
+
+
+# -- a proof's size is the prover's word ------------------------------------------------------
+
+
+@pytest.mark.parametrize("ledger_url", ["memory"], indirect=True)
+def test_a_proof_of_another_size_does_not_verify_against_a_trusted_digest(world: World) -> None:
+    world.agent.propose(scope="proj-a", claim_key="k", value=1, kind=Kind.FACT, id="F1")
+    kept = world.ledger.digest()
+    # Given a "withheld" leaf that is the trusted root itself, in a tree of one leaf
+    fake = InclusionProof(
+        position=999, index=0, size=1, leaf=kept.root, leaf_data=None, path=(), root=kept.root
+    )
+    # Then it does not verify against the digest (whose size is not 1)
+    assert not fake.verify(kept)
+    assert all(p.verify(kept) for p in world.reviewer.prove("F1"))
+
+
+# -- what the views say of evidence and values is checked against the log --------------------
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("column", ["evidence", "value"])
+def test_a_bundle_is_refused_when_the_views_change_an_evidence_hash_or_a_value(
+    revoked_chain: tuple[World, Path], column: str
+) -> None:
+    # Given E1's evidence hash, or R1's value, changed in the views behind the ledger's back
+    world, tmp_path = revoked_chain
+    record = "E1" if column == "evidence" else "R1"
+    if column == "evidence":
+        with sqlite3.connect(world.ledger.url[len("sqlite:///") :]) as con:
+            (blob,) = con.execute(
+                "SELECT evidence FROM pl_records WHERE record_id='E1' AND to_pos IS NULL"
+            ).fetchone()
+        changed = unpack(blob) | {"content_hash": "sha256:" + "ab" * 32}
+    else:
+        changed = "off"
+    edit_views(
+        world,
+        (
+            f"UPDATE pl_records SET {column}=? WHERE record_id=? AND to_pos IS NULL",
+            (pack(changed), record),
+        ),
+    )
+    # Then the auditor's bundle is refused, naming the record and what differs
+    with pytest.raises(LedgerError, match=f"'{record}'.*its {column} as"):
+        write_bundle(world.reviewer, "R1", tmp_path / "k", tmp_path / "r1.zip")
+
+
+@pytest.mark.parametrize("ledger_url", ["memory"], indirect=True)
+def test_a_re_signed_bundle_stating_another_evidence_hash_fails(
+    revoked_chain: tuple[World, Path],
+) -> None:
+    world, tmp_path = revoked_chain
+    write_bundle(world.reviewer, "R1", tmp_path / "k", tmp_path / "r1.zip")
+    real = world.reviewer.get("E1").evidence["content_hash"]
+
+    def other_hash(manifest: dict[str, Any], files: dict[str, bytes]) -> None:
+        fake = "sha256:" + "ab" * 32
+        for name in ("summary.txt", "prov.json"):
+            files[name] = files[name].replace(real.encode(), fake.encode())
+
+    forged = rewrite(tmp_path / "r1.zip", tmp_path / "k", tmp_path / "f.zip", other_hash)
+    report = verify_bundle(forged, tmp_path / "k.pub")
+    assert not report.ok
+    assert "E1" in (report.problem or "")
+
+
+# -- a withheld event's type is the manifest's word, whatever the type -----------------------
+
+
+@pytest.fixture
+def hidden_cause(ledger: Ledger, tmp_path: Path) -> tuple[Ledger, Any, Path]:
+    """H1 in proj-h (no grant for the auditor); M1 <- H1 and R1 <- M1 in proj-a; R1
+    delivered; H1 revoked (M1, R1 STALE, their MarkedStale withheld); a correction."""
+    admin = ledger.admin()
+    admin.grant("agent-1", scope="proj-a", roles=["propose", "read"])
+    admin.grant("agent-1", scope="proj-h", roles=["propose", "read"])
+    admin.grant("reviewer", scope="proj-a", roles=["approve", "read", "deliver"])
+    admin.grant("reviewer", scope="proj-h", roles=["read"])
+    admin.grant("hboss", scope="proj-h", roles=["approve", "read"])
+    admin.grant("auditor", scope="proj-a", roles=["read", "audit"])
+    agent = ledger.authenticate(admin.issue_token("agent-1"))
+    reviewer = ledger.authenticate(admin.issue_token("reviewer"))
+    hboss = ledger.authenticate(admin.issue_token("hboss"))
+    agent.propose(scope="proj-h", claim_key="h", value=1, kind=Kind.FACT, id="H1")
+    hboss.accept("H1")
+    agent.propose(
+        scope="proj-a", claim_key="m", value=2, kind=Kind.INFERENCE, parents=["H1"], id="M1"
+    )
+    agent.propose(
+        scope="proj-a", claim_key="r", value="x", kind=Kind.REPORT, parents=["M1"], id="R1"
+    )
+    reviewer.accept("M1")
+    reviewer.accept("R1")
+    delivery = reviewer.deliver("R1", recipient="ops@x.test")
+    hboss.revoke("H1", reason="secret")
+    reviewer.issue_correction(delivery, note="R1 no longer holds")
+    generate_key(tmp_path / "k")
+    return ledger, ledger.authenticate(admin.issue_token("auditor")), tmp_path
+
+
+@pytest.mark.parametrize("ledger_url", ["memory"], indirect=True)
+def test_a_withheld_event_relabelled_leaves_the_status_unchecked(
+    hidden_cause: tuple[Ledger, Any, Path],
+) -> None:
+    _ledger, auditor, tmp_path = hidden_cause
+    write_bundle(auditor, "R1", tmp_path / "k", tmp_path / "r1.zip")
+
+    def relabel(manifest: dict[str, Any], files: dict[str, bytes]) -> None:
+        for e in manifest["events"]:
+            if e["record"] == "R1" and e["type"] == "MarkedStale":
+                e["type"] = "Delivered"
+        for r in manifest["records"]:
+            if r["id"] == "R1":
+                r.update(status="ACCEPTED", validity="VALID")
+        prov = json.loads(files["prov.json"])
+        prov["entity"]["rec:R1"].update({"pl:status": "ACCEPTED", "pl:validity": "VALID"})
+        files["prov.json"] = json.dumps(prov).encode()
+        summary = files["summary.txt"].decode().splitlines()
+        summary = ["status:    ACCEPTED / VALID" if s.startswith("status:") else s for s in summary]
+        files["summary.txt"] = "\n".join(summary).encode()
+
+    forged = rewrite(tmp_path / "r1.zip", tmp_path / "k", tmp_path / "f.zip", relabel)
+    report = verify_bundle(forged, tmp_path / "k.pub")
+    assert not report.ok or any(u.startswith("R1: its status") for u in report.unchecked)
+
+
+# -- a bundle states the record as it is under its head ---------------------------------------
+
+
+@pytest.mark.parametrize("ledger_url", ["memory"], indirect=True)
+def test_a_bundle_is_not_written_from_an_as_of_session(
+    revoked_chain: tuple[World, Path],
+) -> None:
+    world, tmp_path = revoked_chain
+    before = world.reviewer.audit("E1").events[-1].position - 1  # before the revocation
+    with pytest.raises(LedgerError):
+        write_bundle(
+            world.reviewer.as_of(position=before), "R1", tmp_path / "k", tmp_path / "r1.zip"
+        )
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_a_bundle_is_refused_when_its_record_changes_while_it_is_written(
+    world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ledger.bundle.write as writing
+
+    agent, reviewer = world.agent, world.reviewer
+    agent.capture(scope="proj-a", uri="https://x.test/doc", content=b"ok", id="E1")
+    agent.propose(scope="proj-a", claim_key="r", value=1, kind=Kind.REPORT, parents=["E1"], id="R1")
+    reviewer.accept("E1")
+    reviewer.accept("R1")
+    generate_key(tmp_path / "k")
+    original = writing._events
+
+    def racing(*args: Any, **kwargs: Any) -> Any:
+        reviewer.revoke("E1", reason="meanwhile")  # committed between the reads
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(writing, "_events", racing)
+    with pytest.raises(LedgerError, match=r"R1|E1"):
+        write_bundle(reviewer, "R1", tmp_path / "k", tmp_path / "r1.zip")
+
+
+# -- what people read in summary.txt, and a record listed twice --------------------------------
+
+
+@pytest.mark.parametrize("ledger_url", ["memory"], indirect=True)
+@pytest.mark.parametrize("how", ["spaces", "approver", "duplicate"])
+def test_a_re_signed_bundle_cannot_restate_a_record_where_the_verifier_does_not_look(
+    revoked_chain: tuple[World, Path],
+    how: str,
+) -> None:
+    world, tmp_path = revoked_chain
+    write_bundle(world.reviewer, "R1", tmp_path / "k", tmp_path / "r1.zip")
+
+    def change(manifest: dict[str, Any], files: dict[str, bytes]) -> None:
+        summary = files["summary.txt"].decode()
+        if how == "spaces":
+            line = next(s for s in summary.splitlines() if s.startswith("status:"))
+            summary = summary.replace(line, "status:    ACCEPTED  /  VALID")
+        elif how == "approver":
+            summary = summary.replace("approved:  by reviewer", "approved:  by someone-else", 1)
+        else:
+            r1 = next(r for r in manifest["records"] if r["id"] == "R1")
+            manifest["records"].insert(0, dict(r1, status="ACCEPTED", validity="VALID"))
+        files["summary.txt"] = summary.encode()
+
+    forged = rewrite(tmp_path / "r1.zip", tmp_path / "k", tmp_path / "f.zip", change)
+    assert not verify_bundle(forged, tmp_path / "k.pub").ok
+
+
+# -- a view row moved to another scope would hide a record the auditor may audit ---------------
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_a_bundle_is_refused_when_the_views_move_an_ancestor_out_of_sight(
+    revoked_chain: tuple[World, Path],
+) -> None:
+    world, tmp_path = revoked_chain
+    edit_views(world, "UPDATE pl_records SET scope='proj-secret' WHERE record_id='E1'")
+    with pytest.raises(LedgerError, match="views"):
+        write_bundle(world.reviewer, "R1", tmp_path / "k", tmp_path / "r1.zip")

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ledger.bundle.events import _Auditable, _Event
+from ledger.bundle.told import HISTORY_LABELS, one_line
 from ledger.domain import Kind
 from ledger.heads import SignedHead
 from ledger.prov import PL, export_prov, serialize
@@ -121,14 +122,7 @@ def _summary(
     # free text (a note, a reason, a URI) is escaped, so no text a proposer or
     # approver wrote can pose as a line of its own (the verifier reads the
     # status, evidence and ancestry lines).
-    return "\n".join(_one_line(line) for line in lines)
-
-
-def _one_line(text: str) -> str:
-    """``text`` with every character that is not printable escaped (``\\n``, ``\\u202e``)."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return "\n".join(one_line(line) for line in lines)
 
 
 def _cause(record: RecordView, auditable: _Auditable) -> str:
@@ -140,22 +134,13 @@ def _cause(record: RecordView, auditable: _Auditable) -> str:
 
 
 def _history_lines(trail: AuditTrail, rid: str | None = None) -> list[str]:
-    label = {
-        "Proposed": "proposed",
-        "Accepted": "approved",
-        "Rejected": "rejected",
-        "Revoked": "revoked",
-        "Revalidated": "revalidated",
-        "Delivered": "delivered",
-        "SnapshotErased": "erased",
-    }
     lines = []
     for event in trail.events:
-        if event.type not in label:
+        if event.type not in HISTORY_LABELS:
             continue
         why = event.details.get("reason") or event.details.get("note")
         lines.append(
-            f"{label[event.type] + ':':<10} {rid + ' ' if rid else ''}by {event.actor} at "
+            f"{HISTORY_LABELS[event.type] + ':':<10} {rid + ' ' if rid else ''}by {event.actor} at "
             f"{_when(event.at)} (log position {event.position})" + (f": {why}" if why else "")
         )
     return lines

@@ -6,11 +6,13 @@ audit), its Merkle leaf and inclusion proof, and what they tell of each record.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from ledger import merkle, redaction
 from ledger.bundle.told import _as_shown, _tell, _Told
 from ledger.errors import (
     AccessDeniedError,
+    ConcurrencyError,
     CorruptEventError,
     InvalidInputError,
     UnknownRecordError,
@@ -18,6 +20,7 @@ from ledger.errors import (
 from ledger.merkle import LogDigest
 from ledger.session import Session
 from ledger.values import AuditEvent, AuditTrail
+from projections import validity as validity_view
 
 
 @dataclass
@@ -80,6 +83,14 @@ def _events(
             key = keys[rid, trail.record.scope]
             notes = {n.id: n for n in recorder.select_record_events(c, engine.aggregate_of(c, key))}
             _check_versions(rid, [n.originator_version for n in notes.values()])
+            # The trail was read before this transaction: an event of the record
+            # committed since would be under the head but left out of the bundle.
+            later = sorted(set(notes) - {a.position for a in trail.events})
+            if later:
+                raise ConcurrencyError(
+                    f"bundle refused: {rid!r} changed while the bundle was written (its "
+                    f"event at position {later[0]}); write it again"
+                )
             decoded = {}
             for audit in trail.events:
                 note = notes.get(audit.position)
@@ -106,6 +117,9 @@ def _events(
                 withheld = not all(auditable(dep) for dep in _named_ids(audit)) or bool(
                     caller.names(c, (*named, key))
                 )
+                if withheld:
+                    for dep in named:
+                        _check_scope_in_log(engine, c, dep)
                 out.append(_Event(rid, audit, audit.position, -1, leaf, None if withheld else data))
             logged = _tell(key, ((at, *decoded[at]) for at in sorted(decoded)))
             # As the views show it to this caller: hidden ids as one placeholder,
@@ -122,6 +136,27 @@ def _events(
         event.path = paths[event.index]
     digest = LogDigest(size=size, position=last, root=root.hex())
     return sorted(out, key=lambda e: e.position), digest, told
+
+
+def _check_scope_in_log(engine: Any, c: Any, key: str) -> None:
+    """Refuse when the views give ``key`` another scope (or aggregate) than its
+    proposal in the log: what a bundle hides, and so withholds, is decided by a
+    record's scope, and a view row moved to a scope the caller cannot see would
+    hide a record it may audit."""
+    oid = validity_view.aggregate_id(c, engine.dialect, key)
+    row = validity_view.current(c, engine.dialect, key)  # as stored now, not as cached
+    scope = None if row is None else row["scope"]
+    notes = [] if oid is None else list(engine.recorder.select_record_events(c, oid))
+    first = engine.projector.decode(notes[0]) if notes else None
+    if first is None or (getattr(first, "record_id", None), getattr(first, "scope", None)) != (
+        key,
+        scope,
+    ):
+        raise CorruptEventError(
+            "bundle refused: the views disagree with the log about a record an included "
+            "event names: they place it in another scope than its proposal (run "
+            "`provledger verify` to name the row, then `provledger rebuild`)"
+        )
 
 
 def _check_versions(rid: str, versions: list[int]) -> None:

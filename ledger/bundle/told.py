@@ -47,6 +47,9 @@ class _Told:
     supersedes: str | None = None
     expires: datetime | None = None
     unknown: list[str] = field(default_factory=list)
+    #: What the proposal states of the record (None: its bytes are withheld):
+    #: scope, claim key, kind, value, evidence.
+    proposal: dict[str, Any] | None = None
 
     def validities(self, at: datetime | None) -> tuple[Validity, ...]:
         """The validities the status allows (``at``: when it was stated, for the expiry)."""
@@ -91,6 +94,13 @@ def _tell(record: str, events: Iterable[tuple[int, str, Any]]) -> _Told:
                 told.unknown.append(f"its status after {where} (bytes withheld)")
             elif kind in _STATUS_AFTER:
                 told.status, told.by = _STATUS_AFTER[kind], f"{where} (bytes withheld)"
+            else:
+                # Only manifest.json says it is a {kind}: withheld bytes may be of
+                # any type (a MarkedStale or a Revoked listed as a Delivered).
+                told.unknown.append(
+                    f"its status after {where}, whose type only manifest.json states "
+                    "(bytes withheld)"
+                )
             continue
         if kind == "Proposed":
             told.record_id = str(fields["record_id"])
@@ -100,6 +110,10 @@ def _tell(record: str, events: Iterable[tuple[int, str, Any]]) -> _Told:
             told.supersedes = None if replaced is None else str(replaced)
             expires = fields.get("expires")
             told.expires = expires if isinstance(expires, datetime) else None
+            told.proposal = {
+                name: fields.get(name)
+                for name in ("scope", "claim_key", "kind", "value", "evidence")
+            }
         if kind == "Revalidated":
             # Version 1 revalidations (0.1.0) all made the record ACCEPTED.
             told.status = Status(str(fields.get("status", Status.ACCEPTED.value)))
@@ -128,3 +142,23 @@ def _as_shown(
         if told.supersedes is None
         else redaction.one(told.supersedes, hidden, names) or told.supersedes,
     )
+
+
+#: summary.txt's word for each event type its history lines tell.
+HISTORY_LABELS = {
+    "Proposed": "proposed",
+    "Accepted": "approved",
+    "Rejected": "rejected",
+    "Revoked": "revoked",
+    "Revalidated": "revalidated",
+    "Delivered": "delivered",
+    "SnapshotErased": "erased",
+}
+
+
+def one_line(text: str) -> str:
+    """``text`` with every character that is not printable escaped (``\\n``,
+    ``\\u202e``), as summary.txt writes each line."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)

@@ -8,12 +8,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import msgpack
 
-from ledger.bundle.told import _tell, _Told
+from ledger.bundle.told import HISTORY_LABELS, _tell, _Told, one_line
 from ledger.domain import Status, Validity
 from ledger.serialization import unpack
 from ledger.values import HIDDEN
@@ -37,6 +37,10 @@ def _check_statements(
         for r in records
         if isinstance(r, dict) and isinstance(r.get("id"), str) and r["id"] != HIDDEN
     }
+    ids = [r.get("id") for r in records if isinstance(r, dict)]
+    for rid in sorted({i for i in ids if ids.count(i) > 1}, key=str):
+        # Readers take the first entry, a dict the last: state each record once.
+        problems.append(f"manifest.json includes {rid} more than once")
     hidden = any(isinstance(r, dict) and r.get("id") == HIDDEN for r in records)
     root = manifest.get("record")
     if root not in stated:
@@ -64,6 +68,8 @@ def _check_statements(
                 f"{rid}: {where} states it is {status}, but the bundle carries none of its events"
             )
     _check_summary_ancestry(members, str(root), stated, hidden, problems)
+    _check_summary_lines(members, str(root), events, problems)
+    _check_proposals(members, str(root), stated, told, problems)
     _check_ancestry(members, str(root), stated, hidden, told, problems, unchecked)
     return tuple(dict.fromkeys(unchecked))
 
@@ -310,4 +316,157 @@ def _check_ancestry(
             if base in stated and (rid, base) not in shown:
                 problems.append(
                     f"prov.json does not derive {rid} from {base}, which its events name"
+                )
+
+
+#: summary.txt's lines the verifier reads, each in the one form the writer gives it.
+_SUMMARY_FORMS = {
+    "status:": re.compile(r"status:    \S+ / \S+( \(.*\))?$"),
+    "evidence:": re.compile(
+        r"evidence:  (none among the records you may audit|\S+: .* \(\w+ / \w+\))$"
+    ),
+    "ancestry:": re.compile(r"ancestry:  .+$"),
+}
+_HISTORY = re.compile(
+    r"^(?P<indent>  )?(?P<label>proposed|approved|rejected|revoked|revalidated|delivered|erased):"
+    r" +(?:(?P<rid>\S+) )?by (?P<actor>.+?) at (?P<at>\S+) \(log position (?P<pos>\d+)\)"
+)
+_LABEL = HISTORY_LABELS
+
+
+def _check_summary_lines(
+    members: dict[str, bytes],
+    root: str,
+    events: dict[str, list[_Carried]],
+    problems: list[str],
+) -> None:
+    """summary.txt's status, evidence and ancestry lines are each in the form the
+    writer gives them (a line the checks cannot read is not a line they passed),
+    and its history lines are the events the bundle lists, with the actor and
+    time their carried bytes hold."""
+    summary = members.get("summary.txt", b"").decode("utf-8", "replace").splitlines()
+    counts = dict.fromkeys(_SUMMARY_FORMS, 0)
+    for line in summary:
+        for start, form in _SUMMARY_FORMS.items():
+            if line.lower().lstrip().startswith(start):
+                counts[start] += 1
+                if not form.match(line):
+                    problems.append(
+                        f"summary.txt has a line the bundle writer never writes: {line[:80]!r}"
+                    )
+    for start in ("status:", "ancestry:"):
+        if counts[start] != 1:
+            problems.append(f"summary.txt has {counts[start]} {start[:-1]} lines, not one")
+    by_position = {
+        position: (rid, kind, fields)
+        for rid, evs in events.items()
+        for position, kind, fields, _v, _o in evs
+    }
+    told_lines: set[int] = set()
+    for line in summary:
+        m = _HISTORY.match(line)
+        if m is None:
+            continue
+        position = int(m["pos"])
+        rid = root if m["indent"] is None else m["rid"]
+        listed = by_position.get(position)
+        if listed is None or listed[0] != rid or _LABEL.get(listed[1]) != m["label"]:
+            problems.append(
+                f"summary.txt says {rid} was {m['label']} at log position {position}, but the "
+                "bundle lists no such event"
+            )
+            continue
+        told_lines.add(position)
+        fields = listed[2]
+        if isinstance(fields, dict):
+            at = fields.get("timestamp")
+            when = (
+                at.astimezone(UTC).isoformat(timespec="seconds")
+                if isinstance(at, datetime)
+                else None
+            )
+            if m["actor"] != str(fields.get("actor")) or (when is not None and m["at"] != when):
+                problems.append(
+                    f"summary.txt says {rid} was {m['label']} by {m['actor']} at {m['at']}, but "
+                    f"the event at position {position} is by {fields.get('actor')} at {when}"
+                )
+    for position, (rid, kind, _fields) in sorted(by_position.items()):
+        if kind in _LABEL and position not in told_lines:
+            problems.append(
+                f"summary.txt does not tell the {kind} event of {rid} at log position {position}"
+            )
+
+
+def _check_proposals(
+    members: dict[str, bytes],
+    root: str,
+    stated: dict[str, Any],
+    told: dict[str, _Told],
+    problems: list[str],
+) -> None:
+    """What the bundle states of each record itself (its scope, kind, claim key,
+    value and evidence) is what its carried proposal says."""
+    try:
+        entities = json.loads(members.get("prov.json", b"{}")).get("entity") or {}
+    except (ValueError, AttributeError):
+        entities = {}
+    summary = members.get("summary.txt", b"").decode("utf-8", "replace").splitlines()
+    for rid, t in told.items():
+        p = t.proposal
+        if p is None:
+            continue
+        claims: list[tuple[str, str, object, object]] = [
+            ("manifest.json", "scope", stated[rid].get("scope"), p["scope"]),
+            ("manifest.json", "kind", stated[rid].get("kind"), p["kind"]),
+        ]
+        attrs = entities.get(f"rec:{rid}") if isinstance(entities, dict) else None
+        if isinstance(attrs, dict):
+            ev = p["evidence"] if isinstance(p["evidence"], dict) else {}
+            for attr, want in (
+                ("pl:scope", p["scope"]),
+                ("pl:kind", p["kind"]),
+                ("pl:claimKey", p["claim_key"]),
+                ("pl:contentHash", ev.get("content_hash")),
+                ("pl:snapshotRef", ev.get("snapshot_ref")),
+                ("pl:uri", ev.get("uri")),
+            ):
+                value = attrs.get(attr)
+                if isinstance(value, dict):
+                    value = value.get("$")
+                if value is not None or want is not None:
+                    claims.append(("prov.json", attr, value, want))
+        if isinstance(p["evidence"], dict):
+            ev = p["evidence"]
+            fetched = ev.get("fetched_at")
+            when = (
+                fetched.astimezone(UTC).isoformat(timespec="seconds")
+                if isinstance(fetched, datetime)
+                else "?"
+            )
+            expected = one_line(
+                f"evidence:  {rid}: {ev.get('uri')} fetched {when}, {ev.get('content_hash')} ("
+            )
+            lines = [x for x in summary if x.startswith(f"evidence:  {rid}: ")]
+            if lines and not all(x.startswith(expected) for x in lines):
+                problems.append(
+                    f"summary.txt gives {rid}'s evidence as {lines[0][:120]!r}, but its proposal "
+                    f"says {expected[:120]!r}"
+                )
+        if rid == root:
+            claims.append(
+                (
+                    "summary.txt",
+                    "value",
+                    next((x for x in summary if x.startswith("value:")), None),
+                    one_line(
+                        "value:     "
+                        + json.dumps(p["value"], default=repr, ensure_ascii=False)[:200]
+                    ),
+                )
+            )
+        for where, name, shown, logged in claims:
+            if str(shown) != str(logged):
+                problems.append(
+                    f"{where} states {rid}'s {name} as {str(shown)[:120]!r}, but its proposal "
+                    f"says {str(logged)[:120]!r}"
                 )

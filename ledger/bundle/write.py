@@ -18,9 +18,10 @@ from ledger.bundle.archive import _MANIFEST_CONTEXT, FORMAT, _signed_archive
 from ledger.bundle.documents import _prov_json, _summary
 from ledger.bundle.events import _Auditable, _events
 from ledger.bundle.told import _Told
-from ledger.errors import CorruptEventError, naming_file
+from ledger.errors import CorruptEventError, InvalidInputError, naming_file
 from ledger.graph import collect
 from ledger.heads import SignedHead, key_id, load_private_key, public_key_pem, sign_head
+from ledger.serialization import pack
 from ledger.session import Session
 from ledger.values import HIDDEN, AuditTrail, RecordView
 
@@ -52,18 +53,29 @@ def write_bundle(
         InvalidKeyError: the key cannot be loaded.
         CorruptEventError: a stored event no longer matches its Merkle leaf, or
             the views disagree with the log about an included record's status,
-            validity, expiry, parents or observed dependencies, or leave out one
-            of its ancestors (``provledger verify`` names the row; ``provledger
-            rebuild`` replays the views from the log).
+            validity, expiry, parents, observed dependencies, scope, claim key,
+            kind, value or evidence, or leave out one of its ancestors
+            (``provledger verify`` names the row; ``provledger rebuild`` replays
+            the views from the log).
+        InvalidInputError: ``session`` is an as-of session (the head is signed
+            now, over the whole log).
+        ConcurrencyError: an included record changed while the bundle was
+            written; write it again.
     """
     key = load_private_key(private_key)
     engine = session.caller.engine
     now = engine.now()
-    if session.caller.position is None and session.caller.as_of_at is None:
-        # Every status and validity stated at one instant, the one the bundle says
-        # it was made at: a record expiring while it is written is stated as it
-        # was then, as its verification judges it.
-        session = Session(session.caller.derive(at=now))
+    if session.caller.position is not None or session.caller.as_of_at is not None:
+        # The head is signed now, over the whole log: a record stated as it was at
+        # a past position would be stated so under a head holding its later events.
+        raise InvalidInputError(
+            "a compliance bundle states its records as they are under the head it signs "
+            "now: write it from a session, not an as-of one"
+        )
+    # Every status and validity stated at one instant, the one the bundle says
+    # it was made at: a record expiring while it is written is stated as it
+    # was then, as its verification judges it.
+    session = Session(session.caller.derive(at=now))
     # Every basis ever held: a record revalidated on a new one was delivered, or
     # relied on, while it rested on the old one, which the bundle must show.
     sub = collect(
@@ -196,6 +208,22 @@ def _check_view(
     ):
         if tuple(shown) != logged:
             refuse(f"they show its {name} as {list(shown)} but its events say {list(logged or ())}")
+    if told.proposal is not None:
+        # What the bundle states of the record itself (summary.txt's value and
+        # evidence lines, prov.json's attributes) is what its proposal says.
+        stated: tuple[tuple[str, object, object], ...] = (
+            ("scope", view.scope, told.proposal["scope"]),
+            ("claim key", view.claim_key, told.proposal["claim_key"]),
+            ("kind", str(view.kind), str(told.proposal["kind"])),
+            ("value", view.value, told.proposal["value"]),
+            ("evidence", view.evidence, told.proposal["evidence"]),
+        )
+        for what, shown_as, proposed in stated:
+            if pack(shown_as) != pack(proposed):
+                refuse(
+                    f"they show its {what} as {shown_as!r:.120} but its proposal says "
+                    f"{proposed!r:.120}"
+                )
     left_out = sorted(b for b in told.bases if b not in trails and auditable(b))
     if left_out:
         refuse(f"its events name {', '.join(left_out)} as a basis, which the views leave out")
