@@ -702,3 +702,74 @@ def test_a_bundle_is_refused_when_the_views_move_an_ancestor_out_of_sight(
     edit_views(world, "UPDATE pl_records SET scope='proj-secret' WHERE record_id='E1'")
     with pytest.raises(LedgerError, match="views"):
         write_bundle(world.reviewer, "R1", tmp_path / "k", tmp_path / "r1.zip")
+
+
+# -- prov.json's activities are the carried events ---------------------------------------
+
+
+@pytest.mark.parametrize("ledger_url", ["memory"], indirect=True)
+@pytest.mark.parametrize(
+    ("how", "label", "problem"),
+    [
+        (
+            "recipient",
+            "Delivered R1",
+            "prov.json states pl:recipient 'regulator@authority.test' for the Delivered of R1 "
+            "at position {position}, but its event says 'ops@x.test'",
+        ),
+        (
+            "reason",
+            "Revoked E1",
+            "prov.json states pl:reason 'routine' for the Revoked of E1 at position {position}, "
+            "but its event says 'doc changed'",
+        ),
+        (
+            "agent",
+            "Accepted R1",
+            "prov.json associates the Accepted of R1 at position {position} with "
+            "['agent:someone-else'], but its event was by 'reviewer'",
+        ),
+        (
+            "invalidation",
+            "Revoked E1",
+            "prov.json does not say the Revoked of E1 at position {position} invalidated it",
+        ),
+        (
+            "dropped",
+            "Delivered R1",
+            "prov.json has no activity for the Delivered event of R1 at position {position}",
+        ),
+    ],
+)
+def test_a_re_signed_bundle_cannot_restate_who_did_what_in_prov_json(
+    revoked_chain: tuple[World, Path], how: str, label: str, problem: str
+) -> None:
+    # Given an honest bundle of R1 (delivered to ops@x.test; E1 revoked: "doc changed")
+    world, tmp_path = revoked_chain
+    write_bundle(world.reviewer, "R1", tmp_path / "k", tmp_path / "r1.zip")
+    prov = json.loads(zipfile.ZipFile(tmp_path / "r1.zip").read("prov.json"))
+    act = next(k for k, a in prov["activity"].items() if a["prov:label"] == label)
+    position = int(act.rsplit("-", 1)[1])
+
+    def change(manifest: dict[str, Any], files: dict[str, bytes]) -> None:
+        prov = json.loads(files["prov.json"])
+        if how == "recipient":
+            prov["activity"][act]["pl:recipient"] = "regulator@authority.test"
+        elif how == "reason":
+            prov["activity"][act]["pl:reason"] = "routine"
+        elif how == "agent":
+            for entry in prov["wasAssociatedWith"].values():
+                if entry["prov:activity"] == act:
+                    entry["prov:agent"] = "agent:someone-else"
+        elif how == "invalidation":
+            del prov["wasInvalidatedBy"]
+        else:
+            del prov["activity"][act]
+        files["prov.json"] = json.dumps(prov).encode()
+
+    # When the key holder rewrites prov.json and signs again
+    forged = rewrite(tmp_path / "r1.zip", tmp_path / "k", tmp_path / "f.zip", change)
+
+    # Then verify-bundle names what no longer matches the carried events
+    report = verify_bundle(forged, tmp_path / "k.pub")
+    assert problem.format(position=position) in report.problems, report.problems

@@ -70,6 +70,7 @@ def _check_statements(
     _check_summary_ancestry(members, str(root), stated, hidden, problems)
     _check_summary_lines(members, str(root), events, problems)
     _check_proposals(members, str(root), stated, told, problems)
+    _check_activities(members, events, problems)
     _check_ancestry(members, str(root), stated, hidden, told, problems, unchecked)
     return tuple(dict.fromkeys(unchecked))
 
@@ -470,3 +471,114 @@ def _check_proposals(
                     f"{where} states {rid}'s {name} as {str(shown)[:120]!r}, but its proposal "
                     f"says {str(logged)[:120]!r}"
                 )
+
+
+#: The event fields ``prov.json`` gives each activity, by its attribute name.
+_ACTIVITY_FIELDS = (
+    ("note", "pl:note"),
+    ("reason", "pl:reason"),
+    ("recipient", "pl:recipient"),
+    ("channel", "pl:channel"),
+    ("delivery_id", "pl:deliveryId"),
+    ("correction_id", "pl:correctionId"),
+    ("snapshot_ref", "pl:snapshotRef"),
+)
+
+
+def _plain(value: Any) -> Any:
+    """A PROV-JSON value without its type (``{"$": "13", "type": "xsd:int"}`` is "13")."""
+    return value.get("$") if isinstance(value, dict) else value
+
+
+def _relations(prov: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    """The entries of one of ``prov.json``'s relations (each a dict of attributes)."""
+    found = prov.get(name)
+    if not isinstance(found, dict):
+        return []
+    out: list[dict[str, Any]] = []
+    for entry in found.values():
+        out += [e for e in (entry if isinstance(entry, list) else [entry]) if isinstance(e, dict)]
+    return out
+
+
+def _check_activities(
+    members: dict[str, bytes], events: dict[str, list[_Carried]], problems: list[str]
+) -> None:
+    """``prov.json``'s activities are the listed events, one each: the type and
+    record of its label, and, for an event whose bytes are carried, its time, the
+    fields it states (reason, recipient, channel, …), the agent it is associated
+    with, and the invalidation a revocation or supersession makes."""
+    try:
+        prov = json.loads(members.get("prov.json", b"{}"))
+    except ValueError:
+        return  # named by the checks of statuses
+    if not isinstance(prov, dict):
+        return
+    activities = prov.get("activity")
+    activities = activities if isinstance(activities, dict) else {}
+    by_position = {pos: (rid, kind, f) for rid, evs in events.items() for pos, kind, f, _, _ in evs}
+    agents: dict[str, set[str]] = {}
+    for entry in _relations(prov, "wasAssociatedWith"):
+        agents.setdefault(str(_plain(entry.get("prov:activity"))), set()).add(
+            str(_plain(entry.get("prov:agent")))
+        )
+    invalidated = {
+        (str(_plain(e.get("prov:activity"))), str(_plain(e.get("prov:entity"))))
+        for e in _relations(prov, "wasInvalidatedBy")
+    }
+    told: set[int] = set()
+    for act, attrs in sorted(activities.items()):
+        if not isinstance(attrs, dict):
+            continue
+        try:
+            position = int(str(_plain(attrs.get("pl:position"))))
+        except ValueError:
+            position = -1
+        kind, _, rid = str(attrs.get("prov:label", "")).partition(" ")
+        listed = by_position.get(position)
+        if listed is None or listed[:2] != (rid, kind) or not act.endswith(f"-{position}"):
+            problems.append(
+                f"prov.json has the activity {act} ({kind} of {rid} at position {position}), "
+                "but the bundle lists no such event"
+            )
+            continue
+        told.add(position)
+        fields = listed[2]
+        if not isinstance(fields, dict):
+            continue  # bytes withheld: what it states is the manifest's word
+        said = {name: _plain(attrs.get(name)) for _, name in _ACTIVITY_FIELDS}
+        logged = {
+            name: str(fields[key]) if fields.get(key) else None for key, name in _ACTIVITY_FIELDS
+        }
+        at = fields.get("timestamp")
+        try:
+            started = datetime.fromisoformat(str(attrs.get("prov:startTime")))
+        except ValueError:
+            started = None
+        actor = fields.get("actor")
+        wanted_agents = {f"agent:{actor}"} if actor else set()
+        for name in sorted(said):
+            if said[name] != logged[name]:
+                problems.append(
+                    f"prov.json states {name} {said[name]!r} for the {kind} of {rid} at position "
+                    f"{position}, but its event says {logged[name]!r}"
+                )
+        if isinstance(at, datetime) and started != at:
+            problems.append(
+                f"prov.json states the {kind} of {rid} at position {position} happened at "
+                f"{attrs.get('prov:startTime')}, but its event says {at.isoformat()}"
+            )
+        if agents.get(act, set()) != wanted_agents:
+            problems.append(
+                f"prov.json associates the {kind} of {rid} at position {position} with "
+                f"{sorted(agents.get(act, set()))}, but its event was by {actor!r}"
+            )
+        if kind in ("Revoked", "Superseded") and (act, f"rec:{rid}") not in invalidated:
+            problems.append(
+                f"prov.json does not say the {kind} of {rid} at position {position} invalidated it"
+            )
+    for position, (rid, kind, _f) in sorted(by_position.items()):
+        if position not in told:
+            problems.append(
+                f"prov.json has no activity for the {kind} event of {rid} at position {position}"
+            )
