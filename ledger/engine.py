@@ -244,7 +244,11 @@ class Engine:
             # Nothing is created, not even the file; SQLite itself refuses writes.
             env = {**env, "SQLITE_DBNAME": read_only_uri(str(backend.path)), "CREATE_TABLE": "no"}
         elif not create and backend.kind != "memory":
-            if backend.kind == "sqlite" and not holds_ledger(str(backend.path)):
+            try:
+                held = backend.kind != "sqlite" or holds_ledger(str(backend.path))
+            except sqlite3.Error as exc:  # not known: the disk, a lock, an I/O error
+                raise self.storage_error(exc, opening=True) from None
+            if not held:
                 found = foreign_file(str(backend.path))
                 if found is not None:
                     raise LedgerNotFoundError(
@@ -322,7 +326,9 @@ class Engine:
         self, exc: BaseException, *, opening: bool = False, committing: bool = False
     ) -> LedgerError:
         """The typed error for a failure of the database (see ``persistence.faults``)."""
-        if self.outdated_views is not None and _missing_from_views(exc):
+        if self.outdated_views is not None and (
+            _missing_from_views(exc) or isinstance(exc, (IndexError, KeyError))
+        ):
             kept = (
                 "opened read-only, they stay as stored; copy the file to a writable "
                 "place and open it there to have them rebuilt (verify, digest and "
@@ -354,6 +360,8 @@ class Engine:
                 yield c
         except DATABASE_ERRORS as exc:
             raise self.storage_error(exc) from None
+        except (IndexError, KeyError) as exc:
+            raise self._missing_column(exc) from None
 
     @contextmanager
     def statement(self) -> Iterator[Cursor]:
@@ -364,6 +372,8 @@ class Engine:
                 yield c
         except DATABASE_ERRORS as exc:
             raise self.storage_error(exc) from None
+        except (IndexError, KeyError) as exc:
+            raise self._missing_column(exc) from None
 
     def query(self, fetch: Callable[[Cursor], T]) -> T:
         """What ``fetch`` reads with a cursor for a read that is one SQL statement
@@ -374,6 +384,14 @@ class Engine:
             return self.recorder.query(fetch)
         except DATABASE_ERRORS as exc:
             raise self.storage_error(exc) from None
+        except (IndexError, KeyError) as exc:
+            raise self._missing_column(exc) from None
+
+    def _missing_column(self, exc: IndexError | KeyError) -> BaseException:
+        """A row read from views left as stored in an earlier layout lacks a column
+        this version reads (``sqlite3.Row`` raises IndexError, a dict row KeyError):
+        the refusal ``storage_error`` gives such views; ``exc`` itself otherwise."""
+        return exc if self.outdated_views is None else self.storage_error(exc)
 
     @contextmanager
     def locked(self, what: str = "maintenance") -> Iterator[Cursor]:
@@ -412,6 +430,7 @@ class Engine:
         """
         self.check_open()
         self.check_writable("writing")
+        self.views_for_writing()
 
         def attempt() -> T:
             try:
@@ -602,6 +621,7 @@ class Engine:
         """Apply any events the views have not seen; returns how many. Cheap when the
         views are current (one read); otherwise under the writers' lock, so concurrent
         writers and catch-ups never apply an event twice."""
+        self.views_for_writing()
         if self.views_lag() is None:
             return 0
         with self.locked("catch_up") as c, gc_pause.paused():
@@ -648,6 +668,16 @@ class Engine:
                 f"up with the log (views at position {lag[0]}, log at {lag[1]}), which "
                 f"cannot be done without writing; {instead}"
             )
+
+    def views_for_writing(self) -> None:
+        """Rebuild views left as stored in an earlier version's layout (the ledger
+        was opened with ``catch_up=False``) before anything is applied to them: a
+        write would apply its events to tables of the old layout, or fail on them
+        (another process may have rebuilt them since: ``migrate_views`` looks again
+        under the writers' lock)."""
+        if self.outdated_views is not None and not self.read_only:
+            self.migrate_views()
+            self.outdated_views = None
 
     def migrate_views(self) -> None:
         """Rebuild the views from the log if they were built with another layout

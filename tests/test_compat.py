@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from ledger import Kind, Ledger, Outcome, Status
+from ledger.errors import StorageError
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ANSWERS: dict[str, Any] = json.loads((FIXTURES / "ledger-0.1.0.json").read_text())
@@ -148,3 +149,42 @@ def test_a_0_1_0_ledgers_records_keep_their_hashed_ids_beside_new_time_ordered_o
     assert [e.type for e in reviewer.audit(child).events] == ["Proposed", "MarkedStale"]
     assert old_ledger.verify(against=ANSWERS["digest"]).ok
     assert old_ledger.rebuild().matched
+
+
+def test_a_0_1_0_ledger_opened_without_catch_up_has_its_views_rebuilt_by_the_first_command(
+    tmp_path: Path,
+) -> None:
+    # Given a copy of the 0.1.0 file opened as an audit opens it (views as stored)
+    path = tmp_path / "ledger-0.1.0.db"
+    shutil.copyfile(FIXTURES / "ledger-0.1.0.db", path)
+    with Ledger.open(f"sqlite:///{path}", catch_up=False) as led:
+        agent, _ = _sessions(led)
+        # When it takes commands
+        led.admin().grant("agent-1", scope="compat-new", roles=["propose", "read"])
+        agent.propose("compat-new", "k", 1, Kind.FACT, id="after-audit-open")
+        # Then they are applied to views in the current layout
+        assert agent.get("after-audit-open").status == Status.CANDIDATE
+        assert led.verify().ok
+        assert led.rebuild().matched
+
+
+@pytest.mark.parametrize("query", ["?mode=ro", ""], ids=["read-only", "writable"])
+def test_a_0_1_0_ledger_left_as_stored_refuses_reads_its_views_cannot_answer(
+    tmp_path: Path, query: str
+) -> None:
+    # Given a copy of the 0.1.0 file opened without catch-up (views as stored)
+    path = tmp_path / "ledger-0.1.0.db"
+    shutil.copyfile(FIXTURES / "ledger-0.1.0.db", path)
+    with Ledger.open(f"sqlite:///{path}{query}", catch_up=False) as led:
+        _, reviewer = _sessions(led)
+        # When a read needs a column those views lack
+        # Then it is refused with the StorageError naming the layout, not an IndexError
+        for read in (
+            lambda: reviewer.get("E2"),
+            lambda: reviewer.audit("E2"),
+            lambda: reviewer.records("proj-a"),
+            lambda: reviewer.prove("E2"),
+            lambda: reviewer.corrections_due(),
+        ):
+            with pytest.raises(StorageError, match="built by an earlier version"):
+                read()

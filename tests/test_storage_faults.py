@@ -30,7 +30,7 @@ from click.testing import CliRunner
 
 from ledger import ConnectionLostError, DiskFullError, Kind, Ledger, Session, StorageError
 from ledger.cli import main
-from ledger.errors import InvalidURLError, LedgerError
+from ledger.errors import InvalidURLError, LedgerError, LedgerNotFoundError
 from ledger.persistence.faults import storage_error
 from ledger.persistence.urls import PG_BOUNDS
 
@@ -182,6 +182,30 @@ def test_full_disk_refuses_propose_and_propose_many_then_the_ledger_is_whole(
             again.reviewer.get("BIG")
         assert again.agent.propose_many(big_items(3, 1000))  # space is back: it works
         assert again.led.position > before[0]
+        assert again.led.verify().ok
+    finally:
+        again.led.close()
+
+
+def test_a_ledger_opened_on_a_full_disk_without_create_is_not_reported_absent(
+    disk: SmallDisk,
+) -> None:
+    # Given a ledger written and closed (no -wal or -shm file beside it)
+    url = f"sqlite:///{disk.mount / 'ledger.db'}"
+    use = in_use(url)
+    before = use.state()
+    use.led.close()
+    # When the disk fills up and the ledger is opened as every command opens it
+    disk.fill()
+    with pytest.raises(DiskFullError) as caught:
+        Ledger.open(url, create=False)
+    # Then it is a full disk, not "no ledger there"
+    assert not isinstance(caught.value, LedgerNotFoundError)
+    one_line(str(caught.value))
+    disk.free()
+    again = reopened(url, use)
+    try:
+        assert again.state() == before
         assert again.led.verify().ok
     finally:
         again.led.close()

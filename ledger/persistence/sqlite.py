@@ -88,6 +88,9 @@ def holds_ledger(path: str) -> bool:
         StorageError: the file holds a ledger that SQLite cannot open where it is
             (a ledger in WAL mode needs to create its ``-shm`` file beside it, which
             a read-only directory or file system refuses).
+        sqlite3.OperationalError: the file could not be read for another reason
+            (a full disk, a lock, an I/O error): whether it holds a ledger is not
+            known, so it is not answered "no".
     """
     if not os.path.isfile(path):
         return False
@@ -96,6 +99,8 @@ def holds_ledger(path: str) -> bool:
         return _has_events_table(f"{uri}?mode=ro")
     except sqlite3.OperationalError as exc:
         cannot_open = "unable to open" in str(exc)
+        if not cannot_open:
+            raise
     except sqlite3.Error:  # not a database at all
         return False
     try:
