@@ -406,17 +406,20 @@ def previous_capture(
     if not caller.roles(c, scope):
         return None  # prepare refuses the proposal without revealing anything
     pending = None
-    for row in reversed(view_queries.for_claim(c, caller.engine.dialect, scope, claim_key)):
-        if row["status"] not in (Status.ACCEPTED, Status.CANDIDATE) or row["evidence"] is None:
+    # Only the claim's live captures, without the values of its other records
+    # (any number of which another proposer may have put under the claim key).
+    captures = view_queries.captures_of_claim(c, caller.engine.dialect, scope, claim_key)
+    for record_id, status, stored in reversed(captures):
+        if stored is None:
             continue
-        previous = unpack(row["evidence"])
+        previous = unpack(stored)
         if previous.get("uri") != evidence["uri"]:
             continue
         same = previous.get("content_hash") == evidence["content_hash"]
-        if row["status"] == Status.ACCEPTED:
-            return None if same else str(row["record_id"])  # same bytes: nothing to replace
+        if status == Status.ACCEPTED:
+            return None if same else str(record_id)  # same bytes: nothing to replace
         if pending is None and not same:
-            pending = str(row["record_id"])
+            pending = str(record_id)
     return pending
 
 

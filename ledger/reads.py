@@ -181,17 +181,12 @@ def stale_causes(
     if below is not None:
         rid = row["record_id"]
         return tuple(dataclasses.replace(x, blocking=rid in below(x.cause)) for x in causes)
-    above = {
-        parent
-        for parent, _, _ in edges_index.lineage(
-            c,
-            engine.dialect,
-            row["record_id"],
-            ancestors=True,
-            descendants=False,
-            position=caller.position,
-        )
-    }
+    # Only whether each cause is still above the record: the walk up stops once
+    # every cause is found (a dense ancestry would otherwise be walked whole, for
+    # every STALE record a page or an explanation shows).
+    above = edges_index.ancestors_among(
+        c, engine.dialect, row["record_id"], {x.cause for x in causes}, caller.position
+    )
     return tuple(dataclasses.replace(x, blocking=x.cause in above) for x in causes)
 
 

@@ -16,7 +16,7 @@ proposal of a long-lived run.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, cast
 
 from ledger.access import Role
@@ -162,7 +162,12 @@ class RunContext:
         self._append(Run.Ended, outcome=outcome)
         self._open = False
 
-    def _append(self, event_class: type[Run.Event], **fields: Any) -> None:
+    def _append(
+        self,
+        event_class: type[Run.Event],
+        unless: Callable[[Run], bool] | None = None,
+        **fields: Any,
+    ) -> None:
         engine = self._outer.engine
 
         def work(w: Write) -> None:
@@ -170,6 +175,8 @@ class RunContext:
             # stored (ended elsewhere, say by ``provledger run end``, it takes nothing).
             self._outer.authenticate(w.c)
             run = self._stored(w.c)
+            if unless is not None and unless(run):
+                return  # nothing the stored run does not hold already
             run.trigger_event(event_class, timestamp=engine.now(), **fields)
             w.append(run.collect_events())
 
@@ -211,7 +218,17 @@ class RunContext:
             return
         self._check()
         shown_valid = record_ids if valid is None else tuple(r for r in record_ids if r in valid)
-        self._append(Run.ReadRecorded, record_ids=record_ids, how=how, valid=shown_valid)
+        now_valid = set(shown_valid)
+
+        def known(run: Run) -> bool:
+            # Shown again as the run (as stored) last saw each of them: the event
+            # would change nothing, so none is appended (a model listing one page
+            # over and over must not grow the log by a page's ids each time).
+            return all(run.reads.get(rid) is (rid in now_valid) for rid in record_ids)
+
+        self._append(
+            Run.ReadRecorded, unless=known, record_ids=record_ids, how=how, valid=shown_valid
+        )
         for rid in record_ids:
             self._reads[rid] = valid is None or rid in valid
 

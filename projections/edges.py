@@ -166,6 +166,28 @@ def lineage(
     return list(found)
 
 
+def ancestors_among(
+    c: Cursor, d: Dialect, root: str, wanted: Set[str], position: int | None = None
+) -> set[str]:
+    """Which of ``wanted`` are ancestors of ``root`` (over declared and observed
+    edges, now or after ``position``): breadth-first up from ``root``, stopping as
+    soon as every one of them is found, so a cause that is a near ancestor costs
+    the few levels above ``root``, not the whole of its ancestry."""
+    found: set[str] = set()
+    seen = {root}
+    frontier = [root]
+    while frontier and len(found) < len(wanted):
+        nxt: list[str] = []
+        for parent, _, _ in _edges_where(c, d, "child_id", frontier, position):
+            if parent in wanted:
+                found.add(parent)
+            if parent not in seen:
+                seen.add(parent)
+                nxt.append(parent)
+        frontier = nxt
+    return found
+
+
 def edges_among(
     c: Cursor, d: Dialect, ids: Sequence[str], position: int | None = None, former: bool = False
 ) -> list[tuple[str, str, str]]:

@@ -45,13 +45,14 @@ VIEWS: tuple[ModuleType, ...] = (validity, delivery, access)
 #: The layout of the view tables, kept in ``pl_tracking`` under ``LAYOUT_KEY``. Views
 #: built with another layout (a ledger written by 0.1.0 has none recorded) are
 #: dropped and rebuilt from the log when the ledger opens; stored events never change.
-LAYOUT = 8
+LAYOUT = 9
 #: Tables of earlier layouts, dropped with the views (4 keeps no map from aggregate
 #: ids to record ids: a record's proposal, found by the events' key, holds it; 5
 #: indexes a scope's listing by the id each record was proposed as; 6 a claim's
 #: live rows; 7 keeps each record's aggregate id, which is no longer a function
 #: of its record id alone; 8 lists ACCEPTED and other current rows from two
-#: indexes, and expiring ACCEPTED ones from a third).
+#: indexes, and expiring ACCEPTED ones from a third; 9 indexes a claim's live
+#: rows by status, so a read passes over none of its candidates).
 RETIRED = ("pl_record_ids",)
 LAYOUT_KEY = "#layout"
 

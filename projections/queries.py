@@ -37,6 +37,23 @@ def for_claim(c: Cursor, d: Dialect, scope: str, claim_key: str) -> list[RecordR
     return cast("list[RecordRow]", list(c.fetchall()))
 
 
+def captures_of_claim(
+    c: Cursor, d: Dialect, scope: str, claim_key: str
+) -> list[tuple[str, str, bytes]]:
+    """(record id, status, evidence) of the ACCEPTED and CANDIDATE evidence records
+    of ``(scope, claim_key)`` in proposal order: what a re-capture may supersede,
+    found on the live index without reading the claim's other rows' values."""
+    c.execute(
+        d.q(
+            "SELECT record_id, status, evidence FROM {t}pl_records "
+            f"WHERE scope=? AND claim_key=? AND {live_filter()} AND kind='evidence' "
+            "AND (status='ACCEPTED' OR status='CANDIDATE') ORDER BY created_pos"
+        ),
+        (scope, claim_key),
+    )
+    return [(r["record_id"], r["status"], r["evidence"]) for r in c.fetchall()]
+
+
 def live_of_claim(
     c: Cursor, d: Dialect, scope: str, claim_key: str, kind: str
 ) -> list[tuple[str, str, int, int]]:
@@ -396,6 +413,10 @@ def _claim_as_statement(d: Dialect, as_of: bool, live_only: bool) -> str:
             when += " AND " + live_filter("r", now=False)
     else:
         when = live_filter("r") if live_only else "r.to_pos IS NULL"
+    if live_only:
+        # A read uses only ACCEPTED rows: a claim's CANDIDATE and STALE rows (any
+        # number, values of up to the size limit each) are not fetched for it.
+        when += " AND r.status = 'ACCEPTED'"
     # SQLite sorts a claim's few rows in Python (no temporary b-tree per read).
     order = "" if d.name == "sqlite" else " ORDER BY r.created_pos"
     return d.q(

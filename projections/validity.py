@@ -142,8 +142,12 @@ OPEN_TERM = "status <> 'ACCEPTED'"
 AFTER_LOAD_DDL = (
     "CREATE INDEX IF NOT EXISTS pl_records_claim ON {t}pl_records (scope, claim_key)",
     # A claim's live records (``LIVE_FILTER``: what a read may use, and what a new
-    # version may replace), found without passing over its earlier versions.
-    "CREATE INDEX IF NOT EXISTS pl_records_live ON {t}pl_records (scope, claim_key) WHERE {live}",
+    # version may replace), found without passing over its earlier versions; by
+    # status too, so a read reaches its ACCEPTED rows without passing over (and
+    # reading the values of) however many CANDIDATE and STALE rows the claim has,
+    # and a re-capture its live evidence rows without its records of other kinds.
+    "CREATE INDEX IF NOT EXISTS pl_records_live ON {t}pl_records (scope, claim_key, status, kind) "
+    "WHERE {live}",
     # Listing a scope page by page in id order (``Session.records``): current rows
     # ordered by the id each was proposed as ({listing}: see Dialect.listing_order),
     # the ACCEPTED ones in one index and the rest in another, so a page of the few

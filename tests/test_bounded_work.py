@@ -1,0 +1,176 @@
+"""What one call costs is bounded by what it asks for, not by what other principals
+put beside it: a read of a claim and a re-capture pass over none of the claim's
+other records, a run shown again what it was shown appends nothing, and showing a
+STALE record does not walk its whole ancestry."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ledger import Kind, Ledger, Outcome, Status
+from projections import edges as edges_index
+from projections import queries as view_queries
+
+SCOPE, CLAIM = "proj-a", "api.timeout"
+URI = "https://docs.test/orders"
+N = 60  # records of the dense ancestry
+
+
+# -- a read passes over the claim's candidates -------------------------------------------
+
+
+def test_a_read_fetches_none_of_the_claims_candidates(ledger: Ledger) -> None:
+    admin = ledger.admin()
+    admin.grant("agent", scope=SCOPE, roles=["propose", "read"])
+    admin.grant("flooder", scope=SCOPE, roles=["propose", "read"])
+    admin.grant("reviewer", scope=SCOPE, roles=["approve", "read"])
+    agent = ledger.authenticate(admin.issue_token("agent"))
+    flooder = ledger.authenticate(admin.issue_token("flooder"))
+    reviewer = ledger.authenticate(admin.issue_token("reviewer"))
+    agent.propose(SCOPE, CLAIM, 30, Kind.FACT, id="T1", accepted_by=reviewer)
+    # Given another principal proposed 40 candidates under the same claim
+    flooder.propose_many(
+        [{"scope": SCOPE, "claim_key": CLAIM, "value": "x" * 1000, "kind": "fact"}] * 40
+    )
+
+    # When the statement a read runs fetches the claim's rows
+    engine = agent.caller.engine
+    token, rows = engine.query(
+        lambda c: view_queries.for_claim_as(
+            c, engine.dialect, agent.caller.token_hash, SCOPE, CLAIM, None, True
+        )
+    )
+
+    # Then only the usable record left the database (not 41 rows)
+    assert token is not None
+    assert len(rows) == 1
+    # and the read and explain answer as before
+    assert [r.id for r in agent.read(SCOPE, CLAIM).records] == ["T1"]
+    assert agent.read(SCOPE, CLAIM).outcome == Outcome.FOUND
+    assert len(agent.explain(SCOPE, CLAIM).entries) == 41
+
+
+# -- a re-capture passes over the claim's records of other kinds --------------------------
+
+
+def test_a_recapture_reads_only_the_claims_live_captures(ledger: Ledger) -> None:
+    admin = ledger.admin()
+    admin.grant("agent", scope=SCOPE, roles=["propose", "read"])
+    admin.grant("flooder", scope=SCOPE, roles=["propose", "read"])
+    admin.grant("reviewer", scope=SCOPE, roles=["approve", "read"])
+    agent = ledger.authenticate(admin.issue_token("agent"))
+    flooder = ledger.authenticate(admin.issue_token("flooder"))
+    reviewer = ledger.authenticate(admin.issue_token("reviewer"))
+    flooder.propose_many(
+        [{"scope": SCOPE, "claim_key": f"source:{URI}", "value": "x" * 2000, "kind": "fact"}] * 30
+    )
+    first = agent.capture(SCOPE, URI, b"v1")
+    reviewer.accept(first)
+    second = agent.capture(SCOPE, URI, b"v2")
+
+    engine = agent.caller.engine
+    with engine.reading() as c:
+        rows = view_queries.captures_of_claim(c, engine.dialect, SCOPE, f"source:{URI}")
+        plan = ""
+        if engine.dialect.name == "sqlite":
+            c.execute(
+                "EXPLAIN QUERY PLAN SELECT record_id FROM pl_records WHERE scope=? "
+                "AND claim_key=? AND to_pos IS NULL AND (status = 'ACCEPTED' OR "
+                "status = 'STALE' OR status = 'CANDIDATE') AND kind='evidence' "
+                "AND (status='ACCEPTED' OR status='CANDIDATE')",
+                (SCOPE, f"source:{URI}"),
+            )
+            plan = " ".join(str(tuple(step)[3]) for step in c.fetchall())
+    assert [r[0] for r in rows] == [first, second]
+    if engine.dialect.name == "sqlite":
+        assert "kind=?" in plan, plan  # the index decides the kind: no table row read
+    reviewer.accept(second)
+    assert agent.get(first).status == Status.SUPERSEDED
+
+
+# -- a run shown again what it was shown appends nothing ---------------------------------
+
+
+def test_listing_the_same_page_again_appends_nothing(ledger: Ledger) -> None:
+    admin = ledger.admin()
+    admin.grant("agent", scope=SCOPE, roles=["propose", "read"])
+    admin.grant("reviewer", scope=SCOPE, roles=["approve", "read"])
+    agent = ledger.authenticate(admin.issue_token("agent"))
+    reviewer = ledger.authenticate(admin.issue_token("reviewer"))
+    for i in range(20):
+        agent.propose(SCOPE, f"k{i}", i, Kind.FACT, id=f"F{i:02d}", accepted_by=reviewer)
+    with agent.run("task") as run:
+        run.records(SCOPE, limit=20)
+        after_first = ledger.position
+        # When the run lists the same page four more times, and gets a record it listed
+        for _ in range(4):
+            run.records(SCOPE, limit=20)
+        run.get("F03")
+        # Then nothing was appended
+        assert ledger.position == after_first
+        # and a proposal still rests on every record the run was shown
+        rid = run.propose(SCOPE, "plan", "p", Kind.PLAN)
+    assert sorted(agent.get(rid).observed) == [f"F{i:02d}" for i in range(20)]
+
+
+def test_a_record_shown_again_in_another_state_is_recorded(ledger: Ledger) -> None:
+    admin = ledger.admin()
+    admin.grant("agent", scope=SCOPE, roles=["propose", "read"])
+    admin.grant("reviewer", scope=SCOPE, roles=["approve", "read"])
+    agent = ledger.authenticate(admin.issue_token("agent"))
+    reviewer = ledger.authenticate(admin.issue_token("reviewer"))
+    agent.propose(SCOPE, "k", 1, Kind.FACT, id="F1")
+    with agent.run("task") as run:
+        run.get("F1")  # a candidate: no basis
+        before = ledger.position
+        reviewer.accept("F1")
+        run.get("F1")  # now VALID: recorded again
+        assert ledger.position > before + 1
+        rid = run.propose(SCOPE, "plan", "p", Kind.PLAN)
+    assert agent.get(rid).observed == ("F1",)
+
+
+# -- a STALE record's causes are found without walking its whole ancestry ----------------
+
+
+def test_showing_a_stale_record_does_not_walk_its_whole_ancestry(
+    ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    admin = ledger.admin()
+    admin.grant("agent", scope=SCOPE, roles=["propose", "read"])
+    admin.grant("reviewer", scope=SCOPE, roles=["approve", "read"])
+    agent = ledger.authenticate(admin.issue_token("agent"))
+    reviewer = ledger.authenticate(admin.issue_token("reviewer"))
+    agent.propose(SCOPE, "root", 0, "fact", id="M0", accepted_by=reviewer)
+    agent.propose_many(
+        [
+            {
+                "scope": SCOPE,
+                "claim_key": f"mem{i}",
+                "value": i,
+                "kind": "fact",
+                "id": f"M{i}",
+                "parents": [f"M{j}" for j in range(i)],
+            }
+            for i in range(1, N)
+        ]
+    )
+    reviewer.revoke("M0", reason="root was wrong")
+    fetched: list[int] = []
+    walk = edges_index._edges_where
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        rows = walk(*args, **kwargs)
+        fetched.append(len(rows))
+        return rows
+
+    monkeypatch.setattr(edges_index, "_edges_where", counted)
+
+    view = agent.get(f"M{N - 1}")
+
+    assert view.status == Status.STALE
+    assert [(x.cause, x.blocking) for x in view.stale_causes] == [("M0", True)]
+    # M0 is a parent of M59: one level up (59 edges), not its 1,770 ancestry edges
+    assert sum(fetched) <= 2 * N
