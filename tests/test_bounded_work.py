@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from ledger import Kind, Ledger, Outcome, Status
+from ledger import Kind, Ledger, Outcome, Session, Status
 from projections import edges as edges_index
 from projections import queries as view_queries
 
@@ -18,17 +18,24 @@ URI = "https://docs.test/orders"
 N = 60  # records of the dense ancestry
 
 
+def people(ledger: Ledger) -> tuple[Session, Session, Session]:
+    """An agent and a flooder (each propose and read in ``SCOPE``) and a reviewer."""
+    admin = ledger.admin()
+    roles = {"agent": ["propose", "read"], "flooder": ["propose", "read"]}
+    roles["reviewer"] = ["approve", "read"]
+    sessions = []
+    for who, held in roles.items():
+        admin.grant(who, scope=SCOPE, roles=held)
+        sessions.append(ledger.authenticate(admin.issue_token(who)))
+    agent, flooder, reviewer = sessions
+    return agent, flooder, reviewer
+
+
 # -- a read passes over the claim's candidates -------------------------------------------
 
 
 def test_a_read_fetches_none_of_the_claims_candidates(ledger: Ledger) -> None:
-    admin = ledger.admin()
-    admin.grant("agent", scope=SCOPE, roles=["propose", "read"])
-    admin.grant("flooder", scope=SCOPE, roles=["propose", "read"])
-    admin.grant("reviewer", scope=SCOPE, roles=["approve", "read"])
-    agent = ledger.authenticate(admin.issue_token("agent"))
-    flooder = ledger.authenticate(admin.issue_token("flooder"))
-    reviewer = ledger.authenticate(admin.issue_token("reviewer"))
+    agent, flooder, reviewer = people(ledger)
     agent.propose(SCOPE, CLAIM, 30, Kind.FACT, id="T1", accepted_by=reviewer)
     # Given another principal proposed 40 candidates under the same claim
     flooder.propose_many(
@@ -56,13 +63,7 @@ def test_a_read_fetches_none_of_the_claims_candidates(ledger: Ledger) -> None:
 
 
 def test_a_recapture_reads_only_the_claims_live_captures(ledger: Ledger) -> None:
-    admin = ledger.admin()
-    admin.grant("agent", scope=SCOPE, roles=["propose", "read"])
-    admin.grant("flooder", scope=SCOPE, roles=["propose", "read"])
-    admin.grant("reviewer", scope=SCOPE, roles=["approve", "read"])
-    agent = ledger.authenticate(admin.issue_token("agent"))
-    flooder = ledger.authenticate(admin.issue_token("flooder"))
-    reviewer = ledger.authenticate(admin.issue_token("reviewer"))
+    agent, flooder, reviewer = people(ledger)
     flooder.propose_many(
         [{"scope": SCOPE, "claim_key": f"source:{URI}", "value": "x" * 2000, "kind": "fact"}] * 30
     )
@@ -94,11 +95,7 @@ def test_a_recapture_reads_only_the_claims_live_captures(ledger: Ledger) -> None
 
 
 def test_listing_the_same_page_again_appends_nothing(ledger: Ledger) -> None:
-    admin = ledger.admin()
-    admin.grant("agent", scope=SCOPE, roles=["propose", "read"])
-    admin.grant("reviewer", scope=SCOPE, roles=["approve", "read"])
-    agent = ledger.authenticate(admin.issue_token("agent"))
-    reviewer = ledger.authenticate(admin.issue_token("reviewer"))
+    agent, _, reviewer = people(ledger)
     for i in range(20):
         agent.propose(SCOPE, f"k{i}", i, Kind.FACT, id=f"F{i:02d}", accepted_by=reviewer)
     with agent.run("task") as run:
@@ -116,11 +113,7 @@ def test_listing_the_same_page_again_appends_nothing(ledger: Ledger) -> None:
 
 
 def test_a_record_shown_again_in_another_state_is_recorded(ledger: Ledger) -> None:
-    admin = ledger.admin()
-    admin.grant("agent", scope=SCOPE, roles=["propose", "read"])
-    admin.grant("reviewer", scope=SCOPE, roles=["approve", "read"])
-    agent = ledger.authenticate(admin.issue_token("agent"))
-    reviewer = ledger.authenticate(admin.issue_token("reviewer"))
+    agent, _, reviewer = people(ledger)
     agent.propose(SCOPE, "k", 1, Kind.FACT, id="F1")
     with agent.run("task") as run:
         run.get("F1")  # a candidate: no basis
@@ -138,11 +131,7 @@ def test_a_record_shown_again_in_another_state_is_recorded(ledger: Ledger) -> No
 def test_showing_a_stale_record_does_not_walk_its_whole_ancestry(
     ledger: Ledger, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    admin = ledger.admin()
-    admin.grant("agent", scope=SCOPE, roles=["propose", "read"])
-    admin.grant("reviewer", scope=SCOPE, roles=["approve", "read"])
-    agent = ledger.authenticate(admin.issue_token("agent"))
-    reviewer = ledger.authenticate(admin.issue_token("reviewer"))
+    agent, _, reviewer = people(ledger)
     agent.propose(SCOPE, "root", 0, "fact", id="M0", accepted_by=reviewer)
     agent.propose_many(
         [
