@@ -65,6 +65,7 @@ from ledger.persistence.faults import (
     root_cause,
     storage_error,
 )
+from ledger.recent import Recent
 from ledger.serialization import datetime_to_micros, micros_to_datetime
 from ledger.stored import stored_events
 from ledger.validation import check_aware
@@ -82,8 +83,6 @@ T = TypeVar("T")
 RETRIES = 20
 #: How many record scopes :meth:`Engine.scopes_of` keeps before starting afresh.
 SCOPE_CACHE = 100_000
-#: How many aggregates' events :class:`Recent` keeps before starting afresh.
-RECENT = 10_000
 
 
 class AcceptanceCheck(Protocol):
@@ -144,46 +143,9 @@ class Write:
         return ids[-1]
 
 
-class Recent:
-    """What an engine knows of the ledger from its own write transactions, kept
-    while no other connection writes (the backend tells, see
-    ``LedgerRecorder.others_wrote``): the views' positions, each recently
-    written aggregate's events and each token checked. A command then
-    needs neither the tracking query nor its aggregate's events read back, nor
-    its token's row. Everything is forgotten when another connection wrote, when
-    a transaction fails, and around maintenance."""
-
-    def __init__(self) -> None:
-        self.cursor: Cursor | None = None  # the write transaction it serves now
-        self.write: Write | None = None  # and what that transaction appended so far
-        self.done: dict[str, int] | None = None
-        self.events: dict[UUID, list[Any]] = {}
-        self.tokens: dict[str, tuple[Any, dict[str, list[str]]]] = {}
-
-    def forget(self) -> None:
-        """Know nothing (the next write transaction reads everything again)."""
-        self.done = None
-        self.events.clear()
-        self.tokens.clear()
-
-    def learn(self, appended: Sequence[tuple[int, Any]], done: dict[str, int] | None) -> None:
-        """Remember a committed transaction's appended (position, event)s."""
-        self.done = done
-        known = self.events
-        if len(known) > RECENT:
-            known.clear()
-        for _, event in appended:
-            oid: UUID = event.originator_id
-            version = event.originator_version
-            chain = known.get(oid)
-            if version == 1:
-                known[oid] = [event]
-            elif chain is not None and chain[-1].originator_version == version - 1:
-                chain.append(event)
-            else:
-                known.pop(oid, None)
-            if not isinstance(event, Record.Event):
-                self.tokens.clear()  # grants and tokens change with Principal events
+#: What a read may fail with: the database's errors, and a row of views left in
+#: an earlier layout lacking a column (``Engine._read_error``).
+_READ_ERRORS: tuple[type[BaseException], ...] = (*DATABASE_ERRORS, IndexError, KeyError)
 
 
 def _missing_from_views(exc: BaseException) -> bool:
@@ -358,10 +320,8 @@ class Engine:
         try:
             with self.recorder.reading() as c:
                 yield c
-        except DATABASE_ERRORS as exc:
-            raise self.storage_error(exc) from None
-        except (IndexError, KeyError) as exc:
-            raise self._missing_column(exc) from None
+        except _READ_ERRORS as exc:
+            raise self._read_error(exc) from None
 
     @contextmanager
     def statement(self) -> Iterator[Cursor]:
@@ -370,10 +330,8 @@ class Engine:
         try:
             with self.recorder.statement() as c:
                 yield c
-        except DATABASE_ERRORS as exc:
-            raise self.storage_error(exc) from None
-        except (IndexError, KeyError) as exc:
-            raise self._missing_column(exc) from None
+        except _READ_ERRORS as exc:
+            raise self._read_error(exc) from None
 
     def query(self, fetch: Callable[[Cursor], T]) -> T:
         """What ``fetch`` reads with a cursor for a read that is one SQL statement
@@ -382,16 +340,14 @@ class Engine:
         self.check_open()
         try:
             return self.recorder.query(fetch)
-        except DATABASE_ERRORS as exc:
-            raise self.storage_error(exc) from None
-        except (IndexError, KeyError) as exc:
-            raise self._missing_column(exc) from None
+        except _READ_ERRORS as exc:
+            raise self._read_error(exc) from None
 
-    def _missing_column(self, exc: IndexError | KeyError) -> BaseException:
-        """A row read from views left as stored in an earlier layout lacks a column
-        this version reads (``sqlite3.Row`` raises IndexError, a dict row KeyError):
-        the refusal ``storage_error`` gives such views; ``exc`` itself otherwise."""
-        return exc if self.outdated_views is None else self.storage_error(exc)
+    def _read_error(self, exc: BaseException) -> BaseException:
+        """A read's failure as its typed error; a row lacking a column (IndexError,
+        KeyError) is one of views left in an earlier layout, or else a bug (as is)."""
+        missing = isinstance(exc, (IndexError, KeyError))
+        return exc if missing and self.outdated_views is None else self.storage_error(exc)
 
     @contextmanager
     def locked(self, what: str = "maintenance") -> Iterator[Cursor]:

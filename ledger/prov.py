@@ -48,7 +48,7 @@ from ledger.access import Role
 from ledger.errors import AccessDeniedError, InvalidInputError, UnknownRecordError
 from ledger.graph import collect
 from ledger.session import Session
-from ledger.values import HIDDEN, AuditEvent, AuditTrail, RecordView
+from ledger.values import DETAIL_ATTRIBUTES, HIDDEN, AuditEvent, AuditTrail, RecordView
 
 #: Attributes and types defined by provledger.
 PL = Namespace("pl", "urn:provledger:ns#")
@@ -196,15 +196,7 @@ class _Builder:
                 "pl:position": event.position,
             }
             details = event.details
-            for key, name in (
-                ("note", "pl:note"),
-                ("reason", "pl:reason"),
-                ("recipient", "pl:recipient"),
-                ("channel", "pl:channel"),
-                ("delivery_id", "pl:deliveryId"),
-                ("correction_id", "pl:correctionId"),
-                ("snapshot_ref", "pl:snapshotRef"),
-            ):
+            for key, name in DETAIL_ATTRIBUTES:
                 if details.get(key):
                     attrs[name] = str(details[key])
             if event.type == "MarkedStale":

@@ -173,6 +173,20 @@ class Explanation:
         return "\n".join(lines)
 
 
+#: The texts an audit event's details may hold, each with the PROV attribute an
+#: export gives it (``ledger.prov``; ``verify-bundle`` checks them against the
+#: carried events).
+DETAIL_ATTRIBUTES = (
+    ("note", "pl:note"),
+    ("reason", "pl:reason"),
+    ("recipient", "pl:recipient"),
+    ("channel", "pl:channel"),
+    ("delivery_id", "pl:deliveryId"),
+    ("correction_id", "pl:correctionId"),
+    ("snapshot_ref", "pl:snapshotRef"),
+)
+
+
 @dataclass(frozen=True)
 class AuditEvent:
     """One event in a record's history."""

@@ -16,7 +16,7 @@ import msgpack
 from ledger.bundle.told import HISTORY_LABELS, _tell, _Told, one_line
 from ledger.domain import Status, Validity
 from ledger.serialization import unpack
-from ledger.values import HIDDEN
+from ledger.values import DETAIL_ATTRIBUTES, HIDDEN
 
 # What the bundle states of a record, in each file that states it: (file, record,
 # status, validity or None).
@@ -473,18 +473,6 @@ def _check_proposals(
                 )
 
 
-#: The event fields ``prov.json`` gives each activity, by its attribute name.
-_ACTIVITY_FIELDS = (
-    ("note", "pl:note"),
-    ("reason", "pl:reason"),
-    ("recipient", "pl:recipient"),
-    ("channel", "pl:channel"),
-    ("delivery_id", "pl:deliveryId"),
-    ("correction_id", "pl:correctionId"),
-    ("snapshot_ref", "pl:snapshotRef"),
-)
-
-
 def _plain(value: Any) -> Any:
     """A PROV-JSON value without its type (``{"$": "13", "type": "xsd:int"}`` is "13")."""
     return value.get("$") if isinstance(value, dict) else value
@@ -546,9 +534,9 @@ def _check_activities(
         fields = listed[2]
         if not isinstance(fields, dict):
             continue  # bytes withheld: what it states is the manifest's word
-        said = {name: _plain(attrs.get(name)) for _, name in _ACTIVITY_FIELDS}
+        said = {name: _plain(attrs.get(name)) for _, name in DETAIL_ATTRIBUTES}
         logged = {
-            name: str(fields[key]) if fields.get(key) else None for key, name in _ACTIVITY_FIELDS
+            name: str(fields[key]) if fields.get(key) else None for key, name in DETAIL_ATTRIBUTES
         }
         at = fields.get("timestamp")
         try:
