@@ -218,13 +218,12 @@ class RunContext:
             return
         self._check()
         shown_valid = record_ids if valid is None else tuple(r for r in record_ids if r in valid)
-        now_valid = set(shown_valid)
 
         def known(run: Run) -> bool:
             # Shown again as the run (as stored) last saw each of them: the event
             # would change nothing, so none is appended (a model listing one page
             # over and over must not grow the log by a page's ids each time).
-            return all(run.reads.get(rid) is (rid in now_valid) for rid in record_ids)
+            return all(run.reads.get(r) is (valid is None or r in valid) for r in record_ids)
 
         self._append(
             Run.ReadRecorded, unless=known, record_ids=record_ids, how=how, valid=shown_valid

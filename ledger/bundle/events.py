@@ -78,6 +78,7 @@ def _events(
     keys = caller.keys_of(t.record for t in trails.values())
     out: list[_Event] = []  # each index and path set after the pass over the leaves
     told: dict[str, _Told] = {}
+    placed: set[str] = set()  # records whose scope in the views the log confirmed
     with engine.reading() as c:
         for rid, trail in sorted(trails.items()):
             key = keys[rid, trail.record.scope]
@@ -118,8 +119,9 @@ def _events(
                     caller.names(c, (*named, key))
                 )
                 if withheld:
-                    for dep in named:
+                    for dep in named - placed:  # each record once per bundle
                         _check_scope_in_log(engine, c, dep)
+                        placed.add(dep)
                 out.append(_Event(rid, audit, audit.position, -1, leaf, None if withheld else data))
             logged = _tell(key, ((at, *decoded[at]) for at in sorted(decoded)))
             # As the views show it to this caller: hidden ids as one placeholder,
