@@ -493,23 +493,28 @@ class Engine:
         except DATABASE_ERRORS as exc:
             raise self.storage_error(exc) from None
 
-    def load(self, c: Cursor, aggregate_id: UUID) -> Any | None:
+    def load(self, c: Cursor, aggregate_id: UUID, base: Any = None) -> Any | None:
         """The aggregate folded from its stored events read with ``c`` (None if it
-        has none); undecodable bytes raise ``CorruptEventError``."""
-        found: Any = None
+        has none); undecodable bytes raise ``CorruptEventError``. ``base``: the
+        aggregate as folded earlier (a copy the caller gives up), to which only
+        the events of a later version are applied: a long-lived aggregate (a
+        run) is not replayed from its start by every command."""
+        found: Any = base
+        after = 0 if base is None else int(base.version)
         appended = self._appended(c, aggregate_id)
-        if appended and appended[0].originator_version == 1:
-            known: list[Any] | None = appended  # created in this very transaction
+        if appended and appended[0].originator_version <= after + 1:
+            known: list[Any] | None = appended  # from after + 1 in this very transaction
         elif appended:
             known = None  # some of its events are not committed yet: read them all
         else:
             known = self.recent.events.get(aggregate_id) if self.fresh(c) else None
         if known is not None:  # this ledger wrote them; nobody wrote since
-            for mine in known:
+            # A chain's versions are consecutive: skip those ``base`` holds.
+            for mine in known[max(after + 1 - known[0].originator_version, 0) :]:
                 found = mine.mutate(found)
             return found
         try:
-            for note in self.recorder.select_record_events(c, aggregate_id):
+            for note in self.recorder.select_record_events(c, aggregate_id, after):
                 event: Any = self.app.mapper.to_domain_event(note)
                 found = event.mutate(found)
         except (

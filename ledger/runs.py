@@ -15,6 +15,7 @@ proposal of a long-lived run.
 
 from __future__ import annotations
 
+import copy
 import weakref
 from collections.abc import Callable, Collection, Sequence
 from typing import Any, cast
@@ -35,6 +36,18 @@ from ledger.validation import check_list, check_ref, check_text
 from ledger.values import Explanation, ReadResult, RecordView
 from projections import access as access_view
 from projections.base import Cursor
+
+
+def _fork(run: Run | None) -> Run | None:
+    """A copy of ``run`` that newer events may be applied to, leaving ``run`` as
+    it is (a transaction that fails must not change what is kept)."""
+    if run is None:
+        return None
+    fork = copy.copy(run)
+    fork.reads = dict(run.reads)
+    # What an aggregate collects is its own: a shallow copy would share the list.
+    vars(fork)["_pending_events"] = []
+    return fork
 
 
 class RunContext:
@@ -59,6 +72,9 @@ class RunContext:
         self._aggregate_id = run_uuid(f"{caller.subject}/{run_id}")
         #: Record id → whether it was VALID when the run was last shown it.
         self._reads: dict[str, bool] = {}
+        #: The run as this context last wrote or read it: a command reads only the
+        #: run's newer events (another process's), not its whole history.
+        self._folded: Run | None = None
         self._open = False
 
     def __enter__(self) -> RunContext:
@@ -97,7 +113,7 @@ class RunContext:
                     "in any scope"
                 )
 
-        def start(w: Write) -> None:
+        def start(w: Write) -> Run:
             if caller.engine.load(w.c, self._aggregate_id) is not None:
                 raise DuplicateRecordError(
                     f"run {self.run_id!r} of {caller.subject!r} already exists"
@@ -110,8 +126,9 @@ class RunContext:
                 actor=caller.subject,
             )
             w.append(run.collect_events())
+            return run
 
-        caller.engine.transact(start)
+        self._folded = caller.engine.transact(start)
         self._open = True
         return self
 
@@ -147,6 +164,7 @@ class RunContext:
         if run.ended:
             raise InvalidInputError(f"run {self.run_id!r} of {self._outer.subject!r} has ended")
         self._reads = dict(run.reads)
+        self._folded = run
         self._open = True
         return self
 
@@ -170,17 +188,19 @@ class RunContext:
     ) -> None:
         engine = self._outer.engine
 
-        def work(w: Write) -> None:
+        def work(w: Write) -> Run:
             # As any command: the token checked with the lock, and the run as
             # stored (ended elsewhere, say by ``provledger run end``, it takes nothing).
             self._outer.authenticate(w.c)
             run = self._stored(w.c)
             if unless is not None and unless(run):
-                return  # nothing the stored run does not hold already
+                return run  # nothing the stored run does not hold already
             run.trigger_event(event_class, timestamp=engine.now(), **fields)
             w.append(run.collect_events())
+            return run
 
-        engine.transact(work)
+        # Kept once committed: a failed transaction leaves the one kept as it was.
+        self._folded = engine.transact(work)
 
     def _check(self) -> None:
         if not self._open:
@@ -188,8 +208,9 @@ class RunContext:
 
     def _stored(self, c: Cursor) -> Run:
         """The run as stored, read with ``c``; refused once it has ended (wherever
-        it was ended: another process may share the run)."""
-        run = self._outer.engine.load(c, self._aggregate_id)
+        it was ended: another process may share the run). Only the events
+        after the run as last folded here are read and applied, to a copy."""
+        run = self._outer.engine.load(c, self._aggregate_id, _fork(self._folded))
         if not isinstance(run, Run):
             raise CorruptEventError(f"run {self.run_id!r} has no stored start")
         if run.ended:

@@ -1,7 +1,8 @@
 """What one call costs is bounded by what it asks for, not by what other principals
 put beside it: a read of a claim and a re-capture pass over none of the claim's
 other records, a run shown again what it was shown appends nothing, and showing a
-STALE record does not walk its whole ancestry."""
+STALE record does not walk its whole ancestry, and a run's every read does not
+replay the run from its start."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 
 from ledger import Kind, Ledger, Outcome, Session, Status
+from ledger.domain import Run
 from projections import edges as edges_index
 from projections import queries as view_queries
 
@@ -163,3 +165,66 @@ def test_showing_a_stale_record_does_not_walk_its_whole_ancestry(
     assert [(x.cause, x.blocking) for x in view.stale_causes] == [("M0", True)]
     # M0 is a parent of M59: one level up (59 edges), not its 1,770 ancestry edges
     assert sum(fetched) <= 2 * N
+
+
+# -- a run's read folds only the run's newer events -----------------------------------
+
+
+def count_folded(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list that gets one entry each time a ``ReadRecorded`` is applied to a run."""
+    folded: list[int] = []
+    apply = Run.ReadRecorded.apply
+
+    def counted(event: Run.ReadRecorded, run: Run) -> None:
+        folded.append(1)
+        apply(event, run)
+
+    monkeypatch.setattr(Run.ReadRecorded, "apply", counted)
+    return folded
+
+
+def test_a_runs_read_does_not_replay_the_run(
+    ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent, _, reviewer = people(ledger)
+    for i in range(N):
+        agent.propose(SCOPE, f"k{i}", i, Kind.FACT, id=f"F{i:02d}", accepted_by=reviewer)
+    with agent.run("task") as run:
+        for i in range(N - 1):
+            run.get(f"F{i:02d}")  # 59 reads recorded: 60 events of the run
+        folded = count_folded(monkeypatch)
+
+        # When the run reads once more
+        run.get(f"F{N - 1:02d}")
+
+        # Then only the new read was folded (not the 59 before it)
+        assert len(folded) == 1
+        rid = run.propose(SCOPE, "plan", "p", Kind.PLAN)
+    # and a proposal rests on every record the run was shown
+    assert sorted(agent.get(rid).observed) == [f"F{i:02d}" for i in range(N)]
+
+
+def test_a_run_shared_with_another_writer_reads_only_the_newer_events(
+    shared_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with Ledger.open(shared_url) as here, Ledger.open(shared_url) as there:
+        agent, _, reviewer = people(here)
+        for i in range(N):
+            agent.propose(SCOPE, f"k{i}", i, Kind.FACT, id=f"F{i:02d}", accepted_by=reviewer)
+        elsewhere = there.authenticate(here.admin().issue_token("agent"))
+        with agent.run("task") as run:
+            for i in range(N - 2):
+                run.get(f"F{i:02d}")
+            # Given the same run, resumed by another process, read a record
+            elsewhere.run("task").resume().get(f"F{N - 2:02d}")
+            folded = count_folded(monkeypatch)
+
+            # When the first context reads once more (another ledger wrote since)
+            run.get(f"F{N - 1:02d}")
+
+            # Then the other's read was read from the log and folded with the new
+            # one, not the run's whole history
+            assert len(folded) == 2
+            rid = run.propose(SCOPE, "plan", "p", Kind.PLAN)
+        # and the proposal rests on every record either context was shown
+        assert sorted(agent.get(rid).observed) == [f"F{i:02d}" for i in range(N)]

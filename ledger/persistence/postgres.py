@@ -671,11 +671,15 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
             for row in c.fetchall()
         ]
 
-    def select_record_events(self, c: Cursor, originator_id: UUID) -> list[Notification]:
-        """Every stored event of one aggregate with its log position."""
+    def select_record_events(
+        self, c: Cursor, originator_id: UUID, after: int = 0
+    ) -> list[Notification]:
+        """Every stored event of one aggregate (of a version above ``after``) with
+        its log position."""
         c.execute(
-            f"SELECT * FROM {self._table} WHERE originator_id = %s ORDER BY originator_version",
-            (originator_id,),
+            f"SELECT * FROM {self._table} WHERE originator_id = %s "
+            "AND originator_version > %s ORDER BY originator_version",
+            (originator_id, after),
         )
         return in_log(
             [

@@ -608,12 +608,15 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
         )
         return [tuple(row) for row in c.fetchall()]
 
-    def select_record_events(self, c: Cursor, originator_id: UUID) -> list[Notification]:
-        """Every stored event of one aggregate with its log position."""
+    def select_record_events(
+        self, c: Cursor, originator_id: UUID, after: int = 0
+    ) -> list[Notification]:
+        """Every stored event of one aggregate (of a version above ``after``) with
+        its log position."""
         c.execute(
             f"SELECT rowid, * FROM {self.events_table_name} WHERE originator_id=? "
-            "ORDER BY originator_version",
-            (originator_id.hex,),
+            "AND originator_version>? ORDER BY originator_version",
+            (originator_id.hex, after),
         )
         return in_log([_notification(row, originator_id) for row in c.fetchall()])
 
