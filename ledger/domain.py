@@ -302,7 +302,7 @@ class Record(Aggregate):
         channel: str
 
         def apply(self, aggregate: Record) -> None:
-            aggregate.deliveries = (*aggregate.deliveries, self.delivery_id)
+            aggregate.deliveries.append(self.delivery_id)
 
     class CorrectionIssued(Aggregate.Event):
         """A correction for one delivery was put in the outbox."""
@@ -360,7 +360,7 @@ class Record(Aggregate):
         self.superseded_by: str | None = None
         self.status = Status.CANDIDATE
         self.accepted_once = False
-        self.deliveries: tuple[str, ...] = ()
+        self.deliveries: list[str] = []
 
     @classmethod
     def propose(cls, *, at: datetime, record_id: str, **fields: Any) -> Record:

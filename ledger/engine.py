@@ -65,7 +65,7 @@ from ledger.persistence.faults import (
     root_cause,
     storage_error,
 )
-from ledger.recent import Recent
+from ledger.recent import Folded, Recent
 from ledger.serialization import datetime_to_micros, micros_to_datetime
 from ledger.stored import stored_events
 from ledger.validation import check_aware
@@ -198,6 +198,7 @@ class Engine:
         self.inherited = False
         self._scopes: dict[str, str] = {}
         self.recent = Recent()
+        self.folded = Folded()
         self._lock = threading.RLock()
         self.now()  # a clock that does not give aware datetimes is refused now
         env = backend.env
@@ -430,6 +431,7 @@ class Engine:
             recent.forget()
             raise
         recent.learn(w.appended, w.done)
+        self.folded.learn(w.appended)
         return result
 
     def fresh(self, c: Cursor) -> bool:
@@ -493,26 +495,35 @@ class Engine:
         except DATABASE_ERRORS as exc:
             raise self.storage_error(exc) from None
 
-    def load(self, c: Cursor, aggregate_id: UUID, base: Any = None) -> Any | None:
+    def load(self, c: Cursor, aggregate_id: UUID) -> Any | None:
         """The aggregate folded from its stored events read with ``c`` (None if it
-        has none); undecodable bytes raise ``CorruptEventError``. ``base``: the
-        aggregate as folded earlier (a copy the caller gives up), to which only
-        the events of a later version are applied: a long-lived aggregate (a
-        run) is not replayed from its start by every command."""
-        found: Any = base
-        after = 0 if base is None else int(base.version)
+        has none); undecodable bytes raise ``CorruptEventError``. In a write
+        transaction, an aggregate with a long history is folded on from its
+        state at the last commit (:class:`~ledger.recent.Folded`), not replayed
+        from its start."""
         appended = self._appended(c, aggregate_id)
+        writing = self.recent.write is not None and self.recent.write.c is c
+        found: Any = self.folded.base(aggregate_id) if writing else None
+        after = 0 if found is None else int(found.version)
         if appended and appended[0].originator_version <= after + 1:
             known: list[Any] | None = appended  # from after + 1 in this very transaction
         elif appended:
             known = None  # some of its events are not committed yet: read them all
         else:
             known = self.recent.events.get(aggregate_id) if self.fresh(c) else None
-        if known is not None:  # this ledger wrote them; nobody wrote since
-            # A chain's versions are consecutive: skip those ``base`` holds.
+        if known is None:
+            found = self._fold_stored(c, aggregate_id, found, after)
+        else:  # this ledger wrote them; nobody wrote since
+            # A chain's versions are consecutive: skip those already folded.
             for mine in known[max(after + 1 - known[0].originator_version, 0) :]:
                 found = mine.mutate(found)
-            return found
+        if writing and not appended and found is not None and found.version > after:
+            self.folded.keep(found)  # committed events only
+        return found
+
+    def _fold_stored(self, c: Cursor, aggregate_id: UUID, found: Any, after: int) -> Any:
+        """``found`` (None: nothing yet) with the aggregate's stored events of a
+        version above ``after`` applied."""
         try:
             for note in self.recorder.select_record_events(c, aggregate_id, after):
                 event: Any = self.app.mapper.to_domain_event(note)

@@ -15,7 +15,6 @@ proposal of a long-lived run.
 
 from __future__ import annotations
 
-import copy
 import weakref
 from collections.abc import Callable, Collection, Sequence
 from typing import Any, cast
@@ -36,18 +35,6 @@ from ledger.validation import check_list, check_ref, check_text
 from ledger.values import Explanation, ReadResult, RecordView
 from projections import access as access_view
 from projections.base import Cursor
-
-
-def _fork(run: Run | None) -> Run | None:
-    """A copy of ``run`` that newer events may be applied to, leaving ``run`` as
-    it is (a transaction that fails must not change what is kept)."""
-    if run is None:
-        return None
-    fork = copy.copy(run)
-    fork.reads = dict(run.reads)
-    # What an aggregate collects is its own: a shallow copy would share the list.
-    vars(fork)["_pending_events"] = []
-    return fork
 
 
 class RunContext:
@@ -72,9 +59,6 @@ class RunContext:
         self._aggregate_id = run_uuid(f"{caller.subject}/{run_id}")
         #: Record id → whether it was VALID when the run was last shown it.
         self._reads: dict[str, bool] = {}
-        #: The run as this context last wrote or read it: a command reads only the
-        #: run's newer events (another process's), not its whole history.
-        self._folded: Run | None = None
         self._open = False
 
     def __enter__(self) -> RunContext:
@@ -113,7 +97,7 @@ class RunContext:
                     "in any scope"
                 )
 
-        def start(w: Write) -> Run:
+        def start(w: Write) -> None:
             if caller.engine.load(w.c, self._aggregate_id) is not None:
                 raise DuplicateRecordError(
                     f"run {self.run_id!r} of {caller.subject!r} already exists"
@@ -126,9 +110,8 @@ class RunContext:
                 actor=caller.subject,
             )
             w.append(run.collect_events())
-            return run
 
-        self._folded = caller.engine.transact(start)
+        caller.engine.transact(start)
         self._open = True
         return self
 
@@ -164,7 +147,6 @@ class RunContext:
         if run.ended:
             raise InvalidInputError(f"run {self.run_id!r} of {self._outer.subject!r} has ended")
         self._reads = dict(run.reads)
-        self._folded = run
         self._open = True
         return self
 
@@ -188,19 +170,17 @@ class RunContext:
     ) -> None:
         engine = self._outer.engine
 
-        def work(w: Write) -> Run:
+        def work(w: Write) -> None:
             # As any command: the token checked with the lock, and the run as
             # stored (ended elsewhere, say by ``provledger run end``, it takes nothing).
             self._outer.authenticate(w.c)
             run = self._stored(w.c)
             if unless is not None and unless(run):
-                return run  # nothing the stored run does not hold already
+                return  # nothing the stored run does not hold already
             run.trigger_event(event_class, timestamp=engine.now(), **fields)
             w.append(run.collect_events())
-            return run
 
-        # Kept once committed: a failed transaction leaves the one kept as it was.
-        self._folded = engine.transact(work)
+        engine.transact(work)
 
     def _check(self) -> None:
         if not self._open:
@@ -208,9 +188,8 @@ class RunContext:
 
     def _stored(self, c: Cursor) -> Run:
         """The run as stored, read with ``c``; refused once it has ended (wherever
-        it was ended: another process may share the run). Only the events
-        after the run as last folded here are read and applied, to a copy."""
-        run = self._outer.engine.load(c, self._aggregate_id, _fork(self._folded))
+        it was ended: another process may share the run)."""
+        run = self._outer.engine.load(c, self._aggregate_id)
         if not isinstance(run, Run):
             raise CorruptEventError(f"run {self.run_id!r} has no stored start")
         if run.ended:

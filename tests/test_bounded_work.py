@@ -1,8 +1,8 @@
 """What one call costs is bounded by what it asks for, not by what other principals
 put beside it: a read of a claim and a re-capture pass over none of the claim's
 other records, a run shown again what it was shown appends nothing, and showing a
-STALE record does not walk its whole ancestry, and a run's every read does not
-replay the run from its start."""
+STALE record does not walk its whole ancestry, and neither a run's read nor a
+report's delivery replays the run's or the report's whole history."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from ledger import Kind, Ledger, Outcome, Session, Status
-from ledger.domain import Run
+from ledger.domain import Record, Run
 from projections import edges as edges_index
 from projections import queries as view_queries
 
@@ -167,19 +167,19 @@ def test_showing_a_stale_record_does_not_walk_its_whole_ancestry(
     assert sum(fetched) <= 2 * N
 
 
-# -- a run's read folds only the run's newer events -----------------------------------
+# -- a command on a long history folds only its newer events ---------------------------
 
 
-def count_folded(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """A list that gets one entry each time a ``ReadRecorded`` is applied to a run."""
+def count_folded(monkeypatch: pytest.MonkeyPatch, event_class: Any) -> list[int]:
+    """A list that gets one entry each time an event of ``event_class`` is applied."""
     folded: list[int] = []
-    apply = Run.ReadRecorded.apply
+    apply = event_class.apply
 
-    def counted(event: Run.ReadRecorded, run: Run) -> None:
+    def counted(event: Any, aggregate: Any) -> None:
         folded.append(1)
-        apply(event, run)
+        apply(event, aggregate)
 
-    monkeypatch.setattr(Run.ReadRecorded, "apply", counted)
+    monkeypatch.setattr(event_class, "apply", counted)
     return folded
 
 
@@ -192,13 +192,14 @@ def test_a_runs_read_does_not_replay_the_run(
     with agent.run("task") as run:
         for i in range(N - 1):
             run.get(f"F{i:02d}")  # 59 reads recorded: 60 events of the run
-        folded = count_folded(monkeypatch)
+        folded = count_folded(monkeypatch, Run.ReadRecorded)
 
         # When the run reads once more
         run.get(f"F{N - 1:02d}")
 
-        # Then only the new read was folded (not the 59 before it)
-        assert len(folded) == 1
+        # Then only the new read was applied (to the run, and to the copy the
+        # ledger keeps of it once committed), not the 59 before it
+        assert len(folded) == 2
         rid = run.propose(SCOPE, "plan", "p", Kind.PLAN)
     # and a proposal rests on every record the run was shown
     assert sorted(agent.get(rid).observed) == [f"F{i:02d}" for i in range(N)]
@@ -217,14 +218,42 @@ def test_a_run_shared_with_another_writer_reads_only_the_newer_events(
                 run.get(f"F{i:02d}")
             # Given the same run, resumed by another process, read a record
             elsewhere.run("task").resume().get(f"F{N - 2:02d}")
-            folded = count_folded(monkeypatch)
+            folded = count_folded(monkeypatch, Run.ReadRecorded)
 
             # When the first context reads once more (another ledger wrote since)
             run.get(f"F{N - 1:02d}")
 
-            # Then the other's read was read from the log and folded with the new
-            # one, not the run's whole history
-            assert len(folded) == 2
+            # Then the other's read was read from the log and applied, then the
+            # new one (to the run and to the copy kept): not the run's whole history
+            assert len(folded) == 3
             rid = run.propose(SCOPE, "plan", "p", Kind.PLAN)
         # and the proposal rests on every record either context was shown
         assert sorted(agent.get(rid).observed) == [f"F{i:02d}" for i in range(N)]
+
+
+def test_a_delivery_does_not_replay_the_reports_deliveries(
+    shared_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with Ledger.open(shared_url) as here, Ledger.open(shared_url) as there:
+        admin = here.admin()
+        admin.grant("writer", scope=SCOPE, roles=["propose", "read", "deliver"])
+        admin.grant("reviewer", scope=SCOPE, roles=["approve", "read"])
+        token = admin.issue_token("writer")
+        writer = here.authenticate(token)
+        reviewer = here.authenticate(admin.issue_token("reviewer"))
+        rid = writer.propose(SCOPE, "weekly", "report", Kind.REPORT, accepted_by=reviewer)
+        for i in range(N):
+            writer.deliver(rid, f"reader{i}@example.org")
+        folded = count_folded(monkeypatch, Record.Delivered)
+
+        # When the report is delivered once more
+        writer.deliver(rid, "late@example.org")
+        # Then only that delivery was applied (to the record, and to the copy kept)
+        assert len(folded) == 2
+
+        # and after another process delivered it too, only its delivery is read back
+        there.authenticate(token).deliver(rid, "elsewhere@example.org")
+        folded.clear()
+        writer.deliver(rid, "last@example.org")
+        assert len(folded) == 3
+        assert len(writer.get(rid).deliveries) == N + 3
