@@ -15,6 +15,7 @@ event log and the views exactly as they were::
     │   ├── InvalidURLError
     │   ├── InvalidKeyError
     │   ├── InvalidHeadError
+    │   ├── GraphTooLargeError
     │   └── InvalidNamespaceLabelError
     │       └── NamespaceLabelError (langgraph's InvalidNamespaceError; in
     │           ledger.integrations.langgraph)
@@ -103,6 +104,16 @@ class InvalidKeyError(InvalidInputError):
 
 class InvalidHeadError(InvalidInputError):
     """A signed tree head (or a line of a heads file) is malformed."""
+
+
+class GraphTooLargeError(InvalidInputError):
+    """A dependency graph asked for holds more records than may be sent back
+    (``count`` over ``limit``: see :data:`ledger.graph.MAX_SERVED_NODES`)."""
+
+    def __init__(self, message: str, count: int, limit: int) -> None:
+        super().__init__(message)
+        self.count = count
+        self.limit = limit
 
 
 class InvalidNamespaceLabelError(InvalidInputError):

@@ -19,13 +19,13 @@ import html
 import json
 import shutil
 import subprocess
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
 from ledger.access import Role
 from ledger.domain import Record, Status
-from ledger.errors import InvalidInputError, RenderError
+from ledger.errors import GraphTooLargeError, InvalidInputError, RenderError
 from ledger.reads import record_view
 from ledger.session import Session
 from ledger.validation import check_id
@@ -47,6 +47,14 @@ STATUS_COLOURS: dict[Status, tuple[str, str]] = {
 
 #: What :func:`draw` can produce.
 FORMATS = ("svg", "png", "dot", "mermaid")
+
+#: The most records a graph sent over the network holds: ``provledger serve``'s
+#: ``GET /records/{id}/graph`` in every text format (JSON runs to ~0.5 KB a record)
+#: and its console's record page; the MCP tools list at most this many ids. Any
+#: reader could otherwise make the server gather and send everything stored
+#: beneath a popular record. The command line, on the operator's own machine,
+#: draws any size (``provledger graph --max-nodes``).
+MAX_SERVED_NODES = 1000
 
 _INSTALL_HINT = (
     "install Graphviz (Debian/Ubuntu: apt-get install graphviz; macOS: brew install graphviz)"
@@ -129,6 +137,7 @@ def collect(
     role: Role = Role.READ,
     command: str = "graph",
     former: bool = False,
+    limit: int | None = None,
 ) -> Subgraph:
     """The records ``session`` may see around ``record`` (or in ``scope``, or all).
 
@@ -186,6 +195,8 @@ def collect(
                 wanted = [s for s in view_queries.scopes(c, d, position) if may(s)]
             ids = [rid for s in wanted for rid in view_queries.in_scope(c, d, s, position)]
             rows = edges_index.edges_among(c, d, ids, position, former)
+        if limit is not None:
+            _check_size(caller.engine.scopes_of(c, ids), may, limit, record, scope)
         at = caller.at(None)
         nodes: dict[str, RecordView] = {}
         descendants_of: dict[str, set[str]] = {}
@@ -238,6 +249,26 @@ def collect(
             if p in nodes
         ),
     )
+
+
+def _check_size(
+    scopes: Mapping[str, str],
+    may: Callable[[str], bool],
+    limit: int,
+    record: str | None,
+    scope: str | None,
+) -> None:
+    """Refuse a subgraph of more than ``limit`` records the caller may see (records
+    it may not see are not counted: their number is their scopes' to know)."""
+    count = sum(1 for in_scope in scopes.values() if may(in_scope))
+    if count > limit:
+        if record is not None:
+            what = f"the graph of {record!r}"
+        else:
+            what = f"scope {scope!r}" if scope is not None else "every visible record"
+        raise GraphTooLargeError(
+            f"{what} has {count} records, more than the {limit} allowed", count, limit
+        )
 
 
 def _title(

@@ -23,7 +23,7 @@ from click.testing import CliRunner
 from ledger import Kind, Ledger, Session
 from ledger.cli import main
 from ledger.domain import Status
-from ledger.errors import InvalidInputError, RenderError, UnknownRecordError
+from ledger.errors import GraphTooLargeError, InvalidInputError, RenderError, UnknownRecordError
 from ledger.graph import (
     STATUS_COLOURS,
     collect,
@@ -185,6 +185,24 @@ def test_a_reader_of_both_scopes_sees_the_cross_scope_parent(scene: Scene) -> No
     sub = collect(scene.reviewer, "M", ancestors=True)
     assert "P" in {n.id for n in sub.nodes}
     assert ("P", "M") in {(e.parent, e.child) for e in sub.edges}
+
+
+def test_a_graph_over_the_callers_limit_is_refused_counting_only_records_it_may_see(
+    scene: Scene,
+) -> None:
+    # Given M's graph: seven records the reviewer may see, and P in proj-b it may not
+    whole = collect(scene.reviewer, "M", ancestors=True, descendants=True, limit=7)
+    assert len(whole.nodes) == 7 and whole.shows_hidden
+
+    # When one fewer is allowed, the graph is refused naming the record, its size and the limit
+    with pytest.raises(GraphTooLargeError) as info:
+        collect(scene.reviewer, "M", ancestors=True, descendants=True, limit=6)
+    assert (info.value.count, info.value.limit) == (7, 6)
+    assert str(info.value) == "the graph of 'M' has 7 records, more than the 6 allowed"
+
+    # And a scope's records are counted the same way
+    with pytest.raises(GraphTooLargeError, match="scope 'proj-a' has 7 records"):
+        collect(scene.reviewer, scope="proj-a", limit=1)
 
 
 def test_mermaid_has_the_same_nodes_classes_and_dashed_observed_edge(scene: Scene) -> None:

@@ -787,6 +787,9 @@ async def test_revoke_then_revalidate_on_a_new_basis(team: Team) -> None:
             "affected": ["E1", "M1", "R1"],
             "stale": ["M1", "R1"],
             "position": rev["position"],
+            "affected_count": 3,
+            "stale_count": 2,
+            "note": None,
         }
         assert (await ok(agent, "read_memory", scope=SCOPE, claim_key=CLAIM))[
             "outcome"
@@ -1274,6 +1277,34 @@ async def test_a_revocation_notifies_listeners_of_every_affected_record_they_may
     # (descendants outside the caller's scopes are neither named nor counted)
     assert rev["affected"] == ["E1", "M1"] and "hidden" not in rev
     assert heard == [record_uri("E1"), record_uri("M1"), record_uri("E2")]
+
+
+async def test_revoking_a_record_under_many_lists_the_first_thousand_ids_and_counts_them_all(
+    team: Team,
+) -> None:
+    # Given an accepted source E1 with 1,001 candidates resting on it
+    await accepted_evidence(team, "E1")
+    team.sessions["agent-1"].propose_many(
+        {"scope": SCOPE, "claim_key": f"leaf.{i}", "value": i, "kind": "inference",
+         "parents": ["E1"], "id": f"L{i:04d}"}
+        for i in range(1001)
+    )  # fmt: skip
+
+    # When the reviewer revokes E1
+    async with team.client("reviewer") as reviewer:
+        rev = await ok(reviewer, "revoke_memory", record_id="E1", reason="doc changed")
+
+    # Then the answer lists the first 1,000 ids of each list, counts them all,
+    assert (len(rev["affected"]), rev["affected_count"]) == (1000, 1002)
+    assert (len(rev["stale"]), rev["stale_count"]) == (1000, 1001)
+    assert rev["affected"][:2] == ["E1", "L0000"]
+    # and says where to find the rest
+    assert rev["note"] == (
+        "1002 records affected; the first 1000 are listed. list_records with "
+        "validity='NEEDS_REVALIDATION' pages through those now STALE."
+    )
+    # (every one of them is STALE all the same)
+    assert team.sessions["agent-1"].get("L1000").status.value == "STALE"
 
 
 # -- the command -----------------------------------------------------------------------------

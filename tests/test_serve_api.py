@@ -253,7 +253,55 @@ def test_an_svg_graph_over_the_size_limit_is_refused_naming_what_to_ask_for(
     )
     assert one.status_code == 200 and one.text.lstrip().startswith(("<?xml", "<svg"))
     dot = served.agent.get("/records/{record_id}/graph", record_id="M1", params={"format": "dot"})
-    assert dot.status_code == 200 and '"M1"' in dot.text  # the text formats are not limited
+    assert dot.status_code == 200 and '"M1"' in dot.text  # the text formats have a cap of their own
+
+
+def _fan(s: Served, root: str, children: int) -> None:
+    """An accepted fact ``root`` in proj-a and ``children`` candidates resting on it."""
+    agent = s.ledger.authenticate(s.tokens["agent-1"])
+    agent.propose(scope="proj-a", claim_key="root", value=1, kind=Kind.FACT, id=root)
+    s.ledger.authenticate(s.tokens["reviewer"]).accept(root)
+    agent.propose_many(
+        {"scope": "proj-a", "claim_key": f"child.{i}", "value": i, "kind": "inference",
+         "parents": [root], "id": f"{root}-{i}"}
+        for i in range(children)
+    )  # fmt: skip
+
+
+def test_a_graph_over_the_cap_is_refused_in_every_format_naming_the_count_and_what_to_ask(
+    served: Served,
+) -> None:
+    # Given a record and 999 descendants, as many as a text format may return: answered
+    _fan(served, "HUB", 999)
+    r = served.agent.get("/records/{record_id}/graph", record_id="HUB", params={"format": "dot"})
+    assert r.status_code == 200 and r.text.count(' -> "HUB-') == 999
+
+    # When one more rests on it
+    served.ledger.authenticate(served.tokens["agent-1"]).propose(
+        scope="proj-a", claim_key="one.more", value=0, kind="inference", parents=["HUB"], id="X"
+    )
+
+    # Then every format refuses it, naming the count, the format's cap and what to ask for
+    cap = {"json": 1000, "dot": 1000, "mermaid": 1000, "svg": 200}
+    for fmt, most in cap.items():
+        r = served.agent.get("/records/{record_id}/graph", record_id="HUB", params={"format": fmt})
+        assert (r.status_code, error_of(r)["field"]) == (422, "format"), fmt
+        message = error_of(r)["message"]
+        verb = "draws" if fmt == "svg" else "returns"
+        assert message.startswith(
+            f"the graph has 1001 records; format={fmt} {verb} at most {most}."
+        )
+        assert "ancestors=false or descendants=false" in message
+        assert "provledger graph HUB --format dot --max-nodes 1001" in message
+        assert "format=dot, json or mermaid" not in message  # no text format would answer
+
+    # And one direction, or a record further along, is answered
+    up = served.agent.get(
+        "/records/{record_id}/graph", record_id="HUB", params={"descendants": "false"}
+    )
+    assert up.status_code == 200 and [n["id"] for n in up.json()["nodes"]] == ["HUB"]
+    child = served.agent.get("/records/{record_id}/graph", record_id="X")
+    assert child.status_code == 200 and len(child.json()["nodes"]) == 2
 
 
 def test_an_svg_graph_shows_text_holding_a_character_reference_as_stored(served: Served) -> None:

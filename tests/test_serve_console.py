@@ -700,6 +700,63 @@ def test_a_large_graph_is_summarised_not_drawn_whole(desk: Desk) -> None:
     assert "All 47 records in the graph" in text
 
 
+def test_a_graph_over_the_served_cap_is_neither_gathered_nor_listed_and_says_how_to_draw_it(
+    desk: Desk,
+) -> None:
+    # Given a fact H with 1,000 candidates resting on it: a graph of 1,001 records
+    desk.agent.propose(scope="proj-a", claim_key="hub", value=1, kind=Kind.FACT, id="H")
+    desk.reviewer.accept("H")
+    desk.agent.propose_many(
+        {"scope": "proj-a", "claim_key": f"leaf.{i}", "value": i, "kind": "inference",
+         "parents": ["H"], "id": f"H-{i:04d}"}
+        for i in range(1000)
+    )  # fmt: skip
+    client, _ = desk.signed_in("reviewer")
+
+    # When the reviewer opens H's page
+    page = client.get("/records/H")
+
+    # Then the graph is not drawn or listed; the page names its size, the cap and the CLI
+    assert page.status_code == 200
+    text = text_of(page.text)
+    assert "This record's graph has 1,001 records, more than the 1,000 the console" in text
+    assert "provledger graph H --format svg --max-nodes 1001" in text
+    assert "<svg" not in page.text and "records in the graph" not in text
+    assert 'href="/records/H-' not in page.text
+
+
+def test_a_revocation_preview_lists_a_page_of_what_goes_stale_and_counts_the_rest(
+    desk: Desk,
+) -> None:
+    # Given a fact H with 250 candidates resting on it
+    desk.agent.propose(scope="proj-a", claim_key="hub", value=1, kind=Kind.FACT, id="H")
+    desk.reviewer.accept("H")
+    desk.agent.propose_many(
+        {"scope": "proj-a", "claim_key": f"leaf.{i}", "value": i, "kind": "inference",
+         "parents": ["H"], "id": f"H-{i:04d}"}
+        for i in range(250)
+    )  # fmt: skip
+    client, csrf = desk.signed_in("reviewer")
+
+    # When the reviewer previews revoking H
+    preview = client.get("/records/H/revoke")
+
+    # Then all 250 are counted, the first 200 listed, and the page says 50 are not
+    text = text_of(preview.text)
+    assert "Will be marked STALE (250)" in text
+    assert preview.text.count('href="/records/H-') == 200
+    assert "The first 200 are listed; 50 more are not." in text
+
+    # And confirming it revokes H and marks every one of them STALE
+    mark = _PREVIEW.search(preview.text)
+    assert mark is not None
+    done = client.post(
+        "/records/H/revoke", data={"csrf": csrf, "reason": "wrong", "preview": mark[1]}
+    )
+    assert done.status_code == 303
+    assert desk.agent.get("H-0249").status.value == "STALE"
+
+
 def test_snapshots_are_served_as_inert_text(desk: Desk) -> None:
     desk.agent.capture(
         scope="proj-a", uri="https://x.test/x", content=b"<script>alert(1)</script>", id="E1"

@@ -25,8 +25,16 @@ from starlette.routing import BaseRoute, Route
 
 from ledger import Ledger, Session
 from ledger.domain import Kind, Status, Validity
-from ledger.errors import InvalidParentError, LedgerError
-from ledger.graph import RENDER_TIMEOUT, collect, dot_available, render, to_dot, to_mermaid
+from ledger.errors import GraphTooLargeError, InvalidParentError, LedgerError
+from ledger.graph import (
+    MAX_SERVED_NODES,
+    RENDER_TIMEOUT,
+    collect,
+    dot_available,
+    render,
+    to_dot,
+    to_mermaid,
+)
 from ledger.jsonable import json_safe
 from ledger.serve import payloads
 from ledger.serve.errors import error_body, field_of, status_of
@@ -54,6 +62,10 @@ MAX_LIMIT = 1000
 #: layout time grows much faster than the graph (500 records: ~15 s of CPU, 1000:
 #: minutes), and any reader could otherwise hold a worker thread and a core per request.
 MAX_SVG_NODES = 200
+#: ``GET /records/{id}/graph`` in a text format (json, dot, mermaid) answers at most
+#: this many records (:data:`ledger.graph.MAX_SERVED_NODES`): the answer grows with
+#: what is stored, and any reader could otherwise ask for all of it.
+MAX_GRAPH_NODES = MAX_SERVED_NODES
 
 
 def json_response(
@@ -387,7 +399,12 @@ def graph_record(call: Call) -> Response:
         raise FieldError("format", f"format {fmt[:40]!r} is not one of: {', '.join(GRAPH_FORMATS)}")
     ancestors = call.query_bool("ancestors", True)
     descendants = call.query_bool("descendants", True)
-    sub = collect(session, call.path_id(), ancestors=ancestors, descendants=descendants)
+    record_id = call.path_id()
+    limit = MAX_SVG_NODES if fmt == "svg" else MAX_GRAPH_NODES
+    try:
+        sub = collect(session, record_id, ancestors=ancestors, descendants=descendants, limit=limit)
+    except GraphTooLargeError as exc:
+        raise FieldError("format", _too_large(exc, fmt, record_id)) from None
     if fmt == "json":
         return json_response(payloads.graph(sub))
     if fmt == "mermaid":
@@ -395,17 +412,24 @@ def graph_record(call: Call) -> Response:
     source = to_dot(sub)
     if fmt == "dot":
         return Response(source, media_type=_MEDIA["dot"])
-    if len(sub.nodes) > MAX_SVG_NODES:
-        raise FieldError(
-            "format",
-            f"the graph has {len(sub.nodes)} records; format=svg draws at most "
-            f"{MAX_SVG_NODES} (ask for format=dot, json or mermaid, or set ancestors=false "
-            "or descendants=false)",
-        )
     if not dot_available():
         message = "Graphviz's dot program is not installed on the server; ask for format=dot"
         return json_response(error_body("GraphvizMissing", message, "format"), 503)
     return Response(render(source, "svg", RENDER_TIMEOUT), media_type=_MEDIA["svg"])
+
+
+def _too_large(exc: GraphTooLargeError, fmt: str, record_id: str) -> str:
+    """Why a graph is refused (its size, the format's cap) and what to ask for instead."""
+    instead = ["one direction (ancestors=false or descendants=false)", "a record further along"]
+    if fmt == "svg" and exc.count <= MAX_GRAPH_NODES:
+        instead.insert(0, "format=dot, json or mermaid")
+    verb = "draws" if fmt == "svg" else "returns"
+    return (
+        f"the graph has {exc.count} records; format={fmt} {verb} at most {exc.limit}. "
+        f"Ask for {', '.join(instead[:-1])} or {instead[-1]}; or draw the whole graph on "
+        f"the ledger's machine: provledger graph {record_id} --format dot "
+        f"--max-nodes {exc.count}"
+    )
 
 
 def accept(call: Call) -> Response:
@@ -580,7 +604,9 @@ def method_not_allowed(
 
 
 __all__ = [
+    "MAX_GRAPH_NODES",
     "MAX_LIMIT",
+    "MAX_SVG_NODES",
     "PREFIX",
     "ROUTES",
     "Call",

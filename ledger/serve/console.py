@@ -49,6 +49,10 @@ from ledger.values import RecordView, RevocationPreview
 
 #: Records shown per page of the queue, the attention list and the record list.
 PAGE = 50
+#: A revocation preview lists at most this many of the records it would mark STALE,
+#: and as many of the deliveries that would owe corrections; the rest are counted
+#: (the page would otherwise grow with everything stored beneath the record).
+LISTED = 200
 #: A path on this site (browsers read ``//host`` and ``/\host`` as another site).
 _LOCAL_PATH = re.compile(r"/(?![/\\])[^\s\\]*")
 
@@ -70,12 +74,12 @@ def _revocation_preview(
     live: Session, record_id: str
 ) -> tuple[RecordView, RevocationPreview, list[RecordView]]:
     """The record, what revoking it would do now, and the records it would mark
-    STALE that the caller may read (the revoke page shows them; confirming
-    compares the preview the page showed with this one)."""
+    STALE that the caller may read, the first :data:`LISTED` of them (the revoke
+    page shows them; confirming compares the preview the page showed with this one)."""
     view = live.get(record_id)
     preview = live.preview_revoke(record_id)
     stale = []
-    for rid in preview.stale:
+    for rid in preview.stale[:LISTED]:
         try:
             stale.append(live.get(rid))
         except LedgerError:
@@ -489,6 +493,7 @@ class Console:
                 "view": view,
                 "preview": preview,
                 "stale": stale,
+                "listed": LISTED,
                 "mark": preview_mark(preview),
             }
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from ledger import __version__
 from ledger.domain import Kind, Outcome, Status, Validity
-from ledger.serve.api import GRAPH_FORMATS, MAX_LIMIT, PREFIX
+from ledger.serve.api import GRAPH_FORMATS, MAX_GRAPH_NODES, MAX_LIMIT, MAX_SVG_NODES, PREFIX
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -487,6 +487,11 @@ def _paths() -> dict[str, dict[str, Any]]:
                 "Graph",
                 "401 403 404 422 503",
                 params=graph_params,
+                description="Needs `read` in the record's scope. A graph of more than "
+                f"{MAX_GRAPH_NODES} records you can see ({MAX_SVG_NODES} for format=svg) is "
+                "refused with 422 (error.field `format`), the message naming the count, the "
+                "cap and what to ask for instead: one direction, a record further along, or "
+                "`provledger graph` on the ledger's machine.",
                 extra_media={
                     "image/svg+xml": text,
                     "text/vnd.graphviz": text,

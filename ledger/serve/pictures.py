@@ -4,7 +4,9 @@ The subgraph comes from :func:`ledger.graph.collect` and the DOT source from
 :func:`ledger.graph.to_dot` (so the colours, dashed observed edges and double
 borders of delivered records are the CLI's); each node links to its record
 page. A graph of more than :data:`MAX_NODES` records is summarised: the record,
-its direct parents and children are drawn, the rest counted by status.
+its direct parents and children are drawn, the rest counted by status. A graph of
+more than :data:`ledger.graph.MAX_SERVED_NODES` records is neither gathered nor
+drawn: the page says how many there are and how to draw them on the command line.
 """
 
 from __future__ import annotations
@@ -16,7 +18,16 @@ from dataclasses import dataclass, replace
 from markupsafe import Markup
 
 from ledger import Session
-from ledger.graph import RENDER_TIMEOUT, Subgraph, collect, dot_available, render, to_dot
+from ledger.errors import GraphTooLargeError
+from ledger.graph import (
+    MAX_SERVED_NODES,
+    RENDER_TIMEOUT,
+    Subgraph,
+    collect,
+    dot_available,
+    render,
+    to_dot,
+)
 from ledger.serve.pages import controls_written_out
 from ledger.values import RecordView
 
@@ -91,7 +102,16 @@ def picture(session: Session, record_id: str, link: Callable[[str], str]) -> Pic
     Raises:
         UnknownRecordError, AccessDeniedError: as :func:`ledger.graph.collect`.
     """
-    sub = collect(session, record_id, ancestors=True, descendants=True)
+    try:
+        sub = collect(session, record_id, ancestors=True, descendants=True, limit=MAX_SERVED_NODES)
+    except GraphTooLargeError as exc:
+        note = (
+            f"This record's graph has {exc.count:,} records, more than the {exc.limit:,} "
+            "the console draws or lists. Open a record further along, or draw the whole "
+            f"graph from the command line: provledger graph {record_id} --format svg "
+            f"--max-nodes {exc.count} -o {record_id}.svg"
+        )
+        return Picture(svg=None, note=note, drawn=(), left_out={}, records=(), edges=0)
     drawn, left_out = summarise(sub)
     note = None
     svg = None

@@ -8,6 +8,7 @@ from typing import Any, cast
 
 from typing_extensions import TypedDict  # pydantic needs it on Python < 3.12
 
+from ledger.graph import MAX_SERVED_NODES
 from ledger.jsonable import json_safe, plain, record_json
 from ledger.values import AuditTrail, Explanation, ReadResult, RecordView, Revocation
 
@@ -152,12 +153,17 @@ class DecisionOut(TypedDict):
 
 
 class RevocationOut(TypedDict):
-    """What a revocation changed, as far as the token may see."""
+    """What a revocation changed, as far as the token may see: the first
+    :data:`~ledger.graph.MAX_SERVED_NODES` ids of each list, how many there are,
+    and when some are left out a note saying where to find them."""
 
     root: str
     affected: list[str]
     stale: list[str]
     position: int
+    affected_count: int
+    stale_count: int
+    note: str | None
 
 
 def record_out(view: RecordView) -> RecordOut:
@@ -200,13 +206,23 @@ def audit_out(trail: AuditTrail) -> AuditOut:
     }
 
 
-def revocation_out(rev: Revocation) -> RevocationOut:
-    """What a revocation changed, as JSON."""
+def revocation_out(rev: Revocation, listed: int = MAX_SERVED_NODES) -> RevocationOut:
+    """What a revocation changed, as JSON: at most ``listed`` ids per list (the
+    records beneath one can be any number)."""
+    note = None
+    if len(rev.affected) > listed:
+        note = (
+            f"{len(rev.affected)} records affected; the first {listed} are listed. "
+            "list_records with validity='NEEDS_REVALIDATION' pages through those now STALE."
+        )
     return {
         "root": rev.root,
-        "affected": list(rev.affected),
-        "stale": list(rev.stale),
+        "affected": list(rev.affected[:listed]),
+        "stale": list(rev.stale[:listed]),
         "position": rev.position,
+        "affected_count": len(rev.affected),
+        "stale_count": len(rev.stale),
+        "note": note,
     }
 
 

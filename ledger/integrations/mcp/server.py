@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from ledger import Ledger, __version__
 from ledger.access import Role
 from ledger.errors import InvalidInputError, LedgerError
+from ledger.graph import MAX_SERVED_NODES
 from ledger.integrations.mcp.connection import Connection, lifespan_of, refusal
 from ledger.integrations.mcp.results import RECORD_URI
 from ledger.integrations.mcp.tools import (
@@ -321,7 +322,10 @@ APPROVAL_TOOLS: tuple[tuple[Callable[..., Any], str, ToolAnnotations], ...] = (
         "disproved): it becomes REVOKED, and every record built on it - through declared "
         "parents and observed reads - becomes STALE (needs re-verification), in one step, with "
         "this revocation and `reason` as the cause. Nothing is deleted. Returns the records "
-        "affected that you can see. Cannot be undone: a record revoked stays revoked.",
+        f"affected that you can see (the first {MAX_SERVED_NODES} ids, with the counts; "
+        "list_records with "
+        "validity='NEEDS_REVALIDATION' pages through the rest). Cannot be undone: a record "
+        "revoked stays revoked.",
         _write_tool("Revoke a record", destructive=True),
     ),
     (
