@@ -110,7 +110,7 @@ class GraphTooLargeError(InvalidInputError):
     """A dependency graph asked for holds more records than may be sent back
     (``count`` over ``limit``: see :data:`ledger.graph.MAX_SERVED_NODES`)."""
 
-    def __init__(self, message: str, count: int, limit: int) -> None:
+    def __init__(self, message: str, count: int = 0, limit: int = 0) -> None:
         super().__init__(message)
         self.count = count
         self.limit = limit

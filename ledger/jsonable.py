@@ -10,7 +10,7 @@ from dataclasses import fields, is_dataclass
 from datetime import datetime
 from typing import Any
 
-from ledger.values import RecordView
+from ledger.values import RecordView, Revocation
 
 
 def plain(value: Any) -> Any:
@@ -50,3 +50,22 @@ def record_json(record: RecordView) -> dict[str, Any]:
     for delivery, data in zip(record.deliveries, out["deliveries"], strict=True):
         data["state"] = delivery.state
     return out
+
+
+def capped_revocation(rev: Revocation, listed: int, rest: str) -> dict[str, Any]:
+    """What a revocation changed, as a network answer: the first ``listed`` ids of
+    ``affected`` and of ``stale`` (any number of records can rest on one), how many
+    each holds, and when some are left out a ``note`` ending with ``rest`` (where
+    to find them)."""
+    note = None
+    if len(rev.affected) > listed:
+        note = f"{len(rev.affected)} records affected; the first {listed} are listed. {rest}"
+    return {
+        "root": rev.root,
+        "affected": list(rev.affected[:listed]),
+        "stale": list(rev.stale[:listed]),
+        "position": rev.position,
+        "affected_count": len(rev.affected),
+        "stale_count": len(rev.stale),
+        "note": note,
+    }

@@ -304,6 +304,32 @@ def test_a_graph_over_the_cap_is_refused_in_every_format_naming_the_count_and_wh
     assert child.status_code == 200 and len(child.json()["nodes"]) == 2
 
 
+def test_revoking_a_record_under_many_lists_the_first_thousand_ids_and_counts_them_all(
+    served: Served,
+) -> None:
+    # Given HUB with 1,001 candidates resting on it
+    _fan(served, "HUB", 1001)
+
+    # When the reviewer revokes it through the API
+    r = served.reviewer.post(
+        "/records/{record_id}/revoke", record_id="HUB", json={"reason": "wrong"}
+    )
+
+    # Then each list holds the first 1,000 ids, the counts all, and a note the way on
+    assert r.status_code == 200
+    body = r.json()
+    assert (len(body["affected"]), body["affected_count"]) == (1000, 1002)
+    assert (len(body["stale"]), body["stale_count"]) == (1000, 1001)
+    assert body["note"] == (
+        "1002 records affected; the first 1000 are listed. GET /api/v1/records?scope=SCOPE"
+        "&validity=NEEDS_REVALIDATION pages through those now STALE."
+    )
+    listed = served.agent.get(
+        "/records", params={"scope": "proj-a", "validity": "NEEDS_REVALIDATION", "limit": 1000}
+    ).json()
+    assert len(listed["records"]) == 1000 and listed["next_after"] is not None
+
+
 def test_an_svg_graph_shows_text_holding_a_character_reference_as_stored(served: Served) -> None:
     _seed(served)
     for rid, key in (("P1", "a&amp;b"), ("P2", "a&b")):

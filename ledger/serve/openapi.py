@@ -250,9 +250,14 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                 "description": "The Revoked event's log position (as of position - 1: before).",
             },
             "stale": _IDS,
+            "affected_count": {"type": "integer", "description": "How many `affected` holds."},
+            "stale_count": {"type": "integer", "description": "How many `stale` holds."},
+            "note": _nullable(_STR),
         },
         description="What a revocation marked, as far as the caller may see: records in "
-        "scopes it holds no grant in are neither named nor counted.",
+        "scopes it holds no grant in are neither named nor counted. Each list holds at most "
+        f"the first {MAX_GRAPH_NODES} ids; the counts say how many there are and `note`, "
+        "when some are left out, where to find them.",
     ),
     "ActionResult": _object(
         {"id": _STR, "record": _nullable(_ref("Record"))},

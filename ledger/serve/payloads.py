@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ledger.graph import Subgraph
-from ledger.jsonable import plain, record_json
+from ledger.graph import MAX_SERVED_NODES, Subgraph
+from ledger.jsonable import capped_revocation, plain, record_json
 from ledger.values import (
     AuditTrail,
     CorrectionDue,
@@ -76,9 +76,12 @@ def correction_due(due: CorrectionDue) -> dict[str, Any]:
 
 
 def revocation(result: Revocation) -> dict[str, Any]:
-    """What a revocation changed (only what the caller may see; ``hidden`` counts the rest)."""
-    data: dict[str, Any] = plain(result)
-    return data
+    """What a revocation changed, only what the caller may see: at most
+    :data:`~ledger.graph.MAX_SERVED_NODES` ids per list, with the counts."""
+    rest = (
+        "GET /api/v1/records?scope=SCOPE&validity=NEEDS_REVALIDATION pages through those now STALE."
+    )
+    return capped_revocation(result, MAX_SERVED_NODES, rest)
 
 
 def graph(sub: Subgraph) -> dict[str, Any]:

@@ -105,15 +105,15 @@ def picture(session: Session, record_id: str, link: Callable[[str], str]) -> Pic
     try:
         sub = collect(session, record_id, ancestors=True, descendants=True, limit=MAX_SERVED_NODES)
     except GraphTooLargeError as exc:
-        note = (
+        too_large = (
             f"This record's graph has {exc.count:,} records, more than the {exc.limit:,} "
             "the console draws or lists. Open a record further along, or draw the whole "
             f"graph from the command line: provledger graph {record_id} --format svg "
             f"--max-nodes {exc.count} -o {record_id}.svg"
         )
-        return Picture(svg=None, note=note, drawn=(), left_out={}, records=(), edges=0)
+        return Picture(svg=None, note=too_large, drawn=(), left_out={}, records=(), edges=0)
     drawn, left_out = summarise(sub)
-    note = None
+    note: str | None = None
     svg = None
     if dot_available():
         source = with_links(to_dot(drawn), drawn, link)

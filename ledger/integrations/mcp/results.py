@@ -9,7 +9,7 @@ from typing import Any, cast
 from typing_extensions import TypedDict  # pydantic needs it on Python < 3.12
 
 from ledger.graph import MAX_SERVED_NODES
-from ledger.jsonable import json_safe, plain, record_json
+from ledger.jsonable import capped_revocation, json_safe, plain, record_json
 from ledger.values import AuditTrail, Explanation, ReadResult, RecordView, Revocation
 
 __all__ = [
@@ -207,23 +207,9 @@ def audit_out(trail: AuditTrail) -> AuditOut:
 
 
 def revocation_out(rev: Revocation, listed: int = MAX_SERVED_NODES) -> RevocationOut:
-    """What a revocation changed, as JSON: at most ``listed`` ids per list (the
-    records beneath one can be any number)."""
-    note = None
-    if len(rev.affected) > listed:
-        note = (
-            f"{len(rev.affected)} records affected; the first {listed} are listed. "
-            "list_records with validity='NEEDS_REVALIDATION' pages through those now STALE."
-        )
-    return {
-        "root": rev.root,
-        "affected": list(rev.affected[:listed]),
-        "stale": list(rev.stale[:listed]),
-        "position": rev.position,
-        "affected_count": len(rev.affected),
-        "stale_count": len(rev.stale),
-        "note": note,
-    }
+    """What a revocation changed, as JSON: at most ``listed`` ids per list."""
+    rest = "list_records with validity='NEEDS_REVALIDATION' pages through those now STALE."
+    return cast(RevocationOut, capped_revocation(rev, listed, rest))
 
 
 def record_uri(record_id: str) -> str:
