@@ -91,8 +91,9 @@ def test_inits_racing_on_a_new_ledger_name_one_creator_and_one_token(pg_url: str
         assert process.returncode == 0, err
         said.append(json.loads(out))
 
-    # Exactly one printed the admin token, and none other says it created the ledger
+    # Exactly one printed the admin token and says it created the ledger; none other does
     (holder,) = [s for s in said if s["admin_token"] is not None]
+    assert holder["created"] is True
     assert all(not s["created"] for s in said if s is not holder)
     with Ledger.open(pg_url) as led:
         led.admin(holder["admin_token"])
@@ -108,6 +109,19 @@ def test_init_of_an_existing_ledger_without_an_admin_token_does_not_say_it_creat
     data = json.loads(ok("init", "--url", url, "--json").stdout)
 
     assert data["created"] is False and data["admin_token"] is not None
+
+
+def test_init_of_a_ledger_with_tables_but_an_empty_log_says_it_created_it(
+    tmp_path: Path,
+) -> None:
+    # As another init racing this one leaves it: the tables made, nothing written yet
+    url = f"sqlite:///{tmp_path / 'just-made.db'}"
+    Ledger.open(url).close()
+
+    data = json.loads(ok("init", "--url", url, "--json").stdout)
+
+    assert data["created"] is True and data["admin_token"] is not None
+    assert json.loads(ok("init", "--url", url, "--json").stdout)["created"] is False
 
 
 def test_an_admin_token_is_no_principal_token_and_a_principal_token_no_admin_token(

@@ -81,15 +81,16 @@ def init(url: str | None, as_json: bool) -> None:
         raise read_only_error("init", backend.url)
     try:
         led = open_ledger(url)
-        made = False
     except LedgerNotFoundError:
         _refuse_others_file(url)
         led = open_ledger(url, create=True)
-        made = True
     with led:
+        # A ledger whose log is empty is new: this init makes it (its tables may
+        # just have been created by another init racing this one).
+        made = led.position == 0
         issued = led.admin().bootstrap_admin_token()
-        # Of inits racing on a new ledger, several may have found it missing:
-        # the one among them that got its first admin token says it created it.
+        # Of inits racing on a new ledger, several may have found it new: the one
+        # among them that got its first admin token says it created it.
         created = made and issued is not None
         info = {
             "url": printable(led.url),
