@@ -444,7 +444,7 @@ def newest_version(
         return None  # prepare refuses the proposal without revealing anything
     if Role.READ.value not in roles:
         raise caller.denied(scope, Role.READ, "propose")
-    rows = view_queries.live_of_claim(c, caller.engine.dialect, scope, claim_key, kind)
+    rows = view_queries.newest_live_of_claim(c, caller.engine.dialect, scope, claim_key, kind)
     for statuses in ((Status.ACCEPTED, Status.STALE), (Status.CANDIDATE,)):
         live = [row for row in rows if row[1] in statuses]
         if live:

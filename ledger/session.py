@@ -132,9 +132,18 @@ class Session:
 
         The review queue is ``records(scope, status="CANDIDATE")``; what needs
         attention is ``records(scope, validity="NEEDS_REVALIDATION")``. Pass the last
-        id of a page as ``after`` to get the next one. A page reads one or two
-        indexes, ``limit`` rows from each at most: the few CANDIDATE or STALE
-        records of a scope are listed without passing over its ACCEPTED ones.
+        id of a page as ``after`` to get the next one. A page costs the records
+        it lists, not the scope: one without a filter reads ``limit`` records at
+        most from each of two indexes (ACCEPTED records and the others); one with
+        a kind, a status or a validity reads, from an index of records by status
+        and kind, the records of each status and kind the filter allows, and
+        stops at ``limit``; one with a ``claim_prefix`` of a small share of the
+        scope reads just the records under that prefix. What a page still passes
+        over: with ``validity="VALID"``, the expired ACCEPTED records among the
+        ACCEPTED ones it lists; with ``validity="NEEDS_REVALIDATION"``, it reads
+        every expired ACCEPTED record of the scope; under a ``claim_prefix`` of
+        many keys, the records outside it that its other filters allow; and as of
+        an earlier position (``as_of``), the records that did not match then.
         The order is that of the ids the records were proposed as (one record per
         id in a scope), so a record shown as ``ID@@SCOPE`` sorts as ``ID``.
 

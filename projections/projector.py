@@ -52,7 +52,10 @@ LAYOUT = 9
 #: live rows; 7 keeps each record's aggregate id, which is no longer a function
 #: of its record id alone; 8 lists ACCEPTED and other current rows from two
 #: indexes, and expiring ACCEPTED ones from a third; 9 indexes a claim's live
-#: rows by status, so a read passes over none of its candidates).
+#: rows by status, so a read passes over none of its candidates; 10 lists a
+#: scope's current rows by status and kind, so a page of a kind or a status few
+#: rows have passes over none of the others, and orders a claim's live rows of a
+#: status and kind by when they were proposed, so a put finds the newest at once).
 RETIRED = ("pl_record_ids",)
 LAYOUT_KEY = "#layout"
 

@@ -10,6 +10,7 @@ import operator
 from collections.abc import Sequence
 from typing import Any, cast
 
+from ledger.domain import Kind, Status
 from ledger.redaction import bare
 from projections.base import Cursor, Dialect, as_of_filter
 from projections.validity import (
@@ -54,18 +55,23 @@ def captures_of_claim(
     return [(r["record_id"], r["status"], r["evidence"]) for r in c.fetchall()]
 
 
-def live_of_claim(
+def newest_live_of_claim(
     c: Cursor, d: Dialect, scope: str, claim_key: str, kind: str
 ) -> list[tuple[str, str, int, int]]:
-    """(record id, status, created_at, from_pos) of the live records of ``kind`` in
-    ``(scope, claim_key)`` (``validity.LIVE_FILTER``): one statement on the live
-    index, however many earlier versions the claim has had."""
+    """(record id, status, created_at, from_pos) of the newest live record of
+    ``kind`` in ``(scope, claim_key)`` (``validity.LIVE_FILTER``) of each live
+    status, newest by (created_at, from_pos): one statement of a look-up per
+    status on the live index, which orders a claim's records of a status and
+    kind by when they were proposed, so it reads one row of each however many
+    versions or candidates the claim has."""
+    arm = (
+        "SELECT * FROM (SELECT record_id, status, created_at, from_pos FROM {t}pl_records "
+        f"WHERE scope=? AND claim_key=? AND status=? AND kind=? AND {live_filter()} "
+        "ORDER BY created_at DESC, from_pos DESC LIMIT 1) n{n}"
+    )
     c.execute(
-        d.q(
-            "SELECT record_id, status, created_at, from_pos FROM {t}pl_records "
-            f"WHERE scope=? AND claim_key=? AND kind=? AND {live_filter()}"
-        ),
-        (scope, claim_key, kind),
+        d.q(" UNION ALL ".join(arm.replace("{n}", str(n)) for n in range(len(LIVE_STATUSES)))),
+        [value for status in LIVE_STATUSES for value in (scope, claim_key, status, kind)],
     )
     return [(r["record_id"], r["status"], r["created_at"], r["from_pos"]) for r in c.fetchall()]
 
@@ -99,17 +105,24 @@ def page(
     """One page of a scope's rows in the order of the ids they were proposed as
     (``Session.records``; ``after``: such an id), each with ``has_deliveries``.
 
-    Current rows are listed from the listing indexes (``Dialect.listing_order``):
-    ``pl_records_accepted`` for ACCEPTED rows, ``pl_records_open`` for the rest,
-    ``pl_records_expiring`` for ACCEPTED rows past their expiry. A page reads the
-    one or two a filter needs, ``limit`` rows from each at most, and keeps the
-    first ``limit`` of them in order; a page of the few CANDIDATE records of a
-    scope passes over none of its ACCEPTED ones. On SQLite, a page with a
-    ``claim_prefix`` whose range of claim keys holds a small share of the scope
-    (see ``PREFIX_RANGE``) reads that range instead (:func:`_prefix_rows`): a
-    namespace of a few keys in a busy scope costs its own rows, not the scope's.
-    As of a position, the same listing indexes lead to each record's row then
-    (:func:`_as_of_rows`)."""
+    Current rows are listed from the listing indexes (``Dialect.listing_order``).
+    A page of no filter but a claim prefix, of ACCEPTED rows, or of VALID ones,
+    reads ``pl_records_accepted`` (ACCEPTED rows) and ``pl_records_open`` (the
+    rest), ``limit`` rows from each at most, and keeps the first ``limit`` of
+    them in order. A page with a kind, another status or validity reads
+    ``pl_records_filtered`` (current rows by status and kind) instead, one range
+    per status and kind the filters allow (and ``pl_records_expiring`` for
+    ACCEPTED rows past their expiry), merged in one statement that stops at
+    ``limit`` rows (:func:`_filtered_rows`): it costs the rows that match, not
+    the scope's. A page with a ``claim_prefix`` whose range of claim keys holds a
+    small share of the scope (see ``PREFIX_RANGE``) reads that range instead
+    (:func:`_prefix_rows`): a namespace of a few keys in a busy scope costs its
+    own rows, not the scope's. What a page still passes over: the expired
+    ACCEPTED rows among the ACCEPTED ones it walks (a VALID page; a
+    NEEDS_REVALIDATION page reads and sorts the scope's expired ACCEPTED rows),
+    and under a claim prefix of more rows than that, the rows outside it among
+    those the other filters select. As of a position, the same listing indexes
+    lead to each record's row then (:func:`_as_of_rows`)."""
     filters: list[str] = []
     values: list[Any] = []
     if status is not None:
@@ -130,19 +143,28 @@ def page(
     where += filters
     params += values
     order = d.listing_order("r.record_id")
-    if after is not None:
-        where.append(f"{order} > ?")
-        params.append(after)
-    if claim_prefix and d.name == "sqlite":
+    if claim_prefix:
         # A page as of a position reads every version in the range (no live index then).
         live = position is None and (
             status in LIVE_STATUSES or validity in ("VALID", "NEEDS_REVALIDATION")
         )
-        found = _prefix_rows(c, d, scope, claim_prefix, where, params, order, limit, live)
+        found = _prefix_rows(c, d, scope, claim_prefix, (where, params), order, limit, live, after)
         if found is not None:
             return found
+    if after is not None:
+        where.append(f"{order} > ?")
+        params.append(after)
     if position is not None:
         return _as_of_rows(c, d, scope, position, filters, values, limit, after)
+    if kind is not None or status not in (None, "ACCEPTED") or validity not in (None, "VALID"):
+        where, params = ["r.scope=?", "r.to_pos IS NULL"], [scope]
+        if claim_prefix:
+            where.append("substr(r.claim_key, 1, ?) = ?")
+            params += [len(claim_prefix), claim_prefix]
+        if after is not None:
+            where.append(f"{order} > ?")
+            params.append(after)
+        return _filtered_rows(c, d, where, params, order, limit, at, status, validity, kind)
     sides = _sides(status, validity)
     rows: list[ListedRow] = []
     for term, expired in sides:
@@ -151,6 +173,99 @@ def page(
         else:
             rows += _page_rows(c, d, [*where, term], params, order, limit)
     return _merged(rows, limit) if len(sides) > 1 else rows
+
+
+#: Every status and kind, in the order a filtered page reads their ranges.
+STATUSES = tuple(s.value for s in Status)
+KINDS = tuple(k.value for k in Kind)
+#: The statuses of each validity that the filtered listing index holds in order
+#: (NEEDS_REVALIDATION's expired ACCEPTED rows come from ``pl_records_expiring``).
+_VALIDITY_STATUSES = {
+    "VALID": ("ACCEPTED",),
+    "NEEDS_REVALIDATION": ("CANDIDATE", "STALE"),
+    "INVALID": ("REVOKED", "REJECTED", "SUPERSEDED"),
+}
+
+
+def _filtered_rows(
+    c: Cursor,
+    d: Dialect,
+    where: list[str],
+    params: list[Any],
+    order: str,
+    limit: int,
+    at: int,
+    status: str | None,
+    validity: str | None,
+    kind: str | None,
+) -> list[ListedRow]:
+    """A page of current rows with a kind, a status other than ACCEPTED, or a
+    validity other than VALID (``where``: the scope's current rows, and the
+    claim prefix and ``after`` if any; the arms add the rest): one statement
+    that reads, for each status and kind the filters allow, the range of
+    ``pl_records_filtered`` of that status and kind in listing order, and merges
+    the ranges as it goes, stopping at ``limit`` rows. What it reads is the rows
+    that match and one entry per range, however many other rows the scope has;
+    but a VALID page passes over the expired ACCEPTED rows among the ACCEPTED
+    ones of its kind (validity is a matter of time: no index orders it), and a
+    NEEDS_REVALIDATION page reads and sorts every expired ACCEPTED row of the
+    scope (``pl_records_expiring``) as an unfiltered one does."""
+    statuses = STATUSES if status is None else (status,)
+    if validity is not None:
+        statuses = tuple(s for s in statuses if s in _VALIDITY_STATUSES[validity])
+    kinds = KINDS if kind is None else (kind,)
+    arms: list[tuple[list[str], list[Any], str]] = []
+    index = "pl_records_filtered" if d.name == "sqlite" else ""
+    # An arm's status decides the validity, but for an ACCEPTED row's expiry.
+    unexpired = [_UNEXPIRED] if validity == "VALID" else []
+    for one in statuses:
+        for each in kinds:
+            terms = [*where, "r.status = ?", "r.kind = ?", *unexpired]
+            arms.append((terms, [*params, one, each, *([at] * len(unexpired))], index))
+    if validity == "NEEDS_REVALIDATION" and status in (None, "ACCEPTED"):
+        # The expired ACCEPTED rows (few, the ones that need revalidation).
+        of_kind = [] if kind is None else ["r.kind = ?"]
+        terms = [*where, _ACCEPTED, _EXPIRED, *of_kind]
+        arms.append((terms, [*params, at, *([] if kind is None else [kind])], ""))
+    if not arms:
+        return []  # no row can pass the filters (such as CANDIDATE and VALID)
+    if len(arms) == 1:
+        terms, values, index = arms[0]
+        return _page_rows(c, d, terms, values, order, limit, index)
+    return _union_rows(c, d, arms, order, limit)
+
+
+def _union_rows(
+    c: Cursor,
+    d: Dialect,
+    arms: Sequence[tuple[list[str], list[Any], str]],
+    order: str,
+    limit: int,
+) -> list[ListedRow]:
+    """Up to ``limit`` rows in ``order`` of the union of ``arms`` (each the
+    conditions on rows ``r`` of ``pl_records``, their parameters and the index
+    SQLite reads them from), in one statement that merges the arms' rows, each
+    read in order from its index, a row at a time, and stops at ``limit``
+    (SQLite's ``MERGE (UNION ALL)`` of the arms; PostgreSQL's Merge Append of
+    the arms, each limited itself, as its planner merges only those): a page
+    reads ``limit`` rows in all and one more entry per arm."""
+    selects: list[str] = []
+    values: list[Any] = []
+    for terms, params, index in arms:
+        indexed = f" INDEXED BY {index}" if index else ""
+        select = (
+            "SELECT r.*, EXISTS (SELECT 1 FROM {t}pl_deliveries dl "
+            f"WHERE dl.record_id = r.record_id) AS has_deliveries, {order} AS listing_key "
+            f"FROM {{t}}pl_records r{indexed} WHERE {' AND '.join(terms)}"
+        )
+        values += params
+        if d.name != "sqlite":
+            # SQLite would sort each limited arm again before merging them.
+            select = f"({select} ORDER BY {order} LIMIT ?)"
+            values.append(limit)
+        selects.append(select)
+    c.execute(d.q(" UNION ALL ".join(selects) + " ORDER BY listing_key LIMIT ?"), (*values, limit))
+    return cast("list[ListedRow]", list(c.fetchall()))
 
 
 def _merged(rows: list[ListedRow], limit: int) -> list[ListedRow]:
@@ -195,6 +310,8 @@ _THEN = as_of_filter("r")
 #: ACCEPTED rows expired by the instant (``pl_records_expiring``: the few that need
 #: revalidation, not every ACCEPTED row of the scope in id order).
 _EXPIRED = "r.eff_expires <= ?"
+#: An ACCEPTED row ``r`` not expired by the instant.
+_UNEXPIRED = "(r.eff_expires IS NULL OR r.eff_expires > ?)"
 
 
 def _sides(status: str | None, validity: str | None) -> list[tuple[str, bool]]:
@@ -258,19 +375,20 @@ def _prefix_rows(
     d: Dialect,
     scope: str,
     claim_prefix: str,
-    where: list[str],
-    params: list[Any],
+    selected: tuple[list[str], list[Any]],
     order: str,
     limit: int,
     live: bool,
+    after: str | None,
 ) -> list[ListedRow] | None:
-    """A page of the rows ``where`` selects (current ones, or as of a position)
+    """A page of the rows ``selected`` (conditions on rows ``r`` and their
+    parameters: current ones, or as of a position) after ``after`` in ``order``
     whose claim keys start with ``claim_prefix``, read from the range of those
     keys in ``pl_records_claim`` (every version), or in ``pl_records_live`` if
     ``live`` (current rows, the filter keeping only live statuses), and sorted;
     None if the scope's listing serves the page better (see ``PREFIX_RANGE``;
-    each count stops at what it decides). SQLite only: its text order is the
-    code points', so the keys with a prefix form one range."""
+    each count stops at what it decides). The claim keys compare by code point
+    on every backend (``validity.DDL``), so the keys with a prefix form one range."""
     span, bounds = ["r.claim_key >= ?"], [claim_prefix]
     end = prefix_end(claim_prefix)
     if end is not None:
@@ -289,8 +407,18 @@ def _prefix_rows(
         return None  # a dense prefix
     if live:  # the partial index's own condition, for SQLite to read it
         span.append(live_filter("r"))
-    index = "pl_records_live" if live else "pl_records_claim"
-    return _page_rows(c, d, [*where, *span], [*params, *bounds], order, limit, index)
+    where, params = selected
+    later = ([f"{order} > ?"], [after]) if after is not None else ([], [])
+    if d.name == "sqlite":
+        index = "pl_records_live" if live else "pl_records_claim"
+        terms, values = [*where, *span, *later[0]], [*params, *bounds, *later[1]]
+        return _page_rows(c, d, terms, values, order, limit, index)
+    # PostgreSQL reads the range whole first (OFFSET 0 keeps the subquery apart, and
+    # ``after`` is outside it): asked for rows in listing order, its planner may walk
+    # a listing index instead, on estimates that know nothing of the counts above.
+    fenced = f"(SELECT * FROM {{t}}pl_records r WHERE {' AND '.join([*where, *span])} OFFSET 0) r"
+    terms, values = later[0] or ["TRUE"], [*params, *bounds, *later[1]]
+    return _page_rows(c, d, terms, values, order, limit, rows=fenced)
 
 
 def _versions(
@@ -298,10 +426,11 @@ def _versions(
 ) -> int:
     """How many row versions of ``scope`` hold ``terms`` (on its claim keys),
     counted up to ``cap`` in ``pl_records_claim``."""
+    indexed = " INDEXED BY pl_records_claim" if d.name == "sqlite" else ""
     c.execute(
         d.q(
-            "SELECT count(*) AS n FROM (SELECT 1 FROM {t}pl_records r "
-            f"INDEXED BY pl_records_claim WHERE r.scope = ? AND {' AND '.join(terms)} LIMIT ?)"
+            f"SELECT count(*) AS n FROM (SELECT 1 FROM {{t}}pl_records r{indexed} "
+            f"WHERE r.scope = ? AND {' AND '.join(terms)} LIMIT ?) v"
         ),
         (scope, *params, cap),
     )

@@ -118,10 +118,13 @@ class ListedRow(RecordRow):
     has_deliveries: int
 
 
+#: ``claim_key`` compares by code point on every backend (``{bytewise}``: PostgreSQL's
+#: "C" collation), as SQLite's text does: the claim keys under a prefix form one
+#: range of the claim index (``queries.page``), and sort as they do in Python.
 DDL = (
     "CREATE TABLE IF NOT EXISTS {t}pl_records ("
     "record_id TEXT NOT NULL, from_pos {bigint} NOT NULL, to_pos {bigint}, "
-    "scope TEXT NOT NULL, claim_key TEXT NOT NULL, kind TEXT NOT NULL, value {blob}, "
+    "scope TEXT NOT NULL, claim_key TEXT{bytewise} NOT NULL, kind TEXT NOT NULL, value {blob}, "
     "status TEXT NOT NULL, proposer TEXT NOT NULL, created_pos {bigint} NOT NULL, "
     "created_at {bigint} NOT NULL, expires {bigint}, eff_expires {bigint}, eff_source TEXT, "
     "conditions {blob}, parents {blob}, observed {blob}, evidence {blob}, "
@@ -145,9 +148,12 @@ AFTER_LOAD_DDL = (
     # version may replace), found without passing over its earlier versions; by
     # status too, so a read reaches its ACCEPTED rows without passing over (and
     # reading the values of) however many CANDIDATE and STALE rows the claim has,
-    # and a re-capture its live evidence rows without its records of other kinds.
-    "CREATE INDEX IF NOT EXISTS pl_records_live ON {t}pl_records (scope, claim_key, status, kind) "
-    "WHERE {live}",
+    # and a re-capture its live evidence rows without its records of other kinds;
+    # and last by when each was proposed (then its version's position), so a new
+    # version finds the newest record it replaces without reading the others
+    # (``queries.newest_live_of_claim``).
+    "CREATE INDEX IF NOT EXISTS pl_records_live ON {t}pl_records "
+    "(scope, claim_key, status, kind, created_at, from_pos) WHERE {live}",
     # Listing a scope page by page in id order (``Session.records``): current rows
     # ordered by the id each was proposed as ({listing}: see Dialect.listing_order),
     # the ACCEPTED ones in one index and the rest in another, so a page of the few
@@ -157,6 +163,11 @@ AFTER_LOAD_DDL = (
     f"WHERE to_pos IS NULL AND {ACCEPTED_TERM}",
     "CREATE INDEX IF NOT EXISTS pl_records_open ON {t}pl_records (scope, {listing}) "
     f"WHERE to_pos IS NULL AND {OPEN_TERM}",
+    # A page with a kind or a status (``Session.records``): a scope's current rows
+    # by status and kind, each pair's in listing order, so a page of a kind or a
+    # status few rows have reads those rows, not the scope (``queries.page``).
+    "CREATE INDEX IF NOT EXISTS pl_records_filtered ON {t}pl_records "
+    "(scope, status, kind, {listing}) WHERE to_pos IS NULL",
     # ACCEPTED records that expire, by when (what needs revalidation once expired):
     # records without an expiry cost no entry.
     "CREATE INDEX IF NOT EXISTS pl_records_expiring ON {t}pl_records (scope, eff_expires) "

@@ -1,17 +1,23 @@
 """What one call costs is bounded by what it asks for, not by what other principals
 put beside it: a read of a claim and a re-capture pass over none of the claim's
-other records, a run shown again what it was shown appends nothing, and showing a
-STALE record does not walk its whole ancestry, and neither a run's read nor a
-report's delivery replays the run's or the report's whole history."""
+other records, a page of a kind or status few records have passes over none of
+the scope's others, a LangGraph put reads none of the candidates under its key, a
+run shown again what it was shown appends nothing, showing a STALE record does
+not walk its whole ancestry, and neither a run's read nor a report's delivery
+replays the run's or the report's whole history."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
 
-from ledger import Kind, Ledger, Outcome, Session, Status
+from ledger import Kind, Ledger, Outcome, Session, Status, proposals
 from ledger.domain import Record, Run
+from ledger.integrations.langgraph import LedgerStore
+from ledger.integrations.langgraph.keys import location
 from projections import edges as edges_index
 from projections import queries as view_queries
 
@@ -91,6 +97,185 @@ def test_a_recapture_reads_only_the_claims_live_captures(ledger: Ledger) -> None
         assert "kind=?" in plan, plan  # the index decides the kind: no table row read
     reviewer.accept(second)
     assert agent.get(first).status == Status.SUPERSEDED
+
+
+# -- a page of a sparse filter passes over none of the scope's other records ---------------
+
+#: A statement run and its parameters.
+Statement = tuple[str, Any]
+
+
+@contextmanager
+def recorded(
+    monkeypatch: pytest.MonkeyPatch, module: Any, name: str, cursor_at: int = 0
+) -> Iterator[list[Statement]]:
+    """The statements ``module.name`` (a function taking a cursor as its argument
+    ``cursor_at``) runs with that cursor while the block runs."""
+    statements: list[Statement] = []
+    original = getattr(module, name)
+
+    class Recording:
+        def __init__(self, c: Any) -> None:
+            self.c = c
+
+        def execute(self, sql: str, params: Any = ()) -> Any:
+            statements.append((sql, params))
+            return self.c.execute(sql, params)
+
+        def __getattr__(self, attr: str) -> Any:
+            return getattr(self.c, attr)
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        args = (*args[:cursor_at], Recording(args[cursor_at]), *args[cursor_at + 1 :])
+        return original(*args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(module, name, wrapped)
+        yield statements
+
+
+def work_of(ledger: Ledger, statements: list[Statement]) -> int:
+    """What ``statements`` cost run again: the SQLite virtual machine's steps, or
+    on PostgreSQL the rows of ``pl_records`` its plans read (kept or filtered out)."""
+    assert statements
+    engine = ledger.engine
+    total = 0
+    with engine.reading() as c:
+        for sql, params in statements:
+            if engine.dialect.name == "sqlite":
+                total += _steps(c, sql, params)
+            else:
+                c.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params)
+                total += _rows_read(c.fetchone()["QUERY PLAN"][0]["Plan"])
+    return total
+
+
+def _steps(c: Any, sql: str, params: Any) -> int:
+    """The SQLite virtual machine's steps to run ``sql`` and fetch its rows."""
+    steps = [0]
+
+    def step() -> int:
+        steps[0] += 1
+        return 0
+
+    # memory: wraps its sqlite3 cursor (eventsourcing's SQLiteCursor)
+    connection = getattr(c, "sqlite_cursor", c).connection
+    connection.set_progress_handler(step, 1)
+    try:
+        c.execute(sql, params)
+        c.fetchall()
+    finally:
+        connection.set_progress_handler(None, 1)
+    return steps[0]
+
+
+def _rows_read(node: dict[str, Any]) -> int:
+    """Rows of ``pl_records`` a PostgreSQL plan node and those under it read."""
+    own = 0
+    if node.get("Relation Name") == "pl_records":
+        loops = node.get("Actual Loops", 1)
+        kept = node.get("Actual Rows", 0) + node.get("Rows Removed by Filter", 0)
+        own = kept * loops
+    return own + sum(_rows_read(child) for child in node.get("Plans", ()))
+
+
+def candidates(session: Session, start: int, stop: int) -> None:
+    """Facts ``start..stop`` proposed in ``SCOPE`` under ``c.<n>`` (left CANDIDATE)."""
+    session.propose_many(
+        [
+            {"scope": SCOPE, "claim_key": f"c.{i}", "value": i, "kind": "fact"}
+            for i in range(start, stop)
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    ("filters", "expected"),
+    [
+        ({"kind": "plan"}, ["P1", "P2"]),
+        ({"status": "STALE"}, []),
+        ({"validity": "INVALID"}, ["P3"]),
+        ({"kind": "plan", "status": "CANDIDATE"}, ["P2"]),
+        ({"kind": "plan", "validity": "NEEDS_REVALIDATION"}, ["P2"]),
+        ({"kind": "plan", "validity": "VALID"}, ["P1"]),
+        ({"claim_prefix": "notes/"}, ["P1", "P2", "P3"]),
+        ({"claim_prefix": "notes/", "kind": "plan", "status": "CANDIDATE"}, ["P2"]),
+    ],
+    ids=lambda case: "+".join(case) if isinstance(case, list) else ",".join(case.values()),
+)
+def test_a_page_of_a_sparse_filter_costs_what_matches_not_the_scope(
+    ledger: Ledger,
+    monkeypatch: pytest.MonkeyPatch,
+    filters: dict[str, str],
+    expected: list[str],
+) -> None:
+    agent, flooder, reviewer = people(ledger)
+    # Given a scope of CANDIDATE facts, and a few records of other kinds and statuses
+    agent.propose(SCOPE, "notes/a", "n", Kind.PLAN, id="P1", accepted_by=reviewer)
+    agent.propose(SCOPE, "notes/b", "n", Kind.PLAN, id="P2")
+    agent.propose(SCOPE, "notes/c", "n", Kind.REPORT, id="P3")
+    reviewer.reject("P3", reason="wrong")
+    candidates(flooder, 0, 40)
+
+    def page() -> tuple[list[str], int]:
+        with recorded(monkeypatch, view_queries, "page") as statements:
+            found = [r.id for r in reviewer.records(SCOPE, limit=1, after="P3", **filters)]  # type: ignore[arg-type]
+        return found, work_of(ledger, statements)
+
+    # When a page after the matching records is listed, before and after the scope
+    # grew 35-fold (in a batch of over 1,000 records, after which PostgreSQL's
+    # planner statistics are refreshed, as a ledger's batches keep them)
+    few, small = page()
+    candidates(flooder, 40, 1400)
+    many, large = page()
+
+    # Then it found nothing either time, and cost no more with 1,400 records than with 40
+    assert few == many == []
+    assert large <= small + 8, (small, large)
+    # and a page from the start lists what matches
+    assert [r.id for r in reviewer.records(SCOPE, **filters)] == expected  # type: ignore[arg-type]
+
+
+# -- a LangGraph put reads none of the candidates under its key ---------------------------
+
+
+def test_a_langgraph_put_reads_none_of_the_candidates_under_its_key(
+    ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent, flooder, _ = people(ledger)
+    admin = ledger.admin()
+    store = LedgerStore(
+        ledger, token=admin.issue_token("agent"), approver_token=admin.issue_token("reviewer")
+    )
+    scope, claim = location((SCOPE, "prefs"), "theme", store.scope_depth)
+    assert scope == SCOPE
+    store.put((SCOPE, "prefs"), "theme", {"v": 0})
+
+    def flood(count: int) -> None:
+        kind = store.kind.value
+        flooder.propose_many(
+            [{"scope": SCOPE, "claim_key": claim, "value": {"junk": 1}, "kind": kind}] * count
+        )
+
+    def put(value: int) -> int:
+        with recorded(monkeypatch, proposals, "newest_version", 1) as statements:
+            store.put((SCOPE, "prefs"), "theme", {"v": value})
+        return work_of(ledger, statements)
+
+    # Given another principal put 20 candidates of the store's kind under the key
+    flood(20)
+    # When the store puts the key, and again once 400 candidates are there
+    small = put(1)
+    flood(380)
+    large = put(2)
+
+    # Then finding the version a put replaces cost no more with 400 than with 20
+    assert large <= small + 8, (small, large)
+    # and each put replaced the newest accepted version, not a candidate
+    item = store.get((SCOPE, "prefs"), "theme")
+    assert item is not None and item.value == {"v": 2}
+    assert len(agent.read(SCOPE, claim).records) == 1
+    store.close()
 
 
 # -- a run shown again what it was shown appends nothing ---------------------------------

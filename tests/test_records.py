@@ -376,9 +376,14 @@ def test_a_page_under_a_prefix_of_many_claim_keys_reads_the_listing(
 def _planned(
     world: World, ledger_url: str, monkeypatch: pytest.MonkeyPatch, filters: dict[str, str]
 ) -> list[str]:
-    """The index part of SQLite's plan for each statement of a page of proj-a."""
+    """The index parts of SQLite's plan for each statement of a page of proj-a
+    (each index's first search, joined by "; ")."""
     plans = _plans(ledger_url, monkeypatch, lambda: world.reviewer.records("proj-a", **filters))  # type: ignore[arg-type]
-    return [plan[plan.index("USING INDEX") :].split(")")[0] + ")" for plan in plans]
+    found = []
+    for plan in plans:
+        parts = ["USING INDEX" + part.split(")")[0] + ")" for part in plan.split("USING INDEX")[1:]]
+        found.append("; ".join(dict.fromkeys(parts)))
+    return found
 
 
 def _plans(
@@ -387,7 +392,6 @@ def _plans(
     """SQLite's plan for each statement that lists rows in ``page()``, its steps
     joined by "; "."""
     statements: list[tuple[str, tuple[object, ...]]] = []
-    original = queries._page_rows
 
     class Recording:
         def __init__(self, c: Any) -> None:
@@ -400,10 +404,14 @@ def _plans(
         def fetchall(self) -> Any:
             return self.c.fetchall()
 
-    def page_rows(c: Any, *args: Any, **kw: Any) -> Any:
-        return original(Recording(c), *args, **kw)
+    def recorded(original: Callable[..., Any]) -> Callable[..., Any]:
+        def rows(c: Any, *args: Any, **kw: Any) -> Any:
+            return original(Recording(c), *args, **kw)
 
-    monkeypatch.setattr(queries, "_page_rows", page_rows)
+        return rows
+
+    for name in ("_page_rows", "_union_rows"):
+        monkeypatch.setattr(queries, name, recorded(getattr(queries, name)))
     page()
     with closing(sqlite3.connect(ledger_url.removeprefix("sqlite:///"))) as db:
         return [
@@ -436,17 +444,21 @@ def test_a_page_as_of_a_position_walks_the_listing_indexes_to_each_row_then(
 @pytest.mark.parametrize(
     ("filters", "indexes"),
     [
-        ({}, ["pl_records_accepted", "pl_records_open"]),
-        ({"status": "ACCEPTED"}, ["pl_records_accepted"]),
-        ({"status": "CANDIDATE"}, ["pl_records_open"]),
-        ({"validity": "VALID"}, ["pl_records_accepted"]),
-        ({"validity": "INVALID"}, ["pl_records_open"]),
-        ({"validity": "NEEDS_REVALIDATION"}, ["pl_records_open", "pl_records_expiring"]),
-        ({"claim_prefix": "c.F"}, ["pl_records_claim"]),
-        ({"claim_prefix": "c.F", "status": "CANDIDATE"}, ["pl_records_live"]),
-        ({"claim_prefix": "c.F", "validity": "VALID"}, ["pl_records_live"]),
-        ({"claim_prefix": "c.F", "validity": "NEEDS_REVALIDATION"}, ["pl_records_live"]),
-        ({"claim_prefix": "c.F", "validity": "INVALID"}, ["pl_records_claim"]),
+        ({}, [["pl_records_accepted"], ["pl_records_open"]]),
+        ({"status": "ACCEPTED"}, [["pl_records_accepted"]]),
+        ({"status": "CANDIDATE"}, [["pl_records_filtered"]]),
+        ({"validity": "VALID"}, [["pl_records_accepted"]]),
+        ({"validity": "INVALID"}, [["pl_records_filtered"]]),
+        ({"validity": "NEEDS_REVALIDATION"}, [["pl_records_filtered", "pl_records_expiring"]]),
+        ({"kind": "plan"}, [["pl_records_filtered"]]),
+        ({"kind": "plan", "status": "STALE"}, [["pl_records_filtered"]]),
+        ({"kind": "plan", "validity": "VALID"}, [["pl_records_filtered"]]),
+        ({"claim_prefix": "c.F"}, [["pl_records_claim"]]),
+        ({"claim_prefix": "c.F", "status": "CANDIDATE"}, [["pl_records_live"]]),
+        ({"claim_prefix": "c.F", "validity": "VALID"}, [["pl_records_live"]]),
+        ({"claim_prefix": "c.F", "validity": "NEEDS_REVALIDATION"}, [["pl_records_live"]]),
+        ({"claim_prefix": "c.F", "validity": "INVALID"}, [["pl_records_claim"]]),
+        ({"claim_prefix": "c.F", "kind": "plan"}, [["pl_records_claim"]]),
     ],
 )
 def test_a_page_reads_only_the_indexes_its_filter_needs(
@@ -454,17 +466,26 @@ def test_a_page_reads_only_the_indexes_its_filter_needs(
     ledger_url: str,
     monkeypatch: pytest.MonkeyPatch,
     filters: dict[str, str],
-    indexes: list[str],
+    indexes: list[list[str]],
 ) -> None:
     """The review queue of a scope of many ACCEPTED records passes over none of
-    them, and a page under a claim prefix reads that prefix's range of claim keys
-    (in the live records' index when the filter keeps only live statuses), so a
-    namespace of a few keys in a busy scope passes over none of the scope's other
-    records: SQLite's plan for each statement of a page names the index it reads."""
+    them, a page of a kind or a status reads the range of each status and kind
+    it allows, and a page under a claim prefix reads that prefix's range of claim
+    keys (in the live records' index when the filter keeps only live statuses),
+    so a namespace of a few keys in a busy scope passes over none of the scope's
+    other records: SQLite's plan for each statement of a page names the indexes
+    it reads."""
     _mixed(world)
     monkeypatch.setattr(queries, "DENSE", 0)  # a prefix's range however small the scope
     plans = _planned(world, ledger_url, monkeypatch, filters)
     assert len(plans) == len(indexes)
-    for plan, index in zip(plans, indexes, strict=True):
-        in_range = "scope=? AND claim_key>? AND claim_key<?" if "claim_prefix" in filters else ""
-        assert plan.startswith(f"USING INDEX {index} (scope=?") and in_range in plan, plan
+    for plan, names in zip(plans, indexes, strict=True):
+        parts = plan.split("; ")
+        assert len(parts) == len(names), plan
+        for part, index in zip(parts, names, strict=True):
+            in_range = {
+                "pl_records_filtered": "scope=? AND status=? AND kind=?",
+                "pl_records_claim": "scope=? AND claim_key>? AND claim_key<?",
+                "pl_records_live": "scope=? AND claim_key>? AND claim_key<?",
+            }.get(index, "scope=?")
+            assert part.startswith(f"USING INDEX {index} ({in_range}"), plan
