@@ -45,7 +45,7 @@ VIEWS: tuple[ModuleType, ...] = (validity, delivery, access)
 #: The layout of the view tables, kept in ``pl_tracking`` under ``LAYOUT_KEY``. Views
 #: built with another layout (a ledger written by 0.1.0 has none recorded) are
 #: dropped and rebuilt from the log when the ledger opens; stored events never change.
-LAYOUT = 9
+LAYOUT = 11
 #: Tables of earlier layouts, dropped with the views (4 keeps no map from aggregate
 #: ids to record ids: a record's proposal, found by the events' key, holds it; 5
 #: indexes a scope's listing by the id each record was proposed as; 6 a claim's
@@ -55,7 +55,9 @@ LAYOUT = 9
 #: rows by status, so a read passes over none of its candidates; 10 lists a
 #: scope's current rows by status and kind, so a page of a kind or a status few
 #: rows have passes over none of the others, and orders a claim's live rows of a
-#: status and kind by when they were proposed, so a put finds the newest at once).
+#: status and kind by when they were proposed, so a put finds the newest at once;
+#: 11 keeps values longer than ``validity.INLINE_VALUE`` once per record in
+#: ``pl_values``).
 RETIRED = ("pl_record_ids",)
 LAYOUT_KEY = "#layout"
 

@@ -20,9 +20,11 @@ from projections.validity import (
     LIVE_STATUSES,
     NOW_FILTER,
     OPEN_TERM,
+    ROW,
     ListedRow,
     RecordRow,
     live_filter,
+    row_columns,
 )
 
 
@@ -30,7 +32,7 @@ def for_claim(c: Cursor, d: Dialect, scope: str, claim_key: str) -> list[RecordR
     """The current rows of ``(scope, claim_key)`` in proposal order."""
     c.execute(
         d.q(
-            "SELECT * FROM {t}pl_records WHERE scope=? AND claim_key=? "
+            f"SELECT {ROW} FROM {{t}}pl_records r WHERE scope=? AND claim_key=? "
             f"AND {NOW_FILTER} ORDER BY created_pos"
         ),
         (scope, claim_key),
@@ -349,7 +351,7 @@ def _page_rows(
     indexed = f" INDEXED BY {index}" if index else ""
     c.execute(
         d.q(
-            "SELECT r.*, EXISTS (SELECT 1 FROM {t}pl_deliveries dl "
+            f"SELECT {ROW}, EXISTS (SELECT 1 FROM {{t}}pl_deliveries dl "
             "WHERE dl.record_id = r.record_id) AS has_deliveries "
             f"FROM {rows}{indexed} "
             f"WHERE {' AND '.join(where)} "
@@ -550,7 +552,7 @@ def _claim_as_statement(d: Dialect, as_of: bool, live_only: bool) -> str:
     order = "" if d.name == "sqlite" else " ORDER BY r.created_pos"
     return d.q(
         "SELECT "
-        + ", ".join(f"r.{name}" for name in READ_COLUMNS)
+        + row_columns("r", READ_COLUMNS)
         + ", EXISTS (SELECT 1 FROM {t}pl_deliveries dl WHERE dl.record_id = r.record_id) "
         "AS has_deliveries, t.subject AS tok_subject, t.revoked_pos AS tok_revoked, "
         "t.expires AS tok_expires, "

@@ -14,6 +14,12 @@ ancestors are all ACCEPTED (acceptance needs ACCEPTED parents and revocation mar
 every descendant STALE in the same transaction), usability at instant T is
 ``status == ACCEPTED and T < eff_expires``: no ancestor walk on read.
 
+A value longer than ``INLINE_VALUE`` bytes (packed) is kept once per record in
+``pl_values``, by the position of the record's proposal, and its rows hold NULL:
+``pl_records`` rows are the keys of its b-tree (``WITHOUT ROWID``), and a search
+meeting a row spilt to overflow pages copies it whole to compare keys. The
+statements that return rows (``row_columns``) give the value either way.
+
 ``pl_edges`` is the reverse-dependency index (parent → child, declared or
 observed), also versioned so a new basis given at revalidation keeps history.
 The claim index is the ``(scope, claim_key)`` index on ``pl_records``.
@@ -118,9 +124,8 @@ class ListedRow(RecordRow):
     has_deliveries: int
 
 
-#: ``claim_key`` compares by code point on every backend (``{bytewise}``: PostgreSQL's
-#: "C" collation), as SQLite's text does: the claim keys under a prefix form one
-#: range of the claim index (``queries.page``), and sort as they do in Python.
+#: ``claim_key`` compares by code point on every backend (``{bytewise}``: "C" on
+#: PostgreSQL): a prefix's keys are one range of the claim index (``queries.page``).
 DDL = (
     "CREATE TABLE IF NOT EXISTS {t}pl_records ("
     "record_id TEXT NOT NULL, from_pos {bigint} NOT NULL, to_pos {bigint}, "
@@ -132,6 +137,10 @@ DDL = (
     "cause_root TEXT, reason TEXT, changed_by TEXT, changed_at {bigint}, "
     "left_valid_pos {bigint}, supersedes TEXT, superseded_by TEXT, stale_via TEXT, "
     "agg_id TEXT NOT NULL, PRIMARY KEY (record_id, from_pos)){clustered}",
+    # Values longer than INLINE_VALUE: a rowid table (its key is the rowid), whose
+    # searches compare integers and never read a row's value.
+    "CREATE TABLE IF NOT EXISTS {t}pl_values ("
+    "created_pos {bigint} PRIMARY KEY, value {blob} NOT NULL)",
     *edges.DDL,
 )
 
@@ -144,14 +153,11 @@ OPEN_TERM = "status <> 'ACCEPTED'"
 #: its rows are in, which costs a sort instead of an index entry per row.
 AFTER_LOAD_DDL = (
     "CREATE INDEX IF NOT EXISTS pl_records_claim ON {t}pl_records (scope, claim_key)",
-    # A claim's live records (``LIVE_FILTER``: what a read may use, and what a new
-    # version may replace), found without passing over its earlier versions; by
-    # status too, so a read reaches its ACCEPTED rows without passing over (and
-    # reading the values of) however many CANDIDATE and STALE rows the claim has,
-    # and a re-capture its live evidence rows without its records of other kinds;
-    # and last by when each was proposed (then its version's position), so a new
-    # version finds the newest record it replaces without reading the others
-    # (``queries.newest_live_of_claim``).
+    # A claim's live records (``LIVE_FILTER``: what a read may use, what a new
+    # version may replace) by status and kind, then by when each was proposed: a
+    # read reaches its ACCEPTED rows, a re-capture its live evidence rows and a new
+    # version the newest record it replaces (``queries.newest_live_of_claim``)
+    # without passing over the claim's other rows, whatever their number.
     "CREATE INDEX IF NOT EXISTS pl_records_live ON {t}pl_records "
     "(scope, claim_key, status, kind, created_at, from_pos) WHERE {live}",
     # Listing a scope page by page in id order (``Session.records``): current rows
@@ -181,7 +187,45 @@ AFTER_LOAD_DDL = (
     "WHERE snapshot_ref IS NOT NULL",
 )
 
-TABLES = ("pl_records", *edges.TABLES)
+TABLES = ("pl_records", "pl_values", *edges.TABLES)
+
+#: The longest packed value a ``pl_records`` row holds itself (bytes); a longer
+#: one is in ``pl_values`` (the row's ``value`` NULL): rows stay well under the
+#: 1,002 bytes (of a 4 KiB page) past which SQLite moves a ``WITHOUT ROWID`` row's
+#: end to overflow pages, which every search meeting the row then reads.
+INLINE_VALUE = 256
+
+
+def value_of(alias: str) -> str:
+    """The value of a row of ``pl_records`` under table alias ``alias``, from the
+    row or else ``pl_values`` (``coalesce`` evaluates the look-up only for NULL)."""
+    return (
+        f"coalesce({alias}.value, (SELECT v.value FROM {{t}}pl_values v "
+        f"WHERE v.created_pos = {alias}.created_pos))"
+    )
+
+
+def row_columns(alias: str, names: Iterable[str] = COLUMNS) -> str:
+    """The select list of the columns ``names`` of ``pl_records`` under table
+    alias ``alias``, the value taken where it is kept (:func:`value_of`)."""
+    return ", ".join(
+        f"{value_of(alias)} AS value" if name == "value" else f"{alias}.{name}" for name in names
+    )
+
+
+#: Every column of a ``pl_records`` row ``r``, as ``SELECT *`` would name them.
+ROW = row_columns("r")
+#: ``ROW`` in a statement that is formatted (``rows_in``), and the columns as
+#: stored (``value`` NULL where ``pl_values`` holds it), which need no braces.
+_ROW_FORMATTED = ROW.replace("{t}", "{{t}}")
+_STORED_ROW = ", ".join(f"r.{name}" for name in COLUMNS)
+
+
+def kept(value: bytes | None) -> bytes | None:
+    """A packed value as a ``pl_records`` row keeps it: None if longer than
+    ``INLINE_VALUE`` (``pl_values`` holds it from the record's proposal on)."""
+    return None if value is None or len(value) > INLINE_VALUE else value
+
 
 _INSERT = "INSERT INTO {{t}}pl_records ({}) VALUES ({})".format(
     ", ".join(COLUMNS),
@@ -233,7 +277,9 @@ def record_id_in(rid_of: Mapping[str, str], originator_id: UUID, position: int) 
 
 def current_query(d: Dialect, record_id: str) -> Query:
     """The statement of :func:`current` now (its one row, if any, is the answer)."""
-    return d.q(f"SELECT * FROM {{t}}pl_records WHERE record_id=? AND {NOW_FILTER}"), (record_id,)
+    return d.q(f"SELECT {ROW} FROM {{t}}pl_records r WHERE record_id=? AND {NOW_FILTER}"), (
+        record_id,
+    )
 
 
 def current(c: Cursor, d: Dialect, record_id: str, position: int | None = None) -> RecordRow | None:
@@ -242,7 +288,7 @@ def current(c: Cursor, d: Dialect, record_id: str, position: int | None = None) 
         c.execute(*current_query(d, record_id))
     else:
         c.execute(
-            d.q(f"SELECT * FROM {{t}}pl_records WHERE record_id=? AND {AS_OF_FILTER}"),
+            d.q(f"SELECT {ROW} FROM {{t}}pl_records r WHERE record_id=? AND {AS_OF_FILTER}"),
             (record_id, position, position),
         )
     return cast("RecordRow | None", c.fetchone())
@@ -296,7 +342,7 @@ def _earliest_expiry(
 def _as_dict(row: Any) -> dict[str, Any]:
     """A view row (``sqlite3.Row`` or a psycopg dict row) as a plain dict of its columns."""
     if type(row) is sqlite3.Row and row.keys() == _COLUMN_LIST:
-        return dict(zip(COLUMNS, row, strict=True))  # SELECT *: no look-up by name
+        return dict(zip(COLUMNS, row, strict=True))  # every column: no look-up by name
     return {name: row[name] for name in COLUMNS}
 
 
@@ -313,6 +359,7 @@ def _new_version(c: Cursor, d: Dialect, record_id: str, pos: int, at: int, **cha
     row = existing(c, d, record_id)
     values = _as_dict(row)
     values.update(changes)
+    values["value"] = kept(values["value"])
     values["from_pos"], values["to_pos"], values["changed_at"] = pos, None, at
     _mark_left_valid(row, values, pos)
     if row["from_pos"] == pos:
@@ -406,11 +453,19 @@ def _proposed_row(pos: int, event: Any, eff: int | None, source: str | None) -> 
 
 
 def current_many(
-    c: Cursor, d: Dialect, record_ids: Iterable[str], position: int | None = None
+    c: Cursor,
+    d: Dialect,
+    record_ids: Iterable[str],
+    position: int | None = None,
+    values: bool = True,
 ) -> dict[str, RecordRow]:
     """The rows of the given records now, or right after ``position`` (missing
-    ones left out), in one query per 500 ids."""
-    select = "SELECT * FROM {{t}}pl_records WHERE record_id IN ({marks}) AND "
+    ones left out), in one query per 500 ids; ``values=False``: each ``value``
+    as the row keeps it (None where ``pl_values`` holds it), for rows that are
+    only copied into new versions."""
+    # ``rows_in`` formats the statement: its own braces doubled.
+    columns = _ROW_FORMATTED if values else _STORED_ROW
+    select = f"SELECT {columns} FROM {{{{t}}}}pl_records r WHERE record_id IN ({{marks}}) AND "
     if position is None:
         return {row["record_id"]: row for row in rows_in(c, d, select + NOW_FILTER, record_ids)}
     rows = rows_in(c, d, select + AS_OF_FILTER, record_ids, (position, position))
@@ -472,11 +527,12 @@ class _Fold:
             )
             if dep and dep not in self.rows and dep not in proposed
         ]
-        for rid, row in current_many(c, d, wanted).items() if wanted else ():
+        for rid, row in current_many(c, d, wanted, values=False).items() if wanted else ():
             self.rows[rid] = _as_dict(row)
         self.fresh: set[str] = set()  # records whose newest row was made here
         self.closes: list[tuple[int, str]] = []  # (to_pos, record id) of stored rows
         self.versions: list[dict[str, Any]] = []
+        self.values: list[tuple[int, bytes]] = []  # (created_pos, value) for pl_values
         self.edges: list[tuple[str, str, str, int]] = []
 
     def propose(self, pos: int, event: Any) -> None:
@@ -484,6 +540,10 @@ class _Fold:
         deps = dict.fromkeys((*event.parents, *event.observed))
         eff, source = _earliest_expiry(rid, _micros(event.expires), deps, self.rows.get)
         row = _proposed_row(pos, event, eff, source)
+        value = row["value"]
+        if len(value) > INLINE_VALUE:
+            self.values.append((pos, value))
+            row["value"] = None
         self.versions.append(row)
         self.rows[rid] = row
         self.fresh.add(rid)
@@ -496,6 +556,7 @@ class _Fold:
             raise CorruptEventError(f"stored event at position {pos} belongs to no proposed record")
         new = dict(row)
         new.update(
+            value=kept(row["value"]),  # a row read with its value from pl_values
             stale_via=None,
             changed_by=event.actor,
             from_pos=pos,
@@ -521,6 +582,7 @@ class _Fold:
                 self.closes,
             )
         insert_rows(c, d, "pl_records", COLUMNS, [_AS_ROW(row) for row in self.versions])
+        insert_rows(c, d, "pl_values", ("created_pos", "value"), self.values)
         edges.insert(c, d, self.edges)
 
 

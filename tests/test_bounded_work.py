@@ -3,13 +3,16 @@ put beside it: a read of a claim and a re-capture pass over none of the claim's
 other records, a page of a kind or status few records have passes over none of
 the scope's others, a LangGraph put reads none of the candidates under its key, a
 run shown again what it was shown appends nothing, showing a STALE record does
-not walk its whole ancestry, and neither a run's read nor a report's delivery
-replays the run's or the report's whole history."""
+not walk its whole ancestry, neither a run's read nor a report's delivery
+replays the run's or the report's whole history, and large values stay out of
+the table every look-up of a record searches."""
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -442,3 +445,82 @@ def test_a_delivery_does_not_replay_the_reports_deliveries(
         writer.deliver(rid, "last@example.org")
         assert len(folded) == 3
         assert len(writer.get(rid).deliveries) == N + 3
+
+
+# -- large values stay out of the table every look-up searches ---------------------------
+
+BIG = "x" * 200_000  # a value of 200 KB: 50 pages
+
+
+def count(ledger: Ledger, sql: str) -> int:
+    """The ``n`` of one row of ``sql`` (written with ``{t}`` table prefixes)."""
+    with ledger.engine.reading() as c:
+        c.execute(ledger.engine.dialect.q(sql))
+        row = c.fetchone()
+    return int(row["n"] if isinstance(row, dict) else row[0])
+
+
+def big_records(ledger: Ledger) -> tuple[Session, Session, int]:
+    """The agent and the reviewer of ``people``, once B0..B3 (values of ``BIG``, B1
+    built on B0) and S0..S3 (small values) are accepted and B0 revoked (B1 STALE,
+    then revalidated on B2); with the log position before the revocation."""
+    agent, _, reviewer = people(ledger)
+    for i in range(4):
+        parents = ["B0"] if i == 1 else []
+        agent.propose(SCOPE, f"big{i}", BIG, Kind.FACT, parents, id=f"B{i}", accepted_by=reviewer)
+        agent.propose(SCOPE, f"small{i}", i, Kind.FACT, id=f"S{i}", accepted_by=reviewer)
+    before = ledger.position
+    reviewer.revoke("B0", reason="source changed")
+    reviewer.revalidate("B1", parents=["B2"])
+    return agent, reviewer, before
+
+
+def test_a_large_value_is_kept_once_outside_the_record_rows(ledger: Ledger) -> None:
+    # Given records with values of 200 KB, each with three or four row versions
+    agent, reviewer, before = big_records(ledger)
+
+    # Then no row of the record table holds a large value, in any version (nor
+    # anything near the kilobyte from which SQLite moves a row's end out of its page)
+    longest = "SELECT MAX(length(value)) AS n FROM {t}pl_records"
+    assert count(ledger, longest) < 1000
+    # and each large value is kept once, however many versions its record has
+    assert count(ledger, "SELECT COUNT(*) AS n FROM {t}pl_values") == 4
+    # and every way of reading a record still shows it
+    assert agent.get("B1").value == BIG
+    assert agent.read(SCOPE, "big1").value == BIG
+    assert agent.read(SCOPE, "small1").value == 1
+    page = {r.id: r.value for r in agent.records(SCOPE, limit=100)}
+    assert page == {**{f"B{i}": BIG for i in range(4)}, **{f"S{i}": i for i in range(4)}}
+    assert [e.record.value for e in agent.explain(SCOPE, "big0").entries] == [BIG]
+    then = reviewer.as_of(position=before)
+    assert then.get("B0").value == BIG and then.read(SCOPE, "big0").value == BIG
+    assert [r.value for r in then.records(SCOPE, status="ACCEPTED", limit=1)] == [BIG]
+    # and the views are what a replay of the log makes of it
+    assert ledger.rebuild().matched
+    assert ledger.verify().ok
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_large_values_leave_no_overflow_page_in_the_record_table(
+    ledger: Ledger, tmp_path: Path
+) -> None:
+    # Given records with values of 200 KB beside small ones, in an SQLite file
+    big_records(ledger)
+    ledger.close()
+
+    # When the pages of the record table are counted (SQLite's dbstat table)
+    with sqlite3.connect(tmp_path / "ledger.db") as con:
+        try:
+            pages = dict(
+                con.execute(
+                    "SELECT pagetype, COUNT(*) FROM dbstat WHERE name = 'pl_records' "
+                    "GROUP BY pagetype"
+                ).fetchall()
+            )
+        except sqlite3.OperationalError:
+            pytest.skip("this SQLite is built without the dbstat table")
+
+    # Then its rows fit its pages: a search never copies a value out of overflow
+    # pages to compare keys (it would, 50 pages a row version, with the values inside)
+    assert "overflow" not in pages
+    assert sum(pages.values()) <= 4

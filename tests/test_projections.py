@@ -984,8 +984,8 @@ def test_a_revocation_hands_the_views_the_rows_it_read_instead_of_reading_again(
             writer.set_trace_callback(None)
         assert len(revocation.stale) == 40
         proposals = [s for s in statements if "originator_version = 1" in s]
-        current = "SELECT * FROM pl_records WHERE record_id IN"
-        rows = [s for s in statements if s.startswith(current)]
+        current = "FROM pl_records r WHERE record_id IN"
+        rows = [s for s in statements if s.startswith("SELECT ") and current in s]
         assert proposals == [] and len(rows) == 1, statements
         assert {reviewer.get(f"d{i}").status for i in range(40)} == {Status.STALE}
         assert led.rebuild().matched
