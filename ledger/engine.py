@@ -505,6 +505,11 @@ class Engine:
         writing = self.recent.write is not None and self.recent.write.c is c
         found: Any = self.folded.base(aggregate_id) if writing else None
         after = 0 if found is None else int(found.version)
+        if appended and found is not None and appended[0].originator_version <= after:
+            # Stored below the version kept: what is kept is not what is stored
+            # (the database went back in time: a backup restored, a failover).
+            self.folded.drop(aggregate_id)
+            found, after = None, 0
         if appended and appended[0].originator_version <= after + 1:
             known: list[Any] | None = appended  # from after + 1 in this very transaction
         elif appended:
@@ -512,7 +517,7 @@ class Engine:
         else:
             known = self.recent.events.get(aggregate_id) if self.fresh(c) else None
         if known is None:
-            found = self._fold_stored(c, aggregate_id, found, after)
+            found, after = self._fold_stored(c, aggregate_id, found, after)
         else:  # this ledger wrote them; nobody wrote since
             # A chain's versions are consecutive: skip those already folded.
             for mine in known[max(after + 1 - known[0].originator_version, 0) :]:
@@ -521,11 +526,31 @@ class Engine:
             self.folded.keep(found)  # committed events only
         return found
 
-    def _fold_stored(self, c: Cursor, aggregate_id: UUID, found: Any, after: int) -> Any:
+    def _fold_stored(
+        self, c: Cursor, aggregate_id: UUID, found: Any, after: int
+    ) -> tuple[Any, int]:
         """``found`` (None: nothing yet) with the aggregate's stored events of a
-        version above ``after`` applied."""
+        version above ``after`` applied, and the version it was folded on from.
+        ``found`` (kept by :class:`~ledger.recent.Folded`) is checked against the
+        stored event of version ``after``, read with the newer ones: if that event
+        is missing or another (its time differs), the database went back in time
+        under this ledger (a backup restored in place, a failover to a standby
+        that lacks the last commits) and the aggregate is replayed from its start,
+        so that no command decides on, or numbers its events after, events that
+        are no longer stored."""
         try:
-            for note in self.recorder.select_record_events(c, aggregate_id, after):
+            notes = self.recorder.select_record_events(c, aggregate_id, max(after - 1, 0))
+            if found is not None:
+                kept: Any = None
+                if notes and notes[0].originator_version == after:
+                    kept = self.app.mapper.to_domain_event(notes[0])
+                if kept is not None and kept.timestamp == found.modified_on:
+                    notes = notes[1:]
+                else:
+                    self.folded.drop(aggregate_id)
+                    found, after = None, 0
+                    notes = self.recorder.select_record_events(c, aggregate_id, 0)
+            for note in notes:
                 event: Any = self.app.mapper.to_domain_event(note)
                 found = event.mutate(found)
         except (
@@ -541,7 +566,7 @@ class Engine:
             raise CorruptEventError(
                 f"aggregate {aggregate_id} has a stored event that cannot be decoded: {exc!r}"
             ) from None
-        return found
+        return found, after
 
     def _appended(self, c: Cursor, aggregate_id: UUID) -> list[Any]:
         """The events of ``aggregate_id`` appended so far in the write transaction

@@ -91,6 +91,10 @@ class Folded:
             del kept[next(iter(kept))]
         kept[aggregate.id] = fork(aggregate)
 
+    def drop(self, oid: UUID) -> None:
+        """Keep nothing of ``oid`` (what was kept is not what is stored)."""
+        self.kept.pop(oid, None)
+
     def learn(self, appended: Sequence[tuple[int, Any]]) -> None:
         """Bring what is kept up to a committed transaction's appended events."""
         kept = self.kept

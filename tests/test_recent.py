@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from ledger import Kind, Ledger, Status
 from ledger.errors import AccessDeniedError, AuthenticationError, InvalidTransitionError
 
-from .conftest import _pg_dsn
+from .conftest import _pg_dsn, aggregate_of
 
 
 @pytest.fixture
@@ -196,3 +197,55 @@ def test_postgres_listeners_are_notified_of_each_command_and_batch(pg_url: str) 
             assert heard and set(heard) == {channel}
     finally:
         led.close()
+
+
+def test_a_ledger_file_restored_under_an_open_ledger_is_decided_on_as_stored(
+    tmp_path: Path,
+) -> None:
+    """What ``Engine.folded`` keeps of a long history is checked against the log:
+    a backup restored in place (SQLite's backup API, as ``.restore`` does; a
+    failover to a standby lacking the last commits does the same on PostgreSQL)
+    lost events it holds, and the next command must neither decide on them nor
+    number its event after them (a gap no process could replay)."""
+    path = tmp_path / "l.db"
+    url = f"sqlite:///{path}"
+    with Ledger.open(url) as first, Ledger.open(url) as second:
+        admin = first.admin()
+        admin.grant("writer", "s", ["propose", "read", "deliver"])
+        admin.grant("reviewer", "s", ["approve", "read", "deliver"])
+        writer = first.authenticate(admin.issue_token("writer"))
+        reviewer = first.authenticate(admin.issue_token("reviewer"))
+        rid = writer.propose("s", "weekly", "r", Kind.REPORT, accepted_by=reviewer, id="R1")
+        for i in range(40):  # a long history: the report is kept as last committed
+            reviewer.deliver(rid, f"reader{i}@example.org")
+        backup = sqlite3.connect(tmp_path / "backup.db")
+        with sqlite3.connect(path) as live:
+            live.backup(backup)
+        reviewer.deliver(rid, "lost1@example.org")
+        reviewer.deliver(rid, "lost2@example.org")
+        with sqlite3.connect(path) as live:
+            backup.backup(live)  # the backup restored in place
+        backup.close()
+
+        # When the first ledger delivers the report again
+        reviewer.deliver(rid, "after@example.org")
+        # Then its delivery follows what is stored, and every process can replay it
+        with Ledger.open(url) as fresh:
+            assert len(fresh.authenticate(admin.issue_token("reviewer")).get(rid).deliveries) == 41
+            assert fresh.verify().ok
+
+        # and after another ledger stored other events of the versions lost, the
+        # first decides on those, not on the lost ones
+        backup = sqlite3.connect(tmp_path / "backup.db")
+        with sqlite3.connect(path) as live:
+            backup.backup(live)
+        backup.close()
+        other = second.authenticate(admin.issue_token("reviewer"))
+        other.deliver(rid, "new1@example.org")
+        other.deliver(rid, "new2@example.org")
+        reviewer.deliver(rid, "last@example.org")
+        engine = first.engine
+        kept = engine.folded.kept[aggregate_of(first, rid)]
+        with Ledger.open(url) as fresh, fresh.engine.reading() as c:
+            replayed = fresh.engine.load(c, kept.id)
+        assert kept.deliveries == replayed.deliveries
