@@ -27,14 +27,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from uuid import UUID
 
-from eventsourcing.domain import OriginatorIDError, OriginatorVersionError
-from eventsourcing.persistence import (
-    IntegrityError,
-    MapperDeserialisationError,
-    OperationalError,
-    PersistenceError,
-)
-from eventsourcing.utils import TopicError
+from eventsourcing.persistence import IntegrityError, OperationalError, PersistenceError
 
 from ledger import forks, gc_pause
 from ledger.domain import Kind, Record, RetentionRule, uuid_of_hex
@@ -65,7 +58,7 @@ from ledger.persistence.faults import (
     root_cause,
     storage_error,
 )
-from ledger.recent import Folded, Recent
+from ledger.recent import Folded, Recent, fold_stored
 from ledger.serialization import datetime_to_micros, micros_to_datetime
 from ledger.stored import stored_events
 from ledger.validation import check_aware
@@ -495,15 +488,18 @@ class Engine:
         except DATABASE_ERRORS as exc:
             raise self.storage_error(exc) from None
 
-    def load(self, c: Cursor, aggregate_id: UUID) -> Any | None:
+    def load(self, c: Cursor, aggregate_id: UUID, base: Any = None) -> Any | None:
         """The aggregate folded from its stored events read with ``c`` (None if it
         has none); undecodable bytes raise ``CorruptEventError``. In a write
         transaction, an aggregate with a long history is folded on from its
-        state at the last commit (:class:`~ledger.recent.Folded`), not replayed
-        from its start."""
+        state at the last commit (:class:`~ledger.recent.Folded`), or from
+        ``base`` (a copy of it as committed, that its caller keeps: a run's
+        context), not replayed from its start."""
         appended = self._appended(c, aggregate_id)
         writing = self.recent.write is not None and self.recent.write.c is c
-        found: Any = self.folded.base(aggregate_id) if writing else None
+        found: Any = base
+        if found is None and writing:
+            found = self.folded.base(aggregate_id)
         after = 0 if found is None else int(found.version)
         if appended and found is not None and appended[0].originator_version <= after:
             # Stored below the version kept: what is kept is not what is stored
@@ -517,56 +513,17 @@ class Engine:
         else:
             known = self.recent.events.get(aggregate_id) if self.fresh(c) else None
         if known is None:
-            found, after = self._fold_stored(c, aggregate_id, found, after)
+            found, after = fold_stored(
+                self.recorder, self.app.mapper, self.folded, c, aggregate_id, found, after
+            )
         else:  # this ledger wrote them; nobody wrote since
             # A chain's versions are consecutive: skip those already folded.
             for mine in known[max(after + 1 - known[0].originator_version, 0) :]:
                 found = mine.mutate(found)
-        if writing and not appended and found is not None and found.version > after:
+        kept_anew = found is not None and found.version > after
+        if kept_anew and base is None and writing and not appended:
             self.folded.keep(found)  # committed events only
         return found
-
-    def _fold_stored(
-        self, c: Cursor, aggregate_id: UUID, found: Any, after: int
-    ) -> tuple[Any, int]:
-        """``found`` (None: nothing yet) with the aggregate's stored events of a
-        version above ``after`` applied, and the version it was folded on from.
-        ``found`` (kept by :class:`~ledger.recent.Folded`) is checked against the
-        stored event of version ``after``, read with the newer ones: if that event
-        is missing or another (its time differs), the database went back in time
-        under this ledger (a backup restored in place, a failover to a standby
-        that lacks the last commits) and the aggregate is replayed from its start,
-        so that no command decides on, or numbers its events after, events that
-        are no longer stored."""
-        try:
-            notes = self.recorder.select_record_events(c, aggregate_id, max(after - 1, 0))
-            if found is not None:
-                kept: Any = None
-                if notes and notes[0].originator_version == after:
-                    kept = self.app.mapper.to_domain_event(notes[0])
-                if kept is not None and kept.timestamp == found.modified_on:
-                    notes = notes[1:]
-                else:
-                    self.folded.drop(aggregate_id)
-                    found, after = None, 0
-                    notes = self.recorder.select_record_events(c, aggregate_id, 0)
-            for note in notes:
-                event: Any = self.app.mapper.to_domain_event(note)
-                found = event.mutate(found)
-        except (
-            MapperDeserialisationError,
-            TopicError,
-            TypeError,
-            AttributeError,
-            ValueError,
-            KeyError,
-            OriginatorVersionError,
-            OriginatorIDError,
-        ) as exc:
-            raise CorruptEventError(
-                f"aggregate {aggregate_id} has a stored event that cannot be decoded: {exc!r}"
-            ) from None
-        return found, after
 
     def _appended(self, c: Cursor, aggregate_id: UUID) -> list[Any]:
         """The events of ``aggregate_id`` appended so far in the write transaction

@@ -9,7 +9,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
+from eventsourcing.domain import OriginatorIDError, OriginatorVersionError
+from eventsourcing.persistence import MapperDeserialisationError
+from eventsourcing.utils import TopicError
+
 from ledger.domain import Record
+from ledger.errors import CorruptEventError
 from projections.base import Cursor
 
 if TYPE_CHECKING:
@@ -19,7 +24,8 @@ if TYPE_CHECKING:
 RECENT = 10_000
 #: An aggregate folded from at least this many events is kept by :class:`Folded`
 FOLD_FROM = 32
-#: and this many such aggregates at most (the oldest kept is let go first).
+#: and this many such aggregates at most (the least recently used is let go first;
+#: a run's context keeps its own run besides).
 FOLDED = 128
 
 
@@ -77,9 +83,13 @@ class Folded:
         self.kept: dict[UUID, Any] = {}
 
     def base(self, oid: UUID) -> Any | None:
-        """A copy of the aggregate as kept (None: not kept)."""
-        found = self.kept.get(oid)
-        return None if found is None else fork(found)
+        """A copy of the aggregate as kept (None: not kept); the one least
+        recently asked for is let go first."""
+        found = self.kept.pop(oid, None)
+        if found is None:
+            return None
+        self.kept[oid] = found
+        return fork(found)
 
     def keep(self, aggregate: Any) -> None:
         """Keep (a copy of) ``aggregate``, folded from committed events only, if
@@ -106,6 +116,54 @@ class Folded:
                 event.mutate(found)
             else:  # not a successor of the version kept: read it again when needed
                 del kept[event.originator_id]
+
+
+#: What decoding a stored event or applying it may raise on bytes the ledger did
+#: not write as they are (``CorruptEventError``).
+_UNDECODABLE = (
+    MapperDeserialisationError,
+    TopicError,
+    TypeError,
+    AttributeError,
+    ValueError,
+    KeyError,
+    OriginatorVersionError,
+    OriginatorIDError,
+)
+
+
+def fold_stored(
+    recorder: Any, mapper: Any, folded: Folded, c: Cursor, oid: UUID, found: Any, after: int
+) -> tuple[Any, int]:
+    """``found`` (None: nothing yet) with the aggregate's stored events of a
+    version above ``after`` applied (read with ``c``), and the version it was
+    folded on from. ``found`` (kept by :class:`Folded` or a run's context) is
+    checked against the stored event of version ``after``, read with the newer
+    ones: if that event is missing or another (its time differs), the database
+    went back in time under this ledger (a backup restored in place, a failover
+    to a standby that lacks the last commits) and the aggregate is replayed from
+    its start, so that no command decides on, or numbers its events after, events
+    that are no longer stored."""
+    try:
+        notes = recorder.select_record_events(c, oid, max(after - 1, 0))
+        if found is not None:
+            kept: Any = None
+            if notes and notes[0].originator_version == after:
+                kept = mapper.to_domain_event(notes[0])
+            if kept is not None and kept.timestamp == found.modified_on:
+                notes = notes[1:]
+            else:
+                folded.drop(oid)
+                found, after = None, 0
+                notes = recorder.select_record_events(c, oid, 0)
+        for note in notes:
+            event: Any = mapper.to_domain_event(note)
+            found = event.mutate(found)
+    except _UNDECODABLE as exc:
+        raise CorruptEventError(
+            f"aggregate {oid} has a stored event that cannot be decoded: {exc!r}"
+        ) from None
+    return found, after
 
 
 def fork(aggregate: Any) -> Any:

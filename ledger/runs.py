@@ -30,6 +30,7 @@ from ledger.errors import (
     InvalidInputError,
     LedgerError,
 )
+from ledger.recent import fork
 from ledger.session import Session
 from ledger.validation import check_list, check_ref, check_text
 from ledger.values import Explanation, ReadResult, RecordView
@@ -59,6 +60,10 @@ class RunContext:
         self._aggregate_id = run_uuid(f"{caller.subject}/{run_id}")
         #: Record id → whether it was VALID when the run was last shown it.
         self._reads: dict[str, bool] = {}
+        #: The run as this context last wrote or read it: a command reads only the
+        #: run's newer events (another process's), not its whole history, however
+        #: many runs the engine serves (``Engine.load``'s ``base``).
+        self._folded: Run | None = None
         self._open = False
 
     def __enter__(self) -> RunContext:
@@ -97,7 +102,7 @@ class RunContext:
                     "in any scope"
                 )
 
-        def start(w: Write) -> None:
+        def start(w: Write) -> Run:
             if caller.engine.load(w.c, self._aggregate_id) is not None:
                 raise DuplicateRecordError(
                     f"run {self.run_id!r} of {caller.subject!r} already exists"
@@ -110,8 +115,9 @@ class RunContext:
                 actor=caller.subject,
             )
             w.append(run.collect_events())
+            return run
 
-        caller.engine.transact(start)
+        self._folded = caller.engine.transact(start)
         self._open = True
         return self
 
@@ -147,6 +153,7 @@ class RunContext:
         if run.ended:
             raise InvalidInputError(f"run {self.run_id!r} of {self._outer.subject!r} has ended")
         self._reads = dict(run.reads)
+        self._folded = run
         self._open = True
         return self
 
@@ -170,17 +177,19 @@ class RunContext:
     ) -> None:
         engine = self._outer.engine
 
-        def work(w: Write) -> None:
+        def work(w: Write) -> Run:
             # As any command: the token checked with the lock, and the run as
             # stored (ended elsewhere, say by ``provledger run end``, it takes nothing).
             self._outer.authenticate(w.c)
             run = self._stored(w.c)
             if unless is not None and unless(run):
-                return  # nothing the stored run does not hold already
+                return run  # nothing the stored run does not hold already
             run.trigger_event(event_class, timestamp=engine.now(), **fields)
             w.append(run.collect_events())
+            return run
 
-        engine.transact(work)
+        # Kept once committed: a failed transaction leaves the one kept as it was.
+        self._folded = engine.transact(work)
 
     def _check(self) -> None:
         if not self._open:
@@ -188,8 +197,10 @@ class RunContext:
 
     def _stored(self, c: Cursor) -> Run:
         """The run as stored, read with ``c``; refused once it has ended (wherever
-        it was ended: another process may share the run)."""
-        run = self._outer.engine.load(c, self._aggregate_id)
+        it was ended: another process may share the run). Only the events
+        after the run as last folded here are read and applied, to a copy."""
+        base = None if self._folded is None else fork(self._folded)
+        run = self._outer.engine.load(c, self._aggregate_id, base)
         if not isinstance(run, Run):
             raise CorruptEventError(f"run {self.run_id!r} has no stored start")
         if run.ended:
