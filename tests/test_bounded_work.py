@@ -42,6 +42,12 @@ def people(ledger: Ledger) -> tuple[Session, Session, Session]:
     return agent, flooder, reviewer
 
 
+def facts(agent: Session, reviewer: Session, n: int) -> None:
+    """``n`` accepted facts ``F00``, ``F01``, … proposed by ``agent``."""
+    for i in range(n):
+        agent.propose(SCOPE, f"k{i}", i, Kind.FACT, id=f"F{i:02d}", accepted_by=reviewer)
+
+
 # -- a read passes over the claim's candidates -------------------------------------------
 
 
@@ -286,8 +292,7 @@ def test_a_langgraph_put_reads_none_of_the_candidates_under_its_key(
 
 def test_listing_the_same_page_again_appends_nothing(ledger: Ledger) -> None:
     agent, _, reviewer = people(ledger)
-    for i in range(20):
-        agent.propose(SCOPE, f"k{i}", i, Kind.FACT, id=f"F{i:02d}", accepted_by=reviewer)
+    facts(agent, reviewer, 20)
     with agent.run("task") as run:
         run.records(SCOPE, limit=20)
         after_first = ledger.position
@@ -375,8 +380,7 @@ def test_a_runs_read_does_not_replay_the_run(
     ledger: Ledger, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     agent, _, reviewer = people(ledger)
-    for i in range(N):
-        agent.propose(SCOPE, f"k{i}", i, Kind.FACT, id=f"F{i:02d}", accepted_by=reviewer)
+    facts(agent, reviewer, N)
     with agent.run("task") as run:
         for i in range(N - 1):
             run.get(f"F{i:02d}")  # 59 reads recorded: 60 events of the run
@@ -396,8 +400,7 @@ def test_runs_in_turn_beyond_what_the_engine_keeps_read_only_their_newer_events(
     ledger: Ledger, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     agent, _, reviewer = people(ledger)
-    for i in range(N):
-        agent.propose(SCOPE, f"k{i}", i, Kind.FACT, id=f"F{i:02d}", accepted_by=reviewer)
+    facts(agent, reviewer, N)
     # Given more long runs read in turn than the engine keeps folded
     monkeypatch.setattr(recent, "FOLDED", 1)
     runs = [agent.run(f"task-{n}").start() for n in range(3)]
@@ -421,8 +424,7 @@ def test_a_run_shared_with_another_writer_reads_only_the_newer_events(
 ) -> None:
     with Ledger.open(shared_url) as here, Ledger.open(shared_url) as there:
         agent, _, reviewer = people(here)
-        for i in range(N):
-            agent.propose(SCOPE, f"k{i}", i, Kind.FACT, id=f"F{i:02d}", accepted_by=reviewer)
+        facts(agent, reviewer, N)
         elsewhere = there.authenticate(here.admin().issue_token("agent"))
         with agent.run("task") as run:
             for i in range(N - 2):
