@@ -23,6 +23,7 @@ ledger's back.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -31,13 +32,15 @@ from typing import TYPE_CHECKING, Any
 
 from eventsourcing.utils import get_topic
 
+from ledger.access import Role
 from ledger.domain import Record, uuid_of_hex
-from ledger.errors import SnapshotErasedError, UnknownSnapshotError
+from ledger.errors import SnapshotErasedError, SnapshotIntegrityError, UnknownSnapshotError
 from ledger.validation import check_text
-from projections import validity as validity_view
+from projections import record_table
 from projections.base import Cursor
 
 if TYPE_CHECKING:
+    from ledger.caller import Caller
     from ledger.engine import Engine, Write
 
 _SNAPSHOT_REF = re.compile(r"sha256:[0-9a-f]{64}")
@@ -73,7 +76,7 @@ def evidence_with(engine: Engine, c: Cursor, ref: str) -> dict[str, Any]:
     c.execute(
         engine.dialect.q(
             "SELECT record_id, scope, agg_id FROM {t}pl_records WHERE snapshot_ref=? "
-            f"AND {validity_view.NOW_FILTER} ORDER BY record_id"
+            f"AND {record_table.NOW_FILTER} ORDER BY record_id"
         ),
         (ref,),
     )
@@ -196,6 +199,36 @@ def scrub_erased(engine: Engine, authorize: Callable[[Cursor], None] | None = No
     return newest is None or engine.recorder.scrub_deleted(newest)
 
 
+def snapshot(caller: Caller, ref: str) -> bytes:
+    """``Session.snapshot``: the bytes, re-hashed, if evidence carrying them is
+    readable and not all of it was erased."""
+    if not isinstance(ref, str) or not _SNAPSHOT_REF.fullmatch(ref):
+        raise UnknownSnapshotError(f"snapshot {ref!r} is not a sha256:<hex> reference")
+    engine = caller.engine
+    with caller.reading() as c:
+        evidence = evidence_with(engine, c, ref)
+        readable = {
+            rid: row
+            for rid, row in evidence.items()
+            if Role.READ.value in caller.roles(c, row["scope"])
+        }
+        # Read through the caller's own evidence only: once each of those
+        # captures was erased, bytes stored again (captured anew elsewhere, or
+        # put back) are not theirs to read.
+        gone = erased_all(engine, c, ref, readable)
+        if gone is not None:
+            raise erased_error(gone)
+        found = engine.recorder.snapshot_content(c, ref) if readable else None
+    if found is None:
+        raise UnknownSnapshotError(
+            f"snapshot {ref!r} is unknown or not readable by {caller.subject!r}"
+        )
+    stored = found[0]
+    if stored is None or "sha256:" + hashlib.sha256(stored).hexdigest() != ref:
+        raise SnapshotIntegrityError(f"snapshot {ref!r}: stored bytes do not match the hash")
+    return stored
+
+
 __all__ = [
     "Erasure",
     "check_not_erased",
@@ -204,4 +237,5 @@ __all__ = [
     "erased_error",
     "evidence_with",
     "scrub_erased",
+    "snapshot",
 ]

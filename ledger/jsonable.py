@@ -10,7 +10,12 @@ from dataclasses import fields, is_dataclass
 from datetime import datetime
 from typing import Any
 
-from ledger.values import RecordView, Revocation
+from ledger.values import Explanation, RecordView, Revocation
+
+#: How many records that are not usable an explanation served over the network
+#: (HTTP API, MCP) shows unless asked for another number (every usable one is
+#: shown): a claim can hold any number of candidates, from any proposer.
+EXPLAINED = 100
 
 
 def plain(value: Any) -> Any:
@@ -67,5 +72,30 @@ def capped_revocation(rev: Revocation, listed: int, rest: str) -> dict[str, Any]
         "position": rev.position,
         "affected_count": len(rev.affected),
         "stale_count": len(rev.stale),
+        "note": note,
+    }
+
+
+def capped_explanation(result: Explanation, rest: str) -> dict[str, Any]:
+    """An explanation asked with a ``limit``, as a network answer: its entries
+    (every usable record and the others shown), how many records it left out
+    (``omitted``), and when some were a ``note`` ending with ``rest`` (how to
+    see them)."""
+    note = None
+    if result.omitted:
+        note = (
+            f"{result.omitted} more records of this claim, none of them usable, "
+            f"are not listed. {rest}"
+        )
+    return {
+        "outcome": str(result.outcome),
+        "scope": result.scope,
+        "claim_key": result.claim_key,
+        "at": result.at.isoformat(),
+        "entries": [
+            {"record": record_json(e.record), "usable": e.usable, "reasons": list(e.reasons)}
+            for e in result.entries
+        ],
+        "omitted": result.omitted,
         "note": note,
     }

@@ -1,5 +1,5 @@
-"""Reads: the eligibility chain (``read``, ``explain``), single records, listings
-and evidence snapshots.
+"""Reads: the eligibility chain (``read``, ``explain``), single records and
+listings (evidence snapshots: :func:`ledger.erasure.snapshot`).
 
 ``read`` applies, in order: scope (the caller's grants) → status and expiry of the
 record and every ancestor (the view's effective expiry) → applicability
@@ -10,20 +10,18 @@ is recorded as observed.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import operator
-import re
 import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from datetime import datetime
 from typing import Any
 
-from ledger import erasure, redaction, rules
+from ledger import redaction, rules
 from ledger.access import Role
 from ledger.caller import Caller
 from ledger.deliveries import correction_of, delivery_of
 from ledger.domain import Kind, Outcome, Status, Validity
-from ledger.errors import InvalidInputError, SnapshotIntegrityError, UnknownSnapshotError
+from ledger.errors import InvalidInputError
 from ledger.serialization import canonical, datetime_to_micros, micros_to_datetime, unpack
 from ledger.validation import (
     check_claim_key,
@@ -52,7 +50,6 @@ from projections.base import Cursor
 
 #: ``records(limit=…)`` bounds.
 MAX_PAGE = 1000
-_SNAPSHOT_REF = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 #: The records that rest on a record (its descendants), as a view of many records
@@ -236,10 +233,20 @@ def explain(
     at: datetime | None,
     context: Mapping[str, Any] | None,
     kinds: Iterable[Kind | str] | None,
+    limit: int | None = None,
 ) -> Explanation:
     """``Session.explain``: the eligibility chain for ``(scope, claim_key)``, per
-    record; every record shown counts as read inside a run."""
-    claim_key, when, judged = _judge(caller, scope, claim_key, at, context, kinds)
+    record; every record shown counts as read inside a run. ``limit``: show each
+    usable record and at most this many others (:func:`_judge_bounded`)."""
+    if limit is None:
+        claim_key, when, judged = _judge(caller, scope, claim_key, at, context, kinds)
+        omitted = 0
+    else:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise InvalidInputError(f"limit {limit!r} is not a positive integer")
+        claim_key, when, judged, omitted = _judge_bounded(
+            caller, scope, claim_key, at, context, kinds, limit
+        )
     caller.note_reads((view for view, _ in judged), "explain")
     return Explanation(
         outcome=_outcome([view for view, reasons in judged if not reasons]),
@@ -249,7 +256,70 @@ def explain(
         entries=tuple(
             Reason(record=view, usable=not reasons, reasons=reasons) for view, reasons in judged
         ),
+        omitted=omitted,
     )
+
+
+def _asked(
+    caller: Caller,
+    scope: str,
+    claim_key: str,
+    at: datetime | None,
+    context: Mapping[str, Any] | None,
+    kinds: Iterable[Kind | str] | None,
+) -> tuple[str, datetime, dict[str, Any], frozenset[Kind] | None]:
+    """What a read or an explanation asks for, checked: the claim key
+    (normalised), the instant, the context and the kinds (None: every kind)."""
+    ctx = _NO_CONTEXT if context is None else check_context(context)
+    wanted = None if kinds is None else _wanted(kinds)
+    return _checked_claim(scope, claim_key), caller.at(at), ctx, wanted
+
+
+def _judge_bounded(
+    caller: Caller,
+    scope: str,
+    claim_key: str,
+    at: datetime | None,
+    context: Mapping[str, Any] | None,
+    kinds: Iterable[Kind | str] | None,
+    limit: int,
+) -> tuple[str, datetime, list[tuple[RecordView, tuple[str, ...]]], int]:
+    """As :func:`_judge` for ``explain``, but only each usable record and at most
+    ``limit`` others, in proposal order, and how many others are left out.
+
+    The claim's ACCEPTED rows are read as a read reads them (only they can be
+    usable, and the outcome needs them all); of the others, at most ``limit``
+    are read (``view_queries.claim_others``) and the rest only counted. The
+    others shown are those once accepted (ACCEPTED but not usable now, STALE,
+    REVOKED, SUPERSEDED) before those any proposer can add (CANDIDATE,
+    REJECTED), each the most recently changed first."""
+    claim_key, when, ctx, wanted = _asked(caller, scope, claim_key, at, context, kinds)
+    engine = caller.engine
+    d, position = engine.dialect, caller.position
+    with engine.reading() as c:
+        token, rows = view_queries.for_claim_as(
+            c, d, caller.token_hash, scope, claim_key, position, True
+        )
+        _check_read(caller, token, scope, "explain")
+        others, count = view_queries.claim_others(c, d, scope, claim_key, position, limit)
+        judged = _judged(caller, c, token, rows, scope, when, ctx, wanted, "explain")
+        shown = [(row, j) for row, j in zip(rows, judged, strict=True) if not j[1]]
+        # An ACCEPTED record that is not usable competes with the others once
+        # accepted (expired, conditioned, of a kind not asked for).
+        ranked: list[tuple[int, int, Any, tuple[RecordView, tuple[str, ...]] | None]] = [
+            (0, -row[_FROM_POS], row, j) for row, j in zip(rows, judged, strict=True) if j[1]
+        ]
+        ranked += [(int(row[_STATUS] in _PROPOSED), -row[_FROM_POS], row, None) for row in others]
+        ranked.sort(key=operator.itemgetter(0, 1))
+        picked = ranked[:limit]
+        fresh = [row for _, _, row, j in picked if j is None]
+        if fresh:
+            seen = _judged(caller, c, token, fresh, scope, when, ctx, wanted, "explain")
+            shown += zip(fresh, seen, strict=True)
+        shown += [(row, j) for _, _, row, j in picked if j is not None]
+    shown.sort(key=lambda pair: pair[0][_CREATED_POS])
+    omitted = len(ranked) - len(picked) + count - len(others)
+    return claim_key, when, [j for _, j in shown], omitted
 
 
 def _outcome(usable: Sequence[RecordView]) -> Outcome:
@@ -274,12 +344,9 @@ def _judge(
     why it is not usable (nothing when it is). ``usable_only``: leave out the
     records whose status alone makes them unusable (every status but ACCEPTED:
     see ``rules.blocking_reasons``), as a read shows none of them; those
-    withdrawn for good are not even read (``validity.LIVE_FILTER``)."""
+    withdrawn for good are not even read (``record_table.LIVE_FILTER``)."""
     command = "read" if usable_only else "explain"
-    claim_key = _checked_claim(scope, claim_key)
-    when = caller.at(at)
-    ctx = _NO_CONTEXT if context is None else check_context(context)
-    wanted = None if kinds is None else _wanted(kinds)
+    claim_key, when, ctx, wanted = _asked(caller, scope, claim_key, at, context, kinds)
     engine = caller.engine
     d, token_hash, position = engine.dialect, caller.token_hash, caller.position
 
@@ -453,6 +520,8 @@ _PROPOSER, _CREATED_AT, _EVIDENCE, _REASON, _FROM_POS, _HAS_DELIVERIES = (
     for name in ("proposer", "created_at", "evidence", "reason", "from_pos", "has_deliveries")
 )
 _PARENTS, _OBSERVED, _SUPERSEDES = _AT["parents"], _AT["observed"], _AT["supersedes"]
+_CREATED_POS = _AT["created_pos"]
+_PROPOSED = frozenset(view_queries.PROPOSED_ONLY)
 #: What a plain row holds in these columns: no expiry (nor a record it comes
 #: from), no conditions, no stale cause, not superseded, no deliveries.
 _PLAIN_COLUMNS = {
@@ -607,35 +676,6 @@ def grants(caller: Caller) -> dict[str, tuple[str, ...]]:
     with caller.engine.reading() as c:
         held = caller.authenticate(c)
     return {scope: tuple(sorted(roles)) for scope, roles in sorted(held.items()) if roles}
-
-
-def snapshot(caller: Caller, ref: str) -> bytes:
-    """``Session.snapshot``: the bytes, re-hashed, if evidence carrying them is readable."""
-    if not isinstance(ref, str) or not _SNAPSHOT_REF.fullmatch(ref):
-        raise UnknownSnapshotError(f"snapshot {ref!r} is not a sha256:<hex> reference")
-    engine = caller.engine
-    with caller.reading() as c:
-        evidence = erasure.evidence_with(engine, c, ref)
-        readable = {
-            rid: row
-            for rid, row in evidence.items()
-            if Role.READ.value in caller.roles(c, row["scope"])
-        }
-        # Read through the caller's own evidence only: once each of those
-        # captures was erased, bytes stored again (captured anew elsewhere, or
-        # put back) are not theirs to read.
-        gone = erasure.erased_all(engine, c, ref, readable)
-        if gone is not None:
-            raise erasure.erased_error(gone)
-        found = engine.recorder.snapshot_content(c, ref) if readable else None
-    if found is None:
-        raise UnknownSnapshotError(
-            f"snapshot {ref!r} is unknown or not readable by {caller.subject!r}"
-        )
-    stored = found[0]
-    if stored is None or "sha256:" + hashlib.sha256(stored).hexdigest() != ref:
-        raise SnapshotIntegrityError(f"snapshot {ref!r}: stored bytes do not match the hash")
-    return stored
 
 
 def sync(caller: Caller) -> int:

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ledger import audit, deliveries, proposals, reads, transitions
+from ledger import audit, deliveries, erasure, proposals, reads, transitions
 from ledger.caller import Caller
 from ledger.domain import Kind, Status, Validity
 from ledger.errors import InvalidInputError
@@ -98,15 +98,27 @@ class Session:
         at: datetime | None = None,
         context: Mapping[str, Any] | None = None,
         kinds: Iterable[Kind | str] | None = None,
+        *,
+        limit: int | None = None,
     ) -> Explanation:
         """Say, per record for ``(scope, claim_key)``, why it is or is not usable.
 
-        Inside a run, every record shown (values included) counts as read.
+        Entries are in proposal order. ``limit=None`` (the default) shows every
+        record the claim has ever had. With ``limit=N``, every usable record is
+        shown and at most ``N`` others: first those once accepted (ACCEPTED but
+        not usable now, STALE, REVOKED, SUPERSEDED), then CANDIDATE and REJECTED
+        ones, each the most recently changed (proposed, accepted, revoked, …)
+        first, so that candidates anyone may propose cannot
+        crowd out why the claim's accepted records are not usable; the
+        explanation's ``omitted`` says how many were left out. The outcome is
+        the same either way. Inside a run, every record shown (values included)
+        counts as read, and only those.
 
         Raises:
             AccessDeniedError: no ``read`` role in ``scope``.
+            InvalidInputError: ``limit`` is not a positive integer.
         """
-        return reads.explain(self.caller, scope, claim_key, at, context, kinds)
+        return reads.explain(self.caller, scope, claim_key, at, context, kinds, limit)
 
     def get(self, record_id: str) -> RecordView:
         """One record with its status, validity and deliveries.
@@ -179,7 +191,7 @@ class Session:
             SnapshotIntegrityError: the stored bytes no longer match the hash.
             SnapshotErasedError: an admin erased the bytes (``Admin.erase_snapshot``).
         """
-        return reads.snapshot(self.caller, ref)
+        return erasure.snapshot(self.caller, ref)
 
     # -- audit ----------------------------------------------------------------
 

@@ -154,13 +154,17 @@ class Reason:
 
 @dataclass(frozen=True)
 class Explanation:
-    """Per record, why it is or is not usable for a read."""
+    """Per record, why it is or is not usable for a read.
+
+    ``omitted``: how many records of the claim, none of them usable, an
+    explanation asked with a ``limit`` leaves out (0 when it shows every one)."""
 
     outcome: Outcome
     scope: str
     claim_key: str
     at: datetime
     entries: tuple[Reason, ...]
+    omitted: int = 0
 
     def __str__(self) -> str:
         lines = [f"{self.scope}/{self.claim_key} at {self.at.isoformat()}: {self.outcome}"]
@@ -170,6 +174,8 @@ class Explanation:
             if e.record.undeclared:
                 line += f" (observed but undeclared: {', '.join(e.record.undeclared)})"
             lines.append(line)
+        if self.omitted:
+            lines.append(f"  ... and {self.omitted} more records, none usable, not shown")
         return "\n".join(lines)
 
 

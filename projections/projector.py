@@ -30,7 +30,7 @@ from ledger.domain import Record, uuid_of_hex
 from ledger.errors import CorruptEventError, LedgerError
 from ledger.serialization import unpack
 from ledger.shapes import check_event_shape
-from projections import access, delivery, timeline, validity
+from projections import access, delivery, record_table, timeline, validity
 from projections.base import (
     TRACKING_DDL,
     Cursor,
@@ -45,7 +45,7 @@ VIEWS: tuple[ModuleType, ...] = (validity, delivery, access)
 #: The layout of the view tables, kept in ``pl_tracking`` under ``LAYOUT_KEY``. Views
 #: built with another layout (a ledger written by 0.1.0 has none recorded) are
 #: dropped and rebuilt from the log when the ledger opens; stored events never change.
-LAYOUT = 11
+LAYOUT = 12
 #: Tables of earlier layouts, dropped with the views (4 keeps no map from aggregate
 #: ids to record ids: a record's proposal, found by the events' key, holds it; 5
 #: indexes a scope's listing by the id each record was proposed as; 6 a claim's
@@ -56,8 +56,9 @@ LAYOUT = 11
 #: scope's current rows by status and kind, so a page of a kind or a status few
 #: rows have passes over none of the others, and orders a claim's live rows of a
 #: status and kind by when they were proposed, so a put finds the newest at once;
-#: 11 keeps values longer than ``validity.INLINE_VALUE`` once per record in
-#: ``pl_values``).
+#: 11 keeps values longer than ``record_table.INLINE_VALUE`` once per record in
+#: ``pl_values``; 12 indexes a claim's rows withdrawn for good, and both
+#: indexes of a claim's rows cover what a bounded explanation picks and counts).
 RETIRED = ("pl_record_ids",)
 LAYOUT_KEY = "#layout"
 
@@ -153,9 +154,10 @@ class Projector:
         """The indexes only reads use, built over the rows already in."""
         d = self.dialect
         listing, qualified = d.listing_order("record_id"), d.is_qualified("record_id")
-        for statement in validity.AFTER_LOAD_DDL:
+        for statement in record_table.AFTER_LOAD_DDL:
             statement = statement.replace("{listing}", listing).replace("{qualified}", qualified)
-            statement = statement.replace("{live}", validity.LIVE_FILTER)
+            statement = statement.replace("{live}", record_table.LIVE_FILTER)
+            statement = statement.replace("{withdrawn}", record_table.withdrawn_filter())
             c.execute(d.q(statement))
 
     def drop_tables(self, c: Cursor) -> None:

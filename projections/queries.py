@@ -13,7 +13,7 @@ from typing import Any, cast
 from ledger.domain import Kind, Status
 from ledger.redaction import bare
 from projections.base import Cursor, Dialect, as_of_filter
-from projections.validity import (
+from projections.record_table import (
     ACCEPTED_TERM,
     AS_OF_FILTER,
     COLUMNS,
@@ -21,11 +21,11 @@ from projections.validity import (
     NOW_FILTER,
     OPEN_TERM,
     ROW,
-    ListedRow,
-    RecordRow,
     live_filter,
     row_columns,
+    withdrawn_filter,
 )
+from projections.validity import ListedRow, RecordRow
 
 
 def for_claim(c: Cursor, d: Dialect, scope: str, claim_key: str) -> list[RecordRow]:
@@ -61,7 +61,7 @@ def newest_live_of_claim(
     c: Cursor, d: Dialect, scope: str, claim_key: str, kind: str
 ) -> list[tuple[str, str, int, int]]:
     """(record id, status, created_at, from_pos) of the newest live record of
-    ``kind`` in ``(scope, claim_key)`` (``validity.LIVE_FILTER``) of each live
+    ``kind`` in ``(scope, claim_key)`` (``record_table.LIVE_FILTER``) of each live
     status, newest by (created_at, from_pos): one statement of a look-up per
     status on the live index, which orders a claim's records of a status and
     kind by when they were proposed, so it reads one row of each however many
@@ -390,7 +390,7 @@ def _prefix_rows(
     ``live`` (current rows, the filter keeping only live statuses), and sorted;
     None if the scope's listing serves the page better (see ``PREFIX_RANGE``;
     each count stops at what it decides). The claim keys compare by code point
-    on every backend (``validity.DDL``), so the keys with a prefix form one range."""
+    on every backend (``record_table.DDL``), so the keys with a prefix form one range."""
     span, bounds = ["r.claim_key >= ?"], [claim_prefix]
     end = prefix_end(claim_prefix)
     if end is not None:
@@ -486,7 +486,7 @@ def for_claim_as(
     ``scope`` (None: the token is unknown), and the claim's record rows in
     proposal order, as tuples of ``CLAIM_ROW`` (the ``READ_COLUMNS`` of the row
     and whether the record was delivered; ``claim_row`` makes one a dict);
-    ``live_only``: only its live records' rows (``validity.LIVE_FILTER``).
+    ``live_only``: only its live records' rows (``record_table.LIVE_FILTER``).
 
     The caller checks the token and the roles before using any record row.
     """
@@ -561,6 +561,92 @@ def _claim_as_statement(d: Dialect, as_of: bool, live_only: bool) -> str:
         "FROM {t}pl_tokens t LEFT JOIN {t}pl_records r "
         f"ON r.scope = ? AND r.claim_key = ? AND {when} "
         f"WHERE t.token_hash = ?{order}"
+    )
+
+
+#: The statuses of the records any proposer can put under a claim (never accepted):
+#: ``claim_others`` lists them after the others.
+PROPOSED_ONLY = ("CANDIDATE", "REJECTED")
+
+
+def claim_others(
+    c: Cursor,
+    d: Dialect,
+    scope: str,
+    claim_key: str,
+    position: int | None,
+    limit: int,
+) -> tuple[list[Any], int]:
+    """At most ``limit`` of the claim's rows that are not ACCEPTED (now, or right
+    after ``position``), as ``for_claim_as`` gives rows (tuples of ``CLAIM_ROW``),
+    and how many such rows the claim has in all. First those an approver once
+    accepted (STALE, REVOKED, SUPERSEDED), then the rest (``PROPOSED_ONLY``),
+    each the most recently changed first (by ``from_pos``): however many
+    candidates are put under a claim, they do not push out why the records once
+    accepted are not usable now.
+
+    Current rows are picked and counted on the entries of ``pl_records_live``
+    (CANDIDATE and STALE rows) and ``pl_records_withdrawn`` (the rest) alone;
+    only the ``limit`` picked are read whole (values included). As of a
+    position, the claim's row versions are read from ``pl_records_claim``."""
+    if position is None:
+        params: tuple[Any, ...] = (scope, claim_key, scope, claim_key, limit)
+    else:
+        params = (scope, claim_key, position, position, limit)
+    c.execute(_others_sql(d, position is not None), params)
+    found = c.fetchall()
+    if not found:
+        return [], 0
+    if d.name == "sqlite":  # rows by position: the count is the last column
+        return [tuple(row)[:-1] for row in found], int(found[0][-1])
+    return [tuple(row[name] for name in CLAIM_ROW) for row in found], int(found[0]["n_others"])
+
+
+#: ``_others_statement`` by as-of-ness, then by dialect (as ``_CLAIM_AS``).
+_OTHERS: tuple[dict[int, tuple[Dialect, str]], ...] = ({}, {})
+
+
+def _others_sql(d: Dialect, as_of: bool) -> str:
+    cache = _OTHERS[as_of]
+    known = cache.get(id(d))
+    if known is not None and known[0] is d:
+        return known[1]
+    sql = _others_statement(d, as_of)
+    cache[id(d)] = (d, sql)
+    return sql
+
+
+def _tier(statuses: Sequence[str]) -> str:
+    """1 for a row ``o`` in one of ``statuses`` (of ``PROPOSED_ONLY``), else 0."""
+    terms = " OR ".join(f"o.status = '{s}'" for s in statuses)
+    return f"CASE WHEN {terms} THEN 1 ELSE 0 END" if terms else "0"
+
+
+def _others_statement(d: Dialect, as_of: bool) -> str:
+    claim = "SELECT o.record_id, o.from_pos, {tier} AS tier FROM {{t}}pl_records o "
+    claim += "WHERE o.scope = ? AND o.claim_key = ? AND "
+    if as_of:
+        rows = (
+            claim.format(tier=_tier(PROPOSED_ONLY))
+            + f"{as_of_filter('o')} AND o.status <> 'ACCEPTED'"
+        )
+    else:
+        live = [s for s in LIVE_STATUSES if s != "ACCEPTED"]
+        rows = (
+            claim.format(tier=_tier([s for s in PROPOSED_ONLY if s in live]))
+            + f"{live_filter('o')} AND o.status <> 'ACCEPTED' UNION ALL "
+            + claim.format(tier=_tier([s for s in PROPOSED_ONLY if s not in live]))
+            + withdrawn_filter("o")
+        )
+    return d.q(
+        "SELECT "
+        + row_columns("r", READ_COLUMNS)
+        + ", EXISTS (SELECT 1 FROM {t}pl_deliveries dl WHERE dl.record_id = r.record_id) "
+        "AS has_deliveries, k.n_others "
+        "FROM (SELECT u.record_id, u.from_pos, u.tier, count(*) OVER () AS n_others "
+        f"FROM ({rows}) u ORDER BY u.tier, u.from_pos DESC LIMIT ?) k "
+        "JOIN {t}pl_records r ON r.record_id = k.record_id AND r.from_pos = k.from_pos "
+        "ORDER BY k.tier, k.from_pos DESC"
     )
 
 

@@ -36,50 +36,11 @@ from uuid import UUID
 from ledger.domain import Record, Status, uuid_of_hex
 from ledger.errors import CorruptEventError
 from ledger.serialization import datetime_to_micros, pack, unpack
-from projections import edges
-from projections.base import (
-    Cursor,
-    Dialect,
-    Query,
-    as_of_filter,
-    insert_rows,
-    rows_in,
-    write_rows,
-)
+from projections import edges, record_table
+from projections.base import Cursor, Dialect, Query, insert_rows, rows_in, write_rows
+from projections.record_table import AS_OF_FILTER, COLUMNS, INLINE_VALUE, NOW_FILTER, ROW, kept
 
 VIEW = "validity"
-
-COLUMNS = (
-    "record_id",
-    "from_pos",
-    "to_pos",
-    "scope",
-    "claim_key",
-    "kind",
-    "value",
-    "status",
-    "proposer",
-    "created_pos",
-    "created_at",
-    "expires",
-    "eff_expires",
-    "eff_source",
-    "conditions",
-    "parents",
-    "observed",
-    "evidence",
-    "snapshot_ref",
-    "run_id",
-    "cause_root",
-    "reason",
-    "changed_by",
-    "changed_at",
-    "left_valid_pos",
-    "supersedes",
-    "superseded_by",
-    "stale_via",
-    "agg_id",
-)
 
 
 class RecordRow(TypedDict):
@@ -124,107 +85,15 @@ class ListedRow(RecordRow):
     has_deliveries: int
 
 
-#: ``claim_key`` compares by code point on every backend (``{bytewise}``: "C" on
-#: PostgreSQL): a prefix's keys are one range of the claim index (``queries.page``).
-DDL = (
-    "CREATE TABLE IF NOT EXISTS {t}pl_records ("
-    "record_id TEXT NOT NULL, from_pos {bigint} NOT NULL, to_pos {bigint}, "
-    "scope TEXT NOT NULL, claim_key TEXT{bytewise} NOT NULL, kind TEXT NOT NULL, value {blob}, "
-    "status TEXT NOT NULL, proposer TEXT NOT NULL, created_pos {bigint} NOT NULL, "
-    "created_at {bigint} NOT NULL, expires {bigint}, eff_expires {bigint}, eff_source TEXT, "
-    "conditions {blob}, parents {blob}, observed {blob}, evidence {blob}, "
-    "snapshot_ref TEXT, run_id TEXT, "
-    "cause_root TEXT, reason TEXT, changed_by TEXT, changed_at {bigint}, "
-    "left_valid_pos {bigint}, supersedes TEXT, superseded_by TEXT, stale_via TEXT, "
-    "agg_id TEXT NOT NULL, PRIMARY KEY (record_id, from_pos)){clustered}",
-    # Values longer than INLINE_VALUE: a rowid table (its key is the rowid), whose
-    # searches compare integers and never read a row's value.
-    "CREATE TABLE IF NOT EXISTS {t}pl_values ("
-    "created_pos {bigint} PRIMARY KEY, value {blob} NOT NULL)",
-    *edges.DDL,
-)
+#: The view's tables and indexes (:mod:`projections.record_table`).
+DDL = record_table.DDL
+AFTER_LOAD_DDL = record_table.AFTER_LOAD_DDL
+TABLES = record_table.TABLES
 
-#: The terms that put a current row in ``pl_records_accepted`` or ``pl_records_open``;
-#: a statement uses one of the two when its WHERE holds the very same term.
-ACCEPTED_TERM = "status = 'ACCEPTED'"
-OPEN_TERM = "status <> 'ACCEPTED'"
-
-#: Indexes that applying events never reads (reads do): a replay builds them once
-#: its rows are in, which costs a sort instead of an index entry per row.
-AFTER_LOAD_DDL = (
-    "CREATE INDEX IF NOT EXISTS pl_records_claim ON {t}pl_records (scope, claim_key)",
-    # A claim's live records (``LIVE_FILTER``: what a read may use, what a new
-    # version may replace) by status and kind, then by when each was proposed: a
-    # read reaches its ACCEPTED rows, a re-capture its live evidence rows and a new
-    # version the newest record it replaces (``queries.newest_live_of_claim``)
-    # without passing over the claim's other rows, whatever their number.
-    "CREATE INDEX IF NOT EXISTS pl_records_live ON {t}pl_records "
-    "(scope, claim_key, status, kind, created_at, from_pos) WHERE {live}",
-    # Listing a scope page by page in id order (``Session.records``): current rows
-    # ordered by the id each was proposed as ({listing}: see Dialect.listing_order),
-    # the ACCEPTED ones in one index and the rest in another, so a page of the few
-    # CANDIDATE or STALE records of a big scope passes over no ACCEPTED one, and a
-    # command still changes one entry of the two per row version.
-    "CREATE INDEX IF NOT EXISTS pl_records_accepted ON {t}pl_records (scope, {listing}) "
-    f"WHERE to_pos IS NULL AND {ACCEPTED_TERM}",
-    "CREATE INDEX IF NOT EXISTS pl_records_open ON {t}pl_records (scope, {listing}) "
-    f"WHERE to_pos IS NULL AND {OPEN_TERM}",
-    # A page with a kind or a status (``Session.records``): a scope's current rows
-    # by status and kind, each pair's in listing order, so a page of a kind or a
-    # status few rows have reads those rows, not the scope (``queries.page``).
-    "CREATE INDEX IF NOT EXISTS pl_records_filtered ON {t}pl_records "
-    "(scope, status, kind, {listing}) WHERE to_pos IS NULL",
-    # ACCEPTED records that expire, by when (what needs revalidation once expired):
-    # records without an expiry cost no entry.
-    "CREATE INDEX IF NOT EXISTS pl_records_expiring ON {t}pl_records (scope, eff_expires) "
-    f"WHERE to_pos IS NULL AND {ACCEPTED_TERM} AND eff_expires IS NOT NULL",
-    # The qualified keys (``name@@scope``, few) by the id they were proposed as: who
-    # else is known by a name (``Caller.names``). Partial: other rows cost nothing.
-    "CREATE INDEX IF NOT EXISTS pl_records_qualified ON {t}pl_records ({listing}, scope) "
-    "WHERE {qualified}",
-    # Partial: only evidence has a snapshot, and other rows then cost no index entry.
-    "CREATE INDEX IF NOT EXISTS pl_records_snapshot ON {t}pl_records (snapshot_ref) "
-    "WHERE snapshot_ref IS NOT NULL",
-)
-
-TABLES = ("pl_records", "pl_values", *edges.TABLES)
-
-#: The longest packed value a ``pl_records`` row holds itself (bytes); a longer
-#: one is in ``pl_values`` (the row's ``value`` NULL): rows stay well under the
-#: 1,002 bytes (of a 4 KiB page) past which SQLite moves a ``WITHOUT ROWID`` row's
-#: end to overflow pages, which every search meeting the row then reads.
-INLINE_VALUE = 256
-
-
-def value_of(alias: str) -> str:
-    """The value of a row of ``pl_records`` under table alias ``alias``, from the
-    row or else ``pl_values`` (``coalesce`` evaluates the look-up only for NULL)."""
-    return (
-        f"coalesce({alias}.value, (SELECT v.value FROM {{t}}pl_values v "
-        f"WHERE v.created_pos = {alias}.created_pos))"
-    )
-
-
-def row_columns(alias: str, names: Iterable[str] = COLUMNS) -> str:
-    """The select list of the columns ``names`` of ``pl_records`` under table
-    alias ``alias``, the value taken where it is kept (:func:`value_of`)."""
-    return ", ".join(
-        f"{value_of(alias)} AS value" if name == "value" else f"{alias}.{name}" for name in names
-    )
-
-
-#: Every column of a ``pl_records`` row ``r``, as ``SELECT *`` would name them.
-ROW = row_columns("r")
 #: ``ROW`` in a statement that is formatted (``rows_in``), and the columns as
 #: stored (``value`` NULL where ``pl_values`` holds it), which need no braces.
 _ROW_FORMATTED = ROW.replace("{t}", "{{t}}")
 _STORED_ROW = ", ".join(f"r.{name}" for name in COLUMNS)
-
-
-def kept(value: bytes | None) -> bytes | None:
-    """A packed value as a ``pl_records`` row keeps it: None if longer than
-    ``INLINE_VALUE`` (``pl_values`` holds it from the record's proposal on)."""
-    return None if value is None or len(value) > INLINE_VALUE else value
 
 
 _INSERT = "INSERT INTO {{t}}pl_records ({}) VALUES ({})".format(
@@ -235,27 +104,6 @@ _INSERT = "INSERT INTO {{t}}pl_records ({}) VALUES ({})".format(
 #: A row dict as the tuple ``_INSERT`` takes.
 _AS_ROW = operator.itemgetter(*COLUMNS)
 _COLUMN_LIST = list(COLUMNS)
-
-NOW_FILTER = "to_pos IS NULL"
-#: The current rows of live records: ACCEPTED ones (the only usable status), and
-#: STALE and CANDIDATE ones (which a new version may still supersede); not those
-#: withdrawn for good. ``pl_records_live`` indexes exactly these rows, and a
-#: statement uses it when its WHERE holds these very terms (``live_filter``).
-LIVE_STATUSES = ("ACCEPTED", "STALE", "CANDIDATE")
-
-
-def live_filter(alias: str = "", now: bool = True) -> str:
-    """``LIVE_FILTER`` on the rows of table alias ``alias`` (``now=False``: the
-    status terms alone, for rows as they stood at an earlier position). The
-    statuses are ORed equalities: SQLite builds a temporary table for an IN list
-    on every run of the statement (1.5 µs a read here)."""
-    col = f"{alias}." if alias else ""
-    status = "(" + " OR ".join(f"{col}status = '{s}'" for s in LIVE_STATUSES) + ")"
-    return f"{col}to_pos IS NULL AND {status}" if now else status
-
-
-LIVE_FILTER = live_filter()
-AS_OF_FILTER = as_of_filter()
 
 
 def _micros(value: Any) -> int | None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from ledger import Kind, Ledger, Outcome, Session, Status, proposals, recent
+from ledger import Kind, Ledger, Outcome, Session, Status, proposals, reads, recent
 from ledger.domain import Record, Run
 from ledger.integrations.langgraph import LedgerStore
 from ledger.integrations.langgraph.keys import location
@@ -74,6 +74,50 @@ def test_a_read_fetches_none_of_the_claims_candidates(ledger: Ledger) -> None:
     assert [r.id for r in agent.read(SCOPE, CLAIM).records] == ["T1"]
     assert agent.read(SCOPE, CLAIM).outcome == Outcome.FOUND
     assert len(agent.explain(SCOPE, CLAIM).entries) == 41
+
+
+def test_a_bounded_explanation_builds_the_usable_records_and_at_most_limit_others(
+    ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent, flooder, reviewer = people(ledger)
+    agent.propose(SCOPE, CLAIM, 30, Kind.FACT, id="T1", accepted_by=reviewer)
+    # Given another principal proposed 40 candidates under the same claim
+    flooder.propose_many(
+        [{"scope": SCOPE, "claim_key": CLAIM, "value": "x" * 1000, "kind": "fact"}] * 40
+    )
+
+    # When the statement for the claim's other rows is asked for 5 of them
+    engine = agent.caller.engine
+    with engine.reading() as c:
+        others, count = view_queries.claim_others(c, engine.dialect, SCOPE, CLAIM, None, 5)
+        plan = ""
+        if engine.dialect.name == "sqlite":
+            c.execute(
+                "EXPLAIN QUERY PLAN " + view_queries._others_sql(engine.dialect, False),
+                (SCOPE, CLAIM, SCOPE, CLAIM, 5),
+            )
+            plan = " ".join(str(row[3]) for row in c.fetchall())
+    # Then 5 rows left the database, and all 40 were counted
+    assert (len(others), count) == (5, 40)
+    # from index entries alone: no row but the 5 was read (nor its value)
+    if plan:
+        assert "COVERING INDEX pl_records_live" in plan, plan
+        assert "COVERING INDEX pl_records_withdrawn" in plan, plan
+
+    # And an explanation with limit=5 builds 6 record views (the usable one and 5 others)
+    built: list[str] = []
+    record_view = reads.record_view
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        view = record_view(*args, **kwargs)
+        built.append(view.id)
+        return view
+
+    monkeypatch.setattr(reads, "record_view", counting)
+    explanation = agent.explain(SCOPE, CLAIM, limit=5)
+    assert len(built) == 6
+    assert [e.usable for e in explanation.entries] == [True] + [False] * 5
+    assert (explanation.outcome, explanation.omitted) == (Outcome.FOUND, 35)
 
 
 # -- a re-capture passes over the claim's records of other kinds --------------------------

@@ -23,7 +23,7 @@ from ledger.errors import (
     SelfApprovalError,
     UnknownRecordError,
 )
-from projections.validity import LIVE_STATUSES
+from projections.record_table import LIVE_STATUSES
 
 from .conftest import Clock, World
 

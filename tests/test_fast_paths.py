@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from ledger import redaction
 from ledger.values import HIDDEN
-from projections import validity
+from projections import record_table, validity
 
 
 def ids_by_definition(
@@ -49,7 +49,9 @@ def test_a_thousand_hidden_ids_show_as_one() -> None:
 def _rows(select: str) -> list[Any]:
     con = sqlite3.connect(":memory:")
     con.row_factory = sqlite3.Row
-    ddl = validity.DDL[0].format(t="", bigint="INTEGER", blob="BLOB", clustered=" WITHOUT ROWID")
+    ddl = record_table.DDL[0].format(
+        t="", bigint="INTEGER", blob="BLOB", clustered=" WITHOUT ROWID", bytewise=""
+    )
     con.execute(ddl)
     con.execute(
         "INSERT INTO pl_records (record_id, from_pos, scope, claim_key, kind, value, status, "
@@ -64,10 +66,10 @@ def test_a_view_row_as_a_dict_is_its_columns_by_name() -> None:
     for select in (
         "SELECT * FROM pl_records",  # the quick path
         "SELECT *, 1 AS has_deliveries FROM pl_records",  # a listing's row
-        f"SELECT {', '.join(reversed(validity.COLUMNS))} FROM pl_records",
+        f"SELECT {', '.join(reversed(record_table.COLUMNS))} FROM pl_records",
     ):
         (row,) = _rows(select)
-        by_name = {name: row[name] for name in validity.COLUMNS}
+        by_name = {name: row[name] for name in record_table.COLUMNS}
         assert validity._as_dict(row) == by_name
-        assert list(validity._as_dict(row)) == list(validity.COLUMNS)
+        assert list(validity._as_dict(row)) == list(record_table.COLUMNS)
         assert validity._as_dict(dict(by_name)) == by_name  # PostgreSQL's dict rows

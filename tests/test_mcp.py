@@ -35,6 +35,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import ResourceUpdated
 
 from ledger import Kind, Ledger, Session
+from ledger.domain import run_uuid
 from ledger.errors import (
     AccessDeniedError,
     AuthenticationError,
@@ -387,6 +388,51 @@ async def test_explain_memory_says_why_each_record_is_not_usable(team: Team) -> 
     assert reasons["M1"][0] is False and "no basis" in " ".join(reasons["M1"][1])
     assert reasons["M2"][0] is False and "api_version" in " ".join(reasons["M2"][1])
     assert matching["outcome"] == "FOUND"
+
+
+async def test_explain_memory_shows_the_usable_records_and_at_most_limit_others(
+    team: Team,
+) -> None:
+    agent, reviewer = team.sessions["agent-1"], team.sessions["reviewer"]
+    agent.propose(scope=SCOPE, claim_key=CLAIM, value=True, kind=Kind.FACT, id="M1")
+    reviewer.accept("M1")
+    agent.propose(scope=SCOPE, claim_key=CLAIM, value=False, kind=Kind.FACT, id="M2")
+    reviewer.accept("M2")
+    reviewer.revoke("M2", reason="contradicted by the docs")
+    # Given another proposer put 120 candidates under the claim
+    team.sessions["lead"].propose_many(
+        [
+            {"scope": SCOPE, "claim_key": CLAIM, "value": i, "kind": "fact", "id": f"J{i:03d}"}
+            for i in range(120)
+        ]
+    )
+    async with team.client("agent-1") as client:
+        # When the agent asks why, as it comes, and with a limit of 3
+        default = await ok(client, "explain_memory", scope=SCOPE, claim_key=CLAIM)
+        three = await ok(client, "explain_memory", scope=SCOPE, claim_key=CLAIM, limit=3)
+        zero = await refused(client, "explain_memory", scope=SCOPE, claim_key=CLAIM, limit=0)
+        proposal = await ok(
+            client, "propose_memory", scope=SCOPE, claim_key="api.next", value=1, kind="plan"
+        )
+
+    # Then the answer holds the usable record and 100 others, the revoked one first
+    # among them, and counts the rest
+    assert default["outcome"] == three["outcome"] == "FOUND"
+    assert len(default["entries"]) == 101
+    assert default["omitted"] == 21
+    assert "M2" in [e["record"]["id"] for e in default["entries"]]
+    assert "21 more records of this claim, none of them usable" in default["note"]
+    assert "larger `limit` (at most 1000)" in default["note"]
+    # and with a limit of 3: M1, the revoked M2, and the two newest candidates
+    assert [e["record"]["id"] for e in three["entries"]] == ["M1", "M2", "J118", "J119"]
+    assert three["omitted"] == 118
+    assert "limit" in zero and "greater than or equal to 1" in zero
+    # and the connection's run recorded as read only what it was shown: M1, and the
+    # 100 others, M2 and the 99 newest candidates (the second answer showed no more)
+    engine = team.sessions["agent-1"].caller.engine
+    with engine.reading() as c:
+        run = engine.load(c, run_uuid(f"agent-1/{proposal['run_id']}"))
+    assert sorted(run.reads) == [*(f"J{i:03d}" for i in range(21, 120)), "M1", "M2"]
 
 
 async def test_get_record_and_audit_record_show_a_record_and_its_whole_history(

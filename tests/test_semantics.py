@@ -580,3 +580,85 @@ def test_listings_across_scopes_are_refused_without_the_role_not_answered_empty(
     with pytest.raises(AccessDeniedError, match="lacks role 'audit' in every scope"):
         world.agent.history()
     assert world.reviewer.corrections_due() == ()
+
+
+# -- a bounded explanation -----------------------------------------------------------------
+
+
+def _claim_with_history_and_junk(world: World) -> None:
+    """proj-a/"shared" holds C0 (superseded by C2 last), X1 (accepted, expired), R1
+    (revoked), C1 and C2 (usable, disagreeing), then 30 candidates J00..J29."""
+    fields = {"scope": "proj-a", "claim_key": "shared", "kind": Kind.FACT}
+    _accepted(world, "C0", value=0, **fields)
+    expires = world.clock.now + timedelta(hours=1)
+    _accepted(world, "X1", value="x", expires=expires, **fields)
+    _accepted(world, "R1", value="r", **fields)
+    world.reviewer.revoke("R1", reason="wrong")
+    _accepted(world, "C1", value=1, **fields)
+    _accepted(world, "C2", value=2, supersedes="C0", **fields)
+    world.clock.advance(hours=2)
+    world.agent.propose_many([{**fields, "value": i, "id": f"J{i:02d}"} for i in range(30)])
+
+
+def test_a_bounded_explanation_shows_every_usable_record_and_the_others_once_accepted_first(
+    world: World,
+) -> None:
+    _claim_with_history_and_junk(world)
+
+    # When the claim is explained with at most 2, then 5 records that are not usable
+    two = world.agent.explain("proj-a", "shared", limit=2)
+    five = world.agent.explain("proj-a", "shared", limit=5)
+    whole = world.agent.explain("proj-a", "shared")
+
+    # Then the outcome is the one of every record: the usable C1 and C2 disagree
+    assert two.outcome == five.outcome == whole.outcome == Outcome.CONFLICT
+    # and both usable records are shown, with the two of those once accepted that
+    # changed last (C0 superseded, R1 revoked) before the 30 candidates, in
+    # proposal order
+    assert [e.record.id for e in two.entries] == ["C0", "R1", "C1", "C2"]
+    assert [e.usable for e in two.entries] == [False, False, True, True]
+    assert two.omitted == 31
+    # and a larger limit adds X1 (accepted, expired since), then the newest candidates
+    assert [e.record.id for e in five.entries] == ["C0", "X1", "R1", "C1", "C2", "J28", "J29"]
+    assert five.omitted == 28
+    # and each entry says what the whole explanation says of it
+    said = {e.record.id: e.reasons for e in whole.entries}
+    assert all(e.reasons == said[e.record.id] for e in five.entries)
+    # while the explanation without a limit still shows all 35 and leaves out none
+    assert (len(whole.entries), whole.omitted) == (35, 0)
+    assert "... and 31 more records, none usable, not shown" in str(two)
+    assert "more records" not in str(whole)
+
+
+def test_a_run_records_as_read_only_what_a_bounded_explanation_shows(world: World) -> None:
+    _claim_with_history_and_junk(world)
+    with world.agent.run("task-explain") as run:
+        # When a run is shown the claim with at most one record that is not usable
+        shown = run.explain("proj-a", "shared", limit=1)
+        # Then it read those it was shown, none of the 31 left out
+        assert [e.record.id for e in shown.entries] == ["C0", "C1", "C2"]
+        assert sorted(run.reads) == ["C0", "C1", "C2"]
+        rid = run.propose("proj-a", "plan", "p", Kind.PLAN)
+    assert sorted(world.reviewer.get(rid).observed) == ["C1", "C2"]
+
+
+def test_a_bounded_explanation_as_of_a_position_bounds_the_records_then(world: World) -> None:
+    fields = {"scope": "proj-a", "claim_key": "then", "kind": Kind.FACT}
+    _accepted(world, "T1", value=1, **fields)
+    world.agent.propose_many([{**fields, "value": i, "id": f"K{i}"} for i in range(4)])
+    position = world.ledger.position
+    world.reviewer.revoke("T1", reason="later")
+
+    # When the claim is explained as it stood before the revocation
+    then = world.agent.as_of(position=position).explain("proj-a", "then", limit=1)
+
+    # Then T1 was usable and one of its four candidates, the newest, is shown
+    assert then.outcome == Outcome.FOUND
+    assert [(e.record.id, e.usable) for e in then.entries] == [("T1", True), ("K3", False)]
+    assert then.omitted == 3
+
+
+@pytest.mark.parametrize("limit", [0, -1, True, 2.5, "3"])
+def test_an_explanation_s_limit_must_be_a_positive_integer(world: World, limit: object) -> None:
+    with pytest.raises(InvalidInputError, match=r"^limit .* is not a positive integer"):
+        world.agent.explain("proj-a", "shared", limit=limit)  # type: ignore[arg-type]

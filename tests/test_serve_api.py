@@ -414,6 +414,47 @@ def test_read_and_explain_apply_the_eligibility_chain(served: Served) -> None:
     assert any("E1" in reason for reason in entry["reasons"])
 
 
+def test_explain_answers_every_usable_record_and_at_most_limit_others(served: Served) -> None:
+    agent = served.ledger.authenticate(served.tokens["agent-1"])
+    reviewer = served.ledger.authenticate(served.tokens["reviewer"])
+    claim = {"scope": "proj-a", "claim_key": "api.retry_safe", "kind": "fact"}
+    agent.propose(**claim, value=True, id="M1", accepted_by=reviewer)  # type: ignore[arg-type]
+    agent.propose(**claim, value=False, id="M2", accepted_by=reviewer)  # type: ignore[arg-type]
+    reviewer.revoke("M2", reason="contradicted by the docs")
+    # Given 120 candidates were put under the claim
+    agent.propose_many([{**claim, "value": i, "id": f"J{i:03d}"} for i in range(120)])
+    asked = {"scope": "proj-a", "claim_key": "api.retry_safe"}
+
+    # When the claim is explained as it comes, and with limit=3
+    default = served.agent.get("/explain", params=asked)
+    three = served.agent.get("/explain", params={**asked, "limit": "3"})
+
+    # Then the usable M1 and 100 others are answered (the revoked M2 among them)
+    assert default.status_code == 200
+    body = default.json()
+    assert body["outcome"] == "FOUND"
+    ids = [e["record"]["id"] for e in body["entries"]]
+    assert len(ids) == 101 and ids[:2] == ["M1", "M2"]
+    # with how many were left out and how to see them
+    assert body["omitted"] == 21
+    assert body["note"] == (
+        "21 more records of this claim, none of them usable, are not listed. Ask again with "
+        "a larger limit (at most 1000), or page through the claim's records with "
+        "GET /api/v1/records?scope=proj-a&claim_prefix=api.retry_safe."
+    )
+    # and limit=3 gives M1, M2 and the two newest candidates
+    assert [e["record"]["id"] for e in three.json()["entries"]] == ["M1", "M2", "J118", "J119"]
+    assert (three.json()["outcome"], three.json()["omitted"]) == ("FOUND", 118)
+    # and a limit out of bounds is refused, naming it
+    for bad in ("0", "1001", "-2", "many"):
+        refused = served.agent.get("/explain", params={**asked, "limit": bad})
+        assert refused.status_code == 422, bad
+        assert error_of(refused)["field"] == "limit"
+    # while a claim with few records answers all of them, leaving none out
+    few = served.agent.get("/explain", params={"scope": "proj-a", "claim_key": "nothing"}).json()
+    assert (few["entries"], few["omitted"], few["note"]) == ([], 0, None)
+
+
 def test_reads_take_an_applicability_context_and_kinds(served: Served) -> None:
     s = served
     s.agent.post(

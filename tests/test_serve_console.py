@@ -653,6 +653,36 @@ def test_direction_controls_in_stored_text_are_shown_not_obeyed(desk: Desk) -> N
     assert f'<input type="hidden" name="claim_key" value="{claim}">' in again.text
 
 
+def test_the_explain_page_lists_the_usable_records_and_a_bounded_number_of_others(
+    desk: Desk,
+) -> None:
+    desk.agent.propose("proj-a", "api.x", True, Kind.FACT, id="M1", accepted_by=desk.reviewer)
+    desk.agent.propose("proj-a", "api.x", False, Kind.FACT, id="M2", accepted_by=desk.reviewer)
+    desk.reviewer.revoke("M2", reason="contradicted")
+    # Given 70 candidates were put under the claim
+    desk.agent.propose_many(
+        [
+            {"scope": "proj-a", "claim_key": "api.x", "value": i, "kind": "fact", "id": f"J{i:03d}"}
+            for i in range(70)
+        ]
+    )
+    client, _ = desk.signed_in("reviewer")
+
+    # When a reviewer asks the console why
+    page = client.get("/explain", params={"scope": "proj-a", "claim_key": "api.x"}).text
+
+    # Then it lists M1, the revoked M2 and the 49 newest candidates, not the others
+    listed = re.findall(r'href="/records/([^"?]+)"', page)
+    assert listed == ["M1", "M2", *(f"J{i:03d}" for i in range(21, 70))]
+    # and says how many it left out and where to find them
+    assert "21 more records of this claim, none of them usable, are not listed here" in text_of(
+        page
+    )
+    assert 'href="/records?scope=proj-a&amp;claim_prefix=api.x"' in page
+    # while the page of a candidate it left out still says it is not usable
+    assert "Not usable now" in text_of(client.get("/records/J000").text)
+
+
 def test_changing_the_moment_keeps_the_pages_own_question(desk: Desk) -> None:
     _seed(desk)
     before = desk.ledger.position

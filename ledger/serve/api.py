@@ -35,7 +35,7 @@ from ledger.graph import (
     to_dot,
     to_mermaid,
 )
-from ledger.jsonable import json_safe
+from ledger.jsonable import EXPLAINED, json_safe
 from ledger.serve import payloads
 from ledger.serve.errors import error_body, field_of, status_of
 from ledger.serve.inputs import (
@@ -56,7 +56,8 @@ from ledger.session import next_after
 
 PREFIX = "/api/v1"
 
-#: ``GET /records`` returns at most this many records per page.
+#: ``GET /records`` returns at most this many records per page, and ``GET /explain``
+#: this many records that are not usable (besides every usable one).
 MAX_LIMIT = 1000
 #: ``GET /records/{id}/graph?format=svg`` draws at most this many records: Graphviz's
 #: layout time grows much faster than the graph (500 records: ~15 s of CPU, 1000:
@@ -510,7 +511,8 @@ def read(call: Call) -> Response:
 
 
 def explain(call: Call) -> Response:
-    """Per record, why it is or is not usable for ``(scope, claim_key)``."""
+    """Per record, why it is or is not usable for ``(scope, claim_key)``: every
+    usable record and at most ``limit`` others, with how many were left out."""
     session = call.session()
     result = session.explain(
         call.query_str("scope", required=True) or "",
@@ -518,8 +520,9 @@ def explain(call: Call) -> Response:
         at=call.query_time("at"),
         context=_context(call),
         kinds=_kinds(call),
+        limit=call.query_int("limit", minimum=1, maximum=MAX_LIMIT) or EXPLAINED,
     )
-    return json_response(payloads.explanation(result))
+    return json_response(payloads.explanation(result, MAX_LIMIT))
 
 
 def corrections(call: Call) -> Response:

@@ -34,6 +34,7 @@ from ledger.errors import (
 )
 from ledger.serve.errors import status_of
 from ledger.serve.pages import (
+    EXPLAINED,
     HERE,
     Access,
     Moment,
@@ -532,14 +533,15 @@ class Console:
         return await self._gather(request, session, "attention.html", load)
 
     async def explain(self, request: Request, session: ConsoleSession) -> Response:
-        """Why each record for a claim is or is not usable."""
+        """Why each record for a claim is or is not usable: every usable record and
+        at most :data:`~ledger.serve.pages.EXPLAINED` others, the rest counted."""
         scope = request.query_params.get("scope") or None
         claim_key = request.query_params.get("claim_key") or None
 
         def load(live: Session, moment: Moment, access: Access) -> dict[str, Any]:
             result = None
             if scope is not None and claim_key is not None:
-                result = live.explain(scope, claim_key)
+                result = live.explain(scope, claim_key, limit=EXPLAINED)
             return {
                 "title": "Explain a claim",
                 "scopes": access.scopes(Role.READ),

@@ -12,6 +12,7 @@ from typing import Any
 
 from ledger import __version__
 from ledger.domain import Kind, Outcome, Status, Validity
+from ledger.jsonable import EXPLAINED
 from ledger.serve.api import GRAPH_FORMATS, MAX_GRAPH_NODES, MAX_LIMIT, MAX_SVG_NODES, PREFIX
 
 
@@ -229,7 +230,20 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                     }
                 ),
             },
-        }
+            "omitted": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "How many records of the claim, none of them usable, are left "
+                "out of `entries`.",
+            },
+            "note": _nullable(_STR),
+        },
+        description="Per record of the claim, whether it is usable and why not, in proposal "
+        "order: every usable record (the outcome is decided on all of them) and at most "
+        "`limit` others, those once accepted (ACCEPTED but not usable now, STALE, REVOKED, "
+        "SUPERSEDED) before CANDIDATE and REJECTED ones, each the most recently changed "
+        "first. `omitted` counts the rest and `note`, when some are left out, says how to "
+        "see them.",
     ),
     "CorrectionDue": _object(
         {
@@ -562,7 +576,22 @@ def _paths() -> dict[str, dict[str, Any]]:
                 "200",
                 "Explanation",
                 "401 403 422",
-                params=[*_READ_PARAMS, *_AS_OF],
+                params=[
+                    *_READ_PARAMS,
+                    _param(
+                        "limit",
+                        "query",
+                        {
+                            "type": "integer",
+                            "minimum": 1,
+                            "maximum": MAX_LIMIT,
+                            "default": EXPLAINED,
+                        },
+                        "At most this many records that are not usable (every usable one is "
+                        "shown).",
+                    ),
+                    *_AS_OF,
+                ],
             )
         },
         "/corrections": {

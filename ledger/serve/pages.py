@@ -41,6 +41,9 @@ HERE = Path(__file__).parent
 #: Dependencies a queue entry loads and shows (the ledger sets no limit on a record's
 #: parents; the rest are counted and shown on the record page).
 MAX_DEPENDENCIES = 25
+#: A page explains a claim with every usable record and at most this many others
+#: (``Session.explain(limit=…)``): a claim can hold any number of candidates.
+EXPLAINED = 50
 #: The placeholder the ledger shows for a record in a scope the caller cannot see.
 HIDDEN = "<hidden>"
 
@@ -279,7 +282,8 @@ def candidate(
     key = (view.scope, view.claim_key)
     if explained is None or key not in explained:
         try:
-            explanation: Explanation | None = session.explain(*key)
+            # Only the usable records matter here (rivals): one other is built at most.
+            explanation: Explanation | None = session.explain(*key, limit=1)
         except LedgerError:
             explanation = None
         if explained is not None:
@@ -295,9 +299,11 @@ def explain_line(
 ) -> tuple[bool, tuple[str, ...], tuple[str, ...]]:
     """Whether the record is usable now, the ledger's reasons if not, and, if it
     is, the other usable records of its claim that hold another value (reads of
-    the claim then answer CONFLICT rather than hand on either)."""
+    the claim then answer CONFLICT rather than hand on either). A record that is
+    not usable, of a claim with more than :data:`EXPLAINED` such records, may
+    come without its reasons (the page then says what its status says)."""
     try:
-        explanation = session.explain(view.scope, view.claim_key)
+        explanation = session.explain(view.scope, view.claim_key, limit=EXPLAINED)
     except LedgerError:
         return False, (), ()
     for entry in explanation.entries:

@@ -8,9 +8,10 @@ carry (infinity) the string ``"inf"``/``"-inf"`` (``api.json_response`` applies
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 from ledger.graph import MAX_SERVED_NODES, Subgraph
-from ledger.jsonable import capped_revocation, plain, record_json
+from ledger.jsonable import capped_explanation, capped_revocation, plain, record_json
 from ledger.values import (
     AuditTrail,
     CorrectionDue,
@@ -45,18 +46,16 @@ def read_result(result: ReadResult) -> dict[str, Any]:
     }
 
 
-def explanation(result: Explanation) -> dict[str, Any]:
-    """Per record, whether it is usable and why not."""
-    return {
-        "outcome": str(result.outcome),
-        "scope": result.scope,
-        "claim_key": result.claim_key,
-        "at": result.at.isoformat(),
-        "entries": [
-            {"record": record(e.record), "usable": e.usable, "reasons": list(e.reasons)}
-            for e in result.entries
-        ],
-    }
+def explanation(result: Explanation, maximum: int) -> dict[str, Any]:
+    """Per record, whether it is usable and why not: every usable record and the
+    others asked for, how many were left out (``omitted``) and, if any, a
+    ``note`` saying how to see them (``maximum``: the largest ``limit``)."""
+    more = urlencode({"scope": result.scope, "claim_prefix": result.claim_key})
+    rest = (
+        f"Ask again with a larger limit (at most {maximum}), or page through the claim's "
+        f"records with GET /api/v1/records?{more}."
+    )
+    return capped_explanation(result, rest)
 
 
 def audit(trail: AuditTrail) -> dict[str, Any]:

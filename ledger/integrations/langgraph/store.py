@@ -61,7 +61,7 @@ from ledger.integrations.langgraph.threads import MAX_THREADS, Ids, Thread, Thre
 from ledger.proposals import NewestOf
 from ledger.validation import check_kind, check_value
 from ledger.values import ReadResult, RecordView
-from projections.validity import LIVE_STATUSES
+from projections.record_table import LIVE_STATUSES
 
 __all__ = ["MAX_THREADS", "PAGE", "LedgerStore"]
 

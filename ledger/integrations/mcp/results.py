@@ -9,7 +9,13 @@ from typing import Any, cast
 from typing_extensions import TypedDict  # pydantic needs it on Python < 3.12
 
 from ledger.graph import MAX_SERVED_NODES
-from ledger.jsonable import capped_revocation, json_safe, plain, record_json
+from ledger.jsonable import (
+    capped_explanation,
+    capped_revocation,
+    json_safe,
+    plain,
+    record_json,
+)
 from ledger.values import AuditTrail, Explanation, ReadResult, RecordView, Revocation
 
 __all__ = [
@@ -110,13 +116,17 @@ class ReasonOut(TypedDict):
 
 
 class ExplainOut(TypedDict):
-    """Per record, why it is or is not usable."""
+    """Per record, why it is or is not usable: every usable record and at most
+    ``limit`` others; ``omitted`` records (none usable) left out, and when some
+    are a note saying how to see them."""
 
     outcome: str
     scope: str
     claim_key: str
     at: str
     entries: list[ReasonOut]
+    omitted: int
+    note: str | None
 
 
 class PageOut(TypedDict):
@@ -184,17 +194,13 @@ def read_out(result: ReadResult) -> ReadOut:
 
 
 def explain_out(explanation: Explanation) -> ExplainOut:
-    """An explanation as JSON."""
-    return {
-        "outcome": str(explanation.outcome),
-        "scope": explanation.scope,
-        "claim_key": explanation.claim_key,
-        "at": explanation.at.isoformat(),
-        "entries": [
-            {"record": record_out(e.record), "usable": e.usable, "reasons": list(e.reasons)}
-            for e in explanation.entries
-        ],
-    }
+    """An explanation asked with a limit as JSON (:func:`ledger.jsonable.capped_explanation`)."""
+    rest = (
+        f"Call explain_memory again with a larger `limit` (at most {MAX_SERVED_NODES}), or "
+        "page through the claim's records with list_records "
+        f"(claim_prefix={explanation.claim_key!r})."
+    )
+    return cast(ExplainOut, json_safe(capped_explanation(explanation, rest)))
 
 
 def audit_out(trail: AuditTrail) -> AuditOut:

@@ -37,6 +37,7 @@ from ledger.integrations.mcp.tools import (
     revalidate_memory,
     revoke_memory,
 )
+from ledger.jsonable import EXPLAINED
 from ledger.validation import quoted
 
 __all__ = ["APPROVAL_TOOLS", "INSTRUCTIONS", "TOOLS", "build_server", "serve"]
@@ -251,8 +252,11 @@ TOOLS: tuple[tuple[Callable[..., Any], str, ToolAnnotations], ...] = (
         "usable: a candidate awaiting approval, rejected, revoked (with the reason), stale "
         "because something it rests on was revoked, an ancestor expired, a condition your "
         "`context` does not match. Use it when read_memory answers MISSING or CONFLICT, and "
-        "before proposing a replacement. The usable records it shows become observed "
-        "dependencies of what you propose in this session.",
+        "before proposing a replacement. Every usable record is shown, and at most `limit` "
+        f"others (default {EXPLAINED}): those once accepted first, then candidates and rejected "
+        "ones, the most recently changed first; `omitted` counts the rest and `note` says how "
+        "to see them. The usable records it shows become observed dependencies of what you "
+        "propose in this session.",
         _read_tool("Explain a claim"),
     ),
     (

@@ -17,6 +17,7 @@ from pydantic import BeforeValidator, Field
 
 from ledger.domain import Kind, Status, Validity
 from ledger.errors import InvalidInputError, LedgerError, UnknownRecordError
+from ledger.graph import MAX_SERVED_NODES
 from ledger.integrations.mcp.connection import (
     Connection,
     Ctx,
@@ -60,6 +61,7 @@ from ledger.integrations.mcp.schemas import (
     iso_text,
     one_of,
 )
+from ledger.jsonable import EXPLAINED
 from ledger.session import next_after
 
 __all__ = [
@@ -233,10 +235,24 @@ def explain_memory(
     at: At = None,
     context: ReadContext = None,
     kinds: Kinds = None,
+    limit: Annotated[
+        int,
+        Field(
+            description="At most this many records that are not usable (every usable one "
+            "is always shown): first those once accepted (now expired, stale, revoked or "
+            "superseded), then candidates and rejected ones, the most recently changed first.",
+            ge=1,
+            le=MAX_SERVED_NODES,
+            strict=True,
+        ),
+    ] = EXPLAINED,
 ) -> ExplainOut:
-    """The ``explain_memory`` tool: :meth:`Session.explain`, recorded in the run."""
+    """The ``explain_memory`` tool: :meth:`Session.explain` with a ``limit``,
+    recorded in the run (only the records shown)."""
     with as_tool_error(), connection_of(ctx).acting() as acting:
-        return explain_out(acting.explain(scope, claim_key, at=at, context=context, kinds=kinds))
+        return explain_out(
+            acting.explain(scope, claim_key, at=at, context=context, kinds=kinds, limit=limit)
+        )
 
 
 def get_record(ctx: Ctx, record_id: RecordId) -> RecordOut:
