@@ -730,17 +730,22 @@ def test_a_large_graph_is_summarised_not_drawn_whole(desk: Desk) -> None:
     assert "All 47 records in the graph" in text
 
 
-def test_a_graph_over_the_served_cap_is_neither_gathered_nor_listed_and_says_how_to_draw_it(
-    desk: Desk,
-) -> None:
-    # Given a fact H with 1,000 candidates resting on it: a graph of 1,001 records
+def hub_with_leaves(desk: Desk, leaves: int) -> None:
+    """An accepted fact ``H`` with ``leaves`` candidate inferences ``H-0000``, … resting on it."""
     desk.agent.propose(scope="proj-a", claim_key="hub", value=1, kind=Kind.FACT, id="H")
     desk.reviewer.accept("H")
     desk.agent.propose_many(
         {"scope": "proj-a", "claim_key": f"leaf.{i}", "value": i, "kind": "inference",
          "parents": ["H"], "id": f"H-{i:04d}"}
-        for i in range(1000)
+        for i in range(leaves)
     )  # fmt: skip
+
+
+def test_a_graph_over_the_served_cap_is_neither_gathered_nor_listed_and_says_how_to_draw_it(
+    desk: Desk,
+) -> None:
+    # Given a fact H with 1,000 candidates resting on it: a graph of 1,001 records
+    hub_with_leaves(desk, 1000)
     client, _ = desk.signed_in("reviewer")
 
     # When the reviewer opens H's page
@@ -759,13 +764,7 @@ def test_a_revocation_preview_lists_a_page_of_what_goes_stale_and_counts_the_res
     desk: Desk,
 ) -> None:
     # Given a fact H with 250 candidates resting on it
-    desk.agent.propose(scope="proj-a", claim_key="hub", value=1, kind=Kind.FACT, id="H")
-    desk.reviewer.accept("H")
-    desk.agent.propose_many(
-        {"scope": "proj-a", "claim_key": f"leaf.{i}", "value": i, "kind": "inference",
-         "parents": ["H"], "id": f"H-{i:04d}"}
-        for i in range(250)
-    )  # fmt: skip
+    hub_with_leaves(desk, 250)
     client, csrf = desk.signed_in("reviewer")
 
     # When the reviewer previews revoking H
