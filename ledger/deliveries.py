@@ -112,17 +112,27 @@ def corrections_due(caller: Caller) -> tuple[CorrectionDue, ...]:
     out = []
     with caller.reading() as c:
         caller.require_somewhere(c, Role.DELIVER, "corrections_due")
+        # A report delivered many times: its row and its scope's roles read once.
+        rows: dict[str, RecordRow] = {}
+        delivers: dict[str, bool] = {}
         for drow in delivery_view.up_to(c, d, caller.position):
-            row = validity_view.existing(c, d, drow["record_id"], caller.position)
-            if Role.DELIVER.value not in caller.roles(c, row["scope"]):
+            rid = drow["record_id"]
+            if rid not in rows:
+                rows[rid] = validity_view.existing(c, d, rid, caller.position)
+            row = rows[rid]
+            if row["scope"] not in delivers:
+                delivers[row["scope"]] = Role.DELIVER.value in caller.roles(c, row["scope"])
+            if not delivers[row["scope"]]:
                 continue
-            corrections = delivery_view.corrections_for(c, d, drow["delivery_id"], caller.position)
             since = owed_since(caller, c, drow, row, now)
+            if since is None:
+                continue  # nothing owed: its corrections need not be read
+            corrections = delivery_view.corrections_for(c, d, drow["delivery_id"], caller.position)
+            if not _owed(since, corrections):
+                continue
             row = redaction.row(
                 row, caller.hidden_among(c, redaction.row_dependencies(row), seen=row["scope"])
             )
-            if not _owed(since, corrections):
-                continue
             delivery = delivery_of(drow, tuple(correction_of(r) for r in corrections))
             named = (
                 row["record_id"],

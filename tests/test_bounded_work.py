@@ -21,8 +21,10 @@ from ledger import Kind, Ledger, Outcome, Session, Status, proposals, reads, rec
 from ledger.domain import Record, Run
 from ledger.integrations.langgraph import LedgerStore
 from ledger.integrations.langgraph.keys import location
+from projections import delivery as delivery_view
 from projections import edges as edges_index
 from projections import queries as view_queries
+from projections import validity as validity_view
 
 SCOPE, CLAIM = "proj-a", "api.timeout"
 URI = "https://docs.test/orders"
@@ -593,3 +595,40 @@ def test_large_values_leave_no_overflow_page_in_the_record_table(
     # pages to compare keys (it would, 50 pages a row version, with the values inside)
     assert "overflow" not in pages
     assert sum(pages.values()) <= 4
+
+
+# -- corrections due read a report's row once, and corrections only where owed ----------
+
+
+def test_corrections_due_read_a_reports_row_once_and_corrections_only_where_owed(
+    ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    admin = ledger.admin()
+    admin.grant("writer", scope=SCOPE, roles=["propose", "read", "deliver"])
+    admin.grant("reviewer", scope=SCOPE, roles=["approve", "read"])
+    writer = ledger.authenticate(admin.issue_token("writer"))
+    reviewer = ledger.authenticate(admin.issue_token("reviewer"))
+    rid = writer.propose(SCOPE, "weekly", "report", Kind.REPORT, accepted_by=reviewer)
+    for i in range(N):
+        writer.deliver(rid, f"reader{i}@example.org")
+    calls: dict[str, int] = {"existing": 0, "corrections_for": 0}
+    for module, name in ((validity_view, "existing"), (delivery_view, "corrections_for")):
+        real = getattr(module, name)
+
+        def counted(*args: Any, _real: Any = real, _name: str = name, **kwargs: Any) -> Any:
+            calls[_name] += 1
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, counted)
+
+    # When no delivery owes a correction
+    assert writer.corrections_due() == ()
+    # Then the report's row was read once and no delivery's corrections at all
+    assert calls == {"existing": 1, "corrections_for": 0}
+
+    # and once the report is revoked, every delivery owes one
+    reviewer.revoke(rid, reason="figures were wrong")
+    calls.update(existing=0, corrections_for=0)
+    due = writer.corrections_due()
+    assert len(due) == N and {x.delivery.record_id for x in due} == {rid}
+    assert calls == {"existing": 1, "corrections_for": N}
