@@ -256,7 +256,7 @@ def _union_rows(
     for terms, params, index in arms:
         indexed = f" INDEXED BY {index}" if index else ""
         select = (
-            "SELECT r.*, EXISTS (SELECT 1 FROM {t}pl_deliveries dl "
+            f"SELECT {ROW}, EXISTS (SELECT 1 FROM {{t}}pl_deliveries dl "
             f"WHERE dl.record_id = r.record_id) AS has_deliveries, {order} AS listing_key "
             f"FROM {{t}}pl_records r{indexed} WHERE {' AND '.join(terms)}"
         )

@@ -571,6 +571,31 @@ def test_a_large_value_is_kept_once_outside_the_record_rows(ledger: Ledger) -> N
     assert ledger.verify().ok
 
 
+def test_a_large_value_shows_in_every_kind_of_page_and_explanation(ledger: Ledger) -> None:
+    # Given records with values of 200 KB in every status a page can filter on
+    agent, _, _ = big_records(ledger)
+    agent.propose(SCOPE, "big-candidate", BIG, Kind.FACT, id="BC")
+
+    # When pages are read through each of the listing's paths
+    pages = {
+        "kind": agent.records(SCOPE, kind="fact", limit=100),
+        "status": agent.records(SCOPE, status="CANDIDATE", limit=100),
+        "validity": agent.records(SCOPE, validity="INVALID", limit=100),
+        "needs": agent.records(SCOPE, validity="NEEDS_REVALIDATION", limit=100),
+        "prefix": agent.records(SCOPE, claim_prefix="big", limit=100),
+    }
+
+    # Then every large record in them shows its value
+    for name, page in pages.items():
+        shown = {r.id: r.value for r in page if r.id.startswith("B")}
+        assert shown and set(shown.values()) == {BIG}, name
+    assert {r.id for r in pages["validity"]} == {"B0"}
+    assert {r.id for r in pages["needs"]} == {"BC"}
+    # and so does a bounded explanation's record that is not usable
+    bounded = agent.explain(SCOPE, "big-candidate", limit=1)
+    assert [(e.record.id, e.record.value) for e in bounded.entries] == [("BC", BIG)]
+
+
 @pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
 def test_large_values_leave_no_overflow_page_in_the_record_table(
     ledger: Ledger, tmp_path: Path
