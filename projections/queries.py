@@ -21,6 +21,7 @@ from projections.record_table import (
     NOW_FILTER,
     OPEN_TERM,
     ROW,
+    SCOPE_WALK,
     live_filter,
     row_columns,
     withdrawn_filter,
@@ -159,7 +160,7 @@ def page(
     if position is not None:
         return _as_of_rows(c, d, scope, position, filters, values, limit, after)
     if kind is not None or status not in (None, "ACCEPTED") or validity not in (None, "VALID"):
-        where, params = ["r.scope=?", "r.to_pos IS NULL"], [scope]
+        where, params = ["r.scope=?", "r.to_pos IS NULL", f"r.{SCOPE_WALK}"], [scope]
         if claim_prefix:
             where.append("substr(r.claim_key, 1, ?) = ?")
             params += [len(claim_prefix), claim_prefix]
@@ -302,11 +303,14 @@ def _as_of_rows(
     then = f"{{t}}pl_records cur JOIN {{t}}pl_records r ON r.record_id = cur.record_id AND {_THEN}"
     rows: list[ListedRow] = []
     for side in (f"cur.{ACCEPTED_TERM}", f"cur.{OPEN_TERM}"):
+        side += f" AND cur.{SCOPE_WALK}"
         rows += _page_rows(c, d, [*where, side], params, order, limit, rows=then)
     return _merged(rows, limit)
 
 
-_ACCEPTED, _OPEN = f"r.{ACCEPTED_TERM}", f"r.{OPEN_TERM}"
+#: The terms of a page's two listing indexes (``SCOPE_WALK``: only pages use them).
+_ACCEPTED = f"r.{ACCEPTED_TERM} AND r.{SCOPE_WALK}"
+_OPEN = f"r.{OPEN_TERM} AND r.{SCOPE_WALK}"
 #: A row ``r`` as it stood right after a position.
 _THEN = as_of_filter("r")
 #: ACCEPTED rows expired by the instant (``pl_records_expiring``: the few that need
@@ -655,6 +659,7 @@ def status_counts(c: Cursor, d: Dialect) -> dict[str, int]:
     c.execute(
         d.q(
             f"SELECT status, COUNT(*) AS n FROM {{t}}pl_records WHERE {NOW_FILTER} "
+            f"AND {SCOPE_WALK} "
             "GROUP BY status ORDER BY status"
         )
     )
@@ -665,7 +670,10 @@ def scopes(c: Cursor, d: Dialect, position: int | None = None) -> list[str]:
     """Every scope holding a record, now or after ``position``."""
     if position is None:
         c.execute(
-            d.q(f"SELECT DISTINCT scope FROM {{t}}pl_records WHERE {NOW_FILTER} ORDER BY scope")
+            d.q(
+                f"SELECT DISTINCT scope FROM {{t}}pl_records WHERE {NOW_FILTER} "
+                f"AND {SCOPE_WALK} ORDER BY scope"
+            )
         )
     else:
         c.execute(
@@ -681,7 +689,7 @@ def in_scope(c: Cursor, d: Dialect, scope: str, position: int | None = None) -> 
         c.execute(
             d.q(
                 "SELECT record_id FROM {t}pl_records WHERE scope=? "
-                f"AND {NOW_FILTER} ORDER BY created_pos"
+                f"AND {NOW_FILTER} AND {SCOPE_WALK} ORDER BY created_pos"
             ),
             (scope,),
         )

@@ -68,6 +68,14 @@ DDL = (
 #: a statement uses one of the two when its WHERE holds the very same term.
 ACCEPTED_TERM = "status = 'ACCEPTED'"
 OPEN_TERM = "status <> 'ACCEPTED'"
+#: A term true of every row, held only by the statements that walk a scope's rows
+#: (its pages, counts and lists). The indexes that order a whole scope
+#: (``pl_records_accepted``, ``pl_records_open``, ``pl_records_filtered``) require
+#: it in their predicate, so no statement about a claim's rows can be planned over
+#: them: PostgreSQL's planner would, on statistics taken before the scope had such
+#: rows (an import of candidates, then acceptances one by one until its autovacuum
+#: analyses the table), and read the scope's rows one by one for a claim's few.
+SCOPE_WALK = "created_pos > 0"
 
 #: Indexes that applying events never reads (reads do): a replay builds them once
 #: its rows are in, which costs a sort instead of an index entry per row.
@@ -94,14 +102,14 @@ AFTER_LOAD_DDL = (
     # CANDIDATE or STALE records of a big scope passes over no ACCEPTED one, and a
     # command still changes one entry of the two per row version.
     "CREATE INDEX IF NOT EXISTS pl_records_accepted ON {t}pl_records (scope, {listing}) "
-    f"WHERE to_pos IS NULL AND {ACCEPTED_TERM}",
+    f"WHERE to_pos IS NULL AND {ACCEPTED_TERM} AND {SCOPE_WALK}",
     "CREATE INDEX IF NOT EXISTS pl_records_open ON {t}pl_records (scope, {listing}) "
-    f"WHERE to_pos IS NULL AND {OPEN_TERM}",
+    f"WHERE to_pos IS NULL AND {OPEN_TERM} AND {SCOPE_WALK}",
     # A page with a kind or a status (``Session.records``): a scope's current rows
     # by status and kind, each pair's in listing order, so a page of a kind or a
     # status few rows have reads those rows, not the scope (``queries.page``).
     "CREATE INDEX IF NOT EXISTS pl_records_filtered ON {t}pl_records "
-    "(scope, status, kind, {listing}) WHERE to_pos IS NULL",
+    f"(scope, status, kind, {{listing}}) WHERE to_pos IS NULL AND {SCOPE_WALK}",
     # ACCEPTED records that expire, by when (what needs revalidation once expired):
     # records without an expiry cost no entry.
     "CREATE INDEX IF NOT EXISTS pl_records_expiring ON {t}pl_records (scope, eff_expires) "

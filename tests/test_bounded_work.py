@@ -1,11 +1,12 @@
 """What one call costs is bounded by what it asks for, not by what other principals
 put beside it: a read of a claim and a re-capture pass over none of the claim's
-other records, a page of a kind or status few records have passes over none of
-the scope's others, a LangGraph put reads none of the candidates under its key, a
-run shown again what it was shown appends nothing, showing a STALE record does
-not walk its whole ancestry, neither a run's read nor a report's delivery
-replays the run's or the report's whole history, and large values stay out of
-the table every look-up of a record searches."""
+other records (nor, whatever PostgreSQL's planner statistics, the scope's), a
+page of a kind or status few records have passes over none of the scope's
+others, a LangGraph put reads none of the candidates under its key, a run shown
+again what it was shown appends nothing, showing a STALE record does not walk
+its whole ancestry, neither a run's read nor a report's delivery replays the
+run's or the report's whole history, and large values stay out of the table
+every look-up of a record searches."""
 
 from __future__ import annotations
 
@@ -289,6 +290,36 @@ def test_a_page_of_a_sparse_filter_costs_what_matches_not_the_scope(
     assert large <= small + 8, (small, large)
     # and a page from the start lists what matches
     assert [r.id for r in reviewer.records(SCOPE, **filters)] == expected  # type: ignore[arg-type]
+
+
+def test_a_read_reads_its_claims_rows_whatever_the_planners_statistics(
+    ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent, flooder, reviewer = people(ledger)
+    # Given a scope imported as candidates (a batch of over 1,000 records, after
+    # which PostgreSQL's planner statistics are refreshed: no ACCEPTED row then)
+    ids = flooder.propose_many(
+        [{"scope": SCOPE, "claim_key": f"c.{i}", "value": i, "kind": "fact"} for i in range(1400)]
+    )
+    reviewer.accept(ids[0])
+
+    def read() -> tuple[object, int]:
+        with recorded(monkeypatch, view_queries, "for_claim_as") as statements:
+            value = agent.read(SCOPE, "c.0").value
+        return value, work_of(ledger, statements)
+
+    # When the claim is read before and after 300 more records were accepted one by
+    # one (commands, which leave the statistics as they were)
+    first, few = read()
+    for record_id in ids[1:301]:
+        reviewer.accept(record_id)
+    second, many = read()
+
+    # Then the read found its record and cost no more with 301 ACCEPTED records in
+    # the scope than with one (on PostgreSQL the planner took the scope's index of
+    # ACCEPTED rows, estimated empty, and read all 301 of them for the claim's one)
+    assert first == second == 0
+    assert many <= few + 8, (few, many)
 
 
 # -- a LangGraph put reads none of the candidates under its key ---------------------------
