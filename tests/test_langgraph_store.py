@@ -341,6 +341,34 @@ def test_delete_revokes_the_record_with_a_reason_naming_the_store(
     assert again is not None and again.value == {"v": 2}
 
 
+def test_a_delete_leaves_candidates_others_proposed_to_their_reviewers(
+    principals: Principals,
+) -> None:
+    agent, reviewer = principals.agent, principals.reviewer
+    # Given a store whose own principal approves, an item under the key, the
+    # store's own put awaiting review, and 20 candidates another principal proposed
+    item = agent.propose("test", "k", {"v": 0}, Kind.FACT, accepted_by=reviewer)
+    others = agent.propose_many(
+        [{"scope": "test", "claim_key": "k", "value": {"v": n}, "kind": "fact"} for n in range(20)]
+    )
+    principals.ledger.admin().grant("reviewer", "test", ["approve", "read", "audit", "propose"])
+    with LedgerStore(principals.ledger, token=principals.reviewer_token) as own:
+        own.put(("test",), "k", {"v": 1})
+        [mine] = [r.id for r in reviewer.records("test", status="CANDIDATE") if r.id not in others]
+        before = principals.ledger.position
+
+        # When the store deletes the key
+        own.delete(("test",), "k")
+
+        # Then it revoked the item and its own put (two events), not the others' candidates
+        assert own.get(("test",), "k") is None
+    assert principals.ledger.position == before + 2
+    assert reviewer.get(item).status == reviewer.get(mine).status == Status.REVOKED
+    assert {reviewer.get(rid).status for rid in others} == {Status.CANDIDATE}
+    queue = [r.id for r in reviewer.records("test", status="CANDIDATE")]
+    assert sorted(queue) == sorted(others)
+
+
 def test_without_an_approver_a_put_is_a_candidate_until_reviewed(
     review_store: LedgerStore, principals: Principals
 ) -> None:

@@ -5,7 +5,9 @@ so a graph compiled with ``store=LedgerStore(...)`` keeps its memories in the
 ledger without changing the agent's code: every ``put`` is a proposal, every
 ``get`` and ``search`` passes the eligibility chain, a second ``put`` of a key is
 a new version that supersedes the old one, and ``delete`` revokes, which marks
-every memory derived from the deleted one STALE.
+every memory derived from the deleted one STALE. A delete revokes the key's
+ACCEPTED and STALE versions and the store's own puts still awaiting review;
+candidates other principals proposed under the key are left to their reviewers.
 
 Where an item lives
     ``namespace[:scope_depth]`` names the ledger scope; the remaining labels and

@@ -67,8 +67,9 @@ __all__ = ["MAX_THREADS", "PAGE", "LedgerStore"]
 
 #: Records fetched per ``Session.records`` page while listing.
 PAGE = 1000
-#: The statuses of a record a delete revokes: every live one.
-_LIVE = tuple(Status(s) for s in LIVE_STATUSES)
+#: The statuses of a record a delete revokes: every live one (a CANDIDATE only if
+#: the store's own principal proposed it).
+_DELETED = tuple(Status(s) for s in LIVE_STATUSES)
 #: Puts and deletes of one key run one at a time in a process, whatever the store
 #: or thread (under one of these locks, chosen by the key): a delete reads the
 #: versions it revokes, and a put in a thread recovers from a refusal by reading
@@ -537,13 +538,18 @@ class LedgerStore(BaseStore):
     def _delete(self, scope: str, claim: str) -> None:
         revoker = self.approver or self.session
         reason = f"deleted through the LangGraph store (LedgerStore): {scope}/{claim}"
+        mine = self.session.principal
         for entry in self.session.explain(scope, claim, kinds=(self.kind,)).entries:
             record = entry.record
-            # Only what get shows as an item: a record another surface wrote there
-            # with a value that is no mapping is not the store's to delete.
+            # Only what get shows as an item, or would again once revalidated, and
+            # the store's own puts still awaiting review: a record another surface
+            # wrote there with a value that is no mapping is not the store's to
+            # delete, nor is a candidate someone else proposed, which its reviewers
+            # decide on (however many there are).
             if (
                 record.kind == self.kind
-                and record.status in _LIVE
+                and record.status in _DELETED
+                and (record.status != Status.CANDIDATE or record.proposer == mine)
                 and isinstance(record.value, dict)
             ):
                 try:
@@ -551,7 +557,7 @@ class LedgerStore(BaseStore):
                 except InvalidTransitionError:
                     # Revoked or replaced since it was listed (another process
                     # deleted or put the key at once): gone already, as asked.
-                    if self.session.get(record.id).status in _LIVE:
+                    if self.session.get(record.id).status in _DELETED:
                         raise
 
     def _named_for(self, other: Session, record_id: str, scope: str) -> str:
