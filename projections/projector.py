@@ -45,7 +45,7 @@ VIEWS: tuple[ModuleType, ...] = (validity, delivery, access)
 #: The layout of the view tables, kept in ``pl_tracking`` under ``LAYOUT_KEY``. Views
 #: built with another layout (a ledger written by 0.1.0 has none recorded) are
 #: dropped and rebuilt from the log when the ledger opens; stored events never change.
-LAYOUT = 13
+LAYOUT = 14
 #: Tables of earlier layouts, dropped with the views (4 keeps no map from aggregate
 #: ids to record ids: a record's proposal, found by the events' key, holds it; 5
 #: indexes a scope's listing by the id each record was proposed as; 6 a claim's
@@ -60,7 +60,8 @@ LAYOUT = 13
 #: ``pl_values``; 12 indexes a claim's rows withdrawn for good, and both
 #: indexes of a claim's rows cover what a bounded explanation picks and counts;
 #: 13 keeps a claim's statements off the indexes of a whole scope, whatever the
-#: planner's statistics, ``record_table.SCOPE_WALK``).
+#: planner's statistics, ``record_table.SCOPE_WALK``); 14 keeps a row's long lists
+#: and mappings (``record_table.SPILLED``) in ``pl_spilled``).
 RETIRED = ("pl_record_ids",)
 LAYOUT_KEY = "#layout"
 

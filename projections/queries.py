@@ -49,9 +49,10 @@ def captures_of_claim(
     found on the live index without reading the claim's other rows' values."""
     c.execute(
         d.q(
-            "SELECT record_id, status, evidence FROM {t}pl_records "
-            f"WHERE scope=? AND claim_key=? AND {live_filter()} AND kind='evidence' "
-            "AND (status='ACCEPTED' OR status='CANDIDATE') ORDER BY created_pos"
+            f"SELECT r.record_id, r.status, {row_columns('r', ['evidence'])} FROM "
+            f"{{t}}pl_records r WHERE r.scope=? AND r.claim_key=? AND {live_filter('r')} "
+            "AND r.kind='evidence' AND (r.status='ACCEPTED' OR r.status='CANDIDATE') "
+            "ORDER BY r.created_pos"
         ),
         (scope, claim_key),
     )

@@ -1,11 +1,12 @@
-"""The record view's table (``pl_records``, with ``pl_values`` for long values
-and the edge tables): its columns, its schema and indexes, and the fragments of
-SQL that select its rows and pick its current, live or withdrawn ones. The view
-that writes it is :mod:`projections.validity`; the statements that read it are
-in :mod:`projections.queries`."""
+"""The record view's table (``pl_records``, with ``pl_values`` for long values,
+``pl_spilled`` for long lists and the edge tables): its columns, its schema and
+indexes, and the fragments of SQL that select its rows and pick its current,
+live or withdrawn ones. The view that writes it is :mod:`projections.validity`;
+the statements that read it are in :mod:`projections.queries`."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 
 from projections import edges
@@ -61,6 +62,10 @@ DDL = (
     # searches compare integers and never read a row's value.
     "CREATE TABLE IF NOT EXISTS {t}pl_values ("
     "created_pos {bigint} PRIMARY KEY, value {blob} NOT NULL)",
+    # The longer ``SPILLED`` columns of rows, by reference (``spill``): a rowid
+    # table with an index of its short references, so neither's searches ever
+    # meet the long data.
+    "CREATE TABLE IF NOT EXISTS {t}pl_spilled (ref {blob} PRIMARY KEY, data {blob} NOT NULL)",
     *edges.DDL,
 )
 
@@ -123,13 +128,47 @@ AFTER_LOAD_DDL = (
     "WHERE snapshot_ref IS NOT NULL",
 )
 
-TABLES = ("pl_records", "pl_values", *edges.TABLES)
+TABLES = ("pl_records", "pl_values", "pl_spilled", *edges.TABLES)
 
 #: The longest packed value a ``pl_records`` row holds itself (bytes); a longer
 #: one is in ``pl_values`` (the row's ``value`` NULL): rows stay well under the
 #: 1,002 bytes (of a 4 KiB page) past which SQLite moves a ``WITHOUT ROWID`` row's
 #: end to overflow pages, which every search meeting the row then reads.
 INLINE_VALUE = 256
+
+
+#: The columns of packed lists and mappings a ``pl_records`` row keeps by reference
+#: once longer than ``INLINE_VALUE``: a record's dependencies have no count limit
+#: (a run that was shown 500 records observes them all) and evidence may name a
+#: URI of 2,048 characters. Unlike a value, they can change with a new version
+#: (a revalidation's new basis), so ``pl_spilled`` keys them by their content.
+SPILLED = ("conditions", "parents", "observed", "evidence")
+#: The first byte of a reference (``spill``), which starts no msgpack data.
+SPILL_MARK = b"\xc1"
+#: The length of a reference: ``SPILL_MARK`` and a sha256 digest.
+SPILL_REF = 1 + 32
+
+
+def spill(data: bytes) -> bytes:
+    """The reference a ``pl_records`` row keeps in place of ``data`` (a packed
+    column of ``SPILLED`` longer than ``INLINE_VALUE``), under which
+    ``pl_spilled`` holds it: ``SPILL_MARK`` and the data's sha256 digest, so
+    the same data always has the same reference, whichever version of whichever
+    record holds it (a replay writes the very rows the commands wrote)."""
+    return SPILL_MARK + hashlib.sha256(data).digest()
+
+
+def spilled_of(alias: str, name: str) -> str:
+    """Column ``name`` (of ``SPILLED``) of a row of ``pl_records`` under table
+    alias ``alias``, from ``pl_spilled`` where the row holds a reference. Only a
+    value of a reference's length is looked up (its length is in the row's
+    header: nothing is read for the others), and data of that length that is
+    no reference finds nothing, so it is given as it is."""
+    column = f"{alias}.{name}"
+    return (
+        f"CASE WHEN length({column}) = {SPILL_REF} THEN coalesce((SELECT s.data FROM "
+        f"{{t}}pl_spilled s WHERE s.ref = {column}), {column}) ELSE {column} END"
+    )
 
 
 def value_of(alias: str) -> str:
@@ -143,10 +182,17 @@ def value_of(alias: str) -> str:
 
 def row_columns(alias: str, names: Iterable[str] = COLUMNS) -> str:
     """The select list of the columns ``names`` of ``pl_records`` under table
-    alias ``alias``, the value taken where it is kept (:func:`value_of`)."""
-    return ", ".join(
-        f"{value_of(alias)} AS value" if name == "value" else f"{alias}.{name}" for name in names
-    )
+    alias ``alias``, the value and the ``SPILLED`` columns taken where they are
+    kept (:func:`value_of`, :func:`spilled_of`)."""
+    return ", ".join(_column(alias, name) for name in names)
+
+
+def _column(alias: str, name: str) -> str:
+    if name == "value":
+        return f"{value_of(alias)} AS value"
+    if name in SPILLED:
+        return f"{spilled_of(alias, name)} AS {name}"
+    return f"{alias}.{name}"
 
 
 #: Every column of a ``pl_records`` row ``r``, as ``SELECT *`` would name them.
@@ -157,6 +203,23 @@ def kept(value: bytes | None) -> bytes | None:
     """A packed value as a ``pl_records`` row keeps it: None if longer than
     ``INLINE_VALUE`` (``pl_values`` holds it from the record's proposal on)."""
     return None if value is None or len(value) > INLINE_VALUE else value
+
+
+def spill_row(row: dict[str, object], spilled: dict[bytes, bytes]) -> None:
+    """Put in ``row`` (of ``pl_records``) a reference in place of each of its
+    ``SPILLED`` columns longer than ``INLINE_VALUE``, and add the data to
+    ``spilled`` by reference (for ``pl_spilled``); columns that hold a
+    reference already are left as they are."""
+    for name in SPILLED:
+        data = row[name]
+        if type(data) is bytes and len(data) > INLINE_VALUE:
+            ref = spill(data)
+            spilled[ref] = data
+            row[name] = ref
+
+
+#: Adds rows to ``pl_spilled`` (a reference already there holds the same data).
+INSERT_SPILLED = "INSERT INTO {t}pl_spilled (ref, data) VALUES (?, ?) ON CONFLICT DO NOTHING"
 
 
 NOW_FILTER = "to_pos IS NULL"

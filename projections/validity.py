@@ -17,8 +17,11 @@ every descendant STALE in the same transaction), usability at instant T is
 A value longer than ``INLINE_VALUE`` bytes (packed) is kept once per record in
 ``pl_values``, by the position of the record's proposal, and its rows hold NULL:
 ``pl_records`` rows are the keys of its b-tree (``WITHOUT ROWID``), and a search
-meeting a row spilt to overflow pages copies it whole to compare keys. The
-statements that return rows (``row_columns``) give the value either way.
+meeting a row spilt to overflow pages copies it whole to compare keys. So are
+the packed lists and mappings of ``record_table.SPILLED`` longer than that,
+in ``pl_spilled`` by a reference to their content, which the row keeps. The
+statements that return rows (``row_columns``) give the value and those columns
+either way.
 
 ``pl_edges`` is the reverse-dependency index (parent → child, declared or
 observed), also versioned so a new basis given at revalidation keeps history.
@@ -38,7 +41,16 @@ from ledger.errors import CorruptEventError
 from ledger.serialization import datetime_to_micros, pack, unpack
 from projections import edges, record_table
 from projections.base import Cursor, Dialect, Query, insert_rows, rows_in, write_rows
-from projections.record_table import AS_OF_FILTER, COLUMNS, INLINE_VALUE, NOW_FILTER, ROW, kept
+from projections.record_table import (
+    AS_OF_FILTER,
+    COLUMNS,
+    INLINE_VALUE,
+    INSERT_SPILLED,
+    NOW_FILTER,
+    ROW,
+    kept,
+    spill_row,
+)
 
 VIEW = "validity"
 
@@ -208,6 +220,10 @@ def _new_version(c: Cursor, d: Dialect, record_id: str, pos: int, at: int, **cha
     values = _as_dict(row)
     values.update(changes)
     values["value"] = kept(values["value"])
+    spilled: dict[bytes, bytes] = {}
+    spill_row(values, spilled)
+    if spilled:
+        write_rows(c, d.q(INSERT_SPILLED), list(spilled.items()))
     values["from_pos"], values["to_pos"], values["changed_at"] = pos, None, at
     _mark_left_valid(row, values, pos)
     if row["from_pos"] == pos:
@@ -429,6 +445,11 @@ class _Fold:
                 d.q("UPDATE {t}pl_records SET to_pos=? WHERE record_id=? AND to_pos IS NULL"),
                 self.closes,
             )
+        spilled: dict[bytes, bytes] = {}
+        for row in self.versions:
+            spill_row(row, spilled)
+        if spilled:  # not COPY: a reference may be there already
+            write_rows(c, d.q(INSERT_SPILLED), list(spilled.items()))
         insert_rows(c, d, "pl_records", COLUMNS, [_AS_ROW(row) for row in self.versions])
         insert_rows(c, d, "pl_values", ("created_pos", "value"), self.values)
         edges.insert(c, d, self.edges)

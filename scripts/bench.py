@@ -194,6 +194,7 @@ from ledger.domain import Record, Status, uuid_of_hex
 from ledger.engine import Write
 from ledger.rules import FINAL
 from ledger.serialization import unpack
+from projections.record_table import row_columns
 from projections.validity import current_many
 
 SCOPE = "bench"
@@ -296,7 +297,10 @@ STORED_ROWS_SQL = (
     "SELECT originator_id, originator_version, topic, state FROM stored_events "
     "WHERE rowid BETWEEN ? AND ? ORDER BY rowid"
 )
-NAIVE_SCAN_SQL = "SELECT record_id, parents, observed FROM pl_records WHERE to_pos IS NULL"
+NAIVE_SCAN_SQL = (
+    f"SELECT r.record_id, {row_columns('r', ['parents', 'observed'])} "
+    "FROM pl_records r WHERE r.to_pos IS NULL"
+).replace("{t}", "")
 
 #: Runs in a child process so its peak RSS is the rebuild's alone. The peak is
 #: VmHWM, not ``ru_maxrss``: Linux carries the parent's RSS at fork over exec into

@@ -199,3 +199,17 @@ def world(ledger: Ledger, clock: Clock) -> World:
         outsider=ledger.authenticate(admin.issue_token("outsider")),
         clock=clock,
     )
+
+
+def sqlite_pages(path: Path, table: str) -> dict[str, int]:
+    """How many pages of each type (``leaf``, ``internal``, ``overflow``) the
+    table ``table`` of the SQLite file ``path`` takes (SQLite's ``dbstat``
+    table; the test is skipped where SQLite is built without it)."""
+    with sqlite3.connect(path) as con:
+        try:
+            rows = con.execute(
+                "SELECT pagetype, COUNT(*) FROM dbstat WHERE name = ? GROUP BY pagetype", (table,)
+            ).fetchall()
+        except sqlite3.OperationalError:
+            pytest.skip("this SQLite is built without the dbstat table")
+    return {str(kind): int(n) for kind, n in rows}

@@ -10,7 +10,6 @@ every look-up of a record searches."""
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,6 +25,8 @@ from projections import delivery as delivery_view
 from projections import edges as edges_index
 from projections import queries as view_queries
 from projections import validity as validity_view
+
+from .conftest import sqlite_pages
 
 SCOPE, CLAIM = "proj-a", "api.timeout"
 URI = "https://docs.test/orders"
@@ -636,16 +637,7 @@ def test_large_values_leave_no_overflow_page_in_the_record_table(
     ledger.close()
 
     # When the pages of the record table are counted (SQLite's dbstat table)
-    with sqlite3.connect(tmp_path / "ledger.db") as con:
-        try:
-            pages = dict(
-                con.execute(
-                    "SELECT pagetype, COUNT(*) FROM dbstat WHERE name = 'pl_records' "
-                    "GROUP BY pagetype"
-                ).fetchall()
-            )
-        except sqlite3.OperationalError:
-            pytest.skip("this SQLite is built without the dbstat table")
+    pages = sqlite_pages(tmp_path / "ledger.db", "pl_records")
 
     # Then its rows fit its pages: a search never copies a value out of overflow
     # pages to compare keys (it would, 50 pages a row version, with the values inside)
