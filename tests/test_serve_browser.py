@@ -249,3 +249,34 @@ def test_the_console_works_on_a_narrow_screen_and_from_the_keyboard(
         assert overflow <= 0, f"{path} scrolls sideways by {overflow}px at 390px"
     page.goto(base + "/")
     _shot(page, artefacts, "console-queue-narrow")
+
+
+def test_a_refused_correction_keeps_the_note_typed_in_the_browser(
+    browser: Any, desk: tuple[str, str, Ledger], artefacts: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    base, token, led = desk
+    led.authenticate(token).revoke("E1", reason="the docs changed")
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(base + "/")
+    page.get_by_label("Token").fill(token)
+    page.get_by_role("button", name="Sign in").click()
+
+    # A long note and a mistyped replacement id: the ledger refuses the correction.
+    note = "Retry advice withdrawn: the source changed. Do not enable automatic retries."
+    page.get_by_role("link", name="Needs attention").click()
+    page.get_by_label("Correction note to ops@example.test").fill(note)
+    page.get_by_label("Replacement record").fill("R1-typo")
+    page.get_by_role("button", name="Issue correction").click()
+    expect(page.get_by_role("alert").filter(has_text="replacement 'R1-typo'")).to_be_visible()
+
+    # What was typed is still there: fix the id (clear it) and send again.
+    expect(page.get_by_label("Correction note to ops@example.test")).to_have_value(note)
+    expect(page.get_by_label("Replacement record")).to_have_value("R1-typo")
+    _shot(page, artefacts, "console-correction-refused")
+    page.get_by_label("Replacement record").fill("")
+    page.get_by_role("button", name="Issue correction").click()
+    expect(page.get_by_role("heading", name="Corrections due (0)")).to_be_visible()
+    [delivery] = led.authenticate(token).get("R1").deliveries
+    assert delivery.corrections[0].note == note

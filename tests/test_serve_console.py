@@ -909,3 +909,100 @@ def test_an_expired_record_needs_attention_until_revalidated(desk: Desk, clock: 
     assert "STALE or expired records (1)" in text
     assert "X1" in text and "expired 2026-01-01 13:00:00 UTC" in text
     assert "Validity NEEDS_REVALIDATION" in text_of(client.get("/records/X1").text)
+
+
+# -- refused forms, past moments ---------------------------------------------------------------
+
+
+def _field_value(page: str, element: str, name: str) -> str:
+    """What a form field shows: a textarea's text or an input's value."""
+    if element == "textarea":
+        found = re.search(rf'<textarea[^>]* name="{name}"[^>]*>(.*?)</textarea>', page, re.S)
+    else:
+        found = re.search(rf'<input[^>]* name="{name}"[^>]* value="([^"]*)"', page)
+    assert found is not None, f"no {element} {name!r} on the page"
+    return html.unescape(found.group(1))
+
+
+def test_a_refused_form_comes_back_with_what_was_typed(desk: Desk) -> None:
+    _seed(desk)
+    desk.reviewer.revoke("E1", reason="doc changed")
+    [delivery] = desk.reviewer.get("R1").deliveries
+    client, csrf = desk.signed_in("reviewer")
+    note = "Retry advice withdrawn: the docs changed. Do <not> enable retries & re-check."
+    # 1. A correction with a mistyped replacement: refused, the note is not lost
+    action = f"/deliveries/{delivery.delivery_id}/correction"
+    r = client.post(action, data={"csrf": csrf, "note": note, "replacement": "R1-typo"})
+    page = client.get(r.headers["location"]).text
+    assert "Refused (UnknownRecordError)" in page
+    assert _field_value(page, "textarea", "note") == note
+    assert _field_value(page, "input", "replacement") == "R1-typo"
+    # ... given back once: the next visit shows an empty form again
+    assert _field_value(client.get("/attention").text, "textarea", "note") == ""
+    # 2. A revalidation on an unknown basis: the form opens again, filled in
+    r = client.post(
+        "/records/M1/revalidate", data={"csrf": csrf, "note": "re-read it", "parents": "NOPE"}
+    )
+    page = client.get(r.headers["location"]).text
+    assert "Refused (InvalidParentError)" in page
+    assert '<details class="revalidate" open>' in page
+    assert _field_value(page, "textarea", "note") == "re-read it"
+    assert _field_value(page, "input", "parents") == "NOPE"
+    # 3. A revocation whose preview changed: the new preview keeps the reason
+    r = client.post(
+        "/records/M2/revoke", data={"csrf": csrf, "reason": "dupes seen", "preview": "x"}
+    )
+    page = client.get(r.headers["location"]).text
+    assert "Nothing was revoked" in text_of(page)
+    assert _field_value(page, "textarea", "reason") == "dupes seen"
+
+
+def test_a_refused_rejection_keeps_its_reason_in_the_queue(desk: Desk) -> None:
+    _seed(desk)
+    desk.agent.propose(scope="proj-a", claim_key="api.other", value=1, kind=Kind.FACT, id="M3")
+    client, csrf = desk.signed_in("reviewer-2")
+    # The reason is refused (blank once trimmed); the queue reopens M2's form with it
+    r = client.post("/records/M2/reject", data={"csrf": csrf, "reason": "   ", "next": "/"})
+    page = client.get(r.headers["location"]).text
+    assert "Refused (" in page
+    card = card_of(page, "M2")
+    assert '<details class="reject" open>' in card
+    assert '<details class="reject" open>' not in card_of(page, "M3")
+
+
+def test_a_past_page_names_the_position_it_really_shows(desk: Desk) -> None:
+    _seed(desk)
+    start = desk.ledger.position + 1
+    desk.reviewer.revoke("E1", reason="doc changed")  # one transaction: several events
+    end = desk.ledger.position
+    assert end > start
+    client, _ = desk.signed_in("reviewer")
+    text = text_of(client.get("/records/R1", params={"as_of_position": start}).text)
+    assert f"as of log position {start} (through position {end}:" in text
+    assert "Status STALE" in text and "Not usable then" in text
+    exact = text_of(client.get("/records/R1", params={"as_of_position": end}).text)
+    assert "through position" not in exact
+    assert "Not usable now" not in exact
+
+
+def test_a_revocation_preview_asked_of_the_past_shows_the_record_then(desk: Desk) -> None:
+    _seed(desk)
+    before = desk.ledger.position
+    client, _ = desk.signed_in("reviewer")
+    r = client.get("/records/E1/revoke", params={"as_of_position": before})
+    assert (r.status_code, r.headers["location"]) == (
+        303,
+        f"/records/E1?as_of_position={before}",
+    )
+    page = text_of(client.get(r.headers["location"]).text)
+    assert "A revocation preview shows what revoking would do now" in page
+    assert "Status ACCEPTED" in page
+
+
+def test_the_record_page_leads_to_its_claim_and_to_each_past_state(desk: Desk) -> None:
+    _seed(desk)
+    client, _ = desk.signed_in("reviewer")
+    page = client.get("/records/R1").text
+    assert 'href="/explain?scope=proj-a&amp;claim_key=report.weekly">' in page
+    for event in desk.reviewer.audit("R1").events:
+        assert f'href="/records/R1?as_of_position={event.position}"' in page

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -93,6 +94,8 @@ Page = Callable[[Request, ConsoleSession], Awaitable[Response]]
 
 #: The query parameters that name a page's moment (see ``pages.Moment``).
 _MOMENT = ("as_of_position", "as_of_time")
+#: Form fields the console fills in itself (a refused form is given back without them).
+_NOT_TYPED = ("csrf", "next", "preview")
 
 
 class _PreviewChanged(Exception):
@@ -167,10 +170,17 @@ class Console:
     ) -> HTMLResponse:
         """A page from ``template`` with the header's context."""
         moment = context.pop("moment", None) or Moment()
+        refused = session.take_refused()
 
         def url(path: str, **params: Any) -> str:
             query = {**moment.params(), **{k: str(v) for k, v in params.items() if v is not None}}
             return path + ("?" + urlencode(query) if query else "")
+
+        def refill(action: str, name: str) -> str:
+            """What was typed into field ``name`` of the refused form sent to ``action``."""
+            if refused is None or refused[0] != action:
+                return ""
+            return refused[1].get(name, "")
 
         html = self.env.get_template(template).render(
             request=request,
@@ -180,6 +190,7 @@ class Console:
             flashes=session.take_flashes(),
             moment=moment,
             url=url,
+            refill=refill,
             path=request.url.path,
             # The page's own question (filters, claim, page), kept when its moment
             # changes: by the as-of form and the link back to now.
@@ -305,6 +316,7 @@ class Console:
         """Run a write from a form; its message (or the refusal) shows on the next page."""
         form = await request.form()
         values = {k: v for k, v in form.items() if isinstance(v, str)}
+        typed = {k: v for k, v in values.items() if k not in _NOT_TYPED}
         try:
             message = await run_in_threadpool(lambda: action(self._live(session), values))
             session.flash("ok", message)
@@ -312,8 +324,10 @@ class Console:
             raise
         except LedgerError as exc:
             session.flash("error", f"Refused ({type(exc).__name__}): {exc}")
+            session.keep_refused(request.url.path, typed)
         except _PreviewChanged as exc:
             session.flash("error", str(exc))
+            session.keep_refused(request.url.path, typed)
             return RedirectResponse(exc.back, status_code=303)
         return RedirectResponse(self._back(request, values, default_back), status_code=303)
 
@@ -330,18 +344,20 @@ class Console:
         except InvalidInputError as exc:
             return self.error_page(request, session, exc, Moment())
 
-        def run() -> dict[str, Any]:
+        def run() -> tuple[dict[str, Any], int | None]:
             live = self._live(session)
             access = Access.of(live)
-            return load(moment.session(live), moment, access)
+            then = moment.session(live)
+            return load(then, moment, access), then.position
 
         try:
-            context = await run_in_threadpool(run)
+            context, through = await run_in_threadpool(run)
         except AuthenticationError:
             raise
         except LedgerError as exc:
             return self.error_page(request, session, exc, moment)
-        return self.render(request, session, template, moment=moment, **context)
+        shown = replace(moment, through=through)  # the position the page really shows
+        return self.render(request, session, template, moment=shown, **context)
 
     # -- sign-in -----------------------------------------------------------------
 
@@ -484,8 +500,21 @@ class Console:
         return await self._gather(request, session, "record.html", load)
 
     async def revoke_preview(self, request: Request, session: ConsoleSession) -> Response:
-        """What a revocation would mark STALE and which deliveries would owe corrections."""
+        """What a revocation would mark STALE and which deliveries would owe corrections
+        (now: asked as of a past moment, the record page as of then instead)."""
         record_id = request.path_params["record_id"]
+        try:
+            moment = Moment.of(request.query_params)
+        except InvalidInputError:
+            moment = Moment()  # the preview page refuses it, as every page does
+        if moment.past:
+            session.flash(
+                "ok",
+                "A revocation preview shows what revoking would do now; "
+                "here is the record as it was then.",
+            )
+            query = urlencode(moment.params())
+            return RedirectResponse(f"/records/{quote(record_id, safe='@:')}?{query}", 303)
 
         def load(live: Session, moment: Moment, access: Access) -> dict[str, Any]:
             view, preview, stale = _revocation_preview(live, record_id)

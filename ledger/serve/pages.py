@@ -57,6 +57,9 @@ class Moment:
 
     position: int | None = None
     time: datetime | None = None
+    #: The log position a past page shows, once loaded: the end of the transaction
+    #: that appended ``position``, or the newest position at ``time``.
+    through: int | None = None
 
     @property
     def past(self) -> bool:

@@ -33,6 +33,8 @@ class ConsoleSession:
     token: str | None = field(default=None, repr=False)
     principal: str | None = None
     flashes: list[tuple[str, str]] = field(default_factory=list)
+    #: The text of the last form the ledger refused, by the path it was sent to.
+    refused: tuple[str, dict[str, str]] | None = field(default=None, repr=False)
 
     @property
     def signed_in(self) -> bool:
@@ -47,6 +49,17 @@ class ConsoleSession:
     def take_flashes(self) -> list[tuple[str, str]]:
         """The messages to show now (then forgotten)."""
         out, self.flashes = self.flashes, []
+        return out
+
+    def keep_refused(self, action: str, values: dict[str, str]) -> None:
+        """Keep what was typed into a form sent to ``action`` that the ledger refused,
+        so the next page fills it in again (a long correction note is not lost to a
+        mistyped record id)."""
+        self.refused = (action, values)
+
+    def take_refused(self) -> tuple[str, dict[str, str]] | None:
+        """The refused form to fill in again now (then forgotten)."""
+        out, self.refused = self.refused, None
         return out
 
     def csrf_ok(self, sent: object) -> bool:
