@@ -1006,3 +1006,30 @@ def test_the_record_page_leads_to_its_claim_and_to_each_past_state(desk: Desk) -
     assert 'href="/explain?scope=proj-a&amp;claim_key=report.weekly">' in page
     for event in desk.reviewer.audit("R1").events:
         assert f'href="/records/R1?as_of_position={event.position}"' in page
+
+
+def test_a_conditioned_record_is_explained_where_it_applies(desk: Desk) -> None:
+    # C1 holds where api=v2: without a context no read may use it, so its page
+    # must not call a VALID record unusable, nor miss a rival of that context.
+    cond = {"api": "v2"}
+    desk.agent.propose(
+        scope="proj-a", claim_key="auth.mode", value="oauth", kind=Kind.FACT, conditions=cond,
+        id="C1",
+    )  # fmt: skip
+    desk.reviewer.accept("C1")
+    desk.agent.propose(
+        scope="proj-a", claim_key="auth.mode", value="basic", kind=Kind.FACT, conditions=cond,
+        id="C2",
+    )  # fmt: skip
+    client, _ = desk.signed_in("reviewer-2")
+    text = text_of(client.get("/records/C1").text)
+    assert "Validity VALID" in text
+    assert "Not usable now" not in text
+    assert 'Usable now where {"api": "v2"}' in text
+    assert "reads of proj-a/auth.mode in that context may hand it on" in text
+    card = text_of(card_of(client.get("/").text, "C2"))
+    assert "a CONFLICT: C1 holds another value" in card
+    # Once both are accepted, C1's page names the conflict where it applies
+    desk.reviewer.accept("C2")
+    text = text_of(client.get("/records/C1").text)
+    assert 'Usable, but in a CONFLICT: reads of proj-a/auth.mode where {"api": "v2"}' in text

@@ -406,7 +406,7 @@ class Console:
 
         def load(live: Session, moment: Moment, access: Access) -> dict[str, Any]:
             groups = []
-            explained: dict[tuple[str, str], Any] = {}  # one explanation per claim
+            explained: dict[tuple[str, str, bytes], Any] = {}  # one per claim and context
             for scope in access.scopes(Role.APPROVE):
                 if only is not None and scope != only:
                     continue

@@ -256,15 +256,21 @@ def _dependency(session: Session, rid: str, observed: bool) -> Parent:
         return Parent(rid, None, observed, "not readable with your roles")
 
 
+def _applying(view: RecordView) -> dict[str, Any] | None:
+    """The context ``view`` applies in (its conditions), for explaining its claim
+    where it holds: without one, a conditioned record is never usable."""
+    return dict(view.conditions) or None
+
+
 def candidate(
     session: Session,
     view: RecordView,
-    explained: dict[tuple[str, str], Explanation | None] | None = None,
+    explained: dict[tuple[str, str, bytes], Explanation | None] | None = None,
 ) -> Candidate:
     """A queue entry for ``view``, with what would refuse its acceptance said up front.
 
-    ``explained``: the claims explained so far for one page, by (scope, claim key),
-    so that candidates of one claim share one explanation."""
+    ``explained``: the claims explained so far for one page, by (scope, claim key,
+    conditions), so that candidates of one claim and context share one explanation."""
     wanted = [(p, False) for p in view.parents] + [(o, True) for o in view.undeclared]
     deps = [_dependency(session, rid, observed) for rid, observed in wanted[:MAX_DEPENDENCIES]]
     more = max(0, len(wanted) - MAX_DEPENDENCIES)
@@ -282,11 +288,13 @@ def candidate(
                 accept_blocked = f"Its dependency {dep.id} is {dep.view.validity}."
             if accept_blocked:
                 break
-    key = (view.scope, view.claim_key)
+    key = (view.scope, view.claim_key, canonical(view.conditions))
     if explained is None or key not in explained:
         try:
             # Only the usable records matter here (rivals): one other is built at most.
-            explanation: Explanation | None = session.explain(*key, limit=1)
+            explanation: Explanation | None = session.explain(
+                view.scope, view.claim_key, context=_applying(view), limit=1
+            )
         except LedgerError:
             explanation = None
         if explained is not None:
@@ -300,13 +308,16 @@ def candidate(
 def explain_line(
     session: Session, view: RecordView
 ) -> tuple[bool, tuple[str, ...], tuple[str, ...]]:
-    """Whether the record is usable now, the ledger's reasons if not, and, if it
-    is, the other usable records of its claim that hold another value (reads of
-    the claim then answer CONFLICT rather than hand on either). A record that is
-    not usable, of a claim with more than :data:`EXPLAINED` such records, may
-    come without its reasons (the page then says what its status says)."""
+    """Whether the record is usable now where it applies (in the context of its
+    own conditions), the ledger's reasons if not, and, if it is, the other usable
+    records of its claim there that hold another value (reads of the claim then
+    answer CONFLICT rather than hand on either). A record that is not usable, of
+    a claim with more than :data:`EXPLAINED` such records, may come without its
+    reasons (the page then says what its status says)."""
     try:
-        explanation = session.explain(view.scope, view.claim_key, limit=EXPLAINED)
+        explanation = session.explain(
+            view.scope, view.claim_key, context=_applying(view), limit=EXPLAINED
+        )
     except LedgerError:
         return False, (), ()
     for entry in explanation.entries:
