@@ -307,8 +307,11 @@ def test_a_graph_over_the_cap_is_refused_in_every_format_naming_the_count_and_wh
 def test_revoking_a_record_under_many_lists_the_first_thousand_ids_and_counts_them_all(
     served: Served,
 ) -> None:
-    # Given HUB with 1,001 candidates resting on it
+    # Given HUB with 1,001 candidates resting on it, and a candidate on nothing
     _fan(served, "HUB", 1001)
+    served.agent.post(
+        "/records", json={"scope": "proj-a", "claim_key": "other", "value": 1, "kind": "fact"}
+    )
 
     # When the reviewer revokes it through the API
     r = served.reviewer.post(
@@ -322,12 +325,22 @@ def test_revoking_a_record_under_many_lists_the_first_thousand_ids_and_counts_th
     assert (len(body["stale"]), body["stale_count"]) == (1000, 1001)
     assert body["note"] == (
         "1002 records affected; the first 1000 are listed. GET /api/v1/records?scope=SCOPE"
-        "&validity=NEEDS_REVALIDATION pages through those now STALE."
+        "&status=STALE pages through those now STALE."
     )
-    listed = served.agent.get(
-        "/records", params={"scope": "proj-a", "validity": "NEEDS_REVALIDATION", "limit": 1000}
-    ).json()
-    assert len(listed["records"]) == 1000 and listed["next_after"] is not None
+    # And the listing it names pages through exactly those (a candidate needs
+    # revalidation too, but was not marked STALE)
+    stale: list[str] = []
+    after = None
+    while True:
+        params = {"scope": "proj-a", "status": "STALE", "limit": 1000}
+        page = served.agent.get(
+            "/records", params={**params, **({"after": after} if after else {})}
+        )
+        stale += [v["id"] for v in page.json()["records"]]
+        after = page.json()["next_after"]
+        if after is None:
+            break
+    assert len(stale) == 1001 and set(body["stale"]) <= set(stale)
 
 
 def test_an_svg_graph_shows_text_holding_a_character_reference_as_stored(served: Served) -> None:

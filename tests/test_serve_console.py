@@ -775,6 +775,10 @@ def test_a_revocation_preview_lists_a_page_of_what_goes_stale_and_counts_the_res
     assert "Will be marked STALE (250)" in text
     assert preview.text.count('href="/records/H-') == 200
     assert "The first 200 are listed; 50 more are not." in text
+    # ... and links to them all (STALE: a candidate also needs revalidation)
+    assert 'href="/records?scope=proj-a&amp;status=STALE">Records (status STALE)</a>' in (
+        preview.text
+    )
 
     # And confirming it revokes H and marks every one of them STALE
     mark = _PREVIEW.search(preview.text)

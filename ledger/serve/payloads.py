@@ -77,9 +77,7 @@ def correction_due(due: CorrectionDue) -> dict[str, Any]:
 def revocation(result: Revocation) -> dict[str, Any]:
     """What a revocation changed, only what the caller may see: at most
     :data:`~ledger.graph.MAX_SERVED_NODES` ids per list, with the counts."""
-    rest = (
-        "GET /api/v1/records?scope=SCOPE&validity=NEEDS_REVALIDATION pages through those now STALE."
-    )
+    rest = "GET /api/v1/records?scope=SCOPE&status=STALE pages through those now STALE."
     return capped_revocation(result, MAX_SERVED_NODES, rest)
 
 
