@@ -144,19 +144,36 @@ def test_only_another_connections_write_counts_as_someone_else_writing(
             recorder.lock_for_write(c)
             return recorder.others_wrote(c)
 
-    assert others_wrote() is False  # after its own commands
-    first.authenticate(tokens["proposer"]).propose("s", "k", "v", Kind.FACT, id="r1")
-    assert others_wrote() is False
-    second.authenticate(tokens["approver"]).accept("r1")
-    assert others_wrote() is True
-    assert others_wrote() is False  # the previous transaction saw that write
-    second.admin().revoke_grant("proposer", "s", ["propose"])
-    assert others_wrote() is True
-    assert others_wrote() is False
-    # A write that appends no event (here to a table of its own) counts too: a
-    # view row changed behind the ledger's back is read again, not remembered.
-    _raw_write(first.url, "CREATE TABLE scratch (x INTEGER)")
-    assert others_wrote() is True
+    def scenario(n: int) -> None:
+        if n:
+            second.admin().grant("proposer", "s", ["propose"])  # if revoked the time before
+        others_wrote()  # seen whatever came before
+        assert others_wrote() is False  # after a transaction of its own
+        first.authenticate(tokens["proposer"]).propose("s", "k", "v", Kind.FACT, id=f"r{n}")
+        assert others_wrote() is False
+        second.authenticate(tokens["approver"]).accept(f"r{n}")
+        assert others_wrote() is True
+        assert others_wrote() is False  # the previous transaction saw that write
+        second.admin().revoke_grant("proposer", "s", ["propose"])
+        assert others_wrote() is True
+        assert others_wrote() is False
+        # A write that appends no event (here to a table of its own) counts too: a
+        # view row changed behind the ledger's back is read again, not remembered.
+        _raw_write(first.url, f"CREATE TABLE scratch{n} (x INTEGER)")
+        assert others_wrote() is True
+
+    # On PostgreSQL any session that takes a transaction id in between counts (a
+    # false alarm only makes a command read again): one the server's autovacuum
+    # takes to analyse a table, say. Such a coincidence does not repeat three
+    # times in a row; a transaction of the ledger's own counted would.
+    tries = 3 if first.backend == "postgresql" else 1
+    for n in range(tries):
+        try:
+            scenario(n)
+            return
+        except AssertionError:
+            if n == tries - 1:
+                raise
 
 
 def _raw_write(url: str, statement: str) -> None:
