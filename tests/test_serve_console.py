@@ -276,6 +276,23 @@ def test_signing_out_ends_the_session(desk: Desk) -> None:
     assert "Sign in" in client.get("/").text
 
 
+def test_the_sign_in_and_sign_out_addresses_opened_as_pages_lead_to_the_start(
+    desk: Desk,
+) -> None:
+    # The page of a refused token is at /signin: reached again through the
+    # history, bookmarked or typed, it is the start page (it was a 405 page)
+    client = desk.browser()
+    assert client.post("/signin", data={"token": "plt_wrong", "csrf": "x"}).status_code == 303
+    r = client.get("/signin")
+    assert (r.status_code, r.headers["location"]) == (303, "/")
+    assert "Sign in" in client.get("/").text
+    # and a GET of /signout signs nobody out (only the form's POST does)
+    signed, _ = desk.signed_in("reviewer")
+    r = signed.get("/signout")
+    assert (r.status_code, r.headers["location"]) == (303, "/")
+    assert "Signed in as <strong>reviewer</strong>" in signed.get("/").text
+
+
 def test_a_revoked_token_signs_the_session_out(desk: Desk) -> None:
     client, _ = desk.signed_in("reviewer")
     desk.ledger.admin().revoke_token(desk.tokens["reviewer"])

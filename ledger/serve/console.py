@@ -125,6 +125,10 @@ class Console:
             Route("/", self._page(self.queue, signed_out=self.signin_page)),
             Route("/signin", self.signin, methods=["POST"]),
             Route("/signout", self._post(self.signout), methods=["POST"]),
+            # Typed, bookmarked or reached back through the history (the page of a
+            # refused token is at /signin): the start page, changing nothing.
+            Route("/signin", self.to_start),
+            Route("/signout", self.to_start),
             Route("/records", self._page(self.records)),
             Route("/records/{record_id}", self._page(self.record)),
             Route("/records/{record_id}/accept", self._post(self.accept), methods=["POST"]),
@@ -364,6 +368,10 @@ class Console:
     async def signin_page(self, request: Request, session: ConsoleSession) -> Response:
         """The sign-in form."""
         return self.render(request, session, "signin.html", title="Sign in")
+
+    async def to_start(self, request: Request) -> Response:
+        """The start page (the queue, or the sign-in form)."""
+        return RedirectResponse("/", status_code=303)
 
     async def signin(self, request: Request) -> Response:
         """Check the token; on success a new signed-in session replaces the old one."""
