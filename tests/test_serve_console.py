@@ -925,11 +925,15 @@ def test_an_expired_record_needs_attention_until_revalidated(desk: Desk, clock: 
     desk.reviewer.accept("X1")
     client, _ = desk.signed_in("reviewer")
     assert "X1" not in text_of(client.get("/attention").text)
+    assert "Usable until 2026-01-01 13:00:00 UTC" in text_of(client.get("/records/X1").text)
     clock.advance(hours=2)
     text = text_of(client.get("/attention").text)
     assert "STALE or expired records (1)" in text
     assert "X1" in text and "expired 2026-01-01 13:00:00 UTC" in text
-    assert "Validity NEEDS_REVALIDATION" in text_of(client.get("/records/X1").text)
+    page = text_of(client.get("/records/X1").text)
+    assert "Validity NEEDS_REVALIDATION" in page
+    # and its page no longer calls it usable until a time gone by
+    assert "Usable until" not in page and "Its expiry: 2026-01-01 13:00:00 UTC" in page
 
 
 # -- refused forms, past moments ---------------------------------------------------------------
