@@ -17,6 +17,7 @@ import io
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -1356,14 +1357,20 @@ async def test_revoking_a_record_under_many_lists_the_first_thousand_ids_and_cou
 # -- the command -----------------------------------------------------------------------------
 
 
-def test_provledger_mcp_serves_over_stdio_with_the_token_from_the_environment(
-    tmp_path: Path, anyio_backend: str
-) -> None:
+def _agent_ledger(tmp_path: Path) -> tuple[str, str]:
+    """A SQLite ledger in ``tmp_path`` where agent-1 may propose and read in proj-a:
+    its URL and agent-1's token."""
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
     with Ledger.open(url) as led:
         admin = led.admin()
         admin.grant("agent-1", scope=SCOPE, roles=["propose", "read"])
-        token = admin.issue_token("agent-1")
+        return url, admin.issue_token("agent-1")
+
+
+def test_provledger_mcp_serves_over_stdio_with_the_token_from_the_environment(
+    tmp_path: Path, anyio_backend: str
+) -> None:
+    url, token = _agent_ledger(tmp_path)
     env = {"PROVLEDGER_TOKEN": token}
     if "PYTHONPATH" in os.environ:  # this checkout's package, however pytest was started
         env["PYTHONPATH"] = os.environ["PYTHONPATH"]
@@ -1433,6 +1440,68 @@ def test_provledger_mcp_refuses_a_bad_token_in_one_line_without_echoing_it(
     assert result.exit_code == 1
     assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
     assert secret not in result.output and secret not in result.stderr
+
+
+def test_provledger_mcp_serves_streamable_http_at_the_mcp_path(
+    tmp_path: Path, anyio_backend: str
+) -> None:
+    url, token = _agent_ledger(tmp_path)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [sys.executable, "-m", "ledger", "mcp", "--url", url, "--port", str(port)]
+    server = subprocess.Popen(
+        [*command, "--transport", "streamable-http"],
+        env={**os.environ, "PROVLEDGER_TOKEN": token},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+    async def session() -> tuple[list[str], Any]:
+        while True:  # until it listens (or has exited)
+            assert server.poll() is None, server.stderr.read() if server.stderr else ""
+            try:
+                await (await anyio.connect_tcp("127.0.0.1", port)).aclose()
+                break
+            except OSError:
+                await anyio.sleep(0.05)
+        async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+            names = [t.name for t in (await client.list_tools()).tools]
+            evidence = await client.call_tool(
+                "capture_evidence", {"scope": SCOPE, "uri": "https://docs.test/e1", "content": "x"}
+            )
+        return names, evidence
+
+    try:
+        names, evidence = anyio.run(session, backend=anyio_backend)
+    finally:
+        server.terminate()
+        server.communicate(timeout=30)
+
+    assert names == MEMORY_TOOLS
+    assert not evidence.is_error and evidence.structured_content["status"] == "CANDIDATE"
+
+
+def test_provledger_mcp_over_http_on_a_taken_port_is_one_error_line_and_exit_1(
+    tmp_path: Path,
+) -> None:
+    url, token = _agent_ledger(tmp_path)
+    env = {**os.environ, "PROVLEDGER_TOKEN": token}
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        command = [sys.executable, "-m", "ledger", "mcp", "--url", url, "--port", str(port)]
+        done = subprocess.run(
+            [*command, "--transport", "streamable-http"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env=env,
+        )
+    assert done.returncode == 1
+    assert done.stderr == f"error: cannot listen on 127.0.0.1:{port}: Address already in use\n"
 
 
 def test_provledger_help_does_not_import_the_mcp_sdk() -> None:

@@ -4,6 +4,7 @@ description and annotations) and :func:`build_server` / :func:`serve`."""
 from __future__ import annotations
 
 import math
+import socket
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -411,9 +412,36 @@ def serve(
 
     Raises:
         AuthenticationError: the token is unknown, revoked or expired.
+        InvalidInputError: over streamable HTTP, nothing can listen on ``host:port``.
     """
     server = build_server(ledger, token)
     if transport == "stdio":
         server.run("stdio")
-    else:
-        server.run("streamable-http", host=host, port=port)
+        return
+    import uvicorn  # a dependency of the SDK; imported only to serve over HTTP
+
+    # Bound here, not by uvicorn: its failure to bind is log lines and an exit
+    # status of its own (3), not an error naming the address.
+    listening = _bound(host, port)
+    try:
+        app = server.streamable_http_app(host=host)
+        config = uvicorn.Config(app, log_level="warning", server_header=False)
+        uvicorn.Server(config).run(sockets=[listening])
+    finally:
+        listening.close()
+
+
+def _bound(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` for the streamable-HTTP transport.
+
+    Raises:
+        InvalidInputError: the port is taken, or ``host`` is no address of this machine.
+    """
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise InvalidInputError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    return sock
