@@ -247,6 +247,30 @@ async def test_every_tool_is_described_for_a_model_with_schemas_and_annotations(
     assert [fn.__name__ for fn, _, _ in APPROVAL_TOOLS] == APPROVALS
 
 
+async def test_a_result_reaches_the_model_as_compact_json_text_equal_to_the_structured_one(
+    team: Team,
+) -> None:
+    async with team.client("agent-1") as agent:
+        # Given a record with text beyond ASCII
+        proposal = {"scope": SCOPE, "claim_key": CLAIM, "value": "déjà vu", "kind": "fact"}
+        await ok(agent, "propose_memory", **proposal, id="M1")
+        # When a model lists it and reads it
+        results = [
+            await agent.call_tool("list_records", {"scope": SCOPE}),
+            await agent.call_tool("get_record", {"record_id": "M1"}),
+        ]
+
+    for result in results:
+        # Then the text a model reads is the structured result as JSON, without the
+        # indentation that made a page of records half as long again
+        assert not result.is_error and len(result.content) == 1
+        text = result.content[0].text
+        assert json.loads(text) == result.structured_content
+        compact = json.dumps(result.structured_content, ensure_ascii=False, separators=(",", ":"))
+        assert text == compact
+        assert "déjà vu" in text
+
+
 # -- the memory cycle -----------------------------------------------------------------------
 
 

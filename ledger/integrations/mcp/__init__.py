@@ -9,8 +9,8 @@ streamable HTTP (:func:`serve`).
   when the token holds ``approve`` in some scope, ``accept_memory``,
   ``reject_memory``, ``revoke_memory``, ``revalidate_memory``. Arguments carry the
   library's names; results are structured JSON (datetimes ISO 8601, bytes
-  ``{"base64": …}``). A refusal is a tool error whose text names the
-  ``LedgerError`` class and carries its message.
+  ``{"base64": …}``), their text content that JSON, compact. A refusal is a tool
+  error whose text names the ``LedgerError`` class and carries its message.
 - Resources: ``provledger://record/{record_id}``, the JSON ``get_record`` returns.
   After ``revoke_memory`` every affected record the token can see is announced as
   updated (and after accept, reject and revalidate the record itself), to clients

@@ -3,6 +3,7 @@ description and annotations) and :func:`build_server` / :func:`serve`."""
 
 from __future__ import annotations
 
+import json
 import math
 import socket
 from collections.abc import Callable
@@ -11,7 +12,7 @@ from typing import Any, Literal
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import CallToolResult, InputRequiredResult, ToolAnnotations
+from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
 from mcp.types import Tool as MCPTool
 from pydantic import ValidationError
 
@@ -142,7 +143,7 @@ class LedgerServer(MCPServer[Connection]):
                     )
                 )
         try:
-            return await super().call_tool(name, arguments, context)
+            result = await super().call_tool(name, arguments, context)
         except ToolError as exc:
             if not isinstance(exc.__cause__, ValidationError):
                 raise
@@ -152,6 +153,12 @@ class LedgerServer(MCPServer[Connection]):
                 f"Error executing tool {name}: "
                 + refusal(InvalidInputError(_argument_errors(exc.__cause__)))
             ) from None
+        if isinstance(result, CallToolResult) and result.structured_content is not None:
+            # The text most clients hand the model: the structured result as compact
+            # JSON (the SDK indents it, a page of records half as long again).
+            text = json.dumps(result.structured_content, ensure_ascii=False, separators=(",", ":"))
+            result.content = [TextContent(type="text", text=text)]
+        return result
 
     async def _arguments(self) -> dict[str, frozenset[str]]:
         """Each tool's argument names, read from its schema once (the tools are all
