@@ -196,7 +196,15 @@ def test_stats_counts_events_records_and_statuses(chain: Cli) -> None:
 def test_rebuild_replays_the_log_and_the_views_match(chain: Cli) -> None:
     data = chain.json("rebuild")
     assert data["matched"] is True and data["events"] == chain.position
-    assert "views match" in chain.ok("rebuild").stderr
+    said = chain.ok("rebuild").stderr
+    # One line, the digest unbroken, whatever the terminal's width
+    assert re.search(r"^replayed .* views match \(digest [0-9a-f]{16}\)$", said, re.M), said
+
+
+def test_rebuild_and_demo_print_json_as_every_other_command_does(chain: Cli) -> None:
+    for args in (["rebuild"], ["demo"], ["stats"]):
+        printed = chain.ok(*args, "--json").stdout
+        assert printed == json.dumps(json.loads(printed), indent=2, ensure_ascii=False) + "\n"
 
 
 def test_rebuild_over_an_edited_view_says_what_happened_and_where_to_look(chain: Cli) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import tempfile
 from datetime import datetime
@@ -385,7 +384,7 @@ def demo(url: str | None, as_json: bool) -> None:
         with open_ledger(target, create=True, one_process=True) as led:
             result = run_experiment(led)
     if as_json:
-        click.echo(json.dumps(result.to_json(), indent=2))
+        echo_json(result.to_json())
     else:
         print_experiment(result, Console())
         if url is None:
@@ -418,17 +417,15 @@ def rebuild(url: str | None, admin_token: str | None, as_json: bool) -> None:
             raise read_only_error("rebuild", led.url)
         report = rebuild_with_progress(led, quiet=as_json)
     if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "events": report.events,
-                    "seconds": report.seconds,
-                    "events_per_second": report.events_per_second,
-                    "digest_before": report.digest_before,
-                    "digest_after": report.digest_after,
-                    "matched": report.matched,
-                }
-            )
+        echo_json(
+            {
+                "events": report.events,
+                "seconds": report.seconds,
+                "events_per_second": report.events_per_second,
+                "digest_before": report.digest_before,
+                "digest_after": report.digest_after,
+                "matched": report.matched,
+            }
         )
     if not report.matched:
         click.echo(
@@ -464,6 +461,7 @@ def rebuild_with_progress(led: Ledger, *, quiet: bool = False) -> Any:
         console.print(
             f"replayed {report.events} events in {report.seconds:.2f} s "
             f"({report.events_per_second:,.0f} events/s); {verdict} "
-            f"(digest {report.digest_after[:16]})"
+            f"(digest {report.digest_after[:16]})",
+            soft_wrap=True,  # one line for logs, the digest unbroken
         )
     return report
