@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import logging
 import re
-import socket
 
 from ledger.access import TOKEN_PREFIX
 from ledger.application import Ledger
-from ledger.errors import InvalidInputError
 from ledger.serve.app import create_app
+from ledger.sockets import listen
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8321
@@ -44,7 +43,7 @@ def run(
     """
     import uvicorn  # imported here: only serving needs it
 
-    listening = _listen(host, port)
+    listening = listen(host, port)
     try:
         with Ledger.open(url, create=create) as ledger:
             config = uvicorn.Config(
@@ -89,18 +88,6 @@ def mask_tokens(record: logging.LogRecord) -> bool:
     return True
 
 
-def _listen(host: str, port: int) -> socket.socket:
-    """A socket bound to ``host:port`` (uvicorn's own failure to bind is log lines
-    and an exit status of its own, not an error naming the address)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise InvalidInputError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    return sock
 
 
 __all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "create_app", "mask_tokens", "run"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import socket
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -40,6 +39,7 @@ from ledger.integrations.mcp.tools import (
     revoke_memory,
 )
 from ledger.jsonable import EXPLAINED
+from ledger.sockets import listen
 from ledger.validation import quoted
 
 __all__ = ["APPROVAL_TOOLS", "INSTRUCTIONS", "TOOLS", "build_server", "serve"]
@@ -429,7 +429,7 @@ def serve(
 
     # Bound here, not by uvicorn: its failure to bind is log lines and an exit
     # status of its own (3), not an error naming the address.
-    listening = _bound(host, port)
+    listening = listen(host, port)
     try:
         app = server.streamable_http_app(host=host)
         config = uvicorn.Config(app, log_level="warning", server_header=False)
@@ -438,17 +438,3 @@ def serve(
         listening.close()
 
 
-def _bound(host: str, port: int) -> socket.socket:
-    """A socket bound to ``host:port`` for the streamable-HTTP transport.
-
-    Raises:
-        InvalidInputError: the port is taken, or ``host`` is no address of this machine.
-    """
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise InvalidInputError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    return sock
