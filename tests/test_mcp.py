@@ -1361,19 +1361,29 @@ async def test_revoking_a_record_under_many_lists_the_first_thousand_ids_and_cou
         for i in range(1001)
     )  # fmt: skip
 
+    # and an unrelated candidate beside them
+    team.sessions["agent-1"].propose(SCOPE, "other", 1, "fact", id="Z1")
+
     # When the reviewer revokes E1
     async with team.client("reviewer") as reviewer:
         rev = await ok(reviewer, "revoke_memory", record_id="E1", reason="doc changed")
 
-    # Then the answer lists the first 1,000 ids of each list, counts them all,
-    assert (len(rev["affected"]), rev["affected_count"]) == (1000, 1002)
-    assert (len(rev["stale"]), rev["stale_count"]) == (1000, 1001)
-    assert rev["affected"][:2] == ["E1", "L0000"]
-    # and says where to find the rest
-    assert rev["note"] == (
-        "1002 records affected; the first 1000 are listed. list_records with "
-        "validity='NEEDS_REVALIDATION' pages through those now STALE."
-    )
+        # Then the answer lists the first 1,000 ids of each list, counts them all,
+        assert (len(rev["affected"]), rev["affected_count"]) == (1000, 1002)
+        assert (len(rev["stale"]), rev["stale_count"]) == (1000, 1001)
+        assert rev["affected"][:2] == ["E1", "L0000"]
+        # and says where to find the rest
+        assert rev["note"] == (
+            "1002 records affected; the first 1000 are listed. list_records with "
+            "status='STALE' pages through those now STALE."
+        )
+        # which lists exactly those it marked STALE (not the candidate beside them)
+        first = await ok(reviewer, "list_records", scope=SCOPE, status="STALE", limit=1000)
+        second = await ok(
+            reviewer, "list_records", scope=SCOPE, status="STALE", after=first["next_after"]
+        )
+        listed = [r["id"] for r in first["records"] + second["records"]]
+        assert len(listed) == rev["stale_count"] and listed[:1000] == rev["stale"]
     # (every one of them is STALE all the same)
     assert team.sessions["agent-1"].get("L1000").status.value == "STALE"
 

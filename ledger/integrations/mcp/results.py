@@ -214,7 +214,7 @@ def audit_out(trail: AuditTrail) -> AuditOut:
 
 def revocation_out(rev: Revocation, listed: int = MAX_SERVED_NODES) -> RevocationOut:
     """What a revocation changed, as JSON: at most ``listed`` ids per list."""
-    rest = "list_records with validity='NEEDS_REVALIDATION' pages through those now STALE."
+    rest = "list_records with status='STALE' pages through those now STALE."
     return cast(RevocationOut, capped_revocation(rev, listed, rest))
 
 

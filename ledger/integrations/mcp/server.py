@@ -335,8 +335,8 @@ APPROVAL_TOOLS: tuple[tuple[Callable[..., Any], str, ToolAnnotations], ...] = (
         "parents and observed reads - becomes STALE (needs re-verification), in one step, with "
         "this revocation and `reason` as the cause. Nothing is deleted. Returns the records "
         f"affected that you can see (the first {MAX_SERVED_NODES} ids, with the counts; "
-        "list_records with "
-        "validity='NEEDS_REVALIDATION' pages through the rest). Cannot be undone: a record "
+        "list_records with status='STALE' in each scope pages through the rest). Cannot be "
+        "undone: a record "
         "revoked stays revoked.",
         _write_tool("Revoke a record", destructive=True),
     ),
