@@ -88,6 +88,4 @@ def mask_tokens(record: logging.LogRecord) -> bool:
     return True
 
 
-
-
 __all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "create_app", "mask_tokens", "run"]

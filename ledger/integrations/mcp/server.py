@@ -436,5 +436,3 @@ def serve(
         uvicorn.Server(config).run(sockets=[listening])
     finally:
         listening.close()
-
-
