@@ -970,7 +970,8 @@ def test_a_database_that_cannot_be_opened_is_one_error_line(tmp_path: Path) -> N
     result = CliRunner().invoke(main, ["init", "--url", url])
     assert result.exit_code == 1
     assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
-    assert "unable to open database file" in result.stderr
+    folder = tmp_path / "missing-dir"
+    assert f"the directory {str(folder)!r} does not exist (create it first)" in result.stderr
     missing = CliRunner().invoke(main, ["get", "E1", "--token", "t", "--url", url])
     assert missing.exit_code == 1 and "no ledger at" in missing.stderr
 

@@ -128,6 +128,9 @@ def storage_error(
         return DiskFullError(
             f"{head}: the disk is full ({reason}); nothing was written — free space and try again"
         )
+    folder = _missing_folder(cause, path) if opening else None
+    if folder is not None:
+        return StorageError(f"{head}: the directory {folder!r} does not exist (create it first)")
     if not opening and (_is_lost(cause) or (committing and _is_pipeline_stuck(cause))):
         if committing:
             return ConnectionLostError(
@@ -139,6 +142,18 @@ def storage_error(
             "the command was not applied — try again"
         )
     return StorageError(f"{head}: {reason}")
+
+
+def _missing_folder(cause: BaseException, path: str | None) -> str | None:
+    """The directory of the SQLite file ``path`` if SQLite could not open the file
+    because that directory does not exist (SQLite says only "unable to open
+    database file"), else None."""
+    if path is None or not isinstance(cause, sqlite3.Error):
+        return None
+    if getattr(cause, "sqlite_errorcode", None) != sqlite3.SQLITE_CANTOPEN:
+        return None
+    folder = os.path.dirname(os.path.abspath(path))
+    return None if os.path.isdir(folder) else folder
 
 
 def _is_full(cause: BaseException, path: str | None) -> bool:
