@@ -212,12 +212,17 @@ def read(
 ) -> ReadResult:
     """``Session.read``: the usable records of the eligibility chain and the outcome."""
     _, when, judged = _judge(caller, scope, claim_key, at, context, kinds, True)
-    usable = tuple([view for view, reasons in judged if not reasons])
-    caller.note_reads(usable, "read")
+    if len(judged) == 1:  # the claim's one ACCEPTED record (most claims have one)
+        view, reasons = judged[0]
+        usable: tuple[RecordView, ...] = () if reasons else (view,)
+    else:
+        usable = tuple([view for view, reasons in judged if not reasons])
+    if caller.run is not None:
+        caller.note_reads(usable, "read")
     return assembled(
         ReadResult,
         {
-            "outcome": _outcome(usable),
+            "outcome": _FOUND if len(usable) == 1 else _outcome(usable),
             "records": usable,
             "scope": scope,
             "claim_key": claim_key,
@@ -302,7 +307,7 @@ def _judge_bounded(
         )
         _check_read(caller, token, scope, "explain")
         others, count = view_queries.claim_others(c, d, scope, claim_key, position, limit)
-        judged = _judged(caller, c, token, rows, scope, when, ctx, wanted, "explain")
+        judged = _judged(caller, c, token, rows, scope, claim_key, when, ctx, wanted, "explain")
         shown = [(row, j) for row, j in zip(rows, judged, strict=True) if not j[1]]
         # An ACCEPTED record that is not usable competes with the others once
         # accepted (expired, conditioned, of a kind not asked for).
@@ -314,7 +319,7 @@ def _judge_bounded(
         picked = ranked[:limit]
         fresh = [row for _, _, row, j in picked if j is None]
         if fresh:
-            seen = _judged(caller, c, token, fresh, scope, when, ctx, wanted, "explain")
+            seen = _judged(caller, c, token, fresh, scope, claim_key, when, ctx, wanted, "explain")
             shown += zip(fresh, seen, strict=True)
         shown += [(row, j) for _, _, row, j in picked if j is not None]
     shown.sort(key=lambda pair: pair[0][_CREATED_POS])
@@ -343,8 +348,8 @@ def _judge(
     """The claim key (normalised), the instant, and each record of the claim with
     why it is not usable (nothing when it is). ``usable_only``: leave out the
     records whose status alone makes them unusable (every status but ACCEPTED:
-    see ``rules.blocking_reasons``), as a read shows none of them; those
-    withdrawn for good are not even read (``record_table.LIVE_FILTER``)."""
+    see ``rules.blocking_reasons``), as a read shows none of them: only the
+    claim's live ACCEPTED rows are read (``view_queries.for_claim_as``)."""
     command = "read" if usable_only else "explain"
     claim_key, when, ctx, wanted = _asked(caller, scope, claim_key, at, context, kinds)
     engine = caller.engine
@@ -353,33 +358,24 @@ def _judge(
     def fetch(c: Cursor) -> tuple[view_queries.Token | None, list[Any]]:
         return view_queries.for_claim_as(c, d, token_hash, scope, claim_key, position, usable_only)
 
-    # Token, roles and the claim's rows in one statement, outside a transaction;
+    # Token, read role and the claim's rows in one statement, outside a transaction;
     # a record with deliveries or stale causes needs more statements, so then the
     # whole read is done again in one read transaction.
     token, rows = engine.query(fetch)
-    if usable_only:
-        rows = _accepted(rows)
     for row in rows:
         if row[_HAS_DELIVERIES] or row[_STATUS] == _STALE:
             with engine.reading() as c:
                 token, rows = fetch(c)
-                if usable_only:
-                    rows = _accepted(rows)
                 return (
                     claim_key,
                     when,
-                    _judged(caller, c, token, rows, scope, when, ctx, wanted, command),
+                    _judged(caller, c, token, rows, scope, claim_key, when, ctx, wanted, command),
                 )
-    return claim_key, when, _judged(caller, None, token, rows, scope, when, ctx, wanted, command)
-
-
-def _accepted(rows: list[Any]) -> list[Any]:
-    """The ACCEPTED ones of a claim's live rows (its STALE and CANDIDATE records
-    are left out before anything is built for them)."""
-    for row in rows:
-        if row[_STATUS] != _ACCEPTED:
-            return [row for row in rows if row[_STATUS] == _ACCEPTED]
-    return rows
+    return (
+        claim_key,
+        when,
+        _judged(caller, None, token, rows, scope, claim_key, when, ctx, wanted, command),
+    )
 
 
 #: The context of a read given none (never changed: rules only read it).
@@ -388,7 +384,7 @@ _NO_CONTEXT: dict[str, Any] = {}
 _CHECKED: dict[tuple[str, str], str] = {}
 _CHECKED_MAX = 4096
 _STALE = Status.STALE
-_READ = Role.READ.value
+_FOUND = Outcome.FOUND
 
 
 #: The kinds a read asked for, by the tuple of plain strings or ``Kind`` members
@@ -400,11 +396,13 @@ _PLAIN_KIND = (str, Kind)
 def _wanted(kinds: Iterable[Kind | str]) -> frozenset[Kind]:
     """The kinds a read keeps, checked (a tuple of plain strings or ``Kind``
     members checked before is not checked again: the check depends on nothing else)."""
-    key = (
-        tuple(kinds)  # the same tuple, typed as one
-        if type(kinds) is tuple and all(type(k) in _PLAIN_KIND for k in kinds)
-        else None
-    )
+    key = None
+    if type(kinds) is tuple:
+        for k in kinds:
+            if type(k) not in _PLAIN_KIND:
+                break
+        else:
+            key = kinds
     if key is not None:
         known = _WANTED.get(key)
         if known is not None:
@@ -440,6 +438,7 @@ def _judged(
     token: view_queries.Token | None,
     rows: list[Any],
     scope: str,
+    claim_key: str,
     when: datetime,
     ctx: dict[str, Any],
     wanted: frozenset[Kind] | None,
@@ -451,11 +450,11 @@ def _judged(
     _check_read(caller, token, scope, command)
     judged: list[tuple[RecordView, tuple[str, ...]]] = []
     for found in rows:
-        view = None if c is not None else _plain_view(caller, found, wanted)
+        view = None if c is not None else _plain_view(caller, found, scope, claim_key, wanted)
         if view is not None:
             judged.append((view, ()))
             continue
-        row: Any = view_queries.claim_row(found)
+        row: Any = view_queries.claim_row(found, scope, claim_key)
         view = record_view(caller, c, row, when, deliveries=c is not None)
         shown = _as_shown(row, view)
         judged.append((view, rules.blocking_reasons(shown, when, ctx, wanted, view.stale_causes)))
@@ -474,24 +473,8 @@ def _check_read(
             else {"subject": token[0], "revoked_pos": token[1], "expires": token[2]}
         )
     assert token is not None
-    if not _reads(token[3]):
+    if not token[3]:
         raise caller.denied(scope, Role.READ, command)
-
-
-def _reads(roles: str | None) -> bool:
-    """Whether ``roles`` (a grant's roles, comma separated) hold ``read``
-    (remembered per text: a principal's roles in a scope seldom change)."""
-    known = _READS.get(roles)
-    if known is None:
-        known = _READ in (roles or "").split(",")
-        if len(_READS) >= _CHECKED_MAX:
-            _READS.clear()
-        _READS[roles] = known
-    return known
-
-
-#: ``_reads`` by roles text.
-_READS: dict[str | None, bool] = {}
 
 
 def _as_shown(row: dict[str, Any], view: RecordView) -> Any:
@@ -512,9 +495,7 @@ def _as_shown(row: dict[str, Any], view: RecordView) -> Any:
 
 #: Positions in a record row of ``for_claim_as``.
 _AT = {name: i for i, name in enumerate(view_queries.CLAIM_ROW)}
-_ID, _SCOPE, _CLAIM, _KIND, _VALUE, _STATUS = (
-    _AT[name] for name in ("record_id", "scope", "claim_key", "kind", "value", "status")
-)
+_ID, _KIND, _VALUE, _STATUS = (_AT[name] for name in ("record_id", "kind", "value", "status"))
 _PROPOSER, _CREATED_AT, _EVIDENCE, _REASON, _FROM_POS, _HAS_DELIVERIES = (
     _AT[name]
     for name in ("proposer", "created_at", "evidence", "reason", "from_pos", "has_deliveries")
@@ -539,8 +520,10 @@ _PLAIN = tuple(_PLAIN_COLUMNS.values())
 _ACCEPTED = Status.ACCEPTED
 
 
-def _plain_view(caller: Caller, row: Any, wanted: frozenset[Kind] | None) -> RecordView | None:
-    """The view of an ACCEPTED record row (of ``for_claim_as``, without
+def _plain_view(
+    caller: Caller, row: Any, scope: str, claim_key: str, wanted: frozenset[Kind] | None
+) -> RecordView | None:
+    """The view of an ACCEPTED record row of ``(scope, claim_key)`` (of ``for_claim_as``, without
     deliveries) that names no other record than its parents, observed
     dependencies and the version it supersedes, all of them shown as they are
     (none hidden, none qualified, and no qualified key in its acceptance note),
@@ -554,42 +537,60 @@ def _plain_view(caller: Caller, row: Any, wanted: frozenset[Kind] | None) -> Rec
     if row[_STATUS] != _ACCEPTED or _PLAIN_OF(row) != _PLAIN:
         return None
     rid, kind, reason = row[_ID], _KINDS.get(row[_KIND]), row[_REASON]
-    if kind is None or redaction.QUALIFIER in rid or (wanted is not None and kind not in wanted):
+    if kind is None or _QUALIFIER in rid or (wanted is not None and kind not in wanted):
         return None
-    if reason is not None and redaction.QUALIFIER in reason:
+    if reason is not None and _QUALIFIER in reason:
         return None  # an acceptance note naming a qualified key: shown as the caller knows it
     supersedes = row[_SUPERSEDES]
-    if supersedes is not None and redaction.QUALIFIER in supersedes:
+    if supersedes is not None and _QUALIFIER in supersedes:
         return None
     parents: tuple[str, ...] = ()
     observed: tuple[str, ...] = ()
-    if row[_PARENTS] != redaction.NO_IDS or row[_OBSERVED] != redaction.NO_IDS:
+    if row[_PARENTS] != _NO_IDS or row[_OBSERVED] != _NO_IDS:
         parents = tuple(redaction.id_list(row[_PARENTS]))
         observed = tuple(redaction.id_list(row[_OBSERVED]))
         named = {*parents, *observed}
         named.discard(rid)
         # A bare id has no "@", so only a qualified key holds the qualifier.
-        if redaction.QUALIFIER in " ".join(named):
+        if _QUALIFIER in " ".join(named):
             return None
-        if named and caller.hidden_among(None, named, seen=row[_SCOPE]):
+        if named and caller.hidden_among(None, named, seen=scope):
             return None
-    evidence = row[_EVIDENCE]
+    evidence, micros = row[_EVIDENCE], row[_CREATED_AT]
+    created = _INSTANTS.get(micros)
+    if created is None:
+        created = _instant(micros)
     fields = _PLAIN_FIELDS.copy()
     fields["id"] = rid
-    fields["scope"] = row[_SCOPE]
-    fields["claim_key"] = row[_CLAIM]
+    fields["scope"] = scope
+    fields["claim_key"] = claim_key
     fields["kind"] = kind
     fields["value"] = unpack(row[_VALUE])
     fields["parents"] = parents
     fields["observed"] = observed
     fields["conditions"] = {}
     fields["proposer"] = row[_PROPOSER]
-    fields["created_at"] = micros_to_datetime(row[_CREATED_AT])
+    fields["created_at"] = created
     fields["evidence"] = None if evidence is None else unpack(evidence)
     fields["reason"] = reason
     fields["position"] = row[_FROM_POS]
     fields["supersedes"] = supersedes
     return assembled(RecordView, fields)
+
+
+def _instant(micros: int) -> datetime:
+    """The datetime of ``micros`` (remembered in ``_INSTANTS``)."""
+    if len(_INSTANTS) >= _CHECKED_MAX:
+        _INSTANTS.clear()
+    made = _INSTANTS[micros] = micros_to_datetime(micros)
+    return made
+
+
+#: Records' ``created_at`` by its microseconds: a datetime is immutable, and
+#: making one costs as much as the rest of a plain view's fields (a graph reads
+#: the same few records over and over).
+_INSTANTS: dict[int, datetime] = {}
+_QUALIFIER, _NO_IDS = redaction.QUALIFIER, redaction.NO_IDS
 
 
 #: The fields of a plain row's view, in order, with the values every such view

@@ -10,6 +10,7 @@ import operator
 from collections.abc import Sequence
 from typing import Any, cast
 
+from ledger.access import Role
 from ledger.domain import Kind, Status
 from ledger.redaction import bare
 from projections.base import Cursor, Dialect, as_of_filter
@@ -470,12 +471,19 @@ _UNREAD = (
 )
 #: The record columns of a ``for_claim_as`` row: every column a read uses.
 READ_COLUMNS = tuple(name for name in COLUMNS if name not in _UNREAD)
-#: The keys of a record row of ``for_claim_as``.
-CLAIM_ROW = (*READ_COLUMNS, "has_deliveries")
+#: The keys of a record row of ``for_claim_as``: the ``READ_COLUMNS`` but the
+#: scope and claim key (every row has those it was asked for, and a column
+#: fetched costs a read as much as a few dict look-ups), and whether it was delivered.
+CLAIM_ROW = (
+    *(name for name in READ_COLUMNS if name not in ("scope", "claim_key")),
+    "has_deliveries",
+)
 #: The token's columns of a ``for_claim_as`` statement (after the record's).
-TOKEN_COLUMNS = ("tok_subject", "tok_revoked", "tok_expires", "tok_roles")
-#: (subject, revoked_pos, expires, roles in the scope comma separated or None)
-Token = tuple[str, int | None, int | None, str | None]
+TOKEN_COLUMNS = ("tok_subject", "tok_revoked", "tok_expires", "tok_reads")
+#: (subject, revoked_pos, expires, whether its subject holds ``read`` in the scope)
+Token = tuple[str, int | None, int | None, bool]
+#: The role a read needs (``tok_reads``).
+READ_ROLE = Role.READ.value
 
 
 def for_claim_as(
@@ -487,11 +495,11 @@ def for_claim_as(
     position: int | None = None,
     live_only: bool = False,
 ) -> tuple[Token | None, list[Any]]:
-    """One statement for a read: the token's row with its subject's roles in
-    ``scope`` (None: the token is unknown), and the claim's record rows in
-    proposal order, as tuples of ``CLAIM_ROW`` (the ``READ_COLUMNS`` of the row
-    and whether the record was delivered; ``claim_row`` makes one a dict);
-    ``live_only``: only its live records' rows (``record_table.LIVE_FILTER``).
+    """One statement for a read: the token's row and whether its subject holds
+    ``read`` in ``scope`` (None: the token is unknown), and the claim's record rows in
+    proposal order, as tuples of ``CLAIM_ROW`` (``claim_row`` makes one a dict
+    of the ``READ_COLUMNS`` of the row and whether the record was delivered);
+    ``live_only``: only its live ACCEPTED records' rows (those a read can use).
 
     The caller checks the token and the roles before using any record row.
     """
@@ -511,16 +519,20 @@ def for_claim_as(
     # The record's columns come first, the token's last. Rows stay tuples:
     # sqlite3.Row finds a column by name with a scan of every column before it,
     # and a dict costs more to make than most reads look up.
-    token = tuple(found[0][-4:])
-    rows = [row for row in found if row[0] is not None]
-    if len(rows) > 1:
-        rows.sort(key=_created_pos)
-    return token, rows
+    head = found[0]
+    if head[0] is None:  # no record row joined: the token's row alone
+        return head[-4:], []
+    if len(found) > 1:
+        found.sort(key=_created_pos)
+    return head[-4:], found
 
 
-def claim_row(row: Sequence[Any]) -> dict[str, Any]:
-    """A record row of ``for_claim_as`` as a dict of ``CLAIM_ROW``."""
-    return dict(zip(CLAIM_ROW, row, strict=False))
+def claim_row(row: Sequence[Any], scope: str, claim_key: str) -> dict[str, Any]:
+    """A record row of ``for_claim_as`` (or ``claim_others``) of ``(scope,
+    claim_key)`` as a dict of ``CLAIM_ROW``, the scope and the claim key."""
+    made = dict(zip(CLAIM_ROW, row, strict=False))
+    made["scope"], made["claim_key"] = scope, claim_key
+    return made
 
 
 _created_pos = operator.itemgetter(CLAIM_ROW.index("created_pos"))
@@ -542,7 +554,6 @@ def _claim_as_sql(d: Dialect, as_of: bool, live_only: bool) -> str:
 
 
 def _claim_as_statement(d: Dialect, as_of: bool, live_only: bool) -> str:
-    roles = "string_agg(g.role, ',')" if d.name == "postgresql" else "group_concat(g.role, ',')"
     if as_of:
         when = _THEN
         if live_only:  # as the records stood then
@@ -557,12 +568,14 @@ def _claim_as_statement(d: Dialect, as_of: bool, live_only: bool) -> str:
     order = "" if d.name == "sqlite" else " ORDER BY r.created_pos"
     return d.q(
         "SELECT "
-        + row_columns("r", READ_COLUMNS)
+        + row_columns("r", CLAIM_ROW[:-1])
         + ", EXISTS (SELECT 1 FROM {t}pl_deliveries dl WHERE dl.record_id = r.record_id) "
         "AS has_deliveries, t.subject AS tok_subject, t.revoked_pos AS tok_revoked, "
         "t.expires AS tok_expires, "
-        f"(SELECT {roles} FROM {{t}}pl_grants g WHERE g.subject = t.subject "
-        "AND g.scope = ? AND g.to_pos IS NULL) AS tok_roles "
+        # Whether the subject reads in the scope, not its roles: the first current
+        # ``read`` grant answers (no aggregate over every role it holds there).
+        "EXISTS (SELECT 1 FROM {t}pl_grants g WHERE g.subject = t.subject "
+        f"AND g.scope = ? AND g.role = '{READ_ROLE}' AND g.to_pos IS NULL) AS tok_reads "
         "FROM {t}pl_tokens t LEFT JOIN {t}pl_records r "
         f"ON r.scope = ? AND r.claim_key = ? AND {when} "
         f"WHERE t.token_hash = ?{order}"
@@ -645,7 +658,7 @@ def _others_statement(d: Dialect, as_of: bool) -> str:
         )
     return d.q(
         "SELECT "
-        + row_columns("r", READ_COLUMNS)
+        + row_columns("r", CLAIM_ROW[:-1])
         + ", EXISTS (SELECT 1 FROM {t}pl_deliveries dl WHERE dl.record_id = r.record_id) "
         "AS has_deliveries, k.n_others "
         "FROM (SELECT u.record_id, u.from_pos, u.tier, count(*) OVER () AS n_others "

@@ -195,8 +195,12 @@ class LedgerStore(BaseStore):
             validate_op_namespace(GetOp(namespace, key))
             raise
         result = self.session.read(scope, claim, None, None, self._kinds)  # positional: quicker
-        where = partial("get of {!r} key {!r}".format, namespace, key)
-        view = self._newest(result, where)
+        records = result.records
+        if len(records) == 1:  # the one usable record (FOUND), as _newest gives it
+            view: RecordView | None = records[0]
+        else:
+            where = partial("get of {!r} key {!r}".format, namespace, key)
+            view = self._newest(result, where)
         item: Item | None = _item(Item, namespace, key, view)
         return item
 
