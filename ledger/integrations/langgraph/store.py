@@ -650,6 +650,18 @@ def _no_tuple(value: Any, what: str) -> None:
             _no_tuple(inner, f"{what}[{index}]")
 
 
+#: Whether ``Item`` has the slots ``_item`` fills (then made without its
+#: constructor, whose conversions a ledger's answer never needs).
+_BARE_ITEM = getattr(Item, "__slots__", None) == (
+    "value",
+    "key",
+    "namespace",
+    "created_at",
+    "updated_at",
+)
+_new_item = Item.__new__
+
+
 def _item(cls: type[Any], namespace: tuple[str, ...], key: str, view: RecordView | None) -> Any:
     """An ``Item`` (or ``SearchItem``) of the record's current version; None when
     there is none, or its value is no mapping (a record another surface wrote under
@@ -657,6 +669,13 @@ def _item(cls: type[Any], namespace: tuple[str, ...], key: str, view: RecordView
     if view is None or not isinstance(view.value, dict):
         return None
     created: datetime = view.created_at
+    if cls is Item and _BARE_ITEM:
+        # What the constructor makes of these, without its keyword call and its
+        # conversions (the namespace is a tuple, the instants datetimes already).
+        made = _new_item(Item)
+        made.value, made.key, made.namespace = view.value, key, namespace
+        made.created_at = made.updated_at = created
+        return made
     return cls(
         namespace=namespace, key=key, value=view.value, created_at=created, updated_at=created
     )
