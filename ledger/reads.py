@@ -464,16 +464,16 @@ def _judged(
 def _check_read(
     caller: Caller, token: view_queries.Token | None, scope: str, command: str = "read"
 ) -> None:
-    """Raise unless ``token`` (of ``for_claim_as``) is valid now and holds ``read``
-    in ``scope`` (a refusal names ``command``)."""
-    if token is None or token[1] is not None or token[2] is not None:
+    """Raise unless ``token`` (of ``for_claim_as``: the caller's) is valid now and
+    holds ``read`` in ``scope`` (a refusal names ``command``)."""
+    if token is None or token[0] is not None or token[1] is not None:
         caller.engine.check_token(
             None
             if token is None
-            else {"subject": token[0], "revoked_pos": token[1], "expires": token[2]}
+            else {"subject": caller.subject, "revoked_pos": token[0], "expires": token[1]}
         )
     assert token is not None
-    if not token[3]:
+    if not token[2]:
         raise caller.denied(scope, Role.READ, command)
 
 

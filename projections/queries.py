@@ -478,10 +478,11 @@ CLAIM_ROW = (
     *(name for name in READ_COLUMNS if name not in ("scope", "claim_key")),
     "has_deliveries",
 )
-#: The token's columns of a ``for_claim_as`` statement (after the record's).
-TOKEN_COLUMNS = ("tok_subject", "tok_revoked", "tok_expires", "tok_reads")
-#: (subject, revoked_pos, expires, whether its subject holds ``read`` in the scope)
-Token = tuple[str, int | None, int | None, bool]
+#: The token's columns of a ``for_claim_as`` statement (after the record's): not
+#: its subject, which the session that holds the token knows.
+TOKEN_COLUMNS = ("tok_revoked", "tok_expires", "tok_reads")
+#: (revoked_pos, expires, whether its subject holds ``read`` in the scope)
+Token = tuple[int | None, int | None, bool]
 #: The role a read needs (``tok_reads``).
 READ_ROLE = Role.READ.value
 
@@ -495,8 +496,8 @@ def for_claim_as(
     position: int | None = None,
     live_only: bool = False,
 ) -> tuple[Token | None, list[Any]]:
-    """One statement for a read: the token's row and whether its subject holds
-    ``read`` in ``scope`` (None: the token is unknown), and the claim's record rows in
+    """One statement for a read: the token's ``TOKEN_COLUMNS`` (None: the token is
+    unknown), and the claim's record rows in
     proposal order, as tuples of ``CLAIM_ROW`` (``claim_row`` makes one a dict
     of the ``READ_COLUMNS`` of the row and whether the record was delivered);
     ``live_only``: only its live ACCEPTED records' rows (those a read can use).
@@ -521,10 +522,10 @@ def for_claim_as(
     # and a dict costs more to make than most reads look up.
     head = found[0]
     if head[0] is None:  # no record row joined: the token's row alone
-        return head[-4:], []
+        return head[-3:], []
     if len(found) > 1:
         found.sort(key=_created_pos)
-    return head[-4:], found
+    return head[-3:], found
 
 
 def claim_row(row: Sequence[Any], scope: str, claim_key: str) -> dict[str, Any]:
@@ -570,8 +571,7 @@ def _claim_as_statement(d: Dialect, as_of: bool, live_only: bool) -> str:
         "SELECT "
         + row_columns("r", CLAIM_ROW[:-1])
         + ", EXISTS (SELECT 1 FROM {t}pl_deliveries dl WHERE dl.record_id = r.record_id) "
-        "AS has_deliveries, t.subject AS tok_subject, t.revoked_pos AS tok_revoked, "
-        "t.expires AS tok_expires, "
+        "AS has_deliveries, t.revoked_pos AS tok_revoked, t.expires AS tok_expires, "
         # Whether the subject reads in the scope, not its roles: the first current
         # ``read`` grant answers (no aggregate over every role it holds there).
         "EXISTS (SELECT 1 FROM {t}pl_grants g WHERE g.subject = t.subject "
