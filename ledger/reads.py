@@ -219,8 +219,10 @@ def read(
         usable = tuple([view for view, reasons in judged if not reasons])
     if caller.run is not None:
         caller.note_reads(usable, "read")
-    return assembled(
-        ReadResult,
+    result: ReadResult = _new(ReadResult)  # as ``assembled`` makes it, every field given
+    _set_attr(
+        result,
+        "__dict__",
         {
             "outcome": _FOUND if len(usable) == 1 else _outcome(usable),
             "records": usable,
@@ -229,6 +231,7 @@ def read(
             "at": when,
         },
     )
+    return result
 
 
 def explain(
@@ -523,13 +526,13 @@ _ACCEPTED = Status.ACCEPTED
 def _plain_view(
     caller: Caller, row: Any, scope: str, claim_key: str, wanted: frozenset[Kind] | None
 ) -> RecordView | None:
-    """The view of an ACCEPTED record row of ``(scope, claim_key)`` (of ``for_claim_as``, without
-    deliveries) that names no other record than its parents, observed
-    dependencies and the version it supersedes, all of them shown as they are
-    (none hidden, none qualified, and no qualified key in its acceptance note),
-    has neither an expiry nor conditions, and is of a kind ``wanted``: usable
-    whatever the instant and the context. None for any other row
-    (``record_view`` and ``rules.blocking_reasons`` then decide).
+    """The view of an ACCEPTED record row of ``(scope, claim_key)`` (of
+    ``for_claim_as``, without deliveries) that names no other record than its
+    parents, observed dependencies and the version it supersedes, all of them
+    shown as they are (none hidden, none qualified, and no qualified key in its
+    acceptance note), has neither an expiry nor conditions, and is of a kind
+    ``wanted``: usable whatever the instant and the context. None for any other
+    row (``record_view`` and ``rules.blocking_reasons`` then decide).
 
     A superseded version is never hidden from a caller who sees the new one: a
     new version keeps its scope and claim key (``proposals``), so only a
@@ -575,7 +578,11 @@ def _plain_view(
     fields["reason"] = reason
     fields["position"] = row[_FROM_POS]
     fields["supersedes"] = supersedes
-    return assembled(RecordView, fields)
+    # As ``assembled`` makes it, without its count of the fields: a copy of
+    # ``_PLAIN_FIELDS`` has every one.
+    view: RecordView = _new(RecordView)
+    _set_attr(view, "__dict__", fields)
+    return view
 
 
 def _instant(micros: int) -> datetime:
@@ -591,6 +598,7 @@ def _instant(micros: int) -> datetime:
 #: the same few records over and over).
 _INSTANTS: dict[int, datetime] = {}
 _QUALIFIER, _NO_IDS = redaction.QUALIFIER, redaction.NO_IDS
+_new, _set_attr = object.__new__, object.__setattr__
 
 
 #: The fields of a plain row's view, in order, with the values every such view
