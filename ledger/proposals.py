@@ -45,8 +45,8 @@ from ledger.validation import (
     check_text,
     check_value,
 )
+from projections import claims as claim_queries
 from projections import edges as edges_index
-from projections import queries as view_queries
 from projections import validity as validity_view
 from projections.base import Cursor
 
@@ -408,7 +408,7 @@ def previous_capture(
     pending = None
     # Only the claim's live captures, without the values of its other records
     # (any number of which another proposer may have put under the claim key).
-    captures = view_queries.captures_of_claim(c, caller.engine.dialect, scope, claim_key)
+    captures = claim_queries.captures_of_claim(c, caller.engine.dialect, scope, claim_key)
     for record_id, status, stored in reversed(captures):
         if stored is None:
             continue
@@ -444,7 +444,7 @@ def newest_version(
         return None  # prepare refuses the proposal without revealing anything
     if Role.READ.value not in roles:
         raise caller.denied(scope, Role.READ, "propose")
-    rows = view_queries.newest_live_of_claim(c, caller.engine.dialect, scope, claim_key, kind)
+    rows = claim_queries.newest_live_of_claim(c, caller.engine.dialect, scope, claim_key, kind)
     for statuses in ((Status.ACCEPTED, Status.STALE), (Status.CANDIDATE,)):
         live = [row for row in rows if row[1] in statuses]
         if live:

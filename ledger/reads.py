@@ -43,6 +43,7 @@ from ledger.values import (
     StaleCause,
     assembled,
 )
+from projections import claims as claim_queries
 from projections import delivery as delivery_view
 from projections import edges as edges_index
 from projections import queries as view_queries
@@ -297,7 +298,7 @@ def _judge_bounded(
 
     The claim's ACCEPTED rows are read as a read reads them (only they can be
     usable, and the outcome needs them all); of the others, at most ``limit``
-    are read (``view_queries.claim_others``) and the rest only counted. The
+    are read (``claim_queries.claim_others``) and the rest only counted. The
     others shown are those once accepted (ACCEPTED but not usable now, STALE,
     REVOKED, SUPERSEDED) before those any proposer can add (CANDIDATE,
     REJECTED), each the most recently changed first."""
@@ -305,11 +306,11 @@ def _judge_bounded(
     engine = caller.engine
     d, position = engine.dialect, caller.position
     with engine.reading() as c:
-        token, rows = view_queries.for_claim_as(
+        token, rows = claim_queries.for_claim_as(
             c, d, caller.token_hash, scope, claim_key, position, True
         )
         _check_read(caller, token, scope, "explain")
-        others, count = view_queries.claim_others(c, d, scope, claim_key, position, limit)
+        others, count = claim_queries.claim_others(c, d, scope, claim_key, position, limit)
         judged = _judged(caller, c, token, rows, scope, claim_key, when, ctx, wanted, "explain")
         shown = [(row, j) for row, j in zip(rows, judged, strict=True) if not j[1]]
         # An ACCEPTED record that is not usable competes with the others once
@@ -352,14 +353,14 @@ def _judge(
     why it is not usable (nothing when it is). ``usable_only``: leave out the
     records whose status alone makes them unusable (every status but ACCEPTED:
     see ``rules.blocking_reasons``), as a read shows none of them: only the
-    claim's live ACCEPTED rows are read (``view_queries.for_claim_as``)."""
+    claim's live ACCEPTED rows are read (``claim_queries.for_claim_as``)."""
     command = "read" if usable_only else "explain"
     claim_key, when, ctx, wanted = _asked(caller, scope, claim_key, at, context, kinds)
     engine = caller.engine
     d, token_hash, position = engine.dialect, caller.token_hash, caller.position
 
-    def fetch(c: Cursor) -> tuple[view_queries.Token | None, list[Any]]:
-        return view_queries.for_claim_as(c, d, token_hash, scope, claim_key, position, usable_only)
+    def fetch(c: Cursor) -> tuple[claim_queries.Token | None, list[Any]]:
+        return claim_queries.for_claim_as(c, d, token_hash, scope, claim_key, position, usable_only)
 
     # Token, read role and the claim's rows in one statement, outside a transaction;
     # a record with deliveries or stale causes needs more statements, so then the
@@ -438,7 +439,7 @@ def _checked_claim(scope: str, claim_key: str) -> str:
 def _judged(
     caller: Caller,
     c: Cursor | None,
-    token: view_queries.Token | None,
+    token: claim_queries.Token | None,
     rows: list[Any],
     scope: str,
     claim_key: str,
@@ -457,7 +458,7 @@ def _judged(
         if view is not None:
             judged.append((view, ()))
             continue
-        row: Any = view_queries.claim_row(found, scope, claim_key)
+        row: Any = claim_queries.claim_row(found, scope, claim_key)
         view = record_view(caller, c, row, when, deliveries=c is not None)
         shown = _as_shown(row, view)
         judged.append((view, rules.blocking_reasons(shown, when, ctx, wanted, view.stale_causes)))
@@ -465,7 +466,7 @@ def _judged(
 
 
 def _check_read(
-    caller: Caller, token: view_queries.Token | None, scope: str, command: str = "read"
+    caller: Caller, token: claim_queries.Token | None, scope: str, command: str = "read"
 ) -> None:
     """Raise unless ``token`` (of ``for_claim_as``: the caller's) is valid now and
     holds ``read`` in ``scope`` (a refusal names ``command``)."""
@@ -497,7 +498,7 @@ def _as_shown(row: dict[str, Any], view: RecordView) -> Any:
 
 
 #: Positions in a record row of ``for_claim_as``.
-_AT = {name: i for i, name in enumerate(view_queries.CLAIM_ROW)}
+_AT = {name: i for i, name in enumerate(claim_queries.CLAIM_ROW)}
 _ID, _KIND, _VALUE, _STATUS = (_AT[name] for name in ("record_id", "kind", "value", "status"))
 _PROPOSER, _CREATED_AT, _EVIDENCE, _REASON, _FROM_POS, _HAS_DELIVERIES = (
     _AT[name]
@@ -505,7 +506,7 @@ _PROPOSER, _CREATED_AT, _EVIDENCE, _REASON, _FROM_POS, _HAS_DELIVERIES = (
 )
 _PARENTS, _OBSERVED, _SUPERSEDES = _AT["parents"], _AT["observed"], _AT["supersedes"]
 _CREATED_POS = _AT["created_pos"]
-_PROPOSED = frozenset(view_queries.PROPOSED_ONLY)
+_PROPOSED = frozenset(claim_queries.PROPOSED_ONLY)
 #: What a plain row holds in these columns: no expiry (nor a record it comes
 #: from), no conditions, no stale cause, not superseded, no deliveries.
 _PLAIN_COLUMNS = {

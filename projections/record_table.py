@@ -2,7 +2,8 @@
 ``pl_spilled`` for long lists and the edge tables): its columns, its schema and
 indexes, and the fragments of SQL that select its rows and pick its current,
 live or withdrawn ones. The view that writes it is :mod:`projections.validity`;
-the statements that read it are in :mod:`projections.queries`."""
+the statements that read it are in :mod:`projections.claims` (one claim's) and
+:mod:`projections.queries` (a whole scope's)."""
 
 from __future__ import annotations
 
@@ -89,7 +90,7 @@ AFTER_LOAD_DDL = (
     # A claim's live records (``LIVE_FILTER``: what a read may use, what a new
     # version may replace) by status and kind, then by when each was proposed: a
     # read reaches its ACCEPTED rows, a re-capture its live evidence rows and a new
-    # version the newest record it replaces (``queries.newest_live_of_claim``)
+    # version the newest record it replaces (``claims.newest_live_of_claim``)
     # without passing over the claim's other rows, whatever their number.
     # ``to_pos`` (NULL in every entry) makes it cover a look at a claim's CANDIDATE
     # and STALE rows' ids and statuses: SQLite reads no row for it.

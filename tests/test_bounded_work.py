@@ -21,6 +21,7 @@ from ledger import Kind, Ledger, Outcome, Session, Status, proposals, reads, rec
 from ledger.domain import Record, Run
 from ledger.integrations.langgraph import LedgerStore
 from ledger.integrations.langgraph.keys import location
+from projections import claims as claim_queries
 from projections import delivery as delivery_view
 from projections import edges as edges_index
 from projections import queries as view_queries
@@ -66,7 +67,7 @@ def test_a_read_fetches_none_of_the_claims_candidates(ledger: Ledger) -> None:
     # When the statement a read runs fetches the claim's rows
     engine = agent.caller.engine
     token, rows = engine.query(
-        lambda c: view_queries.for_claim_as(
+        lambda c: claim_queries.for_claim_as(
             c, engine.dialect, agent.caller.token_hash, SCOPE, CLAIM, None, True
         )
     )
@@ -93,11 +94,11 @@ def test_a_bounded_explanation_builds_the_usable_records_and_at_most_limit_other
     # When the statement for the claim's other rows is asked for 5 of them
     engine = agent.caller.engine
     with engine.reading() as c:
-        others, count = view_queries.claim_others(c, engine.dialect, SCOPE, CLAIM, None, 5)
+        others, count = claim_queries.claim_others(c, engine.dialect, SCOPE, CLAIM, None, 5)
         plan = ""
         if engine.dialect.name == "sqlite":
             c.execute(
-                "EXPLAIN QUERY PLAN " + view_queries._others_sql(engine.dialect, False),
+                "EXPLAIN QUERY PLAN " + claim_queries._others_sql(engine.dialect, False),
                 (SCOPE, CLAIM, SCOPE, CLAIM, 5),
             )
             plan = " ".join(str(row[3]) for row in c.fetchall())
@@ -138,7 +139,7 @@ def test_a_recapture_reads_only_the_claims_live_captures(ledger: Ledger) -> None
 
     engine = agent.caller.engine
     with engine.reading() as c:
-        rows = view_queries.captures_of_claim(c, engine.dialect, SCOPE, f"source:{URI}")
+        rows = claim_queries.captures_of_claim(c, engine.dialect, SCOPE, f"source:{URI}")
         plan = ""
         if engine.dialect.name == "sqlite":
             c.execute(
@@ -305,7 +306,7 @@ def test_a_read_reads_its_claims_rows_whatever_the_planners_statistics(
     reviewer.accept(ids[0])
 
     def read() -> tuple[object, int]:
-        with recorded(monkeypatch, view_queries, "for_claim_as") as statements:
+        with recorded(monkeypatch, claim_queries, "for_claim_as") as statements:
             value = agent.read(SCOPE, "c.0").value
         return value, work_of(ledger, statements)
 

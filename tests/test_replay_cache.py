@@ -22,7 +22,7 @@ import pytest
 from ledger import Kind, Ledger
 from ledger.errors import CorruptEventError
 from ledger.persistence.sqlite import READER_CACHE_KIB, REPLAY_CACHE_KIB, WRITER_CACHE_KIB
-from projections import queries
+from projections import claims as queries
 from projections.projector import Projector
 
 SCOPE = "proj-a"
