@@ -11,7 +11,7 @@ import hashlib
 from collections.abc import Iterable
 
 from projections import edges
-from projections.base import as_of_filter
+from projections.base import Cursor, Dialect, as_of_filter, write_rows
 
 COLUMNS = (
     "record_id",
@@ -141,7 +141,7 @@ INLINE_VALUE = 256
 #: The columns of packed lists and mappings a ``pl_records`` row keeps by reference
 #: once longer than ``INLINE_VALUE``: a record's dependencies have no count limit
 #: (a run that was shown 500 records observes them all) and evidence may name a
-#: URI of 2,048 characters. Unlike a value, they can change with a new version
+#: URI of hundreds of characters. Unlike a value, they can change with a new version
 #: (a revalidation's new basis), so ``pl_spilled`` keys them by their content.
 SPILLED = ("conditions", "parents", "observed", "evidence")
 #: The first byte of a reference (``spill``), which starts no msgpack data.
@@ -206,21 +206,26 @@ def kept(value: bytes | None) -> bytes | None:
     return None if value is None or len(value) > INLINE_VALUE else value
 
 
-def spill_row(row: dict[str, object], spilled: dict[bytes, bytes]) -> None:
-    """Put in ``row`` (of ``pl_records``) a reference in place of each of its
-    ``SPILLED`` columns longer than ``INLINE_VALUE``, and add the data to
-    ``spilled`` by reference (for ``pl_spilled``); columns that hold a
+def spill_rows(c: Cursor, d: Dialect, rows: Iterable[dict[str, object]]) -> None:
+    """Put in each of ``rows`` (of ``pl_records``, about to be written) a
+    reference in place of each of its ``SPILLED`` columns longer than
+    ``INLINE_VALUE``, and add the data to ``pl_spilled`` (not with ``COPY``: a
+    reference may be there already, holding the same data). Columns that hold a
     reference already are left as they are."""
-    for name in SPILLED:
-        data = row[name]
-        if type(data) is bytes and len(data) > INLINE_VALUE:
-            ref = spill(data)
-            spilled[ref] = data
-            row[name] = ref
+    spilled: dict[bytes, bytes] = {}
+    for row in rows:
+        for name in SPILLED:
+            data = row[name]
+            if type(data) is bytes and len(data) > INLINE_VALUE:
+                ref = spill(data)
+                spilled[ref] = data
+                row[name] = ref
+    if spilled:
+        write_rows(c, d.q(_INSERT_SPILLED), list(spilled.items()))
 
 
 #: Adds rows to ``pl_spilled`` (a reference already there holds the same data).
-INSERT_SPILLED = "INSERT INTO {t}pl_spilled (ref, data) VALUES (?, ?) ON CONFLICT DO NOTHING"
+_INSERT_SPILLED = "INSERT INTO {t}pl_spilled (ref, data) VALUES (?, ?) ON CONFLICT DO NOTHING"
 
 
 NOW_FILTER = "to_pos IS NULL"

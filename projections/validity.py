@@ -45,11 +45,10 @@ from projections.record_table import (
     AS_OF_FILTER,
     COLUMNS,
     INLINE_VALUE,
-    INSERT_SPILLED,
     NOW_FILTER,
     ROW,
     kept,
-    spill_row,
+    spill_rows,
 )
 
 VIEW = "validity"
@@ -220,10 +219,7 @@ def _new_version(c: Cursor, d: Dialect, record_id: str, pos: int, at: int, **cha
     values = _as_dict(row)
     values.update(changes)
     values["value"] = kept(values["value"])
-    spilled: dict[bytes, bytes] = {}
-    spill_row(values, spilled)
-    if spilled:
-        write_rows(c, d.q(INSERT_SPILLED), list(spilled.items()))
+    spill_rows(c, d, [values])
     values["from_pos"], values["to_pos"], values["changed_at"] = pos, None, at
     _mark_left_valid(row, values, pos)
     if row["from_pos"] == pos:
@@ -445,11 +441,7 @@ class _Fold:
                 d.q("UPDATE {t}pl_records SET to_pos=? WHERE record_id=? AND to_pos IS NULL"),
                 self.closes,
             )
-        spilled: dict[bytes, bytes] = {}
-        for row in self.versions:
-            spill_row(row, spilled)
-        if spilled:  # not COPY: a reference may be there already
-            write_rows(c, d.q(INSERT_SPILLED), list(spilled.items()))
+        spill_rows(c, d, self.versions)
         insert_rows(c, d, "pl_records", COLUMNS, [_AS_ROW(row) for row in self.versions])
         insert_rows(c, d, "pl_values", ("created_pos", "value"), self.values)
         edges.insert(c, d, self.edges)

@@ -1,6 +1,6 @@
 """Long dependency lists and evidence stay out of the table every look-up of a
 record searches: a record may rest on any number of records (a run observes
-everything it was shown) and evidence may name a URI of 2,048 characters, so a
+everything it was shown) and evidence may name a URI of hundreds of characters, so a
 row keeps such packed columns by reference (``record_table.SPILLED``), each kept
 once in ``pl_spilled`` however many versions or records hold it, and every way
 of reading a record shows them as they are."""
