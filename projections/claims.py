@@ -19,6 +19,7 @@ from projections.record_table import (
     LIVE_STATUSES,
     live_filter,
     row_columns,
+    status_is,
     withdrawn_filter,
 )
 
@@ -44,6 +45,16 @@ def captures_of_claim(
     return [(r["record_id"], r["status"], r["evidence"]) for r in c.fetchall()]
 
 
+#: The statement of ``newest_live_of_claim``: an arm per live status, the status
+#: written into the statement rather than bound (``record_table.status_is``).
+_NEWEST_LIVE = " UNION ALL ".join(
+    "SELECT * FROM (SELECT record_id, status, created_at, from_pos FROM {t}pl_records "
+    f"WHERE scope=? AND claim_key=? AND {status_is(status)} AND kind=? AND {live_filter()} "
+    f"ORDER BY created_at DESC, from_pos DESC LIMIT 1) n{n}"
+    for n, status in enumerate(LIVE_STATUSES)
+)
+
+
 def newest_live_of_claim(
     c: Cursor, d: Dialect, scope: str, claim_key: str, kind: str
 ) -> list[tuple[str, str, int, int]]:
@@ -53,15 +64,7 @@ def newest_live_of_claim(
     status on the live index, which orders a claim's records of a status and
     kind by when they were proposed, so it reads one row of each however many
     versions or candidates the claim has."""
-    arm = (
-        "SELECT * FROM (SELECT record_id, status, created_at, from_pos FROM {t}pl_records "
-        f"WHERE scope=? AND claim_key=? AND status=? AND kind=? AND {live_filter()} "
-        "ORDER BY created_at DESC, from_pos DESC LIMIT 1) n{n}"
-    )
-    c.execute(
-        d.q(" UNION ALL ".join(arm.replace("{n}", str(n)) for n in range(len(LIVE_STATUSES)))),
-        [value for status in LIVE_STATUSES for value in (scope, claim_key, status, kind)],
-    )
+    c.execute(d.q(_NEWEST_LIVE), [scope, claim_key, kind] * len(LIVE_STATUSES))
     return [(r["record_id"], r["status"], r["created_at"], r["from_pos"]) for r in c.fetchall()]
 
 

@@ -21,6 +21,7 @@ from projections.record_table import (
     ROW,
     SCOPE_WALK,
     live_filter,
+    status_is,
 )
 from projections.validity import ListedRow
 
@@ -74,8 +75,7 @@ def page(
     filters: list[str] = []
     values: list[Any] = []
     if status is not None:
-        filters.append("r.status=?")
-        values.append(status)
+        filters.append(status_is(status, "r"))
     if kind is not None:
         filters.append("r.kind=?")
         values.append(kind)
@@ -168,8 +168,8 @@ def _filtered_rows(
     unexpired = [_UNEXPIRED] if validity == "VALID" else []
     for one in statuses:
         for each in kinds:
-            terms = [*where, "r.status = ?", "r.kind = ?", *unexpired]
-            arms.append((terms, [*params, one, each, *([at] * len(unexpired))], index))
+            terms = [*where, status_is(one, "r"), "r.kind = ?", *unexpired]
+            arms.append((terms, [*params, each, *([at] * len(unexpired))], index))
     if validity == "NEEDS_REVALIDATION" and status in (None, "ACCEPTED"):
         # The expired ACCEPTED rows (few, the ones that need revalidation).
         of_kind = [] if kind is None else ["r.kind = ?"]
