@@ -361,9 +361,20 @@ def _prefix_rows(
     where, params = selected
     later = ([f"{order} > ?"], [after]) if after is not None else ([], [])
     if d.name == "sqlite":
+        # The range's rows are sorted by their keys alone, then the page's rows
+        # read whole: sorted whole, each row's values, long lists and deliveries
+        # were read for every row of the range (a namespace of 600 keys: 700 µs
+        # a page of 10, against 500 µs).
         index = "pl_records_live" if live else "pl_records_claim"
         terms, values = [*where, *span, *later[0]], [*params, *bounds, *later[1]]
-        return _page_rows(c, d, terms, values, order, limit, index)
+        keys = (
+            f"SELECT r.record_id AS k_id, r.from_pos AS k_pos, {order} AS k_order "
+            f"FROM {{t}}pl_records r INDEXED BY {index} WHERE {' AND '.join(terms)} "
+            "ORDER BY k_order LIMIT ?"
+        )
+        page = f"({keys}) k CROSS JOIN {{t}}pl_records r"
+        joined = ["r.record_id = k.k_id", "r.from_pos = k.k_pos"]
+        return _page_rows(c, d, joined, [*values, limit], "k.k_order", limit, rows=page)
     # PostgreSQL reads the range whole first (OFFSET 0 keeps the subquery apart, and
     # ``after`` is outside it): asked for rows in listing order, its planner may walk
     # a listing index instead, on estimates that know nothing of the counts above.

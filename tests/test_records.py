@@ -377,13 +377,15 @@ def _planned(
     world: World, ledger_url: str, monkeypatch: pytest.MonkeyPatch, filters: dict[str, str]
 ) -> list[str]:
     """The index parts of SQLite's plan for each statement of a page of proj-a
-    (each index's first search, joined by "; "), but for the look-ups of a
-    returned row's long lists by their reference (``pl_spilled``)."""
+    (each index's first search, joined by "; ", covering or not), but for the
+    look-ups of a returned row's long lists by their reference (``pl_spilled``)
+    and of whether it was delivered (``pl_deliveries_record``)."""
     plans = _plans(ledger_url, monkeypatch, lambda: world.reviewer.records("proj-a", **filters))  # type: ignore[arg-type]
     found = []
     for plan in plans:
-        parts = ["USING INDEX" + part.split(")")[0] + ")" for part in plan.split("USING INDEX")[1:]]
-        parts = [part for part in parts if "pl_spilled" not in part]
+        steps = plan.replace("USING COVERING INDEX", "USING INDEX").split("USING INDEX")[1:]
+        parts = ["USING INDEX" + part.split(")")[0] + ")" for part in steps]
+        parts = [part for part in parts if "pl_spilled" not in part and "pl_deliveries" not in part]
         found.append("; ".join(dict.fromkeys(parts)))
     return found
 
