@@ -8,7 +8,7 @@ holds no grant in looks exactly like one that does not exist.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -143,12 +143,19 @@ class Caller:
         """Those of ``ids`` that are records in scopes the subject holds no grant in
         (see :mod:`ledger.redaction`). ``seen``: a scope known to be visible (the
         scope of the record that names them), which needs no look-up."""
-        scopes = self.engine.scopes_of(c, ids)
-        others = {rid: s for rid, s in scopes.items() if s != seen}
-        if not others:
+        if not isinstance(ids, Collection):
+            ids = tuple(ids)
+        # Most often every one is in the naming record's scope or one granted:
+        # their scopes decide it without a mapping per id.
+        outside = self.engine.scope_set(c, ids)
+        outside.discard(seen)
+        if not outside:
             return frozenset()
         granted = self.granted_scopes(c)
-        return frozenset(rid for rid, s in others.items() if s not in granted)
+        if outside <= granted:
+            return frozenset()
+        scopes = self.engine.scopes_of(c, ids)
+        return frozenset(rid for rid, s in scopes.items() if s != seen and s not in granted)
 
     def require_somewhere(self, c: Cursor, role: Role, command: str) -> None:
         """Raise ``AccessDeniedError`` unless the subject holds ``role`` in some scope

@@ -20,7 +20,7 @@ import random
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -549,6 +549,16 @@ class Engine:
                 known.clear()
             known.update((rid, row["scope"]) for rid, row in found.items())
         return {rid: known[rid] for rid in record_ids if rid in known}
+
+    def scope_set(self, c: Cursor | None, record_ids: Collection[str]) -> set[str]:
+        """The distinct scopes of those of ``record_ids`` that exist (as
+        :meth:`scopes_of`, without a mapping per id: a record resting on
+        hundreds of others is read with a look-up of each id in C)."""
+        known = self._scopes
+        try:
+            return set(map(known.__getitem__, record_ids))
+        except KeyError:
+            return set(self.scopes_of(c, record_ids).values())
 
     def aggregate_of(self, c: Cursor, record_id: str) -> UUID:
         """The aggregate id the record's events are stored under (read with ``c``

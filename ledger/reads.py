@@ -551,14 +551,15 @@ def _plain_view(
     parents: tuple[str, ...] = ()
     observed: tuple[str, ...] = ()
     if row[_PARENTS] != _NO_IDS or row[_OBSERVED] != _NO_IDS:
+        # A bare id has no "@", so only a qualified key holds the qualifier, and
+        # its bytes are in the packed list (any other "@@" there only sends the
+        # row the longer way).
+        if _QUALIFIER_BYTES in row[_PARENTS] or _QUALIFIER_BYTES in row[_OBSERVED]:
+            return None
         parents = tuple(redaction.id_list(row[_PARENTS]))
         observed = tuple(redaction.id_list(row[_OBSERVED]))
-        named = {*parents, *observed}
-        named.discard(rid)
-        # A bare id has no "@", so only a qualified key holds the qualifier.
-        if _QUALIFIER in " ".join(named):
-            return None
-        if named and caller.hidden_among(None, named, seen=scope):
+        # The record itself, if named, is in the scope seen.
+        if caller.hidden_among(None, parents + observed, seen=scope):
             return None
     evidence, micros = row[_EVIDENCE], row[_CREATED_AT]
     created = _INSTANTS.get(micros)
@@ -599,6 +600,7 @@ def _instant(micros: int) -> datetime:
 #: the same few records over and over).
 _INSTANTS: dict[int, datetime] = {}
 _QUALIFIER, _NO_IDS = redaction.QUALIFIER, redaction.NO_IDS
+_QUALIFIER_BYTES = _QUALIFIER.encode()
 _new, _set_attr = object.__new__, object.__setattr__
 
 

@@ -155,6 +155,11 @@ def ids(
 ) -> tuple[str, ...]:
     """``values`` with hidden ids replaced by one :data:`HIDDEN`, in order (and
     qualified keys by the ids ``names`` shows them as)."""
+    if not hidden and not names:
+        given = tuple(values)
+        if given.count(HIDDEN) <= 1:
+            return given
+        values = given
     out: list[str] = []
     hidden_shown = False  # whether ``out`` holds HIDDEN yet
     for value in values:

@@ -849,3 +849,31 @@ def test_the_command_line_answers_a_hidden_id_as_it_answers_a_free_one(
     assert hidden[0] == 1 and "proj-a" not in hidden[1]
     with Ledger.open(url) as led:
         assert (led.position, led.views_digest()) == (position, digest)
+
+
+def test_a_record_on_many_records_hides_exactly_those_in_scopes_not_granted(
+    ledger: Ledger,
+) -> None:
+    """A record resting on records of its own scope, of a scope every reader
+    here sees and of one only some see: a reader granted all three sees every
+    dependency in order; one without the third sees one placeholder where the
+    first of those stood, in a read and in ``get`` (a read and ``get`` decide this
+    from the dependencies' scopes first, then id by id only where one is hidden)."""
+    scopes = ("own", "open", "closed")
+    bridge = grant(ledger, "bridge", {s: ["read", "propose"] for s in scopes})
+    approver = grant(ledger, "approver", {s: ["read", "approve"] for s in scopes})
+    partial = grant(ledger, "partial", {"own": ["read"], "open": ["read"]})
+    deps = []
+    for scope in ("own", "closed", "open"):
+        for i in range(40):
+            rid = bridge.propose(scope, f"f{i}", i, Kind.FACT, id=f"{scope}-{i:02d}")
+            approver.accept(rid)
+            deps.append(rid)
+    top = bridge.propose("own", "sum", 1, Kind.INFERENCE, parents=deps, id="SUM")
+    approver.accept(top)
+    for session in (approver, bridge):
+        assert session.read("own", "sum").records[0].parents == tuple(deps)
+        assert session.get("SUM").parents == tuple(deps)
+    shown = (*deps[:40], HIDDEN, *deps[80:])
+    assert partial.read("own", "sum").records[0].parents == shown
+    assert partial.get("SUM").parents == shown
