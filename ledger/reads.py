@@ -73,12 +73,11 @@ def record_view(
     causes = stale_causes(caller, c, row, below) if row["status"] == _STALE else ()
     delivered = []
     if deliveries and c is not None:
-        d = caller.engine.dialect
-        for drow in delivery_view.for_record(c, d, row["record_id"], caller.position):
-            corrections = tuple(
-                correction_of(r)
-                for r in delivery_view.corrections_for(c, d, drow["delivery_id"], caller.position)
-            )
+        d, rid, position = caller.engine.dialect, row["record_id"], caller.position
+        drows = delivery_view.for_record(c, d, rid, position)
+        issued = delivery_view.corrections_of_record(c, d, rid, position) if drows else {}
+        for drow in drows:
+            corrections = tuple(map(correction_of, issued.get(drow["delivery_id"], ())))
             delivered.append(delivery_of(drow, corrections))
     parents, observed = redaction.id_list(row["parents"]), redaction.id_list(row["observed"])
     named = redaction.row_dependencies(row, parents, observed)

@@ -123,6 +123,28 @@ def corrections_for(
     return list(c.fetchall())
 
 
+def corrections_of_record(
+    c: Cursor, d: Dialect, record_id: str, position: int | None = None
+) -> dict[str, list[Any]]:
+    """Corrections issued for the deliveries of one record (up to ``position``
+    if given), by delivery id, each list oldest first: one statement for a
+    record delivered any number of times."""
+    bound = position if position is not None else (1 << 62)
+    c.execute(
+        d.q(
+            "SELECT co.* FROM {t}pl_deliveries dl JOIN {t}pl_corrections co "
+            "ON co.delivery_id = dl.delivery_id "
+            "WHERE dl.record_id=? AND dl.position <= ? AND co.position <= ? "
+            "ORDER BY co.position"
+        ),
+        (record_id, bound, bound),
+    )
+    found: dict[str, list[Any]] = {}
+    for row in c.fetchall():
+        found.setdefault(row["delivery_id"], []).append(row)
+    return found
+
+
 def delivery(c: Cursor, d: Dialect, delivery_id: str) -> Any:
     """One delivery's row, or None."""
     c.execute(d.q("SELECT * FROM {t}pl_deliveries WHERE delivery_id=?"), (delivery_id,))

@@ -597,6 +597,35 @@ def test_delivered_report_needs_revalidation_after_upstream_revocation(world: Wo
     assert [d.delivery_id for d in view.deliveries] == [d1]
 
 
+def test_each_delivery_shows_its_own_corrections_now_and_as_of_a_position(
+    world: World,
+) -> None:
+    """A record delivered three times, two of the deliveries corrected (one
+    twice): ``get`` gives each delivery its own corrections in the order they
+    were issued, and as of a position only the deliveries and corrections
+    made by then."""
+    e1 = evidence(world, "E1")
+    r1 = accepted(world, "R1", parents=[e1], kind=Kind.REPORT)
+    d1, d2 = (world.reviewer.deliver(r1, recipient=f"{n}@x.test") for n in "ab")
+    two_delivered = world.ledger.position
+    d3 = world.reviewer.deliver(r1, recipient="c@x.test")
+    world.reviewer.revoke(e1, reason="doc changed")
+    c3 = world.reviewer.issue_correction(d3, note="first for c")
+    c1 = world.reviewer.issue_correction(d1, note="for a")
+    between = world.ledger.position
+    c3b = world.reviewer.issue_correction(d3, note="second for c")
+
+    def corrections(session: Session) -> dict[str, list[str]]:
+        view = session.get(r1)
+        return {d.delivery_id: [c.correction_id for c in d.corrections] for d in view.deliveries}
+
+    assert corrections(world.reviewer) == {d1: [c1], d2: [], d3: [c3, c3b]}
+    assert list(corrections(world.reviewer)) == [d1, d2, d3]
+    then = world.reviewer.as_of(position=between)
+    assert corrections(then) == {d1: [c1], d2: [], d3: [c3]}
+    assert corrections(world.reviewer.as_of(position=two_delivered)) == {d1: [], d2: []}
+
+
 # -- audit and as-of ------------------------------------------------------------------
 
 
