@@ -115,6 +115,8 @@ def corrections_due(caller: Caller) -> tuple[CorrectionDue, ...]:
         # A report delivered many times: its row and its scope's roles read once.
         rows: dict[str, RecordRow] = {}
         delivers: dict[str, bool] = {}
+        # Corrections by delivery, read once per record that owes any.
+        issued: dict[str, dict[str, list[Any]]] = {}
         for drow in delivery_view.up_to(c, d, caller.position):
             rid = drow["record_id"]
             if rid not in rows:
@@ -127,7 +129,9 @@ def corrections_due(caller: Caller) -> tuple[CorrectionDue, ...]:
             since = owed_since(caller, c, drow, row, now)
             if since is None:
                 continue  # nothing owed: its corrections need not be read
-            corrections = delivery_view.corrections_for(c, d, drow["delivery_id"], caller.position)
+            if rid not in issued:
+                issued[rid] = delivery_view.corrections_of_record(c, d, rid, caller.position)
+            corrections = issued[rid].get(drow["delivery_id"], [])
             if not _owed(since, corrections):
                 continue
             row = redaction.row(

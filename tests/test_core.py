@@ -602,16 +602,19 @@ def test_each_delivery_shows_its_own_corrections_now_and_as_of_a_position(
 ) -> None:
     """A record delivered three times, two of the deliveries corrected (one
     twice): ``get`` gives each delivery its own corrections in the order they
-    were issued, and as of a position only the deliveries and corrections
-    made by then."""
+    were issued, as of a position only the deliveries and corrections made by
+    then, and ``corrections_due`` the delivery no correction answered."""
     e1 = evidence(world, "E1")
     r1 = accepted(world, "R1", parents=[e1], kind=Kind.REPORT)
     d1, d2 = (world.reviewer.deliver(r1, recipient=f"{n}@x.test") for n in "ab")
     two_delivered = world.ledger.position
     d3 = world.reviewer.deliver(r1, recipient="c@x.test")
     world.reviewer.revoke(e1, reason="doc changed")
+    assert [x.delivery.delivery_id for x in world.reviewer.corrections_due()] == [d1, d2, d3]
     c3 = world.reviewer.issue_correction(d3, note="first for c")
     c1 = world.reviewer.issue_correction(d1, note="for a")
+    (due,) = world.reviewer.corrections_due()  # each delivery answered by its own only
+    assert due.delivery.delivery_id == d2 and due.delivery.corrections == ()
     between = world.ledger.position
     c3b = world.reviewer.issue_correction(d3, note="second for c")
 
