@@ -5,8 +5,9 @@ page of a kind or status few records have passes over none of the scope's
 others, a LangGraph put reads none of the candidates under its key, a run shown
 again what it was shown appends nothing, showing a STALE record does not walk
 its whole ancestry, neither a run's read nor a report's delivery replays the
-run's or the report's whole history, and large values stay out of the table
-every look-up of a record searches."""
+run's or the report's whole history, a record's deliveries' corrections are
+read at once, and large values stay out of the table every look-up of a record
+searches."""
 
 from __future__ import annotations
 
@@ -646,7 +647,7 @@ def test_large_values_leave_no_overflow_page_in_the_record_table(
     assert sum(pages.values()) <= 4
 
 
-# -- corrections due read a report's row once, and corrections only where owed ----------
+# -- corrections due read a report's row once, and corrections only where owed, at once -
 
 
 def test_corrections_due_read_a_reports_row_once_and_corrections_only_where_owed(
@@ -660,8 +661,8 @@ def test_corrections_due_read_a_reports_row_once_and_corrections_only_where_owed
     rid = writer.propose(SCOPE, "weekly", "report", Kind.REPORT, accepted_by=reviewer)
     for i in range(N):
         writer.deliver(rid, f"reader{i}@example.org")
-    calls: dict[str, int] = {"existing": 0, "corrections_for": 0}
-    for module, name in ((validity_view, "existing"), (delivery_view, "corrections_for")):
+    calls: dict[str, int] = {"existing": 0, "corrections_of_record": 0}
+    for module, name in ((validity_view, "existing"), (delivery_view, "corrections_of_record")):
         real = getattr(module, name)
 
         def counted(*args: Any, _real: Any = real, _name: str = name, **kwargs: Any) -> Any:
@@ -673,11 +674,42 @@ def test_corrections_due_read_a_reports_row_once_and_corrections_only_where_owed
     # When no delivery owes a correction
     assert writer.corrections_due() == ()
     # Then the report's row was read once and no delivery's corrections at all
-    assert calls == {"existing": 1, "corrections_for": 0}
+    assert calls == {"existing": 1, "corrections_of_record": 0}
 
     # and once the report is revoked, every delivery owes one
     reviewer.revoke(rid, reason="figures were wrong")
-    calls.update(existing=0, corrections_for=0)
+    calls.update(existing=0, corrections_of_record=0)
     due = writer.corrections_due()
     assert len(due) == N and {x.delivery.record_id for x in due} == {rid}
-    assert calls == {"existing": 1, "corrections_for": N}
+    # and the corrections of all its deliveries were read at once
+    assert calls == {"existing": 1, "corrections_of_record": 1}
+
+
+def test_a_get_reads_the_corrections_of_all_a_records_deliveries_at_once(
+    ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    admin = ledger.admin()
+    admin.grant("writer", scope=SCOPE, roles=["propose", "read", "deliver"])
+    admin.grant("reviewer", scope=SCOPE, roles=["approve", "read"])
+    writer = ledger.authenticate(admin.issue_token("writer"))
+    reviewer = ledger.authenticate(admin.issue_token("reviewer"))
+    rid = writer.propose(SCOPE, "weekly", "report", Kind.REPORT, accepted_by=reviewer)
+    delivered = [writer.deliver(rid, f"reader{i}@example.org") for i in range(N)]
+    reviewer.revoke(rid, reason="figures were wrong")
+    writer.issue_correction(delivered[7], note="withdrawn")
+    calls = {"corrections_for": 0, "corrections_of_record": 0}
+    for name in calls:
+        real = getattr(delivery_view, name)
+
+        def counted(*args: Any, _real: Any = real, _name: str = name, **kwargs: Any) -> Any:
+            calls[_name] += 1
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(delivery_view, name, counted)
+
+    # When a record delivered N times, once corrected, is shown
+    view = writer.get(rid)
+
+    # Then every delivery is there with its own corrections, read in one statement
+    assert [len(d.corrections) for d in view.deliveries] == [int(i == 7) for i in range(N)]
+    assert calls == {"corrections_for": 0, "corrections_of_record": 1}
