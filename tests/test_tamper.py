@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from ledger import Kind, Ledger, merkle
 from ledger.bundle import write_bundle
 from ledger.errors import CorruptEventError, InvalidInputError
+from ledger.persistence import base as persistence_base
 
 from .conftest import World, aggregate_of
 
@@ -219,6 +220,28 @@ def test_inclusion_proofs_of_a_record_verify_without_the_ledger(world: World) ->
             [bytes.fromhex(h) for h in proof.path],
             bytes.fromhex(digest.root),
         )
+
+
+def test_proofs_of_a_record_of_more_events_than_a_batch_of_leaves_verify(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Leaves are numbered a batch of positions at a time (``leaf_indexes``):
+    a record whose events outnumber a batch, with other events between them,
+    gets a proof of each that verifies against the ledger's digest."""
+    monkeypatch.setattr(persistence_base, "LEAF_BATCH", 8)
+    monkeypatch.setattr(persistence_base, "LEAF_WIDTHS", (1, 8))
+    rid = world.agent.propose("proj-a", "weekly", "x", Kind.REPORT, id="R9")
+    world.reviewer.accept(rid)
+    for i in range(19):
+        world.reviewer.deliver(rid, recipient=f"reader{i}@x.test")
+        world.agent.propose("proj-a", f"between{i}", i, Kind.FACT)
+    proofs = world.reviewer.prove(rid)
+    assert [p.position for p in proofs] == [e.position for e in world.reviewer.audit(rid).events]
+    assert len(proofs) == 21
+    digest = world.ledger.digest()
+    assert all(p.verify(digest) for p in proofs)
+    indexes = [p.index for p in proofs]
+    assert indexes == sorted(set(indexes)) and indexes[-1] < digest.size
 
 
 # -- tampering with the database directly ---------------------------------------------

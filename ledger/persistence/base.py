@@ -34,6 +34,11 @@ SNAPSHOT_DDL = (
     "position {bigint} PRIMARY KEY, leaf {blob} NOT NULL)",
 )
 
+#: Positions whose leaves' indexes one statement finds (``leaf_indexes``), and
+#: the widths its statement is written for (a batch is padded to the next).
+LEAF_BATCH = 512
+LEAF_WIDTHS = (1, 8, 64, LEAF_BATCH)
+
 #: Tables beside the events that must never change once written.
 APPEND_ONLY = ("pl_commits", "pl_merkle_leaves")
 
@@ -266,26 +271,31 @@ class LedgerRecorderMixin:
 
     def leaf_indexes(self, c: Cursor, positions: Iterable[int]) -> tuple[int, dict[int, int]]:
         """How many Merkle leaves are stored, and the index in the tree (the number
-        of leaves before it) of each of ``positions`` that has one. The leaves
-        between one asked position and the next are counted once: the counts
-        together scan the key up to the last position asked, however many."""
-        d = self.dialect
+        of leaves before it) of each of ``positions`` that has one: numbered in
+        one pass over the leaves' key up to the last position asked for each
+        ``LEAF_BATCH`` of them (a statement per position before, a round trip
+        each on PostgreSQL)."""
         size = self.leaf_count(c)
-        between = d.q(
-            "SELECT (SELECT COUNT(*) FROM {t}pl_merkle_leaves "
-            "WHERE position >= ? AND position < ?) AS n, "
-            "(SELECT COUNT(*) FROM {t}pl_merkle_leaves WHERE position = ?) AS held"
-        )
+        wanted = sorted(set(positions))
         found: dict[int, int] = {}
-        index = previous = 0
-        for position in sorted(set(positions)):
-            c.execute(between, (previous, position, position))
-            row = c.fetchone()
-            index += int(row["n"])
-            if int(row["held"]):
-                found[position] = index
-            previous = position
+        for start in range(0, len(wanted), LEAF_BATCH):
+            batch = wanted[start : start + LEAF_BATCH]
+            width = next(w for w in LEAF_WIDTHS if w >= len(batch))
+            padded = batch + [batch[-1]] * (width - len(batch))
+            c.execute(self._numbered(width), (batch[-1], *padded))
+            for row in c.fetchall():
+                found[int(row["position"])] = int(row["n"]) - 1
         return size, found
+
+    def _numbered(self, width: int) -> str:
+        """The statement numbering the leaves up to a position and keeping those
+        at ``width`` positions (the same few statements for any count)."""
+        marks = ", ".join("?" * width)
+        return self.dialect.q(
+            "SELECT position, n FROM (SELECT position, ROW_NUMBER() OVER (ORDER BY position) "
+            "AS n FROM {t}pl_merkle_leaves WHERE position <= ?) numbered "
+            f"WHERE position IN ({marks})"
+        )
 
     def leaf_count(self, c: Cursor) -> int:
         """How many Merkle leaves are stored (the size of the log's tree)."""
