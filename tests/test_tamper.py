@@ -931,3 +931,24 @@ def test_a_head_signed_by_another_key_is_not_appended_to_a_heads_file(
     publish_head(world.ledger, tmp_path / "old", heads)
     assert world.ledger.verify(heads=fresh, public_key=tmp_path / "new.pub").ok
     assert world.ledger.verify(heads=heads, public_key=tmp_path / "old.pub").ok
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_leaf_indexes_count_the_leaves_before_each_position_around_a_missing_leaf(
+    world: World, ledger_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Numbered a batch at a time, each asked position's index is the number of
+    leaves before it, also past a position whose leaf is gone (it gets none)."""
+    monkeypatch.setattr(persistence_base, "LEAF_BATCH", 4)
+    monkeypatch.setattr(persistence_base, "LEAF_WIDTHS", (1, 4))
+    for i in range(12):
+        world.agent.propose("proj-a", f"k{i}", i, Kind.FACT)
+    _leaf_deleted(_db(ledger_url), 8)
+    asked = [2, 3, 5, 8, 9, 10, 11, 13, 15]
+    recorder = world.ledger.engine.recorder
+    with world.ledger.engine.reading() as c:
+        size, index_of = recorder.leaf_indexes(c, asked)
+        c.execute("SELECT position FROM pl_merkle_leaves ORDER BY position")
+        held = [int(row["position"]) for row in c.fetchall()]
+    assert size == len(held) and 8 not in held
+    assert index_of == {p: held.index(p) for p in asked if p in held}

@@ -271,29 +271,43 @@ class LedgerRecorderMixin:
 
     def leaf_indexes(self, c: Cursor, positions: Iterable[int]) -> tuple[int, dict[int, int]]:
         """How many Merkle leaves are stored, and the index in the tree (the number
-        of leaves before it) of each of ``positions`` that has one: numbered in
-        one pass over the leaves' key up to the last position asked for each
-        ``LEAF_BATCH`` of them (a statement per position before, a round trip
-        each on PostgreSQL)."""
+        of leaves before it) of each of ``positions`` that has one: a statement
+        for each ``LEAF_BATCH`` of them numbers the leaves from the previous
+        batch's last position to its own, so together they pass over the
+        leaves' key once, up to the last position asked (a statement per
+        position before, a round trip each on PostgreSQL)."""
         size = self.leaf_count(c)
         wanted = sorted(set(positions))
         found: dict[int, int] = {}
+        before = after = 0  # the leaves at or before position ``after``
         for start in range(0, len(wanted), LEAF_BATCH):
             batch = wanted[start : start + LEAF_BATCH]
             width = next(w for w in LEAF_WIDTHS if w >= len(batch))
             padded = batch + [batch[-1]] * (width - len(batch))
-            c.execute(self._numbered(width), (batch[-1], *padded))
+            c.execute(self._numbered(width), (after, batch[-1], *padded))
             for row in c.fetchall():
-                found[int(row["position"])] = int(row["n"]) - 1
+                found[int(row["position"])] = before + int(row["n"]) - 1
+            after = batch[-1]
+            if after in found:
+                before = found[after] + 1
+            elif start + LEAF_BATCH < len(wanted):
+                c.execute(
+                    self.dialect.q(
+                        "SELECT COUNT(*) AS n FROM {t}pl_merkle_leaves WHERE position <= ?"
+                    ),
+                    (after,),
+                )
+                before = int(c.fetchone()["n"])
         return size, found
 
     def _numbered(self, width: int) -> str:
-        """The statement numbering the leaves up to a position and keeping those
-        at ``width`` positions (the same few statements for any count)."""
+        """The statement numbering the leaves after a position up to another
+        and keeping those at ``width`` positions (the same few statements for
+        any count)."""
         marks = ", ".join("?" * width)
         return self.dialect.q(
             "SELECT position, n FROM (SELECT position, ROW_NUMBER() OVER (ORDER BY position) "
-            "AS n FROM {t}pl_merkle_leaves WHERE position <= ?) numbered "
+            "AS n FROM {t}pl_merkle_leaves WHERE position > ? AND position <= ?) numbered "
             f"WHERE position IN ({marks})"
         )
 
