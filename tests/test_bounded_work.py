@@ -650,19 +650,23 @@ def test_large_values_leave_no_overflow_page_in_the_record_table(
 # -- corrections due read a report's row once, and corrections only where owed, at once -
 
 
-def test_corrections_due_read_a_reports_row_once_and_corrections_only_where_owed(
-    ledger: Ledger, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def delivered_report(ledger: Ledger) -> tuple[Session, Session, str, list[str]]:
+    """A writer (propose, read, deliver) and a reviewer in ``SCOPE``, and an
+    accepted report the writer delivered ``N`` times (its id, the deliveries')."""
     admin = ledger.admin()
     admin.grant("writer", scope=SCOPE, roles=["propose", "read", "deliver"])
     admin.grant("reviewer", scope=SCOPE, roles=["approve", "read"])
     writer = ledger.authenticate(admin.issue_token("writer"))
     reviewer = ledger.authenticate(admin.issue_token("reviewer"))
     rid = writer.propose(SCOPE, "weekly", "report", Kind.REPORT, accepted_by=reviewer)
-    for i in range(N):
-        writer.deliver(rid, f"reader{i}@example.org")
-    calls: dict[str, int] = {"existing": 0, "corrections_of_record": 0}
-    for module, name in ((validity_view, "existing"), (delivery_view, "corrections_of_record")):
+    delivered = [writer.deliver(rid, f"reader{i}@example.org") for i in range(N)]
+    return writer, reviewer, rid, delivered
+
+
+def counted_calls(monkeypatch: pytest.MonkeyPatch, *functions: tuple[Any, str]) -> dict[str, int]:
+    """How often each of ``functions`` (module, name) is called from now on."""
+    calls = dict.fromkeys((name for _, name in functions), 0)
+    for module, name in functions:
         real = getattr(module, name)
 
         def counted(*args: Any, _real: Any = real, _name: str = name, **kwargs: Any) -> Any:
@@ -670,6 +674,16 @@ def test_corrections_due_read_a_reports_row_once_and_corrections_only_where_owed
             return _real(*args, **kwargs)
 
         monkeypatch.setattr(module, name, counted)
+    return calls
+
+
+def test_corrections_due_read_a_reports_row_once_and_corrections_only_where_owed(
+    ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writer, reviewer, rid, _ = delivered_report(ledger)
+    calls = counted_calls(
+        monkeypatch, (validity_view, "existing"), (delivery_view, "corrections_of_record")
+    )
 
     # When no delivery owes a correction
     assert writer.corrections_due() == ()
@@ -688,24 +702,12 @@ def test_corrections_due_read_a_reports_row_once_and_corrections_only_where_owed
 def test_a_get_reads_the_corrections_of_all_a_records_deliveries_at_once(
     ledger: Ledger, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    admin = ledger.admin()
-    admin.grant("writer", scope=SCOPE, roles=["propose", "read", "deliver"])
-    admin.grant("reviewer", scope=SCOPE, roles=["approve", "read"])
-    writer = ledger.authenticate(admin.issue_token("writer"))
-    reviewer = ledger.authenticate(admin.issue_token("reviewer"))
-    rid = writer.propose(SCOPE, "weekly", "report", Kind.REPORT, accepted_by=reviewer)
-    delivered = [writer.deliver(rid, f"reader{i}@example.org") for i in range(N)]
+    writer, reviewer, rid, delivered = delivered_report(ledger)
     reviewer.revoke(rid, reason="figures were wrong")
     writer.issue_correction(delivered[7], note="withdrawn")
-    calls = {"corrections_for": 0, "corrections_of_record": 0}
-    for name in calls:
-        real = getattr(delivery_view, name)
-
-        def counted(*args: Any, _real: Any = real, _name: str = name, **kwargs: Any) -> Any:
-            calls[_name] += 1
-            return _real(*args, **kwargs)
-
-        monkeypatch.setattr(delivery_view, name, counted)
+    calls = counted_calls(
+        monkeypatch, (delivery_view, "corrections_for"), (delivery_view, "corrections_of_record")
+    )
 
     # When a record delivered N times, once corrected, is shown
     view = writer.get(rid)
