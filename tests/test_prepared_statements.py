@@ -249,6 +249,7 @@ def test_the_probe_sees_a_statement_prepared_again(tmp_path: Path) -> None:
 
 
 def test_only_a_record_status_is_written_into_a_statement() -> None:
+    assert sorted(ROW_STATUSES) == sorted(s.value for s in Status)  # every one, once
     assert status_is("STALE", "r") == "r.status = 'STALE'"
     with pytest.raises(ValueError, match="is not a record status"):
         status_is("ACCEPTED' OR 1=1")
