@@ -24,7 +24,7 @@ from ledger.errors import (
     UnknownDeliveryError,
 )
 from ledger.pipeline import Decision
-from ledger.serialization import micros_to_datetime
+from ledger.serialization import datetime_to_micros, micros_to_datetime
 from ledger.validation import check_id, check_text
 from ledger.values import Correction, CorrectionDue, Delivery
 from projections import delivery as delivery_view
@@ -117,7 +117,8 @@ def corrections_due(caller: Caller) -> tuple[CorrectionDue, ...]:
         delivers: dict[str, bool] = {}
         # Corrections by delivery, read once per record that owes any.
         issued: dict[str, dict[str, list[Any]]] = {}
-        for drow in delivery_view.up_to(c, d, caller.position):
+        instant = datetime_to_micros(now)
+        for drow in delivery_view.unsettled(c, d, instant, caller.position):
             rid = drow["record_id"]
             if rid not in rows:
                 rows[rid] = validity_view.existing(c, d, rid, caller.position)

@@ -12,7 +12,7 @@ from typing import Any
 
 from ledger.domain import Record
 from ledger.serialization import datetime_to_micros
-from projections.base import Cursor, Dialect
+from projections.base import Cursor, Dialect, as_of_filter
 from projections.validity import record_id_in
 
 VIEW = "delivery"
@@ -151,10 +151,38 @@ def delivery(c: Cursor, d: Dialect, delivery_id: str) -> Any:
     return c.fetchone()
 
 
-def up_to(c: Cursor, d: Dialect, position: int | None = None) -> list[Any]:
-    """Every delivery (up to ``position`` if given), oldest first."""
-    bound = position if position is not None else (1 << 62)
-    c.execute(d.q("SELECT * FROM {t}pl_deliveries WHERE position <= ? ORDER BY position"), (bound,))
+#: A delivery of a record that is VALID at an instant (ACCEPTED, not expired) on the
+#: very row it was delivered with: it owes no correction (``deliveries.owed_since``).
+_SETTLED = (
+    "r.status = 'ACCEPTED' AND (r.eff_expires IS NULL OR r.eff_expires > ?) "
+    "AND r.from_pos <= dl.position"
+)
+
+
+def unsettled(c: Cursor, d: Dialect, instant: int, position: int | None = None) -> list[Any]:
+    """The deliveries (up to ``position`` if given; oldest first) that may owe a
+    correction at ``instant`` (µs): those whose record, as it stands now (or right
+    after ``position``), is not VALID at that instant or has a newer row than the
+    one delivered. The others, often nearly all, are left out by the statement
+    rather than read and checked one by one."""
+    if position is None:
+        c.execute(
+            d.q(
+                "SELECT dl.* FROM {t}pl_deliveries dl JOIN {t}pl_records r "
+                "ON r.record_id = dl.record_id AND r.to_pos IS NULL "
+                f"WHERE NOT ({_SETTLED}) ORDER BY dl.position"
+            ),
+            (instant,),
+        )
+    else:
+        c.execute(
+            d.q(
+                "SELECT dl.* FROM {t}pl_deliveries dl JOIN {t}pl_records r "
+                f"ON r.record_id = dl.record_id AND {as_of_filter('r')} "
+                f"WHERE dl.position <= ? AND NOT ({_SETTLED}) ORDER BY dl.position"
+            ),
+            (position, position, position, instant),
+        )
     return list(c.fetchall())
 
 

@@ -687,8 +687,9 @@ def test_corrections_due_read_a_reports_row_once_and_corrections_only_where_owed
 
     # When no delivery owes a correction
     assert writer.corrections_due() == ()
-    # Then the report's row was read once and no delivery's corrections at all
-    assert calls == {"existing": 1, "corrections_of_record": 0}
+    # Then neither the report's row nor any delivery's corrections were read
+    # on their own: the statement left out the deliveries of a VALID, unchanged row
+    assert calls == {"existing": 0, "corrections_of_record": 0}
 
     # and once the report is revoked, every delivery owes one
     reviewer.revoke(rid, reason="figures were wrong")
