@@ -1491,14 +1491,15 @@ def test_provledger_mcp_serves_streamable_http_at_the_mcp_path(
         text=True,
     )
 
+    def said() -> str:  # its first line on standard error: where it listens
+        assert server.stderr is not None
+        return server.stderr.readline()
+
     async def session() -> tuple[list[str], Any]:
-        while True:  # until it listens (or has exited)
-            assert server.poll() is None, server.stderr.read() if server.stderr else ""
-            try:
-                await (await anyio.connect_tcp("127.0.0.1", port)).aclose()
-                break
-            except OSError:
-                await anyio.sleep(0.05)
+        with anyio.fail_after(60):
+            first = await anyio.to_thread.run_sync(said, abandon_on_cancel=True)
+        # It says where it listens once it does, on the address asked for
+        assert f"MCP endpoint at http://127.0.0.1:{port}/mcp" in first, first
         async with Client(f"http://127.0.0.1:{port}/mcp") as client:
             names = [t.name for t in (await client.list_tools()).tools]
             evidence = await client.call_tool(

@@ -4,6 +4,7 @@ description and annotations) and :func:`build_server` / :func:`serve`."""
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import Callable
 from typing import Any, Literal
@@ -415,7 +416,8 @@ def serve(
     port: int = 8000,
 ) -> None:
     """Run :func:`build_server` until the client disconnects (stdio) or the process
-    is stopped (streamable HTTP at ``http://HOST:PORT/mcp``).
+    is stopped (streamable HTTP at ``http://HOST:PORT/mcp``, which it says on
+    standard error once it listens, as ``provledger serve`` does).
 
     Raises:
         AuthenticationError: the token is unknown, revoked or expired.
@@ -432,7 +434,12 @@ def serve(
     listening = listen(host, port)
     try:
         app = server.streamable_http_app(host=host)
-        config = uvicorn.Config(app, log_level="warning", server_header=False)
+        # Info: the address it listens on, and when it stops; no line per request.
+        config = uvicorn.Config(app, log_level="info", access_log=False, server_header=False)
+        shown = f"[{host}]" if ":" in host else host
+        logging.getLogger("uvicorn.error").info(
+            "MCP endpoint at http://%s:%d/mcp (Press CTRL+C to quit)", shown, port
+        )
         uvicorn.Server(config).run(sockets=[listening])
     finally:
         listening.close()
