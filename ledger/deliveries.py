@@ -104,21 +104,25 @@ def issue_correction(
     return pipeline.command(caller, "issue_correction", decide)
 
 
-def corrections_due(caller: Caller) -> tuple[CorrectionDue, ...]:
+def corrections_due(caller: Caller, record_id: str | None = None) -> tuple[CorrectionDue, ...]:
     """``Session.corrections_due``: deliveries that owe a correction, in scopes where
-    the caller delivers (see :func:`owed_since`)."""
+    the caller delivers, or of one record (see :func:`owed_since`)."""
     d = caller.engine.dialect
     now = caller.at(None)
     out = []
     with caller.reading() as c:
-        caller.require_somewhere(c, Role.DELIVER, "corrections_due")
+        only = None
+        if record_id is None:
+            caller.require_somewhere(c, Role.DELIVER, "corrections_due")
+        else:
+            only = caller.visible_row(c, record_id, Role.DELIVER, "corrections_due")["record_id"]
         # A report delivered many times: its row and its scope's roles read once.
         rows: dict[str, RecordRow] = {}
         delivers: dict[str, bool] = {}
         # Corrections by delivery, read once per record that owes any.
         issued: dict[str, dict[str, list[Any]]] = {}
         instant = datetime_to_micros(now)
-        for drow in delivery_view.unsettled(c, d, instant, caller.position):
+        for drow in delivery_view.unsettled(c, d, instant, caller.position, only):
             rid = drow["record_id"]
             if rid not in rows:
                 rows[rid] = validity_view.existing(c, d, rid, caller.position)

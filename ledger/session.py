@@ -265,18 +265,21 @@ class Session:
 
     # -- deliveries -----------------------------------------------------------
 
-    def corrections_due(self) -> tuple[CorrectionDue, ...]:
+    def corrections_due(self, record_id: str | None = None) -> tuple[CorrectionDue, ...]:
         """Deliveries that owe a correction: their record left VALID after the
         delivery (revoked, superseded, STALE, expired), or is VALID again on
         another basis than the delivered copy rests on (its own parents, or those
         of a record it rests on, re-based since), with no correction since.
 
-        Only scopes where the principal holds ``deliver`` are listed.
+        Only scopes where the principal holds ``deliver`` are listed; with
+        ``record_id``, only that record's deliveries (oldest first, as always).
 
         Raises:
-            AccessDeniedError: the principal holds ``deliver`` in no scope.
+            AccessDeniedError: the principal holds ``deliver`` in no scope, or
+                not in ``record_id``'s.
+            UnknownRecordError: ``record_id`` is unknown or not visible.
         """
-        return deliveries.corrections_due(self.caller)
+        return deliveries.corrections_due(self.caller, record_id)
 
     def deliver(self, record_id: str, recipient: str, channel: str = "email") -> str:
         """Record that a usable record (typically a report) left the system.

@@ -159,30 +159,34 @@ _SETTLED = (
 )
 
 
-def unsettled(c: Cursor, d: Dialect, instant: int, position: int | None = None) -> list[Any]:
-    """The deliveries (up to ``position`` if given; oldest first) that may owe a
-    correction at ``instant`` (µs): those whose record, as it stands now (or right
-    after ``position``), is not VALID at that instant or has a newer row than the
-    one delivered. The others, often nearly all, are left out by the statement
-    rather than read and checked one by one."""
+def unsettled(
+    c: Cursor,
+    d: Dialect,
+    instant: int,
+    position: int | None = None,
+    record_id: str | None = None,
+) -> list[Any]:
+    """The deliveries (up to ``position`` if given; of ``record_id`` only if
+    given; oldest first) that may owe a correction at ``instant`` (µs): those
+    whose record, as it stands now (or right after ``position``), is not VALID at
+    that instant or has a newer row than the one delivered. The others, often
+    nearly all, are left out by the statement rather than read and checked one
+    by one."""
+    params: list[Any] = [] if record_id is None else [record_id]
+    of = "" if record_id is None else "dl.record_id = ? AND "
     if position is None:
-        c.execute(
-            d.q(
-                "SELECT dl.* FROM {t}pl_deliveries dl JOIN {t}pl_records r "
-                "ON r.record_id = dl.record_id AND r.to_pos IS NULL "
-                f"WHERE NOT ({_SETTLED}) ORDER BY dl.position"
-            ),
-            (instant,),
-        )
+        rows = "r.to_pos IS NULL"
     else:
-        c.execute(
-            d.q(
-                "SELECT dl.* FROM {t}pl_deliveries dl JOIN {t}pl_records r "
-                f"ON r.record_id = dl.record_id AND {as_of_filter('r')} "
-                f"WHERE dl.position <= ? AND NOT ({_SETTLED}) ORDER BY dl.position"
-            ),
-            (position, position, position, instant),
-        )
+        rows = f"{as_of_filter('r')} AND dl.position <= ?"
+        params += [position] * 3
+    c.execute(
+        d.q(
+            "SELECT dl.* FROM {t}pl_deliveries dl JOIN {t}pl_records r "
+            f"ON r.record_id = dl.record_id WHERE {of}{rows} AND NOT ({_SETTLED}) "
+            "ORDER BY dl.position"
+        ),
+        (*params, instant),
+    )
     return list(c.fetchall())
 
 

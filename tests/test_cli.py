@@ -728,6 +728,14 @@ def test_corrections_json_lists_deliveries_needing_a_correction(chain: Cli) -> N
     assert due["status"] == "STALE" and due["cause"] == "E1"
     assert due["delivery"]["recipient"] == "ops@x.test"
     assert "R1" in chain.as_reviewer("corrections").stdout
+    # --record: that record's only (E1 itself was never delivered)
+    of_r1 = json.loads(chain.as_reviewer("corrections", "--record", "R1", "--json").stdout)
+    assert of_r1 == {"due": [due]}
+    of_e1 = json.loads(chain.as_reviewer("corrections", "--record", "E1", "--json").stdout)
+    assert of_e1 == {"due": []}
+    unknown = chain.as_reviewer("corrections", "--record", "nope")
+    assert unknown.exit_code == 1 and unknown.stdout == ""
+    assert "record 'nope' is unknown or not visible" in unknown.stderr
 
 
 def test_corrections_say_why_a_valid_record_is_owed_one(chain: Cli) -> None:

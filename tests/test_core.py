@@ -629,6 +629,50 @@ def test_each_delivery_shows_its_own_corrections_now_and_as_of_a_position(
     assert corrections(world.reviewer.as_of(position=two_delivered)) == {d1: [], d2: []}
 
 
+def test_corrections_due_of_one_record_are_its_owed_deliveries_now_and_as_of_a_position(
+    world: World,
+) -> None:
+    """``corrections_due(record_id)``: the deliveries of that record which owe a
+    correction, as the whole outbox lists them; as of a position, those owed
+    then; a record unknown, hidden or where the caller does not deliver is
+    refused as every command refuses it."""
+    e1, e2 = evidence(world, "E1"), evidence(world, "E2", claim_key="source:2")
+    r1 = accepted(world, "R1", parents=[e1], kind=Kind.REPORT)
+    r2 = accepted(world, "R2", parents=[e2], claim_key="other", kind=Kind.REPORT)
+    d1a, d2, d1b = (
+        world.reviewer.deliver(r, recipient=f"{n}@x.test")
+        for r, n in ((r1, "a"), (r2, "b"), (r1, "c"))
+    )
+    assert world.reviewer.corrections_due(r1) == ()
+    delivered = world.ledger.position
+    world.reviewer.revoke(e1, reason="doc changed")
+    world.reviewer.revoke(e2, reason="doc changed too")
+    revoked = world.ledger.position
+    every = world.reviewer.corrections_due()
+    assert [x.delivery.delivery_id for x in every] == [d1a, d2, d1b]
+
+    # Of one record: exactly its owed deliveries, as the whole list gives them
+    assert world.reviewer.corrections_due(r1) == tuple(
+        x for x in every if x.delivery.record_id == r1
+    )
+    assert [x.delivery.delivery_id for x in world.reviewer.corrections_due(r2)] == [d2]
+    world.reviewer.issue_correction(d1a, note="upstream doc changed")
+    assert [x.delivery.delivery_id for x in world.reviewer.corrections_due(r1)] == [d1b]
+    # As of a position: before the revocations nothing was owed, after them both
+    assert world.reviewer.as_of(position=delivered).corrections_due(r1) == ()
+    then = world.reviewer.as_of(position=revoked).corrections_due(r1)
+    assert [x.delivery.delivery_id for x in then] == [d1a, d1b]
+
+    # A record unknown, or hidden from the caller, is refused alike; so is one in
+    # a scope where the caller does not deliver
+    with pytest.raises(UnknownRecordError, match="'nope' is unknown or not visible"):
+        world.reviewer.corrections_due("nope")
+    with pytest.raises(UnknownRecordError, match="'R1' is unknown or not visible"):
+        world.outsider.corrections_due(r1)
+    with pytest.raises(AccessDeniedError, match="lacks role 'deliver' in scope 'proj-a'"):
+        world.agent.corrections_due(r1)
+
+
 # -- audit and as-of ------------------------------------------------------------------
 
 

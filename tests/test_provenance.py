@@ -388,6 +388,7 @@ COMMANDS: dict[str, Command] = {
     "issue_correction": Command("deliver", lambda s, t: s.issue_correction(t.delivery, "fix")),
     # corrections_due(): across scopes, so refused only when no scope allows it
     "corrections_due": Command("deliver", lambda s, t: s.corrections_due(), scoped=False),
+    "corrections_due of a record": Command("deliver", lambda s, t: s.corrections_due("R1")),
 }
 
 
@@ -419,7 +420,7 @@ def _effect(name: str, result: Any, world: World, t: Targets) -> None:
     elif name == "issue_correction":
         (delivery,) = reviewer.get("R1").deliveries
         assert [c.correction_id for c in delivery.corrections] == [result]
-    elif name == "corrections_due":
+    elif name in ("corrections_due", "corrections_due of a record"):
         assert [d.delivery.delivery_id for d in result] == [t.delivery]
 
 
@@ -527,6 +528,9 @@ PROBES: dict[str, Probe] = {
     ),
     "snapshot": Probe(
         UnknownSnapshotError, lambda s, x, t: s.snapshot(x), lambda t: t.ref, ref_of(b"nothing")
+    ),
+    "corrections_due of a record": Probe(
+        UnknownRecordError, lambda s, x, t: s.corrections_due(x), lambda t: "R1", "NO-SUCH"
     ),
     "revalidate on a new basis": Probe(
         InvalidParentError,

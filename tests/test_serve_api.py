@@ -510,6 +510,16 @@ def test_corrections_due_are_listed_and_issued_through_the_outbox(served: Served
     [item] = due.json()["corrections"]
     assert item["delivery"]["record_id"] == "R1"
     assert (item["status"], item["validity"]) == ("STALE", "NEEDS_REVALIDATION")
+    # Those of one record: R1's is the same; M1 was never delivered
+    assert served.reviewer.get("/corrections", params={"record_id": "R1"}).json() == due.json()
+    of_m1 = served.reviewer.get("/corrections", params={"record_id": "M1"})
+    assert of_m1.json() == {"corrections": []}
+    # and a record unknown, or in a scope where the caller does not deliver, refused
+    unknown = served.reviewer.get("/corrections", params={"record_id": "nope"})
+    assert (unknown.status_code, error_of(unknown)["type"]) == (404, "UnknownRecordError")
+    assert "record 'nope' is unknown or not visible" in error_of(unknown)["message"]
+    denied = served.agent.get("/corrections", params={"record_id": "R1"})
+    assert (denied.status_code, error_of(denied)["type"]) == (403, "AccessDeniedError")
     delivery_id = item["delivery"]["delivery_id"]
     issued = served.reviewer.post(
         "/deliveries/{delivery_id}/corrections",

@@ -200,10 +200,14 @@ def test_a_reviewer_does_the_whole_job_in_the_browser(
     expect(
         page.get_by_text("the docs page now says retries duplicate orders").first
     ).to_be_visible()
+    # Its delivery says it owes a correction, and leads to the outbox.
+    deliveries = page.get_by_role("region", name="Deliveries")
+    owed = deliveries.get_by_role("row").filter(has_text="ops@example.test")
+    expect(owed.get_by_role("cell").last).to_have_text("yes: issue it in the outbox")
     _shot(page, artefacts, "console-record")
 
     # The correction is due; issue it.
-    page.get_by_role("link", name="Needs attention").click()
+    owed.get_by_role("link", name="issue it in the outbox").click()
     expect(page.get_by_role("heading", name="Corrections due (1)")).to_be_visible()
     page.get_by_label("Correction note to ops@example.test").fill(
         "Retry advice withdrawn: the source changed. Do not enable automatic retries."

@@ -536,6 +536,45 @@ def test_needs_attention_lists_stale_records_and_issues_the_correction_due(desk:
     assert len(desk.reviewer.get("R1").deliveries[0].corrections) == 1
 
 
+def test_the_record_page_tells_deliverers_which_deliveries_owe_a_correction(
+    desk: Desk,
+) -> None:
+    _seed(desk)
+    desk.reviewer.deliver("R1", recipient="audit@x.test")
+    delivered = desk.ledger.position
+    desk.reviewer.revoke("E1", reason="doc changed")
+    revoked = desk.ledger.position
+    first, second = (d.delivery_id for d in desk.reviewer.get("R1").deliveries)
+    desk.reviewer.issue_correction(first, note="retry advice withdrawn")
+    client, _ = desk.signed_in("reviewer")
+
+    def owed(page: str) -> dict[str, str]:
+        rows = page[page.index('id="del-h"') :].split("</table>")[0].split("<tr>")[2:]
+        return {
+            text_of(row).split()[0]: text_of(
+                row.split('class="owed">')[1].split("</td>")[0]
+            ).replace(" :", ":")  # text_of puts a space where the tag was
+            for row in rows
+        }
+
+    # Then each delivery says whether it owes one: the corrected one no longer
+    page = client.get("/records/R1").text
+    assert "Correction owed" in page
+    assert owed(page) == {first: "no", second: "yes: issue it in the outbox"}
+    assert 'href="/attention#due-h"' in page
+    # and as of a position before the revocation, neither did then
+    then = client.get(f"/records/R1?as_of_position={delivered}").text
+    assert owed(then) == {first: "no", second: "no"}
+    # and right after it, both did, leading to the outbox as it was then
+    then = client.get(f"/records/R1?as_of_position={revoked}").text
+    assert owed(then) == {first: "yes: in the outbox then", second: "yes: in the outbox then"}
+    assert f'href="/attention?as_of_position={revoked}#due-h"' in then
+    # A reader who delivers nowhere is not told (the outbox is not theirs to see)
+    reader, _ = desk.signed_in("reviewer-2")
+    page = reader.get("/records/R1").text
+    assert "ops@x.test" in page and "Correction owed" not in page and 'class="owed"' not in page
+
+
 def test_needs_attention_says_when_the_outbox_is_not_the_readers_to_see(desk: Desk) -> None:
     # reviewer-2 reads proj-a but delivers nowhere: corrections are owed, and
     # the page must not say that none are.

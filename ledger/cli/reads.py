@@ -222,11 +222,12 @@ def history(
 
 
 @click.command()
+@click.option("--record", "record_id", help="Only this record's deliveries.")
 @token_option
 @url_option
 @json_option
 @errors_exit_1
-def corrections(token: str, url: str | None, as_json: bool) -> None:
+def corrections(record_id: str | None, token: str, url: str | None, as_json: bool) -> None:
     """List deliveries owing a correction: their record left VALID after the
     delivery, or is VALID again on another basis than the delivered copy rests on
     (its own, or that of a record it rests on), with no correction since.
@@ -234,9 +235,10 @@ def corrections(token: str, url: str | None, as_json: bool) -> None:
     \b
     Example:
       provledger corrections
+      provledger corrections --record R1
     """
     with principal_session(url, token) as (_led, session):
-        due = session.corrections_due()
+        due = session.corrections_due(record_id)
         views = {} if as_json else views_of(session, due)
     if as_json:
         echo_json({"due": due})

@@ -526,8 +526,9 @@ def explain(call: Call) -> Response:
 
 
 def corrections(call: Call) -> Response:
-    """Deliveries that owe a correction (scopes where the caller holds ``deliver``)."""
-    due = call.session().corrections_due()
+    """Deliveries that owe a correction (scopes where the caller holds ``deliver``),
+    or those of one record (``record_id``)."""
+    due = call.session().corrections_due(call.query_str("record_id"))
     return json_response({"corrections": [payloads.correction_due(d) for d in due]})
 
 

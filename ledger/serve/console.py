@@ -492,6 +492,12 @@ class Console:
                 query = urlencode(moment.params())
                 return f"/records/{rid}" + (f"?{query}" if query else "")
 
+            # Which deliveries owe a correction: told to those who issue them
+            # (``deliver`` in the record's scope), as the outbox tells them.
+            owed = None
+            if view.deliveries and access.has(view.scope, Role.DELIVER):
+                owed = {x.delivery.delivery_id for x in live.corrections_due(view.id)}
+
             return {
                 "title": f"Record {view.id}",
                 "view": view,
@@ -500,6 +506,7 @@ class Console:
                 "conflicts": conflicts,
                 "trail": trail,
                 "audit_note": audit_note,
+                "owed": owed,
                 "picture": picture(live, view.id, link),
                 "approver": access.has(view.scope, Role.APPROVE) and not moment.past,
                 "entry": candidate(live, view) if view.status == Status.CANDIDATE else None,

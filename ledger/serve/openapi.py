@@ -599,8 +599,17 @@ def _paths() -> dict[str, dict[str, Any]]:
                 "Deliveries that owe a correction",
                 "200",
                 "CorrectionsDue",
-                "401 403 422",
-                params=list(_AS_OF),
+                "401 403 404 422",
+                params=[
+                    _param(
+                        "record_id",
+                        "query",
+                        _STR,
+                        "Only this record's deliveries (404 if it is unknown or not visible, "
+                        "403 without `deliver` in its scope).",
+                    ),
+                    *_AS_OF,
+                ],
                 description=(
                     "Lists scopes where the principal holds `deliver`; 403 if it holds "
                     "`deliver` in no scope."
