@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from ledger import Kind, Status, Validity
+from ledger import Kind, Session, Status, Validity
 from ledger.errors import (
     AccessDeniedError,
     InvalidInputError,
@@ -149,6 +149,18 @@ def test_grants_lists_the_roles_the_principal_holds_by_scope(world: World) -> No
     assert world.outsider.grants() == {}
 
 
+def _paged(session: Session, **filters: Any) -> list[str]:
+    """The ids of proj-a's records ``filters`` selects, read two a page, each
+    page after the last id of the one before."""
+    listed: list[str] = []
+    after = None
+    while page := session.records("proj-a", limit=2, after=after, **filters):
+        assert len(page) <= 2
+        listed += [r.id for r in page]
+        after = page[-1].id
+    return listed
+
+
 def _mixed(world: World) -> dict[str, Status]:
     """Records of every status in proj-a, ids interleaved so that a page in id
     order mixes ACCEPTED rows with the rest; T3 is ACCEPTED and expired (the
@@ -230,12 +242,7 @@ def test_pages_of_every_filter_list_exactly_the_matching_records_in_id_order(
         and view.validity.value == filters.get("validity", view.validity.value)
         and view.kind.value == filters.get("kind", view.kind.value)
     ]
-    listed, after = [], None
-    while page := reviewer.records("proj-a", limit=2, after=after, **filters):  # type: ignore[arg-type]
-        assert len(page) <= 2
-        listed += [r.id for r in page]
-        after = page[-1].id
-    assert listed == expected
+    assert _paged(reviewer, **filters) == expected
     assert [r.id for r in reviewer.records("proj-a", limit=1000, **filters)] == expected  # type: ignore[arg-type]
 
 
@@ -275,11 +282,7 @@ def test_pages_as_of_each_position_list_exactly_the_records_matching_then(
             and view.validity.value == filters.get("validity", view.validity.value)
             and view.claim_key.startswith(filters.get("claim_prefix", ""))
         ]
-        listed, after = [], None
-        while page := then.records("proj-a", limit=2, after=after, **filters):  # type: ignore[arg-type]
-            listed += [r.id for r in page]
-            after = page[-1].id
-        assert listed == expected, position
+        assert _paged(then, **filters) == expected, position
         assert [r.status for r in then.records("proj-a", limit=1000, **filters)] == [  # type: ignore[arg-type]
             views[rid].status for rid in expected
         ]
@@ -321,18 +324,7 @@ def test_pages_under_a_claim_prefix_list_exactly_its_matching_records_in_id_orde
             and view.validity.value == filters.get("validity", view.validity.value)
             and view.kind.value == filters.get("kind", view.kind.value)
         ]
-        listed, after = [], None
-        while page := reviewer.records(
-            "proj-a",
-            limit=2,
-            after=after,
-            claim_prefix=prefix,
-            **filters,  # type: ignore[arg-type]
-        ):
-            assert len(page) <= 2
-            listed += [r.id for r in page]
-            after = page[-1].id
-        assert listed == expected, prefix
+        assert _paged(reviewer, claim_prefix=prefix, **filters) == expected, prefix
     # Every record's claim key starts with "c.": the same records as without a prefix.
     under = reviewer.records("proj-a", claim_prefix="c.", limit=1000, **filters)  # type: ignore[arg-type]
     every = reviewer.records("proj-a", limit=1000, **filters)  # type: ignore[arg-type]
@@ -350,6 +342,78 @@ def test_a_prefix_range_ends_at_the_least_string_above_every_string_under_it() -
         assert end is not None and prefix < end
         assert all(key < end for key in (prefix, prefix + "\U0010ffff", prefix + "\x00"))
         assert all(k.encode() < end.encode() for k in (prefix, prefix + "\U0010ffff"))
+
+
+def _expiring(world: World) -> None:
+    """Beside ``_mixed``'s records, ACCEPTED facts X0..X4 expired and Y0..Y4 that
+    expire later, their ids interleaved with the others'."""
+    now = world.clock.now
+    for n in range(5):
+        for rid, hours in ((f"X{n}", 1), (f"Y{n}", 10)):
+            world.agent.propose(
+                scope="proj-a", claim_key=f"c.{rid}", value=rid, kind=Kind.FACT, id=rid,
+                expires=now + timedelta(hours=hours),
+            )  # fmt: skip
+            world.reviewer.accept(rid)
+    world.clock.advance(hours=2)
+
+
+@pytest.mark.parametrize("through", ["sort", "walk"])
+@pytest.mark.parametrize(
+    "filters",
+    [
+        {"validity": "NEEDS_REVALIDATION"},
+        {"validity": "NEEDS_REVALIDATION", "status": "ACCEPTED"},
+        {"validity": "NEEDS_REVALIDATION", "kind": "fact"},
+        {"validity": "NEEDS_REVALIDATION", "claim_prefix": "c."},
+        {"validity": "VALID"},
+    ],
+)
+def test_pages_of_expired_records_list_exactly_them_in_id_order(
+    world: World, monkeypatch: pytest.MonkeyPatch, filters: dict[str, str], through: str
+) -> None:
+    """Expired ACCEPTED records are listed in id order, page by page, whether
+    SQLite sorts them (``sort``: fewer than ``EXPIRED_SORT``) or walks the
+    ACCEPTED rows in id order past the unexpired ones (``walk``)."""
+    monkeypatch.setattr(queries, "EXPIRED_SORT", 10**6 if through == "sort" else 1)
+    _mixed(world)
+    _expiring(world)
+    reviewer = world.reviewer
+    every = reviewer.records("proj-a", limit=1000)
+    expected = [
+        v.id
+        for v in every
+        if v.validity.value == filters["validity"]
+        and v.status.value == filters.get("status", v.status.value)
+        and v.kind.value == filters.get("kind", v.kind.value)
+    ]
+    assert {"T3", "X0", "X4"} <= set(expected) or filters["validity"] == "VALID"
+    assert _paged(reviewer, **filters) == expected
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_a_page_of_many_expired_records_walks_the_accepted_ones_in_id_order(
+    world: World, ledger_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Expired ACCEPTED records pile up: from ``EXPIRED_SORT`` of them on, a
+    NEEDS_REVALIDATION page reads them from the ACCEPTED rows' listing index (of
+    its kind, with one) instead of sorting them all from ``pl_records_expiring``."""
+    _mixed(world)
+    _expiring(world)  # 6 expired: T3, X0..X4
+    needs = {"validity": "NEEDS_REVALIDATION"}
+    filtered = "USING INDEX pl_records_filtered (scope=? AND status=? AND kind=?)"
+    expiring = "USING INDEX pl_records_expiring (scope=? AND eff_expires<?)"
+    accepted = "USING INDEX pl_records_accepted (scope=?)"
+    # Fewer than EXPIRED_SORT: sorted from pl_records_expiring
+    monkeypatch.setattr(queries, "EXPIRED_SORT", 7)
+    assert _planned(world, ledger_url, monkeypatch, needs) == [f"{filtered}; {expiring}"]
+    assert _planned(world, ledger_url, monkeypatch, {**needs, "kind": "fact"}) == [
+        f"{filtered}; {expiring}"
+    ]
+    # As many: the ACCEPTED rows in id order (of the kind's range, with a kind)
+    monkeypatch.setattr(queries, "EXPIRED_SORT", 6)
+    assert _planned(world, ledger_url, monkeypatch, needs) == [f"{filtered}; {accepted}"]
+    assert _planned(world, ledger_url, monkeypatch, {**needs, "kind": "fact"}) == [filtered]
 
 
 @pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
