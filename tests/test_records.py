@@ -404,16 +404,26 @@ def test_a_page_of_many_expired_records_walks_the_accepted_ones_in_id_order(
     filtered = "USING INDEX pl_records_filtered (scope=? AND status=? AND kind=?)"
     expiring = "USING INDEX pl_records_expiring (scope=? AND eff_expires<?)"
     accepted = "USING INDEX pl_records_accepted (scope=?)"
-    # Fewer than EXPIRED_SORT: sorted from pl_records_expiring
+    # Fewer than EXPIRED_SORT: read by expiry from pl_records_expiring, and sorted
     monkeypatch.setattr(queries, "EXPIRED_SORT", 7)
-    assert _planned(world, ledger_url, monkeypatch, needs) == [f"{filtered}; {expiring}"]
-    assert _planned(world, ledger_url, monkeypatch, {**needs, "kind": "fact"}) == [
-        f"{filtered}; {expiring}"
-    ]
-    # As many: the ACCEPTED rows in id order (of the kind's range, with a kind)
+    for filters in (needs, {**needs, "kind": "fact"}):
+        assert _planned(world, ledger_url, monkeypatch, filters) == [f"{filtered}; {expiring}"]
+        assert "TEMP B-TREE" in _plan_of(world, ledger_url, monkeypatch, filters)
+    # As many: the ACCEPTED rows in id order (of the kind's range, with a kind),
+    # merged with the other arms as they are read, none of them sorted
     monkeypatch.setattr(queries, "EXPIRED_SORT", 6)
     assert _planned(world, ledger_url, monkeypatch, needs) == [f"{filtered}; {accepted}"]
     assert _planned(world, ledger_url, monkeypatch, {**needs, "kind": "fact"}) == [filtered]
+    for filters in (needs, {**needs, "kind": "fact"}):
+        assert "TEMP B-TREE" not in _plan_of(world, ledger_url, monkeypatch, filters)
+
+
+def _plan_of(
+    world: World, ledger_url: str, monkeypatch: pytest.MonkeyPatch, filters: dict[str, str]
+) -> str:
+    """SQLite's whole plan of the one statement of a page of proj-a."""
+    (plan,) = _plans(ledger_url, monkeypatch, lambda: world.reviewer.records("proj-a", **filters))  # type: ignore[arg-type]
+    return plan
 
 
 @pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
