@@ -443,6 +443,13 @@ class LedgerMachine(RuleBasedStateMachine):
             (d.delivery_id, d.record_id, d.validity, d.status) for d in state.corrections_due(at)
         ]
         assert due == expected, "corrections_due (ledger, model)"
+        # One record's: those of the outbox that are its deliveries, in its order
+        for rid in dict.fromkeys(d.record_id for d in state.deliveries.values()):
+            of_record = [
+                (d.delivery.delivery_id, d.delivery.record_id, d.validity, d.status)
+                for d in session.corrections_due(rid)
+            ]
+            assert of_record == [x for x in expected if x[1] == rid], f"corrections_due({rid!r})"
         if any(d.status == Status.SUPERSEDED for d in state.corrections_due(at)):
             event("corrections_due: a delivered record was superseded")
 
