@@ -1206,7 +1206,13 @@ CALLS: tuple[CallSpec, ...] = (
         {"replacement": Param(st.none() | RECORD.valid, RECORD.bad)},
         writes=True,
     ),
-    CallSpec("Session.corrections_due", "deliver", READERS),
+    CallSpec(
+        "Session.corrections_due",
+        "deliver",
+        READERS,
+        {},
+        {"record_id": Param(st.none() | RECORD.valid, RECORD.bad)},
+    ),
     # -- reads ---------------------------------------------------------------------------------
     CallSpec("Session.read", "read", READERS, _READ, _READ_OPTIONAL),
     CallSpec("Session.explain", "read", READERS, _READ, _READ_OPTIONAL),
