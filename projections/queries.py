@@ -286,14 +286,8 @@ def _expired_index(c: Cursor, d: Dialect, terms: list[str], values: list[Any], w
     PostgreSQL the planner picks ("": its statistics know the expiries)."""
     if d.name != "sqlite":
         return ""
-    c.execute(
-        d.q(
-            "SELECT count(*) AS n FROM (SELECT 1 FROM {t}pl_records r "
-            f"INDEXED BY pl_records_expiring WHERE {' AND '.join(terms)} LIMIT ?) v"
-        ),
-        (*values, EXPIRED_SORT),
-    )
-    return walk if int(c.fetchone()["n"]) >= EXPIRED_SORT else "pl_records_expiring"
+    expired = _count_up_to(c, d, "pl_records_expiring", terms, values, EXPIRED_SORT)
+    return walk if expired >= EXPIRED_SORT else "pl_records_expiring"
 
 
 def _page_rows(
@@ -400,13 +394,22 @@ def _versions(
 ) -> int:
     """How many row versions of ``scope`` hold ``terms`` (on its claim keys),
     counted up to ``cap`` in ``pl_records_claim``."""
-    indexed = " INDEXED BY pl_records_claim" if d.name == "sqlite" else ""
+    index = "pl_records_claim" if d.name == "sqlite" else ""
+    return _count_up_to(c, d, index, ["r.scope = ?", *terms], [scope, *params], cap)
+
+
+def _count_up_to(
+    c: Cursor, d: Dialect, index: str, terms: list[str], params: list[Any], cap: int
+) -> int:
+    """How many rows ``r`` of ``pl_records`` hold ``terms``, counted up to ``cap``
+    (``index``: the index SQLite must count them in; "": the planner's choice)."""
+    indexed = f" INDEXED BY {index}" if index else ""
     c.execute(
         d.q(
             f"SELECT count(*) AS n FROM (SELECT 1 FROM {{t}}pl_records r{indexed} "
-            f"WHERE r.scope = ? AND {' AND '.join(terms)} LIMIT ?) v"
+            f"WHERE {' AND '.join(terms)} LIMIT ?) v"
         ),
-        (scope, *params, cap),
+        (*params, cap),
     )
     return int(c.fetchone()["n"])
 
