@@ -45,7 +45,7 @@ VIEWS: tuple[ModuleType, ...] = (validity, delivery, access)
 #: The layout of the view tables, kept in ``pl_tracking`` under ``LAYOUT_KEY``. Views
 #: built with another layout (a ledger written by 0.1.0 has none recorded) are
 #: dropped and rebuilt from the log when the ledger opens; stored events never change.
-LAYOUT = 14
+LAYOUT = 15
 #: Tables of earlier layouts, dropped with the views (4 keeps no map from aggregate
 #: ids to record ids: a record's proposal, found by the events' key, holds it; 5
 #: indexes a scope's listing by the id each record was proposed as; 6 a claim's
@@ -61,7 +61,9 @@ LAYOUT = 14
 #: indexes of a claim's rows cover what a bounded explanation picks and counts;
 #: 13 keeps a claim's statements off the indexes of a whole scope, whatever the
 #: planner's statistics, ``record_table.SCOPE_WALK``); 14 keeps a row's long lists
-#: and mappings (``record_table.SPILLED``) in ``pl_spilled``).
+#: and mappings (``record_table.SPILLED``) in ``pl_spilled``; 15 holds each
+#: listed row's expiry, and what the listing indexes' conditions test, in their
+#: entries: ``record_table.COVERED``).
 RETIRED = ("pl_record_ids",)
 LAYOUT_KEY = "#layout"
 
@@ -161,7 +163,7 @@ class Projector:
             statement = statement.replace("{listing}", listing).replace("{qualified}", qualified)
             statement = statement.replace("{live}", record_table.LIVE_FILTER)
             statement = statement.replace("{withdrawn}", record_table.withdrawn_filter())
-            c.execute(d.q(statement))
+            c.execute(d.q(record_table.held(statement, d)))
 
     def drop_tables(self, c: Cursor) -> None:
         """Drop every view table (and with the time index, the views' position)."""

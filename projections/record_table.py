@@ -8,6 +8,7 @@ the statements that read it are in :mod:`projections.claims` (one claim's) and
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterable
 
 from projections import edges
@@ -82,6 +83,20 @@ OPEN_TERM = "status <> 'ACCEPTED'"
 #: rows (an import of candidates, then acceptances one by one until its autovacuum
 #: analyses the table), and read the scope's rows one by one for a claim's few.
 SCOPE_WALK = "created_pos > 0"
+#: What the listing indexes hold after their keys on SQLite, so that a page tests
+#: a row's expiry, and the index's own condition (``to_pos IS NULL``,
+#: ``SCOPE_WALK``), on the entry: SQLite tests those again for every entry it
+#: passes, and would otherwise read the row for it (about 0.5 µs against 0.05 µs
+#: an entry). ``AFTER_LOAD_DDL`` writes such columns ``{+...}`` (:func:`held`):
+#: PostgreSQL tests them on the row whatever its index holds, and holds none.
+COVERED = "eff_expires, to_pos, created_pos"
+
+
+def held(statement: str, d: Dialect) -> str:
+    """``statement`` (of ``AFTER_LOAD_DDL``) with the columns it writes ``{+...}``
+    held after an index's keys on SQLite, and left out on PostgreSQL."""
+    return re.sub(r"\{\+([^}]*)\}", r", \1" if d.name == "sqlite" else "", statement)
+
 
 #: Indexes that applying events never reads (reads do): a replay builds them once
 #: its rows are in, which costs a sort instead of an index entry per row.
@@ -106,19 +121,26 @@ AFTER_LOAD_DDL = (
     # ordered by the id each was proposed as ({listing}: see Dialect.listing_order),
     # the ACCEPTED ones in one index and the rest in another, so a page of the few
     # CANDIDATE or STALE records of a big scope passes over no ACCEPTED one, and a
-    # command still changes one entry of the two per row version.
-    "CREATE INDEX IF NOT EXISTS pl_records_accepted ON {t}pl_records (scope, {listing}) "
+    # command still changes one entry of the two per row version. On SQLite each
+    # ACCEPTED entry also holds the row's expiry and the columns of its own
+    # condition (``COVERED``), so a VALID page passes over expired rows (or a page
+    # of expired ones over unexpired rows) without reading them.
+    "CREATE INDEX IF NOT EXISTS pl_records_accepted ON {t}pl_records "
+    f"(scope, {{listing}}{{+{COVERED}, status}}) "
     f"WHERE to_pos IS NULL AND {ACCEPTED_TERM} AND {SCOPE_WALK}",
     "CREATE INDEX IF NOT EXISTS pl_records_open ON {t}pl_records (scope, {listing}) "
     f"WHERE to_pos IS NULL AND {OPEN_TERM} AND {SCOPE_WALK}",
     # A page with a kind or a status (``Session.records``): a scope's current rows
     # by status and kind, each pair's in listing order, so a page of a kind or a
-    # status few rows have reads those rows, not the scope (``queries.page``).
+    # status few rows have reads those rows, not the scope (``queries.page``); with
+    # ``COVERED``, a page of a kind's VALID rows passes over its expired ones unread.
     "CREATE INDEX IF NOT EXISTS pl_records_filtered ON {t}pl_records "
-    f"(scope, status, kind, {{listing}}) WHERE to_pos IS NULL AND {SCOPE_WALK}",
+    f"(scope, status, kind, {{listing}}{{+{COVERED}}}) WHERE to_pos IS NULL AND {SCOPE_WALK}",
     # ACCEPTED records that expire, by when (what needs revalidation once expired):
-    # records without an expiry cost no entry.
-    "CREATE INDEX IF NOT EXISTS pl_records_expiring ON {t}pl_records (scope, eff_expires) "
+    # records without an expiry cost no entry. Held on SQLite, what a page tests:
+    # it counts and sorts the expired ones (of a kind) without reading them.
+    "CREATE INDEX IF NOT EXISTS pl_records_expiring ON {t}pl_records "
+    f"(scope, eff_expires{{+to_pos, created_pos, status, kind}}) "
     f"WHERE to_pos IS NULL AND {ACCEPTED_TERM} AND eff_expires IS NOT NULL",
     # The qualified keys (``name@@scope``, few) by the id they were proposed as: who
     # else is known by a name (``Caller.names``). Partial: other rows cost nothing.
