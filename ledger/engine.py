@@ -65,7 +65,7 @@ from ledger.validation import check_aware
 from ledger.values import RecordView
 from projections import validity as validity_view
 from projections.base import Cursor, Dialect
-from projections.projector import LAYOUT, Projector
+from projections.projector import Projector
 
 if TYPE_CHECKING:
     from ledger.persistence import LedgerRecorder
@@ -295,8 +295,8 @@ class Engine:
             )
             return StorageError(
                 f"ledger {self.url!r}: its views were built by an earlier version "
-                f"(layout {self.outdated_views}; this version reads layout {LAYOUT}) "
-                f"and cannot answer this; {kept}"
+                f"(layout {self.outdated_views}; this version reads layout "
+                f"{self.projector.current_layout}) and cannot answer this; {kept}"
             )
         return storage_error(
             exc,
@@ -608,7 +608,9 @@ class Engine:
         except LedgerError:  # views altered behind the ledger's back: verify names it
             self.outdated_views = "unreadable"
             return
-        self.outdated_views = None if layout == LAYOUT else str(layout or "not recorded")
+        self.outdated_views = (
+            None if layout == self.projector.current_layout else str(layout or "not recorded")
+        )
 
     def check_views_current(self) -> None:
         """Refuse a read-only ledger whose views are not this version's or lag the
@@ -623,7 +625,8 @@ class Engine:
             raise StorageError(
                 f"ledger {self.url!r} is opened read-only and its views were built by an "
                 f"earlier version (layout {self.outdated_views}; this version reads "
-                f"layout {LAYOUT}), which cannot be rebuilt without writing; {instead}"
+                f"layout {self.projector.current_layout}), which cannot be rebuilt without "
+                f"writing; {instead}"
             )
         lag = self.views_lag()
         if lag is not None:
@@ -646,11 +649,12 @@ class Engine:
     def migrate_views(self) -> None:
         """Rebuild the views from the log if they were built with another layout
         (a ledger written by an older version); the stored events never change."""
+        current = self.projector.current_layout
         with self.reading() as c:
-            if self.projector.layout(c) == LAYOUT:
+            if self.projector.layout(c) == current:
                 return
         with self.locked() as c, self.recorder.replaying(c):
-            if self.projector.layout(c) != LAYOUT:  # another process may have done it
+            if self.projector.layout(c) != current:  # another process may have done it
                 self.projector.replay(c)
 
     # -- tokens -------------------------------------------------------------------

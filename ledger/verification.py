@@ -61,7 +61,7 @@ from ledger.stored_types import (
     snapshots_statement,
 )
 from projections.base import SQLITE, Cursor, fetch_in_chunks, rows_digest
-from projections.projector import LAYOUT, LAYOUT_KEY, RETIRED, Projector
+from projections.projector import LAYOUT_KEY, RETIRED, Projector
 
 if TYPE_CHECKING:
     from ledger.engine import Engine
@@ -521,34 +521,33 @@ def _views_of_0_1_0(engine: Engine, c: Cursor) -> bool:
 def _compare_views(engine: Engine, c: Cursor, scratch: _Scratch) -> Iterator[str]:
     """A changed layout row, then the first difference between the live views and
     the replay (the rows are compared whatever the layout row says)."""
-    layout = engine.projector.layout(c)
+    layout, current = engine.projector.layout(c), engine.projector.current_layout
     if layout is None:
         yield (
             "the views record no layout, yet they are not 0.1.0's (which kept "
             f"{RETIRED[0]}): the layout row was removed"
         )
-    elif layout != LAYOUT:
+    elif layout != current:
         yield (
             f"the views say they were built with layout {layout}, which no released "
             f"version of provledger wrote (0.1.0 recorded none; this version writes "
-            f"{LAYOUT}): the layout row was changed"
+            f"{current}): the layout row was changed"
         )
     try:
-        problem = _first_difference(engine, c, scratch, skip_layout=layout != LAYOUT)
+        problem = _first_difference(engine, c, scratch)
     except UnreadableViewError as exc:
         problem = str(exc)
     if problem is not None:
         yield problem
 
 
-def _first_difference(
-    engine: Engine, c: Cursor, scratch: _Scratch, skip_layout: bool
-) -> str | None:
-    """The first difference between the live views and the replay, or None;
-    ``skip_layout``: the layout row is left out (it was named already)."""
+def _first_difference(engine: Engine, c: Cursor, scratch: _Scratch) -> str | None:
+    """The first difference between the live views and the replay, or None. The
+    layout row is left out: :func:`_compare_views` checks it against the layout
+    of the live backend (the replay's, SQLite's, may differ: ``layout_of``)."""
     d = engine.dialect
     for table in (*engine.projector.tables, "pl_tracking"):
-        where = f" WHERE view <> '{LAYOUT_KEY}'" if skip_layout and table == "pl_tracking" else ""
+        where = f" WHERE view <> '{LAYOUT_KEY}'" if table == "pl_tracking" else ""
         names, replayed = _rows(scratch.cursor, f"SELECT * FROM {table}{where}")
         replay_digest = rows_digest(replayed)
         live_names, live = _rows(c, d.q(f"SELECT * FROM {{t}}{table}{where}"))

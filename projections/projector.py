@@ -46,6 +46,9 @@ VIEWS: tuple[ModuleType, ...] = (validity, delivery, access)
 #: built with another layout (a ledger written by 0.1.0 has none recorded) are
 #: dropped and rebuilt from the log when the ledger opens; stored events never change.
 LAYOUT = 15
+#: The layout of PostgreSQL's views: 15 changed SQLite's indexes alone, so a
+#: PostgreSQL ledger of layout 14 keeps its views rather than rebuild them.
+POSTGRES_LAYOUT = 14
 #: Tables of earlier layouts, dropped with the views (4 keeps no map from aggregate
 #: ids to record ids: a record's proposal, found by the events' key, holds it; 5
 #: indexes a scope's listing by the id each record was proposed as; 6 a claim's
@@ -63,7 +66,7 @@ LAYOUT = 15
 #: planner's statistics, ``record_table.SCOPE_WALK``); 14 keeps a row's long lists
 #: and mappings (``record_table.SPILLED``) in ``pl_spilled``; 15 holds each
 #: listed row's expiry, and what the listing indexes' conditions test, in their
-#: entries: ``record_table.COVERED``).
+#: entries on SQLite: ``record_table.COVERED``).
 RETIRED = ("pl_record_ids",)
 LAYOUT_KEY = "#layout"
 
@@ -100,6 +103,11 @@ _LATER = frozenset(
 )
 
 
+def layout_of(d: Dialect) -> int:
+    """The layout this version builds the views in on ``d``'s backend."""
+    return POSTGRES_LAYOUT if d.name == "postgresql" else LAYOUT
+
+
 @dataclass
 class Projector:
     """Applies events to every view, all of them in step."""
@@ -122,6 +130,11 @@ class Projector:
     _names: tuple[str, ...] = field(default=(), init=False)
     #: Per open write transaction (by cursor id): current view rows its command read.
     _known: dict[int, Mapping[str, Any]] = field(default_factory=dict, init=False)
+
+    @property
+    def current_layout(self) -> int:
+        """The layout this version builds the views in (:func:`layout_of`)."""
+        return layout_of(self.dialect)
 
     @contextmanager
     def knowing(self, c: Cursor, rows: Mapping[str, Any] | None) -> Iterator[None]:
@@ -193,7 +206,7 @@ class Projector:
             self.create_tables(c, indexes)
         c.execute(
             self.dialect.q("INSERT INTO {t}pl_tracking (view, position) VALUES (?, ?)"),
-            (LAYOUT_KEY, LAYOUT),
+            (LAYOUT_KEY, self.current_layout),
         )
 
     def _in_layout(self, c: Cursor) -> bool:
@@ -206,7 +219,7 @@ class Projector:
             c.execute(exists, (self.dialect.q(f"{{t}}{table}"),))
             if not c.fetchone()["e"]:
                 return False
-        return self.layout(c) == LAYOUT
+        return self.layout(c) == self.current_layout
 
     def replay(self, c: Cursor, progress: Callable[[int], None] | None = None) -> int:
         """Reset the views and apply the whole log to them; returns the event count.

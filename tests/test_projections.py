@@ -991,3 +991,44 @@ def test_a_revocation_hands_the_views_the_rows_it_read_instead_of_reading_again(
         assert led.rebuild().matched
     finally:
         led.close()
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite", "postgres"], indirect=True)
+def test_views_of_layout_14_are_rebuilt_on_sqlite_and_kept_on_postgresql(
+    open_ledger: Callable[..., Ledger], ledger_url: str
+) -> None:
+    """Layout 15 changed SQLite's listing indexes alone (``record_table.COVERED``):
+    an SQLite ledger whose views are of layout 14 rebuilds them when it opens; a
+    PostgreSQL ledger builds layout 14 still, its indexes as they were, and keeps
+    such views as they are (a rebuild would replay the whole log for nothing)."""
+    from .attacks import Raw
+
+    led = open_ledger()
+    agent, _, _ = principals(led)
+    agent.propose(SCOPE, "k", 1, Kind.FACT, id="M1")
+    raw = Raw(led)
+    sqlite = led.backend == "sqlite"
+    assert raw.one("SELECT position FROM pl_tracking WHERE view = '#layout'") == [
+        (15 if sqlite else 14,)
+    ]
+    led.close()
+    # Given views of layout 14, and a view row changed, which only a rebuild puts back
+    raw.run(
+        ("UPDATE pl_tracking SET position = 14 WHERE view = '#layout'", ()),
+        ("UPDATE pl_records SET proposer = 'forged' WHERE record_id = 'M1'", ()),
+    )
+    # When the ledger opens again
+    open_ledger()
+    # Then SQLite's views were rebuilt in layout 15, PostgreSQL's left as they were
+    layout = raw.one("SELECT position FROM pl_tracking WHERE view = '#layout'")
+    proposer = raw.one("SELECT proposer FROM pl_records WHERE record_id = 'M1'")
+    if sqlite:
+        assert (layout, proposer) == ([(15,)], [("agent-1",)])
+        (definition,) = raw.one("SELECT sql FROM sqlite_master WHERE name = 'pl_records_accepted'")
+    else:
+        assert (layout, proposer) == ([(14,)], [("forged",)])
+        (definition,) = raw.one(
+            "SELECT indexdef FROM pg_indexes WHERE schemaname = ? AND indexname = ?",
+            (raw.schema, "pl_records_accepted"),
+        )
+    assert ("eff_expires" in definition[0]) == sqlite, definition
