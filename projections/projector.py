@@ -47,7 +47,9 @@ VIEWS: tuple[ModuleType, ...] = (validity, delivery, access)
 #: dropped and rebuilt from the log when the ledger opens; stored events never change.
 LAYOUT = 15
 #: The layout of PostgreSQL's views: 15 changed SQLite's indexes alone, so a
-#: PostgreSQL ledger of layout 14 keeps its views rather than rebuild them.
+#: PostgreSQL ledger of layout 14 keeps its views rather than rebuild them. A
+#: change to PostgreSQL's views sets it to the new ``LAYOUT`` (never to 15, which
+#: development builds wrote there for views like 14's).
 POSTGRES_LAYOUT = 14
 #: Tables of earlier layouts, dropped with the views (4 keeps no map from aggregate
 #: ids to record ids: a record's proposal, found by the events' key, holds it; 5
