@@ -122,13 +122,15 @@ AFTER_LOAD_DDL = (
     # the ACCEPTED ones in one index and the rest in another, so a page of the few
     # CANDIDATE or STALE records of a big scope passes over no ACCEPTED one, and a
     # command still changes one entry of the two per row version. On SQLite each
-    # ACCEPTED entry also holds the row's expiry and the columns of its own
-    # condition (``COVERED``), so a VALID page passes over expired rows (or a page
-    # of expired ones over unexpired rows) without reading them.
+    # entry also holds the columns of its index's own condition, and an ACCEPTED
+    # one the row's expiry (``COVERED``), so a VALID page passes over expired rows
+    # (or a page of expired ones over unexpired rows), and a page as of a position
+    # over the records proposed after it, without reading them.
     "CREATE INDEX IF NOT EXISTS pl_records_accepted ON {t}pl_records "
     f"(scope, {{listing}}{{+{COVERED}, status}}) "
     f"WHERE to_pos IS NULL AND {ACCEPTED_TERM} AND {SCOPE_WALK}",
-    "CREATE INDEX IF NOT EXISTS pl_records_open ON {t}pl_records (scope, {listing}) "
+    "CREATE INDEX IF NOT EXISTS pl_records_open ON {t}pl_records "
+    "(scope, {listing}{+to_pos, created_pos, status}) "
     f"WHERE to_pos IS NULL AND {OPEN_TERM} AND {SCOPE_WALK}",
     # A page with a kind or a status (``Session.records``): a scope's current rows
     # by status and kind, each pair's in listing order, so a page of a kind or a
