@@ -518,6 +518,7 @@ def test_corrections_due_are_listed_and_issued_through_the_outbox(served: Served
     unknown = served.reviewer.get("/corrections", params={"record_id": "nope"})
     assert (unknown.status_code, error_of(unknown)["type"]) == (404, "UnknownRecordError")
     assert "record 'nope' is unknown or not visible" in error_of(unknown)["message"]
+    assert error_of(unknown)["field"] == "record_id"  # the query's, not a path's
     denied = served.agent.get("/corrections", params={"record_id": "R1"})
     assert (denied.status_code, error_of(denied)["type"]) == (403, "AccessDeniedError")
     delivery_id = item["delivery"]["delivery_id"]

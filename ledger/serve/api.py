@@ -77,8 +77,11 @@ def json_response(
     return JSONResponse(json_safe(data), status_code=status, headers=dict(headers or {}))
 
 
-def ledger_error_response(exc: LedgerError, fields: tuple[str, ...] = ()) -> Response:
-    """The response for a refusal: the table's status and the error body."""
+def ledger_error_response(
+    exc: LedgerError, fields: tuple[str, ...] = (), paths: tuple[str, ...] = ()
+) -> Response:
+    """The response for a refusal: the table's status and the error body
+    (``fields``: the request's fields it used; ``paths``: its path parameters)."""
     status = status_of(exc)
     found: str | None
     if isinstance(exc, MediaTypeError):
@@ -90,7 +93,7 @@ def ledger_error_response(exc: LedgerError, fields: tuple[str, ...] = ()) -> Res
         # CANDIDATE), not a dependency the request named: a conflict, not bad input.
         name, found, status = type(exc).__name__, None, 409
     else:
-        name, found = type(exc).__name__, field_of(exc, fields)
+        name, found = type(exc).__name__, field_of(exc, fields, paths)
     headers = {"WWW-Authenticate": 'Bearer realm="provledger"'} if status == 401 else None
     return json_response(error_body(name, str(exc), found), status, headers)
 
@@ -274,7 +277,7 @@ def endpoint(
             try:
                 return handler(call)
             except LedgerError as exc:
-                return ledger_error_response(exc, tuple(call.used))
+                return ledger_error_response(exc, tuple(call.used), tuple(call.path))
 
         return await run_in_threadpool(guarded)
 

@@ -124,31 +124,35 @@ def status_of(exc: LedgerError) -> int:
     return 500
 
 
-def field_of(exc: LedgerError, fields: Iterable[str]) -> str | None:
-    """The request field ``exc`` is about, among ``fields`` (those the request used).
+def field_of(exc: LedgerError, fields: Iterable[str], paths: Iterable[str] = ()) -> str | None:
+    """The request field ``exc`` is about, among ``fields`` (those the request used;
+    ``paths``: those of them that are path parameters).
 
     Library messages start with the name of what they refuse (``"expires
     2020-… has no timezone"``, ``"parent id 'x' is invalid"``); the error class
     decides where the message does not. ``record id`` is ``id`` in a request
     body that gives one and the path's ``record_id`` otherwise. A 404 names a
-    field only when a body field named the unknown record (``supersedes``,
-    ``replacement``): otherwise the unknown one is the path's record or delivery.
+    field only when a query parameter or body field named the unknown record
+    (``record_id`` of a query, ``supersedes``, ``replacement``): otherwise the
+    unknown one is the path's record or delivery.
     """
     status = status_of(exc)
     if status not in (404, 422):
         return None
-    given = set(fields)
+    given, in_path = set(fields), set(paths)
     message = _REFUSED.sub("", str(exc))
     for word, name in _FIELD_WORDS:
         if message.startswith(word) and message[len(word) : len(word) + 1] in (" ", ":", ""):
             if name == "id" and "id" not in given:
                 name = "record_id"
             if status == 404:
-                return name if name in given and name not in ("record_id", "delivery_id") else None
+                return name if name in given and name not in in_path else None
             if name in given or not given:
                 return name
     if status == 404:
-        return None
+        # "record 'x' is unknown or not visible": the query's record, if it named one.
+        named = isinstance(exc, UnknownRecordError) and "record_id" not in in_path
+        return "record_id" if named and "record_id" in given else None
     for cls, name in _FIELD_OF_CLASS:
         if isinstance(exc, cls) and (name in given or not given):
             return name
