@@ -190,8 +190,12 @@ class Caller:
 
         Two scopes the caller holds grants in may each hold a record proposed
         as ``name`` there (both keyed qualified): the bare name denotes the one
-        in the first of those scopes in sorted order, and the caller is shown the
-        other by its qualified key (:meth:`names`).
+        proposed first, and the caller is shown the other by its qualified key
+        (:meth:`names`). So a name the caller was shown keeps denoting the same
+        record whatever is proposed later: only a change of its grants (or an
+        as-of position before that record) can make it denote another, and a
+        decision taken on a record the caller was shown cannot land on another
+        one proposed since.
 
         A qualified name is taken as given from a caller who is shown the bare
         name as another record (it needs the qualified form to tell the two
@@ -215,10 +219,8 @@ class Caller:
             return row  # a free id: no record can be keyed by it qualified
         granted = self.granted_scopes(c)
         keyed = validity_view.qualified_keys(c, d, (name,), self.position).get(name, [])
-        for key, scope in sorted(keyed, key=lambda found: found[1]):
-            if scope in granted:
-                return validity_view.current(c, d, key, self.position)
-        return None
+        mine = [(created, key) for key, scope, created in keyed if scope in granted]
+        return validity_view.current(c, d, min(mine)[1], self.position) if mine else None
 
     def resolve(self, c: Cursor, name: str) -> str:
         """The key of the record a caller means by ``name`` (:meth:`lookup`); else
@@ -251,8 +253,8 @@ class Caller:
         denotes for it (:meth:`lookup`, as of the caller's position), else as the
         key, so no two records it can see share a name. A key stays qualified
         when the caller holds no grant in its scope, can see the record keyed
-        ``name``, or can see a record keyed ``name@@s`` for a scope ``s`` of its
-        own that sorts before the key's."""
+        ``name``, or can see a record keyed ``name@@s`` in a scope ``s`` of its
+        own that was proposed before it."""
         bare = {k: redaction.bare(k) for k in keys if k and redaction.QUALIFIER in k}
         if not bare:
             return {}
@@ -292,11 +294,12 @@ class Caller:
         if not alone:
             return {}
         keyed = validity_view.qualified_keys(c, d, set(alone.values()), self.position)
-        return {
-            k: b
-            for k, b in alone.items()
-            if not any(s in granted and s < _scope_in(k) for _, s in keyed.get(b, ()))
-        }
+        first: dict[str, str] = {}  # bare id → the key of the first proposed
+        for b, found in keyed.items():
+            own = [(created, key) for key, s, created in found if s in granted]
+            if own:
+                first[b] = min(own)[1]
+        return {k: b for k, b in alone.items() if first.get(b) == k}
 
     def shown(self, c: Cursor | None, key: str) -> str:
         """``key`` as the caller is shown it (see :meth:`names`)."""

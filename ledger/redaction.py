@@ -18,8 +18,9 @@ Ids are unique per scope: a record proposed under an id taken only in a scope
 its proposer cannot see is stored under the key ``id@@scope`` (``@@`` cannot
 occur in an id). A caller is shown such a key as the bare id when that is what the
 bare id denotes for it, else by the key: when it can see the record keyed by the
-bare id too, or another record proposed under that id in a scope of its own that
-sorts first (:meth:`ledger.caller.Caller.names`);
+bare id too, or another record proposed under that id, earlier, in a scope of
+its own (:meth:`ledger.caller.Caller.names`): so a record proposed later never
+takes over a name a caller was shown;
 :func:`view`, :func:`ids`, :func:`one` and :func:`details` apply that mapping
 (``names``) where they apply the placeholder.
 """

@@ -334,12 +334,12 @@ def current_many(
 
 def qualified_keys(
     c: Cursor, d: Dialect, names: Iterable[str], position: int | None = None
-) -> dict[str, list[tuple[str, str]]]:
-    """For each of ``names``, the (key, scope) of every record keyed
-    ``name@@scope`` (proposed as ``name`` where it was taken), now or right after
-    ``position``: one query per 500 names on the qualified keys' index."""
+) -> dict[str, list[tuple[str, str, int]]]:
+    """For each of ``names``, the (key, scope, position of its proposal) of every
+    record keyed ``name@@scope`` (proposed as ``name`` where it was taken), now or
+    right after ``position``: one query per 500 names on the qualified keys' index."""
     select = (
-        "SELECT record_id, scope FROM {{t}}pl_records WHERE "
+        "SELECT record_id, scope, created_pos FROM {{t}}pl_records WHERE "
         + d.is_qualified("record_id")
         + " AND "
         + d.listing_order("record_id")
@@ -349,10 +349,11 @@ def qualified_keys(
         rows = rows_in(c, d, select + NOW_FILTER, names)
     else:
         rows = rows_in(c, d, select + AS_OF_FILTER, names, (position, position))
-    out: dict[str, list[tuple[str, str]]] = {}
+    out: dict[str, list[tuple[str, str, int]]] = {}
     for row in rows:
         key = str(row["record_id"])
-        out.setdefault(key.partition("@@")[0], []).append((key, str(row["scope"])))
+        found = (key, str(row["scope"]), int(row["created_pos"]))
+        out.setdefault(key.partition("@@")[0], []).append(found)
     return out
 
 

@@ -242,7 +242,7 @@ def test_two_records_proposed_as_one_id_in_two_granted_scopes_are_told_apart(
 ) -> None:
     # "x" is taken in proj-a; B and C, who cannot see proj-a, each propose "x"
     # (keyed x@@proj-b and x@@proj-c). A principal granted in proj-b and proj-c
-    # is shown the first (by scope) as "x" and the other by its key.
+    # is shown the first proposed as "x" and the other by its key.
     led = ledger
     a = taken_in_a(led, "x")
     b = grant(led, "tenant-b", {"proj-b": ALL})
@@ -310,19 +310,33 @@ def test_an_audit_of_ones_own_record_does_not_tell_whether_its_id_is_taken_elsew
         assert (details["parents"], details["observed"]) == (("base",), ())
 
 
-def test_names_follow_the_position_of_an_as_of_session(ledger: Ledger) -> None:
+def test_a_name_keeps_its_record_when_another_is_proposed_under_it_later(
+    ledger: Ledger,
+) -> None:
+    # The approver reviews proj-c's "x"; then proj-b, whose scope sorts first, gets
+    # an "x" too. The name must not move to it: a decision on what the approver
+    # was shown would land on a record it never saw.
     led = ledger
     taken_in_a(led, "x")
     b = grant(led, "tenant-b", {"proj-b": ALL})
     c = grant(led, "tenant-c", {"proj-c": ALL})
     bc = grant(led, "approver-bc", {"proj-b": ALL, "proj-c": ALL})
-    c.propose("proj-c", "c.claim", "c", Kind.FACT, id="x")  # keyed x@@proj-c
+    c.propose("proj-c", "c.claim", "reviewed", Kind.FACT, id="x")  # keyed x@@proj-c
+    shown = bc.get("x")
+    assert (shown.scope, shown.value) == ("proj-c", "reviewed")
     before = led.position
-    b.propose("proj-b", "b.claim", "b", Kind.FACT, id="x")  # keyed x@@proj-b, later
-    # Now proj-b's sorts first and is "x"; back then proj-c's was the only one
-    assert [v.id for v in bc.records("proj-c")] == ["x@@proj-c"]
+    b.propose("proj-b", "b.claim", "unseen", Kind.FACT, id="x")  # keyed x@@proj-b
+    assert [v.id for v in bc.records("proj-c")] == ["x"]
+    assert [v.id for v in bc.records("proj-b")] == ["x@@proj-b"]
+    assert bc.get("x").value == "reviewed" and bc.audit("x").record.scope == "proj-c"
+    bc.accept("x")
+    assert (c.get("x").status, b.get("x").status) == (Status.ACCEPTED, Status.CANDIDATE)
+    bc.reject("x@@proj-b", reason="not reviewed yet")
+    assert b.get("x").status == Status.REJECTED
+    # As of a position before proj-b's, "x" is proj-c's there too
     then = bc.as_of(position=before)
     assert [v.id for v in then.records("proj-c")] == ["x"]
+    assert then.records("proj-b") == ()
     assert (then.get("x").scope, then.audit("x").record.id) == ("proj-c", "x")
 
 

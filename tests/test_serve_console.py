@@ -506,6 +506,34 @@ def test_a_revocation_whose_preview_changed_meanwhile_is_shown_again_not_done(
     assert desk.reviewer.get("R2").status.value == "STALE"
 
 
+def test_a_form_whose_record_id_names_another_record_since_acts_on_nothing(
+    desk: Desk,
+) -> None:
+    # "Z" is taken in proj-b, so the agent's "Z" in proj-a is keyed Z@@proj-a and
+    # shown to reviewer-2 as "Z"; then reviewer-2 is granted proj-b, where "Z" is
+    # another record. The accept form it was shown must not land on that one.
+    outsider = desk.ledger.authenticate(desk.tokens["outsider"])
+    outsider.propose("proj-b", "b.claim", "never shown", Kind.FACT, id="Z")
+    desk.agent.propose("proj-a", "a.claim", "reviewed", Kind.FACT, id="Z")
+    client, csrf = desk.signed_in("reviewer-2")
+    card = card_of(client.get("/").text, "Z")
+    assert 'name="scope" value="proj-a"' in card and "reviewed" in card
+    desk.ledger.admin().grant("reviewer-2", scope="proj-b", roles=["approve", "read"])
+    before = desk.ledger.position
+    form = {"csrf": csrf, "scope": "proj-a", "next": "/"}
+    done = client.post("/records/Z/accept", data=form)
+    assert (done.status_code, done.headers["location"]) == (303, "/records/Z")
+    text = text_of(client.get("/records/Z").text)
+    assert "Nothing was done: Z now names a record in scope 'proj-b'" in text
+    assert desk.ledger.position == before
+    assert outsider.get("Z").status.value == "CANDIDATE"
+    # The page shown now names proj-b's; its form acts on it
+    assert 'name="scope" value="proj-b"' in card_of(client.get("/").text, "Z")
+    client.post("/records/Z/reject", data={**form, "scope": "proj-b", "reason": "unseen"})
+    assert outsider.get("Z").status.value == "REJECTED"
+    assert desk.agent.get("Z").status.value == "CANDIDATE"
+
+
 def test_needs_attention_lists_stale_records_and_issues_the_correction_due(desk: Desk) -> None:
     _seed(desk)
     desk.reviewer.revoke("E1", reason="doc changed")

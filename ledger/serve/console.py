@@ -95,15 +95,35 @@ Page = Callable[[Request, ConsoleSession], Awaitable[Response]]
 #: The query parameters that name a page's moment (see ``pages.Moment``).
 _MOMENT = ("as_of_position", "as_of_time")
 #: Form fields the console fills in itself (a refused form is given back without them).
-_NOT_TYPED = ("csrf", "next", "preview")
+_NOT_TYPED = ("csrf", "next", "preview", "scope")
 
 
 class _PreviewChanged(Exception):
-    """A revocation confirmed from a preview that no longer shows what it would do."""
+    """A form confirmed from a page that no longer shows what it would act on: a
+    revocation preview, or a record whose id now names one in another scope."""
 
     def __init__(self, message: str, back: str) -> None:
         super().__init__(message)
         self.back = back
+
+
+def _still_shown(live: Session, record_id: str, form: Mapping[str, Any]) -> None:
+    """Refuse a record's form when its id no longer names a record in the scope the
+    page showed (the form's ``scope``): the caller's grants changed since, and the
+    decision would land on a record it was not shown. Nothing is written."""
+    shown = form.get("scope")
+    if shown is None:
+        return
+    try:
+        scope = live.get(record_id).scope
+    except LedgerError:
+        return  # unknown or unreadable now: the command itself refuses it, as it would
+    if scope != shown:
+        raise _PreviewChanged(
+            f"Nothing was done: {record_id} now names a record in scope {scope!r}, not "
+            f"the one in {shown!r} the page showed. Check the record and act again.",
+            f"/records/{record_id}",
+        )
 
 
 class Console:
@@ -321,8 +341,16 @@ class Console:
         form = await request.form()
         values = {k: v for k, v in form.items() if isinstance(v, str)}
         typed = {k: v for k, v in values.items() if k not in _NOT_TYPED}
+        record_id = request.path_params.get("record_id")
+
+        def run() -> str:
+            live = self._live(session)
+            if record_id is not None:
+                _still_shown(live, record_id, values)
+            return action(live, values)
+
         try:
-            message = await run_in_threadpool(lambda: action(self._live(session), values))
+            message = await run_in_threadpool(run)
             session.flash("ok", message)
         except AuthenticationError:
             raise
