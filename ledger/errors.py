@@ -232,6 +232,13 @@ class UnsupportedStoreOperationError(LedgerError, NotImplementedError):
     index, TTL)."""
 
 
+def install_hint(extra: str) -> str:
+    """How to install the optional packages of the ``extra`` extra: provledger is
+    installed from its source directory (see the README's set-up commands)."""
+    where = "in provledger's source directory"
+    return f"install the {extra!r} extra: pip install -e '.[{extra}]' {where}"
+
+
 @contextmanager
 def naming_file(path: str | os.PathLike[str]) -> Iterator[None]:
     """An ``OSError`` raised inside names ``path`` if it names no file (a failed

@@ -38,7 +38,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from ledger.errors import InvalidHeadError, InvalidKeyError, naming_file
+from ledger.errors import InvalidHeadError, InvalidKeyError, install_hint, naming_file
 from ledger.merkle import LogDigest
 from ledger.serialization import datetime_to_micros, micros_to_datetime
 
@@ -67,7 +67,7 @@ _FIELDS = ("version", "tree_size", "root", "position", "time", "key_id", "signat
 @functools.cache
 def ed25519() -> Any:
     """The ``cryptography`` pieces used here (imported on first use, so the ledger
-    itself runs without the package; install ``provledger[evidence]``).
+    itself runs without the package; it is the ``evidence`` extra's).
 
     Raises:
         InvalidKeyError: ``cryptography`` is not installed.
@@ -78,8 +78,7 @@ def ed25519() -> Any:
         from cryptography.hazmat.primitives.asymmetric import ed25519 as keys
     except ImportError:
         raise InvalidKeyError(
-            "signed heads and bundles need the 'cryptography' package: "
-            "pip install 'provledger[evidence]'"
+            "signed heads and bundles need the 'cryptography' package; " + install_hint("evidence")
         ) from None
     return types.SimpleNamespace(
         Private=keys.Ed25519PrivateKey,

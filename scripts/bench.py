@@ -192,6 +192,7 @@ from rich.table import Table
 from ledger import Kind, Ledger, Outcome, Session
 from ledger.domain import Record, Status, uuid_of_hex
 from ledger.engine import Write
+from ledger.errors import install_hint
 from ledger.rules import FINAL
 from ledger.serialization import unpack
 from projections.record_table import row_columns
@@ -1143,7 +1144,7 @@ def sqlite_store(path: Path, pragmas: tuple[str, int]) -> Any:
         from langgraph.store.sqlite import SqliteStore
     except ImportError:
         raise BenchError(
-            "LangGraph's SQLite store is not installed; pip install 'provledger[langgraph]'"
+            f"LangGraph's SQLite store is not installed; {install_hint('langgraph')}"
         ) from None
     con = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
     journal, sync = pragmas

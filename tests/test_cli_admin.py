@@ -364,39 +364,54 @@ def _without(module: str, *args: str) -> subprocess.CompletedProcess[str]:
 def test_a_missing_extra_is_named_in_the_error() -> None:
     done = _without("psycopg", "stats", "--url", "postgresql://u@db.invalid/x")
     assert done.returncode == 1
-    assert "pip install 'provledger[postgres]'" in done.stderr
+    assert "install the 'postgres' extra: pip install -e '.[postgres]'" in done.stderr
 
 
 def test_serve_without_its_extra_says_which_extra_to_install_as_an_error_line() -> None:
     done = _without("starlette", "serve", "--url", "sqlite:///never-made.db")
     assert done.returncode == 1
     assert done.stderr == (
-        "error: this needs starlette, which is not installed: pip install 'provledger[serve]'\n"
+        "error: this needs starlette, which is not installed; install the 'serve' extra: "
+        "pip install -e '.[serve]' in provledger's source directory\n"
     )
 
 
-def test_verify_bundle_without_cryptography_names_the_extra_not_an_alteration(
-    tmp_path: Path,
-) -> None:
+def _intact_bundle(tmp_path: Path) -> tuple[str, str]:
+    """(bundle, public key) of record F1, signed by a key made in ``tmp_path``."""
     from ledger import Kind
     from ledger.bundle import write_bundle
     from ledger.heads import generate_key
 
-    # Given an intact bundle
     with Ledger.open(f"sqlite:///{tmp_path / 'l.db'}") as led:
         led.admin().grant("agent-1", scope="p", roles=["propose", "read", "audit"])
         agent = led.authenticate(led.admin().issue_token("agent-1"))
         agent.propose(scope="p", claim_key="k", value=1, kind=Kind.FACT, id="F1")
         generate_key(tmp_path / "key")
         write_bundle(agent, "F1", tmp_path / "key", tmp_path / "b.zip")
+    return str(tmp_path / "b.zip"), str(tmp_path / "key.pub")
+
+
+def test_verify_bundle_without_cryptography_names_the_extra_not_an_alteration(
+    tmp_path: Path,
+) -> None:
+    # Given an intact bundle
+    bundle, _ = _intact_bundle(tmp_path)
 
     # When it is checked where the cryptography package is not installed
-    done = _without("cryptography", "verify-bundle", str(tmp_path / "b.zip"))
+    done = _without("cryptography", "verify-bundle", bundle)
 
     # Then it says what to install, and does not call the bundle altered
     assert done.returncode == 1
-    assert "pip install 'provledger[evidence]'" in done.stderr
+    assert "install the 'evidence' extra: pip install -e '.[evidence]'" in done.stderr
     assert "altered" not in done.stderr
+
+
+def test_verify_bundle_needs_only_the_evidence_extra_not_prov(tmp_path: Path) -> None:
+    # An auditor with the evidence extra only (no prov) checks a bundle offline
+    bundle, key = _intact_bundle(tmp_path)
+    done = _without("prov", "verify-bundle", bundle, "--public-key", key)
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr
+    assert "F1" in done.stdout
 
 
 def test_export_without_the_prov_extra_says_which_extra_to_install(
@@ -413,7 +428,8 @@ def test_export_without_the_prov_extra_says_which_extra_to_install(
     result = run("export", "--url", url, PROVLEDGER_TOKEN=token)
     assert result.exit_code == 1
     assert result.stderr == (
-        "error: this needs prov, which is not installed: pip install 'provledger[prov]'\n"
+        "error: this needs prov, which is not installed; install the 'prov' extra: "
+        "pip install -e '.[prov]' in provledger's source directory\n"
     )
 
 

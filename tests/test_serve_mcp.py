@@ -120,7 +120,7 @@ def test_the_default_mcp_server_is_the_ledger_integration_when_installed(
             installed = False
         if not installed:
             assert r.status_code == 501
-            assert "ledger.integrations.mcp" in r.json()["error"]["message"]
+            assert "install the 'mcp' extra" in r.json()["error"]["message"]
             return
         assert r.status_code == 200
         session = r.headers["mcp-session-id"]

@@ -14,7 +14,6 @@ from ledger.bundle.events import _Auditable, _Event
 from ledger.bundle.told import HISTORY_LABELS, one_line
 from ledger.domain import Kind
 from ledger.heads import SignedHead
-from ledger.prov import PL, export_prov, serialize
 from ledger.session import Session
 from ledger.values import HIDDEN, AuditTrail, RecordView
 
@@ -25,6 +24,9 @@ def _prov_json(
     session: Session, root: str, trails: dict[str, AuditTrail], auditable: _Auditable
 ) -> str:
     """The PROV-JSON of the record and its ancestors, hidden ones as one placeholder."""
+    # Imported here: checking a bundle (``verify_bundle``) needs no PROV package.
+    from ledger.prov import PL, export_prov, serialize
+
     doc = json.loads(serialize(export_prov(session, record=root, ancestors=True), "prov-json"))
     prefix = "rec:"
 

@@ -14,6 +14,7 @@ from ledger.cli.options import (
     token_option,
     url_option,
 )
+from ledger.errors import install_hint
 
 # -- mcp: the ledger as an agent's memory over the Model Context Protocol -------------------
 
@@ -48,7 +49,8 @@ def mcp_command(transport: str, host: str, port: int, token: str, url: str | Non
     connection is one run: what it reads is observed on what it proposes. Give the
     token in $PROVLEDGER_TOKEN rather than --token (other users can read a command
     line). Over streamable-http every client acts with this token: keep it on
-    127.0.0.1. Needs the extra: pip install 'provledger[mcp]'.
+    127.0.0.1. Needs the mcp extra: pip install -e '.[mcp]' in provledger's
+    source directory.
 
     \b
     Example:
@@ -59,8 +61,7 @@ def mcp_command(transport: str, host: str, port: int, token: str, url: str | Non
     except ModuleNotFoundError as exc:
         click.echo(
             f"error: provledger mcp needs the MCP SDK ({(exc.name or 'mcp').split('.')[0]} "
-            "is not installed): "
-            "pip install 'provledger[mcp]'",
+            f"is not installed); {install_hint('mcp')}",
             err=True,
         )
         sys.exit(1)
@@ -94,8 +95,8 @@ def serve(url: str | None, host: str, port: int, secure_cookies: bool) -> None:
     """Serve the HTTP JSON API (/api/v1), the MCP endpoint (/mcp) and the review console (/).
 
     Agents authenticate with `Authorization: Bearer TOKEN`; people sign in to
-    the console with their token. Needs the serve extra: pip install
-    'provledger[serve]'. Stop it with Ctrl-C.
+    the console with their token. Needs the serve extra: pip install -e
+    '.[serve]' in provledger's source directory. Stop it with Ctrl-C.
 
     \b
     Example:

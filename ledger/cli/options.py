@@ -27,6 +27,7 @@ from ledger.errors import (
     LedgerError,
     LedgerNotFoundError,
     ReadOnlyError,
+    install_hint,
 )
 from ledger.persistence import foreign_file, resolve_url
 from ledger.session import Session
@@ -121,8 +122,7 @@ def errors_exit_1(fn: F) -> F:
             if top not in EXTRAS:
                 raise
             click.echo(
-                f"error: this needs {top}, which is not installed: "
-                f"pip install 'provledger[{EXTRAS[top]}]'",
+                f"error: this needs {top}, which is not installed; {install_hint(EXTRAS[top])}",
                 err=True,
             )
             sys.exit(1)

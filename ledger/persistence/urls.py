@@ -21,7 +21,7 @@ from urllib.parse import parse_qs, unquote, urlparse
 
 from eventsourcing.utils import get_topic
 
-from ledger.errors import InvalidURLError, StorageError
+from ledger.errors import InvalidURLError, StorageError, install_hint
 from ledger.persistence.sqlite import LedgerSQLiteFactory, LedgerSQLiteRecorder
 
 DEFAULT_PATH = "provledger.db"
@@ -117,7 +117,7 @@ def resolve_url(url: str | None) -> Backend:
         if not _installed("psycopg"):
             raise StorageError(
                 f"ledger URL {redacted(url)!r} needs PostgreSQL support, which is not "
-                "installed: pip install 'provledger[postgres]'"
+                f"installed; {install_hint('postgres')}"
             )
         return _postgres_backend(url)
     # No backend's shape: mask whatever may hold a user and password (a URL with a

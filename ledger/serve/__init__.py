@@ -1,6 +1,7 @@
 """``provledger serve``: the HTTP JSON API, the MCP endpoint and the review console.
 
-Needs the ``serve`` extra (``pip install 'provledger[serve]'``)::
+Needs the ``serve`` extra (``pip install -e '.[serve]'`` in provledger's source
+directory)::
 
     from ledger import Ledger
     from ledger.serve import create_app

@@ -24,7 +24,7 @@ from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
 from ledger.application import Ledger
-from ledger.errors import LedgerError
+from ledger.errors import LedgerError, install_hint
 from ledger.serve.api import json_response, ledger_error_response
 from ledger.serve.errors import error_body
 from ledger.serve.inputs import bearer_token
@@ -97,8 +97,8 @@ class MCPMount:
             response = json_response(
                 error_body(
                     "NotImplemented",
-                    "the MCP endpoint needs ledger.integrations.mcp (provledger[mcp]), "
-                    "which is not installed",
+                    "the MCP endpoint needs the MCP SDK, which is not installed; "
+                    + install_hint("mcp"),
                 ),
                 501,
             )

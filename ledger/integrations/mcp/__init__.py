@@ -1,4 +1,4 @@
-"""provledger as an agent's memory over the Model Context Protocol (``provledger[mcp]``).
+"""provledger as an agent's memory over the Model Context Protocol (the ``mcp`` extra).
 
 :func:`build_server` gives an MCP server (the official ``mcp`` SDK's ``MCPServer``)
 acting with one principal's token; ``provledger mcp`` runs it over stdio or
