@@ -324,7 +324,7 @@ def prepare(
     named = tuple(dict.fromkeys(check_ref(p, "parent id") for p in check_list(parents, "parents")))
     if rid in named:
         raise CycleError(f"record {rid!r} cannot be its own parent")
-    caller.require(c, scope, Role.PROPOSE, "propose")
+    caller.require(c, scope, Role.PROPOSE, "propose" if evidence is None else "capture")
     # Dependencies are named as the caller sees them; the event holds their keys.
     declared = tuple(dict.fromkeys(_resolve(caller, c, p, known, pending) for p in named))
     shown = dict(zip(declared, named, strict=False)) if declared != named else {}

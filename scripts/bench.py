@@ -1919,8 +1919,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--quick",
         action="store_true",
         help=f"smaller sizes (huge {QUICK['huge']:,}, large {QUICK['large']:,}, fewer calls; "
-        "about 3 minutes) instead of the full run (huge "
-        f"{FULL['huge']:,}, large {FULL['large']:,}; under 20 minutes)",
+        "about a minute on 2 cores) instead of the full run (huge "
+        f"{FULL['huge']:,}, large {FULL['large']:,}; about 3 minutes)",
     )
     parser.add_argument(
         "--small",

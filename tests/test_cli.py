@@ -903,6 +903,7 @@ REFUSALS: list[tuple[str, str, str]] = [
     ("agent", f"{PROPOSE} --expires 2000-01-01T00:00:00+00:00", "is not in the future"),
     ("agent", f"{PROPOSE} --conditions '[1, 2]'", "conditions must be a mapping"),
     ("agent", "propose --scope proj-b --claim k --kind fact --value 1", "lacks role 'propose'"),
+    ("agent", "capture - --scope proj-b --uri u", "capture refused: 'agent-1' lacks role"),
     ("agent", "read --scope proj-b --claim k", "lacks role 'read' in scope 'proj-b'"),
     ("agent", "audit E1", "audit refused: 'agent-1' lacks role 'audit' in scope 'proj-a'"),
     ("agent", "history --record E1", "history refused: 'agent-1' lacks role 'audit'"),
@@ -1000,6 +1001,13 @@ USAGE_ERRORS = [
     "propose --scope proj-a --claim k --kind fact",
     f"{PROPOSE} --value-str 1",
     "propose --scope proj-a --claim k --kind fact --value 'not json'",
+    # Python's json reads these; JSON has no such numbers
+    "propose --scope proj-a --claim k --kind fact --value Infinity",
+    "propose --scope proj-a --claim k --kind fact --value -Infinity",
+    "propose --scope proj-a --claim k --kind fact --value NaN",
+    "propose --scope proj-a --claim k --kind fact --value 1e999",
+    f"{PROPOSE} --conditions '{{\"a\": Infinity}}'",
+    "propose --scope proj-a --claim k --kind fact --value " + "1" * 5000,
     "propose --scope proj-a --claim k --kind gossip --value 1",
     f"{PROPOSE} --conditions '{{'",
     "capture no-such-file.txt --scope proj-a --uri u",
@@ -1027,6 +1035,7 @@ def test_a_usage_error_exits_2_and_writes_nothing(chain: Cli, line: str) -> None
     # ... with an example of the command (its --help's), or of a fix the error names
     example = result.stderr.split("Example:\n", 1)[-1] if "Example:\n" in result.stderr else ""
     assert example.startswith("  provledger ") or "e.g." in result.stderr, result.stderr
+    assert "set_int_max_str_digits" not in result.stderr  # Python's advice, not ours
     assert chain.position == before
 
 

@@ -275,6 +275,28 @@ def test_a_file_that_is_not_a_ledger_is_refused_and_left_alone(tmp_path: Path) -
     assert path.read_bytes() == b"" and sorted(p.name for p in tmp_path.iterdir()) == ["notes.db"]
 
 
+def test_a_damaged_ledger_file_is_called_unreadable_not_absent(tmp_path: Path) -> None:
+    path = tmp_path / "l.db"
+    with Ledger.open(f"sqlite:///{path}") as led:
+        led.admin().grant("agent-1", scope="p", roles=["propose", "read"])
+        agent = led.authenticate(led.admin().issue_token("agent-1"))
+        for i in range(300):
+            agent.propose(scope="p", claim_key=f"k{i}", value="x" * 200, kind="fact")
+    with open(path, "r+b") as f:  # cut off its second half
+        f.truncate(path.stat().st_size // 2)
+    damaged = path.read_bytes()
+    url = f"sqlite:///{path}"
+    for args in (("verify", "--url", url), ("get", "E1", "--url", url), ("init", "--url", url)):
+        result = run(*args, PROVLEDGER_TOKEN="plt_x")
+        assert result.exit_code == 1, args
+        assert result.stderr == (
+            f"error: the SQLite file at {path} cannot be read: database disk image is "
+            "malformed; whether it holds a ledger is not known (a damaged file: restore "
+            "it from a copy)\n"
+        ), args
+    assert path.read_bytes() == damaged
+
+
 def test_a_file_of_something_else_is_named_for_what_it_is_not_sent_to_init(
     tmp_path: Path,
 ) -> None:
@@ -297,14 +319,15 @@ def test_a_file_of_something_else_is_named_for_what_it_is_not_sent_to_init(
         )
     assert {p.name: p.read_bytes() for p in (text, other)} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.db", "other.db"]
-    # Nor does `init` put a ledger into them
+    # Nor does `init` or `demo` put a ledger into them
     for path, holds in ((text, "(not an SQLite database)"), (other, "t")):
-        refused = run("init", "--url", f"sqlite:///{path}")
-        assert refused.exit_code == 1
-        assert refused.stderr == (
-            f"error: not creating a ledger in {path}: it holds {holds}, not a ledger; "
-            "give a ledger a file of its own (nothing was changed)\n"
-        )
+        for command in ("init", "demo"):
+            refused = run(command, "--url", f"sqlite:///{path}")
+            assert refused.exit_code == 1
+            assert refused.stderr == (
+                f"error: not creating a ledger in {path}: it holds {holds}, not a ledger; "
+                "give a ledger a file of its own (nothing was changed)\n"
+            )
     assert {p.name: p.read_bytes() for p in (text, other)} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.db", "other.db"]
     # An SQLite file with no table yet is a file of its own

@@ -40,3 +40,22 @@ def test_ci_runs_the_readme_test_command() -> None:
     test_command = re.findall(r"```sh\n(.*?)```", section, flags=re.S)[1].strip()
     ci = (README.parent / ".ci" / "run").read_text()
     assert test_command in ci
+
+
+def test_the_compatibility_promise_names_every_upcast_event() -> None:
+    from eventsourcing.domain import DomainEvent
+
+    from ledger import domain
+
+    versioned = sorted(
+        f"{outer.__name__}.{inner.__name__}"
+        for outer in vars(domain).values()
+        if isinstance(outer, type) and outer.__module__ == domain.__name__
+        for inner in vars(outer).values()
+        if isinstance(inner, type)
+        and issubclass(inner, DomainEvent)
+        and getattr(inner, "class_version", 1) > 1
+    )
+    promise = README.read_text().split("**Compatibility promise.**", 1)[1].split("\n\n", 1)[0]
+    named = sorted(set(re.findall(r"`(\w+\.\w+)`", promise)))
+    assert versioned and named == versioned

@@ -369,9 +369,11 @@ def stats(url: str | None, admin_token: str | None, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @errors_exit_1
 def demo(url: str | None, as_json: bool) -> None:
-    """Run the experiment on a fresh embedded SQLite ledger and print its table.
+    """Run the experiment on a fresh ledger and print its table.
 
-    Exits 1 if any row deviates.
+    By default on an embedded SQLite file in a temporary directory; `--url`
+    names an empty ledger on any backend instead (never another program's
+    database). Exits 1 if any row deviates.
 
     \b
     Example:
@@ -379,6 +381,8 @@ def demo(url: str | None, as_json: bool) -> None:
     """
     with tempfile.TemporaryDirectory(prefix="provledger-demo-") as tmp:
         target = url or f"sqlite:///{Path(tmp) / 'demo.db'}"
+        if url is not None:
+            _refuse_others_file(url)
         # No admin token: the experiment runs only on an empty ledger (it refuses
         # one with events before writing), which no admin token guards yet.
         with open_ledger(target, create=True, one_process=True) as led:

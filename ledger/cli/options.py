@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import re
 import sys
@@ -151,15 +152,40 @@ def errors_exit_1(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+class _NotJSON(ValueError):
+    """A number JSON has no way to write (Python's ``json`` reads them)."""
+
+
+def _constant(name: str) -> Any:
+    raise _NotJSON(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if math.isinf(number):
+        raise _NotJSON(f"{text[:40]} is beyond the range of a 64-bit float")
+    return number
+
+
 def parse_json(value: str) -> Any:
-    """A JSON document; ValueError names what is wrong with it (not the whole text)."""
+    """A JSON document, strictly: no ``NaN`` or ``Infinity``, nor a number too large
+    for a float (Python's ``json`` reads all three); ValueError names what is
+    wrong with it (not the whole text)."""
     try:
-        return json.loads(value)
+        return json.loads(value, parse_constant=_constant, parse_float=_finite)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{value[:40]!r} is not JSON ({exc.msg})") from None
-    except (ValueError, RecursionError) as exc:  # huge integers, deep nesting
-        kind = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
-        raise ValueError(f"{value[:40]!r}… is not usable JSON ({kind})") from None
+    except _NotJSON as exc:
+        raise ValueError(f"{value[:40]!r} is not JSON ({exc})") from None
+    except RecursionError:
+        raise ValueError(f"{value[:40]!r}… is not usable JSON (nested too deeply)") from None
+    except ValueError as exc:  # an integer of more digits than Python converts
+        if "digits" not in str(exc):
+            raise
+        raise ValueError(
+            f"{value[:40]!r}… is not usable JSON (an integer of more than "
+            f"{sys.get_int_max_str_digits()} digits)"
+        ) from None
 
 
 # -- parameter types ---------------------------------------------------------------

@@ -245,8 +245,8 @@ def revoke(
 ) -> None:
     """Revoke a record: it becomes REVOKED and every descendant STALE, in one transaction.
 
-    Prints a summary (counts, deliveries now owing a correction, the log
-    positions `as-of` needs to see the state before and after) and the first
+    Prints a summary (the revocation's log position and the `as-of` command that
+    shows the state before it, counts, deliveries now owing a correction) and the first
     --limit records marked STALE; --all lists them all, --json gives everything.
 
     \b

@@ -87,7 +87,8 @@ def holds_ledger(path: str) -> bool:
     Raises:
         StorageError: the file holds a ledger that SQLite cannot open where it is
             (a ledger in WAL mode needs to create its ``-shm`` file beside it, which
-            a read-only directory or file system refuses).
+            a read-only directory or file system refuses), or it is an SQLite file
+            SQLite cannot read (damaged: "database disk image is malformed").
         sqlite3.OperationalError: the file could not be read for another reason
             (a full disk, a lock, an I/O error): whether it holds a ledger is not
             known, so it is not answered "no".
@@ -101,8 +102,13 @@ def holds_ledger(path: str) -> bool:
         cannot_open = "unable to open" in str(exc)
         if not cannot_open:
             raise
-    except sqlite3.Error:  # not a database at all
-        return False
+    except sqlite3.Error as exc:
+        if foreign_file(path) != "an SQLite database without a ledger in it":
+            return False  # not a database at all
+        raise StorageError(
+            f"the SQLite file at {path} cannot be read: {exc}; whether it holds a "
+            "ledger is not known (a damaged file: restore it from a copy)"
+        ) from None
     try:
         held = cannot_open and _has_events_table(f"{uri}?mode=ro&immutable=1")
     except sqlite3.Error:
