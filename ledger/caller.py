@@ -19,6 +19,7 @@ from ledger.domain import Validity
 from ledger.engine import Engine
 from ledger.errors import (
     AccessDeniedError,
+    InvalidIdError,
     InvalidParentError,
     LedgerError,
     ReadOnlyError,
@@ -101,7 +102,9 @@ class Caller:
     def refusal(self, c: Cursor, exc: LedgerError) -> LedgerError:
         """``exc`` naming every record as the caller is shown it (a qualified key
         it cannot tell apart as its bare id); what the caller typed is echoed as
-        typed."""
+        typed (an id refused for its shape names no stored record: it is left as is)."""
+        if isinstance(exc, InvalidIdError):
+            return exc
         keys = redaction.keys_in(str(exc)) - self._given.get(id(c), set())
         names = self.names(c, keys) if keys else {}
         return redaction.error(exc, names) if names else exc

@@ -26,6 +26,7 @@ from ledger.cli import main
 from ledger.errors import (
     AccessDeniedError,
     DuplicateRecordError,
+    InvalidIdError,
     InvalidParentError,
     LedgerError,
     UnknownRecordError,
@@ -338,6 +339,16 @@ def test_a_name_keeps_its_record_when_another_is_proposed_under_it_later(
     assert [v.id for v in then.records("proj-c")] == ["x"]
     assert then.records("proj-b") == ()
     assert (then.get("x").scope, then.audit("x").record.id) == ("proj-c", "x")
+
+
+def test_an_invalid_id_is_echoed_as_typed_even_when_it_is_a_key_shown_otherwise(
+    ledger: Ledger,
+) -> None:
+    taken_in_a(ledger, "x")
+    b = grant(ledger, "tenant-b", {"proj-b": ALL})
+    b.propose("proj-b", "b.claim", 1, Kind.FACT, id="x")  # keyed x@@proj-b, shown "x"
+    with pytest.raises(InvalidIdError, match=r"^record id 'x@@proj-b' is invalid"):
+        b.propose("proj-b", "b.other", 1, Kind.FACT, id="x@@proj-b")
 
 
 def test_a_batch_cannot_propose_one_id_twice_for_a_caller_who_would_see_both(

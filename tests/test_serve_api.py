@@ -906,6 +906,19 @@ def test_a_body_that_is_not_a_json_object_is_422(served: Served) -> None:
     assert (lone.status_code, error_of(lone)["field"]) == (422, "content")
 
 
+def test_oversized_evidence_names_the_field_the_bytes_came_in(served: Served) -> None:
+    before = served.ledger.position
+    raw = b"x" * (1024 * 1024 + 1)  # over the ledger's value limit, within the body limit
+    with TestClient(create_app(served.ledger, mcp_factory=None)) as client:
+        agent = Api(client, served.tokens["agent-1"])
+        for field, given in (("content", raw), ("content_base64", base64.b64encode(raw))):
+            body = {"scope": "proj-a", "uri": "https://x.test/big", field: given.decode()}
+            r = agent.post("/evidence", json=body)
+            assert (r.status_code, error_of(r)["type"]) == (422, "ValueTooLargeError")
+            assert error_of(r)["field"] == field
+    assert served.ledger.position == before
+
+
 def test_a_number_is_plain_digits_and_a_query_is_utf8(served: Served) -> None:
     # int() reads "1_0", "+5", " 5" and other scripts' digits; a client sending them
     # has a bug the API should tell, as it tells "ten".
@@ -1134,6 +1147,12 @@ def test_a_body_over_the_limit_is_413_before_anything_is_written(served: Served)
         headers={"Authorization": f"Bearer {served.tokens['agent-1']}"},
     )
     assert streamed.status_code == 413
+    # A GET's body is held to the limit too, and its 413 is documented
+    for template in ("/records", "/records/{record_id}"):
+        got = served.agent.get(
+            template, record_id="E1", params={"scope": "proj-a"}, content=b"x" * 70_000
+        )
+        assert got.status_code == 413, template
     assert served.ledger.position == before
 
 

@@ -700,6 +700,9 @@ def test_pages_can_be_browsed_as_of_a_past_position_read_only(desk: Desk) -> Non
         r = client.get("/records/R1", params=odd)
         assert r.status_code == 422, (odd, r.text[:300])
         assert "Check the input" in r.text
+    huge = client.get("/records/R1", params={"as_of_position": "9" * 20})
+    assert huge.status_code == 422
+    assert "as-of position 99999999999999999999 is beyond the log" in text_of(huge.text)
     # A position and a time together: as the API, neither silently wins
     both = client.get(
         "/records/R1", params={"as_of_position": before, "as_of_time": "2026-01-01T00:00:00Z"}

@@ -106,6 +106,9 @@ _FIELD_WORDS: tuple[tuple[str, str], ...] = tuple(
     )
 )
 
+#: A field that requests may give in another form (bytes as base64).
+_GIVEN_AS: dict[str, str] = {"content": "content_base64"}
+
 #: A field named by the error class alone, when the message does not say.
 _FIELD_OF_CLASS: tuple[tuple[type[LedgerError], str], ...] = (
     (InvalidKindError, "kind"),
@@ -145,6 +148,8 @@ def field_of(exc: LedgerError, fields: Iterable[str], paths: Iterable[str] = ())
         if message.startswith(word) and message[len(word) : len(word) + 1] in (" ", ":", ""):
             if name == "id" and "id" not in given:
                 name = "record_id"
+            if name not in given and _GIVEN_AS.get(name) in given:
+                name = _GIVEN_AS[name]
             if status == 404:
                 return name if name in given and name not in in_path else None
             if name in given or not given:

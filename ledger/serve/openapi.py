@@ -350,8 +350,9 @@ _ERRORS = {
     "for format=svg, also: Graphviz's dot program is not installed on the server.",
     "500": "Stored data failed its integrity check (CorruptEventError, SnapshotIntegrityError).",
 }
-#: What any operation may answer, whatever it does.
-_ALWAYS = ("500", "503")
+#: What any operation may answer, whatever it does (the body limit holds for a
+#: GET's body too).
+_ALWAYS = ("413", "500", "503")
 
 
 def _param(

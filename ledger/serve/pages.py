@@ -91,6 +91,8 @@ class Moment:
             # ASCII digits only: str.isdigit() takes "²", which int() refuses.
             if not _POSITION.fullmatch(position):
                 raise InvalidInputError(f"as-of position {position[:40]!r} is not a number")
+            if len(position) > _POSITION_DIGITS:  # beyond any log
+                raise InvalidInputError(f"as-of position {position[:40]} is beyond the log")
             return cls(position=int(position))
         if when:
             try:
@@ -121,7 +123,9 @@ class Moment:
 # -- template helpers ----------------------------------------------------------------------
 
 
-_POSITION = re.compile(r"[0-9]{1,18}")
+_POSITION = re.compile(r"[0-9]+")
+#: Digits of the largest position a log can reach (a 64-bit integer).
+_POSITION_DIGITS = 18
 
 
 def _json(value: Any, limit: int | None = None, compact: bool = False) -> str:
