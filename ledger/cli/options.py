@@ -41,10 +41,6 @@ URL_HELP = (
 )
 TOKEN_HELP = "Bearer token of the principal acting (from `provledger token issue`)."
 KINDS = [k.value for k in Kind]
-EVENT_TYPES = (
-    "Proposed, Accepted, Rejected, Revoked, MarkedStale, Superseded, Revalidated, Delivered, "
-    "CorrectionIssued, SnapshotErased"
-)
 
 #: The colours of the pictures (ledger.graph.STATUS_COLOURS): STALE orange, REVOKED red.
 STATUS_STYLE = {

@@ -12,9 +12,9 @@ from typing import Any
 
 import click
 
+from ledger.audit import RECORD_EVENTS
 from ledger.cli.options import (
     DATETIME,
-    EVENT_TYPES,
     KINDS,
     AsOf,
     claim_options,
@@ -189,7 +189,13 @@ def audit(record_id: str, token: str, url: str | None, as_json: bool) -> None:
 
 @click.command()
 @click.option("--record", "record_id", help="Only this record's events.")
-@click.option("--type", "event_type", help=f"Only this event type: {EVENT_TYPES}.")
+@click.option(
+    "--type",
+    "event_type",
+    type=click.Choice(RECORD_EVENTS),
+    metavar="TYPE",
+    help=f"Only this event type: {', '.join(RECORD_EVENTS)}.",
+)
 @click.option("--from", "start", type=click.IntRange(min=0), help="First log position.")
 @click.option("--to", "stop", type=click.IntRange(min=0), help="Last log position (inclusive).")
 @token_option
