@@ -615,6 +615,19 @@ def test_get_keeps_a_long_id_whole_at_80_columns(chain: Cli) -> None:
     assert max(len(line) for line in r1.splitlines()) <= 80
 
 
+def test_listings_keep_kinds_statuses_and_validities_whole_at_80_columns(chain: Cli) -> None:
+    _revoked(chain)
+    for args in (("records", "--scope", "proj-a"), ("explain", "--scope", "proj-a", "--claim")):
+        if args[0] == "explain":
+            args = (*args, "api.retry_safe")
+        shown = chain(*args, "--token", chain.reviewer, COLUMNS="80").stdout
+        lines = shown.splitlines()
+        assert max(len(line) for line in lines) <= 80 and "┏" in shown, shown  # a table
+        assert "│ NEEDS_REVA" not in shown.replace("│ NEEDS_REVALIDATION ", ""), shown
+        assert "│ inference " in shown and "│ STALE " in shown, shown
+        assert args[0] == "explain" or "│ NEEDS_REVALIDATION " in shown, shown
+
+
 def test_json_output_carries_an_infinite_float_as_the_string_inf(cli: Cli) -> None:
     with Ledger.open(cli.url) as led:
         agent, reviewer = led.authenticate(cli.agent), led.authenticate(cli.reviewer)

@@ -78,12 +78,19 @@ def show(console: Console, table: Table) -> None:
             console.print(line, soft_wrap=bool(column.no_wrap))  # an id is never broken
 
 
-def new_table(*columns: str, ids: Mapping[str, Iterable[str]] | None = None, **kw: Any) -> Table:
-    """A table whose id columns (``ids``: column → the ids in it) are never wrapped or
-    cut, and whose other columns fold long text onto more lines instead of cutting it."""
+def new_table(
+    *columns: str,
+    ids: Mapping[str, Iterable[str]] | None = None,
+    words: Mapping[str, Iterable[str]] | None = None,
+    **kw: Any,
+) -> Table:
+    """A table whose id columns (``ids``: column → the ids in it) and columns of
+    single words (``words``: a status, a validity) are never wrapped or cut, and
+    whose other columns fold long text onto more lines instead of cutting it."""
     table = Table(**kw)
+    unbroken = {**(ids or {}), **(words or {})}
     for name in columns:
-        values = None if ids is None else ids.get(name)
+        values = unbroken.get(name)
         if values is not None:
             widest = max((len(v) for v in values), default=0)
             table.add_column(name, no_wrap=True, min_width=max(widest, len(name)))
@@ -120,6 +127,7 @@ def records_table(records: Sequence[RecordView]) -> Table:
     table = new_table(
         *("id", "kind", "status", "validity", "value", "parents", "expires"),
         ids={"id": [r.id for r in records]},
+        words=_words(records),
     )
     for r in records:
         parents = ", ".join(r.parents)
@@ -137,11 +145,21 @@ def records_table(records: Sequence[RecordView]) -> Table:
     return table
 
 
+def _words(records: Sequence[RecordView]) -> dict[str, list[str]]:
+    """The kind, status and validity of ``records``, by column (``new_table``'s ``words``)."""
+    return {
+        "kind": [str(r.kind) for r in records],
+        "status": [str(r.status) for r in records],
+        "validity": [str(r.validity) for r in records],
+    }
+
+
 def listing_table(records: Sequence[RecordView]) -> Table:
     """``provledger records``: one row per record; the id column is never wrapped or cut."""
     table = new_table(
         *("id", "kind", "claim", "status", "validity", "value", "why"),
         ids={"id": [r.id for r in records]},
+        words=_words(records),
     )
     for r in records:
         notes = [why] if (why := why_text(r)) else []
@@ -211,6 +229,7 @@ def print_explanation(explanation: Explanation, console: Console) -> None:
     table = new_table(
         *("id", "kind", "status", "usable", "why"),
         ids={"id": [e.record.id for e in explanation.entries]},
+        words=_words([e.record for e in explanation.entries]),
     )
     for e in explanation.entries:
         why = "usable" if e.usable else "; ".join(e.reasons)
@@ -371,6 +390,7 @@ def print_corrections(
             "delivery": [c.delivery.delivery_id for c in due],
             "record": [c.delivery.record_id for c in due],
         },
+        words={"status": [str(c.status) for c in due], "validity": [str(c.validity) for c in due]},
     )
     for c in due:
         view = (views or {}).get(c.delivery.record_id)
