@@ -914,6 +914,28 @@ def test_labels_the_ledger_cannot_hold_are_refused_by_name(
         deep.get(("a:b", "c"), "k")
 
 
+def test_a_key_that_makes_no_claim_key_is_got_as_none_and_deleted_as_nothing(
+    store: LedgerStore, principals: Principals
+) -> None:
+    # No item can be there: LangGraph's own stores answer None and do nothing.
+    impossible = [(("test",), ""), (("test",), "k" * 600), (("test", "x" * 300), "y" * 300)]
+    before = principals.ledger.position
+
+    for namespace, key in impossible:
+        assert store.get(namespace, key) is None
+        assert store.batch([GetOp(namespace, key)]) == [None]
+        store.delete(namespace, key)
+        store.batch([PutOp(namespace, key, None)])
+
+    assert principals.ledger.position == before
+    assert get_in_thread(store, "t1", ("test",), "") is None
+    for namespace, key in impossible:  # a put is still refused, naming why
+        with pytest.raises(InvalidNamespaceError):
+            store.put(namespace, key, {"v": 1})
+    with pytest.raises(InvalidNamespaceError, match="user 1"):  # no scope: refused
+        store.get(("user 1",), "")
+
+
 def test_scope_depth_two_joins_the_first_labels_into_the_scope(principals: Principals) -> None:
     admin = principals.ledger.admin()
     for principal, roles in (("agent", ["propose", "read"]), ("reviewer", ["approve", "read"])):
@@ -1341,6 +1363,36 @@ def test_a_thread_that_read_a_withdrawn_memory_is_refused_its_next_put(
     assert store.get(("proj-a", "notes"), "last") is None
     writer_graph(store).invoke({"greeting": "hi"}, {"configurable": {"thread_id": "chat-2"}})
     assert store.get(("proj-a", "notes"), "last") is not None  # a new thread starts clean
+
+
+def test_a_put_refused_again_after_the_thread_caught_up_names_the_key_to_get_again(
+    store: LedgerStore, principals: Principals
+) -> None:
+    namespace = ("proj-a", "m")
+    store.put(namespace, "a", {"n": 1})
+
+    def work(state: State) -> State:
+        # The thread reads a, writes b twice (reading each version back), deletes a:
+        # b rests on a, so b is STALE; the thread follows b to its newer version and
+        # its put is tried once more, and refused for b.
+        memories = get_store()
+        memories.search(namespace)
+        memories.put(namespace, "b", {"v": 1})
+        memories.search(namespace)
+        memories.put(namespace, "b", {"v": 2})
+        memories.search(namespace)
+        memories.delete(namespace, "a")
+        memories.put(namespace, "c", {"v": 1})
+        return state
+
+    with pytest.raises(InvalidParentError) as refused:
+        one_node_graph(store, work).invoke({"greeting": ""}, {"configurable": {"thread_id": "t1"}})
+
+    assert "LangGraph thread 't1' read it earlier in ledger run 'langgraph:t1'" in str(
+        refused.value
+    )
+    assert "get key 'b' of namespace ('proj-a', 'm') again in this thread" in str(refused.value)
+    assert principals.reviewer.records("proj-a", claim_prefix="m/c") == ()
 
 
 def test_a_thread_refused_for_a_withdrawn_memory_goes_on_once_it_reads_the_key_again(

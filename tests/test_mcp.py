@@ -16,13 +16,16 @@ import hashlib
 import io
 import json
 import os
+import queue
 import re
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -589,6 +592,66 @@ async def test_text_that_spells_json_is_stored_as_text_and_values_keep_their_typ
     stored = [team.sessions["reviewer"].get(rid).value for rid in ids]
     assert stored == values
     assert team.sessions["reviewer"].get(proposal["id"]).value == "[3]"
+
+
+async def test_text_arguments_that_spell_json_reach_the_library_as_that_text(team: Team) -> None:
+    # The SDK reads text spelling JSON as that JSON unless an argument is typed
+    # exactly `str`: an id or `after` of "null" would be no argument, '["a"]' a list.
+    texts = ["null", "1", "true", '["a"]', '{"a":1}']
+    agent_session = team.sessions["agent-1"]
+    async with team.client("agent-1") as agent:
+        # 1. Ids, the claim key of captured evidence and `supersedes` are kept as sent.
+        for text in ["null", "1", "true"]:
+            proposal = await ok(
+                agent, "propose_memory", scope=SCOPE, claim_key=f"k.{text}", value=1,
+                kind="fact", id=text,
+            )  # fmt: skip
+            assert proposal["id"] == text
+        captured = []
+        for i, text in enumerate(texts):
+            evidence = await ok(
+                agent, "capture_evidence", scope=SCOPE, uri=f"https://x.test/{i}",
+                content=text, claim_key=text,
+            )  # fmt: skip
+            captured.append(evidence["id"])
+        replacing = await ok(
+            agent, "propose_memory", scope=SCOPE, claim_key="k.null", value=2, kind="fact",
+            supersedes="null",
+        )  # fmt: skip
+        # 2. Text that is no id, status or instant is refused by the ledger, naming it.
+        before = team.ledger.position
+        bad_id = await refused(
+            agent, "propose_memory", scope=SCOPE, claim_key="k", value=1, kind="fact",
+            id='["a"]',
+        )  # fmt: skip
+        bad_status = await refused(agent, "list_records", scope=SCOPE, status="null")
+        bad_at = await refused(agent, "read_memory", scope=SCOPE, claim_key="k", at="null")
+        assert team.ledger.position == before
+        # 3. Claim prefixes and `after` are the text sent: paging after "null" moves on.
+        prefixed = {
+            text: [r["claim_key"] for r in (await ok(
+                agent, "list_records", scope=SCOPE, claim_prefix=text
+            ))["records"]]
+            for text in texts
+        }  # fmt: skip
+        page = await ok(agent, "list_records", scope=SCOPE, limit=2, after="null")
+    assert [agent_session.get(rid).claim_key for rid in captured] == texts
+    assert agent_session.get(replacing["id"]).supersedes == "null"
+    assert bad_id.endswith(
+        library_refusal(
+            lambda: agent_session.propose(
+                scope=SCOPE, claim_key="k", value=1, kind="fact", id='["a"]'
+            )
+        )
+    )
+    assert bad_status.endswith(library_refusal(lambda: agent_session.records(SCOPE, status="null")))
+    assert "argument 'at' ('null'): " in bad_at
+    assert prefixed["null"] == ["null"]
+    assert prefixed['["a"]'] == ['["a"]']
+    assert prefixed['{"a":1}'] == ['{"a":1}']
+    expected = [r.id for r in agent_session.records(SCOPE, limit=2, after="null")]
+    assert [r["id"] for r in page["records"]] == expected
+    assert expected and expected[0] > "null"
 
 
 async def test_an_argument_a_tool_does_not_take_is_refused_naming_it(team: Team) -> None:
@@ -1312,6 +1375,27 @@ async def test_the_record_resource_is_the_records_json_and_is_observed(team: Tea
     assert proposal["record"]["observed"] == ["E1"]
 
 
+async def test_a_resource_uri_holding_no_record_id_is_invalid_params_not_an_internal_error(
+    team: Team,
+) -> None:
+    # The client's mistake, as an unknown id is (-32602), not the server's (-32603).
+    before = records_state(team.ledger)
+    async with team.client("agent-1") as agent:
+        errors = {}
+        for uri, record_id in (("provledger://record/bad%20id", "bad id"), (record_uri(""), "")):
+            with pytest.raises(MCPError) as refused:
+                await agent.read_resource(uri)
+            errors[record_id] = refused.value.error
+
+    for record_id, error in errors.items():
+        assert error.code == -32602
+        agent_get = partial(team.sessions["agent-1"].get, record_id)
+        assert error.message == library_refusal(agent_get)
+        assert error.message.startswith(f"InvalidIdError: record id {record_id!r} is invalid")
+    assert errors["bad id"].data == {"uri": "provledger://record/bad%20id"}
+    assert records_state(team.ledger) == before
+
+
 async def test_a_revocation_notifies_listeners_of_every_affected_record_they_may_see(
     team: Team,
 ) -> None:
@@ -1432,6 +1516,77 @@ def test_provledger_mcp_serves_over_stdio_with_the_token_from_the_environment(
     with Ledger.open(url) as led:
         assert led.authenticate(token).get("E1").proposer == "agent-1"
     assert token not in stderr_path.read_text()
+
+
+def test_provledger_mcp_over_stdio_answers_a_line_it_cannot_read_and_goes_on(
+    tmp_path: Path,
+) -> None:
+    # The SDK's stdio transport drops what its JSON parser refuses: the client waited
+    # for an answer forever. Each is a JSON-RPC error now, with the request's id.
+    url, token = _agent_ledger(tmp_path)
+    env = {**os.environ, "PROVLEDGER_TOKEN": token}
+    with Ledger.open(url) as led:
+        before = records_state(led)
+    call = (
+        '{"jsonrpc":"2.0","id":%s,"method":"tools/call","params":{"name":"propose_memory",'
+        '"arguments":{"scope":"proj-a","claim_key":"raw","value":%s,"kind":"fact"}}}'
+    )
+    unreadable = {
+        "1": call % ("1", '"\\ud800"'),
+        "2": call % ("2", "9" * 5000),
+        '"deep"': call % ('"deep"', "[" * 250 + "1" + "]" * 250),
+        "null": '{"jsonrpc":"2.0","method":"tools/call","params":{"v":"\\udc00"}',
+    }
+    server = subprocess.Popen(
+        [sys.executable, "-m", "ledger", "mcp", "--url", url],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        text=True,
+    )
+    assert server.stdin is not None and server.stdout is not None
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(x) for x in server.stdout], daemon=True).start()
+
+    def send(line: str) -> None:
+        assert server.stdin is not None
+        server.stdin.write(line + "\n")
+        server.stdin.flush()
+
+    def answer() -> Any:
+        return json.loads(lines.get(timeout=30))  # queue.Empty: no answer came
+
+    try:
+        send(json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"},
+        }}))  # fmt: skip
+        answer()
+        send('{"jsonrpc":"2.0","method":"notifications/initialized"}')
+        errors = {}
+        for request_id, line in unreadable.items():
+            send(line)
+            errors[request_id] = answer()
+        send(
+            '{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"list_records",'
+            '"arguments":{"scope":"proj-a"}}}'
+        )
+        later = answer()
+    finally:
+        server.stdin.close()
+        server.wait(timeout=30)
+
+    for request_id, error in errors.items():
+        assert error["id"] == json.loads(request_id)
+        assert error["error"]["code"] == -32700
+    assert errors["1"]["error"]["message"].startswith("Parse error: lone surrogate")
+    assert errors["2"]["error"]["message"].startswith("Parse error: integer too large")
+    assert errors['"deep"']["error"]["message"].startswith("Parse error: nested too deep")
+    assert errors["null"]["error"]["message"].startswith("Parse error: lone surrogate")
+    assert later["id"] == 5 and later["result"]["structuredContent"]["records"] == []
+    with Ledger.open(url) as led:
+        assert records_state(led) == before  # nothing was proposed
 
 
 def test_provledger_mcp_without_the_sdk_names_the_extra_to_install(

@@ -16,7 +16,10 @@ Where an item lives
     with a greater depth the scope labels are joined with ``:``, so they may not
     contain ``:`` themselves. A label the ledger cannot hold is refused with
     :class:`NamespaceLabelError` (a LangGraph ``InvalidNamespaceError``) naming
-    it, never rewritten.
+    it, never rewritten. So is a ``put`` whose key makes no claim key the ledger
+    can hold (empty directly under the scope, longer than 512 characters once
+    escaped); no item can be there, so ``get`` of it answers None and ``delete``
+    does nothing, as in LangGraph's own stores.
 
     The claim key is the remaining labels and the key, each escaped, joined with
     ``/``: ``("proj-a", "users", "u1")`` + ``"theme"`` is scope ``proj-a``, claim

@@ -194,6 +194,10 @@ class LedgerStore(BaseStore):
         except TypeError:  # an unhashable label, which the check refuses by name
             validate_op_namespace(GetOp(namespace, key))
             raise
+        except NamespaceLabelError:
+            if self._holds_no_claim(namespace, key):
+                return None
+            raise
         result = self.session.read(scope, claim, None, None, self._kinds)  # positional: quicker
         records = result.records
         if len(records) == 1:  # the one usable record (FOUND), as _newest gives it
@@ -283,7 +287,8 @@ class LedgerStore(BaseStore):
             raise InvalidInputError(f"unknown store operation {type(op).__name__}")
         validate_op_namespace(op)
         if isinstance(op, GetOp):
-            self._locate(op.namespace, op.key)
+            if not self._holds_no_claim(op.namespace, op.key):
+                self._locate(op.namespace, op.key)
         elif isinstance(op, PutOp):
             if not op.namespace:
                 raise NamespaceLabelError("namespace cannot be empty")
@@ -291,7 +296,8 @@ class LedgerStore(BaseStore):
                 raise NamespaceLabelError(
                     f"root label of namespace {tuple(op.namespace)!r} cannot be 'langgraph'"
                 )
-            self._locate(op.namespace, op.key)
+            if op.value is not None or not self._holds_no_claim(op.namespace, op.key):
+                self._locate(op.namespace, op.key)
             if op.value is not None and not isinstance(op.value, Mapping):
                 raise InvalidInputError(
                     f"value of key {op.key!r} must be a mapping or None, got "
@@ -337,6 +343,24 @@ class LedgerStore(BaseStore):
     def _locate(self, namespace: Sequence[str], key: str) -> tuple[str, str]:
         """(scope, claim key) of an item."""
         return location(tuple(namespace), key, self.scope_depth)
+
+    def _holds_no_claim(self, namespace: Sequence[str], key: str) -> bool:
+        """Whether ``namespace`` names a scope but ``key`` under it makes no claim
+        key the ledger can hold (empty, too long, not Unicode): no item can be
+        there, so a get answers None and a delete does nothing, as in LangGraph's
+        own stores (a put is refused, naming why)."""
+        try:
+            self._locate(namespace, key)
+        except NamespaceLabelError:
+            depth = self.scope_depth
+            if len(namespace) < depth:
+                return False
+            try:
+                scope_of(tuple(namespace[:depth]))
+            except NamespaceLabelError:  # the scope is what is wrong: refused
+                return False
+            return True
+        return False
 
     def _readable_scopes(self, command: str) -> list[str]:
         """Scopes where the store's principal holds ``read`` now, sorted; a listing
@@ -389,6 +413,8 @@ class LedgerStore(BaseStore):
         return max(records, key=lambda r: (r.created_at, r.position))
 
     def _get(self, state: Thread | None, op: GetOp) -> Item | None:
+        if self._holds_no_claim(op.namespace, op.key):
+            return None
         scope, claim = self._locate(op.namespace, op.key)
         where = partial("get of {!r} key {!r}".format, tuple(op.namespace), op.key)
         if state is None:
@@ -514,6 +540,8 @@ class LedgerStore(BaseStore):
     # -- writes -------------------------------------------------------------------
 
     def _put(self, state: Thread | None, op: PutOp) -> None:
+        if op.value is None and self._holds_no_claim(op.namespace, op.key):
+            return  # a delete of what cannot be stored: nothing to do
         scope, claim = self._locate(op.namespace, op.key)
         with _key_lock(scope, claim):
             if op.value is None:
@@ -588,25 +616,33 @@ class LedgerStore(BaseStore):
         search of its namespace no longer found it (:meth:`Thread.recheck`), or it
         was superseded by a version the thread read or wrote later
         (:meth:`Thread.catch_up`), the thread knows it and the proposal is tried
-        once more.
+        once more. A refusal, at once or then, names the keys to get again.
+
+        Raises:
+            InvalidParentError: the proposal rests on a record withdrawn since the
+                thread read it, naming the namespace and key to get again.
         """
+
+        def propose() -> str:
+            return state.run.propose(scope, claim, value, self.kind, id=self._ids.next(), **fields)
+
         try:
-            record_id = state.run.propose(
-                scope, claim, value, self.kind, id=self._ids.next(), **fields
-            )
+            try:
+                record_id = propose()
+            except InvalidParentError:
+                rechecked = state.recheck(self.session)
+                if not state.catch_up(self.session) and not rechecked:
+                    raise
+                record_id = propose()
         except InvalidParentError as exc:
-            rechecked = state.recheck(self.session)
-            if not state.catch_up(self.session) and not rechecked:
-                changed = self._changed_keys(state)
-                again = f"get {changed} again" if changed else "read the key again"
-                raise InvalidParentError(
-                    f"{exc} (LangGraph thread {state.thread_id!r} read it earlier in ledger run "
-                    f"{state.run.run_id!r}; what the thread puts rests on everything it read: "
-                    f"{again} in this thread, or continue in a new thread)"
-                ) from None
-            record_id = state.run.propose(
-                scope, claim, value, self.kind, id=self._ids.next(), **fields
-            )
+            # Refused at once or once more: either way, say what to read again.
+            changed = self._changed_keys(state)
+            again = f"get {changed} again" if changed else "read the key again"
+            raise InvalidParentError(
+                f"{exc} (LangGraph thread {state.thread_id!r} read it earlier in ledger run "
+                f"{state.run.run_id!r}; what the thread puts rests on everything it read: "
+                f"{again} in this thread, or continue in a new thread)"
+            ) from None
         state.written.add(record_id)
         return record_id
 

@@ -30,8 +30,9 @@ streamable HTTP (:func:`serve`).
 Modules: :mod:`~ledger.integrations.mcp.schemas` (argument types),
 :mod:`~ledger.integrations.mcp.results` (result types),
 :mod:`~ledger.integrations.mcp.connection` (one connection, one run),
-:mod:`~ledger.integrations.mcp.tools` (the tool functions) and
-:mod:`~ledger.integrations.mcp.server` (descriptions, :func:`build_server`).
+:mod:`~ledger.integrations.mcp.tools` (the tool functions),
+:mod:`~ledger.integrations.mcp.stdio` (answering over stdio what the SDK cannot
+read) and :mod:`~ledger.integrations.mcp.server` (descriptions, :func:`build_server`).
 """
 
 from __future__ import annotations

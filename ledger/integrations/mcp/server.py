@@ -12,9 +12,12 @@ from typing import Any, Literal
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.tools import Tool
+from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
+from mcp.server.stdio import stdio_server
 from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
 from mcp.types import Tool as MCPTool
-from pydantic import ValidationError
+from pydantic import PrivateAttr, ValidationError
 
 from ledger import Ledger, __version__
 from ledger.access import Role
@@ -22,10 +25,9 @@ from ledger.errors import InvalidInputError, LedgerError
 from ledger.graph import MAX_SERVED_NODES
 from ledger.integrations.mcp.connection import Connection, lifespan_of, refusal
 from ledger.integrations.mcp.results import RECORD_URI
+from ledger.integrations.mcp.stdio import Answering
 from ledger.integrations.mcp.tools import (
-    Verbatim,
     accept_memory,
-    as_given,
     audit_record,
     capture_evidence,
     explain_memory,
@@ -56,7 +58,7 @@ def _argument_errors(error: ValidationError) -> str:
             for i, part in enumerate(found["loc"])
         )
         given = found.get("input")
-        shown = "" if found["type"] == "missing" else f" ({quoted(as_given(given))})"
+        shown = "" if found["type"] == "missing" else f" ({quoted(given)})"
         clauses.append(f"argument {where or '?'!r}{shown}: {found['msg']}")
     return "; ".join(dict.fromkeys(clauses))
 
@@ -78,6 +80,57 @@ def _non_finite(given: Any, path: str, depth: int = 0) -> str | None:
         if found is not None:
             return found
     return None
+
+
+def _takes_text(schema: dict[str, Any]) -> bool:
+    """Whether an argument's JSON schema admits a string (one without a type
+    admits any value)."""
+    return any(branch.get("type", "string") == "string" for branch in schema.get("anyOf", [schema]))
+
+
+class _TextAsSent(FuncMetadata):
+    """A tool's arguments read as the SDK reads them, except that text given for
+    an argument that takes text stays that text. The SDK reads text that spells
+    JSON as the JSON it spells unless the argument is typed exactly ``str``: an
+    ``id`` or ``after`` of "null" would be no argument at all (paging past a
+    record whose id is ``null`` would start over), a ``claim_prefix`` of '["a"]'
+    would be refused as a list, a ``value`` of "{}" would be stored as ``{}``.
+    Text for an argument that takes no text (``parents`` sent as '["E1"]') is
+    still read as JSON, as the SDK reads it."""
+
+    #: The arguments that take text, read from the schema once.
+    _texts: frozenset[str] = PrivateAttr(default=frozenset())
+
+    def model_post_init(self, context: Any, /) -> None:
+        super().model_post_init(context)
+        properties = self.arg_model.model_json_schema(by_alias=True).get("properties", {})
+        self._texts = frozenset(name for name, schema in properties.items() if _takes_text(schema))
+
+    def pre_parse_json(self, data: dict[str, Any]) -> dict[str, Any]:
+        """``data`` with the text of arguments that take no text read as JSON."""
+        kept = {k: v for k, v in data.items() if isinstance(v, str) and k in self._texts}
+        parsed = super().pre_parse_json({k: v for k, v in data.items() if k not in kept})
+        return {name: kept[name] if name in kept else parsed[name] for name in data}
+
+
+def _tool(fn: Callable[..., Any], description: str, hints: ToolAnnotations) -> Tool:
+    """The SDK's tool for ``fn``, its text arguments kept as sent (:class:`_TextAsSent`)."""
+    tool = Tool.from_function(
+        fn,
+        name=fn.__name__,
+        title=hints.title,
+        description=description,
+        annotations=hints,
+        structured_output=True,
+    )
+    given = tool.fn_metadata
+    reading = _TextAsSent(
+        arg_model=given.arg_model,
+        output_schema=given.output_schema,
+        output_model=given.output_model,
+        wrap_output=given.wrap_output,
+    )
+    return tool.model_copy(update={"fn_metadata": reading})
 
 
 class LedgerServer(MCPServer[Connection]):
@@ -110,8 +163,8 @@ class LedgerServer(MCPServer[Connection]):
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Connection, Any] | None = None
     ) -> CallToolResult | InputRequiredResult:
-        """Refuse arguments ``name`` does not take, then call it (a ``value`` given
-        as text kept as that text: :class:`~ledger.integrations.mcp.tools.Verbatim`)."""
+        """Refuse arguments ``name`` does not take, then call it (text given for an
+        argument that takes text kept as that text: :class:`_TextAsSent`)."""
         takes = (await self._arguments()).get(name)
         for argument, given in arguments.items():
             where = _non_finite(given, argument)
@@ -126,8 +179,6 @@ class LedgerServer(MCPServer[Connection]):
                         )
                     )
                 )
-        if takes is not None and "value" in takes and isinstance(arguments.get("value"), str):
-            arguments = {**arguments, "value": Verbatim(arguments["value"])}
         if takes is not None:
             unknown = sorted(set(arguments) - takes)
             if unknown:
@@ -160,6 +211,18 @@ class LedgerServer(MCPServer[Connection]):
             text = json.dumps(result.structured_content, ensure_ascii=False, separators=(",", ":"))
             result.content = [TextContent(type="text", text=text)]
         return result
+
+    async def run_stdio_async(self) -> None:
+        """Serve over stdio as the SDK does, but answer a line the SDK cannot read
+        with a JSON-RPC error instead of dropping it (:class:`Answering`)."""
+        async with stdio_server() as (read_stream, write_stream):
+            # The SDK's own ``run_stdio_async``, with the read stream wrapped.
+            lowlevel = self._lowlevel_server
+            await lowlevel.run(
+                Answering(read_stream, write_stream),
+                write_stream,
+                lowlevel.create_initialization_options(),
+            )
 
     async def _arguments(self) -> dict[str, frozenset[str]]:
         """Each tool's argument names, read from its schema once (the tools are all
@@ -376,6 +439,7 @@ def build_server(ledger: Ledger, token: str) -> MCPServer[Connection]:
         lifespan=lifespan_of(session),
         # A refused tool call is an answer to the model, not an operator's concern.
         log_level="WARNING",
+        tools=[_tool(fn, description, hints) for fn, description, hints in TOOLS + APPROVAL_TOOLS],
     )
 
     def approves() -> bool:
@@ -386,15 +450,6 @@ def build_server(ledger: Ledger, token: str) -> MCPServer[Connection]:
         return any(Role.APPROVE.value in roles for roles in held.values())
 
     server.list_while(frozenset(fn.__name__ for fn, _, _ in APPROVAL_TOOLS), approves)
-    for fn, description, hints in TOOLS + APPROVAL_TOOLS:
-        server.add_tool(
-            fn,
-            name=fn.__name__,
-            title=hints.title,
-            description=description,
-            annotations=hints,
-            structured_output=True,
-        )
     server.resource(
         RECORD_URI,
         name="record",

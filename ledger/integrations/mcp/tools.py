@@ -7,12 +7,14 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
 from typing import Annotated, Any, Literal
+from urllib.parse import quote
 
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS
 from pydantic import BeforeValidator, Field
 
 from ledger.domain import Kind, Status, Validity
@@ -42,6 +44,7 @@ from ledger.integrations.mcp.results import (
     explain_out,
     read_out,
     record_out,
+    record_uri,
     revocation_out,
 )
 from ledger.integrations.mcp.schemas import (
@@ -84,21 +87,6 @@ _CANDIDATE_NOTE = (
     "A CANDIDATE: not memory yet. read_memory will not return it until an approver who is "
     "not you accepts it."
 )
-
-
-@dataclass(frozen=True)
-class Verbatim:
-    """A ``value`` argument given as text, kept as that text: the SDK would read
-    text that looks like JSON (``"[1, 2]"``, ``"null"``) as the JSON it spells,
-    and a value's type is part of it (``"{}"`` is not ``{}``). ``LedgerServer``
-    wraps such an argument before the SDK sees it."""
-
-    text: str
-
-
-def as_given(value: Any) -> Any:
-    """A ``value`` argument as the client sent it (see :class:`Verbatim`)."""
-    return value.text if isinstance(value, Verbatim) else value
 
 
 def _proposal(connection: Connection, record_id: str) -> ProposalOut:
@@ -165,7 +153,7 @@ def capture_evidence(
                 expires=expires,
                 conditions=conditions,
                 id=id,
-                value=as_given(value),
+                value=value,
             )
         return _proposal(connection, record_id)
 
@@ -204,7 +192,7 @@ def propose_memory(
             record_id = acting.propose(
                 scope=scope,
                 claim_key=claim_key,
-                value=as_given(value),
+                value=value,
                 kind=kind,
                 parents=parents or (),
                 expires=expires,
@@ -422,12 +410,16 @@ async def revalidate_memory(
 
 def record_resource(ctx: Ctx, record_id: str) -> str:
     """The record resource: one record as JSON (what get_record returns), recorded
-    in the run."""
+    in the run. An id that is no record id is the client's mistake, as an unknown
+    one is: invalid params (-32602), not an internal error."""
     try:
         with connection_of(ctx).acting() as acting:
             view = acting.get(record_id)
     except UnknownRecordError as exc:
         raise ResourceNotFoundError(refusal(exc)) from None
+    except InvalidInputError as exc:
+        uri = record_uri(quote(record_id, safe=""))
+        raise MCPError(code=INVALID_PARAMS, message=refusal(exc), data={"uri": uri}) from None
     except LedgerError as exc:
         raise ResourceError(refusal(exc)) from None
     return json.dumps(record_out(view), ensure_ascii=False)
