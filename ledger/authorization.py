@@ -33,7 +33,9 @@ event                     must hold
                           basis, if given) ACCEPTED, nothing the new basis rests on expired
 ``Delivered``             a valid token; ``deliver``; ACCEPTED, and neither it nor a record
                           it rests on expired at the event's time
-``CorrectionIssued``      a valid token; ``deliver``
+``CorrectionIssued``      a valid token; ``deliver``; it names a delivery of this record,
+                          and a replacement, if any, that was proposed and is another
+                          record
 ``SnapshotErased``        the admin (the embedding host)
 ``Principal`` events      the admin
 ``Run.Started``           a valid token; ``propose`` or ``read`` in some scope
@@ -212,6 +214,8 @@ class AuthorizationReplay:
     #: proposed to replace ``older``, still replaceable; the next event must be
     #: ``older``'s ``Superseded`` by ``newer`` (one transaction writes both).
     owed: tuple[str, str, int] | None = None
+    #: Delivery id -> the record delivered (a correction names a delivery of its record).
+    delivered: dict[str, str] = field(default_factory=dict)
     events: int = 0
 
     def apply(self, position: int, event: Any) -> str | None:
@@ -421,8 +425,22 @@ class AuthorizationReplay:
             problem = self._expired(what, state, event)
             if problem is not None:
                 return problem
+        if isinstance(event, Record.CorrectionIssued):
+            return self._correction(what, state, event)
         if isinstance(event, (Record.Accepted, Record.Revalidated)):
             return self._dependencies_accepted(what, state, event)
+        return None
+
+    def _correction(self, what: str, state: _RecordState, event: Any) -> str | None:
+        """Why a correction cannot stand: the delivery it corrects is no delivery
+        of its record, or its replacement was never proposed or is the record."""
+        if self.delivered.get(event.delivery_id) != state.record_id:
+            return f"{what}: it names {event.delivery_id!r}, which was no delivery of the record"
+        replacement = event.replacement
+        if replacement is not None and (
+            replacement == state.record_id or replacement not in self.by_id
+        ):
+            return f"{what}: its replacement {replacement!r} is the record or was never proposed"
         return None
 
     def _expired(self, what: str, state: _RecordState, event: Any) -> str | None:
@@ -592,6 +610,8 @@ class AuthorizationReplay:
                 self.owed = (state.record_id, older.record_id, position)
         if isinstance(event, Record.Superseded):
             state.superseded_by = event.by
+        if isinstance(event, Record.Delivered):
+            self.delivered[event.delivery_id] = state.record_id
         if after is not None:
             state.status = after
             if after == Status.ACCEPTED.value:

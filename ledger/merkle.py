@@ -502,24 +502,37 @@ class InclusionProof:
     path: tuple[str, ...]  # hex node hashes, leaf to root
     root: str
 
-    def verify(self, trusted_root: str | bytes | LogDigest | None = None) -> bool:
+    def verify(
+        self, trusted_root: str | bytes | LogDigest | None = None, *, size: int | None = None
+    ) -> bool:
         """Check this proof with :func:`verify_inclusion` (and that ``leaf_data``,
         when given, hashes to ``leaf``). It proves inclusion in the tree whose root
         the proof itself carries: give ``trusted_root`` (a digest kept elsewhere,
         its root as hex, ``LogDigest.root``, or as the 32 bytes) to check that it
-        is that tree.
+        is that tree. The tree's size is trusted as well: a ``LogDigest`` carries
+        it; with a bare root give it as ``size``.
 
         Raises:
-            InvalidInputError: ``trusted_root`` is none of those.
+            InvalidInputError: ``trusted_root`` is none of those; or it is a bare
+                root without ``size`` while the leaf's bytes are withheld (only
+                the trusted size then tells a leaf from an inner node of the tree).
         """
         if trusted_root is not None and _root_hex(trusted_root) != self.root.lower():
             return False
         # The tree's size is part of what is trusted (RFC 9162 section 2.1.3.2 takes
         # tree_size from the signed head): a proof's own size is the prover's word,
         # and with another size an inner node of the trusted tree (its root, say)
-        # passes for a leaf whose bytes are withheld.
-        if isinstance(trusted_root, LogDigest) and trusted_root.size != self.size:
+        # passes for a leaf whose bytes are withheld. Leaf bytes that hash to the
+        # leaf rule that out (a leaf's hash and a node's are domain-separated).
+        trusted_size = trusted_root.size if isinstance(trusted_root, LogDigest) else size
+        if trusted_size is not None and trusted_size != self.size:
             return False
+        if trusted_root is not None and trusted_size is None and self.leaf_data is None:
+            raise InvalidInputError(
+                f"the proof of position {self.position} withholds its leaf's bytes, so a "
+                "bare root cannot check it: give the trusted digest (a LogDigest, which "
+                "carries the tree's size) or the tree's size as size="
+            )
         leaf = bytes.fromhex(self.leaf)
         if self.leaf_data is not None and leaf_hash(bytes.fromhex(self.leaf_data)) != leaf:
             return False

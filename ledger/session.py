@@ -233,9 +233,10 @@ class Session:
         (as of a past position, of the events it had then).
 
         A third party checks each against a digest it trusts, with
-        ``proof.verify(trusted)`` (the digest: its root and its size; given
-        only a root the size is the proof's word; ``proof.verify()`` alone
-        checks it only against the root it carries), or the few lines of
+        ``proof.verify(trusted)`` (the digest: its root and its size; a bare
+        root needs ``size=`` too where the leaf's bytes are withheld;
+        ``proof.verify()`` alone checks it only against the root it carries),
+        or the few lines of
         ``ledger.merkle.verify_inclusion`` given that root and size. An event
         that names a record in a scope this principal holds no grant in (or by a
         key it is shown otherwise) comes with its leaf hash and no bytes

@@ -169,6 +169,9 @@ def verify(
         # cannot be compared: the check is left out, and said so.
         compared = log_ok and not _views_of_0_1_0(engine, c)
         if compared:
+            newest = positions[-1] if positions else 0
+            if views_upto < newest:
+                findings.add("views", _lag_problem(views_upto, newest), views_upto + 1)
             for problem in differences:
                 findings.add("views", problem)
         if log_ok:
@@ -204,6 +207,18 @@ def verify(
         checks=checks,
         heads=len(kept),
         unchecked=tuple(sorted(replay.unchecked)),
+    )
+
+
+def _lag_problem(views_upto: int, newest: int) -> str:
+    """What views behind the log mean: a command writes its events and their view
+    rows in one transaction, so the views of this version never lag the log."""
+    return (
+        f"the views stop at position {views_upto} while the log goes on to {newest}: "
+        "a command writes its events and their view rows in one transaction, so view "
+        f"rows from position {views_upto + 1} on were removed, or the events from there "
+        "were appended behind the ledger's back (opening the ledger for writing would "
+        "apply them and hide this)"
     )
 
 
@@ -331,9 +346,9 @@ def _walk_log(
                 findings.add("authorization", problem, position)
             batch.append((position, event))
         if batch and log_ok:
-            # Views that lag the log (a crash between the two; the next open
-            # catches them up) are compared as far as they go, and the rest of
-            # the log is replayed after them.
+            # Views that lag the log (named by ``verify``: no command leaves them
+            # so) are compared as far as they go, and the rest of the log is
+            # replayed after them.
             upto = sum(1 for position, _ in batch if position <= views_upto)
             problem = scratch.apply(batch[:upto]) if upto else None
             if problem is None and upto < len(batch):
@@ -512,10 +527,38 @@ def _plain(value: Any) -> Any:
     return value
 
 
+#: The view tables of 0.1.0 (its id map, ``RETIRED``, among them).
+_TABLES_OF_0_1_0 = frozenset(
+    {
+        "pl_commits",
+        "pl_corrections",
+        "pl_deliveries",
+        "pl_edges",
+        "pl_grants",
+        "pl_merkle_leaves",
+        "pl_outbox",
+        "pl_principals",
+        "pl_record_ids",
+        "pl_records",
+        "pl_run_reads",
+        "pl_runs",
+        "pl_snapshots",
+        "pl_timeline",
+        "pl_tokens",
+        "pl_tracking",
+    }
+)
+
+
 def _views_of_0_1_0(engine: Engine, c: Cursor) -> bool:
-    """Whether the views are 0.1.0's: no layout recorded, and its id map kept
-    (every later layout records itself and drops that table)."""
-    return engine.projector.layout(c) is None and engine.recorder.has_table(c, RETIRED[0])
+    """Whether the views are 0.1.0's: no layout recorded, its id map kept, and no
+    table of a later layout (every later layout records itself, drops the id map
+    and adds tables). Views of this version dressed up as 0.1.0's (the layout row
+    removed, an id map added) are not: their rows are compared."""
+    if engine.projector.layout(c) is not None or not engine.recorder.has_table(c, RETIRED[0]):
+        return False
+    later = (t for t in engine.projector.tables if t not in _TABLES_OF_0_1_0)
+    return not any(engine.recorder.has_table(c, table) for table in later)
 
 
 def _compare_views(engine: Engine, c: Cursor, scratch: _Scratch) -> Iterator[str]:
@@ -525,7 +568,7 @@ def _compare_views(engine: Engine, c: Cursor, scratch: _Scratch) -> Iterator[str
     if layout is None:
         yield (
             "the views record no layout, yet they are not 0.1.0's (which kept "
-            f"{RETIRED[0]}): the layout row was removed"
+            f"{RETIRED[0]} and had no table of a later layout): the layout row was removed"
         )
     elif layout != current:
         yield (

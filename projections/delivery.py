@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ledger.domain import Record
+from ledger.errors import CorruptEventError
 from ledger.serialization import datetime_to_micros
 from projections.base import Cursor, Dialect, as_of_filter
 from projections.validity import record_id_in
@@ -65,6 +66,11 @@ def apply(c: Cursor, d: Dialect, pos: int, event: Any, rid_of: Mapping[str, str]
             (event.delivery_id,),
         )
         delivery = c.fetchone()
+        if delivery is None:
+            raise CorruptEventError(
+                f"stored event at position {pos} corrects delivery {event.delivery_id!r}, "
+                "which was never made"
+            )
         c.execute(
             d.q(
                 "INSERT INTO {t}pl_corrections (correction_id, delivery_id, record_id, note, "

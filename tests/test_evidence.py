@@ -32,6 +32,7 @@ from ledger.cli import main
 from ledger.domain import Record
 from ledger.errors import (
     AccessDeniedError,
+    CorruptEventError,
     InvalidHeadError,
     InvalidInputError,
     InvalidKeyError,
@@ -101,9 +102,9 @@ PROBLEMS: dict[str, tuple[str | None, str | None]] = {
         "the log was rewritten before it was taken",
         "but version 2 is not in the log (an event was removed)",
     ),
-    "unappliable-event": (
-        "cannot be applied to the views",
-        "cannot be applied to the views",
+    "unappliable-event": (  # which the views cannot take either
+        "it names 'd-never', which was no delivery of the record",
+        "it names 'd-never', which was no delivery of the record",
     ),
     "revalidate-unexpired": (
         "the record was ACCEPTED and no record it rests on had expired",
@@ -203,6 +204,43 @@ def test_a_supersession_by_a_record_of_another_line_appended_behind_the_ledgers_
         assert detect(scene, with_heads).problem == (
             f"Superseded of 'F1' at position {position}: the newer record 'Z' is no version of it"
         )
+
+
+@pytest.mark.parametrize("ledger_url", BACKENDS, indirect=True)
+@pytest.mark.parametrize("names", ["another record's delivery", "no delivery", "itself"])
+def test_a_correction_of_no_delivery_of_its_record_appended_behind_the_ledgers_back_is_named(
+    scene: Scene, names: str
+) -> None:
+    # Given D1 delivered (through the API) and F1, a record never delivered
+    scene.agent.propose(scope="proj-a", claim_key="report.d", value=1, kind=Kind.FACT, id="D1")
+    scene.reviewer.accept("D1")
+    delivery = scene.reviewer.deliver("D1", recipient="ops@x.test")
+    record, delivery_id, replacement = {
+        "another record's delivery": ("F1", delivery, None),
+        "no delivery": ("D1", "d-none", None),
+        "itself": ("D1", delivery, "D1"),  # replaced by the very record delivered
+    }[names]
+    # When a correction is appended by the real approver, with a recomputed leaf
+    fields = {"correction_id": "c-forged", "note": "forged", "replacement": replacement}
+    if names == "no delivery":  # the views cannot take it: catching up refuses it
+        with pytest.raises(CorruptEventError, match="corrects delivery 'd-none', which was"):
+            forge(scene, record, Record.CorrectionIssued, actor="reviewer", **fields,
+                  delivery_id=delivery_id)  # fmt: skip
+        position = scene.ledger.position
+    else:
+        position = forge(
+            scene, record, Record.CorrectionIssued, actor="reviewer", **fields,
+            delivery_id=delivery_id,
+        )  # fmt: skip
+    # Then verify names it, with and without kept heads
+    what = f"CorrectionIssued of {record!r} at position {position}: "
+    expected = (
+        f"its replacement {replacement!r} is the record or was never proposed"
+        if replacement is not None
+        else f"it names {delivery_id!r}, which was no delivery of the record"
+    )
+    for with_heads in (True, False):
+        assert detect(scene, with_heads).problem == what + expected
 
 
 @pytest.mark.parametrize("ledger_url", BACKENDS, indirect=True)

@@ -194,18 +194,23 @@ def test_an_earlier_versions_ledger_opened_read_only_verifies_and_says_why_it_ca
 def test_views_behind_the_log_are_refused_read_only_not_served_as_current(
     tmp_path: Path,
 ) -> None:
-    # As after a crash between the log and the views (reopening for writing catches
+    # Events the views never saw (commands write both in one transaction, so only
+    # something behind the ledger's back leaves this; reopening for writing catches
     # up): read-only, F1's row still says ACCEPTED though the log revoked it.
     path = tmp_path / "l.db"
     led, tokens = write_ledger(path)
     led.engine.projector.enabled = False  # the views stop following the log
     led.authenticate(tokens["reviewer"]).revoke("F1", "source withdrawn")
+    newest = led.position
     led.close()
     with pytest.raises(StorageError, match=r"views have not caught up with the log"):
         Ledger.open(f"sqlite:///{path}?mode=ro")
     audit = Ledger.open(f"sqlite:///{path}?mode=ro", catch_up=False)
     try:
-        assert audit.verify().ok  # the views agree with the log as far as they go
+        report = audit.verify()  # names the gap; the views agree as far as they go
+        assert (report.ok, report.failed_checks) == (False, ("views",))
+        assert f"while the log goes on to {newest}" in (report.problem or "")
+        assert len(report.problems) == 1
     finally:
         audit.close()
     writable = Ledger.open(f"sqlite:///{path}")  # catches up

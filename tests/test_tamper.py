@@ -146,6 +146,37 @@ def test_a_consistency_proof_in_one_pass_is_the_rfc_6962_proof(n: int, data: st.
         assert merkle.verify_consistency(m, n, naive_root(leaves[:m]), root, proof)
 
 
+def test_an_inner_node_passed_off_as_a_withheld_leaf_is_caught_by_the_trusted_size() -> None:
+    # Given a tree of 28 leaves (split 16 | 12) and a forged proof whose "leaf" is
+    # the root of the first 16, withheld bytes, in a "tree of 2" with that root
+    leaves = leaves_of(28)
+    tree = merkle.MerkleTree()
+    for leaf in leaves:
+        tree.append(leaf)
+    root = tree.root()
+    left, right = naive_root(leaves[:16]), naive_root(leaves[16:])
+    forged = merkle.InclusionProof(
+        position=999, index=0, size=2, leaf=left.hex(), leaf_data=None,
+        path=(right.hex(),), root=root.hex(),
+    )  # fmt: skip
+    digest = merkle.LogDigest(size=28, position=28, root=root.hex())
+    # Then the trusted digest refuses it, and so does a bare root with its size;
+    # a bare root alone cannot tell, and says so rather than answer True
+    assert not forged.verify(digest)
+    assert not forged.verify(root.hex(), size=28)
+    for bare in (root.hex(), root):
+        with pytest.raises(InvalidInputError, match="withholds its leaf's bytes"):
+            forged.verify(bare)
+    # while a genuine proof of a withheld leaf passes with the size
+    _, paths = merkle.inclusion_paths(iter(leaves), 28, [5])
+    path = paths[5]
+    genuine = merkle.InclusionProof(
+        position=6, index=5, size=28, leaf=leaves[5].hex(), leaf_data=None,
+        path=tuple(p.hex() for p in path), root=root.hex(),
+    )  # fmt: skip
+    assert genuine.verify(digest) and genuine.verify(root, size=28)
+
+
 def test_a_consistency_proof_in_one_pass_refuses_a_larger_earlier_tree() -> None:
     with pytest.raises(ValueError, match="a tree of 5 leaves is not a prefix of one of 4"):
         merkle.consistency_proof(leaves_of(4), 4, 5)
@@ -620,10 +651,12 @@ def test_verify_names_the_first_problem_when_a_forged_event_would_stop_opening(
         (99, "built with layout 99, which no released version"),
         (4, "built with layout 4, which no released version"),  # lowered, to look older
         (None, "the views record no layout, yet they are not 0.1.0's"),  # removed
+        # removed, and 0.1.0's id map added: this version's tables give them away
+        ("0.1.0", "the views record no layout, yet they are not 0.1.0's"),
     ],
 )
 def test_verify_leaves_the_views_as_stored_even_with_the_layout_row_changed(
-    world: World, ledger_url: str, layout: int | None, named: str
+    world: World, ledger_url: str, layout: int | str | None, named: str
 ) -> None:
     from click.testing import CliRunner
 
@@ -636,10 +669,14 @@ def test_verify_leaves_the_views_as_stored_even_with_the_layout_row_changed(
     world.ledger.close()
     change = (
         ("DELETE FROM pl_tracking WHERE view='#layout'", ())
-        if layout is None
+        if not isinstance(layout, int)
         else ("UPDATE pl_tracking SET position=? WHERE view='#layout'", (layout,))
     )
-    _tamper(path, ("UPDATE pl_records SET status='ACCEPTED' WHERE record_id='M1'", ()), change)
+    id_map = ("CREATE TABLE pl_record_ids (agg_id TEXT PRIMARY KEY, record_id TEXT)", ())
+    extra = (id_map,) if layout == "0.1.0" else ()
+    _tamper(
+        path, ("UPDATE pl_records SET status='ACCEPTED' WHERE record_id='M1'", ()), change, *extra
+    )
     # When it is verified, nothing is rebuilt, the layout row is named, and the
     # views are compared all the same: only 0.1.0's views (test below) are left out
     result = CliRunner().invoke(main, ["verify", "--url", ledger_url, "--json"])
@@ -650,7 +687,48 @@ def test_verify_leaves_the_views_as_stored_even_with_the_layout_row_changed(
     assert any(edited in p for p in report["problems"]), report["problems"]
     with closing(sqlite3.connect(path)) as con:
         kept = con.execute("SELECT position FROM pl_tracking WHERE view='#layout'").fetchall()
-        assert kept == ([] if layout is None else [(layout,)])
+        assert kept == ([] if not isinstance(layout, int) else [(layout,)])
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_views_rolled_back_behind_the_log_are_named_not_taken_for_a_lag(
+    world: World, ledger_url: str
+) -> None:
+    from click.testing import CliRunner
+
+    from ledger.cli import main
+
+    # Given the views' rows from E1's revocation on removed, and the rows it closed
+    # reopened: the views look as if they had not seen the revocation yet
+    _scenario(world)
+    revoked = world.reviewer.audit("E1").events[-1].position
+    newest = world.ledger.position
+    path = _db(ledger_url)
+    world.ledger.close()
+    at = (revoked,)
+    _tamper(
+        path,
+        ("DELETE FROM pl_records WHERE from_pos >= ?", at),
+        ("UPDATE pl_records SET to_pos = NULL WHERE to_pos >= ?", at),
+        ("DELETE FROM pl_edges WHERE from_pos >= ?", at),
+        ("UPDATE pl_edges SET to_pos = NULL WHERE to_pos >= ?", at),
+        ("DELETE FROM pl_values WHERE created_pos >= ?", at),
+        ("DELETE FROM pl_timeline WHERE position >= ?", at),
+    )
+    # When it is verified, then the gap is named: commands never leave one
+    result = CliRunner().invoke(main, ["verify", "--url", ledger_url, "--json"])
+    assert result.exit_code == 1, result.output
+    report = json.loads(result.stdout)
+    assert report["first_bad_position"] == revoked
+    assert report["problem"].startswith(
+        f"the views stop at position {revoked - 1} while the log goes on to {newest}: "
+    ), report
+    # and `rebuild` repairs the views (it used to fail catching them up first)
+    rebuilt = CliRunner().invoke(main, ["rebuild", "--url", ledger_url])
+    assert rebuilt.exit_code == 1 and "VIEWS DIFFER" in rebuilt.output, rebuilt.output
+    assert CliRunner().invoke(main, ["verify", "--url", ledger_url]).exit_code == 0
+    with Ledger.open(ledger_url) as led:
+        assert led.authenticate(led.admin().issue_token("reviewer")).get("E1").status == "REVOKED"
 
 
 def test_verify_of_a_0_1_0_ledger_passes_and_says_the_views_wait(tmp_path: Path) -> None:

@@ -416,7 +416,9 @@ def rebuild(url: str | None, admin_token: str | None, as_json: bool) -> None:
     Example:
       provledger rebuild --url sqlite:///provledger.db
     """
-    with host_ledger(url, "rebuild", admin_token) as led:
+    # Views left as stored: catching them up first could fail on the very rows the
+    # rebuild is to replace (a time index edited behind the ledger's back).
+    with host_ledger(url, "rebuild", admin_token, catch_up=False) as led:
         if led.read_only:  # before the progress bar shows
             raise read_only_error("rebuild", led.url)
         report = rebuild_with_progress(led, quiet=as_json)
