@@ -26,7 +26,8 @@ event                     must hold
                           CANDIDATE, ACCEPTED or STALE
 ``Superseded``            a valid token; ``approve``; CANDIDATE, ACCEPTED or STALE; the
                           newer record it names is the one the latest ``Accepted`` accepted,
-                          in its scope, proposed to replace a version of its line
+                          in its scope, proposed to replace a version of its line (for a
+                          capture, or a capture of its source with the bytes of one there)
 ``Revalidated``           a valid token; ``approve``; not the proposer; STALE, or ACCEPTED
                           on a new basis when a record it rests on (not the record itself)
                           had expired; the record not expired; every dependency (the new
@@ -180,6 +181,8 @@ class _RecordState:
     #: basis epoch it was worked out in (-1: never).
     earliest: int | None = None
     earliest_epoch: int = -1
+    #: A capture's (claim key, URI, content hash); None for other records.
+    capture: tuple[str, str, str] | None = None
 
 
 @dataclass
@@ -328,6 +331,7 @@ class AuthorizationReplay:
             dependencies=deps,
             expires=None if event.expires is None else datetime_to_micros(event.expires),
             supersedes=getattr(event, "supersedes", None),
+            capture=_capture_of(event),
         )
         self.expiring += state.expires is not None
         self.records[event.originator_id.int] = state
@@ -537,7 +541,9 @@ class AuthorizationReplay:
     def _same_line(self, newer: _RecordState, older: str) -> bool:
         """Whether ``older`` is in the line of versions ``newer`` was proposed to
         replace: what it names, what that one names, and the records those were
-        replaced by (a capture replaces the newest capture of its source)."""
+        replaced by (a capture replaces the newest capture of its source); or, for
+        a capture, another capture of its source holding the bytes of one in that
+        line (a capture of unchanged bytes replaces nothing when it is made)."""
         seen: set[str] = set()
         stack = [newer.supersedes]
         while stack:
@@ -550,7 +556,11 @@ class AuthorizationReplay:
             found = self.by_id.get(rid)
             if found is not None:
                 stack += [found.supersedes, found.superseded_by]
-        return False
+        was = self.by_id.get(older)
+        if newer.capture is None or was is None or was.capture is None:
+            return False
+        line = (self.by_id.get(rid) for rid in seen)
+        return any(v is not None and v.capture == was.capture for v in line)
 
     def _rests_on(self, state: _RecordState, cause: str) -> bool:
         """Whether ``cause`` is among ``state``'s dependencies, transitively, as they
@@ -616,6 +626,14 @@ class AuthorizationReplay:
             state.status = after
             if after == Status.ACCEPTED.value:
                 state.accepted_once = True
+
+
+def _capture_of(event: Record.Proposed) -> tuple[str, str, str] | None:
+    """A capture's (claim key, URI, content hash), for :meth:`_same_line`."""
+    evidence = event.evidence
+    if not evidence:
+        return None
+    return (event.claim_key, str(evidence.get("uri")), str(evidence.get("content_hash")))
 
 
 def _out_of_sequence(what: str, version: int, before: int) -> str | None:

@@ -33,7 +33,7 @@ from ledger.errors import (
     ValueTooLargeError,
 )
 from ledger.pipeline import Decision
-from ledger.serialization import unpack
+from ledger.serialization import canonical, unpack
 from ledger.validation import (
     check_aware,
     check_claim_key,
@@ -202,7 +202,7 @@ def proposal(
         found = given.get("supersedes") is _RECAPTURE
         if found:
             given["supersedes"] = previous_capture(
-                caller, c, given["scope"], given["claim_key"], given["evidence"]
+                caller, c, given["scope"], given["claim_key"], given["evidence"], given["value"]
             )
         newest = given.get("supersedes")
         if isinstance(newest, NewestOf):
@@ -395,12 +395,19 @@ def prepare(
 
 
 def previous_capture(
-    caller: Caller, c: Cursor, scope: object, claim_key: object, evidence: Mapping[str, Any]
+    caller: Caller,
+    c: Cursor,
+    scope: object,
+    claim_key: object,
+    evidence: Mapping[str, Any],
+    value: Any,
 ) -> str | None:
     """The newest ACCEPTED capture of ``evidence['uri']`` under ``(scope,
-    claim_key)`` whose bytes differ (or, while none of its captures is accepted,
-    the newest CANDIDATE one): a re-capture supersedes it, so the claim answers
-    with the newest version instead of a conflict between two."""
+    claim_key)`` whose bytes or value differ (or, while none of its captures is
+    accepted, the newest CANDIDATE one): a re-capture supersedes it, so the claim
+    answers with the newest version instead of a conflict between two. A capture
+    of the same bytes and value replaces nothing (what rests on the earlier one
+    stays VALID); a later capture of other bytes replaces both."""
     if not isinstance(scope, str) or not isinstance(claim_key, str):
         return None  # prepare names what is wrong
     if not caller.roles(c, scope):
@@ -409,18 +416,28 @@ def previous_capture(
     # Only the claim's live captures, without the values of its other records
     # (any number of which another proposer may have put under the claim key).
     captures = claim_queries.captures_of_claim(c, caller.engine.dialect, scope, claim_key)
-    for record_id, status, stored in reversed(captures):
+    for record_id, status, stored, stored_value in reversed(captures):
         if stored is None:
             continue
         previous = unpack(stored)
         if previous.get("uri") != evidence["uri"]:
             continue
-        same = previous.get("content_hash") == evidence["content_hash"]
+        same = previous.get("content_hash") == evidence["content_hash"] and _same_value(
+            stored_value, value
+        )
         if status == Status.ACCEPTED:
             return None if same else str(record_id)  # same bytes: nothing to replace
         if pending is None and not same:
             pending = str(record_id)
     return pending
+
+
+def _same_value(stored: bytes | None, value: Any) -> bool:
+    """Whether a stored (packed) value is the claim ``value``, by canonical bytes."""
+    try:
+        return stored is not None and canonical(unpack(stored)) == canonical(value)
+    except (TypeError, ValueError):  # a value ``prepare`` refuses: names it then
+        return False
 
 
 def newest_version(

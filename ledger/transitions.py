@@ -33,8 +33,10 @@ from ledger.errors import (
 )
 from ledger.pipeline import Decision
 from ledger.reads import record_view
+from ledger.serialization import unpack
 from ledger.validation import check_list, check_ref, check_text
 from ledger.values import HIDDEN, RecordView, Revocation, RevocationPreview
+from projections import claims as claim_queries
 from projections import delivery as delivery_view
 from projections import edges as edges_index
 from projections import validity as validity_view
@@ -309,7 +311,9 @@ def supersession(caller: Caller, c: Cursor, record: Record, now: datetime) -> li
     replace, and so on down the line until one that was accepted: accepting C, a
     new version of the candidate B, itself a new version of the accepted A, leaves
     A SUPERSEDED too, not ACCEPTED beside C. Down the line, a version already
-    replaced by another ends the walk.
+    replaced by another ends the walk. A capture also replaces the other live
+    captures of its source proposed before it with the bytes of one it replaced
+    (:func:`_same_bytes_captures`).
     """
     rid, old_id = record.record_id, record.supersedes
     assert old_id is not None
@@ -348,6 +352,48 @@ def supersession(caller: Caller, c: Cursor, record: Record, now: datetime) -> li
         if old.accepted_once:
             break
         target = old.supersedes
+    if record.evidence is not None and superseded:
+        events += _same_bytes_captures(caller, c, record, superseded, versions, now)
+    return events
+
+
+def _same_bytes_captures(
+    caller: Caller,
+    c: Cursor,
+    record: Record,
+    superseded: set[str],
+    versions: dict[Any, int],
+    now: datetime,
+) -> list[Any]:
+    """The events of ``record`` (a capture) superseding the live captures of its
+    source proposed before it that hold the bytes of one it has just superseded,
+    and of their descendants' stale markings. A capture of unchanged bytes replaces
+    nothing when it is made (what rests on the earlier one stays VALID), so both
+    may stand accepted; a capture of new bytes must leave neither beside it, or
+    the claim would read CONFLICT instead of the newest version."""
+    uri = (record.evidence or {}).get("uri")
+    d = caller.engine.dialect
+    captures = claim_queries.captures_of_claim(c, d, record.scope, record.claim_key)
+    found = [(rid, unpack(stored)) for rid, _, stored, _ in captures if stored is not None]
+    hashes = {e.get("content_hash") for rid, e in found if rid in superseded}
+    events: list[Any] = []
+    rid = record.record_id
+    for target, evidence in found:
+        if target == rid:
+            break  # captures proposed after it are newer than it
+        if target in superseded or evidence.get("uri") != uri:
+            continue
+        if evidence.get("content_hash") not in hashes:
+            continue
+        old = caller.engine.load_record(c, target)
+        old.supersede(caller.subject, rid, now)
+        superseded.add(target)
+        marking = stale_marking(
+            caller, c, target, f"superseded by {rid}", now, rid, versions, superseded
+        )
+        replaced = list(old.collect_events())
+        versions[old.id] = replaced[-1].originator_version
+        events += [*replaced, *marking.events]
     return events
 
 

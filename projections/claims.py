@@ -29,20 +29,21 @@ _THEN = as_of_filter("r")
 
 def captures_of_claim(
     c: Cursor, d: Dialect, scope: str, claim_key: str
-) -> list[tuple[str, str, bytes]]:
-    """(record id, status, evidence) of the ACCEPTED and CANDIDATE evidence records
-    of ``(scope, claim_key)`` in proposal order: what a re-capture may supersede,
-    found on the live index without reading the claim's other rows' values."""
+) -> list[tuple[str, str, bytes, bytes]]:
+    """(record id, status, evidence, packed value) of the ACCEPTED and CANDIDATE
+    evidence records of ``(scope, claim_key)`` in proposal order: what a re-capture
+    may supersede, found on the live index without reading the claim's other rows'
+    values."""
     c.execute(
         d.q(
-            f"SELECT r.record_id, r.status, {row_columns('r', ['evidence'])} FROM "
+            f"SELECT r.record_id, r.status, {row_columns('r', ['evidence', 'value'])} FROM "
             f"{{t}}pl_records r WHERE r.scope=? AND r.claim_key=? AND {live_filter('r')} "
             "AND r.kind='evidence' AND (r.status='ACCEPTED' OR r.status='CANDIDATE') "
             "ORDER BY r.created_pos"
         ),
         (scope, claim_key),
     )
-    return [(r["record_id"], r["status"], r["evidence"]) for r in c.fetchall()]
+    return [(r["record_id"], r["status"], r["evidence"], r["value"]) for r in c.fetchall()]
 
 
 #: The statement of ``newest_live_of_claim``: an arm per live status, the status

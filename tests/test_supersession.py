@@ -150,6 +150,42 @@ def test_recapturing_a_changed_source_supersedes_the_old_capture(world: World) -
     assert agent.snapshot(reviewer.get("E1").evidence["snapshot_ref"]) == b"v1"  # type: ignore[index]
 
 
+def test_a_capture_of_new_bytes_replaces_every_earlier_capture_of_the_old_ones(
+    world: World,
+) -> None:
+    agent, reviewer = world.agent, world.reviewer
+    uri, claim = "https://x.test/doc", "source:https://x.test/doc"
+    reviewer.accept(agent.capture(scope="proj-a", uri=uri, content=b"v1", id="E1"))
+    _accepted(
+        world, "M1", scope="proj-a", claim_key="api.v", value=1, kind=Kind.INFERENCE,
+        parents=["E1"],
+    )  # fmt: skip
+    # The page fetched again, unchanged: accepted beside E1, replacing nothing
+    reviewer.accept(agent.capture(scope="proj-a", uri=uri, content=b"v1", id="E1b"))
+    agent.capture(scope="proj-a", uri=uri, content=b"v1", id="E1c")  # left pending
+    read = agent.read(scope="proj-a", claim_key=claim)
+    assert (read.outcome, [r.id for r in read.records]) == (Outcome.FOUND, ["E1", "E1b"])
+    assert reviewer.get("M1").validity == Validity.VALID
+    # Then it changes: the new capture replaces the newest, and the others of v1 too
+    e2 = agent.capture(scope="proj-a", uri=uri, content=b"v2", id="E2")
+    assert reviewer.get(e2).supersedes == "E1b"
+    reviewer.accept(e2)
+    read = agent.read(scope="proj-a", claim_key=claim)
+    assert (read.outcome, [r.id for r in read.records]) == (Outcome.FOUND, ["E2"])
+    for old in ("E1", "E1b", "E1c"):
+        view = reviewer.get(old)
+        assert (view.status, view.superseded_by) == (Status.SUPERSEDED, "E2"), old
+    m1 = reviewer.get("M1")
+    assert (m1.status, m1.cause, m1.cause_superseded_by) == (Status.STALE, "E1", "E2")
+    # The same bytes with another value are another version: it replaces E2
+    agent.capture(scope="proj-a", uri=uri, content=b"v2", id="E2v", value="summary")
+    assert reviewer.get("E2v").supersedes == "E2"
+    reviewer.accept("E2v")
+    read = agent.read(scope="proj-a", claim_key=claim)
+    assert (read.outcome, [r.id for r in read.records]) == (Outcome.FOUND, ["E2v"])
+    _consistent(world)
+
+
 def _consistent(world: World) -> None:
     check = world.ledger.verify()
     assert check.ok, check.problems
