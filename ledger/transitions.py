@@ -33,7 +33,7 @@ from ledger.errors import (
 )
 from ledger.pipeline import Decision
 from ledger.reads import record_view
-from ledger.serialization import unpack
+from ledger.serialization import micros_to_datetime, unpack
 from ledger.validation import check_list, check_ref, check_text
 from ledger.values import HIDDEN, RecordView, Revocation, RevocationPreview
 from projections import claims as claim_queries
@@ -253,9 +253,17 @@ def revalidate(caller: Caller, record_id: str, note: str, parents: Iterable[str]
         rid = row["record_id"]
         # An ACCEPTED record whose basis expired (an ancestor's expiry, not its own)
         # may be given a new one: no dead end.
-        basis_expired = rules.validity(row, now) == Validity.NEEDS_REVALIDATION and (
-            row["status"] == Status.ACCEPTED and row["eff_source"] != rid
+        expired = rules.validity(row, now) == Validity.NEEDS_REVALIDATION and (
+            row["status"] == Status.ACCEPTED
         )
+        if expired and row["eff_source"] == rid:
+            when = micros_to_datetime(row["eff_expires"]).isoformat()
+            raise InvalidTransitionError(
+                f"revalidate refused: record {rid!r} expired at {when} (its own expiry, "
+                "which no new basis renews); propose a new version of it with "
+                f"supersedes={caller.shown(c, rid)!r}"
+            )
+        basis_expired = expired and row["eff_source"] != rid
         record.check_revalidatable(caller.subject, new_basis, basis_expired)
         rules.check_not_expired(row, now, "revalidate")
         # The keys of the records the new basis names (as the caller sees them).

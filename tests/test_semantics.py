@@ -298,6 +298,28 @@ def test_an_accepted_record_whose_ancestor_expired_can_be_given_a_new_basis(worl
     assert world.agent.read(scope="proj-a", claim_key="m").outcome == Outcome.FOUND
 
 
+def test_a_record_past_its_own_expiry_is_refused_a_new_basis_saying_what_renews_it(
+    world: World,
+) -> None:
+    soon = world.clock.now + timedelta(hours=1)
+    _accepted(world, "E2", scope="proj-a", claim_key="e2", value=1, kind=Kind.FACT)
+    _accepted(world, "M", scope="proj-a", claim_key="m", value=1, kind=Kind.FACT, expires=soon)
+    world.clock.advance(hours=2)
+    position = world.ledger.position
+    with pytest.raises(InvalidTransitionError) as refused:
+        world.reviewer.revalidate("M", note="x", parents=["E2"])
+    assert str(refused.value) == (
+        f"revalidate refused: record 'M' expired at {soon.isoformat()} (its own expiry, "
+        "which no new basis renews); propose a new version of it with supersedes='M'"
+    )
+    assert world.ledger.position == position
+    new = world.agent.propose(
+        scope="proj-a", claim_key="m", value=2, kind=Kind.FACT, supersedes="M"
+    )
+    world.reviewer.accept(new)
+    assert world.agent.read(scope="proj-a", claim_key="m").value == 2
+
+
 def test_a_url_password_never_appears_in_messages_or_the_ledger_s_url(pg_url: str) -> None:
     from ledger import Ledger
     from ledger.errors import InvalidURLError
