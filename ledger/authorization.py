@@ -26,8 +26,8 @@ event                     must hold
                           CANDIDATE, ACCEPTED or STALE
 ``Superseded``            a valid token; ``approve``; CANDIDATE, ACCEPTED or STALE; the
                           newer record it names is the one the latest ``Accepted`` accepted,
-                          in its scope, proposed to replace a version of its line (for a
-                          capture, or a capture of its source with the bytes of one there)
+                          in its scope, proposed to replace a version of its line (a
+                          capture also replaces the captures of its source before it)
 ``Revalidated``           a valid token; ``approve``; not the proposer; STALE, or ACCEPTED
                           on a new basis when a record it rests on (not the record itself)
                           had expired; the record not expired; every dependency (the new
@@ -181,8 +181,8 @@ class _RecordState:
     #: basis epoch it was worked out in (-1: never).
     earliest: int | None = None
     earliest_epoch: int = -1
-    #: A capture's (claim key, URI, content hash); None for other records.
-    capture: tuple[str, str, str] | None = None
+    #: A capture's (claim key, URI, position of its proposal); None for other records.
+    capture: tuple[str, str, int] | None = None
 
 
 @dataclass
@@ -331,7 +331,7 @@ class AuthorizationReplay:
             dependencies=deps,
             expires=None if event.expires is None else datetime_to_micros(event.expires),
             supersedes=getattr(event, "supersedes", None),
-            capture=_capture_of(event),
+            capture=_capture_of(event, position),
         )
         self.expiring += state.expires is not None
         self.records[event.originator_id.int] = state
@@ -542,8 +542,8 @@ class AuthorizationReplay:
         """Whether ``older`` is in the line of versions ``newer`` was proposed to
         replace: what it names, what that one names, and the records those were
         replaced by (a capture replaces the newest capture of its source); or, for
-        a capture, another capture of its source holding the bytes of one in that
-        line (a capture of unchanged bytes replaces nothing when it is made)."""
+        a capture, any capture of its source proposed before it (its acceptance
+        replaces those holding other content)."""
         seen: set[str] = set()
         stack = [newer.supersedes]
         while stack:
@@ -559,8 +559,7 @@ class AuthorizationReplay:
         was = self.by_id.get(older)
         if newer.capture is None or was is None or was.capture is None:
             return False
-        line = (self.by_id.get(rid) for rid in seen)
-        return any(v is not None and v.capture == was.capture for v in line)
+        return was.capture[:2] == newer.capture[:2] and was.capture[2] < newer.capture[2]
 
     def _rests_on(self, state: _RecordState, cause: str) -> bool:
         """Whether ``cause`` is among ``state``'s dependencies, transitively, as they
@@ -628,12 +627,12 @@ class AuthorizationReplay:
                 state.accepted_once = True
 
 
-def _capture_of(event: Record.Proposed) -> tuple[str, str, str] | None:
-    """A capture's (claim key, URI, content hash), for :meth:`_same_line`."""
+def _capture_of(event: Record.Proposed, position: int) -> tuple[str, str, int] | None:
+    """A capture's (claim key, URI, position of its proposal), for :meth:`_same_line`."""
     evidence = event.evidence
     if not evidence:
         return None
-    return (event.claim_key, str(evidence.get("uri")), str(evidence.get("content_hash")))
+    return (event.claim_key, str(evidence.get("uri")), position)
 
 
 def _out_of_sequence(what: str, version: int, before: int) -> str | None:

@@ -33,7 +33,7 @@ from ledger.errors import (
 )
 from ledger.pipeline import Decision
 from ledger.reads import record_view
-from ledger.serialization import micros_to_datetime, unpack
+from ledger.serialization import canonical, micros_to_datetime, unpack
 from ledger.validation import check_list, check_ref, check_text
 from ledger.values import HIDDEN, RecordView, Revocation, RevocationPreview
 from projections import claims as claim_queries
@@ -76,7 +76,9 @@ def acceptance_checks(
     check_usable_dependencies(caller, c, record.dependencies, rid, row["scope"], "accept", now)
     if caller.engine.checks:
         run_acceptance_checks(caller, record_view(caller, c, row, now), "accept")
-    return supersession(caller, c, record, now) if record.supersedes is not None else []
+    if record.supersedes is None and record.evidence is None:
+        return []
+    return supersession(caller, c, record, now)
 
 
 def propose_accepted(proposer: Caller, approver: Caller, fields: dict[str, Any]) -> str:
@@ -319,12 +321,11 @@ def supersession(caller: Caller, c: Cursor, record: Record, now: datetime) -> li
     replace, and so on down the line until one that was accepted: accepting C, a
     new version of the candidate B, itself a new version of the accepted A, leaves
     A SUPERSEDED too, not ACCEPTED beside C. Down the line, a version already
-    replaced by another ends the walk. A capture also replaces the other live
-    captures of its source proposed before it with the bytes of one it replaced
-    (:func:`_same_bytes_captures`).
+    replaced by another ends the walk. A capture, named OLD or not, also replaces
+    the earlier captures of its source that hold other bytes or another value
+    (:func:`_earlier_captures`).
     """
     rid, old_id = record.record_id, record.supersedes
-    assert old_id is not None
     events: list[Any] = []
     versions: dict[Any, int] = {}  # aggregates given events here: their newest version
     superseded: set[str] = set()  # not to be marked STALE below a later one
@@ -360,12 +361,12 @@ def supersession(caller: Caller, c: Cursor, record: Record, now: datetime) -> li
         if old.accepted_once:
             break
         target = old.supersedes
-    if record.evidence is not None and superseded:
-        events += _same_bytes_captures(caller, c, record, superseded, versions, now)
+    if record.evidence is not None:
+        events += _earlier_captures(caller, c, record, superseded, versions, now)
     return events
 
 
-def _same_bytes_captures(
+def _earlier_captures(
     caller: Caller,
     c: Cursor,
     record: Record,
@@ -374,25 +375,32 @@ def _same_bytes_captures(
     now: datetime,
 ) -> list[Any]:
     """The events of ``record`` (a capture) superseding the live captures of its
-    source proposed before it that hold the bytes of one it has just superseded,
-    and of their descendants' stale markings. A capture of unchanged bytes replaces
-    nothing when it is made (what rests on the earlier one stays VALID), so both
-    may stand accepted; a capture of new bytes must leave neither beside it, or
-    the claim would read CONFLICT instead of the newest version."""
-    uri = (record.evidence or {}).get("uri")
-    d = caller.engine.dialect
+    source proposed before it that hold other bytes or another value, and of
+    their descendants' stale markings: the newest accepted capture is what the
+    source says, so the claim answers with it, never CONFLICT between two
+    fetches. Earlier captures of the same bytes and value stand beside it (what
+    rests on them stays VALID). Captures proposed after it are left alone: the
+    acceptance of one of those, with other content, has replaced ``record``
+    already."""
+    mine = record.evidence or {}
+    uri, d, rid = mine.get("uri"), caller.engine.dialect, record.record_id
+    value = canonical(record.value)
+    # Live captures in proposal order, ``record`` among them (a CANDIDATE).
     captures = claim_queries.captures_of_claim(c, d, record.scope, record.claim_key)
-    found = [(rid, unpack(stored)) for rid, _, stored, _ in captures if stored is not None]
-    hashes = {e.get("content_hash") for rid, e in found if rid in superseded}
-    events: list[Any] = []
-    rid = record.record_id
-    for target, evidence in found:
+    earlier = []
+    for target, _, stored, stored_value in captures:
         if target == rid:
-            break  # captures proposed after it are newer than it
-        if target in superseded or evidence.get("uri") != uri:
+            break
+        evidence = {} if stored is None else unpack(stored)
+        if evidence.get("uri") != uri or target in superseded:
             continue
-        if evidence.get("content_hash") not in hashes:
-            continue
+        same = evidence.get("content_hash") == mine.get("content_hash") and (
+            stored_value is not None and canonical(unpack(stored_value)) == value
+        )
+        if not same:
+            earlier.append(target)
+    events: list[Any] = []
+    for target in earlier:
         old = caller.engine.load_record(c, target)
         old.supersede(caller.subject, rid, now)
         superseded.add(target)
