@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 import shutil
 import subprocess
 from collections.abc import Callable, Iterable, Mapping
@@ -143,7 +144,8 @@ def collect(
 
     With ``record``: that record plus its ancestors and/or descendants over
     declared and observed edges (``former``: also over the bases records held
-    before a revalidation gave them new ones, as audits need). Without it: every
+    before a revalidation gave them new ones, as audits need); ``scope`` with it
+    needs ``role`` there too (a caller keeps that scope's part). Without it: every
     record in ``scope``, or in every scope where the principal holds ``role``.
     Records in scopes where the principal lacks ``role`` are left out, with their
     edges, as if absent. An as-of session answers as the ledger did at its position.
@@ -170,6 +172,8 @@ def collect(
 
         if record is not None:
             row = caller.visible(c, record, role, command)
+            if scope is not None:  # what is shown is that scope's part of the walk
+                caller.require(c, check_id(scope, "scope"), role, command)
             root: str | None = row["record_id"]
             # The walk stops at a record the caller may not see: what lies beyond
             # it is reached only through it, so it is not drawn either.
@@ -338,17 +342,28 @@ def _lines(node: RecordView, revoked: RevokedBy | None = None) -> list[str]:
 
 
 def _tooltip(node: RecordView) -> str:
-    parts = [f"{node.scope}/{node.claim_key} = {json.dumps(node.value, default=repr)}"]
+    value = json.dumps(node.value, default=repr, ensure_ascii=False)
+    parts = [f"{node.scope}/{node.claim_key} = {value}"]
     if node.reason:
         parts.append(f"reason: {node.reason}")
     return "\n".join(parts)
 
 
-def _dot_quote(text: str) -> str:
+#: A character XML 1.0 cannot hold (JSON, DOT and PROV-N can): C0 controls but tab
+#: and line ends, and the noncharacters U+FFFE and U+FFFF.
+NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _dot_quote(text: str, *, tooltip: bool = False) -> str:
+    """``text`` as a DOT string drawn as it is stored. Graphviz reads ``\\N``,
+    ``\\G`` … in a label once and in a tooltip twice, so a tooltip's backslashes
+    are doubled twice; a character XML cannot hold is written out (``\\uFFFE``), as
+    an SVG holding it would be no XML at all."""
+    text = NOT_XML.sub(lambda found: f"\\u{ord(found.group()):04X}", text)
     # "&" first: Graphviz reads "&amp;", "&lt;", "&#60;" … in a string as the character
     # they name, so stored text holding one would be drawn as another text.
-    text = text.replace("&", "&amp;")
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    text = text.replace("&", "&amp;").replace("\\", "\\\\\\\\" if tooltip else "\\\\")
+    return '"' + text.replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
 def _dot_attrs(attrs: Iterable[tuple[str, str]]) -> str:
@@ -421,7 +436,7 @@ def to_dot(sub: Subgraph, revoked: Mapping[str, RevokedBy] | None = None) -> str
             ("label", _dot_quote("\n".join(_lines(node, revoked.get(node.id))))),
             ("fillcolor", _dot_quote(fill)),
             ("color", _dot_quote(border)),
-            ("tooltip", _dot_quote(_tooltip(node))),
+            ("tooltip", _dot_quote(_tooltip(node), tooltip=True)),
         ]
         if node.deliveries:
             attrs.append(("peripheries", "2"))

@@ -46,7 +46,7 @@ from prov.model import XSD_ANYURI, Literal, Namespace, ProvDocument, QualifiedNa
 
 from ledger.access import Role
 from ledger.errors import AccessDeniedError, InvalidInputError, UnknownRecordError
-from ledger.graph import collect
+from ledger.graph import NOT_XML, collect
 from ledger.session import Session
 from ledger.values import DETAIL_ATTRIBUTES, HIDDEN, AuditEvent, AuditTrail, RecordView
 
@@ -250,8 +250,9 @@ class _Builder:
         self, act: QualifiedName, ids: Sequence[str] | None, members: set[str], role: str
     ) -> None:
         for rid in ids or ():
-            if rid in members:
-                self.doc.used(act, REC[rid], other_attributes={"prov:role": PL[role]})
+            if rid in members or rid == HIDDEN:
+                used = self.ref(rid)
+                self.doc.used(act, used, other_attributes={"prov:role": PL[role]})
 
     def _newest(
         self, rid: str, types: Sequence[str], before: int, members: set[str]
@@ -302,7 +303,7 @@ def export_prov(
     sub = collect(
         session,
         record,
-        scope=scope if record is None else None,
+        scope=scope,
         ancestors=ancestors,
         descendants=descendants,
         role=Role.AUDIT,
@@ -335,6 +336,13 @@ def export_prov(
             builder.activity_at(basis.child, basis.since),
             other_attributes=attrs,
         )
+    # A dependency outside the session's scopes: derived from the one placeholder.
+    for edge in sub.edges:
+        if edge.parent == HIDDEN and edge.child in members:
+            attrs = {"pl:dependency": edge.edge}
+            if edge.edge == "observed":
+                attrs["prov:type"] = PL["ObservedDependency"]
+            builder.doc.wasDerivedFrom(REC[edge.child], builder.ref(HIDDEN), other_attributes=attrs)
     return builder.doc
 
 
@@ -357,17 +365,27 @@ def serialize(doc: ProvDocument, format: str) -> str:
     return text if text.endswith("\n") else text + "\n"
 
 
-#: A character XML 1.0 cannot hold (JSON and PROV-N can): C0 controls but tab and
-#: line ends, and the noncharacters U+FFFE and U+FFFF.
-_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+#: What the local part of a QName is in XML (an NCName, of the characters an id,
+#: a scope or a principal's name may hold): not a record id that starts with a
+#: digit or holds ``:``, nor a qualified key (``@@``).
+_NCNAME = re.compile(r"[A-Za-z_][A-Za-z0-9._-]*")
 
 
 def _check_xml_text(doc: ProvDocument) -> None:
     """Refuse, naming the element and the character, a document PROV-XML cannot
-    hold (a stored value may hold what XML has no place for)."""
+    hold (a stored value may hold what XML has no place for, and an id a name
+    XML cannot write)."""
     for record in doc.get_records():
+        names = [record.identifier, *(v for _, v in record.attributes)]
+        for name in names:
+            if isinstance(name, QualifiedName) and not _NCNAME.fullmatch(name.localpart):
+                raise InvalidInputError(
+                    f"prov-xml cannot name {name}: an XML name does not start with a "
+                    "digit or hold ':' or '@' (a record id or principal may); export it "
+                    "as prov-json or prov-n"
+                )
         for _, value in record.attributes:
-            found = _NOT_XML.search(str(value))
+            found = NOT_XML.search(str(value))
             if found is not None:
                 raise InvalidInputError(
                     f"prov-xml cannot hold {record.identifier}: it holds U+"

@@ -399,6 +399,29 @@ def test_a_record_called_legend_and_text_reading_like_an_entity_are_drawn_as_the
     assert "#35;quot;42#35;quot; not #quot;42#quot;" in mermaid
 
 
+@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's dot is not installed")
+def test_svg_text_and_tooltips_are_what_is_stored_and_always_xml(world: World) -> None:
+    from lxml import etree
+
+    agent, reviewer = world.agent, world.reviewer
+    # Graphviz reads \N (node name), \G (graph name) and a backslash in a tooltip
+    # twice; XML has no place for U+FFFE
+    claim = 'k "q" \\ \\N \\G caf\u00e9 \ufffe'
+    value = {"v": 'x"y\\z'}
+    agent.propose(scope="proj-a", claim_key=claim, value=value, kind=Kind.FACT, id="A")
+    reviewer.accept("A")
+    reviewer.revoke("A", reason="why \\N\\G \\ \uffff end")
+    svg = draw(reviewer, "A", format="svg").data
+    root = etree.fromstring(svg)  # well-formed XML
+    [tooltip] = [
+        a.get("{http://www.w3.org/1999/xlink}title")
+        for a in root.iter("{http://www.w3.org/2000/svg}a")
+        if a.get("{http://www.w3.org/1999/xlink}title", "").startswith("proj-a/")
+    ]
+    shown = claim.replace("\ufffe", "\\uFFFE")
+    assert tooltip == (f'proj-a/{shown} = {{"v": "x\\"y\\\\z"}}\nreason: why \\N\\G \\ \\uFFFF end')
+
+
 def test_a_new_version_is_joined_to_the_record_it_supersedes_by_a_dotted_edge(
     world: World,
 ) -> None:

@@ -283,6 +283,9 @@ def test_export_needs_the_audit_role(scene: Scene) -> None:
         export_prov(scene.agent, record="E1")
     with pytest.raises(UnknownRecordError):
         export_prov(scene.reviewer, record="NOPE")
+    # A record's part in a scope the reviewer may not audit: refused, not empty
+    with pytest.raises(AccessDeniedError, match="lacks role 'audit' in scope 'elsewhere'"):
+        export_prov(scene.reviewer, record="E1", scope="elsewhere")
     # With neither, the scopes the principal may audit are exported; holding the
     # role in none, the agent is refused, not given an empty document (SPEC 13.1)
     with pytest.raises(AccessDeniedError, match="'agent-1' lacks role 'audit' in every scope"):
@@ -324,6 +327,28 @@ def test_text_xml_cannot_hold_is_refused_for_prov_xml_by_name(world: World) -> N
     with pytest.raises(InvalidInputError, match=r"prov-xml cannot hold rec:F1: it holds U\+FFFF"):
         export_text(world.reviewer, record="F1", format="prov-xml")
     assert "F1" in export_text(world.reviewer, record="F1", format="prov-n")
+
+
+def test_prov_xml_is_valid_against_the_prov_schema_or_refused_naming_the_id(
+    world: World,
+) -> None:
+    import prov
+    from lxml import etree
+
+    schema = etree.XMLSchema(etree.parse(Path(prov.__file__).parent / "tests/schemas/prov.xsd"))
+    world.agent.capture(scope="proj-a", uri="https://x.test", content=b"x", id="E1")
+    world.reviewer.accept("E1")
+    world.agent.propose(scope="proj-a", claim_key="k", value=1, kind=Kind.FACT, parents=["E1"])
+    world.reviewer.revoke("E1", reason="gone")
+    xml = export_text(world.reviewer, format="prov-xml")
+    assert schema.validate(etree.fromstring(xml.encode())), schema.error_log
+    # An id XML cannot write as a name (a leading digit, a ':') is refused by name,
+    # not written as XML the schema rejects; JSON and PROV-N hold it
+    for rid in ("2024-report", "doc:1"):
+        world.agent.propose(scope="proj-a", claim_key=f"k.{rid}", value=1, kind=Kind.FACT, id=rid)
+        with pytest.raises(InvalidInputError, match=f"prov-xml cannot name rec:{rid}: "):
+            export_text(world.reviewer, record=rid, format="prov-xml")
+        assert f'"rec:{rid}"' in export_text(world.reviewer, record=rid, format="prov-json")
 
 
 def test_supersession_is_a_revision_that_invalidates_the_old_version(world: World) -> None:

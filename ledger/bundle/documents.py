@@ -58,11 +58,20 @@ def _prov_json(
     if needs:
         doc.setdefault("entity", {})[f"{PL.prefix}:hidden"] = {"prov:label": HIDDEN}
         derived = doc.setdefault("wasDerivedFrom", {})
+        hidden = f"{PL.prefix}:hidden"
+        # The export derives a record from the placeholder for what the session
+        # cannot see at all; here also for what it may see but not audit.
+        said = {
+            (d.get("prov:generatedEntity"), d.get("prov:usedEntity"))
+            for d in derived.values()
+            if isinstance(d, dict)
+        }
         for n, rid in enumerate(needs):
-            derived[f"_:hidden{n}"] = {
-                "prov:generatedEntity": f"{prefix}{rid}",
-                "prov:usedEntity": f"{PL.prefix}:hidden",
-            }
+            if (f"{prefix}{rid}", hidden) not in said:
+                derived[f"_:hidden{n}"] = {
+                    "prov:generatedEntity": f"{prefix}{rid}",
+                    "prov:usedEntity": hidden,
+                }
     return json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
