@@ -256,6 +256,7 @@ def explain(
             caller, scope, claim_key, at, context, kinds, limit
         )
     caller.note_reads((view for view, _ in judged), "explain")
+    judged = _waiting(caller, judged)
     return Explanation(
         outcome=_outcome([view for view, reasons in judged if not reasons]),
         scope=scope,
@@ -266,6 +267,37 @@ def explain(
         ),
         omitted=omitted,
     )
+
+
+def _waiting(
+    caller: Caller, judged: list[tuple[RecordView, tuple[str, ...]]]
+) -> list[tuple[RecordView, tuple[str, ...]]]:
+    """``judged`` with each CANDIDATE's reasons also naming the dependencies its
+    acceptance waits for (a CANDIDATE) or that refuse it (withdrawn): "not yet
+    approved" alone would leave a candidate whose parent was rejected waiting
+    in the queue for an acceptance that cannot come. A dependency outside the
+    caller's scopes is not named."""
+    deps = {
+        view.id: [d for d in (*view.parents, *view.observed) if d != HIDDEN]
+        for view, _ in judged
+        if view.status == Status.CANDIDATE
+    }
+    wanted = {d for found in deps.values() for d in found}
+    if not wanted:
+        return judged
+    with caller.reading() as c:
+        statuses = {name: row["status"] for name in wanted if (row := caller.lookup(c, name))}
+    out = []
+    for view, reasons in judged:
+        notes = []
+        for dep in deps.get(view.id, ()):
+            status = statuses.get(dep)
+            if status == Status.CANDIDATE:
+                notes.append(f"waits for its dependency {dep!r} (CANDIDATE) to be accepted")
+            elif status is not None and status != Status.ACCEPTED:
+                notes.append(f"cannot be accepted while its dependency {dep!r} is {status}")
+        out.append((view, (*reasons, *notes)))
+    return out
 
 
 def _asked(

@@ -684,3 +684,29 @@ def test_a_bounded_explanation_as_of_a_position_bounds_the_records_then(world: W
 def test_an_explanation_s_limit_must_be_a_positive_integer(world: World, limit: object) -> None:
     with pytest.raises(InvalidInputError, match=r"^limit .* is not a positive integer"):
         world.agent.explain("proj-a", "shared", limit=limit)  # type: ignore[arg-type]
+
+
+def test_explain_says_what_a_candidates_acceptance_waits_for_or_is_refused_by(
+    world: World,
+) -> None:
+    agent, reviewer = world.agent, world.reviewer
+    agent.propose(scope="proj-a", claim_key="c", value=1, kind=Kind.FACT, id="C")
+    agent.propose(
+        scope="proj-a", claim_key="d", value=2, kind=Kind.INFERENCE, parents=["C"], id="D"
+    )
+
+    def reasons() -> tuple[str, ...]:
+        [entry] = reviewer.explain(scope="proj-a", claim_key="d").entries
+        return entry.reasons
+
+    assert reasons() == (
+        "candidate: not yet approved",
+        "waits for its dependency 'C' (CANDIDATE) to be accepted",
+    )
+    reviewer.reject("C", reason="a guess")
+    assert reasons() == (
+        "candidate: not yet approved",
+        "cannot be accepted while its dependency 'C' is REJECTED",
+    )
+    with pytest.raises(InvalidParentError, match="dependency 'C' of 'D' is REJECTED"):
+        reviewer.accept("D")
