@@ -309,6 +309,10 @@ class Ledger:
         if progress is not None and not callable(progress):
             raise InvalidInputError(f"progress must be callable, got {type(progress).__name__}")
         engine = self._engine
+        # Views an earlier version built, left as stored (``catch_up=False``), are
+        # first rebuilt in this version's layout, as before any write: the digest
+        # to compare with is of views this version can read.
+        engine.views_for_writing()
         # One transaction: a crash or a corrupt event part-way leaves the old views
         # exactly as they were, and writers wait instead of seeing half-built views.
         # The backend is set for reading and writing every view row once (on SQLite

@@ -59,6 +59,7 @@ own events (vouched by their Merkle leaves), the view serving only as an index.
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -68,7 +69,7 @@ from uuid import UUID
 
 from ledger.domain import Principal, Record, Run, Status, principal_uuid
 from ledger.errors import AuthenticationError
-from ledger.serialization import datetime_to_micros
+from ledger.serialization import canonical, datetime_to_micros
 from projections import access as access_view
 from projections.base import Cursor
 
@@ -181,8 +182,9 @@ class _RecordState:
     #: basis epoch it was worked out in (-1: never).
     earliest: int | None = None
     earliest_epoch: int = -1
-    #: A capture's (claim key, URI, position of its proposal); None for other records.
-    capture: tuple[str, str, int] | None = None
+    #: A capture's (claim key, URI, position of its proposal, what it holds: its
+    #: content hash and a digest of its value); None for other records.
+    capture: tuple[str, str, int, str, bytes] | None = None
 
 
 @dataclass
@@ -559,7 +561,14 @@ class AuthorizationReplay:
         was = self.by_id.get(older)
         if newer.capture is None or was is None or was.capture is None:
             return False
-        return was.capture[:2] == newer.capture[:2] and was.capture[2] < newer.capture[2]
+        claim, uri, proposed, *held = newer.capture
+        return (
+            was.capture[:2] == (claim, uri)
+            and was.capture[2] < proposed
+            and (
+                list(was.capture[3:]) != held  # the same bytes and value replace nothing
+            )
+        )
 
     def _rests_on(self, state: _RecordState, cause: str) -> bool:
         """Whether ``cause`` is among ``state``'s dependencies, transitively, as they
@@ -627,12 +636,20 @@ class AuthorizationReplay:
                 state.accepted_once = True
 
 
-def _capture_of(event: Record.Proposed, position: int) -> tuple[str, str, int] | None:
-    """A capture's (claim key, URI, position of its proposal), for :meth:`_same_line`."""
+def _capture_of(event: Record.Proposed, position: int) -> tuple[str, str, int, str, bytes] | None:
+    """A capture's (claim key, URI, position of its proposal, content hash, value
+    digest), for :meth:`_same_line`."""
     evidence = event.evidence
     if not evidence:
         return None
-    return (event.claim_key, str(evidence.get("uri")), position)
+    held = hashlib.blake2b(canonical(event.value), digest_size=16).digest()
+    return (
+        event.claim_key,
+        str(evidence.get("uri")),
+        position,
+        str(evidence.get("content_hash")),
+        held,
+    )
 
 
 def _out_of_sequence(what: str, version: int, before: int) -> str | None:

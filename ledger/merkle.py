@@ -525,6 +525,10 @@ class InclusionProof:
         # passes for a leaf whose bytes are withheld. Leaf bytes that hash to the
         # leaf rule that out (a leaf's hash and a node's are domain-separated).
         trusted_size = trusted_root.size if isinstance(trusted_root, LogDigest) else size
+        if size is not None and trusted_size != size:
+            raise InvalidInputError(
+                f"size {size} contradicts the trusted digest's tree of {trusted_size} leaves"
+            )
         if trusted_size is not None and trusted_size != self.size:
             return False
         if trusted_root is not None and trusted_size is None and self.leaf_data is None:

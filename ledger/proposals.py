@@ -417,7 +417,7 @@ def previous_capture(
     # (any number of which another proposer may have put under the claim key).
     captures = claim_queries.captures_of_claim(c, caller.engine.dialect, scope, claim_key)
     for record_id, status, stored, stored_value in reversed(captures):
-        if stored is None:
+        if stored is None or status == Status.STALE:
             continue
         previous = unpack(stored)
         if previous.get("uri") != evidence["uri"]:

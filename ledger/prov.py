@@ -250,7 +250,7 @@ class _Builder:
         self, act: QualifiedName, ids: Sequence[str] | None, members: set[str], role: str
     ) -> None:
         for rid in ids or ():
-            if rid in members or rid == HIDDEN:
+            if rid in members:
                 used = self.ref(rid)
                 self.doc.used(act, used, other_attributes={"prov:role": PL[role]})
 
@@ -312,6 +312,8 @@ def export_prov(
     )
     nodes = [n for n in sub.nodes if scope is None or n.scope == scope]
     members = {n.id for n in nodes}
+    if sub.shows_hidden:  # the placeholder is drawn: its uses and derivations too
+        members.add(HIDDEN)
     builder = _Builder(session)
     for node in nodes:
         builder.entity(node)

@@ -527,38 +527,22 @@ def _plain(value: Any) -> Any:
     return value
 
 
-#: The view tables of 0.1.0 (its id map, ``RETIRED``, among them).
-_TABLES_OF_0_1_0 = frozenset(
-    {
-        "pl_commits",
-        "pl_corrections",
-        "pl_deliveries",
-        "pl_edges",
-        "pl_grants",
-        "pl_merkle_leaves",
-        "pl_outbox",
-        "pl_principals",
-        "pl_record_ids",
-        "pl_records",
-        "pl_run_reads",
-        "pl_runs",
-        "pl_snapshots",
-        "pl_timeline",
-        "pl_tokens",
-        "pl_tracking",
-    }
-)
+#: Columns of the record view that every layout after 0.1.0's has and 0.1.0's
+#: lacks (an open creates the tables a later layout adds, empty, but changes no
+#: table's columns).
+_COLUMNS_AFTER_0_1_0 = frozenset({"agg_id", "supersedes", "superseded_by", "stale_via"})
 
 
 def _views_of_0_1_0(engine: Engine, c: Cursor) -> bool:
-    """Whether the views are 0.1.0's: no layout recorded, its id map kept, and no
-    table of a later layout (every later layout records itself, drops the id map
-    and adds tables). Views of this version dressed up as 0.1.0's (the layout row
-    removed, an id map added) are not: their rows are compared."""
+    """Whether the views are 0.1.0's: no layout recorded, its id map kept, and its
+    record view without the columns every later layout added (every later
+    layout also records itself and drops the id map). Views of this version
+    dressed up as 0.1.0's (the layout row removed, an id map added) are not:
+    their rows are compared."""
     if engine.projector.layout(c) is not None or not engine.recorder.has_table(c, RETIRED[0]):
         return False
-    later = (t for t in engine.projector.tables if t not in _TABLES_OF_0_1_0)
-    return not any(engine.recorder.has_table(c, table) for table in later)
+    names, _ = _rows(c, engine.dialect.q("SELECT * FROM {t}pl_records WHERE 1 = 0"))
+    return _COLUMNS_AFTER_0_1_0.isdisjoint(names)
 
 
 def _compare_views(engine: Engine, c: Cursor, scratch: _Scratch) -> Iterator[str]:
@@ -568,7 +552,7 @@ def _compare_views(engine: Engine, c: Cursor, scratch: _Scratch) -> Iterator[str
     if layout is None:
         yield (
             "the views record no layout, yet they are not 0.1.0's (which kept "
-            f"{RETIRED[0]} and had no table of a later layout): the layout row was removed"
+            f"{RETIRED[0]} and had fewer columns): the layout row was removed"
         )
     elif layout != current:
         yield (

@@ -30,15 +30,15 @@ _THEN = as_of_filter("r")
 def captures_of_claim(
     c: Cursor, d: Dialect, scope: str, claim_key: str
 ) -> list[tuple[str, str, bytes, bytes]]:
-    """(record id, status, evidence, packed value) of the ACCEPTED and CANDIDATE
-    evidence records of ``(scope, claim_key)`` in proposal order: what a re-capture
-    may supersede, found on the live index without reading the claim's other rows'
-    values."""
+    """(record id, status, evidence, packed value) of the ACCEPTED, STALE and
+    CANDIDATE evidence records of ``(scope, claim_key)`` in proposal order: what a
+    re-capture may supersede, found on the live index without reading the claim's
+    other rows' values."""
     c.execute(
         d.q(
             f"SELECT r.record_id, r.status, {row_columns('r', ['evidence', 'value'])} FROM "
             f"{{t}}pl_records r WHERE r.scope=? AND r.claim_key=? AND {live_filter('r')} "
-            "AND r.kind='evidence' AND (r.status='ACCEPTED' OR r.status='CANDIDATE') "
+            "AND r.kind='evidence' AND r.status IN ('ACCEPTED', 'STALE', 'CANDIDATE') "
             "ORDER BY r.created_pos"
         ),
         (scope, claim_key),

@@ -207,6 +207,23 @@ def test_a_supersession_by_a_record_of_another_line_appended_behind_the_ledgers_
 
 
 @pytest.mark.parametrize("ledger_url", BACKENDS, indirect=True)
+def test_a_supersession_between_captures_of_the_same_bytes_appended_behind_the_back_is_named(
+    scene: Scene,
+) -> None:
+    # Given a page captured twice, unchanged, both accepted (neither replaces the other)
+    for rid in ("X1", "X1b"):
+        scene.agent.capture(scope="proj-a", uri="https://x.test/same", content=b"s", id=rid)
+        scene.reviewer.accept(rid)
+    # When a Superseded of X1 by X1b is appended by the real approver
+    position = forge(scene, "X1", Record.Superseded, actor="reviewer", by="X1b")
+    # Then verify names it: no command writes that
+    for with_heads in (True, False):
+        assert detect(scene, with_heads).problem == (
+            f"Superseded of 'X1' at position {position}: the newer record 'X1b' is no version of it"
+        )
+
+
+@pytest.mark.parametrize("ledger_url", BACKENDS, indirect=True)
 @pytest.mark.parametrize("names", ["another record's delivery", "no delivery", "itself"])
 def test_a_correction_of_no_delivery_of_its_record_appended_behind_the_ledgers_back_is_named(
     scene: Scene, names: str

@@ -191,6 +191,28 @@ def test_a_capture_of_new_bytes_replaces_every_earlier_capture_of_the_old_ones(
     _consistent(world)
 
 
+def test_a_capture_gone_stale_is_replaced_by_a_newer_one_all_the_same(world: World) -> None:
+    agent, reviewer = world.agent, world.reviewer
+    uri = "https://x.test/doc"
+    _accepted(world, "F", scope="proj-a", claim_key="cfg", value=1, kind=Kind.FACT)
+    with agent.run("r1") as run:  # E1 observed F
+        run.read(scope="proj-a", claim_key="cfg")
+        run.capture(scope="proj-a", uri=uri, content=b"v1", id="E1")
+    reviewer.accept("E1")
+    reviewer.revoke("F", reason="wrong")
+    assert reviewer.get("E1").status == Status.STALE
+    reviewer.accept(agent.capture(scope="proj-a", uri=uri, content=b"v2", id="E2"))
+    assert (reviewer.get("E1").status, reviewer.get("E1").superseded_by) == (
+        Status.SUPERSEDED,
+        "E2",
+    )
+    with pytest.raises(InvalidTransitionError, match="'E1' is SUPERSEDED"):
+        reviewer.revalidate("E1", note="checked", parents=[])
+    read = agent.read(scope="proj-a", claim_key=f"source:{uri}")
+    assert (read.outcome, [r.id for r in read.records]) == (Outcome.FOUND, ["E2"])
+    _consistent(world)
+
+
 def _consistent(world: World) -> None:
     check = world.ledger.verify()
     assert check.ok, check.problems

@@ -175,6 +175,8 @@ def test_an_inner_node_passed_off_as_a_withheld_leaf_is_caught_by_the_trusted_si
         path=tuple(p.hex() for p in path), root=root.hex(),
     )  # fmt: skip
     assert genuine.verify(digest) and genuine.verify(root, size=28)
+    with pytest.raises(InvalidInputError, match="size 27 contradicts the trusted digest's"):
+        genuine.verify(digest, size=27)
 
 
 def test_a_consistency_proof_in_one_pass_refuses_a_larger_earlier_tree() -> None:

@@ -110,18 +110,21 @@ class _PreviewChanged(Exception):
 def _still_shown(live: Session, record_id: str, form: Mapping[str, Any]) -> None:
     """Refuse a record's form when its id no longer names a record in the scope the
     page showed (the form's ``scope``): the caller's grants changed since, and the
-    decision would land on a record it was not shown. Nothing is written."""
+    decision would land on a record it was not shown. What the id names is looked
+    up as the command looks it up (any role in the scope will do: an approver
+    need not hold ``read``). Nothing is written."""
     shown = form.get("scope")
     if shown is None:
         return
-    try:
-        scope = live.get(record_id).scope
-    except LedgerError:
-        return  # unknown or unreadable now: the command itself refuses it, as it would
-    if scope != shown:
+    caller = live.caller
+    with caller.reading() as c:
+        row = caller.lookup(c, record_id)
+    if row is None:
+        return  # unknown or hidden now: the command itself refuses it, as it would
+    if row["scope"] != shown:
         raise _PreviewChanged(
-            f"Nothing was done: {record_id} now names a record in scope {scope!r}, not "
-            f"the one in {shown!r} the page showed. Check the record and act again.",
+            f"Nothing was done: {record_id} now names a record in scope {row['scope']!r}, "
+            f"not the one in {shown!r} the page showed. Check the record and act again.",
             f"/records/{record_id}",
         )
 
