@@ -80,7 +80,7 @@ def check_admin_token(engine: Engine, token: object) -> str:
 
 def check_admin_hash(engine: Engine, c: Cursor, token_hash: str) -> None:
     """``check_admin_token`` of the token with ``token_hash``, read in ``c``."""
-    from ledger.authorization import access_from_log
+    from ledger.access_log import access_from_log
 
     row = access_view.token(c, engine.dialect, token_hash)
     if row is None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import operator
-import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from datetime import datetime
 from typing import Any
@@ -22,16 +21,13 @@ from ledger.caller import Caller
 from ledger.deliveries import correction_of, delivery_of
 from ledger.domain import Kind, Outcome, Status, Validity
 from ledger.errors import InvalidInputError
-from ledger.serialization import canonical, datetime_to_micros, micros_to_datetime, unpack
+from ledger.serialization import canonical, micros_to_datetime, unpack
 from ledger.validation import (
     check_claim_key,
     check_context,
     check_id,
     check_kind,
     check_list,
-    check_member,
-    check_ref,
-    check_text,
 )
 from ledger.values import (
     HIDDEN,
@@ -46,12 +42,7 @@ from ledger.values import (
 from projections import claims as claim_queries
 from projections import delivery as delivery_view
 from projections import edges as edges_index
-from projections import queries as view_queries
 from projections.base import Cursor
-
-#: ``records(limit=…)`` bounds.
-MAX_PAGE = 1000
-
 
 #: The records that rest on a record (its descendants), as a view of many records
 #: (a graph, an export) finds them once for all of them: see :func:`stale_causes`.
@@ -658,60 +649,6 @@ def get(caller: Caller, record_id: str) -> RecordView:
         view = record_view(caller, c, row, caller.at(None))
     caller.note_reads((view,), "get")
     return view
-
-
-def records(
-    caller: Caller,
-    scope: str,
-    *,
-    status: Status | str | None,
-    validity: Validity | str | None,
-    kind: Kind | str | None,
-    claim_prefix: str | None,
-    limit: int,
-    after: str | None,
-) -> tuple[RecordView, ...]:
-    """``Session.records``: one page of a scope in id order, from the listing
-    indexes its filter needs (``view_queries.page``)."""
-    check_id(scope, "scope")
-    the_status = None if status is None else check_member(Status, status, "status")
-    the_validity = None if validity is None else check_member(Validity, validity, "validity")
-    the_kind = None if kind is None else check_kind(kind)
-    if claim_prefix is not None:
-        check_text(claim_prefix, "claim_prefix", max_len=512, empty=True)
-        claim_prefix = unicodedata.normalize("NFC", claim_prefix)
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
-        raise InvalidInputError(f"limit {limit!r} is not between 1 and {MAX_PAGE}")
-    if after is not None:
-        check_ref(after, "after")
-    at = caller.at(None)
-    with caller.reading() as c:
-        caller.require(c, scope, Role.READ, "records")
-        rows = view_queries.page(
-            c,
-            caller.engine.dialect,
-            scope,
-            position=caller.position,
-            at=datetime_to_micros(at),
-            status=None if the_status is None else the_status.value,
-            validity=None if the_validity is None else the_validity.value,
-            kind=None if the_kind is None else the_kind.value,
-            claim_prefix=claim_prefix,
-            limit=limit,
-            # Pages follow the ids records were proposed as (one per record in a
-            # scope), so where a record is listed does not tell whether its id
-            # is taken in a scope the caller cannot see.
-            after=None if after is None else redaction.bare(after),
-        )
-        # How the page's qualified keys are shown, in one look-up for all its rows
-        caller.names(
-            c, {k for row in rows for k in (row["record_id"], *redaction.row_dependencies(row))}
-        )
-        views = tuple(
-            record_view(caller, c, row, at, deliveries=bool(row["has_deliveries"])) for row in rows
-        )
-    caller.note_reads(views, "records")
-    return views
 
 
 def grants(caller: Caller) -> dict[str, tuple[str, ...]]:

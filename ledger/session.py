@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ledger import audit, deliveries, erasure, proposals, reads, transitions
+from ledger import audit, deliveries, erasure, listing, proposals, reads, transitions
 from ledger.caller import Caller
 from ledger.domain import Kind, Status, Validity
 from ledger.errors import InvalidInputError
@@ -164,7 +164,7 @@ class Session:
             InvalidInputError: a filter that names no status, validity or kind, or a
                 ``limit`` outside 1..1000.
         """
-        return reads.records(
+        return listing.records(
             self.caller,
             scope,
             status=status,

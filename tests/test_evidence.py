@@ -544,7 +544,7 @@ def test_a_grant_appended_by_someone_other_than_the_admin_is_named(
 @pytest.mark.parametrize("ledger_url", BACKENDS, indirect=True)
 def test_roles_from_the_log_ignore_forged_grant_and_token_rows(scene: Scene) -> None:
     from ledger.access import hash_token
-    from ledger.authorization import access_from_log
+    from ledger.access_log import access_from_log
     from ledger.errors import AuthenticationError
 
     engine = scene.ledger.engine

@@ -308,7 +308,7 @@ def test_get_returns_the_value_with_times_from_the_record(
 def test_a_get_gives_the_item_langgraphs_constructor_makes(
     store: LedgerStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from ledger.integrations.langgraph import store as store_module
+    from ledger.integrations.langgraph import items
 
     # Given an item put, and what LangGraph's Item constructor makes of its fields
     store.put(("test", "documents"), "doc1", {"title": "Test"})
@@ -324,11 +324,11 @@ def test_a_get_gives_the_item_langgraphs_constructor_makes(
 
     # Then the get's item holds in every slot what the constructor's holds
     # (it is made without the constructor), and so does one made with it
-    assert store_module._BARE_ITEM
+    assert items._BARE_ITEM
     for slot in Item.__slots__:
         assert getattr(got, slot) == getattr(made, slot), slot
         assert type(getattr(got, slot)) is type(getattr(made, slot)), slot
-    monkeypatch.setattr(store_module, "_BARE_ITEM", False)
+    monkeypatch.setattr(items, "_BARE_ITEM", False)
     assert store.get(("test", "documents"), "doc1") == got == made
 
 

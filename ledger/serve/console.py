@@ -33,6 +33,7 @@ from ledger.errors import (
     InvalidInputError,
     LedgerError,
 )
+from ledger.serve.confirming import LISTED, PreviewChanged, revocation_preview, still_shown
 from ledger.serve.errors import status_of
 from ledger.serve.pages import (
     EXPLAINED,
@@ -47,14 +48,10 @@ from ledger.serve.pages import (
 from ledger.serve.pictures import picture
 from ledger.serve.sessions import COOKIE, ConsoleSession, SessionStore
 from ledger.session import next_after
-from ledger.values import RecordView, RevocationPreview
+from ledger.values import RecordView
 
 #: Records shown per page of the queue, the attention list and the record list.
 PAGE = 50
-#: A revocation preview lists at most this many of the records it would mark STALE,
-#: and as many of the deliveries that would owe corrections; the rest are counted
-#: (the page would otherwise grow with everything stored beneath the record).
-LISTED = 200
 #: A path on this site (browsers read ``//host`` and ``/\host`` as another site).
 _LOCAL_PATH = re.compile(r"/(?![/\\])[^\s\\]*")
 
@@ -72,23 +69,6 @@ _TITLES = {
 # -- the console -------------------------------------------------------------------------------
 
 
-def _revocation_preview(
-    live: Session, record_id: str
-) -> tuple[RecordView, RevocationPreview, list[RecordView]]:
-    """The record, what revoking it would do now, and the records it would mark
-    STALE that the caller may read, the first :data:`LISTED` of them (the revoke
-    page shows them; confirming compares the preview the page showed with this one)."""
-    view = live.get(record_id)
-    preview = live.preview_revoke(record_id)
-    stale = []
-    for rid in preview.stale[:LISTED]:
-        try:
-            stale.append(live.get(rid))
-        except LedgerError:
-            continue
-    return view, preview, stale
-
-
 Page = Callable[[Request, ConsoleSession], Awaitable[Response]]
 
 
@@ -96,37 +76,6 @@ Page = Callable[[Request, ConsoleSession], Awaitable[Response]]
 _MOMENT = ("as_of_position", "as_of_time")
 #: Form fields the console fills in itself (a refused form is given back without them).
 _NOT_TYPED = ("csrf", "next", "preview", "scope")
-
-
-class _PreviewChanged(Exception):
-    """A form confirmed from a page that no longer shows what it would act on: a
-    revocation preview, or a record whose id now names one in another scope."""
-
-    def __init__(self, message: str, back: str) -> None:
-        super().__init__(message)
-        self.back = back
-
-
-def _still_shown(live: Session, record_id: str, form: Mapping[str, Any]) -> None:
-    """Refuse a record's form when its id no longer names a record in the scope the
-    page showed (the form's ``scope``): the caller's grants changed since, and the
-    decision would land on a record it was not shown. What the id names is looked
-    up as the command looks it up (any role in the scope will do: an approver
-    need not hold ``read``). Nothing is written."""
-    shown = form.get("scope")
-    if shown is None:
-        return
-    caller = live.caller
-    with caller.reading() as c:
-        row = caller.lookup(c, record_id)
-    if row is None:
-        return  # unknown or hidden now: the command itself refuses it, as it would
-    if row["scope"] != shown:
-        raise _PreviewChanged(
-            f"Nothing was done: {record_id} now names a record in scope {row['scope']!r}, "
-            f"not the one in {shown!r} the page showed. Check the record and act again.",
-            f"/records/{record_id}",
-        )
 
 
 class Console:
@@ -349,7 +298,7 @@ class Console:
         def run() -> str:
             live = self._live(session)
             if record_id is not None:
-                _still_shown(live, record_id, values)
+                still_shown(live, record_id, values)
             return action(live, values)
 
         try:
@@ -360,7 +309,7 @@ class Console:
         except LedgerError as exc:
             session.flash("error", f"Refused ({type(exc).__name__}): {exc}")
             session.keep_refused(request.url.path, typed)
-        except _PreviewChanged as exc:
+        except PreviewChanged as exc:
             session.flash("error", str(exc))
             session.keep_refused(request.url.path, typed)
             return RedirectResponse(exc.back, status_code=303)
@@ -563,7 +512,7 @@ class Console:
             return RedirectResponse(f"/records/{quote(record_id, safe='@:')}?{query}", 303)
 
         def load(live: Session, moment: Moment, access: Access) -> dict[str, Any]:
-            view, preview, stale = _revocation_preview(live, record_id)
+            view, preview, stale = revocation_preview(live, record_id)
             return {
                 "title": f"Revoke {view.id}?",
                 "view": view,
@@ -687,9 +636,9 @@ class Console:
             # What the approver confirmed is the preview: if records or deliveries
             # were added under the record since (or the form carries no preview),
             # nothing is revoked and the new preview is shown to confirm again.
-            _, preview, _ = _revocation_preview(live, record_id)
+            _, preview, _ = revocation_preview(live, record_id)
             if form.get("preview") != preview_mark(preview):
-                raise _PreviewChanged(
+                raise PreviewChanged(
                     f"Nothing was revoked: what revoking {record_id} would mark STALE or "
                     "which deliveries would owe corrections changed since the preview "
                     f"(now {len(preview.stale)} record(s), {len(preview.deliveries)} "

@@ -8,7 +8,6 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import nullcontext
-from datetime import datetime
 from functools import partial
 from typing import Any, Literal
 
@@ -35,7 +34,6 @@ from ledger.errors import (
     InvalidInputError,
     InvalidParentError,
     InvalidTransitionError,
-    InvalidValueError,
     LedgerError,
     MemoryConflictError,
     UnsupportedStoreOperationError,
@@ -47,6 +45,7 @@ from ledger.integrations.langgraph.filters import (
     matches,
     namespace_matches,
 )
+from ledger.integrations.langgraph.items import item_of, no_tuple
 from ledger.integrations.langgraph.keys import (
     SEPARATOR,
     NamespaceLabelError,
@@ -205,7 +204,7 @@ class LedgerStore(BaseStore):
         else:
             where = partial("get of {!r} key {!r}".format, namespace, key)
             view = self._newest(result, where)
-        item: Item | None = _item(Item, namespace, key, view)
+        item: Item | None = item_of(Item, namespace, key, view)
         return item
 
     def put(
@@ -307,7 +306,7 @@ class LedgerStore(BaseStore):
                 # Checked with the rest of the batch, so a value the ledger cannot
                 # hold stops the batch before any of its puts is written.
                 check_value(dict(op.value), f"value of key {op.key!r}", self._max_value_bytes)
-                _no_tuple(op.value, f"value of key {op.key!r}")
+                no_tuple(op.value, f"value of key {op.key!r}")
             if op.index not in (None, False):
                 raise UnsupportedStoreOperationError(
                     f"put of key {op.key!r} with index={op.index!r}: LedgerStore has no "
@@ -423,7 +422,7 @@ class LedgerStore(BaseStore):
             result = state.run.read(scope, claim, kinds=(self.kind,))
             state.read_key(scope, claim, result.records)
             view = self._newest(result, where)
-        item: Item | None = _item(Item, tuple(op.namespace), op.key, view)
+        item: Item | None = item_of(Item, tuple(op.namespace), op.key, view)
         return item
 
     def _listing(
@@ -483,7 +482,7 @@ class LedgerStore(BaseStore):
                 if skipped < op.offset:
                     skipped += 1
                     continue
-                found.append(_item(SearchItem, namespace, key, current))
+                found.append(item_of(SearchItem, namespace, key, current))
                 shown.append((scope, current))
                 if len(found) == op.limit:
                     break
@@ -665,53 +664,3 @@ class LedgerStore(BaseStore):
             if labels is not None and parsed is not None:
                 named.append(f"key {parsed[1]!r} of namespace {(*labels, *parsed[0])!r}")
         return ", ".join(dict.fromkeys(named))
-
-
-def _no_tuple(value: Any, what: str) -> None:
-    """Refuse a tuple anywhere in ``value``: the ledger stores it as a list, so
-    what a get gave back would not equal what was put (LangGraph's own stores keep it).
-
-    Raises:
-        InvalidValueError: naming where the tuple is.
-    """
-    if isinstance(value, tuple):
-        raise InvalidValueError(
-            f"{what} holds a tuple, which the ledger would store as a list: give a list"
-        )
-    if isinstance(value, Mapping):
-        for name, inner in value.items():
-            _no_tuple(inner, f"{what}[{name!r}]")
-    elif isinstance(value, list):
-        for index, inner in enumerate(value):
-            _no_tuple(inner, f"{what}[{index}]")
-
-
-#: Whether ``Item`` has the slots ``_item`` fills (then made without its
-#: constructor, whose conversions a ledger's answer never needs).
-_BARE_ITEM = getattr(Item, "__slots__", None) == (
-    "value",
-    "key",
-    "namespace",
-    "created_at",
-    "updated_at",
-)
-_new_item = Item.__new__
-
-
-def _item(cls: type[Any], namespace: tuple[str, ...], key: str, view: RecordView | None) -> Any:
-    """An ``Item`` (or ``SearchItem``) of the record's current version; None when
-    there is none, or its value is no mapping (a record another surface wrote under
-    the key: LangGraph's ``Item.value`` is a dict)."""
-    if view is None or not isinstance(view.value, dict):
-        return None
-    created: datetime = view.created_at
-    if cls is Item and _BARE_ITEM:
-        # What the constructor makes of these, without its keyword call and its
-        # conversions (the namespace is a tuple, the instants datetimes already).
-        made = _new_item(Item)
-        made.value, made.key, made.namespace = view.value, key, namespace
-        made.created_at = made.updated_at = created
-        return made
-    return cls(
-        namespace=namespace, key=key, value=view.value, created_at=created, updated_at=created
-    )

@@ -1,0 +1,63 @@
+"""What LangGraph gets back from the ledger, and what it may not put: an ``Item``
+made from a record's current version, and the refusal of a tuple in a value."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from langgraph.store.base import Item
+
+from ledger.errors import InvalidValueError
+from ledger.values import RecordView
+
+
+def no_tuple(value: Any, what: str) -> None:
+    """Refuse a tuple anywhere in ``value``: the ledger stores it as a list, so
+    what a get gave back would not equal what was put (LangGraph's own stores keep it).
+
+    Raises:
+        InvalidValueError: naming where the tuple is.
+    """
+    if isinstance(value, tuple):
+        raise InvalidValueError(
+            f"{what} holds a tuple, which the ledger would store as a list: give a list"
+        )
+    if isinstance(value, Mapping):
+        for name, inner in value.items():
+            no_tuple(inner, f"{what}[{name!r}]")
+    elif isinstance(value, list):
+        for index, inner in enumerate(value):
+            no_tuple(inner, f"{what}[{index}]")
+
+
+#: Whether ``Item`` has the slots ``item_of`` fills (then made without its
+#: constructor, whose conversions a ledger's answer never needs).
+_BARE_ITEM = getattr(Item, "__slots__", None) == (
+    "value",
+    "key",
+    "namespace",
+    "created_at",
+    "updated_at",
+)
+_new_item = Item.__new__
+
+
+def item_of(cls: type[Any], namespace: tuple[str, ...], key: str, view: RecordView | None) -> Any:
+    """An ``Item`` (or ``SearchItem``) of the record's current version; None when
+    there is none, or its value is no mapping (a record another surface wrote under
+    the key: LangGraph's ``Item.value`` is a dict)."""
+    if view is None or not isinstance(view.value, dict):
+        return None
+    created: datetime = view.created_at
+    if cls is Item and _BARE_ITEM:
+        # What the constructor makes of these, without its keyword call and its
+        # conversions (the namespace is a tuple, the instants datetimes already).
+        made = _new_item(Item)
+        made.value, made.key, made.namespace = view.value, key, namespace
+        made.created_at = made.updated_at = created
+        return made
+    return cls(
+        namespace=namespace, key=key, value=view.value, created_at=created, updated_at=created
+    )
