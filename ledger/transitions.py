@@ -351,13 +351,7 @@ def supersession(caller: Caller, c: Cursor, record: Record, now: datetime) -> li
                 raise InvalidParentError(
                     f"accept refused: {rid!r} rests on {target!r}, which it supersedes"
                 )
-            old.supersede(caller.subject, rid, now)
-            superseded.add(target)
-            reason = f"superseded by {rid}"
-            marking = stale_marking(caller, c, target, reason, now, rid, versions, superseded)
-            replaced = list(old.collect_events())
-            versions[old.id] = replaced[-1].originator_version
-            events += [*replaced, *marking.events]
+            events += _superseded(caller, c, old, rid, now, versions, superseded)
         if old.accepted_once:
             break
         target = old.supersedes
@@ -402,15 +396,29 @@ def _earlier_captures(
     events: list[Any] = []
     for target in earlier:
         old = caller.engine.load_record(c, target)
-        old.supersede(caller.subject, rid, now)
-        superseded.add(target)
-        marking = stale_marking(
-            caller, c, target, f"superseded by {rid}", now, rid, versions, superseded
-        )
-        replaced = list(old.collect_events())
-        versions[old.id] = replaced[-1].originator_version
-        events += [*replaced, *marking.events]
+        events += _superseded(caller, c, old, rid, now, versions, superseded)
     return events
+
+
+def _superseded(
+    caller: Caller,
+    c: Cursor,
+    old: Record,
+    by: str,
+    now: datetime,
+    versions: dict[Any, int],
+    superseded: set[str],
+) -> list[Any]:
+    """The events of ``old`` superseded by ``by`` and of its descendants' stale
+    markings (``versions``, ``superseded``: what the transaction has done so far,
+    brought up to date)."""
+    target = old.record_id
+    old.supersede(caller.subject, by, now)
+    superseded.add(target)
+    marking = stale_marking(caller, c, target, f"superseded by {by}", now, by, versions, superseded)
+    replaced = list(old.collect_events())
+    versions[old.id] = replaced[-1].originator_version
+    return [*replaced, *marking.events]
 
 
 def _head_of(caller: Caller, c: Cursor, record: Record) -> Record:
