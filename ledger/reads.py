@@ -269,7 +269,7 @@ def _waiting(
     in the queue for an acceptance that cannot come. A dependency outside the
     caller's scopes is not named."""
     deps = {
-        view.id: [d for d in (*view.parents, *view.observed) if d != HIDDEN]
+        view.id: [d for d in dict.fromkeys((*view.parents, *view.observed)) if d != HIDDEN]
         for view, _ in judged
         if view.status == Status.CANDIDATE
     }

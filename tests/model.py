@@ -260,7 +260,15 @@ class State:
         """Why the record is not usable (empty when it is), first failing stage only."""
         rec = self.records[rid]
         if rec.status == Status.CANDIDATE:
-            return ("candidate: not yet approved",)
+            # and what its acceptance waits for, or is refused by
+            waits = []
+            for dep in rec.deps:
+                status = self.records[dep].status
+                if status == Status.CANDIDATE:
+                    waits.append(f"waits for its dependency {dep!r} (CANDIDATE) to be accepted")
+                elif status != Status.ACCEPTED:
+                    waits.append(f"cannot be accepted while its dependency {dep!r} is {status}")
+            return ("candidate: not yet approved", *waits)
         if rec.status == Status.REJECTED:
             return (f"rejected: {rec.reason}",)
         if rec.status == Status.REVOKED:
