@@ -459,8 +459,9 @@ def to_dot(sub: Subgraph, revoked: Mapping[str, RevokedBy] | None = None) -> str
 
 
 def _mermaid_text(text: str) -> str:
-    # "#" first: stored text reading "#quot;" must not become a quote mark.
-    text = text.replace("#", "#35;")
+    # "#" first: stored text reading "#quot;" must not become a quote mark; "&" too,
+    # as Mermaid's labels are HTML, where "&lt;" would be drawn as "<".
+    text = text.replace("#", "#35;").replace("&", "#amp;")
     return text.replace('"', "#quot;").replace("<", "#lt;").replace(">", "#gt;")
 
 

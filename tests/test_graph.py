@@ -387,7 +387,7 @@ def test_a_record_called_legend_and_text_reading_like_an_entity_are_drawn_as_the
         scope="proj-a", claim_key="m", value=2, kind=Kind.FACT, parents=["legend"], id="M1"
     )
     reviewer.accept("M1")
-    reviewer.revoke("legend", reason='said #quot;42#quot; not "42"')
+    reviewer.revoke("legend", reason='said #quot;42#quot; not "42" &lt;')
     sub = collect(reviewer, "legend", descendants=True)
 
     # DOT: the record keeps its node, apart from the legend's, and its edge
@@ -397,6 +397,7 @@ def test_a_record_called_legend_and_text_reading_like_an_entity_are_drawn_as_the
     # Mermaid: stored text that reads like an entity stays text; a quote is one
     mermaid = to_mermaid(sub, revocations(reviewer, sub))
     assert "#35;quot;42#35;quot; not #quot;42#quot;" in mermaid
+    assert "#amp;lt;" in mermaid and "&lt;" not in mermaid  # its labels are HTML
 
 
 @pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's dot is not installed")
