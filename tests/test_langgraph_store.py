@@ -215,6 +215,19 @@ def test_a_refused_operation_fails_the_batch_before_anything_is_written(
     assert store.get(("test",), "ok") is None
 
 
+def test_a_put_where_the_principal_may_not_propose_fails_the_batch_before_anything_is_written(
+    store: LedgerStore, principals: Principals
+) -> None:
+    before = principals.ledger.position
+
+    with pytest.raises(AccessDeniedError) as refused:
+        store.batch([PutOp(("test",), "ok", {"v": 1}), PutOp(("secret",), "k", {"v": 1})])
+
+    assert str(refused.value) == "propose refused: 'agent' lacks role 'propose' in scope 'secret'"
+    assert principals.ledger.position == before
+    assert store.get(("test",), "ok") is None
+
+
 def test_a_value_the_ledger_cannot_hold_fails_the_batch_before_anything_is_written(
     store: LedgerStore, principals: Principals
 ) -> None:

@@ -88,7 +88,8 @@ Batches
     ``SearchOp``, ``ListNamespacesOp``) from the state before the batch and then
     applies its ``PutOp``\\ s, the last one for a key winning. Every value is
     checked before any put is written (a value the ledger cannot hold fails the
-    whole batch); each put is then a ledger transaction of its own. ``abatch``
+    whole batch), and so is the ``propose`` role in each put's scope; each put is
+    then a ledger transaction of its own. ``abatch``
     runs the batch in a worker thread, so the event loop is never blocked. Puts and
     deletes of one key run one at a time in a process, whatever the thread or
     the store: a put reads the version it replaces before it proposes, so two at

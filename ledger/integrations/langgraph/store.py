@@ -258,6 +258,9 @@ class LedgerStore(BaseStore):
     def _execute(self, ops: list[Op], thread: str | None) -> list[Result]:
         for op in ops:
             self._check_op(op)
+        writes = [op for op in ops if isinstance(op, PutOp) and op.value is not None]
+        if len(writes) > 1:
+            self._check_proposer({self._locate(op.namespace, op.key)[0] for op in writes})
         state = None if thread is None else self._threads.get(thread)
         with state.lock if state is not None else nullcontext():
             results: list[Result] = []
@@ -279,6 +282,15 @@ class LedgerStore(BaseStore):
             for op in puts.values():
                 state, _ = self._threads.in_run(state, self._put, op)
         return results
+
+    def _check_proposer(self, scopes: set[str]) -> None:
+        """Refuse a batch of puts before the first is written when the principal
+        may not propose in the scope of one (its put would be refused after those
+        before it were written); a single put is refused by its own proposal."""
+        held = self.session.grants()
+        for scope in sorted(scopes):
+            if Role.PROPOSE.value not in held.get(scope, ()):
+                raise self.session.caller.denied(scope, Role.PROPOSE, "propose")
 
     def _check_op(self, op: object) -> None:
         """Refuse a malformed or unsupported operation before anything runs."""
