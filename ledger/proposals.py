@@ -413,23 +413,42 @@ def previous_capture(
     if not caller.roles(c, scope):
         return None  # prepare refuses the proposal without revealing anything
     pending = None
-    # Only the claim's live captures, without the values of its other records
-    # (any number of which another proposer may have put under the claim key).
-    captures = claim_queries.captures_of_claim(c, caller.engine.dialect, scope, claim_key)
-    for record_id, status, stored, stored_value in reversed(captures):
-        if stored is None or status == Status.STALE:
+    for record_id, status, same in reversed(
+        captures_of_source(c, caller, scope, claim_key, evidence, value)
+    ):
+        if status == Status.STALE:
             continue
-        previous = unpack(stored)
-        if previous.get("uri") != evidence["uri"]:
+        if status == Status.ACCEPTED:
+            return None if same else record_id  # same bytes: nothing to replace
+        if pending is None and not same:
+            pending = record_id
+    return pending
+
+
+def captures_of_source(
+    c: Cursor,
+    caller: Caller,
+    scope: str,
+    claim_key: str,
+    evidence: Mapping[str, Any],
+    value: Any,
+) -> list[tuple[str, str, bool]]:
+    """(key, status, same content) of the live captures of ``evidence['uri']``
+    under ``(scope, claim_key)``, in proposal order; same content: the bytes of
+    ``evidence`` and the claim ``value``, by canonical bytes. Only the claim's
+    captures are read, not the values of its other records (any number of which
+    another proposer may have put under the claim key)."""
+    found = claim_queries.captures_of_claim(c, caller.engine.dialect, scope, claim_key)
+    out = []
+    for record_id, status, stored, stored_value in found:
+        held = {} if stored is None else unpack(stored)
+        if held.get("uri") != evidence.get("uri"):
             continue
-        same = previous.get("content_hash") == evidence["content_hash"] and _same_value(
+        same = held.get("content_hash") == evidence.get("content_hash") and _same_value(
             stored_value, value
         )
-        if status == Status.ACCEPTED:
-            return None if same else str(record_id)  # same bytes: nothing to replace
-        if pending is None and not same:
-            pending = str(record_id)
-    return pending
+        out.append((str(record_id), str(status), same))
+    return out
 
 
 def _same_value(stored: bytes | None, value: Any) -> bool:

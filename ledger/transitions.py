@@ -33,10 +33,9 @@ from ledger.errors import (
 )
 from ledger.pipeline import Decision
 from ledger.reads import record_view
-from ledger.serialization import canonical, micros_to_datetime, unpack
+from ledger.serialization import micros_to_datetime
 from ledger.validation import check_list, check_ref, check_text
 from ledger.values import HIDDEN, RecordView, Revocation, RevocationPreview
-from projections import claims as claim_queries
 from projections import delivery as delivery_view
 from projections import edges as edges_index
 from projections import validity as validity_view
@@ -376,22 +375,16 @@ def _earlier_captures(
     rests on them stays VALID). Captures proposed after it are left alone: the
     acceptance of one of those, with other content, has replaced ``record``
     already."""
-    mine = record.evidence or {}
-    uri, d, rid = mine.get("uri"), caller.engine.dialect, record.record_id
-    value = canonical(record.value)
-    # Live captures in proposal order, ``record`` among them (a CANDIDATE).
-    captures = claim_queries.captures_of_claim(c, d, record.scope, record.claim_key)
+    rid = record.record_id
+    # Live captures of its source in proposal order, ``record`` among them.
+    captures = proposals.captures_of_source(
+        c, caller, record.scope, record.claim_key, record.evidence or {}, record.value
+    )
     earlier = []
-    for target, _, stored, stored_value in captures:
+    for target, _, same in captures:
         if target == rid:
             break
-        evidence = {} if stored is None else unpack(stored)
-        if evidence.get("uri") != uri or target in superseded:
-            continue
-        same = evidence.get("content_hash") == mine.get("content_hash") and (
-            stored_value is not None and canonical(unpack(stored_value)) == value
-        )
-        if not same:
+        if not same and target not in superseded:
             earlier.append(target)
     events: list[Any] = []
     for target in earlier:
