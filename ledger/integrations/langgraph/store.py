@@ -194,8 +194,8 @@ class LedgerStore(BaseStore):
             validate_op_namespace(GetOp(namespace, key))
             raise
         except NamespaceLabelError:
-            if self._holds_no_claim(namespace, key):
-                return None
+            if self._names_a_scope(namespace):
+                return None  # no item can be there (see ``_find``)
             raise
         result = self.session.read(scope, claim, None, None, self._kinds)  # positional: quicker
         records = result.records
@@ -298,8 +298,7 @@ class LedgerStore(BaseStore):
             raise InvalidInputError(f"unknown store operation {type(op).__name__}")
         validate_op_namespace(op)
         if isinstance(op, GetOp):
-            if not self._holds_no_claim(op.namespace, op.key):
-                self._locate(op.namespace, op.key)
+            self._find(op.namespace, op.key)
         elif isinstance(op, PutOp):
             if not op.namespace:
                 raise NamespaceLabelError("namespace cannot be empty")
@@ -307,8 +306,10 @@ class LedgerStore(BaseStore):
                 raise NamespaceLabelError(
                     f"root label of namespace {tuple(op.namespace)!r} cannot be 'langgraph'"
                 )
-            if op.value is not None or not self._holds_no_claim(op.namespace, op.key):
+            if op.value is not None:
                 self._locate(op.namespace, op.key)
+            else:
+                self._find(op.namespace, op.key)
             if op.value is not None and not isinstance(op.value, Mapping):
                 raise InvalidInputError(
                     f"value of key {op.key!r} must be a mapping or None, got "
@@ -355,23 +356,29 @@ class LedgerStore(BaseStore):
         """(scope, claim key) of an item."""
         return location(tuple(namespace), key, self.scope_depth)
 
-    def _holds_no_claim(self, namespace: Sequence[str], key: str) -> bool:
-        """Whether ``namespace`` names a scope but ``key`` under it makes no claim
-        key the ledger can hold (empty, too long, not Unicode): no item can be
-        there, so a get answers None and a delete does nothing, as in LangGraph's
-        own stores (a put is refused, naming why)."""
+    def _find(self, namespace: Sequence[str], key: str) -> tuple[str, str] | None:
+        """(scope, claim key) of an item, or None when ``namespace`` names a scope
+        but ``key`` under it makes no claim key the ledger can hold (empty, too
+        long, not Unicode): no item can be there, so a get answers None and a
+        delete does nothing, as in LangGraph's own stores (a put is refused by
+        :meth:`_locate`, naming why)."""
         try:
-            self._locate(namespace, key)
+            return self._locate(namespace, key)
         except NamespaceLabelError:
-            depth = self.scope_depth
-            if len(namespace) < depth:
-                return False
-            try:
-                scope_of(tuple(namespace[:depth]))
-            except NamespaceLabelError:  # the scope is what is wrong: refused
-                return False
-            return True
-        return False
+            if self._names_a_scope(namespace):
+                return None
+            raise
+
+    def _names_a_scope(self, namespace: Sequence[str]) -> bool:
+        """Whether ``namespace`` begins with labels that make a scope."""
+        depth = self.scope_depth
+        if len(namespace) < depth:
+            return False
+        try:
+            scope_of(tuple(namespace[:depth]))
+        except NamespaceLabelError:  # the scope is what is wrong: refused
+            return False
+        return True
 
     def _readable_scopes(self, command: str) -> list[str]:
         """Scopes where the store's principal holds ``read`` now, sorted; a listing
@@ -424,9 +431,10 @@ class LedgerStore(BaseStore):
         return max(records, key=lambda r: (r.created_at, r.position))
 
     def _get(self, state: Thread | None, op: GetOp) -> Item | None:
-        if self._holds_no_claim(op.namespace, op.key):
+        located = self._find(op.namespace, op.key)
+        if located is None:
             return None
-        scope, claim = self._locate(op.namespace, op.key)
+        scope, claim = located
         where = partial("get of {!r} key {!r}".format, tuple(op.namespace), op.key)
         if state is None:
             view = self._current(self.session, scope, claim, where)
@@ -551,9 +559,10 @@ class LedgerStore(BaseStore):
     # -- writes -------------------------------------------------------------------
 
     def _put(self, state: Thread | None, op: PutOp) -> None:
-        if op.value is None and self._holds_no_claim(op.namespace, op.key):
-            return  # a delete of what cannot be stored: nothing to do
-        scope, claim = self._locate(op.namespace, op.key)
+        located = self._find(op.namespace, op.key)
+        if located is None:
+            return  # a delete of what cannot be stored (a put of it was refused)
+        scope, claim = located
         with _key_lock(scope, claim):
             if op.value is None:
                 self._delete(scope, claim)
