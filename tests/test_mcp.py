@@ -553,6 +553,32 @@ async def test_list_records_pages_through_the_review_queue_and_what_needs_attent
         assert {r["cause"] for r in stale["records"]} == {"E1"}
 
 
+async def test_a_page_of_large_values_stops_before_4_mib_and_the_run_sees_only_it(
+    team: Team,
+) -> None:
+    # Given six accepted records of about 0.9 MB each (the value limit is 1 MiB)
+    big = "x" * 900_000
+    for n in range(6):
+        team.sessions["agent-1"].propose(
+            scope=SCOPE, claim_key=f"big.k{n}", value=big, kind=Kind.FACT, id=f"B{n}"
+        )
+        team.sessions["reviewer"].accept(f"B{n}")
+    async with team.client("agent-1") as agent:
+        # When the agent asks for ten a page
+        first = await ok(agent, "list_records", scope=SCOPE, limit=10)
+        # Then the page stops before its JSON passes 4 MiB, and says where to go on
+        assert [r["id"] for r in first["records"]] == ["B0", "B1", "B2", "B3"]
+        assert first["next_after"] == "B3"
+        proposal = await ok(
+            agent, "propose_memory", scope=SCOPE, claim_key=CLAIM, value=1, kind="fact"
+        )
+        rest = await ok(agent, "list_records", scope=SCOPE, limit=10, after="B3")
+    assert [r["id"] for r in rest["records"]] == ["B4", "B5", proposal["id"]]
+    assert rest["next_after"] is None
+    # And the run was shown only the records returned: they alone are observed
+    assert proposal["record"]["observed"] == ["B0", "B1", "B2", "B3"]
+
+
 async def test_an_infinite_float_is_shown_as_the_string_inf_not_null(team: Team) -> None:
     # JSON has no infinity: shown as null, two different values would look alike.
     agent, reviewer = team.sessions["agent-1"], team.sessions["reviewer"]

@@ -128,3 +128,46 @@ def test_the_default_mcp_server_is_the_ledger_integration_when_installed(
         [answer] = _messages(_rpc(url, tokens["agent-1"], listing, session))
         names = {tool["name"] for tool in answer["result"]["tools"]}
         assert {"read_memory", "propose_memory", "capture_evidence"} <= names
+
+
+def test_a_token_keeps_at_most_its_share_of_open_mcp_sessions(
+    ledger: Ledger, tokens: dict[str, str]
+) -> None:
+    with running(create_app(ledger, mcp_factory=_whoami_factory, mcp_sessions=2)) as url:
+        # Given agent-1 holds two open sessions, its share
+        first = _rpc(url, tokens["agent-1"], INIT).headers["mcp-session-id"]
+        assert _rpc(url, tokens["agent-1"], INIT).status_code == 200
+        # Then a third is refused while they are open, and another token is not
+        refused = _rpc(url, tokens["agent-1"], INIT)
+        assert refused.status_code == 503
+        assert "Too many open sessions" in refused.text
+        assert _rpc(url, tokens["agent-2"], INIT).status_code == 200
+        # And once one is closed, agent-1 opens another
+        closed = httpx.delete(
+            f"{url}/mcp",
+            headers={
+                **ACCEPT,
+                "Authorization": f"Bearer {tokens['agent-1']}",
+                "mcp-session-id": first,
+                "mcp-protocol-version": "2025-06-18",
+            },
+        )
+        assert closed.status_code == 200
+        assert _rpc(url, tokens["agent-1"], INIT).status_code == 200
+
+
+def test_a_revoked_tokens_mcp_server_and_sessions_are_dropped(
+    ledger: Ledger, tokens: dict[str, str]
+) -> None:
+    app = create_app(ledger, mcp_factory=_whoami_factory)
+    with running(app) as url:
+        session = _rpc(url, tokens["agent-1"], INIT).headers["mcp-session-id"]
+        assert _rpc(url, tokens["agent-2"], INIT).status_code == 200
+        assert app.state.mcp.servers == 2
+        # When agent-1's token is revoked, its next request is refused
+        ledger.admin().revoke_token(tokens["agent-1"])
+        listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}
+        assert _rpc(url, tokens["agent-1"], listing, session).status_code == 401
+        # Then its server (and the sessions it held) is gone; agent-2's stays
+        assert app.state.mcp.servers == 1
+        assert _rpc(url, tokens["agent-2"], INIT).status_code == 200

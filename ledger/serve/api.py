@@ -109,12 +109,16 @@ class Call:
     query: QueryParams
     body: Mapping[str, Any]
     used: list[str] = field(default_factory=list)
+    #: The token's session, once the token was checked (None: checked on first use).
+    authenticated: Session | None = field(default=None, repr=False)
 
     # -- the principal ---------------------------------------------------------
 
     def session(self) -> Session:
         """The token's session, as of a past moment when the query asks for one."""
-        session = self.ledger.authenticate(self.token)
+        session = self.authenticated
+        if session is None:
+            session = self.ledger.authenticate(self.token)
         position = self.query_int("as_of_position", minimum=0)
         when = self.query_time("as_of_time")
         if position is not None and when is not None:
@@ -252,28 +256,27 @@ def endpoint(
     refused before anything runs: a misspelt ``parents`` must not lose provenance)."""
 
     async def run(request: Request) -> Response:
-        try:
-            token = bearer_token(request.headers)
-            body: Mapping[str, Any] = {}
+        raw = await request.body() if request.method == "POST" else b""
+
+        def guarded() -> Response:
+            # The token is checked before the body is parsed (in this worker thread,
+            # never on the event loop): an unknown caller costs no parsing, and is
+            # told 401 before anything about its input or the route's names.
             try:
+                token = bearer_token(request.headers)
+                live = ledger.authenticate(token)
+                body: Mapping[str, Any] = {}
                 if request.method == "POST":
-                    raw = await request.body()
                     check_json_body(request.headers, raw)
                     body = parse_body(raw)
                 check_utf8(request.scope.get("query_string", b""))
                 check_names(request.query_params.keys(), accepted[0], "query parameter")
                 check_once(request.query_params.multi_items())
                 check_names(body.keys(), accepted[1], "field")
-            except LedgerError:
-                # A bad token is told before bad input (401, not 422): nothing about
-                # the route, not even the names it takes, reaches an unknown caller.
-                await run_in_threadpool(ledger.authenticate, token)
-                raise
-        except LedgerError as exc:
-            return ledger_error_response(exc)
-        call = Call(ledger, token, request.path_params, request.query_params, body)
-
-        def guarded() -> Response:
+            except LedgerError as exc:
+                return ledger_error_response(exc)
+            call = Call(ledger, token, request.path_params, request.query_params, body)
+            call.authenticated = live
             try:
                 return handler(call)
             except LedgerError as exc:

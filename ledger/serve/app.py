@@ -31,7 +31,12 @@ from ledger.application import Ledger
 from ledger.serve import api, openapi
 from ledger.serve.console import Console
 from ledger.serve.errors import error_body
-from ledger.serve.mcp_mount import MCPMount, ServerFactory, default_factory
+from ledger.serve.mcp_mount import (
+    MCP_SESSIONS_PER_TOKEN,
+    MCPMount,
+    ServerFactory,
+    default_factory,
+)
 from ledger.serve.sessions import SessionStore
 
 #: Largest request body of the API (JSON with a base64 capture of the ledger's
@@ -171,6 +176,7 @@ def create_app(
     host: str = "127.0.0.1",
     sessions: SessionStore | None = None,
     secure_cookies: bool = False,
+    mcp_sessions: int = MCP_SESSIONS_PER_TOKEN,
 ) -> Starlette:
     """The ``provledger serve`` application over an open ``ledger``.
 
@@ -186,9 +192,11 @@ def create_app(
         sessions: the console's session store (default: a new in-memory one).
         secure_cookies: always mark the session cookie Secure (behind a reverse
             proxy that terminates TLS the server itself only sees http).
+        mcp_sessions: open MCP sessions kept per token (503 for more until one
+            ends or idles out).
     """
     factory = default_factory() if mcp_factory is _DEFAULT else mcp_factory
-    mcp = MCPMount(ledger, factory, host)
+    mcp = MCPMount(ledger, factory, host, mcp_sessions)
     console = Console(ledger, sessions, secure_cookies=secure_cookies)
 
     async def openapi_json(request: Request) -> Response:
@@ -201,7 +209,7 @@ def create_app(
             if exc.status_code == 405:
                 return api.method_not_allowed(request.method, path, exc.headers)
             return api.not_found(path)
-        session, _ = console._session(request)
+        session = console.viewer(request)
         page = console.render(
             request,
             session,

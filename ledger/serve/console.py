@@ -126,6 +126,13 @@ class Console:
             return found, False
         return self.store.new(), True
 
+    def viewer(self, request: Request) -> ConsoleSession:
+        """The request's live session, else one that is not kept: for a page whose
+        answer sets no cookie (an error page), which must not open sessions that no
+        browser will ever send back."""
+        found = self.store.get(request.cookies.get(COOKIE))
+        return found if found is not None else self.store.passing()
+
     def _set_cookie(self, request: Request, response: Response, session: ConsoleSession) -> None:
         response.set_cookie(
             COOKIE,
@@ -167,7 +174,9 @@ class Console:
             moment=moment,
             url=url,
             refill=refill,
-            path=request.url.path,
+            # The as-of form's target: a path this site serves (the 404 page of
+            # "//other.example/x" must not aim a form at another site).
+            path=request.url.path if _LOCAL_PATH.fullmatch(request.url.path) else "/",
             # The page's own question (filters, claim, page), kept when its moment
             # changes: by the as-of form and the link back to now.
             kept=[(k, v) for k, v in request.query_params.multi_items() if k not in _MOMENT],
@@ -355,8 +364,11 @@ class Console:
 
     async def signin(self, request: Request) -> Response:
         """Check the token; on success a new signed-in session replaces the old one."""
-        session = self.store.get(request.cookies.get(COOKIE))
+        cookie = request.cookies.get(COOKIE)
+        session = self.store.get(cookie)
         form = await request.form()
+        if session is None:  # evicted or idle: its form still vouches for it
+            session = self.store.vouched(cookie, form.get("csrf"))
         if session is None or not session.csrf_ok(form.get("csrf")):
             session = session or self.store.new()
             session.flash("error", "The sign-in form had expired; please try again.")

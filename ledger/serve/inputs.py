@@ -238,13 +238,17 @@ def _refuse_twice(data: Any, first: _Twice) -> None:
 
 
 def _holds(value: Any, target: object) -> bool:
-    """Whether ``target`` is ``value`` or inside it."""
-    if value is target:
-        return True
-    if isinstance(value, dict):
-        return any(_holds(v, target) for v in value.values())
-    if isinstance(value, list):
-        return any(_holds(v, target) for v in value)
+    """Whether ``target`` is ``value`` or inside it (walked without recursion: JSON
+    nested as deeply as the parser reads must not exhaust the stack here)."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if item is target:
+            return True
+        if isinstance(item, dict):
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
     return False
 
 

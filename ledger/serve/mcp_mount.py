@@ -7,6 +7,11 @@ INTEGRATION POINT: the MCP server itself comes from
 server and starts its session manager in the application's task group (so an
 MCP session id only ever reaches the server of the token that opened it). When
 that module is not installed, ``/mcp`` answers 501 naming what is missing.
+
+Each token's server keeps at most :data:`MCP_SESSIONS_PER_TOKEN` sessions open
+(a further ``initialize`` is answered 503 until one ends or idles out), and a
+token refused once (revoked, expired) has its server and sessions dropped: what
+one token can make the server hold is bounded, and ends with the token.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
 from ledger.application import Ledger
-from ledger.errors import LedgerError, install_hint
+from ledger.errors import AuthenticationError, LedgerError, install_hint
 from ledger.serve.api import json_response, ledger_error_response
 from ledger.serve.errors import error_body
 from ledger.serve.inputs import bearer_token
@@ -41,11 +46,17 @@ class SessionManager(Protocol):
 class MCPServerLike(Protocol):
     """The part of ``mcp.server.mcpserver.MCPServer`` this mount uses."""
 
-    def streamable_http_app(self, *, streamable_http_path: str = ..., host: str = ...) -> Any: ...
+    def streamable_http_app(
+        self, *, streamable_http_path: str = ..., host: str = ..., max_sessions: int | None = ...
+    ) -> Any: ...
 
     @property
     def session_manager(self) -> Any: ...
 
+
+#: Open MCP sessions one token's server keeps (each holds its streams in memory
+#: until it is closed or idle for the SDK's timeout, 30 minutes).
+MCP_SESSIONS_PER_TOKEN = 256
 
 #: ``build_server(ledger, token)``: the MCP server acting as that token's principal.
 ServerFactory = Callable[[Ledger, str], MCPServerLike]
@@ -70,10 +81,17 @@ class _Running:
 class MCPMount:
     """ASGI app serving ``/mcp``; :meth:`lifespan` must wrap the server's life."""
 
-    def __init__(self, ledger: Ledger, factory: ServerFactory | None, host: str) -> None:
+    def __init__(
+        self,
+        ledger: Ledger,
+        factory: ServerFactory | None,
+        host: str,
+        max_sessions: int = MCP_SESSIONS_PER_TOKEN,
+    ) -> None:
         self.ledger = ledger
         self.factory = factory
         self.host = host
+        self.max_sessions = max_sessions
         self._running: dict[str, _Running] = {}
         self._tasks: TaskGroup | None = None
         self._lock = anyio.Lock()
@@ -104,10 +122,13 @@ class MCPMount:
             )
             await response(scope, receive, send)
             return
+        token = None
         try:
             token = bearer_token(request.headers)
             await run_in_threadpool(self.ledger.authenticate, token)
         except LedgerError as exc:
+            if token is not None and isinstance(exc, AuthenticationError):
+                await self._drop(token)
             await ledger_error_response(exc)(scope, receive, send)
             return
         if self._tasks is None:
@@ -122,14 +143,32 @@ class MCPMount:
         manager = await self._manager(token)
         await manager.handle_request(scope, receive, send)
 
+    @staticmethod
+    def _key(token: str) -> str:
+        return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+    async def _drop(self, token: str) -> None:
+        """Stop the server of a token refused now, closing its sessions."""
+        async with self._lock:
+            running = self._running.pop(self._key(token), None)
+        if running is not None:
+            running.stop.set()
+
+    @property
+    def servers(self) -> int:
+        """How many tokens' servers are running."""
+        return len(self._running)
+
     async def _manager(self, token: str) -> SessionManager:
-        key = hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+        key = self._key(token)
         async with self._lock:
             running = self._running.get(key)
             if running is None:
                 assert self.factory is not None and self._tasks is not None
                 server = await run_in_threadpool(self.factory, self.ledger, token)
-                server.streamable_http_app(streamable_http_path="/mcp", host=self.host)
+                server.streamable_http_app(
+                    streamable_http_path="/mcp", host=self.host, max_sessions=self.max_sessions
+                )
                 manager: SessionManager = server.session_manager
                 running = _Running(manager, anyio.Event())
                 await self._tasks.start(self._serve, running)

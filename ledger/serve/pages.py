@@ -128,12 +128,31 @@ _POSITION = re.compile(r"[0-9]+")
 _POSITION_DIGITS = 18
 
 
+def _plain_or_text(value: Any) -> Any:
+    """What the ``json`` filter writes for a value JSON has no type for."""
+    out = plain(value)
+    return str(value) if out is value else out
+
+
 def _json(value: Any, limit: int | None = None, compact: bool = False) -> str:
-    """The ``json`` filter: a value as JSON, cut at ``limit`` characters."""
-    text = json.dumps(plain(value), ensure_ascii=False, indent=None if compact else 2, default=str)
-    if limit is not None and len(text) > limit:
-        return text[:limit] + " …"
-    return text
+    """The ``json`` filter: a value as JSON, cut at ``limit`` characters.
+
+    A cut value is encoded only as far as it is shown: a page of records whose
+    values are a megabyte each would otherwise encode all of them to show a line
+    of each, holding up every other request meanwhile."""
+    encoder = json.JSONEncoder(
+        ensure_ascii=False, indent=None if compact else 2, default=_plain_or_text
+    )
+    if limit is None:
+        return encoder.encode(value)
+    parts: list[str] = []
+    size = 0
+    for chunk in encoder.iterencode(value):
+        parts.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            return "".join(parts)[:limit] + " …"
+    return "".join(parts)
 
 
 def _details(details: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -142,8 +161,7 @@ def _details(details: Mapping[str, Any]) -> list[tuple[str, str]]:
     for name, value in details.items():
         if value is None or value == "" or value == [] or value == {} or value == ():
             continue
-        text = json.dumps(plain(value), ensure_ascii=False, default=str)
-        out.append((name, text if len(text) <= 300 else text[:300] + " …"))
+        out.append((name, _json(value, 300, compact=True)))
     return out
 
 

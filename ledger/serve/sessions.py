@@ -3,7 +3,9 @@
 The browser holds only a random session id (an HttpOnly, SameSite=Strict
 cookie); the ledger token it signed in with stays here, next to the session's
 CSRF token (a synchronizer token every form sends back). Signing in replaces
-the session id, so an id planted before sign-in is worthless afterwards.
+the session id, so an id planted before sign-in is worthless afterwards. The
+sign-in form's CSRF token is a keyed hash of its session id, so the form still
+works after its anonymous session was evicted by others' requests.
 Sessions end on sign-out, after :attr:`SessionStore.idle` seconds unused, or
 :attr:`SessionStore.lifetime` seconds after sign-in; restarting the server ends
 them all.
@@ -11,6 +13,8 @@ them all.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import hmac
 import secrets
 import threading
@@ -91,16 +95,45 @@ class SessionStore:
         self._anonymous: OrderedDict[str, ConsoleSession] = OrderedDict()
         self._signed_in: OrderedDict[str, ConsoleSession] = OrderedDict()
         self._lock = threading.Lock()
+        #: Signs anonymous sessions' CSRF tokens (see :meth:`vouched`); one per store.
+        self._key = secrets.token_bytes(32)
 
     def __len__(self) -> int:
         return len(self._anonymous) + len(self._signed_in)
 
     def new(self) -> ConsoleSession:
         """A fresh anonymous session (it carries a CSRF token for the sign-in form)."""
-        session = self._fresh()
+        session = self.passing()
         with self._lock:
             self._keep(self._anonymous, session)
         return session
+
+    def passing(self) -> ConsoleSession:
+        """A fresh anonymous session that is not kept (a page shown to a browser that
+        is given no cookie, such as a 404, needs one to render)."""
+        now = time.monotonic()
+        sid = secrets.token_urlsafe(32)
+        return ConsoleSession(sid=sid, csrf=self._signed(sid), created=now, seen=now)
+
+    def vouched(self, sid: str | None, sent: object) -> ConsoleSession | None:
+        """The anonymous session ``sid`` again, kept anew, when ``sent`` is the CSRF
+        token this store gave that session's sign-in form; None otherwise. Anonymous
+        sessions are evicted by everyone's requests without a cookie (each opens
+        one), so a sign-in form must not depend on its session still being kept:
+        a flood of such requests would otherwise keep anyone from signing in."""
+        if not sid or not isinstance(sent, str):
+            return None
+        if not hmac.compare_digest(sent.encode(), self._signed(sid).encode()):
+            return None
+        now = time.monotonic()
+        session = ConsoleSession(sid=sid, csrf=sent, created=now, seen=now)
+        with self._lock:
+            self._keep(self._anonymous, session)
+        return session
+
+    def _signed(self, sid: str) -> str:
+        digest = hmac.new(self._key, sid.encode("utf-8", "surrogatepass"), hashlib.sha256)
+        return base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode()
 
     def get(self, sid: str | None) -> ConsoleSession | None:
         """The live session with that id, or None (unknown, idle too long or too old)."""

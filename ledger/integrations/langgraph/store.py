@@ -591,7 +591,11 @@ class LedgerStore(BaseStore):
         revoker = self.approver or self.session
         reason = f"deleted through the LangGraph store (LedgerStore): {scope}/{claim}"
         mine = self.session.principal
-        for entry in self.session.explain(scope, claim, kinds=(self.kind,)).entries:
+        try:
+            entries = self.session.explain(scope, claim, kinds=(self.kind,)).entries
+        except AccessDeniedError:  # named as the store's command, not the ledger's
+            raise self.session.caller.denied(scope, Role.READ, "delete") from None
+        for entry in entries:
             record = entry.record
             # Only what get shows as an item, or would again once revalidated, and
             # the store's own puts still awaiting review: a record another surface

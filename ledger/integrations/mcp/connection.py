@@ -18,6 +18,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from ledger import RunContext, Session
 from ledger.errors import AccessDeniedError, LedgerError
 from ledger.integrations.mcp.results import record_uri
+from ledger.rules import BLOCKING
 from ledger.values import RecordView
 
 __all__ = [
@@ -97,6 +98,23 @@ class Connection:
                 except AccessDeniedError:
                     self._runless = True
             yield self._run if self._run is not None else self.session
+
+    def withdrawn(self) -> list[RecordView]:
+        """The records the run was last shown usable that nothing may be built on
+        now (revoked, rejected, stale, superseded), as they are now, in the order
+        they were read; looked up without recording them in the run. Those the
+        token can no longer read are left out (the ledger names them itself)."""
+        with self._lock:
+            named = () if self._run is None else self._run.relied_on
+        found = []
+        for name in named:
+            try:
+                view = self.session.get(name)
+            except LedgerError:
+                continue
+            if view.status in BLOCKING:
+                found.append(view)
+        return found
 
     @property
     def run_id(self) -> str | None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from functools import partial
 from typing import Annotated, Any, Literal
@@ -18,7 +20,12 @@ from mcp_types import INVALID_PARAMS
 from pydantic import BeforeValidator, Field
 
 from ledger.domain import Kind, Status, Validity
-from ledger.errors import InvalidInputError, LedgerError, UnknownRecordError
+from ledger.errors import (
+    InvalidInputError,
+    InvalidParentError,
+    LedgerError,
+    UnknownRecordError,
+)
 from ledger.graph import MAX_SERVED_NODES
 from ledger.integrations.mcp.connection import (
     Connection,
@@ -66,6 +73,7 @@ from ledger.integrations.mcp.schemas import (
 )
 from ledger.jsonable import EXPLAINED
 from ledger.session import next_after
+from ledger.values import RecordView
 
 __all__ = [
     "accept_memory",
@@ -87,6 +95,46 @@ _CANDIDATE_NOTE = (
     "A CANDIDATE: not memory yet. read_memory will not return it until an approver who is "
     "not you accepts it."
 )
+
+
+#: A ``list_records`` page stops before the record that would take its records'
+#: JSON past this many bytes (``next_after`` goes on from there): a page of 1000
+#: records with values near the 1 MiB limit would otherwise be a gigabyte.
+MAX_PAGE_BYTES = 4 * 1024 * 1024
+
+#: How many of the records a refused proposal rested on, withdrawn since, it names.
+WITHDRAWN_NAMED = 20
+
+
+@contextmanager
+def naming_withdrawn(connection: Connection) -> Iterator[None]:
+    """A proposal refused for a dependency withdrawn since is refused naming every
+    record the connection was shown usable that nothing may be built on now, and
+    how to go on: the ledger names the first it meets, so a model that looked at
+    only that one would be refused again for the next, once per record."""
+    try:
+        yield
+    except InvalidParentError as exc:
+        raise _resting_on_withdrawn(connection, exc) from None
+
+
+def _resting_on_withdrawn(connection: Connection, exc: InvalidParentError) -> InvalidParentError:
+    withdrawn = connection.withdrawn()
+    if not withdrawn:
+        return exc
+    named = ", ".join(f"{view.id!r} ({view.status})" for view in withdrawn[:WITHDRAWN_NAMED])
+    if len(withdrawn) > WITHDRAWN_NAMED:
+        named += f" and {len(withdrawn) - WITHDRAWN_NAMED} more"
+    listings = " and ".join(
+        f"list_records(scope={scope!r}, status={status!r})"
+        for scope, status in sorted({(view.scope, str(view.status)) for view in withdrawn})
+    )
+    return InvalidParentError(
+        f"{exc}. This connection was shown {len(withdrawn)} record(s) usable that nothing "
+        f"may be built on now: {named}. What it proposes rests on everything it was shown, "
+        "so each of its proposals is refused until it has been shown these as they are now: "
+        f"{listings} (paging with `after`), or get_record for each; then propose again"
+    )
 
 
 def _proposal(connection: Connection, record_id: str) -> ProposalOut:
@@ -143,7 +191,7 @@ def capture_evidence(
                 data = content.encode("utf-8")
             except UnicodeEncodeError as exc:
                 raise InvalidInputError(f"content is not valid text: {exc.reason}") from None
-        with connection.acting() as acting:
+        with naming_withdrawn(connection), connection.acting() as acting:
             record_id = acting.capture(
                 scope=scope,
                 uri=uri,
@@ -188,7 +236,7 @@ def propose_memory(
     connection = connection_of(ctx)
     replaces: dict[str, Any] = {} if supersedes is None else {"supersedes": supersedes}
     with as_tool_error():
-        with connection.acting() as acting:
+        with naming_withdrawn(connection), connection.acting() as acting:
             record_id = acting.propose(
                 scope=scope,
                 claim_key=claim_key,
@@ -280,7 +328,14 @@ def list_records(
         str | None, Field(description="Only records whose claim key starts with this.")
     ] = None,
     limit: Annotated[
-        int, Field(description="At most this many records.", ge=1, le=1000, strict=True)
+        int,
+        Field(
+            description="At most this many records (fewer when their JSON would pass 4 MiB: "
+            "`next_after` goes on from the last one returned).",
+            ge=1,
+            le=1000,
+            strict=True,
+        ),
     ] = 100,
     after: Annotated[
         str | None,
@@ -295,11 +350,26 @@ def list_records(
         "claim_prefix": claim_prefix,
     }
     connection = connection_of(ctx)
-    with as_tool_error(), connection.acting() as acting:
-        page = acting.records(scope, limit=limit, after=after, **filters)
+    with as_tool_error():
+        # Sized through the session first (the run is shown only what is returned):
+        # a page stops early once its records pass MAX_PAGE_BYTES of JSON.
+        limit = _fitting(connection.session.records(scope, limit=limit, after=after, **filters))
+        with connection.acting() as acting:
+            page = acting.records(scope, limit=limit, after=after, **filters)
         # The look past a full page goes through the session: the run was not shown it.
         following = next_after(connection.session, scope, page, limit, **filters)
     return {"records": [record_out(r) for r in page], "next_after": following}
+
+
+def _fitting(page: tuple[RecordView, ...]) -> int:
+    """How many of ``page``'s first records fit in :data:`MAX_PAGE_BYTES` of JSON
+    (at least one, so that paging always moves on)."""
+    size = 0
+    for count, view in enumerate(page):
+        size += len(json.dumps(record_out(view), ensure_ascii=False).encode())
+        if size > MAX_PAGE_BYTES and count:
+            return count
+    return max(1, len(page))
 
 
 def read_evidence(ctx: Ctx, record_id: RecordId) -> EvidenceOut:

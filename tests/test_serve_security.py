@@ -1,0 +1,207 @@
+"""What ``provledger serve`` does for callers it does not know yet, and for large
+inputs: no work for an unknown token's body, sign-in that floods of cookieless
+requests cannot block, error pages that open no sessions and aim no form at
+another site, and pages that encode a stored value only as far as they show it.
+On every backend."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+
+from ledger import Kind, Ledger
+from ledger.serve import api as api_module
+from ledger.serve import create_app
+from ledger.serve.inputs import parse_body
+from ledger.serve.pages import environment
+from ledger.serve.sessions import COOKIE, SessionStore
+from tests.test_serve_console import csrf_of as _csrf
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+def _on_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+@pytest.fixture
+def tokens(ledger: Ledger) -> dict[str, str]:
+    admin = ledger.admin()
+    admin.grant("agent-1", scope="proj-a", roles=["propose", "read"])
+    admin.grant("reviewer", scope="proj-a", roles=["approve", "read"])
+    return {name: admin.issue_token(name) for name in ("agent-1", "reviewer")}
+
+
+@pytest.fixture
+def parsed(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[bool]]:
+    """Each time the API parses a request body: whether it ran on the event loop."""
+    calls: list[bool] = []
+
+    def watched(raw: bytes) -> Any:
+        calls.append(_on_event_loop())
+        return parse_body(raw)
+
+    monkeypatch.setattr(api_module, "parse_body", watched)
+    yield calls
+
+
+def test_an_unknown_token_is_refused_before_its_body_is_parsed(
+    ledger: Ledger, tokens: dict[str, str], parsed: list[bool]
+) -> None:
+    # Parsing a large JSON body takes a good part of a second of CPU: done for any
+    # caller on the event loop, it held up every other request meanwhile.
+    body = b'{"scope": "proj-a", "value": [' + b"1," * 50_000 + b"1]}"
+    before = ledger.position
+    with TestClient(create_app(ledger, mcp_factory=None)) as client:
+        for headers in ({"Authorization": "Bearer plt_unknown"}, {}):
+            r = client.post(
+                "/api/v1/records",
+                content=body,
+                headers={**headers, "Content-Type": "application/json"},
+            )
+            assert r.status_code == 401
+            assert r.json()["error"]["type"] == "AuthenticationError"
+        assert parsed == []
+        # A known caller's body is parsed in a worker thread, off the event loop.
+        r = client.post(
+            "/api/v1/records",
+            json={"scope": "proj-a", "claim_key": "k", "value": 1, "kind": "fact", "id": "A1"},
+            headers={"Authorization": f"Bearer {tokens['agent-1']}"},
+        )
+        assert r.status_code == 201
+        assert parsed == [False]
+    assert ledger.position == before + 1  # the refusals wrote nothing
+
+
+def test_a_field_given_twice_deep_inside_a_body_is_named_as_such(
+    ledger: Ledger, tokens: dict[str, str]
+) -> None:
+    nested = "[" * 600 + '{"x": 1, "x": 2}' + "]" * 600
+    before = ledger.position
+    with TestClient(create_app(ledger, mcp_factory=None)) as client:
+        r = client.post(
+            "/api/v1/records",
+            content=f'{{"scope": "proj-a", "value": {nested}}}',
+            headers={
+                "Authorization": f"Bearer {tokens['agent-1']}",
+                "Content-Type": "application/json",
+            },
+        )
+    assert r.status_code == 422
+    error = r.json()["error"]
+    assert error["message"] == "the request body gives 'x' more than once in 'value'"
+    assert error["field"] == "value"
+    assert ledger.position == before
+
+
+def test_a_sign_in_form_still_works_after_a_flood_of_requests_without_a_cookie(
+    ledger: Ledger, tokens: dict[str, str]
+) -> None:
+    # Each cookieless request opens an anonymous session; enough of them used to
+    # evict the session of a sign-in form before it was sent, refusing the sign-in.
+    store = SessionStore(capacity=5)
+    app = create_app(ledger, mcp_factory=None, sessions=store)
+    reviewer = TestClient(app, follow_redirects=False)
+    form_csrf = _csrf(reviewer.get("/").text)
+    for _ in range(4 * store.capacity):
+        TestClient(app).get("/")
+    r = reviewer.post("/signin", data={"csrf": form_csrf, "token": tokens["reviewer"]})
+    assert r.status_code == 303
+    assert "Signed in as <strong>reviewer</strong>" in reviewer.get("/").text
+
+
+def test_an_evicted_sign_in_form_vouches_only_for_its_own_session(
+    ledger: Ledger, tokens: dict[str, str]
+) -> None:
+    store = SessionStore(capacity=2)
+    app = create_app(ledger, mcp_factory=None, sessions=store)
+    victim, attacker = (TestClient(app, follow_redirects=False) for _ in range(2))
+    victim_csrf = _csrf(victim.get("/").text)
+    attacker_csrf = _csrf(attacker.get("/").text)
+    for _ in range(4 * store.capacity):
+        TestClient(app).get("/")
+    before = len(store)
+    # Another session's form token, a made-up one, or none: each is refused.
+    for sent in ({"csrf": attacker_csrf}, {"csrf": victim_csrf + "x"}, {}):
+        r = victim.post("/signin", data={**sent, "token": tokens["reviewer"]})
+        assert r.status_code == 303
+        page = victim.get("/").text
+        assert "The sign-in form had expired" in page
+        assert "Signed in as" not in page
+        victim_csrf = _csrf(page)  # the page of the fresh session that says so
+    # A cookie made up by the client is not vouched for by a token of another.
+    forger = TestClient(app, follow_redirects=False)
+    forger.cookies.set(COOKIE, "made-up")
+    r = forger.post("/signin", data={"csrf": attacker_csrf, "token": tokens["reviewer"]})
+    assert "Signed in as" not in forger.get("/").text
+    assert len(store) <= before + 4
+
+
+def test_error_pages_open_no_sessions(ledger: Ledger) -> None:
+    store = SessionStore()
+    client = TestClient(create_app(ledger, mcp_factory=None, sessions=store))
+    for path in ("/no/such/page", "/static/no-such.css", "/api"):
+        r = client.get(path)
+        assert r.status_code == 404
+        assert COOKIE not in r.headers.get("set-cookie", "")
+    assert client.put("/records").status_code == 405
+    assert len(store) == 0
+
+
+def test_the_page_of_a_protocol_relative_path_aims_no_form_at_another_site(
+    ledger: Ledger, tokens: dict[str, str]
+) -> None:
+    client = TestClient(create_app(ledger, mcp_factory=None), follow_redirects=False)
+    client.post("/signin", data={"csrf": _csrf(client.get("/").text), "token": tokens["reviewer"]})
+    for path in ("//evil.example/x", "//evil.example/x?as_of_position=1"):
+        page = client.get(f"http://testserver{path}")
+        assert page.status_code == 404
+        assert "Signed in as <strong>reviewer</strong>" in page.text
+        targets = re.findall(r'(?:action|href)="([^"]*)"', page.text)
+        assert targets and all(t[:1] in "/#" and not t.startswith("//") for t in targets)
+
+
+class _Counted:
+    """A value the ``json`` filter has no JSON type for: counts its conversions."""
+
+    converted = 0
+
+    def __str__(self) -> str:
+        _Counted.converted += 1
+        return "counted"
+
+
+def test_a_cut_value_is_encoded_only_as_far_as_it_is_shown() -> None:
+    # A page of records with values of a megabyte each encoded all of every value
+    # to show a line of each, on the event loop: seconds without any other answer.
+    shown = environment().filters["json"]
+    value = {"head": "x" * 200, "tail": [_Counted()], "more": list(range(10_000))}
+    text = shown(value, 120, compact=True)
+    assert text == '{"head": "' + "x" * 110 + " …"
+    assert _Counted.converted == 0
+    assert shown({"tail": _Counted()}, 120) == '{\n  "tail": "counted"\n}'
+    assert _Counted.converted == 1
+
+
+def test_a_page_of_records_with_large_values_shows_each_cut(
+    ledger: Ledger, tokens: dict[str, str]
+) -> None:
+    agent = ledger.authenticate(tokens["agent-1"])
+    large = {f"k{i}": "v" * 80 for i in range(2_000)}
+    for i in range(3):
+        agent.propose(scope="proj-a", claim_key=f"big.{i}", value=large, kind=Kind.FACT, id=f"B{i}")
+    client = TestClient(create_app(ledger, mcp_factory=None), follow_redirects=False)
+    client.post("/signin", data={"csrf": _csrf(client.get("/").text), "token": tokens["reviewer"]})
+    page = client.get("/records", params={"scope": "proj-a"}).text
+    cells = re.findall(r'<code class="details">([^<]*)</code>', page)
+    assert len(cells) == 3
+    assert all(len(cell) < 200 and cell.endswith(" …") for cell in cells)
