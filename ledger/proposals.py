@@ -410,6 +410,10 @@ def previous_capture(
     stays VALID); a later capture of other bytes replaces both."""
     if not isinstance(scope, str) or not isinstance(claim_key, str):
         return None  # prepare names what is wrong
+    try:
+        claim_key = check_claim_key(claim_key)  # as prepare normalises it
+    except LedgerError:
+        return None  # prepare names what is wrong
     if not caller.roles(c, scope):
         return None  # prepare refuses the proposal without revealing anything
     pending = None

@@ -5,17 +5,13 @@ Several processes and hosts may write one ledger; writers take eventsourcing's
 table lock first. The stored events table is append-only: triggers refuse any
 UPDATE, DELETE or TRUNCATE.
 
-Connections: opening a ledger connects once directly, so a wrong database, role or
-address is reported at once with the server's own reason; a pooled connection whose
-server session ended while it sat idle (a terminated backend, a restart) is noticed
-when it is handed out and replaced, with the pool's other idle connections checked;
-and a thread holding a read or write transaction open never waits for a second
-pooled connection — a read nested in it takes an idle one or opens its own.
+A thread holding a read or write transaction open never waits for a second
+pooled connection — a read nested in it takes an idle one or opens its own. How
+connections are opened and checked: :mod:`ledger.persistence.pg_pool`.
 """
 
 from __future__ import annotations
 
-import select
 import threading
 import zlib
 from collections.abc import Iterator, Sequence
@@ -24,11 +20,7 @@ from typing import Any
 from uuid import UUID
 
 from eventsourcing.persistence import Notification, OperationalError
-from eventsourcing.postgres import (
-    PostgresApplicationRecorder,
-    PostgresDatastore,
-    PostgresFactory,
-)
+from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
 
 from ledger.persistence.base import (
     APPEND_ONLY,
@@ -46,62 +38,6 @@ from projections.base import (
     refresh_statistics,
 )
 from projections.projector import Projector
-
-
-class LedgerPostgresFactory(PostgresFactory):
-    """eventsourcing's PostgreSQL persistence, connecting once before the pool opens
-    (the server's reason for refusing comes back within the connect timeout instead
-    of a pool timeout), and with a pool that replaces connections whose session
-    ended while they were idle."""
-
-    def __init__(self, env: Any):
-        super().__init__(env)
-        pool: Any = self.datastore.pool
-        # Named in pg_stat_activity, so an administrator can tell a ledger's sessions.
-        pool.kwargs["application_name"] = f"provledger:{self.datastore.schema}"[:63]
-        # Reads wait for a lock (another session's ACCESS EXCLUSIVE, say) no longer
-        # than writers do; writers set it again for their own transaction.
-        pool.kwargs["options"] = f"-c lock_timeout={int(self.datastore.lock_timeout)}s"
-        probe(pool.kwargs, pool.timeout)
-        if hasattr(pool, "_check") and pool._check is None:
-            pool._check = _quick_check(pool)
-
-
-def probe(kwargs: dict[str, Any], timeout: float) -> None:
-    """Connect once with ``kwargs`` (libpq's connect timeout is whole seconds, at
-    least 2); raise eventsourcing's ``OperationalError`` with the server's reason."""
-    import psycopg
-
-    options = {k: v for k, v in kwargs.items() if k != "row_factory"}
-    try:
-        with psycopg.connect(**options, connect_timeout=max(2, int(timeout)), autocommit=True):
-            pass
-    except psycopg.Error as exc:
-        raise OperationalError(str(exc)) from exc
-
-
-def _quick_check(pool: Any) -> Any:
-    """A check run as the pool hands out a connection: nothing should be waiting on
-    an idle connection's socket (one system call); if something is, the server may
-    have ended the session — confirm with an empty query, and on failure check the
-    pool's other idle connections too (they were likely ended together)."""
-
-    def check(conn: Any) -> None:
-        try:
-            poll = select.poll()  # no limit on descriptor numbers, unlike select()
-            poll.register(conn.pgconn.socket, select.POLLIN | select.POLLERR | select.POLLHUP)
-            if not poll.poll(0):
-                return
-        except (OSError, ValueError, AttributeError):  # no poll(): confirm below
-            pass
-        try:
-            conn.execute("")
-        except Exception:
-            with suppress(Exception):
-                pool.check()
-            raise
-
-    return check
 
 
 def columns_of(stored_events: Sequence[Any]) -> tuple[list[Any], ...]:
@@ -208,6 +144,14 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
         self._rows_when_analyzed: int | None = None
         # A batch: its positions drawn from the events' sequence as one block (and
         # the listeners notified, as eventsourcing's insert does), then one COPY.
+        # A write transaction refused after its events went in (a proposal whose
+        # acceptance in the same transaction is refused) moves the sequence back to
+        # where it found it, still holding the lock: ``setval`` is not rolled back,
+        # and a refusal must leave no gap for others to see. Only if no one drew
+        # from it meanwhile (a writer outside the lock).
+        self._unreserve = (
+            f"SELECT setval({sequence}, %s) WHERE pg_sequence_last_value({sequence}) = %s"
+        )
         self._reserve_positions = (
             f"SELECT pg_notify(%s, ''), setval({sequence}, nextval({sequence}) + %s - 1) AS last"
         )
@@ -380,6 +324,7 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
         self._held.newest, self._held.xid = tracking[1], int(row["xid"])
         last = row["seq_last"]
         self._held.next_position = None if last is None else int(last) + 1
+        self._held.first_position = self._held.next_position
         return answer
 
     def others_wrote(self, c: Cursor) -> bool:
@@ -499,7 +444,7 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
         try:
             with self._connection() as conn:
                 held.conn, held.pipe, held.tracking = conn, None, None
-                held.newest = held.xid = held.next_position = None
+                held.newest = held.xid = held.next_position = held.first_position = None
                 # BEGIN is sent with the writers' lock (``lock_for_write``); a small
                 # command's writes with its COMMIT (``insert_in``).
                 self._pipe_on(conn)
@@ -516,17 +461,31 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
                     self._pipe_off(exc)
                     if conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
                         committing = False  # a queued write failed: COMMIT never ran
+                    elif not committing and not conn.broken:
+                        self._give_back_positions(conn)
                     if not conn.broken:
                         with suppress(psycopg.Error):
                             conn.rollback()
                     raise
                 finally:
                     held.conn, held.pipe = outer
-                    held.tracking = held.next_position = None
+                    held.tracking = held.next_position = held.first_position = None
         except Exception as exc:
             if committing:
                 raise CommitFailed() from exc
             raise
+
+    def _give_back_positions(self, conn: Any) -> None:
+        """Before a refused write transaction rolls back: move the events' sequence
+        back past the positions it drew under the lock (see ``_unreserve``)."""
+        import psycopg
+
+        first = getattr(self._held, "first_position", None)
+        following = getattr(self._held, "next_position", None)
+        if first is None or following is None or following == first:
+            return
+        with suppress(psycopg.Error):
+            conn.execute(self._unreserve, (first - 1, following - 1))
 
     def max_notification_id(self) -> int | None:
         """The newest log position, in one statement (never waiting for a pooled

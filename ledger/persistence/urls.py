@@ -254,7 +254,7 @@ def _postgres_backend(full: str) -> Backend:
     _check_schema(url, schema)
     env = {
         # Topics, not the classes: psycopg loads only when the ledger opens.
-        "PERSISTENCE_MODULE": "ledger.persistence.postgres:LedgerPostgresFactory",
+        "PERSISTENCE_MODULE": "ledger.persistence.pg_pool:LedgerPostgresFactory",
         "POSTGRES_DBNAME": dbname,
         "POSTGRES_HOST": parsed.hostname,
         "POSTGRES_PORT": str(port),

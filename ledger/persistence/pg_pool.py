@@ -1,0 +1,74 @@
+"""The PostgreSQL backend's connections.
+
+Opening a ledger connects once directly, so a wrong database, role or address is
+reported at once with the server's own reason; a pooled connection whose server
+session ended while it sat idle (a terminated backend, a restart) is noticed when
+it is handed out and replaced, with the pool's other idle connections checked.
+"""
+
+from __future__ import annotations
+
+import select
+from contextlib import suppress
+from typing import Any
+
+from eventsourcing.persistence import OperationalError
+from eventsourcing.postgres import PostgresFactory
+
+__all__ = ["LedgerPostgresFactory", "probe"]
+
+
+class LedgerPostgresFactory(PostgresFactory):
+    """eventsourcing's PostgreSQL persistence, connecting once before the pool opens
+    (the server's reason for refusing comes back within the connect timeout instead
+    of a pool timeout), and with a pool that replaces connections whose session
+    ended while they were idle."""
+
+    def __init__(self, env: Any):
+        super().__init__(env)
+        pool: Any = self.datastore.pool
+        # Named in pg_stat_activity, so an administrator can tell a ledger's sessions.
+        pool.kwargs["application_name"] = f"provledger:{self.datastore.schema}"[:63]
+        # Reads wait for a lock (another session's ACCESS EXCLUSIVE, say) no longer
+        # than writers do; writers set it again for their own transaction.
+        pool.kwargs["options"] = f"-c lock_timeout={int(self.datastore.lock_timeout)}s"
+        probe(pool.kwargs, pool.timeout)
+        if hasattr(pool, "_check") and pool._check is None:
+            pool._check = _quick_check(pool)
+
+
+def probe(kwargs: dict[str, Any], timeout: float) -> None:
+    """Connect once with ``kwargs`` (libpq's connect timeout is whole seconds, at
+    least 2); raise eventsourcing's ``OperationalError`` with the server's reason."""
+    import psycopg
+
+    options = {k: v for k, v in kwargs.items() if k != "row_factory"}
+    try:
+        with psycopg.connect(**options, connect_timeout=max(2, int(timeout)), autocommit=True):
+            pass
+    except psycopg.Error as exc:
+        raise OperationalError(str(exc)) from exc
+
+
+def _quick_check(pool: Any) -> Any:
+    """A check run as the pool hands out a connection: nothing should be waiting on
+    an idle connection's socket (one system call); if something is, the server may
+    have ended the session — confirm with an empty query, and on failure check the
+    pool's other idle connections too (they were likely ended together)."""
+
+    def check(conn: Any) -> None:
+        try:
+            poll = select.poll()  # no limit on descriptor numbers, unlike select()
+            poll.register(conn.pgconn.socket, select.POLLIN | select.POLLERR | select.POLLHUP)
+            if not poll.poll(0):
+                return
+        except (OSError, ValueError, AttributeError):  # no poll(): confirm below
+            pass
+        try:
+            conn.execute("")
+        except Exception:
+            with suppress(Exception):
+                pool.check()
+            raise
+
+    return check
