@@ -10,7 +10,8 @@ SQLite file may omit it); every other command authenticates with ``$PROVLEDGER_T
 Read commands print aligned tables for people and JSON with ``--json``;
 ``as-of`` runs them as the ledger was at a past position or time.
 
-Errors from the library print one line on stderr and exit 1; usage errors exit 2.
+Errors from the library print one line on stderr and exit 1; usage errors exit 2;
+Ctrl-C (SIGINT) prints one line and exits 130.
 """
 
 from __future__ import annotations
@@ -24,6 +25,12 @@ import click
 from ledger import __version__
 from ledger.cli import admin, agents, evidence, reads, runs, writes
 from ledger.cli.terminal import guarded
+
+#: What Ctrl-C (SIGINT) prints before the command exits with status 130.
+INTERRUPTED = (
+    "error: interrupted; a command's writes are one transaction, committed whole or "
+    "not at all (provledger history shows whether it was)"
+)
 
 #: The ``Example:`` block of a command's help text.
 _EXAMPLE = re.compile(r"^\s*Examples?:\n((?:[ \t]+\S.*(?:\n|$))+)", re.MULTILINE)
@@ -46,6 +53,11 @@ class _Main(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except KeyboardInterrupt:
+            # Not click's "Aborted!" and exit 1: 1 is a refusal (rebuild: views that
+            # differ; verify: a problem found). 130 is the shell's code for Ctrl-C.
+            click.echo(INTERRUPTED, err=True)
+            raise click.exceptions.Exit(130) from None
         except click.UsageError as exc:
             command = exc.ctx.command if exc.ctx is not None else None
             found = _EXAMPLE.search((command.help or "") if command is not None else "")

@@ -423,8 +423,16 @@ def principal_session(url: str | None, token: str) -> Iterator[tuple[Ledger, Ses
     """The ledger and the session of the token's principal (as of a past moment under as-of)."""
     ctx = click.get_current_context(silent=True)
     moment = ctx.find_object(AsOf) if ctx is not None else None
-    if moment is not None and (moment.position is None) == (moment.time is None):
-        raise click.UsageError("as-of: give exactly one of --position or --time")
+    if (
+        ctx is not None
+        and moment is not None
+        and (moment.position is None) == (moment.time is None)
+    ):
+        # Named against ``as-of`` itself, so the usage and example shown are its own.
+        owner = ctx
+        while owner.parent is not None and owner.parent.find_object(AsOf) is moment:
+            owner = owner.parent
+        raise click.UsageError("as-of: give exactly one of --position or --time", owner)
     warn_token_in_argv(token)
     with open_ledger(url) as led:
         session = led.authenticate(token)

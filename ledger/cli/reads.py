@@ -3,15 +3,18 @@ corrections, export, graph, records."""
 
 from __future__ import annotations
 
+import json
 import sys
+import textwrap
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import click
 
+from ledger.application import Ledger
 from ledger.audit import RECORD_EVENTS
 from ledger.cli.options import (
     DATETIME,
@@ -43,9 +46,9 @@ from ledger.cli.render import (
 )
 from ledger.domain import Status, Validity
 from ledger.errors import LedgerError
-from ledger.jsonable import record_json
+from ledger.jsonable import json_safe, plain, record_json
 from ledger.session import Session, next_after
-from ledger.values import CorrectionDue, RecordView
+from ledger.values import AuditEvent, CorrectionDue, RecordView
 
 # -- read commands (also under as-of) ----------------------------------------------
 
@@ -198,6 +201,14 @@ def audit(record_id: str, token: str, url: str | None, as_json: bool) -> None:
 )
 @click.option("--from", "start", type=click.IntRange(min=0), help="First log position.")
 @click.option("--to", "stop", type=click.IntRange(min=0), help="Last log position (inclusive).")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=1000,
+    show_default=True,
+    help="List at most this many events (the last line gives the --from of the next page).",
+)
+@click.option("--all", "show_all", is_flag=True, help="List every event.")
 @token_option
 @url_option
 @json_option
@@ -207,24 +218,101 @@ def history(
     event_type: str | None,
     start: int | None,
     stop: int | None,
+    limit: int,
+    show_all: bool,
     token: str,
     url: str | None,
     as_json: bool,
 ) -> None:
     """List the event log: record events in scopes where you hold the audit role.
 
+    Prints the first --limit events (the last line says where the next page
+    starts); --all lists them all, --json gives everything. The log is read a
+    stretch of positions at a time, so a long one starts printing at once.
+
     \b
     Example:
       provledger history --type Revoked --from 10 --to 40
     """
-    with principal_session(url, token) as (_led, session):
-        events = session.history(record=record_id, type=event_type, start=start, stop=stop)
-    if as_json:
-        echo_json({"events": events})
-    elif events:
-        show(make_console(), events_table(events, with_record=True))
-    else:
-        click.echo("no events")
+    with principal_session(url, token) as (led, session):
+        pages = history_pages(led, session, record_id, event_type, start, stop)
+        if as_json:
+            echo_json_events(pages)
+            return
+        console = make_console()
+        shown = 0
+        waiting: list[AuditEvent] = []
+        for page in pages:
+            for event in page:
+                if not show_all and shown == limit:
+                    if waiting:
+                        show(console, events_table(waiting, with_record=True))
+                    click.echo(
+                        f"… more events from log position {event.position}: "
+                        f"--from {event.position} lists the next page, --all every one"
+                    )
+                    return
+                waiting.append(event)
+                shown += 1
+            if len(waiting) >= HISTORY_TABLE_ROWS:
+                show(console, events_table(waiting, with_record=True))
+                waiting = []
+        if waiting:
+            show(console, events_table(waiting, with_record=True))
+        elif not shown:
+            click.echo("no events")
+
+
+#: Log positions ``history`` asks the library for at a time.
+HISTORY_WINDOW = 5000
+#: Events ``history --all`` prints as one table.
+HISTORY_TABLE_ROWS = 1000
+
+
+def history_pages(
+    led: Ledger,
+    session: Session,
+    record_id: str | None,
+    event_type: str | None,
+    start: int | None,
+    stop: int | None,
+) -> Iterator[tuple[AuditEvent, ...]]:
+    """The events ``history`` lists, a stretch of log positions at a time (one
+    record's events at once), up to the log's newest position when it started:
+    however long the log, what is held in memory is one stretch. The first stretch
+    is read before anything is printed, so a refusal comes before any output."""
+    if record_id is not None:
+        return iter((session.history(record=record_id, type=event_type, start=start, stop=stop),))
+    end = led.position if session.position is None else min(led.position, session.position)
+    if stop is not None:
+        end = min(end, stop)
+    first = start or 0
+    last = min(first + HISTORY_WINDOW - 1, end)
+    page = session.history(type=event_type, start=first, stop=last)
+    return _later_pages(session, event_type, page, last + 1, end)
+
+
+def _later_pages(
+    session: Session, event_type: str | None, page: tuple[AuditEvent, ...], first: int, end: int
+) -> Iterator[tuple[AuditEvent, ...]]:
+    """``page``, then the events of positions ``first`` to ``end``, a stretch at a time."""
+    yield page
+    while first <= end:
+        last = min(first + HISTORY_WINDOW - 1, end)
+        yield session.history(type=event_type, start=first, stop=last)
+        first = last + 1
+
+
+def echo_json_events(pages: Iterable[Sequence[AuditEvent]]) -> None:
+    """``{"events": [...]}`` as :func:`echo_json` prints it, written a page at a time."""
+    click.echo('{\n  "events": [', nl=False)
+    separator = "\n"
+    for page in pages:
+        for event in page:
+            text = json.dumps(json_safe(plain(event)), indent=2, ensure_ascii=False)
+            click.echo(separator + textwrap.indent(text, "    "), nl=False)
+            separator = ",\n"
+    click.echo("\n  ]\n}" if separator == ",\n" else "]\n}")
 
 
 @click.command()
@@ -383,7 +471,7 @@ def graph(
                 session, record_id, ancestors=ancestors or both, descendants=descendants or both
             )
         if len(sub.nodes) > max_nodes:
-            raise LedgerError(f"graph refused: {graph_summary(sub, max_nodes)}")
+            raise LedgerError(f"graph refused: {graph_summary(sub, max_nodes, one_side=not both)}")
         with working(f"drawing {len(sub.nodes):,} records"):
             drawn = picture(sub, fmt, revocations(session, sub))
     target = output
@@ -399,19 +487,25 @@ def graph(
         )
 
 
-def graph_summary(sub: Any, max_nodes: int) -> str:
-    """Why a picture is too large, and what is in it: counts by status and by the
-    first part of the claim key."""
+def graph_summary(sub: Any, max_nodes: int, *, one_side: bool = False) -> str:
+    """Why a picture is too large, what is in it (counts by status and by the first
+    part of the claim key) and what to do instead: draw one side (unless ``one_side``
+    was drawn already), a record further along, or list the most common status in
+    the records' scope (when they share one)."""
     statuses = Counter(str(n.status) for n in sub.nodes)
     prefixes = Counter(n.claim_key.split(".", 1)[0] + ".*" for n in sub.nodes)
     by_status = ", ".join(f"{k} {v:,}" for k, v in statuses.most_common())
     by_claim = ", ".join(f"{k} {v:,}" for k, v in prefixes.most_common(5))
     more = len(prefixes) - 5
+    scopes = {n.scope for n in sub.nodes}
+    scope = next(iter(scopes)) if len(scopes) == 1 else "SCOPE"
+    status = statuses.most_common(1)[0][0] if statuses else "STALE"
+    side = "" if one_side else "one side (--ancestors or --descendants) or "
     return (
         f"{sub.title} has {len(sub.nodes):,} records, more than --max-nodes {max_nodes:,} "
         f"({by_status}; claims {by_claim}{f' and {more:,} more' if more > 0 else ''}); "
-        "draw one side (--ancestors or --descendants) or a record further along, list them "
-        "(provledger records --scope SCOPE --status STALE), or raise --max-nodes"
+        f"draw {side}a record further along, list them "
+        f"(provledger records --scope {printable(scope)} --status {status}), or raise --max-nodes"
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -62,7 +63,8 @@ def show(console: Console, table: Table) -> None:
     """Print ``table``; when its id columns cannot all fit the terminal, print each
     row as ``column  value`` lines instead, so no id is ever cut."""
     # Folding columns can be narrowed to a few characters; id columns cannot.
-    needed = sum((c.min_width or 0) if c.no_wrap else 6 for c in table.columns)
+    # A folding column holding ids (``new_table``'s ``keep``) is as wide as its widest.
+    needed = sum(c.min_width or (0 if c.no_wrap else 6) for c in table.columns)
     if needed + 3 * len(table.columns) + 1 <= console.width:
         console.print(table)
         return
@@ -72,21 +74,27 @@ def show(console: Console, table: Table) -> None:
         if i:
             console.print()
         for column, column_cells in zip(table.columns, cells, strict=True):
-            line = Text(f"{column.header!s:<{width}}  ", style="bold")
+            line = Text.assemble((f"{column.header!s:<{width}}  ", "bold"))  # the name only
             cell = column_cells[i]
             line.append_text(cell if isinstance(cell, Text) else Text(str(cell)))
-            console.print(line, soft_wrap=bool(column.no_wrap))  # an id is never broken
+            # An id is never broken; text holding ids wraps at spaces, between them,
+            # unless one of them is wider than the terminal.
+            whole = column.no_wrap or (column.min_width or 0) > console.width
+            console.print(line, soft_wrap=whole)
 
 
 def new_table(
     *columns: str,
     ids: Mapping[str, Iterable[str]] | None = None,
     words: Mapping[str, Iterable[str]] | None = None,
+    keep: Mapping[str, Iterable[str]] | None = None,
     **kw: Any,
 ) -> Table:
     """A table whose id columns (``ids``: column → the ids in it) and columns of
     single words (``words``: a status, a validity) are never wrapped or cut, and
-    whose other columns fold long text onto more lines instead of cutting it."""
+    whose other columns fold long text onto more lines instead of cutting it;
+    ``keep``: column → the words of its text (each an id with what is written
+    around it) that are folded onto a line of their own but never cut."""
     table = Table(**kw)
     unbroken = {**(ids or {}), **(words or {})}
     for name in columns:
@@ -95,7 +103,8 @@ def new_table(
             widest = max((len(v) for v in values), default=0)
             table.add_column(name, no_wrap=True, min_width=max(widest, len(name)))
         else:
-            table.add_column(name, overflow="fold")
+            widest = max((len(w) for w in (keep or {}).get(name, ())), default=0)
+            table.add_column(name, overflow="fold", min_width=widest or None)
     return table
 
 
@@ -248,7 +257,8 @@ def print_explanation(explanation: Explanation, console: Console) -> None:
         console.print("no record answers this claim")
 
 
-#: A ``get`` row: the field, its value, and the ids in the value (never to be cut).
+#: A ``get`` row: the field, its value, and the ids, words and instants in the value
+#: (never to be cut).
 Field = tuple[str, Text, Sequence[str]]
 
 
@@ -266,15 +276,19 @@ def record_fields(record: RecordView) -> list[Field]:
         ("claim_key", Text(record.claim_key), ()),
         ("kind", Text(str(record.kind)), ()),
         ("value", Text(value_text(record.value)), ()),
-        ("status", styled(record.status, STATUS_STYLE), ()),
-        ("validity", styled(record.validity, VALIDITY_STYLE), ()),
+        ("status", styled(record.status, STATUS_STYLE), (str(record.status),)),
+        ("validity", styled(record.validity, VALIDITY_STYLE), (str(record.validity),)),
         ("parents", Text(", ".join(record.parents) or "-"), record.parents),
         ("observed", Text(", ".join(record.observed) or "-"), record.observed),
         ("conditions", Text(value_text(record.conditions) if record.conditions else "-"), ()),
-        ("expires", Text(when_text(record.expires)), ()),
-        ("effective expiry", Text(when_text(record.effective_expires)), ()),
-        ("proposer", Text(record.proposer), ()),
-        ("created", Text(when_text(record.created_at)), ()),
+        ("expires", Text(when_text(record.expires)), (when_text(record.expires),)),
+        (
+            "effective expiry",
+            Text(when_text(record.effective_expires)),
+            (when_text(record.effective_expires),),
+        ),
+        ("proposer", Text(record.proposer), (record.proposer,)),
+        ("created", Text(when_text(record.created_at)), (when_text(record.created_at),)),
     ]
     if record.supersedes is not None:
         rows.append(("supersedes", Text(record.supersedes), (record.supersedes,)))
@@ -335,7 +349,7 @@ def show_fields(console: Console, rows: Sequence[Field]) -> None:
         console.print(table)
         return
     for name, text, ids in rows:
-        line = Text(f"{name:<{width}}  ", style="bold")
+        line = Text.assemble((f"{name:<{width}}  ", "bold"))  # the name only
         line.append_text(text)
         console.print(line, soft_wrap=bool(ids))  # an id is never broken
 
@@ -345,10 +359,33 @@ def details_text(details: Mapping[str, Any], skip: Sequence[str] = ()) -> str:
     return ", ".join(f"{k}={value_text(v)}" for k, v in shown.items())
 
 
+#: Event details that name a record, a delivery or captured bytes (an id to copy).
+ID_DETAILS = ("delivery_id", "cause", "replacement", "supersedes", "parents", "observed")
+
+
+def _id_words(details: Mapping[str, Any]) -> Iterator[str]:
+    """The words of ``details_text(details)`` that hold an id, a hash or an instant."""
+    key = ""
+    for word in details_text(details, skip=("record_id",)).split():
+        if (named := _DETAIL_KEY.match(word)) is not None:
+            key = named.group(1)
+        if key in ID_DETAILS or "sha256:" in word or _INSTANT.search(word):
+            yield word
+
+
+_DETAIL_KEY = re.compile(r"^(\w+)=")
+_INSTANT = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d")
+
+
 def events_table(events: Sequence[AuditEvent], with_record: bool) -> Table:
     columns = ["position", "type", *(["record"] * with_record), "at", "actor", "details"]
     record_ids = [str(e.details.get("record_id", "")) for e in events]
-    table = new_table(*columns, ids={"record": record_ids, "position": [str(len(events))]})
+    table = new_table(
+        *columns,
+        ids={"record": record_ids, "position": [str(len(events))]},
+        words={"at": [when_text(e.at) for e in events]},
+        keep={"details": [w for e in events for w in _id_words(e.details)]},
+    )
     table.columns[0].justify = "right"
     for e in events:
         cells = [Text(str(e.position)), Text(e.type)]

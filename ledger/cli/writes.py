@@ -73,6 +73,8 @@ def capture(
     Example:
       provledger capture doc.txt --scope proj-a --uri https://x.test/doc --id E1
     """
+    if file == "-" and sys.stdin.isatty():
+        click.echo("reading the content from the terminal; end it with Ctrl-D", err=True)
     try:
         content = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
     except (OSError, ValueError, UnicodeError) as exc:  # a usage error, like click.File's
@@ -92,6 +94,9 @@ def capture(
             value=value,
         )
         position = led.position
+    if not content:  # e.g. a fetch that failed upstream in a pipeline
+        source = "standard input" if file == "-" else printable(file)
+        click.echo(f"warning: {rid} holds 0 bytes: {source} was empty", err=True)
     report_done(as_json, {"id": rid, "position": position}, rid)
 
 

@@ -1,0 +1,263 @@
+"""The command line as a person at a shell meets it: a long event log listed a page
+at a time, Ctrl-C, and usage errors that show the example of the command typed."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from ledger import Ledger
+from ledger.cli import main
+from ledger.cli.reads import HISTORY_WINDOW
+from ledger.jsonable import json_safe, plain
+
+
+def run(url: str, *args: str, token: str | None = None) -> Result:
+    env = {"PROVLEDGER_URL": url, "PROVLEDGER_TOKEN": token, "COLUMNS": "200"}
+    return CliRunner().invoke(main, list(args), env=env)
+
+
+@pytest.fixture
+def ledger_url(tmp_path: Path) -> tuple[str, str]:
+    """A ledger with an auditor's token and twelve records proposed one by one."""
+    url = f"sqlite:///{tmp_path / 'walk.db'}"
+    with Ledger.open(url) as led:
+        admin = led.admin()
+        admin.grant("agent-1", scope="proj-a", roles=["propose"])
+        admin.grant("auditor", scope="proj-a", roles=["read", "audit"])
+        agent = led.authenticate(admin.issue_token("agent-1"))
+        for i in range(12):
+            agent.propose(scope="proj-a", claim_key=f"k{i}", value=i, kind="fact", id=f"F{i:02d}")
+        token = admin.issue_token("auditor")
+    return url, token
+
+
+def _positions(table: str) -> list[int]:
+    return [int(m) for m in re.findall(r"^│\s+(\d+) │", table, re.MULTILINE)]
+
+
+def test_history_lists_a_page_and_names_where_the_next_one_starts(
+    ledger_url: tuple[str, str],
+) -> None:
+    url, token = ledger_url
+    everything = json.loads(run(url, "history", "--json", token=token).stdout)["events"]
+    assert len(everything) == 12
+    shown: list[int] = []
+    args: tuple[str, ...] = ("history", "--limit", "5")
+    while True:
+        result = run(url, *args, token=token)
+        assert result.exit_code == 0, result.output
+        shown += _positions(result.stdout)
+        more = re.search(r"--from (\d+) lists the next page", result.stdout)
+        if more is None:
+            break
+        args = ("history", "--limit", "5", "--from", more.group(1))
+    assert shown == [e["position"] for e in everything]
+    whole = run(url, "history", "--all", "--limit", "5", token=token)
+    assert _positions(whole.stdout) == shown and "next page" not in whole.stdout
+
+
+def test_history_json_over_many_stretches_is_the_whole_log_as_one_document(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'long.db'}"
+    with Ledger.open(url) as led:
+        admin = led.admin()
+        admin.grant("agent-1", scope="proj-a", roles=["propose", "read", "audit"])
+        token = admin.issue_token("agent-1")
+        agent = led.authenticate(token)
+        n = HISTORY_WINDOW + 50
+        agent.propose_many(
+            {"scope": "proj-a", "claim_key": f"k{i}", "value": i, "kind": "fact"} for i in range(n)
+        )
+        expected = json.dumps(
+            json_safe(plain({"events": agent.history()})), indent=2, ensure_ascii=False
+        )
+    result = run(url, "history", "--json", token=token)
+    assert result.exit_code == 0, result.output
+    assert result.stdout == expected + "\n"
+    assert len(json.loads(result.stdout)["events"]) == n
+    table = run(url, "history", token=token)  # for people: the first 1000, then a pointer
+    assert table.exit_code == 0, table.output
+    positions = _positions(table.stdout)
+    assert len(positions) == 1000
+    assert f"--from {positions[-1] + 1} lists the next page" in table.stdout
+
+
+def test_as_of_without_a_moment_shows_the_as_of_example(ledger_url: tuple[str, str]) -> None:
+    url, token = ledger_url
+    result = run(url, "as-of", "get", "F01", token=token)
+    assert result.exit_code == 2
+    assert "give exactly one of --position or --time" in result.stderr
+    assert "provledger as-of --position" in result.stderr
+    assert "provledger get R1" not in result.stderr
+
+
+def _reading_stdin(pid: int) -> bool:
+    """Whether process ``pid`` is blocked in read(2) on its file descriptor 0."""
+    try:
+        fields = Path(f"/proc/{pid}/syscall").read_text().split()
+    except OSError:
+        return False
+    return fields[:2] == ["0", "0x0"]  # x86-64: syscall 0 is read
+
+
+@pytest.mark.skipif(
+    not (sys.platform == "linux" and platform.machine() == "x86_64"),
+    reason="reads /proc/PID/syscall with x86-64 syscall numbers",
+)
+def test_ctrl_c_says_it_was_interrupted_and_exits_130(ledger_url: tuple[str, str]) -> None:
+    url, token = ledger_url
+    with Ledger.open(url) as led:
+        before = led.position
+    env = {**os.environ, "PROVLEDGER_URL": url, "PROVLEDGER_TOKEN": token}
+    args = ("capture", "-", "--scope", "proj-a", "--uri", "https://x.test/doc")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ledger", *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    try:
+        # The command waits for its content on stdin; Python's SIGINT handler is
+        # installed long before that read.
+        while not _reading_stdin(proc.pid):
+            assert proc.poll() is None, proc.communicate()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert out == b""
+    lines = err.decode().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: interrupted"), err
+    assert "Aborted" not in err.decode() and "Traceback" not in err.decode()
+    with Ledger.open(url) as led:
+        assert led.position == before
+
+
+def test_a_graph_refused_for_its_size_suggests_what_was_not_tried(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'graph.db'}"
+    with Ledger.open(url) as led:
+        admin = led.admin()
+        admin.grant("agent-1", scope="proj-a", roles=["propose", "read"])
+        admin.grant("reviewer", scope="proj-a", roles=["approve", "read", "audit"])
+        agent = led.authenticate(admin.issue_token("agent-1"))
+        reviewer = led.authenticate(token := admin.issue_token("reviewer"))
+        reviewer.accept(
+            agent.capture(scope="proj-a", uri="https://x.test/d", content=b"d", id="E1")
+        )
+        for i in range(3):
+            agent.propose("proj-a", f"k{i}", i, "inference", parents=["E1"], id=f"M{i}")
+            reviewer.accept(f"M{i}")
+        reviewer.revoke("E1", reason="wrong")
+        before = led.position
+    one_side = run(url, "graph", "E1", "--descendants", "--max-nodes", "2", token=token)
+    assert one_side.exit_code == 1 and one_side.stdout == ""
+    assert "--ancestors or --descendants" not in one_side.stderr, one_side.stderr
+    assert "provledger records --scope proj-a --status STALE" in one_side.stderr
+    both = run(url, "graph", "E1", "--max-nodes", "2", token=token)
+    assert both.exit_code == 1
+    assert "draw one side (--ancestors or --descendants) or a record further" in both.stderr
+    with Ledger.open(url) as led:
+        assert led.position == before
+
+
+def test_narrow_terminal_lines_bold_the_field_name_and_keep_words_whole(
+    ledger_url: tuple[str, str],
+) -> None:
+    url, token = ledger_url
+    env = {"PROVLEDGER_URL": url, "PROVLEDGER_TOKEN": token, "COLUMNS": "40", "FORCE_COLOR": "1"}
+    for args in (("get", "F01"), ("records", "--scope", "proj-a", "--limit", "1")):
+        out = CliRunner().invoke(main, list(args), env=env).stdout
+        assert re.search(r"\x1b\[1mkind +\x1b\[0mfact", out), repr(out)
+        plain_text = re.sub(r"\x1b\[[0-9;]*m", "", out)
+        assert "NEEDS_REVALIDATION" in plain_text, plain_text  # a status word is never cut
+    created = CliRunner().invoke(main, ["get", "F01"], env=env).stdout
+    assert re.search(r"created +\x1b\[0m\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00\n", created)
+
+
+def test_history_at_80_columns_keeps_delivery_ids_hashes_and_instants_whole(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'wide.db'}"
+    with Ledger.open(url) as led:
+        admin = led.admin()
+        admin.grant("agent-1", scope="proj-a", roles=["propose", "read"])
+        admin.grant("reviewer", scope="proj-a", roles=["approve", "read", "audit", "deliver"])
+        agent = led.authenticate(admin.issue_token("agent-1"))
+        reviewer = led.authenticate(token := admin.issue_token("reviewer"))
+        e1 = agent.capture(scope="proj-a", uri="https://x.test/d", content=b"d", id="E1")
+        reviewer.accept(e1)
+        r1 = agent.propose("proj-a", "report.weekly", "on", "report", parents=[e1], id="R1")
+        reviewer.accept(r1)
+        delivery = reviewer.deliver("R1", recipient="ops@x.test")
+        snapshot = str(reviewer.get("E1").evidence["snapshot_ref"])  # type: ignore[index]
+    env = {"PROVLEDGER_URL": url, "PROVLEDGER_TOKEN": token, "COLUMNS": "80"}
+    for args in (("history",), ("audit", "E1"), ("audit", "R1")):
+        out = CliRunner().invoke(main, list(args), env=env).stdout
+        lines = out.splitlines()
+        assert max(len(line) for line in lines) <= 80, out
+        ids = [snapshot] if args[-1] == "E1" else [delivery] if args[-1] == "R1" else []
+        for whole in ids:
+            assert any(whole in line for line in lines), out
+        assert all(
+            re.search(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?\+00:00", line)
+            for line in lines
+            if re.search(r"\b20\d\d-\d\d-\d\dT", line)
+        ), out
+
+
+def test_capturing_nothing_is_stored_but_said_on_stderr(ledger_url: tuple[str, str]) -> None:
+    url, _ = ledger_url
+    with Ledger.open(url) as led:
+        token = led.admin().issue_token("agent-1")
+    env = {"PROVLEDGER_URL": url, "PROVLEDGER_TOKEN": token}
+    args = ["capture", "-", "--scope", "proj-a", "--uri", "https://x.test/e", "--id", "E0"]
+    result = CliRunner().invoke(main, args, env=env, input=b"")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "E0\n"
+    assert result.stderr == "warning: E0 holds 0 bytes: standard input was empty\n"
+    full = CliRunner().invoke(main, [*args[:-1], "E9"], env=env, input=b"x")
+    assert full.exit_code == 0 and full.stderr == "", full.output
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="a pseudo-terminal as stdin")
+def test_capture_from_a_terminal_says_how_to_end_the_content(ledger_url: tuple[str, str]) -> None:
+    import pty
+
+    url, auditor = ledger_url
+    with Ledger.open(url) as led:
+        token = led.admin().issue_token("agent-1")
+    env = {**os.environ, "PROVLEDGER_URL": url, "PROVLEDGER_TOKEN": token}
+    args = ("capture", "-", "--scope", "proj-a", "--uri", "https://x.test/t", "--id", "T1")
+    main_fd, child_fd = pty.openpty()
+    try:
+        os.write(main_fd, b"typed by hand\n\x04")  # a line, then Ctrl-D
+        done = subprocess.run(
+            [sys.executable, "-m", "ledger", *args],
+            stdin=child_fd,
+            capture_output=True,
+            env=env,
+            check=False,
+        )
+    finally:
+        os.close(child_fd)
+        os.close(main_fd)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == b"T1\n"
+    assert b"end it with Ctrl-D" in done.stderr
+    with Ledger.open(url) as led:
+        assert led.authenticate(auditor).get("T1").evidence["size"] == len(b"typed by hand\n")  # type: ignore[index]
