@@ -78,10 +78,13 @@ def history(
     type: str | None,
     start: int | None,
     stop: int | None,
+    limit: int | None = None,
 ) -> tuple[AuditEvent, ...]:
     """``Session.history``: record events in position order, in audited scopes."""
     if type is not None and type not in RECORD_EVENTS:
         raise InvalidInputError(f"history type {type!r} is not one of: {', '.join(RECORD_EVENTS)}")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise InvalidInputError(f"history limit {limit!r} is not a positive count")
     for bound, what in ((start, "start"), (stop, "stop")):
         if bound is not None and (
             isinstance(bound, bool) or not isinstance(bound, int) or not 0 <= bound < 2**62
@@ -117,6 +120,8 @@ def history(
             notes = log()
         records: dict[Any, tuple[str, bool]] = {}  # aggregate id -> (record id, may audit)
         for note in notes:
+            if len(out) == limit:
+                break
             if note.id < first or not note.topic.startswith(prefix):
                 continue
             if note.id > last:

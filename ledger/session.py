@@ -210,23 +210,27 @@ class Session:
         type: str | None = None,
         start: int | None = None,
         stop: int | None = None,
+        limit: int | None = None,
     ) -> tuple[AuditEvent, ...]:
         """Record events of the log in position order, optionally filtered.
 
         Lists only events of records in scopes where the principal holds
         ``audit``; the others are skipped as if absent. ``record`` narrows the
         list to one record, ``type`` to one event type (``Proposed``,
-        ``Revoked``, …), ``start``/``stop`` to an inclusive position range. Each
-        event's ``details`` name its ``record_id``. An as-of session lists
-        nothing after its position.
+        ``Revoked``, …), ``start``/``stop`` to an inclusive position range,
+        ``limit`` to the first that many events (the next page starts at the
+        last one's ``position + 1``; a long log is read only as far as the page
+        needs). Each event's ``details`` name its ``record_id``. An as-of
+        session lists nothing after its position.
 
         Raises:
             UnknownRecordError: ``record`` is unknown or not visible.
             AccessDeniedError: no ``audit`` role in ``record``'s scope, or (without
                 ``record``) in any scope.
-            InvalidInputError: an unknown event type, or a position that is not one.
+            InvalidInputError: an unknown event type, a position that is not one,
+                or a limit that is not a positive count.
         """
-        return audit.history(self.caller, record, type, start, stop)
+        return audit.history(self.caller, record, type, start, stop, limit)
 
     def prove(self, record_id: str) -> tuple[InclusionProof, ...]:
         """Inclusion proofs of every event of a record in the current Merkle tree

@@ -175,5 +175,22 @@ def test_a_langgraph_delete_without_read_is_refused_as_a_delete(
         assert str(info.value) == (
             f"delete refused: 'agent-1' lacks role 'read' in scope {namespace[0]!r}"
         )
+    # And every other operation is named as the store's, not as the ledger call
+    # it makes (read, records, propose)
+    calls = {
+        "get": lambda: store.get(("write-only", "notes"), "k"),
+        "search": lambda: store.search(("write-only",)),
+        "put": lambda: store.put(("write-only", "notes"), "k", {"v": 1}),
+        "list_namespaces": lambda: store.list_namespaces(prefix=("write-only",)),
+    }
+    for name, call in calls.items():
+        with pytest.raises(AccessDeniedError) as info:
+            call()
+        assert str(info.value) == (
+            f"{name} refused: 'agent-1' lacks role 'read' in scope 'write-only'"
+        )
+    with pytest.raises(AccessDeniedError) as info:
+        store.put(("no-grant", "notes"), "k", {"v": 1})
+    assert str(info.value) == "put refused: 'agent-1' lacks role 'propose' in scope 'no-grant'"
     assert ledger.position == position
     store.close()

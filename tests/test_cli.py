@@ -178,6 +178,16 @@ def test_token_issue_json_and_revoke_make_the_token_stop_working(cli: Cli) -> No
     assert result.stderr == "error: token of 'agent-1' was revoked\n"
 
 
+def test_token_revoke_reads_the_token_from_standard_input_given_dash(cli: Cli) -> None:
+    issued = cli.json("token", "issue", "agent-1")["token"]
+    before = cli.position
+    result = cli("token", "revoke", "-", "--json", input=f"{issued}\n")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout) == {"revoked": True, "position": before + 1}
+    refused = cli("get", "X", "--token", issued)
+    assert refused.stderr == "error: token of 'agent-1' was revoked\n"
+
+
 def test_the_token_can_come_from_the_environment(chain: Cli) -> None:
     result = chain("get", "E1", "--json", PROVLEDGER_TOKEN=chain.agent)
     assert result.exit_code == 0

@@ -223,7 +223,7 @@ def test_a_put_where_the_principal_may_not_propose_fails_the_batch_before_anythi
     with pytest.raises(AccessDeniedError) as refused:
         store.batch([PutOp(("test",), "ok", {"v": 1}), PutOp(("secret",), "k", {"v": 1})])
 
-    assert str(refused.value) == "propose refused: 'agent' lacks role 'propose' in scope 'secret'"
+    assert str(refused.value) == "put refused: 'agent' lacks role 'propose' in scope 'secret'"
     assert principals.ledger.position == before
     assert store.get(("test",), "ok") is None
 
@@ -1579,7 +1579,7 @@ def test_a_put_by_a_principal_without_read_is_refused_for_want_of_it(
         for key in ("old", "new"):
             with pytest.raises(
                 AccessDeniedError,
-                match="propose refused: 'blind' lacks role 'read' in scope 'test'",
+                match="put refused: 'blind' lacks role 'read' in scope 'test'",
             ):
                 blind.put(("test", "memories"), key, {"v": 2})
     assert principals.ledger.position == before + 1  # the token issued, nothing else

@@ -302,6 +302,22 @@ def test_a_ledger_on_a_read_only_mount_is_refused_for_writing_and_opens_read_onl
         assert sorted(p.name for p in mounted.iterdir()) == ["l.db"]
 
 
+def test_a_new_ledger_in_a_read_only_directory_is_refused_naming_the_directory(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "src").mkdir()
+    with read_only_mount(tmp_path / "src", tmp_path / "ro") as mounted:
+        url = f"sqlite:///{mounted / 'new.db'}"
+        refused = run("init", "--url", url)
+        assert refused.exit_code == 1
+        assert refused.stderr == (
+            f"error: cannot open ledger {url!r}: the file does not exist and the directory "
+            f"{str(mounted)!r} is not writable (a read-only file system, or no permission): "
+            "create the ledger elsewhere\n"
+        )
+        assert list(mounted.iterdir()) == []
+
+
 def test_a_read_only_mount_with_a_wal_file_is_read_whole_or_refused(tmp_path: Path) -> None:
     # Copied while the writer was open, the main file lacks what the -wal file holds.
     # With the -shm file beside them SQLite reads both; without it an immutable open

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -602,6 +603,38 @@ def test_listings_across_scopes_are_refused_without_the_role_not_answered_empty(
     with pytest.raises(AccessDeniedError, match="lacks role 'audit' in every scope"):
         world.agent.history()
     assert world.reviewer.corrections_due() == ()
+
+
+def test_history_pages_with_a_limit_from_the_last_position_shown(world: World) -> None:
+    # Given seven records, three accepted, in proj-a
+    for n in range(7):
+        world.agent.propose("proj-a", f"page.k{n}", n, Kind.FACT, id=f"P{n}")
+    for n in range(3):
+        world.reviewer.accept(f"P{n}")
+    everything = world.reviewer.history()
+    # When the auditor pages through three at a time
+    pages = []
+    start = None
+    while page := world.reviewer.history(start=start, limit=3):
+        pages.append(page)
+        start = page[-1].position + 1
+    # Then the pages are the whole history, in order, none longer than the limit
+    assert [e for page in pages for e in page] == list(everything)
+    assert [len(page) for page in pages] == [3, 3, 3, 1]
+    # And a limit narrows filtered listings too, as-of sessions included
+    accepted = world.reviewer.history(type="Accepted", limit=2)
+    assert [e.details["record_id"] for e in accepted] == ["P0", "P1"]
+    past = world.reviewer.as_of(position=everything[4].position)
+    assert past.history(limit=10) == everything[:5]
+    assert world.reviewer.history(record="P0", limit=1) == everything[:1]
+
+
+@pytest.mark.parametrize("limit", [0, -1, True, 2.0, "3"])
+def test_a_history_limit_that_is_no_positive_count_is_refused_naming_it(
+    world: World, limit: object
+) -> None:
+    with pytest.raises(InvalidInputError, match=rf"history limit {re.escape(repr(limit))} "):
+        world.reviewer.history(limit=limit)  # type: ignore[arg-type]
 
 
 # -- a bounded explanation -----------------------------------------------------------------

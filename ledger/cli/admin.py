@@ -315,12 +315,16 @@ def token_issue(
 @json_option
 @errors_exit_1
 def token_revoke(token_value: str, url: str | None, admin_token: str | None, as_json: bool) -> None:
-    """Withdraw TOKEN; commands using it are refused from now on.
+    """Withdraw TOKEN; commands using it are refused from now on. TOKEN "-" reads
+    it from standard input (its first line), out of other users' sight (`ps`).
 
     \b
-    Example:
+    Examples:
       provledger token revoke "$AGENT"
+      printf '%s\n' "$AGENT" | provledger token revoke -
     """
+    if token_value == "-":
+        token_value = sys.stdin.readline().strip()
     with host_ledger(url, "token revoke", admin_token) as led:
         led.admin().revoke_token(token_value)
         position = led.position

@@ -131,6 +131,12 @@ def storage_error(
     folder = _missing_folder(cause, path) if opening else None
     if folder is not None:
         return StorageError(f"{head}: the directory {folder!r} does not exist (create it first)")
+    folder = _unwritable_folder(cause, path) if opening else None
+    if folder is not None:
+        return StorageError(
+            f"{head}: the file does not exist and the directory {folder!r} is not writable "
+            "(a read-only file system, or no permission): create the ledger elsewhere"
+        )
     if not opening and (_is_lost(cause) or (committing and _is_pipeline_stuck(cause))):
         if committing:
             return ConnectionLostError(
@@ -154,6 +160,19 @@ def _missing_folder(cause: BaseException, path: str | None) -> str | None:
         return None
     folder = os.path.dirname(os.path.abspath(path))
     return None if os.path.isdir(folder) else folder
+
+
+def _unwritable_folder(cause: BaseException, path: str | None) -> str | None:
+    """The directory of the SQLite file ``path`` if SQLite could not create the
+    file there because the directory cannot be written, else None."""
+    if path is None or not isinstance(cause, sqlite3.Error):
+        return None
+    if getattr(cause, "sqlite_errorcode", None) != sqlite3.SQLITE_CANTOPEN:
+        return None
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.exists(path) or not os.path.isdir(folder) or os.access(folder, os.W_OK):
+        return None
+    return folder
 
 
 def _is_full(cause: BaseException, path: str | None) -> bool:

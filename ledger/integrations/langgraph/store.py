@@ -56,6 +56,7 @@ from ledger.integrations.langgraph.keys import (
     parse_claim_key,
     scope_of,
 )
+from ledger.integrations.langgraph.refusals import named_as, renamed
 from ledger.integrations.langgraph.threads import MAX_THREADS, Ids, Thread, Threads, thread_id
 from ledger.proposals import NewestOf
 from ledger.validation import check_kind, check_value
@@ -197,7 +198,10 @@ class LedgerStore(BaseStore):
             if self._names_a_scope(namespace):
                 return None  # no item can be there (see ``_find``)
             raise
-        result = self.session.read(scope, claim, None, None, self._kinds)  # positional: quicker
+        try:
+            result = self.session.read(scope, claim, None, None, self._kinds)  # positional: quicker
+        except AccessDeniedError as exc:
+            raise renamed(exc, "get") from None
         records = result.records
         if len(records) == 1:  # the one usable record (FOUND), as _newest gives it
             view: RecordView | None = records[0]
@@ -266,21 +270,23 @@ class LedgerStore(BaseStore):
             results: list[Result] = []
             puts: dict[tuple[tuple[str, ...], str], PutOp] = {}
             for op in ops:
-                if isinstance(op, GetOp):
-                    state, got = self._threads.in_run(state, self._get, op)
-                    results.append(got)
-                elif isinstance(op, SearchOp):
-                    state, found = self._threads.in_run(state, self._search, op)
-                    results.append(found)
-                elif isinstance(op, ListNamespacesOp):
-                    results.append(self._list_namespaces(op))
-                else:
-                    assert isinstance(op, PutOp)
-                    puts.pop((tuple(op.namespace), op.key), None)
-                    puts[(tuple(op.namespace), op.key)] = op
-                    results.append(None)
+                with named_as(op):
+                    if isinstance(op, GetOp):
+                        state, got = self._threads.in_run(state, self._get, op)
+                        results.append(got)
+                    elif isinstance(op, SearchOp):
+                        state, found = self._threads.in_run(state, self._search, op)
+                        results.append(found)
+                    elif isinstance(op, ListNamespacesOp):
+                        results.append(self._list_namespaces(op))
+                    else:
+                        assert isinstance(op, PutOp)
+                        puts.pop((tuple(op.namespace), op.key), None)
+                        puts[(tuple(op.namespace), op.key)] = op
+                        results.append(None)
             for op in puts.values():
-                state, _ = self._threads.in_run(state, self._put, op)
+                with named_as(op):
+                    state, _ = self._threads.in_run(state, self._put, op)
         return results
 
     def _check_proposer(self, scopes: set[str]) -> None:
@@ -290,7 +296,7 @@ class LedgerStore(BaseStore):
         held = self.session.grants()
         for scope in sorted(scopes):
             if Role.PROPOSE.value not in held.get(scope, ()):
-                raise self.session.caller.denied(scope, Role.PROPOSE, "propose")
+                raise self.session.caller.denied(scope, Role.PROPOSE, "put")
 
     def _check_op(self, op: object) -> None:
         """Refuse a malformed or unsupported operation before anything runs."""
@@ -591,11 +597,7 @@ class LedgerStore(BaseStore):
         revoker = self.approver or self.session
         reason = f"deleted through the LangGraph store (LedgerStore): {scope}/{claim}"
         mine = self.session.principal
-        try:
-            entries = self.session.explain(scope, claim, kinds=(self.kind,)).entries
-        except AccessDeniedError:  # named as the store's command, not the ledger's
-            raise self.session.caller.denied(scope, Role.READ, "delete") from None
-        for entry in entries:
+        for entry in self.session.explain(scope, claim, kinds=(self.kind,)).entries:
             record = entry.record
             # Only what get shows as an item, or would again once revalidated, and
             # the store's own puts still awaiting review: a record another surface
