@@ -3,8 +3,10 @@ sessions that answer as the ledger did at a past position or time."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
+from contextlib import closing
 from datetime import UTC, datetime
+from itertools import islice
 from typing import Any
 from uuid import UUID
 
@@ -81,10 +83,23 @@ def history(
     limit: int | None = None,
 ) -> tuple[AuditEvent, ...]:
     """``Session.history``: record events in position order, in audited scopes."""
-    if type is not None and type not in RECORD_EVENTS:
-        raise InvalidInputError(f"history type {type!r} is not one of: {', '.join(RECORD_EVENTS)}")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise InvalidInputError(f"history limit {limit!r} is not a positive count")
+    with closing(iter_history(caller, record, type, start, stop)) as events:
+        return tuple(islice(events, limit))
+
+
+def iter_history(
+    caller: Caller,
+    record: str | None,
+    type: str | None,
+    start: int | None,
+    stop: int | None,
+) -> Generator[AuditEvent, None, None]:
+    """``Session.iter_history``: :func:`history`'s events one at a time, from one
+    read transaction (the caller's refusal comes with the first)."""
+    if type is not None and type not in RECORD_EVENTS:
+        raise InvalidInputError(f"history type {type!r} is not one of: {', '.join(RECORD_EVENTS)}")
     for bound, what in ((start, "start"), (stop, "stop")):
         if bound is not None and (
             isinstance(bound, bool) or not isinstance(bound, int) or not 0 <= bound < 2**62
@@ -95,10 +110,15 @@ def history(
         stop if stop is not None else 1 << 62,
         caller.position if caller.position is not None else 1 << 62,
     )
+    return _history_events(caller, record, type, first, last)
+
+
+def _history_events(
+    caller: Caller, record: str | None, type: str | None, first: int, last: int
+) -> Generator[AuditEvent, None, None]:
     engine = caller.engine
     d = engine.dialect
     prefix = _RECORD_TOPIC + "."
-    out: list[AuditEvent] = []
     with caller.reading() as c:
 
         def log() -> Iterator[Any]:
@@ -120,8 +140,6 @@ def history(
             notes = log()
         records: dict[Any, tuple[str, bool]] = {}  # aggregate id -> (record id, may audit)
         for note in notes:
-            if len(out) == limit:
-                break
             if note.id < first or not note.topic.startswith(prefix):
                 continue
             if note.id > last:
@@ -143,16 +161,13 @@ def history(
                 names = caller.names(c, (*named, rid))
                 actor = redaction.actor(getattr(event, "actor", None), details, hidden)
                 details = redaction.details(details, hidden, names)
-                out.append(
-                    AuditEvent(
-                        position=note.id,
-                        type=event.__class__.__name__,
-                        at=event.timestamp,
-                        actor=actor,
-                        details={"record_id": names.get(rid, rid), **details},
-                    )
+                yield AuditEvent(
+                    position=note.id,
+                    type=event.__class__.__name__,
+                    at=event.timestamp,
+                    actor=actor,
+                    details={"record_id": names.get(rid, rid), **details},
                 )
-    return tuple(out)
 
 
 def prove(caller: Caller, record_id: str) -> tuple[InclusionProof, ...]:

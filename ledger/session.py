@@ -8,7 +8,7 @@ the concern — :mod:`ledger.proposals`, :mod:`ledger.transitions`,
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Generator, Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -231,6 +231,23 @@ class Session:
                 or a limit that is not a positive count.
         """
         return audit.history(self.caller, record, type, start, stop, limit)
+
+    def iter_history(
+        self,
+        record: str | None = None,
+        type: str | None = None,
+        start: int | None = None,
+        stop: int | None = None,
+    ) -> Generator[AuditEvent, None, None]:
+        """:meth:`history`'s events one at a time, all from one read transaction
+        (one snapshot of the log and of the principal's grants), in memory that
+        does not grow with the log: for exporting a long log. The transaction
+        stays open until the iterator is exhausted or closed (use
+        ``contextlib.closing``); on the memory backend, writes wait for it. Its
+        refusals (:meth:`history`'s) come with the first event asked for, except
+        for an unknown type or a bad position, which are refused at once.
+        """
+        return audit.iter_history(self.caller, record, type, start, stop)
 
     def prove(self, record_id: str) -> tuple[InclusionProof, ...]:
         """Inclusion proofs of every event of a record in the current Merkle tree

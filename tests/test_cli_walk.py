@@ -17,7 +17,7 @@ from click.testing import CliRunner, Result
 
 from ledger import Ledger
 from ledger.cli import main
-from ledger.cli.reads import HISTORY_WINDOW
+from ledger.cli.reads import HISTORY_TABLE_ROWS
 from ledger.jsonable import json_safe, plain
 
 
@@ -66,7 +66,7 @@ def test_history_lists_a_page_and_names_where_the_next_one_starts(
     assert _positions(whole.stdout) == shown and "next page" not in whole.stdout
 
 
-def test_history_json_over_many_stretches_is_the_whole_log_as_one_document(
+def test_history_json_of_a_long_log_is_the_whole_log_as_one_document(
     tmp_path: Path,
 ) -> None:
     url = f"sqlite:///{tmp_path / 'long.db'}"
@@ -75,9 +75,17 @@ def test_history_json_over_many_stretches_is_the_whole_log_as_one_document(
         admin.grant("agent-1", scope="proj-a", roles=["propose", "read", "audit"])
         token = admin.issue_token("agent-1")
         agent = led.authenticate(token)
-        n = HISTORY_WINDOW + 50
+        n = HISTORY_TABLE_ROWS + 50
+        # Values holding characters Python takes as line breaks and JSON leaves as
+        # they are (U+2028, U+2029, U+0085): the stream must not indent them
         agent.propose_many(
-            {"scope": "proj-a", "claim_key": f"k{i}", "value": i, "kind": "fact"} for i in range(n)
+            {
+                "scope": "proj-a",
+                "claim_key": f"k{i}",
+                "value": f"{i}\u2028\u2029\x85\n.",
+                "kind": "fact",
+            }
+            for i in range(n)
         )
         expected = json.dumps(
             json_safe(plain({"events": agent.history()})), indent=2, ensure_ascii=False
@@ -111,18 +119,27 @@ def _reading_stdin(pid: int) -> bool:
     return fields[:2] == ["0", "0x0"]  # x86-64: syscall 0 is read
 
 
+def _capture_from_stdin(
+    ledger_url: tuple[str, str],
+) -> tuple[str, int, list[str], dict[str, str]]:
+    """(url, log position, command line, environment) of `provledger capture -` run
+    as a process on the ledger."""
+    url, token = ledger_url
+    with Ledger.open(url) as led:
+        before = led.position
+    env = {**os.environ, "PROVLEDGER_URL": url, "PROVLEDGER_TOKEN": token}
+    args = ["capture", "-", "--scope", "proj-a", "--uri", "https://x.test/doc"]
+    return url, before, [sys.executable, "-m", "ledger", *args], env
+
+
 @pytest.mark.skipif(
     not (sys.platform == "linux" and platform.machine() == "x86_64"),
     reason="reads /proc/PID/syscall with x86-64 syscall numbers",
 )
 def test_ctrl_c_says_it_was_interrupted_and_exits_130(ledger_url: tuple[str, str]) -> None:
-    url, token = ledger_url
-    with Ledger.open(url) as led:
-        before = led.position
-    env = {**os.environ, "PROVLEDGER_URL": url, "PROVLEDGER_TOKEN": token}
-    args = ("capture", "-", "--scope", "proj-a", "--uri", "https://x.test/doc")
+    url, before, command, env = _capture_from_stdin(ledger_url)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ledger", *args],
+        command,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -144,6 +161,24 @@ def test_ctrl_c_says_it_was_interrupted_and_exits_130(ledger_url: tuple[str, str
     lines = err.decode().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: interrupted"), err
     assert "Aborted" not in err.decode() and "Traceback" not in err.decode()
+    with Ledger.open(url) as led:
+        assert led.position == before
+
+
+def test_capture_from_a_closed_standard_input_is_a_usage_error(
+    ledger_url: tuple[str, str],
+) -> None:
+    url, before, command, env = _capture_from_stdin(ledger_url)
+    done = subprocess.run(
+        command,
+        preexec_fn=lambda: os.close(0),  # as `<&-` in a shell
+        capture_output=True,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert b"standard input is closed (pipe the content in, or name a file)" in done.stderr
+    assert b"Traceback" not in done.stderr
     with Ledger.open(url) as led:
         assert led.position == before
 

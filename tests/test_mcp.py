@@ -579,6 +579,21 @@ async def test_a_page_of_large_values_stops_before_4_mib_and_the_run_sees_only_i
     assert proposal["record"]["observed"] == ["B0", "B1", "B2", "B3"]
 
 
+async def test_an_explanation_keeps_its_unusable_records_under_4_mib(team: Team) -> None:
+    # Given six candidates of about 0.9 MB each under a claim
+    for n in range(6):
+        team.sessions["agent-1"].propose(
+            scope=SCOPE, claim_key="big.claim", value=f"{n}" + "x" * 900_000, kind=Kind.FACT
+        )
+    async with team.client("agent-1") as agent:
+        # When the agent asks to see up to ten of them
+        explained = await ok(agent, "explain_memory", scope=SCOPE, claim_key="big.claim", limit=10)
+    # Then four are shown and two counted as left out, with how to see them
+    assert len(explained["entries"]) == 4
+    assert explained["omitted"] == 2
+    assert "list_records" in explained["note"]
+
+
 async def test_an_infinite_float_is_shown_as_the_string_inf_not_null(team: Team) -> None:
     # JSON has no infinity: shown as null, two different values would look alike.
     agent, reviewer = team.sessions["agent-1"], team.sessions["reviewer"]

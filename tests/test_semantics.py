@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from contextlib import closing
 from datetime import timedelta
 
 import pytest
@@ -627,6 +628,27 @@ def test_history_pages_with_a_limit_from_the_last_position_shown(world: World) -
     past = world.reviewer.as_of(position=everything[4].position)
     assert past.history(limit=10) == everything[:5]
     assert world.reviewer.history(record="P0", limit=1) == everything[:1]
+
+
+def test_iter_history_lists_one_snapshot_whatever_is_written_meanwhile(world: World) -> None:
+    # Given events in proj-a and proj-b, both audited by the reviewer
+    for n in range(6):
+        world.agent.propose("proj-a" if n % 2 else "proj-b", f"snap.k{n}", n, Kind.FACT)
+    everything = world.reviewer.history()
+    with closing(world.reviewer.iter_history()) as events:
+        first = next(events)
+        if not world.ledger.url.startswith("memory"):
+            # When the reviewer's audit role in proj-b is withdrawn, and more is
+            # written, while the listing is under way (a file or server database:
+            # the memory backend's writes wait for the reader)
+            admin = world.ledger.admin()
+            admin.revoke_grant("reviewer", "proj-b", ["audit"])
+            world.agent.propose("proj-a", "snap.later", 1, Kind.FACT)
+        rest = list(events)
+    # Then the listing is the log as it was when it began, whole
+    assert (first, *rest) == everything
+    with pytest.raises(InvalidInputError, match="history type 'Nope'"):
+        world.reviewer.iter_history(type="Nope")  # refused at once, not on first use
 
 
 @pytest.mark.parametrize("limit", [0, -1, True, 2.0, "3"])

@@ -501,6 +501,34 @@ def test_reads_take_an_applicability_context_and_kinds(served: Served) -> None:
     assert other_kind.json()["outcome"] == "MISSING"
 
 
+def test_pages_and_explanations_stop_before_4_mib_of_records(served: Served) -> None:
+    # Given one usable record and six candidates of about 0.9 MB each under a claim
+    agent = served.ledger.authenticate(served.tokens["agent-1"])
+    reviewer = served.ledger.authenticate(served.tokens["reviewer"])
+    claim = {"scope": "proj-a", "claim_key": "big.claim", "kind": Kind.FACT}
+    agent.propose(**claim, value="usable", id="B0", accepted_by=reviewer)  # type: ignore[arg-type]
+    for n in range(1, 7):
+        agent.propose(**claim, value=f"{n}" + "x" * 900_000, id=f"B{n}")  # type: ignore[arg-type]
+    # When a page of ten is listed, and the claim explained with room for ten others
+    first = served.agent.get("/records", params={"scope": "proj-a", "limit": 10})
+    explained = served.agent.get(
+        "/explain", params={"scope": "proj-a", "claim_key": "big.claim", "limit": 10}
+    ).json()
+    # Then the page stops before 4 MiB, and says where to go on
+    assert first.status_code == 200
+    assert len(first.content) < 4 * 1024 * 1024
+    assert [r["id"] for r in first.json()["records"]] == ["B0", "B1", "B2", "B3", "B4"]
+    assert first.json()["next_after"] == "B4"
+    rest = served.agent.get("/records", params={"scope": "proj-a", "limit": 10, "after": "B4"})
+    assert [r["id"] for r in rest.json()["records"]] == ["B5", "B6"]
+    assert rest.json()["next_after"] is None
+    # And the explanation keeps the usable record and as many others as fit
+    # (the most recently changed, listed by id)
+    assert [e["record"]["id"] for e in explained["entries"]] == ["B0", "B3", "B4", "B5", "B6"]
+    assert explained["omitted"] == 2
+    assert explained["note"].startswith("2 more records of this claim, none of them usable")
+
+
 def test_corrections_due_are_listed_and_issued_through_the_outbox(served: Served) -> None:
     _seed(served)
     assert served.reviewer.get("/corrections").json() == {"corrections": []}

@@ -116,6 +116,7 @@ for _command in (
     admin.stats,
     admin.demo,
     admin.rebuild,
+    admin.backup,
     agents.mcp_command,
     agents.serve,
 ):

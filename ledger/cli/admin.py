@@ -1,12 +1,16 @@
-"""Host commands: create the ledger, grant roles, issue tokens, stats, demo, rebuild."""
+"""Host commands: create the ledger, grant roles, issue tokens, stats, demo, rebuild,
+backup."""
 
 from __future__ import annotations
 
+import os
+import sqlite3
 import sys
 import tempfile
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import click
 from rich.console import Console
@@ -37,8 +41,14 @@ from ledger.cli.render import (
     when_text,
 )
 from ledger.engine import read_only_error
-from ledger.errors import AccessDeniedError, LedgerNotFoundError
+from ledger.errors import (
+    AccessDeniedError,
+    InvalidURLError,
+    LedgerNotFoundError,
+    StorageError,
+)
 from ledger.experiment import run_experiment
+from ledger.persistence.faults import storage_error
 from ledger.persistence.sqlite import others_tables
 from ledger.persistence.urls import resolve_url
 
@@ -319,7 +329,7 @@ def token_revoke(token_value: str, url: str | None, admin_token: str | None, as_
     it from standard input (its first line), out of other users' sight (`ps`).
 
     \b
-    Examples:
+    Example:
       provledger token revoke "$AGENT"
       printf '%s\n' "$AGENT" | provledger token revoke -
     """
@@ -414,6 +424,12 @@ def rebuild(url: str | None, admin_token: str | None, as_json: bool) -> None:
     A difference is repaired, not shown: run `provledger verify` first (it only
     reads) to have the rows that differ named.
 
+    The rebuild is one transaction holding the writers' lock: reads go on, but
+    every command that writes (a server's too) waits until it ends, and is
+    refused (ConcurrencyError; HTTP 409) once it has waited its lock wait
+    (`?timeout=` on SQLite, `lock_timeout` on PostgreSQL; 30 s by default). The
+    rate it prints tells how long the next one will hold the lock.
+
     Maintenance: see `provledger init` for the admin token.
 
     \b
@@ -475,3 +491,116 @@ def rebuild_with_progress(led: Ledger, *, quiet: bool = False) -> Any:
             soft_wrap=True,  # one line for logs, the digest unbroken
         )
     return report
+
+
+@click.command()
+@click.argument("dest", metavar="DEST")
+@admin_options
+@json_option
+@errors_exit_1
+def backup(dest: str, url: str | None, admin_token: str | None, as_json: bool) -> None:
+    """Copy an SQLite ledger to the new file DEST, whole, while commands keep running.
+
+    The copy is one read of the ledger (SQLite's `VACUUM INTO`): the log up to one
+    position with its Merkle leaves, views and snapshots, and none of the space
+    freed since (erased bytes included). DEST must not exist. `cp` of a ledger
+    in use can copy a file that writers change meanwhile: such a copy may not
+    open, or fail `verify`. Prints the copy's digest: `provledger verify
+    --against` it passes on the live ledger and on the copy.
+
+    To restore: stop every process using the ledger, move the ledger file and
+    its -wal and -shm files aside, copy DEST in its place. The log then ends at
+    the copy's position: what was written since is gone (a token or a grant
+    revoked since works again), and a digest or signed head taken since no
+    longer verifies. On PostgreSQL use pg_dump --schema NAME instead.
+
+    \b
+    Example:
+      provledger backup /backups/provledger-2026-11-30.db
+    """
+    backend = resolve_url(url)
+    if backend.kind != "sqlite" or backend.path is None:
+        raise InvalidURLError(
+            f"backup refused: {printable(backend.url)} is not an SQLite file; back up a "
+            "PostgreSQL ledger with pg_dump --schema NAME (nothing was written)"
+        )
+    target = Path(dest)
+    if target.exists() or target.is_symlink():
+        raise StorageError(
+            f"backup refused: {printable(target)} exists; give a new file (nothing was written)"
+        )
+    if not target.parent.is_dir():
+        raise StorageError(
+            f"backup refused: the directory {printable(target.parent)} does not exist "
+            "(nothing was written)"
+        )
+    # The views as stored: a backup writes nothing to the ledger it copies.
+    with host_ledger(url, "backup", admin_token, catch_up=False) as led:
+        source = os.path.realpath(backend.path)
+        partial = target.with_name(f".{target.name}.partial-{os.getpid()}")
+        try:
+            _vacuum_into(source, partial, printable(led.url), printable(target))
+            copy = Ledger.open(f"sqlite:///{partial}?mode=ro", catch_up=False)
+            with copy:
+                kept = copy.digest()
+            os.link(partial, target)  # never replaces a file made meanwhile
+            _sync_directory(target.parent)
+        except FileExistsError:
+            raise StorageError(
+                f"backup refused: {printable(target)} was created meanwhile; give a new file"
+            ) from None
+        finally:
+            for end in ("", "-journal", "-wal", "-shm"):
+                Path(f"{partial}{end}").unlink(missing_ok=True)
+    info = {
+        "url": printable(led.url),
+        "backup": str(target),
+        "position": kept.position,
+        "events": kept.size,
+        "digest": str(kept),
+    }
+    if as_json:
+        echo_json(info)
+        return
+    click.echo(
+        f"backed up {info['url']} at log position {kept.position} to {printable(target)}; "
+        "its digest is on stdout",
+        err=True,
+    )
+    click.echo(str(kept))
+
+
+def _vacuum_into(source: str, partial: Path, shown: str, dest: str) -> None:
+    """Write a compacted copy of the SQLite database ``source`` to ``partial`` in one
+    read transaction, synced to disk; a full disk is ``DiskFullError`` naming
+    ``dest``."""
+    try:
+        con = sqlite3.connect(
+            f"file:{quote(source)}?mode=ro", uri=True, isolation_level=None, timeout=30
+        )
+        try:
+            con.execute("VACUUM INTO ?", (str(partial),))
+        finally:
+            con.close()
+        fd = os.open(partial, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except (sqlite3.Error, OSError) as exc:
+        typed = storage_error(exc, shown, path=str(partial))
+        raise type(typed)(f"backup to {dest} failed: {typed}") from None
+
+
+def _sync_directory(folder: Path) -> None:
+    """Make a new name in ``folder`` durable (where the platform allows it)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

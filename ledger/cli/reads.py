@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import json
 import sys
-import textwrap
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
+from contextlib import closing
 from datetime import datetime
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
 import click
 
-from ledger.application import Ledger
 from ledger.audit import RECORD_EVENTS
 from ledger.cli.options import (
     DATETIME,
@@ -234,16 +234,21 @@ def history(
     Example:
       provledger history --type Revoked --from 10 --to 40
     """
-    with principal_session(url, token) as (led, session):
-        pages = history_pages(led, session, record_id, event_type, start, stop)
-        if as_json:
-            echo_json_events(pages)
-            return
-        console = make_console()
-        shown = 0
-        waiting: list[AuditEvent] = []
-        for page in pages:
-            for event in page:
+    with principal_session(url, token) as (_led, session):
+        found = session.iter_history(record=record_id, type=event_type, start=start, stop=stop)
+        with closing(found) as events:
+            # One read transaction, one snapshot, however long the log; the
+            # first event is read before anything is printed, so a refusal
+            # comes before any output.
+            first = next(events, None)
+            listed = events if first is None else chain((first,), events)
+            if as_json:
+                echo_json_events(listed)
+                return
+            console = make_console()
+            shown = 0
+            waiting: list[AuditEvent] = []
+            for event in listed:
                 if not show_all and shown == limit:
                     if waiting:
                         show(console, events_table(waiting, with_record=True))
@@ -254,64 +259,29 @@ def history(
                     return
                 waiting.append(event)
                 shown += 1
-            if len(waiting) >= HISTORY_TABLE_ROWS:
+                if len(waiting) == HISTORY_TABLE_ROWS:
+                    show(console, events_table(waiting, with_record=True))
+                    waiting = []
+            if waiting:
                 show(console, events_table(waiting, with_record=True))
-                waiting = []
-        if waiting:
-            show(console, events_table(waiting, with_record=True))
-        elif not shown:
-            click.echo("no events")
+            elif not shown:
+                click.echo("no events")
 
 
-#: Log positions ``history`` asks the library for at a time.
-HISTORY_WINDOW = 5000
 #: Events ``history --all`` prints as one table.
 HISTORY_TABLE_ROWS = 1000
 
 
-def history_pages(
-    led: Ledger,
-    session: Session,
-    record_id: str | None,
-    event_type: str | None,
-    start: int | None,
-    stop: int | None,
-) -> Iterator[tuple[AuditEvent, ...]]:
-    """The events ``history`` lists, a stretch of log positions at a time (one
-    record's events at once), up to the log's newest position when it started:
-    however long the log, what is held in memory is one stretch. The first stretch
-    is read before anything is printed, so a refusal comes before any output."""
-    if record_id is not None:
-        return iter((session.history(record=record_id, type=event_type, start=start, stop=stop),))
-    end = led.position if session.position is None else min(led.position, session.position)
-    if stop is not None:
-        end = min(end, stop)
-    first = start or 0
-    last = min(first + HISTORY_WINDOW - 1, end)
-    page = session.history(type=event_type, start=first, stop=last)
-    return _later_pages(session, event_type, page, last + 1, end)
-
-
-def _later_pages(
-    session: Session, event_type: str | None, page: tuple[AuditEvent, ...], first: int, end: int
-) -> Iterator[tuple[AuditEvent, ...]]:
-    """``page``, then the events of positions ``first`` to ``end``, a stretch at a time."""
-    yield page
-    while first <= end:
-        last = min(first + HISTORY_WINDOW - 1, end)
-        yield session.history(type=event_type, start=first, stop=last)
-        first = last + 1
-
-
-def echo_json_events(pages: Iterable[Sequence[AuditEvent]]) -> None:
-    """``{"events": [...]}`` as :func:`echo_json` prints it, written a page at a time."""
+def echo_json_events(events: Iterable[AuditEvent]) -> None:
+    """``{"events": [...]}`` as :func:`echo_json` prints it, written an event at a time."""
     click.echo('{\n  "events": [', nl=False)
     separator = "\n"
-    for page in pages:
-        for event in page:
-            text = json.dumps(json_safe(plain(event)), indent=2, ensure_ascii=False)
-            click.echo(separator + textwrap.indent(text, "    "), nl=False)
-            separator = ",\n"
+    for event in events:
+        text = json.dumps(json_safe(plain(event)), indent=2, ensure_ascii=False)
+        # JSON's own line breaks only: the text holds no raw "\n" inside a string
+        # (U+2028 and others are left as they are, as in the stored value).
+        click.echo(separator + "    " + text.replace("\n", "\n    "), nl=False)
+        separator = ",\n"
     click.echo("\n  ]\n}" if separator == ",\n" else "]\n}")
 
 

@@ -73,6 +73,11 @@ def capture(
     Example:
       provledger capture doc.txt --scope proj-a --uri https://x.test/doc --id E1
     """
+    if file == "-" and sys.stdin is None:
+        raise click.BadParameter(
+            "-: standard input is closed (pipe the content in, or name a file)",
+            param_hint="FILE",
+        )
     if file == "-" and sys.stdin.isatty():
         click.echo("reading the content from the terminal; end it with Ctrl-D", err=True)
     try:

@@ -24,6 +24,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from ledger import Ledger, Session
+from ledger.answers import explanation_within, page_within
 from ledger.domain import Kind, Status, Validity
 from ledger.errors import GraphTooLargeError, InvalidParentError, LedgerError
 from ledger.graph import (
@@ -375,8 +376,9 @@ def list_records(call: Call) -> Response:
         "kind": call.query_choice("kind", Kind),
         "claim_prefix": call.query_str("claim_prefix"),
     }
-    views = session.records(scope, limit=limit, after=call.query_str("after"), **filters)
-    following = next_after(session, scope, views, limit, **filters)
+    # At most ``limit``, and stopped before the page passes MAX_ANSWER_BYTES of JSON.
+    views = page_within(session, scope, limit, call.query_str("after"), filters)
+    following = next_after(session, scope, views, len(views) or 1, **filters)
     return json_response(payloads.records_page(views, following))
 
 
@@ -520,13 +522,15 @@ def explain(call: Call) -> Response:
     """Per record, why it is or is not usable for ``(scope, claim_key)``: every
     usable record and at most ``limit`` others, with how many were left out."""
     session = call.session()
-    result = session.explain(
+    # Every usable record, and the others stopped before MAX_ANSWER_BYTES of JSON.
+    result, _ = explanation_within(
+        session,
         call.query_str("scope", required=True) or "",
         call.query_str("claim_key", required=True) or "",
+        call.query_int("limit", minimum=1, maximum=MAX_LIMIT) or EXPLAINED,
         at=call.query_time("at"),
         context=_context(call),
         kinds=_kinds(call),
-        limit=call.query_int("limit", minimum=1, maximum=MAX_LIMIT) or EXPLAINED,
     )
     return json_response(payloads.explanation(result, MAX_LIMIT))
 

@@ -242,8 +242,8 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         "order: every usable record (the outcome is decided on all of them) and at most "
         "`limit` others, those once accepted (ACCEPTED but not usable now, STALE, REVOKED, "
         "SUPERSEDED) before CANDIDATE and REJECTED ones, each the most recently changed "
-        "first. `omitted` counts the rest and `note`, when some are left out, says how to "
-        "see them.",
+        "first, stopped before their JSON passes 4 MiB. `omitted` counts the rest and "
+        "`note`, when some are left out, says how to see them.",
     ),
     "CorrectionDue": _object(
         {
@@ -430,7 +430,8 @@ def _paths() -> dict[str, dict[str, Any]]:
             "limit",
             "query",
             {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": 100},
-            "Page size.",
+            "Page size: at most this many records, fewer when their JSON would pass 4 MiB "
+            "(`next_after` goes on from the last one sent).",
         ),
         _param("after", "query", _STR, "The last id of the previous page."),
         *_AS_OF,
@@ -589,7 +590,7 @@ def _paths() -> dict[str, dict[str, Any]]:
                             "default": EXPLAINED,
                         },
                         "At most this many records that are not usable (every usable one is "
-                        "shown).",
+                        "shown), fewer when their JSON would pass 4 MiB.",
                     ),
                     *_AS_OF,
                 ],

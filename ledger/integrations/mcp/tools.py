@@ -19,6 +19,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
 from pydantic import BeforeValidator, Field
 
+from ledger.answers import explanation_within, page_within
 from ledger.domain import Kind, Status, Validity
 from ledger.errors import (
     InvalidInputError,
@@ -73,7 +74,6 @@ from ledger.integrations.mcp.schemas import (
 )
 from ledger.jsonable import EXPLAINED
 from ledger.session import next_after
-from ledger.values import RecordView
 
 __all__ = [
     "accept_memory",
@@ -96,11 +96,6 @@ _CANDIDATE_NOTE = (
     "not you accepts it."
 )
 
-
-#: A ``list_records`` page stops before the record that would take its records'
-#: JSON past this many bytes (``next_after`` goes on from there): a page of 1000
-#: records with values near the 1 MiB limit would otherwise be a gigabyte.
-MAX_PAGE_BYTES = 4 * 1024 * 1024
 
 #: How many of the records a refused proposal rested on, withdrawn since, it names.
 WITHDRAWN_NAMED = 20
@@ -275,8 +270,9 @@ def explain_memory(
         int,
         Field(
             description="At most this many records that are not usable (every usable one "
-            "is always shown): first those once accepted (now expired, stale, revoked or "
-            "superseded), then candidates and rejected ones, the most recently changed first.",
+            "is always shown; fewer when their JSON would pass 4 MiB): first those once "
+            "accepted (now expired, stale, revoked or superseded), then candidates and "
+            "rejected ones, the most recently changed first.",
             ge=1,
             le=MAX_SERVED_NODES,
             strict=True,
@@ -285,10 +281,14 @@ def explain_memory(
 ) -> ExplainOut:
     """The ``explain_memory`` tool: :meth:`Session.explain` with a ``limit``,
     recorded in the run (only the records shown)."""
-    with as_tool_error(), connection_of(ctx).acting() as acting:
-        return explain_out(
-            acting.explain(scope, claim_key, at=at, context=context, kinds=kinds, limit=limit)
-        )
+    connection = connection_of(ctx)
+    asked: dict[str, Any] = {"at": at, "context": context, "kinds": kinds}
+    with as_tool_error():
+        # Sized through the session first (the run is shown only what is returned):
+        # the unusable records stop before the answer passes MAX_ANSWER_BYTES.
+        _, limit = explanation_within(connection.session, scope, claim_key, limit, **asked)
+        with connection.acting() as acting:
+            return explain_out(acting.explain(scope, claim_key, limit=limit, **asked))
 
 
 def get_record(ctx: Ctx, record_id: RecordId) -> RecordOut:
@@ -352,24 +352,13 @@ def list_records(
     connection = connection_of(ctx)
     with as_tool_error():
         # Sized through the session first (the run is shown only what is returned):
-        # a page stops early once its records pass MAX_PAGE_BYTES of JSON.
-        limit = _fitting(connection.session.records(scope, limit=limit, after=after, **filters))
+        # a page stops before its records pass MAX_ANSWER_BYTES of JSON.
+        limit = len(page_within(connection.session, scope, limit, after, filters)) or 1
         with connection.acting() as acting:
             page = acting.records(scope, limit=limit, after=after, **filters)
         # The look past a full page goes through the session: the run was not shown it.
         following = next_after(connection.session, scope, page, limit, **filters)
     return {"records": [record_out(r) for r in page], "next_after": following}
-
-
-def _fitting(page: tuple[RecordView, ...]) -> int:
-    """How many of ``page``'s first records fit in :data:`MAX_PAGE_BYTES` of JSON
-    (at least one, so that paging always moves on)."""
-    size = 0
-    for count, view in enumerate(page):
-        size += len(json.dumps(record_out(view), ensure_ascii=False).encode())
-        if size > MAX_PAGE_BYTES and count:
-            return count
-    return max(1, len(page))
 
 
 def read_evidence(ctx: Ctx, record_id: RecordId) -> EvidenceOut:

@@ -1,0 +1,211 @@
+"""``backup``: a whole copy of a live SQLite ledger, and what restoring one means.
+
+A copy made while writers run must open and verify, and the live ledger must
+extend the digest it prints; a restored copy takes writes again, passes
+``verify --against`` its own digest and refuses one taken after it. Refusals
+name what was wrong and change nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from click.testing import CliRunner, Result
+
+from ledger import Kind, Ledger
+from ledger.cli import main
+from tests.faults import small_disk
+
+ROOT = Path(__file__).resolve().parent.parent
+
+_WRITER = textwrap.dedent(
+    """
+    import sys
+    from ledger import Kind, Ledger
+    url, agent_token, reviewer_token, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    with Ledger.open(url) as led:
+        agent, reviewer = led.authenticate(agent_token), led.authenticate(reviewer_token)
+        for i in range(n):
+            reviewer.accept(
+                agent.propose(scope="p", claim_key=f"k.{i}", value=i, kind=Kind.FACT, id=f"W{i}")
+            )
+            if i == 20:
+                print("writing", flush=True)
+    """
+)
+
+
+def new_ledger(db: Path) -> tuple[str, str, str]:
+    """A ledger with an agent and a reviewer; their tokens."""
+    url = f"sqlite:///{db}"
+    with Ledger.open(url, create=True) as led:
+        admin = led.admin()
+        admin.grant("agent", scope="p", roles=["propose", "read"])
+        admin.grant("reviewer", scope="p", roles=["approve", "read"])
+        return url, admin.issue_token("agent"), admin.issue_token("reviewer")
+
+
+def run_backup(*args: str) -> Result:
+    return cli("backup", *args)
+
+
+def cli(*args: str) -> Result:
+    return CliRunner().invoke(
+        main, list(args), env={"PROVLEDGER_URL": None, "PROVLEDGER_ADMIN_TOKEN": None}
+    )
+
+
+def state(url: str) -> tuple[int, str, bytes]:
+    with Ledger.open(url) as led:
+        return led.position, str(led.digest()), Path(url.removeprefix("sqlite:///")).read_bytes()
+
+
+def test_a_backup_taken_while_another_process_writes_opens_and_verifies(tmp_path: Path) -> None:
+    url, agent, reviewer = new_ledger(tmp_path / "live.db")
+    writer = subprocess.Popen(
+        [sys.executable, "-c", _WRITER, url, agent, reviewer, "600"],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    assert writer.stdout is not None
+    assert writer.stdout.readline() == "writing\n"  # the writer is under way
+    made = run_backup(str(tmp_path / "copy.db"), "--url", url)
+    assert writer.wait(timeout=120) == 0
+    assert made.exit_code == 0, (made.output, made.exception)
+    kept = made.stdout.strip()
+    assert "backed up" in made.stderr
+    # The copy is whole: it opens, its views equal a replay, and it is the digest printed.
+    copy = cli("verify", "--url", f"sqlite:///{tmp_path / 'copy.db'}", "--against", kept)
+    assert copy.exit_code == 0, copy.output
+    assert copy.stdout.startswith(f"ok: {kept}")
+    # The live ledger went on writing and still extends the copy's digest.
+    live = cli("verify", "--url", url, "--against", kept)
+    assert live.exit_code == 0, live.output
+    with Ledger.open(url) as led:
+        assert led.position == 2 * 600 + 6
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(("copy", ".copy"))) == [
+        "copy.db"
+    ]
+
+
+def test_a_restored_backup_takes_writes_and_refuses_digests_taken_after_it(
+    tmp_path: Path,
+) -> None:
+    url, agent, _ = new_ledger(tmp_path / "live.db")
+    with Ledger.open(url) as led:
+        led.authenticate(agent).propose(scope="p", claim_key="a", value=1, kind=Kind.FACT, id="A")
+    made = run_backup(str(tmp_path / "copy.db"), "--url", url)
+    assert made.exit_code == 0, made.output
+    at_backup = made.stdout.strip()
+    with Ledger.open(url) as led:
+        led.authenticate(agent).propose(scope="p", claim_key="b", value=2, kind=Kind.FACT, id="B")
+        led.admin().revoke_token(agent)
+        after_backup = str(led.digest())
+    # Restore: the ledger's files replaced by the copy, then writing goes on.
+    for end in ("-wal", "-shm"):
+        Path(f"{tmp_path / 'live.db'}{end}").unlink(missing_ok=True)
+    shutil.copyfile(tmp_path / "copy.db", tmp_path / "live.db")
+    with Ledger.open(url) as led:
+        # What was written after the backup is gone: the agent's token works again.
+        session = led.authenticate(agent)
+        session.propose(scope="p", claim_key="c", value=3, kind=Kind.FACT, id="C")
+        assert led.verify(against=at_backup).ok
+        refused = led.verify(against=after_backup)
+    assert not refused.ok and refused.problem is not None
+    assert cli("verify", "--url", url, "--against", after_backup).exit_code == 1
+
+
+def test_a_backup_refuses_an_existing_file_and_leaves_both_unchanged(tmp_path: Path) -> None:
+    url, _, _ = new_ledger(tmp_path / "live.db")
+    (tmp_path / "old.db").write_bytes(b"an earlier backup")
+    before = state(url)
+    refused = run_backup(str(tmp_path / "old.db"), "--url", url)
+    assert refused.exit_code == 1
+    assert refused.stderr == (
+        f"error: backup refused: {tmp_path / 'old.db'} exists; give a new file "
+        "(nothing was written)\n"
+    )
+    assert (tmp_path / "old.db").read_bytes() == b"an earlier backup"
+    assert state(url) == before
+
+
+def test_a_backup_refuses_the_ledger_itself(tmp_path: Path) -> None:
+    url, _, _ = new_ledger(tmp_path / "live.db")
+    before = state(url)
+    refused = run_backup(str(tmp_path / "live.db"), "--url", url)
+    assert refused.exit_code == 1
+    assert f"{tmp_path / 'live.db'} exists" in refused.stderr
+    assert state(url) == before
+
+
+def test_a_backup_refuses_a_missing_directory(tmp_path: Path) -> None:
+    url, _, _ = new_ledger(tmp_path / "live.db")
+    refused = run_backup(str(tmp_path / "nowhere" / "copy.db"), "--url", url)
+    assert refused.exit_code == 1
+    assert f"the directory {tmp_path / 'nowhere'} does not exist" in refused.stderr
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_a_backup_of_a_postgresql_ledger_is_refused_naming_pg_dump(
+    pg_url: str, tmp_path: Path
+) -> None:
+    refused = run_backup(str(tmp_path / "copy.db"), "--url", pg_url)
+    assert refused.exit_code == 1
+    assert "is not an SQLite file" in refused.stderr and "pg_dump --schema" in refused.stderr
+    assert pg_url.split("?")[0] in refused.stderr
+    assert not (tmp_path / "copy.db").exists()
+
+
+def test_a_backup_onto_a_full_disk_fails_whole_and_leaves_nothing(tmp_path: Path) -> None:
+    url, agent, _ = new_ledger(tmp_path / "live.db")
+    with Ledger.open(url) as led:
+        for i in range(2):  # more than the small disk holds
+            led.authenticate(agent).capture(
+                scope="p", uri=f"https://x.test/big{i}", content=os.urandom(900_000), id=f"B{i}"
+            )
+    before = state(url)
+    (tmp_path / "disk").mkdir()
+    with small_disk(tmp_path / "disk", "1m") as disk:
+        refused = run_backup(str(disk.mount / "copy.db"), "--url", url)
+        assert refused.exit_code == 1
+        assert refused.stderr.startswith(f"error: backup to {disk.mount / 'copy.db'} failed: ")
+        assert "the disk is full" in refused.stderr
+        assert list(disk.mount.iterdir()) == []
+    assert state(url) == before
+
+
+def test_a_backup_prints_json_for_scripts(tmp_path: Path) -> None:
+    dest = "copy.db"
+    url, _, _ = new_ledger(tmp_path / "live.db")
+    made = run_backup(str(tmp_path / dest), "--url", url, "--json")
+    assert made.exit_code == 0, made.output
+    with Ledger.open(url) as led:
+        digest = led.digest()
+    assert json.loads(made.stdout) == {
+        "url": url,
+        "backup": str(tmp_path / dest),
+        "position": digest.position,
+        "events": digest.size,
+        "digest": str(digest),
+    }
+
+
+def test_a_backup_of_a_ledger_written_by_0_1_0_writes_nothing_to_it(tmp_path: Path) -> None:
+    # Opened read-only, a ledger whose views an earlier version built is copied as
+    # it is: the copy upgrades when it is next opened, the original is never touched.
+    old = tmp_path / "old.db"
+    shutil.copyfile(ROOT / "tests" / "fixtures" / "ledger-0.1.0.db", old)
+    before = old.read_bytes()
+    made = run_backup(str(tmp_path / "copy.db"), "--url", f"sqlite:///{old}?mode=ro")
+    assert made.exit_code == 0, (made.output, made.exception)
+    assert old.read_bytes() == before
+    with Ledger.open(f"sqlite:///{tmp_path / 'copy.db'}") as copy:
+        assert str(copy.digest()) == made.stdout.strip()
+        assert copy.verify().ok
