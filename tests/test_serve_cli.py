@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import sys
@@ -114,6 +115,11 @@ def test_a_token_a_client_puts_in_the_url_is_not_written_to_the_access_log(
     assert '"GET /api/v1/corrections?token=plt_…&scope=p HTTP/1.1" 401' in logged[0]
     assert "?access_token=… " in logged[1] and '"GET /plt_… HTTP/1.1" 404' in logged[2]
     assert '"GET /api/v1/read?t=plt_… HTTP/1.1"' in logged[3]
+    # Every line says when (to line requests up with the ledger's history), and the
+    # server says which ledger it serves
+    stamp = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d{4} "
+    assert all(re.match(stamp, line) for line in out.splitlines() if line.strip()), out
+    assert re.search(stamp + rf"INFO: +Serving ledger {re.escape(url)}$", out, re.MULTILINE), out
 
 
 def test_provledger_serve_secure_cookies_marks_the_session_cookie_secure(tmp_path: Path) -> None:

@@ -14,8 +14,10 @@ with uvicorn until interrupted.
 
 from __future__ import annotations
 
+import copy
 import logging
 import re
+from typing import Any
 
 from ledger.access import TOKEN_PREFIX
 from ledger.application import Ledger
@@ -50,10 +52,12 @@ def run(
             config = uvicorn.Config(
                 create_app(ledger, host=host, secure_cookies=secure_cookies),
                 log_level="info",
+                log_config=log_config(),
                 proxy_headers=False,
                 server_header=False,
             )
             logging.getLogger("uvicorn.access").addFilter(mask_tokens)
+            logging.getLogger("uvicorn.error").info("Serving ledger %s", ledger.url)
             # What uvicorn says when it binds the address itself.
             shown = f"[{host}]" if ":" in host else host
             logging.getLogger("uvicorn.error").info(
@@ -62,6 +66,19 @@ def run(
             uvicorn.Server(config).run(sockets=[listening])
     finally:
         listening.close()
+
+
+def log_config() -> dict[str, Any]:
+    """uvicorn's logging configuration with each line stamped with its local time
+    (ISO 8601, with the offset), so an operator can line requests up with the
+    ledger's history."""
+    import uvicorn.config
+
+    config: dict[str, Any] = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    for formatter in config["formatters"].values():
+        formatter["fmt"] = "%(asctime)s " + formatter["fmt"]
+        formatter["datefmt"] = "%Y-%m-%dT%H:%M:%S%z"
+    return config
 
 
 #: A token, or the value of a query parameter whose name says it holds one.
