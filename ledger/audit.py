@@ -3,6 +3,7 @@ sessions that answer as the ledger did at a past position or time."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Generator, Iterable, Iterator
 from contextlib import closing
 from datetime import UTC, datetime
@@ -86,7 +87,7 @@ def history(
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise InvalidInputError(f"history limit {limit!r} is not a positive count")
     with closing(iter_history(caller, record, type, start, stop)) as events:
-        return tuple(islice(events, limit))
+        return tuple(islice(events, None if limit is None else min(limit, sys.maxsize)))
 
 
 def iter_history(

@@ -1231,7 +1231,24 @@ CALLS: tuple[CallSpec, ...] = (
             "type": EVENT_TYPE,
             "start": HISTORY_BOUND,
             "stop": HISTORY_BOUND,
+            "limit": Param(
+                st.none() | st.integers(min_value=1, max_value=50),
+                st.sampled_from((0, -1, True, 2.5, "10", 10**30)),
+            ),
         },
+    ),
+    CallSpec(
+        "Session.iter_history",
+        "read",
+        READERS,
+        optional={
+            "record": Param(st.none() | RECORD.valid, RECORD.bad),
+            "type": EVENT_TYPE,
+            "start": HISTORY_BOUND,
+            "stop": HISTORY_BOUND,
+        },
+        # Every event asked for: its refusals come with the first.
+        invoke=lambda session, kwargs: tuple(session.iter_history(**kwargs)),
     ),
     CallSpec(
         "Session.as_of",

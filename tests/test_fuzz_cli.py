@@ -136,8 +136,10 @@ READS = frozenset(
         # Keys, heads and bundles are files outside the ledger; the log stays as it was.
         *("keygen", "head", "bundle", "verify-bundle"),
         "rebuild",
-        # Scrubbing the files of erased bytes writes nothing to the log.
+        # Scrubbing the files of erased bytes writes nothing to the log; a backup
+        # writes a new file beside it.
         "scrub-erased",
+        "backup",
         *_READ_COMMANDS,
         *(f"as-of {name}" for name in _READ_COMMANDS),
     }

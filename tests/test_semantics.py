@@ -628,6 +628,8 @@ def test_history_pages_with_a_limit_from_the_last_position_shown(world: World) -
     past = world.reviewer.as_of(position=everything[4].position)
     assert past.history(limit=10) == everything[:5]
     assert world.reviewer.history(record="P0", limit=1) == everything[:1]
+    # and a limit beyond any log is no limit
+    assert world.reviewer.history(limit=10**30) == everything
 
 
 def test_iter_history_lists_one_snapshot_whatever_is_written_meanwhile(world: World) -> None:
