@@ -227,8 +227,8 @@ def history(
     """List the event log: record events in scopes where you hold the audit role.
 
     Prints the first --limit events (the last line says where the next page
-    starts); --all lists them all, --json gives everything. The log is read a
-    stretch of positions at a time, so a long one starts printing at once.
+    starts); --all lists them all, --json gives everything. The log is listed
+    from one snapshot an event at a time, so a long one starts printing at once.
 
     \b
     Example:
