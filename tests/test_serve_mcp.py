@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,6 +18,7 @@ import pytest
 
 from ledger import Ledger
 from ledger.serve import create_app
+from ledger.serve.app import ACCESS_LOGGER
 from tests.serve_support import running
 
 mcpserver = pytest.importorskip("mcp.server.mcpserver")
@@ -171,3 +173,14 @@ def test_a_revoked_tokens_mcp_server_and_sessions_are_dropped(
         # Then its server (and the sessions it held) is gone; agent-2's stays
         assert app.state.mcp.servers == 1
         assert _rpc(url, tokens["agent-2"], INIT).status_code == 200
+
+
+def test_the_access_log_names_the_principal_of_an_mcp_request(
+    base: str, tokens: dict[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger=ACCESS_LOGGER):
+        assert _rpc(base, tokens["agent-1"], INIT).status_code == 200
+        assert _rpc(base, "plt_wrong", INIT).status_code == 401
+    lines = [r.getMessage() for r in caplog.records if r.name == ACCESS_LOGGER]
+    assert [line.split(' "')[0].rsplit(" - ", 1)[1] for line in lines] == ["agent-1", "-"]
+    assert all('"POST /mcp HTTP/1.1"' in line for line in lines), lines

@@ -7,6 +7,7 @@ On every backend."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -17,6 +18,7 @@ from starlette.testclient import TestClient
 from ledger import Kind, Ledger
 from ledger.serve import api as api_module
 from ledger.serve import create_app
+from ledger.serve.app import ACCESS_LOGGER
 from ledger.serve.inputs import parse_body
 from ledger.serve.pages import environment
 from ledger.serve.sessions import COOKIE, SessionStore
@@ -205,3 +207,32 @@ def test_a_page_of_records_with_large_values_shows_each_cut(
     cells = re.findall(r'<code class="details">([^<]*)</code>', page)
     assert len(cells) == 3
     assert all(len(cell) < 200 and cell.endswith(" …") for cell in cells)
+
+
+def test_the_access_log_names_the_principal_of_each_surface(
+    ledger: Ledger, tokens: dict[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    app = create_app(ledger, mcp_factory=None)
+    with caplog.at_level(logging.INFO, logger=ACCESS_LOGGER), TestClient(app) as client:
+        # an API call, a console page before and after signing in, an unknown token
+        client.get(
+            "/api/v1/records",
+            params={"scope": "proj-a"},
+            headers={"Authorization": f"Bearer {tokens['agent-1']}"},
+        )
+        client.post(
+            "/signin", data={"csrf": _csrf(client.get("/").text), "token": tokens["reviewer"]}
+        )
+        client.get("/records", params={"scope": "proj-a"})
+        client.get("/api/v1/records", headers={"Authorization": "Bearer plt_unknown"})
+    lines = [r.getMessage() for r in caplog.records if r.name == ACCESS_LOGGER]
+    shown = [(line.split('"')[0].split(" - ")[1].strip(), line.split('"')[1]) for line in lines]
+    assert shown == [
+        ("agent-1", "GET /api/v1/records?scope=proj-a HTTP/1.1"),
+        ("-", "GET / HTTP/1.1"),
+        ("-", "POST /signin HTTP/1.1"),
+        ("reviewer", "GET / HTTP/1.1"),  # where the sign-in sent it
+        ("reviewer", "GET /records?scope=proj-a HTTP/1.1"),
+        ("-", "GET /api/v1/records HTTP/1.1"),
+    ], lines
+    assert [line.rsplit(" ", 1)[1] for line in lines] == ["200", "200", "303", "200", "200", "401"]

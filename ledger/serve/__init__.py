@@ -21,7 +21,7 @@ from typing import Any
 
 from ledger.access import TOKEN_PREFIX
 from ledger.application import Ledger
-from ledger.serve.app import create_app
+from ledger.serve.app import ACCESS_LOGGER, create_app
 from ledger.sockets import listen
 
 DEFAULT_HOST = "127.0.0.1"
@@ -53,10 +53,11 @@ def run(
                 create_app(ledger, host=host, secure_cookies=secure_cookies),
                 log_level="info",
                 log_config=log_config(),
+                access_log=False,  # the application's own (ACCESS_LOGGER) names principals
                 proxy_headers=False,
                 server_header=False,
             )
-            logging.getLogger("uvicorn.access").addFilter(mask_tokens)
+            logging.getLogger(ACCESS_LOGGER).addFilter(mask_tokens)
             logging.getLogger("uvicorn.error").info("Serving ledger %s", ledger.url)
             # What uvicorn says when it binds the address itself.
             shown = f"[{host}]" if ":" in host else host
@@ -78,6 +79,14 @@ def log_config() -> dict[str, Any]:
     for formatter in config["formatters"].values():
         formatter["fmt"] = "%(asctime)s " + formatter["fmt"]
         formatter["datefmt"] = "%Y-%m-%dT%H:%M:%S%z"
+    # The application's access log (one line per request, naming its principal),
+    # on standard output as uvicorn's own would be.
+    config["handlers"]["requests"] = {**config["handlers"]["access"], "formatter": "default"}
+    config["loggers"][ACCESS_LOGGER] = {
+        "handlers": ["requests"],
+        "level": "INFO",
+        "propagate": False,
+    }
     return config
 
 

@@ -266,6 +266,7 @@ def endpoint(
             try:
                 token = bearer_token(request.headers)
                 live = ledger.authenticate(token)
+                request.state.principal = live.principal  # for the access log
                 body: Mapping[str, Any] = {}
                 if request.method == "POST":
                     check_json_body(request.headers, raw)

@@ -15,6 +15,7 @@ script at all).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -62,18 +63,33 @@ class _TooLarge(Exception):
     pass
 
 
-class BodyLimit:
-    """Refuse request bodies over the limit with 413 (API paths get the JSON error body)."""
+class HttpMiddleware:
+    """An ASGI middleware that acts on HTTP requests (:meth:`http`) and passes
+    everything else (the lifespan) on as it is."""
 
-    def __init__(self, app: ASGIApp, api_limit: int, form_limit: int) -> None:
+    def __init__(self, app: ASGIApp) -> None:
         self.app = app
-        self.api_limit = api_limit
-        self.form_limit = form_limit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        await self.http(scope, receive, send)
+
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Handle one HTTP request (passing it on to ``self.app``)."""
+        raise NotImplementedError
+
+
+class BodyLimit(HttpMiddleware):
+    """Refuse request bodies over the limit with 413 (API paths get the JSON error body)."""
+
+    def __init__(self, app: ASGIApp, api_limit: int, form_limit: int) -> None:
+        super().__init__(app)
+        self.api_limit = api_limit
+        self.form_limit = form_limit
+
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope["path"]
         is_api = path.startswith(api.PREFIX) or path.startswith("/mcp")
         limit = self.api_limit if is_api else self.form_limit
@@ -136,16 +152,10 @@ async def _drain(receive: Receive, budget: int) -> None:
             return
 
 
-class SecurityHeaders:
+class SecurityHeaders(HttpMiddleware):
     """Headers every answer carries: CSP, no framing, no sniffing, no caching of pages."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         static = scope["path"].startswith("/static/")
 
         async def send_with_headers(message: Message) -> None:
@@ -165,6 +175,38 @@ class SecurityHeaders:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
+
+
+#: The logger of :class:`AccessLog`'s lines (``provledger serve`` prints them).
+ACCESS_LOGGER = "provledger.access"
+_access = logging.getLogger(ACCESS_LOGGER)
+
+
+class AccessLog(HttpMiddleware):
+    """One line per request, as its answer starts: the client, the principal the
+    request authenticated as (``-`` when none did), the request line and the
+    status. Handlers name the principal in ``request.state.principal``."""
+
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        state = scope.setdefault("state", {})
+
+        async def logged(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                client = scope.get("client")
+                query = scope.get("query_string", b"").decode("latin-1")
+                _access.info(
+                    '%s - %s "%s %s HTTP/%s" %d',
+                    f"{client[0]}:{client[1]}" if client else "-",
+                    state.get("principal") or "-",
+                    scope["method"],
+                    scope.get("raw_path", scope["path"].encode()).decode("latin-1")
+                    + (f"?{query}" if query else ""),
+                    scope.get("http_version", "1.1"),
+                    message["status"],
+                )
+            await send(message)
+
+        await self.app(scope, receive, logged)
 
 
 def create_app(
@@ -245,6 +287,7 @@ def create_app(
     app = Starlette(
         routes=routes,
         middleware=[
+            Middleware(AccessLog),
             Middleware(SecurityHeaders),
             Middleware(BodyLimit, api_limit=max_body_bytes, form_limit=max_form_bytes),
         ],

@@ -123,6 +123,7 @@ class Console:
         """The request's console session, and whether it was made just now."""
         found = self.store.get(request.cookies.get(COOKIE))
         if found is not None:
+            request.state.principal = found.principal  # for the access log
             return found, False
         return self.store.new(), True
 
@@ -131,7 +132,10 @@ class Console:
         answer sets no cookie (an error page), which must not open sessions that no
         browser will ever send back."""
         found = self.store.get(request.cookies.get(COOKIE))
-        return found if found is not None else self.store.passing()
+        if found is None:
+            return self.store.passing()
+        request.state.principal = found.principal  # for the access log
+        return found
 
     def _set_cookie(self, request: Request, response: Response, session: ConsoleSession) -> None:
         response.set_cookie(

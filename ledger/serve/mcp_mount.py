@@ -125,7 +125,8 @@ class MCPMount:
         token = None
         try:
             token = bearer_token(request.headers)
-            await run_in_threadpool(self.ledger.authenticate, token)
+            session = await run_in_threadpool(self.ledger.authenticate, token)
+            request.state.principal = session.principal  # for the access log
         except LedgerError as exc:
             if token is not None and isinstance(exc, AuthenticationError):
                 await self._drop(token)
