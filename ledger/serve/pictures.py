@@ -91,6 +91,10 @@ def svg_inline(data: bytes, label: str) -> Markup:
     text = text.replace(
         "<svg ", f'<svg role="img" aria-label="{Markup.escape(label)}" class="graph" ', 1
     )
+    # An image's contents are hidden from screen readers: its node links would be
+    # unnamed stops for the keyboard. They stay for the mouse; the page lists the
+    # same records, linked, as text.
+    text = text.replace("<a ", '<a tabindex="-1" ')
     # Graphviz escapes every label and attribute it writes into the SVG; direction
     # controls in a label or tooltip are written out, as everywhere on the pages.
     return Markup(controls_written_out(text, markup=True))

@@ -1,0 +1,407 @@
+"""The review console read as WCAG 2.2 AA asks: labelled controls, headings in order,
+landmarks, table headers, titles, announced refusals, a text equivalent of the
+dependency picture, contrast of the stylesheet's colours, and pages that reflow
+at 320 CSS pixels without scrolling sideways.
+
+The served HTML is parsed with :mod:`html.parser`; the reflow test drives
+Debian's ``chromium`` as ``tests/test_serve_browser.py`` does (and skips as it does).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+
+from ledger import Kind, Ledger
+from ledger.serve import create_app
+from tests.serve_support import running
+from tests.test_serve_browser import browser  # noqa: F401  (the Chromium fixture)
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+CSS = (Path(__file__).parent.parent / "ledger" / "serve" / "static" / "console.css").read_text()
+_CSRF = re.compile(r'name="csrf" value="([^"]+)"')
+
+
+@dataclass
+class Parsed:
+    """What a page offers a reader who does not see it."""
+
+    lang: str | None = None
+    title: str = ""
+    headings: list[tuple[int, str]] = field(default_factory=list)
+    landmarks: list[str] = field(default_factory=list)
+    controls: list[dict[str, str]] = field(default_factory=list)
+    labels_for: set[str] = field(default_factory=set)
+    headers: list[dict[str, str]] = field(default_factory=list)
+    named: list[tuple[str, dict[str, str]]] = field(default_factory=list)
+    links: list[tuple[str, str]] = field(default_factory=list)
+    alerts: list[str] = field(default_factory=list)
+
+
+class _Reader(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.out = Parsed()
+        self._text: list[tuple[str, list[str]]] = []  # open elements whose text is wanted
+        self._label_depth = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = {k: v or "" for k, v in attrs}
+        if tag == "html":
+            self.out.lang = a.get("lang")
+        if tag in ("main", "nav", "header") or a.get("role") in ("main", "navigation"):
+            self.out.landmarks.append(a.get("role") or tag)
+        if tag == "label":
+            self._label_depth += 1
+            if "for" in a:
+                self.out.labels_for.add(a["for"])
+        if tag in ("input", "select", "textarea") and a.get("type") != "hidden":
+            self.out.controls.append({**a, "_tag": tag, "_wrapped": str(self._label_depth > 0)})
+        if tag == "th":
+            self.out.headers.append(a)
+        if "aria-label" in a:
+            self.out.named.append((tag, a))
+        if tag in ("title", "a", "p") or re.fullmatch(r"h[1-6]", tag):
+            self._text.append((tag, []))
+            if tag == "a":
+                self._href = a.get("href", "")
+            if tag == "p":
+                self._role = a.get("role", "")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "label":
+            self._label_depth -= 1
+        if self._text and self._text[-1][0] == tag:
+            _, parts = self._text.pop()
+            text = " ".join("".join(parts).split())
+            if tag == "title":
+                self.out.title = self.out.title or text  # the page's, not an SVG's
+            elif tag == "a":
+                self.out.links.append((self._href, text))
+            elif tag == "p":
+                if self._role == "alert":
+                    self.out.alerts.append(text)
+            else:
+                self.out.headings.append((int(tag[1]), text))
+            for _, outer in self._text:
+                outer.append(text + " ")
+
+    def handle_data(self, data: str) -> None:
+        if self._text:
+            self._text[-1][1].append(data)
+
+
+def read(page: str) -> Parsed:
+    """A page as parsed for the checks below."""
+    reader = _Reader()
+    reader.feed(page)
+    return reader.out
+
+
+@dataclass
+class Desk:
+    """A served ledger: a reviewer's client and the ledger behind it."""
+
+    ledger: Ledger
+    app: Any
+    token: str
+
+    def signed_in(self) -> TestClient:
+        """A client signed in as the reviewer."""
+        client = TestClient(self.app, follow_redirects=False)
+        page = client.get("/").text
+        found = _CSRF.search(page)
+        assert found is not None
+        r = client.post("/signin", data={"token": self.token, "csrf": found.group(1)})
+        assert r.status_code == 303
+        return client
+
+
+def _seeded(led: Ledger) -> str:
+    """Candidates to review; E2 revoked, X1 → X2 STALE and X2's delivery owing a
+    correction; E1 → M1 → R1 accepted, R1 delivered. The reviewer's token."""
+    admin = led.admin()
+    admin.grant("agent-1", scope="proj-a", roles=["propose", "read"])
+    admin.grant("reviewer", scope="proj-a", roles=["approve", "read", "audit", "deliver"])
+    admin.grant("reviewer-2", scope="proj-a", roles=["approve", "read"])
+    token = admin.issue_token("reviewer")
+    agent = led.authenticate(admin.issue_token("agent-1"))
+    reviewer = led.authenticate(token)
+    second = led.authenticate(admin.issue_token("reviewer-2"))
+    agent.capture(scope="proj-a", uri="https://docs.example.test/a", content=b"a", id="E1")
+    second.accept("E1")
+    agent.propose(
+        scope="proj-a", claim_key="api.retry_safe", value=True, kind=Kind.INFERENCE,
+        parents=["E1"], id="M1",
+    )  # fmt: skip
+    second.accept("M1")
+    agent.propose(
+        scope="proj-a", claim_key="report.weekly", value="on", kind=Kind.REPORT,
+        parents=["M1"], id="R1",
+    )  # fmt: skip
+    second.accept("R1")
+    reviewer.deliver("R1", recipient="ops@example.test")
+    agent.propose(
+        scope="proj-a", claim_key="api.max_retries", value=3, kind=Kind.INFERENCE,
+        parents=["E1"], id="M2",
+    )  # fmt: skip
+    agent.capture(scope="proj-a", uri="https://docs.example.test/b", content=b"b", id="E2")
+    second.accept("E2")
+    agent.propose(
+        scope="proj-a", claim_key="x.y", value=1, kind=Kind.INFERENCE, parents=["E2"], id="X1"
+    )
+    second.accept("X1")
+    agent.propose(
+        scope="proj-a",
+        claim_key="source:https://docs.example.test/a/very/long/path/without/any/break",
+        value=2,
+        kind=Kind.INFERENCE,
+        parents=["X1"],
+        id="X2",
+    )
+    second.accept("X2")
+    reviewer.deliver("X2", recipient="audit@example.test")
+    second.revoke("E2", reason="the source changed")
+    return token
+
+
+@pytest.fixture
+def desk(tmp_path: Path) -> Iterator[Desk]:
+    with Ledger.open(f"sqlite:///{tmp_path / 'ledger.db'}") as led:
+        token = _seeded(led)
+        yield Desk(ledger=led, app=create_app(led, mcp_factory=None), token=token)
+
+
+PAGES = (
+    "/",
+    "/attention",
+    "/records",
+    "/records/X2",
+    "/records/E2",
+    "/records/E1/revoke",
+    "/explain",
+    "/explain?scope=proj-a&claim_key=api.retry_safe",
+    "/records?as_of_position=3",
+)
+
+
+def test_every_page_has_a_language_landmarks_ordered_headings_and_labelled_controls(
+    desk: Desk,
+) -> None:
+    client = desk.signed_in()
+    titles = {}
+    for path in PAGES:
+        r = client.get(path)
+        assert r.status_code == 200, path
+        page = read(r.text)
+        assert page.lang == "en", path
+        assert "main" in page.landmarks and "nav" in page.landmarks, (path, page.landmarks)
+        levels = [level for level, _ in page.headings]
+        assert levels[0] == 1 and levels.count(1) == 1, (path, page.headings)
+        for before, after in itertools.pairwise(levels):
+            assert after <= before + 1, f"{path}: heading skips from h{before} to h{after}"
+        for control in page.controls:
+            named = (
+                control.get("id") in page.labels_for
+                or control["_wrapped"] == "True"
+                or control.get("aria-label")
+            )
+            assert named, f"{path}: a {control['_tag']} named {control.get('name')} has no label"
+        if "<table" in r.text:
+            assert page.headers, path
+        for th in page.headers:
+            assert th.get("scope") in ("col", "row"), f"{path}: a <th> without scope"
+        titles[path.split("?")[0]] = page.title
+    # One title per page, each naming the page.
+    assert len(set(titles.values())) == len(titles), titles
+
+
+def test_names_are_given_only_where_they_are_read(desk: Desk) -> None:
+    """An aria-label on a paragraph or a plain span is not announced."""
+    client = desk.signed_in()
+    for path in PAGES:
+        for tag, attrs in read(client.get(path).text).named:
+            assert tag not in ("p", "span", "div") or attrs.get("role") in (
+                "group",
+                "region",
+                "img",
+            ), f"{path}: aria-label on a <{tag}> with no role is not announced"
+    page = read(client.get("/records/X2").text)
+    assert ("div", {"class": "badges", "role": "group", "aria-label": "Status and validity"}) in [
+        (t, a) for t, a in page.named
+    ]
+
+
+def test_a_refused_token_says_error_in_the_page_title_and_an_alert(desk: Desk) -> None:
+    client = TestClient(desk.app, follow_redirects=False)
+    found = _CSRF.search(client.get("/").text)
+    assert found is not None
+    r = client.post("/signin", data={"token": "plt_wrong", "csrf": found.group(1)})
+    page = read(r.text)
+    assert page.title == "Error: Sign in · provledger"
+    assert page.alerts == ["That token is unknown, revoked or expired."]
+    # Without a refusal the title is the page's own.
+    assert read(client.get("/").text).title == "Sign in · provledger"
+
+
+def test_the_dependency_picture_is_also_given_as_text_with_what_each_record_depends_on(
+    desk: Desk,
+) -> None:
+    r = desk.signed_in().get("/records/X2")
+    assert 'role="img" aria-label="X2 and its ancestors and descendants' in r.text
+    # its node links are left out of the keyboard's path (the table below has them)
+    svg = r.text[r.text.index("<svg") : r.text.index("</svg>")]
+    links = re.findall(r"<a [^>]*>", svg)
+    assert links and all('tabindex="-1"' in a for a in links), links
+    table = r.text[r.text.index("Records in the dependency graph") :]
+    table = table[: table.index("</table>")]
+    assert '<th scope="col">Depends on</th>' in table
+    rows = {
+        m.group(1): re.sub(r"<[^>]+>", "", m.group(0))
+        for m in re.finditer(r'<tr><td><a href="/records/(\w+)".*?</tr>', table, re.S)
+    }
+    assert set(rows) == {"E2", "X1", "X2"}
+    assert rows["X2"].rstrip().endswith("X1")
+    assert rows["X1"].rstrip().endswith("E2")
+    assert rows["E2"].rstrip().endswith("—")
+
+
+def test_the_revocation_preview_says_what_happens_and_that_it_is_not_undone(desk: Desk) -> None:
+    text = " ".join(
+        re.sub(r"<[^>]+>", " ", desk.signed_in().get("/records/E1/revoke").text).split()
+    )
+    assert "Revoking it marks it REVOKED and every record that depends on it STALE" in text
+    assert "it cannot be undone: a REVOKED record stays revoked" in text
+    assert "each STALE record stays STALE until an approver revalidates it" in text
+    # The records listed to go STALE show their status now, said as such.
+    assert "M1 now ACCEPTED" in text
+
+
+def test_row_links_name_the_record_they_open(desk: Desk) -> None:
+    links = read(desk.signed_in().get("/attention").text).links
+    reviews = [text for _, text in links if text.startswith("Review ") and text != "Review queue"]
+    assert reviews == ["Review X1", "Review X2"]
+
+
+# -- colours ---------------------------------------------------------------------------------
+
+
+def _luminance(colour: str) -> float:
+    h = colour.lstrip("#")
+    if len(h) == 3:
+        h = "".join(c * 2 for c in h)
+
+    def channel(c: float) -> float:
+        return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
+
+    r, g, b = (channel(int(h[i : i + 2], 16) / 255) for i in (0, 2, 4))
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def contrast(a: str, b: str) -> float:
+    """The WCAG contrast ratio of two sRGB colours."""
+    x, y = sorted((_luminance(a), _luminance(b)), reverse=True)
+    return (x + 0.05) / (y + 0.05)
+
+
+def _var(name: str) -> str:
+    found = re.search(rf"--{name}:\s*(#[0-9a-fA-F]{{3,6}})", CSS)
+    assert found is not None, name
+    return found.group(1)
+
+
+def _rule(selector: str) -> str:
+    found = re.search(re.escape(selector) + r"\s*\{([^}]*)\}", CSS)
+    assert found is not None, selector
+    return found.group(1)
+
+
+def _colour(body: str, prop: str) -> str:
+    found = re.search(rf"(?<![-\w]){prop}:[^;]*?(#[0-9a-fA-F]{{3,6}}|var\(--([\w-]+)\))", body)
+    assert found is not None, (prop, body)
+    return found.group(1) if found.group(2) is None else _var(found.group(2))
+
+
+#: The light backgrounds text and controls sit on: the page, cards, the as-of bar
+#: (plain and viewing the past), evidence boxes, flashes.
+LIGHT = ("#ffffff", "#f5f7fa", "#e8edf3", "#fff4d6", "#f3f6fa", "#e8f5e9", "#fdecea")
+HEADER = "#17324f"
+
+
+def test_every_status_badge_reads_at_4_5_to_1() -> None:
+    badges = re.findall(r"((?:\.b-[\w]+,?\s*)+)\{([^}]*)\}", CSS)
+    assert len(badges) >= 7
+    for selectors, body in badges:
+        ink, ground = _colour(body, "color"), _colour(body, "background")
+        assert contrast(ink, ground) >= 4.5, (selectors.strip(), ink, ground)
+
+
+def test_the_focus_ring_and_field_borders_stand_out_at_3_to_1() -> None:
+    """WCAG 1.4.11: the focus indicator and a field's edge against what is next to them."""
+    ring = _colour(_rule(":focus-visible"), "outline")
+    for ground in LIGHT:
+        assert contrast(ring, ground) >= 3, f"focus ring {ring} on {ground}"
+    in_header = _colour(_rule(".top :focus-visible"), "outline-color")
+    assert contrast(in_header, HEADER) >= 3
+    edge = _colour(_rule("input, select, textarea"), "border")
+    for ground in LIGHT[:4]:
+        assert contrast(edge, ground) >= 3, f"field border {edge} on {ground}"
+
+
+def test_text_colours_read_at_4_5_to_1() -> None:
+    for ink in (_var("ink"), _var("muted"), _var("accent"), _var("danger")):
+        for ground in LIGHT:
+            assert contrast(ink, ground) >= 4.5, (ink, ground)
+    assert contrast(_var("accent-ink"), _var("accent")) >= 4.5
+    assert contrast("#ffffff", _var("ok")) >= 4.5  # the Accept button
+
+
+# -- reflow, in the browser ------------------------------------------------------------------
+
+
+def test_pages_reflow_at_320_pixels_with_tables_and_details_open(
+    browser: Any,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """WCAG 1.4.10: at 320 CSS pixels a page does not scroll sideways; a wide table
+    scrolls within its own box."""
+    with Ledger.open(f"sqlite:///{tmp_path / 'ledger.db'}") as led:
+        token = _seeded(led)
+        with running(create_app(led, mcp_factory=None)) as base:
+            page = browser.new_page(viewport={"width": 320, "height": 700})
+            page.goto(base + "/")
+            page.get_by_label("Token").fill(token)
+            page.get_by_role("button", name="Sign in").click()
+            page.get_by_role("heading", name="Review queue").wait_for()
+            for path in ("/attention", "/records/E1/revoke", "/records/X2", "/records/R1"):
+                page.goto(base + path)
+                page.evaluate("document.querySelectorAll('details').forEach(d => d.open = true)")
+                overflow = page.evaluate(
+                    "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+                )
+                assert overflow <= 0, f"{path} scrolls sideways by {overflow}px at 320px"
+
+
+def test_a_hidden_dependency_says_what_it_is_in_text_not_only_a_tooltip(desk: Desk) -> None:
+    # Given a record in proj-a resting on one in a scope the reviewer cannot see
+    admin = desk.ledger.admin()
+    admin.grant("agent-1", scope="proj-x", roles=["propose", "read"])
+    agent = desk.ledger.authenticate(admin.issue_token("agent-1"))
+    agent.propose(scope="proj-x", claim_key="secret", value=1, kind=Kind.FACT, id="S1")
+    agent.propose(scope="proj-a", claim_key="uses.secret", value=2, kind=Kind.FACT,
+                  parents=["S1"], id="U1")  # fmt: skip
+    # Then its page says so in words a screen reader reads (a tooltip is out of
+    # reach of the keyboard and of touch)
+    page = desk.signed_in().get("/records/U1").text
+    assert "&lt;hidden&gt;" in page
+    assert '<span class="visually-hidden"> (a record in a scope you cannot see)</span>' in page
+    assert "S1" not in page and "secret" not in page.replace("uses.secret", "")
