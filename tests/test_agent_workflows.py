@@ -12,16 +12,15 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 import pytest
 from mcp import Client
-from mcp.types import TextContent
 
 from ledger import Kind, Ledger
 from ledger.errors import AccessDeniedError
 from ledger.integrations.langgraph import LedgerStore
 from ledger.integrations.mcp import build_server
+from tests.test_mcp import ok, refused
 
 SCOPE = "proj-a"
 
@@ -44,22 +43,6 @@ async def connected(ledger: Ledger, token: str) -> AsyncIterator[Client]:
     """A new MCP connection (a new run) acting with ``token``."""
     async with Client(build_server(ledger, token)) as client:
         yield client
-
-
-async def ok(client: Client, tool: str, **arguments: Any) -> Any:
-    """Call ``tool``; it must succeed; its structured result."""
-    result = await client.call_tool(tool, arguments)
-    assert not result.is_error, result.content
-    return result.structured_content
-
-
-async def refused(client: Client, tool: str, **arguments: Any) -> str:
-    """Call ``tool``; it must be a tool error; its text."""
-    result = await client.call_tool(tool, arguments)
-    assert result.is_error, result.structured_content
-    content = result.content[0]
-    assert isinstance(content, TextContent)
-    return content.text
 
 
 def _derived(ledger: Ledger, tokens: dict[str, str], count: int) -> None:

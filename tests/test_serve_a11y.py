@@ -24,11 +24,11 @@ from ledger import Kind, Ledger
 from ledger.serve import create_app
 from tests.serve_support import running
 from tests.test_serve_browser import browser  # noqa: F401  (the Chromium fixture)
+from tests.test_serve_console import csrf_of
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 CSS = (Path(__file__).parent.parent / "ledger" / "serve" / "static" / "console.css").read_text()
-_CSRF = re.compile(r'name="csrf" value="([^"]+)"')
 
 
 @dataclass
@@ -118,10 +118,8 @@ class Desk:
     def signed_in(self) -> TestClient:
         """A client signed in as the reviewer."""
         client = TestClient(self.app, follow_redirects=False)
-        page = client.get("/").text
-        found = _CSRF.search(page)
-        assert found is not None
-        r = client.post("/signin", data={"token": self.token, "csrf": found.group(1)})
+        csrf = csrf_of(client.get("/").text)
+        r = client.post("/signin", data={"token": self.token, "csrf": csrf})
         assert r.status_code == 303
         return client
 
@@ -243,9 +241,7 @@ def test_names_are_given_only_where_they_are_read(desk: Desk) -> None:
 
 def test_a_refused_token_says_error_in_the_page_title_and_an_alert(desk: Desk) -> None:
     client = TestClient(desk.app, follow_redirects=False)
-    found = _CSRF.search(client.get("/").text)
-    assert found is not None
-    r = client.post("/signin", data={"token": "plt_wrong", "csrf": found.group(1)})
+    r = client.post("/signin", data={"token": "plt_wrong", "csrf": csrf_of(client.get("/").text)})
     page = read(r.text)
     assert page.title == "Error: Sign in · provledger"
     assert page.alerts == ["That token is unknown, revoked or expired."]
