@@ -378,11 +378,13 @@ def raw_bulk_rate(base: Base, rows: int, workdir: Path) -> float:
 
 
 def raw_commit_rate(base: Base, commits: int, workdir: Path) -> float:
-    """Raw single-row insert + commit, ``commits`` times."""
+    """Raw single-row insert + commit, ``commits`` times, once the WAL file has
+    stopped growing (``bench.settle_wal``)."""
     topic, state = bench.sample_event(base.path)
     raw = bench.raw_events_db(workdir / "raw-single.db", bench.events_ddl(base.path), base.pragmas)
     try:
         insert = bench.sqlite_raw_inserter(raw, topic, state)
+        bench.settle_wal(workdir / "raw-single.db", insert, "raw single commits")
         began = time.perf_counter()
         for _ in range(commits):
             insert()

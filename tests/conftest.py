@@ -144,7 +144,9 @@ def ledger(open_ledger: Callable[..., Ledger]) -> Ledger:
     return open_ledger()
 
 
-def raw_rows(led: Ledger, db_path: Path | None, sql: str, params: tuple[Any, ...] = ()) -> list:
+def raw_rows(
+    led: Ledger, db_path: Path | None, sql: str, params: tuple[Any, ...] = ()
+) -> list[tuple[Any, ...]]:
     """Rows straight from the database, bypassing the library's queries.
 
     ``sqlite3`` on an SQLite file; otherwise the ledger's own connection
