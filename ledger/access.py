@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ledger.domain import Principal, principal_uuid
 from ledger.errors import AuthenticationError, InvalidIdError, InvalidInputError, InvalidRoleError
 from ledger.serialization import micros_to_datetime
-from ledger.validation import check_aware, check_id
+from ledger.validation import check_aware, check_id, quoted
 from projections import access as access_view
 
 if TYPE_CHECKING:
@@ -51,16 +51,17 @@ def hash_token(token: str) -> str:
 
 def check_roles(roles: object) -> tuple[str, ...]:
     """Validate a list of role names."""
-    if isinstance(roles, (str, Mapping)) or not isinstance(roles, Iterable):
-        # A mapping's keys would be granted whatever its values say ({"approve": False}).
-        raise InvalidRoleError(f"roles must be a list of role names, got {roles!r}")
+    if isinstance(roles, (str, bytes, Mapping)) or not isinstance(roles, Iterable):
+        # A mapping's keys would be granted whatever its values say ({"approve": False});
+        # bytes would be taken as numbers, one a character.
+        raise InvalidRoleError(f"roles must be a list of role names, got {quoted(roles)}")
     out: list[str] = []
     for role in roles:
         try:
             out.append(Role(role).value)
         except ValueError:
             allowed = ", ".join(r.value for r in Role)
-            raise InvalidRoleError(f"role {role!r} is not one of: {allowed}") from None
+            raise InvalidRoleError(f"role {quoted(role)} is not one of: {allowed}") from None
     if not out:
         raise InvalidRoleError("roles must name at least one role")
     return tuple(sorted(set(out)))
@@ -88,7 +89,8 @@ def check_admin_hash(engine: Engine, c: Cursor, token_hash: str) -> None:
     if row["subject"] != ADMIN_PRINCIPAL:
         raise AuthenticationError(
             f"that token belongs to {row['subject']!r}, not to the administrator (admin "
-            "tokens come from `provledger init` and `provledger token issue --admin`)"
+            "tokens come from `provledger init` and `provledger token issue --admin`, or "
+            "Admin.issue_admin_token)"
         )
     try:
         access_from_log(engine, c, token_hash, engine.now())
@@ -127,6 +129,10 @@ class Admin:
     def __init__(self, engine: Engine, token_hash: str | None = None) -> None:
         self._engine = engine
         self._token_hash = token_hash
+
+    def __repr__(self) -> str:
+        by = "the host" if self._token_hash is None else "an admin token"
+        return f"<Admin of {self._engine.url!r}, trusted as {by}>"
 
     def _authorize(self, c: Cursor) -> None:
         """Refuse the call unless the handle's admin token (if it has one) is still
@@ -307,7 +313,8 @@ class Admin:
                     raise InvalidInputError(
                         "that is the last admin token"
                         + (" still usable (the others have expired)" if others else "")
-                        + ": issue another first (`provledger token issue --admin`)"
+                        + ": issue another first (Admin.issue_admin_token; "
+                        "`provledger token issue --admin`)"
                     )
             principal.trigger_event(
                 Principal.TokenRevoked,

@@ -28,7 +28,7 @@ from ledger.errors import AuthenticationError, InvalidInputError, LedgerError
 from ledger.merkle import LogDigest, Verification
 from ledger.persistence import resolve_url
 from ledger.session import Session
-from ledger.validation import DEFAULT_MAX_VALUE_BYTES, check_kind
+from ledger.validation import DEFAULT_MAX_VALUE_BYTES, check_flag, check_kind
 from ledger.values import RebuildReport
 from projections import access as access_view
 from projections import delivery as delivery_view
@@ -69,9 +69,8 @@ class Ledger:
             )
         if not callable(clock):
             raise InvalidInputError(f"clock must be callable, got {type(clock).__name__}")
-        for name, flag in (("create", create), ("catch_up", catch_up)):
-            if not isinstance(flag, bool):  # "false" is a true value
-                raise InvalidInputError(f"{name} must be True or False, got {flag!r}")
+        check_flag(create, "create")
+        check_flag(catch_up, "catch_up")
         self._engine = Engine(
             backend,
             checks=_check_acceptance_checks(acceptance_checks),
@@ -162,6 +161,10 @@ class Ledger:
         """Close the database connections. Safe to call twice."""
         self._engine.close()
 
+    def __repr__(self) -> str:
+        state = "closed" if self._engine.closed else "open"
+        return f"<Ledger {self.url!r} ({self.backend}, {state})>"
+
     def __enter__(self) -> Ledger:
         return self
 
@@ -208,8 +211,9 @@ class Ledger:
             subject = self._engine.check_token(row)
         if subject == ADMIN_PRINCIPAL:
             raise AuthenticationError(
-                "that is an admin token: it authorizes admin commands (--admin-token), "
-                "not a principal's; issue one with `provledger token issue SUBJECT`"
+                "that is an admin token: it authorizes admin calls (Ledger.admin(token), "
+                "--admin-token), not a principal's; issue one with "
+                "Admin.issue_token(SUBJECT) (`provledger token issue SUBJECT`)"
             )
         return Session(Caller(self._engine, subject, token_hash))
 
@@ -228,7 +232,10 @@ class Ledger:
         return self._engine.now()
 
     def stats(self) -> dict[str, Any]:
-        """Counts: stored events, log position, records per status, deliveries, snapshots."""
+        """Counts, as a dict: ``backend``, ``events`` (stored), ``position`` (of
+        the newest event), ``records``, ``statuses`` (records per status),
+        ``deliveries``, ``corrections`` (issued), ``snapshots`` (stored evidence
+        bytes) and ``runs``."""
         engine = self._engine
         d = engine.dialect
         with engine.reading() as c:
@@ -299,11 +306,13 @@ class Ledger:
             return self._engine.projector.digest(c)
 
     def rebuild(self, progress: Callable[[int, int], None] | None = None) -> RebuildReport:
-        """Empty every view (on PostgreSQL in place, see ``Projector.reset``), replay
-        the whole log into them in batches, compare digests taken before and after.
+        """Empty every view, replay the whole log into them in batches, and
+        compare digests of the views taken before and after (``matched``).
 
-        Streams the log (memory does not grow with its length). ``progress`` is
-        called with (log position reached, log position to reach).
+        One transaction: writers wait meanwhile (and are refused once their lock
+        wait runs out); a failure part-way leaves the views as they were. Streams
+        the log (memory does not grow with its length). ``progress`` is called
+        with (log position reached, log position to reach).
         """
         self._engine.check_open()
         if progress is not None and not callable(progress):

@@ -21,7 +21,7 @@ from ledger.errors import CorruptEventError, InvalidInputError
 from ledger.merkle import InclusionProof
 from ledger.reads import record_view
 from ledger.serialization import datetime_to_micros, micros_to_datetime
-from ledger.validation import check_aware
+from ledger.validation import check_aware, quoted
 from ledger.values import AuditEvent, AuditTrail
 from projections import timeline
 from projections import validity as validity_view
@@ -100,12 +100,14 @@ def iter_history(
     """``Session.iter_history``: :func:`history`'s events one at a time, from one
     read transaction (the caller's refusal comes with the first)."""
     if type is not None and type not in RECORD_EVENTS:
-        raise InvalidInputError(f"history type {type!r} is not one of: {', '.join(RECORD_EVENTS)}")
+        raise InvalidInputError(
+            f"history type {quoted(type)} is not one of: {', '.join(RECORD_EVENTS)}"
+        )
     for bound, what in ((start, "start"), (stop, "stop")):
         if bound is not None and (
             isinstance(bound, bool) or not isinstance(bound, int) or not 0 <= bound < 2**62
         ):
-            raise InvalidInputError(f"history {what} {bound!r} is not a position")
+            raise InvalidInputError(f"history {what} {quoted(bound)} is not a position")
     first = start or 0
     last = min(
         stop if stop is not None else 1 << 62,
@@ -258,7 +260,7 @@ def as_of(caller: Caller, position: int | None, time: datetime | None) -> Caller
     with caller.reading() as c:
         if position is not None:
             if isinstance(position, bool) or not isinstance(position, int) or position < 0:
-                raise InvalidInputError(f"as_of position {position!r} is not a position")
+                raise InvalidInputError(f"as_of position {quoted(position)} is not a position")
             newest = caller.engine.position()
             if position > newest:
                 raise InvalidInputError(

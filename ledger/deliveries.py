@@ -25,7 +25,7 @@ from ledger.errors import (
 )
 from ledger.pipeline import Decision
 from ledger.serialization import datetime_to_micros, micros_to_datetime
-from ledger.validation import check_id, check_text
+from ledger.validation import check_flag, check_id, check_text
 from ledger.values import Correction, CorrectionDue, Delivery
 from projections import delivery as delivery_view
 from projections import edges as edges_index
@@ -64,6 +64,7 @@ def issue_correction(
     caller.writable("issue_correction")
     check_text(note, "note")
     check_id(delivery_id, "delivery id")
+    check_flag(only_if_owed, "only_if_owed")
     correction_id = f"c-{uuid.uuid4().hex}"
 
     def decide(c: Cursor, now: Any) -> Decision[str]:

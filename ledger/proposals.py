@@ -44,6 +44,7 @@ from ledger.validation import (
     check_ref,
     check_text,
     check_value,
+    quoted,
 )
 from projections import claims as claim_queries
 from projections import edges as edges_index
@@ -116,12 +117,16 @@ def capture(
     newest accepted capture of it (see :func:`previous_capture`)."""
     caller.writable("capture")
     check_text(uri, "uri", max_len=2048, line=True)
+    if uri != uri.strip():  # else refused as its claim key "source:<uri>", not by name
+        raise InvalidValueError(f"uri {quoted(uri)} has leading or trailing whitespace")
     if not isinstance(content, (bytes, bytearray, memoryview)):
         raise InvalidValueError(f"content must be bytes, got {type(content).__name__}")
     data = bytes(content)
     limit = caller.engine.max_value_bytes
     if len(data) > limit:
-        raise ValueTooLargeError(f"content of {uri!r} is {len(data)} bytes; the limit is {limit}")
+        raise ValueTooLargeError(
+            f"content of {quoted(uri)} is {len(data)} bytes; the limit is {limit}"
+        )
     now = caller.engine.now()
     fetched = now if fetched_at is None else check_aware(fetched_at, "fetched_at")
     if fetched > now + CLOCK_SKEW:

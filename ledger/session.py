@@ -46,6 +46,10 @@ class Session:
         #: integrations and pictures; not part of the public API).
         self.caller = caller
 
+    def __repr__(self) -> str:
+        then = "" if self.caller.position is None else f", as of position {self.caller.position}"
+        return f"<Session of {self.caller.subject!r}{then}>"
+
     @property
     def principal(self) -> str:
         """The authenticated subject."""
@@ -86,8 +90,14 @@ class Session:
         Scope (the principal's grants) → status and expiry of the record and
         every ancestor at ``at`` → conditions matched by ``context`` → conflict.
 
+        ``at`` (aware datetime; default now) is the instant expiry is judged at;
+        ``context`` the values a record's conditions must match; ``kinds``, when
+        given, the only kinds that count (a record of another kind is not usable:
+        "kind … not requested"); None for every kind.
+
         Raises:
             AccessDeniedError: no ``read`` role in ``scope``.
+            InvalidInputError: a bad scope, claim key, instant, context or kind.
         """
         return reads.read(self.caller, scope, claim_key, at, context, kinds)
 
@@ -103,6 +113,7 @@ class Session:
     ) -> Explanation:
         """Say, per record for ``(scope, claim_key)``, why it is or is not usable.
 
+        ``at``, ``context`` and ``kinds`` are ``read``'s.
         Entries are in proposal order. ``limit=None`` (the default) shows every
         record the claim has ever had. With ``limit=N``, every usable record is
         shown and at most ``N`` others: first those once accepted (ACCEPTED but
@@ -309,6 +320,8 @@ class Session:
         Returns the delivery id.
 
         Raises:
+            UnknownRecordError: no such record, or not visible to this principal.
+            AccessDeniedError: no ``deliver`` role in the record's scope.
             InvalidTransitionError: the record is not ACCEPTED.
             NotUsableError: it (or an ancestor) has expired.
         """
@@ -459,10 +472,14 @@ class Session:
         makes OLD SUPERSEDED and OLD's descendants STALE in the same transaction.
 
         Raises:
+            UnknownRecordError: no such record, or not visible to this principal.
+            AccessDeniedError: no ``approve`` role in the record's scope, or a
+                dependency in a scope this principal cannot read.
             InvalidTransitionError: not a CANDIDATE, or the record already expired.
             SelfApprovalError: the approver proposed it.
             InvalidParentError: a dependency is not usable.
-            AcceptanceCheckError: a registered check refused it.
+            AcceptanceCheckError: a registered check refused it (or raised: the
+                check's exception is named in the message).
         """
         transitions.accept(self.caller, record_id, note)
 
@@ -470,6 +487,8 @@ class Session:
         """CANDIDATE → REJECTED.
 
         Raises:
+            UnknownRecordError: no such record, or not visible to this principal.
+            AccessDeniedError: no ``approve`` role in the record's scope.
             InvalidTransitionError: not a CANDIDATE.
             SelfApprovalError: the approver proposed it.
         """
@@ -527,7 +546,13 @@ class Session:
     # -- runs -----------------------------------------------------------------
 
     def run(self, run_id: str) -> RunContext:
-        """A context that records every read made through it (see ``RunContext``)."""
+        """A context that records every read made through it (see ``RunContext``).
+
+        ``run_id`` names the run among this principal's runs: a run id once
+        used (by this principal) is refused again (``DuplicateRecordError``),
+        so that each run's reads stay its own. Other principals may use the
+        same id.
+        """
         from ledger.runs import RunContext  # a run wraps a session: imported on use
 
         self.caller.writable("run")

@@ -237,6 +237,15 @@ def check_member(enum: type[EnumT], value: object, what: str) -> EnumT:
         raise InvalidInputError(f"{what} {quoted(value)} is not one of: {allowed}") from None
 
 
+def check_flag(value: object, what: str) -> bool:
+    """``value`` if it is ``True`` or ``False``, else ``InvalidInputError``: a
+    missing field (``None``) or the string ``"false"`` is no answer to a yes/no
+    question, and would be taken as one."""
+    if not isinstance(value, bool):
+        raise InvalidInputError(f"{what} must be True or False, got {quoted(value)}")
+    return value
+
+
 def check_list(items: object, what: str) -> list[Any]:
     """``items`` as a list, unless it is a string, a mapping (whose keys would be
     taken, whatever their values say) or not iterable."""

@@ -219,8 +219,10 @@ class Revocation:
 
     ``affected`` is the root and the descendants marked STALE that the caller
     may see; descendants in scopes it holds no grant in are marked all the same
-    but neither named nor counted. ``position`` is the log position of the
-    ``Revoked`` event: ``as_of(position=position - 1)`` is the state before.
+    but neither named nor counted. ``stale`` is ``affected`` without the root:
+    the descendants the caller may see that became STALE. ``position`` is the log
+    position of the ``Revoked`` event: ``as_of(position=position - 1)`` is the
+    state before.
     """
 
     root: str
@@ -246,7 +248,18 @@ class RevocationPreview:
 
 @dataclass(frozen=True)
 class CorrectionDue:
-    """A delivery whose record is no longer VALID and has no correction since."""
+    """A delivery that owes a correction (``Session.corrections_due``): its record
+    left VALID after the delivery (revoked, superseded, STALE, expired), or is VALID
+    again on another basis than the delivered copy rests on, with no correction
+    since.
+
+    ``validity`` and ``status`` are the record's now; ``cause`` the id of the
+    record whose withdrawal it answers (the record itself when REVOKED, the
+    revoked or superseded ancestor when STALE; ``<hidden>`` outside the caller's
+    scopes; None otherwise); ``reason`` the text of its newest change of status
+    (a revocation's or rejection's reason, an acceptance's or revalidation's
+    note), as its ``RecordView`` gives it.
+    """
 
     delivery: Delivery
     validity: Validity
@@ -257,7 +270,7 @@ class CorrectionDue:
 
 @dataclass(frozen=True)
 class RebuildReport:
-    """The outcome of dropping and replaying every view."""
+    """The outcome of emptying every view and replaying the log into it."""
 
     events: int
     seconds: float

@@ -60,6 +60,7 @@ from ledger.stored_types import (
     snapshot_row,
     snapshots_statement,
 )
+from ledger.validation import quoted
 from projections.base import SQLITE, Cursor, fetch_in_chunks, rows_digest
 from projections.projector import LAYOUT_KEY, RETIRED, Projector
 
@@ -122,11 +123,13 @@ def verify(
     key = None if public_key is None else load_public_key(public_key)
     if kept and key is None:
         raise InvalidInputError(
-            "verifying kept heads needs the public key that signed them (--public-key)"
+            "verifying kept heads needs the public key that signed them "
+            "(public_key=; --public-key on the command line)"
         )
     if key is not None and heads is None:
         raise InvalidInputError(
-            "a public key checks kept heads: give the heads it signed too (--heads)"
+            "a public key checks kept heads: give the heads it signed too "
+            "(heads=; --heads on the command line)"
         )
     findings = _Findings()
     if key is not None:
@@ -226,13 +229,14 @@ def _as_digest(against: LogDigest | str | None) -> LogDigest | None:
     if against is None:
         return None
     try:
-        if isinstance(against, LogDigest):
+        if isinstance(against, LogDigest | str):
             return LogDigest.parse(str(against))
-        if isinstance(against, str):
-            return LogDigest.parse(against)
-        raise TypeError(f"expected a LogDigest or str, got {type(against).__name__}")
-    except (ValueError, TypeError) as exc:
-        raise InvalidInputError(f"cannot verify against {against!r}: {exc}") from None
+    except ValueError:
+        pass
+    raise InvalidInputError(
+        f"cannot verify against {quoted(against)}: expected a LogDigest or its text, "
+        "size:position:<64 hex characters>"
+    )
 
 
 def _describe(head: SignedHead) -> str:

@@ -195,6 +195,20 @@ CASES = [
         UnknownDeliveryError,
         "d-nope",
     ),
+    # A missing field or the string "false" is no answer to "only if owed?": taken
+    # as one, a correction would be issued however often the form was sent.
+    Case(
+        "correction-only-if-owed-none",
+        lambda b: b.reviewer.issue_correction("d-nope", note="fix", only_if_owed=None),  # type: ignore[arg-type]
+        InvalidInputError,
+        "only_if_owed must be True or False, got None",
+    ),
+    Case(
+        "correction-only-if-owed-a-string",
+        lambda b: b.reviewer.issue_correction("d-nope", note="fix", only_if_owed="false"),  # type: ignore[arg-type]
+        InvalidInputError,
+        "only_if_owed must be True or False, got 'false'",
+    ),
     Case(
         "snapshot-unknown",
         lambda b: b.agent.snapshot("sha256:" + "0" * 64),
@@ -342,6 +356,12 @@ CASES = [
         lambda b: b.agent.capture(scope=SCOPE, uri="https://d.test/s", content="text"),  # type: ignore[arg-type]
         InvalidValueError,
         "content",
+    ),
+    Case(
+        "capture-uri-padded",
+        lambda b: b.agent.capture(scope=SCOPE, uri=" https://d.test/p ", content=b"p"),
+        InvalidValueError,
+        "uri ' https://d.test/p ' has leading or trailing whitespace",
     ),
     # -- oversized values -----------------------------------------------------------------
     Case(
@@ -495,6 +515,13 @@ CASES = [
         InvalidRoleError,
         "roles must be a list",
     ),
+    # Bytes would be taken as numbers, one a character ("role 114 is not one of").
+    Case(
+        "roles-bytes",
+        lambda b: b.admin.grant("outsider", scope=SCOPE, roles=b"read"),
+        InvalidRoleError,
+        "roles must be a list of role names, got b'read'",
+    ),
     Case(
         "revoke-grant-roles-a-mapping",
         lambda b: b.admin.revoke_grant("agent-1", scope=SCOPE, roles={"propose": False}),
@@ -646,7 +673,22 @@ def test_bad_input_is_refused_specifically_and_changes_nothing(bad: Bad, case: C
     assert bad.ledger.views_digest() == digest
 
 
-@pytest.mark.parametrize("field", ["scope", "id", "parents", "supersedes", "kind", "get", "status"])
+@pytest.mark.parametrize(
+    "field",
+    [
+        "scope",
+        "id",
+        "parents",
+        "supersedes",
+        "kind",
+        "get",
+        "status",
+        "history-type",
+        "as-of-position",
+        "role",
+        "verify-against",
+    ],
+)
 def test_a_huge_bad_argument_is_quoted_cut_with_its_length_told(bad: Bad, field: str) -> None:
     # An agent that sent a megabyte must not get it back in the refusal.
     huge = "x" * 100_000 + " "
@@ -659,6 +701,10 @@ def test_a_huge_bad_argument_is_quoted_cut_with_its_length_told(bad: Bad, field:
         "kind": lambda: _propose(bad, kind=huge),
         "get": lambda: bad.agent.get(huge),
         "status": lambda: bad.agent.records(SCOPE, status=huge),
+        "history-type": lambda: bad.reviewer.history(type=huge),
+        "as-of-position": lambda: bad.reviewer.as_of(position=huge),  # type: ignore[arg-type]
+        "role": lambda: bad.admin.grant("outsider", scope=SCOPE, roles=[huge]),
+        "verify-against": lambda: bad.ledger.verify(against=huge),
     }
     with pytest.raises(LedgerError) as refused:
         acts[field]()

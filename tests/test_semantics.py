@@ -336,6 +336,23 @@ def test_a_url_password_never_appears_in_messages_or_the_ledger_s_url(pg_url: st
     assert secret not in backend.url and secret not in repr(backend)
     with Ledger.open(with_password) as led:  # trust auth: the password is not checked
         assert secret not in led.url
+        # The handles say what they are, and hold no secret to show.
+        admin = led.admin()
+        admin.grant("agent", scope="s", roles=["read"])
+        token = admin.issue_token("agent")
+        session = led.authenticate(token)
+        then = session.as_of(position=1)  # right after the transaction holding position 1
+        shown = [repr(led), repr(admin), repr(session), repr(then)]
+        shown.append(repr(led.admin(admin.issue_admin_token())))
+        assert not [r for r in shown if secret in r or token in r]
+        assert shown[0] == f"<Ledger {led.url!r} (postgresql, open)>"
+        assert shown[1:4] == [
+            f"<Admin of {led.url!r}, trusted as the host>",
+            "<Session of 'agent'>",
+            f"<Session of 'agent', as of position {then.position}>",
+        ]
+        assert shown[4] == f"<Admin of {led.url!r}, trusted as an admin token>"
+    assert repr(led).endswith("(postgresql, closed)>")
     # As a query option, and in a URL too malformed to parse: masked all the same.
     as_option = pg_url.replace("?", f"?password={secret}&", 1)
     malformed = f"postgresql://postgres:{secret}@[::1/test?schema=x"
