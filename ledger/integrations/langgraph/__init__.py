@@ -19,7 +19,12 @@ Where an item lives
     it, never rewritten. So is a ``put`` whose key makes no claim key the ledger
     can hold (empty directly under the scope, longer than 512 characters once
     escaped); no item can be there, so ``get`` of it answers None and ``delete``
-    does nothing, as in LangGraph's own stores.
+    does nothing, as in LangGraph's own stores. A namespace is a tuple (or list)
+    of labels: a bare string is refused, not read as one label per character.
+    As in LangGraph, a put may not use an empty namespace or the root label
+    ``langgraph`` (in a batch too, where LangGraph's own stores take it); a
+    get or delete there is checked as anywhere else (it names no scope, or needs
+    roles in the scope ``langgraph``).
 
     The claim key is the remaining labels and the key, each escaped, joined with
     ``/``: ``("proj-a", "users", "u1")`` + ``"theme"`` is scope ``proj-a``, claim
@@ -47,10 +52,15 @@ What is visible
     way, and by their ids for records proposed otherwise. A scope whose name holds
     a ``.`` is never listed (LangGraph refuses such a label). ``search`` filters on
     value fields: exact match, or ``$eq $ne $gt $gte $lt $lte``; a dotted field
-    name reaches into nested mappings; a field missing from a value fails every
-    condition on it. There is no semantic index: ``search(query=...)`` and
-    ``put(index=[...])`` are refused, and so is ``ttl`` (a ledger expiry is fixed
-    when a record is proposed and is not refreshed by reads).
+    name reaches into nested mappings; a field missing from a value passes an
+    equality with None, as in LangGraph's stores, and fails every other
+    condition on it. ``list_namespaces`` lists the namespaces holding an item
+    (not one only read, or emptied by deletes), sorted; ``max_depth=0`` cuts each
+    to ``()``, as ``InMemoryStore`` does. There is no semantic index:
+    ``search(query=...)`` and ``put(index=[...])`` naming fields are refused
+    (``index=[]``, like ``index=False``, asks for none), and so is ``ttl`` (a
+    ledger expiry is fixed when a record is proposed and is not refreshed by
+    reads).
 
 Approval policy
     Without ``approver_token`` a ``put`` is a CANDIDATE and ``get`` returns None
@@ -101,8 +111,9 @@ Batches
     :class:`MemoryConflictError`, and deleting the key clears it.
 
 Modules: :mod:`~ledger.integrations.langgraph.keys` (namespace and key ↔ scope
-and claim key), :mod:`~ledger.integrations.langgraph.filters` (search filters),
-:mod:`~ledger.integrations.langgraph.threads` (one run per thread) and
+and claim key), :mod:`~ledger.integrations.langgraph.checks` (what an operation
+must be before a batch runs), :mod:`~ledger.integrations.langgraph.filters`
+(search filters), :mod:`~ledger.integrations.langgraph.threads` (one run per thread) and
 :mod:`~ledger.integrations.langgraph.store` (``LedgerStore``).
 """
 

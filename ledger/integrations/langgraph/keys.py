@@ -31,8 +31,10 @@ __all__ = [
     "NamespaceLabelError",
     "claim_key_of",
     "component",
+    "find",
     "labels_of",
     "location",
+    "names_a_scope",
     "parse_claim_key",
     "scope_of",
 ]
@@ -185,6 +187,35 @@ def checked_location(namespace: tuple[str, ...], key: str, depth: int) -> tuple[
     be unhashable: check them with ``validate_op_namespace`` first."""
     validate_op_namespace(GetOp(namespace, key))
     return location(namespace, key, depth)
+
+
+def find(namespace: Sequence[str], key: str, depth: int) -> tuple[str, str] | None:
+    """(scope, claim key) of an item, or None when ``namespace`` names a scope but
+    ``key`` under it makes no claim key the ledger can hold (empty, too long, not
+    Unicode): no item can be there, so a get answers None and a delete does
+    nothing, as in LangGraph's own stores (a put is refused by :func:`location`,
+    naming why).
+
+    Raises:
+        NamespaceLabelError: the namespace names no scope.
+    """
+    try:
+        return location(tuple(namespace), key, depth)
+    except NamespaceLabelError:
+        if names_a_scope(namespace, depth):
+            return None
+        raise
+
+
+def names_a_scope(namespace: Sequence[str], depth: int) -> bool:
+    """Whether ``namespace`` begins with ``depth`` labels that make a scope."""
+    if len(namespace) < depth:
+        return False
+    try:
+        scope_of(tuple(namespace[:depth]))
+    except NamespaceLabelError:  # the scope is what is wrong: refused
+        return False
+    return True
 
 
 def labels_of(scope: str, depth: int) -> tuple[str, ...] | None:

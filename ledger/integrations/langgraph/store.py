@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import nullcontext
 from functools import partial
 from typing import Any, Literal
@@ -36,30 +36,26 @@ from ledger.errors import (
     InvalidTransitionError,
     LedgerError,
     MemoryConflictError,
-    UnsupportedStoreOperationError,
 )
-from ledger.integrations.langgraph.filters import (
-    check_condition,
-    check_filter,
-    count,
-    matches,
-    namespace_matches,
-)
-from ledger.integrations.langgraph.items import item_of, no_tuple
+from ledger.integrations.langgraph.checks import check_namespace, check_op
+from ledger.integrations.langgraph.filters import check_filter, matches, namespace_matches
+from ledger.integrations.langgraph.items import item_of
 from ledger.integrations.langgraph.keys import (
     SEPARATOR,
     NamespaceLabelError,
     checked_location,
     component,
+    find,
     labels_of,
     location,
+    names_a_scope,
     parse_claim_key,
     scope_of,
 )
 from ledger.integrations.langgraph.refusals import named_as, renamed
 from ledger.integrations.langgraph.threads import MAX_THREADS, Ids, Thread, Threads, thread_id
 from ledger.proposals import NewestOf
-from ledger.validation import check_kind, check_value
+from ledger.validation import check_kind
 from ledger.values import ReadResult, RecordView
 from projections.record_table import LIVE_STATUSES
 
@@ -188,6 +184,8 @@ class LedgerStore(BaseStore):
         """
         if thread_id() is not None:
             return super().get(namespace, key, refresh_ttl=refresh_ttl)
+        if type(namespace) is not tuple:
+            check_namespace(namespace)  # a bare string is no namespace
         namespace, key = tuple(namespace), str(key)
         try:
             scope, claim = checked_location(namespace, key, self.scope_depth)
@@ -195,8 +193,8 @@ class LedgerStore(BaseStore):
             validate_op_namespace(GetOp(namespace, key))
             raise
         except NamespaceLabelError:
-            if self._names_a_scope(namespace):
-                return None  # no item can be there (see ``_find``)
+            if names_a_scope(namespace, self.scope_depth):
+                return None  # no item can be there (see ``keys.find``)
             raise
         try:
             result = self.session.read(scope, claim, None, None, self._kinds)  # positional: quicker
@@ -246,6 +244,7 @@ class LedgerStore(BaseStore):
     ) -> PutOp:
         # BaseStore.put refuses a ttl with a bare NotImplementedError before the
         # batch sees it; the batch's check says what to do instead.
+        check_namespace(namespace)  # before a bare string becomes one label a letter
         return PutOp(
             tuple(namespace), str(key), value, index, None if isinstance(ttl, NotProvided) else ttl
         )
@@ -261,10 +260,11 @@ class LedgerStore(BaseStore):
 
     def _execute(self, ops: list[Op], thread: str | None) -> list[Result]:
         for op in ops:
-            self._check_op(op)
+            check_op(op, self.scope_depth, self._max_value_bytes)
         writes = [op for op in ops if isinstance(op, PutOp) and op.value is not None]
         if len(writes) > 1:
-            self._check_proposer({self._locate(op.namespace, op.key)[0] for op in writes})
+            depth = self.scope_depth
+            self._check_proposer({location(tuple(op.namespace), op.key, depth)[0] for op in writes})
         state = None if thread is None else self._threads.get(thread)
         with state.lock if state is not None else nullcontext():
             results: list[Result] = []
@@ -298,93 +298,7 @@ class LedgerStore(BaseStore):
             if Role.PROPOSE.value not in held.get(scope, ()):
                 raise self.session.caller.denied(scope, Role.PROPOSE, "put")
 
-    def _check_op(self, op: object) -> None:
-        """Refuse a malformed or unsupported operation before anything runs."""
-        if not isinstance(op, GetOp | SearchOp | ListNamespacesOp | PutOp):
-            raise InvalidInputError(f"unknown store operation {type(op).__name__}")
-        validate_op_namespace(op)
-        if isinstance(op, GetOp):
-            self._find(op.namespace, op.key)
-        elif isinstance(op, PutOp):
-            if not op.namespace:
-                raise NamespaceLabelError("namespace cannot be empty")
-            if op.namespace[0] == "langgraph":
-                raise NamespaceLabelError(
-                    f"root label of namespace {tuple(op.namespace)!r} cannot be 'langgraph'"
-                )
-            if op.value is not None:
-                self._locate(op.namespace, op.key)
-            else:
-                self._find(op.namespace, op.key)
-            if op.value is not None and not isinstance(op.value, Mapping):
-                raise InvalidInputError(
-                    f"value of key {op.key!r} must be a mapping or None, got "
-                    f"{type(op.value).__name__}"
-                )
-            if op.value is not None:
-                # Checked with the rest of the batch, so a value the ledger cannot
-                # hold stops the batch before any of its puts is written.
-                check_value(dict(op.value), f"value of key {op.key!r}", self._max_value_bytes)
-                no_tuple(op.value, f"value of key {op.key!r}")
-            if op.index not in (None, False):
-                raise UnsupportedStoreOperationError(
-                    f"put of key {op.key!r} with index={op.index!r}: LedgerStore has no "
-                    "semantic index; pass index=None or index=False"
-                )
-            if op.ttl is not None:
-                raise UnsupportedStoreOperationError(
-                    f"put of key {op.key!r} with ttl={op.ttl!r}: LedgerStore does not expire "
-                    "items on a refreshable timer (a ledger expiry is fixed when a record is "
-                    "proposed); pass ttl=None"
-                )
-        elif isinstance(op, SearchOp):
-            if op.query:
-                raise UnsupportedStoreOperationError(
-                    f"search with query={op.query!r}: LedgerStore has no semantic index; "
-                    "search by namespace and filter instead"
-                )
-            check_filter(op.filter)
-            count(op.limit, "search limit")
-            count(op.offset, "search offset")
-            if len(op.namespace_prefix) >= self.scope_depth:
-                scope_of(op.namespace_prefix[: self.scope_depth])
-        else:
-            count(op.limit, "list_namespaces limit")
-            count(op.offset, "list_namespaces offset")
-            if op.max_depth is not None:
-                count(op.max_depth, "list_namespaces max_depth")
-            for condition in op.match_conditions or ():
-                check_condition(condition)
-
-    # -- mapping ------------------------------------------------------------------
-
-    def _locate(self, namespace: Sequence[str], key: str) -> tuple[str, str]:
-        """(scope, claim key) of an item."""
-        return location(tuple(namespace), key, self.scope_depth)
-
-    def _find(self, namespace: Sequence[str], key: str) -> tuple[str, str] | None:
-        """(scope, claim key) of an item, or None when ``namespace`` names a scope
-        but ``key`` under it makes no claim key the ledger can hold (empty, too
-        long, not Unicode): no item can be there, so a get answers None and a
-        delete does nothing, as in LangGraph's own stores (a put is refused by
-        :meth:`_locate`, naming why)."""
-        try:
-            return self._locate(namespace, key)
-        except NamespaceLabelError:
-            if self._names_a_scope(namespace):
-                return None
-            raise
-
-    def _names_a_scope(self, namespace: Sequence[str]) -> bool:
-        """Whether ``namespace`` begins with labels that make a scope."""
-        depth = self.scope_depth
-        if len(namespace) < depth:
-            return False
-        try:
-            scope_of(tuple(namespace[:depth]))
-        except NamespaceLabelError:  # the scope is what is wrong: refused
-            return False
-        return True
+    # -- scopes -------------------------------------------------------------------
 
     def _readable_scopes(self, command: str) -> list[str]:
         """Scopes where the store's principal holds ``read`` now, sorted; a listing
@@ -437,7 +351,7 @@ class LedgerStore(BaseStore):
         return max(records, key=lambda r: (r.created_at, r.position))
 
     def _get(self, state: Thread | None, op: GetOp) -> Item | None:
-        located = self._find(op.namespace, op.key)
+        located = find(op.namespace, op.key, self.scope_depth)
         if located is None:
             return None
         scope, claim = located
@@ -565,7 +479,7 @@ class LedgerStore(BaseStore):
     # -- writes -------------------------------------------------------------------
 
     def _put(self, state: Thread | None, op: PutOp) -> None:
-        located = self._find(op.namespace, op.key)
+        located = find(op.namespace, op.key, self.scope_depth)
         if located is None:
             return  # a delete of what cannot be stored (a put of it was refused)
         scope, claim = located
