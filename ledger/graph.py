@@ -147,8 +147,12 @@ def collect(
     before a revalidation gave them new ones, as audits need); ``scope`` with it
     needs ``role`` there too (a caller keeps that scope's part). Without it: every
     record in ``scope``, or in every scope where the principal holds ``role``.
-    Records in scopes where the principal lacks ``role`` are left out, with their
-    edges, as if absent. An as-of session answers as the ledger did at its position.
+    A drawn record resting on one the principal may not see rests on the one
+    ``<hidden>`` placeholder; without ``record``, one it may see in another scope
+    is drawn too. Records in scopes where the principal lacks ``role`` are
+    otherwise left out, with their edges, as if absent (what rests on a drawn
+    record from there is not drawn). An as-of session answers as the ledger did
+    at its position.
 
     Raises:
         UnknownRecordError: ``record`` is unknown or not visible.
@@ -198,7 +202,13 @@ def collect(
                 caller.require_somewhere(c, role, command)
                 wanted = [s for s in view_queries.scopes(c, d, position) if may(s)]
             ids = [rid for s in wanted for rid in view_queries.in_scope(c, d, s, position)]
-            rows = edges_index.edges_among(c, d, ids, position, former)
+            rows = edges_index.edges_into(c, d, ids, position, former)
+            # What the drawn records rest on outside them: drawn too where the
+            # caller may see it (a scope's records resting on another's), else
+            # the placeholder below, as on a walk from one record.
+            outside = sorted({p for p, _, _ in rows} - set(ids))
+            hidden = unshown(outside)
+            ids += [p for p in outside if p not in hidden]
         if limit is not None:
             _check_size(caller.engine.scopes_of(c, ids), may, limit, record, scope)
         at = caller.at(None)

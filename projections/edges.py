@@ -188,14 +188,12 @@ def ancestors_among(
     return found
 
 
-def edges_among(
+def edges_into(
     c: Cursor, d: Dialect, ids: Sequence[str], position: int | None = None, former: bool = False
 ) -> list[tuple[str, str, str]]:
-    """(parent, child, edge) rows with both ends in ``ids``, now or after ``position``
-    (``former``: replaced bases' too)."""
-    members = set(ids)
-    rows = _edges_where(c, d, "parent_id", list(ids), position, former)
-    return [e for e in rows if e[1] in members]
+    """(parent, child, edge) rows whose child is one of ``ids``, wherever the parent
+    is, now or after ``position`` (``former``: replaced bases' too)."""
+    return _edges_where(c, d, "child_id", list(ids), position, former)
 
 
 def basis_since(c: Cursor, d: Dialect, child: str, position: int | None = None) -> int | None:

@@ -304,6 +304,27 @@ def test_a_whole_scope_can_be_collected(scene: Scene) -> None:
     assert ("E2", "M", "observed") in {(e.parent, e.child, e.edge) for e in sub.edges}
 
 
+def test_a_scope_or_whole_graph_shows_what_rests_on_a_hidden_record_as_a_walk_does(
+    scene: Scene,
+) -> None:
+    # Given M, in proj-a, resting on P in proj-b, which the reviewer may not see:
+    # a walk from M draws P as the placeholder (SPEC 13.1)
+    walk = collect(scene.reviewer, "M", ancestors=True)
+    assert ("<hidden>", "M") in {(e.parent, e.child) for e in walk.edges}
+
+    # Then so do the scope's and the whole ledger's pictures: M is not drawn as
+    # resting on less than it does, and P is not named
+    for sub in (collect(scene.reviewer, scope="proj-a"), collect(scene.reviewer)):
+        assert ("<hidden>", "M", "declared") in {(e.parent, e.child, e.edge) for e in sub.edges}
+        assert sub.shows_hidden and "P" not in {n.id for n in sub.nodes}
+
+    # And once the reviewer may read proj-b, proj-a's picture draws P itself
+    scene.ledger.admin().grant("reviewer", scope="proj-b", roles=["read"])
+    sub = collect(scene.reviewer, scope="proj-a")
+    assert "P" in {n.id for n in sub.nodes} and not sub.shows_hidden
+    assert ("P", "M") in {(e.parent, e.child) for e in sub.edges}
+
+
 def test_unknown_records_and_formats_are_refused(scene: Scene) -> None:
     with pytest.raises(UnknownRecordError, match="graph refused: record 'P' is unknown"):
         draw(scene.reviewer, "P", format="dot")  # exists, but in a scope it cannot see
