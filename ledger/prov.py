@@ -14,7 +14,9 @@ Built with the ``prov`` package (:class:`prov.model.ProvDocument`):
   generates the entity (``wasGeneratedBy``, ``wasAttributedTo`` the proposer)
   and used its parents; acceptance, rejection, revalidation, delivery,
   correction and an erasure of evidence bytes ``used`` the entity (with
-  ``prov:role``);
+  ``prov:role``) — but a correction or erasure after the record's revocation or
+  supersession ``wasInfluencedBy`` it (with ``pl:role``): PROV lets nothing use
+  an entity once it is invalidated;
 - a revocation ``wasInvalidatedBy`` its activity, with the reason; a stale
   marking is an activity recording its cause (``pl:cause``, ``pl:reason``)
   that ``wasInformedBy`` the revocation that caused it. A stale record is not
@@ -29,8 +31,10 @@ Built with the ``prov`` package (:class:`prov.model.ProvDocument`):
   has ``pl:causedBy="revocation"``.
 
 Only records in scopes where the session holds ``audit`` are exported, and only
-relations between exported records; an as-of session exports the ledger as it
-was at its position.
+relations between exported records; a record that rests (or rested) on one the
+session may not audit is derived from, and its proposal used, the one
+``pl:hidden`` placeholder entity, once per kind of dependency, whatever their
+number. An as-of session exports the ledger as it was at its position.
 """
 
 from __future__ import annotations
@@ -185,6 +189,7 @@ class _Builder:
         if trail is None:
             return
         entity = REC[node.id]
+        invalidated = False
         for event in trail.events:
             if event.type not in _ACTIVITIES:
                 continue
@@ -225,6 +230,7 @@ class _Builder:
                     event.at,
                     other_attributes={"pl:reason": str(details.get("reason", ""))},
                 )
+                invalidated = True
                 continue
             if event.type == "Superseded":
                 by = str(details["by"])
@@ -234,8 +240,12 @@ class _Builder:
                 approval = self._newest(by, ("Accepted", "Revalidated"), event.position, members)
                 if approval is not None:
                     self.doc.wasInformedBy(act, approval)
+                invalidated = True
                 continue
-            self.doc.used(act, entity, event.at, other_attributes={"prov:role": PL[role]})
+            if invalidated:  # a correction or erasure afterwards: not a use
+                self.doc.influence(act, entity, other_attributes={"pl:role": PL[role]})
+            else:
+                self.doc.used(act, entity, event.at, other_attributes={"prov:role": PL[role]})
             if event.type == "MarkedStale":
                 caused_by = "Revoked" if details.get("superseded_by") is None else "Superseded"
                 cause = self._newest(str(details["cause"]), (caused_by,), event.position, members)
@@ -246,10 +256,17 @@ class _Builder:
             elif event.type == "CorrectionIssued" and details.get("replacement"):
                 self._used(act, [details["replacement"]], members, "replacement")
 
+    def unaudited(self, rid: str, members: set[str]) -> bool:
+        """Whether ``rid`` is shown only as the placeholder: outside the session's
+        scopes, or in one where it may not audit (not merely left out of this export)."""
+        return rid == HIDDEN or (rid not in members and self.trail(rid) is None)
+
     def _used(
         self, act: QualifiedName, ids: Sequence[str] | None, members: set[str], role: str
     ) -> None:
-        for rid in ids or ():
+        # Many hidden records are one placeholder, used once: their number is theirs.
+        shown = dict.fromkeys(HIDDEN if self.unaudited(r, members) else r for r in ids or ())
+        for rid in shown:
             if rid in members:
                 used = self.ref(rid)
                 self.doc.used(act, used, other_attributes={"prov:role": PL[role]})
@@ -312,9 +329,12 @@ def export_prov(
     )
     nodes = [n for n in sub.nodes if scope is None or n.scope == scope]
     members = {n.id for n in nodes}
-    if sub.shows_hidden:  # the placeholder is drawn: its uses and derivations too
-        members.add(HIDDEN)
     builder = _Builder(session)
+    hidden_edges = [(e.child, e.edge) for e in sub.edges if e.parent == HIDDEN]
+    if record is None:  # every record the session may audit: those resting on others too
+        hidden_edges += _hidden_dependencies(builder, nodes, members)
+    if hidden_edges:  # the placeholder is drawn: its uses and derivations too
+        members.add(HIDDEN)
     for node in nodes:
         builder.entity(node)
     for node in nodes:
@@ -339,13 +359,32 @@ def export_prov(
             other_attributes=attrs,
         )
     # A dependency outside the session's scopes: derived from the one placeholder.
-    for edge in sub.edges:
-        if edge.parent == HIDDEN and edge.child in members:
-            attrs = {"pl:dependency": edge.edge}
-            if edge.edge == "observed":
+    for child, kind in dict.fromkeys(hidden_edges):
+        if child in members:
+            attrs = {"pl:dependency": kind}
+            if kind == "observed":
                 attrs["prov:type"] = PL["ObservedDependency"]
-            builder.doc.wasDerivedFrom(REC[edge.child], builder.ref(HIDDEN), other_attributes=attrs)
+            builder.doc.wasDerivedFrom(REC[child], builder.ref(HIDDEN), other_attributes=attrs)
     return builder.doc
+
+
+def _hidden_dependencies(
+    builder: _Builder, nodes: Sequence[RecordView], members: set[str]
+) -> list[tuple[str, str]]:
+    """(record, ``declared`` or ``observed``) for each dependency of an exported
+    record that the session may not audit, current or replaced at a revalidation,
+    as a walk from the record draws them (a scope's records are listed, not
+    walked to: the edges between them leave such dependencies out)."""
+    found: list[tuple[str, str]] = []
+    for node in nodes:
+        trail = builder.trail(node.id)
+        for event in trail.events if trail is not None else ():
+            if event.type not in ("Proposed", "Revalidated"):
+                continue
+            for key, kind in (("parents", "declared"), ("observed", "observed")):
+                if any(builder.unaudited(str(r), members) for r in event.details.get(key) or ()):
+                    found.append((node.id, kind))
+    return found
 
 
 def serialize(doc: ProvDocument, format: str) -> str:

@@ -46,7 +46,8 @@ def _prov_json(
                 touched = False
                 for name, value in list(item.items()):
                     if hidden_ref(value):
-                        item[name] = {"$": f"{PL.prefix}:hidden", "type": "prov:QUALIFIED_NAME"}
+                        # typed as the export types every qualified name it writes
+                        item[name] = {"$": f"{PL.prefix}:hidden", "type": "xsd:QName"}
                         touched = True
                 if touched and "pl:reason" in item:
                     item["pl:reason"] = _HIDDEN_REASON

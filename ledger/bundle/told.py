@@ -48,7 +48,7 @@ class _Told:
     expires: datetime | None = None
     unknown: list[str] = field(default_factory=list)
     #: What the proposal states of the record (None: its bytes are withheld):
-    #: scope, claim key, kind, value, evidence.
+    #: scope, claim key, kind, value, conditions, evidence.
     proposal: dict[str, Any] | None = None
 
     def validities(self, at: datetime | None) -> tuple[Validity, ...]:
@@ -112,7 +112,7 @@ def _tell(record: str, events: Iterable[tuple[int, str, Any]]) -> _Told:
             told.expires = expires if isinstance(expires, datetime) else None
             told.proposal = {
                 name: fields.get(name)
-                for name in ("scope", "claim_key", "kind", "value", "evidence")
+                for name in ("scope", "claim_key", "kind", "value", "conditions", "evidence")
             }
         if kind == "Revalidated":
             # Version 1 revalidations (0.1.0) all made the record ACCEPTED.

@@ -75,7 +75,57 @@ def verify_bundle(
     except Exception as exc:  # zipfile raises many kinds on altered archives
         return _failed(f"{Path(path).name} is not a readable zip archive ({exc})")
     with archive:
+        unsafe = _unsafe(archive, len(data))
+        if unsafe is not None:
+            return _failed(f"{Path(path).name} is not a bundle: {unsafe}")
         return _verify_archive(archive, data, trusted)
+
+
+#: What a bundle's members may unpack to, together: this many bytes, or
+#: :data:`UNPACKED_PER_BYTE` times the archive's own size where that is more. A
+#: bundle's JSON and msgpack pack a few times smaller, not a thousand times (as
+#: a run of zeros does): a small archive cannot make its verifier hold gigabytes.
+MAX_UNPACKED = 256 * 1024 * 1024
+UNPACKED_PER_BYTE = 16
+#: How much of a member is unpacked at a time.
+_CHUNK = 64 * 1024
+
+
+def _unsafe(archive: zipfile.ZipFile, size: int) -> str | None:
+    """Why the archive's members, as its central directory describes them, are
+    not to be unpacked (None: they may be): packed otherwise than deflated (or
+    stored), as a bundle's are, or more than a verifier should hold. Nothing is
+    unpacked to tell. A deflated member is unpacked a chunk at a time, never past
+    the size it declares (:func:`_read_member`); bzip2 and LZMA chunks unpack
+    whole, however large, before ``zipfile`` cuts them to that size."""
+    infos = archive.infolist()
+    for info in infos:
+        if info.compress_type not in (zipfile.ZIP_DEFLATED, zipfile.ZIP_STORED):
+            return (
+                f"its member {info.filename!r} is packed with zip method {info.compress_type}, "
+                "and a bundle's members are deflated; nothing in it was unpacked"
+            )
+    total = sum(info.file_size for info in infos)
+    limit = max(MAX_UNPACKED, UNPACKED_PER_BYTE * size)
+    if total <= limit:
+        return None
+    largest = max(infos, key=lambda info: info.file_size)
+    return (
+        f"its members would unpack to {total} bytes ({largest.filename!r} alone to "
+        f"{largest.file_size}), more than the {limit} an archive of {size} bytes may; "
+        "nothing in it was unpacked"
+    )
+
+
+def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> bytes:
+    """The member's bytes, unpacked a chunk at a time: never more than the size it
+    declares (``zipfile`` stops there, and a member that holds more fails its
+    CRC), where reading it whole would inflate all its compressed bytes at once."""
+    chunks = []
+    with archive.open(info) as member:
+        while chunk := member.read(_CHUNK):
+            chunks.append(chunk)
+    return b"".join(chunks)
 
 
 #: A manifest's fields and the JSON types they must have (an event's fields below).
@@ -144,9 +194,10 @@ def _read_members(archive: zipfile.ZipFile, problems: list[str]) -> dict[str, by
     for name in duplicated:
         problems.append(f"the archive holds {name} more than once")
     members: dict[str, bytes] = {}
-    for name in names:
+    for info in archive.infolist():  # a name held twice: the last one, as zipfile reads it
+        name = info.filename
         try:
-            members[name] = archive.read(name)
+            members[name] = _read_member(archive, info)
         except Exception as exc:  # zipfile raises many kinds on altered headers
             problems.append(
                 f"{name} cannot be read from the archive: it was altered "

@@ -5,6 +5,8 @@ decoded from their stored bytes (:func:`_check_statements`).
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import json
 import re
 from collections.abc import Iterable
@@ -436,6 +438,7 @@ def _check_proposals(
                     value = value.get("$")
                 if value is not None or want is not None:
                     claims.append(("prov.json", attr, value, want))
+            claims += [("prov.json", *claim) for claim in _prov_of_proposal(attrs, t)]
         if isinstance(p["evidence"], dict):
             ev = p["evidence"]
             fetched = ev.get("fetched_at")
@@ -476,6 +479,58 @@ def _check_proposals(
 def _plain(value: Any) -> Any:
     """A PROV-JSON value without its type (``{"$": "13", "type": "xsd:int"}`` is "13")."""
     return value.get("$") if isinstance(value, dict) else value
+
+
+def _prov_of_proposal(attrs: dict[str, Any], told: _Told) -> list[tuple[str, object, object]]:
+    """(attribute, as ``prov.json`` states it, as the carried proposal says it) for
+    the rest of what ``prov.json`` states of a record that its proposal alone
+    decides: its label (its id), value and conditions (as JSON text), its
+    expiry, and its evidence's fetch time and size; times compared as instants."""
+    p = told.proposal
+    assert p is not None
+    ev = p["evidence"] if isinstance(p["evidence"], dict) else {}
+    fetched, size = ev.get("fetched_at"), ev.get("size")
+    wanted: dict[str, object] = {
+        "prov:label": told.record,
+        "pl:value": _as_json_text(p["value"]),
+        "pl:conditions": _as_json_text(p["conditions"]) if p.get("conditions") else None,
+        "pl:expires": told.expires,
+        "pl:fetchedAt": fetched if isinstance(fetched, datetime) else None,
+        "pl:size": size if isinstance(size, int) else None,
+    }
+    out: list[tuple[str, object, object]] = []
+    for attr, want in wanted.items():
+        shown = _plain(attrs.get(attr))
+        if isinstance(want, datetime):
+            want = want.astimezone(UTC).isoformat()
+            with contextlib.suppress(ValueError):  # not a time: compared as given
+                shown = datetime.fromisoformat(str(shown)).astimezone(UTC).isoformat()
+        if shown is not None or want is not None:
+            out.append((attr, shown, want))
+    return out
+
+
+def _as_json_text(value: Any) -> str:
+    """:func:`_json_text`, or why a value no proposal holds has none (a type the
+    ledger never writes in a value, decoded from bytes the bundle carries)."""
+    try:
+        return _json_text(value)
+    except (TypeError, ValueError) as exc:
+        return f"<a value with no JSON text: {exc}>"
+
+
+def _json_text(value: Any) -> str:
+    """A value as ``prov.json`` states it (what :mod:`ledger.prov` writes; that
+    module needs the PROV package, which checking a bundle does without)."""
+
+    def default(v: Any) -> Any:
+        if isinstance(v, bytes):
+            return {"base64": base64.b64encode(v).decode()}
+        if isinstance(v, datetime):
+            return v.isoformat()
+        raise TypeError(type(v).__name__)
+
+    return json.dumps(value, default=default, sort_keys=True, ensure_ascii=False)
 
 
 def _relations(prov: dict[str, Any], name: str) -> list[dict[str, Any]]:

@@ -216,6 +216,7 @@ def _check_view(
             ("claim key", view.claim_key, told.proposal["claim_key"]),
             ("kind", str(view.kind), str(told.proposal["kind"])),
             ("value", view.value, told.proposal["value"]),
+            ("conditions", view.conditions or None, told.proposal["conditions"] or None),
             ("evidence", view.evidence, told.proposal["evidence"]),
         )
         for what, shown_as, proposed in stated:
