@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, cast
 from ledger.errors import InvalidHeadError, InvalidKeyError, install_hint, naming_file
 from ledger.merkle import LogDigest
 from ledger.serialization import datetime_to_micros, micros_to_datetime
+from ledger.validation import quoted
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import (
@@ -168,13 +169,14 @@ def load_public_key(key: PublicKeyLike) -> Ed25519PublicKey:
 
 def _read_key_file(path: object) -> bytes:
     if not isinstance(path, (str, os.PathLike)):
-        raise InvalidKeyError(f"a key must be a key object or a file path, got {path!r}")
+        raise InvalidKeyError(f"a key must be a key object or a file path, got {quoted(path)}")
+    shown = quoted(os.fspath(path))
     try:
         return Path(path).read_bytes()
     except OSError as exc:
-        raise InvalidKeyError(f"{path}: cannot read the key file ({exc.strerror})") from None
+        raise InvalidKeyError(f"{shown}: cannot read the key file ({exc.strerror})") from None
     except ValueError as exc:  # a NUL or a lone surrogate in the path
-        raise InvalidKeyError(f"{path!r} is not a usable key file path ({exc})") from None
+        raise InvalidKeyError(f"{shown} is not a usable key file path ({exc})") from None
 
 
 def public_key_pem(key: Ed25519PublicKey) -> bytes:
@@ -374,8 +376,11 @@ def load_heads(path: str | os.PathLike[str]) -> tuple[SignedHead, ...]:
     """
     try:
         text = Path(path).read_text(encoding="utf-8")
-    except (OSError, ValueError) as exc:  # ValueError: undecodable, or a NUL in the path
-        raise InvalidHeadError(f"cannot read the heads file {path!r}: {exc}") from None
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+        raise InvalidHeadError(f"cannot read the heads file {quoted(path)}: {why}") from None
+    except ValueError as exc:  # undecodable, or a NUL in the path
+        raise InvalidHeadError(f"cannot read the heads file {quoted(path)}: {exc}") from None
     heads = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():

@@ -29,6 +29,7 @@ from uuid import UUID
 import msgpack
 
 from ledger.errors import InvalidInputError
+from ledger.validation import quoted
 
 
 def leaf_data(
@@ -439,7 +440,13 @@ class LogDigest:
 
     @classmethod
     def parse(cls, text: str) -> LogDigest:
-        """Read ``size:position:roothex`` as printed by ``str()``/``provledger digest``."""
+        """Read ``size:position:roothex`` as printed by ``str()``/``provledger digest``.
+
+        Raises:
+            InvalidInputError: ``text`` is not such a digest (a ``ValueError`` too).
+        """
+        if not isinstance(text, str):
+            raise InvalidInputError(f"a digest is text, got {type(text).__name__}")
         parts = text.strip().split(":")
         if (
             len(parts) != 3
@@ -449,9 +456,14 @@ class LogDigest:
             or len(parts[0]) > 18
             or len(parts[1]) > 18
         ):
-            raise ValueError(f"digest {text!r} is not size:position:<64 hex chars>")
+            raise InvalidInputError(f"digest {quoted(text)} is not size:position:<64 hex chars>")
         size, position = int(parts[0]), int(parts[1])
-        bytes.fromhex(parts[2])
+        try:
+            bytes.fromhex(parts[2])
+        except ValueError:
+            raise InvalidInputError(
+                f"digest {quoted(text)} is not size:position:<64 hex chars>"
+            ) from None
         return cls(size=size, position=position, root=parts[2].lower())
 
 

@@ -971,3 +971,28 @@ def test_an_as_of_session_proves_what_it_had_and_previews_no_revocation(bad: Bad
             proofs[0].verify(wrong)  # type: ignore[arg-type]
     with pytest.raises(ReadOnlyError, match=r"preview_revoke refused: this session is read-only"):
         then.preview_revoke("E0")
+
+
+@pytest.mark.parametrize(
+    "text", ["nope", "1:1:" + "zz" * 32, "1:1:" + "ab" * 32 + "x" * 100_000, 7, None]
+)
+def test_a_digest_that_is_not_one_is_refused_by_name_not_with_a_raw_error(text: object) -> None:
+    from ledger import LogDigest
+    from ledger.errors import InvalidInputError
+
+    with pytest.raises(InvalidInputError) as refused:
+        LogDigest.parse(text)  # type: ignore[arg-type]
+    message = str(refused.value)
+    assert len(message) < 400 and ("digest" in message)
+
+
+def test_a_huge_key_or_heads_path_is_quoted_cut(bad: Bad) -> None:
+    from ledger.errors import InvalidHeadError, InvalidKeyError
+
+    huge = "k" * 100_000
+    with pytest.raises(InvalidKeyError) as key_refused:
+        bad.ledger.signed_head(huge)
+    with pytest.raises(InvalidHeadError) as heads_refused:
+        bad.ledger.verify(heads=huge, public_key=huge)
+    for message in (str(key_refused.value), str(heads_refused.value)):
+        assert len(message) < 400 and "(100000 characters)" in message, message[:300]
