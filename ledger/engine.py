@@ -79,10 +79,20 @@ SCOPE_CACHE = 100_000
 
 
 class AcceptanceCheck(Protocol):
-    """A check the embedding application registers to run on every ``accept``.
+    """A check the embedding application registers to run on every ``accept`` (and
+    ``propose(..., accepted_by=...)``; again on ``revalidate`` of a record once
+    accepted), in the command's write transaction, on the caller's thread.
 
-    It gets the candidate as a ``RecordView`` and returns None (or an empty
-    string) to let it pass, or a reason to refuse it with ``AcceptanceCheckError``.
+    It gets the candidate as a ``RecordView`` and returns None to let it pass, or
+    a reason (a non-empty string) to refuse it with ``AcceptanceCheckError``;
+    anything else (False, "") refuses it too. It may read the ledger through a
+    ``Session``: it sees the ledger as committed before the command (with
+    ``accepted_by``, the candidate not yet there), except that on ``memory:`` a
+    read during ``propose(..., accepted_by=...)`` is refused (``StorageError``:
+    the proposal is written and not committed). A command it runs is refused
+    (``StorageError``: the transaction is open on its thread). An exception it
+    raises refuses the command with ``AcceptanceCheckError`` naming the check, the
+    record and the exception; nothing is written.
     """
 
     def __call__(self, record: RecordView, /) -> str | None: ...

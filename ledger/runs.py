@@ -16,12 +16,13 @@ proposal of a long-lived run.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any, cast
 
 from ledger.access import Role
 from ledger.caller import Caller
-from ledger.domain import Run, run_uuid
+from ledger.domain import Kind, Run, Status, Validity, run_uuid
 from ledger.engine import Write
 from ledger.errors import (
     AccessDeniedError,
@@ -289,32 +290,118 @@ class RunContext:
             )
         self.record_reads(ids, "observed")
 
-    def read(self, *args: Any, **kwargs: Any) -> ReadResult:
-        """``Session.read``, recorded."""
+    def read(
+        self,
+        scope: str,
+        claim_key: str,
+        at: datetime | None = None,
+        context: Mapping[str, Any] | None = None,
+        kinds: Iterable[Kind | str] | None = None,
+    ) -> ReadResult:
+        """:meth:`Session.read <ledger.Session.read>` within the run: the usable
+        records it answers with count as read."""
         self._check()
-        return self._session.read(*args, **kwargs)
+        return self._session.read(scope, claim_key, at, context, kinds)
 
     def get(self, record_id: str) -> RecordView:
-        """``Session.get``, recorded."""
+        """:meth:`Session.get <ledger.Session.get>` within the run: the record counts
+        as read."""
         self._check()
         return self._session.get(record_id)
 
-    def explain(self, *args: Any, **kwargs: Any) -> Explanation:
-        """``Session.explain``, recorded: every record it shows was seen by the run."""
+    def explain(
+        self,
+        scope: str,
+        claim_key: str,
+        at: datetime | None = None,
+        context: Mapping[str, Any] | None = None,
+        kinds: Iterable[Kind | str] | None = None,
+        *,
+        limit: int | None = None,
+    ) -> Explanation:
+        """:meth:`Session.explain <ledger.Session.explain>` within the run: every
+        record it shows (values included) counts as read, and only those."""
         self._check()
-        return self._session.explain(*args, **kwargs)
+        return self._session.explain(scope, claim_key, at, context, kinds, limit=limit)
 
-    def records(self, *args: Any, **kwargs: Any) -> tuple[RecordView, ...]:
-        """``Session.records``, recorded."""
+    def records(
+        self,
+        scope: str,
+        *,
+        status: Status | str | None = None,
+        validity: Validity | str | None = None,
+        kind: Kind | str | None = None,
+        claim_prefix: str | None = None,
+        limit: int = 100,
+        after: str | None = None,
+    ) -> tuple[RecordView, ...]:
+        """:meth:`Session.records <ledger.Session.records>` within the run: every
+        record of the page counts as read."""
         self._check()
-        return self._session.records(*args, **kwargs)
+        return self._session.records(
+            scope,
+            status=status,
+            validity=validity,
+            kind=kind,
+            claim_prefix=claim_prefix,
+            limit=limit,
+            after=after,
+        )
 
-    def propose(self, *args: Any, **kwargs: Any) -> str:
-        """``Session.propose`` with the run's reads as observed dependencies."""
+    def propose(
+        self,
+        scope: str,
+        claim_key: str,
+        value: Any,
+        kind: Kind | str,
+        parents: Iterable[str] = (),
+        expires: datetime | None = None,
+        conditions: Mapping[str, Any] | None = None,
+        id: str | None = None,
+        supersedes: str | None = None,
+        accepted_by: Session | None = None,
+    ) -> str:
+        """:meth:`Session.propose <ledger.Session.propose>` within the run: the
+        record carries as ``observed`` dependencies the records the run was last
+        shown while VALID (minus its ``parents`` and what it ``supersedes``)."""
         self._check()
-        return self._session.propose(*args, **kwargs)
+        return self._session.propose(
+            scope,
+            claim_key,
+            value,
+            kind,
+            parents=parents,
+            expires=expires,
+            conditions=conditions,
+            id=id,
+            supersedes=supersedes,
+            accepted_by=accepted_by,
+        )
 
-    def capture(self, *args: Any, **kwargs: Any) -> str:
-        """``Session.capture`` inside the run."""
+    def capture(
+        self,
+        scope: str,
+        uri: str,
+        content: bytes,
+        fetched_at: datetime | None = None,
+        claim_key: str | None = None,
+        expires: datetime | None = None,
+        conditions: Mapping[str, Any] | None = None,
+        id: str | None = None,
+        value: Any = None,
+    ) -> str:
+        """:meth:`Session.capture <ledger.Session.capture>` within the run: the
+        evidence record carries the run's reads as ``observed`` dependencies, as
+        :meth:`propose` does."""
         self._check()
-        return self._session.capture(*args, **kwargs)
+        return self._session.capture(
+            scope,
+            uri,
+            content,
+            fetched_at=fetched_at,
+            claim_key=claim_key,
+            expires=expires,
+            conditions=conditions,
+            id=id,
+            value=value,
+        )

@@ -254,7 +254,8 @@ class Session:
         (one snapshot of the log and of the principal's grants), in memory that
         does not grow with the log: for exporting a long log. The transaction
         stays open until the iterator is exhausted or closed (use
-        ``contextlib.closing``); on the memory backend, writes wait for it. Its
+        ``contextlib.closing``); on the memory backend, a write on another thread
+        waits for it, and one on the iterating thread is refused at once. Its
         refusals (:meth:`history`'s) come with the first event asked for, except
         for an unknown type or a bad position, which are refused at once.
         """

@@ -2,6 +2,8 @@
 
 - :mod:`ledger.persistence.urls` — parsing a ledger URL into a :class:`Backend`;
 - :mod:`ledger.persistence.sqlite` — the SQLite backend (a file or ``memory:``);
+- :mod:`ledger.persistence.memory` — how reads and writes of ``memory:`` take
+  turns (shared-cache tables are locked, not versioned);
 - :mod:`ledger.persistence.postgres` — the PostgreSQL backend;
 - :mod:`ledger.persistence.base` — what both share (the tables beside the events,
   the work done in the transaction that appends events);

@@ -439,6 +439,10 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
         import psycopg
 
         held = self._held
+        if getattr(held, "writing", False):
+            # A second one (a command run by an acceptance check) would wait for
+            # the writers' lock this thread holds: refused, as on SQLite.
+            raise OperationalError("a write transaction is already open here")
         outer = (getattr(held, "conn", None), getattr(held, "pipe", None))
         committing = False
         try:
@@ -449,6 +453,7 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
                 # command's writes with its COMMIT (``insert_in``).
                 self._pipe_on(conn)
                 try:
+                    held.writing = True
                     with conn.cursor() as cursor:
                         cursor.execute("BEGIN")
                         yield cursor
@@ -468,7 +473,7 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
                             conn.rollback()
                     raise
                 finally:
-                    held.conn, held.pipe = outer
+                    held.conn, held.pipe, held.writing = (*outer, False)
                     held.tracking = held.next_position = held.first_position = None
         except Exception as exc:
             if committing:

@@ -30,6 +30,7 @@ from eventsourcing.sqlite import (
 
 from ledger.errors import CorruptEventError, LedgerNotFoundError, StorageError
 from ledger.persistence.base import APPEND_ONLY, SNAPSHOT_DDL, LedgerRecorderMixin, in_log
+from ledger.persistence.memory import MemoryInterlock
 from projections.base import SQLITE, Cursor, Query
 from projections.projector import Projector, Row
 
@@ -295,6 +296,8 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
         self._closed = False
         #: The writer's ``PRAGMA data_version`` in its previous write transaction.
         self._data_version: int | None = None
+        #: In memory: the readers' and writer's interlocking, per thread.
+        self._memory = MemoryInterlock(self.datastore)
 
     # -- transactions ----------------------------------------------------------
 
@@ -302,7 +305,11 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
     def reading(self) -> Iterator[Cursor]:
         """A read transaction on this thread's connection (a pooled one when that
         is busy with an outer read, or the database is in memory)."""
-        held = self._own_reader() if self._file else None
+        if not self._file:
+            with self._memory.read(transaction=True) as c:
+                yield c
+            return
+        held = self._own_reader()
         if held is not None and not held.busy:
             held.busy = True
             cursor = held.connection.cursor()
@@ -319,7 +326,11 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
     @contextmanager
     def statement(self) -> Iterator[Cursor]:
         """A cursor outside any explicit transaction (a statement sees one snapshot)."""
-        held = self._own_reader() if self._file else None
+        if not self._file:
+            with self._memory.read(transaction=False) as c:
+                yield c
+            return
+        held = self._own_reader()
         if held is not None and not held.busy:
             yield held.connection.cursor()
         else:
@@ -342,10 +353,9 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
 
         On a file it runs on the recorder's own writer connection, one thread at a
         time (a pool round trip costs as much as a statement); an in-memory
-        database keeps eventsourcing's writer connection."""
+        database keeps eventsourcing's writer connection (see ``MemoryInterlock``)."""
         if not self._file:
-            with self.datastore.get_connection(commit=True) as conn:
-                yield from _transaction(conn, conn.cursor())
+            yield from self._memory.write()
             return
         with self._writer_lock:
             if self._writing:

@@ -1,0 +1,121 @@
+"""Reads and writes of a ``memory:`` ledger, one thread at a time against the writer.
+
+A ``memory:`` ledger is an SQLite database in shared-cache mode: its tables are
+locked, not versioned, so eventsourcing's pool lets no read run beside a write
+(each waits for the other, up to the pool's timeout). :class:`MemoryInterlock`
+keeps that, and adds what a thread does while it holds one of them itself:
+
+- a read on the thread whose write transaction is open (an acceptance check
+  reading the ledger) reads through that transaction instead of waiting for
+  itself; so long as the transaction has written nothing, that is the ledger as
+  committed, as a read on an SQLite file or on PostgreSQL sees it from its own
+  connection. Once it has written (the proposal of ``propose(...,
+  accepted_by=...)``), the read would see rows not committed: it is refused;
+- a write on a thread holding a read open (an ``iter_history()`` not yet
+  exhausted or closed) would wait for its own read: it is refused at once;
+- a wait for another thread's read or write that times out says so, in place of
+  the pool's "Timed out waiting for return of reader".
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from eventsourcing.persistence import ConnectionUnavailableError
+from eventsourcing.sqlite import SQLiteDatastore
+
+from projections.base import Cursor
+
+
+class MemoryInterlock:
+    """The read and write transactions of a ``memory:`` ledger (see the module)."""
+
+    def __init__(self, datastore: SQLiteDatastore) -> None:
+        self._datastore = datastore
+        #: Per thread: ``writer``, its open write transaction (the connection, and
+        #: the connection's count of changed rows when it began), and ``reads``,
+        #: how many reads it holds open.
+        self._held = threading.local()
+
+    def write(self) -> Iterator[Cursor]:
+        """A write transaction (``BEGIN IMMEDIATE`` … ``COMMIT``, rolled back if the
+        block raises) on eventsourcing's writer connection, once no read is open."""
+        if getattr(self._held, "writer", None) is not None:
+            # As on a file: its BEGIN would fail, and the rollback end the outer one.
+            raise sqlite3.OperationalError("a write transaction is already open here")
+        if getattr(self._held, "reads", 0):
+            raise sqlite3.OperationalError(
+                "a read is still open on this thread (an iter_history() iteration not "
+                "yet exhausted or closed): on the memory backend a write waits for "
+                "every open read, so it would wait for its own; finish or close the "
+                "iteration before writing (nothing was written)"
+            )
+        pool = self._datastore.pool
+        try:
+            conn: Any = pool.get_connection(is_writer=True)
+        except ConnectionUnavailableError as exc:
+            if "reader" not in str(exc):
+                raise
+            raise sqlite3.OperationalError(
+                f"a read was still open in this process after {pool.pool_timeout:g} s "
+                "(an iter_history() iteration on another thread not yet exhausted or "
+                "closed?): on the memory backend a write waits for every open read; "
+                "finish or close it before writing (nothing was written)"
+            ) from None
+        try:
+            cursor = conn.cursor()
+            cursor.execute("BEGIN IMMEDIATE")
+            self._held.writer = (conn, conn._sqlite_conn.total_changes)
+            try:
+                yield cursor
+                conn.commit()
+            except BaseException:
+                conn.rollback()
+                raise
+            finally:
+                self._held.writer = None
+        finally:
+            pool.put_connection(conn)
+
+    @contextmanager
+    def read(self, *, transaction: bool) -> Iterator[Cursor]:
+        """A read: a transaction (one snapshot) or a cursor for one statement; on
+        the thread writing, through its write transaction (see the module)."""
+        writer = getattr(self._held, "writer", None)
+        if writer is not None:
+            conn, changes = writer
+            if conn._sqlite_conn.total_changes != changes:
+                raise sqlite3.OperationalError(
+                    "a read inside this thread's write transaction, after it wrote (an "
+                    "acceptance check of propose(..., accepted_by=...)), cannot see the "
+                    "ledger as committed on the memory backend, and is refused rather "
+                    "than shown rows not committed (on SQLite and PostgreSQL it reads "
+                    "the ledger as committed)"
+                )
+            yield conn.cursor()
+            return
+        pool = self._datastore.pool
+        try:
+            got: Any = pool.get_connection(is_writer=False)
+        except ConnectionUnavailableError as exc:
+            if "writer" not in str(exc):
+                raise
+            raise sqlite3.OperationalError(
+                f"a write transaction of another thread was still open after "
+                f"{pool.pool_timeout:g} s: on the memory backend a read waits for the "
+                "write in progress"
+            ) from None
+        self._held.reads = getattr(self._held, "reads", 0) + 1
+        try:
+            if transaction:
+                with got.transaction(commit=False) as c:
+                    yield c
+            else:
+                yield got.cursor()
+        finally:
+            self._held.reads -= 1
+            pool.put_connection(got)
