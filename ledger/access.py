@@ -106,7 +106,7 @@ class GrantChange:
 
     subject: str
     scope: str
-    role: str
+    role: Role
     granted_at: datetime
     granted_by: str
     granted_position: int
@@ -380,7 +380,7 @@ class Admin:
             GrantChange(
                 subject=r["subject"],
                 scope=r["scope"],
-                role=r["role"],
+                role=Role(r["role"]),
                 granted_at=micros_to_datetime(r["granted_at"]),
                 granted_by=r["granted_by"],
                 granted_position=r["from_pos"],

@@ -29,7 +29,7 @@ from ledger.merkle import LogDigest, Verification
 from ledger.persistence import resolve_url
 from ledger.session import Session
 from ledger.validation import DEFAULT_MAX_VALUE_BYTES, check_flag, check_kind
-from ledger.values import RebuildReport
+from ledger.values import LedgerStats, RebuildReport
 from projections import access as access_view
 from projections import delivery as delivery_view
 from projections import queries as view_queries
@@ -231,11 +231,11 @@ class Ledger:
         """The ledger's clock (what expiry checks and event timestamps use)."""
         return self._engine.now()
 
-    def stats(self) -> dict[str, Any]:
-        """Counts, as a dict: ``backend``, ``events`` (stored), ``position`` (of
-        the newest event), ``records``, ``statuses`` (records per status),
-        ``deliveries``, ``corrections`` (issued), ``snapshots`` (stored evidence
-        bytes) and ``runs``."""
+    def stats(self) -> LedgerStats:
+        """Counts, as a dict (see ``LedgerStats``): ``backend``, ``events``
+        (stored), ``position`` (of the newest event), ``records``, ``statuses``
+        (records per status), ``deliveries``, ``corrections`` (issued),
+        ``snapshots`` (stored evidence bytes) and ``runs``."""
         engine = self._engine
         d = engine.dialect
         with engine.reading() as c:

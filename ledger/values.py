@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Literal, TypedDict, TypeVar
 
 from ledger.domain import Kind, Outcome, Status, Validity
 
@@ -15,6 +15,36 @@ HIDDEN = "<hidden>"
 WITHHELD = "a dependency outside your scopes was revoked"
 
 T = TypeVar("T")
+
+
+class LedgerStats(TypedDict):
+    """``Ledger.stats()``: the ``backend`` (``sqlite``, ``postgresql``, ``memory``),
+    stored ``events``, the newest event's log ``position``, ``records`` and
+    ``statuses`` (records per status name), ``deliveries``, ``corrections``
+    issued, stored ``snapshots`` of evidence bytes and ``runs``."""
+
+    backend: str
+    events: int
+    position: int
+    records: int
+    statuses: dict[str, int]
+    deliveries: int
+    corrections: int
+    snapshots: int
+    runs: int
+
+
+class Evidence(TypedDict):
+    """What an evidence record pins (``RecordView.evidence``): the source's
+    ``uri``, when its bytes were ``fetched_at``, their ``content_hash``
+    (``sha256:…``), the ``snapshot_ref`` they are stored under (``Session.snapshot``)
+    and their ``size`` in bytes."""
+
+    uri: str
+    fetched_at: datetime
+    content_hash: str
+    snapshot_ref: str
+    size: int
 
 
 def assembled(cls: type[T], values: dict[str, Any]) -> T:
@@ -82,7 +112,7 @@ class Delivery:
     corrections: tuple[Correction, ...] = ()
 
     @property
-    def state(self) -> str:
+    def state(self) -> Literal["DELIVERED"]:
         """Always ``"DELIVERED"``: nothing un-delivers a report."""
         return "DELIVERED"
 
@@ -106,7 +136,7 @@ class RecordView:
     conditions: dict[str, Any]
     proposer: str
     created_at: datetime
-    evidence: dict[str, Any] | None
+    evidence: Evidence | None
     cause: str | None
     reason: str | None
     deliveries: tuple[Delivery, ...]

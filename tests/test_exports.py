@@ -4,10 +4,16 @@
 from __future__ import annotations
 
 import importlib
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 import ledger
+
+REPO = Path(__file__).resolve().parent.parent
+MYPY = REPO / ".venv" / "bin" / "mypy"
 
 EXPECTED = [
     "HIDDEN",
@@ -30,6 +36,7 @@ EXPECTED = [
     "DiskFullError",
     "DuplicateRecordError",
     "Erasure",
+    "Evidence",
     "ExpiryInPastError",
     "Explanation",
     "GrantChange",
@@ -50,6 +57,7 @@ EXPECTED = [
     "Ledger",
     "LedgerError",
     "LedgerNotFoundError",
+    "LedgerStats",
     "LogDigest",
     "MemoryConflictError",
     "NaiveDatetimeError",
@@ -115,3 +123,40 @@ def test_public_name_has_its_own_docstring(name: str) -> None:
     doc = vars(obj).get("__doc__") if hasattr(obj, "__dict__") else obj.__doc__
     assert isinstance(doc, str)
     assert doc.strip(), f"ledger.{name} has no docstring"
+
+
+def test_strict_mypy_sees_concrete_types_in_what_the_api_returns(tmp_path: Path) -> None:
+    # Given a program that uses evidence, stats and grant history as their types say
+    program = tmp_path / "typed.py"
+    program.write_text(
+        "from ledger import Evidence, Ledger, LedgerStats, Role\n"
+        "\n"
+        "led = Ledger.open('memory:')\n"
+        "view = led.authenticate('token').get('E1')\n"
+        "assert view.evidence is not None\n"
+        "reveal_type(view.evidence['size'])\n"
+        "reveal_type(led.stats()['statuses'])\n"
+        "reveal_type(led.admin().access_history()[0].role)\n"
+        "reveal_type(view.deliveries[0].state)\n"
+        "pinned: Evidence = view.evidence\n"
+        "counts: LedgerStats = led.stats()\n"
+        "role: Role = Role.READ\n"
+    )
+
+    # When mypy checks it strictly, with the repository's configuration
+    done = subprocess.run(
+        [str(MYPY), "--strict", "--cache-dir", str(tmp_path / "cache"), str(program)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"PATH": str(Path(sys.executable).parent)},
+    )
+
+    # Then each is what it is, not Any
+    out = done.stdout
+    assert f'{program}:6: note: Revealed type is "int"' in out, out + done.stderr
+    assert f'{program}:7: note: Revealed type is "dict[str, int]"' in out
+    assert f'{program}:8: note: Revealed type is "ledger.access.Role"' in out
+    assert f"{program}:9: note: Revealed type is \"Literal['DELIVERED']\"" in out
+    assert "error" not in out, out

@@ -102,7 +102,7 @@ def _summary(
         lines.append("evidence:  none among the records you may audit")
     for rid in evidence:
         view = trails[rid].record
-        ev = view.evidence or {}
+        ev: dict[str, Any] = dict(view.evidence or {})
         fetched = ev.get("fetched_at")
         lines.append(
             f"evidence:  {rid}: {ev.get('uri')} fetched "

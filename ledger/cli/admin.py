@@ -365,11 +365,11 @@ def stats(url: str | None, admin_token: str | None, as_json: bool) -> None:
     table.add_column("what", style="bold")
     table.add_column("count", justify="right")
     for key, value in counts.items():
-        if key == "statuses":
-            for status, n in value.items():
-                table.add_row(styled(status, STATUS_STYLE), Text(str(n)))
-        else:
+        if key != "statuses":
             table.add_row(key, Text(str(value)))
+        else:
+            for status, n in counts["statuses"].items():
+                table.add_row(styled(status, STATUS_STYLE), Text(str(n)))
     console.print(table)
 
 

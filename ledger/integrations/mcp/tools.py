@@ -370,8 +370,7 @@ def read_evidence(ctx: Ctx, record_id: RecordId) -> EvidenceOut:
         # Checked before the run records the read: a refusal shows the model
         # nothing, so nothing it proposes next may rest on the record.
         view = connection.session.get(record_id)
-        pinned = view.evidence or {}
-        ref = pinned.get("snapshot_ref")
+        ref = None if view.evidence is None else view.evidence.get("snapshot_ref")
         if not isinstance(ref, str):
             raise InvalidInputError(
                 f"record {record_id!r} pins no captured content (only capture_evidence "
