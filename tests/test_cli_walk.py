@@ -64,6 +64,9 @@ def test_history_lists_a_page_and_names_where_the_next_one_starts(
     assert shown == [e["position"] for e in everything]
     whole = run(url, "history", "--all", "--limit", "5", token=token)
     assert _positions(whole.stdout) == shown and "next page" not in whole.stdout
+    # --json gives every event unless --limit is given: then the first so many
+    first = json.loads(run(url, "history", "--json", "--limit", "5", token=token).stdout)
+    assert first["events"] == everything[:5]
 
 
 def test_history_json_of_a_long_log_is_the_whole_log_as_one_document(

@@ -3,7 +3,7 @@
 ``--url`` / ``$PROVLEDGER_URL`` selects the ledger; every command but ``init``
 (and ``demo``) refuses one that does not exist. ``init`` prints an admin token once;
 admin and maintenance commands (``grant``, ``revoke-grant``, ``token``, ``rebuild``,
-``stats``, ``digest``, ``verify``, ``head``, ``erase-snapshot``, ``scrub-erased``)
+``backup``, ``stats``, ``digest``, ``verify``, ``head``, ``erase-snapshot``, ``scrub-erased``)
 take it as ``--admin-token`` / ``$PROVLEDGER_ADMIN_TOKEN`` (the owner of a local
 SQLite file may omit it); every other command authenticates with ``$PROVLEDGER_TOKEN`` /
 ``--token``.
@@ -76,7 +76,7 @@ def main() -> None:
 
     --url or $PROVLEDGER_URL selects the ledger; `init` creates it and prints
     an admin token once. Admin commands (grant, revoke-grant, grants, token, stats,
-    rebuild, digest, verify, head, erase-snapshot, scrub-erased) take it as
+    rebuild, backup, digest, verify, head, erase-snapshot, scrub-erased) take it as
     --admin-token or $PROVLEDGER_ADMIN_TOKEN (optional on a local SQLite file you
     own); the others take a principal's token in $PROVLEDGER_TOKEN (or --token).
 

@@ -331,7 +331,7 @@ def token_revoke(token_value: str, url: str | None, admin_token: str | None, as_
     \b
     Example:
       provledger token revoke "$AGENT"
-      printf '%s\n' "$AGENT" | provledger token revoke -
+      printf '%s\\n' "$AGENT" | provledger token revoke -
     """
     if token_value == "-":
         token_value = sys.stdin.readline().strip()

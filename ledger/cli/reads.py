@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from contextlib import closing
 from datetime import datetime
-from itertools import chain
+from itertools import chain, islice
 from pathlib import Path
 from typing import Any
 
@@ -190,6 +190,10 @@ def audit(record_id: str, token: str, url: str | None, as_json: bool) -> None:
         print_audit(trail, make_console())
 
 
+#: Events ``history`` lists without ``--limit`` (``--json``: every one).
+HISTORY_LIMIT = 1000
+
+
 @click.command()
 @click.option("--record", "record_id", help="Only this record's events.")
 @click.option(
@@ -204,9 +208,9 @@ def audit(record_id: str, token: str, url: str | None, as_json: bool) -> None:
 @click.option(
     "--limit",
     type=click.IntRange(min=1),
-    default=1000,
-    show_default=True,
-    help="List at most this many events (the last line gives the --from of the next page).",
+    default=None,
+    help=f"List at most this many events (default {HISTORY_LIMIT}; the last line gives the "
+    "--from of the next page). With --json: only this many (default every one).",
 )
 @click.option("--all", "show_all", is_flag=True, help="List every event.")
 @token_option
@@ -218,7 +222,7 @@ def history(
     event_type: str | None,
     start: int | None,
     stop: int | None,
-    limit: int,
+    limit: int | None,
     show_all: bool,
     token: str,
     url: str | None,
@@ -227,7 +231,8 @@ def history(
     """List the event log: record events in scopes where you hold the audit role.
 
     Prints the first --limit events (the last line says where the next page
-    starts); --all lists them all, --json gives everything. The log is listed
+    starts); --all lists them all, --json gives everything (or the first
+    --limit, when given). The log is listed
     from one snapshot an event at a time, so a long one starts printing at once.
 
     \b
@@ -243,8 +248,9 @@ def history(
             first = next(events, None)
             listed = events if first is None else chain((first,), events)
             if as_json:
-                echo_json_events(listed)
+                echo_json_events(listed if limit is None else islice(listed, limit))
                 return
+            limit = HISTORY_LIMIT if limit is None else limit
             console = make_console()
             shown = 0
             waiting: list[AuditEvent] = []
