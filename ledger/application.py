@@ -16,7 +16,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ledger import heads as heads_module
 from ledger import verification

@@ -957,12 +957,14 @@ def test_a_bundle_shows_the_basis_a_record_held_before_its_revalidation(
     agent.capture(scope="proj-a", uri="https://x.test/doc2", content=b"v2", id="E2")
     reviewer.accept("E2")
     reviewer.revalidate("M1", note="re-based", parents=["E2"])
+    revalidation = world.ledger.position
     generate_key(tmp_path / "k")
 
     info = write_bundle(reviewer, "R1", tmp_path / "k", tmp_path / "r1.zip")
 
     # Then the bundle holds E1, what R1 rested on when it was delivered, with its
-    # events, and its PROV keeps that derivation, replaced by the revalidation
+    # events, and its PROV keeps that derivation, replaced by the revalidation;
+    # the new basis derives M1 on that basis (an entity the revalidation generated)
     assert set(info.records) == {"R1", "M1", "E1", "E2"}
     assert verify_bundle(tmp_path / "r1.zip", tmp_path / "k.pub").ok
     archive = zipfile.ZipFile(tmp_path / "r1.zip")
@@ -975,8 +977,11 @@ def test_a_bundle_shows_the_basis_a_record_held_before_its_revalidation(
         (d["prov:generatedEntity"], d["prov:usedEntity"]): d
         for d in prov["wasDerivedFrom"].values()
     }
-    assert "pl:replacedBy" in derived[("rec:M1", "rec:E1")]
-    assert "pl:replacedBy" not in derived[("rec:M1", "rec:E2")]
+    assert derived[("rec:M1", "rec:E1")]["pl:replacedBy"]["$"] == f"act:revalidate-{revalidation}"
+    on_e2 = derived[(f"basis:M1.{revalidation}", "rec:E2")]
+    assert "pl:replacedBy" not in on_e2
+    assert on_e2["prov:activity"] == f"act:revalidate-{revalidation}"
+    assert ("rec:M1", "rec:E2") not in derived
 
 
 @pytest.mark.parametrize("ledger_url", ["memory"], indirect=True)

@@ -2,8 +2,9 @@
 
 Scenario (scope proj-a): evidence E1 → inference M1 → report R1 (delivered);
 M3 proposed in a run that read E1 without declaring it (an observed edge);
-E1 revoked (M1, R1, M3 STALE); then evidence E2 and M1 revalidated on it, and a
-correction issued for R1's delivery.
+E1 revoked (M1, R1, M3 STALE); then evidence E2 and M1 revalidated on it (M1 on
+that basis is an entity of its own, ``basis:M1.<position>``), and a correction
+issued for R1's delivery.
 """
 
 from __future__ import annotations
@@ -31,13 +32,14 @@ from prov.model import (
     ProvGeneration,
     ProvInvalidation,
     ProvRecord,
+    ProvSpecialization,
     ProvUsage,
 )
 
 from ledger import Kind, Ledger, Session
 from ledger.cli import main
 from ledger.errors import AccessDeniedError, InvalidInputError, UnknownRecordError
-from ledger.prov import ACT, AGENT, PL, REC, export_prov, export_text, serialize
+from ledger.prov import ACT, AGENT, BASIS, PL, REC, export_prov, export_text, serialize
 
 from .conftest import World
 
@@ -51,6 +53,7 @@ class Scene:
     reviewer_token: str
     before_revocation: int
     revoke_position: int
+    revalidate_position: int
 
 
 @pytest.fixture
@@ -95,8 +98,9 @@ def scene(tmp_path: Path) -> Iterator[Scene]:
     agent.capture(scope="proj-a", uri="https://x.test/v2", content=b"retries are not safe", id="E2")
     reviewer.accept("E2")
     reviewer.revalidate("M1", note="re-checked", parents=["E2"])
+    revalidation = led.position
     reviewer.issue_correction(delivery, note="retries are not safe")
-    yield Scene(url, led, agent, reviewer, token, before, revocation.position)
+    yield Scene(url, led, agent, reviewer, token, before, revocation.position, revalidation)
     led.close()
 
 
@@ -132,6 +136,15 @@ def test_prov_xml_reads_back_equal_and_prov_n_is_written(scene: Scene) -> None:
     provn = serialize(doc, "prov-n")
     assert provn.startswith("document\n") and provn.rstrip().endswith("endDocument")
     assert "wasInvalidatedBy(rec:E1, act:revoke-" in provn
+    # M1 on the basis its revalidation gave it, in PROV-N's words
+    on_e2, act = (
+        f"basis:M1.{scene.revalidate_position}",
+        f"act:revalidate-{scene.revalidate_position}",
+    )
+    assert "prefix basis <urn:provledger:basis:>" in provn
+    assert f"specializationOf({on_e2}, rec:M1)" in provn
+    assert f"wasGeneratedBy({on_e2}, {act}, " in provn
+    assert f"wasDerivedFrom({on_e2}, rec:E2, {act}, " in provn
 
 
 def test_the_command_lines_prov_json_equals_the_librarys_document(scene: Scene) -> None:
@@ -146,13 +159,18 @@ def test_the_command_lines_prov_json_equals_the_librarys_document(scene: Scene) 
 
 def test_records_and_evidence_are_entities_with_their_attributes(scene: Scene) -> None:
     doc = export_prov(scene.reviewer)
+    on_e2 = BASIS[f"M1.{scene.revalidate_position}"]
     assert {e.identifier for e in _records(doc, ProvEntity)} == {
         REC["E1"],
         REC["E2"],
         REC["M1"],
         REC["R1"],
         REC["M3"],
+        on_e2,  # M1 on the basis its revalidation gave it
     }
+    [on_basis] = [e for e in _records(doc, ProvEntity) if e.identifier == on_e2]
+    assert _one(on_basis.get_attribute(PROV_TYPE)) == PL["RecordOnNewBasis"]
+    assert not on_basis.get_attribute("pl:status")  # M1's own attributes are M1's
     e1 = _entity(doc, "E1")
     evidence = scene.reviewer.get("E1").evidence
     assert evidence is not None
@@ -175,19 +193,31 @@ def test_records_and_evidence_are_entities_with_their_attributes(scene: Scene) -
 def test_parents_are_derivations_and_observed_ones_are_marked(scene: Scene) -> None:
     doc = export_prov(scene.reviewer)
     derivations = {(d.args[0], d.args[1]): d for d in _records(doc, ProvDerivation)}
-    # M1's basis is now E2 (revalidated on it) and was E1; R1 on M1; M3 observed E1
+    # M1's basis is now E2 (revalidated on it) and was E1; R1 on M1; M3 observed E1.
+    # The revalidation does not generate M1 again: what it derives from E2 is M1 on
+    # that basis, a specialization of M1 it generated
+    on_e2 = BASIS[f"M1.{scene.revalidate_position}"]
     assert set(derivations) == {
         (REC["M1"], REC["E1"]),
-        (REC["M1"], REC["E2"]),
+        (on_e2, REC["E2"]),
         (REC["R1"], REC["M1"]),
         (REC["M3"], REC["E1"]),
     }
+    assert {(s.args[0], s.args[1]) for s in _records(doc, ProvSpecialization)} == {
+        (on_e2, REC["M1"])
+    }
+    generated = {(g.args[0], g.args[1]) for g in _records(doc, ProvGeneration)}
+    revalidation = ACT[f"revalidate-{scene.revalidate_position}"]
+    assert (on_e2, revalidation) in generated
+    assert [a for e, a in generated if e == REC["M1"]] == [
+        derivations[REC["M1"], REC["E1"]].args[2]
+    ]
     # The basis M1 held first stays a derivation (what was relied on then), set
     # by its proposal and replaced by the revalidation that gave it E2
     former = derivations[(REC["M1"], REC["E1"])]
     assert str(former.args[2]).startswith("act:propose-")
-    assert str(_one(former.get_attribute("pl:replacedBy"))).startswith("act:revalidate-")
-    assert not derivations[(REC["M1"], REC["E2"])].get_attribute("pl:replacedBy")
+    assert _one(former.get_attribute("pl:replacedBy")) == revalidation
+    assert not derivations[(on_e2, REC["E2"])].get_attribute("pl:replacedBy")
     observed = derivations[(REC["M3"], REC["E1"])]
     assert _one(observed.get_attribute("pl:dependency")) == "observed"
     assert _one(observed.get_attribute(PROV_TYPE)) == PL["ObservedDependency"]
@@ -196,7 +226,7 @@ def test_parents_are_derivations_and_observed_ones_are_marked(scene: Scene) -> N
     assert not declared.get_attribute(PROV_TYPE)
     # The derivation names the activity that set the basis
     assert str(declared.args[2]).startswith("act:propose-")
-    assert str(derivations[(REC["M1"], REC["E2"])].args[2]).startswith("act:revalidate-")
+    assert derivations[(on_e2, REC["E2"])].args[2] == revalidation
 
 
 def test_events_are_activities_associated_with_their_principals(scene: Scene) -> None:
@@ -260,17 +290,27 @@ def test_a_record_can_be_exported_with_its_ancestors_or_descendants(scene: Scene
         doc = export_prov(scene.reviewer, **kwargs)
         return {str(e.identifier) for e in _records(doc, ProvEntity)}
 
+    on_e2 = f"basis:M1.{scene.revalidate_position}"
     assert entities(record="R1") == {"rec:R1"}
     # Every basis ever held counts: M1 rested on E1 before its revalidation on E2
-    # (R1 was delivered then), so an audit of either finds the other
-    assert entities(record="R1", ancestors=True) == {"rec:R1", "rec:M1", "rec:E2", "rec:E1"}
+    # (R1 was delivered then), so an audit of either finds the other. M1 on the
+    # basis E2 is drawn with the derivation from E2, and only with it
+    assert entities(record="R1", ancestors=True) == {
+        "rec:R1",
+        "rec:M1",
+        "rec:E2",
+        "rec:E1",
+        on_e2,
+    }
     assert entities(record="E1", descendants=True) == {"rec:E1", "rec:M3", "rec:M1", "rec:R1"}
     assert entities(record="M1", ancestors=True, descendants=True) == {
         "rec:E1",
         "rec:E2",
         "rec:M1",
         "rec:R1",
+        on_e2,
     }
+    assert entities(record="M1") == {"rec:M1"}
     assert entities(scope="proj-a") == entities()
     alone = export_prov(scene.reviewer, record="R1")
     assert _records(alone, ProvDerivation) == []  # relations only between exported records

@@ -16,6 +16,7 @@ from typing import Any
 import msgpack
 
 from ledger.bundle.told import HISTORY_LABELS, _tell, _Told, one_line
+from ledger.bundle.verify_derivations import _Carried, _check_derivations, _plain, _relations
 from ledger.domain import Status, Validity
 from ledger.serialization import unpack
 from ledger.values import DETAIL_ATTRIBUTES, HIDDEN
@@ -73,7 +74,7 @@ def _check_statements(
     _check_summary_lines(members, str(root), events, problems)
     _check_proposals(members, str(root), stated, told, problems)
     _check_activities(members, events, problems)
-    _check_ancestry(members, str(root), stated, hidden, told, problems, unchecked)
+    _check_ancestry(members, str(root), stated, hidden, told, events, problems, unchecked)
     return tuple(dict.fromkeys(unchecked))
 
 
@@ -82,11 +83,6 @@ def _created(manifest: dict[str, Any]) -> datetime | None:
         return datetime.fromisoformat(str(manifest.get("created")))
     except ValueError:
         return None
-
-
-_Carried = tuple[
-    int, str, Any, int | None, str | None
-]  # position, type, fields, version, aggregate
 
 
 def _carried(
@@ -253,6 +249,7 @@ def _check_ancestry(
     stated: dict[str, Any],
     hidden: bool,
     told: dict[str, _Told],
+    events: dict[str, list[_Carried]],
     problems: list[str],
     unchecked: list[str],
 ) -> None:
@@ -297,29 +294,11 @@ def _check_ancestry(
                 f"makes {rid} a basis of {root} or of its ancestors"
             )
     try:
-        derived = json.loads(members.get("prov.json", b"{}")).get("wasDerivedFrom") or {}
-    except (ValueError, AttributeError):
+        prov = json.loads(members.get("prov.json", b"{}"))
+    except ValueError:
         return
-    shown = set()
-    for item in derived.values() if isinstance(derived, dict) else ():
-        if not isinstance(item, dict):
-            continue
-        gen, used = str(item.get("prov:generatedEntity")), str(item.get("prov:usedEntity"))
-        if not (gen.startswith("rec:") and used.startswith("rec:")):
-            continue
-        gen, used = gen[4:], used[4:]
-        shown.add((gen, used))
-        of = told.get(gen)
-        if of is not None and of.bases_known and used not in of.bases and used != of.supersedes:
-            problems.append(
-                f"prov.json derives {gen} from {used}, but no event of {gen} names {used}"
-            )
-    for rid, t in told.items():
-        for base in (*(t.parents or ()), *(t.observed or ())):
-            if base in stated and (rid, base) not in shown:
-                problems.append(
-                    f"prov.json does not derive {rid} from {base}, which its events name"
-                )
+    if isinstance(prov, dict):
+        _check_derivations(prov, stated, told, events, problems)
 
 
 #: summary.txt's lines the verifier reads, each in the one form the writer gives it.
@@ -476,11 +455,6 @@ def _check_proposals(
                 )
 
 
-def _plain(value: Any) -> Any:
-    """A PROV-JSON value without its type (``{"$": "13", "type": "xsd:int"}`` is "13")."""
-    return value.get("$") if isinstance(value, dict) else value
-
-
 def _prov_of_proposal(attrs: dict[str, Any], told: _Told) -> list[tuple[str, object, object]]:
     """(attribute, as ``prov.json`` states it, as the carried proposal says it) for
     the rest of what ``prov.json`` states of a record that its proposal alone
@@ -531,17 +505,6 @@ def _json_text(value: Any) -> str:
         raise TypeError(type(v).__name__)
 
     return json.dumps(value, default=default, sort_keys=True, ensure_ascii=False)
-
-
-def _relations(prov: dict[str, Any], name: str) -> list[dict[str, Any]]:
-    """The entries of one of ``prov.json``'s relations (each a dict of attributes)."""
-    found = prov.get(name)
-    if not isinstance(found, dict):
-        return []
-    out: list[dict[str, Any]] = []
-    for entry in found.values():
-        out += [e for e in (entry if isinstance(entry, list) else [entry]) if isinstance(e, dict)]
-    return out
 
 
 def _check_activities(
