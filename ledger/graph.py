@@ -279,7 +279,11 @@ def _check_size(
         if record is not None:
             what = f"the graph of {record!r}"
         else:
-            what = f"scope {scope!r}" if scope is not None else "every visible record"
+            what = (
+                f"scope {scope!r} with what its records rest on"
+                if scope is not None
+                else "every visible record"
+            )
         raise GraphTooLargeError(
             f"{what} has {count} records, more than the {limit} allowed", count, limit
         )
@@ -289,7 +293,11 @@ def _title(
     root: str | None, scope: str | None, ancestors: bool, descendants: bool, position: int
 ) -> str:
     if root is None:
-        what = f"records in scope {scope}" if scope is not None else "every visible record"
+        what = (
+            f"records in scope {scope} and what they rest on"
+            if scope is not None
+            else "every visible record"
+        )
     else:
         sides = [n for n, on in (("ancestors", ancestors), ("descendants", descendants)) if on]
         what = f"{root} and its {' and '.join(sides)}" if sides else root

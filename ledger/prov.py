@@ -371,9 +371,9 @@ def export_prov(
     nodes = [n for n in sub.nodes if scope is None or n.scope == scope]
     members = {n.id for n in nodes}
     builder = _Builder(session)
+    # What the records rest on that the session may not audit (current bases and
+    # those replaced at a revalidation), as the picture draws it: the placeholder.
     hidden_edges = [(e.child, e.edge) for e in sub.edges if e.parent == HIDDEN]
-    if record is None:  # every record the session may audit: those resting on others too
-        hidden_edges += _hidden_dependencies(builder, nodes, members)
     if hidden_edges:  # the placeholder is drawn: its uses and derivations too
         members.add(HIDDEN)
     for node in nodes:
@@ -408,25 +408,6 @@ def export_prov(
                 attrs["prov:type"] = PL["ObservedDependency"]
             builder.doc.wasDerivedFrom(REC[child], builder.ref(HIDDEN), other_attributes=attrs)
     return builder.doc
-
-
-def _hidden_dependencies(
-    builder: _Builder, nodes: Sequence[RecordView], members: set[str]
-) -> list[tuple[str, str]]:
-    """(record, ``declared`` or ``observed``) for each dependency of an exported
-    record that the session may not audit, current or replaced at a revalidation,
-    as a walk from the record draws them (a scope's records are listed, not
-    walked to: the edges between them leave such dependencies out)."""
-    found: list[tuple[str, str]] = []
-    for node in nodes:
-        trail = builder.trail(node.id)
-        for event in trail.events if trail is not None else ():
-            if event.type not in ("Proposed", "Revalidated"):
-                continue
-            for key, kind in (("parents", "declared"), ("observed", "observed")):
-                if any(builder.unaudited(str(r), members) for r in event.details.get(key) or ()):
-                    found.append((node.id, kind))
-    return found
 
 
 def serialize(doc: ProvDocument, format: str) -> str:

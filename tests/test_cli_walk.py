@@ -67,6 +67,9 @@ def test_history_lists_a_page_and_names_where_the_next_one_starts(
     # --json gives every event unless --limit is given: then the first so many
     first = json.loads(run(url, "history", "--json", "--limit", "5", token=token).stdout)
     assert first["events"] == everything[:5]
+    # and --all is every event there too, whatever --limit says
+    every = run(url, "history", "--json", "--all", "--limit", "5", token=token).stdout
+    assert json.loads(every)["events"] == everything
 
 
 def test_history_json_of_a_long_log_is_the_whole_log_as_one_document(

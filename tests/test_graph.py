@@ -201,7 +201,9 @@ def test_a_graph_over_the_callers_limit_is_refused_counting_only_records_it_may_
     assert str(info.value) == "the graph of 'M' has 7 records, more than the 6 allowed"
 
     # And a scope's records are counted the same way
-    with pytest.raises(GraphTooLargeError, match="scope 'proj-a' has 7 records"):
+    with pytest.raises(
+        GraphTooLargeError, match="scope 'proj-a' with what its records rest on has 7 records"
+    ):
         collect(scene.reviewer, scope="proj-a", limit=1)
 
 
@@ -323,6 +325,13 @@ def test_a_scope_or_whole_graph_shows_what_rests_on_a_hidden_record_as_a_walk_do
     sub = collect(scene.reviewer, scope="proj-a")
     assert "P" in {n.id for n in sub.nodes} and not sub.shows_hidden
     assert ("P", "M") in {(e.parent, e.child) for e in sub.edges}
+    # and counts it among what it draws, saying so
+    with pytest.raises(GraphTooLargeError) as refused:
+        collect(scene.reviewer, scope="proj-a", limit=7)
+    assert str(refused.value) == (
+        "scope 'proj-a' with what its records rest on has 8 records, more than the 7 allowed"
+    )
+    assert sub.title.startswith("records in scope proj-a and what they rest on")
 
 
 def test_unknown_records_and_formats_are_refused(scene: Scene) -> None:

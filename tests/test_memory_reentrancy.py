@@ -274,3 +274,55 @@ def test_a_read_on_another_thread_while_a_check_runs(
         answered.set()
         accepting.join()
     assert p.reviewer.get(candidate).status.value == "ACCEPTED"
+
+
+def test_a_check_asking_for_the_position_or_a_past_state_is_answered(
+    with_check: Callable[..., Principals],
+) -> None:
+    # Given a check that asks for the log position, a past state and the counts
+    # (each reads the newest position, which in memory took a pooled reader that
+    # waited for this thread's own write)
+    seen: list[tuple[int, str, int]] = []
+
+    def check(reviewer: Session, view: RecordView) -> str | None:
+        led = holder[0].ledger
+        then = reviewer.as_of(position=led.position).get(view.id).status.value
+        seen.append((led.position, then, led.stats()["records"]))
+        return None
+
+    holder: list[Principals] = []
+    p = with_check(check)
+    holder.append(p)
+    record = p.agent.propose("proj-a", "k", 1, "fact")
+    before = p.ledger.position
+
+    # When the reviewer accepts it
+    p.reviewer.accept(record)
+
+    # Then the check was answered as committed before the accept, on every backend
+    assert seen == [(before, "CANDIDATE", 1)]
+    assert p.reviewer.get(record).status.value == "ACCEPTED"
+
+
+def test_a_history_iteration_closed_on_another_thread_leaves_no_read_open(
+    ledger: Ledger,
+) -> None:
+    # Given a history iteration opened on another thread and closed on this one
+    p = Principals(ledger)
+    p.agent.propose("proj-a", "a", 1, "fact")
+    p.agent.propose("proj-a", "b", 2, "fact")
+    events = p.agent.iter_history()
+    first: list[object] = []
+    opening = threading.Thread(target=lambda: first.append(next(events)))
+    opening.start()
+    opening.join()
+    assert first
+    events.close()
+    before = ledger.position
+
+    # When each thread writes, both are written: no read is counted open anywhere
+    p.agent.propose("proj-a", "c", 3, "fact")
+    writer = threading.Thread(target=lambda: p.agent.propose("proj-a", "d", 4, "fact"))
+    writer.start()
+    writer.join()
+    assert ledger.position == before + 2

@@ -289,6 +289,46 @@ def test_a_record_on_a_basis_no_revalidation_set_fails(
     assert problem in report.problems, report.problems
 
 
+def _set_attribute(prov: dict[str, Any], entity: str, attr: str, value: object) -> None:
+    prov["entity"][entity][attr] = value
+
+
+@pytest.mark.parametrize("what", ["a position of no ascii digits", "a time out of range"])
+@pytest.mark.parametrize("ledger_url", ["memory"], indirect=True)
+def test_a_prov_json_no_writer_gives_is_a_failed_check_not_a_crash(
+    world: World, tmp_path: Path, what: str
+) -> None:
+    # Given a bundle of R1 whose prov.json holds what Python reads as a number or
+    # a time but cannot take as one (int("²"); a time before year 1 in UTC)
+    at = _rebased(world)
+    generate_key(tmp_path / "k")
+    write_bundle(world.reviewer, "R1", tmp_path / "k", tmp_path / "r1.zip")
+    on_e2 = f"basis:M1.{at['on E2']}"
+    changes: dict[str, Callable[[dict[str, Any]], None]] = {
+        "a position of no ascii digits": lambda p: _set(
+            p,
+            "wasDerivedFrom",
+            ("prov:generatedEntity", on_e2),
+            "prov:generatedEntity",
+            "basis:M1.²",
+        ),
+        "a time out of range": lambda p: _set_attribute(
+            p,
+            "rec:E2",
+            "pl:fetchedAt",
+            {"$": "0001-01-01T00:00:00+01:00", "type": "xsd:dateTime"},
+        ),
+    }
+    bad = rewrite(
+        tmp_path / "r1.zip", tmp_path / "k", tmp_path / "bad.zip", _prov_change(changes[what])
+    )
+
+    # When it is verified, it is refused by name, not with a traceback
+    report = verify_bundle(bad, tmp_path / "k.pub")
+    assert not report.ok
+    assert any("prov.json" in problem for problem in report.problems), report.problems
+
+
 @pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
 def test_a_new_basis_outside_the_callers_scopes_is_the_placeholder(
     world: World, tmp_path: Path

@@ -25,7 +25,7 @@ from ledger.bundle.archive import (
     _check_signature,
 )
 from ledger.bundle.verify_statements import _check_statements
-from ledger.errors import InvalidKeyError, LedgerError
+from ledger.errors import InvalidInputError, InvalidKeyError, LedgerError
 from ledger.heads import SignedHead, ed25519, key_id, load_public_key, verify_head
 from ledger.values import HIDDEN
 
@@ -55,18 +55,31 @@ class BundleReport:
 
 
 def verify_bundle(
-    path: str | os.PathLike[str], public_key: PublicKeyLike | None = None
+    path: str | os.PathLike[str],
+    public_key: PublicKeyLike | None = None,
+    *,
+    max_unpacked: int | None = None,
 ) -> BundleReport:
     """Check a compliance bundle offline: no ledger, no token (see the module docstring).
 
     ``public_key`` is the key the auditor trusts (held from elsewhere); without
-    it the bundle is checked against the key it carries.
+    it the bundle is checked against the key it carries. ``max_unpacked``: the
+    bytes its members may unpack to, together, in place of
+    :data:`MAX_UNPACKED` (for a bundle of large, repetitive values its writer
+    said it would need; see :func:`unpacked_size`).
 
     Raises:
+        InvalidInputError: ``max_unpacked`` is not a positive whole number.
         OSError: the file cannot be read.
         InvalidKeyError: ``public_key`` cannot be loaded, or the ``cryptography``
             package is not installed (then nothing can be said of the bundle).
     """
+    if max_unpacked is not None and (
+        isinstance(max_unpacked, bool) or not isinstance(max_unpacked, int) or max_unpacked < 1
+    ):
+        raise InvalidInputError(
+            f"max_unpacked must be a positive whole number of bytes, got {max_unpacked!r}"
+        )
     ed25519()  # without it every bundle would look altered
     trusted = None if public_key is None else load_public_key(public_key)
     data = Path(path).read_bytes()
@@ -75,7 +88,7 @@ def verify_bundle(
     except Exception as exc:  # zipfile raises many kinds on altered archives
         return _failed(f"{Path(path).name} is not a readable zip archive ({exc})")
     with archive:
-        unsafe = _unsafe(archive, len(data))
+        unsafe = _unsafe(archive, len(data), max_unpacked or MAX_UNPACKED)
         if unsafe is not None:
             return _failed(f"{Path(path).name} is not a bundle: {unsafe}")
         return _verify_archive(archive, data, trusted)
@@ -91,7 +104,18 @@ UNPACKED_PER_BYTE = 16
 _CHUNK = 64 * 1024
 
 
-def _unsafe(archive: zipfile.ZipFile, size: int) -> str | None:
+def unpacked_size(path: str | os.PathLike[str]) -> int | None:
+    """What the members of the bundle at ``path`` unpack to, together, when that
+    is more than :func:`verify_bundle` unpacks without being given
+    ``max_unpacked`` (None otherwise): the writer's warning to pass on."""
+    with zipfile.ZipFile(path) as archive:
+        total = sum(info.file_size for info in archive.infolist())
+    return (
+        total if total > max(MAX_UNPACKED, UNPACKED_PER_BYTE * Path(path).stat().st_size) else None
+    )
+
+
+def _unsafe(archive: zipfile.ZipFile, size: int, most: int) -> str | None:
     """Why the archive's members, as its central directory describes them, are
     not to be unpacked (None: they may be): packed otherwise than deflated (or
     stored), as a bundle's are, or more than a verifier should hold. Nothing is
@@ -106,14 +130,15 @@ def _unsafe(archive: zipfile.ZipFile, size: int) -> str | None:
                 "and a bundle's members are deflated; nothing in it was unpacked"
             )
     total = sum(info.file_size for info in infos)
-    limit = max(MAX_UNPACKED, UNPACKED_PER_BYTE * size)
+    limit = max(most, UNPACKED_PER_BYTE * size)
     if total <= limit:
         return None
     largest = max(infos, key=lambda info: info.file_size)
     return (
         f"its members would unpack to {total} bytes ({largest.filename!r} alone to "
         f"{largest.file_size}), more than the {limit} an archive of {size} bytes may; "
-        "nothing in it was unpacked"
+        "nothing in it was unpacked (if its writer said it would unpack to this, "
+        f"give --max-unpacked {total}, or max_unpacked={total})"
     )
 
 

@@ -49,7 +49,7 @@ def _revalidation(
     listed = [
         fields
         for position, kind, fields, _v, _o in events.get(rid, [])
-        if kind == "Revalidated" and at.isdigit() and position == int(at)
+        if kind == "Revalidated" and at.isascii() and at.isdigit() and position == int(at)
     ]
     if not listed:
         problems.append(

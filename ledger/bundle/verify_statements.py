@@ -477,7 +477,7 @@ def _prov_of_proposal(attrs: dict[str, Any], told: _Told) -> list[tuple[str, obj
         shown = _plain(attrs.get(attr))
         if isinstance(want, datetime):
             want = want.astimezone(UTC).isoformat()
-            with contextlib.suppress(ValueError):  # not a time: compared as given
+            with contextlib.suppress(ValueError, OverflowError):  # not a time: compared as given
                 shown = datetime.fromisoformat(str(shown)).astimezone(UTC).isoformat()
         if shown is not None or want is not None:
             out.append((attr, shown, want))

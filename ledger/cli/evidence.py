@@ -262,9 +262,17 @@ def bundle(
       provledger bundle R1 --key ledger-key -o r1-bundle.zip
     """
     from ledger.bundle import write_bundle
+    from ledger.bundle.verify import unpacked_size
 
     with principal_session(url, token) as (_led, session):
         info = write_bundle(session, record_id, key, output)
+    needs = unpacked_size(info.path)
+    if needs is not None:
+        click.echo(
+            f"warning: the bundle unpacks to {needs} bytes, more than verify-bundle unpacks "
+            f"unless told: give it --max-unpacked {needs}",
+            err=True,
+        )
     report_done(
         as_json,
         {
@@ -300,9 +308,19 @@ def _carried(events: int, withheld: int) -> str:
     metavar="KEY.pub",
     help="The public key you hold from elsewhere; without it the bundle's own key is used.",
 )
+@click.option(
+    "--max-unpacked",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="BYTES",
+    help="What the members may unpack to, together (default 256 MiB, or 16 times the "
+    "file): a bundle of large values says when it needs more.",
+)
 @json_option
 @errors_exit_1
-def verify_bundle_command(path: str, public_key: str | None, as_json: bool) -> None:
+def verify_bundle_command(
+    path: str, public_key: str | None, max_unpacked: int | None, as_json: bool
+) -> None:
     """Check a compliance bundle offline (no ledger, no token); exit 1 naming what fails.
 
     \b
@@ -311,7 +329,7 @@ def verify_bundle_command(path: str, public_key: str | None, as_json: bool) -> N
     """
     from ledger.bundle import verify_bundle
 
-    report = verify_bundle(path, public_key)
+    report = verify_bundle(path, public_key, max_unpacked=max_unpacked)
     if as_json:
         echo_json(
             {

@@ -248,7 +248,8 @@ def history(
             first = next(events, None)
             listed = events if first is None else chain((first,), events)
             if as_json:
-                echo_json_events(listed if limit is None else islice(listed, limit))
+                every = limit is None or show_all
+                echo_json_events(listed if every else islice(listed, limit))
                 return
             limit = HISTORY_LIMIT if limit is None else limit
             console = make_console()

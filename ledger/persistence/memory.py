@@ -47,7 +47,7 @@ class MemoryInterlock:
         if getattr(self._held, "writer", None) is not None:
             # As on a file: its BEGIN would fail, and the rollback end the outer one.
             raise sqlite3.OperationalError("a write transaction is already open here")
-        if getattr(self._held, "reads", 0):
+        if self._reads()[0]:
             raise sqlite3.OperationalError(
                 "a read is still open on this thread (an iter_history() iteration not "
                 "yet exhausted or closed): on the memory backend a write waits for "
@@ -109,7 +109,10 @@ class MemoryInterlock:
                 f"{pool.pool_timeout:g} s: on the memory backend a read waits for the "
                 "write in progress"
             ) from None
-        self._held.reads = getattr(self._held, "reads", 0) + 1
+        # The opening thread's count: a read may be closed on another thread (an
+        # iter_history() generator closed, or collected, elsewhere).
+        opened = self._reads()
+        opened[0] += 1
         try:
             if transaction:
                 with got.transaction(commit=False) as c:
@@ -117,5 +120,13 @@ class MemoryInterlock:
             else:
                 yield got.cursor()
         finally:
-            self._held.reads -= 1
+            opened[0] -= 1
             pool.put_connection(got)
+
+    def _reads(self) -> list[int]:
+        """This thread's count of open reads, as a one-item list that a read
+        closed on another thread still counts down."""
+        reads: list[int] | None = getattr(self._held, "reads", None)
+        if reads is None:
+            reads = self._held.reads = [0]
+        return reads

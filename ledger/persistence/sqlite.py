@@ -337,6 +337,14 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
             with self.datastore.get_connection(commit=False) as conn:
                 yield conn.cursor()
 
+    def max_notification_id(self) -> int:
+        """The newest log position, through :meth:`statement` (eventsourcing's own
+        takes a pooled reader, which on ``memory:`` waits for a write transaction
+        the same thread holds: an acceptance check asking for the position)."""
+        with self.statement() as c:
+            c.execute(self.select_max_notification_id_statement)
+            return int(c.fetchone()[0] or 0)
+
     def query(self, fetch: Callable[[Cursor], T]) -> T:
         """What ``fetch`` reads with this thread's cursor for single statements (no
         context manager, no new cursor per read); see :meth:`statement`."""
