@@ -135,15 +135,22 @@ class Call:
         self.used.append(name)
         return self.path[name]
 
-    def query_str(self, name: str, *, required: bool = False) -> str | None:
-        """A query parameter; ``required`` refuses a missing or empty one."""
+    def query_str(self, name: str, *, required: bool = False, empty: bool = False) -> str | None:
+        """A query parameter; ``required`` refuses a missing one. An empty one is
+        refused unless ``empty`` says it means what leaving it out does (a claim
+        prefix): ``as_of_time=`` left blank must not answer as of now, nor
+        ``status=`` list every status."""
         value = self.query.get(name)
-        if value is not None:
-            self.used.append(name)  # a refusal may be about it (never one not given)
-        if value is None or value == "":
+        if value is None:
             if required:
                 raise FieldError(name, f"query parameter {name!r} is required")
             return None
+        self.used.append(name)  # a refusal may be about it (never one not given)
+        if value == "":
+            if empty and not required:
+                return None
+            leave = "" if required else " or leave it out"
+            raise FieldError(name, f"query parameter {name!r} is empty: give a value{leave}")
         return value
 
     def query_int(
@@ -375,7 +382,7 @@ def list_records(call: Call) -> Response:
         "status": call.query_choice("status", Status),
         "validity": call.query_choice("validity", Validity),
         "kind": call.query_choice("kind", Kind),
-        "claim_prefix": call.query_str("claim_prefix"),
+        "claim_prefix": call.query_str("claim_prefix", empty=True),
     }
     # At most ``limit``, and stopped before the page passes MAX_ANSWER_BYTES of JSON.
     views = page_within(session, scope, limit, call.query_str("after"), filters)
@@ -494,12 +501,10 @@ def _kinds(call: Call) -> list[str] | None:
     text = call.query_str("kinds")
     if text is None:
         return None
-    kinds = [k.strip() for k in text.split(",") if k.strip()]
+    # An empty item is refused too: "fact," or ",," names no kind (an empty list
+    # would filter every record out: MISSING, wrongly).
+    kinds = [k.strip() for k in text.split(",")]
     allowed = [k.value for k in Kind]
-    if not kinds:  # an empty list would filter every record out: MISSING, wrongly
-        raise FieldError(
-            "kinds", f"kinds {text[:40]!r} names no kind (one of: {', '.join(allowed)})"
-        )
     for k in kinds:
         if k not in allowed:
             raise FieldError("kinds", f"kind {k[:40]!r} is not one of: {', '.join(allowed)}")

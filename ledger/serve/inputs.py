@@ -89,12 +89,16 @@ def json_type(value: Any) -> str:
     return "null" if value is None else names.get(type(value), type(value).__name__)
 
 
+_UPPER_T_Z = str.maketrans("tz", "TZ")
+
+
 def parse_time(name: str, text: str | None) -> datetime | None:
     """The ISO 8601 date-time ``text`` of field ``name`` (None stays None)."""
     if text is None:
         return None
     try:
-        return datetime.fromisoformat(text)
+        # RFC 3339 (the OpenAPI document's date-time) lets "T" and "Z" be lower case.
+        return datetime.fromisoformat(text.translate(_UPPER_T_Z))
     except ValueError:
         raise FieldError(
             name, f"{name} {text[:40]!r} is not an ISO 8601 date-time (e.g. 2026-05-01T12:00:00Z)"

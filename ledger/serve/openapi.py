@@ -1,9 +1,8 @@
 """The OpenAPI 3.1 description of the JSON API, served at ``/openapi.json``.
 
 Written by hand next to :data:`ledger.serve.api.ROUTES` (a test checks that
-both list the same routes and that every answer matches its schema). Enum
-schemas are built from the library's own enums, so a new status appears here
-with no edit.
+both list the same routes and that every answer matches its schema); the
+bodies' schemas are :data:`ledger.serve.openapi_schemas.SCHEMAS`.
 """
 
 from __future__ import annotations
@@ -11,330 +10,17 @@ from __future__ import annotations
 from typing import Any
 
 from ledger import __version__
-from ledger.domain import Kind, Outcome, Status, Validity
 from ledger.jsonable import EXPLAINED
 from ledger.serve.api import GRAPH_FORMATS, MAX_GRAPH_NODES, MAX_LIMIT, MAX_SVG_NODES, PREFIX
-
-
-def _ref(name: str) -> dict[str, str]:
-    return {"$ref": f"#/components/schemas/{name}"}
-
-
-def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
-    return {"anyOf": [schema, {"type": "null"}]}
-
-
-_STR = {"type": "string"}
-_INT = {"type": "integer"}
-_TIME = {"type": "string", "format": "date-time"}
-_IDS = {"type": "array", "items": _STR}
-_ANY: dict[str, Any] = {"description": "Any JSON value."}
-
-
-def _object(
-    properties: dict[str, Any], required: list[str] | None = None, description: str = ""
-) -> dict[str, Any]:
-    schema: dict[str, Any] = {"type": "object", "properties": properties}
-    schema["required"] = list(properties) if required is None else required
-    if description:
-        schema["description"] = description
-    return schema
-
-
-def _enum(members: type[Kind | Status | Validity | Outcome]) -> dict[str, Any]:
-    return {"type": "string", "enum": [m.value for m in members]}
-
-
-SCHEMAS: dict[str, dict[str, Any]] = {
-    "Error": _object(
-        {
-            "error": _object(
-                {
-                    "type": {
-                        "type": "string",
-                        "description": "The ledger error class (ledger.errors), e.g. "
-                        "UnknownRecordError; NotFound or MethodNotAllowed for a path or "
-                        "method no route has (404, 405 with Allow).",
-                    },
-                    "message": _STR,
-                    "field": _nullable(
-                        {
-                            "type": "string",
-                            "description": "For bad input (422), the body field or query "
-                            "parameter at fault.",
-                        }
-                    ),
-                }
-            )
-        },
-        description="Every refusal: the error class, its message and the offending field.",
-    ),
-    "Kind": _enum(Kind),
-    "Status": _enum(Status),
-    "Validity": _enum(Validity),
-    "Outcome": _enum(Outcome),
-    "Correction": _object(
-        {
-            "correction_id": _STR,
-            "delivery_id": _STR,
-            "record_id": _STR,
-            "note": _STR,
-            "replacement": _nullable(_STR),
-            "issued_at": _TIME,
-            "issued_by": _STR,
-            "position": _INT,
-        }
-    ),
-    "Delivery": _object(
-        {
-            "delivery_id": _STR,
-            "record_id": _STR,
-            "recipient": _STR,
-            "channel": _STR,
-            "delivered_at": _TIME,
-            "delivered_by": _STR,
-            "position": _INT,
-            "corrections": {"type": "array", "items": _ref("Correction")},
-            "state": {"type": "string", "enum": ["DELIVERED"]},
-        }
-    ),
-    "Record": _object(
-        {
-            "id": _STR,
-            "scope": _STR,
-            "claim_key": _STR,
-            "kind": _ref("Kind"),
-            "value": _ANY,
-            "status": _ref("Status"),
-            "validity": _ref("Validity"),
-            "expires": _nullable(_TIME),
-            "effective_expires": _nullable(_TIME),
-            "expiry_source": _nullable(_STR),
-            "parents": _IDS,
-            "observed": _IDS,
-            "undeclared": _IDS,
-            "conditions": {"type": "object"},
-            "proposer": _STR,
-            "created_at": _TIME,
-            "evidence": _nullable(
-                _object(
-                    {
-                        "uri": _STR,
-                        "fetched_at": _TIME,
-                        "content_hash": _STR,
-                        "snapshot_ref": _STR,
-                        "size": _INT,
-                    },
-                    required=["uri", "fetched_at", "content_hash", "snapshot_ref"],
-                )
-            ),
-            "cause": _nullable(_STR),
-            "reason": _nullable(_STR),
-            "deliveries": {"type": "array", "items": _ref("Delivery")},
-            "position": _INT,
-            "supersedes": _nullable(
-                {"type": "string", "description": "The record this one was proposed to replace."}
-            ),
-            "superseded_by": _nullable(
-                {"type": "string", "description": "Set once this record is SUPERSEDED."}
-            ),
-            "cause_superseded_by": _nullable(
-                {
-                    "type": "string",
-                    "description": "When STALE because `cause` was superseded: by what.",
-                }
-            ),
-            "stale_causes": {
-                "type": "array",
-                "description": "Every cause that marked it STALE since its last revalidation; "
-                "`blocking` is false once the cause no longer rests under it.",
-                "items": _object(
-                    {
-                        "cause": _STR,
-                        "reason": _STR,
-                        "superseded_by": _nullable(_STR),
-                        "position": _INT,
-                        "at": {"type": "string", "format": "date-time"},
-                        "blocking": {"type": "boolean"},
-                    }
-                ),
-            },
-        },
-        description="A record as the views see it (hidden dependencies show as <hidden>).",
-    ),
-    "RecordPage": _object(
-        {
-            "records": {"type": "array", "items": _ref("Record")},
-            "next_after": _nullable(_STR),
-        },
-        description="One page; pass next_after as `after` for the next (null: last page).",
-    ),
-    "AuditEvent": _object(
-        {
-            "position": _INT,
-            "type": _STR,
-            "at": _TIME,
-            "actor": _nullable(_STR),
-            "details": {"type": "object"},
-        }
-    ),
-    "AuditTrail": _object(
-        {
-            "record": _ref("Record"),
-            "events": {"type": "array", "items": _ref("AuditEvent")},
-            "undeclared": _IDS,
-        }
-    ),
-    "Graph": _object(
-        {
-            "root": _nullable(_STR),
-            "title": _STR,
-            "position": _INT,
-            "nodes": {"type": "array", "items": _ref("Record")},
-            "edges": {
-                "type": "array",
-                "items": _object(
-                    {
-                        "parent": _STR,
-                        "child": _STR,
-                        "edge": {"type": "string", "enum": ["declared", "observed"]},
-                    }
-                ),
-            },
-        }
-    ),
-    "ReadResult": _object(
-        {
-            "outcome": _ref("Outcome"),
-            "scope": _STR,
-            "claim_key": _STR,
-            "at": _TIME,
-            "value": _ANY,
-            "records": {"type": "array", "items": _ref("Record")},
-        },
-        description="FOUND (value is the agreed value), MISSING or CONFLICT.",
-    ),
-    "Explanation": _object(
-        {
-            "outcome": _ref("Outcome"),
-            "scope": _STR,
-            "claim_key": _STR,
-            "at": _TIME,
-            "entries": {
-                "type": "array",
-                "items": _object(
-                    {
-                        "record": _ref("Record"),
-                        "usable": {"type": "boolean"},
-                        "reasons": _IDS,
-                    }
-                ),
-            },
-            "omitted": {
-                "type": "integer",
-                "minimum": 0,
-                "description": "How many records of the claim, none of them usable, are left "
-                "out of `entries`.",
-            },
-            "note": _nullable(_STR),
-        },
-        description="Per record of the claim, whether it is usable and why not, in proposal "
-        "order: every usable record (the outcome is decided on all of them) and at most "
-        "`limit` others, those once accepted (ACCEPTED but not usable now, STALE, REVOKED, "
-        "SUPERSEDED) before CANDIDATE and REJECTED ones, each the most recently changed "
-        "first, stopped before their JSON passes 4 MiB. `omitted` counts the rest and "
-        "`note`, when some are left out, says how to see them.",
-    ),
-    "CorrectionDue": _object(
-        {
-            "delivery": _ref("Delivery"),
-            "validity": _ref("Validity"),
-            "status": _ref("Status"),
-            "cause": _nullable(_STR),
-            "reason": _nullable(_STR),
-        }
-    ),
-    "CorrectionsDue": _object({"corrections": {"type": "array", "items": _ref("CorrectionDue")}}),
-    "Revocation": _object(
-        {
-            "root": _STR,
-            "affected": _IDS,
-            "position": {
-                "type": "integer",
-                "description": "The Revoked event's log position (as of position - 1: before).",
-            },
-            "stale": _IDS,
-            "affected_count": {"type": "integer", "description": "How many `affected` holds."},
-            "stale_count": {"type": "integer", "description": "How many `stale` holds."},
-            "note": _nullable(_STR),
-        },
-        description="What a revocation marked, as far as the caller may see: records in "
-        "scopes it holds no grant in are neither named nor counted. Each list holds at most "
-        f"the first {MAX_GRAPH_NODES} ids; the counts say how many there are and `note`, "
-        "when some are left out, where to find them.",
-    ),
-    "ActionResult": _object(
-        {"id": _STR, "record": _nullable(_ref("Record"))},
-        description="The record's id and, when the caller may read it, the record now.",
-    ),
-    "CorrectionIssued": _object({"correction_id": _STR, "delivery_id": _STR}),
-    "ProposeRequest": _object(
-        {
-            "scope": _STR,
-            "claim_key": _STR,
-            "value": _ANY,
-            "kind": {
-                "type": "string",
-                "enum": [k.value for k in Kind if k is not Kind.EVIDENCE],
-                "description": "Evidence is captured (POST /evidence), which pins its bytes.",
-            },
-            "parents": _IDS,
-            "expires": _nullable(_TIME),
-            "conditions": _nullable({"type": "object"}),
-            "id": _nullable(_STR),
-            "supersedes": _nullable(
-                {"type": "string", "description": "The record (same scope and claim) replaced."}
-            ),
-        },
-        required=["scope", "claim_key", "value", "kind"],
-    ),
-    "EvidenceRequest": _object(
-        {
-            "scope": _STR,
-            "uri": _STR,
-            "content": {"type": "string", "description": "Text content (stored as UTF-8)."},
-            "content_base64": {"type": "string", "contentEncoding": "base64"},
-            "fetched_at": _nullable(_TIME),
-            "claim_key": _nullable(_STR),
-            "expires": _nullable(_TIME),
-            "conditions": _nullable({"type": "object"}),
-            "id": _nullable(_STR),
-            "value": _ANY,
-        },
-        required=["scope", "uri"],
-        description="Give exactly one of content or content_base64.",
-    ),
-    "NoteRequest": _object({"note": _STR}, required=[]),
-    "ReasonRequest": _object({"reason": _STR}),
-    "RevalidateRequest": _object(
-        {"note": _STR, "parents": _nullable({**_IDS, "description": "A new basis."})},
-        required=[],
-    ),
-    "CorrectionRequest": _object(
-        {
-            "note": _STR,
-            "replacement": _nullable(_STR),
-            "only_if_owed": {
-                "type": "boolean",
-                "default": False,
-                "description": "Refuse (409) unless the delivery owes a correction now, "
-                "checked in the command's own transaction: two workers draining the "
-                "outbox issue one correction per owed delivery.",
-            },
-        },
-        required=["note"],
-    ),
-}
+from ledger.serve.openapi_schemas import (
+    CLAIM_KEY,
+    CLAIM_PREFIX,
+    ID,
+    REF,
+    SCHEMAS,
+    TIME,
+    ref,
+)
 
 _ERRORS = {
     "401": "No token, or a token that is unknown, revoked or expired.",
@@ -372,17 +58,37 @@ _AS_OF = [
         "as_of_position",
         "query",
         {"type": "integer", "minimum": 0},
-        "Answer as of this log position.",
+        "Answer as of this log position (not with as_of_time: 422).",
     ),
-    _param("as_of_time", "query", _TIME, "Answer as of this instant (ISO 8601 with offset)."),
+    _param(
+        "as_of_time",
+        "query",
+        TIME,
+        "Answer as of this instant (ISO 8601 with offset; not with as_of_position: 422).",
+    ),
 ]
-_RECORD_ID = _param("record_id", "path", _STR, "A record id.")
+_RECORD_ID = _param("record_id", "path", REF, "A record id.")
 _READ_PARAMS = [
-    _param("scope", "query", _STR, "The scope.", required=True),
-    _param("claim_key", "query", _STR, "The claim key.", required=True),
-    _param("at", "query", _TIME, "Validity at this instant (default: now)."),
-    _param("context", "query", _STR, "Applicability context: a JSON object."),
-    _param("kinds", "query", _STR, "Comma-separated kinds to consider."),
+    _param("scope", "query", ID, "The scope.", required=True),
+    _param("claim_key", "query", CLAIM_KEY, "The claim key.", required=True),
+    _param("at", "query", TIME, "Validity at this instant (default: now)."),
+    {  # JSON in the query string: described by its media type, not a schema
+        "name": "context",
+        "in": "query",
+        "required": False,
+        "description": "Applicability context: a JSON object.",
+        "content": {"application/json": {"schema": {"type": "object"}}},
+    },
+    {
+        **_param(
+            "kinds",
+            "query",
+            {"type": "array", "items": ref("Kind"), "minItems": 1},
+            "Only records of these kinds, separated by commas (default: every kind).",
+        ),
+        "style": "form",
+        "explode": False,
+    },
 ]
 
 
@@ -398,7 +104,7 @@ def _op(
     description: str = "",
     extra_media: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    content: dict[str, Any] = {"application/json": {"schema": _ref(schema)}}
+    content: dict[str, Any] = {"application/json": {"schema": ref(schema)}}
     content.update(extra_media or {})
     op: dict[str, Any] = {
         "summary": summary,
@@ -414,18 +120,18 @@ def _op(
     if body is not None:
         op["requestBody"] = {
             "required": body_required,
-            "content": {"application/json": {"schema": _ref(body)}},
+            "content": {"application/json": {"schema": ref(body)}},
         }
     return op
 
 
 def _paths() -> dict[str, dict[str, Any]]:
     list_params = [
-        _param("scope", "query", _STR, "The scope to list.", required=True),
-        _param("status", "query", _ref("Status"), "Only records in this status."),
-        _param("validity", "query", _ref("Validity"), "Only records with this validity."),
-        _param("kind", "query", _ref("Kind"), "Only records of this kind."),
-        _param("claim_prefix", "query", _STR, "Only claim keys starting with this."),
+        _param("scope", "query", ID, "The scope to list.", required=True),
+        _param("status", "query", ref("Status"), "Only records in this status."),
+        _param("validity", "query", ref("Validity"), "Only records with this validity."),
+        _param("kind", "query", ref("Kind"), "Only records of this kind."),
+        _param("claim_prefix", "query", CLAIM_PREFIX, "Only claim keys starting with this."),
         _param(
             "limit",
             "query",
@@ -433,7 +139,7 @@ def _paths() -> dict[str, dict[str, Any]]:
             "Page size: at most this many records, fewer when their JSON would pass 4 MiB "
             "(`next_after` goes on from the last one sent).",
         ),
-        _param("after", "query", _STR, "The last id of the previous page."),
+        _param("after", "query", REF, "The last id of the previous page."),
         *_AS_OF,
     ]
     graph_params = [
@@ -606,7 +312,7 @@ def _paths() -> dict[str, dict[str, Any]]:
                     _param(
                         "record_id",
                         "query",
-                        _STR,
+                        REF,
                         "Only this record's deliveries (404 if it is unknown or not visible, "
                         "403 without `deliver` in its scope).",
                     ),
@@ -624,7 +330,7 @@ def _paths() -> dict[str, dict[str, Any]]:
                 "201",
                 "CorrectionIssued",
                 "401 403 404 409 413 422",
-                params=[_param("delivery_id", "path", _STR, "A delivery id.")],
+                params=[_param("delivery_id", "path", ID, "A delivery id.")],
                 body="CorrectionRequest",
             )
         },
@@ -641,8 +347,8 @@ def accepted_inputs(
     query = frozenset(p["name"] for p in op.get("parameters", ()) if p["in"] == "query")
     body: frozenset[str] = frozenset()
     if "requestBody" in op:
-        ref = op["requestBody"]["content"]["application/json"]["schema"]["$ref"]
-        body = frozenset(doc["components"]["schemas"][ref.rsplit("/", 1)[-1]]["properties"])
+        name = op["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+        body = frozenset(doc["components"]["schemas"][name.rsplit("/", 1)[-1]]["properties"])
     return query, body
 
 
@@ -660,8 +366,8 @@ def document() -> dict[str, Any]:
             if "requestBody" in op:
                 op["responses"].setdefault("415", {"$ref": "#/components/responses/E415"})
                 # The API refuses a field its operation does not document.
-                ref = op["requestBody"]["content"]["application/json"]["schema"]["$ref"]
-                schemas[ref.rsplit("/", 1)[-1]]["additionalProperties"] = False
+                name = op["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+                schemas[name.rsplit("/", 1)[-1]]["additionalProperties"] = False
     return {
         "openapi": "3.1.0",
         "info": {
@@ -679,7 +385,7 @@ def document() -> dict[str, Any]:
             "responses": {
                 f"E{code}": {
                     "description": text,
-                    "content": {"application/json": {"schema": _ref("Error")}},
+                    "content": {"application/json": {"schema": ref("Error")}},
                 }
                 for code, text in _ERRORS.items()
             },
