@@ -1911,8 +1911,8 @@ def render(result: dict[str, Any], names: Sequence[str] = ()) -> Table:
     if "lg_sample" in f:
         lines.append(
             f"LangGraph: fresh ledger and SqliteStore files (synchronous="
-            f"{f['lg_sqlite_synchronous']:.0f}), {f['lg_sample']:.0f} memories each first; "
-            "LedgerStore with the approver policy"
+            f"{f['lg_sqlite_synchronous']:.0f}), {f['lg_sample']:.0f} memories each first, "
+            "then puts until both WAL files stop growing; LedgerStore with the approver policy"
         )
     table = Table(
         title="provledger benchmark",
