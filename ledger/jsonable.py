@@ -4,6 +4,7 @@ JSON (the command line's ``--json``, the HTTP API, the MCP server)."""
 from __future__ import annotations
 
 import base64
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import fields, is_dataclass
@@ -99,3 +100,19 @@ def capped_explanation(result: Explanation, rest: str) -> dict[str, Any]:
         "omitted": result.omitted,
         "note": note,
     }
+
+
+def value_text(value: Any) -> str:
+    """A stored value as one JSON text, keys sorted, bytes as ``{"base64": …}``,
+    times in ISO 8601: how a PROV export states a record's value and conditions
+    (``pl:value``, ``pl:conditions``), and so what ``verify-bundle`` compares them
+    with (it needs no PROV package to)."""
+
+    def default(v: Any) -> Any:
+        if isinstance(v, bytes):
+            return {"base64": base64.b64encode(v).decode()}
+        if isinstance(v, datetime):
+            return v.isoformat()
+        raise TypeError(type(v).__name__)
+
+    return json.dumps(value, default=default, sort_keys=True, ensure_ascii=False)

@@ -44,8 +44,6 @@ number. An as-of session exports the ledger as it was at its position.
 
 from __future__ import annotations
 
-import base64
-import json
 import re
 from collections.abc import Sequence
 from datetime import datetime
@@ -56,6 +54,7 @@ from prov.model import XSD_ANYURI, Literal, Namespace, ProvDocument, QualifiedNa
 from ledger.access import Role
 from ledger.errors import AccessDeniedError, InvalidInputError, UnknownRecordError
 from ledger.graph import NOT_XML, collect
+from ledger.jsonable import value_text
 from ledger.session import Session
 from ledger.values import DETAIL_ATTRIBUTES, HIDDEN, AuditEvent, AuditTrail, RecordView
 
@@ -88,17 +87,6 @@ _ACTIVITIES = {
     "CorrectionIssued": ("correct", "Correction", "corrected"),
     "SnapshotErased": ("erase-snapshot", "SnapshotErasure", "erased"),
 }
-
-
-def _json_text(value: Any) -> str:
-    def default(v: Any) -> Any:
-        if isinstance(v, bytes):
-            return {"base64": base64.b64encode(v).decode()}
-        if isinstance(v, datetime):
-            return v.isoformat()
-        raise TypeError(type(v).__name__)
-
-    return json.dumps(value, default=default, sort_keys=True, ensure_ascii=False)
 
 
 def _activity_id(event: AuditEvent) -> QualifiedName:
@@ -156,12 +144,12 @@ class _Builder:
             "pl:scope": node.scope,
             "pl:claimKey": node.claim_key,
             "pl:kind": str(node.kind),
-            "pl:value": _json_text(node.value),
+            "pl:value": value_text(node.value),
             "pl:status": str(node.status),
             "pl:validity": str(node.validity),
         }
         if node.conditions:
-            attrs["pl:conditions"] = _json_text(node.conditions)
+            attrs["pl:conditions"] = value_text(node.conditions)
         if node.expires is not None:
             attrs["pl:expires"] = node.expires
         if node.reason:

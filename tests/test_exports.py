@@ -4,16 +4,13 @@
 from __future__ import annotations
 
 import importlib
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import ledger
 
-REPO = Path(__file__).resolve().parent.parent
-MYPY = REPO / ".venv" / "bin" / "mypy"
+from .test_run_signatures import strict_mypy
 
 EXPECTED = [
     "HIDDEN",
@@ -144,14 +141,7 @@ def test_strict_mypy_sees_concrete_types_in_what_the_api_returns(tmp_path: Path)
     )
 
     # When mypy checks it strictly, with the repository's configuration
-    done = subprocess.run(
-        [str(MYPY), "--strict", "--cache-dir", str(tmp_path / "cache"), str(program)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
-        env={"PATH": str(Path(sys.executable).parent)},
-    )
+    done = strict_mypy(program, tmp_path / "cache")
 
     # Then each is what it is, not Any
     out = done.stdout

@@ -61,6 +61,18 @@ def test_a_run_method_says_it_is_the_session_method_within_the_run(name: str) ->
     assert "within the run" in doc
 
 
+def strict_mypy(program: Path, cache: Path) -> subprocess.CompletedProcess[str]:
+    """``mypy --strict`` of ``program`` with the repository's configuration."""
+    return subprocess.run(
+        [str(MYPY), "--strict", "--cache-dir", str(cache), str(program)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"PATH": str(Path(sys.executable).parent)},
+    )
+
+
 def test_mypy_refuses_a_run_call_the_session_would_refuse(tmp_path: Path) -> None:
     # Given a program calling a run's methods with arguments no session takes
     program = tmp_path / "calls.py"
@@ -75,14 +87,7 @@ def test_mypy_refuses_a_run_call_the_session_would_refuse(tmp_path: Path) -> Non
     )
 
     # When mypy checks it strictly, with the repository's configuration
-    done = subprocess.run(
-        [str(MYPY), "--strict", "--cache-dir", str(tmp_path / "cache"), str(program)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
-        env={"PATH": str(Path(sys.executable).parent)},
-    )
+    done = strict_mypy(program, tmp_path / "cache")
     out = done.stdout
 
     # Then both calls are refused, each on its line, naming what is wrong

@@ -35,13 +35,14 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from ledger import Kind, Ledger, merkle
 from ledger.bundle import verify_bundle, write_bundle
-from ledger.bundle.archive import _MANIFEST_CONTEXT, _signed_archive
+from ledger.bundle.archive import _signed_archive
 from ledger.cli import main
 from ledger.heads import SignedHead, generate_key, load_private_key, publish_head, sign_head
 from ledger.serialization import pack, unpack
 
 from .attacks import Scene, build_scene
 from .conftest import Clock, World
+from .test_bundle_truth import rewrite
 
 # -- an auditor's verifier, from the RFC texts -------------------------------------------------
 
@@ -482,28 +483,6 @@ def bundled(world: World, tmp_path: Path) -> tuple[Path, Path]:
     return tmp_path / "r1.zip", tmp_path
 
 
-def rewrite(
-    path: Path,
-    key: Path,
-    out: Path,
-    change: Callable[[dict[str, Any], dict[str, bytes]], None],
-) -> Path:
-    """``path`` with its manifest and files changed by ``change``, the digests
-    recomputed and the manifest and archive signed again with ``key``."""
-    archive = zipfile.ZipFile(path)
-    files = {n: archive.read(n) for n in archive.namelist()}
-    manifest = json.loads(files.pop("manifest.json"))
-    files.pop("manifest.sig")
-    change(manifest, files)
-    manifest["files"] = {n: hashlib.sha256(d).hexdigest() for n, d in sorted(files.items())}
-    signer = load_private_key(key)
-    body = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
-    files["manifest.json"] = body
-    files["manifest.sig"] = base64.b64encode(signer.sign(_MANIFEST_CONTEXT + body)) + b"\n"
-    out.write_bytes(_signed_archive(files, signer))
-    return out
-
-
 def tree_size(path: Path) -> int:
     """The tree size of the head a bundle carries."""
     return int(json.loads(zipfile.ZipFile(path).read("head.json"))["tree_size"])
@@ -746,11 +725,17 @@ def test_a_re_signed_prov_document_cannot_restate_what_a_proposal_says(
     "value",
     [1, "on", None, [1, "a"], {"b": 1, "a": [True, 0.25]}, b"\x00\xff", "é ≤ 😀", 2**63, -0.0],
 )
-def test_the_verifiers_json_text_of_a_value_is_the_prov_exports(value: Any) -> None:
-    from ledger.bundle.verify_statements import _json_text
-    from ledger.prov import _json_text as exported
+def test_a_value_reads_back_from_its_json_text_as_the_export_states_it(value: Any) -> None:
+    # The one text the export writes and the verifier compares (ledger.jsonable)
+    from ledger.jsonable import value_text
 
-    assert _json_text(value) == exported(value)
+    text = value_text(value)
+    back = json.loads(text)
+    if isinstance(value, bytes):
+        assert back == {"base64": base64.b64encode(value).decode()}
+    else:
+        assert back == value and (not isinstance(value, float) or str(back) == str(value))
+    assert text == json.dumps(back, sort_keys=True, ensure_ascii=False)
 
 
 @pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)

@@ -5,7 +5,6 @@ decoded from their stored bytes (:func:`_check_statements`).
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import re
@@ -18,6 +17,7 @@ import msgpack
 from ledger.bundle.told import HISTORY_LABELS, _tell, _Told, one_line
 from ledger.bundle.verify_derivations import _Carried, _check_derivations, _plain, _relations
 from ledger.domain import Status, Validity
+from ledger.jsonable import value_text
 from ledger.serialization import unpack
 from ledger.values import DETAIL_ATTRIBUTES, HIDDEN
 
@@ -466,8 +466,8 @@ def _prov_of_proposal(attrs: dict[str, Any], told: _Told) -> list[tuple[str, obj
     fetched, size = ev.get("fetched_at"), ev.get("size")
     wanted: dict[str, object] = {
         "prov:label": told.record,
-        "pl:value": _as_json_text(p["value"]),
-        "pl:conditions": _as_json_text(p["conditions"]) if p.get("conditions") else None,
+        "pl:value": _asvalue_text(p["value"]),
+        "pl:conditions": _asvalue_text(p["conditions"]) if p.get("conditions") else None,
         "pl:expires": told.expires,
         "pl:fetchedAt": fetched if isinstance(fetched, datetime) else None,
         "pl:size": size if isinstance(size, int) else None,
@@ -484,27 +484,13 @@ def _prov_of_proposal(attrs: dict[str, Any], told: _Told) -> list[tuple[str, obj
     return out
 
 
-def _as_json_text(value: Any) -> str:
+def _asvalue_text(value: Any) -> str:
     """:func:`_json_text`, or why a value no proposal holds has none (a type the
     ledger never writes in a value, decoded from bytes the bundle carries)."""
     try:
-        return _json_text(value)
+        return value_text(value)
     except (TypeError, ValueError) as exc:
         return f"<a value with no JSON text: {exc}>"
-
-
-def _json_text(value: Any) -> str:
-    """A value as ``prov.json`` states it (what :mod:`ledger.prov` writes; that
-    module needs the PROV package, which checking a bundle does without)."""
-
-    def default(v: Any) -> Any:
-        if isinstance(v, bytes):
-            return {"base64": base64.b64encode(v).decode()}
-        if isinstance(v, datetime):
-            return v.isoformat()
-        raise TypeError(type(v).__name__)
-
-    return json.dumps(value, default=default, sort_keys=True, ensure_ascii=False)
 
 
 def _check_activities(
