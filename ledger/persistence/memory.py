@@ -30,6 +30,18 @@ from eventsourcing.sqlite import SQLiteDatastore
 
 from projections.base import Cursor
 
+#: What a write, then a read, that waited out the pool's timeout says.
+_WAITED_FOR_READ = (
+    "a read was still open in this process after {seconds:g} s (an iter_history() "
+    "iteration on another thread not yet exhausted or closed?): on the memory backend "
+    "a write waits for every open read; finish or close it before writing (nothing "
+    "was written)"
+)
+_WAITED_FOR_WRITE = (
+    "a write transaction of another thread was still open after {seconds:g} s: on the "
+    "memory backend a read waits for the write in progress"
+)
+
 
 class MemoryInterlock:
     """The read and write transactions of a ``memory:`` ledger (see the module)."""
@@ -54,18 +66,7 @@ class MemoryInterlock:
                 "every open read, so it would wait for its own; finish or close the "
                 "iteration before writing (nothing was written)"
             )
-        pool = self._datastore.pool
-        try:
-            conn: Any = pool.get_connection(is_writer=True)
-        except ConnectionUnavailableError as exc:
-            if "reader" not in str(exc):
-                raise
-            raise sqlite3.OperationalError(
-                f"a read was still open in this process after {pool.pool_timeout:g} s "
-                "(an iter_history() iteration on another thread not yet exhausted or "
-                "closed?): on the memory backend a write waits for every open read; "
-                "finish or close it before writing (nothing was written)"
-            ) from None
+        conn = self._connection(writer=True)
         try:
             cursor = conn.cursor()
             cursor.execute("BEGIN IMMEDIATE")
@@ -79,7 +80,7 @@ class MemoryInterlock:
             finally:
                 self._held.writer = None
         finally:
-            pool.put_connection(conn)
+            self._datastore.pool.put_connection(conn)
 
     @contextmanager
     def read(self, *, transaction: bool) -> Iterator[Cursor]:
@@ -99,16 +100,7 @@ class MemoryInterlock:
             yield conn.cursor()
             return
         pool = self._datastore.pool
-        try:
-            got: Any = pool.get_connection(is_writer=False)
-        except ConnectionUnavailableError as exc:
-            if "writer" not in str(exc):
-                raise
-            raise sqlite3.OperationalError(
-                f"a write transaction of another thread was still open after "
-                f"{pool.pool_timeout:g} s: on the memory backend a read waits for the "
-                "write in progress"
-            ) from None
+        got = self._connection(writer=False)
         # The opening thread's count: a read may be closed on another thread (an
         # iter_history() generator closed, or collected, elsewhere).
         opened = self._reads()
@@ -122,6 +114,18 @@ class MemoryInterlock:
         finally:
             opened[0] -= 1
             pool.put_connection(got)
+
+    def _connection(self, *, writer: bool) -> Any:
+        """The pool's writer or a reader connection; a wait for the other kind that
+        runs out says what it waited for, in place of the pool's message."""
+        pool = self._datastore.pool
+        try:
+            return pool.get_connection(is_writer=writer)
+        except ConnectionUnavailableError as exc:
+            if ("reader" if writer else "writer") not in str(exc):
+                raise
+            waited = _WAITED_FOR_READ if writer else _WAITED_FOR_WRITE
+            raise sqlite3.OperationalError(waited.format(seconds=pool.pool_timeout)) from None
 
     def _reads(self) -> list[int]:
         """This thread's count of open reads, as a one-item list that a read
