@@ -10,6 +10,7 @@ import hashlib
 import io
 import json
 import os
+import stat
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,13 +65,15 @@ def verify_bundle(
 
     ``public_key`` is the key the auditor trusts (held from elsewhere); without
     it the bundle is checked against the key it carries. ``max_unpacked``: the
-    bytes its members may unpack to, together, in place of
-    :data:`MAX_UNPACKED` (for a bundle of large, repetitive values its writer
-    said it would need; see :func:`unpacked_size`).
+    bytes its members may unpack to, together, and the file itself may hold, in
+    place of :data:`MAX_UNPACKED` (for a bundle of large values its writer said
+    it would need; see :func:`unpacked_size`). What is not a regular file (a
+    device such as ``/dev/zero``, a FIFO, a directory), or is larger than that,
+    fails the check before anything is read from it.
 
     Raises:
         InvalidInputError: ``max_unpacked`` is not a positive whole number.
-        OSError: the file cannot be read.
+        OSError: the file cannot be read (there is none at ``path``).
         InvalidKeyError: ``public_key`` cannot be loaded, or the ``cryptography``
             package is not installed (then nothing can be said of the bundle).
     """
@@ -82,13 +85,16 @@ def verify_bundle(
         )
     ed25519()  # without it every bundle would look altered
     trusted = None if public_key is None else load_public_key(public_key)
-    data = Path(path).read_bytes()
+    most = max_unpacked or MAX_UNPACKED
+    data = _read_bundle(path, most)
+    if isinstance(data, str):
+        return _failed(data)
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
     except Exception as exc:  # zipfile raises many kinds on altered archives
         return _failed(f"{Path(path).name} is not a readable zip archive ({exc})")
     with archive:
-        unsafe = _unsafe(archive, len(data), max_unpacked or MAX_UNPACKED)
+        unsafe = _unsafe(archive, len(data), most)
         if unsafe is not None:
             return _failed(f"{Path(path).name} is not a bundle: {unsafe}")
         return _verify_archive(archive, data, trusted)
@@ -98,6 +104,10 @@ def verify_bundle(
 #: :data:`UNPACKED_PER_BYTE` times the archive's own size where that is more. A
 #: bundle's JSON and msgpack pack a few times smaller, not a thousand times (as
 #: a run of zeros does): a small archive cannot make its verifier hold gigabytes.
+#: It is also the most the archive itself may hold: its members are deflated,
+#: which never grows them by more than a few bytes in 64 KiB, so an archive
+#: larger than what it may unpack to is padded, or needs the larger figure
+#: anyway (its writer gives one that covers both: :func:`unpacked_size`).
 MAX_UNPACKED = 256 * 1024 * 1024
 UNPACKED_PER_BYTE = 16
 #: How much of a member is unpacked at a time.
@@ -105,14 +115,72 @@ _CHUNK = 64 * 1024
 
 
 def unpacked_size(path: str | os.PathLike[str]) -> int | None:
-    """What the members of the bundle at ``path`` unpack to, together, when that
-    is more than :func:`verify_bundle` unpacks without being given
-    ``max_unpacked`` (None otherwise): the writer's warning to pass on."""
+    """The ``max_unpacked`` :func:`verify_bundle` needs for the bundle at ``path``
+    when its default is too little (None otherwise): what its members unpack to,
+    together, or the file's own size where that is more; the writer's warning to
+    pass on."""
+    size = Path(path).stat().st_size
     with zipfile.ZipFile(path) as archive:
         total = sum(info.file_size for info in archive.infolist())
-    return (
-        total if total > max(MAX_UNPACKED, UNPACKED_PER_BYTE * Path(path).stat().st_size) else None
-    )
+    if size > MAX_UNPACKED or total > max(MAX_UNPACKED, UNPACKED_PER_BYTE * size):
+        return max(total, size)
+    return None
+
+
+#: What a file that is no regular file is, by the ``stat`` test that tells it.
+_FILE_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _read_bundle(path: str | os.PathLike[str], most: int) -> bytes | str:
+    """The bytes of the file at ``path``, or why none are checked: it is no
+    regular file (a device such as ``/dev/zero`` never ends, a FIFO waits for a
+    writer), it holds more than ``most`` bytes, or it grew while it was read.
+
+    Read whole, as the archive's signature signs every byte before it (and
+    Ed25519 takes its message whole); never more than one byte past the size
+    the file had, which is at most ``most``. Opened without blocking and looked
+    at again once open: a file swapped for a FIFO meanwhile cannot hang the read.
+    """
+    name = os.fspath(path)
+    refused = _refused_file(name, os.stat(path), most)
+    if refused is not None:
+        return refused
+    with open(path, "rb", opener=_open_nonblocking) as file:
+        info = os.fstat(file.fileno())
+        refused = _refused_file(name, info, most)
+        if refused is not None:
+            return refused
+        data = file.read(info.st_size + 1)
+    if len(data) > info.st_size:
+        return (
+            f"{name} is not a bundle: it grew while it was read, past the {info.st_size} "
+            "bytes it held; nothing in it was checked"
+        )
+    return data
+
+
+def _refused_file(name: str, info: os.stat_result, most: int) -> str | None:
+    """Why the file ``name``, as ``info`` describes it, is not read (None: it may be)."""
+    if not stat.S_ISREG(info.st_mode):
+        kind = next((kind for test, kind in _FILE_KINDS if test(info.st_mode)), "a special file")
+        return f"{name} is not a bundle: it is {kind}, not a regular file; nothing was read from it"
+    if info.st_size > most:
+        return (
+            f"{name} is not a bundle: it is {info.st_size} bytes, more than the {most} a "
+            "bundle may be; nothing was read from it (if its writer said verify-bundle "
+            f"needs this, give --max-unpacked {info.st_size}, or max_unpacked={info.st_size})"
+        )
+    return None
+
+
+def _open_nonblocking(path: str, flags: int) -> int:
+    return os.open(path, flags | getattr(os, "O_NONBLOCK", 0))
 
 
 def _unsafe(archive: zipfile.ZipFile, size: int, most: int) -> str | None:

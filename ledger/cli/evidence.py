@@ -269,8 +269,8 @@ def bundle(
     needs = unpacked_size(info.path)
     if needs is not None:
         click.echo(
-            f"warning: the bundle unpacks to {needs} bytes, more than verify-bundle unpacks "
-            f"unless told: give it --max-unpacked {needs}",
+            f"warning: the bundle unpacks to (or is) {needs} bytes, more than verify-bundle "
+            f"takes unless told: give it --max-unpacked {needs}",
             err=True,
         )
     report_done(
@@ -314,7 +314,7 @@ def _carried(events: int, withheld: int) -> str:
     default=None,
     metavar="BYTES",
     help="What the members may unpack to, together (default 256 MiB, or 16 times the "
-    "file): a bundle of large values says when it needs more.",
+    "file), and the most the file may be: a bundle of large values says when it needs more.",
 )
 @json_option
 @errors_exit_1
