@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
+from ledger import deliveries as deliveries_module
 from ledger import heads as heads_module
 from ledger import verification
 from ledger.access import ADMIN_PRINCIPAL, Admin, check_admin_token, hash_token
@@ -27,12 +28,14 @@ from ledger.engine import AcceptanceCheck, Engine
 from ledger.errors import AuthenticationError, InvalidInputError, LedgerError
 from ledger.merkle import LogDigest, Verification
 from ledger.persistence import resolve_url
+from ledger.serialization import micros_to_datetime
 from ledger.session import Session
 from ledger.validation import DEFAULT_MAX_VALUE_BYTES, check_flag, check_kind
 from ledger.values import LedgerStats, RebuildReport
 from projections import access as access_view
 from projections import delivery as delivery_view
 from projections import queries as view_queries
+from projections import timeline
 
 if TYPE_CHECKING:
     from ledger.heads import PrivateKeyLike, PublicKeyLike, SignedHead
@@ -235,7 +238,10 @@ class Ledger:
         """Counts, as a dict (see ``LedgerStats``): ``backend``, ``events``
         (stored), ``position`` (of the newest event), ``records``, ``statuses``
         (records per status), ``deliveries``, ``corrections`` (issued),
-        ``snapshots`` (stored evidence bytes) and ``runs``."""
+        ``snapshots`` (stored evidence bytes), ``runs``, ``corrections_owed``
+        (deliveries owing a correction now, in every scope; None from views left
+        in an earlier version's layout, which cannot tell) and ``last_event_at``
+        (when the newest event was written; None for an empty ledger)."""
         engine = self._engine
         d = engine.dialect
         with engine.reading() as c:
@@ -244,6 +250,11 @@ class Ledger:
             deliveries = delivery_view.count(c, d, "pl_deliveries")
             corrections = delivery_view.count(c, d, "pl_corrections")
             runs = access_view.run_count(c, d)
+            # Views left in an earlier layout cannot tell what is owed.
+            owed = None
+            if engine.outdated_views is None:
+                owed = deliveries_module.owed_count(engine, c, engine.now())
+            last = timeline.time_of(c, d, engine.recorder.max_position(c))
         return {
             "backend": self.backend,
             "events": counts["events"],
@@ -254,6 +265,8 @@ class Ledger:
             "corrections": corrections,
             "snapshots": counts["snapshots"],
             "runs": runs,
+            "corrections_owed": owed,
+            "last_event_at": None if last is None else micros_to_datetime(last),
         }
 
     # -- tamper evidence --------------------------------------------------------

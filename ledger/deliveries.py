@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ledger import pipeline, redaction, rules
-from ledger.access import Role
+from ledger.access import ADMIN_PRINCIPAL, Role
 from ledger.caller import Caller
 from ledger.domain import Record, Status, Validity
 from ledger.errors import (
@@ -32,6 +32,9 @@ from projections import edges as edges_index
 from projections import validity as validity_view
 from projections.base import Cursor, Dialect
 from projections.validity import RecordRow
+
+if TYPE_CHECKING:
+    from ledger.engine import Engine
 
 
 def deliver(caller: Caller, record_id: str, recipient: str, channel: str) -> str:
@@ -108,7 +111,6 @@ def issue_correction(
 def corrections_due(caller: Caller, record_id: str | None = None) -> tuple[CorrectionDue, ...]:
     """``Session.corrections_due``: deliveries that owe a correction, in scopes where
     the caller delivers, or of one record (see :func:`owed_since`)."""
-    d = caller.engine.dialect
     now = caller.at(None)
     out = []
     with caller.reading() as c:
@@ -117,29 +119,14 @@ def corrections_due(caller: Caller, record_id: str | None = None) -> tuple[Corre
             caller.require_somewhere(c, Role.DELIVER, "corrections_due")
         else:
             only = caller.visible_row(c, record_id, Role.DELIVER, "corrections_due")["record_id"]
-        # A report delivered many times: its row and its scope's roles read once.
-        rows: dict[str, RecordRow] = {}
-        delivers: dict[str, bool] = {}
-        # Corrections by delivery, read once per record that owes any.
-        issued: dict[str, dict[str, list[Any]]] = {}
-        instant = datetime_to_micros(now)
-        for drow in delivery_view.unsettled(c, d, instant, caller.position, only):
-            rid = drow["record_id"]
-            if rid not in rows:
-                rows[rid] = validity_view.existing(c, d, rid, caller.position)
-            row = rows[rid]
-            if row["scope"] not in delivers:
-                delivers[row["scope"]] = Role.DELIVER.value in caller.roles(c, row["scope"])
-            if not delivers[row["scope"]]:
-                continue
-            since = owed_since(caller, c, drow, row, now)
-            if since is None:
-                continue  # nothing owed: its corrections need not be read
-            if rid not in issued:
-                issued[rid] = delivery_view.corrections_of_record(c, d, rid, caller.position)
-            corrections = issued[rid].get(drow["delivery_id"], [])
-            if not _owed(since, corrections):
-                continue
+        delivers: dict[str, bool] = {}  # a scope's roles read once
+
+        def delivers_in(scope: str) -> bool:
+            if scope not in delivers:
+                delivers[scope] = Role.DELIVER.value in caller.roles(c, scope)
+            return delivers[scope]
+
+        for drow, row, corrections in owing(caller, c, now, only, delivers_in):
             row = redaction.row(
                 row, caller.hidden_among(c, redaction.row_dependencies(row), seen=row["scope"])
             )
@@ -179,6 +166,45 @@ def corrections_due(caller: Caller, record_id: str | None = None) -> tuple[Corre
                 )
             )
     return tuple(out)
+
+
+def owing(
+    caller: Caller,
+    c: Cursor,
+    now: datetime,
+    only: str | None = None,
+    in_scope: Callable[[str], bool] | None = None,
+) -> Iterator[tuple[Any, RecordRow, list[Any]]]:
+    """The deliveries that owe a correction at ``now`` (of record ``only``, or of
+    every record in a scope ``in_scope`` admits): each as (its view row, its
+    record's row, its corrections so far), as of ``caller``'s position."""
+    d = caller.engine.dialect
+    # A report delivered many times: its row read once; corrections by delivery,
+    # read once per record that owes any.
+    rows: dict[str, RecordRow] = {}
+    issued: dict[str, dict[str, list[Any]]] = {}
+    for drow in delivery_view.unsettled(c, d, datetime_to_micros(now), caller.position, only):
+        rid = drow["record_id"]
+        if rid not in rows:
+            rows[rid] = validity_view.existing(c, d, rid, caller.position)
+        row = rows[rid]
+        if in_scope is not None and not in_scope(row["scope"]):
+            continue
+        since = owed_since(caller, c, drow, row, now)
+        if since is None:
+            continue  # nothing owed: its corrections need not be read
+        if rid not in issued:
+            issued[rid] = delivery_view.corrections_of_record(c, d, rid, caller.position)
+        corrections = issued[rid].get(drow["delivery_id"], [])
+        if _owed(since, corrections):
+            yield drow, row, corrections
+
+
+def owed_count(engine: Engine, c: Cursor, now: datetime) -> int:
+    """How many deliveries, in every scope, owe a correction at ``now``
+    (``Ledger.stats``: what :func:`corrections_due` would list to a principal
+    delivering everywhere)."""
+    return sum(1 for _ in owing(Caller(engine, ADMIN_PRINCIPAL, ""), c, now))
 
 
 def owed_since(

@@ -21,7 +21,14 @@ class LedgerStats(TypedDict):
     """``Ledger.stats()``: the ``backend`` (``sqlite``, ``postgresql``, ``memory``),
     stored ``events``, the newest event's log ``position``, ``records`` and
     ``statuses`` (records per status name), ``deliveries``, ``corrections``
-    issued, stored ``snapshots`` of evidence bytes and ``runs``."""
+    issued, stored ``snapshots`` of evidence bytes and ``runs``; then
+    ``corrections_owed``, the deliveries that owe a correction now in any scope
+    (what ``Session.corrections_due`` lists, to a principal delivering in every
+    scope; None when the views were left in an earlier version's layout, read-only
+    or opened with ``catch_up=False``: they cannot tell), and ``last_event_at``,
+    when the newest event was written (the time index's: the latest event time
+    up to it, as writers' clocks need not rise with the log), None for an empty
+    ledger."""
 
     backend: str
     events: int
@@ -32,6 +39,8 @@ class LedgerStats(TypedDict):
     corrections: int
     snapshots: int
     runs: int
+    corrections_owed: int | None
+    last_event_at: datetime | None
 
 
 class Evidence(TypedDict):

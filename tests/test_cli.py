@@ -31,7 +31,7 @@ from ledger import Kind, Ledger, RecordView
 from ledger.cli import main
 from ledger.errors import InvalidInputError
 
-from .conftest import World
+from .conftest import Clock, World
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 DOCS_IMPACT = README.parent / "docs" / "impact.svg"
@@ -201,6 +201,108 @@ def test_stats_counts_events_records_and_statuses(chain: Cli) -> None:
     assert data["statuses"] == {"ACCEPTED": 3}
     assert data["deliveries"] == 1 and data["snapshots"] == 1
     assert "ACCEPTED" in chain.ok("stats").stdout
+
+
+def test_stats_count_the_corrections_owed_and_say_when_the_newest_event_was_written(
+    ledger: Ledger, clock: Clock
+) -> None:
+    # Given an empty ledger: nothing is owed, nothing was written
+    empty = ledger.stats()
+    assert empty["corrections_owed"] == 0 and empty["last_event_at"] is None
+
+    # When a report is delivered, on the ledger's clock a minute later
+    admin = ledger.admin()
+    admin.grant("agent-1", scope="proj-a", roles=["propose", "read"])
+    admin.grant("reviewer", scope="proj-a", roles=["approve", "read", "audit", "deliver"])
+    agent = ledger.authenticate(admin.issue_token("agent-1"))
+    reviewer = ledger.authenticate(admin.issue_token("reviewer"))
+    agent.capture(scope="proj-a", uri="https://x.test/doc", content=b"retries are safe", id="E1")
+    agent.propose(
+        scope="proj-a",
+        claim_key="report.weekly",
+        value="on",
+        kind="report",
+        parents=["E1"],
+        id="R1",
+    )
+    reviewer.accept("E1")
+    reviewer.accept("R1")
+    delivered_at = clock.advance(minutes=1)
+    delivery = reviewer.deliver("R1", recipient="ops@x.test")
+
+    # Then it owes nothing, and the newest event is the delivery's
+    delivered = ledger.stats()
+    assert delivered["corrections_owed"] == 0
+    assert delivered["last_event_at"] == delivered_at
+
+    # When its evidence is revoked a minute later (the report becomes STALE)
+    clock.advance(minutes=1)
+    reviewer.revoke("E1", reason="doc changed")
+
+    # Then the delivery owes a correction, as corrections_due lists it
+    revoked = ledger.stats()
+    assert revoked["corrections_owed"] == 1
+    assert [due.delivery.delivery_id for due in reviewer.corrections_due()] == [delivery]
+    newest = reviewer.history()[-1]
+    assert newest.position == revoked["position"]
+    assert revoked["last_event_at"] == newest.at == clock.now
+
+    # When the correction is issued, it is owed no more
+    corrected_at = clock.advance(minutes=1)
+    reviewer.issue_correction(delivery, note="the evidence was withdrawn")
+    corrected = ledger.stats()
+    assert corrected["corrections_owed"] == 0 and corrected["corrections"] == 1
+    assert corrected["last_event_at"] == corrected_at
+    assert empty.keys() == corrected.keys()
+
+
+def test_stats_of_views_in_an_earlier_layout_leave_the_corrections_owed_untold(
+    tmp_path: Path,
+) -> None:
+    # Given a ledger 0.1.0 wrote, its views in that version's layout
+    path = tmp_path / "old.db"
+    fixtures = Path(__file__).parent / "fixtures"
+    shutil.copyfile(fixtures / "ledger-0.1.0.db", path)
+    url = f"sqlite:///{path}"
+
+    # When its stats are asked for with the views left as stored
+    with Ledger.open(f"{url}?mode=ro", catch_up=False) as ro:
+        as_stored = ro.stats()
+    with Ledger.open(url, catch_up=False) as left:
+        assert left.stats() == as_stored
+
+    # Then the counts are given, the corrections owed are not (the views cannot
+    # tell), and the newest event's time is, as the views rebuilt give them
+    assert as_stored["events"] == 84 and as_stored["corrections_owed"] is None
+    reviewer = json.loads((fixtures / "ledger-0.1.0.json").read_text())["tokens"]["reviewer"]
+    with Ledger.open(url) as rebuilt:  # the views rebuilt in this version's layout
+        current = rebuilt.stats()
+        session = rebuilt.authenticate(reviewer)
+        due = session.corrections_due()
+        newest = session.history()[-1]
+    assert current["corrections_owed"] == len(due)
+    assert newest.position == current["position"]
+    assert as_stored["last_event_at"] == current["last_event_at"] == newest.at
+
+
+def test_stats_show_the_corrections_owed_and_the_newest_event_time(chain: Cli) -> None:
+    # Given a delivered report whose evidence is then revoked
+    before = chain.json("stats")
+    _revoked(chain)
+    with Ledger.open(chain.url) as led:
+        newest = led.authenticate(chain.reviewer).history()[-1]
+
+    # Then --json counts the correction owed and gives the revocation's time
+    data = chain.json("stats")
+    assert before["corrections_owed"] == 0 and data["corrections_owed"] == 1
+    assert newest.position == data["position"]
+    assert datetime.fromisoformat(data["last_event_at"]) == newest.at
+
+    # And the table for people shows both
+    table = chain.ok("stats").stdout
+    assert re.search(r"corrections_owed\s*│\s*1\b", table), table
+    shown = newest.at.astimezone(UTC).isoformat(timespec="seconds")
+    assert re.search(rf"last_event_at\s*│\s*{re.escape(shown)}", table), table
 
 
 def test_rebuild_replays_the_log_and_the_views_match(chain: Cli) -> None:

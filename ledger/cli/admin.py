@@ -346,7 +346,8 @@ def token_revoke(token_value: str, url: str | None, admin_token: str | None, as_
 @json_option
 @errors_exit_1
 def stats(url: str | None, admin_token: str | None, as_json: bool) -> None:
-    """Show counts: events, log position, records per status, deliveries, snapshots.
+    """Show counts: events, log position, records per status, deliveries, snapshots,
+    corrections owed now, and when the newest event was written.
 
     Maintenance: see `provledger init` for the admin token.
 
@@ -365,7 +366,9 @@ def stats(url: str | None, admin_token: str | None, as_json: bool) -> None:
     table.add_column("what", style="bold")
     table.add_column("count", justify="right")
     for key, value in counts.items():
-        if key != "statuses":
+        if key == "last_event_at":
+            table.add_row(key, Text(when_text(counts["last_event_at"])))
+        elif key != "statuses":
             table.add_row(key, Text(str(value)))
         else:
             for status, n in counts["statuses"].items():
