@@ -59,3 +59,20 @@ def test_the_compatibility_promise_names_every_upcast_event() -> None:
     promise = README.read_text().split("**Compatibility promise.**", 1)[1].split("\n\n", 1)[0]
     named = sorted(set(re.findall(r"`(\w+\.\w+)`", promise)))
     assert versioned and named == versioned
+
+
+def test_the_architecture_picture_names_files_that_exist_and_is_drawn_from_its_source() -> None:
+    root = README.parent
+    source = (root / "docs" / "architecture.dot").read_text()
+    drawn = (root / "docs" / "architecture.svg").read_text()
+    named = re.findall(r"(?:\\n|, )((?:ledger|projections)/[\w/.]*)", source)
+    assert len(set(named)) >= 15
+    missing = sorted({path for path in named if not (root / path).exists()})
+    assert missing == [], f"docs/architecture.dot names what is not there: {missing}"
+    # The picture is the source's rendering (dot -Tsvg docs/architecture.dot -o
+    # docs/architecture.svg): each path and each step it draws is in it.
+    steps = re.findall(r'"(\d\. [^\\"]+)', source)
+    assert len(steps) == 3
+    stale = sorted({text for text in [*named, *steps] if text not in drawn})
+    assert stale == [], f"docs/architecture.svg is older than its source: {stale}"
+    assert "](docs/architecture.svg)" in README.read_text()
