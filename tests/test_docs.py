@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from ledger import Ledger, Status
+from ledger.graph import STATUS_COLOURS
+
+from .conftest import Clock
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
@@ -76,3 +83,103 @@ def test_the_architecture_picture_names_files_that_exist_and_is_drawn_from_its_s
     stale = sorted({text for text in [*named, *steps] if text not in drawn})
     assert stale == [], f"docs/architecture.svg is older than its source: {stale}"
     assert "](docs/architecture.svg)" in README.read_text()
+
+
+def _status_machine_edges() -> list[tuple[str, str, str]]:
+    source = (README.parent / "docs" / "status-machine.dot").read_text()
+    return re.findall(r'^\s*(\w+) -> (\w+) \[label="([^"]+)"\];', source, flags=re.M)
+
+
+class _Drive:
+    """A memory ledger on a clock of its own, an agent proposing in ``p`` and a
+    reviewer approving there: each drawn transition is made happen to a record."""
+
+    def __init__(self) -> None:
+        self.clock = Clock()
+        self.ledger = Ledger.open("memory:", clock=self.clock)
+        admin = self.ledger.admin()
+        admin.grant("agent", scope="p", roles=["propose", "read"])
+        admin.grant("boss", scope="p", roles=["approve", "read"])
+        self.agent = self.ledger.authenticate(admin.issue_token("agent"))
+        self.boss = self.ledger.authenticate(admin.issue_token("boss"))
+        self.n = 0
+
+    def propose(self, accepted: bool = False, **kwargs: Any) -> str:
+        self.n += 1
+        kwargs.setdefault("claim_key", f"k{self.n}")
+        rid = self.agent.propose(scope="p", value=self.n, kind="fact", **kwargs)
+        if accepted:
+            self.boss.accept(rid)
+        return rid
+
+    def status(self, rid: str) -> str:
+        return str(self.boss.get(rid).status.value)
+
+    def made(self, source: str, label: str) -> tuple[str, str]:
+        """(the status a record had, the status it has) once ``label`` happened to
+        a record in status ``source``."""
+        if source == "start":
+            return "start", self.status(self.propose())
+        basis = self.propose(accepted=True)
+        if label == "revalidate on a new basis (its basis expired)":
+            expiring = self.propose(accepted=True, expires=self.clock.now + timedelta(hours=1))
+            rid = self.propose(accepted=True, parents=[expiring])
+            self.clock.advance(hours=2)
+            before = self.status(rid)
+            self.boss.revalidate(rid, parents=[self.propose(accepted=True)])
+            return before, self.status(rid)
+        if label.startswith("revalidate"):
+            rid = self.propose(accepted=label == "revalidate (accepted before)", parents=[basis])
+            self.boss.revoke(basis, reason="wrong")
+            before = self.status(rid)
+            self.boss.revalidate(rid, parents=[self.propose(accepted=True)])
+            return before, self.status(rid)
+        rid = self.propose(accepted=source != "CANDIDATE", parents=[basis])
+        if source == "STALE":
+            self.boss.revoke(basis, reason="wrong")
+        before = self.status(rid)
+        if label.startswith("accept"):
+            self.boss.accept(rid)
+        elif label == "reject":
+            self.boss.reject(rid, reason="no")
+        elif label == "revoke":
+            self.boss.revoke(rid, reason="wrong")
+        elif label == "a dependency revoked":
+            self.boss.revoke(basis, reason="wrong")
+        elif label == "a new version accepted":
+            claim = self.boss.get(rid).claim_key
+            newer = self.propose(claim_key=claim, supersedes=rid)
+            if source == "CANDIDATE":  # a version of a version: the line is replaced
+                newer = self.propose(claim_key=claim, supersedes=newer)
+            self.boss.accept(newer)
+        else:
+            raise AssertionError(f"docs/status-machine.dot: no way to make {label!r} happen")
+        return before, self.status(rid)
+
+
+@pytest.mark.parametrize("edge", _status_machine_edges(), ids="/".join)
+def test_each_transition_the_status_machine_picture_draws_happens(
+    edge: tuple[str, str, str],
+) -> None:
+    source, target, label = edge
+    drive = _Drive()
+    try:
+        assert drive.made(source, label) == (source, target)
+    finally:
+        drive.ledger.close()
+
+
+def test_the_status_machine_picture_is_drawn_from_its_source_in_the_ledgers_colours() -> None:
+    edges = _status_machine_edges()
+    assert len(edges) == 14
+    source = (README.parent / "docs" / "status-machine.dot").read_text()
+    drawn = (README.parent / "docs" / "status-machine.svg").read_text()
+    for status in Status:
+        fill, border = STATUS_COLOURS[status]
+        node = f'{status.value} [fillcolor="{fill}", color="{border}"];'
+        assert node in source
+        assert f'fill="{fill}" stroke="{border}"' in drawn, status
+    # Every label drawn, as dot -Tsvg docs/status-machine.dot writes it
+    stale = sorted({label for _, _, label in edges if label not in drawn})
+    assert stale == [], f"docs/status-machine.svg is older than its source: {stale}"
+    assert "](docs/status-machine.svg)" in README.read_text()
