@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import re
 from datetime import timedelta
 from pathlib import Path
@@ -68,20 +69,26 @@ def test_the_compatibility_promise_names_every_upcast_event() -> None:
     assert versioned and named == versioned
 
 
+def _not_drawn(name: str) -> list[str]:
+    """The lines of ``docs/NAME.dot``'s labels that ``docs/NAME.svg`` does not
+    show: the picture is not the rendering of its source (``dot -Tsvg
+    docs/NAME.dot -o docs/NAME.svg``)."""
+    source = (README.parent / "docs" / f"{name}.dot").read_text()
+    drawn = html.unescape((README.parent / "docs" / f"{name}.svg").read_text())
+    labels = re.findall(r'label="((?:[^"\\]|\\.)*)"', source)
+    lines = [line.replace('\\"', '"') for label in labels for line in label.split("\\n")]
+    assert len([line for line in lines if line]) >= 5
+    return [line for line in lines if line and line not in drawn]
+
+
 def test_the_architecture_picture_names_files_that_exist_and_is_drawn_from_its_source() -> None:
     root = README.parent
     source = (root / "docs" / "architecture.dot").read_text()
-    drawn = (root / "docs" / "architecture.svg").read_text()
     named = re.findall(r"(?:\\n|, )((?:ledger|projections)/[\w/.]*)", source)
     assert len(set(named)) >= 15
     missing = sorted({path for path in named if not (root / path).exists()})
     assert missing == [], f"docs/architecture.dot names what is not there: {missing}"
-    # The picture is the source's rendering (dot -Tsvg docs/architecture.dot -o
-    # docs/architecture.svg): each path and each step it draws is in it.
-    steps = re.findall(r'"(\d\. [^\\"]+)', source)
-    assert len(steps) == 3
-    stale = sorted({text for text in [*named, *steps] if text not in drawn})
-    assert stale == [], f"docs/architecture.svg is older than its source: {stale}"
+    assert _not_drawn("architecture") == []
     assert "](docs/architecture.svg)" in README.read_text()
 
 
@@ -107,7 +114,8 @@ class _Drive:
     def propose(self, accepted: bool = False, **kwargs: Any) -> str:
         self.n += 1
         kwargs.setdefault("claim_key", f"k{self.n}")
-        rid = self.agent.propose(scope="p", value=self.n, kind="fact", **kwargs)
+        kwargs.setdefault("value", self.n)
+        rid = self.agent.propose(scope="p", kind="fact", **kwargs)
         if accepted:
             self.boss.accept(rid)
         return rid
@@ -179,7 +187,86 @@ def test_the_status_machine_picture_is_drawn_from_its_source_in_the_ledgers_colo
         node = f'{status.value} [fillcolor="{fill}", color="{border}"];'
         assert node in source
         assert f'fill="{fill}" stroke="{border}"' in drawn, status
-    # Every label drawn, as dot -Tsvg docs/status-machine.dot writes it
-    stale = sorted({label for _, _, label in edges if label not in drawn})
-    assert stale == [], f"docs/status-machine.svg is older than its source: {stale}"
+    assert _not_drawn("status-machine") == []
     assert "](docs/status-machine.svg)" in README.read_text()
+
+
+def _eligibility_nodes() -> list[str]:
+    source = (README.parent / "docs" / "eligibility.dot").read_text()
+    return re.findall(r"^\s*(\w+) \[label=", source, flags=re.M)
+
+
+def _stage_refuses(stage: str, drive: _Drive) -> tuple[str, tuple[str, ...], str]:
+    """(outcome of a read of a claim whose one record fails only ``stage``, the
+    reasons explain gives, the outcome once that stage is passed)."""
+    agent, boss = drive.agent, drive.boss
+    context: dict[str, Any] = {}
+    if stage == "scope":
+        # Granted in q as well: the claim exists in p, and a read in q sees none of it
+        drive.ledger.admin().grant("agent", scope="q", roles=["read"])
+        drive.propose(accepted=True, claim_key="c")
+        missing = agent.read("q", "c")
+        assert agent.explain("q", "c").entries == ()
+        return missing.outcome.value, (), agent.read("p", "c").outcome.value
+    if stage == "status":
+        rid = drive.propose(claim_key="c")
+        before = agent.read("p", "c").outcome.value, agent.explain("p", "c").entries[0].reasons
+        boss.accept(rid)
+    elif stage == "time":
+        drive.propose(accepted=True, claim_key="c", expires=drive.clock.now + timedelta(hours=1))
+        drive.clock.advance(hours=2)
+        before = agent.read("p", "c").outcome.value, agent.explain("p", "c").entries[0].reasons
+        earlier = drive.clock.now - timedelta(hours=2)
+        return (*before, agent.read("p", "c", at=earlier).outcome.value)
+    elif stage == "applicability":
+        drive.propose(accepted=True, claim_key="c", conditions={"env": "prod"})
+        wrong = {"env": "dev"}
+        before = (
+            agent.read("p", "c", context=wrong).outcome.value,
+            agent.explain("p", "c", context=wrong).entries[0].reasons,
+        )
+        context = {"env": "prod"}
+    else:
+        raise AssertionError(f"docs/eligibility.dot: no stage {stage!r}")
+    return (*before, agent.read("p", "c", context=context).outcome.value)
+
+
+@pytest.mark.parametrize(
+    ("stage", "why"),
+    [
+        ("scope", ""),
+        ("status", "candidate: not yet approved"),
+        ("time", "expired at 2026-01-01T13:00:00+00:00"),
+        ("applicability", "condition env='prod' not met: context has 'dev'"),
+    ],
+)
+def test_each_stage_of_the_eligibility_picture_refuses_a_record(stage: str, why: str) -> None:
+    assert stage in _eligibility_nodes()
+    drive = _Drive()
+    try:
+        outcome, reasons, passed = _stage_refuses(stage, drive)
+    finally:
+        drive.ledger.close()
+    assert (outcome, reasons, passed) == ("MISSING", (why,) if why else (), "FOUND")
+
+
+def test_each_outcome_of_the_eligibility_picture_happens() -> None:
+    nodes = _eligibility_nodes()
+    assert nodes[:5] == ["claim", "scope", "status", "time", "applicability"]
+    drive = _Drive()
+    try:
+        outcomes = {drive.agent.read("p", "c").outcome.value}
+        drive.propose(accepted=True, claim_key="c", value="v")
+        drive.propose(accepted=True, claim_key="c", value="v")  # agreeing: one answer
+        found = drive.agent.read("p", "c")
+        assert (found.value, len(found.records)) == ("v", 2)
+        outcomes.add(found.outcome.value)
+        drive.propose(accepted=True, claim_key="c", value="w")  # another value
+        conflict = drive.agent.read("p", "c")
+        outcomes.add(conflict.outcome.value)
+        assert len(conflict.records) == 3  # all named, none picked
+    finally:
+        drive.ledger.close()
+    assert outcomes == {"MISSING", "FOUND", "CONFLICT"} == set(nodes[-3:])
+    assert _not_drawn("eligibility") == []
+    assert "](docs/eligibility.svg)" in README.read_text()
