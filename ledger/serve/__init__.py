@@ -22,6 +22,7 @@ from typing import Any
 from ledger.access import TOKEN_PREFIX
 from ledger.application import Ledger
 from ledger.serve.app import ACCESS_LOGGER, create_app
+from ledger.serve.health import HEALTH_LOGGER
 from ledger.sockets import listen
 
 DEFAULT_HOST = "127.0.0.1"
@@ -84,6 +85,13 @@ def log_config() -> dict[str, Any]:
     config["handlers"]["requests"] = {**config["handlers"]["access"], "formatter": "default"}
     config["loggers"][ACCESS_LOGGER] = {
         "handlers": ["requests"],
+        "level": "INFO",
+        "propagate": False,
+    }
+    # Why /healthz stopped answering 200, and when it answers again: on standard
+    # error, as uvicorn's own messages are.
+    config["loggers"][HEALTH_LOGGER] = {
+        "handlers": ["default"],
         "level": "INFO",
         "propagate": False,
     }

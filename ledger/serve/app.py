@@ -4,6 +4,7 @@
 
 - ``/api/v1/…``: the JSON API (:mod:`ledger.serve.api`), bearer tokens;
 - ``/openapi.json``: its OpenAPI 3.1 description (:mod:`ledger.serve.openapi`);
+- ``/healthz``: whether the ledger answers, without a token (:mod:`ledger.serve.health`);
 - ``/mcp``: the MCP streamable-HTTP endpoint (:mod:`ledger.serve.mcp_mount`);
 - everything else: the review console (:mod:`ledger.serve.console`).
 
@@ -29,7 +30,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ledger.application import Ledger
-from ledger.serve import api, openapi
+from ledger.serve import api, health, openapi
 from ledger.serve.console import Console
 from ledger.serve.errors import error_body
 from ledger.serve.mcp_mount import (
@@ -49,7 +50,7 @@ MAX_FORM_BODY = 256 * 1024
 #: ``urllib``) would otherwise meet a reset connection instead of the 413.
 DRAIN_BODY = 16 * 1024 * 1024
 #: Paths under these are for programs: an error there is JSON, not a console page.
-_FOR_PROGRAMS = (api.PREFIX, "/openapi.json")
+_FOR_PROGRAMS = (api.PREFIX, "/openapi.json", health.PATH)
 
 _CSP = (
     "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; "
@@ -240,6 +241,7 @@ def create_app(
     factory = default_factory() if mcp_factory is _DEFAULT else mcp_factory
     mcp = MCPMount(ledger, factory, host, mcp_sessions)
     console = Console(ledger, sessions, secure_cookies=secure_cookies)
+    probe = health.Health(ledger)
 
     async def openapi_json(request: Request) -> Response:
         return JSONResponse(openapi.document())
@@ -279,6 +281,7 @@ def create_app(
 
     routes = [
         Route("/openapi.json", openapi_json),
+        Route(health.PATH, probe.endpoint),  # GET and HEAD
         *api.routes(ledger),
         Route("/mcp", mcp),
         Route("/mcp/", mcp),  # as some MCP clients are configured (no redirect: see below)
@@ -300,4 +303,5 @@ def create_app(
     app.state.ledger = ledger
     app.state.console = console
     app.state.mcp = mcp
+    app.state.health = probe
     return app

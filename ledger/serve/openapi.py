@@ -2,7 +2,8 @@
 
 Written by hand next to :data:`ledger.serve.api.ROUTES` (a test checks that
 both list the same routes and that every answer matches its schema); the
-bodies' schemas are :data:`ledger.serve.openapi_schemas.SCHEMAS`.
+bodies' schemas are :data:`ledger.serve.openapi_schemas.SCHEMAS`. It also
+describes ``/healthz`` (:mod:`ledger.serve.health`), which needs no token.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Any
 
 from ledger import __version__
 from ledger.jsonable import EXPLAINED
+from ledger.serve import health
 from ledger.serve.api import GRAPH_FORMATS, MAX_GRAPH_NODES, MAX_LIMIT, MAX_SVG_NODES, PREFIX
 from ledger.serve.openapi_schemas import (
     CLAIM_KEY,
@@ -337,6 +339,66 @@ def _paths() -> dict[str, dict[str, Any]]:
     }
 
 
+#: The bodies of ``/healthz``: nothing but whether the ledger answers.
+_HEALTH_SCHEMAS: dict[str, dict[str, Any]] = {
+    "Health": {
+        "type": "object",
+        "properties": {"status": {"const": "ok"}},
+        "required": ["status"],
+        "additionalProperties": False,
+    },
+    "HealthUnavailable": {
+        "type": "object",
+        "properties": {
+            "status": {"const": "unavailable"},
+            "reason": {
+                "type": "string",
+                "enum": [*(text for _, text in health.REASONS), health.OTHER_REASON],
+            },
+        },
+        "required": ["status", "reason"],
+        "additionalProperties": False,
+    },
+}
+
+
+def _health_path() -> dict[str, Any]:
+    """The operation of ``/healthz`` (outside the API's prefix, without a token)."""
+
+    def answer(description: str, schema: str) -> dict[str, Any]:
+        return {
+            "description": description,
+            "headers": {
+                "Cache-Control": {
+                    "description": "Always `no-store`.",
+                    "schema": {"const": "no-store"},
+                }
+            },
+            "content": {"application/json": {"schema": ref(schema)}},
+        }
+
+    return {
+        "get": {
+            "summary": "Whether the ledger answers (for load balancers; no token)",
+            "operationId": "get_healthz",
+            "description": "Reads the ledger once (its log position, which is not shown) "
+            "and says only whether that worked: no token is needed or read, no cookie "
+            "is set, and nothing of the ledger's content is told. HEAD answers the same "
+            "without the body.",
+            "security": [],
+            "parameters": [],
+            "responses": {
+                "200": answer("The ledger answers.", "Health"),
+                "503": answer(
+                    "The ledger does not answer (closed, or its database cannot be "
+                    "reached); `reason` says which, in a fixed phrase.",
+                    "HealthUnavailable",
+                ),
+            },
+        }
+    }
+
+
 def accepted_inputs(
     doc: dict[str, Any], method: str, path: str
 ) -> tuple[frozenset[str], frozenset[str]]:
@@ -368,6 +430,8 @@ def document() -> dict[str, Any]:
                 # The API refuses a field its operation does not document.
                 name = op["requestBody"]["content"]["application/json"]["schema"]["$ref"]
                 schemas[name.rsplit("/", 1)[-1]]["additionalProperties"] = False
+    paths[health.PATH] = _health_path()
+    schemas.update({name: dict(schema) for name, schema in _HEALTH_SCHEMAS.items()})
     return {
         "openapi": "3.1.0",
         "info": {
