@@ -241,7 +241,8 @@ class Ledger:
         ``snapshots`` (stored evidence bytes), ``runs``, ``corrections_owed``
         (deliveries owing a correction now, in every scope; None from views left
         in an earlier version's layout, which cannot tell) and ``last_event_at``
-        (when the newest event was written; None for an empty ledger)."""
+        (the newest event's time; None for an empty ledger), all read in one
+        read transaction."""
         engine = self._engine
         d = engine.dialect
         with engine.reading() as c:
@@ -254,11 +255,12 @@ class Ledger:
             owed = None
             if engine.outdated_views is None:
                 owed = deliveries_module.owed_count(engine, c, engine.now())
-            last = timeline.time_of(c, d, engine.recorder.max_position(c))
+            newest = engine.recorder.max_position(c)
+            last = timeline.time_of(c, d, newest)
         return {
             "backend": self.backend,
             "events": counts["events"],
-            "position": self.position,
+            "position": newest,
             "records": sum(statuses.values()),
             "statuses": statuses,
             "deliveries": deliveries,

@@ -204,6 +204,8 @@ def owed_count(engine: Engine, c: Cursor, now: datetime) -> int:
     """How many deliveries, in every scope, owe a correction at ``now``
     (``Ledger.stats``: what :func:`corrections_due` would list to a principal
     delivering everywhere)."""
+    # ``owing`` reads only its caller's engine and position (live here), never
+    # its token or roles: the count is the ledger's, not a principal's.
     return sum(1 for _ in owing(Caller(engine, ADMIN_PRINCIPAL, ""), c, now))
 
 

@@ -24,11 +24,11 @@ class LedgerStats(TypedDict):
     issued, stored ``snapshots`` of evidence bytes and ``runs``; then
     ``corrections_owed``, the deliveries that owe a correction now in any scope
     (what ``Session.corrections_due`` lists, to a principal delivering in every
-    scope; None when the views were left in an earlier version's layout, read-only
-    or opened with ``catch_up=False``: they cannot tell), and ``last_event_at``,
-    when the newest event was written (the time index's: the latest event time
-    up to it, as writers' clocks need not rise with the log), None for an empty
-    ledger."""
+    scope; None when the views are in an earlier version's layout, left so by a
+    read-only open or ``catch_up=False``: they cannot tell), and
+    ``last_event_at``, the newest event's time (the time index's: the latest
+    event time up to it, as writers' clocks need not rise with the log), None for
+    an empty ledger. All are read in one read transaction."""
 
     backend: str
     events: int

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import html
+import itertools
 import re
 from datetime import timedelta
 from pathlib import Path
@@ -10,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from ledger import Ledger, Status
+from ledger import AccessDeniedError, Ledger, LedgerError, Status
 from ledger.graph import STATUS_COLOURS
 
 from .conftest import Clock
@@ -78,7 +80,17 @@ def _not_drawn(name: str) -> list[str]:
     labels = re.findall(r'label="((?:[^"\\]|\\.)*)"', source)
     lines = [line.replace('\\"', '"') for label in labels for line in label.split("\\n")]
     assert len([line for line in lines if line]) >= 5
-    return [line for line in lines if line and line not in drawn]
+    missing = [line for line in lines if line and line not in drawn]
+    # And the arrows: dot titles each edge it draws "A->B"
+    statements = re.sub(r"//[^\n]*|\[[^\]]*\]", "", source)  # no comments, no attributes
+    arrows = {
+        f"{a}->{b}"
+        for chain in re.findall(r"\w+(?:\s*->\s*\w+)+", statements)
+        for a, b in itertools.pairwise(re.findall(r"\w+", chain))
+    }
+    titles = {title for title in re.findall(r"<title>([^<]*)</title>", drawn) if "->" in title}
+    assert len(arrows) >= 5
+    return missing + sorted(arrows ^ titles)
 
 
 def test_the_architecture_picture_names_files_that_exist_and_is_drawn_from_its_source() -> None:
@@ -123,6 +135,46 @@ class _Drive:
     def status(self, rid: str) -> str:
         return str(self.boss.get(rid).status.value)
 
+    def in_status(self, status: str) -> str:
+        """A record in ``status`` (resting on an accepted one), made so the usual way."""
+        basis = self.propose(accepted=True)
+        rid = self.propose(accepted=status != "CANDIDATE", parents=[basis])
+        if status == "STALE":
+            self.boss.revoke(basis, reason="wrong")
+        elif status == "REVOKED":
+            self.boss.revoke(rid, reason="wrong")
+        elif status == "SUPERSEDED":
+            self.supersede(rid)
+        elif status == "REJECTED":
+            rid = self.propose()
+            self.boss.reject(rid, reason="no")
+        assert self.status(rid) == status
+        return rid
+
+    def supersede(self, rid: str) -> None:
+        """A new version of ``rid`` accepted (of a candidate, a version of a
+        version: the line is replaced)."""
+        claim = self.boss.get(rid).claim_key
+        newer = self.propose(claim_key=claim, supersedes=rid)
+        if self.status(rid) == "CANDIDATE":
+            newer = self.propose(claim_key=claim, supersedes=newer)
+        self.boss.accept(newer)
+
+    def _dependency_goes(self, source: str, how: str) -> tuple[str, str]:
+        """(status before, after) of a record in ``source`` resting on a record
+        that is then revoked or superseded (``how``); a STALE one is made so by
+        a first dependency revoked, the second going ``how``."""
+        first, second = self.propose(accepted=True), self.propose(accepted=True)
+        rid = self.propose(accepted=source != "CANDIDATE", parents=[first, second])
+        if source == "STALE":
+            self.boss.revoke(first, reason="wrong")
+        before = self.status(rid)
+        if how == "revoke":
+            self.boss.revoke(second, reason="wrong")
+        else:
+            self.supersede(second)
+        return before, self.status(rid)
+
     def made(self, source: str, label: str) -> tuple[str, str]:
         """(the status a record had, the status it has) once ``label`` happened to
         a record in status ``source``."""
@@ -142,24 +194,23 @@ class _Drive:
             before = self.status(rid)
             self.boss.revalidate(rid, parents=[self.propose(accepted=True)])
             return before, self.status(rid)
+        if "revoked or superseded" in label:
+            # Each way the arrow says, to a record of its own: both must get there
+            made = {self._dependency_goes(source, how) for how in ("revoke", "supersede")}
+            assert len(made) == 1, made
+            return made.pop()
         rid = self.propose(accepted=source != "CANDIDATE", parents=[basis])
         if source == "STALE":
             self.boss.revoke(basis, reason="wrong")
         before = self.status(rid)
-        if label.startswith("accept"):
+        if label == "accept":
             self.boss.accept(rid)
         elif label == "reject":
             self.boss.reject(rid, reason="no")
         elif label == "revoke":
             self.boss.revoke(rid, reason="wrong")
-        elif label == "a dependency revoked":
-            self.boss.revoke(basis, reason="wrong")
         elif label == "a new version accepted":
-            claim = self.boss.get(rid).claim_key
-            newer = self.propose(claim_key=claim, supersedes=rid)
-            if source == "CANDIDATE":  # a version of a version: the line is replaced
-                newer = self.propose(claim_key=claim, supersedes=newer)
-            self.boss.accept(newer)
+            self.supersede(rid)
         else:
             raise AssertionError(f"docs/status-machine.dot: no way to make {label!r} happen")
         return before, self.status(rid)
@@ -179,7 +230,7 @@ def test_each_transition_the_status_machine_picture_draws_happens(
 
 def test_the_status_machine_picture_is_drawn_from_its_source_in_the_ledgers_colours() -> None:
     edges = _status_machine_edges()
-    assert len(edges) == 14
+    assert len(edges) == 15
     source = (README.parent / "docs" / "status-machine.dot").read_text()
     drawn = (README.parent / "docs" / "status-machine.svg").read_text()
     for status in Status:
@@ -202,6 +253,9 @@ def _stage_refuses(stage: str, drive: _Drive) -> tuple[str, tuple[str, ...], str
     agent, boss = drive.agent, drive.boss
     context: dict[str, Any] = {}
     if stage == "scope":
+        # A read where the reader holds no grant is refused
+        with pytest.raises(AccessDeniedError, match="lacks role 'read' in scope 'q'"):
+            agent.read("q", "c")
         # Granted in q as well: the claim exists in p, and a read in q sees none of it
         drive.ledger.admin().grant("agent", scope="q", roles=["read"])
         drive.propose(accepted=True, claim_key="c")
@@ -270,3 +324,32 @@ def test_each_outcome_of_the_eligibility_picture_happens() -> None:
     assert outcomes == {"MISSING", "FOUND", "CONFLICT"} == set(nodes[-3:])
     assert _not_drawn("eligibility") == []
     assert "](docs/eligibility.svg)" in README.read_text()
+
+
+def test_the_status_machine_picture_draws_every_change_a_command_makes() -> None:
+    drawn = {(a, b, label.split()[0]) for a, b, label in _status_machine_edges()}
+    made: set[tuple[str, str, str]] = set()
+    for status in Status:
+        for command in ("accept", "reject", "revoke", "revalidate"):
+            drive = _Drive()
+            try:
+                rid = drive.in_status(status.value)
+                with contextlib.suppress(LedgerError):  # refused: no change to draw
+                    if command == "revalidate":
+                        drive.boss.revalidate(rid, parents=[drive.propose(accepted=True)])
+                    elif command in ("reject", "revoke"):
+                        getattr(drive.boss, command)(rid, reason="r")
+                    else:
+                        drive.boss.accept(rid)
+                    made.add((status.value, drive.status(rid), command))
+            finally:
+                drive.ledger.close()
+    assert made <= drawn, sorted(made - drawn)
+    assert {(a, c) for a, _, c in made} == {
+        ("CANDIDATE", "accept"),
+        ("CANDIDATE", "reject"),
+        ("CANDIDATE", "revoke"),
+        ("ACCEPTED", "revoke"),
+        ("STALE", "revoke"),
+        ("STALE", "revalidate"),
+    }

@@ -331,6 +331,7 @@ def test_pg_an_unreachable_database_answers_503_then_200_once_it_is_back(
         said = [(r.levelno, r.getMessage()) for r in _ours(caplog) if r.name == HEALTH_LOGGER]
         assert [level for level, _ in said] == [logging.WARNING, logging.INFO]
         assert said[0][1].startswith(f"health: {down} (")
+        assert "\n" not in said[0][1]  # one line of the log, though psycopg says more
         assert secret not in said[0][1]
         assert said[1][1] == "health: the ledger answers again"
     finally:
@@ -415,3 +416,55 @@ print("codes:", *codes)
     assert len(said) == 1, done.stderr
     assert re.match(stamp + r"WARNING: +health: the ledger is closed \(", said[0]), said
     assert url in said[0]
+
+
+def test_a_probe_cancelled_as_it_starts_leaves_the_next_probe_its_answer(
+    probed: Probed,
+) -> None:
+    # A client that disconnects (its request cancelled) before the read it started
+    # runs must not leave every later probe waiting on that read
+    health = probed.app.state.health
+
+    async def cancelled_then_probed() -> list[str | None]:
+        answers = []
+        for _ in range(3):
+            first = asyncio.ensure_future(health.check())
+            await asyncio.sleep(0)  # started, the read not yet run
+            first.cancel()
+            with suppress(asyncio.CancelledError):
+                await first
+            answers.append(await asyncio.wait_for(health.check(), 30))
+        return answers
+
+    assert asyncio.run(cancelled_then_probed()) == [None, None, None]
+    assert probed.client.get("/healthz").content == OK
+
+
+def test_pg_a_waiting_probe_cancelled_leaves_the_others_their_answer(
+    pg_url: str, pg_app: tuple[Ledger, Starlette]
+) -> None:
+    import psycopg
+
+    led, app = pg_app
+    health = app.state.health
+    schema = pg_url.split("schema=")[1].split("&")[0]
+    log = f"{schema}.{led.engine.recorder.events_table_name}"
+
+    async def one_cancelled(release: Callable[[], None]) -> list[object]:
+        probes = [asyncio.ensure_future(health.check()) for _ in range(3)]
+        await asyncio.sleep(0.5)  # the read waits on the lock
+        assert not any(p.done() for p in probes)
+        probes[1].cancel()  # a probe that joined the read: its client goes away
+        await asyncio.sleep(0.1)
+        release()
+        return list(await asyncio.gather(*probes, return_exceptions=True))
+
+    # Given the log locked, so the probes' one read waits
+    with psycopg.connect(_pg_dsn()) as locker:
+        locker.execute(f"LOCK TABLE {log} IN ACCESS EXCLUSIVE MODE")
+        answers = asyncio.run(one_cancelled(locker.rollback))
+    # Then the cancelled one is cancelled, and the others answer: the ledger is up
+    assert isinstance(answers[1], asyncio.CancelledError)
+    assert [answers[0], answers[2]] == [None, None]
+    with TestClient(app) as client:
+        assert client.get("/healthz").content == OK

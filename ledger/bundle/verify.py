@@ -180,7 +180,8 @@ def _refused_file(name: str, info: os.stat_result, most: int) -> str | None:
 
 
 def _open_nonblocking(path: str, flags: int) -> int:
-    return os.open(path, flags | getattr(os, "O_NONBLOCK", 0))
+    # Nor may a terminal swapped in become the process's controlling terminal.
+    return os.open(path, flags | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
 
 
 def _unsafe(archive: zipfile.ZipFile, size: int, most: int) -> str | None:

@@ -347,7 +347,7 @@ def token_revoke(token_value: str, url: str | None, admin_token: str | None, as_
 @errors_exit_1
 def stats(url: str | None, admin_token: str | None, as_json: bool) -> None:
     """Show counts: events, log position, records per status, deliveries, snapshots,
-    corrections owed now, and when the newest event was written.
+    corrections owed now, and the newest event's time.
 
     Maintenance: see `provledger init` for the admin token.
 
@@ -369,7 +369,7 @@ def stats(url: str | None, admin_token: str | None, as_json: bool) -> None:
         if key == "last_event_at":
             table.add_row(key, Text(when_text(counts["last_event_at"])))
         elif key != "statuses":
-            table.add_row(key, Text(str(value)))
+            table.add_row(key, Text("-" if value is None else str(value)))
         else:
             for status, n in counts["statuses"].items():
                 table.add_row(styled(status, STATUS_STYLE), Text(str(n)))

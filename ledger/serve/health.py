@@ -2,17 +2,19 @@
 
 It needs no token and reads none, and tells an unauthenticated caller nothing of
 the ledger but whether it is up: 200 ``{"status": "ok"}`` when one cheap read
-(the log position, in a worker thread, as the API runs its ledger calls) answers;
+(the log position, in a thread of the endpoint's own) answers;
 503 ``{"status": "unavailable", "reason": …}`` when it does not, the reason one
 fixed phrase per kind of failure. The ledger's own message (it names the ledger's
 URL, password left out, and the database server's words) goes to the server's log
 instead, once when the ledger stops answering, with a line when it answers again,
 so a probe every second adds one access-log line and nothing else.
 
-One read at a time: probes that arrive while a read is under way share its answer,
-so a database that does not answer (PostgreSQL waits up to its connect timeout,
-30 s by default) holds one worker thread, not one per probe, and leaves the
-others to the API.
+One read at a time, in one thread of its own: probes that arrive while a read is
+under way share its answer, so a database that does not answer (PostgreSQL waits
+up to its connect timeout, 30 s by default) holds that thread, not one per
+probe, and none of the worker threads the API runs its ledger calls in. A probe
+that goes away (its client disconnected, its request cancelled) leaves the read
+to finish for the others.
 """
 
 from __future__ import annotations
@@ -20,9 +22,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -60,6 +61,7 @@ class Health:
     def __init__(self, ledger: Ledger) -> None:
         self.ledger = ledger
         self._lock = threading.Lock()
+        self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="provledger-health")
         #: The read under way (its reason, None when the ledger answered), if any.
         self._pending: Future[str | None] | None = None
         #: The reason of the last failed read, until a read succeeds again.
@@ -76,19 +78,18 @@ class Health:
 
     async def check(self) -> str | None:
         """None when the ledger answers a read, else why not (:data:`REASONS`);
-        joins the read under way, if any, instead of starting another."""
+        joins the read under way, if any, instead of starting another. The read
+        is handed to the endpoint's thread before anything is awaited, and a
+        probe cancelled while it waits (shielded) cancels nothing of it."""
         with self._lock:
+            if self._pending is None:
+                self._pending = self._reader.submit(self._read)
             pending = self._pending
-            starts = pending is None
-            if pending is None:
-                pending = self._pending = Future()
-        if starts:
-            await run_in_threadpool(self._read, pending)
-        return await asyncio.wrap_future(pending)
+        return await asyncio.shield(asyncio.wrap_future(pending))
 
-    def _read(self, pending: Future[str | None]) -> None:
-        """Read the log position; settle ``pending`` with the outcome (in a worker thread)."""
-        reason: str | None = OTHER_REASON  # until the read is known to have answered
+    def _read(self) -> str | None:
+        """Read the log position; the outcome (in the endpoint's thread)."""
+        reason: str | None
         try:
             _ = self.ledger.position  # the read is the check; its value is not shown
         except LedgerError as exc:
@@ -105,11 +106,14 @@ class Health:
         finally:
             with self._lock:
                 self._pending = None
-            pending.set_result(reason)
+        return reason
 
     def _note(self, reason: str | None, detail: str, exc_info: BaseException | None = None) -> None:
         """Log a change of state (reads are one at a time: no race on it)."""
         if reason is not None and self._failing is None:
+            # One line, as every line of the server's log is (psycopg's messages
+            # run over several).
+            detail = " ".join(detail.split())
             _log.warning("health: %s (%s)", reason, detail, exc_info=exc_info)
         elif reason is None and self._failing is not None:
             _log.info("health: the ledger answers again")
