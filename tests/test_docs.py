@@ -272,8 +272,25 @@ def _stage_refuses(stage: str, drive: _Drive) -> tuple[str, tuple[str, ...], str
         before = agent.read("p", "c").outcome.value, agent.explain("p", "c").entries[0].reasons
         earlier = drive.clock.now - timedelta(hours=2)
         return (*before, agent.read("p", "c", at=earlier).outcome.value)
-    elif stage == "applicability":
-        drive.propose(accepted=True, claim_key="c", conditions={"env": "prod"})
+    elif stage == "time/ancestor":
+        basis = drive.propose(accepted=True, id="B", expires=drive.clock.now + timedelta(hours=1))
+        drive.propose(accepted=True, claim_key="c", parents=[basis])
+        drive.clock.advance(hours=2)
+        before = agent.read("p", "c").outcome.value, agent.explain("p", "c").entries[0].reasons
+        earlier = drive.clock.now - timedelta(hours=2)
+        return (*before, agent.read("p", "c", at=earlier).outcome.value)
+    elif stage == "applicability/kind":
+        drive.propose(accepted=True, claim_key="c")
+        before = (
+            agent.read("p", "c", kinds=["plan"]).outcome.value,
+            agent.explain("p", "c", kinds=["plan"]).entries[0].reasons,
+        )
+    elif stage.startswith("applicability"):
+        if stage == "applicability/parent":  # a condition inherited from the parent
+            basis = drive.propose(accepted=True, conditions={"env": "prod"})
+            drive.propose(accepted=True, claim_key="c", parents=[basis])
+        else:
+            drive.propose(accepted=True, claim_key="c", conditions={"env": "prod"})
         wrong = {"env": "dev"}
         before = (
             agent.read("p", "c", context=wrong).outcome.value,
@@ -291,11 +308,14 @@ def _stage_refuses(stage: str, drive: _Drive) -> tuple[str, tuple[str, ...], str
         ("scope", ""),
         ("status", "candidate: not yet approved"),
         ("time", "expired at 2026-01-01T13:00:00+00:00"),
+        ("time/ancestor", "ancestor B expired at 2026-01-01T13:00:00+00:00"),
         ("applicability", "condition env='prod' not met: context has 'dev'"),
+        ("applicability/parent", "condition env='prod' not met: context has 'dev'"),
+        ("applicability/kind", "kind fact not requested"),
     ],
 )
 def test_each_stage_of_the_eligibility_picture_refuses_a_record(stage: str, why: str) -> None:
-    assert stage in _eligibility_nodes()
+    assert stage.split("/")[0] in _eligibility_nodes()
     drive = _Drive()
     try:
         outcome, reasons, passed = _stage_refuses(stage, drive)
