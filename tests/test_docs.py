@@ -1,4 +1,5 @@
-"""The README's code blocks run, and its two set-up-and-go commands stay true."""
+"""The README's code blocks run, its two set-up-and-go commands stay true, and its
+pictures (``docs/*.dot``, rendered to ``docs/*.svg``) show what the ledger does."""
 
 from __future__ import annotations
 
@@ -72,9 +73,10 @@ def test_the_compatibility_promise_names_every_upcast_event() -> None:
 
 
 def _not_drawn(name: str) -> list[str]:
-    """The lines of ``docs/NAME.dot``'s labels that ``docs/NAME.svg`` does not
-    show: the picture is not the rendering of its source (``dot -Tsvg
-    docs/NAME.dot -o docs/NAME.svg``)."""
+    """What ``docs/NAME.svg`` and its source ``docs/NAME.dot`` do not share: the
+    lines of the source's labels the picture does not show, and the arrows one
+    draws and the other lacks (empty when the picture is the rendering ``dot
+    -Tsvg docs/NAME.dot -o docs/NAME.svg`` of its source)."""
     source = (README.parent / "docs" / f"{name}.dot").read_text()
     drawn = html.unescape((README.parent / "docs" / f"{name}.svg").read_text())
     labels = re.findall(r'label="((?:[^"\\]|\\.)*)"', source)
