@@ -158,6 +158,22 @@ def test_probes_open_no_session_and_each_writes_one_access_line_and_nothing_else
     assert lines == [probe] * 30 + [refused]
 
 
+def test_a_body_over_the_limit_is_a_json_413_as_documented_here_and_for_the_document(
+    probed: Probed,
+) -> None:
+    # Paths for programs answer a refusal in JSON, as /openapi.json documents it,
+    # not with the console's HTML page
+    for path in ("/healthz", "/openapi.json"):
+        r = probed.client.request("GET", path, content=b"x" * (300 * 1024))
+        assert r.status_code == 413, path
+        assert r.headers["content-type"] == "application/json", path
+        assert error_of(r)["type"] == "ValueTooLargeError", path
+    # The console's own paths keep their page
+    page = probed.client.request("POST", "/signin", content=b"x" * (300 * 1024))
+    assert page.status_code == 413
+    assert page.headers["content-type"].startswith("text/html")
+
+
 def test_the_openapi_document_lists_healthz_without_a_token_and_still_validates(
     probed: Probed,
 ) -> None:
@@ -167,7 +183,7 @@ def test_the_openapi_document_lists_healthz_without_a_token_and_still_validates(
     op = doc["paths"]["/healthz"]["get"]
     assert op["security"] == []  # the document's default is a bearer token
     assert op["parameters"] == []
-    assert set(op["responses"]) == {"200", "503"}
+    assert set(op["responses"]) == {"200", "503", "413"}
     reasons = doc["components"]["schemas"]["HealthUnavailable"]["properties"]["reason"]["enum"]
     assert set(reasons) == {text for _, text in REASONS} | {OTHER_REASON}
 

@@ -52,6 +52,12 @@ DRAIN_BODY = 16 * 1024 * 1024
 #: Paths under these are for programs: an error there is JSON, not a console page.
 _FOR_PROGRAMS = (api.PREFIX, "/openapi.json", health.PATH)
 
+
+def for_programs(path: str) -> bool:
+    """Whether ``path`` is one of :data:`_FOR_PROGRAMS` or below one."""
+    return any(path == root or path.startswith(root + "/") for root in _FOR_PROGRAMS)
+
+
 _CSP = (
     "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; "
     "frame-ancestors 'none'; base-uri 'none'"
@@ -83,7 +89,8 @@ class HttpMiddleware:
 
 
 class BodyLimit(HttpMiddleware):
-    """Refuse request bodies over the limit with 413 (API paths get the JSON error body)."""
+    """Refuse request bodies over the limit with 413 (paths for programs get the JSON
+    error body, the console's an HTML page)."""
 
     def __init__(self, app: ASGIApp, api_limit: int, form_limit: int) -> None:
         super().__init__(app)
@@ -94,6 +101,7 @@ class BodyLimit(HttpMiddleware):
         path: str = scope["path"]
         is_api = path.startswith(api.PREFIX) or path.startswith("/mcp")
         limit = self.api_limit if is_api else self.form_limit
+        as_json = is_api or for_programs(path)  # the refusal's form: JSON or a page
         declared = dict(scope["headers"]).get(b"content-length")
         # A client that asked to wait (Expect: 100-continue) has sent nothing yet:
         # reading would ask it for the body it is refused.
@@ -101,7 +109,7 @@ class BodyLimit(HttpMiddleware):
         if declared is not None and declared.isdigit() and int(declared) > limit:
             if not waits:
                 await _drain(receive, DRAIN_BODY)
-            await self._refuse(is_api, limit)(scope, receive, send)
+            await self._refuse(as_json, limit)(scope, receive, send)
             return
         seen = 0
         started = ended = False
@@ -128,13 +136,13 @@ class BodyLimit(HttpMiddleware):
                 raise
             if not ended:  # another receive after the last part waits for the client
                 await _drain(receive, DRAIN_BODY - seen)
-            await self._refuse(is_api, limit)(scope, receive, send)
+            await self._refuse(as_json, limit)(scope, receive, send)
 
     @staticmethod
-    def _refuse(is_api: bool, limit: int) -> Response:
+    def _refuse(as_json: bool, limit: int) -> Response:
         message = f"the request body is over the limit of {limit} bytes"
         close = {"Connection": "close"}  # the rest of an undrained body is not read
-        if is_api:
+        if as_json:
             body = error_body("ValueTooLargeError", message)
             return JSONResponse(body, status_code=413, headers=close)
         page = f"<!doctype html><title>Too large</title><p>{message}</p>"
@@ -249,7 +257,7 @@ def create_app(
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         path = request.url.path
-        if any(path == root or path.startswith(root + "/") for root in _FOR_PROGRAMS):
+        if for_programs(path):
             if exc.status_code == 405:
                 return api.method_not_allowed(request.method, path, exc.headers)
             return api.not_found(path)

@@ -394,6 +394,8 @@ def _health_path() -> dict[str, Any]:
                     "reached); `reason` says which, in a fixed phrase.",
                     "HealthUnavailable",
                 ),
+                # A probe sends no body; one over the server's limit is refused.
+                "413": {"$ref": "#/components/responses/E413"},
             },
         }
     }
