@@ -182,7 +182,6 @@ class _Drive:
         a record in status ``source``."""
         if source == "start":
             return "start", self.status(self.propose())
-        basis = self.propose(accepted=True)
         if label == "revalidate on a new basis (its basis expired)":
             expiring = self.propose(accepted=True, expires=self.clock.now + timedelta(hours=1))
             rid = self.propose(accepted=True, parents=[expiring])
@@ -191,6 +190,7 @@ class _Drive:
             self.boss.revalidate(rid, parents=[self.propose(accepted=True)])
             return before, self.status(rid)
         if label.startswith("revalidate"):
+            basis = self.propose(accepted=True)
             rid = self.propose(accepted=label == "revalidate (accepted before)", parents=[basis])
             self.boss.revoke(basis, reason="wrong")
             before = self.status(rid)
@@ -201,9 +201,7 @@ class _Drive:
             made = {self._dependency_goes(source, how) for how in ("revoke", "supersede")}
             assert len(made) == 1, made
             return made.pop()
-        rid = self.propose(accepted=source != "CANDIDATE", parents=[basis])
-        if source == "STALE":
-            self.boss.revoke(basis, reason="wrong")
+        rid = self.in_status(source)
         before = self.status(rid)
         if label == "accept":
             self.boss.accept(rid)

@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import suppress
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -354,6 +354,23 @@ def test_pg_an_unreachable_database_answers_503_then_200_once_it_is_back(
         led.close()
 
 
+def _schema_of(pg_url: str) -> str:
+    """The schema a test's PostgreSQL ledger URL names."""
+    return pg_url.split("schema=")[1].split("&")[0]
+
+
+@contextmanager
+def _log_locked(pg_url: str, led: Ledger) -> Iterator[Callable[[], None]]:
+    """The ledger's log locked by another session (every read of it waits) until
+    the function yielded is called, or the block ends."""
+    import psycopg
+
+    log = f"{_schema_of(pg_url)}.{led.engine.recorder.events_table_name}"
+    with psycopg.connect(_pg_dsn()) as locker:
+        locker.execute(f"LOCK TABLE {log} IN ACCESS EXCLUSIVE MODE")
+        yield locker.rollback
+
+
 def test_pg_probes_arriving_while_a_read_waits_share_that_one_read(
     pg_url: str, pg_app: tuple[Ledger, Starlette]
 ) -> None:
@@ -362,8 +379,7 @@ def test_pg_probes_arriving_while_a_read_waits_share_that_one_read(
     import psycopg
 
     led, app = pg_app
-    schema = pg_url.split("schema=")[1].split("&")[0]
-    log = f"{schema}.{led.engine.recorder.events_table_name}"
+    schema = _schema_of(pg_url)
 
     def reads_waiting() -> int:
         with psycopg.connect(_pg_dsn(), autocommit=True) as watcher:
@@ -375,10 +391,9 @@ def test_pg_probes_arriving_while_a_read_waits_share_that_one_read(
             return int(row[0]) if row else 0
 
     # Given the ledger's log locked by another session (every read of it waits)
-    with psycopg.connect(_pg_dsn()) as locker:
-        locker.execute(f"LOCK TABLE {log} IN ACCESS EXCLUSIVE MODE")
+    with _log_locked(pg_url, led) as release:
         # When five probes arrive while the first one's read waits
-        answers, waiting = asyncio.run(_probe_while(app, 5, reads_waiting, locker.rollback))
+        answers, waiting = asyncio.run(_probe_while(app, 5, reads_waiting, release))
     # Then only one read waited, and every probe got its answer
     assert waiting == 1
     assert [(r.status_code, r.content) for r in answers] == [(200, OK)] * 5
@@ -459,12 +474,8 @@ def test_a_probe_cancelled_as_it_starts_leaves_the_next_probe_its_answer(
 def test_pg_a_waiting_probe_cancelled_leaves_the_others_their_answer(
     pg_url: str, pg_app: tuple[Ledger, Starlette]
 ) -> None:
-    import psycopg
-
     led, app = pg_app
     health = app.state.health
-    schema = pg_url.split("schema=")[1].split("&")[0]
-    log = f"{schema}.{led.engine.recorder.events_table_name}"
 
     async def one_cancelled(release: Callable[[], None]) -> list[object]:
         probes = [asyncio.ensure_future(health.check()) for _ in range(3)]
@@ -476,9 +487,8 @@ def test_pg_a_waiting_probe_cancelled_leaves_the_others_their_answer(
         return list(await asyncio.gather(*probes, return_exceptions=True))
 
     # Given the log locked, so the probes' one read waits
-    with psycopg.connect(_pg_dsn()) as locker:
-        locker.execute(f"LOCK TABLE {log} IN ACCESS EXCLUSIVE MODE")
-        answers = asyncio.run(one_cancelled(locker.rollback))
+    with _log_locked(pg_url, led) as release:
+        answers = asyncio.run(one_cancelled(release))
     # Then the cancelled one is cancelled, and the others answer: the ledger is up
     assert isinstance(answers[1], asyncio.CancelledError)
     assert [answers[0], answers[2]] == [None, None]
