@@ -1102,7 +1102,8 @@ def test_a_garbage_file_is_not_a_bundle(tmp_path: Path) -> None:
     report = verify_bundle(tmp_path / "x.zip")
     assert (
         not report.ok
-        and report.problem == "x.zip is not a readable zip archive (File is not a zip file)"
+        and report.problem
+        == f"{tmp_path / 'x.zip'} is not a readable zip archive (File is not a zip file)"
     )
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:

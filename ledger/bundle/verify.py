@@ -86,17 +86,18 @@ def verify_bundle(
     ed25519()  # without it every bundle would look altered
     trusted = None if public_key is None else load_public_key(public_key)
     most = max_unpacked or MAX_UNPACKED
-    data = _read_bundle(path, most)
+    name = os.fspath(path)  # as given, in every refusal of the file
+    data = _read_bundle(name, most)
     if isinstance(data, str):
         return _failed(data)
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
     except Exception as exc:  # zipfile raises many kinds on altered archives
-        return _failed(f"{Path(path).name} is not a readable zip archive ({exc})")
+        return _failed(f"{name} is not a readable zip archive ({exc})")
     with archive:
         unsafe = _unsafe(archive, len(data), most)
         if unsafe is not None:
-            return _failed(f"{Path(path).name} is not a bundle: {unsafe}")
+            return _failed(f"{name} is not a bundle: {unsafe}")
         return _verify_archive(archive, data, trusted)
 
 
@@ -137,8 +138,8 @@ _FILE_KINDS = (
 )
 
 
-def _read_bundle(path: str | os.PathLike[str], most: int) -> bytes | str:
-    """The bytes of the file at ``path``, or why none are checked: it is no
+def _read_bundle(name: str, most: int) -> bytes | str:
+    """The bytes of the file at path ``name``, or why none are checked: it is no
     regular file (a device such as ``/dev/zero`` never ends, a FIFO waits for a
     writer), it holds more than ``most`` bytes, or it grew while it was read.
 
@@ -147,11 +148,10 @@ def _read_bundle(path: str | os.PathLike[str], most: int) -> bytes | str:
     the file had, which is at most ``most``. Opened without blocking and looked
     at again once open: a file swapped for a FIFO meanwhile cannot hang the read.
     """
-    name = os.fspath(path)
-    refused = _refused_file(name, os.stat(path), most)
+    refused = _refused_file(name, os.stat(name), most)
     if refused is not None:
         return refused
-    with open(path, "rb", opener=_open_nonblocking) as file:
+    with open(name, "rb", opener=_open_nonblocking) as file:
         info = os.fstat(file.fileno())
         refused = _refused_file(name, info, most)
         if refused is not None:
