@@ -57,7 +57,8 @@ FORMATS = ("svg", "png", "dot", "mermaid")
 #: draws any size (``provledger graph --max-nodes``).
 MAX_SERVED_NODES = 1000
 
-_INSTALL_HINT = (
+#: What to do where Graphviz's ``dot`` program is missing.
+GRAPHVIZ_HINT = (
     "install Graphviz (Debian/Ubuntu: apt-get install graphviz; macOS: brew install graphviz)"
 )
 
@@ -613,5 +614,5 @@ def picture(sub: Subgraph, format: str, revoked: Mapping[str, RevokedBy] | None 
         "dot",
         source.encode(),
         sub,
-        note=f"{note}: wrote the DOT source instead; {_INSTALL_HINT}, or use --format mermaid",
+        note=f"{note}: wrote the DOT source instead; {GRAPHVIZ_HINT}, or use --format mermaid",
     )

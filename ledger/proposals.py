@@ -545,8 +545,33 @@ def _check_supersedable(
         if _rests_on(dep, under, pending):
             raise InvalidParentError(
                 f"propose refused: supersedes {old_name!r}, but its dependency "
-                f"{caller.shown(c, dep)!r} rests on {old_name!r}"
+                f"{caller.shown(c, dep)!r} rests on {old_name!r}, and accepting the new "
+                f"version would make it STALE; {_way_out(caller, c, dep, old_name, under, known)}"
             )
+
+
+def _way_out(
+    caller: Caller, c: Cursor, dep: str, old_name: str, under: set[str], known: dict[str, Any]
+) -> str:
+    """What a proposal whose dependency ``dep`` rests on the version it supersedes
+    (named ``old_name``; ``under``: its key and what rests on it) may do instead.
+    Where the stored ``dep`` rests on it only through what it observed, ``dep``
+    was written in a run after a read of the old version (or of what rests on
+    it), and the same run's new version is refused for it: capturing or
+    proposing it again in a run that has not read that is the way."""
+    row = _row(caller, c, dep, known)
+    if (
+        row is not None
+        and not any(p in under for p in redaction.id_list(row["parents"]))
+        and any(o in under for o in redaction.id_list(row["observed"]))
+    ):
+        return (
+            f"it rests on {old_name!r} through what it observed: it was captured or "
+            f"proposed in a run that had read {old_name!r} or what rests on it, and "
+            "carries that read; capture or propose it again in a run that has not (a "
+            "new MCP session, LangGraph thread or session.run()) and depend on that"
+        )
+    return f"depend on records that do not rest on {old_name!r}"
 
 
 def _may_supersede(caller: Caller, c: Cursor, row: Any, found: bool) -> bool:

@@ -219,13 +219,49 @@ def _encodes(text: str) -> bool:
     return True
 
 
+#: The tail of an emoji tag sequence (a subdivision flag: England's is U+1F3F4, tag
+#: letters, U+E007F CANCEL TAG): format characters a claim key may end with.
+_FLAG_TAIL = re.compile("\U0001f3f4[\U000e0020-\U000e007e]+\U000e007f\\Z")
+
+
 def check_claim_key(value: object, what: str = "claim_key") -> str:
     """A claim key in NFC form; surrounding whitespace is refused, not stripped (two
-    spellings of one question must not become two claims, nor a typo a new one)."""
+    spellings of one question must not become two claims, nor a typo a new one), and
+    so is an invisible format character (Unicode category Cf: U+200B, U+FEFF, bidi
+    marks…) at either end. One inside a key is kept (a ZWJ joins an emoji sequence)."""
     text = check_text(value, what, max_len=512, line=True)
     if text != text.strip():
         raise InvalidValueError(f"{what} {text!r} has leading or trailing whitespace")
+    _check_format_edges(text, what)
     return unicodedata.normalize("NFC", text)
+
+
+def _check_format_edges(text: str, what: str) -> None:
+    """Refuse ``text`` (not empty) made only of format characters, or starting or
+    ending with one (but for a subdivision flag's tail)."""
+    if unicodedata.category(text[0]) == "Cf":
+        if all(unicodedata.category(ch) == "Cf" for ch in text):
+            raise InvalidValueError(
+                f"{what} {quoted(text)} is made only of invisible format characters "
+                f"({_code_points(text)})"
+            )
+        raise InvalidValueError(
+            f"{what} {quoted(text)} has a leading invisible format character "
+            f"({_code_points(text[0])})"
+        )
+    if unicodedata.category(text[-1]) == "Cf" and not _FLAG_TAIL.search(text):
+        raise InvalidValueError(
+            f"{what} {quoted(text)} has a trailing invisible format character "
+            f"({_code_points(text[-1])})"
+        )
+
+
+def _code_points(chars: str) -> str:
+    """The distinct characters of ``chars`` as ``U+200B ZERO WIDTH SPACE``, the
+    first three of them."""
+    distinct = list(dict.fromkeys(chars))
+    named = [f"U+{ord(ch):04X} {unicodedata.name(ch, '')}".rstrip() for ch in distinct[:3]]
+    return ", ".join(named) + (", …" if len(distinct) > 3 else "")
 
 
 def check_member(enum: type[EnumT], value: object, what: str) -> EnumT:

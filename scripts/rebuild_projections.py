@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Drop every view and replay the whole event log, then compare digests.
 
-Usage: python scripts/rebuild_projections.py --url sqlite:///provledger.db
+Example: python scripts/rebuild_projections.py --url sqlite:///provledger.db
 Shows a progress bar and the replay rate; exits 1 if the rebuilt views differ
 from what was there before. Streams the log: memory does not grow with it.
 """
@@ -16,7 +16,12 @@ from ledger.cli.admin import rebuild_with_progress
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])
+    summary, _, details = (__doc__ or "").partition("\n\n")  # the first line, the rest
+    parser = argparse.ArgumentParser(
+        description=summary,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=details.strip(),
+    )
     parser.add_argument("--url", default=None, help="ledger URL; default $PROVLEDGER_URL")
     args = parser.parse_args()
     try:

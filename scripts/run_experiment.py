@@ -21,7 +21,7 @@ from ledger.experiment import run_experiment
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", type=Path, default=Path("results/experiment.json"))
     parser.add_argument(
         "--url", default=None, help="an empty ledger; default a fresh SQLite file in a temp dir"

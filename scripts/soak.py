@@ -384,7 +384,7 @@ CAMPAIGNS: dict[str, Callable[[argparse.Namespace, str], Outcome]] = {
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        description=__doc__.splitlines()[1],
+        description=__doc__.splitlines()[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="\n".join(__doc__.splitlines()[2:]),
     )

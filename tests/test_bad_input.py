@@ -622,6 +622,62 @@ CASES = [
         "'nobody'",
     ),
     Case("claim-key-empty", lambda b: _propose(b, claim_key=""), InvalidValueError, "claim_key"),
+    # An invisible format character (Unicode Cf) at either end spells a claim a
+    # second way, as surrounding whitespace would: refused, naming its code point.
+    Case(
+        "claim-key-only-format",
+        lambda b: _propose(b, claim_key="\u200b"),
+        InvalidValueError,
+        "claim_key '\\u200b' is made only of invisible format characters (U+200B ZERO WIDTH SPACE)",
+    ),
+    Case(
+        "claim-key-trailing-format",
+        lambda b: _propose(b, claim_key="k\u200b"),
+        InvalidValueError,
+        "claim_key 'k\\u200b' has a trailing invisible format character (U+200B ZERO WIDTH SPACE)",
+    ),
+    Case(
+        "claim-key-leading-format",
+        lambda b: _propose(b, claim_key="\ufeffk"),
+        InvalidValueError,
+        "claim_key '\\ufeffk' has a leading invisible format character "
+        "(U+FEFF ZERO WIDTH NO-BREAK SPACE)",
+    ),
+    Case(
+        "claim-key-trailing-joiner",
+        lambda b: _propose(b, claim_key="k\u200d"),
+        InvalidValueError,
+        "(U+200D ZERO WIDTH JOINER)",
+    ),
+    Case(
+        "claim-key-bidi-marks-only",
+        lambda b: _propose(b, claim_key="\u200e\u200f"),
+        InvalidValueError,
+        "claim_key '\\u200e\\u200f' is made only of invisible format characters "
+        "(U+200E LEFT-TO-RIGHT MARK, U+200F RIGHT-TO-LEFT MARK)",
+    ),
+    Case(
+        "capture-claim-key-trailing-format",
+        lambda b: b.agent.capture(
+            scope=SCOPE, uri="https://d.test/f", content=b"f", claim_key="k\u2060"
+        ),
+        InvalidValueError,
+        "claim_key 'k\\u2060' has a trailing invisible format character (U+2060 WORD JOINER)",
+    ),
+    Case(
+        "propose-many-claim-key-format",
+        lambda b: b.agent.propose_many(
+            [{"scope": SCOPE, "claim_key": "\u00adk", "value": 1, "kind": "fact"}]
+        ),
+        InvalidValueError,
+        "claim_key '\\xadk' has a leading invisible format character (U+00AD SOFT HYPHEN)",
+    ),
+    Case(
+        "read-claim-key-trailing-format",
+        lambda b: b.agent.read(SCOPE, "claim.m1\u200b"),
+        InvalidValueError,
+        "claim_key 'claim.m1\\u200b' has a trailing invisible format character",
+    ),
     Case(
         "as-of-beyond-log",
         lambda b: b.agent.as_of(position=b.ledger.position + 1),
@@ -712,6 +768,33 @@ def test_a_huge_bad_argument_is_quoted_cut_with_its_length_told(bad: Bad, field:
     assert len(message) < 400, message[:200]
     assert "… (100001 characters)" in message
     assert bad.ledger.position == before
+
+
+def test_a_long_claim_key_ending_in_a_format_character_is_quoted_cut(bad: Bad) -> None:
+    before = bad.ledger.position
+    with pytest.raises(InvalidValueError) as refused:
+        _propose(bad, claim_key="x" * 300 + "\u200b")
+    message = str(refused.value)
+    assert len(message) < 400, message[:200]
+    assert "… (301 characters) has a trailing invisible format character (U+200B" in message
+    assert bad.ledger.position == before
+
+
+@pytest.mark.parametrize(
+    "claim",
+    [
+        "team.\U0001f469\u200d\U0001f4bb",  # ZWJ inside an emoji sequence (woman technologist)
+        "a\u200bb",  # anywhere inside, a format character is kept
+        # A subdivision flag (England) ends with tag characters and U+E007F CANCEL TAG.
+        "team.\U0001f3f4\U000e0067\U000e0062\U000e0065\U000e006e\U000e0067\U000e007f",
+    ],
+    ids=["zwj-emoji", "zwsp-inside", "flag-tail"],
+)
+def test_a_format_character_inside_a_claim_key_is_kept(bad: Bad, claim: str) -> None:
+    rid = _propose(bad, claim_key=claim)
+    assert bad.reviewer.get(rid).claim_key == claim
+    bad.reviewer.accept(rid)
+    assert bad.agent.read(SCOPE, claim).value == 1
 
 
 def test_a_refused_proposal_without_an_id_names_no_id_drawn_for_it(bad: Bad) -> None:

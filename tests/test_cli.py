@@ -1013,6 +1013,26 @@ def test_graph_falls_back_to_dot_text_when_the_dot_program_is_missing(
     assert "impact.dot (dot:" in result.stdout
 
 
+@pytest.mark.parametrize("fmt", ["svg", "png"])
+def test_graph_to_stdout_without_the_dot_program_is_refused_not_written_as_dot_text(
+    chain: Cli, tmp_path: Path, fmt: str
+) -> None:
+    # `graph E1 --format png > impact.png` would otherwise leave DOT text in a .png
+    # and exit 0
+    result = chain(
+        "graph", "E1", "--format", fmt, "--token", chain.reviewer, PATH=str(tmp_path / "empty")
+    )
+    assert result.exit_code == 1, result.output
+    assert result.stdout == ""
+    assert result.stderr == (
+        f"error: graph refused: Graphviz's `dot` program is not installed, so no "
+        f"{fmt.upper()} can be drawn, and standard output would get DOT text in its "
+        "place; nothing was written: install Graphviz (Debian/Ubuntu: apt-get install "
+        "graphviz; macOS: brew install graphviz), give --format dot or mermaid, or -o "
+        f"FILE.{fmt} (which writes the DOT source to FILE.dot)\n"
+    )
+
+
 # -- refused commands: exit 1, one line naming the problem, log unchanged ----------
 
 

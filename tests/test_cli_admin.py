@@ -155,6 +155,44 @@ def test_another_admin_token_can_be_issued_and_the_last_one_is_never_revoked(
     assert json.loads(ok("stats", "--url", url, "--admin-token", second, "--json").stdout)
 
 
+@pytest.mark.parametrize("given", ["", "  \t \n", "\nplt_x\n"], ids=["empty", "blank", "2nd-line"])
+def test_token_revoke_dash_without_a_token_on_stdin_says_so_and_writes_nothing(
+    tmp_path: Path, given: str
+) -> None:
+    # Not "unknown or already revoked": no token was read (only the first line is).
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    env = {"PROVLEDGER_URL": url, "PROVLEDGER_ADMIN_TOKEN": ok("init", "--url", url).stdout.strip()}
+    ok("grant", "agent-1", "--scope", "p", "--roles", "read", **env)
+    agent = ok("token", "issue", "agent-1", **env).stdout.strip()
+    with Ledger.open(url) as led:
+        before = led.position
+    refused = CliRunner().invoke(main, ["token", "revoke", "-"], input=given, env=env)
+    assert refused.exit_code == 1, refused.output
+    assert refused.stderr == "error: no token on standard input (token revoke - reads one line)\n"
+    with Ledger.open(url) as led:
+        assert led.position == before and led.authenticate(agent).principal == "agent-1"
+    two = CliRunner().invoke(main, ["token", "revoke", "-"], input=f"{agent} {agent}\n", env=env)
+    assert two.stderr == "error: token is unknown or already revoked\n"  # as before
+
+
+def test_token_revoke_dash_with_stdin_closed_is_a_usage_error(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    admin = ok("init", "--url", url).stdout.strip()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PROVLEDGER_URL": url}
+    done = subprocess.run(
+        [sys.executable, "-m", "ledger", "token", "revoke", "-"],
+        preexec_fn=lambda: os.close(0),  # as `<&-` in a shell
+        capture_output=True,
+        text=True,
+        env={**env, "PROVLEDGER_ADMIN_TOKEN": admin},
+        timeout=120,
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "standard input is closed (pipe the token in, or give it as TOKEN)" in done.stderr
+    with Ledger.open(url) as led:
+        assert led.position == 2  # init's events only
+
+
 def test_admin_commands_on_a_file_another_user_owns_need_the_admin_token(tmp_path: Path) -> None:
     if os.geteuid() != 0:  # pragma: no cover - only root can give a file away
         pytest.skip("needs root to hand the file to another user")
@@ -651,3 +689,11 @@ def test_a_ledger_url_naming_a_directory_says_so(tmp_path: Path, command: str) -
         f"a file in it (sqlite:///{tmp_path / 'provledger.db'})\n"
     )
     assert list(tmp_path.iterdir()) == []
+
+
+def test_rebuild_projections_help_describes_the_script() -> None:
+    script = str(ROOT / "scripts" / "rebuild_projections.py")
+    done = subprocess.run([sys.executable, script, "--help"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "Drop every view and replay the whole event log, then compare digests." in done.stdout
+    assert "exits 1 if the rebuilt views differ" in done.stdout  # the rest, as the epilog

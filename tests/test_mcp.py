@@ -720,6 +720,107 @@ async def test_an_argument_a_tool_does_not_take_is_refused_naming_it(team: Team)
     assert team.ledger.position == before
 
 
+async def test_null_for_an_optional_argument_is_that_argument_not_given(team: Team) -> None:
+    # As the HTTP API reads an optional body field given null: a client that sends
+    # every argument, null for those it has no value for, is not refused.
+    async with team.client("reviewer") as reviewer:
+        tools = {t.name: t for t in (await reviewer.list_tools()).tools}
+    for name, tool in tools.items():
+        required = set(tool.input_schema.get("required", ()))
+        for argument, schema in tool.input_schema["properties"].items():
+            # A schema of no type (`value`: any JSON value) admits null too
+            untyped = "type" not in schema and "anyOf" not in schema
+            admits_null = untyped or {"type": "null"} in schema.get("anyOf", ())
+            optional = argument not in required
+            assert admits_null is (optional or untyped), (name, argument, schema)
+    assert tools["list_records"].input_schema["properties"]["limit"]["default"] == 100
+
+    await accepted_evidence(team, "E1")
+    async with team.client("agent-1") as agent, team.client("reviewer") as reviewer:
+        nulls = {"expires": None, "conditions": None, "supersedes": None}
+        propose = {"scope": SCOPE, "value": True, "kind": "inference", "parents": ["E1"]}
+        await ok(agent, "propose_memory", **propose, claim_key=CLAIM, id="M1", **nulls)
+        report = {**propose, "kind": "report", "parents": ["M1"]}
+        await ok(agent, "propose_memory", **report, claim_key="weekly", id="R1", **nulls)
+        captured = await ok(
+            agent, "capture_evidence", scope=SCOPE, uri="https://docs.test/n", content="é",
+            content_encoding=None, fetched_at=None, claim_key=None, id=None, value=None,
+        )  # fmt: skip
+        digest = "sha256:" + hashlib.sha256("é".encode()).hexdigest()
+        assert captured["record"]["evidence"]["content_hash"] == digest
+        accepted = await ok(reviewer, "accept_memory", record_id="M1", note=None)
+        assert accepted["record"]["status"] == "ACCEPTED"
+        await ok(reviewer, "accept_memory", record_id="R1", note=None)
+        await ok(reviewer, "revoke_memory", record_id="E1", reason="doc changed")
+        await accepted_evidence(team, "E2")
+        revalidated = await ok(
+            reviewer, "revalidate_memory", record_id="M1", note=None, parents=["E2"]
+        )
+        assert revalidated["record"]["status"] == "ACCEPTED"
+        # Without a new basis: R1 rests on M1, usable again
+        again = await ok(reviewer, "revalidate_memory", record_id="R1", note=None, parents=None)
+        assert again["record"]["status"] == "ACCEPTED"
+        page = await ok(
+            agent, "list_records", scope=SCOPE, status=None, validity=None, kind=None,
+            claim_prefix=None, limit=None, after=None,
+        )  # fmt: skip
+        assert page == await ok(agent, "list_records", scope=SCOPE)
+        explained = await ok(
+            agent, "explain_memory", scope=SCOPE, claim_key=CLAIM, at=None, context=None,
+            kinds=None, limit=None,
+        )  # fmt: skip
+        assert [e["record"]["id"] for e in explained["entries"]] == ["M1"]
+        read = await ok(
+            agent, "read_memory", scope=SCOPE, claim_key=CLAIM, at=None, context=None, kinds=None
+        )
+        assert read["outcome"] == "FOUND"
+        # A required argument stays required: null is no value for it.
+        before = team.ledger.position
+        assert (await refused(agent, "list_records", scope=None)).endswith(
+            "argument 'scope' (None): Input should be a valid string"
+        )
+        assert (await refused(reviewer, "reject_memory", record_id="M1", reason=None)).endswith(
+            "argument 'reason' (None): Input should be a valid string"
+        )
+        assert team.ledger.position == before
+    # A null note is recorded as no note, as one not given is.
+    events = team.sessions["reviewer"].audit("M1").events
+    notes = [(e.type, e.details["note"]) for e in events if "note" in e.details]
+    assert notes == [("Accepted", ""), ("Revalidated", "")]
+
+
+async def test_a_long_unknown_argument_or_place_is_echoed_cut_with_its_length(
+    team: Team,
+) -> None:
+    # Every refusal cuts what it echoes: an argument's name is the client's text too.
+    propose = {"scope": SCOPE, "claim_key": CLAIM, "value": 1, "kind": "fact"}
+    long_name = "z" * 50000
+    before = team.ledger.position
+    async with team.client("agent-1") as agent:
+        text = await refused(agent, "propose_memory", **propose, **{long_name: 1})
+        many = await refused(agent, "propose_memory", **propose, **{f"x{i}": 1 for i in range(500)})
+    assert text.startswith(
+        "Error executing tool propose_memory: InvalidInputError: propose_memory takes no "
+        f"argument {'z' * 160!r}… (50000 characters); its arguments are "
+    )
+    assert len(text) < 600
+    assert "'x0', 'x1', 'x10', " in many and " and 480 more; its arguments are " in many
+    assert len(many) < 800
+    # Nor is the place of a number JSON cannot hold echoed whole (the arguments
+    # handed to the server as read off the wire: see
+    # test_an_infinite_number_in_an_argument_is_refused_naming_where).
+    with pytest.raises(ToolError) as infinite:
+        await team.servers["agent-1"].call_tool(
+            "propose_memory", {**propose, "value": {long_name: float("nan")}}
+        )
+    assert str(infinite.value) == (
+        "Error executing tool propose_memory: InvalidInputError: "
+        f"{('value.' + 'z' * 154)!r}… (50006 characters) is not a finite number "
+        "(Infinity and NaN are not JSON)"
+    )
+    assert team.ledger.position == before
+
+
 async def test_read_evidence_gives_back_the_bytes_captured_checked_and_observed(
     team: Team,
 ) -> None:

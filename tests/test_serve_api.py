@@ -1145,6 +1145,82 @@ def test_a_field_a_route_does_not_take_is_422_naming_it_and_writes_nothing(
     assert served.ledger.position == before
 
 
+def test_a_long_field_name_is_echoed_cut_to_a_prefix_with_its_length(served: Served) -> None:
+    # Every refusal cuts what it echoes, `field` included: a field name is the
+    # client's text too. A name of at most 160 characters is echoed whole (above).
+    before = served.ledger.position
+    body = {"scope": "proj-a", "claim_key": "c", "value": 1, "kind": "report"}
+    cut = f"{'z' * 160!r}… (50000 characters)"
+    r = served.agent.post("/records", json={**body, "z" * 50000: 1})
+    assert r.status_code == 422, r.text[:300]
+    assert error_of(r)["field"] == cut
+    assert error_of(r)["message"].startswith(f"unknown field {cut} (this route takes: ")
+    assert len(r.content) < 1000
+    many = served.agent.post("/records", json={**body, **{f"x{i}": 1 for i in range(500)}})
+    assert error_of(many)["field"] == "x0"
+    assert "'x0', 'x1', 'x10', " in error_of(many)["message"]
+    assert " and 480 more (this route takes: " in error_of(many)["message"]
+    assert len(many.content) < 1000
+    twice = served.agent.post(
+        "/records",
+        content=b'{"' + b"y" * 30000 + b'": 1, "' + b"y" * 30000 + b'": 2}',
+        headers={"Content-Type": "application/json"},
+    )
+    assert error_of(twice)["field"] == f"{'y' * 160!r}… (30000 characters)"
+    assert len(twice.content) < 1000
+    # A query parameter's name too (one that is not UTF-8 once percent-decoded)
+    query = "scope=proj-a&" + "q" * 3000 + "%FF=1"
+    auth = {"Authorization": f"Bearer {served.tokens['agent-1']}"}
+    r = served.client.get(f"/api/v1/records?{query}", headers=auth)
+    assert r.status_code == 422, r.text[:300]
+    assert error_of(r)["field"] == f"{'q' * 160!r}… (3001 characters)"
+    assert len(r.content) < 1000
+    assert served.ledger.position == before
+
+
+def test_nan_or_infinity_in_a_body_is_refused_naming_where_it_is(served: Served) -> None:
+    # Python's reader takes them; JSON has neither. Said where it is, as over MCP.
+    before = served.ledger.position
+    head = b'{"scope": "proj-a", "claim_key": "c", "kind": "fact", '
+    for raw, message, field in (
+        (
+            head + b'"value": {"limits": [1.5, NaN]}}',
+            "the request body holds NaN at value.limits[1], not a finite number "
+            "(Infinity and NaN are not JSON)",
+            "value",
+        ),
+        (
+            head + b'"value": 1, "conditions": {"api": [{"max": -Infinity}]}}',
+            "the request body holds -Infinity at conditions.api[0].max, not a finite number "
+            "(Infinity and NaN are not JSON)",
+            "conditions",
+        ),
+        (
+            head + b'"value": Infinity}',
+            "the request body holds Infinity at value, not a finite number "
+            "(Infinity and NaN are not JSON)",
+            "value",
+        ),
+    ):
+        r = served.agent.post("/records", content=raw, headers={"Content-Type": "application/json"})
+        assert r.status_code == 422, r.text
+        error = error_of(r)
+        assert (error["type"], error["message"], error["field"]) == (
+            "InvalidInputError",
+            message,
+            field,
+        )
+    # Not JSON otherwise is still said so
+    broken = served.agent.post(
+        "/records", content=head + b'"value": NaN', headers={"Content-Type": "application/json"}
+    )
+    assert (error_of(broken)["message"], error_of(broken)["field"]) == (
+        "the request body is not JSON",
+        None,
+    )
+    assert served.ledger.position == before
+
+
 def test_a_method_a_route_does_not_take_is_405_with_allow(served: Served) -> None:
     r = served.client.put("/api/v1/records/E1")
     assert r.status_code == 405

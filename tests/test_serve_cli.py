@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from ledger import Ledger
 from tests.serve_support import free_port
@@ -125,7 +127,7 @@ def test_a_token_a_client_puts_in_the_url_is_not_written_to_the_access_log(
     assert logged[4].endswith(' - agent-1 "GET /api/v1/corrections HTTP/1.1" 403'), out
     # Every line says when (to line requests up with the ledger's history), and the
     # server says which ledger it serves
-    stamp = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d{4} "
+    stamp = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d "  # RFC 3339
     assert all(re.match(stamp, line) for line in out.splitlines() if line.strip()), out
     assert re.search(stamp + rf"INFO: +Serving ledger {re.escape(url)}$", out, re.MULTILINE), out
 
@@ -150,3 +152,36 @@ def test_provledger_serve_secure_cookies_marks_the_session_cookie_secure(tmp_pat
             server.wait(timeout=30)
     assert cookies[()].startswith("provledger_session=") and "secure" not in cookies[()]
     assert "; secure" in cookies[("--secure-cookies",)]
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_stop_signal_closes_the_ledger_and_ends_the_server_by_that_signal(
+    tmp_path: Path, stop: signal.Signals
+) -> None:
+    # Given a server on a SQLite ledger that has answered a request (its -wal and
+    # -shm files exist while it holds the ledger open)
+    port = free_port()
+    db = tmp_path / "ledger.db"
+    Ledger.open(f"sqlite:///{db}").close()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "ledger", "serve", "--url", f"sqlite:///{db}", "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        answer = first_answer(server, lambda: httpx.get(f"http://127.0.0.1:{port}/healthz"))
+        assert answer.status_code == 200
+        assert (tmp_path / "ledger.db-wal").exists()
+    finally:
+        # When it is sent a stop signal (what kill, systemd and docker stop send)
+        server.send_signal(stop)
+        out, _ = server.communicate(timeout=30)
+    # Then it closed the ledger first (SQLite removes -wal and -shm on the last close),
+    # said so, and ended by that signal: no "error: interrupted", which tells of a
+    # command cut short
+    assert not (tmp_path / "ledger.db-wal").exists(), out
+    assert not (tmp_path / "ledger.db-shm").exists(), out
+    assert f"INFO:     Stopped by {stop.name}; the ledger is closed" in out, out
+    assert "error:" not in out and "Traceback" not in out, out
+    assert server.returncode == -stop, out

@@ -442,7 +442,7 @@ print("codes:", *codes)
     assert "codes: 200 503 503 503" in done.stdout.splitlines(), done.stdout
     # Then standard error says why once, stamped with the time as every line of the
     # server's is, naming the ledger
-    stamp = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d{4} "
+    stamp = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d "
     said = [line for line in done.stderr.splitlines() if "health:" in line]
     assert len(said) == 1, done.stderr
     assert re.match(stamp + r"WARNING: +health: the ledger is closed \(", said[0]), said

@@ -346,6 +346,49 @@ def test_a_new_version_may_not_rest_on_what_it_supersedes(world: World) -> None:
     assert agent.read(scope="proj-a", claim_key="k").value == 2
 
 
+def test_evidence_captured_after_reading_the_old_version_is_refused_with_the_way_out(
+    world: World,
+) -> None:
+    # Given an accepted memory, and a run that reads it, then captures a source
+    # saying otherwise (the capture carries the run's read of V1 as observed)
+    agent, reviewer = world.agent, world.reviewer
+    _accepted(world, "V1", scope="proj-a", claim_key="k", value=10, kind=Kind.FACT)
+    with agent.run("update") as run:
+        run.read(scope="proj-a", claim_key="k")
+        run.capture(scope="proj-a", uri="https://x.test/log", content=b"now 20", id="N1")
+        position = world.ledger.position
+        # When the run proposes the new version on it, superseding V1
+        with pytest.raises(InvalidParentError) as refused:
+            run.propose(
+                scope="proj-a", claim_key="k", value=20, kind=Kind.FACT, parents=["N1"],
+                supersedes="V1",
+            )  # fmt: skip
+        assert world.ledger.position == position
+    # Then it is refused, writing nothing, saying why (N1 observed V1) and what to
+    # do instead
+    assert str(refused.value) == (
+        "propose refused: supersedes 'V1', but its dependency 'N1' rests on 'V1', and "
+        "accepting the new version would make it STALE; it rests on 'V1' through what it "
+        "observed: it was captured or proposed in a run that had read 'V1' or what rests "
+        "on it, and carries that read; capture or propose it again in a run that has not "
+        "(a new MCP session, LangGraph thread or session.run()) and depend on that"
+    )
+    # And the way out it names works: captured again in another run, the source
+    # holds the new version, which replaces V1
+    with agent.run("update-2") as run:
+        again = run.capture(scope="proj-a", uri="https://x.test/log", content=b"now 20")
+        v2 = run.propose(
+            scope="proj-a", claim_key="k", value=20, kind=Kind.FACT, parents=[again],
+            supersedes="V1",
+        )  # fmt: skip
+    reviewer.accept(again)
+    reviewer.accept(v2)
+    read = agent.read(scope="proj-a", claim_key="k")
+    assert (read.outcome, read.value) == (Outcome.FOUND, 20)
+    assert reviewer.get("V1").status == Status.SUPERSEDED
+    assert reviewer.get("N1").status == Status.STALE  # it observed V1
+
+
 def test_a_batch_may_not_give_a_new_version_a_parent_of_the_batch_resting_on_the_old(
     world: World,
 ) -> None:

@@ -43,6 +43,7 @@ from ledger.cli.render import (
 from ledger.engine import read_only_error
 from ledger.errors import (
     AccessDeniedError,
+    InvalidInputError,
     InvalidURLError,
     LedgerNotFoundError,
     StorageError,
@@ -319,6 +320,20 @@ def token_issue(
     report_done(as_json, {"subject": who, "token": issued, "expires": expires}, issued)
 
 
+def _token_from_stdin() -> str:
+    """The token `token revoke -` reads: the first line of standard input, refused
+    before the ledger is opened when there is none (not taken for an unknown token)."""
+    if sys.stdin is None:  # started with stdin closed (``<&-``), as `capture -`
+        raise click.BadParameter(
+            "-: standard input is closed (pipe the token in, or give it as TOKEN)",
+            param_hint="TOKEN",
+        )
+    line = sys.stdin.readline().strip()
+    if not line:  # empty input, or a blank first line
+        raise InvalidInputError("no token on standard input (token revoke - reads one line)")
+    return line
+
+
 @token.command("revoke")
 @click.argument("token_value", metavar="TOKEN")
 @admin_options
@@ -334,7 +349,7 @@ def token_revoke(token_value: str, url: str | None, admin_token: str | None, as_
       printf '%s\\n' "$AGENT" | provledger token revoke -
     """
     if token_value == "-":
-        token_value = sys.stdin.readline().strip()
+        token_value = _token_from_stdin()
     with host_ledger(url, "token revoke", admin_token) as led:
         led.admin().revoke_token(token_value)
         position = led.position

@@ -3,6 +3,7 @@ with the review console. Their frameworks are imported only when they start."""
 
 from __future__ import annotations
 
+import signal
 import sys
 
 import click
@@ -96,7 +97,8 @@ def serve(url: str | None, host: str, port: int, secure_cookies: bool) -> None:
 
     Agents authenticate with `Authorization: Bearer TOKEN`; people sign in to
     the console with their token. Needs the serve extra: pip install -e
-    '.[serve]' in provledger's source directory. Stop it with Ctrl-C.
+    '.[serve]' in provledger's source directory. Stop it with Ctrl-C or
+    SIGTERM: it finishes the requests under way and closes the ledger.
 
     \b
     Example:
@@ -105,4 +107,12 @@ def serve(url: str | None, host: str, port: int, secure_cookies: bool) -> None:
     from ledger.serve import run  # without the serve extra: named (errors_exit_1)
 
     open_ledger(url).close()  # refuses a ledger that does not exist, creating nothing
-    run(url, host=host, port=port, create=False, secure_cookies=secure_cookies)
+    stopped = run(url, host=host, port=port, create=False, secure_cookies=secure_cookies)
+    if stopped is not None:
+        # Stopped as asked, the ledger closed: end by that signal, as a server
+        # does (the shell sees 128+N; a service manager, a clean stop), not
+        # with "interrupted", which tells of a command cut short.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        signal.signal(stopped, signal.SIG_DFL)
+        signal.raise_signal(stopped)

@@ -427,14 +427,15 @@ def graph(
     who revoked them and when; observed edges are dashed; delivered records have
     a double border; a legend says what the colours mean. Above --max-nodes the
     picture is refused with a summary. Without Graphviz's dot program, svg and
-    png fall back to DOT text (FILE.dot) with a warning. PNG is binary: give -o
-    FILE (or pipe it) rather than print it to a terminal.
+    png fall back to DOT text (-o FILE.png writes FILE.dot) with a warning, and
+    are refused to stdout. PNG is binary: give -o FILE (or pipe it) rather than
+    print it to a terminal.
 
     \b
     Example:
       provledger graph E1 --descendants --format svg -o impact.svg
     """
-    from ledger.graph import collect, picture, revocations
+    from ledger.graph import GRAPHVIZ_HINT, collect, picture, revocations
 
     if fmt == "png" and output == "-" and sys.stdout.isatty():
         raise click.UsageError(
@@ -451,8 +452,17 @@ def graph(
             raise LedgerError(f"graph refused: {graph_summary(sub, max_nodes, one_side=not both)}")
         with working(f"drawing {len(sub.nodes):,} records"):
             drawn = picture(sub, fmt, revocations(session, sub))
+    if drawn.fell_back and output == "-":
+        # Standard output has no name to say it holds DOT: `> impact.png` would be
+        # a PNG file of text, and the command would say it succeeded.
+        raise LedgerError(
+            f"graph refused: Graphviz's `dot` program is not installed, so no "
+            f"{fmt.upper()} can be drawn, and standard output would get DOT text in its "
+            f"place; nothing was written: {GRAPHVIZ_HINT}, give --format dot or mermaid, "
+            f"or -o FILE.{fmt} (which writes the DOT source to FILE.dot)"
+        )
     target = output
-    if drawn.fell_back and output != "-":
+    if drawn.fell_back:
         target = str(Path(output).with_suffix(".dot"))
     write_output(target, drawn.data)
     if drawn.note:

@@ -9,7 +9,8 @@ directory)::
     app = create_app(Ledger.open("sqlite:///provledger.db"))  # any ASGI server runs it
 
 :func:`run` is what the command line calls: it opens the ledger and serves it
-with uvicorn until interrupted.
+with uvicorn until stopped by SIGINT (Ctrl-C) or SIGTERM (what ``kill``, service
+managers and container runtimes send), and closes the ledger before it returns.
 """
 
 from __future__ import annotations
@@ -17,6 +18,10 @@ from __future__ import annotations
 import copy
 import logging
 import re
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from ledger.access import TOKEN_PREFIX
@@ -36,8 +41,12 @@ def run(
     *,
     create: bool = True,
     secure_cookies: bool = False,
-) -> None:
-    """Open the ledger at ``url`` and serve it on ``host:port`` until interrupted.
+) -> signal.Signals | None:
+    """Open the ledger at ``url`` and serve it on ``host:port`` until stopped.
+
+    Returns the signal that stopped it (SIGINT or SIGTERM), once the server has
+    shut down and the ledger is closed; None if it stopped otherwise. (Stop
+    signals are handled so only when called from the main thread.)
 
     Raises:
         StorageError, InvalidURLError: the ledger cannot be opened.
@@ -49,7 +58,7 @@ def run(
 
     listening = listen(host, port)
     try:
-        with Ledger.open(url, create=create) as ledger:
+        with _stop_signals_raise(), Ledger.open(url, create=create) as ledger:
             config = uvicorn.Config(
                 create_app(ledger, host=host, secure_cookies=secure_cookies),
                 log_level="info",
@@ -66,20 +75,62 @@ def run(
                 "Uvicorn running on http://%s:%d (Press CTRL+C to quit)", shown, port
             )
             uvicorn.Server(config).run(sockets=[listening])
+    except _Stopped as stop:
+        stopped = logging.getLogger("uvicorn.error")
+        stopped.info("Stopped by %s; the ledger is closed", stop.signal.name)
+        return stop.signal
     finally:
         listening.close()
+    return None
+
+
+class _Stopped(BaseException):
+    """A stop signal arrived (not an ``Exception``: nothing may take it for a
+    failure and carry on)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signal = signal.Signals(signum)
+
+
+def _raise_stopped(signum: int, _frame: object) -> None:
+    raise _Stopped(signum)
+
+
+@contextmanager
+def _stop_signals_raise() -> Iterator[None]:
+    """Within this block SIGINT and SIGTERM raise :class:`_Stopped`, so the
+    ``with`` blocks around the server close what they opened.
+
+    uvicorn handles both while it serves: it shuts down gracefully, puts back
+    the handlers it found (these), and raises the signal again, which reaches
+    :func:`_raise_stopped`. Without them SIGTERM's default action ended the
+    process there, the ledger left open (SQLite's ``-wal`` and ``-shm`` files
+    behind, a PostgreSQL pool dropped rather than closed)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set handlers; uvicorn sets none either
+        return
+    stops = (signal.SIGINT, signal.SIGTERM)
+    before = {stop: signal.signal(stop, _raise_stopped) for stop in stops}
+    try:
+        yield
+    finally:
+        for stop, handler in before.items():
+            signal.signal(stop, handler)
 
 
 def log_config() -> dict[str, Any]:
     """uvicorn's logging configuration with each line stamped with its local time
-    (ISO 8601, with the offset), so an operator can line requests up with the
-    ledger's history."""
+    (RFC 3339 to the second, with the offset: ``2026-12-05T17:31:55+00:00``), so
+    an operator can line requests up with the ledger's history."""
     import uvicorn.config
+
+    from ledger.serve.stamps import STAMPED
 
     config: dict[str, Any] = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
     for formatter in config["formatters"].values():
         formatter["fmt"] = "%(asctime)s " + formatter["fmt"]
-        formatter["datefmt"] = "%Y-%m-%dT%H:%M:%S%z"
+        formatter["()"] = STAMPED[formatter["()"]]
     # The application's access log (one line per request, naming its principal),
     # on standard output as uvicorn's own would be.
     config["handlers"]["requests"] = {**config["handlers"]["access"], "formatter": "default"}

@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import unquote_to_bytes
 
 from ledger.errors import AuthenticationError, InvalidInputError
+from ledger.validation import QUOTED, quoted
 
 
 class FieldError(InvalidInputError):
@@ -30,6 +31,18 @@ class FieldError(InvalidInputError):
     def __init__(self, field_name: str, message: str) -> None:
         super().__init__(message)
         self.field = field_name
+
+
+def named(name: str) -> str:
+    """A name the client sent, as a refusal echoes it (its message and its
+    ``field``): whole when it is at most ``QUOTED`` characters, else cut as
+    :func:`~ledger.validation.quoted` cuts it, its length told: a refusal must not
+    hand back a megabyte of field name."""
+    return name if len(name) <= QUOTED else quoted(name)
+
+
+#: How many unknown names a refusal lists (then how many more there are).
+NAMES_LISTED = 20
 
 
 class MediaTypeError(FieldError):
@@ -111,11 +124,10 @@ def check_names(given: Iterable[str], accepted: frozenset[str], what: str) -> No
     unknown = sorted(set(given) - accepted)
     if unknown:
         takes = ", ".join(sorted(accepted)) or "none"
-        raise FieldError(
-            unknown[0],
-            f"unknown {what} {', '.join(repr(name) for name in unknown)} (this route takes: "
-            f"{takes})",
-        )
+        listed = ", ".join(quoted(name) for name in unknown[:NAMES_LISTED])
+        if len(unknown) > NAMES_LISTED:
+            listed += f" and {len(unknown) - NAMES_LISTED} more"
+        raise FieldError(named(unknown[0]), f"unknown {what} {listed} (this route takes: {takes})")
 
 
 def check_utf8(query: bytes) -> None:
@@ -129,7 +141,8 @@ def check_utf8(query: bytes) -> None:
                 unquote_to_bytes(piece.replace(b"+", b" ")).decode("utf-8")
             except UnicodeDecodeError:
                 raise FieldError(
-                    shown, f"query parameter {shown[:40]!r} is not UTF-8 once percent-decoded"
+                    named(shown),
+                    f"query parameter {shown[:40]!r} is not UTF-8 once percent-decoded",
                 ) from None
 
 
@@ -140,11 +153,6 @@ def check_once(items: Iterable[tuple[str, str]]) -> None:
         if name in seen:
             raise FieldError(name, f"query parameter {name!r} is given more than once")
         seen.add(name)
-
-
-def not_json(constant: str) -> Any:
-    """Refuse NaN and Infinity, which Python's json module reads and RFC 8259 has not."""
-    raise ValueError(f"{constant} is not JSON")
 
 
 class Refused(ValueError):
@@ -177,6 +185,15 @@ def bounded_int(text: str) -> int:
     return int(text)
 
 
+class _Constant:
+    """Where the body held NaN, Infinity or -Infinity, which Python's json module
+    reads and RFC 8259 has not: kept in place, for :func:`loads_strict` to refuse
+    naming where it is (as the MCP server does), not as "not JSON"."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
 class _Twice(dict[str, Any]):
     """A JSON object that gave a field more than once (``twice``)."""
 
@@ -200,12 +217,18 @@ def loads_strict(raw: str | bytes) -> Any:
     a byte order mark before it is ignored, as that RFC lets a reader do).
 
     Raises:
-        Refused: a number out of range, too deep a nesting, or a field given twice
-            (its ``field`` is the top-level field holding it, or the field itself).
-        ValueError: not JSON (NaN and Infinity included).
+        Refused: a number out of range or not finite (NaN, Infinity), too deep a
+            nesting, or a field given twice (its ``field`` is the top-level field
+            holding it, or the field itself).
+        ValueError: not JSON.
     """
     text = raw.decode("utf-8-sig") if isinstance(raw, bytes) else raw
     marked: list[_Twice] = []
+    constants: list[_Constant] = []
+
+    def constant(name: str) -> _Constant:
+        constants.append(_Constant(name))
+        return constants[-1]
 
     def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
         out = once_each(items)
@@ -216,7 +239,7 @@ def loads_strict(raw: str | bytes) -> Any:
     try:
         data = json.loads(
             text,
-            parse_constant=not_json,
+            parse_constant=constant,
             parse_float=finite,
             parse_int=bounded_int,
             object_pairs_hook=pairs,
@@ -225,7 +248,35 @@ def loads_strict(raw: str | bytes) -> Any:
         raise Refused("is nested too deeply") from None
     if marked:
         _refuse_twice(data, marked[0])
+    if constants:
+        _refuse_constant(data, constants[0].text)
     return data
+
+
+def _refuse_constant(data: Any, text: str) -> None:
+    """Refuse the first NaN or Infinity in document order, naming where it is
+    (``value.limits[1]``) and the top-level field holding it. Walked without
+    recursion, as :func:`_holds` is."""
+    pending: list[tuple[Any, str, str | None]] = [(data, "", None)]
+    while pending:
+        item, path, field_name = pending.pop()
+        if isinstance(item, _Constant):
+            where = f" at {named(path)}" if path else ""
+            raise Refused(
+                f"holds {item.text}{where}, not a finite number (Infinity and NaN are not JSON)",
+                None if field_name is None else named(field_name),
+            )
+        if isinstance(item, dict):
+            inner = [
+                (v, f"{path}.{k}" if path else k, k if field_name is None else field_name)
+                for k, v in item.items()
+            ]
+        elif isinstance(item, list):
+            inner = [(v, f"{path}[{i}]", field_name) for i, v in enumerate(item)]
+        else:
+            continue
+        pending.extend(reversed(inner))
+    raise Refused(f"holds {text}, not a finite number (Infinity and NaN are not JSON)")
 
 
 def _refuse_twice(data: Any, first: _Twice) -> None:
@@ -233,11 +284,11 @@ def _refuse_twice(data: Any, first: _Twice) -> None:
     that holds it (or the field itself, at the top)."""
     given = f"gives {first.twice[:80]!r} more than once"
     if data is first:
-        raise Refused(given, first.twice)
+        raise Refused(given, named(first.twice))
     if isinstance(data, dict):
         for name, value in data.items():
             if _holds(value, first):
-                raise Refused(f"{given} in {name[:80]!r}", name)
+                raise Refused(f"{given} in {name[:80]!r}", named(name))
     raise Refused(given)
 
 
@@ -260,7 +311,7 @@ def parse_body(raw: bytes) -> Mapping[str, Any]:
     """A request body: empty, or a strict JSON object.
 
     Raises:
-        FieldError: a field given twice.
+        FieldError: a field given twice, or holding NaN or Infinity.
         InvalidInputError: not JSON, not an object, or a number out of range.
     """
     if not raw.strip():

@@ -1,6 +1,9 @@
 """The MCP tools' argument types: each an ``Annotated`` type whose description is
 what a model reads, with the enum values on string arguments that name a kind,
-status or validity (the ledger checks the value itself, naming a wrong one)."""
+status or validity (the ledger checks the value itself, naming a wrong one).
+
+Every optional argument's type admits null, which is read as the argument not
+given (its default), as the HTTP API reads an optional body field given null."""
 
 from __future__ import annotations
 
@@ -158,7 +161,7 @@ Kinds = Annotated[
         json_schema_extra=one_of(Kind),
     ),
 ]
-Note = Annotated[str, Field(description="What you checked; recorded in the audit trail.")]
+Note = Annotated[str | None, Field(description="What you checked; recorded in the audit trail.")]
 Reason = Annotated[
     str,
     Field(description="Why; recorded, and shown by explain_memory and audit_record."),

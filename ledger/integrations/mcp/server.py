@@ -43,9 +43,12 @@ from ledger.integrations.mcp.tools import (
 )
 from ledger.jsonable import EXPLAINED
 from ledger.sockets import listen
-from ledger.validation import quoted
+from ledger.validation import QUOTED, quoted
 
 __all__ = ["APPROVAL_TOOLS", "INSTRUCTIONS", "TOOLS", "build_server", "serve"]
+
+#: How many unknown arguments a refusal names (then how many more there are).
+NAMES_LISTED = 20
 
 
 def _argument_errors(error: ValidationError) -> str:
@@ -170,26 +173,30 @@ class LedgerServer(MCPServer[Connection]):
             where = _non_finite(given, argument)
             if where is not None:
                 # JSON has no infinity (Python's reader takes it): it would be stored
-                # as a number and shown back as the text "inf".
+                # as a number and shown back as the text "inf". A place whose keys
+                # are long is cut as any echoed text is.
+                shown = where if len(where) <= QUOTED else quoted(where)
                 raise ToolError(
                     f"Error executing tool {name}: "
                     + refusal(
                         InvalidInputError(
-                            f"{where} is not a finite number (Infinity and NaN are not JSON)"
+                            f"{shown} is not a finite number (Infinity and NaN are not JSON)"
                         )
                     )
                 )
         if takes is not None:
             unknown = sorted(set(arguments) - takes)
             if unknown:
-                # Worded as the SDK words a tool's refusal.
+                # Worded as the SDK words a tool's refusal; each name cut as any
+                # echoed text is (a refusal must not hand back what it was sent).
+                named = ", ".join(quoted(arg) for arg in unknown[:NAMES_LISTED])
+                if len(unknown) > NAMES_LISTED:
+                    named += f" and {len(unknown) - NAMES_LISTED} more"
                 raise ToolError(
                     f"Error executing tool {name}: "
                     + refusal(
                         InvalidInputError(
-                            f"{name} takes no argument "
-                            + ", ".join(repr(arg) for arg in unknown)
-                            + "; its arguments are "
+                            f"{name} takes no argument {named}; its arguments are "
                             + ", ".join(sorted(takes))
                         )
                     )

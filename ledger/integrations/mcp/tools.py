@@ -97,6 +97,9 @@ _CANDIDATE_NOTE = (
 )
 
 
+#: How many records list_records returns when no ``limit`` is given (or null).
+LISTED = 100
+
 #: How many of the records a refused proposal rested on, withdrawn since, it names.
 WITHDRAWN_NAMED = 20
 
@@ -155,7 +158,7 @@ def capture_evidence(
         ),
     ],
     content_encoding: Annotated[
-        Literal["utf-8", "base64"],
+        Literal["utf-8", "base64"] | None,
         Field(description="How `content` is given: 'utf-8' text (default) or 'base64' bytes."),
     ] = "utf-8",
     fetched_at: Annotated[
@@ -176,7 +179,7 @@ def capture_evidence(
     """The ``capture_evidence`` tool: :meth:`Session.capture` in the connection's run."""
     connection = connection_of(ctx)
     with as_tool_error():
-        if content_encoding == "base64":
+        if content_encoding == "base64":  # None (null) is the default, utf-8
             try:
                 data = base64.b64decode(content, validate=True)
             except binascii.Error as exc:
@@ -267,7 +270,7 @@ def explain_memory(
     context: ReadContext = None,
     kinds: Kinds = None,
     limit: Annotated[
-        int,
+        int | None,
         Field(
             description="At most this many records that are not usable (every usable one "
             "is always shown; fewer when their JSON would pass 4 MiB): first those once "
@@ -283,6 +286,7 @@ def explain_memory(
     recorded in the run (only the records shown)."""
     connection = connection_of(ctx)
     asked: dict[str, Any] = {"at": at, "context": context, "kinds": kinds}
+    limit = EXPLAINED if limit is None else limit
     with as_tool_error():
         # Sized through the session first (the run is shown only what is returned):
         # the unusable records stop before the answer passes MAX_ANSWER_BYTES.
@@ -328,7 +332,7 @@ def list_records(
         str | None, Field(description="Only records whose claim key starts with this.")
     ] = None,
     limit: Annotated[
-        int,
+        int | None,
         Field(
             description="At most this many records (fewer when their JSON would pass 4 MiB: "
             "`next_after` goes on from the last one returned).",
@@ -336,7 +340,7 @@ def list_records(
             le=1000,
             strict=True,
         ),
-    ] = 100,
+    ] = LISTED,
     after: Annotated[
         str | None,
         Field(description="The `next_after` of the previous page, to get the next one."),
@@ -350,6 +354,7 @@ def list_records(
         "claim_prefix": claim_prefix,
     }
     connection = connection_of(ctx)
+    limit = LISTED if limit is None else limit
     with as_tool_error():
         # Sized through the session first (the run is shown only what is returned):
         # a page stops before its records pass MAX_ANSWER_BYTES of JSON.
@@ -406,7 +411,7 @@ async def accept_memory(ctx: Ctx, record_id: RecordId, note: Note = "") -> Decis
     """The ``accept_memory`` tool: :meth:`Session.accept`; announces the record."""
     session = connection_of(ctx).session
     with as_tool_error():
-        await off_loop(partial(session.accept, record_id, note=note))
+        await off_loop(partial(session.accept, record_id, note=note or ""))
         view = await off_loop(partial(view_if_readable, session, record_id))
     replaced = None if view is None else view.supersedes
     await announce(ctx, [record_id, *([replaced] if replaced else [])])
@@ -456,7 +461,8 @@ async def revalidate_memory(
     """The ``revalidate_memory`` tool: :meth:`Session.revalidate`; announces the record."""
     session = connection_of(ctx).session
     with as_tool_error():
-        await off_loop(partial(session.revalidate, record_id, note=note, parents=parents))
+        revalidate = partial(session.revalidate, record_id, note=note or "", parents=parents)
+        await off_loop(revalidate)
         view = await off_loop(partial(view_if_readable, session, record_id))
     await announce(ctx, [record_id])
     return {
