@@ -292,7 +292,10 @@ TOOLS: tuple[tuple[Callable[..., Any], str, ToolAnnotations], ...] = (
         "time, snapshot. Do this before proposing a claim that rests on the source, then name "
         "the returned id in that claim's `parents`. The evidence is a CANDIDATE until an "
         "approver accepts it, and claims resting on it cannot be accepted before it is. Its "
-        "claim key defaults to 'source:<uri>'.",
+        "claim key defaults to 'source:<uri>'. Evidence captured after this session was "
+        "shown a record usable carries that read, so a new version of that record "
+        "(`supersedes`) cannot rest on it: capture a source that may replace a memory "
+        "before reading that memory, or in a new session.",
         _write_tool("Capture evidence", destructive=False),
     ),
     (
