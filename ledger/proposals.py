@@ -38,6 +38,7 @@ from ledger.validation import (
     check_aware,
     check_claim_key,
     check_conditions,
+    check_format_edges,
     check_id,
     check_kind,
     check_list,
@@ -119,6 +120,7 @@ def capture(
     check_text(uri, "uri", max_len=2048, line=True)
     if uri != uri.strip():  # else refused as its claim key "source:<uri>", not by name
         raise InvalidValueError(f"uri {quoted(uri)} has leading or trailing whitespace")
+    check_format_edges(uri, "uri")
     if not isinstance(content, (bytes, bytearray, memoryview)):
         raise InvalidValueError(f"content must be bytes, got {type(content).__name__}")
     data = bytes(content)
@@ -311,6 +313,8 @@ def prepare(
     now = engine.now() if now is None else now
     check_id(scope, "scope")
     claim_key = check_claim_key(claim_key)
+    if supersedes is None:  # a new version keeps its claim's key, as it is stored
+        check_format_edges(claim_key, "claim_key")
     the_kind = check_kind(kind)
     if the_kind is Kind.EVIDENCE and evidence is None:
         raise InvalidKindError(
@@ -546,32 +550,12 @@ def _check_supersedable(
             raise InvalidParentError(
                 f"propose refused: supersedes {old_name!r}, but its dependency "
                 f"{caller.shown(c, dep)!r} rests on {old_name!r}, and accepting the new "
-                f"version would make it STALE; {_way_out(caller, c, dep, old_name, under, known)}"
+                f"version would make it STALE; depend on records that do not (what is "
+                f"captured or proposed in a run after it was shown {old_name!r} usable "
+                "carries that read and rests on it: capture or propose it again in a run "
+                "that has not, such as a new MCP session, LangGraph thread or "
+                "session.run())"
             )
-
-
-def _way_out(
-    caller: Caller, c: Cursor, dep: str, old_name: str, under: set[str], known: dict[str, Any]
-) -> str:
-    """What a proposal whose dependency ``dep`` rests on the version it supersedes
-    (named ``old_name``; ``under``: its key and what rests on it) may do instead.
-    Where the stored ``dep`` rests on it only through what it observed, ``dep``
-    was written in a run after a read of the old version (or of what rests on
-    it), and the same run's new version is refused for it: capturing or
-    proposing it again in a run that has not read that is the way."""
-    row = _row(caller, c, dep, known)
-    if (
-        row is not None
-        and not any(p in under for p in redaction.id_list(row["parents"]))
-        and any(o in under for o in redaction.id_list(row["observed"]))
-    ):
-        return (
-            f"it rests on {old_name!r} through what it observed: it was captured or "
-            f"proposed in a run that had read {old_name!r} or what rests on it, and "
-            "carries that read; capture or propose it again in a run that has not (a "
-            "new MCP session, LangGraph thread or session.run()) and depend on that"
-        )
-    return f"depend on records that do not rest on {old_name!r}"
 
 
 def _may_supersede(caller: Caller, c: Cursor, row: Any, found: bool) -> bool:

@@ -48,6 +48,14 @@ def quoted(value: object) -> str:
     return text if len(text) <= 2 * QUOTED else f"{text[: 2 * QUOTED]}… ({type(value).__name__})"
 
 
+def echoed(text: str) -> str:
+    """A name or place a caller sent, as a refusal echoes it: whole when it is at
+    most ``QUOTED`` characters and printable, else as :func:`quoted` gives it
+    (a megabyte of name is cut; a newline or a bidirectional override is shown
+    escaped, not let loose in a one-line message)."""
+    return text if len(text) <= QUOTED and text.isprintable() else quoted(text)
+
+
 def check_id(value: object, what: str = "record id") -> str:
     """Return ``value`` if it is a valid identifier, else raise ``InvalidIdError``."""
     if not isinstance(value, str) or not ID_PATTERN.fullmatch(value):
@@ -226,19 +234,21 @@ _FLAG_TAIL = re.compile("\U0001f3f4[\U000e0020-\U000e007e]+\U000e007f\\Z")
 
 def check_claim_key(value: object, what: str = "claim_key") -> str:
     """A claim key in NFC form; surrounding whitespace is refused, not stripped (two
-    spellings of one question must not become two claims, nor a typo a new one), and
-    so is an invisible format character (Unicode category Cf: U+200B, U+FEFF, bidi
-    marks…) at either end. One inside a key is kept (a ZWJ joins an emoji sequence)."""
+    spellings of one question must not become two claims, nor a typo a new one).
+    A new claim's key is checked further (:func:`check_format_edges`)."""
     text = check_text(value, what, max_len=512, line=True)
     if text != text.strip():
         raise InvalidValueError(f"{what} {text!r} has leading or trailing whitespace")
-    _check_format_edges(text, what)
     return unicodedata.normalize("NFC", text)
 
 
-def _check_format_edges(text: str, what: str) -> None:
-    """Refuse ``text`` (not empty) made only of format characters, or starting or
-    ending with one (but for a subdivision flag's tail)."""
+def check_format_edges(text: str, what: str) -> None:
+    """Refuse ``text`` (not empty) made only of invisible format characters
+    (Unicode category Cf: U+200B, U+FEFF, bidi marks…), or starting or ending with
+    one (but for a subdivision flag's tail): ``"a"`` and ``"a\u200b"`` look the
+    same. One inside is kept (a ZWJ joins an emoji sequence). Asked of what a new
+    claim's key is made from, not of keys a ledger may already hold (an earlier
+    version took them): those are still read, and versions of them proposed."""
     if unicodedata.category(text[0]) == "Cf":
         if all(unicodedata.category(ch) == "Cf" for ch in text):
             raise InvalidValueError(

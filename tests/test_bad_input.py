@@ -17,7 +17,7 @@ from uuid import uuid4
 
 import pytest
 
-from ledger import Admin, Kind, Ledger, Session
+from ledger import Admin, Kind, Ledger, Session, proposals
 from ledger.errors import (
     AcceptanceCheckError,
     AccessDeniedError,
@@ -673,10 +673,16 @@ CASES = [
         "claim_key '\\xadk' has a leading invisible format character (U+00AD SOFT HYPHEN)",
     ),
     Case(
-        "read-claim-key-trailing-format",
-        lambda b: b.agent.read(SCOPE, "claim.m1\u200b"),
+        "capture-uri-trailing-format",
+        lambda b: b.agent.capture(scope=SCOPE, uri="https://d.test/f\u200b", content=b"f"),
         InvalidValueError,
-        "claim_key 'claim.m1\\u200b' has a trailing invisible format character",
+        "uri 'https://d.test/f\\u200b' has a trailing invisible format character (U+200B",
+    ),
+    Case(
+        "capture-uri-leading-format",
+        lambda b: b.agent.capture(scope=SCOPE, uri="\u200bhttps://d.test/f", content=b"f"),
+        InvalidValueError,
+        "uri '\\u200bhttps://d.test/f' has a leading invisible format character (U+200B",
     ),
     Case(
         "as-of-beyond-log",
@@ -795,6 +801,25 @@ def test_a_format_character_inside_a_claim_key_is_kept(bad: Bad, claim: str) -> 
     assert bad.reviewer.get(rid).claim_key == claim
     bad.reviewer.accept(rid)
     assert bad.agent.read(SCOPE, claim).value == 1
+
+
+def test_a_claim_key_an_earlier_version_took_with_a_format_character_at_an_end_is_kept(
+    bad: Bad, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a ledger holding an accepted record under "k\u200b", as a version that
+    # did not refuse such keys wrote it
+    with monkeypatch.context() as earlier:
+        earlier.setattr(proposals, "check_format_edges", lambda text, what: None)
+        _propose(bad, claim_key="k\u200b", id="OLDK1")
+    bad.reviewer.accept("OLDK1")
+    # Then its claim is still read, and a new version of it proposed and accepted
+    assert bad.agent.read(SCOPE, "k\u200b").value == 1
+    _propose(bad, claim_key="k\u200b", value=2, supersedes="OLDK1", id="OLDK2")
+    bad.reviewer.accept("OLDK2")
+    assert bad.agent.read(SCOPE, "k\u200b").value == 2
+    # But no new claim is made under such a key, nor a rival value proposed
+    with pytest.raises(InvalidValueError, match="has a trailing invisible format character"):
+        _propose(bad, claim_key="k\u200b", value=3, id="OLDK3")
 
 
 def test_a_refused_proposal_without_an_id_names_no_id_drawn_for_it(bad: Bad) -> None:

@@ -1201,6 +1201,12 @@ def test_nan_or_infinity_in_a_body_is_refused_naming_where_it_is(served: Served)
             "(Infinity and NaN are not JSON)",
             "value",
         ),
+        (  # a place that would not print on one line is shown escaped
+            head + b'"value": {"a\\n\\u202eb": NaN}}',
+            "the request body holds NaN at 'value.a\\n\\u202eb', not a finite number "
+            "(Infinity and NaN are not JSON)",
+            "value",
+        ),
     ):
         r = served.agent.post("/records", content=raw, headers={"Content-Type": "application/json"})
         assert r.status_code == 422, r.text

@@ -185,3 +185,61 @@ def test_a_stop_signal_closes_the_ledger_and_ends_the_server_by_that_signal(
     assert f"INFO:     Stopped by {stop.name}; the ledger is closed" in out, out
     assert "error:" not in out and "Traceback" not in out, out
     assert server.returncode == -stop, out
+
+
+#: ``provledger`` with the ledger's close slowed down (a long checkpoint, a pool
+#: waiting for its connections), saying when the close begins.
+SLOW_CLOSE = """
+import sys, time
+from ledger.engine import Engine
+close = Engine.close
+def slow_close(self):
+    print("closing the ledger", flush=True)
+    time.sleep(2)
+    close(self)
+Engine.close = slow_close
+from ledger.cli import main
+main()
+"""
+
+
+def test_a_second_stop_signal_does_not_cut_the_ledgers_close_short(tmp_path: Path) -> None:
+    # Given a server whose ledger takes a while to close
+    port = free_port()
+    db = tmp_path / "ledger.db"
+    Ledger.open(f"sqlite:///{db}").close()
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            SLOW_CLOSE,
+            "serve",
+            "--url",
+            f"sqlite:///{db}",
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert first_answer(
+            server, lambda: httpx.get(f"http://127.0.0.1:{port}/healthz")
+        ).is_success
+        assert (tmp_path / "ledger.db-wal").exists()
+        # When it is sent SIGTERM, and again while the ledger closes
+        server.send_signal(signal.SIGTERM)
+        said: list[str] = []
+        assert server.stdout is not None
+        # (`serve` closes the ledger once before serving: it checks that it exists)
+        while said.count("closing the ledger\n") < 2:
+            said.append(server.stdout.readline())
+            assert said[-1], "".join(said)  # not ended before closing the ledger
+        server.send_signal(signal.SIGTERM)
+    finally:
+        out, _ = server.communicate(timeout=30)
+    # Then the close went on to the end: the ledger is closed, as the log says
+    assert not (tmp_path / "ledger.db-wal").exists(), out
+    assert "Stopped by SIGTERM; the ledger is closed" in out, out
+    assert server.returncode == -signal.SIGTERM, out

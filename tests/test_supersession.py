@@ -368,10 +368,10 @@ def test_evidence_captured_after_reading_the_old_version_is_refused_with_the_way
     # do instead
     assert str(refused.value) == (
         "propose refused: supersedes 'V1', but its dependency 'N1' rests on 'V1', and "
-        "accepting the new version would make it STALE; it rests on 'V1' through what it "
-        "observed: it was captured or proposed in a run that had read 'V1' or what rests "
-        "on it, and carries that read; capture or propose it again in a run that has not "
-        "(a new MCP session, LangGraph thread or session.run()) and depend on that"
+        "accepting the new version would make it STALE; depend on records that do not "
+        "(what is captured or proposed in a run after it was shown 'V1' usable carries "
+        "that read and rests on it: capture or propose it again in a run that has not, "
+        "such as a new MCP session, LangGraph thread or session.run())"
     )
     # And the way out it names works: captured again in another run, the source
     # holds the new version, which replaces V1

@@ -93,7 +93,15 @@ class _Stopped(BaseException):
         self.signal = signal.Signals(signum)
 
 
+#: The signals that stop the server.
+_STOPS = (signal.SIGINT, signal.SIGTERM)
+
+
 def _raise_stopped(signum: int, _frame: object) -> None:
+    # Once: a second stop signal (Ctrl-C twice, kill repeated) must not cut short
+    # the closing of the ledger it starts. SIGKILL still ends a close that hangs.
+    for stop in _STOPS:
+        signal.signal(stop, signal.SIG_IGN)
     raise _Stopped(signum)
 
 
@@ -110,8 +118,7 @@ def _stop_signals_raise() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield  # only the main thread may set handlers; uvicorn sets none either
         return
-    stops = (signal.SIGINT, signal.SIGTERM)
-    before = {stop: signal.signal(stop, _raise_stopped) for stop in stops}
+    before = {stop: signal.signal(stop, _raise_stopped) for stop in _STOPS}
     try:
         yield
     finally:

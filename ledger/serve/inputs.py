@@ -19,7 +19,7 @@ from typing import Any
 from urllib.parse import unquote_to_bytes
 
 from ledger.errors import AuthenticationError, InvalidInputError
-from ledger.validation import QUOTED, quoted
+from ledger.validation import echoed, quoted
 
 
 class FieldError(InvalidInputError):
@@ -31,14 +31,6 @@ class FieldError(InvalidInputError):
     def __init__(self, field_name: str, message: str) -> None:
         super().__init__(message)
         self.field = field_name
-
-
-def named(name: str) -> str:
-    """A name the client sent, as a refusal echoes it (its message and its
-    ``field``): whole when it is at most ``QUOTED`` characters, else cut as
-    :func:`~ledger.validation.quoted` cuts it, its length told: a refusal must not
-    hand back a megabyte of field name."""
-    return name if len(name) <= QUOTED else quoted(name)
 
 
 #: How many unknown names a refusal lists (then how many more there are).
@@ -127,7 +119,7 @@ def check_names(given: Iterable[str], accepted: frozenset[str], what: str) -> No
         listed = ", ".join(quoted(name) for name in unknown[:NAMES_LISTED])
         if len(unknown) > NAMES_LISTED:
             listed += f" and {len(unknown) - NAMES_LISTED} more"
-        raise FieldError(named(unknown[0]), f"unknown {what} {listed} (this route takes: {takes})")
+        raise FieldError(echoed(unknown[0]), f"unknown {what} {listed} (this route takes: {takes})")
 
 
 def check_utf8(query: bytes) -> None:
@@ -141,7 +133,7 @@ def check_utf8(query: bytes) -> None:
                 unquote_to_bytes(piece.replace(b"+", b" ")).decode("utf-8")
             except UnicodeDecodeError:
                 raise FieldError(
-                    named(shown),
+                    echoed(shown),
                     f"query parameter {shown[:40]!r} is not UTF-8 once percent-decoded",
                 ) from None
 
@@ -261,10 +253,10 @@ def _refuse_constant(data: Any, text: str) -> None:
     while pending:
         item, path, field_name = pending.pop()
         if isinstance(item, _Constant):
-            where = f" at {named(path)}" if path else ""
+            where = f" at {echoed(path)}" if path else ""
             raise Refused(
                 f"holds {item.text}{where}, not a finite number (Infinity and NaN are not JSON)",
-                None if field_name is None else named(field_name),
+                None if field_name is None else echoed(field_name),
             )
         if isinstance(item, dict):
             inner = [
@@ -284,11 +276,11 @@ def _refuse_twice(data: Any, first: _Twice) -> None:
     that holds it (or the field itself, at the top)."""
     given = f"gives {first.twice[:80]!r} more than once"
     if data is first:
-        raise Refused(given, named(first.twice))
+        raise Refused(given, echoed(first.twice))
     if isinstance(data, dict):
         for name, value in data.items():
             if _holds(value, first):
-                raise Refused(f"{given} in {name[:80]!r}", named(name))
+                raise Refused(f"{given} in {name[:80]!r}", echoed(name))
     raise Refused(given)
 
 

@@ -43,7 +43,7 @@ from ledger.integrations.mcp.tools import (
 )
 from ledger.jsonable import EXPLAINED
 from ledger.sockets import listen
-from ledger.validation import QUOTED, quoted
+from ledger.validation import echoed, quoted
 
 __all__ = ["APPROVAL_TOOLS", "INSTRUCTIONS", "TOOLS", "build_server", "serve"]
 
@@ -175,7 +175,7 @@ class LedgerServer(MCPServer[Connection]):
                 # JSON has no infinity (Python's reader takes it): it would be stored
                 # as a number and shown back as the text "inf". A place whose keys
                 # are long is cut as any echoed text is.
-                shown = where if len(where) <= QUOTED else quoted(where)
+                shown = echoed(where)
                 raise ToolError(
                     f"Error executing tool {name}: "
                     + refusal(
