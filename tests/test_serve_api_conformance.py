@@ -8,6 +8,8 @@ every answer of the routes' happy paths matches its schema with formats checked.
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +21,7 @@ from starlette.testclient import TestClient
 
 from ledger import Kind, Ledger
 from ledger.serve import create_app
+from ledger.serve.openapi_schemas import FORMAT
 from tests.conftest import Clock
 from tests.serve_support import DOC, PREFIX, Api, error_of
 
@@ -159,7 +162,10 @@ _CLAIM_KEYS = [
     "source:https://x.test/doc",
     "a b",
     "é" * 512,
-    "a\ufeff",  # not whitespace to the ledger
+    "a\ufeff",  # not whitespace to the ledger, but a format character: no new claim
+    "\u200bk",
+    "a\u200bb",  # inside a key, a format character is kept
+    "\U0001f3f4\U000e0067\U000e0062\U000e0065\U000e006e\U000e0067\U000e007f",  # a flag
     "",
     " ",
     " k",
@@ -174,7 +180,20 @@ _CLAIM_KEYS = [
 _REASONS = ["why", "a\tb\nc", "r" * 1024, "", " ", "\t\n", "\u2003", "a\x00", "a\x1b", "r" * 1025]
 _NOTES = ["", " ", "ok", "a\nb", "n" * 1024, "a\x1b", "a\x7f", "n" * 1025]
 _PREFIXES = ["", "a", "a\tb", " ", "p" * 512, "a\x01", "a\x7f", "p" * 513]
-_URIS = ["https://x.test/a", "u" * 2048, "", " ", "a\nb", "a\tb", "a\x01", "u" * 2049]
+_URIS = [
+    "https://x.test/a",
+    "u" * 2048,
+    "",
+    " ",
+    " a",
+    "a ",
+    "a\u200b",
+    "a\u200bb",
+    "a\nb",
+    "a\tb",
+    "a\x01",
+    "u" * 2049,
+]
 _BASE64 = ["YQ==", "YWI=", "YWJj", "", "YQ", "Y Q==", "!!!!", "YQ==YQ=="]
 
 #: (method, template, path parameters, body without the field, field, values).
@@ -405,3 +424,15 @@ def test_every_operation_s_happy_path_answer_matches_its_schema_with_formats_che
         for method in ops
     }
     assert answered == documented
+
+
+def test_the_documents_format_characters_are_unicodes_category_cf() -> None:
+    # The patterns of a new claim's key and a captured URI list them: what the
+    # ledger refuses at either end (`unicodedata.category(ch) == "Cf"`)
+    listed = re.compile(f"[{FORMAT}]")
+    wrong = [
+        f"U+{c:04X}"
+        for c in range(0x110000)
+        if (unicodedata.category(chr(c)) == "Cf") != bool(listed.fullmatch(chr(c)))
+    ]
+    assert wrong == [], f"FORMAT differs from unicodedata {unicodedata.unidata_version}"

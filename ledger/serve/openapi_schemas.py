@@ -63,6 +63,40 @@ CLAIM_KEY = {
     "maxLength": 512,
     "pattern": (f"^[^{_LINE_CONTROL}{_SPACE}]([^{_LINE_CONTROL}]*[^{_LINE_CONTROL}{_SPACE}])?$"),
 }
+#: Unicode's invisible format characters (category Cf, as this Python's
+#: ``unicodedata`` has them: a test compares), which a new claim's key and a
+#: captured URI may not start or end with (``ledger.validation.check_format_edges``).
+FORMAT = (
+    r"\xad\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891\u08e2\u180e\u200b-\u200f"
+    r"\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb"
+    "\U000110bd\U000110cd\U00013430-\U00013438\U0001bca0-\U0001bca3"
+    "\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f"
+)
+#: A subdivision flag (England's: U+1F3F4, tag letters, U+E007F), whose last
+#: character is a format character a key may end with.
+_FLAG = "\U0001f3f4[\U000e0020-\U000e007e]+\U000e007f"
+
+
+def _edged(max_length: int, description: str) -> dict[str, Any]:
+    """One line, neither starting nor ending with whitespace or a format character
+    (but for a subdivision flag at the end)."""
+    edge = f"[^{_LINE_CONTROL}{_SPACE}{FORMAT}]"
+    return {
+        "type": "string",
+        "maxLength": max_length,
+        "pattern": f"^(?={edge})[^{_LINE_CONTROL}]*(?:{edge}|{_FLAG})$",
+        "description": description,
+    }
+
+
+#: A new claim's key (a new version's keeps the old one's, which an earlier
+#: version may have taken with a format character at an end).
+NEW_CLAIM_KEY = _edged(
+    512,
+    "One line; no whitespace or invisible format character (U+200B, U+FEFF, "
+    "bidirectional marks…) at either end of a new claim's key.",
+)
+_URI = _edged(2048, "One line; no whitespace or invisible format character at either end.")
 #: A claim key prefix (empty: every claim).
 CLAIM_PREFIX = _text(512, empty=True)
 _NOTE = _text(1024, empty=True)
@@ -324,7 +358,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "ProposeRequest": _object(
         {
             "scope": ID,
-            "claim_key": CLAIM_KEY,
+            "claim_key": NEW_CLAIM_KEY,
             "value": _ANY,
             "kind": {
                 "type": "string",
@@ -345,13 +379,13 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         **_object(
             {
                 "scope": ID,
-                "uri": _text(2048, line=True),
+                "uri": _URI,
                 "content": nullable(
                     {"type": "string", "description": "Text content (stored as UTF-8)."}
                 ),
                 "content_base64": nullable(_BASE64),
                 "fetched_at": nullable(TIME),
-                "claim_key": nullable(CLAIM_KEY),
+                "claim_key": nullable(NEW_CLAIM_KEY),
                 "expires": nullable(TIME),
                 "conditions": nullable({"type": "object"}),
                 "id": nullable(ID),
