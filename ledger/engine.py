@@ -372,30 +372,31 @@ class Engine:
     def transact(self, work: Callable[[Write], T], about: str | None = None) -> T:
         """Run a command's ``work`` in one write transaction (see :class:`Write`).
 
-        The lock is taken before anything is read, so nothing ``work`` read can
-        change before it commits; if the database stays locked by other writers
-        the whole command is tried again, up to ``RETRIES`` times. ``about``: the
-        id of a record whose current row the command reads first
-        (:meth:`current_row`); on PostgreSQL it is read with the lock, in the same
-        round trip.
+        The lock is taken before anything is read, so nothing ``work`` read can change
+        before it commits; while the database stays locked by other writers the whole
+        command is tried again, up to ``RETRIES`` times, within the lock wait (which
+        waiting behind this process's other writers counts against too). ``about``: a
+        record whose current row is read first (:meth:`current_row`; with the lock).
 
         Raises:
             ConcurrencyError: the database stayed locked.
             StorageError: the database failed otherwise (``DiskFullError``,
-                ``ConnectionLostError``); its message says whether the command
-                was not applied or may have been (a connection lost while the
-                commit was on its way: on PostgreSQL a command's last writes
-                travel with its ``COMMIT``).
+                ``ConnectionLostError``); its message says whether the command was
+                not applied or may have been (a connection lost while the commit was
+                on its way: on PostgreSQL a command's last writes go with ``COMMIT``).
             ReadOnlyError: the ledger was opened read-only.
         """
         self.check_open()
         self.check_writable("writing")
         self.views_for_writing()
+        wait, started = self.recorder.lock_wait, time.monotonic()
 
         def attempt() -> T:
+            left = -1 if wait is None else max(0.0, wait - (time.monotonic() - started))
+            if not self._lock.acquire(timeout=left):
+                raise Busy()
             try:
-                with self._lock:
-                    return self._attempt(work, about)
+                return self._attempt(work, about)
             except (IntegrityError, sqlite3.IntegrityError):
                 raise Busy() from None
             except DATABASE_ERRORS as exc:
@@ -404,6 +405,8 @@ class Engine:
                 raise self.storage_error(exc) from None
             except CommitFailed as exc:
                 raise self.storage_error(exc.__cause__ or exc, committing=True) from None
+            finally:
+                self._lock.release()
 
         return self.retrying(attempt)
 
