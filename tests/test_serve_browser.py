@@ -284,3 +284,82 @@ def test_a_refused_correction_keeps_the_note_typed_in_the_browser(
     expect(page.get_by_role("heading", name="Corrections due (0)")).to_be_visible()
     [delivery] = led.authenticate(token).get("R1").deliveries
     assert delivery.corrections[0].note == note
+
+
+def _signed_in(browser: Any, base: str, token: str, width: int, height: int) -> Any:
+    """A new page of the given size, signed in with ``token``, on the queue."""
+    from playwright.sync_api import expect
+
+    page = browser.new_page(viewport={"width": width, "height": height})
+    page.goto(base + "/")
+    page.get_by_label("Token").fill(token)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("heading", name="Review queue")).to_be_visible()
+    return page
+
+
+def _sideways(page: Any) -> int:
+    """How far the page scrolls sideways (0 or less: not at all)."""
+    return int(
+        page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")
+    )
+
+
+def test_a_long_claim_key_never_makes_the_queue_scroll_sideways(
+    browser: Any, desk: tuple[str, str, Ledger], artefacts: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    # Given a candidate whose claim key (and id) has no space to break at
+    base, token, led = desk
+    agent = led.authenticate(led.admin().issue_token("agent-1"))
+    key = "long." + "k" * 500
+    agent.propose(scope="proj-a", claim_key=key, value="v", kind=Kind.FACT, id="L" * 128)
+    for width, height in ((1280, 900), (390, 844)):
+        # When the reviewer opens the queue on a wide and on a narrow screen
+        page = _signed_in(browser, base, token, width, height)
+        card = page.get_by_role("listitem", name=key)
+        expect(card.get_by_role("link", name=key)).to_be_visible()
+        # Then the key wraps inside its card: the page never scrolls sideways
+        assert _sideways(page) <= 0, f"the queue scrolls sideways at {width}px"
+        _shot(page, artefacts, f"console-queue-long-key-{width}")
+        page.close()
+
+
+#: The width of the audit trail's details cell, in characters of its own text
+#: (the content box of the cell, measured against 12 zeros in the details' font).
+_DETAILS_WIDTH = """() => {
+  const cell = [...document.querySelectorAll('section[aria-labelledby="audit-h"] tbody tr')]
+    .map(row => row.lastElementChild).find(td => td.querySelector('code'));
+  const style = getComputedStyle(cell);
+  const inside = cell.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+  const probe = document.createElement('span');
+  probe.style.cssText = 'position:absolute;visibility:hidden;white-space:pre';
+  probe.style.font = getComputedStyle(cell.querySelector('code')).font;
+  probe.textContent = '0'.repeat(12);
+  document.body.appendChild(probe);
+  const twelve = probe.getBoundingClientRect().width;
+  probe.remove();
+  return inside / twelve * 12;
+}"""
+
+
+def test_the_audit_trail_keeps_its_details_readable_on_a_narrow_screen(
+    browser: Any, desk: tuple[str, str, Ledger], artefacts: Path
+) -> None:
+    # Given a report whose proposal carries a long value, on a 390 px screen
+    base, token, led = desk
+    agent = led.authenticate(led.admin().issue_token("agent-1"))
+    agent.propose(
+        scope="proj-a", claim_key="report.long", value="r" * 500, kind=Kind.REPORT,
+        parents=["M1"], id="LR" + "9" * 60,
+    )  # fmt: skip
+    page = _signed_in(browser, base, token, 390, 844)
+    # When it opens the record page
+    page.goto(base + "/records/LR" + "9" * 60)
+    # Then the audit trail's details column is at least about 12 characters wide
+    # (its box scrolls sideways instead; the page itself does not)
+    chars = page.evaluate(_DETAILS_WIDTH)
+    assert chars >= 12, f"the details column is {chars:.1f} characters wide at 390px"
+    assert _sideways(page) <= 0
+    _shot(page, artefacts, "console-audit-narrow")

@@ -45,6 +45,11 @@ def text_of(page: str) -> str:
     return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", page)).split())
 
 
+def prose_of(page: str) -> str:
+    """:func:`text_of`, without the space a tag left before punctuation ("L1, which")."""
+    return re.sub(r" ([,.:;)])", r"\1", text_of(page))
+
+
 @dataclass
 class Desk:
     """A ledger behind the app, the library sessions and tokens of its principals."""
@@ -860,11 +865,12 @@ def test_a_revocation_preview_lists_a_page_of_what_goes_stale_and_counts_the_res
     # When the reviewer previews revoking H
     preview = client.get("/records/H/revoke")
 
-    # Then all 250 are counted, the first 200 listed, and the page says 50 are not
+    # Then the first 200 are listed (and counted in the heading), and the page says
+    # 50 more are not
     text = text_of(preview.text)
-    assert "Will be marked STALE (250)" in text
+    assert "Will be marked STALE (200)" in text
     assert preview.text.count('href="/records/H-') == 200
-    assert "The first 200 are listed; 50 more are not." in text
+    assert "Not listed: 50 more after the first 200." in text
     # ... and links to them all (STALE: a candidate also needs revalidation)
     assert 'href="/records?scope=proj-a&amp;status=STALE">Records (status STALE)</a>' in (
         preview.text
@@ -1131,3 +1137,215 @@ def test_a_conditioned_record_is_explained_where_it_applies(desk: Desk) -> None:
     desk.reviewer.accept("C2")
     text = text_of(client.get("/records/C1").text)
     assert 'Usable, but in a CONFLICT: reads of proj-a/auth.mode where {"api": "v2"}' in text
+
+
+# -- what a decision does, said before and after -----------------------------------------------
+
+
+def _approver_only_in_ops(desk: Desk) -> Session:
+    """The reviewer may approve in scope ops but not read it; ``reviewer-2`` (returned)
+    approves and reads there. Scope secret: the reviewer holds no grant in it."""
+    admin = desk.ledger.admin()
+    admin.grant("reviewer", scope="ops", roles=["approve"])
+    for scope in ("ops", "secret"):
+        admin.grant("agent-1", scope=scope, roles=["propose", "read"])
+        admin.grant("reviewer-2", scope=scope, roles=["approve", "read"])
+    return desk.ledger.authenticate(admin.issue_token("reviewer-2"))
+
+
+def _new_version_of_a_delivered_fact(desk: Desk) -> None:
+    """L1 (60, delivered) ← P1 ← R1 (delivered), all accepted; on L1 also O1 in scope
+    ops and S1 in scope secret (see :func:`_approver_only_in_ops`); L2 (120) waits
+    to supersede L1."""
+    second = _approver_only_in_ops(desk)
+    desk.agent.propose(scope="proj-a", claim_key="api.limit", value=60, kind=Kind.FACT, id="L1")
+    desk.reviewer.accept("L1")
+    desk.reviewer.deliver("L1", recipient="ops@x.test")
+    desk.agent.propose(
+        scope="proj-a", claim_key="plan.limit", value="wait", kind=Kind.PLAN, parents=["L1"],
+        id="P1",
+    )  # fmt: skip
+    desk.reviewer.accept("P1")
+    desk.agent.propose(
+        scope="proj-a", claim_key="report.limit", value="60/s", kind=Kind.REPORT,
+        parents=["P1"], id="R1",
+    )  # fmt: skip
+    desk.reviewer.accept("R1")
+    desk.reviewer.deliver("R1", recipient="cto@x.test")
+    for scope, rid in (("ops", "O1"), ("secret", "S1")):
+        desk.agent.propose(
+            scope=scope, claim_key=f"{scope}.plan", value="x", kind=Kind.PLAN, parents=["L1"],
+            id=rid,
+        )  # fmt: skip
+        second.accept(rid)
+    desk.agent.propose(
+        scope="proj-a", claim_key="api.limit", value=120, kind=Kind.FACT, id="L2", supersedes="L1"
+    )
+
+
+def test_accepting_a_new_version_says_before_and_after_what_it_marks_stale_and_who_is_owed(
+    desk: Desk,
+) -> None:
+    # Given L2, a new version of L1, on which P1, R1, O1 and S1 rest (L1, R1 delivered)
+    _new_version_of_a_delivered_fact(desk)
+    client, csrf = desk.signed_in("reviewer")
+    said = (
+        "Accepting it supersedes L1, which holds 60: 2 record(s) you can see resting on it "
+        "will be marked STALE, 1 more in scope ops, which you may act in but not read; "
+        "2 delivery(ies) of it or of those records will owe a correction."
+    )
+    # When the reviewer looks at its card and its page, both say so before the click
+    # (S1, in a scope it holds no grant in, is not counted), linking to L1
+    card = card_of(client.get("/").text, "L2")
+    assert said in prose_of(card)
+    assert 'aria-describedby="replacing-L2">Accept</button>' in card
+    assert "S1" not in text_of(card) and "secret" not in text_of(card)
+    note = card[card.index('id="replacing-L2"') :]
+    assert 'href="/records/L1"' in note[: note.index("</p>")]
+    actions = client.get("/records/L2").text
+    actions = actions[actions.index('id="act-h"') :]
+    assert said in prose_of(actions[: actions.index("</section>")])
+    # ... counting what a withdrawal of L1 reaches, as the ledger previews it
+    preview = desk.reviewer.preview_revoke("L1")
+    assert (sorted(preview.stale), len(preview.deliveries)) == (["O1", "P1", "R1"], 2)
+
+    # And once accepted, the message says what was done, which is what happened
+    done = client.post("/records/L2/accept", data={"csrf": csrf, "next": "/"})
+    assert (
+        text_of(client.get(done.headers["location"]).text).count(
+            "Accepted L2; L1 superseded; 2 record(s) you can see marked STALE, 1 more in scope "
+            "ops, which you may act in but not read; 2 delivery(ies) now owe a correction "
+            "(see Needs attention)."
+        )
+        == 1
+    )
+    second = desk.ledger.authenticate(desk.ledger.admin().issue_token("reviewer-2"))
+    assert [second.get(r).status.value for r in ("L1", "P1", "R1", "O1", "S1")] == [
+        "SUPERSEDED", "STALE", "STALE", "STALE", "STALE",
+    ]  # fmt: skip
+    assert len(desk.reviewer.corrections_due()) == 2
+
+
+def test_accepting_a_version_of_a_pending_version_counts_the_whole_line_it_replaces(
+    desk: Desk,
+) -> None:
+    # Given A (accepted, P resting on it), B a pending new version of A, C one of B
+    desk.agent.propose(scope="proj-a", claim_key="k", value=1, kind=Kind.FACT, id="A")
+    desk.reviewer.accept("A")
+    desk.agent.propose(
+        scope="proj-a", claim_key="p", value=1, kind=Kind.PLAN, parents=["A"], id="P"
+    )
+    desk.reviewer.accept("P")
+    desk.agent.propose(
+        scope="proj-a", claim_key="k", value=2, kind=Kind.FACT, id="B", supersedes="A"
+    )
+    desk.agent.propose(
+        scope="proj-a", claim_key="k", value=3, kind=Kind.FACT, id="C", supersedes="B"
+    )
+    client, csrf = desk.signed_in("reviewer")
+    # Then C's card says accepting it replaces B and A, and marks P STALE
+    assert (
+        "Accepting it supersedes B, which holds 2, and the earlier version A it was proposed "
+        "to replace: 1 record(s) you can see resting on them will be marked STALE"
+    ) in prose_of(card_of(client.get("/").text, "C"))
+    # ... and calls neither of them a rival (no CONFLICT: accepting C replaces both)
+    assert "CONFLICT" not in card_of(client.get("/").text, "C")
+    done = client.post("/records/C/accept", data={"csrf": csrf, "next": "/"})
+    assert "Accepted C; B, A superseded; 1 record(s) you can see marked STALE." in text_of(
+        client.get(done.headers["location"]).text
+    )
+    assert [desk.reviewer.get(r).status.value for r in ("A", "B", "P")] == [
+        "SUPERSEDED", "SUPERSEDED", "STALE",
+    ]  # fmt: skip
+
+
+def test_a_revocation_preview_counts_what_it_lists_and_where_the_rest_may_not_be_read(
+    desk: Desk,
+) -> None:
+    # Given E1 → M1 → R1 (delivered) and M2, and on M1 two more: O1 in scope ops
+    # (the reviewer approves there, cannot read) and X1 in scope secret (no grant)
+    _seed(desk)
+    second = _approver_only_in_ops(desk)
+    for scope, rid in (("ops", "O1"), ("secret", "X1")):
+        desk.agent.propose(
+            scope=scope, claim_key=f"{scope}.runbook", value="r", kind=Kind.PLAN, parents=["M1"],
+            id=rid,
+        )  # fmt: skip
+        second.accept(rid)
+    client, csrf = desk.signed_in("reviewer")
+
+    # When it previews revoking E1
+    preview = client.get("/records/E1/revoke")
+
+    # Then the heading counts the three listed; O1's scope is named, not O1; X1 is not told
+    text = text_of(preview.text)
+    assert "Will be marked STALE (3)" in text
+    assert "Not listed: 1 more in scope ops, which you may act in but not read." in text
+    for unseen in ("O1", "X1", "secret"):
+        assert unseen not in text
+    # And the message after confirming counts the same way
+    mark = _PREVIEW.search(preview.text)
+    assert mark is not None
+    done = client.post(
+        "/records/E1/revoke", data={"csrf": csrf, "reason": "doc changed", "preview": mark[1]}
+    )
+    after = text_of(client.get(done.headers["location"]).text)
+    assert (
+        "Revoked E1; 3 record(s) you can see marked STALE, 1 more in scope ops, which you may "
+        "act in but not read; 1 delivery(ies) now owe a correction"
+    ) in after
+    assert second.get("O1").status.value == "STALE"
+
+
+def test_the_queue_counts_no_candidates_in_a_scope_it_may_approve_in_but_not_read(
+    desk: Desk,
+) -> None:
+    _approver_only_in_ops(desk)
+    desk.agent.propose(scope="ops", claim_key="pager", value="weekly", kind=Kind.FACT, id="O1")
+    client, _ = desk.signed_in("reviewer")
+    text = text_of(client.get("/").text)
+    # No count where it cannot know one; a count where it can
+    assert "Scope ops You may approve in ops but not read it" in text
+    assert "Scope proj-a 0 candidates" in text
+
+
+def test_an_expired_candidate_or_one_on_an_expired_dependency_offers_no_accept(
+    desk: Desk, clock: Any
+) -> None:
+    from datetime import timedelta
+
+    # Given X1 (a candidate) and D1 (accepted) expiring in an hour; D2 (accepted) on D1,
+    # M1 and M2 waiting on D1 and D2; two hours later
+    hour = clock.now + timedelta(hours=1)
+    desk.agent.propose(
+        scope="proj-a", claim_key="x", value=1, kind=Kind.FACT, expires=hour, id="X1"
+    )
+    desk.agent.propose(
+        scope="proj-a", claim_key="d", value=1, kind=Kind.FACT, expires=hour, id="D1"
+    )
+    desk.reviewer.accept("D1")
+    desk.agent.propose(
+        scope="proj-a", claim_key="d2", value=1, kind=Kind.INFERENCE, parents=["D1"], id="D2"
+    )
+    desk.reviewer.accept("D2")
+    for rid, dep in (("M1", "D1"), ("M2", "D2")):
+        desk.agent.propose(
+            scope="proj-a", claim_key=f"m.{rid}", value=1, kind=Kind.INFERENCE, parents=[dep],
+            id=rid,
+        )  # fmt: skip
+    clock.advance(hours=2)
+    client, _ = desk.signed_in("reviewer")
+    queue = client.get("/").text
+
+    # Then each card's Accept is disabled, saying when what expired
+    why = {
+        "X1": "It expired at 2026-01-01T13:00:00+00:00: it can no longer be accepted.",
+        "M1": "Its dependency D1 expired at 2026-01-01T13:00:00+00:00.",
+        "M2": "Its dependency D2 expired at 2026-01-01T13:00:00+00:00 (the expiry of D1).",
+    }
+    for rid, reason in why.items():
+        for page in (card_of(queue, rid), client.get(f"/records/{rid}").text):
+            assert f'class="accept" disabled aria-describedby="why-{rid}">' in page
+            assert reason in text_of(page)
+    # ... while X1 may still be rejected
+    assert 'action="/records/X1/reject"' in card_of(queue, "X1")

@@ -4,7 +4,8 @@ nothing written) when what the page showed no longer holds."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from ledger import Session
@@ -17,21 +18,79 @@ from ledger.values import RecordView, RevocationPreview
 LISTED = 200
 
 
+@dataclass(frozen=True)
+class Reach:
+    """Records marked STALE (or to be), as the caller may see them: those it may
+    read among the first :data:`LISTED`, the others of those in scopes where it
+    holds a role but not ``read`` (counted by scope), and how many follow the
+    first :data:`LISTED` (counted only). Records in scopes it holds no grant in are
+    not among them (the ledger neither names nor counts them to it)."""
+
+    listed: list[RecordView] = field(default_factory=list)
+    unreadable: dict[str, int] = field(default_factory=dict)
+    beyond: int = 0
+
+    @property
+    def unread(self) -> int:
+        """How many of the first :data:`LISTED` the caller may not read."""
+        return sum(self.unreadable.values())
+
+    def where(self) -> str:
+        """The scopes of the records it may not read ("scope ops, which you may act
+        in but not read"), with how many in each when there are several."""
+        counts = sorted(self.unreadable.items())
+        if len(counts) == 1:
+            names = f"scope {counts[0][0]}"
+        else:
+            names = "scopes " + ", ".join(f"{s} ({n})" for s, n in counts)
+        return f"{names}, which you may act in but not read"
+
+    def counted(self, what: str) -> str:
+        """How many, the records it may read said to be ``what`` ("3 record(s) you
+        can see marked STALE, 1 more in scope ops, which you may act in but not read")."""
+        text = f"{len(self.listed)} record(s) you can see {what}"
+        if self.unreadable:
+            text += f", {self.unread} more in {self.where()}"
+        if self.beyond:
+            text += f", and {self.beyond} more after the first {LISTED}"
+        return text
+
+    def said(self) -> str:
+        """How many went STALE, for the message after the change."""
+        return self.counted("marked STALE")
+
+
+def reach(live: Session, ids: Iterable[str]) -> Reach:
+    """The records ``ids`` names (ids the ledger showed the caller), sorted as
+    :class:`Reach` says: a record it may not read is looked up for its scope only,
+    where it holds a role (the ledger named it; its scope is the caller's)."""
+    given = list(ids)
+    found = Reach(beyond=max(0, len(given) - LISTED))
+    unread = []
+    for rid in given[:LISTED]:
+        try:
+            found.listed.append(live.get(rid))
+        except LedgerError:
+            unread.append(rid)
+    if unread:
+        caller = live.caller
+        with caller.reading() as c:
+            for rid in unread:
+                row = caller.lookup(c, rid)
+                if row is not None and caller.roles(c, row["scope"]):
+                    found.unreadable[row["scope"]] = found.unreadable.get(row["scope"], 0) + 1
+    return found
+
+
 def revocation_preview(
     live: Session, record_id: str
-) -> tuple[RecordView, RevocationPreview, list[RecordView]]:
+) -> tuple[RecordView, RevocationPreview, Reach]:
     """The record, what revoking it would do now, and the records it would mark
-    STALE that the caller may read, the first :data:`LISTED` of them (the revoke
-    page shows them; confirming compares the preview the page showed with this one)."""
+    STALE as the caller may see them (the revoke page lists those it may read;
+    confirming compares the preview the page showed with this one)."""
     view = live.get(record_id)
     preview = live.preview_revoke(record_id)
-    stale = []
-    for rid in preview.stale[:LISTED]:
-        try:
-            stale.append(live.get(rid))
-        except LedgerError:
-            continue
-    return view, preview, stale
+    return view, preview, reach(live, preview.stale)
 
 
 class PreviewChanged(Exception):

@@ -33,7 +33,7 @@ from ledger.errors import (
     InvalidInputError,
     LedgerError,
 )
-from ledger.serve.confirming import LISTED, PreviewChanged, revocation_preview, still_shown
+from ledger.serve.confirming import LISTED, PreviewChanged, reach, revocation_preview, still_shown
 from ledger.serve.errors import status_of
 from ledger.serve.pages import (
     EXPLAINED,
@@ -44,6 +44,7 @@ from ledger.serve.pages import (
     environment,
     explain_line,
     preview_mark,
+    replacing_of,
 )
 from ledger.serve.pictures import picture
 from ledger.serve.sessions import COOKIE, ConsoleSession, SessionStore
@@ -618,8 +619,11 @@ class Console:
         record_id = request.path_params["record_id"]
 
         def act(live: Session, form: Mapping[str, Any]) -> str:
+            # What a new version replaces, told as its card told it (asked just
+            # before: ``accept`` reports nothing of it).
+            replaced = replacing_of(live, record_id)
             live.accept(record_id, note=form.get("note", ""))
-            return f"Accepted {record_id}."
+            return f"Accepted {record_id}" + (f"; {replaced.said()}." if replaced else ".")
 
         return await self._act(request, session, act, "/")
 
@@ -662,9 +666,7 @@ class Console:
                     f"/records/{record_id}/revoke",
                 )
             result = live.revoke(record_id, reason=form.get("reason", ""))
-            message = (
-                f"Revoked {result.root}; {len(result.stale)} record(s) you can see marked STALE"
-            )
+            message = f"Revoked {result.root}; {reach(live, result.stale).said()}"
             owed = len(preview.deliveries)
             if owed:
                 message += f"; {owed} delivery(ies) now owe a correction (see Needs attention)"
