@@ -481,9 +481,9 @@ class Engine:
                 if wait is not None and waited >= wait:
                     tries = attempt_number + 1
                     raise ConcurrencyError(
-                        f"the database stayed locked by other writers for {waited:.1f} s "
-                        f"(the ledger's lock wait is {wait:g} s); gave up after {tries} "
-                        f"{'try' if tries == 1 else 'tries'}"
+                        f"the ledger stayed locked by other writers (of this process or "
+                        f"another) for {waited:.1f} s (the ledger's lock wait is {wait:g} s); "
+                        f"gave up after {tries} {'try' if tries == 1 else 'tries'}"
                     ) from None
                 # Jittered exponential backoff, capped at ~0.2 s.
                 time.sleep(min(0.2, 0.002 * 2**attempt_number) * random.random())

@@ -655,43 +655,69 @@ def test_sqlite_lock_held_elsewhere_is_refused_once_the_urls_timeout_has_passed(
         use.led.close()
 
 
+def _queued_writers_refused(use: Any, writers: int = 8) -> list[float]:
+    """How long each of ``writers`` threads proposing at once through ``use`` waited
+    before its refusal (each must be refused: a lock is held elsewhere)."""
+    import threading
+
+    from ledger.errors import ConcurrencyError
+
+    waited: list[float] = []
+    refused: list[BaseException] = []
+
+    def propose(n: int) -> None:
+        started = time.monotonic()
+        try:
+            use.agent.propose(scope="proj-a", claim_key=f"k{n}", value=n, kind=Kind.FACT)
+        except ConcurrencyError as exc:
+            refused.append(exc)
+        waited.append(time.monotonic() - started)
+
+    threads = [threading.Thread(target=propose, args=(n,)) for n in range(writers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert len(refused) == writers, refused
+    return waited
+
+
 def test_writers_queued_in_one_process_each_give_up_within_the_lock_wait(
     tmp_path: Path,
 ) -> None:
     """Waiting behind the process's other writers counts against the lock wait: the
     eighth writer queued behind a lock held elsewhere is refused about when the
     first is, not after eight lock waits one after the other."""
-    import threading
-
-    from ledger.errors import ConcurrencyError
-
     path = tmp_path / "ledger.db"
     use = in_use(f"sqlite:///{path}?timeout=1")
     try:
         before = use.state()
         other = sqlite3.connect(path, isolation_level=None)
         other.execute("BEGIN IMMEDIATE")  # holds the write lock until it ends
-        waited: list[float] = []
-        refused: list[BaseException] = []
-
-        def propose(n: int) -> None:
-            started = time.monotonic()
-            try:
-                use.agent.propose(scope="proj-a", claim_key=f"k{n}", value=n, kind=Kind.FACT)
-            except ConcurrencyError as exc:
-                refused.append(exc)
-            waited.append(time.monotonic() - started)
-
-        writers = [threading.Thread(target=propose, args=(n,)) for n in range(8)]
-        for writer in writers:
-            writer.start()
-        for writer in writers:
-            writer.join(timeout=60)
+        waited = _queued_writers_refused(use)
         other.execute("ROLLBACK")
         other.close()
-        assert len(refused) == 8, refused
         # A correctness bound: at most about two waits of the timeout (behind this
         # process's writers, then for the database's lock), not eight in a row.
+        assert max(waited) < 4.5, sorted(waited)
+        assert use.state() == before
+    finally:
+        use.led.close()
+
+
+def test_pg_writers_queued_in_one_process_each_give_up_within_the_lock_timeout(
+    pg: str,
+) -> None:
+    import psycopg
+
+    use = in_use(f"{pg}&lock_timeout=1")
+    schema = pg.split("schema=")[1]
+    try:
+        before = use.state()
+        with psycopg.connect(_pg_dsn()) as other:  # holds the lock until it leaves
+            other.execute(f"LOCK TABLE {schema}.provledger_events IN ACCESS EXCLUSIVE MODE")
+            waited = _queued_writers_refused(use)
+        # A correctness bound, as on SQLite: not eight lock waits in a row.
         assert max(waited) < 4.5, sorted(waited)
         assert use.state() == before
     finally:

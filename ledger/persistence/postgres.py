@@ -94,6 +94,9 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
             record_ids=self.record_ids,
         )
         super().__init__(datastore, events_table_name=events_table_name)
+        # What a command waits for the writers' lock (the URL's ``lock_timeout``), its
+        # wait behind this process's other writers included (``Engine.transact``).
+        self.lock_wait = float(datastore.lock_timeout) if datastore.lock_timeout else None
         self._table = f"{datastore.schema}.{events_table_name}"
         # The events' positions come from this sequence (eventsourcing's BIGSERIAL).
         sequence = f"pg_get_serial_sequence('{self._table}', 'notification_id')::regclass"

@@ -44,7 +44,7 @@ from ledger.serve.pages import (
     environment,
     explain_line,
     preview_mark,
-    replacing_of,
+    replaces,
 )
 from ledger.serve.pictures import picture
 from ledger.serve.sessions import COOKIE, ConsoleSession, SessionStore
@@ -619,11 +619,14 @@ class Console:
         record_id = request.path_params["record_id"]
 
         def act(live: Session, form: Mapping[str, Any]) -> str:
-            # What a new version replaces, told as its card told it (asked just
-            # before: ``accept`` reports nothing of it).
-            replaced = replacing_of(live, record_id)
+            replacing = replaces(live, record_id)  # as its card said it may
             live.accept(record_id, note=form.get("note", ""))
-            return f"Accepted {record_id}" + (f"; {replaced.said()}." if replaced else ".")
+            if not replacing:
+                return f"Accepted {record_id}."
+            return (
+                f"Accepted {record_id}; what it replaced is SUPERSEDED and what rested on "
+                "that STALE (Needs attention lists the corrections owed)."
+            )
 
         return await self._act(request, session, act, "/")
 

@@ -18,11 +18,10 @@ from markupsafe import Markup
 
 from ledger import Session
 from ledger.access import Role
-from ledger.domain import Outcome, Status, Validity
+from ledger.domain import Kind, Outcome, Status, Validity
 from ledger.errors import AccessDeniedError, InvalidInputError, LedgerError, UnknownRecordError
 from ledger.jsonable import plain
 from ledger.serialization import canonical
-from ledger.serve.confirming import Reach, reach
 from ledger.validation import BIDI_CONTROLS
 from ledger.values import Explanation, RecordView, RevocationPreview
 
@@ -33,7 +32,6 @@ __all__ = [
     "Candidate",
     "Moment",
     "Parent",
-    "Replacing",
     "candidate",
     "environment",
     "explain_line",
@@ -48,9 +46,6 @@ MAX_DEPENDENCIES = 25
 EXPLAINED = 50
 #: The placeholder the ledger shows for a record in a scope the caller cannot see.
 HIDDEN = "<hidden>"
-#: Versions of a line a queue entry looks at: accepting a new version of a version
-#: never accepted replaces the line down to the accepted one (see :func:`replacing`).
-VERSIONS = 10
 
 
 # -- the moment a page shows -------------------------------------------------------------
@@ -236,30 +231,6 @@ class Parent:
 
 
 @dataclass(frozen=True)
-class Replacing:
-    """What accepting a new version does, as far as the reviewer may see: the
-    versions it supersedes (OLD first), the records resting on them it marks
-    STALE (as a revocation preview counts them: :class:`Reach`) and how many
-    deliveries (of those versions or records) then owe a correction. Records in
-    scopes the reviewer holds no grant in are neither named nor counted."""
-
-    old: RecordView
-    versions: tuple[str, ...]
-    stale: Reach
-    deliveries: int
-    #: The line goes on past the versions looked at (:data:`VERSIONS`).
-    more: bool = False
-
-    def said(self) -> str:
-        """What accepting did, for the message after it."""
-        older = " and older versions (not counted)" if self.more else ""
-        text = f"{', '.join(self.versions)}{older} superseded; {self.stale.said()}"
-        if self.deliveries:
-            text += f"; {self.deliveries} delivery(ies) now owe a correction (see Needs attention)"
-        return text
-
-
-@dataclass(frozen=True)
 class Candidate:
     """A queue entry: the record, its dependencies and what blocks accepting it."""
 
@@ -272,8 +243,6 @@ class Candidate:
     conflicts: tuple[str, ...] = ()
     #: Dependencies beyond :data:`MAX_DEPENDENCIES`, neither loaded nor shown.
     more: int = 0
-    #: What accepting it supersedes and marks STALE (a new version, acceptable now).
-    replacing: Replacing | None = None
 
 
 @dataclass(frozen=True)
@@ -361,11 +330,8 @@ def candidate(
             explained[key] = explanation
     else:
         explanation = explained[key]
-    replaces = replacing(session, view) if accept_blocked is None else None
-    # The versions accepting it replaces are no rivals (nor the one it names).
-    replaced = () if replaces is None else replaces.versions
-    conflicts = () if explanation is None else _disagreeing(view, explanation, replaced)
-    return Candidate(view, tuple(deps), blocked, accept_blocked, conflicts, more, replaces)
+    conflicts = () if explanation is None else _disagreeing(view, explanation)
+    return Candidate(view, tuple(deps), blocked, accept_blocked, conflicts, more)
 
 
 def _instant(value: datetime) -> str:
@@ -373,58 +339,17 @@ def _instant(value: datetime) -> str:
     return value.astimezone(UTC).isoformat(timespec="seconds")
 
 
-def replacing(session: Session, view: RecordView) -> Replacing | None:
-    """What accepting ``view`` now supersedes and marks STALE, as far as the
-    reviewer may see; None if it names no version to replace, or none that
-    accepting would replace or the reviewer may act on (an as-of session, OLD
-    withdrawn or replaced already, OLD not readable, no ``approve`` role).
-
-    Superseding OLD marks STALE what a revocation of OLD would, and its deliveries
-    and theirs owe corrections alike: ``Session.preview_revoke(OLD)`` tells both.
-    A version never accepted (a CANDIDATE, or REJECTED) was itself proposed to
-    replace another, which is superseded too: the line is followed down to an
-    accepted version, :data:`VERSIONS` at most."""
-    target = view.supersedes
-    if target is None or session.read_only:
-        return None
-    versions: list[RecordView] = []
-    stale: dict[str, None] = {}  # in the order the previews name them
-    owed: set[str] = set()
-    more = False
-    for _ in range(VERSIONS):
-        try:
-            got = session.get(target)
-        except LedgerError:
-            break
-        if got.status == Status.SUPERSEDED:
-            break
-        if got.status not in (Status.REVOKED, Status.REJECTED):
-            try:
-                preview = session.preview_revoke(got.id)
-            except LedgerError:
-                break
-            versions.append(got)
-            stale.update(dict.fromkeys(preview.stale))
-            owed.update(d.delivery_id for d in preview.deliveries)
-        if got.status not in (Status.CANDIDATE, Status.REJECTED) or got.supersedes is None:
-            break  # accepted (or maybe once), or the first version: the line ends here
-        target = got.supersedes
-    else:
-        more = True
-    if not versions:
-        return None
-    ids = tuple(v.id for v in versions)
-    marked = reach(session, (rid for rid in stale if rid not in ids))
-    return Replacing(versions[0], ids, marked, len(owed), more)
-
-
-def replacing_of(session: Session, record_id: str) -> Replacing | None:
-    """:func:`replacing` of the candidate ``record_id``, if the reviewer may read it."""
+def replaces(session: Session, record_id: str) -> bool:
+    """Whether accepting the candidate ``record_id`` may replace records (what its
+    card says of it, :func:`review_actions`): a new version supersedes the one it
+    names, and the versions before that never accepted; a capture, the earlier
+    captures of its source holding other bytes. What each replaces and marks STALE
+    is the ledger's to find as it accepts (``ledger.transitions.supersession``)."""
     try:
         view = session.get(record_id)
     except LedgerError:
-        return None  # an approver without ``read``: the acceptance says what it refuses
-    return replacing(session, view) if view.status == Status.CANDIDATE else None
+        return False  # an approver without ``read``: the acceptance says what it refuses
+    return view.supersedes is not None or view.kind == Kind.EVIDENCE
 
 
 def explain_line(
@@ -451,17 +376,19 @@ def explain_line(
     return False, (), ()
 
 
-def _disagreeing(
-    view: RecordView, explanation: Explanation, replaced: tuple[str, ...] = ()
-) -> tuple[str, ...]:
+def _disagreeing(view: RecordView, explanation: Explanation) -> tuple[str, ...]:
     """The usable records of ``view``'s claim (``explanation``), other than it, the
-    version it supersedes and the older ones it ``replaced``, whose value is not its value."""
+    version it supersedes and, for a capture, the other captures of its source
+    (accepting it replaces those holding other bytes), whose value is not its value."""
     mine = canonical(view.value)
-    left_out = (view.id, view.supersedes, *replaced)
+    source = None if view.evidence is None else view.evidence["uri"]
     return tuple(
         e.record.id
         for e in explanation.entries
-        if e.usable and e.record.id not in left_out and canonical(e.record.value) != mine
+        if e.usable
+        and e.record.id not in (view.id, view.supersedes)
+        and (source is None or e.record.evidence is None or e.record.evidence["uri"] != source)
+        and canonical(e.record.value) != mine
     )
 
 
