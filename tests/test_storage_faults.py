@@ -20,6 +20,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -705,17 +706,25 @@ def test_writers_queued_in_one_process_each_give_up_within_the_lock_wait(
         use.led.close()
 
 
+@contextmanager
+def _events_locked_elsewhere(pg: str) -> Iterator[None]:
+    """The ledger's events table locked by another PostgreSQL session until the
+    block ends."""
+    import psycopg
+
+    schema = pg.split("schema=")[1]
+    with psycopg.connect(_pg_dsn()) as other:  # holds the lock until it leaves
+        other.execute(f"LOCK TABLE {schema}.provledger_events IN ACCESS EXCLUSIVE MODE")
+        yield
+
+
 def test_pg_writers_queued_in_one_process_each_give_up_within_the_lock_timeout(
     pg: str,
 ) -> None:
-    import psycopg
-
     use = in_use(f"{pg}&lock_timeout=1")
-    schema = pg.split("schema=")[1]
     try:
         before = use.state()
-        with psycopg.connect(_pg_dsn()) as other:  # holds the lock until it leaves
-            other.execute(f"LOCK TABLE {schema}.provledger_events IN ACCESS EXCLUSIVE MODE")
+        with _events_locked_elsewhere(pg):
             waited = _queued_writers_refused(use)
         # A correctness bound, as on SQLite: not eight lock waits in a row.
         assert max(waited) < 4.5, sorted(waited)
@@ -728,16 +737,12 @@ def test_pg_writers_queued_in_one_process_each_give_up_within_the_lock_timeout(
 
 
 def test_pg_foreign_table_lock_is_a_concurrency_error_within_the_lock_timeout(pg: str) -> None:
-    import psycopg
-
     from ledger.errors import ConcurrencyError
 
     use = in_use(f"{pg}&lock_timeout=1")
-    schema = pg.split("schema=")[1]
     try:
         before = use.state()
-        with psycopg.connect(_pg_dsn()) as other:  # holds the lock until it leaves
-            other.execute(f"LOCK TABLE {schema}.provledger_events IN ACCESS EXCLUSIVE MODE")
+        with _events_locked_elsewhere(pg):
             attempts: list[Callable[[], object]] = [
                 lambda: use.agent.propose(
                     scope="proj-a", claim_key="k", value=1, kind=Kind.INFERENCE, parents=["E1"]
