@@ -629,6 +629,18 @@ def test_sqlite_file_uri_does_not_open_a_database_in_memory(
 # -- SQLite: the write lock held by another process -----------------------------------
 
 
+@contextmanager
+def _write_locked_elsewhere(path: Path) -> Iterator[None]:
+    """The SQLite file's write lock held by another connection until the block ends."""
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")  # holds the write lock until it ends
+        yield
+        other.execute("ROLLBACK")
+    finally:
+        other.close()
+
+
 def test_sqlite_lock_held_elsewhere_is_refused_once_the_urls_timeout_has_passed(
     tmp_path: Path,
 ) -> None:
@@ -640,15 +652,12 @@ def test_sqlite_lock_held_elsewhere_is_refused_once_the_urls_timeout_has_passed(
     use = in_use(f"sqlite:///{path}?timeout=1")
     try:
         before = use.state()
-        other = sqlite3.connect(path, isolation_level=None)
-        other.execute("BEGIN IMMEDIATE")  # holds the write lock until it ends
-        started = time.monotonic()
-        with pytest.raises(ConcurrencyError, match=r"lock wait is 1 s\); gave up after 1 try"):
-            use.agent.propose(scope="proj-a", claim_key="k", value=1, kind=Kind.FACT)
-        # A correctness bound: one wait of the timeout, not one per try (20 tries).
-        assert time.monotonic() - started < 10
-        other.execute("ROLLBACK")
-        other.close()
+        with _write_locked_elsewhere(path):
+            started = time.monotonic()
+            with pytest.raises(ConcurrencyError, match=r"lock wait is 1 s\); gave up after 1 try"):
+                use.agent.propose(scope="proj-a", claim_key="k", value=1, kind=Kind.FACT)
+            # A correctness bound: one wait of the timeout, not one per try (20 tries).
+            assert time.monotonic() - started < 10
         assert use.state() == before
         use.agent.propose(scope="proj-a", claim_key="k", value=1, kind=Kind.FACT)
         assert use.led.position == before[0] + 1
@@ -683,29 +692,6 @@ def _queued_writers_refused(use: Any, writers: int = 8) -> list[float]:
     return waited
 
 
-def test_writers_queued_in_one_process_each_give_up_within_the_lock_wait(
-    tmp_path: Path,
-) -> None:
-    """Waiting behind the process's other writers counts against the lock wait: the
-    eighth writer queued behind a lock held elsewhere is refused about when the
-    first is, not after eight lock waits one after the other."""
-    path = tmp_path / "ledger.db"
-    use = in_use(f"sqlite:///{path}?timeout=1")
-    try:
-        before = use.state()
-        other = sqlite3.connect(path, isolation_level=None)
-        other.execute("BEGIN IMMEDIATE")  # holds the write lock until it ends
-        waited = _queued_writers_refused(use)
-        other.execute("ROLLBACK")
-        other.close()
-        # A correctness bound: at most about two waits of the timeout (behind this
-        # process's writers, then for the database's lock), not eight in a row.
-        assert max(waited) < 4.5, sorted(waited)
-        assert use.state() == before
-    finally:
-        use.led.close()
-
-
 @contextmanager
 def _events_locked_elsewhere(pg: str) -> Iterator[None]:
     """The ledger's events table locked by another PostgreSQL session until the
@@ -718,15 +704,27 @@ def _events_locked_elsewhere(pg: str) -> Iterator[None]:
         yield
 
 
-def test_pg_writers_queued_in_one_process_each_give_up_within_the_lock_timeout(
-    pg: str,
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_writers_queued_in_one_process_each_give_up_within_the_lock_wait(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    use = in_use(f"{pg}&lock_timeout=1")
+    """Waiting behind the process's other writers counts against the lock wait
+    (``?timeout=``, ``lock_timeout``): the eighth writer queued behind a lock held
+    elsewhere is refused about when the first is, not after eight lock waits one
+    after the other."""
+    if backend == "sqlite":
+        path = tmp_path / "ledger.db"
+        url, held = f"sqlite:///{path}?timeout=1", _write_locked_elsewhere(path)
+    else:
+        pg = request.getfixturevalue("pg")
+        url, held = f"{pg}&lock_timeout=1", _events_locked_elsewhere(pg)
+    use = in_use(url)
     try:
         before = use.state()
-        with _events_locked_elsewhere(pg):
+        with held:
             waited = _queued_writers_refused(use)
-        # A correctness bound, as on SQLite: not eight lock waits in a row.
+        # A correctness bound: at most about two waits of the timeout (behind this
+        # process's writers, then for the database's lock), not eight in a row.
         assert max(waited) < 4.5, sorted(waited)
         assert use.state() == before
     finally:
