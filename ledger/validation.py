@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from enum import Enum
 from typing import Any, TypeVar
@@ -54,6 +54,18 @@ def echoed(text: str) -> str:
     (a megabyte of name is cut; a newline or a bidirectional override is shown
     escaped, not let loose in a one-line message)."""
     return text if len(text) <= QUOTED and text.isprintable() else quoted(text)
+
+
+#: How many names a refusal lists (then how many more there are).
+NAMES_LISTED = 20
+
+
+def listed(names: Sequence[str]) -> str:
+    """``names`` as a refusal lists them: each as :func:`quoted` gives it, the first
+    :data:`NAMES_LISTED`, then how many more."""
+    text = ", ".join(quoted(name) for name in names[:NAMES_LISTED])
+    more = len(names) - NAMES_LISTED
+    return text + (f" and {more} more" if more > 0 else "")
 
 
 def check_id(value: object, what: str = "record id") -> str:
@@ -227,9 +239,10 @@ def _encodes(text: str) -> bool:
     return True
 
 
-#: The tail of an emoji tag sequence (a subdivision flag: England's is U+1F3F4, tag
-#: letters, U+E007F CANCEL TAG): format characters a claim key may end with.
-_FLAG_TAIL = re.compile("\U0001f3f4[\U000e0020-\U000e007e]+\U000e007f\\Z")
+#: An emoji tag sequence (a subdivision flag: England's is U+1F3F4, tag letters,
+#: U+E007F CANCEL TAG), as a pattern: format characters a claim key may end with.
+FLAG = "\U0001f3f4[\U000e0020-\U000e007e]+\U000e007f"
+_FLAG_TAIL = re.compile(FLAG + "\\Z")
 
 
 def check_claim_key(value: object, what: str = "claim_key") -> str:

@@ -19,7 +19,7 @@ from typing import Any
 from urllib.parse import unquote_to_bytes
 
 from ledger.errors import AuthenticationError, InvalidInputError
-from ledger.validation import echoed, quoted
+from ledger.validation import echoed, listed
 
 
 class FieldError(InvalidInputError):
@@ -31,10 +31,6 @@ class FieldError(InvalidInputError):
     def __init__(self, field_name: str, message: str) -> None:
         super().__init__(message)
         self.field = field_name
-
-
-#: How many unknown names a refusal lists (then how many more there are).
-NAMES_LISTED = 20
 
 
 class MediaTypeError(FieldError):
@@ -116,10 +112,9 @@ def check_names(given: Iterable[str], accepted: frozenset[str], what: str) -> No
     unknown = sorted(set(given) - accepted)
     if unknown:
         takes = ", ".join(sorted(accepted)) or "none"
-        listed = ", ".join(quoted(name) for name in unknown[:NAMES_LISTED])
-        if len(unknown) > NAMES_LISTED:
-            listed += f" and {len(unknown) - NAMES_LISTED} more"
-        raise FieldError(echoed(unknown[0]), f"unknown {what} {listed} (this route takes: {takes})")
+        raise FieldError(
+            echoed(unknown[0]), f"unknown {what} {listed(unknown)} (this route takes: {takes})"
+        )
 
 
 def check_utf8(query: bytes) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 from ledger.domain import Kind, Outcome, Status, Validity
 from ledger.serve.api import MAX_GRAPH_NODES
+from ledger.validation import FLAG
 
 
 def ref(name: str) -> dict[str, str]:
@@ -72,9 +73,6 @@ FORMAT = (
     "\U000110bd\U000110cd\U00013430-\U00013438\U0001bca0-\U0001bca3"
     "\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f"
 )
-#: A subdivision flag (England's: U+1F3F4, tag letters, U+E007F), whose last
-#: character is a format character a key may end with.
-_FLAG = "\U0001f3f4[\U000e0020-\U000e007e]+\U000e007f"
 
 
 def _edged(max_length: int, description: str) -> dict[str, Any]:
@@ -84,7 +82,7 @@ def _edged(max_length: int, description: str) -> dict[str, Any]:
     return {
         "type": "string",
         "maxLength": max_length,
-        "pattern": f"^(?={edge})[^{_LINE_CONTROL}]*(?:{edge}|{_FLAG})$",
+        "pattern": f"^(?={edge})[^{_LINE_CONTROL}]*(?:{edge}|{FLAG})$",
         "description": description,
     }
 

@@ -43,12 +43,9 @@ from ledger.integrations.mcp.tools import (
 )
 from ledger.jsonable import EXPLAINED
 from ledger.sockets import listen
-from ledger.validation import echoed, quoted
+from ledger.validation import echoed, listed, quoted
 
 __all__ = ["APPROVAL_TOOLS", "INSTRUCTIONS", "TOOLS", "build_server", "serve"]
-
-#: How many unknown arguments a refusal names (then how many more there are).
-NAMES_LISTED = 20
 
 
 def _argument_errors(error: ValidationError) -> str:
@@ -189,9 +186,7 @@ class LedgerServer(MCPServer[Connection]):
             if unknown:
                 # Worded as the SDK words a tool's refusal; each name cut as any
                 # echoed text is (a refusal must not hand back what it was sent).
-                named = ", ".join(quoted(arg) for arg in unknown[:NAMES_LISTED])
-                if len(unknown) > NAMES_LISTED:
-                    named += f" and {len(unknown) - NAMES_LISTED} more"
+                named = listed(unknown)
                 raise ToolError(
                     f"Error executing tool {name}: "
                     + refusal(
