@@ -286,6 +286,27 @@ def test_a_refused_correction_keeps_the_note_typed_in_the_browser(
     assert delivery.corrections[0].note == note
 
 
+def test_a_refused_as_of_time_keeps_what_was_typed_with_the_focus_on_it(
+    browser: Any, desk: tuple[str, str, Ledger]
+) -> None:
+    from playwright.sync_api import expect
+
+    base, token, _ = desk
+    page = _signed_in(browser, base, token, 1280, 900)
+    page.get_by_label("or time").fill("last tuesday")
+    page.get_by_role("button", name="Browse").click()
+    expect(page.get_by_role("alert")).to_contain_text("'last tuesday' is not an ISO 8601")
+    field = page.get_by_label("or time")
+    expect(field).to_have_value("last tuesday")
+    expect(field).to_be_focused()
+    expect(field).to_have_attribute("aria-invalid", "true")
+    # Fixed in place and sent again: the past page, without retyping the rest
+    page.keyboard.press("Control+A")
+    page.keyboard.type("2000-01-01T00:00:00Z")
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("status").filter(has_text="Viewing the past")).to_be_visible()
+
+
 def _signed_in(browser: Any, base: str, token: str, width: int, height: int) -> Any:
     """A new page of the given size, signed in with ``token``, on the queue."""
     from playwright.sync_api import expect

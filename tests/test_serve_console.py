@@ -703,6 +703,12 @@ def test_pages_can_be_browsed_as_of_a_past_position_read_only(desk: Desk) -> Non
     assert "Status STALE" in text_of(now)
     bad = client.get("/records/R1", params={"as_of_position": "soon"})
     assert bad.status_code == 422
+    # The refused form keeps what was typed, marked, with the focus on it
+    field = re.search(r'<input id="as_of_position"[^>]*>', bad.text)
+    assert field is not None
+    assert 'value="soon" aria-invalid="true" aria-describedby="refusal" autofocus' in field[0]
+    assert 'id="refusal"' in bad.text
+    assert "aria-invalid" not in re.search(r'<input id="as_of_time"[^>]*>', bad.text)[0]
     # Odd moments are refused the same way, never a server error
     for odd in ({"as_of_position": "²"}, {"as_of_time": "9999-12-31T23:59:59-10:00"}):
         r = client.get("/records/R1", params=odd)
@@ -717,6 +723,11 @@ def test_pages_can_be_browsed_as_of_a_past_position_read_only(desk: Desk) -> Non
     )
     assert both.status_code == 422
     assert "give an as-of position or an as-of time, not both" in text_of(both.text)
+    marked = re.findall(r'<input id="as_of_(position|time)"[^>]*aria-invalid="true"', both.text)
+    assert marked == ["position", "time"]
+    assert 'value="2026-01-01T00:00:00Z" aria-invalid' in both.text
+    late = client.get("/records/R1", params={"as_of_time": "<b>next week</b>"})
+    assert 'value="&lt;b&gt;next week&lt;/b&gt;" aria-invalid="true"' in late.text
 
 
 def test_the_queue_filtered_by_a_scope_it_does_not_approve_in_says_so(desk: Desk) -> None:

@@ -40,6 +40,7 @@ from ledger.serve.pages import (
     HERE,
     Access,
     Moment,
+    TypedMoment,
     candidate,
     environment,
     explain_line,
@@ -340,7 +341,8 @@ class Console:
         try:
             moment = Moment.of(request.query_params)
         except InvalidInputError as exc:
-            return self.error_page(request, session, exc, Moment())
+            typed = TypedMoment.of(request.query_params)  # kept, the faulty fields marked
+            return self.error_page(request, session, exc, Moment(typed=typed))
 
         def run() -> tuple[dict[str, Any], int | None]:
             live = self._live(session)

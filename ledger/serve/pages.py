@@ -60,6 +60,8 @@ class Moment:
     #: The log position a past page shows, once loaded: the end of the transaction
     #: that appended ``position``, or the newest position at ``time``.
     through: int | None = None
+    #: A refused as-of form, as typed (the page shows now, and the form this).
+    typed: TypedMoment | None = None
 
     @property
     def past(self) -> bool:
@@ -118,6 +120,24 @@ class Moment:
         if not self.past:
             return session
         return session.as_of(position=self.position, time=self.time)
+
+
+@dataclass(frozen=True)
+class TypedMoment:
+    """What was typed into a refused as-of form, and which of its fields are at fault."""
+
+    position: str
+    time: str
+    faulty: tuple[str, ...]
+
+    @classmethod
+    def of(cls, query: Mapping[str, str]) -> TypedMoment:
+        """The as-of fields of ``query``, blaming each that was filled in (both, when both
+        were: only one may be)."""
+        position = (query.get("as_of_position") or "").strip()
+        when = (query.get("as_of_time") or "").strip()
+        filled = (("as_of_position", position), ("as_of_time", when))
+        return cls(position, when, tuple(name for name, typed in filled if typed))
 
 
 # -- template helpers ----------------------------------------------------------------------
