@@ -234,7 +234,8 @@ def test_a_value_the_ledger_cannot_hold_fails_the_batch_before_anything_is_writt
     store.put(("test",), "old", {"v": 0})
     before = principals.ledger.position
 
-    with pytest.raises(InvalidValueError, match="value of key 'bad'"):
+    refused = "put of key 'bad' refused: value has a non-string key 1 at value"
+    with pytest.raises(InvalidValueError, match=refused):
         store.batch(
             [
                 PutOp(("test",), "ok", {"v": 1}),
@@ -242,7 +243,7 @@ def test_a_value_the_ledger_cannot_hold_fails_the_batch_before_anything_is_writt
                 PutOp(("test",), "bad", {1: "a key that is no string"}),
             ]
         )
-    with pytest.raises(ValueTooLargeError, match="value of key 'big'"):
+    with pytest.raises(ValueTooLargeError, match="put of key 'big' refused: value is "):
         store.batch([PutOp(("test",), "ok", {"v": 1}), PutOp(("test",), "big", {"s": "x" * 2**21})])
 
     assert principals.ledger.position == before
@@ -256,12 +257,11 @@ def test_a_tuple_is_refused_where_it_would_come_back_a_list(
     # LangGraph's own stores give back the tuple put; the ledger would store a list.
     before = principals.ledger.position
     for value, where in (
-        ({"point": (1, 2)}, "['point']"),
-        ({"nested": {"pair": ["a", ("b", "c")]}}, "['nested']['pair'][1]"),
+        ({"point": (1, 2)}, ".point"),
+        ({"nested": {"pair": ["a", ("b", "c")]}}, ".nested.pair[1]"),
     ):
-        with pytest.raises(
-            InvalidValueError, match=re.escape(f"value of key 'k'{where} holds a tuple")
-        ):
+        refused = f"put of key 'k' refused: value{where} holds a tuple"
+        with pytest.raises(InvalidValueError, match=re.escape(refused)):
             store.put(("test",), "k", value)
     assert principals.ledger.position == before
     store.put(("test",), "k", {"point": [1, 2]})
@@ -1301,6 +1301,40 @@ def test_a_thread_that_updates_a_memory_it_read_keeps_writing(
     assert store.get(("proj-a", "greetings"), "latest") is None
 
 
+def test_a_thread_goes_on_writing_after_its_own_put_outdates_what_it_read(
+    store: LedgerStore, principals: Principals
+) -> None:
+    # The usual memory loop: look at the namespace, update a counter, write a note.
+    # Updating the counter makes the note an earlier run built on it STALE; the
+    # thread made that change, so its next note no longer rests on the old note.
+    def remember(state: State) -> State:
+        memories = get_store()
+        seen = memories.search(("proj-a", "notes"))
+        counter = next((item.value["n"] for item in seen if item.key == "counter"), 0)
+        memories.put(("proj-a", "notes"), "counter", {"n": counter + 1})
+        memories.put(("proj-a", "notes"), f"note-{counter}", {"saw": len(seen)})
+        return {"greeting": f"note {counter}"}
+
+    graph = one_node_graph(store, remember)
+    answers = [
+        graph.invoke({"greeting": ""}, {"configurable": {"thread_id": f"t{n}"}})["greeting"]
+        for n in range(4)
+    ]
+    assert answers == ["note 0", "note 1", "note 2", "note 3"]
+    counter = store.get(("proj-a", "notes"), "counter")
+    assert counter is not None and counter.value == {"n": 4}
+    # Each note rests on the counter it was written beside: a later update of the
+    # counter makes it STALE (the ledger's rule), and the newest note stays usable.
+    reviewer = principals.reviewer
+    last = reviewer.get(current_id(reviewer, "proj-a", "notes/note-3"))
+    assert current_id(reviewer, "proj-a", "notes/counter") in last.observed
+    for older in ("note-1", "note-2"):
+        assert store.get(("proj-a", "notes"), older) is None
+        [entry] = reviewer.explain("proj-a", f"notes/{older}").entries
+        assert entry.record.status == Status.STALE
+        assert entry.record.id not in last.observed
+
+
 def one_node_graph(store: BaseStore, node: Callable[[State], State]) -> Any:
     """A graph of the one node ``node``."""
     builder = StateGraph(State)
@@ -1368,8 +1402,11 @@ def test_a_thread_that_read_a_withdrawn_memory_is_refused_its_next_put(
     with pytest.raises(InvalidParentError) as refused:
         writer_graph(store).invoke({"greeting": "hi"}, {"configurable": {"thread_id": "chat-1"}})
 
-    # The refusal names the record and the key to read again as the thread knows it.
+    # The refusal names the record and the key to read again as the thread knows it,
+    # and the put refused (not the id its version would have had, never written).
     assert name_id in str(refused.value)
+    assert "of the put of key 'last' of namespace ('proj-a', 'notes') is" in str(refused.value)
+    assert not re.search(r" of 'lg-[0-9a-f-]+'", str(refused.value))
     assert "get key 'name' of namespace ('proj-a', 'user') again in this thread" in str(
         refused.value
     )

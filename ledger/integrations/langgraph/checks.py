@@ -16,7 +16,12 @@ from langgraph.store.base import (
     validate_op_namespace,
 )
 
-from ledger.errors import InvalidInputError, UnsupportedStoreOperationError
+from ledger.errors import (
+    InvalidInputError,
+    InvalidValueError,
+    UnsupportedStoreOperationError,
+    ValueTooLargeError,
+)
 from ledger.integrations.langgraph.filters import check_condition, check_filter, count
 from ledger.integrations.langgraph.items import no_tuple
 from ledger.integrations.langgraph.keys import NamespaceLabelError, find, location, scope_of
@@ -119,12 +124,16 @@ def _check_put(op: PutOp, depth: int, max_value_bytes: int) -> None:
         location(tuple(op.namespace), op.key, depth)
         if not isinstance(op.value, Mapping):
             raise InvalidInputError(
-                f"value of key {op.key!r} must be a mapping or None, got {type(op.value).__name__}"
+                f"put of key {op.key!r} refused: value must be a mapping or None, "
+                f"got {type(op.value).__name__}"
             )
         # Checked with the rest of the batch, so a value the ledger cannot hold
         # stops the batch before any of its puts is written.
-        check_value(dict(op.value), f"value of key {op.key!r}", max_value_bytes)
-        no_tuple(op.value, f"value of key {op.key!r}")
+        try:
+            check_value(dict(op.value), "value", max_value_bytes)
+            no_tuple(op.value, "value")
+        except (InvalidValueError, ValueTooLargeError) as exc:
+            raise type(exc)(f"put of key {op.key!r} refused: {exc}") from None
     # An empty list of fields asks for no index, as False does.
     if op.index not in (None, False) and op.index != []:
         raise UnsupportedStoreOperationError(

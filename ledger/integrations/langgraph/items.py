@@ -26,7 +26,7 @@ def no_tuple(value: Any, what: str) -> None:
         )
     if isinstance(value, Mapping):
         for name, inner in value.items():
-            no_tuple(inner, f"{what}[{name!r}]")
+            no_tuple(inner, f"{what}.{name}")  # the path as the ledger's own checks write it
     elif isinstance(value, list):
         for index, inner in enumerate(value):
             no_tuple(inner, f"{what}[{index}]")

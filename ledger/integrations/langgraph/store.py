@@ -563,8 +563,11 @@ class LedgerStore(BaseStore):
                 thread read it, naming the namespace and key to get again.
         """
 
+        tried: list[str] = []
+
         def propose() -> str:
-            return state.run.propose(scope, claim, value, self.kind, id=self._ids.next(), **fields)
+            tried.append(self._ids.next())
+            return state.run.propose(scope, claim, value, self.kind, id=tried[-1], **fields)
 
         try:
             try:
@@ -578,8 +581,11 @@ class LedgerStore(BaseStore):
             # Refused at once or once more: either way, say what to read again.
             changed = self._changed_keys(state)
             again = f"get {changed} again" if changed else "read the key again"
+            # The refused proposal's id was never written: it names the put.
+            put = self._key_named(scope, claim) or repr(claim)
+            refusal = str(exc).replace(f" of {tried[-1]!r} ", f" of the put of {put} ")
             raise InvalidParentError(
-                f"{exc} (LangGraph thread {state.thread_id!r} read it earlier in ledger run "
+                f"{refusal} (LangGraph thread {state.thread_id!r} read it earlier in ledger run "
                 f"{state.run.run_id!r}; what the thread puts rests on everything it read: "
                 f"{again} in this thread, or continue in a new thread)"
             ) from None
@@ -600,8 +606,15 @@ class LedgerStore(BaseStore):
                 continue
             if validity == Validity.VALID:
                 continue
-            scope, claim = where
-            labels, parsed = labels_of(scope, self.scope_depth), parse_claim_key(claim)
-            if labels is not None and parsed is not None:
-                named.append(f"key {parsed[1]!r} of namespace {(*labels, *parsed[0])!r}")
+            name = self._key_named(*where)
+            if name is not None:
+                named.append(name)
         return ", ".join(dict.fromkeys(named))
+
+    def _key_named(self, scope: str, claim: str) -> str | None:
+        """A store key as a LangGraph user names it (None for a record not the
+        store's: its claim key maps to no namespace and key)."""
+        labels, parsed = labels_of(scope, self.scope_depth), parse_claim_key(claim)
+        if labels is None or parsed is None:
+            return None
+        return f"key {parsed[1]!r} of namespace {(*labels, *parsed[0])!r}"

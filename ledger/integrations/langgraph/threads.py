@@ -7,7 +7,9 @@ record withdrawn since the thread read it; the thread goes on when
 
 - it wrote or read the version that replaced it (the usual read-modify-write):
   the store shows the run the old version and observes the newer one instead,
-  and tries the put once more;
+  and tries the put once more; what that replacement made STALE (a record the
+  thread read that was built on the old version) is no longer a dependency
+  either: the thread has seen, or made, the change;
 - it reads the key again (``get``), deletes it, or searches a namespace that
   holds the key and is not shown it: the run is shown the version it read as it
   is now, and no longer rests on it if it was withdrawn (a search that no longer
@@ -210,19 +212,28 @@ class Thread:
     def catch_up(self, session: Session) -> bool:
         """After a put was refused: show the run each record it rests on that was
         superseded by a version the thread read or wrote since, and observe that
-        version instead. False if there is none (nothing changes then)."""
+        version instead; and each one made STALE only by such versions replacing
+        what it was built on (the thread's own put of a key it read makes what it
+        read that was built on the key's old version STALE). False if there is
+        none (nothing changes then)."""
         known = set(self.run.reads) | self.written
-        replaced: list[str] = []
+        shown: list[str] = []
         newer: list[str] = []
         for rid in self.run.relied_on:
-            newest = _newest_known(session, rid, known)
+            try:
+                view = session.get(rid)  # looked up, not recorded in the run
+            except LedgerError:  # no longer visible: nothing replaces it for the thread
+                continue
+            newest = _newest_known(session, view, known)
             if newest is not None:
-                replaced.append(rid)
+                shown.append(rid)
                 newer.append(newest)
-        if not replaced:
+            elif _outdated_by(view, known):
+                shown.append(rid)
+        if not shown:
             return False
-        for rid in replaced:
-            self.run.get(rid)  # shown SUPERSEDED: no longer a dependency
+        for rid in shown:
+            self.run.get(rid)  # shown SUPERSEDED or STALE: no longer a dependency
         self.run.observe(*dict.fromkeys(newer))
         return True
 
@@ -240,13 +251,18 @@ def _keys_of(session: Session, record_ids: Collection[str]) -> dict[str, tuple[s
     return keys
 
 
-def _newest_known(session: Session, record_id: str, known: Collection[str]) -> str | None:
-    """The newest version in ``known`` of those that superseded ``record_id``, if it
-    is SUPERSEDED (looked up through ``session``: not recorded in the run)."""
-    try:
-        view = session.get(record_id)
-    except LedgerError:  # no longer visible: nothing replaces it for the thread
-        return None
+def _outdated_by(view: RecordView, known: Collection[str]) -> bool:
+    """Whether ``view`` is STALE only because versions in ``known`` replaced what
+    it was built on (every cause still blocking it was superseded by one)."""
+    if view.validity != Validity.NEEDS_REVALIDATION:
+        return False
+    blocking = [cause for cause in view.stale_causes if cause.blocking]
+    return bool(blocking) and all(cause.superseded_by in known for cause in blocking)
+
+
+def _newest_known(session: Session, view: RecordView, known: Collection[str]) -> str | None:
+    """The newest version in ``known`` of those that superseded ``view``, if it is
+    SUPERSEDED (looked up through ``session``: not recorded in the run)."""
     if view.status != Status.SUPERSEDED:
         return None
     newest, following, seen = None, view.superseded_by, set()
