@@ -65,7 +65,7 @@ from ledger.validation import check_aware
 from ledger.values import RecordView
 from projections import validity as validity_view
 from projections.base import Cursor, Dialect
-from projections.projector import Projector
+from projections.projector import Projector, note_migrated
 
 if TYPE_CHECKING:
     from ledger.persistence import LedgerRecorder
@@ -105,8 +105,7 @@ class Busy(Exception):
 @dataclass
 class Write:
     """One command's write transaction: the writers' lock is held and the views
-    have applied every earlier event, so what ``c`` reads is what the command
-    decides on."""
+    have applied every earlier event, so ``c`` reads what the command decides on."""
 
     c: Cursor
     engine: Engine
@@ -124,10 +123,9 @@ class Write:
         known: Mapping[str, Any] | None = None,
     ) -> int:
         """Store ``events`` with their view rows, Merkle leaves and ``snapshots``;
-        returns the log position of the last one. ``known``: current view rows
-        read in this transaction since its previous append (a command step reads
-        them in its decision, right before its own append), by aggregate id
-        (hex), that the views may reuse."""
+        returns the log position of the last one. ``known``: current view rows read
+        in this transaction since its previous append (by a command step's decision,
+        right before its own append), by aggregate id (hex), the views may reuse."""
         if not events:
             return self.engine.recorder.max_position(self.c)
         self.ahead.clear()  # the views are about to change
@@ -660,15 +658,17 @@ class Engine:
             self.outdated_views = None
 
     def migrate_views(self) -> None:
-        """Rebuild the views from the log if they were built with another layout
-        (a ledger written by an older version); the stored events never change."""
+        """Rebuild the views from the log if they were built with another layout (a
+        ledger an older version wrote: ``note_migrated`` says so); events never change."""
         current = self.projector.current_layout
         with self.reading() as c:
             if self.projector.layout(c) == current:
                 return
         with self.locked() as c, self.recorder.replaying(c):
             if self.projector.layout(c) != current:  # another process may have done it
-                self.projector.replay(c)
+                started = time.monotonic()
+                if events := self.projector.replay(c):  # none: a new ledger's views
+                    note_migrated(events, current, time.monotonic() - started)
 
     # -- tokens -------------------------------------------------------------------
 

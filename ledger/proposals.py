@@ -10,6 +10,7 @@ or nothing.
 from __future__ import annotations
 
 import hashlib
+import unicodedata
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -312,9 +313,10 @@ def prepare(
     engine = caller.engine
     now = engine.now() if now is None else now
     check_id(scope, "scope")
-    claim_key = check_claim_key(claim_key)
-    if supersedes is None:  # a new version keeps its claim's key, as it is stored
+    if supersedes is None:
+        claim_key = check_claim_key(claim_key)
         check_format_edges(claim_key, "claim_key")
+    # (A new version keeps its claim's key as it is stored: ``_version_key``.)
     the_kind = check_kind(kind)
     if the_kind is Kind.EVIDENCE and evidence is None:
         raise InvalidKindError(
@@ -341,6 +343,7 @@ def prepare(
         old_name = check_ref(supersedes, "supersedes id")
         supersedes = _resolve(caller, c, old_name, known, pending)
         shown.setdefault(supersedes, old_name)
+        claim_key = _version_key(caller, c, supersedes, claim_key, known, pending, found)
     observed = caller.run.observed_for(declared, c) if caller.run is not None else ()
     # A new version read the one it replaces: that is not a dependency.
     observed = tuple(o for o in observed if o != supersedes)
@@ -528,9 +531,13 @@ def _check_supersedable(
             f"to {caller.subject!r}"
         )
     if (row["scope"], row["claim_key"]) != (scope, claim_key):
+        stored = row["claim_key"]
+        # Keys that print alike (one an earlier version took): say which is stored.
+        alike = unicodedata.normalize("NFC", stored.strip()) == claim_key
         raise InvalidInputError(
-            f"propose refused: supersedes {old_name!r} ({row['scope']}/{row['claim_key']}), "
+            f"propose refused: supersedes {old_name!r} ({row['scope']}/{stored}), "
             f"not {scope}/{claim_key}: a new version keeps scope and claim key"
+            + (f" (the claim is stored as {stored!a}: give that)" if alike else "")
         )
     if row["status"] in rules.FINAL:
         raise InvalidTransitionError(
@@ -556,6 +563,24 @@ def _check_supersedable(
                 "that has not, such as a new MCP session, LangGraph thread or "
                 "session.run())"
             )
+
+
+def _version_key(
+    caller: Caller,
+    c: Cursor,
+    old: str,
+    given: str,
+    known: dict[str, Any],
+    pending: Mapping[str, Record.Proposed],
+    found: bool,
+) -> str:
+    """A new version's claim key: ``given`` as is when ``old`` stores it so (a key
+    an earlier version took: whitespace at its ends, or not NFC), else checked."""
+    stored = pending[old].claim_key if old in pending else None
+    row = None if old in pending else _row(caller, c, old, known)
+    if row is not None and _may_supersede(caller, c, row, found):
+        stored = row["claim_key"]
+    return given if given == stored else check_claim_key(given)
 
 
 def _may_supersede(caller: Caller, c: Cursor, row: Any, found: bool) -> bool:

@@ -20,7 +20,7 @@ from ledger.access import Role
 from ledger.caller import Caller
 from ledger.deliveries import correction_of, delivery_of
 from ledger.domain import Kind, Outcome, Status, Validity
-from ledger.errors import InvalidInputError
+from ledger.errors import InvalidInputError, InvalidValueError
 from ledger.serialization import canonical, micros_to_datetime, unpack
 from ledger.validation import (
     check_claim_key,
@@ -303,7 +303,32 @@ def _asked(
     (normalised), the instant, the context and the kinds (None: every kind)."""
     ctx = _NO_CONTEXT if context is None else check_context(context)
     wanted = None if kinds is None else _wanted(kinds)
-    return _checked_claim(scope, claim_key), caller.at(at), ctx, wanted
+    try:
+        checked = _checked_claim(scope, claim_key)
+    except InvalidValueError:  # whitespace at its ends: a key an earlier version took?
+        if not _held_as_given(caller, scope, claim_key):
+            raise
+        return claim_key, caller.at(at), ctx, wanted
+    if checked != claim_key and _held_as_given(caller, scope, claim_key):
+        checked = claim_key  # not in NFC, as an earlier version stored it
+    return checked, caller.at(at), ctx, wanted
+
+
+def _held_as_given(caller: Caller, scope: str, claim_key: str) -> bool:
+    """Whether records of ``(scope, claim_key)``, a key no new claim may have, are
+    stored under it exactly as given (an earlier version took such keys), as a
+    reader of the scope sees: they are read then, as they were (a key not held
+    is refused, or normalised, as any)."""
+    if type(claim_key) is not str or len(claim_key) > 512:
+        return False
+    engine, position = caller.engine, caller.position
+
+    def fetch(c: Cursor) -> tuple[claim_queries.Token | None, list[Any]]:
+        d = engine.dialect
+        return claim_queries.for_claim_as(c, d, caller.token_hash, scope, claim_key, position)
+
+    token, rows = engine.query(fetch)
+    return token is not None and token[2] and bool(rows)
 
 
 def _judge_bounded(

@@ -14,6 +14,7 @@ writes no tracking row of its own.
 from __future__ import annotations
 
 import functools
+import logging
 import sqlite3
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -103,6 +104,26 @@ _LATER = frozenset(
         Record.CorrectionIssued,
     )
 )
+
+
+#: Says, once, that opening a ledger rebuilt views an earlier version built.
+_LOG = logging.getLogger("provledger.views")
+
+
+def note_migrated(events: int, layout: int, seconds: float) -> None:
+    """Say (a warning on the ``provledger.views`` logger, which a program without
+    logging set up prints on standard error) that the views of a ledger an earlier
+    version wrote were rebuilt in this version's ``layout``: the stored events are
+    unchanged, but the earlier version cannot open the ledger any more."""
+    _LOG.warning(
+        "the views of this ledger were built by an earlier version of provledger: "
+        "rebuilt from its %d stored events in layout %d in %.1f s (the events are "
+        "unchanged; the earlier version can no longer open this ledger: go back with "
+        "a backup made before)",
+        events,
+        layout,
+        seconds,
+    )
 
 
 def layout_of(d: Dialect) -> int:

@@ -9,6 +9,8 @@ tables whose layout changed are rebuilt on open.
 from __future__ import annotations
 
 import json
+import logging
+import re
 import shutil
 import sqlite3
 from datetime import UTC, datetime
@@ -18,7 +20,7 @@ from typing import Any
 import pytest
 
 from ledger import Kind, Ledger, Outcome, Status
-from ledger.errors import StorageError
+from ledger.errors import InvalidInputError, InvalidValueError, StorageError
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ANSWERS: dict[str, Any] = json.loads((FIXTURES / "ledger-0.1.0.json").read_text())
@@ -206,3 +208,58 @@ def test_a_0_1_0_ledger_left_as_stored_refuses_reads_its_views_cannot_answer(
         ):
             with pytest.raises(StorageError, match="built by an earlier version"):
                 read()
+
+
+def test_claim_keys_0_1_0_took_are_read_and_take_new_versions_as_stored(tmp_path: Path) -> None:
+    # Given a copy of a 0.1.0 ledger holding claim keys no new claim may have now:
+    # whitespace at the ends, and a decomposed "café" beside a composed one
+    answers = json.loads((FIXTURES / "ledger-0.1.0-keys.json").read_text())
+    path = tmp_path / "ledger-0.1.0-keys.db"
+    shutil.copyfile(FIXTURES / "ledger-0.1.0-keys.db", path)
+    with Ledger.open(f"sqlite:///{path}") as led:
+        tokens = answers["tokens"]
+        agent, reviewer = led.authenticate(tokens["agent-1"]), led.authenticate(tokens["reviewer"])
+        # Then each spelling answers as 0.1.0 answered it, in a read and an explanation
+        for key, answer in answers["reads"]:
+            read = reviewer.read(scope="s", claim_key=key)
+            assert [str(read.outcome), sorted(v.id for v in read.records)] == [
+                answer["outcome"],
+                answer["ids"],
+            ], key
+            explained = reviewer.explain(scope="s", claim_key=key)
+            assert sorted(e.record.id for e in explained.entries) == answer["ids"], key
+        # A key no record holds is still refused as any new one is
+        with pytest.raises(InvalidValueError, match="leading or trailing whitespace"):
+            reviewer.read(scope="s", claim_key=" nothing ")
+        # When a new version is proposed under the key as stored, it replaces the old
+        for rid, key in answers["keys"].items():
+            new = agent.propose(
+                scope="s", claim_key=key, value={"v": 2}, kind=Kind.FACT, supersedes=rid
+            )
+            reviewer.accept(new)
+            assert reviewer.get(rid).status == Status.SUPERSEDED
+            assert [v.id for v in reviewer.read(scope="s", claim_key=key).records] == [new]
+        # and a key spelt otherwise is refused, naming the key as stored
+        stored = answers["keys"]["NFD"]
+        new_nfd = reviewer.read(scope="s", claim_key=stored).records[0].id
+        with pytest.raises(InvalidInputError, match=re.escape("stored as 'cafe\\u0301'")):
+            agent.propose(
+                scope="s", claim_key="caf\u00e9", value=3, kind=Kind.FACT, supersedes=new_nfd
+            )
+        assert led.verify(against=answers["digest"]).ok  # the log extends 0.1.0's
+
+
+def test_opening_a_0_1_0_ledger_says_once_that_its_views_were_rebuilt(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "ledger-0.1.0.db"
+    shutil.copyfile(FIXTURES / "ledger-0.1.0.db", path)
+    with caplog.at_level(logging.WARNING, logger="provledger.views"):
+        Ledger.open(f"sqlite:///{path}").close()
+        [said] = [r.getMessage() for r in caplog.records if r.name == "provledger.views"]
+        assert f"rebuilt from its {ANSWERS['position']} stored events in layout" in said
+        assert "the earlier version can no longer open this ledger" in said
+        caplog.clear()
+        Ledger.open(f"sqlite:///{path}").close()  # rebuilt already
+        Ledger.open(f"sqlite:///{tmp_path / 'new.db'}").close()  # a new ledger
+        assert [r for r in caplog.records if r.name == "provledger.views"] == []
