@@ -338,9 +338,10 @@ class Admin:
         """Erase the evidence bytes behind ``ref`` (``sha256:…``), recording who and why.
 
         The bytes leave the snapshot store and every evidence record captured with
-        them gets a ``SnapshotErased`` event, in one transaction; records keep
-        their status and the log still verifies. ``Session.snapshot(ref)`` then
-        raises ``SnapshotErasedError``. See :mod:`ledger.erasure`.
+        them, in every scope, gets a ``SnapshotErased`` event carrying ``reason``,
+        which each record's readers see (write it for all of them), in one
+        transaction; records keep their status and the log still verifies.
+        ``Session.snapshot(ref)`` then raises ``SnapshotErasedError``. See :mod:`ledger.erasure`.
 
         Raises:
             UnknownSnapshotError: no evidence was captured with ``ref``.

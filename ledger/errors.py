@@ -233,10 +233,13 @@ class UnsupportedStoreOperationError(LedgerError, NotImplementedError):
 
 
 def install_hint(extra: str) -> str:
-    """How to install the optional packages of the ``extra`` extra: provledger is
-    installed from its source directory (see the README's set-up commands)."""
-    where = "in provledger's source directory"
-    return f"install the {extra!r} extra: pip install -e '.[{extra}]' {where}"
+    """How to install the optional packages of the ``extra`` extra: from
+    provledger's source directory (the README's set-up commands), or where it
+    was installed as a package (an auditor's machine, say)."""
+    return (
+        f"install the {extra!r} extra: pip install -e '.[{extra}]' in provledger's source "
+        f"directory, or pip install 'provledger[{extra}]' where it was installed as a package"
+    )
 
 
 @contextmanager

@@ -31,13 +31,13 @@ from ledger.validation import (
 )
 from ledger.values import (
     HIDDEN,
-    WITHHELD,
     Explanation,
     ReadResult,
     Reason,
     RecordView,
     StaleCause,
     assembled,
+    withheld,
 )
 from projections import claims as claim_queries
 from projections import delivery as delivery_view
@@ -187,7 +187,7 @@ def _redacted_cause(cause: StaleCause, hidden: frozenset[str]) -> StaleCause:
     return dataclasses.replace(
         cause,
         cause=HIDDEN,
-        reason=WITHHELD,
+        reason=withheld(cause.superseded_by),
         superseded_by=redaction.one(cause.superseded_by, hidden),
         blocking=True,
     )

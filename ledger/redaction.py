@@ -8,7 +8,7 @@ it STALE. Every output built from a view row or an event (``RecordView``,
 error messages) passes through :func:`row`, :func:`ids` or :func:`details`, so
 such ids become one fixed placeholder (:data:`~ledger.values.HIDDEN`, shown once
 however many there are), a hidden cause's reason is withheld
-(:data:`~ledger.values.WITHHELD`) and so is who made the stale marking it caused
+(:func:`~ledger.values.withheld`) and so is who made the stale marking it caused
 (:func:`actor`).
 
 Which ids are hidden is decided by :meth:`ledger.caller.Caller.hidden_among`:
@@ -34,7 +34,7 @@ from typing import Any, cast
 
 from ledger.errors import LedgerError
 from ledger.serialization import unpack
-from ledger.values import HIDDEN, WITHHELD, RecordView
+from ledger.values import HIDDEN, RecordView, withheld
 from projections.validity import RecordRow
 
 #: Separates an id from its scope in the key of a record whose id was taken in a
@@ -238,7 +238,7 @@ def row(row: RecordRow, hidden: Set[str]) -> RecordRow:
     for col in _ID_COLUMNS:
         out[col] = one(out[col], hidden)
     if row["cause_root"] in hidden and row["status"] == "STALE":
-        out["reason"] = WITHHELD
+        out["reason"] = withheld(row["stale_via"])
     return out  # type: ignore[return-value]
 
 
@@ -270,5 +270,5 @@ def details(
         if isinstance(value, str):
             out[name] = text(value, names)
     if fields.get("cause") in hidden and "reason" in out:
-        out["reason"] = WITHHELD
+        out["reason"] = withheld(fields.get("superseded_by"))
     return out

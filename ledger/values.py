@@ -13,6 +13,16 @@ from ledger.domain import Kind, Outcome, Status, Validity
 HIDDEN = "<hidden>"
 #: The reason shown when a hidden dependency's revocation made a record STALE.
 WITHHELD = "a dependency outside your scopes was revoked"
+#: The reason shown when a hidden dependency's supersession (a new version of it
+#: accepted) made a record STALE.
+WITHHELD_SUPERSEDED = "a dependency outside your scopes was superseded"
+
+
+def withheld(superseded_by: str | None) -> str:
+    """The reason shown for a hidden cause of a stale marking: revoked, or
+    superseded (``superseded_by``, as the caller is shown it, is set)."""
+    return WITHHELD if superseded_by is None else WITHHELD_SUPERSEDED
+
 
 T = TypeVar("T")
 

@@ -433,7 +433,8 @@ def test_serve_without_its_extra_says_which_extra_to_install_as_an_error_line() 
     assert done.returncode == 1
     assert done.stderr == (
         "error: this needs starlette, which is not installed; install the 'serve' extra: "
-        "pip install -e '.[serve]' in provledger's source directory\n"
+        "pip install -e '.[serve]' in provledger's source directory, or pip install "
+        "'provledger[serve]' where it was installed as a package\n"
     )
 
 
@@ -490,7 +491,8 @@ def test_export_without_the_prov_extra_says_which_extra_to_install(
     assert result.exit_code == 1
     assert result.stderr == (
         "error: this needs prov, which is not installed; install the 'prov' extra: "
-        "pip install -e '.[prov]' in provledger's source directory\n"
+        "pip install -e '.[prov]' in provledger's source directory, or pip install "
+        "'provledger[prov]' where it was installed as a package\n"
     )
 
 

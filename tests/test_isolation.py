@@ -141,6 +141,30 @@ def test_explain_audit_history_and_corrections_name_nothing_of_the_other_scope(
     assert_nothing_of_a(repr(before.get("B-R1")) + repr(before.audit("B-R1")))
 
 
+def test_a_hidden_dependency_superseded_is_said_superseded_everywhere(tenants: Tenants) -> None:
+    # Given B's record observing A's fact, which A then replaces with a new version
+    a, b, bridge = tenants.a, tenants.b, tenants.bridge
+    a.propose("proj-a", "a.rate", 1, Kind.FACT, id="A-F1")
+    grant(tenants.led, "approver-a", {"proj-a": ALL}).accept("A-F1")
+    bridge.propose("proj-b", "b.plan", "x", Kind.INFERENCE, parents=["A-F1"], id="B-P1")
+    grant(tenants.led, "approver-ab2", {"proj-a": ["read"], "proj-b": ["approve", "read"]}).accept(
+        "B-P1"
+    )
+    a.propose("proj-a", "a.rate", 2, Kind.FACT, supersedes="A-F1", id="A-F2")
+    grant(tenants.led, "approver-a2", {"proj-a": ALL}).accept("A-F2")
+    superseded = "a dependency outside your scopes was superseded"
+    # Then B is told, wherever the reason shows, that it was superseded (as the
+    # cause's placeholder for what superseded it already says), and nothing of A
+    view = b.get("B-P1")
+    assert (view.cause, view.cause_superseded_by, view.reason) == (HIDDEN, HIDDEN, superseded)
+    assert [(c.superseded_by, c.reason) for c in view.stale_causes] == [(HIDDEN, superseded)]
+    [marked] = [e for e in b.audit("B-P1").events if e.type == "MarkedStale"]
+    assert marked.details == {"cause": HIDDEN, "reason": superseded, "superseded_by": HIDDEN}
+    [listed] = b.records("proj-b", status="STALE", claim_prefix="b.plan")
+    assert listed.reason == superseded
+    assert_nothing_of_a(repr(view) + repr(marked) + repr(listed))
+
+
 def test_a_hidden_cause_looks_the_same_whatever_is_done_in_its_scope(tenants: Tenants) -> None:
     b = tenants.b
     before = b.get("B-R1"), b.explain("proj-b", "b.report")

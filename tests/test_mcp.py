@@ -1751,7 +1751,8 @@ def test_provledger_mcp_without_the_sdk_names_the_extra_to_install(
     assert result.exit_code == 1
     assert result.stderr == (
         "error: provledger mcp needs the MCP SDK (mcp is not installed); install the 'mcp' "
-        "extra: pip install -e '.[mcp]' in provledger's source directory\n"
+        "extra: pip install -e '.[mcp]' in provledger's source directory, or pip install "
+        "'provledger[mcp]' where it was installed as a package\n"
     )
 
 

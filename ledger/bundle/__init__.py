@@ -13,7 +13,9 @@ role) writes a zip archive holding
     aggregate id, version, topic and the stored event state) for every event of
     the record and its ancestors;
 ``head.json``
-    a signed tree head taken when the bundle was written;
+    a signed tree head taken when the bundle was written (and, in the
+    manifest's ``extends``, the earlier heads it was asked to extend, each with
+    the consistency proof from it);
 ``public_key.pem``
     the key that signed the head, the manifest and the archive;
 ``manifest.json`` and ``manifest.sig``
@@ -49,7 +51,8 @@ Where each part lives:
   signatures);
 - :mod:`ledger.bundle.told`: what a record's events tell of it (its status after
   each event, its bases and expiry), the one definition writing and verifying
-  share;
+  share, and the check that the events listed are ones a ledger could have
+  written (the status machine ``provledger verify`` replays);
 - :mod:`ledger.bundle.events`: the events a bundle carries, read from the log
   with their leaves and inclusion proofs, withheld where they name a hidden record;
 - :mod:`ledger.bundle.documents`: ``prov.json`` and ``summary.txt``;
@@ -57,6 +60,10 @@ Where each part lives:
   against the events;
 - :mod:`ledger.bundle.verify`: :func:`verify_bundle` and its checks of the
   archive, signatures, digests, head and proofs;
+- :mod:`ledger.bundle.extends`: earlier signed heads (read from a head's JSON,
+  a heads file or an earlier bundle) and the consistency proofs that show a
+  bundle's head extends them (``write_bundle(extends=…)``,
+  ``verify_bundle(earlier=…)``);
 - :mod:`ledger.bundle.verify_statements`: the check of every status, validity
   and basis the bundle states against the events it carries.
 """

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import io
+import os
 import zipfile
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -79,6 +80,9 @@ def _check_container(
     problems: list[str],
     members: dict[str, bytes],
 ) -> None:
+    """Check the archive's signature (its comment) over every byte before it;
+    ``problems``: what the checks of its files found, which decides how a failed
+    signature is told."""
     comment = archive.comment
     if (
         not comment.startswith(SIGNATURE_PREFIX)
@@ -94,15 +98,43 @@ def _check_container(
     )
     if not failed:
         return
-    # The archive is rebuilt exactly as it was written from its files: if that is
-    # these bytes, it is the signature that was altered, not the archive.
-    if _unsigned_archive(members) == body:
-        problems.append(
-            "the archive's signature (its zip comment) does not verify: the archive's "
-            "bytes are exactly as written, so the signature itself was altered"
-        )
-    else:
+    if _unsigned_archive(members) != body:
         problems.append(
             "the archive's signature (its zip comment) does not verify: the archive "
             "(its zip structure, names or metadata) or the signature was altered after signing"
         )
+    elif problems:
+        # Files found altered, zipped again as the writer zips them: the archive's
+        # bytes are not those signed, though in the writer's layout.
+        problems.append(
+            "the archive's signature (its zip comment) does not verify: the archive was "
+            "zipped again, in the writer's layout, around the altered files named above, "
+            "keeping a signature made over other bytes"
+        )
+    else:
+        # The archive is exactly what the writer makes of files nothing else found
+        # altered: it is the signature that was altered.
+        problems.append(
+            "the archive's signature (its zip comment) does not verify: the archive's "
+            "bytes are exactly as written, so the signature itself was altered"
+        )
+
+
+#: How much of a member is unpacked at a time.
+_CHUNK = 64 * 1024
+
+
+def open_nonblocking(path: str, flags: int) -> int:
+    # Nor may a terminal swapped in become the process's controlling terminal.
+    return os.open(path, flags | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+
+
+def read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> bytes:
+    """The member's bytes, unpacked a chunk at a time: never more than the size it
+    declares (``zipfile`` stops there, and a member that holds more fails its
+    CRC), where reading it whole would inflate all its compressed bytes at once."""
+    chunks = []
+    with archive.open(info) as member:
+        while chunk := member.read(_CHUNK):
+            chunks.append(chunk)
+    return b"".join(chunks)

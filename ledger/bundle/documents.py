@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ledger.bundle.events import _Auditable, _Event
-from ledger.bundle.told import HISTORY_LABELS, one_line
+from ledger.bundle.told import HISTORY_LABELS, history_line, one_line
 from ledger.domain import Kind
 from ledger.heads import SignedHead
 from ledger.session import Session
@@ -96,7 +96,7 @@ def _summary(
         f"value:     {json.dumps(record.value, default=repr, ensure_ascii=False)[:200]}",
         f"status:    {record.status} / {record.validity}{_cause(record, auditable)}",
     ]
-    lines += _history_lines(trails[order[0]])
+    lines += _history_lines(trails[order[0]], auditable)
     evidence = [rid for rid in order if trails[rid].record.kind == Kind.EVIDENCE]
     if not evidence:
         lines.append("evidence:  none among the records you may audit")
@@ -114,7 +114,7 @@ def _summary(
     ] + ([HIDDEN] if hidden else [])
     lines.append(f"ancestry:  {', '.join(ancestry) if ancestry else 'none'}")
     for rid in order[1:]:
-        lines += [f"  {line}" for line in _history_lines(trails[rid], rid)]
+        lines += [f"  {line}" for line in _history_lines(trails[rid], auditable, rid)]
     included = sum(1 for e in events if e.data is not None)
     withheld = len(events) - included
     lines += [
@@ -145,14 +145,15 @@ def _cause(record: RecordView, auditable: _Auditable) -> str:
     return f" ({record.cause} revoked: {record.reason})"
 
 
-def _history_lines(trail: AuditTrail, rid: str | None = None) -> list[str]:
-    lines = []
-    for event in trail.events:
-        if event.type not in HISTORY_LABELS:
-            continue
-        why = event.details.get("reason") or event.details.get("note")
-        lines.append(
-            f"{HISTORY_LABELS[event.type] + ':':<10} {rid + ' ' if rid else ''}by {event.actor} at "
-            f"{_when(event.at)} (log position {event.position})" + (f": {why}" if why else "")
+def _history_lines(trail: AuditTrail, auditable: _Auditable, rid: str | None = None) -> list[str]:
+    """One line per event the summary tells of a record (``rid``: an ancestor's
+    id, which its lines name): who did what, when, and why; a stale marking names
+    its cause (and what it was revoked for, or superseded by), a correction its
+    delivery and replacement, unless the reader may not audit them."""
+    return [
+        history_line(
+            event.type, rid, event.actor, event.at, event.position, event.details, auditable
         )
-    return lines
+        for event in trail.events
+        if event.type in HISTORY_LABELS
+    ]

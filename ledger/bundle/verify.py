@@ -1,7 +1,9 @@
 """Verifying a compliance bundle offline (:func:`verify_bundle`): the
 archive's members, the manifest's signature and digests, the signed head and
-each event's leaf hash and inclusion proof; what the bundle states is checked
-in :mod:`ledger.bundle.verify_statements`.
+each event's leaf hash and inclusion proof, and the consistency proofs from
+earlier heads its manifest carries and from the earlier heads the auditor holds
+(:mod:`ledger.bundle.extends`); what the bundle states is checked in
+:mod:`ledger.bundle.verify_statements`.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import json
 import os
 import stat
 import zipfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +27,16 @@ from ledger.bundle.archive import (
     FORMAT,
     _check_container,
     _check_signature,
+    open_nonblocking,
+    read_member,
+)
+from ledger.bundle.extends import (
+    Earlier,
+    HeldHead,
+    _as_list,
+    _check_earlier,
+    _check_extends,
+    held_head,
 )
 from ledger.bundle.verify_statements import _check_statements
 from ledger.errors import InvalidInputError, InvalidKeyError, LedgerError
@@ -53,6 +66,12 @@ class BundleReport:
     #: What the bundle states but its carried bytes cannot confirm (an event
     #: whose bytes are withheld decides it), each naming the record.
     unchecked: tuple[str, ...] = ()
+    #: The earlier heads whose consistency proofs the signed manifest carries
+    #: (``extends``), each proof checked against the bundle's head.
+    extends: tuple[SignedHead, ...] = ()
+    #: The earlier heads given (``earlier=``), in order: when ``ok``, each one
+    #: the bundle's head is, or is proved to extend.
+    earlier: tuple[HeldHead, ...] = ()
 
 
 def verify_bundle(
@@ -60,11 +79,18 @@ def verify_bundle(
     public_key: PublicKeyLike | None = None,
     *,
     max_unpacked: int | None = None,
+    earlier: Iterable[Earlier] = (),
 ) -> BundleReport:
     """Check a compliance bundle offline: no ledger, no token (see the module docstring).
 
     ``public_key`` is the key the auditor trusts (held from elsewhere); without
-    it the bundle is checked against the key it carries. ``max_unpacked``: the
+    it the bundle is checked against the key it carries. ``earlier``: signed
+    heads the auditor holds from before (heads, or files :func:`held_head`
+    reads: a head's JSON, a heads file, an earlier bundle); each must be signed
+    by that key, and the bundle's head must extend it: be it, or be proved by a
+    consistency proof the signed manifest carries (``extends``, written by
+    ``write_bundle(extends=…)``). Consistency proofs the manifest carries are
+    checked whether or not ``earlier`` is given. ``max_unpacked``: the
     bytes its members may unpack to, together, and the file itself may hold, in
     place of :data:`MAX_UNPACKED` (for a bundle of large values its writer said
     it would need; see :func:`unpacked_size`). What is not a regular file (a
@@ -76,6 +102,7 @@ def verify_bundle(
         OSError: the file cannot be read (there is none at ``path``).
         InvalidKeyError: ``public_key`` cannot be loaded, or the ``cryptography``
             package is not installed (then nothing can be said of the bundle).
+        InvalidHeadError: an ``earlier`` file holds no readable signed head.
     """
     if max_unpacked is not None and (
         isinstance(max_unpacked, bool) or not isinstance(max_unpacked, int) or max_unpacked < 1
@@ -85,6 +112,7 @@ def verify_bundle(
         )
     ed25519()  # without it every bundle would look altered
     trusted = None if public_key is None else load_public_key(public_key)
+    held = [held_head(given) for given in _as_list(earlier, "earlier")]
     most = max_unpacked or MAX_UNPACKED
     name = os.fspath(path)  # as given, in every refusal of the file
     data = _read_bundle(name, most)
@@ -98,7 +126,7 @@ def verify_bundle(
         unsafe = _unsafe(archive, len(data), most)
         if unsafe is not None:
             return _failed(f"{name} is not a bundle: {unsafe}")
-        return _verify_archive(archive, data, trusted)
+        return _verify_archive(archive, data, trusted, held)
 
 
 #: What a bundle's members may unpack to, together: this many bytes, or
@@ -111,8 +139,6 @@ def verify_bundle(
 #: anyway (its writer gives one that covers both: :func:`unpacked_size`).
 MAX_UNPACKED = 256 * 1024 * 1024
 UNPACKED_PER_BYTE = 16
-#: How much of a member is unpacked at a time.
-_CHUNK = 64 * 1024
 
 
 def unpacked_size(path: str | os.PathLike[str]) -> int | None:
@@ -151,7 +177,7 @@ def _read_bundle(name: str, most: int) -> bytes | str:
     refused = _refused_file(name, os.stat(name), most)
     if refused is not None:
         return refused
-    with open(name, "rb", opener=_open_nonblocking) as file:
+    with open(name, "rb", opener=open_nonblocking) as file:
         info = os.fstat(file.fileno())
         refused = _refused_file(name, info, most)
         if refused is not None:
@@ -179,17 +205,12 @@ def _refused_file(name: str, info: os.stat_result, most: int) -> str | None:
     return None
 
 
-def _open_nonblocking(path: str, flags: int) -> int:
-    # Nor may a terminal swapped in become the process's controlling terminal.
-    return os.open(path, flags | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
-
-
 def _unsafe(archive: zipfile.ZipFile, size: int, most: int) -> str | None:
     """Why the archive's members, as its central directory describes them, are
     not to be unpacked (None: they may be): packed otherwise than deflated (or
     stored), as a bundle's are, or more than a verifier should hold. Nothing is
     unpacked to tell. A deflated member is unpacked a chunk at a time, never past
-    the size it declares (:func:`_read_member`); bzip2 and LZMA chunks unpack
+    the size it declares (:func:`read_member`); bzip2 and LZMA chunks unpack
     whole, however large, before ``zipfile`` cuts them to that size."""
     infos = archive.infolist()
     for info in infos:
@@ -209,17 +230,6 @@ def _unsafe(archive: zipfile.ZipFile, size: int, most: int) -> str | None:
         "nothing in it was unpacked (if its writer said it would unpack to this, "
         f"give --max-unpacked {total}, or max_unpacked={total})"
     )
-
-
-def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> bytes:
-    """The member's bytes, unpacked a chunk at a time: never more than the size it
-    declares (``zipfile`` stops there, and a member that holds more fails its
-    CRC), where reading it whole would inflate all its compressed bytes at once."""
-    chunks = []
-    with archive.open(info) as member:
-        while chunk := member.read(_CHUNK):
-            chunks.append(chunk)
-    return b"".join(chunks)
 
 
 #: A manifest's fields and the JSON types they must have (an event's fields below).
@@ -267,6 +277,25 @@ def _shape_problem(manifest: dict[str, Any]) -> str | None:
     for name, digest in manifest["files"].items():
         if not isinstance(digest, str):
             return f"files[{name!r}] is {_json_type(digest)}"
+    return _extends_shape_problem(manifest)
+
+
+def _extends_shape_problem(manifest: dict[str, Any]) -> str | None:
+    """The first field of the manifest's ``extends`` (absent from bundles written
+    with no earlier head) that is of the wrong JSON type, or None."""
+    if "extends" not in manifest:
+        return None
+    listed = manifest["extends"]
+    if not isinstance(listed, list):
+        return f"extends is {_json_type(listed)}"
+    for i, entry in enumerate(listed):
+        if not isinstance(entry, dict):
+            return f"extends[{i}] is {_json_type(entry)}"
+        for name, want in (("head", dict), ("proof", list)):
+            if not isinstance(entry.get(name), want):
+                return f"extends[{i}].{name} is {_json_type(entry.get(name))}"
+        if not all(isinstance(step, str) for step in entry["proof"]):
+            return f"extends[{i}].proof holds something other than hex strings"
     return None
 
 
@@ -291,7 +320,7 @@ def _read_members(archive: zipfile.ZipFile, problems: list[str]) -> dict[str, by
     for info in archive.infolist():  # a name held twice: the last one, as zipfile reads it
         name = info.filename
         try:
-            members[name] = _read_member(archive, info)
+            members[name] = read_member(archive, info)
         except Exception as exc:  # zipfile raises many kinds on altered headers
             problems.append(
                 f"{name} cannot be read from the archive: it was altered "
@@ -301,7 +330,10 @@ def _read_members(archive: zipfile.ZipFile, problems: list[str]) -> dict[str, by
 
 
 def _verify_archive(
-    archive: zipfile.ZipFile, data: bytes, trusted: Ed25519PublicKey | None
+    archive: zipfile.ZipFile,
+    data: bytes,
+    trusted: Ed25519PublicKey | None,
+    held: list[HeldHead],
 ) -> BundleReport:
     problems: list[str] = []
     members = _read_members(archive, problems)
@@ -336,6 +368,8 @@ def _verify_archive(
     )
     head = _check_head(members, manifest, key, problems)
     events, withheld = _check_events(members, manifest, head, problems)
+    extends = _check_extends(manifest, head, key, problems)
+    _check_earlier(held, extends, head, key, trusted, problems)
     unchecked = _check_statements(members, manifest, problems)
     _check_container(archive, data, key, problems, members)
     hidden = sum(
@@ -349,6 +383,8 @@ def _verify_archive(
         "hidden": hidden,
         "trusted_key": trusted is not None,
         "unchecked": unchecked,
+        "extends": tuple(e for e, proved in extends if proved),
+        "earlier": tuple(held),
     }
     if problems:
         return BundleReport(ok=False, problem=problems[0], problems=tuple(problems), **result)

@@ -1,6 +1,7 @@
 """Verifying what a bundle states (manifest.json, prov.json, summary.txt: each
 record's status, validity, bases and ancestry) against the events it carries,
-decoded from their stored bytes (:func:`_check_statements`).
+decoded from their stored bytes, and those events against the status machine
+(:func:`_check_statements`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,15 @@ from typing import Any
 
 import msgpack
 
-from ledger.bundle.told import HISTORY_LABELS, _tell, _Told, one_line
+from ledger.bundle.told import (
+    HISTORY_LABELS,
+    LATER_LABELS,
+    _machine,
+    _tell,
+    _Told,
+    history_line,
+    one_line,
+)
 from ledger.bundle.verify_derivations import _Carried, _check_derivations, _plain, _relations
 from ledger.domain import Status, Validity
 from ledger.jsonable import value_text
@@ -31,7 +40,10 @@ def _check_statements(
 ) -> tuple[str, ...]:
     """Check each status, validity and basis the bundle states (manifest.json,
     prov.json, summary.txt) against the events it carries, decoded from their
-    stored bytes; return what withheld bytes leave unchecked."""
+    stored bytes, and that those events could be a ledger's (each a transition
+    the status machine allows after the ones before it, a withheld one by the
+    type listed for it; nothing CANDIDATE or ACCEPTED left resting on a record
+    withdrawn); return what withheld bytes leave unchecked."""
     records, listed = manifest.get("records"), manifest.get("events")
     if not isinstance(records, list) or not isinstance(listed, list):
         return ()  # already named
@@ -63,13 +75,16 @@ def _check_statements(
                 f"{rid}: its status {t.status} rests on the type manifest.json lists for {t.by}"
             )
         unchecked.extend(f"{rid}: {what} cannot be checked" for what in t.unknown)
-    for where, rid, status, validity in _statements(members, stated):
+    statements = list(_statements(members, stated))
+    for where, rid, status, validity in statements:
         if rid in told:
             _compare(where, rid, status, validity, told[rid], created, problems)
         elif rid not in stated:
             unchecked.append(
                 f"{rid}: {where} states it is {status}, but the bundle carries none of its events"
             )
+    problems += _machine({rid: [(p, k, f) for p, k, f, _v, _o in events[rid]] for rid in told})
+    _check_validities(statements, stated, told, problems)
     _check_summary_ancestry(members, str(root), stated, hidden, problems)
     _check_summary_lines(members, str(root), events, problems)
     _check_proposals(members, str(root), stated, told, problems)
@@ -243,6 +258,39 @@ def _compare(
         )
 
 
+def _check_validities(
+    statements: list[_Statement],
+    stated: dict[str, Any],
+    told: dict[str, _Told],
+    problems: list[str],
+) -> None:
+    """Every file states each record as manifest.json does, and a record stated
+    VALID rests on records stated VALID: a record is usable only while all it rests
+    on is (an ACCEPTED record's validity follows the earliest expiry of it and of
+    everything it rests on; what rests on a withdrawn record is marked STALE)."""
+    for where, rid, status, validity in statements:
+        entry = stated.get(rid)
+        if where == "manifest.json" or entry is None or status != entry.get("status"):
+            continue  # a status other than the events' is named by the check of statuses
+        if validity is not None and validity != entry.get("validity"):
+            problems.append(
+                f"{where} states {rid} is {status} / {validity}, but manifest.json states it "
+                f"is {entry.get('status')} / {entry.get('validity')}"
+            )
+    for rid, t in told.items():
+        if stated[rid].get("validity") != Validity.VALID or not t.bases_known:
+            continue
+        for base in (*(t.parents or ()), *(t.observed or ())):
+            entry = stated.get(base)
+            if entry is not None and entry.get("validity") != Validity.VALID:
+                problems.append(
+                    f"manifest.json states {rid} is {Validity.VALID}, but also that {base}, "
+                    f"which it rests on, is {entry.get('status')} / {entry.get('validity')}: "
+                    "a record is VALID only while every record it rests on is"
+                )
+                break
+
+
 def _check_ancestry(
     members: dict[str, bytes],
     root: str,
@@ -310,10 +358,15 @@ _SUMMARY_FORMS = {
     "ancestry:": re.compile(r"ancestry:  .+$"),
 }
 _HISTORY = re.compile(
-    r"^(?P<indent>  )?(?P<label>proposed|approved|rejected|revoked|revalidated|delivered|erased):"
+    rf"^(?P<indent>  )?(?P<label>{'|'.join(HISTORY_LABELS.values())}):"
     r" +(?:(?P<rid>\S+) )?by (?P<actor>.+?) at (?P<at>\S+) \(log position (?P<pos>\d+)\)"
 )
 _LABEL = HISTORY_LABELS
+#: How every other line of summary.txt starts (a blank line is one too).
+_OTHER_LINES = re.compile(
+    r"(provledger compliance bundle|record:    |value:     |status:    |evidence:  |ancestry:  "
+    r"|signed head: |events:    |check:     |$)"
+)
 
 
 def _check_summary_lines(
@@ -324,8 +377,11 @@ def _check_summary_lines(
 ) -> None:
     """summary.txt's status, evidence and ancestry lines are each in the form the
     writer gives them (a line the checks cannot read is not a line they passed),
-    and its history lines are the events the bundle lists, with the actor and
-    time their carried bytes hold."""
+    it has no line of a kind the writer never writes, and its history lines are
+    the events the bundle lists, each, where its bytes are carried, exactly the
+    line they make (actor, time, reason or note, a stale marking's cause, a
+    correction's delivery). Stale markings and corrections are required only
+    of a summary that tells one: earlier writers told none."""
     summary = members.get("summary.txt", b"").decode("utf-8", "replace").splitlines()
     counts = dict.fromkeys(_SUMMARY_FORMS, 0)
     for line in summary:
@@ -345,9 +401,14 @@ def _check_summary_lines(
         for position, kind, fields, _v, _o in evs
     }
     told_lines: set[int] = set()
+    later = False  # whether it tells the events earlier summaries did not
     for line in summary:
         m = _HISTORY.match(line)
         if m is None:
+            if not _OTHER_LINES.match(line):
+                problems.append(
+                    f"summary.txt has a line the bundle writer never writes: {line[:80]!r}"
+                )
             continue
         position = int(m["pos"])
         rid = root if m["indent"] is None else m["rid"]
@@ -359,6 +420,7 @@ def _check_summary_lines(
             )
             continue
         told_lines.add(position)
+        later = later or listed[1] in LATER_LABELS
         fields = listed[2]
         if isinstance(fields, dict):
             at = fields.get("timestamp")
@@ -372,7 +434,20 @@ def _check_summary_lines(
                     f"summary.txt says {rid} was {m['label']} by {m['actor']} at {m['at']}, but "
                     f"the event at position {position} is by {fields.get('actor')} at {when}"
                 )
+            elif isinstance(at, datetime):
+                # The rest of the line (a reason, a note, a stale marking's cause)
+                # is what the event says too.
+                told = history_line(listed[1], m["rid"], fields.get("actor"), at, position, fields)
+                expected = one_line((m["indent"] or "") + told)
+                if line != expected:
+                    problems.append(
+                        f"summary.txt tells the {listed[1]} of {rid} at log position {position} "
+                        f"as {line.strip()[:120]!r}, but its event says {expected.strip()[:120]!r}"
+                    )
     for position, (rid, kind, _fields) in sorted(by_position.items()):
+        # A summary written before it told stale markings and corrections tells none.
+        if kind in LATER_LABELS and not later:
+            continue
         if kind in _LABEL and position not in told_lines:
             problems.append(
                 f"summary.txt does not tell the {kind} event of {rid} at log position {position}"
@@ -436,6 +511,17 @@ def _check_proposals(
                     f"says {expected[:120]!r}"
                 )
         if rid == root:
+            claims.append(
+                (
+                    "summary.txt",
+                    "kind, scope and claim key",
+                    next((x for x in summary if x.startswith("record:")), None),
+                    one_line(
+                        f"record:    {rid} ({p['kind']}, scope {p['scope']}, "
+                        f"claim {p['claim_key']!r})"
+                    ),
+                )
+            )
             claims.append(
                 (
                     "summary.txt",

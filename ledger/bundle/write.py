@@ -1,5 +1,7 @@
 """Writing a compliance bundle (:func:`write_bundle`), refused when the views
-disagree with the record's stored events (:func:`_check_view`).
+disagree with the record's stored events (:func:`_check_view`), or when the log
+does not extend an earlier head it is to carry a consistency proof from
+(:func:`_extension_proofs`).
 """
 
 from __future__ import annotations
@@ -8,24 +10,36 @@ import base64
 import hashlib
 import json
 import os
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from ledger import merkle
 from ledger.access import Role
 from ledger.bundle.archive import _MANIFEST_CONTEXT, FORMAT, _signed_archive
 from ledger.bundle.documents import _prov_json, _summary
 from ledger.bundle.events import _Auditable, _events
+from ledger.bundle.extends import Earlier, HeldHead, _as_list, extension_problem, held_head
 from ledger.bundle.told import _Told
-from ledger.errors import CorruptEventError, InvalidInputError, naming_file
+from ledger.errors import CorruptEventError, InvalidHeadError, InvalidInputError, naming_file
 from ledger.graph import collect
-from ledger.heads import SignedHead, key_id, load_private_key, public_key_pem, sign_head
+from ledger.heads import (
+    SignedHead,
+    key_id,
+    load_private_key,
+    public_key_pem,
+    sign_head,
+    verify_head,
+)
 from ledger.serialization import pack
 from ledger.session import Session
 from ledger.values import HIDDEN, AuditTrail, RecordView
 
 if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     from ledger.heads import PrivateKeyLike
 
 
@@ -40,12 +54,26 @@ class BundleInfo:
     events: int  # events whose bytes are included
     withheld: int  # events listed by leaf hash only (their bytes name a hidden record)
     hidden: int  # 1 if ancestors outside the caller's scopes are shown as <hidden> (once)
+    #: The earlier heads the manifest proves the head extends (``extends=``), as given.
+    extends: tuple[HeldHead, ...] = ()
 
 
 def write_bundle(
-    session: Session, record_id: str, private_key: PrivateKeyLike, path: str | os.PathLike[str]
+    session: Session,
+    record_id: str,
+    private_key: PrivateKeyLike,
+    path: str | os.PathLike[str],
+    *,
+    extends: Iterable[Earlier] = (),
 ) -> BundleInfo:
     """Write the compliance bundle of ``record_id`` to ``path`` (see the module docstring).
+
+    ``extends``: earlier signed heads an auditor holds (heads, or files
+    :func:`~ledger.bundle.verify.held_head` reads: a head's JSON, a heads file
+    (its newest head), an earlier bundle). Each must be signed by
+    ``private_key``, and the log must extend it: the manifest then carries, for
+    each, the head and the RFC 9162 consistency proof from it to the bundle's
+    head, which ``verify_bundle(earlier=…)`` checks offline.
 
     Raises:
         UnknownRecordError: no such record, or not visible to the session.
@@ -61,8 +89,12 @@ def write_bundle(
             now, over the whole log).
         ConcurrencyError: an included record changed while the bundle was
             written; write it again.
+        InvalidHeadError: an ``extends`` file holds no readable signed head, a
+            head there is not signed by ``private_key``, or the log does not
+            extend it (removed or rewritten events): nothing is written then.
     """
     key = load_private_key(private_key)
+    earlier = _signed_by(key, [held_head(given) for given in _as_list(extends, "extends")])
     engine = session.caller.engine
     now = engine.now()
     if session.caller.position is not None or session.caller.as_of_at is not None:
@@ -98,6 +130,7 @@ def write_bundle(
     for rid, trail in trails.items():
         _check_view(rid, trail.record, told[rid], trails, auditable)
     head = sign_head(key, digest, now)
+    proofs = _extension_proofs(engine, head, earlier)
     order = _nearest_first(root, trails)
     prov = _prov_json(session, root, trails, auditable)
     summary = _summary(trails, order, hidden, head, events, auditable)
@@ -141,6 +174,11 @@ def write_bundle(
         ],
         "files": {name: hashlib.sha256(data).hexdigest() for name, data in sorted(files.items())},
     }
+    if earlier:  # (a bundle written with none has no such key, as before)
+        manifest["extends"] = [
+            {"head": held.head.to_json(), "proof": [step.hex() for step in proof]}
+            for held, proof in zip(earlier, proofs, strict=True)
+        ]
     manifest_bytes = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode("utf-8")
     files["manifest.json"] = manifest_bytes
     files["manifest.sig"] = base64.b64encode(key.sign(_MANIFEST_CONTEXT + manifest_bytes)) + b"\n"
@@ -155,7 +193,72 @@ def write_bundle(
         events=sum(1 for e in events if e.data is not None),
         withheld=sum(1 for e in events if e.data is None),
         hidden=int(hidden),
+        extends=tuple(earlier),
     )
+
+
+def _signed_by(key: Ed25519PrivateKey, held: list[HeldHead]) -> list[HeldHead]:
+    """``held`` (each head once), refused naming the file of one not signed by ``key``."""
+    public, out, seen = key.public_key(), [], set()
+    for given in held:
+        earlier = given.head
+        if earlier.key_id != key_id(public):
+            raise InvalidHeadError(
+                f"bundle refused: {given.describe()} was signed by key "
+                f"{earlier.key_id[:16]}…, not by the signing key {key_id(public)[:16]}…; "
+                "nothing was written"
+            )
+        if not verify_head(earlier, public):
+            raise InvalidHeadError(
+                f"bundle refused: {given.describe()}: its signature does not verify with "
+                "the signing key; nothing was written"
+            )
+        if (earlier.tree_size, earlier.root, earlier.position) not in seen:
+            seen.add((earlier.tree_size, earlier.root, earlier.position))
+            out.append(given)
+    return out
+
+
+def _extension_proofs(engine: Any, head: SignedHead, earlier: list[HeldHead]) -> list[list[bytes]]:
+    """The RFC 9162 consistency proof from each earlier head to ``head``, over the
+    stored leaves (one pass each, memory that grows with log ``head.tree_size``),
+    each checked; refused naming the head the log does not extend."""
+    proofs = []
+    with engine.reading() as c:
+        for given in earlier:
+            m = given.head.tree_size
+            proof: list[bytes] = []
+            ends = [given.head.position]  # where the log's m-th event is
+            if m < head.tree_size:
+                stored = engine.recorder.leaves(c, 0, head.position)
+                root, proof = merkle.consistency_proof(_noting(stored, m, ends), head.tree_size, m)
+                if root.hex() != head.root:
+                    raise CorruptEventError(
+                        f"bundle refused: the stored Merkle leaves up to position {head.position} "
+                        "changed while the bundle was written (run `provledger verify`)"
+                    )
+            problem = extension_problem(given.head, head, proof)
+            if problem is None and m and ends[0] != given.head.position:
+                problem = (
+                    f"it ends at log position {given.head.position}, but the log's event "
+                    f"{m} is at position {ends[0]}: the log was rewritten after it was taken"
+                )
+            if problem is not None:
+                raise InvalidHeadError(
+                    f"bundle refused: the log does not extend {given.describe()}: {problem}; "
+                    "nothing was written"
+                )
+            proofs.append(proof)
+    return proofs
+
+
+def _noting(stored: Iterable[tuple[int, bytes]], m: int, ends: list[int]) -> Iterator[bytes]:
+    """The leaves of ``stored`` (position, leaf) pairs, putting the position of
+    the ``m``-th in ``ends[0]``."""
+    for count, (position, leaf) in enumerate(stored, start=1):
+        if count == m:
+            ends[0] = position
+        yield leaf
 
 
 def _nearest_first(root: str, trails: dict[str, AuditTrail]) -> list[str]:

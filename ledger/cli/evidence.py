@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import click
 
@@ -17,6 +19,10 @@ from ledger.cli.options import (
     url_option,
 )
 from ledger.cli.render import echo_json, report_done
+
+if TYPE_CHECKING:
+    from ledger.bundle.extends import HeldHead
+    from ledger.heads import SignedHead
 
 # -- tamper evidence --------------------------------------------------------------------
 
@@ -244,28 +250,45 @@ def head(key: str, append_to: str | None, url: str | None, admin_token: str | No
 @click.argument("record_id", metavar="ID")
 @click.option("--key", "key", required=True, metavar="KEY", help="The key from `keygen`.")
 @click.option("-o", "--output", required=True, metavar="FILE.zip", help="Where to write it.")
+@click.option(
+    "--extends",
+    "extends",
+    multiple=True,
+    metavar="HEAD",
+    help="An earlier signed head the auditor holds: a head's JSON, a heads file (its "
+    "newest head) or an earlier bundle. Refused unless the log extends it; the manifest "
+    "carries the consistency proof (`verify-bundle --earlier` checks it). Repeatable.",
+)
 @token_option
 @url_option
 @json_option
 @errors_exit_1
 def bundle(
-    record_id: str, key: str, output: str, token: str, url: str | None, as_json: bool
+    record_id: str,
+    key: str,
+    output: str,
+    extends: tuple[str, ...],
+    token: str,
+    url: str | None,
+    as_json: bool,
 ) -> None:
     """Write a compliance bundle of a record for an auditor (needs the audit role).
 
     The zip holds the record's ancestry as PROV-JSON, the stored bytes of its
     and its ancestors' events with inclusion proofs against a signed head, the
-    public key and a summary; `verify-bundle` checks it offline.
+    public key and a summary; `verify-bundle` checks it offline. With
+    --extends, it also proves that its head extends heads the auditor holds.
 
     \b
     Example:
       provledger bundle R1 --key ledger-key -o r1-bundle.zip
+      provledger bundle R1 --key ledger-key -o r1-june.zip --extends r1-may.zip
     """
     from ledger.bundle import write_bundle
     from ledger.bundle.verify import unpacked_size
 
     with principal_session(url, token) as (_led, session):
-        info = write_bundle(session, record_id, key, output)
+        info = write_bundle(session, record_id, key, output, extends=extends)
     needs = unpacked_size(info.path)
     if needs is not None:
         click.echo(
@@ -283,11 +306,26 @@ def bundle(
             "withheld": info.withheld,
             "hidden": info.hidden,
             "head": info.head.to_json(),
+            "extends": [{"file": e.source, "head": e.head.to_json()} for e in info.extends],
         },
         f"wrote {printable(info.path)}: {info.record} and {len(info.records) - 1} ancestors, "
         f"{_carried(info.events, info.withheld)} (tree size {info.head.tree_size})"
-        + (", and ancestors outside your scopes shown as one <hidden>" if info.hidden else ""),
+        + (", and ancestors outside your scopes shown as one <hidden>" if info.hidden else "")
+        + (
+            f"; its head extends {_heads(info.extends)}, proved in its manifest"
+            if info.extends
+            else ""
+        ),
     )
+
+
+def _heads(held: Sequence[HeldHead], noun: str = "the earlier head") -> str:
+    """``the earlier head in a.zip (tree size 12)``, for each, as one phrase."""
+    named = [
+        f"{noun}{f' in {printable(h.source)}' if h.source else ''} (tree size {h.head.tree_size})"
+        for h in held
+    ]
+    return ", ".join(named[:-1]) + (" and " if len(named) > 1 else "") + named[-1]
 
 
 def _carried(events: int, withheld: int) -> str:
@@ -309,6 +347,15 @@ def _carried(events: int, withheld: int) -> str:
     help="The public key you hold from elsewhere; without it the bundle's own key is used.",
 )
 @click.option(
+    "--earlier",
+    "earlier",
+    multiple=True,
+    metavar="HEAD",
+    help="A signed head you hold from before: a head's JSON, a heads file (its newest "
+    "head) or an earlier bundle. The bundle's head must extend it (a consistency proof "
+    "in its manifest: `bundle --extends`). Repeatable.",
+)
+@click.option(
     "--max-unpacked",
     type=click.IntRange(min=1),
     default=None,
@@ -319,17 +366,25 @@ def _carried(events: int, withheld: int) -> str:
 @json_option
 @errors_exit_1
 def verify_bundle_command(
-    path: str, public_key: str | None, max_unpacked: int | None, as_json: bool
+    path: str,
+    public_key: str | None,
+    earlier: tuple[str, ...],
+    max_unpacked: int | None,
+    as_json: bool,
 ) -> None:
     """Check a compliance bundle offline (no ledger, no token); exit 1 naming what fails.
+
+    With --earlier, also that its head extends the heads (or bundles) you hold
+    from before: that nothing they showed was removed or rewritten since.
 
     \b
     Example:
       provledger verify-bundle r1-bundle.zip --public-key ledger-key.pub
+      provledger verify-bundle r1-june.zip --public-key ledger-key.pub --earlier r1-may.zip
     """
     from ledger.bundle import verify_bundle
 
-    report = verify_bundle(path, public_key, max_unpacked=max_unpacked)
+    report = verify_bundle(path, public_key, max_unpacked=max_unpacked, earlier=earlier)
     if as_json:
         echo_json(
             {
@@ -344,6 +399,8 @@ def verify_bundle_command(
                 "trusted_key": report.trusted_key,
                 "head": None if report.head is None else report.head.to_json(),
                 "unchecked": list(report.unchecked),
+                "extends": [h.to_json() for h in report.extends],
+                "earlier": [{"file": h.source, "head": h.head.to_json()} for h in report.earlier],
             }
         )
     elif report.ok and report.head is not None:
@@ -351,21 +408,49 @@ def verify_bundle_command(
         click.echo(
             f"ok: bundle of {report.record}: {_carried(report.events, report.withheld)} "
             f"in the tree of {report.head.tree_size} signed {report.head.time.isoformat()} "
-            f"by {trust}, key id {report.key_id}; the statuses and bases it states agree "
-            "with the events it carries (events after a record's last one carried are "
-            "beyond an offline check)"
+            f"by {trust}, key id {report.key_id}"
+            + _extending(report.earlier, report.extends)
+            + "; the statuses and bases it states agree with the events it carries (events "
+            "after a record's last one carried are beyond an offline check)"
             + (", as far as their bytes are carried:" if report.unchecked else "")
         )
         for what in report.unchecked:
             click.echo(f"  unchecked (bytes withheld): {printable(what)}")
+        click.echo(
+            f"not proved: anything about events after its head (tree size "
+            f"{report.head.tree_size})"
+            + (
+                ""
+                if report.earlier
+                else ", nor that the log still holds what earlier heads showed (give the "
+                "heads or bundles you hold with --earlier)"
+            )
+        )
     if not report.ok:
         click.echo(f"error: bundle check failed: {printable(report.problem)}", err=True)
         sys.exit(1)
 
 
+def _extending(earlier: Sequence[HeldHead], extends: Sequence[SignedHead]) -> str:
+    """What the ok line says of the earlier heads the bundle's head was proved to extend."""
+    if earlier:
+        return f"; it extends {_heads(earlier, 'the head you hold')}"
+    if extends:
+        sizes = ", ".join(str(h.tree_size) for h in extends)
+        return (
+            f"; its manifest proves it extends earlier heads of tree size {sizes} (signed by "
+            "its key; give the ones you hold with --earlier to check them against yours)"
+        )
+    return ""
+
+
 @click.command("erase-snapshot")
 @click.argument("ref", metavar="REF")
-@click.option("--reason", required=True, help="Why (e.g. the erasure request it answers).")
+@click.option(
+    "--reason",
+    required=True,
+    help="Why (e.g. the erasure request's number): every reader of a capture of the bytes sees it.",
+)
 @admin_options
 @json_option
 @errors_exit_1
@@ -374,9 +459,10 @@ def erase_snapshot(
 ) -> None:
     """Erase the captured bytes behind a snapshot reference (sha256:…).
 
-    The bytes leave the snapshot store; an audited SnapshotErased event records
-    who erased them and why; records built on them keep their status and the log
-    still verifies. Admin: see `provledger init` for the admin token.
+    The bytes leave the snapshot store; an audited SnapshotErased event on every
+    capture of them, in every scope, records who erased them and why (its readers
+    see the reason: write it for all of them); records built on them keep their
+    status and the log still verifies. Admin: see `provledger init` for the admin token.
 
     \b
     Example:
