@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from ledger import Ledger, Session
+from ledger import Kind, Ledger, Session
+from ledger.heads import generate_key
 
 BACKENDS = ["memory", "sqlite", "postgres"]
 
@@ -215,3 +216,34 @@ def sqlite_pages(path: Path, table: str) -> dict[str, int]:
         except sqlite3.OperationalError:
             pytest.skip("this SQLite is built without the dbstat table")
     return {str(kind): int(n) for kind, n in rows}
+
+
+@pytest.fixture
+def hidden_cause(ledger: Ledger, tmp_path: Path) -> tuple[Ledger, Any, Path]:
+    """(Bundle tests.) H1 in proj-h (no grant for the auditor); M1 <- H1 and R1 <- M1 in proj-a; R1
+    delivered; H1 revoked (M1, R1 STALE, their MarkedStale withheld); a correction."""
+    admin = ledger.admin()
+    admin.grant("agent-1", scope="proj-a", roles=["propose", "read"])
+    admin.grant("agent-1", scope="proj-h", roles=["propose", "read"])
+    admin.grant("reviewer", scope="proj-a", roles=["approve", "read", "deliver"])
+    admin.grant("reviewer", scope="proj-h", roles=["read"])
+    admin.grant("hboss", scope="proj-h", roles=["approve", "read"])
+    admin.grant("auditor", scope="proj-a", roles=["read", "audit"])
+    agent = ledger.authenticate(admin.issue_token("agent-1"))
+    reviewer = ledger.authenticate(admin.issue_token("reviewer"))
+    hboss = ledger.authenticate(admin.issue_token("hboss"))
+    agent.propose(scope="proj-h", claim_key="h", value=1, kind=Kind.FACT, id="H1")
+    hboss.accept("H1")
+    agent.propose(
+        scope="proj-a", claim_key="m", value=2, kind=Kind.INFERENCE, parents=["H1"], id="M1"
+    )
+    agent.propose(
+        scope="proj-a", claim_key="r", value="x", kind=Kind.REPORT, parents=["M1"], id="R1"
+    )
+    reviewer.accept("M1")
+    reviewer.accept("R1")
+    delivery = reviewer.deliver("R1", recipient="ops@x.test")
+    hboss.revoke("H1", reason="secret")
+    reviewer.issue_correction(delivery, note="R1 no longer holds")
+    generate_key(tmp_path / "k")
+    return ledger, ledger.authenticate(admin.issue_token("auditor")), tmp_path

@@ -12,8 +12,6 @@ heads the auditor holds against it.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import os
 import zipfile
@@ -27,15 +25,15 @@ from click.testing import CliRunner
 
 from ledger import Ledger, merkle
 from ledger.bundle import verify_bundle, write_bundle
-from ledger.bundle.archive import _MANIFEST_CONTEXT, _signed_archive
-from ledger.bundle.verify import held_head
+from ledger.bundle.extends import held_head
 from ledger.cli import main
 from ledger.errors import InvalidHeadError
-from ledger.heads import SignedHead, generate_key, load_private_key, publish_head, sign_head
+from ledger.heads import SignedHead, generate_key, publish_head, sign_head
 from ledger.merkle import LogDigest
 
 from .attacks import Scene, build_scene, rewrite_before_head
 from .conftest import Clock
+from .test_bundle_truth import rewrite
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -64,27 +62,13 @@ def _manifest(path: Path) -> dict[str, Any]:
 def _re_signed(path: Path, key: Path, out: Path, change: Callable[[dict[str, Any]], None]) -> Path:
     """``path`` with its manifest changed by ``change``, signed again with ``key``
     (the manifest and the archive), as whoever holds the key can."""
-    with zipfile.ZipFile(path) as archive:
-        files = {name: archive.read(name) for name in archive.namelist()}
-    manifest = json.loads(files.pop("manifest.json"))
-    files.pop("manifest.sig")
-    change(manifest)
-    manifest["files"] = {n: hashlib.sha256(d).hexdigest() for n, d in sorted(files.items())}
-    signer = load_private_key(key)
-    body = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
-    files["manifest.json"] = body
-    files["manifest.sig"] = base64.b64encode(signer.sign(_MANIFEST_CONTEXT + body)) + b"\n"
-    out.write_bytes(_signed_archive(files, signer))
-    return out
+    return rewrite(path, key, out, lambda manifest, _files: change(manifest))
 
 
 def _two_bundles(scene: Scene, tmp_path: Path, clock: Clock) -> tuple[Path, Path]:
     """M1's bundle now (``early.zip``), then, after more events and a head kept,
     its bundle written with ``extends`` the early bundle and the heads file."""
-    early = tmp_path / "early.zip"
-    write_bundle(scene.reviewer, "M1", scene.key, early)
-    clock.advance(days=30)
-    scene.reviewer.accept("F1")
+    early = _early_bundle_then_more(scene, tmp_path, clock, days=30)
     publish_head(scene.ledger, scene.key, scene.heads)
     scene.reviewer.accept("G1")
     later = tmp_path / "later.zip"
@@ -129,6 +113,15 @@ def test_a_later_bundle_proves_it_extends_the_earlier_bundle_and_heads(
     assert "extends" not in _manifest(early)
 
 
+def _early_bundle_then_more(scene: Scene, tmp_path: Path, clock: Clock, days: int = 1) -> Path:
+    """M1's bundle written (``early.zip``), then, ``days`` later, F1 accepted."""
+    early = tmp_path / "early.zip"
+    write_bundle(scene.reviewer, "M1", scene.key, early)
+    clock.advance(days=days)
+    scene.reviewer.accept("F1")
+    return early
+
+
 @SQLITE
 def test_an_earlier_head_as_a_head_file_or_a_head_matches_by_tree_size_and_root(
     scene: Scene, tmp_path: Path, clock: Clock
@@ -168,10 +161,7 @@ def test_a_log_rewritten_and_re_signed_is_refused_by_earlier_and_by_extends(
     scene: Scene, tmp_path: Path, clock: Clock
 ) -> None:
     # Given the auditor's bundle of M1, which carries E1's revocation, and events since
-    early = tmp_path / "early.zip"
-    write_bundle(scene.reviewer, "M1", scene.key, early)
-    clock.advance(days=1)
-    scene.reviewer.accept("F1")
+    early = _early_bundle_then_more(scene, tmp_path, clock)
     # When whoever holds the database and the key rewrites the revocation's
     # reason (event and leaf, views rebuilt) and writes a new bundle
     rewrite_before_head(scene)
@@ -250,10 +240,7 @@ def _sized(head: SignedHead) -> str:
 def test_a_later_bundle_without_the_proof_says_how_to_get_one(
     scene: Scene, tmp_path: Path, clock: Clock
 ) -> None:
-    early = tmp_path / "early.zip"
-    write_bundle(scene.reviewer, "M1", scene.key, early)
-    clock.advance(days=1)
-    scene.reviewer.accept("F1")
+    early = _early_bundle_then_more(scene, tmp_path, clock)
     plain = tmp_path / "plain.zip"
     write_bundle(scene.reviewer, "M1", scene.key, plain)  # no --extends
 

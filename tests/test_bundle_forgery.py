@@ -280,10 +280,8 @@ def test_a_delivery_whose_bytes_are_withheld_for_nothing_is_refused(
     )
 
 
-def test_a_record_stated_valid_on_a_basis_stated_otherwise_is_refused(
-    world: World, tmp_path: Path
-) -> None:
-    # Given M1 resting on E1, which expired: both ACCEPTED / NEEDS_REVALIDATION
+def _on_an_expired_basis(world: World) -> tuple[Any, Any]:
+    """M1 resting on E1, both accepted; E1 expired since (both NEEDS_REVALIDATION)."""
     agent, reviewer = world.agent, world.reviewer
     agent.capture(
         scope="proj-a", uri="https://x.test/d", content=b"d", id="E1",
@@ -295,6 +293,14 @@ def test_a_record_stated_valid_on_a_basis_stated_otherwise_is_refused(
     reviewer.accept("E1")
     reviewer.accept("M1")
     world.clock.advance(days=2)
+    return agent, reviewer
+
+
+def test_a_record_stated_valid_on_a_basis_stated_otherwise_is_refused(
+    world: World, tmp_path: Path
+) -> None:
+    # Given M1 resting on E1, which expired: both ACCEPTED / NEEDS_REVALIDATION
+    _, reviewer = _on_an_expired_basis(world)
     generate_key(tmp_path / "k")
     write_bundle(reviewer, "M1", tmp_path / "k", tmp_path / "m1.zip")
 
@@ -508,17 +514,7 @@ def test_a_capture_replacing_a_capture_verifies(world: World, tmp_path: Path) ->
 
 
 def test_an_expired_basis_replaced_on_revalidation_verifies(world: World, tmp_path: Path) -> None:
-    agent, reviewer = world.agent, world.reviewer
-    agent.capture(
-        scope="proj-a", uri="https://x.test/d", content=b"d", id="E1",
-        expires=world.clock.now + timedelta(days=1),
-    )  # fmt: skip
-    agent.propose(
-        scope="proj-a", claim_key="m", value=1, kind=Kind.INFERENCE, parents=["E1"], id="M1"
-    )
-    reviewer.accept("E1")
-    reviewer.accept("M1")
-    world.clock.advance(days=2)
+    agent, reviewer = _on_an_expired_basis(world)
     _verifies(reviewer, "M1", tmp_path)
     agent.capture(scope="proj-a", uri="https://x.test/d2", content=b"d2", id="E2")
     reviewer.accept("E2")
@@ -553,33 +549,13 @@ def test_a_rejected_basis_and_a_candidate_revalidated_verify(world: World, tmp_p
     assert _verifies(reviewer, "D1", tmp_path).unchecked == ()
 
 
-def test_ancestors_in_another_scope_verify(ledger: Ledger, tmp_path: Path) -> None:
+def test_ancestors_in_another_scope_verify(hidden_cause: tuple[Ledger, Any, Path]) -> None:
     # Given M1 in proj-a resting on H1 in proj-h, which the auditor may not see; H1
-    # revoked (M1 STALE), M1 revalidated on E2 in proj-a; R1 delivered and corrected
+    # revoked (M1 STALE); R1 delivered and corrected (test_bundle_truth's fixture)
+    ledger, auditor, tmp_path = hidden_cause
     admin = ledger.admin()
-    admin.grant("agent-1", scope="proj-a", roles=["propose", "read"])
-    admin.grant("agent-1", scope="proj-h", roles=["propose", "read"])
-    admin.grant("reviewer", scope="proj-a", roles=["approve", "read", "deliver"])
-    admin.grant("reviewer", scope="proj-h", roles=["read"])
-    admin.grant("hboss", scope="proj-h", roles=["approve", "read"])
-    admin.grant("auditor", scope="proj-a", roles=["read", "audit"])
     agent = ledger.authenticate(admin.issue_token("agent-1"))
     reviewer = ledger.authenticate(admin.issue_token("reviewer"))
-    hboss = ledger.authenticate(admin.issue_token("hboss"))
-    auditor = ledger.authenticate(admin.issue_token("auditor"))
-    agent.propose(scope="proj-h", claim_key="h", value=1, kind=Kind.FACT, id="H1")
-    hboss.accept("H1")
-    agent.propose(
-        scope="proj-a", claim_key="m", value=2, kind=Kind.INFERENCE, parents=["H1"], id="M1"
-    )
-    agent.propose(
-        scope="proj-a", claim_key="r", value="x", kind=Kind.REPORT, parents=["M1"], id="R1"
-    )
-    reviewer.accept("M1")
-    reviewer.accept("R1")
-    delivery = reviewer.deliver("R1", recipient="ops@x.test")
-    hboss.revoke("H1", reason="secret")
-    reviewer.issue_correction(delivery, note="R1 no longer holds")
     report = _verifies(auditor, "R1", tmp_path)
     assert report.hidden == 1 and report.withheld == 3  # M1's proposal, both markings
     summary = "\n".join(_summary(tmp_path / "R1.zip"))

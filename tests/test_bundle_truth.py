@@ -568,37 +568,6 @@ def test_a_re_signed_bundle_stating_another_evidence_hash_fails(
 # -- a withheld event's type is the manifest's word, whatever the type -----------------------
 
 
-@pytest.fixture
-def hidden_cause(ledger: Ledger, tmp_path: Path) -> tuple[Ledger, Any, Path]:
-    """H1 in proj-h (no grant for the auditor); M1 <- H1 and R1 <- M1 in proj-a; R1
-    delivered; H1 revoked (M1, R1 STALE, their MarkedStale withheld); a correction."""
-    admin = ledger.admin()
-    admin.grant("agent-1", scope="proj-a", roles=["propose", "read"])
-    admin.grant("agent-1", scope="proj-h", roles=["propose", "read"])
-    admin.grant("reviewer", scope="proj-a", roles=["approve", "read", "deliver"])
-    admin.grant("reviewer", scope="proj-h", roles=["read"])
-    admin.grant("hboss", scope="proj-h", roles=["approve", "read"])
-    admin.grant("auditor", scope="proj-a", roles=["read", "audit"])
-    agent = ledger.authenticate(admin.issue_token("agent-1"))
-    reviewer = ledger.authenticate(admin.issue_token("reviewer"))
-    hboss = ledger.authenticate(admin.issue_token("hboss"))
-    agent.propose(scope="proj-h", claim_key="h", value=1, kind=Kind.FACT, id="H1")
-    hboss.accept("H1")
-    agent.propose(
-        scope="proj-a", claim_key="m", value=2, kind=Kind.INFERENCE, parents=["H1"], id="M1"
-    )
-    agent.propose(
-        scope="proj-a", claim_key="r", value="x", kind=Kind.REPORT, parents=["M1"], id="R1"
-    )
-    reviewer.accept("M1")
-    reviewer.accept("R1")
-    delivery = reviewer.deliver("R1", recipient="ops@x.test")
-    hboss.revoke("H1", reason="secret")
-    reviewer.issue_correction(delivery, note="R1 no longer holds")
-    generate_key(tmp_path / "k")
-    return ledger, ledger.authenticate(admin.issue_token("auditor")), tmp_path
-
-
 @pytest.mark.parametrize("ledger_url", ["memory"], indirect=True)
 def test_a_withheld_event_relabelled_leaves_the_status_unchecked(
     hidden_cause: tuple[Ledger, Any, Path],
