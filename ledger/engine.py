@@ -44,6 +44,7 @@ from ledger.errors import (
     StorageError,
     UnknownRecordError,
 )
+from ledger.inflight import InFlight
 from ledger.persistence import (
     Backend,
     LedgerApplication,
@@ -55,7 +56,7 @@ from ledger.persistence.faults import (
     DATABASE_ERRORS,
     CommitFailed,
     is_busy,
-    root_cause,
+    missing_from_views,
     storage_error,
 )
 from ledger.recent import Folded, Recent, fold_stored
@@ -149,17 +150,6 @@ class Write:
 _READ_ERRORS: tuple[type[BaseException], ...] = (*DATABASE_ERRORS, IndexError, KeyError)
 
 
-def _missing_from_views(exc: BaseException) -> bool:
-    """Whether ``exc`` is a query naming a view table or column the database lacks."""
-    cause = root_cause(exc)
-    if getattr(cause, "sqlstate", None) in ("42703", "42P01"):  # PostgreSQL's undefined
-        return True
-    text = str(cause)
-    return isinstance(cause, sqlite3.OperationalError) and (
-        text.startswith("no such column") or text.startswith("no such table")
-    )
-
-
 def read_only_error(what: str, url: str) -> ReadOnlyError:
     """The refusal of ``what`` (a write) on the ledger at ``url``, opened read-only."""
     return ReadOnlyError(
@@ -201,6 +191,7 @@ class Engine:
         self.recent = Recent()
         self.folded = Folded()
         self._lock = threading.RLock()
+        self.inflight = InFlight(self.check_open)  # what close() waits for
         self.now()  # a clock that does not give aware datetimes is refused now
         env = backend.env
         missing = LedgerNotFoundError(f"no ledger at {backend.url!r} (nothing was created)")
@@ -250,6 +241,7 @@ class Engine:
             self.closed = True
             if self.inherited:
                 return  # the parent's connections (see :mod:`ledger.forks`)
+            self.inflight.drain()  # never a connection under another thread's statement
             self.recorder.close_readers()
             self.app.close()
 
@@ -290,8 +282,10 @@ class Engine:
         self, exc: BaseException, *, opening: bool = False, committing: bool = False
     ) -> LedgerError:
         """The typed error for a failure of the database (see ``persistence.faults``)."""
+        if self.closed:  # under way when another thread closed it (after close's wait)
+            return ClosedLedgerError(f"ledger {self.url!r} is closed")
         if self.outdated_views is not None and (
-            _missing_from_views(exc) or isinstance(exc, (IndexError, KeyError))
+            missing_from_views(exc) or isinstance(exc, (IndexError, KeyError))
         ):
             kept = (
                 "opened read-only, they stay as stored; copy the file to a writable "
@@ -318,9 +312,8 @@ class Engine:
     @contextmanager
     def reading(self) -> Iterator[Cursor]:
         """A read transaction: every statement sees one snapshot."""
-        self.check_open()
         try:
-            with self.recorder.reading() as c:
+            with self.inflight.entered(), self.recorder.reading() as c:
                 yield c
         except _READ_ERRORS as exc:
             raise self._read_error(exc) from None
@@ -328,9 +321,8 @@ class Engine:
     @contextmanager
     def statement(self) -> Iterator[Cursor]:
         """A cursor for a read that is one SQL statement (no transaction)."""
-        self.check_open()
         try:
-            with self.recorder.statement() as c:
+            with self.inflight.entered(), self.recorder.statement() as c:
                 yield c
         except _READ_ERRORS as exc:
             raise self._read_error(exc) from None
@@ -339,16 +331,16 @@ class Engine:
         """What ``fetch`` reads with a cursor for a read that is one SQL statement
         (as :meth:`statement`, without a context manager per read); ``fetch``
         reads its rows by position (an SQLite file gives plain tuples)."""
-        self.check_open()
         try:
-            return self.recorder.query(fetch)
+            with self.inflight.entered():
+                return self.recorder.query(fetch)
         except _READ_ERRORS as exc:
             raise self._read_error(exc) from None
 
     def _read_error(self, exc: BaseException) -> BaseException:
         """A read's failure as its typed error; a row lacking a column (IndexError,
         KeyError) is one of views left in an earlier layout, or else a bug (as is)."""
-        missing = isinstance(exc, (IndexError, KeyError))
+        missing = isinstance(exc, (IndexError, KeyError)) and not self.closed
         return exc if missing and self.outdated_views is None else self.storage_error(exc)
 
     @contextmanager
@@ -358,7 +350,7 @@ class Engine:
         self.check_open()
         self.check_writable(what)
         try:
-            with self._lock, self.recorder.writing() as c:
+            with self.inflight.entered(), self._lock, self.recorder.writing() as c:
                 self.recent.forget()
                 self.recorder.lock_for_write(c)
                 yield c
@@ -386,8 +378,6 @@ class Engine:
         """
         self.check_open()
         self.check_writable("writing")
-        self.views_for_writing()
-        wait, started = self.recorder.lock_wait, time.monotonic()
 
         def attempt() -> T:
             left = -1 if wait is None else max(0.0, wait - (time.monotonic() - started))
@@ -406,7 +396,10 @@ class Engine:
             finally:
                 self._lock.release()
 
-        return self.retrying(attempt)
+        with self.inflight.entered():
+            self.views_for_writing()
+            wait, started = self.recorder.lock_wait, time.monotonic()
+            return self.retrying(attempt)
 
     def _attempt(self, work: Callable[[Write], T], about: str | None = None) -> T:
         """One try of a command (under the engine's lock): its transaction, then

@@ -20,7 +20,7 @@ from ledger.access import Role
 from ledger.caller import Caller
 from ledger.deliveries import correction_of, delivery_of
 from ledger.domain import Kind, Outcome, Status, Validity
-from ledger.errors import InvalidInputError, InvalidValueError
+from ledger.errors import InvalidInputError, InvalidValueError, LedgerError
 from ledger.serialization import canonical, micros_to_datetime, unpack
 from ledger.validation import (
     check_claim_key,
@@ -28,6 +28,7 @@ from ledger.validation import (
     check_id,
     check_kind,
     check_list,
+    check_text,
 )
 from ledger.values import (
     HIDDEN,
@@ -319,7 +320,9 @@ def _held_as_given(caller: Caller, scope: str, claim_key: str) -> bool:
     stored under it exactly as given (an earlier version took such keys), as a
     reader of the scope sees: they are read then, as they were (a key not held
     is refused, or normalised, as any)."""
-    if type(claim_key) is not str or len(claim_key) > 512:
+    try:  # only whitespace at the ends, or another normal form, may be an earlier key's
+        check_text(claim_key, "claim_key", max_len=512, line=True)
+    except LedgerError:
         return False
     engine, position = caller.engine, caller.position
 

@@ -587,26 +587,11 @@ def test_an_approval_by_the_proposer_is_refused_though_its_tree_is_rebuilt(
     # Given R1's approval rewritten as by its proposer, the tree rebuilt over it and
     # its head, proofs, summary and prov.json made again with the ledger's key
     def self_approved(manifest: dict[str, Any], files: Files) -> None:
-        name = f"events/{accepted:012d}.bin"
-        stored = msgpack.unpackb(files[name], raw=False)
-        state = unpack(stored[4])
-        state["actor"] = "agent-1"
-        stored[4] = pack(state)
-        files[name] = msgpack.packb(stored, use_bin_type=True)
         forged = list(leaves)
         entry = next(e for e in manifest["events"] if e["position"] == accepted)
-        forged[entry["index"]] = merkle.leaf_hash(files[name])
+        forged[entry["index"]] = _edited(files, accepted, actor="agent-1")
         entry["leaf"] = forged[entry["index"]].hex()
-        _size, root = merkle.root_of(forged)
-        head = dict(manifest["head"], root=root.hex())
-        time = datetime.fromisoformat(head["time"])
-        key = load_private_key(tmp_path / "k")
-        message = head_message(head["tree_size"], head["position"], time, root)
-        head["signature"] = base64.b64encode(key.sign(message)).decode()
-        manifest["head"] = head
-        files["head.json"] = (json.dumps(head, indent=2) + "\n").encode()
-        for e in manifest["events"]:
-            e["path"] = [p.hex() for p in merkle.inclusion_path(forged, e["index"])]
+        root = _head_over(manifest, files, forged, tmp_path / "k")
         files["summary.txt"] = re.sub(
             rb"approved:  by reviewer (.*position %d\))" % accepted,
             rb"approved:  by agent-1 \1",
@@ -624,3 +609,106 @@ def test_an_approval_by_the_proposer_is_refused_though_its_tree_is_rebuilt(
         f"the Accepted of R1 at position {accepted} is by agent-1, who proposed R1: a ledger "
         "never lets a proposer accept its own record",
     )
+
+
+def _edited(files: dict[str, bytes], position: int, **fields: Any) -> bytes:
+    """Change ``fields`` in the stored bytes of the event at ``position`` (in
+    ``files``); its new Merkle leaf."""
+    name = f"events/{position:012d}.bin"
+    stored = msgpack.unpackb(files[name], raw=False)
+    stored[4] = pack({**unpack(stored[4]), **fields})
+    files[name] = msgpack.packb(stored, use_bin_type=True)
+    return merkle.leaf_hash(files[name])
+
+
+def _head_over(
+    manifest: dict[str, Any], files: dict[str, bytes], leaves: list[bytes], key: Path
+) -> bytes:
+    """A head over ``leaves`` signed with ``key``, in the manifest and ``head.json``,
+    and every listed event's inclusion path in that tree; the root."""
+    size, root = merkle.root_of(leaves)
+    head = dict(manifest["head"], tree_size=size, root=root.hex())
+    when = datetime.fromisoformat(head["time"])
+    signature = load_private_key(key).sign(head_message(size, head["position"], when, root))
+    head["signature"] = base64.b64encode(signature).decode()
+    manifest["head"] = head
+    files["head.json"] = (json.dumps(head, indent=2) + "\n").encode()
+    for entry in manifest["events"]:
+        entry["path"] = [p.hex() for p in merkle.inclusion_path(leaves, entry["index"])]
+    return root
+
+
+# -- events whose place in the log or whose kind a ledger could not have written ---------
+
+
+def _revoked_pair(world: World, tmp_path: Path) -> tuple[Path, dict[tuple[str, str], int]]:
+    """M1 on E1, E1 revoked; M1's bundle (``may.zip``) and its events' positions."""
+    agent, reviewer = world.agent, world.reviewer
+    agent.capture(scope="proj-a", uri="https://x.test/d", content=b"d", id="E1")
+    agent.propose(
+        scope="proj-a", claim_key="m", value=1, kind=Kind.INFERENCE, parents=["E1"], id="M1"
+    )
+    reviewer.accept("E1")
+    reviewer.accept("M1")
+    reviewer.revoke("E1", reason="doc was fake")
+    generate_key(tmp_path / "k")
+    may = tmp_path / "may.zip"
+    write_bundle(reviewer, "M1", tmp_path / "k", may)
+    manifest = json.loads(zipfile.ZipFile(may).read("manifest.json"))
+    return may, {(e["record"], e["type"]): e["position"] for e in manifest["events"]}
+
+
+def test_rewritten_events_appended_as_new_leaves_are_refused(world: World, tmp_path: Path) -> None:
+    # Given a bundle whose key holder rewrote the revocation's reason, appended the
+    # rewritten events to the real tree as new leaves and signed a head over it
+    may, positions = _revoked_pair(world, tmp_path)
+    engine = world.ledger.engine
+    with engine.reading() as c:
+        leaves = [leaf for _, leaf in engine.recorder.leaves(c)]
+
+    def relocate(manifest: dict[str, Any], files: dict[str, bytes]) -> None:
+        forged = list(leaves)
+        for rid, kind in (("E1", "Revoked"), ("M1", "MarkedStale")):
+            forged.append(_edited(files, positions[rid, kind], reason="routine refresh"))
+            entry = next(e for e in manifest["events"] if e["position"] == positions[rid, kind])
+            entry.update(index=len(forged) - 1, leaf=forged[-1].hex())
+        _head_over(manifest, files, forged, tmp_path / "k")
+
+    forged = rewrite(may, tmp_path / "k", tmp_path / "forged.zip", relocate)
+    # Then it is refused: an event's leaf comes before its position, in log order
+    report = verify_bundle(forged, tmp_path / "k.pub")
+    assert not report.ok
+    revoked = positions["E1", "Revoked"]
+    assert any(
+        p.startswith(f"the Revoked event at position {revoked} is listed as leaf ")
+        and p.endswith(f"is leaf {revoked - 1} at most (one leaf per event, in order)")
+        for p in report.problems
+    ), report.problems
+
+
+def test_a_later_bundle_leaving_out_events_an_earlier_one_lists_is_refused(
+    world: World, tmp_path: Path
+) -> None:
+    # Given the auditor's bundle of M1 after E1's revocation, and a later one, written
+    # with --extends, from which the key holder dropped the revocation's events
+    may, positions = _revoked_pair(world, tmp_path)
+    world.agent.propose(scope="proj-a", claim_key="o", value=1, kind=Kind.FACT, id="O1")
+    world.reviewer.accept("O1")
+    june = tmp_path / "june.zip"
+    write_bundle(world.reviewer, "M1", tmp_path / "k", june, extends=[may])
+    gone = {positions["E1", "Revoked"], positions["M1", "MarkedStale"]}
+
+    def omit(manifest: dict[str, Any], files: dict[str, bytes]) -> None:
+        for entry in [e for e in manifest["events"] if e["position"] in gone]:
+            manifest["events"].remove(entry)
+            files.pop(entry["file"])
+
+    forged = rewrite(june, tmp_path / "k", tmp_path / "forged.zip", omit)
+    # Then, given the earlier bundle, every event it lists must be there
+    report = verify_bundle(forged, tmp_path / "k.pub", earlier=[may])
+    for rid, kind in (("E1", "Revoked"), ("M1", "MarkedStale")):
+        assert (
+            f"{rid}'s event at position {positions[rid, kind]}, which the bundle you hold in "
+            f"{may} lists, is not listed here with the same leaf"
+        ) in "\n".join(report.problems)
+    assert verify_bundle(june, tmp_path / "k.pub", earlier=[may]).ok  # the real one

@@ -27,6 +27,7 @@ from click.testing import CliRunner
 from ledger import Kind, Ledger
 from ledger.bundle import verify_bundle, write_bundle
 from ledger.bundle.archive import _MANIFEST_CONTEXT, _signed_archive
+from ledger.bundle.told import _machine
 from ledger.cli import main
 from ledger.errors import CorruptEventError, LedgerError
 from ledger.heads import generate_key, load_private_key
@@ -742,3 +743,44 @@ def test_a_re_signed_bundle_cannot_restate_who_did_what_in_prov_json(
     # Then verify-bundle names what no longer matches the carried events
     report = verify_bundle(forged, tmp_path / "k.pub")
     assert problem.format(position=position) in report.problems, report.problems
+
+
+def test_a_withheld_event_listed_as_a_correction_or_erasure_it_cannot_be_is_refused() -> None:
+    proposal = {"actor": "agent-1", "parents": [], "observed": [], "evidence": None}
+    captured = {**proposal, "evidence": {"content_hash": "sha256:00"}}
+    accepted = {"actor": "reviewer"}
+
+    def problems(*events: tuple[int, str, Any]) -> list[str]:
+        return _machine({"R1": list(events)})
+
+    # A correction with no delivery before it, an erasure of a record that captured
+    # no bytes, a second erasure: no ledger writes them
+    corrected = problems(
+        (1, "Proposed", proposal), (2, "Accepted", accepted), (3, "CorrectionIssued", None)
+    )
+    assert corrected == [
+        "the CorrectionIssued of R1 at position 3 (bytes withheld: its type is manifest.json's "
+        "word) follows no delivery of R1: a ledger corrects only what it delivered"
+    ]
+    erased = problems(
+        (1, "Proposed", proposal), (2, "Accepted", accepted), (3, "SnapshotErased", None)
+    )
+    assert erased[0].endswith("R1 was proposed with no captured bytes, so none were erased")
+    twice = problems(
+        (1, "Proposed", captured),
+        (2, "Accepted", accepted),
+        (3, "SnapshotErased", None),
+        (4, "SnapshotErased", None),
+    )
+    assert twice[0].endswith("R1's captured bytes were erased already, and a ledger erases once")
+    # while a delivery then its correction, and one erasure of captured bytes, pass
+    assert (
+        problems(
+            (1, "Proposed", captured),
+            (2, "Accepted", accepted),
+            (3, "Delivered", {"actor": "reviewer"}),
+            (4, "CorrectionIssued", None),
+            (5, "SnapshotErased", None),
+        )
+        == []
+    )

@@ -9,6 +9,9 @@ from __future__ import annotations
 import multiprocessing as mp
 import random
 import sqlite3
+import subprocess
+import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -503,3 +506,82 @@ def test_a_command_started_inside_another_on_its_thread_is_refused_and_the_outer
         assert reviewer.read("p", "nested").outcome == Outcome.MISSING
     finally:
         led.close()
+
+
+_CLOSING = """
+import sys, threading, time
+from ledger import Kind, Ledger
+from ledger.errors import ClosedLedgerError
+url, op = sys.argv[1], sys.argv[2]
+led = Ledger.open(url)
+admin = led.admin()
+admin.grant("agent", scope="p", roles=["propose", "read"])
+agent = led.authenticate(admin.issue_token("agent"))
+for i in range(200):
+    agent.propose("p", f"k{i}", i, Kind.FACT)
+seen = set()
+def work():
+    try:
+        while True:
+            if op == "read":
+                agent.records("p", limit=200)
+            else:
+                agent.propose("p", "w", 1, Kind.FACT)
+    except ClosedLedgerError:
+        seen.add("ClosedLedgerError")
+    except BaseException as exc:
+        seen.add(f"{type(exc).__module__}.{type(exc).__name__}: {exc}")
+threads = [threading.Thread(target=work) for _ in range(3)]
+for t in threads:
+    t.start()
+time.sleep(0.3)
+led.close()
+for t in threads:
+    t.join()
+print(sorted(seen))
+"""
+
+
+@pytest.mark.parametrize("op", ["read", "write"])
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+def test_closing_a_ledger_other_threads_are_using_refuses_them_by_name(
+    tmp_path: Path, backend: str, op: str
+) -> None:
+    # Given threads reading or writing in a loop when the ledger is closed
+    url = "memory:" if backend == "memory" else f"sqlite:///{tmp_path / 'l.db'}"
+    done = subprocess.run(
+        [sys.executable, "-c", _CLOSING, url, op], capture_output=True, text=True, timeout=120
+    )
+    # Then the process lives on (no connection was closed under a running
+    # statement) and every thread is refused with ClosedLedgerError alone
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert done.stdout.strip() == "['ClosedLedgerError']", done.stdout + done.stderr[-2000:]
+
+
+def test_closing_waits_for_a_command_under_way_in_another_thread(tmp_path: Path) -> None:
+    # Given an acceptance check that takes a while, running in another thread
+    inside, url = threading.Event(), f"sqlite:///{tmp_path / 'l.db'}"
+
+    def slow(record: Any) -> None:
+        inside.set()
+        time.sleep(0.2)
+
+    led = Ledger.open(url, acceptance_checks=[slow])
+    admin = led.admin()
+    admin.grant("agent", scope="p", roles=["propose", "read"])
+    admin.grant("reviewer", scope="p", roles=["approve", "read"])
+    agent = led.authenticate(admin.issue_token("agent"))
+    reviewer = led.authenticate(admin.issue_token("reviewer"))
+    agent.propose("p", "k", 1, Kind.FACT, id="F1")
+    outcome: list[object] = []
+    worker = threading.Thread(target=lambda: outcome.append(reviewer.accept("F1")))
+    worker.start()
+    # When the ledger is closed while the acceptance is under way
+    assert inside.wait(10)
+    led.close()
+    worker.join()
+    # Then the acceptance finished before the connections closed, and is stored
+    assert len(outcome) == 1
+    with Ledger.open(url) as again:
+        token = again.admin().issue_token("reviewer")
+        assert again.authenticate(token).get("F1").status == Status.ACCEPTED

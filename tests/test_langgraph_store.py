@@ -1335,6 +1335,48 @@ def test_a_thread_goes_on_writing_after_its_own_put_outdates_what_it_read(
         assert entry.record.id not in last.observed
 
 
+def _in_thread(store: LedgerStore, thread: str, step: Callable[[BaseStore], object]) -> None:
+    """Run ``step`` with the injected store, as one node of a graph, in ``thread``."""
+
+    def node(state: State) -> State:
+        step(get_store())
+        return state
+
+    one_node_graph(store, node).invoke({"greeting": ""}, {"configurable": {"thread_id": thread}})
+
+
+def test_a_threads_own_blind_put_outdating_what_it_read_lets_its_next_put_through(
+    store: LedgerStore,
+) -> None:
+    ns = ("proj-a", "m")
+    store.put(ns, "a", {"v": 1})
+    _in_thread(store, "setup", lambda s: (s.get(ns, "a"), s.put(ns, "b", {"from_a": 1})))
+    # T1 reads b (built on a), then puts a new a without reading it: b goes STALE
+    _in_thread(store, "t1", lambda s: s.get(ns, "b"))
+    _in_thread(store, "t1", lambda s: s.put(ns, "a", {"v": 2}))
+    # Then T1's next put does not rest on b, which its own put outdated
+    _in_thread(store, "t1", lambda s: s.put(ns, "c", {"n": 1}))
+    item = store.get(ns, "c")
+    assert item is not None and item.value == {"n": 1}
+
+
+def test_what_another_thread_outdated_still_refuses_a_put_until_it_is_read_again(
+    store: LedgerStore,
+) -> None:
+    ns = ("proj-a", "m")
+    store.put(ns, "a", {"v": 1})
+    _in_thread(store, "setup", lambda s: (s.get(ns, "a"), s.put(ns, "b", {"of_a": 1})))
+    _in_thread(store, "t1", lambda s: s.get(ns, "b"))  # T1 rests on b (built on a)
+    _in_thread(store, "t2", lambda s: (s.get(ns, "a"), s.put(ns, "a", {"v": 2})))  # b STALE
+    _in_thread(store, "t1", lambda s: s.get(ns, "a"))  # T1 reads the new a, not b
+    # Then T1 is refused until it reads b again: another thread made the change
+    with pytest.raises(InvalidParentError, match=r"get key 'b' of namespace \('proj-a', 'm'\)"):
+        _in_thread(store, "t1", lambda s: s.put(ns, "c", {"from_b": 1}))
+    _in_thread(store, "t1", lambda s: (s.get(ns, "b"), s.put(ns, "c", {"without_b": 1})))
+    item = store.get(ns, "c")
+    assert item is not None and item.value == {"without_b": 1}
+
+
 def one_node_graph(store: BaseStore, node: Callable[[State], State]) -> Any:
     """A graph of the one node ``node``."""
     builder = StateGraph(State)

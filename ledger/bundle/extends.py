@@ -19,7 +19,7 @@ import json
 import os
 import stat
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -39,14 +39,19 @@ Earlier: TypeAlias = "SignedHead | str | os.PathLike[str]"
 
 #: The most a bundle's ``head.json`` may unpack to (a head is some 400 bytes).
 _HEAD_MOST = 64 * 1024
+#: The most an earlier bundle's ``manifest.json`` may unpack to.
+_MANIFEST_MOST = 256 * 1024 * 1024
 
 
 @dataclass(frozen=True)
 class HeldHead:
-    """An earlier signed head, and the file it was read from ("": given as a head)."""
+    """An earlier signed head, and the file it was read from ("": given as a head);
+    of an earlier bundle, also the events its manifest lists: (record, position,
+    leaf hash in hex) each, which a later bundle of those records lists too."""
 
     head: SignedHead
     source: str = ""
+    listed: tuple[tuple[str, int, str], ...] = ()
 
     def describe(self) -> str:
         """``the earlier head in FILE (tree size N, signed T)``, as messages name it."""
@@ -82,7 +87,8 @@ def held_head(given: Earlier) -> HeldHead:
                 raise InvalidHeadError("it is not a regular file")
             data = file.read()
         if zipfile.is_zipfile(io.BytesIO(data)):
-            return HeldHead(SignedHead.from_json(_bundle_head(data)), name)
+            head, listed = _bundle_head(data)
+            return HeldHead(SignedHead.from_json(head), name, listed)
         text = data.decode("utf-8")
         try:
             whole = json.loads(text)
@@ -105,21 +111,33 @@ def held_head(given: Earlier) -> HeldHead:
         ) from None
 
 
-def _bundle_head(data: bytes) -> str:
+def _bundle_head(data: bytes) -> tuple[str, tuple[tuple[str, int, str], ...]]:
     """The ``head.json`` of the bundle whose bytes are ``data`` (its signature is
-    checked by whoever holds the key)."""
+    checked by whoever holds the key), and the events its ``manifest.json`` lists
+    (the auditor verified the bundle when it was handed over)."""
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            info = archive.getinfo("head.json")
-            if info.compress_type not in (zipfile.ZIP_DEFLATED, zipfile.ZIP_STORED):
-                raise InvalidHeadError(
-                    f"its head.json is packed with zip method {info.compress_type}"
-                )
-            if info.file_size > _HEAD_MOST:
-                raise InvalidHeadError(f"its head.json is {info.file_size} bytes, no signed head")
-            return read_member(archive, info).decode("utf-8")
-    except KeyError:
-        raise InvalidHeadError("it is a zip archive without head.json, no bundle") from None
+            texts = []
+            for name, most in (("head.json", _HEAD_MOST), ("manifest.json", _MANIFEST_MOST)):
+                try:
+                    info = archive.getinfo(name)
+                except KeyError:
+                    missing = f"it is a zip archive without {name}, no bundle"
+                    raise InvalidHeadError(missing) from None
+                if info.compress_type not in (zipfile.ZIP_DEFLATED, zipfile.ZIP_STORED):
+                    raise InvalidHeadError(
+                        f"its {name} is packed with zip method {info.compress_type}"
+                    )
+                if info.file_size > most:
+                    raise InvalidHeadError(f"its {name} is {info.file_size} bytes, too many")
+                texts.append(read_member(archive, info).decode("utf-8"))
+        try:
+            events = json.loads(texts[1])["events"]
+            listed = tuple((str(e["record"]), int(e["position"]), str(e["leaf"])) for e in events)
+        except (ValueError, TypeError, KeyError) as exc:
+            unread = f"its manifest.json lists no readable events ({exc!r})"
+            raise InvalidHeadError(unread) from None
+        return texts[0], listed
     except (InvalidHeadError, UnicodeDecodeError):
         raise
     except Exception as exc:  # zipfile raises many kinds on altered archives
@@ -199,13 +217,30 @@ def _check_earlier(
     key: Ed25519PublicKey,
     trusted: Ed25519PublicKey | None,
     problems: list[str],
+    placed: Iterable[tuple[int, int]] = (),
+    listed: Collection[tuple[str, int, str]] = (),
 ) -> None:
     """That the bundle's ``head`` extends each earlier head the auditor holds:
     each signed by the trusted key (else the bundle's own), not larger than
-    ``head``, and ``head`` itself or one the manifest's ``extends`` proves."""
+    ``head``, and ``head`` itself or one the manifest's ``extends`` proves; and
+    that each event listed (``placed``: its position and leaf index) is on the
+    side of that head its position puts it (an event the earlier head covers is
+    one of its leaves, an event after it is not); of an earlier bundle, that
+    every event it lists of a record this bundle includes is listed here too,
+    at the same position and leaf (``listed``: this bundle's own)."""
     checker = trusted or key
     whose = "the trusted key" if trusted is not None else "the bundle's key (not pinned)"
-    for given in held:
+    placed = list(placed)
+    records, placing = {rid for rid, _, _ in listed}, []
+    for given in held:  # after the heads' own problems, each named first
+        placing += _split_problems(given, placed)
+        placing += [
+            f"{rid}'s event at position {position}, which the bundle you hold in "
+            f"{given.source} lists, is not listed here with the same leaf: a later bundle "
+            "of a record lists every event an earlier one did (it was left out, or rewritten)"
+            for rid, position, leaf in given.listed
+            if rid in records and (rid, position, leaf) not in listed
+        ]
         earlier, what = given.head, given.describe()
         if earlier.key_id != key_id(checker):
             problems.append(
@@ -244,3 +279,22 @@ def _check_earlier(
                 "signed, the log was rewritten after the head you hold was taken"
             )
         # else: the manifest's proof from that head was checked (a failure named there)
+    problems += placing
+
+
+def _split_problems(given: HeldHead, placed: list[tuple[int, int]]) -> list[str]:
+    """Each listed event on the wrong side of the earlier head ``given``: its
+    leaf among the head's ``tree_size`` leaves though its position is after the
+    head's, or the other way round (copies of rewritten events appended to the
+    tree, listed at their old positions, would be)."""
+    earlier, out = given.head, []
+    for position, index in placed:
+        if (index < earlier.tree_size) != (position <= earlier.position):
+            side = "among" if index < earlier.tree_size else "after"
+            out.append(
+                f"the event at position {position} is listed as leaf {index}, {side} the "
+                f"{earlier.tree_size} leaves of {given.describe()}, which ends at log "
+                f"position {earlier.position}: an event's leaf and position are on one side "
+                "of a head"
+            )
+    return out

@@ -228,6 +228,10 @@ class _Step:
     observed: tuple[str, ...] | None
     supersedes: str | None
     accepted_once: bool = False
+    #: Whether its proposal captured evidence bytes (None: its bytes are withheld).
+    evidence: bool | None = None
+    delivered: bool = False  # a Delivered of it is listed before
+    erased: bool = False  # a SnapshotErased of it is listed before
 
     @property
     def bases(self) -> tuple[str, ...] | None:
@@ -292,6 +296,7 @@ def _proposed(position: int, fields: Any) -> _Step:
         _names(fields["parents"]),
         _names(fields["observed"]),
         None if replaced is None else str(replaced),
+        evidence=fields.get("evidence") is not None,
     )
 
 
@@ -334,6 +339,12 @@ def _step_problem(
             f"{'an' if kind[0] in 'AEIOU' else 'a'} {kind} only of a record that is "
             f"{_either(allowed)}"
         )
+    if kind == "CorrectionIssued" and not step.delivered:
+        return f"{what} follows no delivery of {rid}: a ledger corrects only what it delivered"
+    if kind == "SnapshotErased" and step.erased:
+        return f"{what}: {rid}'s captured bytes were erased already, and a ledger erases once"
+    if kind == "SnapshotErased" and step.evidence is False:
+        return f"{what}: {rid} was proposed with no captured bytes, so none were erased"
     if not isinstance(fields, dict):
         if kind == "Delivered" and step.proposer is not None:
             return (
@@ -436,6 +447,8 @@ def _rests_on(steps: dict[str, _Step], included: set[str], rid: str, cause: str)
 
 def _fold(step: _Step, position: int, kind: str, fields: Any) -> None:
     by = f"its {kind} at position {position}"
+    step.delivered = step.delivered or kind == "Delivered"
+    step.erased = step.erased or kind == "SnapshotErased"
     if kind == "Revalidated":
         step.by = by
         if isinstance(fields, dict):

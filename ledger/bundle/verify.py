@@ -112,7 +112,8 @@ def verify_bundle(
         )
     ed25519()  # without it every bundle would look altered
     trusted = None if public_key is None else load_public_key(public_key)
-    held = [held_head(given) for given in _as_list(earlier, "earlier")]
+    # The same file given twice is one head held.
+    held = list(dict.fromkeys(held_head(given) for given in _as_list(earlier, "earlier")))
     most = max_unpacked or MAX_UNPACKED
     name = os.fspath(path)  # as given, in every refusal of the file
     data = _read_bundle(name, most)
@@ -367,9 +368,10 @@ def _verify_archive(
         "manifest.json was altered: its signature (manifest.sig) does not verify",
     )
     head = _check_head(members, manifest, key, problems)
-    events, withheld = _check_events(members, manifest, head, problems)
+    events, withheld, placed = _check_events(members, manifest, head, problems)
     extends = _check_extends(manifest, head, key, problems)
-    _check_earlier(held, extends, head, key, trusted, problems)
+    listed = _listed(manifest)
+    _check_earlier(held, extends, head, key, trusted, problems, placed, listed)
     unchecked = _check_statements(members, manifest, problems)
     _check_container(archive, data, key, problems, members)
     hidden = sum(
@@ -426,12 +428,13 @@ def _check_events(
     manifest: dict[str, Any],
     head: SignedHead | None,
     problems: list[str],
-) -> tuple[int, int]:
+) -> tuple[int, int, list[tuple[int, int]]]:
     included = withheld = 0
     listed = manifest.get("events")
     if not isinstance(listed, list):
         problems.append("manifest.json lists no events")
-        return 0, 0
+        return 0, 0, []
+    placed: list[tuple[int, int, str]] = []
     for entry in listed:
         try:
             position, index = int(entry["position"]), int(entry["index"])
@@ -442,6 +445,7 @@ def _check_events(
             problems.append(f"manifest.json has a malformed event entry: {str(entry)[:80]}")
             continue
         where = f"the {kind} event at position {position}"
+        placed.append((position, index, where))
         if name is None:
             withheld += 1
         else:
@@ -464,4 +468,38 @@ def _check_events(
             leaf, index, head.tree_size, path, bytes.fromhex(head.root)
         ):
             problems.append(f"{where} is not in the signed head's tree (its inclusion proof fails)")
-    return included, withheld
+    problems += _misplaced(placed)
+    return included, withheld, [(position, index) for position, index, _ in placed]
+
+
+def _misplaced(placed: list[tuple[int, int, str]]) -> list[str]:
+    """Events listed at leaves a log cannot have put them at: each event is the
+    leaf after the one before it, so leaf ``i`` is at log position ``i + 1`` or
+    later, and leaves follow positions (an event copied to later leaves, its
+    place in the tree moved away from its position, is refused here)."""
+    out, before = [], None
+    for position, index, where in sorted(placed):
+        if index >= position:
+            out.append(
+                f"{where} is listed as leaf {index} of the tree, but the event at position "
+                f"{position} is leaf {position - 1} at most (one leaf per event, in order)"
+            )
+        elif before is not None and (position == before[0] or index <= before[1]):
+            out.append(
+                f"{where} is listed as leaf {index}, not after leaf {before[1]} of the event "
+                f"at position {before[0]}: leaves follow the log's order"
+            )
+        before = (position, index)
+    return out
+
+
+def _listed(manifest: dict[str, Any]) -> set[tuple[str, int, str]]:
+    """(record, position, leaf hash in hex) of each event the manifest lists
+    (a malformed entry is named by :func:`_check_events`)."""
+    out = set()
+    for entry in manifest.get("events") or ():
+        try:
+            out.add((str(entry["record"]), int(entry["position"]), str(entry["leaf"])))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return out

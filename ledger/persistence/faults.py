@@ -236,3 +236,14 @@ def _is_lost(cause: BaseException) -> bool:
     return name in ("OperationalError", "InterfaceError") and any(
         word in message for word in ("connection", "server closed", "terminat")
     )
+
+
+def missing_from_views(exc: BaseException) -> bool:
+    """Whether ``exc`` is a query naming a view table or column the database lacks."""
+    cause = root_cause(exc)
+    if getattr(cause, "sqlstate", None) in ("42703", "42P01"):  # PostgreSQL's undefined
+        return True
+    text = str(cause)
+    return isinstance(cause, sqlite3.OperationalError) and (
+        text.startswith("no such column") or text.startswith("no such table")
+    )

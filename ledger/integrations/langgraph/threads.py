@@ -7,9 +7,10 @@ record withdrawn since the thread read it; the thread goes on when
 
 - it wrote or read the version that replaced it (the usual read-modify-write):
   the store shows the run the old version and observes the newer one instead,
-  and tries the put once more; what that replacement made STALE (a record the
-  thread read that was built on the old version) is no longer a dependency
-  either: the thread has seen, or made, the change;
+  and tries the put once more; what the thread's own put of a new version made
+  STALE (a record it read that was built on the old version) is no longer a
+  dependency either: the thread made the change (one another thread made, it
+  is shown when it reads the record's key again);
 - it reads the key again (``get``), deletes it, or searches a namespace that
   holds the key and is not shown it: the run is shown the version it read as it
   is now, and no longer rests on it if it was withdrawn (a search that no longer
@@ -212,10 +213,10 @@ class Thread:
     def catch_up(self, session: Session) -> bool:
         """After a put was refused: show the run each record it rests on that was
         superseded by a version the thread read or wrote since, and observe that
-        version instead; and each one made STALE only by such versions replacing
-        what it was built on (the thread's own put of a key it read makes what it
-        read that was built on the key's old version STALE). False if there is
-        none (nothing changes then)."""
+        version instead; and each one made STALE only by versions the thread
+        itself put replacing what it was built on (its put of a key it read makes
+        what it read that was built on the key's old version STALE). False if
+        there is none (nothing changes then)."""
         known = set(self.run.reads) | self.written
         shown: list[str] = []
         newer: list[str] = []
@@ -228,13 +229,14 @@ class Thread:
             if newest is not None:
                 shown.append(rid)
                 newer.append(newest)
-            elif _outdated_by(view, known):
+            elif _outdated_by(view, self.written):
                 shown.append(rid)
         if not shown:
             return False
         for rid in shown:
             self.run.get(rid)  # shown SUPERSEDED or STALE: no longer a dependency
-        self.run.observe(*dict.fromkeys(newer))
+        if newer:
+            self.run.observe(*dict.fromkeys(newer))
         return True
 
 
@@ -251,13 +253,14 @@ def _keys_of(session: Session, record_ids: Collection[str]) -> dict[str, tuple[s
     return keys
 
 
-def _outdated_by(view: RecordView, known: Collection[str]) -> bool:
-    """Whether ``view`` is STALE only because versions in ``known`` replaced what
-    it was built on (every cause still blocking it was superseded by one)."""
+def _outdated_by(view: RecordView, written: Collection[str]) -> bool:
+    """Whether ``view`` is STALE only because versions in ``written`` (the thread's
+    own puts) replaced what it was built on (every cause still blocking it was
+    superseded by one)."""
     if view.validity != Validity.NEEDS_REVALIDATION:
         return False
     blocking = [cause for cause in view.stale_causes if cause.blocking]
-    return bool(blocking) and all(cause.superseded_by in known for cause in blocking)
+    return bool(blocking) and all(cause.superseded_by in written for cause in blocking)
 
 
 def _newest_known(session: Session, view: RecordView, known: Collection[str]) -> str | None:
