@@ -201,6 +201,8 @@ class Admin:
 
         Raises:
             InvalidInputError: the subject holds none of those roles there.
+            InvalidIdError: ``subject`` or ``scope`` is no valid id.
+            InvalidRoleError: a role is not one of the ledger's roles.
         """
         self._engine.check_open()
         self._engine.check_writable("revoke_grant")

@@ -55,7 +55,7 @@ class Ledger:
         acceptance_checks: Sequence[AcceptanceCheck] = (),
         max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
         clock: Callable[[], datetime] = _utcnow,
-        retention: Mapping[Kind | str, RetentionRule] | None = None,
+        retention: Mapping[Kind, RetentionRule] | Mapping[str, RetentionRule] | None = None,
         create: bool = True,
         catch_up: bool = True,
     ) -> None:
@@ -108,7 +108,7 @@ class Ledger:
         acceptance_checks: Sequence[AcceptanceCheck] = (),
         max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
         clock: Callable[[], datetime] = _utcnow,
-        retention: Mapping[Kind | str, RetentionRule] | None = None,
+        retention: Mapping[Kind, RetentionRule] | Mapping[str, RetentionRule] | None = None,
         create: bool = True,
         catch_up: bool = True,
     ) -> Ledger:
@@ -165,7 +165,9 @@ class Ledger:
         self._engine.close()
 
     def __repr__(self) -> str:
-        state = "closed" if self._engine.closed else "open"
+        # Opened before this process was forked from it: closed to it (ledger.forks).
+        closed = self._engine.closed or self._engine.inherited
+        state = "closed" if closed else "open"
         return f"<Ledger {self.url!r} ({self.backend}, {state})>"
 
     def __enter__(self) -> Ledger:

@@ -70,6 +70,10 @@ class RunContext:
     def __enter__(self) -> RunContext:
         return self.start()
 
+    def __repr__(self) -> str:
+        here = "open" if self._open else "not open here"
+        return f"<RunContext {self.run_id!r} of {self._outer.subject!r} ({here})>"
+
     @property
     def is_open(self) -> bool:
         """Whether the run is open here: started or resumed, and not found ended

@@ -346,7 +346,10 @@ class Session:
         Raises:
             UnknownDeliveryError: no such delivery visible to this principal.
             UnknownRecordError: ``replacement`` is unknown or not visible.
+            NotUsableError: ``replacement`` is not VALID now.
+            InvalidInputError: ``replacement`` is the delivered record itself.
             InvalidTransitionError: ``only_if_owed`` and none is owed.
+            AccessDeniedError: no ``deliver`` role in the record's scope.
         """
         return deliveries.issue_correction(
             self.caller, delivery_id, note, replacement, only_if_owed
@@ -378,6 +381,9 @@ class Session:
         Raises:
             InvalidValueError: content is not bytes, or uri is empty.
             ValueTooLargeError: content is over the size limit.
+            InvalidIdError: ``scope`` or ``id`` is no valid id.
+            NaiveDatetimeError: ``fetched_at`` or ``expires`` has no timezone.
+            AccessDeniedError: no ``propose`` role in ``scope``.
         """
         return proposals.capture(
             self.caller,
@@ -536,6 +542,8 @@ class Session:
         Descendants stay STALE until each is revalidated itself.
 
         Raises:
+            UnknownRecordError: no such record, or not visible to this principal.
+            AccessDeniedError: no ``approve`` role in the record's scope.
             InvalidTransitionError: not STALE (nor ACCEPTED on an expired basis,
                 given ``parents``).
             SelfApprovalError: the approver proposed it.
@@ -550,9 +558,13 @@ class Session:
         """A context that records every read made through it (see ``RunContext``).
 
         ``run_id`` names the run among this principal's runs: a run id once
-        used (by this principal) is refused again (``DuplicateRecordError``),
-        so that each run's reads stay its own. Other principals may use the
-        same id.
+        used (by this principal) is refused again when the run starts (its
+        ``with`` block or ``start()`` raises ``DuplicateRecordError``), so that
+        each run's reads stay its own. Other principals may use the same id.
+
+        Raises:
+            InvalidIdError: ``run_id`` is no valid id.
+            ReadOnlyError: an as-of session, or a ledger opened read-only.
         """
         from ledger.runs import RunContext  # a run wraps a session: imported on use
 

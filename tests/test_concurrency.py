@@ -333,6 +333,7 @@ def test_a_ledger_opened_before_a_fork_is_refused_in_the_child_and_keeps_serving
                 said = "proposed"
             except LedgerError as exc:
                 said = f"{type(exc).__name__}: {exc}"
+            said += f" | {led!r}"  # closed to the child, as it says
             led.close()  # closes nothing of the parent's
             os.write(write_end, said.encode())
             os._exit(0)
@@ -344,6 +345,7 @@ def test_a_ledger_opened_before_a_fork_is_refused_in_the_child_and_keeps_serving
         assert said == (
             f"ClosedLedgerError: ledger {led.url!r} was opened in the process this one "
             "was forked from, whose connections it holds: open it again in this process"
+            f" | <Ledger {led.url!r} ({led.backend}, closed)>"
         )
         agent.propose("s", "k3", 3, Kind.FACT, id="F3")
         assert [v.id for v in agent.records("s")] == ["F1", "F3"]

@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import importlib
+import json
 from pathlib import Path
 
 import pytest
 
 import ledger
 
+from .conftest import World
 from .test_run_signatures import strict_mypy
 
 EXPECTED = [
@@ -150,3 +152,48 @@ def test_strict_mypy_sees_concrete_types_in_what_the_api_returns(tmp_path: Path)
     assert f'{program}:8: note: Revealed type is "ledger.access.Role"' in out
     assert f"{program}:9: note: Revealed type is \"Literal['DELIVERED']\"" in out
     assert "error" not in out, out
+
+
+def test_strict_mypy_takes_retention_rules_keyed_by_kind_or_by_name(tmp_path: Path) -> None:
+    # Given retention rules in a dict typed by Kind, and in one typed by kind name
+    program = tmp_path / "rules.py"
+    program.write_text(
+        "from datetime import timedelta\n"
+        "\n"
+        "from ledger import Kind, Ledger, RetentionRule\n"
+        "\n"
+        "by_kind: dict[Kind, RetentionRule] = {Kind.FACT: RetentionRule(expiry_required=True)}\n"
+        "by_name: dict[str, RetentionRule] = {'fact': RetentionRule(timedelta(days=1))}\n"
+        "Ledger.open('memory:', retention=by_kind).close()\n"
+        "Ledger.open('memory:', retention=by_name).close()\n"
+    )
+    # Then strict mypy takes both, with no cast
+    done = strict_mypy(program, tmp_path / "cache")
+    assert "error" not in done.stdout, done.stdout + done.stderr
+
+
+def test_answers_are_json_through_the_documented_helpers_and_keyed_by_id(
+    world: World,
+) -> None:
+    # Given a record read, explained and audited
+    from ledger.jsonable import json_safe, plain, record_json
+
+    world.agent.propose("proj-a", "k", {"when": "2026-01-01", "raw": b"\x00"}, "fact", id="F1")
+    world.reviewer.accept("F1")
+    view = world.reviewer.get("F1")
+    answers = [
+        world.reviewer.read("proj-a", "k"),
+        world.reviewer.explain("proj-a", "k"),
+        world.reviewer.audit("F1"),
+    ]
+    # Then the README's helpers make JSON of each (bytes as base64, times ISO 8601)
+    as_json = json.loads(json.dumps(record_json(view)))
+    assert as_json["id"] == "F1" and as_json["value"]["raw"] == {"base64": "AA=="}
+    assert as_json["created_at"] == view.created_at.isoformat()
+    for answer in answers:
+        json.dumps(json_safe(plain(answer)))
+    # and answers holding values are keyed by id, not hashed; a digest hashes
+    for unhashable in (view, *answers):
+        with pytest.raises(TypeError, match="unhashable"):
+            hash(unhashable)
+    assert {world.ledger.digest(): "now"}

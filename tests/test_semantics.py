@@ -344,7 +344,10 @@ def test_a_url_password_never_appears_in_messages_or_the_ledger_s_url(pg_url: st
         then = session.as_of(position=1)  # right after the transaction holding position 1
         shown = [repr(led), repr(admin), repr(session), repr(then)]
         shown.append(repr(led.admin(admin.issue_admin_token())))
+        run = session.run("task-1")
+        shown.append(repr(run))
         assert not [r for r in shown if secret in r or token in r]
+        assert shown[5] == "<RunContext 'task-1' of 'agent' (not open here)>"
         assert shown[0] == f"<Ledger {led.url!r} (postgresql, open)>"
         assert shown[1:4] == [
             f"<Admin of {led.url!r}, trusted as the host>",
