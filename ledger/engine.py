@@ -331,11 +331,13 @@ class Engine:
         """What ``fetch`` reads with a cursor for a read that is one SQL statement
         (as :meth:`statement`, without a context manager per read); ``fetch``
         reads its rows by position (an SQLite file gives plain tuples)."""
+        token = self.inflight.enter()  # no context manager on a read's own path
         try:
-            with self.inflight.entered():
-                return self.recorder.query(fetch)
+            return self.recorder.query(fetch)
         except _READ_ERRORS as exc:
             raise self._read_error(exc) from None
+        finally:
+            self.inflight.leave(token)
 
     def _read_error(self, exc: BaseException) -> BaseException:
         """A read's failure as its typed error; a row lacking a column (IndexError,
