@@ -282,7 +282,7 @@ class Engine:
         self, exc: BaseException, *, opening: bool = False, committing: bool = False
     ) -> LedgerError:
         """The typed error for a failure of the database (see ``persistence.faults``)."""
-        if self.closed:  # under way when another thread closed it (after close's wait)
+        if self.closed and not opening:  # under way when another thread closed it
             return ClosedLedgerError(f"ledger {self.url!r} is closed")
         if self.outdated_views is not None and (
             missing_from_views(exc) or isinstance(exc, (IndexError, KeyError))
@@ -488,11 +488,13 @@ class Engine:
 
     def position(self) -> int:
         """Log position of the newest event (0 for an empty ledger)."""
-        self.check_open()
+        token = self.inflight.enter()
         try:
             return int(self.recorder.max_notification_id() or 0)
         except DATABASE_ERRORS as exc:
             raise self.storage_error(exc) from None
+        finally:
+            self.inflight.leave(token)
 
     def load(self, c: Cursor, aggregate_id: UUID, base: Any = None) -> Any | None:
         """The aggregate folded from its stored events read with ``c`` (None if it

@@ -180,8 +180,10 @@ def erase_snapshot(
         )
 
     done = engine.transact(work)
-    if done.deleted and not engine.recorder.scrub_deleted(done.position):
-        done = dataclasses.replace(done, scrubbed=False)
+    if done.deleted:
+        with engine.inflight.entered():  # a scrub under way is waited for by close()
+            if not engine.recorder.scrub_deleted(done.position):
+                done = dataclasses.replace(done, scrubbed=False)
     return done
 
 
@@ -196,7 +198,10 @@ def scrub_erased(engine: Engine, authorize: Callable[[Cursor], None] | None = No
         if authorize is not None:
             authorize(c)
         newest = engine.recorder.newest_of_topic(c, _ERASED_TOPIC)
-    return newest is None or engine.recorder.scrub_deleted(newest)
+    if newest is None:
+        return True
+    with engine.inflight.entered():  # a scrub under way is waited for by close()
+        return engine.recorder.scrub_deleted(newest)
 
 
 def snapshot(caller: Caller, ref: str) -> bytes:
