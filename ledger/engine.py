@@ -191,7 +191,7 @@ class Engine:
         self.recent = Recent()
         self.folded = Folded()
         self._lock = threading.RLock()
-        self.inflight = InFlight(self.check_open)  # what close() waits for
+        self.inflight = InFlight(self.check_open, self._close_connections)
         self.now()  # a clock that does not give aware datetimes is refused now
         env = backend.env
         missing = LedgerNotFoundError(f"no ledger at {backend.url!r} (nothing was created)")
@@ -241,9 +241,11 @@ class Engine:
             self.closed = True
             if self.inherited:
                 return  # the parent's connections (see :mod:`ledger.forks`)
-            self.inflight.drain()  # never a connection under another thread's statement
-            self.recorder.close_readers()
-            self.app.close()
+            self.inflight.close()  # once no statement is under way (ledger.inflight)
+
+    def _close_connections(self) -> None:
+        self.recorder.close_readers()
+        self.app.close()
 
     def check_open(self) -> None:
         """Raise ``ClosedLedgerError`` once the ledger is closed, or in a process
@@ -352,7 +354,7 @@ class Engine:
         self.check_open()
         self.check_writable(what)
         try:
-            with self.inflight.entered(), self._lock, self.recorder.writing() as c:
+            with self._lock, self.inflight.entered(), self.recorder.writing() as c:
                 self.recent.forget()
                 self.recorder.lock_for_write(c)
                 yield c
@@ -386,7 +388,8 @@ class Engine:
             if not self._lock.acquire(timeout=left):
                 raise Busy()
             try:
-                return self._attempt(work, about)
+                with self.inflight.entered():  # with the lock: a writer waiting is not
+                    return self._attempt(work, about)
             except (IntegrityError, sqlite3.IntegrityError):
                 raise Busy() from None
             except DATABASE_ERRORS as exc:
@@ -398,10 +401,9 @@ class Engine:
             finally:
                 self._lock.release()
 
-        with self.inflight.entered():
-            self.views_for_writing()
-            wait, started = self.recorder.lock_wait, time.monotonic()
-            return self.retrying(attempt)
+        self.views_for_writing()
+        wait, started = self.recorder.lock_wait, time.monotonic()
+        return self.retrying(attempt)
 
     def _attempt(self, work: Callable[[Write], T], about: str | None = None) -> T:
         """One try of a command (under the engine's lock): its transaction, then

@@ -1,19 +1,20 @@
-"""The operations under way on a ledger, which closing it waits for.
+"""The operations under way on a ledger, and closing it without cutting them off.
 
 Every read and write of :class:`ledger.engine.Engine` enters here first
-(:meth:`InFlight.enter`) and leaves when it is done (:meth:`InFlight.leave`);
-``close()`` marks the ledger closed, then waits (:meth:`InFlight.drain`) until
-no other thread has an operation under way before it closes the connections,
-so that a connection is never closed under a statement another thread is
-running (which SQLite answers with a crash of the process, not an error). An
-operation that enters once the ledger is closed is refused with
+(:meth:`InFlight.enter`) and leaves when it is done (:meth:`InFlight.leave`).
+``close()`` marks the ledger closed (what enters after that is refused with
 ``ClosedLedgerError``: it registers first and looks second, and ``close`` marks
-first and looks second, so one of the two always sees the other.
+first and looks second, so one of the two always sees the other), waits a while
+for other threads' operations to finish, and closes the connections
+(:meth:`InFlight.close`) once none is under way: at once, or when the last one
+leaves. A connection is never closed under a statement still running (SQLite
+answers that with a crash of the process, not an error): an iterator another
+thread is still reading from runs to its end, and one left unfinished keeps the
+connections open until it is finished or collected.
 
 Each operation is one entry of a set (adding and discarding one are single
 steps of the interpreter, so no lock is taken on a read's path), named by its
-thread and a serial number: an iterator finished in another thread than the one
-that started it leaves its own entry.
+thread and a serial number.
 """
 
 from __future__ import annotations
@@ -25,9 +26,8 @@ from collections.abc import Callable
 
 __all__ = ["CLOSE_WAIT", "Entered", "InFlight", "Token"]
 
-#: How long ``close()`` waits for other threads' operations under way (seconds):
-#: an iterator another thread holds open past that is cut off (its next step
-#: raises ``ClosedLedgerError``).
+#: How long ``close()`` waits for other threads' operations under way (seconds)
+#: before it returns, leaving the connections to close when the last one ends.
 CLOSE_WAIT = 5.0
 
 #: One operation under way: the thread that started it, and a serial number.
@@ -35,12 +35,22 @@ Token = tuple[int, int]
 
 
 class InFlight:
-    """The operations under way on one ledger, by thread."""
+    """The operations under way on one ledger, and its connections' closing.
 
-    def __init__(self, check_open: Callable[[], None]) -> None:
+    ``check_open`` raises once the ledger is closed; ``close_connections``
+    closes them (called once, by :meth:`close` or by the last :meth:`leave`).
+    """
+
+    def __init__(
+        self, check_open: Callable[[], None], close_connections: Callable[[], None]
+    ) -> None:
         self._check_open = check_open
+        self._close_connections = close_connections
         self._serial = itertools.count()
         self._under_way: set[Token] = set()
+        self._closing = False  # close() was called: the last to leave closes
+        self._lock = threading.Lock()  # the connections are closed once
+        self._closed = False
 
     def enter(self) -> Token:
         """Register an operation of this thread, then check the ledger is open (the
@@ -55,7 +65,7 @@ class InFlight:
         try:
             self._check_open()
         except BaseException:
-            self._under_way.discard(token)
+            self.leave(token)
             raise
         return token
 
@@ -64,20 +74,35 @@ class InFlight:
         return Entered(self, self.enter())
 
     def leave(self, token: Token) -> None:
-        """The operation of ``token`` is done (from whichever thread finishes it)."""
+        """The operation of ``token`` is done (from whichever thread finishes it);
+        the last one to leave a ledger being closed closes its connections."""
         self._under_way.discard(token)
+        if self._closing and not self._under_way:
+            self._close_once()
 
-    def drain(self, timeout: float = CLOSE_WAIT) -> bool:
-        """Wait until no thread but this one has an operation under way (this
-        thread's own, such as an iterator it holds open, do not count), at most
-        ``timeout`` seconds; False if some still were then."""
+    def close(self, timeout: float = CLOSE_WAIT) -> bool:
+        """Close the connections once no operation is under way: wait for other
+        threads' operations (at most ``timeout`` seconds; this thread's own,
+        such as the command whose acceptance check closes the ledger, cannot end
+        while it waits), and leave the closing to the last of those still under
+        way then. True if the connections are closed on return."""
         me = threading.get_ident()
         deadline = time.monotonic() + timeout
         while any(thread != me for thread, _ in list(self._under_way)):
             if time.monotonic() >= deadline:
-                return False
+                break
             time.sleep(0.002)
-        return True
+        self._closing = True
+        if not self._under_way:
+            self._close_once()
+        return self._closed
+
+    def _close_once(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._close_connections()
 
 
 class Entered:

@@ -472,3 +472,39 @@ def test_the_commands_prove_and_check_the_extension(
     assert code == 1
     assert err.startswith("error: bundle check failed: the bundle does not show that its head")
     assert "`provledger bundle … --extends` that head" in err
+
+
+def test_an_earlier_bundle_is_matched_record_by_record_whatever_id_shows_them(
+    tmp_path: Path,
+) -> None:
+    # Given F1 in p and another F1 in q: y (in q only) is shown q's as F1, and z
+    # (in both) is shown p's as F1 and q's as F1@@q
+    with Ledger.open("memory:") as led:
+        admin = led.admin()
+        admin.grant("agent", scope="p", roles=["propose", "read"])
+        admin.grant("agent2", scope="q", roles=["propose", "read"])
+        admin.grant("y", scope="q", roles=["read", "audit"])
+        for scope in ("p", "q"):
+            admin.grant("z", scope=scope, roles=["read", "audit"])
+        agent, agent2, y, z = (
+            led.authenticate(admin.issue_token(who)) for who in ("agent", "agent2", "y", "z")
+        )
+        agent.propose("p", "k", 1, "fact", id="F1")
+        agent2.propose("q", "k", 2, "fact", id="F1")
+        key = tmp_path / "k"
+        generate_key(key)
+        for name, session, rid in (("y", y, "F1"), ("zp", z, "F1"), ("zq", z, "F1@@q")):
+            write_bundle(session, rid, key, tmp_path / f"{name}.zip")
+    public = tmp_path / "k.pub"
+    # Then z's bundle of p's F1 is not held to y's bundle of q's F1, and z's of q's
+    # is held to it (the same record, named otherwise)
+    assert verify_bundle(tmp_path / "zp.zip", public, earlier=[tmp_path / "y.zip"]).ok
+    assert verify_bundle(tmp_path / "zq.zip", public, earlier=[tmp_path / "y.zip"]).ok
+
+    def drop(manifest: dict[str, Any], files: dict[str, bytes]) -> None:
+        entry = manifest["events"].pop()
+        files.pop(entry["file"])
+
+    short = rewrite(tmp_path / "zq.zip", key, tmp_path / "short.zip", drop)
+    report = verify_bundle(short, public, earlier=[tmp_path / "y.zip"])
+    assert any("which the bundle you hold in" in p for p in report.problems), report.problems

@@ -754,7 +754,7 @@ def test_a_withheld_event_listed_as_a_correction_or_erasure_it_cannot_be_is_refu
         return _machine({"R1": list(events)})
 
     # A correction with no delivery before it, an erasure of a record that captured
-    # no bytes, a second erasure: no ledger writes them
+    # no bytes: no ledger writes them
     corrected = problems(
         (1, "Proposed", proposal), (2, "Accepted", accepted), (3, "CorrectionIssued", None)
     )
@@ -766,13 +766,6 @@ def test_a_withheld_event_listed_as_a_correction_or_erasure_it_cannot_be_is_refu
         (1, "Proposed", proposal), (2, "Accepted", accepted), (3, "SnapshotErased", None)
     )
     assert erased[0].endswith("R1 was proposed with no captured bytes, so none were erased")
-    twice = problems(
-        (1, "Proposed", captured),
-        (2, "Accepted", accepted),
-        (3, "SnapshotErased", None),
-        (4, "SnapshotErased", None),
-    )
-    assert twice[0].endswith("R1's captured bytes were erased already, and a ledger erases once")
     # while a delivery then its correction, and one erasure of captured bytes, pass
     assert (
         problems(

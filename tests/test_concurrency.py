@@ -517,13 +517,21 @@ from ledger.errors import ClosedLedgerError
 url, op = sys.argv[1], sys.argv[2]
 led = Ledger.open(url)
 admin = led.admin()
-admin.grant("agent", scope="p", roles=["propose", "read"])
+admin.grant("agent", scope="p", roles=["propose", "read", "audit"])
 agent = led.authenticate(admin.issue_token("agent"))
 for i in range(200):
     agent.propose("p", f"k{i}", i, Kind.FACT)
 seen = set()
+if op == "handoff":  # an iteration started here, read by another thread during close
+    it = agent.iter_history()
+    next(it)
 def work():
     try:
+        if op == "handoff":
+            for _ in it:
+                time.sleep(0.001)
+            seen.add("exhausted")
+            return
         while True:
             if op == "read":
                 agent.records("p", limit=200)
@@ -533,7 +541,7 @@ def work():
         seen.add("ClosedLedgerError")
     except BaseException as exc:
         seen.add(f"{type(exc).__module__}.{type(exc).__name__}: {exc}")
-threads = [threading.Thread(target=work) for _ in range(3)]
+threads = [threading.Thread(target=work) for _ in range(1 if op == "handoff" else 3)]
 for t in threads:
     t.start()
 time.sleep(0.3)
@@ -544,7 +552,7 @@ print(sorted(seen))
 """
 
 
-@pytest.mark.parametrize("op", ["read", "write"])
+@pytest.mark.parametrize("op", ["read", "write", "handoff"])
 @pytest.mark.parametrize("backend", ["memory", "sqlite"])
 def test_closing_a_ledger_other_threads_are_using_refuses_them_by_name(
     tmp_path: Path, backend: str, op: str
@@ -555,9 +563,11 @@ def test_closing_a_ledger_other_threads_are_using_refuses_them_by_name(
         [sys.executable, "-c", _CLOSING, url, op], capture_output=True, text=True, timeout=120
     )
     # Then the process lives on (no connection was closed under a running
-    # statement) and every thread is refused with ClosedLedgerError alone
+    # statement) and every thread is refused with ClosedLedgerError alone; an
+    # iteration another thread was reading runs to its end, then the ledger closes
     assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
-    assert done.stdout.strip() == "['ClosedLedgerError']", done.stdout + done.stderr[-2000:]
+    said = "['exhausted']" if op == "handoff" else "['ClosedLedgerError']"
+    assert done.stdout.strip() == said, done.stdout + done.stderr[-2000:]
 
 
 def test_closing_waits_for_a_command_under_way_in_another_thread(tmp_path: Path) -> None:
@@ -587,3 +597,48 @@ def test_closing_waits_for_a_command_under_way_in_another_thread(tmp_path: Path)
     with Ledger.open(url) as again:
         token = again.admin().issue_token("reviewer")
         assert again.authenticate(token).get("F1").status == Status.ACCEPTED
+
+
+def test_connections_close_only_once_no_operation_is_under_way() -> None:
+    from ledger.errors import ClosedLedgerError
+    from ledger.inflight import InFlight
+
+    closed: list[str] = []
+    state = {"closed": False}
+
+    def check_open() -> None:
+        if state["closed"]:
+            raise ClosedLedgerError("closed")
+
+    flight = InFlight(check_open, lambda: closed.append("connections"))
+    # Given an operation this thread started (an iteration, say), still under way
+    token = flight.enter()
+    # When the ledger is closed: the connections stay open under it, and what
+    # enters after is refused
+    state["closed"] = True
+    assert flight.close(timeout=0.05) is False and closed == []
+    with pytest.raises(ClosedLedgerError):
+        flight.enter()
+    assert closed == []
+    # Then the operation, finished in another thread, closes them, once
+    finisher = threading.Thread(target=flight.leave, args=(token,))
+    finisher.start()
+    finisher.join()
+    assert closed == ["connections"]
+    flight.leave(token)
+    assert closed == ["connections"]
+
+    # And an operation of another thread that ends while close waits is waited for
+    other = InFlight(lambda: None, lambda: closed.append("other"))
+    started = threading.Event()
+
+    def briefly() -> None:
+        with other.entered():
+            started.set()
+            time.sleep(0.1)
+
+    worker = threading.Thread(target=briefly)
+    worker.start()
+    assert started.wait(10)
+    assert other.close() is True and closed[-1] == "other"
+    worker.join()

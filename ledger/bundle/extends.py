@@ -27,6 +27,7 @@ from ledger import merkle
 from ledger.bundle.archive import open_nonblocking, read_member
 from ledger.errors import InvalidHeadError, InvalidInputError, LedgerError
 from ledger.heads import SignedHead, key_id, verify_head
+from ledger.redaction import bare
 from ledger.validation import quoted
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ class HeldHead:
 
     head: SignedHead
     source: str = ""
-    listed: tuple[tuple[str, int, str], ...] = ()
+    listed: tuple[tuple[str, str, int, str], ...] = ()
 
     def describe(self) -> str:
         """``the earlier head in FILE (tree size N, signed T)``, as messages name it."""
@@ -111,7 +112,7 @@ def held_head(given: Earlier) -> HeldHead:
         ) from None
 
 
-def _bundle_head(data: bytes) -> tuple[str, tuple[tuple[str, int, str], ...]]:
+def _bundle_head(data: bytes) -> tuple[str, tuple[tuple[str, str, int, str], ...]]:
     """The ``head.json`` of the bundle whose bytes are ``data`` (its signature is
     checked by whoever holds the key), and the events its ``manifest.json`` lists
     (the auditor verified the bundle when it was handed over)."""
@@ -132,9 +133,8 @@ def _bundle_head(data: bytes) -> tuple[str, tuple[tuple[str, int, str], ...]]:
                     raise InvalidHeadError(f"its {name} is {info.file_size} bytes, too many")
                 texts.append(read_member(archive, info).decode("utf-8"))
         try:
-            events = json.loads(texts[1])["events"]
-            listed = tuple((str(e["record"]), int(e["position"]), str(e["leaf"])) for e in events)
-        except (ValueError, TypeError, KeyError) as exc:
+            listed = tuple(listed_events(json.loads(texts[1])))
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
             unread = f"its manifest.json lists no readable events ({exc!r})"
             raise InvalidHeadError(unread) from None
         return texts[0], listed
@@ -218,7 +218,8 @@ def _check_earlier(
     trusted: Ed25519PublicKey | None,
     problems: list[str],
     placed: Iterable[tuple[int, int]] = (),
-    listed: Collection[tuple[str, int, str]] = (),
+    listed: Collection[tuple[str, str, int, str]] = (),
+    records: Collection[tuple[str, str]] = (),
 ) -> None:
     """That the bundle's ``head`` extends each earlier head the auditor holds:
     each signed by the trusted key (else the bundle's own), not larger than
@@ -231,15 +232,15 @@ def _check_earlier(
     checker = trusted or key
     whose = "the trusted key" if trusted is not None else "the bundle's key (not pinned)"
     placed = list(placed)
-    records, placing = {rid for rid, _, _ in listed}, []
+    placing: list[str] = []
     for given in held:  # after the heads' own problems, each named first
         placing += _split_problems(given, placed)
         placing += [
             f"{rid}'s event at position {position}, which the bundle you hold in "
             f"{given.source} lists, is not listed here with the same leaf: a later bundle "
             "of a record lists every event an earlier one did (it was left out, or rewritten)"
-            for rid, position, leaf in given.listed
-            if rid in records and (rid, position, leaf) not in listed
+            for scope, rid, position, leaf in given.listed
+            if (scope, rid) in records and (scope, rid, position, leaf) not in listed
         ]
         earlier, what = given.head, given.describe()
         if earlier.key_id != key_id(checker):
@@ -280,6 +281,31 @@ def _check_earlier(
             )
         # else: the manifest's proof from that head was checked (a failure named there)
     problems += placing
+
+
+def records_named(manifest: dict[str, Any]) -> set[tuple[str, str]]:
+    """(scope, record id as proposed) of each record the manifest includes."""
+    return {
+        (str(r["scope"]), bare(str(r["id"])))
+        for r in manifest["records"]
+        if isinstance(r, dict) and "scope" in r
+    }
+
+
+def listed_events(manifest: dict[str, Any]) -> set[tuple[str, str, int, str]]:
+    """(scope, record id as proposed, position, leaf hash in hex) of each event the
+    manifest lists: a record named by its scope and bare id, as every reader
+    names it, whether shown as ``ID`` or ``ID@@SCOPE`` (``ledger.redaction``)."""
+    scopes = {str(r["id"]): str(r.get("scope")) for r in manifest["records"]}
+    return {
+        (
+            scopes.get(str(e["record"]), ""),
+            bare(str(e["record"])),
+            int(e["position"]),
+            str(e["leaf"]),
+        )
+        for e in manifest["events"]
+    }
 
 
 def _split_problems(given: HeldHead, placed: list[tuple[int, int]]) -> list[str]:

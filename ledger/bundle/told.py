@@ -231,7 +231,6 @@ class _Step:
     #: Whether its proposal captured evidence bytes (None: its bytes are withheld).
     evidence: bool | None = None
     delivered: bool = False  # a Delivered of it is listed before
-    erased: bool = False  # a SnapshotErased of it is listed before
 
     @property
     def bases(self) -> tuple[str, ...] | None:
@@ -341,8 +340,8 @@ def _step_problem(
         )
     if kind == "CorrectionIssued" and not step.delivered:
         return f"{what} follows no delivery of {rid}: a ledger corrects only what it delivered"
-    if kind == "SnapshotErased" and step.erased:
-        return f"{what}: {rid}'s captured bytes were erased already, and a ledger erases once"
+    # (Bytes erased, captured again elsewhere and erased again mark every capture
+    # of them again: a second erasure of a record is no forgery.)
     if kind == "SnapshotErased" and step.evidence is False:
         return f"{what}: {rid} was proposed with no captured bytes, so none were erased"
     if not isinstance(fields, dict):
@@ -448,7 +447,6 @@ def _rests_on(steps: dict[str, _Step], included: set[str], rid: str, cause: str)
 def _fold(step: _Step, position: int, kind: str, fields: Any) -> None:
     by = f"its {kind} at position {position}"
     step.delivered = step.delivered or kind == "Delivered"
-    step.erased = step.erased or kind == "SnapshotErased"
     if kind == "Revalidated":
         step.by = by
         if isinstance(fields, dict):

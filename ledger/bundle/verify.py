@@ -37,6 +37,8 @@ from ledger.bundle.extends import (
     _check_earlier,
     _check_extends,
     held_head,
+    listed_events,
+    records_named,
 )
 from ledger.bundle.verify_statements import _check_statements
 from ledger.errors import InvalidInputError, InvalidKeyError, LedgerError
@@ -370,8 +372,8 @@ def _verify_archive(
     head = _check_head(members, manifest, key, problems)
     events, withheld, placed = _check_events(members, manifest, head, problems)
     extends = _check_extends(manifest, head, key, problems)
-    listed = _listed(manifest)
-    _check_earlier(held, extends, head, key, trusted, problems, placed, listed)
+    listed, included = _listed(manifest)
+    _check_earlier(held, extends, head, key, trusted, problems, placed, listed, included)
     unchecked = _check_statements(members, manifest, problems)
     _check_container(archive, data, key, problems, members)
     hidden = sum(
@@ -493,13 +495,13 @@ def _misplaced(placed: list[tuple[int, int, str]]) -> list[str]:
     return out
 
 
-def _listed(manifest: dict[str, Any]) -> set[tuple[str, int, str]]:
-    """(record, position, leaf hash in hex) of each event the manifest lists
-    (a malformed entry is named by :func:`_check_events`)."""
-    out = set()
-    for entry in manifest.get("events") or ():
-        try:
-            out.add((str(entry["record"]), int(entry["position"]), str(entry["leaf"])))
-        except (KeyError, TypeError, ValueError):
-            continue
-    return out
+def _listed(
+    manifest: dict[str, Any],
+) -> tuple[set[tuple[str, str, int, str]], set[tuple[str, str]]]:
+    """What :func:`listed_events` and :func:`records_named` make of the manifest
+    (nothing of one whose records or events are malformed: their own checks name
+    them)."""
+    try:
+        return listed_events(manifest), records_named(manifest)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return set(), set()

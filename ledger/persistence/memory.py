@@ -22,10 +22,10 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
-from eventsourcing.persistence import ConnectionUnavailableError
+from eventsourcing.persistence import ConnectionPoolClosedError, ConnectionUnavailableError
 from eventsourcing.sqlite import SQLiteDatastore
 
 from projections.base import Cursor
@@ -80,7 +80,7 @@ class MemoryInterlock:
             finally:
                 self._held.writer = None
         finally:
-            self._datastore.pool.put_connection(conn)
+            _give_back(self._datastore.pool, conn)
 
     @contextmanager
     def read(self, *, transaction: bool) -> Iterator[Cursor]:
@@ -113,7 +113,7 @@ class MemoryInterlock:
                 yield got.cursor()
         finally:
             opened[0] -= 1
-            pool.put_connection(got)
+            _give_back(pool, got)
 
     def _connection(self, *, writer: bool) -> Any:
         """The pool's writer or a reader connection; a wait for the other kind that
@@ -134,3 +134,11 @@ class MemoryInterlock:
         if reads is None:
             reads = self._held.reads = [0]
         return reads
+
+
+def _give_back(pool: Any, connection: Any) -> None:
+    """Return ``connection`` to ``pool``; if the pool was closed meanwhile (the
+    application collected, at the interpreter's exit, under an iterator left
+    unfinished), its connections closed with it: nothing to give back."""
+    with suppress(ConnectionPoolClosedError):
+        pool.put_connection(connection)
