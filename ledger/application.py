@@ -161,7 +161,10 @@ class Ledger:
         )
 
     def close(self) -> None:
-        """Close the database connections. Safe to call twice."""
+        """Close the ledger: what starts after this is refused (``ClosedLedgerError``);
+        reads and writes other threads have under way are waited for (at most 5 s),
+        and the database connections close once none is (an iteration another
+        thread is still reading runs to its end first). Safe to call twice."""
         self._engine.close()
 
     def __repr__(self) -> str:

@@ -141,7 +141,9 @@ def test_explain_audit_history_and_corrections_name_nothing_of_the_other_scope(
     assert_nothing_of_a(repr(before.get("B-R1")) + repr(before.audit("B-R1")))
 
 
-def test_a_hidden_dependency_superseded_is_said_superseded_everywhere(tenants: Tenants) -> None:
+def test_a_hidden_dependency_superseded_is_said_superseded_everywhere(
+    tenants: Tenants, tmp_path: Path
+) -> None:
     # Given B's record observing A's fact, which A then replaces with a new version
     a, b, bridge = tenants.a, tenants.b, tenants.bridge
     a.propose("proj-a", "a.rate", 1, Kind.FACT, id="A-F1")
@@ -163,6 +165,15 @@ def test_a_hidden_dependency_superseded_is_said_superseded_everywhere(tenants: T
     [listed] = b.records("proj-b", status="STALE", claim_prefix="b.plan")
     assert listed.reason == superseded
     assert_nothing_of_a(repr(view) + repr(marked) + repr(listed))
+    # and so does B-P1's compliance bundle, in its summary and its PROV
+    key = tmp_path / "k"
+    generate_key(key)
+    write_bundle(b, "B-P1", key, tmp_path / "b.zip")
+    with zipfile.ZipFile(tmp_path / "b.zip") as archive:
+        summary, prov = archive.read("summary.txt").decode(), archive.read("prov.json").decode()
+    assert f"status:    STALE / NEEDS_REVALIDATION ({superseded})" in summary
+    assert "scopes was revoked" not in summary + prov and superseded in prov
+    assert verify_bundle(tmp_path / "b.zip", tmp_path / "k.pub").ok
 
 
 def test_a_hidden_cause_looks_the_same_whatever_is_done_in_its_scope(tenants: Tenants) -> None:

@@ -15,9 +15,7 @@ from ledger.bundle.told import HISTORY_LABELS, history_line, one_line
 from ledger.domain import Kind
 from ledger.heads import SignedHead
 from ledger.session import Session
-from ledger.values import HIDDEN, AuditTrail, RecordView
-
-_HIDDEN_REASON = "a dependency outside your scopes was revoked"
+from ledger.values import HIDDEN, AuditTrail, RecordView, withheld
 
 
 def _prov_json(
@@ -50,7 +48,11 @@ def _prov_json(
                         item[name] = {"$": f"{PL.prefix}:hidden", "type": "xsd:QName"}
                         touched = True
                 if touched and "pl:reason" in item:
-                    item["pl:reason"] = _HIDDEN_REASON
+                    superseded = (
+                        item.get("pl:causedBy") == "supersession"
+                        or "pl:staleCauseSupersededBy" in item
+                    )
+                    item["pl:reason"] = withheld(HIDDEN if superseded else None)
     needs = sorted(
         rid
         for rid, trail in trails.items()
@@ -141,7 +143,9 @@ def _cause(record: RecordView, auditable: _Auditable) -> str:
     if record.cause is None or record.cause == record.id:
         return f" ({record.reason})" if record.reason else ""
     if not auditable(record.cause):
-        return f" ({_HIDDEN_REASON})"
+        return f" ({withheld(record.cause_superseded_by)})"
+    if record.cause_superseded_by is not None:
+        return f" ({record.cause} superseded by {record.cause_superseded_by})"
     return f" ({record.cause} revoked: {record.reason})"
 
 

@@ -132,9 +132,10 @@ def verify(
                 "layout); "
                 + (
                     "opened read-only, they stay as stored: verify a writable copy, "
-                    "where any command rebuilds them from the log, to compare them"
+                    "where any other command rebuilds them from the log, to compare them"
                     if read_only
-                    else "any command rebuilds them from the log, and verify then compares them"
+                    else "any command but verify and backup rebuilds them from the log, and "
+                    "verify then compares them"
                 ),
                 err=True,
             )
