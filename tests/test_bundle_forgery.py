@@ -65,6 +65,12 @@ def _late(world: World, tmp_path: Path) -> Path:
     return tmp_path / "r1.zip"
 
 
+def _late_listed(world: World, tmp_path: Path) -> tuple[Path, dict[str, Any]]:
+    """:func:`_late`'s bundle, and its manifest (to find its events' positions)."""
+    path = _late(world, tmp_path)
+    return path, json.loads(zipfile.ZipFile(path).read("manifest.json"))
+
+
 def _position(manifest: dict[str, Any], record: str, kind: str) -> int:
     [position] = [
         e["position"] for e in manifest["events"] if (e["record"], e["type"]) == (record, kind)
@@ -137,8 +143,7 @@ def _forge(path: Path, change: Callable[[dict[str, Any], Files], None]) -> Any:
 
 
 def test_a_record_accepted_on_a_revoked_basis_is_refused(world: World, tmp_path: Path) -> None:
-    path = _late(world, tmp_path)
-    manifest = json.loads(zipfile.ZipFile(path).read("manifest.json"))
+    path, manifest = _late_listed(world, tmp_path)
     revoked, accepted = _position(manifest, "E1", "Revoked"), _position(manifest, "M1", "Accepted")
 
     # Given everything after E1's revocation left out (the stale markings, E2, the
@@ -190,8 +195,7 @@ def test_a_record_accepted_on_a_revoked_basis_is_refused(world: World, tmp_path:
 def test_a_stale_marking_without_the_revocation_of_its_cause_is_refused(
     world: World, tmp_path: Path
 ) -> None:
-    path = _late(world, tmp_path)
-    manifest = json.loads(zipfile.ZipFile(path).read("manifest.json"))
+    path, manifest = _late_listed(world, tmp_path)
     revoked = _position(manifest, "E1", "Revoked")
     accepted = _position(manifest, "E1", "Accepted")
     marked = _positions(manifest, "M1", "MarkedStale")[0]
@@ -216,8 +220,7 @@ def test_a_stale_marking_without_the_revocation_of_its_cause_is_refused(
 def test_a_withheld_event_listed_as_an_impossible_transition_is_refused(
     world: World, tmp_path: Path
 ) -> None:
-    path = _late(world, tmp_path)
-    manifest = json.loads(zipfile.ZipFile(path).read("manifest.json"))
+    path, manifest = _late_listed(world, tmp_path)
     revoked = _position(manifest, "E1", "Revoked")
     accepted = _position(manifest, "E1", "Accepted")
 
@@ -260,8 +263,7 @@ def test_a_withheld_event_listed_as_an_impossible_transition_is_refused(
 def test_a_delivery_whose_bytes_are_withheld_for_nothing_is_refused(
     world: World, tmp_path: Path
 ) -> None:
-    path = _late(world, tmp_path)
-    manifest = json.loads(zipfile.ZipFile(path).read("manifest.json"))
+    path, manifest = _late_listed(world, tmp_path)
     delivered = _position(manifest, "R1", "Delivered")
 
     def withheld(manifest: dict[str, Any], files: Files) -> None:
@@ -498,21 +500,6 @@ def test_a_superseded_basis_verifies_before_and_after_revalidation(
     _verifies(reviewer, "F2", tmp_path)
 
 
-def test_a_capture_replacing_a_capture_verifies(world: World, tmp_path: Path) -> None:
-    agent, reviewer = world.agent, world.reviewer
-    agent.capture(scope="proj-a", uri="https://x.test/p", content=b"v1", id="E1")
-    reviewer.accept("E1")
-    agent.propose(
-        scope="proj-a", claim_key="m", value=1, kind=Kind.INFERENCE, parents=["E1"], id="M1"
-    )
-    reviewer.accept("M1")
-    agent.capture(scope="proj-a", uri="https://x.test/p", content=b"v2", id="E1b")
-    reviewer.accept("E1b")  # E1 superseded by the newer capture, M1 STALE
-    _verifies(reviewer, "M1", tmp_path)
-    reviewer.revalidate("M1", parents=["E1b"])
-    assert _verifies(reviewer, "M1", tmp_path).unchecked == ()
-
-
 def test_an_expired_basis_replaced_on_revalidation_verifies(world: World, tmp_path: Path) -> None:
     agent, reviewer = _on_an_expired_basis(world)
     _verifies(reviewer, "M1", tmp_path)
@@ -578,8 +565,7 @@ def test_ancestors_in_another_scope_verify(hidden_cause: tuple[Ledger, Any, Path
 def test_an_approval_by_the_proposer_is_refused_though_its_tree_is_rebuilt(
     world: World, tmp_path: Path
 ) -> None:
-    path = _late(world, tmp_path)
-    manifest = json.loads(zipfile.ZipFile(path).read("manifest.json"))
+    path, manifest = _late_listed(world, tmp_path)
     accepted = _position(manifest, "R1", "Accepted")
     with world.ledger.engine.reading() as c:
         leaves = [leaf for _, leaf in world.ledger.engine.recorder.leaves(c)]

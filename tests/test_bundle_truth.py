@@ -434,8 +434,11 @@ def test_a_bundle_after_supersession_and_revalidation_on_the_new_version_verifie
     agent.capture(scope="proj-a", uri="https://x.test/doc", content=b"v2", id="E2")
     reviewer.accept("E2")
     assert reviewer.get("E2").supersedes == "E1"
-    reviewer.revalidate("M1", parents=["E2"])
     generate_key(tmp_path / "k")
+    # M1, STALE by the capture that replaced its basis, verifies as it is
+    write_bundle(reviewer, "M1", tmp_path / "k", tmp_path / "stale.zip")
+    assert verify_bundle(tmp_path / "stale.zip", tmp_path / "k.pub").ok
+    reviewer.revalidate("M1", parents=["E2"])
     for rid in ("M1", "E2", "E1"):
         write_bundle(reviewer, rid, tmp_path / "k", tmp_path / f"{rid}.zip")
         report = verify_bundle(tmp_path / f"{rid}.zip", tmp_path / "k.pub")
