@@ -134,9 +134,49 @@ def _restate(manifest: dict[str, Any], files: Files, rid: str, status: str, vali
 
 def _forge(path: Path, change: Callable[[dict[str, Any], Files], None]) -> Any:
     """``path`` changed by ``change`` and re-signed with the ledger's own key, verified
-    against that key."""
-    forged = rewrite(path, path.parent / "k", path.parent / "forged.zip", change)
+    against that key; summary.txt's count of the events made to agree, as a careful
+    forger would."""
+
+    def changed(manifest: dict[str, Any], files: Files) -> None:
+        change(manifest, files)
+        withheld = sum(1 for e in manifest["events"] if e["file"] is None)
+        count = f"events:    {len(manifest['events']) - withheld} included with their stored"
+        count += " bytes and inclusion proofs"
+        if withheld:
+            count += f"; {withheld} listed by leaf hash only (their bytes name a record …)"
+        files["summary.txt"] = re.sub(rb"(?m)^events:    .*$", count.encode(), files["summary.txt"])
+
+    forged = rewrite(path, path.parent / "k", path.parent / "forged.zip", changed)
     return verify_bundle(forged, path.parent / "k.pub")
+
+
+def _withholding(position: int) -> Callable[[dict[str, Any], Files], None]:
+    """A change withholding the bytes of the event at ``position`` (listed by its
+    leaf only)."""
+
+    def withhold(manifest: dict[str, Any], files: Files) -> None:
+        for entry in manifest["events"]:
+            if entry["position"] == position:
+                del files[entry["file"]]
+                entry["file"] = None
+
+    return withhold
+
+
+def test_a_summary_counting_events_otherwise_than_the_manifest_lists_is_refused(
+    world: World, tmp_path: Path
+) -> None:
+    path, manifest = _late_listed(world, tmp_path)
+    revoked = _position(manifest, "E1", "Revoked")
+
+    # Given an event's bytes dropped from the archive and listed as withheld, the
+    # summary left saying every event is included
+    forged = rewrite(path, tmp_path / "k", tmp_path / "forged.zip", _withholding(revoked))
+    listed = len(manifest["events"])
+    assert (
+        f"summary.txt counts {listed} events with their bytes and 0 withheld, but "
+        f"manifest.json lists {listed - 1} and 1"
+    ) in verify_bundle(forged, tmp_path / "k.pub").problems
 
 
 # -- what the events carried contradict -------------------------------------------------------
@@ -266,13 +306,7 @@ def test_a_delivery_whose_bytes_are_withheld_for_nothing_is_refused(
     path, manifest = _late_listed(world, tmp_path)
     delivered = _position(manifest, "R1", "Delivered")
 
-    def withheld(manifest: dict[str, Any], files: Files) -> None:
-        for entry in manifest["events"]:
-            if entry["position"] == delivered:
-                del files[entry["file"]]
-                entry["file"] = None
-
-    report = _forge(path, withheld)
+    report = _forge(path, _withholding(delivered))
 
     assert not report.ok
     assert report.problems == (

@@ -87,6 +87,7 @@ def _check_statements(
     _check_validities(statements, stated, told, problems)
     _check_summary_ancestry(members, str(root), stated, hidden, problems)
     _check_summary_lines(members, str(root), events, problems)
+    _check_events_line(members, listed, problems)
     _check_proposals(members, str(root), stated, told, problems)
     _check_activities(members, events, problems)
     _check_ancestry(members, str(root), stated, hidden, told, events, problems, unchecked)
@@ -367,6 +368,31 @@ _OTHER_LINES = re.compile(
     r"(provledger compliance bundle|record:    |value:     |status:    |evidence:  |ancestry:  "
     r"|signed head: |events:    |check:     |$)"
 )
+
+
+#: summary.txt's count of the events listed.
+_EVENTS_LINE = re.compile(
+    r"events:    (\d+) included with their stored bytes and inclusion proofs"
+    r"(?:; (\d+) listed by leaf hash only \(.*\))?$"
+)
+
+
+def _check_events_line(members: dict[str, bytes], listed: list[Any], problems: list[str]) -> None:
+    """summary.txt counts the events the manifest lists as they are listed: with
+    their bytes, and by leaf hash only (withheld)."""
+    summary = members.get("summary.txt", b"").decode("utf-8", "replace").splitlines()
+    said = [m for line in summary if (m := _EVENTS_LINE.match(line))]
+    withheld = sum(1 for e in listed if isinstance(e, dict) and e.get("file") is None)
+    if len(said) == 1:
+        included, left = int(said[0][1]), int(said[0][2] or 0)
+        if (included, left) == (len(listed) - withheld, withheld):
+            return
+        problems.append(
+            f"summary.txt counts {included} events with their bytes and {left} withheld, "
+            f"but manifest.json lists {len(listed) - withheld} and {withheld}"
+        )
+    else:
+        problems.append(f"summary.txt has {len(said)} lines counting the events, not one")
 
 
 def _check_summary_lines(
