@@ -33,7 +33,7 @@ from ledger.heads import generate_key, head_message, load_private_key
 from ledger.serialization import pack, unpack
 
 from .conftest import World
-from .test_bundle_truth import rewrite
+from .test_bundle_truth import revoke_a_chain, rewrite
 
 pytestmark = pytest.mark.parametrize("ledger_url", ["memory"], indirect=True)
 
@@ -44,23 +44,11 @@ def _late(world: World, tmp_path: Path) -> Path:
     """E1 <- M1 <- R1 accepted, R1 delivered; E1 revoked (M1, R1 STALE); E2
     captured and accepted, M1 revalidated on E2, R1 revalidated: R1's bundle."""
     agent, reviewer = world.agent, world.reviewer
-    agent.capture(scope="proj-a", uri="https://x.test/doc", content=b"retries ok", id="E1")
-    agent.propose(
-        scope="proj-a", claim_key="api.retry", value=True, kind=Kind.INFERENCE,
-        parents=["E1"], id="M1",
-    )  # fmt: skip
-    agent.propose(
-        scope="proj-a", claim_key="report.w", value="on", kind=Kind.REPORT, parents=["M1"], id="R1"
-    )
-    for rid in ("E1", "M1", "R1"):
-        reviewer.accept(rid)
-    reviewer.deliver("R1", recipient="ops@x.test")
-    reviewer.revoke("E1", reason="doc changed")
+    revoke_a_chain(world, tmp_path)  # with the key
     agent.capture(scope="proj-a", uri="https://x.test/doc2", content=b"retries on", id="E2")
     reviewer.accept("E2")
     reviewer.revalidate("M1", note="re-based", parents=["E2"])
     reviewer.revalidate("R1", note="checked")
-    generate_key(tmp_path / "k")
     write_bundle(reviewer, "R1", tmp_path / "k", tmp_path / "r1.zip")
     return tmp_path / "r1.zip"
 

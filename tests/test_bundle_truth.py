@@ -42,6 +42,12 @@ from .conftest import World
 @pytest.fixture
 def revoked_chain(world: World, tmp_path: Path) -> tuple[World, Path]:
     """E1 ← M1 ← R1, all accepted, R1 delivered, then E1 revoked (M1, R1 STALE); a key."""
+    revoke_a_chain(world, tmp_path)
+    return world, tmp_path
+
+
+def revoke_a_chain(world: World, tmp_path: Path) -> None:
+    """What :func:`revoked_chain` makes (a key ``k`` in ``tmp_path`` included)."""
     agent, reviewer = world.agent, world.reviewer
     agent.capture(scope="proj-a", uri="https://x.test/doc", content=b"retries ok", id="E1")
     agent.propose(
@@ -60,7 +66,6 @@ def revoked_chain(world: World, tmp_path: Path) -> tuple[World, Path]:
     reviewer.deliver("R1", recipient="ops@x.test")
     reviewer.revoke("E1", reason="doc changed")
     generate_key(tmp_path / "k")
-    return world, tmp_path
 
 
 def edit_views(world: World, *statements: str | tuple[str, tuple[Any, ...]]) -> None:
