@@ -242,10 +242,12 @@ def test_claim_keys_0_1_0_took_are_read_and_take_new_versions_as_stored(tmp_path
         # and a key spelt otherwise is refused, naming the key as stored
         stored = answers["keys"]["NFD"]
         new_nfd = reviewer.read(scope="s", claim_key=stored).records[0].id
+        before = led.position
         with pytest.raises(InvalidInputError, match=re.escape("stored as 'cafe\\u0301'")):
             agent.propose(
                 scope="s", claim_key="caf\u00e9", value=3, kind=Kind.FACT, supersedes=new_nfd
             )
+        assert led.position == before  # nothing written
         assert led.verify(against=answers["digest"]).ok  # the log extends 0.1.0's
 
 
