@@ -284,7 +284,7 @@ class Engine:
         self, exc: BaseException, *, opening: bool = False, committing: bool = False
     ) -> LedgerError:
         """The typed error for a failure of the database (see ``persistence.faults``)."""
-        if self.closed and not opening:  # under way when another thread closed it
+        if self.inflight.connections_closed and not opening:  # closed under it
             return ClosedLedgerError(f"ledger {self.url!r} is closed")
         if self.outdated_views is not None and (
             missing_from_views(exc) or isinstance(exc, (IndexError, KeyError))

@@ -80,21 +80,27 @@ class InFlight:
         if self._closing and not self._under_way:
             self._close_once()
 
-    def close(self, timeout: float = CLOSE_WAIT) -> bool:
+    def close(self, timeout: float | None = None) -> bool:
         """Close the connections once no operation is under way: wait for other
         threads' operations (at most ``timeout`` seconds; this thread's own,
         such as the command whose acceptance check closes the ledger, cannot end
         while it waits), and leave the closing to the last of those still under
-        way then. True if the connections are closed on return."""
+        way then (``timeout`` None: :data:`CLOSE_WAIT`). True if the connections
+        are closed on return."""
         me = threading.get_ident()
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + (CLOSE_WAIT if timeout is None else timeout)
+        self._closing = True  # first: a wait cut short (Ctrl-C) leaves it to the last
         while any(thread != me for thread, _ in list(self._under_way)):
             if time.monotonic() >= deadline:
                 break
             time.sleep(0.002)
-        self._closing = True
         if not self._under_way:
             self._close_once()
+        return self._closed
+
+    @property
+    def connections_closed(self) -> bool:
+        """Whether the connections are closed (no operation was under way then)."""
         return self._closed
 
     def _close_once(self) -> None:

@@ -716,7 +716,60 @@ def test_a_later_bundle_leaving_out_events_an_earlier_one_lists_is_refused(
     report = verify_bundle(forged, tmp_path / "k.pub", earlier=[may])
     for rid, kind in (("E1", "Revoked"), ("M1", "MarkedStale")):
         assert (
-            f"{rid}'s event at position {positions[rid, kind]}, which the bundle you hold in "
-            f"{may} lists, is not listed here with the same leaf"
+            f"{rid}'s {kind} event at position {positions[rid, kind]}, which the bundle you "
+            f"hold in {may} lists, is not listed here with the same leaf"
         ) in "\n".join(report.problems)
     assert verify_bundle(june, tmp_path / "k.pub", earlier=[may]).ok  # the real one
+
+
+def test_a_later_bundle_listing_an_earlier_ones_event_as_another_type_is_refused(
+    world: World, tmp_path: Path
+) -> None:
+    # Given the auditor's bundle of M1 showing E1's revocation, and a later one in
+    # which the key holder withheld the revocation's bytes and listed its leaf as an
+    # erasure (a type no status rule refutes), E1 stated ACCEPTED
+    may, positions = _revoked_pair(world, tmp_path)
+    june = tmp_path / "june.zip"
+    write_bundle(world.reviewer, "M1", tmp_path / "k", june, extends=[may])
+    revoked = positions["E1", "Revoked"]
+
+    def relabel(manifest: dict[str, Any], files: dict[str, bytes]) -> None:
+        _withholding(revoked)(manifest, files)
+        for entry in manifest["events"]:
+            if entry["position"] == revoked:
+                entry["type"] = "SnapshotErased"
+        _restate(manifest, files, "E1", "ACCEPTED", "VALID")
+
+    forged = rewrite(june, tmp_path / "k", tmp_path / "forged.zip", relabel)
+    # Then, given the earlier bundle, the leaf it listed as a revocation is one
+    report = verify_bundle(forged, tmp_path / "k.pub", earlier=[may])
+    assert not report.ok
+    assert (
+        f"E1's event at position {revoked} is listed here as SnapshotErased, but the bundle "
+        f"you hold in {may} lists the same leaf as Revoked: one event has one type (it was "
+        "relabelled)"
+    ) in report.problems
+
+
+def test_an_event_listed_after_the_signed_heads_last_position_is_refused(
+    world: World, tmp_path: Path
+) -> None:
+    # Given a bundle in which a withheld event is listed at a position after the
+    # last one its signed head covers
+    path, manifest = _late_listed(world, tmp_path)
+    revoked = _position(manifest, "E1", "Revoked")
+    last = int(manifest["head"]["position"])
+
+    def postdate(manifest: dict[str, Any], files: dict[str, bytes]) -> None:
+        _withholding(revoked)(manifest, files)
+        for entry in manifest["events"]:
+            if entry["position"] == revoked:
+                entry["position"] = 999_999
+
+    report = _forge(path, postdate)
+    # Then it is refused, naming the event and the head's last position
+    assert not report.ok
+    assert (
+        f"the Revoked event at position 999999 is after the signed head's last position "
+        f"{last}: the head covers no event after it"
+    ) in report.problems

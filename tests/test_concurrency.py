@@ -642,3 +642,65 @@ def test_connections_close_only_once_no_operation_is_under_way() -> None:
     assert started.wait(10)
     assert other.close() is True and closed[-1] == "other"
     worker.join()
+
+
+def test_a_close_cut_short_while_it_waits_still_closes_when_the_last_operation_ends() -> None:
+    import signal
+
+    from ledger.inflight import InFlight
+
+    closed: list[str] = []
+    flight = InFlight(lambda: None, lambda: closed.append("connections"))
+    # Given an operation of another thread under way
+    token = (-1, -1)  # another thread's (any thread may leave a token)
+    flight._under_way.add(token)
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    # When Ctrl-C cuts close() short while it waits for that operation
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.05)
+        with pytest.raises(KeyboardInterrupt):
+            flight.close(timeout=10)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert closed == []
+    # Then the operation's end still closes the connections, once
+    flight.leave(token)
+    assert closed == ["connections"]
+
+
+def test_a_database_failure_of_an_operation_a_close_waits_for_is_not_called_closed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ledger.errors import ClosedLedgerError, StorageError
+
+    monkeypatch.setattr("ledger.inflight.CLOSE_WAIT", 0.05)
+
+    led = Ledger.open(f"sqlite:///{tmp_path / 'l.db'}")
+    engine = led.engine
+    failure = sqlite3.OperationalError("attempt to write a readonly database")
+    # Given an operation under way in another thread when the ledger is closed
+    ready, done = threading.Event(), threading.Event()
+
+    def operation() -> None:
+        with engine.inflight.entered():
+            ready.set()
+            done.wait(10)
+
+    worker = threading.Thread(target=operation)
+    worker.start()
+    assert ready.wait(10)
+    led.close()  # returns after its wait: the connections stay open under it
+    # Then a failure of that operation is told as itself, not as the close
+    try:
+        told = engine.storage_error(failure)
+        assert isinstance(told, StorageError) and "readonly database" in str(told)
+    finally:
+        done.set()
+        worker.join()
+    # And once the connections are closed, a failure is the close's
+    assert isinstance(engine.storage_error(failure), ClosedLedgerError)

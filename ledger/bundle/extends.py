@@ -43,16 +43,20 @@ _HEAD_MOST = 64 * 1024
 #: The most an earlier bundle's ``manifest.json`` may unpack to.
 _MANIFEST_MOST = 256 * 1024 * 1024
 
+#: An event a bundle lists: (scope, record id as proposed, position, leaf hash in
+#: hex, type).
+Listed: TypeAlias = tuple[str, str, int, str, str]
+
 
 @dataclass(frozen=True)
 class HeldHead:
     """An earlier signed head, and the file it was read from ("": given as a head);
-    of an earlier bundle, also the events its manifest lists: (record, position,
-    leaf hash in hex) each, which a later bundle of those records lists too."""
+    of an earlier bundle, also the events its manifest lists (:data:`Listed`),
+    which a later bundle of those records lists too."""
 
     head: SignedHead
     source: str = ""
-    listed: tuple[tuple[str, str, int, str], ...] = ()
+    listed: tuple[Listed, ...] = ()
 
     def describe(self) -> str:
         """``the earlier head in FILE (tree size N, signed T)``, as messages name it."""
@@ -112,7 +116,7 @@ def held_head(given: Earlier) -> HeldHead:
         ) from None
 
 
-def _bundle_head(data: bytes) -> tuple[str, tuple[tuple[str, str, int, str], ...]]:
+def _bundle_head(data: bytes) -> tuple[str, tuple[Listed, ...]]:
     """The ``head.json`` of the bundle whose bytes are ``data`` (its signature is
     checked by whoever holds the key), and the events its ``manifest.json`` lists
     (the auditor verified the bundle when it was handed over)."""
@@ -218,7 +222,7 @@ def _check_earlier(
     trusted: Ed25519PublicKey | None,
     problems: list[str],
     placed: Iterable[tuple[int, int]] = (),
-    listed: Collection[tuple[str, str, int, str]] = (),
+    listed: Collection[Listed] = (),
     records: Collection[tuple[str, str]] = (),
 ) -> None:
     """That the bundle's ``head`` extends each earlier head the auditor holds:
@@ -235,13 +239,7 @@ def _check_earlier(
     placing: list[str] = []
     for given in held:  # after the heads' own problems, each named first
         placing += _split_problems(given, placed)
-        placing += [
-            f"{rid}'s event at position {position}, which the bundle you hold in "
-            f"{given.source} lists, is not listed here with the same leaf: a later bundle "
-            "of a record lists every event an earlier one did (it was left out, or rewritten)"
-            for scope, rid, position, leaf in given.listed
-            if (scope, rid) in records and (scope, rid, position, leaf) not in listed
-        ]
+        placing += _left_out(given, listed, records)
         earlier, what = given.head, given.describe()
         if earlier.key_id != key_id(checker):
             problems.append(
@@ -292,10 +290,10 @@ def records_named(manifest: dict[str, Any]) -> set[tuple[str, str]]:
     }
 
 
-def listed_events(manifest: dict[str, Any]) -> set[tuple[str, str, int, str]]:
-    """(scope, record id as proposed, position, leaf hash in hex) of each event the
-    manifest lists: a record named by its scope and bare id, as every reader
-    names it, whether shown as ``ID`` or ``ID@@SCOPE`` (``ledger.redaction``)."""
+def listed_events(manifest: dict[str, Any]) -> set[Listed]:
+    """(scope, record id as proposed, position, leaf hash in hex, type) of each
+    event the manifest lists: a record named by its scope and bare id, as every
+    reader names it, whether shown as ``ID`` or ``ID@@SCOPE`` (``ledger.redaction``)."""
     scopes = {str(r["id"]): str(r.get("scope")) for r in manifest["records"]}
     return {
         (
@@ -303,9 +301,40 @@ def listed_events(manifest: dict[str, Any]) -> set[tuple[str, str, int, str]]:
             bare(str(e["record"])),
             int(e["position"]),
             str(e["leaf"]),
+            str(e["type"]),
         )
         for e in manifest["events"]
     }
+
+
+def _left_out(
+    given: HeldHead, listed: Collection[Listed], records: Collection[tuple[str, str]]
+) -> list[str]:
+    """Each event the earlier bundle ``given`` lists of a record this bundle
+    includes that this bundle does not list the same: at the same position, with
+    the same leaf and as the same type (a withheld event's type is its
+    manifest's word, so a revocation the earlier bundle showed, listed here as
+    another type, is refused here)."""
+    types = {entry[:4]: entry[4] for entry in listed}
+    out = []
+    for scope, rid, position, leaf, kind in given.listed:
+        if (scope, rid) not in records:
+            continue
+        here = types.get((scope, rid, position, leaf))
+        if here is None:
+            out.append(
+                f"{rid}'s {kind} event at position {position}, which the bundle you hold in "
+                f"{given.source} lists, is not listed here with the same leaf: a later bundle "
+                "of a record lists every event an earlier one did (it was left out, or "
+                "rewritten)"
+            )
+        elif here != kind:
+            out.append(
+                f"{rid}'s event at position {position} is listed here as {here}, but the "
+                f"bundle you hold in {given.source} lists the same leaf as {kind}: one "
+                "event has one type (it was relabelled)"
+            )
+    return out
 
 
 def _split_problems(given: HeldHead, placed: list[tuple[int, int]]) -> list[str]:

@@ -33,6 +33,7 @@ from ledger.bundle.archive import (
 from ledger.bundle.extends import (
     Earlier,
     HeldHead,
+    Listed,
     _as_list,
     _check_earlier,
     _check_extends,
@@ -470,17 +471,23 @@ def _check_events(
             leaf, index, head.tree_size, path, bytes.fromhex(head.root)
         ):
             problems.append(f"{where} is not in the signed head's tree (its inclusion proof fails)")
-    problems += _misplaced(placed)
+    problems += _misplaced(placed, head)
     return included, withheld, [(position, index) for position, index, _ in placed]
 
 
-def _misplaced(placed: list[tuple[int, int, str]]) -> list[str]:
+def _misplaced(placed: list[tuple[int, int, str]], head: SignedHead | None) -> list[str]:
     """Events listed at leaves a log cannot have put them at: each event is the
     leaf after the one before it, so leaf ``i`` is at log position ``i + 1`` or
     later, and leaves follow positions (an event copied to later leaves, its
-    place in the tree moved away from its position, is refused here)."""
+    place in the tree moved away from its position, is refused here); and none
+    after the signed head's last position."""
     out, before = [], None
     for position, index, where in sorted(placed):
+        if head is not None and position > head.position:
+            out.append(
+                f"{where} is after the signed head's last position {head.position}: the "
+                "head covers no event after it"
+            )
         if index >= position:
             out.append(
                 f"{where} is listed as leaf {index} of the tree, but the event at position "
@@ -497,7 +504,7 @@ def _misplaced(placed: list[tuple[int, int, str]]) -> list[str]:
 
 def _listed(
     manifest: dict[str, Any],
-) -> tuple[set[tuple[str, str, int, str]], set[tuple[str, str]]]:
+) -> tuple[set[Listed], set[tuple[str, str]]]:
     """What :func:`listed_events` and :func:`records_named` make of the manifest
     (nothing of one whose records or events are malformed: their own checks name
     them)."""
