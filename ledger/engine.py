@@ -48,6 +48,7 @@ from ledger.inflight import InFlight
 from ledger.persistence import (
     Backend,
     LedgerApplication,
+    check_writable,
     foreign_file,
     holds_ledger,
     read_only_uri,
@@ -175,8 +176,7 @@ class Engine:
         self._path = backend.path
         #: Opened read-only (``sqlite:///path?mode=ro``): every write is refused.
         self.read_only = backend.read_only
-        #: The layout of views left as stored that is not this version's (see
-        #: :meth:`note_layout`), None when they are current.
+        #: The views' layout left as stored, not this version's (None: current).
         self.outdated_views: str | None = None
         self._secret = backend.env.get("POSTGRES_PASSWORD", "")
         self.checks = checks
@@ -212,6 +212,8 @@ class Engine:
                     )
                 raise missing
             env = {**env, "CREATE_TABLE": "no"}
+        if backend.kind == "sqlite" and not backend.read_only:
+            check_writable(str(backend.path))  # else every command would fail
         try:
             self.app = _construct(env)
         except LedgerError:
@@ -368,16 +370,15 @@ class Engine:
 
         The lock is taken before anything is read, so nothing ``work`` read can change
         before it commits; while the database stays locked by other writers the whole
-        command is tried again, up to ``RETRIES`` times, within the lock wait (which
-        waiting behind this process's other writers counts against too). ``about``: a
-        record whose current row is read first (:meth:`current_row`; with the lock).
+        command is tried again, up to ``RETRIES`` times, within the lock wait (waiting
+        behind this process's other writers counts too). ``about``: a record whose
+        current row is read first (:meth:`current_row`; with the lock).
 
         Raises:
             ConcurrencyError: the database stayed locked.
             StorageError: the database failed otherwise (``DiskFullError``,
-                ``ConnectionLostError``); its message says whether the command was
-                not applied or may have been (a connection lost while the commit was
-                on its way: on PostgreSQL a command's last writes go with ``COMMIT``).
+                ``ConnectionLostError``); its message says whether the command was not
+                applied or may have been (the connection lost as it committed).
             ReadOnlyError: the ledger was opened read-only.
         """
         self.check_open()

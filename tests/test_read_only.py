@@ -11,11 +11,13 @@ immutable open would silently leave out.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import os
 import shutil
 import sqlite3
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -382,3 +384,77 @@ def test_an_mcp_server_on_a_read_only_ledger_reads_and_refuses_proposals(tmp_pat
     assert proposed.is_error
     assert "ReadOnlyError: propose refused: ledger" in proposed.content[0].text
     assert sha256(path) == before
+
+
+_OPENING = """
+import sys
+from ledger import Ledger
+from ledger.errors import StorageError
+for url in sys.argv[1:]:
+    try:
+        with Ledger.open(url, create=False) as led:
+            print("opened", led.verify().ok)
+    except StorageError as exc:
+        print("refused", exc)
+"""
+
+
+def opened_without_override(*urls: str) -> list[str]:
+    """What opening each of ``urls`` does for root without the capabilities that
+    let it write files it does not own (as any other user is)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def drop() -> None:  # from the bounding set: gone once the child runs Python
+        for capability in (1, 2):  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
+            if libc.prctl(24, capability, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
+                raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
+
+    done = subprocess.run(
+        [sys.executable, "-c", _OPENING, *urls],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=drop,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.splitlines()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root, to hand the files to another user")
+def test_a_ledger_this_user_may_not_write_is_refused_for_writing_and_opens_read_only(
+    tmp_path: Path,
+) -> None:
+    # Given ledgers of another user: one in a directory only that user may write
+    # (its file writable by all), one whose file only that user may write (in a
+    # directory all may write)
+    folder, shared = tmp_path / "folder", tmp_path / "shared"
+    for where, modes in ((folder, (0o755, 0o666)), (shared, (0o777, 0o644))):
+        where.mkdir()
+        write_ledger(where / "l.db")[0].close()
+        os.chown(where, 65534, 65534)
+        os.chown(where / "l.db", 65534, 65534)
+        os.chmod(where, modes[0])
+        os.chmod(where / "l.db", modes[1])
+    # When this user opens each for writing, then read-only
+    said = opened_without_override(
+        *(f"sqlite:///{w / 'l.db'}{mode}" for w in (folder, shared) for mode in ("", "?mode=ro"))
+    )
+    # Then each writable open is refused, saying why and how to read it; each
+    # read-only open reads (SQLite cannot create its -shm file in the first
+    # directory: the file is opened as immutable)
+    advice = "; open it read-only (sqlite:///{}?mode=ro: reads, audit, verify and bundles)"
+    assert said[0] == (
+        f"refused the ledger at {folder / 'l.db'} cannot be opened for writing where it "
+        "is: SQLite cannot create its -wal and -shm files beside it (a read-only "
+        "directory or file system, or no permission to write there)"
+        + advice.format(folder / "l.db")
+        + " or copy the file to a writable directory (nothing was changed)"
+    )
+    assert said[2] == (
+        f"refused the ledger at {shared / 'l.db'} cannot be opened for writing where it "
+        "is: the file is not writable (no permission, or a read-only file system)"
+        + advice.format(shared / "l.db")
+        + " or copy the file to a writable directory (nothing was changed)"
+    )
+    assert said[1] == said[3] == "opened True"
+    assert sorted(p.name for p in folder.iterdir()) == ["l.db"]

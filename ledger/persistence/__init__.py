@@ -25,6 +25,7 @@ from eventsourcing.persistence import Transcoder
 from ledger.persistence.base import Guard, LedgerRecorderMixin
 from ledger.persistence.sqlite import (
     LedgerSQLiteRecorder,
+    check_writable,
     foreign_file,
     holds_ledger,
     read_only_uri,
@@ -74,6 +75,7 @@ __all__ = [
     "LedgerPostgresRecorder",
     "LedgerRecorder",
     "LedgerSQLiteRecorder",
+    "check_writable",
     "foreign_file",
     "holds_ledger",
     "read_only_uri",

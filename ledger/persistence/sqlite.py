@@ -100,7 +100,7 @@ def holds_ledger(path: str) -> bool:
     try:
         return _has_events_table(f"{uri}?mode=ro")
     except sqlite3.OperationalError as exc:
-        cannot_open = "unable to open" in str(exc)
+        cannot_open = _cannot_share(exc)
         if not cannot_open:
             raise
     except sqlite3.Error as exc:
@@ -115,14 +115,54 @@ def holds_ledger(path: str) -> bool:
     except sqlite3.Error:
         return False
     if held:
-        raise StorageError(
-            f"the ledger at {path} cannot be opened for writing where it is: SQLite "
-            "cannot create its -wal and -shm files beside it (a read-only directory "
-            f"or file system); open it read-only (sqlite:///{path}?mode=ro: reads, "
-            "audit, verify and bundles) or copy the file to a writable directory "
-            "(nothing was changed)"
+        raise _not_writable(
+            path,
+            "SQLite cannot create its -wal and -shm files beside it (a read-only "
+            "directory or file system, or no permission to write there)",
         )
     return False
+
+
+def check_writable(path: str) -> None:
+    """Refuse to open the existing SQLite ledger at ``path`` for writing where this
+    process cannot write it: the file itself, or the directory where SQLite must
+    create its ``-wal`` and ``-shm`` files (every command, and a read's run, would
+    fail otherwise).
+
+    Raises:
+        StorageError: naming why, and the read-only URL that opens it.
+    """
+    if not os.path.isfile(path):
+        return
+    real = os.path.realpath(path)
+    if not os.access(real, os.W_OK):
+        raise _not_writable(
+            path, "the file is not writable (no permission, or a read-only file system)"
+        )
+    beside = [f"{real}-wal", f"{real}-shm"]
+    if not os.access(os.path.dirname(real), os.W_OK) and not all(
+        os.access(f, os.W_OK) for f in beside
+    ):
+        raise _not_writable(
+            path,
+            "SQLite cannot create its -wal and -shm files beside it (a read-only "
+            "directory or file system, or no permission to write there)",
+        )
+
+
+def _not_writable(path: str, why: str) -> StorageError:
+    return StorageError(
+        f"the ledger at {path} cannot be opened for writing where it is: {why}; open it "
+        f"read-only (sqlite:///{path}?mode=ro: reads, audit, verify and bundles) or copy "
+        "the file to a writable directory (nothing was changed)"
+    )
+
+
+def _cannot_share(exc: sqlite3.OperationalError) -> bool:
+    """Whether SQLite refused a read-only open for want of its ``-shm`` file: "unable
+    to open" where the file system is read-only, "attempt to write a readonly
+    database" where the directory may not be written."""
+    return "unable to open" in str(exc) or "readonly database" in str(exc)
 
 
 def read_only_uri(path: str) -> str:
@@ -150,7 +190,7 @@ def read_only_uri(path: str) -> str:
     try:
         held = _has_events_table(read_only)
     except sqlite3.OperationalError as exc:
-        if "unable to open" not in str(exc):
+        if not _cannot_share(exc):
             raise StorageError(f"cannot open the ledger at {path} read-only: {exc}") from None
         wal = Path(f"{os.path.realpath(path)}-wal")  # where SQLite looks: beside the file
         if wal.is_file() and wal.stat().st_size > 0:
