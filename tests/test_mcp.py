@@ -19,6 +19,7 @@ import os
 import queue
 import re
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -1729,6 +1730,52 @@ def test_provledger_mcp_over_stdio_answers_a_line_it_cannot_read_and_goes_on(
     assert later["id"] == 5 and later["result"]["structuredContent"]["records"] == []
     with Ledger.open(url) as led:
         assert records_state(led) == before  # nothing was proposed
+
+
+def test_a_client_gone_before_its_answer_ends_the_server_quietly_with_the_call_kept(
+    tmp_path: Path,
+) -> None:
+    # Given a client that stops reading, then asks for a proposal
+    url, token = _agent_ledger(tmp_path)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "ledger", "mcp", "--url", url],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PROVLEDGER_TOKEN": token},
+        text=True,
+    )
+    assert server.stdin is not None and server.stdout is not None
+    server.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "0"},
+    }}) + "\n" + '{"jsonrpc":"2.0","method":"notifications/initialized"}\n')  # fmt: skip
+    server.stdin.flush()
+    assert json.loads(server.stdout.readline())["id"] == 0
+    server.stdout.close()  # its answer has nowhere to go
+    server.stdin.write(
+        '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"propose_memory",'
+        '"arguments":{"scope":"proj-a","claim_key":"gone","value":1,"kind":"fact","id":"G1"}}}\n'
+    )
+    server.stdin.flush()
+    with Ledger.open(url) as led:  # the proposal is made, answered or not
+        agent = led.authenticate(token)
+        for _ in range(600):
+            if agent.records(SCOPE):
+                break
+            threading.Event().wait(0.05)
+    server.stdin.close()
+    server.wait(timeout=30)
+    assert server.stderr is not None
+    stderr = server.stderr.read()
+    # Then the server ends as when the client closes its side: exit 0, nothing on
+    # standard error, the call kept and its connection's run ended
+    assert (server.returncode, stderr) == (0, "")
+    with sqlite3.connect(url.removeprefix("sqlite:///")) as db:
+        topics = [t for (t,) in db.execute("SELECT topic FROM stored_events ORDER BY rowid")]
+    assert [t.rsplit(".", 1)[-1] for t in topics[-3:]] == ["Started", "Proposed", "Ended"]
+    with Ledger.open(url) as led:
+        assert led.authenticate(token).get("G1").proposer == "agent-1"
 
 
 def test_provledger_mcp_without_the_sdk_names_the_extra_to_install(

@@ -142,8 +142,10 @@ At = Annotated[
     datetime | None,
     BeforeValidator(iso_text),
     Field(
-        description="Answer for this instant (ISO 8601 with a timezone) instead of now, e.g. "
-        "to ask whether a record was usable at some past or future time."
+        description="Judge expiry at this instant (ISO 8601 with a timezone) instead of now, "
+        "from what the ledger holds now, e.g. to ask whether a record will still be within "
+        "its expiry tomorrow. It is no view of the past: records revoked, superseded or "
+        "proposed since count as they stand now."
     ),
 ]
 ReadContext = Annotated[

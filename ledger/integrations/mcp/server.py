@@ -485,7 +485,14 @@ def serve(
     """
     server = build_server(ledger, token)
     if transport == "stdio":
-        server.run("stdio")
+        try:
+            server.run("stdio")
+        except (BrokenPipeError, BaseExceptionGroup) as exc:
+            # The client went away before an answer was written (what the call
+            # did is in the log, as for any call): its end, as closing stdin is.
+            rest = exc.split(BrokenPipeError)[1] if isinstance(exc, BaseExceptionGroup) else None
+            if rest is not None:
+                raise rest from None
         return
     import uvicorn  # a dependency of the SDK; imported only to serve over HTTP
 
