@@ -15,9 +15,9 @@ import socket
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -869,6 +869,122 @@ def test_bad_input_is_422_naming_the_field(
     assert error["field"] == field, error
     if error_type is not None:
         assert error["type"] == error_type
+    assert served.ledger.position == before
+
+
+#: An instant as RFC 3339 writes it, in the forms the API reads: each gives the
+#: text for a UTC instant, and the instant that text names.
+RFC_3339_FORMS: dict[str, Callable[[datetime], tuple[str, datetime]]] = {
+    "Z": lambda at: (at.strftime("%Y-%m-%dT%H:%M:%SZ"), at),
+    "lower-case t and z": lambda at: (at.strftime("%Y-%m-%dt%H:%M:%Sz"), at),
+    "a fraction": lambda at: (
+        at.strftime("%Y-%m-%dT%H:%M:%S.25Z"),
+        at + timedelta(milliseconds=250),
+    ),
+    "nine fraction digits": lambda at: (
+        at.strftime("%Y-%m-%dT%H:%M:%S.123456789Z"),
+        at + timedelta(microseconds=123456),  # as many as a datetime holds
+    ),
+    "an offset": lambda at: (
+        at.astimezone(timezone(timedelta(hours=5, minutes=30))).isoformat(),
+        at,
+    ),
+    "a negative offset": lambda at: (
+        at.astimezone(timezone(-timedelta(hours=10))).isoformat(),
+        at,
+    ),
+    "-00:00": lambda at: (at.strftime("%Y-%m-%dT%H:%M:%S-00:00"), at),
+}
+
+#: Date-times that are not RFC 3339 (most of them other ISO 8601 forms, which
+#: Python's datetime.fromisoformat reads), as strftime patterns for an instant.
+NOT_RFC_3339 = {
+    "basic format": "%Y%m%dT%H%M%SZ",
+    "week date": "%G-W%V-%uT%H:%MZ",
+    "a space for the T": "%Y-%m-%d %H:%M+00:00",
+    "an offset without its colon": "%Y-%m-%dT%H:%M:%S+0000",
+    "an hour-only offset": "%Y-%m-%dT%H:%M:%S+05",
+    "no seconds": "%Y-%m-%dT%H:%MZ",
+    "a date only": "%Y-%m-%d",
+    "an ordinal date": "%Y-%jT%H:%M:%SZ",
+    "an empty fraction": "%Y-%m-%dT%H:%M:%S.Z",
+    "a comma for the fraction": "%Y-%m-%dT%H:%M:%S,5Z",
+    "a 24-hour offset": "%Y-%m-%dT%H:%M:%S+24:00",
+    "a 13th month": "%Y-13-%dT%H:%M:%SZ",
+    "a leap second": "%Y-%m-%dT23:59:60Z",
+    "other digits": "\uff12\uff10\uff12\uff16-%m-%dT%H:%M:%SZ",  # fullwidth 2026
+    "a trailing space": "%Y-%m-%dT%H:%M:%SZ ",
+}
+
+
+def _not_rfc_3339(name: str, text: str) -> dict[str, str]:
+    return {
+        "type": "InvalidInputError",
+        "field": name,
+        "message": (
+            f"{name} must be an RFC 3339 date-time (e.g. 2026-12-05T22:10:00Z), not {text!r}"
+        ),
+    }
+
+
+@pytest.mark.parametrize("form", RFC_3339_FORMS)
+def test_an_rfc_3339_date_time_is_read_in_a_query_parameter_and_a_body_field(
+    served: Served, form: str
+) -> None:
+    # Given M1, proposed and accepted an hour ago
+    _seed(served)
+    now = served.clock.advance(hours=1)
+    # When as_of_time is given in this form, the answer is as of that instant
+    when, _ = RFC_3339_FORMS[form](now)
+    then = served.agent.get("/records/{record_id}", record_id="M1", params={"as_of_time": when})
+    assert then.status_code == 200, then.text
+    assert then.json()["status"] == "ACCEPTED"
+    # And a record's expiry given in this form is that instant
+    expires, instant = RFC_3339_FORMS[form](now + timedelta(days=1))
+    body = {"scope": "proj-a", "claim_key": "c", "value": 1, "kind": "fact", "expires": expires}
+    made = served.agent.post("/records", json=body)
+    assert made.status_code == 201, made.text
+    assert datetime.fromisoformat(made.json()["record"]["expires"]) == instant
+
+
+@pytest.mark.parametrize("form", NOT_RFC_3339)
+def test_a_date_time_not_rfc_3339_is_422_naming_the_field_and_writes_nothing(
+    served: Served, form: str
+) -> None:
+    # Given M1, proposed and accepted an hour ago
+    _seed(served)
+    now = served.clock.advance(hours=1)
+    before = served.ledger.position
+    # When as_of_time is given as another form of an instant
+    when = now.strftime(NOT_RFC_3339[form])
+    then = served.agent.get("/records/{record_id}", record_id="M1", params={"as_of_time": when})
+    # Then it is refused, naming the parameter and the form it must have
+    assert then.status_code == 422, then.text
+    assert error_of(then) == _not_rfc_3339("as_of_time", when)
+    # And so is a record's expiry, and no record is proposed
+    expires = (now + timedelta(days=1)).strftime(NOT_RFC_3339[form])
+    body = {"scope": "proj-a", "claim_key": "c", "value": 1, "kind": "fact", "expires": expires}
+    refused = served.agent.post("/records", json=body)
+    assert refused.status_code == 422, refused.text
+    assert error_of(refused) == _not_rfc_3339("expires", expires)
+    assert served.ledger.position == before
+
+
+def test_an_rfc_3339_date_time_without_its_offset_is_refused_as_naive(served: Served) -> None:
+    _seed(served)
+    before = served.ledger.position
+    naive = "2026-01-01T13:00:00"
+    then = served.agent.get("/records/{record_id}", record_id="M1", params={"as_of_time": naive})
+    assert then.status_code == 422, then.text
+    assert error_of(then)["type"] == "NaiveDatetimeError"
+    assert error_of(then)["field"] == "as_of_time"
+    body = {"scope": "proj-a", "claim_key": "c", "value": 1, "kind": "fact", "expires": naive}
+    refused = served.agent.post("/records", json=body)
+    assert refused.status_code == 422, refused.text
+    assert (error_of(refused)["type"], error_of(refused)["field"]) == (
+        "NaiveDatetimeError",
+        "expires",
+    )
     assert served.ledger.position == before
 
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import re
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -14,8 +16,10 @@ from typing import Any
 
 import httpx
 import pytest
+import uvicorn
 
 from ledger import Ledger
+from ledger.serve import create_app
 from tests.serve_support import free_port
 
 
@@ -30,6 +34,16 @@ def first_answer(
         except httpx.TransportError:
             time.sleep(0.2)
     raise AssertionError("the server did not answer")
+
+
+def serving(url: str, port: int) -> subprocess.Popen[str]:
+    """``provledger serve`` of ``url`` on ``port``, its log (stdout and stderr) as text."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "ledger", "serve", "--url", url, "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def test_provledger_serve_answers_on_the_given_port_until_stopped(tmp_path: Path) -> None:
@@ -83,12 +97,7 @@ def test_a_token_a_client_puts_in_the_url_is_not_written_to_the_access_log(
     with Ledger.open(url) as led:
         led.admin().grant("agent-1", scope="p", roles=["read"])
         token = led.admin().issue_token("agent-1")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "ledger", "serve", "--url", url, "--port", str(port)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    server = serving(url, port)
     try:
         answer = None
         deadline = time.monotonic() + 60
@@ -163,12 +172,7 @@ def test_a_stop_signal_closes_the_ledger_and_ends_the_server_by_that_signal(
     port = free_port()
     db = tmp_path / "ledger.db"
     Ledger.open(f"sqlite:///{db}").close()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "ledger", "serve", "--url", f"sqlite:///{db}", "--port", str(port)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    server = serving(f"sqlite:///{db}", port)
     try:
         answer = first_answer(server, lambda: httpx.get(f"http://127.0.0.1:{port}/healthz"))
         assert answer.status_code == 200
@@ -243,3 +247,143 @@ def test_a_second_stop_signal_does_not_cut_the_ledgers_close_short(tmp_path: Pat
     assert not (tmp_path / "ledger.db-wal").exists(), out
     assert "Stopped by SIGTERM; the ledger is closed" in out, out
     assert server.returncode == -signal.SIGTERM, out
+
+
+def test_a_second_sigint_lets_a_write_waiting_for_its_lock_finish_and_answer(
+    tmp_path: Path,
+) -> None:
+    # Given a server on a SQLite ledger, an agent allowed to propose, and another
+    # connection holding the ledger's write lock
+    port = free_port()
+    db = tmp_path / "ledger.db"
+    url = f"sqlite:///{db}?timeout=30"
+    with Ledger.open(url) as led:
+        led.admin().grant("agent-1", scope="p", roles=["propose", "read"])
+        token = led.admin().issue_token("agent-1")
+    server = serving(url, port)
+    said: list[str] = []
+    answered: list[httpx.Response | BaseException] = []
+    holder = sqlite3.connect(db, isolation_level=None)
+    try:
+        assert first_answer(
+            server, lambda: httpx.get(f"http://127.0.0.1:{port}/healthz")
+        ).is_success
+        holder.execute("BEGIN IMMEDIATE")
+
+        def propose() -> None:
+            try:
+                answered.append(
+                    httpx.post(
+                        f"http://127.0.0.1:{port}/api/v1/records",
+                        headers={"Authorization": f"Bearer {token}"},
+                        json={"scope": "p", "claim_key": "k", "value": 1, "kind": "fact"},
+                        timeout=60,
+                    )
+                )
+            except BaseException as exc:  # told below, not lost in the thread
+                answered.append(exc)
+
+        client = threading.Thread(target=propose)
+        client.start()
+        time.sleep(1)  # the request is under way, its write waiting for the lock
+        assert not answered, answered
+
+        def read_until(text: str) -> None:
+            assert server.stdout is not None
+            while not any(text in line for line in said):
+                said.append(server.stdout.readline())
+                assert said[-1], "".join(said)  # not ended before saying it
+
+        # When it is sent SIGINT (Ctrl-C), and again a second later (Ctrl-C twice)
+        server.send_signal(signal.SIGINT)
+        read_until("Shutting down")
+        time.sleep(1)
+        server.send_signal(signal.SIGINT)
+        time.sleep(1)
+        # Then the request is not cut short (it was, with a plain-text 500, and its
+        # write committed once the lock was free)
+        assert not answered, [getattr(a, "text", a) for a in answered]
+        # And the server says it is already stopping, and what it waits for
+        read_until("Already stopping")
+    finally:
+        # And when the lock is released, the write commits and is answered
+        if holder.in_transaction:
+            holder.execute("ROLLBACK")
+        holder.close()
+        out, _ = server.communicate(timeout=60)
+        said.append(out)
+    client.join(timeout=60)
+    log = "".join(said)
+    assert len(answered) == 1, log
+    response = answered[0]
+    assert isinstance(response, httpx.Response), (response, log)
+    assert response.status_code == 201, (response.text, log)
+    waiting = [line for line in log.splitlines() if "Already stopping" in line]
+    assert len(waiting) == 1 and "1 request under way" in waiting[0], log
+    assert "Stopped by SIGINT; the ledger is closed" in log, log
+    assert "Traceback" not in log and "CancelledError" not in log, log
+    assert "force quit" not in log, log  # uvicorn's offer, which no Ctrl-C takes up now
+    assert server.returncode == -signal.SIGINT, log
+    # The record exists, once: a client told 201 has no reason to send it again
+    with Ledger.open(url) as led:
+        records = led.authenticate(token).records("p")
+    assert [(r.id, r.claim_key) for r in records] == [(response.json()["id"], "k")]
+
+
+def test_a_write_its_request_is_cancelled_under_is_answered_as_it_ended(
+    tmp_path: Path,
+) -> None:
+    # Given the app served by uvicorn, which cancels the requests still under way
+    # half a second into a stop, and another connection holding the write lock
+    db = tmp_path / "ledger.db"
+    with Ledger.open(f"sqlite:///{db}?timeout=30") as led:
+        led.admin().grant("agent-1", scope="p", roles=["propose", "read"])
+        token = led.admin().issue_token("agent-1")
+        port = free_port()
+        config = uvicorn.Config(
+            create_app(led, mcp_factory=None),
+            host="127.0.0.1",
+            port=port,
+            log_level="critical",
+            timeout_graceful_shutdown=0.5,
+        )
+        server = uvicorn.Server(config)
+        serving = threading.Thread(target=server.run)
+        serving.start()
+        answered: list[httpx.Response] = []
+        holder = sqlite3.connect(db, isolation_level=None)
+        try:
+            deadline = time.monotonic() + 30
+            while not server.started:
+                assert serving.is_alive() and time.monotonic() < deadline
+                time.sleep(0.05)
+            holder.execute("BEGIN IMMEDIATE")
+            client = threading.Thread(
+                target=lambda: answered.append(
+                    httpx.post(
+                        f"http://127.0.0.1:{port}/api/v1/records",
+                        headers={"Authorization": f"Bearer {token}"},
+                        json={"scope": "p", "claim_key": "k", "value": 1, "kind": "fact"},
+                        timeout=60,
+                    )
+                )
+            )
+            client.start()
+            time.sleep(1)  # its write waits for the lock
+            # When the server stops and, half a second on, cancels the request
+            server.should_exit = True
+            time.sleep(1.5)
+            # Then the request is not answered before its write ends (it was: a
+            # plain-text 500, and the write committed once the lock was free)
+            assert not answered, [a.text for a in answered]
+        finally:
+            if holder.in_transaction:
+                holder.execute("ROLLBACK")
+            holder.close()
+            server.should_exit = True
+            serving.join(timeout=60)
+        client.join(timeout=60)
+        # And once the lock is free it is answered with what the write did: 201
+        assert [a.status_code for a in answered] == [201], [a.text for a in answered]
+        records = led.authenticate(token).records("p")
+        assert [r.id for r in records] == [answered[0].json()["id"]]

@@ -56,6 +56,8 @@ def run(
     """
     import uvicorn  # imported here: only serving needs it
 
+    from ledger.serve.stopping import Server, no_force_quit
+
     listening = listen(host, port)
     try:
         with _stop_signals_raise(), Ledger.open(url, create=create) as ledger:
@@ -68,13 +70,15 @@ def run(
                 server_header=False,
             )
             logging.getLogger(ACCESS_LOGGER).addFilter(mask_tokens)
+            logging.getLogger("uvicorn.error").addFilter(no_force_quit)
             logging.getLogger("uvicorn.error").info("Serving ledger %s", ledger.url)
             # What uvicorn says when it binds the address itself.
             shown = f"[{host}]" if ":" in host else host
             logging.getLogger("uvicorn.error").info(
                 "Uvicorn running on http://%s:%d (Press CTRL+C to quit)", shown, port
             )
-            uvicorn.Server(config).run(sockets=[listening])
+            # A second stop signal does not cut the requests under way short.
+            Server(config, ledger.engine.recorder.lock_wait).run(sockets=[listening])
     except _Stopped as stop:
         stopped = logging.getLogger("uvicorn.error")
         stopped.info("Stopped by %s; the ledger is closed", stop.signal.name)
@@ -110,7 +114,8 @@ def _stop_signals_raise() -> Iterator[None]:
     """Within this block SIGINT and SIGTERM raise :class:`_Stopped`, so the
     ``with`` blocks around the server close what they opened.
 
-    uvicorn handles both while it serves: it shuts down gracefully, puts back
+    uvicorn handles both while it serves (:class:`ledger.serve.stopping.Server`
+    takes a second one for "already stopping"): it shuts down gracefully, puts back
     the handlers it found (these), and raises the signal again, which reaches
     :func:`_raise_stopped`. Without them SIGTERM's default action ended the
     process there, the ledger left open (SQLite's ``-wal`` and ``-shm`` files

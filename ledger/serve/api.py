@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -53,6 +52,7 @@ from ledger.serve.inputs import (
     parse_body,
     parse_time,
 )
+from ledger.serve.threads import finish_in_thread
 from ledger.session import next_after
 
 PREFIX = "/api/v1"
@@ -182,7 +182,7 @@ class Call:
         return text
 
     def query_time(self, name: str) -> datetime | None:
-        """An ISO 8601 date-time query parameter."""
+        """An RFC 3339 date-time query parameter (:func:`parse_time`)."""
         return parse_time(name, self.query_str(name))
 
     def query_bool(self, name: str, default: bool) -> bool:
@@ -249,7 +249,7 @@ class Call:
         return default if value is None else value
 
     def body_time(self, name: str) -> datetime | None:
-        """An ISO 8601 date-time body field."""
+        """An RFC 3339 date-time body field (:func:`parse_time`)."""
         return parse_time(name, self.body_str(name))
 
 
@@ -291,7 +291,7 @@ def endpoint(
             except LedgerError as exc:
                 return ledger_error_response(exc, tuple(call.used), tuple(call.path))
 
-        return await run_in_threadpool(guarded)
+        return await finish_in_thread(guarded)
 
     run.__name__ = handler.__name__
     run.__doc__ = handler.__doc__

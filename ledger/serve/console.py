@@ -49,6 +49,7 @@ from ledger.serve.pages import (
 )
 from ledger.serve.pictures import picture
 from ledger.serve.sessions import COOKIE, ConsoleSession, SessionStore
+from ledger.serve.threads import finish_in_thread
 from ledger.session import next_after
 from ledger.values import RecordView
 
@@ -317,7 +318,7 @@ class Console:
             return action(live, values)
 
         try:
-            message = await run_in_threadpool(run)
+            message = await finish_in_thread(run)  # a write: answered as it ended
             session.flash("ok", message)
         except AuthenticationError:
             raise

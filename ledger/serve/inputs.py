@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from collections.abc import Iterable, Mapping
+from contextlib import suppress
 from datetime import datetime
 from typing import Any
 from urllib.parse import unquote_to_bytes
@@ -90,20 +92,37 @@ def json_type(value: Any) -> str:
     return "null" if value is None else names.get(type(value), type(value).__name__)
 
 
+#: An RFC 3339 date-time (section 5.6: full-date "T" full-time; "T" and "Z" may be
+#: lower case), its offset optional here: without one it is read, for the ledger to
+#: refuse as naive by name (``NaiveDatetimeError``) rather than as unreadable.
+_RFC_3339 = re.compile(
+    r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:[Zz]|[+-]\d{2}:\d{2})?", re.ASCII
+)
 _UPPER_T_Z = str.maketrans("tz", "TZ")
 
 
 def parse_time(name: str, text: str | None) -> datetime | None:
-    """The ISO 8601 date-time ``text`` of field ``name`` (None stays None)."""
+    """The RFC 3339 date-time ``text`` of field ``name`` (None stays None); one
+    without an offset is returned naive, for the ledger to refuse as such.
+
+    Raises:
+        FieldError: ``text`` is not an RFC 3339 date-time (the other ISO 8601
+            forms included, such as ``20261205T221000Z``, a week date or a space
+            for the "T": the OpenAPI document says ``format: date-time``), or
+            names no instant (a 13th month, a 61st minute, a leap second).
+    """
     if text is None:
         return None
-    try:
-        # RFC 3339 (the OpenAPI document's date-time) lets "T" and "Z" be lower case.
-        return datetime.fromisoformat(text.translate(_UPPER_T_Z))
-    except ValueError:
+    parsed = None
+    if _RFC_3339.fullmatch(text):
+        with suppress(ValueError):  # its numbers out of range
+            parsed = datetime.fromisoformat(text.translate(_UPPER_T_Z))
+    if parsed is None:
         raise FieldError(
-            name, f"{name} {text[:40]!r} is not an ISO 8601 date-time (e.g. 2026-05-01T12:00:00Z)"
-        ) from None
+            name,
+            f"{name} must be an RFC 3339 date-time (e.g. 2026-12-05T22:10:00Z), not {text[:40]!r}",
+        )
+    return parsed
 
 
 def check_names(given: Iterable[str], accepted: frozenset[str], what: str) -> None:

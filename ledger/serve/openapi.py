@@ -66,7 +66,7 @@ _AS_OF = [
         "as_of_time",
         "query",
         TIME,
-        "Answer as of this instant (ISO 8601 with offset; not with as_of_position: 422).",
+        "Answer as of this instant (RFC 3339 with offset; not with as_of_position: 422).",
     ),
 ]
 _RECORD_ID = _param("record_id", "path", REF, "A record id.")
