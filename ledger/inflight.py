@@ -90,7 +90,9 @@ class InFlight:
         me = threading.get_ident()
         deadline = time.monotonic() + (CLOSE_WAIT if timeout is None else timeout)
         self._closing = True  # first: a wait cut short (Ctrl-C) leaves it to the last
-        while any(thread != me for thread, _ in list(self._under_way)):
+        if any(thread == me for thread, _ in list(self._under_way)):
+            return False  # this thread's own cannot end first: waiting gains nothing
+        while self._under_way:
             if time.monotonic() >= deadline:
                 break
             time.sleep(0.002)

@@ -704,3 +704,46 @@ def test_a_database_failure_of_an_operation_a_close_waits_for_is_not_called_clos
         worker.join()
     # And once the connections are closed, a failure is the close's
     assert isinstance(engine.storage_error(failure), ClosedLedgerError)
+
+
+@pytest.mark.parametrize("url", ["memory:", "sqlite"])
+def test_a_close_inside_a_command_lets_a_read_another_thread_began_answer(
+    tmp_path: Path, url: str
+) -> None:
+    # Given an acceptance check that starts a read in another thread, then closes
+    # the ledger (on memory: the read waits for this command's transaction)
+    url = f"sqlite:///{tmp_path / 'l.db'}" if url == "sqlite" else url
+    read: list[object] = []
+    started = threading.Event()
+
+    def reading() -> None:
+        started.set()
+        try:
+            read.append(reviewer.get("F1").status)
+        except LedgerError as exc:
+            read.append(type(exc).__name__)
+
+    def check(record: Any) -> None:
+        worker = threading.Thread(target=reading)
+        worker.start()
+        assert started.wait(10)
+        time.sleep(0.1)  # the read is under way
+        led.close()
+        workers.append(worker)
+
+    workers: list[threading.Thread] = []
+    led = Ledger.open(url, acceptance_checks=[check])
+    admin = led.admin()
+    admin.grant("agent", scope="p", roles=["propose", "read"])
+    admin.grant("reviewer", scope="p", roles=["approve", "read"])
+    agent = led.authenticate(admin.issue_token("agent"))
+    reviewer = led.authenticate(admin.issue_token("reviewer"))
+    agent.propose("p", "k", 1, Kind.FACT, id="F1")
+    # When the acceptance runs
+    reviewer.accept("F1")
+    workers[0].join(30)
+    # Then the read begun before the close answers (it is not refused as closed
+    # after waiting for a command that could not end while the close waited), and
+    # the connections close once both are done
+    assert read and isinstance(read[0], Status), read
+    assert led.engine.inflight.connections_closed
