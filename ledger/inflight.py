@@ -82,11 +82,12 @@ class InFlight:
 
     def close(self, timeout: float | None = None) -> bool:
         """Close the connections once no operation is under way: wait for other
-        threads' operations (at most ``timeout`` seconds; this thread's own,
-        such as the command whose acceptance check closes the ledger, cannot end
-        while it waits), and leave the closing to the last of those still under
-        way then (``timeout`` None: :data:`CLOSE_WAIT`). True if the connections
-        are closed on return."""
+        threads' operations (at most ``timeout`` seconds, :data:`CLOSE_WAIT` if
+        None), and leave the closing to the last of those still under way then.
+        With an operation of this thread under way (the command whose acceptance
+        check closes the ledger), return at once: that one cannot end while this
+        waits, and others may be waiting for it. True if the connections are
+        closed on return."""
         me = threading.get_ident()
         deadline = time.monotonic() + (CLOSE_WAIT if timeout is None else timeout)
         self._closing = True  # first: a wait cut short (Ctrl-C) leaves it to the last
