@@ -62,14 +62,19 @@ def test_history_lists_a_page_and_names_where_the_next_one_starts(
             break
         args = ("history", "--limit", "5", "--from", more.group(1))
     assert shown == [e["position"] for e in everything]
-    whole = run(url, "history", "--all", "--limit", "5", token=token)
+    whole = run(url, "history", "--all", token=token)
     assert _positions(whole.stdout) == shown and "next page" not in whole.stdout
     # --json gives every event unless --limit is given: then the first so many
     first = json.loads(run(url, "history", "--json", "--limit", "5", token=token).stdout)
     assert first["events"] == everything[:5]
-    # and --all is every event there too, whatever --limit says
-    every = run(url, "history", "--json", "--all", "--limit", "5", token=token).stdout
+    # and --all is every event there too
+    every = run(url, "history", "--json", "--all", token=token).stdout
     assert json.loads(every)["events"] == everything
+    # --all and --limit together contradict each other: a usage error
+    for given in (("--all", "--limit", "5"), ("--json", "--all", "--limit", "5")):
+        both = run(url, "history", *given, token=token)
+        assert both.exit_code == 2 and both.stdout == ""
+        assert "Error: give --all or --limit, not both" in both.stderr
 
 
 def test_history_json_of_a_long_log_is_the_whole_log_as_one_document(

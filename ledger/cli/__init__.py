@@ -11,11 +11,17 @@ Read commands print aligned tables for people and JSON with ``--json``;
 ``as-of`` runs them as the ledger was at a past position or time.
 
 Errors from the library print one line on stderr and exit 1; usage errors exit 2;
-Ctrl-C (SIGINT) prints one line and exits 130.
+Ctrl-C (SIGINT) prints one line and exits 130. When the reader of stdout goes away
+before the answer is all written (``provledger history | head -1``), every command
+stops writing and exits 0, printing nothing: the reader chose to stop reading,
+and what the command wrote to the ledger stands. (0 is also the one code that
+can be given consistently: a reader leaving during the last write, or after it,
+goes unnoticed.)
 """
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from typing import Any
@@ -58,6 +64,10 @@ class _Main(click.Group):
             # differ; verify: a problem found). 130 is the shell's code for Ctrl-C.
             click.echo(INTERRUPTED, err=True)
             raise click.exceptions.Exit(130) from None
+        except BrokenPipeError:
+            # The reader of stdout went away: not click's exit 1, which is a refusal.
+            _discard_stdout()
+            raise click.exceptions.Exit(0) from None
         except click.UsageError as exc:
             command = exc.ctx.command if exc.ctx is not None else None
             found = _EXAMPLE.search((command.help or "") if command is not None else "")
@@ -67,6 +77,20 @@ class _Main(click.Group):
             lines = [line.strip() for line in found.group(1).splitlines() if line.strip()]
             example = "\nExample:\n" + "\n".join(f"  {line}" for line in lines)
             raise click.UsageError(message.rstrip() + example, exc.ctx) from None
+
+
+def _discard_stdout() -> None:
+    """Point stdout at the null device, so what is still buffered for the reader
+    that left is flushed there at exit, not reported as another broken pipe."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file (click's test runner)
+        return
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, fd)
+    finally:
+        os.close(null)
 
 
 @click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})

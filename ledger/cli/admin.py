@@ -31,6 +31,7 @@ from ledger.cli.options import (
     url_option,
 )
 from ledger.cli.render import (
+    AnswerConsole,
     echo_json,
     make_console,
     new_table,
@@ -350,6 +351,11 @@ def token_revoke(token_value: str, url: str | None, admin_token: str | None, as_
     """
     if token_value == "-":
         token_value = _token_from_stdin()
+    elif not token_value.strip():
+        raise InvalidInputError(
+            f"token revoke refused: TOKEN {token_value!r} is empty; give the token to "
+            "withdraw, or - to read it from standard input"
+        )
     with host_ledger(url, "token revoke", admin_token) as led:
         led.admin().revoke_token(token_value)
         position = led.position
@@ -422,7 +428,7 @@ def demo(url: str | None, as_json: bool) -> None:
     if as_json:
         echo_json(result.to_json())
     else:
-        print_experiment(result, Console())
+        print_experiment(result, AnswerConsole())
         if url is None:
             click.echo(
                 "(the ledger was a temporary file, deleted on exit; "
@@ -537,11 +543,17 @@ def backup(dest: str, url: str | None, admin_token: str | None, as_json: bool) -
       provledger backup /backups/provledger-2026-11-30.db
     """
     backend = resolve_url(url)
+    if backend.kind == "memory":
+        raise InvalidURLError(
+            f"backup refused: {printable(backend.url)} is a ledger in memory, with nothing "
+            "on disk to back up (nothing was written)"
+        )
     if backend.kind != "sqlite" or backend.path is None:
         raise InvalidURLError(
             f"backup refused: {printable(backend.url)} is not an SQLite file; back up a "
             "PostgreSQL ledger with pg_dump --schema NAME (nothing was written)"
         )
+    _check_destination(dest)
     target = Path(dest)
     if target.exists() or target.is_symlink():
         raise StorageError(
@@ -586,6 +598,22 @@ def backup(dest: str, url: str | None, admin_token: str | None, as_json: bool) -
         err=True,
     )
     click.echo(str(kept))
+
+
+def _check_destination(dest: str) -> None:
+    """Refuse a backup's DEST that is no file path: empty, or a URL."""
+    if not dest.strip():
+        raise InvalidInputError(
+            f"backup refused: DEST {dest!r} is empty; give the path of a new file, e.g. "
+            "/backups/provledger.db (nothing was written)"
+        )
+    if "://" in dest:
+        path = resolve_url(dest).path if dest.startswith("sqlite://") else None
+        example = printable(path) if path else "/backups/provledger.db"
+        raise InvalidInputError(
+            f"backup refused: DEST {printable(dest)!r} is a URL; a backup destination is "
+            f"a file path, e.g. {example} (nothing was written)"
+        )
 
 
 def _vacuum_into(source: str, partial: Path, shown: str, dest: str) -> None:

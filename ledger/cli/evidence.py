@@ -19,6 +19,7 @@ from ledger.cli.options import (
     url_option,
 )
 from ledger.cli.render import echo_json, report_done
+from ledger.errors import InvalidInputError
 
 if TYPE_CHECKING:
     from ledger.bundle.extends import HeldHead
@@ -208,6 +209,11 @@ def keygen(out: str, as_json: bool) -> None:
     """
     from ledger.heads import generate_key
 
+    if not out.strip():
+        raise InvalidInputError(
+            f"keygen refused: --out {out!r} is empty; give the path of the key file to "
+            "write, e.g. --out ledger-key"
+        )
     kid = generate_key(out)
     report_done(
         as_json,

@@ -10,12 +10,12 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime
 from functools import wraps
 from itertools import pairwise
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
@@ -76,24 +76,32 @@ EXTRAS = {
     "langgraph": "langgraph",
 }
 
-#: Library calls whose names differ from the command a person typed.
-COMMAND_NAMES = {
-    "issue_correction": "correct",
-    "corrections_due": "corrections",
-    "propose_many": "propose",
-    "preview_revoke": "revoke",
-}
+#: A library refusal's opening: the ledger call refused (``revoke_token refused: …``).
+_LEDGER_CALL = re.compile(r"^[a-z_]+(?= refused)")
 _GENERATED_ID = re.compile(r"'(r-[0-9a-f]{32})'")
 
 
+def typed_command() -> str | None:
+    """The command running, as typed after ``provledger`` (``token issue``,
+    ``as-of get``); None outside one."""
+    ctx = click.get_current_context(silent=True)
+    names: list[str] = []
+    while ctx is not None and ctx.parent is not None:
+        names.append(ctx.info_name or "")
+        ctx = ctx.parent
+    return " ".join(reversed(names)) or None
+
+
 def cli_message(exc: LedgerError, given: dict[str, Any]) -> str:
-    """The library's message in the command line's words: command names instead of
-    method names, and "the new record" instead of an id generated for it that the
+    """The library's message in the command line's words: the command typed instead
+    of the ledger call it refused (``token issue refused``, not ``issue_token
+    refused``), and "the new record" instead of an id generated for it that the
     user never saw."""
     text = printable(exc)
-    first, sep, rest = text.partition(" refused")
-    if sep and first in COMMAND_NAMES:
-        text = COMMAND_NAMES[first] + sep + rest
+    command = typed_command()
+    call = _LEDGER_CALL.match(text)
+    if command is not None and call is not None:
+        text = command + text[call.end() :]
     typed = {str(v) for v in given.values()}
 
     def unseen(match: re.Match[str]) -> str:
@@ -106,44 +114,43 @@ def cli_message(exc: LedgerError, given: dict[str, Any]) -> str:
 _WRITE_FAILURES = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})
 
 
+def fail(message: str) -> NoReturn:
+    """Print ``error: message`` on stderr and exit 1: a refusal, even when the
+    reader of stderr has gone away (not the exit 0 of a reader of stdout leaving)."""
+    with suppress(BrokenPipeError):
+        click.echo(f"error: {message}", err=True)
+    sys.exit(1)
+
+
 def errors_exit_1(fn: F) -> F:
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except LedgerError as exc:
-            click.echo(f"error: {cli_message(exc, kwargs)}", err=True)
-            sys.exit(1)
+            fail(cli_message(exc, kwargs))
         except ModuleNotFoundError as exc:  # an optional package of an extra
             top = (exc.name or "").split(".", 1)[0]
             if top not in EXTRAS:
                 raise
-            click.echo(
-                f"error: this needs {top}, which is not installed; {install_hint(EXTRAS[top])}",
-                err=True,
-            )
-            sys.exit(1)
+            fail(f"this needs {top}, which is not installed; {install_hint(EXTRAS[top])}")
         except BrokenPipeError:
-            raise  # the reader of stdout went away: click leaves quietly
+            raise  # the reader of stdout went away: see ledger.cli._Main.invoke
         except OSError as exc:  # reading FILE or writing -o FILE, or stdout
             if not exc.filename and exc.errno in _WRITE_FAILURES:
                 # Writing the answer failed, after the work it answers for: a
                 # command's write stands, so this is no refusal of it.
-                click.echo(
-                    f"error: the answer could not be written to stdout "
+                fail(
+                    f"the answer could not be written to stdout "
                     f"({printable(exc.strerror or exc)}); anything the command wrote to "
-                    "the ledger stands (look before running it again)",
-                    err=True,
+                    "the ledger stands (look before running it again)"
                 )
-                sys.exit(1)
             where = f"{exc.filename}: " if exc.filename else ""
-            click.echo(f"error: {printable(where)}{printable(exc.strerror or exc)}", err=True)
-            sys.exit(1)
+            fail(f"{printable(where)}{printable(exc.strerror or exc)}")
         except (ValueError, UnicodeError) as exc:  # a path Python cannot open (NUL, surrogate)
             if not isinstance(exc, UnicodeError) and "null" not in str(exc):
                 raise
-            click.echo(f"error: cannot use that path: {printable(exc)}", err=True)
-            sys.exit(1)
+            fail(f"cannot use that path: {printable(exc)}")
 
     return wrapper  # type: ignore[return-value]
 

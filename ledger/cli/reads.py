@@ -239,6 +239,12 @@ def history(
     Example:
       provledger history --type Revoked --from 10 --to 40
     """
+    if show_all and limit is not None:
+        raise click.UsageError("give --all or --limit, not both (--all lists every event)")
+    if start is not None and stop is not None and start > stop:
+        raise click.UsageError(
+            f"--from {start} is after --to {stop} (an empty range); give --from at most --to"
+        )
     with principal_session(url, token) as (_led, session):
         found = session.iter_history(record=record_id, type=event_type, start=start, stop=stop)
         with closing(found) as events:

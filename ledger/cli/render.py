@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -41,11 +43,20 @@ from ledger.values import (
 # -- output -----------------------------------------------------------------------------
 
 
+class AnswerConsole(Console):
+    """A console for a command's answer on stdout; a reader that goes away is left
+    to the command line (:class:`ledger.cli._Main`), not rich's exit 1."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError(errno.EPIPE, "the reader of stdout went away")
+
+
 def make_console() -> Console:
     # Piped output keeps long ids and reasons on one line instead of 80 columns,
     # unless COLUMNS says how wide the output is to be.
     wide = sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit()
-    return Console(highlight=False, width=None if wide else 160)
+    return AnswerConsole(highlight=False, width=None if wide else 160)
 
 
 @contextmanager
@@ -60,12 +71,10 @@ def working(what: str, *, quiet: bool = False) -> Iterator[None]:
 
 
 def show(console: Console, table: Table) -> None:
-    """Print ``table``; when its id columns cannot all fit the terminal, print each
-    row as ``column  value`` lines instead, so no id is ever cut."""
-    # Folding columns can be narrowed to a few characters; id columns cannot.
-    # A folding column holding ids (``new_table``'s ``keep``) is as wide as its widest.
-    needed = sum(c.min_width or (0 if c.no_wrap else 6) for c in table.columns)
-    if needed + 3 * len(table.columns) + 1 <= console.width:
+    """Print ``table``; when its columns cannot all fit the terminal with no word
+    (an id, an e-mail address, a header) cut, print each row as ``column  value``
+    lines instead."""
+    if _fit(table, console.width):
         console.print(table)
         return
     width = max(len(str(c.header)) for c in table.columns)
@@ -76,11 +85,57 @@ def show(console: Console, table: Table) -> None:
         for column, column_cells in zip(table.columns, cells, strict=True):
             line = Text.assemble((f"{column.header!s:<{width}}  ", "bold"))  # the name only
             cell = column_cells[i]
-            line.append_text(cell if isinstance(cell, Text) else Text(str(cell)))
-            # An id is never broken; text holding ids wraps at spaces, between them,
-            # unless one of them is wider than the terminal.
-            whole = column.no_wrap or (column.min_width or 0) > console.width
+            text = cell if isinstance(cell, Text) else Text(str(cell))
+            line.append_text(text)
+            # Text wraps at spaces, between words, unless a word is wider than the
+            # terminal: then the line is left whole for the terminal to wrap.
+            whole = column.no_wrap or _longest_word(text.plain) > console.width
             console.print(line, soft_wrap=whole)
+
+
+def _longest_word(text: str) -> int:
+    return max((cell_len(word) for word in text.split()), default=0)
+
+
+#: Columns of stored data: a word in them longer than the column (a hash, a URL)
+#: folds onto more lines, where a word elsewhere (a header, an e-mail address, a
+#: reason's) turns the table into ``column  value`` lines.
+FOLDED = frozenset({"claim", "value"})
+
+
+def _fit(table: Table, width: int) -> bool:
+    """Give the folding columns of ``table`` widths at which no word is cut (but in
+    :data:`FOLDED` columns) and the table fits ``width``; rich would narrow one
+    below its longest word. False, changing nothing, when that cannot be done."""
+    room = width - 3 * len(table.columns) - 1  # borders and padding
+    low: list[int] = []  # the longest word: narrower cuts one
+    high: list[int] = []  # the longest line: wider is never needed
+    for column in table.columns:
+        header = str(column.header)
+        cells = [c.plain if isinstance(c, Text) else str(c) for c in column.cells]
+        lines = [line for text in (header, *cells) for line in text.splitlines()]
+        widest = max(map(cell_len, lines), default=0)
+        longest = max(map(_longest_word, cells), default=0)
+        if column.no_wrap:
+            shortest = widest
+        elif header in FOLDED:
+            shortest = max(_longest_word(header), min(longest, 6))
+        else:
+            shortest = max(_longest_word(header), longest)
+        low.append(max(shortest, column.min_width or 0))
+        high.append(max(widest, low[-1]))
+    if sum(low) > room:
+        return False
+    if sum(high) <= room:
+        return True
+    # Narrow the widest folding columns first, each no further than its longest word.
+    cap = max(high)
+    while sum(max(lo, min(hi, cap)) for lo, hi in zip(low, high, strict=True)) > room:
+        cap -= 1
+    for column, lo, hi in zip(table.columns, low, high, strict=True):
+        if not column.no_wrap and hi > cap:
+            column.width = max(lo, cap)
+    return True
 
 
 def new_table(

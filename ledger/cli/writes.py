@@ -263,6 +263,9 @@ def revoke(
     Example:
       provledger revoke E1 --reason "doc changed"
     """
+    typed = click.get_current_context().get_parameter_source("limit")
+    if show_all and typed is click.core.ParameterSource.COMMANDLINE:
+        raise click.UsageError("give --all or --limit, not both (--all lists every record)")
     with principal_session(url, token) as (_led, session):
         with working(f"revoking {record_id} and marking its descendants STALE", quiet=as_json):
             rev = session.revoke(record_id, reason=reason)
