@@ -281,7 +281,8 @@ class RunContext:
         return tuple(names.get(k, k) for k in keys)
 
     def observe(self, record_id: str, *more: str) -> None:
-        """Record reads made outside the ledger (e.g. by a tool wrapper), in one event.
+        """Record reads made outside the ledger (e.g. by a tool wrapper), in one event
+        (a record named twice counts once).
 
         Raises:
             UnknownRecordError: one is unknown or not visible to the principal.
@@ -289,8 +290,10 @@ class RunContext:
         self._check()
         with self._outer.reading() as c:
             ids = tuple(
-                self._outer.visible(c, rid, Role.READ, "observe")["record_id"]
-                for rid in (record_id, *more)
+                dict.fromkeys(
+                    self._outer.visible(c, rid, Role.READ, "observe")["record_id"]
+                    for rid in (record_id, *more)
+                )
             )
         self.record_reads(ids, "observed")
 

@@ -142,7 +142,8 @@ def test_a_run_shown_a_withdrawn_record_by_one_command_proposes_in_the_next(sh: 
 def test_run_observe_records_reads_made_outside_the_ledger(sh: Shell) -> None:
     a = sh.agent
     sh.ok("run", "start", "t", token=a)
-    sh.ok("run", "observe", "t", "E1", token=a)
+    twice = sh.ok("run", "observe", "t", "E1", "E1", "--json", token=a)  # counts once
+    assert json.loads(twice.stdout)["observed"] == ["E1"]
     propose = ("propose", "--scope", "proj-a", "--claim", "k", "--kind", "fact", "--value", "1")
     sh.ok(*propose, "--id", "F", "--run", "t", token=a)
     assert json.loads(sh.ok("get", "F", "--json", token=a).stdout)["observed"] == ["E1"]

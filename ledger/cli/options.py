@@ -464,7 +464,11 @@ def claim_options(fn: F) -> F:
                 help='Applicability context as JSON, e.g. {"api_version": "v2"}.',
             ),
             click.option(
-                "--kind", "kinds", multiple=True, type=click.Choice(KINDS), help="Only these kinds."
+                "--kind",
+                "kinds",
+                multiple=True,
+                type=click.Choice(KINDS),
+                help="Only these kinds (repeat it: --kind fact --kind inference).",
             ),
         )
     ):

@@ -78,10 +78,11 @@ def run_observe(
     with principal_session(url, token) as (led, session):
         session.run(run_id).resume().observe(*record_ids)
         position = led.position
+    named = list(dict.fromkeys(record_ids))  # one named twice is observed once
     report_done(
         as_json,
-        {"run": run_id, "observed": list(record_ids), "position": position},
-        f"run {run_id} observed {', '.join(record_ids)}",
+        {"run": run_id, "observed": named, "position": position},
+        f"run {run_id} observed {', '.join(named)}",
     )
 
 
