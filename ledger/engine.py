@@ -56,6 +56,7 @@ from ledger.persistence import (
 from ledger.persistence.faults import (
     DATABASE_ERRORS,
     CommitFailed,
+    closed_connection,
     is_busy,
     missing_from_views,
     storage_error,
@@ -139,8 +140,7 @@ class Write:
                 self.c, stored, events, snapshots, self.done, first
             )
         if self.done is not None:
-            # Every view applied them; none did if the views are stopped (the next
-            # write transaction then reads their positions and catches them up).
+            # Every view applied them (stopped views: the next write catches them up).
             self.done = dict.fromkeys(self.done, ids[-1]) if self.engine.projector.enabled else None
         self.appended.extend(zip(ids, events, strict=True))
         return ids[-1]
@@ -286,7 +286,7 @@ class Engine:
         self, exc: BaseException, *, opening: bool = False, committing: bool = False
     ) -> LedgerError:
         """The typed error for a failure of the database (see ``persistence.faults``)."""
-        if self.inflight.connections_closed and not opening:  # closed under it
+        if self.inflight.connections_closed and not opening and closed_connection(exc):
             return ClosedLedgerError(f"ledger {self.url!r} is closed")
         if self.outdated_views is not None and (
             missing_from_views(exc) or isinstance(exc, (IndexError, KeyError))

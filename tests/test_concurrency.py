@@ -702,8 +702,12 @@ def test_a_database_failure_of_an_operation_a_close_waits_for_is_not_called_clos
     finally:
         done.set()
         worker.join()
-    # And once the connections are closed, a failure is the close's
-    assert isinstance(engine.storage_error(failure), ClosedLedgerError)
+    # And once the connections are closed, a failure is still told as itself; a
+    # driver refusing a closed connection is the close
+    assert engine.inflight.connections_closed
+    assert isinstance(engine.storage_error(failure), StorageError)
+    closed = sqlite3.ProgrammingError("Cannot operate on a closed database.")
+    assert isinstance(engine.storage_error(closed), ClosedLedgerError)
 
 
 @pytest.mark.parametrize("url", ["memory:", "sqlite"])
@@ -746,4 +750,38 @@ def test_a_close_inside_a_command_lets_a_read_another_thread_began_answer(
     # after waiting for a command that could not end while the close waited), and
     # the connections close once both are done
     assert read and isinstance(read[0], Status), read
+    assert led.engine.inflight.connections_closed
+
+
+def test_a_command_failing_after_a_close_waited_for_it_is_told_its_own_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ledger.errors import DiskFullError
+
+    monkeypatch.setattr("ledger.inflight.CLOSE_WAIT", 0.05)
+    led = Ledger.open(f"sqlite:///{tmp_path / 'l.db'}")
+    ready, go = threading.Event(), threading.Event()
+    told: list[LedgerError] = []
+
+    def work(write: Any) -> None:
+        ready.set()
+        go.wait(10)
+        raise sqlite3.OperationalError("database or disk is full")
+
+    def command() -> None:
+        try:
+            led.engine.transact(work)
+        except LedgerError as exc:
+            told.append(exc)
+
+    # Given a command under way in another thread when the ledger is closed
+    worker = threading.Thread(target=command)
+    worker.start()
+    assert ready.wait(10)
+    led.close()
+    # When its write then fails (the last operation's end closes the connections)
+    go.set()
+    worker.join(30)
+    # Then it is told the failure, not that the ledger is closed
+    assert len(told) == 1 and isinstance(told[0], DiskFullError), told
     assert led.engine.inflight.connections_closed

@@ -54,6 +54,21 @@ def root_cause(exc: BaseException) -> BaseException:
     return exc
 
 
+def closed_connection(exc: BaseException) -> bool:
+    """Whether ``exc`` is a driver's refusal of a connection or pool already closed
+    (SQLite's "Cannot operate on a closed database", psycopg's "the connection is
+    closed", a closed pool), not a failure of the database itself."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        text = str(current).lower()
+        if "closed" in text and ("database" in text or "connection" in text or "pool" in text):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
 def _is_psycopg(exc: BaseException) -> bool:
     return type(exc).__module__.split(".", 1)[0] in ("psycopg", "psycopg_pool")
 
