@@ -330,6 +330,39 @@ def test_a_second_sigint_lets_a_write_waiting_for_its_lock_finish_and_answer(
     assert [(r.id, r.claim_key) for r in records] == [(response.json()["id"], "k")]
 
 
+def test_a_client_sending_its_body_slowly_does_not_hold_a_stop_open(tmp_path: Path) -> None:
+    # Given a server whose writes wait at most 1 s for the lock, and a client that
+    # sent a request's headers and part of its body, then nothing more
+    port, url = free_port(), f"sqlite:///{tmp_path / 'ledger.db'}?timeout=1"
+    Ledger.open(url).close()
+    server = serving(url, port)
+    try:
+        assert first_answer(
+            server, lambda: httpx.get(f"http://127.0.0.1:{port}/healthz")
+        ).is_success
+        with socket.create_connection(("127.0.0.1", port)) as stalled:
+            stalled.sendall(
+                b"POST /api/v1/records HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                b'\r\nContent-Length: 100\r\n\r\n{"scope":'
+            )
+            time.sleep(0.5)
+            # When the server is stopped, and told again
+            server.send_signal(signal.SIGINT)
+            time.sleep(1)
+            server.send_signal(signal.SIGTERM)
+            # Then it stops once the stop's wait (the lock wait and 5 s) is over,
+            # the client still connected, telling the request's end in one line
+            out, _ = server.communicate(timeout=60)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.communicate()
+    assert server.returncode == -signal.SIGINT, out
+    assert "waiting for 1 request under way to finish (at most 6 s since the stop" in out, out
+    assert "A request still under way at the end of the stop's wait was cancelled: " in out, out
+    assert "Traceback" not in out and "Stopped by SIGINT; the ledger is closed" in out, out
+
+
 def test_a_write_its_request_is_cancelled_under_is_answered_as_it_ended(
     tmp_path: Path,
 ) -> None:

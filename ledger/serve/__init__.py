@@ -56,7 +56,7 @@ def run(
     """
     import uvicorn  # imported here: only serving needs it
 
-    from ledger.serve.stopping import Server, no_force_quit
+    from ledger.serve.stopping import Server, stop_wait, stopping_lines
 
     listening = listen(host, port)
     try:
@@ -68,9 +68,10 @@ def run(
                 access_log=False,  # the application's own (ACCESS_LOGGER) names principals
                 proxy_headers=False,
                 server_header=False,
+                timeout_graceful_shutdown=stop_wait(ledger.engine.recorder.lock_wait),
             )
             logging.getLogger(ACCESS_LOGGER).addFilter(mask_tokens)
-            logging.getLogger("uvicorn.error").addFilter(no_force_quit)
+            logging.getLogger("uvicorn.error").addFilter(stopping_lines)
             logging.getLogger("uvicorn.error").info("Serving ledger %s", ledger.url)
             # What uvicorn says when it binds the address itself.
             shown = f"[{host}]" if ":" in host else host
@@ -78,7 +79,7 @@ def run(
                 "Uvicorn running on http://%s:%d (Press CTRL+C to quit)", shown, port
             )
             # A second stop signal does not cut the requests under way short.
-            Server(config, ledger.engine.recorder.lock_wait).run(sockets=[listening])
+            Server(config).run(sockets=[listening])
     except _Stopped as stop:
         stopped = logging.getLogger("uvicorn.error")
         stopped.info("Stopped by %s; the ledger is closed", stop.signal.name)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import signal
 from types import FrameType
 
@@ -27,18 +28,24 @@ _log = logging.getLogger("uvicorn.error")
 _FORCE_QUIT = " (CTRL+C to force quit)"
 
 
+#: How much longer than a write's lock wait a stop waits for the requests under way.
+STOP_MARGIN = 5
+#: The lock wait assumed where the backend states none (a SQLite URL's default).
+DEFAULT_LOCK_WAIT = 30.0
+
+
+def stop_wait(lock_wait: float | None) -> int:
+    """How long a stop waits for the requests under way (uvicorn's graceful
+    shutdown timeout): a write's lock wait and a margin. A request still under way
+    then (a client sending its body slowly, or not at all) is cancelled: work not
+    yet begun never runs, and work begun is still answered
+    (:func:`ledger.serve.threads.finish_in_thread`), so no client holds a stop open."""
+    return math.ceil(DEFAULT_LOCK_WAIT if lock_wait is None else lock_wait) + STOP_MARGIN
+
+
 class Server(uvicorn.Server):
-    """A uvicorn server whose stop, once begun, is not cut short by another signal.
-
-    Args:
-        config: uvicorn's configuration.
-        lock_wait: how long a write waits for the ledger's lock (seconds; None:
-            as long as the database lets it), told when a stop is asked for again.
-    """
-
-    def __init__(self, config: uvicorn.Config, lock_wait: float | None) -> None:
-        super().__init__(config)
-        self.lock_wait = lock_wait
+    """A uvicorn server whose stop, once begun, is not cut short by another signal,
+    and ends within ``config.timeout_graceful_shutdown`` (:func:`stop_wait`)."""
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         """The first stop signal stops the server (gracefully); later ones say so."""
@@ -60,24 +67,29 @@ class Server(uvicorn.Server):
             _log.info("Already stopping (%s ignored): closing the ledger", sig.name)
             return
         requests = "1 request" if count == 1 else f"{count} requests"
-        bound = ""
-        if self.lock_wait is not None:
-            bound = f" (a write waits at most {self.lock_wait:g} s for its lock)"
         _log.info(
-            "Already stopping (%s ignored): waiting for %s under way to finish%s, "
-            "then closing the ledger",
+            "Already stopping (%s ignored): waiting for %s under way to finish "
+            "(at most %g s since the stop began), then closing the ledger",
             sig.name,
             requests,
-            bound,
+            self.config.timeout_graceful_shutdown,
         )
 
 
-def no_force_quit(record: logging.LogRecord) -> bool:
-    """A log filter that drops uvicorn's "(CTRL+C to force quit)" from its lines
-    (here a second Ctrl-C does not force anything). Keeps every record."""
+def stopping_lines(record: logging.LogRecord) -> bool:
+    """A log filter for uvicorn's lines while it stops: drops "(CTRL+C to force
+    quit)" (here a second Ctrl-C does not force anything), and tells a request
+    cancelled at the end of the stop's wait in one line, not as a traceback of an
+    error in the application. Keeps every record."""
     if isinstance(record.msg, str) and record.msg.endswith(_FORCE_QUIT):
         record.msg = record.msg.removesuffix(_FORCE_QUIT)
+    cancelled = record.exc_info[1] if record.exc_info else None
+    if isinstance(cancelled, asyncio.CancelledError):
+        record.msg = "A request still under way at the end of the stop's wait was cancelled: %s"
+        record.args = (str(cancelled) or "cancelled",)
+        record.exc_info = None
+        record.exc_text = None
     return True
 
 
-__all__ = ["Server", "no_force_quit"]
+__all__ = ["Server", "stop_wait", "stopping_lines"]

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TypeVar
 
+import anyio
 from starlette.concurrency import run_in_threadpool
 
 T = TypeVar("T")
@@ -43,11 +44,14 @@ async def finish_in_thread(work: Callable[[], T]) -> T:
         if outcome.cancel():  # not begun, and now never will
             raise
         waited = asyncio.wrap_future(outcome)
-        while not waited.done():
-            try:
-                await asyncio.shield(waited)
-            except asyncio.CancelledError:
-                continue  # cancelled again: the work still runs, its answer still due
+        # Shielded from anyio's cancellation too, which it delivers again at every
+        # await of a cancelled scope (a busy loop here otherwise).
+        with anyio.CancelScope(shield=True):
+            while not waited.done():
+                try:
+                    await asyncio.shield(waited)
+                except asyncio.CancelledError:
+                    continue  # cancelled again: the work still runs, its answer still due
     return outcome.result()
 
 
