@@ -647,6 +647,21 @@ def test_no_token_or_a_bad_token_is_401_with_a_bearer_challenge(served: Served) 
     assert basic.status_code == 401
 
 
+def test_two_authorization_headers_are_401_whichever_comes_first(served: Served) -> None:
+    # A proxy that reads the last of two headers would act for another principal
+    # than a server that read the first: neither is taken
+    agent, other = served.tokens["agent-1"], "plt_not-a-token"
+    for first, second in ((agent, other), (other, agent), (agent, agent)):
+        headers = [("Authorization", f"Bearer {first}"), ("Authorization", f"Bearer {second}")]
+        r = served.anonymous.client.get("/api/v1/records/E1", headers=headers)
+        assert r.status_code == 401, r.text
+        assert error_of(r) == {
+            "type": "AuthenticationError",
+            "message": "send one Authorization header, not 2: 'Authorization: Bearer <token>'",
+            "field": None,
+        }
+
+
 def test_a_bad_token_is_401_even_when_the_body_is_malformed_too(served: Served) -> None:
     bad = served.anonymous.as_("plt_not-a-token")
     for content in (b"{not json", b"[1, 2]"):

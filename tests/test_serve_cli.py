@@ -117,6 +117,8 @@ def test_a_token_a_client_puts_in_the_url_is_not_written_to_the_access_log(
         httpx.get(f"http://127.0.0.1:{port}/{token}", timeout=5)
         encoded = "%70lt%5F" + bare  # plt_ percent-encoded
         httpx.get(f"http://127.0.0.1:{port}/api/v1/read?t={encoded}", timeout=5)
+        twice = "%2570lt%255F" + bare  # plt_ percent-encoded twice
+        httpx.get(f"http://127.0.0.1:{port}/api/v1/records/{twice}", timeout=5)
         # An authenticated request's line names its principal (refused or not)
         httpx.get(
             f"http://127.0.0.1:{port}/api/v1/corrections",
@@ -127,13 +129,14 @@ def test_a_token_a_client_puts_in_the_url_is_not_written_to_the_access_log(
         server.terminate()
         out, _ = server.communicate(timeout=30)
     logged = [line for line in out.splitlines() if "GET /" in line]
-    assert len(logged) == 5, out
+    assert len(logged) == 6, out
     assert bare[:12] not in out
     assert '"GET /api/v1/corrections?token=plt_…&scope=p HTTP/1.1" 401' in logged[0]
     assert "?access_token=… " in logged[1] and '"GET /plt_… HTTP/1.1" 404' in logged[2]
     assert '"GET /api/v1/read?t=plt_… HTTP/1.1"' in logged[3]
     assert ' - - "GET /api/v1/corrections?token=' in logged[0]  # no principal: "-"
-    assert logged[4].endswith(' - agent-1 "GET /api/v1/corrections HTTP/1.1" 403'), out
+    assert '"GET /api/v1/records/plt_… HTTP/1.1"' in logged[4]
+    assert logged[5].endswith(' - agent-1 "GET /api/v1/corrections HTTP/1.1" 403'), out
     # Every line says when (to line requests up with the ledger's history), and the
     # server says which ledger it serves
     stamp = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d "  # RFC 3339

@@ -165,7 +165,8 @@ def log_config() -> dict[str, Any]:
 #: A token, or the value of a query parameter whose name says it holds one.
 _TOKEN_IN_TEXT = re.compile(
     "(?P<token>"
-    + "".join(f"(?:{re.escape(ch)}|%{ord(ch):02x})" for ch in TOKEN_PREFIX)  # or %-encoded
+    # each character as it is, or %-encoded once or more (%70, %2570, …)
+    + "".join(f"(?:{re.escape(ch)}|%(?:25)*{ord(ch):02x})" for ch in TOKEN_PREFIX)
     + r"[A-Za-z0-9_\-%]+)|(?<=token=)[^&#\s\"]+",
     re.IGNORECASE,
 )

@@ -20,6 +20,8 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
+from starlette.datastructures import Headers
+
 from ledger.errors import AuthenticationError, InvalidInputError
 from ledger.validation import echoed, listed
 
@@ -73,13 +75,20 @@ def check_json_body(headers: Mapping[str, str], raw: bytes) -> None:
     raise MediaTypeError(media)
 
 
-def bearer_token(headers: Mapping[str, str]) -> str:
+def bearer_token(headers: Headers) -> str:
     """The token of an ``Authorization: Bearer …`` header.
 
     Raises:
-        AuthenticationError: no such header, or not a bearer token.
+        AuthenticationError: no such header, more than one (a proxy reading the
+            last would act for another principal than this server, which read
+            the first), or not a bearer token.
     """
-    value = headers.get("authorization", "")
+    given = headers.getlist("authorization")
+    if len(given) > 1:
+        raise AuthenticationError(
+            f"send one Authorization header, not {len(given)}: 'Authorization: Bearer <token>'"
+        )
+    value = given[0] if given else ""
     scheme, _, token = value.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise AuthenticationError("send the token as 'Authorization: Bearer <token>'")
