@@ -48,7 +48,7 @@ from ledger.serve.pages import (
     replaces,
 )
 from ledger.serve.pictures import picture
-from ledger.serve.sessions import COOKIE, ConsoleSession, SessionStore
+from ledger.serve.sessions import COOKIE, ConsoleSession, SessionStore, set_cookie
 from ledger.serve.threads import finish_in_thread
 from ledger.session import next_after
 from ledger.values import RecordView
@@ -66,6 +66,15 @@ _TITLES = {
     404: "Not found",
     409: "Not possible now",
     422: "Check the input",
+}
+
+
+#: Why a form is refused (403), by what failed.
+_REFUSED = {
+    "CSRF check failed": "This form did not come from this console session (its CSRF token "
+    "is missing or wrong). Reload the page and try again.",
+    "Sign-in refused": "The sign-in form had expired (it came without this console's cookie); "
+    "nobody was signed in. Open the sign-in page and try again.",
 }
 
 
@@ -141,14 +150,7 @@ class Console:
         return found
 
     def _set_cookie(self, request: Request, response: Response, session: ConsoleSession) -> None:
-        response.set_cookie(
-            COOKIE,
-            session.sid,
-            httponly=True,
-            samesite="strict",
-            secure=self.secure_cookies or request.url.scheme == "https",
-            path="/",
-        )
+        set_cookie(response, session, secure=self.secure_cookies or request.url.scheme == "https")
 
     def render(
         self,
@@ -254,21 +256,7 @@ class Console:
                     "Sign in and send it again.",
                 )
             if session is None or not session.csrf_ok(form.get("csrf")):
-                fresh = session is None
-                session = session or self.store.new()
-                response = self.render(
-                    request,
-                    session,
-                    "error.html",
-                    status=403,
-                    title="Form refused",
-                    error_type="CSRF check failed",
-                    message="This form did not come from this console session (its CSRF "
-                    "token is missing or wrong). Reload the page and try again.",
-                )
-                if fresh:
-                    self._set_cookie(request, response, session)
-                return response
+                return self._refused(request, session, "CSRF check failed")
             if not session.signed_in:
                 return RedirectResponse("/", status_code=303)
             try:
@@ -281,6 +269,19 @@ class Console:
                 )
 
         return post
+
+    def _refused(self, request: Request, session: ConsoleSession | None, kind: str) -> Response:
+        """A form refused (403); sent without a cookie, answered without one (another
+        site's form carries no Lax cookie: a new one would sign the reviewer out)."""
+        return self.render(
+            request,
+            session or self.store.passing(),
+            "error.html",
+            status=403,
+            title="Form refused",
+            error_type=kind,
+            message=_REFUSED[kind],
+        )
 
     def _ended(self, request: Request, message: str) -> Response:
         """To the sign-in page of a new session that shows ``message``."""
@@ -375,6 +376,8 @@ class Console:
         cookie = request.cookies.get(COOKIE)
         session = self.store.get(cookie)
         form = await request.form()
+        if not cookie:  # another site's form, or a browser keeping no cookie
+            return self._refused(request, None, "Sign-in refused")
         if session is None:  # evicted or idle: its form still vouches for it
             session = self.store.vouched(cookie, form.get("csrf"))
         if session is None or not session.csrf_ok(form.get("csrf")):

@@ -1,11 +1,11 @@
 """The review console's sign-in sessions, kept in the server's memory.
 
-The browser holds only a random session id (an HttpOnly, SameSite=Strict
-cookie); the ledger token it signed in with stays here, next to the session's
-CSRF token (a synchronizer token every form sends back). Signing in replaces
-the session id, so an id planted before sign-in is worthless afterwards. The
-sign-in form's CSRF token is a keyed hash of its session id, so the form still
-works after its anonymous session was evicted by others' requests.
+The browser holds only a random session id (an HttpOnly, SameSite=Lax cookie:
+see :func:`set_cookie`); the ledger token it signed in with stays here, next to
+the session's CSRF token (a synchronizer token every form sends back). Signing
+in replaces the session id, so an id planted before sign-in is worthless
+afterwards. The sign-in form's CSRF token is a keyed hash of its session id, so
+the form still works after its anonymous session was evicted by others' requests.
 Sessions end on sign-out, after :attr:`SessionStore.idle` seconds unused, or
 :attr:`SessionStore.lifetime` seconds after sign-in; restarting the server ends
 them all.
@@ -21,6 +21,8 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
+
+from starlette.responses import Response
 
 COOKIE = "provledger_session"
 
@@ -69,6 +71,16 @@ class ConsoleSession:
     def csrf_ok(self, sent: object) -> bool:
         """Whether ``sent`` is this session's CSRF token (constant-time)."""
         return isinstance(sent, str) and hmac.compare_digest(sent.encode(), self.csrf.encode())
+
+
+def set_cookie(response: Response, session: ConsoleSession, *, secure: bool) -> None:
+    """Give the browser ``session``'s id: HttpOnly, and SameSite=Lax, so a link from
+    another site (chat, email) arrives signed in while a form another site submits
+    arrives without it. That is safe because no console GET changes anything, every
+    write is a POST with the session's CSRF token, and a POST without the cookie is
+    answered without one. (Strict sent no cookie with such a link, and the new
+    session's cookie answering it signed the reviewer out.)"""
+    response.set_cookie(COOKIE, session.sid, httponly=True, samesite="lax", secure=secure, path="/")
 
 
 class SessionStore:
