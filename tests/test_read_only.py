@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import json
 import os
 import shutil
 import sqlite3
@@ -274,7 +275,7 @@ def test_a_ledger_on_a_read_only_mount_is_refused_for_writing_and_opens_read_onl
 ) -> None:
     # SQLite cannot make a WAL ledger's -shm file on a read-only file system: opening
     # it for writing says so (not "no ledger", which sent people to `init`), and
-    # mode=ro opens it.
+    # mode=ro opens it; the command line opens it read-only, saying so.
     src = tmp_path / "src"
     src.mkdir()
     led, tokens = write_ledger(src / "l.db")
@@ -283,15 +284,20 @@ def test_a_ledger_on_a_read_only_mount_is_refused_for_writing_and_opens_read_onl
     assert sorted(p.name for p in src.iterdir()) == ["l.db"]  # checkpointed on close
     with read_only_mount(src, tmp_path / "ro") as mounted:
         url = f"sqlite:///{mounted / 'l.db'}"
+        with pytest.raises(StorageError, match="cannot be opened for writing where it is"):
+            Ledger.open(url)
         for args in (("verify",), ("stats",), ("digest",)):
-            refused = run(*args, "--url", url)
-            assert refused.exit_code == 1
-            assert "cannot be opened for writing where it is" in refused.stderr, refused.stderr
-            assert f"{url}?mode=ro" in refused.stderr
-            assert "no ledger" not in refused.stderr and "init" not in refused.stderr
-        verified = run("verify", "--url", f"{url}?mode=ro")
-        assert verified.exit_code == 0, verified.output
-        assert verified.stdout.startswith(f"ok: {expected['digest']} ")
+            read = run(*args, "--url", url)
+            assert read.exit_code == 0, read.output
+            assert read.stderr.startswith(
+                f"warning: opened the ledger at {mounted / 'l.db'} read-only, as this user "
+                "cannot write it: the file is not writable (no permission, or a read-only "
+                "file system); "
+            ), read.stderr
+        for given in (url, f"{url}?mode=ro"):
+            verified = run("verify", "--url", given)
+            assert verified.exit_code == 0, verified.output
+            assert verified.stdout.startswith(f"ok: {expected['digest']} ")
         granted = run(
             "grant", "agent-2", "--scope", "proj-a", "--roles", "read", "--url", f"{url}?mode=ro"
         )
@@ -399,9 +405,9 @@ for url in sys.argv[1:]:
 """
 
 
-def opened_without_override(*urls: str) -> list[str]:
-    """What opening each of ``urls`` does for root without the capabilities that
-    let it write files it does not own (as any other user is)."""
+def without_override(*argv: str, env: dict[str, str] | None = None) -> Any:
+    """``python argv…`` run as root without the capabilities that let it write
+    files it does not own (as any other user is)."""
     libc = ctypes.CDLL(None, use_errno=True)
 
     def drop() -> None:  # from the bounding set: gone once the child runs Python
@@ -409,13 +415,19 @@ def opened_without_override(*urls: str) -> list[str]:
             if libc.prctl(24, capability, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
                 raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
 
-    done = subprocess.run(
-        [sys.executable, "-c", _OPENING, *urls],
+    return subprocess.run(
+        [sys.executable, *argv],
         capture_output=True,
         text=True,
         timeout=120,
         preexec_fn=drop,
+        env={**os.environ, **(env or {})},
     )
+
+
+def opened_without_override(*urls: str) -> list[str]:
+    """What opening each of ``urls`` does for a user who may not write them."""
+    done = without_override("-c", _OPENING, *urls)
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout.splitlines()
 
@@ -458,3 +470,36 @@ def test_a_ledger_this_user_may_not_write_is_refused_for_writing_and_opens_read_
     )
     assert said[1] == said[3] == "opened True"
     assert sorted(p.name for p in folder.iterdir()) == ["l.db"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root, to hand the files to another user")
+def test_the_command_line_reads_a_ledger_this_user_may_not_write_read_only_saying_so(
+    tmp_path: Path,
+) -> None:
+    # Given a ledger another user owns, which this one may read but not write
+    path = tmp_path / "l.db"
+    led, tokens = write_ledger(path)
+    led.close()
+    os.chown(path, 65534, 65534)
+    os.chmod(path, 0o644)
+    before = sha256(path)
+    env = {"PROVLEDGER_URL": f"sqlite:///{path}", "PROVLEDGER_TOKEN": tokens["reviewer"]}
+    # When it reads a record, then proposes
+    got = without_override("-m", "ledger", "get", "F1", "--json", env=env)
+    propose = ("propose", "--scope", "proj-a", "--claim", "k", "--kind", "fact", "--value", "1")
+    refused = without_override("-m", "ledger", *propose, env=env)
+    # Then the read answers, saying the ledger was opened read-only and why, and
+    # the proposal is refused as a write on a read-only ledger; nothing changed
+    warning = (
+        f"warning: opened the ledger at {path} read-only, as this user cannot write it: "
+        "the file is not writable (no permission, or a read-only file system); reads, "
+        "audit, verify and bundles answer, writes are refused\n"
+    )
+    assert got.returncode == 0 and json.loads(got.stdout)["id"] == "F1", got.stderr
+    assert got.stderr == warning
+    assert refused.returncode == 1
+    assert refused.stderr == warning + (
+        f"error: propose refused: ledger 'sqlite:///{path}?mode=ro' is opened read-only "
+        "(mode=ro); nothing was written\n"
+    )
+    assert sha256(path) == before

@@ -30,7 +30,7 @@ from ledger.errors import (
     ReadOnlyError,
     install_hint,
 )
-from ledger.persistence import foreign_file, resolve_url
+from ledger.persistence import foreign_file, resolve_url, unwritable
 from ledger.session import Session
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -347,6 +347,15 @@ def open_ledger(
             "sqlite:///path.db file or a postgresql:// database (`provledger demo "
             "--url memory:` runs the demo in one process)"
         )
+    sqlite = backend.kind == "sqlite" and backend.path is not None and not backend.read_only
+    why = unwritable(str(backend.path)) if sqlite and not create else None
+    if why is not None:  # as SQLite itself would, but said: reads answer, writes refused
+        click.echo(
+            f"warning: opened the ledger at {backend.path} read-only, as this user cannot "
+            f"write it: {why}; reads, audit, verify and bundles answer, writes are refused",
+            err=True,
+        )
+        url = backend.url + ("&" if "?" in backend.url else "?") + "mode=ro"
     try:
         return Ledger.open(url, create=create, catch_up=catch_up)
     except LedgerNotFoundError:

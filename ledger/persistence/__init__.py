@@ -29,6 +29,7 @@ from ledger.persistence.sqlite import (
     foreign_file,
     holds_ledger,
     read_only_uri,
+    unwritable,
 )
 from ledger.persistence.urls import DEFAULT_PATH, Backend, resolve_url
 from ledger.serialization import MsgpackTranscoder
@@ -80,4 +81,5 @@ __all__ = [
     "holds_ledger",
     "read_only_uri",
     "resolve_url",
+    "unwritable",
 ]

@@ -125,29 +125,35 @@ def holds_ledger(path: str) -> bool:
 
 def check_writable(path: str) -> None:
     """Refuse to open the existing SQLite ledger at ``path`` for writing where this
-    process cannot write it: the file itself, or the directory where SQLite must
-    create its ``-wal`` and ``-shm`` files (every command, and a read's run, would
-    fail otherwise).
+    process cannot write it (:func:`unwritable`): every command, and a read's run,
+    would fail otherwise.
 
     Raises:
         StorageError: naming why, and the read-only URL that opens it.
     """
+    why = unwritable(path)
+    if why is not None:
+        raise _not_writable(path, why)
+
+
+def unwritable(path: str) -> str | None:
+    """Why this process cannot write the existing SQLite ledger at ``path``: the
+    file itself, or the directory where SQLite must create its ``-wal`` and
+    ``-shm`` files; None if it can, or there is no file."""
     if not os.path.isfile(path):
-        return
+        return None
     real = os.path.realpath(path)
     if not os.access(real, os.W_OK):
-        raise _not_writable(
-            path, "the file is not writable (no permission, or a read-only file system)"
-        )
+        return "the file is not writable (no permission, or a read-only file system)"
     beside = [f"{real}-wal", f"{real}-shm"]
     if not os.access(os.path.dirname(real), os.W_OK) and not all(
         os.access(f, os.W_OK) for f in beside
     ):
-        raise _not_writable(
-            path,
+        return (
             "SQLite cannot create its -wal and -shm files beside it (a read-only "
-            "directory or file system, or no permission to write there)",
+            "directory or file system, or no permission to write there)"
         )
+    return None
 
 
 def _not_writable(path: str, why: str) -> StorageError:
