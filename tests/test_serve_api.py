@@ -925,6 +925,7 @@ NOT_RFC_3339 = {
     "an empty fraction": "%Y-%m-%dT%H:%M:%S.Z",
     "a comma for the fraction": "%Y-%m-%dT%H:%M:%S,5Z",
     "a 24-hour offset": "%Y-%m-%dT%H:%M:%S+24:00",
+    "an offset's 60th minute": "%Y-%m-%dT%H:%M:%S+05:60",
     "a 13th month": "%Y-13-%dT%H:%M:%SZ",
     "a leap second": "%Y-%m-%dT23:59:60Z",
     "other digits": "\uff12\uff10\uff12\uff16-%m-%dT%H:%M:%SZ",  # fullwidth 2026

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import socket
@@ -119,6 +120,8 @@ def test_a_token_a_client_puts_in_the_url_is_not_written_to_the_access_log(
         httpx.get(f"http://127.0.0.1:{port}/api/v1/read?t={encoded}", timeout=5)
         twice = "%2570lt%255F" + bare  # plt_ percent-encoded twice
         httpx.get(f"http://127.0.0.1:{port}/api/v1/records/{twice}", timeout=5)
+        mixed = "%25%37%30lt_" + bare  # p as %70, each of its characters encoded again
+        httpx.get(f"http://127.0.0.1:{port}/x?q={mixed}", timeout=5)
         # An authenticated request's line names its principal (refused or not)
         httpx.get(
             f"http://127.0.0.1:{port}/api/v1/corrections",
@@ -129,14 +132,15 @@ def test_a_token_a_client_puts_in_the_url_is_not_written_to_the_access_log(
         server.terminate()
         out, _ = server.communicate(timeout=30)
     logged = [line for line in out.splitlines() if "GET /" in line]
-    assert len(logged) == 6, out
+    assert len(logged) == 7, out
     assert bare[:12] not in out
     assert '"GET /api/v1/corrections?token=plt_…&scope=p HTTP/1.1" 401' in logged[0]
     assert "?access_token=… " in logged[1] and '"GET /plt_… HTTP/1.1" 404' in logged[2]
     assert '"GET /api/v1/read?t=plt_… HTTP/1.1"' in logged[3]
     assert ' - - "GET /api/v1/corrections?token=' in logged[0]  # no principal: "-"
     assert '"GET /api/v1/records/plt_… HTTP/1.1"' in logged[4]
-    assert logged[5].endswith(' - agent-1 "GET /api/v1/corrections HTTP/1.1" 403'), out
+    assert '"GET /x?q=plt_… HTTP/1.1" 404' in logged[5], out
+    assert logged[6].endswith(' - agent-1 "GET /api/v1/corrections HTTP/1.1" 403'), out
     # Every line says when (to line requests up with the ledger's history), and the
     # server says which ledger it serves
     stamp = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d "  # RFC 3339
@@ -353,15 +357,29 @@ def test_a_client_sending_its_body_slowly_does_not_hold_a_stop_open(tmp_path: Pa
             server.send_signal(signal.SIGINT)
             time.sleep(1)
             server.send_signal(signal.SIGTERM)
-            # Then it stops once the stop's wait (the lock wait and 5 s) is over,
-            # the client still connected, telling the request's end in one line
+            # Then it stops once the stop's wait (twice the lock wait, and 5 s) is over,
+            # the client still connected, telling the request's end in one line and
+            # the client that it was not done (not a plain-text 500)
             out, _ = server.communicate(timeout=60)
+            stalled.settimeout(10)
+            answer = b""
+            while chunk := stalled.recv(65536):
+                answer += chunk
     finally:
         if server.poll() is None:
             server.kill()
             server.communicate()
     assert server.returncode == -signal.SIGINT, out
-    assert "waiting for 1 request under way to finish (at most 6 s since the stop" in out, out
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 503 "), answer
+    assert json.loads(body)["error"] == {
+        "type": "ServerStoppedError",
+        "message": "the server stopped before this request was answered; nothing of it was "
+        "done: send it again",
+        "field": None,
+    }
+    assert '"POST /api/v1/records HTTP/1.1" 503' in out, out
+    assert "waiting for 1 request under way to finish (at most 7 s since the stop" in out, out
     assert "A request still under way at the end of the stop's wait was cancelled: " in out, out
     assert "Traceback" not in out and "Stopped by SIGINT; the ledger is closed" in out, out
 
@@ -423,3 +441,74 @@ def test_a_write_its_request_is_cancelled_under_is_answered_as_it_ended(
         assert [a.status_code for a in answered] == [201], [a.text for a in answered]
         records = led.authenticate(token).records("p")
         assert [r.id for r in records] == [answered[0].json()["id"]]
+
+
+def test_an_mcp_write_under_way_when_the_server_stops_is_answered_with_what_it_did(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("mcp")
+    # Given a server whose writes wait for a lock another connection holds, and an
+    # MCP session whose proposal is waiting for it
+    port, db = free_port(), tmp_path / "ledger.db"
+    url = f"sqlite:///{db}?timeout=30"
+    with Ledger.open(url) as led:
+        led.admin().grant("agent-1", scope="p", roles=["propose", "read"])
+        token = led.admin().issue_token("agent-1")
+    server = serving(url, port)
+    endpoint = f"http://127.0.0.1:{port}/mcp/"
+    headers = {
+        "Authorization": f"Bearer {token}",
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+    }
+    answered: list[httpx.Response | BaseException] = []
+    holder = sqlite3.connect(db, isolation_level=None)
+    try:
+        assert first_answer(server, lambda: httpx.get(f"http://127.0.0.1:{port}/healthz"))
+        started = httpx.post(endpoint, headers=headers, timeout=30, json={
+            "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-06-18", "capabilities": {},
+                "clientInfo": {"name": "t", "version": "0"}}})  # fmt: skip
+        headers["mcp-session-id"] = started.headers["mcp-session-id"]
+        headers["mcp-protocol-version"] = "2025-06-18"
+        httpx.post(
+            endpoint,
+            headers=headers,
+            json={"jsonrpc": "2.0", "method": "notifications/initialized"},
+            timeout=30,
+        )
+        holder.execute("BEGIN IMMEDIATE")
+        arguments = {"scope": "p", "claim_key": "k", "value": 1, "kind": "fact", "id": "M1"}
+        call = {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "propose_memory", "arguments": arguments},
+        }
+
+        def propose() -> None:
+            try:
+                answered.append(httpx.post(endpoint, headers=headers, json=call, timeout=60))
+            except BaseException as exc:  # told below, not lost in the thread
+                answered.append(exc)
+
+        client = threading.Thread(target=propose)
+        client.start()
+        time.sleep(1)  # the call is under way, its write waiting for the lock
+        # When the server is stopped, and the lock is then released
+        server.send_signal(signal.SIGTERM)
+        time.sleep(1)
+        holder.execute("ROLLBACK")
+        client.join(60)
+    finally:
+        if holder.in_transaction:
+            holder.execute("ROLLBACK")
+        holder.close()
+        out, _ = server.communicate(timeout=60)
+    # Then the call is answered with its result (it was an empty answer, and the
+    # proposal committed after it), and the record is there
+    assert len(answered) == 1 and isinstance(answered[0], httpx.Response), (answered, out)
+    result = answered[0].json()["result"]
+    assert not result.get("isError") and result["structuredContent"]["id"] == "M1", result
+    with Ledger.open(url) as led:
+        assert led.authenticate(token).get("M1").status == "CANDIDATE"

@@ -23,6 +23,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+from urllib.parse import unquote
 
 from ledger.access import TOKEN_PREFIX
 from ledger.application import Ledger
@@ -176,6 +177,21 @@ def _masked(found: re.Match[str]) -> str:
     return TOKEN_PREFIX + "…" if found["token"] else "…"
 
 
+def _without_tokens(text: str) -> str:
+    """``text`` with its tokens masked; percent-decoded (up to four times) where a
+    token is found only so, its encoding being any mix of characters (``%25%37%30``
+    is ``%70``, which is ``p``)."""
+    decoded = text
+    for _ in range(4):
+        again = unquote(decoded)
+        if again == decoded:
+            break
+        decoded = again
+    if decoded != text and _TOKEN_IN_TEXT.search(decoded):
+        return _TOKEN_IN_TEXT.sub(_masked, decoded)
+    return _TOKEN_IN_TEXT.sub(_masked, text)
+
+
 def mask_tokens(record: logging.LogRecord) -> bool:
     """A log filter that hides tokens in a record's text arguments: the access log
     shows each request's path with its query string, and a client that puts its
@@ -183,7 +199,7 @@ def mask_tokens(record: logging.LogRecord) -> bool:
     would otherwise have it written to the log. Keeps every record."""
     if isinstance(record.args, tuple):
         record.args = tuple(
-            _TOKEN_IN_TEXT.sub(_masked, arg) if isinstance(arg, str) else arg for arg in record.args
+            _without_tokens(arg) if isinstance(arg, str) else arg for arg in record.args
         )
     return True
 

@@ -16,6 +16,7 @@ script at all).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -194,13 +195,18 @@ _access = logging.getLogger(ACCESS_LOGGER)
 class AccessLog(HttpMiddleware):
     """One line per request, as its answer starts: the client, the principal the
     request authenticated as (``-`` when none did), the request line and the
-    status. Handlers name the principal in ``request.state.principal``."""
+    status. Handlers name the principal in ``request.state.principal``. A request
+    cancelled before its answer started (at the end of a stop's wait) is answered
+    503, saying so, not with the server's plain-text 500."""
 
     async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         state = scope.setdefault("state", {})
+        started = False
 
         async def logged(message: Message) -> None:
+            nonlocal started
             if message["type"] == "http.response.start":
+                started = True
                 client = scope.get("client")
                 query = scope.get("query_string", b"").decode("latin-1")
                 _access.info(
@@ -215,7 +221,27 @@ class AccessLog(HttpMiddleware):
                 )
             await send(message)
 
-        await self.app(scope, receive, logged)
+        try:
+            await self.app(scope, receive, logged)
+        except asyncio.CancelledError:
+            if not started:
+                await _stopped(scope)(scope, receive, logged)
+            raise
+
+
+def _stopped(scope: Scope) -> Response:
+    """The answer to a request cancelled as the server stopped, before it answered:
+    its work never began (an API or console write that began is waited for), except
+    on ``/mcp``, whose tool calls run apart from the request."""
+    outcome = (
+        "whether its call was carried out is not known: look before sending it again"
+        if scope["path"].startswith("/mcp")
+        else "nothing of it was done: send it again"
+    )
+    message = f"the server stopped before this request was answered; {outcome}"
+    if for_programs(scope["path"]):
+        return JSONResponse(error_body("ServerStoppedError", message), status_code=503)
+    return Response(message + "\n", status_code=503, media_type="text/plain")
 
 
 def create_app(

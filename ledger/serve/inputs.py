@@ -105,7 +105,8 @@ def json_type(value: Any) -> str:
 #: lower case), its offset optional here: without one it is read, for the ledger to
 #: refuse as naive by name (``NaiveDatetimeError``) rather than as unreadable.
 _RFC_3339 = re.compile(
-    r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:[Zz]|[+-]\d{2}:\d{2})?", re.ASCII
+    r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:[Zz]|[+-](?:[01]\d|2[0-3]):[0-5]\d)?",
+    re.ASCII,
 )
 _UPPER_T_Z = str.maketrans("tz", "TZ")
 

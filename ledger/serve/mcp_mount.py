@@ -47,7 +47,12 @@ class MCPServerLike(Protocol):
     """The part of ``mcp.server.mcpserver.MCPServer`` this mount uses."""
 
     def streamable_http_app(
-        self, *, streamable_http_path: str = ..., host: str = ..., max_sessions: int | None = ...
+        self,
+        *,
+        streamable_http_path: str = ...,
+        host: str = ...,
+        max_sessions: int | None = ...,
+        json_response: bool = ...,
     ) -> Any: ...
 
     @property
@@ -168,7 +173,12 @@ class MCPMount:
                 assert self.factory is not None and self._tasks is not None
                 server = await run_in_threadpool(self.factory, self.ledger, token)
                 server.streamable_http_app(
-                    streamable_http_path="/mcp", host=self.host, max_sessions=self.max_sessions
+                    streamable_http_path="/mcp",
+                    host=self.host,
+                    max_sessions=self.max_sessions,
+                    # A call's answer as one JSON body, not a stream: a stream is
+                    # closed at a server's stop, unanswered, while the call goes on.
+                    json_response=True,
                 )
                 manager: SessionManager = server.session_manager
                 running = _Running(manager, anyio.Event())

@@ -28,7 +28,7 @@ _log = logging.getLogger("uvicorn.error")
 _FORCE_QUIT = " (CTRL+C to force quit)"
 
 
-#: How much longer than a write's lock wait a stop waits for the requests under way.
+#: How much longer than twice a write's lock wait a stop waits for the requests under way.
 STOP_MARGIN = 5
 #: The lock wait assumed where the backend states none (a SQLite URL's default).
 DEFAULT_LOCK_WAIT = 30.0
@@ -36,11 +36,13 @@ DEFAULT_LOCK_WAIT = 30.0
 
 def stop_wait(lock_wait: float | None) -> int:
     """How long a stop waits for the requests under way (uvicorn's graceful
-    shutdown timeout): a write's lock wait and a margin. A request still under way
+    shutdown timeout): twice a write's lock wait (one queued behind this process's
+    other writers waits in the process, then up to the whole wait in the database)
+    and a margin. A request still under way
     then (a client sending its body slowly, or not at all) is cancelled: work not
     yet begun never runs, and work begun is still answered
     (:func:`ledger.serve.threads.finish_in_thread`), so no client holds a stop open."""
-    return math.ceil(DEFAULT_LOCK_WAIT if lock_wait is None else lock_wait) + STOP_MARGIN
+    return 2 * math.ceil(DEFAULT_LOCK_WAIT if lock_wait is None else lock_wait) + STOP_MARGIN
 
 
 class Server(uvicorn.Server):
