@@ -472,16 +472,23 @@ def test_a_ledger_this_user_may_not_write_is_refused_for_writing_and_opens_read_
     assert sorted(p.name for p in folder.iterdir()) == ["l.db"]
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root, to hand the files to another user")
-def test_the_command_line_reads_a_ledger_this_user_may_not_write_read_only_saying_so(
-    tmp_path: Path,
-) -> None:
-    # Given a ledger another user owns, which this one may read but not write
+def not_ours(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """:func:`write_ledger`'s ledger, closed, its file another user's (0644), and its
+    tokens."""
     path = tmp_path / "l.db"
     led, tokens = write_ledger(path)
     led.close()
     os.chown(path, 65534, 65534)
     os.chmod(path, 0o644)
+    return path, tokens
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root, to hand the files to another user")
+def test_the_command_line_reads_a_ledger_this_user_may_not_write_read_only_saying_so(
+    tmp_path: Path,
+) -> None:
+    # Given a ledger another user owns, which this one may read but not write
+    path, tokens = not_ours(tmp_path)
     before = sha256(path)
     env = {"PROVLEDGER_URL": f"sqlite:///{path}", "PROVLEDGER_TOKEN": tokens["reviewer"]}
     # When it reads a record, then proposes
@@ -503,3 +510,25 @@ def test_the_command_line_reads_a_ledger_this_user_may_not_write_read_only_sayin
         "(mode=ro); nothing was written\n"
     )
     assert sha256(path) == before
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root, to hand the files to another user")
+def test_a_ledger_this_user_may_not_write_is_refused_to_a_server_and_to_mode_rw(
+    tmp_path: Path,
+) -> None:
+    # Given a ledger another user owns, which this one may read but not write
+    path, tokens = not_ours(tmp_path)
+    env = {"PROVLEDGER_TOKEN": tokens["reviewer"]}
+    refusal = (
+        f"error: the ledger at {path} cannot be opened for writing where it is: the file is "
+        "not writable (no permission, or a read-only file system); open it read-only "
+        f"(sqlite:///{path}?mode=ro: reads, audit, verify and bundles) or copy the file to a "
+        "writable directory (nothing was changed)\n"
+    )
+    # When a server is started on it, or a read asks for it writable (mode=rw)
+    served = without_override("-m", "ledger", "serve", "--url", f"sqlite:///{path}", env=env)
+    asked = f"sqlite:///{path}?mode=rw"
+    read = without_override("-m", "ledger", "get", "F1", "--url", asked, env=env)
+    # Then each is refused, saying why, with no warning of a read-only open
+    assert (served.returncode, served.stderr) == (1, refusal)
+    assert (read.returncode, read.stderr) == (1, refusal)

@@ -11,12 +11,14 @@ Read commands print aligned tables for people and JSON with ``--json``;
 ``as-of`` runs them as the ledger was at a past position or time.
 
 Errors from the library print one line on stderr and exit 1; usage errors exit 2;
-Ctrl-C (SIGINT) prints one line and exits 130. When the reader of stdout goes away
-before the answer is all written (``provledger history | head -1``), every command
-stops writing and exits 0, printing nothing: the reader chose to stop reading,
-and what the command wrote to the ledger stands. (0 is also the one code that
-can be given consistently: a reader leaving during the last write, or after it,
-goes unnoticed.)
+Ctrl-C (SIGINT) prints one line and exits 130. When the reader of its output goes
+away before the answer is all written (``provledger history | head -1``), every
+command stops writing and exits 141, printing nothing, as a program a broken pipe
+stops does (128 + SIGPIPE): not 0, which would say a check passed whose answer
+(``verify``, ``rebuild``) or a token shown once (``init``, ``token issue``) was never
+read, nor 1, a refusal; what the command wrote to the ledger stands. (An answer
+written in one piece, such as ``export``'s, that its reader leaves part way goes
+unnoticed: the system takes part of it and reports no error.)
 """
 
 from __future__ import annotations
@@ -65,9 +67,9 @@ class _Main(click.Group):
             click.echo(INTERRUPTED, err=True)
             raise click.exceptions.Exit(130) from None
         except BrokenPipeError:
-            # The reader of stdout went away: not click's exit 1, which is a refusal.
+            # The reader of the answer went away: not click's exit 1, a refusal, nor 0.
             _discard_stdout()
-            raise click.exceptions.Exit(0) from None
+            raise click.exceptions.Exit(BROKEN_PIPE) from None
         except click.UsageError as exc:
             command = exc.ctx.command if exc.ctx is not None else None
             found = _EXAMPLE.search((command.help or "") if command is not None else "")
@@ -77,6 +79,11 @@ class _Main(click.Group):
             lines = [line.strip() for line in found.group(1).splitlines() if line.strip()]
             example = "\nExample:\n" + "\n".join(f"  {line}" for line in lines)
             raise click.UsageError(message.rstrip() + example, exc.ctx) from None
+
+
+#: The exit status of a command whose reader went away (128 + SIGPIPE, as a shell
+#: reports a program a broken pipe stopped).
+BROKEN_PIPE = 141
 
 
 def _discard_stdout() -> None:

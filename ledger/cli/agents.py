@@ -106,7 +106,8 @@ def serve(url: str | None, host: str, port: int, secure_cookies: bool) -> None:
     """
     from ledger.serve import run  # without the serve extra: named (errors_exit_1)
 
-    open_ledger(url).close()  # refuses a ledger that does not exist, creating nothing
+    # Refuses a ledger that does not exist, creating nothing, or that it cannot write.
+    open_ledger(url, writable=True).close()
     stopped = run(url, host=host, port=port, create=False, secure_cookies=secure_cookies)
     if stopped is not None:
         # Stopped as asked, the ledger closed: end by that signal, as a server

@@ -327,13 +327,20 @@ class AsOf:
 
 
 def open_ledger(
-    url: str | None, *, create: bool = False, catch_up: bool = True, one_process: bool = False
+    url: str | None,
+    *,
+    create: bool = False,
+    catch_up: bool = True,
+    one_process: bool = False,
+    writable: bool = False,
 ) -> Ledger:
     """The ledger at ``url``; unless ``create``, one that does not exist is refused
     and nothing is created (no file, no tables). ``catch_up``: see ``Ledger.open``.
     ``memory:`` is refused unless ``one_process`` (a command whose whole use of the
     ledger is in this process, as the demo's): each command is a process of its
-    own, and what one wrote there would be gone when it exits."""
+    own, and what one wrote there would be gone when it exits. An SQLite ledger
+    this user cannot write is opened read-only, saying so, unless ``writable``
+    (a server's) or its URL asks for ``mode=rw``: then it is refused."""
     backend = resolve_url(url)
     if backend.path is not None and os.path.isdir(backend.path):
         raise LedgerNotFoundError(
@@ -348,7 +355,8 @@ def open_ledger(
             "--url memory:` runs the demo in one process)"
         )
     sqlite = backend.kind == "sqlite" and backend.path is not None and not backend.read_only
-    why = unwritable(str(backend.path)) if sqlite and not create else None
+    asked = writable or create or "mode=rw" in backend.url.partition("?")[2].split("&")
+    why = unwritable(str(backend.path)) if sqlite and not asked else None
     if why is not None:  # as SQLite itself would, but said: reads answer, writes refused
         click.echo(
             f"warning: opened the ledger at {backend.path} read-only, as this user cannot "

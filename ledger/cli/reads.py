@@ -267,7 +267,8 @@ def history(
                         show(console, events_table(waiting, with_record=True))
                     click.echo(
                         f"… more events from log position {event.position}: "
-                        f"--from {event.position} lists the next page, --all every one"
+                        f"--from {event.position} lists the next page, --all (without "
+                        "--limit) every one"
                     )
                     return
                 waiting.append(event)
