@@ -570,6 +570,17 @@ def test_closing_a_ledger_other_threads_are_using_refuses_them_by_name(
     assert done.stdout.strip() == said, done.stdout + done.stderr[-2000:]
 
 
+def _f1_proposed(url: str, check: Callable[[Any], None]) -> tuple[Ledger, Any]:
+    """A ledger at ``url`` whose acceptances run ``check``, with F1 proposed by an
+    agent: the ledger and its reviewer's session."""
+    led = Ledger.open(url, acceptance_checks=[check])
+    admin = led.admin()
+    admin.grant("agent", scope="p", roles=["propose", "read"])
+    admin.grant("reviewer", scope="p", roles=["approve", "read"])
+    led.authenticate(admin.issue_token("agent")).propose("p", "k", 1, Kind.FACT, id="F1")
+    return led, led.authenticate(admin.issue_token("reviewer"))
+
+
 def test_closing_waits_for_a_command_under_way_in_another_thread(tmp_path: Path) -> None:
     # Given an acceptance check that takes a while, running in another thread
     inside, url = threading.Event(), f"sqlite:///{tmp_path / 'l.db'}"
@@ -578,13 +589,7 @@ def test_closing_waits_for_a_command_under_way_in_another_thread(tmp_path: Path)
         inside.set()
         time.sleep(0.2)
 
-    led = Ledger.open(url, acceptance_checks=[slow])
-    admin = led.admin()
-    admin.grant("agent", scope="p", roles=["propose", "read"])
-    admin.grant("reviewer", scope="p", roles=["approve", "read"])
-    agent = led.authenticate(admin.issue_token("agent"))
-    reviewer = led.authenticate(admin.issue_token("reviewer"))
-    agent.propose("p", "k", 1, Kind.FACT, id="F1")
+    led, reviewer = _f1_proposed(url, slow)
     outcome: list[object] = []
     worker = threading.Thread(target=lambda: outcome.append(reviewer.accept("F1")))
     worker.start()
@@ -736,13 +741,7 @@ def test_a_close_inside_a_command_lets_a_read_another_thread_began_answer(
         workers.append(worker)
 
     workers: list[threading.Thread] = []
-    led = Ledger.open(url, acceptance_checks=[check])
-    admin = led.admin()
-    admin.grant("agent", scope="p", roles=["propose", "read"])
-    admin.grant("reviewer", scope="p", roles=["approve", "read"])
-    agent = led.authenticate(admin.issue_token("agent"))
-    reviewer = led.authenticate(admin.issue_token("reviewer"))
-    agent.propose("p", "k", 1, Kind.FACT, id="F1")
+    led, reviewer = _f1_proposed(url, check)
     # When the acceptance runs
     reviewer.accept("F1")
     workers[0].join(30)

@@ -51,7 +51,7 @@ from ledger.errors import (
 )
 from ledger.experiment import run_experiment
 from ledger.persistence.faults import storage_error
-from ledger.persistence.sqlite import others_tables
+from ledger.persistence.sqlite_files import others_tables
 from ledger.persistence.urls import resolve_url
 
 

@@ -23,8 +23,8 @@ from eventsourcing.application import Application
 from eventsourcing.persistence import Transcoder
 
 from ledger.persistence.base import Guard, LedgerRecorderMixin
-from ledger.persistence.sqlite import (
-    LedgerSQLiteRecorder,
+from ledger.persistence.sqlite import LedgerSQLiteRecorder
+from ledger.persistence.sqlite_files import (
     check_writable,
     foreign_file,
     holds_ledger,
