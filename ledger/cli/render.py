@@ -128,10 +128,18 @@ def _fit(table: Table, width: int) -> bool:
         return False
     if sum(high) <= room:
         return True
-    # Narrow the widest folding columns first, each no further than its longest word.
-    cap = max(high)
-    while sum(max(lo, min(hi, cap)) for lo, hi in zip(low, high, strict=True)) > room:
-        cap -= 1
+
+    # Narrow the widest folding columns first, each no further than its longest word:
+    # the widest cap at which the table fits (found by halving: it fits at 0, each
+    # column at its longest word, and not at max(high)).
+    def fits(cap: int) -> bool:
+        return sum(max(lo, min(hi, cap)) for lo, hi in zip(low, high, strict=True)) <= room
+
+    fitting, too_wide = 0, max(high)
+    while too_wide - fitting > 1:
+        middle = (fitting + too_wide) // 2
+        fitting, too_wide = (middle, too_wide) if fits(middle) else (fitting, middle)
+    cap = fitting
     for column, lo, hi in zip(table.columns, low, high, strict=True):
         if not column.no_wrap and hi > cap:
             column.width = max(lo, cap)
