@@ -578,6 +578,8 @@ def _first_difference(engine: Engine, c: Cursor, scratch: _Scratch) -> str | Non
     of the live backend (the replay's, SQLite's, may differ: ``layout_of``)."""
     d = engine.dialect
     for table in (*engine.projector.tables, "pl_tracking"):
+        if not engine.projector.has_table(c, table):
+            return f"view table {table} is missing (`provledger rebuild` makes it from the log)"
         where = f" WHERE view <> '{LAYOUT_KEY}'" if table == "pl_tracking" else ""
         names, replayed = _rows(scratch.cursor, f"SELECT * FROM {table}{where}")
         replay_digest = rows_digest(replayed)

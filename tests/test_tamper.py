@@ -481,6 +481,25 @@ def test_rebuilding_views_does_not_touch_the_merkle_leaves(world: World) -> None
     assert world.ledger.verify(against=before).ok
 
 
+def test_a_view_table_dropped_outside_the_ledger_is_named_and_rebuilt(world: World) -> None:
+    # Given a ledger whose reverse-dependency view was dropped behind its back
+    _scenario(world)
+    before = world.ledger.digest()
+    engine = world.ledger.engine
+    with engine.locked("drop") as c:
+        c.execute(engine.dialect.q("DROP TABLE {t}pl_edges"))
+    # Then verify names it (not the database's "no such table"), and rebuild makes
+    # it anew from the log, saying the views differed
+    report = world.ledger.verify()
+    assert not report.ok
+    assert report.problems == (
+        "view table pl_edges is missing (`provledger rebuild` makes it from the log)",
+    )
+    assert not world.ledger.rebuild().matched
+    assert world.ledger.verify(against=before).ok
+    assert world.ledger.rebuild().matched
+
+
 def test_tamper_tests_use_a_real_file(tmp_path: Path) -> None:
     # The tampering helpers above need a file they can open with sqlite3.
     led = Ledger.open(f"sqlite:///{tmp_path / 'x.db'}")

@@ -551,7 +551,7 @@ def backup(dest: str, url: str | None, admin_token: str | None, as_json: bool) -
     if backend.kind != "sqlite" or backend.path is None:
         raise InvalidURLError(
             f"backup refused: {printable(backend.url)} is not an SQLite file; back up a "
-            "PostgreSQL ledger with pg_dump --schema NAME (nothing was written)"
+            "PostgreSQL ledger with pg_dump --schema NAME -Fc (nothing was written)"
         )
     _check_destination(dest)
     target = Path(dest)
