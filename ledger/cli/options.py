@@ -355,7 +355,7 @@ def open_ledger(
             "--url memory:` runs the demo in one process)"
         )
     sqlite = backend.kind == "sqlite" and backend.path is not None and not backend.read_only
-    asked = writable or create or "mode=rw" in backend.url.partition("?")[2].split("&")
+    asked = writable or create or backend.writable_asked
     why = unwritable(str(backend.path)) if sqlite and not asked else None
     if why is not None:  # as SQLite itself would, but said: reads answer, writes refused
         click.echo(

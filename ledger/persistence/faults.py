@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import os
 import sqlite3
+from collections.abc import Iterator
 from typing import Any
 
 from eventsourcing.persistence import PersistenceError
@@ -42,15 +43,21 @@ class CommitFailed(Exception):
     on a lost connection, the command may or may not have been applied."""
 
 
-def root_cause(exc: BaseException) -> BaseException:
-    """The driver's exception behind eventsourcing's wrapper (or ``exc`` itself)."""
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc``, then what caused it (``__cause__``, else ``__context__``), each once."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def root_cause(exc: BaseException) -> BaseException:
+    """The driver's exception behind eventsourcing's wrapper (or ``exc`` itself)."""
+    for current in _chain(exc):
         if isinstance(current, (sqlite3.Error, OSError)) or _is_psycopg(current):
             return current
-        current = current.__cause__ or current.__context__
     return exc
 
 
@@ -58,14 +65,10 @@ def closed_connection(exc: BaseException) -> bool:
     """Whether ``exc`` is a driver's refusal of a connection or pool already closed
     (SQLite's "Cannot operate on a closed database", psycopg's "the connection is
     closed", a closed pool), not a failure of the database itself."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
+    for current in _chain(exc):
         text = str(current).lower()
         if "closed" in text and ("database" in text or "connection" in text or "pool" in text):
             return True
-        current = current.__cause__ or current.__context__
     return False
 
 

@@ -7,7 +7,8 @@ and ``:memory:`` are refused: they would silently open something else); a Postgr
 schema is a plain lowercase name that is neither a system schema
 (``information_schema``, ``pg_*``) nor a reserved word; pool sizes and timeouts are
 whole numbers within :data:`PG_BOUNDS`. An SQLite URL takes ``mode=ro`` to open
-the file read-only (see :func:`ledger.persistence.sqlite.read_only_uri`).
+the file read-only (see :func:`ledger.persistence.sqlite_files.read_only_uri`),
+or ``mode=rw`` to ask for it writable or not at all.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ class Backend:
     path: str | None = None
     #: ``sqlite:///path.db?mode=ro``: opened read-only; nothing is ever written.
     read_only: bool = False
+    #: ``sqlite:///path.db?mode=rw``: writable asked for in so many words (the
+    #: command line then opens no ledger read-only in its stead).
+    writable_asked: bool = False
 
 
 def resolve_url(url: str | None) -> Backend:
@@ -112,7 +116,10 @@ def resolve_url(url: str | None) -> Backend:
             "SQLITE_LOCK_TIMEOUT": timeout,
             "APPLICATION_RECORDER_TOPIC": recorder_topic,
         }
-        return Backend(kind="sqlite", url=url, env=env, path=path, read_only=mode == "ro")
+        asked = "mode" in options and mode == "rw"
+        return Backend(
+            kind="sqlite", url=url, env=env, path=path, read_only=mode == "ro", writable_asked=asked
+        )
     if url.startswith(("postgresql://", "postgres://")):
         if not _installed("psycopg"):
             raise StorageError(
