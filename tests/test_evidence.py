@@ -1227,6 +1227,33 @@ def test_an_erasure_a_reader_keeps_from_the_wal_says_so(tmp_path: Path) -> None:
         assert led.position == position and led.verify().ok
 
 
+def test_bytes_moved_by_later_writes_leave_no_copy_an_erasure_misses(tmp_path: Path) -> None:
+    # Given a process that erased once already, then captured personal bytes
+    # and enough more evidence after them that their table's pages split
+    # (each split moves cells to new pages; freed space not zeroed keeps copies)
+    path = tmp_path / "l.db"
+    with Ledger.open(f"sqlite:///{path}") as led:
+        admin = led.admin()
+        admin.grant("agent-1", scope="proj-a", roles=["propose", "read"])
+        agent = led.authenticate(admin.issue_token("agent-1"))
+        agent.capture(scope="proj-a", uri="https://docs.test/d", content=b"other", id="D1")
+        admin.erase_snapshot((agent.get("D1").evidence or {})["snapshot_ref"], "request 1")
+        agent.capture(scope="proj-a", uri="https://docs.test/p", content=b"personal;" * 40, id="P1")
+        for i in range(40):
+            agent.capture(scope="proj-a", uri=f"https://docs.test/{i}", content=b"%0600d" % i)
+        ref = (agent.get("P1").evidence or {})["snapshot_ref"]
+
+        # When they are erased
+        erased = admin.erase_snapshot(ref, "request 2")
+
+        # Then no file of the database holds a copy of them
+        assert erased.scrubbed
+        for name in ("l.db", "l.db-wal"):
+            file = tmp_path / name
+            assert not file.exists() or file.read_bytes().count(b"personal;") == 0, name
+        assert led.verify().ok
+
+
 def _captured_personal(url: str) -> str:
     """A ledger at ``url`` with personal bytes captured; their snapshot ref."""
     with Ledger.open(url) as led:

@@ -233,6 +233,10 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
             pool: Any = self.datastore.pool
             self._writer = pool._create_connection()._sqlite_conn
             self._writer.execute(f"PRAGMA cache_size=-{WRITER_CACHE_KIB}")
+            # Freed space is written back zeroed, not merely marked free, on every
+            # write: an erasure's delete, and also each page split, which moves
+            # cells and would leave copies behind that no later erasure could find.
+            self._writer.execute("PRAGMA secure_delete=ON")
             self._data_version = None  # a new connection has its own counter
         return self._writer
 
@@ -348,15 +352,6 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
             yield
         finally:
             c.execute(f"PRAGMA cache_size=-{WRITER_CACHE_KIB}")
-
-    def delete_snapshot(self, c: Cursor, ref: str) -> None:
-        """Delete with ``secure_delete`` on: the pages that held the bytes are
-        written back zeroed, not merely marked free (they would stay in the file)."""
-        c.execute("PRAGMA secure_delete=ON")
-        try:
-            super().delete_snapshot(c, ref)
-        finally:
-            c.execute("PRAGMA secure_delete=OFF")
 
     def scrub_deleted(self, position: int) -> bool:
         """Checkpoint the zeroed pages into the file and empty the ``-wal``, whose
