@@ -93,8 +93,9 @@ def check_ref(value: object, what: str = "record id") -> str:
 BIDI_CONTROLS = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
 #: Control characters no text may hold (C0 but for tab and line feed, and DEL).
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f]")
-#: What a one-line text (``line=True``) may not hold either.
-_LINE_BREAK = re.compile("[\t\n]")
+#: What a one-line text (``line=True``) may not hold either: a tab and every line
+#: break ``str.splitlines`` knows that ``_CONTROL`` lets through (NEL, U+2028, U+2029).
+_LINE_BREAK = re.compile("[\t\n\x85\u2028\u2029]")
 
 
 def check_text(

@@ -615,6 +615,25 @@ CASES = [
         InvalidValueError,
         "recipient 'ops@x.test\\nBcc: eve@x.test' contains control characters",
     ),
+    # Line breaks beyond C0 split a one-line text as surely (str.splitlines)
+    Case(
+        "recipient-next-line",
+        lambda b: b.reviewer.deliver("M1", recipient="ops@x.test\x85Bcc: eve@x.test"),
+        InvalidValueError,
+        "recipient 'ops@x.test\\x85Bcc: eve@x.test' contains control characters",
+    ),
+    Case(
+        "claim-key-line-separator",
+        lambda b: _propose(b, claim_key="a\u2028b"),
+        InvalidValueError,
+        "claim_key 'a\\u2028b' contains control characters",
+    ),
+    Case(
+        "claim-key-paragraph-separator",
+        lambda b: _propose(b, claim_key="a\u2029b"),
+        InvalidValueError,
+        "claim_key 'a\\u2029b' contains control characters",
+    ),
     Case(
         "revoke-grant-not-held",
         lambda b: b.admin.revoke_grant("nobody", scope=SCOPE),

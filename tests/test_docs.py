@@ -17,6 +17,7 @@ from ledger import AccessDeniedError, Ledger, LedgerError, Status
 from ledger.graph import STATUS_COLOURS
 
 from .conftest import Clock
+from .test_run_signatures import strict_mypy
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
@@ -30,6 +31,18 @@ def test_readme_python_block_runs(
     namespace: dict[str, object] = {"__name__": f"readme_block_{index}"}
     exec(compile(BLOCKS[index], f"README.md block {index}", "exec"), namespace)
     assert "led" in namespace
+
+
+def test_readme_python_blocks_pass_strict_mypy(tmp_path: Path) -> None:
+    # Given each README block as a module of its own
+    for index, block in enumerate(BLOCKS):
+        (tmp_path / f"readme_block_{index}.py").write_text(block)
+
+    # When strict mypy checks them, with the repository's configuration
+    done = strict_mypy(tmp_path, tmp_path / "cache")
+
+    # Then a reader's copy type-checks as it stands: no cast, no ignore
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_readme_has_python_examples() -> None:

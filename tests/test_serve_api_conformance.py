@@ -19,9 +19,10 @@ import pytest
 from openapi_schema_validator import OAS31Validator, oas31_format_checker
 from starlette.testclient import TestClient
 
-from ledger import Kind, Ledger
+from ledger import Kind, Ledger, LedgerError
 from ledger.serve import create_app
-from ledger.serve.openapi_schemas import FORMAT
+from ledger.serve.openapi_schemas import CLAIM_KEY, FORMAT
+from ledger.validation import check_text
 from tests.conftest import Clock
 from tests.serve_support import DOC, PREFIX, Api, error_of
 
@@ -436,3 +437,26 @@ def test_the_documents_format_characters_are_unicodes_category_cf() -> None:
         if (unicodedata.category(chr(c)) == "Cf") != bool(listed.fullmatch(chr(c)))
     ]
     assert wrong == [], f"FORMAT differs from unicodedata {unicodedata.unidata_version}"
+
+
+def test_the_documents_one_line_texts_refuse_what_the_ledger_refuses() -> None:
+    # Given every character of the first two planes in the middle of a claim key
+    pattern = re.compile(str(CLAIM_KEY["pattern"]))
+
+    def refused(text: str) -> bool:
+        try:
+            check_text(text, "claim_key", line=True)
+        except LedgerError:
+            return True
+        return False
+
+    # Then the document's pattern refuses exactly those the ledger refuses
+    # (C0, DEL, and the line breaks NEL, U+2028 and U+2029 among them)
+    differ = [
+        f"U+{c:04X}"
+        for c in range(0x20000)
+        if not 0xD800 <= c <= 0xDFFF  # lone surrogates: refused by both, as not UTF-8
+        and refused(f"a{chr(c)}b") == bool(pattern.fullmatch(f"a{chr(c)}b"))
+    ]
+    assert differ == []
+    assert refused("a\u2028b") and refused("a\x85b")

@@ -44,8 +44,9 @@ REF = {"type": "string", "pattern": f"^{_NAME}(@@{_NAME})?$"}
 _REFS = {"type": "array", "items": REF}
 #: Control characters no text may hold (C0 but tab and line feed, and DEL).
 _CONTROL = r"\x00-\x08\x0b-\x1f\x7f"
-#: What a one-line text may not hold (every C0 character, and DEL).
-_LINE_CONTROL = r"\x00-\x1f\x7f"
+#: What a one-line text may not hold (every C0 character, DEL, and the line breaks
+#: NEL, U+2028 and U+2029).
+_LINE_CONTROL = r"\x00-\x1f\x7f\x85\u2028\u2029"
 #: Whitespace as the ledger strips it (Python's ``str.isspace``).
 _SPACE = r"\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
 
