@@ -552,6 +552,38 @@ print(sorted(seen))
 """
 
 
+_HALF_READ = """
+import sys
+from ledger import Kind, Ledger
+led = Ledger.open(sys.argv[1])
+admin = led.admin()
+admin.grant("agent", scope="p", roles=["propose", "read", "audit"])
+agent = led.authenticate(admin.issue_token("agent"))
+for i in range(300):
+    agent.propose("p", f"k{i}", i, Kind.FACT)
+it = agent.iter_history()
+next(it)
+def handler():  # a module-level function, as a program has many
+    agent.records("p")
+print("done")
+"""
+
+
+def test_an_iteration_half_read_at_interpreter_exit_ends_quietly(tmp_path: Path) -> None:
+    # Given a program that leaves an iteration of the log half read, and the
+    # ledger open, when it exits (its reading connection is closed first)
+    done = subprocess.run(
+        [sys.executable, "-c", _HALF_READ, f"sqlite:///{tmp_path / 'l.db'}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+    # Then it exits as it would without the iteration: nothing on stderr
+    assert (done.returncode, done.stdout, done.stderr) == (0, "done\n", "")
+
+
 @pytest.mark.parametrize("op", ["read", "write", "handoff"])
 @pytest.mark.parametrize("backend", ["memory", "sqlite"])
 def test_closing_a_ledger_other_threads_are_using_refuses_them_by_name(

@@ -167,7 +167,8 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
                 yield cursor
             finally:
                 held.busy = False
-                held.connection.rollback()
+                if _is_open(held.connection):  # not closed under a half-read iteration
+                    held.connection.rollback()
             return
         with self.datastore.transaction(commit=False) as c:
             yield c
@@ -510,6 +511,17 @@ def _transaction(connection: Any, cursor: Any) -> Iterator[Cursor]:
     except BaseException:
         connection.rollback()
         raise
+
+
+def _is_open(connection: sqlite3.Connection) -> bool:
+    """Whether ``connection`` is still open: a closed one has no transaction to
+    end (an iteration half read at interpreter exit is finished after its
+    thread's connection was closed)."""
+    try:
+        connection.in_transaction  # noqa: B018 (refused once closed)
+    except sqlite3.ProgrammingError:
+        return False
+    return True
 
 
 class _Reader:
