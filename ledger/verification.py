@@ -414,7 +414,7 @@ def _unextended(
     if not merkle.verify_consistency(kept.size, size, bytes.fromhex(kept.root), root, proof):
         return (
             f"the first {kept.size} events do not match {what}: the log was rewritten "
-            "before it was taken"
+            "after it was taken"
         )
     if kept.size and last != kept.position:
         return (

@@ -170,6 +170,51 @@ def test_contradictory_options_are_a_usage_error_naming_both(
     assert drill.position == before  # revoke wrote nothing
 
 
+@pytest.mark.parametrize(
+    ("line", "command", "message"),
+    [
+        # click would keep the last value silently: one heads file of two checked
+        (
+            "verify --heads a.jsonl --public-key a.pub --heads b.jsonl",
+            "verify",
+            "--heads was given more than once",
+        ),
+        ("revoke E1 --reason x --reason y", "revoke", "--reason was given more than once"),
+        ("get M1 --url=sqlite:///a.db --url sqlite:///b.db", "get", "--url was given more"),
+        ("bundle R1 -o a.zip --output b.zip", "bundle", "--output was given more than once (as -o"),
+        ("as-of --position 3 --position 4 get M1", "as-of", "--position was given more"),
+        ("as-of --position 3 get M1 --token a --token b", "as-of get", "--token was given more"),
+        (
+            "token issue agent-9 --expires 2030-01-01T00:00:00Z --expires 2031-01-01T00:00:00Z",
+            "token issue",
+            "--expires was given more than once",
+        ),
+    ],
+)
+def test_an_option_taking_one_value_given_twice_is_a_usage_error(
+    drill: Drill, line: str, command: str, message: str, tmp_path: Path, monkeypatch: Any
+) -> None:
+    monkeypatch.chdir(tmp_path)  # where bundle -o would write
+    before = drill.position
+    refused = drill(*shlex.split(line))
+    assert refused.exit_code == 2, refused.output
+    assert refused.stdout == ""
+    [error] = [x for x in refused.stderr.splitlines() if x.startswith("Error: ")]
+    assert message in error and "only the last would count" in error
+    # the usage shown is the command's own
+    assert refused.stderr.splitlines()[0].split(" [OPTIONS]")[0].endswith(f" {command}")
+    assert drill.position == before and not list(tmp_path.glob("*.zip"))
+
+
+def test_an_option_repeated_as_a_value_or_after_double_dash_is_no_repetition(
+    drill: Drill,
+) -> None:
+    # "--reason" is --reason's value here, and a flag may be repeated
+    done = drill("revoke", "R1", "--reason", "--reason", "--json", "--json")
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.stdout)["root"] == "R1"
+
+
 def test_revoke_all_alone_and_history_of_one_position_still_work(drill: Drill) -> None:
     assert drill("history", "--from", "12", "--to", "12").exit_code == 0
     done = drill("revoke", "E1", "--reason", "x", "--all")

@@ -72,7 +72,7 @@ PROBLEMS: dict[str, tuple[str | None, str | None]] = {
         "events were removed after it was taken",
         "view pl_records differs from a replay of the log",
     ),
-    "rewrite-before-head": ("the log was rewritten before it was taken", None),
+    "rewrite-before-head": ("the log was rewritten after it was taken", None),
     "forged-append-authorized": (None, None),
     "forged-append-unauthorized": (
         "'agent-1' did not hold 'approve' in scope 'proj-a'",
@@ -99,7 +99,7 @@ PROBLEMS: dict[str, tuple[str | None, str | None]] = {
         "the log lacks the stale marking that withdrawing it makes",
     ),
     "event-removed": (
-        "the log was rewritten before it was taken",
+        "the log was rewritten after it was taken",
         "but version 2 is not in the log (an event was removed)",
     ),
     "unappliable-event": (  # which the views cannot take either

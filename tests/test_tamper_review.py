@@ -915,7 +915,7 @@ def test_a_ledger_rolled_back_to_an_older_backup_is_caught_by_a_head_kept_since(
     assert code == 1 and "events were removed after it was taken" in err
 
     # and once the rolled-back ledger has grown past the newest head, it no
-    # longer extends it: rewritten before it was taken
+    # longer extends it: rewritten after it was taken
     with Ledger.open(url) as led:
         reviewer = led.authenticate(scene.reviewer_token)
         reviewer.accept("F1")
@@ -924,7 +924,7 @@ def test_a_ledger_rolled_back_to_an_older_backup_is_caught_by_a_head_kept_since(
     code, _, err = verify_cli(scene, heads=True)
     assert code == 1
     assert f"do not match head 3 (tree size {newest.tree_size}" in err
-    assert err.rstrip().endswith("the log was rewritten before it was taken")
+    assert err.rstrip().endswith("the log was rewritten after it was taken")
 
 
 @pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)

@@ -32,6 +32,7 @@ import click
 
 from ledger import __version__
 from ledger.cli import admin, agents, evidence, reads, runs, writes
+from ledger.cli.options import CheckedGroup
 from ledger.cli.terminal import guarded
 
 #: What Ctrl-C (SIGINT) prints before the command exits with status 130.
@@ -44,7 +45,7 @@ INTERRUPTED = (
 _EXAMPLE = re.compile(r"^\s*Examples?:\n((?:[ \t]+\S.*(?:\n|$))+)", re.MULTILINE)
 
 
-class _Main(click.Group):
+class _Main(CheckedGroup):
     """The command group; a usage error also shows the failing command's example,
     and what is written to a terminal is made inert (:mod:`ledger.cli.terminal`)."""
 

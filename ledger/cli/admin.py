@@ -22,6 +22,7 @@ from ledger.application import Ledger
 from ledger.cli.options import (
     DATETIME,
     STATUS_STYLE,
+    CheckedGroup,
     admin_options,
     errors_exit_1,
     host_ledger,
@@ -262,7 +263,7 @@ def grants(
     show(console, table)
 
 
-@click.group()
+@click.group(cls=CheckedGroup)
 def token() -> None:
     """Issue and revoke bearer tokens (principals' and admin tokens).
 

@@ -491,3 +491,61 @@ def claim_options(fn: F) -> F:
     ):
         fn = option(fn)
     return fn
+
+
+def refuse_repeated(command: click.Command, ctx: click.Context, args: list[str]) -> None:
+    """Refuse an option that takes one value given more than once (click keeps the
+    last silently: ``verify --heads old.jsonl --heads new.jsonl`` would check only
+    the new file, ``--url a --url b`` open only ``b``). A group's own options end
+    at its command's name."""
+    takes_one: dict[str, click.Option] = {}
+    for param in command.get_params(ctx):
+        if isinstance(param, click.Option) and not (param.multiple or param.count or param.is_flag):
+            takes_one.update(dict.fromkeys(param.opts, param))
+    seen: dict[click.Option, str] = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            return
+        if arg.startswith("-") and len(arg) > 1:
+            name, glued = (
+                (arg.split("=", 1)[0], "=" in arg)
+                if arg.startswith("--")
+                else (
+                    arg[:2],
+                    len(arg) > 2,
+                )
+            )
+            option = takes_one.get(name)
+            if option is not None:
+                if option in seen:
+                    also = "" if seen[option] == name else f" (as {seen[option]} too)"
+                    raise click.UsageError(
+                        f"{name} was given more than once{also}: it takes one value, "
+                        "and only the last would count",
+                        ctx,
+                    )
+                seen[option] = name
+                i += 0 if glued else option.nargs
+        elif isinstance(command, click.Group):
+            return  # the command's name: what follows is its own
+        i += 1
+
+
+class CheckedGroup(click.Group):
+    """A command group whose commands (and itself) refuse an option given twice
+    that takes one value (:func:`refuse_repeated`)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        refuse_repeated(self, ctx, args)
+        return super().parse_args(ctx, args)
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name, command, rest = super().resolve_command(ctx, args)
+        if command is not None and not isinstance(command, click.Group):
+            # the command's own context (not yet parsed), so a refusal shows its usage
+            refuse_repeated(command, click.Context(command, info_name=name, parent=ctx), rest)
+        return name, command, rest

@@ -20,6 +20,7 @@ from ledger.cli.options import (
     DATETIME,
     KINDS,
     AsOf,
+    CheckedGroup,
     claim_options,
     errors_exit_1,
     json_option,
@@ -599,7 +600,7 @@ def snapshot(ref: str, output: str, token: str, url: str | None) -> None:
 READ_COMMANDS = (read, get, explain, audit, history, corrections, export, graph, records)
 
 
-@click.group("as-of")
+@click.group("as-of", cls=CheckedGroup)
 @click.option("--position", type=click.IntRange(min=0), help="Right after this log position.")
 @click.option("--time", "when", type=DATETIME, help="At this instant (ISO 8601 with offset).")
 @click.pass_context

@@ -12,6 +12,7 @@ from __future__ import annotations
 import click
 
 from ledger.cli.options import (
+    CheckedGroup,
     errors_exit_1,
     json_option,
     principal_session,
@@ -21,7 +22,7 @@ from ledger.cli.options import (
 from ledger.cli.render import report_done
 
 
-@click.group("run")
+@click.group("run", cls=CheckedGroup)
 def run() -> None:
     """Record what a shell pipeline read, so what it proposes carries it.
 
