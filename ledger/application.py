@@ -121,7 +121,8 @@ class Ledger:
             acceptance_checks: callables run on every ``accept``; each returns
                 None to pass or a reason string to refuse.
             max_value_bytes: the largest serialised value or content accepted.
-            clock: the ledger's notion of *now* (expiry checks).
+            clock: the ledger's notion of *now*: expiry checks, and the time each
+                event is stamped with (which ``as_of(time=...)`` finds).
             retention: per-kind ``RetentionRule``; a proposal that breaks one is
                 refused with ``RetentionRuleError`` naming the rule.
             create: False to refuse a ledger that does not exist yet instead of

@@ -14,6 +14,7 @@ import base64
 import hashlib
 import io
 import json
+import os
 import shutil
 import sqlite3
 import struct
@@ -1020,3 +1021,23 @@ def test_carried_bytes_holding_a_value_json_cannot_are_named_not_a_traceback(
         and p.endswith("but its proposal says '<a value with no JSON text: UUID>'")
         for p in report.problems
     ), report.problems
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_a_signing_key_other_users_may_read_is_used_with_a_warning(scene: Scene) -> None:
+    # Given the signing key as keygen wrote it (0600), then opened to others
+    url, key = scene.ledger.url, str(scene.key)
+    os.chmod(key, 0o600)
+    code, out, err = cli(url, "head", "--key", key)
+    assert (code, err) == (0, "") and SignedHead.from_json(out).tree_size > 0
+    os.chmod(key, 0o644)
+
+    # When a head is signed with it
+    code, out, err = cli(url, "head", "--key", key)
+
+    # Then it is signed, and stderr says who may read the key and what to do
+    assert code == 0 and SignedHead.from_json(out).tree_size > 0
+    assert err == (
+        f"warning: the signing key {key} may be read by other users (mode 0644), and "
+        f"whoever reads it can sign heads over a rewritten log: chmod 600 {key}\n"
+    )

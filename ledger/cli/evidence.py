@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -248,6 +250,7 @@ def head(key: str, append_to: str | None, url: str | None, admin_token: str | No
     """
     from ledger.heads import publish_head
 
+    _warn_if_others_read(key)
     with host_ledger(url, "head", admin_token) as led:
         signed = publish_head(led, key, append_to)
     click.echo(signed.dumps())
@@ -294,6 +297,7 @@ def bundle(
     from ledger.bundle import write_bundle
     from ledger.bundle.verify import unpacked_size
 
+    _warn_if_others_read(key)
     with principal_session(url, token) as (_led, session):
         info = write_bundle(session, record_id, key, output, extends=extends)
     needs = unpacked_size(info.path)
@@ -324,6 +328,23 @@ def bundle(
             else ""
         ),
     )
+
+
+def _warn_if_others_read(key: str) -> None:
+    """Warn when users other than the key file's owner may read the signing key
+    (``keygen`` writes it 0600): whoever reads it can sign heads over a rewritten
+    log. A warning, not a refusal: a secret mounted by a platform may be 0644."""
+    try:
+        mode = os.stat(key).st_mode
+    except OSError:
+        return  # loading it says what is wrong
+    if stat.S_ISREG(mode) and mode & 0o077:
+        click.echo(
+            f"warning: the signing key {printable(key)} may be read by other users "
+            f"(mode {stat.S_IMODE(mode):04o}), and whoever reads it can sign heads over "
+            f"a rewritten log: chmod 600 {printable(key)}",
+            err=True,
+        )
 
 
 def _heads(held: Sequence[HeldHead], noun: str = "the earlier head") -> str:
