@@ -1714,6 +1714,62 @@ def test_a_thread_whose_search_no_longer_finds_a_deleted_memory_goes_on(
     assert f1 in principals.agent.run(run_id_of("recall")).resume().reads  # still a read
 
 
+def test_a_thread_whose_own_version_another_thread_deleted_goes_on_once_it_reads_the_key(
+    store: LedgerStore,
+) -> None:
+    # Given thread T read k, put a new version of it and, resting on that, put j
+    ns = ("proj-a", "m")
+    store.put(ns, "k", {"n": 1})
+    _in_thread(store, "t", lambda s: (s.get(ns, "k"), s.put(ns, "k", {"n": 2})))
+    _in_thread(store, "t", lambda s: s.put(ns, "j", {"n": 1}))
+    # and thread U deleted k (T's own version)
+    _in_thread(store, "u", lambda s: (s.get(ns, "k"), s.delete(ns, "k")))
+
+    # When T reads k again (gone), then puts j
+    _in_thread(store, "t", lambda s: (s.get(ns, "k"), s.put(ns, "j", {"n": 2})))
+
+    # Then the put goes through, resting on nothing deleted
+    item = store.get(ns, "j")
+    assert item is not None and item.value == {"n": 2}
+
+
+@pytest.mark.parametrize("next_store", ["the same store", "a new store"])
+def test_a_thread_a_closed_store_served_still_rests_on_what_it_read(
+    store: LedgerStore, principals: Principals, next_store: str
+) -> None:
+    # Given thread T read the user's name, and the store serving it closed
+    ns = ("proj-a", "user")
+    store.put(ns, "name", {"text": "Ada"})
+    _in_thread(store, "t", lambda s: s.get(ns, "name"))
+    store.close()
+    # and another writer replaced the name since
+    with LedgerStore(
+        principals.ledger, token=principals.agent_token, approver_token=principals.reviewer_token
+    ) as other:
+        other.put(ns, "name", {"text": "Mallory"})
+    later = (
+        store
+        if next_store == "the same store"
+        else LedgerStore(
+            principals.ledger,
+            token=principals.agent_token,
+            approver_token=principals.reviewer_token,
+        )
+    )
+
+    # Then T's next put, in its next run, is refused as it would have been in
+    # the first: it rests on what T read there
+    with pytest.raises(InvalidParentError, match="SUPERSEDED"):
+        _in_thread(later, "t", lambda s: s.put(("proj-a", "g"), "greet", {"t": "Hello Ada"}))
+    # and once T reads the name again, its put rests on the new one
+    _in_thread(later, "t", lambda s: (s.get(ns, "name"), s.put(("proj-a", "g"), "greet", {})))
+    greet = current_id(principals.reviewer, "proj-a", "g/greet")
+    assert principals.reviewer.get(greet).observed == (
+        current_id(principals.reviewer, "proj-a", "user/name"),
+    )
+    later.close()
+
+
 def test_a_thread_the_store_let_go_comes_back_to_its_run_and_what_it_read(
     store: LedgerStore, principals: Principals, monkeypatch: pytest.MonkeyPatch
 ) -> None:

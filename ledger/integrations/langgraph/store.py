@@ -590,6 +590,7 @@ class LedgerStore(BaseStore):
                 f"{again} in this thread, or continue in a new thread)"
             ) from None
         state.written.add(record_id)
+        state.keys[record_id] = (scope, claim)  # as a read of its own key would note it
         return record_id
 
     def _changed_keys(self, state: Thread) -> str:

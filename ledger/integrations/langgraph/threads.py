@@ -114,7 +114,9 @@ class Thread:
         reopened: a thread resumed by a later store, after the first closed, goes
         on in its next run (``run_id_of(thread, n)``). Its runs end in order, so
         the first one not ended is found in a number of look-ups that grows with
-        the logarithm of how many there were.
+        the logarithm of how many there were; a run started after one that ended
+        carries what the thread read there (``RunContext.carry_into``), whichever
+        store serves the thread now.
 
         Raises:
             AccessDeniedError: the principal holds neither ``propose`` nor ``read``.
@@ -142,6 +144,9 @@ class Thread:
                 except InvalidInputError:  # ended meanwhile: the thread goes on
                     number += 1
                     continue
+                return cls(thread_id=thread, run=run, keys=_keys_of(session, run.relied_on))
+            if number:  # the thread goes on: it rests on what it read before
+                session.run(run_id_of(thread, number - 1)).carry_into(run)
                 return cls(thread_id=thread, run=run, keys=_keys_of(session, run.relied_on))
             return cls(thread_id=thread, run=run)
 
@@ -229,6 +234,9 @@ class Thread:
             if newest is not None:
                 shown.append(rid)
                 newer.append(newest)
+                # a new version of the same key: known by it, so that reading the
+                # key again, deleting it or a search not finding it shows it too
+                self.keys[newest] = (view.scope, view.claim_key)
             elif _outdated_by(view, self.written):
                 shown.append(rid)
         if not shown:
@@ -335,14 +343,13 @@ class Threads:
     def restart(self, ended: Thread) -> Thread:
         """The thread's next run, in place of ``ended`` (whose lock it keeps: the
         batch that found it ended holds it), carrying what the thread read there
-        (``RunContext.carry_into``) and what it knew; or the one another batch of
-        the thread started already."""
+        (:meth:`Thread.start`) and what it knew; or the one another batch of the
+        thread started already."""
         with self._lock:
             current = self._threads.get(ended.thread_id)
             if current is not None and current is not ended and current.run.is_open:
                 return current
-            state = Thread.start(self._session, ended.thread_id)
-            ended.run.carry_into(state.run)
+            state = Thread.start(self._session, ended.thread_id)  # carrying what it read
             state.lock = ended.lock
             state.keys.update(ended.keys)
             state.written |= ended.written
