@@ -306,7 +306,7 @@ def _asked(
     wanted = None if kinds is None else _wanted(kinds)
     try:
         checked = _checked_claim(scope, claim_key)
-    except InvalidValueError:  # whitespace at its ends: a key an earlier version took?
+    except InvalidValueError:  # whitespace at its ends, a line break: an earlier key?
         if not _held_as_given(caller, scope, claim_key):
             raise
         return claim_key, caller.at(at), ctx, wanted
@@ -320,8 +320,8 @@ def _held_as_given(caller: Caller, scope: str, claim_key: str) -> bool:
     stored under it exactly as given (an earlier version took such keys), as a
     reader of the scope sees: they are read then, as they were (a key not held
     is refused, or normalised, as any)."""
-    try:  # only whitespace at the ends, or another normal form, may be an earlier key's
-        check_text(claim_key, "claim_key", max_len=512, line=True)
+    try:  # whitespace at the ends or inside (a tab, a line break), another normal form
+        check_text(claim_key, "claim_key", max_len=512)
     except LedgerError:
         return False
     engine, position = caller.engine, caller.position

@@ -206,6 +206,26 @@ def test_an_option_taking_one_value_given_twice_is_a_usage_error(
     assert drill.position == before and not list(tmp_path.glob("*.zip"))
 
 
+def test_help_and_shell_completion_of_a_line_repeating_an_option_still_answer(
+    drill: Drill,
+) -> None:
+    helped = drill("get", "M1", "--url", "a", "--url", "b", "--help")
+    assert helped.exit_code == 0 and helped.stdout.startswith("Usage: ")
+    typed = "provledger as-of --position 1 --position 2 get M1 --url a --url b --"
+    completed = CliRunner().invoke(
+        main,
+        [],
+        prog_name="provledger",
+        env={
+            "_PROVLEDGER_COMPLETE": "bash_complete",
+            "COMP_WORDS": typed,
+            "COMP_CWORD": str(len(typed.split()) - 1),
+        },
+    )
+    assert completed.exit_code == 0, completed.output
+    assert "plain,--token" in completed.stdout.splitlines()
+
+
 def test_an_option_repeated_as_a_value_or_after_double_dash_is_no_repetition(
     drill: Drill,
 ) -> None:

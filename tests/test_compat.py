@@ -212,7 +212,8 @@ def test_a_0_1_0_ledger_left_as_stored_refuses_reads_its_views_cannot_answer(
 
 def test_claim_keys_0_1_0_took_are_read_and_take_new_versions_as_stored(tmp_path: Path) -> None:
     # Given a copy of a 0.1.0 ledger holding claim keys no new claim may have now:
-    # whitespace at the ends, and a decomposed "café" beside a composed one
+    # whitespace at the ends, a tab or a line break inside (a line feed, NEL,
+    # U+2028, U+2029), and a decomposed "café" beside a composed one
     answers = json.loads((FIXTURES / "ledger-0.1.0-keys.json").read_text())
     path = tmp_path / "ledger-0.1.0-keys.db"
     shutil.copyfile(FIXTURES / "ledger-0.1.0-keys.db", path)
@@ -231,6 +232,8 @@ def test_claim_keys_0_1_0_took_are_read_and_take_new_versions_as_stored(tmp_path
         # A key no record holds is still refused as any new one is
         with pytest.raises(InvalidValueError, match="leading or trailing whitespace"):
             reviewer.read(scope="s", claim_key=" nothing ")
+        with pytest.raises(InvalidValueError, match="contains control characters"):
+            reviewer.read(scope="s", claim_key="no\u2028thing")
         # When a new version is proposed under the key as stored, it replaces the old
         for rid, key in answers["keys"].items():
             new = agent.propose(

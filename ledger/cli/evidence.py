@@ -544,7 +544,10 @@ def scrub_erased(url: str | None, admin_token: str | None, as_json: bool) -> Non
     if as_json:
         echo_json({"scrubbed": scrubbed})
     elif scrubbed:
-        click.echo("scrubbed: the database's files hold no erased bytes")
+        click.echo(
+            "scrubbed: the database's files hold no erased bytes, as far as the database "
+            "can tell (docs/evidence.md: what an SQLite file 0.1.0 wrote may still hold)"
+        )
     if not scrubbed:
         click.echo(
             "error: the database's files may still hold erased bytes: on SQLite a reader "

@@ -497,7 +497,11 @@ def refuse_repeated(command: click.Command, ctx: click.Context, args: list[str])
     """Refuse an option that takes one value given more than once (click keeps the
     last silently: ``verify --heads old.jsonl --heads new.jsonl`` would check only
     the new file, ``--url a --url b`` open only ``b``). A group's own options end
-    at its command's name."""
+    at its command's name. Help asked for (``--help``) and shell completion, which
+    parses what is typed so far, are not refused."""
+    given = args[: args.index("--")] if "--" in args else args
+    if ctx.resilient_parsing or set(given) & set(ctx.help_option_names):
+        return
     takes_one: dict[str, click.Option] = {}
     for param in command.get_params(ctx):
         if isinstance(param, click.Option) and not (param.multiple or param.count or param.is_flag):
@@ -547,5 +551,8 @@ class CheckedGroup(click.Group):
         name, command, rest = super().resolve_command(ctx, args)
         if command is not None and not isinstance(command, click.Group):
             # the command's own context (not yet parsed), so a refusal shows its usage
-            refuse_repeated(command, click.Context(command, info_name=name, parent=ctx), rest)
+            own = click.Context(
+                command, info_name=name, parent=ctx, resilient_parsing=ctx.resilient_parsing
+            )
+            refuse_repeated(command, own, rest)
         return name, command, rest
