@@ -20,7 +20,7 @@ from ledger.access import Role
 from ledger.caller import Caller
 from ledger.deliveries import correction_of, delivery_of
 from ledger.domain import Kind, Outcome, Status, Validity
-from ledger.errors import InvalidInputError, InvalidValueError, LedgerError
+from ledger.errors import AuthenticationError, InvalidInputError, InvalidValueError, LedgerError
 from ledger.serialization import canonical, micros_to_datetime, unpack
 from ledger.validation import (
     check_claim_key,
@@ -316,10 +316,9 @@ def _asked(
 
 
 def _held_as_given(caller: Caller, scope: str, claim_key: str) -> bool:
-    """Whether records of ``(scope, claim_key)``, a key no new claim may have, are
-    stored under it exactly as given (an earlier version took such keys), as a
-    reader of the scope sees: they are read then, as they were (a key not held
-    is refused, or normalised, as any)."""
+    """Whether records of ``(scope, claim_key)``, a key no new claim may have (an
+    earlier version took such keys), are stored under it as given, as a valid reader
+    of the scope sees: they are read then (a key not held is refused, or normalised)."""
     try:  # whitespace at the ends or inside (a tab, a line break), another normal form
         check_text(claim_key, "claim_key", max_len=512)
     except LedgerError:
@@ -331,7 +330,13 @@ def _held_as_given(caller: Caller, scope: str, claim_key: str) -> bool:
         return claim_queries.for_claim_as(c, d, caller.token_hash, scope, claim_key, position)
 
     token, rows = engine.query(fetch)
-    return token is not None and token[2] and bool(rows)
+    if token is None or not token[2] or not rows:
+        return False
+    row = {"subject": caller.subject, "revoked_pos": token[0], "expires": token[1]}
+    try:  # a token no longer valid learns nothing of which such keys exist
+        return bool(engine.check_token(row))
+    except AuthenticationError:
+        return False
 
 
 def _judge_bounded(

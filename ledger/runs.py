@@ -251,17 +251,10 @@ class RunContext:
         """Record in ``other`` (open) every read of this run, each as VALID or not
         as this run was last shown it: a task that goes on in another run rests on
         what it read in this one, and is refused as it would have been here if one
-        of those records was withdrawn since. A run neither started nor resumed
-        through this object (one another process or store ended, say) carries
-        what it holds as stored."""
-        reads = self._reads
-        if self._folded is None:
-            with self._outer.reading() as c:
-                run = self._outer.engine.load(c, self._aggregate_id)
-            reads = dict(run.reads) if isinstance(run, Run) else {}
-        if reads:
-            valid = [rid for rid, was_valid in reads.items() if was_valid]
-            other.record_reads(tuple(reads), f"carried over from run {self.run_id}", valid)
+        of those records was withdrawn since."""
+        if self._reads:
+            valid = [rid for rid, was_valid in self._reads.items() if was_valid]
+            other.record_reads(tuple(self._reads), f"carried over from run {self.run_id}", valid)
 
     def observed_for(self, declared: Sequence[str], c: Cursor | None = None) -> tuple[str, ...]:
         """The records the run was last shown while VALID, minus the declared parents;

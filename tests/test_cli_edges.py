@@ -180,6 +180,8 @@ def test_contradictory_options_are_a_usage_error_naming_both(
             "--heads was given more than once",
         ),
         ("revoke E1 --reason x --reason y", "revoke", "--reason was given more than once"),
+        # -h as an option's value asks for no help
+        ("read --scope proj-a --claim -h --claim k", "read", "--claim was given more"),
         ("get M1 --url=sqlite:///a.db --url sqlite:///b.db", "get", "--url was given more"),
         ("bundle R1 -o a.zip --output b.zip", "bundle", "--output was given more than once (as -o"),
         ("as-of --position 3 --position 4 get M1", "as-of", "--position was given more"),

@@ -252,6 +252,13 @@ def test_claim_keys_0_1_0_took_are_read_and_take_new_versions_as_stored(tmp_path
             )
         assert led.position == before  # nothing written
         assert led.verify(against=answers["digest"]).ok  # the log extends 0.1.0's
+        # A token no longer valid learns nothing of which such keys are held
+        token = led.admin().issue_token("reviewer")
+        gone = led.authenticate(token)
+        led.admin().revoke_token(token)
+        for key in ("two\nlines", "no\nthing"):
+            with pytest.raises(InvalidValueError, match="contains control characters"):
+                gone.read(scope="s", claim_key=key)
 
 
 def test_opening_a_0_1_0_ledger_says_once_that_its_views_were_rebuilt(

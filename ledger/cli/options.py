@@ -499,19 +499,21 @@ def refuse_repeated(command: click.Command, ctx: click.Context, args: list[str])
     the new file, ``--url a --url b`` open only ``b``). A group's own options end
     at its command's name. Help asked for (``--help``) and shell completion, which
     parses what is typed so far, are not refused."""
-    given = args[: args.index("--")] if "--" in args else args
-    if ctx.resilient_parsing or set(given) & set(ctx.help_option_names):
+    if ctx.resilient_parsing:
         return
     takes_one: dict[str, click.Option] = {}
     for param in command.get_params(ctx):
         if isinstance(param, click.Option) and not (param.multiple or param.count or param.is_flag):
             takes_one.update(dict.fromkeys(param.opts, param))
     seen: dict[click.Option, str] = {}
+    repeated: list[click.UsageError] = []
     i = 0
     while i < len(args):
         arg = args[i]
         if arg == "--":
-            return
+            break
+        if arg in ctx.help_option_names:
+            return  # help asked for (not an option's value): it answers, whatever else
         if arg.startswith("-") and len(arg) > 1:
             name, glued = (
                 (arg.split("=", 1)[0], "=" in arg)
@@ -525,16 +527,22 @@ def refuse_repeated(command: click.Command, ctx: click.Context, args: list[str])
             if option is not None:
                 if option in seen:
                     also = "" if seen[option] == name else f" (as {seen[option]} too)"
-                    raise click.UsageError(
-                        f"{name} was given more than once{also}: it takes one value, "
-                        "and only the last would count",
-                        ctx,
+                    repeated.append(
+                        click.UsageError(
+                            f"{name} was given more than once{also}: it takes one value, "
+                            "and only the last would count",
+                            ctx,
+                        )
                     )
                 seen[option] = name
                 i += 0 if glued else option.nargs
-        elif isinstance(command, click.Group):
-            return  # the command's name: what follows is its own
+        elif isinstance(command, click.Group):  # its command's name: what follows is
+            if set(args[i:]) & set(ctx.help_option_names):  # the command's own (its
+                return  # help answers, as click parses the group's options first)
+            break
         i += 1
+    if repeated:
+        raise repeated[0]
 
 
 class CheckedGroup(click.Group):

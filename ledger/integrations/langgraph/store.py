@@ -150,10 +150,11 @@ class LedgerStore(BaseStore):
         """End the ledger run of every thread this store served (one another store
         ended already is left as it is). Safe to call twice. If a run cannot be
         ended (its token revoked, say), the others still are and the first such
-        error is raised after."""
+        error is raised after. A thread served again afterwards goes on in its
+        next run, with what it read and wrote."""
         failed: LedgerError | None = None
         # Every thread's run, even after one could not be ended.
-        for state in self._threads.let_go():
+        for state in self._threads.kept():
             try:
                 state.end()
             except LedgerError as exc:

@@ -114,9 +114,7 @@ class Thread:
         reopened: a thread resumed by a later store, after the first closed, goes
         on in its next run (``run_id_of(thread, n)``). Its runs end in order, so
         the first one not ended is found in a number of look-ups that grows with
-        the logarithm of how many there were; a run started after one that ended
-        carries what the thread read there (``RunContext.carry_into``), whichever
-        store serves the thread now.
+        the logarithm of how many there were.
 
         Raises:
             AccessDeniedError: the principal holds neither ``propose`` nor ``read``.
@@ -144,9 +142,6 @@ class Thread:
                 except InvalidInputError:  # ended meanwhile: the thread goes on
                     number += 1
                     continue
-                return cls(thread_id=thread, run=run, keys=_keys_of(session, run.relied_on))
-            if number:  # the thread goes on: it rests on what it read before
-                session.run(run_id_of(thread, number - 1)).carry_into(run)
                 return cls(thread_id=thread, run=run, keys=_keys_of(session, run.relied_on))
             return cls(thread_id=thread, run=run)
 
@@ -311,11 +306,12 @@ class Threads:
                 self._threads.popitem(last=False)
             return state
 
-    def let_go(self) -> list[Thread]:
-        """Every thread kept, no longer kept (what closing the store ends)."""
+    def kept(self) -> list[Thread]:
+        """Every thread kept (what closing the store ends). They stay kept: one
+        served again goes on in its next run with what it read and wrote
+        (:meth:`restart`), as after another store ended its run."""
         with self._lock:
-            threads, self._threads = list(self._threads.values()), OrderedDict()
-        return threads
+            return list(self._threads.values())
 
     def in_run(
         self, state: Thread | None, do: Callable[[Thread | None, _Op], _R], op: _Op
@@ -343,13 +339,14 @@ class Threads:
     def restart(self, ended: Thread) -> Thread:
         """The thread's next run, in place of ``ended`` (whose lock it keeps: the
         batch that found it ended holds it), carrying what the thread read there
-        (:meth:`Thread.start`) and what it knew; or the one another batch of the
-        thread started already."""
+        (``RunContext.carry_into``) and what it knew; or the one another batch of
+        the thread started already."""
         with self._lock:
             current = self._threads.get(ended.thread_id)
             if current is not None and current is not ended and current.run.is_open:
                 return current
-            state = Thread.start(self._session, ended.thread_id)  # carrying what it read
+            state = Thread.start(self._session, ended.thread_id)
+            ended.run.carry_into(state.run)
             state.lock = ended.lock
             state.keys.update(ended.keys)
             state.written |= ended.written
