@@ -248,13 +248,18 @@ class RunContext:
             self._reads[rid] = valid is None or rid in valid
 
     def carry_into(self, other: RunContext) -> None:
-        """Record in ``other`` (open) every read of this run, each as VALID or not
-        as this run was last shown it: a task that goes on in another run rests on
-        what it read in this one, and is refused as it would have been here if one
-        of those records was withdrawn since."""
-        if self._reads:
-            valid = [rid for rid, was_valid in self._reads.items() if was_valid]
-            other.record_reads(tuple(self._reads), f"carried over from run {self.run_id}", valid)
+        """Record in ``other`` (open) each record this run was last shown VALID, as
+        the run is stored (reads another process or store sharing it made
+        included): a task that goes on in another run rests on what it relied on
+        in this one, and is refused as it would have been here if one of those
+        records was withdrawn since. What it was shown not VALID is no
+        dependency, and is not carried (a long chain of runs does not grow)."""
+        with self._outer.reading() as c:
+            run = self._outer.engine.load(c, self._aggregate_id)
+        reads = run.reads if isinstance(run, Run) else self._reads
+        valid = tuple(rid for rid, was_valid in reads.items() if was_valid)
+        if valid:
+            other.record_reads(valid, f"carried over from run {self.run_id}")
 
     def observed_for(self, declared: Sequence[str], c: Cursor | None = None) -> tuple[str, ...]:
         """The records the run was last shown while VALID, minus the declared parents;

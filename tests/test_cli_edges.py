@@ -180,8 +180,10 @@ def test_contradictory_options_are_a_usage_error_naming_both(
             "--heads was given more than once",
         ),
         ("revoke E1 --reason x --reason y", "revoke", "--reason was given more than once"),
-        # -h as an option's value asks for no help
+        # -h as an option's value asks for no help, a repeatable option's included
         ("read --scope proj-a --claim -h --claim k", "read", "--claim was given more"),
+        ("as-of --position 1 --position 9 read --scope p --claim -h", "as-of", "--position was"),
+        ("bundle R1 -o a.zip -o b.zip --extends -h", "bundle", "-o was given more than once"),
         ("get M1 --url=sqlite:///a.db --url sqlite:///b.db", "get", "--url was given more"),
         ("bundle R1 -o a.zip --output b.zip", "bundle", "--output was given more than once (as -o"),
         ("as-of --position 3 --position 4 get M1", "as-of", "--position was given more"),
@@ -235,6 +237,9 @@ def test_an_option_repeated_as_a_value_or_after_double_dash_is_no_repetition(
     done = drill("revoke", "R1", "--reason", "--reason", "--json", "--json")
     assert done.exit_code == 0, done.output
     assert json.loads(done.stdout)["root"] == "R1"
+    # and "--scope" is the value of --kind, which may be repeated
+    refused = drill("read", "--scope", "proj-a", "--claim", "k", "--kind", "--scope")
+    assert "more than once" not in refused.stderr and "'--scope'" in refused.stderr
 
 
 def test_revoke_all_alone_and_history_of_one_position_still_work(drill: Drill) -> None:

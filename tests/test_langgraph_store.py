@@ -1761,6 +1761,52 @@ def test_a_thread_a_closed_store_serves_again_still_rests_on_what_it_read(
     store.close()
 
 
+def test_a_closed_store_serving_a_thread_again_carries_what_another_store_read_in_it(
+    store: LedgerStore, principals: Principals
+) -> None:
+    # Given two stores serving thread T: this one read the city, the other the name
+    ns = ("proj-a", "user")
+    store.put(ns, "city", {"text": "Paris"})
+    store.put(ns, "name", {"text": "Ada"})
+    other = LedgerStore(
+        principals.ledger, token=principals.agent_token, approver_token=principals.reviewer_token
+    )
+    _in_thread(store, "t", lambda s: s.get(ns, "city"))
+    _in_thread(other, "t", lambda s: s.get(ns, "name"))
+    # and this store closed, then the name was replaced
+    store.close()
+    store.put(ns, "name", {"text": "Mallory"})
+
+    # Then T's next put through this store rests on the name the other store read
+    with pytest.raises(InvalidParentError, match="SUPERSEDED"):
+        _in_thread(store, "t", lambda s: s.put(("proj-a", "g"), "greet", {"t": "Hello Ada"}))
+    other.close()
+
+
+def test_a_store_closed_and_served_again_each_turn_carries_only_what_the_thread_rests_on(
+    store: LedgerStore, principals: Principals
+) -> None:
+    # Given a thread counting in one key, its store closed after each turn
+    ns = ("proj-a", "c")
+    store.put(ns, "n", {"n": 0})
+
+    def count(s: BaseStore) -> None:
+        item = s.get(ns, "n")
+        assert item is not None
+        s.put(ns, "n", {"n": item.value["n"] + 1})
+
+    for _ in range(12):
+        _in_thread(store, "t", count)
+        store.close()
+    _in_thread(store, "t", count)  # a thirteenth turn, in run 12, left open
+
+    # Then it counted each turn, and run 12 holds the version carried over and
+    # the one read now, not every version read before
+    item = store.get(ns, "n")
+    assert item is not None and item.value == {"n": 13}
+    assert len(principals.agent.run(run_id_of("t", 12)).resume().reads) <= 3
+
+
 def test_a_thread_the_store_let_go_comes_back_to_its_run_and_what_it_read(
     store: LedgerStore, principals: Principals, monkeypatch: pytest.MonkeyPatch
 ) -> None:

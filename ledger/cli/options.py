@@ -493,56 +493,65 @@ def claim_options(fn: F) -> F:
     return fn
 
 
+def _given(
+    command: click.Command, ctx: click.Context, args: list[str]
+) -> tuple[list[tuple[str, click.Option | None]], str | None, list[str]]:
+    """The options ``args`` give where click reads options (not as an option's value,
+    nor after ``--``): each name as typed with its option (None: a help option, or
+    one unknown); for a group, the command named and the arguments after it."""
+    takes_value: dict[str, click.Option] = {}
+    for param in command.get_params(ctx):
+        if isinstance(param, click.Option) and not (param.count or param.is_flag):
+            takes_value.update(dict.fromkeys(param.opts, param))
+    given: list[tuple[str, click.Option | None]] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            break
+        if arg.startswith("-") and len(arg) > 1:
+            long = arg.startswith("--")
+            name = arg.split("=", 1)[0] if long else arg[:2]
+            option = takes_value.get(name)
+            given.append((name, option))
+            if option is not None and not (("=" in arg) if long else len(arg) > 2):
+                i += option.nargs  # its value, whatever it looks like
+        elif isinstance(command, click.Group):
+            return given, arg, args[i + 1 :]
+        i += 1
+    return given, None, []
+
+
+def _asks_help(command: click.Command, ctx: click.Context, args: list[str]) -> bool:
+    """Whether ``args`` ask ``command`` (or the command a group's arguments name)
+    for its help, as click reads them: help answers whatever else is given."""
+    given, named, rest = _given(command, ctx, args)
+    if any(name in ctx.help_option_names for name, _ in given):
+        return True
+    sub = command.get_command(ctx, named) if isinstance(command, click.Group) and named else None
+    return sub is not None and _asks_help(sub, click.Context(sub, parent=ctx), rest)
+
+
 def refuse_repeated(command: click.Command, ctx: click.Context, args: list[str]) -> None:
     """Refuse an option that takes one value given more than once (click keeps the
     last silently: ``verify --heads old.jsonl --heads new.jsonl`` would check only
     the new file, ``--url a --url b`` open only ``b``). A group's own options end
     at its command's name. Help asked for (``--help``) and shell completion, which
     parses what is typed so far, are not refused."""
-    if ctx.resilient_parsing:
+    if ctx.resilient_parsing or _asks_help(command, ctx, args):
         return
-    takes_one: dict[str, click.Option] = {}
-    for param in command.get_params(ctx):
-        if isinstance(param, click.Option) and not (param.multiple or param.count or param.is_flag):
-            takes_one.update(dict.fromkeys(param.opts, param))
     seen: dict[click.Option, str] = {}
-    repeated: list[click.UsageError] = []
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if arg == "--":
-            break
-        if arg in ctx.help_option_names:
-            return  # help asked for (not an option's value): it answers, whatever else
-        if arg.startswith("-") and len(arg) > 1:
-            name, glued = (
-                (arg.split("=", 1)[0], "=" in arg)
-                if arg.startswith("--")
-                else (
-                    arg[:2],
-                    len(arg) > 2,
-                )
+    for name, option in _given(command, ctx, args)[0]:
+        if option is None or option.multiple:
+            continue
+        if option in seen:
+            also = "" if seen[option] == name else f" (as {seen[option]} too)"
+            raise click.UsageError(
+                f"{name} was given more than once{also}: it takes one value, and only "
+                "the last would count",
+                ctx,
             )
-            option = takes_one.get(name)
-            if option is not None:
-                if option in seen:
-                    also = "" if seen[option] == name else f" (as {seen[option]} too)"
-                    repeated.append(
-                        click.UsageError(
-                            f"{name} was given more than once{also}: it takes one value, "
-                            "and only the last would count",
-                            ctx,
-                        )
-                    )
-                seen[option] = name
-                i += 0 if glued else option.nargs
-        elif isinstance(command, click.Group):  # its command's name: what follows is
-            if set(args[i:]) & set(ctx.help_option_names):  # the command's own (its
-                return  # help answers, as click parses the group's options first)
-            break
-        i += 1
-    if repeated:
-        raise repeated[0]
+        seen[option] = name
 
 
 class CheckedGroup(click.Group):

@@ -151,7 +151,8 @@ class LedgerStore(BaseStore):
         ended already is left as it is). Safe to call twice. If a run cannot be
         ended (its token revoked, say), the others still are and the first such
         error is raised after. A thread served again afterwards goes on in its
-        next run, with what it read and wrote."""
+        next run, with what it read and wrote (unless the store let it go since:
+        ``MAX_THREADS``)."""
         failed: LedgerError | None = None
         # Every thread's run, even after one could not be ended.
         for state in self._threads.kept():
