@@ -457,11 +457,12 @@ def test_free_text_in_the_summary_cannot_pose_as_one_of_its_lines(
     agent, reviewer = world.agent, world.reviewer
     agent.capture(
         scope="proj-a",
-        uri="https://x.test/a\u2028status:    REVOKED / INVALID",
+        uri="https://x.test/a",
         content=b"a",
         id="E1",
     )
-    reviewer.accept("E1", note="checked\nancestry:  none\nstatus:    REVOKED / INVALID")
+    # (a line separator splits a line as a line feed does: str.splitlines)
+    reviewer.accept("E1", note="checked\u2028status:    REVOKED / INVALID\nancestry:  none")
     agent.propose(scope="proj-a", claim_key="c", value=1, kind=Kind.FACT, parents=["E1"], id="F1")
     reviewer.accept("F1", note="fine\nstatus:    REVOKED / INVALID")
     generate_key(tmp_path / "k")

@@ -710,7 +710,7 @@ def test_a_batch_writes_the_same_view_rows_as_one_command_at_a_time(
             out.append(
                 {
                     "scope": SCOPE,
-                    "claim_key": f"{prefix}.k\\N\\{i}\u2028\u00a0.é",
+                    "claim_key": f"{prefix}.k\\N\\{i}\u200d\u00a0.é",
                     "value": {"t": "tab\there\nnew line \\N back\\slash", "n": i, "b": b"\x00\\\n"},
                     "kind": Kind.FACT,
                     "conditions": {"region": "eu\tw"} if i % 2 else {},

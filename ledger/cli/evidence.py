@@ -24,6 +24,8 @@ from ledger.cli.render import echo_json, report_done
 from ledger.errors import InvalidInputError
 
 if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     from ledger.bundle.extends import HeldHead
     from ledger.heads import SignedHead
 
@@ -250,9 +252,9 @@ def head(key: str, append_to: str | None, url: str | None, admin_token: str | No
     """
     from ledger.heads import publish_head
 
-    _warn_if_others_read(key)
+    private = _signing_key(key)
     with host_ledger(url, "head", admin_token) as led:
-        signed = publish_head(led, key, append_to)
+        signed = publish_head(led, private, append_to)
     click.echo(signed.dumps())
 
 
@@ -297,9 +299,9 @@ def bundle(
     from ledger.bundle import write_bundle
     from ledger.bundle.verify import unpacked_size
 
-    _warn_if_others_read(key)
+    private = _signing_key(key)
     with principal_session(url, token) as (_led, session):
-        info = write_bundle(session, record_id, key, output, extends=extends)
+        info = write_bundle(session, record_id, private, output, extends=extends)
     needs = unpacked_size(info.path)
     if needs is not None:
         click.echo(
@@ -330,14 +332,19 @@ def bundle(
     )
 
 
-def _warn_if_others_read(key: str) -> None:
-    """Warn when users other than the key file's owner may read the signing key
-    (``keygen`` writes it 0600): whoever reads it can sign heads over a rewritten
-    log. A warning, not a refusal: a secret mounted by a platform may be 0644."""
-    try:
-        mode = os.stat(key).st_mode
-    except OSError:
-        return  # loading it says what is wrong
+def _signing_key(key: str) -> Ed25519PrivateKey:
+    """The private key in the file ``key``, with a warning when users other than
+    its owner may read it (``keygen`` writes it 0600): whoever reads it can sign
+    heads over a rewritten log. A warning, not a refusal: a secret mounted by a
+    platform may be 0644.
+
+    Raises:
+        InvalidKeyError: the file is missing, unreadable or not such a key.
+    """
+    from ledger.heads import load_private_key
+
+    private = load_private_key(key)
+    mode = os.stat(key).st_mode
     if stat.S_ISREG(mode) and mode & 0o077:
         click.echo(
             f"warning: the signing key {printable(key)} may be read by other users "
@@ -345,6 +352,7 @@ def _warn_if_others_read(key: str) -> None:
             f"a rewritten log: chmod 600 {printable(key)}",
             err=True,
         )
+    return private
 
 
 def _heads(held: Sequence[HeldHead], noun: str = "the earlier head") -> str:
