@@ -1780,6 +1780,12 @@ def test_a_closed_store_serving_a_thread_again_carries_what_another_store_read_i
     # Then T's next put through this store rests on the name the other store read
     with pytest.raises(InvalidParentError, match="SUPERSEDED"):
         _in_thread(store, "t", lambda s: s.put(("proj-a", "g"), "greet", {"t": "Hello Ada"}))
+    # and once the name is deleted and T reads it again (gone), T's puts go on
+    store.delete(ns, "name")
+    store.close()
+    _in_thread(store, "t", lambda s: (s.get(ns, "name"), s.put(("proj-a", "g"), "greet", {})))
+    item = store.get(("proj-a", "g"), "greet")
+    assert item is not None and item.value == {}
     other.close()
 
 

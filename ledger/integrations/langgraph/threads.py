@@ -348,6 +348,9 @@ class Threads:
             state = Thread.start(self._session, ended.thread_id)
             ended.run.carry_into(state.run)
             state.lock = ended.lock
+            # what it carried, by key (reads another store serving the thread made
+            # included: reading such a key again shows the run it as it is now)
+            state.keys.update(_keys_of(self._session, state.run.relied_on))
             state.keys.update(ended.keys)
             state.written |= ended.written
             state.searches.update(ended.searches)
