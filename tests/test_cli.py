@@ -285,6 +285,38 @@ def test_stats_of_views_in_an_earlier_layout_leave_the_corrections_owed_untold(
     assert as_stored["last_event_at"] == current["last_event_at"] == newest.at
 
 
+def test_claim_keys_0_1_0_took_show_on_one_line_and_apart_from_their_look_alikes(
+    tmp_path: Path,
+) -> None:
+    # Given a copy of a 0.1.0 ledger holding keys no new claim may have now (a tab,
+    # line breaks, space at the ends, another normal form) beside plain ones
+    fixtures = Path(__file__).parent / "fixtures"
+    path = tmp_path / "keys.db"
+    shutil.copyfile(fixtures / "ledger-0.1.0-keys.db", path)
+    answers = json.loads((fixtures / "ledger-0.1.0-keys.json").read_text())
+    cli = Cli(url=f"sqlite:///{path}", path=path, reviewer=answers["tokens"]["reviewer"])
+    keys: dict[str, str] = answers["keys"]
+
+    # When a reviewer lists them, reads one with a line break and shows its record
+    listed = cli.as_reviewer("records", "--scope", "s")
+    read = cli.as_reviewer("read", "--scope", "s", "--claim", keys["LF"])
+    shown = cli.as_reviewer("get", "LF")
+
+    # Then each such key is a JSON string on its record's one line (escaped beyond
+    # ASCII, so that "cafe\u0301" is not taken for "caf\u00e9"); a key a new
+    # claim could have is shown as it is
+    assert listed.exit_code == read.exit_code == shown.exit_code == 0, listed.output
+    rows = {line.split()[1]: line for line in listed.stdout.splitlines() if line[:1] == "│"}
+    assert set(rows) == set(keys)
+    for rid, key in keys.items():
+        expected = key if rid in ("PLAIN", "NFC") else json.dumps(key)
+        assert f" {expected} " in rows[rid], (rid, rows[rid])
+    assert read.stdout.startswith('FOUND  s/"two\\nlines" at ')
+    assert ["claim_key", '"two\\nlines"'] in [
+        line.replace("│", " ").split() for line in shown.stdout.splitlines()
+    ]
+
+
 def test_stats_show_the_corrections_owed_and_the_newest_event_time(chain: Cli) -> None:
     # Given a delivered report whose evidence is then revoked
     before = chain.json("stats")

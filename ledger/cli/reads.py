@@ -34,6 +34,7 @@ from ledger.cli.options import (
 from ledger.cli.render import (
     echo_json,
     events_table,
+    key_text,
     listing_table,
     make_console,
     print_audit,
@@ -488,7 +489,7 @@ def graph_summary(sub: Any, max_nodes: int, *, one_side: bool = False) -> str:
     was drawn already), a record further along, or list the most common status in
     the records' scope (when they share one)."""
     statuses = Counter(str(n.status) for n in sub.nodes)
-    prefixes = Counter(n.claim_key.split(".", 1)[0] + ".*" for n in sub.nodes)
+    prefixes = Counter(key_text(n.claim_key.split(".", 1)[0]) + ".*" for n in sub.nodes)
     by_status = ", ".join(f"{k} {v:,}" for k, v in statuses.most_common())
     by_claim = ", ".join(f"{k} {v:,}" for k, v in prefixes.most_common(5))
     more = len(prefixes) - 5

@@ -27,9 +27,10 @@ from ledger.cli.options import (
     printable,
 )
 from ledger.domain import Status, Validity
-from ledger.errors import naming_file
+from ledger.errors import LedgerError, naming_file
 from ledger.experiment import ExperimentResult
 from ledger.jsonable import json_safe, plain
+from ledger.validation import check_claim_key, check_format_edges
 from ledger.values import (
     AuditEvent,
     AuditTrail,
@@ -183,6 +184,21 @@ def value_text(value: Any) -> str:
     return json.dumps(plain(value), ensure_ascii=False)
 
 
+def key_text(key: str) -> str:
+    """A claim key as a table or heading shows it: as it is when a new claim could
+    have it, else (a key an earlier version stored, with a tab, a line break, space
+    or an invisible format character at an end, or in another normal form) as a
+    JSON string with every character beyond ASCII escaped, so that it shows on one
+    line and apart from its look-alikes. A key shown as it is never starts with
+    ``"``; a key beginning so is quoted too."""
+    try:
+        plain_key = check_claim_key(key) == key and not key.startswith('"')
+        check_format_edges(key, "claim_key")
+    except LedgerError:
+        plain_key = False
+    return key if plain_key else json.dumps(key)
+
+
 def when_text(value: datetime | None) -> str:
     return "-" if value is None else value.isoformat(timespec="seconds")
 
@@ -240,7 +256,7 @@ def listing_table(records: Sequence[RecordView]) -> Table:
         table.add_row(
             Text(r.id),
             Text(str(r.kind)),
-            Text(r.claim_key),
+            Text(key_text(r.claim_key)),
             styled(r.status, STATUS_STYLE),
             styled(r.validity, VALIDITY_STYLE),
             Text(value_text(r.value)),
@@ -277,7 +293,7 @@ def why_text(r: RecordView) -> str:
 
 def heading_text(outcome: str, scope: str, claim_key: str, at: datetime) -> Text:
     text = styled(outcome, OUTCOME_STYLE)
-    text.append(f"  {scope}/{claim_key} at {at.isoformat(timespec='seconds')}")
+    text.append(f"  {scope}/{key_text(claim_key)} at {at.isoformat(timespec='seconds')}")
     return text
 
 
@@ -336,7 +352,7 @@ def record_fields(record: RecordView) -> list[Field]:
     every stale cause (oldest first), evidence and deliveries."""
     rows: list[Field] = [
         ("scope", Text(record.scope), ()),
-        ("claim_key", Text(record.claim_key), ()),
+        ("claim_key", Text(key_text(record.claim_key)), ()),
         ("kind", Text(str(record.kind)), ()),
         ("value", Text(value_text(record.value)), ()),
         ("status", styled(record.status, STATUS_STYLE), (str(record.status),)),
