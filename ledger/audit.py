@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Generator, Iterable, Iterator
 from contextlib import closing
-from datetime import UTC, datetime
+from datetime import datetime
 from itertools import islice
 from typing import Any
 from uuid import UUID
@@ -42,8 +42,6 @@ RECORD_EVENTS = (
 )
 _RECORD_TOPIC = get_topic(Record)
 _PLUMBING = ("originator_id", "originator_version", "timestamp", "actor", "originator_topic")
-#: The ``at`` of an as-of session before the first event.
-_EPOCH_AT = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def audit(caller: Caller, record_id: str) -> AuditTrail:
@@ -267,9 +265,10 @@ def as_of(caller: Caller, position: int | None, time: datetime | None) -> Caller
                     f"as_of position {position} is beyond the log (newest is {newest})"
                 )
             pos = timeline.commit_end(c, d, position)
-            at = _time_of_event(caller, c, pos)
+            # Before the first event the ledger was empty until that event's time.
+            at = _time_of_event(caller, c, pos or min(1, newest)) or caller.engine.now()
         else:
             when = check_aware(time, "as_of time")
             pos = timeline.commit_end(c, d, timeline.position_at(c, d, datetime_to_micros(when)))
             at = when
-    return caller.derive(position=pos, at=at or _EPOCH_AT)
+    return caller.derive(position=pos, at=at)

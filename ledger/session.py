@@ -289,8 +289,8 @@ class Session:
         Give exactly one of ``position`` (right after the transaction that
         appended that log position: a command's events are only ever seen
         together) or ``time`` (the newest position recorded at or before that
-        instant). Reads default ``at`` to that moment; pass ``at=`` for
-        bitemporal questions.
+        instant). Reads default ``at`` to that moment (for position 0, the empty
+        ledger, the time of the first event); pass ``at=`` for bitemporal questions.
 
         Raises:
             InvalidInputError: neither or both given, or a position beyond the log.

@@ -754,6 +754,21 @@ def test_as_of_a_position_is_made_at_the_time_of_the_event_there_after_the_clock
     assert at_x.read(SCOPE, "k").outcome == Outcome.MISSING
 
 
+def test_as_of_position_0_is_the_empty_ledger_at_the_time_of_its_first_event(
+    world: World,
+) -> None:
+    # Given a ledger whose first event (a grant) was written, then the clock moved on
+    first = world.reviewer.as_of(position=1).read(SCOPE, CLAIM).at
+    world.clock.advance(minutes=30)
+    evidence(world, "E1")
+
+    # Then the read before everything finds nothing, made when the ledger was
+    # still empty: the time of its first event, not 1970
+    before = world.reviewer.as_of(position=0).read(SCOPE, CLAIM)
+    assert (before.outcome, before.at) == (Outcome.MISSING, first)
+    assert before.at.year > 1970
+
+
 WRITES: dict[str, Callable[[Session], object]] = {
     "propose": lambda s: s.propose(scope=SCOPE, claim_key="x", value=1, kind=Kind.FACT),
     "capture": lambda s: s.capture(scope=SCOPE, uri="https://docs.test/x", content=b"x"),
