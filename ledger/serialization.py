@@ -13,11 +13,20 @@ code  payload
 
 ``strict_types`` keeps tuples distinct from lists; ``str``/``int`` subclasses
 (``StrEnum`` members) are stored as their plain value.
+
+Every event's stored state ends with :data:`SALT`: 16 random bytes, dropped
+again when the state is decoded. A Merkle leaf hashes the stored state, and a
+proof or bundle shows the leaf hash of an event whose bytes it withholds (an event
+naming a record in a scope the reader cannot see); without the salt, whoever knew
+the rest of such an event (its position, record, time, event type) could confirm
+guesses of what is withheld (a hidden record's id, a revocation's reason, who
+revoked) by hashing each guess. Events stored before the salt carry none.
 """
 
 from __future__ import annotations
 
 import enum
+import os
 import threading
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
@@ -31,6 +40,14 @@ EXT_DATETIME = 2
 EXT_TUPLE = 3
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+#: The stored state field holding an event's salt (not a field of any event).
+SALT = "_salt"
+
+
+def new_salt() -> bytes:
+    """An event's salt: 16 bytes from the operating system's random source."""
+    return os.urandom(16)
 
 
 def datetime_to_micros(value: datetime) -> int:
@@ -194,9 +211,15 @@ class MsgpackTranscoder(Transcoder):
     """eventsourcing transcoder that stores event state as msgpack."""
 
     def encode(self, obj: Any) -> bytes:
-        """Serialise an event's state."""
+        """Serialise an event's state (a mapping of its fields), with a new
+        :data:`SALT` after its fields."""
+        if type(obj) is dict:
+            return pack({**obj, SALT: new_salt()})
         return pack(obj)
 
     def decode(self, data: bytes) -> Any:
-        """Deserialise an event's state."""
-        return unpack(data)
+        """Deserialise an event's state, without its :data:`SALT`."""
+        state = unpack(data)
+        if type(state) is dict:
+            state.pop(SALT, None)
+        return state

@@ -29,7 +29,7 @@ from eventsourcing.utils import resolve_topic
 from ledger import gc_pause, stored
 from ledger.domain import Record, uuid_of_hex
 from ledger.errors import CorruptEventError, LedgerError
-from ledger.serialization import unpack
+from ledger.serialization import SALT, unpack
 from ledger.shapes import check_event_shape
 from projections import access, delivery, record_table, timeline, validity
 from projections.base import (
@@ -463,6 +463,7 @@ def decode_row(row: Row) -> Any:
     try:
         cls = _event_class(topic)
         data = unpack(state)
+        data.pop(SALT, None)
         data["originator_id"] = (
             originator_id if isinstance(originator_id, UUID) else uuid_of_hex(originator_id)
         )

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ledger import HIDDEN, WITHHELD, Kind, Ledger, Session, Status
+from ledger import HIDDEN, WITHHELD, Kind, Ledger, Session, Status, merkle, serialization
 from ledger.bundle import verify_bundle, write_bundle
 from ledger.cli import main
 from ledger.errors import (
@@ -624,6 +624,30 @@ def test_proofs_withhold_the_bytes_of_events_that_name_a_hidden_record(
     # A caller granted in proj-a gets every event's bytes
     a_auditor = grant(tenants.led, "auditor-ab", {"proj-a": ["audit"], "proj-b": ["audit"]})
     assert all(p.leaf_data is not None and p.verify() for p in a_auditor.prove("B-R1"))
+
+
+def test_a_withheld_events_leaf_hash_confirms_no_guess_of_its_bytes(tenants: Tenants) -> None:
+    # B is shown the leaf hash of each event of B-R1 whose bytes name A's records.
+    # Whoever guesses every field of such an event right (the hidden parent's id,
+    # A's reason, who revoked) still cannot confirm it by hashing: the stored state
+    # ends with a random salt that is withheld with it.
+    withheld = [p for p in tenants.b.prove("B-R1") if p.leaf_data is None]
+    assert len(withheld) == 2
+    with tenants.led.engine.reading() as c:
+        rows = {r[0]: r for r in tenants.led.engine.recorder.read_rows_after(c, 0, 10_000)}
+    salts = set()
+    for proof in withheld:
+        position, oid, version, topic, state = rows[proof.position]
+        fields = serialization.unpack(state)
+        salt = fields.pop(serialization.SALT)
+        assert type(salt) is bytes and len(salt) == 16
+        salts.add(salt)
+        perfect_guess = merkle.leaf_data(position, oid, version, topic, serialization.pack(fields))
+        assert merkle.leaf_hash(perfect_guess).hex() != proof.leaf
+        fields[serialization.SALT] = salt  # what the guess lacks, and only that
+        with_salt = merkle.leaf_data(position, oid, version, topic, serialization.pack(fields))
+        assert merkle.leaf_hash(with_salt).hex() == proof.leaf
+    assert len(salts) == 2
 
 
 def test_a_key_quoted_in_a_note_does_not_tell_whether_it_names_a_hidden_record(

@@ -13,7 +13,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ledger import Kind, Status
-from ledger.serialization import MsgpackTranscoder, canonical
+from ledger.serialization import SALT, MsgpackTranscoder, canonical, unpack
+from ledger.stored import stored_proposal
+from tests.test_stored import proposed
 
 transcoder = MsgpackTranscoder()
 
@@ -33,6 +35,23 @@ def same(a: Any, b: Any) -> bool:
     if isinstance(a, float) and math.isnan(a):
         return math.isnan(b)
     return bool(a == b)
+
+
+def test_each_encoding_of_an_event_state_ends_with_its_own_salt_dropped_on_decoding() -> None:
+    state = {"record_id": "r-1", "actor": "agent-1"}
+    first, second = transcoder.encode(state), transcoder.encode(state)
+
+    assert state == {"record_id": "r-1", "actor": "agent-1"}  # the caller's map is left as it is
+    assert first != second
+    stored = [unpack(first), unpack(second)]
+    assert [list(s) for s in stored] == [["record_id", "actor", SALT]] * 2
+    assert all(type(s[SALT]) is bytes and len(s[SALT]) == 16 for s in stored)
+    assert stored[0][SALT] != stored[1][SALT]
+    assert transcoder.decode(first) == transcoder.decode(second) == state
+    # a proposal's row assembled without the mapper gets one too
+    event = proposed(1)
+    salts = {unpack(stored_proposal(event).state)[SALT] for _ in range(3)}
+    assert len(salts) == 3 and all(len(s) == 16 for s in salts)
 
 
 def test_uuid_round_trips_as_uuid() -> None:

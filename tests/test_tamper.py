@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ledger import Kind, Ledger, merkle
+from ledger import Kind, Ledger, merkle, serialization
 from ledger.bundle import write_bundle
 from ledger.errors import CorruptEventError, InvalidInputError
 from ledger.persistence import base as persistence_base
@@ -442,8 +442,10 @@ def test_rewriting_events_and_their_leaves_together_is_caught_by_the_kept_digest
             "SELECT originator_id, originator_version, topic, state FROM stored_events "
             "WHERE rowid=3"
         ).fetchone()
-    forged_state = row[3] + b""  # same length but a different byte below
-    forged_state = forged_state[:-1] + bytes([forged_state[-1] ^ 0x01])
+    # Same length but a different byte below: the last byte before the salt (the
+    # salt's name, marker and 16 bytes end the state)
+    cut = -len(serialization.pack({serialization.SALT: bytes(16)})) + 1
+    forged_state = row[3][: cut - 1] + bytes([row[3][cut - 1] ^ 0x01]) + row[3][cut:]
     forged_leaf = merkle.leaf_hash(merkle.leaf_data(3, row[0], row[1], row[2], forged_state))
     _tamper(
         path,
