@@ -17,6 +17,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -624,6 +625,60 @@ def test_sqlite_file_uri_does_not_open_a_database_in_memory(
     assert result.exit_code != 0
     assert "file:" in result.output + result.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+# -- SQLite: the file removed or replaced under a running process ---------------------
+
+
+def _remove_ledger_files(path: Path) -> None:
+    for name in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        name.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("how", ["removed", "replaced"])
+def test_a_ledger_file_removed_or_replaced_under_a_process_takes_no_more_writes(
+    tmp_path: Path, how: str
+) -> None:
+    # Given a process writing to a ledger file, another writing to a second one
+    path, other = tmp_path / "ledger.db", tmp_path / "other.db"
+    led = Ledger.open(f"sqlite:///{path}")
+    admin = led.admin()
+    admin.grant("agent-1", scope="proj-a", roles=["propose", "read"])
+    agent = led.authenticate(admin.issue_token("agent-1"))
+    agent.propose("proj-a", "k", 1, Kind.FACT, id="P1")
+    with Ledger.open(f"sqlite:///{other}") as elsewhere:
+        elsewhere.admin().grant("someone", scope="proj-z", roles=["read"])
+        positions = {"other": elsewhere.position}
+
+    # When the file is deleted (as with its WAL), or another ledger moved over it
+    _remove_ledger_files(path)
+    if how == "replaced":
+        os.rename(other, path)
+    try:
+        # Then the next write is refused, saying so, instead of landing in the
+        # unlinked file (lost at exit) or in the file now there
+        with pytest.raises(StorageError, match=f"was {how}.*nothing was written"):
+            agent.propose("proj-a", "k2", 2, Kind.FACT, id="P2")
+        # and a read on a new thread's connection creates no empty file at the path
+        failed: list[BaseException] = []
+        reader = threading.Thread(target=lambda: _read_into(agent, failed))
+        reader.start()
+        reader.join()
+    finally:
+        led.close()
+    assert len(failed) == 1 and f"was {how}" in str(failed[0])
+    if how == "removed":
+        assert not path.exists()
+    else:
+        with Ledger.open(f"sqlite:///{path}", create=False) as there:
+            assert there.position == positions["other"]
+
+
+def _read_into(session: Session, failed: list[BaseException]) -> None:
+    try:
+        session.get("P1")
+    except LedgerError as exc:
+        failed.append(exc)
 
 
 # -- SQLite: the write lock held by another process -----------------------------------

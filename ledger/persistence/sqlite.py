@@ -7,12 +7,14 @@ UPDATE or DELETE on it fail.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
+from urllib.parse import quote
 from uuid import UUID
 
 from eventsourcing.persistence import InterfaceError, Notification
@@ -63,12 +65,42 @@ READER_CACHE_KIB = 8_192
 
 
 class LedgerSQLitePool(SQLiteConnectionPool):
-    """eventsourcing's SQLite connection pool, with a real prepared-statement cache."""
+    """eventsourcing's SQLite connection pool, with a real prepared-statement cache.
+
+    Once it has opened the ledger's file, it opens it again only read-write (a
+    connection never creates a file at the path) and only while the path still
+    names that file: a file removed or replaced under a running process would take
+    its later writes with it, or leave them in a new, empty database."""
+
+    #: The ledger file's absolute path and (device, inode), once first opened.
+    opened: tuple[str, int, int] | None = None
+
+    def check_same_file(self) -> None:
+        """Raise ``sqlite3.OperationalError`` if the ledger's path no longer names the
+        file this pool opened (removed, moved away, or replaced by another file)."""
+        if self.opened is None:
+            return
+        path, device, inode = self.opened
+        try:
+            found = os.stat(path)
+        except FileNotFoundError:
+            found = None
+        if found is None or (found.st_dev, found.st_ino) != (device, inode):
+            what = "removed or moved away" if found is None else "replaced by another file"
+            raise sqlite3.OperationalError(
+                f"the ledger file {path!r} was {what} after this process opened it, so what "
+                "it wrote next would be lost; nothing was written (restore the file, then open "
+                "the ledger again)"
+            )
 
     def _create_connection(self) -> SQLiteConnection:
+        database = self.db_name
+        if self.opened is not None:
+            self.check_same_file()
+            database = f"file:{quote(self.opened[0])}?mode=rw"
         try:
             c = sqlite3.connect(
-                database=self.db_name,
+                database=database,
                 uri=True,
                 check_same_thread=False,
                 isolation_level=None,  # auto-commit; transactions BEGIN explicitly
@@ -88,6 +120,9 @@ class LedgerSQLitePool(SQLiteConnectionPool):
                 self.journal_mode_was_changed_to_wal = True
             self.is_journal_mode_wal = True
         c.row_factory = sqlite3.Row
+        if self.opened is None and not self.is_sqlite_memory_mode and not read_only:
+            found = os.stat(self.db_name)
+            self.opened = (os.path.abspath(self.db_name), found.st_dev, found.st_ino)
         return SQLiteConnection(sqlite_conn=c, max_age=self.max_age)
 
 
@@ -222,6 +257,8 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
             self._writing = True
             try:
                 writer = self._own_writer()
+                pool: Any = self.datastore.pool
+                pool.check_same_file()
                 yield from _transaction(writer, writer.cursor())
             finally:
                 self._writing = False
