@@ -122,6 +122,13 @@ def capture(
     if uri != uri.strip():  # else refused as its claim key "source:<uri>", not by name
         raise InvalidValueError(f"uri {quoted(uri)} has leading or trailing whitespace")
     check_format_edges(uri, "uri")
+    if claim_key is None:  # else refused naming a claim_key the caller never gave
+        try:
+            check_claim_key(f"source:{uri}", "the default claim key 'source:<uri>'")
+        except ValueTooLargeError as exc:
+            raise ValueTooLargeError(
+                f"uri is {len(uri)} characters: {exc}; give a claim_key (or a shorter uri)"
+            ) from None
     if not isinstance(content, (bytes, bytearray, memoryview)):
         raise InvalidValueError(f"content must be bytes, got {type(content).__name__}")
     data = bytes(content)
@@ -171,8 +178,7 @@ def _propose(
         drawn = repr(str(record_id))
         if not isinstance(record_id, DrawnId) or drawn not in str(exc):
             raise
-        # The id was drawn for this proposal: the caller never saw it, and no
-        # record holds it.
+        # The id was drawn for this proposal: the caller never saw it, no record holds it.
         raise type(exc)(str(exc).replace(drawn, "the new record")) from None
 
 
@@ -192,9 +198,8 @@ def new_record_id() -> str:
 
 
 class DrawnId(str):
-    """An id :func:`named` drew for a proposal that named none: messages about a
-    refused proposal call it "the proposal" or "the new record", not by an id
-    nobody gave."""
+    """An id :func:`named` drew for a proposal naming none: messages about it say
+    "the proposal" or "the new record", not an id nobody gave."""
 
     __slots__ = ()
 
@@ -642,12 +647,7 @@ def _resolve(
 
 
 def _new_key(
-    caller: Caller,
-    c: Cursor,
-    rid: str,
-    scope: str,
-    known: dict[str, Any],
-    pending: Batch,
+    caller: Caller, c: Cursor, rid: str, scope: str, known: dict[str, Any], pending: Batch
 ) -> str | None:
     """The key of a new record proposed as ``rid`` in ``scope``; None if the id is
     taken where the caller can see it (see :meth:`Caller.key_for`)."""

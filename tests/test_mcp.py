@@ -251,6 +251,26 @@ async def test_every_tool_is_described_for_a_model_with_schemas_and_annotations(
     assert [fn.__name__ for fn, _, _ in APPROVAL_TOOLS] == APPROVALS
 
 
+async def test_each_writing_tool_says_an_unanswered_call_may_be_written_and_how_to_retry(
+    team: Team,
+) -> None:
+    # A call cancelled while it waits for the writers' lock is still written once the
+    # lock frees (the write is not withdrawn): a model that retries must know.
+    async with team.client("reviewer") as reviewer:
+        tools = {t.name: t.description or "" for t in (await reviewer.list_tools()).tools}
+
+    for name in ("capture_evidence", "propose_memory", *APPROVALS):
+        assert "answer did not arrive" in tools[name], name
+        assert "may still have been written" in tools[name], name
+    for name in ("capture_evidence", "propose_memory"):
+        assert "Pass your own `id`" in tools[name], name
+        assert "refused as a duplicate (DuplicateRecordError" in tools[name], name
+    for name in APPROVALS:
+        assert "refused by the record's new status" in tools[name], name
+    for name in ("read_memory", "explain_memory", "get_record", "list_records"):
+        assert "answer did not arrive" not in tools[name], name
+
+
 async def test_a_result_reaches_the_model_as_compact_json_text_equal_to_the_structured_one(
     team: Team,
 ) -> None:
@@ -379,6 +399,35 @@ async def test_captured_evidence_is_pinned_to_its_bytes_and_can_be_a_parent(
     ref = binary["record"]["evidence"]["snapshot_ref"]
     assert team.sessions["agent-1"].snapshot(ref) == raw
     assert claim["record"]["parents"] == ["E1"]
+
+
+async def test_a_uri_too_long_for_the_default_claim_key_is_refused_naming_the_uri(
+    team: Team,
+) -> None:
+    # The default claim key is 'source:<uri>': a uri of 506 characters (within its
+    # own limit of 2048) makes one of 513, over the claim key's 512. The refusal
+    # names the uri, which the model sent, not a claim_key it never sent.
+    uri = "https://docs.test/" + "p" * 488
+    before = records_state(team.ledger)
+    async with team.client("agent-1") as agent:
+        text = await refused(agent, "capture_evidence", scope=SCOPE, uri=uri, content="x")
+        assert records_state(team.ledger) == before
+        # With a claim key of its own, or a uri one character shorter, it is captured
+        keyed = await ok(
+            agent, "capture_evidence", scope=SCOPE, uri=uri, content="x", claim_key="docs.page"
+        )
+        shorter = await ok(agent, "capture_evidence", scope=SCOPE, uri=uri[:-1], content="x")
+
+    assert text == (
+        "Error executing tool capture_evidence: ValueTooLargeError: uri is 506 characters: "
+        "the default claim key 'source:<uri>' is 513 characters; the limit is 512; give a "
+        "claim_key (or a shorter uri)"
+    )
+    assert text == "Error executing tool capture_evidence: " + library_refusal(
+        lambda: team.sessions["agent-1"].capture(scope=SCOPE, uri=uri, content=b"x")
+    )
+    assert keyed["record"]["evidence"]["uri"] == uri
+    assert len(shorter["record"]["claim_key"]) == 512
 
 
 async def test_explain_memory_says_why_each_record_is_not_usable(team: Team) -> None:
@@ -958,6 +1007,42 @@ async def test_text_that_is_not_iso_8601_is_no_instant(team: Team) -> None:
     assert not ok.is_error, ok.content
 
 
+async def test_an_instant_with_rfc_3339_lower_case_t_and_z_is_read_and_a_naive_one_refused(
+    team: Team,
+) -> None:
+    # The schemas say `format: date-time`: RFC 3339 lets its "T" and "Z" be lower case.
+    async with team.client("agent-1") as agent:
+        proposal = {"scope": SCOPE, "claim_key": CLAIM, "value": 1, "kind": "fact"}
+        proposed = await ok(agent, "propose_memory", **proposal, expires="2099-01-01t00:00:00z")
+        captured = await ok(
+            agent,
+            "capture_evidence",
+            scope=SCOPE,
+            uri="https://docs.test/lower",
+            content="x",
+            fetched_at="2026-01-01t11:00:00.5z",
+        )
+        read = await ok(
+            agent, "read_memory", scope=SCOPE, claim_key=CLAIM, at="2030-06-01t00:00:00z"
+        )
+        explained = await ok(
+            agent, "explain_memory", scope=SCOPE, claim_key=CLAIM, at="2030-06-01T00:00:00z"
+        )
+        before = records_state(team.ledger)
+        naive = await refused(agent, "propose_memory", **proposal, expires="2099-01-01t00:00:00")
+        unreadable = await refused(
+            agent, "propose_memory", **proposal, expires="2099-01-01t25:00:00z"
+        )
+
+    assert proposed["record"]["expires"] == "2099-01-01T00:00:00+00:00"
+    assert captured["record"]["evidence"]["fetched_at"] == "2026-01-01T11:00:00.500000+00:00"
+    assert read["at"] == explained["at"] == "2030-06-01T00:00:00+00:00"
+    # Everything else as before: an instant without a timezone is refused by name
+    assert naive.endswith("NaiveDatetimeError: expires 2099-01-01T00:00:00 has no timezone")
+    assert unreadable.endswith("not '2099-01-01t25:00:00z'")
+    assert records_state(team.ledger) == before  # nothing proposed
+
+
 async def test_an_infinite_number_in_an_argument_is_refused_naming_where(team: Team) -> None:
     # JSON has no Infinity, but Python's reader (the SDK's, on the wire) takes it;
     # stored, it would come back as the text "inf". The SDK's own client sends an
@@ -984,6 +1069,56 @@ async def test_an_infinite_number_in_an_argument_is_refused_naming_where(team: T
     )
     assert "context.x is not a finite number" in str(read.value)
     assert team.ledger.position == before
+
+
+async def test_a_non_finite_number_inside_json_text_for_an_argument_is_refused_naming_where(
+    team: Team,
+) -> None:
+    # An object argument sent as JSON text is read by the SDK after the arguments
+    # arrive, with Python's reader, which takes Infinity and NaN and reads 1e400 as
+    # an infinity: what the tool is handed is checked, not only what was sent.
+    before = team.ledger.position
+    proposal = {"scope": SCOPE, "claim_key": CLAIM, "value": 1, "kind": "fact"}
+    async with team.client("agent-1") as agent:
+        infinity = await refused(
+            agent, "propose_memory", **proposal, conditions='{"a": Infinity}', id="C1"
+        )
+        overflow = await refused(
+            agent, "propose_memory", **proposal, conditions='{"a": [1, 1e400]}', id="C2"
+        )
+        captured = await refused(
+            agent,
+            "capture_evidence",
+            scope=SCOPE,
+            uri="https://docs.test/c",
+            content="x",
+            conditions='{"b": -Infinity}',
+        )
+        read = await refused(
+            agent, "read_memory", scope=SCOPE, claim_key=CLAIM, context='{"x": NaN}'
+        )
+        explained = await refused(
+            agent, "explain_memory", scope=SCOPE, claim_key=CLAIM, context='{"x": {"y": 1e999}}'
+        )
+        parents = await refused(agent, "propose_memory", **proposal, parents='["E1", Infinity]')
+        assert team.ledger.position == before
+        # JSON text holding only finite numbers is still read as the object it spells
+        finite = await ok(agent, "propose_memory", **proposal, conditions='{"a": 1.5}', id="C3")
+
+    assert infinity == (
+        "Error executing tool propose_memory: InvalidInputError: conditions.a is not a "
+        "finite number (Infinity and NaN are not JSON)"
+    )
+    assert overflow.endswith("InvalidInputError: conditions.a[1] is not a finite number "
+                             "(Infinity and NaN are not JSON)")  # fmt: skip
+    assert captured.startswith("Error executing tool capture_evidence: InvalidInputError: "
+                               "conditions.b is not a finite number")  # fmt: skip
+    assert read.startswith("Error executing tool read_memory: InvalidInputError: context.x is")
+    assert "InvalidInputError: context.x.y is not a finite number" in explained
+    assert "InvalidInputError: parents[1] is not a finite number" in parents
+    assert finite["record"]["conditions"] == {"a": 1.5}
+    with pytest.raises(LedgerError):
+        team.sessions["agent-1"].get("C1")
 
 
 async def test_a_connection_that_lost_read_on_what_it_read_proposes_no_more(
@@ -1776,6 +1911,55 @@ def test_a_client_gone_before_its_answer_ends_the_server_quietly_with_the_call_k
     assert [t.rsplit(".", 1)[-1] for t in topics[-3:]] == ["Started", "Proposed", "Ended"]
     with Ledger.open(url) as led:
         assert led.authenticate(token).get("G1").proposer == "agent-1"
+
+
+def test_a_call_abandoned_while_it_waits_for_the_lock_is_written_and_its_retry_refused(
+    tmp_path: Path, anyio_backend: str
+) -> None:
+    # Given another writer holding the ledger's writers' lock
+    url, token = _agent_ledger(tmp_path)
+    env = {"PROVLEDGER_TOKEN": token}
+    if "PYTHONPATH" in os.environ:  # this checkout's package, however pytest was started
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    server = StdioServerParameters(
+        command=sys.executable, args=["-m", "ledger", "mcp", "--url", url], env=env
+    )
+    locker = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
+    proposal = {"scope": SCOPE, "claim_key": "k", "value": 1, "kind": "fact", "id": "C1"}
+
+    async def session() -> tuple[MCPError, Any]:
+        with (tmp_path / "stderr.txt").open("w") as errlog:
+            async with Client(stdio_client(server, errlog=errlog)) as client:
+                await client.list_tools()
+                locker.execute("BEGIN IMMEDIATE")
+                # When the client gives up on a proposal waiting for the lock (the SDK's
+                # client sends notifications/cancelled) and the lock frees later
+                with pytest.raises(MCPError) as abandoned:
+                    await client.call_tool("propose_memory", proposal, read_timeout_seconds=1)
+                locker.execute("COMMIT")
+                with Ledger.open(url) as led:
+                    agent = led.authenticate(token)
+                    for _ in range(200):
+                        if agent.records(SCOPE):
+                            break
+                        await anyio.sleep(0.05)
+                # and retries the call with the same id
+                retried = await client.call_tool("propose_memory", proposal)
+        return abandoned.value, retried
+
+    try:
+        abandoned, retried = anyio.run(session, backend=anyio_backend)
+    finally:
+        locker.close()
+
+    # Then the abandoned call was written all the same, and the retry is refused as a
+    # duplicate naming the id (what the tool descriptions tell a model to rely on)
+    assert "timed out" in str(abandoned)
+    with Ledger.open(url) as led:
+        assert [r.id for r in led.authenticate(token).records(SCOPE)] == ["C1"]
+    assert retried.is_error and retried.content[0].text == (
+        "Error executing tool propose_memory: DuplicateRecordError: record 'C1' already exists"
+    )
 
 
 def test_provledger_mcp_without_the_sdk_names_the_extra_to_install(

@@ -397,6 +397,9 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             {"properties": {name: {"type": "string"}}, "required": [name]}
             for name in ("content", "content_base64")
         ],
+        # Without a claim_key the key is "source:<uri>", which must fit a claim key.
+        "if": {"not": {"properties": {"claim_key": {"type": "string"}}, "required": ["claim_key"]}},
+        "then": {"properties": {"uri": {"maxLength": 512 - len("source:")}}},
     },
     "NoteRequest": _object({"note": nullable(_NOTE)}, required=[]),
     "ReasonRequest": _object({"reason": _REASON}),

@@ -95,15 +95,21 @@ Parents = Annotated[
 ]
 
 
+#: RFC 3339 (section 5.6) lets the "T" and "Z" of a date-time be lower case, which
+#: the schemas' ``format: date-time`` promises; Python's reader refuses a "z".
+_UPPER_T_Z = str.maketrans("tz", "TZ")
+
+
 def iso_text(value: object) -> object:
-    """An instant must come as ISO 8601 text: a number is refused, not read as
-    seconds since the epoch (pydantic's lax reading), nor a boolean as one, nor
-    text of digits as one ("1700000000")."""
+    """An instant must come as ISO 8601 text (its "T" and "Z" in either case, as
+    RFC 3339 allows): a number is refused, not read as seconds since the epoch
+    (pydantic's lax reading), nor a boolean as one, nor text of digits as one
+    ("1700000000")."""
     if value is None or isinstance(value, datetime):
         return value
     if isinstance(value, str):
         try:
-            return datetime.fromisoformat(value)
+            return datetime.fromisoformat(value.translate(_UPPER_T_Z))
         except ValueError:
             raise ValueError(
                 f"an instant is ISO 8601 text with a timezone (e.g. '2026-12-31T00:00:00Z'), "

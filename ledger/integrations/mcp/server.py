@@ -145,6 +145,8 @@ class LedgerServer(MCPServer[Connection]):
     #: some scope now (asked at each listing: grants change while a server runs).
     _approval: frozenset[str] = frozenset()
     _approves: Callable[[], bool] | None = None
+    #: The tools it was given, by name.
+    given: dict[str, Tool] = {}
 
     def list_while(self, tools: frozenset[str], holds: Callable[[], bool]) -> None:
         """List ``tools`` only while ``holds()`` (asked at each listing)."""
@@ -166,12 +168,12 @@ class LedgerServer(MCPServer[Connection]):
         """Refuse arguments ``name`` does not take, then call it (text given for an
         argument that takes text kept as that text: :class:`_TextAsSent`)."""
         takes = (await self._arguments()).get(name)
-        for argument, given in arguments.items():
+        for argument, given in self._passed_on(name, arguments).items():
             where = _non_finite(given, argument)
             if where is not None:
-                # JSON has no infinity (Python's reader takes it): it would be stored
-                # as a number and shown back as the text "inf". A place whose keys
-                # are long is cut as any echoed text is.
+                # JSON has no infinity (Python's reader takes it, and reads 1e400 as
+                # one): it would be stored as a number and shown back as the text
+                # "inf". A place whose keys are long is cut as any echoed text is.
                 shown = echoed(where)
                 raise ToolError(
                     f"Error executing tool {name}: "
@@ -213,6 +215,13 @@ class LedgerServer(MCPServer[Connection]):
             text = json.dumps(result.structured_content, ensure_ascii=False, separators=(",", ":"))
             result.content = [TextContent(type="text", text=text)]
         return result
+
+    def _passed_on(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """``arguments`` as the tool ``name`` is handed them: text given for an
+        argument that takes no text read as the JSON it spells (``conditions`` sent
+        as '{"a": Infinity}'), as the SDK reads it (:class:`_TextAsSent`)."""
+        tool = self.given.get(name)
+        return arguments if tool is None else tool.fn_metadata.pre_parse_json(arguments)
 
     async def run_stdio_async(self) -> None:
         """Serve over stdio as the SDK does, but answer a line the SDK cannot read
@@ -262,6 +271,25 @@ dependencies. A record you were last shown not usable is not one of them.
 """
 
 
+#: Said of each tool that writes: a call is not undone when its answer is lost.
+_UNANSWERED = (
+    " A call whose answer did not arrive (a timeout, a cancelled call, a dropped "
+    "connection) may still have been written: a cancelled call waiting for the ledger "
+    "is not withdrawn."
+)
+#: And of the proposing tools, how to retry one safely.
+_RETRY_WITH_ID = (
+    _UNANSWERED + " Pass your own `id`, so that a retry of a call already written is "
+    "refused as a duplicate (DuplicateRecordError naming that id) instead of creating a "
+    "second record."
+)
+#: And of the approval tools, how a retry fares.
+_RETRY_DECISION = (
+    _UNANSWERED + " A retry of one already written is refused by the record's new status "
+    "(get_record shows it)."
+)
+
+
 def _read_tool(title: str) -> ToolAnnotations:
     return ToolAnnotations(
         title=title, read_only_hint=True, idempotent_hint=True, open_world_hint=False
@@ -290,7 +318,7 @@ TOOLS: tuple[tuple[Callable[..., Any], str, ToolAnnotations], ...] = (
         "claim key defaults to 'source:<uri>'. Evidence captured after this session was "
         "shown a record usable carries that read, so a new version of that record "
         "(`supersedes`) cannot rest on it: capture a source that may replace a memory "
-        "before reading that memory, or in a new session.",
+        "before reading that memory, or in a new session." + _RETRY_WITH_ID,
         _write_tool("Capture evidence", destructive=False),
     ),
     (
@@ -307,7 +335,7 @@ TOOLS: tuple[tuple[Callable[..., Any], str, ToolAnnotations], ...] = (
         "since: look at it (get_record or explain_memory), then propose again. If you can "
         "no longer read a record this session read (your access was withdrawn), what you "
         "propose here may rest on it, so every proposal of this session is refused: start a "
-        "new session.",
+        "new session." + _RETRY_WITH_ID,
         _write_tool("Propose a memory", destructive=False),
     ),
     (
@@ -387,14 +415,14 @@ APPROVAL_TOOLS: tuple[tuple[Callable[..., Any], str, ToolAnnotations], ...] = (
         "approver may accept, never the record's own proposer, and every record it rests on "
         "must already be ACCEPTED and unexpired. Look at it first (get_record, audit_record): "
         "what it claims and what it rests on. If it supersedes an older record, the older one "
-        "becomes SUPERSEDED and what was built on that one STALE.",
+        "becomes SUPERSEDED and what was built on that one STALE." + _RETRY_DECISION,
         _write_tool("Accept a candidate", destructive=False),
     ),
     (
         reject_memory,
         "Decline a CANDIDATE: it becomes REJECTED for good (kept in the history, never "
         "returned by read_memory). The `reason` is recorded and shown by explain_memory and "
-        "audit_record. Never by the record's own proposer.",
+        "audit_record. Never by the record's own proposer." + _RETRY_DECISION,
         _write_tool("Reject a candidate", destructive=True),
     ),
     (
@@ -406,7 +434,7 @@ APPROVAL_TOOLS: tuple[tuple[Callable[..., Any], str, ToolAnnotations], ...] = (
         f"affected that you can see (the first {MAX_SERVED_NODES} ids, with the counts; "
         "list_records with status='STALE' in each scope pages through the rest). Cannot be "
         "undone: a record "
-        "revoked stays revoked.",
+        "revoked stays revoked." + _RETRY_DECISION,
         _write_tool("Revoke a record", destructive=True),
     ),
     (
@@ -415,7 +443,7 @@ APPROVAL_TOOLS: tuple[tuple[Callable[..., Any], str, ToolAnnotations], ...] = (
         "stale record that was never accepted returns to CANDIDATE). Without `parents` every "
         "current dependency must be usable again; with `parents`, a new basis of usable "
         "records replaces its dependencies. Records built on it stay STALE until each is "
-        "revalidated itself. Never by the record's own proposer.",
+        "revalidated itself. Never by the record's own proposer." + _RETRY_DECISION,
         _write_tool("Revalidate a stale record", destructive=False),
     ),
 )
@@ -436,6 +464,7 @@ def build_server(ledger: Ledger, token: str) -> MCPServer[Connection]:
         AuthenticationError: the token is unknown, revoked or expired.
     """
     session = ledger.authenticate(token)
+    tools = [_tool(fn, description, hints) for fn, description, hints in TOOLS + APPROVAL_TOOLS]
     server = LedgerServer(
         "provledger",
         title="provledger memory",
@@ -444,8 +473,9 @@ def build_server(ledger: Ledger, token: str) -> MCPServer[Connection]:
         lifespan=lifespan_of(session),
         # A refused tool call is an answer to the model, not an operator's concern.
         log_level="WARNING",
-        tools=[_tool(fn, description, hints) for fn, description, hints in TOOLS + APPROVAL_TOOLS],
+        tools=tools,
     )
+    server.given = {tool.name: tool for tool in tools}
 
     def approves() -> bool:
         try:
