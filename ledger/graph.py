@@ -11,6 +11,8 @@ the status (:data:`STATUS_COLOURS`), observed dependencies are dashed edges,
 a new version is joined to the record it supersedes by a dotted ``supersedes``
 edge (old → new) when both are drawn, delivered records get a double border and
 a ``DELIVERED`` line, and the record the picture is about gets a thick border.
+A label or tooltip shows at most :data:`TEXT_SHOWN` characters of a stored text
+and :data:`VALUE_SHOWN` of a value's JSON, the rest cut and its length told.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from ledger.domain import Record, Status
 from ledger.errors import GraphTooLargeError, InvalidInputError, RenderError
 from ledger.reads import record_view
 from ledger.session import Session
-from ledger.validation import check_id
+from ledger.validation import check_id, key_text
 from ledger.values import HIDDEN, RecordView
 from projections import edges as edges_index
 from projections import queries as view_queries
@@ -343,11 +345,29 @@ def _wrap(text: str, width: int = 36) -> list[str]:
     return [*lines, line] if line else lines
 
 
+#: The most characters of a stored text (a claim key, a reason, a principal's name)
+#: that a picture's label or tooltip shows, and of a value's JSON (``VALUE_SHOWN``);
+#: a longer one is cut, its length told. Graphviz refuses a quoted string over
+#: 16 KB (escaped and in UTF-8, up to 9 bytes a character): one large value in a
+#: graph failed the whole picture.
+TEXT_SHOWN = 200
+VALUE_SHOWN = 500
+
+
+def _cut(text: str, limit: int = TEXT_SHOWN) -> str:
+    """``text`` whole when at most ``limit`` characters long, else its first ``limit``,
+    an ellipsis and its length."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text):,} characters)"
+
+
 def _lines(node: RecordView, revoked: RevokedBy | None = None) -> list[str]:
     lines = [node.id, f"[{node.kind}]", f"{node.status} / {node.validity}"]
     if revoked is not None:
-        lines += _wrap(f"reason: {revoked.reason}")
-        lines.append(f"by {revoked.actor} at {revoked.at.isoformat(timespec='seconds')}")
+        lines += _wrap(f"reason: {_cut(revoked.reason)}")
+        at = revoked.at.isoformat(timespec="seconds")
+        lines.append(f"by {_cut(revoked.actor)} at {at}")
     if node.status == Status.STALE and node.cause:
         verb = "revoked" if node.cause_superseded_by is None else "superseded"
         lines.append(f"({node.cause} {verb})")
@@ -362,9 +382,9 @@ def _lines(node: RecordView, revoked: RevokedBy | None = None) -> list[str]:
 
 def _tooltip(node: RecordView) -> str:
     value = json.dumps(node.value, default=repr, ensure_ascii=False)
-    parts = [f"{node.scope}/{node.claim_key} = {value}"]
+    parts = [f"{node.scope}/{_cut(key_text(node.claim_key))} = {_cut(value, VALUE_SHOWN)}"]
     if node.reason:
-        parts.append(f"reason: {node.reason}")
+        parts.append(f"reason: {_cut(node.reason)}")
     return "\n".join(parts)
 
 

@@ -7,6 +7,7 @@ written before a command's input has passed them.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import unicodedata
@@ -21,6 +22,7 @@ from ledger.errors import (
     InvalidInputError,
     InvalidKindError,
     InvalidValueError,
+    LedgerError,
     NaiveDatetimeError,
     ValueTooLargeError,
 )
@@ -278,6 +280,21 @@ def check_format_edges(text: str, what: str) -> None:
             f"{what} {quoted(text)} has a trailing invisible format character "
             f"({_code_points(text[-1])})"
         )
+
+
+def key_text(key: str) -> str:
+    """A claim key as a table or heading shows it: as it is when a new claim could
+    have it, else (a key an earlier version stored, with a tab, a line break, space
+    or an invisible format character at an end, or in another normal form) as a
+    JSON string with every character beyond ASCII escaped, so that it shows on one
+    line and apart from its look-alikes. A key shown as it is never starts with
+    ``"``; a key beginning so is quoted too."""
+    try:
+        plain_key = check_claim_key(key) == key and not key.startswith('"')
+        check_format_edges(key, "claim_key")
+    except LedgerError:
+        plain_key = False
+    return key if plain_key else json.dumps(key)
 
 
 def _code_points(chars: str) -> str:

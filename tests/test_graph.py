@@ -511,3 +511,49 @@ def test_the_supersedes_edge_is_drawn_only_when_both_versions_are_in_the_picture
     down = collect(reviewer, "V1", descendants=True)
     assert [n.id for n in down.nodes] == ["V1"] and down.supersessions == ()
     assert "supersedes" not in to_dot(down)
+
+
+#: A DOT quoted string, with its escapes.
+QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"')
+#: The longest quoted string Graphviz's ``dot`` reads, in bytes (longer: no picture at all).
+DOT_STRING_LIMIT = 16_384
+
+
+def test_a_huge_or_escape_heavy_text_is_cut_in_labels_and_tooltips_and_still_drawn(
+    world: World,
+) -> None:
+    # Given, resting on B, records whose values are a string near the 1 MiB limit,
+    # 200,000 "&" (each "&amp;" in DOT) and 200,000 backslashes (eight each in a
+    # tooltip), and B revoked with a reason of 1,024 "&"
+    agent, reviewer = world.agent, world.reviewer
+    agent.propose(scope="proj-a", claim_key="base", value=1, kind=Kind.FACT, id="B")
+    reviewer.accept("B")
+    values = {"N": "n" * 1_000_000, "AMP": "&" * 200_000, "BS": "\\" * 200_000}
+    for rid, value in values.items():
+        agent.propose(
+            scope="proj-a", claim_key=f"k.{rid}", value=value, kind=Kind.INFERENCE,
+            parents=["B"], id=rid,
+        )  # fmt: skip
+    reviewer.revoke("B", reason="&" * 1024)
+    sub = collect(reviewer, "B", descendants=True)
+    revoked = revocations(reviewer, sub)
+
+    # When the graph is written as DOT and as Mermaid
+    dot = to_dot(sub, revoked)
+    mermaid = to_mermaid(sub, revoked)
+
+    # Then no DOT string comes near Graphviz's limit for one
+    assert max(len(q.encode()) for q in QUOTED.findall(dot)) < DOT_STRING_LIMIT // 2
+    # And a tooltip shows the start of the value and of the reason, each length told
+    nodes, _ = _parse(dot)
+    tooltip = nodes["N"]["tooltip"]
+    assert tooltip.startswith('proj-a/k.N = \\"' + "n" * 499 + "… (1,000,002 characters)\\n")
+    assert tooltip.endswith("reason: " + "&amp;" * 200 + "… (1,024 characters)")
+    # And the revoked record's label and its Mermaid node show the reason cut the same way
+    label = nodes["B"]["label"]
+    assert "&amp;" * 200 + "…" in label and "&amp;" * 201 not in label
+    assert "#amp;" * 200 + "…" in mermaid and "#amp;" * 201 not in mermaid
+    # And Graphviz draws it, as the command line asks (provledger graph B --descendants)
+    if dot_available():
+        drawn = draw(reviewer, "B", descendants=True, format="svg")
+        assert drawn.format == "svg" and b"</svg>" in drawn.data

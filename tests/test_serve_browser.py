@@ -384,3 +384,39 @@ def test_the_audit_trail_keeps_its_details_readable_on_a_narrow_screen(
     assert chars >= 12, f"the details column is {chars:.1f} characters wide at 390px"
     assert _sideways(page) <= 0
     _shot(page, artefacts, "console-audit-narrow")
+
+
+def test_explaining_a_key_with_a_line_feed_from_the_records_list_round_trips(
+    browser: Any, tmp_path: Path
+) -> None:
+    import json
+
+    from playwright.sync_api import expect
+
+    # Given a copy of a 0.1.0 ledger holding the key "two\nlines" (LF) and, added
+    # now, "two lines" (LOOKALIKE)
+    fixtures = Path(__file__).parent / "fixtures"
+    path = tmp_path / "keys.db"
+    shutil.copyfile(fixtures / "ledger-0.1.0-keys.db", path)
+    tokens = json.loads((fixtures / "ledger-0.1.0-keys.json").read_text())["tokens"]
+    with Ledger.open(f"sqlite:///{path}") as led:
+        agent = led.authenticate(tokens["agent-1"])
+        agent.propose(scope="s", claim_key="two lines", value=3, kind=Kind.FACT, id="LOOKALIKE")
+        with running(create_app(led, mcp_factory=None)) as base:
+            page = _signed_in(browser, base, tokens["reviewer"], 1280, 900)
+            # When the reviewer finds LF in the records list, opens it and explains its claim
+            page.goto(base + "/records?scope=s")
+            link = page.get_by_role("link", name="LF", exact=True)
+            row = page.get_by_role("row").filter(has=link)
+            expect(row).to_contain_text('"two\\nlines"')
+            link.click()
+            page.get_by_role("link", name="Explain every record of this claim").click()
+            heading = page.locator("#res-h")
+            expect(heading).to_contain_text('FOUND s/"two\\nlines"')
+            # Then the form shows the key as the page does, and sent again asks the same
+            expect(page.get_by_label("Claim key")).to_have_value('"two\\nlines"')
+            page.get_by_role("button", name="Explain").click()
+            expect(heading).to_contain_text('FOUND s/"two\\nlines"')
+            assert "claim_key=%22two%5Cnlines%22" in page.url
+            records = page.locator("tbody tr td:first-child")
+            expect(records).to_have_text(["LF"])

@@ -887,10 +887,10 @@ def test_a_revocation_preview_lists_a_page_of_what_goes_stale_and_counts_the_res
     # When the reviewer previews revoking H
     preview = client.get("/records/H/revoke")
 
-    # Then the first 200 are listed (and counted in the heading), and the page says
-    # 50 more are not
+    # Then the heading counts all 250 and says 200 are listed; the page says 50 more
+    # are not
     text = text_of(preview.text)
-    assert "Will be marked STALE (200)" in text
+    assert "Will be marked STALE (250; the first 200 listed)" in text
     assert preview.text.count('href="/records/H-') == 200
     assert "Not listed: 50 more after the first 200." in text
     # ... and links to them all (STALE: a candidate also needs revalidation)
@@ -1358,3 +1358,201 @@ def test_an_expired_candidate_or_one_on_an_expired_dependency_offers_no_accept(
             assert reason in text_of(page)
     # ... while X1 may still be rejected
     assert 'action="/records/X1/reject"' in card_of(queue, "X1")
+
+
+# -- large values in a graph, refused revocations, locks -----------------------------------
+
+
+def test_a_huge_value_or_many_ampersands_in_a_graph_leaves_its_pages_and_picture_up(
+    desk: Desk,
+) -> None:
+    # Given B accepted, and resting on it a candidate whose value is a string near the
+    # 1 MiB limit and one of 200,000 "&" (either made Graphviz refuse the picture)
+    desk.agent.propose(scope="proj-a", claim_key="base", value=1, kind=Kind.FACT, id="B")
+    desk.reviewer.accept("B")
+    for rid, value in (("NOTES", "n" * 1_000_000), ("AMP", "&" * 200_000)):
+        desk.agent.propose(
+            scope="proj-a", claim_key=f"k.{rid}", value=value, kind=Kind.INFERENCE,
+            parents=["B"], id=rid,
+        )  # fmt: skip
+    client, _ = desk.signed_in("reviewer")
+
+    # When the reviewer opens each record's page, Then it shows its status, its
+    # actions and the picture
+    for rid, status, action in (("B", "ACCEPTED", "Revoke…"), ("NOTES", "CANDIDATE", "Accept")):
+        page = client.get(f"/records/{rid}")
+        assert page.status_code == 200, rid
+        text = text_of(page.text)
+        assert f"Status {status}" in text and action in text, rid
+        assert '<svg role="img"' in page.text and "No picture is drawn" not in text, rid
+    # And the API draws the graph as SVG too
+    api = client.get(
+        "/api/v1/records/B/graph",
+        params={"format": "svg"},
+        headers={"Authorization": f"Bearer {desk.tokens['reviewer']}"},
+    )
+    assert api.status_code == 200 and api.text.rstrip().endswith("</svg>")
+
+
+def test_a_picture_graphviz_fails_to_draw_leaves_the_record_page_up_saying_so(
+    desk: Desk, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ledger.errors import RenderError
+    from ledger.serve import pictures
+
+    _seed(desk)
+
+    def failing(source: str, format: str, timeout: float | None = None) -> bytes:
+        raise RenderError("Graphviz's dot could not draw the SVG: out of memory")
+
+    monkeypatch.setattr(pictures, "render", failing)
+    client, _ = desk.signed_in("reviewer")
+    page = client.get("/records/M1")
+    assert page.status_code == 200
+    text = text_of(page.text)
+    assert "No picture is drawn: Graphviz's dot could not draw the SVG: out of memory." in text
+    assert "<svg" not in page.text and "All 3 records in the graph" in text
+    assert "Status ACCEPTED" in text and "Revoke…" in text
+
+
+def test_a_refused_revocation_comes_back_to_its_preview_with_the_reason_typed(
+    desk: Desk,
+) -> None:
+    import inspect
+
+    from ledger.serve.pages import TEXT_LIMIT
+    from ledger.validation import check_text
+
+    _seed(desk)
+    client, csrf = desk.signed_in("reviewer")
+    preview = client.get("/records/M1/revoke")
+    mark = _PREVIEW.search(preview.text)
+    assert mark is not None
+    # The reason box takes what the ledger takes: no more
+    assert TEXT_LIMIT == inspect.signature(check_text).parameters["max_len"].default == 1024
+    assert f'name="reason" rows="2" maxlength="{TEXT_LIMIT}" required>' in preview.text
+    before = desk.ledger.position
+
+    # When a reason one character too long is sent (as a browser ignoring the limit may)
+    reason = "The upstream document was retracted by its author. " * 21
+    reason = reason[: TEXT_LIMIT + 1]
+    r = client.post("/records/M1/revoke", data={"csrf": csrf, "reason": reason, "preview": mark[1]})
+
+    # Then it is back on the preview, saying why, the reason as typed; nothing was written
+    assert (r.status_code, r.headers["location"]) == (303, "/records/M1/revoke")
+    page = client.get(r.headers["location"]).text
+    assert "Refused (ValueTooLargeError): reason is 1025 characters; the limit is 1024" in (
+        text_of(page)
+    )
+    assert _field_value(page, "textarea", "reason") == reason
+    assert desk.ledger.position == before
+    # ... while one refused for what the record is now (revoked meanwhile) goes to its page
+    desk.reviewer.revoke("M2", reason="gone")
+    r = client.post("/records/M2/revoke", data={"csrf": csrf, "reason": "x", "preview": "x"})
+    assert r.headers["location"] == "/records/M2"
+    assert "Refused (InvalidTransitionError)" in client.get("/records/M2").text
+
+
+def _locked_desk(tmp_path: Any) -> tuple[Desk, str]:
+    """A desk on an SQLite file whose writers wait at most a second for the lock;
+    and the file's path."""
+    path = str(tmp_path / "locked.db")
+    ledger = Ledger.open(f"sqlite:///{path}?timeout=1")
+    admin = ledger.admin()
+    admin.grant("agent-1", scope="proj-a", roles=["propose", "read"])
+    admin.grant("reviewer", scope="proj-a", roles=["approve", "read", "audit", "deliver"])
+    tokens = {n: admin.issue_token(n) for n in ("agent-1", "reviewer")}
+    desk = Desk(
+        ledger=ledger,
+        app=create_app(ledger, mcp_factory=None),
+        agent=ledger.authenticate(tokens["agent-1"]),
+        reviewer=ledger.authenticate(tokens["reviewer"]),
+        tokens=tokens,
+    )
+    return desk, path
+
+
+def test_a_write_the_ledger_stayed_locked_for_names_its_record_and_writes_nothing(
+    tmp_path: Any,
+) -> None:
+    import sqlite3
+
+    # Given E1 accepted and M2 on it waiting, on an SQLite ledger another process
+    # then holds the write lock of, past the ledger's one-second wait
+    desk, path = _locked_desk(tmp_path)
+    desk.agent.propose(scope="proj-a", claim_key="e", value=1, kind=Kind.FACT, id="E1")
+    desk.reviewer.accept("E1")
+    desk.agent.propose(
+        scope="proj-a", claim_key="m", value=2, kind=Kind.INFERENCE, parents=["E1"], id="M2"
+    )
+    client, csrf = desk.signed_in("reviewer")
+    preview = client.get("/records/E1/revoke")
+    mark = _PREVIEW.search(preview.text)
+    assert mark is not None
+    before = desk.ledger.position
+    holder = sqlite3.connect(path, isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        # When the reviewer accepts M2, then revokes E1
+        accepted = client.post("/records/M2/accept", data={"csrf": csrf, "next": "/"})
+        accept_page = text_of(client.get(accepted.headers["location"]).text)
+        revoked = client.post(
+            "/records/E1/revoke",
+            data={"csrf": csrf, "reason": "the source was withdrawn", "preview": mark[1]},
+        )
+        revoke_page = client.get(revoked.headers["location"]).text
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+
+    # Then each says which record it was about and that nothing was written
+    assert accepted.headers["location"] == "/"
+    assert "Nothing was written for record M2: the ledger stayed locked by other writers" in (
+        accept_page
+    )
+    # And the revocation is back on its preview, its reason as typed
+    assert revoked.headers["location"] == "/records/E1/revoke"
+    assert "Nothing was written for record E1: the ledger stayed locked" in text_of(revoke_page)
+    assert _field_value(revoke_page, "textarea", "reason") == "the source was withdrawn"
+    assert desk.ledger.position == before
+    desk.ledger.close()
+
+
+def test_the_500_and_503_error_pages_are_titled_for_what_happened(
+    desk: Desk, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ledger.errors import ClosedLedgerError, CorruptEventError
+
+    client, _ = desk.signed_in("reviewer")
+    for error, status, title in (
+        (CorruptEventError("event 7 does not decode"), 500, "Server error"),
+        (ClosedLedgerError("the ledger is closed"), 503, "Ledger unavailable"),
+    ):
+
+        def failing(*args: Any, error: Exception = error, **kwargs: Any) -> Any:
+            raise error
+
+        monkeypatch.setattr(Session, "records", failing)
+        page = client.get("/records", params={"scope": "proj-a"})
+        assert page.status_code == status
+        assert f"<h1>{title}</h1>" in page.text, page.text[:2000]
+
+
+def test_an_open_tab_after_signing_out_in_another_is_told_its_session_ended(
+    desk: Desk,
+) -> None:
+    # Given two tabs of one browser (one cookie jar), M2 waiting in the queue of both
+    _seed(desk)
+    client, csrf = desk.signed_in("reviewer-2")
+    # When one tab signs out (the browser then holds the new, signed-out session's cookie)
+    client.post("/signout", data={"csrf": csrf})
+    before = desk.ledger.position
+    # And the other, still showing the queue, accepts M2
+    r = client.post("/records/M2/accept", data={"csrf": csrf, "next": "/"})
+
+    # Then it is told its session ended and nothing was written (not "CSRF check failed")
+    assert (r.status_code, r.headers["location"]) == (303, "/")
+    page = text_of(client.get("/").text)
+    assert "Your session ended before the form was sent; nothing was written." in page
+    assert "Sign in" in page
+    assert desk.ledger.position == before

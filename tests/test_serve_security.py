@@ -236,3 +236,34 @@ def test_the_access_log_names_the_principal_of_each_surface(
         ("-", "GET /api/v1/records HTTP/1.1"),
     ], lines
     assert [line.rsplit(" ", 1)[1] for line in lines] == ["200", "200", "303", "200", "200", "401"]
+
+
+def test_the_access_log_names_the_principal_of_every_console_form(
+    ledger: Ledger, tokens: dict[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a reviewer signed in to the console, and two candidates of the agent's
+    agent = ledger.authenticate(tokens["agent-1"])
+    for rid in ("C1", "C2"):
+        agent.propose(scope="proj-a", claim_key=rid.lower(), value=1, kind=Kind.FACT, id=rid)
+    app = create_app(ledger, mcp_factory=None)
+    with caplog.at_level(logging.INFO, logger=ACCESS_LOGGER), TestClient(app) as client:
+        client.post(
+            "/signin", data={"csrf": _csrf(client.get("/").text), "token": tokens["reviewer"]}
+        )
+        csrf = _csrf(client.get("/").text)
+        caplog.clear()
+        # When it sends each of the console's forms (the ledger refusing some)
+        for path, fields in (
+            ("/records/C1/accept", {}),
+            ("/records/C2/reject", {"reason": "no basis"}),
+            ("/records/C1/revoke", {"reason": "wrong", "preview": "stale"}),
+            ("/records/C1/revalidate", {"note": "checked"}),
+            ("/deliveries/D-none/correction", {"note": "withdrawn"}),
+            ("/signout", {}),
+        ):
+            client.post(path, data={"csrf": csrf, **fields}, follow_redirects=False)
+    # Then each line names the reviewer, not "-"
+    lines = [r.getMessage() for r in caplog.records if r.name == ACCESS_LOGGER]
+    assert len(lines) == 6, lines
+    for line in lines:
+        assert ' - reviewer "POST /' in line and line.endswith(" 303"), line

@@ -34,7 +34,6 @@ from ledger.cli.options import (
 from ledger.cli.render import (
     echo_json,
     events_table,
-    key_text,
     listing_table,
     make_console,
     print_audit,
@@ -50,6 +49,7 @@ from ledger.domain import Status, Validity
 from ledger.errors import LedgerError
 from ledger.jsonable import json_safe, plain, record_json
 from ledger.session import Session, next_after
+from ledger.validation import key_text
 from ledger.values import AuditEvent, CorrectionDue, RecordView
 
 # -- read commands (also under as-of) ----------------------------------------------

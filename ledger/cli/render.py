@@ -27,10 +27,10 @@ from ledger.cli.options import (
     printable,
 )
 from ledger.domain import Status, Validity
-from ledger.errors import LedgerError, naming_file
+from ledger.errors import naming_file
 from ledger.experiment import ExperimentResult
 from ledger.jsonable import json_safe, plain
-from ledger.validation import check_claim_key, check_format_edges
+from ledger.validation import key_text
 from ledger.values import (
     AuditEvent,
     AuditTrail,
@@ -182,21 +182,6 @@ def styled(value: object, styles: Mapping[str, str]) -> Text:
 
 def value_text(value: Any) -> str:
     return json.dumps(plain(value), ensure_ascii=False)
-
-
-def key_text(key: str) -> str:
-    """A claim key as a table or heading shows it: as it is when a new claim could
-    have it, else (a key an earlier version stored, with a tab, a line break, space
-    or an invisible format character at an end, or in another normal form) as a
-    JSON string with every character beyond ASCII escaped, so that it shows on one
-    line and apart from its look-alikes. A key shown as it is never starts with
-    ``"``; a key beginning so is quoted too."""
-    try:
-        plain_key = check_claim_key(key) == key and not key.startswith('"')
-        check_format_edges(key, "claim_key")
-    except LedgerError:
-        plain_key = False
-    return key if plain_key else json.dumps(key)
 
 
 def when_text(value: datetime | None) -> str:

@@ -41,6 +41,7 @@ from ledger.serve.pages import (
     Access,
     Moment,
     TypedMoment,
+    asked_key,
     candidate,
     environment,
     explain_line,
@@ -48,6 +49,7 @@ from ledger.serve.pages import (
     replaces,
 )
 from ledger.serve.pictures import picture
+from ledger.serve.refusals import ENDED, REFUSED, TITLES, TYPED_OR_BUSY, refused_write
 from ledger.serve.sessions import COOKIE, ConsoleSession, SessionStore, set_cookie
 from ledger.serve.threads import finish_in_thread
 from ledger.session import next_after
@@ -57,25 +59,6 @@ from ledger.values import RecordView
 PAGE = 50
 #: A path on this site (browsers read ``//host`` and ``/\host`` as another site).
 _LOCAL_PATH = re.compile(r"/(?![/\\])[^\s\\]*")
-
-
-#: The heading of an error page, by HTTP status.
-_TITLES = {
-    401: "Sign in again",
-    403: "Not allowed",
-    404: "Not found",
-    409: "Not possible now",
-    422: "Check the input",
-}
-
-
-#: Why a form is refused (403), by what failed.
-_REFUSED = {
-    "CSRF check failed": "This form did not come from this console session (its CSRF token "
-    "is missing or wrong). Reload the page and try again.",
-    "Sign-in refused": "The sign-in form had expired (it came without this console's cookie); "
-    "nobody was signed in. Open the sign-in page and try again.",
-}
 
 
 # -- the console -------------------------------------------------------------------------------
@@ -207,7 +190,7 @@ class Console:
             "error.html",
             status=status,
             moment=moment,
-            title=_TITLES.get(status, "Refused"),
+            title=TITLES.get(status, "Refused"),
             error_type=type(exc).__name__,
             message=str(exc),
         )
@@ -246,19 +229,20 @@ class Console:
         async def post(request: Request) -> Response:
             cookie = request.cookies.get(COOKIE)
             session = self.store.get(cookie)
+            if session is not None:
+                request.state.principal = session.principal  # for the access log
             form = await request.form()
             if session is None and cookie:
-                # A session that ended (idle too long, too old, signed out elsewhere,
-                # the server restarted): say so, rather than call the form forged.
-                return self._ended(
-                    request,
-                    "Your session ended before the form was sent; nothing was written. "
-                    "Sign in and send it again.",
-                )
+                # A session that ended (idle too long, too old, the server restarted):
+                # say so, rather than call the form forged.
+                return self._ended(request, ENDED)
+            if session is not None and not session.signed_in:
+                # Signed out (in another tab: the cookie names that tab's new session)
+                # since the form was shown; nobody is signed in, so nothing is forged.
+                session.flash("error", ENDED)
+                return RedirectResponse("/", status_code=303)
             if session is None or not session.csrf_ok(form.get("csrf")):
                 return self._refused(request, session, "CSRF check failed")
-            if not session.signed_in:
-                return RedirectResponse("/", status_code=303)
             try:
                 return await handler(request, session)
             except AuthenticationError:
@@ -280,7 +264,7 @@ class Console:
             status=403,
             title="Form refused",
             error_type=kind,
-            message=_REFUSED[kind],
+            message=REFUSED[kind],
         )
 
     def _ended(self, request: Request, message: str) -> Response:
@@ -305,12 +289,17 @@ class Console:
         session: ConsoleSession,
         action: Callable[[Session, Mapping[str, Any]], str],
         default_back: str,
+        again: str | None = None,
     ) -> Response:
-        """Run a write from a form; its message (or the refusal) shows on the next page."""
+        """Run a write from a form; its message (or the refusal) shows on the next page.
+        ``again``: the form's own page, where it is filled in again when refused for
+        what was typed or a lock (:data:`~ledger.serve.refusals.TYPED_OR_BUSY`)."""
         form = await request.form()
         values = {k: v for k, v in form.items() if isinstance(v, str)}
         typed = {k: v for k, v in values.items() if k not in _NOT_TYPED}
         record_id = request.path_params.get("record_id")
+        delivery_id = request.path_params.get("delivery_id")
+        subject = f"record {record_id}" if record_id else f"delivery {delivery_id}"
 
         def run() -> str:
             live = self._live(session)
@@ -324,8 +313,10 @@ class Console:
         except AuthenticationError:
             raise
         except LedgerError as exc:
-            session.flash("error", f"Refused ({type(exc).__name__}): {exc}")
+            session.flash("error", refused_write(exc, subject))
             session.keep_refused(request.url.path, typed)
+            if again is not None and isinstance(exc, TYPED_OR_BUSY):
+                return RedirectResponse(again, status_code=303)
         except PreviewChanged as exc:
             session.flash("error", str(exc))
             session.keep_refused(request.url.path, typed)
@@ -583,7 +574,8 @@ class Console:
         """Why each record for a claim is or is not usable: every usable record and
         at most :data:`~ledger.serve.pages.EXPLAINED` others, the rest counted."""
         scope = request.query_params.get("scope") or None
-        claim_key = request.query_params.get("claim_key") or None
+        typed = request.query_params.get("claim_key") or None
+        claim_key = None if typed is None else asked_key(typed)
 
         def load(live: Session, moment: Moment, access: Access) -> dict[str, Any]:
             result = None
@@ -681,7 +673,8 @@ class Console:
                 message += f"; {owed} delivery(ies) now owe a correction (see Needs attention)"
             return message + "."
 
-        return await self._act(request, session, act, f"/records/{record_id}")
+        back = f"/records/{record_id}"
+        return await self._act(request, session, act, back, again=f"{back}/revoke")
 
     async def issue_correction(self, request: Request, session: ConsoleSession) -> Response:
         """Issue a correction for a delivery (outbox)."""

@@ -22,7 +22,7 @@ from ledger.domain import Kind, Outcome, Status, Validity
 from ledger.errors import AccessDeniedError, InvalidInputError, LedgerError, UnknownRecordError
 from ledger.jsonable import plain
 from ledger.serialization import canonical
-from ledger.validation import BIDI_CONTROLS
+from ledger.validation import BIDI_CONTROLS, key_text
 from ledger.values import Explanation, RecordView, RevocationPreview
 
 __all__ = [
@@ -46,6 +46,9 @@ MAX_DEPENDENCIES = 25
 EXPLAINED = 50
 #: The placeholder the ledger shows for a record in a scope the caller cannot see.
 HIDDEN = "<hidden>"
+#: The longest reason or note the ledger takes (``ledger.validation.check_text``'s
+#: ``max_len``): the most a form's text box lets a reviewer type.
+TEXT_LIMIT = 1024
 
 
 # -- the moment a page shows -------------------------------------------------------------
@@ -176,13 +179,34 @@ def _json(value: Any, limit: int | None = None, compact: bool = False) -> str:
 
 
 def _details(details: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """An event's details as ``(name, compact JSON)``, leaving out empty ones."""
+    """An event's details as ``(name, compact JSON)``, leaving out empty ones (a claim
+    key that :func:`~ledger.validation.key_text` quotes is shown as it quotes it)."""
     out = []
     for name, value in details.items():
         if value is None or value == "" or value == [] or value == {} or value == ():
             continue
+        if name == "claim_key" and isinstance(value, str) and key_text(value) != value:
+            out.append((name, key_text(value)))
+            continue
         out.append((name, _json(value, 300, compact=True)))
     return out
+
+
+def asked_key(text: str) -> str:
+    """The claim key a form field asks about: a key as the pages show it. A key an
+    earlier version stored (with a line break, a tab, space at an end, another
+    normal form) is shown, and so typed, as the JSON string
+    :func:`~ledger.validation.key_text` makes of it; any other text is the key itself.
+    (A field cannot carry the key as stored: an input drops a line feed, and a
+    browser sends each line break in a form as CR LF.)"""
+    if text.startswith('"'):
+        try:
+            key = json.loads(text)
+        except ValueError:
+            return text
+        if isinstance(key, str) and key_text(key) == text:
+            return key
+    return text
 
 
 def _when(value: datetime | None) -> str:
@@ -234,6 +258,8 @@ def environment() -> Environment:
     env.filters["field"] = _field
     env.filters["when"] = _when
     env.filters["details"] = _details
+    env.filters["key"] = key_text
+    env.globals["text_limit"] = TEXT_LIMIT
     return env
 
 

@@ -7,6 +7,8 @@ page. A graph of more than :data:`MAX_NODES` records is summarised: the record,
 its direct parents and children are drawn, the rest counted by status. A graph of
 more than :data:`ledger.graph.MAX_SERVED_NODES` records is neither gathered nor
 drawn: the page says how many there are and how to draw them on the command line.
+Where Graphviz is missing, fails or runs out of time, the page says so instead of
+the picture and still lists the records.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from dataclasses import dataclass, replace
 from markupsafe import Markup
 
 from ledger import Session
-from ledger.errors import GraphTooLargeError
+from ledger.errors import GraphTooLargeError, RenderError
 from ledger.graph import (
     MAX_SERVED_NODES,
     RENDER_TIMEOUT,
@@ -121,7 +123,10 @@ def picture(session: Session, record_id: str, link: Callable[[str], str]) -> Pic
     svg = None
     if dot_available():
         source = with_links(to_dot(drawn), drawn, link)
-        svg = svg_inline(render(source, "svg", RENDER_TIMEOUT), drawn.title)
+        try:
+            svg = svg_inline(render(source, "svg", RENDER_TIMEOUT), drawn.title)
+        except RenderError as exc:  # the page and its list of records still stand
+            note = f"No picture is drawn: {str(exc).rstrip('.')}."
     else:
         note = "Graphviz's dot program is not installed on the server, so no picture is drawn."
     return Picture(

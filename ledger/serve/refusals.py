@@ -1,0 +1,48 @@
+"""What the review console says when it refuses: the heading of an error page, why
+a form was refused before it reached the ledger, and the message of a write the
+ledger refused."""
+
+from __future__ import annotations
+
+from ledger.errors import ConcurrencyError, InvalidInputError, LedgerError
+
+#: The heading of an error page, by HTTP status ("Refused" for any other).
+TITLES = {
+    401: "Sign in again",
+    403: "Not allowed",
+    404: "Not found",
+    409: "Not possible now",
+    422: "Check the input",
+    500: "Server error",
+    503: "Ledger unavailable",
+}
+
+#: Why a form is refused (403), by what failed.
+REFUSED = {
+    "CSRF check failed": "This form did not come from this console session (its CSRF token "
+    "is missing or wrong). Reload the page and try again.",
+    "Sign-in refused": "The sign-in form had expired (it came without this console's cookie); "
+    "nobody was signed in. Open the sign-in page and try again.",
+}
+
+#: What a form sent after its session ended is answered (idle too long, too old,
+#: signed out in another tab, the server restarted).
+ENDED = (
+    "Your session ended before the form was sent; nothing was written. Sign in and send it again."
+)
+
+#: Refusals after which a form kept on a page of its own (the revocation's, on its
+#: preview) comes back there to be sent again: what was typed is at fault, or the
+#: ledger stayed locked by other writers.
+TYPED_OR_BUSY = (InvalidInputError, ConcurrencyError)
+
+
+def refused_write(exc: LedgerError, subject: str) -> str:
+    """The message shown after the ledger refused a form's write; ``subject``: what
+    the form was about (``"record M2"``)."""
+    if isinstance(exc, ConcurrencyError):
+        return (
+            f"Nothing was written for {subject}: the ledger stayed locked by other writers "
+            f"(ConcurrencyError: {exc}). Send the form again."
+        )
+    return f"Refused ({type(exc).__name__}): {exc}"
