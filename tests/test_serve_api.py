@@ -1094,6 +1094,42 @@ def test_a_number_is_plain_digits_and_a_query_is_utf8(served: Served) -> None:
     assert r.status_code == 200 and r.json()["claim_key"] == "caf\u00e9.x"
 
 
+def test_an_integer_longer_than_python_converts_is_422_naming_it(served: Served) -> None:
+    # int() refuses text of over 4,300 digits with a ValueError: it was a 500.
+    huge = "9" * 4301
+    for path, params in [
+        ("/records", {"scope": "proj-a", "limit": huge}),
+        ("/read", {"scope": "proj-a", "claim_key": "k", "as_of_position": huge}),
+    ]:
+        r = served.agent.get(path, params=params)
+        field = "limit" if "limit" in params else "as_of_position"
+        assert (r.status_code, error_of(r)["field"]) == (422, field), r.text
+        assert error_of(r)["message"] == f"{field} of 4,301 digits is out of range"
+
+
+def test_an_encoded_slash_stays_in_its_segment_and_runs_no_other_route(served: Served) -> None:
+    # /records/M1%2Faudit is the record "M1/audit" (no such id), not M1's audit
+    # trail; a POST to …%2Faccept accepts nothing.
+    _seed(served)
+    candidate = served.agent.post(
+        "/records", json={"scope": "proj-a", "claim_key": "k.c", "value": 1, "kind": "fact"}
+    ).json()["id"]
+    auth = {"Authorization": f"Bearer {served.tokens['reviewer']}"}
+    for suffix in ("%2Faudit", "%2fgraph"):
+        r = served.client.get(f"/api/v1/records/M1{suffix}", headers=auth)
+        assert (r.status_code, error_of(r)["type"]) == (422, "InvalidIdError"), r.text
+    before = served.ledger.position
+    r = served.client.post(f"/api/v1/records/{candidate}%2Faccept", headers=auth)
+    assert r.status_code == 405, r.text
+    assert served.ledger.position == before
+    assert served.reviewer.get("/records/{record_id}", record_id=candidate).json()["status"] == (
+        "CANDIDATE"
+    )
+    # the id itself, percent-encoded or not, is still read as it is spelt
+    r = served.client.get("/api/v1/records/%4D1", headers=auth)
+    assert (r.status_code, r.json()["id"]) == (200, "M1")
+
+
 def test_evidence_is_captured_not_proposed(served: Served) -> None:
     # Proposed, it would pin no bytes yet read FOUND as `source:…` evidence.
     before = served.ledger.position

@@ -68,6 +68,8 @@ MAX_SVG_NODES = 200
 #: this many records (:data:`ledger.graph.MAX_SERVED_NODES`): the answer grows with
 #: what is stored, and any reader could otherwise ask for all of it.
 MAX_GRAPH_NODES = MAX_SERVED_NODES
+#: An integer query parameter with more digits is out of any range a route takes.
+_MOST_DIGITS = 30
 
 
 def json_response(
@@ -164,6 +166,8 @@ class Call:
         digits = text[1:] if text.startswith("-") else text
         if not (digits.isascii() and digits.isdigit()):
             raise FieldError(name, f"{name} {text[:40]!r} is not an integer")
+        if len(digits) > _MOST_DIGITS:  # int() refuses over 4,300 digits (a 500)
+            raise FieldError(name, f"{name} of {len(digits):,} digits is out of range")
         value = int(text)
         if minimum is not None and value < minimum:
             bound = f"at least {minimum}" if maximum is None else f"in {minimum}..{maximum}"

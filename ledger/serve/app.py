@@ -21,6 +21,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
+from urllib.parse import unquote
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -87,6 +88,21 @@ class HttpMiddleware:
     async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Handle one HTTP request (passing it on to ``self.app``)."""
         raise NotImplementedError
+
+
+class SlashesInSegments(HttpMiddleware):
+    """Route on the path as sent: an encoded slash (``%2F``) stays part of its
+    segment, as RFC 3986 has it, rather than splitting it as the decoded path
+    would (``/records/M1%2Faudit`` ran the audit of M1, which the access log, a
+    proxy's rules and the OpenAPI document took for a record id)."""
+
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        raw: bytes = scope.get("raw_path") or b""
+        if b"%2f" in raw.lower():
+            segments = raw.decode("latin-1").split("/")
+            path = "/".join(unquote(segment).replace("/", "%2F") for segment in segments)
+            scope = {**scope, "path": path}
+        await self.app(scope, receive, send)
 
 
 class BodyLimit(HttpMiddleware):
@@ -325,6 +341,7 @@ def create_app(
         routes=routes,
         middleware=[
             Middleware(AccessLog),
+            Middleware(SlashesInSegments),
             Middleware(SecurityHeaders),
             Middleware(BodyLimit, api_limit=max_body_bytes, form_limit=max_form_bytes),
         ],

@@ -29,7 +29,9 @@ _ERRORS = {
     "403": "The principal lacks the role in the record's scope, or approves its own proposal.",
     "404": "No such record or delivery, or one in a scope the principal cannot see.",
     "409": "The status machine does not allow this now (e.g. accepting a REVOKED record, or "
-    "one whose dependency is not usable).",
+    "one whose dependency is not usable), or a new record's `id` is taken "
+    "(DuplicateRecordError): a retry of a proposal already written, when the first answer "
+    "was lost, is refused so rather than written twice.",
     "413": "The request body is over the server's limit.",
     "415": "The request body is declared as another media type than JSON "
     "(send Content-Type: application/json, or none).",

@@ -340,8 +340,16 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                 "description": "The Revoked event's log position (as of position - 1: before).",
             },
             "stale": _IDS,
-            "affected_count": {"type": "integer", "description": "How many `affected` holds."},
-            "stale_count": {"type": "integer", "description": "How many `stale` holds."},
+            "affected_count": {
+                "type": "integer",
+                "description": "How many records were affected in all "
+                "(`affected` lists the first of them).",
+            },
+            "stale_count": {
+                "type": "integer",
+                "description": "How many records were marked STALE in all "
+                "(`stale` lists the first of them).",
+            },
             "note": nullable(STR),
         },
         description="What a revocation marked, as far as the caller may see: records in "
