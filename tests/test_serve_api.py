@@ -8,6 +8,7 @@ prove that ``/openapi.json`` describes what the server does.
 from __future__ import annotations
 
 import base64
+import gzip
 import hashlib
 import json
 import logging
@@ -1128,6 +1129,22 @@ def test_an_encoded_slash_stays_in_its_segment_and_runs_no_other_route(served: S
     # the id itself, percent-encoded or not, is still read as it is spelt
     r = served.client.get("/api/v1/records/%4D1", headers=auth)
     assert (r.status_code, r.json()["id"]) == (200, "M1")
+
+
+def test_a_coded_body_is_415_naming_the_coding_and_writes_nothing(served: Served) -> None:
+    # A gzip body was refused as "not UTF-8"; a plain one labelled gzip was written.
+    body = json.dumps({"scope": "proj-a", "claim_key": "k.z", "value": 1, "kind": "fact"})
+    auth = {"Authorization": f"Bearer {served.tokens['agent-1']}"}
+    before = served.ledger.position
+    for coding, data in (("gzip", gzip.compress(body.encode())), ("gzip", body.encode())):
+        headers = {**auth, "Content-Type": "application/json", "Content-Encoding": coding}
+        r = served.client.post("/api/v1/records", content=data, headers=headers)
+        assert r.status_code == 415, r.text
+        assert "Content-Encoding 'gzip'" in error_of(r)["message"]
+    assert served.ledger.position == before
+    headers = {**auth, "Content-Type": "application/json", "Content-Encoding": "identity"}
+    r = served.client.post("/api/v1/records", content=body.encode(), headers=headers)
+    assert r.status_code == 201, r.text
 
 
 def test_evidence_is_captured_not_proposed(served: Served) -> None:

@@ -38,14 +38,17 @@ class FieldError(InvalidInputError):
 
 
 class MediaTypeError(FieldError):
-    """A request body declared as something other than JSON: 415, not parsed."""
+    """A request body declared as something other than JSON, or coded (compressed):
+    415, not parsed."""
 
-    def __init__(self, media_type: str) -> None:
-        super().__init__(
-            "Content-Type",
-            f"the request body is sent as {media_type[:80]!r}; this API takes JSON "
-            "(Content-Type: application/json)",
-        )
+    def __init__(self, media_type: str, header: str = "Content-Type") -> None:
+        if header == "Content-Type":
+            said = f"the request body is sent as {media_type[:80]!r}; this API takes JSON "
+            said += "(Content-Type: application/json)"
+        else:
+            said = f"the request body is sent with Content-Encoding {media_type[:80]!r}; "
+            said += "this API takes bodies uncoded (no Content-Encoding, or identity)"
+        super().__init__(header, said)
 
 
 def media_type_of(headers: Mapping[str, str]) -> str | None:
@@ -63,8 +66,12 @@ def check_json_body(headers: Mapping[str, str], raw: bytes) -> None:
     body is not read as JSON by guesswork.
 
     Raises:
-        MediaTypeError: the body is declared as another media type.
+        MediaTypeError: the body is declared as another media type, or as coded
+            (a ``Content-Encoding`` such as gzip: it would be read as it came).
     """
+    coding = headers.get("content-encoding", "identity").strip().lower()
+    if coding not in ("", "identity") and raw:
+        raise MediaTypeError(coding, "Content-Encoding")
     media = media_type_of(headers)
     if media is None or not raw.strip():
         return

@@ -34,7 +34,8 @@ _ERRORS = {
     "was lost, is refused so rather than written twice.",
     "413": "The request body is over the server's limit.",
     "415": "The request body is declared as another media type than JSON "
-    "(send Content-Type: application/json, or none).",
+    "(send Content-Type: application/json, or none), or as coded (a Content-Encoding "
+    "other than identity: send it uncompressed).",
     "422": "Bad input; error.field names the offending field.",
     "503": "The ledger cannot be reached or is closed (StorageError, ClosedLedgerError); "
     "for format=svg, also: Graphviz's dot program is not installed on the server.",
