@@ -1229,8 +1229,8 @@ def test_a_number_out_of_range_or_a_field_given_twice_is_422_and_writes_nothing(
     for raw, message, field in (
         (
             head + b'"value": 1e999}',
-            "the request body holds the number 1e999, out of range",
-            None,
+            "the request body holds the number 1e999 at value, out of range",
+            "value",
         ),
         (
             b'{"scope": "proj-a", "claim_key": "c", "value": 1, "kind": "inference", '
@@ -1246,19 +1246,26 @@ def test_a_number_out_of_range_or_a_field_given_twice_is_422_and_writes_nothing(
         ),
         (
             head + b'"value": 1e-400}',
-            "the request body holds the number 1e-400, too small to keep (it would be 0.0)",
-            None,
+            "the request body holds the number 1e-400 at value, too small to keep (it would "
+            "be 0.0)",
+            "value",
         ),
         # Valid JSON that is more than the API takes is said so, not "not JSON".
         (
             head + b'"value": ' + b"9" * 5000 + b"}",
-            "the request body holds an integer of 5000 digits, out of range",
-            None,
+            "the request body holds an integer of 5000 digits at value, out of range",
+            "value",
         ),
         (
             head + b'"value": ' + b"[" * 5000 + b"]" * 5000 + b"}",
             "the request body is nested too deeply",
             None,
+        ),
+        # Inside a field, the place in it is named too
+        (
+            head + b'"value": 1, "conditions": {"limits": [1, 1e400]}}',
+            "the request body holds the number 1e400 at conditions.limits[1], out of range",
+            "conditions",
         ),
         ('{"scope": "proj-a"}'.encode("utf-16"), "the request body is not UTF-8", None),
     ):

@@ -14,7 +14,7 @@ import json
 import math
 import re
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import suppress
 from datetime import datetime
 from typing import Any
@@ -208,13 +208,34 @@ def bounded_int(text: str) -> int:
     return int(text)
 
 
+#: Why a number the API does not take is refused, when it is NaN or Infinity.
+_NOT_FINITE = "not a finite number (Infinity and NaN are not JSON)"
+
+
 class _Constant:
     """Where the body held NaN, Infinity or -Infinity, which Python's json module
-    reads and RFC 8259 has not: kept in place, for :func:`loads_strict` to refuse
-    naming where it is (as the MCP server does), not as "not JSON"."""
+    reads and RFC 8259 has not, or a number out of range: kept in place, for
+    :func:`loads_strict` to refuse naming where it is (as the MCP server does),
+    not as "not JSON". ``text`` is what it held, ``why`` why it is refused."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, why: str = _NOT_FINITE) -> None:
         self.text = text
+        self.why = why
+
+
+def _located(read: Callable[[str], Any], found: list[_Constant]) -> Callable[[str], Any]:
+    """``read`` (:func:`finite`, :func:`bounded_int`), a number it refuses kept in
+    place as a :class:`_Constant` (appended to ``found``)."""
+
+    def parse(text: str) -> Any:
+        try:
+            return read(text)
+        except Refused as exc:
+            held, _, why = str(exc).removeprefix("holds ").partition(", ")
+            found.append(_Constant(held, why))
+            return found[-1]
+
+    return parse
 
 
 class _Twice(dict[str, Any]):
@@ -263,8 +284,8 @@ def loads_strict(raw: str | bytes) -> Any:
         data = json.loads(
             text,
             parse_constant=constant,
-            parse_float=finite,
-            parse_int=bounded_int,
+            parse_float=_located(finite, constants),
+            parse_int=_located(bounded_int, constants),
             object_pairs_hook=pairs,
         )
     except RecursionError:
@@ -272,21 +293,21 @@ def loads_strict(raw: str | bytes) -> Any:
     if marked:
         _refuse_twice(data, marked[0])
     if constants:
-        _refuse_constant(data, constants[0].text)
+        _refuse_constant(data, constants[0])
     return data
 
 
-def _refuse_constant(data: Any, text: str) -> None:
-    """Refuse the first NaN or Infinity in document order, naming where it is
-    (``value.limits[1]``) and the top-level field holding it. Walked without
-    recursion, as :func:`_holds` is."""
+def _refuse_constant(data: Any, first: _Constant) -> None:
+    """Refuse the first NaN, Infinity or number out of range in document order,
+    naming where it is (``value.limits[1]``) and the top-level field holding it.
+    Walked without recursion, as :func:`_holds` is."""
     pending: list[tuple[Any, str, str | None]] = [(data, "", None)]
     while pending:
         item, path, field_name = pending.pop()
         if isinstance(item, _Constant):
             where = f" at {echoed(path)}" if path else ""
             raise Refused(
-                f"holds {item.text}{where}, not a finite number (Infinity and NaN are not JSON)",
+                f"holds {item.text}{where}, {item.why}",
                 None if field_name is None else echoed(field_name),
             )
         if isinstance(item, dict):
@@ -299,7 +320,7 @@ def _refuse_constant(data: Any, text: str) -> None:
         else:
             continue
         pending.extend(reversed(inner))
-    raise Refused(f"holds {text}, not a finite number (Infinity and NaN are not JSON)")
+    raise Refused(f"holds {first.text}, {first.why}")
 
 
 def _refuse_twice(data: Any, first: _Twice) -> None:
