@@ -453,8 +453,9 @@ def test_explain_answers_every_usable_record_and_at_most_limit_others(served: Se
     assert body["omitted"] == 21
     assert body["note"] == (
         "21 more records of this claim, none of them usable, are not listed. Ask again with "
-        "a larger limit (at most 1000), or page through the claim's records with "
-        "GET /api/v1/records?scope=proj-a&claim_prefix=api.retry_safe."
+        "a larger limit (at most 1000), or page through the claim's records (among those "
+        "of longer keys it begins) with <GET /api/v1/records?scope=proj-a&claim_prefix="
+        "api.retry_safe>"
     )
     # and limit=3 gives M1, M2 and the two newest candidates
     assert [e["record"]["id"] for e in three.json()["entries"]] == ["M1", "M2", "J118", "J119"]
