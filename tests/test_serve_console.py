@@ -403,6 +403,32 @@ def test_accepting_and_rejecting_from_the_queue(desk: Desk) -> None:
     assert desk.agent.get("S1").reason == "not a team rule"
 
 
+def test_accepting_a_rival_from_a_card_shown_before_says_the_claim_reads_conflict(
+    desk: Desk,
+) -> None:
+    # Two candidates answer db.host differently; the card of NEW2 was shown when
+    # nothing disagreed with it, then another reviewer accepted NEW1.
+    for rid, value in (("NEW1", "a.example"), ("NEW2", "b.example")):
+        desk.agent.propose(scope="proj-a", claim_key="db.host", value=value, kind=Kind.FACT, id=rid)
+    client, csrf = desk.signed_in("reviewer-2")
+    assert "NEW2" in client.get("/").text
+    desk.reviewer.accept("NEW1")
+
+    r = client.post("/records/NEW2/accept", data={"csrf": csrf, "next": "/"})
+
+    assert r.status_code == 303
+    page = client.get("/").text
+    assert (
+        "Accepted NEW2. Its claim db.host reads CONFLICT now: it disagrees with NEW1 "
+        "(Explain shows each)." in page
+    )
+    assert desk.agent.read("proj-a", "db.host").outcome.value == "CONFLICT"
+    # an acceptance that leaves its claim FOUND says nothing more
+    desk.agent.propose(scope="proj-a", claim_key="db.port", value=1, kind=Kind.FACT, id="P1")
+    client.post("/records/P1/accept", data={"csrf": csrf, "next": "/"})
+    assert "Accepted P1.</" in client.get("/").text.replace("\n", "")
+
+
 def test_a_refused_action_says_why_on_the_next_page(desk: Desk) -> None:
     _seed(desk)
     client, csrf = desk.signed_in("reviewer")

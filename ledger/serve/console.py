@@ -43,6 +43,7 @@ from ledger.serve.pages import (
     TypedMoment,
     asked_key,
     candidate,
+    conflict_after,
     environment,
     explain_line,
     preview_mark,
@@ -619,11 +620,12 @@ class Console:
         def act(live: Session, form: Mapping[str, Any]) -> str:
             replacing = replaces(live, record_id)  # as its card said it may
             live.accept(record_id, note=form.get("note", ""))
+            conflict = conflict_after(live, record_id)
             if not replacing:
-                return f"Accepted {record_id}."
+                return f"Accepted {record_id}.{conflict}"
             return (
                 f"Accepted {record_id}; what it replaced is SUPERSEDED and what rested on "
-                "that STALE (Needs attention lists the corrections owed)."
+                f"that STALE (Needs attention lists the corrections owed).{conflict}"
             )
 
         return await self._act(request, session, act, "/")

@@ -398,6 +398,26 @@ def replaces(session: Session, record_id: str) -> bool:
     return view.supersedes is not None or view.kind == Kind.EVIDENCE
 
 
+def conflict_after(session: Session, record_id: str) -> str:
+    """What a reviewer who just accepted ``record_id`` is told of its claim: that it
+    reads CONFLICT now, naming the records it disagrees with ("" when it does not,
+    or the reviewer cannot read the scope). A card shown before a rival was
+    accepted said nothing of the conflict."""
+    try:
+        view = session.get(record_id)
+        result = session.read(view.scope, view.claim_key)
+    except LedgerError:
+        return ""
+    others = [r.id for r in result.records if r.id != record_id]
+    if result.outcome != Outcome.CONFLICT or not others:
+        return ""
+    named = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+    return (
+        f" Its claim {key_text(view.claim_key)} reads CONFLICT now: it disagrees with "
+        f"{named} (Explain shows each)."
+    )
+
+
 def explain_line(
     session: Session, view: RecordView
 ) -> tuple[bool, tuple[str, ...], tuple[str, ...]]:
