@@ -18,7 +18,7 @@ from ledger.access import Role
 from ledger.caller import Caller
 from ledger.domain import Record, uuid_of_hex
 from ledger.errors import CorruptEventError, InvalidInputError
-from ledger.merkle import InclusionProof
+from ledger.merkle import InclusionProof, LogDigest
 from ledger.reads import record_view
 from ledger.serialization import datetime_to_micros, micros_to_datetime
 from ledger.validation import check_aware, quoted
@@ -171,15 +171,26 @@ def _history_events(
                 )
 
 
-def prove(caller: Caller, record_id: str) -> tuple[InclusionProof, ...]:
-    """``Session.prove``: inclusion proofs of a record's events in the current tree."""
+def _digest(against: LogDigest | str) -> LogDigest:
+    """``against`` as a digest (its text read), or InvalidInputError naming it."""
+    return against if isinstance(against, LogDigest) else LogDigest.parse(against)
+
+
+def prove(
+    caller: Caller, record_id: str, against: LogDigest | str | None = None
+) -> tuple[InclusionProof, ...]:
+    """``Session.prove``: inclusion proofs of a record's events in the current tree,
+    or in the tree of the digest ``against`` (its events up to the digest's position)."""
     engine = caller.engine
+    target = None if against is None else _digest(against)
     with caller.reading() as c:
         row = caller.visible_row(c, record_id, Role.AUDIT, "prove")
         key = row["record_id"]
         notes = engine.recorder.select_record_events(c, uuid_of_hex(row["agg_id"]))
         if caller.position is not None:  # as of then: the events the record had then
             notes = [note for note in notes if note.id <= caller.position]
+        if target is not None:  # the events in the digest's tree
+            notes = [note for note in notes if note.id <= target.position]
         # An event's bytes name what its fields name: withheld where the audit
         # trail shows a placeholder or a key as the caller is shown it.
         withheld = set()
@@ -196,6 +207,19 @@ def prove(caller: Caller, record_id: str) -> tuple[InclusionProof, ...]:
         # event's path, in memory that does not grow with the log, and the
         # leaves stored for the record's own events.
         size, index_of = engine.recorder.leaf_indexes(c, [note.id for note in notes])
+        if target is not None:
+            if target.size > size:
+                raise InvalidInputError(
+                    f"digest {target} is of a tree of {target.size} leaves; this log has "
+                    f"{size}: it is a digest of another ledger, or the log lost events "
+                    "(`provledger verify --against` says which)"
+                )
+            size = target.size
+            if any(index >= size for index in index_of.values()):
+                raise InvalidInputError(
+                    f"digest {target} is not a digest this log could give: an event at or "
+                    f"before position {target.position} is not among its first {size} leaves"
+                )
         stored: dict[int, bytes] = {}
 
         def leaves() -> Iterator[bytes]:
@@ -205,6 +229,12 @@ def prove(caller: Caller, record_id: str) -> tuple[InclusionProof, ...]:
                 yield leaf
 
         root, paths = merkle.inclusion_paths(leaves(), size, index_of.values())
+    if target is not None and root.hex() != target.root:
+        raise InvalidInputError(
+            f"the log does not extend digest {target}: its first {size} leaves have "
+            "another root (a digest of another ledger, or the log was rewritten: "
+            "`provledger verify --against` says which)"
+        )
     proofs = []
     for note in notes:
         data = merkle.leaf_data(

@@ -16,7 +16,7 @@ from ledger import audit, deliveries, erasure, listing, proposals, reads, transi
 from ledger.caller import Caller
 from ledger.domain import Kind, Status, Validity
 from ledger.errors import InvalidInputError
-from ledger.merkle import InclusionProof
+from ledger.merkle import InclusionProof, LogDigest
 from ledger.validation import check_id
 from ledger.values import (
     AuditEvent,
@@ -261,9 +261,13 @@ class Session:
         """
         return audit.iter_history(self.caller, record, type, start, stop)
 
-    def prove(self, record_id: str) -> tuple[InclusionProof, ...]:
+    def prove(
+        self, record_id: str, against: LogDigest | str | None = None
+    ) -> tuple[InclusionProof, ...]:
         """Inclusion proofs of every event of a record in the current Merkle tree
-        (as of a past position, of the events it had then).
+        (as of a past position, of the events it had then), or with ``against``
+        (a digest kept earlier, or its text) in that digest's tree: of the events
+        up to its position, each checkable with that digest alone.
 
         A third party checks each against a digest it trusts, with
         ``proof.verify(trusted)`` (the digest: its root and its size; a bare
@@ -280,8 +284,10 @@ class Session:
             AccessDeniedError: no ``audit`` role in the record's scope.
             CorruptEventError: one of the record's stored events is not what was
                 appended (or has no Merkle leaf): no proof could hold for it.
+            InvalidInputError: ``against`` is not a digest, or the log does not
+                extend it (another ledger's, or the log was rewritten).
         """
-        return audit.prove(self.caller, record_id)
+        return audit.prove(self.caller, record_id, against)
 
     def as_of(self, position: int | None = None, time: datetime | None = None) -> Session:
         """A read-only session answering as the ledger did then.

@@ -1513,6 +1513,27 @@ def test_prove_prints_inclusion_proofs_a_third_party_can_check(chain: Cli) -> No
         )
 
 
+def test_prove_against_a_kept_digest_gives_proofs_that_digest_checks(chain: Cli) -> None:
+    from ledger import merkle
+
+    kept = merkle.LogDigest.parse(chain.ok("digest").stdout)
+    with Ledger.open(chain.url) as led:  # the log grows after the digest was kept
+        led.authenticate(chain.reviewer).revoke("E1", reason="moved")
+    proofs = json.loads(chain.as_reviewer("prove", "E1", "--against", str(kept)).stdout)
+    assert len(proofs) == 2  # Proposed, Accepted: the revocation came after
+    for proof in proofs:
+        assert (proof["root"], proof["size"]) == (kept.root, kept.size)
+        leaf = merkle.leaf_hash(bytes.fromhex(proof["leaf_data"]))
+        path = [bytes.fromhex(p) for p in proof["path"]]
+        assert merkle.verify_inclusion(
+            leaf, proof["index"], kept.size, path, bytes.fromhex(kept.root)
+        )
+    forged = f"{kept.size}:{kept.position}:{'0' * 64}"
+    result = chain.as_reviewer("prove", "E1", "--against", forged)
+    assert result.exit_code == 1
+    assert f"the log does not extend digest {forged}" in result.stderr
+
+
 def test_prove_needs_the_audit_role(chain: Cli) -> None:
     before = chain.position
     result = chain.as_agent("prove", "E1")

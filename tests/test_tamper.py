@@ -255,6 +255,38 @@ def test_inclusion_proofs_of_a_record_verify_without_the_ledger(world: World) ->
         )
 
 
+def test_proofs_against_a_digest_kept_earlier_verify_with_that_digest_alone(
+    world: World,
+) -> None:
+    # Given a digest kept after E1 was accepted, then more written (E1 revoked too)
+    world.agent.capture(scope="proj-a", uri="https://x.test/doc", content=b"doc", id="E1")
+    world.reviewer.accept("E1")
+    kept = world.ledger.digest()
+    world.agent.propose(scope="proj-a", claim_key="k", value=1, kind=Kind.FACT, parents=["E1"])
+    world.reviewer.revoke("E1", reason="wrong")
+
+    # Then proofs in the current tree fail against the kept digest, and proofs
+    # against it verify with it alone: of E1's events up to its position
+    now = world.reviewer.prove("E1")
+    assert len(now) == 3 and not any(p.verify(kept) for p in now)
+    then = world.reviewer.prove("E1", against=str(kept))
+    assert [p.position for p in then] == [p.position for p in now[:2]]
+    assert all(p.verify(kept) and p.size == kept.size for p in then)
+    assert all(p.leaf == q.leaf for p, q in zip(then, now, strict=False))
+    # And a digest the log does not extend, or could not give, is refused naming it
+    forged = merkle.LogDigest(size=kept.size, position=kept.position, root="ab" * 32)
+    with pytest.raises(InvalidInputError, match="the log does not extend digest"):
+        world.reviewer.prove("E1", against=forged)
+    longer = merkle.LogDigest(size=999, position=999, root=kept.root)
+    with pytest.raises(InvalidInputError, match="tree of 999 leaves; this log has"):
+        world.reviewer.prove("E1", against=longer)
+    early = merkle.LogDigest(size=2, position=world.ledger.position, root=kept.root)
+    with pytest.raises(InvalidInputError, match="is not a digest this log could give"):
+        world.reviewer.prove("E1", against=early)
+    with pytest.raises(InvalidInputError, match="is not size:position"):
+        world.reviewer.prove("E1", against="12:12:beef")
+
+
 def test_proofs_of_a_record_of_more_events_than_a_batch_of_leaves_verify(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -154,11 +154,18 @@ def verify(
 
 @click.command()
 @click.argument("record_id", metavar="ID")
+@click.option(
+    "--against",
+    metavar="DIGEST",
+    help="Prove in the tree of this digest (size:position:root, as `digest` printed it), "
+    "the events up to its position; refused unless the log extends it.",
+)
 @token_option
 @url_option
 @errors_exit_1
-def prove(record_id: str, token: str, url: str | None) -> None:
-    """Print inclusion proofs (JSON) of a record's events in the current Merkle tree.
+def prove(record_id: str, against: str | None, token: str, url: str | None) -> None:
+    """Print inclusion proofs (JSON) of a record's events in the current Merkle tree,
+    or in the tree of a digest kept earlier (--against).
 
     A third party checks them against a digest it trusts with the few lines of
     code in the README ("Tamper evidence"). Needs the audit role.
@@ -166,9 +173,10 @@ def prove(record_id: str, token: str, url: str | None) -> None:
     \b
     Example:
       provledger prove E1 > e1-proof.json
+      provledger prove E1 --against "$(cat digest.txt)"
     """
     with principal_session(url, token) as (_led, session):
-        proofs = session.prove(record_id)
+        proofs = session.prove(record_id, against=against)
     echo_json(
         [
             {
