@@ -297,6 +297,23 @@ def key_text(key: str) -> str:
     return key if plain_key else json.dumps(key)
 
 
+def asked_key(text: str) -> str:
+    """The claim key asked about by ``text``, typed as the console and the command
+    line show keys: a key an earlier version stored (with a line break, a tab,
+    space at an end, another normal form) is shown, and so may be typed, as the
+    JSON string :func:`key_text` makes of it; any other text is the key itself.
+    (A form field cannot carry such a key as stored: an input drops a line feed,
+    and a browser sends each line break in a form as CR LF.)"""
+    if text.startswith('"'):
+        try:
+            key = json.loads(text)
+        except ValueError:
+            return text
+        if isinstance(key, str) and key_text(key) == text:
+            return key
+    return text
+
+
 def _code_points(chars: str) -> str:
     """The distinct characters of ``chars`` as ``U+200B ZERO WIDTH SPACE``, the
     first three of them."""

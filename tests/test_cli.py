@@ -312,6 +312,10 @@ def test_claim_keys_0_1_0_took_show_on_one_line_and_apart_from_their_look_alikes
         expected = key if rid in ("PLAIN", "NFC") else json.dumps(key)
         assert f" {expected} " in rows[rid], (rid, rows[rid])
     assert read.stdout.startswith('FOUND  s/"two\\nlines" at ')
+    # and a key given as the tables show it asks about the key as stored
+    for rid in ("LF", "NFD", "PAD"):
+        again = cli.as_reviewer("read", "--scope", "s", "--claim", json.dumps(keys[rid]), "--json")
+        assert json.loads(again.stdout)["records"][0]["id"] == rid, again.output
     assert ["claim_key", '"two\\nlines"'] in [
         line.replace("│", " ").split() for line in shown.stdout.splitlines()
     ]

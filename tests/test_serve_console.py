@@ -1441,6 +1441,29 @@ def test_a_picture_graphviz_fails_to_draw_leaves_the_record_page_up_saying_so(
     assert "Status ACCEPTED" in text and "Revoke…" in text
 
 
+def test_a_reason_or_note_typed_on_several_lines_is_taken_as_the_browser_sends_it(
+    desk: Desk,
+) -> None:
+    # A browser sends each line break of a text box as CR LF, which the ledger
+    # refused as a control character: no reason of two lines could be given.
+    _seed(desk)
+    client, csrf = desk.signed_in("reviewer")
+    mark = _PREVIEW.search(client.get("/records/M1/revoke").text)
+    assert mark is not None
+    reason = "Retracted by its author.\r\nSee the erratum."
+    r = client.post("/records/M1/revoke", data={"csrf": csrf, "reason": reason, "preview": mark[1]})
+    assert r.status_code == 303
+    assert desk.reviewer.get("M1").reason == "Retracted by its author.\nSee the erratum."
+    # and the record page shows it on its lines, as written
+    page = client.get("/records/M1").text
+    shown = re.search(r'<li class="said">([^<]*)</li>', page)
+    assert shown is not None and "Retracted by its author.\nSee the erratum." in shown[1]
+    assert ".said { white-space: pre-line; }" in client.get("/static/console.css").text
+    other, csrf2 = desk.signed_in("reviewer-2")
+    other.post("/records/M2/reject", data={"csrf": csrf2, "reason": "no\r\nbasis"})
+    assert desk.reviewer.get("M2").reason == "no\nbasis"
+
+
 def test_a_refused_revocation_comes_back_to_its_preview_with_the_reason_typed(
     desk: Desk,
 ) -> None:

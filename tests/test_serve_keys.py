@@ -131,3 +131,23 @@ def test_a_key_that_looks_quoted_is_found_as_typed_and_as_shown(
     # And the "two lines" look-alike is its own claim, not LF's
     _, usable, _ = _explained(client, "two lines")
     assert usable == {"LOOKALIKE": "no"}
+
+
+_PREFIX_FIELD = re.compile(r'<input id="f-prefix" name="claim_prefix" value="([^"]*)"')
+
+
+@pytest.mark.parametrize("rid", ["LF", "TAB", "PAD", "PLAIN"])
+def test_the_records_filter_takes_a_key_as_shown_and_shows_it_so(
+    keys_ledger: tuple[Ledger, Any], rid: str
+) -> None:
+    _, client = keys_ledger
+    # Given the records whose key starts with the key as stored (explain's link)
+    asked = client.get("/records", params={"scope": "s", "claim_prefix": KEYS[rid]}).text
+    field = _PREFIX_FIELD.search(asked)
+    assert field is not None
+    # Then its filter shows the key as the pages show it, and sent again lists the same
+    shown = html.unescape(field.group(1))
+    assert shown == key_text(KEYS[rid])
+    again = client.get("/records", params={"scope": "s", "claim_prefix": shown}).text
+    listed = [found for found, _ in _ROW.findall(asked)]
+    assert rid in listed and [found for found, _ in _ROW.findall(again)] == listed

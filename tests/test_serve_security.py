@@ -262,8 +262,17 @@ def test_the_access_log_names_the_principal_of_every_console_form(
             ("/signout", {}),
         ):
             client.post(path, data={"csrf": csrf, **fields}, follow_redirects=False)
-    # Then each line names the reviewer, not "-"
+        # Then each line names the reviewer, not "-"
+        lines = [r.getMessage() for r in caplog.records if r.name == ACCESS_LOGGER]
+        assert len(lines) == 6, lines
+        for line in lines:
+            assert ' - reviewer "POST /' in line and line.endswith(" 303"), line
+        # while a form sent with its session's cookie but not its CSRF token (forged
+        # in its name, refused) is not logged as the reviewer's
+        page = client.get("/").text
+        client.post("/signin", data={"csrf": _csrf(page), "token": tokens["reviewer"]})
+        caplog.clear()
+        forged = client.post("/records/C2/accept", data={"csrf": "x"}, follow_redirects=False)
+        assert forged.status_code == 403
     lines = [r.getMessage() for r in caplog.records if r.name == ACCESS_LOGGER]
-    assert len(lines) == 6, lines
-    for line in lines:
-        assert ' - reviewer "POST /' in line and line.endswith(" 303"), line
+    assert len(lines) == 1 and ' - - "POST /records/C2/accept' in lines[0], lines

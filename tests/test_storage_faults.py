@@ -635,12 +635,13 @@ def _remove_ledger_files(path: Path) -> None:
         name.unlink(missing_ok=True)
 
 
-@pytest.mark.parametrize("how", ["removed", "replaced"])
+@pytest.mark.parametrize("how", ["removed", "replaced", "made unreachable"])
 def test_a_ledger_file_removed_or_replaced_under_a_process_takes_no_more_writes(
     tmp_path: Path, how: str
 ) -> None:
     # Given a process writing to a ledger file, another writing to a second one
-    path, other = tmp_path / "ledger.db", tmp_path / "other.db"
+    (tmp_path / "dir").mkdir()
+    path, other = tmp_path / "dir" / "ledger.db", tmp_path / "other.db"
     led = Ledger.open(f"sqlite:///{path}")
     admin = led.admin()
     admin.grant("agent-1", scope="proj-a", roles=["propose", "read"])
@@ -651,7 +652,11 @@ def test_a_ledger_file_removed_or_replaced_under_a_process_takes_no_more_writes(
         positions = {"other": elsewhere.position}
 
     # When the file is deleted (as with its WAL), or another ledger moved over it
-    _remove_ledger_files(path)
+    if how == "made unreachable":  # its folder moved away, a file in its place
+        os.rename(tmp_path / "dir", tmp_path / "moved")
+        (tmp_path / "dir").write_bytes(b"")
+    else:
+        _remove_ledger_files(path)
     if how == "replaced":
         os.rename(other, path)
     try:
@@ -669,7 +674,7 @@ def test_a_ledger_file_removed_or_replaced_under_a_process_takes_no_more_writes(
     assert len(failed) == 1 and f"was {how}" in str(failed[0])
     if how == "removed":
         assert not path.exists()
-    else:
+    elif how == "replaced":
         with Ledger.open(f"sqlite:///{path}", create=False) as there:
             assert there.position == positions["other"]
 

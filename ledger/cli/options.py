@@ -32,6 +32,7 @@ from ledger.errors import (
 )
 from ledger.persistence import foreign_file, resolve_url, unwritable
 from ledger.session import Session
+from ledger.validation import asked_key
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -472,7 +473,13 @@ def claim_options(fn: F) -> F:
         (
             click.option("--scope", required=True, help="The scope to read in."),
             click.option(
-                "--claim-key", "--claim", "claim_key", required=True, help="The question asked."
+                "--claim-key",
+                "--claim",
+                "claim_key",
+                required=True,
+                # a key an earlier version took may be given as tables show it
+                callback=lambda _ctx, _param, value: value if value is None else asked_key(value),
+                help="The question asked (a key tables show as a JSON string may be given so).",
             ),
             click.option("--at", type=DATETIME, help="Validity at this instant (default: now)."),
             click.option(

@@ -84,14 +84,18 @@ class LedgerSQLitePool(SQLiteConnectionPool):
         try:
             found = os.stat(path)
         except FileNotFoundError:
-            found = None
-        if found is None or (found.st_dev, found.st_ino) != (device, inode):
-            what = "removed or moved away" if found is None else "replaced by another file"
-            raise sqlite3.OperationalError(
-                f"the ledger file {path!r} was {what} after this process opened it, so what "
-                "it wrote next would be lost; nothing was written (restore the file, then open "
-                "the ledger again)"
-            )
+            what = "removed or moved away"
+        except OSError as exc:  # a folder on the path made a file, no permission…
+            what = f"made unreachable ({exc.strerror or type(exc).__name__})"
+        else:
+            if (found.st_dev, found.st_ino) == (device, inode):
+                return
+            what = "replaced by another file"
+        raise sqlite3.OperationalError(
+            f"the ledger file {path!r} was {what} after this process opened it; it neither "
+            "writes (what it wrote would be lost) nor reads it again, and nothing was "
+            "written (restore the file, then open the ledger again)"
+        )
 
     def _create_connection(self) -> SQLiteConnection:
         database = self.db_name

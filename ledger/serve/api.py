@@ -166,8 +166,9 @@ class Call:
         digits = text[1:] if text.startswith("-") else text
         if not (digits.isascii() and digits.isdigit()):
             raise FieldError(name, f"{name} {text[:40]!r} is not an integer")
-        if len(digits) > _MOST_DIGITS:  # int() refuses over 4,300 digits (a 500)
-            raise FieldError(name, f"{name} of {len(digits):,} digits is out of range")
+        significant = len(digits.lstrip("0"))
+        if significant > _MOST_DIGITS:  # int() refuses over 4,300 digits (a 500)
+            raise FieldError(name, f"{name} of {significant:,} digits is out of range")
         value = int(text)
         if minimum is not None and value < minimum:
             bound = f"at least {minimum}" if maximum is None else f"in {minimum}..{maximum}"

@@ -41,7 +41,6 @@ from ledger.serve.pages import (
     Access,
     Moment,
     TypedMoment,
-    asked_key,
     candidate,
     conflict_after,
     environment,
@@ -54,6 +53,7 @@ from ledger.serve.refusals import ENDED, REFUSED, TITLES, TYPED_OR_BUSY, refused
 from ledger.serve.sessions import COOKIE, ConsoleSession, SessionStore, set_cookie
 from ledger.serve.threads import finish_in_thread
 from ledger.session import next_after
+from ledger.validation import asked_key
 from ledger.values import RecordView
 
 #: Records shown per page of the queue, the attention list and the record list.
@@ -230,8 +230,6 @@ class Console:
         async def post(request: Request) -> Response:
             cookie = request.cookies.get(COOKIE)
             session = self.store.get(cookie)
-            if session is not None:
-                request.state.principal = session.principal  # for the access log
             form = await request.form()
             if session is None and cookie:
                 # A session that ended (idle too long, too old, the server restarted):
@@ -244,6 +242,8 @@ class Console:
                 return RedirectResponse("/", status_code=303)
             if session is None or not session.csrf_ok(form.get("csrf")):
                 return self._refused(request, session, "CSRF check failed")
+            # for the access log: a form the session sent (not one forged in its name)
+            request.state.principal = session.principal
             try:
                 return await handler(request, session)
             except AuthenticationError:
@@ -296,7 +296,9 @@ class Console:
         ``again``: the form's own page, where it is filled in again when refused for
         what was typed or a lock (:data:`~ledger.serve.refusals.TYPED_OR_BUSY`)."""
         form = await request.form()
-        values = {k: v for k, v in form.items() if isinstance(v, str)}
+        # A browser sends every line break of a text box as CR LF (HTML's form
+        # encoding); the ledger takes a line break as LF and refuses a CR.
+        values = {k: v.replace("\r\n", "\n") for k, v in form.items() if isinstance(v, str)}
         typed = {k: v for k, v in values.items() if k not in _NOT_TYPED}
         record_id = request.path_params.get("record_id")
         delivery_id = request.path_params.get("delivery_id")
@@ -454,7 +456,8 @@ class Console:
                 "status": q.get("status") or None,
                 "validity": q.get("validity") or None,
                 "kind": q.get("kind") or None,
-                "claim_prefix": q.get("claim_prefix") or None,
+                # as the filter shows it: a key an earlier version took, quoted
+                "claim_prefix": asked_key(q.get("claim_prefix") or "") or None,
             }
             views: tuple[RecordView, ...] = ()
             if scope is not None:

@@ -192,21 +192,11 @@ def _details(details: Mapping[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
-def asked_key(text: str) -> str:
-    """The claim key a form field asks about: a key as the pages show it. A key an
-    earlier version stored (with a line break, a tab, space at an end, another
-    normal form) is shown, and so typed, as the JSON string
-    :func:`~ledger.validation.key_text` makes of it; any other text is the key itself.
-    (A field cannot carry the key as stored: an input drops a line feed, and a
-    browser sends each line break in a form as CR LF.)"""
-    if text.startswith('"'):
-        try:
-            key = json.loads(text)
-        except ValueError:
-            return text
-        if isinstance(key, str) and key_text(key) == text:
-            return key
-    return text
+def _said(text: str) -> Markup:
+    """The ``said`` filter: a text someone wrote (a reason), its line breaks kept
+    as written (the console's style sheet shows ``.said`` so), its direction
+    controls written out as every other text's are (:func:`controls_written_out`)."""
+    return Markup('<span class="said">{}</span>').format(controls_written_out(text))
 
 
 def _when(value: datetime | None) -> str:
@@ -259,6 +249,7 @@ def environment() -> Environment:
     env.filters["when"] = _when
     env.filters["details"] = _details
     env.filters["key"] = key_text
+    env.filters["said"] = _said
     env.globals["text_limit"] = TEXT_LIMIT
     return env
 
