@@ -221,20 +221,19 @@ def prove(
                     f"before position {target.position} is not among its first {size} leaves"
                 )
         stored: dict[int, bytes] = {}
+        last = [0]  # the position of the tree's last leaf (of ``size``)
 
         def leaves() -> Iterator[bytes]:
-            for position, leaf in engine.recorder.leaves(c):
+            for n, (position, leaf) in enumerate(engine.recorder.leaves(c), start=1):
                 if position in index_of:
                     stored[position] = leaf
+                if n == size:
+                    last[0] = position
                 yield leaf
 
         root, paths = merkle.inclusion_paths(leaves(), size, index_of.values())
-    if target is not None and root.hex() != target.root:
-        raise InvalidInputError(
-            f"the log does not extend digest {target}: its first {size} leaves have "
-            "another root (a digest of another ledger, or the log was rewritten: "
-            "`provledger verify --against` says which)"
-        )
+    if target is not None:
+        _check_extends(target, root, last[0], record_id, notes)
     proofs = []
     for note in notes:
         data = merkle.leaf_data(
@@ -264,6 +263,30 @@ def prove(
             )
         )
     return tuple(proofs)
+
+
+def _check_extends(
+    target: LogDigest, root: bytes, last: int, record_id: str, notes: list[Any]
+) -> None:
+    """Refuse proofs against ``target`` unless the log's first ``target.size`` leaves
+    (the last of them at log position ``last``) are its tree, as ``verify`` checks
+    a digest, and ``record_id`` had an event in it (``notes``)."""
+    if root.hex() != target.root:
+        raise InvalidInputError(
+            f"the log does not extend digest {target}: its first {target.size} leaves have "
+            "another root (a digest of another ledger, or the log was rewritten: "
+            "`provledger verify --against` says which)"
+        )
+    if target.size and last != target.position:
+        raise InvalidInputError(
+            f"digest {target} ends at log position {target.position}, but the last event "
+            f"of its tree is at position {last}: it is not a digest the log gave"
+        )
+    if not notes:
+        raise InvalidInputError(
+            f"record {record_id!r} had no event at or before position {target.position}, "
+            f"the digest's: nothing of it is in that tree to prove"
+        )
 
 
 def _time_of_event(caller: Caller, c: Cursor, position: int) -> datetime | None:

@@ -132,6 +132,14 @@ def erased_error(found: Erasure) -> SnapshotErasedError:
     )
 
 
+class _ErasedAlready(Exception):
+    """Inside an erasure's transaction: every capture of its bytes was erased already."""
+
+    def __init__(self, found: Erasure) -> None:
+        super().__init__(found.snapshot_ref)
+        self.found = found
+
+
 def erase_snapshot(
     engine: Engine,
     ref: str,
@@ -159,8 +167,8 @@ def erase_snapshot(
         if not records:
             raise UnknownSnapshotError(f"snapshot {ref!r} is unknown")
         stored = engine.recorder.snapshot_content(w.c, ref) is not None
-        if not stored:
-            check_not_erased(engine, w.c, ref)
+        if not stored and (found := erased_all(engine, w.c, ref, records)) is not None:
+            raise _ErasedAlready(found)
         now = engine.now()
         events: list[Any] = []
         for rid, row in records.items():
@@ -179,7 +187,20 @@ def erase_snapshot(
             deleted=stored,
         )
 
-    done = engine.transact(work)
+    try:
+        done = engine.transact(work)
+    except _ErasedAlready as already:
+        # Asked again, as after an erasure whose process died between its commit
+        # and its scrub: scrub now what the database's files may still hold.
+        with engine.inflight.entered():
+            clean = engine.recorder.scrub_deleted(already.found.position)
+        left = (
+            "what the database's files still held of its bytes is scrubbed now"
+            if clean
+            else "the database's files may still hold some of its bytes: run "
+            "`provledger scrub-erased` (Ledger.scrub_erased) once its readers are done"
+        )
+        raise SnapshotErasedError(f"{erased_error(already.found)}; {left}") from None
     if done.deleted:
         with engine.inflight.entered():  # a scrub under way is waited for by close()
             if not engine.recorder.scrub_deleted(done.position):

@@ -1190,6 +1190,38 @@ def test_erased_bytes_leave_the_database_files_not_only_the_table(scene: Scene) 
     assert scene.ledger.verify().ok
 
 
+def test_an_erasure_asked_again_after_its_scrub_never_ran_scrubs_now(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given an erasure that committed but whose scrub never ran (its process died
+    # between the two): the bytes stay in the -wal, and verify has nothing to say
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    with Ledger.open(url) as led:
+        admin = led.admin()
+        admin.grant("agent-1", scope="proj-a", roles=["propose", "read"])
+        agent = led.authenticate(admin.issue_token("agent-1"))
+        agent.capture(scope="proj-a", uri="https://docs.test/p", content=b"personal-1", id="P1")
+        ref = (agent.get("P1").evidence or {})["snapshot_ref"]
+        recorder = led.engine.recorder
+        with monkeypatch.context() as patched:
+            patched.setattr(recorder, "scrub_deleted", lambda position: False)
+            assert admin.erase_snapshot(ref, reason="request 1").scrubbed is False
+        wal = tmp_path / "l.db-wal"
+        assert b"personal-1" in wal.read_bytes()
+
+        # When the operator, who got no answer, asks for it again
+        with pytest.raises(SnapshotErasedError) as refused:
+            admin.erase_snapshot(ref, reason="request 1")
+
+        # Then it is refused as done, and what the files held is scrubbed now
+        assert f"snapshot {ref!r} was erased at" in str(refused.value)
+        assert str(refused.value).endswith(
+            "what the database's files still held of its bytes is scrubbed now"
+        )
+        files = [tmp_path / "l.db", wal]
+        assert not any(f.exists() and b"personal-1" in f.read_bytes() for f in files)
+
+
 def test_an_erasure_a_reader_keeps_from_the_wal_says_so(tmp_path: Path) -> None:
     # Given a reader in another connection holding a snapshot that predates it
     url = f"sqlite:///{tmp_path / 'l.db'}?timeout=1"

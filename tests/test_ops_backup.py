@@ -176,9 +176,38 @@ def test_a_backup_onto_a_full_disk_fails_whole_and_leaves_nothing(tmp_path: Path
         refused = run_backup(str(disk.mount / "copy.db"), "--url", url)
         assert refused.exit_code == 1
         assert refused.stderr.startswith(f"error: backup to {disk.mount / 'copy.db'} failed: ")
-        assert "the disk is full" in refused.stderr
+        # the disk it names is the copy's (the ledger's has room)
+        assert "failed: the disk it is written to is full" in refused.stderr
+        assert "the ledger is unchanged and no backup was written" in refused.stderr
         assert list(disk.mount.iterdir()) == []
     assert state(url) == before
+
+
+def test_a_backup_removes_what_backups_killed_midway_left_beside_its_file(
+    tmp_path: Path,
+) -> None:
+    # Given the hidden copies two killed backups to copy.db left (whole snapshot
+    # bytes an erasure would never reach), and one of a backup still running
+    url, _, _ = new_ledger(tmp_path / "live.db")
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    dead = int(gone.stdout)
+    left = [tmp_path / f".copy.db.partial-{dead}", tmp_path / f".copy.db.partial-{dead}-journal"]
+    for path in left:
+        path.write_bytes(b"snapshot bytes")
+    running = tmp_path / f".copy.db.partial-{os.getppid()}"
+    running.write_bytes(b"in progress")
+    other = tmp_path / f".other.db.partial-{dead}"
+    other.write_bytes(b"another destination's")
+
+    # When a backup to copy.db is made
+    made = run_backup(str(tmp_path / "copy.db"), "--url", url)
+
+    # Then the dead ones are gone; the running one's and another file's stay
+    assert made.exit_code == 0, made.output
+    assert not any(path.exists() for path in left)
+    assert running.exists() and other.exists()
 
 
 def test_a_backup_prints_json_for_scripts(tmp_path: Path) -> None:

@@ -228,6 +228,49 @@ def test_views_behind_the_log_are_refused_read_only_not_served_as_current(
         ro.close()
 
 
+_COUNT = """
+import sys
+from ledger import Ledger
+with Ledger.open(sys.argv[1]) as led:
+    print(led.position)
+"""
+
+
+def test_a_read_only_handle_beside_a_writer_in_one_process_loses_none_of_its_writes(
+    tmp_path: Path,
+) -> None:
+    # Given a process writing to a ledger that also opens it read-only (an auditor's
+    # handle): opening the file to read its header, then closing it, dropped every
+    # lock SQLite held on it in this process (POSIX), so the next process to open
+    # and close the ledger checked the WAL into the file and deleted it, and the
+    # writer's later commits went to a WAL nobody else could see.
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    led = Ledger.open(url)
+    admin = led.admin()
+    admin.grant("agent-1", scope="s", roles=["propose", "read"])
+    agent = led.authenticate(admin.issue_token("agent-1"))
+    for i in range(5):
+        agent.propose("s", f"a{i}", i, Kind.FACT)
+    read_only = Ledger.open(f"{url}?mode=ro")
+    try:
+        assert read_only.position == led.position
+        # When another process opens the ledger and exits, and the writer goes on
+        other = subprocess.run([sys.executable, "-c", _COUNT, url], capture_output=True, text=True)
+        assert other.returncode == 0, other.stderr
+        assert Path(f"{tmp_path / 'l.db'}-wal").exists()
+        for i in range(5):
+            agent.propose("s", f"b{i}", i, Kind.FACT)
+        written = led.position
+        # Then every write it was told of is there for any other process
+        seen = subprocess.run([sys.executable, "-c", _COUNT, url], capture_output=True, text=True)
+        assert int(seen.stdout) == written, seen.stderr
+    finally:
+        read_only.close()
+        led.close()
+    with Ledger.open(url) as again:
+        assert again.position == written
+
+
 def test_a_run_is_refused_on_a_read_only_ledger_not_ignored(tmp_path: Path) -> None:
     path = tmp_path / "l.db"
     led, tokens = write_ledger(path)

@@ -453,9 +453,9 @@ def test_explain_answers_every_usable_record_and_at_most_limit_others(served: Se
     assert body["omitted"] == 21
     assert body["note"] == (
         "21 more records of this claim, none of them usable, are not listed. Ask again with "
-        "a larger limit (at most 1000), or page through the claim's records (among those "
-        "of longer keys it begins) with <GET /api/v1/records?scope=proj-a&claim_prefix="
-        "api.retry_safe>"
+        "a larger limit (at most 1000), or page through the claim's records (with those "
+        "of keys that begin with it) at <GET /api/v1/records?scope=proj-a&claim_prefix="
+        "api.retry_safe>."
     )
     # and limit=3 gives M1, M2 and the two newest candidates
     assert [e["record"]["id"] for e in three.json()["entries"]] == ["M1", "M2", "J118", "J119"]
@@ -1107,6 +1107,9 @@ def test_an_integer_longer_than_python_converts_is_422_naming_it(served: Served)
         field = "limit" if "limit" in params else "as_of_position"
         assert (r.status_code, error_of(r)["field"]) == (422, field), r.text
         assert error_of(r)["message"] == f"{field} of 4,301 digits is out of range"
+    # leading zeros are no digits of the number: 0…05 is 5, however many zeros
+    r = served.agent.get("/records", params={"scope": "proj-a", "limit": "0" * 4400 + "5"})
+    assert r.status_code == 200, r.text
 
 
 def test_an_encoded_slash_stays_in_its_segment_and_runs_no_other_route(served: Served) -> None:

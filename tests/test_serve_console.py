@@ -423,6 +423,14 @@ def test_accepting_a_rival_from_a_card_shown_before_says_the_claim_reads_conflic
         "(Explain shows each)." in page
     )
     assert desk.agent.read("proj-a", "db.host").outcome.value == "CONFLICT"
+    # a record agreeing with one of them is said to disagree only with the other
+    desk.agent.propose(
+        scope="proj-a", claim_key="db.host", value="a.example", kind=Kind.FACT, id="NEW3"
+    )
+    client.post("/records/NEW3/accept", data={"csrf": csrf, "next": "/"})
+    assert "Accepted NEW3. Its claim db.host reads CONFLICT now: it disagrees with NEW2 " in (
+        client.get("/").text
+    )
     # an acceptance that leaves its claim FOUND says nothing more
     desk.agent.propose(scope="proj-a", claim_key="db.port", value=1, kind=Kind.FACT, id="P1")
     client.post("/records/P1/accept", data={"csrf": csrf, "next": "/"})

@@ -7,6 +7,7 @@ token by a factory given to ``create_app`` (the ledger's own server comes from
 
 from __future__ import annotations
 
+import gzip
 import importlib
 import json
 import logging
@@ -99,6 +100,22 @@ def test_the_mcp_endpoint_refuses_a_missing_or_bad_token(base: str) -> None:
     slashed = httpx.post(f"{base}/mcp/", json=INIT, headers=ACCEPT)  # the same endpoint
     assert slashed.status_code == 401
     assert slashed.json()["error"]["type"] == "AuthenticationError"
+
+
+def test_the_mcp_endpoint_refuses_a_coded_body_as_the_api_does(
+    base: str, tokens: dict[str, str]
+) -> None:
+    # A plain body labelled gzip was read as it came; a gzip one was a parse error.
+    headers = {
+        **ACCEPT,
+        "Authorization": f"Bearer {tokens['agent-1']}",
+        "Content-Type": "application/json",
+        "Content-Encoding": "gzip",
+    }
+    for body in (json.dumps(INIT).encode(), gzip.compress(json.dumps(INIT).encode())):
+        r = httpx.post(f"{base}/mcp", content=body, headers=headers, timeout=30)
+        assert r.status_code == 415, r.text
+        assert "Content-Encoding 'gzip'" in r.json()["error"]["message"]
 
 
 def test_an_mcp_session_opened_with_one_token_is_unknown_to_another(

@@ -285,6 +285,18 @@ def test_proofs_against_a_digest_kept_earlier_verify_with_that_digest_alone(
         world.reviewer.prove("E1", against=early)
     with pytest.raises(InvalidInputError, match="is not size:position"):
         world.reviewer.prove("E1", against="12:12:beef")
+    lied = merkle.LogDigest(size=kept.size, position=1, root=kept.root)
+    with pytest.raises(
+        InvalidInputError, match=f"the last event of its tree is at position {kept.position}"
+    ):
+        world.reviewer.prove("E1", against=lied)
+    # and a record with no event in the digest's tree has nothing to prove there
+    later = world.agent.propose(scope="proj-a", claim_key="k3", value=3, kind=Kind.FACT)
+    world.reviewer.accept(later)
+    with pytest.raises(
+        InvalidInputError, match=f"had no event at or before position {kept.position}"
+    ):
+        world.reviewer.prove(later, against=kept)
 
 
 def test_proofs_of_a_record_of_more_events_than_a_batch_of_leaves_verify(

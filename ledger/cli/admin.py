@@ -3,6 +3,7 @@ backup."""
 
 from __future__ import annotations
 
+import glob
 import os
 import sqlite3
 import sys
@@ -45,13 +46,14 @@ from ledger.cli.render import (
 from ledger.engine import read_only_error
 from ledger.errors import (
     AccessDeniedError,
+    DiskFullError,
     InvalidInputError,
     InvalidURLError,
     LedgerNotFoundError,
     StorageError,
 )
 from ledger.experiment import run_experiment
-from ledger.persistence.faults import storage_error
+from ledger.persistence.faults import reason_of, storage_error
 from ledger.persistence.sqlite_files import others_tables
 from ledger.persistence.urls import resolve_url
 
@@ -565,6 +567,7 @@ def backup(dest: str, url: str | None, admin_token: str | None, as_json: bool) -
             f"backup refused: the directory {printable(target.parent)} does not exist "
             "(nothing was written)"
         )
+    _clear_dead_partials(target)
     # The views as stored: a backup writes nothing to the ledger it copies.
     with host_ledger(url, "backup", admin_token, catch_up=False) as led:
         source = os.path.realpath(backend.path)
@@ -617,6 +620,23 @@ def _check_destination(dest: str) -> None:
         )
 
 
+def _clear_dead_partials(target: Path) -> None:
+    """Remove what backups to ``target`` killed midway left beside it (a hidden
+    ``.NAME.partial-PID`` copy, whole snapshot bytes included, that a later
+    erasure would never reach): those of processes no longer running."""
+    prefix = f".{target.name}.partial-"
+    for found in target.parent.glob(glob.escape(prefix) + "*"):
+        pid = found.name[len(prefix) :].split("-", 1)[0]
+        if not pid.isascii() or not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:  # gone: nobody writes that copy any more
+            found.unlink(missing_ok=True)
+        except OSError:  # running (another user's): not ours to remove
+            continue
+
+
 def _vacuum_into(source: str, partial: Path, shown: str, dest: str) -> None:
     """Write a compacted copy of the SQLite database ``source`` to ``partial`` in one
     read transaction, synced to disk; a full disk is ``DiskFullError`` naming
@@ -636,6 +656,12 @@ def _vacuum_into(source: str, partial: Path, shown: str, dest: str) -> None:
             os.close(fd)
     except (sqlite3.Error, OSError) as exc:
         typed = storage_error(exc, shown, path=str(partial))
+        if isinstance(typed, DiskFullError):  # the copy's disk, not the ledger's
+            raise DiskFullError(
+                f"backup to {dest} failed: the disk it is written to is full "
+                f"({reason_of(exc)}); the ledger is unchanged and no backup was "
+                "written — free space there, or back up elsewhere"
+            ) from None
         raise type(typed)(f"backup to {dest} failed: {typed}") from None
 
 

@@ -25,6 +25,22 @@ def foreign_file(path: str) -> str | None:
     is no file, it is empty, or it cannot be read."""
     if os.path.isdir(path):
         return "a directory"
+    # Asked of SQLite first: closing any handle a process has on a file drops every
+    # lock the process holds on it (POSIX), SQLite's included, and with them the
+    # WAL a writer of this process relies on (another process would then check
+    # it into the file and delete it: commits confirmed here, lost). SQLite's own
+    # connections share the process's locks. Only a file SQLite cannot read as a
+    # database, which no connection here can hold, is read with ``open``.
+    try:
+        size = os.path.getsize(path)
+        c = sqlite3.connect(f"{Path(path).absolute().as_uri()}?mode=ro", uri=True)
+        try:
+            c.execute("PRAGMA schema_version").fetchone()
+            return "an SQLite database without a ledger in it" if size else None
+        finally:
+            c.close()
+    except (OSError, sqlite3.Error):
+        pass
     try:
         with open(path, "rb") as f:
             head = f.read(16)

@@ -166,10 +166,10 @@ class Call:
         digits = text[1:] if text.startswith("-") else text
         if not (digits.isascii() and digits.isdigit()):
             raise FieldError(name, f"{name} {text[:40]!r} is not an integer")
-        significant = len(digits.lstrip("0"))
-        if significant > _MOST_DIGITS:  # int() refuses over 4,300 digits (a 500)
-            raise FieldError(name, f"{name} of {significant:,} digits is out of range")
-        value = int(text)
+        significant = digits.lstrip("0") or "0"
+        if len(significant) > _MOST_DIGITS:  # int() refuses over 4,300 digits (a 500)
+            raise FieldError(name, f"{name} of {len(significant):,} digits is out of range")
+        value = -int(significant) if text.startswith("-") else int(significant)
         if minimum is not None and value < minimum:
             bound = f"at least {minimum}" if maximum is None else f"in {minimum}..{maximum}"
             raise FieldError(name, f"{name} {value} is not {bound}")

@@ -355,8 +355,10 @@ def parse_body(raw: bytes) -> Mapping[str, Any]:
     """A request body: empty, or a strict JSON object.
 
     Raises:
-        FieldError: a field given twice, or holding NaN or Infinity.
-        InvalidInputError: not JSON, not an object, or a number out of range.
+        FieldError: a field given twice, or holding NaN, Infinity or a number out
+            of range.
+        InvalidInputError: not JSON, not an object, nested too deeply, or the body
+            itself a number out of range.
     """
     if not raw.strip():
         return {}

@@ -399,8 +399,11 @@ def conflict_after(session: Session, record_id: str) -> str:
         result = session.read(view.scope, view.claim_key)
     except LedgerError:
         return ""
-    others = [r.id for r in result.records if r.id != record_id]
-    if result.outcome != Outcome.CONFLICT or not others:
+    if result.outcome != Outcome.CONFLICT or record_id not in {r.id for r in result.records}:
+        return ""
+    value = canonical(view.value)
+    others = [r.id for r in result.records if canonical(r.value) != value]
+    if not others:
         return ""
     named = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
     return (

@@ -53,7 +53,7 @@ def explanation(result: Explanation, maximum: int) -> dict[str, Any]:
     more = urlencode({"scope": result.scope, "claim_prefix": result.claim_key})
     rest = (
         f"Ask again with a larger limit (at most {maximum}), or page through the claim's "
-        f"records (among those of longer keys it begins) with <GET /api/v1/records?{more}>"
+        f"records (with those of keys that begin with it) at <GET /api/v1/records?{more}>."
     )
     return capped_explanation(result, rest)
 

@@ -198,8 +198,7 @@ def explain_out(explanation: Explanation) -> ExplainOut:
     rest = (
         f"Call explain_memory again with a larger `limit` (at most {MAX_SERVED_NODES}), or "
         "page through the claim's records with list_records "
-        f"(claim_prefix={explanation.claim_key!r}; it lists those of longer keys it begins "
-        "too)."
+        f"(claim_prefix={explanation.claim_key!r}; it also lists keys that begin with it)."
     )
     return cast(ExplainOut, json_safe(capped_explanation(explanation, rest)))
 
