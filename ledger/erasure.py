@@ -195,7 +195,7 @@ def erase_snapshot(
         with engine.inflight.entered():
             clean = engine.recorder.scrub_deleted(already.found.position)
         left = (
-            "what the database's files still held of its bytes is scrubbed now"
+            "the database's files are scrubbed of its bytes now"
             if clean
             else "the database's files may still hold some of its bytes: run "
             "`provledger scrub-erased` (Ledger.scrub_erased) once its readers are done"

@@ -1215,9 +1215,7 @@ def test_an_erasure_asked_again_after_its_scrub_never_ran_scrubs_now(
 
         # Then it is refused as done, and what the files held is scrubbed now
         assert f"snapshot {ref!r} was erased at" in str(refused.value)
-        assert str(refused.value).endswith(
-            "what the database's files still held of its bytes is scrubbed now"
-        )
+        assert str(refused.value).endswith("the database's files are scrubbed of its bytes now")
         files = [tmp_path / "l.db", wal]
         assert not any(f.exists() and b"personal-1" in f.read_bytes() for f in files)
 

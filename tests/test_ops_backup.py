@@ -200,6 +200,11 @@ def test_a_backup_removes_what_backups_killed_midway_left_beside_its_file(
     running.write_bytes(b"in progress")
     other = tmp_path / f".other.db.partial-{dead}"
     other.write_bytes(b"another destination's")
+    # nor is a file of a like name that is no such copy, or a folder of that name
+    notes = tmp_path / f".copy.db.partial-{dead}-notes.txt"
+    notes.write_bytes(b"someone's notes")
+    folder = tmp_path / f".copy.db.partial-{dead}-wal"
+    folder.mkdir()
 
     # When a backup to copy.db is made
     made = run_backup(str(tmp_path / "copy.db"), "--url", url)
@@ -207,7 +212,7 @@ def test_a_backup_removes_what_backups_killed_midway_left_beside_its_file(
     # Then the dead ones are gone; the running one's and another file's stay
     assert made.exit_code == 0, made.output
     assert not any(path.exists() for path in left)
-    assert running.exists() and other.exists()
+    assert running.exists() and other.exists() and notes.exists() and folder.is_dir()
 
 
 def test_a_backup_prints_json_for_scripts(tmp_path: Path) -> None:

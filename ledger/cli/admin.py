@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import sqlite3
 import sys
 import tempfile
@@ -625,15 +626,23 @@ def _clear_dead_partials(target: Path) -> None:
     ``.NAME.partial-PID`` copy, whole snapshot bytes included, that a later
     erasure would never reach): those of processes no longer running."""
     prefix = f".{target.name}.partial-"
+    named = re.compile(re.escape(prefix) + r"([0-9]+)(-journal|-wal|-shm)?")
     for found in target.parent.glob(glob.escape(prefix) + "*"):
-        pid = found.name[len(prefix) :].split("-", 1)[0]
-        if not pid.isascii() or not pid.isdigit() or int(pid) == os.getpid():
+        match = named.fullmatch(found.name)
+        if match is None or int(match[1]) == os.getpid() or not found.is_file():
+            continue
+        if found.is_symlink():
+            continue  # a backup writes no link
+        try:
+            os.kill(int(match[1]), 0)
+            continue  # running (another user's, maybe): not ours to remove
+        except ProcessLookupError:  # gone: nobody writes that copy any more
+            pass
+        except OSError:
             continue
         try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:  # gone: nobody writes that copy any more
-            found.unlink(missing_ok=True)
-        except OSError:  # running (another user's): not ours to remove
+            found.unlink()
+        except OSError:  # not ours to remove (a sticky folder): the backup goes on
             continue
 
 
