@@ -73,7 +73,9 @@ def others_tables(path: str) -> list[str]:
 
 def holds_ledger(path: str) -> bool:
     """Whether the SQLite file at ``path`` exists and holds a ledger's events table;
-    opened read-only, so nothing is created or changed.
+    opened read-only, so nothing in it is changed and no file is created where
+    there is none (beside a database in WAL mode, SQLite may leave its ``-wal``
+    and ``-shm``, as any reader does).
 
     Raises:
         StorageError: the file holds a ledger that SQLite cannot open where it is
