@@ -69,9 +69,8 @@ def check_json_body(headers: Mapping[str, str], raw: bytes) -> None:
         MediaTypeError: the body is declared as another media type, or as coded
             (a ``Content-Encoding`` such as gzip: it would be read as it came).
     """
-    coding = headers.get("content-encoding", "identity").strip().lower()
-    if coding not in ("", "identity") and raw:
-        raise MediaTypeError(coding, "Content-Encoding")
+    if raw:
+        check_uncoded(headers)
     media = media_type_of(headers)
     if media is None or not raw.strip():
         return
@@ -80,6 +79,18 @@ def check_json_body(headers: Mapping[str, str], raw: bytes) -> None:
     if media.startswith("application/") and media.endswith("+json"):
         return
     raise MediaTypeError(media)
+
+
+def check_uncoded(headers: Mapping[str, str]) -> None:
+    """Refuse a body sent coded (a ``Content-Encoding`` but identity, such as gzip):
+    it would be read as it came.
+
+    Raises:
+        MediaTypeError: naming the coding.
+    """
+    coding = headers.get("content-encoding", "identity").strip().lower()
+    if coding not in ("", "identity"):
+        raise MediaTypeError(coding, "Content-Encoding")
 
 
 def bearer_token(headers: Headers) -> str:

@@ -32,7 +32,7 @@ from ledger.application import Ledger
 from ledger.errors import AuthenticationError, LedgerError, install_hint
 from ledger.serve.api import json_response, ledger_error_response
 from ledger.serve.errors import error_body
-from ledger.serve.inputs import MediaTypeError, bearer_token
+from ledger.serve.inputs import bearer_token, check_uncoded
 
 
 class SessionManager(Protocol):
@@ -132,9 +132,7 @@ class MCPMount:
             token = bearer_token(request.headers)
             session = await run_in_threadpool(self.ledger.authenticate, token)
             request.state.principal = session.principal  # for the access log
-            coding = request.headers.get("content-encoding", "identity").strip().lower()
-            if coding not in ("", "identity"):  # the SDK would read it as it came
-                raise MediaTypeError(coding, "Content-Encoding")
+            check_uncoded(request.headers)  # the SDK would read it as it came
         except LedgerError as exc:
             if token is not None and isinstance(exc, AuthenticationError):
                 await self._drop(token)
