@@ -294,7 +294,10 @@ def test_claim_keys_0_1_0_took_show_on_one_line_and_apart_from_their_look_alikes
     path = tmp_path / "keys.db"
     shutil.copyfile(fixtures / "ledger-0.1.0-keys.db", path)
     answers = json.loads((fixtures / "ledger-0.1.0-keys.json").read_text())
-    cli = Cli(url=f"sqlite:///{path}", path=path, reviewer=answers["tokens"]["reviewer"])
+    tokens = answers["tokens"]
+    cli = Cli(
+        url=f"sqlite:///{path}", path=path, agent=tokens["agent-1"], reviewer=tokens["reviewer"]
+    )
     keys: dict[str, str] = answers["keys"]
 
     # When a reviewer lists them, reads one with a line break and shows its record
@@ -319,6 +322,35 @@ def test_claim_keys_0_1_0_took_show_on_one_line_and_apart_from_their_look_alikes
     assert ["claim_key", '"two\\nlines"'] in [
         line.replace("│", " ").split() for line in shown.stdout.splitlines()
     ]
+    # and so are a listing's prefix and a new version's key
+    filtered = cli.as_reviewer("records", "--scope", "s", "--claim-prefix", json.dumps(keys["LF"]))
+    assert [
+        r["id"]
+        for r in json.loads(
+            cli.as_reviewer(
+                "records", "--scope", "s", "--claim-prefix", json.dumps(keys["PAD"]), "--json"
+            ).stdout
+        )["records"]
+    ] == ["PAD"]
+    assert [line.split()[1] for line in filtered.stdout.splitlines() if line[:1] == "│"] == ["LF"]
+    again = cli.as_agent(
+        "propose",
+        "--scope",
+        "s",
+        "--claim",
+        json.dumps(keys["LF"]),
+        "--kind",
+        "fact",
+        "--value",
+        "2",
+        "--supersedes",
+        "LF",
+        "--id",
+        "LF2",
+    )
+    assert again.exit_code == 0, again.output
+    with Ledger.open(cli.url) as led:
+        assert led.authenticate(cli.reviewer).get("LF2").claim_key == keys["LF"]
 
 
 def test_stats_show_the_corrections_owed_and_the_newest_event_time(chain: Cli) -> None:

@@ -466,6 +466,12 @@ def principal_session(url: str | None, token: str) -> Iterator[tuple[Ledger, Ses
         yield led, session
 
 
+def shown_key(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """An option's claim key (or prefix) as given, or, when it is given as tables
+    show a key an earlier version took (a JSON string), that key as stored."""
+    return value if value is None else asked_key(value)
+
+
 def claim_options(fn: F) -> F:
     """``--scope``, ``--claim``, ``--at``, ``--context`` and ``--kind``: the question a
     read or an explanation asks."""
@@ -477,8 +483,7 @@ def claim_options(fn: F) -> F:
                 "--claim",
                 "claim_key",
                 required=True,
-                # a key an earlier version took may be given as tables show it
-                callback=lambda _ctx, _param, value: value if value is None else asked_key(value),
+                callback=shown_key,
                 help="The question asked (a key tables show as a JSON string may be given so).",
             ),
             click.option("--at", type=DATETIME, help="Validity at this instant (default: now)."),

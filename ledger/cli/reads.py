@@ -27,6 +27,7 @@ from ledger.cli.options import (
     principal_session,
     printable,
     run_option,
+    shown_key,
     token_option,
     url_option,
     within,
@@ -518,7 +519,11 @@ def graph_summary(sub: Any, max_nodes: int, *, one_side: bool = False) -> str:
     help="Only this validity (NEEDS_REVALIDATION is what needs attention).",
 )
 @click.option("--kind", type=click.Choice(KINDS), help="Only this kind.")
-@click.option("--claim-prefix", help="Only claim keys starting with this text.")
+@click.option(
+    "--claim-prefix",
+    callback=shown_key,
+    help="Only claim keys starting with this text (or the key tables show as a JSON string).",
+)
 @click.option(
     "--limit",
     type=click.IntRange(1, 1000),

@@ -20,6 +20,7 @@ from ledger.cli.options import (
     principal_session,
     printable,
     run_option,
+    shown_key,
     token_option,
     url_option,
     within,
@@ -107,7 +108,14 @@ def capture(
 
 @click.command()
 @click.option("--scope", required=True, help="The scope the record belongs to.")
-@click.option("--claim-key", "--claim", "claim_key", required=True, help="The question answered.")
+@click.option(
+    "--claim-key",
+    "--claim",
+    "claim_key",
+    required=True,
+    callback=shown_key,
+    help="The question answered (a key tables show as a JSON string may be given so).",
+)
 @click.option("--kind", type=click.Choice(KINDS), required=True, help="What the record is.")
 @click.option("--value", "raw_value", help='The claim as JSON: true, 3, "text", {"a": 1}.')
 @click.option("--value-str", help="The claim as a plain string (instead of --value).")
