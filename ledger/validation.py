@@ -155,6 +155,15 @@ def check_aware(value: object, what: str) -> datetime:
     return value
 
 
+_UPPER_T_Z = str.maketrans("tz", "TZ")
+
+
+def from_iso(text: str) -> datetime:
+    """``datetime.fromisoformat`` that also reads a lowercase ``t`` and ``z``, as
+    RFC 3339 allows (Python 3.11 refuses a lowercase ``z``); ``ValueError`` as it."""
+    return datetime.fromisoformat(text.translate(_UPPER_T_Z))
+
+
 def check_value(value: Any, what: str, max_bytes: int = DEFAULT_MAX_VALUE_BYTES) -> Any:
     """Validate a claim value and return it normalised (tuples become lists).
 

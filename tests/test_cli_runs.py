@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -241,6 +242,16 @@ def test_a_time_without_a_timezone_is_a_usage_error_with_an_example(
     assert result.exit_code == 2
     assert "'2030-01-01T00:00:00' has no timezone" in result.stderr
     assert "e.g. 2030-01-01T00:00:00+00:00" in result.stderr
+
+
+def test_a_time_may_have_a_lowercase_t_and_z_as_rfc_3339_allows(sh: Shell) -> None:
+    args = ("propose", "--scope", "proj-a", "--claim", "k", "--kind", "fact", "--value", "1")
+    result = sh(*args, "--expires", "2030-01-01t00:00:00z", "--json", token=sh.agent)
+    assert result.exit_code == 0, result.output
+    rid = json.loads(result.stdout)["id"]
+    with Ledger.open(sh.url) as led:
+        expires = led.authenticate(sh.reviewer).get(rid).expires
+    assert expires == datetime(2030, 1, 1, tzinfo=UTC)
 
 
 def test_refusals_name_the_command_typed_not_the_library_method(sh: Shell) -> None:

@@ -11,6 +11,7 @@ import html
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC
 from typing import Any
 
 import pytest
@@ -857,6 +858,10 @@ def test_pages_can_be_browsed_as_of_a_past_time(desk: Desk, clock: Any) -> None:
     client, _ = desk.signed_in("reviewer-2")
     page = client.get("/records/M1", params={"as_of_time": then.isoformat()})
     assert "Status ACCEPTED" in text_of(page.text)
+    # RFC 3339 lets the "T" and "Z" be lowercase
+    lower = then.astimezone(UTC).strftime("%Y-%m-%dt%H:%M:%S.%fz")
+    page = client.get("/records/M1", params={"as_of_time": lower})
+    assert "Status ACCEPTED" in text_of(page.text), text_of(page.text)[:300]
 
 
 def test_a_large_graph_is_summarised_not_drawn_whole(desk: Desk) -> None:

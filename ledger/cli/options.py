@@ -32,7 +32,7 @@ from ledger.errors import (
 )
 from ledger.persistence import foreign_file, resolve_url, unwritable
 from ledger.session import Session
-from ledger.validation import asked_key
+from ledger.validation import asked_key, from_iso
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -223,7 +223,7 @@ class DateTimeType(_ParamType):
         if isinstance(value, datetime):
             return value
         try:
-            parsed = datetime.fromisoformat(str(value))
+            parsed = from_iso(str(value))
         except ValueError:
             self.fail(
                 f"{value!r} is not an ISO 8601 date-time (e.g. 2026-05-01T12:00:00+00:00)",

@@ -23,7 +23,7 @@ from urllib.parse import unquote_to_bytes
 from starlette.datastructures import Headers
 
 from ledger.errors import AuthenticationError, InvalidInputError
-from ledger.validation import echoed, listed
+from ledger.validation import echoed, from_iso, listed
 
 
 class FieldError(InvalidInputError):
@@ -126,7 +126,6 @@ _RFC_3339 = re.compile(
     r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:[Zz]|[+-](?:[01]\d|2[0-3]):[0-5]\d)?",
     re.ASCII,
 )
-_UPPER_T_Z = str.maketrans("tz", "TZ")
 
 
 def parse_time(name: str, text: str | None) -> datetime | None:
@@ -144,7 +143,7 @@ def parse_time(name: str, text: str | None) -> datetime | None:
     parsed = None
     if _RFC_3339.fullmatch(text):
         with suppress(ValueError):  # its numbers out of range
-            parsed = datetime.fromisoformat(text.translate(_UPPER_T_Z))
+            parsed = from_iso(text)
     if parsed is None:
         raise FieldError(
             name,

@@ -22,7 +22,7 @@ from ledger.domain import Kind, Outcome, Status, Validity
 from ledger.errors import AccessDeniedError, InvalidInputError, LedgerError, UnknownRecordError
 from ledger.jsonable import plain
 from ledger.serialization import canonical
-from ledger.validation import BIDI_CONTROLS, key_text
+from ledger.validation import BIDI_CONTROLS, from_iso, key_text
 from ledger.values import Explanation, RecordView, RevocationPreview
 
 __all__ = [
@@ -101,7 +101,7 @@ class Moment:
             return cls(position=int(position))
         if when:
             try:
-                parsed = datetime.fromisoformat(when)
+                parsed = from_iso(when)
             except ValueError:
                 raise InvalidInputError(
                     f"as-of time {when[:40]!r} is not an ISO 8601 date-time "

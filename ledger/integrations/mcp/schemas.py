@@ -15,6 +15,7 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, Field
 
 from ledger.domain import Kind
+from ledger.validation import from_iso
 
 __all__ = [
     "At",
@@ -97,9 +98,6 @@ Parents = Annotated[
 
 #: RFC 3339 (section 5.6) lets the "T" and "Z" of a date-time be lower case, which
 #: the schemas' ``format: date-time`` promises; Python's reader refuses a "z".
-_UPPER_T_Z = str.maketrans("tz", "TZ")
-
-
 def iso_text(value: object) -> object:
     """An instant must come as ISO 8601 text (its "T" and "Z" in either case, as
     RFC 3339 allows): a number is refused, not read as seconds since the epoch
@@ -109,7 +107,7 @@ def iso_text(value: object) -> object:
         return value
     if isinstance(value, str):
         try:
-            return datetime.fromisoformat(value.translate(_UPPER_T_Z))
+            return from_iso(value)
         except ValueError:
             raise ValueError(
                 f"an instant is ISO 8601 text with a timezone (e.g. '2026-12-31T00:00:00Z'), "
