@@ -36,10 +36,14 @@ Built with the ``prov`` package (:class:`prov.model.ProvDocument`):
   has ``pl:causedBy="revocation"``.
 
 Only records in scopes where the session holds ``audit`` are exported, and only
-relations between exported records; a record that rests (or rested) on one the
-session may not audit is derived from, and its proposal used, the one
-``pl:hidden`` placeholder entity, once per kind of dependency, whatever their
-number. An as-of session exports the ledger as it was at its position.
+relations between exported records, save one: a scope's export also declares
+what its records rest on in another scope the session may audit (the entity,
+with its ``pl:scope``; its events are that scope's). A record that rests (or
+rested) on one the session may not audit is derived from, and its proposal used,
+the one ``pl:hidden`` placeholder entity, once per kind of dependency, whatever
+their number; a stale cause the session may read but not audit is that
+placeholder too, with its reason withheld, as in a bundle. An as-of session
+exports the ledger as it was at its position.
 """
 
 from __future__ import annotations
@@ -56,7 +60,14 @@ from ledger.errors import AccessDeniedError, InvalidInputError, UnknownRecordErr
 from ledger.graph import NOT_XML, collect
 from ledger.jsonable import value_text
 from ledger.session import Session
-from ledger.values import DETAIL_ATTRIBUTES, HIDDEN, AuditEvent, AuditTrail, RecordView
+from ledger.values import (
+    DETAIL_ATTRIBUTES,
+    HIDDEN,
+    AuditEvent,
+    AuditTrail,
+    RecordView,
+    withheld,
+)
 
 #: Attributes and types defined by provledger.
 PL = Namespace("pl", "urn:provledger:ns#")
@@ -105,6 +116,11 @@ class _Builder:
         self.on_basis: set[QualifiedName] = set()
         self.trails: dict[str, AuditTrail | None] = {}
         self.hidden = False
+        #: The records exported (their activities are in the document) and those
+        #: they rest on that the session may audit in another scope (declared,
+        #: their activities left out): what relations may name.
+        self.members: set[str] = set()
+        self.described: set[str] = set()
 
     def agent(self, subject: str | None) -> QualifiedName | None:
         """The agent of ``subject``; None (no association) for no actor or one
@@ -152,12 +168,19 @@ class _Builder:
             attrs["pl:conditions"] = value_text(node.conditions)
         if node.expires is not None:
             attrs["pl:expires"] = node.expires
-        if node.reason:
+        cause = node.cause
+        if cause is not None and cause != node.id and self.unaudited(cause):
+            # a cause the session may read but not audit: named as its derivations
+            # name it, the placeholder, and its reason withheld (as a bundle does)
+            cause = HIDDEN
+            attrs["pl:reason"] = withheld(node.cause_superseded_by)
+        elif node.reason:
             attrs["pl:reason"] = node.reason
-        if node.cause is not None and node.cause != node.id:
-            attrs["pl:staleCause"] = self.ref(node.cause)
+        if cause is not None and cause != node.id:
+            attrs["pl:staleCause"] = self.ref(cause)
         if node.cause_superseded_by is not None:
-            attrs["pl:staleCauseSupersededBy"] = self.ref(node.cause_superseded_by)
+            by = node.cause_superseded_by
+            attrs["pl:staleCauseSupersededBy"] = self.ref(HIDDEN if self.unaudited(by) else by)
         if node.supersedes is not None:
             attrs["pl:supersedes"] = self.ref(node.supersedes)
         if node.superseded_by is not None:
@@ -212,7 +235,7 @@ class _Builder:
             self.doc.wasGeneratedBy(specific, _activity_id(event), event.at)
         return specific
 
-    def activities(self, node: RecordView, members: set[str]) -> None:
+    def activities(self, node: RecordView) -> None:
         """Add the record's events."""
         trail = self.trail(node.id)
         if trail is None:
@@ -234,8 +257,12 @@ class _Builder:
                 if details.get(key):
                     attrs[name] = str(details[key])
             if event.type == "MarkedStale":
-                attrs["pl:cause"] = self.ref(str(details["cause"]))
                 by = details.get("superseded_by")
+                cause = str(details["cause"])
+                if self.unaudited(cause):  # as the record's entity names it
+                    cause, by = HIDDEN, None if by is None else HIDDEN
+                    attrs["pl:reason"] = withheld(by)
+                attrs["pl:cause"] = self.ref(cause)
                 attrs["pl:causedBy"] = "revocation" if by is None else "supersession"
                 if by is not None:
                     attrs["pl:supersededBy"] = self.ref(str(by))
@@ -249,8 +276,8 @@ class _Builder:
                 self.doc.wasGeneratedBy(entity, act, event.at)
                 if agent is not None:
                     self.doc.wasAttributedTo(entity, agent)
-                self._used(act, details.get("parents"), members, "declaredParent")
-                self._used(act, details.get("observed"), members, "observedDependency")
+                self._used(act, details.get("parents"), "declaredParent")
+                self._used(act, details.get("observed"), "observedDependency")
                 continue
             if event.type == "Revoked":
                 self.doc.wasInvalidatedBy(
@@ -266,7 +293,7 @@ class _Builder:
                 self.doc.wasInvalidatedBy(
                     entity, act, event.at, other_attributes={"pl:supersededBy": self.ref(by)}
                 )
-                approval = self._newest(by, ("Accepted", "Revalidated"), event.position, members)
+                approval = self._newest(by, ("Accepted", "Revalidated"), event.position)
                 if approval is not None:
                     self.doc.wasInformedBy(act, approval)
                 invalidated = True
@@ -277,37 +304,33 @@ class _Builder:
                 self.doc.used(act, entity, event.at, other_attributes={"prov:role": PL[role]})
             if event.type == "MarkedStale":
                 caused_by = "Revoked" if details.get("superseded_by") is None else "Superseded"
-                cause = self._newest(str(details["cause"]), (caused_by,), event.position, members)
-                if cause is not None:
-                    self.doc.wasInformedBy(act, cause)
+                informant = self._newest(str(details["cause"]), (caused_by,), event.position)
+                if informant is not None:
+                    self.doc.wasInformedBy(act, informant)
             elif event.type == "Revalidated" and details.get("parents") is not None:
-                self._used(act, details.get("parents"), members, "newBasis")
+                self._used(act, details.get("parents"), "newBasis")
             elif event.type == "CorrectionIssued" and details.get("replacement"):
-                self._used(act, [details["replacement"]], members, "replacement")
+                self._used(act, [details["replacement"]], "replacement")
 
-    def unaudited(self, rid: str, members: set[str]) -> bool:
+    def unaudited(self, rid: str) -> bool:
         """Whether ``rid`` is shown only as the placeholder: outside the session's
         scopes, or in one where it may not audit (not merely left out of this export)."""
-        return rid == HIDDEN or (rid not in members and self.trail(rid) is None)
+        return rid == HIDDEN or (rid not in self.members and self.trail(rid) is None)
 
-    def _used(
-        self, act: QualifiedName, ids: Sequence[str] | None, members: set[str], role: str
-    ) -> None:
+    def _used(self, act: QualifiedName, ids: Sequence[str] | None, role: str) -> None:
         # Many hidden records are one placeholder, used once: their number is theirs.
-        shown = dict.fromkeys(HIDDEN if self.unaudited(r, members) else r for r in ids or ())
+        shown = dict.fromkeys(HIDDEN if self.unaudited(r) else r for r in ids or ())
         for rid in shown:
-            if rid in members:
+            if rid in self.members:
                 used = self.ref(rid)
                 self.doc.used(act, used, other_attributes={"prov:role": PL[role]})
 
-    def _newest(
-        self, rid: str, types: Sequence[str], before: int, members: set[str]
-    ) -> QualifiedName | None:
+    def _newest(self, rid: str, types: Sequence[str], before: int) -> QualifiedName | None:
         """The activity of ``rid``'s newest event of one of ``types`` before position
         ``before`` (the revocation or supersession a marking came from, the approval
-        a supersession came from); None if ``rid`` is not exported (``members``: its
-        activities are not in the document) or the session may not audit it."""
-        if rid not in members:
+        a supersession came from); None if ``rid``'s activities are not in the
+        document (it is not exported) or the session may not audit it."""
+        if rid not in self.described:
             return None
         trail = self.trail(rid)
         if trail is None:
@@ -315,11 +338,11 @@ class _Builder:
         found = [e for e in trail.events if e.type in types and e.position < before]
         return _activity_id(found[-1]) if found else None
 
-    def revision(self, node: RecordView, members: set[str]) -> None:
+    def revision(self, node: RecordView) -> None:
         """``node`` ``wasRevisionOf`` the record it supersedes, if both are exported;
         the derivation names the proposal that made it a new version."""
         old = node.supersedes
-        if old is None or old not in members:
+        if old is None or old not in self.members:
             return
         trail = self.trail(node.id)
         proposal = None
@@ -357,24 +380,27 @@ def export_prov(
         former=True,
     )
     nodes = [n for n in sub.nodes if scope is None or n.scope == scope]
-    members = {n.id for n in nodes}
     builder = _Builder(session)
+    builder.described = {n.id for n in nodes}
+    # A record in another scope that an exported one rests on, which the
+    # session may audit, is declared and named by the relations, its events left out.
+    builder.members = {n.id for n in sub.nodes}
     # What the records rest on that the session may not audit (current bases and
     # those replaced at a revalidation), as the picture draws it: the placeholder.
     hidden_edges = [(e.child, e.edge) for e in sub.edges if e.parent == HIDDEN]
     if hidden_edges:  # the placeholder is drawn: its uses and derivations too
-        members.add(HIDDEN)
-    for node in nodes:
+        builder.members.add(HIDDEN)
+    for node in sub.nodes:
         builder.entity(node)
     for node in nodes:
-        builder.activities(node, members)
+        builder.activities(node)
     for node in nodes:
-        builder.revision(node, members)
+        builder.revision(node)
     # Every basis a record held, each derivation naming the activity that set
     # it (one set by a revalidation derives the record on that basis); one
     # replaced at a revalidation also names that (pl:replacedBy).
     for basis in sub.bases:
-        if basis.parent not in members or basis.child not in members:
+        if basis.parent not in builder.members or basis.child not in builder.described:
             continue
         attrs: dict[str, Any] = {"pl:dependency": basis.edge}
         if basis.edge == "observed":
@@ -390,7 +416,7 @@ def export_prov(
         )
     # A dependency outside the session's scopes: derived from the one placeholder.
     for child, kind in dict.fromkeys(hidden_edges):
-        if child in members:
+        if child in builder.described:
             attrs = {"pl:dependency": kind}
             if kind == "observed":
                 attrs["prov:type"] = PL["ObservedDependency"]

@@ -520,3 +520,76 @@ def test_a_bundle_written_before_the_export_changed_still_verifies(
     assert report.ok, report.problems
     assert "prov:QUALIFIED_NAME" in before
     assert ProvDocument.deserialize(content=before, format="json").get_records(ProvUsage)
+
+
+def test_an_export_of_a_scope_names_what_its_records_rest_on_in_another_it_may_audit(
+    world: World,
+) -> None:
+    # Given H1 of proj-a resting on X1 and X2 of proj-b, which the reviewer audits too
+    _history(world)
+    doc = export_prov(world.reviewer, scope="proj-a")
+    proposal = next(e for e in world.reviewer.audit("H1").events if e.type == "Proposed")
+    act = ACT[f"propose-{proposal.position}"]
+    # Then the export of proj-a derives H1 from them, its proposal used them, and
+    # they are declared with their scope, their own events left to proj-b's export
+    derived = {d.args[1] for d in doc.get_records(ProvDerivation) if d.args[0] == REC["H1"]}
+    assert {REC["X1"], REC["X2"]} <= derived
+    assert {REC["X1"], REC["X2"]} <= {
+        u.args[1] for u in doc.get_records(ProvUsage) if u.args[0] == act
+    }
+    for rid in ("X1", "X2"):
+        assert set(_entity_of(doc, rid).get_attribute("pl:scope")) == {"proj-b"}
+    labels = {str(v) for a in doc.get_records(ProvActivity) for v in a.get_attribute("prov:label")}
+    assert not {label for label in labels if label.endswith((" X1", " X2"))}, labels
+    assert _violations(doc) == []
+
+
+def test_a_cause_it_may_read_but_not_audit_is_named_as_its_derivations_name_it(
+    world: World,
+) -> None:
+    # Given H1, made STALE by X1's revocation in proj-b, exported by reader-b, who
+    # may read X1 but not audit it
+    seen = _history(world)
+    for kwargs in ({}, {"record": "H1", "ancestors": True}):
+        doc = export_prov(seen["reader-b"], **kwargs)
+        text = export_text(seen["reader-b"], "prov-json", **kwargs)
+        # Then its stale causes are the placeholder its derivations name, with the
+        # reason withheld, on the record and on the stale markings alike
+        causes = set(_entity_of(doc, "H1").get_attribute("pl:staleCause"))
+        assert causes <= {PL["hidden"], REC["E1"]}, causes
+        markings = [
+            a for a in doc.get_records(ProvActivity)
+            if PL["StaleMarking"] in a.get_attribute("prov:type")
+            and "MarkedStale H1" in a.get_attribute("prov:label")
+        ]  # fmt: skip
+        assert {c for a in markings for c in a.get_attribute("pl:cause")} == {
+            PL["hidden"],
+            REC["E1"],
+        }
+        assert "X1" not in text and "confidential-b" not in text, kwargs
+        assert _violations(doc) == []
+
+
+def test_a_bundle_keeps_text_that_only_starts_with_rec(world: World, tmp_path: Path) -> None:
+    # Given a record whose uri, claim key, acceptance note and revocation reason
+    # each start as a record's qualified name does
+    agent, reviewer = world.agent, world.reviewer
+    agent.capture(scope="proj-a", uri="rec:source-doc", content=b"x", id="E1")
+    reviewer.accept("E1", note="rec:approved")
+    agent.propose("proj-a", "rec:weekly", "rec:v", Kind.REPORT, parents=["E1"], id="R1")
+    reviewer.accept("R1")
+    reviewer.revoke("E1", reason="rec:1234 source retracted")
+    generate_key(tmp_path / "k")
+    write_bundle(reviewer, "R1", tmp_path / "k", tmp_path / "r1.zip")
+    # Then the bundle states them as they are, and verifies
+    assert verify_bundle(tmp_path / "r1.zip", tmp_path / "k.pub").ok
+    doc = json.loads(zipfile.ZipFile(tmp_path / "r1.zip").read("prov.json"))
+    assert "pl:hidden" not in json.dumps(doc)
+    assert doc["entity"]["rec:R1"]["pl:claimKey"] == "rec:weekly"
+    assert doc["entity"]["rec:E1"]["pl:reason"] == "rec:1234 source retracted"
+
+
+def _entity_of(doc: ProvDocument, rid: str) -> ProvEntity:
+    [entity] = [e for e in doc.get_records(ProvEntity) if e.identifier == REC[rid]]
+    assert isinstance(entity, ProvEntity)
+    return entity

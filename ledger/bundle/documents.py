@@ -17,19 +17,33 @@ from ledger.heads import SignedHead
 from ledger.session import Session
 from ledger.values import HIDDEN, AuditTrail, RecordView, withheld
 
+#: How PROV-JSON types a qualified name.
+_QNAME_TYPES = ("xsd:QName", "prov:QUALIFIED_NAME")
+
 
 def _prov_json(
     session: Session, root: str, trails: dict[str, AuditTrail], auditable: _Auditable
 ) -> str:
     """The PROV-JSON of the record and its ancestors, hidden ones as one placeholder."""
     # Imported here: checking a bundle (``verify_bundle``) needs no PROV package.
+    from prov.constants import PROV_ATTRIBUTE_QNAMES
+
     from ledger.prov import PL, export_prov, serialize
+
+    # the attributes of PROV relations whose values name what they relate
+    references = {str(name) for name in PROV_ATTRIBUTE_QNAMES}
 
     doc = json.loads(serialize(export_prov(session, record=root, ancestors=True), "prov-json"))
     prefix = "rec:"
 
-    def hidden_ref(value: Any) -> bool:
-        text = value.get("$") if isinstance(value, dict) else value
+    def hidden_ref(name: str, value: Any) -> bool:
+        # A reference to a record: a qualified name, typed so, or the plain value
+        # of a relation's PROV attribute (prov:usedEntity, …); text that only
+        # starts with "rec:" (a reason, a claim key, a uri) is none.
+        if isinstance(value, dict):
+            text = value.get("$") if value.get("type") in _QNAME_TYPES else None
+        else:
+            text = value if name in references else None
         return (
             isinstance(text, str) and text.startswith(prefix) and not auditable(text[len(prefix) :])
         )
@@ -43,7 +57,7 @@ def _prov_json(
                     continue
                 touched = False
                 for name, value in list(item.items()):
-                    if hidden_ref(value):
+                    if hidden_ref(name, value):
                         # typed as the export types every qualified name it writes
                         item[name] = {"$": f"{PL.prefix}:hidden", "type": "xsd:QName"}
                         touched = True
