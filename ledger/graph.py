@@ -116,7 +116,8 @@ class Picture:
     """What :func:`draw` produced: ``data`` in ``format``.
 
     ``format`` differs from ``requested`` only on a fallback (SVG or PNG asked
-    for, Graphviz's ``dot`` missing); ``note`` then says why and what to do.
+    for, Graphviz's ``dot`` missing); ``note`` then says why and what to do. A
+    Mermaid picture with more edges than Mermaid draws by default has a note too.
     """
 
     requested: str
@@ -499,9 +500,14 @@ def to_dot(sub: Subgraph, revoked: Mapping[str, RevokedBy] | None = None) -> str
 
 def _mermaid_text(text: str) -> str:
     # "#" first: stored text reading "#quot;" must not become a quote mark; "&" too,
-    # as Mermaid's labels are HTML, where "&lt;" would be drawn as "<".
-    text = text.replace("#", "#35;").replace("&", "#amp;")
+    # as Mermaid's labels are HTML, where "&lt;" would be drawn as "<"; "%", as
+    # Mermaid obeys a "%%{init: …}%%" directive anywhere, labels included.
+    text = text.replace("#", "#35;").replace("&", "#amp;").replace("%", "#37;")
     return text.replace('"', "#quot;").replace("<", "#lt;").replace(">", "#gt;")
+
+
+#: The edges Mermaid draws in one diagram by default (its ``maxEdges``).
+MERMAID_EDGES = 500
 
 
 def to_mermaid(sub: Subgraph, revoked: Mapping[str, RevokedBy] | None = None) -> str:
@@ -619,7 +625,15 @@ def picture(sub: Subgraph, format: str, revoked: Mapping[str, RevokedBy] | None 
     if format not in FORMATS:
         raise InvalidInputError(f"graph format {format!r} is not one of: {', '.join(FORMATS)}")
     if format == "mermaid":
-        return Picture(format, format, to_mermaid(sub, revoked).encode(), sub)
+        edges = len(sub.edges) + len(sub.supersessions)
+        crowded = None
+        if edges > MERMAID_EDGES:
+            crowded = (
+                f"the picture has {edges:,} edges, and Mermaid draws at most {MERMAID_EDGES} "
+                "unless the page showing it raises its maxEdges setting (a diagram cannot); "
+                "use --format svg, or draw fewer records"
+            )
+        return Picture(format, format, to_mermaid(sub, revoked).encode(), sub, note=crowded)
     source = to_dot(sub, revoked)
     if format == "dot":
         return Picture(format, format, source.encode(), sub)

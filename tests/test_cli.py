@@ -1040,6 +1040,36 @@ def test_graph_dot_and_mermaid_print_to_stdout(chain: Cli) -> None:
     assert ":::revoked" in mermaid.stdout and ":::stale" in mermaid.stdout
 
 
+def test_a_mermaid_graph_over_mermaids_edge_limit_is_written_with_a_warning(
+    cli: Cli, tmp_path: Path
+) -> None:
+    # Given 26 records resting on R, and 20 resting on all 26: 546 edges below R
+    with Ledger.open(cli.url) as led:
+        agent = led.authenticate(cli.agent)
+        agent.propose(scope="proj-a", claim_key="r", value=0, kind=Kind.FACT, id="R")
+        bases = [f"B{i}" for i in range(26)]
+        agent.propose_many(
+            {"scope": "proj-a", "claim_key": f"b.{i}", "value": i, "kind": "inference",
+             "parents": ["R"], "id": rid}
+            for i, rid in enumerate(bases)
+        )  # fmt: skip
+        agent.propose_many(
+            {"scope": "proj-a", "claim_key": f"c.{i}", "value": i, "kind": "inference",
+             "parents": bases, "id": f"C{i}"}
+            for i in range(20)
+        )  # fmt: skip
+    target = tmp_path / "many.mmd"
+    result = cli.as_reviewer(
+        "graph", "R", "--descendants", "--format", "mermaid", "-o", str(target)
+    )
+    small = cli.as_reviewer("graph", "C0", "--ancestors", "--format", "mermaid")
+    # Then it is written, saying Mermaid will not draw it by default; a small one is quiet
+    assert result.exit_code == 0, result.output
+    assert target.read_text().startswith("flowchart TD")
+    assert "warning: the picture has 546 edges, and Mermaid draws at most 500" in result.stderr
+    assert small.exit_code == 0 and small.stderr == "", small.output
+
+
 @pytest.mark.parametrize("fmt", ["svg", "png"])
 def test_graph_renders_svg_and_png_with_graphviz_or_falls_back_to_dot(
     chain: Cli, tmp_path: Path, fmt: str

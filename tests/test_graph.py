@@ -430,6 +430,19 @@ def test_a_record_called_legend_and_text_reading_like_an_entity_are_drawn_as_the
     assert "#amp;lt;" in mermaid and "&lt;" not in mermaid  # its labels are HTML
 
 
+def test_a_mermaid_directive_in_stored_text_is_drawn_not_obeyed(world: World) -> None:
+    agent, reviewer = world.agent, world.reviewer
+    agent.propose(scope="proj-a", claim_key="k", value=1, kind=Kind.FACT, id="E1")
+    reviewer.accept("E1")
+    directive = "%%{init: {'themeCSS': 'rect{fill:green!important}'}}%%"
+    reviewer.revoke("E1", reason=f"see {directive}")
+    sub = collect(reviewer, "E1")
+    mermaid = to_mermaid(sub, revocations(reviewer, sub))
+    # Mermaid reads a directive anywhere: no "%" of stored text reaches it as one
+    assert "%" not in mermaid
+    assert "reason: see #37;#37;{init:" in mermaid
+
+
 @pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's dot is not installed")
 def test_svg_text_and_tooltips_are_what_is_stored_and_always_xml(world: World) -> None:
     from lxml import etree

@@ -237,6 +237,16 @@ def test_the_graph_route_answers_json_svg_dot_and_mermaid(served: Served) -> Non
         "/records/{record_id}/graph", record_id="M1", params={"format": "mermaid"}
     )
     assert mermaid.text.startswith("flowchart TD")
+    # A REVOKED record shows its revocation in every format, as the command line draws it
+    revoked = served.reviewer.post(
+        "/records/{record_id}/revoke", record_id="E1", json={"reason": "doc changed"}
+    )
+    assert revoked.status_code == 200, revoked.text
+    for fmt in ("dot", "mermaid", "svg"):
+        shown = served.agent.get(
+            "/records/{record_id}/graph", record_id="M1", params={"format": fmt}
+        ).text
+        assert "reason: doc changed" in shown and "by reviewer at " in shown, fmt
 
 
 def test_an_svg_graph_over_the_size_limit_is_refused_naming_what_to_ask_for(

@@ -485,6 +485,8 @@ def test_the_record_page_shows_status_validity_reason_deliveries_audit_and_graph
     assert "#ffcc80" in svg  # STALE's fill, as the CLI draws it
     assert "#ef9a9a" in svg  # REVOKED (E1)
     assert 'href="/records/E1"' in svg
+    # E1's revocation on its node, as `provledger graph` draws it
+    assert "reason: doc changed" in svg and "by reviewer at " in svg
     assert "Revoke…" in text and "Revalidate…" in text
 
 

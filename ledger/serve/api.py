@@ -32,6 +32,7 @@ from ledger.graph import (
     collect,
     dot_available,
     render,
+    revocations,
     to_dot,
     to_mermaid,
 )
@@ -429,9 +430,10 @@ def graph_record(call: Call) -> Response:
         raise FieldError("format", _too_large(exc, fmt, record_id)) from None
     if fmt == "json":
         return json_response(payloads.graph(sub))
+    revoked = revocations(session, sub)  # drawn as `provledger graph` draws them
     if fmt == "mermaid":
-        return Response(to_mermaid(sub), media_type=_MEDIA["mermaid"])
-    source = to_dot(sub)
+        return Response(to_mermaid(sub, revoked), media_type=_MEDIA["mermaid"])
+    source = to_dot(sub, revoked)
     if fmt == "dot":
         return Response(source, media_type=_MEDIA["dot"])
     if not dot_available():

@@ -28,6 +28,7 @@ from ledger.graph import (
     collect,
     dot_available,
     render,
+    revocations,
     to_dot,
 )
 from ledger.serve.pages import controls_written_out
@@ -122,7 +123,7 @@ def picture(session: Session, record_id: str, link: Callable[[str], str]) -> Pic
     note: str | None = None
     svg = None
     if dot_available():
-        source = with_links(to_dot(drawn), drawn, link)
+        source = with_links(to_dot(drawn, revocations(session, drawn)), drawn, link)
         try:
             svg = svg_inline(render(source, "svg", RENDER_TIMEOUT), drawn.title)
         except RenderError as exc:  # the page and its list of records still stand
