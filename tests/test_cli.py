@@ -30,6 +30,7 @@ from click.testing import CliRunner, Result
 from ledger import Kind, Ledger, RecordView
 from ledger.cli import main
 from ledger.errors import InvalidInputError
+from ledger.heads import generate_key
 
 from .conftest import Clock, World
 
@@ -1038,6 +1039,43 @@ def test_graph_dot_and_mermaid_print_to_stdout(chain: Cli) -> None:
     mermaid = chain.as_reviewer("graph", "M1", "--format", "mermaid")
     assert mermaid.stdout.startswith("flowchart TD")
     assert ":::revoked" in mermaid.stdout and ":::stale" in mermaid.stdout
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["export", "-o", "{file}", "--token", "{token}"],
+        ["graph", "E1", "--format", "svg", "-o", "{file}", "--token", "{token}"],
+        ["snapshot", "{ref}", "-o", "{file}", "--token", "{token}"],
+        ["bundle", "E1", "--key", "{key}", "-o", "{file}", "--token", "{token}"],
+        ["head", "--key", "{key}", "--append", "{file}"],
+    ],
+    ids=["export", "graph", "snapshot", "bundle", "head"],
+)
+@pytest.mark.parametrize("target", ["ledger", "link", "wal"])
+def test_an_output_file_that_is_the_ledgers_own_is_refused_and_left_alone(
+    chain: Cli, tmp_path: Path, command: list[str], target: str
+) -> None:
+    # Given the ledger's file, a link to it, and its -wal, named as a file to write
+    generate_key(tmp_path / "k")
+    (tmp_path / "link.db").symlink_to(chain.path)
+    file = {"ledger": chain.path, "link": tmp_path / "link.db"}.get(target)
+    file = file or Path(f"{chain.path}-wal")
+    with Ledger.open(chain.url) as led:  # open: its -wal is there while the command runs
+        evidence = led.authenticate(chain.reviewer).get("E1").evidence
+        assert evidence is not None
+        position = led.position
+        values = {"file": file, "key": tmp_path / "k", "ref": evidence["snapshot_ref"]}
+        args = [a.format(token=chain.reviewer, **values) for a in command]
+        before = file.read_bytes()
+        result = chain(*args)
+        # Then the command is refused, naming the file, and the file is as it was
+        assert result.exit_code == 1, result.output
+        assert f"{command[0]} refused: {file} is the ledger's own file" in result.stderr
+        assert "nothing was written" in result.stderr
+        assert file.read_bytes() == before
+    with Ledger.open(chain.url) as led:
+        assert led.position == position and led.verify().ok
 
 
 def test_a_mermaid_graph_over_mermaids_edge_limit_is_written_with_a_warning(

@@ -15,6 +15,7 @@ from ledger.cli.options import (
     errors_exit_1,
     host_ledger,
     json_option,
+    not_the_ledger,
     principal_session,
     printable,
     token_option,
@@ -261,6 +262,7 @@ def head(key: str, append_to: str | None, url: str | None, admin_token: str | No
     from ledger.heads import publish_head
 
     private = _signing_key(key)
+    not_the_ledger(append_to, url, "head")
     with host_ledger(url, "head", admin_token) as led:
         signed = publish_head(led, private, append_to)
     click.echo(signed.dumps())
@@ -308,6 +310,7 @@ def bundle(
     from ledger.bundle.verify import unpacked_size
 
     private = _signing_key(key)
+    not_the_ledger(output, url, "bundle")
     with principal_session(url, token) as (_led, session):
         info = write_bundle(session, record_id, private, output, extends=extends)
     needs = unpacked_size(info.path)

@@ -384,6 +384,31 @@ def open_ledger(
         ) from None
 
 
+def not_the_ledger(output: str | None, url: str | None, command: str) -> None:
+    """Refuse, before anything is done, a file to write that is the ledger's own
+    (its SQLite file, or that file's ``-wal``, ``-shm`` or ``-journal``, by any
+    name or link): writing it would destroy the ledger."""
+    if output is None or output == "-":
+        return
+    try:
+        path = resolve_url(url).path
+    except LedgerError:
+        return  # the command itself says what is wrong with the URL
+    if path is None:
+        return
+    for name in (path, f"{path}-wal", f"{path}-shm", f"{path}-journal"):
+        try:
+            same = os.path.samefile(output, name)
+        except (OSError, ValueError):  # either one missing (or unnamable): not the same
+            same = False
+        if same:
+            raise InvalidInputError(
+                f"{command} refused: {printable(output)} is the ledger's own file "
+                f"({printable(name)}); writing it would destroy the ledger; nothing was "
+                "written: give another file"
+            )
+
+
 def owns_file(path: str | None) -> bool:
     """Whether this process's user owns the SQLite file at ``path``."""
     try:

@@ -24,6 +24,7 @@ from ledger.cli.options import (
     claim_options,
     errors_exit_1,
     json_option,
+    not_the_ledger,
     principal_session,
     printable,
     run_option,
@@ -382,6 +383,7 @@ def export(
 
     if (ancestors or descendants) and record_id is None:
         raise click.UsageError("--ancestors and --descendants need --record")
+    not_the_ledger(output, url, "export")
     with principal_session(url, token) as (_led, session):
         text = export_text(
             session,
@@ -453,6 +455,7 @@ def graph(
             f"(e.g. provledger graph {record_id} --format png -o {record_id}.png)"
         )
     both = not ancestors and not descendants
+    not_the_ledger(output, url, "graph")
     with principal_session(url, token) as (_led, session):
         with working(f"collecting the records around {record_id}"):
             sub = collect(
@@ -474,6 +477,7 @@ def graph(
     target = output
     if drawn.fell_back:
         target = str(Path(output).with_suffix(".dot"))
+        not_the_ledger(target, url, "graph")
     write_output(target, drawn.data)
     if drawn.note:
         click.echo(f"warning: {drawn.note} ({target})", err=True)
@@ -596,6 +600,7 @@ def snapshot(ref: str, output: str, token: str, url: str | None) -> None:
     """
     if output == "-" and sys.stdout.isatty():
         raise click.UsageError("give -o FILE: captured bytes may be binary (or -o - into a pipe)")
+    not_the_ledger(output, url, "snapshot")
     with principal_session(url, token) as (_led, session):
         data = session.snapshot(ref)
     write_output(output, data)
