@@ -141,11 +141,14 @@ class Projector:
     #: Checks stored events against what the ledger appended before they are
     #: applied (raises ``CorruptEventError``), so a row slipped into the table
     #: behind the ledger's back never reaches the views.
-    vouch: Callable[[Cursor, Sequence[Notification]], None] | None = None
+    #: Given the position the events were read after, it also raises if an event
+    #: appended since is gone; ``vouch_end``, if one is gone after the last read.
+    vouch: Callable[[Cursor, Sequence[Notification], int], None] | None = None
+    vouch_end: Callable[[Cursor, int], None] | None = None
     #: The rebuild's reader and check of plain rows (``reader`` and ``vouch``
     #: otherwise): no ``Notification`` per event.
     row_reader: RowReader | None = None
-    vouch_rows: Callable[[Cursor, Sequence[Row]], None] | None = None
+    vouch_rows: Callable[[Cursor, Sequence[Row], int], None] | None = None
     #: Where the record id of an aggregate is found (its stored proposal).
     record_ids: RecordIdReader | None = None
     enabled: bool = True
@@ -406,7 +409,7 @@ class Projector:
             if not notes:
                 return
             if self.vouch is not None:
-                self.vouch(c, notes)
+                self.vouch(c, notes, after)
             yield [(n.id, self.decode(n)) for n in notes]
             after = notes[-1].id
 
@@ -423,9 +426,11 @@ class Projector:
         while True:
             rows = self.row_reader(c, after, self.batch)
             if not rows:
+                if self.vouch_end is not None:  # the whole log: none gone at its end
+                    self.vouch_end(c, after)
                 return
             if self.vouch_rows is not None:
-                self.vouch_rows(c, rows)
+                self.vouch_rows(c, rows, after)
             yield [(row[0], decode_row(row)) for row in rows]
             after = rows[-1][0]
 

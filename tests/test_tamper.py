@@ -457,6 +457,32 @@ def test_a_bundle_of_a_record_with_a_tampered_event_is_refused(
 
 
 @pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("which", ["inside", "last"])
+def test_a_rebuild_over_a_deleted_event_is_refused_and_leaves_the_views(
+    world: World, ledger_url: str, which: str
+) -> None:
+    # Given a ledger file from which one event was deleted behind the ledger's back
+    # (its Merkle leaf left): M1's acceptance, or the newest event
+    _scenario(world)
+    led = world.ledger
+    victim = world.reviewer.audit("M1").events[1].position if which == "inside" else led.position
+    _delete(_db(ledger_url), victim)
+    before = _view_rows(_db(ledger_url))
+
+    # When the views are rebuilt, it is refused, naming the event, as verify names it
+    with pytest.raises(CorruptEventError, match=f"the event at position {victim} is missing"):
+        led.rebuild()
+    assert led.verify().problem == f"the event at position {victim} is missing"
+    # and the views, which were right, are as they were
+    assert _view_rows(_db(ledger_url)) == before
+
+
+def _view_rows(path: str) -> list[tuple[object, ...]]:
+    with closing(sqlite3.connect(path)) as con:
+        return con.execute("SELECT * FROM pl_records ORDER BY 1, 2").fetchall()
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
 def test_a_bundle_of_a_record_missing_a_later_event_is_refused(
     world: World, ledger_url: str, tmp_path: Path
 ) -> None:

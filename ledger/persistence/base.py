@@ -88,11 +88,15 @@ class LedgerRecorderMixin:
     #: that stops being tried once this much time has passed since its first try.
     lock_wait: float | None = None
 
-    def vouch(self, c: Cursor, notes: Sequence[Notification]) -> None:
+    def vouch(self, c: Cursor, notes: Sequence[Notification], after: int | None = None) -> None:
         """Raise ``CorruptEventError`` unless each stored event is byte for byte what
-        the ledger appended (its Merkle leaf, written in the same transaction)."""
+        the ledger appended (its Merkle leaf, written in the same transaction);
+        with ``after`` (the position the events were read after), also if an event
+        it appended between that and the last of them is gone."""
         self.vouch_rows(
-            c, [(n.id, n.originator_id, n.originator_version, n.topic, n.state) for n in notes]
+            c,
+            [(n.id, n.originator_id, n.originator_version, n.topic, n.state) for n in notes],
+            after,
         )
 
     def read_rows_after(self, c: Cursor, after: int, limit: int) -> list[Row]:
@@ -107,7 +111,7 @@ class LedgerRecorderMixin:
         """Stored events after ``after``, read inside an open transaction."""
         raise NotImplementedError
 
-    def vouch_rows(self, c: Cursor, rows: Sequence[Row]) -> None:
+    def vouch_rows(self, c: Cursor, rows: Sequence[Row], after: int | None = None) -> None:
         """:meth:`vouch` for plain rows."""
         first, last = rows[0][0], rows[-1][0]
         c.execute(
@@ -115,14 +119,28 @@ class LedgerRecorderMixin:
                 "SELECT position, leaf FROM {t}pl_merkle_leaves WHERE position >= ? "
                 "AND position <= ?"
             ),
-            (first, last),
+            (first if after is None else after + 1, last),
         )
         leaves = {int(r["position"]): bytes(r["leaf"]) for r in c.fetchall()}
+        gone = sorted(set(leaves).difference(row[0] for row in rows))
+        if gone:
+            raise CorruptEventError(_gone(gone[0]))
         for (position, *_), leaf in zip(rows, leaf_hashes(rows), strict=True):
             stored = leaves.get(position)
             if stored != leaf:
                 why = "was not appended by the ledger" if stored is None else "was altered"
                 raise CorruptEventError(f"stored event at position {position} {why}")
+
+    def vouch_end(self, c: Cursor, after: int) -> None:
+        """Raise ``CorruptEventError`` if an event the ledger appended after position
+        ``after``, the last read, is gone (its Merkle leaf is there)."""
+        c.execute(
+            self.dialect.q("SELECT MIN(position) AS p FROM {t}pl_merkle_leaves WHERE position > ?"),
+            (after,),
+        )
+        row = c.fetchone()
+        if row is not None and row["p"] is not None:
+            raise CorruptEventError(_gone(int(row["p"])))
 
     def lock_for_write(self, c: Cursor, ahead: Query | None = None) -> list[Any] | None:
         """Take the writers' lock in an open transaction (before reading what to
@@ -462,3 +480,10 @@ class LedgerRecorderMixin:
                 ),
                 (ref, content, len(content)),
             )
+
+
+def _gone(position: int) -> str:
+    return (
+        f"the event at position {position} is missing: the ledger appended it (its Merkle "
+        "leaf is stored), and its row is gone; `provledger verify` names every problem"
+    )

@@ -89,6 +89,7 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
             dialect=self.dialect,
             reader=self.read_after,
             vouch=self.vouch,
+            vouch_end=self.vouch_end,
             row_reader=self.read_rows_after,
             vouch_rows=self.vouch_rows,
             record_ids=self.record_ids,

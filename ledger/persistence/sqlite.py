@@ -163,6 +163,7 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
             dialect=SQLITE,
             reader=self.read_after,
             vouch=self.vouch,
+            vouch_end=self.vouch_end,
             row_reader=self.read_rows_after,
             vouch_rows=self.vouch_rows,
             record_ids=self.record_ids,
