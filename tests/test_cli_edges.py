@@ -355,6 +355,23 @@ def test_a_reader_gone_before_the_answer_ends_every_command_with_exit_141(
             assert led.authenticate(drill.reviewer).get("E1").status == "REVOKED"
 
 
+def test_a_reader_of_stderr_gone_ends_a_rebuild_with_exit_141_not_views_differ(
+    drill: Drill,
+) -> None:
+    # Given stderr (the progress and the rebuild's report) a pipe nobody reads
+    reader, writer = os.pipe()
+    os.close(reader)
+    try:
+        proc = _provledger(drill, "rebuild", stdout=subprocess.PIPE, stderr=writer)
+    finally:
+        os.close(writer)
+    proc.communicate(timeout=120)
+    # Then it exits 141, as for stdout, not 1 (which says the views differed)
+    assert proc.returncode == 141
+    with Ledger.open(drill.url) as led:
+        assert led.verify().ok
+
+
 def test_an_admin_token_shown_to_no_reader_is_no_success(drill: Drill, tmp_path: Path) -> None:
     # Given `provledger init` of a new ledger, its stdout a pipe nobody reads
     fresh = Drill(tmp_path / "fresh.db", drill.agent, drill.reviewer)

@@ -85,7 +85,8 @@ def test_revoking_20000_descendants_prints_a_bounded_summary(big: tuple[str, str
     assert len(out.splitlines()) < 40  # not a 20,001-row table
     assert f"STALE {DESCENDANTS + 1:,}" in out  # R and the 20,000
     assert "deliveries now owing a correction: 1" in out
-    assert f"… and {DESCENDANTS + 1 - 20:,} more STALE: --all lists them" in out
+    assert f"… and {DESCENDANTS + 1 - 20:,} more STALE, not listed: a revocation given --all" in out
+    assert "list them with provledger records --scope SCOPE --status STALE" in out
     with Ledger.open(url) as led:
         assert led.authenticate(token).get("M19999").status == "STALE"
 

@@ -99,12 +99,21 @@ def test_history_json_of_a_long_log_is_the_whole_log_as_one_document(
             for i in range(n)
         )
         expected = json.dumps(
-            json_safe(plain({"events": agent.history()})), indent=2, ensure_ascii=False
+            json_safe(plain({"events": agent.history(), "next_from": None})),
+            indent=2,
+            ensure_ascii=False,
         )
     result = run(url, "history", "--json", token=token)
     assert result.exit_code == 0, result.output
     assert result.stdout == expected + "\n"
     assert len(json.loads(result.stdout)["events"]) == n
+    # With --limit, the next page's --from is given (none after the last page)
+    page = json.loads(run(url, "history", "--json", "--limit", "10", token=token).stdout)
+    every = json.loads(result.stdout)["events"]
+    assert page["events"] == every[:10] and page["next_from"] == every[10]["position"]
+    last = run(url, "history", "--json", "--limit", "10", "--from", str(every[-3]["position"]),
+               token=token)  # fmt: skip
+    assert json.loads(last.stdout) == {"events": every[-3:], "next_from": None}
     table = run(url, "history", token=token)  # for people: the first 1000, then a pointer
     assert table.exit_code == 0, table.output
     positions = _positions(table.stdout)

@@ -15,7 +15,6 @@ from typing import Any
 from urllib.parse import quote
 
 import click
-from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
@@ -495,7 +494,7 @@ def rebuild(url: str | None, admin_token: str | None, as_json: bool) -> None:
 
 def rebuild_with_progress(led: Ledger, *, quiet: bool = False) -> Any:
     """Rebuild ``led``'s views with a rich progress bar and print the rate."""
-    console = Console(stderr=True)
+    console = AnswerConsole(stderr=True)
     with Progress(
         TextColumn("rebuilding views"),
         BarColumn(),

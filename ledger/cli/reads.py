@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import closing
 from datetime import datetime
 from itertools import chain, islice
@@ -236,7 +236,7 @@ def history(
 
     Prints the first --limit events (the last line says where the next page
     starts); --all lists them all, --json gives everything (or the first
-    --limit, when given). The log is listed
+    --limit, when given, with next_from: the --from of the next page). The log is listed
     from one snapshot an event at a time, so a long one starts printing at once.
 
     \b
@@ -258,8 +258,7 @@ def history(
             first = next(events, None)
             listed = events if first is None else chain((first,), events)
             if as_json:
-                every = limit is None or show_all
-                echo_json_events(listed if every else islice(listed, limit))
+                echo_json_events(listed, None if show_all else limit)
                 return
             limit = HISTORY_LIMIT if limit is None else limit
             console = make_console()
@@ -290,17 +289,21 @@ def history(
 HISTORY_TABLE_ROWS = 1000
 
 
-def echo_json_events(events: Iterable[AuditEvent]) -> None:
-    """``{"events": [...]}`` as :func:`echo_json` prints it, written an event at a time."""
+def echo_json_events(events: Iterator[AuditEvent], limit: int | None) -> None:
+    """``{"events": [...], "next_from": N}`` as :func:`echo_json` prints it, written an
+    event at a time: the first ``limit`` events (all if None), and the log position
+    of the next one, for ``--from`` (null when no more follow)."""
     click.echo('{\n  "events": [', nl=False)
     separator = "\n"
-    for event in events:
+    for event in events if limit is None else islice(events, limit):
         text = json.dumps(json_safe(plain(event)), indent=2, ensure_ascii=False)
         # JSON's own line breaks only: the text holds no raw "\n" inside a string
         # (U+2028 and others are left as they are, as in the stored value).
         click.echo(separator + "    " + text.replace("\n", "\n    "), nl=False)
         separator = ",\n"
-    click.echo("\n  ]\n}" if separator == ",\n" else "]\n}")
+    following = next(events, None)
+    click.echo("\n  ]" if separator == ",\n" else "]", nl=False)
+    click.echo(f',\n  "next_from": {"null" if following is None else following.position}\n}}')
 
 
 @click.command()

@@ -45,8 +45,9 @@ from ledger.values import (
 
 
 class AnswerConsole(Console):
-    """A console for a command's answer on stdout; a reader that goes away is left
-    to the command line (:class:`ledger.cli._Main`), not rich's exit 1."""
+    """A console for a command's answer on stdout (or its progress on stderr); a
+    reader that goes away is left to the command line (:class:`ledger.cli._Main`),
+    not rich's exit 1."""
 
     def on_broken_pipe(self) -> None:
         self.quiet = True
@@ -63,7 +64,7 @@ def make_console() -> Console:
 @contextmanager
 def working(what: str, *, quiet: bool = False) -> Iterator[None]:
     """A spinner on stderr while a long command works (only on a terminal)."""
-    console = Console(stderr=True)
+    console = AnswerConsole(stderr=True)
     if quiet or not console.is_terminal:
         yield
         return
@@ -550,7 +551,13 @@ def print_revocation(
     show(console, table)
     more = len(rev.affected) - len(shown)
     if more:
-        console.print(f"… and {more:,} more STALE: --all lists them, --json gives everything")
+        # The revocation is written: asking for it again (with --all) is refused.
+        console.print(
+            f"… and {more:,} more STALE, not listed: a revocation given --all lists every "
+            "one and --json gives everything; this one is written, so list them with "
+            "provledger records --scope SCOPE --status STALE",
+            soft_wrap=True,  # one line: a command in it stays whole
+        )
 
 
 def print_experiment(result: ExperimentResult, console: Console) -> None:
