@@ -12,6 +12,7 @@ import asyncio
 import re
 import threading
 import unicodedata
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +48,7 @@ from ledger.integrations.langgraph import (
     LedgerStore,
     MemoryConflictError,
     NamespaceLabelError,
+    NoThreadWarning,
     UnsupportedStoreOperationError,
     claim_key_of,
     parse_claim_key,
@@ -1211,12 +1213,81 @@ def test_a_graph_run_without_a_thread_records_nothing_as_observed(
 ) -> None:
     store.put(("proj-a", "user"), "name", {"text": "Ada"})
 
-    greeting_graph(store).invoke({"greeting": ""})
+    graph = greeting_graph(store)
+    with pytest.warns(NoThreadWarning, match="no thread_id in its config") as said:
+        graph.invoke({"greeting": ""})
+        graph.invoke({"greeting": ""})  # said once per store
 
     greeting = principals.reviewer.get(
         current_id(principals.reviewer, "proj-a", "greetings/latest")
     )
     assert greeting.observed == ()
+    assert len([w for w in said if w.category is NoThreadWarning]) == 1
+
+
+def test_a_graph_run_in_a_thread_or_a_put_outside_a_graph_is_not_warned(
+    store: LedgerStore, principals: Principals
+) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NoThreadWarning)
+        store.put(("proj-a", "user"), "name", {"text": "Ada"})
+        greeting_graph(store).invoke({"greeting": ""}, {"configurable": {"thread_id": "t"}})
+
+
+def test_a_batch_is_refused_before_any_put_where_the_approver_may_not_approve(
+    principals: Principals,
+) -> None:
+    # Given an approver without approve in one of the batch's scopes
+    admin = principals.ledger.admin()
+    admin.grant("half-reviewer", "proj-a", ["approve", "read"])
+    half = LedgerStore(
+        principals.ledger,
+        token=principals.agent_token,
+        approver_token=admin.issue_token("half-reviewer"),
+    )
+    before = principals.ledger.position
+    # When a batch puts in both, it is refused, naming the approver and scope
+    batch = [PutOp(("proj-a", "x"), "k", {"v": 1}), PutOp(("test", "x"), "k", {"v": 1})]
+    with pytest.raises(AccessDeniedError, match="'half-reviewer' lacks role 'approve' in scope"):
+        half.batch(batch)
+    # and nothing of it was written
+    assert principals.ledger.position == before
+
+
+def test_a_put_the_approver_cannot_vouch_for_says_so_not_read_again(
+    principals: Principals,
+) -> None:
+    # Given an approver that cannot read a scope the thread reads
+    admin = principals.ledger.admin()
+    admin.grant("a-only", "proj-a", ["approve", "read"])
+    with LedgerStore(
+        principals.ledger, token=principals.agent_token, approver_token=principals.reviewer_token
+    ) as full:
+        full.put(("test", "kb"), "fact", {"v": 1})
+    with LedgerStore(
+        principals.ledger, token=principals.agent_token, approver_token=admin.issue_token("a-only")
+    ) as store:
+
+        def node(state: State) -> State:
+            memories = get_store()
+            memories.get(("test", "kb"), "fact")
+            memories.put(("proj-a", "notes"), "n", {"v": 2})
+            return state
+
+        builder = StateGraph(State)
+        builder.add_node("n", node)
+        builder.add_edge(START, "n")
+        builder.add_edge("n", END)
+        # When the thread puts what rests on it, the refusal names the put and the
+        # approver's missing read, and not reading the key again
+        with pytest.raises(InvalidParentError) as refused:
+            builder.compile(store=store).invoke(
+                {"greeting": ""}, {"configurable": {"thread_id": "t"}}
+            )
+    said = str(refused.value)
+    assert "cannot accept the put of key 'n' of namespace ('proj-a', 'notes'):" in said, said
+    assert "the store's approver needs the read role in every scope the thread reads" in said
+    assert "read the key again" not in said and "lg-" not in said
 
 
 def test_a_threads_run_is_opened_by_its_first_store_call_even_a_refused_one(

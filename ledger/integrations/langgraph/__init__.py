@@ -90,15 +90,17 @@ Provenance
     memory since revoked, or superseded by a version it never saw, gets the
     ledger's ``InvalidParentError`` on its next put, naming the namespace and
     key, until it reads the key again (``get``): the run is then shown what
-    became of the version it read, and no longer rests on it. Outside a graph
-    (no ``thread_id``) nothing is recorded as observed.
+    became of the version it read, and no longer rests on it. Outside a graph,
+    or in one invoked with no ``thread_id``, nothing is recorded as observed (a
+    graph that puts so is told once, with :class:`NoThreadWarning`).
 
 Batches
     As LangGraph's own stores do, a batch answers its reads (``GetOp``,
     ``SearchOp``, ``ListNamespacesOp``) from the state before the batch and then
     applies its ``PutOp``\\ s, the last one for a key winning. Every value is
     checked before any put is written (a value the ledger cannot hold fails the
-    whole batch), and so is the ``propose`` role in each put's scope; each put is
+    whole batch), and so are the ``propose`` role in each put's scope and the
+    approver's ``approve`` role there; each put is
     then a ledger transaction of its own. ``abatch``
     runs the batch in a worker thread, so the event loop is never blocked. Puts and
     deletes of one key run one at a time in a process, whatever the thread or
@@ -106,9 +108,11 @@ Batches
     once would both replace it and leave two accepted values. A put from another
     process that replaced the version meanwhile makes the ledger refuse the stale
     replacement (writing nothing), and the store tries again on the newer
-    version: the last put wins. Only the first puts of a new key from two
-    processes at the same instant can both be stored; ``get`` then raises
-    :class:`MemoryConflictError`, and deleting the key clears it.
+    version: the last put wins. The version a put replaces is found under the
+    ledger's writers' lock, so puts of a new key from two processes at once make
+    one version and its successor. Only another surface writing under the key
+    (a proposal with no ``supersedes``) can leave two that disagree; ``get`` then
+    raises :class:`MemoryConflictError`, and deleting the key clears it.
 
 Modules: :mod:`~ledger.integrations.langgraph.keys` (namespace and key ↔ scope
 and claim key), :mod:`~ledger.integrations.langgraph.checks` (what an operation
@@ -128,12 +132,13 @@ from ledger.integrations.langgraph.keys import (
     scope_of,
 )
 from ledger.integrations.langgraph.store import LedgerStore
-from ledger.integrations.langgraph.threads import run_id_of
+from ledger.integrations.langgraph.threads import NoThreadWarning, run_id_of
 
 __all__ = [
     "LedgerStore",
     "MemoryConflictError",
     "NamespaceLabelError",
+    "NoThreadWarning",
     "UnsupportedStoreOperationError",
     "claim_key_of",
     "labels_of",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import nullcontext
 from functools import partial
@@ -53,7 +54,15 @@ from ledger.integrations.langgraph.keys import (
     scope_of,
 )
 from ledger.integrations.langgraph.refusals import named_as, renamed
-from ledger.integrations.langgraph.threads import MAX_THREADS, Ids, Thread, Threads, thread_id
+from ledger.integrations.langgraph.threads import (
+    MAX_THREADS,
+    Ids,
+    NoThreadWarning,
+    Thread,
+    Threads,
+    in_graph,
+    thread_id,
+)
 from ledger.proposals import NewestOf
 from ledger.validation import check_kind
 from ledger.values import ReadResult, RecordView
@@ -136,6 +145,7 @@ class LedgerStore(BaseStore):
         self._ids = Ids()
         self._max_value_bytes = ledger.engine.max_value_bytes
         self._threads = Threads(self.session)
+        self._warned = False  # NoThreadWarning: once per store
 
     def __repr__(self) -> str:
         return (
@@ -264,6 +274,17 @@ class LedgerStore(BaseStore):
         for op in ops:
             check_op(op, self.scope_depth, self._max_value_bytes)
         writes = [op for op in ops if isinstance(op, PutOp) and op.value is not None]
+        if writes and thread is None and not self._warned and in_graph():
+            self._warned = True
+            warnings.warn(
+                NoThreadWarning(
+                    "LedgerStore: this graph puts memories with no thread_id in its config, "
+                    "so it has no ledger run and what it read is not recorded as what they "
+                    "rest on: revoking a source will not reach what was derived from it; "
+                    "invoke it with config={'configurable': {'thread_id': ...}}"
+                ),
+                stacklevel=2,
+            )
         if len(writes) > 1:
             depth = self.scope_depth
             self._check_proposer({location(tuple(op.namespace), op.key, depth)[0] for op in writes})
@@ -296,9 +317,16 @@ class LedgerStore(BaseStore):
         may not propose in the scope of one (its put would be refused after those
         before it were written); a single put is refused by its own proposal."""
         held = self.session.grants()
+        approver = self.approver
+        approves = {} if approver is None else approver.grants()
         for scope in sorted(scopes):
             if Role.PROPOSE.value not in held.get(scope, ()):
                 raise self.session.caller.denied(scope, Role.PROPOSE, "put")
+            if approver is not None and Role.APPROVE.value not in approves.get(scope, ()):
+                raise AccessDeniedError(
+                    f"put refused: accepted_by {approver.principal!r} lacks role 'approve' "
+                    f"in scope {scope!r}; nothing of the batch was written"
+                )
 
     # -- scopes -------------------------------------------------------------------
 
@@ -580,11 +608,19 @@ class LedgerStore(BaseStore):
                     raise
                 record_id = propose()
         except InvalidParentError as exc:
+            # The refused proposal's id was never written: it names the put.
+            put = self._key_named(scope, claim) or repr(claim)
+            if str(exc).startswith("accept refused: accepted_by "):
+                # The approver's refusal: reading again in the thread changes nothing.
+                refusal = str(exc).replace(f" accept {tried[-1]!r}:", f" accept the put of {put}:")
+                raise InvalidParentError(
+                    f"{refusal} (what LangGraph thread {state.thread_id!r} puts rests on "
+                    "everything it read: the store's approver needs the read role in every "
+                    "scope the thread reads)"
+                ) from None
             # Refused at once or once more: either way, say what to read again.
             changed = self._changed_keys(state)
             again = f"get {changed} again" if changed else "read the key again"
-            # The refused proposal's id was never written: it names the put.
-            put = self._key_named(scope, claim) or repr(claim)
             refusal = str(exc).replace(f" of {tried[-1]!r} ", f" of the put of {put} ")
             raise InvalidParentError(
                 f"{refusal} (LangGraph thread {state.thread_id!r} read it earlier in ledger run "

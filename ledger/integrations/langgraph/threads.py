@@ -64,6 +64,17 @@ class Ids:
         return f"lg-{stamp:016x}-{secrets.token_hex(4)}"
 
 
+class NoThreadWarning(UserWarning):
+    """A graph put memories with no ``thread_id`` in its config: it has no ledger
+    run, so what it read is not recorded as what those memories rest on (revoking
+    a source leaves what was derived from it usable)."""
+
+
+def in_graph() -> bool:
+    """Whether a runnable config is in force (a graph node, or another runnable)."""
+    return bool(var_child_runnable_config.get())
+
+
 def thread_id() -> str | None:
     """The ``thread_id`` of the runnable config in force, if any (the config
     ``langgraph.config.get_config`` returns, read without the exception it raises
