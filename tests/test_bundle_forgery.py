@@ -773,3 +773,29 @@ def test_an_event_listed_after_the_signed_heads_last_position_is_refused(
         f"the Revoked event at position 999999 is after the signed head's last position "
         f"{last}: the head covers no event after it"
     ) in report.problems
+
+
+@pytest.mark.parametrize("lagging", [False, True], ids=["own-time", "as-a-lagging-clock"])
+def test_an_activity_stated_at_another_time_than_its_event_is_refused(
+    world: World, tmp_path: Path, lagging: bool
+) -> None:
+    # Given R1's bundle, in which a forger moves M1's acceptance an hour later (saying,
+    # or not, that its writer's clock was behind: no earlier event is that late)
+    path, manifest = _late_listed(world, tmp_path)
+    position = _position(manifest, "M1", "Accepted")
+
+    def later(manifest: dict[str, Any], files: Files) -> None:
+        prov = json.loads(files["prov.json"])
+        [attrs] = [a for a in prov["activity"].values() if a["pl:position"]["$"] == str(position)]
+        own = datetime.fromisoformat(attrs["prov:startTime"])
+        moved = (own + timedelta(hours=1)).isoformat()
+        attrs["prov:startTime"] = attrs["prov:endTime"] = moved
+        if lagging:
+            attrs["pl:clockTime"] = {"$": own.isoformat(), "type": "xsd:dateTime"}
+        files["prov.json"] = json.dumps(prov).encode()
+
+    report = _forge(path, later)
+
+    # Then the bundle is refused, naming the activity and its event's time
+    assert len(report.problems) == 1, report.problems
+    assert f"the Accepted of M1 at position {position} happened at " in report.problems[0]

@@ -27,7 +27,7 @@ import subprocess
 import sys
 import zipfile
 from collections import defaultdict
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -593,3 +593,45 @@ def _entity_of(doc: ProvDocument, rid: str) -> ProvEntity:
     [entity] = [e for e in doc.get_records(ProvEntity) if e.identifier == REC[rid]]
     assert isinstance(entity, ProvEntity)
     return entity
+
+
+def test_writers_whose_clocks_disagree_give_times_in_log_order(tmp_path: Path) -> None:
+    # Given one ledger written from two hosts, the second's clock 30 s behind
+    url = f"sqlite:///{tmp_path / 'two-hosts.db'}"
+    behind = timedelta(seconds=30)
+    with (
+        Ledger.open(url) as host_a,
+        Ledger.open(url, clock=lambda: datetime.now(UTC) - behind) as host_b,
+    ):
+        admin = host_a.admin()
+        admin.grant("agent", scope="s", roles=["propose", "read"])
+        admin.grant("reviewer", scope="s", roles=["approve", "read", "audit"])
+        agent = host_a.authenticate(admin.issue_token("agent"))
+        reviewer = host_b.authenticate(admin.issue_token("reviewer"))
+        agent.capture(scope="s", uri="https://x.test/e", content=b"e", id="E")
+        reviewer.accept("E")
+        agent.propose("s", "m", 1, Kind.INFERENCE, parents=["E"], id="M")
+        reviewer.accept("M")
+        reviewer.revoke("E", reason="wrong")
+        events = {e.position: e.at for e in reviewer.history()}
+        # Then the export states each event at the latest time up to its position,
+        # meeting PROV's ordering constraints, and keeps a lagging writer's own time
+        doc = export_prov(reviewer)
+        assert _violations(doc) == []
+        acts = {
+            int(next(iter(a.get_attribute("pl:position")))): a
+            for a in doc.get_records(ProvActivity)
+        }
+        latest = None
+        for position in sorted(acts):
+            at = events[position]
+            latest = at if latest is None or at > latest else latest
+            act = acts[position]
+            assert act.get_startTime() == latest, position
+            assert set(act.get_attribute("pl:clockTime")) == ({at} if at < latest else set())
+        assert any(act.get_attribute("pl:clockTime") for act in acts.values())
+        # and a bundle so written verifies
+        generate_key(tmp_path / "k")
+        write_bundle(reviewer, "M", tmp_path / "k", tmp_path / "m.zip")
+        report = verify_bundle(tmp_path / "m.zip", tmp_path / "k.pub")
+        assert report.ok, report.problems
