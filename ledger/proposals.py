@@ -463,7 +463,7 @@ def captures_of_source(
     out = []
     for record_id, status, stored, stored_value in found:
         held = {} if stored is None else unpack(stored)
-        if held.get("uri") != evidence.get("uri"):
+        if not rules.same_source(held.get("uri"), evidence.get("uri")):
             continue
         same = held.get("content_hash") == evidence.get("content_hash") and _same_value(
             stored_value, value

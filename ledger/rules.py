@@ -8,12 +8,13 @@ decided here from view rows, so every command and read applies the same rule.
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
 from datetime import datetime
 from typing import Any, cast
 
-from ledger.domain import Kind, Status, Validity
+from ledger.domain import Kind, Record, Status, Validity
 from ledger.errors import InvalidParentError, InvalidTransitionError, InvalidValueError
 from ledger.serialization import canonical, datetime_to_micros, micros_to_datetime, unpack
 from ledger.values import StaleCause
@@ -233,3 +234,18 @@ def check_usable_dependency(
         raise InvalidParentError(
             f"{command} refused: dependency {dep!r} of {rid!r} {expiry_text(row, dep)}"
         )
+
+
+def same_source(uri: object, other: object) -> bool:
+    """Whether two captures' uris name one source: equal in Unicode NFC, the form
+    of the claim key ``source:<uri>`` they share (a uri is stored as given)."""
+    if not isinstance(uri, str) or not isinstance(other, str):
+        return uri == other
+    return unicodedata.normalize("NFC", uri) == unicodedata.normalize("NFC", other)
+
+
+def same_capture(record: Record, other: Record) -> bool:
+    """Whether two captures hold the same bytes and claim value."""
+    return (record.evidence or {}).get("content_hash") == (other.evidence or {}).get(
+        "content_hash"
+    ) and canonical(record.value) == canonical(other.value)

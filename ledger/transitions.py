@@ -319,8 +319,10 @@ def supersession(caller: Caller, c: Cursor, record: Record, now: datetime) -> li
     A version never accepted is replaced with the version it was itself proposed to
     replace, and so on down the line until one that was accepted: accepting C, a
     new version of the candidate B, itself a new version of the accepted A, leaves
-    A SUPERSEDED too, not ACCEPTED beside C. Down the line, a version already
-    replaced by another ends the walk. A capture, named OLD or not, also replaces
+    A SUPERSEDED too, not ACCEPTED beside C. Down the line, a version another
+    replaced meanwhile refuses the acceptance, as OLD does (C would stand beside
+    that other). A capture redirected to the newest capture of its URI that
+    holds its bytes and value replaces nothing. A capture, named OLD or not, also replaces
     the earlier captures of its source that hold other bytes or another value
     (:func:`_earlier_captures`).
     """
@@ -335,14 +337,15 @@ def supersession(caller: Caller, c: Cursor, record: Record, now: datetime) -> li
             break
         if old.superseded_by is not None and target == old_id and record.evidence is not None:
             old = _newest_capture(caller, c, record, old)
+            if old.record_id != target and rules.same_capture(old, record):
+                break  # the newest capture holds these bytes: nothing to replace
             target = old.record_id
         if old.superseded_by is not None:
-            if target != old_id:
-                break
             newest = _head_of(caller, c, old).record_id
+            line = "," if target == old_id else f", a new version of {target!r},"
             raise InvalidTransitionError(
-                f"accept refused: {rid!r} supersedes {old_id!r}, which was already superseded "
-                f"by {old.superseded_by!r}; propose a new version of {newest!r}"
+                f"accept refused: {rid!r} supersedes {old_id!r}{line} which was already "
+                f"superseded by {old.superseded_by!r}; propose a new version of {newest!r}"
             )
         if old.status not in (Status.REVOKED, Status.REJECTED):
             below = {cid for cid, _ in edges_index.descendants(c, caller.engine.dialect, target)}
@@ -431,7 +434,7 @@ def _newest_capture(caller: Caller, c: Cursor, record: Record, old: Record) -> R
     older capture does not replace a newer one."""
     uri = (record.evidence or {}).get("uri")
     head = _head_of(caller, c, old)
-    if (head.evidence or {}).get("uri") != uri:
+    if not rules.same_source((head.evidence or {}).get("uri"), uri):
         return old
     d = caller.engine.dialect
     rows = validity_view.current_many(c, d, (head.record_id, record.record_id))

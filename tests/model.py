@@ -474,14 +474,13 @@ class Model:
     def _replaced(self, rec: Rec) -> list[Rec]:
         """The versions approving ``rec`` replaces: ``rec.supersedes`` and, while a
         version was never approved, the one it was proposed to replace in turn (a
-        version already replaced by another ends the line); withdrawn ones included
+        version already replaced by another, there or down the line, refuses the
+        approval: see :meth:`_problems_superseding`); withdrawn ones included
         (they are passed over, not replaced)."""
         out: list[Rec] = []
         target = rec.supersedes
         while target is not None and all(r.id != target for r in out):
             old = self.records[target]
-            if old.superseded_by is not None and out:
-                break
             out.append(old)
             if old.accepted_once or old.superseded_by is not None:
                 break

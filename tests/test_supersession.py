@@ -237,6 +237,72 @@ def test_accepting_a_version_of_a_pending_version_replaces_the_whole_line(world:
     _consistent(world)
 
 
+def test_a_version_of_a_line_another_version_replaced_meanwhile_is_refused(world: World) -> None:
+    # Given A accepted; B a new version of A, C of B (both pending); D of A, accepted
+    agent, reviewer = world.agent, world.reviewer
+    fact = {"scope": "proj-a", "claim_key": "k", "kind": Kind.FACT}
+    _accepted(world, "A", value=1, **fact)
+    agent.propose(value=2, supersedes="A", id="B", **fact)
+    agent.propose(value=3, supersedes="B", id="C", **fact)
+    _accepted(world, "D", value=4, supersedes="A", **fact)
+    before = world.ledger.position
+    # When C is accepted, it is refused as a direct new version of A would be,
+    # naming the version to build on: it would stand beside D, a CONFLICT
+    with pytest.raises(
+        InvalidTransitionError,
+        match="'C' supersedes 'B', a new version of 'A', which was already superseded by "
+        "'D'; propose a new version of 'D'",
+    ):
+        reviewer.accept("C")
+    assert world.ledger.position == before
+    read = agent.read(scope="proj-a", claim_key="k")
+    assert (read.outcome, [r.id for r in read.records]) == (Outcome.FOUND, ["D"])
+
+
+def test_a_second_fetch_of_the_bytes_that_replaced_a_capture_replaces_nothing(
+    world: World,
+) -> None:
+    # Given X1 accepted; X2 and X3, two fetches of the same new bytes, both pending
+    # (each proposed to replace X1); X2 accepted and M built on it
+    agent, reviewer = world.agent, world.reviewer
+    uri = "https://x.test/doc"
+    agent.capture(scope="proj-a", uri=uri, content=b"v1", id="X1")
+    reviewer.accept("X1")
+    agent.capture(scope="proj-a", uri=uri, content=b"v2", id="X2")
+    agent.capture(scope="proj-a", uri=uri, content=b"v2", id="X3")
+    reviewer.accept("X2")
+    _accepted(world, "M", scope="proj-a", claim_key="m", value=1, kind=Kind.INFERENCE,
+              parents=["X2"])  # fmt: skip
+    # When X3 is accepted, it replaces nothing: both stand, and M stays VALID
+    reviewer.accept("X3")
+    assert [reviewer.get(r).status for r in ("X1", "X2", "X3")] == [
+        Status.SUPERSEDED,
+        Status.ACCEPTED,
+        Status.ACCEPTED,
+    ]
+    assert reviewer.get("M").validity == Validity.VALID
+    assert agent.read(scope="proj-a", claim_key=f"source:{uri}").outcome == Outcome.FOUND
+    _consistent(world)
+
+
+def test_a_capture_of_a_uri_spelt_in_another_normal_form_replaces_the_earlier(
+    world: World,
+) -> None:
+    # Given a capture of a uri in NFD, accepted, then of the same uri in NFC with
+    # other bytes: one claim key, "source:" and the uri in NFC
+    agent, reviewer = world.agent, world.reviewer
+    agent.capture(scope="proj-a", uri="https://x.test/cafe\u0301", content=b"v1", id="U1")
+    reviewer.accept("U1")
+    agent.capture(scope="proj-a", uri="https://x.test/caf\u00e9", content=b"v2", id="U2")
+    reviewer.accept("U2")
+    # Then the second replaces the first, and the claim answers FOUND
+    assert reviewer.get("U2").supersedes == "U1"
+    assert reviewer.get("U1").status == Status.SUPERSEDED
+    read = agent.read(scope="proj-a", claim_key="source:https://x.test/caf\u00e9")
+    assert (read.outcome, [r.id for r in read.records]) == (Outcome.FOUND, ["U2"])
+    _consistent(world)
+
+
 def test_a_version_replaced_in_a_line_is_not_also_marked_stale_below_an_older_one(
     world: World,
 ) -> None:
