@@ -87,6 +87,13 @@ def resolve_url(url: str | None) -> Backend:
             raise InvalidURLError(f"ledger URL {shown!r} names no database file")
         if "\x00" in path:
             raise InvalidURLError(f"ledger URL {shown!r} has a NUL character in its path")
+        try:
+            path.encode("utf-8")
+        except UnicodeEncodeError:  # bytes no UTF-8 (a shell's $'\xff'): SQLite cannot name it
+            raise InvalidURLError(
+                f"ledger URL {shown!r}: its path is not UTF-8 text (SQLite names its files "
+                "in UTF-8); give a path of UTF-8 characters"
+            ) from None
         if path.lower().startswith("file:") or path == ":memory:":
             raise InvalidURLError(
                 f"ledger URL {shown!r}: path {path!r} is not a plain file path (SQLite "
