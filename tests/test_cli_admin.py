@@ -376,6 +376,31 @@ def test_a_file_of_something_else_is_named_for_what_it_is_not_sent_to_init(
     assert ok("init", "--url", f"sqlite:///{empty}").stdout.startswith("plt_")
 
 
+def test_a_postgresql_schema_of_another_program_gets_no_ledger(pg_url: str) -> None:
+    # Given a schema holding another program's table
+    import psycopg
+
+    from tests.conftest import _pg_dsn
+
+    schema = pg_url.rsplit("schema=", 1)[1]
+    with psycopg.connect(_pg_dsn(), autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+        conn.execute(f"CREATE TABLE {schema}.payroll (x int)")
+    # Then neither `init` nor `demo` puts a ledger into it, as into such a file
+    for command in ("init", "demo"):
+        refused = run(command, "--url", pg_url)
+        assert refused.exit_code == 1, refused.output
+        assert refused.stderr == (
+            f"error: not creating a ledger in schema {schema!r} of {pg_url}: it holds payroll, "
+            "not a ledger; give a ledger a schema of its own (nothing was changed)\n"
+        )
+    with psycopg.connect(_pg_dsn(), autocommit=True) as conn:
+        tables = conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,)
+        ).fetchall()
+    assert tables == [("payroll",)]
+
+
 # -- extras and lazy imports ------------------------------------------------------------------
 
 

@@ -59,17 +59,24 @@ from ledger.persistence.urls import resolve_url
 
 
 def _refuse_others_file(url: str | None) -> None:
-    """Refuse to put a ledger into another program's SQLite database (its tables
-    would sit beside the ledger's append-only ones) or into a file of another kind."""
+    """Refuse to put a ledger into another program's SQLite database or PostgreSQL
+    schema (its tables would sit beside the ledger's append-only ones) or into a
+    file of another kind."""
     backend = resolve_url(url)
-    if backend.path is None:
+    if backend.kind == "postgresql":
+        from ledger.persistence.pg_pool import others_pg_tables
+
+        others = others_pg_tables(backend.env)
+        where, own = f"schema {backend.env['POSTGRES_SCHEMA']!r} of {backend.url}", "a schema"
+    elif backend.path is not None:
+        others, where, own = others_tables(backend.path), backend.path, "a file"
+    else:
         return
-    others = others_tables(backend.path)
     if others:
         shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
         raise LedgerNotFoundError(
-            f"not creating a ledger in {backend.path}: it holds {shown}, not a ledger; "
-            "give a ledger a file of its own (nothing was changed)"
+            f"not creating a ledger in {where}: it holds {shown}, not a ledger; "
+            f"give a ledger {own} of its own (nothing was changed)"
         )
 
 

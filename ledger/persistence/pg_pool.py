@@ -37,6 +37,32 @@ class LedgerPostgresFactory(PostgresFactory):
             pool._check = _quick_check(pool)
 
 
+def others_pg_tables(env: dict[str, str]) -> list[str]:
+    """The tables of a PostgreSQL ledger URL's schema (``env``: its backend's) that
+    are not a ledger's (``provledger_events``, ``stored_events``, ``pl_…``); []
+    when it holds none or cannot be reached (opening the ledger names why)."""
+    import psycopg
+
+    try:
+        with psycopg.connect(
+            dbname=env["POSTGRES_DBNAME"],
+            host=env["POSTGRES_HOST"],
+            port=int(env["POSTGRES_PORT"]),
+            user=env["POSTGRES_USER"],
+            password=env["POSTGRES_PASSWORD"] or None,
+            connect_timeout=max(2, int(env.get("POSTGRES_CONNECT_TIMEOUT", "5"))),
+            autocommit=True,
+        ) as conn:
+            rows = conn.execute(
+                "SELECT tablename FROM pg_catalog.pg_tables WHERE schemaname = %s",
+                (env["POSTGRES_SCHEMA"],),
+            ).fetchall()
+    except psycopg.Error:
+        return []
+    ours = ("provledger_events", "stored_events")
+    return sorted(str(n) for (n,) in rows if n not in ours and not str(n).startswith("pl_"))
+
+
 def probe(kwargs: dict[str, Any], timeout: float) -> None:
     """Connect once with ``kwargs`` (libpq's connect timeout is whole seconds, at
     least 2); raise eventsourcing's ``OperationalError`` with the server's reason."""
