@@ -57,6 +57,7 @@ from ledger.persistence.faults import (
     DATABASE_ERRORS,
     CommitFailed,
     closed_connection,
+    deleted_event,
     is_busy,
     missing_from_views,
     storage_error,
@@ -132,8 +133,7 @@ class Write:
         if not events:
             return self.engine.recorder.max_position(self.c)
         self.ahead.clear()  # the views are about to change
-        # Proposals' rows are assembled directly (the same bytes as the mapper's).
-        stored = stored_events(self.engine.app.mapper, events)
+        stored = stored_events(self.engine.app.mapper, events)  # as the mapper's bytes
         with self.engine.projector.knowing(self.c, known):
             first = self.appended[0][0] if self.appended else None
             ids = self.engine.recorder.insert_in(
@@ -391,8 +391,8 @@ class Engine:
             try:
                 with self.inflight.entered():  # with the lock: a writer waiting is not
                     return self._attempt(work, about)
-            except (IntegrityError, sqlite3.IntegrityError):
-                raise Busy() from None
+            except (IntegrityError, sqlite3.IntegrityError) as exc:
+                raise deleted_event(exc) or Busy() from None  # else a version clash
             except DATABASE_ERRORS as exc:
                 if is_busy(exc):
                     raise Busy() from None

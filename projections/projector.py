@@ -440,7 +440,15 @@ class Projector:
         if not self.enabled:
             return count
         for batch in self.pending(c, upto):
-            self._apply(c, batch)
+            try:
+                self._apply(c, batch)
+            except Exception as exc:  # SQLite's, or psycopg's (unique_violation)
+                if (
+                    isinstance(exc, sqlite3.IntegrityError)
+                    or getattr(exc, "sqlstate", "") == "23505"
+                ):
+                    raise _applied_already(batch[0][0]) from None
+                raise
             count += len(batch)
         return count
 
@@ -498,3 +506,15 @@ def _event_class(topic: str) -> Any:
 def _values(row: Any) -> tuple[Any, ...]:
     # sqlite3.Row iterates values; psycopg's dict rows iterate keys.
     return tuple(row.values()) if isinstance(row, dict) else tuple(row)
+
+
+def _applied_already(position: int) -> CorruptEventError:
+    """What a catch-up whose view rows clash with stored ones means: the views
+    hold rows of events their time index says they have not applied, which no
+    command leaves (events and view rows are written in one transaction)."""
+    return CorruptEventError(
+        f"the views hold rows of events from position {position} on that their time index "
+        "says they have not applied: view rows were removed or altered behind the ledger's "
+        "back; nothing was written: `provledger verify` names it, `provledger rebuild` "
+        "rebuilds the views from the log"
+    )

@@ -477,6 +477,48 @@ def test_a_rebuild_over_a_deleted_event_is_refused_and_leaves_the_views(
     assert _view_rows(_db(ledger_url)) == before
 
 
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_a_write_after_the_newest_event_was_deleted_is_refused_naming_it_at_once(
+    world: World, ledger_url: str
+) -> None:
+    # Given a ledger file whose newest event was deleted (its Merkle leaf left), so
+    # that the next event would take its position
+    _scenario(world)
+    led = world.ledger
+    gone = led.position
+    _delete(_db(ledger_url), gone)
+    # When a command writes, it is refused at once as tampering, not tried again
+    # as if other writers held the lock
+    with pytest.raises(CorruptEventError, match="an event the ledger appended was deleted"):
+        world.agent.propose(scope="proj-a", claim_key="n", value=1, kind=Kind.FACT)
+    assert led.position == gone - 1
+    assert led.verify().problem == f"the event at position {gone} is missing"
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_views_ahead_of_their_time_index_are_named_as_tampering_on_open(
+    world: World, ledger_url: str
+) -> None:
+    # Given a ledger file whose newest time-index row was removed (its view rows kept)
+    _scenario(world)
+    newest = world.ledger.position
+    with closing(sqlite3.connect(_db(ledger_url))) as con:
+        con.execute("DELETE FROM pl_timeline WHERE position = ?", (newest,))
+        con.commit()
+    # When it is opened (its views caught up), the clash is named as tampering,
+    # pointing to verify and rebuild, not told as a database error
+    with pytest.raises(
+        CorruptEventError, match=f"the views hold rows of events from position {newest} on"
+    ):
+        Ledger.open(ledger_url)
+    # and a rebuild mends it
+    with Ledger.open(ledger_url, catch_up=False) as led:
+        assert not led.verify().ok
+        led.rebuild()
+    with Ledger.open(ledger_url) as led:
+        assert led.verify().ok
+
+
 def _view_rows(path: str) -> list[tuple[object, ...]]:
     with closing(sqlite3.connect(path)) as con:
         return con.execute("SELECT * FROM pl_records ORDER BY 1, 2").fetchall()

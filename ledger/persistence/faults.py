@@ -18,7 +18,13 @@ from typing import Any
 
 from eventsourcing.persistence import PersistenceError
 
-from ledger.errors import ConcurrencyError, ConnectionLostError, DiskFullError, StorageError
+from ledger.errors import (
+    ConcurrencyError,
+    ConnectionLostError,
+    CorruptEventError,
+    DiskFullError,
+    StorageError,
+)
 
 #: SQLite primary result codes the ledger tells apart.
 _SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_IOERR, _SQLITE_FULL = 5, 6, 10, 13
@@ -97,6 +103,20 @@ def reason_of(exc: BaseException, secret: str = "") -> str:
     if secret and secret in text:
         text = text.replace(secret, "***")
     return text
+
+
+def deleted_event(exc: BaseException) -> CorruptEventError | None:
+    """The error for a write whose event's Merkle leaf clashed with one stored (an
+    ``IntegrityError``): never a race, as writers hold the writers' lock, but an
+    event the ledger appended deleted behind its back, whose position the next
+    event took; None for any other clash (a version clash, tried again)."""
+    if "pl_merkle_leaves" not in str(exc):
+        return None
+    return CorruptEventError(
+        "an event the ledger appended was deleted behind its back (the next event's "
+        "position holds a Merkle leaf already); nothing was written: `provledger verify` "
+        "names it"
+    )
 
 
 def is_busy(exc: BaseException) -> bool:
