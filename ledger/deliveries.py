@@ -29,6 +29,7 @@ from ledger.validation import check_flag, check_id, check_text
 from ledger.values import Correction, CorrectionDue, Delivery
 from projections import delivery as delivery_view
 from projections import edges as edges_index
+from projections import timeline
 from projections import validity as validity_view
 from projections.base import Cursor, Dialect
 from projections.validity import RecordRow
@@ -228,7 +229,13 @@ def owed_since(
         eff = row["eff_expires"]
         if row["status"] == Status.ACCEPTED and eff is not None:
             return delivered, eff  # expired: a correction before the expiry says nothing
-        return max(delivered, row["left_valid_pos"] or 0), None
+        left = row["left_valid_pos"] or 0
+        if eff is not None and left > delivered:
+            # It expired before its status changed: it left VALID then, not at the change.
+            at = timeline.time_of(c, caller.engine.dialect, left)
+            if at is not None and eff < at:
+                return delivered, eff
+        return max(delivered, left), None
     if row["from_pos"] <= delivered:
         # Its row is as delivered: nothing it rests on was re-based since (that
         # takes a STALE or expired basis, which would have changed this row too).

@@ -454,6 +454,36 @@ def test_a_correction_issued_while_valid_does_not_answer_a_later_expiry(world: W
     assert world.reviewer.corrections_due() == ()
 
 
+@pytest.mark.parametrize("left_by", ["expiry", "staleness"])
+def test_a_revocation_after_the_correction_of_an_expiry_or_staleness_owes_none(
+    world: World, left_by: str
+) -> None:
+    # Given a delivered report that left VALID (expired, or STALE) and was corrected
+    hour = timedelta(hours=1)
+    delivery = _delivered_report(
+        world, expires=world.clock.now + hour if left_by == "expiry" else None
+    )
+    if left_by == "expiry":
+        world.clock.advance(hours=2)
+    else:
+        world.reviewer.revoke("E1", reason="withdrawn")
+    world.reviewer.issue_correction(delivery, note="not valid any more")
+    assert world.reviewer.corrections_due() == ()
+    # When it is revoked as well, it does not leave VALID again: nothing more is owed
+    world.clock.advance(hours=1)
+    world.reviewer.revoke("R1", reason="wrong")
+    assert world.reviewer.corrections_due() == ()
+
+
+def test_a_revocation_after_an_uncorrected_expiry_is_owed_once(world: World) -> None:
+    delivery = _delivered_report(world, expires=world.clock.now + timedelta(hours=1))
+    world.clock.advance(hours=2)
+    world.reviewer.revoke("R1", reason="wrong")
+    assert [d.delivery.delivery_id for d in world.reviewer.corrections_due()] == [delivery]
+    world.reviewer.issue_correction(delivery, note="expired, then withdrawn")
+    assert world.reviewer.corrections_due() == ()
+
+
 def test_a_report_revalidated_on_another_basis_owes_a_correction(world: World) -> None:
     delivery = _delivered_report(world)
     world.reviewer.revoke("E1", reason="withdrawn")
