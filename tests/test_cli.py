@@ -537,6 +537,32 @@ def test_propose_takes_json_values_plain_strings_parents_and_conditions(chain: C
     assert json.loads(chain.as_agent("get", rid, "--json").stdout)["value"] == "true"
 
 
+def test_a_value_too_long_for_a_command_line_is_read_from_a_file_or_stdin(
+    chain: Cli, tmp_path: Path
+) -> None:
+    value = {"text": "é" * 200_000, "n": [1, 2.5, None]}
+    path = tmp_path / "value.json"
+    path.write_text(json.dumps(value), encoding="utf-8")
+    args = ("propose", "--scope", "proj-a", "--kind", "fact", "--token", chain.agent)
+    from_file = chain(*args, "--claim", "big.file", "--value-file", str(path))
+    from_stdin = chain(*args, "--claim", "big.stdin", "--value-file", "-", input=path.read_bytes())
+    for result in (from_file, from_stdin):
+        assert result.exit_code == 0, result.output
+        got = json.loads(chain.as_agent("get", result.stdout.strip(), "--json").stdout)
+        assert got["value"] == value
+    # Not UTF-8, not JSON, or given beside --value: a usage error naming it, nothing written
+    before = chain.position
+    for extra, said in (
+        (["--value-file", "-"], "is not UTF-8 text"),
+        (["--value-file", str(path), "--value", "1"], "give exactly one of --value"),
+    ):
+        refused = chain(*args, "--claim", "x", *extra, input=b"\xff\xfe")
+        assert refused.exit_code == 2 and said in refused.stderr, refused.output
+    not_json = chain(*args, "--claim", "x", "--value-file", "-", input=b"{oops")
+    assert not_json.exit_code == 2 and "--value" in not_json.stderr
+    assert chain.position == before
+
+
 def test_accept_reject_revalidate_deliver_and_correct(chain: Cli, tmp_path: Path) -> None:
     # reject a fresh candidate
     chain.as_agent(

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import wraps
 from itertools import pairwise
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn, TypeVar
 
 import click
 
@@ -381,6 +381,28 @@ def open_ledger(
             ) from None
         raise LedgerNotFoundError(
             f"no ledger at {backend.url}; run `provledger init` or check PROVLEDGER_URL"
+        ) from None
+
+
+#: The most a --value-file is read (a value is at most 1 MiB stored by default;
+#: its JSON text is longer).
+VALUE_FILE_BYTES = 64 * 1024 * 1024
+
+
+def json_file_text(stream: BinaryIO) -> str:
+    """The JSON text of a ``--value-file`` (UTF-8), refused as a usage error when it
+    is larger than :data:`VALUE_FILE_BYTES` or no UTF-8."""
+    data = stream.read(VALUE_FILE_BYTES + 1)
+    name = printable(getattr(stream, "name", "-"))
+    if len(data) > VALUE_FILE_BYTES:
+        raise click.BadParameter(
+            f"{name} holds more than {VALUE_FILE_BYTES:,} bytes", param_hint="--value-file"
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise click.BadParameter(
+            f"{name} is not UTF-8 text (byte {exc.start})", param_hint="--value-file"
         ) from None
 
 

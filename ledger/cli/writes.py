@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import click
 
@@ -15,6 +15,7 @@ from ledger.cli.options import (
     JSON,
     KINDS,
     errors_exit_1,
+    json_file_text,
     json_option,
     parse_json,
     principal_session,
@@ -119,6 +120,12 @@ def capture(
 @click.option("--kind", type=click.Choice(KINDS), required=True, help="What the record is.")
 @click.option("--value", "raw_value", help='The claim as JSON: true, 3, "text", {"a": 1}.')
 @click.option("--value-str", help="The claim as a plain string (instead of --value).")
+@click.option(
+    "--value-file",
+    type=click.File("rb"),
+    help="The claim as JSON read from FILE (- for standard input): a value too long "
+    "for a command line.",
+)
 @click.option("--parent", "parents", multiple=True, help="A declared dependency (repeatable).")
 @click.option("--id", "record_id", help="The record id (default: generated).")
 @click.option("--expires", type=DATETIME, help="Latest valid instant (ISO 8601 with offset).")
@@ -140,6 +147,7 @@ def propose(
     kind: str,
     raw_value: str | None,
     value_str: str | None,
+    value_file: BinaryIO | None,
     parents: tuple[str, ...],
     record_id: str | None,
     expires: datetime | None,
@@ -152,7 +160,8 @@ def propose(
 ) -> None:
     """Propose a record; it is a CANDIDATE until an approver accepts it. Prints its id.
 
-    Give the value as JSON with --value, or as a plain string with --value-str.
+    Give the value as JSON with --value (or --value-file), or as a plain string
+    with --value-str.
     Update a claim with --supersedes OLD instead of proposing a conflicting value.
 
     \b
@@ -162,8 +171,13 @@ def propose(
       provledger propose --scope proj-a --claim api.timeout --kind fact \\
         --value 60 --supersedes T1
     """
-    if (raw_value is None) == (value_str is None):
-        raise click.UsageError("give exactly one of --value (JSON) or --value-str (plain string)")
+    if [raw_value, value_str, value_file].count(None) != 2:
+        raise click.UsageError(
+            "give exactly one of --value (JSON), --value-str (plain string) or --value-file "
+            "(JSON from a file)"
+        )
+    if value_file is not None:
+        raw_value = json_file_text(value_file)
     if raw_value is not None:
         try:
             value: Any = parse_json(raw_value)
