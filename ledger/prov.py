@@ -121,29 +121,6 @@ class _Builder:
         #: their activities left out): what relations may name.
         self.members: set[str] = set()
         self.described: set[str] = set()
-        #: Each exported event's time in log order (:meth:`when`).
-        self.times: dict[int, datetime] = {}
-
-    def order_times(self) -> None:
-        """Give each exported event the latest time of those up to its position:
-        writers on several hosts may disagree about the time, and PROV orders
-        generation, use and invalidation by it (an event whose writer's clock was
-        behind keeps its own time as ``pl:clockTime``)."""
-        positions: dict[int, datetime] = {}
-        for rid in self.described:
-            trail = self.trail(rid)
-            for event in trail.events if trail is not None else ():
-                if event.type in _ACTIVITIES:  # the events the document states
-                    positions[event.position] = event.at
-        latest: datetime | None = None
-        for position in sorted(positions):
-            at = positions[position]
-            latest = at if latest is None or at > latest else latest
-            self.times[position] = latest
-
-    def when(self, event: AuditEvent) -> datetime:
-        """``event``'s time in log order (see :meth:`order_times`)."""
-        return self.times.get(event.position, event.at)
 
     def agent(self, subject: str | None) -> QualifiedName | None:
         """The agent of ``subject``; None (no association) for no actor or one
@@ -255,7 +232,7 @@ class _Builder:
                 },
             )
             self.doc.specializationOf(specific, REC[record_id])
-            self.doc.wasGeneratedBy(specific, _activity_id(event), self.when(event))
+            self.doc.wasGeneratedBy(specific, _activity_id(event), event.at)
         return specific
 
     def activities(self, node: RecordView) -> None:
@@ -291,15 +268,12 @@ class _Builder:
                     attrs["pl:supersededBy"] = self.ref(str(by))
             if event.type == "Superseded":
                 attrs["pl:supersededBy"] = self.ref(str(details["by"]))
-            at = self.when(event)
-            if at != event.at:  # its writer's clock was behind an earlier event's
-                attrs["pl:clockTime"] = event.at
-            self.doc.activity(act, at, at, attrs)
+            self.doc.activity(act, event.at, event.at, attrs)
             agent = self.agent(event.actor)
             if agent is not None:
                 self.doc.wasAssociatedWith(act, agent)
             if event.type == "Proposed":
-                self.doc.wasGeneratedBy(entity, act, at)
+                self.doc.wasGeneratedBy(entity, act, event.at)
                 if agent is not None:
                     self.doc.wasAttributedTo(entity, agent)
                 self._used(act, details.get("parents"), "declaredParent")
@@ -309,7 +283,7 @@ class _Builder:
                 self.doc.wasInvalidatedBy(
                     entity,
                     act,
-                    at,
+                    event.at,
                     other_attributes={"pl:reason": str(details.get("reason", ""))},
                 )
                 invalidated = True
@@ -317,7 +291,7 @@ class _Builder:
             if event.type == "Superseded":
                 by = str(details["by"])
                 self.doc.wasInvalidatedBy(
-                    entity, act, at, other_attributes={"pl:supersededBy": self.ref(by)}
+                    entity, act, event.at, other_attributes={"pl:supersededBy": self.ref(by)}
                 )
                 approval = self._newest(by, ("Accepted", "Revalidated"), event.position)
                 if approval is not None:
@@ -327,7 +301,7 @@ class _Builder:
             if invalidated:  # a correction or erasure afterwards: not a use
                 self.doc.influence(act, entity, other_attributes={"pl:role": PL[role]})
             else:
-                self.doc.used(act, entity, at, other_attributes={"prov:role": PL[role]})
+                self.doc.used(act, entity, event.at, other_attributes={"prov:role": PL[role]})
             if event.type == "MarkedStale":
                 caused_by = "Revoked" if details.get("superseded_by") is None else "Superseded"
                 informant = self._newest(str(details["cause"]), (caused_by,), event.position)
@@ -408,17 +382,19 @@ def export_prov(
     nodes = [n for n in sub.nodes if scope is None or n.scope == scope]
     builder = _Builder(session)
     builder.described = {n.id for n in nodes}
-    builder.order_times()
-    # A record in another scope that an exported one rests on, which the
-    # session may audit, is declared and named by the relations, its events left out.
-    builder.members = {n.id for n in sub.nodes}
+    # A record in another scope that an exported one rests on (or rested on), which
+    # the session may audit, is declared and named by the relations, its events
+    # left out; the rest of the walk into other scopes is not.
+    rested_on = {b.parent for b in sub.bases if b.child in builder.described}
+    builder.members = builder.described | (rested_on & {n.id for n in sub.nodes})
     # What the records rest on that the session may not audit (current bases and
     # those replaced at a revalidation), as the picture draws it: the placeholder.
     hidden_edges = [(e.child, e.edge) for e in sub.edges if e.parent == HIDDEN]
     if hidden_edges:  # the placeholder is drawn: its uses and derivations too
         builder.members.add(HIDDEN)
     for node in sub.nodes:
-        builder.entity(node)
+        if node.id in builder.members:
+            builder.entity(node)
     for node in nodes:
         builder.activities(node)
     for node in nodes:

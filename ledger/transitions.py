@@ -321,9 +321,11 @@ def supersession(caller: Caller, c: Cursor, record: Record, now: datetime) -> li
     new version of the candidate B, itself a new version of the accepted A, leaves
     A SUPERSEDED too, not ACCEPTED beside C. Down the line, a version another
     replaced meanwhile refuses the acceptance, as OLD does (C would stand beside
-    that other). A capture redirected to the newest capture of its URI that
-    holds its bytes and value replaces nothing. A capture, named OLD or not, also replaces
-    the earlier captures of its source that hold other bytes or another value
+    that other); for a capture it ends the walk, and the capture replaces the
+    earlier captures of its source that differ (below). A capture redirected to
+    the newest capture of its URI that holds its bytes and value replaces
+    nothing. A capture, named OLD or not, also replaces the earlier captures of
+    its source that hold other bytes or another value
     (:func:`_earlier_captures`).
     """
     rid, old_id = record.record_id, record.supersedes
@@ -341,6 +343,8 @@ def supersession(caller: Caller, c: Cursor, record: Record, now: datetime) -> li
                 break  # the newest capture holds these bytes: nothing to replace
             target = old.record_id
         if old.superseded_by is not None:
+            if target != old_id and record.evidence is not None:
+                break  # a capture: it replaces the newest of its source's (below)
             newest = _head_of(caller, c, old).record_id
             line = "," if target == old_id else f", a new version of {target!r},"
             raise InvalidTransitionError(

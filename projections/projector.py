@@ -421,6 +421,8 @@ class Projector:
         assert self.row_reader is not None and self.mapper is not None
         if not stored.plain(self.mapper):
             yield from self.pending(c)
+            if self.vouch_end is not None:  # the whole log: none gone at its end
+                self.vouch_end(c, self.tracking(c))
             return
         after = 0
         while True:

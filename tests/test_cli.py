@@ -1104,6 +1104,53 @@ def test_an_output_file_that_is_the_ledgers_own_is_refused_and_left_alone(
         assert led.position == position and led.verify().ok
 
 
+def test_the_wal_of_a_ledger_opened_through_a_link_is_its_own_file(
+    chain: Cli, tmp_path: Path
+) -> None:
+    # Given the ledger opened through a link elsewhere: SQLite keeps its -wal
+    # beside the file itself, not beside the link
+    (tmp_path / "links").mkdir()
+    link = tmp_path / "links" / "ledger.db"
+    link.symlink_to(chain.path)
+    via_link = Cli(url=f"sqlite:///{link}", path=link, agent=chain.agent, reviewer=chain.reviewer)
+    wal = Path(f"{chain.path}-wal")
+    with Ledger.open(via_link.url):
+        before = wal.read_bytes()
+        result = via_link.as_reviewer("export", "-o", str(wal))
+        # Then writing to that -wal is refused, and it is left alone
+        assert result.exit_code == 1, result.output
+        assert "is the ledger's own file" in result.stderr
+        assert wal.read_bytes() == before
+
+
+def test_a_revocation_too_long_to_list_says_how_to_list_what_it_marked(cli: Cli) -> None:
+    # Given E with 25 records resting on it, and a STALE record an earlier
+    # revocation left
+    with Ledger.open(cli.url) as led:
+        agent = led.authenticate(cli.agent)
+        reviewer = led.authenticate(cli.reviewer)
+        for rid in ("E", "OLD"):
+            agent.propose(scope="proj-a", claim_key=rid, value=1, kind=Kind.FACT, id=rid)
+            reviewer.accept(rid)
+        agent.propose(scope="proj-a", claim_key="o", value=1, kind=Kind.INFERENCE,
+                      parents=["OLD"], id="O1")  # fmt: skip
+        reviewer.accept("O1")
+        reviewer.revoke("OLD", reason="earlier")
+        agent.propose_many(
+            {"scope": "proj-a", "claim_key": f"m.{i}", "value": i, "kind": "inference",
+             "parents": ["E"], "id": f"M{i:02d}"}
+            for i in range(25)
+        )  # fmt: skip
+    # When E is revoked, its summary points to a command listing what it marked
+    said = cli.as_reviewer("revoke", "E", "--reason", "wrong").stdout
+    hint = re.search(r"\(provledger (history --type MarkedStale --from \d+ --limit \d+),", said)
+    assert hint is not None, said
+    listed = cli.as_reviewer(*hint[1].split(), "--json")
+    # and that command lists the records it marked, and only those
+    marked = [e["details"]["record_id"] for e in json.loads(listed.stdout)["events"]]
+    assert sorted(marked) == [f"M{i:02d}" for i in range(25)]
+
+
 def test_a_mermaid_graph_over_mermaids_edge_limit_is_written_with_a_warning(
     cli: Cli, tmp_path: Path
 ) -> None:

@@ -259,6 +259,31 @@ def test_a_version_of_a_line_another_version_replaced_meanwhile_is_refused(world
     assert (read.outcome, [r.id for r in read.records]) == (Outcome.FOUND, ["D"])
 
 
+def test_the_newest_fetch_is_accepted_though_its_line_was_replaced_below_it(
+    world: World,
+) -> None:
+    # Given four fetches of a source, none accepted: E1 (v1), E2 and E3 (v2), E5
+    # (v5), each proposed to replace the newest before it; E2 accepted first
+    agent, reviewer = world.agent, world.reviewer
+    uri = "https://x.test/page"
+    for rid, content in (("E1", b"v1"), ("E2", b"v2"), ("E3", b"v2"), ("E5", b"v5")):
+        agent.capture(scope="proj-a", uri=uri, content=content, id=rid)
+    assert reviewer.get("E5").supersedes == "E3"
+    reviewer.accept("E2")
+    # When the newest fetch is accepted, it replaces every earlier one (it is no
+    # rival version of a line another replaced: a capture is what its source says)
+    reviewer.accept("E5")
+    assert [reviewer.get(r).status for r in ("E1", "E2", "E3", "E5")] == [
+        Status.SUPERSEDED,
+        Status.SUPERSEDED,
+        Status.SUPERSEDED,
+        Status.ACCEPTED,
+    ]
+    read = agent.read(scope="proj-a", claim_key=f"source:{uri}")
+    assert (read.outcome, [r.id for r in read.records]) == (Outcome.FOUND, ["E5"])
+    _consistent(world)
+
+
 def test_a_second_fetch_of_the_bytes_that_replaced_a_capture_replaces_nothing(
     world: World,
 ) -> None:

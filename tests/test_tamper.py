@@ -456,6 +456,31 @@ def test_a_bundle_of_a_record_with_a_tampered_event_is_refused(
     assert not (tmp_path / "m1.zip").exists()
 
 
+def test_a_rebuild_over_a_deleted_last_event_is_refused_with_a_compressor_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a ledger whose states are compressed (the rebuild decodes them through
+    # eventsourcing's mapper), its newest event deleted behind its back
+    monkeypatch.setenv("COMPRESSOR_TOPIC", "eventsourcing.compressor:ZlibCompressor")
+    path = tmp_path / "zipped.db"
+    with Ledger.open(f"sqlite:///{path}") as led:
+        admin = led.admin()
+        admin.grant("agent", scope="s", roles=["propose", "read"])
+        led.authenticate(admin.issue_token("agent")).propose(
+            scope="s", claim_key="k", value=1, kind=Kind.FACT
+        )
+        gone = led.position
+    _delete(str(path), gone)
+    before = _view_rows(str(path))
+    # Then the rebuild is refused, naming it, and the views stay
+    with (
+        Ledger.open(f"sqlite:///{path}") as led,
+        pytest.raises(CorruptEventError, match=f"the event at position {gone} is missing"),
+    ):
+        led.rebuild()
+    assert _view_rows(str(path)) == before
+
+
 @pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
 @pytest.mark.parametrize("which", ["inside", "last"])
 def test_a_rebuild_over_a_deleted_event_is_refused_and_leaves_the_views(

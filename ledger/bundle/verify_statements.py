@@ -630,7 +630,6 @@ def _check_activities(
         (str(_plain(e.get("prov:activity"))), str(_plain(e.get("prov:entity"))))
         for e in _relations(prov, "wasInvalidatedBy")
     }
-    latest_before = _latest_before(activities)
     told: set[int] = set()
     for act, attrs in sorted(activities.items()):
         if not isinstance(attrs, dict):
@@ -668,7 +667,7 @@ def _check_activities(
                     f"prov.json states {name} {said[name]!r} for the {kind} of {rid} at position "
                     f"{position}, but its event says {logged[name]!r}"
                 )
-        if isinstance(at, datetime) and not _told_time(at, started, attrs, latest_before, position):
+        if isinstance(at, datetime) and started != at:
             problems.append(
                 f"prov.json states the {kind} of {rid} at position {position} happened at "
                 f"{attrs.get('prov:startTime')}, but its event says {at.isoformat()}"
@@ -687,48 +686,3 @@ def _check_activities(
             problems.append(
                 f"prov.json has no activity for the {kind} event of {rid} at position {position}"
             )
-
-
-def _start_of(attrs: object) -> datetime | None:
-    try:
-        return datetime.fromisoformat(str(attrs.get("prov:startTime")))  # type: ignore[attr-defined]
-    except (ValueError, AttributeError):
-        return None
-
-
-def _latest_before(activities: dict[str, Any]) -> dict[int, datetime | None]:
-    """By log position, the latest time ``prov.json`` states for an activity at
-    an earlier position (None before the first)."""
-    starts: dict[int, datetime] = {}
-    for attrs in activities.values():
-        started = _start_of(attrs)
-        if isinstance(attrs, dict) and started is not None:
-            with contextlib.suppress(ValueError):
-                starts[int(str(_plain(attrs.get("pl:position"))))] = started
-    out: dict[int, datetime | None] = {}
-    latest: datetime | None = None
-    for position in sorted(starts):
-        out[position] = latest
-        latest = starts[position] if latest is None or starts[position] > latest else latest
-    return out
-
-
-def _told_time(
-    at: datetime,
-    started: datetime | None,
-    attrs: dict[str, Any],
-    latest_before: dict[int, datetime | None],
-    position: int,
-) -> bool:
-    """Whether an activity's stated time is its event's: the event's own, or (its
-    writer's clock behind an earlier event's, ``pl:clockTime`` its own) the
-    latest time stated before it, as the export orders times (``ledger.prov``)."""
-    clock = attrs.get("pl:clockTime")
-    if clock is None:
-        return started == at
-    try:
-        own = datetime.fromisoformat(str(_plain(clock)))
-    except ValueError:
-        return False
-    earlier = latest_before.get(position)
-    return own == at and earlier is not None and earlier > at and started == earlier

@@ -418,7 +418,8 @@ def not_the_ledger(output: str | None, url: str | None, command: str) -> None:
         return  # the command itself says what is wrong with the URL
     if path is None:
         return
-    for name in (path, f"{path}-wal", f"{path}-shm", f"{path}-journal"):
+    real = os.path.realpath(path)  # SQLite puts its -wal and -shm beside the file itself
+    for name in (path, f"{real}-wal", f"{real}-shm", f"{real}-journal"):
         try:
             same = os.path.samefile(output, name)
         except (OSError, ValueError):  # either one missing (or unnamable): not the same

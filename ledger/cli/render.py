@@ -554,8 +554,9 @@ def print_revocation(
         # The revocation is written: asking for it again (with --all) is refused.
         console.print(
             f"… and {more:,} more STALE, not listed: a revocation given --all lists every "
-            "one and --json gives everything; this one is written, so list them with "
-            "provledger records --scope SCOPE --status STALE",
+            "one and --json gives everything; this one is written: its markings follow it "
+            f"in the log (provledger history --type MarkedStale --from {rev.position + 1} "
+            f"--limit {len(rev.stale):,}, with the audit role)",
             soft_wrap=True,  # one line: a command in it stays whole
         )
 
