@@ -558,9 +558,18 @@ def test_a_value_too_long_for_a_command_line_is_read_from_a_file_or_stdin(
     ):
         refused = chain(*args, "--claim", "x", *extra, input=b"\xff\xfe")
         assert refused.exit_code == 2 and said in refused.stderr, refused.output
-    not_json = chain(*args, "--claim", "x", "--value-file", "-", input=b"{oops")
-    assert not_json.exit_code == 2 and "--value" in not_json.stderr
+    not_json = chain(*args, "--claim", "x", "--value-file", str(path.with_name("bad.json")))
+    path.with_name("bad.json").write_text("{oops")
+    not_json = chain(*args, "--claim", "x", "--value-file", str(path.with_name("bad.json")))
+    assert not_json.exit_code == 2, not_json.output
+    assert "Invalid value for --value-file: " in not_json.stderr and "bad.json" in not_json.stderr
     assert chain.position == before
+    # A byte order mark at the start (as some editors write) is no part of the JSON
+    bom = chain(*args, "--claim", "bom", "--value-file", "-", input=b'\xef\xbb\xbf{"b": 1}')
+    assert bom.exit_code == 0, bom.output
+    assert json.loads(chain.as_agent("get", bom.stdout.strip(), "--json").stdout)["value"] == {
+        "b": 1
+    }
 
 
 def test_accept_reject_revalidate_deliver_and_correct(chain: Cli, tmp_path: Path) -> None:
@@ -1065,6 +1074,19 @@ def test_graph_dot_and_mermaid_print_to_stdout(chain: Cli) -> None:
     mermaid = chain.as_reviewer("graph", "M1", "--format", "mermaid")
     assert mermaid.stdout.startswith("flowchart TD")
     assert ":::revoked" in mermaid.stdout and ":::stale" in mermaid.stdout
+
+
+@pytest.mark.parametrize("side", ["-wal", "-shm", "-journal"])
+def test_a_side_file_sqlite_has_not_made_yet_is_the_ledgers_own_all_the_same(
+    chain: Cli, side: str
+) -> None:
+    # Given the ledger closed: SQLite has removed its -wal and -shm
+    name = Path(f"{chain.path}{side}")
+    assert not name.exists()
+    # Then writing there is refused (SQLite would take it for its own, or delete it)
+    result = chain.as_reviewer("export", "-o", str(name))
+    assert result.exit_code == 1 and "is the ledger's own file" in result.stderr, result.output
+    assert not name.exists()
 
 
 @pytest.mark.parametrize(

@@ -582,6 +582,7 @@ PG = "postgresql://me:S3CRET@127.0.0.1:5432/test"
         (f"{PG}?password=S3CRET&password=S3CRET", "option 'password' is given 2 times"),
         ("sqlite:///ledger.db?timeout=5&timeout=50", "option 'timeout' is given 2 times"),
         (os.fsdecode(b"sqlite:///\xff.db"), "its path is not UTF-8 text"),  # a shell's $'\xff'
+        ("sqlite:///%FF.db", "its path is not UTF-8 text once its %-escapes are decoded"),
     ],
 )
 def test_url_options_are_validated_naming_the_option(

@@ -390,8 +390,9 @@ VALUE_FILE_BYTES = 64 * 1024 * 1024
 
 
 def json_file_text(stream: BinaryIO) -> str:
-    """The JSON text of a ``--value-file`` (UTF-8), refused as a usage error when it
-    is larger than :data:`VALUE_FILE_BYTES` or no UTF-8."""
+    """The JSON text of a ``--value-file`` (UTF-8, a byte order mark at its start
+    allowed), refused as a usage error when it is larger than
+    :data:`VALUE_FILE_BYTES` or no UTF-8."""
     data = stream.read(VALUE_FILE_BYTES + 1)
     name = printable(getattr(stream, "name", "-"))
     if len(data) > VALUE_FILE_BYTES:
@@ -399,7 +400,7 @@ def json_file_text(stream: BinaryIO) -> str:
             f"{name} holds more than {VALUE_FILE_BYTES:,} bytes", param_hint="--value-file"
         )
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise click.BadParameter(
             f"{name} is not UTF-8 text (byte {exc.start})", param_hint="--value-file"
@@ -419,9 +420,12 @@ def not_the_ledger(output: str | None, url: str | None, command: str) -> None:
     if path is None:
         return
     real = os.path.realpath(path)  # SQLite puts its -wal and -shm beside the file itself
-    for name in (path, f"{real}-wal", f"{real}-shm", f"{real}-journal"):
+    wanted = os.path.realpath(output)
+    for name in (real, f"{real}-wal", f"{real}-shm", f"{real}-journal"):
+        # By name (a -wal or -shm SQLite has not made yet, or removed, is its own all
+        # the same), and by file (a hard link to one)
         try:
-            same = os.path.samefile(output, name)
+            same = wanted == name or os.path.samefile(output, name)
         except (OSError, ValueError):  # either one missing (or unnamable): not the same
             same = False
         if same:

@@ -556,7 +556,7 @@ def print_revocation(
             f"… and {more:,} more STALE, not listed: a revocation given --all lists every "
             "one and --json gives everything; this one is written: its markings follow it "
             f"in the log (provledger history --type MarkedStale --from {rev.position + 1} "
-            f"--limit {len(rev.stale):,}, with the audit role)",
+            f"--limit {len(rev.stale)}, with the audit role)",
             soft_wrap=True,  # one line: a command in it stays whole
         )
 

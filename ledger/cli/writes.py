@@ -182,6 +182,11 @@ def propose(
         try:
             value: Any = parse_json(raw_value)
         except ValueError as exc:
+            if value_file is not None:
+                source = printable(getattr(value_file, "name", "-"))
+                raise click.BadParameter(
+                    f"{source}: {printable(exc)}", param_hint="--value-file"
+                ) from None
             raise click.BadParameter(
                 f"{printable(exc)}; use --value-str for plain text", param_hint="--value"
             ) from None

@@ -82,7 +82,14 @@ def resolve_url(url: str | None) -> Backend:
             raise InvalidURLError(
                 f"ledger URL {shown!r} is not sqlite:///relative/path or sqlite:////absolute/path"
             )
-        path = unquote(parsed.path[1:]) if parsed.path.startswith("/") else parsed.path
+        try:  # "%FF" is no UTF-8: refused, not read as U+FFFD (one file for many URLs)
+            path = unquote(parsed.path[1:], errors="strict")
+        except UnicodeDecodeError:
+            raise InvalidURLError(
+                f"ledger URL {shown!r}: its path is not UTF-8 text once its %-escapes "
+                "are decoded (SQLite names its files in UTF-8); give a path of UTF-8 characters"
+            ) from None
+        path = path if parsed.path.startswith("/") else parsed.path
         if not path or path.endswith("/"):
             raise InvalidURLError(f"ledger URL {shown!r} names no database file")
         if "\x00" in path:
