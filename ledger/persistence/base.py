@@ -91,8 +91,8 @@ class LedgerRecorderMixin:
     def vouch(self, c: Cursor, notes: Sequence[Notification], after: int | None = None) -> None:
         """Raise ``CorruptEventError`` unless each stored event is byte for byte what
         the ledger appended (its Merkle leaf, written in the same transaction);
-        with ``after`` (the position the events were read after), also if an event
-        it appended between that and the last of them is gone."""
+        with ``after`` (``notes`` are every stored event after that position, up to
+        the last of them), also if an event it appended among them is gone."""
         self.vouch_rows(
             c,
             [(n.id, n.originator_id, n.originator_version, n.topic, n.state) for n in notes],
@@ -112,7 +112,8 @@ class LedgerRecorderMixin:
         raise NotImplementedError
 
     def vouch_rows(self, c: Cursor, rows: Sequence[Row], after: int | None = None) -> None:
-        """:meth:`vouch` for plain rows."""
+        """:meth:`vouch` for plain rows (with ``after``: every stored event after
+        that position, up to the last of them)."""
         first, last = rows[0][0], rows[-1][0]
         c.execute(
             self.dialect.q(
@@ -122,7 +123,9 @@ class LedgerRecorderMixin:
             (first if after is None else after + 1, last),
         )
         leaves = {int(r["position"]): bytes(r["leaf"]) for r in c.fetchall()}
-        gone = sorted(set(leaves).difference(row[0] for row in rows))
+        # Rows read after a position are every event since (a record's events, read
+        # without it, are not): a leaf among them without its row is a row gone.
+        gone = [] if after is None else sorted(set(leaves).difference(row[0] for row in rows))
         if gone:
             raise CorruptEventError(_gone(gone[0]))
         for (position, *_), leaf in zip(rows, leaf_hashes(rows), strict=True):
