@@ -38,8 +38,9 @@ class LedgerPostgresFactory(PostgresFactory):
 
 
 def others_pg_tables(env: dict[str, str]) -> list[str]:
-    """The tables of a PostgreSQL ledger URL's schema (``env``: its backend's) that
-    are not a ledger's (``provledger_events``, ``stored_events``, ``pl_…``); []
+    """The tables, views and sequences of a PostgreSQL ledger URL's schema (``env``:
+    its backend's) that are not a ledger's (``provledger_events``, ``stored_events``,
+    ``pl_…``, and their sequences); []
     when it holds none or cannot be reached (opening the ledger names why)."""
     import psycopg
 
@@ -54,13 +55,20 @@ def others_pg_tables(env: dict[str, str]) -> list[str]:
             autocommit=True,
         ) as conn:
             rows = conn.execute(
-                "SELECT tablename FROM pg_catalog.pg_tables WHERE schemaname = %s",
+                "SELECT c.relname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n"
+                " ON n.oid = c.relnamespace WHERE n.nspname = %s"
+                " AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f')",
                 (env["POSTGRES_SCHEMA"],),
             ).fetchall()
     except psycopg.Error:
         return []
     ours = ("provledger_events", "stored_events")
-    return sorted(str(n) for (n,) in rows if n not in ours and not str(n).startswith("pl_"))
+    # A ledger's tables, and the sequences of their serial columns (``…_id_seq``)
+    return sorted(
+        str(n)
+        for (n,) in rows
+        if not str(n).startswith(("pl_", *(f"{t}_" for t in ours))) and n not in ours
+    )
 
 
 def probe(kwargs: dict[str, Any], timeout: float) -> None:
