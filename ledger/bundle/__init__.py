@@ -65,7 +65,9 @@ Where each part lives:
   bundle's head extends them (``write_bundle(extends=…)``,
   ``verify_bundle(earlier=…)``);
 - :mod:`ledger.bundle.verify_statements`: the check of every status, validity
-  and basis the bundle states against the events it carries.
+  and basis the bundle states against the events it carries;
+- :mod:`ledger.bundle.verify_activities`: the check of ``prov.json``'s
+  activities, and of every time it states, against those events.
 """
 
 from __future__ import annotations

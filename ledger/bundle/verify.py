@@ -1,9 +1,9 @@
 """Verifying a compliance bundle offline (:func:`verify_bundle`): the
-archive's members, the manifest's signature and digests, the signed head and
-each event's leaf hash and inclusion proof, and the consistency proofs from
-earlier heads its manifest carries and from the earlier heads the auditor holds
-(:mod:`ledger.bundle.extends`); what the bundle states is checked in
-:mod:`ledger.bundle.verify_statements`.
+archive's members, the manifest's signature and digests, the signed head (and
+summary.txt's line telling it) and each event's leaf hash and inclusion proof,
+and the consistency proofs from earlier heads its manifest carries and from the
+earlier heads the auditor holds (:mod:`ledger.bundle.extends`); what the bundle
+states is checked in :mod:`ledger.bundle.verify_statements`.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import stat
 import zipfile
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -345,7 +346,12 @@ def _verify_archive(
         manifest = json.loads(members["manifest.json"])
         key = load_public_key(members["public_key.pem"])
     except KeyError as exc:
-        return _failed(f"the bundle lacks {exc.args[0]}")
+        # Held but unreadable (its bytes damaged) is named so by _read_members.
+        unread = [p for p in problems if p.startswith(f"{exc.args[0]} cannot be read ")]
+        problem = unread[0] if unread else f"the bundle lacks {exc.args[0]}"
+        return BundleReport(
+            ok=False, problem=problem, problems=tuple(dict.fromkeys((problem, *problems)))
+        )
     except (ValueError, InvalidKeyError) as exc:
         return _failed(f"the bundle's manifest or public key is unreadable: it was altered ({exc})")
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
@@ -423,7 +429,39 @@ def _check_head(
         problems.append("head.json differs from the head in manifest.json")
     if not verify_head(head, key):
         problems.append(f"the signed head (tree size {head.tree_size}) does not verify")
+    else:  # (a head that does not verify is named as that alone)
+        _check_head_line(members, head, problems)
+    # Each record's validity is judged at the instant the bundle says it was made
+    # (an expiry before it): the writer makes it the head's signed time.
+    try:
+        made: datetime | None = datetime.fromisoformat(str(manifest.get("created")))
+    except ValueError:
+        made = None
+    if made != head.time:
+        problems.append(
+            f"manifest.json says the bundle was made at {manifest.get('created')}, but its "
+            f"signed head was signed at {head.time.isoformat()}: a bundle states its records "
+            "as at the instant its head is signed"
+        )
     return head
+
+
+def _check_head_line(members: dict[str, bytes], head: SignedHead, problems: list[str]) -> None:
+    """summary.txt's one ``signed head:`` line is the signed head the bundle
+    carries (its tree size, position, root, time and key), as the writer tells it."""
+    expected = (
+        f"signed head: tree size {head.tree_size}, log position {head.position}, root "
+        f"{head.root}, signed {head.time.isoformat()} by key {head.key_id}"
+    )
+    summary = members.get("summary.txt", b"").decode("utf-8", "replace").splitlines()
+    said = [line for line in summary if line.startswith("signed head: ")]
+    if len(said) != 1:
+        problems.append(f"summary.txt has {len(said)} signed head lines, not one")
+    elif said[0] != expected:
+        problems.append(
+            f"summary.txt states the signed head as {said[0][13:253]!r}, but the head the "
+            f"bundle carries is {expected[13:]!r}"
+        )
 
 
 def _check_events(
@@ -455,7 +493,13 @@ def _check_events(
             included += 1
             content = members.get(str(name))
             if content is None:
-                continue  # already named as missing
+                # Named whether or not manifest.json's files list it: an entry
+                # naming bytes the archive lacks is no event carried (nor withheld).
+                problems.append(
+                    f"manifest.json lists the {kind} event of {entry['record']} at position "
+                    f"{position} with its bytes in {name}, but the archive holds no {name}"
+                )
+                continue
             if merkle.leaf_hash(content) != leaf:
                 problems.append(f"{name} ({where}) was altered: its leaf hash does not match")
                 continue

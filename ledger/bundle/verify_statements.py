@@ -1,7 +1,8 @@
 """Verifying what a bundle states (manifest.json, prov.json, summary.txt: each
 record's status, validity, bases and ancestry) against the events it carries,
 decoded from their stored bytes, and those events against the status machine
-(:func:`_check_statements`).
+(:func:`_check_statements`); ``prov.json``'s activities and times in
+:mod:`ledger.bundle.verify_activities`.
 """
 
 from __future__ import annotations
@@ -24,11 +25,12 @@ from ledger.bundle.told import (
     history_line,
     one_line,
 )
-from ledger.bundle.verify_derivations import _Carried, _check_derivations, _plain, _relations
+from ledger.bundle.verify_activities import _check_activities
+from ledger.bundle.verify_derivations import _Carried, _check_derivations, _plain
 from ledger.domain import Status, Validity
 from ledger.jsonable import value_text
 from ledger.serialization import unpack
-from ledger.values import DETAIL_ATTRIBUTES, HIDDEN
+from ledger.values import HIDDEN
 
 # What the bundle states of a record, in each file that states it: (file, record,
 # status, validity or None).
@@ -123,6 +125,8 @@ def _carried(
             continue
         fields: Any = None
         version = oid = None
+        # A file named but not held is refused by the check of the events
+        # (verify._check_events); its fields are unknown here, as if withheld.
         content = None if name is None else members.get(str(name))
         if content is not None:
             try:
@@ -603,86 +607,3 @@ def _asvalue_text(value: Any) -> str:
         return value_text(value)
     except (TypeError, ValueError) as exc:
         return f"<a value with no JSON text: {exc}>"
-
-
-def _check_activities(
-    members: dict[str, bytes], events: dict[str, list[_Carried]], problems: list[str]
-) -> None:
-    """``prov.json``'s activities are the listed events, one each: the type and
-    record of its label, and, for an event whose bytes are carried, its time, the
-    fields it states (reason, recipient, channel, …), the agent it is associated
-    with, and the invalidation a revocation or supersession makes."""
-    try:
-        prov = json.loads(members.get("prov.json", b"{}"))
-    except ValueError:
-        return  # named by the checks of statuses
-    if not isinstance(prov, dict):
-        return
-    activities = prov.get("activity")
-    activities = activities if isinstance(activities, dict) else {}
-    by_position = {pos: (rid, kind, f) for rid, evs in events.items() for pos, kind, f, _, _ in evs}
-    agents: dict[str, set[str]] = {}
-    for entry in _relations(prov, "wasAssociatedWith"):
-        agents.setdefault(str(_plain(entry.get("prov:activity"))), set()).add(
-            str(_plain(entry.get("prov:agent")))
-        )
-    invalidated = {
-        (str(_plain(e.get("prov:activity"))), str(_plain(e.get("prov:entity"))))
-        for e in _relations(prov, "wasInvalidatedBy")
-    }
-    told: set[int] = set()
-    for act, attrs in sorted(activities.items()):
-        if not isinstance(attrs, dict):
-            continue
-        try:
-            position = int(str(_plain(attrs.get("pl:position"))))
-        except ValueError:
-            position = -1
-        kind, _, rid = str(attrs.get("prov:label", "")).partition(" ")
-        listed = by_position.get(position)
-        if listed is None or listed[:2] != (rid, kind) or not act.endswith(f"-{position}"):
-            problems.append(
-                f"prov.json has the activity {act} ({kind} of {rid} at position {position}), "
-                "but the bundle lists no such event"
-            )
-            continue
-        told.add(position)
-        fields = listed[2]
-        if not isinstance(fields, dict):
-            continue  # bytes withheld: what it states is the manifest's word
-        said = {name: _plain(attrs.get(name)) for _, name in DETAIL_ATTRIBUTES}
-        logged = {
-            name: str(fields[key]) if fields.get(key) else None for key, name in DETAIL_ATTRIBUTES
-        }
-        at = fields.get("timestamp")
-        try:
-            started = datetime.fromisoformat(str(attrs.get("prov:startTime")))
-        except ValueError:
-            started = None
-        actor = fields.get("actor")
-        wanted_agents = {f"agent:{actor}"} if actor else set()
-        for name in sorted(said):
-            if said[name] != logged[name]:
-                problems.append(
-                    f"prov.json states {name} {said[name]!r} for the {kind} of {rid} at position "
-                    f"{position}, but its event says {logged[name]!r}"
-                )
-        if isinstance(at, datetime) and started != at:
-            problems.append(
-                f"prov.json states the {kind} of {rid} at position {position} happened at "
-                f"{attrs.get('prov:startTime')}, but its event says {at.isoformat()}"
-            )
-        if agents.get(act, set()) != wanted_agents:
-            problems.append(
-                f"prov.json associates the {kind} of {rid} at position {position} with "
-                f"{sorted(agents.get(act, set()))}, but its event was by {actor!r}"
-            )
-        if kind in ("Revoked", "Superseded") and (act, f"rec:{rid}") not in invalidated:
-            problems.append(
-                f"prov.json does not say the {kind} of {rid} at position {position} invalidated it"
-            )
-    for position, (rid, kind, _f) in sorted(by_position.items()):
-        if position not in told:
-            problems.append(
-                f"prov.json has no activity for the {kind} event of {rid} at position {position}"
-            )
