@@ -322,6 +322,15 @@ def as_of(caller: Caller, position: int | None, time: datetime | None) -> Caller
             at = _time_of_event(caller, c, pos or min(1, newest)) or caller.engine.now()
         else:
             when = check_aware(time, "as_of time")
+            now = caller.engine.now()
+            # As a position beyond the log: there is no past there to show yet (a
+            # writer's clock ahead of this one's may have timed events later).
+            if when > now and datetime_to_micros(when) > timeline.last_time(c, d):
+                raise InvalidInputError(
+                    f"as_of time {when.isoformat()} is in the future (the ledger's clock "
+                    f"reads {now.isoformat()}); for what the ledger says now about a later "
+                    "moment, read with at= instead"
+                )
             pos = timeline.commit_end(c, d, timeline.position_at(c, d, datetime_to_micros(when)))
             at = when
     return caller.derive(position=pos, at=at)

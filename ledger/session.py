@@ -299,7 +299,8 @@ class Session:
         ledger, the time of the first event); pass ``at=`` for bitemporal questions.
 
         Raises:
-            InvalidInputError: neither or both given, or a position beyond the log.
+            InvalidInputError: neither or both given, a position beyond the log, or
+                a time after the ledger's clock.
         """
         return Session(audit.as_of(self.caller, position, time))
 

@@ -401,7 +401,7 @@ def _removed(size: int, kept: LogDigest, what: str) -> str | None:
         return None
     return (
         f"the log has {size} events; {what} describes {kept.size}: events were "
-        "removed after it was taken"
+        "removed after it was taken (or the ledger was restored from an older backup)"
     )
 
 
@@ -414,7 +414,7 @@ def _unextended(
     if not merkle.verify_consistency(kept.size, size, bytes.fromhex(kept.root), root, proof):
         return (
             f"the first {kept.size} events do not match {what}: the log was rewritten "
-            "after it was taken"
+            "after it was taken (or restored from an older backup, then written to)"
         )
     if kept.size and last != kept.position:
         return (

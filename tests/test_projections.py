@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from ledger import Kind, Ledger, LedgerError, Outcome, Session, Status, Validity
 from ledger.domain import Record, record_uuid
-from ledger.errors import CorruptEventError
+from ledger.errors import CorruptEventError, InvalidInputError
 from projections.base import COPY_FROM
 
 from .conftest import BACKENDS, Clock, World, new_pg_schema_url, raw_rows
@@ -483,10 +483,17 @@ def test_as_of_time_finds_the_newest_position_at_or_before_it_when_clocks_step_b
     assert len(index) == led.position
     commits = raw_rows(led, db, "SELECT first_pos, last_pos FROM pl_commits")
     epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    latest = max(at for _, at in index)
     for micros in sorted({at + delta for _, at in index for delta in (-1, 0, 1)}):
+        instant = epoch + timedelta(microseconds=micros)
+        if micros > latest and instant > clock.now:
+            # After every event's time and the clock's: refused, as a position
+            # beyond the log is (there is no past there yet)
+            with pytest.raises(InvalidInputError, match="is in the future"):
+                reviewer.as_of(time=instant)
+            continue
         newest = max((p for p, at in index if at <= micros), default=0)
         expected = next((last for first, last in commits if first <= newest <= last), newest)
-        instant = epoch + timedelta(microseconds=micros)
         assert reviewer.as_of(time=instant).position == expected, micros
 
 

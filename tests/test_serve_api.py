@@ -962,8 +962,9 @@ def test_an_rfc_3339_date_time_is_read_in_a_query_parameter_and_a_body_field(
     # Given M1, proposed and accepted an hour ago
     _seed(served)
     now = served.clock.advance(hours=1)
-    # When as_of_time is given in this form, the answer is as of that instant
-    when, _ = RFC_3339_FORMS[form](now)
+    # When as_of_time is given in this form, the answer is as of that instant (a
+    # second ago: a form may add a fraction, and a later time is in the future)
+    when, _ = RFC_3339_FORMS[form](now - timedelta(seconds=1))
     then = served.agent.get("/records/{record_id}", record_id="M1", params={"as_of_time": when})
     assert then.status_code == 200, then.text
     assert then.json()["status"] == "ACCEPTED"
@@ -973,6 +974,27 @@ def test_an_rfc_3339_date_time_is_read_in_a_query_parameter_and_a_body_field(
     made = served.agent.post("/records", json=body)
     assert made.status_code == 201, made.text
     assert datetime.fromisoformat(made.json()["record"]["expires"]) == instant
+
+
+def test_an_as_of_time_in_the_future_is_422_not_a_made_up_past(served: Served) -> None:
+    # Given M1 accepted, and an auditor who mistypes a year
+    _seed(served)
+    later = (served.clock.now + timedelta(days=365)).isoformat()
+    for template, params in (
+        ("/records/{record_id}", {"as_of_time": later}),
+        ("/read", {"scope": "proj-a", "claim_key": "api.retry_safe", "as_of_time": later}),
+    ):
+        # When a record or a read is asked for as of that time
+        then = served.reviewer.get(template, record_id="M1", params=params)
+        # Then it is refused, naming the parameter, as a position beyond the log is
+        assert then.status_code == 422, then.text
+        error = error_of(then)
+        assert error["field"] == "as_of_time"
+        assert "is in the future" in error["message"]
+    # And the ledger's present moment is a past it shows
+    now = served.clock.now.isoformat()
+    shown = served.reviewer.get("/records/{record_id}", record_id="M1", params={"as_of_time": now})
+    assert shown.status_code == 200, shown.text
 
 
 @pytest.mark.parametrize("form", NOT_RFC_3339)
@@ -1656,6 +1678,12 @@ def test_a_closed_ledger_is_a_documented_503_and_bodies_are_closed_schemas(
     served.ledger.close()
     r = served.agent.get("/records/{record_id}", record_id="E1")  # checked against the document
     assert (r.status_code, error_of(r)["type"]) == (503, "ClosedLedgerError")
+    # The message names the ledger without its URL (its host, database, schema or
+    # file are the operator's, not every agent's, to know)
+    assert error_of(r)["message"] == "the ledger is closed"
+    assert served.ledger.url not in r.text
+    r = served.agent.post("/records", json={"scope": "proj-a", "claim_key": "k", "value": 1})
+    assert (r.status_code, error_of(r)["message"]) == (503, "the ledger is closed")
 
 
 def test_the_openapi_document_is_valid_3_1_and_lists_every_route(served: Served) -> None:

@@ -186,8 +186,8 @@ def test_a_reviewer_does_the_whole_job_in_the_browser(
     page.get_by_role("button", name="Confirm revocation").click()
     expect(
         page.get_by_text(
-            "Revoked E1; 3 record(s) you can see marked STALE; "
-            "1 delivery(ies) now owe a correction (see Needs attention)."
+            "Revoked E1; 3 records you can see marked STALE; "
+            "1 delivery now owes a correction (see Needs attention)."
         )
     ).to_be_visible()
 

@@ -251,6 +251,20 @@ def test_a_wrong_token_is_refused_and_signs_nobody_in(desk: Desk) -> None:
     assert "Signed in as" not in client.get("/").text
 
 
+def test_the_admin_token_is_told_apart_from_an_unknown_one_and_signs_nobody_in(
+    desk: Desk,
+) -> None:
+    admin_token = desk.ledger.admin().issue_admin_token()
+    client = desk.browser()
+    page = client.get("/")
+    r = client.post("/signin", data={"token": admin_token, "csrf": csrf_of(page.text)})
+    assert r.status_code == 401
+    assert "That is the ledger&#39;s admin token" in r.text
+    assert "provledger token issue SUBJECT" in r.text
+    assert "unknown, revoked or expired" not in r.text
+    assert "Signed in as" not in client.get("/").text
+
+
 def test_forms_without_this_sessions_csrf_token_are_refused_and_change_nothing(
     desk: Desk,
 ) -> None:
@@ -514,13 +528,25 @@ def test_revoking_shows_what_will_go_stale_and_who_is_owed_a_correction_first(
     )
     assert (done.status_code, done.headers["location"]) == (303, "/records/E1")
     assert (
-        "Revoked E1; 3 record(s) you can see marked STALE; 1 delivery(ies) now owe a correction"
+        "Revoked E1; 3 records you can see marked STALE; 1 delivery now owes a correction"
         in text_of(client.get("/records/E1").text)
     )
     assert desk.agent.get("R1").status.value == "STALE"
 
 
 _PREVIEW = re.compile(r'name="preview" value="([0-9a-f]+)"')
+
+
+def test_revoking_an_unknown_id_is_refused_as_a_revocation(desk: Desk) -> None:
+    _seed(desk)
+    client, csrf = desk.signed_in("reviewer")
+    before = desk.ledger.position
+    done = client.post("/records/NOPE/revoke", data={"csrf": csrf, "reason": "x", "preview": "0"})
+    assert done.status_code == 303
+    text = text_of(client.get(done.headers["location"]).text)
+    # (the page the form came back to is the record's own, which is not found)
+    assert "Refused (UnknownRecordError): revoke refused: record 'NOPE' is unknown" in text
+    assert desk.ledger.position == before
 
 
 def test_a_revocation_whose_preview_changed_meanwhile_is_shown_again_not_done(
@@ -546,7 +572,7 @@ def test_a_revocation_whose_preview_changed_meanwhile_is_shown_again_not_done(
         assert (done.status_code, done.headers["location"]) == (303, "/records/M2/revoke")
         again = client.get(done.headers["location"])
         text = text_of(again.text)
-        assert "Nothing was revoked" in text and "now 1 record(s), 1 delivery(ies)" in text
+        assert "Nothing was revoked" in text and "now 1 record, 1 delivery" in text
         assert "Will be marked STALE (1)" in text and "cto@x.test" in text
     assert desk.ledger.position == before
     assert desk.reviewer.get("M2").status.value == "ACCEPTED"
@@ -1341,8 +1367,8 @@ def test_a_revocation_preview_counts_what_it_lists_and_where_the_rest_may_not_be
     )
     after = text_of(client.get(done.headers["location"]).text)
     assert (
-        "Revoked E1; 3 record(s) you can see marked STALE, 1 more in scope ops, which you may "
-        "act in but not read; 1 delivery(ies) now owe a correction"
+        "Revoked E1; 3 records you can see marked STALE, 1 more in scope ops, which you may "
+        "act in but not read; 1 delivery now owes a correction"
     ) in after
     assert second.get("O1").status.value == "STALE"
 
@@ -1580,6 +1606,18 @@ def test_a_write_the_ledger_stayed_locked_for_names_its_record_and_writes_nothin
     assert _field_value(revoke_page, "textarea", "reason") == "the source was withdrawn"
     assert desk.ledger.position == before
     desk.ledger.close()
+
+
+def test_a_closed_ledger_page_names_the_ledger_without_its_url(desk: Desk) -> None:
+    # Given a signed-in reviewer, and the ledger closed under the console
+    client, _ = desk.signed_in("reviewer")
+    desk.ledger.close()
+    # When a page is asked for
+    page = client.get("/records", params={"scope": "proj-a"})
+    # Then it says the ledger is closed, and not where it lives (the operator's to know)
+    assert page.status_code == 503
+    assert "the ledger is closed" in text_of(page.text)
+    assert desk.ledger.url not in page.text
 
 
 def test_the_500_and_503_error_pages_are_titled_for_what_happened(

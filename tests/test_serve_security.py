@@ -84,6 +84,21 @@ def test_an_unknown_token_is_refused_before_its_body_is_parsed(
     assert ledger.position == before + 1  # the refusals wrote nothing
 
 
+def test_a_token_sent_in_a_query_parameter_is_not_repeated_in_the_refusal(
+    ledger: Ledger, tokens: dict[str, str]
+) -> None:
+    # Given an agent that pasted its token into a parameter, as well as its header
+    token = tokens["agent-1"]
+    client = TestClient(create_app(ledger, mcp_factory=None))
+    r = client.get(
+        "/api/v1/records", params={"scope": token}, headers={"Authorization": f"Bearer {token}"}
+    )
+    # Then the refusal names the parameter's value masked, as the access log does
+    assert r.status_code == 403, r.text
+    assert token not in r.text
+    assert "'plt_…'" in r.json()["error"]["message"]
+
+
 def test_a_field_given_twice_deep_inside_a_body_is_named_as_such(
     ledger: Ledger, tokens: dict[str, str]
 ) -> None:

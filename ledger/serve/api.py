@@ -38,7 +38,7 @@ from ledger.graph import (
 )
 from ledger.jsonable import EXPLAINED, json_safe
 from ledger.serve import payloads
-from ledger.serve.errors import error_body, field_of, status_of
+from ledger.serve.errors import error_body, field_of, status_of, told
 from ledger.serve.inputs import (
     FieldError,
     MediaTypeError,
@@ -82,10 +82,14 @@ def json_response(
 
 
 def ledger_error_response(
-    exc: LedgerError, fields: tuple[str, ...] = (), paths: tuple[str, ...] = ()
+    exc: LedgerError,
+    fields: tuple[str, ...] = (),
+    paths: tuple[str, ...] = (),
+    url: str | None = None,
 ) -> Response:
     """The response for a refusal: the table's status and the error body
-    (``fields``: the request's fields it used; ``paths``: its path parameters)."""
+    (``fields``: the request's fields it used; ``paths``: its path parameters;
+    ``url``: the ledger's, left out of the message, :func:`told`)."""
     status = status_of(exc)
     found: str | None
     if isinstance(exc, MediaTypeError):
@@ -99,7 +103,7 @@ def ledger_error_response(
     else:
         name, found = type(exc).__name__, field_of(exc, fields, paths)
     headers = {"WWW-Authenticate": 'Bearer realm="provledger"'} if status == 401 else None
-    return json_response(error_body(name, str(exc), found), status, headers)
+    return json_response(error_body(name, told(exc, url), found), status, headers)
 
 
 @dataclass
@@ -289,15 +293,15 @@ def endpoint(
                 check_once(request.query_params.multi_items())
                 check_names(body.keys(), accepted[1], "field")
             except LedgerError as exc:
-                return ledger_error_response(exc)
+                return ledger_error_response(exc, url=ledger.url)
             call = Call(ledger, token, request.path_params, request.query_params, body)
             call.authenticated = live
             try:
                 return handler(call)
             except LedgerError as exc:
-                return ledger_error_response(exc, tuple(call.used), tuple(call.path))
+                return ledger_error_response(exc, tuple(call.used), tuple(call.path), ledger.url)
 
-        return await finish_in_thread(guarded)
+        return await finish_in_thread(guarded, write=request.method == "POST")
 
     run.__name__ = handler.__name__
     run.__doc__ = handler.__doc__

@@ -46,9 +46,9 @@ class Reach:
         return f"{names}, which you may act in but not read"
 
     def counted(self, what: str) -> str:
-        """How many, the records it may read said to be ``what`` ("3 record(s) you
+        """How many, the records it may read said to be ``what`` ("3 records you
         can see marked STALE, 1 more in scope ops, which you may act in but not read")."""
-        text = f"{len(self.listed)} record(s) you can see {what}"
+        text = f"{number_of(len(self.listed), 'record')} you can see {what}"
         if self.unreadable:
             text += f", {self.unread} more in {self.where()}"
         if self.beyond:
@@ -82,14 +82,43 @@ def reach(live: Session, ids: Iterable[str]) -> Reach:
     return found
 
 
+def number_of(count: int, one: str, many: str | None = None) -> str:
+    """``count`` and the noun for it ("1 record", "2 records", "2 deliveries")."""
+    return f"{count} {one if count == 1 else many or one + 's'}"
+
+
+def preview_changed(record_id: str, preview: RevocationPreview) -> str:
+    """Why a confirmed revocation was not made: its preview changed meanwhile."""
+    now = (
+        f"{number_of(len(preview.stale), 'record')}, "
+        f"{number_of(len(preview.deliveries), 'delivery', 'deliveries')}"
+    )
+    return (
+        f"Nothing was revoked: what revoking {record_id} would mark STALE or which "
+        f"deliveries would owe corrections changed since the preview (now {now}). Check "
+        "the preview again and confirm."
+    )
+
+
+def revoked(root: str, stale: Reach, owed: int) -> str:
+    """What a revocation did: the records it marked STALE (as the caller may see
+    them) and the deliveries that now owe a correction."""
+    message = f"Revoked {root}; {stale.said()}"
+    if owed:
+        owe = "now owes" if owed == 1 else "now owe"
+        message += f"; {number_of(owed, 'delivery', 'deliveries')} {owe} a correction"
+        message += " (see Needs attention)"
+    return message + "."
+
+
 def revocation_preview(
     live: Session, record_id: str
 ) -> tuple[RecordView, RevocationPreview, Reach]:
     """The record, what revoking it would do now, and the records it would mark
     STALE as the caller may see them (the revoke page lists those it may read;
     confirming compares the preview the page showed with this one)."""
+    preview = live.preview_revoke(record_id)  # first: an unknown id is "revoke refused"
     view = live.get(record_id)
-    preview = live.preview_revoke(record_id)
     return view, preview, reach(live, preview.stale)
 
 

@@ -27,14 +27,18 @@ from starlette.staticfiles import StaticFiles
 from ledger import Ledger, Session
 from ledger.access import Role
 from ledger.domain import Kind, Status, Validity
-from ledger.errors import (
-    AccessDeniedError,
-    AuthenticationError,
-    InvalidInputError,
-    LedgerError,
+from ledger.errors import AccessDeniedError, AuthenticationError, InvalidInputError, LedgerError
+from ledger.serve import refusals
+from ledger.serve.confirming import (
+    LISTED,
+    PreviewChanged,
+    preview_changed,
+    reach,
+    revocation_preview,
+    revoked,
+    still_shown,
 )
-from ledger.serve.confirming import LISTED, PreviewChanged, reach, revocation_preview, still_shown
-from ledger.serve.errors import status_of
+from ledger.serve.errors import status_of, told
 from ledger.serve.pages import (
     EXPLAINED,
     HERE,
@@ -193,7 +197,7 @@ class Console:
             moment=moment,
             title=TITLES.get(status, "Refused"),
             error_type=type(exc).__name__,
-            message=str(exc),
+            message=told(exc, self.ledger.url),
         )
 
     def _live(self, session: ConsoleSession) -> Session:
@@ -311,12 +315,12 @@ class Console:
             return action(live, values)
 
         try:
-            message = await finish_in_thread(run)  # a write: answered as it ended
+            message = await finish_in_thread(run, write=True)  # answered as it ended
             session.flash("ok", message)
         except AuthenticationError:
             raise
         except LedgerError as exc:
-            session.flash("error", refused_write(exc, subject))
+            session.flash("error", refused_write(exc, subject, self.ledger.url))
             session.keep_refused(request.url.path, typed)
             if again is not None and isinstance(exc, TYPED_OR_BUSY):
                 return RedirectResponse(again, status_code=303)
@@ -384,9 +388,10 @@ class Console:
         token = token.strip() if isinstance(token, str) else ""
         try:
             live = await run_in_threadpool(self.ledger.authenticate, token)
-        except LedgerError:
-            session.flash("error", "That token is unknown, revoked or expired.")
-            return self.render(request, session, "signin.html", status=401, title="Sign in")
+        except LedgerError as exc:
+            message, status = refusals.signin_refused(exc, self.ledger.url)
+            session.flash("error", message)
+            return self.render(request, session, "signin.html", status=status, title="Sign in")
         signed = self.store.sign_in(session, token, live.principal)
         signed.flash("ok", f"Signed in as {live.principal}.")
         response = RedirectResponse("/", status_code=303)
@@ -664,19 +669,9 @@ class Console:
             # nothing is revoked and the new preview is shown to confirm again.
             _, preview, _ = revocation_preview(live, record_id)
             if form.get("preview") != preview_mark(preview):
-                raise PreviewChanged(
-                    f"Nothing was revoked: what revoking {record_id} would mark STALE or "
-                    "which deliveries would owe corrections changed since the preview "
-                    f"(now {len(preview.stale)} record(s), {len(preview.deliveries)} "
-                    "delivery(ies)). Check the preview again and confirm.",
-                    f"/records/{record_id}/revoke",
-                )
+                raise PreviewChanged(preview_changed(record_id, preview), f"{back}/revoke")
             result = live.revoke(record_id, reason=form.get("reason", ""))
-            message = f"Revoked {result.root}; {reach(live, result.stale).said()}"
-            owed = len(preview.deliveries)
-            if owed:
-                message += f"; {owed} delivery(ies) now owe a correction (see Needs attention)"
-            return message + "."
+            return revoked(result.root, reach(live, result.stale), len(preview.deliveries))
 
         back = f"/records/{record_id}"
         return await self._act(request, session, act, back, again=f"{back}/revoke")

@@ -164,6 +164,22 @@ def field_of(exc: LedgerError, fields: Iterable[str], paths: Iterable[str] = ())
     return None
 
 
+#: A bearer token as the ledger issues them (``plt_`` and 43 URL-safe characters).
+_TOKEN = re.compile(r"plt_[A-Za-z0-9_\-]{40,}")
+
+
+def told(exc: LedgerError, url: str | None) -> str:
+    """``exc``'s message as the server tells it to a caller: the ledger's URL
+    (``url``, as the library shows it: its host, user, database and schema, or
+    its file, are the operator's to know) named "the ledger", and any token it
+    repeats (one sent in a query parameter, say) masked as the access log masks it."""
+    text = _TOKEN.sub("plt_…", str(exc))
+    if url:
+        text = text.replace(f"cannot open ledger {url!r}", "cannot open the ledger")
+        text = text.replace(f"ledger {url!r}", "the ledger").replace(repr(url), "the ledger")
+    return text
+
+
 def error_body(type_name: str, message: str, field: str | None = None) -> dict[str, Any]:
     """The JSON error body every refusal of the API carries."""
     return {"error": {"type": type_name, "message": message, "field": field}}

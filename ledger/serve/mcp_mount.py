@@ -136,7 +136,7 @@ class MCPMount:
         except LedgerError as exc:
             if token is not None and isinstance(exc, AuthenticationError):
                 await self._drop(token)
-            await ledger_error_response(exc)(scope, receive, send)
+            await ledger_error_response(exc, url=self.ledger.url)(scope, receive, send)
             return
         if self._tasks is None:
             response = json_response(

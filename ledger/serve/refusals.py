@@ -4,7 +4,8 @@ ledger refused."""
 
 from __future__ import annotations
 
-from ledger.errors import ConcurrencyError, InvalidInputError, LedgerError
+from ledger.errors import AuthenticationError, ConcurrencyError, InvalidInputError, LedgerError
+from ledger.serve.errors import status_of, told
 
 #: The heading of an error page, by HTTP status ("Refused" for any other).
 TITLES = {
@@ -37,12 +38,27 @@ ENDED = (
 TYPED_OR_BUSY = (InvalidInputError, ConcurrencyError)
 
 
-def refused_write(exc: LedgerError, subject: str) -> str:
+def refused_write(exc: LedgerError, subject: str, url: str | None = None) -> str:
     """The message shown after the ledger refused a form's write; ``subject``: what
-    the form was about (``"record M2"``)."""
+    the form was about (``"record M2"``); ``url``: the ledger's, left out (:func:`told`)."""
     if isinstance(exc, ConcurrencyError):
         return (
             f"Nothing was written for {subject}: the ledger stayed locked by other writers "
-            f"(ConcurrencyError: {exc}). Send the form again."
+            f"(ConcurrencyError: {told(exc, url)}). Send the form again."
         )
-    return f"Refused ({type(exc).__name__}): {exc}"
+    return f"Refused ({type(exc).__name__}): {told(exc, url)}"
+
+
+def signin_refused(exc: LedgerError, url: str | None) -> tuple[str, int]:
+    """What the sign-in page says when ``exc`` refused a token, and its status: an
+    admin token signs in no one (it is no principal's); a ledger that could not
+    check the token says so, not that the token is unknown."""
+    if not isinstance(exc, AuthenticationError):
+        return f"Nobody was signed in: {told(exc, url)}", status_of(exc)
+    if str(exc).startswith("that is an admin token"):
+        return (
+            "That is the ledger's admin token: it is for admin commands and signs in no one. "
+            "Sign in with a principal's token (provledger token issue SUBJECT).",
+            401,
+        )
+    return "That token is unknown, revoked or expired.", 401

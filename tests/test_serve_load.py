@@ -1,0 +1,111 @@
+"""``provledger serve`` under load: writes waiting for the ledger's lock leave the
+threads that reads and console pages run in.
+
+A writer waits for the ledger's write lock in a worker thread, up to the lock
+timeout. Writes piling up behind a lock another process holds (a backup, a
+rebuild, another host's writer) run under a limit of their own, so the API's
+reads and the console's pages still answer while they wait.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import closing
+from pathlib import Path
+
+import httpx
+import pytest
+
+from ledger import Kind, Ledger
+from ledger.serve import create_app, threads
+from ledger.serve.threads import WRITE_THREADS
+from tests.serve_support import running
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+#: More writes at once than Starlette's pool has threads (40).
+WRITES = 45
+
+
+@pytest.fixture
+def flooded(tmp_path: Path) -> Iterator[tuple[str, Path, str, str]]:
+    """A served SQLite ledger whose writers wait up to 120 s for the lock: its base
+    URL, its file, an agent's token and a reader's token."""
+    path = tmp_path / "ledger.db"
+    led = Ledger.open(f"sqlite:///{path}?timeout=120")
+    try:
+        admin = led.admin()
+        admin.grant("agent-1", scope="proj-a", roles=["propose", "read"])
+        admin.grant("auditor", scope="proj-a", roles=["read"])
+        agent_token = admin.issue_token("agent-1")
+        reader_token = admin.issue_token("auditor")
+        led.authenticate(agent_token).propose("proj-a", "k", 1, Kind.FACT, id="M1")
+        with running(create_app(led, mcp_factory=None)) as base:
+            yield base, path, agent_token, reader_token
+    finally:
+        led.close()
+
+
+def _writes_in(deadline: float = 60) -> int:
+    """The writes the server has taken in (under way or waiting for a turn), once
+    ``WRITES`` have been or the deadline passed."""
+    end = time.monotonic() + deadline
+    while True:
+        taken = sum(
+            limit.borrowed_tokens + limit.statistics().tasks_waiting
+            for limit in list(threads._write_limits.values())
+        )
+        if taken >= WRITES or time.monotonic() > end:
+            return taken
+        time.sleep(0.05)
+
+
+def test_a_read_answers_while_more_writes_than_the_pool_has_threads_wait_for_the_lock(
+    flooded: tuple[str, Path, str, str],
+) -> None:
+    base, path, agent_token, reader_token = flooded
+    # Given another process's connection holding the ledger's write lock
+    holder = sqlite3.connect(path, isolation_level=None)
+    with closing(holder):
+        holder.execute("BEGIN IMMEDIATE")
+        # And 45 agents' writes waiting for it (each may wait 120 s)
+        answers: list[int] = []
+
+        def write(i: int) -> None:
+            r = httpx.post(
+                f"{base}/api/v1/records",
+                headers={"Authorization": f"Bearer {agent_token}"},
+                json={"scope": "proj-a", "claim_key": f"f{i}", "value": i, "kind": "fact"},
+                timeout=300,
+            )
+            answers.append(r.status_code)
+
+        writers = [threading.Thread(target=write, args=(i,)) for i in range(WRITES)]
+        for t in writers:
+            t.start()
+        assert _writes_in() == WRITES
+        # When a reader asks for a record while they wait, the lock still held
+        # (a read that found no thread would wait the writers' 120 s: 60 s fails it)
+        with httpx.Client(base_url=base, timeout=60) as client:
+            read = client.get(
+                "/api/v1/records/M1", headers={"Authorization": f"Bearer {reader_token}"}
+            )
+            answers_meanwhile = len(answers)
+        # Then it was answered, while no write had been
+        assert read.status_code == 200, read.text
+        assert read.json()["id"] == "M1"
+        assert answers_meanwhile == 0
+        holder.execute("ROLLBACK")
+    # And once the lock is let go every write is made
+    for t in writers:
+        t.join(timeout=240)
+    assert answers == [201] * WRITES
+    with closing(sqlite3.connect(path)) as c:
+        (made,) = c.execute(
+            "SELECT count(*) FROM pl_records WHERE claim_key LIKE 'f%' AND to_pos IS NULL"
+        ).fetchone()
+    assert made == WRITES
+    assert WRITE_THREADS < 40 < WRITES
