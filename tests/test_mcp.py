@@ -513,6 +513,32 @@ async def test_explain_memory_shows_the_usable_records_and_at_most_limit_others(
     assert sorted(run.reads) == [*(f"J{i:03d}" for i in range(21, 120)), "M1", "M2"]
 
 
+async def test_explain_memory_says_it_picks_by_recency_and_shows_in_proposal_order(
+    team: Team,
+) -> None:
+    # Given three accepted records revoked in another order than proposed: M3, M1, M2
+    agent, reviewer = team.sessions["agent-1"], team.sessions["reviewer"]
+    for name in ("M1", "M2", "M3"):
+        agent.propose(scope=SCOPE, claim_key=CLAIM, value=name, kind=Kind.FACT, id=name)
+        reviewer.accept(name)
+    for name in ("M3", "M1", "M2"):
+        reviewer.revoke(name, reason="wrong")
+    async with team.client("agent-1") as client:
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+        # When it is explained with a limit of 2
+        two = await ok(client, "explain_memory", scope=SCOPE, claim_key=CLAIM, limit=2)
+
+    # Then the two most recently changed are picked (M2, M1) and shown in proposal order
+    assert [e["record"]["id"] for e in two["entries"]] == ["M1", "M2"]
+    assert two["omitted"] == 1
+    # as the tool's description and its `limit` say (not "the most recently changed first")
+    explain = tools["explain_memory"]
+    limit = explain.input_schema["properties"]["limit"]["description"]
+    for text in (explain.description or "", limit):
+        assert "each the most recently changed first" in text
+        assert "in the order they were proposed" in text
+
+
 async def test_get_record_and_audit_record_show_a_record_and_its_whole_history(
     team: Team,
 ) -> None:
@@ -999,12 +1025,45 @@ async def test_text_that_is_not_iso_8601_is_no_instant(team: Team) -> None:
             "read_memory", {"scope": SCOPE, "claim_key": CLAIM, "at": "2026-12-31T00:00:00Z"}
         )
     assert expires.endswith(
-        "argument 'expires' ('1893456000'): Value error, an instant is ISO 8601 text with "
+        "argument 'expires' ('1893456000'): an instant is ISO 8601 text with "
         "a timezone (e.g. '2026-12-31T00:00:00Z'), not '1893456000'"
     )
-    assert at.endswith("argument 'at' ('1.7e9'): Value error, an instant is ISO 8601 text "
+    assert at.endswith("argument 'at' ('1.7e9'): an instant is ISO 8601 text "
                        "with a timezone (e.g. '2026-12-31T00:00:00Z'), not '1.7e9'")  # fmt: skip
     assert not ok.is_error, ok.content
+
+
+async def test_iso_8601_text_naming_no_instant_is_refused_saying_which_number_is_wrong(
+    team: Team,
+) -> None:
+    # ISO 8601 in form, but a 30th of February, an offset of 25 hours, a 61st second:
+    # refused for that, not as text that is no ISO 8601.
+    before = team.ledger.position
+    async with team.client("agent-1") as agent:
+        day, offset = [
+            await refused(
+                agent, "propose_memory", scope=SCOPE, claim_key=CLAIM, value=1, kind="fact",
+                expires=expires,
+            )
+            for expires in ("2026-02-30T00:00:00Z", "2030-01-01T00:00:00+25:00")
+        ]  # fmt: skip
+        second = await refused(
+            agent, "read_memory", scope=SCOPE, claim_key=CLAIM, at="2026-01-01T00:00:60Z"
+        )
+    assert day == (
+        "Error executing tool propose_memory: InvalidInputError: argument 'expires' "
+        "('2026-02-30T00:00:00Z'): '2026-02-30T00:00:00Z' is no instant: day is out of range "
+        "for month"
+    )
+    assert offset.endswith(
+        "argument 'expires' ('2030-01-01T00:00:00+25:00'): '2030-01-01T00:00:00+25:00' is no "
+        "instant: its UTC offset is out of range (it must be less than 24 hours)"
+    )
+    assert second.endswith(
+        "argument 'at' ('2026-01-01T00:00:60Z'): '2026-01-01T00:00:60Z' is no instant: "
+        "second must be in 0..59"
+    )
+    assert team.ledger.position == before
 
 
 async def test_an_instant_with_rfc_3339_lower_case_t_and_z_is_read_and_a_naive_one_refused(
@@ -1039,7 +1098,7 @@ async def test_an_instant_with_rfc_3339_lower_case_t_and_z_is_read_and_a_naive_o
     assert read["at"] == explained["at"] == "2030-06-01T00:00:00+00:00"
     # Everything else as before: an instant without a timezone is refused by name
     assert naive.endswith("NaiveDatetimeError: expires 2099-01-01T00:00:00 has no timezone")
-    assert unreadable.endswith("not '2099-01-01t25:00:00z'")
+    assert unreadable.endswith("'2099-01-01t25:00:00z' is no instant: hour must be in 0..23")
     assert records_state(team.ledger) == before  # nothing proposed
 
 

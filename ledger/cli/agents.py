@@ -3,6 +3,7 @@ with the review console. Their frameworks are imported only when they start."""
 
 from __future__ import annotations
 
+import logging
 import signal
 import sys
 
@@ -39,19 +40,38 @@ from ledger.errors import install_hint
     show_default=True,
     help="streamable-http: port to listen on.",
 )
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    metavar="HOST[:PORT]",
+    help="streamable-http: a host clients reach the endpoint by (any port unless one "
+    "is given); repeatable. A request whose Host header names none of these, "
+    "127.0.0.1, localhost, [::1] or --host is refused (against DNS rebinding).",
+)
 @token_option
 @url_option
 @errors_exit_1
-def mcp_command(transport: str, host: str, port: int, token: str, url: str | None) -> None:
+def mcp_command(
+    transport: str,
+    host: str,
+    port: int,
+    allowed_hosts: tuple[str, ...],
+    token: str,
+    url: str | None,
+) -> None:
     """Serve the ledger to an agent over MCP, as the token's principal.
 
     Tools to capture evidence, propose, read, explain, get, list and audit records,
     plus accept/reject/revoke/revalidate when the token holds `approve`. One
     connection is one run: what it reads is observed on what it proposes. Give the
     token in $PROVLEDGER_TOKEN rather than --token (other users can read a command
-    line). Over streamable-http every client acts with this token: keep it on
-    127.0.0.1. Needs the mcp extra: pip install -e '.[mcp]' in provledger's
-    source directory.
+    line). Over streamable-http every client acts with this token, asked for no
+    credentials: keep it on 127.0.0.1. Bound elsewhere it warns, and serves only
+    requests whose Host header names a loopback address, --host, or a host given
+    with --allowed-host. Stop it with Ctrl-C or SIGTERM: it finishes the requests
+    under way and closes the ledger. Needs the mcp extra: pip install -e
+    '.[mcp]' in provledger's source directory.
 
     \b
     Example:
@@ -67,13 +87,19 @@ def mcp_command(transport: str, host: str, port: int, token: str, url: str | Non
         )
         sys.exit(1)
     with principal_session(url, token) as (led, _session):
-        serve(
+        stopped = serve(
             led,
             token,
             transport="streamable-http" if transport != "stdio" else "stdio",
             host=host,
             port=port,
+            allowed_hosts=allowed_hosts,
         )
+    if stopped is not None:
+        # uvicorn's logger, as provledger serve says it (ledger.serve.run).
+        said = logging.getLogger("uvicorn.error")
+        said.info("Stopped by %s; the ledger is closed", stopped.name)
+        _end_by(stopped)
 
 
 # -- serve --------------------------------------------------------------------------------
@@ -110,10 +136,14 @@ def serve(url: str | None, host: str, port: int, secure_cookies: bool) -> None:
     open_ledger(url, writable=True).close()
     stopped = run(url, host=host, port=port, create=False, secure_cookies=secure_cookies)
     if stopped is not None:
-        # Stopped as asked, the ledger closed: end by that signal, as a server
-        # does (the shell sees 128+N; a service manager, a clean stop), not
-        # with "interrupted", which tells of a command cut short.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        signal.signal(stopped, signal.SIG_DFL)
-        signal.raise_signal(stopped)
+        _end_by(stopped)
+
+
+def _end_by(stopped: signal.Signals) -> None:
+    """Stopped as asked, the ledger closed: end by that signal, as a server does
+    (the shell sees 128+N; a service manager, a clean stop), not with
+    "interrupted", which tells of a command cut short."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    signal.signal(stopped, signal.SIG_DFL)
+    signal.raise_signal(stopped)

@@ -19,9 +19,6 @@ import copy
 import logging
 import re
 import signal
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 from urllib.parse import unquote
 
@@ -29,7 +26,7 @@ from ledger.access import TOKEN_PREFIX
 from ledger.application import Ledger
 from ledger.serve.app import ACCESS_LOGGER, create_app
 from ledger.serve.health import HEALTH_LOGGER
-from ledger.sockets import listen
+from ledger.sockets import Stopped, listen, stop_signals_raise
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8321
@@ -61,7 +58,7 @@ def run(
 
     listening = listen(host, port)
     try:
-        with _stop_signals_raise(), Ledger.open(url, create=create) as ledger:
+        with stop_signals_raise(), Ledger.open(url, create=create) as ledger:
             config = uvicorn.Config(
                 create_app(ledger, host=host, secure_cookies=secure_cookies),
                 log_level="info",
@@ -81,56 +78,13 @@ def run(
             )
             # A second stop signal does not cut the requests under way short.
             Server(config).run(sockets=[listening])
-    except _Stopped as stop:
+    except Stopped as stop:
         stopped = logging.getLogger("uvicorn.error")
         stopped.info("Stopped by %s; the ledger is closed", stop.signal.name)
         return stop.signal
     finally:
         listening.close()
     return None
-
-
-class _Stopped(BaseException):
-    """A stop signal arrived (not an ``Exception``: nothing may take it for a
-    failure and carry on)."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signal = signal.Signals(signum)
-
-
-#: The signals that stop the server.
-_STOPS = (signal.SIGINT, signal.SIGTERM)
-
-
-def _raise_stopped(signum: int, _frame: object) -> None:
-    # Once: a second stop signal (Ctrl-C twice, kill repeated) must not cut short
-    # the closing of the ledger it starts. SIGKILL still ends a close that hangs.
-    for stop in _STOPS:
-        signal.signal(stop, signal.SIG_IGN)
-    raise _Stopped(signum)
-
-
-@contextmanager
-def _stop_signals_raise() -> Iterator[None]:
-    """Within this block SIGINT and SIGTERM raise :class:`_Stopped`, so the
-    ``with`` blocks around the server close what they opened.
-
-    uvicorn handles both while it serves (:class:`ledger.serve.stopping.Server`
-    takes a second one for "already stopping"): it shuts down gracefully, puts back
-    the handlers it found (these), and raises the signal again, which reaches
-    :func:`_raise_stopped`. Without them SIGTERM's default action ended the
-    process there, the ledger left open (SQLite's ``-wal`` and ``-shm`` files
-    behind, a PostgreSQL pool dropped rather than closed)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield  # only the main thread may set handlers; uvicorn sets none either
-        return
-    before = {stop: signal.signal(stop, _raise_stopped) for stop in _STOPS}
-    try:
-        yield
-    finally:
-        for stop, handler in before.items():
-            signal.signal(stop, handler)
 
 
 def log_config() -> dict[str, Any]:

@@ -2,7 +2,9 @@
 
 :func:`build_server` gives an MCP server (the official ``mcp`` SDK's ``MCPServer``)
 acting with one principal's token; ``provledger mcp`` runs it over stdio or
-streamable HTTP (:func:`serve`).
+streamable HTTP (:func:`serve`). Over streamable HTTP it asks for no credentials:
+a request whose ``Host`` names no loopback address, not the address bound and no
+host it was told of (``allowed_hosts``) is refused, against DNS rebinding.
 
 - Tools: ``capture_evidence``, ``propose_memory``, ``read_memory``,
   ``explain_memory``, ``get_record``, ``list_records``, ``audit_record``; and, only
@@ -32,7 +34,8 @@ Modules: :mod:`~ledger.integrations.mcp.schemas` (argument types),
 :mod:`~ledger.integrations.mcp.connection` (one connection, one run),
 :mod:`~ledger.integrations.mcp.tools` (the tool functions),
 :mod:`~ledger.integrations.mcp.stdio` (answering over stdio what the SDK cannot
-read) and :mod:`~ledger.integrations.mcp.server` (descriptions, :func:`build_server`).
+read), :mod:`~ledger.integrations.mcp.http` (streamable HTTP: its Host checks and its
+stop) and :mod:`~ledger.integrations.mcp.server` (descriptions, :func:`build_server`).
 """
 
 from __future__ import annotations

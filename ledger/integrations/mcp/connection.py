@@ -16,7 +16,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 from ledger import RunContext, Session
-from ledger.errors import AccessDeniedError, LedgerError
+from ledger.errors import AccessDeniedError, ConcurrencyError, LedgerError
 from ledger.integrations.mcp.results import record_uri
 from ledger.rules import BLOCKING
 from ledger.values import RecordView
@@ -81,23 +81,32 @@ class Connection:
         self._runless = False
 
     @contextmanager
-    def acting(self) -> Iterator[RunContext | Session]:
+    def acting(self, reading: str | None = None) -> Iterator[RunContext | Session]:
         """The run (started now if this is the connection's first read or proposal),
-        held for one call.
+        held for one call; ``reading``: the read tool calling, if one is.
 
         A token holding neither ``propose`` nor ``read`` anywhere cannot start a run;
         its calls go to the session (and are refused there by role), as do calls
         made after the connection closed and calls on a ledger opened read-only
         (where a run, which is written, cannot start; its reads still answer).
+
+        Raises:
+            ConcurrencyError: for a read tool, saying why a read waited for the
+                writers' lock (:func:`_recording_waited`).
         """
         with self._lock:
-            if self._run is None and not self._runless and not self.session.read_only:
-                try:
-                    run = self.session.run(f"mcp-{secrets.token_hex(8)}")
-                    self._run = self._stack.enter_context(run)
-                except AccessDeniedError:
-                    self._runless = True
-            yield self._run if self._run is not None else self.session
+            try:
+                if self._run is None and not self._runless and not self.session.read_only:
+                    try:
+                        run = self.session.run(f"mcp-{secrets.token_hex(8)}")
+                        self._run = self._stack.enter_context(run)
+                    except AccessDeniedError:
+                        self._runless = True
+                yield self._run if self._run is not None else self.session
+            except ConcurrencyError as exc:
+                if reading is None:
+                    raise
+                raise _recording_waited(reading, exc) from None
 
     def withdrawn(self) -> list[RecordView]:
         """The records the run was last shown usable that nothing may be built on
@@ -130,6 +139,17 @@ class Connection:
                 self._stack.close()
             except LedgerError as exc:  # the ledger closed first: the run stays open in the log
                 log.warning("could not end run %s: %s", run.run_id if run else "-", exc)
+
+
+def _recording_waited(tool: str, exc: ConcurrencyError) -> ConcurrencyError:
+    """The refusal of a read tool that gave up waiting for the writers' lock: a
+    read takes no lock, but the run records what it shows (starting the run
+    first, on a connection's first call), and that is a write."""
+    return ConcurrencyError(
+        f"{tool} records in this connection's run what it shows you (the observed "
+        "dependencies of what you propose next), a write that needs the ledger's writers' "
+        f"lock: {exc}; nothing was shown or recorded: try again"
+    )
 
 
 #: The request context the tools receive.

@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field
+from pydantic_core import PydanticCustomError
 
 from ledger.domain import Kind
 from ledger.validation import from_iso
@@ -96,27 +97,46 @@ Parents = Annotated[
 ]
 
 
+#: What an instant that is no ISO 8601 text is refused with, but the value itself.
+_ISO_TEXT = "an instant is ISO 8601 text with a timezone (e.g. '2026-12-31T00:00:00Z'), not "
+
+
+def _refused(message: str) -> PydanticCustomError:
+    """An argument's refusal worded as given (pydantic words a ``ValueError`` as
+    "Value error, …")."""
+    return PydanticCustomError("instant", "{message}", {"message": message})
+
+
+def _no_instant(text: str, reason: str) -> str:
+    """Why ``text`` is no instant, from what Python's reader said (``reason``): not
+    ISO 8601 at all, or ISO 8601 whose numbers name no instant (a 30th of
+    February, an offset of 24 hours or more)."""
+    shown = repr(text[:40])
+    if reason.startswith("Invalid isoformat string"):
+        return _ISO_TEXT + shown
+    if reason.startswith("offset must be"):  # Python names its timedelta bounds
+        reason = "its UTC offset is out of range (it must be less than 24 hours)"
+    return f"{shown} is no instant: {reason.rstrip('.')}"
+
+
 #: RFC 3339 (section 5.6) lets the "T" and "Z" of a date-time be lower case, which
 #: the schemas' ``format: date-time`` promises; Python's reader refuses a "z".
 def iso_text(value: object) -> object:
     """An instant must come as ISO 8601 text (its "T" and "Z" in either case, as
     RFC 3339 allows): a number is refused, not read as seconds since the epoch
     (pydantic's lax reading), nor a boolean as one, nor text of digits as one
-    ("1700000000")."""
+    ("1700000000"); text whose numbers name no instant is refused saying which
+    ("day is out of range for month")."""
     if value is None or isinstance(value, datetime):
         return value
     if isinstance(value, str):
         try:
             return from_iso(value)
-        except ValueError:
-            raise ValueError(
-                f"an instant is ISO 8601 text with a timezone (e.g. '2026-12-31T00:00:00Z'), "
-                f"not {value[:40]!r}"
-            ) from None
+        except ValueError as exc:
+            raise _refused(_no_instant(value, str(exc))) from None
     kinds = {bool: "true or false", int: "a number", float: "a number", list: "a list"}
-    raise ValueError(
-        "an instant is ISO 8601 text with a timezone (e.g. '2026-12-31T00:00:00Z'), not "
-        + kinds.get(type(value), "an object" if isinstance(value, dict) else "that")
+    raise _refused(
+        _ISO_TEXT + kinds.get(type(value), "an object" if isinstance(value, dict) else "that")
     )
 
 

@@ -4,9 +4,9 @@ description and annotations) and :func:`build_server` / :func:`serve`."""
 from __future__ import annotations
 
 import json
-import logging
 import math
-from collections.abc import Callable
+import signal
+from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
 import anyio
@@ -24,8 +24,9 @@ from ledger.access import Role
 from ledger.errors import InvalidInputError, LedgerError
 from ledger.graph import MAX_SERVED_NODES
 from ledger.integrations.mcp.connection import Connection, lifespan_of, refusal
+from ledger.integrations.mcp.http import serve_http
 from ledger.integrations.mcp.results import RECORD_URI
-from ledger.integrations.mcp.stdio import Answering
+from ledger.integrations.mcp.stdio import Answering, strict_stdin
 from ledger.integrations.mcp.tools import (
     accept_memory,
     audit_record,
@@ -42,7 +43,6 @@ from ledger.integrations.mcp.tools import (
     revoke_memory,
 )
 from ledger.jsonable import EXPLAINED
-from ledger.sockets import listen
 from ledger.validation import echoed, listed, quoted
 
 __all__ = ["APPROVAL_TOOLS", "INSTRUCTIONS", "TOOLS", "build_server", "serve"]
@@ -225,8 +225,13 @@ class LedgerServer(MCPServer[Connection]):
 
     async def run_stdio_async(self) -> None:
         """Serve over stdio as the SDK does, but answer a line the SDK cannot read
-        with a JSON-RPC error instead of dropping it (:class:`Answering`)."""
-        async with stdio_server() as (read_stream, write_stream):
+        with a JSON-RPC error instead of dropping it (:class:`Answering`), a line
+        that is not UTF-8 included (:func:`strict_stdin`; the SDK would read it with
+        U+FFFD in place of each byte that is no UTF-8)."""
+        # Standard input is read in place, not moved off fd 0 as the SDK moves it:
+        # nothing the server runs reads standard input. Standard output is still
+        # the SDK's, moved off fd 1 so stray output cannot reach the client.
+        async with stdio_server(stdin=strict_stdin()) as (read_stream, write_stream):
             # The SDK's own ``run_stdio_async``, with the read stream wrapped.
             lowlevel = self._lowlevel_server
             await lowlevel.run(
@@ -358,10 +363,11 @@ TOOLS: tuple[tuple[Callable[..., Any], str, ToolAnnotations], ...] = (
         "because something it rests on was revoked, an ancestor expired, a condition your "
         "`context` does not match. Use it when read_memory answers MISSING or CONFLICT, and "
         "before proposing a replacement. Every usable record is shown, and at most `limit` "
-        f"others (default {EXPLAINED}): those once accepted first, then candidates and rejected "
-        "ones, the most recently changed first; `omitted` counts the rest and `note` says how "
-        "to see them. The usable records it shows become observed dependencies of what you "
-        "propose in this session.",
+        f"others (default {EXPLAINED}): it picks those once accepted before candidates and "
+        "rejected ones, each the most recently changed first, and lists `entries` in the order "
+        "they were proposed. `omitted` counts the rest and `note` says how to see them. The "
+        "usable records it shows become observed dependencies of what you propose in this "
+        "session.",
         _read_tool("Explain a claim"),
     ),
     (
@@ -504,14 +510,24 @@ def serve(
     transport: Literal["stdio", "streamable-http"] = "stdio",
     host: str = "127.0.0.1",
     port: int = 8000,
-) -> None:
+    allowed_hosts: Iterable[str] = (),
+) -> signal.Signals | None:
     """Run :func:`build_server` until the client disconnects (stdio) or the process
     is stopped (streamable HTTP at ``http://HOST:PORT/mcp``, which it says on
     standard error once it listens, as ``provledger serve`` does).
 
+    Over streamable HTTP a request whose ``Host`` header names no loopback
+    address, not ``host:port`` and none of ``allowed_hosts`` (``HOST[:PORT]``) is
+    refused, whatever ``host`` is bound; a ``host`` that is not loopback is warned
+    about on standard error (:mod:`~ledger.integrations.mcp.http`).
+
+    Returns the signal (SIGINT or SIGTERM) that stopped it over streamable HTTP,
+    once the requests under way are answered; else None.
+
     Raises:
         AuthenticationError: the token is unknown, revoked or expired.
-        InvalidInputError: over streamable HTTP, nothing can listen on ``host:port``.
+        InvalidInputError: over streamable HTTP, nothing can listen on ``host:port``,
+            or an allowed host is no ``HOST[:PORT]``.
     """
     server = build_server(ledger, token)
     if transport == "stdio":
@@ -523,20 +539,5 @@ def serve(
             rest = exc.split(BrokenPipeError)[1] if isinstance(exc, BaseExceptionGroup) else None
             if rest is not None:
                 raise rest from None
-        return
-    import uvicorn  # a dependency of the SDK; imported only to serve over HTTP
-
-    # Bound here, not by uvicorn: its failure to bind is log lines and an exit
-    # status of its own (3), not an error naming the address.
-    listening = listen(host, port)
-    try:
-        app = server.streamable_http_app(host=host)
-        # Info: the address it listens on, and when it stops; no line per request.
-        config = uvicorn.Config(app, log_level="info", access_log=False, server_header=False)
-        shown = f"[{host}]" if ":" in host else host
-        logging.getLogger("uvicorn.error").info(
-            "MCP endpoint at http://%s:%d/mcp (Press CTRL+C to quit)", shown, port
-        )
-        uvicorn.Server(config).run(sockets=[listening])
-    finally:
-        listening.close()
+        return None
+    return serve_http(server, host, port, allowed_hosts)

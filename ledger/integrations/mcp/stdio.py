@@ -8,22 +8,32 @@ transport's read stream so each such line is answered, per JSON-RPC 2.0, with a
 parse error (or an invalid request, for JSON that is no message) carrying the
 request's id when it can be read from the line (else null), and the server goes
 on reading.
+
+The SDK also reads standard input with each byte that is no UTF-8 replaced by
+U+FFFD, so a line that is not UTF-8 would be served, and stored, as other text
+("caf\\xe9" as "caf\\ufffd"). :func:`strict_stdin` reads it keeping such bytes
+apart (as lone surrogates, which no UTF-8 text decodes to): the SDK's parser
+refuses the line, and it is answered with a parse error saying it is not UTF-8,
+as the streamable HTTP transport answers such a body.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import sys
+from io import TextIOWrapper
 from types import TracebackType
 from typing import Any
 
+import anyio
 import mcp_types as types
 from anyio import EndOfStream
 from mcp.shared._stream_protocols import ReadStream, WriteStream
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
-__all__ = ["Answering", "error_for"]
+__all__ = ["Answering", "error_for", "strict_stdin"]
 
 #: A JSON string, from its opening quote to its closing one.
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
@@ -32,6 +42,35 @@ _STRUCTURE = re.compile(r'["{}\[\]]')
 #: A \u escape of a UTF-16 surrogate.
 _SURROGATE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 _DECODER = json.JSONDecoder()
+#: A byte that was no UTF-8, as ``surrogateescape`` keeps it (U+DC80-U+DCFF).
+_NOT_UTF8 = re.compile("[\udc80-\udcff]")
+
+
+class _Unowned(TextIOWrapper):
+    """A text layer over standard input's buffer that never closes that buffer (it
+    is not the transport's to close: the SDK's own wrapper does the same)."""
+
+    def close(self) -> None:
+        if not self.closed:
+            self.detach()
+
+
+def strict_stdin() -> anyio.AsyncFile[str]:
+    """Standard input as the stdio transport reads it, UTF-8, but each byte that is
+    no UTF-8 kept as a lone surrogate (``surrogateescape``) rather than replaced by
+    U+FFFD: the SDK's parser then refuses the line (:func:`error_for`) instead of
+    serving text the client never sent."""
+    return anyio.wrap_file(_Unowned(sys.stdin.buffer, encoding="utf-8", errors="surrogateescape"))
+
+
+def _not_utf8(line: str) -> str | None:
+    """What is not UTF-8 in ``line`` as :func:`strict_stdin` read it (the first such
+    byte and where it is, counted in bytes from 1), or None if it all was."""
+    found = _NOT_UTF8.search(line)
+    if found is None:
+        return None
+    at = len(line[: found.start()].encode("utf-8", "surrogateescape")) + 1
+    return f"byte 0x{ord(found.group()) - 0xDC00:02x} at byte {at}"
 
 
 def _request_id(line: str) -> int | str | None:
@@ -84,6 +123,16 @@ def error_for(exc: ValidationError) -> types.JSONRPCError:
     problems = exc.errors(include_url=False)
     for problem in problems:
         given = problem.get("input")
+        where = _not_utf8(given) if isinstance(given, str) else None
+        if where is not None:
+            return types.JSONRPCError(
+                jsonrpc="2.0",
+                id=_request_id(given),
+                error=types.ErrorData(
+                    code=types.PARSE_ERROR,
+                    message=f"Parse error: not UTF-8: the line is not UTF-8 text ({where})",
+                ),
+            )
         if problem["type"] == "json_invalid" and isinstance(given, str):
             return types.JSONRPCError(
                 jsonrpc="2.0",

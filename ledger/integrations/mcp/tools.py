@@ -258,7 +258,7 @@ def read_memory(
     kinds: Kinds = None,
 ) -> ReadOut:
     """The ``read_memory`` tool: :meth:`Session.read`, recorded in the run."""
-    with as_tool_error(), connection_of(ctx).acting() as acting:
+    with as_tool_error(), connection_of(ctx).acting("read_memory") as acting:
         return read_out(acting.read(scope, claim_key, at=at, context=context, kinds=kinds))
 
 
@@ -273,9 +273,10 @@ def explain_memory(
         int | None,
         Field(
             description="At most this many records that are not usable (every usable one "
-            "is always shown; fewer when their JSON would pass 4 MiB): first those once "
-            "accepted (now expired, stale, revoked or superseded), then candidates and "
-            "rejected ones, the most recently changed first.",
+            "is always shown; fewer when their JSON would pass 4 MiB), picked among those "
+            "once accepted (now expired, stale, revoked or superseded) before candidates and "
+            "rejected ones, each the most recently changed first; all are listed in the order "
+            "they were proposed.",
             ge=1,
             le=MAX_SERVED_NODES,
             strict=True,
@@ -291,13 +292,13 @@ def explain_memory(
         # Sized through the session first (the run is shown only what is returned):
         # the unusable records stop before the answer passes MAX_ANSWER_BYTES.
         _, limit = explanation_within(connection.session, scope, claim_key, limit, **asked)
-        with connection.acting() as acting:
+        with connection.acting("explain_memory") as acting:
             return explain_out(acting.explain(scope, claim_key, limit=limit, **asked))
 
 
 def get_record(ctx: Ctx, record_id: RecordId) -> RecordOut:
     """The ``get_record`` tool: :meth:`Session.get`, recorded in the run."""
-    with as_tool_error(), connection_of(ctx).acting() as acting:
+    with as_tool_error(), connection_of(ctx).acting("get_record") as acting:
         return record_out(acting.get(record_id))
 
 
@@ -359,7 +360,7 @@ def list_records(
         # Sized through the session first (the run is shown only what is returned):
         # a page stops before its records pass MAX_ANSWER_BYTES of JSON.
         limit = len(page_within(connection.session, scope, limit, after, filters)) or 1
-        with connection.acting() as acting:
+        with connection.acting("list_records") as acting:
             page = acting.records(scope, limit=limit, after=after, **filters)
         # The look past a full page goes through the session: the run was not shown it.
         following = next_after(connection.session, scope, page, limit, **filters)
@@ -382,7 +383,7 @@ def read_evidence(ctx: Ctx, record_id: RecordId) -> EvidenceOut:
                 "stores the bytes read)"
             )
         data = connection.session.snapshot(ref)
-        with connection.acting() as acting:
+        with connection.acting("read_evidence") as acting:
             view = acting.get(record_id)
     try:
         content, encoding = data.decode("utf-8"), "utf-8"
@@ -477,7 +478,7 @@ def record_resource(ctx: Ctx, record_id: str) -> str:
     in the run. An id that is no record id is the client's mistake, as an unknown
     one is: invalid params (-32602), not an internal error."""
     try:
-        with connection_of(ctx).acting() as acting:
+        with connection_of(ctx).acting("the record resource") as acting:
             view = acting.get(record_id)
     except UnknownRecordError as exc:
         raise ResourceNotFoundError(refusal(exc)) from None
