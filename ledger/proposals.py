@@ -381,6 +381,7 @@ def prepare(
             rid,
             scope,
             claim_key,
+            the_kind,
             (*declared, *observed),
             known,
             pending,
@@ -518,17 +519,18 @@ def _check_supersedable(
     rid: str,
     scope: str,
     claim_key: str,
+    kind: Kind,
     deps: Sequence[str],
     known: dict[str, Any],
     pending: Mapping[str, Record.Proposed],
     below: set[str],
     found: bool = False,
 ) -> None:
-    """``old`` may be superseded by the proposal ``rid``: visible, same scope and
-    claim key, not withdrawn, and neither a dependency of the proposal nor an
-    ancestor of one (a new version may not rest on what it replaces: ``below``
-    holds its descendants, :func:`_below`). ``old_id`` is its key, ``old_name``
-    the id the caller named it by (in messages)."""
+    """``old`` may be superseded by the proposal ``rid``: visible, same scope,
+    claim key and kind (kinds are never merged), not withdrawn, and neither a
+    dependency of the proposal nor an ancestor of one (a new version may not rest
+    on what it replaces: ``below`` holds its descendants, :func:`_below`).
+    ``old_id`` is its key, ``old_name`` the id the caller named it by."""
     row = _row(caller, c, old_id, known)
     if row is None or not _may_supersede(caller, c, row, found):
         raise UnknownRecordError(
@@ -543,6 +545,11 @@ def _check_supersedable(
             f"propose refused: supersedes {old_name!r} ({row['scope']}/{stored}), "
             f"not {scope}/{claim_key}: a new version keeps scope and claim key"
             + (f" (the claim is stored as {stored!a}: give that)" if alike else "")
+        )
+    if row["kind"] != kind.value:
+        raise InvalidKindError(
+            f"propose refused: supersedes {old_name!r} (kind {row['kind']}) with kind "
+            f"{kind.value}: a new version keeps its kind (kinds are never merged)"
         )
     if row["status"] in rules.FINAL:
         raise InvalidTransitionError(

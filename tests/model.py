@@ -49,6 +49,7 @@ from ledger.errors import (
     DuplicateRecordError,
     ExpiryInPastError,
     InvalidInputError,
+    InvalidKindError,
     InvalidParentError,
     InvalidTransitionError,
     InvalidValueError,
@@ -115,6 +116,7 @@ class Rec:
     reason: str | None = None  # why it is STALE, REVOKED or REJECTED
     superseded_by: str | None = None  # the record approved in its place, once SUPERSEDED
     left_accepted_step: int | None = None  # when it last stopped being ACCEPTED
+    left_accepted_at: datetime | None = None  # and the instant it did
     accepted_once: bool = False  # ever ACCEPTED (a STALE candidate revalidates to CANDIDATE)
     basis_step: int = 0  # the step from which its current dependencies hold
     #: Every (cause, reason, superseded by) that marked it STALE since it was last
@@ -363,7 +365,7 @@ class State:
     def corrections_due(self, now: datetime) -> tuple[Due, ...]:
         """Deliveries owing a correction (SPEC §13.2): the record left VALID after the
         delivery and no correction came after that (after the step it left ACCEPTED,
-        or, when it merely expired, at or after the expiry instant); or it is VALID
+        or, when it expired first, at or after the expiry instant); or it is VALID
         again on another basis than the delivered copy cites — its own, or that of
         a record it rests on — with no correction since that basis."""
         out = []
@@ -376,6 +378,11 @@ class State:
                     since, instant = d.step, self.effective_expiry(d.record_id)[0]
                 else:
                     since = max(d.step, rec.left_accepted_step or 0)
+                    expiry = self.effective_expiry(d.record_id)[0]
+                    left_at = rec.left_accepted_at
+                    if since > d.step and expiry is not None and left_at is not None:
+                        # It expired before its status changed: it left VALID then.
+                        since, instant = (d.step, expiry) if expiry < left_at else (since, None)
             elif (rec.parents, rec.observed) != d.basis:
                 since = max(d.step, rec.basis_step)
             elif (lineage := self.basis_edges(d.record_id)) != d.lineage:
@@ -457,9 +464,9 @@ class Model:
 
     def _set_status(self, rec: Rec, status: Status) -> None:
         if rec.status == Status.ACCEPTED and status != Status.ACCEPTED:
-            rec.left_accepted_step = self.step
+            rec.left_accepted_step, rec.left_accepted_at = self.step, self.now
         if status == Status.ACCEPTED:
-            rec.left_accepted_step = None
+            rec.left_accepted_step = rec.left_accepted_at = None
             rec.accepted_once = True
         rec.status = status
 
@@ -567,7 +574,9 @@ class Model:
         for dep in observed:
             problems += self._problems_with_dependency(dep, "observed dependency")
         if supersedes is not None:
-            problems += self._problems_with_supersedes(supersedes, claim_key, declared, observed)
+            problems += self._problems_with_supersedes(
+                supersedes, claim_key, kind, declared, observed
+            )
         inherited = dict(conditions or {})
         for dep in declared:
             for key, wanted in (
@@ -606,15 +615,23 @@ class Model:
         )
 
     def _problems_with_supersedes(
-        self, old: str, claim_key: str, declared: Sequence[str], observed: Sequence[str]
+        self,
+        old: str,
+        claim_key: str,
+        kind: Kind,
+        declared: Sequence[str],
+        observed: Sequence[str],
     ) -> list[Problem]:
-        """propose(supersedes=old): what may be replaced by a new proposal."""
+        """propose(supersedes=old): what may be replaced by a new proposal (of the
+        same claim and kind: kinds are never merged)."""
         rec = self.records.get(old)
         if rec is None:
             return [_one(UnknownRecordError, f"superseded record {old} is unknown")]
         problems = []
         if rec.claim_key != claim_key:
             problems.append(_one(InvalidInputError, f"{old} answers {rec.claim_key}"))
+        if rec.kind != kind:
+            problems.append(_one(InvalidKindError, f"{old} is a {rec.kind}, not a {kind}"))
         if rec.status in FINAL:
             problems.append(_one(InvalidTransitionError, f"{old} is {rec.status}"))
         if old in declared:

@@ -594,7 +594,10 @@ def test_a_ledger_used_in_every_way_verifies_on_every_backend(world: World) -> N
     reviewer.revalidate("M1", note="checked", parents=[e2])
     reviewer.revalidate("R1", note="checked")
     # supersession: an explicit new version, and a re-capture with other bytes
-    agent.propose(scope="proj-a", claim_key="k", value=2, kind=Kind.FACT, supersedes="M1", id="M2")
+    agent.propose(
+        scope="proj-a", claim_key="k", value=2, kind=Kind.INFERENCE, parents=[e2],
+        supersedes="M1", id="M2",
+    )  # fmt: skip
     reviewer.accept("M2")
     e3 = agent.capture(scope="proj-a", uri="https://x.test/doc2", content=b"doc2, v2", id="E3")
     reviewer.accept(e3)

@@ -48,7 +48,12 @@ from ledger import (
     Status,
     Validity,
 )
-from ledger.errors import AcceptanceCheckError, InvalidParentError, UnknownRecordError
+from ledger.errors import (
+    AcceptanceCheckError,
+    InvalidInputError,
+    InvalidParentError,
+    UnknownRecordError,
+)
 from ledger.serialization import canonical
 
 from .conftest import Clock, World, new_pg_schema_url
@@ -961,6 +966,12 @@ class LedgerMachine(RuleBasedStateMachine):
     def as_of_time(self, which: int, minutes: int) -> None:
         """As of an instant: the newest command at or before it, read at that instant."""
         when = self._past(which).time + timedelta(minutes=minutes)
+        latest = max(s.time for s in self.model.history.values())
+        if when > self.model.now and when > latest:
+            # No past there yet: refused, as a position beyond the log is
+            with pytest.raises(InvalidInputError, match="is in the future"):
+                self.reader.as_of(time=when)
+            return
         newest = max(p for p, s in self.model.history.items() if s.time <= when)
         past = self.reader.as_of(time=when)
         assert past.position == newest

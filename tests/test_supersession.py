@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from ledger import Kind, Ledger, Outcome, Status, Validity
 from ledger.errors import (
     InvalidInputError,
+    InvalidKindError,
     InvalidParentError,
     InvalidTransitionError,
     LedgerError,
@@ -122,6 +123,50 @@ def test_supersedes_must_keep_scope_and_claim_key_and_be_visible(world: World) -
         hidden.propose(scope="proj-b", claim_key="k", value=2, kind=Kind.FACT, supersedes="V9")
     assert str(seen.value).replace("V1", "V9") == str(absent.value)
     assert world.ledger.position == position + 1  # only the grant
+
+
+def test_a_new_version_keeps_its_kind_a_model_guess_never_replaces_a_users_rule(
+    world: World,
+) -> None:
+    # Given a user's constraint, accepted
+    agent, reviewer = world.agent, world.reviewer
+    _accepted(
+        world, "C1", scope="proj-a", claim_key="publish.policy", value="only after review",
+        kind=Kind.USER_CONSTRAINT,
+    )  # fmt: skip
+    position = world.ledger.position
+    # When a model's inference is proposed as its new version
+    with pytest.raises(InvalidKindError) as refused:
+        agent.propose(
+            scope="proj-a", claim_key="publish.policy", value="auto-publish is easier",
+            kind=Kind.INFERENCE, supersedes="C1",
+        )  # fmt: skip
+    # Then it is refused, naming both kinds, and nothing is written (kinds are never merged)
+    assert str(refused.value) == (
+        "propose refused: supersedes 'C1' (kind user_constraint) with kind inference: "
+        "a new version keeps its kind (kinds are never merged)"
+    )
+    assert world.ledger.position == position
+    # And proposed as a record of its own, both stand, each with its kind
+    agent.propose(
+        scope="proj-a", claim_key="publish.policy", value="auto-publish is easier",
+        kind=Kind.INFERENCE, id="I1",
+    )  # fmt: skip
+    reviewer.accept("I1")
+    read = agent.read(scope="proj-a", claim_key="publish.policy")
+    assert read.outcome == Outcome.CONFLICT
+    assert {(r.id, r.kind) for r in read.records} == {
+        ("C1", Kind.USER_CONSTRAINT),
+        ("I1", Kind.INFERENCE),
+    }
+    # And a new version of the constraint, of its kind, replaces it
+    _accepted(
+        world, "C2", scope="proj-a", claim_key="publish.policy", value="after two reviews",
+        kind=Kind.USER_CONSTRAINT, supersedes="C1",
+    )  # fmt: skip
+    assert reviewer.get("C1").status == Status.SUPERSEDED
+    kinds = agent.read(scope="proj-a", claim_key="publish.policy", kinds=[Kind.USER_CONSTRAINT])
+    assert [r.id for r in kinds.records] == ["C2"]
 
 
 def test_recapturing_a_changed_source_supersedes_the_old_capture(world: World) -> None:
