@@ -45,6 +45,14 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+#: Why ``Ledger.authenticate`` refuses the admin token (surfaces tell it apart).
+ADMIN_TOKEN_REFUSAL = (
+    "that is an admin token: it authorizes admin calls (Ledger.admin(token), "
+    "--admin-token), not a principal's; issue one with "
+    "Admin.issue_token(SUBJECT) (`provledger token issue SUBJECT`)"
+)
+
+
 class Ledger:
     """An event-sourced provenance ledger (see ``Ledger.open``)."""
 
@@ -219,11 +227,7 @@ class Ledger:
             row = access_view.token(c, self._engine.dialect, token_hash)
             subject = self._engine.check_token(row)
         if subject == ADMIN_PRINCIPAL:
-            raise AuthenticationError(
-                "that is an admin token: it authorizes admin calls (Ledger.admin(token), "
-                "--admin-token), not a principal's; issue one with "
-                "Admin.issue_token(SUBJECT) (`provledger token issue SUBJECT`)"
-            )
+            raise AuthenticationError(ADMIN_TOKEN_REFUSAL)
         return Session(Caller(self._engine, subject, token_hash))
 
     @property

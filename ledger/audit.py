@@ -20,6 +20,7 @@ from ledger.domain import Record, uuid_of_hex
 from ledger.errors import CorruptEventError, InvalidInputError
 from ledger.merkle import InclusionProof, LogDigest
 from ledger.reads import record_view
+from ledger.rules import CLOCK_SKEW
 from ledger.serialization import datetime_to_micros, micros_to_datetime
 from ledger.validation import check_aware, quoted
 from ledger.values import AuditEvent, AuditTrail
@@ -324,12 +325,14 @@ def as_of(caller: Caller, position: int | None, time: datetime | None) -> Caller
             when = check_aware(time, "as_of time")
             now = caller.engine.now()
             # As a position beyond the log: there is no past there to show yet (a
-            # writer's clock ahead of this one's may have timed events later).
-            if when > now and datetime_to_micros(when) > timeline.last_time(c, d):
+            # writer's clock ahead of this one's may have timed events later; a
+            # client's running a little fast asks for now).
+            if when > now + CLOCK_SKEW and datetime_to_micros(when) > timeline.last_time(c, d):
+                minutes = int(CLOCK_SKEW.total_seconds() // 60)
                 raise InvalidInputError(
                     f"as_of time {when.isoformat()} is in the future (the ledger's clock "
-                    f"reads {now.isoformat()}); for what the ledger says now about a later "
-                    "moment, read with at= instead"
+                    f"reads {now.isoformat()}, allowing {minutes} minutes of clock skew); "
+                    "to ask about a later moment, read as of now at that moment (at)"
                 )
             pos = timeline.commit_end(c, d, timeline.position_at(c, d, datetime_to_micros(when)))
             at = when

@@ -14,13 +14,13 @@ import unicodedata
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from ledger import gc_pause, pipeline, redaction, rules
+from ledger import gc_pause, pipeline, redaction, rules, versions
 from ledger.access import Role
 from ledger.caller import Caller
-from ledger.domain import Kind, Record, Status
+from ledger.domain import Kind, Record
 from ledger.errors import (
     CycleError,
     DuplicateRecordError,
@@ -34,7 +34,7 @@ from ledger.errors import (
     ValueTooLargeError,
 )
 from ledger.pipeline import Decision
-from ledger.serialization import canonical, unpack
+from ledger.serialization import unpack
 from ledger.validation import (
     check_aware,
     check_claim_key,
@@ -48,7 +48,6 @@ from ledger.validation import (
     check_value,
     quoted,
 )
-from projections import claims as claim_queries
 from projections import edges as edges_index
 from projections import validity as validity_view
 from projections.base import Cursor
@@ -65,8 +64,7 @@ BATCH_FIELDS = (
     "id",
     "supersedes",
 )
-#: How far ahead of the ledger's clock a capture's ``fetched_at`` may be.
-CLOCK_SKEW = timedelta(minutes=5)
+CLOCK_SKEW = rules.CLOCK_SKEW  # how far ahead of the ledger's clock fetched_at may be
 _RECAPTURE: Any = object()  # capture's ``supersedes``: "the previous capture, if any"
 
 
@@ -116,7 +114,7 @@ def capture(
 ) -> str:
     """``Session.capture``: the bytes into the snapshot store, an evidence record
     carrying their hash; a re-capture of the URI with other bytes supersedes the
-    newest accepted capture of it (see :func:`previous_capture`)."""
+    newest accepted capture of it (see :func:`ledger.versions.previous_capture`)."""
     caller.writable("capture")
     check_text(uri, "uri", max_len=2048, line=True)
     if uri != uri.strip():  # else refused as its claim key "source:<uri>", not by name
@@ -214,12 +212,12 @@ def proposal(
         given = dict(fields)  # each try finds the previous capture anew
         found = given.get("supersedes") is _RECAPTURE
         if found:
-            given["supersedes"] = previous_capture(
+            given["supersedes"] = versions.previous_capture(
                 caller, c, given["scope"], given["claim_key"], given["evidence"], given["value"]
             )
         newest = given.get("supersedes")
         if isinstance(newest, NewestOf):
-            given["supersedes"] = newest_version(
+            given["supersedes"] = versions.newest_version(
                 caller, c, given["scope"], given["claim_key"], newest.kind
             )
         record = prepare(caller, c, Batch(), {}, now=now, found=found, **given)
@@ -410,105 +408,6 @@ def prepare(
         run_id=caller.run.run_id if caller.run is not None else None,
         supersedes=supersedes,
     )
-
-
-def previous_capture(
-    caller: Caller,
-    c: Cursor,
-    scope: object,
-    claim_key: object,
-    evidence: Mapping[str, Any],
-    value: Any,
-) -> str | None:
-    """The newest ACCEPTED capture of ``evidence['uri']`` under ``(scope,
-    claim_key)`` whose bytes or value differ (or, while none of its captures is
-    accepted, the newest CANDIDATE one): a re-capture supersedes it, so the claim
-    answers with the newest version instead of a conflict between two. A capture
-    of the same bytes and value replaces nothing (what rests on the earlier one
-    stays VALID); a later capture of other bytes replaces both."""
-    if not isinstance(scope, str) or not isinstance(claim_key, str):
-        return None  # prepare names what is wrong
-    try:
-        claim_key = check_claim_key(claim_key)  # as prepare normalises it
-    except LedgerError:
-        return None  # prepare names what is wrong
-    if not caller.roles(c, scope):
-        return None  # prepare refuses the proposal without revealing anything
-    pending = None
-    for record_id, status, same in reversed(
-        captures_of_source(c, caller, scope, claim_key, evidence, value)
-    ):
-        if status == Status.STALE:
-            continue
-        if status == Status.ACCEPTED:
-            return None if same else record_id  # same bytes: nothing to replace
-        if pending is None and not same:
-            pending = record_id
-    return pending
-
-
-def captures_of_source(
-    c: Cursor,
-    caller: Caller,
-    scope: str,
-    claim_key: str,
-    evidence: Mapping[str, Any],
-    value: Any,
-) -> list[tuple[str, str, bool]]:
-    """(key, status, same content) of the live captures of ``evidence['uri']``
-    under ``(scope, claim_key)``, in proposal order; same content: the bytes of
-    ``evidence`` and the claim ``value``, by canonical bytes. Only the claim's
-    captures are read, not the values of its other records (any number of which
-    another proposer may have put under the claim key)."""
-    found = claim_queries.captures_of_claim(c, caller.engine.dialect, scope, claim_key)
-    out = []
-    for record_id, status, stored, stored_value in found:
-        held = {} if stored is None else unpack(stored)
-        if not rules.same_source(held.get("uri"), evidence.get("uri")):
-            continue
-        same = held.get("content_hash") == evidence.get("content_hash") and _same_value(
-            stored_value, value
-        )
-        out.append((str(record_id), str(status), same))
-    return out
-
-
-def _same_value(stored: bytes | None, value: Any) -> bool:
-    """Whether a stored (packed) value is the claim ``value``, by canonical bytes."""
-    try:
-        return stored is not None and canonical(unpack(stored)) == canonical(value)
-    except (TypeError, ValueError):  # a value ``prepare`` refuses: names it then
-        return False
-
-
-def newest_version(
-    caller: Caller, c: Cursor, scope: object, claim_key: object, kind: str
-) -> str | None:
-    """The record :class:`NewestOf` means, read with ``c`` (as the caller is shown
-    its id), or None.
-
-    Raises:
-        AccessDeniedError: the caller holds roles in ``scope`` but not ``read``
-            (which versions the claim has is read).
-    """
-    if not isinstance(scope, str) or not isinstance(claim_key, str):
-        return None  # prepare names what is wrong
-    try:
-        claim_key = check_claim_key(claim_key)  # as prepare normalises it
-    except LedgerError:
-        return None  # prepare names what is wrong
-    roles = caller.roles(c, scope)
-    if not roles:
-        return None  # prepare refuses the proposal without revealing anything
-    if Role.READ.value not in roles:
-        raise caller.denied(scope, Role.READ, "propose")
-    rows = claim_queries.newest_live_of_claim(c, caller.engine.dialect, scope, claim_key, kind)
-    for statuses in ((Status.ACCEPTED, Status.STALE), (Status.CANDIDATE,)):
-        live = [row for row in rows if row[1] in statuses]
-        if live:
-            key = str(max(live, key=lambda r: (r[2], r[3]))[0])
-            return caller.names(c, (key,)).get(key, key)
-    return None
 
 
 def _check_supersedable(

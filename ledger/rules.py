@@ -11,7 +11,7 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, cast
 
 from ledger.domain import Kind, Record, Status, Validity
@@ -21,6 +21,10 @@ from ledger.values import StaleCause
 from projections.validity import RecordRow
 
 #: Statuses a record may not be built on (as a parent or observed dependency).
+#: How far ahead of the ledger's clock another clock's instant is taken as now: a
+#: capture's ``fetched_at``, and an ``as_of`` time (its writer's clock, or a
+#: client's, running slightly fast).
+CLOCK_SKEW = timedelta(minutes=5)
 BLOCKING = (Status.REVOKED, Status.REJECTED, Status.STALE, Status.SUPERSEDED)
 #: Statuses a revocation or supersession does not mark STALE (nothing left to re-verify).
 FINAL = (Status.REVOKED, Status.REJECTED, Status.SUPERSEDED)

@@ -36,6 +36,7 @@ from ledger.reads import record_view
 from ledger.serialization import micros_to_datetime
 from ledger.validation import check_list, check_ref, check_text
 from ledger.values import HIDDEN, RecordView, Revocation, RevocationPreview
+from ledger.versions import captures_of_source
 from projections import delivery as delivery_view
 from projections import edges as edges_index
 from projections import validity as validity_view
@@ -384,7 +385,7 @@ def _earlier_captures(
     already."""
     rid = record.record_id
     # Live captures of its source in proposal order, ``record`` among them.
-    captures = proposals.captures_of_source(
+    captures = captures_of_source(
         c, caller, record.scope, record.claim_key, record.evidence or {}, record.value
     )
     earlier = []

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from ledger import Kind, Ledger, Outcome, Session, Status, proposals, reads, recent
+from ledger import Kind, Ledger, Outcome, Session, Status, reads, recent, versions
 from ledger.domain import Record, Run
 from ledger.integrations.langgraph import LedgerStore
 from ledger.integrations.langgraph.keys import location
@@ -347,7 +347,7 @@ def test_a_langgraph_put_reads_none_of_the_candidates_under_its_key(
         )
 
     def put(value: int) -> int:
-        with recorded(monkeypatch, proposals, "newest_version", 1) as statements:
+        with recorded(monkeypatch, versions, "newest_version", 1) as statements:
             store.put((SCOPE, "prefs"), "theme", {"v": value})
         return work_of(ledger, statements)
 

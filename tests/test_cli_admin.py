@@ -413,22 +413,24 @@ def test_a_schema_holding_only_another_programs_view_or_sequence_gets_no_ledger(
     with psycopg.connect(_pg_dsn(), autocommit=True) as conn:
         conn.execute(f"CREATE SCHEMA {schema}")
         conn.execute(f"CREATE SEQUENCE {schema}.invoice_numbers")
+        # (named like a ledger's, but none of its own)
+        conn.execute(f"CREATE SEQUENCE {schema}.provledger_events_counter")
     # Then `init` refuses it, naming the sequence, and leaves the schema as it was
     refused = run("init", "--url", pg_url)
     assert refused.exit_code == 1, refused.output
-    assert "it holds invoice_numbers, not a ledger" in refused.stderr
+    assert "it holds invoice_numbers, provledger_events_counter, not a ledger" in refused.stderr
     with psycopg.connect(_pg_dsn(), autocommit=True) as conn:
         conn.execute(f"CREATE VIEW {schema}.open_invoices AS SELECT 1 AS n")
     refused = run("demo", "--url", pg_url)
     assert refused.exit_code == 1, refused.output
-    assert "it holds invoice_numbers, open_invoices, not a ledger" in refused.stderr
+    assert "invoice_numbers, open_invoices, provledger_events_counter, not a" in refused.stderr
     with psycopg.connect(_pg_dsn(), autocommit=True) as conn:
         kept = conn.execute(
             "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
             " WHERE n.nspname = %s ORDER BY 1",
             (schema,),
         ).fetchall()
-    assert kept == [("invoice_numbers",), ("open_invoices",)]
+    assert kept == [("invoice_numbers",), ("open_invoices",), ("provledger_events_counter",)]
 
 
 # -- extras and lazy imports ------------------------------------------------------------------

@@ -168,6 +168,18 @@ async def accepted_evidence(team: Team, rid: str, content: str = "retries are sa
 # -- the tool list --------------------------------------------------------------------------
 
 
+async def test_a_refusal_names_the_ledger_without_its_url_or_file(team: Team) -> None:
+    # Given a connection, and the ledger closed under it (its URL names its file,
+    # or its host, database and schema: the operator's to know, not every agent's)
+    async with team.client("agent-1") as agent:
+        team.ledger.close()
+        # When the agent calls a tool
+        text = await refused(agent, "get_record", record_id="M1")
+    # Then the refusal says the ledger is closed, and not where it lives
+    assert text == "Error executing tool get_record: ClosedLedgerError: the ledger is closed"
+    assert team.ledger.url not in text
+
+
 async def test_an_agent_token_gets_the_memory_tools_and_no_approval_tool(team: Team) -> None:
     async with team.client("agent-1") as agent:
         # When the agent's client lists the tools

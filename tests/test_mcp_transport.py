@@ -19,6 +19,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import IO, Any, AnyStr
 
@@ -441,6 +442,61 @@ def test_provledger_mcp_over_http_stopped_by_a_signal_ends_as_provledger_serve_d
     assert "interrupted" not in stderr and "Traceback" not in stderr
     assert status == -sent, stderr
     assert not (tmp_path / "ledger.db-wal").exists()
+
+
+def test_a_call_under_way_when_it_is_stopped_is_answered_with_what_it_wrote(
+    tmp_path: Path,
+) -> None:
+    # Given provledger mcp over streamable HTTP, and an agent's session
+    url, token = _agent_ledger(tmp_path)
+    port = _free_port("127.0.0.1")
+    served = _Served(
+        [sys.executable, "-m", "ledger", "mcp", "--url", f"{url}?timeout=20", "--transport",
+         "streamable-http", "--port", str(port)],
+        {**os.environ, "PROVLEDGER_TOKEN": token},
+    )  # fmt: skip
+    base = f"http://127.0.0.1:{port}/mcp"
+    headers = {"Accept": "application/json, text/event-stream"}
+    answer: list[httpx.Response] = []
+    holder = sqlite3.connect(tmp_path / "ledger.db", isolation_level=None)
+    try:
+        served.listening()
+        init = {
+            "jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                       "clientInfo": {"name": "t", "version": "1"}},
+        }  # fmt: skip
+        opened = httpx.post(base, json=init, headers=headers, timeout=30)
+        headers |= {"mcp-session-id": opened.headers["mcp-session-id"]}
+        headers |= {"mcp-protocol-version": "2025-06-18"}
+        ready = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        httpx.post(base, json=ready, headers=headers, timeout=30)
+        # And a proposal waiting for a lock another process holds
+        holder.execute("BEGIN IMMEDIATE")
+        call = {
+            "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "propose_memory", "arguments": {
+                "scope": "proj-a", "claim_key": "k", "value": 1, "kind": "fact", "id": "STOP1"}},
+        }  # fmt: skip
+        proposing = threading.Thread(
+            target=lambda: answer.append(httpx.post(base, json=call, headers=headers, timeout=90))
+        )
+        proposing.start()
+        time.sleep(1.5)  # the call reaches the server and waits for the lock
+        # When the server is stopped meanwhile, and the lock let go after
+        served.process.send_signal(signal.SIGTERM)
+        time.sleep(1.0)
+        holder.execute("ROLLBACK")
+        proposing.join(timeout=90)
+    finally:
+        holder.close()
+        status, _, stderr = served.stop(signal.SIGTERM)
+    # Then the call was answered with what it wrote, not an empty stream
+    assert status == -signal.SIGTERM, stderr
+    assert len(answer) == 1 and answer[0].status_code == 200, stderr
+    result = answer[0].json()["result"]
+    assert not result.get("isError"), result
+    assert json.loads(result["content"][0]["text"])["id"] == "STOP1"
 
 
 def test_provledger_mcp_allowed_host_names_what_a_requests_host_may_be(tmp_path: Path) -> None:

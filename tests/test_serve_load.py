@@ -43,7 +43,7 @@ def flooded(tmp_path: Path) -> Iterator[tuple[str, Path, str, str]]:
         agent_token = admin.issue_token("agent-1")
         reader_token = admin.issue_token("auditor")
         led.authenticate(agent_token).propose("proj-a", "k", 1, Kind.FACT, id="M1")
-        with running(create_app(led, mcp_factory=None)) as base:
+        with running(create_app(led)) as base:
             yield base, path, agent_token, reader_token
     finally:
         led.close()
@@ -109,3 +109,61 @@ def test_a_read_answers_while_more_writes_than_the_pool_has_threads_wait_for_the
         ).fetchone()
     assert made == WRITES
     assert WRITE_THREADS < 40 < WRITES
+
+
+def test_a_read_answers_while_more_mcp_calls_than_the_pool_has_threads_wait_for_the_lock(
+    flooded: tuple[str, Path, str, str],
+) -> None:
+    pytest.importorskip("mcp.server.mcpserver")
+    base, path, agent_token, reader_token = flooded
+    # Given an agent's MCP session on the served ledger
+    headers = {
+        "Authorization": f"Bearer {agent_token}",
+        "Accept": "application/json, text/event-stream",
+    }
+    init = {
+        "jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "load", "version": "1"},
+        },
+    }  # fmt: skip
+    opened = httpx.post(f"{base}/mcp", json=init, headers=headers, timeout=30)
+    assert opened.status_code == 200, opened.text
+    headers |= {"mcp-session-id": opened.headers["mcp-session-id"]}
+    headers |= {"mcp-protocol-version": "2025-06-18"}
+    ready = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    assert httpx.post(f"{base}/mcp", json=ready, headers=headers, timeout=30).status_code == 202
+    holder = sqlite3.connect(path, isolation_level=None)
+    with closing(holder):
+        # And another process's connection holding the ledger's write lock, while
+        # the agent makes 45 calls (each records in the session's run: a write)
+        holder.execute("BEGIN IMMEDIATE")
+        answers: list[int] = []
+
+        def call(i: int) -> None:
+            message = {
+                "jsonrpc": "2.0", "id": i + 1, "method": "tools/call",
+                "params": {"name": "get_record", "arguments": {"record_id": "M1"}},
+            }  # fmt: skip
+            r = httpx.post(f"{base}/mcp", json=message, headers=headers, timeout=300)
+            answers.append(r.status_code)
+
+        callers = [threading.Thread(target=call, args=(i,)) for i in range(WRITES)]
+        for t in callers:
+            t.start()
+        assert _writes_in() == WRITES
+        # When a reader asks the API for a record meanwhile, the lock still held
+        with httpx.Client(base_url=base, timeout=60) as client:
+            read = client.get(
+                "/api/v1/records/M1", headers={"Authorization": f"Bearer {reader_token}"}
+            )
+            answered_meanwhile = len(answers)
+        # Then it was answered, while no call had been
+        assert read.status_code == 200, read.text
+        assert answered_meanwhile == 0
+        holder.execute("ROLLBACK")
+    # And once the lock is let go every call is answered
+    for t in callers:
+        t.join(timeout=240)
+    assert answers == [200] * WRITES

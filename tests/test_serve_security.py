@@ -99,6 +99,46 @@ def test_a_token_sent_in_a_query_parameter_is_not_repeated_in_the_refusal(
     assert "'plt_…'" in r.json()["error"]["message"]
 
 
+def test_a_token_cut_short_in_a_refusal_or_named_as_a_parameter_is_masked(
+    ledger: Ledger, tokens: dict[str, str]
+) -> None:
+    token = tokens["agent-1"]
+    client = TestClient(create_app(ledger, mcp_factory=None))
+    auth = {"Authorization": f"Bearer {token}"}
+    # A value the refusal quotes only its first 40 characters of
+    cut = client.get("/api/v1/records/M1", params={"as_of_time": token}, headers=auth)
+    assert cut.status_code == 422, cut.text
+    assert token[:24] not in cut.text
+    assert "plt_…" in cut.json()["error"]["message"]
+    # A parameter named by the token itself: masked in the field named too
+    named = client.get("/api/v1/records", params={"scope": "proj-a", token: "1"}, headers=auth)
+    assert named.status_code == 422, named.text
+    assert token[:24] not in named.text
+
+
+def test_an_sqlite_ledgers_file_is_not_named_to_callers(tmp_path: Any) -> None:
+    # Given a served SQLite ledger in a directory whose name is the operator's
+    import os
+
+    where = tmp_path / "secret-dir"
+    where.mkdir()
+    led = Ledger.open(f"sqlite:///{where / 'ledger.db'}")
+    admin = led.admin()
+    admin.grant("agent-1", scope="proj-a", roles=["propose", "read"])
+    token = admin.issue_token("agent-1")
+    client = TestClient(create_app(led, mcp_factory=None))
+    auth = {"Authorization": f"Bearer {token}"}
+    # When its file is moved away under the server, and an agent calls
+    os.rename(where / "ledger.db", tmp_path / "moved.db")
+    r = client.get("/api/v1/records", params={"scope": "proj-a"}, headers=auth)
+    led.close()
+    # Then the refusal says what happened to the ledger's file, not where it is
+    assert r.status_code == 503, r.text
+    message = r.json()["error"]["message"]
+    assert "the ledger's file was removed or moved away" in message
+    assert "secret-dir" not in r.text
+
+
 def test_a_field_given_twice_deep_inside_a_body_is_named_as_such(
     ledger: Ledger, tokens: dict[str, str]
 ) -> None:

@@ -40,7 +40,7 @@ class LedgerPostgresFactory(PostgresFactory):
 def others_pg_tables(env: dict[str, str]) -> list[str]:
     """The tables, views and sequences of a PostgreSQL ledger URL's schema (``env``:
     its backend's) that are not a ledger's (``provledger_events``, ``stored_events``,
-    ``pl_…``, and their sequences); []
+    their sequences, ``pl_…``); []
     when it holds none or cannot be reached (opening the ledger names why)."""
     import psycopg
 
@@ -62,13 +62,15 @@ def others_pg_tables(env: dict[str, str]) -> list[str]:
             ).fetchall()
     except psycopg.Error:
         return []
-    ours = ("provledger_events", "stored_events")
-    # A ledger's tables, and the sequences of their serial columns (``…_id_seq``)
-    return sorted(
-        str(n)
-        for (n,) in rows
-        if not str(n).startswith(("pl_", *(f"{t}_" for t in ours))) and n not in ours
-    )
+    # A ledger's event tables (``stored_events`` is eventsourcing's own name), the
+    # sequences of their serial columns, and its views' ``pl_…`` tables; any
+    # other name is another program's.
+    ours = {
+        f"{table}{suffix}"
+        for table in ("provledger_events", "stored_events")
+        for suffix in ("", "_notification_id_seq")
+    }
+    return sorted(str(n) for (n,) in rows if n not in ours and not str(n).startswith("pl_"))
 
 
 def probe(kwargs: dict[str, Any], timeout: float) -> None:

@@ -22,7 +22,7 @@ from urllib.parse import parse_qs, unquote, urlparse
 
 from eventsourcing.utils import get_topic
 
-from ledger.errors import InvalidURLError, StorageError, install_hint
+from ledger.errors import InvalidURLError, LedgerError, StorageError, install_hint
 from ledger.persistence.sqlite import LedgerSQLiteFactory, LedgerSQLiteRecorder
 
 DEFAULT_PATH = "provledger.db"
@@ -234,6 +234,25 @@ def _check_once(shown: str, options: dict[str, list[str]]) -> None:
             raise InvalidURLError(
                 f"ledger URL {shown!r}: option {name!r} is given {len(values)} times; give it once"
             )
+
+
+def without_location(text: str, url: str | None) -> str:
+    """``text`` (a message) with the ledger's location left out, for the callers of
+    a server (its host, user, database and schema, or its file, are the operator's
+    to know): the ledger's URL (``url``, as messages show it) named "the ledger",
+    an SQLite ledger's file "the ledger's file"."""
+    if not url:
+        return text
+    text = text.replace(f"cannot open ledger {url!r}", "cannot open the ledger")
+    text = text.replace(f"ledger {url!r}", "the ledger").replace(repr(url), "the ledger")
+    try:
+        path = resolve_url(url).path
+    except LedgerError:
+        path = None
+    for shown in {path, os.path.abspath(path)} if path else ():
+        text = text.replace(f"the ledger file {shown!r}", "the ledger's file")
+        text = text.replace(repr(shown), "the ledger's file").replace(shown, "the ledger's file")
+    return text
 
 
 def redacted(url: str) -> str:

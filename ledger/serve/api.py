@@ -38,7 +38,7 @@ from ledger.graph import (
 )
 from ledger.jsonable import EXPLAINED, json_safe
 from ledger.serve import payloads
-from ledger.serve.errors import error_body, field_of, status_of, told
+from ledger.serve.errors import error_body, field_of, masked, status_of, told
 from ledger.serve.inputs import (
     FieldError,
     MediaTypeError,
@@ -103,6 +103,7 @@ def ledger_error_response(
     else:
         name, found = type(exc).__name__, field_of(exc, fields, paths)
     headers = {"WWW-Authenticate": 'Bearer realm="provledger"'} if status == 401 else None
+    found = None if found is None else masked(found)  # a parameter's name may be a token
     return json_response(error_body(name, told(exc, url), found), status, headers)
 
 

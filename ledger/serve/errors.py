@@ -39,6 +39,7 @@ from ledger.errors import (
     UnknownRecordError,
     UnknownSnapshotError,
 )
+from ledger.persistence.urls import without_location
 
 #: HTTP status per ledger error class; a class not listed takes its nearest base's.
 STATUS: dict[type[LedgerError], int] = {
@@ -164,20 +165,21 @@ def field_of(exc: LedgerError, fields: Iterable[str], paths: Iterable[str] = ())
     return None
 
 
-#: A bearer token as the ledger issues them (``plt_`` and 43 URL-safe characters).
-_TOKEN = re.compile(r"plt_[A-Za-z0-9_\-]{40,}")
+#: A bearer token as the ledger issues them (``plt_`` and 43 URL-safe characters),
+#: or as much of one as a message quotes (a value is cut to its first 40).
+_TOKEN = re.compile(r"plt_[A-Za-z0-9_\-]{20,}")
+
+
+def masked(text: str) -> str:
+    """``text`` with any token in it masked as the access log masks it (``plt_…``)."""
+    return _TOKEN.sub("plt_…", text)
 
 
 def told(exc: LedgerError, url: str | None) -> str:
-    """``exc``'s message as the server tells it to a caller: the ledger's URL
-    (``url``, as the library shows it: its host, user, database and schema, or
-    its file, are the operator's to know) named "the ledger", and any token it
-    repeats (one sent in a query parameter, say) masked as the access log masks it."""
-    text = _TOKEN.sub("plt_…", str(exc))
-    if url:
-        text = text.replace(f"cannot open ledger {url!r}", "cannot open the ledger")
-        text = text.replace(f"ledger {url!r}", "the ledger").replace(repr(url), "the ledger")
-    return text
+    """``exc``'s message as the server tells it to a caller: the ledger's location
+    (``url``) left out (:func:`~ledger.persistence.urls.without_location`), and any
+    token it repeats (one sent in a query parameter, say) masked."""
+    return masked(without_location(str(exc), url))
 
 
 def error_body(type_name: str, message: str, field: str | None = None) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from ledger.errors import AuthenticationError, LedgerError, install_hint
 from ledger.serve.api import json_response, ledger_error_response
 from ledger.serve.errors import error_body
 from ledger.serve.inputs import bearer_token, check_uncoded
+from ledger.serve.threads import write_limit
 
 
 class SessionManager(Protocol):
@@ -148,7 +149,14 @@ class MCPMount:
             await response(scope, receive, send)
             return
         manager = await self._manager(token)
-        await manager.handle_request(scope, receive, send)
+        if request.method != "POST":  # a client listening, or ending its session
+            await manager.handle_request(scope, receive, send)
+            return
+        # A call may write (a run records what it shows), in a worker thread the
+        # SDK takes from the pool reads use: under the writes' limit, calls queued
+        # behind a lock held elsewhere leave reads and pages their threads.
+        async with write_limit():
+            await manager.handle_request(scope, receive, send)
 
     @staticmethod
     def _key(token: str) -> str:

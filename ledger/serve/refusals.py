@@ -4,6 +4,7 @@ ledger refused."""
 
 from __future__ import annotations
 
+from ledger.application import ADMIN_TOKEN_REFUSAL
 from ledger.errors import AuthenticationError, ConcurrencyError, InvalidInputError, LedgerError
 from ledger.serve.errors import status_of, told
 
@@ -55,7 +56,7 @@ def signin_refused(exc: LedgerError, url: str | None) -> tuple[str, int]:
     check the token says so, not that the token is unknown."""
     if not isinstance(exc, AuthenticationError):
         return f"Nobody was signed in: {told(exc, url)}", status_of(exc)
-    if str(exc).startswith("that is an admin token"):
+    if str(exc) == ADMIN_TOKEN_REFUSAL:
         return (
             "That is the ledger's admin token: it is for admin commands and signs in no one. "
             "Sign in with a principal's token (provledger token issue SUBJECT).",

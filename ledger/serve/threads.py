@@ -38,8 +38,9 @@ _write_limits: WeakKeyDictionary[asyncio.AbstractEventLoop, anyio.CapacityLimite
 )
 
 
-def _write_limit() -> anyio.CapacityLimiter:
-    """The running event loop's limit on writes under way."""
+def write_limit() -> anyio.CapacityLimiter:
+    """The running event loop's limit on writes under way (``async with`` it to
+    hold a turn: the MCP endpoint does, for each call)."""
     loop = asyncio.get_running_loop()
     limit = _write_limits.get(loop)
     if limit is None:
@@ -67,7 +68,7 @@ async def finish_in_thread(work: Callable[[], T], *, write: bool = False) -> T:
             outcome.set_exception(exc)
 
     try:
-        await anyio.to_thread.run_sync(job, limiter=_write_limit() if write else None)
+        await anyio.to_thread.run_sync(job, limiter=write_limit() if write else None)
     except asyncio.CancelledError:
         if outcome.cancel():  # not begun, and now never will
             raise
@@ -83,4 +84,4 @@ async def finish_in_thread(work: Callable[[], T], *, write: bool = False) -> T:
     return outcome.result()
 
 
-__all__ = ["WRITE_THREADS", "finish_in_thread"]
+__all__ = ["WRITE_THREADS", "finish_in_thread", "write_limit"]

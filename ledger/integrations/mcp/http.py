@@ -162,7 +162,11 @@ def serve_http(
     listening = listen(host, port)
     try:
         with stop_signals_raise():
-            app = server.streamable_http_app(host=host, transport_security=security)
+            # A call's answer as one JSON body, not a stream: a stream is closed
+            # at a stop, unanswered, while the call goes on (as serve's /mcp).
+            app = server.streamable_http_app(
+                host=host, transport_security=security, json_response=True
+            )
             # Info: the address it listens on, and when it stops; no line per request.
             config = uvicorn.Config(app, log_level="info", access_log=False, server_header=False)
             # Listening before it says so: a client told the endpoint is there may

@@ -43,6 +43,7 @@ from ledger.integrations.mcp.tools import (
     revoke_memory,
 )
 from ledger.jsonable import EXPLAINED
+from ledger.persistence.urls import without_location
 from ledger.validation import echoed, listed, quoted
 
 __all__ = ["APPROVAL_TOOLS", "INSTRUCTIONS", "TOOLS", "build_server", "serve"]
@@ -147,6 +148,8 @@ class LedgerServer(MCPServer[Connection]):
     _approves: Callable[[], bool] | None = None
     #: The tools it was given, by name.
     given: dict[str, Tool] = {}
+    #: The URL of the ledger it serves, as messages show it (left out of refusals).
+    ledger_url: str | None = None
 
     def list_while(self, tools: frozenset[str], holds: Callable[[], bool]) -> None:
         """List ``tools`` only while ``holds()`` (asked at each listing)."""
@@ -164,6 +167,20 @@ class LedgerServer(MCPServer[Connection]):
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Connection, Any] | None = None
+    ) -> CallToolResult | InputRequiredResult:
+        """Call ``name`` (:meth:`_call_tool`); a refusal names the ledger without its
+        location (:func:`~ledger.persistence.urls.without_location`: the clients of
+        ``provledger serve``'s endpoint are not its operator)."""
+        try:
+            return await self._call_tool(name, arguments, context)
+        except ToolError as exc:
+            text = without_location(str(exc), self.ledger_url)
+            if text == str(exc):
+                raise
+            raise ToolError(text) from None
+
+    async def _call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context[Connection, Any] | None
     ) -> CallToolResult | InputRequiredResult:
         """Refuse arguments ``name`` does not take, then call it (text given for an
         argument that takes text kept as that text: :class:`_TextAsSent`)."""
@@ -482,6 +499,7 @@ def build_server(ledger: Ledger, token: str) -> MCPServer[Connection]:
         tools=tools,
     )
     server.given = {tool.name: tool for tool in tools}
+    server.ledger_url = ledger.url
 
     def approves() -> bool:
         try:
