@@ -201,3 +201,74 @@ def test_the_access_log_names_the_principal_of_an_mcp_request(
     lines = [r.getMessage() for r in caplog.records if r.name == ACCESS_LOGGER]
     assert [line.split(' "')[0].rsplit(" - ", 1)[1] for line in lines] == ["agent-1", "-"]
     assert all('"POST /mcp HTTP/1.1"' in line for line in lines), lines
+
+
+def test_each_mcp_session_is_a_run_of_its_own_ended_with_the_session(tmp_path: Any) -> None:
+    import sqlite3
+    import time
+    from contextlib import closing
+
+    from ledger import Kind
+
+    # Given K1 accepted, and an agent's two MCP sessions on the served ledger
+    path = tmp_path / "ledger.db"
+    led = Ledger.open(f"sqlite:///{path}")
+    admin = led.admin()
+    admin.grant("agent-1", scope="proj-a", roles=["read", "propose"])
+    admin.grant("reviewer", scope="proj-a", roles=["approve", "read"])
+    token = admin.issue_token("agent-1")
+    led.authenticate(token).propose("proj-a", "k", 1, Kind.FACT, id="K1")
+    led.authenticate(admin.issue_token("reviewer")).accept("K1")
+    try:
+        with running(create_app(led)) as base:
+            first, second = (_session(base, token) for _ in range(2))
+
+            def call(sid: str, tool: str, **arguments: Any) -> Any:
+                message = {
+                    "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                    "params": {"name": tool, "arguments": arguments},
+                }  # fmt: skip
+                answer = _messages(_rpc(base, token, message, sid))[0]["result"]
+                assert not answer.get("isError"), answer
+                return answer["structuredContent"]
+
+            # When the first session reads K1, and each session then proposes
+            assert call(first, "read_memory", scope="proj-a", claim_key="k")["outcome"] == "FOUND"
+            other = call(second, "propose_memory", scope="proj-a", claim_key="p", value=2,
+                         kind="plan", id="P2")  # fmt: skip
+            own = call(first, "propose_memory", scope="proj-a", claim_key="p", value=1,
+                       kind="plan", id="P1")  # fmt: skip
+            # Then only the proposal of the session that read K1 rests on it, each
+            # session in a run of its own
+            assert led.authenticate(token).get("P1").observed == ("K1",)
+            assert led.authenticate(token).get("P2").observed == ()
+            assert own["run_id"] != other["run_id"]
+            # And a session the client ends ends its run
+            headers = {"Authorization": f"Bearer {token}", "mcp-session-id": first}
+            headers |= {"mcp-protocol-version": "2025-06-18"}
+            assert httpx.delete(f"{base}/mcp", headers=headers, timeout=30).status_code == 200
+            deadline = time.monotonic() + 30
+            while True:
+                with closing(sqlite3.connect(path)) as c:
+                    ended = dict(c.execute("SELECT run_id, ended_pos FROM pl_runs").fetchall())
+                if ended.get(own["run_id"]) is not None or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)  # ended just after the DELETE is answered
+            assert ended[own["run_id"]] is not None
+            assert ended[other["run_id"]] is None  # still open
+        # And the server's stop ends every run still open
+        with closing(sqlite3.connect(path)) as c:
+            still = c.execute("SELECT count(*) FROM pl_runs WHERE ended_pos IS NULL").fetchone()
+        assert still == (0,)
+    finally:
+        led.close()
+
+
+def _session(base: str, token: str) -> str:
+    """A new MCP session of ``token`` (2025-06-18, initialized): its id."""
+    opened = _rpc(base, token, INIT)
+    assert opened.status_code == 200, opened.text
+    sid = opened.headers["mcp-session-id"]
+    ready = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    assert _rpc(base, token, ready, sid).status_code == 202
+    return str(sid)

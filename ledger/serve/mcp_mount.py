@@ -82,6 +82,9 @@ def default_factory() -> ServerFactory | None:
 class _Running:
     manager: SessionManager
     stop: anyio.Event
+    #: What answers the token's requests: its manager, ending a session's run once
+    #: the client ends the session (``ending_sessions``, when the server has runs).
+    handle: Any = None
 
 
 class MCPMount:
@@ -148,15 +151,15 @@ class MCPMount:
             )
             await response(scope, receive, send)
             return
-        manager = await self._manager(token)
+        handle = await self._manager(token)
         if request.method != "POST":  # a client listening, or ending its session
-            await manager.handle_request(scope, receive, send)
+            await handle(scope, receive, send)
             return
         # A call may write (a run records what it shows), in a worker thread the
         # SDK takes from the pool reads use: under the writes' limit, calls queued
         # behind a lock held elsewhere leave reads and pages their threads.
         async with write_limit():
-            await manager.handle_request(scope, receive, send)
+            await handle(scope, receive, send)
 
     @staticmethod
     def _key(token: str) -> str:
@@ -174,7 +177,7 @@ class MCPMount:
         """How many tokens' servers are running."""
         return len(self._running)
 
-    async def _manager(self, token: str) -> SessionManager:
+    async def _manager(self, token: str) -> Any:
         key = self._key(token)
         async with self._lock:
             running = self._running.get(key)
@@ -190,10 +193,14 @@ class MCPMount:
                     json_response=True,
                 )
                 manager: SessionManager = server.session_manager
-                running = _Running(manager, anyio.Event())
+                running = _Running(manager, anyio.Event(), manager.handle_request)
+                if hasattr(type(server), "connections"):  # a server with runs
+                    from ledger.integrations.mcp.connection import ending_sessions
+
+                    running.handle = ending_sessions(manager.handle_request, server)
                 await self._tasks.start(self._serve, running)
                 self._running[key] = running
-        return running.manager
+        return running.handle
 
     @staticmethod
     async def _serve(running: _Running, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:

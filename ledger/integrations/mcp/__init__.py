@@ -26,8 +26,9 @@ host it was told of (``allowed_hosts``) is refused, against DNS rebinding.
   a proposal is refused while something the connection read has been withdrawn
   unseen, and goes through once the connection has been shown it. ``audit_record``
   is not recorded. Over stdio the connection is the process; in process
-  (``mcp.Client(server)``) each client; over streamable HTTP, whose 2026 protocol
-  has no sessions, the server's lifetime.
+  (``mcp.Client(server)``) each client; over streamable HTTP each client session
+  (``Mcp-Session-Id``, ended by the client's ``DELETE`` or the server's stop), and
+  the server's lifetime for requests of the 2026 protocol, which has no sessions.
 
 Modules: :mod:`~ledger.integrations.mcp.schemas` (argument types),
 :mod:`~ledger.integrations.mcp.results` (result types),

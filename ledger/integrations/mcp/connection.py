@@ -1,4 +1,4 @@
-"""One MCP connection, one ledger run; and the helpers every tool shares (refusals
+"""One MCP session, one ledger run; and the helpers every tool shares (refusals
 as tool errors, blocking calls off the event loop, resource announcements)."""
 
 from __future__ import annotations
@@ -23,10 +23,12 @@ from ledger.values import RecordView
 
 __all__ = [
     "Connection",
+    "Connections",
     "Ctx",
     "announce",
     "as_tool_error",
     "connection_of",
+    "ending_sessions",
     "lifespan_of",
     "off_loop",
     "refusal",
@@ -141,6 +143,54 @@ class Connection:
                 log.warning("could not end run %s: %s", run.run_id if run else "-", exc)
 
 
+class Connections:
+    """A server's connections, one per MCP session, each with its run (SPEC §13.4:
+    one MCP session is one run), so one client's reads are never another's observed
+    dependencies: over streamable HTTP each client session (``Mcp-Session-Id``);
+    otherwise the server's one connection (stdio's session, an in-process client's,
+    or, over HTTP, every request of the 2026 protocol, which has no sessions). A
+    session's run ends when its client ends it (``DELETE``, :func:`ending_sessions`),
+    and at the latest when the server stops.
+    """
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self._lock = threading.Lock()
+        self._by_id: dict[str, Connection] = {}
+        self._shared: Connection | None = None
+
+    def of(self, context: Any) -> Connection:
+        """The connection a call came on (``context``: its request context), made on
+        the session's first call."""
+        request = getattr(context, "request", None)
+        headers = getattr(request, "headers", None)
+        sid = headers.get("mcp-session-id") if headers is not None else None
+        with self._lock:
+            if not sid:
+                if self._shared is None:
+                    self._shared = Connection(self.session)
+                return self._shared
+            found = self._by_id.get(sid)
+            if found is None:
+                found = self._by_id[sid] = Connection(self.session)
+            return found
+
+    def end(self, sid: str) -> None:
+        """End the run of the session ``sid`` (its client ended it), if it has one."""
+        with self._lock:
+            connection = self._by_id.pop(sid, None)
+        if connection is not None:
+            connection.close()
+
+    def close(self) -> None:
+        """End every run still open (the server stops)."""
+        with self._lock:
+            still = [*self._by_id.values(), *([self._shared] if self._shared else [])]
+            self._by_id.clear()
+        for connection in still:
+            connection.close()
+
+
 def _recording_waited(tool: str, exc: ConcurrencyError) -> ConcurrencyError:
     """The refusal of a read tool that gave up waiting for the writers' lock: a
     read takes no lock, but the run records what it shows (starting the run
@@ -153,29 +203,31 @@ def _recording_waited(tool: str, exc: ConcurrencyError) -> ConcurrencyError:
 
 
 #: The request context the tools receive.
-Ctx = Context[Connection, Any]
+Ctx = Context[Connections, Any]
 
 
 def connection_of(ctx: Ctx) -> Connection:
-    """The connection a tool call came on."""
-    return ctx.request_context.lifespan_context
+    """The connection (the MCP session) a tool call came on."""
+    context = ctx.request_context
+    return context.lifespan_context.of(context)
 
 
 def lifespan_of(
     session: Session,
-) -> Callable[[MCPServer[Connection]], AbstractAsyncContextManager[Connection]]:
-    """The server's lifespan: a :class:`Connection` per connection, its run ended
-    when the connection closes."""
+) -> Callable[[MCPServer[Connections]], AbstractAsyncContextManager[Connections]]:
+    """The server's lifespan: its :class:`Connections`, every run still open ended
+    when the server stops."""
 
     @asynccontextmanager
-    async def lifespan(_server: MCPServer[Connection]) -> AsyncIterator[Connection]:
-        connection = Connection(session)
+    async def lifespan(server: MCPServer[Connections]) -> AsyncIterator[Connections]:
+        connections = Connections(session)
+        server.connections = connections  # type: ignore[attr-defined]  # for ending_sessions
         try:
-            yield connection
+            yield connections
         finally:
             # Shielded: a client that drops the connection still ends its run.
             with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(connection.close)
+                await anyio.to_thread.run_sync(connections.close)
 
     return lifespan
 
@@ -198,3 +250,19 @@ def view_if_readable(session: Session, record_id: str) -> RecordView | None:
         return session.get(record_id)
     except AccessDeniedError:
         return None
+
+
+def ending_sessions(app: Any, server: object) -> Any:
+    """``app`` (an ASGI app serving ``server`` over streamable HTTP), ending a
+    session's run once its client ends the session (``DELETE`` naming it)."""
+
+    async def ending(scope: Any, receive: Any, send: Any) -> None:
+        await app(scope, receive, send)
+        if scope.get("type") != "http" or scope.get("method") != "DELETE":
+            return
+        sid = next((v for k, v in scope.get("headers", ()) if k == b"mcp-session-id"), None)
+        connections = getattr(server, "connections", None)
+        if sid and isinstance(connections, Connections):
+            await anyio.to_thread.run_sync(connections.end, sid.decode("latin-1"))
+
+    return ending

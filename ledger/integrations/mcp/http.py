@@ -29,6 +29,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
 
 from ledger.errors import InvalidInputError
+from ledger.integrations.mcp.connection import ending_sessions
 from ledger.sockets import Stopped, listen, stop_signals_raise
 from ledger.validation import quoted
 
@@ -164,8 +165,11 @@ def serve_http(
         with stop_signals_raise():
             # A call's answer as one JSON body, not a stream: a stream is closed
             # at a stop, unanswered, while the call goes on (as serve's /mcp).
-            app = server.streamable_http_app(
-                host=host, transport_security=security, json_response=True
+            app = ending_sessions(
+                server.streamable_http_app(
+                    host=host, transport_security=security, json_response=True
+                ),
+                server,
             )
             # Info: the address it listens on, and when it stops; no line per request.
             config = uvicorn.Config(app, log_level="info", access_log=False, server_header=False)

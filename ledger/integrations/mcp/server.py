@@ -23,7 +23,7 @@ from ledger import Ledger, __version__
 from ledger.access import Role
 from ledger.errors import InvalidInputError, LedgerError
 from ledger.graph import MAX_SERVED_NODES
-from ledger.integrations.mcp.connection import Connection, lifespan_of, refusal
+from ledger.integrations.mcp.connection import Connections, lifespan_of, refusal
 from ledger.integrations.mcp.http import serve_http
 from ledger.integrations.mcp.results import RECORD_URI
 from ledger.integrations.mcp.stdio import Answering, strict_stdin
@@ -134,7 +134,7 @@ def _tool(fn: Callable[..., Any], description: str, hints: ToolAnnotations) -> T
     return tool.model_copy(update={"fn_metadata": reading})
 
 
-class LedgerServer(MCPServer[Connection]):
+class LedgerServer(MCPServer[Connections]):
     """The SDK's server, strict about arguments: a tool's input schema admits no
     other properties, and a call naming an argument the tool does not take is
     refused naming it (the SDK would drop it, so a misspelt ``parent`` would
@@ -150,6 +150,8 @@ class LedgerServer(MCPServer[Connection]):
     given: dict[str, Tool] = {}
     #: The URL of the ledger it serves, as messages show it (left out of refusals).
     ledger_url: str | None = None
+    #: Its sessions' connections, while it runs (set by its lifespan).
+    connections: Connections | None = None
 
     def list_while(self, tools: frozenset[str], holds: Callable[[], bool]) -> None:
         """List ``tools`` only while ``holds()`` (asked at each listing)."""
@@ -166,7 +168,7 @@ class LedgerServer(MCPServer[Connection]):
         return tools
 
     async def call_tool(
-        self, name: str, arguments: dict[str, Any], context: Context[Connection, Any] | None = None
+        self, name: str, arguments: dict[str, Any], context: Context[Connections, Any] | None = None
     ) -> CallToolResult | InputRequiredResult:
         """Call ``name`` (:meth:`_call_tool`); a refusal names the ledger without its
         location (:func:`~ledger.persistence.urls.without_location`: the clients of
@@ -180,7 +182,7 @@ class LedgerServer(MCPServer[Connection]):
             raise ToolError(text) from None
 
     async def _call_tool(
-        self, name: str, arguments: dict[str, Any], context: Context[Connection, Any] | None
+        self, name: str, arguments: dict[str, Any], context: Context[Connections, Any] | None
     ) -> CallToolResult | InputRequiredResult:
         """Refuse arguments ``name`` does not take, then call it (text given for an
         argument that takes text kept as that text: :class:`_TextAsSent`)."""
@@ -475,7 +477,7 @@ APPROVAL_TOOLS: tuple[tuple[Callable[..., Any], str, ToolAnnotations], ...] = (
 # -- the server ---------------------------------------------------------------------------
 
 
-def build_server(ledger: Ledger, token: str) -> MCPServer[Connection]:
+def build_server(ledger: Ledger, token: str) -> MCPServer[Connections]:
     """An MCP server acting as the principal of ``token`` on ``ledger``.
 
     The approval tools are listed only while the token's principal holds
