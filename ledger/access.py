@@ -8,6 +8,7 @@ is itself in the log.
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -38,6 +39,16 @@ class Role(StrEnum):
 
 
 TOKEN_PREFIX = "plt_"
+#: A token as issued (``plt_`` and 43 URL-safe characters), or as much of one as a
+#: message quotes (a value is cut to its first 40 characters).
+_TOKEN_TEXT = re.compile(r"plt_[A-Za-z0-9_\-]{30,}")
+
+
+def mask_tokens(text: str) -> str:
+    """``text`` with any token in it masked as the access log masks it (``plt_…``),
+    for messages a server hands back to its callers."""
+    return _TOKEN_TEXT.sub(TOKEN_PREFIX + "…", text)
+
 
 #: The principal admin tokens are issued to. Not a valid subject id, so no grant
 #: or principal token can ever name it; its tokens authorize admin commands only.

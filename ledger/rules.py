@@ -20,11 +20,11 @@ from ledger.serialization import canonical, datetime_to_micros, micros_to_dateti
 from ledger.values import StaleCause
 from projections.validity import RecordRow
 
-#: Statuses a record may not be built on (as a parent or observed dependency).
 #: How far ahead of the ledger's clock another clock's instant is taken as now: a
 #: capture's ``fetched_at``, and an ``as_of`` time (its writer's clock, or a
 #: client's, running slightly fast).
 CLOCK_SKEW = timedelta(minutes=5)
+#: Statuses a record may not be built on (as a parent or observed dependency).
 BLOCKING = (Status.REVOKED, Status.REJECTED, Status.STALE, Status.SUPERSEDED)
 #: Statuses a revocation or supersession does not mark STALE (nothing left to re-verify).
 FINAL = (Status.REVOKED, Status.REJECTED, Status.SUPERSEDED)

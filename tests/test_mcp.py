@@ -180,6 +180,22 @@ async def test_a_refusal_names_the_ledger_without_its_url_or_file(team: Team) ->
     assert team.ledger.url not in text
 
 
+async def test_a_resource_read_refused_names_the_ledger_without_its_url(team: Team) -> None:
+    async with team.client("agent-1") as agent:
+        team.ledger.close()
+        with pytest.raises(MCPError) as caught:
+            await agent.read_resource(record_uri("M1"))
+    assert str(caught.value) == "ClosedLedgerError: the ledger is closed"
+
+
+async def test_a_token_repeated_in_a_tool_error_is_masked(team: Team) -> None:
+    token = team.tokens["agent-1"]
+    async with team.client("agent-1") as agent:
+        text = await refused(agent, "get_record", record_id=token)
+    assert token[:24] not in text
+    assert "plt_…" in text
+
+
 async def test_an_agent_token_gets_the_memory_tools_and_no_approval_tool(team: Team) -> None:
     async with team.client("agent-1") as agent:
         # When the agent's client lists the tools

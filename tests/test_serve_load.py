@@ -167,3 +167,39 @@ def test_a_read_answers_while_more_mcp_calls_than_the_pool_has_threads_wait_for_
     for t in callers:
         t.join(timeout=240)
     assert answers == [200] * WRITES
+
+
+def test_mcp_posts_whose_bodies_have_not_arrived_hold_no_writers_turn(
+    flooded: tuple[str, Path, str, str],
+) -> None:
+    import socket
+    from urllib.parse import urlsplit
+
+    pytest.importorskip("mcp.server.mcpserver")
+    base, _, agent_token, _ = flooded
+    where = urlsplit(base)
+    # Given more MCP POSTs than writes may run at once, each sending its body slowly
+    slow = []
+    try:
+        for _ in range(WRITE_THREADS + 1):
+            sock = socket.create_connection((where.hostname, where.port))
+            sock.sendall(
+                b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                b"Accept: application/json, text/event-stream\r\n"
+                + f"Authorization: Bearer {agent_token}\r\n".encode()
+                + b'Content-Length: 1000\r\n\r\n{"jsonrpc":'
+            )
+            slow.append(sock)
+        time.sleep(0.5)  # each reaches the endpoint and waits for the rest of its body
+        # When an agent proposes through the API meanwhile
+        made = httpx.post(
+            f"{base}/api/v1/records",
+            headers={"Authorization": f"Bearer {agent_token}"},
+            json={"scope": "proj-a", "claim_key": "k2", "value": 2, "kind": "fact"},
+            timeout=20,
+        )
+    finally:
+        for sock in slow:
+            sock.close()
+    # Then it is made at once: a body still arriving holds no writer's turn
+    assert made.status_code == 201, made.text

@@ -272,3 +272,92 @@ def _session(base: str, token: str) -> str:
     ready = {"jsonrpc": "2.0", "method": "notifications/initialized"}
     assert _rpc(base, token, ready, sid).status_code == 202
     return str(sid)
+
+
+def test_a_session_id_named_by_a_request_of_the_2026_protocol_picks_no_run(
+    tmp_path: Any,
+) -> None:
+    import sqlite3
+    import uuid
+    from contextlib import closing
+
+    # Given an agent on the served ledger, calling with the 2026 protocol (no sessions)
+    path = tmp_path / "ledger.db"
+    led = Ledger.open(f"sqlite:///{path}")
+    admin = led.admin()
+    admin.grant("agent-1", scope="proj-a", roles=["read", "propose"])
+    token = admin.issue_token("agent-1")
+
+    def runs() -> int:
+        with closing(sqlite3.connect(path)) as c:
+            (count,) = c.execute("SELECT count(*) FROM pl_runs").fetchone()
+        return int(count)
+
+    try:
+        with running(create_app(led)) as base:
+
+            def call(sid: str | None) -> None:
+                headers = {
+                    "Authorization": f"Bearer {token}", **ACCEPT,
+                    "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call",
+                    "Mcp-Name": "read_memory",
+                }  # fmt: skip
+                if sid is not None:
+                    headers["Mcp-Session-Id"] = sid
+                meta = {
+                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                    "io.modelcontextprotocol/clientCapabilities": {},
+                }
+                body = {
+                    "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                    "params": {"name": "read_memory", "_meta": meta,
+                               "arguments": {"scope": "proj-a", "claim_key": "k"}},
+                }  # fmt: skip
+                r = httpx.post(f"{base}/mcp", json=body, headers=headers, timeout=30)
+                assert r.status_code == 200, r.text
+                assert not _messages(r)[0]["result"].get("isError"), r.text
+
+            # When it calls with no session id, then five times naming made-up ones
+            call(None)
+            assert runs() == 1
+            for _ in range(5):
+                call(uuid.uuid4().hex)
+            # Then every call is in the server's one run: an id the SDK never checked
+            # (this protocol has no sessions) starts none
+            assert runs() == 1
+    finally:
+        led.close()
+
+
+def test_a_delete_the_sdk_refuses_ends_no_run(tmp_path: Any) -> None:
+    import time
+
+    led = Ledger.open(f"sqlite:///{tmp_path / 'ledger.db'}")
+    admin = led.admin()
+    admin.grant("agent-1", scope="proj-a", roles=["read", "propose"])
+    token = admin.issue_token("agent-1")
+
+    def propose(base: str, sid: str, rid: str) -> str:
+        message = {
+            "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "propose_memory", "arguments": {
+                "scope": "proj-a", "claim_key": rid, "value": 1, "kind": "fact", "id": rid}},
+        }  # fmt: skip
+        answer = _messages(_rpc(base, token, message, sid))[0]["result"]
+        return str(answer["structuredContent"]["run_id"])
+
+    try:
+        with running(create_app(led)) as base:
+            # Given a session in its run
+            sid = _session(base, token)
+            first = propose(base, sid, "P1")
+            # When a DELETE naming it is refused (a protocol version without sessions)
+            headers = {"Authorization": f"Bearer {token}", "mcp-session-id": sid}
+            headers |= {"mcp-protocol-version": "2026-07-28"}
+            refused = httpx.delete(f"{base}/mcp", headers=headers, timeout=30)
+            assert not 200 <= refused.status_code < 300
+            time.sleep(0.5)  # (a run ended would be ended by now)
+            # Then the session goes on in the same run
+            assert propose(base, sid, "P2") == first
+    finally:
+        led.close()

@@ -139,6 +139,24 @@ def test_an_sqlite_ledgers_file_is_not_named_to_callers(tmp_path: Any) -> None:
     assert "secret-dir" not in r.text
 
 
+def test_a_relative_ledger_path_is_left_out_only_where_it_names_the_file() -> None:
+    from ledger.persistence.urls import without_location
+
+    # A relative file name is any word: only its quoted and absolute forms are the file's
+    text = "InvalidInputError: scope 'alpha' holds no ledger record 'nope-l'"
+    assert without_location(text, "sqlite:///l") == text
+    import os
+
+    shown = f"the ledger file {os.path.abspath('l')!r} was removed"
+    assert without_location(shown, "sqlite:///l") == "the ledger's file was removed"
+    # An id that merely starts as a token does is no token
+    from ledger.access import mask_tokens
+
+    assert mask_tokens("record 'plt_training_loss_curves_v2'") == (
+        "record 'plt_training_loss_curves_v2'"
+    )
+
+
 def test_a_field_given_twice_deep_inside_a_body_is_named_as_such(
     ledger: Ledger, tokens: dict[str, str]
 ) -> None:

@@ -251,7 +251,10 @@ def without_location(text: str, url: str | None) -> str:
         path = None
     for shown in {path, os.path.abspath(path)} if path else ():
         text = text.replace(f"the ledger file {shown!r}", "the ledger's file")
-        text = text.replace(repr(shown), "the ledger's file").replace(shown, "the ledger's file")
+        text = text.replace(repr(shown), "the ledger's file")
+    if path:  # unquoted, only as a whole absolute path (a relative one is any word)
+        absolute = os.path.abspath(path)
+        text = re.sub(rf"(?<![\w/.-]){re.escape(absolute)}(?![\w/.-])", "the ledger's file", text)
     return text
 
 

@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from ledger.access import mask_tokens
 from ledger.errors import (
     AcceptanceCheckError,
     AccessDeniedError,
@@ -165,14 +166,9 @@ def field_of(exc: LedgerError, fields: Iterable[str], paths: Iterable[str] = ())
     return None
 
 
-#: A bearer token as the ledger issues them (``plt_`` and 43 URL-safe characters),
-#: or as much of one as a message quotes (a value is cut to its first 40).
-_TOKEN = re.compile(r"plt_[A-Za-z0-9_\-]{20,}")
-
-
 def masked(text: str) -> str:
-    """``text`` with any token in it masked as the access log masks it (``plt_…``)."""
-    return _TOKEN.sub("plt_…", text)
+    """``text`` with any token in it masked (:func:`ledger.access.mask_tokens`)."""
+    return mask_tokens(text)
 
 
 def told(exc: LedgerError, url: str | None) -> str:

@@ -17,6 +17,7 @@ one token can make the server hold is bounded, and ends with the token.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
@@ -157,9 +158,16 @@ class MCPMount:
             return
         # A call may write (a run records what it shows), in a worker thread the
         # SDK takes from the pool reads use: under the writes' limit, calls queued
-        # behind a lock held elsewhere leave reads and pages their threads.
+        # behind a lock held elsewhere leave reads and pages their threads. Only
+        # once its whole body is in (a slow client holds no turn), and only a
+        # call or a resource read (a listening stream, which has no end, none).
+        body = await request.body()
+        replayed = _replay(body, receive)
+        if not _calls(body):
+            await handle(scope, replayed, send)
+            return
         async with write_limit():
-            await handle(scope, receive, send)
+            await handle(scope, replayed, send)
 
     @staticmethod
     def _key(token: str) -> str:
@@ -207,3 +215,33 @@ class MCPMount:
         async with running.manager.run():
             task_status.started()
             await running.stop.wait()
+
+
+#: The JSON-RPC methods that run the ledger's work (a tool, the record resource).
+_WORK = frozenset({"tools/call", "resources/read"})
+
+
+def _calls(body: bytes) -> bool:
+    """Whether a POST's JSON-RPC body (one message or a batch) calls a tool or reads
+    a resource; a body that does not parse is the SDK's to refuse."""
+    try:
+        sent = json.loads(body)
+    except ValueError:
+        return False
+    messages = sent if isinstance(sent, list) else [sent]
+    return any(isinstance(m, dict) and m.get("method") in _WORK for m in messages)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """``receive`` giving ``body`` again, whole, then what the client sends next
+    (its disconnect)."""
+    given = False
+
+    async def replayed() -> Any:
+        nonlocal given
+        if not given:
+            given = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replayed

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import secrets
 import threading
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from contextlib import AbstractAsyncContextManager, ExitStack, asynccontextmanager, contextmanager
 from typing import Any, TypeVar
@@ -14,10 +15,13 @@ import anyio
 import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from ledger import RunContext, Session
+from ledger.access import mask_tokens
 from ledger.errors import AccessDeniedError, ConcurrencyError, LedgerError
 from ledger.integrations.mcp.results import record_uri
+from ledger.persistence.urls import without_location
 from ledger.rules import BLOCKING
 from ledger.values import RecordView
 
@@ -43,9 +47,11 @@ T = TypeVar("T")
 # -- refusals -------------------------------------------------------------------------------
 
 
-def refusal(exc: LedgerError) -> str:
-    """The text of a refusal: the error's class, then its message."""
-    return f"{type(exc).__name__}: {exc}"
+def refusal(exc: LedgerError, url: str | None = None) -> str:
+    """The text of a refusal: the error's class, then its message, any token in it
+    masked and the ledger's location (``url``) left out (the clients of ``provledger
+    serve``'s endpoint are not its operator)."""
+    return f"{type(exc).__name__}: {mask_tokens(without_location(str(exc), url))}"
 
 
 @contextmanager
@@ -74,8 +80,9 @@ class Connection:
     (a new run) starts.
     """
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: Session, url: str | None = None) -> None:
         self.session = session
+        self.url = url  # the ledger's, left out of refusals (:func:`refusal`)
         # One call at a time on the run: it records what it was shown in order.
         self._lock = threading.Lock()
         self._stack = ExitStack()
@@ -146,34 +153,40 @@ class Connection:
 class Connections:
     """A server's connections, one per MCP session, each with its run (SPEC §13.4:
     one MCP session is one run), so one client's reads are never another's observed
-    dependencies: over streamable HTTP each client session (``Mcp-Session-Id``);
+    dependencies: over streamable HTTP each client session (``Mcp-Session-Id`` of
+    the 2025 protocol, whose sessions the SDK checks before any tool runs);
     otherwise the server's one connection (stdio's session, an in-process client's,
-    or, over HTTP, every request of the 2026 protocol, which has no sessions). A
-    session's run ends when its client ends it (``DELETE``, :func:`ending_sessions`),
-    and at the latest when the server stops.
+    or every request of the 2026 protocol, which has no sessions: a session id it
+    names picks nothing). A session's run ends when its client ends the session
+    (:func:`ending_sessions`), when :data:`SESSIONS` later sessions have been used
+    since it was last used (one that idled out is never ended by its client), and
+    at the latest when the server stops.
     """
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: Session, url: str | None = None) -> None:
         self.session = session
+        self.url = url
         self._lock = threading.Lock()
-        self._by_id: dict[str, Connection] = {}
+        self._by_id: OrderedDict[str, Connection] = OrderedDict()
         self._shared: Connection | None = None
 
     def of(self, context: Any) -> Connection:
         """The connection a call came on (``context``: its request context), made on
         the session's first call."""
-        request = getattr(context, "request", None)
-        headers = getattr(request, "headers", None)
-        sid = headers.get("mcp-session-id") if headers is not None else None
+        sid = _session_id(getattr(context, "request", None))
         with self._lock:
-            if not sid:
+            if sid is None:
                 if self._shared is None:
-                    self._shared = Connection(self.session)
+                    self._shared = Connection(self.session, self.url)
                 return self._shared
             found = self._by_id.get(sid)
             if found is None:
-                found = self._by_id[sid] = Connection(self.session)
-            return found
+                found = self._by_id[sid] = Connection(self.session, self.url)
+            self._by_id.move_to_end(sid)
+            stale = self._by_id.popitem(last=False)[1] if len(self._by_id) > SESSIONS else None
+        if stale is not None:  # on a thread of its own: a call on it may be under way
+            threading.Thread(target=stale.close, name="provledger-mcp-run-end").start()
+        return found
 
     def end(self, sid: str) -> None:
         """End the run of the session ``sid`` (its client ended it), if it has one."""
@@ -189,6 +202,25 @@ class Connections:
             self._by_id.clear()
         for connection in still:
             connection.close()
+
+
+#: Sessions whose runs a server keeps open at once; the least recently used one's
+#: run is ended beyond that.
+SESSIONS = 1000
+
+
+def _session_id(request: Any) -> str | None:
+    """The 2025 protocol's session id of an HTTP request, or None (no request, no
+    id, or a request of a later protocol, which has no sessions: the SDK routes it
+    past every session check, so an id it names is the client's word only)."""
+    headers = getattr(request, "headers", None)
+    if headers is None:
+        return None
+    version = headers.get("mcp-protocol-version")
+    if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
+        return None
+    sid = headers.get("mcp-session-id")
+    return str(sid) if sid else None
 
 
 def _recording_waited(tool: str, exc: ConcurrencyError) -> ConcurrencyError:
@@ -213,14 +245,14 @@ def connection_of(ctx: Ctx) -> Connection:
 
 
 def lifespan_of(
-    session: Session,
+    session: Session, url: str | None = None
 ) -> Callable[[MCPServer[Connections]], AbstractAsyncContextManager[Connections]]:
     """The server's lifespan: its :class:`Connections`, every run still open ended
     when the server stops."""
 
     @asynccontextmanager
     async def lifespan(server: MCPServer[Connections]) -> AsyncIterator[Connections]:
-        connections = Connections(session)
+        connections = Connections(session, url)
         server.connections = connections  # type: ignore[attr-defined]  # for ending_sessions
         try:
             yield connections
@@ -254,15 +286,32 @@ def view_if_readable(session: Session, record_id: str) -> RecordView | None:
 
 def ending_sessions(app: Any, server: object) -> Any:
     """``app`` (an ASGI app serving ``server`` over streamable HTTP), ending a
-    session's run once its client ends the session (``DELETE`` naming it)."""
+    session's run once its client has ended the session (a ``DELETE`` naming it
+    that the SDK answered 2xx; one it refused ends nothing)."""
 
     async def ending(scope: Any, receive: Any, send: Any) -> None:
-        await app(scope, receive, send)
         if scope.get("type") != "http" or scope.get("method") != "DELETE":
+            await app(scope, receive, send)
             return
-        sid = next((v for k, v in scope.get("headers", ()) if k == b"mcp-session-id"), None)
+        status: list[int] = []
+
+        async def sending(message: Any) -> None:
+            if message.get("type") == "http.response.start":
+                status.append(int(message.get("status", 0)))
+            await send(message)
+
+        await app(scope, receive, sending)
+        sid = _session_id(_Headers(scope))
         connections = getattr(server, "connections", None)
-        if sid and isinstance(connections, Connections):
-            await anyio.to_thread.run_sync(connections.end, sid.decode("latin-1"))
+        if sid and status and 200 <= status[0] < 300 and isinstance(connections, Connections):
+            await anyio.to_thread.run_sync(connections.end, sid)
 
     return ending
+
+
+class _Headers:
+    """An ASGI scope's headers as :func:`_session_id` reads a request's."""
+
+    def __init__(self, scope: Any) -> None:
+        raw = scope.get("headers", ())
+        self.headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in raw}

@@ -20,7 +20,7 @@ from mcp.types import Tool as MCPTool
 from pydantic import PrivateAttr, ValidationError
 
 from ledger import Ledger, __version__
-from ledger.access import Role
+from ledger.access import Role, mask_tokens
 from ledger.errors import InvalidInputError, LedgerError
 from ledger.graph import MAX_SERVED_NODES
 from ledger.integrations.mcp.connection import Connections, lifespan_of, refusal
@@ -176,7 +176,7 @@ class LedgerServer(MCPServer[Connections]):
         try:
             return await self._call_tool(name, arguments, context)
         except ToolError as exc:
-            text = without_location(str(exc), self.ledger_url)
+            text = mask_tokens(without_location(str(exc), self.ledger_url))
             if text == str(exc):
                 raise
             raise ToolError(text) from None
@@ -495,7 +495,7 @@ def build_server(ledger: Ledger, token: str) -> MCPServer[Connections]:
         title="provledger memory",
         instructions=INSTRUCTIONS,
         version=__version__,
-        lifespan=lifespan_of(session),
+        lifespan=lifespan_of(session, ledger.url),
         # A refused tool call is an answer to the model, not an operator's concern.
         log_level="WARNING",
         tools=tools,

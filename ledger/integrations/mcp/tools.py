@@ -477,14 +477,16 @@ def record_resource(ctx: Ctx, record_id: str) -> str:
     """The record resource: one record as JSON (what get_record returns), recorded
     in the run. An id that is no record id is the client's mistake, as an unknown
     one is: invalid params (-32602), not an internal error."""
+    connection = connection_of(ctx)
     try:
-        with connection_of(ctx).acting("the record resource") as acting:
+        with connection.acting("the record resource") as acting:
             view = acting.get(record_id)
     except UnknownRecordError as exc:
-        raise ResourceNotFoundError(refusal(exc)) from None
+        raise ResourceNotFoundError(refusal(exc, connection.url)) from None
     except InvalidInputError as exc:
         uri = record_uri(quote(record_id, safe=""))
-        raise MCPError(code=INVALID_PARAMS, message=refusal(exc), data={"uri": uri}) from None
+        message = refusal(exc, connection.url)
+        raise MCPError(code=INVALID_PARAMS, message=message, data={"uri": uri}) from None
     except LedgerError as exc:
-        raise ResourceError(refusal(exc)) from None
+        raise ResourceError(refusal(exc, connection.url)) from None
     return json.dumps(record_out(view), ensure_ascii=False)
