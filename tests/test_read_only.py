@@ -431,7 +431,10 @@ def test_an_mcp_server_on_a_read_only_ledger_reads_and_refuses_proposals(tmp_pat
     assert not read.is_error, read.content
     assert read.structured_content["outcome"] == "FOUND"
     assert proposed.is_error
-    assert "ReadOnlyError: propose refused: ledger" in proposed.content[0].text
+    # (the ledger named without its URL, as to any MCP client)
+    assert "ReadOnlyError: propose refused: the ledger is opened read-only" in (
+        proposed.content[0].text
+    )
     assert sha256(path) == before
 
 
