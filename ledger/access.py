@@ -40,8 +40,8 @@ class Role(StrEnum):
 
 TOKEN_PREFIX = "plt_"
 #: A token as issued (``plt_`` and 43 URL-safe characters), or as much of one as a
-#: message quotes (a value is cut to its first 40 characters).
-_TOKEN_TEXT = re.compile(r"plt_[A-Za-z0-9_\-]{30,}")
+#: message quotes (a value is cut to its first 40 characters: ``plt_`` and 36).
+_TOKEN_TEXT = re.compile(r"plt_[A-Za-z0-9_\-]{36,}")
 
 
 def mask_tokens(text: str) -> str:

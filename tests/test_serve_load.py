@@ -13,8 +13,9 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import closing
+from contextlib import closing, suppress
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -202,4 +203,61 @@ def test_mcp_posts_whose_bodies_have_not_arrived_hold_no_writers_turn(
         for sock in slow:
             sock.close()
     # Then it is made at once: a body still arriving holds no writer's turn
+    assert made.status_code == 201, made.text
+
+
+def test_a_call_whose_answer_a_later_request_took_holds_no_turn_once_its_work_is_done(
+    flooded: tuple[str, Path, str, str],
+) -> None:
+    pytest.importorskip("mcp.server.mcpserver")
+    base, path, agent_token, _ = flooded
+    headers = {
+        "Authorization": f"Bearer {agent_token}",
+        "Accept": "application/json, text/event-stream",
+    }
+    init = {
+        "jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "load", "version": "1"}},
+    }  # fmt: skip
+    holder = sqlite3.connect(path, isolation_level=None)
+    callers = []
+    with closing(holder):
+        # Given another process holding the ledger's write lock
+        holder.execute("BEGIN IMMEDIATE")
+        # And more sessions than writes may run at once, each calling a tool, then
+        # pinging with the call's request id (the SDK hands the ping the call's
+        # answer stream: the call is answered to nobody)
+        for _ in range(WRITE_THREADS + 1):
+            opened = httpx.post(f"{base}/mcp", json=init, headers=headers, timeout=30)
+            session = {**headers, "mcp-session-id": opened.headers["mcp-session-id"]}
+            session["mcp-protocol-version"] = "2025-06-18"
+            ready = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+            httpx.post(f"{base}/mcp", json=ready, headers=session, timeout=30)
+            call = {
+                "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                "params": {"name": "get_record", "arguments": {"record_id": "M1"}},
+            }  # fmt: skip
+
+            def calling(sent: dict[str, str] = session, message: Any = call) -> None:
+                with suppress(httpx.HTTPError):
+                    httpx.post(f"{base}/mcp", json=message, headers=sent, timeout=5)
+
+            t = threading.Thread(target=calling)
+            t.start()
+            callers.append(t)
+            time.sleep(0.3)  # the call waits for the lock
+            ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+            httpx.post(f"{base}/mcp", json=ping, headers=session, timeout=30)
+        # When the lock is let go (each call's work is then done)
+        holder.execute("ROLLBACK")
+    for t in callers:
+        t.join(timeout=60)
+    # Then a write through the API is made at once: no turn is left held
+    made = httpx.post(
+        f"{base}/api/v1/records",
+        headers={"Authorization": f"Bearer {agent_token}"},
+        json={"scope": "proj-a", "claim_key": "k3", "value": 3, "kind": "fact"},
+        timeout=20,
+    )
     assert made.status_code == 201, made.text

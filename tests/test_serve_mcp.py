@@ -361,3 +361,40 @@ def test_a_delete_the_sdk_refuses_ends_no_run(tmp_path: Any) -> None:
             assert propose(base, sid, "P2") == first
     finally:
         led.close()
+
+
+def test_a_delete_naming_two_sessions_ends_the_run_of_the_first_as_the_sdk_reads_it(
+    tmp_path: Any,
+) -> None:
+    import time
+
+    led = Ledger.open(f"sqlite:///{tmp_path / 'ledger.db'}")
+    admin = led.admin()
+    admin.grant("agent-1", scope="proj-a", roles=["read", "propose"])
+    token = admin.issue_token("agent-1")
+
+    def propose(base: str, sid: str, rid: str) -> str:
+        message = {
+            "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "propose_memory", "arguments": {
+                "scope": "proj-a", "claim_key": rid, "value": 1, "kind": "fact", "id": rid}},
+        }  # fmt: skip
+        answer = _messages(_rpc(base, token, message, sid))[0]["result"]
+        return str(answer["structuredContent"]["run_id"])
+
+    try:
+        with running(create_app(led)) as base:
+            # Given two sessions, each in its run
+            first, second = _session(base, token), _session(base, token)
+            propose(base, first, "A1")
+            run = propose(base, second, "B1")
+            # When a DELETE names the first, then the second
+            headers = [("authorization", f"Bearer {token}"), ("mcp-session-id", first)]
+            headers += [("mcp-session-id", second), ("mcp-protocol-version", "2025-06-18")]
+            ended = httpx.delete(f"{base}/mcp", headers=headers, timeout=30)
+            assert ended.status_code == 200, ended.text
+            time.sleep(0.5)  # (a run ended would be ended by now)
+            # Then the second session goes on in its run (the SDK ended the first)
+            assert propose(base, second, "B2") == run
+    finally:
+        led.close()

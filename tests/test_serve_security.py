@@ -143,7 +143,7 @@ def test_a_relative_ledger_path_is_left_out_only_where_it_names_the_file() -> No
     from ledger.persistence.urls import without_location
 
     # A relative file name is any word: only its quoted and absolute forms are the file's
-    text = "InvalidInputError: scope 'alpha' holds no ledger record 'nope-l'"
+    text = "InvalidInputError: scope 'alpha' holds no ledger record 'nope-l' nor 'l'"
     assert without_location(text, "sqlite:///l") == text
     import os
 

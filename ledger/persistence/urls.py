@@ -249,11 +249,10 @@ def without_location(text: str, url: str | None) -> str:
         path = resolve_url(url).path
     except LedgerError:
         path = None
-    for shown in {path, os.path.abspath(path)} if path else ():
-        text = text.replace(f"the ledger file {shown!r}", "the ledger's file")
-        text = text.replace(repr(shown), "the ledger's file")
-    if path:  # unquoted, only as a whole absolute path (a relative one is any word)
+    if path:  # as messages name it, absolute (a relative path is any word or id)
         absolute = os.path.abspath(path)
+        text = text.replace(f"the ledger file {absolute!r}", "the ledger's file")
+        text = text.replace(repr(absolute), "the ledger's file")
         text = re.sub(rf"(?<![\w/.-]){re.escape(absolute)}(?![\w/.-])", "the ledger's file", text)
     return text
 

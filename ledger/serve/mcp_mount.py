@@ -17,7 +17,6 @@ one token can make the server hold is bounded, and ends with the token.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
@@ -153,21 +152,7 @@ class MCPMount:
             await response(scope, receive, send)
             return
         handle = await self._manager(token)
-        if request.method != "POST":  # a client listening, or ending its session
-            await handle(scope, receive, send)
-            return
-        # A call may write (a run records what it shows), in a worker thread the
-        # SDK takes from the pool reads use: under the writes' limit, calls queued
-        # behind a lock held elsewhere leave reads and pages their threads. Only
-        # once its whole body is in (a slow client holds no turn), and only a
-        # call or a resource read (a listening stream, which has no end, none).
-        body = await request.body()
-        replayed = _replay(body, receive)
-        if not _calls(body):
-            await handle(scope, replayed, send)
-            return
-        async with write_limit():
-            await handle(scope, replayed, send)
+        await handle(scope, receive, send)
 
     @staticmethod
     def _key(token: str) -> str:
@@ -206,6 +191,13 @@ class MCPMount:
                     from ledger.integrations.mcp.connection import ending_sessions
 
                     running.handle = ending_sessions(manager.handle_request, server)
+                    # A tool's work (a run records what it shows: a write) in a
+                    # worker thread of the pool reads use: under the writes'
+                    # limit, calls queued behind a lock held elsewhere leave reads
+                    # and pages their threads. The turn is held for the work
+                    # alone, not for the request (a body still arriving, a
+                    # listening stream, an answer nobody reads hold none).
+                    server.work_limit = write_limit  # type: ignore[attr-defined]
                 await self._tasks.start(self._serve, running)
                 self._running[key] = running
         return running.handle
@@ -215,33 +207,3 @@ class MCPMount:
         async with running.manager.run():
             task_status.started()
             await running.stop.wait()
-
-
-#: The JSON-RPC methods that run the ledger's work (a tool, the record resource).
-_WORK = frozenset({"tools/call", "resources/read"})
-
-
-def _calls(body: bytes) -> bool:
-    """Whether a POST's JSON-RPC body (one message or a batch) calls a tool or reads
-    a resource; a body that does not parse is the SDK's to refuse."""
-    try:
-        sent = json.loads(body)
-    except ValueError:
-        return False
-    messages = sent if isinstance(sent, list) else [sent]
-    return any(isinstance(m, dict) and m.get("method") in _WORK for m in messages)
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    """``receive`` giving ``body`` again, whole, then what the client sends next
-    (its disconnect)."""
-    given = False
-
-    async def replayed() -> Any:
-        nonlocal given
-        if not given:
-            given = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replayed

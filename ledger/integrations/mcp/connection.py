@@ -313,5 +313,7 @@ class _Headers:
     """An ASGI scope's headers as :func:`_session_id` reads a request's."""
 
     def __init__(self, scope: Any) -> None:
-        raw = scope.get("headers", ())
-        self.headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in raw}
+        self.headers: dict[str, str] = {}
+        for key, value in scope.get("headers", ()):
+            # The first of a repeated header, as the SDK reads it (and Starlette).
+            self.headers.setdefault(key.decode("latin-1").lower(), value.decode("latin-1"))

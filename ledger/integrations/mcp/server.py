@@ -7,9 +7,11 @@ import json
 import math
 import signal
 from collections.abc import Callable, Iterable
+from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import Any, Literal
 
 import anyio
+from mcp.server.lowlevel.helper_types import ReadResourceContents
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools import Tool
@@ -18,6 +20,7 @@ from mcp.server.stdio import stdio_server
 from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
 from mcp.types import Tool as MCPTool
 from pydantic import PrivateAttr, ValidationError
+from pydantic.networks import AnyUrl
 
 from ledger import Ledger, __version__
 from ledger.access import Role, mask_tokens
@@ -152,6 +155,9 @@ class LedgerServer(MCPServer[Connections]):
     ledger_url: str | None = None
     #: Its sessions' connections, while it runs (set by its lifespan).
     connections: Connections | None = None
+    #: What a tool's work or a resource read holds a turn of while it runs, if
+    #: anything (``provledger serve`` gives its writes' limit: the work writes).
+    work_limit: Callable[[], AbstractAsyncContextManager[Any]] | None = None
 
     def list_while(self, tools: frozenset[str], holds: Callable[[], bool]) -> None:
         """List ``tools`` only while ``holds()`` (asked at each listing)."""
@@ -174,12 +180,25 @@ class LedgerServer(MCPServer[Connections]):
         location (:func:`~ledger.persistence.urls.without_location`: the clients of
         ``provledger serve``'s endpoint are not its operator)."""
         try:
-            return await self._call_tool(name, arguments, context)
+            async with self._turn():
+                return await self._call_tool(name, arguments, context)
         except ToolError as exc:
             text = mask_tokens(without_location(str(exc), self.ledger_url))
             if text == str(exc):
                 raise
             raise ToolError(text) from None
+
+    def _turn(self) -> AbstractAsyncContextManager[Any]:
+        """A turn of :attr:`work_limit`, or nothing to wait for."""
+        return nullcontext() if self.work_limit is None else self.work_limit()
+
+    async def read_resource(
+        self, uri: AnyUrl | str, context: Context[Connections, Any] | None = None
+    ) -> Iterable[ReadResourceContents] | InputRequiredResult:
+        """Read ``uri`` under a turn of :attr:`work_limit` (reading a record
+        records it in the run, a write)."""
+        async with self._turn():
+            return await super().read_resource(uri, context)
 
     async def _call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Connections, Any] | None
