@@ -332,19 +332,10 @@ def test_a_session_id_named_by_a_request_of_the_2026_protocol_picks_no_run(
 def test_a_delete_the_sdk_refuses_ends_no_run(tmp_path: Any) -> None:
     import time
 
-    led = Ledger.open(f"sqlite:///{tmp_path / 'ledger.db'}")
-    admin = led.admin()
-    admin.grant("agent-1", scope="proj-a", roles=["read", "propose"])
-    token = admin.issue_token("agent-1")
+    led, token = _agent_on_file(tmp_path)
 
     def propose(base: str, sid: str, rid: str) -> str:
-        message = {
-            "jsonrpc": "2.0", "id": 2, "method": "tools/call",
-            "params": {"name": "propose_memory", "arguments": {
-                "scope": "proj-a", "claim_key": rid, "value": 1, "kind": "fact", "id": rid}},
-        }  # fmt: skip
-        answer = _messages(_rpc(base, token, message, sid))[0]["result"]
-        return str(answer["structuredContent"]["run_id"])
+        return _proposed_in_run(base, token, sid, rid)
 
     try:
         with running(create_app(led)) as base:
@@ -368,19 +359,10 @@ def test_a_delete_naming_two_sessions_ends_the_run_of_the_first_as_the_sdk_reads
 ) -> None:
     import time
 
-    led = Ledger.open(f"sqlite:///{tmp_path / 'ledger.db'}")
-    admin = led.admin()
-    admin.grant("agent-1", scope="proj-a", roles=["read", "propose"])
-    token = admin.issue_token("agent-1")
+    led, token = _agent_on_file(tmp_path)
 
     def propose(base: str, sid: str, rid: str) -> str:
-        message = {
-            "jsonrpc": "2.0", "id": 2, "method": "tools/call",
-            "params": {"name": "propose_memory", "arguments": {
-                "scope": "proj-a", "claim_key": rid, "value": 1, "kind": "fact", "id": rid}},
-        }  # fmt: skip
-        answer = _messages(_rpc(base, token, message, sid))[0]["result"]
-        return str(answer["structuredContent"]["run_id"])
+        return _proposed_in_run(base, token, sid, rid)
 
     try:
         with running(create_app(led)) as base:
@@ -398,3 +380,23 @@ def test_a_delete_naming_two_sessions_ends_the_run_of_the_first_as_the_sdk_reads
             assert propose(base, second, "B2") == run
     finally:
         led.close()
+
+
+def _agent_on_file(tmp_path: Any) -> tuple[Ledger, str]:
+    """An SQLite ledger in ``tmp_path`` where agent-1 may read and propose in
+    proj-a, and agent-1's token."""
+    led = Ledger.open(f"sqlite:///{tmp_path / 'ledger.db'}")
+    admin = led.admin()
+    admin.grant("agent-1", scope="proj-a", roles=["read", "propose"])
+    return led, admin.issue_token("agent-1")
+
+
+def _proposed_in_run(base: str, token: str, sid: str, rid: str) -> str:
+    """Propose ``rid`` (a fact) in session ``sid``; the run it was proposed in."""
+    message = {
+        "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "propose_memory", "arguments": {
+            "scope": "proj-a", "claim_key": rid, "value": 1, "kind": "fact", "id": rid}},
+    }  # fmt: skip
+    answer = _messages(_rpc(base, token, message, sid))[0]["result"]
+    return str(answer["structuredContent"]["run_id"])
