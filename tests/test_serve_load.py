@@ -12,7 +12,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import closing, suppress
 from pathlib import Path
 from typing import Any
@@ -84,17 +84,9 @@ def test_a_read_answers_while_more_writes_than_the_pool_has_threads_wait_for_the
             )
             answers.append(r.status_code)
 
-        writers = [threading.Thread(target=write, args=(i,)) for i in range(WRITES)]
-        for t in writers:
-            t.start()
-        assert _writes_in() == WRITES
         # When a reader asks for a record while they wait, the lock still held
         # (a read that found no thread would wait the writers' 120 s: 60 s fails it)
-        with httpx.Client(base_url=base, timeout=60) as client:
-            read = client.get(
-                "/api/v1/records/M1", headers={"Authorization": f"Bearer {reader_token}"}
-            )
-            answers_meanwhile = len(answers)
+        writers, read, answers_meanwhile = _read_while_waiting(write, answers, base, reader_token)
         # Then it was answered, while no write had been
         assert read.status_code == 200, read.text
         assert read.json()["id"] == "M1"
@@ -118,23 +110,7 @@ def test_a_read_answers_while_more_mcp_calls_than_the_pool_has_threads_wait_for_
     pytest.importorskip("mcp.server.mcpserver")
     base, path, agent_token, reader_token = flooded
     # Given an agent's MCP session on the served ledger
-    headers = {
-        "Authorization": f"Bearer {agent_token}",
-        "Accept": "application/json, text/event-stream",
-    }
-    init = {
-        "jsonrpc": "2.0", "id": 0, "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {},
-            "clientInfo": {"name": "load", "version": "1"},
-        },
-    }  # fmt: skip
-    opened = httpx.post(f"{base}/mcp", json=init, headers=headers, timeout=30)
-    assert opened.status_code == 200, opened.text
-    headers |= {"mcp-session-id": opened.headers["mcp-session-id"]}
-    headers |= {"mcp-protocol-version": "2025-06-18"}
-    ready = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-    assert httpx.post(f"{base}/mcp", json=ready, headers=headers, timeout=30).status_code == 202
+    headers = _mcp_session(base, agent_token)
     holder = sqlite3.connect(path, isolation_level=None)
     with closing(holder):
         # And another process's connection holding the ledger's write lock, while
@@ -150,16 +126,8 @@ def test_a_read_answers_while_more_mcp_calls_than_the_pool_has_threads_wait_for_
             r = httpx.post(f"{base}/mcp", json=message, headers=headers, timeout=300)
             answers.append(r.status_code)
 
-        callers = [threading.Thread(target=call, args=(i,)) for i in range(WRITES)]
-        for t in callers:
-            t.start()
-        assert _writes_in() == WRITES
         # When a reader asks the API for a record meanwhile, the lock still held
-        with httpx.Client(base_url=base, timeout=60) as client:
-            read = client.get(
-                "/api/v1/records/M1", headers={"Authorization": f"Bearer {reader_token}"}
-            )
-            answered_meanwhile = len(answers)
+        callers, read, answered_meanwhile = _read_while_waiting(call, answers, base, reader_token)
         # Then it was answered, while no call had been
         assert read.status_code == 200, read.text
         assert answered_meanwhile == 0
@@ -211,15 +179,6 @@ def test_a_call_whose_answer_a_later_request_took_holds_no_turn_once_its_work_is
 ) -> None:
     pytest.importorskip("mcp.server.mcpserver")
     base, path, agent_token, _ = flooded
-    headers = {
-        "Authorization": f"Bearer {agent_token}",
-        "Accept": "application/json, text/event-stream",
-    }
-    init = {
-        "jsonrpc": "2.0", "id": 0, "method": "initialize",
-        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                   "clientInfo": {"name": "load", "version": "1"}},
-    }  # fmt: skip
     holder = sqlite3.connect(path, isolation_level=None)
     callers = []
     with closing(holder):
@@ -229,11 +188,7 @@ def test_a_call_whose_answer_a_later_request_took_holds_no_turn_once_its_work_is
         # pinging with the call's request id (the SDK hands the ping the call's
         # answer stream: the call is answered to nobody)
         for _ in range(WRITE_THREADS + 1):
-            opened = httpx.post(f"{base}/mcp", json=init, headers=headers, timeout=30)
-            session = {**headers, "mcp-session-id": opened.headers["mcp-session-id"]}
-            session["mcp-protocol-version"] = "2025-06-18"
-            ready = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-            httpx.post(f"{base}/mcp", json=ready, headers=session, timeout=30)
+            session = _mcp_session(base, agent_token)
             call = {
                 "jsonrpc": "2.0", "id": 1, "method": "tools/call",
                 "params": {"name": "get_record", "arguments": {"record_id": "M1"}},
@@ -261,3 +216,36 @@ def test_a_call_whose_answer_a_later_request_took_holds_no_turn_once_its_work_is
         timeout=20,
     )
     assert made.status_code == 201, made.text
+
+
+def _read_while_waiting(
+    send: Callable[[int], None], answers: list[int], base: str, reader_token: str
+) -> tuple[list[threading.Thread], httpx.Response, int]:
+    """Start ``WRITES`` senders (``send(i)``, each adding its status to ``answers``),
+    wait until the server has taken them all in, then read M1 through the API: the
+    senders, the read's answer, and how many senders were answered before it."""
+    senders = [threading.Thread(target=send, args=(i,)) for i in range(WRITES)]
+    for t in senders:
+        t.start()
+    assert _writes_in() == WRITES
+    with httpx.Client(base_url=base, timeout=60) as client:
+        read = client.get("/api/v1/records/M1", headers={"Authorization": f"Bearer {reader_token}"})
+        meanwhile = len(answers)
+    return senders, read, meanwhile
+
+
+def _mcp_session(base: str, token: str) -> dict[str, str]:
+    """The headers of a new, initialized MCP session (protocol 2025-06-18) of ``token``."""
+    headers = {"Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream"}
+    init = {
+        "jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "load", "version": "1"}},
+    }  # fmt: skip
+    opened = httpx.post(f"{base}/mcp", json=init, headers=headers, timeout=30)
+    assert opened.status_code == 200, opened.text
+    headers |= {"mcp-session-id": opened.headers["mcp-session-id"]}
+    headers |= {"mcp-protocol-version": "2025-06-18"}
+    ready = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    assert httpx.post(f"{base}/mcp", json=ready, headers=headers, timeout=30).status_code == 202
+    return headers

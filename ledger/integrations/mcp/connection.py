@@ -16,6 +16,7 @@ import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from starlette.datastructures import Headers
 
 from ledger import RunContext, Session
 from ledger.access import mask_tokens
@@ -173,7 +174,7 @@ class Connections:
     def of(self, context: Any) -> Connection:
         """The connection a call came on (``context``: its request context), made on
         the session's first call."""
-        sid = _session_id(getattr(context, "request", None))
+        sid = _session_id(getattr(getattr(context, "request", None), "headers", None))
         with self._lock:
             if sid is None:
                 if self._shared is None:
@@ -209,11 +210,11 @@ class Connections:
 SESSIONS = 1000
 
 
-def _session_id(request: Any) -> str | None:
-    """The 2025 protocol's session id of an HTTP request, or None (no request, no
-    id, or a request of a later protocol, which has no sessions: the SDK routes it
-    past every session check, so an id it names is the client's word only)."""
-    headers = getattr(request, "headers", None)
+def _session_id(headers: Any) -> str | None:
+    """The 2025 protocol's session id in an HTTP request's ``headers`` (their first
+    ``Mcp-Session-Id``, as the SDK reads it), or None (no headers, no id, or a
+    request of a later protocol, which has no sessions: the SDK routes it past
+    every session check, so an id it names is the client's word only)."""
     if headers is None:
         return None
     version = headers.get("mcp-protocol-version")
@@ -301,19 +302,9 @@ def ending_sessions(app: Any, server: object) -> Any:
             await send(message)
 
         await app(scope, receive, sending)
-        sid = _session_id(_Headers(scope))
+        sid = _session_id(Headers(scope=scope))
         connections = getattr(server, "connections", None)
         if sid and status and 200 <= status[0] < 300 and isinstance(connections, Connections):
             await anyio.to_thread.run_sync(connections.end, sid)
 
     return ending
-
-
-class _Headers:
-    """An ASGI scope's headers as :func:`_session_id` reads a request's."""
-
-    def __init__(self, scope: Any) -> None:
-        self.headers: dict[str, str] = {}
-        for key, value in scope.get("headers", ()):
-            # The first of a repeated header, as the SDK reads it (and Starlette).
-            self.headers.setdefault(key.decode("latin-1").lower(), value.decode("latin-1"))
