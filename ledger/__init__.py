@@ -15,7 +15,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ledger.access import Admin, GrantChange, Role
+    from ledger.access import Admin, GrantChange, Role, TokenInfo
     from ledger.application import AcceptanceCheck, Ledger
     from ledger.domain import Kind, Outcome, RetentionRule, Status, Validity
     from ledger.erasure import Erasure
@@ -155,6 +155,7 @@ _HOMES = {
     "StaleCause": "ledger.values",
     "Status": "ledger.domain",
     "StorageError": "ledger.errors",
+    "TokenInfo": "ledger.access",
     "UnknownDeliveryError": "ledger.errors",
     "UnknownRecordError": "ledger.errors",
     "UnknownSnapshotError": "ledger.errors",
@@ -233,6 +234,7 @@ __all__ = [
     "StaleCause",
     "Status",
     "StorageError",
+    "TokenInfo",
     "UnknownDeliveryError",
     "UnknownRecordError",
     "UnknownSnapshotError",

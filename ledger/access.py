@@ -60,6 +60,34 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+#: How many hex digits of a token's sha256 its fingerprint shows.
+FINGERPRINT_LENGTH = 12
+#: A fingerprint as given to find a token: 8 to 64 hex digits of its sha256.
+_FINGERPRINT = re.compile(r"[0-9a-f]{8,64}")
+
+
+def token_fingerprint(token: str) -> str:
+    """What names a token in listings and revocations without revealing it: the
+    first 12 hex digits of its sha256 (``Admin.tokens``, ``provledger token list``)."""
+    return hash_token(token)[:FINGERPRINT_LENGTH]
+
+
+@dataclass(frozen=True)
+class TokenInfo:
+    """One token as the ledger knows it: never the token itself, only its
+    fingerprint (:func:`token_fingerprint`), whose it is, and when it was issued,
+    expires and was revoked. ``state`` is ``usable``, ``expired`` or ``revoked``,
+    when it was listed. Admin tokens have the subject ``@admin``."""
+
+    fingerprint: str
+    subject: str
+    issued_at: datetime
+    issued_position: int
+    expires: datetime | None
+    revoked_position: int | None
+    state: str
+
+
 def check_roles(roles: object) -> tuple[str, ...]:
     """Validate a list of role names."""
     if isinstance(roles, (str, bytes, Mapping)) or not isinstance(roles, Iterable):
@@ -289,8 +317,10 @@ class Admin:
         )
         return token if issued else None
 
-    def revoke_token(self, token: str) -> None:
-        """Withdraw a token; sessions using it are refused from their next call.
+    def revoke_token(self, token: str | None = None, *, fingerprint: str | None = None) -> None:
+        """Withdraw a token, given itself or its ``fingerprint`` (as :meth:`tokens`
+        lists it, or any 8 or more of its first hex digits naming one token alone);
+        sessions using it are refused from their next call.
 
         Decided under the writers' lock: of two revocations of one token only the
         first is appended, and two admins revoking each other's tokens at once
@@ -299,29 +329,67 @@ class Admin:
         Raises:
             AuthenticationError: the token is unknown or already revoked.
             InvalidInputError: it is the last admin token still usable (neither
-                revoked nor expired).
+                revoked nor expired); both or neither of ``token`` and
+                ``fingerprint`` given; the fingerprint is not 8 to 64 hex digits,
+                or names no token, several, or one already revoked.
         """
         self._engine.check_open()
         self._engine.check_writable("revoke_token")
-        if not isinstance(token, str):
+        if (token is None) == (fingerprint is None):
+            raise InvalidInputError(
+                "revoke_token refused: give the token or its fingerprint, not both or neither"
+            )
+        if token is not None and not isinstance(token, str):
             raise AuthenticationError("token must be a string")
-        token_hash = hash_token(token)
         engine = self._engine
         with engine.reading() as c:
             self._authorize(c)
-            row = access_view.token(c, engine.dialect, token_hash)
+            if token is not None:
+                token_hash = hash_token(token)
+                row = access_view.token(c, engine.dialect, token_hash)
+            else:
+                row = self._fingerprinted(c, fingerprint)
+                token_hash = str(row["token_hash"])
         if row is None:
             raise AuthenticationError("token is unknown or already revoked")
-        subject = str(row["subject"])  # a token's subject never changes
+        self._revoke(str(row["subject"]), (token_hash,))  # a token's subject never changes
 
-        def work(w: Write) -> None:
+    def revoke_tokens_of(self, subject: str) -> tuple[str, ...]:
+        """Withdraw every token of ``subject`` not yet revoked (expired ones too), in
+        one write transaction: for a principal whose tokens may have leaked, or
+        whose tokens nobody kept. Its grants stay (:meth:`revoke_grant`). Returns
+        the fingerprints of the tokens revoked.
+
+        Raises:
+            InvalidIdError: ``subject`` is no valid name (admin tokens, of
+                ``@admin``, are revoked one at a time, keeping one usable).
+            InvalidInputError: ``subject`` holds no token that is not revoked.
+        """
+        self._engine.check_open()
+        self._engine.check_writable("revoke_tokens_of")
+        check_id(subject, "subject")
+        return tuple(h[:FINGERPRINT_LENGTH] for h in self._revoke(subject, None))
+
+    def _revoke(self, subject: str, hashes: tuple[str, ...] | None) -> list[str]:
+        """Append a ``TokenRevoked`` for each of ``hashes`` of ``subject``'s tokens
+        (each not yet revoked one if None), under the writers' lock; returns them."""
+        engine = self._engine
+
+        def work(w: Write) -> list[str]:
             self._authorize(w.c)
             principal: Any = engine.load(w.c, principal_uuid(subject))
-            if principal is None or not principal.tokens.get(token_hash):
+            held = {} if principal is None else principal.tokens
+            live = [h for h, alive in held.items() if alive]
+            if hashes is None and not live:
+                raise InvalidInputError(
+                    f"revoke_tokens_of refused: {subject!r} holds no token that is not revoked"
+                )
+            wanted = live if hashes is None else list(hashes)
+            if any(not held.get(h) for h in wanted):
                 raise AuthenticationError("token is unknown or already revoked")
             # Revoking a token that is no longer usable (expired) takes nothing away.
-            if subject == ADMIN_PRINCIPAL and self._usable(w, token_hash):
-                others = [h for h, live in principal.tokens.items() if live and h != token_hash]
+            if subject == ADMIN_PRINCIPAL and any(self._usable(w, h) for h in wanted):
+                others = [h for h in live if h not in wanted]
                 if not any(self._usable(w, h) for h in others):
                     raise InvalidInputError(
                         "that is the last admin token"
@@ -329,15 +397,75 @@ class Admin:
                         + ": issue another first (Admin.issue_admin_token; "
                         "`provledger token issue --admin`)"
                     )
-            principal.trigger_event(
-                Principal.TokenRevoked,
-                actor=self.ACTOR,
-                timestamp=engine.now(),
-                token_hash=token_hash,
-            )
+            for token_hash in wanted:
+                principal.trigger_event(
+                    Principal.TokenRevoked,
+                    actor=self.ACTOR,
+                    timestamp=engine.now(),
+                    token_hash=token_hash,
+                )
             w.append(principal.collect_events())
+            return wanted
 
-        engine.transact(work)
+        return engine.transact(work)
+
+    def _fingerprinted(self, c: Cursor, fingerprint: object) -> Any:
+        """The token row a fingerprint names (read in ``c``), not yet revoked.
+
+        Raises:
+            InvalidInputError: it is no fingerprint, or names no token, several, or
+                a revoked one.
+        """
+        given = fingerprint.strip().lower() if isinstance(fingerprint, str) else None
+        if given is None or not _FINGERPRINT.fullmatch(given):
+            raise InvalidInputError(
+                f"fingerprint {quoted(fingerprint)} is not 8 to 64 hex digits of a token's "
+                "sha256 (provledger token list shows each token's)"
+            )
+        rows = access_view.tokens_by_prefix(c, self._engine.dialect, given)
+        if not rows:
+            raise InvalidInputError(f"no token has fingerprint {given!r}")
+        if len(rows) > 1:
+            whose = ", ".join(sorted({repr(str(r["subject"])) for r in rows}))
+            raise InvalidInputError(
+                f"fingerprint {given!r} names {len(rows)} tokens (of {whose}): give more of "
+                "its digits"
+            )
+        row = rows[0]
+        if row["revoked_pos"] is not None:
+            raise InvalidInputError(
+                f"token {given!r} of {str(row['subject'])!r} is already revoked (at log "
+                f"position {row['revoked_pos']})"
+            )
+        return row
+
+    def tokens(self, subject: str | None = None) -> tuple[TokenInfo, ...]:
+        """Every token issued (of ``subject`` only, if given; ``@admin`` for admin
+        tokens), oldest first, each by its fingerprint: the tokens themselves are
+        not kept.
+
+        Raises:
+            InvalidIdError: ``subject`` is no valid name.
+        """
+        self._engine.check_open()
+        if subject is not None and subject != ADMIN_PRINCIPAL:
+            check_id(subject, "subject")
+        engine = self._engine
+        with engine.reading() as c:
+            self._authorize(c)
+            rows = access_view.token_rows(c, engine.dialect, subject)
+        return tuple(
+            TokenInfo(
+                fingerprint=str(r["token_hash"])[:FINGERPRINT_LENGTH],
+                subject=str(r["subject"]),
+                issued_at=micros_to_datetime(r["issued_at"]),
+                issued_position=int(r["issued_pos"]),
+                expires=None if r["expires"] is None else micros_to_datetime(r["expires"]),
+                revoked_position=r["revoked_pos"],
+                state=_state(engine, r),
+            )
+            for r in rows
+        )
 
     def _usable(self, w: Write, token_hash: str) -> bool:
         """Whether the token of ``token_hash`` is valid now (read in ``w``)."""
@@ -415,3 +543,12 @@ def _check_subject(subject: str) -> None:
             f"subject {subject!r} is reserved: it names the administrator in audit "
             "trails; give the principal another name"
         )
+
+
+def _state(engine: Engine, row: Any) -> str:
+    """A token row's state now: ``usable``, ``expired`` or ``revoked``."""
+    try:
+        engine.check_token(row)
+    except AuthenticationError:
+        return "revoked" if row["revoked_pos"] is not None else "expired"
+    return "usable"

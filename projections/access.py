@@ -184,6 +184,22 @@ def token(c: Cursor, d: Dialect, token_hash: str) -> Any:
     return c.fetchone()
 
 
+def token_rows(c: Cursor, d: Dialect, subject: str | None) -> list[Any]:
+    """Every token row (of ``subject`` only, if given), oldest first."""
+    where, params = ("WHERE subject=? ", (subject,)) if subject is not None else ("", ())
+    c.execute(d.q(f"SELECT * FROM {{t}}pl_tokens {where}ORDER BY issued_pos"), params)
+    return list(c.fetchall())
+
+
+def tokens_by_prefix(c: Cursor, d: Dialect, prefix: str) -> list[Any]:
+    """The token rows whose hash starts with ``prefix`` (hex digits only)."""
+    c.execute(
+        d.q("SELECT * FROM {t}pl_tokens WHERE token_hash LIKE ? ORDER BY issued_pos"),
+        (prefix + "%",),
+    )
+    return list(c.fetchall())
+
+
 def holds_any(c: Cursor, d: Dialect, subject: str, roles: tuple[str, ...]) -> bool:
     """Whether ``subject`` holds one of ``roles`` in some scope now."""
     marks = ", ".join("?" for _ in roles)

@@ -28,6 +28,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from ledger import Kind, Ledger, RecordView
+from ledger.access import token_fingerprint
 from ledger.cli import main
 from ledger.errors import InvalidInputError
 from ledger.heads import generate_key
@@ -167,8 +168,9 @@ def test_grant_records_an_access_event_and_token_issue_prints_only_the_token(cli
 def test_token_issue_json_and_revoke_make_the_token_stop_working(cli: Cli) -> None:
     expires = (datetime.now(UTC) + timedelta(days=1)).isoformat()
     data = cli.json("token", "issue", "agent-1", "--expires", expires)
-    assert set(data) == {"subject", "token", "expires"}
+    assert set(data) == {"subject", "token", "fingerprint", "expires"}
     assert data["subject"] == "agent-1" and data["expires"] == expires
+    assert data["fingerprint"] == token_fingerprint(data["token"])
     assert (
         cli("get", "X", "--token", data["token"]).exit_code == 1
     )  # unknown record, but authenticated
@@ -184,7 +186,11 @@ def test_token_revoke_reads_the_token_from_standard_input_given_dash(cli: Cli) -
     before = cli.position
     result = cli("token", "revoke", "-", "--json", input=f"{issued}\n")
     assert result.exit_code == 0, result.stderr
-    assert json.loads(result.stdout) == {"revoked": True, "position": before + 1}
+    assert json.loads(result.stdout) == {
+        "revoked": True,
+        "fingerprints": [token_fingerprint(issued)],
+        "position": before + 1,
+    }
     refused = cli("get", "X", "--token", issued)
     assert refused.stderr == "error: token of 'agent-1' was revoked\n"
 

@@ -82,6 +82,7 @@ EXPECTED = [
     "StaleCause",
     "Status",
     "StorageError",
+    "TokenInfo",
     "UnknownDeliveryError",
     "UnknownRecordError",
     "UnknownSnapshotError",

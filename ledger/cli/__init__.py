@@ -31,7 +31,7 @@ from typing import Any
 import click
 
 from ledger import __version__
-from ledger.cli import admin, agents, evidence, reads, runs, writes
+from ledger.cli import admin, agents, evidence, reads, runs, tokens, writes
 from ledger.cli.options import CheckedGroup
 from ledger.cli.terminal import guarded
 
@@ -123,7 +123,7 @@ for _command in (
     admin.grant,
     admin.revoke_grant,
     admin.grants,
-    admin.token,
+    tokens.token,
     writes.capture,
     writes.propose,
     writes.accept,

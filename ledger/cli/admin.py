@@ -9,7 +9,6 @@ import re
 import sqlite3
 import sys
 import tempfile
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -21,9 +20,7 @@ from rich.text import Text
 
 from ledger.application import Ledger
 from ledger.cli.options import (
-    DATETIME,
     STATUS_STYLE,
-    CheckedGroup,
     admin_options,
     errors_exit_1,
     host_ledger,
@@ -45,7 +42,6 @@ from ledger.cli.render import (
 )
 from ledger.engine import read_only_error
 from ledger.errors import (
-    AccessDeniedError,
     DiskFullError,
     InvalidInputError,
     InvalidURLError,
@@ -270,106 +266,6 @@ def grants(
             withdrawn,
         )
     show(console, table)
-
-
-@click.group(cls=CheckedGroup)
-def token() -> None:
-    """Issue and revoke bearer tokens (principals' and admin tokens).
-
-    Admin: see `provledger init` for the admin token. Only a token's sha256 is
-    stored, as an event; the token itself is printed once.
-
-    \b
-    Example:
-      provledger token issue agent-1
-    """
-
-
-@token.command("issue")
-@click.argument("subject", required=False)
-@click.option("--expires", type=DATETIME, help="When the token stops working (ISO 8601).")
-@click.option("--admin", "for_admin", is_flag=True, help="Issue another admin token instead.")
-@click.option("--force", is_flag=True, help="Issue it even though SUBJECT holds no role yet.")
-@admin_options
-@json_option
-@errors_exit_1
-def token_issue(
-    subject: str | None,
-    expires: datetime | None,
-    for_admin: bool,
-    force: bool,
-    url: str | None,
-    admin_token: str | None,
-    as_json: bool,
-) -> None:
-    """Issue a bearer token for SUBJECT and print it (nothing else goes to stdout).
-
-    SUBJECT must hold a role somewhere (`provledger grant`) unless --force.
-
-    \b
-    Example:
-      AGENT=$(provledger token issue agent-1)
-      provledger token issue --admin --expires 2027-01-01T00:00:00+00:00
-    """
-    if for_admin == (subject is not None):
-        raise click.UsageError(
-            "give SUBJECT or --admin, not both or neither (e.g. provledger token issue agent-1)"
-        )
-    with host_ledger(url, "token issue", admin_token) as led:
-        admin = led.admin()
-        if subject is None:
-            issued = admin.issue_admin_token(expires=expires)
-        else:
-            held = [g for g in admin.access_history(subject=subject) if g.revoked_position is None]
-            if not held and not force:
-                raise AccessDeniedError(
-                    f"token issue refused: {subject!r} holds no role in any scope; grant one "
-                    f"first (provledger grant {subject} --scope SCOPE --roles read) or add --force"
-                )
-            issued = admin.issue_token(subject, expires=expires)
-    who = "admin" if subject is None else subject
-    report_done(as_json, {"subject": who, "token": issued, "expires": expires}, issued)
-
-
-def _token_from_stdin() -> str:
-    """The token `token revoke -` reads: the first line of standard input, refused
-    before the ledger is opened when there is none (not taken for an unknown token)."""
-    if sys.stdin is None:  # started with stdin closed (``<&-``), as `capture -`
-        raise click.BadParameter(
-            "-: standard input is closed (pipe the token in, or give it as TOKEN)",
-            param_hint="TOKEN",
-        )
-    line = sys.stdin.readline().strip()
-    if not line:  # empty input, or a blank first line
-        raise InvalidInputError("no token on standard input (token revoke - reads one line)")
-    return line
-
-
-@token.command("revoke")
-@click.argument("token_value", metavar="TOKEN")
-@admin_options
-@json_option
-@errors_exit_1
-def token_revoke(token_value: str, url: str | None, admin_token: str | None, as_json: bool) -> None:
-    """Withdraw TOKEN; commands using it are refused from now on. TOKEN "-" reads
-    it from standard input (its first line), out of other users' sight (`ps`).
-
-    \b
-    Example:
-      provledger token revoke "$AGENT"
-      printf '%s\\n' "$AGENT" | provledger token revoke -
-    """
-    if token_value == "-":
-        token_value = _token_from_stdin()
-    elif not token_value.strip():
-        raise InvalidInputError(
-            f"token revoke refused: TOKEN {token_value!r} is empty; give the token to "
-            "withdraw, or - to read it from standard input"
-        )
-    with host_ledger(url, "token revoke", admin_token) as led:
-        led.admin().revoke_token(token_value)
-        position = led.position
-    report_done(as_json, {"revoked": True, "position": position}, "token revoked")
 
 
 @click.command()
