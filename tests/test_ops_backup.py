@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import textwrap
@@ -243,3 +244,40 @@ def test_a_backup_of_a_ledger_written_by_0_1_0_writes_nothing_to_it(tmp_path: Pa
     with Ledger.open(f"sqlite:///{tmp_path / 'copy.db'}") as copy:
         assert str(copy.digest()) == made.stdout.strip()
         assert copy.verify().ok
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_a_new_ledger_file_and_its_wal_are_its_owners_alone_whatever_the_umask(
+    tmp_path: Path,
+) -> None:
+    # It holds every record and the bytes captured as evidence.
+    before = os.umask(0o022)  # SQLite would make the file 0644 under it
+    try:
+        db = tmp_path / "new.db"
+        with Ledger.open(f"sqlite:///{db}") as led:
+            led.admin().grant("agent", scope="p", roles=["read"])
+            modes = {p.name: _mode(p) for p in tmp_path.iterdir()}
+        assert modes == {"new.db": 0o600, "new.db-wal": 0o600, "new.db-shm": 0o600}
+        # A file that exists keeps its own: sharing it with a group is the owner's call.
+        db.chmod(0o660)
+        with Ledger.open(f"sqlite:///{db}") as led:
+            led.admin().grant("agent", scope="p", roles=["propose"])
+        assert _mode(db) == 0o660
+    finally:
+        os.umask(before)
+
+
+def test_a_backup_is_no_more_readable_than_its_ledger(tmp_path: Path) -> None:
+    before = os.umask(0o022)
+    try:
+        url, _agent, _reviewer = new_ledger(tmp_path / "l.db")
+        assert run_backup(str(tmp_path / "b1.db"), "--url", url).exit_code == 0
+        assert _mode(tmp_path / "b1.db") == 0o600
+        (tmp_path / "l.db").chmod(0o640)
+        assert run_backup(str(tmp_path / "b2.db"), "--url", url).exit_code == 0
+        assert _mode(tmp_path / "b2.db") == 0o640
+    finally:
+        os.umask(before)

@@ -7,6 +7,7 @@ import glob
 import os
 import re
 import sqlite3
+import stat
 import sys
 import tempfile
 from pathlib import Path
@@ -553,6 +554,11 @@ def _vacuum_into(source: str, partial: Path, shown: str, dest: str) -> None:
     read transaction, synced to disk; a full disk is ``DiskFullError`` naming
     ``dest``."""
     try:
+        # Readable by its owner alone while it is written (VACUUM INTO would make it
+        # 0644 under the usual umask), then as readable as the ledger itself: a
+        # backup holds all the ledger holds.
+        partial.unlink(missing_ok=True)  # an earlier process's of this pid: it is gone
+        os.close(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         con = sqlite3.connect(
             f"file:{quote(source)}?mode=ro", uri=True, isolation_level=None, timeout=30
         )
@@ -562,6 +568,7 @@ def _vacuum_into(source: str, partial: Path, shown: str, dest: str) -> None:
             con.close()
         fd = os.open(partial, os.O_RDONLY)
         try:
+            os.fchmod(fd, stat.S_IMODE(os.stat(source).st_mode) & 0o666)
             os.fsync(fd)
         finally:
             os.close(fd)

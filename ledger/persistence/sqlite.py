@@ -64,6 +64,20 @@ REPLAY_CACHE_KIB = 8_192
 READER_CACHE_KIB = 8_192
 
 
+def _create_private(path: str) -> None:
+    """Create the ledger file at ``path``, if there is none, readable and writable
+    by its owner alone (0600, or less by the umask): it holds every record and the
+    bytes captured as evidence, where SQLite would create it readable by everyone
+    (0644 under the usual umask). SQLite gives the ``-wal`` and ``-shm`` files the
+    file's own permissions; a file that exists keeps its own."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:  # there already, or made meanwhile by another process
+        pass
+    except OSError:  # no such folder, no permission: SQLite's own error says which
+        pass
+
+
 class LedgerSQLitePool(SQLiteConnectionPool):
     """eventsourcing's SQLite connection pool, with a real prepared-statement cache.
 
@@ -102,6 +116,8 @@ class LedgerSQLitePool(SQLiteConnectionPool):
         if self.opened is not None:
             self.check_same_file()
             database = f"file:{quote(self.opened[0])}?mode=rw"
+        elif not self.is_sqlite_memory_mode and not self.db_name.startswith("file:"):
+            _create_private(self.db_name)
         try:
             c = sqlite3.connect(
                 database=database,
