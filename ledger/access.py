@@ -317,10 +317,11 @@ class Admin:
         )
         return token if issued else None
 
-    def revoke_token(self, token: str | None = None, *, fingerprint: str | None = None) -> None:
+    def revoke_token(self, token: str | None = None, *, fingerprint: str | None = None) -> str:
         """Withdraw a token, given itself or its ``fingerprint`` (as :meth:`tokens`
         lists it, or any 8 or more of its first hex digits naming one token alone);
-        sessions using it are refused from their next call.
+        sessions using it are refused from their next call. Returns its fingerprint
+        (:func:`token_fingerprint`).
 
         Decided under the writers' lock: of two revocations of one token only the
         first is appended, and two admins revoking each other's tokens at once
@@ -353,6 +354,7 @@ class Admin:
         if row is None:
             raise AuthenticationError("token is unknown or already revoked")
         self._revoke(str(row["subject"]), (token_hash,))  # a token's subject never changes
+        return token_hash[:FINGERPRINT_LENGTH]
 
     def revoke_tokens_of(self, subject: str) -> tuple[str, ...]:
         """Withdraw every token of ``subject`` not yet revoked (expired ones too), in
@@ -361,12 +363,18 @@ class Admin:
         the fingerprints of the tokens revoked.
 
         Raises:
-            InvalidIdError: ``subject`` is no valid name (admin tokens, of
-                ``@admin``, are revoked one at a time, keeping one usable).
-            InvalidInputError: ``subject`` holds no token that is not revoked.
+            InvalidIdError: ``subject`` is no valid name.
+            InvalidInputError: ``subject`` holds no token that is not revoked, or
+                is the administrator (``admin``): admin tokens are revoked one at a
+                time, keeping one usable.
         """
         self._engine.check_open()
         self._engine.check_writable("revoke_tokens_of")
+        if subject in (self.ACTOR, ADMIN_PRINCIPAL):
+            raise InvalidInputError(
+                "revoke_tokens_of refused: admin tokens are revoked one at a time, by "
+                "token or fingerprint, keeping one usable"
+            )
         check_id(subject, "subject")
         return tuple(h[:FINGERPRINT_LENGTH] for h in self._revoke(subject, None))
 
@@ -426,7 +434,7 @@ class Admin:
         if not rows:
             raise InvalidInputError(f"no token has fingerprint {given!r}")
         if len(rows) > 1:
-            whose = ", ".join(sorted({repr(str(r["subject"])) for r in rows}))
+            whose = ", ".join(sorted({repr(_named(str(r["subject"]))) for r in rows}))
             raise InvalidInputError(
                 f"fingerprint {given!r} names {len(rows)} tokens (of {whose}): give more of "
                 "its digits"
@@ -434,21 +442,23 @@ class Admin:
         row = rows[0]
         if row["revoked_pos"] is not None:
             raise InvalidInputError(
-                f"token {given!r} of {str(row['subject'])!r} is already revoked (at log "
+                f"token {given!r} of {_named(str(row['subject']))!r} is already revoked (at log "
                 f"position {row['revoked_pos']})"
             )
         return row
 
     def tokens(self, subject: str | None = None) -> tuple[TokenInfo, ...]:
-        """Every token issued (of ``subject`` only, if given; ``@admin`` for admin
-        tokens), oldest first, each by its fingerprint: the tokens themselves are
-        not kept.
+        """Every token issued (of ``subject`` only, if given; ``admin`` for admin
+        tokens, whose subject is ``@admin``), oldest first, each by its fingerprint:
+        the tokens themselves are not kept.
 
         Raises:
             InvalidIdError: ``subject`` is no valid name.
         """
         self._engine.check_open()
-        if subject is not None and subject != ADMIN_PRINCIPAL:
+        if subject == self.ACTOR:
+            subject = ADMIN_PRINCIPAL
+        elif subject is not None and subject != ADMIN_PRINCIPAL:
             check_id(subject, "subject")
         engine = self._engine
         with engine.reading() as c:
@@ -543,6 +553,11 @@ def _check_subject(subject: str) -> None:
             f"subject {subject!r} is reserved: it names the administrator in audit "
             "trails; give the principal another name"
         )
+
+
+def _named(subject: str) -> str:
+    """A token's subject as messages name it: ``admin`` for the administrator."""
+    return Admin.ACTOR if subject == ADMIN_PRINCIPAL else subject
 
 
 def _state(engine: Engine, row: Any) -> str:

@@ -14,9 +14,11 @@ import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner, Result
 
 from ledger import Kind, Ledger
@@ -281,3 +283,79 @@ def test_a_backup_is_no_more_readable_than_its_ledger(tmp_path: Path) -> None:
         assert _mode(tmp_path / "b2.db") == 0o640
     finally:
         os.umask(before)
+
+
+def test_a_new_ledger_at_a_link_to_no_file_yet_is_its_owners_alone(tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    link = tmp_path / "ledger.db"
+    link.symlink_to(tmp_path / "data" / "real.db")
+    before = os.umask(0o022)
+    try:
+        with Ledger.open(f"sqlite:///{link}") as led:
+            led.admin().grant("agent", scope="p", roles=["read"])
+    finally:
+        os.umask(before)
+    assert _mode(tmp_path / "data" / "real.db") == 0o600
+
+
+def test_a_backup_takes_the_ledgers_group_or_gives_no_group_a_read() -> None:
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:  # pragma: no cover
+        pytest.skip("needs root and setpriv to run a backup as a member of another group")
+    # Outside pytest's own folder, which only root may enter.
+    where = Path(tempfile.mkdtemp(prefix="provledger-group-"))
+    try:
+        where.chmod(0o777)
+        _backups_by_root_and_by_a_member(where)
+    finally:
+        shutil.rmtree(where)
+
+
+def _backups_by_root_and_by_a_member(where: Path) -> None:
+    url, _agent, _reviewer = new_ledger(where / "l.db")
+    with Ledger.open(url) as led:
+        admin_token = led.admin().bootstrap_admin_token()
+    assert admin_token is not None
+    for end in ("", "-wal", "-shm"):
+        if (where / f"l.db{end}").exists():
+            os.chown(where / f"l.db{end}", 1234, 2000)
+            (where / f"l.db{end}").chmod(0o640)
+    # Root gives the copy the ledger's group.
+    root = run_backup(str(where / "b1.db"), "--url", url, "--admin-token", admin_token)
+    assert root.exit_code == 0, root.output
+    assert ((where / "b1.db").stat().st_gid, _mode(where / "b1.db")) == (2000, 0o640)
+    # A member of its group whose own group is another gives the copy that group.
+    member = _backup_as(where, url, admin_token, "b2.db", "--groups=2000")
+    assert member.returncode == 0, member.stderr
+    assert _owner_and_mode(where / "b2.db") == (4321, 2000, 0o640)
+    # One who is not (the ledger readable by everyone) cannot: no group reads more of
+    # the copy than everyone does.
+    for end in ("", "-wal", "-shm"):
+        if (where / f"l.db{end}").exists():
+            (where / f"l.db{end}").chmod(0o664)
+    other = _backup_as(where, url, admin_token, "b3.db", "--clear-groups")
+    assert other.returncode == 0, other.stderr
+    assert _owner_and_mode(where / "b3.db") == (4321, 100, 0o604)
+
+
+def _backup_as(
+    where: Path, url: str, admin_token: str, name: str, groups: str
+) -> subprocess.CompletedProcess[str]:
+    """``provledger backup`` run as user 4321 of group 100 (and ``groups``)."""
+    return subprocess.run(
+        [
+            *("setpriv", "--reuid=4321", "--regid=100", groups),
+            *("--inh-caps=-all", "--bounding-set=-all"),
+            *(sys.executable, "-m", "ledger", "backup", str(where / name)),
+            *("--url", f"{url}?mode=ro"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PROVLEDGER_ADMIN_TOKEN": admin_token, "HOME": str(where)},
+        timeout=120,
+    )
+
+
+def _owner_and_mode(path: Path) -> tuple[int, int, int]:
+    found = path.stat()
+    return found.st_uid, found.st_gid, stat.S_IMODE(found.st_mode)

@@ -75,13 +75,16 @@ def test_a_token_is_revoked_by_its_fingerprint_and_only_that_one(
 ) -> None:
     led = open_ledger()
     first, second, reviewer = _principals(led)
-    led.admin().revoke_token(fingerprint=token_fingerprint(first).upper())
+    # However much of it is given, the token's fingerprint is what comes back.
+    assert led.admin().revoke_token(fingerprint=hash_token(first).upper()) == (
+        token_fingerprint(first)
+    )
+    assert led.admin().revoke_token(reviewer) == token_fingerprint(reviewer)
 
     with pytest.raises(AuthenticationError, match="token of 'agent-1' was revoked"):
         led.authenticate(first)
     assert led.authenticate(second).principal == "agent-1"
-    assert led.authenticate(reviewer).principal == "reviewer"
-    assert [t.state for t in led.admin().tokens()] == ["revoked", "usable", "usable"]
+    assert [t.state for t in led.admin().tokens()] == ["revoked", "usable", "revoked"]
 
 
 def test_revoking_every_token_of_a_subject_leaves_its_grants_and_others_tokens(
@@ -122,7 +125,8 @@ def test_revoking_every_token_of_a_subject_leaves_its_grants_and_others_tokens(
         (lambda a, f: a.revoke_token("plt_x", fingerprint=f), "not both or neither"),
         (lambda a, f: a.revoke_tokens_of("nobody"), "'nobody' holds no token"),
         (lambda a, f: a.revoke_tokens_of("reviewer"), "'reviewer' holds no token"),
-        (lambda a, f: a.revoke_tokens_of(ADMIN_PRINCIPAL), "subject"),
+        (lambda a, f: a.revoke_tokens_of(ADMIN_PRINCIPAL), "admin tokens are revoked one"),
+        (lambda a, f: a.revoke_tokens_of("admin"), "admin tokens are revoked one"),
     ],
     ids=[
         "short",
@@ -137,6 +141,7 @@ def test_revoking_every_token_of_a_subject_leaves_its_grants_and_others_tokens(
         "no-tokens",
         "all-revoked",
         "admin",
+        "admin-by-name",
     ],
 )
 def test_a_refused_revocation_names_why_and_writes_nothing(
@@ -192,9 +197,16 @@ def test_the_last_usable_admin_token_is_not_revoked_by_fingerprint(tmp_path: Pat
         assert only is not None
         (listed,) = led.admin().tokens(ADMIN_PRINCIPAL)
         assert listed.fingerprint == token_fingerprint(only)
+        assert led.admin().tokens("admin") == (listed,)  # as messages name it
         with pytest.raises(InvalidInputError, match="last admin token"):
             led.admin().revoke_token(fingerprint=listed.fingerprint)
         assert led.admin(only).tokens(ADMIN_PRINCIPAL)[0].state == "usable"
+        # With another, it goes; a second time, the message names the administrator
+        # as everything else does.
+        led.admin().issue_admin_token()
+        led.admin().revoke_token(fingerprint=listed.fingerprint)
+        with pytest.raises(InvalidInputError, match=r"of 'admin' is already revoked \(at log"):
+            led.admin().revoke_token(fingerprint=listed.fingerprint)
 
 
 # -- the command line ---------------------------------------------------------------------
@@ -246,6 +258,18 @@ def test_token_list_shows_fingerprints_and_states_never_tokens(cli_url: str) -> 
     assert [t["subject"] for t in admins["tokens"]] == ["admin"]
     none = _ok("token", "list", "--subject", "agent-2", "--url", cli_url).stdout
     assert none == "no tokens of agent-2\n"
+
+
+def test_token_revoke_by_fingerprint_reports_the_fingerprint_however_given(
+    cli_url: str,
+) -> None:
+    issued = _ok("token", "issue", "agent-1", "--url", cli_url).stdout.strip()
+    whole = f" {hash_token(issued).upper()} "
+    out = _ok("token", "revoke", "--fingerprint", whole, "--url", cli_url, "--json").stdout
+    assert json.loads(out)["fingerprints"] == [token_fingerprint(issued)]
+    refused = _run("token", "revoke", "--all-of", "admin", "--url", cli_url)
+    assert refused.exit_code == 1
+    assert "admin tokens are revoked one at a time" in refused.stderr
 
 
 def test_token_revoke_all_of_a_subject_from_the_command_line(cli_url: str) -> None:

@@ -549,6 +549,20 @@ def _clear_dead_partials(target: Path) -> None:
             continue
 
 
+def _as_readable_as(fd: int, source: os.stat_result) -> None:
+    """Give the open file ``fd`` (a backup) the read and write bits of the ledger
+    file ``source`` and its group; where the group cannot be given (a group the
+    backup's maker is not in), none: a group that could not read the ledger must
+    not read its copy."""
+    mode = stat.S_IMODE(source.st_mode) & 0o666
+    if os.fstat(fd).st_gid != source.st_gid:
+        try:
+            os.fchown(fd, -1, source.st_gid)
+        except OSError:
+            mode &= ~0o060
+    os.fchmod(fd, mode)
+
+
 def _vacuum_into(source: str, partial: Path, shown: str, dest: str) -> None:
     """Write a compacted copy of the SQLite database ``source`` to ``partial`` in one
     read transaction, synced to disk; a full disk is ``DiskFullError`` naming
@@ -568,7 +582,7 @@ def _vacuum_into(source: str, partial: Path, shown: str, dest: str) -> None:
             con.close()
         fd = os.open(partial, os.O_RDONLY)
         try:
-            os.fchmod(fd, stat.S_IMODE(os.stat(source).st_mode) & 0o666)
+            _as_readable_as(fd, os.stat(source))
             os.fsync(fd)
         finally:
             os.close(fd)

@@ -164,11 +164,7 @@ def token_revoke(
         if all_of is not None:
             revoked = list(admin.revoke_tokens_of(all_of))
         else:
-            admin.revoke_token(token_value, fingerprint=fingerprint)
-            if token_value is not None:
-                revoked = [token_fingerprint(token_value)]
-            else:
-                revoked = [str(fingerprint).strip().lower()]
+            revoked = [admin.revoke_token(token_value, fingerprint=fingerprint)]
         position = led.position
     line = f"{len(revoked)} tokens revoked" if len(revoked) > 1 else "token revoked"
     report_done(
@@ -197,10 +193,8 @@ def token_list(
     Example:
       provledger token list --subject agent-1 --usable
     """
-    # The administrator is `admin` here, as in listings (no principal may be so named).
-    whose = ADMIN_PRINCIPAL if subject == "admin" else subject
     with host_ledger(url, "token list", admin_token) as led:
-        tokens = [t for t in led.admin().tokens(whose) if not usable or t.state == "usable"]
+        tokens = [t for t in led.admin().tokens(subject) if not usable or t.state == "usable"]
     if as_json:
         echo_json({"tokens": [replace(t, subject=_who(t)) for t in tokens]})
         return

@@ -71,7 +71,8 @@ def _create_private(path: str) -> None:
     (0644 under the usual umask). SQLite gives the ``-wal`` and ``-shm`` files the
     file's own permissions; a file that exists keeps its own."""
     try:
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        # Where the path is a link to no file yet, the file it names (SQLite follows it).
+        os.close(os.open(os.path.realpath(path), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     except FileExistsError:  # there already, or made meanwhile by another process
         pass
     except OSError:  # no such folder, no permission: SQLite's own error says which
