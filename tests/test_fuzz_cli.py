@@ -131,15 +131,17 @@ _READ_COMMANDS = (
 #: (``rebuild`` replays the log into identical views).
 READS = frozenset(
     {
-        *("provledger", "token", "as-of", "digest", "verify", "prove", "stats", "grants"),
+        *("provledger", "token", "token list", "as-of", "digest", "verify", "prove", "stats"),
+        "grants",
         *("run", "snapshot"),
         # Keys, heads and bundles are files outside the ledger; the log stays as it was.
         *("keygen", "head", "bundle", "verify-bundle"),
         "rebuild",
         # Scrubbing the files of erased bytes writes nothing to the log; a backup
-        # writes a new file beside it.
+        # writes a new file beside it, a copy a new database elsewhere.
         "scrub-erased",
         "backup",
+        "copy",
         *_READ_COMMANDS,
         *(f"as-of {name}" for name in _READ_COMMANDS),
     }

@@ -3,7 +3,8 @@
 ``--url`` / ``$PROVLEDGER_URL`` selects the ledger; every command but ``init``
 (and ``demo``) refuses one that does not exist. ``init`` prints an admin token once;
 admin and maintenance commands (``grant``, ``revoke-grant``, ``token``, ``rebuild``,
-``backup``, ``stats``, ``digest``, ``verify``, ``head``, ``erase-snapshot``, ``scrub-erased``)
+``backup``, ``copy``, ``stats``, ``digest``, ``verify``, ``head``, ``erase-snapshot``,
+``scrub-erased``)
 take it as ``--admin-token`` / ``$PROVLEDGER_ADMIN_TOKEN`` (the owner of a local
 SQLite file may omit it); every other command authenticates with ``$PROVLEDGER_TOKEN`` /
 ``--token``.
@@ -31,7 +32,7 @@ from typing import Any
 import click
 
 from ledger import __version__
-from ledger.cli import admin, agents, evidence, reads, runs, tokens, writes
+from ledger.cli import admin, agents, copying, evidence, reads, runs, tokens, writes
 from ledger.cli.options import CheckedGroup
 from ledger.cli.terminal import guarded
 
@@ -108,7 +109,7 @@ def main() -> None:
 
     --url or $PROVLEDGER_URL selects the ledger; `init` creates it and prints
     an admin token once. Admin commands (grant, revoke-grant, grants, token, stats,
-    rebuild, backup, digest, verify, head, erase-snapshot, scrub-erased) take it as
+    rebuild, backup, copy, digest, verify, head, erase-snapshot, scrub-erased) take it as
     --admin-token or $PROVLEDGER_ADMIN_TOKEN (optional on a local SQLite file you
     own); the others take a principal's token in $PROVLEDGER_TOKEN (or --token).
 
@@ -149,6 +150,7 @@ for _command in (
     admin.demo,
     admin.rebuild,
     admin.backup,
+    copying.copy_command,
     agents.mcp_command,
     agents.serve,
 ):

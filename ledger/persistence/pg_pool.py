@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import select
 from contextlib import suppress
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eventsourcing.persistence import OperationalError
 from eventsourcing.postgres import PostgresFactory
+
+if TYPE_CHECKING:
+    import psycopg
 
 __all__ = ["LedgerPostgresFactory", "probe"]
 
@@ -37,6 +40,23 @@ class LedgerPostgresFactory(PostgresFactory):
             pool._check = _quick_check(pool)
 
 
+def plain_connection(env: dict[str, str]) -> psycopg.Connection[Any]:
+    """A connection of its own (autocommit, outside the ledger's pool) to the
+    database of a PostgreSQL ledger URL (``env``: its backend's), for a look at its
+    schema before the ledger is opened there."""
+    import psycopg
+
+    return psycopg.connect(
+        dbname=env["POSTGRES_DBNAME"],
+        host=env["POSTGRES_HOST"],
+        port=int(env["POSTGRES_PORT"]),
+        user=env["POSTGRES_USER"],
+        password=env["POSTGRES_PASSWORD"] or None,
+        connect_timeout=max(2, int(env.get("POSTGRES_CONNECT_TIMEOUT", "5"))),
+        autocommit=True,
+    )
+
+
 def others_pg_tables(env: dict[str, str]) -> list[str]:
     """The tables, views and sequences of a PostgreSQL ledger URL's schema (``env``:
     its backend's) that are not a ledger's (``provledger_events``, ``stored_events``,
@@ -45,15 +65,7 @@ def others_pg_tables(env: dict[str, str]) -> list[str]:
     import psycopg
 
     try:
-        with psycopg.connect(
-            dbname=env["POSTGRES_DBNAME"],
-            host=env["POSTGRES_HOST"],
-            port=int(env["POSTGRES_PORT"]),
-            user=env["POSTGRES_USER"],
-            password=env["POSTGRES_PASSWORD"] or None,
-            connect_timeout=max(2, int(env.get("POSTGRES_CONNECT_TIMEOUT", "5"))),
-            autocommit=True,
-        ) as conn:
+        with plain_connection(env) as conn:
             rows = conn.execute(
                 "SELECT c.relname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n"
                 " ON n.oid = c.relnamespace WHERE n.nspname = %s"

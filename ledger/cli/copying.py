@@ -1,0 +1,92 @@
+"""``provledger copy``: the ledger, whole, into an empty database of either backend."""
+
+from __future__ import annotations
+
+import click
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+from ledger.application import Ledger
+from ledger.cli.options import admin_options, errors_exit_1, host_ledger, json_option, printable
+from ledger.cli.render import AnswerConsole, echo_json
+from ledger.persistence.copying import CopyReport, copy_ledger, read_only_source
+from ledger.persistence.urls import resolve_url
+
+#: What the progress bar says in each step of a copy.
+STEPS = {"events": "copying the log", "views": "building its views"}
+
+
+@click.command("copy")
+@click.option(
+    "--to",
+    "target",
+    required=True,
+    metavar="URL",
+    help="The empty database to copy into: sqlite:///new.db or postgresql://…?schema=…",
+)
+@admin_options
+@json_option
+@errors_exit_1
+def copy_command(target: str, url: str | None, admin_token: str | None, as_json: bool) -> None:
+    """Copy the ledger into an empty database: SQLite to PostgreSQL, back, or to
+    another schema or file.
+
+    The log is copied at one position (one read of the ledger, while commands
+    keep running; nothing is written to it) with its Merkle leaves and evidence
+    snapshots, byte for byte, and the copy's views are built from it, all in one
+    transaction that commits only if the copy's digest is the ledger's. Tokens,
+    grants and the admin token work on the copy. The target must hold no ledger
+    rows and no other program's tables: a new file or an empty schema (do not
+    run `init` on it). Prints the digest: `provledger verify --against` it
+    passes on the copy.
+
+    To move a ledger: stop its writers, copy, point $PROVLEDGER_URL at the copy.
+    What is written to the ledger after the copy's position is not in the copy.
+
+    \b
+    Example:
+      provledger copy --url sqlite:///provledger.db --to 'postgresql://me@db/ledger?schema=prov'
+    """
+    shown = printable(resolve_url(url).url)
+    with host_ledger(read_only_source(url), "copy", admin_token, catch_up=False) as led:
+        report = copy_with_progress(led, target, quiet=as_json)
+    info = {
+        "source": shown,
+        "target": printable(report.target),
+        "events": report.events,
+        "position": report.position,
+        "snapshots": report.snapshots,
+        "digest": str(report.digest),
+        "seconds": round(report.seconds, 3),
+    }
+    if as_json:
+        echo_json(info)
+        return
+    snapshots = f"{report.snapshots} evidence snapshot" + ("" if report.snapshots == 1 else "s")
+    click.echo(
+        f"copied {info['target']}: {report.events} events up to log position "
+        f"{report.position}, {snapshots}, from {shown} in {report.seconds:.1f} s; the "
+        "digest of both is on stdout (on the copy: provledger verify --against DIGEST)",
+        err=True,
+    )
+    click.echo(str(report.digest))
+
+
+def copy_with_progress(led: Ledger, target: str, *, quiet: bool = False) -> CopyReport:
+    """:func:`copy_ledger` of ``led`` into ``target`` with a progress bar on stderr,
+    on a terminal only (and gone once done), so that a refusal is one line there."""
+    console = AnswerConsole(stderr=True)
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total} positions"),
+        TimeRemainingColumn(),
+        console=console,
+        disable=quiet or not console.is_terminal,
+        transient=True,
+    ) as progress:
+        task = progress.add_task(STEPS["events"], total=max(led.position, 1))
+
+        def step(what: str, reached: int, total: int) -> None:
+            progress.update(task, description=STEPS[what], completed=reached, total=max(total, 1))
+
+        return copy_ledger(led, target, progress=step)
