@@ -9,6 +9,7 @@ Debian's ``chromium`` as ``tests/test_serve_browser.py`` does (and skips as it d
 
 from __future__ import annotations
 
+import html
 import itertools
 import re
 from collections.abc import Iterator
@@ -401,3 +402,33 @@ def test_a_hidden_dependency_says_what_it_is_in_text_not_only_a_tooltip(desk: De
     assert "&lt;hidden&gt;" in page
     assert '<span class="visually-hidden"> (a record in a scope you cannot see)</span>' in page
     assert "S1" not in page and "secret" not in page.replace("uses.secret", "")
+
+
+def _names(page: str, tag: str) -> list[str]:
+    """The accessible names of the page's ``tag`` elements named by their content."""
+    found = re.findall(rf"<{tag}\b[^>]*>(.*?)</{tag}>", page, re.S)
+    return [" ".join(html.unescape(re.sub(r"<[^>]+>", " ", text)).split()) for text in found]
+
+
+def test_each_cards_and_outbox_items_controls_name_what_they_act_on(desk: Desk) -> None:
+    # Given two candidates in the queue and two deliveries owing a correction
+    admin = desk.ledger.admin()
+    agent = desk.ledger.authenticate(admin.issue_token("agent-1"))
+    agent.propose(scope="proj-a", claim_key="api.timeout_ms", value=500, kind=Kind.FACT, id="M3")
+    desk.ledger.authenticate(admin.issue_token("reviewer-2")).revoke("M1", reason="changed")
+    client = desk.signed_in()
+    # Then every card's Accept, Reject… and Reject names its record, told apart by it
+    queue = client.get("/").text
+    buttons, summaries = _names(queue, "button"), _names(queue, "summary")
+    for rid in ("M2", "M3"):
+        assert f"Accept {rid}" in buttons and f"Reject {rid}" in buttons, buttons
+        assert f"Reject… {rid}" in summaries, summaries
+    accepts = [b for b in buttons if b.startswith("Accept")]
+    assert len(accepts) == len(set(accepts)) == 2
+    assert "Accept" not in buttons and "Reject…" not in summaries
+    # And every item of the outbox names the delivery it corrects
+    issues = [b for b in _names(client.get("/attention").text, "button") if "correction" in b]
+    assert sorted(issues) == [
+        "Issue correction to audit@example.test for X2",
+        "Issue correction to ops@example.test for R1",
+    ]

@@ -420,3 +420,118 @@ def test_explaining_a_key_with_a_line_feed_from_the_records_list_round_trips(
             assert "claim_key=%22two%5Cnlines%22" in page.url
             records = page.locator("tbody tr td:first-child")
             expect(records).to_have_text(["LF"])
+
+
+def test_a_refused_rejection_puts_the_focus_on_its_reason_naming_the_record(
+    browser: Any, desk: tuple[str, str, Ledger]
+) -> None:
+    from playwright.sync_api import expect
+
+    base, token, led = desk
+    page = _signed_in(browser, base, token, 1280, 900)
+    # When M2 is rejected with a reason of spaces only (the box's "required" lets it by)
+    m2 = page.get_by_role("listitem", name="api.orders.max_retries")
+    m2.get_by_text("Reject…").click()
+    m2.get_by_label("Reason for rejecting M2").fill("   ")
+    m2.get_by_role("button", name="Reject M2", exact=True).click()
+    # Then the refusal names M2, and the focus is on M2's reason, marked and described
+    alert = page.get_by_role("alert")
+    expect(alert).to_have_text(
+        "Rejection of M2 refused (InvalidValueError): reason must not be empty"
+    )
+    reason = page.get_by_role("listitem", name="api.orders.max_retries").get_by_label(
+        "Reason for rejecting M2"
+    )
+    expect(reason).to_be_focused()
+    expect(reason).to_have_attribute("aria-invalid", "true")
+    expect(reason).to_have_accessible_description(
+        "Rejection of M2 refused (InvalidValueError): reason must not be empty"
+    )
+    # And typed again in place, it is taken
+    page.keyboard.press("Control+A")
+    page.keyboard.type("a duplicate of M1")
+    page.keyboard.press("Tab")
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("status").filter(has_text="Rejected M2.")).to_be_visible()
+    assert led.authenticate(token).get("M2").status == "REJECTED"
+
+
+def test_a_tab_shown_before_signing_in_again_keeps_what_was_typed(
+    browser: Any, desk: tuple[str, str, Ledger]
+) -> None:
+    from playwright.sync_api import expect
+
+    base, token, led = desk
+    # Given two tabs of one browser, both on the queue
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    old = context.new_page()
+    old.goto(base + "/")
+    old.get_by_label("Token").fill(token)
+    old.get_by_role("button", name="Sign in").click()
+    expect(old.get_by_role("heading", name="Review queue")).to_be_visible()
+    other = context.new_page()
+    other.goto(base + "/")
+    # When the other signs out and in again
+    other.get_by_role("button", name="Sign out").click()
+    other.get_by_label("Token").fill(token)
+    other.get_by_role("button", name="Sign in").click()
+    expect(other.get_by_role("heading", name="Review queue")).to_be_visible()
+    before = led.position
+    # And the first, shown before that, sends a rejection with its reason typed
+    m2 = old.get_by_role("listitem", name="api.orders.max_retries")
+    m2.get_by_text("Reject…").click()
+    m2.get_by_label("Reason for rejecting M2").fill("a duplicate of M1")
+    m2.get_by_role("button", name="Reject M2", exact=True).click()
+    # Then it is told so plainly, nothing written, the reason still there to send again
+    expect(old.get_by_role("alert")).to_contain_text(
+        "That form was on a page shown before you last signed in"
+    )
+    assert led.position == before
+    reason = old.get_by_role("listitem", name="api.orders.max_retries").get_by_label(
+        "Reason for rejecting M2"
+    )
+    expect(reason).to_have_value("a duplicate of M1")
+    old.get_by_role("button", name="Reject M2", exact=True).click()
+    expect(old.get_by_role("status").filter(has_text="Rejected M2.")).to_be_visible()
+    context.close()
+
+
+#: The width of the first cell (record and claim key) of the STALE records' first
+#: row on Needs attention, in characters of its claim key's font.
+_KEY_WIDTH = """() => {
+  const cell = document.querySelector('section[aria-labelledby="stale-h"] tbody td');
+  const style = getComputedStyle(cell);
+  const inside = cell.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+  const probe = document.createElement('span');
+  probe.style.cssText = 'position:absolute;visibility:hidden;white-space:pre';
+  probe.style.font = getComputedStyle(cell.querySelector('.claim')).font;
+  probe.textContent = '0'.repeat(12);
+  document.body.appendChild(probe);
+  const twelve = probe.getBoundingClientRect().width;
+  probe.remove();
+  return inside / twelve * 12;
+}"""
+
+
+def test_needs_attention_keeps_claim_keys_readable_at_375_pixels(
+    browser: Any, desk: tuple[str, str, Ledger], artefacts: Path
+) -> None:
+    # Given STALE records, one of them under a long claim key without a space
+    base, token, led = desk
+    admin = led.admin()
+    agent = led.authenticate(admin.issue_token("agent-1"))
+    agent.propose(
+        scope="proj-a", claim_key="source:https://docs.example.test/a/very/long/path/no/break",
+        value=1, kind=Kind.INFERENCE, parents=["M1"], id="A1",
+    )  # fmt: skip
+    led.authenticate(admin.issue_token("reviewer-2")).accept("A1")
+    led.authenticate(admin.issue_token("reviewer-2")).revoke("E1", reason="the docs changed")
+    # When the reviewer opens Needs attention on a 375 px screen
+    page = _signed_in(browser, base, token, 375, 812)
+    page.goto(base + "/attention")
+    # Then the record column keeps room for a dozen characters of its key (the table
+    # scrolls sideways in its box; the page does not)
+    chars = page.evaluate(_KEY_WIDTH)
+    assert chars >= 12, f"the record column is {chars:.1f} characters wide at 375px"
+    assert _sideways(page) <= 0
+    _shot(page, artefacts, "console-attention-narrow")

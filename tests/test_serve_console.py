@@ -389,7 +389,10 @@ def test_self_approval_is_visibly_impossible_in_the_queue(desk: Desk) -> None:
     )
     assert "You proposed this record: another approver must review it." in card
     assert 'action="/records/S1/reject"' not in card
-    assert re.search(r'class="accept">Accept</button>', card_of(page, "M2"))
+    assert re.search(
+        r'class="accept">Accept<span class="visually-hidden"> M2</span></button>',
+        card_of(page, "M2"),
+    )
 
 
 def test_a_candidate_whose_parent_is_not_accepted_cannot_be_accepted_yet(desk: Desk) -> None:
@@ -411,7 +414,7 @@ def test_accepting_and_rejecting_from_the_queue(desk: Desk) -> None:
     assert desk.agent.get("M2").status.value == "ACCEPTED"
     empty = client.post("/records/S1/reject", data={"csrf": csrf, "reason": "  "})
     assert empty.status_code == 303
-    assert "Refused" in client.get("/").text
+    assert "Rejection of S1 refused" in client.get("/").text
     assert desk.agent.get("S1").status.value == "CANDIDATE"
     client.post("/records/S1/reject", data={"csrf": csrf, "reason": "not a team rule"})
     assert desk.agent.get("S1").status.value == "REJECTED"
@@ -457,7 +460,7 @@ def test_a_refused_action_says_why_on_the_next_page(desk: Desk) -> None:
     client, csrf = desk.signed_in("reviewer")
     client.post("/records/S1/accept", data={"csrf": csrf})
     page = client.get("/").text
-    assert "Refused (SelfApprovalError)" in page
+    assert "Acceptance of S1 refused (SelfApprovalError)" in page
     assert 'role="alert"' in page
 
 
@@ -545,7 +548,7 @@ def test_revoking_an_unknown_id_is_refused_as_a_revocation(desk: Desk) -> None:
     assert done.status_code == 303
     text = text_of(client.get(done.headers["location"]).text)
     # (the page the form came back to is the record's own, which is not found)
-    assert "Refused (UnknownRecordError): revoke refused: record 'NOPE' is unknown" in text
+    assert "Revocation of NOPE refused (UnknownRecordError): record 'NOPE' is unknown" in text
     assert desk.ledger.position == before
 
 
@@ -1127,7 +1130,7 @@ def test_a_refused_form_comes_back_with_what_was_typed(desk: Desk) -> None:
     action = f"/deliveries/{delivery.delivery_id}/correction"
     r = client.post(action, data={"csrf": csrf, "note": note, "replacement": "R1-typo"})
     page = client.get(r.headers["location"]).text
-    assert "Refused (UnknownRecordError)" in page
+    assert f"Correction for delivery {delivery.delivery_id} refused (UnknownRecordError)" in page
     assert _field_value(page, "textarea", "note") == note
     assert _field_value(page, "input", "replacement") == "R1-typo"
     # ... given back once: the next visit shows an empty form again
@@ -1137,7 +1140,7 @@ def test_a_refused_form_comes_back_with_what_was_typed(desk: Desk) -> None:
         "/records/M1/revalidate", data={"csrf": csrf, "note": "re-read it", "parents": "NOPE"}
     )
     page = client.get(r.headers["location"]).text
-    assert "Refused (InvalidParentError)" in page
+    assert "Revalidation of M1 refused (InvalidParentError)" in page
     assert '<details class="revalidate" open>' in page
     assert _field_value(page, "textarea", "note") == "re-read it"
     assert _field_value(page, "input", "parents") == "NOPE"
@@ -1157,7 +1160,7 @@ def test_a_refused_rejection_keeps_its_reason_in_the_queue(desk: Desk) -> None:
     # The reason is refused (blank once trimmed); the queue reopens M2's form with it
     r = client.post("/records/M2/reject", data={"csrf": csrf, "reason": "   ", "next": "/"})
     page = client.get(r.headers["location"]).text
-    assert "Refused (" in page
+    assert "Rejection of M2 refused (" in page
     card = card_of(page, "M2")
     assert '<details class="reject" open>' in card
     assert '<details class="reject" open>' not in card_of(page, "M3")
@@ -1285,7 +1288,7 @@ def test_accepting_a_new_version_says_before_and_after_what_it_does(desk: Desk) 
     # linking to L1, and the Accept button is described by it
     card = card_of(client.get("/").text, "L2")
     assert said in prose_of(card)
-    assert 'aria-describedby="replacing-L2">Accept</button>' in card
+    assert 'aria-describedby="replacing-L2">Accept<span class="visually-hidden"> L2</span>' in card
     note = card[card.index('id="replacing-L2"') :]
     assert 'href="/records/L1"' in note[: note.index("</p>")]
     actions = client.get("/records/L2").text
@@ -1415,9 +1418,9 @@ def test_an_expired_candidate_or_one_on_an_expired_dependency_offers_no_accept(
 
     # Then each card's Accept is disabled, saying when what expired
     why = {
-        "X1": "It expired at 2026-01-01T13:00:00+00:00: it can no longer be accepted.",
-        "M1": "Its dependency D1 expired at 2026-01-01T13:00:00+00:00.",
-        "M2": "Its dependency D2 expired at 2026-01-01T13:00:00+00:00 (the expiry of D1).",
+        "X1": "It expired at 2026-01-01 13:00:00 UTC: it can no longer be accepted.",
+        "M1": "Its dependency D1 expired at 2026-01-01 13:00:00 UTC.",
+        "M2": "Its dependency D2 expired at 2026-01-01 13:00:00 UTC (the expiry of D1).",
     }
     for rid, reason in why.items():
         for page in (card_of(queue, rid), client.get(f"/records/{rid}").text):
@@ -1531,16 +1534,17 @@ def test_a_refused_revocation_comes_back_to_its_preview_with_the_reason_typed(
     # Then it is back on the preview, saying why, the reason as typed; nothing was written
     assert (r.status_code, r.headers["location"]) == (303, "/records/M1/revoke")
     page = client.get(r.headers["location"]).text
-    assert "Refused (ValueTooLargeError): reason is 1025 characters; the limit is 1024" in (
-        text_of(page)
-    )
+    assert (
+        "Revocation of M1 refused (ValueTooLargeError): reason is 1025 characters; "
+        "the limit is 1024"
+    ) in text_of(page)
     assert _field_value(page, "textarea", "reason") == reason
     assert desk.ledger.position == before
     # ... while one refused for what the record is now (revoked meanwhile) goes to its page
     desk.reviewer.revoke("M2", reason="gone")
     r = client.post("/records/M2/revoke", data={"csrf": csrf, "reason": "x", "preview": "x"})
     assert r.headers["location"] == "/records/M2"
-    assert "Refused (InvalidTransitionError)" in client.get("/records/M2").text
+    assert "Revocation of M2 refused (InvalidTransitionError)" in client.get("/records/M2").text
 
 
 def _locked_desk(tmp_path: Any) -> tuple[Desk, str]:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ledger import Session
+from ledger.domain import Status
 from ledger.errors import LedgerError
 from ledger.values import RecordView, RevocationPreview
 
@@ -29,6 +30,17 @@ class Reach:
     listed: list[RecordView] = field(default_factory=list)
     unreadable: dict[str, int] = field(default_factory=dict)
     beyond: int = 0
+
+    @property
+    def changing(self) -> list[RecordView]:
+        """Those listed that are not STALE yet: what a revocation changes."""
+        return [v for v in self.listed if v.status != Status.STALE]
+
+    @property
+    def already(self) -> list[RecordView]:
+        """Those listed that are STALE already: a revocation leaves them STALE (it
+        marks them again, with the revoked record as their cause)."""
+        return [v for v in self.listed if v.status == Status.STALE]
 
     @property
     def unread(self) -> int:

@@ -7,26 +7,26 @@ explain page. Every page can be viewed as the ledger was at a past log position
 or time (``?as_of_position=`` / ``?as_of_time=``; links keep it). Every form
 carries the session's CSRF token; every write is POST → redirect → GET with a
 message. Ledger calls block, so each page's data is gathered in a worker thread.
-What a page shows is built in :mod:`ledger.serve.pages`.
+What a page shows is built in :mod:`ledger.serve.pages`; how a request is answered
+(its session, the guards of pages and forms, rendering) in :mod:`ledger.serve.plumbing`.
+A page asked for while signed out opens once signed in (``/?next=``).
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import replace
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote, urlencode
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from ledger import Ledger, Session
+from ledger import Session
 from ledger.access import Role
-from ledger.domain import Kind, Status, Validity
+from ledger.domain import Status, Validity
 from ledger.errors import AccessDeniedError, AuthenticationError, InvalidInputError, LedgerError
 from ledger.serve import refusals
 from ledger.serve.confirming import (
@@ -36,60 +36,35 @@ from ledger.serve.confirming import (
     reach,
     revocation_preview,
     revoked,
-    still_shown,
 )
-from ledger.serve.errors import status_of, told
 from ledger.serve.pages import (
     EXPLAINED,
     HERE,
     Access,
     Moment,
-    TypedMoment,
     candidate,
     conflict_after,
-    environment,
     explain_line,
+    page_number,
+    paged_title,
     preview_mark,
     replaces,
 )
 from ledger.serve.pictures import picture
-from ledger.serve.refusals import ENDED, REFUSED, TITLES, TYPED_OR_BUSY, refused_write
-from ledger.serve.sessions import COOKIE, ConsoleSession, SessionStore, set_cookie
-from ledger.serve.threads import finish_in_thread
+from ledger.serve.plumbing import LOCAL_PATH, Plumbing
+from ledger.serve.sessions import COOKIE, ConsoleSession
 from ledger.session import next_after
-from ledger.validation import asked_key
+from ledger.validation import asked_key, key_text
 from ledger.values import RecordView
 
 #: Records shown per page of the queue, the attention list and the record list.
 PAGE = 50
-#: A path on this site (browsers read ``//host`` and ``/\host`` as another site).
-_LOCAL_PATH = re.compile(r"/(?![/\\])[^\s\\]*")
 
 
-# -- the console -------------------------------------------------------------------------------
-
-
-Page = Callable[[Request, ConsoleSession], Awaitable[Response]]
-
-
-#: The query parameters that name a page's moment (see ``pages.Moment``).
-_MOMENT = ("as_of_position", "as_of_time")
-#: Form fields the console fills in itself (a refused form is given back without them).
-_NOT_TYPED = ("csrf", "next", "preview", "scope")
-
-
-class Console:
+class Console(Plumbing):
     """The console's routes over one ledger and one session store."""
 
-    def __init__(
-        self, ledger: Ledger, store: SessionStore | None = None, *, secure_cookies: bool = False
-    ) -> None:
-        self.ledger = ledger
-        self.secure_cookies = secure_cookies
-        self.store = store if store is not None else SessionStore()
-        self.env = environment()
-
-    # -- plumbing ----------------------------------------------------------------
+    # -- routes ------------------------------------------------------------------
 
     def routes(self) -> list[BaseRoute]:
         """The console's Starlette routes."""
@@ -107,7 +82,11 @@ class Console:
             Route("/records/{record_id}/reject", self._post(self.reject), methods=["POST"]),
             Route("/records/{record_id}/revalidate", self._post(self.revalidate), methods=["POST"]),
             Route("/records/{record_id}/revoke", self._page(self.revoke_preview)),
-            Route("/records/{record_id}/revoke", self._post(self.revoke), methods=["POST"]),
+            Route(
+                "/records/{record_id}/revoke",
+                self._post(self.revoke, own_page=True),
+                methods=["POST"],
+            ),
             Route("/attention", self._page(self.attention)),
             Route(
                 "/deliveries/{delivery_id}/correction",
@@ -119,251 +98,17 @@ class Console:
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
         ]
 
-    def _session(self, request: Request) -> tuple[ConsoleSession, bool]:
-        """The request's console session, and whether it was made just now."""
-        found = self.store.get(request.cookies.get(COOKIE))
-        if found is not None:
-            request.state.principal = found.principal  # for the access log
-            return found, False
-        return self.store.new(), True
-
-    def viewer(self, request: Request) -> ConsoleSession:
-        """The request's live session, else one that is not kept: for a page whose
-        answer sets no cookie (an error page), which must not open sessions that no
-        browser will ever send back."""
-        found = self.store.get(request.cookies.get(COOKIE))
-        if found is None:
-            return self.store.passing()
-        request.state.principal = found.principal  # for the access log
-        return found
-
-    def _set_cookie(self, request: Request, response: Response, session: ConsoleSession) -> None:
-        set_cookie(response, session, secure=self.secure_cookies or request.url.scheme == "https")
-
-    def render(
-        self,
-        request: Request,
-        session: ConsoleSession,
-        template: str,
-        status: int = 200,
-        **context: Any,
-    ) -> HTMLResponse:
-        """A page from ``template`` with the header's context."""
-        moment = context.pop("moment", None) or Moment()
-        refused = session.take_refused()
-
-        def url(path: str, **params: Any) -> str:
-            query = {**moment.params(), **{k: str(v) for k, v in params.items() if v is not None}}
-            return path + ("?" + urlencode(query) if query else "")
-
-        def refill(action: str, name: str) -> str:
-            """What was typed into field ``name`` of the refused form sent to ``action``."""
-            if refused is None or refused[0] != action:
-                return ""
-            return refused[1].get(name, "")
-
-        html = self.env.get_template(template).render(
-            request=request,
-            session=session,
-            principal=session.principal,
-            csrf=session.csrf,
-            flashes=session.take_flashes(),
-            moment=moment,
-            url=url,
-            refill=refill,
-            # The as-of form's target: a path this site serves (the 404 page of
-            # "//other.example/x" must not aim a form at another site).
-            path=request.url.path if _LOCAL_PATH.fullmatch(request.url.path) else "/",
-            # The page's own question (filters, claim, page), kept when its moment
-            # changes: by the as-of form and the link back to now.
-            kept=[(k, v) for k, v in request.query_params.multi_items() if k not in _MOMENT],
-            Status=Status,
-            Validity=Validity,
-            Kind=Kind,
-            **context,
-        )
-        return HTMLResponse(html, status_code=status)
-
-    def error_page(
-        self, request: Request, session: ConsoleSession, exc: LedgerError, moment: Moment
-    ) -> HTMLResponse:
-        """A refusal as a page, with the status of the one error table."""
-        status = status_of(exc)
-        return self.render(
-            request,
-            session,
-            "error.html",
-            status=status,
-            moment=moment,
-            title=TITLES.get(status, "Refused"),
-            error_type=type(exc).__name__,
-            message=told(exc, self.ledger.url),
-        )
-
-    def _live(self, session: ConsoleSession) -> Session:
-        assert session.token is not None
-        return self.ledger.authenticate(session.token)
-
-    def _page(self, handler: Page, signed_out: Page | None = None) -> Callable[..., Any]:
-        """A GET page: signed-in only (else ``signed_out`` or a redirect to sign-in)."""
-
-        async def page(request: Request) -> Response:
-            session, fresh = self._session(request)
-            if not session.signed_in:
-                if signed_out is not None:
-                    response = await signed_out(request, session)
-                else:
-                    response = RedirectResponse("/", status_code=303)
-            else:
-                try:
-                    response = await handler(request, session)
-                except AuthenticationError:
-                    self.store.drop(session.sid)
-                    session, fresh = self.store.new(), True
-                    session.flash("error", "Your token is no longer valid; sign in again.")
-                    response = RedirectResponse("/", status_code=303)
-            if fresh:
-                self._set_cookie(request, response, session)
-            return response
-
-        return page
-
-    def _post(self, handler: Page) -> Callable[..., Any]:
-        """A form target: signed-in session and its CSRF token, then POST → redirect."""
-
-        async def post(request: Request) -> Response:
-            cookie = request.cookies.get(COOKIE)
-            session = self.store.get(cookie)
-            form = await request.form()
-            if session is None and cookie:
-                # A session that ended (idle too long, too old, the server restarted):
-                # say so, rather than call the form forged.
-                return self._ended(request, ENDED)
-            if session is not None and not session.signed_in:
-                # Signed out (in another tab: the cookie names that tab's new session)
-                # since the form was shown; nobody is signed in, so nothing is forged.
-                session.flash("error", ENDED)
-                return RedirectResponse("/", status_code=303)
-            if session is None or not session.csrf_ok(form.get("csrf")):
-                return self._refused(request, session, "CSRF check failed")
-            # for the access log: a form the session sent (not one forged in its name)
-            request.state.principal = session.principal
-            try:
-                return await handler(request, session)
-            except AuthenticationError:
-                self.store.drop(session.sid)
-                return self._ended(
-                    request,
-                    "Your token is no longer valid; nothing was written. Sign in again.",
-                )
-
-        return post
-
-    def _refused(self, request: Request, session: ConsoleSession | None, kind: str) -> Response:
-        """A form refused (403); sent without a cookie, answered without one (another
-        site's form carries no Lax cookie: a new one would sign the reviewer out)."""
-        return self.render(
-            request,
-            session or self.store.passing(),
-            "error.html",
-            status=403,
-            title="Form refused",
-            error_type=kind,
-            message=REFUSED[kind],
-        )
-
-    def _ended(self, request: Request, message: str) -> Response:
-        """To the sign-in page of a new session that shows ``message``."""
-        session = self.store.new()
-        session.flash("error", message)
-        response = RedirectResponse("/", status_code=303)
-        self._set_cookie(request, response, session)
-        return response
-
-    @staticmethod
-    def _back(request: Request, form: Mapping[str, Any], default: str) -> str:
-        """The local page to return to after a form (never another site)."""
-        target = form.get("next")
-        if isinstance(target, str) and _LOCAL_PATH.fullmatch(target):
-            return target
-        return default
-
-    async def _act(
-        self,
-        request: Request,
-        session: ConsoleSession,
-        action: Callable[[Session, Mapping[str, Any]], str],
-        default_back: str,
-        again: str | None = None,
-    ) -> Response:
-        """Run a write from a form; its message (or the refusal) shows on the next page.
-        ``again``: the form's own page, where it is filled in again when refused for
-        what was typed or a lock (:data:`~ledger.serve.refusals.TYPED_OR_BUSY`)."""
-        form = await request.form()
-        # A browser sends every line break of a text box as CR LF (HTML's form
-        # encoding); the ledger takes a line break as LF and refuses a CR.
-        values = {k: v.replace("\r\n", "\n") for k, v in form.items() if isinstance(v, str)}
-        typed = {k: v for k, v in values.items() if k not in _NOT_TYPED}
-        record_id = request.path_params.get("record_id")
-        delivery_id = request.path_params.get("delivery_id")
-        subject = f"record {record_id}" if record_id else f"delivery {delivery_id}"
-
-        def run() -> str:
-            live = self._live(session)
-            if record_id is not None:
-                still_shown(live, record_id, values)
-            return action(live, values)
-
-        try:
-            message = await finish_in_thread(run, write=True)  # answered as it ended
-            session.flash("ok", message)
-        except AuthenticationError:
-            raise
-        except LedgerError as exc:
-            session.flash("error", refused_write(exc, subject, self.ledger.url))
-            session.keep_refused(request.url.path, typed)
-            if again is not None and isinstance(exc, TYPED_OR_BUSY):
-                return RedirectResponse(again, status_code=303)
-        except PreviewChanged as exc:
-            session.flash("error", str(exc))
-            session.keep_refused(request.url.path, typed)
-            return RedirectResponse(exc.back, status_code=303)
-        return RedirectResponse(self._back(request, values, default_back), status_code=303)
-
-    async def _gather(
-        self,
-        request: Request,
-        session: ConsoleSession,
-        template: str,
-        load: Callable[[Session, Moment, Access], dict[str, Any]],
-    ) -> Response:
-        """Load a page's data in a worker thread (as of the page's moment) and render it."""
-        try:
-            moment = Moment.of(request.query_params)
-        except InvalidInputError as exc:
-            typed = TypedMoment.of(request.query_params)  # kept, the faulty fields marked
-            return self.error_page(request, session, exc, Moment(typed=typed))
-
-        def run() -> tuple[dict[str, Any], int | None]:
-            live = self._live(session)
-            access = Access.of(live)
-            then = moment.session(live)
-            return load(then, moment, access), then.position
-
-        try:
-            context, through = await run_in_threadpool(run)
-        except AuthenticationError:
-            raise
-        except LedgerError as exc:
-            return self.error_page(request, session, exc, moment)
-        shown = replace(moment, through=through)  # the position the page really shows
-        return self.render(request, session, template, moment=shown, **context)
-
     # -- sign-in -----------------------------------------------------------------
 
     async def signin_page(self, request: Request, session: ConsoleSession) -> Response:
-        """The sign-in form."""
-        return self.render(request, session, "signin.html", title="Sign in")
+        """The sign-in form; once signed in, the page asked for (``?next=``: a page
+        that sent a signed-out browser here) or the start page asked with its query."""
+        back = request.query_params.get("next")
+        if back is None and request.url.query:
+            back = "/?" + request.url.query
+        if back is not None and not LOCAL_PATH.fullmatch(back):
+            back = None
+        return self.render(request, session, "signin.html", title="Sign in", back=back)
 
     async def to_start(self, request: Request) -> Response:
         """The start page (the queue, or the sign-in form)."""
@@ -378,10 +123,13 @@ class Console:
             return self._refused(request, None, "Sign-in refused")
         if session is None:  # evicted or idle: its form still vouches for it
             session = self.store.vouched(cookie, form.get("csrf"))
+        # The page to return to once signed in: on this site, else the start page.
+        back = self._back(request, form, "/")
         if session is None or not session.csrf_ok(form.get("csrf")):
             session = session or self.store.new()
             session.flash("error", "The sign-in form had expired; please try again.")
-            response: Response = RedirectResponse("/", status_code=303)
+            again = "/" if back == "/" else "/?" + urlencode({"next": back})
+            response: Response = RedirectResponse(again, status_code=303)
             self._set_cookie(request, response, session)
             return response
         token = form.get("token")
@@ -391,17 +139,24 @@ class Console:
         except LedgerError as exc:
             message, status = refusals.signin_refused(exc, self.ledger.url)
             session.flash("error", message)
-            return self.render(request, session, "signin.html", status=status, title="Sign in")
+            return self.render(
+                request,
+                session,
+                "signin.html",
+                status=status,
+                title="Sign in",
+                back=None if back == "/" else back,
+            )
         signed = self.store.sign_in(session, token, live.principal)
         signed.flash("ok", f"Signed in as {live.principal}.")
-        response = RedirectResponse("/", status_code=303)
+        response = RedirectResponse(back, status_code=303)
         self._set_cookie(request, response, signed)
         return response
 
     async def signout(self, request: Request, session: ConsoleSession) -> Response:
         """End the session."""
         self.store.drop(session.sid)
-        fresh = self.store.new()
+        fresh = self.store.after(session)
         fresh.flash("ok", "Signed out.")
         response = RedirectResponse("/", status_code=303)
         self._set_cookie(request, response, fresh)
@@ -413,6 +168,9 @@ class Console:
         """Candidates in every scope where the principal may approve."""
         only = request.query_params.get("scope") or None
         after = request.query_params.get("after") or None
+        # Only a queue of one scope is paged (``after``): the others show its first page.
+        page = page_number(request.query_params) if only else 1
+        name = "Review queue" if only is None else f"Review queue in {only}"
 
         def load(live: Session, moment: Moment, access: Access) -> dict[str, Any]:
             groups = []
@@ -436,23 +194,23 @@ class Console:
                 )
             approving = access.scopes(Role.APPROVE)
             return {
-                "title": "Review queue",
+                "title": paged_title(name, page),
                 "groups": groups,
+                "page": page,
                 # A decision returns to the page it was made on, not to the first.
-                "here": "/?" + urlencode({"scope": only, **({"after": after} if after else {})})
-                if only
-                else "/",
+                "here": _here("/", {"scope": only, "after": after, "page": page}) if only else "/",
                 "paged": only is not None and after is not None,
                 "approves": bool(approving),
                 # Filtered by a scope it does not approve in (whether or not it exists).
                 "not_approving": only if only is not None and only not in approving else None,
             }
 
-        return await self._gather(request, session, "queue.html", load)
+        return await self._gather(request, session, "queue.html", load, name)
 
     async def records(self, request: Request, session: ConsoleSession) -> Response:
         """A scope's records, filtered and paged."""
         q = request.query_params
+        page = page_number(q)
 
         def load(live: Session, moment: Moment, access: Access) -> dict[str, Any]:
             scopes = access.scopes(Role.READ)
@@ -468,7 +226,8 @@ class Console:
             if scope is not None:
                 views = live.records(scope, limit=PAGE, after=q.get("after") or None, **filters)
             return {
-                "title": "Records",
+                "title": paged_title(f"Records in {scope}", page) if scope else "Records",
+                "page": page,
                 "scopes": scopes,
                 "scope": scope,
                 "filters": filters,
@@ -476,7 +235,7 @@ class Console:
                 "next_after": next_after(live, scope, views, PAGE, **filters) if scope else None,
             }
 
-        return await self._gather(request, session, "records.html", load)
+        return await self._gather(request, session, "records.html", load, "Records")
 
     async def record(self, request: Request, session: ConsoleSession) -> Response:
         """One record: status and validity with the reason, deliveries, audit, picture."""
@@ -515,7 +274,7 @@ class Console:
                 "entry": candidate(live, view) if view.status == Status.CANDIDATE else None,
             }
 
-        return await self._gather(request, session, "record.html", load)
+        return await self._gather(request, session, "record.html", load, f"Record {record_id}")
 
     async def revoke_preview(self, request: Request, session: ConsoleSession) -> Response:
         """What a revocation would mark STALE and which deliveries would owe corrections
@@ -545,7 +304,7 @@ class Console:
                 "mark": preview_mark(preview),
             }
 
-        return await self._gather(request, session, "revoke.html", load)
+        return await self._gather(request, session, "revoke.html", load, f"Revoke {record_id}?")
 
     async def attention(self, request: Request, session: ConsoleSession) -> Response:
         """STALE or expired records, and the deliveries that owe corrections."""
@@ -577,7 +336,7 @@ class Console:
                 "approves": set(access.scopes(Role.APPROVE)),
             }
 
-        return await self._gather(request, session, "attention.html", load)
+        return await self._gather(request, session, "attention.html", load, "Needs attention")
 
     async def explain(self, request: Request, session: ConsoleSession) -> Response:
         """Why each record for a claim is or is not usable: every usable record and
@@ -585,20 +344,25 @@ class Console:
         scope = request.query_params.get("scope") or None
         typed = request.query_params.get("claim_key") or None
         claim_key = None if typed is None else asked_key(typed)
+        # Named by its claim once explained (a page that refuses it is not: the claim
+        # asked about is not said back where the ledger would not explain it).
+        title = "Explain a claim"
+        if scope is not None and claim_key is not None:
+            title = f"Explain {key_text(claim_key)} in {scope}"
 
         def load(live: Session, moment: Moment, access: Access) -> dict[str, Any]:
             result = None
             if scope is not None and claim_key is not None:
                 result = live.explain(scope, claim_key, limit=EXPLAINED)
             return {
-                "title": "Explain a claim",
+                "title": title,
                 "scopes": access.scopes(Role.READ),
                 "scope": scope,
                 "claim_key": claim_key,
                 "result": result,
             }
 
-        return await self._gather(request, session, "explain.html", load)
+        return await self._gather(request, session, "explain.html", load, "Explain a claim")
 
     async def snapshot(self, request: Request, session: ConsoleSession) -> Response:
         """The captured bytes of a snapshot, as plain text or a download; never rendered."""
@@ -608,7 +372,7 @@ class Console:
         except AuthenticationError:
             raise
         except LedgerError as exc:  # unknown, erased, or bytes that fail their hash
-            return self.error_page(request, session, exc, Moment())
+            return self.error_page(request, session, exc, Moment(), f"Snapshot {ref}")
         headers = {"Content-Security-Policy": "sandbox", "X-Content-Type-Options": "nosniff"}
         try:
             return Response(
@@ -636,7 +400,7 @@ class Console:
                 f"that STALE (Needs attention lists the corrections owed).{conflict}"
             )
 
-        return await self._act(request, session, act, "/")
+        return await self._act(request, session, act, "/", f"Acceptance of {record_id}")
 
     async def reject(self, request: Request, session: ConsoleSession) -> Response:
         """Reject a candidate with a reason."""
@@ -646,7 +410,7 @@ class Console:
             live.reject(record_id, reason=form.get("reason", ""))
             return f"Rejected {record_id}."
 
-        return await self._act(request, session, act, "/")
+        return await self._act(request, session, act, "/", f"Rejection of {record_id}")
 
     async def revalidate(self, request: Request, session: ConsoleSession) -> Response:
         """Revalidate a STALE record, optionally on a new basis."""
@@ -657,7 +421,8 @@ class Console:
             live.revalidate(record_id, note=form.get("note", ""), parents=basis or None)
             return f"Revalidated {record_id}."
 
-        return await self._act(request, session, act, f"/records/{record_id}")
+        back, doing = f"/records/{record_id}", f"Revalidation of {record_id}"
+        return await self._act(request, session, act, back, doing)
 
     async def revoke(self, request: Request, session: ConsoleSession) -> Response:
         """Revoke a record (after its preview)."""
@@ -674,7 +439,8 @@ class Console:
             return revoked(result.root, reach(live, result.stale), len(preview.deliveries))
 
         back = f"/records/{record_id}"
-        return await self._act(request, session, act, back, again=f"{back}/revoke")
+        doing = f"Revocation of {record_id}"
+        return await self._act(request, session, act, back, doing, again=f"{back}/revoke")
 
     async def issue_correction(self, request: Request, session: ConsoleSession) -> Response:
         """Issue a correction for a delivery (outbox)."""
@@ -689,4 +455,11 @@ class Console:
             )
             return f"Correction {cid} issued for delivery {delivery_id} (in the outbox)."
 
-        return await self._act(request, session, act, "/attention")
+        doing = f"Correction for delivery {delivery_id}"
+        return await self._act(request, session, act, "/attention", doing)
+
+
+def _here(path: str, query: Mapping[str, object]) -> str:
+    """``path`` with the parts of ``query`` that are given (a page 1 is not)."""
+    given = {k: str(v) for k, v in query.items() if v is not None and (k, v) != ("page", 1)}
+    return path + ("?" + urlencode(given) if given else "")

@@ -18,12 +18,13 @@ from markupsafe import Markup
 
 from ledger import Session
 from ledger.access import Role
-from ledger.domain import Kind, Outcome, Status, Validity
+from ledger.domain import Outcome, Status, Validity
 from ledger.errors import AccessDeniedError, InvalidInputError, LedgerError, UnknownRecordError
 from ledger.jsonable import plain
 from ledger.serialization import canonical
 from ledger.validation import BIDI_CONTROLS, from_iso, key_text
 from ledger.values import Explanation, RecordView, RevocationPreview
+from ledger.versions import captures_of_source
 
 __all__ = [
     "HERE",
@@ -35,6 +36,8 @@ __all__ = [
     "candidate",
     "environment",
     "explain_line",
+    "page_number",
+    "paged_title",
 ]
 
 HERE = Path(__file__).parent
@@ -141,6 +144,30 @@ class TypedMoment:
         when = (query.get("as_of_time") or "").strip()
         filled = (("as_of_position", position), ("as_of_time", when))
         return cls(position, when, tuple(name for name, typed in filled if typed))
+
+
+# -- pages of a list ----------------------------------------------------------------------
+
+
+#: The ``page`` a "next page" link counts (the second on): up to nine digits.
+_PAGE_NUMBER = re.compile(r"[2-9]|[1-9][0-9]{1,8}")
+
+
+def page_number(query: Mapping[str, str]) -> int | None:
+    """Which page of a list ``query`` asks for: 1 without ``after``; after one, the
+    ``page`` the link to it counted, or None when it counts none (a list is paged
+    by the last id shown, so a link made otherwise does not say)."""
+    if not query.get("after"):
+        return 1
+    given = query.get("page") or ""
+    return int(given) if _PAGE_NUMBER.fullmatch(given) else None
+
+
+def paged_title(name: str, page: int | None) -> str:
+    """The title of page ``page`` of a list (:func:`page_number`) called ``name``."""
+    if page == 1:
+        return name
+    return f"{name}, page {page}" if page is not None else f"{name}, a later page"
 
 
 # -- template helpers ----------------------------------------------------------------------
@@ -280,6 +307,8 @@ class Candidate:
     conflicts: tuple[str, ...] = ()
     #: Dependencies beyond :data:`MAX_DEPENDENCIES`, neither loaded nor shown.
     more: int = 0
+    #: A capture: accepting it replaces earlier captures of its source (:func:`replaces`).
+    replaces_captures: bool = False
 
 
 @dataclass(frozen=True)
@@ -339,7 +368,7 @@ def candidate(
     now = session.caller.at(None)
     accept_blocked = blocked
     if accept_blocked is None and view.expires is not None and view.expires <= now:
-        accept_blocked = f"It expired at {_instant(view.expires)}: it can no longer be accepted."
+        accept_blocked = f"It expired at {_when(view.expires)}: it can no longer be accepted."
     if accept_blocked is None:
         for dep in deps:
             if dep.view is None:
@@ -351,7 +380,7 @@ def candidate(
                 gone, source = dep.view.effective_expires, dep.view.expiry_source
                 if gone is not None and gone <= now:
                     since = f" (the expiry of {source})" if source not in (None, dep.id) else ""
-                    accept_blocked = f"Its dependency {dep.id} expired at {_instant(gone)}{since}."
+                    accept_blocked = f"Its dependency {dep.id} expired at {_when(gone)}{since}."
             if accept_blocked:
                 break
     key = (view.scope, view.claim_key, canonical(view.conditions))
@@ -368,12 +397,33 @@ def candidate(
     else:
         explanation = explained[key]
     conflicts = () if explanation is None else _disagreeing(view, explanation)
-    return Candidate(view, tuple(deps), blocked, accept_blocked, conflicts, more)
+    captures = _replaces_captures(session, view)
+    return Candidate(view, tuple(deps), blocked, accept_blocked, conflicts, more, captures)
 
 
-def _instant(value: datetime) -> str:
-    """An instant in UTC with its offset, to the second (as a refusal names it)."""
-    return value.astimezone(UTC).isoformat(timespec="seconds")
+def _replaces_captures(session: Session, view: RecordView) -> bool:
+    """Whether accepting the capture ``view`` replaces earlier captures of its source:
+    live ones proposed before it that hold other bytes or another value (those the
+    ledger supersedes as it accepts, ``ledger.transitions``). When that cannot be
+    told (as of a past moment, where no decision is offered), it is said it may."""
+    if view.evidence is None:
+        return False
+    caller = session.caller
+    if caller.position is not None:
+        return True
+    try:
+        with caller.reading() as c:
+            captures = captures_of_source(
+                c, caller, view.scope, view.claim_key, dict(view.evidence), view.value
+            )
+    except LedgerError:
+        return True
+    for record_id, _, same in captures:  # in proposal order
+        if record_id == view.id:
+            return False
+        if not same:
+            return True
+    return True  # not found under its id as shown: it may
 
 
 def replaces(session: Session, record_id: str) -> bool:
@@ -386,7 +436,7 @@ def replaces(session: Session, record_id: str) -> bool:
         view = session.get(record_id)
     except LedgerError:
         return False  # an approver without ``read``: the acceptance says what it refuses
-    return view.supersedes is not None or view.kind == Kind.EVIDENCE
+    return view.supersedes is not None or _replaces_captures(session, view)
 
 
 def conflict_after(session: Session, record_id: str) -> str:

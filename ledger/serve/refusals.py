@@ -4,6 +4,8 @@ ledger refused."""
 
 from __future__ import annotations
 
+import re
+
 from ledger.application import ADMIN_TOKEN_REFUSAL
 from ledger.errors import AuthenticationError, ConcurrencyError, InvalidInputError, LedgerError
 from ledger.serve.errors import status_of, told
@@ -39,15 +41,34 @@ ENDED = (
 TYPED_OR_BUSY = (InvalidInputError, ConcurrencyError)
 
 
-def refused_write(exc: LedgerError, subject: str, url: str | None = None) -> str:
-    """The message shown after the ledger refused a form's write; ``subject``: what
-    the form was about (``"record M2"``); ``url``: the ledger's, left out (:func:`told`)."""
+#: The command a ledger message may start with ("revoke refused: "), left out after
+#: the console's own "Revocation of E1 refused".
+_COMMAND_REFUSED = re.compile(r"^[a-z_]+ refused: ")
+
+
+def refused_write(exc: LedgerError, doing: str, subject: str, url: str | None = None) -> str:
+    """The message shown after the ledger refused a form's write, naming what the
+    form asked (``doing``: ``"Rejection of C1"``; in a queue of many cards the reader
+    is told which); ``subject``: what the form was about (``"record C1"``);
+    ``url``: the ledger's, left out (:func:`told`)."""
+    message = told(exc, url)
     if isinstance(exc, ConcurrencyError):
         return (
             f"Nothing was written for {subject}: the ledger stayed locked by other writers "
-            f"(ConcurrencyError: {told(exc, url)}). Send the form again."
+            f"(ConcurrencyError: {message}). Send the form again."
         )
-    return f"Refused ({type(exc).__name__}): {told(exc, url)}"
+    return f"{doing} refused ({type(exc).__name__}): {_COMMAND_REFUSED.sub('', message)}"
+
+
+def shown_before(kept: bool) -> str:
+    """What a form from a page shown before this browser last signed in is told
+    (``kept``: what was typed in it is filled in again)."""
+    typed = ", with what you typed in the form" if kept else ""
+    return (
+        "That form was on a page shown before you last signed in, so it was not taken; "
+        f"nothing was written. Here is the page as it is now{typed}: check it and send "
+        "the form again."
+    )
 
 
 def signin_refused(exc: LedgerError, url: str | None) -> tuple[str, int]:

@@ -8,7 +8,9 @@ afterwards. The sign-in form's CSRF token is a keyed hash of its session id, so
 the form still works after its anonymous session was evicted by others' requests.
 Sessions end on sign-out, after :attr:`SessionStore.idle` seconds unused, or
 :attr:`SessionStore.lifetime` seconds after sign-in; restarting the server ends
-them all.
+them all. A session that follows another in the same browser (sign-out, sign-in,
+a token no longer valid) remembers the CSRF tokens before it, so that a form on
+a page shown before is told apart from a forged one (it is refused all the same).
 """
 
 from __future__ import annotations
@@ -25,6 +27,19 @@ from dataclasses import dataclass, field
 from starlette.responses import Response
 
 COOKIE = "provledger_session"
+#: How many of the browser's earlier CSRF tokens a session remembers.
+EARLIER = 8
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A form the ledger refused: the path it was sent to, what was typed into it,
+    the field the refusal is about (None: the form as a whole) and the message."""
+
+    action: str
+    values: dict[str, str]
+    field: str | None = None
+    message: str = ""
 
 
 @dataclass
@@ -39,8 +54,10 @@ class ConsoleSession:
     token: str | None = field(default=None, repr=False)
     principal: str | None = None
     flashes: list[tuple[str, str]] = field(default_factory=list)
-    #: The text of the last form the ledger refused, by the path it was sent to.
-    refused: tuple[str, dict[str, str]] | None = field(default=None, repr=False)
+    #: The last form the ledger refused, to be given back on the next page.
+    refused: Refused | None = field(default=None, repr=False)
+    #: The CSRF tokens of this browser's earlier sessions, newest first.
+    earlier: tuple[str, ...] = field(default=(), repr=False)
 
     @property
     def signed_in(self) -> bool:
@@ -57,13 +74,19 @@ class ConsoleSession:
         out, self.flashes = self.flashes, []
         return out
 
-    def keep_refused(self, action: str, values: dict[str, str]) -> None:
-        """Keep what was typed into a form sent to ``action`` that the ledger refused,
-        so the next page fills it in again (a long correction note is not lost to a
-        mistyped record id)."""
-        self.refused = (action, values)
+    def keep_refused(
+        self,
+        action: str,
+        values: dict[str, str],
+        field: str | None = None,
+        message: str = "",
+    ) -> None:
+        """Keep what was typed into a form sent to ``action`` that was refused, so
+        the next page fills it in again (a long correction note is not lost to a
+        mistyped record id) and marks ``field``, the one at fault, with ``message``."""
+        self.refused = Refused(action, values, field, message)
 
-    def take_refused(self) -> tuple[str, dict[str, str]] | None:
+    def take_refused(self) -> Refused | None:
         """The refused form to fill in again now (then forgotten)."""
         out, self.refused = self.refused, None
         return out
@@ -71,6 +94,16 @@ class ConsoleSession:
     def csrf_ok(self, sent: object) -> bool:
         """Whether ``sent`` is this session's CSRF token (constant-time)."""
         return isinstance(sent, str) and hmac.compare_digest(sent.encode(), self.csrf.encode())
+
+    def was_earlier(self, sent: object) -> bool:
+        """Whether ``sent`` is the CSRF token of an earlier session of this browser
+        (a page shown before it signed out, or in again): not forged, but stale."""
+        if not isinstance(sent, str) or not sent:
+            return False
+        found = False
+        for token in self.earlier:  # every one compared, in constant time
+            found |= hmac.compare_digest(sent.encode(), token.encode())
+        return found
 
 
 def set_cookie(response: Response, session: ConsoleSession, *, secure: bool) -> None:
@@ -118,6 +151,13 @@ class SessionStore:
         session = self.passing()
         with self._lock:
             self._keep(self._anonymous, session)
+        return session
+
+    def after(self, ended: ConsoleSession) -> ConsoleSession:
+        """A fresh anonymous session for the browser whose session ``ended`` (signed
+        out, its token no longer valid), remembering that one's CSRF tokens."""
+        session = self.new()
+        session.earlier = (ended.csrf, *ended.earlier)[:EARLIER]
         return session
 
     def passing(self) -> ConsoleSession:
@@ -170,6 +210,7 @@ class SessionStore:
         session = self._fresh()
         session.token = token
         session.principal = principal
+        session.earlier = (old.csrf, *old.earlier)[:EARLIER]
         with self._lock:
             self._anonymous.pop(old.sid, None)
             self._signed_in.pop(old.sid, None)
