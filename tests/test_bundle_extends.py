@@ -445,9 +445,9 @@ def test_the_commands_prove_and_check_the_extension(
     assert code == 1
     assert err.startswith("error: bundle check failed: the bundle's head (tree size ")
     assert f"is older than the head you hold in {later}" in err
-    # An earlier file that holds no head: exit 1, named
+    # An earlier file that holds no head: could not check, exit 3, named
     code, _, err = run("verify-bundle", later, "--earlier", pub)
-    assert code == 1 and err.startswith(f"error: cannot read an earlier signed head from '{pub}'")
+    assert code == 3 and err.startswith(f"error: cannot read an earlier signed head from '{pub}'")
 
     # A rewritten log (as many events): the writer refuses, exit 1, writes nothing
     rewrite_before_head(scene)

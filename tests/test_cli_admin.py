@@ -277,7 +277,8 @@ def test_every_command_but_init_refuses_a_missing_ledger_and_creates_nothing(
 ) -> None:
     path = tmp_path / "walkthroug.db"  # a typo of the real name
     result = run(*args, "--url", f"sqlite:///{path}")
-    assert result.exit_code == 1
+    # verify, a check, exits 3: it could not check (1 is a problem it found)
+    assert result.exit_code == (3 if args == ["verify"] else 1)
     assert result.stderr == (
         f"error: no ledger at sqlite:///{path}; run `provledger init` or check PROVLEDGER_URL\n"
     )
@@ -326,7 +327,7 @@ def test_a_damaged_ledger_file_is_called_unreadable_not_absent(tmp_path: Path) -
     url = f"sqlite:///{path}"
     for args in (("verify", "--url", url), ("get", "E1", "--url", url), ("init", "--url", url)):
         result = run(*args, PROVLEDGER_TOKEN="plt_x")
-        assert result.exit_code == 1, args
+        assert result.exit_code == (3 if args[0] == "verify" else 1), args
         assert result.stderr == (
             f"error: the SQLite file at {path} cannot be read: database disk image is "
             "malformed; whether it holds a ledger is not known (a damaged file: restore "
@@ -519,8 +520,9 @@ def test_verify_bundle_without_cryptography_names_the_extra_not_an_alteration(
     # When it is checked where the cryptography package is not installed
     done = _without("cryptography", "verify-bundle", bundle)
 
-    # Then it says what to install, and does not call the bundle altered
-    assert done.returncode == 1
+    # Then it says what to install, and does not call the bundle altered: it could
+    # not check it (exit 3), which is no problem found (exit 1)
+    assert done.returncode == 3
     assert "install the 'evidence' extra: pip install -e '.[evidence]'" in done.stderr
     assert "altered" not in done.stderr
 
@@ -746,8 +748,10 @@ def test_a_ledger_url_naming_a_directory_says_so(tmp_path: Path, command: str) -
     url = f"sqlite:///{tmp_path}"
     refused = run(command, "--url", url)
     assert refused.exit_code == 1
+    # init and demo create a ledger: there is none to miss, but one they cannot make
+    told = "no ledger at" if command == "stats" else "cannot create a ledger at"
     assert refused.stderr == (
-        f"error: no ledger at {url}: {tmp_path} is a directory; give the path of "
+        f"error: {told} {url}: {tmp_path} is a directory; give the path of "
         f"a file in it (sqlite:///{tmp_path / 'provledger.db'})\n"
     )
     assert list(tmp_path.iterdir()) == []

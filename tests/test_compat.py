@@ -275,3 +275,33 @@ def test_opening_a_0_1_0_ledger_says_once_that_its_views_were_rebuilt(
         Ledger.open(f"sqlite:///{path}").close()  # rebuilt already
         Ledger.open(f"sqlite:///{tmp_path / 'new.db'}").close()  # a new ledger
         assert [r for r in caplog.records if r.name == "provledger.views"] == []
+
+
+@pytest.mark.parametrize("query", ["?mode=ro", ""], ids=["read-only", "writable"])
+def test_digest_and_head_of_a_0_1_0_ledger_need_no_views_and_write_none(
+    tmp_path: Path, query: str
+) -> None:
+    # Upgrade step 3 without a kept 0.1.0 digest: take one from the file as it is.
+    from click.testing import CliRunner
+
+    from ledger.cli import main
+    from ledger.heads import generate_key
+
+    path = tmp_path / "ledger-0.1.0.db"
+    shutil.copyfile(FIXTURES / "ledger-0.1.0.db", path)
+    before = path.read_bytes()
+    url = f"sqlite:///{path}{query}"
+    digest = CliRunner().invoke(main, ["digest", "--url", url])
+    assert digest.exit_code == 0, digest.output
+    assert digest.stdout.strip() == ANSWERS["digest"]
+    generate_key(str(tmp_path / "k"))
+    head = CliRunner().invoke(main, ["head", "--url", url, "--key", str(tmp_path / "k")])
+    assert head.exit_code == 0, head.output
+    assert json.loads(head.stdout)["tree_size"] == int(ANSWERS["digest"].split(":")[0])
+    if query:
+        assert path.read_bytes() == before
+    # The views are still 0.1.0's: neither command rebuilt them.
+    with Ledger.open(f"sqlite:///{path}?mode=ro", catch_up=False) as led:
+        _, reviewer = _sessions(led)
+        with pytest.raises(StorageError, match="built by an earlier version"):
+            reviewer.get("E2")

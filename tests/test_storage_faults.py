@@ -34,7 +34,7 @@ from ledger import ConnectionLostError, DiskFullError, Kind, Ledger, Session, St
 from ledger.cli import main
 from ledger.errors import InvalidURLError, LedgerError, LedgerNotFoundError
 from ledger.persistence.faults import storage_error
-from ledger.persistence.urls import PG_BOUNDS
+from ledger.persistence.urls import PG_BOUNDS, resolve_url
 
 from .conftest import PG_SERVER, _pg_dsn
 from .faults import SmallDisk, end_sessions, small_disk
@@ -534,11 +534,27 @@ def test_pg_connection_refused_is_reported_within_the_connect_timeout(
 
 def test_pg_wrong_database_on_the_cli_is_one_line_with_the_reason() -> None:
     url = _server(password="S3CRET", dbname="no_such_db_cli") + "?connect_timeout=10"
-    result = CliRunner().invoke(main, ["get", "X", "--token", "t", "--url", url])
+    # From the environment: a password on the command line would be warned about first.
+    result = CliRunner().invoke(main, ["get", "X", "--token", "t"], env={"PROVLEDGER_URL": url})
     assert result.exit_code == 1, result.output
     one_line(result.stderr)
     assert 'database "no_such_db_cli" does not exist' in result.stderr
     assert "S3CRET" not in result.output + result.stderr
+
+
+def test_a_url_without_a_password_takes_pgpassword_and_masks_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # As psql does: libpq reads $PGPASSWORD only where no password is given, and the
+    # ledger always gave one (empty), so the variable went unread.
+    monkeypatch.setenv("PGPASSWORD", "S3CRET")
+    assert resolve_url(_server()).env["POSTGRES_PASSWORD"] == "S3CRET"
+    assert resolve_url(_server(password="own")).env["POSTGRES_PASSWORD"] == "own"
+    url = _server(dbname="no_such_db_pgpassword") + "?connect_timeout=10"
+    with pytest.raises(StorageError) as caught:
+        Ledger.open(url)
+    assert 'database "no_such_db_pgpassword" does not exist' in str(caught.value)
+    assert "S3CRET" not in str(caught.value)
 
 
 # -- URL options ---------------------------------------------------------------------
@@ -613,7 +629,8 @@ def test_url_bounds_are_accepted_at_their_limits(pg: str) -> None:
 
 def test_lock_timeout_overflow_on_the_cli_is_one_line(pg: str) -> None:
     url = f"{pg}&lock_timeout=99999999999999999999"
-    result = CliRunner().invoke(main, ["get", "X", "--token", "t", "--url", url])
+    # From the environment: a password on the command line would be warned about first.
+    result = CliRunner().invoke(main, ["get", "X", "--token", "t"], env={"PROVLEDGER_URL": url})
     assert result.exit_code == 1, result.output
     one_line(result.stderr)
     assert "lock_timeout must be a whole number from 1 to 3600" in result.stderr

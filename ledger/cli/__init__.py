@@ -11,7 +11,10 @@ SQLite file may omit it); every other command authenticates with ``$PROVLEDGER_T
 Read commands print aligned tables for people and JSON with ``--json``;
 ``as-of`` runs them as the ledger was at a past position or time.
 
-Errors from the library print one line on stderr and exit 1; usage errors exit 2;
+Errors from the library print one line on stderr and exit 1 (with ``--json`` also
+``{"error": {"type": …, "message": …}}`` on stdout); the checks ``verify`` and
+``verify-bundle`` exit 1 only for a problem found, 3 when they could not check;
+usage errors exit 2;
 Ctrl-C (SIGINT) prints one line and exits 130. When the reader of its output goes
 away before the answer is all written (``provledger history | head -1``), every
 command stops writing and exits 141, printing nothing, as a program a broken pipe

@@ -311,7 +311,13 @@ def stats(url: str | None, admin_token: str | None, as_json: bool) -> None:
     help="Where to build the scenario (must be an empty "
     "ledger). Default: a fresh SQLite file in a temporary directory.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Print the result as JSON; a refusal prints {"error": {"type": …, "message": …}} '
+    "there too (usage errors, exit 2, are text).",
+)
 @errors_exit_1
 def demo(url: str | None, as_json: bool) -> None:
     """Run the experiment on a fresh ledger and print its table.
@@ -347,7 +353,13 @@ def demo(url: str | None, as_json: bool) -> None:
 
 @click.command()
 @admin_options
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Print the report as JSON; a refusal prints {"error": {"type": …, "message": …}} '
+    "there too (usage errors, exit 2, are text).",
+)
 @errors_exit_1
 def rebuild(url: str | None, admin_token: str | None, as_json: bool) -> None:
     """Empty the views and replay the whole log into them; exit 1 unless they match.

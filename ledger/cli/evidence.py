@@ -13,6 +13,7 @@ import click
 from ledger.cli.options import (
     admin_options,
     errors_exit_1,
+    errors_exit_3,
     host_ledger,
     json_option,
     not_the_ledger,
@@ -47,7 +48,8 @@ def digest(url: str | None, admin_token: str | None, as_json: bool) -> None:
     Example:
       provledger digest > digest-2026-11-30.txt
     """
-    with host_ledger(url, "digest", admin_token) as led:
+    # The log and its Merkle leaves alone: views as stored (one 0.1.0 wrote, read-only).
+    with host_ledger(url, "digest", admin_token, catch_up=False) as led:
         kept = led.digest()
     if as_json:
         echo_json(
@@ -81,7 +83,7 @@ def digest(url: str | None, admin_token: str | None, as_json: bool) -> None:
 )
 @admin_options
 @json_option
-@errors_exit_1
+@errors_exit_3
 def verify(
     against: str | None,
     heads_file: str | None,
@@ -90,7 +92,7 @@ def verify(
     admin_token: str | None,
     as_json: bool,
 ) -> None:
-    """Check the whole ledger; exit 1 naming the first problem.
+    """Check the whole ledger; exit 1 naming the first problem found.
 
     Recomputes the Merkle tree from the stored bytes (naming the first position
     that differs), proves (RFC 6962 consistency proofs) that the log extends
@@ -99,6 +101,15 @@ def verify(
     compares the views with a replay of the log in a scratch database, and
     checks the evidence bytes. Maintenance: see `provledger init` for the admin
     token.
+
+    \b
+    Exit status: 0 every check passed;
+      1 a check found a problem (tampering, heads that do not verify);
+      3 could not check (the ledger, heads file, key or digest could not be
+        opened or read; the admin token was refused; a storage error);
+      2 a usage error.
+    With --json: the report ("ok", "problem", …) on exit 0 or 1; on exit 3
+    {"ok": false, "error": {"type": …, "message": …}}; usage errors are text.
 
     \b
     Example:
@@ -150,7 +161,7 @@ def verify(
         alone = report.failed_checks == ("heads",)
         what = "the kept heads do not verify" if alone else "tampering detected"
         click.echo(f"error: {what}: {report.problem}", err=True)
-        sys.exit(1)
+        sys.exit(1)  # a problem found (3, could not check: errors_exit_3)
 
 
 @click.command()
@@ -263,7 +274,7 @@ def head(key: str, append_to: str | None, url: str | None, admin_token: str | No
 
     private = _signing_key(key)
     not_the_ledger(append_to, url, "head")
-    with host_ledger(url, "head", admin_token) as led:
+    with host_ledger(url, "head", admin_token, catch_up=False) as led:
         signed = publish_head(led, private, append_to)
     click.echo(signed.dumps())
 
@@ -411,7 +422,7 @@ def _carried(events: int, withheld: int) -> str:
     "file), and the most the file may be: a bundle of large values says when it needs more.",
 )
 @json_option
-@errors_exit_1
+@errors_exit_3
 def verify_bundle_command(
     path: str,
     public_key: str | None,
@@ -423,6 +434,16 @@ def verify_bundle_command(
 
     With --earlier, also that its head extends the heads (or bundles) you hold
     from before: that nothing they showed was removed or rewritten since.
+
+    \b
+    Exit status: 0 the bundle checks;
+      1 the check found a problem (an altered or forged bundle, a head that
+        does not extend the one you hold, a file that is no bundle);
+      3 could not check (the file, the key or an --earlier file could not be
+        read; the evidence extra is not installed);
+      2 a usage error.
+    With --json: the report ("ok", "problem", …) on exit 0 or 1; on exit 3
+    {"ok": false, "error": {"type": …, "message": …}}; usage errors are text.
 
     \b
     Example:
@@ -475,7 +496,7 @@ def verify_bundle_command(
         )
     if not report.ok:
         click.echo(f"error: bundle check failed: {printable(report.problem)}", err=True)
-        sys.exit(1)
+        sys.exit(1)  # a problem found (3, could not check: errors_exit_3)
 
 
 def _extending(earlier: Sequence[HeldHead], extends: Sequence[SignedHead]) -> str:

@@ -18,6 +18,7 @@ from itertools import pairwise
 from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn, TypeVar
 
 import click
+from click.core import ParameterSource
 
 from ledger.application import Ledger
 from ledger.domain import Kind
@@ -28,9 +29,11 @@ from ledger.errors import (
     LedgerError,
     LedgerNotFoundError,
     ReadOnlyError,
+    StorageError,
     install_hint,
 )
 from ledger.persistence import foreign_file, resolve_url, unwritable
+from ledger.persistence.urls import redacted
 from ledger.session import Session
 from ledger.validation import asked_key, from_iso
 
@@ -115,43 +118,81 @@ def cli_message(exc: LedgerError, given: dict[str, Any]) -> str:
 _WRITE_FAILURES = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})
 
 
-def fail(message: str) -> NoReturn:
-    """Print ``error: message`` on stderr and exit 1: a refusal, even when the
-    reader of stderr has gone away (not the exit 0 of a reader of stdout leaving)."""
+#: The exit status of a check (``verify``, ``verify-bundle``) that could not run: the
+#: ledger or a file could not be opened or read, a token was refused, the storage
+#: failed. A check that ran and found a problem exits 1, as every refusal does.
+COULD_NOT_CHECK = 3
+
+
+def fail(message: str, status: int = 1, answer: dict[str, Any] | None = None) -> NoReturn:
+    """Print ``error: message`` on stderr and exit ``status`` (1: a refusal), even
+    when the reader of stderr has gone away (not the exit 0 of a reader of stdout
+    leaving). ``answer``: also printed on stdout, as JSON (what ``--json`` asked for);
+    a reader of stdout gone by then ends the command as every broken pipe does."""
     with suppress(BrokenPipeError):
         click.echo(f"error: {message}", err=True)
-    sys.exit(1)
+    if answer is not None:
+        click.echo(json.dumps(answer, indent=2, ensure_ascii=False))
+    sys.exit(status)
 
 
 def errors_exit_1(fn: F) -> F:
+    """A command whose refusals print one ``error:`` line and exit 1 (with
+    ``--json``, the error as JSON on stdout too: :func:`_refusals_exit`)."""
+    return _refusals_exit(fn, 1, {})
+
+
+def errors_exit_3(fn: F) -> F:
+    """A check's (``verify``, ``verify-bundle``): an error means it could not check,
+    exit 3 (:data:`COULD_NOT_CHECK`), and its JSON says ``"ok": false`` too; the
+    check itself exits 1 for a problem it found."""
+    return _refusals_exit(fn, COULD_NOT_CHECK, {"ok": False})
+
+
+def _refusals_exit(fn: F, status: int, fields: dict[str, Any]) -> F:
+    """``fn`` with its errors (a LedgerError; an optional package missing; a file it
+    could not read or write) printed as one ``error:`` line on stderr and exit
+    ``status``. Given ``--json``, stdout also gets ``{**fields, "error": {"type":
+    …, "message": …}}``: the error's class and the same message (credentials
+    masked as in it), so a script reads why without parsing stderr."""
+
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        as_json = bool(kwargs.get("as_json"))
+
+        def refuse(exc: BaseException, message: str, *, answer: bool = True) -> NoReturn:
+            shown = {**fields, "error": {"type": type(exc).__name__, "message": message}}
+            fail(message, status, shown if as_json and answer else None)
+
         try:
             return fn(*args, **kwargs)
         except LedgerError as exc:
-            fail(cli_message(exc, kwargs))
+            refuse(exc, cli_message(exc, kwargs))
         except ModuleNotFoundError as exc:  # an optional package of an extra
             top = (exc.name or "").split(".", 1)[0]
             if top not in EXTRAS:
                 raise
-            fail(f"this needs {top}, which is not installed; {install_hint(EXTRAS[top])}")
+            refuse(exc, f"this needs {top}, which is not installed; {install_hint(EXTRAS[top])}")
         except BrokenPipeError:
             raise  # the reader of stdout went away: see ledger.cli._Main.invoke
         except OSError as exc:  # reading FILE or writing -o FILE, or stdout
             if not exc.filename and exc.errno in _WRITE_FAILURES:
                 # Writing the answer failed, after the work it answers for: a
-                # command's write stands, so this is no refusal of it.
-                fail(
+                # command's write stands, so this is no refusal of it. (Nor is
+                # JSON written where the answer could not be.)
+                refuse(
+                    exc,
                     f"the answer could not be written to stdout "
                     f"({printable(exc.strerror or exc)}); anything the command wrote to "
-                    "the ledger stands (look before running it again)"
+                    "the ledger stands (look before running it again)",
+                    answer=False,
                 )
             where = f"{exc.filename}: " if exc.filename else ""
-            fail(f"{printable(where)}{printable(exc.strerror or exc)}")
+            refuse(exc, f"{printable(where)}{printable(exc.strerror or exc)}")
         except (ValueError, UnicodeError) as exc:  # a path Python cannot open (NUL, surrogate)
             if not isinstance(exc, UnicodeError) and "null" not in str(exc):
                 raise
-            fail(f"cannot use that path: {printable(exc)}")
+            refuse(exc, f"cannot use that path: {printable(exc)}")
 
     return wrapper  # type: ignore[return-value]
 
@@ -243,10 +284,73 @@ JSON = JSONType()
 DATETIME = DateTimeType()
 
 
+#: Set in the root context once a password in --url has been warned about.
+_WARNED_PASSWORD = "provledger.warned_password"
+
+
+def _password_in_argv(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Warn, once a command, when ``--url`` given on the command line holds a password:
+    other users read it there (``ps``), masked as it is in every message (a URL
+    from $PROVLEDGER_URL is not warned about)."""
+    given = ctx.get_parameter_source(param.name or "") is ParameterSource.COMMANDLINE
+    root = ctx.find_root().meta
+    if (
+        given
+        and not ctx.resilient_parsing  # completing what is typed: no warning
+        and value is not None
+        and not value.lstrip().startswith(("sqlite:", "memory:"))
+        and redacted(value.strip()) != value.strip()
+        and not root.get(_WARNED_PASSWORD)
+    ):
+        root[_WARNED_PASSWORD] = True
+        click.echo(
+            "warning: --url on the command line holds a password, visible to other users "
+            "(ps, /proc/PID/cmdline); export PROVLEDGER_URL instead, or leave the password "
+            "out of the URL and give it in $PGPASSWORD or ~/.pgpass",
+            err=True,
+        )
+    return value
+
+
 def url_option(fn: F) -> F:
     return click.option(
-        "--url", envvar="PROVLEDGER_URL", show_envvar=True, default=None, help=URL_HELP
+        "--url",
+        envvar="PROVLEDGER_URL",
+        show_envvar=True,
+        default=None,
+        callback=_password_in_argv,
+        help=URL_HELP,
     )(fn)
+
+
+class TokenOption(click.Option):
+    """A token's option: one given empty (or blank), on the command line or in its
+    variable, is a usage error that says so. (click takes an empty variable for
+    none, and would say "Missing option '--token'" of a variable that is there.)
+    ``whose``: what the token is and where it comes from, for the message."""
+
+    def __init__(self, *args: Any, whose: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.whose = whose
+
+    def process_value(self, ctx: click.Context, value: Any) -> Any:
+        variable = self.envvar if isinstance(self.envvar, str) else None
+        option = max(self.opts, key=len)
+        if isinstance(value, str) and not value.strip():
+            source = ctx.get_parameter_source(self.name or "")
+            if variable is not None and source is ParameterSource.ENVIRONMENT:
+                raise click.UsageError(self._set_but_empty(variable, option), ctx)
+            also = f", or leave {option} out and export {variable}" if variable else ""
+            raise click.UsageError(f"{option} is empty: give {self.whose}{also}", ctx)
+        try:
+            return super().process_value(ctx, value)
+        except click.MissingParameter:
+            if variable is not None and variable in os.environ:
+                raise click.UsageError(self._set_but_empty(variable, option), ctx) from None
+            raise
+
+    def _set_but_empty(self, variable: str, option: str) -> str:
+        return f"{variable} is set but empty: put {self.whose} in it, or unset it and give {option}"
 
 
 def admin_token_option(fn: F) -> F:
@@ -255,6 +359,8 @@ def admin_token_option(fn: F) -> F:
         envvar="PROVLEDGER_ADMIN_TOKEN",
         show_envvar=True,
         default=None,
+        cls=TokenOption,
+        whose="the admin token `provledger init` printed",
         help="The admin token `provledger init` printed (needed on PostgreSQL and on a "
         "file you do not own).",
     )(fn)
@@ -267,7 +373,13 @@ def admin_options(fn: F) -> F:
 
 def token_option(fn: F) -> F:
     return click.option(
-        "--token", envvar="PROVLEDGER_TOKEN", show_envvar=True, required=True, help=TOKEN_HELP
+        "--token",
+        envvar="PROVLEDGER_TOKEN",
+        show_envvar=True,
+        required=True,
+        cls=TokenOption,
+        whose="the principal's token (`provledger token issue SUBJECT` prints one)",
+        help=TOKEN_HELP,
     )(fn)
 
 
@@ -313,7 +425,13 @@ def within(session: Session, run_id: str | None) -> Any:
 
 
 def json_option(fn: F) -> F:
-    return click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")(fn)
+    return click.option(
+        "--json",
+        "as_json",
+        is_flag=True,
+        help='Print machine-readable JSON; a refusal prints {"error": {"type": …, '
+        '"message": …}} there too (usage errors, exit 2, are text).',
+    )(fn)
 
 
 # -- opening the ledger ---------------------------------------------------------------
@@ -344,9 +462,14 @@ def open_ledger(
     (a server's) or its URL asks for ``mode=rw``: then it is refused."""
     backend = resolve_url(url)
     if backend.path is not None and os.path.isdir(backend.path):
+        inside = os.path.join(backend.path, "provledger.db")
+        in_it = f"give the path of a file in it (sqlite:///{inside})"
+        if create:  # init, demo: there is no ledger to miss there, but one to make
+            raise StorageError(
+                f"cannot create a ledger at {backend.url}: {backend.path} is a directory; {in_it}"
+            )
         raise LedgerNotFoundError(
-            f"no ledger at {backend.url}: {backend.path} is a directory; give the path of a "
-            f"file in it (sqlite:///{os.path.join(backend.path, 'provledger.db')})"
+            f"no ledger at {backend.url}: {backend.path} is a directory; {in_it}"
         )
     if not one_process and backend.kind == "memory":
         raise InvalidURLError(
@@ -467,9 +590,16 @@ def host_ledger(
                     if backend.kind == "postgresql"
                     else f"{printable(backend.path)}, a file another user owns"
                 )
+                # click takes an empty variable for none: say it is there, but empty.
+                give = (
+                    "PROVLEDGER_ADMIN_TOKEN is set but empty: put the admin token "
+                    "`provledger init` printed in it (or give --admin-token)"
+                    if os.environ.get("PROVLEDGER_ADMIN_TOKEN") == ""
+                    else "give the admin token `provledger init` printed (--admin-token or "
+                    "$PROVLEDGER_ADMIN_TOKEN)"
+                )
                 raise AccessDeniedError(
-                    f"{command} refused: it is an admin command on {whose}; give the admin "
-                    "token `provledger init` printed (--admin-token or $PROVLEDGER_ADMIN_TOKEN)"
+                    f"{command} refused: it is an admin command on {whose}; {give}"
                 )
         else:
             warn_token_in_argv(admin_token, "--admin-token", "PROVLEDGER_ADMIN_TOKEN")
@@ -514,8 +644,30 @@ def principal_session(url: str | None, token: str) -> Iterator[tuple[Ledger, Ses
     with open_ledger(url) as led:
         session = led.authenticate(token)
         if moment is not None:
-            session = session.as_of(position=moment.position, time=moment.time)
+            try:
+                session = session.as_of(position=moment.position, time=moment.time)
+            except InvalidInputError as exc:
+                raise type(exc)(_as_of_words(str(exc))) from None
         yield led, session
+
+
+#: The library's words for the moment ``as-of`` asks for → the command line's.
+_AS_OF_WORDS = (
+    (re.compile(r"^as_of (time|position) "), r"as-of --\1 "),
+    (
+        re.compile(r"read as of now at that moment \(at\)"),
+        "run the command then, or read now with --at for validity at that instant",
+    ),
+)
+
+
+def _as_of_words(message: str) -> str:
+    """A refusal of the moment asked for, in the options of ``as-of`` (``--time``,
+    ``--position``, a read's ``--at``), not the parameters of ``Session.as_of``;
+    a message worded otherwise is left as it is."""
+    for pattern, words in _AS_OF_WORDS:
+        message = pattern.sub(words, message)
+    return message
 
 
 def shown_key(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:

@@ -301,7 +301,9 @@ def _postgres_backend(full: str) -> Backend:
         "POSTGRES_HOST": parsed.hostname,
         "POSTGRES_PORT": str(port),
         "POSTGRES_USER": unquote(parsed.username or os.environ.get("USER", "postgres")),
-        "POSTGRES_PASSWORD": unquote(parsed.password or ""),
+        # A URL without a password takes libpq's $PGPASSWORD, as psql does (the
+        # password file, ~/.pgpass, libpq reads itself when this is empty).
+        "POSTGRES_PASSWORD": unquote(parsed.password or "") or os.environ.get("PGPASSWORD", ""),
         "POSTGRES_SCHEMA": schema,
         "APPLICATION_RECORDER_TOPIC": "ledger.persistence.postgres:LedgerPostgresRecorder",
     }
