@@ -29,10 +29,11 @@ def previous_capture(
 ) -> str | None:
     """The newest ACCEPTED capture of ``evidence['uri']`` under ``(scope,
     claim_key)`` whose bytes or value differ (or, while none of its captures is
-    accepted, the newest CANDIDATE one): a re-capture supersedes it, so the claim
-    answers with the newest version instead of a conflict between two. A capture
-    of the same bytes and value replaces nothing (what rests on the earlier one
-    stays VALID); a later capture of other bytes replaces both."""
+    accepted, the newest CANDIDATE one), as the caller is shown its id: a
+    re-capture supersedes it, so the claim answers with the newest version instead
+    of a conflict between two. A capture of the same bytes and value replaces
+    nothing (what rests on the earlier one stays VALID); a later capture of other
+    bytes replaces both."""
     claim_key = _claim(scope, claim_key)
     if not isinstance(scope, str) or claim_key is None:
         return None  # prepare names what is wrong
@@ -45,10 +46,13 @@ def previous_capture(
         if status == Status.STALE:
             continue
         if status == Status.ACCEPTED:
-            return None if same else record_id  # same bytes: nothing to replace
+            pending = None if same else record_id  # same bytes: nothing to replace
+            break
         if pending is None and not same:
             pending = record_id
-    return pending
+    # A key qualified by its scope (an id taken in a scope the caller cannot see)
+    # is named as the caller is shown it: supersedes takes names, not keys.
+    return None if pending is None else caller.names(c, (pending,)).get(pending, pending)
 
 
 def captures_of_source(

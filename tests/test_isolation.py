@@ -840,6 +840,25 @@ def refusals(b: Session, rid: str) -> list[tuple[type, str]]:
     return out
 
 
+def test_a_source_captured_under_an_id_taken_in_a_hidden_scope_can_be_captured_again(
+    tenants: Tenants,
+) -> None:
+    # A-E1 is taken in proj-a, which B cannot see: B's capture of it is keyed
+    # A-E1@@proj-b, and its re-capture must find it as B knows it, A-E1.
+    led, b = tenants.led, tenants.b
+    b_rev = grant(led, "tenant-b-approver", {"proj-b": ALL})
+    uri = "https://b.test/collision"
+    assert b.capture("proj-b", uri=uri, content=b"first", id="A-E1") == "A-E1"
+    b_rev.accept("A-E1")
+
+    again = b.capture("proj-b", uri=uri, content=b"second")
+    b_rev.accept(again)
+
+    assert b.get("A-E1").status == Status.SUPERSEDED
+    assert [r.id for r in b.read("proj-b", b.get(again).claim_key).records] == [again]
+    assert tenants.a.get("A-E1").status == Status.REVOKED  # A's own, untouched
+
+
 def test_a_bundle_names_an_id_taken_in_a_hidden_scope_as_its_proposer_knows_it(
     tenants: Tenants, tmp_path: Path
 ) -> None:
