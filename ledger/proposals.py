@@ -74,9 +74,15 @@ class NewestOf:
     live version of the claim of this kind when the proposal commits": its newest
     ACCEPTED or STALE record of ``kind``, else its newest CANDIDATE one, else
     nothing. Found under the writers' lock, so two processes putting one new key
-    at once make one version and its successor, not two rival versions."""
+    at once make one version and its successor, not two rival versions.
+
+    ``unseen_after``: the log position as of which the putter found the claim with
+    no usable version of ``kind``; the proposal is then refused
+    (:class:`ledger.versions.NewerVersionError`) if a live version of it was
+    proposed or changed after that position, which the putter never saw."""
 
     kind: str
+    unseen_after: int | None = None
 
 
 class Batch(dict[str, Record.Proposed]):
@@ -218,7 +224,7 @@ def proposal(
         newest = given.get("supersedes")
         if isinstance(newest, NewestOf):
             given["supersedes"] = versions.newest_version(
-                caller, c, given["scope"], given["claim_key"], newest.kind
+                caller, c, given["scope"], given["claim_key"], newest.kind, newest.unseen_after
             )
         record = prepare(caller, c, Batch(), {}, now=now, found=found, **given)
         return Decision([record], lambda _: redaction.bare(record.record_id), snapshots)

@@ -12,7 +12,7 @@ from ledger import rules
 from ledger.access import Role
 from ledger.caller import Caller
 from ledger.domain import Status
-from ledger.errors import LedgerError
+from ledger.errors import InvalidParentError, LedgerError
 from ledger.serialization import canonical, unpack
 from ledger.validation import check_claim_key
 from projections import claims as claim_queries
@@ -89,8 +89,19 @@ def _same_value(stored: bytes | None, value: Any) -> bool:
         return False
 
 
+class NewerVersionError(InvalidParentError):
+    """A put of a claim its putter found with no usable version, refused: a version
+    was proposed or changed after it looked (:class:`~ledger.proposals.NewestOf`'s
+    ``unseen_after``)."""
+
+
 def newest_version(
-    caller: Caller, c: Cursor, scope: object, claim_key: object, kind: str
+    caller: Caller,
+    c: Cursor,
+    scope: object,
+    claim_key: object,
+    kind: str,
+    unseen_after: int | None = None,
 ) -> str | None:
     """The record :class:`NewestOf` means, read with ``c`` (as the caller is shown
     its id), or None.
@@ -98,6 +109,8 @@ def newest_version(
     Raises:
         AccessDeniedError: the caller holds roles in ``scope`` but not ``read``
             (which versions the claim has is read).
+        NewerVersionError: ``unseen_after`` is a position, and a live version of
+            the claim was proposed or changed after it.
     """
     claim_key = _claim(scope, claim_key)
     if not isinstance(scope, str) or claim_key is None:
@@ -108,6 +121,11 @@ def newest_version(
     if Role.READ.value not in roles:
         raise caller.denied(scope, Role.READ, "propose")
     rows = claim_queries.newest_live_of_claim(c, caller.engine.dialect, scope, claim_key, kind)
+    if unseen_after is not None and any(row[3] > unseen_after for row in rows):
+        raise NewerVersionError(
+            f"propose refused: a version of claim {claim_key!r} in scope {scope!r} was "
+            f"proposed or changed after log position {unseen_after}, where it had none"
+        )
     for statuses in ((Status.ACCEPTED, Status.STALE), (Status.CANDIDATE,)):
         live = [row for row in rows if row[1] in statuses]
         if live:

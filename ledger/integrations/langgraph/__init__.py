@@ -90,9 +90,15 @@ Provenance
     memory since revoked, or superseded by a version it never saw, gets the
     ledger's ``InvalidParentError`` on its next put, naming the namespace and
     key, until it reads the key again (``get``): the run is then shown what
-    became of the version it read, and no longer rests on it. Outside a graph,
+    became of the version it read, and no longer rests on it. A key the thread
+    read as missing (``get`` answered None) or deleted is guarded the same way:
+    its put is refused if a version of the key appeared since, decided in the
+    put's own transaction, so threads that all found a key missing and put it
+    make one version, the others refused until they read it again. Outside a graph,
     or in one invoked with no ``thread_id``, nothing is recorded as observed (a
-    graph that puts so is told once, with :class:`NoThreadWarning`).
+    graph that puts so is told once, with :class:`NoThreadWarning`). A store
+    closed after its ledger cannot end its threads' runs: they stay open, and
+    :class:`RunsLeftOpenWarning` names them.
 
 Batches
     As LangGraph's own stores do, a batch answers its reads (``GetOp``,
@@ -117,8 +123,10 @@ Batches
 Modules: :mod:`~ledger.integrations.langgraph.keys` (namespace and key ↔ scope
 and claim key), :mod:`~ledger.integrations.langgraph.checks` (what an operation
 must be before a batch runs), :mod:`~ledger.integrations.langgraph.filters`
-(search filters), :mod:`~ledger.integrations.langgraph.threads` (one run per thread) and
-:mod:`~ledger.integrations.langgraph.store` (``LedgerStore``).
+(search filters), :mod:`~ledger.integrations.langgraph.threads` (one run per
+thread, and the keys each read as missing),
+:mod:`~ledger.integrations.langgraph.refusals` (what a refused put or read says)
+and :mod:`~ledger.integrations.langgraph.store` (``LedgerStore``).
 """
 
 from __future__ import annotations
@@ -132,13 +140,18 @@ from ledger.integrations.langgraph.keys import (
     scope_of,
 )
 from ledger.integrations.langgraph.store import LedgerStore
-from ledger.integrations.langgraph.threads import NoThreadWarning, run_id_of
+from ledger.integrations.langgraph.threads import (
+    NoThreadWarning,
+    RunsLeftOpenWarning,
+    run_id_of,
+)
 
 __all__ = [
     "LedgerStore",
     "MemoryConflictError",
     "NamespaceLabelError",
     "NoThreadWarning",
+    "RunsLeftOpenWarning",
     "UnsupportedStoreOperationError",
     "claim_key_of",
     "labels_of",

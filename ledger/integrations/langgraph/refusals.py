@@ -9,7 +9,7 @@ from langgraph.store.base import GetOp, ListNamespacesOp, Op, PutOp, SearchOp
 
 from ledger.errors import AccessDeniedError
 
-__all__ = ["named_as", "renamed"]
+__all__ = ["conflict", "named_as", "renamed"]
 
 
 @contextmanager
@@ -32,3 +32,32 @@ def renamed(exc: AccessDeniedError, name: str) -> AccessDeniedError:
     if not refused or " " in ledger_call:
         return exc
     return AccessDeniedError(f"{name} refused: {why}")
+
+
+def conflict(prefix: tuple[str, ...] | None, namespace: tuple[str, ...], key: str, ids: str) -> str:
+    """The ``MemoryConflictError`` of a ``get`` (``prefix`` None) or a ``search`` of
+    ``prefix`` meeting usable records ``ids`` of one key that disagree, with the
+    ways out: an approver's, and the store's own (a delete revokes them all)."""
+    asked = (
+        f"get of {namespace!r} key {key!r}"
+        if prefix is None
+        else f"search of {prefix!r}: key {key!r} in {namespace!r}"
+    )
+    return (
+        f"{asked}: usable records disagree ({ids}); the ledger keeps both and picks "
+        "neither: an approver must revoke or supersede all but one, or delete the key "
+        f"through the store (store.delete({namespace!r}, {key!r}) revokes every version "
+        "of it) and put it again"
+    )
+
+
+def appeared(put: str, thread: str, run_id: str) -> str:
+    """The refusal of a put of ``put`` (a key as a LangGraph user names it) in
+    ``thread`` (its ledger run ``run_id``), which read the key as missing, once a
+    version of it appeared: in the words of a refusal for a version withdrawn since."""
+    return (
+        f"put refused: {put} was missing when LangGraph thread {thread!r} read it (or "
+        f"deleted it) earlier in ledger run {run_id!r}, and a version of it was put since: "
+        "this put would replace that version unseen (what the thread puts rests on "
+        f"everything it read: get {put} again in this thread, or continue in a new thread)"
+    )

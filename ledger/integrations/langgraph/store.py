@@ -9,6 +9,7 @@ import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import nullcontext
+from dataclasses import replace
 from functools import partial
 from typing import Any, Literal
 
@@ -32,6 +33,7 @@ from ledger.access import Role
 from ledger.domain import Kind, Outcome, Status, Validity
 from ledger.errors import (
     AccessDeniedError,
+    ClosedLedgerError,
     InvalidInputError,
     InvalidParentError,
     InvalidTransitionError,
@@ -53,19 +55,22 @@ from ledger.integrations.langgraph.keys import (
     parse_claim_key,
     scope_of,
 )
-from ledger.integrations.langgraph.refusals import named_as, renamed
+from ledger.integrations.langgraph.refusals import appeared, conflict, named_as, renamed
 from ledger.integrations.langgraph.threads import (
     MAX_THREADS,
     Ids,
     NoThreadWarning,
+    RunsLeftOpenWarning,
     Thread,
     Threads,
+    caller_level,
     in_graph,
     thread_id,
 )
 from ledger.proposals import NewestOf
 from ledger.validation import check_kind
 from ledger.values import ReadResult, RecordView
+from ledger.versions import NewerVersionError
 from projections.record_table import LIVE_STATUSES
 
 __all__ = ["MAX_THREADS", "PAGE", "LedgerStore"]
@@ -162,14 +167,28 @@ class LedgerStore(BaseStore):
         ended (its token revoked, say), the others still are and the first such
         error is raised after. A thread served again afterwards goes on in its
         next run, with what it read and wrote (unless the store let it go since:
-        ``MAX_THREADS``)."""
+        ``MAX_THREADS``).
+
+        Closed after the ledger (``led.close(); store.close()``), it raises
+        nothing, but cannot end the runs in the log: they stay open, as if the
+        process had stopped, and a ``RunsLeftOpenWarning`` names them (a store
+        serving one of those threads later continues its run, with what it read;
+        close the store first to end them)."""
         failed: LedgerError | None = None
+        left: list[Thread] = []
+        closed: ClosedLedgerError | None = None
         # Every thread's run, even after one could not be ended.
         for state in self._threads.kept():
             try:
                 state.end()
+            except ClosedLedgerError as exc:
+                left.append(state)
+                closed = closed or exc
             except LedgerError as exc:
                 failed = failed or exc
+        if closed is not None:
+            self._threads.forget(left)  # nothing more can be done with them
+            warnings.warn(RunsLeftOpenWarning.of(left, closed), stacklevel=caller_level())
         if failed is not None:
             raise failed
 
@@ -216,8 +235,7 @@ class LedgerStore(BaseStore):
         if len(records) == 1:  # the one usable record (FOUND), as _newest gives it
             view: RecordView | None = records[0]
         else:
-            where = partial("get of {!r} key {!r}".format, namespace, key)
-            view = self._newest(result, where)
+            view = self._newest(result, partial(conflict, None, namespace, key))
         item: Item | None = item_of(Item, namespace, key, view)
         return item
 
@@ -263,28 +281,29 @@ class LedgerStore(BaseStore):
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         """Run the operations; results in the order of ``ops`` (see "Batches")."""
-        return self._execute(list(ops), thread_id())
+        listed, thread = list(ops), thread_id()
+        self._warn_without_thread(listed, thread)
+        return self._execute(listed, thread)
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         """``batch`` in a worker thread, so the event loop keeps running."""
-        listed = list(ops)
-        return await asyncio.to_thread(self._execute, listed, thread_id())
+        listed, thread = list(ops), thread_id()
+        self._warn_without_thread(listed, thread)  # here: the caller's frames are
+        return await asyncio.to_thread(self._execute, listed, thread)
+
+    def _warn_without_thread(self, ops: list[Op], thread: str | None) -> None:
+        """Say once per store that a graph puts with no ``thread_id``, pointing at
+        the code that called the store."""
+        if thread is not None or self._warned or not in_graph():
+            return
+        if any(isinstance(op, PutOp) and op.value is not None for op in ops):
+            self._warned = True
+            warnings.warn(NoThreadWarning(NoThreadWarning.SAID), stacklevel=caller_level())
 
     def _execute(self, ops: list[Op], thread: str | None) -> list[Result]:
         for op in ops:
             check_op(op, self.scope_depth, self._max_value_bytes)
         writes = [op for op in ops if isinstance(op, PutOp) and op.value is not None]
-        if writes and thread is None and not self._warned and in_graph():
-            self._warned = True
-            warnings.warn(
-                NoThreadWarning(
-                    "LedgerStore: this graph puts memories with no thread_id in its config, "
-                    "so it has no ledger run and what it read is not recorded as what they "
-                    "rest on: revoking a source will not reach what was derived from it; "
-                    "invoke it with config={'configurable': {'thread_id': ...}}"
-                ),
-                stacklevel=2,
-            )
         if len(writes) > 1:
             depth = self.scope_depth
             self._check_proposer({location(tuple(op.namespace), op.key, depth)[0] for op in writes})
@@ -357,22 +376,22 @@ class LedgerStore(BaseStore):
 
     # -- reads --------------------------------------------------------------------
 
+    def _position(self) -> int:
+        """The ledger's log position (of its newest event)."""
+        return self.ledger.position
+
     def _current(
-        self, reader: Session | RunContext, scope: str, claim: str, where: Callable[[], str]
+        self, reader: Session | RunContext, scope: str, claim: str, where: Callable[[str], str]
     ) -> RecordView | None:
         """The usable current version of a claim (eligibility chain), or None."""
         return self._newest(reader.read(scope, claim, kinds=(self.kind,)), where)
 
     @staticmethod
-    def _newest(result: ReadResult, where: Callable[[], str]) -> RecordView | None:
-        """The newest of a read's usable records, or None (``where``: what was read,
-        said when the usable records disagree)."""
+    def _newest(result: ReadResult, where: Callable[[str], str]) -> RecordView | None:
+        """The newest of a read's usable records, or None (``where``: the refusal,
+        given the records' ids, when the usable records disagree)."""
         if result.outcome == Outcome.CONFLICT:
-            ids = ", ".join(r.id for r in result.records)
-            raise MemoryConflictError(
-                f"{where()}: usable records disagree ({ids}); the ledger keeps both and "
-                "picks neither: an approver must revoke or supersede all but one"
-            )
+            raise MemoryConflictError(where(", ".join(r.id for r in result.records)))
         if result.outcome != Outcome.FOUND:
             return None
         records = result.records
@@ -385,12 +404,11 @@ class LedgerStore(BaseStore):
         if located is None:
             return None
         scope, claim = located
-        where = partial("get of {!r} key {!r}".format, tuple(op.namespace), op.key)
+        where = partial(conflict, None, tuple(op.namespace), op.key)
         if state is None:
             view = self._current(self.session, scope, claim, where)
         else:
-            result = state.run.read(scope, claim, kinds=(self.kind,))
-            state.read_key(scope, claim, result.records)
+            result = state.read(self._position, scope, claim, self._kinds)
             view = self._newest(result, where)
         item: Item | None = item_of(Item, tuple(op.namespace), op.key, view)
         return item
@@ -443,7 +461,7 @@ class LedgerStore(BaseStore):
                 if namespace[: len(prefix)] != prefix or not matches(flt, view.value):
                     continue
                 seen.add(view.claim_key)
-                where = partial("search of {!r}: key {!r} in {!r}".format, prefix, key, namespace)
+                where = partial(conflict, prefix, namespace, key)
                 current = self._current(self.session, scope, view.claim_key, where)
                 if current is None or not isinstance(current.value, dict):  # not an item
                     continue
@@ -515,9 +533,13 @@ class LedgerStore(BaseStore):
         scope, claim = located
         with _key_lock(scope, claim):
             if op.value is None:
+                # What the thread deleted is no basis for it now, and the key is
+                # missing to it as of before the delete read the versions it revokes.
+                at = None if state is None else self._position()
                 self._delete(scope, claim)
-                if state is not None:  # what the thread deleted is no basis for it now
+                if state is not None and at is not None:
                     state.read_key(scope, claim, ())
+                    state.missing[(scope, claim)] = at
             else:
                 self._replace(state, scope, claim, op.value)
 
@@ -595,6 +617,12 @@ class LedgerStore(BaseStore):
 
         tried: list[str] = []
 
+        # A key the thread read as missing: refused if a version appeared since.
+        missing_at = state.missing.get((scope, claim))
+        newest = fields.get("supersedes")
+        if missing_at is not None and isinstance(newest, NewestOf):
+            fields = {**fields, "supersedes": replace(newest, unseen_after=missing_at)}
+
         def propose() -> str:
             tried.append(self._ids.next())
             return state.run.propose(scope, claim, value, self.kind, id=tried[-1], **fields)
@@ -602,6 +630,8 @@ class LedgerStore(BaseStore):
         try:
             try:
                 record_id = propose()
+            except NewerVersionError:
+                raise
             except InvalidParentError:
                 rechecked = state.recheck(self.session)
                 if not state.catch_up(self.session) and not rechecked:
@@ -610,6 +640,8 @@ class LedgerStore(BaseStore):
         except InvalidParentError as exc:
             # The refused proposal's id was never written: it names the put.
             put = self._key_named(scope, claim) or repr(claim)
+            if isinstance(exc, NewerVersionError):
+                raise InvalidParentError(appeared(put, state.thread_id, state.run.run_id)) from None
             if str(exc).startswith("accept refused: accepted_by "):
                 # The approver's refusal: reading again in the thread changes nothing.
                 refusal = str(exc).replace(f" accept {tried[-1]!r}:", f" accept the put of {put}:")
@@ -629,6 +661,7 @@ class LedgerStore(BaseStore):
             ) from None
         state.written.add(record_id)
         state.keys[record_id] = (scope, claim)  # as a read of its own key would note it
+        state.missing.pop((scope, claim), None)  # the thread knows its own version
         return record_id
 
     def _changed_keys(self, state: Thread) -> str:

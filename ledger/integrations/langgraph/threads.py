@@ -15,28 +15,46 @@ record withdrawn since the thread read it; the thread goes on when
   holds the key and is not shown it: the run is shown the version it read as it
   is now, and no longer rests on it if it was withdrawn (a search that no longer
   finds a key is how a thread learns that another one deleted it).
+
+A key the thread read as missing (a ``get`` answering None), or deleted, is
+guarded likewise: its put is refused if a version of it appeared since, until
+the thread reads it again (:mod:`.missing`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import secrets
+import sys
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+import langgraph.store.base
 from langchain_core.runnables.config import var_child_runnable_config
 
 from ledger import RunContext, Session
-from ledger.domain import Status, Validity
+from ledger.domain import Kind, Outcome, Status, Validity
 from ledger.errors import DuplicateRecordError, InvalidInputError, LedgerError
 from ledger.validation import ID_PATTERN
-from ledger.values import RecordView
+from ledger.values import ReadResult, RecordView
 
-__all__ = ["MAX_THREADS", "RESTARTS", "Ids", "Thread", "Threads", "run_id_of", "thread_id"]
+__all__ = [
+    "MAX_THREADS",
+    "RESTARTS",
+    "Ids",
+    "NoThreadWarning",
+    "RunsLeftOpenWarning",
+    "Thread",
+    "Threads",
+    "caller_level",
+    "run_id_of",
+    "thread_id",
+]
 
 #: How many LangGraph threads a store keeps in memory; past that, the one used
 #: longest ago is let go (its run stays open, and is continued if it comes back).
@@ -68,6 +86,48 @@ class NoThreadWarning(UserWarning):
     """A graph put memories with no ``thread_id`` in its config: it has no ledger
     run, so what it read is not recorded as what those memories rest on (revoking
     a source leaves what was derived from it usable)."""
+
+    SAID = (
+        "LedgerStore: this graph puts memories with no thread_id in its config, so it "
+        "has no ledger run and what it read is not recorded as what they rest on: "
+        "revoking a source will not reach what was derived from it; invoke it with "
+        "config={'configurable': {'thread_id': ...}}"
+    )
+
+
+class RunsLeftOpenWarning(UserWarning):
+    """A store closed after its ledger: the ledger runs of the LangGraph threads it
+    served could not be ended, and stay open in the log (a store serving one of
+    those threads later continues its run, with what it read)."""
+
+    @classmethod
+    def of(cls, left: Collection[Thread], why: LedgerError) -> RunsLeftOpenWarning:
+        """The warning naming the threads ``left`` (at most five of their runs) and
+        ``why`` their runs could not be ended (the ledger closed)."""
+        runs = ", ".join(repr(state.run.run_id) for state in list(left)[:5])
+        more = f" and {len(left) - 5} more" if len(left) > 5 else ""
+        return cls(
+            f"LedgerStore.close could not end the ledger runs of {len(left)} LangGraph "
+            f"thread(s) ({runs}{more}), which stay open: {why} (close the store before "
+            "the ledger to end them; a store serving those threads later continues them)"
+        )
+
+
+#: Where the store's own frames are: this package, and LangGraph's ``BaseStore``
+#: (whose ``get``, ``aput``, ``delete``, … call the store's ``batch``).
+_OWN = tuple(os.path.dirname(path) + os.sep for path in (__file__, langgraph.store.base.__file__))
+
+
+def caller_level() -> int:
+    """The ``stacklevel`` that makes a warning issued by the function calling this
+    one point at the code that called the store (the first frame outside this
+    package and ``BaseStore``), whichever public method it called."""
+    frame = sys._getframe(1)  # the function that warns: stacklevel 1
+    level = 1
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_OWN):
+        frame = frame.f_back
+        level += 1
+    return level
 
 
 def in_graph() -> bool:
@@ -117,6 +177,10 @@ class Thread:
     keys: dict[str, tuple[str, str]] = field(default_factory=dict)
     #: The log position of the latest search of each (scope, claim prefix).
     searches: dict[tuple[str, str | None], int] = field(default_factory=dict)
+    #: Each (scope, claim key) the thread last read as missing (or deleted), with
+    #: the log position as of which it was (its put then passes ``NewestOf`` that
+    #: position: refused if a version appeared since).
+    missing: dict[tuple[str, str], int] = field(default_factory=dict)
 
     @classmethod
     def start(cls, session: Session, thread: str) -> Thread:
@@ -163,14 +227,35 @@ class Thread:
 
     def note_shown(self, scope: str, claim: str, views: Collection[RecordView]) -> None:
         """Note what a ``search`` showed the thread of one key (already recorded in
-        the run)."""
+        the run): a key shown is not missing to the thread."""
         for view in views:
             self.keys[view.id] = (scope, claim)
+        if views:
+            self.missing.pop((scope, claim), None)
+
+    def read(
+        self, position: Callable[[], int], scope: str, claim: str, kinds: Iterable[Kind]
+    ) -> ReadResult:
+        """The thread's read of a key, through its run (see :meth:`read_key`). A key
+        found missing is read once more after taking the log ``position()``, and
+        noted missing as of it (every version proposed or changed up to it was
+        visible to that read): the thread's put of it is then refused if a version
+        appeared since. A key found usable costs no more than the one read."""
+        result = self.run.read(scope, claim, kinds=kinds)
+        at = None
+        if result.outcome == Outcome.MISSING:
+            at = position()
+            result = self.run.read(scope, claim, kinds=kinds)
+        self.read_key(scope, claim, result.records)
+        if at is not None and result.outcome == Outcome.MISSING:
+            self.missing[(scope, claim)] = at
+        return result
 
     def read_key(self, scope: str, claim: str, current: Collection[RecordView]) -> None:
         """The thread read a key (through the run) and was shown ``current``: each
         record of that key it rests on and was not shown now is shown to the run
         as it is now, so the run stops resting on it if it was withdrawn."""
+        self.missing.pop((scope, claim), None)  # read again: as it is now
         now = {view.id for view in current}
         earlier = [
             rid
@@ -317,6 +402,13 @@ class Threads:
                 self._threads.popitem(last=False)
             return state
 
+    def forget(self, states: Collection[Thread]) -> None:
+        """Let ``states`` go (a store closed after its ledger: their runs stay open)."""
+        with self._lock:
+            for state in states:
+                if self._threads.get(state.thread_id) is state:
+                    del self._threads[state.thread_id]
+
     def kept(self) -> list[Thread]:
         """Every thread kept (what closing the store ends). They stay kept: one
         served again goes on in its next run with what it read and wrote
@@ -365,5 +457,6 @@ class Threads:
             state.keys.update(ended.keys)
             state.written |= ended.written
             state.searches.update(ended.searches)
+            state.missing.update(ended.missing)
             self._threads[ended.thread_id] = state
             return state
