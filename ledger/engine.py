@@ -178,7 +178,9 @@ class Engine:
         self.read_only = backend.read_only
         #: The views' layout left as stored, not this version's (None: current).
         self.outdated_views: str | None = None
-        self._secret = backend.env.get("POSTGRES_PASSWORD", "")
+        # Masked in messages: the URL's own password, which a server may repeat with
+        # the URL; not $PGPASSWORD's, masked wherever its text happened to appear.
+        self._secret = backend.secret
         self.checks = checks
         self.max_value_bytes = max_value_bytes
         self.clock = clock

@@ -542,19 +542,24 @@ def test_pg_wrong_database_on_the_cli_is_one_line_with_the_reason() -> None:
     assert "S3CRET" not in result.output + result.stderr
 
 
-def test_a_url_without_a_password_takes_pgpassword_and_masks_it(
+def test_a_url_without_a_password_takes_pgpassword_and_leaves_messages_whole(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # As psql does: libpq reads $PGPASSWORD only where no password is given, and the
+    # As psql would: libpq reads $PGPASSWORD only where no password is given, and the
     # ledger always gave one (empty), so the variable went unread.
-    monkeypatch.setenv("PGPASSWORD", "S3CRET")
-    assert resolve_url(_server()).env["POSTGRES_PASSWORD"] == "S3CRET"
+    monkeypatch.setenv("PGPASSWORD", "does")
+    assert resolve_url(_server()).env["POSTGRES_PASSWORD"] == "does"
     assert resolve_url(_server(password="own")).env["POSTGRES_PASSWORD"] == "own"
+    # No server repeats it, so nothing is masked for it: masking its text wherever it
+    # happened to appear garbled messages and, beside the URL, told it.
     url = _server(dbname="no_such_db_pgpassword") + "?connect_timeout=10"
     with pytest.raises(StorageError) as caught:
         Ledger.open(url)
     assert 'database "no_such_db_pgpassword" does not exist' in str(caught.value)
-    assert "S3CRET" not in str(caught.value)
+    # A password the URL holds is masked, in the URL and where the server repeats it.
+    with pytest.raises(StorageError) as caught:
+        Ledger.open(_server(password="S3CRET", dbname="no_such_db_pw") + "?connect_timeout=10")
+    assert "S3CRET" not in str(caught.value) and ":***@" in str(caught.value)
 
 
 # -- URL options ---------------------------------------------------------------------

@@ -41,6 +41,9 @@ class Backend:
     #: ``sqlite:///path.db?mode=rw``: writable asked for in so many words (the
     #: command line then opens no ledger read-only in its stead).
     writable_asked: bool = False
+    #: The password the URL itself holds (messages mask it where a server repeats
+    #: the URL); not one taken from ``$PGPASSWORD``, which no server message repeats.
+    secret: str = field(default="", repr=False)
 
 
 def resolve_url(url: str | None) -> Backend:
@@ -301,7 +304,7 @@ def _postgres_backend(full: str) -> Backend:
         "POSTGRES_HOST": parsed.hostname,
         "POSTGRES_PORT": str(port),
         "POSTGRES_USER": unquote(parsed.username or os.environ.get("USER", "postgres")),
-        # A URL without a password takes libpq's $PGPASSWORD, as psql does (the
+        # A URL without a password takes libpq's $PGPASSWORD, as psql would (the
         # password file, ~/.pgpass, libpq reads itself when this is empty).
         "POSTGRES_PASSWORD": unquote(parsed.password or "") or os.environ.get("PGPASSWORD", ""),
         "POSTGRES_SCHEMA": schema,
@@ -315,4 +318,4 @@ def _postgres_backend(full: str) -> Backend:
                 f"not {value[:20]!r}"
             )
         env[_PG_OPTIONS[option]] = str(int(value))
-    return Backend(kind="postgresql", url=url, env=env)
+    return Backend(kind="postgresql", url=url, env=env, secret=unquote(parsed.password or ""))
