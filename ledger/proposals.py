@@ -78,8 +78,8 @@ class NewestOf:
 
     ``unseen_after``: the log position as of which the putter found the claim with
     no usable version of ``kind``; the proposal is then refused
-    (:class:`ledger.versions.NewerVersionError`) if a live version of it was
-    proposed or changed after that position, which the putter never saw."""
+    (:class:`ledger.versions.NewerVersionError`) if a version of it was accepted
+    after that position, which the putter never saw."""
 
     kind: str
     unseen_after: int | None = None

@@ -109,8 +109,8 @@ def newest_version(
     Raises:
         AccessDeniedError: the caller holds roles in ``scope`` but not ``read``
             (which versions the claim has is read).
-        NewerVersionError: ``unseen_after`` is a position, and a live version of
-            the claim was proposed or changed after it.
+        NewerVersionError: ``unseen_after`` is a position, and a version of the
+            claim was accepted after it (one the putter could not have read).
     """
     claim_key = _claim(scope, claim_key)
     if not isinstance(scope, str) or claim_key is None:
@@ -120,12 +120,17 @@ def newest_version(
         return None  # prepare refuses the proposal without revealing anything
     if Role.READ.value not in roles:
         raise caller.denied(scope, Role.READ, "propose")
-    rows = claim_queries.newest_live_of_claim(c, caller.engine.dialect, scope, claim_key, kind)
-    if unseen_after is not None and any(row[3] > unseen_after for row in rows):
+    d = caller.engine.dialect
+    # A version usable now that the putter could not have been shown (accepted after
+    # it looked); a candidate, which no read shows, or a version going STALE, is not.
+    if unseen_after is not None and claim_queries.accepted_after(
+        c, d, scope, claim_key, kind, unseen_after
+    ):
         raise NewerVersionError(
             f"propose refused: a version of claim {claim_key!r} in scope {scope!r} was "
-            f"proposed or changed after log position {unseen_after}, where it had none"
+            f"accepted after log position {unseen_after}, where it had none usable"
         )
+    rows = claim_queries.newest_live_of_claim(c, d, scope, claim_key, kind)
     for statuses in ((Status.ACCEPTED, Status.STALE), (Status.CANDIDATE,)):
         live = [row for row in rows if row[1] in statuses]
         if live:

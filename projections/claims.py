@@ -46,6 +46,22 @@ def captures_of_claim(
     return [(r["record_id"], r["status"], r["evidence"], r["value"]) for r in c.fetchall()]
 
 
+def accepted_after(
+    c: Cursor, d: Dialect, scope: str, claim_key: str, kind: str, position: int
+) -> bool:
+    """Whether a record of ``kind`` in ``(scope, claim_key)`` is ACCEPTED now, and
+    was proposed or last changed after log ``position`` (a version a read as of
+    ``position`` could not have been shown): one look-up on the live index."""
+    c.execute(
+        d.q(
+            "SELECT 1 FROM {t}pl_records WHERE scope=? AND claim_key=? AND "
+            f"{status_is('ACCEPTED')} AND kind=? AND {live_filter()} AND from_pos > ? LIMIT 1"
+        ),
+        (scope, claim_key, kind, position),
+    )
+    return c.fetchone() is not None
+
+
 #: The statement of ``newest_live_of_claim``: an arm per live status, the status
 #: written into the statement rather than bound (``record_table.status_is``).
 _NEWEST_LIVE = " UNION ALL ".join(

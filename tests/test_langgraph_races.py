@@ -30,6 +30,7 @@ from ledger.integrations.langgraph import (
     RunsLeftOpenWarning,
     run_id_of,
 )
+from tests.conftest import Clock
 
 NS = ("proj-a", "c")
 
@@ -141,6 +142,47 @@ def test_a_put_of_a_key_found_missing_goes_through_when_nobody_put_it_since(
     # and its next puts follow its own version
     in_thread(store, "t1", lambda s: s.put(NS, "n", {"n": 2}))
     assert versions(lg) == [(Status.SUPERSEDED, {"n": 1}), (Status.ACCEPTED, {"n": 2})]
+
+
+def test_a_stale_version_rewritten_or_a_candidate_proposed_since_refuses_no_put(
+    lg: Setup, store: LedgerStore
+) -> None:
+    # Given n, which rests on two sources, made STALE by deleting the first
+    store.put(NS, "src1", {"v": 1})
+    store.put(NS, "src2", {"v": 2})
+    in_thread(
+        store,
+        "w",
+        then(lambda s: s.get(NS, "src1"), lambda s: s.get(NS, "src2"), increment),
+    )
+    store.delete(NS, "src1")
+    in_thread(store, "t1", lambda s: s.get(NS, "n"))  # missing: its one version is STALE
+    # When its row is rewritten (the other source deleted: still STALE), and another
+    # surface proposes a candidate no read shows
+    store.delete(NS, "src2")
+    agent = lg.ledger.authenticate(lg.agent_token)
+    agent.propose("proj-a", "c/n", {"n": 99}, Kind.FACT)
+    # Then nothing usable appeared that the thread could have read: its put goes through
+    in_thread(store, "t1", lambda s: s.put(NS, "n", {"n": 1}))
+    assert versions(lg)[-1] == (Status.ACCEPTED, {"n": 1})
+
+
+def test_an_older_candidate_accepted_after_the_read_refuses_the_put(
+    lg: Setup, store: LedgerStore, clock: Clock
+) -> None:
+    # Given an older candidate, and a newer version usable only under a condition
+    agent = lg.ledger.authenticate(lg.agent_token)
+    older = agent.propose("proj-a", "c/n", {"n": 41}, Kind.FACT)
+    clock.advance(seconds=1)  # proposed after it: the newest accepted one once accepted
+    lg.reviewer.accept(
+        agent.propose("proj-a", "c/n", {"n": 0}, Kind.FACT, conditions={"env": "prod"})
+    )
+    in_thread(store, "t1", lambda s: s.get(NS, "n"))  # missing to the store's read
+    # When the older candidate is accepted after the read
+    lg.reviewer.accept(older)
+    # Then the put, which would replace it unseen, is refused
+    with pytest.raises(InvalidParentError, match=REFUSED_MISSING):
+        in_thread(store, "t1", lambda s: s.put(NS, "n", {"n": 1}))
 
 
 def test_a_put_without_such_a_read_still_replaces_the_newest_version(

@@ -92,7 +92,7 @@ Provenance
     key, until it reads the key again (``get``): the run is then shown what
     became of the version it read, and no longer rests on it. A key the thread
     read as missing (``get`` answered None) or deleted is guarded the same way:
-    its put is refused if a version of the key appeared since, decided in the
+    its put is refused if a version of the key was accepted since, decided in the
     put's own transaction, so threads that all found a key missing and put it
     make one version, the others refused until they read it again. Outside a graph,
     or in one invoked with no ``thread_id``, nothing is recorded as observed (a

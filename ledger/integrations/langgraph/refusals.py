@@ -9,7 +9,7 @@ from langgraph.store.base import GetOp, ListNamespacesOp, Op, PutOp, SearchOp
 
 from ledger.errors import AccessDeniedError
 
-__all__ = ["conflict", "named_as", "renamed"]
+__all__ = ["appeared", "conflict", "named_as", "renamed"]
 
 
 @contextmanager

@@ -172,8 +172,9 @@ class LedgerStore(BaseStore):
         Closed after the ledger (``led.close(); store.close()``), it raises
         nothing, but cannot end the runs in the log: they stay open, as if the
         process had stopped, and a ``RunsLeftOpenWarning`` names them (a store
-        serving one of those threads later continues its run, with what it read;
-        close the store first to end them)."""
+        serving one of those threads later continues its run, with what it read
+        but not the keys it found missing, which only this store held; close the
+        store first to end them)."""
         failed: LedgerError | None = None
         left: list[Thread] = []
         closed: ClosedLedgerError | None = None
@@ -617,7 +618,7 @@ class LedgerStore(BaseStore):
 
         tried: list[str] = []
 
-        # A key the thread read as missing: refused if a version appeared since.
+        # A key the thread read as missing: refused if a version was accepted since.
         missing_at = state.missing.get((scope, claim))
         newest = fields.get("supersedes")
         if missing_at is not None and isinstance(newest, NewestOf):

@@ -17,8 +17,10 @@ record withdrawn since the thread read it; the thread goes on when
   finds a key is how a thread learns that another one deleted it).
 
 A key the thread read as missing (a ``get`` answering None), or deleted, is
-guarded likewise: its put is refused if a version of it appeared since, until
-the thread reads it again (:mod:`.missing`).
+guarded likewise: its put is refused if a version of it was accepted since,
+until the thread reads it again (``NewestOf.unseen_after``, decided in the put's
+transaction). The store holds those keys in memory only: a run continued after
+the store let the thread go, or by another store, has what it read, not them.
 """
 
 from __future__ import annotations
@@ -98,7 +100,8 @@ class NoThreadWarning(UserWarning):
 class RunsLeftOpenWarning(UserWarning):
     """A store closed after its ledger: the ledger runs of the LangGraph threads it
     served could not be ended, and stay open in the log (a store serving one of
-    those threads later continues its run, with what it read)."""
+    those threads later continues its run, with what it read but not the keys it
+    found missing)."""
 
     @classmethod
     def of(cls, left: Collection[Thread], why: LedgerError) -> RunsLeftOpenWarning:
@@ -179,7 +182,7 @@ class Thread:
     searches: dict[tuple[str, str | None], int] = field(default_factory=dict)
     #: Each (scope, claim key) the thread last read as missing (or deleted), with
     #: the log position as of which it was (its put then passes ``NewestOf`` that
-    #: position: refused if a version appeared since).
+    #: position: refused if a version was accepted since).
     missing: dict[tuple[str, str], int] = field(default_factory=dict)
 
     @classmethod
@@ -240,7 +243,7 @@ class Thread:
         found missing is read once more after taking the log ``position()``, and
         noted missing as of it (every version proposed or changed up to it was
         visible to that read): the thread's put of it is then refused if a version
-        appeared since. A key found usable costs no more than the one read."""
+        was accepted since. A key found usable costs no more than the one read."""
         result = self.run.read(scope, claim, kinds=kinds)
         at = None
         if result.outcome == Outcome.MISSING:
