@@ -960,7 +960,7 @@ def test_a_revocation_preview_lists_a_page_of_what_goes_stale_and_counts_the_res
     # Then the heading counts all 250 and says 200 are listed; the page says 50 more
     # are not
     text = text_of(preview.text)
-    assert "Will be marked STALE (250; the first 200 listed)" in text
+    assert "Will be marked STALE (250; 200 listed)" in text
     assert preview.text.count('href="/records/H-') == 200
     assert "Not listed: 50 more after the first 200." in text
     # ... and links to them all (STALE: a candidate also needs revalidation)
@@ -976,6 +976,9 @@ def test_a_revocation_preview_lists_a_page_of_what_goes_stale_and_counts_the_res
     )
     assert done.status_code == 303
     assert desk.agent.get("H-0249").status.value == "STALE"
+    # ... and the message after counts them as the preview did
+    after = text_of(client.get(done.headers["location"]).text)
+    assert "Revoked H; 250 records you can see marked STALE." in after
 
 
 def test_snapshots_are_served_as_inert_text(desk: Desk) -> None:

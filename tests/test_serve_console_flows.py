@@ -3,20 +3,24 @@ tied to its field, a form from a page shown before signing in again, a link
 followed while signed out, titles that tell pages apart, and what the pages say
 of captures, revocations and paging.
 
-Driven over HTTP against the ASGI app, as ``tests/test_serve_console.py`` does;
-on every backend.
+Driven over HTTP against the ASGI app, as ``tests/test_serve_console.py`` does,
+and the last few on a real server (uvicorn on a loopback port); on every backend.
 """
 
 from __future__ import annotations
 
 import html
 import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlsplit
 
+import httpx
 import pytest
 
 from ledger import Kind
 from tests import test_serve_console
+from tests.serve_support import running
 from tests.test_serve_console import Desk, _seed, card_of, csrf_of, text_of
 
 #: The ledger behind a served console, its principals and their tokens (every backend).
@@ -199,11 +203,13 @@ def test_a_form_sent_by_a_page_of_the_console_is_told_it_is_stale_not_forged(
         data={"csrf": "from-an-older-session", "reason": "source withdrawn", "preview": "x"},
         headers={"Sec-Fetch-Site": "same-origin"},
     )
-    # is shown its page again (the revocation's preview), the reason kept
+    # is shown its page again (the revocation's preview), the reason not kept: the
+    # page may have been another principal's, on a shared machine
     assert (r.status_code, r.headers["location"]) == (303, "/records/E1/revoke")
     page = client.get(r.headers["location"]).text
     assert "shown before you last signed in" in text_of(page)
-    assert "source withdrawn" in page
+    assert "not filled in again" in text_of(page)
+    assert "source withdrawn" not in page
     # while one another origin of the site sent, or that says nothing, is refused as forged
     for headers in ({"Sec-Fetch-Site": "same-site"}, {}):
         r = client.post(
@@ -381,3 +387,295 @@ def test_a_graph_of_one_record_is_counted_as_one(desk: Desk) -> None:
     text = text_of(client.get("/records/A1").text)
     assert "The one record in the graph (no edges)" in text
     assert "All 1 records" not in text
+
+
+# -- found in review: on a real server ----------------------------------------------------------
+
+
+@dataclass
+class Served:
+    """The desk's console on a real server (uvicorn on a loopback port), and the
+    browsers (cookie jars) opened on it."""
+
+    desk: Desk
+    base: str
+    opened: list[httpx.Client] = field(default_factory=list)
+
+    def browser(self) -> httpx.Client:
+        """A new client with its own cookie jar (no redirects followed)."""
+        client = httpx.Client(base_url=self.base, follow_redirects=False)
+        self.opened.append(client)
+        return client
+
+    def sign_in(self, client: httpx.Client, who: str) -> str:
+        """Sign ``client`` in as ``who``; its session's CSRF token."""
+        page = client.get("/")
+        data = {"token": self.desk.tokens[who], "csrf": csrf_of(page.text)}
+        assert client.post("/signin", data=data).status_code == 303
+        queue = client.get("/").text
+        assert f"Signed in as <strong>{who}</strong>" in queue
+        return csrf_of(queue)
+
+    def signed_in(self, who: str) -> tuple[httpx.Client, str]:
+        """A new browser signed in as ``who``, and its session's CSRF token."""
+        client = self.browser()
+        return client, self.sign_in(client, who)
+
+
+@pytest.fixture
+def served(desk: Desk) -> Iterator[Served]:
+    with running(desk.app) as base:
+        found = Served(desk, base)
+        try:
+            yield found
+        finally:
+            for client in found.opened:
+                client.close()
+
+
+def test_a_capture_whose_id_a_scope_unseen_took_is_not_said_to_replace_earlier_ones(
+    desk: Desk, served: Served
+) -> None:
+    # Given Z1 taken in scope secret, and agent-2 (proj-a only) capturing a source
+    # as Z1 in proj-a for the first time there (stored as Z1@@proj-a)
+    admin = desk.ledger.admin()
+    admin.grant("agent-1", scope="secret", roles=["propose", "read"])
+    admin.grant("agent-2", scope="proj-a", roles=["propose", "read"])
+    agent_2 = desk.ledger.authenticate(admin.issue_token("agent-2"))
+    desk.agent.capture(scope="secret", uri="https://x.test/coll", content=b"s", id="Z1")
+    agent_2.capture(scope="proj-a", uri="https://x.test/coll", content=b"p", id="Z1")
+    # When a reviewer with no grant in secret (shown it as Z1) reviews it
+    client, csrf = served.signed_in("reviewer")
+    card = card_of(client.get("/").text, "Z1")
+
+    # Then its card says nothing of replacing earlier captures (there are none)
+    assert "earlier captures" not in card and 'id="replacing-Z1"' not in card
+    # And once accepted, neither does the message
+    r = client.post("/records/Z1/accept", data={"csrf": csrf, "next": "/"})
+    text = text_of(client.get(r.headers["location"]).text)
+    assert "Accepted Z1." in text and "what it replaced" not in text
+    # While a later capture of that source holding other bytes is said to replace it
+    agent_2.capture(scope="proj-a", uri="https://x.test/coll", content=b"p2", id="Z2")
+    page = client.get("/").text
+    assert "replaces the earlier captures of its source" in text_of(card_of(page, "Z2"))
+    r = client.post("/records/Z2/accept", data={"csrf": csrf_of(page), "next": "/"})
+    text = text_of(client.get(r.headers["location"]).text)
+    assert "Accepted Z2; what it replaced is SUPERSEDED" in text
+    assert desk.reviewer.get("Z1").status.value == "SUPERSEDED"
+
+
+def _counts_of(preview: str) -> tuple[str, str]:
+    """The headings of a revocation preview's two counts, as a reader sees them."""
+    text = text_of(preview)
+    marked = re.search(r"Will be marked STALE \(([^)]*)\)", text)
+    already = re.search(r"Already STALE \(([^)]*)\)", text)
+    assert marked is not None and already is not None, text
+    return marked[1], already[1]
+
+
+def _revoke_as_previewed(client: httpx.Client, record_id: str) -> tuple[str, str]:
+    """Preview revoking ``record_id`` and confirm it: the preview, and the message after."""
+    preview = client.get(f"/records/{record_id}/revoke").text
+    mark = re.search(r'name="preview" value="([0-9a-f]+)"', preview)
+    assert mark is not None
+    data = {"csrf": csrf_of(preview), "reason": "source withdrawn", "preview": mark[1]}
+    r = client.post(f"/records/{record_id}/revoke", data=data)
+    assert r.status_code == 303
+    return preview, text_of(client.get(r.headers["location"]).text)
+
+
+def _ops_unread(desk: Desk) -> None:
+    """agent-1 proposing in scope ops, and reviewer-2 approving there without ``read``."""
+    admin = desk.ledger.admin()
+    admin.grant("agent-1", scope="ops", roles=["propose", "read"])
+    admin.grant("reviewer-2", scope="ops", roles=["approve"])
+
+
+def test_a_revocation_preview_and_its_result_count_alike(desk: Desk, served: Served) -> None:
+    # Given E1 under D1 and D2 (STALE already: they rest on E2 too, revoked), D3 and
+    # D4, and O1 and O2 in scope ops, which reviewer-2 may act in but not read
+    _ops_unread(desk)
+    for rid in ("E1", "E2"):
+        desk.agent.capture(
+            scope="proj-a", uri=f"https://x.test/{rid}", content=rid.encode(), id=rid
+        )
+        desk.reviewer.accept(rid)
+    for scope, rid, parents in (
+        ("proj-a", "D1", ["E1", "E2"]), ("proj-a", "D2", ["E1", "E2"]),
+        ("proj-a", "D3", ["E1"]), ("proj-a", "D4", ["E1"]),
+        ("ops", "O1", ["E1"]), ("ops", "O2", ["E1", "E2"]),
+    ):  # fmt: skip
+        desk.agent.propose(
+            scope=scope, claim_key=f"d.{rid}", value=1, kind=Kind.INFERENCE, parents=parents,
+            id=rid,
+        )  # fmt: skip
+    desk.reviewer.revoke("E2", reason="doc changed")
+    client, _ = served.signed_in("reviewer-2")
+
+    # When reviewer-2 previews revoking E1 and confirms it
+    preview, after = _revoke_as_previewed(client, "E1")
+
+    # Then the preview counts the two it marks STALE, the two STALE already apart,
+    # and the two it may not read by scope
+    assert _counts_of(preview) == ("2", "2")
+    assert "Not listed: 2 more in scope ops, which you may act in but not read." in (
+        text_of(preview)
+    )
+    # And the message after says the same
+    assert (
+        "Revoked E1; 2 records you can see marked STALE (2 more were STALE already and "
+        "stay so), 2 more in scope ops, which you may act in but not read."
+    ) in after
+    assert {desk.reviewer.get(r).status.value for r in ("D1", "D2", "D3", "D4")} == {"STALE"}
+
+
+def test_a_revocation_preview_past_its_first_page_counts_as_its_result(
+    desk: Desk, served: Served
+) -> None:
+    # Given E1 under 215 candidates in proj-a: 5 STALE already (on E2 too, revoked),
+    # then 200 more, then 10 more STALE already; and 3 in scope ops (one STALE
+    # already), which reviewer-2 may act in but not read
+    _ops_unread(desk)
+    for rid in ("E1", "E2"):
+        desk.agent.capture(
+            scope="proj-a", uri=f"https://x.test/{rid}", content=rid.encode(), id=rid
+        )
+        desk.reviewer.accept(rid)
+    batches = [
+        ("proj-a", 5, ["E1", "E2"]),
+        ("proj-a", 200, ["E1"]),
+        ("proj-a", 10, ["E1", "E2"]),
+        ("ops", 2, ["E1"]),
+        ("ops", 1, ["E1", "E2"]),
+    ]
+    for b, (scope, count, parents) in enumerate(batches):
+        desk.agent.propose_many(
+            {"scope": scope, "claim_key": f"leaf.{b}.{n:03d}", "value": n,
+             "kind": Kind.INFERENCE, "parents": parents, "id": f"L{b}-{n:03d}"}
+            for n in range(count)
+        )  # fmt: skip
+    desk.reviewer.revoke("E2", reason="doc changed")
+    client, _ = served.signed_in("reviewer-2")
+
+    # When reviewer-2 previews revoking E1 and confirms it
+    preview, after = _revoke_as_previewed(client, "E1")
+
+    # Then the preview counts every one of the 200 it marks STALE (195 listed) and the
+    # 15 STALE already (5 listed), and says what the 15 after the first 200 are
+    assert _counts_of(preview) == ("200; 195 listed", "15; 5 listed")
+    text = text_of(preview)
+    assert (
+        "Not listed: 15 more after the first 200 (5 to be marked STALE, 10 STALE already)."
+    ) in text
+    assert "Not listed: 3 more in scope ops, which you may act in but not read." in text
+    assert preview.count('href="/records/L1-') == 195
+    # And the message after counts the same
+    assert (
+        "Revoked E1; 200 records you can see marked STALE (15 more were STALE already and "
+        "stay so), 3 more in scope ops, which you may act in but not read."
+    ) in after
+
+
+def test_a_tab_of_the_principal_signed_in_before_gives_the_next_one_nothing(
+    desk: Desk, served: Served
+) -> None:
+    # Given the reviewer's tab showing the queue, the reviewer signed out since and
+    # reviewer-2 signed in, in the same browser (a shared machine)
+    _seed(desk)
+    client, stale = served.signed_in("reviewer")
+    client.post("/signout", data={"csrf": stale})
+    served.sign_in(client, "reviewer-2")
+    before = desk.ledger.position
+    reason = "The reviewer's own words"
+
+    # When the reviewer's tab sends a rejection with its reason typed
+    r = client.post("/records/M2/reject", data={"csrf": stale, "reason": reason, "next": "/"})
+
+    # Then it is refused as any form of another session is
+    assert r.status_code == 403 and "CSRF check failed" in r.text
+    # And sent by a browser that says a page of this console sent it, the page is
+    # shown again, but without the reviewer's text
+    r = client.post(
+        "/records/M2/reject",
+        data={"csrf": stale, "reason": reason, "next": "/"},
+        headers={"Sec-Fetch-Site": "same-origin"},
+    )
+    assert (r.status_code, r.headers["location"]) == (303, "/")
+    page = client.get("/").text
+    assert reason not in html.unescape(page)
+    assert "Signed in as <strong>reviewer-2</strong>" in page
+    text = text_of(page)
+    assert "shown before you last signed in" in text and "not filled in again" in text
+    assert '<details class="reject" open>' not in card_of(page, "M2")
+    assert desk.ledger.position == before
+    # While a tab of reviewer-2's own earlier session still gets its text back
+    served.sign_in(client, "reviewer-2")
+    r = client.post("/records/M2/reject", data={"csrf": csrf_of(page), "reason": reason})
+    assert r.status_code == 303
+    assert reason in html.unescape(client.get("/").text)
+    assert desk.ledger.position == before
+
+
+def test_an_earlier_token_is_refused_when_the_browser_says_another_origin_sent_it(
+    desk: Desk, served: Served
+) -> None:
+    # Given a tab from before the reviewer last signed in
+    _seed(desk)
+    client, stale = served.signed_in("reviewer-2")
+    client.post("/signout", data={"csrf": stale})
+    current = served.sign_in(client, "reviewer-2")
+    before = desk.ledger.position
+
+    for site in ("same-site", "cross-site"):
+        # When a form with its token comes, the browser saying another origin sent it
+        sent = {"Sec-Fetch-Site": site}
+        for token in (stale, current):
+            data = {"csrf": token, "reason": "not mine", "next": "/"}
+            r = client.post("/records/M2/reject", data=data, headers=sent)
+            # Then it is refused, whatever its token, setting no cookie
+            assert r.status_code == 403 and "CSRF check failed" in r.text, (site, token)
+            assert "set-cookie" not in r.headers
+        assert client.post("/signout", data={"csrf": stale}, headers=sent).status_code == 403
+
+    # And nothing was written or kept; the reviewer is still signed in
+    page = client.get("/").text
+    assert "Signed in as <strong>reviewer-2</strong>" in page
+    assert "not mine" not in page and "shown before" not in page
+    assert desk.ledger.position == before
+    # While this console's own pages (or the reader) are taken as ever
+    for site in ("same-origin", "none"):
+        r = client.post(
+            "/records/M2/reject",
+            data={"csrf": current, "reason": "not a finding", "next": "/"},
+            headers={"Sec-Fetch-Site": site},
+        )
+        assert r.status_code == 303
+    assert desk.agent.get("M2").status.value == "REJECTED"
+
+
+def test_signing_out_from_a_tab_shown_before_signs_out(desk: Desk, served: Served) -> None:
+    # Given a tab from before the reviewer last signed in
+    client, stale = served.signed_in("reviewer")
+    client.post("/signout", data={"csrf": stale})
+    served.sign_in(client, "reviewer")
+
+    # When its Sign out is pressed
+    r = client.post("/signout", data={"csrf": stale})
+
+    # Then the browser is signed out, and told so
+    assert (r.status_code, r.headers["location"]) == (303, "/")
+    page = client.get("/").text
+    assert 'name="token"' in page and "Signed in as" not in page
+    assert "Signed out." in text_of(page) and "send the form again" not in text_of(page)
+    # As it is when a page of this console sent it with a token this browser never had
+    served.sign_in(client, "reviewer")
+    headers = {"Sec-Fetch-Site": "same-origin"}
+    r = client.post("/signout", data={"csrf": "from-an-older-session"}, headers=headers)
+    assert (r.status_code, r.headers["location"]) == (303, "/")
+    assert 'name="token"' in client.get("/").text
+    # And pressed again, once nobody is signed in, it says so (nothing to send again)
+    r = client.post("/signout", data={"csrf": stale})
+    assert (r.status_code, r.headers["location"]) == (303, "/")
+    text = text_of(client.get("/").text)
+    assert "You were signed out already: nobody is signed in." in text
+    assert "send it again" not in text

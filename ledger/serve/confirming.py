@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ledger import Session
+from ledger.access import Role
 from ledger.domain import Status
 from ledger.errors import LedgerError
 from ledger.values import RecordView, RevocationPreview
@@ -22,14 +23,22 @@ LISTED = 200
 @dataclass(frozen=True)
 class Reach:
     """Records marked STALE (or to be), as the caller may see them: those it may
-    read among the first :data:`LISTED`, the others of those in scopes where it
-    holds a role but not ``read`` (counted by scope), and how many follow the
-    first :data:`LISTED` (counted only). Records in scopes it holds no grant in are
-    not among them (the ledger neither names nor counts them to it)."""
+    read among the first :data:`LISTED`; those it may read after them, counted
+    (and how many of these are STALE already); and those in scopes where it holds
+    a role but not ``read``, wherever they come, counted by scope (their status is
+    not told). Records in scopes it holds no grant in are not among them (the
+    ledger neither names nor counts them to it).
+
+    A revocation preview and the message after confirming it count alike: the
+    records it marks STALE (:attr:`marked`), apart from those STALE already
+    (:attr:`stay`), and those it may not read by scope."""
 
     listed: list[RecordView] = field(default_factory=list)
     unreadable: dict[str, int] = field(default_factory=dict)
+    #: Records it may read after the first :data:`LISTED`.
     beyond: int = 0
+    #: Those of :attr:`beyond` that are STALE already.
+    beyond_stale: int = 0
 
     @property
     def changing(self) -> list[RecordView]:
@@ -43,8 +52,18 @@ class Reach:
         return [v for v in self.listed if v.status == Status.STALE]
 
     @property
+    def marked(self) -> int:
+        """How many it may read a revocation turns STALE, listed or not."""
+        return len(self.changing) + self.beyond - self.beyond_stale
+
+    @property
+    def stay(self) -> int:
+        """How many it may read are STALE already, listed or not."""
+        return len(self.already) + self.beyond_stale
+
+    @property
     def unread(self) -> int:
-        """How many of the first :data:`LISTED` the caller may not read."""
+        """How many it may not read (in scopes where it holds a role)."""
         return sum(self.unreadable.values())
 
     def where(self) -> str:
@@ -57,41 +76,50 @@ class Reach:
             names = "scopes " + ", ".join(f"{s} ({n})" for s, n in counts)
         return f"{names}, which you may act in but not read"
 
-    def counted(self, what: str) -> str:
-        """How many, the records it may read said to be ``what`` ("3 records you
-        can see marked STALE, 1 more in scope ops, which you may act in but not read")."""
-        text = f"{number_of(len(self.listed), 'record')} you can see {what}"
+    def said(self) -> str:
+        """How many went STALE, for the message after the change ("2 records you can
+        see marked STALE (1 more was STALE already and stays so), 1 more in scope
+        ops, which you may act in but not read")."""
+        text = f"{number_of(self.marked, 'record')} you can see marked STALE"
+        if self.stay:
+            more = " more" if self.marked else ""
+            was, stays = ("was", "stays") if self.stay == 1 else ("were", "stay")
+            text += f" ({self.stay}{more} {was} STALE already and {stays} so)"
         if self.unreadable:
             text += f", {self.unread} more in {self.where()}"
-        if self.beyond:
-            text += f", and {self.beyond} more after the first {LISTED}"
         return text
-
-    def said(self) -> str:
-        """How many went STALE, for the message after the change."""
-        return self.counted("marked STALE")
 
 
 def reach(live: Session, ids: Iterable[str]) -> Reach:
     """The records ``ids`` names (ids the ledger showed the caller), sorted as
     :class:`Reach` says: a record it may not read is looked up for its scope only,
-    where it holds a role (the ledger named it; its scope is the caller's)."""
+    where it holds a role (the ledger named it; its scope is the caller's); one
+    after the first :data:`LISTED` for its scope and status only. ``live`` may be
+    as of a past position (the moment before a revocation: what it changed)."""
     given = list(ids)
-    found = Reach(beyond=max(0, len(given) - LISTED))
+    listed: list[RecordView] = []
     unread = []
     for rid in given[:LISTED]:
         try:
-            found.listed.append(live.get(rid))
+            listed.append(live.get(rid))
         except LedgerError:
             unread.append(rid)
-    if unread:
+    unreadable: dict[str, int] = {}
+    beyond = beyond_stale = 0
+    if unread or len(given) > LISTED:
         caller = live.caller
         with caller.reading() as c:
-            for rid in unread:
+            for n, rid in enumerate([*unread, *given[LISTED:]]):
                 row = caller.lookup(c, rid)
-                if row is not None and caller.roles(c, row["scope"]):
-                    found.unreadable[row["scope"]] = found.unreadable.get(row["scope"], 0) + 1
-    return found
+                roles = () if row is None else caller.roles(c, row["scope"])
+                if not roles:
+                    continue
+                if n >= len(unread) and Role.READ.value in roles:
+                    beyond += 1
+                    beyond_stale += row["status"] == Status.STALE.value
+                else:
+                    unreadable[row["scope"]] = unreadable.get(row["scope"], 0) + 1
+    return Reach(listed, unreadable, beyond, beyond_stale)
 
 
 def number_of(count: int, one: str, many: str | None = None) -> str:
@@ -113,8 +141,9 @@ def preview_changed(record_id: str, preview: RevocationPreview) -> str:
 
 
 def revoked(root: str, stale: Reach, owed: int) -> str:
-    """What a revocation did: the records it marked STALE (as the caller may see
-    them) and the deliveries that now owe a correction."""
+    """What a revocation did: the records it marked STALE and those STALE already
+    (``stale``, as the caller may see them, counted as its preview counted them)
+    and the deliveries that now owe a correction."""
     message = f"Revoked {root}; {stale.said()}"
     if owed:
         owe = "now owes" if owed == 1 else "now owe"

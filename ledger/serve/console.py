@@ -71,7 +71,7 @@ class Console(Plumbing):
         return [
             Route("/", self._page(self.queue, signed_out=self.signin_page)),
             Route("/signin", self.signin, methods=["POST"]),
-            Route("/signout", self._post(self.signout), methods=["POST"]),
+            Route("/signout", self._post(self.signout, signs_out=True), methods=["POST"]),
             # Typed, bookmarked or reached back through the history (the page of a
             # refused token is at /signin): the start page, changing nothing.
             Route("/signin", self.to_start),
@@ -436,7 +436,9 @@ class Console(Plumbing):
             if form.get("preview") != preview_mark(preview):
                 raise PreviewChanged(preview_changed(record_id, preview), f"{back}/revoke")
             result = live.revoke(record_id, reason=form.get("reason", ""))
-            return revoked(result.root, reach(live, result.stale), len(preview.deliveries))
+            # Counted as the preview counts: by their status just before revoking.
+            before = live.as_of(position=result.position - 1)
+            return revoked(result.root, reach(before, result.stale), len(preview.deliveries))
 
         back = f"/records/{record_id}"
         doing = f"Revocation of {record_id}"

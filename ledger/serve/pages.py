@@ -416,14 +416,18 @@ def _replaces_captures(session: Session, view: RecordView) -> bool:
             captures = captures_of_source(
                 c, caller, view.scope, view.claim_key, dict(view.evidence), view.value
             )
+        # The captures come by key; the caller may be shown the record by another
+        # name (``Z1`` for the key ``Z1@@proj-a`` when ``Z1`` is taken in a scope it
+        # cannot see).
+        key = caller.key_of(view.id, view.scope)
     except LedgerError:
         return True
     for record_id, _, same in captures:  # in proposal order
-        if record_id == view.id:
+        if record_id == key:
             return False
         if not same:
             return True
-    return True  # not found under its id as shown: it may
+    return True  # not found under its key: it may
 
 
 def replaces(session: Session, record_id: str) -> bool:

@@ -28,6 +28,7 @@ from ledger.serve.pages import Access, Moment, TypedMoment, environment
 from ledger.serve.refusals import (
     ENDED,
     REFUSED,
+    SIGNED_OUT,
     TITLES,
     TYPED_OR_BUSY,
     refused_write,
@@ -239,28 +240,43 @@ class Plumbing:
 
         return page
 
-    def _post(self, handler: Page, *, own_page: bool = False) -> Callable[..., Any]:
+    def _post(
+        self, handler: Page, *, own_page: bool = False, signs_out: bool = False
+    ) -> Callable[..., Any]:
         """A form target: signed-in session and its CSRF token, then POST → redirect.
         ``own_page``: the form is on the page at its own address (a revocation's
-        preview), where it is shown again when sent from a page shown before."""
+        preview), where it is shown again when sent from a page shown before.
+        ``signs_out``: the form writes nothing to the ledger (sign-out), so sent
+        from a page shown before it is done all the same (a stale tab on a shared
+        machine must not leave its reader signed in)."""
 
         async def post(request: Request) -> Response:
+            if _another_site(request):
+                # Whatever its token: the browser says no page of this console sent it.
+                # Answered without touching the session (its messages stay for its pages).
+                return self._refused(request, None, "CSRF check failed")
             cookie = request.cookies.get(COOKIE)
             session = self.store.get(cookie)
             form = await request.form()
             if session is None and cookie:
                 # A session that ended (idle too long, too old, the server restarted):
                 # say so, rather than call the form forged.
+                if signs_out:
+                    return self._ended(request, SIGNED_OUT, kind="ok")
                 return self._ended(request, ENDED)
             if session is not None and not session.signed_in:
                 # Signed out (in another tab: the cookie names that tab's new session)
                 # since the form was shown; nobody is signed in, so nothing is forged.
-                session.flash("error", ENDED)
+                session.flash("ok" if signs_out else "error", SIGNED_OUT if signs_out else ENDED)
                 return RedirectResponse("/", status_code=303)
             sent = form.get("csrf")
             if session is None or not session.csrf_ok(sent):
-                if session is not None and (session.was_earlier(sent) or _same_origin(request)):
-                    return self._shown_before(request, session, form, own_page)
+                earlier = session is not None and session.was_earlier(sent)
+                if session is not None and (earlier or _same_origin(request)):
+                    if signs_out:
+                        request.state.principal = session.principal
+                        return await handler(request, session)
+                    return self._shown_before(request, session, form, own_page, earlier)
                 return self._refused(request, session, "CSRF check failed")
             # for the access log: a form the session sent (not one forged in its name)
             request.state.principal = session.principal
@@ -290,27 +306,40 @@ class Plumbing:
         )
 
     def _shown_before(
-        self, request: Request, session: ConsoleSession, form: Mapping[str, Any], own_page: bool
+        self,
+        request: Request,
+        session: ConsoleSession,
+        form: Mapping[str, Any],
+        own_page: bool,
+        earlier: bool,
     ) -> Response:
         """A form from a page shown before this browser last signed in (its CSRF
         token is an earlier session's, or a page of this console sent it): not
         forged, but not this session's, so nothing is written. The page is shown
-        again as it is now, with what was typed in the form filled in."""
+        again as it is now; ``earlier``: the token is one of this principal's
+        earlier sessions', and what was typed in the form is filled in again (a
+        token this session does not know may be another principal's, whose text
+        the one signed in now must neither read nor send as theirs)."""
         _, typed = _typed(form)
-        kept = any(value.strip() for value in typed.values())
+        written = any(value.strip() for value in typed.values())
+        kept = earlier and written
         if kept:
             session.keep_refused(request.url.path, typed)
-        session.flash("error", shown_before(kept))
+        session.flash("error", shown_before(kept, dropped=written and not earlier))
         back = request.url.path if own_page else self._back(request, form, "/")
         return RedirectResponse(back, status_code=303)
 
     def _ended(
-        self, request: Request, message: str, ended: ConsoleSession | None = None
+        self,
+        request: Request,
+        message: str,
+        ended: ConsoleSession | None = None,
+        kind: str = "error",
     ) -> Response:
         """To the sign-in page of a new session that shows ``message`` (``ended``:
-        the session it follows in this browser)."""
+        the session it follows in this browser; ``kind``: the message's)."""
         session = self.store.new() if ended is None else self.store.after(ended)
-        session.flash("error", message)
+        session.flash(kind, message)
         response = RedirectResponse("/", status_code=303)
         self._set_cookie(request, response, session)
         return response
@@ -406,3 +435,11 @@ def _same_origin(request: Request) -> bool:
     """Whether the browser says a page of this console sent the request (a form of
     another site, or of another origin of the same site, says otherwise)."""
     return request.headers.get("sec-fetch-site") == "same-origin"
+
+
+def _another_site(request: Request) -> bool:
+    """Whether the browser says another origin sent the request (``Sec-Fetch-Site``
+    ``same-site`` or ``cross-site``): no page of this console did (``same-origin``),
+    nor the reader (``none``). A browser that sends no such header says nothing."""
+    site = request.headers.get("sec-fetch-site")
+    return site is not None and site not in ("same-origin", "none")

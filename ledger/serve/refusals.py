@@ -35,6 +35,10 @@ ENDED = (
     "Your session ended before the form was sent; nothing was written. Sign in and send it again."
 )
 
+#: What a sign-out form sent after its session ended is answered: there was nothing
+#: left to sign out.
+SIGNED_OUT = "You were signed out already: nobody is signed in."
+
 #: Refusals after which a form kept on a page of its own (the revocation's, on its
 #: preview) comes back there to be sent again: what was typed is at fault, or the
 #: ledger stayed locked by other writers.
@@ -60,14 +64,20 @@ def refused_write(exc: LedgerError, doing: str, subject: str, url: str | None = 
     return f"{doing} refused ({type(exc).__name__}): {_COMMAND_REFUSED.sub('', message)}"
 
 
-def shown_before(kept: bool) -> str:
+def shown_before(kept: bool, dropped: bool = False) -> str:
     """What a form from a page shown before this browser last signed in is told
-    (``kept``: what was typed in it is filled in again)."""
+    (``kept``: what was typed in it is filled in again; ``dropped``: text was typed
+    in it, but the page may have been another principal's, so it is not)."""
     typed = ", with what you typed in the form" if kept else ""
+    unsure = (
+        " What was typed in it is not filled in again: the page may have been someone else's."
+        if dropped
+        else ""
+    )
     return (
         "That form was on a page shown before you last signed in, so it was not taken; "
-        f"nothing was written. Here is the page as it is now{typed}: check it and send "
-        "the form again."
+        f"nothing was written.{unsure} Here is the page as it is now{typed}: check it and "
+        "send the form again."
     )
 
 

@@ -11,6 +11,8 @@ Sessions end on sign-out, after :attr:`SessionStore.idle` seconds unused, or
 them all. A session that follows another in the same browser (sign-out, sign-in,
 a token no longer valid) remembers the CSRF tokens before it, so that a form on
 a page shown before is told apart from a forged one (it is refused all the same).
+They are one principal's: signing in as another forgets them, so a tab of the
+principal before (on a shared machine) gives the next one none of its text.
 """
 
 from __future__ import annotations
@@ -58,6 +60,9 @@ class ConsoleSession:
     refused: Refused | None = field(default=None, repr=False)
     #: The CSRF tokens of this browser's earlier sessions, newest first.
     earlier: tuple[str, ...] = field(default=(), repr=False)
+    #: The principal those earlier sessions were signed in as (one: see
+    #: :meth:`SessionStore.sign_in`); None when there were none.
+    earlier_of: str | None = None
 
     @property
     def signed_in(self) -> bool:
@@ -158,6 +163,7 @@ class SessionStore:
         out, its token no longer valid), remembering that one's CSRF tokens."""
         session = self.new()
         session.earlier = (ended.csrf, *ended.earlier)[:EARLIER]
+        session.earlier_of = ended.principal or ended.earlier_of
         return session
 
     def passing(self) -> ConsoleSession:
@@ -206,11 +212,16 @@ class SessionStore:
             return None
 
     def sign_in(self, old: ConsoleSession, token: str, principal: str) -> ConsoleSession:
-        """Replace ``old`` by a new signed-in session (new id, new CSRF token)."""
+        """Replace ``old`` by a new signed-in session (new id, new CSRF token). It
+        remembers the browser's earlier CSRF tokens only when they were
+        ``principal``'s own: a form from a tab of whoever used the browser before
+        is then refused, not filled in again on the page of the one signed in now."""
         session = self._fresh()
         session.token = token
         session.principal = principal
-        session.earlier = (old.csrf, *old.earlier)[:EARLIER]
+        if (old.principal or old.earlier_of) in (None, principal):
+            session.earlier = (old.csrf, *old.earlier)[:EARLIER]
+            session.earlier_of = principal
         with self._lock:
             self._anonymous.pop(old.sid, None)
             self._signed_in.pop(old.sid, None)
