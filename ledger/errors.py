@@ -49,6 +49,7 @@ event log and the views exactly as they were::
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -240,6 +241,22 @@ def install_hint(extra: str) -> str:
         f"install the {extra!r} extra: pip install -e '.[{extra}]' in provledger's source "
         f"directory, or pip install 'provledger[{extra}]' where it was installed as a package"
     )
+
+
+def require_extra(extra: str, who: str, *modules: str) -> None:
+    """Import ``modules``, the packages ``who`` (a module of provledger) needs from
+    the ``extra`` extra; one missing is a ``ModuleNotFoundError`` saying which extra
+    to install, not only which package is absent."""
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            package = (exc.name or module).split(".")[0]
+            raise ModuleNotFoundError(
+                f"{who} needs the {package!r} package, which is not installed; "
+                + install_hint(extra),
+                name=exc.name,
+            ) from None
 
 
 @contextmanager

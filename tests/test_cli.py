@@ -1542,7 +1542,7 @@ def test_the_readme_walkthrough_runs_from_an_empty_directory_to_a_picture(tmp_pa
     env = {k: v for k, v in os.environ.items() if not k.startswith("PROVLEDGER_")}
     script = _walkthrough()
     assert script.splitlines()[0] == "source .venv/bin/activate"
-    assert script.splitlines()[1].startswith("mkdir provledger-walkthrough")
+    assert script.splitlines()[1].startswith("mkdir -p provledger-walkthrough && cd")
     assert "graph E1 --descendants --format svg -o impact.svg" in script
     assert "--token" not in script  # tokens go in the environment
 
@@ -1569,6 +1569,13 @@ def test_the_readme_walkthrough_runs_from_an_empty_directory_to_a_picture(tmp_pa
         assert "REVOKED / INVALID" in svg and "DELIVERED" in svg
     else:  # pragma: no cover - only where Graphviz is not installed
         assert (here / "impact.dot").read_text().startswith("digraph")
+    # Pasted again, it starts over: no "already exists", nothing written elsewhere.
+    again = subprocess.run(
+        ["bash", "-e", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert again.returncode == 0, again.stderr
+    assert "FOUND" in again.stdout and "stale because E1 was revoked" in again.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".venv", "provledger-walkthrough"]
 
 
 def test_the_readme_shows_the_walkthrough_picture() -> None:

@@ -61,3 +61,29 @@ def test_the_command_line_does_not_import_optional_backends_at_start(name: str) 
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == ""
+
+
+@pytest.mark.parametrize(
+    ("package", "missing", "extra"),
+    [
+        ("ledger.integrations.langgraph", "langgraph", "langgraph"),
+        ("ledger.integrations.mcp", "mcp", "mcp"),
+        ("ledger.serve", "starlette", "serve"),
+        ("ledger.serve", "jinja2", "serve"),
+    ],
+)
+def test_an_integration_without_its_extra_names_the_extra_to_install(
+    package: str, missing: str, extra: str
+) -> None:
+    # A package that cannot be imported, as where the extra was never installed.
+    code = f"import sys; sys.modules[{missing!r}] = None; import {package}"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1] == (
+        f"ModuleNotFoundError: {package} needs the {missing!r} package, which is not "
+        f"installed; install the {extra!r} extra: pip install -e '.[{extra}]' in provledger's "
+        f"source directory, or pip install 'provledger[{extra}]' where it was installed as a "
+        "package"
+    )

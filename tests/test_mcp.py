@@ -2201,7 +2201,8 @@ def test_the_documented_client_configuration_runs_provledger_mcp_with_the_token_
     section = _agent_section()
     config = json.loads(re.findall(r"```json\n(.*?)```", section, flags=re.S)[0])
     server = config["mcpServers"]["provledger"]
-    assert server["command"] == "provledger" and server["args"][0] == "mcp"
+    # The command by its full path (a client's PATH may not reach the venv's bin).
+    assert server["command"].endswith("/.venv/bin/provledger") and server["args"][0] == "mcp"
     assert "PROVLEDGER_TOKEN" in server["env"] and "--token" not in server["args"]
     documented = set(re.findall(r"^\| `(\w+)`(?: / `(\w+)`)? \|", section, flags=re.M))
     assert {name for pair in documented for name in pair if name} == {*MEMORY_TOOLS, *APPROVALS}

@@ -16,7 +16,7 @@ Errors from the library print one line on stderr and exit 1 (with ``--json`` als
 ``verify-bundle`` exit 1 only for a problem found, 3 when they could not check;
 usage errors exit 2;
 Ctrl-C (SIGINT) prints one line and exits 130. When the reader of its output goes
-away before the answer is all written (``provledger history | head -1``), every
+away before the answer is all written (``provledger history --json | head -c 100``), every
 command stops writing and exits 141, printing nothing, as a program a broken pipe
 stops does (128 + SIGPIPE): not 0, which would say a check passed whose answer
 (``verify``, ``rebuild``) or a token shown once (``init``, ``token issue``) was never

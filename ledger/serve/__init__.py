@@ -15,6 +15,10 @@ managers and container runtimes send), and closes the ledger before it returns.
 
 from __future__ import annotations
 
+from ledger.errors import require_extra
+
+require_extra("serve", "ledger.serve", "starlette", "uvicorn", "jinja2")
+
 import copy
 import logging
 import re

@@ -131,6 +131,10 @@ and :mod:`~ledger.integrations.langgraph.store` (``LedgerStore``).
 
 from __future__ import annotations
 
+from ledger.errors import require_extra
+
+require_extra("langgraph", "ledger.integrations.langgraph", "langgraph.store.base")
+
 from ledger.errors import MemoryConflictError, UnsupportedStoreOperationError
 from ledger.integrations.langgraph.keys import (
     NamespaceLabelError,

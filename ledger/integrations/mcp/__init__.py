@@ -41,6 +41,10 @@ stop) and :mod:`~ledger.integrations.mcp.server` (descriptions, :func:`build_ser
 
 from __future__ import annotations
 
+from ledger.errors import require_extra
+
+require_extra("mcp", "ledger.integrations.mcp", "mcp")
+
 from ledger.integrations.mcp.results import RECORD_URI, record_out, record_uri
 from ledger.integrations.mcp.server import APPROVAL_TOOLS, TOOLS, build_server, serve
 
