@@ -10,9 +10,12 @@ wrong and leave the target without a row.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sqlite3
+import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -26,13 +29,15 @@ from ledger import Kind, Ledger
 from ledger.cli import main
 from ledger.errors import (
     AuthenticationError,
+    ConnectionLostError,
     CorruptEventError,
     InvalidURLError,
     SnapshotErasedError,
     StorageError,
 )
 from ledger.heads import generate_key
-from ledger.persistence.copying import copy_ledger, read_only_source
+from ledger.persistence import copying
+from ledger.persistence.copying import by_size, copy_ledger, read_only_source
 from tests.conftest import PG_SERVER, Clock, new_pg_schema_url
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -500,6 +505,221 @@ def test_a_copys_source_sqlite_url_is_opened_read_only() -> None:
     assert read_only_source("postgresql://u@h/db?schema=s") == "postgresql://u@h/db?schema=s"
 
 
+# -- sessions, races, sizes -----------------------------------------------------------
+
+
+def end_sessions(url: str) -> int:
+    """End every session of the PostgreSQL ledger at ``url`` (as a server restart or
+    its idle-in-transaction timeout would); how many there were."""
+    import psycopg
+
+    name = f"provledger:{url.rsplit('schema=', 1)[1]}"
+    with psycopg.connect(PG_SERVER, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+            (name,),
+        ).fetchall()
+    return len(rows)
+
+
+@pytest.mark.parametrize("target_kind", ["sqlite", "postgres"])
+def test_a_copy_from_postgresql_needs_no_source_session_while_its_views_build(
+    new_url: Callable[[str, str], str], clock: Clock, target_kind: str
+) -> None:
+    # 1. The source's sessions are ended while the target's views are built.
+    source, target = new_url("postgres", "source"), new_url(target_kind, "target")
+    build(source, clock)
+    ended: list[int] = []
+
+    def step(what: str, reached: int, total: int) -> None:
+        if what == "views" and not ended:
+            ended.append(end_sessions(source))
+
+    # 2. The copy is complete and reported so: nothing is read from the source then.
+    report = copy_ledger(source, target, progress=step)
+    assert ended and ended[0] >= 1
+    with Ledger.open(target) as copy:
+        assert copy.digest() == report.digest
+        assert copy.verify().ok
+
+
+def test_a_copy_whose_views_take_longer_than_the_idle_transaction_timeout_is_complete(
+    new_url: Callable[[str, str], str], clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 1. Sessions ended by the server once idle in a transaction for 1 s (5 s by
+    # default), and a views build that takes longer.
+    monkeypatch.setenv("POSTGRES_IDLE_IN_TRANSACTION_SESSION_TIMEOUT", "1")
+    source, target = new_url("postgres", "source"), new_url("sqlite", "target")
+    build(source, clock)
+    slow: list[str] = []
+
+    def step(what: str, reached: int, total: int) -> None:
+        if what == "views" and not slow:
+            slow.append(what)
+            time.sleep(2)
+
+    # 2. The copy is complete: the source's read ended before the views were built.
+    report = copy_ledger(source, target, progress=step)
+    with Ledger.open(target) as copy:
+        assert copy.digest() == report.digest
+
+
+def test_a_copy_that_fails_as_it_commits_is_kept_and_said_to_be_perhaps_committed(
+    new_url: Callable[[str, str], str], clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 1. The target's commit goes through, but its connection is lost as it answers.
+    from ledger.engine import Engine
+
+    source, target = new_url("sqlite", "source"), new_url("sqlite", "target")
+    build(source, clock)
+    locked = Engine.locked
+
+    @contextmanager
+    def lost(self: Engine, what: str = "maintenance") -> Iterator[Any]:
+        with locked(self, what) as w:
+            yield w
+        if what == "copy":
+            raise ConnectionLostError(f"ledger {self.url!r}: lost while committing")
+
+    monkeypatch.setattr(Engine, "locked", lost)
+
+    # 2. Refused as perhaps committed, naming the digest to check; the file stays.
+    with Ledger.open(source) as led:
+        digest = str(led.digest())
+    with pytest.raises(ConnectionLostError, match=f"may have been committed.*{digest}"):
+        copy_ledger(source, target)
+    monkeypatch.undo()
+    with Ledger.open(target, create=False) as copy:
+        assert str(copy.digest()) == digest
+
+
+def test_a_failure_once_the_copy_has_committed_fails_nothing(
+    new_url: Callable[[str, str], str], clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 1. Closing either ledger fails, after the copy committed.
+    source, target = new_url("sqlite", "source"), new_url("sqlite", "target")
+    build(source, clock)
+    close = Ledger.close
+
+    def failing(self: Ledger) -> None:
+        close(self)
+        raise StorageError("closing failed")
+
+    monkeypatch.setattr(Ledger, "close", failing)
+
+    # 2. The copy is reported, and stays.
+    report = copy_ledger(source, target)
+    monkeypatch.undo()
+    with Ledger.open(target, create=False) as copy:
+        assert copy.digest() == report.digest
+
+
+def test_a_file_another_process_makes_at_the_target_meanwhile_is_never_removed(
+    new_url: Callable[[str, str], str],
+    clock: Clock,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 1. Another process makes its ledger at the target's path after the copy
+    # found none there, before the copy opens it.
+    source, target = new_url("sqlite", "source"), new_url("sqlite", "target")
+    build(source, clock)
+    opened = Ledger.open
+    other: list[tuple[int, str]] = []
+
+    def open_(cls: type[Ledger], /, url: str | None = None, **kwargs: Any) -> Ledger:
+        if url == target and not other:
+            with opened(target) as theirs:
+                theirs.admin().bootstrap_admin_token()
+                other.append((theirs.position, str(theirs.digest())))
+        return opened(url, **kwargs)
+
+    monkeypatch.setattr(Ledger, "open", classmethod(open_))
+
+    # 2. The copy is refused as not empty; the other ledger stays as it was.
+    with pytest.raises(StorageError, match="is not empty"):
+        copy_ledger(source, target)
+    monkeypatch.undo()
+    with Ledger.open(target, create=False) as theirs:
+        assert (theirs.position, str(theirs.digest())) == other[0]
+
+
+def test_a_failed_copy_removes_its_new_file_only_while_the_path_still_names_it(
+    new_url: Callable[[str, str], str], clock: Clock, tmp_path: Path
+) -> None:
+    # 1. A source the copy fails on (an event altered), and a file put in the
+    # target's place by another program while the copy runs.
+    source, target = new_url("sqlite", "source"), new_url("sqlite", "target")
+    build(source, clock)
+    with sqlite3.connect(tmp_path / "source.db") as con:
+        con.execute("DROP TRIGGER stored_events_no_update")
+        con.execute("UPDATE stored_events SET state = substr(state, 2) WHERE rowid = 3")
+    path = tmp_path / "target.db"
+
+    def step(what: str, reached: int, total: int) -> None:
+        if what == "events" and not (tmp_path / "theirs.db").exists():
+            (tmp_path / "theirs.db").write_bytes(b"their data")
+            os.replace(tmp_path / "theirs.db", path)
+
+    # 2. The copy fails; the file in its place is not its own and stays.
+    with pytest.raises(CorruptEventError, match="position 3 was altered"):
+        copy_ledger(source, target, progress=step)
+    assert path.read_bytes() == b"their data"
+
+
+def test_snapshots_are_read_in_batches_bounded_by_their_bytes() -> None:
+    sizes = [("a", 10), ("b", 20), ("c", 5), ("d", 100), ("e", 1), ("f", 30), ("g", 0)]
+    assert list(by_size(sizes, 35)) == [["a", "b", "c"], ["d"], ["e", "f", "g"]]
+    assert list(by_size([("a", 36)], 35)) == [["a"]]  # one over the limit: alone
+    assert list(by_size([], 35)) == []
+    assert copying.SNAPSHOT_BYTES == 32 * 1024 * 1024
+
+
+@pytest.mark.parametrize("source_kind", ["sqlite", "postgres"])
+def test_snapshots_copied_one_batch_each_and_a_page_at_a_time_are_all_there(
+    new_url: Callable[[str, str], str],
+    clock: Clock,
+    monkeypatch: pytest.MonkeyPatch,
+    source_kind: str,
+) -> None:
+    source, target = new_url(source_kind, "source"), new_url("sqlite", "target")
+    built = build(source, clock)
+    monkeypatch.setattr(copying, "SNAPSHOT_BYTES", 1)  # a snapshot a batch
+    monkeypatch.setattr(copying, "ROW_BATCH", 1)  # a snapshot's size a page
+    report = copy_ledger(source, target)
+    assert report.snapshots == 2
+    assert primary_rows(target) == primary_rows(source)
+    assert answers(target, built, clock)["snapshot"] == answers(source, built, clock)["snapshot"]
+
+
+def other_spelling(url: str) -> str:
+    """The PostgreSQL ``url`` with its host named otherwise: 127.0.0.1 as localhost."""
+    from urllib.parse import urlparse
+
+    host = urlparse(url).hostname
+    spelling = {"127.0.0.1": "localhost", "localhost": "127.0.0.1"}.get(host or "")
+    if spelling is None:
+        pytest.skip(f"no other name known for the test server's host {host}")
+    return url.replace(f"@{host}", f"@{spelling}", 1)
+
+
+def test_the_source_schema_by_another_name_of_its_server_is_refused_as_itself(
+    new_url: Callable[[str, str], str], clock: Clock
+) -> None:
+    # 1. An empty ledger (it would copy "successfully" into itself), and one with rows.
+    empty = new_url("postgres", "empty")
+    Ledger.open(empty).close()
+    with pytest.raises(InvalidURLError, match="is the source ledger itself"):
+        copy_ledger(empty, other_spelling(empty))
+    source = new_url("postgres", "source")
+    build(source, clock)
+    with pytest.raises(InvalidURLError, match="is the source ledger itself"):
+        copy_ledger(source, other_spelling(source))
+    # 2. Another schema on the same server, by the other name, is a copy's target.
+    target = other_spelling(new_url("postgres", "target"))
+    assert copy_ledger(source, target).position > 0
+
+
 # -- the command ----------------------------------------------------------------------
 
 
@@ -535,3 +755,30 @@ def test_the_copy_command_prints_the_digest_and_json_and_names_refusals(
     again = cli("copy", "--url", source, "--to", back)
     assert again.exit_code == 1
     assert "its table stored_events holds rows" in again.stderr
+
+
+def test_the_copy_command_names_its_source_as_given_and_warns_of_a_password_in_to(
+    new_url: Callable[[str, str], str], clock: Clock, tmp_path: Path
+) -> None:
+    # 1. A refusal names the source as given, not as opened (read-only, mode=ro).
+    source = new_url("sqlite", "source")
+    build(source, clock)
+    with sqlite3.connect(tmp_path / "source.db") as con:
+        con.execute("DROP TRIGGER stored_events_no_update")
+        con.execute("UPDATE stored_events SET state = substr(state, 2) WHERE rowid = 3")
+    refused = cli("copy", "--url", source, "--to", new_url("sqlite", "target"))
+    assert refused.exit_code == 1
+    assert f"the source ledger {source!r} holds an event" in refused.stderr
+    assert "mode=ro" not in refused.stderr
+    missing = f"sqlite:///{tmp_path / 'none.db'}"
+    refused = cli("copy", "--url", missing, "--to", new_url("sqlite", "target"))
+    assert refused.exit_code == 1
+    assert f"no ledger at {missing}" in refused.stderr
+    assert "mode=ro" not in refused.stderr
+    # 2. A password in --to is warned about (and masked); a URL without one is not.
+    secret = "postgresql://me:s3cret@127.0.0.1:1/db?schema=prov&connect_timeout=2"
+    refused = cli("copy", "--url", source, "--to", secret)
+    assert "warning: --to on the command line holds a password" in refused.stderr
+    assert "s3cret" not in refused.output
+    refused = cli("copy", "--url", source, "--to", secret.replace(":s3cret", ""))
+    assert "holds a password" not in refused.stderr

@@ -3,16 +3,36 @@
 from __future__ import annotations
 
 import click
+from click.core import ParameterSource
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from ledger.application import Ledger
 from ledger.cli.options import admin_options, errors_exit_1, host_ledger, json_option, printable
 from ledger.cli.render import AnswerConsole, echo_json
+from ledger.errors import LedgerError
 from ledger.persistence.copying import CopyReport, copy_ledger, read_only_source
-from ledger.persistence.urls import resolve_url
+from ledger.persistence.urls import redacted, resolve_url
 
 #: What the progress bar says in each step of a copy.
 STEPS = {"events": "copying the log", "views": "building its views"}
+
+
+def _password_in_target(
+    ctx: click.Context, param: click.Parameter, value: str | None
+) -> str | None:
+    """Warn when ``--to`` holds a password: other users read the command line
+    (``ps``), masked as it is in every message. (``--url``'s own warning names
+    ``--url``; a target has no variable of its own to take it instead.)"""
+    given = ctx.get_parameter_source(param.name or "") is ParameterSource.COMMANDLINE
+    held = value is not None and redacted(value.strip()) != value.strip()
+    if given and held and not ctx.resilient_parsing:
+        click.echo(
+            "warning: --to on the command line holds a password, visible to other users "
+            "(ps, /proc/PID/cmdline); leave the password out of the URL and give it in "
+            "~/.pgpass (or $PGPASSWORD, which a source URL without one takes too)",
+            err=True,
+        )
+    return value
 
 
 @click.command("copy")
@@ -21,6 +41,7 @@ STEPS = {"events": "copying the log", "views": "building its views"}
     "target",
     required=True,
     metavar="URL",
+    callback=_password_in_target,
     help="The empty database to copy into: sqlite:///new.db or postgresql://…?schema=…",
 )
 @admin_options
@@ -46,9 +67,14 @@ def copy_command(target: str, url: str | None, admin_token: str | None, as_json:
     Example:
       provledger copy --url sqlite:///provledger.db --to 'postgresql://me@db/ledger?schema=prov'
     """
-    shown = printable(resolve_url(url).url)
-    with host_ledger(read_only_source(url), "copy", admin_token, catch_up=False) as led:
-        report = copy_with_progress(led, target, quiet=as_json)
+    given, opened = resolve_url(url).url, read_only_source(url)
+    shown = printable(given)
+    try:
+        with host_ledger(opened, "copy", admin_token, catch_up=False) as led:
+            report = copy_with_progress(led, target, quiet=as_json, source_url=given)
+    except LedgerError as exc:  # the source named as given, not as opened (mode=ro)
+        exc.args = (str(exc).replace(redacted(opened), given), *exc.args[1:])
+        raise
     info = {
         "source": shown,
         "target": printable(report.target),
@@ -71,9 +97,12 @@ def copy_command(target: str, url: str | None, admin_token: str | None, as_json:
     click.echo(str(report.digest))
 
 
-def copy_with_progress(led: Ledger, target: str, *, quiet: bool = False) -> CopyReport:
-    """:func:`copy_ledger` of ``led`` into ``target`` with a progress bar on stderr,
-    on a terminal only (and gone once done), so that a refusal is one line there."""
+def copy_with_progress(
+    led: Ledger, target: str, *, quiet: bool = False, source_url: str | None = None
+) -> CopyReport:
+    """:func:`copy_ledger` of ``led`` (named ``source_url``) into ``target`` with a
+    progress bar on stderr, on a terminal only (and gone once done), so that a
+    refusal is one line there."""
     console = AnswerConsole(stderr=True)
     with Progress(
         TextColumn("{task.description}"),
@@ -89,4 +118,4 @@ def copy_with_progress(led: Ledger, target: str, *, quiet: bool = False) -> Copy
         def step(what: str, reached: int, total: int) -> None:
             progress.update(task, description=STEPS[what], completed=reached, total=max(total, 1))
 
-        return copy_ledger(led, target, progress=step)
+        return copy_ledger(led, target, progress=step, source_url=source_url)

@@ -1,24 +1,42 @@
-"""A copy's target before anything is written to it: which database it is, and
-whether it is empty (no ledger rows, no other program's tables), read without
-opening it as a ledger, which would create tables or catch up views."""
+"""A copy's target before anything is written to it: which database it is, whether
+it is the source's own (asked of the servers, for PostgreSQL), and whether it is
+empty (no ledger rows, no other program's tables), read without opening it as a
+ledger, which would create tables or catch up views; under the copy's writers'
+lock, whether it was written to meanwhile; and after a failure, what the copy left
+there: no row, and no file it created (removed only while its path still names
+that file).
+"""
 
 from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Sequence
 from contextlib import closing, suppress
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+from uuid import UUID
 
-from ledger.errors import InvalidURLError, StorageError
+from ledger.errors import CorruptEventError, InvalidURLError, LedgerError, StorageError
 from ledger.persistence.sqlite_files import foreign_file, others_tables
 from ledger.persistence.urls import Backend, resolve_url
 
 __all__ = [
     "EVENT_TABLES",
     "PRIMARY_TABLES",
+    "Made",
+    "Server",
+    "claim_file",
+    "failure",
+    "insert_events",
     "not_empty",
+    "occupant",
     "refuse_occupied",
     "refuse_same",
+    "remove_claimed",
+    "server_of",
+    "set_sequence",
     "target_of",
 ]
 
@@ -26,6 +44,10 @@ __all__ = [
 PRIMARY_TABLES = ("pl_merkle_leaves", "pl_commits", "pl_snapshots")
 #: The names a ledger's events table has (eventsourcing's, on SQLite and PostgreSQL).
 EVENT_TABLES = ("stored_events", "provledger_events")
+#: A PostgreSQL server and database as the server names them (:func:`server_of`):
+#: its system identifier (None where ``pg_control_system()`` is not permitted),
+#: when it started, and the database's name.
+Server = tuple[str | None, str, str]
 
 
 def target_of(target: str) -> Backend:
@@ -46,8 +68,11 @@ def target_of(target: str) -> Backend:
     return into
 
 
-def refuse_same(source: Backend, into: Backend) -> None:
-    """Refuse a target that is the source's own file or schema."""
+def refuse_same(source: Backend, into: Backend, server: Server | None = None) -> None:
+    """Refuse a target that is the source's own file or schema. For PostgreSQL,
+    ``server`` is the source's (:func:`server_of`; None: not known): a target
+    naming the same schema is asked which server and database it is on, since
+    two URLs' hosts may be one server (``localhost`` and ``127.0.0.1``)."""
     if source.kind != into.kind:
         return
     if into.kind == "sqlite" and source.path is not None and into.path is not None:
@@ -57,11 +82,64 @@ def refuse_same(source: Backend, into: Backend) -> None:
     else:
         keys = ("POSTGRES_HOST", "POSTGRES_PORT", "POSTGRES_DBNAME", "POSTGRES_SCHEMA")
         same = all(source.env.get(k) == into.env.get(k) for k in keys)
+        schema = source.env.get("POSTGRES_SCHEMA") == into.env.get("POSTGRES_SCHEMA")
+        if not same and schema and server is not None:
+            same = _same_server(server, _target_server(into.env))
     if same:
         raise InvalidURLError(
             f"copy refused: the target {into.url!r} is the source ledger itself; give "
             "another file or schema (nothing was written)"
         )
+
+
+def server_of(c: Any) -> Server:
+    """The server and database the PostgreSQL connection or cursor ``c`` is on
+    (:data:`Server`), asked of the server: its system identifier only where
+    ``pg_control_system()`` may be called (a superuser's, or granted).
+
+    Raises:
+        psycopg.Error: the server could not be asked.
+    """
+    c.execute(
+        "SELECT extract(epoch FROM pg_postmaster_start_time())::text AS started, "
+        "current_database() AS db, "
+        "has_function_privilege('pg_catalog.pg_control_system()', 'EXECUTE') AS may"
+    )
+    started, db, may = _values(c.fetchone())
+    system = None
+    if may:
+        c.execute("SELECT system_identifier::text AS system FROM pg_catalog.pg_control_system()")
+        system = _values(c.fetchone())[0]
+    return system, str(started), str(db)
+
+
+def _values(row: Any) -> tuple[Any, ...]:
+    """A row's values, whether the cursor gives tuples or dicts."""
+    return tuple(row.values()) if isinstance(row, dict) else tuple(row)
+
+
+def _target_server(env: dict[str, str]) -> Server | None:
+    """The target's :data:`Server` (None when it cannot be reached: opening it
+    then says why)."""
+    import psycopg
+
+    from ledger.persistence.pg_pool import plain_connection
+
+    try:
+        with plain_connection(env) as conn:
+            return server_of(conn.cursor())
+    except psycopg.Error:
+        return None
+
+
+def _same_server(ours: Server, theirs: Server | None) -> bool:
+    """Whether two :data:`Server` are one server's database (a system identifier
+    not known on either side is not compared: the start time, to the microsecond,
+    tells servers apart, a primary from its replica too)."""
+    if theirs is None:
+        return False
+    systems = None in (ours[0], theirs[0]) or ours[0] == theirs[0]
+    return systems and ours[1:] == theirs[1:]
 
 
 def refuse_occupied(into: Backend) -> None:
@@ -150,3 +228,138 @@ def _pg_rows(env: dict[str, str]) -> tuple[str, int | None] | None:
     except psycopg.Error:
         return None
     return None
+
+
+def claim_file(path: str) -> tuple[int, int] | None:
+    """Create the copy's new SQLite file at ``path``, empty, readable and writable by
+    its owner alone (0600), and return its device and inode (:func:`remove_claimed`).
+    None where the path names something already (a file another process made
+    since it was looked at, a link) or nothing can be created there (opening it
+    says why): the copy then removes nothing."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError:
+        return None
+    try:
+        made = os.fstat(fd)
+    finally:
+        os.close(fd)
+    return made.st_dev, made.st_ino
+
+
+def remove_claimed(path: str, claimed: tuple[int, int]) -> None:
+    """Remove the SQLite file a failed copy created (:func:`claim_file`), with its
+    ``-wal``, ``-shm`` and ``-journal``, if ``path`` still names that file: one
+    another process put there since is its own."""
+    try:
+        found = os.lstat(path)
+    except OSError:
+        return
+    if (found.st_dev, found.st_ino) != claimed:
+        return
+    for end in ("", "-wal", "-shm", "-journal"):
+        with suppress(OSError):
+            Path(f"{path}{end}").unlink(missing_ok=True)
+
+
+# -- under the copy's writers' lock, and after ---------------------------------------
+
+
+def occupant(rec: Any, w: Any, shown: str) -> StorageError | None:
+    """Under the target's writers' lock (``w``; ``rec``: its recorder): the refusal
+    of a target written to since it was first looked at (None: it is still empty)."""
+    newest = rec.max_position(w)
+    if newest:
+        return not_empty(shown, rec.events_table.rsplit(".", 1)[-1], newest)
+    for table in PRIMARY_TABLES:
+        w.execute(rec.dialect.q(f"SELECT 1 AS found FROM {{t}}{table} LIMIT 1"))
+        if w.fetchone() is not None:
+            return not_empty(shown, table, None)
+    return None
+
+
+def insert_events(dst: Any, w: Any, rows: Sequence[Any]) -> None:
+    """Insert stored events at their own positions (the aggregate id as the target
+    stores it: hex text on SQLite, a UUID on PostgreSQL)."""
+    table = dst.events_table
+    if dst.dialect.name == "postgresql":
+        curs: Any = w
+        statement = (
+            f"COPY {table} (originator_id, originator_version, topic, state, notification_id) "
+            "FROM STDIN (FORMAT BINARY)"
+        )
+        with curs.copy(statement) as copy:
+            copy.set_types([dst.datastore.originator_id_type, "int8", "text", "bytea", "int8"])
+            for position, oid, version, topic, state in rows:
+                oid = oid if isinstance(oid, UUID) else UUID(hex=str(oid))
+                copy.write_row((oid, version, topic, bytes(state), position))
+        return
+    w.executemany(
+        f"INSERT INTO {table} (rowid, originator_id, originator_version, topic, state) "
+        "VALUES (?, ?, ?, ?, ?)",
+        [
+            (position, oid.hex if isinstance(oid, UUID) else oid, version, topic, bytes(state))
+            for position, oid, version, topic, state in rows
+        ],
+    )
+
+
+def set_sequence(rec: Any, w: Any) -> None:
+    """On PostgreSQL, move the events' sequence to the newest copied position (the
+    next command appends after it). Last before the commit: ``setval`` is not
+    rolled back."""
+    if rec.dialect.name != "postgresql":
+        return
+    table = rec.events_table
+    w.execute(
+        f"SELECT setval(pg_get_serial_sequence('{table}', 'notification_id'), "
+        f"(SELECT MAX(notification_id) FROM {table})) WHERE EXISTS (SELECT 1 FROM {table})"
+    )
+
+
+@dataclass
+class Made:
+    """What a copy made of its target: the SQLite file it created (device and inode,
+    :func:`claim_file`; None: none); whether a file there stays after a failure
+    (``keep``: one refused as written to meanwhile is another's; one that failed
+    as it committed may hold the copy); ``committing``: the digest of a copy that
+    failed as it committed; whether it committed."""
+
+    file: tuple[int, int] | None = None
+    keep: bool = False
+    committing: str | None = None
+    committed: bool = False
+
+
+def failure(exc: LedgerError, opened: str, shown: str, into: Backend, made: Made) -> LedgerError:
+    """The copy's failure ``exc`` as raised: naming the source as ``shown`` (not as
+    ``opened``, its URL as opened) and saying what is left on the target."""
+    message = str(exc) if opened == shown else str(exc).replace(opened, shown)
+    if made.committing is not None:
+        return type(exc)(
+            f"{message}; the copy may have been committed: check the target before "
+            f"copying again (provledger verify --url '{into.url}' --against {made.committing})"
+        )
+    if made.keep:  # refused as written to: its message says nothing was written
+        exc.args = (message, *exc.args[1:])
+        return exc
+    left = _left(into, made.file is not None)
+    if isinstance(exc, CorruptEventError):
+        return CorruptEventError(
+            f"copy refused: the source ledger {shown!r} holds an event that is not what "
+            f"the ledger appended ({message}); `provledger verify` on it names every "
+            f"problem; {left}"
+        )
+    return type(exc)(f"{message}; {left}")
+
+
+def _left(into: Backend, created: bool) -> str:
+    """What a failed copy left on the target: no row."""
+    if into.kind == "postgresql":
+        return (
+            f"no row was written to the target (schema {into.env['POSTGRES_SCHEMA']!r} "
+            "holds an empty ledger's tables: copy into it again, or drop it)"
+        )
+    if created:
+        return "no row was written to the target (the file the copy created is removed)"
+    return "no row was written to the target (it holds an empty ledger: copy into it again)"

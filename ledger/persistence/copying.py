@@ -20,37 +20,46 @@ target. Signing keys and heads files are not in the database
 holding a ``pl_`` table this version does not know (a later version's data) is
 refused rather than copied without it.
 
-The source is read in one read transaction, so the copy is the log at one
-position while writers go on; nothing is written to it. The target is written in
-one write transaction holding its writers' lock: the rows, then its views
-replayed from them (which checks every event against its Merkle leaf), then the
-row counts and the digest compared with the source's; any difference rolls it
-all back.
+The target is written in one write transaction holding its writers' lock: the
+rows, then its views replayed from them (which checks every event against its
+Merkle leaf), then the row counts and the digest compared with the source's; any
+difference rolls it all back. The rows are read from the source in one read
+transaction (the log at one position while writers go on; nothing is written to
+it), ended once they are copied: a PostgreSQL server ends a session left idle in
+a transaction for longer than ``idle_in_transaction_session_timeout`` (5 s for the
+ledger's) and the views take longer. Once the target has committed, the copy is
+complete: nothing that fails after (closing either ledger) fails it.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, suppress
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode
-from uuid import UUID
 
 from ledger.errors import CorruptEventError, InvalidURLError, LedgerError, StorageError
 from ledger.merkle import LogDigest, root_of
 from ledger.persistence.copy_target import (
     PRIMARY_TABLES,
-    not_empty,
+    Made,
+    Server,
+    claim_file,
+    failure,
+    insert_events,
+    occupant,
     refuse_occupied,
     refuse_same,
+    remove_claimed,
+    server_of,
+    set_sequence,
     target_of,
 )
 from ledger.persistence.faults import DATABASE_ERRORS
-from ledger.persistence.urls import Backend, resolve_url
+from ledger.persistence.urls import Backend, redacted, resolve_url
 from projections.base import Cursor, insert_rows
 from projections.projector import RETIRED
 
@@ -58,11 +67,15 @@ if TYPE_CHECKING:
     from ledger.application import Ledger
     from ledger.engine import Engine
 
-__all__ = ["PRIMARY_TABLES", "CopyReport", "copy_ledger", "read_only_source"]
+__all__ = ["PRIMARY_TABLES", "CopyReport", "by_size", "copy_ledger", "read_only_source"]
 
 #: Rows read from the source at a time: events (a rebuild's batch), leaves and
-#: transaction bounds, snapshots (each up to the ledger's value limit).
-EVENT_BATCH, ROW_BATCH, SNAPSHOT_BATCH = 1000, 5000, 64
+#: transaction bounds (and snapshots' sizes).
+EVENT_BATCH, ROW_BATCH = 1000, 5000
+#: Bytes of evidence snapshots read from the source at a time, as many snapshots as
+#: fit (one at least, however big): memory held is bounded by the biggest
+#: snapshot and this, not by a count of snapshots of any size.
+SNAPSHOT_BYTES = 32 * 1024 * 1024
 
 #: ``progress(step, reached, total)``: ``step`` is ``"events"`` while the log is
 #: copied, ``"views"`` while the target's views are built; ``reached`` is the log
@@ -85,7 +98,11 @@ class CopyReport:
 
 
 def copy_ledger(
-    source: Ledger | str, target: str, *, progress: Progress | None = None
+    source: Ledger | str,
+    target: str,
+    *,
+    progress: Progress | None = None,
+    source_url: str | None = None,
 ) -> CopyReport:
     """Copy the ledger ``source`` (an open ledger, or its URL) into the empty
     database ``target`` (a ledger URL): its log at one position with its Merkle
@@ -97,7 +114,12 @@ def copy_ledger(
     It is written in one transaction that commits only once its views are built
     and its row counts and digest equal the source's: a failed copy writes no
     row (a file it created is removed; tables it created stay, empty, and a copy
-    takes them again).
+    takes them again). Once it has committed, the copy is returned whatever fails
+    after (closing either ledger).
+
+    ``source_url``: how messages and the report name an open ``source`` (default:
+    the URL it was opened with; the command line opens an SQLite source with
+    ``mode=ro`` added, and names it as it was given).
 
     Raises:
         InvalidURLError: ``target`` is no ledger URL, is ``memory:`` or read-only,
@@ -122,21 +144,24 @@ def copy_ledger(
         led = Ledger.open(read_only_source(source), create=False, catch_up=False)
         shown = backend.url
     else:
-        led, shown = source, resolve_url(source.url).url
+        led = source
+        shown = redacted(source_url) if source_url is not None else resolve_url(led.url).url
+    made = Made()
     try:
         led.engine.check_open()  # before anything is made on the target
-        refuse_same(resolve_url(led.url), into)
+        refuse_same(resolve_url(led.url), into, _server(led))
         refuse_occupied(into)
-        created = into.path is not None and not os.path.lexists(into.path)
+        if into.path is not None:  # a new file is made here, not by opening it
+            made.file = claim_file(into.path)
         try:
-            return _copy(led, shown, target, into, created, progress)
+            return _copy(led, shown, target, into, made, progress)
         except BaseException:
-            if into.path is not None and created:
-                _remove_new_file(into.path)
+            if into.path is not None and made.file is not None and not made.keep:
+                remove_claimed(into.path, made.file)
             raise
     finally:
         if own:
-            led.close()
+            _close(led, made.committed)
 
 
 def read_only_source(url: str | None) -> str:
@@ -159,42 +184,32 @@ def read_only_source(url: str | None) -> str:
 # -- the copy -------------------------------------------------------------------------
 
 
+def _server(led: Ledger) -> Server | None:
+    """The PostgreSQL server and database of ``led`` (None: not PostgreSQL, or
+    not reachable now: copying then says why)."""
+    if led.engine.backend != "postgresql":
+        return None
+    try:
+        with led.engine.statement() as c:
+            return server_of(c)
+    except Exception:  # not known: the copy's own reads name the failure
+        return None
+
+
 def _copy(
-    led: Ledger, shown: str, target: str, into: Backend, created: bool, progress: Progress | None
+    led: Ledger, shown: str, target: str, into: Backend, made: Made, progress: Progress | None
 ) -> CopyReport:
     """Open (create) the target, copy in one write transaction, close it."""
     from ledger.application import Ledger
 
     started = time.perf_counter()
-    with Ledger.open(target) as dest:
-        occupied: StorageError | None = None
-        try:
-            with (
-                led.engine.reading() as r,
-                dest.engine.locked("copy") as w,
-                dest.engine.recorder.replaying(w),
-            ):
-                sides = _Sides(led.engine, r, dest.engine, w)
-                with sides.writing():
-                    occupied = _occupant(sides.dst, w, into.url)
-                if occupied is not None:
-                    raise occupied
-                digest, counts = _copy_rows(sides, progress)
-                step = None if progress is None else _step(progress, "views", digest.position)
-                with sides.writing():
-                    dest.engine.projector.replay(w, step)
-                    _check_copy(sides.dst, w, digest, counts)
-                    _set_sequence(sides.dst, w)
-        except CorruptEventError as exc:
-            raise CorruptEventError(
-                f"copy refused: the source ledger {shown!r} holds an event that is not what "
-                f"the ledger appended ({exc}); `provledger verify` on it names every "
-                f"problem; {_aftermath(into, created)}"
-            ) from None
-        except LedgerError as exc:
-            if exc is occupied:
-                raise
-            raise type(exc)(f"{exc}; {_aftermath(into, created)}") from None
+    dest = Ledger.open(target)
+    try:
+        digest, counts = _transaction(led, dest, into, made, progress)
+    except LedgerError as exc:
+        raise failure(exc, led.url, shown, into, made) from None
+    finally:
+        _close(dest, made.committed)
     return CopyReport(
         source=shown,
         target=into.url,
@@ -204,6 +219,62 @@ def _copy(
         snapshots=counts["snapshots"],
         seconds=time.perf_counter() - started,
     )
+
+
+def _transaction(
+    led: Ledger, dest: Ledger, into: Backend, made: Made, progress: Progress | None
+) -> tuple[LogDigest, dict[str, int]]:
+    """The copy's write transaction on ``dest``: refused if written to meanwhile;
+    the rows read in one read transaction of ``led``, ended before the views are
+    built; ``made.committed`` once it has committed."""
+    target = dest.engine
+    done = False
+    try:
+        with target.locked("copy") as w:
+            with target.recorder.replaying(w):
+                with _named(target):
+                    occupied = occupant(target.recorder, w, into.url)
+                if occupied is not None:
+                    made.keep = True  # another copy's, or another program's: not ours
+                    raise occupied
+                with _read_once(led.engine) as r:
+                    digest, counts = _copy_rows(_Sides(led.engine, r, target, w), progress)
+                step = None if progress is None else _step(progress, "views", digest.position)
+                with _named(target):
+                    target.projector.replay(w, step)
+                    _check_copy(target.recorder, w, digest, counts)
+                    set_sequence(target.recorder, w)
+            done = True
+    except BaseException:
+        if done:  # failed as it committed (a lost connection): it may have
+            made.keep, made.committing = True, str(digest)
+        raise
+    made.committed = True
+    return digest, counts
+
+
+def _close(led: Ledger, committed: bool) -> None:
+    """Close ``led``; once the copy has committed, a failure to close fails
+    nothing (the copy is complete; the connections go with the process)."""
+    try:
+        led.close()
+    except Exception:
+        if not committed:
+            raise
+
+
+@contextmanager
+def _read_once(engine: Engine) -> Iterator[Cursor]:
+    """A read transaction of ``engine`` that cannot fail as it ends once its block has
+    read everything (a ROLLBACK on a session the server ended meanwhile)."""
+    read = False
+    try:
+        with engine.reading() as r:
+            yield r
+            read = True
+    except Exception:
+        if not read:
+            raise
 
 
 @dataclass(frozen=True)
@@ -247,33 +318,8 @@ def _named(engine: Engine) -> Iterator[None]:
         raise
 
 
-def _aftermath(into: Backend, created: bool) -> str:
-    """What a failed copy left on the target: no row."""
-    if into.kind == "postgresql":
-        return (
-            f"no row was written to the target (schema {into.env['POSTGRES_SCHEMA']!r} "
-            "holds an empty ledger's tables: copy into it again, or drop it)"
-        )
-    if created:
-        return "no row was written to the target (the file the copy created is removed)"
-    return "no row was written to the target (it holds an empty ledger: copy into it again)"
-
-
 def _step(progress: Progress, step: str, total: int) -> Callable[[int], None]:
     return lambda reached: progress(step, reached, total)
-
-
-def _occupant(rec: Any, w: Cursor, shown: str) -> StorageError | None:
-    """Under the target's writers' lock: the refusal of a target written to since
-    it was first looked at (None: it is still empty)."""
-    newest = rec.max_position(w)
-    if newest:
-        return not_empty(shown, rec.events_table.rsplit(".", 1)[-1], newest)
-    for table in PRIMARY_TABLES:
-        w.execute(rec.dialect.q(f"SELECT 1 AS found FROM {{t}}{table} LIMIT 1"))
-        if w.fetchone() is not None:
-            return not_empty(shown, table, None)
-    return None
 
 
 def _copy_rows(s: _Sides, progress: Progress | None) -> tuple[LogDigest, dict[str, int]]:
@@ -296,18 +342,20 @@ def _copy_rows(s: _Sides, progress: Progress | None) -> tuple[LogDigest, dict[st
         if not rows:
             break
         with s.writing():
-            _insert_events(s.dst, s.w, rows)
+            insert_events(s.dst, s.w, rows)
         after = rows[-1][0]
         if progress is not None:
             progress("events", after, newest)
-    for table, columns, size, start in (
-        ("pl_merkle_leaves", ("position", "leaf"), ROW_BATCH, 0),
-        ("pl_commits", ("last_pos", "first_pos"), ROW_BATCH, 0),
-        ("pl_snapshots", ("ref", "content", "size"), SNAPSHOT_BATCH, ""),
+    for table, columns in (
+        ("pl_merkle_leaves", ("position", "leaf")),
+        ("pl_commits", ("last_pos", "first_pos")),
     ):
-        for batch in _batches(s, table, columns, size, start):
+        for batch in _batches(s, table, columns):
             with s.writing():
                 insert_rows(s.w, s.dst.dialect, table, columns, batch)
+    for batch in _snapshot_batches(s):
+        with s.writing():
+            insert_rows(s.w, s.dst.dialect, "pl_snapshots", ("ref", "content", "size"), batch)
     with s.reading():
         return _digest(s.src, s.r), counts
 
@@ -334,50 +382,66 @@ def _check_source_tables(src: Any, r: Cursor) -> None:
             )
 
 
-def _insert_events(dst: Any, w: Cursor, rows: Sequence[Any]) -> None:
-    """Insert stored events at their own positions (the aggregate id as the target
-    stores it: hex text on SQLite, a UUID on PostgreSQL)."""
-    table = dst.events_table
-    if dst.dialect.name == "postgresql":
-        curs: Any = w
-        statement = (
-            f"COPY {table} (originator_id, originator_version, topic, state, notification_id) "
-            "FROM STDIN (FORMAT BINARY)"
-        )
-        with curs.copy(statement) as copy:
-            copy.set_types([dst.datastore.originator_id_type, "int8", "text", "bytea", "int8"])
-            for position, oid, version, topic, state in rows:
-                oid = oid if isinstance(oid, UUID) else UUID(hex=str(oid))
-                copy.write_row((oid, version, topic, bytes(state), position))
-        return
-    w.executemany(
-        f"INSERT INTO {table} (rowid, originator_id, originator_version, topic, state) "
-        "VALUES (?, ?, ?, ?, ?)",
-        [
-            (position, oid.hex if isinstance(oid, UUID) else oid, version, topic, bytes(state))
-            for position, oid, version, topic, state in rows
-        ],
-    )
-
-
-def _batches(
-    s: _Sides, table: str, columns: Sequence[str], size: int, start: object
-) -> Iterator[list[tuple[Any, ...]]]:
-    """The source's rows of ``table`` in batches of ``size``, in the order of its key
-    (the first of ``columns``) from after ``start``; bytes as bytes."""
+def _batches(s: _Sides, table: str, columns: Sequence[str]) -> Iterator[list[tuple[Any, ...]]]:
+    """The source's rows of ``table`` in batches of :data:`ROW_BATCH`, in the order of
+    its key (the first of ``columns``, a log position); bytes as bytes."""
     key = columns[0]
     statement = s.src.dialect.q(
         f"SELECT {', '.join(columns)} FROM {{t}}{table} WHERE {key} > ? ORDER BY {key} LIMIT ?"
     )
-    after = start
+    after = 0
     while True:
         with s.reading():
-            s.r.execute(statement, (after, size))
+            s.r.execute(statement, (after, ROW_BATCH))
             batch = [tuple(_plain(row[c]) for c in columns) for row in s.r.fetchall()]
         if not batch:
             return
         yield batch
         after = batch[-1][0]
+
+
+def _snapshot_batches(s: _Sides) -> Iterator[list[tuple[Any, ...]]]:
+    """The source's evidence snapshots (ref, content, size) in the order of their
+    ref, in batches of at most :data:`SNAPSHOT_BYTES` of content (:func:`by_size`;
+    their sizes read first, :data:`ROW_BATCH` at a time)."""
+    d, columns = s.src.dialect, ("ref", "content", "size")
+    length = "octet_length" if d.name == "postgresql" else "length"
+    sizes = d.q(
+        f"SELECT ref, {length}(content) AS n FROM {{t}}pl_snapshots WHERE ref > ? "
+        "ORDER BY ref LIMIT ?"
+    )
+    rows = d.q(
+        f"SELECT {', '.join(columns)} FROM {{t}}pl_snapshots WHERE ref > ? AND ref <= ? "
+        "ORDER BY ref"
+    )
+    after = ""
+    while True:
+        with s.reading():
+            s.r.execute(sizes, (after, ROW_BATCH))
+            page = [(str(row["ref"]), int(row["n"])) for row in s.r.fetchall()]
+        if not page:
+            return
+        for refs in by_size(page, SNAPSHOT_BYTES):
+            with s.reading():
+                s.r.execute(rows, (after, refs[-1]))
+                batch = [tuple(_plain(row[c]) for c in columns) for row in s.r.fetchall()]
+            yield batch
+            after = refs[-1]
+
+
+def by_size(sizes: Iterable[tuple[str, int]], limit: int) -> Iterator[list[str]]:
+    """The keys of ``sizes`` ((key, bytes), in order) in runs whose bytes add up to
+    at most ``limit``; a key over ``limit`` alone is a run of its own."""
+    run: list[str] = []
+    held = 0
+    for key, size in sizes:
+        if run and held + size > limit:
+            yield run
+            run, held = [], 0
+        run.append(key)
+        held += size
+    if run:
+        yield run
 
 
 def _plain(value: Any) -> Any:
@@ -433,23 +497,3 @@ def _check_copy(rec: Any, w: Cursor, digest: LogDigest, counts: dict[str, int]) 
             f"copy failed: the target's digest {found} is not the source's {digest}; it "
             "was rolled back"
         )
-
-
-def _set_sequence(rec: Any, w: Cursor) -> None:
-    """On PostgreSQL, move the events' sequence to the newest copied position (the
-    next command appends after it). Last before the commit: ``setval`` is not
-    rolled back."""
-    if rec.dialect.name != "postgresql":
-        return
-    table = rec.events_table
-    w.execute(
-        f"SELECT setval(pg_get_serial_sequence('{table}', 'notification_id'), "
-        f"(SELECT MAX(notification_id) FROM {table})) WHERE EXISTS (SELECT 1 FROM {table})"
-    )
-
-
-def _remove_new_file(path: str) -> None:
-    """Remove the SQLite file a failed copy created, with its ``-wal`` and ``-shm``."""
-    for end in ("", "-wal", "-shm", "-journal"):
-        with suppress(OSError):
-            Path(f"{path}{end}").unlink(missing_ok=True)
