@@ -27,7 +27,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from uuid import UUID
 
-from eventsourcing.persistence import IntegrityError, OperationalError, PersistenceError
+from eventsourcing.persistence import IntegrityError, PersistenceError
 
 from ledger import forks, gc_pause
 from ledger.domain import Kind, Record, RetentionRule, uuid_of_hex
@@ -47,8 +47,8 @@ from ledger.errors import (
 from ledger.inflight import InFlight
 from ledger.persistence import (
     Backend,
-    LedgerApplication,
     check_writable,
+    construct_application,
     foreign_file,
     holds_ledger,
     read_only_uri,
@@ -62,6 +62,7 @@ from ledger.persistence.faults import (
     missing_from_views,
     storage_error,
 )
+from ledger.persistence.urls import idle_limit
 from ledger.recent import Folded, Recent, fold_stored
 from ledger.serialization import datetime_to_micros, micros_to_datetime
 from ledger.stored import stored_events
@@ -178,9 +179,8 @@ class Engine:
         self.read_only = backend.read_only
         #: The views' layout left as stored, not this version's (None: current).
         self.outdated_views: str | None = None
-        # Masked in messages: the URL's own password, which a server may repeat with
-        # the URL; not $PGPASSWORD's, masked wherever its text happened to appear.
-        self._secret = backend.secret
+        self._secret = backend.secret  # masked in messages: the URL's own password only
+        self.idle_limit = idle_limit(backend)  # s a PostgreSQL transaction may idle
         self.checks = checks
         self.max_value_bytes = max_value_bytes
         self.clock = clock
@@ -217,7 +217,7 @@ class Engine:
         if backend.kind == "sqlite" and not backend.read_only:
             check_writable(str(backend.path))  # else every command would fail
         try:
-            self.app = _construct(env)
+            self.app = construct_application(env)
         except LedgerError:
             raise
         except (PersistenceError, sqlite3.Error, OSError) as exc:
@@ -687,16 +687,3 @@ class Engine:
                 f"{micros_to_datetime(row['expires']).isoformat()}"
             )
         return str(row["subject"])
-
-
-def _construct(env: dict[str, str]) -> LedgerApplication:
-    # Several processes creating a fresh SQLite file at once can find it locked
-    # while another sets WAL mode or creates the tables; that is worth waiting for.
-    for attempt_number in range(60):
-        try:
-            return LedgerApplication(env=env)
-        except (OperationalError, sqlite3.OperationalError) as exc:
-            if "locked" not in str(exc) or attempt_number == 59:
-                raise
-            time.sleep(0.05 + 0.05 * random.random())
-    raise AssertionError("unreachable")  # pragma: no cover

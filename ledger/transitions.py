@@ -8,6 +8,7 @@ then decides on the record's view row and aggregate under the writers' lock.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime
 from typing import Any
@@ -592,8 +593,10 @@ def check_usable_dependencies(
 
 def run_acceptance_checks(caller: Caller, view: RecordView, command: str) -> None:
     """Every check the application registered must pass before a record is ACCEPTED."""
+    limit = caller.engine.idle_limit
     for check in caller.engine.checks:
         name = getattr(check, "__name__", repr(check))
+        started = time.monotonic()
         try:
             reason = check(view)
         except Exception as exc:
@@ -601,6 +604,15 @@ def run_acceptance_checks(caller: Caller, view: RecordView, command: str) -> Non
                 f"{command} refused: acceptance check {name!r} failed on record "
                 f"{view.id!r}: {exc!r}"
             ) from None
+        took = time.monotonic() - started
+        if limit is not None and took >= limit:
+            # The server ended the transaction meanwhile: say why, not "connection lost".
+            raise AcceptanceCheckError(
+                f"{command} refused: acceptance check {name!r} took {took:.1f} s on record "
+                f"{view.id!r}, and a PostgreSQL ledger's transaction may wait {limit:g} s "
+                "(the URL's idle_timeout): the server ended it, and nothing was written; "
+                "make the check quicker, or raise idle_timeout"
+            )
         if reason is None:
             continue
         if not isinstance(reason, str) or not reason.strip():

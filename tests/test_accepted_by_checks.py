@@ -10,6 +10,8 @@ command, and nothing is written.
 
 from __future__ import annotations
 
+import re
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -296,3 +298,49 @@ def test_a_store_with_an_approver_puts_through_a_check_reading_the_ledger(
         assert item is not None and item.value == {"v": 1}
         assert store.get((SCOPE,), "b") is None
         assert checked.ledger.position == before
+
+
+@pytest.mark.postgres
+def test_a_check_slower_than_a_postgresql_transaction_may_wait_is_named_as_such(
+    pg_url: str,
+) -> None:
+    # The server ends a session left idle in a transaction (idle_timeout, 5 s unless
+    # the URL says): a check that took that long is named, not "connection lost".
+    naps: list[float] = [1.5]
+
+    def slow(record: RecordView) -> str | None:
+        time.sleep(naps[0])
+        return None
+
+    with Ledger.open(f"{pg_url}&idle_timeout=1", acceptance_checks=[slow]) as led:
+        admin = led.admin()
+        admin.grant("agent", "p", ["propose", "read"])
+        admin.grant("reviewer", "p", ["approve", "read"])
+        agent = led.authenticate(admin.issue_token("agent"))
+        reviewer = led.authenticate(admin.issue_token("reviewer"))
+        agent.propose("p", "k", 1, Kind.FACT, id="F1")
+        position = led.position
+        with pytest.raises(AcceptanceCheckError) as refused:
+            reviewer.accept("F1")
+        assert re.fullmatch(
+            r"accept refused: acceptance check 'slow' took \d+\.\d s on record 'F1', and a "
+            r"PostgreSQL ledger's transaction may wait 1 s \(the URL's idle_timeout\): the "
+            "server ended it, and nothing was written; make the check quicker, or raise "
+            "idle_timeout",
+            str(refused.value),
+        ), refused.value
+        assert led.position == position and reviewer.get("F1").status == Status.CANDIDATE
+        # The ledger goes on (the ended session is not used again), and a quicker
+        # check passes.
+        naps[0] = 0
+        reviewer.accept("F1")
+        assert reviewer.get("F1").status == Status.ACCEPTED
+    # A limit the check keeps within lets it take its time.
+    naps[0] = 1.5
+    with Ledger.open(f"{pg_url}&idle_timeout=5", acceptance_checks=[slow]) as led:
+        admin = led.admin()
+        agent = led.authenticate(admin.issue_token("agent"))
+        reviewer = led.authenticate(admin.issue_token("reviewer"))
+        agent.propose("p", "k", 2, Kind.FACT, id="F2", supersedes="F1")
+        reviewer.accept("F2")
+        assert reviewer.get("F2").status == Status.ACCEPTED

@@ -16,11 +16,14 @@ rest of the ledger names no backend.
 
 from __future__ import annotations
 
+import random
+import sqlite3
+import time
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from eventsourcing.application import Application
-from eventsourcing.persistence import Transcoder
+from eventsourcing.persistence import OperationalError, Transcoder
 
 from ledger.persistence.base import Guard, LedgerRecorderMixin
 from ledger.persistence.sqlite import LedgerSQLiteRecorder
@@ -77,9 +80,25 @@ __all__ = [
     "LedgerRecorder",
     "LedgerSQLiteRecorder",
     "check_writable",
+    "construct_application",
     "foreign_file",
     "holds_ledger",
     "read_only_uri",
     "resolve_url",
     "unwritable",
 ]
+
+
+def construct_application(env: dict[str, str]) -> LedgerApplication:
+    """The application of a ledger's environment, waited for while another process
+    creating the same SQLite file holds it locked."""
+    # Several processes creating a fresh SQLite file at once can find it locked
+    # while another sets WAL mode or creates the tables; that is worth waiting for.
+    for attempt_number in range(60):
+        try:
+            return LedgerApplication(env=env)
+        except (OperationalError, sqlite3.OperationalError) as exc:
+            if "locked" not in str(exc) or attempt_number == 59:
+                raise
+            time.sleep(0.05 + 0.05 * random.random())
+    raise AssertionError("unreachable")  # pragma: no cover

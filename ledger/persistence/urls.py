@@ -165,15 +165,20 @@ _PG_OPTIONS = {
     "max_overflow": "POSTGRES_MAX_OVERFLOW",
     "lock_timeout": "POSTGRES_LOCK_TIMEOUT",
     "connect_timeout": "POSTGRES_CONNECT_TIMEOUT",
+    "idle_timeout": "POSTGRES_IDLE_IN_TRANSACTION_SESSION_TIMEOUT",
 }
 
 #: Bounds (inclusive) and defaults of the PostgreSQL URL's numeric options: pool
-#: sizes in connections, timeouts in whole seconds.
-PG_BOUNDS = {
+#: sizes in connections, timeouts in whole seconds. ``idle_timeout``: how long a
+#: transaction may wait on the ledger's side (an acceptance check, say) before the
+#: server ends its session; without it, $POSTGRES_IDLE_IN_TRANSACTION_SESSION_TIMEOUT
+#: or 5.
+PG_BOUNDS: dict[str, tuple[int, int, int | None]] = {
     "pool_size": (1, 20, 2),
     "max_overflow": (0, 50, 8),
     "lock_timeout": (1, 3600, 30),
     "connect_timeout": (1, 300, 30),
+    "idle_timeout": (1, 86_400, None),
 }
 
 _SCHEMA = re.compile(r"[a-z_][a-z0-9_]{0,62}")
@@ -311,6 +316,8 @@ def _postgres_backend(full: str) -> Backend:
         "APPLICATION_RECORDER_TOPIC": "ledger.persistence.postgres:LedgerPostgresRecorder",
     }
     for option, (low, high, default) in PG_BOUNDS.items():
+        if option not in query and default is None:
+            continue
         value = query.get(option, str(default))
         if not value.isascii() or not value.isdigit() or not low <= int(value) <= high:
             raise InvalidURLError(
@@ -319,3 +326,17 @@ def _postgres_backend(full: str) -> Backend:
             )
         env[_PG_OPTIONS[option]] = str(int(value))
     return Backend(kind="postgresql", url=url, env=env, secret=unquote(parsed.password or ""))
+
+
+def idle_limit(backend: Backend) -> float | None:
+    """The ``idle_in_transaction_session_timeout`` a PostgreSQL ledger's sessions run
+    with (eventsourcing's setting: the URL's ``idle_timeout``, else the environment's,
+    else 5 s); None on other backends, or where it is 0 (no limit)."""
+    if backend.kind != "postgresql":
+        return None
+    key = "POSTGRES_IDLE_IN_TRANSACTION_SESSION_TIMEOUT"
+    try:
+        limit = float(backend.env.get(key) or os.environ.get(key) or "5")
+    except ValueError:
+        return None  # eventsourcing refuses it when the ledger opens
+    return limit if limit > 0 else None
