@@ -113,6 +113,24 @@ def access_from_log(
     """
     row = access_view.token(c, engine.dialect, token_hash)
     subject = None if row is None else str(row["subject"])
+    return subject_access(engine, c, subject, token_hash, at)
+
+
+def subject_access(
+    engine: Engine, c: Cursor, subject: str | None, token_hash: str, at: datetime
+) -> dict[str, list[str]]:
+    """:func:`access_from_log` of a token said to be ``subject``'s: ``subject``'s
+    ``Principal`` events alone are read (vouched by their Merkle leaves) and
+    folded, no view. For a subject known beforehand (the administrator's admin
+    tokens) no view is read at all, so a view deleted or altered behind the
+    ledger's back neither passes nor refuses a token (``verify`` must run on it).
+
+    Raises:
+        AuthenticationError: the log issued no such token to ``subject`` (or
+            ``subject`` is None), or it is revoked or expired at ``at``.
+        CorruptEventError: a stored event of ``subject`` was not appended by the
+            ledger.
+    """
     notes = (
         [] if subject is None else engine.recorder.select_record_events(c, principal_uuid(subject))
     )
@@ -135,4 +153,4 @@ def access_from_log(
     }
 
 
-__all__ = ["ADMIN", "AccessState", "TokenState", "access_from_log"]
+__all__ = ["ADMIN", "AccessState", "TokenState", "access_from_log", "subject_access"]

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 READ_ERRORS = (sqlite3.Error, PersistenceError, TypeError, ValueError, AttributeError)
 
 #: SQLite's storage classes (``typeof``), as the reports name them.
-_KINDS = {
+STORAGE_CLASSES = {
     "blob": "bytes",
     "text": "text",
     "integer": "an integer",
@@ -57,19 +57,19 @@ _EVENT_COLUMNS = (
 
 
 def _kind_of(value: object) -> str:
-    """A value read back, named as :data:`_KINDS` names its storage class."""
+    """A value read back, named as :data:`STORAGE_CLASSES` names its storage class."""
     if isinstance(value, (bytes, bytearray, memoryview)):
-        return _KINDS["blob"]
+        return STORAGE_CLASSES["blob"]
     if isinstance(value, str):
-        return _KINDS["text"]
+        return STORAGE_CLASSES["text"]
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return _KINDS["null"] if value is None else type(value).__name__
-    return _KINDS["integer" if isinstance(value, int) else "real"]
+        return STORAGE_CLASSES["null"] if value is None else type(value).__name__
+    return STORAGE_CLASSES["integer" if isinstance(value, int) else "real"]
 
 
 def _stored_as(what: str, column: str, found: str, wanted: str) -> str:
     return (
-        f"{what} holds its {column} as {found} where the ledger stores {_KINDS[wanted]}: "
+        f"{what} holds its {column} as {found} where the ledger stores {STORAGE_CLASSES[wanted]}: "
         "it was changed after it was appended"
     )
 
@@ -86,7 +86,7 @@ def mistyped_event(note: Any) -> str | None:
         ("state", note.state, "blob"),
     ):
         found = _kind_of(value)
-        if found != _KINDS[wanted]:
+        if found != STORAGE_CLASSES[wanted]:
             return _stored_as(what, column, found, wanted)
     return None
 
@@ -129,7 +129,7 @@ def _first_unreadable_event(
             found = str(row[f"{column}_type"])
             if found != wanted:
                 return int(row["position"]), _stored_as(
-                    what, column, _KINDS.get(found, found), wanted
+                    what, column, STORAGE_CLASSES.get(found, found), wanted
                 )
         for column in ("originator_id", "topic"):
             try:
@@ -183,7 +183,7 @@ def read_leaves(
             stored[position] = bytes(row["leaf"])
         else:
             what = f"the Merkle leaf at position {position}"
-            odd[position] = _stored_as(what, "hash", _KINDS.get(found, found), "blob")
+            odd[position] = _stored_as(what, "hash", STORAGE_CLASSES.get(found, found), "blob")
     if not odd:
         raise failed  # not a value of the wrong type: a failure to report as such
     return stored, odd
@@ -203,7 +203,7 @@ def first_mistyped_leaf(engine: Engine, c: Cursor) -> str | None:
         return None
     found = str(row["type"])
     what = f"the Merkle leaf at position {row['position']}"
-    return _stored_as(what, "hash", _KINDS.get(found, found), "blob")
+    return _stored_as(what, "hash", STORAGE_CLASSES.get(found, found), "blob")
 
 
 # -- snapshots ------------------------------------------------------------------------------
@@ -242,12 +242,13 @@ def mistyped_snapshot(ref: str, ref_found: str, found: str) -> str | None:
     ``ref_found`` and ``found`` (see :func:`snapshot_row`) was changed, or None."""
     if ref_found != "text":
         return (
-            f"snapshot {ref}: its reference is stored as {_KINDS.get(ref_found, ref_found)} "
-            "where the ledger stores text: it was changed after it was captured"
+            f"snapshot {ref}: its reference is stored as "
+            f"{STORAGE_CLASSES.get(ref_found, ref_found)} where the ledger stores text: it "
+            "was changed after it was captured"
         )
     if found != "blob":
         return (
-            f"snapshot {ref}: its content is stored as {_KINDS.get(found, found)} where "
+            f"snapshot {ref}: its content is stored as {STORAGE_CLASSES.get(found, found)} where "
             "the ledger stores bytes: it was changed after it was captured"
         )
     return None
@@ -281,6 +282,7 @@ _UNDECODABLE = re.compile(r"Could not decode to UTF-8 column '([^']*)'")
 
 __all__ = [
     "READ_ERRORS",
+    "STORAGE_CLASSES",
     "UnreadableViewError",
     "first_mistyped_leaf",
     "mistyped_event",

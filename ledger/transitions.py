@@ -144,6 +144,9 @@ def _as_proposer_sees(
     sees, and says only that (whether the approver accepts depends on what it
     sees, as it does when it accepts in a command of its own)."""
     key, shown = record
+    if isinstance(refused, SlowCheckError):
+        # Only how long the checks took, and the transaction is gone: as it is.
+        return refused.named(shown)
     with proposer.authenticated(c):
         stored = validity_view.existing(c, proposer.engine.dialect, key)
         aggregate = proposer.engine.load_record(c, key, stored)
@@ -591,12 +594,40 @@ def check_usable_dependencies(
         rules.check_usable_dependency(row, dep, rid, command, now)
 
 
+class SlowCheckError(AcceptanceCheckError):
+    """Acceptance checks that kept a PostgreSQL command's transaction waiting past
+    the server's idle-in-transaction limit, which ended it: told as such (nothing of
+    the record but its id), not as the connection lost."""
+
+    def __init__(
+        self, command: str, checks: tuple[str, ...], took: float, limit: float, shown: str
+    ) -> None:
+        self.command, self.checks, self.took, self.limit = command, checks, took, limit
+        which = (
+            f"acceptance check {checks[0]!r} took"
+            if len(checks) == 1
+            else f"acceptance checks {', '.join(map(repr, checks))} took together"
+        )
+        super().__init__(
+            f"{command} refused: {which} {took:.1f} s on record {shown!r}, and a "
+            f"PostgreSQL ledger's transaction may wait {limit:g} s (the URL's "
+            "idle_timeout): the server ended it, and nothing was written; make the "
+            "checks quicker, or raise idle_timeout"
+        )
+
+    def named(self, shown: str) -> SlowCheckError:
+        """The same refusal naming the record as ``shown``."""
+        return SlowCheckError(self.command, self.checks, self.took, self.limit, shown)
+
+
 def run_acceptance_checks(caller: Caller, view: RecordView, command: str) -> None:
     """Every check the application registered must pass before a record is ACCEPTED."""
     limit = caller.engine.idle_limit
+    started = time.monotonic()  # the server times the whole wait, every check's
+    ran: list[str] = []
     for check in caller.engine.checks:
         name = getattr(check, "__name__", repr(check))
-        started = time.monotonic()
+        ran.append(name)
         try:
             reason = check(view)
         except Exception as exc:
@@ -607,12 +638,7 @@ def run_acceptance_checks(caller: Caller, view: RecordView, command: str) -> Non
         took = time.monotonic() - started
         if limit is not None and took >= limit:
             # The server ended the transaction meanwhile: say why, not "connection lost".
-            raise AcceptanceCheckError(
-                f"{command} refused: acceptance check {name!r} took {took:.1f} s on record "
-                f"{view.id!r}, and a PostgreSQL ledger's transaction may wait {limit:g} s "
-                "(the URL's idle_timeout): the server ended it, and nothing was written; "
-                "make the check quicker, or raise idle_timeout"
-            )
+            raise SlowCheckError(command, tuple(ran), took, limit, view.id)
         if reason is None:
             continue
         if not isinstance(reason, str) or not reason.strip():

@@ -388,7 +388,8 @@ class Driver:
         return lambda b: b.led.admin().revoke_grant(who, scope=self.scopes[scope], roles=[role])
 
     def _op_revoke_token(self, who: str) -> Callable[[Backend], Any]:
-        return lambda b: b.led.admin().revoke_token(b.tokens[who])
+        # Each backend's token, so each its own fingerprint: what is compared is None.
+        return lambda b: b.led.admin().revoke_token(b.tokens[who]) and None
 
     def _op_advance(self, minutes: int) -> Callable[[Backend], Any]:
         self.clock.advance(minutes=minutes)

@@ -1129,7 +1129,25 @@ CALLS: tuple[CallSpec, ...] = (
         writes=True,
         new_ids=("subject",),
     ),
-    CallSpec("Admin.revoke_token", "access", ("admin",), {"token": TOKEN}, writes=True),
+    CallSpec(
+        "Admin.revoke_token",
+        "access",
+        ("admin",),
+        {"token": TOKEN},
+        {
+            "fingerprint": Param(
+                st.none(), st.sampled_from(("0123456789ab", "zz", "")) | wrong_types
+            )
+        },
+        writes=True,
+    ),
+    CallSpec("Admin.revoke_tokens_of", "access", ("admin",), {"subject": SUBJECT}, writes=True),
+    CallSpec(
+        "Admin.tokens",
+        "access",
+        ("admin",),
+        optional={"subject": Param(st.none() | SUBJECT.valid, SUBJECT.bad)},
+    ),
     CallSpec(
         "Admin.issue_admin_token", "access", ("admin",), optional={"expires": EXPIRES}, writes=True
     ),

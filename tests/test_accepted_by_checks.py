@@ -325,7 +325,7 @@ def test_a_check_slower_than_a_postgresql_transaction_may_wait_is_named_as_such(
         assert re.fullmatch(
             r"accept refused: acceptance check 'slow' took \d+\.\d s on record 'F1', and a "
             r"PostgreSQL ledger's transaction may wait 1 s \(the URL's idle_timeout\): the "
-            "server ended it, and nothing was written; make the check quicker, or raise "
+            "server ended it, and nothing was written; make the checks quicker, or raise "
             "idle_timeout",
             str(refused.value),
         ), refused.value
@@ -344,3 +344,44 @@ def test_a_check_slower_than_a_postgresql_transaction_may_wait_is_named_as_such(
         agent.propose("p", "k", 2, Kind.FACT, id="F2", supersedes="F1")
         reviewer.accept("F2")
         assert reviewer.get("F2").status == Status.ACCEPTED
+
+
+@pytest.mark.postgres
+def test_checks_that_together_outlast_the_wait_or_run_for_accepted_by_are_named(
+    pg_url: str,
+) -> None:
+    # The server times the whole wait, every check's; and a proposal accepted at once
+    # is told the same, not that a check "refused it as that principal sees it".
+    def nap(record: RecordView) -> str | None:
+        time.sleep(0.7)
+        return None
+
+    def nap_again(record: RecordView) -> str | None:
+        time.sleep(0.7)
+        return None
+
+    with Ledger.open(f"{pg_url}&idle_timeout=1", acceptance_checks=[nap, nap_again]) as led:
+        admin = led.admin()
+        admin.grant("agent", "p", ["propose", "read"])
+        admin.grant("reviewer", "p", ["approve", "read"])
+        agent = led.authenticate(admin.issue_token("agent"))
+        reviewer = led.authenticate(admin.issue_token("reviewer"))
+        agent.propose("p", "k", 1, Kind.FACT, id="F1")
+        with pytest.raises(
+            AcceptanceCheckError,
+            match=(
+                r"^accept refused: acceptance checks 'nap', 'nap_again' took together \d+\.\d s "
+                r"on record 'F1', and a PostgreSQL ledger's transaction may wait 1 s"
+            ),
+        ):
+            reviewer.accept("F1")
+        position = led.position
+        with pytest.raises(
+            AcceptanceCheckError,
+            match=(
+                r"^accept refused: acceptance checks 'nap', 'nap_again' took together \d+\.\d s "
+                r"on record 'F2', and a PostgreSQL"
+            ),
+        ):
+            agent.propose("p", "k2", 2, Kind.FACT, id="F2", accepted_by=reviewer)
+        assert led.position == position

@@ -60,10 +60,10 @@ def test_a_bundle_larger_than_the_default_says_so_and_verifies_when_told(
     needs = int(warning.rsplit(" ", 1)[1])
     assert needs > 1 << 20
 
-    # Then verify-bundle refuses it by default, naming the option and the figure
+    # Then verify-bundle cannot check it by default (exit 3), naming the option and the figure
     pub = str(key) + ".pub"
     refused = runner.invoke(main, ["verify-bundle", out, "--public-key", pub])
-    assert refused.exit_code == 1
+    assert refused.exit_code == 3
     assert f"give --max-unpacked {needs}, or max_unpacked={needs}" in refused.stderr
 
     # And checks it whole when told that much, not one byte less
@@ -103,9 +103,10 @@ def _small_bundle(tmp_path: Path) -> tuple[Path, str]:
 
 
 def _refused_by_cli(path: str, *args: str) -> str:
-    """What verify-bundle says, on one line of stderr, refusing ``path`` (exit 1)."""
+    """What verify-bundle says, on one line of stderr, of ``path`` it could not
+    check: nothing in it was read (exit 3)."""
     done = CliRunner().invoke(main, ["verify-bundle", path, *args])
-    assert done.exit_code == 1, done.output
+    assert done.exit_code == 3, done.output
     assert done.stdout == ""
     lines = done.stderr.splitlines()
     assert len(lines) == 1, done.stderr
@@ -120,7 +121,7 @@ def test_an_endless_device_is_refused_by_name_before_anything_is_read() -> None:
     )
     report = verify_bundle("/dev/zero")
     assert not report.ok and report.problems == (expected,)
-    assert _refused_by_cli("/dev/zero") == f"error: bundle check failed: {expected}"
+    assert _refused_by_cli("/dev/zero") == f"error: could not check the bundle: {expected}"
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
@@ -132,7 +133,7 @@ def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path: Path) -> None:
         "nothing was read from it"
     )
     assert verify_bundle(fifo).problems == (expected,)
-    assert _refused_by_cli(str(fifo)) == f"error: bundle check failed: {expected}"
+    assert _refused_by_cli(str(fifo)) == f"error: could not check the bundle: {expected}"
 
 
 def test_a_directory_is_refused_as_no_bundle(tmp_path: Path) -> None:
@@ -142,7 +143,9 @@ def test_a_directory_is_refused_as_no_bundle(tmp_path: Path) -> None:
         "nothing was read from it"
     )
     assert verify_bundle(tmp_path / "d.zip").problems == (expected,)
-    assert _refused_by_cli(str(tmp_path / "d.zip")) == f"error: bundle check failed: {expected}"
+    assert _refused_by_cli(str(tmp_path / "d.zip")) == (
+        f"error: could not check the bundle: {expected}"
+    )
 
 
 def test_a_file_over_the_limit_is_refused_naming_its_size_unread(tmp_path: Path) -> None:
@@ -160,7 +163,7 @@ def test_a_file_over_the_limit_is_refused_naming_its_size_unread(tmp_path: Path)
         f"max_unpacked={size})"
     )
     assert verify_bundle(big).problems == (expected,)
-    assert _refused_by_cli(str(big)) == f"error: bundle check failed: {expected}"
+    assert _refused_by_cli(str(big)) == f"error: could not check the bundle: {expected}"
 
     # And a limit given in its place holds too
     told = verify_bundle(big, max_unpacked=1000).problem or ""

@@ -15,6 +15,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -365,9 +366,452 @@ def test_as_of_refusals_name_the_cli_options_not_the_library_parameters(scene: S
     assert future.exit_code == 1
     message = error_line(future)
     assert message.startswith("as-of --time 2099-01-01T00:00:00+00:00 is in the future")
-    assert "as_of" not in message and "(at)" not in message and "--at" in message
+    assert "as_of" not in message and "(at)" not in message
+    assert message.endswith("to ask about a later moment, run the command then")
     beyond = run("as-of", "--position", "999", "history", "--json", **env)
     assert beyond.exit_code == 1
     message = error_line(beyond)
     assert message.startswith("as-of --position 999 is beyond the log (newest is ")
     assert json.loads(beyond.stdout)["error"] == {"type": "InvalidInputError", "message": message}
+
+
+@pytest.mark.parametrize("command", ["get", "history", "audit", "records"])
+def test_a_moment_to_come_is_not_told_to_use_an_at_the_command_has_not(
+    scene: Scene, command: str
+) -> None:
+    args = {"get": ["F1"], "audit": ["F1"], "records": ["--scope", "p"], "history": []}[command]
+    env = {"PROVLEDGER_URL": scene.url, "PROVLEDGER_TOKEN": scene.agent}
+    future = run("as-of", "--time", "2099-01-01T00:00:00+00:00", command, *args, **env)
+    assert future.exit_code == 1
+    assert "--at" not in error_line(future)
+    assert error_line(future).endswith("run the command then")
+
+
+@pytest.mark.parametrize("command", ["read", "explain"])
+def test_a_moment_to_come_is_told_to_read_now_with_at_where_the_command_takes_it(
+    scene: Scene, command: str
+) -> None:
+    env = {"PROVLEDGER_URL": scene.url, "PROVLEDGER_TOKEN": scene.agent}
+    asked = ("--scope", "p", "--claim", "k")
+    future = run("as-of", "--time", "2099-01-01T00:00:00+00:00", command, *asked, **env)
+    assert future.exit_code == 1
+    assert error_line(future).endswith(
+        f"run the command then, or {command} now with --at for validity at that instant"
+    )
+
+
+@pytest.mark.parametrize("command", ["read", "explain"])
+def test_an_at_outside_the_years_utc_holds_is_refused_by_the_options_name(
+    scene: Scene, command: str
+) -> None:
+    env = {"PROVLEDGER_URL": scene.url, "PROVLEDGER_TOKEN": scene.agent}
+    asked = ("--scope", "p", "--claim", "k", "--at", "0001-01-01T00:00:00+14:00")
+    said = run(command, *asked, "--json", **env)
+    assert said.exit_code == 1
+    message = "--at 0001-01-01T00:00:00+14:00 is outside the years 1-9999 in UTC"
+    assert error_line(said) == message
+    assert json.loads(said.stdout)["error"]["message"] == message
+    # Under as-of too (its --time is named as before)
+    past = run("as-of", "--position", "1", command, *asked, **env)
+    assert error_line(past) == message
+
+
+@pytest.mark.parametrize("empty", ["", "  "])
+def test_an_empty_digest_to_verify_against_is_a_usage_error(scene: Scene, empty: str) -> None:
+    # What `--against "$(cat digest.txt)"` gives when the file is missing or empty
+    said = run("verify", "--url", scene.url, "--against", empty, "--json")
+    assert said.exit_code == 2 and said.stdout == ""
+    assert "Invalid value for --against: the digest is empty" in said.stderr
+
+
+# -- a ledger damaged behind its back: a problem found (1), not "could not check" (3) -----
+
+
+def _tamper(url: str, *statements: str) -> None:
+    """Run ``statements`` on the ledger's database behind its back: ``{t}`` is where
+    its tables are, ``{events}`` its events table."""
+    if url.startswith("sqlite:"):
+        with sqlite3.connect(url.removeprefix("sqlite:///")) as con:
+            for statement in statements:
+                con.execute(statement.format(t="", events="stored_events"))
+        return
+    from ledger.persistence import resolve_url
+    from ledger.persistence.pg_pool import plain_connection
+
+    env = resolve_url(url).env
+    with plain_connection(env) as conn:
+        for statement in statements:
+            conn.execute(
+                statement.format(t=f"{env['POSTGRES_SCHEMA']}.", events="provledger_events")
+            )
+
+
+@dataclass
+class Shared:
+    """A ledger whose admin token is needed (PostgreSQL; on SQLite given all the
+    same, as to a file of another user), with F1 and a signed head of it."""
+
+    url: str
+    admin_token: str
+    heads: Path
+    key: Path
+
+    def verify(self, *args: str) -> Result:
+        return run(
+            "verify",
+            "--url",
+            self.url,
+            "--heads",
+            str(self.heads),
+            "--public-key",
+            f"{self.key}.pub",
+            *args,
+            PROVLEDGER_ADMIN_TOKEN=self.admin_token,
+        )
+
+
+@pytest.fixture
+def shared(shared_url: str, tmp_path: Path) -> Shared:
+    with Ledger.open(shared_url) as led:
+        admin = led.admin()
+        admin_token = admin.bootstrap_admin_token()
+        assert admin_token is not None
+        admin.grant("agent-1", scope="p", roles=["propose", "read", "audit"])
+        admin.grant("boss", scope="p", roles=["approve", "read"])
+        boss = led.authenticate(admin.issue_token("boss"))
+        led.authenticate(admin.issue_token("agent-1")).propose(
+            scope="p", claim_key="k", value=1, kind=Kind.FACT, id="F1", accepted_by=boss
+        )
+        generate_key(tmp_path / "key")
+        publish_head(led, tmp_path / "key", tmp_path / "heads.jsonl")
+    return Shared(shared_url, admin_token, tmp_path / "heads.jsonl", tmp_path / "key")
+
+
+def _found(result: Result) -> dict[str, Any]:
+    """The report of a verify that found a problem: exit 1, one ``error:`` line
+    saying tampering, the JSON report (never ``{"error": …}``)."""
+    assert result.exit_code == 1, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    answer: dict[str, Any] = json.loads(result.stdout)
+    assert answer["ok"] is False and "error" not in answer, answer
+    assert error_line(result) == f"tampering detected: {answer['problem']}"
+    return answer
+
+
+def test_verify_with_the_admin_token_names_token_rows_deleted_from_the_view(
+    shared: Shared,
+) -> None:
+    # Given the access view's token rows deleted behind the ledger's back (on
+    # PostgreSQL the admin token is always needed: it used to be refused, exit 3)
+    _tamper(shared.url, "DELETE FROM {t}pl_tokens")
+
+    # When verify runs with the admin token
+    answer = _found(shared.verify("--json"))
+
+    # Then the token passes by the log's own events, and the view is named
+    assert answer["problem"].startswith("view pl_tokens lacks a row the log produces")
+    assert answer["failed_checks"] == ["views"]
+    # A token the log never issued is still refused: could not check
+    wrong = run("verify", "--url", shared.url, PROVLEDGER_ADMIN_TOKEN="plt_not-a-token")
+    assert wrong.exit_code == 3 and error_line(wrong) == "admin token is unknown"
+
+
+def _events(url: str) -> str:
+    return "stored_events" if url.startswith("sqlite:") else "provledger_events"
+
+
+@pytest.mark.parametrize(
+    ("table", "named"),
+    [
+        ("{events}", "the log's events, is missing, while the database holds the rest of a ledger"),
+        ("pl_merkle_leaves", "the log's Merkle leaves, is missing"),
+        ("pl_tracking", "the views' layout and position, is missing"),
+        ("pl_timeline", "the views' time index, is missing"),
+        ("pl_snapshots", "the evidence bytes, is missing"),
+    ],
+)
+def test_a_ledger_table_dropped_is_tampering_found_not_a_failure_to_check(
+    shared: Shared, table: str, named: str
+) -> None:
+    # Given one of the tables verify reads dropped, the rest of the ledger there
+    _tamper(shared.url, f"DROP TABLE {{t}}{table}")
+
+    # When it is verified (with the admin token)
+    said = shared.verify()
+    answer = _found(shared.verify("--json"))
+
+    # Then it exits 1 naming the table (it used to be 3, "no such table", "no ledger")
+    dropped = table.format(events=_events(shared.url))
+    assert answer["problem"].startswith(f"table {dropped}, {named}")
+    assert answer["digest"] is None and answer["checks"] == []
+    assert said.exit_code == 1 and error_line(said) == error_line(shared.verify("--json"))
+
+
+def test_a_column_renamed_or_a_position_made_text_is_tampering_without_a_traceback(
+    shared: Shared,
+) -> None:
+    # Given the events' state column renamed (an IndexError traceback before)
+    _tamper(shared.url, "ALTER TABLE {t}{events} RENAME COLUMN state TO st")
+    answer = _found(shared.verify("--json"))
+    assert answer["problem"] == (
+        f"table {_events(shared.url)}, the log's events, lacks its column 'state'"
+    )
+    assert answer["failed_checks"] == ["log"]
+    _tamper(shared.url, "ALTER TABLE {t}{events} RENAME COLUMN st TO state")
+    assert shared.verify().exit_code == 0
+
+    # And the views' layout row holding text where the ledger writes a number (a
+    # ValueError traceback before)
+    if shared.url.startswith("sqlite:"):
+        _tamper(shared.url, "UPDATE pl_tracking SET position = 'abc'")
+        said = "holds 'abc' in its column 'position', where the ledger writes whole numbers"
+    else:
+        _tamper(
+            shared.url,
+            "ALTER TABLE {t}pl_tracking ALTER COLUMN position TYPE text",
+            "UPDATE {t}pl_tracking SET position = 'abc'",
+        )
+        said = "has its column 'position' of type text, where the ledger keeps whole numbers"
+    answer = _found(shared.verify("--json"))
+    assert answer["problem"] == f"table pl_tracking, the views' layout and position, {said}"
+    assert answer["failed_checks"] == ["views"]
+
+
+def test_the_administrators_own_events_tampered_with_are_found_not_refused(
+    shared: Shared,
+) -> None:
+    # Given the event issuing the admin token (position 2) deleted from the log,
+    # its Merkle leaf left: the token cannot be checked, but the log is damaged
+    if shared.url.startswith("sqlite:"):
+        _tamper(
+            shared.url,
+            "DROP TRIGGER stored_events_no_delete",
+            "DELETE FROM stored_events WHERE rowid = 2",
+        )
+    else:
+        _tamper(
+            shared.url,
+            "ALTER TABLE {t}{events} DISABLE TRIGGER ALL",
+            "DELETE FROM {t}{events} WHERE notification_id = 2",
+        )
+
+    # Then verify with that token names the event missing (exit 1), not the token (3)
+    answer = _found(shared.verify("--json"))
+    assert answer["problem"] == "the event at position 2 is missing"
+    assert answer["first_bad_position"] == 2 and answer["failed_checks"] == ["log"]
+
+
+def test_the_administrators_event_stored_as_text_is_found_not_refused(scene: Scene) -> None:
+    # Given an admin token, and then the event issuing it stored as text
+    with Ledger.open(scene.url) as led:
+        token = led.admin().issue_admin_token()
+        position = led.position
+    _tamper(
+        scene.url,
+        "DROP TRIGGER stored_events_no_update",
+        f"UPDATE stored_events SET state = CAST(state AS TEXT) || 'x' WHERE rowid = {position}",
+    )
+
+    # When verify checks that token first (a StorageError before: exit 3)
+    answer = _found(run("verify", "--url", scene.url, "--json", PROVLEDGER_ADMIN_TOKEN=token))
+
+    # Then the event is named as verify names it
+    assert answer["problem"] == (
+        f"the event at position {position} holds its state as text where the ledger "
+        "stores bytes: it was changed after it was appended"
+    )
+    assert answer["first_bad_position"] == position
+
+
+# -- a report that cannot be written, and a JSON answer streamed part way ------------------
+
+
+def _to_full_stdout(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """The command as its own process, its stdout a device that is always full."""
+    environment = {
+        k: v for k, v in os.environ.items() if not k.startswith("PROVLEDGER_") and k != "PGPASSWORD"
+    }
+    with open("/dev/full", "w") as full:
+        return subprocess.run(
+            [sys.executable, "-m", "ledger", *args],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**environment, "PYTHONPATH": str(ROOT), **env},
+            timeout=120,
+            check=False,
+        )
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full here")
+def test_a_check_that_found_a_problem_says_it_when_its_report_cannot_be_written(
+    scene: Scene, bundle: Path
+) -> None:
+    # An intact ledger's report that cannot be written: nothing found, none told (3)
+    intact = _to_full_stdout("verify", "--url", scene.url, "--json")
+    assert intact.returncode == 3, intact.stderr
+    assert intact.stderr.startswith("error: the answer could not be written to stdout")
+
+    # Given a tampered ledger and an altered bundle
+    _tamper(scene.url, "DELETE FROM pl_tokens")
+    data = bytearray(bundle.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    bundle.write_bytes(bytes(data))
+
+    # When their checks' JSON reports go to a full disk
+    verified = _to_full_stdout("verify", "--url", scene.url, "--json")
+    checked = _to_full_stdout("verify-bundle", str(bundle), "--json")
+
+    # Then each exits 1 (a problem found, not 3), its one error line naming it
+    for done, what in (
+        (verified, "tampering detected: view pl_tokens lacks a row"),
+        (checked, "bundle check failed: "),
+    ):
+        assert done.returncode == 1, done.stderr
+        assert done.stderr.startswith(f"error: {what}"), done.stderr
+        assert done.stderr.endswith(
+            " (the report could not be written to stdout: No space left on device)\n"
+        )
+        assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full here")
+def test_a_refusal_whose_json_cannot_be_written_keeps_its_line_and_status(
+    tmp_path: Path,
+) -> None:
+    done = _to_full_stdout("verify", "--url", f"sqlite:///{tmp_path / 'none.db'}", "--json")
+    assert done.returncode == 3
+    assert done.stderr.startswith("error: no ledger at ") and done.stderr.count("\n") == 1
+
+
+def _history(scene: Scene, *args: str) -> Result:
+    return run(*args, "history", "--json", PROVLEDGER_URL=scene.url, PROVLEDGER_TOKEN=scene.agent)
+
+
+def test_history_json_refused_part_way_is_still_one_json_object(scene: Scene) -> None:
+    # Given the state of the newest event (F1's acceptance) made unreadable
+    with Ledger.open(scene.url) as led:
+        newest = led.position
+        listed = json.loads(_history(scene, "as-of", "--position", str(newest)).stdout)
+    assert len(listed["events"]) >= 2 and listed["events"][-1]["position"] == newest
+    _tamper(
+        scene.url,
+        "DROP TRIGGER stored_events_no_update",
+        f"UPDATE stored_events SET state = x'00' WHERE rowid = {newest}",
+    )
+
+    # When history is listed as JSON: the events before it are written first
+    result = _history(scene)
+
+    # Then stdout is one JSON object: the events written, and the error in place
+    # of next_from; stderr its one line
+    assert result.exit_code == 1
+    answer = json.loads(result.stdout)
+    assert list(answer) == ["events", "error"]
+    assert answer["events"] == listed["events"][:-1]
+    assert answer["error"]["type"] == "CorruptEventError"
+    assert answer["error"]["message"] == error_line(result)
+    assert f"position {newest}" in answer["error"]["message"]
+
+
+@pytest.mark.parametrize("past", [False, True])
+def test_history_json_losing_its_connection_part_way_is_one_json_object(
+    scene: Scene, monkeypatch: pytest.MonkeyPatch, past: bool
+) -> None:
+    from ledger.errors import ConnectionLostError
+    from ledger.session import Session
+
+    with Ledger.open(scene.url) as led:
+        as_of = ("as-of", "--position", str(led.position)) if past else ()
+    listed = json.loads(_history(scene, *as_of).stdout)["events"]
+    assert len(listed) >= 2
+    real = Session.iter_history
+
+    def dropped(self: Session, **kwargs: Any) -> Iterator[Any]:
+        events = real(self, **kwargs)
+        yield next(events)
+        yield next(events)
+        raise ConnectionLostError("the server closed the connection")
+
+    monkeypatch.setattr(Session, "iter_history", dropped)
+    result = _history(scene, *as_of)
+    assert result.exit_code == 1
+    answer = json.loads(result.stdout)
+    assert answer == {
+        "events": listed[:2],
+        "error": {"type": "ConnectionLostError", "message": error_line(result)},
+    }
+
+
+# -- verify-bundle: nothing in the file checked is "could not check" (3) ------------------
+
+
+def _could_not_check(path: str, *args: str) -> str:
+    """The message of verify-bundle's exit 3 on ``path``, the same as JSON."""
+    said = run("verify-bundle", path, *args)
+    answered = run("verify-bundle", path, *args, "--json")
+    assert said.exit_code == answered.exit_code == 3, said.output
+    message = error_line(said)
+    assert message.startswith("could not check the bundle: ")
+    assert json.loads(answered.stdout) == {
+        "ok": False,
+        "error": {"type": "InvalidInputError", "message": message},
+    }
+    return message
+
+
+def test_a_directory_is_no_bundle_checked_as_bundle_or_as_earlier(
+    bundle: Path, tmp_path: Path
+) -> None:
+    # Given as the bundle: exit 3, as given as --earlier (it was 1 as the bundle)
+    message = _could_not_check(str(tmp_path))
+    assert message.endswith("it is a directory, not a regular file; nothing was read from it")
+    earlier = run("verify-bundle", str(bundle), "--earlier", str(tmp_path))
+    assert earlier.exit_code == 3
+
+
+def test_a_bundle_over_the_limit_it_was_given_could_not_be_checked(bundle: Path) -> None:
+    size = bundle.stat().st_size
+    message = _could_not_check(str(bundle), "--max-unpacked", str(size - 1))
+    assert f"give --max-unpacked {size}" in message
+    assert run("verify-bundle", str(bundle), "--max-unpacked", str(size)).exit_code == 0
+
+
+def test_members_unpacking_past_the_limit_could_not_be_checked(tmp_path: Path) -> None:
+    # Given a zip whose one member unpacks to 4 MiB of zeros (a few KiB packed)
+    packed = tmp_path / "zeros.zip"
+    with zipfile.ZipFile(packed, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("manifest.json", b"\0" * (4 << 20))
+    message = _could_not_check(str(packed), "--max-unpacked", str(1 << 20))
+    assert "give --max-unpacked" in message and "nothing in it was unpacked" in message
+    # A member packed otherwise than a bundle's is a problem found: no bundle
+    other = tmp_path / "bzip2.zip"
+    with zipfile.ZipFile(other, "w", zipfile.ZIP_BZIP2) as archive:
+        archive.writestr("manifest.json", b"{}")
+    assert run("verify-bundle", str(other)).exit_code == 1
+
+
+def test_a_bundle_that_grew_while_it_was_read_could_not_be_checked(
+    bundle: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ledger.bundle.verify as bundle_verify
+
+    real = os.fstat
+
+    def smaller(fd: int) -> os.stat_result:  # the file as it was before it grew
+        info = list(real(fd))
+        info[6] -= 10  # st_size
+        return os.stat_result(info)
+
+    monkeypatch.setattr(bundle_verify.os, "fstat", smaller)
+    message = _could_not_check(str(bundle))
+    assert "it grew while it was read" in message
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_a_fifo_is_no_bundle_checked(tmp_path: Path) -> None:
+    fifo = tmp_path / "b.zip"
+    os.mkfifo(fifo)
+    assert _could_not_check(str(fifo)).endswith(
+        "it is a FIFO (named pipe), not a regular file; nothing was read from it"
+    )

@@ -1190,3 +1190,68 @@ def test_leaf_indexes_count_the_leaves_before_each_position_around_a_missing_lea
         held = [int(row["position"]) for row in c.fetchall()]
     assert size == len(held) and 8 not in held
     assert index_of == {p: held.index(p) for p in asked if p in held}
+
+
+# -- the admin token: checked by the log alone -------------------------------------------
+
+
+def _behind_its_back(url: str, sql: str, params: tuple[object, ...] = ()) -> None:
+    """Run ``sql`` on the ledger's database behind its back (``{t}``: where its
+    tables are; ``?`` placeholders)."""
+    if url.startswith("sqlite:"):
+        with closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as con:
+            con.execute(sql.format(t=""), params)
+            con.commit()
+        return
+    from ledger.persistence import resolve_url
+    from ledger.persistence.pg_pool import plain_connection
+
+    env = resolve_url(url).env
+    with plain_connection(env) as conn:
+        conn.execute(sql.format(t=f"{env['POSTGRES_SCHEMA']}.").replace("?", "%s"), params)
+
+
+def test_an_admin_token_is_checked_by_the_log_whatever_the_token_view_holds(
+    shared_url: str,
+) -> None:
+    from ledger.access import hash_token
+    from ledger.errors import AuthenticationError
+
+    with Ledger.open(shared_url) as led:
+        admin = led.admin()
+        token = admin.bootstrap_admin_token()
+        assert token is not None
+        admin.grant("agent-1", scope="s", roles=["read"])
+        agent = admin.issue_token("agent-1")
+
+        # Given the token view emptied behind the ledger's back: the admin token
+        # still passes (verify, an admin command, must run to name the tampering)
+        _behind_its_back(shared_url, "DELETE FROM {t}pl_tokens")
+        assert led.admin(token).access_history("agent-1")
+        assert not led.verify().ok
+
+        # A row forged there for a token the log never issued passes nothing
+        forged = "plt_forged-admin-token"
+        _behind_its_back(
+            shared_url,
+            "INSERT INTO {t}pl_tokens (token_hash, subject, issued_pos, issued_at) "
+            "VALUES (?, '@admin', 1, 0)",
+            (hash_token(forged),),
+        )
+        with pytest.raises(AuthenticationError, match=r"^admin token is unknown$"):
+            led.admin(forged)
+
+        # A principal's token is refused as one (the view, where it holds the row,
+        # says whose), and as unknown where the view cannot be read at all
+        _behind_its_back(
+            shared_url,
+            "INSERT INTO {t}pl_tokens (token_hash, subject, issued_pos, issued_at) "
+            "VALUES (?, 'agent-1', 1, 0)",
+            (hash_token(agent),),
+        )
+        with pytest.raises(AuthenticationError, match="belongs to 'agent-1', not to the admin"):
+            led.admin(agent)
+        _behind_its_back(shared_url, "DROP TABLE {t}pl_tokens")
+        with pytest.raises(AuthenticationError, match=r"^admin token is unknown$"):
+            led.admin(agent)
+        assert led.admin(token).access_history("agent-1")

@@ -20,10 +20,10 @@ from rich.table import Table
 from rich.text import Text
 
 from ledger.application import Ledger
+from ledger.cli.failures import errors_exit_1
 from ledger.cli.options import (
     STATUS_STYLE,
     admin_options,
-    errors_exit_1,
     host_ledger,
     json_option,
     open_ledger,

@@ -9,13 +9,8 @@ import sys
 
 import click
 
-from ledger.cli.options import (
-    errors_exit_1,
-    open_ledger,
-    principal_session,
-    token_option,
-    url_option,
-)
+from ledger.cli.failures import errors_exit_1
+from ledger.cli.options import open_ledger, principal_session, token_option, url_option
 from ledger.errors import install_hint
 
 # -- mcp: the ledger as an agent's memory over the Model Context Protocol -------------------

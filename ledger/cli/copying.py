@@ -7,7 +7,8 @@ from click.core import ParameterSource
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from ledger.application import Ledger
-from ledger.cli.options import admin_options, errors_exit_1, host_ledger, json_option, printable
+from ledger.cli.failures import errors_exit_1
+from ledger.cli.options import admin_options, host_ledger, json_option, printable
 from ledger.cli.render import AnswerConsole, echo_json
 from ledger.errors import LedgerError
 from ledger.persistence.copying import CopyReport, copy_ledger, read_only_source

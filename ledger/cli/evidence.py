@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 
 import click
 
+from ledger.access import ADMIN_TOKEN_UNKNOWN
+from ledger.cli.failures import errors_exit_1, errors_exit_3, found_problem
 from ledger.cli.options import (
     admin_options,
-    errors_exit_1,
-    errors_exit_3,
     host_ledger,
     json_option,
     not_the_ledger,
@@ -23,12 +23,15 @@ from ledger.cli.options import (
     url_option,
 )
 from ledger.cli.render import echo_json, report_done
-from ledger.errors import InvalidInputError
+from ledger.damage import Damage, damaged
+from ledger.errors import CorruptEventError, InvalidInputError, LedgerError, StorageError
+from ledger.merkle import Verification
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     from ledger.bundle.extends import HeldHead
+    from ledger.bundle.verify import BundleReport
     from ledger.heads import SignedHead
 
 # -- tamper evidence --------------------------------------------------------------------
@@ -104,7 +107,8 @@ def verify(
 
     \b
     Exit status: 0 every check passed;
-      1 a check found a problem (tampering, heads that do not verify);
+      1 a check found a problem (tampering, heads that do not verify; a
+        ledger table or column verify reads missing or altered);
       3 could not check (the ledger, heads file, key or digest could not be
         opened or read; the admin token was refused; a storage error);
       2 a usage error.
@@ -120,16 +124,39 @@ def verify(
         pair = ("--heads", "--public-key")
         given, missing = pair if public_key is None else pair[::-1]
         raise click.UsageError(f"{given} needs {missing}: heads are checked with their key")
+    if against is not None and not against.strip():
+        # What `--against "$(cat digest.txt)"` gives when the file is missing or empty.
+        raise click.BadParameter(
+            "the digest is empty (was the file it was read from missing or empty?); give "
+            "the size:position:root `provledger digest` printed",
+            param_hint="--against",
+        )
     # The views as stored: a row written behind the ledger's back must be named by
     # the checks, in their order, not refused by opening.
-    with host_ledger(url, "verify", admin_token, catch_up=False) as led:
-        report = led.verify(against=against, heads=heads_file, public_key=public_key)
-        read_only = led.read_only
+    read_only = False
+    report: Verification | Damage
+    try:
+        with host_ledger(url, "verify", admin_token, catch_up=False) as led:
+            report = led.verify(against=against, heads=heads_file, public_key=public_key)
+            read_only = led.read_only
+    except (LedgerError, LookupError, ValueError, TypeError) as exc:
+        # What the ledger's own tables, damaged, may be behind (looked at apart:
+        # ledger.damage), an admin token unknown to the log too (its event may be gone
+        # from it); any other refusal, of the user's input (a digest, heads, a key)
+        # or token, is a failure to check (exit 3).
+        damage = isinstance(exc, (CorruptEventError, StorageError)) or (
+            str(exc) == ADMIN_TOKEN_UNKNOWN
+        )
+        if isinstance(exc, LedgerError) and not damage:
+            raise
+        report = damaged(exc, url)
     if as_json:
+        if not report.ok:
+            found_problem(_found_line(report))
         echo_json(
             {
                 "ok": report.ok,
-                "digest": str(report.digest),
+                "digest": None if report.digest is None else str(report.digest),
                 "first_bad_position": report.first_bad_position,
                 "problem": report.problem,
                 "failed_checks": list(report.failed_checks),
@@ -157,11 +184,16 @@ def verify(
                 err=True,
             )
     if not report.ok:
-        # Heads that alone do not verify may be the wrong key or file, not tampering.
-        alone = report.failed_checks == ("heads",)
-        what = "the kept heads do not verify" if alone else "tampering detected"
-        click.echo(f"error: {what}: {report.problem}", err=True)
+        click.echo(f"error: {_found_line(report)}", err=True)
         sys.exit(1)  # a problem found (3, could not check: errors_exit_3)
+
+
+def _found_line(report: Verification | Damage) -> str:
+    """The ``error:`` line (without ``error: ``) of a report that found a problem."""
+    # Heads that alone do not verify may be the wrong key or file, not tampering.
+    alone = report.failed_checks == ("heads",)
+    what = "the kept heads do not verify" if alone else "tampering detected"
+    return f"{what}: {report.problem}"
 
 
 @click.command()
@@ -440,7 +472,8 @@ def verify_bundle_command(
       1 the check found a problem (an altered or forged bundle, a head that
         does not extend the one you hold, a file that is no bundle);
       3 could not check (the file, the key or an --earlier file could not be
-        read; the evidence extra is not installed);
+        read; it is no regular file, is or unpacks to more than it may, see
+        --max-unpacked, or grew while read; the evidence extra is not installed);
       2 a usage error.
     With --json: the report ("ok", "problem", …) on exit 0 or 1; on exit 3
     {"ok": false, "error": {"type": …, "message": …}}; usage errors are text.
@@ -453,7 +486,13 @@ def verify_bundle_command(
     from ledger.bundle import verify_bundle
 
     report = verify_bundle(path, public_key, max_unpacked=max_unpacked, earlier=earlier)
+    if _unread(report):
+        # Nothing in the file was checked (it was not read, or not unpacked, whole):
+        # no problem found in it, as with an --earlier file that cannot be read.
+        raise InvalidInputError(f"could not check the bundle: {printable(report.problem)}")
     if as_json:
+        if not report.ok:
+            found_problem(f"bundle check failed: {printable(report.problem)}")
         echo_json(
             {
                 "ok": report.ok,
@@ -497,6 +536,26 @@ def verify_bundle_command(
     if not report.ok:
         click.echo(f"error: bundle check failed: {printable(report.problem)}", err=True)
         sys.exit(1)  # a problem found (3, could not check: errors_exit_3)
+
+
+#: What the report of a bundle says when nothing in the file was checked
+#: (``ledger.bundle.verify``): it is no regular file (a directory, a FIFO, a
+#: device) or larger than a bundle may be, it grew while it was read, or its
+#: members would unpack to more than a verifier holds unless told
+#: (``--max-unpacked``). A member packed otherwise than a bundle's are is a
+#: problem found: the file is no bundle as one is written.
+_NOT_READ = ("; nothing was read from it", "it grew while it was read", "give --max-unpacked")
+
+
+def _unread(report: BundleReport) -> bool:
+    """Whether ``report`` failed a bundle none of which was checked (exit 3: could
+    not check), not one found altered or forged (exit 1)."""
+    return (
+        not report.ok
+        and report.record is None
+        and len(report.problems) == 1
+        and any(said in (report.problem or "") for said in _NOT_READ)
+    )
 
 
 def _extending(earlier: Sequence[HeldHead], extends: Sequence[SignedHead]) -> str:

@@ -3,19 +3,17 @@ opens its ledger: as the embedding host (admin) or as a token's principal."""
 
 from __future__ import annotations
 
-import errno
 import json
 import math
 import os
 import re
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from functools import wraps
 from itertools import pairwise
-from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
 import click
 from click.core import ParameterSource
@@ -30,7 +28,6 @@ from ledger.errors import (
     LedgerNotFoundError,
     ReadOnlyError,
     StorageError,
-    install_hint,
 )
 from ledger.persistence import foreign_file, resolve_url, unwritable
 from ledger.persistence.urls import redacted
@@ -63,138 +60,6 @@ def printable(text: object) -> str:
     """``text`` on one line, with anything a terminal cannot show escaped."""
     one_line = str(text).replace("\r", "\\r").replace("\n", "\\n")
     return one_line.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-#: The optional package behind a feature → the extra that installs it.
-EXTRAS = {
-    "psycopg": "postgres",
-    "psycopg_pool": "postgres",
-    "prov": "prov",
-    "lxml": "prov",
-    "cryptography": "evidence",
-    "mcp": "mcp",
-    "starlette": "serve",
-    "uvicorn": "serve",
-    "jinja2": "serve",
-    "multipart": "serve",
-    "langgraph": "langgraph",
-}
-
-#: A library refusal's opening: the ledger call refused (``revoke_token refused: …``).
-_LEDGER_CALL = re.compile(r"^[a-z_]+(?= refused)")
-_GENERATED_ID = re.compile(r"'(r-[0-9a-f]{32})'")
-
-
-def typed_command() -> str | None:
-    """The command running, as typed after ``provledger`` (``token issue``,
-    ``as-of get``); None outside one."""
-    ctx = click.get_current_context(silent=True)
-    names: list[str] = []
-    while ctx is not None and ctx.parent is not None:
-        names.append(ctx.info_name or "")
-        ctx = ctx.parent
-    return " ".join(reversed(names)) or None
-
-
-def cli_message(exc: LedgerError, given: dict[str, Any]) -> str:
-    """The library's message in the command line's words: the command typed instead
-    of the ledger call it refused (``token issue refused``, not ``issue_token
-    refused``), and "the new record" instead of an id generated for it that the
-    user never saw."""
-    text = printable(exc)
-    command = typed_command()
-    call = _LEDGER_CALL.match(text)
-    if command is not None and call is not None:
-        text = command + text[call.end() :]
-    typed = {str(v) for v in given.values()}
-
-    def unseen(match: re.Match[str]) -> str:
-        return match.group(0) if match.group(1) in typed else "the new record"
-
-    return _GENERATED_ID.sub(unseen, text)
-
-
-#: Why a write to stdout fails (a full disk, a quota, a device error).
-_WRITE_FAILURES = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})
-
-
-#: The exit status of a check (``verify``, ``verify-bundle``) that could not run: the
-#: ledger or a file could not be opened or read, a token was refused, the storage
-#: failed. A check that ran and found a problem exits 1, as every refusal does.
-COULD_NOT_CHECK = 3
-
-
-def fail(message: str, status: int = 1, answer: dict[str, Any] | None = None) -> NoReturn:
-    """Print ``error: message`` on stderr and exit ``status`` (1: a refusal), even
-    when the reader of stderr has gone away (not the exit 0 of a reader of stdout
-    leaving). ``answer``: also printed on stdout, as JSON (what ``--json`` asked for);
-    a reader of stdout gone by then ends the command as every broken pipe does."""
-    with suppress(BrokenPipeError):
-        click.echo(f"error: {message}", err=True)
-    if answer is not None:
-        click.echo(json.dumps(answer, indent=2, ensure_ascii=False))
-    sys.exit(status)
-
-
-def errors_exit_1(fn: F) -> F:
-    """A command whose refusals print one ``error:`` line and exit 1 (with
-    ``--json``, the error as JSON on stdout too: :func:`_refusals_exit`)."""
-    return _refusals_exit(fn, 1, {})
-
-
-def errors_exit_3(fn: F) -> F:
-    """A check's (``verify``, ``verify-bundle``): an error means it could not check,
-    exit 3 (:data:`COULD_NOT_CHECK`), and its JSON says ``"ok": false`` too; the
-    check itself exits 1 for a problem it found."""
-    return _refusals_exit(fn, COULD_NOT_CHECK, {"ok": False})
-
-
-def _refusals_exit(fn: F, status: int, fields: dict[str, Any]) -> F:
-    """``fn`` with its errors (a LedgerError; an optional package missing; a file it
-    could not read or write) printed as one ``error:`` line on stderr and exit
-    ``status``. Given ``--json``, stdout also gets ``{**fields, "error": {"type":
-    …, "message": …}}``: the error's class and the same message (credentials
-    masked as in it), so a script reads why without parsing stderr."""
-
-    @wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        as_json = bool(kwargs.get("as_json"))
-
-        def refuse(exc: BaseException, message: str, *, answer: bool = True) -> NoReturn:
-            shown = {**fields, "error": {"type": type(exc).__name__, "message": message}}
-            fail(message, status, shown if as_json and answer else None)
-
-        try:
-            return fn(*args, **kwargs)
-        except LedgerError as exc:
-            refuse(exc, cli_message(exc, kwargs))
-        except ModuleNotFoundError as exc:  # an optional package of an extra
-            top = (exc.name or "").split(".", 1)[0]
-            if top not in EXTRAS:
-                raise
-            refuse(exc, f"this needs {top}, which is not installed; {install_hint(EXTRAS[top])}")
-        except BrokenPipeError:
-            raise  # the reader of stdout went away: see ledger.cli._Main.invoke
-        except OSError as exc:  # reading FILE or writing -o FILE, or stdout
-            if not exc.filename and exc.errno in _WRITE_FAILURES:
-                # Writing the answer failed, after the work it answers for: a
-                # command's write stands, so this is no refusal of it. (Nor is
-                # JSON written where the answer could not be.)
-                refuse(
-                    exc,
-                    f"the answer could not be written to stdout "
-                    f"({printable(exc.strerror or exc)}); anything the command wrote to "
-                    "the ledger stands (look before running it again)",
-                    answer=False,
-                )
-            where = f"{exc.filename}: " if exc.filename else ""
-            refuse(exc, f"{printable(where)}{printable(exc.strerror or exc)}")
-        except (ValueError, UnicodeError) as exc:  # a path Python cannot open (NUL, surrogate)
-            if not isinstance(exc, UnicodeError) and "null" not in str(exc):
-                raise
-            refuse(exc, f"cannot use that path: {printable(exc)}")
-
-    return wrapper  # type: ignore[return-value]
 
 
 class _NotJSON(ValueError):
@@ -647,27 +512,30 @@ def principal_session(url: str | None, token: str) -> Iterator[tuple[Ledger, Ses
             try:
                 session = session.as_of(position=moment.position, time=moment.time)
             except InvalidInputError as exc:
-                raise type(exc)(_as_of_words(str(exc))) from None
+                command = None if ctx is None else ctx.info_name
+                raise type(exc)(_as_of_words(str(exc), command)) from None
         yield led, session
 
 
-#: The library's words for the moment ``as-of`` asks for → the command line's.
-_AS_OF_WORDS = (
-    (re.compile(r"^as_of (time|position) "), r"as-of --\1 "),
-    (
-        re.compile(r"read as of now at that moment \(at\)"),
-        "run the command then, or read now with --at for validity at that instant",
-    ),
-)
+#: The library's parameters for the moment ``as-of`` asks for → its options.
+_AS_OF_OPTIONS = re.compile(r"^as_of (time|position) ")
+#: What the library says to do of a moment to come (``Session.as_of``'s ``at``).
+_LATER_MOMENT = re.compile(r"read as of now at that moment \(at\)")
+#: The commands that take ``--at``: validity at an instant, read now.
+_TAKE_AT = ("read", "explain")
 
 
-def _as_of_words(message: str) -> str:
+def _as_of_words(message: str, command: str | None = None) -> str:
     """A refusal of the moment asked for, in the options of ``as-of`` (``--time``,
-    ``--position``, a read's ``--at``), not the parameters of ``Session.as_of``;
-    a message worded otherwise is left as it is."""
-    for pattern, words in _AS_OF_WORDS:
-        message = pattern.sub(words, message)
-    return message
+    ``--position``), not the parameters of ``Session.as_of``, and for a moment to
+    come, what to do instead: run ``command`` then, or (``read`` and ``explain``,
+    which take it) read now with ``--at``; a message worded otherwise is left as
+    it is."""
+    message = _AS_OF_OPTIONS.sub(r"as-of --\1 ", message)
+    instead = "run the command then"
+    if command in _TAKE_AT:
+        instead += f", or {command} now with --at for validity at that instant"
+    return _LATER_MOMENT.sub(instead, message)
 
 
 def shown_key(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:

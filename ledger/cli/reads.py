@@ -16,13 +16,13 @@ from typing import Any
 import click
 
 from ledger.audit import RECORD_EVENTS
+from ledger.cli.failures import errors_exit_1, open_json
 from ledger.cli.options import (
     DATETIME,
     KINDS,
     AsOf,
     CheckedGroup,
     claim_options,
-    errors_exit_1,
     json_option,
     not_the_ledger,
     principal_session,
@@ -292,16 +292,25 @@ HISTORY_TABLE_ROWS = 1000
 def echo_json_events(events: Iterator[AuditEvent], limit: int | None) -> None:
     """``{"events": [...], "next_from": N}`` as :func:`echo_json` prints it, written an
     event at a time: the first ``limit`` events (all if None), and the log position
-    of the next one, for ``--from`` (null when no more follow)."""
+    of the next one, for ``--from`` (null when no more follow). Refused part way (an
+    event that cannot be read, a connection lost), the document ends with the events
+    written so far and ``"error": {"type", "message"}`` in place of ``next_from``:
+    stdout stays one JSON object."""
     click.echo('{\n  "events": [', nl=False)
     separator = "\n"
-    for event in events if limit is None else islice(events, limit):
-        text = json.dumps(json_safe(plain(event)), indent=2, ensure_ascii=False)
-        # JSON's own line breaks only: the text holds no raw "\n" inside a string
-        # (U+2028 and others are left as they are, as in the stored value).
-        click.echo(separator + "    " + text.replace("\n", "\n    "), nl=False)
-        separator = ",\n"
-    following = next(events, None)
+
+    def close(error: dict[str, Any]) -> None:
+        text = json.dumps(error, indent=2, ensure_ascii=False).replace("\n", "\n  ")
+        click.echo(("\n  ]" if separator == ",\n" else "]") + f',\n  "error": {text}\n}}')
+
+    with open_json(close):
+        for event in events if limit is None else islice(events, limit):
+            text = json.dumps(json_safe(plain(event)), indent=2, ensure_ascii=False)
+            # JSON's own line breaks only: the text holds no raw "\n" inside a string
+            # (U+2028 and others are left as they are, as in the stored value).
+            click.echo(separator + "    " + text.replace("\n", "\n    "), nl=False)
+            separator = ",\n"
+        following = next(events, None)
     click.echo("\n  ]" if separator == ",\n" else "]", nl=False)
     click.echo(f',\n  "next_from": {"null" if following is None else following.position}\n}}')
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import click
 
+from ledger.cli.failures import errors_exit_1
 from ledger.cli.options import (
     CheckedGroup,
-    errors_exit_1,
     json_option,
     principal_session,
     token_option,

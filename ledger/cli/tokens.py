@@ -15,14 +15,8 @@ from datetime import datetime
 import click
 
 from ledger.access import ADMIN_PRINCIPAL, TokenInfo, token_fingerprint
-from ledger.cli.options import (
-    DATETIME,
-    CheckedGroup,
-    admin_options,
-    errors_exit_1,
-    host_ledger,
-    json_option,
-)
+from ledger.cli.failures import errors_exit_1
+from ledger.cli.options import DATETIME, CheckedGroup, admin_options, host_ledger, json_option
 from ledger.cli.render import echo_json, make_console, new_table, report_done, show, when_text
 from ledger.errors import AccessDeniedError, InvalidInputError
 

@@ -10,11 +10,11 @@ from typing import Any, BinaryIO
 
 import click
 
+from ledger.cli.failures import errors_exit_1
 from ledger.cli.options import (
     DATETIME,
     JSON,
     KINDS,
-    errors_exit_1,
     json_file_text,
     json_option,
     parse_json,

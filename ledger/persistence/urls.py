@@ -335,8 +335,10 @@ def idle_limit(backend: Backend) -> float | None:
     if backend.kind != "postgresql":
         return None
     key = "POSTGRES_IDLE_IN_TRANSACTION_SESSION_TIMEOUT"
+    # eventsourcing reads the application's prefixed name first, over the URL's.
+    named = os.environ.get(f"PROVLEDGER_{key}")
     try:
-        limit = float(backend.env.get(key) or os.environ.get(key) or "5")
+        limit = float(named or backend.env.get(key) or os.environ.get(key) or "5")
     except ValueError:
         return None  # eventsourcing refuses it when the ledger opens
     return limit if limit > 0 else None

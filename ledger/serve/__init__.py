@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from ledger.errors import require_extra
 
-require_extra("serve", "ledger.serve", "starlette", "uvicorn", "jinja2")
+require_extra("serve", "ledger.serve", "starlette", "uvicorn", "jinja2", "python_multipart")
 
 import copy
 import logging
