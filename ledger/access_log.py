@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from ledger.domain import Principal, principal_uuid
-from ledger.errors import AuthenticationError
+from ledger.errors import AuthenticationError, CorruptEventError
 from ledger.serialization import datetime_to_micros
 from projections import access as access_view
 from projections.base import Cursor
@@ -136,6 +136,14 @@ def subject_access(
     )
     if notes:
         engine.recorder.vouch(c, notes)
+        # Each leaf vouches for its event; none for one deleted with its leaf (a
+        # revocation undone): the principal's versions must run 1, 2, 3, … unbroken.
+        for expected, note in enumerate(notes, start=1):
+            if note.originator_version != expected:
+                raise CorruptEventError(
+                    f"the log lacks version {expected} of the events of {subject!r}: one was "
+                    "deleted from it (provledger verify names it)"
+                )
     state = AccessState()
     for note in notes:
         state.apply(note.id, engine.projector.decode(note))

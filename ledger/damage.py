@@ -42,6 +42,16 @@ _WHOLE_NUMBERS = {
     "pl_timeline": ("position", "at"),
 }
 _PG_WHOLE = ("bigint", "integer", "smallint")
+#: The tables only a ledger has (its views' and its own), by which a database with
+#: some of them missing is told from one that never held a ledger.
+_LEDGER_TABLES = frozenset(
+    (
+        *("pl_merkle_leaves", "pl_commits", "pl_snapshots", "pl_tracking", "pl_timeline"),
+        *("pl_records", "pl_values", "pl_spilled", "pl_edges", "pl_deliveries"),
+        *("pl_corrections", "pl_outbox", "pl_principals", "pl_grants", "pl_tokens"),
+        *("pl_runs", "pl_run_reads", "pl_schema"),
+    )
+)
 #: What a table is, in a problem naming it missing.
 _WHAT = {
     "pl_merkle_leaves": "the log's Merkle leaves",
@@ -88,6 +98,8 @@ def damaged(exc: BaseException, url: str | None) -> Damage:
     """
     if isinstance(exc, CorruptEventError):
         found: list[_Found] = [("log", str(exc), None)]
+    elif "permission denied" in str(exc).lower():
+        found = []  # what the ledger's role may not read is no table gone
     else:
         try:
             found = _table_problems(resolve_url(url))
@@ -118,17 +130,19 @@ def _table_problems(backend: Backend) -> list[_Found]:
     else:
         return []
     events = _EVENTS[backend.kind]
-    if not any(name == events or name.startswith("pl_") for name in tables):
-        return []  # no ledger there at all: "no ledger" stands
+    held = sorted(set(tables) & _LEDGER_TABLES)
+    if not held:
+        # No table only a ledger has (another program's, or another eventsourcing
+        # application's events alone): "no ledger" stands.
+        return []
     wanted = {events: (_EVENT_COLUMNS, "log")} | _READ_BY_VERIFY
     found: list[_Found] = []
     for table, (columns, check) in wanted.items():
         what = _WHAT.get(table, "the log's events")
         if table not in tables:
-            held = sorted(t for t in tables if t.startswith("pl_"))
+            more = f", … {len(held)} tables" if len(held) > 2 else ""
             rest = (
-                f", while the database holds the rest of a ledger ({', '.join(held[:2])}, … "
-                f"{len(held)} tables)"
+                f", while the database holds the rest of a ledger ({', '.join(held[:2])}{more})"
                 if table == events
                 else ""
             )
@@ -228,9 +242,13 @@ def _postgres_tables(env: dict[str, str]) -> tuple[dict[str, set[str]], list[_Fo
     from ledger.persistence.pg_pool import plain_connection
 
     with plain_connection(env) as conn:
+        # The catalog, not information_schema, which shows a role only the columns it
+        # may use: a table it may not read is no table gone.
         rows = conn.execute(
-            "SELECT table_name, column_name, data_type FROM information_schema.columns "
-            "WHERE table_schema = %s",
+            "SELECT c.relname, a.attname, format_type(a.atttypid, a.atttypmod) "
+            "FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c ON c.oid = a.attrelid "
+            "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s "
+            "AND c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped",
             (env["POSTGRES_SCHEMA"],),
         ).fetchall()
         tables: dict[str, set[str]] = {}

@@ -15,6 +15,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import uuid
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -114,11 +115,29 @@ def _unopenable(tmp_path: Path, kind: str) -> tuple[str, str]:
         with sqlite3.connect(tmp_path / "other.db") as con:
             con.execute("CREATE TABLE t (x)")
         return f"sqlite:///{tmp_path / 'other.db'}", "LedgerNotFoundError"
+    if kind == "a table named like a ledger's":
+        with sqlite3.connect(tmp_path / "like.db") as con:
+            con.execute("CREATE TABLE pl_users (x)")
+        return f"sqlite:///{tmp_path / 'like.db'}", "LedgerNotFoundError"
+    if kind == "another eventsourcing application's events":
+        with sqlite3.connect(tmp_path / "es.db") as con:
+            con.execute(
+                "CREATE TABLE stored_events (originator_id TEXT, originator_version INTEGER, "
+                "topic TEXT, state BLOB)"
+            )
+        return f"sqlite:///{tmp_path / 'es.db'}", "StorageError"
     (tmp_path / "notes.txt").write_text("not a database at all\n" * 100)
     return f"sqlite:///{tmp_path / 'notes.txt'}", "LedgerNotFoundError"
 
 
-UNOPENABLE = ["missing", "directory", "another program's SQLite file", "a text file"]
+UNOPENABLE = [
+    "missing",
+    "directory",
+    "another program's SQLite file",
+    "a table named like a ledger's",
+    "another eventsourcing application's events",
+    "a text file",
+]
 
 
 @pytest.mark.parametrize("kind", UNOPENABLE)
@@ -815,3 +834,41 @@ def test_a_fifo_is_no_bundle_checked(tmp_path: Path) -> None:
     assert _could_not_check(str(fifo)).endswith(
         "it is a FIFO (named pipe), not a regular file; nothing was read from it"
     )
+
+
+@pytest.mark.postgres
+def test_verify_by_a_role_that_may_not_read_a_table_could_not_check(pg_url: str) -> None:
+    # A table the role may not read is no table gone: an outage of rights, exit 3.
+    import psycopg
+
+    from .conftest import _pg_dsn
+
+    admin_token = run("init", "--url", pg_url).stdout.strip()
+    schema = pg_url.rsplit("schema=", 1)[1]
+    role = f"r_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(_pg_dsn(), autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN")
+        conn.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
+        conn.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {role}")
+        conn.execute(f"REVOKE SELECT ON {schema}.pl_snapshots FROM {role}")
+    try:
+        as_role = pg_url.replace("://postgres@", f"://{role}@", 1)
+        assert as_role != pg_url
+        result = run("verify", "--url", as_role, PROVLEDGER_ADMIN_TOKEN=admin_token)
+        assert result.exit_code == 3, result.output
+        assert "permission denied" in error_line(result)
+    finally:
+        with psycopg.connect(_pg_dsn(), autocommit=True) as conn:
+            conn.execute(f"DROP OWNED BY {role}")
+            conn.execute(f"DROP ROLE {role}")
+
+
+def test_a_bundle_named_like_an_unread_one_is_still_a_problem_found(
+    scene: Scene, tmp_path: Path
+) -> None:
+    # Whether a bundle was read is the report's word, not its file's name.
+    junk = tmp_path / "q; nothing was read from it, give --max-unpacked 1.zip"
+    junk.write_bytes(b"not a zip archive" * 10)
+    result = run("verify-bundle", str(junk), "--public-key", str(scene.public_key))
+    assert result.exit_code == 1, result.output
+    assert "is not a readable zip archive" in error_line(result)

@@ -17,7 +17,7 @@ from click.testing import CliRunner, Result
 from ledger import Ledger, TokenInfo
 from ledger.access import ADMIN_PRINCIPAL, hash_token, token_fingerprint
 from ledger.cli import main
-from ledger.errors import AuthenticationError, InvalidIdError, InvalidInputError
+from ledger.errors import AuthenticationError, CorruptEventError, InvalidIdError, InvalidInputError
 from tests.conftest import Clock
 
 
@@ -302,3 +302,33 @@ def test_token_revoke_takes_exactly_one_way_of_naming_tokens(
     result = _run("token", "revoke", *args, "--url", cli_url)
     assert result.exit_code == 2
     assert "give one of TOKEN" in result.stderr
+
+
+def test_a_revocation_deleted_from_the_log_does_not_bring_its_admin_token_back(
+    tmp_path: Path,
+) -> None:
+    # Each event's Merkle leaf vouches for it; an event deleted with its leaf leaves
+    # a gap in its principal's versions, which the token check refuses.
+    db = tmp_path / "x.db"
+    with Ledger.open(f"sqlite:///{db}") as led:
+        host = led.admin()
+        first = host.issue_admin_token()
+        host.issue_admin_token()
+        host.revoke_token(first)
+        host.issue_admin_token()
+    with closing(sqlite3.connect(db)) as con, con:
+        (revoked,) = con.execute(
+            "SELECT rowid FROM stored_events WHERE topic LIKE '%TokenRevoked'"
+        ).fetchone()
+        triggers = con.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'trigger' AND name LIKE '%no_delete'"
+        ).fetchall()
+        for (trigger,) in triggers:
+            con.execute(f"DROP TRIGGER {trigger}")
+        con.execute("DELETE FROM pl_merkle_leaves WHERE position = ?", (revoked,))
+        con.execute("DELETE FROM stored_events WHERE rowid = ?", (revoked,))
+    with (
+        Ledger.open(f"sqlite:///{db}") as led,
+        pytest.raises(CorruptEventError, match="lacks version 4 of the events of '@admin'"),
+    ):
+        led.admin(first)

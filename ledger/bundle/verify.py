@@ -76,6 +76,10 @@ class BundleReport:
     #: The earlier heads given (``earlier=``), in order: when ``ok``, each one
     #: the bundle's head is, or is proved to extend.
     earlier: tuple[HeldHead, ...] = ()
+    #: False when nothing in the file was checked: it is no regular file, larger
+    #: than a bundle may be, grew while it was read, or would unpack to more than
+    #: a verifier holds unless told (``max_unpacked``); not a finding about it.
+    checked: bool = True
 
 
 def verify_bundle(
@@ -122,7 +126,7 @@ def verify_bundle(
     name = os.fspath(path)  # as given, in every refusal of the file
     data = _read_bundle(name, most)
     if isinstance(data, str):
-        return _failed(data)
+        return _failed(data, checked=False)
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
     except Exception as exc:  # zipfile raises many kinds on altered archives
@@ -130,7 +134,8 @@ def verify_bundle(
     with archive:
         unsafe = _unsafe(archive, len(data), most)
         if unsafe is not None:
-            return _failed(f"{name} is not a bundle: {unsafe}")
+            why, checked = unsafe
+            return _failed(f"{name} is not a bundle: {why}", checked=checked)
         return _verify_archive(archive, data, trusted, held)
 
 
@@ -210,10 +215,11 @@ def _refused_file(name: str, info: os.stat_result, most: int) -> str | None:
     return None
 
 
-def _unsafe(archive: zipfile.ZipFile, size: int, most: int) -> str | None:
+def _unsafe(archive: zipfile.ZipFile, size: int, most: int) -> tuple[str, bool] | None:
     """Why the archive's members, as its central directory describes them, are
-    not to be unpacked (None: they may be): packed otherwise than deflated (or
-    stored), as a bundle's are, or more than a verifier should hold. Nothing is
+    not to be unpacked (None: they may be), and whether that is a finding about
+    the file: packed otherwise than deflated (or stored), as a bundle's are (a
+    finding), or more than a verifier should hold (none: unchecked). Nothing is
     unpacked to tell. A deflated member is unpacked a chunk at a time, never past
     the size it declares (:func:`read_member`); bzip2 and LZMA chunks unpack
     whole, however large, before ``zipfile`` cuts them to that size."""
@@ -222,7 +228,8 @@ def _unsafe(archive: zipfile.ZipFile, size: int, most: int) -> str | None:
         if info.compress_type not in (zipfile.ZIP_DEFLATED, zipfile.ZIP_STORED):
             return (
                 f"its member {info.filename!r} is packed with zip method {info.compress_type}, "
-                "and a bundle's members are deflated; nothing in it was unpacked"
+                "and a bundle's members are deflated; nothing in it was unpacked",
+                True,
             )
     total = sum(info.file_size for info in infos)
     limit = max(most, UNPACKED_PER_BYTE * size)
@@ -233,7 +240,8 @@ def _unsafe(archive: zipfile.ZipFile, size: int, most: int) -> str | None:
         f"its members would unpack to {total} bytes ({largest.filename!r} alone to "
         f"{largest.file_size}), more than the {limit} an archive of {size} bytes may; "
         "nothing in it was unpacked (if its writer said it would unpack to this, "
-        f"give --max-unpacked {total}, or max_unpacked={total})"
+        f"give --max-unpacked {total}, or max_unpacked={total})",
+        False,
     )
 
 

@@ -538,24 +538,10 @@ def verify_bundle_command(
         sys.exit(1)  # a problem found (3, could not check: errors_exit_3)
 
 
-#: What the report of a bundle says when nothing in the file was checked
-#: (``ledger.bundle.verify``): it is no regular file (a directory, a FIFO, a
-#: device) or larger than a bundle may be, it grew while it was read, or its
-#: members would unpack to more than a verifier holds unless told
-#: (``--max-unpacked``). A member packed otherwise than a bundle's are is a
-#: problem found: the file is no bundle as one is written.
-_NOT_READ = ("; nothing was read from it", "it grew while it was read", "give --max-unpacked")
-
-
 def _unread(report: BundleReport) -> bool:
     """Whether ``report`` failed a bundle none of which was checked (exit 3: could
     not check), not one found altered or forged (exit 1)."""
-    return (
-        not report.ok
-        and report.record is None
-        and len(report.problems) == 1
-        and any(said in (report.problem or "") for said in _NOT_READ)
-    )
+    return not report.ok and not report.checked
 
 
 def _extending(earlier: Sequence[HeldHead], extends: Sequence[SignedHead]) -> str:
