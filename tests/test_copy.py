@@ -459,15 +459,21 @@ def test_the_source_itself_is_refused_as_the_target(
         copy_ledger(source, same)
 
 
+def build_altered(source: str, clock: Clock, path: Path) -> None:
+    """:func:`build` at ``source``, the SQLite file ``path``, then its event at
+    position 3 changed behind the ledger's back (its trigger dropped)."""
+    build(source, clock)
+    with sqlite3.connect(path) as con:
+        con.execute("DROP TRIGGER stored_events_no_update")
+        con.execute("UPDATE stored_events SET state = substr(state, 2) WHERE rowid = 3")
+
+
 def test_a_source_event_altered_behind_the_ledgers_back_fails_the_copy_leaving_nothing(
     new_url: Callable[[str, str], str], clock: Clock, tmp_path: Path
 ) -> None:
     # 1. A source whose event at position 3 was changed with the trigger dropped.
     source = new_url("sqlite", "source")
-    build(source, clock)
-    with sqlite3.connect(tmp_path / "source.db") as con:
-        con.execute("DROP TRIGGER stored_events_no_update")
-        con.execute("UPDATE stored_events SET state = substr(state, 2) WHERE rowid = 3")
+    build_altered(source, clock, tmp_path / "source.db")
     # 2. Into a new file: refused naming the position; the file is gone.
     with pytest.raises(
         CorruptEventError, match=r"position 3 was altered.*file the copy created is removed"
@@ -650,10 +656,7 @@ def test_a_failed_copy_removes_its_new_file_only_while_the_path_still_names_it(
     # 1. A source the copy fails on (an event altered), and a file put in the
     # target's place by another program while the copy runs.
     source, target = new_url("sqlite", "source"), new_url("sqlite", "target")
-    build(source, clock)
-    with sqlite3.connect(tmp_path / "source.db") as con:
-        con.execute("DROP TRIGGER stored_events_no_update")
-        con.execute("UPDATE stored_events SET state = substr(state, 2) WHERE rowid = 3")
+    build_altered(source, clock, tmp_path / "source.db")
     path = tmp_path / "target.db"
 
     def step(what: str, reached: int, total: int) -> None:
@@ -762,10 +765,7 @@ def test_the_copy_command_names_its_source_as_given_and_warns_of_a_password_in_t
 ) -> None:
     # 1. A refusal names the source as given, not as opened (read-only, mode=ro).
     source = new_url("sqlite", "source")
-    build(source, clock)
-    with sqlite3.connect(tmp_path / "source.db") as con:
-        con.execute("DROP TRIGGER stored_events_no_update")
-        con.execute("UPDATE stored_events SET state = substr(state, 2) WHERE rowid = 3")
+    build_altered(source, clock, tmp_path / "source.db")
     refused = cli("copy", "--url", source, "--to", new_url("sqlite", "target"))
     assert refused.exit_code == 1
     assert f"the source ledger {source!r} holds an event" in refused.stderr

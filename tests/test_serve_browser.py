@@ -347,22 +347,31 @@ def test_a_long_claim_key_never_makes_the_queue_scroll_sideways(
         page.close()
 
 
-#: The width of the audit trail's details cell, in characters of its own text
-#: (the content box of the cell, measured against 12 zeros in the details' font).
-_DETAILS_WIDTH = """() => {
-  const cell = [...document.querySelectorAll('section[aria-labelledby="audit-h"] tbody tr')]
-    .map(row => row.lastElementChild).find(td => td.querySelector('code'));
+def _width_in_characters(cell: str, text: str) -> str:
+    """A script answering the width of the table cell ``cell`` (a JavaScript
+    expression), its content box, in characters of the font of ``text`` (a selector
+    within it), measured against 12 zeros."""
+    return f"""() => {{
+  const cell = {cell};
   const style = getComputedStyle(cell);
   const inside = cell.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
   const probe = document.createElement('span');
   probe.style.cssText = 'position:absolute;visibility:hidden;white-space:pre';
-  probe.style.font = getComputedStyle(cell.querySelector('code')).font;
+  probe.style.font = getComputedStyle(cell.querySelector('{text}')).font;
   probe.textContent = '0'.repeat(12);
   document.body.appendChild(probe);
   const twelve = probe.getBoundingClientRect().width;
   probe.remove();
   return inside / twelve * 12;
-}"""
+}}"""
+
+
+#: The width of the audit trail's details cell, in characters of its own text.
+_DETAILS_WIDTH = _width_in_characters(
+    "[...document.querySelectorAll('section[aria-labelledby=\"audit-h\"] tbody tr')]"
+    ".map(row => row.lastElementChild).find(td => td.querySelector('code'))",
+    "code",
+)
 
 
 def test_the_audit_trail_keeps_its_details_readable_on_a_narrow_screen(
@@ -498,19 +507,9 @@ def test_a_tab_shown_before_signing_in_again_keeps_what_was_typed(
 
 #: The width of the first cell (record and claim key) of the STALE records' first
 #: row on Needs attention, in characters of its claim key's font.
-_KEY_WIDTH = """() => {
-  const cell = document.querySelector('section[aria-labelledby="stale-h"] tbody td');
-  const style = getComputedStyle(cell);
-  const inside = cell.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
-  const probe = document.createElement('span');
-  probe.style.cssText = 'position:absolute;visibility:hidden;white-space:pre';
-  probe.style.font = getComputedStyle(cell.querySelector('.claim')).font;
-  probe.textContent = '0'.repeat(12);
-  document.body.appendChild(probe);
-  const twelve = probe.getBoundingClientRect().width;
-  probe.remove();
-  return inside / twelve * 12;
-}"""
+_KEY_WIDTH = _width_in_characters(
+    "document.querySelector('section[aria-labelledby=\"stale-h\"] tbody td')", ".claim"
+)
 
 
 def test_needs_attention_keeps_claim_keys_readable_at_375_pixels(
