@@ -121,8 +121,9 @@ def damaged(exc: BaseException, url: str | None) -> Damage:
 def _table_problems(backend: Backend) -> list[_Found]:
     """A problem (:data:`_Found`) for each table ``verify`` reads whatever the layout that is
     missing, lacks a column it reads, or holds something other than a whole number
-    where the ledger writes one; [] when the database holds no table of a ledger
-    (``pl_…`` or the events table) at all, or ``backend`` is ``memory:``."""
+    where the ledger writes one; [] when the database holds no table only a ledger
+    has (:data:`_LEDGER_TABLES`; an events table alone may be another eventsourcing
+    application's), or ``backend`` is ``memory:``."""
     if backend.kind == "sqlite" and backend.path is not None:
         tables, odd = _sqlite_tables(backend.path)
     elif backend.kind == "postgresql":

@@ -91,7 +91,7 @@ def _same_value(stored: bytes | None, value: Any) -> bool:
 
 class NewerVersionError(InvalidParentError):
     """A put of a claim its putter found with no usable version, refused: a version
-    was proposed or changed after it looked (:class:`~ledger.proposals.NewestOf`'s
+    was accepted after it looked (:class:`~ledger.proposals.NewestOf`'s
     ``unseen_after``)."""
 
 

@@ -1,5 +1,5 @@
-"""Host commands: create the ledger, grant roles, issue tokens, stats, demo, rebuild,
-backup."""
+"""Host commands: create the ledger, grant roles, stats, demo, rebuild, backup (the
+token commands are ledger.cli.tokens, copying a ledger ledger.cli.copying)."""
 
 from __future__ import annotations
 

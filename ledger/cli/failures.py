@@ -33,6 +33,7 @@ EXTRAS = {
     "uvicorn": "serve",
     "jinja2": "serve",
     "multipart": "serve",
+    "python_multipart": "serve",
     "langgraph": "langgraph",
 }
 

@@ -8,10 +8,13 @@
 - :mod:`ledger.persistence.base` — what both share (the tables beside the events,
   the work done in the transaction that appends events);
 - :mod:`ledger.persistence.faults` — a failure of the disk, the connection or a lock
-  as the typed ``LedgerError`` the engine raises.
+  as the typed ``LedgerError`` the engine raises;
+- :mod:`ledger.persistence.copying` and :mod:`ledger.persistence.copy_target` — a
+  ledger copied into another database, of either backend.
 
 Each backend module owns its recorder *and* its read and write transactions; the
-rest of the ledger names no backend.
+rest of the ledger names no backend, but for :mod:`ledger.damage`, which looks at a
+database ``verify`` could not open with a read-only connection of its own.
 """
 
 from __future__ import annotations

@@ -26,9 +26,10 @@ Merkle leaf), then the row counts and the digest compared with the source's; any
 difference rolls it all back. The rows are read from the source in one read
 transaction (the log at one position while writers go on; nothing is written to
 it), ended once they are copied: a PostgreSQL server ends a session left idle in
-a transaction for longer than ``idle_in_transaction_session_timeout`` (5 s for the
-ledger's) and the views take longer. Once the target has committed, the copy is
-complete: nothing that fails after (closing either ledger) fails it.
+a transaction for longer than ``idle_in_transaction_session_timeout`` (5 s unless
+the URL's ``idle_timeout`` says) and the views may take longer. Once the target
+has committed, the copy is complete: nothing that fails after (closing either
+ledger) fails it.
 """
 
 from __future__ import annotations

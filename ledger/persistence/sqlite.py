@@ -12,7 +12,7 @@ import sqlite3
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any, TypeVar
 from urllib.parse import quote
 from uuid import UUID
@@ -70,13 +70,11 @@ def _create_private(path: str) -> None:
     bytes captured as evidence, where SQLite would create it readable by everyone
     (0644 under the usual umask). SQLite gives the ``-wal`` and ``-shm`` files the
     file's own permissions; a file that exists keeps its own."""
-    try:
-        # Where the path is a link to no file yet, the file it names (SQLite follows it).
+    # There already (or made meanwhile), no such folder, no permission: SQLite opens
+    # it, or its own error says which. Where the path is a link to no file yet, the
+    # file it names is made (SQLite follows the link).
+    with suppress(OSError):
         os.close(os.open(os.path.realpath(path), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-    except FileExistsError:  # there already, or made meanwhile by another process
-        pass
-    except OSError:  # no such folder, no permission: SQLite's own error says which
-        pass
 
 
 class LedgerSQLitePool(SQLiteConnectionPool):

@@ -54,10 +54,11 @@ def conflict(prefix: tuple[str, ...] | None, namespace: tuple[str, ...], key: st
 def appeared(put: str, thread: str, run_id: str) -> str:
     """The refusal of a put of ``put`` (a key as a LangGraph user names it) in
     ``thread`` (its ledger run ``run_id``), which read the key as missing, once a
-    version of it appeared: in the words of a refusal for a version withdrawn since."""
+    version of it was accepted since: in the words of a refusal for a version
+    withdrawn since."""
     return (
         f"put refused: {put} was missing when LangGraph thread {thread!r} read it (or "
-        f"deleted it) earlier in ledger run {run_id!r}, and a version of it was put since: "
+        f"deleted it) earlier in ledger run {run_id!r}, and a version of it was accepted since: "
         "this put would replace that version unseen (what the thread puts rests on "
         f"everything it read: get {put} again in this thread, or continue in a new thread)"
     )
