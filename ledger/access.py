@@ -69,7 +69,18 @@ _FINGERPRINT = re.compile(r"[0-9a-f]{8,64}")
 def token_fingerprint(token: str) -> str:
     """What names a token in listings and revocations without revealing it: the
     first 12 hex digits of its sha256 (``Admin.tokens``, ``provledger token list``)."""
-    return hash_token(token)[:FINGERPRINT_LENGTH]
+    return fingerprint_of(hash_token(token))
+
+
+def fingerprint_of(token_hash: str) -> str:
+    """The fingerprint of the token whose stored hash is ``token_hash``."""
+    return token_hash[:FINGERPRINT_LENGTH]
+
+
+def subject_named(subject: str) -> str:
+    """A token's subject as messages and listings name it: ``admin`` for the
+    administrator's (``@admin``)."""
+    return Admin.ACTOR if subject == ADMIN_PRINCIPAL else subject
 
 
 @dataclass(frozen=True)
@@ -374,7 +385,7 @@ class Admin:
         if row is None:
             raise AuthenticationError("token is unknown or already revoked")
         self._revoke(str(row["subject"]), (token_hash,))  # a token's subject never changes
-        return token_hash[:FINGERPRINT_LENGTH]
+        return fingerprint_of(token_hash)
 
     def revoke_tokens_of(self, subject: str) -> tuple[str, ...]:
         """Withdraw every token of ``subject`` not yet revoked (expired ones too), in
@@ -396,7 +407,7 @@ class Admin:
                 "token or fingerprint, keeping one usable"
             )
         check_id(subject, "subject")
-        return tuple(h[:FINGERPRINT_LENGTH] for h in self._revoke(subject, None))
+        return tuple(fingerprint_of(h) for h in self._revoke(subject, None))
 
     def _revoke(self, subject: str, hashes: tuple[str, ...] | None) -> list[str]:
         """Append a ``TokenRevoked`` for each of ``hashes`` of ``subject``'s tokens
@@ -454,7 +465,7 @@ class Admin:
         if not rows:
             raise InvalidInputError(f"no token has fingerprint {given!r}")
         if len(rows) > 1:
-            whose = ", ".join(sorted({repr(_named(str(r["subject"]))) for r in rows}))
+            whose = ", ".join(sorted({repr(subject_named(str(r["subject"]))) for r in rows}))
             raise InvalidInputError(
                 f"fingerprint {given!r} names {len(rows)} tokens (of {whose}): give more of "
                 "its digits"
@@ -462,8 +473,8 @@ class Admin:
         row = rows[0]
         if row["revoked_pos"] is not None:
             raise InvalidInputError(
-                f"token {given!r} of {_named(str(row['subject']))!r} is already revoked (at log "
-                f"position {row['revoked_pos']})"
+                f"token {given!r} of {subject_named(str(row['subject']))!r} is already revoked "
+                f"(at log position {row['revoked_pos']})"
             )
         return row
 
@@ -486,7 +497,7 @@ class Admin:
             rows = access_view.token_rows(c, engine.dialect, subject)
         return tuple(
             TokenInfo(
-                fingerprint=str(r["token_hash"])[:FINGERPRINT_LENGTH],
+                fingerprint=fingerprint_of(str(r["token_hash"])),
                 subject=str(r["subject"]),
                 issued_at=micros_to_datetime(r["issued_at"]),
                 issued_position=int(r["issued_pos"]),
@@ -573,11 +584,6 @@ def _check_subject(subject: str) -> None:
             f"subject {subject!r} is reserved: it names the administrator in audit "
             "trails; give the principal another name"
         )
-
-
-def _named(subject: str) -> str:
-    """A token's subject as messages name it: ``admin`` for the administrator."""
-    return Admin.ACTOR if subject == ADMIN_PRINCIPAL else subject
 
 
 def _state(engine: Engine, row: Any) -> str:

@@ -14,7 +14,7 @@ from datetime import datetime
 
 import click
 
-from ledger.access import ADMIN_PRINCIPAL, TokenInfo, token_fingerprint
+from ledger.access import subject_named, token_fingerprint
 from ledger.cli.failures import errors_exit_1
 from ledger.cli.options import DATETIME, CheckedGroup, admin_options, host_ledger, json_option
 from ledger.cli.render import echo_json, make_console, new_table, report_done, show, when_text
@@ -190,7 +190,7 @@ def token_list(
     with host_ledger(url, "token list", admin_token) as led:
         tokens = [t for t in led.admin().tokens(subject) if not usable or t.state == "usable"]
     if as_json:
-        echo_json({"tokens": [replace(t, subject=_who(t)) for t in tokens]})
+        echo_json({"tokens": [replace(t, subject=subject_named(t.subject)) for t in tokens]})
         return
     console = make_console()
     if not tokens:
@@ -205,7 +205,7 @@ def token_list(
         "issued",
         "expires",
         "state",
-        ids={"subject": [_who(t) for t in tokens]},
+        ids={"subject": [subject_named(t.subject) for t in tokens]},
     )
     for t in tokens:
         state = t.state
@@ -213,14 +213,9 @@ def token_list(
             state += f" (position {t.revoked_position})"
         table.add_row(
             t.fingerprint,
-            _who(t),
+            subject_named(t.subject),
             f"{when_text(t.issued_at)} (position {t.issued_position})",
             when_text(t.expires),
             state,
         )
     show(console, table)
-
-
-def _who(t: TokenInfo) -> str:
-    """A token's subject as the command line names it (``admin`` for admin tokens)."""
-    return "admin" if t.subject == ADMIN_PRINCIPAL else t.subject
