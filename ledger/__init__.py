@@ -58,6 +58,7 @@ if TYPE_CHECKING:
         UnknownDeliveryError,
         UnknownRecordError,
         UnknownSnapshotError,
+        UnknownTokenError,
         UnsupportedStoreOperationError,
         ValueTooLargeError,
     )
@@ -159,6 +160,7 @@ _HOMES = {
     "UnknownDeliveryError": "ledger.errors",
     "UnknownRecordError": "ledger.errors",
     "UnknownSnapshotError": "ledger.errors",
+    "UnknownTokenError": "ledger.errors",
     "UnsupportedStoreOperationError": "ledger.errors",
     "Validity": "ledger.domain",
     "ValueTooLargeError": "ledger.errors",
@@ -238,6 +240,7 @@ __all__ = [
     "UnknownDeliveryError",
     "UnknownRecordError",
     "UnknownSnapshotError",
+    "UnknownTokenError",
     "UnsupportedStoreOperationError",
     "Validity",
     "ValueTooLargeError",

@@ -17,7 +17,13 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from ledger.domain import Principal, principal_uuid
-from ledger.errors import AuthenticationError, InvalidIdError, InvalidInputError, InvalidRoleError
+from ledger.errors import (
+    AuthenticationError,
+    InvalidIdError,
+    InvalidInputError,
+    InvalidRoleError,
+    UnknownTokenError,
+)
 from ledger.serialization import micros_to_datetime
 from ledger.validation import check_aware, check_id, quoted
 from projections import access as access_view
@@ -146,13 +152,13 @@ def check_admin_hash(engine: Engine, c: Cursor, token_hash: str) -> None:
     try:
         subject_access(engine, c, ADMIN_PRINCIPAL, token_hash, engine.now())
     except AuthenticationError as exc:
-        if str(exc) != "token is unknown":
+        if not isinstance(exc, UnknownTokenError):
             raise AuthenticationError(
                 str(exc).replace(f"token of {ADMIN_PRINCIPAL!r}", "admin token")
             ) from None
         owner = _owner_in_view(engine, c, token_hash)
         if owner is None or owner == ADMIN_PRINCIPAL:
-            raise AuthenticationError(ADMIN_TOKEN_UNKNOWN) from None
+            raise UnknownTokenError(ADMIN_TOKEN_UNKNOWN) from None
         raise AuthenticationError(
             f"that token belongs to {owner!r}, not to the administrator (admin "
             "tokens come from `provledger init` and `provledger token issue --admin`, or "
@@ -359,7 +365,9 @@ class Admin:
         cannot leave the ledger without one.
 
         Raises:
-            AuthenticationError: the token is unknown or already revoked.
+            UnknownTokenError: the token was never issued (an
+                :class:`AuthenticationError`).
+            AuthenticationError: the token is already revoked.
             InvalidInputError: it is the last admin token still usable (neither
                 revoked nor expired); both or neither of ``token`` and
                 ``fingerprint`` given; the fingerprint is not 8 to 64 hex digits,
@@ -383,7 +391,7 @@ class Admin:
                 row = self._fingerprinted(c, fingerprint)
                 token_hash = str(row["token_hash"])
         if row is None:
-            raise AuthenticationError("token is unknown or already revoked")
+            raise UnknownTokenError("token is unknown or already revoked")
         self._revoke(str(row["subject"]), (token_hash,))  # a token's subject never changes
         return fingerprint_of(token_hash)
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from ledger.domain import Principal, principal_uuid
-from ledger.errors import AuthenticationError, CorruptEventError
+from ledger.errors import AuthenticationError, CorruptEventError, UnknownTokenError
 from ledger.serialization import datetime_to_micros
 from projections import access as access_view
 from projections.base import Cursor
@@ -149,7 +149,7 @@ def subject_access(
         state.apply(note.id, engine.projector.decode(note))
     token = state.tokens.get(token_hash)
     if token is None or token.subject != subject:
-        raise AuthenticationError("token is unknown")
+        raise UnknownTokenError("token is unknown")
     if token.revoked_position is not None:
         raise AuthenticationError(f"token of {subject!r} was revoked")
     if token.expires is not None and datetime_to_micros(at) >= token.expires:

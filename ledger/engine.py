@@ -43,6 +43,7 @@ from ledger.errors import (
     ReadOnlyError,
     StorageError,
     UnknownRecordError,
+    UnknownTokenError,
 )
 from ledger.inflight import InFlight
 from ledger.persistence import (
@@ -678,7 +679,7 @@ class Engine:
         """The subject of a token row (``subject``, ``revoked_pos``, ``expires``) that
         is valid now; raises ``AuthenticationError`` otherwise."""
         if row is None:
-            raise AuthenticationError("token is unknown")
+            raise UnknownTokenError("token is unknown")
         if row["revoked_pos"] is not None:
             raise AuthenticationError(f"token of {row['subject']!r} was revoked")
         if row["expires"] is not None and datetime_to_micros(self.now()) >= row["expires"]:

@@ -30,6 +30,7 @@ event log and the views exactly as they were::
     ├── NotUsableError
     ├── UnknownDeliveryError (KeyError)
     ├── AuthenticationError
+    │   └── UnknownTokenError
     ├── AccessDeniedError (PermissionError)
     ├── ReadOnlyError
     ├── ConcurrencyError
@@ -164,6 +165,12 @@ class UnknownDeliveryError(LedgerError, KeyError):
 
 class AuthenticationError(LedgerError):
     """A token is unknown, revoked or expired."""
+
+
+class UnknownTokenError(AuthenticationError):
+    """The ledger never issued that token (or, for an admin token, its issuing
+    event is gone from the log: ``provledger verify`` looks). A revoked or
+    expired token raises its parent, :class:`AuthenticationError`."""
 
 
 class AccessDeniedError(LedgerError, PermissionError):

@@ -86,6 +86,7 @@ EXPECTED = [
     "UnknownDeliveryError",
     "UnknownRecordError",
     "UnknownSnapshotError",
+    "UnknownTokenError",
     "UnsupportedStoreOperationError",
     "Validity",
     "ValueTooLargeError",

@@ -17,7 +17,13 @@ from click.testing import CliRunner, Result
 from ledger import Ledger, TokenInfo
 from ledger.access import ADMIN_PRINCIPAL, hash_token, token_fingerprint
 from ledger.cli import main
-from ledger.errors import AuthenticationError, CorruptEventError, InvalidIdError, InvalidInputError
+from ledger.errors import (
+    AuthenticationError,
+    CorruptEventError,
+    InvalidIdError,
+    InvalidInputError,
+    UnknownTokenError,
+)
 from tests.conftest import Clock
 
 
@@ -332,3 +338,30 @@ def test_a_revocation_deleted_from_the_log_does_not_bring_its_admin_token_back(
         pytest.raises(CorruptEventError, match="lacks version 4 of the events of '@admin'"),
     ):
         led.admin(first)
+
+
+def test_a_token_never_issued_is_told_apart_from_one_revoked_or_expired(
+    open_ledger: Callable[..., Ledger], clock: Clock
+) -> None:
+    led = open_ledger()
+    first, _, reviewer = _principals(led)
+    admin = led.admin()
+    brief = admin.issue_token("reviewer", expires=clock.now + timedelta(hours=1))
+    admin.revoke_token(first)
+    clock.advance(hours=2)
+
+    with pytest.raises(UnknownTokenError, match="token is unknown"):
+        led.authenticate("plt_never-issued")
+    with pytest.raises(UnknownTokenError, match="admin token is unknown"):
+        led.admin("plt_never-issued")
+    with pytest.raises(UnknownTokenError, match="unknown"):
+        admin.revoke_token("plt_never-issued")
+    # Revoked and expired tokens were issued: they raise the parent class only.
+    for issued, said in ((first, "was revoked"), (brief, "expired")):
+        with pytest.raises(AuthenticationError, match=said) as refused:
+            led.authenticate(issued)
+        assert not isinstance(refused.value, UnknownTokenError)
+    # A principal's token given as the admin token is known: it is whose it is.
+    with pytest.raises(AuthenticationError, match="belongs to 'reviewer'") as wrong:
+        led.admin(reviewer)
+    assert not isinstance(wrong.value, UnknownTokenError)

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ledger.access import ADMIN_TOKEN_UNKNOWN
 from ledger.cli.failures import errors_exit_1, errors_exit_3, found_problem
 from ledger.cli.options import (
     admin_options,
@@ -24,7 +23,13 @@ from ledger.cli.options import (
 )
 from ledger.cli.render import echo_json, report_done
 from ledger.damage import Damage, damaged
-from ledger.errors import CorruptEventError, InvalidInputError, LedgerError, StorageError
+from ledger.errors import (
+    CorruptEventError,
+    InvalidInputError,
+    LedgerError,
+    StorageError,
+    UnknownTokenError,
+)
 from ledger.merkle import Verification
 
 if TYPE_CHECKING:
@@ -144,9 +149,7 @@ def verify(
         # ledger.damage), an admin token unknown to the log too (its event may be gone
         # from it); any other refusal, of the user's input (a digest, heads, a key)
         # or token, is a failure to check (exit 3).
-        damage = isinstance(exc, (CorruptEventError, StorageError)) or (
-            str(exc) == ADMIN_TOKEN_UNKNOWN
-        )
+        damage = isinstance(exc, (CorruptEventError, StorageError, UnknownTokenError))
         if isinstance(exc, LedgerError) and not damage:
             raise
         report = damaged(exc, url)
