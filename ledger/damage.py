@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ledger.errors import CorruptEventError
 from ledger.merkle import LogDigest
 from ledger.persistence import resolve_url
+from ledger.persistence.base import LEDGER_TABLES
 from ledger.stored_types import STORAGE_CLASSES
 
 if TYPE_CHECKING:
@@ -42,16 +43,6 @@ _WHOLE_NUMBERS = {
     "pl_timeline": ("position", "at"),
 }
 _PG_WHOLE = ("bigint", "integer", "smallint")
-#: The tables only a ledger has (its views' and its own), by which a database with
-#: some of them missing is told from one that never held a ledger.
-_LEDGER_TABLES = frozenset(
-    (
-        *("pl_merkle_leaves", "pl_commits", "pl_snapshots", "pl_tracking", "pl_timeline"),
-        *("pl_records", "pl_values", "pl_spilled", "pl_edges", "pl_deliveries"),
-        *("pl_corrections", "pl_outbox", "pl_principals", "pl_grants", "pl_tokens"),
-        *("pl_runs", "pl_run_reads", "pl_schema"),
-    )
-)
 #: What a table is, in a problem naming it missing.
 _WHAT = {
     "pl_merkle_leaves": "the log's Merkle leaves",
@@ -122,7 +113,7 @@ def _table_problems(backend: Backend) -> list[_Found]:
     """A problem (:data:`_Found`) for each table ``verify`` reads whatever the layout that is
     missing, lacks a column it reads, or holds something other than a whole number
     where the ledger writes one; [] when the database holds no table only a ledger
-    has (:data:`_LEDGER_TABLES`; an events table alone may be another eventsourcing
+    has (:data:`LEDGER_TABLES`; an events table alone may be another eventsourcing
     application's), or ``backend`` is ``memory:``."""
     if backend.kind == "sqlite" and backend.path is not None:
         tables, odd = _sqlite_tables(backend.path)
@@ -131,7 +122,7 @@ def _table_problems(backend: Backend) -> list[_Found]:
     else:
         return []
     events = _EVENTS[backend.kind]
-    held = sorted(set(tables) & _LEDGER_TABLES)
+    held = sorted(set(tables) & LEDGER_TABLES)
     if not held:
         # No table only a ledger has (another program's, or another eventsourcing
         # application's events alone): "no ledger" stands.

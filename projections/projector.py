@@ -42,6 +42,8 @@ from projections.base import (
 )
 
 VIEWS: tuple[ModuleType, ...] = (validity, delivery, access)
+#: Every view table (the snapshot store is primary data, not a view).
+VIEW_TABLES: tuple[str, ...] = (*(t for v in VIEWS for t in v.TABLES), *timeline.TABLES)
 
 #: The layout of the view tables, kept in ``pl_tracking`` under ``LAYOUT_KEY``. Views
 #: built with another layout (a ledger written by 0.1.0 has none recorded) are
@@ -183,8 +185,8 @@ class Projector:
 
     @property
     def tables(self) -> tuple[str, ...]:
-        """Every view table (the snapshot store is primary data, not a view)."""
-        return (*(t for v in VIEWS for t in v.TABLES), *timeline.TABLES)
+        """Every view table (:data:`VIEW_TABLES`)."""
+        return VIEW_TABLES
 
     def create_tables(self, c: Cursor, indexes: bool = True) -> None:
         """Create the view tables if missing (and every index, unless ``indexes``

@@ -41,6 +41,7 @@ from ledger.errors import (
     UnknownDeliveryError,
     UnknownRecordError,
     UnknownSnapshotError,
+    UnknownTokenError,
     ValueTooLargeError,
 )
 from ledger.serialization import pack
@@ -445,7 +446,7 @@ CASES = [
     Case(
         "token-unknown",
         lambda b: b.ledger.authenticate("plt_not-a-token"),
-        AuthenticationError,
+        UnknownTokenError,
         "token",
     ),
     Case("token-empty", lambda b: b.ledger.authenticate(""), AuthenticationError, "token"),
@@ -464,7 +465,7 @@ CASES = [
     Case(
         "revoke-token-unknown",
         lambda b: b.admin.revoke_token("plt_not-a-token"),
-        AuthenticationError,
+        UnknownTokenError,
         "token",
     ),
     Case(

@@ -209,7 +209,7 @@ def test_verify_exits_3_when_what_it_checks_against_cannot_be_read(
     assert answer["error"]["type"] == "InvalidInputError"
     # An admin token the ledger does not know
     code, message, answer = verify(PROVLEDGER_ADMIN_TOKEN="plt_not-a-real-token")
-    assert code == 3 and answer["error"]["type"] == "AuthenticationError"
+    assert code == 3 and answer["error"]["type"] == "UnknownTokenError"
     assert "plt_not-a-real-token" not in json.dumps(answer) + message
 
 
@@ -289,7 +289,7 @@ def test_a_json_error_never_shows_the_token_given(scene: Scene) -> None:
     secret = "plt_this-token-is-secret"
     result = run("get", "F1", "--json", PROVLEDGER_URL=scene.url, PROVLEDGER_TOKEN=secret)
     assert result.exit_code == 1
-    assert json.loads(result.stdout)["error"]["type"] == "AuthenticationError"
+    assert json.loads(result.stdout)["error"]["type"] == "UnknownTokenError"
     assert secret not in result.output
 
 

@@ -650,11 +650,14 @@ def test_proposing_with_supersedes_replaces_the_old_record_once_accepted(served:
 
 
 def test_no_token_or_a_bad_token_is_401_with_a_bearer_challenge(served: Served) -> None:
-    for caller in (served.anonymous, served.anonymous.as_("plt_not-a-token")):
+    for caller, refused in (
+        (served.anonymous, "AuthenticationError"),
+        (served.anonymous.as_("plt_not-a-token"), "UnknownTokenError"),  # a subclass
+    ):
         r = caller.get("/records/{record_id}", record_id="E1")
         assert r.status_code == 401
         assert r.headers["www-authenticate"].startswith("Bearer")
-        assert error_of(r)["type"] == "AuthenticationError"
+        assert error_of(r)["type"] == refused
     basic = served.anonymous.get("/corrections", headers={"Authorization": "Basic dXNlcjpwYXNz"})
     assert basic.status_code == 401
 
@@ -678,13 +681,13 @@ def test_a_bad_token_is_401_even_when_the_body_is_malformed_too(served: Served) 
     bad = served.anonymous.as_("plt_not-a-token")
     for content in (b"{not json", b"[1, 2]"):
         r = bad.post("/records", content=content, headers={"Content-Type": "application/json"})
-        assert (r.status_code, error_of(r)["type"]) == (401, "AuthenticationError")
+        assert (r.status_code, error_of(r)["type"]) == (401, "UnknownTokenError")
     # nor do the names a route takes reach an unknown caller
     r = bad.post("/records", json={"parent": ["E1"]})
-    assert (r.status_code, error_of(r)["type"]) == (401, "AuthenticationError")
+    assert (r.status_code, error_of(r)["type"]) == (401, "UnknownTokenError")
     assert "parents" not in r.text
     r = bad.get("/corrections", params={"bogus": "1"})
-    assert (r.status_code, error_of(r)["type"]) == (401, "AuthenticationError")
+    assert (r.status_code, error_of(r)["type"]) == (401, "UnknownTokenError")
     r = served.agent.post("/records", content=b"{not json")  # a good token: the body's fault
     assert (r.status_code, error_of(r)["type"]) == (422, "InvalidInputError")
 
@@ -1243,7 +1246,7 @@ def test_a_body_declared_as_another_media_type_is_415_and_writes_nothing(
     bad = served.anonymous.as_("plt_not-a-token").post(
         "/records", content=raw, headers={"Content-Type": "text/plain"}
     )
-    assert (bad.status_code, error_of(bad)["type"]) == (401, "AuthenticationError")
+    assert (bad.status_code, error_of(bad)["type"]) == (401, "UnknownTokenError")
 
 
 def test_a_body_with_a_utf8_byte_order_mark_is_read(served: Served) -> None:

@@ -64,14 +64,17 @@ def test_an_unknown_token_is_refused_before_its_body_is_parsed(
     body = b'{"scope": "proj-a", "value": [' + b"1," * 50_000 + b"1]}"
     before = ledger.position
     with TestClient(create_app(ledger, mcp_factory=None)) as client:
-        for headers in ({"Authorization": "Bearer plt_unknown"}, {}):
+        for headers, refused in (
+            ({"Authorization": "Bearer plt_unknown"}, "UnknownTokenError"),
+            ({}, "AuthenticationError"),
+        ):
             r = client.post(
                 "/api/v1/records",
                 content=body,
                 headers={**headers, "Content-Type": "application/json"},
             )
             assert r.status_code == 401
-            assert r.json()["error"]["type"] == "AuthenticationError"
+            assert r.json()["error"]["type"] == refused
         assert parsed == []
         # A known caller's body is parsed in a worker thread, off the event loop.
         r = client.post(

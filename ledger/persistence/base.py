@@ -19,7 +19,7 @@ from ledger.domain import Record
 from ledger.errors import CorruptEventError
 from ledger.merkle import leaf_data, leaf_hash, leaf_hashes
 from projections.base import Cursor, Dialect, Query, fetch_in_chunks, insert_rows, rows_in
-from projections.projector import APPLIED_SQL, Projector, Row
+from projections.projector import APPLIED_SQL, VIEW_TABLES, Projector, Row
 
 #: Primary data beside the events (not views: never dropped by a rebuild): the
 #: content-addressed evidence snapshots, and the boundaries of transactions that
@@ -41,6 +41,11 @@ LEAF_WIDTHS = (1, 8, 64, LEAF_BATCH)
 
 #: Tables beside the events that must never change once written.
 APPEND_ONLY = ("pl_commits", "pl_merkle_leaves")
+#: The tables beside the events that hold primary data (a copy copies them row for row).
+PRIMARY_TABLES = ("pl_merkle_leaves", "pl_commits", "pl_snapshots")
+#: Every table a ledger of this version makes beside its events: primary data, the
+#: views, the views' layout and position, and PostgreSQL's mark of a complete schema.
+LEDGER_TABLES = frozenset((*PRIMARY_TABLES, *VIEW_TABLES, "pl_tracking", "pl_schema"))
 
 #: A guard runs inside the command's transaction, after the views caught up and
 #: before the command's own events are applied; it raises to refuse the command.

@@ -19,6 +19,7 @@ from typing import Any
 from uuid import UUID
 
 from ledger.errors import CorruptEventError, InvalidURLError, LedgerError, StorageError
+from ledger.persistence.base import PRIMARY_TABLES
 from ledger.persistence.sqlite_files import foreign_file, others_tables
 from ledger.persistence.urls import Backend, resolve_url
 
@@ -40,8 +41,6 @@ __all__ = [
     "target_of",
 ]
 
-#: The tables beside the events that hold primary data (a copy copies them row for row).
-PRIMARY_TABLES = ("pl_merkle_leaves", "pl_commits", "pl_snapshots")
 #: The names a ledger's events table has (eventsourcing's, on SQLite and PostgreSQL).
 EVENT_TABLES = ("stored_events", "provledger_events")
 #: A PostgreSQL server and database as the server names them (:func:`server_of`):

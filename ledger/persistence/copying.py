@@ -44,6 +44,7 @@ from urllib.parse import parse_qsl, urlencode
 
 from ledger.errors import CorruptEventError, InvalidURLError, LedgerError, StorageError
 from ledger.merkle import LogDigest, root_of
+from ledger.persistence.base import LEDGER_TABLES
 from ledger.persistence.copy_target import (
     PRIMARY_TABLES,
     Made,
@@ -372,7 +373,7 @@ def _check_source_tables(src: Any, r: Cursor) -> None:
         )
     else:
         r.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-    known = {*PRIMARY_TABLES, "pl_schema", "pl_tracking", *src.projector.tables, *RETIRED}
+    known = {*LEDGER_TABLES, *RETIRED}
     for row in r.fetchall():
         name = str(row["name"])
         if name.startswith("pl_") and name not in known:
