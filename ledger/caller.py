@@ -218,8 +218,11 @@ class Caller:
             row = self.engine.current_row(c, name)
         else:
             row = validity_view.current(c, d, name, self.position)
-        if row is None or self.roles(c, row["scope"]):
-            return row  # a free id: no record can be keyed by it qualified
+        if row is not None and self.roles(c, row["scope"]):
+            return row
+        # A free id is looked up as far as one taken in a scope the caller cannot
+        # see (though no record is keyed by it qualified), so that the time taken
+        # does not tell the two apart: on PostgreSQL the look-up is a round trip.
         granted = self.granted_scopes(c)
         keyed = validity_view.qualified_keys(c, d, (name,), self.position).get(name, [])
         mine = [(created, key) for key, scope, created in keyed if scope in granted]

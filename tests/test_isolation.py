@@ -985,3 +985,28 @@ def test_a_record_on_many_records_hides_exactly_those_in_scopes_not_granted(
     shown = (*deps[:40], HIDDEN, *deps[80:])
     assert partial.read("own", "sum").records[0].parents == shown
     assert partial.get("SUM").parents == shown
+
+
+def test_looking_up_a_hidden_id_runs_the_statements_a_free_id_runs(tmp_path: Path) -> None:
+    # Time must not tell an id taken in a hidden scope from one never used: on
+    # PostgreSQL each statement is a round trip. Both run the same statements.
+    led = Ledger.open(f"sqlite:///{tmp_path / 'timing.db'}")
+    try:
+        b = grant(led, "tenant-b", {"proj-b": ALL})
+        a = grant(led, "tenant-a", {"proj-a": ALL})
+        a.propose("proj-a", "a.secret", 1, Kind.FACT, id="A-SECRET")
+        reader = led.engine.query(lambda c: c.connection)
+        ran: dict[str, list[str]] = {}
+        for rid in ("A-SECRET", "NEVER-USED"):
+            statements: list[str] = []
+            reader.set_trace_callback(statements.append)
+            try:
+                with pytest.raises(UnknownRecordError):
+                    b.get(rid)
+            finally:
+                reader.set_trace_callback(None)
+            ran[rid] = [s.replace(f"'{rid}'", "'ID'") for s in statements]
+        assert ran["A-SECRET"] == ran["NEVER-USED"]
+        assert len(ran["NEVER-USED"]) >= 2  # the record's row, then its qualified keys
+    finally:
+        led.close()
