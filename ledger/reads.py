@@ -446,8 +446,7 @@ _STALE = Status.STALE
 _FOUND = Outcome.FOUND
 
 
-#: The kinds a read asked for, by the tuple of plain strings or ``Kind`` members
-#: it gave (a store asks for the same one on every read).
+#: The kinds a read asked for, by the tuple of plain strings or Kinds it gave.
 _WANTED: dict[tuple[Any, ...], frozenset[Kind]] = {}
 _PLAIN_KIND = (str, Kind)
 
@@ -467,6 +466,8 @@ def _wanted(kinds: Iterable[Kind | str]) -> frozenset[Kind]:
         if known is not None:
             return known
     wanted = frozenset(check_kind(k) for k in check_list(kinds, "kinds"))
+    if not wanted:  # it would keep no record: MISSING whatever is stored
+        raise InvalidInputError("kinds is empty: leave it out to consider every kind")
     if key is not None:
         if len(_WANTED) >= _CHECKED_MAX:
             _WANTED.clear()
@@ -606,9 +607,8 @@ def _plain_view(
     parents: tuple[str, ...] = ()
     observed: tuple[str, ...] = ()
     if row[_PARENTS] != _NO_IDS or row[_OBSERVED] != _NO_IDS:
-        # A bare id has no "@", so only a qualified key holds the qualifier, and
-        # its bytes are in the packed list (any other "@@" there only sends the
-        # row the longer way).
+        # Only a qualified key holds "@@" (a bare id has no "@"); any other "@@"
+        # in the packed list only sends the row the longer way.
         if _QUALIFIER_BYTES in row[_PARENTS] or _QUALIFIER_BYTES in row[_OBSERVED]:
             return None
         parents = tuple(redaction.id_list(row[_PARENTS]))

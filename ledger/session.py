@@ -97,7 +97,8 @@ class Session:
 
         Raises:
             AccessDeniedError: no ``read`` role in ``scope``.
-            InvalidInputError: a bad scope, claim key, instant, context or kind.
+            InvalidInputError: a bad scope, claim key, instant, context or kind;
+                ``kinds`` empty (it would count no record).
         """
         return reads.read(self.caller, scope, claim_key, at, context, kinds)
 

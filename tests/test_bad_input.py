@@ -442,6 +442,14 @@ CASES = [
         "propose",
     ),
     Case("read-without-grant", lambda b: b.outsider.read(SCOPE, "k"), AccessDeniedError, SCOPE),
+    # An empty kinds would count no record: MISSING, whatever is stored.
+    Case("read-no-kinds", lambda b: b.agent.read(SCOPE, "k", kinds=[]), InvalidInputError, "kinds"),
+    Case(
+        "explain-no-kinds",
+        lambda b: b.agent.explain(SCOPE, "k", kinds=()),
+        InvalidInputError,
+        "kinds is empty",
+    ),
     # -- bad tokens ---------------------------------------------------------------------------
     Case(
         "token-unknown",
