@@ -392,7 +392,8 @@ class Caller:
                 if v.validity == Validity.VALID
                 and (v.effective_expires is None or v.effective_expires > now)
             }
-            self.run.record_reads(tuple(keys[v.id, v.scope] for v in views), how, valid)
+            ids = tuple(keys[v.id, v.scope] for v in views)
+            self.run._record_reads(ids, how, valid)  # the run's own reads: visible
 
     def keys_of(self, views: Iterable[RecordView]) -> dict[tuple[str, str], str]:
         """The key of each record shown (by ``(id, scope)``): its id, or

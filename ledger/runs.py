@@ -213,11 +213,14 @@ class RunContext:
             raise InvalidInputError(f"run {self.run_id!r} of {self._outer.subject!r} has ended")
         return run
 
-    def record_reads(
+    def _record_reads(
         self, record_ids: tuple[str, ...], how: str, valid: Collection[str] | None = None
     ) -> None:
-        """Record that the run was shown these records (called by its reads);
-        ``valid``: those of them that were VALID then (default: all).
+        """Record that the run was shown these records; ``valid``: those of them
+        that were VALID then (default: all). Internal: called by the run's own
+        reads (``Caller.note_reads``) with the keys of records they showed, so it
+        does not check that the caller can see them; reads made outside the
+        ledger go through :meth:`observe`, which does.
 
         Raises:
             InvalidIdError: an entry is not a record id.
@@ -259,7 +262,7 @@ class RunContext:
         reads = run.reads if isinstance(run, Run) else self._reads
         valid = tuple(rid for rid, was_valid in reads.items() if was_valid)
         if valid:
-            other.record_reads(valid, f"carried over from run {self.run_id}")
+            other._record_reads(valid, f"carried over from run {self.run_id}")
 
     def observed_for(self, declared: Sequence[str], c: Cursor | None = None) -> tuple[str, ...]:
         """The records the run was last shown while VALID, minus the declared parents;
@@ -300,7 +303,7 @@ class RunContext:
                     for rid in (record_id, *more)
                 )
             )
-        self.record_reads(ids, "observed")
+        self._record_reads(ids, "observed")
 
     def read(
         self,

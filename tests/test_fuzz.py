@@ -98,10 +98,6 @@ NOT_FUZZED = {
     "Ledger.catch_up": "takes no arguments",
     "Ledger.views_digest": "takes no arguments",
     "RunContext.observed_for": "a helper of propose; takes the declared parents it is given",
-    "RunContext.record_reads": (
-        "called by the run's own reads with the ids they showed; checks only the form "
-        "of its input, not that the ids exist (tests/test_provenance.py)"
-    ),
     "RunContext.carry_into": "takes another open run, not input (tests/test_langgraph_store.py)",
     "RunContext.start": "what entering the run does (Session.run is fuzzed entering it)",
     "RunContext.resume": "takes no arguments",

@@ -702,7 +702,7 @@ def test_a_run_records_only_record_ids_and_one_line_of_text(ledger: Ledger) -> N
     before = ledger.position
     for ids, how in (((1,), "read"), (("E1",), "\x1b[2J"), (("E1",), "x" * 100_000)):
         with pytest.raises(LedgerError):
-            run.record_reads(ids, how)
+            run._record_reads(ids, how)
     assert ledger.position == before
-    run.record_reads(("E1",), "observed")
+    run._record_reads(("E1",), "observed")
     assert ledger.verify().ok
