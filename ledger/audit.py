@@ -51,7 +51,7 @@ def audit(caller: Caller, record_id: str) -> AuditTrail:
     with caller.reading() as c:
         row = caller.visible(c, record_id, Role.AUDIT, "audit")
         view = record_view(caller, c, row, caller.at(None))
-        notes = engine.recorder.select_record_events(c, uuid_of_hex(row["agg_id"]))
+        notes = engine.recorder.vouched_events(c, uuid_of_hex(row["agg_id"]))
         decoded = [
             (note, engine.projector.decode(note))
             for note in notes
@@ -129,6 +129,7 @@ def _history_events(
                 batch = engine.recorder.read_after(c, after, 1000)
                 if not batch or batch[0].id > last:
                     return
+                engine.recorder.vouch(c, batch, after=after)  # none altered, none gone
                 yield from batch
                 after = batch[-1].id
 
@@ -137,7 +138,7 @@ def _history_events(
             caller.require_somewhere(c, Role.AUDIT, "history")
         if record is not None:
             row = caller.visible(c, record, Role.AUDIT, "history")
-            notes = engine.recorder.select_record_events(c, uuid_of_hex(row["agg_id"]))
+            notes = engine.recorder.vouched_events(c, uuid_of_hex(row["agg_id"]))
         else:
             notes = log()
         records: dict[Any, tuple[str, bool]] = {}  # aggregate id -> (record id, may audit)

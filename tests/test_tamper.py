@@ -431,9 +431,10 @@ def _leaf_deleted(path: str, position: int) -> None:
 @pytest.mark.parametrize(
     ("tamper", "refusal"),
     [
-        (_other_value, "bundle refused: the stored bytes at position {} differ"),
-        (_leaf_deleted, "bundle refused: the event at position {} of 'M1' has no Merkle leaf"),
-        (_flip_byte, r"stored event at position {} \(ledger.domain:Record.Proposed\) cannot be"),
+        # The bundle reads M1's trail as an audit does, which vouches for each event
+        (_other_value, "stored event at position {} was altered"),
+        (_leaf_deleted, "stored event at position {} was not appended by the ledger"),
+        (_flip_byte, "stored event at position {} was altered"),
         (_delete, r"bundle refused: the stored events of 'M1' lack version 1 \(an event was"),
     ],
 )
@@ -454,6 +455,34 @@ def test_a_bundle_of_a_record_with_a_tampered_event_is_refused(
         write_bundle(world.reviewer, "M1", Ed25519PrivateKey.generate(), tmp_path / "m1.zip")
     # and nothing is written
     assert not (tmp_path / "m1.zip").exists()
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize(
+    ("tamper", "refusal"),
+    [
+        (_other_value, "stored event at position {} was altered"),
+        (_leaf_deleted, "stored event at position {} was not appended by the ledger"),
+    ],
+)
+def test_what_shows_a_records_history_refuses_an_event_altered_behind_the_ledgers_back(
+    world: World, ledger_url: str, tamper: Callable[[str, int], None], refusal: str
+) -> None:
+    # Given a ledger file in which the proposal of M1 is altered (or its leaf gone)
+    _scenario(world)
+    victim = world.reviewer.audit("M1").events[0].position
+    tamper(_db(ledger_url), victim)
+
+    # Then no view of M1's history shows the altered bytes: each names the event
+    shows: dict[str, Callable[[], object]] = {
+        "audit": lambda: world.reviewer.audit("M1"),
+        "history of M1": lambda: world.reviewer.history(record="M1"),
+        "history": lambda: world.reviewer.history(),
+    }
+    for what, show in shows.items():
+        with pytest.raises(CorruptEventError, match=refusal.format(victim)):
+            show()
+            pytest.fail(f"{what} showed an altered event")
 
 
 def test_a_rebuild_over_a_deleted_last_event_is_refused_with_a_compressor_too(

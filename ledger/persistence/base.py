@@ -104,6 +104,15 @@ class LedgerRecorderMixin:
             after,
         )
 
+    def vouched_events(self, c: Cursor, originator_id: UUID) -> list[Notification]:
+        """Every stored event of one aggregate (``select_record_events``), each
+        vouched for by its Merkle leaf (:meth:`vouch`): for what is shown of a
+        record's history (audit, history, graphs), which must not show bytes
+        altered behind the ledger's back."""
+        notes = self.select_record_events(c, originator_id)
+        self.vouch(c, notes)
+        return notes
+
     def read_rows_after(self, c: Cursor, after: int, limit: int) -> list[Row]:
         """Stored events after ``after`` as plain rows (see ``projections.projector.Row``),
         read inside an open transaction."""
@@ -116,18 +125,34 @@ class LedgerRecorderMixin:
         """Stored events after ``after``, read inside an open transaction."""
         raise NotImplementedError
 
+    def select_record_events(
+        self, c: Cursor, originator_id: UUID, after: int = 0
+    ) -> list[Notification]:
+        """Every stored event of one aggregate (of a version above ``after``) with
+        its log position."""
+        raise NotImplementedError
+
     def vouch_rows(self, c: Cursor, rows: Sequence[Row], after: int | None = None) -> None:
         """:meth:`vouch` for plain rows (with ``after``: every stored event after
         that position, up to the last of them)."""
-        first, last = rows[0][0], rows[-1][0]
-        c.execute(
-            self.dialect.q(
-                "SELECT position, leaf FROM {t}pl_merkle_leaves WHERE position >= ? "
-                "AND position <= ?"
-            ),
-            (first if after is None else after + 1, last),
-        )
-        leaves = {int(r["position"]): bytes(r["leaf"]) for r in c.fetchall()}
+        if not rows:
+            return
+        last = rows[-1][0]
+        if after is None:
+            # One record's events lie anywhere in the log: their own leaves, not
+            # every leaf between its first event and its last.
+            select = "SELECT position, leaf FROM {{t}}pl_merkle_leaves WHERE position IN ({marks})"
+            found = rows_in(c, self.dialect, select, (row[0] for row in rows))
+        else:
+            c.execute(
+                self.dialect.q(
+                    "SELECT position, leaf FROM {t}pl_merkle_leaves WHERE position >= ? "
+                    "AND position <= ?"
+                ),
+                (after + 1, last),
+            )
+            found = iter(c.fetchall())
+        leaves = {int(r["position"]): bytes(r["leaf"]) for r in found}
         # Rows read after a position are every event since (a record's events, read
         # without it, are not): a leaf among them without its row is a row gone.
         gone = [] if after is None else sorted(set(leaves).difference(row[0] for row in rows))
