@@ -284,7 +284,9 @@ class Ledger:
     # -- tamper evidence --------------------------------------------------------
 
     def digest(self) -> LogDigest:
-        """The Merkle root over every event as it was appended: keep it elsewhere.
+        """The Merkle root over every event as it was appended, from the stored
+        leaves: keep it elsewhere. It checks nothing (run :meth:`verify` before
+        keeping it); a signed head (:meth:`signed_head`) is checked first.
 
         Later, ``verify(against=digest)`` proves the log still extends it.
         """
@@ -312,7 +314,14 @@ class Ledger:
         return verification.verify(self._engine, against, heads=heads, public_key=public_key)
 
     def signed_head(self, private_key: PrivateKeyLike) -> SignedHead:
-        """A signed tree head of the log now (keep it outside the operator's reach)."""
+        """A signed tree head of the log now (keep it outside the operator's reach),
+        once the log passes ``verify``'s log and authorization checks.
+
+        Raises:
+            InvalidKeyError: the key cannot be loaded.
+            CorruptEventError: the log fails one of those checks (named); nothing
+                is signed.
+        """
         return heads_module.signed_head(self, private_key)
 
     # -- maintenance ----------------------------------------------------------

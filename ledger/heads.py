@@ -10,7 +10,8 @@ In the manner of Certificate Transparency's signed tree head (RFC 6962 section
 
 all big-endian, so a head can be checked by anyone with the public key and no
 other code. ``key_id`` is the SHA-256 of the public key's DER
-SubjectPublicKeyInfo (as RFC 6962's LogID).
+SubjectPublicKeyInfo (as RFC 6962's LogID). No head is signed over a log that
+fails ``verify``'s log or authorization check (:func:`signed_head`).
 
 A heads file is JSON Lines, one head per line, appended to and kept where the
 ledger's operator cannot rewrite it (see docs/evidence.md). A verifier holding
@@ -58,6 +59,8 @@ if TYPE_CHECKING:
 HEAD_CONTEXT = b"provledger tree head v1\n"
 #: The ``version`` field of a head's JSON.
 HEAD_VERSION = 1
+#: What the refusal of a head over a log that fails verify's checks starts with.
+_NOT_SIGNED = "no head signed"
 
 _FIELDS = ("version", "tree_size", "root", "position", "time", "key_id", "signature")
 
@@ -343,9 +346,22 @@ def verify_head(head: SignedHead, public_key: PublicKeyLike) -> bool:
 
 def signed_head(ledger: Ledger, private_key: PrivateKeyLike) -> SignedHead:
     """A head over the ledger's log as it is now, signed with ``private_key``
-    (what ``Ledger.signed_head`` returns)."""
+    (what ``Ledger.signed_head`` returns), once the log passes the log and
+    authorization checks of ``verify`` (every event's bytes against its leaf, no
+    stray or missing position; every event's actor authorized by the log before
+    it), read in the same transaction as the digest signed
+    (:func:`ledger.log_check.checked_digest`: one pass over the log, without
+    ``verify``'s views and evidence-bytes checks).
+
+    Raises:
+        InvalidKeyError: the key cannot be loaded.
+        CorruptEventError: the log fails one of those checks (the message names
+            the first problem, as ``verify`` does); nothing is signed.
+    """
+    from ledger.log_check import checked_digest
+
     key = load_private_key(private_key)
-    return sign_head(key, ledger.digest(), ledger.now())
+    return sign_head(key, checked_digest(ledger.engine, _NOT_SIGNED), ledger.now())
 
 
 # -- heads files -----------------------------------------------------------------------
@@ -428,7 +444,9 @@ def publish_head(
 ) -> SignedHead:
     """Sign a head of the log now; with ``path``, append it to that heads file.
 
-    Before appending, every head already in the file must be signed by this key
+    The head is signed only over a log that passes ``verify``'s log and
+    authorization checks (:func:`signed_head`). Before appending, every head
+    already in the file must be signed by this key
     (a heads file is verified with one public key: after a key rotation the new
     key's heads start a new file), and the log must still extend the newest of
     them (an RFC 9162 consistency proof over the stored leaves), so a routine
@@ -441,6 +459,9 @@ def publish_head(
         InvalidHeadError: the heads file is malformed, holds a head signed by
             another key, or the log no longer extends its newest head (nothing is
             appended then).
+        CorruptEventError: the log fails ``verify``'s log or authorization check
+            (nothing is signed or appended; a heads file that did not exist is
+            left empty).
     """
     from ledger.verification import check_extends
 

@@ -22,8 +22,11 @@ problem it finds:
 6. **evidence bytes** — every stored snapshot matches its hash, every captured one
    is present unless the log records its erasure, and no erased one is still stored.
 
-A stored value of a type the ledger never writes (an event's bytes kept as text,
-say) is found and named by :mod:`ledger.stored_types`, not left to crash a check.
+Checks 2 and 4 are one streaming pass, :class:`ledger.log_check.LogWalk`, which
+signing a head (``provledger head``, a compliance bundle) runs too, without the
+views and evidence-bytes checks. A stored value of a type the ledger never writes
+(an event's bytes kept as text, say) is found and named by
+:mod:`ledger.stored_types`, not left to crash a check.
 
 What no check can see: an event appended *after* the newest kept head by
 someone holding a valid token with the role it needs looks exactly like a
@@ -47,15 +50,13 @@ from ledger import gc_pause, merkle
 from ledger.authorization import AuthorizationReplay
 from ledger.errors import CorruptEventError, InvalidInputError, LedgerError
 from ledger.heads import SignedHead, as_heads, key_id, load_public_key, verify_head
+from ledger.log_check import Batch, LogWalk
 from ledger.merkle import LogDigest, MerkleTree, Verification
 from ledger.stored_types import (
     READ_ERRORS,
     UnreadableViewError,
     first_mistyped_leaf,
-    mistyped_event,
     mistyped_snapshot,
-    read_events,
-    read_leaves,
     readable,
     snapshot_row,
     snapshots_statement,
@@ -70,7 +71,6 @@ if TYPE_CHECKING:
 
 #: How many problems a report lists (the first one is the report's ``problem``).
 MAX_PROBLEMS = 20
-_BATCH = 1000
 _CHECKS = ("heads", "log", "consistency", "authorization", "views", "evidence bytes")
 
 
@@ -282,102 +282,38 @@ def _walk_log(
     views: tuple[int, Callable[[], None]],
     findings: _Findings,
 ) -> tuple[MerkleTree, array[int], bool]:
-    """One pass over the stored events and leaves: the recomputed tree, the position
-    of each leaf, and whether the log is intact (then every event was replayed).
-    ``views``: the live views' position, and what to call once the replay has
-    applied every event up to it and none after (while the log is intact so far)."""
-    recorder = engine.recorder
+    """The log and authorization checks (:class:`~ledger.log_check.LogWalk`, the
+    one pass signing runs too), with the views part: the recomputed tree, the
+    position of each leaf, and whether the log is intact (then every event was
+    replayed into ``scratch``). ``views``: the live views' position, and what to
+    call once the replay has applied every event up to it and none after (while
+    the log is intact so far)."""
     tree, positions = MerkleTree(), array("q")  # 8 bytes a leaf
-    log_ok = True
     views_upto, at_views = views
     reached = False
-    after = 0
-    stray = recorder.stray_position(c)
-    if stray is not None:
-        position, what = stray
-        findings.add(
-            "log",
-            f"the {what} at position {position} was not appended by the ledger (log "
-            "positions start at 1)",
-            position,
-        )
-        log_ok = False
-    while True:
-        notes, unreadable = read_events(engine, c, after, _BATCH)
-        upper = unreadable[0] if unreadable else notes[-1].id if notes else None
-        stored, odd_leaves = read_leaves(engine, c, after, upper)
-        by_position = {n.id: n for n in notes}
-        odd_events = dict([unreadable] if unreadable else [])
-        for note in notes:
-            mistyped = mistyped_event(note)
-            if mistyped is not None:
-                odd_events[note.id] = mistyped
-                del by_position[note.id]  # its leaf cannot be recomputed
-        batch: list[tuple[int, Any]] = []
-        for position in sorted(set(stored) | set(by_position) | set(odd_events) | set(odd_leaves)):
-            note = by_position.get(position)
-            leaf = (
-                None
-                if note is None
-                else merkle.leaf_hash(
-                    merkle.leaf_data(
-                        note.id, note.originator_id, note.originator_version, note.topic, note.state
-                    )
-                )
-            )
-            if log_ok:
-                problem = (
-                    odd_events.get(position)
-                    or odd_leaves.get(position)
-                    or _leaf_problem(position, leaf, stored.get(position))
-                )
-                if problem is not None:
-                    findings.add("log", problem, position)
-                    log_ok = False
-            if leaf is not None:
-                tree.append(leaf)
-                positions.append(position)
-            if not log_ok or note is None:
-                continue
-            try:
-                event = engine.projector.decode(note)
-            except LedgerError as exc:
-                findings.add("log", str(exc), position)
-                log_ok = False
-                continue
-            problem = replay.apply(position, event)
-            if problem is not None:
-                findings.add("authorization", problem, position)
-            batch.append((position, event))
-        if batch and log_ok:
-            # Views that lag the log (named by ``verify``: no command leaves them
-            # so) are compared as far as they go, and the rest of the log is
-            # replayed after them.
-            upto = sum(1 for position, _ in batch if position <= views_upto)
-            problem = scratch.apply(batch[:upto]) if upto else None
-            if problem is None and upto < len(batch):
-                if not reached:
-                    reached = True
-                    at_views()
-                problem = scratch.apply(batch[upto:])
-            if problem is not None:
-                findings.add("views", problem)
-                log_ok = False
-        if upper is None:
-            if log_ok and not reached:
+
+    def replayed(batch: Batch) -> bool:
+        # Views that lag the log (named by ``verify``: no command leaves them so)
+        # are compared as far as they go, and the rest of the log replayed after them.
+        nonlocal reached
+        upto = sum(1 for position, _ in batch if position <= views_upto)
+        problem = scratch.apply(batch[:upto]) if upto else None
+        if problem is None and upto < len(batch):
+            if not reached:
+                reached = True
                 at_views()
-            return tree, positions, log_ok
-        after = upper
+            problem = scratch.apply(batch[upto:])
+        if problem is not None:
+            findings.add("views", problem)
+        return problem is None
 
-
-def _leaf_problem(position: int, leaf: bytes | None, stored: bytes | None) -> str | None:
-    if leaf is None:
-        return f"the event at position {position} is missing"
-    if stored is None:
-        return f"the event at position {position} was not appended by the ledger"
-    if leaf != stored:
-        return f"the stored bytes at position {position} differ from what was appended"
-    return None
+    walk = LogWalk(engine, c, replay, findings.add, replayed)
+    for position, leaf in walk:
+        tree.append(leaf)
+        positions.append(position)
+    if walk.intact and not reached:
+        at_views()
+    return tree, positions, walk.intact
 
 
 def _consistency_problem(
@@ -676,7 +612,12 @@ __all__ = ["MAX_PROBLEMS", "check_extends", "verify"]
 
 
 def digest(engine: Engine) -> LogDigest:
-    """The Merkle root over every event as it was appended.
+    """The Merkle root over the stored leaves (every event as it was appended).
+
+    It reads the leaves alone and checks nothing: over a log whose stored bytes
+    no longer match their leaves, or hold an event no one was authorized to
+    append, it is the root of the leaves as they are stored. Signing checks
+    first (:func:`ledger.log_check.checked_digest`); ``verify`` checks everything.
 
     Raises:
         CorruptEventError: a Merkle leaf is stored as another type than bytes.

@@ -17,6 +17,7 @@ from ledger.errors import (
     InvalidInputError,
     UnknownRecordError,
 )
+from ledger.log_check import checked_inclusion_paths
 from ledger.merkle import LogDigest
 from ledger.session import Session
 from ledger.values import AuditEvent, AuditTrail
@@ -71,7 +72,14 @@ def _events(
     """Each event of the included records with its bytes (or withheld) and its
     inclusion proof, the digest of the tree the proofs are in, and what each
     record's stored events say of it: one read transaction, one pass over the
-    leaves (memory does not grow with the log)."""
+    log, which must pass ``verify``'s log and authorization checks (memory grows
+    with the authorization replay's state, one small state per record, not with
+    the tree).
+
+    Raises:
+        CorruptEventError: an included record's stored events are broken (named
+            first), or the log fails one of those checks.
+    """
     caller = session.caller
     engine = caller.engine
     recorder = engine.recorder
@@ -130,9 +138,9 @@ def _events(
             told[rid] = _as_shown(logged, key, rid, hidden, caller.names(c, (*logged.bases, key)))
         size, index_of = recorder.leaf_indexes(c, [e.position for e in out])
         last = recorder.max_leaf_position(c)
-        root, paths = merkle.inclusion_paths(
-            (leaf for _, leaf in recorder.leaves(c)), size, index_of.values()
-        )
+        # The leaves the head is signed over, recomputed from the events' bytes
+        # while the whole log passes verify's log and authorization checks.
+        root, paths = checked_inclusion_paths(engine, c, size, index_of.values(), "bundle refused")
     for event in out:
         event.index = index_of[event.position]
         event.path = paths[event.index]

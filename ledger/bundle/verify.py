@@ -370,10 +370,7 @@ def _verify_archive(
     kid = key_id(key)
     known: dict[str, Any] = {"record": manifest.get("record"), "key_id": kid}
     if trusted is not None and key_id(trusted) != kid:
-        problems.append(
-            f"the bundle was signed by key {kid[:16]}…, not by the trusted key "
-            f"{key_id(trusted)[:16]}…"
-        )
+        problems.append(_untrusted(key, trusted, members))
     if manifest.get("key_id") != kid:
         problems.append("public_key.pem is not the key the manifest names: it was replaced")
     _check_files(members, manifest, problems)
@@ -408,6 +405,25 @@ def _verify_archive(
     if problems:
         return BundleReport(ok=False, problem=problems[0], problems=tuple(problems), **result)
     return BundleReport(ok=True, **result)
+
+
+def _untrusted(key: Ed25519PublicKey, trusted: Ed25519PublicKey, members: dict[str, bytes]) -> str:
+    """What a bundle carrying ``key``, not the ``trusted`` one, is: signed by the key
+    it carries (its manifest's signature verifies with it), or only carrying it
+    (``public_key.pem`` replaced: said so when the trusted key signed the manifest)."""
+    carried, pinned = f"{key_id(key)[:16]}…", f"{key_id(trusted)[:16]}…"
+    message = _MANIFEST_CONTEXT + members["manifest.json"]
+    failed: list[str] = []
+    _check_signature(key, message, members.get("manifest.sig"), failed, "carried")
+    if not failed:
+        return f"the bundle was signed by key {carried}, not by the trusted key {pinned}"
+    _check_signature(trusted, message, members.get("manifest.sig"), failed, "trusted")
+    replaced = (
+        ""
+        if "trusted" in failed
+        else ", though its manifest is signed with the trusted key: public_key.pem was replaced"
+    )
+    return f"the bundle carries public key {carried}, not the trusted key {pinned}{replaced}"
 
 
 def _check_files(members: dict[str, bytes], manifest: dict[str, Any], problems: list[str]) -> None:

@@ -1,7 +1,8 @@
-"""Writing a compliance bundle (:func:`write_bundle`), refused when the views
-disagree with the record's stored events (:func:`_check_view`), or when the log
-does not extend an earlier head it is to carry a consistency proof from
-(:func:`_extension_proofs`).
+"""Writing a compliance bundle (:func:`write_bundle`), refused when the log fails
+``verify``'s log or authorization check (:func:`ledger.bundle.events._events`:
+the head is signed over no log ``verify`` rejects), when the views disagree with
+the record's stored events (:func:`_check_view`), or when the log does not extend
+an earlier head it is to carry a consistency proof from (:func:`_extension_proofs`).
 """
 
 from __future__ import annotations
@@ -79,12 +80,15 @@ def write_bundle(
         UnknownRecordError: no such record, or not visible to the session.
         AccessDeniedError: no ``audit`` role in the record's scope.
         InvalidKeyError: the key cannot be loaded.
-        CorruptEventError: a stored event no longer matches its Merkle leaf, or
-            the views disagree with the log about an included record's status,
-            validity, expiry, parents, observed dependencies, scope, claim key,
-            kind, value or evidence, or leave out one of its ancestors
-            (``provledger verify`` names the row; ``provledger rebuild`` replays
-            the views from the log).
+        CorruptEventError: a stored event no longer matches its Merkle leaf;
+            the log fails ``verify``'s log or authorization check (checked in
+            the transaction the head's digest is read in: an event stored
+            behind the ledger's back by an actor the log never authorized, say);
+            or the views disagree with the log about an included record's
+            status, validity, expiry, parents, observed dependencies, scope,
+            claim key, kind, value or evidence, or leave out one of its
+            ancestors (``provledger verify`` names the row; ``provledger
+            rebuild`` replays the views from the log).
         InvalidInputError: ``session`` is an as-of session (the head is signed
             now, over the whole log).
         ConcurrencyError: an included record changed while the bundle was

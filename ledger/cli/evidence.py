@@ -50,7 +50,8 @@ def digest(url: str | None, admin_token: str | None, as_json: bool) -> None:
     """Print the log's Merkle digest (size:position:root) to keep somewhere else.
 
     Maintenance: see `provledger init` for the admin token. Later,
-    `provledger verify --against DIGEST` proves the log still extends it.
+    `provledger verify --against DIGEST` proves the log still extends it. It
+    checks nothing: run `provledger verify` first (`provledger head` checks).
 
     \b
     Example:
@@ -299,6 +300,8 @@ def head(key: str, append_to: str | None, url: str | None, admin_token: str | No
     Keep heads where the ledger's operator cannot rewrite them (another host,
     object storage with a retention lock, a transparency witness); `verify
     --heads` then detects truncation and rewriting before the newest one.
+    Refused (exit 1, nothing signed) when the log fails `verify`'s log or
+    authorization check, which it runs first (one pass over the log).
     Maintenance: see `provledger init` for the admin token.
 
     \b
