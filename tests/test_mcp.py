@@ -26,11 +26,13 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import anyio
+import jsonschema
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
@@ -788,6 +790,8 @@ async def test_text_arguments_that_spell_json_reach_the_library_as_that_text(tea
                 scope=SCOPE, claim_key="k", value=1, kind="fact", id='["a"]'
             )
         )
+        + "; an id or a scope is 1 to 128 letters, digits, '.', '_', ':' or '-', starting "
+        "with a letter or digit"
     )
     assert bad_status.endswith(library_refusal(lambda: agent_session.records(SCOPE, status="null")))
     assert "argument 'at' ('null'): " in bad_at
@@ -1125,7 +1129,10 @@ async def test_an_instant_with_rfc_3339_lower_case_t_and_z_is_read_and_a_naive_o
     assert captured["record"]["evidence"]["fetched_at"] == "2026-01-01T11:00:00.500000+00:00"
     assert read["at"] == explained["at"] == "2030-06-01T00:00:00+00:00"
     # Everything else as before: an instant without a timezone is refused by name
-    assert naive.endswith("NaiveDatetimeError: expires 2099-01-01T00:00:00 has no timezone")
+    assert naive.endswith(
+        "NaiveDatetimeError: expires 2099-01-01T00:00:00 has no timezone; give it with a "
+        "timezone, e.g. '2026-12-31T00:00:00Z'"
+    )
     assert unreadable.endswith("'2099-01-01t25:00:00z' is no instant: hour must be in 0..23")
     assert records_state(team.ledger) == before  # nothing proposed
 
@@ -1638,8 +1645,15 @@ async def test_refusals_carry_the_ledger_errors_class_and_message(team: Team) ->
             ),
         }
 
+    # each followed by what a model can do next (a refusal no hint helps stands alone)
+    hints = {
+        "self": "; another approver must decide it",
+        "role": "; you hold roles in: proj-a (propose, read)",
+        "transition": "; that status is final: propose a new record instead",
+        "parent": "",
+    }
     for what, text in got.items():
-        assert text.endswith(expected[what]), (what, text)
+        assert text.endswith(expected[what] + hints[what]), (what, text)
     # Refused commands change no record (the connections' runs were started and ended)
     assert records_state(team.ledger) == before
 
@@ -1655,7 +1669,279 @@ async def test_a_bad_token_builds_no_server_and_a_revoked_one_is_refused_next_ca
         team.ledger.admin().revoke_token(team.tokens["agent-1"])
         text = await refused(agent, "read_memory", scope=SCOPE, claim_key=CLAIM)
     assert "AuthenticationError: " in text
+    assert text.endswith("; this server can do nothing more; ask the operator for a new token")
     assert team.tokens["agent-1"] not in text
+
+
+async def test_a_refusal_says_what_to_do_next_where_a_model_could_not_guess_it(
+    team: Team,
+) -> None:
+    # Given a token in another tenant's scope the agent knows nothing of
+    team.ledger.admin().grant("someone", scope="tenant-z", roles=["read", "audit"])
+    async with team.client("agent-1") as agent, team.client("reviewer") as reviewer:
+        await ok(agent, "capture_evidence", scope=SCOPE, uri="https://docs.test/e", content="x")
+        evidence = (await ok(agent, "list_records", scope=SCOPE))["records"][0]["id"]
+        await ok(
+            agent,
+            "propose_memory",
+            scope=SCOPE,
+            claim_key=CLAIM,
+            value=True,
+            kind="fact",
+            parents=[evidence],
+            id="M1",
+        )
+        # When the reviewer accepts a claim before the evidence it rests on
+        waiting = await refused(reviewer, "accept_memory", record_id="M1")
+        # decides a rejected record again, and revokes a revoked one
+        await ok(reviewer, "reject_memory", record_id="M1", reason="premature")
+        rejected = await refused(reviewer, "accept_memory", record_id="M1")
+        await ok(reviewer, "revoke_memory", record_id=evidence, reason="wrong page")
+        revoked = await refused(reviewer, "revoke_memory", record_id=evidence, reason="again")
+        # and revalidates a stale record on a basis not accepted yet
+        basis = team.sessions["agent-1"].capture(
+            scope=SCOPE, uri="https://docs.test/b", content=b"b", id="B2"
+        )
+        team.sessions["agent-1"].propose(
+            scope=SCOPE, claim_key="k3", value=1, kind=Kind.FACT, parents=[basis], id="S2"
+        )
+        team.sessions["reviewer"].accept(basis)
+        team.sessions["reviewer"].accept("S2")
+        await ok(reviewer, "revoke_memory", record_id=basis, reason="changed")
+        other = team.sessions["agent-1"].capture(
+            scope=SCOPE, uri="https://docs.test/c", content=b"c", id="B3"
+        )
+        unaccepted = await refused(reviewer, "revalidate_memory", record_id="S2", parents=[other])
+        # and the agent names a bad id, a scope it holds nothing in, an unknown kind,
+        # and evidence as a kind to propose
+        bad_id = await refused(agent, "get_record", record_id="bad id!")
+        bad_scope = await refused(agent, "read_memory", scope="bad scope", claim_key=CLAIM)
+        denied = await refused(agent, "read_memory", scope="proj-x", claim_key=CLAIM)
+        proposal = {"scope": SCOPE, "claim_key": CLAIM, "value": 1}
+        unknown_kind = await refused(agent, "propose_memory", **proposal, kind="bogus")
+        evidence_kind = await refused(agent, "propose_memory", **proposal, kind="evidence")
+
+    # Then each refusal is the ledger's, followed by what to do from here
+    assert waiting.endswith(
+        f"InvalidParentError: accept refused: dependency {evidence!r} of 'M1' is CANDIDATE; "
+        f"accept {evidence!r} first (or reject 'M1')"
+    )
+    assert unaccepted.endswith("dependency 'B3' of 'S2' is CANDIDATE; accept 'B3' first")
+    for text in (rejected, revoked):
+        assert text.endswith("; that status is final: propose a new record instead"), text
+    for text in (bad_id, bad_scope):
+        assert "InvalidIdError: " in text
+        assert text.endswith(
+            "; an id or a scope is 1 to 128 letters, digits, '.', '_', ':' or '-', starting "
+            "with a letter or digit"
+        )
+    # the scopes the agent holds roles in, and no other tenant's
+    assert denied.endswith(
+        "AccessDeniedError: read refused: 'agent-1' lacks role 'read' in scope 'proj-x'; "
+        "you hold roles in: proj-a (propose, read)"
+    )
+    assert "tenant-z" not in denied and OTHER not in denied
+    # and the kinds propose_memory takes, evidence not among them
+    assert unknown_kind.endswith(
+        "InvalidKindError: kind 'bogus' is not one of: fact, user_constraint, "
+        "user_preference, inference, plan, report (evidence is stored with capture_evidence)"
+    )
+    assert "InvalidKindError: kind 'evidence' is proposed by capture" in evidence_kind
+    assert evidence_kind.endswith("(capture_evidence does that)")
+
+
+def test_a_write_that_waited_too_long_for_the_lock_says_nothing_was_written_and_to_retry(
+    tmp_path: Path, anyio_backend: str
+) -> None:
+    # Given a ledger whose writers wait at most a second for the lock, a candidate,
+    # and another writer holding the lock
+    url, token = _agent_ledger(tmp_path)
+    with Ledger.open(url) as led:
+        admin = led.admin()
+        admin.grant("reviewer", scope=SCOPE, roles=["approve", "read"])
+        reviewer_token = admin.issue_token("reviewer")
+        led.authenticate(token).propose(scope=SCOPE, claim_key="k", value=1, kind="fact", id="C1")
+    led = Ledger.open(url + "?timeout=1")
+    locker = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
+    proposal = {"scope": SCOPE, "claim_key": "k", "value": 2, "kind": "fact", "id": "C2"}
+
+    async def session() -> tuple[str, str]:
+        async with (
+            Client(build_server(led, token)) as agent,
+            Client(build_server(led, reviewer_token)) as reviewer,
+        ):
+            await ok(agent, "read_memory", scope=SCOPE, claim_key="k")  # its run starts
+            locker.execute("BEGIN IMMEDIATE")
+            try:
+                # When a proposal and an acceptance give up waiting
+                proposed = await refused(agent, "propose_memory", **proposal)
+                accepted = await refused(reviewer, "accept_memory", record_id="C1")
+            finally:
+                locker.execute("ROLLBACK")
+        return proposed, accepted
+
+    try:
+        proposed, accepted = anyio.run(session, backend=anyio_backend)
+        # Then each says nothing was written and to retry (a proposal with its id)
+        assert "ConcurrencyError: " in proposed and "ConcurrencyError: " in accepted
+        assert proposed.endswith("; nothing was written; retry with the same `id` in a few seconds")
+        assert accepted.endswith("; nothing was written; retry in a few seconds")
+        # and nothing was
+        assert [r.id for r in led.authenticate(token).records(SCOPE)] == ["C1"]
+        assert led.authenticate(token).get("C1").status == "CANDIDATE"
+    finally:
+        locker.close()
+        led.close()
+
+
+async def test_a_new_version_resting_on_the_old_one_is_refused_saying_how_a_model_goes_on(
+    team: Team,
+) -> None:
+    # Given an accepted memory the agent reads, then re-captures its changed source
+    agent, reviewer = team.sessions["agent-1"], team.sessions["reviewer"]
+    agent.propose(scope=SCOPE, claim_key="svc.rate_limit", value=100, kind=Kind.FACT, id="RL1")
+    reviewer.accept("RL1")
+    async with team.client("agent-1") as client:
+        await ok(client, "read_memory", scope=SCOPE, claim_key="svc.rate_limit")
+        await ok(
+            client,
+            "capture_evidence",
+            scope=SCOPE,
+            uri="https://svc.test/limits",
+            content="rate limit: 50/min",
+            id="L2",
+        )
+        # When it proposes the new value superseding the old, citing the capture
+        version = {"scope": SCOPE, "claim_key": "svc.rate_limit", "value": 50, "kind": "fact"}
+        text = await refused(
+            client, "propose_memory", **version, parents=["L2"], supersedes="RL1", id="RL2"
+        )
+        # Then the refusal says what this session can do, which works
+        replacing = await ok(
+            client,
+            "propose_memory",
+            **{**version, "value": {"limit": 50, "source": "L2"}},
+            supersedes="RL1",
+            id="RL3",
+        )
+
+    assert text.startswith(
+        "Error executing tool propose_memory: InvalidParentError: propose refused: supersedes "
+        "'RL1', but its dependency 'L2' rests on 'RL1'"
+    )
+    assert "a new MCP session" not in text
+    assert text.endswith(
+        "). From here: propose it with `supersedes` but without that dependency (name it in "
+        "the value instead); or ask the operator to restart this MCP server (a new session "
+        "starts a new run) and capture the source again there. Without `supersedes` it "
+        "would CONFLICT with the old record and still rest on it"
+    )
+    assert replacing["record"]["supersedes"] == "RL1" and replacing["record"]["observed"] == []
+
+
+async def test_a_connection_that_lost_read_where_it_read_says_how_a_model_gets_a_new_run(
+    team: Team,
+) -> None:
+    # Given the agent may read proj-b for a while, and reads a usable record there
+    admin = team.ledger.admin()
+    team.sessions["outsider"].propose(scope=OTHER, claim_key=CLAIM, value=1, kind="fact", id="B1")
+    admin.grant("checker", scope=OTHER, roles=["approve"])
+    team.ledger.authenticate(admin.issue_token("checker")).accept("B1")
+    admin.grant("agent-1", scope=OTHER, roles=["read"])
+    async with team.client("agent-1") as agent:
+        await ok(agent, "get_record", record_id="B1")
+        admin.revoke_grant("agent-1", OTHER)
+        # When it proposes after losing that grant
+        text = await refused(
+            agent, "propose_memory", scope=SCOPE, claim_key=CLAIM, value=2, kind="fact"
+        )
+
+    # Then the refusal says how a model, which cannot open a session, gets a new run
+    assert "InvalidParentError: " in text and "'B1'" in text
+    assert text.endswith(
+        "this session read it while you could, and every proposal of the session rests on "
+        "what it read; ask the operator to restart this MCP server (a new session starts a "
+        "new run)"
+    )
+
+
+async def test_the_descriptions_say_what_a_read_does_to_a_proposal_and_a_capture_to_a_source(
+    team: Team,
+) -> None:
+    async with team.client("reviewer") as reviewer:
+        tools = {t.name: t.description or "" for t in (await reviewer.list_tools()).tools}
+    assert "expires no later than the earliest-expiring of them" in tools["propose_memory"]
+    assert "observed dependencies" in tools["propose_memory"]
+    assert (
+        "Capturing a `uri` captured before with different content makes a new version of "
+        "that source: once it is accepted, the earlier capture is SUPERSEDED and what rests "
+        "on it becomes STALE"
+    ) in tools["capture_evidence"]
+    for name, text in tools.items():  # a model cannot start a session of its own
+        assert "new session." not in text and "in a new session" not in text, name
+        assert "start a new session" not in text, name
+
+    # And what the description says of a read holds: the proposal expires with it
+    agent, lead = team.sessions["agent-1"], team.sessions["lead"]
+    soon = "2099-01-01T00:00:00+00:00"
+    lead.propose(
+        scope=SCOPE,
+        claim_key="token.ttl",
+        value=60,
+        kind=Kind.FACT,
+        id="T1",
+        expires=datetime.fromisoformat(soon),
+    )
+    team.sessions["reviewer"].accept("T1")
+    async with team.client("agent-1") as client:
+        await ok(client, "read_memory", scope=SCOPE, claim_key="token.ttl")
+        proposed = await ok(
+            client, "propose_memory", scope=SCOPE, claim_key="plan.x", value="p", kind="plan"
+        )
+    record = proposed["record"]
+    assert record["observed"] == ["T1"] and record["expires"] is None
+    assert record["effective_expires"] == soon and record["expiry_source"] == "T1"
+    assert agent.get(proposed["id"]).effective_expires == datetime.fromisoformat(soon)
+
+
+async def test_the_schemas_give_the_shape_of_ids_and_scopes_and_refuse_nothing_by_themselves(
+    team: Team,
+) -> None:
+    async with team.client("reviewer") as reviewer:
+        tools = {t.name: t.input_schema["properties"] for t in (await reviewer.list_tools()).tools}
+        # The ledger refuses what the schemas rule out, in its own words
+        empty = await refused(reviewer, "reject_memory", record_id="X1", reason="")
+        no_kinds = await refused(reviewer, "read_memory", scope=SCOPE, claim_key=CLAIM, kinds=[])
+
+    def strings(schema: dict[str, Any]) -> dict[str, Any]:
+        return next(b for b in [schema, *schema.get("anyOf", ())] if b.get("type") == "string")
+
+    scope = strings(tools["read_memory"]["scope"])
+    record_id = strings(tools["get_record"]["record_id"])
+    new_id = strings(tools["propose_memory"]["id"])
+    parents = tools["propose_memory"]["parents"]["anyOf"][0]
+    assert scope["maxLength"] == new_id["maxLength"] == 128
+    assert record_id["maxLength"] == 258 and parents["items"]["maxLength"] == 258
+    shapes = {"scope": scope, "id": new_id, "record_id": record_id, "parent": parents["items"]}
+    for name, shape in shapes.items():
+        for good in ("proj-a", "E1", "a.b_c:d-9", "x" * 128):
+            jsonschema.validate(good, shape)
+        for bad in ("", "-x", "bad id!", "é1", "x" * 129):
+            with pytest.raises(jsonschema.ValidationError):
+                jsonschema.validate(bad, shape)
+        if name in ("record_id", "parent"):  # a record named id@@scope
+            jsonschema.validate("E1@@proj-b", shape)
+        else:
+            with pytest.raises(jsonschema.ValidationError):
+                jsonschema.validate("E1@@proj-b", shape)
+    for tool in ("reject_memory", "revoke_memory"):
+        assert strings(tools[tool]["reason"])["minLength"] == 1
+    kinds = tools["read_memory"]["kinds"]["anyOf"][0]
+    assert kinds["minItems"] == 1 and kinds["items"]["enum"][0] == "evidence"
+    assert empty.endswith("InvalidValueError: reason must not be empty")
+    assert no_kinds.endswith(
+        "InvalidInputError: kinds is empty: leave it out to consider every kind"
+    )
 
 
 # -- isolation ----------------------------------------------------------------------------

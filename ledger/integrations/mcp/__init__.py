@@ -7,12 +7,14 @@ a request whose ``Host`` names no loopback address, not the address bound and no
 host it was told of (``allowed_hosts``) is refused, against DNS rebinding.
 
 - Tools: ``capture_evidence``, ``propose_memory``, ``read_memory``,
-  ``explain_memory``, ``get_record``, ``list_records``, ``audit_record``; and, only
-  when the token holds ``approve`` in some scope, ``accept_memory``,
-  ``reject_memory``, ``revoke_memory``, ``revalidate_memory``. Arguments carry the
-  library's names; results are structured JSON (datetimes ISO 8601, bytes
-  ``{"base64": …}``), their text content that JSON, compact. A refusal is a tool
-  error whose text names the ``LedgerError`` class and carries its message.
+  ``explain_memory``, ``get_record``, ``list_records``, ``read_evidence``,
+  ``audit_record``; and only when the token holds ``approve`` in some scope,
+  ``accept_memory``, ``reject_memory``, ``revoke_memory``, ``revalidate_memory``.
+  Arguments carry the library's names; results are structured JSON (datetimes
+  ISO 8601, bytes ``{"base64": …}``), their text content that JSON, compact. A
+  refusal is a tool error whose text names the ``LedgerError`` class and carries
+  its message, then what to do next where a model could not guess it
+  (:mod:`~ledger.integrations.mcp.hints`).
 - Resources: ``provledger://record/{record_id}``, the JSON ``get_record`` returns.
   After ``revoke_memory`` every affected record the token can see is announced as
   updated (and after accept, reject and revalidate the record itself), to clients
@@ -33,6 +35,7 @@ host it was told of (``allowed_hosts``) is refused, against DNS rebinding.
 Modules: :mod:`~ledger.integrations.mcp.schemas` (argument types),
 :mod:`~ledger.integrations.mcp.results` (result types),
 :mod:`~ledger.integrations.mcp.connection` (one connection, one run),
+:mod:`~ledger.integrations.mcp.hints` (what a refusal says to do next),
 :mod:`~ledger.integrations.mcp.tools` (the tool functions),
 :mod:`~ledger.integrations.mcp.stdio` (answering over stdio what the SDK cannot
 read), :mod:`~ledger.integrations.mcp.http` (streamable HTTP: its Host checks and its

@@ -21,6 +21,7 @@ from starlette.datastructures import Headers
 from ledger import RunContext, Session
 from ledger.access import mask_tokens
 from ledger.errors import AccessDeniedError, ConcurrencyError, LedgerError
+from ledger.integrations.mcp.hints import Writing, next_step
 from ledger.integrations.mcp.results import record_uri
 from ledger.persistence.urls import without_location
 from ledger.rules import BLOCKING
@@ -34,6 +35,7 @@ __all__ = [
     "as_tool_error",
     "connection_of",
     "ending_sessions",
+    "hinted",
     "lifespan_of",
     "off_loop",
     "refusal",
@@ -56,12 +58,33 @@ def refusal(exc: LedgerError, url: str | None = None) -> str:
 
 
 @contextmanager
-def as_tool_error() -> Iterator[None]:
-    """A ``LedgerError`` becomes a tool error the model reads (the SDK would hide it)."""
+def as_tool_error(
+    session: Session | None = None, record_id: str | None = None, writing: Writing | None = None
+) -> Iterator[None]:
+    """A ``LedgerError`` becomes a tool error the model reads (the SDK would hide
+    it), followed by what to do next (:func:`~ledger.integrations.mcp.hints.next_step`:
+    ``session`` is the caller's, ``record_id`` the record a decision is about,
+    ``writing`` what the call writes)."""
     try:
         yield
     except LedgerError as exc:
-        raise ToolError(refusal(exc)) from None
+        raise ToolError(refusal(exc) + next_step(exc, session, record_id, writing)) from None
+
+
+def hinted(
+    fn: Callable[[], T],
+    session: Session,
+    record_id: str | None = None,
+    writing: Writing | None = None,
+) -> Callable[[], T]:
+    """``fn`` refused as :func:`as_tool_error` refuses, its hint looked up where it
+    runs (for :func:`off_loop`: a hint may read the ledger)."""
+
+    def call() -> T:
+        with as_tool_error(session, record_id, writing):
+            return fn()
+
+    return call
 
 
 # -- one connection, one run ------------------------------------------------------------------

@@ -4,10 +4,14 @@ JSON forms every surface shares (datetimes ISO 8601, bytes ``{"base64": …}``).
 
 from __future__ import annotations
 
-from typing import Any, cast
+import dataclasses
+import json
+from collections.abc import Sequence
+from typing import Any, NotRequired, cast
 
 from typing_extensions import TypedDict  # pydantic needs it on Python < 3.12
 
+from ledger.answers import MAX_ANSWER_BYTES, size_of
 from ledger.graph import MAX_SERVED_NODES
 from ledger.jsonable import (
     capped_explanation,
@@ -16,10 +20,12 @@ from ledger.jsonable import (
     plain,
     record_json,
 )
+from ledger.serialization import canonical
 from ledger.values import AuditTrail, Explanation, ReadResult, RecordView, Revocation
 
 __all__ = [
     "RECORD_URI",
+    "USABLE_LISTED",
     "AuditOut",
     "DecisionOut",
     "EventOut",
@@ -37,10 +43,15 @@ __all__ = [
     "record_out",
     "record_uri",
     "revocation_out",
+    "usable_listed",
 ]
 
 #: The URI template of the record resource.
 RECORD_URI = "provledger://record/{record_id}"
+
+#: The most usable records read_memory and explain_memory list (fewer when their
+#: JSON would pass :data:`~ledger.answers.MAX_ANSWER_BYTES`); the outcome counts all.
+USABLE_LISTED = 100
 
 
 class RecordOut(TypedDict):
@@ -97,7 +108,9 @@ class ProposalOut(TypedDict):
 
 
 class ReadOut(TypedDict):
-    """The answer of the eligibility chain."""
+    """The answer of the eligibility chain: its usable records, at most
+    :data:`USABLE_LISTED` of them (and 4 MiB of JSON); when some are left out,
+    ``omitted`` counts them and ``note`` says how to see them."""
 
     outcome: str
     scope: str
@@ -105,6 +118,8 @@ class ReadOut(TypedDict):
     at: str
     value: Any
     records: list[RecordOut]
+    omitted: NotRequired[int]
+    note: NotRequired[str]
 
 
 class ReasonOut(TypedDict):
@@ -116,9 +131,10 @@ class ReasonOut(TypedDict):
 
 
 class ExplainOut(TypedDict):
-    """Per record, why it is or is not usable: every usable record and at most
-    ``limit`` others; ``omitted`` records (none usable) left out, and when some
-    are a note saying how to see them."""
+    """Per record, why it is or is not usable: the usable records (at most
+    :data:`USABLE_LISTED`) and at most ``limit`` others; ``omitted`` records left
+    out, ``usable_omitted`` of them usable, and when some are a note saying how to
+    see them."""
 
     outcome: str
     scope: str
@@ -126,6 +142,7 @@ class ExplainOut(TypedDict):
     at: str
     entries: list[ReasonOut]
     omitted: int
+    usable_omitted: NotRequired[int]
     note: str | None
 
 
@@ -181,26 +198,89 @@ def record_out(view: RecordView) -> RecordOut:
     return cast(RecordOut, json_safe(record_json(view)))
 
 
+def usable_listed(
+    usable: Sequence[RecordView], budget: int = MAX_ANSWER_BYTES
+) -> tuple[list[RecordView], int]:
+    """The usable records an answer lists, in their order, and the bytes of their
+    JSON: every one when they are at most :data:`USABLE_LISTED` and fit in
+    ``budget``; else at most that many, stopped before the one that would pass
+    ``budget`` (the first always stays), a record of each value picked before a
+    second of any (a CONFLICT shows the values it is between, as far as they fit)."""
+    sizes = [size_of(view) for view in usable[: USABLE_LISTED + 1]]
+    if len(usable) <= USABLE_LISTED and sum(sizes) <= budget:
+        return list(usable), sum(sizes)
+    seen: set[bytes] = set()
+    first: list[int] = []
+    second: list[int] = []
+    for i, view in enumerate(usable):
+        value = canonical(view.value)
+        (second if value in seen else first).append(i)
+        seen.add(value)
+    picked: list[int] = []
+    size = 0
+    for i in (first + second)[:USABLE_LISTED]:
+        grown = size + (sizes[i] if i < len(sizes) else size_of(usable[i]))
+        if picked and grown > budget:
+            break
+        picked.append(i)
+        size = grown
+    return [usable[i] for i in sorted(picked)], size
+
+
+def _usable_note(listed: int, usable: Sequence[RecordView], scope: str, claim_key: str) -> str:
+    """What a read or an explanation says of the usable records it left out."""
+    values = len({canonical(view.value) for view in usable})
+    held = f"; they hold {values} different values" if values > 1 else ""
+    return (
+        f"{len(usable) - listed} of the {len(usable)} usable records of this claim are not "
+        f"listed (the outcome counts them all, and all count as read{held}). "
+        f"list_records(scope={scope!r}, claim_prefix={claim_key!r}, validity='VALID') "
+        "pages through them (it also lists keys that begin with it)."
+    )
+
+
 def read_out(result: ReadResult) -> ReadOut:
-    """A read's answer as JSON."""
-    return {
+    """A read's answer as JSON: its usable records as :func:`usable_listed` lists
+    them (beside the agreed value), ``omitted`` and ``note`` when some are left out."""
+    value = json_safe(plain(result.value))
+    budget = MAX_ANSWER_BYTES - len(json.dumps(value, ensure_ascii=False).encode())
+    listed, _ = usable_listed(result.records, budget)
+    answer: ReadOut = {
         "outcome": str(result.outcome),
         "scope": result.scope,
         "claim_key": result.claim_key,
         "at": result.at.isoformat(),
-        "value": json_safe(plain(result.value)),
-        "records": [record_out(r) for r in result.records],
+        "value": value,
+        "records": [record_out(r) for r in listed],
     }
+    if len(listed) < len(result.records):
+        answer["omitted"] = len(result.records) - len(listed)
+        answer["note"] = _usable_note(len(listed), result.records, result.scope, result.claim_key)
+    return answer
 
 
 def explain_out(explanation: Explanation) -> ExplainOut:
-    """An explanation asked with a limit as JSON (:func:`ledger.jsonable.capped_explanation`)."""
+    """An explanation asked with a limit as JSON (:func:`ledger.jsonable.capped_explanation`),
+    its usable records as :func:`usable_listed` lists them (``usable_omitted``
+    when some are left out)."""
+    usable = [entry.record for entry in explanation.entries if entry.usable]
+    listed, _ = usable_listed(usable)
+    kept = {id(view) for view in listed}
+    entries = tuple(e for e in explanation.entries if not e.usable or id(e.record) in kept)
+    shown = dataclasses.replace(explanation, entries=entries)
     rest = (
         f"Call explain_memory again with a larger `limit` (at most {MAX_SERVED_NODES}), or "
         "page through the claim's records with list_records "
         f"(claim_prefix={explanation.claim_key!r}; it also lists keys that begin with it)."
     )
-    return cast(ExplainOut, json_safe(capped_explanation(explanation, rest)))
+    answer = cast(ExplainOut, json_safe(capped_explanation(shown, rest)))
+    left = len(usable) - len(listed)
+    if left:
+        answer["usable_omitted"] = left
+        answer["omitted"] += left
+        more = _usable_note(len(listed), usable, explanation.scope, explanation.claim_key)
+        answer["note"] = more if answer["note"] is None else f"{more} {answer['note']}"
+    return answer
 
 
 def audit_out(trail: AuditTrail) -> AuditOut:

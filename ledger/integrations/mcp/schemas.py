@@ -16,9 +16,11 @@ from pydantic import BeforeValidator, Field
 from pydantic_core import PydanticCustomError
 
 from ledger.domain import Kind
-from ledger.validation import from_iso
+from ledger.validation import ID_PATTERN, from_iso
 
 __all__ = [
+    "ID_WORDS",
+    "REF_SCHEMA",
     "At",
     "ClaimKey",
     "Conditions",
@@ -34,7 +36,52 @@ __all__ = [
     "Scope",
     "iso_text",
     "one_of",
+    "shaped",
 ]
+
+
+#: An id or a scope, as a JSON schema pattern, and in words (what a refusal says).
+_ID = ID_PATTERN.pattern
+#: A record as a principal may be shown it: its id, or ``id@@scope`` (an id taken
+#: in two of the scopes it sees).
+_REF = f"^{_ID[1:-1]}(@@{_ID[1:-1]})?$"
+ID_WORDS = "1 to 128 letters, digits, '.', '_', ':' or '-', starting with a letter or digit"
+
+
+def shaped(**keywords: Any) -> Callable[[dict[str, Any]], None]:
+    """Put JSON schema ``keywords`` (``pattern``, ``maxLength``, ``minLength``,
+    ``minItems``) on the branch of an argument's schema they apply to: the string
+    (also inside ``anyOf``), a list's items for a string keyword on a list, the list
+    for ``minItems``. Only the schema says it: the ledger checks the value itself,
+    naming what is wrong with it."""
+
+    def annotate(schema: dict[str, Any]) -> None:
+        for branch in [schema, *schema.get("anyOf", ())]:
+            if branch.get("type") == "string":
+                branch.update({k: v for k, v in keywords.items() if k != "minItems"})
+            elif branch.get("type") == "array":
+                if "minItems" in keywords:
+                    branch["minItems"] = keywords["minItems"]
+                strings = {k: v for k, v in keywords.items() if k != "minItems"}
+                if strings:
+                    branch["items"] = {**branch.get("items", {"type": "string"}), **strings}
+
+    return annotate
+
+
+def _both(*annotations: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
+    """Each of ``annotations`` applied in turn."""
+
+    def annotate(schema: dict[str, Any]) -> None:
+        for one in annotations:
+            one(schema)
+
+    return annotate
+
+
+#: The schema of an id or a scope, and of a record as named to the principal.
+_AN_ID = shaped(pattern=_ID, maxLength=128)
+REF_SCHEMA = shaped(pattern=_REF, maxLength=2 * 128 + 2)
 
 
 def one_of(
@@ -59,7 +106,8 @@ Scope = Annotated[
     str,
     Field(
         description="The project or tenant the record belongs to. Your token's grants decide "
-        "which scopes you may use; a scope you hold no grant in is refused."
+        "which scopes you may use; a scope you hold no grant in is refused.",
+        json_schema_extra=_AN_ID,
     ),
 ]
 ClaimKey = Annotated[
@@ -73,7 +121,8 @@ RecordId = Annotated[
     str,
     Field(
         description="A record id, as returned by propose_memory, capture_evidence, "
-        "read_memory or list_records."
+        "read_memory or list_records.",
+        json_schema_extra=REF_SCHEMA,
     ),
 ]
 KindName = Annotated[
@@ -92,7 +141,8 @@ Parents = Annotated[
     Field(
         description="Ids of the records this one rests on: evidence from capture_evidence, "
         "facts or inferences it was derived from. If one of them is revoked later, this "
-        "record becomes STALE."
+        "record becomes STALE.",
+        json_schema_extra=REF_SCHEMA,
     ),
 ]
 
@@ -159,7 +209,8 @@ NewId = Annotated[
     str | None,
     Field(
         description="Your own id for the new record (a letter or digit, then letters, digits, "
-        "'.', '_', ':' or '-'; at most 128). Omit to have one generated."
+        "'.', '_', ':' or '-'; at most 128). Omit to have one generated.",
+        json_schema_extra=_AN_ID,
     ),
 ]
 At = Annotated[
@@ -183,12 +234,15 @@ ReadContext = Annotated[
 Kinds = Annotated[
     list[str] | None,
     Field(
-        description="Only consider records of these kinds.",
-        json_schema_extra=one_of(Kind),
+        description="Only consider records of these kinds (at least one; omit for every kind).",
+        json_schema_extra=_both(one_of(Kind), shaped(minItems=1)),
     ),
 ]
 Note = Annotated[str | None, Field(description="What you checked; recorded in the audit trail.")]
 Reason = Annotated[
     str,
-    Field(description="Why; recorded, and shown by explain_memory and audit_record."),
+    Field(
+        description="Why (not empty); recorded, and shown by explain_memory and audit_record.",
+        json_schema_extra=shaped(minLength=1),
+    ),
 ]

@@ -27,8 +27,9 @@ from ledger.access import Role, mask_tokens
 from ledger.errors import InvalidInputError, LedgerError
 from ledger.graph import MAX_SERVED_NODES
 from ledger.integrations.mcp.connection import Connections, lifespan_of, refusal
+from ledger.integrations.mcp.hints import NEW_RUN
 from ledger.integrations.mcp.http import serve_http
-from ledger.integrations.mcp.results import RECORD_URI
+from ledger.integrations.mcp.results import RECORD_URI, USABLE_LISTED
 from ledger.integrations.mcp.stdio import Answering, strict_stdin
 from ledger.integrations.mcp.tools import (
     accept_memory,
@@ -145,10 +146,12 @@ class LedgerServer(MCPServer[Connections]):
 
     #: Each tool's argument names, read from the schemas on the first call.
     _takes: dict[str, frozenset[str]] | None = None
-    #: The approval tools' names, and whether the principal holds ``approve`` in
-    #: some scope now (asked at each listing: grants change while a server runs).
-    _approval: frozenset[str] = frozenset()
-    _approves: Callable[[], bool] | None = None
+    #: The role each tool listed only to a principal holding it somewhere needs
+    #: (the approval tools ``approve``), and the roles
+    #: the principal holds in some scope now (asked at each listing: grants change
+    #: while a server runs).
+    _needs: dict[str, str] = {}
+    _held: Callable[[], frozenset[str]] | None = None
     #: The tools it was given, by name.
     given: dict[str, Tool] = {}
     #: The URL of the ledger it serves, as messages show it (left out of refusals).
@@ -159,16 +162,19 @@ class LedgerServer(MCPServer[Connections]):
     #: anything (``provledger serve`` gives its writes' limit: the work writes).
     work_limit: Callable[[], AbstractAsyncContextManager[Any]] | None = None
 
-    def list_while(self, tools: frozenset[str], holds: Callable[[], bool]) -> None:
-        """List ``tools`` only while ``holds()`` (asked at each listing)."""
-        self._approval, self._approves = tools, holds
+    def list_while(self, needs: dict[str, str], held: Callable[[], frozenset[str]]) -> None:
+        """List each tool of ``needs`` only while ``held()`` (asked at each listing:
+        the roles the principal holds in some scope) holds the role it names."""
+        self._needs, self._held = dict(needs), held
 
     async def list_tools(self) -> list[MCPTool]:
         """Every tool the principal may use now (the approval tools only while it
         holds ``approve`` somewhere), its input schema closed to other arguments."""
         tools = await super().list_tools()
-        if self._approves is not None and not await anyio.to_thread.run_sync(self._approves):
-            tools = [tool for tool in tools if tool.name not in self._approval]
+        if self._held is not None:
+            held = await anyio.to_thread.run_sync(self._held)
+            needs = self._needs
+            tools = [t for t in tools if t.name not in needs or needs[t.name] in held]
         for tool in tools:
             tool.input_schema = {**tool.input_schema, "additionalProperties": False}
         return tools
@@ -358,10 +364,13 @@ TOOLS: tuple[tuple[Callable[..., Any], str, ToolAnnotations], ...] = (
         "time, snapshot. Do this before proposing a claim that rests on the source, then name "
         "the returned id in that claim's `parents`. The evidence is a CANDIDATE until an "
         "approver accepts it, and claims resting on it cannot be accepted before it is. Its "
-        "claim key defaults to 'source:<uri>'. Evidence captured after this session was "
-        "shown a record usable carries that read, so a new version of that record "
-        "(`supersedes`) cannot rest on it: capture a source that may replace a memory "
-        "before reading that memory, or in a new session." + _RETRY_WITH_ID,
+        "claim key defaults to 'source:<uri>'. Capturing a `uri` captured before with "
+        "different content makes a new version of that source: once it is accepted, the "
+        "earlier capture is SUPERSEDED and what rests on it becomes STALE. Evidence "
+        "captured after this session was shown a record usable carries that read (as "
+        "propose_memory says), so a new version of that record (`supersedes`) cannot rest "
+        "on it: capture a source that may replace a memory before reading that memory."
+        + _RETRY_WITH_ID,
         _write_tool("Capture evidence", destructive=False),
     ),
     (
@@ -369,16 +378,18 @@ TOOLS: tuple[tuple[Callable[..., Any], str, ToolAnnotations], ...] = (
         "Propose something to remember: a `value` answering `claim_key` in `scope`, of a "
         "`kind`, naming in `parents` the records it rests on. The result is a CANDIDATE, NOT "
         "memory yet: read_memory will not return it until an approver accepts it, and its "
-        "proposer (you) never can. What you read in this session is attached as observed "
-        "dependencies, so if any of it is revoked later this record is flagged STALE too. To "
+        "proposer (you) never can. Everything you read in this session is attached as its "
+        "observed dependencies: if any of it is revoked later this record is flagged STALE "
+        "too, and it expires no later than the earliest-expiring of them "
+        "(`effective_expires`). To "
         "replace an earlier record for the same claim, pass its id as `supersedes` instead of "
         "proposing a rival value (two accepted values for one claim are a CONFLICT). Refused "
         "when a parent is unknown, outside your scopes, or not usable (REVOKED, REJECTED, "
         "STALE, SUPERSEDED); and when a record you read in this session has been withdrawn "
         "since: look at it (get_record or explain_memory), then propose again. If you can "
         "no longer read a record this session read (your access was withdrawn), what you "
-        "propose here may rest on it, so every proposal of this session is refused: start a "
-        "new session." + _RETRY_WITH_ID,
+        "propose here may rest on it, so every proposal of this session is refused: "
+        f"{NEW_RUN}." + _RETRY_WITH_ID,
         _write_tool("Propose a memory", destructive=False),
     ),
     (
@@ -389,9 +400,11 @@ TOOLS: tuple[tuple[Callable[..., Any], str, ToolAnnotations], ...] = (
         "is the answer. MISSING: nothing is usable now - which does not mean nothing was ever "
         "said: a record may be a CANDIDATE awaiting approval, STALE, REVOKED, expired or "
         "conditioned on another context; explain_memory says which. CONFLICT: usable records "
-        "disagree; all are returned and none wins - do not pick one silently. What this "
-        "returns is recorded as read in this session and becomes an observed dependency of "
-        "what you propose next.",
+        "disagree; none wins - do not pick one silently. `records` lists the usable records, "
+        f"at most {USABLE_LISTED} (fewer past 4 MiB; a CONFLICT's values first), `omitted` "
+        "counts the rest and `note` says how to page through them. Every usable record, "
+        "listed or not, is recorded as read in this session and becomes an observed "
+        "dependency of what you propose next.",
         _read_tool("Read memory"),
     ),
     (
@@ -400,12 +413,13 @@ TOOLS: tuple[tuple[Callable[..., Any], str, ToolAnnotations], ...] = (
         "usable: a candidate awaiting approval, rejected, revoked (with the reason), stale "
         "because something it rests on was revoked, an ancestor expired, a condition your "
         "`context` does not match. Use it when read_memory answers MISSING or CONFLICT, and "
-        "before proposing a replacement. Every usable record is shown, and at most `limit` "
-        f"others (default {EXPLAINED}): it picks those once accepted before candidates and "
+        "before proposing a replacement. The usable records are shown (at most "
+        f"{USABLE_LISTED}, as read_memory lists them), and at most `limit` others (default "
+        f"{EXPLAINED}): it picks those once accepted before candidates and "
         "rejected ones, each the most recently changed first, and lists `entries` in the order "
-        "they were proposed. `omitted` counts the rest and `note` says how to see them. The "
-        "usable records it shows become observed dependencies of what you propose in this "
-        "session.",
+        "they were proposed. `omitted` counts the rest (`usable_omitted` of them usable) and "
+        "`note` says how to see them. Every usable record, shown or not, becomes an observed "
+        "dependency of what you propose in this session.",
         _read_tool("Explain a claim"),
     ),
     (
@@ -522,14 +536,17 @@ def build_server(ledger: Ledger, token: str) -> MCPServer[Connections]:
     server.given = {tool.name: tool for tool in tools}
     server.ledger_url = ledger.url
 
-    def approves() -> bool:
+    def held() -> frozenset[str]:
         try:
-            held = session.grants()
-        except LedgerError:  # the token ended: no tool will work, none approves
-            return False
-        return any(Role.APPROVE.value in roles for roles in held.values())
+            grants = session.grants()
+        except LedgerError:  # the token ended: no tool will work, none is offered
+            return frozenset()
+        return frozenset(role for roles in grants.values() for role in roles)
 
-    server.list_while(frozenset(fn.__name__ for fn, _, _ in APPROVAL_TOOLS), approves)
+    needs = {fn.__name__: Role.APPROVE.value for fn, _, _ in APPROVAL_TOOLS}
+    # audit_record stays listed whatever the grants (SPEC 13.4): it is refused, naming
+    # the missing role, to a principal holding ``audit`` nowhere.
+    server.list_while(needs, held)
     server.resource(
         RECORD_URI,
         name="record",

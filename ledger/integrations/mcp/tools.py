@@ -19,10 +19,11 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
 from pydantic import BeforeValidator, Field
 
-from ledger.answers import explanation_within, page_within
+from ledger.answers import MAX_ANSWER_BYTES, explanation_within, page_within, size_of
 from ledger.domain import Kind, Status, Validity
 from ledger.errors import (
     InvalidInputError,
+    InvalidKindError,
     InvalidParentError,
     LedgerError,
     UnknownRecordError,
@@ -34,11 +35,14 @@ from ledger.integrations.mcp.connection import (
     announce,
     as_tool_error,
     connection_of,
+    hinted,
     off_loop,
     refusal,
     view_if_readable,
 )
+from ledger.integrations.mcp.hints import superseding, unreadable_read
 from ledger.integrations.mcp.results import (
+    USABLE_LISTED,
     AuditOut,
     DecisionOut,
     EvidenceOut,
@@ -54,8 +58,10 @@ from ledger.integrations.mcp.results import (
     record_out,
     record_uri,
     revocation_out,
+    usable_listed,
 )
 from ledger.integrations.mcp.schemas import (
+    REF_SCHEMA,
     At,
     ClaimKey,
     Conditions,
@@ -74,6 +80,7 @@ from ledger.integrations.mcp.schemas import (
 )
 from ledger.jsonable import EXPLAINED
 from ledger.session import next_after
+from ledger.validation import quoted
 
 __all__ = [
     "accept_memory",
@@ -109,11 +116,14 @@ def naming_withdrawn(connection: Connection) -> Iterator[None]:
     """A proposal refused for a dependency withdrawn since is refused naming every
     record the connection was shown usable that nothing may be built on now, and
     how to go on: the ledger names the first it meets, so a model that looked at
-    only that one would be refused again for the next, once per record."""
+    only that one would be refused again for the next, once per record. A refusal
+    that tells the caller to start a new run says how a model gets one
+    (:func:`~ledger.integrations.mcp.hints.superseding`, ``unreadable_read``)."""
     try:
         yield
     except InvalidParentError as exc:
-        raise _resting_on_withdrawn(connection, exc) from None
+        reworded = superseding(exc) or unreadable_read(exc)
+        raise reworded or _resting_on_withdrawn(connection, exc) from None
 
 
 def _resting_on_withdrawn(connection: Connection, exc: InvalidParentError) -> InvalidParentError:
@@ -178,7 +188,7 @@ def capture_evidence(
 ) -> ProposalOut:
     """The ``capture_evidence`` tool: :meth:`Session.capture` in the connection's run."""
     connection = connection_of(ctx)
-    with as_tool_error():
+    with as_tool_error(connection.session, writing="record"):
         if content_encoding == "base64":  # None (null) is the default, utf-8
             try:
                 data = base64.b64decode(content, validate=True)
@@ -226,15 +236,16 @@ def propose_memory(
         Field(
             description="The id of the record this one replaces (same scope and claim key). "
             "When this one is accepted the old one becomes SUPERSEDED, so the two do not "
-            "CONFLICT, and what was built on the old one becomes STALE."
+            "CONFLICT, and what was built on the old one becomes STALE.",
+            json_schema_extra=REF_SCHEMA,
         ),
     ] = None,
 ) -> ProposalOut:
     """The ``propose_memory`` tool: :meth:`Session.propose` in the connection's run."""
     connection = connection_of(ctx)
     replaces: dict[str, Any] = {} if supersedes is None else {"supersedes": supersedes}
-    with as_tool_error():
-        with naming_withdrawn(connection), connection.acting() as acting:
+    with as_tool_error(connection.session, writing="record"):
+        with naming_withdrawn(connection), proposable(kind), connection.acting() as acting:
             record_id = acting.propose(
                 scope=scope,
                 claim_key=claim_key,
@@ -249,6 +260,23 @@ def propose_memory(
         return _proposal(connection, record_id)
 
 
+@contextmanager
+def proposable(kind: str) -> Iterator[None]:
+    """A kind propose_memory refuses is refused naming the kinds it takes: the
+    ledger names every kind, evidence included, which only capture_evidence stores."""
+    try:
+        yield
+    except InvalidKindError as exc:
+        if kind == Kind.EVIDENCE.value:
+            raise InvalidKindError(f"{exc} (capture_evidence does that)") from None
+        if kind in {k.value for k in Kind}:
+            raise
+        takes = ", ".join(k.value for k in Kind if k is not Kind.EVIDENCE)
+        raise InvalidKindError(
+            f"kind {quoted(kind)} is not one of: {takes} (evidence is stored with capture_evidence)"
+        ) from None
+
+
 def read_memory(
     ctx: Ctx,
     scope: Scope,
@@ -257,8 +285,11 @@ def read_memory(
     context: ReadContext = None,
     kinds: Kinds = None,
 ) -> ReadOut:
-    """The ``read_memory`` tool: :meth:`Session.read`, recorded in the run."""
-    with as_tool_error(), connection_of(ctx).acting("read_memory") as acting:
+    """The ``read_memory`` tool: :meth:`Session.read`, recorded in the run (every
+    usable record: the outcome rests on them all), its records listed as
+    :func:`~ledger.integrations.mcp.results.usable_listed` lists them."""
+    connection = connection_of(ctx)
+    with as_tool_error(connection.session), connection.acting("read_memory") as acting:
         return read_out(acting.read(scope, claim_key, at=at, context=context, kinds=kinds))
 
 
@@ -272,8 +303,9 @@ def explain_memory(
     limit: Annotated[
         int | None,
         Field(
-            description="At most this many records that are not usable (every usable one "
-            "is always shown; fewer when their JSON would pass 4 MiB), picked among those "
+            description="At most this many records that are not usable (the usable ones "
+            f"are shown besides, at most {USABLE_LISTED}; fewer when their JSON would pass "
+            "4 MiB), picked among those "
             "once accepted (now expired, stale, revoked or superseded) before candidates and "
             "rejected ones, each the most recently changed first; all are listed in the order "
             "they were proposed.",
@@ -288,17 +320,25 @@ def explain_memory(
     connection = connection_of(ctx)
     asked: dict[str, Any] = {"at": at, "context": context, "kinds": kinds}
     limit = EXPLAINED if limit is None else limit
-    with as_tool_error():
+    with as_tool_error(connection.session):
         # Sized through the session first (the run is shown only what is returned):
         # the unusable records stop before the answer passes MAX_ANSWER_BYTES.
-        _, limit = explanation_within(connection.session, scope, claim_key, limit, **asked)
+        session = connection.session
+        sized, limit = explanation_within(session, scope, claim_key, limit, **asked)
+        usable = [entry.record for entry in sized.entries if entry.usable]
+        _, listed = usable_listed(usable)
+        unlisted = sum(size_of(view) for view in usable) - listed
+        if unlisted > 0:  # more usable records than are listed: room for others
+            budget = MAX_ANSWER_BYTES + unlisted
+            _, limit = explanation_within(session, scope, claim_key, limit, budget, **asked)
         with connection.acting("explain_memory") as acting:
             return explain_out(acting.explain(scope, claim_key, limit=limit, **asked))
 
 
 def get_record(ctx: Ctx, record_id: RecordId) -> RecordOut:
     """The ``get_record`` tool: :meth:`Session.get`, recorded in the run."""
-    with as_tool_error(), connection_of(ctx).acting("get_record") as acting:
+    connection = connection_of(ctx)
+    with as_tool_error(connection.session), connection.acting("get_record") as acting:
         return record_out(acting.get(record_id))
 
 
@@ -356,7 +396,7 @@ def list_records(
     }
     connection = connection_of(ctx)
     limit = LISTED if limit is None else limit
-    with as_tool_error():
+    with as_tool_error(connection.session):
         # Sized through the session first (the run is shown only what is returned):
         # a page stops before its records pass MAX_ANSWER_BYTES of JSON.
         limit = len(page_within(connection.session, scope, limit, after, filters)) or 1
@@ -372,7 +412,7 @@ def read_evidence(ctx: Ctx, record_id: RecordId) -> EvidenceOut:
     (:meth:`Session.snapshot`, re-verified against their hash), the record read in
     the run; as text when they are UTF-8, else base64."""
     connection = connection_of(ctx)
-    with as_tool_error():
+    with as_tool_error(connection.session):
         # Checked before the run records the read: a refusal shows the model
         # nothing, so nothing it proposes next may rest on the record.
         view = connection.session.get(record_id)
@@ -404,15 +444,17 @@ def read_evidence(ctx: Ctx, record_id: RecordId) -> EvidenceOut:
 
 def audit_record(ctx: Ctx, record_id: RecordId) -> AuditOut:
     """The ``audit_record`` tool: :meth:`Session.audit`."""
-    with as_tool_error():
-        return audit_out(connection_of(ctx).session.audit(record_id))
+    session = connection_of(ctx).session
+    with as_tool_error(session):
+        return audit_out(session.audit(record_id))
 
 
 async def accept_memory(ctx: Ctx, record_id: RecordId, note: Note = "") -> DecisionOut:
     """The ``accept_memory`` tool: :meth:`Session.accept`; announces the record."""
     session = connection_of(ctx).session
+    accept = partial(session.accept, record_id, note=note or "")
     with as_tool_error():
-        await off_loop(partial(session.accept, record_id, note=note or ""))
+        await off_loop(hinted(accept, session, record_id, "decision"))
         view = await off_loop(partial(view_if_readable, session, record_id))
     replaced = None if view is None else view.supersedes
     await announce(ctx, [record_id, *([replaced] if replaced else [])])
@@ -426,8 +468,9 @@ async def accept_memory(ctx: Ctx, record_id: RecordId, note: Note = "") -> Decis
 async def reject_memory(ctx: Ctx, record_id: RecordId, reason: Reason) -> DecisionOut:
     """The ``reject_memory`` tool: :meth:`Session.reject`; announces the record."""
     session = connection_of(ctx).session
+    reject = partial(session.reject, record_id, reason)
     with as_tool_error():
-        await off_loop(partial(session.reject, record_id, reason))
+        await off_loop(hinted(reject, session, record_id, "decision"))
         view = await off_loop(partial(view_if_readable, session, record_id))
     await announce(ctx, [record_id])
     return {
@@ -440,8 +483,9 @@ async def reject_memory(ctx: Ctx, record_id: RecordId, reason: Reason) -> Decisi
 async def revoke_memory(ctx: Ctx, record_id: RecordId, reason: Reason) -> RevocationOut:
     """The ``revoke_memory`` tool: :meth:`Session.revoke`; announces what it affected."""
     session = connection_of(ctx).session
+    revoke = partial(session.revoke, record_id, reason)
     with as_tool_error():
-        rev = await off_loop(partial(session.revoke, record_id, reason))
+        rev = await off_loop(hinted(revoke, session, record_id, "decision"))
     # ``affected`` holds only what this token may see: hidden records are never named.
     await announce(ctx, list(rev.affected))
     return revocation_out(rev)
@@ -455,7 +499,8 @@ async def revalidate_memory(
         list[str] | None,
         Field(
             description="A new basis: ids of usable records replacing the record's "
-            "dependencies. Omit when its current dependencies are usable again."
+            "dependencies. Omit when its current dependencies are usable again.",
+            json_schema_extra=REF_SCHEMA,
         ),
     ] = None,
 ) -> DecisionOut:
@@ -463,7 +508,7 @@ async def revalidate_memory(
     session = connection_of(ctx).session
     with as_tool_error():
         revalidate = partial(session.revalidate, record_id, note=note or "", parents=parents)
-        await off_loop(revalidate)
+        await off_loop(hinted(revalidate, session, record_id, "decision"))
         view = await off_loop(partial(view_if_readable, session, record_id))
     await announce(ctx, [record_id])
     return {
