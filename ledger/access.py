@@ -391,7 +391,7 @@ class Admin:
                 row = self._fingerprinted(c, fingerprint)
                 token_hash = str(row["token_hash"])
         if row is None:
-            raise UnknownTokenError("token is unknown or already revoked")
+            raise UnknownTokenError("token is unknown: this ledger never issued it")
         self._revoke(str(row["subject"]), (token_hash,))  # a token's subject never changes
         return fingerprint_of(token_hash)
 
@@ -432,8 +432,11 @@ class Admin:
                     f"revoke_tokens_of refused: {subject!r} holds no token that is not revoked"
                 )
             wanted = live if hashes is None else list(hashes)
-            if any(not held.get(h) for h in wanted):
-                raise AuthenticationError("token is unknown or already revoked")
+            for h in wanted:
+                if h not in held:
+                    raise UnknownTokenError("token is unknown: this ledger never issued it")
+                if not held[h]:
+                    raise AuthenticationError(f"token of {subject!r} is already revoked")
             # Revoking a token that is no longer usable (expired) takes nothing away.
             if subject == ADMIN_PRINCIPAL and any(self._usable(w, h) for h in wanted):
                 others = [h for h in live if h not in wanted]

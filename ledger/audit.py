@@ -42,6 +42,8 @@ RECORD_EVENTS = (
     "SnapshotErased",
 )
 _RECORD_TOPIC = get_topic(Record)
+#: Events a history reads from the log at a time.
+_HISTORY_BATCH = 1000
 _PLUMBING = ("originator_id", "originator_version", "timestamp", "actor", "originator_topic")
 
 
@@ -124,14 +126,21 @@ def _history_events(
     with caller.reading() as c:
 
         def log() -> Iterator[Any]:
+            # Each batch is vouched for before it is shown (none altered, none gone),
+            # as far as ``last``: a batch that reaches it, or the log's end, is the
+            # last, and no event the ledger appended may be gone from after it.
             after = max(first - 1, 0)
             while True:
-                batch = engine.recorder.read_after(c, after, 1000)
-                if not batch or batch[0].id > last:
+                batch = engine.recorder.read_after(c, after, _HISTORY_BATCH)
+                shown = [n for n in batch if n.id <= last]
+                if shown:
+                    engine.recorder.vouch(c, shown, after=after)
+                if len(shown) < _HISTORY_BATCH:
+                    engine.recorder.vouch_end(c, shown[-1].id if shown else after, last)
+                    yield from shown
                     return
-                engine.recorder.vouch(c, batch, after=after)  # none altered, none gone
-                yield from batch
-                after = batch[-1].id
+                yield from shown
+                after = shown[-1].id
 
         notes: Iterable[Any]
         if record is None:

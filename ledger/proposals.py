@@ -550,8 +550,10 @@ def _resolve(
     if name in pending or redaction.QUALIFIER in name:
         return name if name in pending else caller.resolve(c, name)
     row = _row(caller, c, name, known)
-    if row is None or caller.roles(c, row["scope"]):
+    if row is not None and caller.roles(c, row["scope"]):
         return name
+    # A dependency never used is looked up as one taken in a hidden scope is (it is
+    # refused either way), so the time taken does not tell the two apart.
     for key, event in pending.items():
         if key == redaction.qualified(name, event.scope) and caller.roles(c, event.scope):
             return key

@@ -148,7 +148,7 @@ def stale_causes(
         return ()
     engine = caller.engine
     causes: list[StaleCause] = []
-    for note in engine.recorder.vouched_events(c, engine.aggregate_of(c, row["record_id"])):
+    for note in engine.recorder.select_record_events(c, engine.aggregate_of(c, row["record_id"])):
         if caller.position is not None and note.id > caller.position:
             break
         kind = note.topic.rsplit(".", 1)[-1]

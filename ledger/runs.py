@@ -256,7 +256,18 @@ class RunContext:
         included): a task that goes on in another run rests on what it relied on
         in this one, and is refused as it would have been here if one of those
         records was withdrawn since. What it was shown not VALID is no
-        dependency, and is not carried (a long chain of runs does not grow)."""
+        dependency, and is not carried (a long chain of runs does not grow).
+
+        Raises:
+            InvalidInputError: ``other`` is a run of another principal (what this
+                run read is no basis of theirs, and may be hidden from them).
+        """
+        mine, theirs = self._outer.subject, other._outer.subject
+        if theirs != mine:
+            raise InvalidInputError(
+                f"run {self.run_id!r} of {mine!r} is carried only into another run of "
+                f"{mine!r}, not into run {other.run_id!r} of {theirs!r}"
+            )
         with self._outer.reading() as c:
             run = self._outer.engine.load(c, self._aggregate_id)
         reads = run.reads if isinstance(run, Run) else self._reads

@@ -1356,7 +1356,7 @@ def test_revoking_an_unknown_token_is_refused(cli: Cli) -> None:
     before = cli.position
     result = cli("token", "revoke", "plt_nope")
     assert result.exit_code == 1
-    assert result.stderr == "error: token is unknown or already revoked\n"
+    assert result.stderr == "error: token is unknown: this ledger never issued it\n"
     assert cli.position == before
 
 

@@ -159,7 +159,7 @@ def test_another_admin_token_can_be_issued_and_the_last_one_is_never_revoked(
 def test_token_revoke_dash_without_a_token_on_stdin_says_so_and_writes_nothing(
     tmp_path: Path, given: str
 ) -> None:
-    # Not "unknown or already revoked": no token was read (only the first line is).
+    # Not "token is unknown": no token was read (only the first line is).
     url = f"sqlite:///{tmp_path / 'x.db'}"
     env = {"PROVLEDGER_URL": url, "PROVLEDGER_ADMIN_TOKEN": ok("init", "--url", url).stdout.strip()}
     ok("grant", "agent-1", "--scope", "p", "--roles", "read", **env)
@@ -172,7 +172,7 @@ def test_token_revoke_dash_without_a_token_on_stdin_says_so_and_writes_nothing(
     with Ledger.open(url) as led:
         assert led.position == before and led.authenticate(agent).principal == "agent-1"
     two = CliRunner().invoke(main, ["token", "revoke", "-"], input=f"{agent} {agent}\n", env=env)
-    assert two.stderr == "error: token is unknown or already revoked\n"  # as before
+    assert two.stderr == "error: token is unknown: this ledger never issued it\n"
 
 
 def test_token_revoke_dash_with_stdin_closed_is_a_usage_error(tmp_path: Path) -> None:

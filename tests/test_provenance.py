@@ -706,3 +706,27 @@ def test_a_run_records_only_record_ids_and_one_line_of_text(ledger: Ledger) -> N
     assert ledger.position == before
     run._record_reads(("E1",), "observed")
     assert ledger.verify().ok
+
+
+def test_a_run_is_carried_only_into_another_run_of_its_own_principal(ledger: Ledger) -> None:
+    # What one principal read (perhaps in a scope another cannot see) is no basis
+    # of another principal's run: carrying it would store ids the other cannot
+    # see in its run for good, and refuse its every proposal until the run ends.
+    admin = ledger.admin()
+    admin.grant("x", scope="proj-x", roles=["read", "propose"])
+    admin.grant("y", scope="proj-y", roles=["read", "propose"])
+    x = ledger.authenticate(admin.issue_token("x"))
+    y = ledger.authenticate(admin.issue_token("y"))
+    x.propose("proj-x", "k", 1, Kind.FACT, id="X-SECRET")
+    admin.grant("x2", scope="proj-x", roles=["approve", "read"])
+    ledger.authenticate(admin.issue_token("x2")).accept("X-SECRET")
+    with x.run("task-x") as ran, y.run("task-y") as other:
+        ran.read("proj-x", "k")
+        before = ledger.position
+        with pytest.raises(InvalidInputError, match="not into run 'task-y' of 'y'"):
+            ran.carry_into(other)
+        assert ledger.position == before and other.reads == ()
+        other.propose("proj-y", "k", 2, Kind.FACT)  # its run goes on
+        with x.run("task-x2") as mine:
+            ran.carry_into(mine)  # another run of its own: carried
+            assert mine.reads == ("X-SECRET",)

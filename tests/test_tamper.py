@@ -485,6 +485,22 @@ def test_what_shows_a_records_history_refuses_an_event_altered_behind_the_ledger
             pytest.fail(f"{what} showed an altered event")
 
 
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_a_history_of_the_log_names_an_event_deleted_from_its_end_within_its_bound(
+    world: World, ledger_url: str
+) -> None:
+    # Given a ledger whose newest event was deleted behind its back (its leaf kept)
+    _scenario(world)
+    newest = world.ledger.position
+    _delete(_db(ledger_url), newest)
+
+    # Then a history of the whole log names it, and one that stops before it does not
+    with pytest.raises(CorruptEventError, match=f"position {newest}"):
+        world.reviewer.history()
+    shown = world.reviewer.history(stop=newest - 1)
+    assert shown and shown[-1].position <= newest - 1
+
+
 def test_a_rebuild_over_a_deleted_last_event_is_refused_with_a_compressor_too(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

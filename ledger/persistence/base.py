@@ -164,12 +164,16 @@ class LedgerRecorderMixin:
                 why = "was not appended by the ledger" if stored is None else "was altered"
                 raise CorruptEventError(f"stored event at position {position} {why}")
 
-    def vouch_end(self, c: Cursor, after: int) -> None:
+    def vouch_end(self, c: Cursor, after: int, upto: int | None = None) -> None:
         """Raise ``CorruptEventError`` if an event the ledger appended after position
-        ``after``, the last read, is gone (its Merkle leaf is there)."""
+        ``after``, the last read (and up to ``upto``, if given), is gone (its
+        Merkle leaf is there)."""
         c.execute(
-            self.dialect.q("SELECT MIN(position) AS p FROM {t}pl_merkle_leaves WHERE position > ?"),
-            (after,),
+            self.dialect.q(
+                "SELECT MIN(position) AS p FROM {t}pl_merkle_leaves WHERE position > ? "
+                "AND position <= ?"
+            ),
+            (after, (1 << 62) if upto is None else upto),
         )
         row = c.fetchone()
         if row is not None and row["p"] is not None:
