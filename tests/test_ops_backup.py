@@ -186,11 +186,12 @@ def test_a_backup_onto_a_full_disk_fails_whole_and_leaves_nothing(tmp_path: Path
     assert state(url) == before
 
 
-def test_a_backup_removes_what_backups_killed_midway_left_beside_its_file(
+def test_a_backup_removes_what_backups_killed_midway_left_in_its_directory(
     tmp_path: Path,
 ) -> None:
-    # Given the hidden copies two killed backups to copy.db left (whole snapshot
-    # bytes an erasure would never reach), and one of a backup still running
+    # Given the hidden copies killed backups to copy.db and to other.db left (whole
+    # snapshot bytes an erasure would never reach: backups named by date may never
+    # be made to the same name again), and one of a backup still running
     url, _, _ = new_ledger(tmp_path / "live.db")
     gone = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
@@ -212,10 +213,11 @@ def test_a_backup_removes_what_backups_killed_midway_left_beside_its_file(
     # When a backup to copy.db is made
     made = run_backup(str(tmp_path / "copy.db"), "--url", url)
 
-    # Then the dead ones are gone; the running one's and another file's stay
+    # Then the dead ones are gone, whatever their name; the running one's and
+    # another file's stay
     assert made.exit_code == 0, made.output
-    assert not any(path.exists() for path in left)
-    assert running.exists() and other.exists() and notes.exists() and folder.is_dir()
+    assert not any(path.exists() for path in (*left, other))
+    assert running.exists() and notes.exists() and folder.is_dir()
 
 
 def test_a_backup_prints_json_for_scripts(tmp_path: Path) -> None:

@@ -578,3 +578,63 @@ def test_a_ledger_this_user_may_not_write_is_refused_to_a_server_and_to_mode_rw(
     # Then each is refused, saying why, with no warning of a read-only open
     assert (served.returncode, served.stderr) == (1, refusal)
     assert (read.returncode, read.stderr) == (1, refusal)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root, to drop the capability to write")
+def test_a_shm_file_left_read_only_is_named_not_a_raw_readonly_database(tmp_path: Path) -> None:
+    # Given a ledger read while its file was read-only (SQLite made its -shm file
+    # read-only too), then made writable again, the -shm file left as it was
+    path = tmp_path / "l.db"
+    led, tokens = write_ledger(path)
+    led.close()
+    os.chmod(path, 0o444)
+    assert opened_without_override(f"sqlite:///{path}")[0].startswith("refused")
+    env = {"PROVLEDGER_URL": f"sqlite:///{path}", "PROVLEDGER_TOKEN": tokens["agent-1"]}
+    assert without_override("-m", "ledger", "get", "F1", env=env).returncode == 0
+    shm = Path(f"{path}-shm")
+    assert shm.exists() and (shm.stat().st_mode & 0o222) == 0
+    os.chmod(path, 0o644)
+    # When a proposal is made
+    propose = ("propose", "--scope", "proj-a", "--claim", "k", "--kind", "fact", "--value", "1")
+    refused = without_override("-m", "ledger", *propose, env=env)
+    # Then it is refused naming the -shm file and what to do, nothing written
+    assert refused.returncode == 1, refused.stderr
+    # (the -wal file first: never to be removed, it may hold the newest transactions)
+    assert (
+        "its -wal file is not writable (made while the ledger was read-only, or another "
+        "user's): make it writable (never remove it" in refused.stderr
+    )
+    os.chmod(f"{path}-wal", 0o644)
+    refused = without_override("-m", "ledger", *propose, env=env)
+    assert "its -shm file is not writable" in refused.stderr
+    os.chmod(shm, 0o644)
+    proposed = without_override("-m", "ledger", *propose, env=env)
+    assert proposed.returncode == 0, proposed.stderr
+    assert "attempt to write a readonly database" not in refused.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root, to hand the files to another user")
+def test_a_ledger_in_a_directory_this_user_may_not_write_is_backed_up(tmp_path: Path) -> None:
+    # Given a ledger in another user's directory, where SQLite cannot make the -shm
+    # file a read needs (as on a read-only file system)
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    led, _ = write_ledger(folder / "l.db")
+    admin_token = led.admin().issue_admin_token()
+    digest = str(led.digest())
+    led.close()
+    for path in (folder, folder / "l.db"):
+        os.chown(path, 65534, 65534)
+    os.chmod(folder, 0o755)
+    os.chmod(folder / "l.db", 0o644)
+    out = tmp_path / "out"
+    out.mkdir()
+    # When this user backs it up into a directory of its own
+    env = {"PROVLEDGER_URL": f"sqlite:///{folder / 'l.db'}", "PROVLEDGER_ADMIN_TOKEN": admin_token}
+    made = without_override("-m", "ledger", "backup", str(out / "copy.db"), env=env)
+    # Then the copy is made, whole (it was refused: "unable to open database file")
+    assert made.returncode == 0, made.stderr
+    assert made.stdout.strip() == digest
+    with Ledger.open(f"sqlite:///{out / 'copy.db'}?mode=ro") as copy:
+        assert str(copy.digest()) == digest and copy.verify().ok
+    assert sorted(p.name for p in folder.iterdir()) == ["l.db"]

@@ -3,7 +3,6 @@ token commands are ledger.cli.tokens, copying a ledger ledger.cli.copying)."""
 
 from __future__ import annotations
 
-import glob
 import os
 import re
 import sqlite3
@@ -12,7 +11,6 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import click
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
@@ -51,7 +49,7 @@ from ledger.errors import (
 )
 from ledger.experiment import run_experiment
 from ledger.persistence.faults import reason_of, storage_error
-from ledger.persistence.sqlite_files import others_tables
+from ledger.persistence.sqlite_files import others_tables, read_only_uri
 from ledger.persistence.urls import resolve_url
 
 
@@ -537,12 +535,12 @@ def _check_destination(dest: str) -> None:
 
 
 def _clear_dead_partials(target: Path) -> None:
-    """Remove what backups to ``target`` killed midway left beside it (a hidden
-    ``.NAME.partial-PID`` copy, whole snapshot bytes included, that a later
-    erasure would never reach): those of processes no longer running."""
-    prefix = f".{target.name}.partial-"
-    named = re.compile(re.escape(prefix) + r"([0-9]+)(-journal|-wal|-shm)?")
-    for found in target.parent.glob(glob.escape(prefix) + "*"):
+    """Remove what backups killed midway left in ``target``'s directory, to any
+    name (a hidden ``.NAME.partial-PID`` copy, whole snapshot bytes included, that
+    a later erasure would never reach; backups are often named by date, so one to
+    the same name may never come): those of processes no longer running."""
+    named = re.compile(r"\..+\.partial-([0-9]+)(-journal|-wal|-shm)?")
+    for found in target.parent.glob(".*.partial-*"):
         match = named.fullmatch(found.name)
         if match is None or int(match[1]) == os.getpid() or not found.is_file():
             continue
@@ -585,9 +583,9 @@ def _vacuum_into(source: str, partial: Path, shown: str, dest: str) -> None:
         # backup holds all the ledger holds.
         partial.unlink(missing_ok=True)  # an earlier process's of this pid: it is gone
         os.close(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-        con = sqlite3.connect(
-            f"file:{quote(source)}?mode=ro", uri=True, isolation_level=None, timeout=30
-        )
+        # Read-only, immutable where SQLite cannot make its -shm file beside the
+        # ledger (a read-only directory or file system), as the ledger opens it.
+        con = sqlite3.connect(read_only_uri(source), uri=True, isolation_level=None, timeout=30)
         try:
             con.execute("VACUUM INTO ?", (str(partial),))
         finally:

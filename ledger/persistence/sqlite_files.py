@@ -145,6 +145,15 @@ def unwritable(path: str) -> str | None:
             "SQLite cannot create its -wal and -shm files beside it (a read-only "
             "directory or file system, or no permission to write there)"
         )
+    for kept, remedy in (  # left by an open while the file was read-only, or another user's
+        (beside[0], "make it writable (never remove it: it may hold the newest transactions)"),
+        (beside[1], "make it writable, or remove it while no process has the ledger open"),
+    ):
+        if os.path.exists(kept) and not os.access(kept, os.W_OK):
+            return (
+                f"its {kept[len(real) :]} file is not writable (made while the ledger was "
+                f"read-only, or another user's): {remedy}"
+            )
     return None
 
 
