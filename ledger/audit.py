@@ -133,8 +133,10 @@ def _history_events(
             while True:
                 batch = engine.recorder.read_after(c, after, _HISTORY_BATCH)
                 shown = [n for n in batch if n.id <= last]
-                if shown:
-                    engine.recorder.vouch(c, shown, after=after)
+                problem = engine.recorder.vouch_problem(c, shown, after)
+                if problem is not None:  # shown as far as it, then refused
+                    yield from (n for n in shown if n.id < problem[0])
+                    raise CorruptEventError(problem[1])
                 if len(shown) < _HISTORY_BATCH:
                     engine.recorder.vouch_end(c, shown[-1].id if shown else after, last)
                     yield from shown

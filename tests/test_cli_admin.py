@@ -279,10 +279,14 @@ def test_every_command_but_init_refuses_a_missing_ledger_and_creates_nothing(
     result = run(*args, "--url", f"sqlite:///{path}")
     # verify, a check, exits 3: it could not check (1 is a problem it found)
     assert result.exit_code == (3 if args == ["verify"] else 1)
+    # (the URL came from --url: that is what to check)
     assert result.stderr == (
-        f"error: no ledger at sqlite:///{path}; run `provledger init` or check PROVLEDGER_URL\n"
+        f"error: no ledger at sqlite:///{path}; run `provledger init` or check --url\n"
     )
     assert list(tmp_path.iterdir()) == []  # no file, no -wal, no -shm
+    from_variable = run(*args, PROVLEDGER_URL=f"sqlite:///{path}")
+    assert from_variable.stderr.endswith("or check PROVLEDGER_URL\n")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_the_default_url_is_not_created_by_a_read_either(
@@ -291,6 +295,7 @@ def test_the_default_url_is_not_created_by_a_read_either(
     monkeypatch.chdir(tmp_path)
     result = run("read", "--scope", "p", "--claim", "k", "--token", "plt_x")
     assert result.exit_code == 1 and "no ledger at sqlite:///provledger.db" in result.stderr
+    assert result.stderr.endswith("or check --url or PROVLEDGER_URL\n")
     assert not (tmp_path / "provledger.db").exists()
 
 
@@ -353,8 +358,7 @@ def test_a_file_of_something_else_is_named_for_what_it_is_not_sent_to_init(
         result = run("get", "E1", "--token", "plt_x", "--url", f"sqlite:///{path}")
         assert result.exit_code == 1
         assert result.stderr == (
-            f"error: no ledger at sqlite:///{path}: the file there is {what}; check "
-            "PROVLEDGER_URL\n"
+            f"error: no ledger at sqlite:///{path}: the file there is {what}; check --url\n"
         )
     assert {p.name: p.read_bytes() for p in (text, other)} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.db", "other.db"]

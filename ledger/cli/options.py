@@ -357,19 +357,32 @@ def open_ledger(
         return Ledger.open(url, create=create, catch_up=catch_up)
     except LedgerNotFoundError:
         backend = resolve_url(url)
+        given = _url_given()
         found = foreign_file(backend.path) if backend.path is not None else None
         if found is not None:  # a file of something else: `init` is no answer
             raise LedgerNotFoundError(
-                f"no ledger at {backend.url}: the file there is {found}; check PROVLEDGER_URL"
+                f"no ledger at {backend.url}: the file there is {found}; check {given}"
             ) from None
         if backend.read_only:  # init creates, which read-only cannot
             raise LedgerNotFoundError(
                 f"no ledger at {backend.url} (opened read-only: nothing was created); "
-                "check the path or PROVLEDGER_URL"
+                f"check the path or {given}"
             ) from None
         raise LedgerNotFoundError(
-            f"no ledger at {backend.url}; run `provledger init` or check PROVLEDGER_URL"
+            f"no ledger at {backend.url}; run `provledger init` or check {given}"
         ) from None
+
+
+def _url_given() -> str:
+    """Where the ledger's URL came from, as a refusal names it: ``--url`` or
+    ``$PROVLEDGER_URL`` (the default file: either, to give one)."""
+    context = click.get_current_context(silent=True)
+    source = None if context is None else context.get_parameter_source("url")
+    if source is ParameterSource.COMMANDLINE:
+        return "--url"
+    if source is ParameterSource.ENVIRONMENT:
+        return "PROVLEDGER_URL"
+    return "--url or PROVLEDGER_URL"
 
 
 #: The most a --value-file is read (a value is at most 1 MiB stored by default;

@@ -135,8 +135,26 @@ class LedgerRecorderMixin:
     def vouch_rows(self, c: Cursor, rows: Sequence[Row], after: int | None = None) -> None:
         """:meth:`vouch` for plain rows (with ``after``: every stored event after
         that position, up to the last of them)."""
+        problem = self.rows_problem(c, rows, after)
+        if problem is not None:
+            raise CorruptEventError(problem[1])
+
+    def vouch_problem(
+        self, c: Cursor, notes: Sequence[Notification], after: int | None = None
+    ) -> tuple[int, str] | None:
+        """The first position among ``notes`` (with ``after``: among every stored
+        event after that position, up to the last of them) that :meth:`vouch`
+        refuses, and why; None if it refuses none. For what shows the events before
+        it and then refuses."""
+        rows = [(n.id, n.originator_id, n.originator_version, n.topic, n.state) for n in notes]
+        return self.rows_problem(c, rows, after)
+
+    def rows_problem(
+        self, c: Cursor, rows: Sequence[Row], after: int | None = None
+    ) -> tuple[int, str] | None:
+        """:meth:`vouch_problem` of plain rows."""
         if not rows:
-            return
+            return None
         last = rows[-1][0]
         if after is None:
             # One record's events lie anywhere in the log: their own leaves, not
@@ -156,13 +174,14 @@ class LedgerRecorderMixin:
         # Rows read after a position are every event since (a record's events, read
         # without it, are not): a leaf among them without its row is a row gone.
         gone = [] if after is None else sorted(set(leaves).difference(row[0] for row in rows))
-        if gone:
-            raise CorruptEventError(_gone(gone[0]))
+        problems = [(gone[0], _gone(gone[0]))] if gone else []
         for (position, *_), leaf in zip(rows, leaf_hashes(rows), strict=True):
             stored = leaves.get(position)
             if stored != leaf:
                 why = "was not appended by the ledger" if stored is None else "was altered"
-                raise CorruptEventError(f"stored event at position {position} {why}")
+                problems.append((position, f"stored event at position {position} {why}"))
+                break
+        return min(problems) if problems else None
 
     def vouch_end(self, c: Cursor, after: int, upto: int | None = None) -> None:
         """Raise ``CorruptEventError`` if an event the ledger appended after position
