@@ -4,7 +4,6 @@ token commands are ledger.cli.tokens, copying a ledger ledger.cli.copying)."""
 from __future__ import annotations
 
 import os
-import re
 import sqlite3
 import stat
 import sys
@@ -48,6 +47,7 @@ from ledger.errors import (
     StorageError,
 )
 from ledger.experiment import run_experiment
+from ledger.persistence.copy_target import clear_dead_partials
 from ledger.persistence.faults import reason_of, storage_error
 from ledger.persistence.sqlite_files import others_tables, read_only_uri
 from ledger.persistence.urls import resolve_url
@@ -481,7 +481,7 @@ def backup(dest: str, url: str | None, admin_token: str | None, as_json: bool) -
             f"backup refused: the directory {printable(target.parent)} does not exist "
             "(nothing was written)"
         )
-    _clear_dead_partials(target)
+    clear_dead_partials(str(target))  # what killed backups and copies left here
     # The views as stored: a backup writes nothing to the ledger it copies.
     with host_ledger(url, "backup", admin_token, catch_up=False) as led:
         source = os.path.realpath(backend.path)
@@ -532,31 +532,6 @@ def _check_destination(dest: str) -> None:
             f"backup refused: DEST {printable(dest)!r} is a URL; a backup destination is "
             f"a file path, e.g. {example} (nothing was written)"
         )
-
-
-def _clear_dead_partials(target: Path) -> None:
-    """Remove what backups killed midway left in ``target``'s directory, to any
-    name (a hidden ``.NAME.partial-PID`` copy, whole snapshot bytes included, that
-    a later erasure would never reach; backups are often named by date, so one to
-    the same name may never come): those of processes no longer running."""
-    named = re.compile(r"\..+\.partial-([0-9]+)(-journal|-wal|-shm)?")
-    for found in target.parent.glob(".*.partial-*"):
-        match = named.fullmatch(found.name)
-        if match is None or int(match[1]) == os.getpid() or not found.is_file():
-            continue
-        if found.is_symlink():
-            continue  # a backup writes no link
-        try:
-            os.kill(int(match[1]), 0)
-            continue  # running (another user's, maybe): not ours to remove
-        except ProcessLookupError:  # gone: nobody writes that copy any more
-            pass
-        except OSError:
-            continue
-        try:
-            found.unlink()
-        except OSError:  # not ours to remove (a sticky folder): the backup goes on
-            continue
 
 
 def _as_readable_as(fd: int, source: os.stat_result) -> None:

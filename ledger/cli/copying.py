@@ -61,6 +61,12 @@ def copy_command(target: str, url: str | None, admin_token: str | None, as_json:
     run `init` on it). Prints the digest: `provledger verify --against` it
     passes on the copy.
 
+    A new SQLite file is built beside its name (hidden, .NAME.partial-PID) and
+    appears there only once complete, as one file: a copy killed midway leaves
+    no file at the name (the next copy into that folder removes what was left).
+    A killed copy into PostgreSQL leaves its schema's tables empty: copy into it
+    again.
+
     To move a ledger: stop its writers, copy, point $PROVLEDGER_URL at the copy.
     What is written to the ledger after the copy's position is not in the copy.
 

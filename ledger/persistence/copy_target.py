@@ -5,20 +5,30 @@ ledger, which would create tables or catch up views; under the copy's writers'
 lock, whether it was written to meanwhile; and after a failure, what the copy left
 there: no row, and no file it created (removed only while its path still names
 that file).
+
+A new SQLite file is built beside its name, in the hidden ``.NAME.partial-PID``
+(:func:`claim_partial`), and given the name only once it is complete, checked and
+one self-contained file (:func:`put_in_place`): a copy killed midway leaves no
+file at the name, where one would open as an empty ledger that verifies, and
+the next copy into that folder removes what it left.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
+import threading
 from collections.abc import Sequence
 from contextlib import closing, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 from uuid import UUID
 
 from ledger.errors import CorruptEventError, InvalidURLError, LedgerError, StorageError
+from ledger.merkle import LogDigest, root_of
 from ledger.persistence.base import PRIMARY_TABLES
 from ledger.persistence.sqlite_files import foreign_file, others_tables
 from ledger.persistence.urls import Backend, resolve_url
@@ -29,13 +39,18 @@ __all__ = [
     "Made",
     "Server",
     "claim_file",
+    "claim_partial",
+    "clear_dead_partials",
     "failure",
     "insert_events",
     "not_empty",
     "occupant",
+    "partial_url",
+    "put_in_place",
     "refuse_occupied",
     "refuse_same",
     "remove_claimed",
+    "remove_partial",
     "server_of",
     "set_sequence",
     "target_of",
@@ -261,6 +276,189 @@ def remove_claimed(path: str, claimed: tuple[int, int]) -> None:
             Path(f"{path}{end}").unlink(missing_ok=True)
 
 
+# -- a new SQLite file, built beside its name ----------------------------------------
+
+#: What SQLite names its own files beside a database file ``NAME``: ``NAME-wal``…
+_SIDE_FILES = ("-journal", "-wal", "-shm")
+#: What a failed copy into a new SQLite file left: nothing at its name.
+_PARTIAL_LEFT = "no file was made at the target (the copy built beside it is removed)"
+#: The partial files this process builds copies in (:func:`claim_partial`): two
+#: threads' copies into one new file would share one.
+_building: set[str] = set()
+_building_lock = threading.Lock()
+
+
+def claim_partial(path: str) -> str | None:
+    """For a copy into the new SQLite file ``path``: the hidden file beside it that
+    the copy is built in, ``.NAME.partial-PID``, created empty and readable and
+    writable by its owner alone (0600), as a new ledger file is; given the name
+    ``path`` once complete (:func:`put_in_place`). Partials in its folder left by
+    copies (or backups) whose process is gone are removed first, whatever
+    ``path`` names (:func:`clear_dead_partials`). None where ``path`` names
+    something already (it is copied into where it is) or no file can be made
+    beside it (opening the target says why).
+
+    Raises:
+        StorageError: the partial's own files' names would be too long for the
+            folder, or another copy into ``path`` is running in this process.
+    """
+    clear_dead_partials(path)
+    if os.path.lexists(path):
+        return None
+    target = Path(path)
+    partial = str(target.with_name(f".{target.name}.partial-{os.getpid()}"))
+    longest = f"{Path(partial).name}-journal"
+    limit = _name_max(target.parent)
+    if len(os.fsencode(longest)) > limit:
+        raise StorageError(
+            f"copy refused: the name {target.name!r} is too long: the copy is built beside "
+            f"it in {longest!r}, longer than the {limit} bytes a name may have there; give "
+            "a shorter name (nothing was written)"
+        )
+    with _building_lock:
+        if partial in _building:
+            raise StorageError(
+                f"copy refused: another copy into {path} is running in this process; wait "
+                "for it to end (nothing was written)"
+            )
+        _unlink_all(partial)  # an earlier process's of this pid: it is gone
+        try:
+            os.close(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        except OSError:
+            return None
+        _building.add(partial)
+    return partial
+
+
+def _name_max(folder: Path) -> int:
+    """The longest name, in bytes, a file in ``folder`` may have (255 if not known)."""
+    try:
+        return os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return 255
+
+
+def partial_url(url: str, partial: str) -> str:
+    """The ledger URL of the partial file ``partial`` of the SQLite target ``url``,
+    with the target's options."""
+    query = url.partition("?")[2]
+    return f"sqlite:///{quote(partial, safe='/')}" + (f"?{query}" if query else "")
+
+
+def remove_partial(partial: str) -> None:
+    """Remove a copy's partial file (:func:`claim_partial`) and SQLite's files beside
+    it: once it has its name, or once the copy failed."""
+    _unlink_all(partial)
+    with _building_lock:
+        _building.discard(partial)
+
+
+def _unlink_all(path: str) -> None:
+    for end in ("", *_SIDE_FILES):
+        with suppress(OSError):
+            Path(f"{path}{end}").unlink(missing_ok=True)
+
+
+def clear_dead_partials(path: str) -> None:
+    """Remove what copies and backups killed midway left in ``path``'s folder, to
+    any name (a hidden ``.NAME.partial-PID``, with SQLite's files: a whole copy,
+    that a later erasure would never reach; copies named by date may never be
+    made to the same name again): those of processes no longer running, as
+    ``provledger backup`` does."""
+    named = re.compile(r"\..+\.partial-([0-9]+)(-journal|-wal|-shm)?")
+    for found in Path(path).parent.glob(".*.partial-*"):
+        match = named.fullmatch(found.name)
+        if match is None or int(match[1]) == os.getpid():
+            continue
+        if found.is_symlink() or not found.is_file():
+            continue  # a copy writes no link
+        try:
+            os.kill(int(match[1]), 0)
+            continue  # running (another user's, maybe): not ours to remove
+        except ProcessLookupError:  # gone: nobody writes that copy any more
+            pass
+        except OSError:
+            continue
+        with suppress(OSError):  # not ours to remove (a sticky folder): the copy goes on
+            found.unlink()
+
+
+def put_in_place(partial: str, path: str, digest: LogDigest, events: int) -> None:
+    """Give the copy committed in ``partial`` the name ``path``, once it is one
+    self-contained file (its write-ahead log checked into it, journal mode DELETE:
+    no ``-wal`` beside it holds a row), holding ``events`` events whose digest is
+    ``digest``, and synced to disk; with a hard link, which never replaces a file
+    made at ``path`` meanwhile. The partial's name is removed after
+    (:func:`remove_partial`). Every connection to it must be closed.
+
+    Raises:
+        StorageError: a file was made at ``path`` meanwhile, or the partial could
+            not be made one file, does not hold the copy, or cannot be linked.
+    """
+    left = _PARTIAL_LEFT
+    try:
+        uri = f"{Path(partial).absolute().as_uri()}?mode=rw"
+        with closing(sqlite3.connect(uri, uri=True, isolation_level=None)) as con:
+            busy = con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+            mode = str(con.execute("PRAGMA journal_mode=DELETE").fetchone()[0]).lower()
+            if busy or mode != "delete":
+                raise StorageError(
+                    f"copy failed: the copy into {path} is still open elsewhere, so its "
+                    f"write-ahead log cannot be checked into its file; {left}"
+                )
+            found = _file_digest(con)
+            n = int(con.execute("SELECT COUNT(*) FROM stored_events").fetchone()[0])
+        if (found, n) != (digest, events):
+            raise StorageError(
+                f"copy failed: the copy into {path}, closed, holds {n} events of digest "
+                f"{found}, not the {events} of {digest} it committed; {left}"
+            )
+        fd = os.open(partial, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.link(partial, path)
+    except FileExistsError:
+        raise StorageError(
+            f"copy refused: {path} was made by another process while the copy was "
+            "written; it is left as it is, and the copy built beside it is removed: copy "
+            "into a new file"
+        ) from None
+    except (OSError, sqlite3.Error) as exc:
+        raise StorageError(
+            f"copy failed: the complete copy could not be put at {path} ({exc}); {left}"
+        ) from None
+    _sync_folder(Path(path).parent)
+
+
+def _file_digest(con: sqlite3.Connection) -> LogDigest:
+    """The digest of the ledger ``con`` is open on, from its stored Merkle leaves."""
+    last = 0
+
+    def leaves() -> Any:
+        nonlocal last
+        for position, leaf in con.execute(
+            "SELECT position, leaf FROM pl_merkle_leaves ORDER BY position"
+        ):
+            last = int(position)
+            yield bytes(leaf)
+
+    size, root = root_of(leaves())
+    return LogDigest(size=size, position=last, root=root.hex())
+
+
+def _sync_folder(folder: Path) -> None:
+    """Make a new name in ``folder`` durable (where the platform allows it)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    with suppress(OSError):
+        os.fsync(fd)
+    os.close(fd)
+
+
 # -- under the copy's writers' lock, and after ---------------------------------------
 
 
@@ -318,12 +516,15 @@ def set_sequence(rec: Any, w: Any) -> None:
 
 @dataclass
 class Made:
-    """What a copy made of its target: the SQLite file it created (device and inode,
+    """What a copy made of its target: the hidden partial file a new SQLite file is
+    built in (:func:`claim_partial`; None: none, the target is written where it
+    is); the SQLite file it created at the target (device and inode,
     :func:`claim_file`; None: none); whether a file there stays after a failure
     (``keep``: one refused as written to meanwhile is another's; one that failed
     as it committed may hold the copy); ``committing``: the digest of a copy that
     failed as it committed; whether it committed."""
 
+    partial: str | None = None
     file: tuple[int, int] | None = None
     keep: bool = False
     committing: str | None = None
@@ -332,17 +533,23 @@ class Made:
 
 def failure(exc: LedgerError, opened: str, shown: str, into: Backend, made: Made) -> LedgerError:
     """The copy's failure ``exc`` as raised: naming the source as ``shown`` (not as
-    ``opened``, its URL as opened) and saying what is left on the target."""
+    ``opened``, its URL as opened), the target by its URL and path (not its
+    partial file's), and saying what is left on the target."""
     message = str(exc) if opened == shown else str(exc).replace(opened, shown)
-    if made.committing is not None:
+    if made.partial is not None and into.path is not None:  # removed, whatever it holds
+        message = message.replace(partial_url(into.url, made.partial), into.url)
+        message = message.replace(made.partial, into.path)
+        left = _PARTIAL_LEFT
+    elif made.committing is not None:
         return type(exc)(
             f"{message}; the copy may have been committed: check the target before "
             f"copying again (provledger verify --url '{into.url}' --against {made.committing})"
         )
-    if made.keep:  # refused as written to: its message says nothing was written
+    elif made.keep:  # refused as written to: its message says nothing was written
         exc.args = (message, *exc.args[1:])
         return exc
-    left = _left(into, made.file is not None)
+    else:
+        left = _left(into, made.file is not None)
     if isinstance(exc, CorruptEventError):
         return CorruptEventError(
             f"copy refused: the source ledger {shown!r} holds an event that is not what "

@@ -28,8 +28,16 @@ transaction (the log at one position while writers go on; nothing is written to
 it), ended once they are copied: a PostgreSQL server ends a session left idle in
 a transaction for longer than ``idle_in_transaction_session_timeout`` (5 s unless
 the URL's ``idle_timeout`` says) and the views may take longer. Once the target
-has committed, the copy is complete: nothing that fails after (closing either
-ledger) fails it.
+has committed (a new SQLite file: once it has its name, below), the copy is
+complete: nothing that fails after (closing either ledger) fails it.
+
+A new SQLite file is not written at its name: it is built in a hidden file beside
+it (``.NAME.partial-PID``), then checked into one file (no ``-wal`` beside it),
+checked again (its events and digest) and linked to its name, which never
+replaces a file made there meanwhile (:mod:`ledger.persistence.copy_target`). A
+copy killed midway thus leaves no file at the name (where one would open as an
+empty ledger, and verify), only its hidden partial, removed by the next copy into
+that folder. A target that is there already (an empty ledger) is written in place.
 """
 
 from __future__ import annotations
@@ -50,12 +58,16 @@ from ledger.persistence.copy_target import (
     Made,
     Server,
     claim_file,
+    claim_partial,
     failure,
     insert_events,
     occupant,
+    partial_url,
+    put_in_place,
     refuse_occupied,
     refuse_same,
     remove_claimed,
+    remove_partial,
     server_of,
     set_sequence,
     target_of,
@@ -116,8 +128,12 @@ def copy_ledger(
     It is written in one transaction that commits only once its views are built
     and its row counts and digest equal the source's: a failed copy writes no
     row (a file it created is removed; tables it created stay, empty, and a copy
-    takes them again). Once it has committed, the copy is returned whatever fails
-    after (closing either ledger).
+    takes them again). A new SQLite file is built in a hidden file beside it
+    (``.NAME.partial-PID``) and given its name only once committed, checked and
+    one self-contained file, never replacing a file made there meanwhile: a copy
+    killed midway leaves no file at the name (the next copy into that folder
+    removes what it left). Once it has committed (a new SQLite file: once it has
+    its name), the copy is returned whatever fails after (closing either ledger).
 
     ``source_url``: how messages and the report name an open ``source`` (default:
     the URL it was opened with; the command line opens an SQLite source with
@@ -127,7 +143,9 @@ def copy_ledger(
         InvalidURLError: ``target`` is no ledger URL, is ``memory:`` or read-only,
             or names the source's own database.
         StorageError: the target holds rows or another program's tables (naming
-            the table), either database cannot be reached, or the copy differs.
+            the table), either database cannot be reached, the copy differs, or
+            a new file's name was taken by another process meanwhile (or the
+            new file could not be made one file and given its name).
         CorruptEventError: a stored event of the source is not what the ledger
             appended (``provledger verify`` on the source names every problem).
         LedgerNotFoundError: ``source`` is a URL with no ledger there.
@@ -154,13 +172,18 @@ def copy_ledger(
         refuse_same(resolve_url(led.url), into, _server(led))
         refuse_occupied(into)
         if into.path is not None:  # a new file is made here, not by opening it
-            made.file = claim_file(into.path)
+            made.partial = claim_partial(into.path)
+            if made.partial is None:  # the path names a file: it is written in place
+                made.file = claim_file(into.path)
         try:
             return _copy(led, shown, target, into, made, progress)
         except BaseException:
             if into.path is not None and made.file is not None and not made.keep:
                 remove_claimed(into.path, made.file)
             raise
+        finally:
+            if made.partial is not None:  # at its name once the copy is complete
+                remove_partial(made.partial)
     finally:
         if own:
             _close(led, made.committed)
@@ -205,13 +228,20 @@ def _copy(
     from ledger.application import Ledger
 
     started = time.perf_counter()
-    dest = Ledger.open(target)
+    try:
+        dest = Ledger.open(target if made.partial is None else partial_url(target, made.partial))
+    except LedgerError as exc:
+        if made.partial is None:
+            raise
+        raise failure(exc, led.url, shown, into, made) from None
     try:
         digest, counts = _transaction(led, dest, into, made, progress)
     except LedgerError as exc:
         raise failure(exc, led.url, shown, into, made) from None
     finally:
         _close(dest, made.committed)
+    if made.partial is not None and into.path is not None:
+        put_in_place(made.partial, into.path, digest, counts["events"])
     return CopyReport(
         source=shown,
         target=into.url,

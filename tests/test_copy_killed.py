@@ -1,0 +1,357 @@
+"""``copy`` into a new SQLite file: built beside its name, named once complete.
+
+A copy killed midway (a real ``kill -9``) must leave no file at the target, where
+one would open as an empty ledger that verifies: only its hidden partial, which
+the next copy into that folder removes. A finished copy is one self-contained file,
+readable by its owner alone; a file another process makes at the name meanwhile
+is never replaced, nor one that was there (written in place) removed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from ledger import Ledger
+from ledger.cli import main
+from ledger.errors import (
+    ConnectionLostError,
+    CorruptEventError,
+    LedgerNotFoundError,
+    StorageError,
+)
+from ledger.persistence.copying import copy_ledger
+from tests.conftest import Clock
+from tests.test_copy import build, build_altered
+
+REPO = Path(__file__).resolve().parent.parent
+#: The child: a copy that prints "ready" when it reaches the step named, then waits
+#: there (in the middle of its write transaction) to be killed.
+CHILD = """
+import sys, time
+from ledger.persistence.copying import copy_ledger
+
+def step(what, reached, total):
+    if what == sys.argv[3]:
+        print("ready", flush=True)
+        time.sleep(600)
+
+copy_ledger(sys.argv[1], sys.argv[2], progress=step)
+"""
+
+
+def urls(tmp_path: Path, clock: Clock) -> tuple[str, str, Path]:
+    """A varied source ledger's URL, a new target's URL and its path."""
+    source = f"sqlite:///{tmp_path / 'source.db'}"
+    build(source, clock)
+    return source, *urls_of(tmp_path)
+
+
+def urls_of(tmp_path: Path) -> tuple[str, Path]:
+    """A new target's URL and its path."""
+    return f"sqlite:///{tmp_path / 'target.db'}", tmp_path / "target.db"
+
+
+def partials(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if ".partial-" in p.name)
+
+
+def kill_copy_at(source: str, target: str, step: str) -> int:
+    """Run a copy of ``source`` into ``target`` in a child process and SIGKILL it once
+    it reached ``step``; its pid."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env.pop("PROVLEDGER_URL", None)
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, source, target, step],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env=env,
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "ready"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    assert child.returncode == -signal.SIGKILL
+    return child.pid
+
+
+def cli(*args: str) -> Any:
+    return CliRunner().invoke(
+        main, list(args), env={"PROVLEDGER_URL": None, "PROVLEDGER_ADMIN_TOKEN": None}
+    )
+
+
+def assert_one_private_file(path: Path) -> None:
+    """``path`` is a ledger file alone (no -wal, -shm or partial beside it), 0600."""
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 & ~_umask()
+    beside = [p.name for p in path.parent.iterdir() if p.name.startswith(f"{path.name}-")]
+    assert beside == []
+    assert partials(path.parent) == []
+    uri = f"{path.absolute().as_uri()}?mode=ro"
+    con = sqlite3.connect(uri, uri=True)
+    try:
+        assert con.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    finally:
+        con.close()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@pytest.mark.parametrize("step", ["events", "views"])
+def test_a_copy_killed_midway_leaves_no_file_at_the_target_and_the_next_removes_its_partial(
+    tmp_path: Path, clock: Clock, step: str
+) -> None:
+    # 1. A copy into a new file, SIGKILLed while it writes the log, or builds views.
+    source, target, path = urls(tmp_path, clock)
+    pid = kill_copy_at(source, target, step)
+    # 2. Nothing at the target: it is no ledger, and verify and stats say so.
+    assert not os.path.lexists(path)
+    with pytest.raises(LedgerNotFoundError):
+        Ledger.open(target, create=False)
+    for command in ("verify", "stats"):
+        refused = cli(command, "--url", target)
+        assert refused.exit_code != 0
+        assert f"no ledger at {target}" in refused.stderr
+    # 3. Only the hidden partial of the killed copy, with its -wal.
+    assert f".target.db.partial-{pid}" in partials(tmp_path)
+    assert f".target.db.partial-{pid}-wal" in partials(tmp_path)
+    # 4. The next copy into the folder removes it, and is one file whose digest is the
+    # source's.
+    report = copy_ledger(source, target)
+    assert_one_private_file(path)
+    with Ledger.open(source) as led:
+        assert report.digest == led.digest()
+    checked = cli("verify", "--url", target, "--against", str(report.digest))
+    assert checked.exit_code == 0, checked.output
+    assert checked.stdout.startswith(f"ok: {report.digest}")
+
+
+def test_a_new_file_is_built_beside_its_name_and_named_once_complete(
+    tmp_path: Path, clock: Clock
+) -> None:
+    source, target, path = urls(tmp_path, clock)
+    seen: list[tuple[bool, tuple[str, ...], int]] = []
+
+    def step(what: str, reached: int, total: int) -> None:
+        partial = tmp_path / f".target.db.partial-{os.getpid()}"
+        mode = stat.S_IMODE(partial.stat().st_mode)
+        seen.append((os.path.lexists(path), tuple(partials(tmp_path)[:1]), mode))
+
+    report = copy_ledger(source, target, progress=step)
+    # While the copy runs: no file at the name; its partial, 0600.
+    assert seen
+    assert set(seen) == {(False, (f".target.db.partial-{os.getpid()}",), 0o600 & ~_umask())}
+    # Once done: one file, 0600, holding the copy.
+    assert_one_private_file(path)
+    with Ledger.open(target, create=False) as copy:
+        assert copy.digest() == report.digest
+        assert copy.verify().ok
+
+
+def test_a_file_another_process_makes_at_the_target_meanwhile_is_never_replaced(
+    tmp_path: Path, clock: Clock
+) -> None:
+    # 1. Another process makes its ledger at the target's name while the copy
+    # builds its views.
+    source, target, _ = urls(tmp_path, clock)
+    theirs: list[tuple[int, str]] = []
+
+    def step(what: str, reached: int, total: int) -> None:
+        if what == "views" and not theirs:
+            with Ledger.open(f"{target}?timeout=1") as other:
+                other.admin().bootstrap_admin_token()
+                theirs.append((other.position, str(other.digest())))
+
+    # 2. The copy is refused naming the target; their ledger stays as it was; the
+    # copy's partial is gone.
+    with pytest.raises(StorageError, match=r"was made by another process while the copy"):
+        copy_ledger(source, target, progress=step)
+    with Ledger.open(target, create=False) as other:
+        assert (other.position, str(other.digest())) == theirs[0]
+    assert partials(tmp_path) == []
+
+
+def test_a_target_there_already_written_to_meanwhile_is_never_removed(
+    tmp_path: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 1. The target holds an empty ledger (it is written in place); another
+    # process writes to it after the copy found it empty, before the copy opens it.
+    source, target, _ = urls(tmp_path, clock)
+    Ledger.open(target).close()
+    opened = Ledger.open
+    other: list[tuple[int, str]] = []
+
+    def open_(cls: type[Ledger], /, url: str | None = None, **kwargs: Any) -> Ledger:
+        if url == target and not other:
+            with opened(target) as theirs:
+                theirs.admin().bootstrap_admin_token()
+                other.append((theirs.position, str(theirs.digest())))
+        return opened(url, **kwargs)
+
+    monkeypatch.setattr(Ledger, "open", classmethod(open_))
+
+    # 2. The copy is refused as not empty; the other ledger stays as it was.
+    with pytest.raises(StorageError, match="is not empty"):
+        copy_ledger(source, target)
+    monkeypatch.undo()
+    with Ledger.open(target, create=False) as theirs:
+        assert (theirs.position, str(theirs.digest())) == other[0]
+
+
+@pytest.mark.parametrize("there", [False, True])
+def test_a_copy_that_fails_as_it_commits_is_removed_or_said_to_be_perhaps_committed(
+    tmp_path: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch, there: bool
+) -> None:
+    # 1. The target's commit goes through, but its connection is lost as it
+    # answers; the target is a new file, or an empty ledger written in place.
+    from ledger.engine import Engine
+
+    source, target, path = urls(tmp_path, clock)
+    if there:
+        Ledger.open(target).close()
+    locked = Engine.locked
+
+    @contextmanager
+    def lost(self: Engine, what: str = "maintenance") -> Iterator[Any]:
+        with locked(self, what) as w:
+            yield w
+        if what == "copy":
+            raise ConnectionLostError(f"ledger {self.url!r}: lost while committing")
+
+    monkeypatch.setattr(Engine, "locked", lost)
+    with Ledger.open(source) as led:
+        digest = str(led.digest())
+
+    # 2. A new file: never named, its partial removed, the target named in the
+    # message (not the partial).
+    if not there:
+        with pytest.raises(ConnectionLostError) as failed:
+            copy_ledger(source, target)
+        assert str(failed.value) == (
+            f"ledger {target!r}: lost while committing; no file was made at the target "
+            "(the copy built beside it is removed)"
+        )
+        assert not os.path.lexists(path)
+        assert partials(tmp_path) == []
+        return
+    # 3. Written in place: refused as perhaps committed, naming the digest to
+    # check; the file stays.
+    with pytest.raises(ConnectionLostError, match=f"may have been committed.*{digest}"):
+        copy_ledger(source, target)
+    monkeypatch.undo()
+    with Ledger.open(target, create=False) as copy:
+        assert str(copy.digest()) == digest
+
+
+def test_a_failure_once_the_copy_has_committed_fails_nothing(
+    tmp_path: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 1. Closing either ledger fails, after the copy committed.
+    source, target, path = urls(tmp_path, clock)
+    close = Ledger.close
+
+    def failing(self: Ledger) -> None:
+        close(self)
+        raise StorageError("closing failed")
+
+    monkeypatch.setattr(Ledger, "close", failing)
+
+    # 2. The copy is reported, and is at its name, one file.
+    report = copy_ledger(source, target)
+    monkeypatch.undo()
+    assert_one_private_file(path)
+    with Ledger.open(target, create=False) as copy:
+        assert copy.digest() == report.digest
+
+
+def test_a_failed_copy_leaves_a_file_made_at_the_target_meanwhile(
+    tmp_path: Path, clock: Clock
+) -> None:
+    # 1. A source the copy fails on (an event altered), and a file put at the
+    # target's name by another program while the copy runs.
+    source, target, path = f"sqlite:///{tmp_path / 'source.db'}", *urls_of(tmp_path)
+    build_altered(source, clock, tmp_path / "source.db")
+
+    def step(what: str, reached: int, total: int) -> None:
+        if what == "events" and not (tmp_path / "theirs.db").exists():
+            (tmp_path / "theirs.db").write_bytes(b"their data")
+            os.replace(tmp_path / "theirs.db", path)
+
+    # 2. The copy fails; the file at the name is not its own and stays.
+    with pytest.raises(CorruptEventError, match="position 3 was altered"):
+        copy_ledger(source, target, progress=step)
+    assert path.read_bytes() == b"their data"
+    assert partials(tmp_path) == []
+
+
+def test_partials_of_gone_processes_are_removed_and_a_running_ones_kept(
+    tmp_path: Path, clock: Clock
+) -> None:
+    # 1. Partials beside the target: a gone process's (with its -wal, and one to
+    # another name), a running one's, and a name that is no partial's.
+    source, target, _ = urls(tmp_path, clock)
+    gone = subprocess.Popen([sys.executable, "-c", ""])
+    gone.wait()
+    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        for name in (
+            f".target.db.partial-{gone.pid}",
+            f".target.db.partial-{gone.pid}-wal",
+            f".2026-11-30.db.partial-{gone.pid}",
+            f".target.db.partial-{running.pid}",
+            ".target.db.partial-x",
+        ):
+            (tmp_path / name).write_bytes(b"left")
+        # 2. A copy into that folder removes the gone process's only, to any name.
+        copy_ledger(source, target)
+        assert partials(tmp_path) == [f".target.db.partial-{running.pid}", ".target.db.partial-x"]
+    finally:
+        running.kill()
+        running.wait()
+
+
+def test_a_second_copy_into_the_same_new_file_in_one_process_is_refused(
+    tmp_path: Path, clock: Clock
+) -> None:
+    source, target, path = urls(tmp_path, clock)
+    refused: list[str] = []
+
+    def step(what: str, reached: int, total: int) -> None:
+        if not refused:
+            with pytest.raises(StorageError) as second:
+                copy_ledger(source, target)
+            refused.append(str(second.value))
+
+    report = copy_ledger(source, target, progress=step)
+    assert refused == [
+        f"copy refused: another copy into {path} is running in this process; wait for it "
+        "to end (nothing was written)"
+    ]
+    with Ledger.open(target, create=False) as copy:
+        assert copy.digest() == report.digest
+
+
+def test_a_name_too_long_for_the_partial_beside_it_is_refused(tmp_path: Path, clock: Clock) -> None:
+    source, _, _ = urls(tmp_path, clock)
+    name = "t" * 240 + ".db"
+    with pytest.raises(StorageError, match=r"copy refused: the name 't+\.db' is too long"):
+        copy_ledger(source, f"sqlite:///{tmp_path / name}")
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("source")) == []
