@@ -164,6 +164,25 @@ def test_verify_exits_3_when_it_cannot_open_the_ledger_not_1_as_for_tampering(
     assert error_line(answered) == message
 
 
+def test_verify_of_an_empty_log_passes_warning_that_it_is_empty(
+    tmp_path: Path, scene: Scene
+) -> None:
+    # Given a ledger nothing was written to (as an init or a copy that did not
+    # finish may leave), and one with events
+    empty = f"sqlite:///{tmp_path / 'empty.db'}"
+    Ledger.open(empty).close()
+
+    # When each is verified
+    said = run("verify", "--url", empty)
+    held = run("verify", "--url", scene.url)
+
+    # Then both pass; the empty one says it is empty, on stderr
+    assert said.exit_code == 0, said.output
+    assert said.stdout.startswith("ok: 0:0:")
+    assert said.stderr.startswith("warning: the log is empty: no events")
+    assert held.exit_code == 0 and "log is empty" not in held.stderr
+
+
 def test_verify_of_a_tampered_ledger_still_exits_1_with_its_report(scene: Scene) -> None:
     # Given a ledger whose stored bytes were changed behind its back
     with sqlite3.connect(scene.path) as con:

@@ -174,6 +174,14 @@ def verify(
         extends = f"; extends {against}" if against else ""
         kept = f"; consistent with {report.heads} signed heads" if report.heads else ""
         click.echo(f"ok: {report.digest}{extends}{kept} ({', '.join(report.checks)})")
+        if report.digest is not None and report.digest.size == 0:
+            # `init` writes events: an empty log was never used, or not finished.
+            click.echo(
+                "warning: the log is empty: no events (a ledger nothing was written to, or "
+                "an init or copy that did not finish); `verify --against DIGEST` checks it "
+                "holds what you expect",
+                err=True,
+            )
         if "authorization" in report.checks and "views" not in report.checks:
             click.echo(
                 "views not compared: they were built by an earlier version (their "
