@@ -138,8 +138,8 @@ def _history_events(
                     yield from (n for n in shown if n.id < problem[0])
                     raise CorruptEventError(problem[1])
                 if len(shown) < _HISTORY_BATCH:
-                    engine.recorder.vouch_end(c, shown[-1].id if shown else after, last)
                     yield from shown
+                    engine.recorder.vouch_end(c, shown[-1].id if shown else after, last)
                     return
                 yield from shown
                 after = shown[-1].id

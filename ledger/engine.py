@@ -482,12 +482,14 @@ class Engine:
                     raise ConcurrencyError(
                         f"the ledger stayed locked by other writers (of this process or "
                         f"another) for {waited:.1f} s (the ledger's lock wait is {wait:g} s); "
-                        f"gave up after {tries} {'try' if tries == 1 else 'tries'}"
+                        f"gave up after {tries} {'try' if tries == 1 else 'tries'}; nothing "
+                        "was written — try again"
                     ) from None
                 # Jittered exponential backoff, capped at ~0.2 s.
                 time.sleep(min(0.2, 0.002 * 2**attempt_number) * random.random())
         raise ConcurrencyError(
-            f"the database stayed locked by other writers; gave up after {RETRIES} tries"
+            f"the database stayed locked by other writers; gave up after {RETRIES} tries; "
+            "nothing was written — try again"
         )
 
     # -- the log ------------------------------------------------------------------

@@ -15,6 +15,7 @@ import sqlite3
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,6 +32,7 @@ from ledger.errors import (
     LedgerNotFoundError,
     StorageError,
 )
+from ledger.persistence.copy_target import UNTOUCHED_FOR
 from ledger.persistence.copying import copy_ledger
 from tests.conftest import Clock
 from tests.test_copy import build, build_altered
@@ -316,13 +318,33 @@ def test_partials_of_gone_processes_are_removed_and_a_running_ones_kept(
             f".target.db.partial-{gone.pid}",
             f".target.db.partial-{gone.pid}-wal",
             f".2026-11-30.db.partial-{gone.pid}",
+            f".2026-12-01.db.partial-{gone.pid}",
+            f".2026-12-02.db.partial-{gone.pid}",
             f".target.db.partial-{running.pid}",
             ".target.db.partial-x",
+            ".target.db.partial-99999999999999999999",
         ):
             (tmp_path / name).write_bytes(b"left")
-        # 2. A copy into that folder removes the gone process's only, to any name.
+            os.chmod(tmp_path / name, 0o600)
+        # Those to other names: one left long ago; one touched lately (its writer
+        # may be one this process cannot see, in another container); one that
+        # others may read, as no partial is made
+        long_ago = time.time() - UNTOUCHED_FOR - 60
+        os.utime(tmp_path / f".2026-11-30.db.partial-{gone.pid}", (long_ago, long_ago))
+        os.utime(tmp_path / f".2026-12-02.db.partial-{gone.pid}", (long_ago, long_ago))
+        os.chmod(tmp_path / f".2026-12-02.db.partial-{gone.pid}", 0o644)
+        # 2. A copy into that folder removes the gone process's to its own name, and
+        # to another name the one left long ago, private, only
         copy_ledger(source, target)
-        assert partials(tmp_path) == [f".target.db.partial-{running.pid}", ".target.db.partial-x"]
+        assert partials(tmp_path) == sorted(
+            [
+                f".2026-12-01.db.partial-{gone.pid}",
+                f".2026-12-02.db.partial-{gone.pid}",
+                f".target.db.partial-{running.pid}",
+                ".target.db.partial-99999999999999999999",
+                ".target.db.partial-x",
+            ]
+        )
     finally:
         running.kill()
         running.wait()

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from click.testing import CliRunner, Result
 
 from ledger import Kind, Ledger
 from ledger.cli import main
+from ledger.persistence.copy_target import UNTOUCHED_FOR
 from tests.faults import small_disk
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -202,8 +204,15 @@ def test_a_backup_removes_what_backups_killed_midway_left_in_its_directory(
         path.write_bytes(b"snapshot bytes")
     running = tmp_path / f".copy.db.partial-{os.getppid()}"
     running.write_bytes(b"in progress")
+    # (to other names: one left long ago, and one touched lately, whose writer may
+    # be one this process cannot see, in another container)
     other = tmp_path / f".other.db.partial-{dead}"
-    other.write_bytes(b"another destination's")
+    lately = tmp_path / f".lately.db.partial-{dead}"
+    for path in (other, lately):
+        path.write_bytes(b"another destination's")
+        os.chmod(path, 0o600)
+    long_ago = time.time() - UNTOUCHED_FOR - 60
+    os.utime(other, (long_ago, long_ago))
     # nor is a file of a like name that is no such copy, or a folder of that name
     notes = tmp_path / f".copy.db.partial-{dead}-notes.txt"
     notes.write_bytes(b"someone's notes")
@@ -217,7 +226,7 @@ def test_a_backup_removes_what_backups_killed_midway_left_in_its_directory(
     # another file's stay
     assert made.exit_code == 0, made.output
     assert not any(path.exists() for path in (*left, other))
-    assert running.exists() and notes.exists() and folder.is_dir()
+    assert running.exists() and lately.exists() and notes.exists() and folder.is_dir()
 
 
 def test_a_backup_prints_json_for_scripts(tmp_path: Path) -> None:

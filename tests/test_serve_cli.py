@@ -512,3 +512,37 @@ def test_an_mcp_write_under_way_when_the_server_stops_is_answered_with_what_it_d
     assert not result.get("isError") and result["structuredContent"]["id"] == "M1", result
     with Ledger.open(url) as led:
         assert led.authenticate(token).get("M1").status == "CANDIDATE"
+
+
+def test_a_write_refused_for_a_lock_held_too_long_says_when_to_retry(tmp_path: Path) -> None:
+    # Given a server whose ledger waits 1 s for its lock, which another process holds
+    from starlette.testclient import TestClient
+
+    from ledger.serve import create_app
+
+    db = tmp_path / "ledger.db"
+    with Ledger.open(f"sqlite:///{db}?timeout=1") as led:
+        led.admin().grant("agent-1", scope="p", roles=["propose", "read"])
+        token = led.admin().issue_token("agent-1")
+        before = led.position
+        holder = sqlite3.connect(db, isolation_level=None)
+        try:
+            with TestClient(create_app(led, mcp_factory=None)) as client:
+                holder.execute("BEGIN IMMEDIATE")
+                # When a client proposes
+                r = client.post(
+                    "/api/v1/records",
+                    headers={"Authorization": f"Bearer {token}"},
+                    json={"scope": "p", "claim_key": "k", "value": 1, "kind": "fact", "id": "L1"},
+                )
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        # Then it is told 409 ConcurrencyError, that nothing was written, and when
+        # to send it again
+        assert r.status_code == 409, r.text
+        assert r.headers["retry-after"] == "1"
+        error = r.json()["error"]
+        assert error["type"] == "ConcurrencyError"
+        assert error["message"].endswith("nothing was written — try again")
+        assert led.position == before

@@ -457,12 +457,17 @@ def test_a_bundle_of_a_record_with_a_tampered_event_is_refused(
     assert not (tmp_path / "m1.zip").exists()
 
 
+def _state_as_text(path: str, position: int) -> None:
+    _tamper(path, ("UPDATE stored_events SET state='hello' WHERE rowid=?", (position,)))
+
+
 @pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
 @pytest.mark.parametrize(
     ("tamper", "refusal"),
     [
         (_other_value, "stored event at position {} was altered"),
         (_leaf_deleted, "stored event at position {} was not appended by the ledger"),
+        (_state_as_text, "the event at position {} holds its state as text"),
     ],
 )
 def test_what_shows_a_records_history_refuses_an_event_altered_behind_the_ledgers_back(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
+from types import SimpleNamespace
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -18,6 +19,7 @@ from eventsourcing.persistence import Notification
 from ledger.domain import Record
 from ledger.errors import CorruptEventError
 from ledger.merkle import leaf_data, leaf_hash, leaf_hashes
+from ledger.stored_types import mistyped_event
 from projections.base import Cursor, Dialect, Query, fetch_in_chunks, insert_rows, rows_in
 from projections.projector import APPLIED_SQL, VIEW_TABLES, Projector, Row
 
@@ -175,6 +177,14 @@ class LedgerRecorderMixin:
         # without it, are not): a leaf among them without its row is a row gone.
         gone = [] if after is None else sorted(set(leaves).difference(row[0] for row in rows))
         problems = [(gone[0], _gone(gone[0]))] if gone else []
+        for index, (position, _, version, topic, state) in enumerate(rows):
+            odd = mistyped_event(
+                SimpleNamespace(id=position, originator_version=version, topic=topic, state=state)
+            )
+            if odd is not None:  # (its leaf cannot even be computed)
+                problems.append((position, odd))
+                rows = rows[:index]
+                break
         for (position, *_), leaf in zip(rows, leaf_hashes(rows), strict=True):
             stored = leaves.get(position)
             if stored != leaf:

@@ -18,7 +18,9 @@ from __future__ import annotations
 import os
 import re
 import sqlite3
+import stat
 import threading
+import time
 from collections.abc import Sequence
 from contextlib import closing, suppress
 from dataclasses import dataclass
@@ -359,21 +361,38 @@ def _unlink_all(path: str) -> None:
             Path(f"{path}{end}").unlink(missing_ok=True)
 
 
+#: How long a partial to another name must have been left untouched (it, and its
+#: SQLite files) before it is taken for a killed process's: a writer this process
+#: cannot see (another PID namespace, such as another container on a shared
+#: volume) looks gone, but keeps touching its files.
+UNTOUCHED_FOR = 15 * 60
+_PARTIAL = re.compile(r"\.(.+)\.partial-([0-9]{1,10})(-journal|-wal|-shm)?")
+
+
 def clear_dead_partials(path: str) -> None:
-    """Remove what copies and backups killed midway left in ``path``'s folder, to
-    any name (a hidden ``.NAME.partial-PID``, with SQLite's files: a whole copy,
-    that a later erasure would never reach; copies named by date may never be
-    made to the same name again): those of processes no longer running, as
-    ``provledger backup`` does."""
-    named = re.compile(r"\..+\.partial-([0-9]+)(-journal|-wal|-shm)?")
-    for found in Path(path).parent.glob(".*.partial-*"):
-        match = named.fullmatch(found.name)
-        if match is None or int(match[1]) == os.getpid():
+    """Remove what copies and backups killed midway left in ``path``'s folder (a
+    hidden ``.NAME.partial-PID``, with SQLite's files: a whole copy, that a later
+    erasure would never reach): a regular file whose process is no longer running.
+    One to ``path``'s own name goes whenever its process is gone; one to another
+    name (copies and backups named by date may never be made to the same name
+    again) only if it is this user's, readable by it alone, as partials are made,
+    and it and its SQLite files were left untouched for :data:`UNTOUCHED_FOR`
+    seconds."""
+    target = Path(path)
+    for found in target.parent.glob(".*.partial-*"):
+        match = _PARTIAL.fullmatch(found.name)
+        if match is None or int(match[2]) == os.getpid():
             continue
-        if found.is_symlink() or not found.is_file():
-            continue  # a copy writes no link
         try:
-            os.kill(int(match[1]), 0)
+            held = found.lstat()
+        except OSError:
+            continue
+        if not stat.S_ISREG(held.st_mode):
+            continue  # a copy writes no link, no folder
+        if match[1] != target.name and not _left_long_ago(found, match, held):
+            continue
+        try:
+            os.kill(int(match[2]), 0)
             continue  # running (another user's, maybe): not ours to remove
         except ProcessLookupError:  # gone: nobody writes that copy any more
             pass
@@ -381,6 +400,19 @@ def clear_dead_partials(path: str) -> None:
             continue
         with suppress(OSError):  # not ours to remove (a sticky folder): the copy goes on
             found.unlink()
+
+
+def _left_long_ago(found: Path, match: re.Match[str], held: os.stat_result) -> bool:
+    """Whether the partial ``found`` (to another name) is this user's alone and was
+    left untouched, with its SQLite files, for :data:`UNTOUCHED_FOR` seconds."""
+    if held.st_uid != os.geteuid() or held.st_mode & 0o077:
+        return False
+    base = found.with_name(f".{match[1]}.partial-{match[2]}")
+    newest = held.st_mtime
+    for end in ("", "-journal", "-wal", "-shm"):
+        with suppress(OSError):
+            newest = max(newest, Path(f"{base}{end}").lstat().st_mtime)
+    return time.time() - newest >= UNTOUCHED_FOR
 
 
 def put_in_place(partial: str, path: str, digest: LogDigest, events: int) -> None:

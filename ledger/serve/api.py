@@ -25,7 +25,7 @@ from starlette.routing import BaseRoute, Route
 from ledger import Ledger, Session
 from ledger.answers import explanation_within, page_within
 from ledger.domain import Kind, Status, Validity
-from ledger.errors import GraphTooLargeError, InvalidParentError, LedgerError
+from ledger.errors import ConcurrencyError, GraphTooLargeError, InvalidParentError, LedgerError
 from ledger.graph import (
     MAX_SERVED_NODES,
     RENDER_TIMEOUT,
@@ -102,7 +102,11 @@ def ledger_error_response(
         name, found, status = type(exc).__name__, None, 409
     else:
         name, found = type(exc).__name__, field_of(exc, fields, paths)
-    headers = {"WWW-Authenticate": 'Bearer realm="provledger"'} if status == 401 else None
+    headers: dict[str, str] | None = None
+    if status == 401:
+        headers = {"WWW-Authenticate": 'Bearer realm="provledger"'}
+    elif isinstance(exc, ConcurrencyError):  # the lock was held: nothing was written
+        headers = {"Retry-After": "1"}
     found = None if found is None else masked(found)  # a parameter's name may be a token
     return json_response(error_body(name, told(exc, url), found), status, headers)
 

@@ -31,7 +31,10 @@ _ERRORS = {
     "409": "The status machine does not allow this now (e.g. accepting a REVOKED record, or "
     "one whose dependency is not usable), or a new record's `id` is taken "
     "(DuplicateRecordError): a retry of a proposal already written, when the first answer "
-    "was lost, is refused so rather than written twice.",
+    "was lost, is refused so rather than written twice. Also a ledger opened read-only "
+    "(ReadOnlyError), and other writers holding the ledger's lock past its lock wait "
+    "(ConcurrencyError, with Retry-After: nothing was written; send the same request, "
+    "with the same id, again).",
     "413": "The request body is over the server's limit.",
     "415": "The request body is declared as another media type than JSON "
     "(send Content-Type: application/json, or none), or as coded (a Content-Encoding "

@@ -41,6 +41,13 @@ ID = {"type": "string", "pattern": f"^{_NAME}$"}
 #: A record named by a request: its id, or ``id@@scope`` (an id taken in a scope its
 #: proposer could not see).
 REF = {"type": "string", "pattern": f"^{_NAME}(@@{_NAME})?$"}
+#: A new record's id, when the client gives one.
+_NEW_ID = {
+    **ID,
+    "description": "The new record's id (default: one the ledger makes). Give your own to "
+    "retry safely: a retry whose first answer was lost is refused with 409 "
+    "DuplicateRecordError, not written twice (GET the record to see it).",
+}
 _REFS = {"type": "array", "items": REF}
 #: Control characters no text may hold (C0 but tab and line feed, and DEL).
 _CONTROL = r"\x00-\x08\x0b-\x1f\x7f"
@@ -375,7 +382,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "parents": nullable(_REFS),
             "expires": nullable(TIME),
             "conditions": nullable({"type": "object"}),
-            "id": nullable(ID),
+            "id": nullable(_NEW_ID),
             "supersedes": nullable(
                 {**REF, "description": "The record (same scope and claim) replaced."}
             ),
@@ -395,7 +402,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                 "claim_key": nullable(NEW_CLAIM_KEY),
                 "expires": nullable(TIME),
                 "conditions": nullable({"type": "object"}),
-                "id": nullable(ID),
+                "id": nullable(_NEW_ID),
                 "value": _ANY,
             },
             required=["scope", "uri"],
