@@ -726,6 +726,28 @@ def _history(scene: Scene, *args: str) -> Result:
     return run(*args, "history", "--json", PROVLEDGER_URL=scene.url, PROVLEDGER_TOKEN=scene.agent)
 
 
+def test_history_refused_part_way_prints_the_events_before_then_why(scene: Scene) -> None:
+    # Given the state of the newest event (F1's acceptance) made unreadable
+    with Ledger.open(scene.url) as led:
+        newest = led.position
+    listed = json.loads(_history(scene).stdout)["events"]
+    _tamper(
+        scene.url,
+        "DROP TRIGGER stored_events_no_update",
+        f"UPDATE stored_events SET state = x'00' WHERE rowid = {newest}",
+    )
+
+    # When history is listed for people, every event
+    result = run("history", "--all", PROVLEDGER_URL=scene.url, PROVLEDGER_TOKEN=scene.agent)
+
+    # Then the events before it are printed (they were held back in a table), then why
+    assert result.exit_code == 1
+    assert f"position {newest}" in error_line(result)
+    before = [e for e in listed if e["position"] < newest]
+    assert before and all(f"{e['position']}" in result.stdout for e in before)
+    assert str(newest) not in result.stdout.split()
+
+
 def test_history_json_refused_part_way_is_still_one_json_object(scene: Scene) -> None:
     # Given the state of the newest event (F1's acceptance) made unreadable
     with Ledger.open(scene.url) as led:

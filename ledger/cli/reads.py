@@ -264,21 +264,26 @@ def history(
             console = make_console()
             shown = 0
             waiting: list[AuditEvent] = []
-            for event in listed:
-                if not show_all and shown == limit:
-                    if waiting:
+            try:
+                for event in listed:
+                    if not show_all and shown == limit:
+                        if waiting:
+                            show(console, events_table(waiting, with_record=True))
+                        click.echo(
+                            f"… more events from log position {event.position}: "
+                            f"--from {event.position} lists the next page, --all (without "
+                            "--limit) every one"
+                        )
+                        return
+                    waiting.append(event)
+                    shown += 1
+                    if len(waiting) == HISTORY_TABLE_ROWS:
                         show(console, events_table(waiting, with_record=True))
-                    click.echo(
-                        f"… more events from log position {event.position}: "
-                        f"--from {event.position} lists the next page, --all (without "
-                        "--limit) every one"
-                    )
-                    return
-                waiting.append(event)
-                shown += 1
-                if len(waiting) == HISTORY_TABLE_ROWS:
+                        waiting = []
+            except LedgerError:  # refused part way: what was read is shown, then why
+                if waiting:
                     show(console, events_table(waiting, with_record=True))
-                    waiting = []
+                raise
             if waiting:
                 show(console, events_table(waiting, with_record=True))
             elif not shown:
