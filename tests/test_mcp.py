@@ -1747,7 +1747,7 @@ async def test_a_refusal_says_what_to_do_next_where_a_model_could_not_guess_it(
         "user_preference, inference, plan, report (evidence is stored with capture_evidence)"
     )
     assert "InvalidKindError: kind 'evidence' is proposed by capture" in evidence_kind
-    assert evidence_kind.endswith("(capture_evidence does that)")
+    assert evidence_kind.endswith("(to capture it, call capture_evidence)")
 
 
 def test_a_write_that_waited_too_long_for_the_lock_says_nothing_was_written_and_to_retry(

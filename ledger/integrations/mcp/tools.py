@@ -268,7 +268,7 @@ def proposable(kind: str) -> Iterator[None]:
         yield
     except InvalidKindError as exc:
         if kind == Kind.EVIDENCE.value:
-            raise InvalidKindError(f"{exc} (capture_evidence does that)") from None
+            raise InvalidKindError(f"{exc} (to capture it, call capture_evidence)") from None
         if kind in {k.value for k in Kind}:
             raise
         takes = ", ".join(k.value for k in Kind if k is not Kind.EVIDENCE)
