@@ -377,3 +377,53 @@ def test_a_name_too_long_for_the_partial_beside_it_is_refused(tmp_path: Path, cl
     with pytest.raises(StorageError, match=r"copy refused: the name 't+\.db' is too long"):
         copy_ledger(source, f"sqlite:///{tmp_path / name}")
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("source")) == []
+
+
+@pytest.mark.parametrize("left", ["-wal", "-journal", "-shm"])
+def test_a_file_an_earlier_database_left_at_the_name_is_refused_not_applied_to_the_copy(
+    tmp_path: Path, clock: Clock, left: str
+) -> None:
+    # 1. An earlier database at the target's name was deleted without its SQLite
+    # files: the first open of a file given that name would apply them to it.
+    source, target, path = urls(tmp_path, clock)
+    stale = Path(f"{path}{left}")
+    stale.write_bytes(b"an earlier database's")
+    # 2. A copy, and a backup, to that name are refused naming the file; nothing is
+    # made at the name, and the file is left as it was.
+    with pytest.raises(StorageError, match=rf"copy refused: {path}{left} lies at the name"):
+        copy_ledger(source, target)
+    backup = CliRunner().invoke(
+        main, ["backup", str(path), "--url", source], env={"PROVLEDGER_ADMIN_TOKEN": None}
+    )
+    assert backup.exit_code == 1
+    assert f"backup refused: {path}{left} lies at the name" in backup.stderr
+    assert not path.exists() and stale.read_bytes() == b"an earlier database's"
+    assert partials(tmp_path) == []
+
+
+def test_a_partial_named_for_no_process_is_left_alone_not_a_crash(
+    tmp_path: Path, clock: Clock
+) -> None:
+    # A name whose number no process id can be (above 2**31) fails no copy.
+    source, target, path = urls(tmp_path, clock)
+    odd = tmp_path / ".target.db.partial-9999999999"
+    odd.write_bytes(b"left")
+    copy_ledger(source, target)
+    assert path.exists() and odd.exists()
+
+
+def test_one_new_file_named_two_ways_is_copied_into_once_at_a_time(tmp_path: Path) -> None:
+    # A folder reached through a link is the same folder: a second copy into the
+    # same file, spelt through the link, is refused while the first is built.
+    from ledger.persistence.copy_target import claim_partial, remove_partial
+
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    first = claim_partial(str(tmp_path / "real" / "x.db"))
+    assert first is not None
+    try:
+        with pytest.raises(StorageError, match=r"another copy into .* is running in this process"):
+            claim_partial(str(tmp_path / "link" / "x.db"))
+        assert Path(first).exists()
+    finally:
+        remove_partial(first)

@@ -8,6 +8,7 @@ import sqlite3
 import stat
 import sys
 import tempfile
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,7 @@ from ledger.errors import (
     StorageError,
 )
 from ledger.experiment import run_experiment
-from ledger.persistence.copy_target import clear_dead_partials
+from ledger.persistence.copy_target import clear_dead_partials, refuse_stale_side_files
 from ledger.persistence.faults import reason_of, storage_error
 from ledger.persistence.sqlite_files import others_tables, read_only_uri
 from ledger.persistence.urls import resolve_url
@@ -482,6 +483,7 @@ def backup(dest: str, url: str | None, admin_token: str | None, as_json: bool) -
             "(nothing was written)"
         )
     clear_dead_partials(str(target))  # what killed backups and copies left here
+    refuse_stale_side_files(str(target), "backup")
     # The views as stored: a backup writes nothing to the ledger it copies.
     with host_ledger(url, "backup", admin_token, catch_up=False) as led:
         source = os.path.realpath(backend.path)
@@ -491,6 +493,7 @@ def backup(dest: str, url: str | None, admin_token: str | None, as_json: bool) -
             copy = Ledger.open(f"sqlite:///{partial}?mode=ro", catch_up=False)
             with copy:
                 kept = copy.digest()
+            refuse_stale_side_files(str(target), "backup")  # (one may have appeared)
             os.link(partial, target)  # never replaces a file made meanwhile
             _sync_directory(target.parent)
         except FileExistsError:
@@ -499,7 +502,8 @@ def backup(dest: str, url: str | None, admin_token: str | None, as_json: bool) -
             ) from None
         finally:
             for end in ("", "-journal", "-wal", "-shm"):
-                Path(f"{partial}{end}").unlink(missing_ok=True)
+                with suppress(OSError):  # (a name too long: the failure above says so)
+                    Path(f"{partial}{end}").unlink(missing_ok=True)
     info = {
         "url": printable(led.url),
         "backup": str(target),

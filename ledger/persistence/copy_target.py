@@ -307,6 +307,7 @@ def claim_partial(path: str) -> str | None:
     clear_dead_partials(path)
     if os.path.lexists(path):
         return None
+    refuse_stale_side_files(path, "copy")
     target = Path(path)
     partial = str(target.with_name(f".{target.name}.partial-{os.getpid()}"))
     longest = f"{Path(partial).name}-journal"
@@ -318,6 +319,8 @@ def claim_partial(path: str) -> str | None:
             "a shorter name (nothing was written)"
         )
     with _building_lock:
+        # Known by where it is, not how the path was spelt (a link to the folder).
+        partial = os.path.join(os.path.realpath(target.parent), Path(partial).name)
         if partial in _building:
             raise StorageError(
                 f"copy refused: another copy into {path} is running in this process; wait "
@@ -330,6 +333,24 @@ def claim_partial(path: str) -> str | None:
             return None
         _building.add(partial)
     return partial
+
+
+def refuse_stale_side_files(path: str, doing: str) -> None:
+    """Refuse to give a finished copy the name ``path`` while SQLite files of an
+    earlier database at that name lie beside it (its file deleted without them):
+    the first open of the copy would replay that ``-wal`` or roll back that
+    ``-journal`` into it, destroying it.
+
+    Raises:
+        StorageError: naming the file and what to do (nothing was written there).
+    """
+    for end in ("-wal", "-journal", "-shm"):
+        if os.path.lexists(f"{path}{end}"):
+            raise StorageError(
+                f"{doing} refused: {path}{end} lies at the name, left by an earlier "
+                f"database there whose file is gone; SQLite would apply it to the new "
+                "file when first opened: move it aside (nothing was written there)"
+            )
 
 
 def _name_max(folder: Path) -> int:
@@ -396,7 +417,7 @@ def clear_dead_partials(path: str) -> None:
             continue  # running (another user's, maybe): not ours to remove
         except ProcessLookupError:  # gone: nobody writes that copy any more
             pass
-        except OSError:
+        except (OSError, OverflowError):  # not ours to tell, or no process id at all
             continue
         with suppress(OSError):  # not ours to remove (a sticky folder): the copy goes on
             found.unlink()
@@ -450,6 +471,7 @@ def put_in_place(partial: str, path: str, digest: LogDigest, events: int) -> Non
             os.fsync(fd)
         finally:
             os.close(fd)
+        refuse_stale_side_files(path, "copy")  # (again: one may have appeared since)
         os.link(partial, path)
     except FileExistsError:
         raise StorageError(
