@@ -513,6 +513,27 @@ def test_usable_records_that_disagree_raise_instead_of_picking_one(
         store.search(("test",))
 
 
+def test_values_that_are_no_items_count_in_no_conflict_of_the_store(
+    store: LedgerStore, principals: Principals
+) -> None:
+    # Given two accepted plain strings that disagree on a claim (as 0.1.0 or the
+    # library writes them: no items of the store's), in a scope it searches
+    for value in ("draft", "final"):
+        principals.reviewer.accept(principals.agent.propose("test", "plain", value, Kind.FACT))
+    assert principals.reviewer.read("test", "plain").outcome == Outcome.CONFLICT
+    store.put(("test",), "item", {"v": 1})
+
+    # Then the store shows no item there, and searching the scope is not refused
+    assert store.get(("test",), "plain") is None
+    assert [i.key for i in store.search(("test",))] == ["item"]
+
+    # And one item beside a plain value on a claim is that item
+    store.put(("test",), "mixed", {"v": 2})
+    principals.reviewer.accept(principals.agent.propose("test", "mixed", "x", Kind.FACT))
+    shown = store.get(("test",), "mixed")
+    assert shown is not None and shown.value == {"v": 2}
+
+
 def test_a_scope_without_grants_is_refused(store: LedgerStore) -> None:
     with pytest.raises(AccessDeniedError):
         store.put(("secret",), "k", {"v": 1})

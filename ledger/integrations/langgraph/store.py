@@ -390,12 +390,19 @@ class LedgerStore(BaseStore):
     @staticmethod
     def _newest(result: ReadResult, where: Callable[[str], str]) -> RecordView | None:
         """The newest of a read's usable records, or None (``where``: the refusal,
-        given the records' ids, when the usable records disagree)."""
+        given the records' ids, when the usable records disagree). Only items count
+        in a conflict: a record whose value is no mapping (written by other means,
+        or by 0.1.0) is none, and the store can neither show nor delete it."""
         if result.outcome == Outcome.CONFLICT:
-            raise MemoryConflictError(where(", ".join(r.id for r in result.records)))
-        if result.outcome != Outcome.FOUND:
+            items = [r for r in result.records if isinstance(r.value, dict)]
+            if len(items) > 1 and any(r.value != items[0].value for r in items):
+                raise MemoryConflictError(where(", ".join(r.id for r in items)))
+            if not (records := tuple(items)):
+                return None
+        elif result.outcome != Outcome.FOUND:
             return None
-        records = result.records
+        else:
+            records = result.records
         if len(records) == 1:
             return records[0]
         return max(records, key=lambda r: (r.created_at, r.position))
