@@ -636,7 +636,10 @@ class Engine:
         Raises:
             StorageError: saying which, and what to do instead.
         """
-        instead = "`verify` (catch_up=False) checks it as it is; open a writable copy to read it"
+        instead = (
+            "`provledger verify` (in code, `Ledger.open(..., catch_up=False).verify()`) "
+            "checks it as it is; open a writable copy to read it"
+        )
         if self.outdated_views is not None:
             raise StorageError(
                 f"ledger {self.url!r} is opened read-only and its views were built by an "

@@ -174,7 +174,7 @@ def test_an_earlier_versions_ledger_opened_read_only_verifies_and_says_why_it_ca
     shutil.copy(FIXTURES / "ledger-0.1.0.db", copy)
     before = sha256(copy)
     # Opened to be read, it is refused: its views cannot be rebuilt without writing
-    with pytest.raises(StorageError, match=r"read-only .*earlier version .*`verify`"):
+    with pytest.raises(StorageError, match=r"read-only .*earlier version .*`provledger verify`"):
         Ledger.open(f"sqlite:///{copy}?mode=ro")
     ro = Ledger.open(f"sqlite:///{copy}?mode=ro", catch_up=False)
     try:
