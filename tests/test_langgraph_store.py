@@ -532,6 +532,11 @@ def test_values_that_are_no_items_count_in_no_conflict_of_the_store(
     principals.reviewer.accept(principals.agent.propose("test", "mixed", "x", Kind.FACT))
     shown = store.get(("test",), "mixed")
     assert shown is not None and shown.value == {"v": 2}
+    # But items that differ only by type (1 and True) are a conflict, as the ledger says
+    store.put(("test",), "typed", {"v": 1})
+    principals.reviewer.accept(principals.agent.propose("test", "typed", {"v": True}, Kind.FACT))
+    with pytest.raises(MemoryConflictError):
+        store.get(("test",), "typed")
 
 
 def test_a_scope_without_grants_is_refused(store: LedgerStore) -> None:

@@ -335,17 +335,27 @@ def claim_partial(path: str) -> str | None:
     return partial
 
 
+#: The size of a write-ahead log's header: a shorter ``-wal`` holds no frame.
+_WAL_HEADER = 32
+
+
 def refuse_stale_side_files(path: str, doing: str) -> None:
     """Refuse to give a finished copy the name ``path`` while SQLite files of an
     earlier database at that name lie beside it (its file deleted without them):
     the first open of the copy would replay that ``-wal`` or roll back that
-    ``-journal`` into it, destroying it.
+    ``-journal`` into it, destroying it. An empty ``-wal`` (as a read-only open
+    leaves one) and a ``-shm`` are harmless: SQLite rebuilds the one from the
+    other.
 
     Raises:
         StorageError: naming the file and what to do (nothing was written there).
     """
-    for end in ("-wal", "-journal", "-shm"):
-        if os.path.lexists(f"{path}{end}"):
+    for end, least in (("-wal", _WAL_HEADER), ("-journal", 1)):
+        try:
+            size = os.lstat(f"{path}{end}").st_size
+        except OSError:
+            continue
+        if size >= least:
             raise StorageError(
                 f"{doing} refused: {path}{end} lies at the name, left by an earlier "
                 f"database there whose file is gone; SQLite would apply it to the new "

@@ -68,6 +68,7 @@ from ledger.integrations.langgraph.threads import (
     thread_id,
 )
 from ledger.proposals import NewestOf
+from ledger.serialization import canonical
 from ledger.validation import check_kind
 from ledger.values import ReadResult, RecordView
 from ledger.versions import NewerVersionError
@@ -391,11 +392,10 @@ class LedgerStore(BaseStore):
     def _newest(result: ReadResult, where: Callable[[str], str]) -> RecordView | None:
         """The newest of a read's usable records, or None (``where``: the refusal,
         given the records' ids, when the usable records disagree). Only items count
-        in a conflict: a record whose value is no mapping (written by other means,
-        or by 0.1.0) is none, and the store can neither show nor delete it."""
+        in a conflict: a record whose value is no mapping (by 0.1.0, say) is none."""
         if result.outcome == Outcome.CONFLICT:
             items = [r for r in result.records if isinstance(r.value, dict)]
-            if len(items) > 1 and any(r.value != items[0].value for r in items):
+            if len({canonical(r.value) for r in items}) > 1:  # as the ledger compares
                 raise MemoryConflictError(where(", ".join(r.id for r in items)))
             if not (records := tuple(items)):
                 return None
