@@ -65,6 +65,11 @@ def leaf_of(position: int, stored_event: Any) -> bytes:
     return leaf_hash(leaf_data(position, e.originator_id, e.originator_version, e.topic, e.state))
 
 
+def rows_of(notes: Iterable[Notification]) -> list[Row]:
+    """Stored events as plain rows (position, originator id, version, topic, state)."""
+    return [(n.id, n.originator_id, n.originator_version, n.topic, n.state) for n in notes]
+
+
 def in_log(notes: list[Notification]) -> list[Notification]:
     """One aggregate's stored events, refused (``CorruptEventError``) if one sits
     below the log's first position: only a row written behind the ledger's back
@@ -100,11 +105,7 @@ class LedgerRecorderMixin:
         the ledger appended (its Merkle leaf, written in the same transaction);
         with ``after`` (``notes`` are every stored event after that position, up to
         the last of them), also if an event it appended among them is gone."""
-        self.vouch_rows(
-            c,
-            [(n.id, n.originator_id, n.originator_version, n.topic, n.state) for n in notes],
-            after,
-        )
+        self.vouch_rows(c, rows_of(notes), after)
 
     def vouched_events(self, c: Cursor, originator_id: UUID) -> list[Notification]:
         """Every stored event of one aggregate (``select_record_events``), each
@@ -118,10 +119,7 @@ class LedgerRecorderMixin:
     def read_rows_after(self, c: Cursor, after: int, limit: int) -> list[Row]:
         """Stored events after ``after`` as plain rows (see ``projections.projector.Row``),
         read inside an open transaction."""
-        return [
-            (n.id, n.originator_id, n.originator_version, n.topic, n.state)
-            for n in self.read_after(c, after, limit)
-        ]
+        return rows_of(self.read_after(c, after, limit))
 
     def read_after(self, c: Cursor, after: int, limit: int) -> list[Notification]:
         """Stored events after ``after``, read inside an open transaction."""
@@ -148,8 +146,7 @@ class LedgerRecorderMixin:
         event after that position, up to the last of them) that :meth:`vouch`
         refuses, and why; None if it refuses none. For what shows the events before
         it and then refuses."""
-        rows = [(n.id, n.originator_id, n.originator_version, n.topic, n.state) for n in notes]
-        return self.rows_problem(c, rows, after)
+        return self.rows_problem(c, rows_of(notes), after)
 
     def rows_problem(
         self, c: Cursor, rows: Sequence[Row], after: int | None = None
