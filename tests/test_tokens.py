@@ -172,11 +172,13 @@ def test_a_fingerprint_naming_two_tokens_is_refused_naming_their_subjects(
     tmp_path: Path,
 ) -> None:
     # Two tokens whose hashes share 8 digits are too rare to issue: the second is a
-    # row of the view alone, which the look-up goes by.
+    # row of the view alone, which the look-up goes by. Its ninth digit differs, so
+    # nine digits name one token whatever the first token's hash.
     url = f"sqlite:///{tmp_path / 'x.db'}"
     with Ledger.open(url) as led:
         first, _second, _reviewer = _principals(led)
-        twin = hash_token(first)[:8] + "f" * 56
+        ninth = hash_token(first)[8]
+        twin = hash_token(first)[:8] + ("0" if ninth != "0" else "1") + "f" * 55
         with closing(sqlite3.connect(tmp_path / "x.db")) as db, db:
             db.execute(
                 "INSERT INTO pl_tokens (token_hash, subject, issued_pos, issued_at) "
