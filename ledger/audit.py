@@ -22,6 +22,7 @@ from ledger.merkle import InclusionProof, LogDigest
 from ledger.reads import record_view
 from ledger.rules import CLOCK_SKEW
 from ledger.serialization import datetime_to_micros, micros_to_datetime
+from ledger.stored_types import read_events
 from ledger.validation import check_aware, quoted
 from ledger.values import AuditEvent, AuditTrail
 from projections import timeline
@@ -53,7 +54,9 @@ def audit(caller: Caller, record_id: str) -> AuditTrail:
     with caller.reading() as c:
         row = caller.visible(c, record_id, Role.AUDIT, "audit")
         view = record_view(caller, c, row, caller.at(None))
-        notes = engine.recorder.vouched_events(c, uuid_of_hex(row["agg_id"]))
+        notes = engine.recorder.vouched_events(
+            c, uuid_of_hex(row["agg_id"]), row["from_pos"], record_id
+        )
         decoded = [
             (note, engine.projector.decode(note))
             for note in notes
@@ -131,9 +134,11 @@ def _history_events(
             # last, and no event the ledger appended may be gone from after it.
             after = max(first - 1, 0)
             while True:
-                batch = engine.recorder.read_after(c, after, _HISTORY_BATCH)
+                batch, unreadable = read_events(engine, c, after, _HISTORY_BATCH)
                 shown = [n for n in batch if n.id <= last]
                 problem = engine.recorder.vouch_problem(c, shown, after)
+                if unreadable is not None and unreadable[0] <= last:
+                    problem = min(problem or unreadable, unreadable)
                 if problem is not None:  # shown as far as it, then refused
                     yield from (n for n in shown if n.id < problem[0])
                     raise CorruptEventError(problem[1])
@@ -149,7 +154,9 @@ def _history_events(
             caller.require_somewhere(c, Role.AUDIT, "history")
         if record is not None:
             row = caller.visible(c, record, Role.AUDIT, "history")
-            notes = engine.recorder.vouched_events(c, uuid_of_hex(row["agg_id"]))
+            notes = engine.recorder.vouched_events(
+                c, uuid_of_hex(row["agg_id"]), row["from_pos"], record
+            )
         else:
             notes = log()
         records: dict[Any, tuple[str, bool]] = {}  # aggregate id -> (record id, may audit)

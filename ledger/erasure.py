@@ -72,10 +72,11 @@ def _check_ref(ref: object) -> str:
 
 def evidence_with(engine: Engine, c: Cursor, ref: str) -> dict[str, Any]:
     """The evidence records captured with ``ref`` (every scope): each one's id,
-    scope and aggregate id (``agg_id``) by record id, in id order."""
+    scope, aggregate id (``agg_id``) and the position its view row is as of
+    (``from_pos``) by record id, in id order."""
     c.execute(
         engine.dialect.q(
-            "SELECT record_id, scope, agg_id FROM {t}pl_records WHERE snapshot_ref=? "
+            "SELECT record_id, scope, agg_id, from_pos FROM {t}pl_records WHERE snapshot_ref=? "
             f"AND {record_table.NOW_FILTER} ORDER BY record_id"
         ),
         (ref,),
@@ -86,7 +87,7 @@ def evidence_with(engine: Engine, c: Cursor, ref: str) -> dict[str, Any]:
 def _erasure(engine: Engine, c: Cursor, ref: str, rid: str, row: Any) -> Erasure | None:
     """The newest erasure the log records of record ``rid``'s capture of ``ref``."""
     newest: Erasure | None = None
-    for note in engine.recorder.vouched_events(c, uuid_of_hex(row["agg_id"])):
+    for note in engine.recorder.vouched_events(c, uuid_of_hex(row["agg_id"]), row["from_pos"], rid):
         if note.topic != _ERASED_TOPIC:
             continue
         event = engine.projector.decode(note)

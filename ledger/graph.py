@@ -328,7 +328,8 @@ def revocations(session: Session, sub: Subgraph) -> dict[str, RevokedBy]:
     with caller.reading() as c:
         for node in revoked:
             key = keys[node.id, node.scope]
-            for note in engine.recorder.vouched_events(c, engine.aggregate_of(c, key)):
+            oid = engine.aggregate_of(c, key)
+            for note in engine.recorder.vouched_events(c, oid, name=node.id):
                 event = engine.projector.decode(note) if note.id <= sub.position else None
                 if isinstance(event, Record.Revoked):
                     found[node.id] = RevokedBy(event.actor, event.timestamp, event.reason)

@@ -435,7 +435,7 @@ def _leaf_deleted(path: str, position: int) -> None:
         (_other_value, "stored event at position {} was altered"),
         (_leaf_deleted, "stored event at position {} was not appended by the ledger"),
         (_flip_byte, "stored event at position {} was altered"),
-        (_delete, r"bundle refused: the stored events of 'M1' lack version 1 \(an event was"),
+        (_delete, r"the stored events of 'M1' lack version 1 \(before position \d+\): an event"),
     ],
 )
 def test_a_bundle_of_a_record_with_a_tampered_event_is_refused(
@@ -488,6 +488,77 @@ def test_what_shows_a_records_history_refuses_an_event_altered_behind_the_ledger
         with pytest.raises(CorruptEventError, match=refusal.format(victim)):
             show()
             pytest.fail(f"{what} showed an altered event")
+
+
+def _moved(path: str, position: int, to: str) -> None:
+    """The event's aggregate id changed to ``to``: it leaves its record's events."""
+    _tamper(path, ("UPDATE stored_events SET originator_id=? WHERE rowid=?", (to, position)))
+
+
+#: Ways an event of a record leaves its history without a byte of it being
+#: changed in place: which of M1's events, the tampering, what its audit trail and
+#: history say, and what a history of the whole log says.
+_LEFT_OUT: dict[str, tuple[int, Callable[[str, int], None], str, str]] = {
+    "first deleted": (0, _delete, r"lack version 1 \(before position {next}\)", "{}"),
+    "middle deleted": (
+        1,
+        _delete,
+        r"lack version 2 \(between positions {prev} and {next}\)",
+        "{}",
+    ),
+    "last deleted": (-1, _delete, "the event at position {} is missing", "{}"),
+    "last moved": (
+        -1,
+        lambda path, p: _moved(path, p, uuid.uuid4().hex),
+        "stored event at position {} was altered",
+        "{}",
+    ),
+    "middle moved": (
+        1,
+        lambda path, p: _moved(path, p, uuid.uuid4().hex),
+        r"lack version 2 \(between positions {prev} and {next}\)",
+        "{}",
+    ),
+    "last made no id": (
+        -1,
+        lambda path, p: _moved(path, p, "zz"),
+        "stored event at position {} cannot be read as the ledger appended it",
+        "the event at position {} holds an originator_id that is not an aggregate id",
+    ),
+}
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("how", sorted(_LEFT_OUT))
+def test_a_records_history_refuses_an_event_left_out_of_it_behind_the_ledgers_back(
+    world: World, ledger_url: str, how: str
+) -> None:
+    # Given a ledger file in which one of M1's events was deleted, or given another
+    # aggregate's id (the bytes of every event left in M1's history unchanged)
+    _scenario(world)
+    positions = [e.position for e in world.reviewer.audit("M1").events]
+    assert len(positions) == 3  # proposed, accepted, marked stale
+    index, tamper, refusal, in_log = _LEFT_OUT[how]
+    victim = positions[index]
+    around = {
+        "prev": positions[index - 1] if index > 0 else None,
+        "next": positions[index + 1] if 0 <= index < len(positions) - 1 else None,
+    }
+    tamper(_db(ledger_url), victim)
+
+    # Then neither its audit trail nor its history shows the rest as its whole
+    # history: each names the event left out (before, audit showed two events)
+    for what, show in {
+        "audit": lambda: world.reviewer.audit("M1"),
+        "history of M1": lambda: world.reviewer.history(record="M1"),
+    }.items():
+        with pytest.raises(CorruptEventError, match=refusal.format(victim, **around)):
+            show()
+            pytest.fail(f"{what} showed M1's history without an event")
+    # and a history of the whole log names the same position
+    with pytest.raises(CorruptEventError, match=in_log.format(victim)):
+        world.reviewer.history()
+    assert world.ledger.verify().first_bad_position == victim
 
 
 @pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)

@@ -19,7 +19,7 @@ from eventsourcing.persistence import Notification
 from ledger.domain import Record
 from ledger.errors import CorruptEventError
 from ledger.merkle import leaf_data, leaf_hash, leaf_hashes
-from ledger.stored_types import mistyped_event
+from ledger.stored_types import READ_ERRORS, mistyped_event
 from projections.base import Cursor, Dialect, Query, fetch_in_chunks, insert_rows, rows_in
 from projections.projector import APPLIED_SQL, VIEW_TABLES, Projector, Row
 
@@ -70,6 +70,23 @@ def rows_of(notes: Iterable[Notification]) -> list[Row]:
     return [(n.id, n.originator_id, n.originator_version, n.topic, n.state) for n in notes]
 
 
+def _skipped(notes: Sequence[Notification], version: int, name: str | None) -> str:
+    """Why the events of record ``name`` (None: of an aggregate), read in version
+    order, lack ``version``."""
+    found = notes[version - 1]
+    whose = f"aggregate {UUID(str(found.originator_id)).hex}" if name is None else repr(name)
+    where = (
+        f"before position {found.id}"
+        if version == 1
+        else f"between positions {notes[version - 2].id} and {found.id}"
+    )
+    return (
+        f"the stored events of {whose} lack version {version} "
+        f"({where}): an event was removed or changed after it was appended (run "
+        "`provledger verify`)"
+    )
+
+
 def in_log(notes: list[Notification]) -> list[Notification]:
     """One aggregate's stored events, refused (``CorruptEventError``) if one sits
     below the log's first position: only a row written behind the ledger's back
@@ -107,13 +124,42 @@ class LedgerRecorderMixin:
         the last of them), also if an event it appended among them is gone."""
         self.vouch_rows(c, rows_of(notes), after)
 
-    def vouched_events(self, c: Cursor, originator_id: UUID) -> list[Notification]:
+    def vouched_events(
+        self, c: Cursor, originator_id: UUID, latest: int | None = None, name: str | None = None
+    ) -> list[Notification]:
         """Every stored event of one aggregate (``select_record_events``), each
         vouched for by its Merkle leaf (:meth:`vouch`): for what is shown of a
         record's history (audit, history, graphs), which must not show bytes
-        altered behind the ledger's back."""
+        altered behind the ledger's back, nor leave out an event removed.
+
+        Its versions must run 1, 2, 3… with none missing; ``latest``, the log
+        position of the event its view row was last changed by, must hold that
+        event still (an aggregate's last event removed, or moved to another
+        aggregate, leaves no gap in its versions). ``CorruptEventError`` otherwise,
+        naming the record ``name`` (else the aggregate's id).
+        """
         notes = self.select_record_events(c, originator_id)
         self.vouch(c, notes)
+        for version, note in enumerate(notes, start=1):
+            if note.originator_version != version:
+                raise CorruptEventError(_skipped(notes, version, name))
+        if latest is not None and latest not in {note.id for note in notes}:
+            # Another aggregate's event may have changed the view row: it must be
+            # there, as appended; a leaf without its row is an event gone.
+            try:
+                there = self.read_after(c, latest - 1, 1)[:1]
+            except READ_ERRORS as exc:  # (SQLite: a value of a type never written)
+                raise CorruptEventError(
+                    f"stored event at position {latest} cannot be read as the ledger "
+                    "appended it: it was changed after it was appended (run `provledger verify`)"
+                ) from exc
+            self.vouch(c, there, after=latest - 1)
+            if not there or there[0].id != latest:
+                self.vouch_end(c, latest - 1, latest)  # (names a leaf without its row)
+                raise CorruptEventError(
+                    f"the event at position {latest} is missing: the views were changed by "
+                    "it, and its row is gone (run `provledger verify`)"
+                )
         return notes
 
     def read_rows_after(self, c: Cursor, after: int, limit: int) -> list[Row]:
