@@ -17,7 +17,7 @@ from typing import Any, cast
 from ledger.domain import Kind, Record, Status, Validity
 from ledger.errors import InvalidParentError, InvalidTransitionError, InvalidValueError
 from ledger.serialization import canonical, datetime_to_micros, micros_to_datetime, unpack
-from ledger.values import StaleCause
+from ledger.values import HIDDEN, StaleCause
 from projections.validity import RecordRow
 
 #: How far ahead of the ledger's clock another clock's instant is taken as now: a
@@ -231,8 +231,19 @@ def check_usable_dependency(
     if row is None:
         raise InvalidParentError(f"{command} refused: dependency {dep!r} of {rid!r} is unknown")
     if row["status"] != Status.ACCEPTED:
+        hint = ""
+        newer = row["superseded_by"]
+        if command == "revalidate" and row["status"] == Status.SUPERSEDED and newer != HIDDEN:
+            # Its dependencies never change by themselves: the way out is a new basis
+            # (one the approver cannot read it could not vouch for).
+            hint = (
+                f"; revalidate {rid!r} on a new basis instead, with parents naming {newer!r} "
+                "and every other dependency it keeps (parents replace its dependencies, "
+                "observed ones included)"
+            )
         raise InvalidParentError(
-            f"{command} refused: dependency {dep!r} of {rid!r} is {row['status']}{cause_text(row)}"
+            f"{command} refused: dependency {dep!r} of {rid!r} is {row['status']}"
+            f"{cause_text(row)}{hint}"
         )
     if row["eff_expires"] is not None and datetime_to_micros(now) >= row["eff_expires"]:
         raise InvalidParentError(

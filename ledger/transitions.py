@@ -354,7 +354,8 @@ def supersession(caller: Caller, c: Cursor, record: Record, now: datetime) -> li
             line = "," if target == old_id else f", a new version of {target!r},"
             raise InvalidTransitionError(
                 f"accept refused: {rid!r} supersedes {old_id!r}{line} which was already "
-                f"superseded by {old.superseded_by!r}; propose a new version of {newest!r}"
+                f"superseded by {old.superseded_by!r}; propose a new version of {newest!r} "
+                f"(or reject {rid!r}: it can no longer be accepted)"
             )
         if old.status not in (Status.REVOKED, Status.REJECTED):
             below = {cid for cid, _ in edges_index.descendants(c, caller.engine.dialect, target)}

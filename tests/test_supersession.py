@@ -89,6 +89,9 @@ def test_a_superseded_record_cannot_be_a_parent_revoked_or_superseded_twice(worl
     position = world.ledger.position
     with pytest.raises(InvalidTransitionError, match="'V1', which was already superseded by 'V2'"):
         reviewer.accept("V3")
+    # and the reviewer is told what is left to do with V3, which only a rejection settles
+    with pytest.raises(InvalidTransitionError, match=r"\(or reject 'V3': it can no longer be"):
+        reviewer.accept("V3")
     with pytest.raises(InvalidParentError, match="'V1'"):
         agent.propose(scope="proj-a", claim_key="x", value=1, kind=Kind.FACT, parents=["V1"])
     with pytest.raises(InvalidTransitionError, match="SUPERSEDED"):
@@ -97,6 +100,8 @@ def test_a_superseded_record_cannot_be_a_parent_revoked_or_superseded_twice(worl
         agent.propose(scope="proj-a", claim_key="k", value=4, kind=Kind.FACT, supersedes="V1")
     assert world.ledger.position == position
     assert reviewer.get("V3").status == Status.CANDIDATE
+    reviewer.reject("V3", reason="V2 replaced V1 first")
+    assert reviewer.get("V3").status == Status.REJECTED
 
 
 def test_supersedes_must_keep_scope_and_claim_key_and_be_visible(world: World) -> None:

@@ -100,6 +100,16 @@ Provenance
     closed after its ledger cannot end its threads' runs: they stay open, and
     :class:`RunsLeftOpenWarning` names them.
 
+    ``LedgerStore(..., observe_search=False)`` makes a ``search`` context, not a
+    basis: what it shows a thread is not observed on what the thread puts, and
+    it changes nothing the thread's later puts are checked against (a key the
+    thread read as missing stays guarded, and a record it rests on stays a
+    dependency, until it ``get``\\ s the key); ``get`` is observed as always.
+    It is meant for the usual memory loop, which searches every memory into the
+    prompt at each turn and puts one: by default each put rests on every memory
+    shown, so correcting one memory (a second put, which supersedes it) makes
+    every memory put after it STALE.
+
 Batches
     As LangGraph's own stores do, a batch answers its reads (``GetOp``,
     ``SearchOp``, ``ListNamespacesOp``) from the state before the batch and then

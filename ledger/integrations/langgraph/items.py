@@ -1,16 +1,42 @@
-"""What LangGraph gets back from the ledger, and what it may not put: an ``Item``
-made from a record's current version, and the refusal of a tuple in a value."""
+"""What LangGraph gets back from the ledger, and what it may not put: the current
+version of a key (the newest usable record a read gives), an ``Item`` made from
+it, and the refusal of a tuple in a value."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
 from langgraph.store.base import Item
 
-from ledger.errors import InvalidValueError
-from ledger.values import RecordView
+from ledger.domain import Outcome
+from ledger.errors import InvalidValueError, MemoryConflictError
+from ledger.serialization import canonical
+from ledger.values import ReadResult, RecordView
+
+
+def newest_usable(result: ReadResult, where: Callable[[str], str]) -> RecordView | None:
+    """The newest of a read's usable records, or None (``where``: the refusal,
+    given the records' ids, when the usable records disagree). Only items count
+    in a conflict: a record whose value is no mapping (by 0.1.0, say) is none.
+
+    Raises:
+        MemoryConflictError: usable items of the key disagree.
+    """
+    if result.outcome == Outcome.CONFLICT:
+        items = [r for r in result.records if isinstance(r.value, dict)]
+        if len({canonical(r.value) for r in items}) > 1:  # as the ledger compares
+            raise MemoryConflictError(where(", ".join(r.id for r in items)))
+        if not (records := tuple(items)):
+            return None
+    elif result.outcome != Outcome.FOUND:
+        return None
+    else:
+        records = result.records
+    if len(records) == 1:
+        return records[0]
+    return max(records, key=lambda r: (r.created_at, r.position))
 
 
 def no_tuple(value: Any, what: str) -> None:

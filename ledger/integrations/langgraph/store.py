@@ -30,7 +30,7 @@ from langgraph.store.base import (
 
 from ledger import Ledger, RunContext, Session
 from ledger.access import Role
-from ledger.domain import Kind, Outcome, Status, Validity
+from ledger.domain import Kind, Status, Validity
 from ledger.errors import (
     AccessDeniedError,
     ClosedLedgerError,
@@ -38,11 +38,10 @@ from ledger.errors import (
     InvalidParentError,
     InvalidTransitionError,
     LedgerError,
-    MemoryConflictError,
 )
 from ledger.integrations.langgraph.checks import check_namespace, check_op
 from ledger.integrations.langgraph.filters import check_filter, matches, namespace_matches
-from ledger.integrations.langgraph.items import item_of
+from ledger.integrations.langgraph.items import item_of, newest_usable
 from ledger.integrations.langgraph.keys import (
     SEPARATOR,
     NamespaceLabelError,
@@ -68,9 +67,8 @@ from ledger.integrations.langgraph.threads import (
     thread_id,
 )
 from ledger.proposals import NewestOf
-from ledger.serialization import canonical
 from ledger.validation import check_kind
-from ledger.values import ReadResult, RecordView
+from ledger.values import RecordView
 from ledger.versions import NewerVersionError
 from projections.record_table import LIVE_STATUSES
 
@@ -112,11 +110,17 @@ class LedgerStore(BaseStore):
             convenience); it must be another principal than ``token``'s.
         scope_depth: how many leading namespace labels name the scope.
         kind: the kind of the store's records (``fact``).
+        observe_search: whether what ``search`` shows a LangGraph thread is
+            observed on what it puts, as what ``get`` gives it is (the default, as
+            SPEC §13.4 has it). False makes a search context, not a basis: for a
+            graph that loads every memory into the prompt at each turn, where
+            replacing one memory would otherwise make every later one STALE.
+            (The "Provenance" section of the package docstring says more.)
 
     Raises:
         AuthenticationError: a token is unknown, revoked or expired.
-        InvalidInputError: ``scope_depth`` is not a positive int, or the
-            approver is the proposer.
+        InvalidInputError: ``scope_depth`` is not a positive int,
+            ``observe_search`` is not a bool, or the approver is the proposer.
         InvalidKindError: ``kind`` is not a record kind.
     """
 
@@ -130,14 +134,18 @@ class LedgerStore(BaseStore):
         approver_token: str | None = None,
         scope_depth: int = 1,
         kind: Kind | str = Kind.FACT,
+        observe_search: bool = True,
     ) -> None:
         if not isinstance(ledger, Ledger):
             raise InvalidInputError(f"ledger must be a Ledger, got {type(ledger).__name__}")
         if isinstance(scope_depth, bool) or not isinstance(scope_depth, int) or scope_depth < 1:
             raise InvalidInputError(f"scope_depth must be a positive int, got {scope_depth!r}")
+        if not isinstance(observe_search, bool):
+            raise InvalidInputError(f"observe_search must be a bool, got {observe_search!r}")
         self.kind = check_kind(kind)
         self._kinds = (self.kind,)
         self.scope_depth = scope_depth
+        self.observe_search = observe_search
         self.ledger = ledger
         self.session: Session = ledger.authenticate(token)
         self.approver: Session | None = (
@@ -157,7 +165,8 @@ class LedgerStore(BaseStore):
         return (
             f"LedgerStore({self.ledger.url!r}, principal={self.session.principal!r}, "
             f"approver={None if self.approver is None else self.approver.principal!r}, "
-            f"scope_depth={self.scope_depth}, kind={self.kind.value!r})"
+            f"scope_depth={self.scope_depth}, kind={self.kind.value!r}, "
+            f"observe_search={self.observe_search})"
         )
 
     # -- lifecycle ----------------------------------------------------------------
@@ -234,10 +243,10 @@ class LedgerStore(BaseStore):
         except AccessDeniedError as exc:
             raise renamed(exc, "get") from None
         records = result.records
-        if len(records) == 1:  # the one usable record (FOUND), as _newest gives it
+        if len(records) == 1:  # the one usable record (FOUND), as newest_usable gives it
             view: RecordView | None = records[0]
         else:
-            view = self._newest(result, partial(conflict, None, namespace, key))
+            view = newest_usable(result, partial(conflict, None, namespace, key))
         item: Item | None = item_of(Item, namespace, key, view)
         return item
 
@@ -386,26 +395,7 @@ class LedgerStore(BaseStore):
         self, reader: Session | RunContext, scope: str, claim: str, where: Callable[[str], str]
     ) -> RecordView | None:
         """The usable current version of a claim (eligibility chain), or None."""
-        return self._newest(reader.read(scope, claim, kinds=(self.kind,)), where)
-
-    @staticmethod
-    def _newest(result: ReadResult, where: Callable[[str], str]) -> RecordView | None:
-        """The newest of a read's usable records, or None (``where``: the refusal,
-        given the records' ids, when the usable records disagree). Only items count
-        in a conflict: a record whose value is no mapping (by 0.1.0, say) is none."""
-        if result.outcome == Outcome.CONFLICT:
-            items = [r for r in result.records if isinstance(r.value, dict)]
-            if len({canonical(r.value) for r in items}) > 1:  # as the ledger compares
-                raise MemoryConflictError(where(", ".join(r.id for r in items)))
-            if not (records := tuple(items)):
-                return None
-        elif result.outcome != Outcome.FOUND:
-            return None
-        else:
-            records = result.records
-        if len(records) == 1:
-            return records[0]
-        return max(records, key=lambda r: (r.created_at, r.position))
+        return newest_usable(reader.read(scope, claim, kinds=(self.kind,)), where)
 
     def _get(self, state: Thread | None, op: GetOp) -> Item | None:
         located = find(op.namespace, op.key, self.scope_depth)
@@ -417,7 +407,7 @@ class LedgerStore(BaseStore):
             view = self._current(self.session, scope, claim, where)
         else:
             result = state.read(self._position, scope, claim, self._kinds)
-            view = self._newest(result, where)
+            view = newest_usable(result, where)
         item: Item | None = item_of(Item, tuple(op.namespace), op.key, view)
         return item
 
@@ -455,6 +445,8 @@ class LedgerStore(BaseStore):
         skipped = 0
         if op.limit == 0:
             return found
+        if not self.observe_search:
+            state = None  # context, not a basis: the thread's run is not told of it
         position = self.ledger.position if state is not None else 0  # before it reads
         for scope, labels, rest in self._scopes_under(prefix):
             claim_prefix = "".join(component(label) + SEPARATOR for label in rest) or None

@@ -2,7 +2,10 @@
 
 What a thread is shown usable through ``get`` and ``search`` becomes the
 ``observed`` dependencies of what it puts (the run decides: a record it was last
-shown not VALID is no dependency). The ledger refuses a put that would rest on a
+shown not VALID is no dependency). A store made with ``observe_search=False``
+tells the run and the thread nothing of its searches: a search then neither adds
+to what the thread rests on nor shows it a key as it is now (a ``get`` or a
+delete does: below). The ledger refuses a put that would rest on a
 record withdrawn since the thread read it; the thread goes on when
 
 - it wrote or read the version that replaced it (the usual read-modify-write):

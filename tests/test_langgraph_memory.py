@@ -1,0 +1,252 @@
+"""The usual LangGraph memory loop over a ``LedgerStore``, on every backend.
+
+Each turn a node searches every memory of the user into the prompt and puts one
+more; now and then it corrects an old memory by putting its key again (a second
+put supersedes the first: SPEC §13.3). By default what a thread is shown is
+observed on what it puts (SPEC §13.4), so each memory rests on every memory
+before it, and correcting one makes every memory put after it STALE. With
+``observe_search=False`` a search is context, not a basis: the loop keeps every
+memory usable, and ``get`` is still observed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol, TypedDict
+
+import pytest
+from langgraph.config import get_store
+from langgraph.graph import END, START, StateGraph
+from langgraph.store.base import BaseStore
+
+from ledger import Ledger, Session, Status, Validity
+from ledger.errors import InvalidInputError, InvalidParentError
+from ledger.integrations.langgraph import LedgerStore
+
+NS = ("proj-a", "memories", "u1")
+#: The turns of the loop: eight new memories, then a correction of the oldest.
+TURNS = 9
+#: Turns per chat session (a LangGraph thread).
+SESSION = 5
+
+
+class Turn(TypedDict):
+    turn: int
+
+
+def remember(state: Turn) -> Turn:
+    """One turn: every memory into the prompt, then one put (the last turn
+    corrects the oldest memory shown)."""
+    store = get_store()
+    memories = store.search(NS, limit=1000)
+    turn = state["turn"]
+    if turn == TURNS - 1:
+        oldest = memories[-1]  # the store's own puts are listed newest first
+        store.put(NS, oldest.key, {"text": oldest.value["text"] + " (corrected)"})
+    else:
+        store.put(NS, f"m{turn}", {"text": f"fact {turn}", "prompt": len(memories)})
+    return state
+
+
+class Node(Protocol):
+    def __call__(self, state: Turn) -> Turn: ...
+
+
+def graph_of(store: BaseStore, node: Node) -> Any:
+    builder = StateGraph(Turn)
+    builder.add_node("node", node)
+    builder.add_edge(START, "node")
+    builder.add_edge("node", END)
+    return builder.compile(store=store)
+
+
+def run_the_loop(store: LedgerStore) -> None:
+    graph = graph_of(store, remember)
+    for turn in range(TURNS):
+        graph.invoke({"turn": turn}, {"configurable": {"thread_id": f"chat-{turn // SESSION}"}})
+
+
+def usable_keys(store: LedgerStore) -> list[str]:
+    return sorted(item.key for item in store.search(NS, limit=1000))
+
+
+def record_of(reviewer: Session, key: str) -> Any:
+    """The usable-or-STALE record of a memory (the one not SUPERSEDED)."""
+    [record] = [
+        e.record
+        for e in reviewer.explain(NS[0], f"memories/u1/{key}").entries
+        if e.record.status != Status.SUPERSEDED
+    ]
+    return record
+
+
+@pytest.fixture
+def tokens(ledger: Ledger) -> dict[str, str]:
+    admin = ledger.admin()
+    admin.grant("agent", NS[0], ["propose", "read"])
+    admin.grant("reviewer", NS[0], ["approve", "read"])
+    return {"agent": admin.issue_token("agent"), "reviewer": admin.issue_token("reviewer")}
+
+
+def open_store(ledger: Ledger, tokens: dict[str, str], **options: Any) -> LedgerStore:
+    return LedgerStore(ledger, token=tokens["agent"], approver_token=tokens["reviewer"], **options)
+
+
+ALL_KEYS = sorted(f"m{turn}" for turn in range(TURNS - 1))
+
+
+def test_by_default_correcting_one_memory_makes_every_later_memory_stale(
+    ledger: Ledger, tokens: dict[str, str]
+) -> None:
+    with open_store(ledger, tokens) as store:
+        # When the loop runs, correcting m0 at its last turn
+        run_the_loop(store)
+        # Then only the correction is left usable: every memory put after m0 was
+        # shown m0, so rests on it, and its new version made them STALE
+        assert usable_keys(store) == ["m0"]
+        reviewer = ledger.authenticate(tokens["reviewer"])
+        for key in ALL_KEYS[1:]:
+            assert record_of(reviewer, key).status == Status.STALE, key
+
+
+def test_with_observe_search_false_the_memory_loop_keeps_every_memory_usable(
+    ledger: Ledger, tokens: dict[str, str]
+) -> None:
+    with open_store(ledger, tokens, observe_search=False) as store:
+        # When the same loop runs
+        run_the_loop(store)
+        # Then every memory is usable, the oldest as corrected
+        assert usable_keys(store) == ALL_KEYS
+        oldest = store.get(NS, "m0")
+        assert oldest is not None and oldest.value == {"text": "fact 0 (corrected)"}
+        # and what a search showed is observed on nothing
+        reviewer = ledger.authenticate(tokens["reviewer"])
+        for key in ALL_KEYS:
+            record = record_of(reviewer, key)
+            assert (record.status, record.validity) == (Status.ACCEPTED, Validity.VALID), key
+            assert record.observed == (), key
+        last = store.get(NS, "m7")
+        assert last is not None and last.value["prompt"] == 7  # it was shown m0 to m6
+
+
+def test_with_observe_search_false_what_a_thread_gets_is_still_observed(
+    ledger: Ledger, tokens: dict[str, str]
+) -> None:
+    with open_store(ledger, tokens, observe_search=False) as store:
+        store.put(NS, "name", {"text": "Ada"})
+        store.put(NS, "city", {"text": "Paris"})
+
+        def greet(state: Turn) -> Turn:
+            memories = get_store()
+            memories.search(NS)
+            name = memories.get(NS, "name")
+            assert name is not None
+            memories.put(NS, "greeting", {"text": f"Hello, {name.value['text']}!"})
+            return state
+
+        graph_of(store, greet).invoke({"turn": 0}, {"configurable": {"thread_id": "t"}})
+
+        reviewer = ledger.authenticate(tokens["reviewer"])
+        greeting = record_of(reviewer, "greeting")
+        assert greeting.observed == (record_of(reviewer, "name").id,)
+        # and revoking what it got still hides what was derived from it
+        reviewer.revoke(record_of(reviewer, "name").id, "a guess")
+        assert store.get(NS, "greeting") is None
+
+
+def steps(*each: Callable[[BaseStore], None]) -> Node:
+    """A node doing ``each[turn]`` with the injected store."""
+
+    def node(state: Turn) -> Turn:
+        each[state["turn"]](get_store())
+        return state
+
+    return node
+
+
+def get_missing(store: BaseStore) -> None:
+    assert store.get(NS, "k") is None
+
+
+def search_and_put(store: BaseStore) -> None:
+    store.search(NS)
+    store.put(NS, "k", {"v": "mine"})
+
+
+def get_and_put(store: BaseStore) -> None:
+    store.get(NS, "k")
+    store.put(NS, "k", {"v": "mine"})
+
+
+def test_with_observe_search_false_a_search_does_not_count_as_reading_a_key(
+    ledger: Ledger, tokens: dict[str, str]
+) -> None:
+    # A key the thread got as missing stays guarded though a search showed it
+    # since: only a get tells the thread's checks what the key holds now.
+    with open_store(ledger, tokens, observe_search=False) as store:
+        graph = graph_of(store, steps(get_missing, search_and_put, get_and_put))
+        config = {"configurable": {"thread_id": "t"}}
+        graph.invoke({"turn": 0}, config)
+        store.put(NS, "k", {"v": "theirs"})  # put meanwhile, outside the thread
+        with pytest.raises(InvalidParentError, match=r"key 'k' of namespace .* was missing"):
+            graph.invoke({"turn": 1}, config)
+        graph.invoke({"turn": 2}, config)
+        item = store.get(NS, "k")
+        assert item is not None and item.value == {"v": "mine"}
+
+
+def test_by_default_a_search_counts_as_reading_a_key(
+    ledger: Ledger, tokens: dict[str, str]
+) -> None:
+    # A search showing the key is how the thread learns it is there now.
+    with open_store(ledger, tokens) as store:
+        graph = graph_of(store, steps(get_missing, search_and_put))
+        config = {"configurable": {"thread_id": "t"}}
+        graph.invoke({"turn": 0}, config)
+        store.put(NS, "k", {"v": "theirs"})
+        graph.invoke({"turn": 1}, config)
+        item = store.get(NS, "k")
+        assert item is not None and item.value == {"v": "mine"}
+
+
+@pytest.mark.parametrize("given", ["no", 0, 1, None])
+def test_observe_search_must_be_a_bool(
+    ledger: Ledger, tokens: dict[str, str], given: object
+) -> None:
+    with pytest.raises(InvalidInputError, match=rf"observe_search must be a bool, got {given!r}"):
+        open_store(ledger, tokens, observe_search=given)
+
+
+def test_the_store_says_whether_it_observes_searches(
+    ledger: Ledger, tokens: dict[str, str]
+) -> None:
+    with (
+        open_store(ledger, tokens) as store,
+        open_store(ledger, tokens, observe_search=False) as context_only,
+    ):
+        assert "observe_search=True" in repr(store)
+        assert store.observe_search is True
+        assert repr(context_only).endswith("observe_search=False)")
+        assert context_only.observe_search is False
+
+
+def test_a_memory_made_stale_by_a_correction_is_revalidated_on_the_new_version(
+    ledger: Ledger, tokens: dict[str, str]
+) -> None:
+    with open_store(ledger, tokens) as store:
+        run_the_loop(store)
+        reviewer = ledger.authenticate(tokens["reviewer"])
+        m1 = record_of(reviewer, "m1")
+        new_m0 = record_of(reviewer, "m0")
+        assert m1.status == Status.STALE
+        # When the reviewer revalidates m1 as it is, the refusal says the way out:
+        # the new version of m0, as a parent
+        with pytest.raises(InvalidParentError) as refused:
+            reviewer.revalidate(m1.id, note="still true")
+        said = str(refused.value)
+        assert f"is SUPERSEDED (superseded by {new_m0.id})" in said, said
+        assert f"with parents naming {new_m0.id!r}" in said, said
+        # and following it works
+        reviewer.revalidate(m1.id, note="still true", parents=[new_m0.id])
+        item = store.get(NS, "m1")
+        assert item is not None and item.value["text"] == "fact 1"
