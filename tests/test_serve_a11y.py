@@ -190,6 +190,7 @@ PAGES = (
     "/explain",
     "/explain?scope=proj-a&claim_key=api.retry_safe",
     "/records?as_of_position=3",
+    "/attention?scope=proj-a&list=stale&after=X1&page=2",
 )
 
 
@@ -424,9 +425,10 @@ def test_each_cards_and_outbox_items_controls_name_what_they_act_on(desk: Desk) 
     buttons, summaries = _names(queue, "button"), _names(queue, "summary")
     for rid in ("M2", "M3"):
         assert f"Accept {rid}" in buttons and f"Reject {rid}" in buttons, buttons
-        assert f"Reject… {rid}" in summaries, summaries
+        assert f"Accept with this note {rid}" in buttons, buttons
+        assert f"Reject… {rid}" in summaries and f"Accept with a note… {rid}" in summaries
     accepts = [b for b in buttons if b.startswith("Accept")]
-    assert len(accepts) == len(set(accepts)) == 2
+    assert len(accepts) == len(set(accepts)) == 4
     assert "Accept" not in buttons and "Reject…" not in summaries
     # And every item of the outbox names the delivery it corrects
     issues = [b for b in _names(client.get("/attention").text, "button") if "correction" in b]

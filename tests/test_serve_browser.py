@@ -534,3 +534,49 @@ def test_needs_attention_keeps_claim_keys_readable_at_375_pixels(
     assert chars >= 12, f"the record column is {chars:.1f} characters wide at 375px"
     assert _sideways(page) <= 0
     _shot(page, artefacts, "console-attention-narrow")
+
+
+#: How the dependency picture is drawn: the size in CSS pixels of its records'
+#: labels (Graphviz's font size, in the picture's units, as drawn), and how far its
+#: box scrolls sideways.
+_GRAPH_DRAWN = """() => {
+  const svg = document.querySelector('svg.graph');
+  const box = svg.closest('.graph-box');
+  const label = svg.querySelector('g.node text');
+  const drawn = svg.getBoundingClientRect().width / svg.viewBox.baseVal.width;
+  return {
+    font: parseFloat(label.getAttribute('font-size')) * drawn,
+    scrolls: box.scrollWidth - box.clientWidth,
+  };
+}"""
+
+
+def test_a_graph_of_many_records_keeps_its_labels_readable_and_scrolls_in_its_box(
+    browser: Any, desk: tuple[str, str, Ledger], artefacts: Path
+) -> None:
+    # Given M1 with some forty records resting on it (the most a picture draws)
+    base, token, led = desk
+    agent = led.authenticate(led.admin().issue_token("agent-1"))
+    agent.propose_many(
+        {
+            "scope": "proj-a",
+            "claim_key": f"wide.{n}",
+            "value": n,
+            "kind": Kind.INFERENCE,
+            "parents": ["M1"],
+            "id": f"W{n:02}",
+        }
+        for n in range(38)
+    )
+    for width, height in ((1280, 900), (390, 844)):
+        # When the reviewer opens its page
+        page = _signed_in(browser, base, token, width, height)
+        page.goto(base + "/records/M1")
+        drawn = page.evaluate(_GRAPH_DRAWN)
+        # Then the picture is not shrunk to fit: its labels stay readable, and its
+        # box scrolls sideways instead; the page itself does not
+        assert drawn["font"] >= 11, drawn
+        assert drawn["scrolls"] > 0, drawn
+        assert _sideways(page) <= 0
+        _shot(page, artefacts, f"console-graph-wide-{width}")
+        page.close()

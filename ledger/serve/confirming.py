@@ -14,6 +14,12 @@ from ledger.domain import Status
 from ledger.errors import LedgerError
 from ledger.values import RecordView, RevocationPreview
 
+#: The ``extent`` of a revocation confirmed for the record "and whatever has been
+#: built on it by the time it is revoked": offered once a confirmation was refused
+#: because its preview changed (an agent keeps building on the record), it revokes
+#: without comparing the preview.
+BY_THEN = "built-on-by-then"
+
 #: A revocation preview lists at most this many of the records it would mark STALE,
 #: and as many of the deliveries that would owe corrections; the rest are counted
 #: (the page would otherwise grow with everything stored beneath the record).
@@ -136,15 +142,18 @@ def preview_changed(record_id: str, preview: RevocationPreview) -> str:
     return (
         f"Nothing was revoked: what revoking {record_id} would mark STALE or which "
         f"deliveries would owe corrections changed since the preview (now {now}). Check "
-        "the preview again and confirm."
+        "the preview again and confirm, or revoke it with whatever is built on it by then "
+        "(below)."
     )
 
 
-def revoked(root: str, stale: Reach, owed: int) -> str:
+def revoked(root: str, stale: Reach, owed: int, by_then: bool = False) -> str:
     """What a revocation did: the records it marked STALE and those STALE already
     (``stale``, as the caller may see them, counted as its preview counted them)
-    and the deliveries that now owe a correction."""
-    message = f"Revoked {root}; {stale.said()}"
+    and the deliveries that now owe a correction; ``by_then``: confirmed with
+    whatever had been built on it by then (:data:`BY_THEN`)."""
+    what = f"{root} and whatever had been built on it by then" if by_then else root
+    message = f"Revoked {what}; {stale.said()}"
     if owed:
         owe = "now owes" if owed == 1 else "now owe"
         message += f"; {number_of(owed, 'delivery', 'deliveries')} {owe} a correction"
@@ -165,11 +174,14 @@ def revocation_preview(
 
 class PreviewChanged(Exception):
     """A form confirmed from a page that no longer shows what it would act on: a
-    revocation preview, or a record whose id now names one in another scope."""
+    revocation preview, or a record whose id now names one in another scope.
+    ``kept``: what the page it goes back to is told of the refusal (with what was
+    typed: the number of records a changed preview showed, ``seen``)."""
 
-    def __init__(self, message: str, back: str) -> None:
+    def __init__(self, message: str, back: str, kept: Mapping[str, str] | None = None) -> None:
         super().__init__(message)
         self.back = back
+        self.kept = dict(kept or {})
 
 
 def still_shown(live: Session, record_id: str, form: Mapping[str, Any]) -> None:

@@ -15,6 +15,7 @@ A page asked for while signed out opens once signed in (``/?next=``).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -30,6 +31,7 @@ from ledger.domain import Status, Validity
 from ledger.errors import AccessDeniedError, AuthenticationError, InvalidInputError, LedgerError
 from ledger.serve import refusals
 from ledger.serve.confirming import (
+    BY_THEN,
     LISTED,
     PreviewChanged,
     preview_changed,
@@ -57,8 +59,21 @@ from ledger.session import next_after
 from ledger.validation import asked_key, key_text
 from ledger.values import RecordView
 
-#: Records shown per page of the queue, the attention list and the record list.
+#: Records shown per page of the queue, of each list of Needs attention and of the
+#: record list.
 PAGE = 50
+
+#: The lists of Needs attention, by the name a link pages one by (``?list=``): what
+#: each is called and the filters of ``Session.records`` that list it. STALE, and
+#: ACCEPTED but expired (a CANDIDATE is not valid yet either, but it waits in the
+#: review queue, not here).
+ATTENTION: dict[str, tuple[str, dict[str, Status | Validity]]] = {
+    "stale": ("STALE", {"status": Status.STALE}),
+    "expired": (
+        "ACCEPTED but expired",
+        {"status": Status.ACCEPTED, "validity": Validity.NEEDS_REVALIDATION},
+    ),
+}
 
 
 class Console(Plumbing):
@@ -272,6 +287,8 @@ class Console(Plumbing):
                 "picture": picture(live, view.id, link),
                 "approver": access.has(view.scope, Role.APPROVE) and not moment.past,
                 "entry": candidate(live, view) if view.status == Status.CANDIDATE else None,
+                # Past its own expiry, which no revalidation renews (only a new version).
+                "expired_itself": view.expires is not None and view.expires <= live.caller.at(None),
             }
 
         return await self._gather(request, session, "record.html", load, f"Record {record_id}")
@@ -302,41 +319,58 @@ class Console(Plumbing):
                 "stale": stale,
                 "listed": LISTED,
                 "mark": preview_mark(preview),
+                "by_then": BY_THEN,
             }
 
         return await self._gather(request, session, "revoke.html", load, f"Revoke {record_id}?")
 
     async def attention(self, request: Request, session: ConsoleSession) -> Response:
-        """STALE or expired records, and the deliveries that owe corrections."""
+        """STALE or expired records, and the deliveries that owe corrections. The
+        records come in lists, one per scope and kind (:data:`ATTENTION`), each of
+        its first :data:`PAGE` in id order and paged on its own (``?scope=&list=
+        &after=``: that list alone, without the outbox)."""
+        q = request.query_params
+        only, which = q.get("scope") or None, q.get("list") or None
+        after = q.get("after") or None
+        paged = only is not None and which in ATTENTION and after is not None
+        page = page_number(q) if paged else 1
+        name = "Needs attention"
+        if paged and which is not None:
+            name = f"Needs attention: {ATTENTION[which][0]} in {only}"
 
         def load(live: Session, moment: Moment, access: Access) -> dict[str, Any]:
-            found: dict[str, RecordView] = {}
-            truncated = False
-            for scope in access.scopes(Role.READ):
-                # STALE, and ACCEPTED but expired (a CANDIDATE is not valid yet either,
-                # but it waits in the review queue, not here).
-                for wanted in (
-                    {"status": Status.STALE},
-                    {"status": Status.ACCEPTED, "validity": Validity.NEEDS_REVALIDATION},
-                ):
-                    views = live.records(scope, limit=PAGE, **wanted)
-                    truncated = truncated or len(views) >= PAGE
-                    for v in views:
-                        found.setdefault(v.id, v)
+            lists = []
+            for scope in [only] if paged else access.scopes(Role.READ):
+                assert scope is not None
+                for kind, (label, wanted) in ATTENTION.items():
+                    if paged and kind != which:
+                        continue
+                    # A page of PAGE, and one look at the record after it: what
+                    # follows is linked to, never loaded (nor counted) here.
+                    start = after if paged else None
+                    views = live.records(scope, limit=PAGE, after=start, **wanted)
+                    if not views and not paged:
+                        continue
+                    more = next_after(live, scope, views, PAGE, **wanted)
+                    filters = {k: str(v) for k, v in wanted.items()}
+                    lists.append(_Listed(scope, kind, label, views, filters, more))
             # Corrections are the deliverers' outbox: without ``deliver`` anywhere
             # the page says so rather than show an empty (and so false) outbox.
             delivers = bool(access.scopes(Role.DELIVER))
-            due = live.corrections_due() if delivers else ()
+            due = live.corrections_due() if delivers and not paged else ()
             return {
-                "title": "Needs attention",
-                "needs": sorted(found.values(), key=lambda v: (v.scope, v.id)),
-                "truncated": truncated,
+                "title": paged_title(name, page),
+                "lists": lists,
+                "shown": sum(len(x.views) for x in lists),
+                "more": any(x.next_after for x in lists),
+                "paged": paged,
+                "page": page,
                 "due": due,
                 "delivers": delivers,
                 "approves": set(access.scopes(Role.APPROVE)),
             }
 
-        return await self._gather(request, session, "attention.html", load, "Needs attention")
+        return await self._gather(request, session, "attention.html", load, name)
 
     async def explain(self, request: Request, session: ConsoleSession) -> Response:
         """Why each record for a claim is or is not usable: every usable record and
@@ -431,14 +465,19 @@ class Console(Plumbing):
         def act(live: Session, form: Mapping[str, Any]) -> str:
             # What the approver confirmed is the preview: if records or deliveries
             # were added under the record since (or the form carries no preview),
-            # nothing is revoked and the new preview is shown to confirm again.
+            # nothing is revoked and the new preview is shown to confirm again,
+            # offering to revoke it with whatever is built on it by then (BY_THEN:
+            # the preview is not compared, and the message counts what it marked).
+            by_then = form.get("extent") == BY_THEN
             _, preview, _ = revocation_preview(live, record_id)
-            if form.get("preview") != preview_mark(preview):
-                raise PreviewChanged(preview_changed(record_id, preview), f"{back}/revoke")
+            if not by_then and form.get("preview") != preview_mark(preview):
+                seen = {"seen": str(len(preview.stale))}
+                raise PreviewChanged(preview_changed(record_id, preview), f"{back}/revoke", seen)
             result = live.revoke(record_id, reason=form.get("reason", ""))
             # Counted as the preview counts: by their status just before revoking.
             before = live.as_of(position=result.position - 1)
-            return revoked(result.root, reach(before, result.stale), len(preview.deliveries))
+            stale = reach(before, result.stale)
+            return revoked(result.root, stale, len(preview.deliveries), by_then)
 
         back = f"/records/{record_id}"
         doing = f"Revocation of {record_id}"
@@ -459,6 +498,20 @@ class Console(Plumbing):
 
         doing = f"Correction for delivery {delivery_id}"
         return await self._act(request, session, act, "/attention", doing)
+
+
+@dataclass(frozen=True)
+class _Listed:
+    """One list of Needs attention: a page of the records of one scope and kind."""
+
+    scope: str
+    kind: str  # its name in ``ATTENTION`` (``?list=``)
+    label: str
+    views: tuple[RecordView, ...]
+    #: Its filters, as the record list's form takes them (the link to all of them).
+    filters: dict[str, str]
+    #: The ``after`` of its next page (None: nothing follows).
+    next_after: str | None
 
 
 def _here(path: str, query: Mapping[str, object]) -> str:

@@ -122,10 +122,35 @@ class Moment:
         return cls()
 
     def session(self, session: Session) -> Session:
-        """``session`` as of this moment."""
+        """``session`` as of this moment.
+
+        Raises:
+            InvalidInputError: a position beyond the log, or a time after the
+                ledger's clock, said in the as-of form's terms.
+        """
         if not self.past:
             return session
-        return session.as_of(position=self.position, time=self.time)
+        try:
+            return session.as_of(position=self.position, time=self.time)
+        except InvalidInputError as exc:
+            raise InvalidInputError(self._refused(session, exc)) from None
+
+    def _refused(self, session: Session, exc: InvalidInputError) -> str:
+        """Why the ledger refused this moment, in the as-of form's terms (the
+        library's message names its own parameters: ``as_of``, ``at``)."""
+        engine, said = session.caller.engine, str(exc)
+        if self.position is not None and "beyond the log" in said:
+            return (
+                f"as-of position {self.position} is beyond the log (its newest position "
+                f"is {engine.position()}): give a position up to that one"
+            )
+        if self.time is not None and "in the future" in said:
+            return (
+                f"as-of time {_when(self.time)} is later than the ledger's clock "
+                f"({_when(engine.now())}): there is no past there to show yet. Give a "
+                "time up to now, or clear the field to see the ledger as it is now"
+            )
+        return said.replace("as_of ", "as-of ")
 
 
 @dataclass(frozen=True)
@@ -233,6 +258,27 @@ def _when(value: datetime | None) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+#: A reason the ledger gives for an expired record ("expired at <ISO 8601>", "ancestor
+#: E1 expired at …"): all of it the ledger's words, none a person's.
+_EXPIRED_AT = re.compile(
+    r"((?:ancestor \S+ )?expired at )(\d{4}-\d\d-\d\dT[0-9:.]+(?:[+-]\d\d:\d\d|Z))"
+)
+
+
+def _reason(text: str) -> str:
+    """The ``reason`` filter: a reason the ledger gives why a record is not usable,
+    its instant shown as every page shows one (:func:`_when`) when the reason is an
+    expiry; any other reason (it may quote what a person wrote) as it is."""
+    found = _EXPIRED_AT.fullmatch(text)
+    if found is None:
+        return text
+    try:
+        instant = from_iso(found.group(2))
+    except ValueError:
+        return text
+    return found.group(1) + _when(instant)
+
+
 #: Characters that reorder the text around them (embeddings, overrides, isolates,
 #: marks): from a claim key or a reason they could make the console's own sentence
 #: read backwards, or a record seem to say what it does not.
@@ -277,6 +323,7 @@ def environment() -> Environment:
     env.filters["details"] = _details
     env.filters["key"] = key_text
     env.filters["said"] = _said
+    env.filters["reason"] = _reason
     env.globals["text_limit"] = TEXT_LIMIT
     return env
 
@@ -373,6 +420,8 @@ def candidate(
         for dep in deps:
             if dep.view is None:
                 accept_blocked = f"It depends on {dep.id} ({dep.note})."
+            elif dep.view.status in _FINAL:
+                accept_blocked = _on_final(dep.view)
             elif dep.view.status != Status.ACCEPTED:
                 accept_blocked = f"Its dependency {dep.id} is {dep.view.status}; settle that first."
             elif dep.view.validity != Validity.VALID:
@@ -399,6 +448,22 @@ def candidate(
     conflicts = () if explanation is None else _disagreeing(view, explanation)
     captures = _replaces_captures(session, view)
     return Candidate(view, tuple(deps), blocked, accept_blocked, conflicts, more, captures)
+
+
+#: Statuses a record never leaves: a candidate resting on one can never be accepted.
+_FINAL = (Status.REJECTED, Status.REVOKED, Status.SUPERSEDED)
+
+
+def _on_final(dep: RecordView) -> str:
+    """Why a candidate resting on ``dep`` (REJECTED, REVOKED or SUPERSEDED) cannot be
+    accepted, and what to do instead: that status is final."""
+    instead = "another basis"
+    if dep.status == Status.SUPERSEDED and dep.superseded_by:
+        instead = f"another basis (such as {dep.superseded_by}, which replaced it)"
+    return (
+        f"Its dependency {dep.id} is {dep.status}, for good: it can never be accepted "
+        f"on it. Reject it, or have it proposed again on {instead}."
+    )
 
 
 def _replaces_captures(session: Session, view: RecordView) -> bool:

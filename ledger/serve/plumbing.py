@@ -41,8 +41,9 @@ from ledger.serve.threads import finish_in_thread
 LOCAL_PATH = re.compile(r"/(?![/\\])[^\s\\]*")
 #: The query parameters that name a page's moment (see ``pages.Moment``).
 _MOMENT = ("as_of_position", "as_of_time")
-#: Form fields the console fills in itself (a refused form is given back without them).
-_NOT_TYPED = ("csrf", "next", "preview", "scope")
+#: Form fields the console fills in itself (a refused form is given back without them;
+#: ``seen`` is what a changed revocation preview showed, kept by the console alone).
+_NOT_TYPED = ("csrf", "next", "preview", "scope", "extent", "seen")
 #: The field a refused form is given back for: invalid, described by the refusal
 #: (the message shown above the page, ``id="form-refusal"``), and focused.
 _AT_FAULT = Markup(' aria-invalid="true" aria-describedby="form-refusal" autofocus')
@@ -391,7 +392,7 @@ class Plumbing:
                 return RedirectResponse(again, status_code=303)
         except PreviewChanged as exc:
             session.flash("error", str(exc))
-            session.keep_refused(request.url.path, typed)
+            session.keep_refused(request.url.path, {**typed, **exc.kept})
             return RedirectResponse(exc.back, status_code=303)
         return RedirectResponse(self._back(request, values, default_back), status_code=303)
 
