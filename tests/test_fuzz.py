@@ -656,9 +656,10 @@ def test_adversarial_calls_on_a_full_disk_raise_only_ledger_errors_and_change_no
         assert refused["DiskFullError"] > 0, refused
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def pg_world() -> Iterator[tuple[str, Ledger, dict[str, Session]]]:
-    """One seeded PostgreSQL ledger the fault fuzz works on (a campaign's arena)."""
+    """One seeded PostgreSQL ledger a group's fault fuzz works on (its campaign's
+    arena: what one group's calls change, another's never meets)."""
     url, drop = new_pg_schema_url()
     ledger = Ledger.open(url, clock=fixed_clock)
     try:
@@ -684,6 +685,12 @@ def _sessions_ended(url: str, after: float) -> Iterator[None]:
         time.sleep(0.2)
 
 
+#: Calls that can revoke the seeded principals' tokens (``reviewer``'s, say): on the
+#: world a campaign shares, every later example would then meet a session that no
+#: longer authenticates. They are fuzzed on fresh worlds, and on a full disk, above.
+_ENDS_SEEDED_SESSIONS = ("Admin.revoke_token", "Admin.revoke_tokens_of")
+
+
 # The connection pool replaces ended sessions in its worker threads, drawing its retry
 # jitter from ``random`` while hypothesis generates the next example.
 @pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisDeprecationWarning")
@@ -696,9 +703,11 @@ def test_adversarial_calls_while_postgresql_ends_sessions_keep_the_contract(
 
     # Given a seeded PostgreSQL ledger whose server sessions are terminated during
     # or right after each call
+    calls = tuple(spec for spec in calls_in(group) if spec.name not in _ENDS_SEEDED_SESSIONS)
+
     @settings(FUZZ, max_examples=FAULT_EXAMPLES)
     @given(
-        drawn=call_and_args(calls_in(group)),
+        drawn=call_and_args(calls),
         after=st.sampled_from((0.0, 0.002, 0.005, 0.01, 0.02)),
     )
     def fuzz(drawn: tuple[Any, Args], after: float) -> None:
