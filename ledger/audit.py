@@ -55,7 +55,7 @@ def audit(caller: Caller, record_id: str) -> AuditTrail:
         row = caller.visible(c, record_id, Role.AUDIT, "audit")
         view = record_view(caller, c, row, caller.at(None))
         notes = engine.recorder.vouched_events(
-            c, uuid_of_hex(row["agg_id"]), row["from_pos"], record_id
+            c, uuid_of_hex(row["agg_id"]), row["from_pos"], record_id, row["record_id"]
         )
         decoded = [
             (note, engine.projector.decode(note))
@@ -155,7 +155,7 @@ def _history_events(
         if record is not None:
             row = caller.visible(c, record, Role.AUDIT, "history")
             notes = engine.recorder.vouched_events(
-                c, uuid_of_hex(row["agg_id"]), row["from_pos"], record
+                c, uuid_of_hex(row["agg_id"]), row["from_pos"], record, row["record_id"]
             )
         else:
             notes = log()

@@ -328,8 +328,10 @@ def revocations(session: Session, sub: Subgraph) -> dict[str, RevokedBy]:
     with caller.reading() as c:
         for node in revoked:
             key = keys[node.id, node.scope]
+            row = validity_view.current(c, engine.dialect, key)
             oid = engine.aggregate_of(c, key)
-            for note in engine.recorder.vouched_events(c, oid, name=node.id):
+            latest = None if row is None else int(row["from_pos"])
+            for note in engine.recorder.vouched_events(c, oid, latest, node.id, key):
                 event = engine.projector.decode(note) if note.id <= sub.position else None
                 if isinstance(event, Record.Revoked):
                     found[node.id] = RevokedBy(event.actor, event.timestamp, event.reason)

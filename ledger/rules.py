@@ -237,7 +237,8 @@ def check_usable_dependency(
             # Its dependencies never change by themselves: the way out is a new basis
             # (one the approver cannot read it could not vouch for).
             hint = (
-                f"; revalidate {rid!r} on a new basis instead, with parents naming {newer!r} "
+                f"; revalidate {rid!r} on a new basis instead, with parents naming the "
+                f"newest version of that claim ({newer!r}, or the version that replaced it) "
                 "and every other dependency it keeps (parents replace its dependencies, "
                 "observed ones included)"
             )

@@ -151,6 +151,20 @@ def corrections_of_record(
     return found
 
 
+def event_positions(c: Cursor, d: Dialect, record_id: str) -> list[int]:
+    """The log positions of the ``Delivered`` and ``CorrectionIssued`` events of one
+    record, as the views hold them (events of the record's own aggregate)."""
+    c.execute(
+        d.q(
+            "SELECT position FROM {t}pl_deliveries WHERE record_id=? UNION ALL "
+            "SELECT co.position FROM {t}pl_deliveries dl JOIN {t}pl_corrections co "
+            "ON co.delivery_id = dl.delivery_id WHERE dl.record_id=?"
+        ),
+        (record_id, record_id),
+    )
+    return [int(row["position"]) for row in c.fetchall()]
+
+
 def delivery(c: Cursor, d: Dialect, delivery_id: str) -> Any:
     """One delivery's row, or None."""
     c.execute(d.q("SELECT * FROM {t}pl_deliveries WHERE delivery_id=?"), (delivery_id,))

@@ -245,7 +245,7 @@ def test_a_memory_made_stale_by_a_correction_is_revalidated_on_the_new_version(
             reviewer.revalidate(m1.id, note="still true")
         said = str(refused.value)
         assert f"is SUPERSEDED (superseded by {new_m0.id})" in said, said
-        assert f"with parents naming {new_m0.id!r}" in said, said
+        assert f"with parents naming the newest version of that claim ({new_m0.id!r}" in said, said
         # and following it works
         reviewer.revalidate(m1.id, note="still true", parents=[new_m0.id])
         item = store.get(NS, "m1")

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from ledger import Kind, Ledger, merkle, serialization
 from ledger.bundle import write_bundle
 from ledger.errors import CorruptEventError, InvalidInputError
+from ledger.graph import collect, revocations
 from ledger.persistence import base as persistence_base
 
 from .conftest import World, aggregate_of
@@ -559,6 +560,49 @@ def test_a_records_history_refuses_an_event_left_out_of_it_behind_the_ledgers_ba
     with pytest.raises(CorruptEventError, match=in_log.format(victim)):
         world.reviewer.history()
     assert world.ledger.verify().first_bad_position == victim
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("last", ["Delivered", "CorrectionIssued"])
+def test_a_records_history_refuses_its_last_delivery_or_correction_deleted(
+    world: World, ledger_url: str, last: str
+) -> None:
+    # Given R1 delivered (and, for a correction, revoked and corrected), then its
+    # last event deleted behind the ledger's back: an event that changes no view
+    # row of R1's and leaves no gap in its versions
+    agent, reviewer = world.agent, world.reviewer
+    agent.propose(scope="proj-a", claim_key="r", value=1, kind=Kind.REPORT, id="R1")
+    reviewer.accept("R1")
+    delivery = reviewer.deliver("R1", recipient="ops@x.test")
+    if last == "CorrectionIssued":
+        reviewer.revoke("R1", reason="wrong")
+        reviewer.issue_correction(delivery, note="R1 was wrong")
+    events = world.reviewer.audit("R1").events
+    assert events[-1].type == last
+    _delete(_db(ledger_url), events[-1].position)
+
+    # Then neither its audit trail nor its history shows the rest as its history
+    refusal = f"the event at position {events[-1].position}, a delivery or correction of 'R1'"
+    with pytest.raises(CorruptEventError, match=refusal):
+        reviewer.audit("R1")
+    with pytest.raises(CorruptEventError, match=refusal):
+        reviewer.history(record="R1")
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_a_graphs_revocations_refuse_a_revocation_deleted_behind_the_ledgers_back(
+    world: World, ledger_url: str
+) -> None:
+    # Given E1 revoked, then its Revoked event deleted (its view row still REVOKED)
+    _scenario(world)
+    revoked = world.reviewer.audit("E1").events[-1]
+    assert revoked.type == "Revoked"
+    _delete(_db(ledger_url), revoked.position)
+
+    # Then who revoked it is not silently left out of its graph: the refusal names it
+    sub = collect(world.reviewer, "E1", descendants=True)
+    with pytest.raises(CorruptEventError, match=f"position {revoked.position} is missing"):
+        revocations(world.reviewer, sub)
 
 
 @pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)

@@ -20,6 +20,7 @@ from ledger.domain import Record
 from ledger.errors import CorruptEventError
 from ledger.merkle import leaf_data, leaf_hash, leaf_hashes
 from ledger.stored_types import READ_ERRORS, mistyped_event
+from projections import delivery as delivery_view
 from projections.base import Cursor, Dialect, Query, fetch_in_chunks, insert_rows, rows_in
 from projections.projector import APPLIED_SQL, VIEW_TABLES, Projector, Row
 
@@ -87,6 +88,15 @@ def _skipped(notes: Sequence[Notification], version: int, name: str | None) -> s
     )
 
 
+def _gone_from(position: int, whose: str) -> str:
+    """Why a delivery or correction the views hold of a record is not among its events."""
+    return (
+        f"the event at position {position}, a delivery or correction of {whose!r} the views "
+        "hold, is not among its stored events: it was removed or changed after it was "
+        "appended (run `provledger verify`)"
+    )
+
+
 def in_log(notes: list[Notification]) -> list[Notification]:
     """One aggregate's stored events, refused (``CorruptEventError``) if one sits
     below the log's first position: only a row written behind the ledger's back
@@ -125,7 +135,12 @@ class LedgerRecorderMixin:
         self.vouch_rows(c, rows_of(notes), after)
 
     def vouched_events(
-        self, c: Cursor, originator_id: UUID, latest: int | None = None, name: str | None = None
+        self,
+        c: Cursor,
+        originator_id: UUID,
+        latest: int | None = None,
+        name: str | None = None,
+        key: str | None = None,
     ) -> list[Notification]:
         """Every stored event of one aggregate (``select_record_events``), each
         vouched for by its Merkle leaf (:meth:`vouch`): for what is shown of a
@@ -134,16 +149,25 @@ class LedgerRecorderMixin:
 
         Its versions must run 1, 2, 3… with none missing; ``latest``, the log
         position of the event its view row was last changed by, must hold that
-        event still (an aggregate's last event removed, or moved to another
-        aggregate, leaves no gap in its versions). ``CorruptEventError`` otherwise,
-        naming the record ``name`` (else the aggregate's id).
+        event still; and with ``key`` (the record's), the deliveries and
+        corrections the views hold of it must each be one of its events (an
+        aggregate's last event removed, or moved to another aggregate, leaves no
+        gap in its versions). ``CorruptEventError`` otherwise, naming the record
+        ``name`` (else the aggregate's id). A ``SnapshotErased`` event, which no
+        view records, removed from the end of a record's events is found by
+        ``verify`` alone.
         """
         notes = self.select_record_events(c, originator_id)
         self.vouch(c, notes)
         for version, note in enumerate(notes, start=1):
             if note.originator_version != version:
                 raise CorruptEventError(_skipped(notes, version, name))
-        if latest is not None and latest not in {note.id for note in notes}:
+        positions = {note.id for note in notes}
+        if key is not None:
+            for position in sorted(delivery_view.event_positions(c, self.dialect, key)):
+                if position not in positions:
+                    raise CorruptEventError(_gone_from(position, name or originator_id.hex))
+        if latest is not None and latest not in positions:
             # Another aggregate's event may have changed the view row: it must be
             # there, as appended; a leaf without its row is an event gone.
             try:
