@@ -186,6 +186,28 @@ def test_a_revocation_refused_as_records_keep_coming_can_be_made_with_what_is_bu
         assert desk.reviewer.get(rid).status.value == "STALE", rid
 
 
+def test_the_offer_counts_only_the_records_the_reviewer_can_see(desk: Desk) -> None:
+    # Given E1 → M1, and HC1 on M1 in proj-c, where the reviewer may deliver but not read
+    _seed(desk)
+    admin = desk.ledger.admin()
+    admin.grant("agent-1", scope="proj-c", roles=["propose", "read"])
+    admin.grant("reviewer", scope="proj-c", roles=["deliver"])
+    desk.agent.propose(
+        scope="proj-c", claim_key="c", value=1, kind=Kind.INFERENCE, parents=["M1"], id="HC1"
+    )
+    client, csrf = desk.signed_in("reviewer")
+    preview = client.get("/records/E1/revoke").text
+    mark = _PREVIEW.search(preview)
+    assert mark is not None
+    # When a confirmation is refused because C1 was built on M1 meanwhile
+    _child(desk, "M1", "C1")
+    form = {"csrf": csrf, "reason": "withdrawn", "preview": mark[1]}
+    refused = client.post("/records/E1/revoke", data=form)
+    text = text_of(client.get(refused.headers["location"]).text)
+    # Then the offer counts M1, R1, M2 and C1 as the records it can see, not HC1
+    assert "when your confirmation was refused, 4 records you can see rested on it" in text
+
+
 # -- 3. A note on an acceptance ---------------------------------------------------------------
 
 
@@ -270,12 +292,14 @@ def test_the_outbox_says_a_record_valid_again_may_still_owe_a_correction(desk: D
 # -- 6. A candidate on a final dependency ----------------------------------------------------
 
 
+@pytest.mark.parametrize("parents", [["M2"], ["S1", "M2"]])
 def test_a_candidate_on_a_rejected_dependency_is_told_to_be_rejected_not_to_wait(
-    desk: Desk,
+    desk: Desk, parents: list[str]
 ) -> None:
+    # (with S1, a candidate, named first: waiting for it would be in vain too)
     _seed(desk)
     desk.agent.propose(
-        scope="proj-a", claim_key="n", value=1, kind=Kind.INFERENCE, parents=["M2"], id="N1"
+        scope="proj-a", claim_key="n", value=1, kind=Kind.INFERENCE, parents=parents, id="N1"
     )
     desk.ledger.authenticate(desk.tokens["reviewer-2"]).reject("M2", reason="wrong")
     client, _ = desk.signed_in("reviewer")

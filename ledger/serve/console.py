@@ -471,7 +471,9 @@ class Console(Plumbing):
             by_then = form.get("extent") == BY_THEN
             _, preview, _ = revocation_preview(live, record_id)
             if not by_then and form.get("preview") != preview_mark(preview):
-                seen = {"seen": str(len(preview.stale))}
+                # (counted as "records you can see": not those it may act on unread)
+                shown = reach(live, preview.stale)
+                seen = {"seen": str(len(shown.listed) + shown.beyond)}
                 raise PreviewChanged(preview_changed(record_id, preview), f"{back}/revoke", seen)
             result = live.revoke(record_id, reason=form.get("reason", ""))
             # Counted as the preview counts: by their status just before revoking.

@@ -416,6 +416,10 @@ def candidate(
     accept_blocked = blocked
     if accept_blocked is None and view.expires is not None and view.expires <= now:
         accept_blocked = f"It expired at {_when(view.expires)}: it can no longer be accepted."
+    if accept_blocked is None:  # a final dependency first: waiting for another is in vain
+        final = [dep.view for dep in deps if dep.view is not None and dep.view.status in _FINAL]
+        if final:
+            accept_blocked = _on_final(final[0])
     if accept_blocked is None:
         for dep in deps:
             if dep.view is None:
