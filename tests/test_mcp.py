@@ -210,6 +210,21 @@ async def test_an_agent_token_gets_the_memory_tools_and_no_approval_tool(team: T
         assert "accept_memory" in text
 
 
+async def test_a_misspelt_tool_is_refused_naming_the_closest_and_every_tool_it_may_use(
+    team: Team,
+) -> None:
+    async with team.client("agent-1") as agent:
+        # When the model calls a tool that does not exist
+        text = await refused(agent, "read_memry", scope=SCOPE, claim_key="k")
+        nothing = await refused(agent, "zzz")
+
+    # Then the refusal names the closest tool and lists those it may call (no
+    # approval tool for an agent)
+    assert text.startswith("Unknown tool: read_memry. Did you mean read_memory? ")
+    assert text.endswith(f"The tools are: {', '.join(MEMORY_TOOLS)}.")
+    assert "Did you mean" not in nothing and "The tools are: capture_evidence" in nothing
+
+
 async def test_a_token_holding_approve_also_gets_the_approval_tools(team: Team) -> None:
     async with team.client("reviewer") as reviewer:
         names = [t.name for t in (await reviewer.list_tools()).tools]

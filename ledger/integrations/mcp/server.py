@@ -3,6 +3,7 @@ description and annotations) and :func:`build_server` / :func:`serve`."""
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import signal
@@ -138,6 +139,10 @@ def _tool(fn: Callable[..., Any], description: str, hints: ToolAnnotations) -> T
     return tool.model_copy(update={"fn_metadata": reading})
 
 
+#: How the SDK's refusal of a tool it does not know begins.
+_UNKNOWN_TOOL = "Unknown tool: "
+
+
 class LedgerServer(MCPServer[Connections]):
     """The SDK's server, strict about arguments: a tool's input schema admits no
     other properties, and a call naming an argument the tool does not take is
@@ -190,9 +195,20 @@ class LedgerServer(MCPServer[Connections]):
                 return await self._call_tool(name, arguments, context)
         except ToolError as exc:
             text = mask_tokens(without_location(str(exc), self.ledger_url))
+            if text.startswith(_UNKNOWN_TOOL):
+                text = await self._unknown_tool(name, text)
             if text == str(exc):
                 raise
             raise ToolError(text) from None
+
+    async def _unknown_tool(self, name: str, said: str) -> str:
+        """The SDK's refusal of a tool it does not know, with the tools the principal
+        may use now (and the closest of them to ``name``): a model that misspelt one
+        learns what to call instead."""
+        names = [tool.name for tool in await self.list_tools()]
+        close = difflib.get_close_matches(name, names, n=1)
+        guess = f" Did you mean {close[0]}?" if close else ""
+        return f"{said}.{guess} The tools are: {', '.join(names)}."
 
     def _turn(self) -> AbstractAsyncContextManager[Any]:
         """A turn of :attr:`work_limit`, or nothing to wait for."""
