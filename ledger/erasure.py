@@ -172,6 +172,10 @@ def erase_snapshot(
         stored = engine.recorder.snapshot_content(w.c, ref) is not None
         if not stored and (found := erased_all(engine, w.c, ref, records)) is not None:
             raise _ErasedAlready(found)
+        # Only captures not erased yet (made again since an erasure): one erased
+        # before is not erased twice, nor is its scope told of the new capture.
+        fresh = {r: row for r, row in records.items() if _erasure(engine, w.c, ref, r, row) is None}
+        records = fresh or records  # (every one erased, yet the bytes stored: all again)
         now = engine.now()
         events: list[Any] = []
         for rid, row in records.items():

@@ -1423,6 +1423,33 @@ def test_bytes_captured_again_in_another_scope_are_not_readable_through_the_eras
         scene.agent.snapshot(ref)
 
 
+@pytest.mark.parametrize("ledger_url", BACKENDS, indirect=True)
+def test_erasing_bytes_captured_again_erases_the_new_capture_alone(scene: Scene) -> None:
+    # Given E1's bytes erased, then captured anew in proj-b as B1
+    ref = (scene.reviewer.get("E1").evidence or {})["snapshot_ref"]
+    admin = scene.ledger.admin()
+    first = admin.erase_snapshot(ref, reason="erasure request 114")
+    admin.grant("tenant-b", scope="proj-b", roles=["propose", "read", "audit"])
+    tenant_b = scene.ledger.authenticate(admin.issue_token("tenant-b"))
+    tenant_b.capture(scope="proj-b", uri="https://b.test/page", content=b"retries ok", id="B1")
+
+    # When they are erased again
+    again = admin.erase_snapshot(ref, reason="erasure request 114, collected again")
+
+    # Then only B1 is erased now: E1's capture keeps its one erasure, and agent-1
+    # (who cannot see proj-b) is told of that one, not of the new capture's
+    assert first.records == ("E1",) and again.records == ("B1",)
+    erasures = [e for e in scene.reviewer.audit("E1").events if e.type == "SnapshotErased"]
+    assert [e.position for e in erasures] == [first.position]
+    with pytest.raises(
+        SnapshotErasedError, match=rf"position {first.position}\): erasure request 114$"
+    ):
+        scene.agent.snapshot(ref)
+    with pytest.raises(SnapshotErasedError, match="collected again"):
+        tenant_b.snapshot(ref)
+    assert scene.ledger.verify().ok
+
+
 @pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
 def test_an_unknown_snapshot_cannot_be_erased_and_capturing_again_stores_the_bytes(
     scene: Scene,
@@ -1466,7 +1493,7 @@ def test_the_evidence_commands_work_end_to_end(tmp_path: Path) -> None:
     code, out, _ = run("head", "--key", key, "--append", heads)
     assert code == 0 and SignedHead.from_json(out.strip()) == load_heads(heads)[0]
     code, out, _ = run("verify", "--heads", heads, "--public-key", f"{key}.pub")
-    assert code == 0 and "consistent with 1 signed heads" in out
+    assert code == 0 and "consistent with 1 signed head" in out
     zip_path = str(tmp_path / "e1.zip")
     assert run("bundle", "E1", "--key", key, "-o", zip_path, "--token", reviewer_token)[0] == 0
     code, out, _ = run("verify-bundle", zip_path, "--public-key", f"{key}.pub")

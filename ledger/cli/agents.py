@@ -57,8 +57,9 @@ def mcp_command(
 ) -> None:
     """Serve the ledger to an agent over MCP, as the token's principal.
 
-    Tools to capture evidence, propose, read, explain, get, list and audit records,
-    plus accept/reject/revoke/revalidate when the token holds `approve`. One
+    Tools to capture evidence, propose, read, explain, get, list and audit records
+    and read captured evidence, plus accept/reject/revoke/revalidate when the token
+    holds `approve`. One
     connection is one run: what it reads is observed on what it proposes. Give the
     token in $PROVLEDGER_TOKEN rather than --token (other users can read a command
     line). Over streamable-http every client acts with this token, asked for no

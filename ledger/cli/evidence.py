@@ -172,7 +172,8 @@ def verify(
         )
     elif report.ok:
         extends = f"; extends {against}" if against else ""
-        kept = f"; consistent with {report.heads} signed heads" if report.heads else ""
+        n = report.heads
+        kept = f"; consistent with {n} signed head{'' if n == 1 else 's'}" if n else ""
         click.echo(f"ok: {report.digest}{extends}{kept} ({', '.join(report.checks)})")
         if report.digest is not None and report.digest.size == 0:
             # `init` writes events: an empty log was never used, or not finished.
@@ -613,10 +614,10 @@ def erase_snapshot(
         click.echo(
             "note: the database's files may still hold the erased bytes for now: on "
             "SQLite a reader kept the checkpoint from completing (the file or its -wal "
-            "holds them until the next complete one); on PostgreSQL the snapshot table "
-            "could not be rewritten, or a transaction older than the erasure kept the "
-            "row (done at the next erasure, or an operator's VACUUM FULL once older "
-            "transactions have ended)",
+            "holds them); on PostgreSQL the snapshot table could not be rewritten, or a "
+            "transaction older than the erasure kept the row. Run `provledger "
+            "scrub-erased` once those readers or transactions have ended, until it "
+            "exits 0",
             err=True,
         )
 

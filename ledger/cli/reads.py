@@ -500,8 +500,9 @@ def graph(
         click.echo(f"warning: {drawn.note} ({target})", err=True)
     if target != "-":
         click.echo(
-            f"wrote {printable(target)} ({drawn.format}: {len(sub.nodes)} records, "
-            f"{len(sub.edges)} edges)"
+            f"wrote {printable(target)} ({drawn.format}: "
+            f"{len(sub.nodes)} record{'' if len(sub.nodes) == 1 else 's'}, "
+            f"{len(sub.edges)} edge{'' if len(sub.edges) == 1 else 's'})"
         )
 
 

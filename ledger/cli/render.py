@@ -564,10 +564,8 @@ def print_revocation(
 def print_experiment(result: ExperimentResult, console: Console) -> None:
     """Print the experiment's table."""
     table = Table(title=f"provledger experiment ({printable(result.url)})")
-    table.add_column("check")
-    table.add_column("expected")
-    table.add_column("observed")
-    table.add_column("passed")
+    for column in ("check", "expected", "observed", "passed"):
+        table.add_column(column, overflow="fold")  # a narrow terminal cuts no word
     for row in result.rows:
         mark = "[green]yes[/green]" if row.passed else "[red]NO[/red]"
         table.add_row(row.check, row.expected, row.observed, mark)

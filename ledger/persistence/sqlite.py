@@ -418,7 +418,9 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
         ``SCRUB_WAIT_MS``, not the busy timeout (other writers wait meanwhile).
         False when a reader kept it from completing: the zeroed pages then wait in
         the ``-wal`` while the file (or the ``-wal``'s older frames) still holds
-        the bytes, until a later complete checkpoint."""
+        the bytes, until this is done again once the reader is done (``scrub_erased``)
+        or the last connection closes: SQLite's own checkpoints leave the ``-wal``'s
+        frames as they are."""
         del position  # whichever erasure: what the checkpoint could not copy waits
         if not self._file:
             return True
