@@ -531,7 +531,8 @@ class Admin:
         """Erase the evidence bytes behind ``ref`` (``sha256:…``), recording who and why.
 
         The bytes leave the snapshot store and every evidence record captured with
-        them, in every scope, gets a ``SnapshotErased`` event carrying ``reason``,
+        them, in every scope, gets a ``SnapshotErased`` event carrying ``reason``
+        (but one erased before: after a re-capture, only the captures since),
         which each record's readers see (write it for all of them), in one
         transaction; records keep their status and the log still verifies.
         ``Session.snapshot(ref)`` then raises ``SnapshotErasedError``. See :mod:`ledger.erasure`.

@@ -85,7 +85,7 @@ def end_sessions(url: str) -> int:
     with psycopg.connect(_pg_dsn(), autocommit=True) as admin:
         return len(
             admin.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity "
                 "WHERE application_name = %s",
                 (f"provledger:{schema}",),
             ).fetchall()

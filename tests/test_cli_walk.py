@@ -164,6 +164,9 @@ def test_ctrl_c_says_it_was_interrupted_and_exits_130(ledger_url: tuple[str, str
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,
+        # Ctrl-C as a terminal delivers it, even where this process was started
+        # with SIGINT ignored (a background job of a shell without job control)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         # The command waits for its content on stdin; Python's SIGINT handler is

@@ -520,7 +520,8 @@ def end_sessions(url: str) -> int:
     name = f"provledger:{url.rsplit('schema=', 1)[1]}"
     with psycopg.connect(PG_SERVER, autocommit=True) as conn:
         rows = conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+            "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity "
+            "WHERE application_name = %s",
             (name,),
         ).fetchall()
     return len(rows)

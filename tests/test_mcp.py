@@ -225,6 +225,14 @@ async def test_a_misspelt_tool_is_refused_naming_the_closest_and_every_tool_it_m
     assert "Did you mean" not in nothing and "The tools are: capture_evidence" in nothing
 
 
+async def test_a_tool_name_echoed_in_a_refusal_is_cut_and_escaped(team: Team) -> None:
+    async with team.client("agent-1") as agent:
+        long = await refused(agent, "A" * 200_000)
+        loose = await refused(agent, "x\n\u202eevil")
+    assert len(long) < 1_000 and long.startswith("Unknown tool: 'AAAA")
+    assert "\n" not in loose and "\u202e" not in loose and "\\u202e" in loose
+
+
 async def test_a_token_holding_approve_also_gets_the_approval_tools(team: Team) -> None:
     async with team.client("reviewer") as reviewer:
         names = [t.name for t in (await reviewer.list_tools()).tools]

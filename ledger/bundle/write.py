@@ -119,7 +119,10 @@ def write_bundle(
     )
     root = sub.root
     assert root is not None
-    trails = {node.id: session.audit(node.id) for node in sub.nodes}
+    try:
+        trails = {node.id: session.audit(node.id) for node in sub.nodes}
+    except CorruptEventError as exc:  # a trail its events cannot vouch for
+        raise CorruptEventError(f"bundle refused: {exc}") from None
     auditable = _Auditable(session, trails)
     # Every auditable ancestor is in ``trails``: the others are the hidden ones.
     hidden = any(

@@ -588,7 +588,8 @@ def erase_snapshot(
     """Erase the captured bytes behind a snapshot reference (sha256:…).
 
     The bytes leave the snapshot store; an audited SnapshotErased event on every
-    capture of them, in every scope, records who erased them and why (its readers
+    capture of them not erased before, in every scope, records who erased them and
+    why (its readers
     see the reason: write it for all of them); records built on them keep their
     status and the log still verifies. Admin: see `provledger init` for the admin token.
 

@@ -195,20 +195,22 @@ class LedgerServer(MCPServer[Connections]):
                 return await self._call_tool(name, arguments, context)
         except ToolError as exc:
             text = mask_tokens(without_location(str(exc), self.ledger_url))
-            if text.startswith(_UNKNOWN_TOOL):
-                text = await self._unknown_tool(name, text)
+            if str(exc) == _UNKNOWN_TOOL + name:
+                text = await self._unknown_tool(name)
             if text == str(exc):
                 raise
             raise ToolError(text) from None
 
-    async def _unknown_tool(self, name: str, said: str) -> str:
-        """The SDK's refusal of a tool it does not know, with the tools the principal
-        may use now (and the closest of them to ``name``): a model that misspelt one
-        learns what to call instead."""
+    async def _unknown_tool(self, name: str) -> str:
+        """The SDK's refusal of a tool it does not know (its name echoed as any
+        refusal echoes what it was sent), with the tools the principal may use now
+        and the closest of them to ``name``: a model that misspelt one learns what
+        to call instead."""
         names = [tool.name for tool in await self.list_tools()]
-        close = difflib.get_close_matches(name, names, n=1)
+        close = difflib.get_close_matches(name[:100], names, n=1)
         guess = f" Did you mean {close[0]}?" if close else ""
-        return f"{said}.{guess} The tools are: {', '.join(names)}."
+        said = mask_tokens(echoed(name))
+        return f"{_UNKNOWN_TOOL}{said}.{guess} The tools are: {', '.join(names)}."
 
     def _turn(self) -> AbstractAsyncContextManager[Any]:
         """A turn of :attr:`work_limit`, or nothing to wait for."""
