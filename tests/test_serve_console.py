@@ -1004,6 +1004,10 @@ def test_an_erased_snapshot_is_an_error_page_saying_so(desk: Desk) -> None:
     assert r.headers["content-type"].startswith("text/html")
     assert "was erased" in text_of(r.text) and "secret" not in r.text
     assert "default-src 'none'" in r.headers["content-security-policy"]
+    # and the record's page says so where it showed the link to the bytes
+    page = client.get("/records/E1").text
+    assert f'href="/snapshots/{ref}"' not in page
+    assert "by admin (log position" in text_of(page) and "“court order”" in text_of(page)
 
 
 def test_every_page_carries_the_security_headers(desk: Desk) -> None:
