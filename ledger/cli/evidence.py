@@ -589,9 +589,9 @@ def erase_snapshot(
 
     The bytes leave the snapshot store; an audited SnapshotErased event on every
     capture of them not erased before, in every scope, records who erased them and
-    why (its readers
-    see the reason: write it for all of them); records built on them keep their
-    status and the log still verifies. Admin: see `provledger init` for the admin token.
+    why (its readers see the reason: write it for all of them); records built on
+    them keep their status and the log still verifies. Admin: see `provledger
+    init` for the admin token.
 
     \b
     Example:
@@ -599,6 +599,7 @@ def erase_snapshot(
     """
     with host_ledger(url, "erase-snapshot", admin_token) as led:
         done = led.admin().erase_snapshot(ref, reason)
+        backend = led.backend
     report_done(
         as_json,
         {
@@ -613,14 +614,22 @@ def erase_snapshot(
     )
     if not done.scrubbed:
         click.echo(
-            "note: the database's files may still hold the erased bytes for now: on "
-            "SQLite a reader kept the checkpoint from completing (the file or its -wal "
-            "holds them); on PostgreSQL the snapshot table could not be rewritten, or a "
-            "transaction older than the erasure kept the row. Run `provledger "
-            "scrub-erased` once those readers or transactions have ended, until it "
-            "exits 0",
+            f"note: the database's files may still hold the erased bytes for now: "
+            f"{_unscrubbed(backend, 'the erasure')}. Run `provledger scrub-erased` once "
+            "they have ended, until it exits 0",
             err=True,
         )
+
+
+def _unscrubbed(backend: str, erasure: str) -> str:
+    """Why the files of a ``backend`` ledger may still hold erased bytes."""
+    if backend == "sqlite":
+        return "a reader kept SQLite's checkpoint from completing (the file or its -wal holds them)"
+    return (
+        f"a transaction older than {erasure} kept the row, or the snapshot table could not "
+        "be rewritten (not in time; or never, for a database role that owns neither the "
+        "table nor the database: run it as the owner)"
+    )
 
 
 @click.command("scrub-erased")
@@ -642,19 +651,23 @@ def scrub_erased(url: str | None, admin_token: str | None, as_json: bool) -> Non
     """
     with host_ledger(url, "scrub-erased", admin_token) as led:
         scrubbed = led.admin().scrub_erased()
+        backend = led.backend
     if as_json:
         echo_json({"scrubbed": scrubbed})
     elif scrubbed:
         click.echo(
             "scrubbed: the database's files hold no erased bytes, as far as the database "
-            "can tell (docs/evidence.md: what an SQLite file 0.1.0 wrote may still hold)"
+            "can tell"
+            + (
+                " (docs/evidence.md: what an SQLite file 0.1.0 wrote may still hold)"
+                if backend == "sqlite"
+                else ""
+            )
         )
     if not scrubbed:
         click.echo(
-            "error: the database's files may still hold erased bytes: on SQLite a reader "
-            "kept the checkpoint from completing; on PostgreSQL the snapshot table could "
-            "not be rewritten, or a transaction older than an erasure is still open; try "
-            "again once they have ended",
+            f"error: the database's files may still hold erased bytes: "
+            f"{_unscrubbed(backend, 'an erasure')}; try again once they have ended",
             err=True,
         )
         sys.exit(1)
