@@ -11,7 +11,7 @@ import dataclasses
 import functools
 import hashlib
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 from uuid import NAMESPACE_URL, UUID, SafeUUID, uuid5
@@ -210,6 +210,7 @@ class Record(Aggregate):
         def apply(self, aggregate: Record) -> None:
             aggregate.status = Status.ACCEPTED
             aggregate.accepted_once = True
+            aggregate.changed = (self.actor, self.timestamp)
 
     class Rejected(Aggregate.Event):
         """An approver rejected the candidate."""
@@ -219,6 +220,7 @@ class Record(Aggregate):
 
         def apply(self, aggregate: Record) -> None:
             aggregate.status = Status.REJECTED
+            aggregate.changed = (self.actor, self.timestamp)
 
     class Revoked(Aggregate.Event):
         """An approver withdrew the record; its descendants were marked stale with it."""
@@ -228,6 +230,7 @@ class Record(Aggregate):
 
         def apply(self, aggregate: Record) -> None:
             aggregate.status = Status.REVOKED
+            aggregate.changed = (self.actor, self.timestamp)
 
     class MarkedStale(Aggregate.Event):
         """An ancestor (``cause``) was revoked, or superseded by ``superseded_by``;
@@ -251,6 +254,9 @@ class Record(Aggregate):
 
         def apply(self, aggregate: Record) -> None:
             aggregate.status = Status.STALE
+            # (not told: whoever revoked an ancestor may act in a scope the caller
+            # cannot see, which an audit trail redacts too)
+            aggregate.changed = None
 
     class Superseded(Aggregate.Event):
         """A newer record for the same claim (``by``) was accepted in its place."""
@@ -261,6 +267,7 @@ class Record(Aggregate):
         def apply(self, aggregate: Record) -> None:
             aggregate.status = Status.SUPERSEDED
             aggregate.superseded_by = self.by
+            aggregate.changed = (self.actor, self.timestamp)
 
     class Revalidated(Aggregate.Event):
         """An approver re-verified a record (STALE, or ACCEPTED on an expired basis),
@@ -286,6 +293,7 @@ class Record(Aggregate):
 
         def apply(self, aggregate: Record) -> None:
             aggregate.status = Status(self.status)
+            aggregate.changed = (self.actor, self.timestamp)
             if aggregate.status == Status.ACCEPTED:
                 aggregate.accepted_once = True
             if self.parents is not None:
@@ -360,6 +368,8 @@ class Record(Aggregate):
         self.superseded_by: str | None = None
         self.status = Status.CANDIDATE
         self.accepted_once = False
+        #: Who last changed the status, and when (None while a candidate never decided).
+        self.changed: tuple[str, datetime] | None = None
         self.deliveries: list[str] = []
 
     @classmethod
@@ -418,8 +428,13 @@ class Record(Aggregate):
         """Raise ``InvalidTransitionError`` unless the status is one of ``allowed``."""
         if self.status not in allowed:
             need = "|".join(s.value for s in allowed)
+            since = ""
+            if self.changed is not None:  # whoever acted first, as a reviewer racing asks
+                actor, at = self.changed
+                when = at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+                since = f" ({self.status.value} since {when}, by {actor!r})"
             raise InvalidTransitionError(
-                f"record {self.record_id!r} is {self.status.value}; {command} needs {need}"
+                f"record {self.record_id!r} is {self.status.value}; {command} needs {need}{since}"
             )
 
     def check_not_proposer(self, actor: str, command: str) -> None:

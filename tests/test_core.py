@@ -19,6 +19,7 @@ from ledger.errors import (
     CycleError,
     InvalidKindError,
     InvalidParentError,
+    InvalidTransitionError,
     ReadOnlyError,
     SelfApprovalError,
     UnknownRecordError,
@@ -123,6 +124,46 @@ def test_proposer_cannot_approve_its_own_candidate(world: World) -> None:
     # And a different approver may accept it
     world.reviewer.accept(m1)
     assert solo.get(m1).status == Status.ACCEPTED
+
+
+def test_a_decision_too_late_names_who_decided_first_and_when(world: World) -> None:
+    # Given M1 accepted by the reviewer, and a second approver in proj-a
+    admin = world.ledger.admin()
+    admin.grant("reviewer-2", scope="proj-a", roles=["approve", "read"])
+    second = world.ledger.authenticate(admin.issue_token("reviewer-2"))
+    world.agent.propose(scope="proj-a", claim_key="k", value=1, kind=Kind.FACT, id="M1")
+    world.reviewer.accept("M1")
+    when = world.clock.now.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+    # When the second rejects it, having read it as a candidate, the refusal says
+    # who acted first and when
+    with pytest.raises(InvalidTransitionError) as refused:
+        second.reject("M1", reason="wrong")
+    assert str(refused.value) == (
+        f"record 'M1' is ACCEPTED; reject needs CANDIDATE (ACCEPTED since {when}, by 'reviewer')"
+    )
+
+
+def test_a_stale_record_refused_names_no_revoker_of_its_ancestor(world: World) -> None:
+    # Given M1 in proj-a resting on H1 in proj-h, revoked there by hboss (whose name
+    # a caller reading proj-a alone may not learn: the ancestor's revoker is never told)
+    admin = world.ledger.admin()
+    admin.grant("agent-1", scope="proj-h", roles=["propose", "read"])
+    admin.grant("reviewer", scope="proj-h", roles=["read"])  # to accept M1
+    admin.grant("hboss", scope="proj-h", roles=["approve", "read"])
+    hboss = world.ledger.authenticate(admin.issue_token("hboss"))
+    world.agent.propose(scope="proj-h", claim_key="h", value=1, kind=Kind.FACT, id="H1")
+    hboss.accept("H1")
+    world.agent.propose(
+        scope="proj-a", claim_key="k", value=1, kind=Kind.FACT, parents=["H1"], id="M1"
+    )
+    world.reviewer.accept("M1")
+    hboss.revoke("H1", reason="withdrawn")
+
+    # When the reviewer rejects M1 (now STALE), the refusal names no one
+    with pytest.raises(InvalidTransitionError) as refused:
+        world.reviewer.reject("M1", reason="x")
+    assert str(refused.value) == "record 'M1' is STALE; reject needs CANDIDATE"
 
 
 def test_accept_needs_every_parent_accepted(world: World) -> None:
