@@ -110,6 +110,11 @@ def test_needs_attention_pages_each_scope_and_kind_and_links_to_the_rest(
         client.get("/records?scope=proj-a&status=ACCEPTED&validity=NEEDS_REVALIDATION").text
     )
     assert "X01" in listed and "X02" in listed and "S01" not in listed
+    # A page link cut short, or naming no list, is refused, not read as the whole page
+    for cut in ("list=bogus&scope=proj-a&after=A", "scope=proj-a&list=stale", "after=S02"):
+        refused = client.get(f"/attention?{cut}")
+        assert refused.status_code == 422, cut
+        assert "names its scope, its list (stale or expired)" in text_of(refused.text)
 
 
 def test_needs_attention_names_the_whole_count_when_nothing_more_follows(

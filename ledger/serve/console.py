@@ -339,6 +339,13 @@ class Console(Plumbing):
             name = f"Needs attention: {ATTENTION[which][0]} in {only}"
 
         def load(live: Session, moment: Moment, access: Access) -> dict[str, Any]:
+            if (only, which, after) != (None, None, None) and not paged:
+                # (a page of one list names all three; a link cut short is not the
+                # whole page, which it would otherwise silently be)
+                raise InvalidInputError(
+                    "a page of Needs attention names its scope, its list (stale or "
+                    "expired) and where it starts (after), as its Next page link does"
+                )
             lists = []
             for scope in [only] if paged else access.scopes(Role.READ):
                 assert scope is not None
