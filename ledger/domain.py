@@ -11,7 +11,7 @@ import dataclasses
 import functools
 import hashlib
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 from uuid import NAMESPACE_URL, UUID, SafeUUID, uuid5
@@ -368,7 +368,8 @@ class Record(Aggregate):
         self.superseded_by: str | None = None
         self.status = Status.CANDIDATE
         self.accepted_once = False
-        #: Who last changed the status, and when (None while a candidate never decided).
+        #: Who last changed the status, and when (None while a candidate never
+        #: decided, and after a STALE marking: see ``ledger.pipeline``).
         self.changed: tuple[str, datetime] | None = None
         self.deliveries: list[str] = []
 
@@ -428,13 +429,8 @@ class Record(Aggregate):
         """Raise ``InvalidTransitionError`` unless the status is one of ``allowed``."""
         if self.status not in allowed:
             need = "|".join(s.value for s in allowed)
-            since = ""
-            if self.changed is not None:  # whoever acted first, as a reviewer racing asks
-                actor, at = self.changed
-                when = at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-                since = f" ({self.status.value} since {when}, by {actor!r})"
             raise InvalidTransitionError(
-                f"record {self.record_id!r} is {self.status.value}; {command} needs {need}{since}"
+                f"record {self.record_id!r} is {self.status.value}; {command} needs {need}"
             )
 
     def check_not_proposer(self, actor: str, command: str) -> None:

@@ -29,7 +29,7 @@ from ledger.access import Role
 from ledger.caller import Caller
 from ledger.domain import Record
 from ledger.engine import Write
-from ledger.errors import LedgerError
+from ledger.errors import InvalidTransitionError, LedgerError
 from ledger.validation import ID_PATTERN
 from projections.base import Cursor
 
@@ -136,12 +136,36 @@ def on_record_decision(
     def decide_on_record(c: Cursor, now: datetime) -> Decision[T]:
         stored = caller.visible_row(c, record_id, role, name)
         record = caller.engine.load_record(c, stored["record_id"], stored)
-        decision = decide(c, caller.redacted(c, stored), record, now)
+        try:
+            decision = decide(c, caller.redacted(c, stored), record, now)
+        except InvalidTransitionError as exc:
+            raise decided_before(caller, c, stored["scope"], record, exc) from exc.__cause__
         # The views continue from the row as stored, not as the caller is shown it.
         known = {**decision.known, record.id.hex: stored}
         return Decision(decision.events, decision.result, decision.snapshots, known)
 
     return decide_on_record
+
+
+def decided_before(
+    caller: Caller, c: Cursor, scope: str, record: Record, exc: InvalidTransitionError
+) -> InvalidTransitionError:
+    """``exc``, a refusal for the record's status, saying who changed that status and
+    when (as a reviewer who lost a race asks) to a caller holding ``audit`` in its
+    scope, who may read as much in its audit trail; ``exc`` itself to any other, and
+    after a STALE marking (whose maker, an ancestor's revoker, may act in a scope the
+    caller cannot see: ``Record.changed`` is None then)."""
+    said = str(exc)
+    if record.changed is None or not said.startswith(
+        f"record {record.record_id!r} is {record.status.value}; "
+    ):
+        return exc
+    if Role.AUDIT.value not in caller.roles(c, scope):
+        return exc
+    actor, at = record.changed
+    return InvalidTransitionError(
+        f"{said} ({record.status.value} since {at.isoformat()}, by {actor!r})"
+    )
 
 
 def done(position: int) -> None:

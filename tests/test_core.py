@@ -127,21 +127,28 @@ def test_proposer_cannot_approve_its_own_candidate(world: World) -> None:
 
 
 def test_a_decision_too_late_names_who_decided_first_and_when(world: World) -> None:
-    # Given M1 accepted by the reviewer, and a second approver in proj-a
+    # Given M1 accepted by the reviewer, and two more approvers in proj-a: one who
+    # may audit there, one who may not
     admin = world.ledger.admin()
-    admin.grant("reviewer-2", scope="proj-a", roles=["approve", "read"])
+    admin.grant("reviewer-2", scope="proj-a", roles=["approve", "read", "audit"])
+    admin.grant("approver", scope="proj-a", roles=["approve", "read"])
     second = world.ledger.authenticate(admin.issue_token("reviewer-2"))
+    unaudited = world.ledger.authenticate(admin.issue_token("approver"))
     world.agent.propose(scope="proj-a", claim_key="k", value=1, kind=Kind.FACT, id="M1")
     world.reviewer.accept("M1")
-    when = world.clock.now.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    when = world.clock.now.astimezone(UTC).isoformat()
 
     # When the second rejects it, having read it as a candidate, the refusal says
-    # who acted first and when
+    # who acted first and when (what its audit trail would tell it)
     with pytest.raises(InvalidTransitionError) as refused:
         second.reject("M1", reason="wrong")
     assert str(refused.value) == (
         f"record 'M1' is ACCEPTED; reject needs CANDIDATE (ACCEPTED since {when}, by 'reviewer')"
     )
+    # and to an approver who may not audit there, only the status
+    with pytest.raises(InvalidTransitionError) as refused:
+        unaudited.reject("M1", reason="wrong")
+    assert str(refused.value) == "record 'M1' is ACCEPTED; reject needs CANDIDATE"
 
 
 def test_a_stale_record_refused_names_no_revoker_of_its_ancestor(world: World) -> None:
@@ -149,7 +156,7 @@ def test_a_stale_record_refused_names_no_revoker_of_its_ancestor(world: World) -
     # a caller reading proj-a alone may not learn: the ancestor's revoker is never told)
     admin = world.ledger.admin()
     admin.grant("agent-1", scope="proj-h", roles=["propose", "read"])
-    admin.grant("reviewer", scope="proj-h", roles=["read"])  # to accept M1
+    admin.grant("reviewer", scope="proj-h", roles=["read", "audit"])  # to accept M1
     admin.grant("hboss", scope="proj-h", roles=["approve", "read"])
     hboss = world.ledger.authenticate(admin.issue_token("hboss"))
     world.agent.propose(scope="proj-h", claim_key="h", value=1, kind=Kind.FACT, id="H1")

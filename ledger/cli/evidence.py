@@ -614,21 +614,27 @@ def erase_snapshot(
     )
     if not done.scrubbed:
         click.echo(
-            f"note: the database's files may still hold the erased bytes for now: "
-            f"{_unscrubbed(backend, 'the erasure')}. Run `provledger scrub-erased` once "
-            "they have ended, until it exits 0",
+            "note: the database's files may still hold the erased bytes for now: "
+            "{}. Run `provledger scrub-erased` {}, until it exits 0".format(
+                *_unscrubbed(backend, "the erasure")
+            ),
             err=True,
         )
 
 
-def _unscrubbed(backend: str, erasure: str) -> str:
-    """Why the files of a ``backend`` ledger may still hold erased bytes."""
+def _unscrubbed(backend: str, erasure: str) -> tuple[str, str]:
+    """Why the files of a ``backend`` ledger may still hold erased bytes, and when
+    scrubbing again can remove them."""
     if backend == "sqlite":
-        return "a reader kept SQLite's checkpoint from completing (the file or its -wal holds them)"
+        return (
+            "a reader kept SQLite's checkpoint from completing (the file or its -wal holds them)",
+            "once that reader is done",
+        )
     return (
         f"a transaction older than {erasure} kept the row, or the snapshot table could not "
-        "be rewritten (not in time; or never, for a database role that owns neither the "
-        "table nor the database: run it as the owner)"
+        "be rewritten (its lock not granted in time, the connection lost, or a database "
+        "role owning neither the table nor the database, which never can)",
+        "once older transactions have ended (as the table's owner, for such a role)",
     )
 
 
@@ -643,7 +649,9 @@ def scrub_erased(url: str | None, admin_token: str | None, as_json: bool) -> Non
     SQLite's checkpoint from completing; PostgreSQL's snapshot table could not be
     rewritten, or an older transaction kept the row), or one interrupted before
     it scrubbed. Writes nothing to the log; exits 1 if the files may still hold
-    them (try again once those readers or transactions have ended). Admin.
+    them (try again once those readers or transactions have ended; on PostgreSQL
+    a database role owning neither the snapshot table nor the database never can:
+    run it as the owner). Admin.
 
     \b
     Example:
@@ -666,8 +674,9 @@ def scrub_erased(url: str | None, admin_token: str | None, as_json: bool) -> Non
         )
     if not scrubbed:
         click.echo(
-            f"error: the database's files may still hold erased bytes: "
-            f"{_unscrubbed(backend, 'an erasure')}; try again once they have ended",
+            "error: the database's files may still hold erased bytes: {}; try again {}".format(
+                *_unscrubbed(backend, "an erasure")
+            ),
             err=True,
         )
         sys.exit(1)
