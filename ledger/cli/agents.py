@@ -3,8 +3,12 @@ with the review console. Their frameworks are imported only when they start."""
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
+import os
 import signal
+import sqlite3
 import sys
 
 import click
@@ -12,6 +16,7 @@ import click
 from ledger.cli.failures import errors_exit_1
 from ledger.cli.options import open_ledger, principal_session, token_option, url_option
 from ledger.errors import install_hint
+from ledger.persistence import resolve_url
 
 # -- mcp: the ledger as an agent's memory over the Model Context Protocol -------------------
 
@@ -95,7 +100,7 @@ def mcp_command(
         # uvicorn's logger, as provledger serve says it (ledger.serve.run).
         said = logging.getLogger("uvicorn.error")
         said.info("Stopped by %s; the ledger is closed", stopped.name)
-        _end_by(stopped)
+        _end_by(stopped, url)
 
 
 # -- serve --------------------------------------------------------------------------------
@@ -132,13 +137,26 @@ def serve(url: str | None, host: str, port: int, secure_cookies: bool) -> None:
     open_ledger(url, writable=True).close()
     stopped = run(url, host=host, port=port, create=False, secure_cookies=secure_cookies)
     if stopped is not None:
-        _end_by(stopped)
+        _end_by(stopped, url)
 
 
-def _end_by(stopped: signal.Signals) -> None:
+def _end_by(stopped: signal.Signals, url: str | None) -> None:
     """Stopped as asked, the ledger closed: end by that signal, as a server does
     (the shell sees 128+N; a service manager, a clean stop), not with
-    "interrupted", which tells of a command cut short."""
+    "interrupted", which tells of a command cut short.
+
+    First what a process ended by a signal never does: objects left unreachable
+    are collected (a thread's reading connection kept in a reference cycle is
+    closed only then), and an SQLite ledger's ``-wal`` still there is
+    checkpointed away by one last connection opened and closed (two connections
+    closing at once may each leave it to the other)."""
+    gc.collect()
+    backend = resolve_url(url)
+    path = backend.path
+    sqlite = backend.kind == "sqlite" and not backend.read_only and path is not None
+    if sqlite and path is not None and os.path.exists(f"{path}-wal"):
+        with contextlib.suppress(sqlite3.Error):
+            sqlite3.connect(path, timeout=1).close()
     sys.stdout.flush()
     sys.stderr.flush()
     signal.signal(stopped, signal.SIG_DFL)
