@@ -70,7 +70,6 @@ class Validity(StrEnum):
 
 _NAMESPACE = uuid5(NAMESPACE_URL, "urn:provledger")
 
-
 #: SHA-1 state after the namespace and the prefix a record's name starts with.
 _RECORD_SHA1 = hashlib.sha1(_NAMESPACE.bytes + b"record:", usedforsecurity=False)
 #: A version 7 UUID's version and variant bits (RFC 9562), and the 62 bits of a
@@ -208,9 +207,8 @@ class Record(Aggregate):
         note: str
 
         def apply(self, aggregate: Record) -> None:
-            aggregate.status = Status.ACCEPTED
+            aggregate.status, aggregate.changed = Status.ACCEPTED, (self.actor, self.timestamp)
             aggregate.accepted_once = True
-            aggregate.changed = (self.actor, self.timestamp)
 
     class Rejected(Aggregate.Event):
         """An approver rejected the candidate."""
@@ -219,8 +217,7 @@ class Record(Aggregate):
         reason: str
 
         def apply(self, aggregate: Record) -> None:
-            aggregate.status = Status.REJECTED
-            aggregate.changed = (self.actor, self.timestamp)
+            aggregate.status, aggregate.changed = Status.REJECTED, (self.actor, self.timestamp)
 
     class Revoked(Aggregate.Event):
         """An approver withdrew the record; its descendants were marked stale with it."""
@@ -229,16 +226,13 @@ class Record(Aggregate):
         reason: str
 
         def apply(self, aggregate: Record) -> None:
-            aggregate.status = Status.REVOKED
-            aggregate.changed = (self.actor, self.timestamp)
+            aggregate.status, aggregate.changed = Status.REVOKED, (self.actor, self.timestamp)
 
     class MarkedStale(Aggregate.Event):
         """An ancestor (``cause``) was revoked, or superseded by ``superseded_by``;
-        the record needs re-verification.
-
-        Version 2 added ``superseded_by``; version 1 events (0.1.0) were all
-        caused by revocations and read as ``superseded_by=None``.
-        """
+        the record needs re-verification. Version 2 added ``superseded_by``;
+        version 1 events (0.1.0) were all caused by revocations and read as
+        ``superseded_by=None``."""
 
         class_version = 2
 
@@ -253,10 +247,8 @@ class Record(Aggregate):
         superseded_by: str | None
 
         def apply(self, aggregate: Record) -> None:
-            aggregate.status = Status.STALE
-            # (not told: whoever revoked an ancestor may act in a scope the caller
-            # cannot see, which an audit trail redacts too)
-            aggregate.changed = None
+            # (by whom is not kept: an ancestor's revoker may act unseen, ledger.pipeline)
+            aggregate.status, aggregate.changed = Status.STALE, None
 
     class Superseded(Aggregate.Event):
         """A newer record for the same claim (``by``) was accepted in its place."""
@@ -265,9 +257,8 @@ class Record(Aggregate):
         by: str
 
         def apply(self, aggregate: Record) -> None:
-            aggregate.status = Status.SUPERSEDED
+            aggregate.status, aggregate.changed = Status.SUPERSEDED, (self.actor, self.timestamp)
             aggregate.superseded_by = self.by
-            aggregate.changed = (self.actor, self.timestamp)
 
     class Revalidated(Aggregate.Event):
         """An approver re-verified a record (STALE, or ACCEPTED on an expired basis),
@@ -292,8 +283,7 @@ class Record(Aggregate):
         status: str
 
         def apply(self, aggregate: Record) -> None:
-            aggregate.status = Status(self.status)
-            aggregate.changed = (self.actor, self.timestamp)
+            aggregate.status, aggregate.changed = Status(self.status), (self.actor, self.timestamp)
             if aggregate.status == Status.ACCEPTED:
                 aggregate.accepted_once = True
             if self.parents is not None:
@@ -368,8 +358,7 @@ class Record(Aggregate):
         self.superseded_by: str | None = None
         self.status = Status.CANDIDATE
         self.accepted_once = False
-        #: Who last changed the status, and when (None while a candidate never
-        #: decided, and after a STALE marking: see ``ledger.pipeline``).
+        #: (who, when) of the last status change; None if never decided, or STALE.
         self.changed: tuple[str, datetime] | None = None
         self.deliveries: list[str] = []
 
