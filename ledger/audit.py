@@ -54,9 +54,7 @@ def audit(caller: Caller, record_id: str) -> AuditTrail:
     with caller.reading() as c:
         row = caller.visible(c, record_id, Role.AUDIT, "audit")
         view = record_view(caller, c, row, caller.at(None))
-        notes = engine.recorder.vouched_events(
-            c, uuid_of_hex(row["agg_id"]), row["from_pos"], record_id, row["record_id"]
-        )
+        notes = engine.recorder.record_events(c, row, record_id)
         decoded = [
             (note, engine.projector.decode(note))
             for note in notes
@@ -154,9 +152,7 @@ def _history_events(
             caller.require_somewhere(c, Role.AUDIT, "history")
         if record is not None:
             row = caller.visible(c, record, Role.AUDIT, "history")
-            notes = engine.recorder.vouched_events(
-                c, uuid_of_hex(row["agg_id"]), row["from_pos"], record, row["record_id"]
-            )
+            notes = engine.recorder.record_events(c, row, record)
         else:
             notes = log()
         records: dict[Any, tuple[str, bool]] = {}  # aggregate id -> (record id, may audit)

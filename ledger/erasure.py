@@ -88,9 +88,7 @@ def evidence_with(engine: Engine, c: Cursor, ref: str) -> dict[str, Any]:
 def _erasure(engine: Engine, c: Cursor, ref: str, rid: str, row: Any) -> Erasure | None:
     """The newest erasure the log records of record ``rid``'s capture of ``ref``."""
     newest: Erasure | None = None
-    for note in engine.recorder.vouched_events(
-        c, uuid_of_hex(row["agg_id"]), row["from_pos"], rid, row["record_id"]
-    ):
+    for note in engine.recorder.record_events(c, row, rid):
         if note.topic != _ERASED_TOPIC:
             continue
         event = engine.projector.decode(note)

@@ -329,9 +329,8 @@ def revocations(session: Session, sub: Subgraph) -> dict[str, RevokedBy]:
         for node in revoked:
             key = keys[node.id, node.scope]
             row = validity_view.current(c, engine.dialect, key)
-            oid = engine.aggregate_of(c, key)
-            latest = None if row is None else int(row["from_pos"])
-            for note in engine.recorder.vouched_events(c, oid, latest, node.id, key):
+            notes = [] if row is None else engine.recorder.record_events(c, row, node.id)
+            for note in notes:
                 event = engine.projector.decode(note) if note.id <= sub.position else None
                 if isinstance(event, Record.Revoked):
                     found[node.id] = RevokedBy(event.actor, event.timestamp, event.reason)

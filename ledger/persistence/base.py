@@ -16,7 +16,7 @@ from uuid import UUID
 
 from eventsourcing.persistence import Notification
 
-from ledger.domain import Record
+from ledger.domain import Record, uuid_of_hex
 from ledger.errors import CorruptEventError
 from ledger.merkle import leaf_data, leaf_hash, leaf_hashes
 from ledger.stored_types import READ_ERRORS, mistyped_event
@@ -185,6 +185,13 @@ class LedgerRecorderMixin:
                     "it, and its row is gone (run `provledger verify`)"
                 )
         return notes
+
+    def record_events(self, c: Cursor, row: Any, name: str) -> list[Notification]:
+        """:meth:`vouched_events` of the record whose view row is ``row`` (its
+        aggregate, the position the row is as of, its deliveries and corrections),
+        refusals naming it ``name`` (as the caller gave or is shown it)."""
+        oid = uuid_of_hex(row["agg_id"])
+        return self.vouched_events(c, oid, int(row["from_pos"]), name, row["record_id"])
 
     def read_rows_after(self, c: Cursor, after: int, limit: int) -> list[Row]:
         """Stored events after ``after`` as plain rows (see ``projections.projector.Row``),
