@@ -476,10 +476,9 @@ class Console(Plumbing):
             # offering to revoke it with whatever is built on it by then (BY_THEN:
             # the preview is not compared, and the message counts what it marked).
             by_then = form.get("extent") == BY_THEN
-            _, preview, _ = revocation_preview(live, record_id)
+            _, preview, shown = revocation_preview(live, record_id)
             if not by_then and form.get("preview") != preview_mark(preview):
                 # (counted as "records you can see": not those it may act on unread)
-                shown = reach(live, preview.stale)
                 seen = {"seen": str(len(shown.listed) + shown.beyond)}
                 raise PreviewChanged(preview_changed(record_id, preview), f"{back}/revoke", seen)
             result = live.revoke(record_id, reason=form.get("reason", ""))
