@@ -786,3 +786,29 @@ def test_a_withheld_event_listed_as_a_correction_or_erasure_it_cannot_be_is_refu
         )
         == []
     )
+
+
+# -- an ancestor is checked through every basis the carried bytes name ------------------------
+
+
+@pytest.mark.parametrize("ledger_url", ["memory"], indirect=True)
+def test_an_ancestor_named_by_a_carried_revalidation_is_checked_past_a_withheld_proposal(
+    hidden_cause: tuple[Ledger, Any, Path],
+) -> None:
+    # Given M1, whose proposal names a hidden record (its bytes withheld from the
+    # auditor's bundle), revalidated on E2, which the auditor sees
+    ledger, auditor, tmp_path = hidden_cause
+    admin = ledger.admin()
+    agent = ledger.authenticate(admin.issue_token("agent-1"))
+    reviewer = ledger.authenticate(admin.issue_token("reviewer"))
+    agent.capture(scope="proj-a", uri="https://x.test/new", content=b"new", id="E2")
+    reviewer.accept("E2")
+    reviewer.revalidate("M1", note="new source", parents=["E2"])
+    # When the auditor's bundle of R1 is verified
+    write_bundle(auditor, "R1", tmp_path / "k", tmp_path / "r1.zip")
+    report = verify_bundle(tmp_path / "r1.zip", tmp_path / "k.pub")
+    # Then the carried revalidation proves E2 an ancestor of R1, though M1's
+    # proposal is withheld; only what rests on withheld bytes stays unchecked
+    assert report.ok, report.problem
+    assert any(u.startswith("M1: its basis (Proposed") for u in report.unchecked)
+    assert not any(u.startswith("E2:") for u in report.unchecked), report.unchecked

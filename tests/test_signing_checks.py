@@ -8,6 +8,7 @@ bytes docs/evidence.md specifies are the ledger's, byte for byte."""
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import zipfile
 from collections.abc import Callable
@@ -370,3 +371,53 @@ def test_the_documented_bundle_signature_checks_pass_on_a_bundle_and_fail_on_a_c
     crlf = {**members, "manifest.json": members["manifest.json"].replace(b"\n", b"\r\n")}
     with pytest.raises(InvalidSignature):
         exec(code, {**namespace, "data": data, "members": crlf})
+
+
+def _doc_table(after: str) -> list[tuple[str, str]]:
+    """The first two cells of each body row of the first table after the text
+    ``after`` in docs/evidence.md."""
+    text = DOC.read_text(encoding="utf-8")
+    lines = text[text.index(after) :].splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    table = []
+    for line in lines[first + 2 :]:  # past the header and its rule
+        if not line.startswith("|"):
+            break
+        cells = [cell.strip() for cell in line.strip("|").split(" | ")]
+        table.append((cells[0], cells[1]))
+    return table
+
+
+def _named(cell: str) -> set[str]:
+    """The names in backticks of a table cell, outside its parentheses."""
+    return set(re.findall(r"`([^`]+)`", re.sub(r"\([^)]*\)", "", cell)))
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_the_documented_manifest_and_event_fields_are_the_ledger_s(
+    scene: Scene, tmp_path: Path
+) -> None:
+    import typing
+
+    # The manifest's fields and each event entry's, as the doc's table names them
+    manifest_rows = dict(_doc_table("`manifest.json`, field by field"))
+    path = tmp_path / "m1.zip"
+    write_bundle(scene.reviewer, "M1", scene.key, path)
+    with zipfile.ZipFile(path) as archive:
+        manifest = json.loads(archive.read("manifest.json"))
+        carried = [archive.read(e["file"]) for e in manifest["events"] if e["file"]]
+    documented = {name.strip("`") for name in manifest_rows}
+    assert set(manifest) <= documented and documented - set(manifest) == {"extends"}
+    assert manifest["format"] == "provledger-bundle/1"
+    for event in manifest["events"]:
+        assert set(event) == _named(manifest_rows["`events`"]) - {"events/"}
+    assert set(manifest["head"]) == _named(manifest_rows["`head`"])
+    # An event's member is its whole leaf_data, hashed to its leaf
+    assert carried and all(msgpack.unpackb(data)[0] > 0 for data in carried)
+
+    # Each event type's own fields, as the doc's table names them
+    base = set(typing.get_type_hints(Record.Event)) | {"originator_topic"}
+    for types, fields in _doc_table("The fields, by type"):
+        for name in _named(types):
+            event = getattr(Record, name)
+            assert _named(fields) == set(typing.get_type_hints(event)) - base, name

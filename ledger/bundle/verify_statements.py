@@ -328,12 +328,15 @@ def _check_ancestry(
                 f"bundle carries, but it does not include {'it' if len(missing) == 1 else 'them'}"
                 f": {HIDDEN} stands only for records named in bytes it withholds"
             )
+    # Every basis named in carried bytes is one the record held (its leaf vouches
+    # for it), known or not the rest: an ancestor reached through them is proved.
     reached, frontier, open_ended = {root}, [root], False
     while frontier:
         rid = frontier.pop()
         node = told.get(rid)
         if node is None or not node.bases_known:
             open_ended = True
+        if node is None:
             continue
         for base in sorted(node.bases & set(stated) - reached):
             reached.add(base)
