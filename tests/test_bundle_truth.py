@@ -812,3 +812,23 @@ def test_an_ancestor_named_by_a_carried_revalidation_is_checked_past_a_withheld_
     assert report.ok, report.problem
     assert any(u.startswith("M1: its basis (Proposed") for u in report.unchecked)
     assert not any(u.startswith("E2:") for u in report.unchecked), report.unchecked
+
+
+@pytest.mark.parametrize("ledger_url", ["memory"], indirect=True)
+def test_a_stale_marking_whose_cause_is_withheld_names_no_actor_in_the_summary(
+    hidden_cause: tuple[Ledger, Any, Path],
+) -> None:
+    # Given a bundle's author who reads proj-h but may not audit it
+    ledger, _auditor, tmp_path = hidden_cause
+    admin = ledger.admin()
+    admin.grant("reviewer", scope="proj-a", roles=["audit"])
+    reviewer = ledger.authenticate(admin.issue_token("reviewer"))
+    # When it writes R1's bundle, whose M1 went STALE when hboss revoked H1 in proj-h
+    write_bundle(reviewer, "R1", tmp_path / "k", tmp_path / "r1.zip")
+    with zipfile.ZipFile(tmp_path / "r1.zip") as archive:
+        summary = archive.read("summary.txt").decode()
+    # Then the marking's reason and its actor are both withheld, and it verifies
+    stale = [line for line in summary.splitlines() if "stale:" in line]
+    assert stale and all("by <hidden> at" in line for line in stale), stale
+    assert "hboss" not in summary
+    assert verify_bundle(tmp_path / "r1.zip", tmp_path / "k.pub").ok

@@ -176,6 +176,9 @@ def history_line(
     else it is told as hidden), before :func:`one_line` escapes it: the one
     form writing and verifying share."""
     label = HISTORY_LABELS[kind] + ":"
+    cause = details.get("cause")
+    if kind == "MarkedStale" and (not isinstance(cause, str) or not shown(cause)):
+        actor = HIDDEN  # they acted in the scope whose record is not told
     when = at.astimezone(UTC).isoformat(timespec="seconds")
     line = f"{label:<10} {rid + ' ' if rid else ''}by {actor} at {when} (log position {position})"
     why = _why(kind, details, shown)
