@@ -203,7 +203,7 @@ def read(
     kinds: Iterable[Kind | str] | None,
 ) -> ReadResult:
     """``Session.read``: the usable records of the eligibility chain and the outcome."""
-    _, when, judged = _judge(caller, scope, claim_key, at, context, kinds, True)
+    claim_key, when, judged = _judge(caller, scope, claim_key, at, context, kinds, True)
     if len(judged) == 1:  # the claim's one ACCEPTED record (most claims have one)
         view, reasons = judged[0]
         usable: tuple[RecordView, ...] = () if reasons else (view,)

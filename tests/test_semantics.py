@@ -39,7 +39,11 @@ def test_nfc_and_nfd_spellings_of_a_claim_key_are_one_claim(world: World) -> Non
     _accepted(world, "N1", scope="proj-a", claim_key=nfc, value=True, kind=Kind.FACT)
     _accepted(world, "N2", scope="proj-a", claim_key=nfd, value=False, kind=Kind.FACT)
     assert world.reviewer.get("N2").claim_key == nfc
-    assert world.agent.read(scope="proj-a", claim_key=nfd).outcome == Outcome.CONFLICT
+    read = world.agent.read(scope="proj-a", claim_key=nfd)
+    assert read.outcome == Outcome.CONFLICT
+    # Read and explain answer with the claim's key as stored, however it was spelt
+    assert read.claim_key == nfc
+    assert world.agent.explain(scope="proj-a", claim_key=nfd).claim_key == nfc
 
 
 @pytest.mark.parametrize("claim", [" api.x", "api.x ", "api.x\u00a0"])
