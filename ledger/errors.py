@@ -44,6 +44,7 @@ event log and the views exactly as they were::
     │   └── LedgerNotFoundError (FileNotFoundError)
     ├── ClosedLedgerError
     ├── RenderError
+    │   └── RenderBusyError
     ├── MemoryConflictError
     └── UnsupportedStoreOperationError (NotImplementedError)
 """
@@ -228,6 +229,11 @@ class ClosedLedgerError(LedgerError):
 
 class RenderError(LedgerError):
     """Graphviz could not draw a picture (it failed, or drew nothing)."""
+
+
+class RenderBusyError(RenderError):
+    """A server is drawing as many pictures as it draws at once
+    (:data:`ledger.graph.RENDERS_AT_ONCE`): nothing was drawn; try again."""
 
 
 class MemoryConflictError(LedgerError):

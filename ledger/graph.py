@@ -3,8 +3,7 @@
 :func:`collect` gathers the subgraph a session may see; :func:`to_dot` and
 :func:`to_mermaid` turn it into text; :func:`draw` is the one call the command
 line makes. SVG and PNG are rendered by Graphviz's ``dot`` program; when ``dot``
-is not installed, :func:`draw` falls back to
-the DOT source and says so in :attr:`Picture.note`.
+is not installed, :func:`draw` falls back to the DOT source and says so in :attr:`Picture.note`.
 
 Each node shows the record's id, kind, status and validity; the fill colour is
 the status (:data:`STATUS_COLOURS`), observed dependencies are dashed edges,
@@ -22,13 +21,14 @@ import json
 import re
 import shutil
 import subprocess
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
 from ledger.access import Role
 from ledger.domain import Record, Status
-from ledger.errors import GraphTooLargeError, InvalidInputError, RenderError
+from ledger.errors import GraphTooLargeError, InvalidInputError, RenderBusyError, RenderError
 from ledger.reads import record_view
 from ledger.session import Session
 from ledger.validation import check_id, key_text
@@ -550,24 +550,69 @@ def dot_available() -> bool:
     return shutil.which("dot") is not None
 
 
-#: Seconds ``dot`` may take to lay out one picture for ``provledger serve``
-#: (a request holds a worker thread and a core while it runs).
-RENDER_TIMEOUT = 60
+#: A picture ``provledger serve`` draws (:func:`render` with a timeout) gets ``dot``
+#: for ``RENDER_TIMEOUT`` s (then it is killed), has at most ``MAX_DRAWN_EDGES``
+#: edges, and waits ``RENDER_WAIT`` s at most for one of ``RENDERS_AT_ONCE`` turns:
+#: each holds a core and a thread, and layout time grows much faster than the graph.
+#: ``LAYOUT_EFFORT`` caps Graphviz's rounds (long edges make them run for minutes)
+#: for a picture of over ``FULL_EFFORT_EDGES`` edges (a smaller one is tidier without).
+RENDER_TIMEOUT = 10
+MAX_DRAWN_EDGES = 500
+RENDERS_AT_ONCE = 2
+RENDER_WAIT = 1.0
+LAYOUT_EFFORT, FULL_EFFORT_EDGES = ("-Gnslimit=1", "-Gnslimit1=1", "-Gmclimit=0.1"), 100
+_turns = threading.BoundedSemaphore(RENDERS_AT_ONCE)
+#: An edge statement of DOT source as :func:`to_dot` writes it: ``"a" -> "b"``.
+_EDGE = re.compile(r'^\s*"(?:[^"\\]|\\.)*"\s*->', re.MULTILINE)
+
+
+def check_drawable(sub: Subgraph, limit: int = MAX_DRAWN_EDGES) -> None:
+    """Raise GraphTooLargeError (``count`` edges) for a picture of over ``limit`` edges."""
+    if (count := len(sub.edges) + len(sub.supersessions)) > limit:
+        message = f"the picture has {count} edges, more than the {limit} a server draws"
+        raise GraphTooLargeError(message, count, limit)
 
 
 def render(dot_source: str, format: str, timeout: float | None = None) -> bytes:
     """Render DOT source to ``svg`` or ``png`` bytes with Graphviz's ``dot``;
-    ``timeout``: seconds it may take (None: as long as it needs).
+    ``timeout``: seconds it may take, for a server's picture, bounded as
+    :data:`RENDER_TIMEOUT` says (None: as long as it needs, the command line's).
 
     Raises:
         FileNotFoundError: ``dot`` is not installed.
         RenderError: ``dot`` failed, drew nothing, took longer than ``timeout``,
             or had to shrink a bitmap too large for it (the picture would be
-            unreadable).
+            unreadable); with a ``timeout``, also: the picture has more than
+            :data:`MAX_DRAWN_EDGES` edges, or :data:`RENDERS_AT_ONCE` others are
+            being drawn and none ended within :data:`RENDER_WAIT` seconds.
     """
+    if timeout is None:
+        return _render(dot_source, format, None)
+    edges = len(_EDGE.findall(dot_source))
+    if edges > MAX_DRAWN_EDGES:
+        raise RenderError(
+            f"the picture has {edges} edges, more than the {MAX_DRAWN_EDGES} a server draws; "
+            "get its DOT source (the API's format=dot) or draw it with provledger graph"
+        )
+    if not _turns.acquire(timeout=RENDER_WAIT):
+        raise RenderBusyError(
+            f"the server is drawing {RENDERS_AT_ONCE} other pictures, as many as it draws "
+            "at once; try again in a few seconds"
+        )
+    effort = LAYOUT_EFFORT if edges > FULL_EFFORT_EDGES else ()
+    try:
+        return _render(dot_source, format, timeout, effort)
+    finally:
+        _turns.release()
+
+
+def _render(
+    dot_source: str, format: str, timeout: float | None, options: Iterable[str] = ()
+) -> bytes:
+    """:func:`render`'s drawing (``dot`` is killed when ``timeout`` passes)."""
     try:
         done = subprocess.run(
-            ["dot", f"-T{format}"],
+            ["dot", f"-T{format}", *options],
             input=dot_source.encode(),
             capture_output=True,
             check=False,

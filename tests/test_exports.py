@@ -67,6 +67,7 @@ EXPECTED = [
     "Reason",
     "RebuildReport",
     "RecordView",
+    "RenderBusyError",
     "RenderError",
     "RetentionRule",
     "RetentionRuleError",

@@ -51,7 +51,9 @@ from ledger.errors import (
     LedgerError,
     SelfApprovalError,
 )
+from ledger.graph import MAX_SERVED_NODES
 from ledger.integrations.mcp import APPROVAL_TOOLS, TOOLS, build_server, record_uri
+from ledger.integrations.mcp.results import USABLE_LISTED
 
 from .conftest import raw_rows
 
@@ -304,24 +306,27 @@ async def test_every_tool_is_described_for_a_model_with_schemas_and_annotations(
     assert [fn.__name__ for fn, _, _ in APPROVAL_TOOLS] == APPROVALS
 
 
-async def test_each_writing_tool_says_an_unanswered_call_may_be_written_and_how_to_retry(
+async def test_the_server_says_once_that_an_unanswered_write_may_be_written_and_how_to_retry(
     team: Team,
 ) -> None:
     # A call cancelled while it waits for the writers' lock is still written once the
-    # lock frees (the write is not withdrawn): a model that retries must know.
+    # lock frees (the write is not withdrawn): a model that retries must know. The
+    # server's instructions say it once, not each writing tool's description.
     async with team.client("reviewer") as reviewer:
-        tools = {t.name: t.description or "" for t in (await reviewer.list_tools()).tools}
+        instructions = reviewer.instructions or ""
+        tools = {t.name: t for t in (await reviewer.list_tools()).tools}
 
-    for name in ("capture_evidence", "propose_memory", *APPROVALS):
-        assert "answer did not arrive" in tools[name], name
-        assert "may still have been written" in tools[name], name
+    assert "answer did not arrive" in instructions
+    assert "may still have been written" in instructions
+    assert "your own `id`" in instructions
+    assert "refused as a duplicate (DuplicateRecordError" in instructions
+    assert "refused by the record's new status" in instructions
+    for name, tool in tools.items():
+        assert "answer did not arrive" not in (tool.description or ""), name
+    # and the `id` of each proposing tool says what giving one is for
     for name in ("capture_evidence", "propose_memory"):
-        assert "Pass your own `id`" in tools[name], name
-        assert "refused as a duplicate (DuplicateRecordError" in tools[name], name
-    for name in APPROVALS:
-        assert "refused by the record's new status" in tools[name], name
-    for name in ("read_memory", "explain_memory", "get_record", "list_records"):
-        assert "answer did not arrive" not in tools[name], name
+        described = tools[name].input_schema["properties"]["id"]["description"]
+        assert "refused as a duplicate (DuplicateRecordError)" in described, name
 
 
 async def test_a_result_reaches_the_model_as_compact_json_text_equal_to_the_structured_one(
@@ -1805,10 +1810,15 @@ def test_a_write_that_waited_too_long_for_the_lock_says_nothing_was_written_and_
 
     try:
         proposed, accepted = anyio.run(session, backend=anyio_backend)
-        # Then each says nothing was written and to retry (a proposal with its id)
+        # Then each says nothing was written and to retry (a proposal with its id),
+        # the hint adding only what the ledger's message does not say already
         assert "ConcurrencyError: " in proposed and "ConcurrencyError: " in accepted
-        assert proposed.endswith("; nothing was written; retry with the same `id` in a few seconds")
-        assert accepted.endswith("; nothing was written; retry in a few seconds")
+        assert proposed.endswith(
+            "; nothing was written — try again; in a few seconds, with the same `id`"
+        )
+        assert accepted.endswith("; nothing was written — try again; in a few seconds")
+        for text in (proposed, accepted):
+            assert text.count("nothing was written") == 1, text
         # and nothing was
         assert [r.id for r in led.authenticate(token).records(SCOPE)] == ["C1"]
         assert led.authenticate(token).get("C1").status == "CANDIDATE"
@@ -2477,6 +2487,185 @@ def test_provledger_help_does_not_import_the_mcp_sdk() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     )
     assert done.stdout.strip() == "[]"
+
+
+# -- what a drill of an agent over stdio found --------------------------------------------------
+
+
+async def test_accepting_a_stale_record_is_refused_saying_to_revalidate_it_and_how(
+    team: Team,
+) -> None:
+    # Given a fact accepted on evidence, a candidate on it never accepted, and one the
+    # lead proposed, all STALE once the evidence is revoked
+    agent, lead, reviewer = (team.sessions[who] for who in ("agent-1", "lead", "reviewer"))
+    agent.capture(scope=SCOPE, uri="https://docs.test/e", content=b"e", id="E1")
+    reviewer.accept("E1")
+    for rid, proposer in (("F1", agent), ("C1", agent), ("L1", lead)):
+        proposer.propose(
+            scope=SCOPE, claim_key=f"k.{rid}", value=1, kind=Kind.FACT, parents=["E1"], id=rid
+        )
+    reviewer.accept("F1")
+    reviewer.revoke("E1", "wrong page")
+    async with team.client("reviewer") as client, team.client("lead") as lead_client:
+        # When an approver accepts them
+        refusals = {
+            rid: await refused(client, "accept_memory", record_id=rid) for rid in ("F1", "C1")
+        }
+        own = await refused(lead_client, "accept_memory", record_id="L1")
+        # Then each refusal says to revalidate it, on a new basis if need be
+        for rid, text in refusals.items():
+            assert text.endswith(
+                f"InvalidTransitionError: record {rid!r} is STALE; accept needs CANDIDATE; a "
+                "STALE record is revalidated, not accepted: call revalidate_memory when each "
+                "record it rests on is usable again (a revoked or superseded one never is), "
+                f"or revalidate {rid!r} with `parents` naming a new "
+                "basis of usable records (they replace all its dependencies, declared and "
+                "observed; parents=[] if it rests on nothing it read)"
+            ), text
+        # (its proposer is told another approver must)
+        assert own.endswith(
+            "; a STALE record is revalidated (revalidate_memory), not accepted, and by an "
+            "approver other than its proposer"
+        )
+        # and following the hint returns each to what it was before it went stale
+        fact = await ok(client, "revalidate_memory", record_id="F1", parents=[])
+        candidate = await ok(client, "revalidate_memory", record_id="C1", parents=[])
+    assert fact["record"]["status"] == "ACCEPTED" and fact["record"]["parents"] == []
+    assert candidate["record"]["status"] == "CANDIDATE"
+
+
+async def test_a_revalidation_on_a_stale_dependency_says_parents_replace_declared_and_observed(
+    team: Team,
+) -> None:
+    # Given an accepted inference on accepted evidence, a fact declaring it a parent,
+    # and evidence captured by a session that read it (an observed dependency)
+    agent, reviewer = team.sessions["agent-1"], team.sessions["reviewer"]
+    agent.capture(scope=SCOPE, uri="https://docs.test/e", content=b"e", id="E1")
+    reviewer.accept("E1")
+    agent.propose(scope=SCOPE, claim_key="i", value=1, kind=Kind.INFERENCE, parents=["E1"], id="I1")
+    reviewer.accept("I1")
+    agent.propose(scope=SCOPE, claim_key="f", value=1, kind=Kind.FACT, parents=["I1"], id="F2")
+    async with team.client("agent-1") as client:
+        await ok(client, "get_record", record_id="I1")
+        captured = await ok(
+            client,
+            "capture_evidence",
+            scope=SCOPE,
+            uri="https://docs.test/b",
+            content="b",
+            id="Eb2",
+        )
+    assert captured["record"]["observed"] == ["I1"]
+    reviewer.accept("F2")
+    reviewer.accept("Eb2")
+    # and the evidence under them all revoked: the inference and both on it STALE
+    reviewer.revoke("E1", "wrong page")
+    async with team.client("reviewer") as client:
+        # When the reviewer revalidates what rests on the stale inference
+        fact = await refused(client, "revalidate_memory", record_id="F2")
+        evidence = await refused(client, "revalidate_memory", record_id="Eb2")
+        # Then each refusal says to revalidate the inference first, or give a new basis,
+        # which replaces every dependency, observed ones included
+        assert "dependency 'I1' of 'F2' is STALE" in fact
+        assert fact.endswith(
+            "; revalidate 'I1' first, or revalidate 'F2' with `parents` naming a new basis of "
+            "usable records (they replace all its dependencies, declared and observed; "
+            "parents=[] if it rests on nothing it read)"
+        ), fact
+        assert "dependency 'I1' of 'Eb2' is STALE" in evidence
+        assert evidence.endswith(
+            "; revalidate 'I1' first, or revalidate 'Eb2' with parents=[] (evidence names no "
+            "parents; [] drops the reads it carries as observed dependencies)"
+        ), evidence
+        # and so it does: the evidence revalidated on parents=[] rests on nothing
+        done = await ok(client, "revalidate_memory", record_id="Eb2", parents=[])
+    assert done["record"]["status"] == "ACCEPTED" and done["record"]["observed"] == []
+
+
+async def test_the_output_schemas_are_plain_text_with_the_less_obvious_fields_described(
+    team: Team,
+) -> None:
+    async with team.client("reviewer") as reviewer:
+        tools = {t.name: t for t in (await reviewer.list_tools()).tools}
+    schemas = {name: json.dumps(tool.output_schema) for name, tool in tools.items()}
+    # No Sphinx role reaches a model, and each number is given as its value
+    for name, text in schemas.items():
+        assert not re.search(r":(func|data|class|meth|mod):`", text), name
+        assert '"title"' not in text, name  # the field names again, title-cased
+    read = tools["read_memory"].output_schema or {}
+    assert f"at most {USABLE_LISTED} (" in read["description"]
+    revocation = tools["revoke_memory"].output_schema or {}
+    assert f"the first {MAX_SERVED_NODES} ids" in revocation["description"]
+    # and the fields a model could not guess are described
+    record = (tools["get_record"].output_schema or {})["properties"]
+    for field in (
+        "effective_expires",
+        "expiry_source",
+        "observed",
+        "cause",
+        "cause_superseded_by",
+        "stale_causes",
+        "supersedes",
+        "superseded_by",
+        "undeclared",
+    ):
+        assert record[field].get("description"), field
+
+
+async def test_proposing_observes_what_was_shown_usable_and_not_what_was_audited(
+    team: Team,
+) -> None:
+    # Given an accepted record in proj-b, where the outsider may read and audit
+    outsider = team.sessions["outsider"]
+    team.ledger.admin().grant("checker", scope=OTHER, roles=["approve"])
+    checker = team.ledger.authenticate(team.ledger.admin().issue_token("checker"))
+    outsider.propose(scope=OTHER, claim_key="a", value=1, kind=Kind.FACT, id="A1")
+    checker.accept("A1")
+    async with team.client("outsider") as client:
+        # When it audits the record, then proposes
+        await ok(client, "audit_record", record_id="A1")
+        after_audit = await ok(
+            client, "propose_memory", scope=OTHER, claim_key="b", value=1, kind="fact"
+        )
+        # and reads it, then proposes
+        await ok(client, "get_record", record_id="A1")
+        after_read = await ok(
+            client, "propose_memory", scope=OTHER, claim_key="c", value=1, kind="fact"
+        )
+        tools = {t.name: t.description or "" for t in (await client.list_tools()).tools}
+    # Then only the read is an observed dependency, as the description says
+    assert after_audit["record"]["observed"] == [] and after_read["record"]["observed"] == ["A1"]
+    assert "usable records this session was shown" in tools["propose_memory"]
+    assert "not audited" in tools["propose_memory"]
+    assert "Everything you read" not in tools["propose_memory"]
+    # and a capture carries them too, and says how it returns once one is withdrawn
+    assert "Like a proposal, it carries the usable records" in tools["capture_evidence"]
+    assert "revalidates it with parents=[]" in tools["capture_evidence"]
+
+
+async def test_read_memory_answers_with_the_claim_key_as_stored_not_as_given(team: Team) -> None:
+    # Given a claim stored under its NFC key
+    team.sessions["lead"].propose(
+        scope=SCOPE, claim_key="caf\u00e9.menu", value="soup", kind=Kind.FACT, id="M1"
+    )
+    team.sessions["reviewer"].accept("M1")
+    async with team.client("agent-1") as client:
+        # When the agent asks for it in NFD, and for a claim nothing answers
+        found = await ok(client, "read_memory", scope=SCOPE, claim_key="cafe\u0301.menu")
+        missing = await ok(client, "read_memory", scope=SCOPE, claim_key="cafe\u0301.none")
+    # Then each answer names the key in NFC, as explain_memory and the records do
+    assert found["outcome"] == "FOUND" and found["claim_key"] == "caf\u00e9.menu"
+    assert missing["outcome"] == "MISSING" and missing["claim_key"] == "caf\u00e9.none"
+
+
+async def test_the_record_resource_is_compact_json_as_get_records_text_is(team: Team) -> None:
+    await accepted_evidence(team, "E1")
+    async with team.client("agent-1") as agent:
+        content = (await agent.read_resource(record_uri("E1"))).contents[0]
+        result = await agent.call_tool("get_record", {"record_id": "E1"})
+    assert content.text == result.content[0].text
+    compact = json.dumps(json.loads(content.text), ensure_ascii=False, separators=(",", ":"))
+    assert content.text == compact
 
 
 # -- the documentation ---------------------------------------------------------------------

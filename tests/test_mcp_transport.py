@@ -4,7 +4,8 @@ stdio with raw bytes, and over streamable HTTP with real requests.
 Over stdio a line that is not UTF-8 is refused, not read with U+FFFD in place of
 its bytes. Over streamable HTTP the Host and Origin checks against DNS
 rebinding stay on whatever address it binds (a non-loopback bind is warned
-about), and a stop by SIGINT or SIGTERM ends it as ``provledger serve`` ends.
+about). Over either, a stop by SIGINT or SIGTERM ends it as ``provledger serve``
+ends: the call under way answered, the ledger closed.
 """
 
 from __future__ import annotations
@@ -141,6 +142,71 @@ def test_a_line_that_is_not_utf8_over_stdio_is_a_parse_error_and_writes_nothing(
         records[0].evidence["content_hash"]
         == f"sha256:{hashlib.sha256('café'.encode()).hexdigest()}"
     )
+
+
+@pytest.mark.parametrize("sent", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_provledger_mcp_over_stdio_stopped_by_a_signal_answers_the_call_under_way_and_ends_by_it(
+    tmp_path: Path, sent: signal.Signals
+) -> None:
+    # Given provledger mcp over stdio, its run begun by a read
+    url, token = _agent_ledger(tmp_path)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "ledger", "mcp", "--url", f"{url}?timeout=20"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PROVLEDGER_TOKEN": token},
+    )
+    assert server.stdin is not None and server.stdout is not None and server.stderr is not None
+    answers = _lines(server.stdout)
+    holder = sqlite3.connect(tmp_path / "ledger.db", isolation_level=None)
+
+    def send(message: dict[str, Any]) -> None:
+        assert server.stdin is not None
+        server.stdin.write(json.dumps(message).encode() + b"\n")
+        server.stdin.flush()
+
+    def call(request_id: int, tool: str, **arguments: Any) -> None:
+        params = {"name": tool, "arguments": arguments}
+        send({"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params})
+
+    try:
+        send(json.loads(_INITIALIZE))
+        assert answers.get(timeout=30) is not None
+        send(json.loads(_INITIALIZED))
+        call(1, "read_memory", scope=SCOPE, claim_key="k")
+        assert answers.get(timeout=30) is not None
+        # and a proposal waiting for a lock another process holds
+        holder.execute("BEGIN IMMEDIATE")
+        call(2, "propose_memory", scope=SCOPE, claim_key="k", value=1, kind="fact", id="STOP1")
+        time.sleep(1.5)  # the call reaches the server and waits for the lock
+        # When it is stopped meanwhile (stdin left open), and the lock let go after
+        server.send_signal(sent)
+        time.sleep(1.0)
+        holder.execute("ROLLBACK")
+        answer = answers.get(timeout=60)
+        status = server.wait(timeout=60)
+    finally:
+        holder.close()
+        server.kill()
+        stderr = server.stderr.read().decode()
+    # Then the call under way was answered with what it wrote
+    assert answer is not None, stderr
+    result = json.loads(answer)["result"]
+    assert not result.get("isError") and result["structuredContent"]["id"] == "STOP1", result
+    # and the server said so and ended by that signal, its run ended and the ledger closed
+    assert stderr.endswith(f"Stopped by {sent.name}; the ledger is closed\n"), stderr
+    assert "interrupted" not in stderr and "Traceback" not in stderr
+    assert status == -sent, stderr
+    assert not (tmp_path / "ledger.db-wal").exists()
+    runs = sqlite3.connect(tmp_path / "ledger.db")
+    try:
+        assert runs.execute("SELECT count(*) FROM pl_runs WHERE ended_pos IS NULL").fetchone() == (
+            0,
+        )
+        assert runs.execute("SELECT record_id FROM pl_records").fetchall() == [("STOP1",)]
+    finally:
+        runs.close()
 
 
 def test_a_read_under_another_writers_lock_is_refused_saying_recording_it_needed_the_lock(

@@ -15,6 +15,7 @@ import logging
 import socket
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -334,16 +335,21 @@ def test_revoking_a_record_under_many_lists_the_first_thousand_ids_and_counts_th
     body = r.json()
     assert (len(body["affected"]), body["affected_count"]) == (1000, 1002)
     assert (len(body["stale"]), body["stale_count"]) == (1000, 1001)
+    # (every scope the reviewer may list: those left out may be in any of them)
     assert body["note"] == (
-        "1002 records affected; the first 1000 are listed. GET /api/v1/records?scope=SCOPE"
-        "&status=STALE pages through those now STALE."
+        "1002 records affected; the first 1000 are listed. "
+        "<GET /api/v1/records?scope=proj-a&status=STALE> and "
+        "<GET /api/v1/records?scope=proj-b&status=STALE> page through every record now "
+        "STALE in those scopes, not only those this revocation marked (each record's "
+        "`stale_causes` names what marked it)."
     )
-    # And the listing it names pages through exactly those (a candidate needs
-    # revalidation too, but was not marked STALE)
+    # And the listing it names, as it names it, pages through exactly those (a
+    # candidate needs revalidation too, but was not marked STALE)
+    named = body["note"].split("<GET /api/v1/records?", 1)[1].split(">", 1)[0]
     stale: list[str] = []
     after = None
     while True:
-        params = {"scope": "proj-a", "status": "STALE", "limit": 1000}
+        params = {**dict(urllib.parse.parse_qsl(named)), "limit": 1000}
         page = served.agent.get(
             "/records", params={**params, **({"after": after} if after else {})}
         )
@@ -1327,11 +1333,16 @@ def test_revalidating_on_a_dependency_not_usable_now_is_a_409_naming_no_field(
         error = error_of(r)
         assert (error["type"], error["field"]) == ("InvalidParentError", None), error
         assert "'M1'" in error["message"] and "STALE" in error["message"]
-    # A basis the request names is still the request's: 422 naming it.
+    # A basis the request names that is not usable now is a conflict naming it...
     named = served.reviewer.post(
         "/records/{record_id}/revalidate", record_id="R1", json={"parents": ["E1"]}
     )
-    assert (named.status_code, error_of(named)["field"]) == (422, "parents"), named.text
+    assert (named.status_code, error_of(named)["field"]) == (409, "parents"), named.text
+    # ...and one that does not exist is the request's mistake: 422 naming it.
+    ghost = served.reviewer.post(
+        "/records/{record_id}/revalidate", record_id="R1", json={"parents": ["GHOST"]}
+    )
+    assert (ghost.status_code, error_of(ghost)["field"]) == (422, "parents"), ghost.text
     assert served.ledger.position == before
 
 
@@ -1552,9 +1563,11 @@ def test_a_client_gone_before_its_body_arrived_is_no_application_error(served: S
             host, port = base.removeprefix("http://").split(":")
             for path in ("/api/v1/records", "/records/M1/accept"):
                 with socket.create_connection((host, int(port)), timeout=30) as conn:
+                    # A known token: the API reads the body of no other caller.
                     conn.sendall(
                         f"POST {path} HTTP/1.1\r\nHost: x\r\n".encode()
-                        + b"Authorization: Bearer x\r\nContent-Type: application/json\r\n"
+                        + f"Authorization: Bearer {served.tokens['agent-1']}\r\n".encode()
+                        + b"Content-Type: application/json\r\n"
                         b'Content-Length: 1000\r\n\r\n{"scope": "pro'
                     )
                     time.sleep(0.3)  # the server is reading the body when the client goes

@@ -96,10 +96,15 @@ def mcp_command(
             port=port,
             allowed_hosts=allowed_hosts,
         )
+        if stopped is not None:  # another stop signal must not cut closing the ledger short
+            for stop in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(stop, signal.SIG_IGN)
     if stopped is not None:
-        # uvicorn's logger, as provledger serve says it (ledger.serve.run).
-        said = logging.getLogger("uvicorn.error")
-        said.info("Stopped by %s; the ledger is closed", stopped.name)
+        if transport == "stdio":  # standard output is the client's; nothing set up logging
+            click.echo(f"Stopped by {stopped.name}; the ledger is closed", err=True)
+        else:  # uvicorn's logger, as provledger serve says it (ledger.serve.run)
+            said = logging.getLogger("uvicorn.error")
+            said.info("Stopped by %s; the ledger is closed", stopped.name)
         _end_by(stopped, url)
 
 
@@ -118,14 +123,27 @@ def mcp_command(
     help="Mark the console's session cookie Secure (set it when users reach the "
     "server over HTTPS through a reverse proxy).",
 )
+@click.option(
+    "--request-timeout",
+    type=click.FloatRange(0, min_open=True),
+    default=30,
+    show_default=True,
+    help="Seconds a client may take to send a whole request (headers and body); a "
+    "connection still sending one then is answered 408 and closed.",
+)
 @errors_exit_1
-def serve(url: str | None, host: str, port: int, secure_cookies: bool) -> None:
+def serve(
+    url: str | None, host: str, port: int, secure_cookies: bool, request_timeout: float
+) -> None:
     """Serve the HTTP JSON API (/api/v1), the MCP endpoint (/mcp) and the review console (/).
 
     Agents authenticate with `Authorization: Bearer TOKEN`; people sign in to
     the console with their token. Needs the serve extra: pip install -e
     '.[serve]' in provledger's source directory. Stop it with Ctrl-C or
     SIGTERM: it finishes the requests under way and closes the ledger.
+
+    Idle kept-alive connections close after 5 s; at most as many connections
+    as the open-file limit (ulimit -n) allows are held, more are answered 503.
 
     \b
     Example:
@@ -135,7 +153,14 @@ def serve(url: str | None, host: str, port: int, secure_cookies: bool) -> None:
 
     # Refuses a ledger that does not exist, creating nothing, or that it cannot write.
     open_ledger(url, writable=True).close()
-    stopped = run(url, host=host, port=port, create=False, secure_cookies=secure_cookies)
+    stopped = run(
+        url,
+        host=host,
+        port=port,
+        create=False,
+        secure_cookies=secure_cookies,
+        request_timeout=request_timeout,
+    )
     if stopped is not None:
         _end_by(stopped, url)
 
@@ -148,8 +173,9 @@ def _end_by(stopped: signal.Signals, url: str | None) -> None:
     First what a process ended by a signal never does: objects left unreachable
     are collected (a thread's reading connection kept in a reference cycle is
     closed only then), and an SQLite ledger's ``-wal`` still there is
-    checkpointed away by one last connection opened and closed (two connections
-    closing at once may each leave it to the other)."""
+    checkpointed away by one last connection opened and closed. (Two connections
+    closing at once each left it to the other until the recorder closed them one
+    at a time; this stays for a connection closed by anything else.)"""
     gc.collect()
     backend = resolve_url(url)
     path = backend.path

@@ -191,7 +191,12 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
         self.lock_wait = float(self.datastore.pool.lock_timeout or SQLITE3_DEFAULT_LOCK_TIMEOUT)
         self._reader = threading.local()
         self._readers: list[sqlite3.Connection] = []
-        self._readers_lock = threading.Lock()
+        # Re-entrant: a reader collected (its ``__del__``) while this thread holds
+        # it forgets its connection here without waiting on itself.
+        self._readers_lock = threading.RLock()
+        #: Held while a connection closes: the last to close must see no other
+        #: open, or it leaves the ``-wal`` (two closing at once each see the other).
+        self.closing = threading.RLock()
         self._writer: sqlite3.Connection | None = None
         # Re-entrant: a thread that closes the ledger, or writes again, inside its
         # own write transaction gets an error, not a deadlock.
@@ -319,9 +324,11 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
         with self._readers_lock:
             self._closed = True
             readers, self._readers = self._readers, []
-        for reader in readers:
-            reader.close()
-        with self._writer_lock:
+        # The writer's lock first, as a thread writing takes it before a reader's
+        # ``__del__`` (collected then) takes ``closing``.
+        with self._writer_lock, self.closing:
+            for reader in readers:
+                reader.close()
             if self._writer is not None:
                 self._writer.close()
                 self._writer = None
@@ -595,9 +602,13 @@ class _Reader:
         self.cursor.row_factory = None
         self.busy = False  # a read transaction is open on it
         self._recorder = weakref.ref(recorder)
+        # Held here, not reached through the recorder: a reader collected in a
+        # reference cycle finds its weak reference to the recorder already cleared.
+        self._closing = recorder.closing
 
     def __del__(self) -> None:
         recorder = self._recorder()
         if recorder is not None:
             recorder.forget_reader(self.connection)
-        self.connection.close()
+        with self._closing:
+            self.connection.close()

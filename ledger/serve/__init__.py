@@ -11,6 +11,11 @@ directory)::
 :func:`run` is what the command line calls: it opens the ledger and serves it
 with uvicorn until stopped by SIGINT (Ctrl-C) or SIGTERM (what ``kill``, service
 managers and container runtimes send), and closes the ledger before it returns.
+A client must send each request whole (headers and body) within 30 s
+(``request_timeout``) or is answered 408 and disconnected; an idle kept-alive
+connection is closed after 5 s; connections beyond what the process's open-file
+limit allows (``ulimit -n``, less what the ledger itself needs) are answered 503
+(:mod:`ledger.connections`).
 """
 
 from __future__ import annotations
@@ -43,8 +48,16 @@ def run(
     *,
     create: bool = True,
     secure_cookies: bool = False,
+    request_timeout: float | None = None,
+    max_connections: int | None = None,
 ) -> signal.Signals | None:
     """Open the ledger at ``url`` and serve it on ``host:port`` until stopped.
+
+    ``request_timeout``: seconds a client may take to send a whole request (a
+    connection still sending one then is answered 408 and closed; None:
+    :data:`~ledger.connections.REQUEST_TIMEOUT`, 30);
+    ``max_connections``: connections held at once, more answered 503 (None: as
+    many as the open-file limit allows, :func:`~ledger.connections.limits`).
 
     Returns the signal that stopped it (SIGINT or SIGTERM), once the server has
     shut down and the ledger is closed; None if it stopped otherwise. (Stop
@@ -58,8 +71,10 @@ def run(
     """
     import uvicorn  # imported here: only serving needs it
 
+    from ledger.connections import config_options
     from ledger.serve.stopping import Server, stop_wait, stopping_lines
 
+    limits = config_options(request_timeout, max_connections)
     listening = listen(host, port)
     try:
         with stop_signals_raise(), Ledger.open(url, create=create) as ledger:
@@ -71,15 +86,21 @@ def run(
                 proxy_headers=False,
                 server_header=False,
                 timeout_graceful_shutdown=stop_wait(ledger.engine.recorder.lock_wait),
+                **limits,
             )
             logging.getLogger(ACCESS_LOGGER).addFilter(mask_tokens)
-            logging.getLogger("uvicorn.error").addFilter(stopping_lines)
-            logging.getLogger("uvicorn.error").info("Serving ledger %s", ledger.url)
+            said = logging.getLogger("uvicorn.error")
+            said.addFilter(stopping_lines)
+            said.info("Serving ledger %s", ledger.url)
+            http = limits["http"]
+            said.info(
+                "At most %d connections at once; a request must arrive whole within %g s",
+                http.max_connections,
+                http.request_timeout,
+            )
             # What uvicorn says when it binds the address itself.
             shown = f"[{host}]" if ":" in host else host
-            logging.getLogger("uvicorn.error").info(
-                "Uvicorn running on http://%s:%d (Press CTRL+C to quit)", shown, port
-            )
+            said.info("Uvicorn running on http://%s:%d (Press CTRL+C to quit)", shown, port)
             # A second stop signal does not cut the requests under way short.
             Server(config).run(sockets=[listening])
     except Stopped as stop:

@@ -1,7 +1,7 @@
 """The JSON API under ``/api/v1`` (SPEC §13.4): one small handler per route.
 
-Each handler reads its inputs through a :class:`Call` (which remembers the
-fields it was given, so a refusal can name the offending one), makes one
+Each handler reads its inputs through a :class:`~ledger.serve.call.Call` (which
+remembers the fields it was given, so a refusal can name the offending one), makes one
 library call on the session of the request's bearer token, and returns JSON.
 The ledger's calls block on the database, so each handler's body runs in a
 worker thread. Errors become ``{"error": {"type", "message", "field"}}`` with
@@ -12,23 +12,30 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
-from datetime import datetime
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from ledger import Ledger, Session
+from ledger.access import Role
 from ledger.answers import explanation_within, page_within
 from ledger.domain import Kind, Status, Validity
-from ledger.errors import ConcurrencyError, GraphTooLargeError, InvalidParentError, LedgerError
+from ledger.errors import (
+    ConcurrencyError,
+    CycleError,
+    GraphTooLargeError,
+    InvalidParentError,
+    InvalidTransitionError,
+    LedgerError,
+    RenderBusyError,
+)
 from ledger.graph import (
     MAX_SERVED_NODES,
     RENDER_TIMEOUT,
+    check_drawable,
     collect,
     dot_available,
     render,
@@ -38,6 +45,7 @@ from ledger.graph import (
 )
 from ledger.jsonable import EXPLAINED, json_safe
 from ledger.serve import payloads
+from ledger.serve.call import Call, path_parameters
 from ledger.serve.errors import error_body, field_of, masked, status_of, told
 from ledger.serve.inputs import (
     FieldError,
@@ -51,10 +59,10 @@ from ledger.serve.inputs import (
     json_type,
     loads_strict,
     parse_body,
-    parse_time,
 )
 from ledger.serve.threads import finish_in_thread
 from ledger.session import next_after
+from ledger.values import RecordView
 
 PREFIX = "/api/v1"
 
@@ -69,8 +77,6 @@ MAX_SVG_NODES = 200
 #: this many records (:data:`ledger.graph.MAX_SERVED_NODES`): the answer grows with
 #: what is stored, and any reader could otherwise ask for all of it.
 MAX_GRAPH_NODES = MAX_SERVED_NODES
-#: An integer query parameter with more digits is out of any range a route takes.
-_MOST_DIGITS = 30
 
 
 def json_response(
@@ -96,6 +102,8 @@ def ledger_error_response(
         name, found, status = "InvalidInputError", None, 415
     elif isinstance(exc, FieldError):
         name, found = "InvalidInputError", exc.field
+    elif isinstance(exc, DependencyConflict):
+        name, found, status = exc.reported, exc.field, 409
     elif isinstance(exc, InvalidParentError) and not {"parents", "supersedes"} & set(fields):
         # The state of a record's dependencies (accept a record whose parent is a
         # CANDIDATE), not a dependency the request named: a conflict, not bad input.
@@ -105,212 +113,105 @@ def ledger_error_response(
     headers: dict[str, str] | None = None
     if status == 401:
         headers = {"WWW-Authenticate": 'Bearer realm="provledger"'}
-    elif isinstance(exc, ConcurrencyError):  # the lock was held: nothing was written
+    elif isinstance(exc, ConcurrencyError | RenderBusyError):  # nothing was done: send it again
         headers = {"Retry-After": "1"}
     found = None if found is None else masked(found)  # a parameter's name may be a token
     return json_response(error_body(name, told(exc, url), found), status, headers)
 
 
-@dataclass
-class Call:
-    """One API request's inputs, read field by field (each name is remembered);
-    its ``repr`` leaves out the token."""
+class DependencyConflict(LedgerError):
+    """A record the request named (a parent, the version it supersedes) that the
+    caller can see but that is not usable now (REVOKED, STALE, a CANDIDATE, …):
+    409 naming the field, reported as the library's error (``reported``). The same
+    request may succeed once that record's state changes; an id unknown to the
+    caller (or hidden from it, which must look the same) stays bad input, 422."""
 
-    ledger: Ledger
-    token: str = field(repr=False)
-    path: Mapping[str, str]
-    query: QueryParams
-    body: Mapping[str, Any]
-    used: list[str] = field(default_factory=list)
-    #: The token's session, once the token was checked (None: checked on first use).
-    authenticated: Session | None = field(default=None, repr=False)
-
-    # -- the principal ---------------------------------------------------------
-
-    def session(self) -> Session:
-        """The token's session, as of a past moment when the query asks for one."""
-        session = self.authenticated
-        if session is None:
-            session = self.ledger.authenticate(self.token)
-        position = self.query_int("as_of_position", minimum=0)
-        when = self.query_time("as_of_time")
-        if position is not None and when is not None:
-            raise FieldError("as_of_time", "give as_of_position or as_of_time, not both")
-        if position is not None or when is not None:
-            session = session.as_of(position=position, time=when)
-        return session
-
-    # -- path and query --------------------------------------------------------
-
-    def path_id(self, name: str = "record_id") -> str:
-        """A path parameter."""
-        self.used.append(name)
-        return self.path[name]
-
-    def query_str(self, name: str, *, required: bool = False, empty: bool = False) -> str | None:
-        """A query parameter; ``required`` refuses a missing one. An empty one is
-        refused unless ``empty`` says it means what leaving it out does (a claim
-        prefix): ``as_of_time=`` left blank must not answer as of now, nor
-        ``status=`` list every status."""
-        value = self.query.get(name)
-        if value is None:
-            if required:
-                raise FieldError(name, f"query parameter {name!r} is required")
-            return None
-        self.used.append(name)  # a refusal may be about it (never one not given)
-        if value == "":
-            if empty and not required:
-                return None
-            leave = "" if required else " or leave it out"
-            raise FieldError(name, f"query parameter {name!r} is empty: give a value{leave}")
-        return value
-
-    def query_int(
-        self, name: str, *, minimum: int | None = None, maximum: int | None = None
-    ) -> int | None:
-        """An integer query parameter within bounds."""
-        text = self.query_str(name)
-        if text is None:
-            return None
-        # Digits only: int() would also read "1_0", "+5", " 5" and other scripts' digits.
-        digits = text[1:] if text.startswith("-") else text
-        if not (digits.isascii() and digits.isdigit()):
-            raise FieldError(name, f"{name} {text[:40]!r} is not an integer")
-        significant = digits.lstrip("0") or "0"
-        if len(significant) > _MOST_DIGITS:  # int() refuses over 4,300 digits (a 500)
-            raise FieldError(name, f"{name} of {len(significant):,} digits is out of range")
-        value = -int(significant) if text.startswith("-") else int(significant)
-        if minimum is not None and value < minimum:
-            bound = f"at least {minimum}" if maximum is None else f"in {minimum}..{maximum}"
-            raise FieldError(name, f"{name} {value} is not {bound}")
-        if maximum is not None and value > maximum:
-            bound = f"at most {maximum}" if minimum is None else f"in {minimum}..{maximum}"
-            raise FieldError(name, f"{name} {value} is not {bound}")
-        return value
-
-    def query_choice(self, name: str, choices: type[Kind | Status | Validity]) -> str | None:
-        """A query parameter naming one member of an enum."""
-        text = self.query_str(name)
-        allowed = [c.value for c in choices]
-        if text is not None and text not in allowed:
-            raise FieldError(name, f"{name} {text[:40]!r} is not one of: {', '.join(allowed)}")
-        return text
-
-    def query_time(self, name: str) -> datetime | None:
-        """An RFC 3339 date-time query parameter (:func:`parse_time`)."""
-        return parse_time(name, self.query_str(name))
-
-    def query_bool(self, name: str, default: bool) -> bool:
-        """``true``/``false`` (also 1/0, yes/no)."""
-        text = self.query_str(name)
-        if text is None:
-            return default
-        lowered = text.lower()
-        if lowered in ("true", "1", "yes"):
-            return True
-        if lowered in ("false", "0", "no"):
-            return False
-        raise FieldError(name, f"{name} {text[:40]!r} is not true or false")
-
-    # -- body ------------------------------------------------------------------
-
-    def has(self, name: str) -> bool:
-        """Whether the body gives ``name`` (null counts as not given)."""
-        return self.body.get(name) is not None
-
-    def body_any(self, name: str, *, required: bool = False) -> Any:
-        """A body field of any JSON type."""
-        if self.body.get(name) is not None:
-            self.used.append(name)  # a refusal may be about it (never one not given)
-        if name not in self.body and required:
-            raise FieldError(name, f"field {name!r} is required")
-        return self.body.get(name)
-
-    def body_str(self, name: str, *, required: bool = False, default: str | None = None) -> Any:
-        """A string body field (the ledger checks its content)."""
-        value = self.body_any(name, required=required)
-        if value is None:
-            if required:
-                raise FieldError(name, f"field {name!r} must be a string, got null")
-            return default
-        if not isinstance(value, str):
-            raise FieldError(name, f"field {name!r} must be a string, got {json_type(value)}")
-        return value
-
-    def body_list(self, name: str) -> list[str] | None:
-        """A list-of-strings body field."""
-        value = self.body_any(name)
-        if value is None:
-            return None
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise FieldError(name, f"field {name!r} must be a list of strings")
-        return value
-
-    def _body_of(self, name: str, kind: type, what: str) -> Any:
-        """A body field that is null, absent or of JSON type ``what`` (Python ``kind``)."""
-        value = self.body_any(name)
-        if value is not None and not isinstance(value, kind):
-            raise FieldError(name, f"field {name!r} must be {what}, got {json_type(value)}")
-        return value
-
-    def body_object(self, name: str) -> dict[str, Any] | None:
-        """An object body field."""
-        value: dict[str, Any] | None = self._body_of(name, dict, "an object")
-        return value
-
-    def body_bool(self, name: str, default: bool) -> bool:
-        """A boolean body field (``default`` when absent or null)."""
-        value: bool | None = self._body_of(name, bool, "a boolean")
-        return default if value is None else value
-
-    def body_time(self, name: str) -> datetime | None:
-        """An RFC 3339 date-time body field (:func:`parse_time`)."""
-        return parse_time(name, self.body_str(name))
+    def __init__(self, exc: LedgerError, field_name: str) -> None:
+        super().__init__(str(exc))
+        self.reported = type(exc).__name__
+        self.field = field_name
 
 
 Handler = Callable[[Call], Response]
 
 
 def endpoint(
-    ledger: Ledger, handler: Handler, accepted: tuple[frozenset[str], frozenset[str]]
+    ledger: Ledger,
+    handler: Handler,
+    accepted: tuple[frozenset[str], frozenset[str]],
+    template: str = "",
 ) -> Callable[[Request], Awaitable[Response]]:
     """An ASGI endpoint running ``handler`` in a worker thread, errors as JSON;
     ``accepted``: the query parameters and body fields it takes (any other is
-    refused before anything runs: a misspelt ``parents`` must not lose provenance)."""
+    refused before anything runs: a misspelt ``parents`` must not lose provenance);
+    ``template``: its path under the application (``/api/v1/records/{record_id}``).
+
+    A request is checked in this order, the first failure answering:
+
+    1. the token (401), before a byte of the body is read: a caller without a
+       known token makes the server hold none of it (a body whose
+       ``Content-Length`` is over the limit is refused 413 earlier still by
+       :class:`ledger.serve.app.BodyLimit`, which reads and drops up to 16 MiB of
+       it first, keeping none, so that the client reads the answer);
+    2. the body, read now: over the limit as it streams (413), coded or declared
+       as another media type than JSON (415), not a strict JSON object (422);
+    3. the query string and the path, UTF-8 once percent-decoded; then the names
+       the route does not take, and a query parameter given twice (422);
+    4. the handler (its library call's refusals: 403, 404, 409, 422, …).
+
+    The token is checked, and the body parsed, in worker threads: never on the
+    event loop, where an unknown caller's work would hold up every other request.
+    """
 
     async def run(request: Request) -> Response:
-        raw = await request.body() if request.method == "POST" else b""
+        write = request.method == "POST"
+        live: tuple[str, Session] | None = None
+        raw = b""
+        if write:
+            try:
+                live = await finish_in_thread(lambda: _authenticated(ledger, request))
+            except LedgerError as exc:
+                return ledger_error_response(exc, url=ledger.url)
+            raw = await request.body()
 
         def guarded() -> Response:
-            # The token is checked before the body is parsed (in this worker thread,
-            # never on the event loop): an unknown caller costs no parsing, and is
-            # told 401 before anything about its input or the route's names.
             try:
-                token = bearer_token(request.headers)
-                live = ledger.authenticate(token)
-                request.state.principal = live.principal  # for the access log
+                token, session = live or _authenticated(ledger, request)
                 body: Mapping[str, Any] = {}
-                if request.method == "POST":
+                if write:
                     check_json_body(request.headers, raw)
                     body = parse_body(raw)
                 check_utf8(request.scope.get("query_string", b""))
+                path = path_parameters(template, request.scope.get("raw_path"), request.path_params)
                 check_names(request.query_params.keys(), accepted[0], "query parameter")
                 check_once(request.query_params.multi_items())
                 check_names(body.keys(), accepted[1], "field")
             except LedgerError as exc:
                 return ledger_error_response(exc, url=ledger.url)
-            call = Call(ledger, token, request.path_params, request.query_params, body)
-            call.authenticated = live
+            call = Call(ledger, token, path, request.query_params, body)
+            call.authenticated = session
             try:
                 return handler(call)
             except LedgerError as exc:
                 return ledger_error_response(exc, tuple(call.used), tuple(call.path), ledger.url)
 
-        return await finish_in_thread(guarded, write=request.method == "POST")
+        return await finish_in_thread(guarded, write=write)
 
     run.__name__ = handler.__name__
     run.__doc__ = handler.__doc__
     return run
+
+
+def _authenticated(ledger: Ledger, request: Request) -> tuple[str, Session]:
+    """The request's bearer token and its session (named in the access log).
+
+    Raises:
+        AuthenticationError: no token, or one unknown, revoked or expired.
+    """
+    token = bearer_token(request.headers)
+    session = ledger.authenticate(token)
+    request.state.principal = session.principal
+    return token, session
 
 
 # -- handlers --------------------------------------------------------------------------
@@ -334,26 +235,90 @@ def _result(record_id: str, session: Session) -> dict[str, Any]:
 def propose(call: Call) -> Response:
     """Propose a record (a CANDIDATE until an approver accepts it)."""
     session = call.session()
+    call.require("scope", "claim_key", "value", "kind")
     kwargs: dict[str, Any] = {}
     if call.has("supersedes"):
         kwargs["supersedes"] = call.body_str("supersedes")
-    record_id = session.propose(
-        scope=call.body_str("scope", required=True),
-        claim_key=call.body_str("claim_key", required=True),
-        value=call.body_any("value", required=True),
-        kind=call.body_str("kind", required=True),
-        parents=call.body_list("parents") or (),
-        expires=call.body_time("expires"),
-        conditions=call.body_object("conditions"),
-        id=call.body_str("id"),
-        **kwargs,
-    )
+    parents = call.body_list("parents") or ()
+    try:
+        record_id = session.propose(
+            scope=call.body_str("scope", required=True),
+            claim_key=call.body_str("claim_key", required=True),
+            value=call.body_any("value", required=True),
+            kind=call.body_str("kind", required=True),
+            parents=parents,
+            expires=call.body_time("expires"),
+            conditions=call.body_object("conditions"),
+            id=call.body_str("id"),
+            **kwargs,
+        )
+    except (InvalidParentError, InvalidTransitionError) as exc:
+        raise _named_conflict(exc, session, parents, kwargs.get("supersedes")) from None
     return _created(record_id, session)
+
+
+#: Statuses a new record may not rest on (``propose``; a revalidation's new basis too).
+_BLOCKING = (Status.REVOKED, Status.REJECTED, Status.STALE, Status.SUPERSEDED)
+#: Statuses a record can no longer be superseded from.
+_FINAL = (Status.REVOKED, Status.REJECTED, Status.SUPERSEDED)
+
+
+def _named_conflict(
+    exc: LedgerError,
+    session: Session,
+    parents: Sequence[str],
+    supersedes: str | None = None,
+    *,
+    accepted_only: bool = False,
+) -> LedgerError:
+    """``exc`` as a :class:`DependencyConflict` (409) when it refuses a record the
+    request named that the caller can see, in a state that stops it now: the first
+    of ``parents`` (checked in the library's order) that is unknown to the caller
+    or not usable, or ``supersedes``; else ``exc`` as it is (422: an unknown or
+    hidden id, a cycle, a parent that is also superseded).
+
+    The library's error says which record in words only, so the records named are
+    looked at as the caller sees them now. ``accepted_only``: a revalidation's new
+    basis, which must be ACCEPTED and unexpired, not merely not withdrawn.
+    """
+    if isinstance(exc, InvalidTransitionError):
+        if supersedes is not None and _status_of(session, supersedes) in _FINAL:
+            return DependencyConflict(exc, "supersedes")
+        return exc
+    if isinstance(exc, CycleError):
+        return exc
+    views: list[RecordView] = []
+    for name in parents:
+        view = _view(session, name)
+        if view is None:  # unknown or hidden alike: the request's mistake
+            return exc
+        if view.status in _BLOCKING:
+            return DependencyConflict(exc, "parents")
+        views.append(view)
+    usable = (Status.ACCEPTED, Validity.VALID)
+    if accepted_only and any((v.status, v.validity) != usable for v in views):
+        return DependencyConflict(exc, "parents")
+    return exc
+
+
+def _view(session: Session, record_id: str) -> RecordView | None:
+    """``record_id`` as the caller sees it now; None if it cannot (unknown, hidden,
+    not readable, an id of the wrong shape)."""
+    try:
+        return session.get(record_id)
+    except LedgerError:
+        return None
+
+
+def _status_of(session: Session, record_id: str) -> Status | None:
+    view = _view(session, record_id)
+    return None if view is None else view.status
 
 
 def capture(call: Call) -> Response:
     """Capture evidence: store the bytes and propose an ``evidence`` record."""
     session = call.session()
+    call.require("scope", "uri")
     text = call.body_str("content")
     encoded = call.body_str("content_base64")
     if (text is None) == (encoded is None):
@@ -448,6 +413,16 @@ def graph_record(call: Call) -> Response:
     if not dot_available():
         message = "Graphviz's dot program is not installed on the server; ask for format=dot"
         return json_response(error_body("GraphvizMissing", message, "format"), 503)
+    try:
+        check_drawable(sub)
+    except GraphTooLargeError as exc:
+        raise FieldError(
+            "format",
+            f"the graph has {exc.count} edges; format=svg draws at most {exc.limit}. Ask for "
+            "format=dot, json or mermaid, one direction (ancestors=false or "
+            "descendants=false) or a record further along; or draw it on the ledger's "
+            f"machine: provledger graph {record_id} --format svg",
+        ) from None
     return Response(render(source, "svg", RENDER_TIMEOUT), media_type=_MEDIA["svg"])
 
 
@@ -485,16 +460,25 @@ def revoke(call: Call) -> Response:
     """Withdraw a record; every descendant becomes STALE."""
     session = call.session()
     result = session.revoke(call.path_id(), reason=call.body_str("reason", required=True))
-    return json_response(payloads.revocation(result))
+    scopes: list[str] = []
+    if len(result.affected) > MAX_SERVED_NODES:  # the answer's note says where the rest are
+        # Every scope the caller lists (those left out may be in any of them), not
+        # those of the records listed, which may all be of one scope.
+        scopes = sorted(s for s, roles in session.grants().items() if Role.READ.value in roles)
+    return json_response(payloads.revocation(result, scopes))
 
 
 def revalidate(call: Call) -> Response:
     """STALE → ACCEPTED after re-verification, optionally on a new basis."""
     session = call.session()
     record_id = call.path_id()
-    session.revalidate(
-        record_id, note=call.body_str("note", default=""), parents=call.body_list("parents")
-    )
+    parents = call.body_list("parents")
+    try:
+        session.revalidate(record_id, note=call.body_str("note", default=""), parents=parents)
+    except InvalidParentError as exc:
+        if parents is None:
+            raise  # its own dependencies: a conflict naming no field (ledger_error_response)
+        raise _named_conflict(exc, session, parents, accepted_only=True) from None
     return json_response(_result(record_id, session))
 
 
@@ -605,7 +589,7 @@ def routes(ledger: Ledger) -> list[BaseRoute]:
     by_path: dict[str, dict[str, Callable[[Request], Awaitable[Response]]]] = {}
     for method, path, handler in ROUTES:
         by_path.setdefault(path, {})[method] = endpoint(
-            ledger, handler, accepted_inputs(doc, method, path)
+            ledger, handler, accepted_inputs(doc, method, path), PREFIX + path
         )
     return [
         Route(PREFIX + path, _dispatch(endpoints), methods=list(endpoints))
@@ -625,17 +609,20 @@ def _dispatch(
 
 
 def not_found(path: str) -> Response:
-    """The API's answer for a path it does not serve."""
-    return json_response(error_body("NotFound", f"no API route {path!r}"), 404)
+    """The API's answer for a path it does not serve (a token in it masked)."""
+    return json_response(error_body("NotFound", masked(f"no API route {path!r}")), 404)
 
 
 def method_not_allowed(
     method: str, path: str, headers: Mapping[str, str] | None = None
 ) -> Response:
     """The API's answer for a method a path does not take (``headers``: the
-    ``Allow`` header naming the methods it does take, which a 405 must carry)."""
+    ``Allow`` header naming the methods it does take, which a 405 must carry); a
+    token in the path is masked."""
     return json_response(
-        error_body("MethodNotAllowed", f"{method} is not allowed on {path!r}"), 405, headers
+        error_body("MethodNotAllowed", masked(f"{method} is not allowed on {path!r}")),
+        405,
+        headers,
     )
 
 

@@ -34,7 +34,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ledger.application import Ledger
 from ledger.serve import api, health, openapi
 from ledger.serve.console import Console
-from ledger.serve.errors import error_body
+from ledger.serve.errors import error_body, masked
 from ledger.serve.mcp_mount import (
     MCP_SESSIONS_PER_TOKEN,
     MCPMount,
@@ -311,9 +311,10 @@ def create_app(
             status=exc.status_code,
             title="Not found" if exc.status_code == 404 else "Not allowed",
             error_type=str(exc.status_code),
-            message=f"There is no page {path!r}."
+            # A token pasted into the address is not shown back (as in every message).
+            message=masked(f"There is no page {path!r}.")
             if exc.status_code == 404
-            else f"{request.method} is not allowed on {path!r}.",
+            else masked(f"{request.method} is not allowed on {path!r}."),
         )
         page.headers.update(exc.headers or {})  # a 405's Allow
         return page

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, unquote, urlencode
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -39,6 +39,7 @@ from ledger.serve.confirming import (
     revocation_preview,
     revoked,
 )
+from ledger.serve.errors import masked
 from ledger.serve.pages import (
     EXPLAINED,
     HERE,
@@ -122,6 +123,10 @@ class Console(Plumbing):
         if back is None and request.url.query:
             back = "/?" + request.url.query
         if back is not None and not LOCAL_PATH.fullmatch(back):
+            back = None
+        if back is not None and masked(unquote(back)) != unquote(back):
+            # A token in the address (``/?token=…``) is not carried into the form,
+            # nor into the address the browser goes to once signed in (its history).
             back = None
         return self.render(request, session, "signin.html", title="Sign in", back=back)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ledger import __version__
+from ledger.graph import MAX_DRAWN_EDGES, RENDER_TIMEOUT, RENDERS_AT_ONCE
 from ledger.jsonable import EXPLAINED
 from ledger.serve import health
 from ledger.serve.api import GRAPH_FORMATS, MAX_GRAPH_NODES, MAX_LIMIT, MAX_SVG_NODES, PREFIX
@@ -29,7 +30,8 @@ _ERRORS = {
     "403": "The principal lacks the role in the record's scope, or approves its own proposal.",
     "404": "No such record or delivery, or one in a scope the principal cannot see.",
     "409": "The status machine does not allow this now (e.g. accepting a REVOKED record, or "
-    "one whose dependency is not usable), or a new record's `id` is taken "
+    "one whose dependency is not usable; a parent the request names that is not usable "
+    "now: error.field `parents`), or a new record's `id` is taken "
     "(DuplicateRecordError): a retry of a proposal already written, when the first answer "
     "was lost, is refused so rather than written twice. Also a ledger opened read-only "
     "(ReadOnlyError), and other writers holding the ledger's lock past its lock wait "
@@ -39,14 +41,41 @@ _ERRORS = {
     "415": "The request body is declared as another media type than JSON "
     "(send Content-Type: application/json, or none), or as coded (a Content-Encoding "
     "other than identity: send it uncompressed).",
-    "422": "Bad input; error.field names the offending field.",
+    "422": "Bad input; error.field names the offending field (the first, when the message "
+    "names several: every required field left out, say). A parent id unknown to the "
+    "principal, or in a scope it cannot read, is 422 too (error.field `parents`).",
     "503": "The ledger cannot be reached or is closed (StorageError, ClosedLedgerError); "
-    "for format=svg, also: Graphviz's dot program is not installed on the server.",
+    "for format=svg, also: Graphviz's dot program is not installed on the server, did "
+    f"not draw within {RENDER_TIMEOUT} s, or the server is drawing {RENDERS_AT_ONCE} "
+    "pictures already (RenderBusyError, with Retry-After: 1).",
     "500": "Stored data failed its integrity check (CorruptEventError, SnapshotIntegrityError).",
 }
 #: What any operation may answer, whatever it does (the body limit holds for a
 #: GET's body too).
 _ALWAYS = ("413", "500", "503")
+#: The headers an error status carries (``ledger.serve.api.ledger_error_response``).
+_ERROR_HEADERS: dict[str, dict[str, Any]] = {
+    "401": {
+        "WWW-Authenticate": {
+            "description": "Always: the bearer challenge.",
+            "required": True,
+            "schema": {"const": 'Bearer realm="provledger"'},
+        }
+    },
+    "409": {
+        "Retry-After": {
+            "description": "Only on ConcurrencyError (nothing was written): seconds to "
+            "wait before sending the same request again.",
+            "schema": {"type": "integer", "minimum": 0},
+        }
+    },
+}
+#: The ``Location`` of a record created (201).
+_LOCATION = {
+    "description": "The new record's address: `/api/v1/records/{id}`.",
+    "required": True,
+    "schema": {"type": "string"},
+}
 
 
 def _param(
@@ -111,15 +140,20 @@ def _op(
     body_required: bool = True,
     description: str = "",
     extra_media: dict[str, Any] | None = None,
+    location: bool = False,
 ) -> dict[str, Any]:
     content: dict[str, Any] = {"application/json": {"schema": ref(schema)}}
     content.update(extra_media or {})
+    answer: dict[str, Any] = {"description": "OK" if ok == "200" else "Created"}
+    if location:
+        answer["headers"] = {"Location": _LOCATION}
+    answer["content"] = content
     op: dict[str, Any] = {
         "summary": summary,
         "operationId": "",
         "parameters": params or [],
         "responses": {
-            ok: {"description": "OK" if ok == "200" else "Created", "content": content},
+            ok: answer,
             **{code: {"$ref": f"#/components/responses/E{code}"} for code in errors.split()},
         },
     }
@@ -174,7 +208,12 @@ def _paths() -> dict[str, dict[str, Any]]:
                 "401 403 404 409 413 422",
                 body="ProposeRequest",
                 description="Needs `propose` in the scope. The record is a CANDIDATE until "
-                "an approver other than the proposer accepts it.",
+                "an approver other than the proposer accepts it. A parent (or the version "
+                "`supersedes` names) you can see but that is not usable now (REVOKED, "
+                "REJECTED, STALE, SUPERSEDED) is 409 with error.field `parents` (or "
+                "`supersedes`): the same request may succeed later; one unknown to you, or "
+                "in a scope you cannot read, is 422 (`parents`) or 404 (`supersedes`).",
+                location=True,
             ),
             "get": _op(
                 "List a scope's records, ordered by id",
@@ -194,6 +233,7 @@ def _paths() -> dict[str, dict[str, Any]]:
                 body="EvidenceRequest",
                 description="Stores the bytes (content hash, fetch time, snapshot) and "
                 "proposes an evidence record.",
+                location=True,
             )
         },
         "/records/{record_id}": {
@@ -223,7 +263,8 @@ def _paths() -> dict[str, dict[str, Any]]:
                 "401 403 404 422 503",
                 params=graph_params,
                 description="Needs `read` in the record's scope. A graph of more than "
-                f"{MAX_GRAPH_NODES} records you can see ({MAX_SVG_NODES} for format=svg) is "
+                f"{MAX_GRAPH_NODES} records you can see ({MAX_SVG_NODES} for format=svg, "
+                f"or more than {MAX_DRAWN_EDGES} edges) is "
                 "refused with 422 (error.field `format`), the message naming the count, the "
                 "cap and what to ask for instead: one direction, a record further along, or "
                 "`provledger graph` on the ledger's machine.",
@@ -275,6 +316,11 @@ def _paths() -> dict[str, dict[str, Any]]:
                 params=[_RECORD_ID],
                 body="RevalidateRequest",
                 body_required=False,
+                description="Needs `approve`. Without `parents`, on the record's own "
+                "dependencies: one not usable now is 409 naming no field. With `parents` "
+                "(a new basis), one you can see that is not ACCEPTED and unexpired is 409 "
+                "with error.field `parents`; one unknown to you, or in a scope you cannot "
+                "read, is 422 (`parents`).",
             )
         },
         "/read": {
@@ -446,7 +492,9 @@ def document() -> dict[str, Any]:
             "title": "provledger",
             "version": __version__,
             "description": "An event-sourced provenance ledger for AI agents' memory. "
-            "Authenticate with the ledger's own tokens: `Authorization: Bearer <token>`.",
+            "Authenticate with the ledger's own tokens: `Authorization: Bearer <token>`. "
+            "Every GET operation also answers HEAD (`Allow: HEAD, GET`): the same status "
+            "and headers as the GET, without the body.",
         },
         "servers": [{"url": "/"}],
         "security": [{"bearer": []}],
@@ -457,6 +505,7 @@ def document() -> dict[str, Any]:
             "responses": {
                 f"E{code}": {
                     "description": text,
+                    **({"headers": _ERROR_HEADERS[code]} if code in _ERROR_HEADERS else {}),
                     "content": {"application/json": {"schema": ref("Error")}},
                 }
                 for code, text in _ERRORS.items()

@@ -7,6 +7,7 @@ carry (infinity) the string ``"inf"``/``"-inf"`` (``api.json_response`` applies
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlencode
 
@@ -74,10 +75,21 @@ def correction_due(due: CorrectionDue) -> dict[str, Any]:
     return data
 
 
-def revocation(result: Revocation) -> dict[str, Any]:
+def revocation(result: Revocation, scopes: Sequence[str] = ()) -> dict[str, Any]:
     """What a revocation changed, only what the caller may see: at most
-    :data:`~ledger.graph.MAX_SERVED_NODES` ids per list, with the counts."""
-    rest = "GET /api/v1/records?scope=SCOPE&status=STALE pages through those now STALE."
+    :data:`~ledger.graph.MAX_SERVED_NODES` ids per list, with the counts; when
+    some are left out, a ``note`` saying where the rest are: the listing of the
+    STALE records of each of ``scopes`` (those the caller may list)."""
+    pages = [
+        f"<GET /api/v1/records?{urlencode({'scope': scope, 'status': 'STALE'})}>"
+        for scope in scopes
+    ] or ["<GET /api/v1/records?scope=…&status=STALE>"]
+    several = len(pages) > 1
+    rest = (
+        f"{' and '.join(pages)} {'page' if several else 'pages'} through every record "
+        f"now STALE in {'those scopes' if several else 'that scope'}, not only "
+        "those this revocation marked (each record's `stale_causes` names what marked it)."
+    )
     return capped_revocation(result, MAX_SERVED_NODES, rest)
 
 

@@ -12,7 +12,7 @@ import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, unquote, urlencode
 
 from markupsafe import Markup
 from starlette.concurrency import run_in_threadpool
@@ -23,7 +23,7 @@ from ledger import Ledger, Session
 from ledger.domain import Kind, Status, Validity
 from ledger.errors import AuthenticationError, InvalidInputError, LedgerError
 from ledger.serve.confirming import PreviewChanged, still_shown
-from ledger.serve.errors import field_of, status_of, told
+from ledger.serve.errors import field_of, masked, status_of, told
 from ledger.serve.pages import Access, Moment, TypedMoment, environment
 from ledger.serve.refusals import (
     ENDED,
@@ -214,6 +214,8 @@ class Plumbing:
             wanted += "?" + request.url.query
         if wanted == "/" or not LOCAL_PATH.fullmatch(wanted):
             return "/"
+        if masked(unquote(wanted)) != unquote(wanted):
+            return "/"  # a token in the address is not carried on (nor into history)
         return "/?" + urlencode({"next": wanted})
 
     def _page(self, handler: Page, signed_out: Page | None = None) -> Callable[..., Any]:

@@ -14,7 +14,7 @@ import re
 from typing import Literal
 
 from ledger import Session
-from ledger.domain import Status
+from ledger.domain import NEEDS_BASIS, Kind, Status
 from ledger.errors import (
     AccessDeniedError,
     AuthenticationError,
@@ -28,6 +28,7 @@ from ledger.errors import (
 )
 from ledger.integrations.mcp.schemas import ID_WORDS
 from ledger.validation import NAMES_LISTED
+from ledger.values import RecordView
 
 __all__ = ["NEW_RUN", "Writing", "next_step", "superseding", "unreadable_read"]
 
@@ -40,6 +41,12 @@ NEW_RUN = "ask the operator to restart this MCP server (a new session starts a n
 
 #: The library's refusal of a dependency an acceptance waits for.
 _WAITING = re.compile(r"dependency '([^']+)' of '([^']+)' is CANDIDATE\b")
+#: The library's refusal of a revalidation resting on a dependency no longer usable
+#: (a SUPERSEDED one's refusal says what to do itself).
+_UNUSABLE = re.compile(
+    r"^revalidate refused: dependency '([^']+)' of '([^']+)' "
+    r"(is STALE|is REVOKED|is REJECTED|expired at|is unusable: ancestor)"
+)
 
 #: The tail of the library's refusal of a new version resting on the old one,
 #: written for a caller that can open a run (it names "a new MCP session").
@@ -79,19 +86,71 @@ def _hint(
     if isinstance(exc, NaiveDatetimeError):
         return "give it with a timezone, e.g. '2026-12-31T00:00:00Z'"
     if isinstance(exc, ConcurrencyError) and writing is not None:
-        again = "with the same `id` " if writing == "record" else ""
-        return f"nothing was written; retry {again}in a few seconds"
+        return _retry(str(exc), writing)
     if isinstance(exc, AccessDeniedError) and session is not None:
         return _held(session)
     if isinstance(exc, InvalidParentError) and record_id is not None:
-        found = _WAITING.search(str(exc))
-        if found is not None and found.group(2) == record_id:
-            # A candidate may be rejected instead; a stale record revalidated may not.
-            rejecting = f" (or reject {record_id!r})" if str(exc).startswith("accept ") else ""
-            return f"accept {found.group(1)!r} first{rejecting}"
-    if isinstance(exc, InvalidTransitionError) and _final(session, record_id):
-        return "that status is final: propose a new record instead"
+        return _unusable_dependency(str(exc), session, record_id)
+    if isinstance(exc, InvalidTransitionError):
+        view = _seen(session, record_id)
+        if view is not None and view.status in _FINAL:
+            return "that status is final: propose a new record instead"
+        if view is not None and view.status == Status.STALE and "; accept needs " in str(exc):
+            return _revalidate_instead(view, session)
     return None
+
+
+def _retry(text: str, writing: Writing) -> str:
+    """When and how to retry a write that gave up waiting for the lock, less what
+    the ledger's message says already ("nothing was written — try again")."""
+    if "nothing was written" in text and "try again" in text:
+        return "in a few seconds, with the same `id`" if writing == "record" else "in a few seconds"
+    again = "with the same `id` " if writing == "record" else ""
+    return f"nothing was written; retry {again}in a few seconds"
+
+
+def _unusable_dependency(text: str, session: Session | None, record_id: str) -> str | None:
+    """What to do about a dependency of ``record_id`` an acceptance or a
+    revalidation found not usable."""
+    found = _WAITING.search(text)
+    if found is not None and found.group(2) == record_id:
+        # A candidate may be rejected instead; a stale record revalidated may not.
+        rejecting = f" (or reject {record_id!r})" if text.startswith("accept ") else ""
+        return f"accept {found.group(1)!r} first{rejecting}"
+    found = _UNUSABLE.search(text)
+    view = _seen(session, record_id)
+    if found is None or found.group(2) != record_id or view is None:
+        return None
+    first = f"revalidate {found.group(1)!r} first, or " if found.group(3) == "is STALE" else ""
+    return first + _new_basis(view)
+
+
+def _revalidate_instead(view: RecordView, session: Session | None) -> str:
+    """How a STALE record an approver tried to accept returns to use."""
+    if session is not None and view.proposer == session.principal:
+        return (
+            "a STALE record is revalidated (revalidate_memory), not accepted, and by an "
+            "approver other than its proposer"
+        )
+    return (
+        "a STALE record is revalidated, not accepted: call revalidate_memory when each "
+        "record it rests on is usable again (a revoked or superseded one never is), or "
+        + _new_basis(view)
+    )
+
+
+def _new_basis(view: RecordView) -> str:
+    """How to revalidate ``view`` on a new basis, as its kind allows."""
+    if view.kind == Kind.EVIDENCE:
+        return (
+            f"revalidate {view.id!r} with parents=[] (evidence names no parents; [] drops "
+            "the reads it carries as observed dependencies)"
+        )
+    none = "" if view.kind in NEEDS_BASIS else "; parents=[] if it rests on nothing it read"
+    return (
+        f"revalidate {view.id!r} with `parents` naming a new basis of usable records (they "
+        f"replace all its dependencies, declared and observed{none})"
+    )
 
 
 def _held(session: Session) -> str | None:
@@ -111,14 +170,14 @@ def _held(session: Session) -> str | None:
     )
 
 
-def _final(session: Session | None, record_id: str | None) -> bool:
-    """Whether ``record_id`` is REJECTED or REVOKED, as the caller sees it."""
+def _seen(session: Session | None, record_id: str | None) -> RecordView | None:
+    """``record_id`` as the caller sees it now (not recorded in a run), if it may."""
     if session is None or record_id is None:
-        return False
+        return None
     try:
-        return session.get(record_id).status in _FINAL
+        return session.get(record_id)
     except LedgerError:
-        return False
+        return None
 
 
 def superseding(exc: InvalidParentError) -> InvalidParentError | None:

@@ -157,6 +157,8 @@ def serve_http(
     """
     import uvicorn  # a dependency of the SDK; imported only to serve over HTTP
 
+    from ledger.connections import config_options
+
     security = transport_security(host, port, allowed_hosts)
     # Bound here, not by uvicorn: its failure to bind is log lines and an exit
     # status of its own (3), not an error naming the address.
@@ -172,7 +174,11 @@ def serve_http(
                 server,
             )
             # Info: the address it listens on, and when it stops; no line per request.
-            config = uvicorn.Config(app, log_level="info", access_log=False, server_header=False)
+            # A request must arrive whole in time, and connections are held only as
+            # the open-file limit allows, as in provledger serve (ledger.connections).
+            config = uvicorn.Config(
+                app, log_level="info", access_log=False, server_header=False, **config_options()
+            )
             # Listening before it says so: a client told the endpoint is there may
             # connect at once (its connection waits to be accepted, not refused).
             listening.listen(config.backlog)

@@ -1,14 +1,20 @@
 """What the MCP tools return: typed JSON objects (their schemas are the tools'
 output schemas) built from the library's values with :mod:`ledger.jsonable`, the
-JSON forms every surface shares (datetimes ISO 8601, bytes ``{"base64": …}``)."""
+JSON forms every surface shares (datetimes ISO 8601, bytes ``{"base64": …}``).
+
+A model reads each type's docstring and each field's description in the schemas:
+they are plain text, numbers given as their values (a test holds them to the
+constants), not Sphinx roles."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import unicodedata
 from collections.abc import Sequence
-from typing import Any, NotRequired, cast
+from typing import Annotated, Any, NotRequired, cast
 
+from pydantic import Field
 from typing_extensions import TypedDict  # pydantic needs it on Python < 3.12
 
 from ledger.answers import MAX_ANSWER_BYTES, size_of
@@ -55,7 +61,7 @@ USABLE_LISTED = 100
 
 
 class RecordOut(TypedDict):
-    """One record as the ledger sees it now (:func:`ledger.jsonable.record_json`)."""
+    """One record as the ledger sees it now."""
 
     id: str
     scope: str
@@ -65,23 +71,42 @@ class RecordOut(TypedDict):
     status: str
     validity: str
     expires: str | None
-    effective_expires: str | None
-    expiry_source: str | None
+    effective_expires: Annotated[
+        str | None,
+        Field(description="When it stops being usable: its or a dependency's expiry."),
+    ]
+    expiry_source: Annotated[str | None, Field(description="The record whose expiry that is.")]
     parents: list[str]
-    observed: list[str]
+    observed: Annotated[
+        list[str], Field(description="Dependencies recorded from what its run was shown.")
+    ]
     conditions: dict[str, Any]
     proposer: str
     created_at: str
     evidence: dict[str, Any] | None
-    cause: str | None
-    reason: str | None
+    cause: Annotated[
+        str | None,
+        Field(description="STALE: the record whose revocation or supersession made it so."),
+    ]
+    reason: Annotated[
+        str | None, Field(description="Why it was rejected or revoked; STALE: why `cause` was.")
+    ]
     deliveries: list[dict[str, Any]]
-    position: int
-    supersedes: str | None
-    superseded_by: str | None
-    cause_superseded_by: str | None
-    stale_causes: list[dict[str, Any]]
-    undeclared: list[str]
+    position: Annotated[int, Field(description="Log position of its latest change.")]
+    supersedes: Annotated[str | None, Field(description="The record it was proposed to replace.")]
+    superseded_by: Annotated[
+        str | None, Field(description="SUPERSEDED: the record accepted in its place.")
+    ]
+    cause_superseded_by: Annotated[
+        str | None, Field(description="STALE because `cause` was superseded, not revoked: by what.")
+    ]
+    stale_causes: Annotated[
+        list[dict[str, Any]],
+        Field(description="Each cause that made it STALE since its last revalidation."),
+    ]
+    undeclared: Annotated[
+        list[str], Field(description="Observed dependencies not named in `parents`.")
+    ]
 
 
 class EvidenceOut(TypedDict):
@@ -108,9 +133,8 @@ class ProposalOut(TypedDict):
 
 
 class ReadOut(TypedDict):
-    """The answer of the eligibility chain: its usable records, at most
-    :data:`USABLE_LISTED` of them (and 4 MiB of JSON); when some are left out,
-    ``omitted`` counts them and ``note`` says how to see them."""
+    """A read's answer: its usable records, at most 100 (and 4 MiB of JSON); when
+    some are left out, `omitted` counts them and `note` says how to see them."""
 
     outcome: str
     scope: str
@@ -131,10 +155,9 @@ class ReasonOut(TypedDict):
 
 
 class ExplainOut(TypedDict):
-    """Per record, why it is or is not usable: the usable records (at most
-    :data:`USABLE_LISTED`) and at most ``limit`` others; ``omitted`` records left
-    out, ``usable_omitted`` of them usable, and when some are a note saying how to
-    see them."""
+    """Per record, why it is or is not usable: the usable records (at most 100) and
+    at most `limit` others; `omitted` counts those left out, `usable_omitted` the
+    usable among them, and `note` says how to see them."""
 
     outcome: str
     scope: str
@@ -147,7 +170,7 @@ class ExplainOut(TypedDict):
 
 
 class PageOut(TypedDict):
-    """One page of records; ``next_after`` is the ``after`` of the next page."""
+    """One page of records; `next_after` is the `after` of the next page."""
 
     records: list[RecordOut]
     next_after: str | None
@@ -172,7 +195,7 @@ class AuditOut(TypedDict):
 
 
 class DecisionOut(TypedDict):
-    """What an approval tool did; ``record`` is None without the read role there."""
+    """What an approval tool did; `record` is null without the read role there."""
 
     id: str
     action: str
@@ -180,9 +203,9 @@ class DecisionOut(TypedDict):
 
 
 class RevocationOut(TypedDict):
-    """What a revocation changed, as far as the token may see: the first
-    :data:`~ledger.graph.MAX_SERVED_NODES` ids of each list, how many there are,
-    and when some are left out a note saying where to find them."""
+    """What a revocation changed, as far as you may see: the first 1000 ids of each
+    list, how many there are, and when some are left out a note saying where to
+    find them."""
 
     root: str
     affected: list[str]
@@ -248,7 +271,7 @@ def read_out(result: ReadResult) -> ReadOut:
     answer: ReadOut = {
         "outcome": str(result.outcome),
         "scope": result.scope,
-        "claim_key": result.claim_key,
+        "claim_key": _stored_key(result),
         "at": result.at.isoformat(),
         "value": value,
         "records": [record_out(r) for r in listed],
@@ -257,6 +280,15 @@ def read_out(result: ReadResult) -> ReadOut:
         answer["omitted"] = len(result.records) - len(listed)
         answer["note"] = _usable_note(len(listed), result.records, result.scope, result.claim_key)
     return answer
+
+
+def _stored_key(result: ReadResult) -> str:
+    """The claim key a read answered, as the ledger keeps it: its records' key, or
+    the key asked in NFC (the library's read echoes the key as given, and a key in
+    another normal form names the same claim)."""
+    if result.records:
+        return result.records[0].claim_key
+    return unicodedata.normalize("NFC", result.claim_key)
 
 
 def explain_out(explanation: Explanation) -> ExplainOut:

@@ -209,7 +209,9 @@ NewId = Annotated[
     str | None,
     Field(
         description="Your own id for the new record (a letter or digit, then letters, digits, "
-        "'.', '_', ':' or '-'; at most 128). Omit to have one generated.",
+        "'.', '_', ':' or '-'; at most 128), else one is generated. Give one so that a retry "
+        "of a call whose answer was lost is refused as a duplicate (DuplicateRecordError) if "
+        "it was written, instead of creating a second record.",
         json_schema_extra=_AN_ID,
     ),
 ]

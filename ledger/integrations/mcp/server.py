@@ -31,7 +31,7 @@ from ledger.integrations.mcp.connection import Connections, lifespan_of, refusal
 from ledger.integrations.mcp.hints import NEW_RUN
 from ledger.integrations.mcp.http import serve_http
 from ledger.integrations.mcp.results import RECORD_URI, USABLE_LISTED
-from ledger.integrations.mcp.stdio import Answering, strict_stdin
+from ledger.integrations.mcp.stdio import Answering, Stopping, serve_stdio, strict_stdin
 from ledger.integrations.mcp.tools import (
     accept_memory,
     audit_record,
@@ -119,8 +119,31 @@ class _TextAsSent(FuncMetadata):
         return {name: kept[name] if name in kept else parsed[name] for name in data}
 
 
+#: The keywords of a JSON schema whose value maps names to schemas.
+_NAMED_SCHEMAS = ("properties", "$defs", "patternProperties")
+
+
+def _untitled(schema: Any) -> Any:
+    """``schema`` without pydantic's ``title`` keywords (each a field's or a type's
+    name again: "Cause Superseded By"), which only lengthen what a model is sent."""
+    if isinstance(schema, list):
+        return [_untitled(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    return {
+        key: (
+            {name: _untitled(inner) for name, inner in value.items()}
+            if key in _NAMED_SCHEMAS and isinstance(value, dict)
+            else _untitled(value)
+        )
+        for key, value in schema.items()
+        if key != "title"
+    }
+
+
 def _tool(fn: Callable[..., Any], description: str, hints: ToolAnnotations) -> Tool:
-    """The SDK's tool for ``fn``, its text arguments kept as sent (:class:`_TextAsSent`)."""
+    """The SDK's tool for ``fn``, its text arguments kept as sent (:class:`_TextAsSent`)
+    and its schemas untitled (:func:`_untitled`)."""
     tool = Tool.from_function(
         fn,
         name=fn.__name__,
@@ -132,11 +155,13 @@ def _tool(fn: Callable[..., Any], description: str, hints: ToolAnnotations) -> T
     given = tool.fn_metadata
     reading = _TextAsSent(
         arg_model=given.arg_model,
-        output_schema=given.output_schema,
+        output_schema=_untitled(given.output_schema),
         output_model=given.output_model,
         wrap_output=given.wrap_output,
     )
-    return tool.model_copy(update={"fn_metadata": reading})
+    return tool.model_copy(
+        update={"fn_metadata": reading, "parameters": _untitled(tool.parameters)}
+    )
 
 
 #: How the SDK's refusal of a tool it does not know begins.
@@ -285,22 +310,20 @@ class LedgerServer(MCPServer[Connections]):
         tool = self.given.get(name)
         return arguments if tool is None else tool.fn_metadata.pre_parse_json(arguments)
 
-    async def run_stdio_async(self) -> None:
+    async def run_stdio_async(self, stopping: Stopping | None = None) -> None:
         """Serve over stdio as the SDK does, but answer a line the SDK cannot read
         with a JSON-RPC error instead of dropping it (:class:`Answering`), a line
         that is not UTF-8 included (:func:`strict_stdin`; the SDK would read it with
-        U+FFFD in place of each byte that is no UTF-8)."""
+        U+FFFD in place of each byte that is no UTF-8); and with ``stopping``, end
+        at a stop signal once the calls under way are answered."""
         # Standard input is read in place, not moved off fd 0 as the SDK moves it:
         # nothing the server runs reads standard input. Standard output is still
         # the SDK's, moved off fd 1 so stray output cannot reach the client.
-        async with stdio_server(stdin=strict_stdin()) as (read_stream, write_stream):
-            # The SDK's own ``run_stdio_async``, with the read stream wrapped.
+        async with stdio_server(stdin=strict_stdin(stopping)) as (read_stream, write_stream):
+            # The SDK's own ``run_stdio_async``, with the streams wrapped.
             lowlevel = self._lowlevel_server
-            await lowlevel.run(
-                Answering(read_stream, write_stream),
-                write_stream,
-                lowlevel.create_initialization_options(),
-            )
+            reading = Answering(read_stream, write_stream, stopping)
+            await lowlevel.run(reading, reading.answers, lowlevel.create_initialization_options())
 
     async def _arguments(self) -> dict[str, frozenset[str]]:
         """Each tool's argument names, read from its schema once (the tools are all
@@ -335,26 +358,13 @@ validity=NEEDS_REVALIDATION shows what needs attention.
 - This connection is one run: what you are shown (read, explained, fetched or listed) \
 is recorded, and what you propose carries the usable records among it as observed \
 dependencies. A record you were last shown not usable is not one of them.
+- A write whose answer did not arrive (a timeout, a cancelled call, a dropped \
+connection) may still have been written: a cancelled call waiting for the ledger is \
+not withdrawn. Give capture_evidence and propose_memory your own `id`, so that a retry \
+of a call already written is refused as a duplicate (DuplicateRecordError naming that \
+id) instead of creating a second record; a decision retried once written is refused \
+by the record's new status (get_record shows it).
 """
-
-
-#: Said of each tool that writes: a call is not undone when its answer is lost.
-_UNANSWERED = (
-    " A call whose answer did not arrive (a timeout, a cancelled call, a dropped "
-    "connection) may still have been written: a cancelled call waiting for the ledger "
-    "is not withdrawn."
-)
-#: And of the proposing tools, how to retry one safely.
-_RETRY_WITH_ID = (
-    _UNANSWERED + " Pass your own `id`, so that a retry of a call already written is "
-    "refused as a duplicate (DuplicateRecordError naming that id) instead of creating a "
-    "second record."
-)
-#: And of the approval tools, how a retry fares.
-_RETRY_DECISION = (
-    _UNANSWERED + " A retry of one already written is refused by the record's new status "
-    "(get_record shows it)."
-)
 
 
 def _read_tool(title: str) -> ToolAnnotations:
@@ -384,11 +394,11 @@ TOOLS: tuple[tuple[Callable[..., Any], str, ToolAnnotations], ...] = (
         "approver accepts it, and claims resting on it cannot be accepted before it is. Its "
         "claim key defaults to 'source:<uri>'. Capturing a `uri` captured before with "
         "different content makes a new version of that source: once it is accepted, the "
-        "earlier capture is SUPERSEDED and what rests on it becomes STALE. Evidence "
-        "captured after this session was shown a record usable carries that read (as "
-        "propose_memory says), so a new version of that record (`supersedes`) cannot rest "
-        "on it: capture a source that may replace a memory before reading that memory."
-        + _RETRY_WITH_ID,
+        "earlier capture is SUPERSEDED and what rests on it becomes STALE. Like a proposal, "
+        "it carries the usable records this session was shown as observed dependencies: if "
+        "one is revoked or superseded the capture becomes STALE (an approver revalidates it "
+        "with parents=[]), and a new version of that record (`supersedes`) cannot rest on "
+        "it: capture a source that may replace a memory before reading that memory.",
         _write_tool("Capture evidence", destructive=False),
     ),
     (
@@ -396,18 +406,19 @@ TOOLS: tuple[tuple[Callable[..., Any], str, ToolAnnotations], ...] = (
         "Propose something to remember: a `value` answering `claim_key` in `scope`, of a "
         "`kind`, naming in `parents` the records it rests on. The result is a CANDIDATE, NOT "
         "memory yet: read_memory will not return it until an approver accepts it, and its "
-        "proposer (you) never can. Everything you read in this session is attached as its "
-        "observed dependencies: if any of it is revoked later this record is flagged STALE "
-        "too, and it expires no later than the earliest-expiring of them "
-        "(`effective_expires`). To "
-        "replace an earlier record for the same claim, pass its id as `supersedes` instead of "
-        "proposing a rival value (two accepted values for one claim are a CONFLICT). Refused "
-        "when a parent is unknown, outside your scopes, or not usable (REVOKED, REJECTED, "
-        "STALE, SUPERSEDED); and when a record you read in this session has been withdrawn "
-        "since: look at it (get_record or explain_memory), then propose again. If you can "
+        "proposer (you) never can. The usable records this session was shown (read, "
+        "explained, fetched or listed; not audited) are attached as its observed "
+        "dependencies, but not one you were last shown not usable: if one is revoked later "
+        "this record is flagged STALE too, and it expires no later than the earliest-expiring "
+        "of them (`effective_expires`). To replace an earlier record for the same claim, "
+        "pass its id as `supersedes` instead of proposing a rival value (two accepted values "
+        "for one claim are a CONFLICT). Refused when a parent is unknown, outside your "
+        "scopes, or not usable (REVOKED, REJECTED, STALE, SUPERSEDED); and when a record "
+        "you read in this session has been withdrawn since: look at it (get_record or "
+        "explain_memory), then propose again. If you can "
         "no longer read a record this session read (your access was withdrawn), what you "
         "propose here may rest on it, so every proposal of this session is refused: "
-        f"{NEW_RUN}." + _RETRY_WITH_ID,
+        f"{NEW_RUN}.",
         _write_tool("Propose a memory", destructive=False),
     ),
     (
@@ -491,14 +502,14 @@ APPROVAL_TOOLS: tuple[tuple[Callable[..., Any], str, ToolAnnotations], ...] = (
         "approver may accept, never the record's own proposer, and every record it rests on "
         "must already be ACCEPTED and unexpired. Look at it first (get_record, audit_record): "
         "what it claims and what it rests on. If it supersedes an older record, the older one "
-        "becomes SUPERSEDED and what was built on that one STALE." + _RETRY_DECISION,
+        "becomes SUPERSEDED and what was built on that one STALE.",
         _write_tool("Accept a candidate", destructive=False),
     ),
     (
         reject_memory,
         "Decline a CANDIDATE: it becomes REJECTED for good (kept in the history, never "
         "returned by read_memory). The `reason` is recorded and shown by explain_memory and "
-        "audit_record. Never by the record's own proposer." + _RETRY_DECISION,
+        "audit_record. Never by the record's own proposer.",
         _write_tool("Reject a candidate", destructive=True),
     ),
     (
@@ -510,7 +521,7 @@ APPROVAL_TOOLS: tuple[tuple[Callable[..., Any], str, ToolAnnotations], ...] = (
         f"affected that you can see (the first {MAX_SERVED_NODES} ids, with the counts; "
         "list_records with status='STALE' in each scope pages through the rest). Cannot be "
         "undone: a record "
-        "revoked stays revoked." + _RETRY_DECISION,
+        "revoked stays revoked.",
         _write_tool("Revoke a record", destructive=True),
     ),
     (
@@ -519,7 +530,7 @@ APPROVAL_TOOLS: tuple[tuple[Callable[..., Any], str, ToolAnnotations], ...] = (
         "stale record that was never accepted returns to CANDIDATE). Without `parents` every "
         "current dependency must be usable again; with `parents`, a new basis of usable "
         "records replaces its dependencies. Records built on it stay STALE until each is "
-        "revalidated itself. Never by the record's own proposer." + _RETRY_DECISION,
+        "revalidated itself. Never by the record's own proposer.",
         _write_tool("Revalidate a stale record", destructive=False),
     ),
 )
@@ -539,6 +550,11 @@ def build_server(ledger: Ledger, token: str) -> MCPServer[Connections]:
     Raises:
         AuthenticationError: the token is unknown, revoked or expired.
     """
+    return _ledger_server(ledger, token)
+
+
+def _ledger_server(ledger: Ledger, token: str) -> LedgerServer:
+    """:func:`build_server`'s server, as its class."""
     session = ledger.authenticate(token)
     tools = [_tool(fn, description, hints) for fn, description, hints in TOOLS + APPROVAL_TOOLS]
     server = LedgerServer(
@@ -587,31 +603,38 @@ def serve(
     allowed_hosts: Iterable[str] = (),
 ) -> signal.Signals | None:
     """Run :func:`build_server` until the client disconnects (stdio) or the process
-    is stopped (streamable HTTP at ``http://HOST:PORT/mcp``, which it says on
-    standard error once it listens, as ``provledger serve`` does).
+    is stopped by SIGINT or SIGTERM (over stdio, or streamable HTTP at
+    ``http://HOST:PORT/mcp``, which it says on standard error once it listens, as
+    ``provledger serve`` does).
 
     Over streamable HTTP a request whose ``Host`` header names no loopback
     address, not ``host:port`` and none of ``allowed_hosts`` (``HOST[:PORT]``) is
     refused, whatever ``host`` is bound; a ``host`` that is not loopback is warned
     about on standard error (:mod:`~ledger.integrations.mcp.http`).
 
-    Returns the signal (SIGINT or SIGTERM) that stopped it over streamable HTTP,
-    once the requests under way are answered; else None.
+    Returns the signal (SIGINT or SIGTERM) that stopped it, once the requests under
+    way are answered and every run still open ended (stop signals are handled so
+    only when called from the main thread); else None. Over stdio the read of
+    standard input under way at a stop is left to its thread, which the
+    interpreter waits for at exit: end the process by the signal, as ``provledger
+    mcp`` does, or it lives on until the client closes its side.
 
     Raises:
         AuthenticationError: the token is unknown, revoked or expired.
         InvalidInputError: over streamable HTTP, nothing can listen on ``host:port``,
             or an allowed host is no ``HOST[:PORT]``.
     """
-    server = build_server(ledger, token)
+    server = _ledger_server(ledger, token)
     if transport == "stdio":
+        stopping = Stopping()
         try:
-            server.run("stdio")
+            return serve_stdio(server.run_stdio_async, stopping)
         except (BrokenPipeError, BaseExceptionGroup) as exc:
             # The client went away before an answer was written (what the call
-            # did is in the log, as for any call): its end, as closing stdin is.
+            # did is in the log, as for any call): its end, as closing stdin is
+            # (after a stop signal, still a stop by that signal).
             rest = exc.split(BrokenPipeError)[1] if isinstance(exc, BaseExceptionGroup) else None
             if rest is not None:
                 raise rest from None
-        return None
+        return stopping.signal
     return serve_http(server, host, port, allowed_hosts)

@@ -15,25 +15,40 @@ U+FFFD, so a line that is not UTF-8 would be served, and stored, as other text
 apart (as lone surrogates, which no UTF-8 text decodes to): the SDK's parser
 refuses the line, and it is answered with a parse error saying it is not UTF-8,
 as the streamable HTTP transport answers such a body.
+
+A stop by SIGINT (Ctrl-C) or SIGTERM ends it as the streamable HTTP transport
+ends (:class:`Stopping`): standard input is read no further, the calls under
+way are answered, then the server ends as if standard input had closed (every
+run still open is ended), and :func:`serve_stdio` returns the signal for its
+caller to close the ledger and end by it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import re
+import signal
 import sys
+import threading
+from collections import Counter
+from collections.abc import Callable, Coroutine, Iterator
 from io import TextIOWrapper
-from types import TracebackType
+from types import FrameType, TracebackType
 from typing import Any
 
 import anyio
+import anyio.to_thread
 import mcp_types as types
 from anyio import EndOfStream
 from mcp.shared._stream_protocols import ReadStream, WriteStream
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
-__all__ = ["Answering", "error_for", "strict_stdin"]
+from ledger.sockets import STOPS
+
+__all__ = ["Answering", "Stopping", "error_for", "serve_stdio", "strict_stdin"]
 
 #: A JSON string, from its opening quote to its closing one.
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
@@ -55,12 +70,94 @@ class _Unowned(TextIOWrapper):
             self.detach()
 
 
-def strict_stdin() -> anyio.AsyncFile[str]:
+class Stopping:
+    """The stop of a server over stdio by SIGINT or SIGTERM (:meth:`handled`): the
+    first one stops it (``signal`` says which), later ones are ignored, so that
+    none cuts short the answers and the closing of the ledger the first began.
+
+    Python runs a signal's handler on the main thread, the event loop's: the
+    handler only notes the signal and wakes the loop (:meth:`wait`)."""
+
+    def __init__(self) -> None:
+        self.signal: signal.Signals | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._event: anyio.Event | None = None
+
+    @contextlib.contextmanager
+    def handled(self) -> Iterator[Stopping]:
+        """Within this block SIGINT and SIGTERM stop the server (when called from
+        the main thread: only it may set handlers); the handlers found are put back
+        after it, unless a stop came: then both stay ignored, so that a second
+        signal cannot cut short the closing that follows (as ``sockets`` does)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        before = {stop: signal.signal(stop, self._take) for stop in STOPS}
+        try:
+            yield self
+        finally:
+            for stop, handler in before.items():
+                signal.signal(stop, signal.SIG_IGN if self.signal is not None else handler)
+
+    def _take(self, signum: int, _frame: FrameType | None) -> None:
+        if self.signal is not None:
+            return  # already stopping
+        self.signal = signal.Signals(signum)
+        loop = self._loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop has just closed
+                loop.call_soon_threadsafe(self._wake)
+
+    def _wake(self) -> None:
+        if self._event is not None:
+            self._event.set()
+
+    async def wait(self) -> None:
+        """Return once a stop signal has come (at once if one has)."""
+        if self._event is None:
+            self._event = anyio.Event()
+            self._loop = asyncio.get_running_loop()
+        if self.signal is None:
+            await self._event.wait()
+
+
+class _Lines(anyio.AsyncFile[str]):
+    """Standard input, read a line at a time until it ends or a stop comes: a stop
+    ends it as its end would (a line read on a thread nothing can interrupt is
+    left to that thread)."""
+
+    def __init__(self, fp: TextIOWrapper, stopping: Stopping | None) -> None:
+        super().__init__(fp)
+        self._stopping = stopping
+
+    async def readline(self) -> str:
+        stopping = self._stopping
+        if stopping is None:
+            return await super().readline()
+        if stopping.signal is not None:
+            return ""
+        line = ""
+        async with anyio.create_task_group() as group:
+
+            async def read() -> None:
+                nonlocal line
+                read_line = self.wrapped.readline
+                line = await anyio.to_thread.run_sync(read_line, abandon_on_cancel=True)
+                group.cancel_scope.cancel()
+
+            group.start_soon(read)
+            await stopping.wait()
+            group.cancel_scope.cancel()
+        return line
+
+
+def strict_stdin(stopping: Stopping | None = None) -> anyio.AsyncFile[str]:
     """Standard input as the stdio transport reads it, UTF-8, but each byte that is
     no UTF-8 kept as a lone surrogate (``surrogateescape``) rather than replaced by
     U+FFFD: the SDK's parser then refuses the line (:func:`error_for`) instead of
-    serving text the client never sent."""
-    return anyio.wrap_file(_Unowned(sys.stdin.buffer, encoding="utf-8", errors="surrogateescape"))
+    serving text the client never sent. With ``stopping``, it ends at a stop."""
+    text = _Unowned(sys.stdin.buffer, encoding="utf-8", errors="surrogateescape")
+    return _Lines(text, stopping)
 
 
 def _not_utf8(line: str) -> str | None:
@@ -165,14 +262,26 @@ def error_for(exc: ValidationError) -> types.JSONRPCError:
 class Answering:
     """The transport's read stream, less the lines the SDK could not read: each
     is answered on ``write`` (:func:`error_for`) instead of reaching the server,
-    which would drop it unanswered."""
+    which would drop it unanswered.
+
+    With ``stopping``, once a stop has ended standard input it ends only when
+    every request passed on has been answered on :attr:`answers` (the server
+    cancels the calls still under way when its input ends) or cancelled by the
+    client."""
 
     def __init__(
         self,
         read: ReadStream[SessionMessage | Exception],
         write: WriteStream[SessionMessage],
+        stopping: Stopping | None = None,
     ) -> None:
         self._read, self._write = read, write
+        self._stopping = stopping
+        #: The requests passed on and not answered yet, by id.
+        self._open: Counter[int | str] = Counter()
+        self._answered: anyio.Event | None = None
+        #: The write stream the server answers on.
+        self.answers = _Answers(write, self._settled)
 
     @property
     def last_context(self) -> Any:
@@ -182,10 +291,41 @@ class Answering:
     async def receive(self) -> SessionMessage | Exception:
         """The next message the SDK could read, or another exception it passed on."""
         while True:
-            item = await self._read.receive()
-            if not isinstance(item, ValidationError):
-                return item
-            await self._write.send(SessionMessage(error_for(item)))
+            try:
+                item = await self._read.receive()
+            except EndOfStream:
+                if self._stopping is not None and self._stopping.signal is not None:
+                    await self._all_answered()
+                raise
+            if isinstance(item, ValidationError):
+                await self._write.send(SessionMessage(error_for(item)))
+                continue
+            if isinstance(item, SessionMessage):
+                self._note(item.message)
+            return item
+
+    def _note(self, message: types.JSONRPCMessage) -> None:
+        """Count a request passed on; a request the client cancels is never answered."""
+        if isinstance(message, types.JSONRPCRequest):
+            self._open[message.id] += 1
+        elif (
+            isinstance(message, types.JSONRPCNotification)
+            and message.method == "notifications/cancelled"
+            and isinstance(message.params, dict)
+        ):
+            self._settled(message.params.get("requestId"))
+
+    def _settled(self, request_id: object) -> None:
+        """A request's answer went out (or the client cancelled it)."""
+        if isinstance(request_id, str | int) and self._open[request_id] > 0:
+            self._open[request_id] -= 1
+            if self._answered is not None:
+                self._answered.set()
+
+    async def _all_answered(self) -> None:
+        while +self._open:  # the counts above zero
+            self._answered = anyio.Event()
+            await self._answered.wait()
 
     async def aclose(self) -> None:
         await self._read.aclose()
@@ -210,3 +350,45 @@ class Answering:
     ) -> bool | None:
         await self.aclose()
         return None
+
+
+class _Answers:
+    """The transport's write stream, telling :class:`Answering` of each answer sent."""
+
+    def __init__(self, write: WriteStream[SessionMessage], settled: Callable[[object], None]):
+        self._write, self._settled = write, settled
+
+    async def send(self, item: SessionMessage, /) -> None:
+        await self._write.send(item)
+        if isinstance(item.message, types.JSONRPCResponse | types.JSONRPCError):
+            self._settled(item.message.id)
+
+    async def aclose(self) -> None:
+        await self._write.aclose()
+
+    async def __aenter__(self) -> _Answers:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> bool | None:
+        await self.aclose()
+        return None
+
+
+def serve_stdio(
+    run: Callable[[Stopping], Coroutine[Any, Any, None]], stopping: Stopping | None = None
+) -> signal.Signals | None:
+    """Run ``run`` (a server serving stdio until its input ends) with SIGINT and
+    SIGTERM stopping it (``stopping``, a new :class:`Stopping` if None: its
+    ``signal`` says which stopped it even when ``run`` raised).
+
+    Returns the signal that stopped it, once it has ended (the calls under way
+    answered, the runs still open ended); None if its input ended."""
+    stopping = Stopping() if stopping is None else stopping
+    with stopping.handled():
+        anyio.run(run, stopping, backend="asyncio")
+    return stopping.signal

@@ -519,9 +519,9 @@ async def revalidate_memory(
 
 
 def record_resource(ctx: Ctx, record_id: str) -> str:
-    """The record resource: one record as JSON (what get_record returns), recorded
-    in the run. An id that is no record id is the client's mistake, as an unknown
-    one is: invalid params (-32602), not an internal error."""
+    """The record resource: one record as compact JSON (the text of get_record's
+    result), recorded in the run. An id that is no record id is the client's
+    mistake, as an unknown one is: invalid params (-32602), not an internal error."""
     connection = connection_of(ctx)
     try:
         with connection.acting("the record resource") as acting:
@@ -534,4 +534,4 @@ def record_resource(ctx: Ctx, record_id: str) -> str:
         raise MCPError(code=INVALID_PARAMS, message=message, data={"uri": uri}) from None
     except LedgerError as exc:
         raise ResourceError(refusal(exc, connection.url)) from None
-    return json.dumps(record_out(view), ensure_ascii=False)
+    return json.dumps(record_out(view), ensure_ascii=False, separators=(",", ":"))
