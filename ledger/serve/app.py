@@ -320,10 +320,11 @@ def create_app(
         return page
 
     async def client_gone(request: Request, exc: Exception) -> Response:
-        # The client closed the connection before its request was read: nobody is
-        # left to answer and nothing ran (not an error of the application's).
+        # The request never arrived whole (the client closed the connection, or did
+        # not send it in time: ledger.connections answered it 408): nothing ran.
+        # The access log says 408, as the client was told, or would have been.
         del request, exc
-        return Response(status_code=400)
+        return Response(status_code=408)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
