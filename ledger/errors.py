@@ -55,6 +55,7 @@ import importlib
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 
 class LedgerError(Exception):
@@ -63,6 +64,17 @@ class LedgerError(Exception):
     def __str__(self) -> str:
         # KeyError subclasses would otherwise print their message quoted.
         return str(self.args[0]) if self.args else self.__class__.__name__
+
+
+_E = TypeVar("_E", bound=LedgerError)
+
+
+def retold(exc: _E, message: str) -> _E:
+    """``exc`` told anew: an error of its class with ``message``, its other
+    attributes (an :class:`InvalidParentError`'s ``dependency``, …) kept."""
+    told = type(exc)(message)
+    told.__dict__.update(exc.__dict__)
+    return told
 
 
 class InvalidInputError(LedgerError, ValueError):
@@ -133,7 +145,15 @@ class DuplicateRecordError(LedgerError):
 
 
 class InvalidParentError(LedgerError):
-    """A parent (or observed dependency) is missing, unreadable or unusable."""
+    """A parent (or observed dependency) is missing, unreadable or unusable.
+
+    ``dependency`` names the dependency when it is one the caller can see that is
+    not usable now (withdrawn, STALE, a CANDIDATE, expired): a state that may
+    change, where None is a dependency unknown to the caller, a cycle or a rule."""
+
+    def __init__(self, message: str, dependency: str | None = None) -> None:
+        super().__init__(message)
+        self.dependency = dependency
 
 
 class CycleError(InvalidParentError):

@@ -32,6 +32,7 @@ from ledger.errors import (
     LedgerError,
     UnknownRecordError,
     ValueTooLargeError,
+    retold,
 )
 from ledger.pipeline import Decision
 from ledger.serialization import unpack
@@ -183,7 +184,7 @@ def _propose(
         if not isinstance(record_id, DrawnId) or drawn not in str(exc):
             raise
         # The id was drawn for this proposal: the caller never saw it, no record holds it.
-        raise type(exc)(str(exc).replace(drawn, "the new record")) from None
+        raise retold(exc, str(exc).replace(drawn, "the new record")) from None
 
 
 def named(fields: dict[str, Any]) -> object:
@@ -253,7 +254,7 @@ def propose_many(caller: Caller, items: Iterable[Mapping[str, Any]]) -> list[str
                 taken = taken or DuplicateRecordError(f"propose_many item {index}: {exc}")
                 continue
             except LedgerError as exc:
-                raise type(exc)(f"propose_many item {index}: {exc}") from None
+                raise retold(exc, f"propose_many item {index}: {exc}") from None
             pending.add(record)
             records.append(record)
         if taken is not None:

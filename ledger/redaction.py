@@ -32,7 +32,7 @@ import re
 from collections.abc import Iterable, Mapping, Set
 from typing import Any, cast
 
-from ledger.errors import LedgerError
+from ledger.errors import LedgerError, retold
 from ledger.serialization import unpack
 from ledger.values import HIDDEN, RecordView, withheld
 from projections.validity import RecordRow
@@ -69,7 +69,7 @@ def error(exc: LedgerError, names: Mapping[str, str]) -> LedgerError:
     shows them."""
     if not names:
         return exc
-    return type(exc)(text(str(exc), names))
+    return retold(exc, text(str(exc), names))
 
 
 #: Row columns that name another record.

@@ -221,7 +221,9 @@ def check_not_expired(row: RecordRow, now: datetime, command: str) -> None:
 def check_buildable_on(row: RecordRow, dep: str, what: str, child: str) -> None:
     """A proposal may not rest on a revoked, rejected, stale or superseded record."""
     if row["status"] in BLOCKING:
-        raise InvalidParentError(f"{what} {dep!r} of {child!r} is {row['status']}{cause_text(row)}")
+        raise InvalidParentError(
+            f"{what} {dep!r} of {child!r} is {row['status']}{cause_text(row)}", dep
+        )
 
 
 def check_usable_dependency(
@@ -244,11 +246,12 @@ def check_usable_dependency(
             )
         raise InvalidParentError(
             f"{command} refused: dependency {dep!r} of {rid!r} is {row['status']}"
-            f"{cause_text(row)}{hint}"
+            f"{cause_text(row)}{hint}",
+            dep,
         )
     if row["eff_expires"] is not None and datetime_to_micros(now) >= row["eff_expires"]:
         raise InvalidParentError(
-            f"{command} refused: dependency {dep!r} of {rid!r} {expiry_text(row, dep)}"
+            f"{command} refused: dependency {dep!r} of {rid!r} {expiry_text(row, dep)}", dep
         )
 
 

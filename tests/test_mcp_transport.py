@@ -10,6 +10,7 @@ ends: the call under way answered, the ledger closed.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -179,7 +180,7 @@ def test_provledger_mcp_over_stdio_stopped_by_a_signal_answers_the_call_under_wa
         # and a proposal waiting for a lock another process holds
         holder.execute("BEGIN IMMEDIATE")
         call(2, "propose_memory", scope=SCOPE, claim_key="k", value=1, kind="fact", id="STOP1")
-        time.sleep(1.5)  # the call reaches the server and waits for the lock
+        time.sleep(3)  # the call reaches the server and waits for the lock
         # When it is stopped meanwhile (stdin left open), and the lock let go after
         server.send_signal(sent)
         time.sleep(1.0)
@@ -207,6 +208,48 @@ def test_provledger_mcp_over_stdio_stopped_by_a_signal_answers_the_call_under_wa
         assert runs.execute("SELECT record_id FROM pl_records").fetchall() == [("STOP1",)]
     finally:
         runs.close()
+
+
+def test_provledger_mcp_over_stdio_stops_by_a_signal_while_a_client_listens_for_updates(
+    tmp_path: Path,
+) -> None:
+    # Given provledger mcp over stdio, and a client listening for resource updates
+    # (a request the server answers only when its stream ends)
+    url, token = _agent_ledger(tmp_path)
+    started = tmp_path / "pid"
+    command = f"echo $$ > {started}; exec {sys.executable} -m ledger mcp --url {url}"
+    params = StdioServerParameters(
+        command="sh", args=["-c", command], env={**os.environ, "PROVLEDGER_TOKEN": token}
+    )
+    ended: list[bool] = []
+
+    async def listen_and_stop() -> None:
+        with (tmp_path / "stderr").open("w") as errlog:
+            async with Client(stdio_client(params, errlog=errlog)) as client:
+                await client.list_tools()
+                pid = int(started.read_text())
+                async with client.listen(resource_subscriptions=["provledger://record/X"]):
+                    # When the server is sent SIGTERM
+                    os.kill(pid, signal.SIGTERM)
+                    for _ in range(300):
+                        try:
+                            os.kill(pid, 0)
+                        except ProcessLookupError:
+                            ended.append(True)
+                            return
+                        await anyio.sleep(0.1)
+
+    # (the client's own end, once the server is gone, may raise)
+    try:
+        with contextlib.suppress(Exception, BaseExceptionGroup):
+            anyio.run(listen_and_stop)
+    finally:
+        if not ended and started.exists():  # never left running
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(started.read_text()), signal.SIGKILL)
+    # Then it stops as it does otherwise, the listening client notwithstanding
+    assert ended == [True], (tmp_path / "stderr").read_text()
+    assert (tmp_path / "stderr").read_text().endswith("Stopped by SIGTERM; the ledger is closed\n")
 
 
 def test_a_read_under_another_writers_lock_is_refused_saying_recording_it_needed_the_lock(

@@ -209,6 +209,16 @@ def test_a_new_basis_not_accepted_is_a_409_naming_parents(served: Served) -> Non
     assert (r.status_code, error["field"]) == (409, "parents"), r.text
     assert "CANDIDATE" in error["message"]
     assert served.ledger.position == before
+    # But a new basis refused by a rule no change of its state would lift (it holds
+    # under a condition M1 does not) is bad input, candidate or not
+    _fact(served, "V2", conditions={"api": "v2"})
+    for accepted in (False, True):
+        if accepted:
+            served.reviewer.post("/records/{record_id}/accept", record_id="V2")
+        r = served.reviewer.post(
+            "/records/{record_id}/revalidate", record_id="M1", json={"parents": ["V2"]}
+        )
+        assert (r.status_code, error_of(r)["field"]) == (422, "parents"), r.text
 
 
 # -- 4. every required field left out ------------------------------------------------------

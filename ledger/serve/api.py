@@ -25,7 +25,6 @@ from ledger.answers import explanation_within, page_within
 from ledger.domain import Kind, Status, Validity
 from ledger.errors import (
     ConcurrencyError,
-    CycleError,
     GraphTooLargeError,
     InvalidParentError,
     InvalidTransitionError,
@@ -257,46 +256,23 @@ def propose(call: Call) -> Response:
     return _created(record_id, session)
 
 
-#: Statuses a new record may not rest on (``propose``; a revalidation's new basis too).
-_BLOCKING = (Status.REVOKED, Status.REJECTED, Status.STALE, Status.SUPERSEDED)
 #: Statuses a record can no longer be superseded from.
 _FINAL = (Status.REVOKED, Status.REJECTED, Status.SUPERSEDED)
 
 
 def _named_conflict(
-    exc: LedgerError,
-    session: Session,
-    parents: Sequence[str],
-    supersedes: str | None = None,
-    *,
-    accepted_only: bool = False,
+    exc: LedgerError, session: Session, parents: Sequence[str], supersedes: str | None = None
 ) -> LedgerError:
     """``exc`` as a :class:`DependencyConflict` (409) when it refuses a record the
-    request named that the caller can see, in a state that stops it now: the first
-    of ``parents`` (checked in the library's order) that is unknown to the caller
-    or not usable, or ``supersedes``; else ``exc`` as it is (422: an unknown or
-    hidden id, a cycle, a parent that is also superseded).
-
-    The library's error says which record in words only, so the records named are
-    looked at as the caller sees them now. ``accepted_only``: a revalidation's new
-    basis, which must be ACCEPTED and unexpired, not merely not withdrawn.
-    """
+    request named that the caller can see, in a state that stops it now: a parent
+    the library found not usable (:attr:`InvalidParentError.dependency`), or a
+    ``supersedes`` in a final status; else ``exc`` as it is (422: an unknown or
+    hidden id, a cycle, a rule such as a basis's conditions)."""
     if isinstance(exc, InvalidTransitionError):
         if supersedes is not None and _status_of(session, supersedes) in _FINAL:
             return DependencyConflict(exc, "supersedes")
         return exc
-    if isinstance(exc, CycleError):
-        return exc
-    views: list[RecordView] = []
-    for name in parents:
-        view = _view(session, name)
-        if view is None:  # unknown or hidden alike: the request's mistake
-            return exc
-        if view.status in _BLOCKING:
-            return DependencyConflict(exc, "parents")
-        views.append(view)
-    usable = (Status.ACCEPTED, Validity.VALID)
-    if accepted_only and any((v.status, v.validity) != usable for v in views):
+    if isinstance(exc, InvalidParentError) and exc.dependency is not None and parents:
         return DependencyConflict(exc, "parents")
     return exc
 
@@ -478,7 +454,7 @@ def revalidate(call: Call) -> Response:
     except InvalidParentError as exc:
         if parents is None:
             raise  # its own dependencies: a conflict naming no field (ledger_error_response)
-        raise _named_conflict(exc, session, parents, accepted_only=True) from None
+        raise _named_conflict(exc, session, parents) from None
     return json_response(_result(record_id, session))
 
 

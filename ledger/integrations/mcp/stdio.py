@@ -259,6 +259,11 @@ def error_for(exc: ValidationError) -> types.JSONRPCError:
     )
 
 
+#: Requests the server answers only once their stream of notifications ends (a
+#: client listening for resource updates): a stop does not wait for them.
+_STREAMS = frozenset({"subscriptions/listen"})
+
+
 class Answering:
     """The transport's read stream, less the lines the SDK could not read: each
     is answered on ``write`` (:func:`error_for`) instead of reaching the server,
@@ -305,8 +310,10 @@ class Answering:
             return item
 
     def _note(self, message: types.JSONRPCMessage) -> None:
-        """Count a request passed on; a request the client cancels is never answered."""
-        if isinstance(message, types.JSONRPCRequest):
+        """Count a request passed on (not a stream of notifications, answered only
+        when it ends, which a stop does); a request the client cancels is never
+        answered."""
+        if isinstance(message, types.JSONRPCRequest) and message.method not in _STREAMS:
             self._open[message.id] += 1
         elif (
             isinstance(message, types.JSONRPCNotification)
