@@ -827,8 +827,14 @@ def test_a_stale_marking_whose_cause_is_withheld_names_no_actor_in_the_summary(
     write_bundle(reviewer, "R1", tmp_path / "k", tmp_path / "r1.zip")
     with zipfile.ZipFile(tmp_path / "r1.zip") as archive:
         summary = archive.read("summary.txt").decode()
-    # Then the marking's reason and its actor are both withheld, and it verifies
+        members = {name: archive.read(name) for name in archive.namelist()}
+    # Then the marking's reason and its actor are both withheld, in every file
+    # (prov.json associates no agent with it), and it verifies
     stale = [line for line in summary.splitlines() if "stale:" in line]
     assert stale and all("by <hidden> at" in line for line in stale), stale
-    assert "hboss" not in summary
+    assert [name for name, data in members.items() if b"hboss" in data] == []
+    prov = json.loads(members["prov.json"])
+    marked = {a for a in prov["activity"] if a.startswith("act:mark-stale-")}
+    associated = {w["prov:activity"] for w in prov.get("wasAssociatedWith", {}).values()}
+    assert marked and not marked & associated
     assert verify_bundle(tmp_path / "r1.zip", tmp_path / "k.pub").ok

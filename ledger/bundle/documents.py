@@ -67,6 +67,7 @@ def _prov_json(
                         or "pl:staleCauseSupersededBy" in item
                     )
                     item["pl:reason"] = withheld(HIDDEN if superseded else None)
+    _unassociated(doc, f"{PL.prefix}:hidden")
     needs = sorted(
         rid
         for rid, trail in trails.items()
@@ -90,6 +91,37 @@ def _prov_json(
                     "prov:usedEntity": hidden,
                 }
     return json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def _unassociated(doc: dict[str, Any], hidden: str) -> None:
+    """No agent for a stale marking whose cause is withheld (``hidden``, the
+    placeholder), as summary.txt names none: they acted in the scope whose record
+    is not told. Its association goes, and the agent too unless another names it."""
+    withheld_causes = {
+        name
+        for name, item in (doc.get("activity") or {}).items()
+        if isinstance(item, dict)
+        and isinstance(item.get("pl:cause"), dict)
+        and item["pl:cause"].get("$") == hidden
+    }
+    associations = doc.get("wasAssociatedWith") or {}
+    gone = {
+        key: item
+        for key, item in associations.items()
+        if isinstance(item, dict) and item.get("prov:activity") in withheld_causes
+    }
+    for key in gone:
+        del associations[key]
+    if not associations:
+        doc.pop("wasAssociatedWith", None)
+    agents = doc.get("agent") or {}
+    named = json.dumps({k: v for k, v in doc.items() if k != "agent"})
+    for item in gone.values():
+        agent = item.get("prov:agent")
+        if isinstance(agent, str) and agent in agents and json.dumps(agent) not in named:
+            del agents[agent]
+    if "agent" in doc and not agents:
+        del doc["agent"]
 
 
 def _when(at: datetime) -> str:
