@@ -61,7 +61,7 @@ def stop_signals_raise() -> Iterator[None]:
     """Within this block SIGINT and SIGTERM raise :class:`Stopped`, so the
     ``with`` blocks around the server close what they opened.
 
-    uvicorn handles both while it serves (:class:`ledger.serve.stopping.Server`
+    uvicorn handles both while it serves (:class:`ledger.connections.Server`
     takes a second one for "already stopping"): it shuts down gracefully, puts back
     the handlers it found (these), and raises the signal again, which reaches
     :func:`_raise_stopped`, not as a ``KeyboardInterrupt`` (a command cut short).

@@ -553,6 +553,47 @@ def test_provledger_mcp_over_http_stopped_by_a_signal_ends_as_provledger_serve_d
     assert not (tmp_path / "ledger.db-wal").exists()
 
 
+def test_provledger_mcp_over_http_stops_within_its_wait_while_a_client_listens(
+    tmp_path: Path,
+) -> None:
+    # Given provledger mcp over streamable HTTP, its stop's wait 7 s (a lock wait of
+    # 1 s: twice that and 5 s), and a client listening for resource updates (a
+    # stream that never ends by itself)
+    url, token = _agent_ledger(tmp_path)
+    port = _free_port("127.0.0.1")
+    served = _Served(
+        [sys.executable, "-m", "ledger", "mcp", "--url", f"{url}?timeout=1", "--transport",
+         "streamable-http", "--port", str(port)],
+        {**os.environ, "PROVLEDGER_TOKEN": token},
+    )  # fmt: skip
+    ended: list[float] = []
+
+    async def listen_and_stop() -> None:
+        async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+            await client.list_tools()
+            async with client.listen(resource_subscriptions=["provledger://record/X"]):
+                # When it is sent SIGTERM
+                served.process.send_signal(signal.SIGTERM)
+                began = time.monotonic()
+                while served.process.poll() is None and time.monotonic() - began < 60:
+                    await anyio.sleep(0.2)
+                ended.append(time.monotonic() - began)
+
+    try:
+        served.listening()
+        with contextlib.suppress(Exception, BaseExceptionGroup):  # its end, the server gone
+            anyio.run(listen_and_stop)
+    finally:
+        status, _, stderr = served.stop(signal.SIGTERM)
+    # Then it ends by that signal once the wait is over, the stream cancelled and
+    # told in one line, not a traceback
+    assert ended and ended[0] < 60, stderr
+    assert status == -signal.SIGTERM, stderr
+    assert "A request still under way at the end of the stop's wait was cancelled" in stderr
+    assert "Traceback" not in stderr
+    assert stderr.endswith("INFO:     Stopped by SIGTERM; the ledger is closed\n"), stderr
+
+
 def test_a_call_under_way_when_it_is_stopped_is_answered_with_what_it_wrote(
     tmp_path: Path,
 ) -> None:

@@ -71,8 +71,7 @@ def run(
     """
     import uvicorn  # imported here: only serving needs it
 
-    from ledger.connections import config_options
-    from ledger.serve.stopping import Server, stop_wait, stopping_lines
+    from ledger.connections import Server, config_options, stop_wait, stopping_lines
 
     limits = config_options(request_timeout, max_connections)
     listening = listen(host, port)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import math
 import re
 import signal
 from collections.abc import Iterable
@@ -141,11 +142,13 @@ def serve_http(
     host: str,
     port: int,
     allowed_hosts: Iterable[str] = (),
+    stop_wait: float | None = None,
 ) -> signal.Signals | None:
     """Serve ``server`` at ``http://HOST:PORT/mcp`` until stopped, saying where on
     standard error once it listens (and warning there when ``host`` is not
     loopback); ``allowed_hosts``: what else a request's ``Host`` may name
-    (:func:`transport_security`).
+    (:func:`transport_security`); ``stop_wait``: seconds a stop waits for what
+    is under way before cancelling it (None: for as long as it takes).
 
     Returns the signal that stopped it (SIGINT or SIGTERM) once the server has
     shut down, the requests under way answered; None if it stopped otherwise.
@@ -157,7 +160,7 @@ def serve_http(
     """
     import uvicorn  # a dependency of the SDK; imported only to serve over HTTP
 
-    from ledger.connections import config_options
+    from ledger.connections import Server, config_options, stopping_lines
 
     security = transport_security(host, port, allowed_hosts)
     # Bound here, not by uvicorn: its failure to bind is log lines and an exit
@@ -176,8 +179,15 @@ def serve_http(
             # Info: the address it listens on, and when it stops; no line per request.
             # A request must arrive whole in time, and connections are held only as
             # the open-file limit allows, as in provledger serve (ledger.connections).
+            # A stop waits at most ``stop_wait`` s for what is under way, then
+            # cancels it: a client listening for updates never ends its stream.
             config = uvicorn.Config(
-                app, log_level="info", access_log=False, server_header=False, **config_options()
+                app,
+                log_level="info",
+                access_log=False,
+                server_header=False,
+                timeout_graceful_shutdown=None if stop_wait is None else math.ceil(stop_wait),
+                **config_options(),
             )
             # Listening before it says so: a client told the endpoint is there may
             # connect at once (its connection waits to be accepted, not refused).
@@ -193,7 +203,13 @@ def serve_http(
                     _served_hosts(host, port, allowed_hosts),
                 )
             _log.info("MCP endpoint at http://%s:%d/mcp (Press CTRL+C to quit)", shown, port)
-            uvicorn.Server(config).run(sockets=[listening])
+            # A stop as provledger serve's: a second signal cuts nothing short, and a
+            # request cancelled at the end of its wait is told in one line.
+            _log.addFilter(stopping_lines)
+            try:
+                Server(config).run(sockets=[listening])
+            finally:
+                _log.removeFilter(stopping_lines)
     except Stopped as stop:
         return stop.signal
     finally:

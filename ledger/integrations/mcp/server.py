@@ -637,4 +637,8 @@ def serve(
             if rest is not None:
                 raise rest from None
         return stopping.signal
-    return serve_http(server, host, port, allowed_hosts)
+    from ledger.connections import stop_wait  # uvicorn's, imported only to serve HTTP
+
+    # A stop waits as provledger serve's does, then cancels what is under way.
+    wait = stop_wait(ledger.engine.recorder.lock_wait)
+    return serve_http(server, host, port, allowed_hosts, wait)
