@@ -61,7 +61,6 @@ from ledger.serve.inputs import (
 )
 from ledger.serve.threads import finish_in_thread
 from ledger.session import next_after
-from ledger.values import RecordView
 
 PREFIX = "/api/v1"
 
@@ -277,18 +276,13 @@ def _named_conflict(
     return exc
 
 
-def _view(session: Session, record_id: str) -> RecordView | None:
-    """``record_id`` as the caller sees it now; None if it cannot (unknown, hidden,
-    not readable, an id of the wrong shape)."""
+def _status_of(session: Session, record_id: str) -> Status | None:
+    """``record_id``'s status as the caller sees it now; None if it cannot (unknown,
+    hidden, not readable, an id of the wrong shape)."""
     try:
-        return session.get(record_id)
+        return session.get(record_id).status
     except LedgerError:
         return None
-
-
-def _status_of(session: Session, record_id: str) -> Status | None:
-    view = _view(session, record_id)
-    return None if view is None else view.status
 
 
 def capture(call: Call) -> Response:

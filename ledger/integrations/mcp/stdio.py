@@ -264,7 +264,23 @@ def error_for(exc: ValidationError) -> types.JSONRPCError:
 _STREAMS = frozenset({"subscriptions/listen"})
 
 
-class Answering:
+class _ClosedOnExit:
+    """A stream closed (``aclose``) when its ``async with`` block ends."""
+
+    async def aclose(self) -> None:
+        raise NotImplementedError
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> bool | None:
+        await self.aclose()
+        return None
+
+
+class Answering(_ClosedOnExit):
     """The transport's read stream, less the lines the SDK could not read: each
     is answered on ``write`` (:func:`error_for`) instead of reaching the server,
     which would drop it unanswered.
@@ -349,17 +365,8 @@ class Answering:
     async def __aenter__(self) -> Answering:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_val: BaseException | None,
-        exc_tb: TracebackType | None,
-    ) -> bool | None:
-        await self.aclose()
-        return None
 
-
-class _Answers:
+class _Answers(_ClosedOnExit):
     """The transport's write stream, telling :class:`Answering` of each answer sent."""
 
     def __init__(self, write: WriteStream[SessionMessage], settled: Callable[[object], None]):
@@ -375,15 +382,6 @@ class _Answers:
 
     async def __aenter__(self) -> _Answers:
         return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_val: BaseException | None,
-        exc_tb: TracebackType | None,
-    ) -> bool | None:
-        await self.aclose()
-        return None
 
 
 def serve_stdio(
