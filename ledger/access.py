@@ -155,6 +155,7 @@ def check_admin_hash(engine: Engine, c: Cursor, token_hash: str) -> None:
         if not isinstance(exc, UnknownTokenError):
             raise AuthenticationError(
                 str(exc).replace(f"token of {ADMIN_PRINCIPAL!r}", "admin token")
+                + " (if no admin token is usable any more, `provledger init` issues a new one)"
             ) from None
         owner = _owner_in_view(engine, c, token_hash)
         if owner is None or owner == ADMIN_PRINCIPAL:
@@ -225,12 +226,12 @@ class Admin:
         subject: str,
         event_class: type[Principal.Event],
         *,
-        unless: Callable[[Principal | None], bool] | None = None,
+        unless: Callable[[Principal | None, Write], bool] | None = None,
         decide: Callable[[Cursor], dict[str, Any]] | None = None,
         **fields: Any,
     ) -> bool:
         """Append one event to the subject's principal (registering it if new), in
-        one write transaction; not if ``unless(principal)`` holds under the lock.
+        one write transaction; not if ``unless(principal, w)`` holds under the lock.
         ``decide``: read under the lock, it gives more of the event's fields (or
         refuses). Returns whether it was appended."""
         engine = self._engine
@@ -238,7 +239,7 @@ class Admin:
         def work(w: Write) -> bool:
             self._authorize(w.c)
             principal: Any = engine.load(w.c, principal_uuid(subject))
-            if unless is not None and unless(principal):
+            if unless is not None and unless(principal, w):
                 return False
             more = {} if decide is None else decide(w.c)
             if principal is None:
@@ -337,7 +338,10 @@ class Admin:
         return token
 
     def bootstrap_admin_token(self) -> str | None:
-        """The first admin token, if the log has never issued one (else None).
+        """The first admin token, if the log has never issued one, or a new one if
+        none it issued is usable any more (each revoked or expired; revocation
+        keeps one that does not expire, but a ledger may predate that rule); else
+        None.
 
         What ``provledger init`` prints once; decided under the writers' lock, so two
         processes initialising one database at once cannot both get one.
@@ -345,10 +349,15 @@ class Admin:
         self._engine.check_open()
         self._engine.check_writable("bootstrap_admin_token")
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+        def usable_one(admin: Principal | None, w: Write) -> bool:
+            held = {} if admin is None else admin.tokens
+            return any(alive and self._usable_row(w, h) is not None for h, alive in held.items())
+
         issued = self._append(
             ADMIN_PRINCIPAL,
             Principal.TokenIssued,
-            unless=lambda admin: admin is not None and bool(admin.tokens),
+            unless=usable_one,
             token_hash=hash_token(token),
             expires=None,
         )
@@ -437,16 +446,8 @@ class Admin:
                     raise UnknownTokenError("token is unknown: this ledger never issued it")
                 if not held[h]:
                     raise AuthenticationError(f"token of {subject!r} is already revoked")
-            # Revoking a token that is no longer usable (expired) takes nothing away.
-            if subject == ADMIN_PRINCIPAL and any(self._usable(w, h) for h in wanted):
-                others = [h for h in live if h not in wanted]
-                if not any(self._usable(w, h) for h in others):
-                    raise InvalidInputError(
-                        "that is the last admin token"
-                        + (" still usable (the others have expired)" if others else "")
-                        + ": issue another first (Admin.issue_admin_token; "
-                        "`provledger token issue --admin`)"
-                    )
+            if subject == ADMIN_PRINCIPAL:
+                self._keep_an_admin_token(w, wanted, [h for h in live if h not in wanted])
             for token_hash in wanted:
                 principal.trigger_event(
                     Principal.TokenRevoked,
@@ -458,6 +459,42 @@ class Admin:
             return wanted
 
         return engine.transact(work)
+
+    def _keep_an_admin_token(self, w: Write, wanted: list[str], others: list[str]) -> None:
+        """Refuse to revoke admin tokens ``wanted`` if no usable one would be left
+        among ``others``, or none that does not expire while one of ``wanted``
+        does not: once the rest had expired, no admin command could run, and
+        `provledger init` is the only way back. Revoking a token that is no longer
+        usable (expired) takes nothing away."""
+        gone = [row for h in wanted if (row := self._usable_row(w, h)) is not None]
+        if not gone:
+            return
+        kept = [row for h in others if (row := self._usable_row(w, h)) is not None]
+        issue = ": issue another first (Admin.issue_admin_token; `provledger token issue --admin`)"
+        if not kept:
+            raise InvalidInputError(
+                "that is the last admin token"
+                + (" still usable (the others have expired)" if others else "")
+                + issue
+            )
+        if any(row["expires"] is None for row in gone) and all(
+            row["expires"] is not None for row in kept
+        ):
+            last = max(micros_to_datetime(row["expires"]) for row in kept)
+            raise InvalidInputError(
+                "that is the last admin token that does not expire: the others expire "
+                f"(the last at {last.isoformat()}), and then no admin command could run"
+                + issue.replace("another", "one without --expires")
+            )
+
+    def _usable_row(self, w: Write, token_hash: str) -> Any:
+        """The token row of ``token_hash`` if the token is valid now, else None."""
+        row = access_view.token(w.c, self._engine.dialect, token_hash)
+        try:
+            self._engine.check_token(row)
+        except AuthenticationError:
+            return None
+        return row
 
     def _fingerprinted(self, c: Cursor, fingerprint: object) -> Any:
         """The token row a fingerprint names (read in ``c``), not yet revoked.
@@ -518,14 +555,6 @@ class Admin:
             )
             for r in rows
         )
-
-    def _usable(self, w: Write, token_hash: str) -> bool:
-        """Whether the token of ``token_hash`` is valid now (read in ``w``)."""
-        try:
-            self._engine.check_token(access_view.token(w.c, self._engine.dialect, token_hash))
-        except AuthenticationError:
-            return False
-        return True
 
     def erase_snapshot(self, ref: str, reason: str) -> Erasure:
         """Erase the evidence bytes behind ``ref`` (``sha256:…``), recording who and why.

@@ -355,7 +355,7 @@ class Ledger:
         # Views an earlier version built, left as stored (``catch_up=False``), are
         # first rebuilt in this version's layout, as before any write: the digest
         # to compare with is of views this version can read.
-        engine.views_for_writing()
+        engine.views_for_writing(later=True)
         # One transaction: a crash or a corrupt event part-way leaves the old views
         # exactly as they were, and writers wait instead of seeing half-built views.
         # The backend is set for reading and writing every view row once (on SQLite

@@ -71,7 +71,7 @@ from ledger.validation import check_aware
 from ledger.values import RecordView
 from projections import validity as validity_view
 from projections.base import Cursor, Dialect
-from projections.projector import Projector, note_migrated
+from projections.projector import Projector, needs_migration, note_migrated
 
 if TYPE_CHECKING:
     from ledger.persistence import LedgerRecorder
@@ -176,8 +176,7 @@ class Engine:
         self.url = backend.url
         self.backend = backend.kind
         self._path = backend.path
-        #: Opened read-only (``sqlite:///path?mode=ro``): every write is refused.
-        self.read_only = backend.read_only
+        self.read_only = backend.read_only  # ``?mode=ro``: every write is refused
         #: The views' layout left as stored, not this version's (None: current).
         self.outdated_views: str | None = None
         self._secret = backend.secret  # masked in messages: the URL's own password only
@@ -303,7 +302,7 @@ class Engine:
                 "or an open without it rebuilds them"
             )
             return StorageError(
-                f"ledger {self.url!r}: its views were built by an earlier version "
+                f"ledger {self.url!r}: its views were built by {self.other_version()} "
                 f"(layout {self.outdated_views}; this version reads layout "
                 f"{self.projector.current_layout}) and cannot answer this; {kept}"
             )
@@ -628,6 +627,12 @@ class Engine:
             None if layout == self.projector.current_layout else str(layout or "not recorded")
         )
 
+    def other_version(self) -> str:
+        """Which version built the views of ``outdated_views``, for messages."""
+        built = self.outdated_views or ""
+        later = built.isdigit() and int(built) > self.projector.current_layout
+        return "a later version" if later else "an earlier version"
+
     def check_views_current(self) -> None:
         """Refuse a read-only ledger whose views are not this version's or lag the
         log: they cannot be rebuilt or caught up without writing, and reads would
@@ -642,8 +647,8 @@ class Engine:
         )
         if self.outdated_views is not None:
             raise StorageError(
-                f"ledger {self.url!r} is opened read-only and its views were built by an "
-                f"earlier version (layout {self.outdated_views}; this version reads "
+                f"ledger {self.url!r} is opened read-only and its views were built by "
+                f"{self.other_version()} (layout {self.outdated_views}; this version reads "
                 f"layout {self.projector.current_layout}), which cannot be rebuilt without "
                 f"writing; {instead}"
             )
@@ -655,25 +660,25 @@ class Engine:
                 f"cannot be done without writing; {instead}"
             )
 
-    def views_for_writing(self) -> None:
-        """Rebuild views left as stored in an earlier version's layout (the ledger
-        was opened with ``catch_up=False``) before anything is applied to them: a
-        write would apply its events to tables of the old layout, or fail on them
-        (another process may have rebuilt them since: ``migrate_views`` looks again
-        under the writers' lock)."""
+    def views_for_writing(self, *, later: bool = False) -> None:
+        """Rebuild views left as stored in another version's layout (opened with
+        ``catch_up=False``) before anything is applied to them: a write would apply
+        its events to tables of the old layout, or fail on them (``migrate_views``
+        looks again under the writers' lock; ``later``: see there)."""
         if self.outdated_views is not None and not self.read_only:
-            self.migrate_views()
+            self.migrate_views(later=later)
             self.outdated_views = None
 
-    def migrate_views(self) -> None:
+    def migrate_views(self, *, later: bool = False) -> None:
         """Rebuild the views from the log if they were built with another layout (a
-        ledger an older version wrote: ``note_migrated`` says so); events never change."""
-        current = self.projector.current_layout
+        ledger an older version wrote: ``note_migrated`` says so; a later version's
+        only if ``later``: ``needs_migration``); events never change."""
+        current, url = self.projector.current_layout, self.url
         with self.reading() as c:
-            if self.projector.layout(c) == current:
+            if not needs_migration(self.projector.layout(c), current, later=later, url=url):
                 return
-        with self.locked() as c, self.recorder.replaying(c):
-            if self.projector.layout(c) != current:  # another process may have done it
+        with self.locked() as c, self.recorder.replaying(c):  # done by another since?
+            if needs_migration(self.projector.layout(c), current, later=later, url=url):
                 started = time.monotonic()
                 if events := self.projector.replay(c):  # none: a new ledger's views
                     note_migrated(events, current, time.monotonic() - started)

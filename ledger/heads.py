@@ -484,7 +484,11 @@ def publish_head(
         if kept:
             problem = check_extends(ledger.engine, kept[-1])
             if problem is not None:
-                raise InvalidHeadError(f"not appended to {path}: {problem}")
+                raise InvalidHeadError(
+                    f"not appended to {path}: {problem}; if that was a restore you made, "
+                    "append to a new heads file from now on and keep this one as the "
+                    "record of what the restore lost"
+                )
         append_head(path, head)
     return head
 

@@ -494,6 +494,12 @@ def _compare_views(engine: Engine, c: Cursor, scratch: _Scratch) -> Iterator[str
             "the views record no layout, yet they are not 0.1.0's (which kept "
             f"{RETIRED[0]} and had fewer columns): the layout row was removed"
         )
+    elif layout > current:
+        yield (
+            f"the views say they were built with layout {layout}, later than this "
+            f"version's {current}: verify them with the version of provledger that "
+            "built them (or the layout row was changed)"
+        )
     elif layout != current:
         yield (
             f"the views say they were built with layout {layout}, which no released "

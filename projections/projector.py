@@ -28,7 +28,7 @@ from eventsourcing.utils import resolve_topic
 
 from ledger import gc_pause, stored
 from ledger.domain import Record, uuid_of_hex
-from ledger.errors import CorruptEventError, LedgerError
+from ledger.errors import CorruptEventError, LedgerError, StorageError
 from ledger.serialization import SALT, unpack
 from ledger.shapes import check_event_shape
 from projections import access, delivery, record_table, timeline, validity
@@ -126,6 +126,31 @@ def note_migrated(events: int, layout: int, seconds: float) -> None:
         layout,
         seconds,
     )
+
+
+def needs_migration(layout: int | None, current: int, *, later: bool, url: str) -> bool:
+    """Whether views built with ``layout`` must be rebuilt in this version's
+    ``current`` one (the ledger at ``url``).
+
+    Views a later version built (a higher layout) are refused unless ``later``
+    (an explicit rebuild): rebuilt here, that version would rebuild them again on
+    its next open, each taking the other for an earlier one.
+
+    Raises:
+        StorageError: the views are a later version's and not ``later``.
+    """
+    if layout == current:
+        return False
+    if layout is not None and layout > current and not later:
+        raise StorageError(
+            f"ledger {url!r}: its views were built by a later version of provledger "
+            f"(layout {layout}; this version builds layout {current}): open it with that "
+            "version or a later one; this one would rebuild the views in its own layout, "
+            "and that version again in its own (the log is unchanged; `provledger "
+            "verify` checks it as it is, and `provledger rebuild` rebuilds the views "
+            "for this version if you mean to go back)"
+        )
+    return True
 
 
 def layout_of(d: Dialect) -> int:

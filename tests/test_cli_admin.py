@@ -14,8 +14,10 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
+import uuid
 from contextlib import closing
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from ledger import Ledger
+from ledger.access import Admin
 from ledger.cli import main
 from ledger.errors import AuthenticationError, InvalidInputError, LedgerNotFoundError
 
@@ -124,13 +127,18 @@ def test_init_of_a_ledger_with_tables_but_an_empty_log_says_it_created_it(
     assert json.loads(ok("init", "--url", url, "--json").stdout)["created"] is False
 
 
-def test_an_admin_token_is_no_principal_token_and_a_principal_token_no_admin_token(
-    tmp_path: Path,
-) -> None:
+def _with_a_reader(tmp_path: Path) -> tuple[str, str, str]:
+    """(URL, admin token, agent-1's token) of a new ledger where agent-1 may read."""
     url = f"sqlite:///{tmp_path / 'x.db'}"
     admin_token = ok("init", "--url", url).stdout.strip()
     ok("grant", "agent-1", "--scope", "p", "--roles", "read", "--url", url)
-    agent = ok("token", "issue", "agent-1", "--url", url).stdout.strip()
+    return url, admin_token, ok("token", "issue", "agent-1", "--url", url).stdout.strip()
+
+
+def test_an_admin_token_is_no_principal_token_and_a_principal_token_no_admin_token(
+    tmp_path: Path,
+) -> None:
+    url, admin_token, agent = _with_a_reader(tmp_path)
     with Ledger.open(url) as led:
         with pytest.raises(AuthenticationError, match="that is an admin token"):
             led.authenticate(admin_token)
@@ -151,8 +159,28 @@ def test_another_admin_token_can_be_issued_and_the_last_one_is_never_revoked(
     second = ok("token", "issue", "--admin", "--url", url, "--admin-token", first).stdout.strip()
     ok("token", "revoke", first, "--url", url, "--admin-token", second)
     refused = run("stats", "--url", url, "--admin-token", first)
-    assert refused.exit_code == 1 and refused.stderr == "error: admin token was revoked\n"
+    assert refused.exit_code == 1 and refused.stderr == (
+        "error: admin token was revoked (if no admin token is usable any more, "
+        "`provledger init` issues a new one)\n"
+    )
     assert json.loads(ok("stats", "--url", url, "--admin-token", second, "--json").stdout)
+
+
+def test_a_token_revoke_that_fails_warns_of_the_token_given_on_the_command_line(
+    tmp_path: Path,
+) -> None:
+    url, admin, agent = _with_a_reader(tmp_path)
+    warned = "warning: TOKEN was on the command line, visible to other users"
+
+    failed = run("token", "revoke", agent, "--url", url, "--admin-token", agent)
+    piped = CliRunner().invoke(
+        main, ["token", "revoke", "-", "--url", url, "--admin-token", agent], input=agent
+    )
+    done = ok("token", "revoke", agent, "--url", url, "--admin-token", admin)
+
+    assert failed.exit_code == 1 and warned in failed.stderr, failed.stderr
+    assert piped.exit_code == 1 and warned not in piped.stderr, piped.stderr
+    assert warned not in done.stderr  # revoked: harmless where it was seen
 
 
 @pytest.mark.parametrize("given", ["", "  \t \n", "\nplt_x\n"], ids=["empty", "blank", "2nd-line"])
@@ -205,6 +233,37 @@ def test_admin_commands_on_a_file_another_user_owns_need_the_admin_token(tmp_pat
     assert "a file another user owns" in refused.stderr and "--admin-token" in refused.stderr
     ok("grant", "a", "--scope", "p", "--roles", "read", "--url", url, "--admin-token", admin_token)
     ok("stats", "--url", url, PROVLEDGER_ADMIN_TOKEN=admin_token)
+
+
+@pytest.mark.postgres
+def test_init_and_copy_warn_of_a_postgresql_url_that_names_no_schema(
+    pg_url: str, tmp_path: Path
+) -> None:
+    import psycopg
+
+    # A database of this test's own, whose public schema nothing else uses.
+    database = f"t_{uuid.uuid4().hex[:16]}"
+    server = pg_url.split("?")[0].rsplit("/", 1)[0]
+    with psycopg.connect(f"{server}/postgres", autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {database}")
+    try:
+        bare, other = f"{server}/{database}", f"{server}/{database}?schema=copied"
+        source = f"sqlite:///{tmp_path / 'x.db'}"
+        ok("init", "--url", source)
+        warned = f"warning: {bare} names no schema: {{}} puts the ledger into schema 'public'"
+
+        made = run("init", "--url", bare)
+        again = run("init", "--url", bare)  # exists: nothing is put anywhere
+        copied = run("copy", "--url", source, "--to", bare)  # refused: not empty
+        named = run("copy", "--url", source, "--to", other)
+
+        assert made.exit_code == 0 and warned.format("init") in made.stderr, made.stderr
+        assert again.exit_code == 0 and "warning" not in again.stderr, again.stderr
+        assert copied.exit_code == 1 and warned.format("copy") in copied.stderr, copied.stderr
+        assert named.exit_code == 0 and "warning" not in named.stderr, named.stderr
+    finally:
+        with psycopg.connect(f"{server}/postgres", autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
 
 
 @pytest.mark.postgres
@@ -281,7 +340,8 @@ def test_every_command_but_init_refuses_a_missing_ledger_and_creates_nothing(
     assert result.exit_code == (3 if args == ["verify"] else 1)
     # (the URL came from --url: that is what to check)
     assert result.stderr == (
-        f"error: no ledger at sqlite:///{path}; run `provledger init` or check --url\n"
+        f"error: no ledger at sqlite:///{path}; run `provledger init` to create one, "
+        "put back a backup if it was lost, or check --url\n"
     )
     assert list(tmp_path.iterdir()) == []  # no file, no -wal, no -shm
     from_variable = run(*args, PROVLEDGER_URL=f"sqlite:///{path}")
@@ -363,12 +423,12 @@ def test_a_file_of_something_else_is_named_for_what_it_is_not_sent_to_init(
     assert {p.name: p.read_bytes() for p in (text, other)} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.db", "other.db"]
     # Nor does `init` or `demo` put a ledger into them
-    for path, holds in ((text, "(not an SQLite database)"), (other, "t")):
+    for path, holds in ((text, "is not an SQLite database"), (other, "holds t")):
         for command in ("init", "demo"):
             refused = run(command, "--url", f"sqlite:///{path}")
             assert refused.exit_code == 1
             assert refused.stderr == (
-                f"error: not creating a ledger in {path}: it holds {holds}, not a ledger; "
+                f"error: not creating a ledger in {path}: it {holds}, not a ledger; "
                 "give a ledger a file of its own (nothing was changed)\n"
             )
     assert {p.name: p.read_bytes() for p in (text, other)} == before
@@ -596,6 +656,54 @@ def test_an_expired_admin_token_does_not_count_as_another(ledger: Ledger, clock:
     assert ledger.admin(third) is not None
 
 
+def test_the_last_admin_token_that_does_not_expire_is_not_revoked(
+    ledger: Ledger, clock: Any
+) -> None:
+    admin = ledger.admin()
+    first = admin.bootstrap_admin_token()
+    assert first is not None
+    brief = admin.issue_admin_token(expires=clock.now + timedelta(hours=1))
+    before = ledger.position
+    with pytest.raises(
+        InvalidInputError,
+        match=r"^that is the last admin token that does not expire: the others expire "
+        r"\(the last at .+\), and then no admin command could run: issue one without "
+        r"--expires first",
+    ):
+        admin.revoke_token(first)
+    assert ledger.position == before
+    admin.revoke_token(brief)  # an expiring one goes: one that does not expire stays
+    lasting = admin.issue_admin_token()
+    admin.revoke_token(first)  # another that does not expire is kept
+    clock.advance(hours=2)
+    assert ledger.admin(lasting) is not None
+
+
+def test_init_issues_an_admin_token_to_a_ledger_none_of_whose_tokens_is_usable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    first = ok("init", "--url", url).stdout.strip()
+    with Ledger.open(url) as led, monkeypatch.context() as older:
+        # Revoked as a ledger made before the rule kept one that does not expire.
+        older.setattr(Admin, "_keep_an_admin_token", lambda *_: None)
+        brief = led.admin().issue_admin_token(expires=datetime.now(UTC) + timedelta(seconds=1))
+        led.admin().revoke_token(first)
+    time.sleep(1.2)
+    refused = run("stats", "--url", url, "--admin-token", brief)
+    assert refused.exit_code == 1
+    assert "(if no admin token is usable any more, `provledger init` issues" in refused.stderr
+
+    again = ok("init", "--url", url)
+
+    assert "none of its admin tokens was usable any more" in again.stderr
+    issued = again.stdout.strip()
+    assert issued not in (first, brief)
+    assert json.loads(ok("stats", "--url", url, "--admin-token", issued, "--json").stdout)
+    third = ok("init", "--url", url)  # once: a usable token now exists
+    assert third.stdout == "" and "admin token already" in third.stderr
+
+
 def _at_once(calls: list[Any]) -> list[BaseException | None]:
     """Run ``calls`` in threads released together; what each raised (or None)."""
     start = threading.Barrier(len(calls))
@@ -680,6 +788,7 @@ def test_an_admin_handle_is_refused_once_its_token_is_revoked_or_expired(
         "access_history": lambda a: a.access_history(),
     }
     for handle, why in ((bound, "admin token was revoked"), (timed, "admin token expired")):
+        why += " (if no admin token is usable any more, `provledger init` issues a new one)"
         for name, call in calls.items():
             with pytest.raises(AuthenticationError) as refused:
                 call(handle)

@@ -8,6 +8,7 @@ import os
 import platform
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -185,6 +186,61 @@ def test_ctrl_c_says_it_was_interrupted_and_exits_130(ledger_url: tuple[str, str
     assert len(lines) == 1 and lines[0].startswith("error: interrupted"), err
     assert "Aborted" not in err.decode() and "Traceback" not in err.decode()
     with Ledger.open(url) as led:
+        assert led.position == before
+
+
+def _sleeping(pid: int) -> bool:
+    """Whether process ``pid`` is in nanosleep(2) or clock_nanosleep(2) (x86-64), as
+    SQLite's busy handler is between its tries for a lock."""
+    try:
+        fields = Path(f"/proc/{pid}/syscall").read_text().split()
+    except OSError:
+        return False
+    return fields[:1] in (["35"], ["230"])
+
+
+@pytest.mark.skipif(
+    not (sys.platform == "linux" and platform.machine() == "x86_64"),
+    reason="reads /proc/PID/syscall with x86-64 syscall numbers",
+)
+def test_ctrl_c_while_waiting_for_the_sqlite_write_lock_interrupts_the_wait(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "locked.db"
+    with Ledger.open(f"sqlite:///{path}") as led:
+        led.admin().grant("agent-1", scope="proj-a", roles=["propose"])
+        token = led.admin().issue_token("agent-1")
+        before = led.position
+    env = {**os.environ, "PROVLEDGER_URL": f"sqlite:///{path}?timeout=300"}
+    env["PROVLEDGER_TOKEN"] = token
+    args = ["propose", "--scope", "proj-a", "--claim", "k", "--kind", "fact", "--value", "1"]
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # another writer holds the lock all along
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ledger", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        # Waiting for the lock: SQLite's busy handler sleeps between its tries.
+        while not (_sleeping(proc.pid) and _sleeping(proc.pid)):
+            assert proc.poll() is None, proc.communicate()
+        proc.send_signal(signal.SIGINT)
+        # Not after the 300 s the lock may be waited for: the wait is cut short.
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        holder.rollback()
+        holder.close()
+    assert proc.returncode == 130, err
+    lines = err.decode().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: interrupted"), err
+    assert out == b""
+    with Ledger.open(f"sqlite:///{path}") as led:
         assert led.position == before
 
 

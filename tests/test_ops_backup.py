@@ -321,11 +321,17 @@ def test_a_backup_takes_the_ledgers_group_or_gives_no_group_a_read() -> None:
         shutil.rmtree(where)
 
 
-def _backups_by_root_and_by_a_member(where: Path) -> None:
+def _ledger_with_admin_token(where: Path) -> tuple[str, str]:
+    """(URL, admin token) of a new ledger at ``where/l.db``."""
     url, _agent, _reviewer = new_ledger(where / "l.db")
     with Ledger.open(url) as led:
         admin_token = led.admin().bootstrap_admin_token()
     assert admin_token is not None
+    return url, admin_token
+
+
+def _backups_by_root_and_by_a_member(where: Path) -> None:
+    url, admin_token = _ledger_with_admin_token(where)
     for end in ("", "-wal", "-shm"):
         if (where / f"l.db{end}").exists():
             os.chown(where / f"l.db{end}", 1234, 2000)
@@ -370,3 +376,26 @@ def _backup_as(
 def _owner_and_mode(path: Path) -> tuple[int, int, int]:
     found = path.stat()
     return found.st_uid, found.st_gid, stat.S_IMODE(found.st_mode)
+
+
+def test_a_backup_into_a_directory_the_user_may_not_write_says_so() -> None:
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:  # pragma: no cover
+        pytest.skip("needs root and setpriv to run a backup as another user")
+    where = Path(tempfile.mkdtemp(prefix="provledger-nowrite-"))
+    try:
+        where.chmod(0o777)
+        url, admin_token = _ledger_with_admin_token(where)
+        for end in ("", "-wal", "-shm"):
+            if (where / f"l.db{end}").exists():
+                (where / f"l.db{end}").chmod(0o644)
+        (where / "kept").mkdir(mode=0o555)
+        refused = _backup_as(where, url, admin_token, "kept/b.db", "--clear-groups")
+        assert refused.returncode == 1, refused.stderr
+        assert refused.stderr == (
+            f"error: backup to {where / 'kept' / 'b.db'} failed: this user may not create "
+            f"files in {where / 'kept'}; the ledger is unchanged and no backup was "
+            "written: back up into a directory you may write\n"
+        )
+        assert list((where / "kept").iterdir()) == []
+    finally:
+        shutil.rmtree(where)

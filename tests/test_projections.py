@@ -1040,3 +1040,37 @@ def test_views_of_layout_14_are_rebuilt_on_sqlite_and_kept_on_postgresql(
             (raw.schema, "pl_records_accepted"),
         )
     assert ("eff_expires" in definition[0]) == sqlite, definition
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite", "postgres"], indirect=True)
+def test_views_a_later_version_built_are_refused_not_rebuilt_until_an_explicit_rebuild(
+    open_ledger: Callable[..., Ledger], ledger_url: str
+) -> None:
+    """An older version opening a ledger a later one migrated would rebuild the views
+    in its own layout, and the later version again in its own: it refuses instead."""
+    from .attacks import Raw
+
+    led = open_ledger()
+    agent, _, tokens = principals(led)
+    agent.propose(SCOPE, "k", 1, Kind.FACT, id="M1")
+    raw = Raw(led)
+    (current,) = raw.one("SELECT position FROM pl_tracking WHERE view = '#layout'")[0]
+    written = led.position
+    led.close()
+    # Given views that say a later version built them
+    raw.run(("UPDATE pl_tracking SET position = ? WHERE view = '#layout'", (current + 1,)))
+    # When the ledger opens, it is refused, and the views are left as they were
+    with pytest.raises(LedgerError, match=r"built by a later version of provledger \(layout "):
+        open_ledger()
+    assert raw.one("SELECT position FROM pl_tracking WHERE view = '#layout'") == [(current + 1,)]
+    # Opened without catching up, it reads, and a write is refused, naming the version
+    kept = open_ledger(catch_up=False)
+    assert kept.authenticate(tokens["reviewer"]).get("M1").status is Status.CANDIDATE
+    with pytest.raises(LedgerError, match="open it with that version or a later one"):
+        kept.authenticate(tokens["reviewer"]).accept("M1")
+    assert kept.position == written
+    # An explicit rebuild goes back to this version's layout
+    assert kept.rebuild().matched
+    assert raw.one("SELECT position FROM pl_tracking WHERE view = '#layout'") == [(current,)]
+    kept.close()
+    open_ledger().authenticate(tokens["reviewer"]).accept("M1")

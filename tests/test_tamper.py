@@ -994,7 +994,7 @@ def test_verify_names_the_first_problem_when_a_forged_event_would_stop_opening(
 @pytest.mark.parametrize(
     ("layout", "named"),
     [
-        (99, "built with layout 99, which no released version"),
+        (99, "built with layout 99, later than this version's"),
         (4, "built with layout 4, which no released version"),  # lowered, to look older
         (None, "the views record no layout, yet they are not 0.1.0's"),  # removed
         # removed, and 0.1.0's id map added: this version's tables give them away

@@ -17,6 +17,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
 
+from ledger.access import ADMIN_PRINCIPAL
 from ledger.application import Ledger
 from ledger.cli.failures import errors_exit_1
 from ledger.cli.options import (
@@ -27,6 +28,7 @@ from ledger.cli.options import (
     open_ledger,
     printable,
     url_option,
+    warn_public_schema,
 )
 from ledger.cli.render import (
     AnswerConsole,
@@ -70,8 +72,9 @@ def _refuse_others_file(url: str | None) -> None:
         return
     if others:
         shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+        held = "is not an SQLite database" if shown.startswith("(") else f"holds {shown}"
         raise LedgerNotFoundError(
-            f"not creating a ledger in {where}: it holds {shown}, not a ledger; "
+            f"not creating a ledger in {where}: it {held}, not a ledger; "
             f"give a ledger {own} of its own (nothing was changed)"
         )
 
@@ -86,12 +89,15 @@ def init(url: str | None, as_json: bool) -> None:
     On every backend. The admin token goes alone to stdout (the rest to stderr),
     the first time only: keep it, e.g. in $PROVLEDGER_ADMIN_TOKEN; admin
     commands need it on PostgreSQL and on a file you do not own. Every other
-    command refuses a ledger that does not exist yet.
+    command refuses a ledger that does not exist yet. Run on a ledger none of
+    whose admin tokens is usable any more (each revoked or expired), it issues
+    a new one, as code holding the database may.
 
     \b
     Example:
       provledger init --url sqlite:///provledger.db
-      export PROVLEDGER_ADMIN_TOKEN=$(provledger init --url postgresql://me@db/ledger)
+      export PROVLEDGER_URL='postgresql://me@db/ledger?schema=prov'
+      export PROVLEDGER_ADMIN_TOKEN=$(provledger init)
     """
     backend = resolve_url(url)
     if backend.read_only:
@@ -100,11 +106,14 @@ def init(url: str | None, as_json: bool) -> None:
         led = open_ledger(url)
     except LedgerNotFoundError:
         _refuse_others_file(url)
+        warn_public_schema(url, "init")
         led = open_ledger(url, create=True)
     with led:
         # A ledger whose log is empty is new: this init makes it (its tables may
         # just have been created by another init racing this one).
         made = led.position == 0
+        # Tokens issued before: a new one now means none of them was usable.
+        had = bool(led.admin().tokens(ADMIN_PRINCIPAL))
         issued = led.admin().bootstrap_admin_token()
         # Of inits racing on a new ledger, several may have found it new: the one
         # among them that got its first admin token says it created it.
@@ -127,9 +136,15 @@ def init(url: str | None, as_json: bool) -> None:
             err=True,
         )
         return
+    lost = (
+        "; none of its admin tokens was usable any more (each revoked or expired), so "
+        "a new one was issued"
+        if had and not created
+        else ""
+    )
     click.echo(
-        f"{where}; its admin token is on stdout, shown this once: keep it and give it "
-        "to admin commands as --admin-token or $PROVLEDGER_ADMIN_TOKEN",
+        f"{where}{lost}; its admin token is on stdout, shown this once: keep it and give "
+        "it to admin commands as --admin-token or $PROVLEDGER_ADMIN_TOKEN",
         err=True,
     )
     click.echo(issued)
@@ -561,7 +576,14 @@ def _vacuum_into(source: str, partial: Path, shown: str, dest: str) -> None:
         # 0644 under the usual umask), then as readable as the ledger itself: a
         # backup holds all the ledger holds.
         partial.unlink(missing_ok=True)  # an earlier process's of this pid: it is gone
-        os.close(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        try:
+            os.close(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        except PermissionError:
+            raise StorageError(
+                f"backup to {dest} failed: this user may not create files in "
+                f"{printable(partial.parent)}; the ledger is unchanged and no backup was "
+                "written: back up into a directory you may write"
+            ) from None
         # Read-only, immutable where SQLite cannot make its -shm file beside the
         # ledger (a read-only directory or file system), as the ledger opens it.
         con = sqlite3.connect(read_only_uri(source), uri=True, isolation_level=None, timeout=30)

@@ -8,7 +8,13 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from ledger.application import Ledger
 from ledger.cli.failures import errors_exit_1
-from ledger.cli.options import admin_options, host_ledger, json_option, printable
+from ledger.cli.options import (
+    admin_options,
+    host_ledger,
+    json_option,
+    printable,
+    warn_public_schema,
+)
 from ledger.cli.render import AnswerConsole, echo_json
 from ledger.errors import LedgerError
 from ledger.persistence.copying import CopyReport, copy_ledger, read_only_source
@@ -76,6 +82,7 @@ def copy_command(target: str, url: str | None, admin_token: str | None, as_json:
     """
     given, opened = resolve_url(url).url, read_only_source(url)
     shown = printable(given)
+    warn_public_schema(target, "copy")
     try:
         with host_ledger(opened, "copy", admin_token, catch_up=False) as led:
             report = copy_with_progress(led, target, quiet=as_json, source_url=given)

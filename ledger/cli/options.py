@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
+from urllib.parse import parse_qs, urlsplit
 
 import click
 from click.core import ParameterSource
@@ -369,8 +370,26 @@ def open_ledger(
                 f"check the path or {given}"
             ) from None
         raise LedgerNotFoundError(
-            f"no ledger at {backend.url}; run `provledger init` or check {given}"
+            f"no ledger at {backend.url}; run `provledger init` to create one, put "
+            f"back a backup if it was lost, or check {given}"
         ) from None
+
+
+def warn_public_schema(url: str | None, command: str) -> None:
+    """Warn that a PostgreSQL ``url`` naming no schema has ``command`` put the ledger
+    into ``public``, beside whatever else the database keeps there (a URL that
+    cannot be resolved: the command's own refusal says why)."""
+    try:
+        backend = resolve_url(url)
+    except LedgerError:
+        return
+    if backend.kind == "postgresql" and "schema" not in parse_qs(urlsplit(backend.url).query):
+        click.echo(
+            f"warning: {printable(backend.url)} names no schema: {command} puts the "
+            "ledger into schema 'public', beside whatever else the database keeps "
+            "there; give it one of its own with ?schema=NAME",
+            err=True,
+        )
 
 
 def _url_given() -> str:

@@ -18,7 +18,7 @@ from ledger.access import subject_named, token_fingerprint
 from ledger.cli.failures import errors_exit_1
 from ledger.cli.options import DATETIME, CheckedGroup, admin_options, host_ledger, json_option
 from ledger.cli.render import echo_json, make_console, new_table, report_done, show, when_text
-from ledger.errors import AccessDeniedError, InvalidInputError
+from ledger.errors import AccessDeniedError, InvalidInputError, LedgerError
 
 __all__ = ["token"]
 
@@ -146,6 +146,7 @@ def token_revoke(
             "give one of TOKEN (or - to read it from standard input), --fingerprint FP "
             "and --all-of SUBJECT"
         )
+    shown = token_value not in (None, "-")  # in the process list while this runs
     if token_value == "-":
         token_value = _token_from_stdin()
     elif token_value is not None and not token_value.strip():
@@ -153,13 +154,23 @@ def token_revoke(
             f"token revoke refused: TOKEN {token_value!r} is empty; give the token to "
             "withdraw, or - to read it from standard input"
         )
-    with host_ledger(url, "token revoke", admin_token) as led:
-        admin = led.admin()
-        if all_of is not None:
-            revoked = list(admin.revoke_tokens_of(all_of))
-        else:
-            revoked = [admin.revoke_token(token_value, fingerprint=fingerprint)]
-        position = led.position
+    try:
+        with host_ledger(url, "token revoke", admin_token) as led:
+            admin = led.admin()
+            if all_of is not None:
+                revoked = list(admin.revoke_tokens_of(all_of))
+            else:
+                revoked = [admin.revoke_token(token_value, fingerprint=fingerprint)]
+            position = led.position
+    except (LedgerError, click.ClickException):
+        if shown:  # revoked, it would have been harmless there
+            click.echo(
+                "warning: TOKEN was on the command line, visible to other users (ps, "
+                "/proc/PID/cmdline) while this ran; if it still works, revoke it with - "
+                "and the token on standard input",
+                err=True,
+            )
+        raise
     line = f"{len(revoked)} tokens revoked" if len(revoked) > 1 else "token revoked"
     report_done(
         as_json,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
@@ -167,6 +168,10 @@ class LedgerSQLiteFactory(SQLiteFactory):
 #: meanwhile, so every other writer waits too.
 SCRUB_WAIT_MS = 250
 
+#: The writer connection's busy timeout (ms): the write lock is waited for in slices
+#: this long, so that a signal is handled between them (``_begin``).
+BUSY_SLICE_MS = 100
+
 
 class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
     """eventsourcing's SQLite application recorder, with views in the same
@@ -188,7 +193,9 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
         # read transactions (a pool round trip costs as much as the statement); an
         # in-memory database keeps eventsourcing's reader/writer interlocking.
         self._file = not self.datastore.pool.is_sqlite_memory_mode
-        self.lock_wait = float(self.datastore.pool.lock_timeout or SQLITE3_DEFAULT_LOCK_TIMEOUT)
+        self.lock_wait: float = float(
+            self.datastore.pool.lock_timeout or SQLITE3_DEFAULT_LOCK_TIMEOUT
+        )
         self._reader = threading.local()
         self._readers: list[sqlite3.Connection] = []
         # Re-entrant: a reader collected (its ``__del__``) while this thread holds
@@ -284,7 +291,7 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
                 writer = self._own_writer()
                 pool: Any = self.datastore.pool
                 pool.check_same_file()
-                yield from _transaction(writer, writer.cursor())
+                yield from _transaction(writer, writer.cursor(), self.lock_wait)
             finally:
                 self._writing = False
 
@@ -300,6 +307,8 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
             # write: an erasure's delete, and also each page split, which moves
             # cells and would leave copies behind that no later erasure could find.
             self._writer.execute("PRAGMA secure_delete=ON")
+            if self.lock_wait * 1000 > BUSY_SLICE_MS:
+                self._writer.execute(f"PRAGMA busy_timeout={BUSY_SLICE_MS}")
             self._data_version = None  # a new connection has its own counter
         return self._writer
 
@@ -567,16 +576,33 @@ def _notification(row: Any, originator_id: UUID) -> Notification:
     )
 
 
-def _transaction(connection: Any, cursor: Any) -> Iterator[Cursor]:
-    """``cursor`` inside ``BEGIN IMMEDIATE`` … ``COMMIT`` on ``connection``; rolled
-    back if the block raises or the commit fails."""
-    cursor.execute("BEGIN IMMEDIATE")
+def _transaction(connection: Any, cursor: Any, wait: float) -> Iterator[Cursor]:
+    """``cursor`` inside ``BEGIN IMMEDIATE`` … ``COMMIT`` on ``connection``, the
+    write lock waited for up to ``wait`` seconds; rolled back if the block raises
+    or the commit fails."""
+    _begin(cursor, wait)
     try:
         yield cursor
         connection.commit()
     except BaseException:
         connection.rollback()
         raise
+
+
+def _begin(cursor: Any, wait: float) -> None:
+    """``BEGIN IMMEDIATE`` on the writer, waiting up to ``wait`` seconds for the
+    write lock in slices of its busy timeout (``BUSY_SLICE_MS``): SQLite waits in
+    C, where a signal (Ctrl-C, a stop's SIGTERM) is not handled until the wait
+    ends; between slices, Python handles it."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            cursor.execute("BEGIN IMMEDIATE")
+            return
+        except sqlite3.OperationalError as exc:
+            code = getattr(exc, "sqlite_errorcode", sqlite3.SQLITE_BUSY) & 0xFF
+            if code != sqlite3.SQLITE_BUSY or time.monotonic() >= deadline:
+                raise
 
 
 def _is_open(connection: sqlite3.Connection) -> bool:
