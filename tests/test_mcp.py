@@ -377,7 +377,7 @@ async def test_a_proposal_reads_missing_until_a_reviewer_accepts_it_then_found(
         # Then reading it is MISSING: a candidate is not memory
         missing = await ok(agent, "read_memory", scope=SCOPE, claim_key=CLAIM)
         assert missing["outcome"] == "MISSING" and missing["records"] == []
-        assert missing["value"] is None
+        assert "value" not in missing  # a read names a value only when FOUND
 
         # When the reviewer accepts it through its own server
         decision = await ok(reviewer, "accept_memory", record_id="M1", note="checked")
@@ -660,11 +660,11 @@ async def test_list_records_pages_through_the_review_queue_and_what_needs_attent
         assert [r["id"] for r in first["records"]] == ["M2", "M3"]
         assert first["next_after"] == "M3"
         assert [r["id"] for r in second["records"]] == ["M4"]
-        assert second["next_after"] is None
+        assert "next_after" not in second  # the last page names no next one
         # A full page that nothing follows is the last one
         whole = await ok(agent, "list_records", scope=SCOPE, status="CANDIDATE", limit=3)
         assert [r["id"] for r in whole["records"]] == ["M2", "M3", "M4"]
-        assert whole["next_after"] is None
+        assert "next_after" not in whole
 
         # By kind and by key prefix
         evidence = await ok(agent, "list_records", scope=SCOPE, kind="evidence")
@@ -708,7 +708,7 @@ async def test_a_page_of_large_values_stops_before_4_mib_and_the_run_sees_only_i
         )
         rest = await ok(agent, "list_records", scope=SCOPE, limit=10, after="B3")
     assert [r["id"] for r in rest["records"]] == ["B4", "B5", proposal["id"]]
-    assert rest["next_after"] is None
+    assert "next_after" not in rest
     # And the run was shown only the records returned: they alone are observed
     assert proposal["record"]["observed"] == ["B0", "B1", "B2", "B3"]
 
@@ -1323,8 +1323,7 @@ async def test_revoke_then_revalidate_on_a_new_basis(team: Team) -> None:
             "position": rev["position"],
             "affected_count": 3,
             "stale_count": 2,
-            "note": None,
-        }
+        }  # no note: none is left out
         assert (await ok(agent, "read_memory", scope=SCOPE, claim_key=CLAIM))[
             "outcome"
         ] == "MISSING"
@@ -1451,7 +1450,7 @@ async def test_what_a_connection_reads_is_observed_on_what_it_proposes(team: Tea
     # Then the first connection's proposal carries its reads as observed dependencies
     assert observed["record"]["observed"] == ["E1", "E2"]
     assert observed["record"]["undeclared"] == ["E1", "E2"]
-    assert unobserved["record"]["observed"] == []
+    assert "observed" not in unobserved["record"]  # none: an empty list is left out
     # and the two connections were two runs
     assert observed["run_id"] and unobserved["run_id"]
     assert observed["run_id"] != unobserved["run_id"]
@@ -1546,7 +1545,7 @@ async def test_a_connection_shown_withdrawn_records_can_still_propose_a_correcti
         )
 
     # Then the proposal stands on nothing withdrawn
-    assert correction["record"]["observed"] == []
+    assert "observed" not in correction["record"]
 
 
 async def test_once_shown_that_a_record_it_read_was_withdrawn_a_connection_goes_on_without_it(
@@ -1869,7 +1868,7 @@ async def test_a_new_version_resting_on_the_old_one_is_refused_saying_how_a_mode
         "starts a new run) and capture the source again there. Without `supersedes` it "
         "would CONFLICT with the old record and still rest on it"
     )
-    assert replacing["record"]["supersedes"] == "RL1" and replacing["record"]["observed"] == []
+    assert replacing["record"]["supersedes"] == "RL1" and "observed" not in replacing["record"]
 
 
 async def test_a_connection_that_lost_read_where_it_read_says_how_a_model_gets_a_new_run(
@@ -1932,7 +1931,7 @@ async def test_the_descriptions_say_what_a_read_does_to_a_proposal_and_a_capture
             client, "propose_memory", scope=SCOPE, claim_key="plan.x", value="p", kind="plan"
         )
     record = proposed["record"]
-    assert record["observed"] == ["T1"] and record["expires"] is None
+    assert record["observed"] == ["T1"] and "expires" not in record  # none of its own
     assert record["effective_expires"] == soon and record["expiry_source"] == "T1"
     assert agent.get(proposed["id"]).effective_expires == datetime.fromisoformat(soon)
 
@@ -2028,7 +2027,7 @@ async def test_a_token_for_scope_a_lists_nothing_of_scope_b(team: Team) -> None:
         own = await ok(agent, "list_records", scope=SCOPE)
 
     assert listed.startswith("Error executing tool list_records: AccessDeniedError: ")
-    assert own == {"records": [], "next_after": None}
+    assert own == {"records": []}
 
 
 # -- the record resource and its notifications ------------------------------------------------
@@ -2530,7 +2529,7 @@ async def test_accepting_a_stale_record_is_refused_saying_to_revalidate_it_and_h
         # and following the hint returns each to what it was before it went stale
         fact = await ok(client, "revalidate_memory", record_id="F1", parents=[])
         candidate = await ok(client, "revalidate_memory", record_id="C1", parents=[])
-    assert fact["record"]["status"] == "ACCEPTED" and fact["record"]["parents"] == []
+    assert fact["record"]["status"] == "ACCEPTED" and "parents" not in fact["record"]
     assert candidate["record"]["status"] == "CANDIDATE"
 
 
@@ -2579,7 +2578,7 @@ async def test_a_revalidation_on_a_stale_dependency_says_parents_replace_declare
         ), evidence
         # and so it does: the evidence revalidated on parents=[] rests on nothing
         done = await ok(client, "revalidate_memory", record_id="Eb2", parents=[])
-    assert done["record"]["status"] == "ACCEPTED" and done["record"]["observed"] == []
+    assert done["record"]["status"] == "ACCEPTED" and "observed" not in done["record"]
 
 
 async def test_the_output_schemas_are_plain_text_with_the_less_obvious_fields_described(
@@ -2634,7 +2633,7 @@ async def test_proposing_observes_what_was_shown_usable_and_not_what_was_audited
         )
         tools = {t.name: t.description or "" for t in (await client.list_tools()).tools}
     # Then only the read is an observed dependency, as the description says
-    assert after_audit["record"]["observed"] == [] and after_read["record"]["observed"] == ["A1"]
+    assert "observed" not in after_audit["record"] and after_read["record"]["observed"] == ["A1"]
     assert "usable records this session was shown" in tools["propose_memory"]
     assert "not audited" in tools["propose_memory"]
     assert "Everything you read" not in tools["propose_memory"]

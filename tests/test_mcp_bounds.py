@@ -112,7 +112,7 @@ async def test_read_memory_lists_100_of_many_rivals_and_says_how_to_page_through
                 after=after,
             )
             paged += [r["id"] for r in page["records"]]
-            after = page["next_after"]
+            after = page.get("next_after")  # absent on the last page
             if after is None:
                 break
         proposal, _ = await answer(
@@ -120,7 +120,7 @@ async def test_read_memory_lists_100_of_many_rivals_and_says_how_to_page_through
         )
 
     # Then the outcome counts all 130, and 100 of them are listed, the rest counted
-    assert read["outcome"] == "CONFLICT" and read["value"] is None
+    assert read["outcome"] == "CONFLICT" and "value" not in read
     assert [r["id"] for r in read["records"]] == [f"V{i:04d}" for i in range(100)]
     assert read["omitted"] == 30
     assert read["note"] == (
@@ -220,5 +220,5 @@ async def test_explain_memory_of_a_few_records_is_as_it_was(desk: Desk) -> None:
         explained, _ = await answer(client, "explain_memory", scope=SCOPE, claim_key=CLAIM)
 
     assert [e["record"]["id"] for e in explained["entries"]] == ["V0000", "V0001"]
-    assert explained["omitted"] == 0 and explained["note"] is None
-    assert "usable_omitted" not in explained
+    # (nothing left out: no count of it, no note)
+    assert not {"omitted", "usable_omitted", "note"} & set(explained)

@@ -2,6 +2,16 @@
 output schemas) built from the library's values with :mod:`ledger.jsonable`, the
 JSON forms every surface shares (datetimes ISO 8601, bytes ``{"base64": …}``).
 
+Every result is paid for with a model's context, so it leaves out what says
+nothing: a field whose value is null is absent (its schema does not require it),
+and so is a record's list or object that is empty (``parents``, ``observed``,
+``conditions``, ``deliveries``, ``stale_causes``, ``undeclared``): absent means
+none. A stored ``value`` is kept as stored, null included. The lists that are an
+answer (a read's ``records``, a page's, an audit's ``events``, a revocation's ids)
+are there even when empty. A write tool's record carries its value only when
+small (:data:`ECHOED_VALUE_BYTES`): its proposer sent it, its approver was shown
+it, and get_record gives it whole.
+
 A model reads each type's docstring and each field's description in the schemas:
 they are plain text, numbers given as their values (a test holds them to the
 constants), not Sphinx roles."""
@@ -9,6 +19,7 @@ constants), not Sphinx roles."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import unicodedata
 from collections.abc import Sequence
@@ -18,6 +29,7 @@ from pydantic import Field
 from typing_extensions import TypedDict  # pydantic needs it on Python < 3.12
 
 from ledger.answers import MAX_ANSWER_BYTES, size_of
+from ledger.domain import Outcome
 from ledger.graph import MAX_SERVED_NODES
 from ledger.jsonable import (
     capped_explanation,
@@ -27,9 +39,17 @@ from ledger.jsonable import (
     record_json,
 )
 from ledger.serialization import canonical
-from ledger.values import AuditTrail, Explanation, ReadResult, RecordView, Revocation
+from ledger.values import (
+    AuditEvent,
+    AuditTrail,
+    Explanation,
+    ReadResult,
+    RecordView,
+    Revocation,
+)
 
 __all__ = [
+    "ECHOED_VALUE_BYTES",
     "RECORD_URI",
     "USABLE_LISTED",
     "AuditOut",
@@ -43,6 +63,7 @@ __all__ = [
     "ReasonOut",
     "RecordOut",
     "RevocationOut",
+    "WrittenOut",
     "audit_out",
     "explain_out",
     "read_out",
@@ -50,6 +71,7 @@ __all__ = [
     "record_uri",
     "revocation_out",
     "usable_listed",
+    "written_out",
 ]
 
 #: The URI template of the record resource.
@@ -59,63 +81,126 @@ RECORD_URI = "provledger://record/{record_id}"
 #: JSON would pass :data:`~ledger.answers.MAX_ANSWER_BYTES`); the outcome counts all.
 USABLE_LISTED = 100
 
+#: The largest value, in bytes of compact JSON, a write tool's result carries: a
+#: larger one is given by its size and hash (the caller sent it; get_record shows it).
+ECHOED_VALUE_BYTES = 1024
 
-class RecordOut(TypedDict):
-    """One record as the ledger sees it now."""
 
+class _RecordHead(TypedDict):
     id: str
     scope: str
     claim_key: str
     kind: str
-    value: Any
+
+
+class _RecordTail(TypedDict):
     status: str
     validity: str
-    expires: str | None
-    effective_expires: Annotated[
-        str | None,
-        Field(description="When it stops being usable: its or a dependency's expiry."),
+    expires: NotRequired[str]
+    effective_expires: NotRequired[
+        Annotated[
+            str, Field(description="When it stops being usable: its or a dependency's expiry.")
+        ]
     ]
-    expiry_source: Annotated[str | None, Field(description="The record whose expiry that is.")]
-    parents: list[str]
-    observed: Annotated[
-        list[str], Field(description="Dependencies recorded from what its run was shown.")
+    expiry_source: NotRequired[
+        Annotated[str, Field(description="The record whose expiry that is.")]
     ]
-    conditions: dict[str, Any]
+    parents: NotRequired[list[str]]
+    observed: NotRequired[
+        Annotated[
+            list[str], Field(description="Dependencies recorded from what its run was shown.")
+        ]
+    ]
+    conditions: NotRequired[dict[str, Any]]
     proposer: str
     created_at: str
-    evidence: dict[str, Any] | None
-    cause: Annotated[
-        str | None,
-        Field(description="STALE: the record whose revocation or supersession made it so."),
+    evidence: NotRequired[
+        Annotated[
+            dict[str, Any],
+            Field(description="Evidence: its uri, fetched_at, content_hash, snapshot_ref, size."),
+        ]
     ]
-    reason: Annotated[
-        str | None, Field(description="Why it was rejected or revoked; STALE: why `cause` was.")
+    cause: NotRequired[
+        Annotated[
+            str,
+            Field(description="STALE: the record whose revocation or supersession made it so."),
+        ]
     ]
-    deliveries: list[dict[str, Any]]
+    reason: NotRequired[
+        Annotated[
+            str,
+            Field(description="Why it was rejected or revoked; STALE: why `cause` was."),
+        ]
+    ]
+    deliveries: NotRequired[list[dict[str, Any]]]
     position: Annotated[int, Field(description="Log position of its latest change.")]
-    supersedes: Annotated[str | None, Field(description="The record it was proposed to replace.")]
-    superseded_by: Annotated[
-        str | None, Field(description="SUPERSEDED: the record accepted in its place.")
+    supersedes: NotRequired[
+        Annotated[str, Field(description="The record it was proposed to replace.")]
     ]
-    cause_superseded_by: Annotated[
-        str | None, Field(description="STALE because `cause` was superseded, not revoked: by what.")
+    superseded_by: NotRequired[
+        Annotated[str, Field(description="SUPERSEDED: the record accepted in its place.")]
     ]
-    stale_causes: Annotated[
-        list[dict[str, Any]],
-        Field(description="Each cause that made it STALE since its last revalidation."),
+    cause_superseded_by: NotRequired[
+        Annotated[
+            str, Field(description="STALE because `cause` was superseded, not revoked: by what.")
+        ]
     ]
-    undeclared: Annotated[
-        list[str], Field(description="Observed dependencies not named in `parents`.")
+    stale_causes: NotRequired[
+        Annotated[
+            list[dict[str, Any]],
+            Field(description="Each cause that made it STALE since its last revalidation."),
+        ]
     ]
+    undeclared: NotRequired[
+        Annotated[list[str], Field(description="Observed dependencies not named in `parents`.")]
+    ]
+
+
+class _Value(TypedDict):
+    value: Annotated[Any, Field(description="The stored value, null included.")]
+
+
+class _ValueOrDigest(TypedDict):
+    value: NotRequired[
+        Annotated[
+            Any,
+            Field(
+                description="The stored value, null included; absent when its JSON is longer "
+                f"than {ECHOED_VALUE_BYTES} bytes (`value_bytes` and `value_sha256` stand for it)."
+            ),
+        ]
+    ]
+    value_bytes: NotRequired[
+        Annotated[int, Field(description="The size of the value left out: its compact JSON.")]
+    ]
+    value_sha256: NotRequired[
+        Annotated[
+            str,
+            Field(
+                description="'sha256:' and the hex digest of the value left out, as compact "
+                "JSON with sorted keys in UTF-8."
+            ),
+        ]
+    ]
+
+
+class RecordOut(_RecordHead, _Value, _RecordTail):
+    """One record as the ledger sees it now; a field that is null or an empty list or
+    object is left out (no parents, no expiry, not stale...)."""
+
+
+class WrittenOut(_RecordHead, _ValueOrDigest, _RecordTail):
+    """The record as the write left it, as get_record gives it but that a value whose
+    JSON is longer than 1024 bytes is left out for its size and hash."""
 
 
 class EvidenceOut(TypedDict):
     """The captured bytes of an evidence record, re-verified against their hash."""
 
     id: str
-    uri: str | None
-    fetched_at: str | None
-    content_hash: str | None
+    uri: NotRequired[str]
+    fetched_at: NotRequired[str]
+    content_hash: NotRequired[str]
     snapshot_ref: str
     size: int
     content_encoding: str
@@ -123,13 +208,14 @@ class EvidenceOut(TypedDict):
 
 
 class ProposalOut(TypedDict):
-    """What capture_evidence and propose_memory return."""
+    """What capture_evidence and propose_memory return; `record` only when you may read
+    its scope."""
 
     id: str
     status: str
     note: str
-    run_id: str | None
-    record: RecordOut | None
+    run_id: NotRequired[str]
+    record: NotRequired[WrittenOut]
 
 
 class ReadOut(TypedDict):
@@ -140,7 +226,9 @@ class ReadOut(TypedDict):
     scope: str
     claim_key: str
     at: str
-    value: Any
+    value: NotRequired[
+        Annotated[Any, Field(description="FOUND: the agreed value (null included); else absent.")]
+    ]
     records: list[RecordOut]
     omitted: NotRequired[int]
     note: NotRequired[str]
@@ -156,33 +244,36 @@ class ReasonOut(TypedDict):
 
 class ExplainOut(TypedDict):
     """Per record, why it is or is not usable: the usable records (at most 100) and
-    at most `limit` others; `omitted` counts those left out, `usable_omitted` the
-    usable among them, and `note` says how to see them."""
+    at most `limit` others; when some are left out `omitted` counts them,
+    `usable_omitted` the usable among them, and `note` says how to see them."""
 
     outcome: str
     scope: str
     claim_key: str
     at: str
     entries: list[ReasonOut]
-    omitted: int
+    omitted: NotRequired[int]
     usable_omitted: NotRequired[int]
-    note: str | None
+    note: NotRequired[str]
 
 
 class PageOut(TypedDict):
-    """One page of records; `next_after` is the `after` of the next page."""
+    """One page of records; `next_after` is the `after` of the next page, absent on
+    the last page."""
 
     records: list[RecordOut]
-    next_after: str | None
+    next_after: NotRequired[str]
 
 
 class EventOut(TypedDict):
-    """One event of a record's history."""
+    """One event of a record's history; `details` are its recorded fields but those
+    null or empty (a revalidation's `parents: []` stays: a new basis of nothing,
+    where no `parents` kept the old one)."""
 
     position: int
     type: str
     at: str
-    actor: str | None
+    actor: NotRequired[str]
     details: dict[str, Any]
 
 
@@ -191,15 +282,17 @@ class AuditOut(TypedDict):
 
     record: RecordOut
     events: list[EventOut]
-    undeclared: list[str]
+    undeclared: NotRequired[
+        Annotated[list[str], Field(description="Observed dependencies not named in `parents`.")]
+    ]
 
 
 class DecisionOut(TypedDict):
-    """What an approval tool did; `record` is null without the read role there."""
+    """What an approval tool did; `record` is absent without the read role there."""
 
     id: str
     action: str
-    record: RecordOut | None
+    record: NotRequired[WrittenOut]
 
 
 class RevocationOut(TypedDict):
@@ -213,12 +306,48 @@ class RevocationOut(TypedDict):
     position: int
     affected_count: int
     stale_count: int
-    note: str | None
+    note: NotRequired[str]
+
+
+#: A record's fields whose content a proposer stored: never pruned inside.
+_STORED = frozenset({"value", "conditions"})
+
+
+def _pruned(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` without its members that are null, ``[]`` or ``{}``, at any depth;
+    a ``value`` is kept as stored, and ``conditions`` when not empty (a null in
+    them is what a proposer stored)."""
+    out: dict[str, Any] = {}
+    for key, item in data.items():
+        if key != "value" and (item is None or item == [] or item == {}):
+            continue
+        if key not in _STORED:
+            if isinstance(item, dict):
+                item = _pruned(item)
+            elif isinstance(item, list):
+                item = [_pruned(x) if isinstance(x, dict) else x for x in item]
+        out[key] = item
+    return out
 
 
 def record_out(view: RecordView) -> RecordOut:
-    """A record view as the JSON the tools and the resource return."""
-    return cast(RecordOut, json_safe(record_json(view)))
+    """A record view as the JSON the tools and the resource return: null and empty
+    fields left out (:func:`_pruned`)."""
+    return cast(RecordOut, _pruned(json_safe(record_json(view))))
+
+
+def written_out(view: RecordView) -> WrittenOut:
+    """A record as a write tool returns it: :func:`record_out`, but a value whose
+    compact JSON passes :data:`ECHOED_VALUE_BYTES` given by ``value_bytes`` and
+    ``value_sha256`` instead."""
+    out: dict[str, Any] = dict(record_out(view))
+    text = json.dumps(out["value"], ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    data = text.encode()
+    if len(data) > ECHOED_VALUE_BYTES:
+        del out["value"]
+        out["value_bytes"] = len(data)
+        out["value_sha256"] = "sha256:" + hashlib.sha256(data).hexdigest()
+    return cast(WrittenOut, out)
 
 
 def usable_listed(
@@ -264,7 +393,8 @@ def _usable_note(listed: int, usable: Sequence[RecordView], scope: str, claim_ke
 
 def read_out(result: ReadResult) -> ReadOut:
     """A read's answer as JSON: its usable records as :func:`usable_listed` lists
-    them (beside the agreed value), ``omitted`` and ``note`` when some are left out."""
+    them (beside the agreed value when FOUND), ``omitted`` and ``note`` when some
+    are left out."""
     value = json_safe(plain(result.value))
     budget = MAX_ANSWER_BYTES - len(json.dumps(value, ensure_ascii=False).encode())
     listed, _ = usable_listed(result.records, budget)
@@ -273,9 +403,10 @@ def read_out(result: ReadResult) -> ReadOut:
         "scope": result.scope,
         "claim_key": _stored_key(result),
         "at": result.at.isoformat(),
-        "value": value,
         "records": [record_out(r) for r in listed],
     }
+    if result.outcome == Outcome.FOUND:
+        answer["value"] = value
     if len(listed) < len(result.records):
         answer["omitted"] = len(result.records) - len(listed)
         answer["note"] = _usable_note(len(listed), result.records, result.scope, result.claim_key)
@@ -294,7 +425,7 @@ def _stored_key(result: ReadResult) -> str:
 def explain_out(explanation: Explanation) -> ExplainOut:
     """An explanation asked with a limit as JSON (:func:`ledger.jsonable.capped_explanation`),
     its usable records as :func:`usable_listed` lists them (``usable_omitted``
-    when some are left out)."""
+    when some are left out); ``omitted`` and ``note`` only when some are."""
     usable = [entry.record for entry in explanation.entries if entry.usable]
     listed, _ = usable_listed(usable)
     kept = {id(view) for view in listed}
@@ -305,29 +436,61 @@ def explain_out(explanation: Explanation) -> ExplainOut:
         "page through the claim's records with list_records "
         f"(claim_prefix={explanation.claim_key!r}; it also lists keys that begin with it)."
     )
-    answer = cast(ExplainOut, json_safe(capped_explanation(shown, rest)))
+    answer = json_safe(capped_explanation(shown, rest))
+    for entry in answer["entries"]:
+        entry["record"] = _pruned(entry["record"])
+    omitted, note = answer.pop("omitted"), answer.pop("note")
     left = len(usable) - len(listed)
     if left:
         answer["usable_omitted"] = left
-        answer["omitted"] += left
+        omitted += left
         more = _usable_note(len(listed), usable, explanation.scope, explanation.claim_key)
-        answer["note"] = more if answer["note"] is None else f"{more} {answer['note']}"
-    return answer
+        note = more if note is None else f"{more} {note}"
+    if omitted:
+        answer["omitted"] = omitted
+    if note is not None:
+        answer["note"] = note
+    return cast(ExplainOut, answer)
 
 
 def audit_out(trail: AuditTrail) -> AuditOut:
-    """A record's audit trail as JSON."""
-    return {
+    """A record's audit trail as JSON: each event's null ``actor`` and null details
+    left out (but a null ``value``: a proposal of null), ``undeclared`` when any."""
+    answer: AuditOut = {
         "record": record_out(trail.record),
-        "events": [cast(EventOut, json_safe(plain(e))) for e in trail.events],
-        "undeclared": list(trail.undeclared),
+        "events": [_event_out(event) for event in trail.events],
     }
+    if trail.undeclared:
+        answer["undeclared"] = list(trail.undeclared)
+    return answer
+
+
+#: A revalidation's details that name its new basis.
+_NEW_BASIS = ("parents", "observed")
+
+
+def _event_out(event: AuditEvent) -> EventOut:
+    """One event as JSON, its details pruned as a record's fields are (:func:`_pruned`)
+    but a revalidation's ``parents`` and ``observed``: their ``[]`` is a new, empty
+    basis, where their absence kept the old one."""
+    data = json_safe(plain(event))
+    if data["actor"] is None:
+        del data["actor"]
+    details = data["details"]
+    basis = _NEW_BASIS if event.type == "Revalidated" else ()
+    kept = {key: details[key] for key in basis if details.get(key) is not None}
+    data["details"] = _pruned(details) | kept
+    return cast(EventOut, data)
 
 
 def revocation_out(rev: Revocation, listed: int = MAX_SERVED_NODES) -> RevocationOut:
-    """What a revocation changed, as JSON: at most ``listed`` ids per list."""
+    """What a revocation changed, as JSON: at most ``listed`` ids per list, and
+    ``note`` only when some are left out."""
     rest = "list_records with status='STALE' pages through those now STALE."
-    return cast(RevocationOut, capped_revocation(rev, listed, rest))
+    answer = capped_revocation(rev, listed, rest)
+    if answer["note"] is None:
+        del answer["note"]
+    return cast(RevocationOut, answer)
 
 
 def record_uri(record_id: str) -> str:

@@ -30,7 +30,7 @@ from ledger.graph import MAX_SERVED_NODES
 from ledger.integrations.mcp.connection import Connections, lifespan_of, refusal
 from ledger.integrations.mcp.hints import NEW_RUN
 from ledger.integrations.mcp.http import serve_http
-from ledger.integrations.mcp.results import RECORD_URI, USABLE_LISTED
+from ledger.integrations.mcp.results import ECHOED_VALUE_BYTES, RECORD_URI, USABLE_LISTED
 from ledger.integrations.mcp.stdio import Answering, Stopping, serve_stdio, strict_stdin
 from ledger.integrations.mcp.tools import (
     accept_memory,
@@ -338,7 +338,7 @@ class LedgerServer(MCPServer[Connections]):
         return known
 
 
-INSTRUCTIONS = """\
+INSTRUCTIONS = f"""\
 provledger is a provenance ledger used as memory. Everything stored is a record: a \
 claim answering one question (scope + claim_key -> value), of a kind (evidence, fact, \
 user_constraint, user_preference, inference, plan, report), naming what it rests on \
@@ -364,6 +364,9 @@ not withdrawn. Give capture_evidence and propose_memory your own `id`, so that a
 of a call already written is refused as a duplicate (DuplicateRecordError naming that \
 id) instead of creating a second record; a decision retried once written is refused \
 by the record's new status (get_record shows it).
+- Results leave out what is empty: a field that would be null, and a record's empty \
+list or object (no `parents` means none). A write's result gives a value longer \
+than {ECHOED_VALUE_BYTES} bytes of JSON by its size and hash (get_record gives it).
 """
 
 
@@ -467,7 +470,7 @@ TOOLS: tuple[tuple[Callable[..., Any], str, ToolAnnotations], ...] = (
         "status='CANDIDATE' is the review queue; status='STALE' what a revocation flagged for "
         "re-verification; validity='NEEDS_REVALIDATION' everything not (or no longer) "
         "verified - candidates, stale and expired records; or by `kind` or `claim_prefix`. "
-        "Pass the returned `next_after` as `after` for the next page (null on the last "
+        "Pass the returned `next_after` as `after` for the next page (absent on the last "
         "page). A listed record is not necessarily usable: read_memory decides what you may "
         "rely on. The usable records listed become observed dependencies of what you propose "
         "in this session.",

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from functools import partial
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 from urllib.parse import quote
 
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
@@ -59,6 +59,7 @@ from ledger.integrations.mcp.results import (
     record_uri,
     revocation_out,
     usable_listed,
+    written_out,
 )
 from ledger.integrations.mcp.schemas import (
     REF_SCHEMA,
@@ -81,6 +82,7 @@ from ledger.integrations.mcp.schemas import (
 from ledger.jsonable import EXPLAINED
 from ledger.session import next_after
 from ledger.validation import quoted
+from ledger.values import RecordView
 
 __all__ = [
     "accept_memory",
@@ -147,13 +149,24 @@ def _resting_on_withdrawn(connection: Connection, exc: InvalidParentError) -> In
 
 def _proposal(connection: Connection, record_id: str) -> ProposalOut:
     view = view_if_readable(connection.session, record_id)
-    return {
+    answer: ProposalOut = {
         "id": record_id,
         "status": str(Status.CANDIDATE),
         "note": _CANDIDATE_NOTE,
-        "run_id": connection.run_id,
-        "record": None if view is None else record_out(view),
     }
+    if connection.run_id is not None:
+        answer["run_id"] = connection.run_id
+    if view is not None:
+        answer["record"] = written_out(view)
+    return answer
+
+
+def _decision(record_id: str, action: str, view: RecordView | None) -> DecisionOut:
+    """What an approval tool returns: the record as written when it may be read."""
+    answer: DecisionOut = {"id": record_id, "action": action}
+    if view is not None:
+        answer["record"] = written_out(view)
+    return answer
 
 
 def capture_evidence(
@@ -404,7 +417,10 @@ def list_records(
             page = acting.records(scope, limit=limit, after=after, **filters)
         # The look past a full page goes through the session: the run was not shown it.
         following = next_after(connection.session, scope, page, limit, **filters)
-    return {"records": [record_out(r) for r in page], "next_after": following}
+    answer: PageOut = {"records": [record_out(r) for r in page]}
+    if following is not None:
+        answer["next_after"] = following
+    return answer
 
 
 def read_evidence(ctx: Ctx, record_id: RecordId) -> EvidenceOut:
@@ -429,17 +445,19 @@ def read_evidence(ctx: Ctx, record_id: RecordId) -> EvidenceOut:
         content, encoding = data.decode("utf-8"), "utf-8"
     except UnicodeDecodeError:
         content, encoding = base64.b64encode(data).decode("ascii"), "base64"
-    shown = record_out(view)["evidence"] or {}
-    return {
-        "id": view.id,
-        "uri": shown.get("uri"),
-        "fetched_at": shown.get("fetched_at"),
-        "content_hash": shown.get("content_hash"),
-        "snapshot_ref": ref,
-        "size": len(data),
-        "content_encoding": encoding,
-        "content": content,
-    }
+    shown = record_out(view).get("evidence", {})  # pruned: no field of it is null
+    pinned = {k: shown[k] for k in ("uri", "fetched_at", "content_hash") if k in shown}
+    return cast(
+        EvidenceOut,
+        {
+            "id": view.id,
+            **pinned,
+            "snapshot_ref": ref,
+            "size": len(data),
+            "content_encoding": encoding,
+            "content": content,
+        },
+    )
 
 
 def audit_record(ctx: Ctx, record_id: RecordId) -> AuditOut:
@@ -458,11 +476,7 @@ async def accept_memory(ctx: Ctx, record_id: RecordId, note: Note = "") -> Decis
         view = await off_loop(partial(view_if_readable, session, record_id))
     replaced = None if view is None else view.supersedes
     await announce(ctx, [record_id, *([replaced] if replaced else [])])
-    return {
-        "id": record_id,
-        "action": "accepted",
-        "record": None if view is None else record_out(view),
-    }
+    return _decision(record_id, "accepted", view)
 
 
 async def reject_memory(ctx: Ctx, record_id: RecordId, reason: Reason) -> DecisionOut:
@@ -473,11 +487,7 @@ async def reject_memory(ctx: Ctx, record_id: RecordId, reason: Reason) -> Decisi
         await off_loop(hinted(reject, session, record_id, "decision"))
         view = await off_loop(partial(view_if_readable, session, record_id))
     await announce(ctx, [record_id])
-    return {
-        "id": record_id,
-        "action": "rejected",
-        "record": None if view is None else record_out(view),
-    }
+    return _decision(record_id, "rejected", view)
 
 
 async def revoke_memory(ctx: Ctx, record_id: RecordId, reason: Reason) -> RevocationOut:
@@ -511,11 +521,7 @@ async def revalidate_memory(
         await off_loop(hinted(revalidate, session, record_id, "decision"))
         view = await off_loop(partial(view_if_readable, session, record_id))
     await announce(ctx, [record_id])
-    return {
-        "id": record_id,
-        "action": "revalidated",
-        "record": None if view is None else record_out(view),
-    }
+    return _decision(record_id, "revalidated", view)
 
 
 def record_resource(ctx: Ctx, record_id: str) -> str:
