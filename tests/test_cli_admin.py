@@ -319,6 +319,19 @@ def test_grants_shows_who_held_which_role_where_and_until_when(tmp_path: Path) -
 # -- a ledger that does not exist ----------------------------------------------------------
 
 
+def test_a_ledger_url_in_a_directory_that_does_not_exist_names_the_directory(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "no-such-dir" / "x.db"
+    result = run("get", "E1", "--token", "plt_x", "--url", f"sqlite:///{path}")
+    assert result.exit_code == 1
+    assert result.stderr == (
+        f"error: no ledger at sqlite:///{path}: the directory {path.parent} does not "
+        "exist; check --url\n"
+    )
+    assert not path.parent.exists()
+
+
 @pytest.mark.parametrize(
     "args",
     [

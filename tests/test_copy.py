@@ -681,3 +681,16 @@ def test_the_copy_command_names_its_source_as_given_and_warns_of_a_password_in_t
     assert "s3cret" not in refused.output
     refused = cli("copy", "--url", source, "--to", secret.replace(":s3cret", ""))
     assert "holds a password" not in refused.stderr
+
+
+@pytest.mark.parametrize("given", ["ops.db", "/srv/ledgers/ops.sqlite"])
+def test_a_file_name_given_as_the_ledger_url_is_shown_as_an_sqlite_url(given: str) -> None:
+    from ledger.persistence.urls import resolve_url
+
+    with pytest.raises(InvalidURLError) as refused:
+        resolve_url(given)
+
+    assert str(refused.value) == (
+        f"ledger URL {given!r} is not memory:, sqlite:///path or postgresql://user@host/db "
+        f"(for the SQLite file {given}: sqlite:///{given})"
+    )

@@ -364,6 +364,11 @@ def open_ledger(
             raise LedgerNotFoundError(
                 f"no ledger at {backend.url}: the file there is {found}; check {given}"
             ) from None
+        folder = None if backend.path is None else os.path.dirname(backend.path) or "."
+        if folder is not None and not os.path.isdir(folder):  # nor can init there
+            raise LedgerNotFoundError(
+                f"no ledger at {backend.url}: the directory {folder} does not exist; check {given}"
+            ) from None
         if backend.read_only:  # init creates, which read-only cannot
             raise LedgerNotFoundError(
                 f"no ledger at {backend.url} (opened read-only: nothing was created); "
