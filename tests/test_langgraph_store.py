@@ -1094,6 +1094,8 @@ def test_run_ids_of_threads_are_ledger_names_no_two_threads_share() -> None:
     assert all(ID_PATTERN.fullmatch(i) for i in ids)
     assert not any(i.startswith("langgraph.") for i in ids)  # 0.1's: langgraph.THREAD.N
     assert ID_PATTERN.fullmatch(run_id_of("x" * 200, 10**12))
+    # A lone surrogate (from JSON's "\ud800") is not taken for a "?"
+    assert len({run_id_of("x\ud800"), run_id_of("x?"), run_id_of("x\udfff")}) == 3
 
 
 # -- async -----------------------------------------------------------------------------
@@ -1628,6 +1630,55 @@ def test_a_thread_resumed_by_a_later_store_goes_on_in_a_new_run(
     assert principals.reviewer.get(greeting_id).observed == (
         current_id(principals.reviewer, "proj-a", "user/name"),
     )
+
+
+class Named(TypedDict):
+    name: str
+    greeting: str
+
+
+def test_a_graph_resumed_from_its_checkpoint_by_a_later_store_rests_on_what_it_read(
+    store: LedgerStore, principals: Principals
+) -> None:
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    def read_name(state: Named) -> dict[str, str]:
+        name = get_store().get(("proj-a", "user"), "name")
+        return {"name": name.value["text"] if name else "stranger"}
+
+    def greet(state: Named) -> dict[str, str]:
+        greeting = f"Hello, {state['name']}!"  # from the checkpoint, read before
+        get_store().put(("proj-a", "greetings"), "latest", {"text": greeting})
+        return {"greeting": greeting}
+
+    builder = StateGraph(Named)
+    builder.add_node("read_name", read_name)
+    builder.add_node("greet", greet)
+    builder.add_edge(START, "read_name")
+    builder.add_edge("read_name", "greet")
+    builder.add_edge("greet", END)
+    saver = InMemorySaver()
+    config = {"configurable": {"thread_id": "paused"}}
+    # Given a graph paused after reading, and its store closed (the thread's run ended)
+    store.put(("proj-a", "user"), "name", {"text": "Ada"})
+    builder.compile(store=store, checkpointer=saver, interrupt_before=["greet"]).invoke(
+        {"name": "", "greeting": ""}, config
+    )
+    store.close()
+    # When a later store resumes it from its checkpoint
+    with LedgerStore(
+        principals.ledger, token=principals.agent_token, approver_token=principals.reviewer_token
+    ) as later:
+        out = builder.compile(store=later, checkpointer=saver).invoke(None, config)
+        assert out["greeting"] == "Hello, Ada!"
+        # Then the greeting rests on the name read before the pause
+        reviewer = principals.reviewer
+        name_id = current_id(reviewer, "proj-a", "user/name")
+        greeting = reviewer.get(current_id(reviewer, "proj-a", "greetings/latest"))
+        assert greeting.observed == (name_id,)
+        # and the name's revocation reaches it
+        reviewer.revoke(name_id, reason="a guess")
+        assert later.get(("proj-a", "greetings"), "latest") is None
 
 
 def test_a_thread_resumed_does_not_join_the_run_of_a_thread_named_like_its_next_run(

@@ -164,7 +164,8 @@ def run_id_of(thread: str, number: int = 0) -> str:
     """
     candidate = f"langgraph:{thread}"
     if not thread or ":" in thread or not ID_PATTERN.fullmatch(candidate) or len(candidate) > 110:
-        digest = hashlib.sha256(thread.encode("utf-8", "replace")).hexdigest()[:40]
+        # (a lone surrogate kept as itself: "replace" made "x\ud800" the run of "x?")
+        digest = hashlib.sha256(thread.encode("utf-8", "surrogatepass")).hexdigest()[:40]
         candidate = f"langgraph::h-{digest}"
     return candidate if number == 0 else f"{candidate}:{number}"
 
@@ -193,9 +194,11 @@ class Thread:
         """Start the thread's run, or continue it if it is open (a store let it go,
         or stopped without closing), with what it read. A run that ended cannot be
         reopened: a thread resumed by a later store, after the first closed, goes
-        on in its next run (``run_id_of(thread, n)``). Its runs end in order, so
-        the first one not ended is found in a number of look-ups that grows with
-        the logarithm of how many there were.
+        on in its next run (``run_id_of(thread, n)``), carrying what the thread
+        was shown VALID in the one before (``RunContext.carry_into``; a graph
+        resumed from its checkpoint holds values read before the store closed).
+        Its runs end in order, so the first one not ended is found in a number of
+        look-ups that grows with the logarithm of how many there were.
 
         Raises:
             AccessDeniedError: the principal holds neither ``propose`` nor ``read``.
@@ -224,7 +227,10 @@ class Thread:
                     number += 1
                     continue
                 return cls(thread_id=thread, run=run, keys=_keys_of(session, run.relied_on))
-            return cls(thread_id=thread, run=run)
+            if number == 0:
+                return cls(thread_id=thread, run=run)
+            session.run(run_id_of(thread, number - 1)).carry_into(run)  # ours: ended
+            return cls(thread_id=thread, run=run, keys=_keys_of(session, run.relied_on))
 
     def end(self) -> None:
         """End the run (recorded as completed)."""
