@@ -149,7 +149,13 @@ class InvalidParentError(LedgerError):
 
     ``dependency`` names the dependency when it is one the caller can see that is
     not usable now (withdrawn, STALE, a CANDIDATE, expired): a state that may
-    change, where None is a dependency unknown to the caller, a cycle or a rule."""
+    change, where None is a dependency unknown to the caller, a cycle or a rule.
+
+    A proposal naming several bad parents is refused once, naming each of them
+    (:func:`ledger.rules.check_dependencies_refused`): ``dependency`` is then None
+    if any of them is unknown to the caller (or not readable by it), else the
+    first of them in the order given. A cycle is refused first, as a
+    :class:`CycleError`, and a taken id before that."""
 
     def __init__(self, message: str, dependency: str | None = None) -> None:
         super().__init__(message)

@@ -344,11 +344,18 @@ def prepare(
     rid = str(check_id(record_id)) if record_id is not None else new_record_id()
     named = tuple(dict.fromkeys(check_ref(p, "parent id") for p in check_list(parents, "parents")))
     if rid in named:
+        # A taken id first: a record that exists is no parent-to-be of itself.
+        if _new_key(caller, c, rid, scope, known, pending) is None:
+            raise DuplicateRecordError(f"record {rid!r} already exists")
         raise CycleError(f"record {rid!r} cannot be its own parent")
     caller.require(c, scope, Role.PROPOSE, "propose" if evidence is None else "capture")
-    # Dependencies are named as the caller sees them; the event holds their keys.
-    declared = tuple(dict.fromkeys(_resolve(caller, c, p, known, pending) for p in named))
-    shown = dict(zip(declared, named, strict=False)) if declared != named else {}
+    # Dependencies are named as the caller sees them; the event holds their keys
+    # (two names of one record make one parent, shown by the first).
+    keys: dict[str, str] = {}
+    for name in named:
+        keys.setdefault(_resolve(caller, c, name, known, pending), name)
+    declared = tuple(keys)
+    shown = keys if declared != named else {}
     if supersedes is not None:
         old_name = check_ref(supersedes, "supersedes id")
         supersedes = _resolve(caller, c, old_name, known, pending)
@@ -364,12 +371,19 @@ def prepare(
         # (that carried the old version forward) are no basis for the new one.
         observed = tuple(o for o in observed if not _rests_on(o, below, pending))
     inherited: list[tuple[str, dict[str, Any]]] = []
+    refused: list[tuple[str, InvalidParentError]] = []  # every bad parent, named at once
     for dep in declared:
         if dep in pending and Role.READ.value in caller.roles(c, pending[dep].scope):
             inherited.append((dep, pending[dep].conditions))
             continue
-        row = _check_dependency(caller, c, dep, "parent", rid, known, shown.get(dep, dep))
-        inherited.append((shown.get(dep, dep), unpack(row["conditions"])))
+        name = shown.get(dep, dep)
+        try:
+            row = _check_dependency(caller, c, dep, "parent", rid, known, name)
+        except InvalidParentError as exc:
+            refused.append((name, exc))
+            continue
+        inherited.append((name, unpack(row["conditions"])))
+    rules.check_dependencies_refused(refused, "parent", rid, caller.subject)
     seen: list[tuple[str, dict[str, Any]]] = []
     for dep in observed:
         row = _check_dependency(caller, c, dep, "observed dependency", rid, known)

@@ -220,10 +220,74 @@ def check_not_expired(row: RecordRow, now: datetime, command: str) -> None:
 
 def check_buildable_on(row: RecordRow, dep: str, what: str, child: str) -> None:
     """A proposal may not rest on a revoked, rejected, stale or superseded record."""
-    if row["status"] in BLOCKING:
-        raise InvalidParentError(
-            f"{what} {dep!r} of {child!r} is {row['status']}{cause_text(row)}", dep
+    refused = unbuildable(row, dep, what, child)
+    if refused is not None:
+        raise refused
+
+
+def unbuildable(row: RecordRow, dep: str, what: str, child: str) -> InvalidParentError | None:
+    """Why ``child`` may not rest on ``dep`` (:func:`check_buildable_on`), or None."""
+    if row["status"] not in BLOCKING:
+        return None
+    return InvalidParentError(
+        f"{what} {dep!r} of {child!r} is {row['status']}{cause_text(row)}", dep
+    )
+
+
+#: How many refused dependencies one refusal names; the rest it counts.
+NAMED_AT_MOST = 20
+
+
+def check_dependencies_refused(
+    refused: Sequence[tuple[str, InvalidParentError]], what: str, child: str, reader: str
+) -> None:
+    """Raise one ``InvalidParentError`` naming every dependency of ``child`` that
+    was refused, so a caller fixes them all in one go.
+
+    ``refused``: (the dependency as the caller named it, its refusal), in the
+    order given; a refusal without ``dependency`` is one for a record unknown to
+    ``reader`` or not readable by it (the two alike), one with it a record the
+    reader can see that may not be built on. One refusal is raised as it is. For
+    several, the precedence is fixed: the error is an ``InvalidParentError``
+    whose ``dependency`` is None if any of them is unknown or not readable (the
+    input must change whatever happens to the others: bad input), else the first
+    of them in the order given. The message names the first
+    :data:`NAMED_AT_MOST` in the order given, those unknown or not readable
+    together in one phrase (in the order given: a hidden record reads exactly as
+    an absent one), then each of the others with its status, and counts the rest.
+    """
+    if len(refused) == 1:
+        raise refused[0][1]
+    if not refused:
+        return
+    named = refused[:NAMED_AT_MOST]
+    unknown = [(name, exc) for name, exc in named if exc.dependency is None]
+    parts = [str(unknown[0][1])] if len(unknown) == 1 else []
+    if len(unknown) > 1:
+        parts.append(
+            f"{_plural(what)} {_listed([name for name, _ in unknown])} of {child!r} are "
+            f"unknown or not readable by {reader!r}"
         )
+    parts.extend(str(exc) for _, exc in named if exc.dependency is not None)
+    rest = len(refused) - len(named)
+    if rest:
+        parts.append(
+            f"{rest} more {what if rest == 1 else _plural(what)} of {child!r} "
+            f"{'is' if rest == 1 else 'are'} unknown, not readable or not usable"
+        )
+    blocked = all(exc.dependency is not None for _, exc in refused)
+    raise InvalidParentError("; ".join(parts), refused[0][1].dependency if blocked else None)
+
+
+def _plural(what: str) -> str:
+    """``parent`` → ``parents``, ``observed dependency`` → ``observed dependencies``."""
+    return what[:-1] + "ies" if what.endswith("y") else what + "s"
+
+
+def _listed(names: Sequence[str]) -> str:
+    """``'a', 'b' and 'c'``."""
+    quoted = [repr(name) for name in names]
+    return ", ".join(quoted[:-1]) + " and " + quoted[-1]
 
 
 def check_usable_dependency(

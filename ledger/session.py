@@ -438,7 +438,9 @@ class Session:
             InvalidIdError, InvalidKindError, InvalidValueError, ValueTooLargeError,
             NaiveDatetimeError, ExpiryInPastError: bad input.
             DuplicateRecordError: the id is taken.
-            InvalidParentError, CycleError: a parent is unknown, unreadable or unusable.
+            InvalidParentError: parents unknown, unreadable or unusable (every one
+                named, the first 20; see the class for which error several give).
+            CycleError: the record names itself, or a record resting on it.
             SelfApprovalError: ``accepted_by`` is this session's principal.
             InvalidInputError: ``accepted_by`` is not a session of this ledger.
             UnknownRecordError, InvalidTransitionError, AcceptanceCheckError: as
@@ -555,7 +557,8 @@ class Session:
             InvalidTransitionError: not STALE (nor ACCEPTED on an expired basis,
                 given ``parents``).
             SelfApprovalError: the approver proposed it.
-            InvalidParentError: a dependency is not usable.
+            InvalidParentError: a dependency is not usable (a new basis: every bad
+                parent named, as for ``propose``).
             CycleError: the new basis would make the record depend on itself.
         """
         transitions.revalidate(self.caller, record_id, note, parents)

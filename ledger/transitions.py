@@ -277,16 +277,25 @@ def revalidate(caller: Caller, record_id: str, note: str, parents: Iterable[str]
         if basis is not None and new_basis is not None:
             below = {rid, *(cid for cid, _ in edges_index.descendants(c, d, rid))}
             inherited = []
+            refused: list[tuple[str, InvalidParentError]] = []  # every bad parent at once
             for dep, name in zip(basis, new_basis, strict=True):
                 # Visibility first: a hidden record must look absent, not cyclic.
-                dep_row = None if dep == rid else check_readable(caller, c, name, "parent", rid)
+                try:
+                    dep_row = None if dep == rid else check_readable(caller, c, name, "parent", rid)
+                except InvalidParentError as exc:
+                    refused.append((name, exc))
+                    continue
                 if dep_row is None or dep in below:
                     raise CycleError(
                         f"revalidate refused: {name!r} depends on {rid!r}; "
                         "a cycle is impossible by construction"
                     )
-                rules.check_buildable_on(dep_row, name, "parent", rid)
+                unusable = rules.unbuildable(dep_row, name, "parent", rid)
+                if unusable is not None:
+                    refused.append((name, unusable))
+                    continue
                 inherited.append((name, rules.conditions(dep_row)))
+            rules.check_dependencies_refused(refused, "parent", rid, caller.subject)
             check_conditions_kept(caller.shown(c, rid), record.conditions, inherited)
         deps = basis if basis is not None else record.dependencies
         check_usable_dependencies(caller, c, deps, rid, row["scope"], "revalidate", now)
