@@ -24,11 +24,12 @@ from ledger.errors import (
     InvalidRoleError,
     UnknownTokenError,
 )
-from ledger.serialization import micros_to_datetime
+from ledger.serialization import datetime_to_micros, micros_to_datetime
 from ledger.validation import check_aware, check_id, quoted
 from projections import access as access_view
 
 if TYPE_CHECKING:
+    from ledger.access_log import TokenState
     from ledger.engine import Engine, Write
     from ledger.erasure import Erasure
     from projections.base import Cursor
@@ -126,6 +127,9 @@ def check_roles(roles: object) -> tuple[str, ...]:
 #: The refusal of an admin token the log never issued to the administrator (or
 #: whose issuing event is gone from it: ``provledger verify`` looks).
 ADMIN_TOKEN_UNKNOWN = "admin token is unknown"
+
+#: The refusal to revoke a token the ledger never issued (no secret of it, then).
+NEVER_ISSUED = "token is unknown: this ledger never issued it"
 
 
 def check_admin_token(engine: Engine, token: object) -> str:
@@ -352,7 +356,8 @@ class Admin:
 
         def usable_one(admin: Principal | None, w: Write) -> bool:
             held = {} if admin is None else admin.tokens
-            return any(alive and self._usable_row(w, h) is not None for h, alive in held.items())
+            usable = self._usable_admin_tokens(w)
+            return any(alive and h in usable for h, alive in held.items())
 
         issued = self._append(
             ADMIN_PRINCIPAL,
@@ -400,7 +405,7 @@ class Admin:
                 row = self._fingerprinted(c, fingerprint)
                 token_hash = str(row["token_hash"])
         if row is None:
-            raise UnknownTokenError("token is unknown: this ledger never issued it")
+            raise UnknownTokenError(NEVER_ISSUED)
         self._revoke(str(row["subject"]), (token_hash,))  # a token's subject never changes
         return fingerprint_of(token_hash)
 
@@ -443,7 +448,7 @@ class Admin:
             wanted = live if hashes is None else list(hashes)
             for h in wanted:
                 if h not in held:
-                    raise UnknownTokenError("token is unknown: this ledger never issued it")
+                    raise UnknownTokenError(NEVER_ISSUED)
                 if not held[h]:
                     raise AuthenticationError(f"token of {subject!r} is already revoked")
             if subject == ADMIN_PRINCIPAL:
@@ -466,10 +471,11 @@ class Admin:
         does not: once the rest had expired, no admin command could run, and
         `provledger init` is the only way back. Revoking a token that is no longer
         usable (expired) takes nothing away."""
-        gone = [row for h in wanted if (row := self._usable_row(w, h)) is not None]
+        usable = self._usable_admin_tokens(w)
+        gone = [usable[h] for h in wanted if h in usable]
         if not gone:
             return
-        kept = [row for h in others if (row := self._usable_row(w, h)) is not None]
+        kept = [usable[h] for h in others if h in usable]
         issue = ": issue another first (Admin.issue_admin_token; `provledger token issue --admin`)"
         if not kept:
             raise InvalidInputError(
@@ -477,24 +483,29 @@ class Admin:
                 + (" still usable (the others have expired)" if others else "")
                 + issue
             )
-        if any(row["expires"] is None for row in gone) and all(
-            row["expires"] is not None for row in kept
+        if any(token.expires is None for token in gone) and all(
+            token.expires is not None for token in kept
         ):
-            last = max(micros_to_datetime(row["expires"]) for row in kept)
+            last = max(micros_to_datetime(token.expires or 0) for token in kept)
             raise InvalidInputError(
                 "that is the last admin token that does not expire: the others expire "
                 f"(the last at {last.isoformat()}), and then no admin command could run"
                 + issue.replace("another", "one without --expires")
             )
 
-    def _usable_row(self, w: Write, token_hash: str) -> Any:
-        """The token row of ``token_hash`` if the token is valid now, else None."""
-        row = access_view.token(w.c, self._engine.dialect, token_hash)
-        try:
-            self._engine.check_token(row)
-        except AuthenticationError:
-            return None
-        return row
+    def _usable_admin_tokens(self, w: Write) -> dict[str, TokenState]:
+        """The admin tokens valid now, by hash, as the administrator's own events say
+        (as :func:`check_admin_hash` decides: a forged ``pl_tokens`` row counts for
+        nothing)."""
+        from ledger.access_log import subject_state
+
+        now = datetime_to_micros(self._engine.now())
+        tokens = subject_state(self._engine, w.c, ADMIN_PRINCIPAL).tokens
+        return {
+            h: token
+            for h, token in tokens.items()
+            if token.revoked_position is None and (token.expires is None or now < token.expires)
+        }
 
     def _fingerprinted(self, c: Cursor, fingerprint: object) -> Any:
         """The token row a fingerprint names (read in ``c``), not yet revoked.

@@ -131,6 +131,29 @@ def subject_access(
         CorruptEventError: a stored event of ``subject`` was not appended by the
             ledger.
     """
+    state = subject_state(engine, c, subject)
+    token = state.tokens.get(token_hash)
+    if token is None or token.subject != subject:
+        raise UnknownTokenError("token is unknown")
+    if token.revoked_position is not None:
+        raise AuthenticationError(f"token of {subject!r} was revoked")
+    if token.expires is not None and datetime_to_micros(at) >= token.expires:
+        raise AuthenticationError(f"token of {subject!r} expired")
+    return {
+        scope: sorted(roles)
+        for scope, roles in sorted(state.roles.get(token.subject, {}).items())
+        if roles
+    }
+
+
+def subject_state(engine: Engine, c: Cursor, subject: str | None) -> AccessState:
+    """``subject``'s ``Principal`` events alone (vouched by their Merkle leaves),
+    folded: its tokens and roles as the log says, no view read.
+
+    Raises:
+        CorruptEventError: a stored event of ``subject`` was not appended by the
+            ledger, or one is missing.
+    """
     notes = (
         [] if subject is None else engine.recorder.select_record_events(c, principal_uuid(subject))
     )
@@ -147,18 +170,14 @@ def subject_access(
     state = AccessState()
     for note in notes:
         state.apply(note.id, engine.projector.decode(note))
-    token = state.tokens.get(token_hash)
-    if token is None or token.subject != subject:
-        raise UnknownTokenError("token is unknown")
-    if token.revoked_position is not None:
-        raise AuthenticationError(f"token of {subject!r} was revoked")
-    if token.expires is not None and datetime_to_micros(at) >= token.expires:
-        raise AuthenticationError(f"token of {subject!r} expired")
-    return {
-        scope: sorted(roles)
-        for scope, roles in sorted(state.roles.get(token.subject, {}).items())
-        if roles
-    }
+    return state
 
 
-__all__ = ["ADMIN", "AccessState", "TokenState", "access_from_log", "subject_access"]
+__all__ = [
+    "ADMIN",
+    "AccessState",
+    "TokenState",
+    "access_from_log",
+    "subject_access",
+    "subject_state",
+]

@@ -71,7 +71,7 @@ from ledger.validation import check_aware
 from ledger.values import RecordView
 from projections import validity as validity_view
 from projections.base import Cursor, Dialect
-from projections.projector import Projector, needs_migration, note_migrated
+from projections.projector import Projector, later_layout, needs_migration, note_migrated
 
 if TYPE_CHECKING:
     from ledger.persistence import LedgerRecorder
@@ -630,7 +630,7 @@ class Engine:
     def other_version(self) -> str:
         """Which version built the views of ``outdated_views``, for messages."""
         built = self.outdated_views or ""
-        later = built.isdigit() and int(built) > self.projector.current_layout
+        later = built.isdigit() and later_layout(int(built), self.projector.current_layout)
         return "a later version" if later else "an earlier version"
 
     def check_views_current(self) -> None:
@@ -678,10 +678,10 @@ class Engine:
             if not needs_migration(self.projector.layout(c), current, later=later, url=url):
                 return
         with self.locked() as c, self.recorder.replaying(c):  # done by another since?
-            if needs_migration(self.projector.layout(c), current, later=later, url=url):
+            if needs_migration(built := self.projector.layout(c), current, later=later, url=url):
                 started = time.monotonic()
                 if events := self.projector.replay(c):  # none: a new ledger's views
-                    note_migrated(events, current, time.monotonic() - started)
+                    note_migrated(events, current, time.monotonic() - started, built)
 
     # -- tokens -------------------------------------------------------------------
 

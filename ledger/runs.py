@@ -256,7 +256,9 @@ class RunContext:
         included): a task that goes on in another run rests on what it relied on
         in this one, and is refused as it would have been here if one of those
         records was withdrawn since. What it was shown not VALID is no
-        dependency, and is not carried (a long chain of runs does not grow).
+        dependency, and is not carried (a long chain of runs does not grow); nor
+        is a record the principal may no longer read (its grant withdrawn): no
+        proposal could rest on it, and the run could propose nothing.
 
         Raises:
             InvalidInputError: ``other`` is a run of another principal (what this
@@ -268,10 +270,21 @@ class RunContext:
                 f"run {self.run_id!r} of {mine!r} is carried only into another run of "
                 f"{mine!r}, not into run {other.run_id!r} of {theirs!r}"
             )
-        with self._outer.reading() as c:
-            run = self._outer.engine.load(c, self._aggregate_id)
-        reads = run.reads if isinstance(run, Run) else self._reads
-        valid = tuple(rid for rid, was_valid in reads.items() if was_valid)
+        caller = self._outer
+        with caller.reading() as c:
+            run = caller.engine.load(c, self._aggregate_id)
+            reads = run.reads if isinstance(run, Run) else self._reads
+            scopes: dict[str, bool] = {}  # whether the principal reads there now
+
+            def readable(rid: str) -> bool:
+                row = caller.engine.current_row(c, rid)
+                if row is None:
+                    return False
+                if row["scope"] not in scopes:
+                    scopes[row["scope"]] = Role.READ.value in caller.roles(c, row["scope"])
+                return scopes[row["scope"]]
+
+            valid = tuple(rid for rid, was_valid in reads.items() if was_valid and readable(rid))
         if valid:
             other._record_reads(valid, f"carried over from run {self.run_id}")
 

@@ -63,7 +63,7 @@ from ledger.stored_types import (
 )
 from ledger.validation import quoted
 from projections.base import SQLITE, Cursor, fetch_in_chunks, rows_digest
-from projections.projector import LAYOUT_KEY, RETIRED, Projector
+from projections.projector import LAYOUT_KEY, RETIRED, Projector, later_layout
 
 if TYPE_CHECKING:
     from ledger.engine import Engine
@@ -473,6 +473,11 @@ def _plain(value: Any) -> Any:
 _COLUMNS_AFTER_0_1_0 = frozenset({"agg_id", "supersedes", "superseded_by", "stale_via"})
 
 
+#: How a problem begins that says the views are a later version's (not shown as
+#: tampering by the command line, though not passed either).
+LATER_VIEWS = "the views say a later version of provledger built them"
+
+
 def _views_of_0_1_0(engine: Engine, c: Cursor) -> bool:
     """Whether the views are 0.1.0's: no layout recorded, its id map kept, and its
     record view without the columns every later layout added (every later
@@ -494,11 +499,10 @@ def _compare_views(engine: Engine, c: Cursor, scratch: _Scratch) -> Iterator[str
             "the views record no layout, yet they are not 0.1.0's (which kept "
             f"{RETIRED[0]} and had fewer columns): the layout row was removed"
         )
-    elif layout > current:
+    elif later_layout(layout, current):  # not passed: this version cannot vouch for them
         yield (
-            f"the views say they were built with layout {layout}, later than this "
-            f"version's {current}: verify them with the version of provledger that "
-            "built them (or the layout row was changed)"
+            f"{LATER_VIEWS} (layout {layout}; this version builds {current}): verify "
+            "with that version (if none built them, the layout row was changed)"
         )
     elif layout != current:
         yield (

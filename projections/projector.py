@@ -112,11 +112,25 @@ _LATER = frozenset(
 _LOG = logging.getLogger("provledger.views")
 
 
-def note_migrated(events: int, layout: int, seconds: float) -> None:
+def note_migrated(events: int, layout: int, seconds: float, built: int | None = None) -> None:
     """Say (a warning on the ``provledger.views`` logger, which a program without
     logging set up prints on standard error) that the views of a ledger an earlier
     version wrote were rebuilt in this version's ``layout``: the stored events are
-    unchanged, but the earlier version cannot open the ledger any more."""
+    unchanged, but the earlier version cannot open the ledger any more. Views a
+    later version built (``built`` above ``layout``: an explicit rebuild) are said
+    to be that version's, which rebuilds them again when it opens the ledger."""
+    if later_layout(built, layout):
+        _LOG.warning(
+            "the views of this ledger were built by a later version of provledger "
+            "(layout %d): rebuilt from its %d stored events in layout %d in %.1f s (the "
+            "events are unchanged; that version rebuilds them in its own layout when it "
+            "next opens the ledger)",
+            built,
+            events,
+            layout,
+            seconds,
+        )
+        return
     _LOG.warning(
         "the views of this ledger were built by an earlier version of provledger: "
         "rebuilt from its %d stored events in layout %d in %.1f s (the events are "
@@ -126,6 +140,17 @@ def note_migrated(events: int, layout: int, seconds: float) -> None:
         layout,
         seconds,
     )
+
+
+#: (this version's layout, a higher one earlier builds wrote there): not a later
+#: version's (PostgreSQL's 15, see ``POSTGRES_LAYOUT``).
+_WRITTEN_BEFORE = frozenset({(POSTGRES_LAYOUT, 15)})
+
+
+def later_layout(layout: int | None, current: int) -> bool:
+    """Whether views of ``layout`` were built by a version later than the one
+    building ``current`` (a higher layout no earlier build wrote)."""
+    return layout is not None and layout > current and (current, layout) not in _WRITTEN_BEFORE
 
 
 def needs_migration(layout: int | None, current: int, *, later: bool, url: str) -> bool:
@@ -141,7 +166,7 @@ def needs_migration(layout: int | None, current: int, *, later: bool, url: str) 
     """
     if layout == current:
         return False
-    if layout is not None and layout > current and not later:
+    if later_layout(layout, current) and not later:
         raise StorageError(
             f"ledger {url!r}: its views were built by a later version of provledger "
             f"(layout {layout}; this version builds layout {current}): open it with that "

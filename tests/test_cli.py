@@ -144,6 +144,7 @@ def test_init_creates_the_database_file_and_reports_its_admin_token(tmp_path: Pa
         "position": 2,  # the admin principal and its token
         "created": True,
         "admin_token": data["admin_token"],
+        "reissued": False,
     }
     # Running it again opens the same ledger and prints no token.
     again = c.ok("init")
@@ -436,7 +437,7 @@ def test_demo_runs_on_an_empty_postgresql_schema_and_refuses_a_ledger_with_event
 ADMIN_COMMANDS = [
     ["grant", "agent-1", "--scope", "proj-a", "--roles", "read"],
     ["token", "issue", "agent-1"],
-    ["token", "revoke", "plt_x"],
+    ["token", "revoke", "--fingerprint", "0123456789ab"],  # (a token given: warned of)
     ["stats"],
     ["rebuild"],
     ["digest"],

@@ -67,6 +67,7 @@ def test_init_creates_the_ledger_and_prints_the_admin_token_once(tmp_path: Path)
         "position": 2,
         "created": False,
         "admin_token": None,
+        "reissued": False,
     }
     with Ledger.open(url) as led:
         led.admin(token)  # a valid admin token
@@ -692,8 +693,9 @@ def test_the_last_admin_token_that_does_not_expire_is_not_revoked(
     assert ledger.admin(lasting) is not None
 
 
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
 def test_init_issues_an_admin_token_to_a_ledger_none_of_whose_tokens_is_usable(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, as_json: bool
 ) -> None:
     url = f"sqlite:///{tmp_path / 'x.db'}"
     first = ok("init", "--url", url).stdout.strip()
@@ -707,14 +709,32 @@ def test_init_issues_an_admin_token_to_a_ledger_none_of_whose_tokens_is_usable(
     assert refused.exit_code == 1
     assert "(if no admin token is usable any more, `provledger init` issues" in refused.stderr
 
-    again = ok("init", "--url", url)
-
-    assert "none of its admin tokens was usable any more" in again.stderr
-    issued = again.stdout.strip()
+    if as_json:
+        again = json.loads(ok("init", "--url", url, "--json").stdout)
+        assert again["reissued"] is True and again["created"] is False
+        issued = again["admin_token"]
+    else:
+        said = ok("init", "--url", url)
+        assert "none of its admin tokens was usable any more" in said.stderr
+        issued = said.stdout.strip()
     assert issued not in (first, brief)
     assert json.loads(ok("stats", "--url", url, "--admin-token", issued, "--json").stdout)
     third = ok("init", "--url", url)  # once: a usable token now exists
     assert third.stdout == "" and "admin token already" in third.stderr
+
+
+def test_init_goes_by_the_logs_admin_tokens_not_a_forged_token_view(tmp_path: Path) -> None:
+    path = tmp_path / "x.db"
+    url = f"sqlite:///{path}"
+    ok("init", "--url", url)
+    # Given the token view altered to say the admin token has expired
+    with closing(sqlite3.connect(path)) as c:
+        c.execute("UPDATE pl_tokens SET expires = 1 WHERE subject = '@admin'")
+        c.commit()
+
+    again = ok("init", "--url", url)
+
+    assert again.stdout == "" and "admin token already" in again.stderr
 
 
 def _at_once(calls: list[Any]) -> list[BaseException | None]:

@@ -1681,6 +1681,23 @@ def test_a_graph_resumed_from_its_checkpoint_by_a_later_store_rests_on_what_it_r
         assert later.get(("proj-a", "greetings"), "latest") is None
 
 
+def test_a_thread_resumed_by_a_later_store_does_not_carry_what_its_principal_may_no_longer_read(
+    store: LedgerStore, principals: Principals
+) -> None:
+    # Given a thread that read a key in docs, then the agent's read there withdrawn
+    store.put(("docs",), "secret", {"v": 1})
+    assert get_in_thread(store, "t", ("docs",), "secret") is not None
+    store.close()
+    principals.ledger.admin().revoke_grant("agent", "docs", ["read"])
+    # When a later store serves the thread, its put goes through, resting on nothing
+    with LedgerStore(
+        principals.ledger, token=principals.agent_token, approver_token=principals.reviewer_token
+    ) as later:
+        writer_graph(later).invoke({"greeting": "hi"}, {"configurable": {"thread_id": "t"}})
+    note = principals.reviewer.get(current_id(principals.reviewer, "proj-a", "notes/last"))
+    assert note.observed == ()
+
+
 def test_a_thread_resumed_does_not_join_the_run_of_a_thread_named_like_its_next_run(
     store: LedgerStore, principals: Principals
 ) -> None:

@@ -1044,7 +1044,7 @@ def test_views_of_layout_14_are_rebuilt_on_sqlite_and_kept_on_postgresql(
 
 @pytest.mark.parametrize("ledger_url", ["sqlite", "postgres"], indirect=True)
 def test_views_a_later_version_built_are_refused_not_rebuilt_until_an_explicit_rebuild(
-    open_ledger: Callable[..., Ledger], ledger_url: str
+    open_ledger: Callable[..., Ledger], ledger_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """An older version opening a ledger a later one migrated would rebuild the views
     in its own layout, and the later version again in its own: it refuses instead."""
@@ -1057,20 +1057,40 @@ def test_views_a_later_version_built_are_refused_not_rebuilt_until_an_explicit_r
     (current,) = raw.one("SELECT position FROM pl_tracking WHERE view = '#layout'")[0]
     written = led.position
     led.close()
-    # Given views that say a later version built them
-    raw.run(("UPDATE pl_tracking SET position = ? WHERE view = '#layout'", (current + 1,)))
+    # Given views that say a later version built them (PostgreSQL's 15 is no later's)
+    raw.run(("UPDATE pl_tracking SET position = ? WHERE view = '#layout'", (current + 2,)))
     # When the ledger opens, it is refused, and the views are left as they were
     with pytest.raises(LedgerError, match=r"built by a later version of provledger \(layout "):
         open_ledger()
-    assert raw.one("SELECT position FROM pl_tracking WHERE view = '#layout'") == [(current + 1,)]
+    assert raw.one("SELECT position FROM pl_tracking WHERE view = '#layout'") == [(current + 2,)]
     # Opened without catching up, it reads, and a write is refused, naming the version
     kept = open_ledger(catch_up=False)
     assert kept.authenticate(tokens["reviewer"]).get("M1").status is Status.CANDIDATE
     with pytest.raises(LedgerError, match="open it with that version or a later one"):
         kept.authenticate(tokens["reviewer"]).accept("M1")
     assert kept.position == written
-    # An explicit rebuild goes back to this version's layout
+    # An explicit rebuild goes back to this version's layout, saying whose they were
     assert kept.rebuild().matched
+    assert f"built by a later version of provledger (layout {current + 2})" in caplog.text
+    assert "earlier version" not in caplog.text
     assert raw.one("SELECT position FROM pl_tracking WHERE view = '#layout'") == [(current,)]
     kept.close()
     open_ledger().authenticate(tokens["reviewer"]).accept("M1")
+
+
+@pytest.mark.parametrize("ledger_url", ["postgres"], indirect=True)
+def test_postgresql_views_development_builds_marked_15_are_rebuilt_not_refused(
+    open_ledger: Callable[..., Ledger], ledger_url: str
+) -> None:
+    from .attacks import Raw
+
+    led = open_ledger()
+    agent, _, _ = principals(led)
+    agent.propose(SCOPE, "k", 1, Kind.FACT, id="M1")
+    raw = Raw(led)
+    led.close()
+    raw.run(("UPDATE pl_tracking SET position = 15 WHERE view = '#layout'", ()))
+
+    open_ledger()
+
+    assert raw.one("SELECT position FROM pl_tracking WHERE view = '#layout'") == [(14,)]

@@ -341,7 +341,7 @@ def test_a_form_sent_after_the_session_ended_says_so_and_writes_nothing(desk: De
     r = client.post("/records/M2/reject", data={"csrf": csrf, "reason": "no basis"})
     assert (r.status_code, r.headers["location"]) == (303, "/")
     page = text_of(client.get("/").text)
-    assert "Your token is no longer valid; nothing was written. Sign in again." in page
+    assert "Your token is no longer valid; nothing was written. Sign in again (with" in page
     # The session ended (here: signed out in another tab) while the form was open
     client, csrf = desk.signed_in("reviewer")
     other = desk.browser()
@@ -352,6 +352,42 @@ def test_a_form_sent_after_the_session_ended_says_so_and_writes_nothing(desk: De
     page = text_of(client.get("/").text)
     assert "Your session ended before the form was sent; nothing was written." in page
     assert desk.ledger.position == before
+
+
+def test_a_form_refused_as_its_token_ended_returns_to_its_page_with_what_was_typed(
+    desk: Desk,
+) -> None:
+    _seed(desk)
+    client, csrf = desk.signed_in("reviewer-2")
+    desk.ledger.admin().revoke_token(desk.tokens["reviewer-2"])
+    before = desk.ledger.position
+    sent = {"csrf": csrf, "reason": "no basis given", "next": "/records/M2"}
+    r = client.post("/records/M2/reject", data=sent)
+    # Sent to sign in, then back to the record's page
+    assert (r.status_code, r.headers["location"]) == (303, "/?next=%2Frecords%2FM2")
+    page = client.get(r.headers["location"]).text
+    assert "what you typed is kept for you" in text_of(page)
+    # Signed in again as reviewer-2 (a new token), the reason is filled in again
+    desk.tokens["reviewer-2"] = desk.ledger.admin().issue_token("reviewer-2")
+    signed = client.post(
+        "/signin",
+        data={"token": desk.tokens["reviewer-2"], "csrf": csrf_of(page), "next": "/records/M2"},
+    )
+    assert (signed.status_code, signed.headers["location"]) == (303, "/records/M2")
+    assert "no basis given" in client.get("/records/M2").text
+    assert desk.ledger.position == before + 1  # the new token's event alone
+    # Whoever else signs in on that browser is not shown it
+    client, csrf = desk.signed_in("reviewer-2")
+    desk.ledger.admin().revoke_token(desk.tokens["reviewer-2"])
+    client.post("/records/M2/reject", data={**sent, "csrf": csrf})
+    page = client.get("/?next=%2Frecords%2FM2").text
+    client.post(
+        "/signin",
+        data={"token": desk.tokens["reviewer"], "csrf": csrf_of(page), "next": "/records/M2"},
+    )
+    shown = client.get("/records/M2").text
+    assert "Signed in as <strong>reviewer</strong>" in shown
+    assert "no basis given" not in shown
 
 
 # -- the queue ----------------------------------------------------------------------------------
@@ -746,6 +782,9 @@ def test_a_decision_on_a_later_page_of_the_queue_returns_to_that_page(desk: Desk
     later_url = html.unescape(more[1])
     later = client.get(later_url).text
     assert "First candidates in proj-a" in later
+    # The first page counts at least its candidates; a later one its own, saying so
+    assert "50+ candidates" in text_of(first)
+    assert "10 candidates on this page" in text_of(later)
     rid = re.search(r'id="c-(B\d+)"', later)
     assert rid is not None and rid[1] not in first
     card = card_of(later, rid[1])

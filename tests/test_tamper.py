@@ -994,7 +994,7 @@ def test_verify_names_the_first_problem_when_a_forged_event_would_stop_opening(
 @pytest.mark.parametrize(
     ("layout", "named"),
     [
-        (99, "built with layout 99, later than this version's"),
+        (99, "a later version of provledger built them (layout 99; this version"),
         (4, "built with layout 4, which no released version"),  # lowered, to look older
         (None, "the views record no layout, yet they are not 0.1.0's"),  # removed
         # removed, and 0.1.0's id map added: this version's tables give them away
@@ -1034,6 +1034,28 @@ def test_verify_leaves_the_views_as_stored_even_with_the_layout_row_changed(
     with closing(sqlite3.connect(path)) as con:
         kept = con.execute("SELECT position FROM pl_tracking WHERE view='#layout'").fetchall()
         assert kept == ([] if not isinstance(layout, int) else [(layout,)])
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_verify_of_views_a_later_version_built_says_so_and_does_not_pass_them(
+    world: World, ledger_url: str
+) -> None:
+    from click.testing import CliRunner
+
+    from ledger.cli import main
+
+    _scenario(world)
+    world.ledger.close()
+    _tamper(_db(ledger_url), ("UPDATE pl_tracking SET position=99 WHERE view='#layout'", ()))
+
+    result = CliRunner().invoke(main, ["verify", "--url", ledger_url])
+
+    assert result.exit_code == 1
+    assert result.stderr.startswith(
+        "error: not verified by this version: the views say a later version of provledger "
+        "built them (layout 99; this version builds "
+    ), result.stderr
+    assert "tampering" not in result.stderr
 
 
 @pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)

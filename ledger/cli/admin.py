@@ -124,6 +124,8 @@ def init(url: str | None, as_json: bool) -> None:
             "position": led.position,
             "created": created,
             "admin_token": issued,
+            # a new one because none of those issued before was usable any more
+            "reissued": issued is not None and had and not created,
         }
     if as_json:
         echo_json(info)
@@ -139,7 +141,7 @@ def init(url: str | None, as_json: bool) -> None:
     lost = (
         "; none of its admin tokens was usable any more (each revoked or expired), so "
         "a new one was issued"
-        if had and not created
+        if info["reissued"]
         else ""
     )
     click.echo(

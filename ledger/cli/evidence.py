@@ -31,6 +31,7 @@ from ledger.errors import (
     UnknownTokenError,
 )
 from ledger.merkle import Verification
+from ledger.verification import LATER_VIEWS
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -206,6 +207,8 @@ def _found_line(report: Verification | Damage) -> str:
     # Heads that alone do not verify may be the wrong key or file, not tampering.
     alone = report.failed_checks == ("heads",)
     what = "the kept heads do not verify" if alone else "tampering detected"
+    if report.problem is not None and report.problem.startswith(LATER_VIEWS):
+        what = "not verified by this version"  # nor passed: it cannot vouch for them
     return f"{what}: {report.problem}"
 
 

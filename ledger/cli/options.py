@@ -367,7 +367,8 @@ def open_ledger(
         folder = None if backend.path is None else os.path.dirname(backend.path) or "."
         if folder is not None and not os.path.isdir(folder):  # nor can init there
             raise LedgerNotFoundError(
-                f"no ledger at {backend.url}: the directory {folder} does not exist; check {given}"
+                f"no ledger at {backend.url}: the directory {printable(folder)} does not "
+                f"exist; check {given}"
             ) from None
         if backend.read_only:  # init creates, which read-only cannot
             raise LedgerNotFoundError(

@@ -14,7 +14,7 @@ from datetime import datetime
 
 import click
 
-from ledger.access import subject_named, token_fingerprint
+from ledger.access import NEVER_ISSUED, subject_named, token_fingerprint
 from ledger.cli.failures import errors_exit_1
 from ledger.cli.options import DATETIME, CheckedGroup, admin_options, host_ledger, json_option
 from ledger.cli.render import echo_json, make_console, new_table, report_done, show, when_text
@@ -162,8 +162,8 @@ def token_revoke(
             else:
                 revoked = [admin.revoke_token(token_value, fingerprint=fingerprint)]
             position = led.position
-    except (LedgerError, click.ClickException):
-        if shown:  # revoked, it would have been harmless there
+    except (LedgerError, click.ClickException, KeyboardInterrupt) as exc:
+        if shown and str(exc) != NEVER_ISSUED:  # revoked, it would have been harmless
             click.echo(
                 "warning: TOKEN was on the command line, visible to other users (ps, "
                 "/proc/PID/cmdline) while this ran; if it still works, revoke it with - "

@@ -148,7 +148,8 @@ def resolve_url(url: str | None) -> Backend:
     # space before it, or ``scheme:user:pw@host``, is no URL ``redacted`` can read).
     shown = _ANY_USERINFO.sub(r"\1***@", redacted(url))
     # A bare file name or path was most likely meant as an SQLite file.
-    bare = ":" not in url and url.strip() == url and url.endswith((".db", ".sqlite", ".sqlite3"))
+    bare = ":" not in url and url.isprintable() and url.strip() == url
+    bare = bare and url.endswith((".db", ".sqlite", ".sqlite3"))
     hint = f" (for the SQLite file {url}: sqlite:///{url})" if bare else ""
     raise InvalidURLError(
         f"ledger URL {shown!r} is not memory:, sqlite:///path or postgresql://user@host/db" + hint

@@ -113,7 +113,8 @@ class Plumbing:
     ) -> HTMLResponse:
         """A page from ``template`` with the header's context."""
         moment = context.pop("moment", None) or Moment()
-        refused = session.take_refused()
+        # Kept across a sign-in (a form refused as its token ended) for its page.
+        refused = session.take_refused() if session.signed_in else None
         flashes = session.take_flashes()
         # The refusal a field is marked for: its message is what describes the field.
         refusal_at = None
@@ -266,7 +267,7 @@ class Plumbing:
                 # say so, rather than call the form forged.
                 if signs_out:
                     return self._ended(request, SIGNED_OUT, kind="ok")
-                return self._ended(request, ENDED)
+                return self._ended(request, ENDED, back=self._back_to(request, form, own_page))
             if session is not None and not session.signed_in:
                 # Signed out (in another tab: the cookie names that tab's new session)
                 # since the form was shown; nobody is signed in, so nothing is forged.
@@ -287,10 +288,17 @@ class Plumbing:
                 return await handler(request, session)
             except AuthenticationError:
                 self.store.drop(session.sid)
+                _, typed = _typed(form)
+                kept = any(value.strip() for value in typed.values())
                 return self._ended(
                     request,
-                    "Your token is no longer valid; nothing was written. Sign in again.",
+                    "Your token is no longer valid; nothing was written. Sign in again"
+                    + (
+                        " (with a token of yours: what you typed is kept for you)." if kept else "."
+                    ),
                     session,
+                    back=self._back_to(request, form, own_page),
+                    typed=typed if kept else None,
                 )
 
         return post
@@ -329,8 +337,11 @@ class Plumbing:
         if kept:
             session.keep_refused(request.url.path, typed)
         session.flash("error", shown_before(kept, dropped=written and not earlier))
-        back = request.url.path if own_page else self._back(request, form, "/")
-        return RedirectResponse(back, status_code=303)
+        return RedirectResponse(self._back_to(request, form, own_page), status_code=303)
+
+    def _back_to(self, request: Request, form: Mapping[str, Any], own_page: bool) -> str:
+        """The page a form came from: its own address, or the form's ``next``."""
+        return request.url.path if own_page else self._back(request, form, "/")
 
     def _ended(
         self,
@@ -338,12 +349,19 @@ class Plumbing:
         message: str,
         ended: ConsoleSession | None = None,
         kind: str = "error",
+        back: str = "/",
+        typed: dict[str, str] | None = None,
     ) -> Response:
-        """To the sign-in page of a new session that shows ``message`` (``ended``:
-        the session it follows in this browser; ``kind``: the message's)."""
+        """To the sign-in page of a new session that shows ``message`` and returns to
+        ``back`` once signed in (``ended``: the session it follows in this browser;
+        ``kind``: the message's). ``typed``: what was typed into the form, filled in
+        again there if ``ended``'s principal signs in (no one else sees it)."""
         session = self.store.new() if ended is None else self.store.after(ended)
         session.flash(kind, message)
-        response = RedirectResponse("/", status_code=303)
+        if typed is not None and ended is not None:
+            session.keep_refused(request.url.path, typed)
+        target = "/" if back == "/" else "/?" + urlencode({"next": back})
+        response = RedirectResponse(target, status_code=303)
         self._set_cookie(request, response, session)
         return response
 

@@ -222,6 +222,8 @@ class SessionStore:
         if (old.principal or old.earlier_of) in (None, principal):
             session.earlier = (old.csrf, *old.earlier)[:EARLIER]
             session.earlier_of = principal
+        if old.earlier_of == principal:  # a form of theirs refused as their token ended
+            session.refused = old.refused
         with self._lock:
             self._anonymous.pop(old.sid, None)
             self._signed_in.pop(old.sid, None)
