@@ -343,12 +343,13 @@ def prepare(
     drawn = record_id is None or isinstance(record_id, DrawnId)
     rid = str(check_id(record_id)) if record_id is not None else new_record_id()
     named = tuple(dict.fromkeys(check_ref(p, "parent id") for p in check_list(parents, "parents")))
+    # The role first: what is taken in a scope is told only to who may propose there.
+    caller.require(c, scope, Role.PROPOSE, "propose" if evidence is None else "capture")
     if rid in named:
         # A taken id first: a record that exists is no parent-to-be of itself.
         if _new_key(caller, c, rid, scope, known, pending) is None:
             raise DuplicateRecordError(f"record {rid!r} already exists")
         raise CycleError(f"record {rid!r} cannot be its own parent")
-    caller.require(c, scope, Role.PROPOSE, "propose" if evidence is None else "capture")
     # Dependencies are named as the caller sees them; the event holds their keys
     # (two names of one record make one parent, shown by the first).
     keys: dict[str, str] = {}

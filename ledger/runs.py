@@ -36,6 +36,7 @@ from ledger.session import Session
 from ledger.validation import check_list, check_ref, check_text
 from ledger.values import Explanation, ReadResult, RecordView
 from projections import access as access_view
+from projections import validity as validity_view
 from projections.base import Cursor
 
 
@@ -274,17 +275,11 @@ class RunContext:
         with caller.reading() as c:
             run = caller.engine.load(c, self._aggregate_id)
             reads = run.reads if isinstance(run, Run) else self._reads
-            scopes: dict[str, bool] = {}  # whether the principal reads there now
-
-            def readable(rid: str) -> bool:
-                row = caller.engine.current_row(c, rid)
-                if row is None:
-                    return False
-                if row["scope"] not in scopes:
-                    scopes[row["scope"]] = Role.READ.value in caller.roles(c, row["scope"])
-                return scopes[row["scope"]]
-
-            valid = tuple(rid for rid, was_valid in reads.items() if was_valid and readable(rid))
+            shown = [rid for rid, was_valid in reads.items() if was_valid]
+            rows = validity_view.current_many(c, caller.engine.dialect, shown, values=False)
+            scopes = {row["scope"] for row in rows.values()}
+            readable = {s for s in scopes if Role.READ.value in caller.roles(c, s)}
+            valid = tuple(rid for rid in shown if rid in rows and rows[rid]["scope"] in readable)
         if valid:
             other._record_reads(valid, f"carried over from run {self.run_id}")
 

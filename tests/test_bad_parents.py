@@ -264,6 +264,28 @@ def test_an_id_taken_only_where_the_caller_cannot_see_is_a_cycle_like_a_free_one
     assert told[0] == told[1] == "record '<id>' cannot be its own parent"
 
 
+def test_naming_itself_in_a_scope_without_a_grant_tells_nothing_of_what_is_taken_there(
+    parents: Parents,
+) -> None:
+    # H1, taken in proj-h, is proposed again in proj-z (stored as H1@@proj-z), where
+    # the agent holds no grant, as it holds none in proj-q, which holds nothing
+    admin = parents.ledger.admin()
+    admin.grant("zed", scope="proj-z", roles=["propose", "read"])
+    zed = parents.ledger.authenticate(admin.issue_token("zed"))
+    zed.propose(scope="proj-z", claim_key="h", value=1, kind=Kind.FACT, id="H1")
+    told = []
+    for scope in ("proj-z", "proj-q"):
+        position, digest = parents.ledger.position, parents.ledger.views_digest()
+        with pytest.raises(LedgerError) as info:
+            parents.agent.propose(
+                scope=scope, claim_key="n", value=1, kind="inference", parents=["H1"], id="H1"
+            )
+        assert (parents.ledger.position, parents.ledger.views_digest()) == (position, digest)
+        told.append((type(info.value).__name__, str(info.value).replace(scope, "<scope>")))
+    assert told[0] == told[1]
+    assert told[0][0] == "AccessDeniedError"
+
+
 def test_over_http_unknown_parents_are_422_and_only_unusable_ones_409(parents: Parents) -> None:
     app = create_app(parents.ledger, mcp_factory=None, max_body_bytes=64 * 1024)
     body = {"scope": "proj-a", "claim_key": "x", "value": 1, "kind": "inference", "id": "X1"}

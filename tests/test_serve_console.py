@@ -390,6 +390,17 @@ def test_a_form_refused_as_its_token_ended_returns_to_its_page_with_what_was_typ
     assert "no basis given" not in shown
 
 
+def test_a_form_refused_as_its_token_ended_carries_no_token_into_the_sign_in_address(
+    desk: Desk,
+) -> None:
+    _seed(desk)
+    client, csrf = desk.signed_in("reviewer-2")
+    desk.ledger.admin().revoke_token(desk.tokens["reviewer-2"])
+    page = "/?scope=proj-a&after=" + desk.tokens["reviewer"]  # a token in the address
+    r = client.post("/records/M2/reject", data={"csrf": csrf, "reason": "x", "next": page})
+    assert (r.status_code, r.headers["location"]) == (303, "/")
+
+
 # -- the queue ----------------------------------------------------------------------------------
 
 

@@ -1056,6 +1056,11 @@ def test_verify_of_views_a_later_version_built_says_so_and_does_not_pass_them(
         "built them (layout 99; this version builds "
     ), result.stderr
     assert "tampering" not in result.stderr
+    # Evidence bytes changed too: that is tampering, said so, whatever the views say
+    _tamper(_db(ledger_url), ("UPDATE pl_snapshots SET content=x'00ff'", ()))
+    both = CliRunner().invoke(main, ["verify", "--url", ledger_url])
+    assert both.exit_code == 1
+    assert both.stderr.startswith("error: tampering detected: "), both.stderr
 
 
 @pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)

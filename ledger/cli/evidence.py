@@ -207,7 +207,8 @@ def _found_line(report: Verification | Damage) -> str:
     # Heads that alone do not verify may be the wrong key or file, not tampering.
     alone = report.failed_checks == ("heads",)
     what = "the kept heads do not verify" if alone else "tampering detected"
-    if report.problem is not None and report.problem.startswith(LATER_VIEWS):
+    later = report.problem is not None and report.problem.startswith(LATER_VIEWS)
+    if later and report.failed_checks == ("views",):  # else what else failed says it
         what = "not verified by this version"  # nor passed: it cannot vouch for them
     return f"{what}: {report.problem}"
 

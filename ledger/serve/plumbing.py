@@ -360,6 +360,8 @@ class Plumbing:
         session.flash(kind, message)
         if typed is not None and ended is not None:
             session.keep_refused(request.url.path, typed)
+        if masked(unquote(back)) != unquote(back):
+            back = "/"  # a token in the address is not carried on (nor into history)
         target = "/" if back == "/" else "/?" + urlencode({"next": back})
         response = RedirectResponse(target, status_code=303)
         self._set_cookie(request, response, session)
