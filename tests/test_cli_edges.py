@@ -107,7 +107,7 @@ READ_ONLY_REFUSALS = [
     ("revoke-grant", "revoke-grant agent-1 --scope proj-a --roles read"),
     ("token issue", "token issue agent-1"),
     ("token issue", "token issue --admin"),
-    ("token revoke", "token revoke plt_x"),
+    ("token revoke", "token revoke --fingerprint 0123456789ab"),
     ("token revoke", "token revoke -"),
     ("erase-snapshot", "erase-snapshot sha256:00 --reason request"),
     ("scrub-erased", "scrub-erased"),
