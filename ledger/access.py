@@ -353,16 +353,10 @@ class Admin:
         self._engine.check_open()
         self._engine.check_writable("bootstrap_admin_token")
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-
-        def usable_one(admin: Principal | None, w: Write) -> bool:
-            held = {} if admin is None else admin.tokens
-            usable = self._usable_admin_tokens(w)
-            return any(alive and h in usable for h, alive in held.items())
-
         issued = self._append(
             ADMIN_PRINCIPAL,
             Principal.TokenIssued,
-            unless=usable_one,
+            unless=lambda _admin, w: bool(self._usable_admin_tokens(w)),
             token_hash=hash_token(token),
             expires=None,
         )
