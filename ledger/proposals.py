@@ -248,13 +248,19 @@ def propose_many(caller: Caller, items: Iterable[Mapping[str, Any]]) -> list[str
         # batch meets does not tell whether an id exists.
         taken: DuplicateRecordError | None = None
         for index, item in enumerate(batch):
+            drawn = ""  # the id drawn for an item naming none, which no one saw
             try:
-                record = prepare(caller, c, pending, known, **_batch_fields(item))
+                fields = _batch_fields(item)
+                if fields["record_id"] is None:
+                    fields["record_id"] = DrawnId(new_record_id())
+                    drawn = repr(str(fields["record_id"]))
+                record = prepare(caller, c, pending, known, **fields)
             except DuplicateRecordError as exc:
                 taken = taken or DuplicateRecordError(f"propose_many item {index}: {exc}")
                 continue
             except LedgerError as exc:
-                raise retold(exc, f"propose_many item {index}: {exc}") from None
+                told = str(exc).replace(drawn, "the new record") if drawn else str(exc)
+                raise retold(exc, f"propose_many item {index}: {told}") from None
             pending.add(record)
             records.append(record)
         if taken is not None:

@@ -351,3 +351,16 @@ def test_revalidating_on_a_new_basis_names_every_bad_parent(parents: Parents) ->
         "parent 'R1' of 'D1' is REVOKED (wrong)"
     )
     assert refused.dependency is None
+
+
+def test_a_batch_item_without_an_id_is_named_the_new_record_not_a_drawn_id(
+    parents: Parents,
+) -> None:
+    item = {"scope": "proj-a", "claim_key": "x", "value": 1, "kind": "inference"}
+    refused = _refused(
+        parents, lambda: parents.agent.propose_many([{**item, "parents": ["U1", "U2"]}])
+    )
+    assert str(refused) == (
+        "propose_many item 0: parents 'U1' and 'U2' of the new record are unknown or not "
+        "readable by 'agent-1'"
+    )
