@@ -42,8 +42,9 @@ class Parents:
     tokens: dict[str, str]
 
 
-@pytest.fixture
-def parents(ledger: Ledger) -> Parents:
+def _principals(ledger: Ledger) -> tuple[dict[str, str], Session, Session, Session]:
+    """Tokens and sessions of agent-1 (proposes in proj-a), reviewer (approves in
+    proj-a and proj-h) and hboss (proposes in proj-h, hidden from agent-1)."""
     admin = ledger.admin()
     admin.grant("agent-1", scope="proj-a", roles=["propose", "read"])
     admin.grant("reviewer", scope="proj-a", roles=["approve", "read"])
@@ -51,6 +52,12 @@ def parents(ledger: Ledger) -> Parents:
     admin.grant("reviewer", scope="proj-h", roles=["approve", "read"])
     tokens = {name: admin.issue_token(name) for name in ("agent-1", "reviewer", "hboss")}
     agent, reviewer, hidden = (ledger.authenticate(tokens[n]) for n in tokens)
+    return tokens, agent, reviewer, hidden
+
+
+@pytest.fixture
+def parents(ledger: Ledger) -> Parents:
+    tokens, agent, reviewer, hidden = _principals(ledger)
     for rid in ("A1", "C1", "R1", "S1", "E1"):
         agent.propose(scope="proj-a", claim_key=rid.lower(), value=1, kind=Kind.FACT, id=rid)
     agent.propose(
@@ -128,14 +135,7 @@ def test_a_single_bad_parent_is_refused_as_before(parents: Parents) -> None:
 
 def test_a_hidden_parent_among_several_reads_exactly_as_an_unknown_one(ledger: Ledger) -> None:
     # Given parents that do not exist yet (G1, G2) among unknown and revoked ones
-    admin = ledger.admin()
-    admin.grant("agent-1", scope="proj-a", roles=["propose", "read"])
-    admin.grant("reviewer", scope="proj-a", roles=["approve", "read"])
-    admin.grant("hboss", scope="proj-h", roles=["propose", "read"])
-    admin.grant("reviewer", scope="proj-h", roles=["approve", "read"])
-    agent = ledger.authenticate(admin.issue_token("agent-1"))
-    reviewer = ledger.authenticate(admin.issue_token("reviewer"))
-    hidden = ledger.authenticate(admin.issue_token("hboss"))
+    _, agent, reviewer, hidden = _principals(ledger)
     agent.propose(scope="proj-a", claim_key="r", value=1, kind=Kind.FACT, id="R1")
     reviewer.accept("R1")
     reviewer.revoke("R1", reason="wrong")
