@@ -17,6 +17,7 @@ from projections.base import Cursor, Dialect, as_of_filter
 from projections.record_table import (
     COLUMNS,
     LIVE_STATUSES,
+    claim_walk,
     live_filter,
     row_columns,
     status_is,
@@ -187,6 +188,8 @@ def _claim_as_statement(d: Dialect, as_of: bool, live_only: bool) -> str:
             when += " AND " + live_filter("r", now=False)
     else:
         when = live_filter("r") if live_only else "r.to_pos IS NULL"
+    if as_of or not live_only:  # every version, or every status: the claim index
+        when += claim_walk(d, "r")
     if live_only:
         # A read uses only ACCEPTED rows: a claim's CANDIDATE and STALE rows (any
         # number, values of up to the size limit each) are not fetched for it.
@@ -272,7 +275,7 @@ def _others_statement(d: Dialect, as_of: bool) -> str:
     if as_of:
         rows = (
             claim.format(tier=_tier(PROPOSED_ONLY))
-            + f"{as_of_filter('o')} AND o.status <> 'ACCEPTED'"
+            + f"{as_of_filter('o')}{claim_walk(d, 'o')} AND o.status <> 'ACCEPTED'"
         )
     else:
         live = [s for s in LIVE_STATUSES if s != "ACCEPTED"]

@@ -49,11 +49,11 @@ VIEW_TABLES: tuple[str, ...] = (*(t for v in VIEWS for t in v.TABLES), *timeline
 #: built with another layout (a ledger written by 0.1.0 has none recorded) are
 #: dropped and rebuilt from the log when the ledger opens; stored events never change.
 LAYOUT = 15
-#: The layout of PostgreSQL's views: 15 changed SQLite's indexes alone, so a
-#: PostgreSQL ledger of layout 14 keeps its views rather than rebuild them. A
-#: change to PostgreSQL's views sets it to the new ``LAYOUT`` (never to 15, which
-#: development builds wrote there for views like 14's).
-POSTGRES_LAYOUT = 14
+#: The layout of PostgreSQL's views: 15 changed SQLite's indexes alone (a
+#: PostgreSQL ledger of layout 14 kept its views), and 16 PostgreSQL's alone
+#: (SQLite's views stay at 15): the next change to both is 17. Development builds
+#: wrote 15 on PostgreSQL for views like 14's: rebuilt, as earlier ones.
+POSTGRES_LAYOUT = 16
 #: Tables of earlier layouts, dropped with the views (4 keeps no map from aggregate
 #: ids to record ids: a record's proposal, found by the events' key, holds it; 5
 #: indexes a scope's listing by the id each record was proposed as; 6 a claim's
@@ -71,7 +71,9 @@ POSTGRES_LAYOUT = 14
 #: planner's statistics, ``record_table.SCOPE_WALK``); 14 keeps a row's long lists
 #: and mappings (``record_table.SPILLED``) in ``pl_spilled``; 15 holds each
 #: listed row's expiry, and what the listing indexes' conditions test, in their
-#: entries on SQLite: ``record_table.COVERED``).
+#: entries on SQLite: ``record_table.COVERED``; 16 keeps, on PostgreSQL, a
+#: claim's statements about its current rows off the index of all its versions,
+#: whatever the planner's statistics: ``record_table.CLAIM_WALK``).
 RETIRED = ("pl_record_ids",)
 LAYOUT_KEY = "#layout"
 
@@ -142,15 +144,10 @@ def note_migrated(events: int, layout: int, seconds: float, built: int | None = 
     )
 
 
-#: (this version's layout, a higher one earlier builds wrote there): not a later
-#: version's (PostgreSQL's 15, see ``POSTGRES_LAYOUT``).
-_WRITTEN_BEFORE = frozenset({(POSTGRES_LAYOUT, 15)})
-
-
 def later_layout(layout: int | None, current: int) -> bool:
     """Whether views of ``layout`` were built by a version later than the one
-    building ``current`` (a higher layout no earlier build wrote)."""
-    return layout is not None and layout > current and (current, layout) not in _WRITTEN_BEFORE
+    building ``current`` (a higher layout)."""
+    return layout is not None and layout > current
 
 
 def needs_migration(layout: int | None, current: int, *, later: bool, url: str) -> bool:
@@ -254,6 +251,7 @@ class Projector:
             statement = statement.replace("{listing}", listing).replace("{qualified}", qualified)
             statement = statement.replace("{live}", record_table.LIVE_FILTER)
             statement = statement.replace("{withdrawn}", record_table.withdrawn_filter())
+            statement = statement.replace("{claim_walk}", record_table.claim_index_condition(d))
             c.execute(d.q(record_table.held(statement, d)))
 
     def drop_tables(self, c: Cursor) -> None:

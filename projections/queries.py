@@ -20,6 +20,7 @@ from projections.record_table import (
     OPEN_TERM,
     ROW,
     SCOPE_WALK,
+    claim_walk,
     live_filter,
     status_is,
 )
@@ -402,7 +403,10 @@ def _prefix_rows(
     # PostgreSQL reads the range whole first (OFFSET 0 keeps the subquery apart, and
     # ``after`` is outside it): asked for rows in listing order, its planner may walk
     # a listing index instead, on estimates that know nothing of the counts above.
-    fenced = f"(SELECT * FROM {{t}}pl_records r WHERE {' AND '.join([*where, *span])} OFFSET 0) r"
+    walk = "" if live else claim_walk(d, "r")
+    fenced = (
+        f"(SELECT * FROM {{t}}pl_records r WHERE {' AND '.join([*where, *span])}{walk} OFFSET 0) r"
+    )
     terms, values = later[0] or ["TRUE"], [*params, *bounds, *later[1]]
     return _page_rows(c, d, terms, values, order, limit, rows=fenced)
 
@@ -413,7 +417,9 @@ def _versions(
     """How many row versions of ``scope`` hold ``terms`` (on its claim keys),
     counted up to ``cap`` in ``pl_records_claim``."""
     index = "pl_records_claim" if d.name == "sqlite" else ""
-    return _count_up_to(c, d, index, ["r.scope = ?", *terms], [scope, *params], cap)
+    walk = claim_walk(d, "r").removeprefix(" AND ")
+    terms = ["r.scope = ?", *terms, *([walk] if walk else [])]
+    return _count_up_to(c, d, index, terms, [scope, *params], cap)
 
 
 def _count_up_to(
@@ -469,7 +475,10 @@ def scopes(c: Cursor, d: Dialect, position: int | None = None) -> list[str]:
         )
     else:
         c.execute(
-            d.q(f"SELECT DISTINCT scope FROM {{t}}pl_records WHERE {AS_OF_FILTER} ORDER BY scope"),
+            d.q(
+                f"SELECT DISTINCT scope FROM {{t}}pl_records WHERE {AS_OF_FILTER}"
+                f"{claim_walk(d)} ORDER BY scope"
+            ),
             (position, position),
         )
     return [r["scope"] for r in c.fetchall()]
@@ -489,7 +498,7 @@ def in_scope(c: Cursor, d: Dialect, scope: str, position: int | None = None) -> 
         c.execute(
             d.q(
                 "SELECT record_id FROM {t}pl_records WHERE scope=? "
-                f"AND {AS_OF_FILTER} ORDER BY created_pos"
+                f"AND {AS_OF_FILTER}{claim_walk(d)} ORDER BY created_pos"
             ),
             (scope, position, position),
         )

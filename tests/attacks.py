@@ -69,6 +69,20 @@ class Raw:
             sql = re.sub(r"\bpl_", f"{self.schema}.pl_", sql).replace("?", "%s")
         return sql
 
+    def connect(self, autocommit: bool = False) -> Any:
+        """A psycopg connection of its own to the PostgreSQL ledger's database."""
+        import psycopg
+
+        env = self.env
+        return psycopg.connect(
+            host=env["POSTGRES_HOST"],
+            port=int(env["POSTGRES_PORT"]),
+            dbname=env["POSTGRES_DBNAME"],
+            user=env["POSTGRES_USER"],
+            password=env["POSTGRES_PASSWORD"] or None,
+            autocommit=autocommit,
+        )
+
     def run(self, *statements: tuple[str, Sequence[Any]]) -> list[list[tuple[Any, ...]]]:
         """Run ``statements`` in one transaction; the rows each returned."""
         out: list[list[tuple[Any, ...]]] = []
@@ -84,16 +98,7 @@ class Raw:
             finally:
                 con.close()
             return out
-        import psycopg
-
-        env = self.env
-        with psycopg.connect(
-            host=env["POSTGRES_HOST"],
-            port=int(env["POSTGRES_PORT"]),
-            dbname=env["POSTGRES_DBNAME"],
-            user=env["POSTGRES_USER"],
-            password=env["POSTGRES_PASSWORD"] or None,
-        ) as conn:
+        with self.connect() as conn:
             for table in ("provledger_events", "pl_merkle_leaves", "pl_commits"):
                 for name in ("append_only", "no_truncate"):
                     conn.execute(f"DROP TRIGGER IF EXISTS {table}_{name} ON {self.schema}.{table}")

@@ -11,7 +11,7 @@ searches."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -323,6 +323,60 @@ def test_a_read_reads_its_claims_rows_whatever_the_planners_statistics(
     # ACCEPTED rows, estimated empty, and read all 301 of them for the claim's one)
     assert first == second == 0
     assert many <= few + 8, (few, many)
+
+
+def analysed(ledger: Ledger, *commands: str) -> None:
+    """Run maintenance ``commands`` on ``pl_records`` as PostgreSQL's autovacuum
+    does (each in its own transaction, committed): ``VACUUM`` sets the table's
+    size for the planner, and ``ANALYZE`` its statistics."""
+    from .attacks import Raw
+
+    raw = Raw(ledger)
+    with raw.connect(autocommit=True) as conn:
+        for command in commands:
+            conn.execute(f"{command} {raw.schema}.pl_records")
+
+
+@pytest.mark.parametrize("ledger_url", ["postgres"], indirect=True)
+@pytest.mark.parametrize(
+    "statistics", [pytest.param((), id="none"), pytest.param(("VACUUM",), id="vacuumed")]
+)
+def test_a_read_and_a_put_pass_over_a_claims_candidates_without_statistics(
+    open_ledger: Callable[..., Ledger],
+    ledger_url: str,
+    statistics: tuple[str, ...],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On PostgreSQL without statistics, the planner estimated one row on the claim's
+    index of all its versions as on its index of live rows, took the smaller, and
+    filtered every candidate under the key (``record_table.CLAIM_WALK``)."""
+    ledger = open_ledger()
+    agent, flooder, _ = people(ledger)
+    admin = ledger.admin()
+    store = LedgerStore(
+        ledger, token=admin.issue_token("agent"), approver_token=admin.issue_token("reviewer")
+    )
+    _, claim = location((SCOPE, "prefs"), "theme", store.scope_depth)
+    store.put((SCOPE, "prefs"), "theme", {"v": 0})
+    # Given 400 candidates under the key, and no planner statistics (none yet, or
+    # the table vacuumed but not analysed: its size known, not what it holds)
+    for _ in range(4):
+        flooder.propose_many(
+            [{"scope": SCOPE, "claim_key": claim, "value": 1, "kind": store.kind.value}] * 100
+        )
+    analysed(ledger, *statistics)
+
+    # When the key is read, and put
+    with recorded(monkeypatch, claim_queries, "for_claim_as") as reading:
+        assert agent.read(SCOPE, claim).value == {"v": 0}
+    with recorded(monkeypatch, versions, "newest_version", 1) as putting:
+        store.put((SCOPE, "prefs"), "theme", {"v": 1})
+
+    # Then each read a few rows of pl_records, not the 400 candidates
+    assert work_of(ledger, reading) <= 8
+    assert work_of(ledger, putting) <= 8
+    assert store.get((SCOPE, "prefs"), "theme").value == {"v": 1}  # type: ignore[union-attr]
+    store.close()
 
 
 # -- a LangGraph put reads none of the candidates under its key ---------------------------

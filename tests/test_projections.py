@@ -1002,13 +1002,13 @@ def test_a_revocation_hands_the_views_the_rows_it_read_instead_of_reading_again(
 
 
 @pytest.mark.parametrize("ledger_url", ["sqlite", "postgres"], indirect=True)
-def test_views_of_layout_14_are_rebuilt_on_sqlite_and_kept_on_postgresql(
+def test_views_of_layout_14_are_rebuilt_in_each_backends_layout(
     open_ledger: Callable[..., Ledger], ledger_url: str
 ) -> None:
-    """Layout 15 changed SQLite's listing indexes alone (``record_table.COVERED``):
-    an SQLite ledger whose views are of layout 14 rebuilds them when it opens; a
-    PostgreSQL ledger builds layout 14 still, its indexes as they were, and keeps
-    such views as they are (a rebuild would replay the whole log for nothing)."""
+    """Layout 15 changed SQLite's listing indexes alone (``record_table.COVERED``),
+    and 16 PostgreSQL's claim index alone (``record_table.CLAIM_WALK``): views of
+    layout 14 are rebuilt on open, in 15 on SQLite and 16 on PostgreSQL, each with
+    its own indexes."""
     from .attacks import Raw
 
     led = open_ledger()
@@ -1016,9 +1016,8 @@ def test_views_of_layout_14_are_rebuilt_on_sqlite_and_kept_on_postgresql(
     agent.propose(SCOPE, "k", 1, Kind.FACT, id="M1")
     raw = Raw(led)
     sqlite = led.backend == "sqlite"
-    assert raw.one("SELECT position FROM pl_tracking WHERE view = '#layout'") == [
-        (15 if sqlite else 14,)
-    ]
+    layout = 15 if sqlite else 16
+    assert raw.one("SELECT position FROM pl_tracking WHERE view = '#layout'") == [(layout,)]
     led.close()
     # Given views of layout 14, and a view row changed, which only a rebuild puts back
     raw.run(
@@ -1027,19 +1026,19 @@ def test_views_of_layout_14_are_rebuilt_on_sqlite_and_kept_on_postgresql(
     )
     # When the ledger opens again
     open_ledger()
-    # Then SQLite's views were rebuilt in layout 15, PostgreSQL's left as they were
-    layout = raw.one("SELECT position FROM pl_tracking WHERE view = '#layout'")
-    proposer = raw.one("SELECT proposer FROM pl_records WHERE record_id = 'M1'")
+    # Then its views were rebuilt in the backend's layout
+    assert raw.one("SELECT position FROM pl_tracking WHERE view = '#layout'") == [(layout,)]
+    assert raw.one("SELECT proposer FROM pl_records WHERE record_id = 'M1'") == [("agent-1",)]
+    # with SQLite's listing entries holding expiries, PostgreSQL's claim index partial
     if sqlite:
-        assert (layout, proposer) == ([(15,)], [("agent-1",)])
-        (definition,) = raw.one("SELECT sql FROM sqlite_master WHERE name = 'pl_records_accepted'")
+        (accepted,) = raw.one("SELECT sql FROM sqlite_master WHERE name = 'pl_records_accepted'")
+        (claim,) = raw.one("SELECT sql FROM sqlite_master WHERE name = 'pl_records_claim'")
     else:
-        assert (layout, proposer) == ([(14,)], [("forged",)])
-        (definition,) = raw.one(
-            "SELECT indexdef FROM pg_indexes WHERE schemaname = ? AND indexname = ?",
-            (raw.schema, "pl_records_accepted"),
-        )
-    assert ("eff_expires" in definition[0]) == sqlite, definition
+        indexdef = "SELECT indexdef FROM pg_indexes WHERE schemaname = ? AND indexname = ?"
+        (accepted,) = raw.one(indexdef, (raw.schema, "pl_records_accepted"))
+        (claim,) = raw.one(indexdef, (raw.schema, "pl_records_claim"))
+    assert ("eff_expires" in accepted[0]) == sqlite, accepted
+    assert ("WHERE (length(claim_key) >= 0)" in claim[0]) != sqlite, claim
 
 
 @pytest.mark.parametrize("ledger_url", ["sqlite", "postgres"], indirect=True)
@@ -1093,4 +1092,4 @@ def test_postgresql_views_development_builds_marked_15_are_rebuilt_not_refused(
 
     open_ledger()
 
-    assert raw.one("SELECT position FROM pl_tracking WHERE view = '#layout'") == [(14,)]
+    assert raw.one("SELECT position FROM pl_tracking WHERE view = '#layout'") == [(16,)]
