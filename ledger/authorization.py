@@ -147,6 +147,8 @@ class AuthorizationReplay:
     owed: tuple[str, str, int] | None = None
     #: Delivery id -> the record delivered (a correction names a delivery of its record).
     delivered: dict[str, str] = field(default_factory=dict)
+    #: Correction id -> the record whose delivery it corrects.
+    corrections: dict[str, str] = field(default_factory=dict)
     events: int = 0
 
     def apply(self, position: int, event: Any) -> str | None:
@@ -353,6 +355,12 @@ class AuthorizationReplay:
             problem = self._superseded_by(what, state, event)
             if problem is not None:
                 return problem
+        if isinstance(event, Record.Delivered) and event.delivery_id in self.delivered:
+            earlier = self.delivered[event.delivery_id]
+            return (
+                f"{what}: its delivery id {event.delivery_id!r} is that of a delivery "
+                f"of {earlier!r}"
+            )
         if isinstance(event, (Record.Accepted, Record.Delivered)):
             problem = self._expired(what, state, event)
             if problem is not None:
@@ -366,6 +374,12 @@ class AuthorizationReplay:
     def _correction(self, what: str, state: _RecordState, event: Any) -> str | None:
         """Why a correction cannot stand: the delivery it corrects is no delivery
         of its record, or its replacement was never proposed or is the record."""
+        earlier = self.corrections.get(event.correction_id)
+        if earlier is not None:
+            return (
+                f"{what}: its correction id {event.correction_id!r} is that of a correction "
+                f"of {earlier!r}"
+            )
         if self.delivered.get(event.delivery_id) != state.record_id:
             return f"{what}: it names {event.delivery_id!r}, which was no delivery of the record"
         replacement = event.replacement
@@ -556,6 +570,8 @@ class AuthorizationReplay:
             state.superseded_by = event.by
         if isinstance(event, Record.Delivered):
             self.delivered[event.delivery_id] = state.record_id
+        if isinstance(event, Record.CorrectionIssued):
+            self.corrections[event.correction_id] = state.record_id
         if after is not None:
             state.status = after
             if after == Status.ACCEPTED.value:

@@ -52,6 +52,7 @@ from ledger.errors import CorruptEventError, InvalidInputError, LedgerError
 from ledger.heads import SignedHead, as_heads, key_id, load_public_key, verify_head
 from ledger.log_check import Batch, LogWalk
 from ledger.merkle import LogDigest, MerkleTree, Verification
+from ledger.serialization import unpack
 from ledger.stored_types import (
     READ_ERRORS,
     UnreadableViewError,
@@ -445,6 +446,11 @@ class _Scratch:
             self.projector.apply(self.cursor, batch)
         except LedgerError as exc:
             return f"replaying the log into fresh views fails: {exc}"
+        except sqlite3.IntegrityError as exc:  # fresh views: an event repeats a key
+            return (
+                "replaying the log into fresh views fails: an event at positions "
+                f"{batch[0][0]} to {batch[-1][0]} writes a row an earlier event wrote ({exc})"
+            )
         return None
 
 
@@ -548,9 +554,15 @@ def _first_difference(engine: Engine, c: Cursor, scratch: _Scratch) -> str | Non
 
 
 def _show(value: Any) -> str:
+    """A view cell as a problem names it: packed bytes (a value, a list of
+    parents) as what they hold, other bytes by their length; cut at 60 characters."""
     if isinstance(value, bytes):
-        return f"<{len(value)} bytes>"
-    text = repr(value)
+        try:
+            text = f"<packed {unpack(value)!r}>"
+        except Exception:  # not msgpack: a hash, a reference
+            return f"<{len(value)} bytes>"
+    else:
+        text = repr(value)
     return text if len(text) <= 60 else text[:57] + "…"
 
 

@@ -562,11 +562,12 @@ def _values(row: Any) -> tuple[Any, ...]:
 
 def _applied_already(position: int) -> CorruptEventError:
     """What a catch-up whose view rows clash with stored ones means: the views
-    hold rows of events their time index says they have not applied, which no
-    command leaves (events and view rows are written in one transaction)."""
+    hold rows of events their time index says they have not applied, or an event
+    repeats a key (a delivery's or a correction's id) an earlier one took; no
+    command leaves either (events and view rows are written in one transaction)."""
     return CorruptEventError(
-        f"the views hold rows of events from position {position} on that their time index "
-        "says they have not applied: view rows were removed or altered behind the ledger's "
-        "back; nothing was written: `provledger verify` names it, `provledger rebuild` "
-        "rebuilds the views from the log"
+        f"the views already hold a row that an event from position {position} on writes: "
+        "view rows were removed or altered behind the ledger's back, or a stored event "
+        "repeats an id an earlier one took; nothing was written: `provledger verify` "
+        "names which, and `provledger rebuild` rebuilds views that were altered"
     )

@@ -163,10 +163,18 @@ def aggregate_id(c: Cursor, d: Dialect, record_id: str) -> UUID | None:
 
 def existing(c: Cursor, d: Dialect, record_id: str, position: int | None = None) -> RecordRow:
     """``current``, for a record that must have a row (named by the log or the
-    view itself); raises ``LookupError`` if it has none."""
+    view itself).
+
+    Raises:
+        CorruptEventError: it has none (rows were removed behind the ledger's back).
+    """
     row = current(c, d, record_id, position)
     if row is None:
-        raise LookupError(f"record {record_id!r} has no row in the validity view")
+        raise CorruptEventError(
+            f"record {record_id!r} has no row in the views, though the log names it: view "
+            "rows were removed behind the ledger's back; `provledger verify` names what "
+            "differs, and `provledger rebuild` rebuilds the views from the log"
+        )
     return row
 
 

@@ -375,3 +375,27 @@ def test_capture_from_a_terminal_says_how_to_end_the_content(ledger_url: tuple[s
     assert b"end it with Ctrl-D" in done.stderr
     with Ledger.open(url) as led:
         assert led.authenticate(auditor).get("T1").evidence["size"] == len(b"typed by hand\n")  # type: ignore[index]
+
+
+def test_history_of_a_record_whose_view_rows_were_removed_closes_its_json_and_says_so(
+    ledger_url: tuple[str, str],
+) -> None:
+    url, token = ledger_url
+    # Given F05's rows removed from the views behind the ledger's back
+    con = sqlite3.connect(url.removeprefix("sqlite:///"))
+    with con:
+        con.execute("DELETE FROM pl_records WHERE record_id = 'F05'")
+    con.close()
+
+    # When an auditor lists the events around its proposal
+    result = run(url, "history", "--json", "--limit", "20", token=token)
+
+    # Then the events before it are listed, and the JSON closes with what is wrong
+    answer = json.loads(result.stdout)
+    assert result.exit_code == 1
+    assert [e["details"]["record_id"] for e in answer["events"]][-1] == "F04"
+    assert answer["error"]["type"] == "CorruptEventError"
+    assert (
+        "record 'F05' has no row in the views, though the log names it"
+        in (answer["error"]["message"])
+    )

@@ -223,15 +223,20 @@ def test_a_supersession_between_captures_of_the_same_bytes_appended_behind_the_b
         )
 
 
+def delivered_report(scene: Scene) -> str:
+    """Propose D1, accept it and deliver it (through the API); its delivery id."""
+    scene.agent.propose(scope="proj-a", claim_key="report.d", value=1, kind=Kind.FACT, id="D1")
+    scene.reviewer.accept("D1")
+    return scene.reviewer.deliver("D1", recipient="ops@x.test")
+
+
 @pytest.mark.parametrize("ledger_url", BACKENDS, indirect=True)
 @pytest.mark.parametrize("names", ["another record's delivery", "no delivery", "itself"])
 def test_a_correction_of_no_delivery_of_its_record_appended_behind_the_ledgers_back_is_named(
     scene: Scene, names: str
 ) -> None:
     # Given D1 delivered (through the API) and F1, a record never delivered
-    scene.agent.propose(scope="proj-a", claim_key="report.d", value=1, kind=Kind.FACT, id="D1")
-    scene.reviewer.accept("D1")
-    delivery = scene.reviewer.deliver("D1", recipient="ops@x.test")
+    delivery = delivered_report(scene)
     record, delivery_id, replacement = {
         "another record's delivery": ("F1", delivery, None),
         "no delivery": ("D1", "d-none", None),
@@ -258,6 +263,38 @@ def test_a_correction_of_no_delivery_of_its_record_appended_behind_the_ledgers_b
     )
     for with_heads in (True, False):
         assert detect(scene, with_heads).problem == what + expected
+
+
+@pytest.mark.parametrize("ledger_url", BACKENDS, indirect=True)
+@pytest.mark.parametrize("repeated", ["delivery", "correction"])
+def test_a_delivery_or_correction_repeating_an_earlier_id_appended_behind_the_back_is_named(
+    scene: Scene, repeated: str
+) -> None:
+    # Given D1 delivered, and that delivery corrected (through the API)
+    delivery = delivered_report(scene)
+    correction = scene.reviewer.issue_correction(delivery, "figures were wrong")
+    written = scene.ledger.position
+    # When a second one with the same id is appended by the real deliverer (a
+    # recomputed leaf): the views cannot take it, and catching up says why
+    if repeated == "delivery":
+        event = Record.Delivered
+        fields = {"delivery_id": delivery, "recipient": "cfo@x.test", "channel": "email"}
+        expected = f"its delivery id {delivery!r} is that of a delivery of 'D1'"
+    else:
+        event = Record.CorrectionIssued
+        fields = {"correction_id": correction, "delivery_id": delivery, "note": "again"}
+        fields["replacement"] = None
+        expected = f"its correction id {correction!r} is that of a correction of 'D1'"
+    with pytest.raises(CorruptEventError, match="or a stored event repeats an id an earlier"):
+        forge(scene, "D1", event, actor="reviewer", **fields)
+    # Then verify names it, with and without kept heads, and no head is signed over it
+    what = f"{event.__name__} of 'D1' at position {written + 1}: "
+    for with_heads in (True, False):
+        assert detect(scene, with_heads).problem == what + expected
+    before = scene.heads.read_text()
+    with pytest.raises(LedgerError, match=expected):
+        publish_head(scene.ledger, scene.key, scene.heads)
+    assert scene.heads.read_text() == before
 
 
 @pytest.mark.parametrize("ledger_url", BACKENDS, indirect=True)
@@ -1537,3 +1574,24 @@ def test_the_evidence_commands_work_end_to_end(tmp_path: Path) -> None:
     Path(zip_path).write_bytes(bytes(data))
     code, _, err = run("verify-bundle", zip_path)
     assert code == 1 and err.startswith("error: bundle check failed: ")
+
+
+@pytest.mark.parametrize("ledger_url", BACKENDS, indirect=True)
+@pytest.mark.parametrize(
+    ("column", "edited", "shown"),
+    [
+        ("value", False, "value=<packed False> where the replay has <packed True>"),
+        ("parents", ["F1"], "parents=<packed ['F1']> where the replay has <packed ['E1']>"),
+    ],
+)
+def test_an_edited_value_or_list_of_parents_is_shown_as_what_it_holds(
+    scene: Scene, column: str, edited: Any, shown: str
+) -> None:
+    from ledger.serialization import pack
+
+    # Given M1's value (true) made false in the views, or its evidence E1 swapped for F1
+    scene.raw.run((f"UPDATE pl_records SET {column} = ? WHERE record_id = 'M1'", (pack(edited),)))
+
+    # Then verify says what the view holds, and what the replay has
+    problem = detect(scene, with_heads=False).problem or ""
+    assert shown in problem, problem

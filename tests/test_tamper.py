@@ -719,7 +719,8 @@ def test_views_ahead_of_their_time_index_are_named_as_tampering_on_open(
     # When it is opened (its views caught up), the clash is named as tampering,
     # pointing to verify and rebuild, not told as a database error
     with pytest.raises(
-        CorruptEventError, match=f"the views hold rows of events from position {newest} on"
+        CorruptEventError,
+        match=f"the views already hold a row that an event from position {newest} on writes",
     ):
         Ledger.open(ledger_url)
     # and a rebuild mends it
