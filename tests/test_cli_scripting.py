@@ -317,6 +317,47 @@ def test_a_usage_error_with_json_stays_text(scene: Scene) -> None:
     assert result.exit_code == 2 and result.stdout == "" and "Usage:" in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("command", "refused_as"),
+    [("head", "InvalidKeyError"), ("prove", "UnknownRecordError")],
+)
+def test_head_and_prove_take_json_and_print_a_refusal_as_json(
+    scene: Scene, tmp_path: Path, command: str, refused_as: str
+) -> None:
+    # head's key missing, prove's record unknown
+    asked = {
+        "head": ["head", "--key", str(tmp_path / "no-such-key")],
+        "prove": ["prove", "NOPE"],
+    }[command]
+    env = {"PROVLEDGER_URL": scene.url, "PROVLEDGER_TOKEN": scene.agent}
+
+    # When refused with --json: its one error line, and the same as JSON on stdout
+    refused = run(*asked, "--json", **env)
+    assert refused.exit_code == 1, refused.output
+    message = error_line(refused)
+    assert json.loads(refused.stdout) == {"error": {"type": refused_as, "message": message}}
+    # Without --json, nothing on stdout
+    plain = run(*asked, **env)
+    assert plain.exit_code == 1 and plain.stdout == "" and error_line(plain) == message
+
+
+def test_head_and_prove_answer_json_with_json_given(scene: Scene) -> None:
+    env = {"PROVLEDGER_URL": scene.url, "PROVLEDGER_TOKEN": scene.agent}
+    # head: one line without --json (a heads file's), the same head indented with it
+    line = run("head", "--key", str(scene.key), **env)
+    assert line.exit_code == 0 and line.stdout.count("\n") == 1
+    indented = run("head", "--key", str(scene.key), "--json", **env)
+    assert indented.exit_code == 0 and indented.stdout.count("\n") > 1
+    heads = [json.loads(line.stdout), json.loads(indented.stdout)]
+    same = ("tree_size", "root", "position", "key_id")
+    assert [heads[1][k] for k in same] == [heads[0][k] for k in same]
+    assert heads[0]["tree_size"] > 0 and set(heads[1]) == set(heads[0])
+    # prove: the same proofs either way
+    proofs = run("prove", "F1", **env)
+    assert proofs.exit_code == 0
+    assert json.loads(run("prove", "F1", "--json", **env).stdout) == json.loads(proofs.stdout)
+
+
 # -- empty tokens ------------------------------------------------------------------------
 
 

@@ -19,6 +19,7 @@ from rich.text import Text
 
 from ledger.access import ADMIN_PRINCIPAL
 from ledger.application import Ledger
+from ledger.cli.copying import empty_ledger_at, say_found
 from ledger.cli.failures import errors_exit_1
 from ledger.cli.options import (
     STATUS_STYLE,
@@ -102,8 +103,11 @@ def init(url: str | None, as_json: bool) -> None:
     backend = resolve_url(url)
     if backend.read_only:
         raise read_only_error("init", backend.url)
+    found = empty_ledger_at(url)  # tables an init or a copy that did not finish left
+    if found is not None:
+        say_found(found, "init makes the ledger there, with any table missing")
     try:
-        led = open_ledger(url)
+        led = open_ledger(url, create=found is not None)
     except LedgerNotFoundError:
         _refuse_others_file(url)
         warn_public_schema(url, "init")

@@ -18,7 +18,8 @@ from ledger.cli.options import (
 from ledger.cli.render import AnswerConsole, echo_json
 from ledger.errors import LedgerError
 from ledger.persistence.copying import CopyReport, copy_ledger, read_only_source
-from ledger.persistence.urls import redacted, resolve_url
+from ledger.persistence.sqlite_files import holds_no_event, others_tables
+from ledger.persistence.urls import Backend, redacted, resolve_url
 
 #: What the progress bar says in each step of a copy.
 STEPS = {"events": "copying the log", "views": "building its views"}
@@ -71,7 +72,7 @@ def copy_command(target: str, url: str | None, admin_token: str | None, as_json:
     appears there only once complete, as one file: a copy killed midway leaves
     no file at the name (the next copy into that folder removes what was left).
     A killed copy into PostgreSQL leaves its schema's tables empty: copy into it
-    again.
+    again, which says it found them.
 
     To move a ledger: stop its writers, copy, point $PROVLEDGER_URL at the copy.
     What is written to the ledger after the copy's position is not in the copy.
@@ -85,6 +86,7 @@ def copy_command(target: str, url: str | None, admin_token: str | None, as_json:
     warn_public_schema(target, "copy")
     try:
         with host_ledger(opened, "copy", admin_token, catch_up=False) as led:
+            found = empty_ledger_at(target)  # left by a copy that did not finish?
             report = copy_with_progress(led, target, quiet=as_json, source_url=given)
     except LedgerError as exc:  # the source named as given, not as opened (mode=ro)
         exc.args = (str(exc).replace(redacted(opened), given), *exc.args[1:])
@@ -98,6 +100,8 @@ def copy_command(target: str, url: str | None, admin_token: str | None, as_json:
         "digest": str(report.digest),
         "seconds": round(report.seconds, 3),
     }
+    if found is not None:
+        say_found(found, "the copy is in them")
     if as_json:
         echo_json(info)
         return
@@ -133,3 +137,59 @@ def copy_with_progress(
             progress.update(task, description=STEPS[what], completed=reached, total=max(total, 1))
 
         return copy_ledger(led, target, progress=step, source_url=source_url)
+
+
+# -- an empty ledger left by an init or a copy that did not finish ----------------------
+
+
+def empty_ledger_at(url: str | None) -> str | None:
+    """Where ``url``'s file or schema holds a ledger's tables with no event in its log
+    (all or some of them, as an ``init`` or a ``copy`` that did not finish leaves
+    them), named as messages name it; None for anything else: no ledger there,
+    one holding an event, a URL read-only or ``memory:``, another program's tables
+    beside. Read without opening it as a ledger (which would make tables)."""
+    backend = resolve_url(url)
+    if backend.read_only or not _holds_no_event(backend):
+        return None
+    if backend.path is not None:
+        return printable(backend.path)
+    return f"schema {backend.env['POSTGRES_SCHEMA']!r} of {printable(backend.url)}"
+
+
+def say_found(where: str, taken: str) -> None:
+    """The note on stderr that ``where`` held an empty ledger's tables (see
+    :func:`empty_ledger_at`), ``taken`` saying what was done with them."""
+    click.echo(
+        f"note: {where} held a ledger's tables with no event in its log (as an init or a "
+        f"copy that did not finish leaves them): {taken}",
+        err=True,
+    )
+
+
+#: A ledger's events table on PostgreSQL (eventsourcing's, named by the application).
+_PG_EVENTS = "provledger_events"
+
+
+def _holds_no_event(backend: Backend) -> bool:
+    """Whether ``backend``'s file or schema holds a ledger's events table with no event
+    in it and no other program's table, read without opening it as a ledger
+    (False also when it cannot be read: opening it says why)."""
+    if backend.kind == "sqlite" and backend.path is not None:
+        return not others_tables(backend.path) and holds_no_event(backend.path)
+    if backend.kind != "postgresql":
+        return False
+    import psycopg
+
+    from ledger.persistence.pg_pool import others_pg_tables, plain_connection
+
+    if others_pg_tables(backend.env):
+        return False
+    table = f"{backend.env['POSTGRES_SCHEMA']}.{_PG_EVENTS}"
+    try:
+        with plain_connection(backend.env) as conn:
+            row = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (table,)).fetchone()
+            if not row or not row[0]:
+                return False
+            return conn.execute(f"SELECT 1 FROM {table} LIMIT 1").fetchone() is None
+    except psycopg.Error:
+        return False

@@ -223,13 +223,15 @@ def _found_line(report: Verification | Damage) -> str:
 )
 @token_option
 @url_option
+@json_option
 @errors_exit_1
-def prove(record_id: str, against: str | None, token: str, url: str | None) -> None:
+def prove(record_id: str, against: str | None, token: str, url: str | None, as_json: bool) -> None:
     """Print inclusion proofs (JSON) of a record's events in the current Merkle tree,
     or in the tree of a digest kept earlier (--against).
 
     A third party checks them against a digest it trusts with the few lines of
-    code in the README ("Tamper evidence"). Needs the audit role.
+    code in the README ("Tamper evidence"). Needs the audit role. The proofs are
+    JSON with or without --json, which prints a refusal as JSON on stdout too.
 
     \b
     Example:
@@ -306,15 +308,20 @@ def keygen(out: str, as_json: bool) -> None:
     "the newest head in it, or if its heads were signed by another key.",
 )
 @admin_options
+@json_option
 @errors_exit_1
-def head(key: str, append_to: str | None, url: str | None, admin_token: str | None) -> None:
+def head(
+    key: str, append_to: str | None, url: str | None, admin_token: str | None, as_json: bool
+) -> None:
     """Print a signed tree head (JSON): tree size, root, log position, time, key id, signature.
 
     Keep heads where the ledger's operator cannot rewrite them (another host,
     object storage with a retention lock, a transparency witness); `verify
     --heads` then detects truncation and rewriting before the newest one.
     Refused (exit 1, nothing signed) when the log fails `verify`'s log or
-    authorization check, which it runs first (one pass over the log).
+    authorization check, which it runs first (one pass over the log). The head
+    is one line, as a heads file holds it; with --json, indented as every
+    command's JSON answer is, and a refusal is JSON on stdout too.
     Maintenance: see `provledger init` for the admin token.
 
     \b
@@ -327,7 +334,10 @@ def head(key: str, append_to: str | None, url: str | None, admin_token: str | No
     not_the_ledger(append_to, url, "head")
     with host_ledger(url, "head", admin_token, catch_up=False) as led:
         signed = publish_head(led, private, append_to)
-    click.echo(signed.dumps())
+    if as_json:
+        echo_json(signed.to_json())
+    else:
+        click.echo(signed.dumps())
 
 
 @click.command()

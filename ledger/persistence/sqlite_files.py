@@ -13,6 +13,7 @@ __all__ = [
     "check_writable",
     "foreign_file",
     "holds_ledger",
+    "holds_no_event",
     "others_tables",
     "read_only_uri",
     "unwritable",
@@ -113,6 +114,30 @@ def holds_ledger(path: str) -> bool:
             "directory or file system, or no permission to write there)",
         )
     return False
+
+
+def holds_no_event(path: str) -> bool:
+    """Whether the SQLite file at ``path`` holds a ledger's events table with no
+    event in it (all or some of a ledger's tables, as an ``init`` or a ``copy``
+    that did not finish leaves them), read-only. False when there is no file, no
+    events table, an event, or the file cannot be read as asked (opening it
+    says why)."""
+    if not os.path.isfile(path) or os.path.getsize(path) == 0:
+        return False
+    try:
+        c = sqlite3.connect(f"{Path(path).absolute().as_uri()}?mode=ro", uri=True)
+        try:
+            table = c.execute(
+                "SELECT 1 FROM sqlite_master WHERE type='table' AND name='stored_events'"
+            ).fetchone()
+            return (
+                table is not None
+                and not c.execute("SELECT 1 FROM stored_events LIMIT 1").fetchone()
+            )
+        finally:
+            c.close()
+    except sqlite3.Error:
+        return False
 
 
 def check_writable(path: str) -> None:
