@@ -7,16 +7,19 @@ found (``provledger verify`` exits 1), not a failure to check (exit 3).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ledger.errors import CorruptEventError
+from ledger.errors import CorruptEventError, UnknownTokenError
 from ledger.merkle import LogDigest
 from ledger.persistence import resolve_url
 from ledger.persistence.base import LEDGER_TABLES
 from ledger.stored_types import STORAGE_CLASSES
 
 if TYPE_CHECKING:
+    from ledger.application import Ledger
+    from ledger.merkle import Verification
     from ledger.persistence.urls import Backend
 
 __all__ = ["Damage", "damaged"]
@@ -73,7 +76,9 @@ class Damage:
     consistency_proof: tuple[str, ...] = ()
 
 
-def damaged(exc: BaseException, url: str | None) -> Damage:
+def damaged(
+    exc: BaseException, url: str | None, check: Callable[[Ledger], Verification] | None = None
+) -> Damage | Verification:
     """The report of a ledger ``verify`` could not open or read for ``exc``, when
     what is wrong is the ledger's own tables: a stored event not appended by the
     ledger (``CorruptEventError``), or a table or column of those it reads
@@ -81,12 +86,18 @@ def damaged(exc: BaseException, url: str | None) -> Damage:
     something else, looked at apart from the ledger (its own read-only
     connection). A database holding a ledger's tables but missing some was
     damaged behind the ledger's back: a problem found (exit 1), not a failure
-    to check (exit 3).
+    to check (exit 3). An admin token unknown to the log may be one whose issuing
+    event is among events removed: the ledger is then opened as stored, without
+    its administrator, and ``check`` run on it; what it finds is the report.
 
     Raises:
         exc: nothing of a ledger is there at all (no table of one), its tables
             look whole, or they cannot be read: the failure stands as it was.
     """
+    if isinstance(exc, UnknownTokenError) and check is not None:
+        found_as_stored = _as_stored(url, check)
+        if found_as_stored is not None:
+            return found_as_stored
     if isinstance(exc, CorruptEventError):
         found: list[_Found] = [("log", str(exc), None)]
     elif "permission denied" in str(exc).lower():
@@ -107,6 +118,20 @@ def damaged(exc: BaseException, url: str | None) -> Damage:
         failed_checks=tuple(dict.fromkeys(check for check, _, _ in found)),
         first_bad_position=located[0] if located else None,
     )
+
+
+def _as_stored(url: str | None, check: Callable[[Ledger], Verification]) -> Verification | None:
+    """What ``check`` finds on the ledger at ``url`` opened as stored (views not
+    caught up), without its administrator; None if it finds nothing, or the
+    ledger cannot be opened or checked (the refusal it was asked for stands)."""
+    from ledger.application import Ledger
+
+    try:
+        with Ledger.open(url, catch_up=False, create=False) as led:
+            report = check(led)
+    except Exception:
+        return None
+    return None if report.ok else report
 
 
 def _table_problems(backend: Backend) -> list[_Found]:

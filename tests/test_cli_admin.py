@@ -909,3 +909,42 @@ def test_rebuild_projections_help_describes_the_script() -> None:
     assert done.returncode == 0, done.stderr
     assert "Drop every view and replay the whole event log, then compare digests." in done.stdout
     assert "exits 1 if the rebuilt views differ" in done.stdout  # the rest, as the epilog
+
+
+def test_a_rollback_removing_the_admin_tokens_issue_is_caught_by_a_kept_head(
+    pg_url: str, tmp_path: Path
+) -> None:
+    from urllib.parse import parse_qs, urlparse
+
+    import psycopg
+
+    # Given a PostgreSQL ledger, a second admin token, and a head kept after its issue
+    first = ok("init", "--url", pg_url).stdout.strip()
+    issued = ok("token", "issue", "--admin", "--url", pg_url, PROVLEDGER_ADMIN_TOKEN=first)
+    second = issued.stdout.strip()
+    key, heads = tmp_path / "key", tmp_path / "heads.jsonl"
+    ok("keygen", "--out", str(key))
+    head = ["head", "--key", str(key), "--append", str(heads), "--url", pg_url]
+    ok(*head, PROVLEDGER_ADMIN_TOKEN=second)
+    # (where a token never issued is refused as unknown: could not check, exit 3)
+    never = run("verify", "--url", pg_url, PROVLEDGER_ADMIN_TOKEN="plt_" + "0" * 40)
+    assert (never.exit_code, never.stderr) == (3, "error: admin token is unknown\n")
+    # When the log is rolled back past that issue (the event and its leaf deleted)
+    schema = parse_qs(urlparse(pg_url).query)["schema"][0]
+    with psycopg.connect("host=127.0.0.1 dbname=test user=postgres", autocommit=True) as conn:
+        for table in ("provledger_events", "pl_merkle_leaves"):
+            conn.execute(f"ALTER TABLE {schema}.{table} DISABLE TRIGGER USER")
+        (last,) = conn.execute(f"SELECT max(position) FROM {schema}.pl_merkle_leaves").fetchone()
+        conn.execute(f"DELETE FROM {schema}.provledger_events WHERE notification_id = {last}")
+        conn.execute(f"DELETE FROM {schema}.pl_merkle_leaves WHERE position = {last}")
+
+    # Then verify with the kept head names the rollback (exit 1), not the token (exit 3)
+    checked = run(
+        "verify", "--heads", str(heads), "--public-key", f"{key}.pub", "--url", pg_url,
+        "--json", PROVLEDGER_ADMIN_TOKEN=second,
+    )  # fmt: skip
+    assert checked.exit_code == 1, checked.output
+    report = json.loads(checked.stdout)
+    assert report["failed_checks"][0] == "consistency", report
+    assert "events were removed after it was taken" in report["problem"]
+    assert "error: tampering detected" in checked.stderr

@@ -36,6 +36,7 @@ from ledger.verification import LATER_VIEWS
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+    from ledger.application import Ledger
     from ledger.bundle.extends import HeldHead
     from ledger.bundle.verify import BundleReport
     from ledger.heads import SignedHead
@@ -138,23 +139,26 @@ def verify(
             "the size:position:root `provledger digest` printed",
             param_hint="--against",
         )
-    # The views as stored: a row written behind the ledger's back must be named by
-    # the checks, in their order, not refused by opening.
     read_only = False
     report: Verification | Damage
+
+    # The views as stored: a row written behind the ledger's back must be named by
+    # the checks, in their order, not refused by opening.
+    def check(led: Ledger) -> Verification:
+        return led.verify(against=against, heads=heads_file, public_key=public_key)
+
     try:
         with host_ledger(url, "verify", admin_token, catch_up=False) as led:
-            report = led.verify(against=against, heads=heads_file, public_key=public_key)
+            report = check(led)
             read_only = led.read_only
     except (LedgerError, LookupError, ValueError, TypeError) as exc:
-        # What the ledger's own tables, damaged, may be behind (looked at apart:
-        # ledger.damage), an admin token unknown to the log too (its event may be gone
-        # from it); any other refusal, of the user's input (a digest, heads, a key)
-        # or token, is a failure to check (exit 3).
+        # What the ledger's own tables, damaged, may be behind (ledger.damage), an admin
+        # token unknown to the log too (its event may be gone); any other refusal, of
+        # the user's input (a digest, heads, a key) or token, fails to check (exit 3).
         damage = isinstance(exc, (CorruptEventError, StorageError, UnknownTokenError))
         if isinstance(exc, LedgerError) and not damage:
             raise
-        report = damaged(exc, url)
+        report = damaged(exc, url, check)
     if as_json:
         if not report.ok:
             found_problem(_found_line(report))
