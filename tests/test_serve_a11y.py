@@ -290,6 +290,44 @@ def test_row_links_name_the_record_they_open(desk: Desk) -> None:
     assert reviews == ["Review X1", "Review X2"]
 
 
+def _focused(page: str) -> list[str]:
+    """The elements a page gives the focus to as it opens (``autofocus``)."""
+    return re.findall(r"<(?:p|input|textarea)\b[^>]*\bautofocus\b[^>]*>", page)
+
+
+def test_what_a_decision_did_takes_the_focus_on_the_page_after_it(desk: Desk) -> None:
+    client = desk.signed_in()
+    csrf = csrf_of(client.get("/").text)
+    # Signed in, the page opens where it starts (its first stop: Skip to content)
+    assert _focused(client.get("/").text) == []
+    # After an acceptance, its message takes the focus, and is announced as a status
+    client.post("/records/M2/accept", data={"csrf": csrf, "next": "/"})
+    [focused] = _focused(client.get("/").text)
+    assert focused == '<p class="flash ok" role="status" id="result" tabindex="-1" autofocus>'
+    # ... and after a refusal that is about no field, the refusal does (an alert)
+    client.post("/records/M1/reject", data={"csrf": csrf, "reason": "x", "next": "/records/M1"})
+    page = client.get("/records/M1").text
+    [focused] = _focused(page)
+    assert 'role="alert" id="result" tabindex="-1" autofocus' in focused
+    # ... while a refusal about a field leaves the focus to that field, marked
+    client.post("/records/X2/revalidate", data={"csrf": csrf, "note": "x" * 1025})
+    [focused] = _focused(client.get("/records/X2").text)
+    assert focused.startswith('<textarea id="rv-note"') and 'aria-invalid="true"' in focused
+
+
+def test_the_record_list_is_a_table_to_screen_readers_however_it_is_laid_out(
+    desk: Desk,
+) -> None:
+    page = desk.signed_in().get("/records").text
+    table = page[page.index("<table") : page.index("</table>")]
+    # (a narrow screen lays each row out as a card: the roles keep it a table)
+    assert '<table class="cards" role="table">' in table
+    rows = re.findall(r"<tr\b[^>]*>", table)
+    assert rows and all('role="row"' in row for row in rows)
+    cells = re.findall(r"<t[dh]\b[^>]*>", table)
+    assert all('role="cell"' in c or 'role="columnheader"' in c for c in cells), cells
+
+
 # -- colours ---------------------------------------------------------------------------------
 
 

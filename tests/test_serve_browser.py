@@ -580,3 +580,143 @@ def test_a_graph_of_many_records_keeps_its_labels_readable_and_scrolls_in_its_bo
         assert _sideways(page) <= 0
         _shot(page, artefacts, f"console-graph-wide-{width}")
         page.close()
+
+
+def test_a_double_click_on_accept_lands_on_the_record_accepted_not_a_refusal(
+    browser: Any, desk: tuple[str, str, Ledger], tmp_path: Path
+) -> None:
+    import sqlite3
+
+    from playwright.sync_api import expect
+
+    base, token, led = desk
+    page = _signed_in(browser, base, token, 1280, 900)
+    before = led.position
+    posts: list[str] = []
+    page.on("request", lambda r: posts.append(r.url) if r.method == "POST" else None)
+    # Given a ledger slow to write (another process holds its write lock a moment)
+    holder = sqlite3.connect(tmp_path / "ledger.db", isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        # When the reviewer double-clicks M2's Accept: two clicks, each sending the
+        # form (the second leaves the page the first was loading)
+        m2 = page.get_by_role("listitem", name="api.orders.max_retries")
+        box = m2.get_by_role("button", name="Accept M2", exact=True).bounding_box()
+        assert box is not None
+        for _ in range(2):  # (as far apart as a person's double click)
+            page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+            page.wait_for_timeout(150)
+        for _ in range(50):  # (until both are on their way)
+            if len(posts) == 2:
+                break
+            page.wait_for_timeout(100)
+        assert len(posts) == 2, posts
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    page.wait_for_load_state("networkidle")
+    # Then the page says M2 is accepted, and refuses nothing
+    expect(page.get_by_role("status").filter(has_text="M2").first).to_be_visible()
+    expect(page.get_by_role("listitem", name="api.orders.max_retries")).to_have_count(0)
+    assert page.get_by_role("alert").count() == 0, page.get_by_role("alert").all_inner_texts()
+    assert not page.title().startswith("Error")
+    reviewer = led.authenticate(token)
+    assert reviewer.get("M2").status == "ACCEPTED"
+    assert len([e for e in reviewer.audit("M2").events if e.type == "Accepted"]) == 1
+    assert led.position == before + 1
+
+
+def test_after_a_decision_the_focus_is_on_what_happened(
+    browser: Any, desk: tuple[str, str, Ledger]
+) -> None:
+    from playwright.sync_api import expect
+
+    base, token, _ = desk
+    page = _signed_in(browser, base, token, 1280, 900)
+    # When the reviewer accepts M2 from the keyboard
+    m2 = page.get_by_role("listitem", name="api.orders.max_retries")
+    m2.get_by_role("button", name="Accept M2", exact=True).focus()
+    page.keyboard.press("Enter")
+    # Then the page after it opens with the focus on its message, not at its top
+    done = page.get_by_role("status").filter(has_text="Accepted M2.")
+    expect(done).to_be_focused()
+    # ... so the next Tab goes on from there, not from the page's first link
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.textContent") != "Skip to content"
+    # And so after a revocation confirmed on its preview
+    page.goto(base + "/records/E1/revoke")
+    page.get_by_label("Reason for revoking E1").fill("the docs changed")
+    page.get_by_role("button", name="Confirm revocation").click()
+    expect(page.get_by_role("status").filter(has_text="Revoked E1;")).to_be_focused()
+    # ... while a page merely opened keeps the focus where it starts
+    page.goto(base + "/records/E1")
+    assert page.evaluate("document.activeElement === document.body")
+
+
+#: Where the record's own node is drawn in the box of the dependency picture: its
+#: centre against the box's, and how far the box and the page have scrolled.
+_NODE_IN_BOX = """rid => {
+  const box = document.querySelector('.graph-box');
+  const node = [...box.querySelectorAll('svg.graph g.node')]
+    .find(g => g.querySelector('title').textContent === rid);
+  const b = box.getBoundingClientRect(), n = node.getBoundingClientRect();
+  return {
+    dx: (n.left + n.width / 2) - (b.left + box.clientLeft + box.clientWidth / 2),
+    scrolled: box.scrollLeft,
+    page: window.scrollY,
+  };
+}"""
+
+
+def test_a_wide_graph_opens_with_the_records_own_node_in_the_middle_of_its_box(
+    browser: Any, desk: tuple[str, str, Ledger], artefacts: Path
+) -> None:
+    # Given M1 with some forty records resting on it: drawn wider than any screen
+    base, token, led = desk
+    agent = led.authenticate(led.admin().issue_token("agent-1"))
+    agent.propose_many(
+        {"scope": "proj-a", "claim_key": f"wide.{n}", "value": n, "kind": Kind.INFERENCE,
+         "parents": ["M1"], "id": f"W{n:02}"}
+        for n in range(38)
+    )  # fmt: skip
+    for width, height in ((1280, 900), (390, 844)):
+        # When the reviewer opens M1's page
+        page = _signed_in(browser, base, token, width, height)
+        page.goto(base + "/records/M1")
+        where = page.evaluate(_NODE_IN_BOX, "M1")
+        # Then its box has scrolled to M1's node, in its middle; the page has not
+        assert where["scrolled"] > 0, where
+        assert abs(where["dx"]) <= 2, where
+        assert where["page"] == 0, where
+        _shot(page, artefacts, f"console-graph-centred-{width}")
+        page.close()
+
+
+def test_the_records_list_reads_as_short_cards_at_375_pixels(
+    browser: Any, desk: tuple[str, str, Ledger], artefacts: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    # Given records with long values, claim keys and ids
+    base, token, led = desk
+    agent = led.authenticate(led.admin().issue_token("agent-1"))
+    agent.propose(
+        scope="proj-a", claim_key="source:https://docs.example.test/a/very/long/path/no/break",
+        value={"a": [1, 2, 3], "b": "some text here"}, kind=Kind.FACT,
+        id="r-0f3c9a7e5b2d4c1a8e6f0b9d7c5a3e1f",
+    )  # fmt: skip
+    # When the reviewer opens the record list on a 375 px screen
+    page = _signed_in(browser, base, token, 375, 812)
+    page.goto(base + "/records")
+    # Then every row is a short card (squeezed into seven columns they were over 300 px
+    # tall), nothing scrolls sideways, and it is still a table of records
+    heights = page.evaluate(
+        "[...document.querySelectorAll('tbody tr')].map(r => r.getBoundingClientRect().height)"
+    )
+    assert len(heights) == 6 and max(heights) <= 180, heights
+    box = page.evaluate("(s => s.scrollWidth - s.clientWidth)(document.querySelector('.scroll'))")
+    assert box <= 0 and _sideways(page) <= 0
+    table = page.get_by_role("table", name="Records in proj-a")
+    expect(table.get_by_role("row")).to_have_count(7)  # with its header row
+    expect(table.get_by_role("cell", name="api.orders.retry_safe")).to_be_visible()
+    _shot(page, artefacts, "console-records-375")

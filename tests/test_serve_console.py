@@ -511,6 +511,91 @@ def test_a_refused_action_says_why_on_the_next_page(desk: Desk) -> None:
     assert 'role="alert"' in page
 
 
+def _messages(page: str) -> list[tuple[str, str]]:
+    """The messages shown atop a page: (``status`` or ``alert``, text)."""
+    return [
+        (role, text_of(body))
+        for role, body in re.findall(r'<p class="flash [^"]*" role="(\w+)"[^>]*>(.*?)</p>', page)
+    ]
+
+
+def test_a_decision_sent_twice_shows_what_the_first_did_not_a_refusal(desk: Desk) -> None:
+    # Given a reviewer on the queue, and a STALE-free record to revoke
+    _seed(desk)
+    client, csrf = desk.signed_in("reviewer-2")
+    desk.agent.propose(scope="proj-a", claim_key="x.gone", value=1, kind=Kind.FACT, id="X1")
+    # When Accept is sent twice (a double click: the page after the first is shown
+    # to nobody, as the browser leaves it for the second)
+    first = client.post("/records/M2/accept", data={"csrf": csrf, "next": "/"})
+    client.get(first.headers["location"])
+    before = desk.ledger.position
+    second = client.post("/records/M2/accept", data={"csrf": csrf, "next": "/"})
+    # Then the page after the second says M2 is accepted, by the first; no refusal
+    assert (second.status_code, second.headers["location"]) == (303, "/")
+    assert _messages(client.get("/").text) == [
+        ("status", "M2 is ACCEPTED: you accepted it already, and sending the form again "
+                   "changed nothing.")
+    ]  # fmt: skip
+    assert desk.ledger.position == before
+    # And so for a rejection and a revocation sent twice
+    for _ in range(2):
+        client.post("/records/X1/reject", data={"csrf": csrf, "reason": "no", "next": "/"})
+    assert _messages(client.get("/").text) == [
+        ("status", "Rejected X1."),
+        ("status", "X1 is REJECTED: you rejected it already, and sending the form again "
+                   "changed nothing."),
+    ]  # fmt: skip
+    mark = _PREVIEW.search(client.get("/records/M2/revoke").text)
+    assert mark is not None
+    for _ in range(2):
+        done = client.post(
+            "/records/M2/revoke", data={"csrf": csrf, "reason": "wrong", "preview": mark[1]}
+        )
+        assert done.headers["location"] == "/records/M2"
+    shown = _messages(client.get("/records/M2").text)
+    assert [role for role, _ in shown] == ["status", "status"], shown
+    assert shown[1][1] == (
+        "M2 is REVOKED: you revoked it already, and sending the form again changed nothing."
+    )
+    assert desk.agent.get("X1").reason == "no"
+    # But a decision another principal made first is still refused, sent twice or not
+    desk.agent.propose(scope="proj-a", claim_key="x.y", value=1, kind=Kind.FACT, id="X2")
+    desk.reviewer.accept("X2")
+    for _ in range(2):
+        client.post("/records/X2/accept", data={"csrf": csrf, "next": "/"})
+    shown = _messages(client.get("/").text)
+    assert [role for role, _ in shown] == ["alert", "alert"], shown
+    assert all(text.startswith("Acceptance of X2 refused (InvalidTransition") for _, text in shown)
+    # ... and so is another decision after this reviewer's own (not a repeat of it)
+    desk.agent.propose(scope="proj-a", claim_key="x.z", value=1, kind=Kind.FACT, id="X3")
+    client.post("/records/X3/accept", data={"csrf": csrf, "next": "/"})
+    client.post("/records/X3/reject", data={"csrf": csrf, "reason": "no", "next": "/"})
+    assert [role for role, _ in _messages(client.get("/").text)] == ["status", "alert"]
+
+
+def test_a_record_id_sent_with_an_encoded_slash_is_named_as_decoded(desk: Desk) -> None:
+    # Given a reviewer, and the API's answer for the id "a/b"
+    _seed(desk)
+    client, csrf = desk.signed_in("reviewer")
+    api = client.get(
+        "/api/v1/records/a%2Fb", headers={"Authorization": f"Bearer {desk.tokens['reviewer']}"}
+    )
+    assert api.json()["error"]["message"].startswith("record id 'a/b' is invalid")
+    # When its page is asked for, the slash encoded (an id's segment of the path)
+    page = client.get("/records/a%2Fb")
+    # Then it is the id "a/b" the page names, as the API does (no record can hold it)
+    assert page.status_code == 422
+    assert "<title>Check the input: Record a/b · provledger</title>" in page.text
+    assert "record id 'a/b' is invalid" in text_of(page.text)
+    assert "a%2F" not in text_of(page.text)
+    assert "Revoke a/b?" in text_of(client.get("/records/a%2Fb/revoke").text)
+    # And a decision on it is refused naming it, returning to its own page
+    r = client.post("/records/a%2Fb/revalidate", data={"csrf": csrf, "note": "x"})
+    assert r.headers["location"] == "/records/a%2Fb"
+    refused = text_of(client.get(r.headers["location"]).text)
+    assert "Revalidation of a/b refused (InvalidIdError): record id 'a/b' is invalid" in refused
+
+
 def test_an_off_site_next_target_is_ignored(desk: Desk) -> None:
     _seed(desk)
     client, csrf = desk.signed_in("reviewer-2")

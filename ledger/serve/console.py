@@ -14,7 +14,7 @@ A page asked for while signed out opens once signed in (``/?next=``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, unquote, urlencode
@@ -28,8 +28,15 @@ from starlette.staticfiles import StaticFiles
 from ledger import Session
 from ledger.access import Role
 from ledger.domain import Status, Validity
-from ledger.errors import AccessDeniedError, AuthenticationError, InvalidInputError, LedgerError
+from ledger.errors import (
+    AccessDeniedError,
+    AuthenticationError,
+    InvalidInputError,
+    InvalidTransitionError,
+    LedgerError,
+)
 from ledger.serve import refusals
+from ledger.serve.call import path_parameters
 from ledger.serve.confirming import (
     BY_THEN,
     LISTED,
@@ -40,6 +47,7 @@ from ledger.serve.confirming import (
     revoked,
 )
 from ledger.serve.errors import masked
+from ledger.serve.inputs import FieldError
 from ledger.serve.pages import (
     EXPLAINED,
     HERE,
@@ -52,9 +60,10 @@ from ledger.serve.pages import (
     paged_title,
     preview_mark,
     replaces,
+    waiting,
 )
 from ledger.serve.pictures import picture
-from ledger.serve.plumbing import LOCAL_PATH, Plumbing
+from ledger.serve.plumbing import LOCAL_PATH, Page, Plumbing
 from ledger.serve.sessions import COOKIE, ConsoleSession
 from ledger.session import next_after
 from ledger.validation import asked_key, key_text
@@ -84,6 +93,15 @@ class Console(Plumbing):
 
     def routes(self) -> list[BaseRoute]:
         """The console's Starlette routes."""
+
+        def page(path: str, handler: Page) -> Route:
+            return Route(path, self._page(_as_sent(path, handler)))
+
+        def form(path: str, handler: Page, own_page: bool = False) -> Route:
+            return Route(
+                path, self._post(_as_sent(path, handler), own_page=own_page), methods=["POST"]
+            )
+
         return [
             Route("/", self._page(self.queue, signed_out=self.signin_page)),
             Route("/signin", self.signin, methods=["POST"]),
@@ -93,24 +111,16 @@ class Console(Plumbing):
             Route("/signin", self.to_start),
             Route("/signout", self.to_start),
             Route("/records", self._page(self.records)),
-            Route("/records/{record_id}", self._page(self.record)),
-            Route("/records/{record_id}/accept", self._post(self.accept), methods=["POST"]),
-            Route("/records/{record_id}/reject", self._post(self.reject), methods=["POST"]),
-            Route("/records/{record_id}/revalidate", self._post(self.revalidate), methods=["POST"]),
-            Route("/records/{record_id}/revoke", self._page(self.revoke_preview)),
-            Route(
-                "/records/{record_id}/revoke",
-                self._post(self.revoke, own_page=True),
-                methods=["POST"],
-            ),
+            page("/records/{record_id}", self.record),
+            form("/records/{record_id}/accept", self.accept),
+            form("/records/{record_id}/reject", self.reject),
+            form("/records/{record_id}/revalidate", self.revalidate),
+            page("/records/{record_id}/revoke", self.revoke_preview),
+            form("/records/{record_id}/revoke", self.revoke, own_page=True),
             Route("/attention", self._page(self.attention)),
-            Route(
-                "/deliveries/{delivery_id}/correction",
-                self._post(self.issue_correction),
-                methods=["POST"],
-            ),
+            form("/deliveries/{delivery_id}/correction", self.issue_correction),
             Route("/explain", self._page(self.explain)),
-            Route("/snapshots/{ref}", self._page(self.snapshot)),
+            page("/snapshots/{ref}", self.snapshot),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
         ]
 
@@ -201,14 +211,13 @@ class Console(Plumbing):
                 if not access.has(scope, Role.READ):
                     groups.append({"scope": scope, "candidates": [], "unreadable": True})
                     continue
-                views = live.records(
-                    scope, status=Status.CANDIDATE, limit=PAGE, after=after if only else None
-                )
+                shown = waiting(live, scope, PAGE, after if only else None)
                 groups.append(
                     {
                         "scope": scope,
-                        "candidates": [candidate(live, v, explained) for v in views],
-                        "next_after": next_after(live, scope, views, PAGE, status=Status.CANDIDATE),
+                        "candidates": [candidate(live, v, explained) for v in shown.views],
+                        "next_after": shown.next_after,
+                        "by_age": shown.by_age,
                         "unreadable": False,
                     }
                 )
@@ -313,7 +322,7 @@ class Console(Plumbing):
                 "here is the record as it was then.",
             )
             query = urlencode(moment.params())
-            return RedirectResponse(f"/records/{quote(record_id, safe='@:')}?{query}", 303)
+            return RedirectResponse(f"{_record_path(record_id)}?{query}", 303)
 
         def load(live: Session, moment: Moment, access: Access) -> dict[str, Any]:
             view, preview, stale = revocation_preview(live, record_id)
@@ -434,10 +443,16 @@ class Console(Plumbing):
     async def accept(self, request: Request, session: ConsoleSession) -> Response:
         """Accept a candidate."""
         record_id = request.path_params["record_id"]
+        decision = f"accept {record_id}"
 
         def act(live: Session, form: Mapping[str, Any]) -> str:
             replacing = replaces(live, record_id)  # as its card said it may
-            live.accept(record_id, note=form.get("note", ""))
+            try:
+                live.accept(record_id, note=form.get("note", ""))
+            except InvalidTransitionError:
+                if _again(live, session, decision, record_id, (Status.ACCEPTED,)) is None:
+                    raise
+                return _done_already(record_id, Status.ACCEPTED, "accepted")
             conflict = conflict_after(live, record_id)
             if not replacing:
                 return f"Accepted {record_id}.{conflict}"
@@ -446,33 +461,51 @@ class Console(Plumbing):
                 f"that STALE (Needs attention lists the corrections owed).{conflict}"
             )
 
-        return await self._act(request, session, act, "/", f"Acceptance of {record_id}")
+        doing = f"Acceptance of {record_id}"
+        return await self._decide(request, session, decision, act, "/", doing)
 
     async def reject(self, request: Request, session: ConsoleSession) -> Response:
         """Reject a candidate with a reason."""
         record_id = request.path_params["record_id"]
+        decision = f"reject {record_id}"
 
         def act(live: Session, form: Mapping[str, Any]) -> str:
-            live.reject(record_id, reason=form.get("reason", ""))
+            try:
+                live.reject(record_id, reason=form.get("reason", ""))
+            except InvalidTransitionError:
+                if _again(live, session, decision, record_id, (Status.REJECTED,)) is None:
+                    raise
+                return _done_already(record_id, Status.REJECTED, "rejected")
             return f"Rejected {record_id}."
 
-        return await self._act(request, session, act, "/", f"Rejection of {record_id}")
+        doing = f"Rejection of {record_id}"
+        return await self._decide(request, session, decision, act, "/", doing)
 
     async def revalidate(self, request: Request, session: ConsoleSession) -> Response:
         """Revalidate a STALE record, optionally on a new basis."""
         record_id = request.path_params["record_id"]
+        decision = f"revalidate {record_id}"
 
         def act(live: Session, form: Mapping[str, Any]) -> str:
             basis = [p for p in form.get("parents", "").replace(",", " ").split() if p]
-            live.revalidate(record_id, note=form.get("note", ""), parents=basis or None)
+            try:
+                live.revalidate(record_id, note=form.get("note", ""), parents=basis or None)
+            except InvalidTransitionError:
+                # (revalidated, a record never accepted is a CANDIDATE again)
+                done = (Status.ACCEPTED, Status.CANDIDATE)
+                view = _again(live, session, decision, record_id, done)
+                if view is None:
+                    raise
+                return _done_already(record_id, view.status, "revalidated")
             return f"Revalidated {record_id}."
 
-        back, doing = f"/records/{record_id}", f"Revalidation of {record_id}"
-        return await self._act(request, session, act, back, doing)
+        back, doing = _record_path(record_id), f"Revalidation of {record_id}"
+        return await self._decide(request, session, decision, act, back, doing)
 
     async def revoke(self, request: Request, session: ConsoleSession) -> Response:
         """Revoke a record (after its preview)."""
         record_id = request.path_params["record_id"]
+        decision = f"revoke {record_id}"
 
         def act(live: Session, form: Mapping[str, Any]) -> str:
             # What the approver confirmed is the preview: if records or deliveries
@@ -481,20 +514,28 @@ class Console(Plumbing):
             # offering to revoke it with whatever is built on it by then (BY_THEN:
             # the preview is not compared, and the message counts what it marked).
             by_then = form.get("extent") == BY_THEN
-            _, preview, shown = revocation_preview(live, record_id)
-            if not by_then and form.get("preview") != preview_mark(preview):
-                # (counted as "records you can see": not those it may act on unread)
-                seen = {"seen": str(len(shown.listed) + shown.beyond)}
-                raise PreviewChanged(preview_changed(record_id, preview), f"{back}/revoke", seen)
-            result = live.revoke(record_id, reason=form.get("reason", ""))
+            try:
+                _, preview, shown = revocation_preview(live, record_id)
+                if not by_then and form.get("preview") != preview_mark(preview):
+                    # (counted as "records you can see": not those it may act on unread)
+                    seen = {"seen": str(len(shown.listed) + shown.beyond)}
+                    again = f"{back}/revoke"
+                    raise PreviewChanged(preview_changed(record_id, preview), again, seen)
+                result = live.revoke(record_id, reason=form.get("reason", ""))
+            except InvalidTransitionError:  # (a REVOKED record has no preview either)
+                if _again(live, session, decision, record_id, (Status.REVOKED,)) is None:
+                    raise
+                return _done_already(record_id, Status.REVOKED, "revoked")
             # Counted as the preview counts: by their status just before revoking.
             before = live.as_of(position=result.position - 1)
             stale = reach(before, result.stale)
             return revoked(result.root, stale, len(preview.deliveries), by_then)
 
-        back = f"/records/{record_id}"
+        back = _record_path(record_id)
         doing = f"Revocation of {record_id}"
-        return await self._act(request, session, act, back, doing, again=f"{back}/revoke")
+        return await self._decide(
+            request, session, decision, act, back, doing, again=f"{back}/revoke"
+        )
 
     async def issue_correction(self, request: Request, session: ConsoleSession) -> Response:
         """Issue a correction for a delivery (outbox)."""
@@ -510,7 +551,38 @@ class Console(Plumbing):
             return f"Correction {cid} issued for delivery {delivery_id} (in the outbox)."
 
         doing = f"Correction for delivery {delivery_id}"
-        return await self._act(request, session, act, "/attention", doing)
+        response = await self._act(request, session, act, "/attention", doing)
+        session.results()  # the next page takes the focus to what happened
+        return response
+
+    async def _decide(
+        self,
+        request: Request,
+        session: ConsoleSession,
+        decision: str,
+        act: Callable[[Session, Mapping[str, Any]], str],
+        back: str,
+        doing: str,
+        again: str | None = None,
+    ) -> Response:
+        """:meth:`_act` for a decision on a record (``decision``: ``"accept M1"``),
+        noted as this session's while the ledger has it (a form sent twice, as by a
+        double click, is then told it was done already: :func:`_again`). The next
+        page takes the keyboard's focus to what happened."""
+        taken = False
+
+        def deciding(live: Session, form: Mapping[str, Any]) -> str:
+            nonlocal taken
+            message = act(live, form)
+            taken = True
+            return message
+
+        session.sending(decision)
+        try:
+            return await self._act(request, session, deciding, back, doing, again)
+        finally:
+            session.sent(decision, taken=taken)
+            session.results()
 
 
 @dataclass(frozen=True)
@@ -525,6 +597,59 @@ class _Listed:
     filters: dict[str, str]
     #: The ``after`` of its next page (None: nothing follows).
     next_after: str | None
+
+
+def _again(
+    live: Session,
+    session: ConsoleSession,
+    decision: str,
+    record_id: str,
+    done: tuple[Status, ...],
+) -> RecordView | None:
+    """The record, when a form of ``decision`` the ledger refused for its record's
+    status was this session's second (:meth:`ConsoleSession.sent_again`) and the
+    record is as the first left it (a status of ``done``); None otherwise (the
+    refusal stands: another principal decided, or the caller may not read it)."""
+    if not session.sent_again(decision):
+        return None
+    try:
+        view = live.get(record_id)
+    except LedgerError:
+        return None
+    return view if view.status in done else None
+
+
+def _done_already(record_id: str, status: Status, did: str) -> str:
+    """What a decision sent again is told: what the record is, and that the first
+    sending did it."""
+    return (
+        f"{record_id} is {status}: you {did} it already, and sending the form again "
+        "changed nothing."
+    )
+
+
+def _record_path(record_id: str) -> str:
+    """The address of a record's page (an id is a path segment of its own)."""
+    return "/records/" + quote(record_id, safe="@:")
+
+
+def _as_sent(template: str, handler: Page) -> Page:
+    """``handler`` with the path parameters of its route (``template``) as the
+    browser sent them, percent-decoded once (as the API takes them,
+    :func:`~ledger.serve.call.path_parameters`): the page of ``/records/a%2Fb``
+    is about the id ``a/b``, not ``a%2Fb`` (the router keeps an encoded slash
+    encoded, so that it stays in its segment). A parameter that is not UTF-8 once
+    decoded stays as the router has it (the ledger refuses it, shown as it is)."""
+
+    async def decoded(request: Request, session: ConsoleSession) -> Response:
+        try:
+            sent = path_parameters(template, request.scope.get("raw_path"), request.path_params)
+        except FieldError:
+            sent = dict(request.path_params)
+        request.scope["path_params"] = sent
+        return await handler(request, session)
+
+    return decoded
 
 
 def _here(path: str, query: Mapping[str, object]) -> str:

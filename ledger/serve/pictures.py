@@ -8,11 +8,14 @@ its direct parents and children are drawn, the rest counted by status. A graph o
 more than :data:`ledger.graph.MAX_SERVED_NODES` records is neither gathered nor
 drawn: the page says how many there are and how to draw them on the command line.
 Where Graphviz is missing, fails or runs out of time, the page says so instead of
-the picture and still lists the records.
+the picture and still lists the records. A picture wider or taller than its box
+opens with the record's own node in the middle of the box (:attr:`Picture.here`).
 """
 
 from __future__ import annotations
 
+import html
+import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -48,6 +51,11 @@ class Picture:
     left_out: dict[str, int]
     records: tuple[RecordView, ...]
     edges: int
+    #: Where the record's own node is drawn: its centre, in points from the top
+    #: left corner of the picture (None: not found). The page marks it there, and
+    #: its box opens scrolled to the mark (a wide graph's record may be drawn far
+    #: to the right of where the box would open).
+    here: tuple[float, float] | None = None
 
 
 def _quote(text: str) -> str:
@@ -103,6 +111,54 @@ def svg_inline(data: bytes, label: str) -> Markup:
     return Markup(controls_written_out(text, markup=True))
 
 
+#: A node of Graphviz's SVG (``<g id="node3" class="node"><title>M1</title>``).
+_NODE = re.compile(r'<g id="[^"]*" class="node">\s*<title>([^<]*)</title>')
+#: The corners of a node's shape: the coordinate pairs of its paths and polygons.
+_POINT = re.compile(r"(-?\d+(?:\.\d+)?),(-?\d+(?:\.\d+)?)")
+_SHAPE = re.compile(r' (?:d|points)="([^"]*)"')
+_ELLIPSE = re.compile(r'<ellipse [^>]*cx="(-?[\d.]+)" cy="(-?[\d.]+)" rx="([\d.]+)" ry="([\d.]+)"')
+_SIZE = re.compile(r'<svg [^>]*width="([\d.]+)pt" height="([\d.]+)pt"\s+viewBox="([-\d. ]+)"')
+_TRANSFORM = re.compile(
+    r'class="graph" transform="scale\(([\d.]+) ([\d.]+)\) rotate\(0\) '
+    r'translate\((-?[\d.]+) (-?[\d.]+)\)"'
+)
+
+
+def node_centre(svg: str, node_id: str) -> tuple[float, float] | None:
+    """The centre of the node ``node_id`` in Graphviz's SVG ``svg``, in points from
+    the picture's top left corner; None when it is not found there."""
+    size, transform = _SIZE.search(svg), _TRANSFORM.search(svg)
+    if size is None or transform is None:
+        return None
+    for found in _NODE.finditer(svg):
+        if html.unescape(found.group(1)) != node_id:
+            continue
+        end = svg.find("</g>\n</g>", found.end())
+        shape = svg[found.end() : end if end >= 0 else None]
+        xs: list[float] = []
+        ys: list[float] = []
+        for drawn in _SHAPE.findall(shape):
+            for x, y in _POINT.findall(drawn):
+                xs.append(float(x))
+                ys.append(float(y))
+        for cx, cy, rx, ry in _ELLIPSE.findall(shape):
+            xs += [float(cx) - float(rx), float(cx) + float(rx)]
+            ys += [float(cy) - float(ry), float(cy) + float(ry)]
+        if not xs:
+            return None
+        # Graphviz draws in its graph's units, placed by the group's transform and
+        # shown in the picture's size by its view box.
+        width, height = float(size.group(1)), float(size.group(2))
+        box = [float(n) for n in size.group(3).split()]
+        sx, sy, tx, ty = (float(n) for n in transform.groups())
+        if len(box) != 4 or box[2] <= 0 or box[3] <= 0:
+            return None
+        x = (sx * ((min(xs) + max(xs)) / 2 + tx) - box[0]) * width / box[2]
+        y = (sy * ((min(ys) + max(ys)) / 2 + ty) - box[1]) * height / box[3]
+        return round(x, 2), round(y, 2)
+    return None
+
+
 def picture(session: Session, record_id: str, link: Callable[[str], str]) -> Picture:
     """The picture of ``record_id`` with its ancestors and descendants.
 
@@ -122,12 +178,15 @@ def picture(session: Session, record_id: str, link: Callable[[str], str]) -> Pic
     drawn, left_out = summarise(sub)
     note: str | None = None
     svg = None
+    here = None
     if dot_available():
         source = with_links(to_dot(drawn, revocations(session, drawn)), drawn, link)
         try:
             svg = svg_inline(render(source, "svg", RENDER_TIMEOUT), drawn.title)
         except RenderError as exc:  # the page and its list of records still stand
             note = f"No picture is drawn: {str(exc).rstrip('.')}."
+        else:
+            here = node_centre(svg, record_id)
     else:
         note = "Graphviz's dot program is not installed on the server, so no picture is drawn."
     return Picture(
@@ -137,4 +196,5 @@ def picture(session: Session, record_id: str, link: Callable[[str], str]) -> Pic
         left_out=left_out,
         records=sub.nodes,
         edges=len(sub.edges),
+        here=here,
     )

@@ -31,6 +31,25 @@ from starlette.responses import Response
 COOKIE = "provledger_session"
 #: How many of the browser's earlier CSRF tokens a session remembers.
 EARLIER = 8
+#: How many of its latest decisions a session remembers (see :meth:`ConsoleSession.sending`).
+DECISIONS = 32
+
+
+class Result(str):
+    """A message that says what a form just did (a decision, or its refusal): the
+    page that shows it moves the keyboard's focus to it (see
+    :meth:`ConsoleSession.results`). Otherwise the message itself."""
+
+    __slots__ = ()
+
+
+@dataclass
+class _Sent:
+    """A decision a session sent: how many of its forms are with the ledger now,
+    and whether the ledger took one."""
+
+    pending: int = 0
+    taken: bool = False
 
 
 @dataclass(frozen=True)
@@ -63,6 +82,8 @@ class ConsoleSession:
     #: The principal those earlier sessions were signed in as (one: see
     #: :meth:`SessionStore.sign_in`); None when there were none.
     earlier_of: str | None = None
+    #: Its latest decisions ("accept M1"), oldest first: see :meth:`sending`.
+    decisions: OrderedDict[str, _Sent] = field(default_factory=OrderedDict, repr=False)
 
     @property
     def signed_in(self) -> bool:
@@ -78,6 +99,36 @@ class ConsoleSession:
         """The messages to show now (then forgotten)."""
         out, self.flashes = self.flashes, []
         return out
+
+    def results(self) -> None:
+        """Mark the messages waiting to be shown as saying what a form just did
+        (:class:`Result`): the next page moves the focus to them."""
+        self.flashes = [(kind, Result(message)) for kind, message in self.flashes]
+
+    def sending(self, decision: str) -> None:
+        """Note that a form of ``decision`` (``"accept M1"``) goes to the ledger now;
+        :meth:`sent` notes when it is back. The latest :data:`DECISIONS` are kept."""
+        sent = self.decisions.pop(decision, None) or _Sent()
+        sent.pending += 1
+        self.decisions[decision] = sent
+        while len(self.decisions) > DECISIONS:
+            self.decisions.popitem(last=False)
+
+    def sent(self, decision: str, *, taken: bool) -> None:
+        """Note that a form of ``decision`` is back from the ledger (``taken``: the
+        ledger took it)."""
+        sent = self.decisions.get(decision)
+        if sent is not None:
+            sent.pending = max(0, sent.pending - 1)
+            sent.taken |= taken
+
+    def sent_again(self, decision: str) -> bool:
+        """Whether a form of ``decision`` being refused now is this session's second
+        of it (a double click, or a page sent again from the history): the ledger
+        took an earlier one, or another is with the ledger still (refused for its
+        record's status, it came second, as the ledger writes one at a time)."""
+        sent = self.decisions.get(decision)
+        return sent is not None and (sent.taken or sent.pending > 1)
 
     def keep_refused(
         self,
