@@ -181,6 +181,14 @@ def test_verify_of_an_empty_log_passes_warning_that_it_is_empty(
     assert said.stdout.startswith("ok: 0:0:")
     assert said.stderr.startswith("warning: the log is empty: no events")
     assert held.exit_code == 0 and "log is empty" not in held.stderr
+    # and a head signed over it says so too (a signing job pointed at a leftover)
+    key = tmp_path / "key"
+    run("keygen", "--out", str(key))
+    signed = run("head", "--key", str(key), "--url", empty)
+    assert signed.exit_code == 0, signed.output
+    assert json.loads(signed.stdout)["tree_size"] == 0
+    assert signed.stderr.startswith("warning: the log is empty: no events")
+    assert "the head holds for that empty log alone" in signed.stderr
 
 
 def test_verify_of_a_tampered_ledger_still_exits_1_with_its_report(scene: Scene) -> None:
@@ -824,7 +832,8 @@ def test_history_json_losing_its_connection_part_way_is_one_json_object(
 
     with Ledger.open(scene.url) as led:
         as_of = ("as-of", "--position", str(led.position)) if past else ()
-    listed = json.loads(_history(scene, *as_of).stdout)["events"]
+    whole = json.loads(_history(scene, *as_of).stdout)
+    listed = whole["events"]
     assert len(listed) >= 2
     real = Session.iter_history
 
@@ -838,10 +847,14 @@ def test_history_json_losing_its_connection_part_way_is_one_json_object(
     result = _history(scene, *as_of)
     assert result.exit_code == 1
     answer = json.loads(result.stdout)
+    # As of a past moment, the document cut short still says which (as_of, first)
+    moment = {"as_of": whole["as_of"]} if past else {}
     assert answer == {
+        **moment,
         "events": listed[:2],
         "error": {"type": "ConnectionLostError", "message": error_line(result)},
     }
+    assert ("as_of" in whole) == past
 
 
 # -- verify-bundle: nothing in the file checked is "could not check" (3) ------------------

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ledger.cli.failures import errors_exit_1, errors_exit_3, found_problem
+from ledger.cli.failures import errors_exit_1, errors_exit_3, found_problem, warn_if_empty
 from ledger.cli.options import (
     admin_options,
     host_ledger,
@@ -180,14 +180,8 @@ def verify(
         n = report.heads
         kept = f"; consistent with {n} signed head{'' if n == 1 else 's'}" if n else ""
         click.echo(f"ok: {report.digest}{extends}{kept} ({', '.join(report.checks)})")
-        if report.digest is not None and report.digest.size == 0:
-            # `init` writes events: an empty log was never used, or not finished.
-            click.echo(
-                "warning: the log is empty: no events (a ledger nothing was written to, or "
-                "an init or copy that did not finish); `verify --against DIGEST` checks it "
-                "holds what you expect",
-                err=True,
-            )
+        if report.digest is not None:
+            warn_if_empty(report.digest.size, "the check")
         if "authorization" in report.checks and "views" not in report.checks:
             click.echo(
                 "views not compared: they were built by an earlier version (their "
@@ -338,6 +332,7 @@ def head(
     not_the_ledger(append_to, url, "head")
     with host_ledger(url, "head", admin_token, catch_up=False) as led:
         signed = publish_head(led, private, append_to)
+    warn_if_empty(signed.tree_size, "the head")
     if as_json:
         echo_json(signed.to_json())
     else:

@@ -101,6 +101,19 @@ def _meta() -> dict[str, Any]:
     return {} if ctx is None else ctx.meta
 
 
+def warn_if_empty(size: int, command: str) -> None:
+    """Warn on stderr that the log ``command`` checked or signed holds no event
+    (``size``: its tree's): ``init`` writes events, so an empty log was never
+    used, or is what an init or a copy that did not finish left."""
+    if size == 0:
+        click.echo(
+            f"warning: the log is empty: no events (a ledger nothing was written to, or "
+            f"an init or copy that did not finish); {command} holds for that empty log "
+            "alone; `verify --against DIGEST` checks a log holds what you expect",
+            err=True,
+        )
+
+
 def found_problem(line: str) -> None:
     """Say that the check running found a problem, ``line`` being its ``error:``
     line (without ``error: ``), before its report is written: see :data:`_FOUND`."""
