@@ -568,10 +568,10 @@ class AuthorizationReplay:
                 self.owed = (state.record_id, older.record_id, position)
         if isinstance(event, Record.Superseded):
             state.superseded_by = event.by
-        if isinstance(event, Record.Delivered):
-            self.delivered[event.delivery_id] = state.record_id
+        if isinstance(event, Record.Delivered):  # the first keeps its id (a repeat is named)
+            self.delivered.setdefault(event.delivery_id, state.record_id)
         if isinstance(event, Record.CorrectionIssued):
-            self.corrections[event.correction_id] = state.record_id
+            self.corrections.setdefault(event.correction_id, state.record_id)
         if after is not None:
             state.status = after
             if after == Status.ACCEPTED.value:

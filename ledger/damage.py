@@ -87,7 +87,8 @@ def damaged(
     connection). A database holding a ledger's tables but missing some was
     damaged behind the ledger's back: a problem found (exit 1), not a failure
     to check (exit 3). An admin token unknown to the log may be one whose issuing
-    event is among events removed: the ledger is then opened as stored, without
+    event is among events removed: given ``check`` (the caller holds kept heads or
+    a digest, which show a rollback), the ledger is then opened as stored, without
     its administrator, and ``check`` run on it; what it finds is the report.
 
     Raises:

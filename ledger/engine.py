@@ -669,12 +669,11 @@ class Engine:
             self.outdated_views = None
 
     def migrate_views(self, *, later: bool = False) -> None:
-        """Rebuild the views from the log if built with another layout (an older
-        version's: ``note_migrated`` says so; a later one's if ``later``, or if the
-        log is empty, as nothing is lost: ``needs_migration``); events never change."""
+        """Rebuild the views from the log if they were built with another layout (a
+        ledger an older version wrote: ``note_migrated`` says so; a later version's
+        only if ``later``: ``needs_migration``); events never change."""
         current, url = self.projector.current_layout, self.url
         with self.reading() as c:
-            later = later or self.recorder.max_position(c) == 0
             if not needs_migration(self.projector.layout(c), current, later=later, url=url):
                 return
         with self.locked() as c, self.recorder.replaying(c):  # done by another since?

@@ -948,3 +948,26 @@ def test_a_rollback_removing_the_admin_tokens_issue_is_caught_by_a_kept_head(
     assert report["failed_checks"][0] == "consistency", report
     assert "events were removed after it was taken" in report["problem"]
     assert "error: tampering detected" in checked.stderr
+
+
+def test_an_unknown_admin_token_gets_no_report_of_a_ledger_without_kept_heads(
+    pg_url: str,
+) -> None:
+    import psycopg
+
+    # Given a PostgreSQL ledger whose views were edited behind its back
+    token = ok("init", "--url", pg_url).stdout.strip()
+    ok("grant", "agent-1", "--scope", "proj-a", "--roles", "read", "--url", pg_url,
+       PROVLEDGER_ADMIN_TOKEN=token)  # fmt: skip
+    schema = pg_url.rpartition("schema=")[2]
+    with psycopg.connect("host=127.0.0.1 dbname=test user=postgres", autocommit=True) as conn:
+        conn.execute(f"UPDATE {schema}.pl_grants SET scope = 'proj-z'")
+
+    # When verify is given a token the log never issued, and no kept head
+    made_up = run("verify", "--url", pg_url, "--json", PROVLEDGER_ADMIN_TOKEN="plt_made_up")
+    real = run("verify", "--url", pg_url, "--json", PROVLEDGER_ADMIN_TOKEN=token)
+
+    # Then it is refused (could not check), the report kept for the administrator
+    assert made_up.exit_code == 3, made_up.output
+    assert json.loads(made_up.stdout)["error"]["message"] == "admin token is unknown"
+    assert real.exit_code == 1 and "proj-z" in json.loads(real.stdout)["problem"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -190,3 +191,56 @@ def test_a_copy_killed_midway_into_postgresql_is_taken_by_init_or_a_copy(
             assert json.loads(copied.stdout)["digest"] == str(led.digest())
     finally:
         dropper()
+
+
+def test_init_leaves_another_eventsourcing_applications_empty_file_alone(
+    tmp_path: Path,
+) -> None:
+    # Given another eventsourcing application's file: its events table, empty
+    path = tmp_path / "other.db"
+    with sqlite3.connect(path) as con:
+        con.execute(
+            "CREATE TABLE stored_events (originator_id TEXT, originator_version INTEGER, "
+            "topic TEXT, state BLOB, PRIMARY KEY (originator_id, originator_version))"
+        )
+    con.close()
+
+    # When init is pointed at it
+    result = run("init", "--url", f"sqlite:///{path}")
+
+    # Then it is refused, nothing taken for a ledger's leftovers, no table added
+    assert result.exit_code == 1, result.output
+    assert "note:" not in result.stderr
+    with closing(sqlite3.connect(path)) as con:
+        tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+    assert tables == ["stored_events"]
+
+
+@pytest.mark.parametrize("kept", ["pl_merkle_leaves", "pl_records"])
+def test_an_empty_log_beside_rows_of_the_ledgers_other_tables_is_no_leftover(
+    shared_url: str, kept: str
+) -> None:
+    # Given a ledger whose events alone were deleted behind its back (its leaves,
+    # or its view rows, kept)
+    with Ledger.open(shared_url) as led:
+        led.admin().grant("agent-1", scope="proj-a", roles=["propose"])
+    table = events_table(shared_url)
+    emptied = [table, *(t for t in ("pl_merkle_leaves", "pl_records") if t != kept)]
+    if shared_url.startswith("sqlite:"):
+        with sqlite3.connect(shared_url.removeprefix("sqlite:///")) as con:
+            con.execute("DROP TRIGGER IF EXISTS stored_events_no_delete")
+            con.execute("DROP TRIGGER IF EXISTS pl_merkle_leaves_no_delete")
+            for name in emptied:
+                con.execute(f"DELETE FROM {name}")
+    else:
+        schema = shared_url.rpartition("schema=")[2]
+        with psycopg.connect(shared_url.partition("?")[0], autocommit=True) as conn:
+            for name in emptied:
+                conn.execute(f"ALTER TABLE {schema}.{name} DISABLE TRIGGER USER")
+                conn.execute(f"DELETE FROM {schema}.{name}")
+
+    # When init is pointed at it
+    result = run("init", "--url", shared_url)
+
+    # Then it is not said to be what an unfinished init or copy left
+    assert "note:" not in result.stderr, result.stderr

@@ -1077,27 +1077,6 @@ def test_views_a_later_version_built_are_refused_not_rebuilt_until_an_explicit_r
     open_ledger().authenticate(tokens["reviewer"]).accept("M1")
 
 
-@pytest.mark.parametrize("ledger_url", ["sqlite", "postgres"], indirect=True)
-def test_views_a_later_version_built_over_an_empty_log_are_rebuilt_not_refused(
-    open_ledger: Callable[..., Ledger], ledger_url: str
-) -> None:
-    """Empty views a later version left (an init or a copy of it that did not
-    finish) lose nothing when rebuilt: the next open takes them."""
-    from .attacks import Raw
-
-    led = open_ledger()
-    raw = Raw(led)
-    (current,) = raw.one("SELECT position FROM pl_tracking WHERE view = '#layout'")[0]
-    led.close()
-    raw.run(("UPDATE pl_tracking SET position = ? WHERE view = '#layout'", (current + 2,)))
-
-    led = open_ledger()
-
-    assert raw.one("SELECT position FROM pl_tracking WHERE view = '#layout'") == [(current,)]
-    led.admin().grant("agent-1", scope=SCOPE, roles=["propose"])  # and written to
-    assert led.position > 0
-
-
 @pytest.mark.parametrize("ledger_url", ["postgres"], indirect=True)
 def test_postgresql_views_development_builds_marked_15_are_rebuilt_not_refused(
     open_ledger: Callable[..., Ledger], ledger_url: str

@@ -171,9 +171,10 @@ _PG_EVENTS = "provledger_events"
 
 
 def _holds_no_event(backend: Backend) -> bool:
-    """Whether ``backend``'s file or schema holds a ledger's events table with no event
-    in it and no other program's table, read without opening it as a ledger
-    (False also when it cannot be read: opening it says why)."""
+    """Whether ``backend``'s file or schema holds a ledger's tables with nothing in
+    them (but the views' layout and position) and no other program's table, read
+    without opening it as a ledger (False also when it cannot be read: opening it
+    says why)."""
     if backend.kind == "sqlite" and backend.path is not None:
         return not others_tables(backend.path) and holds_no_event(backend.path)
     if backend.kind != "postgresql":
@@ -184,12 +185,20 @@ def _holds_no_event(backend: Backend) -> bool:
 
     if others_pg_tables(backend.env):
         return False
-    table = f"{backend.env['POSTGRES_SCHEMA']}.{_PG_EVENTS}"
+    schema = backend.env["POSTGRES_SCHEMA"]
     try:
         with plain_connection(backend.env) as conn:
-            row = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (table,)).fetchone()
-            if not row or not row[0]:
+            names = [
+                row[0]
+                for row in conn.execute(
+                    "SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,)
+                )
+            ]
+            if _PG_EVENTS not in names:
                 return False
-            return conn.execute(f"SELECT 1 FROM {table} LIMIT 1").fetchone() is None
+            held = [n for n in names if n not in ("pl_tracking", "pl_schema")]
+            return not any(
+                conn.execute(f'SELECT 1 FROM "{schema}"."{t}" LIMIT 1').fetchone() for t in held
+            )
     except psycopg.Error:
         return False

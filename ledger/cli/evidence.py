@@ -158,7 +158,7 @@ def verify(
         damage = isinstance(exc, (CorruptEventError, StorageError, UnknownTokenError))
         if isinstance(exc, LedgerError) and not damage:
             raise
-        report = damaged(exc, url, check)
+        report = damaged(exc, url, check if heads_file or against else None)
     if as_json:
         if not report.ok:
             found_problem(_found_line(report))

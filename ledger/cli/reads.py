@@ -34,16 +34,20 @@ from ledger.cli.options import (
     within,
 )
 from ledger.cli.render import (
+    Moment,
     echo_json,
     events_table,
     listing_table,
-    make_console,
+    moment_console,
+    moment_note,
+    moment_of,
     print_audit,
     print_corrections,
     print_explanation,
     print_read,
     print_record,
     show,
+    stamped,
     working,
     write_output,
 )
@@ -85,19 +89,23 @@ def read(
         result = within(session, run_id).read(
             scope, claim_key, at=at, context=context, kinds=kinds or None
         )
+        moment = moment_of(session)
     if as_json:
         echo_json(
-            {
-                "outcome": result.outcome,
-                "scope": result.scope,
-                "claim_key": result.claim_key,
-                "at": result.at,
-                "value": result.value,
-                "records": [record_json(r) for r in result.records],
-            }
+            stamped(
+                {
+                    "outcome": result.outcome,
+                    "scope": result.scope,
+                    "claim_key": result.claim_key,
+                    "at": result.at,
+                    "value": result.value,
+                    "records": [record_json(r) for r in result.records],
+                },
+                moment,
+            )
         )
     else:
-        print_read(result, make_console())
+        print_read(result, moment_console(moment))
 
 
 @click.command()
@@ -116,10 +124,11 @@ def get(record_id: str, run_id: str | None, token: str, url: str | None, as_json
     """
     with principal_session(url, token) as (_led, session):
         record = within(session, run_id).get(record_id)
+        moment = moment_of(session)
     if as_json:
-        echo_json(record_json(record))
+        echo_json(stamped(record_json(record), moment))
     else:
-        print_record(record, make_console())
+        print_record(record, moment_console(moment))
 
 
 @click.command()
@@ -150,21 +159,26 @@ def explain(
         explanation = within(session, run_id).explain(
             scope, claim_key, at=at, context=context, kinds=kinds or None
         )
+        moment = moment_of(session)
     if as_json:
+        entries = [
+            {"record": record_json(e.record), "usable": e.usable, "reasons": e.reasons}
+            for e in explanation.entries
+        ]
         echo_json(
-            {
-                "outcome": explanation.outcome,
-                "scope": explanation.scope,
-                "claim_key": explanation.claim_key,
-                "at": explanation.at,
-                "entries": [
-                    {"record": record_json(e.record), "usable": e.usable, "reasons": e.reasons}
-                    for e in explanation.entries
-                ],
-            }
+            stamped(
+                {
+                    "outcome": explanation.outcome,
+                    "scope": explanation.scope,
+                    "claim_key": explanation.claim_key,
+                    "at": explanation.at,
+                    "entries": entries,
+                },
+                moment,
+            )
         )
     else:
-        print_explanation(explanation, make_console())
+        print_explanation(explanation, moment_console(moment))
 
 
 @click.command()
@@ -182,16 +196,20 @@ def audit(record_id: str, token: str, url: str | None, as_json: bool) -> None:
     """
     with principal_session(url, token) as (_led, session):
         trail = session.audit(record_id)
+        moment = moment_of(session)
     if as_json:
         echo_json(
-            {
-                "record": record_json(trail.record),
-                "events": trail.events,
-                "undeclared": trail.undeclared,
-            }
+            stamped(
+                {
+                    "record": record_json(trail.record),
+                    "events": trail.events,
+                    "undeclared": trail.undeclared,
+                },
+                moment,
+            )
         )
     else:
-        print_audit(trail, make_console())
+        print_audit(trail, moment_console(moment))
 
 
 #: Events ``history`` lists without ``--limit`` (``--json``: every one).
@@ -257,11 +275,12 @@ def history(
             # comes before any output.
             first = next(events, None)
             listed = events if first is None else chain((first,), events)
+            moment = moment_of(session)
             if as_json:
-                echo_json_events(listed, None if show_all else limit)
+                echo_json_events(listed, None if show_all else limit, moment)
                 return
             limit = HISTORY_LIMIT if limit is None else limit
-            console = make_console()
+            console = moment_console(moment)
             shown = 0
             waiting: list[AuditEvent] = []
             try:
@@ -294,14 +313,21 @@ def history(
 HISTORY_TABLE_ROWS = 1000
 
 
-def echo_json_events(events: Iterator[AuditEvent], limit: int | None) -> None:
+def echo_json_events(
+    events: Iterator[AuditEvent], limit: int | None, moment: Moment | None = None
+) -> None:
     """``{"events": [...], "next_from": N}`` as :func:`echo_json` prints it, written an
     event at a time: the first ``limit`` events (all if None), and the log position
-    of the next one, for ``--from`` (null when no more follow). Refused part way (an
+    of the next one, for ``--from`` (null when no more follow); as of a past
+    ``moment``, ``as_of`` comes first. Refused part way (an
     event that cannot be read, a connection lost), the document ends with the events
     written so far and ``"error": {"type", "message"}`` in place of ``next_from``:
     stdout stays one JSON object."""
-    click.echo('{\n  "events": [', nl=False)
+    head = "{\n"
+    if moment is not None:
+        text = json.dumps(moment.json(), indent=2, ensure_ascii=False).replace("\n", "\n  ")
+        head += f'  "as_of": {text},\n'
+    click.echo(head + '  "events": [', nl=False)
     separator = "\n"
 
     def close(error: dict[str, Any]) -> None:
@@ -339,10 +365,11 @@ def corrections(record_id: str | None, token: str, url: str | None, as_json: boo
     with principal_session(url, token) as (_led, session):
         due = session.corrections_due(record_id)
         views = {} if as_json else views_of(session, due)
+        moment = moment_of(session)
     if as_json:
-        echo_json({"due": due})
+        echo_json(stamped({"due": due}, moment))
     else:
-        print_corrections(due, make_console(), views)
+        print_corrections(due, moment_console(moment), views)
 
 
 def views_of(session: Session, due: Sequence[CorrectionDue]) -> dict[str, RecordView]:
@@ -410,9 +437,10 @@ def export(
             ancestors=ancestors,
             descendants=descendants,
         )
+        moment = moment_of(session)
     write_output(output, text.encode())
     if output != "-":
-        click.echo(f"wrote {printable(output)} ({fmt})")
+        click.echo(f"wrote {printable(output)} ({fmt}){moment_note(moment)}")
 
 
 @click.command()
@@ -482,6 +510,7 @@ def graph(
             raise LedgerError(f"graph refused: {graph_summary(sub, max_nodes, one_side=not both)}")
         with working(f"drawing {len(sub.nodes):,} records"):
             drawn = picture(sub, fmt, revocations(session, sub))
+        moment = moment_of(session)
     if drawn.fell_back and output == "-":
         # Standard output has no name to say it holds DOT: `> impact.png` would be
         # a PNG file of text, and the command would say it succeeded.
@@ -502,7 +531,7 @@ def graph(
         click.echo(
             f"wrote {printable(target)} ({drawn.format}: "
             f"{len(sub.nodes)} record{'' if len(sub.nodes) == 1 else 's'}, "
-            f"{len(sub.edges)} edge{'' if len(sub.edges) == 1 else 's'})"
+            f"{len(sub.edges)} edge{'' if len(sub.edges) == 1 else 's'}){moment_note(moment)}"
         )
 
 
@@ -592,13 +621,16 @@ def records(
         found = within(session, run_id).records(scope, limit=limit, after=after, **filters)
         # through the session: looking whether more follow is not shown to the run
         following = next_after(session, scope, found, limit, **filters)
+        moment = moment_of(session)
     if as_json:
-        echo_json({"records": [record_json(r) for r in found], "next_after": following})
+        page = {"records": [record_json(r) for r in found], "next_after": following}
+        echo_json(stamped(page, moment))
         return
+    console = moment_console(moment)
     if not found:
         click.echo("no records")
         return
-    show(make_console(), listing_table(found))
+    show(console, listing_table(found))
     if following is not None:
         click.echo(f"more follow: add --after {following}")
 

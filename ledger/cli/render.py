@@ -9,6 +9,7 @@ import re
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -24,12 +25,14 @@ from ledger.cli.options import (
     OUTCOME_STYLE,
     STATUS_STYLE,
     VALIDITY_STYLE,
+    AsOf,
     printable,
 )
 from ledger.domain import Status, Validity
 from ledger.errors import naming_file
 from ledger.experiment import ExperimentResult
 from ledger.jsonable import json_safe, plain
+from ledger.session import Session
 from ledger.validation import key_text
 from ledger.values import (
     AuditEvent,
@@ -175,6 +178,67 @@ def new_table(
 
 def echo_json(data: Any) -> None:
     click.echo(json.dumps(json_safe(plain(data)), indent=2, ensure_ascii=False))
+
+
+# -- the moment an as-of answer shows -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Moment:
+    """The past moment an answer under ``as-of`` shows: the log position it shows
+    the ledger right after (the end of the transaction holding the position asked
+    for: a command's events are seen together), the instant its reads judge expiry
+    at (``--time`` when given; else the time of that position's event), and what
+    ``as-of`` was given."""
+
+    position: int
+    time: datetime
+    asked: AsOf
+
+    def json(self) -> dict[str, Any]:
+        """``--json``'s ``as_of``: ``{"position": N, "time": "…"}``."""
+        return {"position": self.position, "time": self.time.isoformat()}
+
+    def text(self) -> str:
+        """The first line of an answer for people ("as of log position 12 (2026-…)")."""
+        when = self.time.isoformat()
+        if self.asked.position is None:
+            return f"as of {when} (log position {self.position})"
+        if self.position == 0:
+            return f"as of log position 0: the empty ledger ({when})"
+        if self.asked.position == self.position:
+            return f"as of log position {self.position} ({when})"
+        return (
+            f"as of log position {self.position} ({when}), the end of the transaction "
+            f"holding position {self.asked.position}: its events are shown together"
+        )
+
+
+def stamped(data: dict[str, Any], moment: Moment | None) -> dict[str, Any]:
+    """``data``, with ``as_of`` first when it is an answer as of a past ``moment``."""
+    return data if moment is None else {"as_of": moment.json(), **data}
+
+
+def moment_of(session: Session) -> Moment | None:
+    """The past moment ``session`` answers as of (None for a session of now)."""
+    if session.position is None or session.caller.as_of_at is None:
+        return None
+    ctx = click.get_current_context(silent=True)
+    asked = ctx.find_object(AsOf) if ctx is not None else None
+    return Moment(session.position, session.caller.as_of_at, asked or AsOf(session.position, None))
+
+
+def moment_console(moment: Moment | None) -> Console:
+    """A console for an answer for people, its first line the past ``moment`` it shows."""
+    console = make_console()
+    if moment is not None:
+        console.print(Text(moment.text(), style="bold"), soft_wrap=True)
+    return console
+
+
+def moment_note(moment: Moment | None) -> str:
+    """What a file written as of a past ``moment`` is said to show ("" for now)."""
+    return "" if moment is None else f", {moment.text()}"
 
 
 def styled(value: object, styles: Mapping[str, str]) -> Text:

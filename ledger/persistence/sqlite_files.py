@@ -117,23 +117,24 @@ def holds_ledger(path: str) -> bool:
 
 
 def holds_no_event(path: str) -> bool:
-    """Whether the SQLite file at ``path`` holds a ledger's events table with no
-    event in it (all or some of a ledger's tables, as an ``init`` or a ``copy``
-    that did not finish leaves them), read-only. False when there is no file, no
-    events table, an event, or the file cannot be read as asked (opening it
-    says why)."""
+    """Whether the SQLite file at ``path`` holds a ledger's tables with nothing in
+    them (all or some of them, as an ``init`` or a ``copy`` that did not finish
+    leaves them), read-only: its events table and at least one of the ledger's own
+    (``pl_…``: an events table alone may be another eventsourcing application's),
+    none holding a row but the views' layout and position (``pl_tracking``) and
+    PostgreSQL's mark. False when there is no file, or it cannot be read as asked
+    (opening it says why)."""
     if not os.path.isfile(path) or os.path.getsize(path) == 0:
         return False
     try:
         c = sqlite3.connect(f"{Path(path).absolute().as_uri()}?mode=ro", uri=True)
         try:
-            table = c.execute(
-                "SELECT 1 FROM sqlite_master WHERE type='table' AND name='stored_events'"
-            ).fetchone()
-            return (
-                table is not None
-                and not c.execute("SELECT 1 FROM stored_events LIMIT 1").fetchone()
-            )
+            names = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            own = {n for n in names if n.startswith("pl_")}
+            if "stored_events" not in names or not own:
+                return False
+            held = ("stored_events", *sorted(own - {"pl_tracking", "pl_schema"}))
+            return not any(c.execute(f'SELECT 1 FROM "{t}" LIMIT 1').fetchone() for t in held)
         finally:
             c.close()
     except sqlite3.Error:

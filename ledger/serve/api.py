@@ -337,17 +337,19 @@ def list_records(call: Call) -> Response:
     # At most ``limit``, and stopped before the page passes MAX_ANSWER_BYTES of JSON.
     views = page_within(session, scope, limit, call.query_str("after"), filters)
     following = next_after(session, scope, views, len(views) or 1, **filters)
-    return json_response(payloads.records_page(views, following))
+    return json_response(payloads.stamped(session, payloads.records_page(views, following)))
 
 
 def get_record(call: Call) -> Response:
     """One record with its status, validity and deliveries."""
-    return json_response(payloads.record(call.session().get(call.path_id())))
+    session = call.session()
+    return json_response(payloads.stamped(session, payloads.record(session.get(call.path_id()))))
 
 
 def audit_record(call: Call) -> Response:
     """A record's whole history (needs ``audit``)."""
-    return json_response(payloads.audit(call.session().audit(call.path_id())))
+    session = call.session()
+    return json_response(payloads.stamped(session, payloads.audit(session.audit(call.path_id()))))
 
 
 GRAPH_FORMATS = ("json", "svg", "dot", "mermaid")
@@ -373,7 +375,7 @@ def graph_record(call: Call) -> Response:
     except GraphTooLargeError as exc:
         raise FieldError("format", _too_large(exc, fmt, record_id)) from None
     if fmt == "json":
-        return json_response(payloads.graph(sub))
+        return json_response(payloads.stamped(session, payloads.graph(sub)))
     revoked = revocations(session, sub)  # drawn as `provledger graph` draws them
     if fmt == "mermaid":
         return Response(to_mermaid(sub, revoked), media_type=_MEDIA["mermaid"])
@@ -491,7 +493,7 @@ def read(call: Call) -> Response:
         context=_context(call),
         kinds=_kinds(call),
     )
-    return json_response(payloads.read_result(result))
+    return json_response(payloads.stamped(session, payloads.read_result(result)))
 
 
 def explain(call: Call) -> Response:
@@ -508,14 +510,16 @@ def explain(call: Call) -> Response:
         context=_context(call),
         kinds=_kinds(call),
     )
-    return json_response(payloads.explanation(result, MAX_LIMIT))
+    return json_response(payloads.stamped(session, payloads.explanation(result, MAX_LIMIT)))
 
 
 def corrections(call: Call) -> Response:
     """Deliveries that owe a correction (scopes where the caller holds ``deliver``),
     or those of one record (``record_id``)."""
-    due = call.session().corrections_due(call.query_str("record_id"))
-    return json_response({"corrections": [payloads.correction_due(d) for d in due]})
+    session = call.session()
+    due = session.corrections_due(call.query_str("record_id"))
+    answer = {"corrections": [payloads.correction_due(d) for d in due]}
+    return json_response(payloads.stamped(session, answer))
 
 
 def issue_correction(call: Call) -> Response:

@@ -240,7 +240,7 @@ def _paths() -> dict[str, dict[str, Any]]:
             "get": _op(
                 "Get a record",
                 "200",
-                "Record",
+                "RecordAnswer",
                 "401 403 404 422",
                 params=[_RECORD_ID, *_AS_OF],
             )

@@ -152,6 +152,25 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         },
         description="Every refusal: the error class, its message and the offending field.",
     ),
+    "AsOf": _object(
+        {
+            "position": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "The log position the answer shows the ledger right after: "
+                "the end of the transaction holding the position asked for (a command's "
+                "events are seen together), or the newest at or before `as_of_time`.",
+            },
+            "time": {
+                **TIME,
+                "description": "The instant the answer's reads judge expiry at: "
+                "`as_of_time` when given, else the time of that position's event (for "
+                "position 0, the empty ledger, that of the first event).",
+            },
+        },
+        description="The past moment an answer given as of `as_of_position` or "
+        "`as_of_time` shows; an answer of now has no `as_of`.",
+    ),
     "Kind": _enum(Kind),
     "Status": _enum(Status),
     "Validity": _enum(Validity),
@@ -245,6 +264,11 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         },
         description="A record as the views see it (hidden dependencies show as <hidden>).",
     ),
+    "RecordAnswer": {
+        "allOf": [ref("Record")],
+        "properties": {"as_of": ref("AsOf")},
+        "description": "A record; as of a past moment, with `as_of`.",
+    },
     "RecordPage": _object(
         {
             "records": {"type": "array", "items": ref("Record")},
@@ -437,3 +461,11 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         required=["note"],
     ),
 }
+
+#: The answers of the operations that take ``as_of_position`` and ``as_of_time``
+#: (a record's is ``RecordAnswer``): given as of a past moment, each carries
+#: ``as_of`` (optional: an answer of now has none).
+AS_OF_ANSWERS = ("RecordPage", "AuditTrail", "Graph", "ReadResult", "Explanation", "CorrectionsDue")
+for _name in AS_OF_ANSWERS:
+    _schema = SCHEMAS[_name]
+    SCHEMAS[_name] = {**_schema, "properties": {"as_of": ref("AsOf"), **_schema["properties"]}}

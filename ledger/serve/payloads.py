@@ -13,6 +13,7 @@ from urllib.parse import urlencode
 
 from ledger.graph import MAX_SERVED_NODES, Subgraph
 from ledger.jsonable import capped_explanation, capped_revocation, plain, record_json
+from ledger.session import Session
 from ledger.values import (
     AuditTrail,
     CorrectionDue,
@@ -21,6 +22,24 @@ from ledger.values import (
     RecordView,
     Revocation,
 )
+
+
+def moment(session: Session) -> dict[str, Any] | None:
+    """The ``as_of`` of an answer given as of a past moment (``as_of_position`` or
+    ``as_of_time``): ``position``, the log position it shows the ledger right after
+    (the end of the transaction holding the position asked for), and ``time``, the
+    instant its reads judge expiry at (``as_of_time`` when given; else the time of
+    that position's event). None for an answer of now, which has no ``as_of``."""
+    when = session.caller.as_of_at
+    if session.position is None or when is None:
+        return None
+    return {"position": session.position, "time": when.isoformat()}
+
+
+def stamped(session: Session, data: dict[str, Any]) -> dict[str, Any]:
+    """``data``, with ``as_of`` first when ``session`` answers as of a past moment."""
+    found = moment(session)
+    return data if found is None else {"as_of": found, **data}
 
 
 def record(view: RecordView) -> dict[str, Any]:
