@@ -58,6 +58,13 @@ class Dialect:
     #: dropped and made anew is not what a reader's snapshot taken before saw: it
     #: would read it empty. Its views are emptied in place while their layout holds.
     table_exists: str | None = None
+    #: Whether a record row ``r`` was delivered (``{delivered}``). PostgreSQL asks
+    #: for its first delivery by position, on ``pl_deliveries_record``'s keys
+    #: (``{delivered_key}``): an EXISTS there may be planned as a scan of every
+    #: delivery once a report is delivered many times (its estimate of each
+    #: record's deliveries then high), and such a look-up cannot.
+    delivered: str = "EXISTS (SELECT 1 FROM {t}pl_deliveries dl WHERE dl.record_id = r.record_id)"
+    delivered_key: str = ""
 
     def listing_order(self, column: str) -> str:
         """What a scope's listing is ordered by: the id each record was proposed
@@ -73,6 +80,8 @@ class Dialect:
         return _translated(self, statement)
 
     def _translate(self, statement: str) -> str:
+        statement = statement.replace("{delivered}", self.delivered)
+        statement = statement.replace("{delivered_key}", self.delivered_key)
         statement = statement.replace("{t}", self.prefix)
         statement = statement.replace("{blob}", self.blob).replace("{bigint}", self.bigint)
         statement = statement.replace("{bytewise}", self.bytewise)
@@ -105,6 +114,9 @@ def postgres_dialect(schema: str) -> Dialect:
         bare_id="split_part({c}, '@@', 1)",
         table_exists="SELECT to_regclass(%s) IS NOT NULL AS e",
         qualified="strpos({c}, '@@') > 0",
+        delivered="(SELECT dl.position FROM {t}pl_deliveries dl WHERE dl.record_id = "
+        "r.record_id ORDER BY dl.position LIMIT 1) IS NOT NULL",
+        delivered_key=", position",
     )
 
 

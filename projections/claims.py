@@ -132,10 +132,11 @@ def for_claim_as(
     The caller checks the token and the roles before using any record row.
     """
     sql = _claim_as_sql(d, position is not None, live_only)
-    if position is None:
-        c.execute(sql, (scope, scope, claim_key, token_hash))
-    else:
-        c.execute(sql, (scope, scope, claim_key, position, position, token_hash))
+    when = () if position is None else (position, position)
+    if d.name == "sqlite":
+        c.execute(sql, (scope, scope, claim_key, *when, token_hash))
+    else:  # the token's row first (``_claim_as_statement``)
+        c.execute(sql, (scope, token_hash, scope, claim_key, *when))
     found = c.fetchall()
     if not found:
         return None, []
@@ -196,18 +197,34 @@ def _claim_as_statement(d: Dialect, as_of: bool, live_only: bool) -> str:
         when += " AND r.status = 'ACCEPTED'"
     # SQLite sorts a claim's few rows in Python (no temporary b-tree per read).
     order = "" if d.name == "sqlite" else " ORDER BY r.created_pos"
+    # Whether the subject reads in the scope, not its roles: the first current
+    # ``read`` grant answers (no aggregate over every role it holds there).
+    reads = (
+        "EXISTS (SELECT 1 FROM {t}pl_grants g WHERE g.subject = t.subject "
+        f"AND g.scope = ? AND g.role = '{READ_ROLE}' AND g.to_pos IS NULL)"
+    )
+    if d.name == "sqlite":
+        token = f"t.revoked_pos AS tok_revoked, t.expires AS tok_expires, {reads} AS tok_reads "
+        joined = "FROM {t}pl_tokens t LEFT JOIN {t}pl_records r "
+        where = " WHERE t.token_hash = ?"
+    else:
+        # The token's row apart (OFFSET 0), its grant looked up once: joined to a
+        # claim's rows, PostgreSQL may plan the look-up as a scan of the scope's
+        # grants, hashed, when it expects many rows of the claim.
+        token = "t.tok_revoked, t.tok_expires, t.tok_reads "
+        joined = (
+            "FROM (SELECT t.revoked_pos AS tok_revoked, t.expires AS tok_expires, "
+            f"{reads} AS tok_reads FROM {{t}}pl_tokens t WHERE t.token_hash = ? OFFSET 0) t "
+            "LEFT JOIN {t}pl_records r "
+        )
+        where = ""
     return d.q(
         "SELECT "
         + row_columns("r", CLAIM_ROW[:-1])
-        + ", EXISTS (SELECT 1 FROM {t}pl_deliveries dl WHERE dl.record_id = r.record_id) "
-        "AS has_deliveries, t.revoked_pos AS tok_revoked, t.expires AS tok_expires, "
-        # Whether the subject reads in the scope, not its roles: the first current
-        # ``read`` grant answers (no aggregate over every role it holds there).
-        "EXISTS (SELECT 1 FROM {t}pl_grants g WHERE g.subject = t.subject "
-        f"AND g.scope = ? AND g.role = '{READ_ROLE}' AND g.to_pos IS NULL) AS tok_reads "
-        "FROM {t}pl_tokens t LEFT JOIN {t}pl_records r "
-        f"ON r.scope = ? AND r.claim_key = ? AND {when} "
-        f"WHERE t.token_hash = ?{order}"
+        + ", {delivered} AS has_deliveries, "
+        + token
+        + joined
+        + f"ON r.scope = ? AND r.claim_key = ? AND {when}{where}{order}"
     )
 
 
@@ -286,9 +303,7 @@ def _others_statement(d: Dialect, as_of: bool) -> str:
             + withdrawn_filter("o")
         )
     return d.q(
-        "SELECT "
-        + row_columns("r", CLAIM_ROW[:-1])
-        + ", EXISTS (SELECT 1 FROM {t}pl_deliveries dl WHERE dl.record_id = r.record_id) "
+        "SELECT " + row_columns("r", CLAIM_ROW[:-1]) + ", {delivered} "
         "AS has_deliveries, k.n_others "
         "FROM (SELECT u.record_id, u.from_pos, u.tier, count(*) OVER () AS n_others "
         f"FROM ({rows}) u ORDER BY u.tier, u.from_pos DESC LIMIT ?) k "

@@ -23,7 +23,8 @@ DDL = (
     "delivery_id TEXT PRIMARY KEY, record_id TEXT NOT NULL, recipient TEXT NOT NULL, "
     "channel TEXT NOT NULL, delivered_at {bigint} NOT NULL, delivered_by TEXT NOT NULL, "
     "position {bigint} NOT NULL)",
-    "CREATE INDEX IF NOT EXISTS pl_deliveries_record ON {t}pl_deliveries (record_id)",
+    "CREATE INDEX IF NOT EXISTS pl_deliveries_record ON {t}pl_deliveries "
+    "(record_id{delivered_key})",
     "CREATE TABLE IF NOT EXISTS {t}pl_corrections ("
     "correction_id TEXT PRIMARY KEY, delivery_id TEXT NOT NULL, record_id TEXT NOT NULL, "
     "note TEXT NOT NULL, replacement TEXT, issued_at {bigint} NOT NULL, "

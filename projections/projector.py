@@ -251,7 +251,8 @@ class Projector:
             statement = statement.replace("{listing}", listing).replace("{qualified}", qualified)
             statement = statement.replace("{live}", record_table.LIVE_FILTER)
             statement = statement.replace("{withdrawn}", record_table.withdrawn_filter())
-            statement = statement.replace("{claim_walk}", record_table.claim_index_condition(d))
+            statement = statement.replace("{claim_index}", record_table.claim_index(d))
+            statement = statement.replace("{filter_walk}", record_table.filter_walk(d))
             c.execute(d.q(record_table.held(statement, d)))
 
     def drop_tables(self, c: Cursor) -> None:

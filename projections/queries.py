@@ -21,6 +21,7 @@ from projections.record_table import (
     ROW,
     SCOPE_WALK,
     claim_walk,
+    filter_walk,
     live_filter,
     status_is,
 )
@@ -109,7 +110,7 @@ def page(
     if position is not None:
         return _as_of_rows(c, d, scope, position, filters, values, limit, after)
     if kind is not None or status not in (None, "ACCEPTED") or validity not in (None, "VALID"):
-        where, params = ["r.scope=?", "r.to_pos IS NULL", f"r.{SCOPE_WALK}"], [scope]
+        where, params = ["r.scope=?", "r.to_pos IS NULL", filter_walk(d, "r")], [scope]
         if claim_prefix:
             where.append("substr(r.claim_key, 1, ?) = ?")
             params += [len(claim_prefix), claim_prefix]
@@ -338,9 +339,7 @@ def _page_rows(
 
 
 #: Whether a row ``r`` was delivered, as a page lists it.
-_DELIVERED = (
-    "EXISTS (SELECT 1 FROM {t}pl_deliveries dl WHERE dl.record_id = r.record_id) AS has_deliveries"
-)
+_DELIVERED = "{delivered} AS has_deliveries"
 
 
 #: A page with a claim prefix reads the prefix's claim keys (``_prefix_rows``) when

@@ -104,9 +104,29 @@ def claim_walk(d: Dialect, alias: str = "") -> str:
     return " AND " + CLAIM_WALK.format(c=f"{alias}." if alias else "")
 
 
-def claim_index_condition(d: Dialect) -> str:
-    """What ``pl_records_claim``'s definition ends with (``{claim_walk}``)."""
-    return f" WHERE {CLAIM_WALK.format(c='')}" if d.name == "postgresql" else ""
+def claim_index(d: Dialect) -> str:
+    """``pl_records_claim``'s keys and condition (``{claim_index}``): on PostgreSQL
+    its status too, so that a read as of a position tests it on the entries, not
+    on each of the claim's versions (candidates are no version a read uses)."""
+    if d.name != "postgresql":
+        return "(scope, claim_key)"
+    return f"(scope, claim_key, status) WHERE {CLAIM_WALK.format(c='')}"
+
+
+#: On PostgreSQL, a term true of every row held only by the statements of a filtered
+#: page (a kind, a status or a validity: ``queries._filtered_rows``), which
+#: ``pl_records_filtered`` requires in its condition instead of ``SCOPE_WALK``: a
+#: CANDIDATE row is also one of ``pl_records_open``'s, and with no statistics its
+#: planner took that index (the scope's every open row) for a page of a status as
+#: readily as the one holding that status's rows alone. SQLite names the index.
+FILTER_WALK = "length({c}kind) >= 0"
+
+
+def filter_walk(d: Dialect, alias: str = "") -> str:
+    """The term of ``pl_records_filtered``'s condition on rows of ``alias``:
+    :data:`FILTER_WALK` on PostgreSQL, ``SCOPE_WALK`` on SQLite."""
+    col = f"{alias}." if alias else ""
+    return FILTER_WALK.format(c=col) if d.name == "postgresql" else f"{col}{SCOPE_WALK}"
 
 
 #: What the listing indexes hold after their keys on SQLite, so that a page tests
@@ -129,7 +149,7 @@ def held(statement: str, d: Dialect) -> str:
 AFTER_LOAD_DDL = (
     # Every version of a claim's rows (a read as of a position, a range of claim
     # keys): on PostgreSQL only for the statements that hold ``CLAIM_WALK``.
-    "CREATE INDEX IF NOT EXISTS pl_records_claim ON {t}pl_records (scope, claim_key){claim_walk}",
+    "CREATE INDEX IF NOT EXISTS pl_records_claim ON {t}pl_records {claim_index}",
     # A claim's live records (``LIVE_FILTER``: what a read may use, what a new
     # version may replace) by status and kind, then by when each was proposed: a
     # read reaches its ACCEPTED rows, a re-capture its live evidence rows and a new
@@ -165,7 +185,7 @@ AFTER_LOAD_DDL = (
     # status few rows have reads those rows, not the scope (``queries.page``); with
     # ``COVERED``, a page of a kind's VALID rows passes over its expired ones unread.
     "CREATE INDEX IF NOT EXISTS pl_records_filtered ON {t}pl_records "
-    f"(scope, status, kind, {{listing}}{{+{COVERED}}}) WHERE to_pos IS NULL AND {SCOPE_WALK}",
+    f"(scope, status, kind, {{listing}}{{+{COVERED}}}) WHERE to_pos IS NULL AND {{filter_walk}}",
     # ACCEPTED records that expire, by when (what needs revalidation once expired):
     # records without an expiry cost no entry. Held on SQLite, what a page tests:
     # it counts and sorts the expired ones (of a kind) without reading them.

@@ -156,7 +156,11 @@ def current(c: Cursor, d: Dialect, record_id: str, position: int | None = None) 
 def aggregate_id(c: Cursor, d: Dialect, record_id: str) -> UUID | None:
     """The aggregate id the record's events are stored under (any version of its
     row keeps it), or None if the view has no such record."""
-    c.execute(d.q("SELECT agg_id FROM {t}pl_records WHERE record_id=? LIMIT 1"), (record_id,))
+    # In key order: with few statistics PostgreSQL may otherwise scan for the first row.
+    c.execute(
+        d.q("SELECT agg_id FROM {t}pl_records WHERE record_id=? ORDER BY from_pos LIMIT 1"),
+        (record_id,),
+    )
     row = c.fetchone()
     return None if row is None else uuid_of_hex(row["agg_id"])
 

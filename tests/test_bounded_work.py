@@ -193,9 +193,9 @@ def recorded(
         yield statements
 
 
-def work_of(ledger: Ledger, statements: list[Statement]) -> int:
+def work_of(ledger: Ledger, statements: list[Statement], table: str = "pl_records") -> int:
     """What ``statements`` cost run again: the SQLite virtual machine's steps, or
-    on PostgreSQL the rows of ``pl_records`` its plans read (kept or filtered out)."""
+    on PostgreSQL the rows of ``table`` its plans read (kept or filtered out)."""
     assert statements
     engine = ledger.engine
     total = 0
@@ -205,7 +205,7 @@ def work_of(ledger: Ledger, statements: list[Statement]) -> int:
                 total += _steps(c, sql, params)
             else:
                 c.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params)
-                total += _rows_read(c.fetchone()["QUERY PLAN"][0]["Plan"])
+                total += _rows_read(c.fetchone()["QUERY PLAN"][0]["Plan"], table)
     return total
 
 
@@ -228,14 +228,14 @@ def _steps(c: Any, sql: str, params: Any) -> int:
     return steps[0]
 
 
-def _rows_read(node: dict[str, Any]) -> int:
-    """Rows of ``pl_records`` a PostgreSQL plan node and those under it read."""
+def _rows_read(node: dict[str, Any], table: str = "pl_records") -> int:
+    """Rows of ``table`` a PostgreSQL plan node and those under it read."""
     own = 0
-    if node.get("Relation Name") == "pl_records":
+    if node.get("Relation Name") == table:
         loops = node.get("Actual Loops", 1)
         kept = node.get("Actual Rows", 0) + node.get("Rows Removed by Filter", 0)
         own = kept * loops
-    return own + sum(_rows_read(child) for child in node.get("Plans", ()))
+    return own + sum(_rows_read(child, table) for child in node.get("Plans", ()))
 
 
 def candidates(session: Session, start: int, stop: int) -> None:
@@ -377,6 +377,93 @@ def test_a_read_and_a_put_pass_over_a_claims_candidates_without_statistics(
     assert work_of(ledger, putting) <= 8
     assert store.get((SCOPE, "prefs"), "theme").value == {"v": 1}  # type: ignore[union-attr]
     store.close()
+
+
+@pytest.mark.parametrize("ledger_url", ["postgres"], indirect=True)
+def test_a_read_as_of_a_position_passes_over_the_claims_candidates(
+    open_ledger: Callable[..., Ledger], ledger_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read as of a position reads the claim's versions of then from the index of
+    all its versions; PostgreSQL's holds their status too (``record_table.claim_index``)."""
+    ledger = open_ledger()
+    agent, flooder, reviewer = people(ledger)
+    agent.propose(SCOPE, CLAIM, 30, Kind.FACT, id="T1", accepted_by=reviewer)
+    flooder.propose_many([{"scope": SCOPE, "claim_key": CLAIM, "value": 1, "kind": "fact"}] * 400)
+    then = ledger.position
+
+    with recorded(monkeypatch, claim_queries, "for_claim_as") as statements:
+        assert agent.as_of(position=then).read(SCOPE, CLAIM).value == 30
+
+    assert work_of(ledger, statements) <= 8
+
+
+def _indexes_used(node: dict[str, Any]) -> set[str]:
+    """The indexes a PostgreSQL plan node and those under it read."""
+    own = {node["Index Name"]} if "Index Name" in node else set()
+    return own.union(*(_indexes_used(child) for child in node.get("Plans", ())))
+
+
+@pytest.mark.parametrize("ledger_url", ["postgres"], indirect=True)
+def test_a_page_of_a_status_or_kind_cannot_be_planned_over_the_scopes_listing_indexes(
+    open_ledger: Callable[..., Ledger], ledger_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A CANDIDATE row is one of the scope's open rows too: with statistics that
+    estimate one row either way, PostgreSQL's planner may take the index of every
+    open row (or ACCEPTED one) for a page of a status or kind, and read the
+    scope's rows for a page of a few (``record_table.FILTER_WALK``)."""
+    ledger = open_ledger()
+    agent, flooder, reviewer = people(ledger)
+    candidates(flooder, 0, 20)
+    agent.propose(SCOPE, "plans/a", 1, Kind.PLAN, id="PL1")
+    agent.propose(SCOPE, "plans/b", 2, Kind.PLAN, id="PL2", accepted_by=reviewer)
+    pages = [{"status": "CANDIDATE", "kind": "plan"}, {"kind": "plan"}, {"status": "STALE"}]
+    for filters in pages:
+        # When a filtered page's statements are planned without the index they are
+        # meant for (dropped in a transaction rolled back after)
+        with recorded(monkeypatch, view_queries, "page") as statements:
+            agent.records(SCOPE, **filters)  # type: ignore[arg-type]
+        from .attacks import Raw
+
+        used: set[str] = set()
+        with Raw(ledger).connect() as conn:
+            conn.execute(ledger.engine.dialect.q("DROP INDEX {t}pl_records_filtered"))
+            conn.execute("SET LOCAL enable_seqscan = off")
+            for sql, params in statements:
+                (plan,) = conn.execute("EXPLAIN (FORMAT JSON) " + sql, params).fetchone()
+                used |= _indexes_used(plan[0]["Plan"])
+            conn.rollback()
+        # Then no listing index of the whole scope could serve them instead
+        assert not used & {"pl_records_open", "pl_records_accepted"}, (filters, used)
+
+
+@pytest.mark.parametrize("ledger_url", ["postgres"], indirect=True)
+def test_whether_a_record_was_delivered_reads_none_of_another_reports_deliveries(
+    open_ledger: Callable[..., Ledger], ledger_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With statistics saying a record has hundreds of deliveries, PostgreSQL
+    planned the EXISTS of a row's deliveries as a scan of them all."""
+    ledger = open_ledger()
+    agent, _, reviewer = people(ledger)
+    admin = ledger.admin()
+    admin.grant("deliverer", scope=SCOPE, roles=["deliver", "read"])
+    deliverer = ledger.authenticate(admin.issue_token("deliverer"))
+    # Given two reports delivered 300 times each, and statistics taken since
+    for report in ("R1", "R2"):
+        agent.propose(SCOPE, f"report.{report}", 1, Kind.REPORT, id=report, accepted_by=reviewer)
+        for i in range(300):
+            deliverer.deliver(report, recipient=f"r{i}@x.test")
+    agent.propose(SCOPE, CLAIM, 30, Kind.FACT, id="T1", accepted_by=reviewer)
+    analysed(ledger, "ANALYZE")
+
+    # When a claim is read, and a page of records listed
+    with recorded(monkeypatch, claim_queries, "for_claim_as") as reading:
+        assert agent.read(SCOPE, CLAIM).value == 30
+    with recorded(monkeypatch, view_queries, "page") as listing:
+        assert [r.id for r in agent.records(SCOPE, kind="fact")] == ["T1"]
+
+    # Then neither read the reports' deliveries
+    assert work_of(ledger, reading, "pl_deliveries") <= 2
+    assert work_of(ledger, listing, "pl_deliveries") <= 2
 
 
 # -- a LangGraph put reads none of the candidates under its key ---------------------------
