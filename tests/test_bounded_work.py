@@ -857,3 +857,31 @@ def test_a_get_reads_the_corrections_of_all_a_records_deliveries_at_once(
     # Then every delivery is there with its own corrections, read in one statement
     assert [len(d.corrections) for d in view.deliveries] == [int(i == 7) for i in range(N)]
     assert calls == {"corrections_for": 0, "corrections_of_record": 1}
+
+
+@pytest.mark.parametrize("ledger_url", ["postgres"], indirect=True)
+def test_a_ledger_grown_by_commands_one_by_one_gets_its_planner_statistics(
+    open_ledger: Callable[..., Ledger], ledger_url: str
+) -> None:
+    """Statistics are refreshed after a ledger's writes added half the record view's
+    rows (at least 1,000 events), by commands too, not only by batches: a plan made
+    for a small table is made again for the grown one."""
+    from .attacks import Raw
+
+    ledger = open_ledger()
+    agent, _, _ = people(ledger)
+    raw = Raw(ledger)
+
+    def analysed_rows() -> int:
+        query = "SELECT count(*) FROM pg_stats WHERE schemaname = %s AND tablename = 'pl_records'"
+        with raw.connect() as conn:
+            (n,) = conn.execute(query, (raw.schema,)).fetchone()
+        return int(n)
+
+    # Given a new ledger, with no statistics of its record view
+    assert analysed_rows() == 0
+    # When 1,100 records are proposed one command at a time
+    for i in range(1100):
+        agent.propose(SCOPE, f"k.{i}", i, Kind.FACT)
+    # Then the record view has statistics
+    assert analysed_rows() > 0

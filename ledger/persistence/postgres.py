@@ -545,21 +545,25 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
         if ids:
             self._held.newest = max(ids)
         self.write_after(c, ids, stored_events, after, done)
-        if len(stored_events) >= COPY_FROM:
-            self._after_batch(curs, len(stored_events))
+        self._after_batch(curs, len(stored_events))
         return ids
 
     def _after_batch(self, curs: Any, events: int) -> None:
-        """Refresh the views' planner statistics once this recorder's batches have
-        written half as many events as the record view had rows when they were
-        last refreshed (and at least ``_STALE_MIN``): an import leaves them current."""
+        """Refresh the views' planner statistics once this recorder's writes (a
+        batch, or commands one by one) have added half as many events as the record
+        view had rows when they were last refreshed (and at least ``_STALE_MIN``):
+        an import leaves them current, and so does a ledger grown by commands,
+        whose statements PostgreSQL may otherwise go on running with a plan it
+        made for a small table (a refresh makes it plan them again)."""
+        self._batched += events
+        if self._batched < _STALE_MIN:
+            return  # (a command's writes stay queued: nothing is read here)
         if self._rows_when_analyzed is None:
             curs.execute(
                 "SELECT GREATEST(reltuples, 0) AS n FROM pg_class WHERE oid = %s::regclass",
                 (f"{self.datastore.schema}.pl_records",),
             )
             self._rows_when_analyzed = int(curs.fetchone()["n"])
-        self._batched += events
         if self._batched >= max(_STALE_MIN, _STALE_SHARE * self._rows_when_analyzed):
             refresh_statistics(curs, self.dialect)
             self._rows_when_analyzed += self._batched
