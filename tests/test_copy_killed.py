@@ -443,3 +443,60 @@ def test_one_new_file_named_two_ways_is_copied_into_once_at_a_time(tmp_path: Pat
         assert Path(first).exists()
     finally:
         remove_partial(first)
+
+
+def test_ctrl_c_during_a_copy_says_the_target_tells_whether_it_committed(
+    tmp_path: Path, clock: Clock
+) -> None:
+    import psycopg
+
+    from tests.conftest import new_pg_schema_url
+
+    # Given a source, and a PostgreSQL target whose events table another session
+    # holds locked (the copy waits for it)
+    source = f"sqlite:///{tmp_path / 'source.db'}"
+    build(source, clock)
+    target, drop = new_pg_schema_url()
+    schema = target.rpartition("schema=")[2]
+    try:
+        Ledger.open(target).close()
+        holder = psycopg.connect(target.partition("?")[0])
+        holder.execute(f"LOCK TABLE {schema}.provledger_events IN ACCESS EXCLUSIVE MODE")
+        watcher = psycopg.connect(target.partition("?")[0], autocommit=True)
+        env = dict(os.environ, PYTHONPATH=str(REPO), PROVLEDGER_URL=source)
+        child = subprocess.Popen(
+            [sys.executable, "-m", "ledger", "copy", "--to", target],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+        try:
+            waiting = (  # a session waiting for the holder's lock: the copy's
+                "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY (pg_blocking_pids(pid))"
+            )
+            deadline = time.monotonic() + 30
+            while watcher.execute(waiting, (holder.info.backend_pid,)).fetchone() == (0,):
+                assert child.poll() is None, child.communicate()
+                assert time.monotonic() < deadline, "the copy never waited for the lock"
+                time.sleep(0.05)
+            # When the person at the terminal presses Ctrl-C
+            child.send_signal(signal.SIGINT)
+            _, err = child.communicate(timeout=30)
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+            holder.rollback()
+            holder.close()
+            watcher.close()
+        # Then it exits 130, pointing at the target's digest, not the source's history
+        assert child.returncode == 130, err
+        assert err.decode().splitlines()[-1] == (
+            "error: interrupted; a copy is one transaction: its target holds the whole "
+            "copy or nothing of it (provledger digest --url TARGET shows which)"
+        )
+        with Ledger.open(target, create=False) as led:
+            assert led.position == 0
+    finally:
+        drop()

@@ -45,6 +45,12 @@ INTERRUPTED = (
     "not at all (provledger history shows whether it was)"
 )
 
+#: What Ctrl-C prints for ``copy``, whose target, not the source's history, tells.
+INTERRUPTED_COPY = (
+    "error: interrupted; a copy is one transaction: its target holds the whole copy "
+    "or nothing of it (provledger digest --url TARGET shows which)"
+)
+
 #: The ``Example:`` block of a command's help text.
 _EXAMPLE = re.compile(r"^\s*Examples?:\n((?:[ \t]+\S.*(?:\n|$))+)", re.MULTILINE)
 
@@ -69,7 +75,8 @@ class _Main(CheckedGroup):
         except KeyboardInterrupt:
             # Not click's "Aborted!" and exit 1: 1 is a refusal (rebuild: views that
             # differ; verify: a problem found). 130 is the shell's code for Ctrl-C.
-            click.echo(INTERRUPTED, err=True)
+            copying = ctx.invoked_subcommand == "copy"
+            click.echo(INTERRUPTED_COPY if copying else INTERRUPTED, err=True)
             raise click.exceptions.Exit(130) from None
         except BrokenPipeError:
             # The reader of the answer went away: not click's exit 1, a refusal, nor 0.
