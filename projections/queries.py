@@ -489,7 +489,7 @@ def in_scope(c: Cursor, d: Dialect, scope: str, position: int | None = None) -> 
         c.execute(
             d.q(
                 "SELECT record_id FROM {t}pl_records WHERE scope=? "
-                f"AND {NOW_FILTER} AND {SCOPE_WALK} ORDER BY created_pos"
+                f"AND {NOW_FILTER} AND {filter_walk(d)} ORDER BY created_pos"
             ),
             (scope,),
         )

@@ -2,7 +2,7 @@
 
 A printout or a saved JSON answer of a past state must not pass for the present:
 under ``provledger as-of`` an answer for people begins with the moment (its log
-position and the instant its reads judge expiry at), ``--json`` carries
+position and the instant of that moment), ``--json`` carries
 ``"as_of": {"position", "time"}``, and a file written says it in its ``wrote``
 line; over HTTP, every answer asked with ``as_of_position`` or ``as_of_time``
 carries ``as_of``, declared in the OpenAPI document. Answers of now are left

@@ -1804,3 +1804,75 @@ def test_an_open_tab_after_signing_out_in_another_is_told_its_session_ended(
     assert "Your session ended before the form was sent; nothing was written." in page
     assert "Sign in" in page
     assert desk.ledger.position == before
+
+
+def test_a_revalidation_after_another_principals_is_refused_not_told_done_already(
+    desk: Desk,
+) -> None:
+    # Given X resting on P1, which is revoked (X STALE)
+    for parent in ("P1", "P2", "P3"):
+        desk.agent.propose(scope="proj-a", claim_key=f"p.{parent}", value=1, kind=Kind.FACT,
+                           id=parent, accepted_by=desk.reviewer)  # fmt: skip
+    desk.agent.propose(scope="proj-a", claim_key="x", value=1, kind=Kind.INFERENCE,
+                       parents=["P1"], id="X", accepted_by=desk.reviewer)  # fmt: skip
+    desk.reviewer.revoke("P1", reason="wrong")
+    client, csrf = desk.signed_in("reviewer-2")
+    # When this reviewer revalidates X on P2, P2 is revoked, and another principal
+    # revalidates X on P3 before this reviewer sends a new revalidation
+    form = {"csrf": csrf, "note": "checked", "parents": "P2"}
+    client.post("/records/X/revalidate", data=form)
+    assert _messages(client.get("/records/X").text) == [("status", "Revalidated X.")]
+    desk.reviewer.revoke("P2", reason="wrong too")
+    desk.reviewer.revalidate("X", note="done here", parents=["P3"])
+    before = desk.ledger.position
+    client.post("/records/X/revalidate", data={**form, "note": "mine", "parents": "P3"})
+
+    # Then it is refused (the record changed since this reviewer's own revalidation)
+    shown = _messages(client.get("/records/X").text)
+    assert [role for role, _ in shown] == ["alert"], shown
+    assert shown[0][1].startswith("Revalidation of X refused (InvalidTransitionError)")
+    assert desk.ledger.position == before
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_two_forms_sent_together_after_another_principals_decision_are_both_refused(
+    desk: Desk, ledger_url: str
+) -> None:
+    import asyncio
+    import sqlite3
+    import threading
+    import time
+
+    import httpx
+
+    # Given M2 accepted by another principal, and a reviewer's page still offering it
+    desk.agent.propose(scope="proj-a", claim_key="k", value=1, kind=Kind.FACT, id="M2")
+    client, csrf = desk.signed_in("reviewer-2")
+    desk.reviewer.accept("M2")
+    before = desk.ledger.position
+
+    async def double_click() -> list[int]:
+        # (a ledger slow to write: another process holds its lock a moment, so both
+        # forms reach the server together)
+        holder = sqlite3.connect(
+            ledger_url.removeprefix("sqlite:///"), isolation_level=None, check_same_thread=False
+        )
+        holder.execute("BEGIN IMMEDIATE")
+        threading.Thread(target=lambda: (time.sleep(0.5), holder.execute("ROLLBACK"))).start()
+        transport = httpx.ASGITransport(app=desk.app)
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://testserver", cookies=dict(client.cookies)
+        ) as browser:
+            sent = [
+                browser.post("/records/M2/accept", data={"csrf": csrf, "next": "/"})
+                for _ in range(2)
+            ]
+            return [r.status_code for r in await asyncio.gather(*sent)]
+
+    # When Accept is sent twice at once
+    assert asyncio.run(double_click()) == [303, 303]
+
+    # Then both are refused: neither is told this reviewer accepted it
+    shown = _messages(client.get("/").text)
+    assert [role for role, _ in shown] == ["alert", "alert"], shown
+    assert desk.ledger.position == before

@@ -2,8 +2,8 @@
 STALE and expired record reachably, a revocation while an agent keeps building on
 the record, a note on an acceptance, a readable dependency picture, the outbox's
 rule, candidates on a final dependency, revalidation past a record's own expiry, a
-refused as-of time in the console's terms, expiry reasons shown as every other
-instant is, and a queue in the order its candidates have waited in.
+refused as-of time in the console's terms, and expiry reasons shown as every other
+instant is.
 
 Driven over HTTP against the ASGI app, on every backend (``tests.test_serve_console``
 has the desk and its helpers).
@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from ledger import Kind, Session
-from ledger.serve import console, pages
+from ledger.serve import console
 from tests.test_serve_console import Desk, _seed, card_of, desk, text_of  # noqa: F401
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -427,42 +427,3 @@ def test_an_expiry_reason_shows_its_instant_as_the_pages_show_instants(
         explained = client.get("/explain", params={"scope": "proj-a", "claim_key": claim})
         assert reason in text_of(explained.text)
         assert "T13:00:00" not in explained.text
-
-
-# -- 10. The queue: the longest waiting first -------------------------------------------------
-
-
-def _queued(page: str) -> list[str]:
-    """The ids of the queue's cards, in the order shown."""
-    return re.findall(r'<li class="card candidate" aria-labelledby="c-([^"]+)"', page)
-
-
-def test_the_queue_lists_the_longest_waiting_first_and_pages_on_where_it_stopped(
-    desk: Desk, clock: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Given candidates proposed a minute apart, their ids in another order (2 a page)
-    monkeypatch.setattr(console, "PAGE", 2)
-    for rid in ("Z9", "A1", "M5"):
-        desk.agent.propose(scope="proj-a", claim_key=f"k.{rid}", value=1, kind=Kind.FACT, id=rid)
-        clock.advance(minutes=1)
-    client, csrf = desk.signed_in("reviewer")
-    # When the reviewer opens the queue
-    first = client.get("/").text
-    # Then the one waiting longest comes first, and the page says in what order
-    assert _queued(first) == ["Z9", "A1"]
-    assert "Longest waiting first." in text_of(first)
-    assert "/?scope=proj-a&after=A1&page=2" in _hrefs(first)
-    # When Z9 is accepted, and a new candidate arrives, before the next page is opened
-    client.post("/records/Z9/accept", data={"csrf": csrf, "next": "/"})
-    desk.agent.propose(scope="proj-a", claim_key="k.B0", value=1, kind=Kind.FACT, id="B0")
-    # Then the next page goes on after the last one shown: none skipped, none again,
-    # the newest last
-    second = client.get("/?scope=proj-a&after=A1&page=2").text
-    assert _queued(second) == ["M5", "B0"]
-    assert "More candidates in proj-a" not in text_of(second)
-    # And a scope of more candidates than are put in order is in id order, saying so
-    monkeypatch.setattr(pages, "ORDERED_QUEUE", 2)
-    crowded = client.get("/").text
-    assert _queued(crowded) == ["A1", "B0"]
-    assert "In id order: more than" in text_of(crowded)
-    assert "/?scope=proj-a&after=B0&page=2" in _hrefs(crowded)

@@ -187,8 +187,9 @@ def echo_json(data: Any) -> None:
 class Moment:
     """The past moment an answer under ``as-of`` shows: the log position it shows
     the ledger right after (the end of the transaction holding the position asked
-    for: a command's events are seen together), the instant its reads judge expiry
-    at (``--time`` when given; else the time of that position's event), and what
+    for: a command's events are seen together), the instant of that moment
+    (``--time`` when given; else the time of that position's event: reads judge
+    expiry then unless ``--at`` names another), and what
     ``as-of`` was given."""
 
     position: int

@@ -15,6 +15,7 @@ A page asked for while signed out opens once signed in (``/?next=``).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, unquote, urlencode
@@ -60,7 +61,6 @@ from ledger.serve.pages import (
     paged_title,
     preview_mark,
     replaces,
-    waiting,
 )
 from ledger.serve.pictures import picture
 from ledger.serve.plumbing import LOCAL_PATH, Page, Plumbing
@@ -211,13 +211,14 @@ class Console(Plumbing):
                 if not access.has(scope, Role.READ):
                     groups.append({"scope": scope, "candidates": [], "unreadable": True})
                     continue
-                shown = waiting(live, scope, PAGE, after if only else None)
+                views = live.records(
+                    scope, status=Status.CANDIDATE, limit=PAGE, after=after if only else None
+                )
                 groups.append(
                     {
                         "scope": scope,
-                        "candidates": [candidate(live, v, explained) for v in shown.views],
-                        "next_after": shown.next_after,
-                        "by_age": shown.by_age,
+                        "candidates": [candidate(live, v, explained) for v in views],
+                        "next_after": next_after(live, scope, views, PAGE, status=Status.CANDIDATE),
                         "unreadable": False,
                     }
                 )
@@ -565,24 +566,24 @@ class Console(Plumbing):
         doing: str,
         again: str | None = None,
     ) -> Response:
-        """:meth:`_act` for a decision on a record (``decision``: ``"accept M1"``),
-        noted as this session's while the ledger has it (a form sent twice, as by a
-        double click, is then told it was done already: :func:`_again`). The next
-        page takes the keyboard's focus to what happened."""
-        taken = False
+        """:meth:`_act` for a decision on a record (``decision``: ``"accept M1"``):
+        the session's forms of it go one at a time, and once the ledger took one,
+        where it left the record is noted (a form sent twice, as by a double click,
+        is then told it was done already: :func:`_again`). The next page takes the
+        keyboard's focus to what happened."""
+        record_id = decision.partition(" ")[2]
 
         def deciding(live: Session, form: Mapping[str, Any]) -> str:
-            nonlocal taken
             message = act(live, form)
-            taken = True
+            with suppress(LedgerError):  # (unread: a form sent again is refused)
+                session.taken(decision, live.get(record_id).position)
             return message
 
-        session.sending(decision)
-        try:
-            return await self._act(request, session, deciding, back, doing, again)
-        finally:
-            session.sent(decision, taken=taken)
-            session.results()
+        async with session.deciding(decision).lock:
+            try:
+                return await self._act(request, session, deciding, back, doing, again)
+            finally:
+                session.results()
 
 
 @dataclass(frozen=True)
@@ -607,16 +608,17 @@ def _again(
     done: tuple[Status, ...],
 ) -> RecordView | None:
     """The record, when a form of ``decision`` the ledger refused for its record's
-    status was this session's second (:meth:`ConsoleSession.sent_again`) and the
-    record is as the first left it (a status of ``done``); None otherwise (the
-    refusal stands: another principal decided, or the caller may not read it)."""
-    if not session.sent_again(decision):
-        return None
+    status was this session's own sent again (:meth:`ConsoleSession.sent_again`:
+    the record is as the first left it, a status of ``done``); None otherwise
+    (the refusal stands: another principal decided, the record changed since,
+    or the caller may not read it)."""
     try:
         view = live.get(record_id)
     except LedgerError:
         return None
-    return view if view.status in done else None
+    if view.status not in done or not session.sent_again(decision, view.position):
+        return None
+    return view
 
 
 def _done_already(record_id: str, status: Status, did: str) -> str:

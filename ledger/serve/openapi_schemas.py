@@ -163,9 +163,10 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             },
             "time": {
                 **TIME,
-                "description": "The instant the answer's reads judge expiry at: "
-                "`as_of_time` when given, else the time of that position's event (for "
-                "position 0, the empty ledger, that of the first event).",
+                "description": "The instant of that moment: `as_of_time` when given, "
+                "else the time of that position's event (for position 0, the empty "
+                "ledger, that of the first event). Reads judge expiry then, unless "
+                "`at` names another instant.",
             },
         },
         description="The past moment an answer given as of `as_of_position` or "

@@ -5,7 +5,6 @@ entries (a candidate, its dependencies and what would refuse accepting it)."""
 from __future__ import annotations
 
 import hashlib
-import heapq
 import json
 import re
 from collections.abc import Mapping
@@ -24,7 +23,6 @@ from ledger.errors import AccessDeniedError, InvalidInputError, LedgerError, Unk
 from ledger.jsonable import plain
 from ledger.serialization import canonical
 from ledger.serve.sessions import Result
-from ledger.session import next_after
 from ledger.validation import BIDI_CONTROLS, from_iso, key_text
 from ledger.values import Explanation, RecordView, RevocationPreview
 from ledger.versions import captures_of_source
@@ -36,13 +34,11 @@ __all__ = [
     "Candidate",
     "Moment",
     "Parent",
-    "Waiting",
     "candidate",
     "environment",
     "explain_line",
     "page_number",
     "paged_title",
-    "waiting",
 ]
 
 HERE = Path(__file__).parent
@@ -193,61 +189,6 @@ def page_number(query: Mapping[str, str]) -> int | None:
     return int(given) if _PAGE_NUMBER.fullmatch(given) else None
 
 
-#: The most candidates of one scope the review queue puts in the order they have
-#: waited in: each is read to be ordered (about 20 ms a thousand on SQLite). The
-#: queue of a scope holding more is in id order (as ``Session.records`` lists), and
-#: says so.
-ORDERED_QUEUE = 5_000
-#: How many candidates the queue reads at a time while it orders them.
-_QUEUE_READ = 250
-
-
-@dataclass(frozen=True)
-class Waiting:
-    """One page of a scope's review queue."""
-
-    views: tuple[RecordView, ...]
-    #: The ``after`` of the page that follows (None: nothing follows).
-    next_after: str | None
-    #: Whether the longest waiting come first (else in id order: :data:`ORDERED_QUEUE`).
-    by_age: bool
-
-
-def _waited(view: RecordView) -> tuple[datetime, str]:
-    """Where a candidate stands in the queue: when it was proposed, then its id."""
-    return view.created_at, view.id
-
-
-def waiting(session: Session, scope: str, limit: int, after: str | None) -> Waiting:
-    """A page of the candidates of ``scope``, those waiting longest first (by when
-    each was proposed, then by id): ``after`` is the id of the last one on the page
-    before. The order holds while a reviewer pages through it: a candidate decided
-    meanwhile leaves it, one proposed meanwhile joins its end. A scope of more than
-    :data:`ORDERED_QUEUE` candidates is paged in id order instead.
-
-    Raises:
-        LedgerError: as ``Session.records``; or ``after`` names no record the caller
-            can read (as ``Session.get``).
-    """
-    since = None if after is None else _waited(session.get(after))
-    first: list[RecordView] = []  # the limit + 1 longest waiting after ``since``
-    start, read = None, 0
-    while True:
-        chunk = session.records(scope, status=Status.CANDIDATE, limit=_QUEUE_READ, after=start)
-        read += len(chunk)
-        if read > ORDERED_QUEUE:
-            views = session.records(scope, status=Status.CANDIDATE, limit=limit, after=after)
-            more = next_after(session, scope, views, limit, status=Status.CANDIDATE)
-            return Waiting(views, more, by_age=False)
-        later = [v for v in chunk if since is None or _waited(v) > since]
-        first = heapq.nsmallest(limit + 1, [*first, *later], key=_waited)
-        if len(chunk) < _QUEUE_READ:
-            break
-        start = chunk[-1].id
-    more = first[limit - 1].id if len(first) > limit else None
-    return Waiting(tuple(first[:limit]), more, by_age=True)
-
-
 def paged_title(name: str, page: int | None) -> str:
     """The title of page ``page`` of a list (:func:`page_number`) called ``name``."""
     if page == 1:
@@ -386,7 +327,6 @@ def environment() -> Environment:
     env.filters["reason"] = _reason
     env.tests["result"] = lambda value: isinstance(value, Result)
     env.globals["text_limit"] = TEXT_LIMIT
-    env.globals["ordered_queue"] = ORDERED_QUEUE
     return env
 
 

@@ -28,8 +28,9 @@ def moment(session: Session) -> dict[str, Any] | None:
     """The ``as_of`` of an answer given as of a past moment (``as_of_position`` or
     ``as_of_time``): ``position``, the log position it shows the ledger right after
     (the end of the transaction holding the position asked for), and ``time``, the
-    instant its reads judge expiry at (``as_of_time`` when given; else the time of
-    that position's event). None for an answer of now, which has no ``as_of``."""
+    instant of that moment (``as_of_time`` when given; else the time of that
+    position's event; reads judge expiry then unless ``at`` names another). None
+    for an answer of now, which has no ``as_of``."""
     when = session.caller.as_of_at
     if session.position is None or when is None:
         return None

@@ -17,6 +17,7 @@ principal before (on a shared machine) gives the next one none of its text.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import hmac
@@ -45,11 +46,12 @@ class Result(str):
 
 @dataclass
 class _Sent:
-    """A decision a session sent: how many of its forms are with the ledger now,
-    and whether the ledger took one."""
+    """A decision a session sent: its forms go to the ledger one at a time
+    (``lock``), and ``taken_at`` is the record's position (its newest change)
+    once the ledger took one (None: none taken)."""
 
-    pending: int = 0
-    taken: bool = False
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    taken_at: int | None = None
 
 
 @dataclass(frozen=True)
@@ -105,30 +107,31 @@ class ConsoleSession:
         (:class:`Result`): the next page moves the focus to them."""
         self.flashes = [(kind, Result(message)) for kind, message in self.flashes]
 
-    def sending(self, decision: str) -> None:
-        """Note that a form of ``decision`` (``"accept M1"``) goes to the ledger now;
-        :meth:`sent` notes when it is back. The latest :data:`DECISIONS` are kept."""
+    def deciding(self, decision: str) -> _Sent:
+        """The session's note of ``decision`` (``"accept M1"``), made if new: its
+        forms go to the ledger one at a time, under its ``lock``. The latest
+        :data:`DECISIONS` are kept."""
         sent = self.decisions.pop(decision, None) or _Sent()
-        sent.pending += 1
         self.decisions[decision] = sent
         while len(self.decisions) > DECISIONS:
             self.decisions.popitem(last=False)
+        return sent
 
-    def sent(self, decision: str, *, taken: bool) -> None:
-        """Note that a form of ``decision`` is back from the ledger (``taken``: the
-        ledger took it)."""
+    def taken(self, decision: str, position: int) -> None:
+        """Note that the ledger took a form of ``decision``, leaving its record's
+        newest change at ``position``."""
         sent = self.decisions.get(decision)
         if sent is not None:
-            sent.pending = max(0, sent.pending - 1)
-            sent.taken |= taken
+            sent.taken_at = position
 
-    def sent_again(self, decision: str) -> bool:
-        """Whether a form of ``decision`` being refused now is this session's second
-        of it (a double click, or a page sent again from the history): the ledger
-        took an earlier one, or another is with the ledger still (refused for its
-        record's status, it came second, as the ledger writes one at a time)."""
+    def sent_again(self, decision: str, position: int) -> bool:
+        """Whether a form of ``decision`` the ledger refuses now is this session's
+        own sent again (a double click, a page sent again from the history): the
+        ledger took an earlier one, and the record has not changed since (its
+        newest change is still at ``position``). Forms of one decision go one at a
+        time (:meth:`deciding`), so a second is judged once the first is back."""
         sent = self.decisions.get(decision)
-        return sent is not None and (sent.taken or sent.pending > 1)
+        return sent is not None and sent.taken_at == position
 
     def keep_refused(
         self,
