@@ -50,10 +50,11 @@ VIEW_TABLES: tuple[str, ...] = (*(t for v in VIEWS for t in v.TABLES), *timeline
 #: dropped and rebuilt from the log when the ledger opens; stored events never change.
 LAYOUT = 15
 #: The layout of PostgreSQL's views: 15 changed SQLite's indexes alone (a
-#: PostgreSQL ledger of layout 14 kept its views), and 16 PostgreSQL's alone
-#: (SQLite's views stay at 15): the next change to both is 17. Development builds
-#: wrote 15 on PostgreSQL for views like 14's: rebuilt, as earlier ones.
-POSTGRES_LAYOUT = 16
+#: PostgreSQL ledger of layout 14 kept its views), and 16 and 17 PostgreSQL's alone
+#: (SQLite's views stay at 15): the next change to both is 18. Development builds
+#: wrote 15 on PostgreSQL for views like 14's, and 16 for 17's but three indexes:
+#: rebuilt, as earlier ones.
+POSTGRES_LAYOUT = 17
 #: Tables of earlier layouts, dropped with the views (4 keeps no map from aggregate
 #: ids to record ids: a record's proposal, found by the events' key, holds it; 5
 #: indexes a scope's listing by the id each record was proposed as; 6 a claim's
@@ -73,7 +74,10 @@ POSTGRES_LAYOUT = 16
 #: listed row's expiry, and what the listing indexes' conditions test, in their
 #: entries on SQLite: ``record_table.COVERED``; 16 keeps, on PostgreSQL, a
 #: claim's statements about its current rows off the index of all its versions,
-#: whatever the planner's statistics: ``record_table.CLAIM_WALK``).
+#: whatever the planner's statistics: ``record_table.CLAIM_WALK``; 17 keeps a
+#: page of a status or kind off the scope's listing indexes,
+#: ``record_table.FILTER_WALK``, holds the status in the claim index, and orders
+#: a record's deliveries by position in their index, ``Dialect.delivered``).
 RETIRED = ("pl_record_ids",)
 LAYOUT_KEY = "#layout"
 

@@ -1006,9 +1006,9 @@ def test_views_of_layout_14_are_rebuilt_in_each_backends_layout(
     open_ledger: Callable[..., Ledger], ledger_url: str
 ) -> None:
     """Layout 15 changed SQLite's listing indexes alone (``record_table.COVERED``),
-    and 16 PostgreSQL's claim index alone (``record_table.CLAIM_WALK``): views of
-    layout 14 are rebuilt on open, in 15 on SQLite and 16 on PostgreSQL, each with
-    its own indexes."""
+    and 16 and 17 PostgreSQL's indexes alone (``record_table.CLAIM_WALK``,
+    ``FILTER_WALK``): views of layout 14 are rebuilt on open, in 15 on SQLite and
+    17 on PostgreSQL, each with its own indexes."""
     from .attacks import Raw
 
     led = open_ledger()
@@ -1016,7 +1016,7 @@ def test_views_of_layout_14_are_rebuilt_in_each_backends_layout(
     agent.propose(SCOPE, "k", 1, Kind.FACT, id="M1")
     raw = Raw(led)
     sqlite = led.backend == "sqlite"
-    layout = 15 if sqlite else 16
+    layout = 15 if sqlite else 17
     assert raw.one("SELECT position FROM pl_tracking WHERE view = '#layout'") == [(layout,)]
     led.close()
     # Given views of layout 14, and a view row changed, which only a rebuild puts back
@@ -1092,4 +1092,4 @@ def test_postgresql_views_development_builds_marked_15_are_rebuilt_not_refused(
 
     open_ledger()
 
-    assert raw.one("SELECT position FROM pl_tracking WHERE view = '#layout'") == [(16,)]
+    assert raw.one("SELECT position FROM pl_tracking WHERE view = '#layout'") == [(17,)]
