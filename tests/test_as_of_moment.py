@@ -26,7 +26,7 @@ from ledger import Kind, Ledger
 from ledger.cli import main
 from ledger.serve import create_app
 from tests.conftest import Clock
-from tests.serve_support import DOC, PREFIX, Api
+from tests.serve_support import DOC, PREFIX, Api, _resolve
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -271,19 +271,9 @@ _AS_OF_GETS: list[tuple[str, str, dict[str, str], dict[str, str]]] = [
 ]
 
 
-def _resolved(schema: Mapping[str, Any]) -> Mapping[str, Any]:
-    ref = schema.get("$ref")
-    if ref is None:
-        return schema
-    found: Any = DOC
-    for part in str(ref).removeprefix("#/").split("/"):
-        found = found[part]
-    return _resolved(found)
-
-
 def _declared(schema: Mapping[str, Any]) -> dict[str, Any]:
     """The top-level properties ``schema`` declares, through ``$ref`` and ``allOf``."""
-    schema = _resolved(schema)
+    schema = _resolve(schema)
     properties = dict(schema.get("properties", {}))
     for part in schema.get("allOf", ()):
         properties.update(_declared(part))
@@ -307,7 +297,7 @@ def test_every_operation_taking_as_of_declares_the_as_of_of_its_answer() -> None
     for template in taking:
         declared = _declared(_answer_schema(template))
         assert declared.get("as_of") == {"$ref": "#/components/schemas/AsOf"}, template
-        assert "as_of" not in _resolved(_answer_schema(template)).get("required", ()), template
+        assert "as_of" not in _resolve(_answer_schema(template)).get("required", ()), template
 
 
 @pytest.mark.parametrize("asked", ["as_of_position", "as_of_time"])
