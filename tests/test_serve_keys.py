@@ -32,7 +32,8 @@ ANSWERS = json.loads((FIXTURES / "ledger-0.1.0-keys.json").read_text())
 #: The fixture's keys by record id: PLAIN and NFC as a new claim may have them.
 KEYS: dict[str, str] = ANSWERS["keys"]
 _ROW = re.compile(
-    r'<a href="/records/([^"?]+)" class="rid">[^<]*</a></td><td class="wrap keyed">([^<]*)</td>'
+    r'<a href="/records/([^"?]+)" class="rid">[^<]*</a></td>'
+    r'<td [^>]*class="[^"]*\bkeyed">([^<]*)</td>'
 )
 _USABLE = re.compile(r'<tr><td><a href="/records/([^"?]+)" class="rid">.*?<td>(yes|no)</td>', re.S)
 _CLAIM_FIELD = re.compile(r'<input id="e-claim" name="claim_key" value="([^"]*)"')
