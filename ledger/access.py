@@ -42,7 +42,7 @@ class Role(StrEnum):
     PROPOSE = "propose"  # propose, capture
     APPROVE = "approve"  # accept, reject, revoke, revalidate
     DELIVER = "deliver"  # deliver, corrections_due, issue_correction
-    AUDIT = "audit"  # audit, history, prove, as-of export
+    AUDIT = "audit"  # audit, history, prove, as-of export, corrections_due
 
 
 TOKEN_PREFIX = "plt_"
@@ -127,6 +127,12 @@ def check_roles(roles: object) -> tuple[str, ...]:
 #: The refusal of an admin token the log never issued to the administrator (or
 #: whose issuing event is gone from it: ``provledger verify`` looks).
 ADMIN_TOKEN_UNKNOWN = "admin token is unknown"
+#: Why, when the ledger's log is empty: its tables were made, nothing written.
+_NONE_ISSUED = (
+    ": this ledger's log is empty, so no admin token was ever issued here (its tables "
+    "were made by an `init` or a `copy` into it that did not finish, or by a library "
+    "open); `provledger init` issues the first one, or run the copy again"
+)
 
 #: The refusal to revoke a token the ledger never issued (no secret of it, then).
 NEVER_ISSUED = "token is unknown: this ledger never issued it"
@@ -161,9 +167,12 @@ def check_admin_hash(engine: Engine, c: Cursor, token_hash: str) -> None:
                 str(exc).replace(f"token of {ADMIN_PRINCIPAL!r}", "admin token")
                 + " (if no admin token is usable any more, `provledger init` issues a new one)"
             ) from None
+        # Read first: a view that cannot be read may end the transaction (PostgreSQL).
+        empty = engine.recorder.max_position(c) == 0
         owner = _owner_in_view(engine, c, token_hash)
         if owner is None or owner == ADMIN_PRINCIPAL:
-            raise UnknownTokenError(ADMIN_TOKEN_UNKNOWN) from None
+            why = _NONE_ISSUED if empty and owner is None else ""
+            raise UnknownTokenError(ADMIN_TOKEN_UNKNOWN + why) from None
         raise AuthenticationError(
             f"that token belongs to {owner!r}, not to the administrator (admin "
             "tokens come from `provledger init` and `provledger token issue --admin`, or "

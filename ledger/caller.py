@@ -34,6 +34,10 @@ from projections.base import Cursor
 if TYPE_CHECKING:
     from ledger.runs import RunContext
 
+#: Several roles, any one of which allows a command (``corrections_due``: ``deliver``
+#: or ``audit``).
+Roles = tuple[Role, ...]
+
 
 class Caller:
     """One principal bound to an engine: live, or as of a log position (read-only),
@@ -160,26 +164,34 @@ class Caller:
         scopes = self.engine.scopes_of(c, ids)
         return frozenset(rid for rid, s in scopes.items() if s != seen and s not in granted)
 
-    def require_somewhere(self, c: Cursor, role: Role, command: str) -> None:
-        """Raise ``AccessDeniedError`` unless the subject holds ``role`` in some scope
-        (a listing across scopes is refused, not answered empty, without it)."""
+    def require_somewhere(self, c: Cursor, role: Role | Roles, command: str) -> None:
+        """Raise ``AccessDeniedError`` unless the subject holds ``role`` (one of
+        ``role``, given several) in some scope (a listing across scopes is refused,
+        not answered empty, without it)."""
         held = self._role_cache.get(id(c))
         if held is None:
             held = self.authenticate(c)
-        if not any(role.value in roles for roles in held.values()):
+        wanted = _values(role)
+        if not any(not wanted.isdisjoint(roles) for roles in held.values()):
             raise AccessDeniedError(
-                f"{command} refused: {self.subject!r} lacks role {role.value!r} in every scope"
+                f"{command} refused: {self.subject!r} lacks {_named(role)} in every scope"
             )
 
-    def require(self, c: Cursor, scope: str, role: Role, command: str) -> None:
-        """Raise ``AccessDeniedError`` unless the subject holds ``role`` in ``scope``."""
-        if role.value not in self.roles(c, scope):
+    def holds(self, c: Cursor, scope: str, role: Role | Roles) -> bool:
+        """Whether the subject holds ``role`` (one of ``role``, given several) in
+        ``scope``."""
+        return not _values(role).isdisjoint(self.roles(c, scope))
+
+    def require(self, c: Cursor, scope: str, role: Role | Roles, command: str) -> None:
+        """Raise ``AccessDeniedError`` unless the subject holds ``role`` (one of
+        ``role``, given several) in ``scope``."""
+        if not self.holds(c, scope, role):
             raise self.denied(scope, role, command)
 
-    def denied(self, scope: str, role: Role, command: str) -> AccessDeniedError:
+    def denied(self, scope: str, role: Role | Roles, command: str) -> AccessDeniedError:
         """The refusal of ``command`` for want of ``role`` in ``scope``."""
         return AccessDeniedError(
-            f"{command} refused: {self.subject!r} lacks role {role.value!r} in scope {scope!r}"
+            f"{command} refused: {self.subject!r} lacks {_named(role)} in scope {scope!r}"
         )
 
     # -- record ids: unique per scope ----------------------------------------------
@@ -312,7 +324,7 @@ class Caller:
         return self.names(c, (key,)).get(key, key)
 
     def visible(
-        self, c: Cursor, record_id: object, role: Role, command: str, what: str = "record"
+        self, c: Cursor, record_id: object, role: Role | Roles, command: str, what: str = "record"
     ) -> Any:
         """The record's row if the principal may see it and holds ``role`` there,
         naming no record hidden from it (see :meth:`redacted`).
@@ -324,7 +336,7 @@ class Caller:
         return self.redacted(c, self.visible_row(c, record_id, role, command, what))
 
     def visible_row(
-        self, c: Cursor, record_id: object, role: Role, command: str, what: str = "record"
+        self, c: Cursor, record_id: object, role: Role | Roles, command: str, what: str = "record"
     ) -> Any:
         """The record's current view row as stored, after :meth:`visible`'s checks:
         for the views, never for what the caller is shown."""
@@ -419,3 +431,13 @@ def _key(shown: str, scope: str, scopes: Mapping[str, str]) -> str:
 def _scope_in(key: str) -> str:
     """The scope a qualified key names (``name@@scope``)."""
     return key.partition(redaction.QUALIFIER)[2]
+
+
+def _values(role: Role | Roles) -> frozenset[str]:
+    return frozenset((role.value,) if isinstance(role, Role) else (r.value for r in role))
+
+
+def _named(role: Role | Roles) -> str:
+    """``role 'deliver'``; ``role 'deliver' or 'audit'``."""
+    roles = (role,) if isinstance(role, Role) else role
+    return "role " + " or ".join(repr(r.value) for r in roles)

@@ -34,6 +34,10 @@ from projections import validity as validity_view
 from projections.base import Cursor, Dialect
 from projections.validity import RecordRow
 
+#: Who is shown the deliveries owing a correction (``corrections_due``): those who
+#: issue the corrections, and auditors checking that they are issued.
+LISTS_OWED = (Role.DELIVER, Role.AUDIT)
+
 if TYPE_CHECKING:
     from ledger.engine import Engine
 
@@ -111,23 +115,23 @@ def issue_correction(
 
 def corrections_due(caller: Caller, record_id: str | None = None) -> tuple[CorrectionDue, ...]:
     """``Session.corrections_due``: deliveries that owe a correction, in scopes where
-    the caller delivers, or of one record (see :func:`owed_since`)."""
+    the caller delivers or audits, or of one record (see :func:`owed_since`)."""
     now = caller.at(None)
     out = []
     with caller.reading() as c:
         only = None
         if record_id is None:
-            caller.require_somewhere(c, Role.DELIVER, "corrections_due")
+            caller.require_somewhere(c, LISTS_OWED, "corrections_due")
         else:
-            only = caller.visible_row(c, record_id, Role.DELIVER, "corrections_due")["record_id"]
-        delivers: dict[str, bool] = {}  # a scope's roles read once
+            only = caller.visible_row(c, record_id, LISTS_OWED, "corrections_due")["record_id"]
+        lists: dict[str, bool] = {}  # a scope's roles read once
 
-        def delivers_in(scope: str) -> bool:
-            if scope not in delivers:
-                delivers[scope] = Role.DELIVER.value in caller.roles(c, scope)
-            return delivers[scope]
+        def lists_in(scope: str) -> bool:
+            if scope not in lists:
+                lists[scope] = caller.holds(c, scope, LISTS_OWED)
+            return lists[scope]
 
-        for drow, row, corrections in owing(caller, c, now, only, delivers_in):
+        for drow, row, corrections in owing(caller, c, now, only, lists_in):
             row = redaction.row(
                 row, caller.hidden_among(c, redaction.row_dependencies(row), seen=row["scope"])
             )
@@ -160,6 +164,7 @@ def corrections_due(caller: Caller, record_id: str | None = None) -> tuple[Corre
             out.append(
                 CorrectionDue(
                     delivery=delivery,
+                    scope=row["scope"],
                     validity=rules.validity(row, now),
                     status=Status(row["status"]),
                     cause=row["cause_root"],

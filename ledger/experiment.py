@@ -209,8 +209,8 @@ def run_experiment(ledger: Ledger) -> ExperimentResult:
 
     observed = reviewer.audit("M3")
     row(
-        "record built from an observed-but-undeclared read becomes STALE "
-        "when that source is revoked",
+        "a record built on a read it observed but did not declare becomes "
+        "STALE when that source is revoked",
         "M3 STALE, E1 flagged undeclared",
         f"M3 {observed.record.status}, undeclared: {', '.join(observed.undeclared) or '-'}",
         observed.record.status == Status.STALE and "E1" in observed.undeclared,

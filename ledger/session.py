@@ -313,12 +313,14 @@ class Session:
         another basis than the delivered copy rests on (its own parents, or those
         of a record it rests on, re-based since), with no correction since.
 
-        Only scopes where the principal holds ``deliver`` are listed; with
-        ``record_id``, only that record's deliveries (oldest first, as always).
+        Only scopes where the principal holds ``deliver`` (it issues the
+        corrections) or ``audit`` (it checks that they are issued) are listed;
+        each entry names its record's scope. With ``record_id``, only that
+        record's deliveries (oldest first, as always).
 
         Raises:
-            AccessDeniedError: the principal holds ``deliver`` in no scope, or
-                not in ``record_id``'s.
+            AccessDeniedError: the principal holds neither ``deliver`` nor
+                ``audit`` in any scope, or in ``record_id``'s.
             UnknownRecordError: ``record_id`` is unknown or not visible.
         """
         return deliveries.corrections_due(self.caller, record_id)

@@ -302,15 +302,16 @@ class CorrectionDue:
     again on another basis than the delivered copy rests on, with no correction
     since.
 
-    ``validity`` and ``status`` are the record's now; ``cause`` the id of the
-    record whose withdrawal it answers (the record itself when REVOKED, the
-    revoked or superseded ancestor when STALE; ``<hidden>`` outside the caller's
-    scopes; None otherwise); ``reason`` the text of its newest change of status
-    (a revocation's or rejection's reason, an acceptance's or revalidation's
-    note), as its ``RecordView`` gives it.
+    ``scope`` is the record's scope; ``validity`` and ``status`` are the record's
+    now; ``cause`` the id of the record whose withdrawal it answers (the record
+    itself when REVOKED, the revoked or superseded ancestor when STALE; ``<hidden>``
+    outside the caller's scopes; None otherwise); ``reason`` the text of its newest
+    change of status (a revocation's or rejection's reason, an acceptance's or
+    revalidation's note), as its ``RecordView`` gives it.
     """
 
     delivery: Delivery
+    scope: str
     validity: Validity
     status: Status
     cause: str | None

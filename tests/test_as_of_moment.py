@@ -159,6 +159,24 @@ def test_the_empty_ledger_before_the_first_event_is_named_so(scene: Scene) -> No
     assert rest == "no records\n"
 
 
+def test_a_record_unknown_as_of_a_moment_is_said_unknown_then(scene: Scene) -> None:
+    # R1 was proposed after position 0: as of then it is unknown, and the refusal
+    # says as of when (a record that never existed reads the same without as-of)
+    env = {"PROVLEDGER_URL": scene.url, "PROVLEDGER_TOKEN": scene.reviewer}
+    then = CliRunner().invoke(main, ["as-of", "--position", "0", "get", "R1"], env=env)
+    assert then.exit_code == 1
+    assert then.stderr.startswith(
+        "error: as-of get refused: record 'R1' is unknown or not visible to 'reviewer' "
+        "as of log position 0: the empty ledger ("
+    ), then.stderr
+    now = CliRunner().invoke(main, ["get", "R9"], env=env)
+    assert now.stderr == "error: get refused: record 'R9' is unknown or not visible to 'reviewer'\n"
+    owed = CliRunner().invoke(
+        main, ["as-of", "--position", str(scene.before), "corrections", "--record", "R9"], env=env
+    )
+    assert owed.exit_code == 1 and f"as of log position {scene.before} (" in owed.stderr
+
+
 # -- the command line: --json -------------------------------------------------------------
 
 

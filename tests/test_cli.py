@@ -419,6 +419,20 @@ def test_demo_runs_the_experiment_and_every_row_passes() -> None:
     assert data["passed"] is True and len(data["rows"]) == 10
 
 
+def test_the_demo_table_cuts_no_word_of_its_checks_in_80_columns() -> None:
+    result = CliRunner().invoke(main, ["demo", "--json"])
+    checks = [row["check"] for row in json.loads(result.stdout)["rows"]]
+    shown = CliRunner().invoke(main, ["demo"], env={"COLUMNS": "80"})
+    assert shown.exit_code == 0, shown.output
+    table = shown.stdout.split("all rows passed")[0]
+    # every column's right edge shows, and every word of a check shows whole
+    ruled = [line for line in table.splitlines() if line.startswith("│")]
+    assert ruled and all(line.rstrip().endswith("│") for line in ruled), table
+    column = [line.split("│")[1].strip() for line in ruled]
+    shown_words = {word for cell in column for word in cell.split()}
+    assert {word for check in checks for word in check.split()} <= shown_words, table
+
+
 def test_demo_runs_on_an_empty_postgresql_schema_and_refuses_a_ledger_with_events(
     pg_url: str,
 ) -> None:
@@ -965,8 +979,8 @@ def test_corrections_json_lists_deliveries_needing_a_correction(chain: Cli) -> N
     assert json.loads(chain.as_reviewer("corrections", "--json").stdout) == {"due": []}
     _revoked(chain)
     [due] = json.loads(chain.as_reviewer("corrections", "--json").stdout)["due"]
-    assert set(due) == {"delivery", "validity", "status", "cause", "reason"}
-    assert due["status"] == "STALE" and due["cause"] == "E1"
+    assert set(due) == {"delivery", "scope", "validity", "status", "cause", "reason"}
+    assert due["status"] == "STALE" and due["cause"] == "E1" and due["scope"] == "proj-a"
     assert due["delivery"]["recipient"] == "ops@x.test"
     assert "R1" in chain.as_reviewer("corrections").stdout
     # --record: that record's only (E1 itself was never delivered)
@@ -977,6 +991,28 @@ def test_corrections_json_lists_deliveries_needing_a_correction(chain: Cli) -> N
     unknown = chain.as_reviewer("corrections", "--record", "nope")
     assert unknown.exit_code == 1 and unknown.stdout == ""
     assert "record 'nope' is unknown or not visible" in unknown.stderr
+
+
+def test_an_auditor_lists_the_corrections_owed_with_their_scope_but_issues_none(
+    chain: Cli,
+) -> None:
+    _revoked(chain)
+    with Ledger.open(chain.url) as led:
+        led.admin().grant("auditor", scope="proj-a", roles=["audit"])
+        auditor = led.admin().issue_token("auditor")
+    listed = chain("corrections", "--token", auditor)
+    assert listed.exit_code == 0, listed.output
+    assert "scope" in listed.stdout and "proj-a" in listed.stdout and "R1" in listed.stdout
+    [due] = json.loads(chain("corrections", "--json", "--token", auditor).stdout)["due"]
+    position = chain.position
+    refused = chain("correct", due["delivery"]["delivery_id"], "--note", "n", "--token", auditor)
+    assert refused.exit_code == 1
+    assert "'auditor' lacks role 'deliver' in scope 'proj-a'" in refused.stderr
+    assert chain.position == position
+    # and a principal with neither role is told which would do
+    nothing = chain.as_agent("corrections")
+    assert nothing.exit_code == 1
+    assert "lacks role 'deliver' or 'audit' in every scope" in nothing.stderr
 
 
 def test_corrections_say_why_a_valid_record_is_owed_one(chain: Cli) -> None:

@@ -971,3 +971,21 @@ def test_an_unknown_admin_token_gets_no_report_of_a_ledger_without_kept_heads(
     assert made_up.exit_code == 3, made_up.output
     assert json.loads(made_up.stdout)["error"]["message"] == "admin token is unknown"
     assert real.exit_code == 1 and "proj-z" in json.loads(real.stdout)["problem"]
+
+
+def test_an_admin_token_on_a_ledger_with_an_empty_log_is_refused_saying_none_was_issued(
+    pg_url: str,
+) -> None:
+    # Given a schema holding a ledger's tables and no event (a copy into it killed,
+    # an init that did not finish, a library open)
+    Ledger.open(pg_url).close()
+    # Then an admin command says why no admin token can be known there
+    refused = run("stats", "--url", pg_url, PROVLEDGER_ADMIN_TOKEN="plt_" + "0" * 40)
+    assert refused.exit_code == 1
+    assert refused.stderr.startswith(
+        "error: admin token is unknown: this ledger's log is empty, so no admin token was "
+        "ever issued here"
+    ), refused.stderr
+    assert "`provledger init` issues the first one" in refused.stderr
+    # and init then issues the first
+    assert ok("init", "--url", pg_url).stdout.startswith("plt_")

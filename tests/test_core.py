@@ -712,12 +712,14 @@ def test_corrections_due_of_one_record_are_its_owed_deliveries_now_and_as_of_a_p
     assert [x.delivery.delivery_id for x in then] == [d1a, d1b]
 
     # A record unknown, or hidden from the caller, is refused alike; so is one in
-    # a scope where the caller does not deliver
+    # a scope where the caller neither delivers nor audits
     with pytest.raises(UnknownRecordError, match="'nope' is unknown or not visible"):
         world.reviewer.corrections_due("nope")
     with pytest.raises(UnknownRecordError, match="'R1' is unknown or not visible"):
         world.outsider.corrections_due(r1)
-    with pytest.raises(AccessDeniedError, match="lacks role 'deliver' in scope 'proj-a'"):
+    with pytest.raises(
+        AccessDeniedError, match="lacks role 'deliver' or 'audit' in scope 'proj-a'"
+    ):
         world.agent.corrections_due(r1)
 
 

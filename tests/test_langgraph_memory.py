@@ -250,3 +250,66 @@ def test_a_memory_made_stale_by_a_correction_is_revalidated_on_the_new_version(
         reviewer.revalidate(m1.id, note="still true", parents=[new_m0.id])
         item = store.get(NS, "m1")
         assert item is not None and item.value["text"] == "fact 1"
+
+
+def save_profile_then_note(state: Turn) -> Turn:
+    """A turn that saves the profile whether or not it changed (as nodes do), then
+    puts a note resting on it."""
+    store = get_store()
+    store.get(NS, "profile")
+    store.put(NS, "profile", {"name": "Ada"})
+    profile = store.get(NS, "profile")
+    assert profile is not None
+    store.put(NS, f"n{state['turn']}", {"text": f"note for {profile.value['name']}"})
+    return state
+
+
+def test_putting_a_key_again_with_its_value_writes_nothing_and_keeps_what_rests_on_it(
+    ledger: Ledger, tokens: dict[str, str]
+) -> None:
+    with open_store(ledger, tokens) as store:
+        graph = graph_of(store, save_profile_then_note)
+        # When three turns each save the same profile and put a note on it
+        for turn in range(3):
+            graph.invoke({"turn": turn}, {"configurable": {"thread_id": "chat"}})
+        # Then the profile has one version and every note is usable, as in any store
+        reviewer = ledger.authenticate(tokens["reviewer"])
+        versions = reviewer.explain(NS[0], "memories/u1/profile").entries
+        assert [e.record.status for e in versions] == [Status.ACCEPTED]
+        assert usable_keys(store) == ["n0", "n1", "n2", "profile"]
+        profile = versions[0].record.id
+        for note in ("n0", "n1", "n2"):
+            assert record_of(reviewer, note).observed == (profile,), note
+        # and a put of the same value outside a graph writes nothing either
+        position = ledger.position
+        store.put(NS, "profile", {"name": "Ada"})
+        assert ledger.position == position
+        # while a changed value is a new version, and what rested on the old goes STALE
+        store.put(NS, "profile", {"name": "Ada", "city": "Paris"})
+        assert usable_keys(store) == ["profile"]
+        assert record_of(reviewer, "n0").status == Status.STALE
+
+
+def test_putting_a_stale_key_again_with_its_value_makes_a_new_version(
+    ledger: Ledger, tokens: dict[str, str]
+) -> None:
+    # A STALE version is not what get shows: putting its value again re-bases it.
+    with open_store(ledger, tokens) as store:
+        store.put(NS, "city", {"text": "Paris"})
+
+        def derive(state: Turn) -> Turn:
+            memories = get_store()
+            city = memories.get(NS, "city")
+            assert city is not None
+            memories.put(NS, "weather", {"text": f"rain in {city.value['text']}"})
+            return state
+
+        graph_of(store, derive).invoke({"turn": 0}, {"configurable": {"thread_id": "t"}})
+        reviewer = ledger.authenticate(tokens["reviewer"])
+        reviewer.revoke(record_of(reviewer, "city").id, "wrong city")
+        assert store.get(NS, "weather") is None
+        position = ledger.position
+        store.put(NS, "weather", {"text": "rain in Paris"})
+        assert ledger.position > position
+        weather = store.get(NS, "weather")
+        assert weather is not None and weather.value == {"text": "rain in Paris"}

@@ -1681,6 +1681,13 @@ async def test_refusals_carry_the_ledger_errors_class_and_message(team: Team) ->
     }
     for what, text in got.items():
         assert text.endswith(expected[what] + hints[what]), (what, text)
+    # Rejecting one's own candidate is refused too, and withdrawing it is named
+    async with team.client("lead") as lead_client:
+        own_reject = await refused(lead_client, "reject_memory", record_id=own, reason="no")
+    assert f"proposed record {own!r} and may not reject it" in own_reject
+    assert own_reject.endswith(
+        "; another approver must decide it, or withdraw it yourself with revoke_memory"
+    )
     # Refused commands change no record (the connections' runs were started and ended)
     assert records_state(team.ledger) == before
 
@@ -1735,6 +1742,7 @@ async def test_a_refusal_says_what_to_do_next_where_a_model_could_not_guess_it(
         team.sessions["reviewer"].accept(basis)
         team.sessions["reviewer"].accept("S2")
         await ok(reviewer, "revoke_memory", record_id=basis, reason="changed")
+        stale_rejected = await refused(reviewer, "reject_memory", record_id="S2", reason="x")
         other = team.sessions["agent-1"].capture(
             scope=SCOPE, uri="https://docs.test/c", content=b"c", id="B3"
         )
@@ -1754,6 +1762,10 @@ async def test_a_refusal_says_what_to_do_next_where_a_model_could_not_guess_it(
         f"accept {evidence!r} first (or reject 'M1')"
     )
     assert unaccepted.endswith("dependency 'B3' of 'S2' is CANDIDATE; accept 'B3' first")
+    assert stale_rejected.endswith(
+        "record 'S2' is STALE; reject needs CANDIDATE; only a candidate is rejected: "
+        "revoke_memory withdraws a STALE record, revalidate_memory returns it to use"
+    )
     for text in (rejected, revoked):
         assert text.endswith("; that status is final: propose a new record instead"), text
     for text in (bad_id, bad_scope):

@@ -365,6 +365,8 @@ def build_targets(world: World) -> Targets:
 class Command:
     role: str
     call: Callable[[Session, Targets], Any]
+    # other roles that allow it too, each alone
+    also: tuple[str, ...] = ()
     # how a refusal shows: AccessDeniedError unless the API documents otherwise
     refused: type[LedgerError] | None = AccessDeniedError
     # the refusal names the scope (not for a call across every scope)
@@ -386,9 +388,14 @@ COMMANDS: dict[str, Command] = {
     "revalidate": Command("approve", lambda s, t: s.revalidate(t.stale, note="ok")),
     "deliver": Command("deliver", lambda s, t: s.deliver(t.report, recipient="ops@x.test")),
     "issue_correction": Command("deliver", lambda s, t: s.issue_correction(t.delivery, "fix")),
-    # corrections_due(): across scopes, so refused only when no scope allows it
-    "corrections_due": Command("deliver", lambda s, t: s.corrections_due(), scoped=False),
-    "corrections_due of a record": Command("deliver", lambda s, t: s.corrections_due("R1")),
+    # corrections_due(): across scopes, so refused only when no scope allows it;
+    # shown to those who issue corrections and to auditors checking they are issued
+    "corrections_due": Command(
+        "deliver", lambda s, t: s.corrections_due(), scoped=False, also=("audit",)
+    ),
+    "corrections_due of a record": Command(
+        "deliver", lambda s, t: s.corrections_due("R1"), also=("audit",)
+    ),
 }
 
 
@@ -430,9 +437,9 @@ def test_every_command_is_refused_without_its_role_and_allowed_with_it(
 ) -> None:
     command, led = COMMANDS[name], world.ledger
     targets = build_targets(world)
-    others = [r for r in ROLES if r != command.role]
+    allowing = (command.role, *command.also)
+    others = [r for r in ROLES if r not in allowing]
     lacking = session_for(led, "lacks-role", {SCOPE: others})
-    holding = session_for(led, "holds-role", {SCOPE: [command.role]})
     position, digest = led.position, led.views_digest()
 
     # Step 1: every other role in the scope is not enough; nothing is written.
@@ -445,13 +452,15 @@ def test_every_command_is_refused_without_its_role_and_allowed_with_it(
         assert "'lacks-role'" in message
         if command.refused is AccessDeniedError:
             assert (f"scope {SCOPE!r}" if command.scoped else "every scope") in message
-            assert f"role {command.role!r}" in message
+            assert "role " + " or ".join(repr(r) for r in allowing) in message
     assert led.position == position
     assert led.views_digest() == digest
 
-    # Step 2: the one role is enough.
-    result = command.call(holding, targets)
-    _effect(name, result, world, targets)
+    # Step 2: the one role is enough (each of them, when several allow it).
+    for role in allowing:
+        holding = session_for(led, f"holds-{role}", {SCOPE: [role]})
+        result = command.call(holding, targets)
+        _effect(name, result, world, targets)
 
 
 def test_a_refusal_of_explain_names_explain(world: World) -> None:

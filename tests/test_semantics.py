@@ -653,7 +653,7 @@ def test_listings_across_scopes_are_refused_without_the_role_not_answered_empty(
 ) -> None:
     from ledger.errors import AccessDeniedError
 
-    with pytest.raises(AccessDeniedError, match="lacks role 'deliver' in every scope"):
+    with pytest.raises(AccessDeniedError, match="lacks role 'deliver' or 'audit' in every scope"):
         world.agent.corrections_due()
     with pytest.raises(AccessDeniedError, match="lacks role 'audit' in every scope"):
         world.agent.history()

@@ -554,7 +554,7 @@ def test_corrections_due_are_listed_and_issued_through_the_outbox(served: Served
     due = served.reviewer.get("/corrections")
     assert due.status_code == 200
     [item] = due.json()["corrections"]
-    assert item["delivery"]["record_id"] == "R1"
+    assert (item["delivery"]["record_id"], item["scope"]) == ("R1", "proj-a")
     assert (item["status"], item["validity"]) == ("STALE", "NEEDS_REVALIDATION")
     # Those of one record: R1's is the same; M1 was never delivered
     assert served.reviewer.get("/corrections", params={"record_id": "R1"}).json() == due.json()
@@ -1227,11 +1227,17 @@ def test_a_body_declared_as_another_media_type_is_415_and_writes_nothing(
         assert error["type"] == "InvalidInputError"
         assert repr(media.split(";")[0]) in error["message"]
         assert "application/json" in error["message"]
+    # nor is JSON declared in another charset read as UTF-8
+    for media in ("application/json; charset=latin-1", 'application/json;charset="UTF-16"'):
+        r = served.agent.post("/records", content=raw, headers={"Content-Type": media})
+        assert r.status_code == 415, media
+        assert "reads JSON as UTF-8" in error_of(r)["message"]
     assert served.ledger.position == before
     # JSON by any of its names, or no declared type at all, is read
     for n, headers in enumerate(
         (
             {"Content-Type": "application/json; charset=utf-8"},
+            {"Content-Type": 'application/json; charset="UTF8"'},
             {"Content-Type": "Application/JSON"},
             {"Content-Type": "application/vnd.provledger+json"},
             {},

@@ -122,6 +122,9 @@ def test_a_token_a_client_puts_in_the_url_is_not_written_to_the_access_log(
         httpx.get(f"http://127.0.0.1:{port}/api/v1/records/{twice}", timeout=5)
         mixed = "%25%37%30lt_" + bare  # p as %70, each of its characters encoded again
         httpx.get(f"http://127.0.0.1:{port}/x?q={mixed}", timeout=5)
+        # A query decoded to mask a token writes no line of its own, erases none
+        forged = "%1b%5b2K%0d2026-01-01T00:00:00+00:00 INFO: x - admin %22GET /%22 200%0aX"
+        httpx.get(f"http://127.0.0.1:{port}/healthz?token=1&x={forged}", timeout=5)
         # An authenticated request's line names its principal (refused or not)
         httpx.get(
             f"http://127.0.0.1:{port}/api/v1/corrections",
@@ -132,7 +135,7 @@ def test_a_token_a_client_puts_in_the_url_is_not_written_to_the_access_log(
         server.terminate()
         out, _ = server.communicate(timeout=30)
     logged = [line for line in out.splitlines() if "GET /" in line]
-    assert len(logged) == 7, out
+    assert len(logged) == 8, out
     assert bare[:12] not in out
     assert '"GET /api/v1/corrections?token=plt_…&scope=p HTTP/1.1" 401' in logged[0]
     assert "?access_token=… " in logged[1] and '"GET /plt_… HTTP/1.1" 404' in logged[2]
@@ -140,7 +143,12 @@ def test_a_token_a_client_puts_in_the_url_is_not_written_to_the_access_log(
     assert ' - - "GET /api/v1/corrections?token=' in logged[0]  # no principal: "-"
     assert '"GET /api/v1/records/plt_… HTTP/1.1"' in logged[4]
     assert '"GET /x?q=plt_… HTTP/1.1" 404' in logged[5], out
-    assert logged[6].endswith(' - agent-1 "GET /api/v1/corrections HTTP/1.1" 403'), out
+    assert logged[6].endswith(
+        '"GET /healthz?token=…&x=\\x1b[2K\\x0d2026-01-01T00:00:00+00:00 INFO: x - admin '
+        '"GET /" 200\\x0aX HTTP/1.1" 200'
+    ), out
+    assert "\x1b" not in out and "\r" not in out
+    assert logged[7].endswith(' - agent-1 "GET /api/v1/corrections HTTP/1.1" 403'), out
     # Every line says when (to line requests up with the ledger's history), and the
     # server says which ledger it serves
     stamp = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d "  # RFC 3339

@@ -829,8 +829,34 @@ def test_needs_attention_says_when_the_outbox_is_not_the_readers_to_see(desk: De
     text = text_of(client.get("/attention").text)
     assert "No correction is owed" not in text
     assert "Corrections due (" not in text
-    assert "Your roles include deliver in no scope" in text
+    assert "Your roles include deliver or audit in no scope" in text
     assert "STALE or expired records (3)" in text
+
+
+def test_an_auditor_sees_the_corrections_owed_but_no_form_to_issue_them(desk: Desk) -> None:
+    # An auditor checks that corrections are issued: it is shown the outbox
+    # (``audit`` in proj-a) but issues nothing there (no ``deliver``).
+    _seed(desk)
+    desk.reviewer.revoke("E1", reason="doc changed")
+    desk.ledger.admin().grant("auditor", scope="proj-a", roles=["read", "audit"])
+    desk.tokens["auditor"] = desk.ledger.admin().issue_token("auditor")
+    [delivery] = desk.reviewer.get("R1").deliveries
+    client, csrf = desk.signed_in("auditor")
+    page = client.get("/attention").text
+    text = text_of(page)
+    assert "Corrections due (1)" in text and "ops@x.test received R1" in text
+    assert "Shown to you as an auditor of proj-a" in text
+    assert f'action="/deliveries/{delivery.delivery_id}/correction"' not in page
+    record = client.get("/records/R1").text
+    assert "Correction owed" in record and "issue it in the outbox" not in record
+    # A correction sent all the same is refused, and nothing is written
+    position = desk.ledger.position
+    r = client.post(
+        f"/deliveries/{delivery.delivery_id}/correction",
+        data={"csrf": csrf, "note": "withdrawn", "next": "/attention"},
+    )
+    assert "lacks role 'deliver'" in text_of(client.get(r.headers["location"]).text)
+    assert desk.ledger.position == position
 
 
 def test_a_usable_record_in_a_conflict_says_so_and_the_queue_warns_before_another(

@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from ledger import Kind
+from ledger.serve.sessions import COOKIE
 from tests import test_serve_console
 from tests.serve_support import running
 from tests.test_serve_console import Desk, _seed, card_of, csrf_of, text_of
@@ -651,6 +652,38 @@ def test_an_earlier_token_is_refused_when_the_browser_says_another_origin_sent_i
         )
         assert r.status_code == 303
     assert desk.agent.get("M2").status.value == "REJECTED"
+
+
+def test_a_sign_in_another_origin_sends_is_refused_even_with_this_browsers_cookie(
+    desk: Desk,
+) -> None:
+    # Given a browser signed in as reviewer, and a sign-in form built from a session
+    # another site (a sibling port or host name) planted: its cookie and form token
+    client, _ = desk.signed_in("reviewer")
+    planted = desk.browser()
+    form_token = csrf_of(planted.get("/").text)
+    cookie = planted.cookies.get(COOKIE)
+    assert cookie is not None
+    for site in ("same-site", "cross-site"):
+        # When the browser says another origin sent that form, with the agent's token
+        r = client.post(
+            "/signin",
+            data={"csrf": form_token, "token": desk.tokens["agent-1"]},
+            headers={"Sec-Fetch-Site": site},
+            cookies={COOKIE: cookie},
+        )
+        # Then nobody is signed in by it, and no cookie is set
+        assert r.status_code == 403 and "Sign-in refused" in r.text, site
+        assert "set-cookie" not in r.headers
+    assert "Signed in as <strong>agent-1</strong>" not in planted.get("/").text
+    # While the console's own sign-in page is taken as ever
+    r = planted.post(
+        "/signin",
+        data={"csrf": form_token, "token": desk.tokens["agent-1"]},
+        headers={"Sec-Fetch-Site": "same-origin"},
+    )
+    assert r.status_code == 303
+    assert "Signed in as <strong>agent-1</strong>" in planted.get("/").text
 
 
 def test_signing_out_from_a_tab_shown_before_signs_out(desk: Desk, served: Served) -> None:

@@ -352,3 +352,19 @@ def test_the_access_log_names_the_principal_of_every_console_form(
         assert forged.status_code == 403
     lines = [r.getMessage() for r in caplog.records if r.name == ACCESS_LOGGER]
     assert len(lines) == 1 and ' - - "POST /records/C2/accept' in lines[0], lines
+
+
+def test_a_form_the_server_cannot_read_is_said_to_be_unreadable_not_forbidden(
+    ledger: Ledger,
+) -> None:
+    client = TestClient(create_app(ledger, mcp_factory=None))
+    client.get("/")
+    position = ledger.position
+    flood = {f"f{i}": (None, "x") for i in range(1500)}
+    broken = {"content": b"--x\r\n", "headers": {"content-type": "multipart/form-data"}}
+    for r in (client.post("/signin", files=flood), client.post("/signin", **broken)):
+        assert r.status_code == 400
+        assert "The form could not be read" in r.text and "is not allowed" not in r.text
+        assert "allow" not in r.headers
+    assert "Too many fields" in client.post("/signin", files=flood).text
+    assert ledger.position == position

@@ -190,8 +190,8 @@ def verify(
                     "opened read-only, they stay as stored: verify a writable copy, "
                     "where any other command rebuilds them from the log, to compare them"
                     if read_only
-                    else "any command but verify and backup rebuilds them from the log, and "
-                    "verify then compares them"
+                    else "any command but verify, backup, digest, head and copy rebuilds "
+                    "them from the log (provledger stats, say), and verify then compares them"
                 ),
                 err=True,
             )

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -20,6 +19,7 @@ import click
 from click.core import ParameterSource
 
 from ledger.application import Ledger
+from ledger.cli.moments import as_of_said, as_of_words
 from ledger.domain import Kind
 from ledger.errors import (
     AccessDeniedError,
@@ -29,6 +29,8 @@ from ledger.errors import (
     LedgerNotFoundError,
     ReadOnlyError,
     StorageError,
+    UnknownDeliveryError,
+    UnknownRecordError,
 )
 from ledger.persistence import foreign_file, resolve_url, unwritable
 from ledger.persistence.urls import redacted
@@ -551,29 +553,11 @@ def principal_session(url: str | None, token: str) -> Iterator[tuple[Ledger, Ses
                 session = session.as_of(position=moment.position, time=moment.time)
             except InvalidInputError as exc:
                 command = None if ctx is None else ctx.info_name
-                raise type(exc)(_as_of_words(str(exc), command)) from None
-        yield led, session
-
-
-#: The library's parameters for the moment ``as-of`` asks for → its options.
-_AS_OF_OPTIONS = re.compile(r"^as_of (time|position) ")
-#: What the library says to do of a moment to come (``Session.as_of``'s ``at``).
-_LATER_MOMENT = re.compile(r"read as of now at that moment \(at\)")
-#: The commands that take ``--at``: validity at an instant, read now.
-_TAKE_AT = ("read", "explain")
-
-
-def _as_of_words(message: str, command: str | None = None) -> str:
-    """A refusal of the moment asked for, in the options of ``as-of`` (``--time``,
-    ``--position``), not the parameters of ``Session.as_of``, and for a moment to
-    come, what to do instead: run ``command`` then, or (``read`` and ``explain``,
-    which take it) read now with ``--at``; a message worded otherwise is left as
-    it is."""
-    message = _AS_OF_OPTIONS.sub(r"as-of --\1 ", message)
-    instead = "run the command then"
-    if command in _TAKE_AT:
-        instead += f", or {command} now with --at for validity at that instant"
-    return _LATER_MOMENT.sub(instead, message)
+                raise type(exc)(as_of_words(str(exc), command)) from None
+        try:
+            yield led, session
+        except (UnknownRecordError, UnknownDeliveryError) as exc:
+            raise as_of_said(exc, session) from None
 
 
 def shown_key(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:

@@ -357,6 +357,9 @@ def corrections(record_id: str | None, token: str, url: str | None, as_json: boo
     delivery, or is VALID again on another basis than the delivered copy rests on
     (its own, or that of a record it rests on), with no correction since.
 
+    Lists the scopes where the token's principal holds deliver (it issues the
+    corrections, with `provledger correct`) or audit (it checks they are issued).
+
     \b
     Example:
       provledger corrections

@@ -552,10 +552,11 @@ def print_corrections(
         return
     console.print(Text(f"{len(due)} correction(s) due", style="bold"))
     table = new_table(
-        *("delivery", "record", "recipient", "status", "validity", "why"),
+        *("delivery", "record", "scope", "recipient", "status", "validity", "why"),
         ids={
             "delivery": [c.delivery.delivery_id for c in due],
             "record": [c.delivery.record_id for c in due],
+            "scope": [c.scope for c in due],
         },
         words={"status": [str(c.status) for c in due], "validity": [str(c.validity) for c in due]},
     )
@@ -570,6 +571,7 @@ def print_corrections(
         table.add_row(
             Text(c.delivery.delivery_id),
             Text(c.delivery.record_id),
+            Text(c.scope),
             Text(c.delivery.recipient),
             styled(c.status, STATUS_STYLE),
             styled(c.validity, VALIDITY_STYLE),

@@ -301,7 +301,7 @@ def revoke(
             owing: Any = tuple(
                 d for d in session.corrections_due() if d.delivery.record_id in affected
             )
-        except AccessDeniedError:  # no deliver role anywhere: nothing it could correct
+        except AccessDeniedError:  # neither deliver nor audit anywhere: not shown
             owing = None
     if as_json:
         echo_json(revocation_json(rev, owing))

@@ -28,6 +28,7 @@ import copy
 import logging
 import re
 import signal
+import unicodedata
 from typing import Any
 from urllib.parse import unquote
 
@@ -166,8 +167,27 @@ def _without_tokens(text: str) -> str:
             break
         decoded = again
     if decoded != text and _TOKEN_IN_TEXT.search(decoded):
-        return _TOKEN_IN_TEXT.sub(_masked, decoded)
-    return _TOKEN_IN_TEXT.sub(_masked, text)
+        return _printable(_TOKEN_IN_TEXT.sub(_masked, decoded))
+    return _printable(_TOKEN_IN_TEXT.sub(_masked, text))
+
+
+def _printable(text: str) -> str:
+    """``text`` with every control, format and line-separator character escaped
+    (``\\x0a``, ``\\u202e``): what a request's path decodes to never starts a
+    line of the log of its own, erases one on a terminal or reorders one."""
+    if text.isprintable():
+        return text
+    return "".join(
+        (f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
+        if unicodedata.category(ch) in _UNPRINTED
+        else ch
+        for ch in text
+    )
+
+
+#: Unicode categories escaped in the log: controls (C0, DEL, C1), format characters
+#: (bidirectional overrides among them), line and paragraph separators.
+_UNPRINTED = frozenset(("Cc", "Cf", "Zl", "Zp"))
 
 
 def mask_tokens(record: logging.LogRecord) -> bool:

@@ -299,22 +299,31 @@ def create_app(
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         path = request.url.path
+        status = exc.status_code
         if for_programs(path):
-            if exc.status_code == 405:
+            if status == 405:
                 return api.method_not_allowed(request.method, path, exc.headers)
+            if status != 404:  # a body the server could not read
+                body = error_body("BadRequest", masked(f"{exc.detail} ({path!r})"))
+                return api.json_response(body, status)
             return api.not_found(path)
+        # A token pasted into the address is not shown back (as in every message).
+        if status == 404:
+            title, message = "Not found", masked(f"There is no page {path!r}.")
+        elif status == 405:
+            title, message = "Not allowed", masked(f"{request.method} is not allowed on {path!r}.")
+        else:  # a form the server could not read: too many fields, a broken body
+            title = "The form could not be read"
+            message = masked(f"The form sent to {path!r} could not be read: {exc.detail}")
         session = console.viewer(request)
         page = console.render(
             request,
             session,
             "error.html",
-            status=exc.status_code,
-            title="Not found" if exc.status_code == 404 else "Not allowed",
-            error_type=str(exc.status_code),
-            # A token pasted into the address is not shown back (as in every message).
-            message=masked(f"There is no page {path!r}.")
-            if exc.status_code == 404
-            else masked(f"{request.method} is not allowed on {path!r}."),
+            status=status,
+            title=title,
+            error_type=str(status),
+            message=message,
         )
         page.headers.update(exc.headers or {})  # a 405's Allow
         return page

@@ -28,6 +28,7 @@ from starlette.staticfiles import StaticFiles
 
 from ledger import Session
 from ledger.access import Role
+from ledger.deliveries import LISTS_OWED
 from ledger.domain import Status, Validity
 from ledger.errors import (
     AccessDeniedError,
@@ -63,7 +64,7 @@ from ledger.serve.pages import (
     replaces,
 )
 from ledger.serve.pictures import picture
-from ledger.serve.plumbing import LOCAL_PATH, Page, Plumbing
+from ledger.serve.plumbing import LOCAL_PATH, Page, Plumbing, another_site
 from ledger.serve.sessions import COOKIE, ConsoleSession
 from ledger.session import next_after
 from ledger.validation import asked_key, key_text
@@ -146,6 +147,10 @@ class Console(Plumbing):
 
     async def signin(self, request: Request) -> Response:
         """Check the token; on success a new signed-in session replaces the old one."""
+        if another_site(request):
+            # Another site's form, even one that set this console's cookie from a
+            # sibling port or host name: it would sign the reader in as its author.
+            return self._refused(request, None, "Sign-in refused")
         cookie = request.cookies.get(COOKIE)
         session = self.store.get(cookie)
         form = await request.form()
@@ -284,10 +289,11 @@ class Console(Plumbing):
                 query = urlencode(moment.params())
                 return f"/records/{rid}" + (f"?{query}" if query else "")
 
-            # Which deliveries owe a correction: told to those who issue them
-            # (``deliver`` in the record's scope), as the outbox tells them.
+            # Which deliveries owe a correction: told to those who issue them or
+            # audit them (``deliver`` or ``audit`` in the record's scope), as the
+            # outbox tells them.
             owed = None
-            if view.deliveries and access.has(view.scope, Role.DELIVER):
+            if view.deliveries and any(access.has(view.scope, r) for r in LISTS_OWED):
                 owed = {x.delivery.delivery_id for x in live.corrections_due(view.id)}
 
             return {
@@ -299,6 +305,7 @@ class Console(Plumbing):
                 "trail": trail,
                 "audit_note": audit_note,
                 "owed": owed,
+                "corrects": access.has(view.scope, Role.DELIVER),
                 "picture": picture(live, view.id, link),
                 "approver": access.has(view.scope, Role.APPROVE) and not moment.past,
                 "entry": candidate(live, view) if view.status == Status.CANDIDATE else None,
@@ -376,10 +383,12 @@ class Console(Plumbing):
                     more = next_after(live, scope, views, PAGE, **wanted)
                     filters = {k: str(v) for k, v in wanted.items()}
                     lists.append(_Listed(scope, kind, label, views, filters, more))
-            # Corrections are the deliverers' outbox: without ``deliver`` anywhere
-            # the page says so rather than show an empty (and so false) outbox.
-            delivers = bool(access.scopes(Role.DELIVER))
-            due = live.corrections_due() if delivers and not paged else ()
+            # Corrections are the deliverers' outbox, which auditors see too (the
+            # form to issue one only where the principal delivers): without either
+            # role anywhere the page says so rather than show an empty (and so
+            # false) outbox.
+            sees = any(access.scopes(r) for r in LISTS_OWED)
+            due = live.corrections_due() if sees and not paged else ()
             return {
                 "title": paged_title(name, page),
                 "lists": lists,
@@ -388,7 +397,8 @@ class Console(Plumbing):
                 "paged": paged,
                 "page": page,
                 "due": due,
-                "delivers": delivers,
+                "sees_due": sees,
+                "delivers": set(access.scopes(Role.DELIVER)),
                 "approves": set(access.scopes(Role.APPROVE)),
             }
 

@@ -41,8 +41,13 @@ class MediaTypeError(FieldError):
     """A request body declared as something other than JSON, or coded (compressed):
     415, not parsed."""
 
-    def __init__(self, media_type: str, header: str = "Content-Type") -> None:
-        if header == "Content-Type":
+    def __init__(
+        self, media_type: str, header: str = "Content-Type", charset: str | None = None
+    ) -> None:
+        if charset is not None:
+            said = f"the request body is declared in charset {charset[:40]!r}; this API "
+            said += "reads JSON as UTF-8 (charset=utf-8, or none)"
+        elif header == "Content-Type":
             said = f"the request body is sent as {media_type[:80]!r}; this API takes JSON "
             said += "(Content-Type: application/json)"
         else:
@@ -66,19 +71,31 @@ def check_json_body(headers: Mapping[str, str], raw: bytes) -> None:
     body is not read as JSON by guesswork.
 
     Raises:
-        MediaTypeError: the body is declared as another media type, or as coded
-            (a ``Content-Encoding`` such as gzip: it would be read as it came).
+        MediaTypeError: the body is declared as another media type, in another
+            charset than UTF-8, or as coded (a ``Content-Encoding`` such as gzip:
+            it would be read as it came).
     """
     if raw:
         check_uncoded(headers)
     media = media_type_of(headers)
     if media is None or not raw.strip():
         return
-    if media == "application/json":
-        return
-    if media.startswith("application/") and media.endswith("+json"):
-        return
-    raise MediaTypeError(media)
+    if media != "application/json" and not (
+        media.startswith("application/") and media.endswith("+json")
+    ):
+        raise MediaTypeError(media)
+    charset = _charset_of(headers.get("content-type", ""))
+    if charset is not None and charset.lower() not in ("utf-8", "utf8"):
+        raise MediaTypeError(media, charset=charset)
+
+
+def _charset_of(content_type: str) -> str | None:
+    """The ``charset`` parameter of a ``Content-Type`` value (unquoted), or None."""
+    for parameter in content_type.split(";")[1:]:
+        name, _, value = parameter.partition("=")
+        if name.strip().lower() == "charset":
+            return value.strip().strip('"')
+    return None
 
 
 def check_uncoded(headers: Mapping[str, str]) -> None:

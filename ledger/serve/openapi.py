@@ -39,8 +39,8 @@ _ERRORS = {
     "with the same id, again).",
     "413": "The request body is over the server's limit.",
     "415": "The request body is declared as another media type than JSON "
-    "(send Content-Type: application/json, or none), or as coded (a Content-Encoding "
-    "other than identity: send it uncompressed).",
+    "(send Content-Type: application/json, or none), in another charset than UTF-8, or "
+    "as coded (a Content-Encoding other than identity: send it uncompressed).",
     "422": "Bad input; error.field names the offending field (the first, when the message "
     "names several: every required field left out, say). A parent id unknown to the "
     "principal, or in a scope it cannot read, is 422 too (error.field `parents`).",
@@ -368,13 +368,14 @@ def _paths() -> dict[str, dict[str, Any]]:
                         "query",
                         REF,
                         "Only this record's deliveries (404 if it is unknown or not visible, "
-                        "403 without `deliver` in its scope).",
+                        "403 without `deliver` or `audit` in its scope).",
                     ),
                     *_AS_OF,
                 ],
                 description=(
-                    "Lists scopes where the principal holds `deliver`; 403 if it holds "
-                    "`deliver` in no scope."
+                    "Lists scopes where the principal holds `deliver` (it issues the "
+                    "corrections) or `audit`; each entry names its record's scope. 403 if "
+                    "it holds neither in any scope."
                 ),
             )
         },

@@ -356,6 +356,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "CorrectionDue": _object(
         {
             "delivery": ref("Delivery"),
+            "scope": STR,
             "validity": ref("Validity"),
             "status": ref("Status"),
             "cause": nullable(STR),

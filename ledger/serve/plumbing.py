@@ -255,7 +255,7 @@ class Plumbing:
         machine must not leave its reader signed in)."""
 
         async def post(request: Request) -> Response:
-            if _another_site(request):
+            if another_site(request):
                 # Whatever its token: the browser says no page of this console sent it.
                 # Answered without touching the session (its messages stay for its pages).
                 return self._refused(request, None, "CSRF check failed")
@@ -460,7 +460,7 @@ def _same_origin(request: Request) -> bool:
     return request.headers.get("sec-fetch-site") == "same-origin"
 
 
-def _another_site(request: Request) -> bool:
+def another_site(request: Request) -> bool:
     """Whether the browser says another origin sent the request (``Sec-Fetch-Site``
     ``same-site`` or ``cross-site``): no page of this console did (``same-origin``),
     nor the reader (``none``). A browser that sends no such header says nothing."""

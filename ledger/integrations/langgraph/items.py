@@ -6,14 +6,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langgraph.store.base import Item
 
-from ledger.domain import Outcome
-from ledger.errors import InvalidValueError, MemoryConflictError
+from ledger.domain import Kind, Outcome
+from ledger.errors import InvalidValueError, LedgerError, MemoryConflictError
 from ledger.serialization import canonical
 from ledger.values import ReadResult, RecordView
+
+if TYPE_CHECKING:
+    from ledger import Session
 
 
 def newest_usable(result: ReadResult, where: Callable[[str], str]) -> RecordView | None:
@@ -37,6 +40,29 @@ def newest_usable(result: ReadResult, where: Callable[[str], str]) -> RecordView
     if len(records) == 1:
         return records[0]
     return max(records, key=lambda r: (r.created_at, r.position))
+
+
+def unchanged(
+    session: Session, scope: str, claim: str, kinds: tuple[Kind, ...], value: Mapping[str, Any]
+) -> str | None:
+    """The id of the key's one usable version if it holds ``value`` already
+    (compared as the ledger compares values: by canonical bytes), else None: a put
+    of it then writes nothing, for a new version would supersede an equal one and
+    make everything resting on it STALE (as a node saving its state each turn,
+    changed or not, would). Read as a ``get`` outside any run (not observed); a
+    read refused, or finding no version or rival ones, leaves the put to propose
+    (and to refuse)."""
+    try:
+        found = session.read(scope, claim, None, None, kinds)
+    except LedgerError:
+        return None
+    if found.outcome != Outcome.FOUND or len(found.records) != 1:
+        return None
+    try:
+        same = canonical(found.records[0].value) == canonical(value)
+    except (TypeError, ValueError):  # a value the ledger refuses: its put names it
+        return None
+    return found.records[0].id if same else None
 
 
 def no_tuple(value: Any, what: str) -> None:

@@ -41,7 +41,7 @@ from ledger.errors import (
 )
 from ledger.integrations.langgraph.checks import check_namespace, check_op
 from ledger.integrations.langgraph.filters import check_filter, matches, namespace_matches
-from ledger.integrations.langgraph.items import item_of, newest_usable
+from ledger.integrations.langgraph.items import item_of, newest_usable, unchanged
 from ledger.integrations.langgraph.keys import (
     SEPARATOR,
     NamespaceLabelError,
@@ -541,7 +541,9 @@ class LedgerStore(BaseStore):
                     state.read_key(scope, claim, ())
                     state.missing[(scope, claim)] = at
             else:
-                self._replace(state, scope, claim, op.value)
+                same = unchanged(self.session, scope, claim, self._kinds, op.value)
+                if same is None or (state is not None and not state.knows(same, scope, claim)):
+                    self._replace(state, scope, claim, op.value)
 
     def _replace(self, state: Thread | None, scope: str, claim: str, given: Any) -> None:
         """Propose ``given`` as the newest version of the key (accepted at once

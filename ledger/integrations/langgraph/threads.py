@@ -318,6 +318,16 @@ class Thread:
                 changed = True
         return changed
 
+    def knows(self, record_id: str, scope: str, claim: str) -> bool:
+        """Whether the thread put or read ``record_id`` (a version of the key) and
+        has not found the key missing since: a put of its value may then write
+        nothing. A version put by another thread since the thread read an older
+        one (or found none) may hold what the thread computed from that older
+        state (a counter both incremented): the put proposes, and is refused."""
+        if (scope, claim) in self.missing:
+            return False
+        return record_id in self.written or record_id in self.run.reads
+
     def catch_up(self, session: Session) -> bool:
         """After a put was refused: show the run each record it rests on that was
         superseded by a version the thread read or wrote since, and observe that

@@ -78,6 +78,8 @@ def _hint(
     exc: LedgerError, session: Session | None, record_id: str | None, writing: Writing | None
 ) -> str | None:
     if isinstance(exc, SelfApprovalError):
+        if " and may not reject it" in str(exc):  # withdrawing one's own is no approval
+            return "another approver must decide it, or withdraw it yourself with revoke_memory"
         return "another approver must decide it"
     if isinstance(exc, AuthenticationError):
         return "this server can do nothing more; ask the operator for a new token"
@@ -97,6 +99,11 @@ def _hint(
             return "that status is final: propose a new record instead"
         if view is not None and view.status == Status.STALE and "; accept needs " in str(exc):
             return _revalidate_instead(view, session)
+        if view is not None and view.status == Status.STALE and "; reject needs " in str(exc):
+            return (
+                "only a candidate is rejected: revoke_memory withdraws a STALE record, "
+                "revalidate_memory returns it to use"
+            )
     return None
 
 
