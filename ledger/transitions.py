@@ -208,8 +208,9 @@ def revoke(caller: Caller, record_id: str, reason: str) -> Revocation:
         return pipeline.on_record(caller, "revoke", Role.APPROVE, record_id, decide)
 
 
-#: The roles whose holders are shown a record's deliveries (``get``, ``corrections_due``).
-_SEES_DELIVERIES = frozenset((Role.READ.value, Role.DELIVER.value))
+#: The roles whose holders the revocation preview shows a record's deliveries: as
+#: ``get`` shows them (``read``), and ``corrections_due`` (``deliver``, ``audit``).
+_SEES_DELIVERIES = frozenset((Role.READ.value, Role.DELIVER.value, Role.AUDIT.value))
 
 
 def preview_revoke(caller: Caller, record_id: str) -> RevocationPreview:

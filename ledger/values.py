@@ -286,7 +286,7 @@ class RevocationPreview:
 
     ``stale``: the descendants the caller may see that would become STALE;
     ``deliveries``: deliveries of the root or of those records, in scopes where the
-    caller holds ``read`` or ``deliver`` (where it is shown deliveries), whose
+    caller holds ``read``, ``deliver`` or ``audit`` (where it is shown deliveries), whose
     record is VALID now and would then owe a correction.
     """
 

@@ -19,7 +19,7 @@ from langgraph.config import get_store
 from langgraph.graph import END, START, StateGraph
 from langgraph.store.base import BaseStore
 
-from ledger import Ledger, Session, Status, Validity
+from ledger import Kind, Ledger, Session, Status, Validity
 from ledger.errors import InvalidInputError, InvalidParentError
 from ledger.integrations.langgraph import LedgerStore
 
@@ -313,3 +313,74 @@ def test_putting_a_stale_key_again_with_its_value_makes_a_new_version(
         assert ledger.position > position
         weather = store.get(NS, "weather")
         assert weather is not None and weather.value == {"text": "rain in Paris"}
+
+
+def test_putting_back_the_accepted_value_while_another_awaits_review_is_a_new_version(
+    ledger: Ledger, tokens: dict[str, str]
+) -> None:
+    # Without an approver: blue accepted, red awaiting review, then blue put back
+    reviewer = ledger.authenticate(tokens["reviewer"])
+    with LedgerStore(ledger, token=tokens["agent"]) as store:
+        store.put(NS, "colour", {"c": "blue"})
+        reviewer.accept(record_of(reviewer, "colour").id)
+        store.put(NS, "colour", {"c": "red"})
+        position = ledger.position
+        store.put(NS, "colour", {"c": "blue"})
+        # Then the put back is written: the reviewer decides it too, not only red
+        assert ledger.position > position
+        waiting = reviewer.records(NS[0], status=Status.CANDIDATE)
+        assert sorted(v.value["c"] for v in waiting) == ["blue", "red"]
+
+
+def test_a_put_of_an_expiring_or_conditioned_versions_value_makes_the_stores_own(
+    ledger: Ledger, tokens: dict[str, str], clock: Any
+) -> None:
+    # Given versions another surface wrote: one that expires, one with conditions
+    from datetime import timedelta
+
+    agent, reviewer = (ledger.authenticate(tokens[n]) for n in ("agent", "reviewer"))
+    soon = clock() + timedelta(hours=1)
+    agent.propose(NS[0], "memories/u1/tz", {"tz": "UTC"}, Kind.FACT, expires=soon, id="TZ")
+    reviewer.accept("TZ")
+    with open_store(ledger, tokens) as store:
+        # When the store puts the same value
+        position = ledger.position
+        store.put(NS, "tz", {"tz": "UTC"})
+        # Then it writes its own version, which outlives the expiry
+        assert ledger.position > position
+        clock.advance(hours=2)
+        kept = store.get(NS, "tz")
+        assert kept is not None and kept.value == {"tz": "UTC"}
+
+
+def test_a_put_the_principal_may_not_make_is_refused_whatever_its_value(
+    ledger: Ledger, tokens: dict[str, str]
+) -> None:
+    from ledger.errors import AccessDeniedError
+
+    with open_store(ledger, tokens) as store:
+        store.put(NS, "k", {"v": 1})
+    admin = ledger.admin()
+    admin.grant("reader", NS[0], ["read"])
+    with LedgerStore(ledger, token=admin.issue_token("reader")) as reading:
+        assert reading.get(NS, "k") is not None
+        for value in ({"v": 1}, {"v": 2}):  # the value it holds, and another
+            with pytest.raises(AccessDeniedError, match="lacks role 'propose'"):
+                reading.put(NS, "k", value)
+
+
+def test_an_unchanged_put_is_told_by_its_own_key_not_by_keys_it_prefixes(
+    ledger: Ledger, tokens: dict[str, str]
+) -> None:
+    reviewer = ledger.authenticate(tokens["reviewer"])
+    with open_store(ledger, tokens) as store, LedgerStore(ledger, token=tokens["agent"]) as asks:
+        # Given a key with an escaped character, and a key it prefixes awaiting review
+        store.put(NS, "a%b/c", {"v": 1})
+        asks.put(NS, "a%b/c2", {"v": 2})
+        assert [v.claim_key for v in reviewer.records(NS[0], status=Status.CANDIDATE)] == [
+            "memories/u1/a%25b%2Fc2"
+        ]
+        # Then putting the first's value again writes nothing
+        position = ledger.position
+        store.put(NS, "a%b/c", {"v": 1})
+        assert ledger.position == position

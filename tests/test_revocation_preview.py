@@ -72,3 +72,12 @@ def test_the_preview_lists_deliveries_an_approver_without_deliver_is_shown_anywa
     # When it previews revoking E1, then the delivery that would owe a correction is listed
     preview = approver.preview_revoke("E1")
     assert [d.delivery_id for d in preview.deliveries] == [delivery]
+    # and so it is to an approver who audits proj-a, reading and delivering nowhere
+    # (who is shown the corrections owed, and the deliveries in each record's audit)
+    admin.grant("approver-3", scope="proj-a", roles=["approve", "audit"])
+    auditing = led.authenticate(admin.issue_token("approver-3"))
+    assert [d.delivery_id for d in auditing.preview_revoke("E1").deliveries] == [delivery]
+    # while one who only approves there is shown none
+    admin.grant("approver-4", scope="proj-a", roles=["approve"])
+    bare = led.authenticate(admin.issue_token("approver-4"))
+    assert bare.preview_revoke("E1").deliveries == ()

@@ -1227,9 +1227,10 @@ def test_a_body_declared_as_another_media_type_is_415_and_writes_nothing(
         assert error["type"] == "InvalidInputError"
         assert repr(media.split(";")[0]) in error["message"]
         assert "application/json" in error["message"]
-    # nor is JSON declared in another charset read as UTF-8
+    # nor is JSON declared in another charset read as UTF-8 (where that would matter)
+    accented = raw.replace(b'"c"', '"café"'.encode())
     for media in ("application/json; charset=latin-1", 'application/json;charset="UTF-16"'):
-        r = served.agent.post("/records", content=raw, headers={"Content-Type": media})
+        r = served.agent.post("/records", content=accented, headers={"Content-Type": media})
         assert r.status_code == 415, media
         assert "reads JSON as UTF-8" in error_of(r)["message"]
     assert served.ledger.position == before
@@ -1238,6 +1239,7 @@ def test_a_body_declared_as_another_media_type_is_415_and_writes_nothing(
         (
             {"Content-Type": "application/json; charset=utf-8"},
             {"Content-Type": 'application/json; charset="UTF8"'},
+            {"Content-Type": "application/json; charset=us-ascii"},  # ASCII: read alike
             {"Content-Type": "Application/JSON"},
             {"Content-Type": "application/vnd.provledger+json"},
             {},

@@ -604,7 +604,7 @@ def print_revocation(
     counts.append(f" {len(rev.stale):,} (in the scopes you can see)")
     console.print(counts)
     if owing is None:
-        console.print("deliveries now owing a correction: not shown (no deliver role)")
+        console.print("deliveries now owing a correction: not shown (no deliver or audit role)")
     else:
         console.print(
             f"deliveries now owing a correction: {len(owing):,}"

@@ -45,8 +45,8 @@ class MediaTypeError(FieldError):
         self, media_type: str, header: str = "Content-Type", charset: str | None = None
     ) -> None:
         if charset is not None:
-            said = f"the request body is declared in charset {charset[:40]!r}; this API "
-            said += "reads JSON as UTF-8 (charset=utf-8, or none)"
+            said = f"the request body is declared in charset {charset[:40]!r} and is not "
+            said += "ASCII; this API reads JSON as UTF-8 (charset=utf-8, or none)"
         elif header == "Content-Type":
             said = f"the request body is sent as {media_type[:80]!r}; this API takes JSON "
             said += "(Content-Type: application/json)"
@@ -72,8 +72,8 @@ def check_json_body(headers: Mapping[str, str], raw: bytes) -> None:
 
     Raises:
         MediaTypeError: the body is declared as another media type, in another
-            charset than UTF-8, or as coded (a ``Content-Encoding`` such as gzip:
-            it would be read as it came).
+            charset than UTF-8 (unless it is ASCII, the same in both), or as coded
+            (a ``Content-Encoding`` such as gzip: it would be read as it came).
     """
     if raw:
         check_uncoded(headers)
@@ -84,8 +84,10 @@ def check_json_body(headers: Mapping[str, str], raw: bytes) -> None:
         media.startswith("application/") and media.endswith("+json")
     ):
         raise MediaTypeError(media)
+    # JSON is UTF-8 (RFC 8259), whatever charset is declared: one naming another
+    # changes nothing for ASCII, but the rest would be read otherwise than meant.
     charset = _charset_of(headers.get("content-type", ""))
-    if charset is not None and charset.lower() not in ("utf-8", "utf8"):
+    if charset is not None and charset.lower() not in ("utf-8", "utf8") and not raw.isascii():
         raise MediaTypeError(media, charset=charset)
 
 

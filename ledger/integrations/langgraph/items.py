@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from langgraph.store.base import Item
 
-from ledger.domain import Kind, Outcome
+from ledger.access import Role
+from ledger.domain import Kind, Outcome, Status
 from ledger.errors import InvalidValueError, LedgerError, MemoryConflictError
 from ledger.serialization import canonical
 from ledger.values import ReadResult, RecordView
@@ -43,26 +44,40 @@ def newest_usable(result: ReadResult, where: Callable[[str], str]) -> RecordView
 
 
 def unchanged(
-    session: Session, scope: str, claim: str, kinds: tuple[Kind, ...], value: Mapping[str, Any]
+    session: Session, scope: str, claim: str, kind: Kind, value: Mapping[str, Any]
 ) -> str | None:
-    """The id of the key's one usable version if it holds ``value`` already
-    (compared as the ledger compares values: by canonical bytes), else None: a put
-    of it then writes nothing, for a new version would supersede an equal one and
-    make everything resting on it STALE (as a node saving its state each turn,
-    changed or not, would). Read as a ``get`` outside any run (not observed); a
-    read refused, or finding no version or rival ones, leaves the put to propose
-    (and to refuse)."""
+    """The id of the key's one usable version if a put of ``value`` would leave the
+    key as it is, else None: that version holds ``value`` (compared as the ledger
+    compares values: by canonical bytes) with no expiry or conditions (as the
+    store writes it), no version awaiting review would replace it (the put would
+    replace that one), and the principal may propose there (the put is refused
+    otherwise, whatever its value). A new version would supersede an equal one and
+    make everything resting on it STALE, as a node saving its state each turn,
+    changed or not, would. Read as ``get`` reads, outside any run (not observed);
+    anything refused or in doubt leaves the put to propose (and to refuse)."""
     try:
-        found = session.read(scope, claim, None, None, kinds)
-    except LedgerError:
+        found = session.read(scope, claim, None, None, (kind,))
+        if found.outcome != Outcome.FOUND or len(found.records) != 1:
+            return None
+        view = found.records[0]
+        kept = view.effective_expires is None and not view.conditions
+        if not kept or canonical(view.value) != canonical(value):
+            return None
+        if Role.PROPOSE.value not in session.grants().get(scope, ()):
+            return None
+        pending = session.records(
+            scope, status=Status.CANDIDATE, kind=kind, claim_prefix=claim, limit=_PENDING
+        )
+    except (LedgerError, TypeError, ValueError):  # a value the ledger refuses: its put names it
         return None
-    if found.outcome != Outcome.FOUND or len(found.records) != 1:
+    if len(pending) == _PENDING or any(v.claim_key == claim for v in pending):
         return None
-    try:
-        same = canonical(found.records[0].value) == canonical(value)
-    except (TypeError, ValueError):  # a value the ledger refuses: its put names it
-        return None
-    return found.records[0].id if same else None
+    return view.id
+
+
+#: Candidates under a key's prefix read to find one of the key awaiting review (as
+#: many found: one is taken to be there).
+_PENDING = 100
 
 
 def no_tuple(value: Any, what: str) -> None:

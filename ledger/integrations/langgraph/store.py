@@ -541,8 +541,10 @@ class LedgerStore(BaseStore):
                     state.read_key(scope, claim, ())
                     state.missing[(scope, claim)] = at
             else:
-                same = unchanged(self.session, scope, claim, self._kinds, op.value)
-                if same is None or (state is not None and not state.knows(same, scope, claim)):
+                same = None  # a read-only ledger refuses the put; a thread knows no version
+                if not self.ledger.read_only and (state is None or state.saw(scope, claim)):
+                    same = unchanged(self.session, scope, claim, self.kind, op.value)
+                if same is None or (state is not None and not state.knows(same)):
                     self._replace(state, scope, claim, op.value)
 
     def _replace(self, state: Thread | None, scope: str, claim: str, given: Any) -> None:

@@ -318,14 +318,17 @@ class Thread:
                 changed = True
         return changed
 
-    def knows(self, record_id: str, scope: str, claim: str) -> bool:
-        """Whether the thread put or read ``record_id`` (a version of the key) and
-        has not found the key missing since: a put of its value may then write
-        nothing. A version put by another thread since the thread read an older
-        one (or found none) may hold what the thread computed from that older
-        state (a counter both incremented): the put proposes, and is refused."""
-        if (scope, claim) in self.missing:
-            return False
+    def saw(self, scope: str, claim: str) -> bool:
+        """Whether the thread was shown or put a version of the key, and has not
+        found it missing since (else a put of it cannot leave the key unchanged)."""
+        key = (scope, claim)
+        return key not in self.missing and any(k == key for k in self.keys.values())
+
+    def knows(self, record_id: str) -> bool:
+        """Whether the thread put or read ``record_id``: a put of its value may then
+        write nothing. A version put by another thread since the thread read an
+        older one (or found none) may hold what the thread computed from that
+        older state (a counter both incremented): the put proposes, and is refused."""
         return record_id in self.written or record_id in self.run.reads
 
     def catch_up(self, session: Session) -> bool:
