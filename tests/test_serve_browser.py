@@ -528,12 +528,42 @@ def test_needs_attention_keeps_claim_keys_readable_at_375_pixels(
     # When the reviewer opens Needs attention on a 375 px screen
     page = _signed_in(browser, base, token, 375, 812)
     page.goto(base + "/attention")
-    # Then the record column keeps room for a dozen characters of its key (the table
-    # scrolls sideways in its box; the page does not)
+    # Then the record column keeps room for a dozen characters of its key, and each
+    # row is a card: nothing scrolls sideways, its box no more than the page, and
+    # every row's Review link and reason are on the screen
     chars = page.evaluate(_KEY_WIDTH)
     assert chars >= 12, f"the record column is {chars:.1f} characters wide at 375px"
     assert _sideways(page) <= 0
+    assert page.evaluate(_BOXES_SIDEWAYS) <= 0
+    _assert_on_screen(page, 'section[aria-labelledby="stale-h"] a:text-is("Review")', 375)
+    _assert_on_screen(page, 'section[aria-labelledby="stale-h"] td.why', 375)
     _shot(page, artefacts, "console-attention-narrow")
+    # and so are a record's deliveries, with whether each owes a correction
+    page.goto(base + "/records/R1")
+    assert _sideways(page) <= 0
+    deliveries = "document.querySelector('table[aria-labelledby=\"del-h\"]').closest('.scroll')"
+    assert (
+        page.evaluate(f"() => {{ const b = {deliveries}; return b.scrollWidth - b.clientWidth; }}")
+        <= 0
+    )
+    _assert_on_screen(page, "td.owed", 375)
+    assert page.locator("td.owed").first.inner_text().startswith("yes")
+
+
+#: How far the scrolling boxes of a page's tables scroll sideways, at most (0: none).
+_BOXES_SIDEWAYS = (
+    "() => Math.max(0, ...[...document.querySelectorAll('.scroll')]"
+    ".map(box => box.scrollWidth - box.clientWidth))"
+)
+
+
+def _assert_on_screen(page: Any, selector: str, width: int) -> None:
+    """Every element ``selector`` finds is shown within the screen's ``width``."""
+    boxes = page.locator(selector).evaluate_all(
+        "els => els.map(e => { const r = e.getBoundingClientRect(); return [r.left, r.right]; })"
+    )
+    assert boxes, selector
+    assert all(left >= 0 and right <= width for left, right in boxes), (selector, boxes)
 
 
 #: How the dependency picture is drawn: the size in CSS pixels of its records'

@@ -468,6 +468,28 @@ def test_accepting_and_rejecting_from_the_queue(desk: Desk) -> None:
     assert desk.agent.get("S1").reason == "not a team rule"
 
 
+def test_after_a_decision_the_queue_links_on_to_the_card_after_it(desk: Desk) -> None:
+    # Given four candidates in proj-a, Q1 to Q4
+    for n in range(1, 5):
+        desk.agent.propose("proj-a", f"q.k{n}", n, Kind.FACT, id=f"Q{n}")
+    client, csrf = desk.signed_in("reviewer-2")
+    # The scope's heading reads as words (its name and its count apart)
+    assert re.search(r">Scope proj-a\s+<span class=\"count\">4 candidates<", client.get("/").text)
+    # When a reviewer skips Q1 and Q2 and accepts Q3 from the queue
+    client.post("/records/Q3/accept", data={"csrf": csrf, "next": "/"})
+    page = client.get("/").text
+    # Then the page it lands on, right after what was done (which has the focus),
+    # links on to Q4, the card after Q3
+    told = page.index('id="result"')
+    link = page.index('<a href="#c-Q4">Go on with the next candidate, Q4</a>')
+    assert told < link < page.index('id="c-Q1"')
+    assert 'id="c-Q4"' in page
+    # and once shown, the link is gone; after the last card, none is given
+    assert "Go on with the next candidate" not in client.get("/").text
+    client.post("/records/Q4/reject", data={"csrf": csrf, "reason": "no", "next": "/"})
+    assert "Go on with the next candidate" not in client.get("/").text
+
+
 def test_accepting_a_rival_from_a_card_shown_before_says_the_claim_reads_conflict(
     desk: Desk,
 ) -> None:
@@ -566,6 +588,12 @@ def test_a_decision_sent_twice_shows_what_the_first_did_not_a_refusal(desk: Desk
     shown = _messages(client.get("/").text)
     assert [role for role, _ in shown] == ["alert", "alert"], shown
     assert all(text.startswith("Acceptance of X2 refused (InvalidTransition") for _, text in shown)
+    assert all(
+        text.endswith(
+            "accept needs CANDIDATE: another decision came first, and nothing of yours was written"
+        )
+        for _, text in shown
+    ), shown
     # ... and so is another decision after this reviewer's own (not a repeat of it)
     desk.agent.propose(scope="proj-a", claim_key="x.z", value=1, kind=Kind.FACT, id="X3")
     client.post("/records/X3/accept", data={"csrf": csrf, "next": "/"})
@@ -794,10 +822,10 @@ def test_the_record_page_tells_deliverers_which_deliveries_owe_a_correction(
     client, _ = desk.signed_in("reviewer")
 
     def owed(page: str) -> dict[str, str]:
-        rows = page[page.index('id="del-h"') :].split("</table>")[0].split("<tr>")[2:]
+        rows = page[page.index('id="del-h"') :].split("</table>")[0].split('<tr role="row">')[2:]
         return {
             text_of(row).split()[0]: text_of(
-                row.split('class="owed">')[1].split("</td>")[0]
+                row.split('class="owed s-whole" data-label="Correction owed">')[1].split("</td>")[0]
             ).replace(" :", ":")  # text_of puts a space where the tag was
             for row in rows
         }
@@ -1902,3 +1930,20 @@ def test_two_forms_sent_together_after_another_principals_decision_are_both_refu
     shown = _messages(client.get("/").text)
     assert [role for role, _ in shown] == ["alert", "alert"], shown
     assert desk.ledger.position == before
+
+
+def test_needs_attention_names_a_supersession_once_not_again_as_a_quoted_reason(
+    desk: Desk,
+) -> None:
+    # Given P1 resting on F1, then F1 replaced by F2
+    desk.agent.propose("proj-a", "f", 1, Kind.FACT, id="F1")
+    desk.reviewer.accept("F1")
+    desk.agent.propose("proj-a", "p", "plan", Kind.PLAN, parents=["F1"], id="P1")
+    desk.reviewer.accept("P1")
+    desk.agent.propose("proj-a", "f", 2, Kind.FACT, supersedes="F1", id="F2")
+    desk.reviewer.accept("F2")
+    client, _ = desk.signed_in("reviewer")
+    text = text_of(client.get("/attention").text)
+    # Then P1's row says what happened, once: no quote of the ledger's own words
+    assert "F1 superseded by F2" in text
+    assert not re.search(r"“\s*superseded by F2\s*”", text), text

@@ -179,6 +179,9 @@ def test_a_form_from_a_page_shown_before_signing_in_again_is_told_so_and_keeps_i
     text = text_of(page.text)
     assert "That form was on a page shown before you last signed in" in text
     assert "nothing was written" in text and "CSRF" not in text
+    # (the message takes the keyboard's focus, as what became of any form does)
+    told = re.search(r'<p class="flash error"[^>]*id="result" tabindex="-1" autofocus>', page.text)
+    assert told is not None and "shown before you last signed in" in page.text[told.end() :]
     # And the reason typed is in M2's form again, to be sent with this session's token
     card = card_of(page.text, "M2")
     assert '<details class="reject" open>' in card

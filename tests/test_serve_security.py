@@ -245,6 +245,7 @@ def test_the_page_of_a_protocol_relative_path_aims_no_form_at_another_site(
         assert page.status_code == 404
         assert "Signed in as <strong>reviewer</strong>" in page.text
         targets = re.findall(r'(?:action|href)="([^"]*)"', page.text)
+        targets.remove("data:,")  # the page's empty icon, in the page itself
         assert targets and all(t[:1] in "/#" and not t.startswith("//") for t in targets)
 
 

@@ -48,6 +48,14 @@ from ledger.serve.confirming import (
     revocation_preview,
     revoked,
 )
+from ledger.serve.deciding import (
+    REVOCABLE,
+    UNDECIDED,
+    came_first,
+    done_already,
+    next_card,
+    repeated,
+)
 from ledger.serve.errors import masked
 from ledger.serve.inputs import FieldError
 from ledger.serve.pages import (
@@ -231,6 +239,7 @@ class Console(Plumbing):
             return {
                 "title": paged_title(name, page),
                 "groups": groups,
+                "next_card": next_card(groups, session.decided),
                 "page": page,
                 # A decision returns to the page it was made on, not to the first.
                 "here": _here("/", {"scope": only, "after": after, "page": page}) if only else "/",
@@ -460,10 +469,10 @@ class Console(Plumbing):
             replacing = replaces(live, record_id)  # as its card said it may
             try:
                 live.accept(record_id, note=form.get("note", ""))
-            except InvalidTransitionError:
-                if _again(live, session, decision, record_id, (Status.ACCEPTED,)) is None:
-                    raise
-                return _done_already(record_id, Status.ACCEPTED, "accepted")
+            except InvalidTransitionError as exc:
+                if repeated(live, session, decision, record_id, (Status.ACCEPTED,)) is None:
+                    raise came_first(live, record_id, exc, UNDECIDED) from None
+                return done_already(record_id, Status.ACCEPTED, "accepted")
             conflict = conflict_after(live, record_id)
             if not replacing:
                 return f"Accepted {record_id}.{conflict}"
@@ -483,10 +492,10 @@ class Console(Plumbing):
         def act(live: Session, form: Mapping[str, Any]) -> str:
             try:
                 live.reject(record_id, reason=form.get("reason", ""))
-            except InvalidTransitionError:
-                if _again(live, session, decision, record_id, (Status.REJECTED,)) is None:
-                    raise
-                return _done_already(record_id, Status.REJECTED, "rejected")
+            except InvalidTransitionError as exc:
+                if repeated(live, session, decision, record_id, (Status.REJECTED,)) is None:
+                    raise came_first(live, record_id, exc, UNDECIDED) from None
+                return done_already(record_id, Status.REJECTED, "rejected")
             return f"Rejected {record_id}."
 
         doing = f"Rejection of {record_id}"
@@ -504,10 +513,10 @@ class Console(Plumbing):
             except InvalidTransitionError:
                 # (revalidated, a record never accepted is a CANDIDATE again)
                 done = (Status.ACCEPTED, Status.CANDIDATE)
-                view = _again(live, session, decision, record_id, done)
+                view = repeated(live, session, decision, record_id, done)
                 if view is None:
                     raise
-                return _done_already(record_id, view.status, "revalidated")
+                return done_already(record_id, view.status, "revalidated")
             return f"Revalidated {record_id}."
 
         back, doing = _record_path(record_id), f"Revalidation of {record_id}"
@@ -533,10 +542,10 @@ class Console(Plumbing):
                     again = f"{back}/revoke"
                     raise PreviewChanged(preview_changed(record_id, preview), again, seen)
                 result = live.revoke(record_id, reason=form.get("reason", ""))
-            except InvalidTransitionError:  # (a REVOKED record has no preview either)
-                if _again(live, session, decision, record_id, (Status.REVOKED,)) is None:
-                    raise
-                return _done_already(record_id, Status.REVOKED, "revoked")
+            except InvalidTransitionError as exc:  # (a REVOKED record has no preview either)
+                if repeated(live, session, decision, record_id, (Status.REVOKED,)) is None:
+                    raise came_first(live, record_id, exc, REVOCABLE) from None
+                return done_already(record_id, Status.REVOKED, "revoked")
             # Counted as the preview counts: by their status just before revoking.
             before = live.as_of(position=result.position - 1)
             stale = reach(before, result.stale)
@@ -586,7 +595,9 @@ class Console(Plumbing):
         def deciding(live: Session, form: Mapping[str, Any]) -> str:
             message = act(live, form)
             with suppress(LedgerError):  # (unread: a form sent again is refused)
-                session.taken(decision, live.get(record_id).position)
+                view = live.get(record_id)
+                session.taken(decision, view.position)
+                session.decided = (view.scope, view.id)
             return message
 
         async with session.deciding(decision).lock:
@@ -608,36 +619,6 @@ class _Listed:
     filters: dict[str, str]
     #: The ``after`` of its next page (None: nothing follows).
     next_after: str | None
-
-
-def _again(
-    live: Session,
-    session: ConsoleSession,
-    decision: str,
-    record_id: str,
-    done: tuple[Status, ...],
-) -> RecordView | None:
-    """The record, when a form of ``decision`` the ledger refused for its record's
-    status was this session's own sent again (:meth:`ConsoleSession.sent_again`:
-    the record is as the first left it, a status of ``done``); None otherwise
-    (the refusal stands: another principal decided, the record changed since,
-    or the caller may not read it)."""
-    try:
-        view = live.get(record_id)
-    except LedgerError:
-        return None
-    if view.status not in done or not session.sent_again(decision, view.position):
-        return None
-    return view
-
-
-def _done_already(record_id: str, status: Status, did: str) -> str:
-    """What a decision sent again is told: what the record is, and that the first
-    sending did it."""
-    return (
-        f"{record_id} is {status}: you {did} it already, and sending the form again "
-        "changed nothing."
-    )
 
 
 def _record_path(record_id: str) -> str:

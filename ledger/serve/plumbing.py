@@ -34,7 +34,7 @@ from ledger.serve.refusals import (
     refused_write,
     shown_before,
 )
-from ledger.serve.sessions import COOKIE, ConsoleSession, SessionStore, set_cookie
+from ledger.serve.sessions import COOKIE, ConsoleSession, Result, SessionStore, set_cookie
 from ledger.serve.threads import finish_in_thread
 
 #: A path on this site (browsers read ``//host`` and ``/\host`` as another site).
@@ -116,6 +116,7 @@ class Plumbing:
         # Kept across a sign-in (a form refused as its token ended) for its page.
         refused = session.take_refused() if session.signed_in else None
         flashes = session.take_flashes()
+        session.decided = None  # told by this page (the queue's link on), or by none
         # The refusal a field is marked for: its message is what describes the field.
         refusal_at = None
         if refused is not None and refused.field is not None:
@@ -336,7 +337,8 @@ class Plumbing:
         kept = earlier and written
         if kept:
             session.keep_refused(request.url.path, typed)
-        session.flash("error", shown_before(kept, dropped=written and not earlier))
+        # What became of the form: the next page takes the focus to it.
+        session.flash("error", Result(shown_before(kept, dropped=written and not earlier)))
         return RedirectResponse(self._back_to(request, form, own_page), status_code=303)
 
     def _back_to(self, request: Request, form: Mapping[str, Any], own_page: bool) -> str:

@@ -84,6 +84,9 @@ class ConsoleSession:
     #: The principal those earlier sessions were signed in as (one: see
     #: :meth:`SessionStore.sign_in`); None when there were none.
     earlier_of: str | None = None
+    #: The scope and id of the record its latest decision was on, until the next
+    #: page: the queue shown then links to the card after it (the keyboard's way on).
+    decided: tuple[str, str] | None = None
     #: Its latest decisions ("accept M1"), oldest first: see :meth:`sending`.
     decisions: OrderedDict[str, _Sent] = field(default_factory=OrderedDict, repr=False)
 
