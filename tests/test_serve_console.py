@@ -1947,3 +1947,21 @@ def test_needs_attention_names_a_supersession_once_not_again_as_a_quoted_reason(
     # Then P1's row says what happened, once: no quote of the ledger's own words
     assert "F1 superseded by F2" in text
     assert not re.search(r"“\s*superseded by F2\s*”", text), text
+
+
+def test_a_record_page_as_of_before_the_record_says_it_was_not_there_yet(desk: Desk) -> None:
+    _seed(desk)
+    client, _ = desk.signed_in("reviewer")
+    # A moment before R1 was proposed: its page is refused, saying as of when
+    page = client.get("/records/R1?as_of_position=1")
+    assert page.status_code == 404
+    text = text_of(page.text)
+    assert re.search(
+        r"record 'R1' is unknown or not visible to 'reviewer' as of log position \d+: one "
+        r"proposed since is not there yet",
+        text,
+    ), text
+    # while now it is there, and an id that never was is refused as ever
+    assert client.get("/records/R1").status_code == 200
+    never = text_of(client.get("/records/NOPE").text)
+    assert "not visible to 'reviewer'" in never and "as of log position" not in never

@@ -21,7 +21,14 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from ledger import Ledger, Session
 from ledger.domain import Kind, Status, Validity
-from ledger.errors import AuthenticationError, InvalidInputError, LedgerError
+from ledger.errors import (
+    AuthenticationError,
+    InvalidInputError,
+    LedgerError,
+    UnknownDeliveryError,
+    UnknownRecordError,
+    retold,
+)
 from ledger.serve.confirming import PreviewChanged, still_shown
 from ledger.serve.errors import field_of, masked, status_of, told
 from ledger.serve.pages import Access, Moment, TypedMoment, environment
@@ -442,7 +449,17 @@ class Plumbing:
                 then = moment.session(live)
             except InvalidInputError as exc:  # beyond the log, after the ledger's clock
                 raise _MomentRefused(exc) from None
-            return load(then, moment, access), then.position
+            try:
+                return load(then, moment, access), then.position
+            except (UnknownRecordError, UnknownDeliveryError) as exc:
+                if then.position is None:
+                    raise
+                # Unknown then, not for ever: it may have been proposed since.
+                raise retold(
+                    exc,
+                    f"{exc} as of log position {then.position}: one proposed "
+                    "since is not there yet (the page of now shows it)",
+                ) from None
 
         try:
             context, through = await run_in_threadpool(run)
