@@ -234,7 +234,7 @@ def preview_revoke(caller: Caller, record_id: str) -> RevocationPreview:
             if rules.validity(crow, now) != Validity.VALID:
                 continue  # already owes a correction, or never could
             if not _SEES_DELIVERIES.intersection(caller.roles(c, crow["scope"])):
-                continue  # its deliveries are shown only to readers and deliverers
+                continue  # its deliveries are shown only to readers, deliverers, auditors
             owed += [delivery_of(r, ()) for r in delivery_view.for_record(c, d, cid)]
         names = caller.names(c, (rid, *marking.visible))
     shown = redaction.ids((rid, *marking.visible), frozenset(), names)

@@ -384,3 +384,23 @@ def test_an_unchanged_put_is_told_by_its_own_key_not_by_keys_it_prefixes(
         position = ledger.position
         store.put(NS, "a%b/c", {"v": 1})
         assert ledger.position == position
+
+
+def test_a_put_the_stores_approver_may_not_accept_is_refused_whatever_its_value(
+    ledger: Ledger, tokens: dict[str, str]
+) -> None:
+    from ledger.errors import AccessDeniedError, AuthenticationError
+
+    with open_store(ledger, tokens) as store:
+        store.put(NS, "k", {"v": 1})
+        # When the approver loses approve there, a put of the value held is refused
+        # as one of another value is
+        ledger.admin().revoke_grant("reviewer", NS[0], ["approve"])
+        for value in ({"v": 1}, {"v": 2}):
+            with pytest.raises(AccessDeniedError, match="lacks role 'approve'"):
+                store.put(NS, "k", value)
+        # and so once its token is revoked
+        ledger.admin().grant("reviewer", NS[0], ["approve"])
+        ledger.admin().revoke_token(tokens["reviewer"])
+        with pytest.raises(AuthenticationError):
+            store.put(NS, "k", {"v": 1})

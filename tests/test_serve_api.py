@@ -1227,10 +1227,16 @@ def test_a_body_declared_as_another_media_type_is_415_and_writes_nothing(
         assert error["type"] == "InvalidInputError"
         assert repr(media.split(";")[0]) in error["message"]
         assert "application/json" in error["message"]
-    # nor is JSON declared in another charset read as UTF-8 (where that would matter)
+    # nor is JSON declared in a charset where it reads otherwise than in UTF-8
     accented = raw.replace(b'"c"', '"café"'.encode())
-    for media in ("application/json; charset=latin-1", 'application/json;charset="UTF-16"'):
-        r = served.agent.post("/records", content=accented, headers={"Content-Type": media})
+    for media, body in (
+        ("application/json; charset=latin-1", accented),
+        ('application/json;charset="UTF-16"', accented),
+        ("application/json; charset=utf-7", raw.replace(b'"c"', b'"caf+AOk-"')),  # café
+        ("application/json; charset=utf-16-le", raw.decode().encode("utf-16-le")),
+        ("application/json; charset=x-no-such", raw),
+    ):
+        r = served.agent.post("/records", content=body, headers={"Content-Type": media})
         assert r.status_code == 415, media
         assert "reads JSON as UTF-8" in error_of(r)["message"]
     assert served.ledger.position == before

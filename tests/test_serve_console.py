@@ -1932,6 +1932,39 @@ def test_two_forms_sent_together_after_another_principals_decision_are_both_refu
     assert desk.ledger.position == before
 
 
+def test_the_link_on_follows_the_queues_order_where_an_id_is_shown_qualified(
+    desk: Desk,
+) -> None:
+    # Given Q1 proposed in proj-b by outsider and in proj-a (its id taken in a scope
+    # the proposer cannot see), with Q10 and Q2 after it; a reviewer of both scopes
+    admin = desk.ledger.admin()
+    admin.grant("both", "proj-a", ["approve", "read"])
+    admin.grant("both", "proj-b", ["approve", "read"])
+    desk.tokens["both"] = admin.issue_token("both")
+    outsider = desk.ledger.authenticate(desk.tokens["outsider"])
+    outsider.propose("proj-b", "q", 0, Kind.FACT, id="Q1")
+    for rid in ("Q1", "Q10", "Q2"):
+        desk.agent.propose("proj-a", f"q.{rid}", 1, Kind.FACT, id=rid)
+    client, csrf = desk.signed_in("both")
+    cards = re.findall(r'<h3 id="c-([^"]+)"', client.get("/").text)
+    assert cards[:3] == ["Q1@@proj-a", "Q10", "Q2"], cards
+    # When the first card is accepted, the link goes on to the next in that order
+    client.post("/records/Q1@@proj-a/accept", data={"csrf": csrf, "next": "/"})
+    assert "Go on with the next candidate, Q10</a>" in client.get("/").text
+
+
+def test_a_decision_after_ones_own_on_a_card_shown_before_says_whose_came_first(
+    desk: Desk,
+) -> None:
+    desk.agent.propose("proj-a", "x.y", 1, Kind.FACT, id="X3")
+    client, csrf = desk.signed_in("reviewer")
+    client.post("/records/X3/accept", data={"csrf": csrf, "next": "/"})
+    client.post("/records/X3/reject", data={"csrf": csrf, "reason": "no", "next": "/"})
+    text = text_of(client.get("/").text)
+    assert "your own acceptance of it came first, and nothing of yours was written" in text
+    assert "another decision came first" not in text
+
+
 def test_needs_attention_names_a_supersession_once_not_again_as_a_quoted_reason(
     desk: Desk,
 ) -> None:

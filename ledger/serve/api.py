@@ -152,8 +152,8 @@ def endpoint(
        :class:`ledger.serve.app.BodyLimit`, which reads and drops up to 16 MiB of
        it first, keeping none, so that the client reads the answer);
     2. the body, read now: over the limit as it streams (413), coded or declared
-       as another media type than JSON or (not ASCII) in a charset other than
-       UTF-8 (415), not a strict JSON object (422);
+       as another media type than JSON or in a charset where it reads otherwise
+       than in UTF-8 (415), not a strict JSON object (422);
     3. the query string and the path, UTF-8 once percent-decoded; then the names
        the route does not take, and a query parameter given twice (422);
     4. the handler (its library call's refusals: 403, 404, 409, 422, …).

@@ -26,7 +26,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from ledger import Session
+from ledger import Session, redaction
 from ledger.access import Role
 from ledger.deliveries import LISTS_OWED
 from ledger.domain import Status, Validity
@@ -471,7 +471,7 @@ class Console(Plumbing):
                 live.accept(record_id, note=form.get("note", ""))
             except InvalidTransitionError as exc:
                 if repeated(live, session, decision, record_id, (Status.ACCEPTED,)) is None:
-                    raise came_first(live, record_id, exc, UNDECIDED) from None
+                    raise came_first(live, session, record_id, exc, UNDECIDED) from None
                 return done_already(record_id, Status.ACCEPTED, "accepted")
             conflict = conflict_after(live, record_id)
             if not replacing:
@@ -494,7 +494,7 @@ class Console(Plumbing):
                 live.reject(record_id, reason=form.get("reason", ""))
             except InvalidTransitionError as exc:
                 if repeated(live, session, decision, record_id, (Status.REJECTED,)) is None:
-                    raise came_first(live, record_id, exc, UNDECIDED) from None
+                    raise came_first(live, session, record_id, exc, UNDECIDED) from None
                 return done_already(record_id, Status.REJECTED, "rejected")
             return f"Rejected {record_id}."
 
@@ -544,7 +544,7 @@ class Console(Plumbing):
                 result = live.revoke(record_id, reason=form.get("reason", ""))
             except InvalidTransitionError as exc:  # (a REVOKED record has no preview either)
                 if repeated(live, session, decision, record_id, (Status.REVOKED,)) is None:
-                    raise came_first(live, record_id, exc, REVOCABLE) from None
+                    raise came_first(live, session, record_id, exc, REVOCABLE) from None
                 return done_already(record_id, Status.REVOKED, "revoked")
             # Counted as the preview counts: by their status just before revoking.
             before = live.as_of(position=result.position - 1)
@@ -597,7 +597,7 @@ class Console(Plumbing):
             with suppress(LedgerError):  # (unread: a form sent again is refused)
                 view = live.get(record_id)
                 session.taken(decision, view.position)
-                session.decided = (view.scope, view.id)
+                session.decided = (view.scope, redaction.bare(view.id))
             return message
 
         async with session.deciding(decision).lock:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ledger import Session
+from ledger import Session, redaction
 from ledger.domain import Status
 from ledger.errors import InvalidTransitionError, LedgerError, retold
 from ledger.serve.sessions import ConsoleSession
@@ -37,13 +37,14 @@ def repeated(
 
 def next_card(groups: list[dict[str, Any]], decided: tuple[str, str] | None) -> str | None:
     """The id of the first card of the queue after the record of the decision just
-    made (``decided``: its scope and id), where a keyboard goes on; None if none
-    follows, or no decision was."""
+    made (``decided``: its scope and the id it was proposed as), where a keyboard
+    goes on; None if none follows, or no decision was."""
     if decided is None:
         return None
+    # Compared as the queue is ordered: by the ids the records were proposed as.
     for group in groups:
         for card in group["candidates"]:
-            if (group["scope"], card.view.id) > decided:
+            if (group["scope"], redaction.bare(card.view.id)) > decided:
                 return str(card.view.id)
     return None
 
@@ -54,19 +55,35 @@ REVOCABLE = (Status.CANDIDATE, Status.ACCEPTED, Status.STALE)
 
 
 def came_first(
-    live: Session, record_id: str, exc: InvalidTransitionError, open_to: tuple[Status, ...]
+    live: Session,
+    session: ConsoleSession,
+    record_id: str,
+    exc: InvalidTransitionError,
+    open_to: tuple[Status, ...],
 ) -> InvalidTransitionError:
     """``exc``, refused for the record's status, saying so in the reviewer's words
     when the record left the statuses the form was for (``open_to``) since its
-    page was shown: another decision came first (as with two reviewers on one
-    queue), and nothing of this one was written."""
+    page was shown: this session's own earlier decision on it came first (a card
+    shown before it), or another's did (as with two reviewers on one queue); and
+    nothing of this one was written."""
     try:
-        status = live.get(record_id).status
+        view = live.get(record_id)
     except LedgerError:
         return exc
-    if status in open_to:
+    if view.status in open_to:
         return exc
-    return retold(exc, f"{exc}: another decision came first, and nothing of yours was written")
+    mine = session.made(record_id, view.position)
+    first = "another decision" if mine is None else f"your own {_DID.get(mine, mine)} of it"
+    return retold(exc, f"{exc}: {first} came first, and nothing of yours was written")
+
+
+#: A decision's verb ("accept M1") as its noun.
+_DID = {
+    "accept": "acceptance",
+    "reject": "rejection",
+    "revoke": "revocation",
+    "revalidate": "revalidation",
+}
 
 
 def done_already(record_id: str, status: Status, did: str) -> str:

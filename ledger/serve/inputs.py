@@ -45,8 +45,9 @@ class MediaTypeError(FieldError):
         self, media_type: str, header: str = "Content-Type", charset: str | None = None
     ) -> None:
         if charset is not None:
-            said = f"the request body is declared in charset {charset[:40]!r} and is not "
-            said += "ASCII; this API reads JSON as UTF-8 (charset=utf-8, or none)"
+            said = f"the request body is declared in charset {charset[:40]!r}, where it "
+            said += "reads otherwise than in UTF-8; this API reads JSON as UTF-8 "
+            said += "(charset=utf-8, or none)"
         elif header == "Content-Type":
             said = f"the request body is sent as {media_type[:80]!r}; this API takes JSON "
             said += "(Content-Type: application/json)"
@@ -71,9 +72,9 @@ def check_json_body(headers: Mapping[str, str], raw: bytes) -> None:
     body is not read as JSON by guesswork.
 
     Raises:
-        MediaTypeError: the body is declared as another media type, in another
-            charset than UTF-8 (unless it is ASCII, the same in both), or as coded
-            (a ``Content-Encoding`` such as gzip: it would be read as it came).
+        MediaTypeError: the body is declared as another media type, in a charset
+            where it reads otherwise than in UTF-8, or as coded (a
+            ``Content-Encoding`` such as gzip: it would be read as it came).
     """
     if raw:
         check_uncoded(headers)
@@ -84,11 +85,23 @@ def check_json_body(headers: Mapping[str, str], raw: bytes) -> None:
         media.startswith("application/") and media.endswith("+json")
     ):
         raise MediaTypeError(media)
-    # JSON is UTF-8 (RFC 8259), whatever charset is declared: one naming another
-    # changes nothing for ASCII, but the rest would be read otherwise than meant.
+    # JSON is read as UTF-8 (RFC 8259), whatever charset is declared: a body that
+    # reads alike in the charset named (ASCII in latin-1, say) is taken, any other
+    # would be read otherwise than meant (UTF-16, UTF-7, a name no codec knows).
     charset = _charset_of(headers.get("content-type", ""))
-    if charset is not None and charset.lower() not in ("utf-8", "utf8") and not raw.isascii():
+    utf8 = charset is None or charset.lower() in ("utf-8", "utf8")
+    if charset is not None and not utf8 and not _reads_alike(raw, charset):
         raise MediaTypeError(media, charset=charset)
+
+
+def _reads_alike(raw: bytes, charset: str) -> bool:
+    """Whether ``raw``, ASCII, reads the same in ``charset`` as in UTF-8."""
+    if not raw.isascii():
+        return False
+    try:
+        return raw.decode(charset) == raw.decode("ascii")
+    except (LookupError, UnicodeDecodeError, ValueError):
+        return False
 
 
 def _charset_of(content_type: str) -> str | None:

@@ -39,9 +39,9 @@ _ERRORS = {
     "with the same id, again).",
     "413": "The request body is over the server's limit.",
     "415": "The request body is declared as another media type than JSON "
-    "(send Content-Type: application/json, or none), in another charset than UTF-8 (a "
-    "body not ASCII), or as coded (a Content-Encoding other than identity: send it "
-    "uncompressed).",
+    "(send Content-Type: application/json, or none), in a charset where it reads "
+    "otherwise than in UTF-8, or as coded (a Content-Encoding other than identity: send "
+    "it uncompressed).",
     "422": "Bad input; error.field names the offending field (the first, when the message "
     "names several: every required field left out, say). A parent id unknown to the "
     "principal, or in a scope it cannot read, is 422 too (error.field `parents`).",

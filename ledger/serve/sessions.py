@@ -84,8 +84,9 @@ class ConsoleSession:
     #: The principal those earlier sessions were signed in as (one: see
     #: :meth:`SessionStore.sign_in`); None when there were none.
     earlier_of: str | None = None
-    #: The scope and id of the record its latest decision was on, until the next
-    #: page: the queue shown then links to the card after it (the keyboard's way on).
+    #: The scope and the id (as proposed) of the record its latest decision was on,
+    #: until the next page: the queue shown then links to the card after it (the
+    #: keyboard's way on).
     decided: tuple[str, str] | None = None
     #: Its latest decisions ("accept M1"), oldest first: see :meth:`sending`.
     decisions: OrderedDict[str, _Sent] = field(default_factory=OrderedDict, repr=False)
@@ -135,6 +136,16 @@ class ConsoleSession:
         time (:meth:`deciding`), so a second is judged once the first is back."""
         sent = self.decisions.get(decision)
         return sent is not None and sent.taken_at == position
+
+    def made(self, record_id: str, position: int) -> str | None:
+        """Which of this session's decisions on ``record_id`` the ledger took last,
+        leaving the record as it is (its newest change at ``position``): ``"accept"``,
+        …; None if none did (another principal changed it since, or none was sent)."""
+        for decision, sent in reversed(self.decisions.items()):
+            verb, _, rid = decision.partition(" ")
+            if rid == record_id and sent.taken_at == position:
+                return verb
+        return None
 
     def keep_refused(
         self,

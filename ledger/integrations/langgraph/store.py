@@ -543,7 +543,7 @@ class LedgerStore(BaseStore):
             else:
                 same = None  # a read-only ledger refuses the put; a thread knows no version
                 if not self.ledger.read_only and (state is None or state.saw(scope, claim)):
-                    same = unchanged(self.session, scope, claim, self.kind, op.value)
+                    same = unchanged(self.session, scope, claim, self.kind, op.value, self.approver)
                 if same is None or (state is not None and not state.knows(same)):
                     self._replace(state, scope, claim, op.value)
 
