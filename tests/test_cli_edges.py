@@ -260,7 +260,7 @@ def test_corrections_at_100_columns_cut_no_header_or_address(drill: Drill) -> No
     assert "recipient  ops@x.test\n" in shown, shown
     assert "recipien " not in shown and "ops@x.te " not in shown, shown
     # Where it fits with its words whole, it is a table
-    wide = drill("corrections", COLUMNS="120").stdout
+    wide = drill("corrections", COLUMNS="130").stdout
     assert "┃ recipient " in wide and "│ ops@x.test " in wide, wide
     assert "│ E1 revoked: doc changed │" in wide, wide
 
