@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 
 from langgraph.store.base import Item
 
-from ledger.access import Role
 from ledger.domain import Kind, Outcome, Status
 from ledger.errors import InvalidValueError, LedgerError, MemoryConflictError
 from ledger.serialization import canonical
@@ -44,20 +43,14 @@ def newest_usable(result: ReadResult, where: Callable[[str], str]) -> RecordView
 
 
 def unchanged(
-    session: Session,
-    scope: str,
-    claim: str,
-    kind: Kind,
-    value: Mapping[str, Any],
-    approver: Session | None = None,
+    session: Session, scope: str, claim: str, kind: Kind, value: Mapping[str, Any]
 ) -> str | None:
     """The id of the key's one usable version if a put of ``value`` would leave the
     key as it is, else None: that version holds ``value`` (compared as the ledger
     compares values: by canonical bytes) with no expiry or conditions (as the
-    store writes it), no version awaiting review would replace it (the put would
-    replace that one), and the principal may propose there, and ``approver`` (the
-    store's, when it accepts each put) approve (the put is refused otherwise,
-    whatever its value). A new version would supersede an equal one and
+    store writes it), and no version awaiting review would replace it (the put would
+    replace that one); whether the put may be made at all is the store's to check.
+    A new version would supersede an equal one and
     make everything resting on it STALE, as a node saving its state each turn,
     changed or not, would. Read as ``get`` reads, outside any run (not observed);
     anything refused or in doubt leaves the put to propose (and to refuse)."""
@@ -68,10 +61,6 @@ def unchanged(
         view = found.records[0]
         kept = view.effective_expires is None and not view.conditions
         if not kept or canonical(view.value) != canonical(value):
-            return None
-        if Role.PROPOSE.value not in session.grants().get(scope, ()):
-            return None
-        if approver is not None and Role.APPROVE.value not in approver.grants().get(scope, ()):
             return None
         pending = session.records(
             scope, status=Status.CANDIDATE, kind=kind, claim_prefix=claim, limit=_PENDING

@@ -343,9 +343,8 @@ class LedgerStore(BaseStore):
         return results
 
     def _check_proposer(self, scopes: set[str]) -> None:
-        """Refuse a batch of puts before the first is written when the principal
-        may not propose in the scope of one (its put would be refused after those
-        before it were written); a single put is refused by its own proposal."""
+        """Refuse puts in ``scopes`` the principal may not propose in (or the approver
+        accept in): a batch's before the first is written, an unchanged put's too."""
         held = self.session.grants()
         approver = self.approver
         approves = {} if approver is None else approver.grants()
@@ -543,7 +542,12 @@ class LedgerStore(BaseStore):
             else:
                 same = None  # a read-only ledger refuses the put; a thread knows no version
                 if not self.ledger.read_only and (state is None or state.saw(scope, claim)):
-                    same = unchanged(self.session, scope, claim, self.kind, op.value, self.approver)
+                    same = unchanged(self.session, scope, claim, self.kind, op.value)
+                if same is not None:
+                    try:  # a put it may not make is proposed (and refused), whatever its value
+                        self._check_proposer({scope})
+                    except LedgerError:
+                        same = None
                 if same is None or (state is not None and not state.knows(same)):
                     self._replace(state, scope, claim, op.value)
 
