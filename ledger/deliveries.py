@@ -139,6 +139,8 @@ def corrections_due(caller: Caller, record_id: str | None = None) -> tuple[Corre
             named = (
                 row["record_id"],
                 row["cause_root"],
+                row["stale_via"],
+                row["superseded_by"],
                 *(x.replacement for x in delivery.corrections),
                 *redaction.keys_in(row["reason"] or ""),
             )
@@ -159,6 +161,8 @@ def corrections_due(caller: Caller, record_id: str | None = None) -> tuple[Corre
                 row = {
                     **row,
                     "cause_root": redaction.one(row["cause_root"], frozenset(), names),
+                    "stale_via": redaction.one(row["stale_via"], frozenset(), names),
+                    "superseded_by": redaction.one(row["superseded_by"], frozenset(), names),
                     "reason": row["reason"] and redaction.text(row["reason"], names),
                 }
             out.append(
@@ -169,6 +173,8 @@ def corrections_due(caller: Caller, record_id: str | None = None) -> tuple[Corre
                     status=Status(row["status"]),
                     cause=row["cause_root"],
                     reason=row["reason"],
+                    superseded_by=row["superseded_by"],
+                    cause_superseded_by=row["stale_via"],
                 )
             )
     return tuple(out)

@@ -446,7 +446,8 @@ def publish_head(
 
     The head is signed only over a log that passes ``verify``'s log and
     authorization checks (:func:`signed_head`). Before appending, every head
-    already in the file must be signed by this key
+    already in the file must be signed by this key, its signature verifying, and
+    in order, as ``verify`` checks them
     (a heads file is verified with one public key: after a key rotation the new
     key's heads start a new file), and the log must still extend the newest of
     them (an RFC 9162 consistency proof over the stored leaves), so a routine
@@ -457,13 +458,13 @@ def publish_head(
     Raises:
         InvalidKeyError: the key cannot be loaded.
         InvalidHeadError: the heads file is malformed, holds a head signed by
-            another key, or the log no longer extends its newest head (nothing is
-            appended then).
+            another key or whose signature fails, holds heads out of order, or the
+            log no longer extends its newest head (nothing is appended then).
         CorruptEventError: the log fails ``verify``'s log or authorization check
             (nothing is signed or appended; a heads file that did not exist is
             left empty).
     """
-    from ledger.verification import check_extends
+    from ledger.verification import check_extends, heads_problems
 
     key = load_private_key(private_key)
     if path is None:
@@ -480,6 +481,13 @@ def publish_head(
                 f"this one by key {head.key_id[:16]}…, and a heads file is verified with one "
                 "public key; start a new heads file for this key (keep the old one, with its "
                 "public key, for the heads it holds)"
+            )
+        wrong = heads_problems(kept, key.public_key())
+        if wrong:  # a file verify refuses is no record to add to
+            more = f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else ""
+            raise InvalidHeadError(
+                f"not appended to {path}: {wrong[0]}{more}; `provledger verify --heads` "
+                "with this key's public key names every problem of the file"
             )
         if kept:
             problem = check_extends(ledger.engine, kept[-1])

@@ -22,6 +22,7 @@ kept tree heads against one log needs.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from uuid import UUID
@@ -440,13 +441,18 @@ class LogDigest:
 
     @classmethod
     def parse(cls, text: str) -> LogDigest:
-        """Read ``size:position:roothex`` as printed by ``str()``/``provledger digest``.
+        """Read ``size:position:roothex`` as printed by ``str()``/``provledger digest``,
+        or a signed head's JSON line (``provledger head``: ``{"tree_size": …,
+        "position": …, "root": …, …}``), taken for the digest it signs (its signature
+        is checked where heads are, ``verify(heads=…)``, not here).
 
         Raises:
             InvalidInputError: ``text`` is not such a digest (a ``ValueError`` too).
         """
         if not isinstance(text, str):
             raise InvalidInputError(f"a digest is text, got {type(text).__name__}")
+        if text.lstrip().startswith("{"):
+            return cls._of_head(text)
         parts = text.strip().split(":")
         if (
             len(parts) != 3
@@ -465,6 +471,26 @@ class LogDigest:
                 f"digest {quoted(text)} is not size:position:<64 hex chars>"
             ) from None
         return cls(size=size, position=position, root=parts[2].lower())
+
+    @classmethod
+    def _of_head(cls, text: str) -> LogDigest:
+        """The digest a head's JSON line signs."""
+        bad = InvalidInputError(
+            f"digest {quoted(text)} is neither size:position:<64 hex chars> nor a head's "
+            "JSON line (with tree_size, position and root)"
+        )
+        try:
+            head = json.loads(text)
+        except (ValueError, RecursionError):
+            raise bad from None
+        if not isinstance(head, dict):
+            raise bad
+        size, position, root = head.get("tree_size"), head.get("position"), head.get("root")
+        if not all(type(n) is int and 0 <= n < 10**18 for n in (size, position)):
+            raise bad
+        if not isinstance(root, str):
+            raise bad
+        return cls.parse(f"{size}:{position}:{root}")
 
 
 @dataclass(frozen=True)

@@ -56,8 +56,9 @@ from typing import Any
 from prov.model import XSD_ANYURI, Literal, Namespace, ProvDocument, QualifiedName
 
 from ledger.access import Role
+from ledger.diagram import NOT_XML
 from ledger.errors import AccessDeniedError, InvalidInputError, UnknownRecordError
-from ledger.graph import NOT_XML, collect
+from ledger.graph import collect
 from ledger.jsonable import value_text
 from ledger.session import Session
 from ledger.values import (

@@ -307,7 +307,10 @@ class CorrectionDue:
     itself when REVOKED, the revoked or superseded ancestor when STALE; ``<hidden>``
     outside the caller's scopes; None otherwise); ``reason`` the text of its newest
     change of status (a revocation's or rejection's reason, an acceptance's or
-    revalidation's note), as its ``RecordView`` gives it.
+    revalidation's note), as its ``RecordView`` gives it. ``superseded_by`` and
+    ``cause_superseded_by`` are the record's (:class:`RecordView`): what replaced it
+    when SUPERSEDED, and what replaced ``cause`` when it is STALE because ``cause``
+    was superseded rather than revoked.
     """
 
     delivery: Delivery
@@ -316,6 +319,8 @@ class CorrectionDue:
     status: Status
     cause: str | None
     reason: str | None
+    superseded_by: str | None = None
+    cause_superseded_by: str | None = None
 
 
 @dataclass(frozen=True)

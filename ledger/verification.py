@@ -241,12 +241,21 @@ def _as_digest(against: LogDigest | str | None) -> LogDigest | None:
         pass
     raise InvalidInputError(
         f"cannot verify against {quoted(against)}: expected a LogDigest or its text, "
-        "size:position:<64 hex characters>"
+        "size:position:<64 hex characters>, or a signed head's JSON line"
     )
 
 
 def _describe(head: SignedHead) -> str:
     return f"tree size {head.tree_size}, signed {head.time.isoformat()}"
+
+
+def heads_problems(kept: Sequence[SignedHead], key: Any) -> list[str]:
+    """What ``verify``'s heads check finds wrong with the heads of a file (``kept``,
+    in file order) under the public ``key``: a head signed by another key or whose
+    signature fails, heads out of order, a head smaller than the one before."""
+    findings = _Findings()
+    _check_signatures(kept, key, findings)
+    return [problem for _, problem in findings.ordered()]
 
 
 def _check_signatures(kept: Sequence[SignedHead], key: Any, findings: _Findings) -> None:

@@ -346,13 +346,13 @@ def untyped_event(scene: Scene) -> str:
     return f"appended an untyped Record.Event of E1 at position {position}, then Accepted of E1"
 
 
-def event_removed(scene: Scene) -> str:
-    """Delete M1's acceptance (a version in the middle of its history) and its leaf,
-    and rebuild the views: M1 then looks as if it had been marked STALE as a candidate."""
-    oid = aggregate_of(scene.ledger, "M1")
+def _remove_version(scene: Scene, rid: str, version: int) -> int:
+    """Delete version ``version`` of ``rid``'s events and its leaf, and rebuild the
+    views; its log position."""
+    oid = aggregate_of(scene.ledger, rid)
     key = oid.hex if scene.raw.backend == "sqlite" else oid
     (row,) = scene.raw.one(
-        "SELECT POS FROM EVENTS WHERE originator_id=? AND originator_version=2", (key,)
+        "SELECT POS FROM EVENTS WHERE originator_id=? AND originator_version=?", (key, version)
     )
     position = int(row[0])
     scene.raw.run(
@@ -360,7 +360,25 @@ def event_removed(scene: Scene) -> str:
         ("DELETE FROM pl_merkle_leaves WHERE position=?", (position,)),
     )
     scene.ledger.rebuild()
+    return position
+
+
+def event_removed(scene: Scene) -> str:
+    """Delete M1's acceptance (a version in the middle of its history) and its leaf,
+    and rebuild the views: M1 then looks as if it had been marked STALE as a candidate."""
+    position = _remove_version(scene, "M1", 2)
     return f"deleted M1's Accepted at position {position} and its leaf, views rebuilt"
+
+
+def last_event_removed(scene: Scene) -> str:
+    """Reject G1 and keep a head, then (after one more proposal) delete that
+    rejection, the last event of G1's history, and its leaf, and rebuild the views:
+    G1 is a candidate again, and nothing later in the log rested on the rejection."""
+    scene.reviewer.reject("G1", reason="no source")
+    publish_head(scene.ledger, scene.key, scene.heads)
+    scene.agent.propose(scope="proj-a", claim_key="api.zone", value="a", kind=Kind.FACT, id="F4")
+    position = _remove_version(scene, "G1", 2)
+    return f"deleted G1's Rejected at position {position} and its leaf, views rebuilt"
 
 
 def unmarked_revocation(scene: Scene) -> str:
@@ -486,6 +504,10 @@ ATTACKS: dict[str, tuple[str, Callable[[Scene], str]]] = {
         "an event in the middle of a record's history deleted with its leaf, views rebuilt",
         event_removed,
     ),
+    "last-event-removed": (
+        "the last event of a record's history deleted with its leaf, views rebuilt",
+        last_event_removed,
+    ),
     "unmarked-revocation": (
         "forged append of Revoked by a real approver, without the stale markings it makes",
         unmarked_revocation,
@@ -526,6 +548,7 @@ EXPECTED: dict[str, tuple[bool, bool]] = {
     "bytes-deleted": (True, True),
     "untyped-event": (True, True),
     "event-removed": (True, True),
+    "last-event-removed": (True, False),
     "unmarked-revocation": (True, True),
     "stale-elsewhere": (True, True),
     "unappliable-event": (True, True),

@@ -838,3 +838,43 @@ def test_a_stale_marking_whose_cause_is_withheld_names_no_actor_in_the_summary(
     associated = {w["prov:activity"] for w in prov.get("wasAssociatedWith", {}).values()}
     assert marked and not marked & associated
     assert verify_bundle(tmp_path / "r1.zip", tmp_path / "k.pub").ok
+
+
+@pytest.mark.parametrize("ledger_url", ["memory"], indirect=True)
+def test_a_summary_tells_a_new_version_its_expiry_and_that_it_expired(
+    world: World, tmp_path: Path
+) -> None:
+    from datetime import timedelta
+
+    # Given T1, then T2, a new version of it expiring in an hour, accepted; the hour past
+    agent, reviewer, clock = world.agent, world.reviewer, world.clock
+    agent.propose(scope="proj-a", claim_key="t", value=1, kind=Kind.FACT, id="T1")
+    reviewer.accept("T1")
+    hour = clock.now + timedelta(hours=1)
+    agent.propose(
+        scope="proj-a", claim_key="t", value=2, kind=Kind.FACT, supersedes="T1",
+        expires=hour, id="T2",
+    )  # fmt: skip
+    reviewer.accept("T2")
+    clock.advance(hours=2)
+    generate_key(tmp_path / "k")
+    path = write_bundle(reviewer, "T2", tmp_path / "k", tmp_path / "t2.zip").path
+    summary = zipfile.ZipFile(path).read("summary.txt").decode().splitlines()
+    # Then its summary says so, and the bundle verifies
+    status = next(line for line in summary if line.startswith("status:"))
+    assert (
+        status == "status:    ACCEPTED / NEEDS_REVALIDATION (expired at 2026-01-01T13:00:00+00:00)"
+    )
+    proposed = next(line for line in summary if line.startswith("proposed:"))
+    assert proposed.endswith(": a new version of T1; expires 2026-01-01T13:00:00+00:00"), proposed
+    assert verify_bundle(path, tmp_path / "k.pub").ok
+
+    # And a re-signed summary telling another expiry fails, naming the proposal
+    def later(manifest: dict[str, Any], files: dict[str, bytes]) -> None:
+        files["summary.txt"] = files["summary.txt"].replace(
+            b"expires 2026-01-01T13", b"expires 2026-01-02T13"
+        )
+
+    forged = rewrite(path, tmp_path / "k", tmp_path / "forged.zip", later)
+    report = verify_bundle(forged, tmp_path / "k.pub")
+    assert not report.ok and "summary.txt tells the Proposed of T2" in (report.problem or "")

@@ -1736,6 +1736,33 @@ def test_verify_exits_1_naming_the_position_of_tampered_bytes(chain: Cli) -> Non
     )
 
 
+def test_verify_says_how_many_more_problems_its_json_lists(chain: Cli) -> None:
+    import sqlite3
+
+    # Given E1's acceptance removed with its leaf (M1's, after it, now looks forged)
+    # once E1 was revoked (its revocation now misses the version before it)
+    _revoked(chain)
+    with sqlite3.connect(chain.path) as con:
+        con.execute("DROP TRIGGER stored_events_no_delete")
+        con.execute("DROP TRIGGER pl_merkle_leaves_no_delete")
+        (gone,) = con.execute(
+            "SELECT min(rowid) FROM stored_events WHERE topic LIKE '%Accepted'"
+        ).fetchone()
+        con.execute("DELETE FROM stored_events WHERE rowid = ?", (gone,))
+        con.execute("DELETE FROM pl_merkle_leaves WHERE position = ?", (gone,))
+    assert chain("rebuild").exit_code != 0  # (the views as stored differed: rebuilt)
+    # When it is verified, the one line says how many more problems --json lists
+    result = chain("verify")
+    assert result.exit_code == 1
+    report = json.loads(chain("verify", "--json").stdout)
+    more = len(report["problems"]) - 1
+    assert more >= 1, report
+    assert result.stderr == (
+        f"error: tampering detected: {report['problem']} (and {more} more: --json lists "
+        "every one)\n"
+    )
+
+
 def test_verify_against_a_malformed_digest_could_not_check(chain: Cli) -> None:
     result = chain("verify", "--against", "not-a-digest")
     assert result.exit_code == 3  # not 1: nothing was checked, no problem was found

@@ -217,8 +217,8 @@ def test_ids_are_never_cut_in_an_80_column_terminal(tmp_path: Path) -> None:
 
 def test_stale_and_revoked_have_the_pictures_colours() -> None:
     from ledger.cli.options import STATUS_STYLE
+    from ledger.diagram import STATUS_COLOURS
     from ledger.domain import Status
-    from ledger.graph import STATUS_COLOURS
 
     assert STATUS_STYLE["STALE"] != STATUS_STYLE["REVOKED"]
     assert STATUS_COLOURS[Status.STALE][1] in STATUS_STYLE["STALE"]  # orange

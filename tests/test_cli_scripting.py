@@ -581,7 +581,9 @@ def _found(result: Result) -> dict[str, Any]:
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
     answer: dict[str, Any] = json.loads(result.stdout)
     assert answer["ok"] is False and "error" not in answer, answer
-    assert error_line(result) == f"tampering detected: {answer['problem']}"
+    more = len(answer["problems"]) - 1
+    others = f" (and {more} more: --json lists every one)" if more > 0 else ""
+    assert error_line(result) == f"tampering detected: {answer['problem']}{others}"
     return answer
 
 

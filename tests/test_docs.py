@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from ledger import AccessDeniedError, Ledger, LedgerError, Status
-from ledger.graph import STATUS_COLOURS
+from ledger.diagram import STATUS_COLOURS
 
 from .conftest import Clock
 from .test_run_signatures import strict_mypy

@@ -102,6 +102,7 @@ PROBLEMS: dict[str, tuple[str | None, str | None]] = {
         "the log was rewritten after it was taken",
         "but version 2 is not in the log (an event was removed)",
     ),
+    "last-event-removed": ("the log was rewritten after it was taken", None),
     "unappliable-event": (  # which the views cannot take either
         "it names 'd-never', which was no delivery of the record",
         "it names 'd-never', which was no delivery of the record",
@@ -1595,3 +1596,38 @@ def test_an_edited_value_or_list_of_parents_is_shown_as_what_it_holds(
     # Then verify says what the view holds, and what the replay has
     problem = detect(scene, with_heads=False).problem or ""
     assert shown in problem, problem
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_a_head_is_not_appended_to_a_file_whose_heads_verify_refuses(scene: Scene) -> None:
+    # Given a heads file of two heads, written back in the other order
+    scene.agent.propose(scope="proj-a", claim_key="later", value=1, kind=Kind.FACT)
+    publish_head(scene.ledger, scene.key, scene.heads)
+    lines = scene.heads.read_text().splitlines()
+    assert len(lines) >= 2
+    scene.heads.write_text("\n".join([*lines[:-2], lines[-1], lines[-2]]) + "\n")
+    swapped = scene.heads.read_text()
+    assert not scene.ledger.verify(heads=scene.heads, public_key=scene.public_key).ok
+    # When a head is published to it, it is refused as verify refuses the file
+    with pytest.raises(InvalidHeadError, match=r"not appended to .*is smaller than head"):
+        publish_head(scene.ledger, scene.key, scene.heads)
+    assert scene.heads.read_text() == swapped
+    # And so is a file whose head's signature was altered
+    altered = json.loads(lines[0])
+    altered["signature"] = json.loads(lines[1])["signature"]  # another head's
+    scene.heads.write_text(json.dumps(altered) + "\n")
+    with pytest.raises(InvalidHeadError, match=r"head 1 .*the signature does not verify"):
+        publish_head(scene.ledger, scene.key, scene.heads)
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_a_head_line_is_taken_where_a_digest_is(scene: Scene) -> None:
+    # A head kept in the heads file stands for the digest it signs
+    line = scene.heads.read_text().splitlines()[-1]
+    head = load_heads(scene.heads)[-1]
+    assert merkle.LogDigest.parse(line) == head.digest
+    assert scene.ledger.verify(against=line).ok
+    assert scene.reviewer.prove("E1", against=line)
+    for bad in ("{", '{"a": 1', '{"tree_size": "3", "position": 3, "root": "ab"}', '{"root": 1}'):
+        with pytest.raises(InvalidInputError, match="nor a head's JSON line"):
+            merkle.LogDigest.parse(bad)

@@ -22,17 +22,15 @@ from click.testing import CliRunner
 
 from ledger import Kind, Ledger, Session
 from ledger.cli import main
+from ledger.diagram import EXPIRED_FILL, STATUS_COLOURS, to_dot, to_mermaid
 from ledger.domain import Status
 from ledger.errors import GraphTooLargeError, InvalidInputError, RenderError, UnknownRecordError
 from ledger.graph import (
-    STATUS_COLOURS,
     collect,
     dot_available,
     draw,
     render,
     revocations,
-    to_dot,
-    to_mermaid,
 )
 
 from .conftest import World
@@ -570,3 +568,49 @@ def test_a_huge_or_escape_heavy_text_is_cut_in_labels_and_tooltips_and_still_dra
     if dot_available():
         drawn = draw(reviewer, "B", descendants=True, format="svg")
         assert drawn.format == "svg" and b"</svg>" in drawn.data
+
+
+def test_a_record_past_its_expiry_is_drawn_expired_not_as_usable(world: World) -> None:
+    from datetime import timedelta
+
+    # Given S accepted until 13:00, R (accepted) resting on it, and a candidate C
+    hour = world.clock.now + timedelta(hours=1)
+    world.agent.propose(
+        scope="proj-a", claim_key="s", value=1, kind=Kind.FACT, expires=hour, id="S"
+    )
+    world.reviewer.accept("S")
+    world.agent.propose(
+        scope="proj-a", claim_key="r", value=2, kind=Kind.INFERENCE, parents=["S"], id="R"
+    )
+    world.reviewer.accept("R")
+    world.agent.propose(
+        scope="proj-a", claim_key="c", value=3, kind=Kind.INFERENCE, parents=["S"], id="C"
+    )
+    before = to_dot(collect(world.reviewer, "S", descendants=True))
+    nodes, _ = _parse(before)
+    assert nodes["S"]["fillcolor"] == STATUS_COLOURS[Status.ACCEPTED][0]
+    assert "expired" not in before
+    # When 13:00 has passed
+    world.clock.advance(hours=2)
+    sub = collect(world.reviewer, "S", descendants=True)
+    dot = to_dot(sub)
+    nodes, _ = _parse(dot)
+    # Then S, R (its expiry inherited) and C are pale and dashed, and say when they expired
+    for rid in ("S", "R", "C"):
+        assert nodes[rid]["fillcolor"] == EXPIRED_FILL, rid
+        assert nodes[rid]["style"] == "rounded,filled,dashed", rid
+        assert "\\nexpired 2026-01-01T13:00:00+00:00" in nodes[rid]["label"], rid
+    assert nodes["S"]["color"] == STATUS_COLOURS[Status.ACCEPTED][1]
+    assert nodes["C"]["color"] == STATUS_COLOURS[Status.CANDIDATE][1]
+    assert "ACCEPTED, expired" in dot and "CANDIDATE, expired" in dot
+    assert "pale, dashed border: past its expiry, not usable" in dot
+    mermaid = to_mermaid(sub)
+    assert ":::accepted_expired" in mermaid and ":::candidate_expired" in mermaid
+    assert "classDef accepted_expired fill:#fafafa" in mermaid
+    assert "stroke-dasharray:5 5" in mermaid
+    # And as of a past moment it is drawn as it was then: as of the last position
+    # (written at 12:00) unexpired, as of 13:30 expired
+    then = world.reviewer.as_of(position=world.ledger.position)
+    assert "expired" not in to_dot(collect(then, "S"))
+    later = world.reviewer.as_of(time=world.clock.now - timedelta(minutes=30))
+    assert "\\nexpired 2026-01-01T13:00:00+00:00" in to_dot(collect(later, "S"))

@@ -213,3 +213,57 @@ def test_an_id_the_command_refuses_is_never_read_with_the_lock(pg: Pg, bad: str)
     assert pg.positions() == before
     pg.reviewer.accept("M1")
     assert pg.positions() == [*before, before[-1] + 1]
+
+
+def test_the_lock_wait_is_set_on_every_session_and_pgoptions_still_counts(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given settings an operator gives every session in PGOPTIONS (one of them a
+    # lock wait the ledger's URL overrides)
+    monkeypatch.setenv("PGOPTIONS", "-c work_mem=7MB -c lock_timeout=99s")
+    # When the ledger is opened with a lock wait of 2 s
+    with Ledger.open(f"{pg_url}&lock_timeout=2") as led:
+        with led.engine.reading() as c:
+            c.execute(
+                "SELECT current_setting('work_mem') AS w, current_setting('lock_timeout') AS l"
+            )
+            row = c.fetchone()
+        # Then PGOPTIONS still counts, and the URL's lock wait is the session's
+        assert (row["w"], row["l"]) == ("7MB", "2s")
+        # And a session that was told no lock wait at connection (a pooler in
+        # between dropped it) is given it once connected
+        pool: Any = led.engine.recorder.datastore.pool
+        fresh = psycopg.connect(_pg_dsn(), autocommit=True)
+        try:
+            pool._configure(fresh)
+            assert fresh.execute("SHOW lock_timeout").fetchone() == ("2s",)
+        finally:
+            fresh.close()
+
+
+def test_a_statement_timeout_is_said_to_have_written_nothing(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ledger.errors import StorageError
+
+    # Given a ledger whose sessions have a statement timeout of 300 ms (PGOPTIONS),
+    # and another session holding the events table's lock
+    with Ledger.open(pg_url) as led:
+        admin = led.admin()
+        admin.grant("agent-1", scope="proj-a", roles=["propose"])
+        token = admin.issue_token("agent-1")
+        schema = pg_url.rsplit("schema=", 1)[1]
+    monkeypatch.setenv("PGOPTIONS", "-c statement_timeout=300")
+    with Ledger.open(pg_url) as led, psycopg.connect(_pg_dsn()) as holder:
+        before = led.position
+        holder.execute(f"LOCK TABLE {schema}.provledger_events IN EXCLUSIVE MODE")
+        # When a command waits for it past the timeout
+        with pytest.raises(StorageError) as refused:
+            led.authenticate(token).propose(
+                scope="proj-a", claim_key="k", value=1, kind=Kind.FACT, id="T1"
+            )
+        holder.rollback()
+        # Then the refusal says so, and that nothing was written
+        assert "the database cancelled a statement" in str(refused.value)
+        assert "nothing was written" in str(refused.value)
+        assert led.position == before

@@ -112,10 +112,57 @@ def _seed(s: Served) -> None:
     )
     assert r.status_code == 201, r.text
     assert s.reviewer.post("/records/{record_id}/accept", record_id="R1").status_code == 200
-    s.ledger.authenticate(s.tokens["reviewer"]).deliver("R1", recipient="ops@x.test")
+    r = s.reviewer.post(
+        "/records/{record_id}/deliveries", record_id="R1", json={"recipient": "ops@x.test"}
+    )
+    assert r.status_code == 201, r.text
 
 
 # -- the routes, one by one ------------------------------------------------------------------
+
+
+def test_a_delivery_is_recorded_over_http_and_owes_a_correction_once_its_basis_goes(
+    served: Served,
+) -> None:
+    _seed(served)
+    # Given R1 delivered (by _seed) and delivered again, by chat
+    r = served.reviewer.post(
+        "/records/{record_id}/deliveries",
+        record_id="R1",
+        json={"recipient": "lead@x.test", "channel": "chat"},
+    )
+    assert r.status_code == 201, r.text
+    assert r.headers["location"] == "/api/v1/records/R1"
+    made = r.json()
+    assert made["record_id"] == "R1" and made["delivery_id"].startswith("d-")
+    record = served.agent.get("/records/{record_id}", record_id="R1").json()
+    assert [(d["recipient"], d["channel"], d["state"]) for d in record["deliveries"]] == [
+        ("ops@x.test", "email", "DELIVERED"),
+        ("lead@x.test", "chat", "DELIVERED"),
+    ]
+    # When E1, which it rests on, is revoked
+    served.reviewer.post("/records/{record_id}/revoke", record_id="E1", json={"reason": "x"})
+    # Then both deliveries owe a correction, and stay DELIVERED
+    due = served.reviewer.get("/corrections").json()["corrections"]
+    assert {d["delivery"]["delivery_id"] for d in due} >= {made["delivery_id"]}
+    assert len(due) == 2
+    # And a delivery of what is not usable now, by whom may not deliver, or without
+    # a recipient, is refused, naming what is wrong, and writes nothing
+    before = served.ledger.position
+    for who, rid, body, status, field, words in (
+        (served.reviewer, "R1", {"recipient": "x@x.test"}, 409, None, "STALE"),
+        (served.agent, "M1", {"recipient": "x@x.test"}, 403, None, "lacks role 'deliver'"),
+        (served.reviewer, "R1", {}, 422, "recipient", "'recipient' is required"),
+        (served.reviewer, "R1", {"recipient": "a\nb"}, 422, "recipient", "control"),
+        (served.reviewer, "R1", {"recipient": "x", "channel": ""}, 422, "channel", "empty"),
+        (served.reviewer, "NOPE", {"recipient": "x"}, 404, None, "'NOPE' is unknown"),
+        (served.reviewer, "R1", {"recipient": "x", "to": "y"}, 422, "to", "'to'"),
+    ):
+        refused = who.post("/records/{record_id}/deliveries", record_id=rid, json=body)
+        assert refused.status_code == status, (body, refused.text)
+        error = error_of(refused)
+        assert error["field"] == field and words in error["message"], (body, error)
+    assert served.ledger.position == before
 
 
 def test_proposing_answers_201_with_the_candidate_and_its_location(served: Served) -> None:
@@ -625,6 +672,29 @@ def test_get_routes_answer_as_of_a_past_position(served: Served) -> None:
     assert served.agent.get("/records/{record_id}", record_id="M1").json()["status"] == "STALE"
 
 
+def test_a_record_unknown_as_of_a_past_moment_is_said_unknown_then(served: Served) -> None:
+    # One proposed since is not there yet: "unknown" alone would hide that it exists now.
+    _seed(served)
+    before = served.ledger.position
+    served.agent.post(
+        "/records",
+        json={"scope": "proj-a", "claim_key": "api.new", "value": 1, "kind": "fact", "id": "N1"},
+    )
+    then = served.agent.get(
+        "/records/{record_id}", record_id="N1", params={"as_of_position": before}
+    )
+    assert then.status_code == 404
+    message = error_of(then)["message"]
+    assert "record 'N1' is unknown" in message
+    assert f"as of log position {before} (" in message
+    audit_then = served.agent.get(
+        "/records/{record_id}/audit", record_id="N1", params={"as_of_position": before}
+    )
+    assert f"as of log position {before} (" in error_of(audit_then)["message"]
+    now = served.agent.get("/records/{record_id}", record_id="NOPE")
+    assert now.status_code == 404 and "as of" not in error_of(now)["message"]
+
+
 def test_proposing_with_supersedes_replaces_the_old_record_once_accepted(served: Served) -> None:
     s = served
     s.agent.post(
@@ -804,6 +874,13 @@ def test_an_invalid_transition_or_a_taken_id_is_409(served: Served) -> None:
     )
     assert taken.status_code == 409
     assert error_of(taken)["type"] == "DuplicateRecordError"
+    assert error_of(taken)["field"] == "id"  # the id given is taken
+    # and so for evidence captured under an id already taken
+    captured = served.agent.post(
+        "/evidence",
+        json={"scope": "proj-a", "uri": "https://x.test/z", "content": "z", "id": "M1"},
+    )
+    assert captured.status_code == 409 and error_of(captured)["field"] == "id"
 
 
 @pytest.mark.parametrize(
@@ -1472,13 +1549,21 @@ def test_nan_or_infinity_in_a_body_is_refused_naming_where_it_is(served: Served)
             message,
             field,
         )
-    # Not JSON otherwise is still said so
+    # Not JSON otherwise is still said so, and where it stops reading as JSON
     broken = served.agent.post(
         "/records", content=head + b'"value": NaN', headers={"Content-Type": "application/json"}
     )
+    at = len(head + b'"value": NaN') + 1
     assert (error_of(broken)["message"], error_of(broken)["field"]) == (
-        "the request body is not JSON",
+        f"the request body is not JSON: Expecting ',' delimiter at line 1 column {at}",
         None,
+    )
+    cut = served.agent.post(
+        "/records", content=b'{"scope": "proj-a",\n', headers={"Content-Type": "application/json"}
+    )
+    assert error_of(cut)["message"] == (
+        "the request body is not JSON: Expecting property name enclosed in double quotes "
+        "at line 2 column 1"
     )
     assert served.ledger.position == before
 

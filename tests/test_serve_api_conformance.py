@@ -196,6 +196,8 @@ _URIS = [
     "u" * 2049,
 ]
 _BASE64 = ["YQ==", "YWI=", "YWJj", "", "YQ", "Y Q==", "!!!!", "YQ==YQ=="]
+_RECIPIENTS = ["ops@x.test", "r" * 512, "", " ", "a\tb", "a\nb", "a\x01", "a\u2028b", "r" * 513]
+_CHANNELS = ["email", "c" * 64, "", " ", "a\tb", "a\nb", "a\x7f", "c" * 65]
 
 #: (method, template, path parameters, body without the field, field, values).
 _BODY_PROBES: list[tuple[str, str, dict[str, str], dict[str, Any], str, list[Any]]] = [
@@ -272,6 +274,22 @@ _BODY_PROBES: list[tuple[str, str, dict[str, str], dict[str, Any], str, list[Any
         {},
         "note",
         _REASONS,
+    ),
+    (
+        "POST",
+        "/records/{record_id}/deliveries",
+        {"record_id": "NOPE"},
+        {},
+        "recipient",
+        _RECIPIENTS,
+    ),
+    (
+        "POST",
+        "/records/{record_id}/deliveries",
+        {"record_id": "NOPE"},
+        {"recipient": "r"},
+        "channel",
+        _CHANNELS,
     ),
     (
         "POST",
@@ -386,6 +404,8 @@ def test_every_operation_s_happy_path_answer_matches_its_schema_with_formats_che
     call(agent, "POST", "/records", json={**new, "kind": "fact", "id": "C1", "parents": ["E1"]})
     call(agent, "POST", "/records", json={**new, "kind": "fact", "id": "C2"})
     call(reviewer, "POST", "/records/{record_id}/accept", record_id="C1", json={"note": "ok"})
+    delivered = {"recipient": "ops@x.test", "channel": "chat"}
+    call(reviewer, "POST", "/records/{record_id}/deliveries", record_id="C1", json=delivered)
     call(reviewer, "POST", "/records/{record_id}/reject", record_id="C2", json={"reason": "no"})
     call(agent, "GET", "/records", params={"scope": "proj-a", "limit": "2"})
     call(agent, "GET", "/records/{record_id}", record_id="R1")

@@ -557,3 +557,52 @@ def test_a_write_refused_for_a_lock_held_too_long_says_when_to_retry(tmp_path: P
         assert error["type"] == "ConcurrencyError"
         assert error["message"].endswith("nothing was written — try again")
         assert led.position == before
+
+
+def test_a_warning_after_the_mcp_endpoint_was_used_is_stamped_as_every_line(
+    tmp_path: Path,
+) -> None:
+    # Given a served ledger and an agent whose MCP session has started its run
+    port = free_port()
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    with Ledger.open(url) as led:
+        admin = led.admin()
+        admin.grant("agent-1", scope="proj-a", roles=["read", "propose"])
+        token = admin.issue_token("agent-1")
+    server = serving(url, port)
+    mcp = f"http://127.0.0.1:{port}/mcp"
+    headers = {
+        "Authorization": f"Bearer {token}",
+        "Accept": "application/json, text/event-stream",
+    }
+    init = {
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                   "clientInfo": {"name": "test", "version": "1"}},
+    }  # fmt: skip
+    try:
+        opened = first_answer(server, lambda: httpx.post(mcp, json=init, headers=headers))
+        assert opened.status_code == 200, opened.text
+        headers |= {"mcp-session-id": opened.headers["mcp-session-id"]}
+        headers |= {"mcp-protocol-version": "2025-11-25"}
+        ready = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        assert httpx.post(mcp, json=ready, headers=headers).status_code == 202
+        call = {
+            "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "read_memory",
+                       "arguments": {"scope": "proj-a", "claim_key": "k"}},
+        }  # fmt: skip
+        assert httpx.post(mcp, json=call, headers=headers, timeout=30).status_code == 200
+        # When its token is revoked, and the endpoint drops its server (whose run
+        # can no longer be ended by that token: a warning)
+        with Ledger.open(url) as led:
+            led.admin().revoke_token(token)
+        assert httpx.post(mcp, json=call, headers=headers, timeout=30).status_code == 401
+        time.sleep(1)
+    finally:
+        server.send_signal(signal.SIGTERM)
+        out, _ = server.communicate(timeout=30)
+    # Then that warning is a line of the server's log, stamped as every line is
+    stamp = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d "  # RFC 3339
+    assert re.search(stamp + r"WARNING: +could not end run mcp-", out), out
+    assert all(re.match(stamp, line) for line in out.splitlines() if line.strip()), out

@@ -779,6 +779,31 @@ def test_a_form_whose_record_id_names_another_record_since_acts_on_nothing(
     assert desk.agent.get("Z").status.value == "CANDIDATE"
 
 
+def test_needs_attention_says_why_each_correction_is_owed(desk: Desk) -> None:
+    # Given M1 delivered too, then replaced by M1b: M1 is SUPERSEDED, R1 on it STALE
+    _seed(desk)
+    desk.reviewer.deliver("M1", recipient="m@x.test")
+    desk.agent.propose(
+        scope="proj-a", claim_key="api.retry_safe", value=False, kind=Kind.INFERENCE,
+        parents=["E1"], supersedes="M1", id="M1b",
+    )  # fmt: skip
+    desk.reviewer.accept("M1b")
+    due = {c.delivery.record_id: c for c in desk.reviewer.corrections_due()}
+    assert due["M1"].superseded_by == "M1b" and due["M1"].cause is None
+    assert (due["R1"].cause, due["R1"].cause_superseded_by) == ("M1", "M1b")
+    client, _ = desk.signed_in("reviewer")
+    text = text_of(client.get("/attention").text)
+    # Then the outbox says which was superseded by what, not "withdrawn or replaced"
+    assert "m@x.test received M1 on" in text
+    assert "Now SUPERSEDED INVALID : superseded by M1b ." in text
+    assert "Now STALE NEEDS_REVALIDATION : M1 , which it rests on, was superseded by M1b ." in text
+    assert "withdrawn or replaced" not in text
+    # And once R1 is revoked itself, its entry says so
+    desk.reviewer.revoke("R1", reason="wrong advice")
+    text = text_of(client.get("/attention").text)
+    assert "Now REVOKED INVALID : revoked, “ wrong advice ”." in text
+
+
 def test_needs_attention_lists_stale_records_and_issues_the_correction_due(desk: Desk) -> None:
     _seed(desk)
     desk.reviewer.revoke("E1", reason="doc changed")
@@ -1299,8 +1324,11 @@ def test_an_expired_record_needs_attention_until_revalidated(desk: Desk, clock: 
     assert "X1" in text and "expired 2026-01-01 13:00:00 UTC" in text
     page = text_of(client.get("/records/X1").text)
     assert "Validity NEEDS_REVALIDATION" in page
-    # and its page no longer calls it usable until a time gone by
-    assert "Usable until" not in page and "Its expiry: 2026-01-01 13:00:00 UTC" in page
+    # and its page no longer calls it usable until a time gone by; the Why box
+    # says once when it expired
+    assert "Usable until" not in page and "Its expiry:" not in page
+    why = page[page.index("Not usable now") : page.index("Explain every record")]
+    assert why.count("expired at 2026-01-01 13:00:00 UTC") == 1, why
 
 
 # -- refused forms, past moments ---------------------------------------------------------------

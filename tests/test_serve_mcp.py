@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from ledger import Ledger
+from ledger import Kind, Ledger
 from ledger.serve import create_app
 from ledger.serve.app import ACCESS_LOGGER
 from tests.serve_support import running
@@ -274,57 +274,83 @@ def _session(base: str, token: str) -> str:
     return str(sid)
 
 
-def test_a_session_id_named_by_a_request_of_the_2026_protocol_picks_no_run(
+def test_a_protocol_without_sessions_is_refused_and_each_sdk_client_gets_its_own_run(
     tmp_path: Any,
 ) -> None:
     import sqlite3
-    import uuid
     from contextlib import closing
 
-    # Given an agent on the served ledger, calling with the 2026 protocol (no sessions)
+    import anyio
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    # Given an agent on the served ledger and an accepted record K1
     path = tmp_path / "ledger.db"
     led = Ledger.open(f"sqlite:///{path}")
     admin = led.admin()
     admin.grant("agent-1", scope="proj-a", roles=["read", "propose"])
+    admin.grant("reviewer", scope="proj-a", roles=["read", "approve"])
     token = admin.issue_token("agent-1")
+    agent = led.authenticate(token)
+    agent.propose(scope="proj-a", claim_key="k", value=1, kind=Kind.FACT, id="K1")
+    led.authenticate(admin.issue_token("reviewer")).accept("K1")
 
     def runs() -> int:
         with closing(sqlite3.connect(path)) as c:
             (count,) = c.execute("SELECT count(*) FROM pl_runs").fetchone()
         return int(count)
 
+    async def two_clients(base: str) -> list[str]:
+        def client() -> Any:
+            headers = {"Authorization": f"Bearer {token}"}
+            http = httpx2.AsyncClient(headers=headers)
+            return Client(streamable_http_client(f"{base}/mcp", http_client=http))
+
+        async with client() as a, client() as b:
+            versions = [a.session.protocol_version, b.session.protocol_version]
+            await a.call_tool("read_memory", {"scope": "proj-a", "claim_key": "k"})
+            for who, rid in ((a, "A1"), (b, "B1")):
+                args = {"scope": "proj-a", "claim_key": rid, "value": 1, "kind": "inference"}
+                done = await who.call_tool("propose_memory", {**args, "id": rid})
+                assert not done.is_error, done
+        return versions
+
     try:
         with running(create_app(led)) as base:
-
-            def call(sid: str | None) -> None:
-                headers = {
-                    "Authorization": f"Bearer {token}", **ACCEPT,
-                    "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call",
-                    "Mcp-Name": "read_memory",
-                }  # fmt: skip
-                if sid is not None:
-                    headers["Mcp-Session-Id"] = sid
-                meta = {
-                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                    "io.modelcontextprotocol/clientCapabilities": {},
-                }
-                body = {
-                    "jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                    "params": {"name": "read_memory", "_meta": meta,
-                               "arguments": {"scope": "proj-a", "claim_key": "k"}},
-                }  # fmt: skip
-                r = httpx.post(f"{base}/mcp", json=body, headers=headers, timeout=30)
-                assert r.status_code == 200, r.text
-                assert not _messages(r)[0]["result"].get("isError"), r.text
-
-            # When it calls with no session id, then five times naming made-up ones
-            call(None)
-            assert runs() == 1
-            for _ in range(5):
-                call(uuid.uuid4().hex)
-            # Then every call is in the server's one run: an id the SDK never checked
-            # (this protocol has no sessions) starts none
-            assert runs() == 1
+            # When a request of the 2026 protocol (which has no sessions) calls a tool
+            headers = {
+                "Authorization": f"Bearer {token}", **ACCEPT,
+                "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call",
+                "Mcp-Name": "read_memory",
+            }  # fmt: skip
+            meta = {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {},
+            }
+            body = {
+                "jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                "params": {"name": "read_memory", "_meta": meta,
+                           "arguments": {"scope": "proj-a", "claim_key": "k"}},
+            }  # fmt: skip
+            refused = httpx.post(f"{base}/mcp", json=body, headers=headers, timeout=30)
+            # Then it is refused, naming the versions served, and no run is started
+            assert refused.status_code == 400, refused.text
+            answer = refused.json()
+            assert answer["id"] == 7 and answer["error"]["code"] == -32022
+            assert answer["error"]["data"] == {
+                "supported": ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"],
+                "requested": "2026-07-28",
+            }
+            assert "protocol 2026-07-28 has no sessions" in answer["error"]["message"]
+            assert runs() == 0
+            # And the MCP SDK's Client, told so, opens a session; two clients of one
+            # token each get their own run: what one read is not the other's basis
+            versions = anyio.run(two_clients, base)
+        assert versions == ["2025-11-25", "2025-11-25"]
+        assert agent.get("A1").observed == ("K1",)
+        assert agent.get("B1").observed == ()
+        assert runs() == 2
     finally:
         led.close()
 

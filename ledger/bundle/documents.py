@@ -12,7 +12,7 @@ from typing import Any
 
 from ledger.bundle.events import _Auditable, _Event
 from ledger.bundle.told import HISTORY_LABELS, history_line, one_line
-from ledger.domain import Kind
+from ledger.domain import Kind, Status, Validity
 from ledger.heads import SignedHead
 from ledger.session import Session
 from ledger.values import HIDDEN, AuditTrail, RecordView, withheld
@@ -186,6 +186,14 @@ def _summary(
 
 
 def _cause(record: RecordView, auditable: _Auditable) -> str:
+    expired = record.status == Status.ACCEPTED and record.validity != Validity.VALID
+    due = record.effective_expires
+    if expired and record.cause is None and due is not None:
+        source = record.expiry_source
+        whose = f": the expiry of {source}" if source and source != record.id else ""
+        if whose and not auditable(str(source)):
+            whose = f": the expiry of {HIDDEN}"
+        return f" (expired at {_when(due)}{whose})"
     if record.cause is None or record.cause == record.id:
         return f" ({record.reason})" if record.reason else ""
     if not auditable(record.cause):

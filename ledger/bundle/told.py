@@ -170,19 +170,37 @@ def history_line(
     position: int,
     details: Mapping[str, Any],
     shown: Callable[[str], bool] = lambda _rid: True,
+    *,
+    proposal: bool = True,
 ) -> str:
     """summary.txt's history line of one event (``rid``: the record's id, for an
     ancestor's lines; ``shown``: whether a record the event names may be named,
     else it is told as hidden), before :func:`one_line` escapes it: the one
-    form writing and verifying share."""
+    form writing and verifying share. A proposal's line tells the record it is a
+    new version of and its own expiry (``proposal=False``: the line of earlier
+    bundles, which told neither)."""
     label = HISTORY_LABELS[kind] + ":"
     cause = details.get("cause")
     if kind == "MarkedStale" and (not isinstance(cause, str) or not shown(cause)):
         actor = HIDDEN  # they acted in the scope whose record is not told
     when = at.astimezone(UTC).isoformat(timespec="seconds")
     line = f"{label:<10} {rid + ' ' if rid else ''}by {actor} at {when} (log position {position})"
-    why = _why(kind, details, shown)
+    why: object = _proposal(details, shown) if kind == "Proposed" and proposal else None
+    why = why or _why(kind, details, shown)
     return line + (f": {why}" if why else "")
+
+
+def _proposal(details: Mapping[str, Any], shown: Callable[[str], bool]) -> str:
+    """What a proposal's history line tells: the record it is a new version of
+    (hidden when that may not be named) and when it expires."""
+    told = []
+    supersedes = details.get("supersedes")
+    if isinstance(supersedes, str):
+        told.append(f"a new version of {supersedes if shown(supersedes) else HIDDEN}")
+    expires = details.get("expires")
+    if isinstance(expires, datetime):
+        told.append(f"expires {expires.astimezone(UTC).isoformat(timespec='seconds')}")
+    return "; ".join(told)
 
 
 def _why(kind: str, details: Mapping[str, Any], shown: Callable[[str], bool]) -> object:

@@ -161,7 +161,7 @@ def say_found(where: str, taken: str) -> None:
     :func:`empty_ledger_at`), ``taken`` saying what was done with them."""
     click.echo(
         f"note: {where} held a ledger's tables with no event in its log (as an init or a "
-        f"copy that did not finish leaves them): {taken}",
+        f"copy that did not finish leaves them, or one running at the same moment): {taken}",
         err=True,
     )
 

@@ -76,7 +76,7 @@ def digest(url: str | None, admin_token: str | None, as_json: bool) -> None:
     "against",
     default=None,
     metavar="DIGEST",
-    help="A digest printed earlier by `provledger digest`.",
+    help="A digest printed earlier by `provledger digest`, or a signed head's JSON line.",
 )
 @click.option(
     "--heads",
@@ -208,7 +208,11 @@ def _found_line(report: Verification | Damage) -> str:
     later = report.problem is not None and report.problem.startswith(LATER_VIEWS)
     if later and report.failed_checks == ("views",):  # else what else failed says it
         what = "not verified by this version"  # nor passed: it cannot vouch for them
-    return f"{what}: {report.problem}"
+    more = len(report.problems) - 1
+    # The first problem is not always the cause (an event removed makes a later one
+    # look forged): say that there are others.
+    others = f" (and {more} more: --json lists every one)" if more > 0 else ""
+    return f"{what}: {report.problem}{others}"
 
 
 @click.command()
@@ -216,8 +220,9 @@ def _found_line(report: Verification | Damage) -> str:
 @click.option(
     "--against",
     metavar="DIGEST",
-    help="Prove in the tree of this digest (size:position:root, as `digest` printed it), "
-    "the events up to its position; refused unless the log extends it.",
+    help="Prove in the tree of this digest (size:position:root, as `digest` printed it, "
+    "or a signed head's JSON line), the events up to its position; refused unless the "
+    "log extends it.",
 )
 @token_option
 @url_option

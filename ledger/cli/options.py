@@ -46,7 +46,7 @@ URL_HELP = (
 TOKEN_HELP = "Bearer token of the principal acting (from `provledger token issue`)."
 KINDS = [k.value for k in Kind]
 
-#: The colours of the pictures (ledger.graph.STATUS_COLOURS): STALE orange, REVOKED red.
+#: The colours of the pictures (ledger.diagram.STATUS_COLOURS): STALE orange, REVOKED red.
 STATUS_STYLE = {
     "ACCEPTED": "bold green",
     "CANDIDATE": "bold yellow",

@@ -39,6 +39,8 @@ _LOST_STATES = ("57P01", "57P02", "57P03", "25P03")
 _BUSY_STATES = ("40001", "40P01")
 #: SQLSTATE of a lock not granted within ``lock_timeout`` (already waited: not retried).
 _LOCK_TIMEOUT = "55P03"
+#: SQLSTATE of a statement cancelled (``statement_timeout``, ``pg_cancel_backend``).
+_CANCELLED = "57014"
 
 #: Errors a backend raises for the database (wrapped by eventsourcing or not).
 DATABASE_ERRORS: tuple[type[BaseException], ...] = (PersistenceError, sqlite3.Error)
@@ -165,6 +167,12 @@ def storage_error(
     if _is_full(cause, path):
         return DiskFullError(
             f"{head}: the disk is full ({reason}); nothing was written — free space and try again"
+        )
+    if getattr(cause, "sqlstate", None) == _CANCELLED and not committing:
+        return StorageError(
+            f"{head}: the database cancelled a statement ({reason}: the role's or "
+            "PGOPTIONS' statement_timeout, or an administrator's cancel); nothing was "
+            "written — try again, or raise that timeout"
         )
     folder = _missing_folder(cause, path) if opening else None
     if folder is not None:

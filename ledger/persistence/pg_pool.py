@@ -8,6 +8,7 @@ it is handed out and replaced, with the pool's other idle connections checked.
 
 from __future__ import annotations
 
+import os
 import select
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any
@@ -32,12 +33,31 @@ class LedgerPostgresFactory(PostgresFactory):
         pool: Any = self.datastore.pool
         # Named in pg_stat_activity, so an administrator can tell a ledger's sessions.
         pool.kwargs["application_name"] = f"provledger:{self.datastore.schema}"[:63]
-        # Reads wait for a lock (another session's ACCESS EXCLUSIVE, say) no longer
-        # than writers do; writers set it again for their own transaction.
-        pool.kwargs["options"] = f"-c lock_timeout={int(self.datastore.lock_timeout)}s"
+        # Every session (reads too: another session's ACCESS EXCLUSIVE, say) waits
+        # for a lock no longer than the URL's ``lock_timeout``: given at connection
+        # (after the environment's PGOPTIONS, which an explicit ``options`` would
+        # otherwise replace), and set again once connected, where a pooler in
+        # between (PgBouncer's ``ignore_startup_parameters``) dropped it.
+        wait = int(self.datastore.lock_timeout)
+        given = os.environ.get("PGOPTIONS", "").strip()
+        pool.kwargs["options"] = f"{given} -c lock_timeout={wait}s".strip()
+        pool._configure = _setting_lock_wait(pool._configure, wait)
         probe(pool.kwargs, pool.timeout)
         if hasattr(pool, "_check") and pool._check is None:
             pool._check = _quick_check(pool)
+
+
+def _setting_lock_wait(configure: Any, seconds: int) -> Any:
+    """The pool's ``configure`` (eventsourcing's: autocommit, its idle timeout), then
+    ``SET lock_timeout`` to ``seconds``."""
+    statement = f"SET lock_timeout = '{seconds}s'"
+
+    def configured(conn: Any) -> None:
+        if configure is not None:
+            configure(conn)
+        conn.execute(statement, prepare=False)
+
+    return configured
 
 
 def plain_connection(env: dict[str, str]) -> psycopg.Connection[Any]:

@@ -98,6 +98,11 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
         # What a command waits for the writers' lock (the URL's ``lock_timeout``), its
         # wait behind this process's other writers included (``Engine.transact``).
         self.lock_wait = float(datastore.lock_timeout) if datastore.lock_timeout else None
+        self._lock_wait_statement = (
+            f"SET lock_timeout = '{int(self.lock_wait)}s'"
+            if self.lock_wait
+            else "RESET lock_timeout"
+        )
         self._table = f"{datastore.schema}.{events_table_name}"
         # The events' positions come from this sequence (eventsourcing's BIGSERIAL).
         sequence = f"pg_get_serial_sequence('{self._table}', 'notification_id')::regclass"
@@ -293,8 +298,8 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
                     vacuum.execute(f"SET lock_timeout = {SCRUB_LOCK_WAIT_MS}", prepare=False)
                     try:
                         vacuum.execute(self.dialect.q("VACUUM FULL {t}pl_snapshots"), prepare=False)
-                    finally:
-                        vacuum.execute("RESET lock_timeout", prepare=False)
+                    finally:  # the ledger's wait again (RESET would forget a SET one)
+                        vacuum.execute(self._lock_wait_statement, prepare=False)
                 finally:
                     conn.remove_notice_handler(notice)
                 held = held or bool(vacuum.execute(older, (position,)).fetchone()["held"])

@@ -132,6 +132,10 @@ def log_config() -> dict[str, Any]:
         "level": "INFO",
         "propagate": False,
     }
+    # Any other library's warnings (the MCP SDK's, a run the MCP endpoint could not
+    # end), stamped too: a root logger without a handler lets the MCP SDK give it
+    # one of its own, whose lines say no date.
+    config["root"] = {"handlers": ["default"], "level": "WARNING"}
     # Why /healthz stopped answering 200, and when it answers again: on standard
     # error, as uvicorn's own messages are.
     config["loggers"][HEALTH_LOGGER] = {

@@ -22,6 +22,7 @@ from starlette.routing import BaseRoute, Route
 from ledger import Ledger, Session
 from ledger.access import Role
 from ledger.answers import explanation_within, page_within
+from ledger.diagram import to_dot, to_mermaid
 from ledger.domain import Kind, Status, Validity
 from ledger.errors import (
     ConcurrencyError,
@@ -39,8 +40,6 @@ from ledger.graph import (
     dot_available,
     render,
     revocations,
-    to_dot,
-    to_mermaid,
 )
 from ledger.jsonable import EXPLAINED, json_safe
 from ledger.serve import payloads
@@ -192,6 +191,7 @@ def endpoint(
             try:
                 return handler(call)
             except LedgerError as exc:
+                exc = call.unknown_then(exc)
                 return ledger_error_response(exc, tuple(call.used), tuple(call.path), ledger.url)
 
         return await finish_in_thread(guarded, write=write)
@@ -523,6 +523,19 @@ def corrections(call: Call) -> Response:
     return json_response(payloads.stamped(session, answer))
 
 
+def deliver(call: Call) -> Response:
+    """Record that a usable record left the system (to ``recipient`` by ``channel``)."""
+    session = call.session()
+    record_id = call.path_id()
+    delivery_id = session.deliver(
+        record_id,
+        recipient=call.body_str("recipient", required=True),
+        channel=call.body_str("channel", default="email"),
+    )
+    answer = {"delivery_id": delivery_id, "record_id": record_id}
+    return json_response(answer, 201, {"Location": f"{PREFIX}/records/{record_id}"})
+
+
 def issue_correction(call: Call) -> Response:
     """Record a correction for a delivery in the outbox (nothing is sent)."""
     session = call.session()
@@ -548,6 +561,7 @@ ROUTES: tuple[tuple[str, str, Handler], ...] = (
     ("POST", "/records/{record_id}/reject", reject),
     ("POST", "/records/{record_id}/revoke", revoke),
     ("POST", "/records/{record_id}/revalidate", revalidate),
+    ("POST", "/records/{record_id}/deliveries", deliver),
     ("GET", "/read", read),
     ("GET", "/explain", explain),
     ("GET", "/corrections", corrections),

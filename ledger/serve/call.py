@@ -19,7 +19,9 @@ from starlette.datastructures import QueryParams
 
 from ledger import Ledger, Session
 from ledger.domain import Kind, Status, Validity
+from ledger.errors import LedgerError, UnknownDeliveryError, UnknownRecordError, retold
 from ledger.serve.inputs import FieldError, json_type, parse_time
+from ledger.serve.payloads import moment
 from ledger.validation import quoted
 
 #: An integer query parameter with more digits is out of any range a route takes.
@@ -72,6 +74,8 @@ class Call:
     used: list[str] = field(default_factory=list)
     #: The token's session, once the token was checked (None: checked on first use).
     authenticated: Session | None = field(default=None, repr=False)
+    #: The session of the past moment the query asked for, once asked (None: now).
+    past: Session | None = field(default=None, repr=False)
 
     # -- the principal ---------------------------------------------------------
 
@@ -85,8 +89,17 @@ class Call:
         if position is not None and when is not None:
             raise FieldError("as_of_time", "give as_of_position or as_of_time, not both")
         if position is not None or when is not None:
-            session = session.as_of(position=position, time=when)
+            session = self.past = session.as_of(position=position, time=when)
         return session
+
+    def unknown_then(self, exc: LedgerError) -> LedgerError:
+        """``exc`` (a record or delivery unknown) saying the past moment the query
+        asked for, when it asked for one: one proposed since is not there yet,
+        which "unknown" alone hides."""
+        found = None if self.past is None else moment(self.past)
+        if found is None or not isinstance(exc, UnknownRecordError | UnknownDeliveryError):
+            return exc
+        return retold(exc, f"{exc} as of log position {found['position']} ({found['time']})")
 
     # -- path and query --------------------------------------------------------
 

@@ -310,6 +310,8 @@ class Console(Plumbing):
                 "view": view,
                 "usable": usable,
                 "reasons": reasons,
+                # The Why box's reasons already say when it expired: not said again.
+                "expiry_told": any("expired at" in reason for reason in reasons),
                 "conflicts": conflicts,
                 "trail": trail,
                 "audit_note": audit_note,

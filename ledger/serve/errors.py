@@ -74,6 +74,7 @@ _FIELD_WORDS: tuple[tuple[str, str], ...] = tuple(
         {
             "as_of time": "as_of_time",
             "as_of position": "as_of_position",
+            "channel": "channel",
             "claim_key": "claim_key",
             "claim_prefix": "claim_prefix",
             "conditions": "conditions",
@@ -93,6 +94,7 @@ _FIELD_WORDS: tuple[tuple[str, str], ...] = tuple(
             "parent": "parents",
             "parents": "parents",
             "reason": "reason",
+            "recipient": "recipient",
             "record id": "id",
             "replacement id": "replacement",
             "replacement": "replacement",
@@ -139,12 +141,15 @@ def field_of(exc: LedgerError, fields: Iterable[str], paths: Iterable[str] = ())
     body that gives one and the path's ``record_id`` otherwise. A 404 names a
     field only when a query parameter or body field named the unknown record
     (``record_id`` of a query, ``supersedes``, ``replacement``): otherwise the
-    unknown one is the path's record or delivery.
+    unknown one is the path's record or delivery. A 409 names a field only for
+    an ``id`` already taken (``DuplicateRecordError``): ``id``.
     """
     status = status_of(exc)
+    given, in_path = set(fields), set(paths)
+    if isinstance(exc, DuplicateRecordError):  # 409: the id the request gave is taken
+        return "id" if "id" in given else None
     if status not in (404, 422):
         return None
-    given, in_path = set(fields), set(paths)
     message = _REFUSED.sub("", str(exc))
     for word, name in _FIELD_WORDS:
         if message.startswith(word) and message[len(word) : len(word) + 1] in (" ", ":", ""):

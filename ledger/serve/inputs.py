@@ -413,6 +413,9 @@ def parse_body(raw: bytes) -> Mapping[str, Any]:
         raise InvalidInputError(message) from None
     except UnicodeDecodeError:
         raise InvalidInputError("the request body is not UTF-8") from None
+    except json.JSONDecodeError as exc:  # where it stops reading as JSON, not what it says
+        where = f"line {exc.lineno} column {exc.colno}"
+        raise InvalidInputError(f"the request body is not JSON: {exc.msg} at {where}") from None
     except (ValueError, RecursionError):
         raise InvalidInputError("the request body is not JSON") from None
     if not isinstance(data, dict):

@@ -188,9 +188,9 @@ class MCPMount:
                 manager: SessionManager = server.session_manager
                 running = _Running(manager, anyio.Event(), manager.handle_request)
                 if hasattr(type(server), "connections"):  # a server with runs
-                    from ledger.integrations.mcp.connection import ending_sessions
+                    from ledger.integrations.mcp.connection import ending_sessions, sessions_only
 
-                    running.handle = ending_sessions(manager.handle_request, server)
+                    running.handle = sessions_only(ending_sessions(manager.handle_request, server))
                     # A tool's work (a run records what it shows: a write) in a
                     # worker thread of the pool reads use: under the writes'
                     # limit, calls queued behind a lock held elsewhere leave reads

@@ -324,6 +324,22 @@ def _paths() -> dict[str, dict[str, Any]]:
                 "read, is 422 (`parents`).",
             )
         },
+        "/records/{record_id}/deliveries": {
+            "post": _op(
+                "Record a delivery: a usable record left the system",
+                "201",
+                "DeliveryRecorded",
+                "401 403 404 409 413 422",
+                params=[_RECORD_ID],
+                body="DeliverRequest",
+                description="Needs `deliver` in the record's scope; the record must be "
+                "ACCEPTED and unexpired (409 otherwise). The delivery stays DELIVERED "
+                "whatever happens to the record since: `GET /records/{record_id}` lists it "
+                "under `deliveries`, and `GET /corrections` once it owes a correction. "
+                "Nothing is sent. A retry whose first answer was lost records a second "
+                "delivery.",
+            )
+        },
         "/read": {
             "get": _op(
                 "Read a claim through the eligibility chain",

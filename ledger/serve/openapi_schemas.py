@@ -144,7 +144,10 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                         {
                             "type": "string",
                             "description": "For bad input (422), the body field or query "
-                            "parameter at fault.",
+                            "parameter at fault; for an unknown record (404), the field "
+                            "naming it when not the path; for an id already taken (409 "
+                            "DuplicateRecordError), `id`; for a dependency not usable now "
+                            "(409), `parents` or `supersedes`.",
                         }
                     ),
                 }
@@ -361,6 +364,8 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "status": ref("Status"),
             "cause": nullable(STR),
             "reason": nullable(STR),
+            "superseded_by": nullable(STR),
+            "cause_superseded_by": nullable(STR),
         }
     ),
     "CorrectionsDue": _object({"corrections": {"type": "array", "items": ref("CorrectionDue")}}),
@@ -395,6 +400,16 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         description="The record's id and, when the caller may read it, the record now.",
     ),
     "CorrectionIssued": _object({"correction_id": STR, "delivery_id": STR}),
+    "DeliveryRecorded": _object({"delivery_id": STR, "record_id": STR}),
+    "DeliverRequest": _object(
+        {
+            "recipient": {**_text(512, line=True), "description": "Who received it."},
+            "channel": nullable(
+                {**_text(64, line=True), "default": "email", "description": "How it left."}
+            ),
+        },
+        required=["recipient"],
+    ),
     "ProposeRequest": _object(
         {
             "scope": ID,

@@ -1,7 +1,7 @@
 """The record page's dependency picture: inline SVG, coloured as the CLI draws it.
 
 The subgraph comes from :func:`ledger.graph.collect` and the DOT source from
-:func:`ledger.graph.to_dot` (so the colours, dashed observed edges and double
+:func:`ledger.diagram.to_dot` (so the colours, dashed observed edges and double
 borders of delivered records are the CLI's); each node links to its record
 page. A graph of more than :data:`MAX_NODES` records is summarised: the record,
 its direct parents and children are drawn, the rest counted by status. A graph of
@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from markupsafe import Markup
 
 from ledger import Session
+from ledger.diagram import to_dot
 from ledger.errors import GraphTooLargeError, RenderError
 from ledger.graph import (
     MAX_SERVED_NODES,
@@ -32,7 +33,6 @@ from ledger.graph import (
     dot_available,
     render,
     revocations,
-    to_dot,
 )
 from ledger.serve.pages import controls_written_out
 from ledger.values import RecordView

@@ -18,7 +18,8 @@ host it was told of (``allowed_hosts``) is refused, against DNS rebinding.
 - Resources: ``provledger://record/{record_id}``, the JSON ``get_record`` returns.
   After ``revoke_memory`` every affected record the token can see is announced as
   updated (and after accept, reject and revalidate the record itself), to clients
-  listening with ``subscriptions/listen``.
+  listening with ``subscriptions/listen`` (over stdio and in process: HTTP serves
+  no protocol without sessions).
 - One connection is one ledger run (:meth:`ledger.Session.run`), started at its
   first read or proposal: what it is shown by ``read_memory``, ``explain_memory``,
   ``get_record``, ``list_records`` and the record resource is recorded, and what it
@@ -29,8 +30,9 @@ host it was told of (``allowed_hosts``) is refused, against DNS rebinding.
   unseen, and goes through once the connection has been shown it. ``audit_record``
   is not recorded. Over stdio the connection is the process; in process
   (``mcp.Client(server)``) each client; over streamable HTTP each client session
-  (``Mcp-Session-Id``, ended by the client's ``DELETE`` or the server's stop), and
-  the server's lifetime for requests of the 2026 protocol, which has no sessions.
+  (``Mcp-Session-Id``, ended by the client's ``DELETE`` or the server's stop); a
+  request of the 2026 protocol, which has no sessions, is refused over HTTP
+  (:func:`~ledger.integrations.mcp.connection.sessions_only`).
 
 Modules: :mod:`~ledger.integrations.mcp.schemas` (argument types),
 :mod:`~ledger.integrations.mcp.results` (result types),

@@ -3,6 +3,7 @@ as tool errors, blocking calls off the event loop, resource announcements)."""
 
 from __future__ import annotations
 
+import json
 import logging
 import secrets
 import threading
@@ -15,8 +16,10 @@ import anyio
 import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import UNSUPPORTED_PROTOCOL_VERSION
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.datastructures import Headers
+from starlette.responses import JSONResponse
 
 from ledger import RunContext, Session
 from ledger.access import mask_tokens
@@ -179,10 +182,11 @@ class Connections:
     one MCP session is one run), so one client's reads are never another's observed
     dependencies: over streamable HTTP each client session (``Mcp-Session-Id`` of
     the 2025 protocol, whose sessions the SDK checks before any tool runs);
-    otherwise the server's one connection (stdio's session, an in-process client's,
-    or every request of the 2026 protocol, which has no sessions: a session id it
-    names picks nothing). A session's run ends when its client ends the session
-    (:func:`ending_sessions`), when :data:`SESSIONS` later sessions have been used
+    otherwise the server's one connection (stdio's session, an in-process client's;
+    a request of the 2026 protocol, which has no sessions, is refused over HTTP by
+    :func:`sessions_only`, and a session id it names would pick nothing). A
+    session's run ends when its client ends the session (:func:`ending_sessions`),
+    when :data:`SESSIONS` later sessions have been used
     since it was last used (one that idled out is never ended by its client), and
     at the latest when the server stops.
     """
@@ -331,3 +335,64 @@ def ending_sessions(app: Any, server: object) -> Any:
             await anyio.to_thread.run_sync(connections.end, sid)
 
     return ending
+
+
+#: Why a request of a protocol without sessions is refused over HTTP.
+SESSIONLESS = (
+    "this server keeps each MCP session in a run of its own (what a session is shown "
+    "becomes the observed dependencies of what it proposes, and only its own), and "
+    "protocol {version} has no sessions, so over HTTP one client's reads would be "
+    "another's provenance: connect with the initialize handshake (protocol "
+    "{latest}); the MCP Python SDK's Client does so on this answer"
+)
+#: The most of a refused request's body read to find its JSON-RPC id.
+_ID_READ = 1 << 20
+
+
+def sessions_only(app: Any) -> Any:
+    """``app`` (an MCP server over streamable HTTP) serving only the protocols with
+    sessions (SPEC §13.4: one MCP session is one run). A request naming another
+    protocol version (``MCP-Protocol-Version: 2026-07-28``, which has no sessions:
+    the SDK would serve every such request of every client in the one run of the
+    server) is answered HTTP 400 with JSON-RPC error -32022 (unsupported protocol
+    version) naming the versions served; a client negotiating (the MCP Python
+    SDK's ``Client``, mode ``auto``) then opens a session with ``initialize``."""
+
+    async def serving(scope: Any, receive: Any, send: Any) -> None:
+        version = (
+            Headers(scope=scope).get("mcp-protocol-version") if scope["type"] == "http" else None
+        )
+        if version is None or version in HANDSHAKE_PROTOCOL_VERSIONS:
+            await app(scope, receive, send)
+            return
+        request_id = await _request_id(receive) if scope.get("method") == "POST" else None
+        latest = HANDSHAKE_PROTOCOL_VERSIONS[-1]
+        error = {
+            "code": UNSUPPORTED_PROTOCOL_VERSION,
+            "message": SESSIONLESS.format(version=mask_tokens(version[:40]), latest=latest),
+            "data": {"supported": list(HANDSHAKE_PROTOCOL_VERSIONS), "requested": version[:40]},
+        }
+        answer = JSONResponse({"jsonrpc": "2.0", "id": request_id, "error": error}, 400)
+        await answer(scope, receive, send)
+
+    return serving
+
+
+async def _request_id(receive: Any) -> str | int | None:
+    """The JSON-RPC id of the request whose body ``receive`` gives (its first
+    :data:`_ID_READ` bytes), or None (not JSON, a batch, no id)."""
+    body = b""
+    while len(body) <= _ID_READ:
+        message = await receive()
+        if message.get("type") != "http.request":
+            break
+        body += message.get("body", b"")
+        if not message.get("more_body", False):
+            break
+    try:
+        found = json.loads(body)
+    except ValueError:
+        return None
+    request_id = found.get("id") if isinstance(found, dict) else None
+    ok = isinstance(request_id, str | int) and not isinstance(request_id, bool)
+    return request_id if ok else None

@@ -30,7 +30,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
 
 from ledger.errors import InvalidInputError
-from ledger.integrations.mcp.connection import ending_sessions
+from ledger.integrations.mcp.connection import ending_sessions, sessions_only
 from ledger.sockets import Stopped, listen, stop_signals_raise
 from ledger.validation import quoted
 
@@ -170,11 +170,13 @@ def serve_http(
         with stop_signals_raise():
             # A call's answer as one JSON body, not a stream: a stream is closed
             # at a stop, unanswered, while the call goes on (as serve's /mcp).
-            app = ending_sessions(
-                server.streamable_http_app(
-                    host=host, transport_security=security, json_response=True
-                ),
-                server,
+            app = sessions_only(
+                ending_sessions(
+                    server.streamable_http_app(
+                        host=host, transport_security=security, json_response=True
+                    ),
+                    server,
+                )
             )
             # Info: the address it listens on, and when it stops; no line per request.
             # A request must arrive whole in time, and connections are held only as
