@@ -878,3 +878,48 @@ def test_a_summary_tells_a_new_version_its_expiry_and_that_it_expired(
     forged = rewrite(path, tmp_path / "k", tmp_path / "forged.zip", later)
     report = verify_bundle(forged, tmp_path / "k.pub")
     assert not report.ok and "summary.txt tells the Proposed of T2" in (report.problem or "")
+
+    # And so does one leaving them out, or saying another expiry on the status line
+    def edited(old: bytes, new: bytes) -> Callable[[dict[str, Any], dict[str, bytes]], None]:
+        def change(manifest: dict[str, Any], files: dict[str, bytes]) -> None:
+            assert old in files["summary.txt"]
+            files["summary.txt"] = files["summary.txt"].replace(old, new)
+
+        return change
+
+    for old, new, problem in (
+        (b": a new version of T1; expires 2026-01-01T13:00:00+00:00", b"", "tells the Proposed"),
+        (b" (expired at 2026-01-01T13:00:00+00:00)", b"", "not when it expired"),
+        (
+            b"(expired at 2026-01-01T13:00:00+00:00)",
+            b"(expired at 2026-01-01T12:30:00+00:00: the expiry of T1)",
+            "T1 is no record the bundle includes",
+        ),
+        (b"expired at 2026-01-01T13", b"expired at 2026-01-01T14", "but its own proposal says"),
+    ):
+        forged = rewrite(path, tmp_path / "k", tmp_path / "forged.zip", edited(old, new))
+        report = verify_bundle(forged, tmp_path / "k.pub")
+        assert not report.ok and problem in (report.problem or ""), (new, report.problem)
+
+
+@pytest.mark.parametrize("ledger_url", ["memory"], indirect=True)
+def test_a_re_signed_summary_giving_a_stale_record_another_cause_fails(
+    r1_bundle: tuple[Path, Path],
+) -> None:
+    path, tmp_path = r1_bundle
+    summary = zipfile.ZipFile(path).read("summary.txt").decode()
+    status = next(line for line in summary.splitlines() if line.startswith("status:"))
+    assert status == "status:    STALE / NEEDS_REVALIDATION (E1 revoked: doc changed)"
+
+    def other_cause(manifest: dict[str, Any], files: dict[str, bytes]) -> None:
+        files["summary.txt"] = files["summary.txt"].replace(
+            b"(E1 revoked: doc changed)", b"(E1 revoked: a routine refresh)"
+        )
+
+    forged = rewrite(path, tmp_path / "k", tmp_path / "forged.zip", other_cause)
+    report = verify_bundle(forged, tmp_path / "k.pub")
+    assert not report.ok
+    assert report.problem == (
+        "summary.txt says R1 is STALE (E1 revoked: a routine refresh), but its newest stale "
+        "marking says (E1 revoked: doc changed)"
+    )

@@ -979,7 +979,11 @@ def test_corrections_json_lists_deliveries_needing_a_correction(chain: Cli) -> N
     assert json.loads(chain.as_reviewer("corrections", "--json").stdout) == {"due": []}
     _revoked(chain)
     [due] = json.loads(chain.as_reviewer("corrections", "--json").stdout)["due"]
-    assert set(due) == {"delivery", "scope", "validity", "status", "cause", "reason"}
+    assert set(due) == {
+        "delivery", "scope", "validity", "status", "cause", "reason", "superseded_by",
+        "cause_superseded_by",
+    }  # fmt: skip
+    assert due["superseded_by"] is None and due["cause_superseded_by"] is None  # revoked
     assert due["status"] == "STALE" and due["cause"] == "E1" and due["scope"] == "proj-a"
     assert due["delivery"]["recipient"] == "ops@x.test"
     assert "R1" in chain.as_reviewer("corrections").stdout
@@ -1721,6 +1725,19 @@ def test_digest_then_verify_against_it_after_more_commands(chain: Cli) -> None:
     assert result.stdout.startswith("ok: ") and f"extends {kept}" in result.stdout
     report = chain.json("verify", "--against", kept)
     assert report["ok"] is True and report["consistency_proof"]
+
+
+def test_a_signed_head_line_stands_for_the_digest_it_signs(chain: Cli, tmp_path: Path) -> None:
+    key = tmp_path / "ledger-key"
+    chain.ok("keygen", "--out", str(key))
+    line = chain.ok("head", "--key", str(key)).stdout.strip()
+    kept = chain.ok("digest").stdout.strip()
+    _revoked(chain)
+    # verify and prove take the head's line for its digest, and say the digest
+    result = chain.ok("verify", "--against", line)
+    assert f"; extends {kept} (" in result.stdout and "signature" not in result.stdout
+    proofs = json.loads(chain.as_reviewer("prove", "E1", "--against", line).stdout)
+    assert proofs and all(p["size"] == int(kept.split(":")[0]) for p in proofs)
 
 
 def test_verify_exits_1_naming_the_position_of_tampered_bytes(chain: Cli) -> None:

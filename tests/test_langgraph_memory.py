@@ -290,6 +290,51 @@ def test_putting_a_key_again_with_its_value_writes_nothing_and_keeps_what_rests_
         assert record_of(reviewer, "n0").status == Status.STALE
 
 
+def test_a_resumed_thread_saving_what_it_saved_before_writes_nothing(
+    ledger: Ledger, tokens: dict[str, str]
+) -> None:
+    def save_profile(state: Turn) -> Turn:  # as a graph resumed from its checkpoint does
+        get_store().put(NS, "profile", {"name": "Ada"})
+        return state
+
+    def note_on_profile(state: Turn) -> Turn:
+        memories = get_store()
+        profile = memories.get(NS, "profile")
+        assert profile is not None
+        memories.put(NS, "note", {"text": f"note for {profile.value['name']}"})
+        return state
+
+    reviewer = ledger.authenticate(tokens["reviewer"])
+
+    def versions() -> list[str]:
+        return [e.record.id for e in reviewer.explain(NS[0], "memories/u1/profile").entries]
+
+    # Given thread "chat" saved the profile (unread), and thread "notes" a note on it,
+    # in a store now closed
+    with open_store(ledger, tokens) as store:
+        graph_of(store, save_profile).invoke({"turn": 0}, {"configurable": {"thread_id": "chat"}})
+        graph_of(store, note_on_profile).invoke(
+            {"turn": 0}, {"configurable": {"thread_id": "notes"}}
+        )
+    saved = versions()
+    assert len(saved) == 1
+    # When a later store resumes "chat" (its next run), which saves the same profile
+    # without reading it
+    with open_store(ledger, tokens) as store:
+        graph_of(store, save_profile).invoke({"turn": 1}, {"configurable": {"thread_id": "chat"}})
+        # Then no version is written: the note on it stays usable
+        assert versions() == saved
+        assert usable_keys(store) == ["note", "profile"]
+        # And a thread that never saved it (nor read it) proposes, as before
+        graph_of(store, save_profile).invoke({"turn": 2}, {"configurable": {"thread_id": "other"}})
+        assert len(versions()) == 2 and usable_keys(store) == ["profile"]
+    # And once another thread's version holds the value, the resumed thread's put
+    # of it proposes again (it put the key's first version, not this one)
+    with open_store(ledger, tokens) as store:
+        graph_of(store, save_profile).invoke({"turn": 3}, {"configurable": {"thread_id": "chat"}})
+        assert len(versions()) == 3
+
+
 def test_putting_a_stale_key_again_with_its_value_makes_a_new_version(
     ledger: Ledger, tokens: dict[str, str]
 ) -> None:

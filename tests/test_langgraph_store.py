@@ -1619,11 +1619,14 @@ def test_a_thread_resumed_by_a_later_store_goes_on_in_a_new_run(
     with LedgerStore(
         principals.ledger, token=principals.agent_token, approver_token=principals.reviewer_token
     ) as later:
+        # (a greeting that changed: one unchanged would be no new version, see
+        # test_a_resumed_thread_saving_what_it_saved_before_writes_nothing)
+        later.put(("proj-a", "user"), "name", {"text": "Bob"})
         out = greeting_graph(later).invoke(
             {"greeting": ""}, {"configurable": {"thread_id": "chat-1"}}
         )
 
-    assert out["greeting"] == "Hello, Ada!"
+    assert out["greeting"] == "Hello, Bob!"
     greeting_id = current_id(principals.reviewer, "proj-a", "greetings/latest")
     proposed = principals.reviewer.audit(greeting_id).events[0]
     assert proposed.details["run_id"] == run_id_of("chat-1", 1)

@@ -725,6 +725,19 @@ def test_over_http_each_client_session_is_a_run_and_sessionless_requests_are_ref
         assert refused.status_code == 400
         assert refused.json()["error"]["code"] == -32022
         assert refused.json()["id"] == "q"
+        sessionless = {
+            "Accept": "application/json, text/event-stream",
+            "Content-Type": "application/json",
+            "MCP-Protocol-Version": "2026-07-28",
+        }
+        # (a body nested past what a parser follows is refused so too, its id unread)
+        deep = httpx.post(endpoint, content=b"[" * 200_000, headers=sessionless, timeout=30)
+        assert deep.status_code == 400 and deep.json()["id"] is None, deep.text
+        # (and a Host it was not told of is refused first, as any request is)
+        rebound = httpx.post(
+            endpoint, content=b"{}", headers={**sessionless, "Host": f"evil.example:{port}"}
+        )
+        assert rebound.status_code == 421
         versions = anyio.run(two_clients)
     finally:
         _, _, stderr = served.stop(signal.SIGTERM)

@@ -2026,3 +2026,49 @@ def test_a_record_page_as_of_before_the_record_says_it_was_not_there_yet(desk: D
     assert client.get("/records/R1").status_code == 200
     never = text_of(client.get("/records/NOPE").text)
     assert "not visible to 'reviewer'" in never and "as of log position" not in never
+
+
+def test_a_revocation_page_of_a_record_revoked_since_links_to_the_record(desk: Desk) -> None:
+    # Given E1 revoked since the reviewer was given a link to revoke it
+    _seed(desk)
+    desk.reviewer.revoke("E1", reason="doc changed")
+    client, _ = desk.signed_in("reviewer")
+    # When the link is followed
+    page = client.get("/records/E1/revoke")
+    # Then the refusal links to E1 as it is now, and to the queue
+    assert page.status_code == 409
+    text = text_of(page.text)
+    assert "record 'E1' is REVOKED" in text
+    assert 'href="/records/E1">See record E1 as it is now</a>' in page.text
+    assert "Back to the review queue" in text
+    # And a page refused for another reason (an unknown record) has no such link
+    unknown = client.get("/records/NOPE/revoke")
+    assert unknown.status_code == 404 and "See record" not in unknown.text
+
+
+def test_the_outbox_and_a_record_page_tell_an_expiry_as_an_expiry(desk: Desk, clock: Any) -> None:
+    from datetime import timedelta
+
+    # Given X1 (on E1) delivered and expiring in 30 days, and D1 delivered expiring in an hour
+    _seed(desk)
+    month, hour = clock.now + timedelta(days=30), clock.now + timedelta(hours=1)
+    for rid, expires in (("X1", month), ("D1", hour)):
+        desk.agent.propose(
+            scope="proj-a", claim_key=f"k.{rid}", value=1, kind=Kind.INFERENCE,
+            parents=["E1"], expires=expires, id=rid,
+        )  # fmt: skip
+        desk.reviewer.accept(rid)
+        desk.reviewer.deliver(rid, recipient=f"{rid.lower()}@x.test")
+    client, _ = desk.signed_in("reviewer")
+    # When D1's hour has passed, then E1 is revoked for a reason that speaks of expiry
+    clock.advance(hours=2)
+    text = text_of(client.get("/attention").text)
+    # Then the outbox says why D1's delivery owes a correction
+    assert "d1@x.test received D1" in text
+    owed = "Now ACCEPTED NEEDS_REVALIDATION : past its expiry, or that of a record it rests on"
+    assert owed in text
+    desk.reviewer.revoke("E1", reason="the cert expired at noon")
+    page = text_of(client.get("/records/X1").text)
+    # And X1's page, STALE for that reason, still says when X1 itself expires
+    assert "the cert expired at noon" in page
+    assert "Its expiry: 2026-01-31 12:00:00 UTC" in page

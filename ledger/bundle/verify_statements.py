@@ -27,6 +27,7 @@ from ledger.bundle.told import (
 )
 from ledger.bundle.verify_activities import _check_activities
 from ledger.bundle.verify_derivations import _Carried, _check_derivations, _plain
+from ledger.bundle.verify_status import check_status_line, summary_form
 from ledger.domain import Status, Validity
 from ledger.jsonable import value_text
 from ledger.serialization import unpack
@@ -88,7 +89,10 @@ def _check_statements(
     problems += _machine({rid: [(p, k, f) for p, k, f, _v, _o in events[rid]] for rid in told})
     _check_validities(statements, stated, told, problems)
     _check_summary_ancestry(members, str(root), stated, hidden, problems)
-    _check_summary_lines(members, str(root), events, problems)
+    form = summary_form(manifest)
+    _check_summary_lines(members, str(root), events, problems, form)
+    summary = members.get("summary.txt", b"").decode("utf-8", "replace").splitlines()
+    check_status_line(summary, str(root), form, told, events, problems)
     _check_events_line(members, listed, problems)
     _check_proposals(members, str(root), stated, told, problems)
     _check_activities(members, events, problems)
@@ -407,6 +411,7 @@ def _check_summary_lines(
     root: str,
     events: dict[str, list[_Carried]],
     problems: list[str],
+    written: int = 1,
 ) -> None:
     """summary.txt's status, evidence and ancestry lines are each in the form the
     writer gives them (a line the checks cannot read is not a line they passed),
@@ -472,11 +477,13 @@ def _check_summary_lines(
                 # is what the event says too.
                 told = history_line(listed[1], m["rid"], fields.get("actor"), at, position, fields)
                 expected = one_line((m["indent"] or "") + told)
-                # An earlier writer told a proposal without its version and expiry.
+                # A summary of the first form told a proposal without its version
+                # and expiry (:mod:`~ledger.bundle.verify_status`).
                 earlier = history_line(
                     listed[1], m["rid"], fields.get("actor"), at, position, fields, proposal=False
                 )
-                if line not in (expected, one_line((m["indent"] or "") + earlier)):
+                told_so = (expected, one_line((m["indent"] or "") + earlier))
+                if line not in told_so[: 1 if written >= 2 else 2]:
                     problems.append(
                         f"summary.txt tells the {listed[1]} of {rid} at log position {position} "
                         f"as {line.strip()[:120]!r}, but its event says {expected.strip()[:120]!r}"

@@ -24,6 +24,7 @@ from ledger.bundle.documents import _prov_json, _summary
 from ledger.bundle.events import _Auditable, _events
 from ledger.bundle.extends import Earlier, HeldHead, _as_list, extension_problem, held_head
 from ledger.bundle.told import _Told
+from ledger.bundle.verify_status import SUMMARY_FORM
 from ledger.errors import CorruptEventError, InvalidHeadError, InvalidInputError, naming_file
 from ledger.graph import collect
 from ledger.heads import (
@@ -152,6 +153,7 @@ def write_bundle(
             files[f"events/{event.position:012d}.bin"] = event.data
     manifest = {
         "format": FORMAT,
+        "summary": SUMMARY_FORM,
         "record": root,
         "created": now.astimezone(UTC).isoformat(timespec="microseconds"),
         "key_id": key_id(key),

@@ -30,7 +30,7 @@ from ledger.errors import (
     StorageError,
     UnknownTokenError,
 )
-from ledger.merkle import Verification
+from ledger.merkle import LogDigest, Verification
 from ledger.verification import LATER_VIEWS
 
 if TYPE_CHECKING:
@@ -176,7 +176,7 @@ def verify(
             }
         )
     elif report.ok:
-        extends = f"; extends {against}" if against else ""
+        extends = f"; extends {LogDigest.parse(against)}" if against else ""  # (a head's too)
         n = report.heads
         kept = f"; consistent with {n} signed head{'' if n == 1 else 's'}" if n else ""
         click.echo(f"ok: {report.digest}{extends}{kept} ({', '.join(report.checks)})")

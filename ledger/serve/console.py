@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 from urllib.parse import quote, unquote, urlencode
 
@@ -310,8 +311,9 @@ class Console(Plumbing):
                 "view": view,
                 "usable": usable,
                 "reasons": reasons,
-                # The Why box's reasons already say when it expired: not said again.
-                "expiry_told": any("expired at" in reason for reason in reasons),
+                # The Why box's reasons already say when it expired (an ACCEPTED
+                # record's first failing stage is its expiry): not said again.
+                "expiry_told": bool(reasons) and _expired(view, live.caller.at(None)),
                 "conflicts": conflicts,
                 "trail": trail,
                 "audit_note": audit_note,
@@ -651,3 +653,10 @@ def _here(path: str, query: Mapping[str, object]) -> str:
     """``path`` with the parts of ``query`` that are given (a page 1 is not)."""
     given = {k: str(v) for k, v in query.items() if v is not None and (k, v) != ("page", 1)}
     return path + ("?" + urlencode(given) if given else "")
+
+
+def _expired(view: RecordView, at: datetime) -> bool:
+    """Whether ``view`` is an ACCEPTED record past its expiry (its own or one it
+    inherits) at ``at``: its Why box's reasons then say so."""
+    due = view.effective_expires
+    return view.status == Status.ACCEPTED and due is not None and due <= at

@@ -190,7 +190,9 @@ class MCPMount:
                 if hasattr(type(server), "connections"):  # a server with runs
                     from ledger.integrations.mcp.connection import ending_sessions, sessions_only
 
-                    running.handle = sessions_only(ending_sessions(manager.handle_request, server))
+                    ending = ending_sessions(manager.handle_request, server)
+                    security = getattr(manager, "security_settings", None)
+                    running.handle = sessions_only(ending, security)
                     # A tool's work (a run records what it shows: a write) in a
                     # worker thread of the pool reads use: under the writes'
                     # limit, calls queued behind a lock held elsewhere leave reads

@@ -185,9 +185,12 @@ class Plumbing:
         name: str | None = None,
     ) -> HTMLResponse:
         """A refusal as a page, with the status of the one error table; ``name``:
-        the page's, kept in its title ("Not found: Record E9")."""
+        the page's, kept in its title ("Not found: Record E9"). A page about a
+        record that is there but not in a state for it (409: the revocation of a
+        record revoked since) links to that record too."""
         status = status_of(exc)
         heading = TITLES.get(status, "Refused")
+        about = request.path_params.get("record_id") if status == 409 else None
         return self.render(
             request,
             session,
@@ -198,6 +201,7 @@ class Plumbing:
             heading=heading,
             error_type=type(exc).__name__,
             message=told(exc, self.ledger.url),
+            about=about,
         )
 
     def _moment_refused(

@@ -222,8 +222,7 @@ class LedgerStore(BaseStore):
     ) -> Item | None:
         """Retrieve a single item (``BaseStore.get``): the same checks and answer
         as a batch of one ``GetOp``; outside a LangGraph thread, one ledger read
-        without the batch around it. ``refresh_ttl`` is accepted and ignored (no TTL).
-        """
+        without the batch around it; ``refresh_ttl`` is ignored (no TTL)."""
         if thread_id() is not None:
             return super().get(namespace, key, refresh_ttl=refresh_ttl)
         if type(namespace) is not tuple:
@@ -541,14 +540,16 @@ class LedgerStore(BaseStore):
                     state.missing[(scope, claim)] = at
             else:
                 same = None  # a read-only ledger refuses the put; a thread knows no version
-                if not self.ledger.read_only and (state is None or state.saw(scope, claim)):
+                if not self.ledger.read_only and (state is None or state.may_keep(scope, claim)):
                     same = unchanged(self.session, scope, claim, self.kind, op.value)
+                if same is not None and state is not None:
+                    same = same if state.keeps(same, scope, claim, self.session) else None
                 if same is not None:
                     try:  # a put it may not make is proposed (and refused), whatever its value
                         self._check_proposer({scope})
                     except LedgerError:
                         same = None
-                if same is None or (state is not None and not state.knows(same)):
+                if same is None:
                     self._replace(state, scope, claim, op.value)
 
     def _replace(self, state: Thread | None, scope: str, claim: str, given: Any) -> None:
@@ -620,8 +621,7 @@ class LedgerStore(BaseStore):
 
         Raises:
             InvalidParentError: the proposal rests on a record withdrawn since the
-                thread read it, naming the namespace and key to get again.
-        """
+                thread read it, naming the namespace and key to get again."""
 
         tried: list[str] = []
 

@@ -43,6 +43,7 @@ import langgraph.store.base
 from langchain_core.runnables.config import var_child_runnable_config
 
 from ledger import RunContext, Session
+from ledger.access import Role
 from ledger.domain import Kind, Outcome, Status, Validity
 from ledger.errors import DuplicateRecordError, InvalidInputError, LedgerError
 from ledger.validation import ID_PATTERN
@@ -188,6 +189,9 @@ class Thread:
     #: the log position as of which it was (its put then passes ``NewestOf`` that
     #: position: refused if a version was accepted since).
     missing: dict[tuple[str, str], int] = field(default_factory=dict)
+    #: Whether the thread went on from a run an earlier store left (continued, or
+    #: carried into the next): what it put there it does not know as ``written``.
+    resumed: bool = False
 
     @classmethod
     def start(cls, session: Session, thread: str) -> Thread:
@@ -226,11 +230,13 @@ class Thread:
                 except InvalidInputError:  # ended meanwhile: the thread goes on
                     number += 1
                     continue
-                return cls(thread_id=thread, run=run, keys=_keys_of(session, run.relied_on))
+                keys = _keys_of(session, run.relied_on)
+                return cls(thread_id=thread, run=run, keys=keys, resumed=True)
             if number == 0:
                 return cls(thread_id=thread, run=run)
             session.run(run_id_of(thread, number - 1)).carry_into(run)  # ours: ended
-            return cls(thread_id=thread, run=run, keys=_keys_of(session, run.relied_on))
+            keys = _keys_of(session, run.relied_on)
+            return cls(thread_id=thread, run=run, keys=keys, resumed=True)
 
     def end(self) -> None:
         """End the run (recorded as completed)."""
@@ -324,6 +330,32 @@ class Thread:
         key = (scope, claim)
         return key not in self.missing and any(k == key for k in self.keys.values())
 
+    def may_keep(self, scope: str, claim: str) -> bool:
+        """Whether a put of the key may find it unchanged (:meth:`keeps`): the thread
+        saw it, or went on from an earlier store's run, where it may have put it,
+        and has not found it missing since."""
+        key = (scope, claim)
+        return self.saw(scope, claim) or (self.resumed and key not in self.missing)
+
+    def keeps(self, record_id: str, scope: str, claim: str, session: Session) -> bool:
+        """Whether a put of the value ``record_id`` holds (the key's one usable
+        version) may write nothing: the thread :meth:`knows` it, or, resumed, put it
+        in one of its earlier runs (a graph resumed from its checkpoint saves the
+        state it saved before); it then knows it as its own put."""
+        if self.knows(record_id):
+            return True
+        if not self.resumed or not self._ours(_proposed_in(session, record_id)):
+            return False
+        self.written.add(record_id)
+        self.keys[record_id] = (scope, claim)
+        return True
+
+    def _ours(self, run_id: str | None) -> bool:
+        """Whether ``run_id`` is one of this thread's runs (:func:`run_id_of`)."""
+        first = run_id_of(self.thread_id)
+        later = run_id is not None and run_id.startswith(first + ":")
+        return run_id == first or (later and str(run_id)[len(first) + 1 :].isdigit())
+
     def knows(self, record_id: str) -> bool:
         """Whether the thread put or read ``record_id``: a put of its value may then
         write nothing. A version put by another thread since the thread read an
@@ -402,6 +434,18 @@ def _newest_known(session: Session, view: RecordView, known: Collection[str]) ->
         except LedgerError:  # a later version not visible: the thread cannot know it
             break
     return newest
+
+
+def _proposed_in(session: Session, record_id: str) -> str | None:
+    """The run ``record_id`` was proposed in (None: in none, or not readable)."""
+    caller = session.caller
+    try:
+        with caller.reading() as c:
+            row = caller.visible(c, record_id, Role.READ, "put")
+    except LedgerError:
+        return None
+    found = row["run_id"]
+    return found if isinstance(found, str) else None
 
 
 class Threads:

@@ -16,9 +16,11 @@ import anyio
 import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from mcp_types import UNSUPPORTED_PROTOCOL_VERSION
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.datastructures import Headers
+from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from ledger import RunContext, Session
@@ -345,18 +347,22 @@ SESSIONLESS = (
     "another's provenance: connect with the initialize handshake (protocol "
     "{latest}); the MCP Python SDK's Client does so on this answer"
 )
-#: The most of a refused request's body read to find its JSON-RPC id.
-_ID_READ = 1 << 20
+#: The most of a refused request's body read to find its JSON-RPC id (an id is
+#: near its start; a body is not otherwise read).
+_ID_READ = 1 << 16
 
 
-def sessions_only(app: Any) -> Any:
+def sessions_only(app: Any, security: TransportSecuritySettings | None) -> Any:
     """``app`` (an MCP server over streamable HTTP) serving only the protocols with
     sessions (SPEC §13.4: one MCP session is one run). A request naming another
     protocol version (``MCP-Protocol-Version: 2026-07-28``, which has no sessions:
     the SDK would serve every such request of every client in the one run of the
     server) is answered HTTP 400 with JSON-RPC error -32022 (unsupported protocol
     version) naming the versions served; a client negotiating (the MCP Python
-    SDK's ``Client``, mode ``auto``) then opens a session with ``initialize``."""
+    SDK's ``Client``, mode ``auto``) then opens a session with ``initialize``.
+    ``security``: the server's checks of ``Host`` and ``Origin`` (against DNS
+    rebinding), made first, as the SDK makes them before any other answer."""
+    checks = TransportSecurityMiddleware(security)
 
     async def serving(scope: Any, receive: Any, send: Any) -> None:
         version = (
@@ -365,12 +371,18 @@ def sessions_only(app: Any) -> Any:
         if version is None or version in HANDSHAKE_PROTOCOL_VERSIONS:
             await app(scope, receive, send)
             return
-        request_id = await _request_id(receive) if scope.get("method") == "POST" else None
+        post = scope.get("method") == "POST"
+        refused = await checks.validate_request(Request(scope, receive), is_post=post)
+        if refused is not None:
+            await refused(scope, receive, send)
+            return
+        request_id = await _request_id(receive) if post else None
         latest = HANDSHAKE_PROTOCOL_VERSIONS[-1]
+        said = mask_tokens(version[:40])
         error = {
             "code": UNSUPPORTED_PROTOCOL_VERSION,
-            "message": SESSIONLESS.format(version=mask_tokens(version[:40]), latest=latest),
-            "data": {"supported": list(HANDSHAKE_PROTOCOL_VERSIONS), "requested": version[:40]},
+            "message": SESSIONLESS.format(version=said, latest=latest),
+            "data": {"supported": list(HANDSHAKE_PROTOCOL_VERSIONS), "requested": said},
         }
         answer = JSONResponse({"jsonrpc": "2.0", "id": request_id, "error": error}, 400)
         await answer(scope, receive, send)
@@ -389,9 +401,9 @@ async def _request_id(receive: Any) -> str | int | None:
         body += message.get("body", b"")
         if not message.get("more_body", False):
             break
-    try:
+    try:  # (a body cut at the limit is no JSON: no id)
         found = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     request_id = found.get("id") if isinstance(found, dict) else None
     ok = isinstance(request_id, str | int) and not isinstance(request_id, bool)

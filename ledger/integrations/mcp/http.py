@@ -176,7 +176,8 @@ def serve_http(
                         host=host, transport_security=security, json_response=True
                     ),
                     server,
-                )
+                ),
+                security,
             )
             # Info: the address it listens on, and when it stops; no line per request.
             # A request must arrive whole in time, and connections are held only as
