@@ -923,3 +923,46 @@ def test_a_re_signed_summary_giving_a_stale_record_another_cause_fails(
         "summary.txt says R1 is STALE (E1 revoked: a routine refresh), but its newest stale "
         "marking says (E1 revoked: doc changed)"
     )
+
+
+@pytest.mark.parametrize("ledger_url", ["memory"], indirect=True)
+def test_an_expiry_the_reader_cannot_check_is_unchecked_not_refused(
+    world: World, tmp_path: Path
+) -> None:
+    from datetime import timedelta
+
+    # Given an auditor of proj-a alone, and in proj-a R (expiring in an hour) on EB
+    # of proj-b, and GX on GM (proj-b) on GG (proj-a, expiring in an hour)
+    agent, reviewer, clock = world.agent, world.reviewer, world.clock
+    admin = world.ledger.admin()
+    admin.grant("auditor-a", scope="proj-a", roles=["read", "audit"])
+    auditor = world.ledger.authenticate(admin.issue_token("auditor-a"))
+    hour = clock.now + timedelta(hours=1)
+
+    def made(rid: str, scope: str, parents: list[str], expires: Any = None) -> None:
+        agent.propose(
+            scope=scope, claim_key=rid.lower(), value=1, kind=Kind.FACT, parents=parents,
+            expires=expires, id=rid,
+        )  # fmt: skip
+        reviewer.accept(rid)
+
+    made("EB", "proj-b", [])
+    made("R", "proj-a", ["EB"], hour)
+    made("GG", "proj-a", [], hour)
+    made("GM", "proj-b", ["GG"])
+    made("GX", "proj-a", ["GM"])
+    clock.advance(hours=2)
+    generate_key(tmp_path / "k")
+    for rid in ("R", "GX"):
+        # When the auditor writes and checks each one's bundle
+        path = write_bundle(auditor, rid, tmp_path / "k", tmp_path / f"{rid}.zip").path
+        status = next(
+            line
+            for line in zipfile.ZipFile(path).read("summary.txt").decode().splitlines()
+            if line.startswith("status:")
+        )
+        assert status.startswith("status:    ACCEPTED / NEEDS_REVALIDATION (expired at "), status
+        report = verify_bundle(path, tmp_path / "k.pub")
+        # Then it verifies, saying that expiry could not be checked
+        assert report.ok, report.problem
+        assert any(f"{rid}: that it expired at" in u for u in report.unchecked), report.unchecked

@@ -335,6 +335,69 @@ def test_a_resumed_thread_saving_what_it_saved_before_writes_nothing(
         assert len(versions()) == 3
 
 
+def test_a_resumed_thread_keeps_only_what_its_own_principal_put_before_it_resumed(
+    ledger: Ledger, tokens: dict[str, str]
+) -> None:
+    def look_elsewhere(state: Turn) -> Turn:
+        get_store().get(NS, "title")
+        return state
+
+    def read_counter(state: Turn) -> Turn:
+        get_store().get(NS, "counter")
+        return state
+
+    def increment(state: Turn) -> Turn:
+        memories = get_store()
+        counter = memories.get(NS, "counter")
+        memories.put(NS, "counter", {"n": (counter.value["n"] if counter else 0) + 1})
+        return state
+
+    def save(n: int) -> Node:
+        def node(state: Turn) -> Turn:  # a count computed earlier, saved unread
+            get_store().put(NS, "counter", {"n": n})
+            return state
+
+        return node
+
+    reviewer = ledger.authenticate(tokens["reviewer"])
+
+    def versions() -> list[Any]:
+        return [e.record for e in reviewer.explain(NS[0], "memories/u1/counter").entries]
+
+    one = {"configurable": {"thread_id": "1"}}
+    # Given the agent's thread "1" ran once (it read another key), and bob, another
+    # principal, whose own thread "1" (a run of the same name: his) saved n=1
+    with open_store(ledger, tokens) as store:
+        graph_of(store, look_elsewhere).invoke({"turn": 0}, one)
+    admin = ledger.admin()
+    admin.grant("bob", NS[0], ["propose", "read"])
+    with LedgerStore(
+        ledger, token=admin.issue_token("bob"), approver_token=tokens["reviewer"]
+    ) as store:
+        graph_of(store, save(1)).invoke({"turn": 0}, one)
+    assert [v.proposer for v in versions()] == ["bob"]
+    # When the agent's thread "1" resumes and saves n=1 too
+    with open_store(ledger, tokens) as store:
+        graph_of(store, save(1)).invoke({"turn": 1}, one)
+    # Then it is no put of its own it saves again: written, as before
+    assert [v.proposer for v in versions() if v.status == Status.ACCEPTED] == ["agent"]
+
+    # And a version another store serving the thread at once put after this store
+    # took it (the same open run) is not kept: both incremented the same count
+    first, second = open_store(ledger, tokens), open_store(ledger, tokens)
+    shared = {"configurable": {"thread_id": "shared"}}
+    try:
+        graph_of(first, increment).invoke({"turn": 0}, shared)  # n=2; its run left open
+        graph_of(second, read_counter).invoke({"turn": 0}, shared)  # takes the thread, reads 2
+        graph_of(first, increment).invoke({"turn": 1}, shared)  # n=3
+        with pytest.raises(InvalidParentError, match="get key 'counter'"):
+            graph_of(second, save(3)).invoke({"turn": 1}, shared)  # 2 + 1, from its read
+    finally:
+        second.close()
+        first.close()
+    assert [v.value for v in versions() if v.status == Status.ACCEPTED] == [{"n": 3}]
+
+
 def test_putting_a_stale_key_again_with_its_value_makes_a_new_version(
     ledger: Ledger, tokens: dict[str, str]
 ) -> None:

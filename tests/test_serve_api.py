@@ -1821,6 +1821,7 @@ def test_the_openapi_document_is_valid_3_1_and_lists_every_route(served: Served)
         ("POST", "/records/{record_id}/reject"),
         ("POST", "/records/{record_id}/revoke"),
         ("POST", "/records/{record_id}/revalidate"),
+        ("POST", "/records/{record_id}/deliveries"),
         ("GET", "/read"),
         ("GET", "/explain"),
         ("GET", "/corrections"),

@@ -90,9 +90,11 @@ def _check_statements(
     _check_validities(statements, stated, told, problems)
     _check_summary_ancestry(members, str(root), stated, hidden, problems)
     form = summary_form(manifest)
+    if form < 1:
+        problems.append(f"manifest.json's summary is {manifest.get('summary')!r}, not a form")
     _check_summary_lines(members, str(root), events, problems, form)
     summary = members.get("summary.txt", b"").decode("utf-8", "replace").splitlines()
-    check_status_line(summary, str(root), form, told, events, problems)
+    check_status_line(summary, str(root), form, told, events, problems, unchecked, hidden)
     _check_events_line(members, listed, problems)
     _check_proposals(members, str(root), stated, told, problems)
     _check_activities(members, events, problems)

@@ -42,17 +42,21 @@ def check_status_line(
     told: dict[str, _Told],
     events: dict[str, list[_Carried]],
     problems: list[str],
+    unchecked: list[str],
+    hidden: bool,
 ) -> None:
     """summary.txt's status line says of a STALE root the cause its newest stale
     marking carries (revoked, with the reason, or superseded, by what), unless
     that marking's bytes are withheld (its cause is outside the reader's scopes);
     and, from form 2 on, of an ACCEPTED root no longer VALID, the expiry of the
-    record it names (the root's own, or an included ancestor's), a hidden one
-    unchecked. Any other parenthesis (a reason, a note) is the record's text,
-    told as it is."""
+    record it names (the root's own, or an included ancestor's), unchecked where
+    that record's proposal bytes are withheld (they name a record outside the
+    reader's scopes) or it lies beyond such a record (``hidden``: the bundle says
+    its ancestry reaches one). Any other parenthesis (a reason, a note) is the
+    record's text, told as it is."""
     line = next((x for x in summary if x.startswith("status:")), None)
     found = None if line is None else _STATUS_LINE.match(line)
-    if found is None:
+    if line is None or found is None:
         return  # named by the check of the summary's lines
     status, validity, said = found[1], found[2], found["said"]
     if status == Status.STALE:
@@ -62,13 +66,14 @@ def check_status_line(
         if not marked or not isinstance(marked[-1], dict):
             return  # no marking carried, or its bytes withheld: the cause is not told here
         expected = _stale_cause(marked[-1])
-        if one_line(f"status:    {status} / {validity}{expected}") != line:
+        told_so = [expected, *_earlier_stale_cause(marked[-1], form)]
+        if line not in (one_line(f"status:    {status} / {validity}{x}") for x in told_so):
             problems.append(
                 f"summary.txt says {root} is STALE{said}, but its newest stale marking says"
                 f"{expected or ' nothing of its cause'}"
             )
     elif form >= 2 and status == Status.ACCEPTED and validity != Validity.VALID:
-        _check_expired(said, root, told, problems)
+        _check_expired(said, root, told, problems, unchecked, hidden)
 
 
 def _stale_cause(fields: dict[str, Any]) -> str:
@@ -81,7 +86,23 @@ def _stale_cause(fields: dict[str, Any]) -> str:
     return f" ({cause} revoked: {reason})"
 
 
-def _check_expired(said: str, root: str, told: dict[str, _Told], problems: list[str]) -> None:
+def _earlier_stale_cause(fields: dict[str, Any], form: int) -> list[str]:
+    """How a summary of the first form may also have told a cause superseded (as
+    a revocation, "superseded by" its reason)."""
+    cause, by = fields.get("cause"), fields.get("superseded_by")
+    if form >= 2 or not isinstance(cause, str) or not isinstance(by, str):
+        return []
+    return [f" ({cause} revoked: superseded by {by})"]
+
+
+def _check_expired(
+    said: str,
+    root: str,
+    told: dict[str, _Told],
+    problems: list[str],
+    unchecked: list[str],
+    hidden: bool,
+) -> None:
     found = _EXPIRED.match(said)
     if found is None:
         problems.append(
@@ -93,6 +114,9 @@ def _check_expired(said: str, root: str, told: dict[str, _Told], problems: list[
     if source == HIDDEN:
         return  # an ancestor outside the reader's scopes: its expiry is not carried
     named = told.get(source)
+    if (named is None and hidden) or (named is not None and named.proposal is None):
+        unchecked.append(f"{root}: that it expired at {found['at']} cannot be checked")
+        return
     if named is None:
         problems.append(
             f"summary.txt says {root} expired at {found['at']} (the expiry of {source}), but "

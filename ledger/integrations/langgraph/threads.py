@@ -192,6 +192,9 @@ class Thread:
     #: Whether the thread went on from a run an earlier store left (continued, or
     #: carried into the next): what it put there it does not know as ``written``.
     resumed: bool = False
+    #: The log position when this store took the thread: what the thread put by
+    #: then, in an earlier store, it may save again unchanged (:meth:`keeps`).
+    began: int = 0
 
     @classmethod
     def start(cls, session: Session, thread: str) -> Thread:
@@ -210,6 +213,8 @@ class Thread:
 
         def ended(number: int) -> bool:
             return session.run(run_id_of(thread, number)).state() == "ended"
+
+        began = session.caller.engine.position()
 
         number = 0
         if ended(0):
@@ -231,12 +236,12 @@ class Thread:
                     number += 1
                     continue
                 keys = _keys_of(session, run.relied_on)
-                return cls(thread_id=thread, run=run, keys=keys, resumed=True)
+                return cls(thread_id=thread, run=run, keys=keys, resumed=True, began=began)
             if number == 0:
-                return cls(thread_id=thread, run=run)
+                return cls(thread_id=thread, run=run, began=began)
             session.run(run_id_of(thread, number - 1)).carry_into(run)  # ours: ended
             keys = _keys_of(session, run.relied_on)
-            return cls(thread_id=thread, run=run, keys=keys, resumed=True)
+            return cls(thread_id=thread, run=run, keys=keys, resumed=True, began=began)
 
     def end(self) -> None:
         """End the run (recorded as completed)."""
@@ -339,12 +344,15 @@ class Thread:
 
     def keeps(self, record_id: str, scope: str, claim: str, session: Session) -> bool:
         """Whether a put of the value ``record_id`` holds (the key's one usable
-        version) may write nothing: the thread :meth:`knows` it, or, resumed, put it
-        in one of its earlier runs (a graph resumed from its checkpoint saves the
-        state it saved before); it then knows it as its own put."""
+        version) may write nothing: the thread :meth:`knows` it, or, resumed, its
+        principal put it in one of the thread's runs before this store took the
+        thread (a graph resumed from its checkpoint saves the state it saved
+        before; a version another store serving the thread put since may hold
+        what both computed from an older state); it then knows it as its own put."""
         if self.knows(record_id):
             return True
-        if not self.resumed or not self._ours(_proposed_in(session, record_id)):
+        proposed = _proposed_in(session, record_id) if self.resumed else None
+        if proposed is None or not self._ours(proposed[0]) or proposed[1] > self.began:
             return False
         self.written.add(record_id)
         self.keys[record_id] = (scope, claim)
@@ -436,16 +444,21 @@ def _newest_known(session: Session, view: RecordView, known: Collection[str]) ->
     return newest
 
 
-def _proposed_in(session: Session, record_id: str) -> str | None:
-    """The run ``record_id`` was proposed in (None: in none, or not readable)."""
+def _proposed_in(session: Session, record_id: str) -> tuple[str, int] | None:
+    """The run ``record_id`` was proposed in by ``session``'s principal (run ids
+    are the principal's own: another's run of the same name is not its), and the
+    log position of its proposal; None if another proposed it, in no run, or it
+    is not readable."""
     caller = session.caller
     try:
         with caller.reading() as c:
             row = caller.visible(c, record_id, Role.READ, "put")
     except LedgerError:
         return None
-    found = row["run_id"]
-    return found if isinstance(found, str) else None
+    found, created = row["run_id"], row["created_pos"]
+    if not isinstance(found, str) or row["proposer"] != session.principal:
+        return None
+    return found, int(created)
 
 
 class Threads:
@@ -520,6 +533,8 @@ class Threads:
             state = Thread.start(self._session, ended.thread_id)
             ended.run.carry_into(state.run)
             state.lock = ended.lock
+            # (what this store knew of the thread, and since when, goes on)
+            state.resumed, state.began = ended.resumed, ended.began
             # what it carried, by key (reads another store serving the thread made
             # included: reading such a key again shows the run it as it is now)
             state.keys.update(_keys_of(self._session, state.run.relied_on))

@@ -394,13 +394,14 @@ async def _request_id(receive: Any) -> str | int | None:
     """The JSON-RPC id of the request whose body ``receive`` gives (its first
     :data:`_ID_READ` bytes), or None (not JSON, a batch, no id)."""
     body = b""
-    while len(body) <= _ID_READ:
+    while len(body) < _ID_READ:
         message = await receive()
         if message.get("type") != "http.request":
             break
         body += message.get("body", b"")
         if not message.get("more_body", False):
             break
+    body = body[:_ID_READ]
     try:  # (a body cut at the limit is no JSON: no id)
         found = json.loads(body)
     except (ValueError, RecursionError):
