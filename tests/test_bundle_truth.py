@@ -888,6 +888,12 @@ def test_a_summary_tells_a_new_version_its_expiry_and_that_it_expired(
         return change
 
     for old, new, problem in (
+        (b"expired at 2026-01-01T13", b"expired at 2026-01-01T15", "no moment before the bundle"),
+        (
+            b"(expired at 2026-01-01T13:00:00+00:00)",
+            b"(expired at 2026-01-01T13:00:00+00:00: the expiry of <hidden>)",
+            "but everything it rests on is carried",
+        ),
         (b": a new version of T1; expires 2026-01-01T13:00:00+00:00", b"", "tells the Proposed"),
         (b" (expired at 2026-01-01T13:00:00+00:00)", b"", "not when it expired"),
         (
@@ -900,6 +906,31 @@ def test_a_summary_tells_a_new_version_its_expiry_and_that_it_expired(
         forged = rewrite(path, tmp_path / "k", tmp_path / "forged.zip", edited(old, new))
         report = verify_bundle(forged, tmp_path / "k.pub")
         assert not report.ok and problem in (report.problem or ""), (new, report.problem)
+
+    # And a manifest naming no summary form (as before forms were named) does not
+    # make an expiry told there unchecked, nor a fake <hidden> ancestor make it so
+    def first_form(old: bytes, new: bytes, fake_hidden: bool = False) -> Any:
+        def change(manifest: dict[str, Any], files: dict[str, bytes]) -> None:
+            del manifest["summary"]
+            if fake_hidden:
+                manifest["records"].append({"id": "<hidden>"})
+                files["summary.txt"] = files["summary.txt"].replace(
+                    b"ancestry:  none", b"ancestry:  <hidden>"
+                )
+            files["summary.txt"] = files["summary.txt"].replace(old, new)
+
+        return change
+
+    for change, problem in (
+        (first_form(b"T13:00:00+00:00)", b"T12:30:00+00:00)"), "but its own proposal says"),
+        (
+            first_form(b"T13:00:00+00:00)", b"T12:30:00+00:00: the expiry of NOPE)", True),
+            "NOPE is no record the bundle includes",
+        ),
+    ):
+        forged = rewrite(path, tmp_path / "k", tmp_path / "forged.zip", change)
+        report = verify_bundle(forged, tmp_path / "k.pub")
+        assert not report.ok and problem in (report.problem or ""), report.problem
 
 
 @pytest.mark.parametrize("ledger_url", ["memory"], indirect=True)

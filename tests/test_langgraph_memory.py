@@ -398,6 +398,49 @@ def test_a_resumed_thread_keeps_only_what_its_own_principal_put_before_it_resume
     assert [v.value for v in versions() if v.status == Status.ACCEPTED] == [{"n": 3}]
 
 
+def test_a_thread_a_store_let_go_and_took_again_keeps_no_version_put_meanwhile(
+    ledger: Ledger, tokens: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ledger.integrations.langgraph import threads
+
+    monkeypatch.setattr(threads, "MAX_THREADS", 2)
+
+    def read_counter(state: Turn) -> Turn:
+        get_store().get(NS, "counter")
+        return state
+
+    def increment(state: Turn) -> Turn:
+        memories = get_store()
+        counter = memories.get(NS, "counter")
+        memories.put(NS, "counter", {"n": (counter.value["n"] if counter else 0) + 1})
+        return state
+
+    def save_three(state: Turn) -> Turn:  # 2 + 1, from its read of 2
+        get_store().put(NS, "counter", {"n": 3})
+        return state
+
+    shared = {"configurable": {"thread_id": "shared"}}
+    first, second = open_store(ledger, tokens), open_store(ledger, tokens)
+    try:
+        # Given the counter at 2, read by a second store serving the thread too
+        graph_of(first, increment).invoke({"turn": 0}, shared)
+        graph_of(first, increment).invoke({"turn": 1}, shared)
+        graph_of(second, read_counter).invoke({"turn": 0}, shared)
+        # When the first increments it to 3, and the second lets the thread go
+        # (it serves others: it keeps 2), then saves 3, computed from its read of 2
+        graph_of(first, increment).invoke({"turn": 2}, shared)
+        for other in ("o1", "o2", "o3"):
+            graph_of(second, read_counter).invoke(
+                {"turn": 0}, {"configurable": {"thread_id": other}}
+            )
+        # Then that put is refused as before, not taken for the version the first put
+        with pytest.raises(InvalidParentError, match="get key 'counter'"):
+            graph_of(second, save_three).invoke({"turn": 1}, shared)
+    finally:
+        second.close()
+        first.close()
+
+
 def test_putting_a_stale_key_again_with_its_value_makes_a_new_version(
     ledger: Ledger, tokens: dict[str, str]
 ) -> None:

@@ -267,3 +267,32 @@ def test_a_statement_timeout_is_said_to_have_written_nothing(
         assert "the database cancelled a statement" in str(refused.value)
         assert "nothing was written" in str(refused.value)
         assert led.position == before
+
+
+def test_a_connection_of_its_own_during_a_command_gets_the_lock_wait_too(pg_url: str) -> None:
+    # Given a ledger of one pooled connection whose lock wait a pooler in between
+    # dropped at connection (the startup options), and an acceptance check that reads
+    # the ledger (a read within the command: on a connection of its own)
+    seen: list[Any] = []
+
+    def check(record: Any) -> None:
+        with led.engine.reading() as c:
+            c.execute("SELECT current_setting('lock_timeout') AS wait")
+            seen.append(c.fetchone()["wait"])
+
+    led = Ledger.open(
+        f"{pg_url}&lock_timeout=2&pool_size=1&max_overflow=0", acceptance_checks=[check]
+    )
+    try:
+        pool: Any = led.engine.recorder.datastore.pool
+        pool.kwargs["options"] = ""
+        admin = led.admin()
+        admin.grant("agent-1", scope="proj-a", roles=["propose"])
+        admin.grant("reviewer", scope="proj-a", roles=["approve"])
+        agent = led.authenticate(admin.issue_token("agent-1"))
+        agent.propose(scope="proj-a", claim_key="k", value=1, kind=Kind.FACT, id="K1")
+        led.authenticate(admin.issue_token("reviewer")).accept("K1")
+        # Then that connection waits for a lock as long as the ledger's do
+        assert seen == ["2s"]
+    finally:
+        led.close()

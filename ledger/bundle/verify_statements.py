@@ -94,7 +94,7 @@ def _check_statements(
         problems.append(f"manifest.json's summary is {manifest.get('summary')!r}, not a form")
     _check_summary_lines(members, str(root), events, problems, form)
     summary = members.get("summary.txt", b"").decode("utf-8", "replace").splitlines()
-    check_status_line(summary, str(root), form, told, events, problems, unchecked, hidden)
+    check_status_line(summary, str(root), form, told, events, problems, unchecked, hidden, created)
     _check_events_line(members, listed, problems)
     _check_proposals(members, str(root), stated, told, problems)
     _check_activities(members, events, problems)

@@ -13,7 +13,7 @@ verifies as it was written.
 from __future__ import annotations
 
 import re
-from datetime import UTC
+from datetime import UTC, datetime
 from typing import Any
 
 from ledger.bundle.told import _Told, one_line
@@ -44,6 +44,7 @@ def check_status_line(
     problems: list[str],
     unchecked: list[str],
     hidden: bool,
+    created: datetime | None = None,
 ) -> None:
     """summary.txt's status line says of a STALE root the cause its newest stale
     marking carries (revoked, with the reason, or superseded, by what), unless
@@ -52,8 +53,10 @@ def check_status_line(
     record it names (the root's own, or an included ancestor's), unchecked where
     that record's proposal bytes are withheld (they name a record outside the
     reader's scopes) or it lies beyond such a record (``hidden``: the bundle says
-    its ancestry reaches one). Any other parenthesis (a reason, a note) is the
-    record's text, told as it is."""
+    its ancestry reaches one, and some included record's bases are not all
+    carried), never later than the bundle was made (``created``). An expiry told
+    so is checked in a summary of any form (none wrote one before form 2). Any
+    other parenthesis (a reason, a note) is the record's text, told as it is."""
     line = next((x for x in summary if x.startswith("status:")), None)
     found = None if line is None else _STATUS_LINE.match(line)
     if line is None or found is None:
@@ -72,8 +75,12 @@ def check_status_line(
                 f"summary.txt says {root} is STALE{said}, but its newest stale marking says"
                 f"{expected or ' nothing of its cause'}"
             )
-    elif form >= 2 and status == Status.ACCEPTED and validity != Validity.VALID:
-        _check_expired(said, root, told, problems, unchecked, hidden)
+    elif status == Status.ACCEPTED and validity != Validity.VALID:
+        if form < 2 and _EXPIRED.match(said) is None:
+            return  # a first-form summary told no expiry there
+        # Beyond a hidden record only where something included rests on one.
+        open_ended = hidden and any(not t.bases_known or t.proposal is None for t in told.values())
+        _check_expired(said, root, told, problems, unchecked, open_ended, created)
 
 
 def _stale_cause(fields: dict[str, Any]) -> str:
@@ -102,6 +109,7 @@ def _check_expired(
     problems: list[str],
     unchecked: list[str],
     hidden: bool,
+    created: datetime | None,
 ) -> None:
     found = _EXPIRED.match(said)
     if found is None:
@@ -110,9 +118,27 @@ def _check_expired(
             "bundle's summary form says it does"
         )
         return
+    try:
+        at = datetime.fromisoformat(found["at"])
+    except ValueError:
+        at = None
+    made = created if created is not None and created.tzinfo is not None else None
+    if at is None or at.tzinfo is None or (made is not None and at > made):
+        problems.append(
+            f"summary.txt says {root} expired at {found['at']}, which is no moment before "
+            "the bundle was made"
+        )
+        return
     source = found["source"] or root
+    if source == HIDDEN and hidden:
+        unchecked.append(f"{root}: that it expired at {found['at']} cannot be checked")
+        return
     if source == HIDDEN:
-        return  # an ancestor outside the reader's scopes: its expiry is not carried
+        problems.append(
+            f"summary.txt says {root} expired at {found['at']} by the expiry of a record "
+            "outside the reader's scopes, but everything it rests on is carried"
+        )
+        return
     named = told.get(source)
     if (named is None and hidden) or (named is not None and named.proposal is None):
         unchecked.append(f"{root}: that it expired at {found['at']} cannot be checked")

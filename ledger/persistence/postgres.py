@@ -427,6 +427,8 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
                 spare = psycopg.connect(
                     **pool.kwargs, autocommit=True, connect_timeout=max(2, int(pool.timeout))
                 )
+                # The lock wait, as the pool sets it on its own (a pooler may drop it).
+                spare.execute(self._lock_wait_statement, prepare=False)
             yield spare
         except psycopg.Error as exc:
             raise OperationalError(str(exc)) from exc

@@ -189,8 +189,11 @@ class Thread:
     #: the log position as of which it was (its put then passes ``NewestOf`` that
     #: position: refused if a version was accepted since).
     missing: dict[tuple[str, str], int] = field(default_factory=dict)
-    #: Whether the thread went on from a run an earlier store left (continued, or
-    #: carried into the next): what it put there it does not know as ``written``.
+    #: Whether the thread went on in a new run from one an earlier store ended
+    #: (carried into it): what it put there it does not know as ``written``. Not
+    #: so for a run still open, taken again (this store let it go, or another
+    #: store serves the thread at the same moment): versions put in it meanwhile
+    #: may hold what two computed from one older state.
     resumed: bool = False
     #: The log position when this store took the thread: what the thread put by
     #: then, in an earlier store, it may save again unchanged (:meth:`keeps`).
@@ -236,7 +239,7 @@ class Thread:
                     number += 1
                     continue
                 keys = _keys_of(session, run.relied_on)
-                return cls(thread_id=thread, run=run, keys=keys, resumed=True, began=began)
+                return cls(thread_id=thread, run=run, keys=keys, began=began)
             if number == 0:
                 return cls(thread_id=thread, run=run, began=began)
             session.run(run_id_of(thread, number - 1)).carry_into(run)  # ours: ended
