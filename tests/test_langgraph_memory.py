@@ -335,29 +335,34 @@ def test_a_resumed_thread_saving_what_it_saved_before_writes_nothing(
         assert len(versions()) == 3
 
 
+def read_counter(state: Turn) -> Turn:
+    get_store().get(NS, "counter")
+    return state
+
+
+def increment(state: Turn) -> Turn:
+    memories = get_store()
+    counter = memories.get(NS, "counter")
+    memories.put(NS, "counter", {"n": (counter.value["n"] if counter else 0) + 1})
+    return state
+
+
+def save(n: int) -> Node:
+    """A node saving a count computed earlier, unread."""
+
+    def node(state: Turn) -> Turn:
+        get_store().put(NS, "counter", {"n": n})
+        return state
+
+    return node
+
+
 def test_a_resumed_thread_keeps_only_what_its_own_principal_put_before_it_resumed(
     ledger: Ledger, tokens: dict[str, str]
 ) -> None:
     def look_elsewhere(state: Turn) -> Turn:
         get_store().get(NS, "title")
         return state
-
-    def read_counter(state: Turn) -> Turn:
-        get_store().get(NS, "counter")
-        return state
-
-    def increment(state: Turn) -> Turn:
-        memories = get_store()
-        counter = memories.get(NS, "counter")
-        memories.put(NS, "counter", {"n": (counter.value["n"] if counter else 0) + 1})
-        return state
-
-    def save(n: int) -> Node:
-        def node(state: Turn) -> Turn:  # a count computed earlier, saved unread
-            get_store().put(NS, "counter", {"n": n})
-            return state
-
-        return node
 
     reviewer = ledger.authenticate(tokens["reviewer"])
 
@@ -405,20 +410,6 @@ def test_a_thread_a_store_let_go_and_took_again_keeps_no_version_put_meanwhile(
 
     monkeypatch.setattr(threads, "MAX_THREADS", 2)
 
-    def read_counter(state: Turn) -> Turn:
-        get_store().get(NS, "counter")
-        return state
-
-    def increment(state: Turn) -> Turn:
-        memories = get_store()
-        counter = memories.get(NS, "counter")
-        memories.put(NS, "counter", {"n": (counter.value["n"] if counter else 0) + 1})
-        return state
-
-    def save_three(state: Turn) -> Turn:  # 2 + 1, from its read of 2
-        get_store().put(NS, "counter", {"n": 3})
-        return state
-
     shared = {"configurable": {"thread_id": "shared"}}
     first, second = open_store(ledger, tokens), open_store(ledger, tokens)
     try:
@@ -435,7 +426,7 @@ def test_a_thread_a_store_let_go_and_took_again_keeps_no_version_put_meanwhile(
             )
         # Then that put is refused as before, not taken for the version the first put
         with pytest.raises(InvalidParentError, match="get key 'counter'"):
-            graph_of(second, save_three).invoke({"turn": 1}, shared)
+            graph_of(second, save(3)).invoke({"turn": 1}, shared)  # 2 + 1, from its read of 2
     finally:
         second.close()
         first.close()
