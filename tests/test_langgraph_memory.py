@@ -432,6 +432,31 @@ def test_a_thread_a_store_let_go_and_took_again_keeps_no_version_put_meanwhile(
         first.close()
 
 
+def test_a_thread_resumed_after_two_stores_shared_its_run_keeps_no_version_put_then(
+    ledger: Ledger, tokens: dict[str, str]
+) -> None:
+    shared = {"configurable": {"thread_id": "shared"}}
+    first, second = open_store(ledger, tokens), open_store(ledger, tokens)
+    try:
+        # Given the counter at 2, read by the first store's graph (its checkpoint
+        # holds 2), and incremented to 3 by a second store serving the thread then
+        graph_of(first, increment).invoke({"turn": 0}, shared)
+        graph_of(first, increment).invoke({"turn": 1}, shared)
+        graph_of(first, read_counter).invoke({"turn": 2}, shared)
+        graph_of(second, increment).invoke({"turn": 0}, shared)
+    finally:
+        first.close()  # ends the thread's run
+        second.close()
+    # When a later store resumes the thread from the first's checkpoint: it saves
+    # 2 + 1, the value the second store's version holds
+    with open_store(ledger, tokens) as later, pytest.raises(InvalidParentError, match="get key"):
+        graph_of(later, save(3)).invoke({"turn": 3}, shared)
+    # Then it is refused as before (two increments from 2 are not 3), not kept
+    reviewer = ledger.authenticate(tokens["reviewer"])
+    assert reviewer.read(NS[0], "memories/u1/counter").records[0].value == {"n": 3}
+    assert len(reviewer.explain(NS[0], "memories/u1/counter").entries) == 3
+
+
 def test_putting_a_stale_key_again_with_its_value_makes_a_new_version(
     ledger: Ledger, tokens: dict[str, str]
 ) -> None:

@@ -195,8 +195,8 @@ class Thread:
     #: store serves the thread at the same moment): versions put in it meanwhile
     #: may hold what two computed from one older state.
     resumed: bool = False
-    #: The log position when this store took the thread: what the thread put by
-    #: then, in an earlier store, it may save again unchanged (:meth:`keeps`).
+    #: The log position when this store resumed the thread: what the thread put
+    #: by then, in an earlier store, it may save again unchanged (:meth:`keeps`).
     began: int = 0
 
     @classmethod
@@ -217,8 +217,6 @@ class Thread:
         def ended(number: int) -> bool:
             return session.run(run_id_of(thread, number)).state() == "ended"
 
-        began = session.caller.engine.position()
-
         number = 0
         if ended(0):
             low, high = 0, 1  # ended(low); the first not ended is after it
@@ -238,10 +236,10 @@ class Thread:
                 except InvalidInputError:  # ended meanwhile: the thread goes on
                     number += 1
                     continue
-                keys = _keys_of(session, run.relied_on)
-                return cls(thread_id=thread, run=run, keys=keys, began=began)
+                return cls(thread_id=thread, run=run, keys=_keys_of(session, run.relied_on))
             if number == 0:
-                return cls(thread_id=thread, run=run, began=began)
+                return cls(thread_id=thread, run=run)
+            began = session.caller.engine.position()  # (read only for a thread resumed)
             session.run(run_id_of(thread, number - 1)).carry_into(run)  # ours: ended
             keys = _keys_of(session, run.relied_on)
             return cls(thread_id=thread, run=run, keys=keys, resumed=True, began=began)
@@ -354,6 +352,12 @@ class Thread:
         what both computed from an older state); it then knows it as its own put."""
         if self.knows(record_id):
             return True
+        # What the thread read of the key in its earlier runs, it rests on: a version
+        # put since (by another store serving the thread then) may hold what both
+        # computed from it, so only a thread resting on no other version keeps it.
+        key = (scope, claim)
+        if any(self.keys.get(rid) == key for rid in self.run.relied_on if rid != record_id):
+            return False
         proposed = _proposed_in(session, record_id) if self.resumed else None
         if proposed is None or not self._ours(proposed[0]) or proposed[1] > self.began:
             return False
