@@ -22,14 +22,13 @@ kept tree heads against one log needs.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from uuid import UUID
 
 import msgpack
 
-from ledger.errors import InvalidInputError
+from ledger.errors import InvalidHeadError, InvalidInputError
 from ledger.validation import quoted
 
 
@@ -474,23 +473,16 @@ class LogDigest:
 
     @classmethod
     def _of_head(cls, text: str) -> LogDigest:
-        """The digest a head's JSON line signs."""
-        bad = InvalidInputError(
-            f"digest {quoted(text)} is neither size:position:<64 hex chars> nor a head's "
-            "JSON line (with tree_size, position and root)"
-        )
+        """The digest a head's JSON line signs (read as the heads file's lines are)."""
+        from ledger.heads import SignedHead  # heads builds on this module
+
         try:
-            head = json.loads(text)
-        except (ValueError, RecursionError):
-            raise bad from None
-        if not isinstance(head, dict):
-            raise bad
-        size, position, root = head.get("tree_size"), head.get("position"), head.get("root")
-        if not all(type(n) is int and 0 <= n < 10**18 for n in (size, position)):
-            raise bad
-        if not isinstance(root, str):
-            raise bad
-        return cls.parse(f"{size}:{position}:{root}")
+            return SignedHead.from_json(text).digest
+        except (InvalidHeadError, RecursionError) as exc:
+            raise InvalidInputError(
+                f"digest {quoted(text)} is neither size:position:<64 hex chars> nor a head's "
+                f"JSON line ({exc})"
+            ) from None
 
 
 @dataclass(frozen=True)
