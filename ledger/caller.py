@@ -225,7 +225,10 @@ class Caller:
             first = self.lookup(c, redaction.bare(name))
             if first is None or first["record_id"] == name:
                 return None
-            return validity_view.current(c, d, name, self.position)
+            # Shown the bare name as one of its own, the caller may still not see
+            # the record keyed ``name``: what it is (or that it is) stays hidden.
+            row = validity_view.current(c, d, name, self.position)
+            return row if row is not None and self.roles(c, row["scope"]) else None
         if self.position is None:
             row = self.engine.current_row(c, name)
         else:

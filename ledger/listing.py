@@ -13,7 +13,14 @@ from ledger.domain import Kind, Status, Validity
 from ledger.errors import InvalidInputError
 from ledger.reads import record_view
 from ledger.serialization import datetime_to_micros
-from ledger.validation import check_id, check_kind, check_member, check_ref, check_text
+from ledger.validation import (
+    CLAIM_KEY_MAX,
+    check_id,
+    check_kind,
+    check_member,
+    check_ref,
+    check_text,
+)
 from ledger.values import RecordView
 from projections import queries as view_queries
 
@@ -39,7 +46,7 @@ def records(
     the_validity = None if validity is None else check_member(Validity, validity, "validity")
     the_kind = None if kind is None else check_kind(kind)
     if claim_prefix is not None:
-        check_text(claim_prefix, "claim_prefix", max_len=512, empty=True)
+        check_text(claim_prefix, "claim_prefix", max_len=CLAIM_KEY_MAX, empty=True)
         claim_prefix = unicodedata.normalize("NFC", claim_prefix)
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
         raise InvalidInputError(f"limit {limit!r} is not between 1 and {MAX_PAGE}")

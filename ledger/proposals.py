@@ -37,6 +37,7 @@ from ledger.errors import (
 from ledger.pipeline import Decision
 from ledger.serialization import unpack
 from ledger.validation import (
+    URI_MAX,
     check_aware,
     check_claim_key,
     check_conditions,
@@ -123,7 +124,7 @@ def capture(
     carrying their hash; a re-capture of the URI with other bytes supersedes the
     newest accepted capture of it (see :func:`ledger.versions.previous_capture`)."""
     caller.writable("capture")
-    check_text(uri, "uri", max_len=2048, line=True)
+    check_text(uri, "uri", max_len=URI_MAX, line=True)
     if uri != uri.strip():  # else refused as its claim key "source:<uri>", not by name
         raise InvalidValueError(f"uri {quoted(uri)} has leading or trailing whitespace")
     check_format_edges(uri, "uri")

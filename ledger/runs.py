@@ -245,6 +245,15 @@ class RunContext:
             # over and over must not grow the log by a page's ids each time).
             return all(run.reads.get(r) is (valid is None or r in valid) for r in record_ids)
 
+        if all(self._reads.get(r) is (valid is None or r in valid) for r in record_ids):
+            # Shown again as this run last saw them: asked of the run as stored in
+            # a read transaction first, so that a read appending nothing does not
+            # wait for the writers' lock (a rebuild, another host's commit).
+            with self._outer.reading() as c:
+                stored = self._stored(c)
+            if known(stored):
+                self._folded = stored
+                return
         self._append(
             Run.ReadRecorded, unless=known, record_ids=record_ids, how=how, valid=shown_valid
         )

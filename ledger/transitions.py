@@ -583,11 +583,14 @@ def check_usable_dependencies(
     deps = list(deps)
     rows = validity_view.current_many(c, caller.engine.dialect, deps)
     hidden = caller.hidden_among(c, deps)
+    # What the approver can do instead (a model could not guess it).
+    instead = f"leave it to one, or {'reject' if command == 'accept' else 'revoke'} it"
     for dep in deps:
         if dep in hidden:
             raise InvalidParentError(
                 f"{command} refused: {rid!r} rests on a record outside your scopes "
-                f"({HIDDEN}); only an approver who can read every dependency may {command} it"
+                f"({HIDDEN}); only an approver who can read every dependency may {command} "
+                f"it: {instead}"
             )
         row = rows.get(dep)
         if (
@@ -598,7 +601,7 @@ def check_usable_dependencies(
             raise InvalidParentError(
                 f"{command} refused: dependency {dep!r} of {rid!r} is not readable by "
                 f"{caller.subject!r}; only an approver who can read every dependency "
-                f"may {command} it"
+                f"may {command} it: {instead}"
             )
         if row is not None:
             row = redaction.row(row, caller.hidden_among(c, redaction.row_dependencies(row)))

@@ -7,11 +7,12 @@ written before a command's input has passed them.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
 import unicodedata
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from enum import Enum
 from typing import Any, TypeVar
@@ -89,10 +90,78 @@ def check_ref(value: object, what: str = "record id") -> str:
     return check_id(value, what)
 
 
-#: Characters that reorder the text around them when shown (the Arabic letter mark,
-#: left-to-right and right-to-left marks, embeddings, overrides, isolates): stored as
-#: given; the review console and the command line show them written out.
-BIDI_CONTROLS = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+@functools.cache
+def format_characters() -> re.Pattern[str]:
+    """Invisible format characters (Unicode category Cf: zero-width space and
+    joiners, soft hyphen, byte order mark, tag characters, the marks, embeddings,
+    overrides and isolates that reorder text): stored as given, shown written out
+    by the review console and the command line. ``api.retry_safe`` with a
+    zero-width space (U+200B) in it looks like ``api.retry_safe`` but is another
+    claim. Made on first use (Python's Unicode tables are read once)."""
+    points = [p for p in range(0x110000) if unicodedata.category(chr(p)) == "Cf"]
+    spans: list[list[int]] = []
+    for p in points:
+        if spans and spans[-1][1] == p - 1:
+            spans[-1][1] = p
+        else:
+            spans.append([p, p])
+    body = "".join(re.escape(chr(a)) + ("-" + re.escape(chr(b)) if b > a else "") for a, b in spans)
+    return re.compile(f"[{body}]")
+
+
+#: A subdivision flag (England's: U+1F3F4, the tags g b e n g, U+E007F CANCEL TAG):
+#: its tags, 3 to 7 lower-case letters or digits, are kept; any other run of tag
+#: characters is hidden text (a model reads it, a reviewer does not) and written out.
+_FLAG_TAGS = re.compile("\U0001f3f4[\U000e0030-\U000e0039\U000e0061-\U000e007a]{3,7}\U000e007f")
+#: Format characters that show a mark (the Arabic number sign, end of ayah, …): not
+#: invisible, so never written out.
+_VISIBLE_FORMATS = frozenset("\u0600\u0601\u0602\u0603\u0604\u0605\u06dd\u070f\u0890\u0891\u08e2")
+#: Scripts whose letters a joiner between two of them changes nothing in (Latin,
+#: Greek, Cyrillic and their extensions): a joiner there only makes a look-alike.
+_NO_JOINERS = re.compile(
+    "[\u0080-\u052f\u1c80-\u1c8f\u1d00-\u1fff\u2c60-\u2c7f\ua640-\ua69f\ua720-\ua7ff]"
+)
+
+
+def hidden_formats(text: str) -> list[tuple[int, str]]:
+    """The invisible format characters of ``text`` a reader should be shown
+    written out, with their offsets: all but a zero-width joiner or non-joiner
+    between two characters of scripts that use them (an emoji sequence, Persian,
+    Indic scripts: beyond ASCII, and not Latin, Greek or Cyrillic, nor another
+    format character), a subdivision flag's tags, and the few format characters
+    that show a mark."""
+    if text.isascii() or not format_characters().search(text):
+        return []
+    flags = {i for m in _FLAG_TAGS.finditer(text) for i in range(m.start() + 1, m.end())}
+    out = []
+    for m in format_characters().finditer(text):
+        i, ch = m.start(), m.group()
+        if ch in _VISIBLE_FORMATS or i in flags:
+            continue
+        inside = 0 < i < len(text) - 1
+        if ch in "\u200c\u200d" and inside and _joins(text[i - 1]) and _joins(text[i + 1]):
+            continue
+        out.append((i, ch))
+    return out
+
+
+def _joins(ch: str) -> bool:
+    """Whether a joiner beside ``ch`` may belong there (see :func:`hidden_formats`)."""
+    return ord(ch) > 127 and not _NO_JOINERS.match(ch) and not format_characters().match(ch)
+
+
+def write_out_formats(text: str, marker: Callable[[str], str]) -> str:
+    """``text`` with each of :func:`hidden_formats` replaced by ``marker(ch)``."""
+    found = hidden_formats(text)
+    if not found:
+        return text
+    parts, last = [], 0
+    for i, ch in found:
+        parts += [text[last:i], marker(ch)]
+        last = i + 1
+    return "".join([*parts, text[last:]])
+
+
 #: Control characters no text may hold (C0 but for tab and line feed, and DEL).
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f]")
 #: What a one-line text (``line=True``) may not hold either: a tab and every line
@@ -100,8 +169,15 @@ _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f]")
 _LINE_BREAK = re.compile("[\t\n\x85\u2028\u2029]")
 
 
+#: The longest text (a reason, a note), claim key (or prefix) and URI accepted, in
+#: characters (what the MCP tools' schemas give as ``maxLength``).
+TEXT_MAX = 1024
+CLAIM_KEY_MAX = 512
+URI_MAX = 2048
+
+
 def check_text(
-    value: object, what: str, *, max_len: int = 1024, empty: bool = False, line: bool = False
+    value: object, what: str, *, max_len: int = TEXT_MAX, empty: bool = False, line: bool = False
 ) -> str:
     """Return ``value`` if it is a printable string of bounded length (one line
     of it when ``line``: a name or an address, shown on one line everywhere)."""
@@ -261,7 +337,7 @@ def check_claim_key(value: object, what: str = "claim_key") -> str:
     """A claim key in NFC form; surrounding whitespace is refused, not stripped (two
     spellings of one question must not become two claims, nor a typo a new one).
     A new claim's key is checked further (:func:`check_format_edges`)."""
-    text = check_text(value, what, max_len=512, line=True)
+    text = check_text(value, what, max_len=CLAIM_KEY_MAX, line=True)
     if text != text.strip():
         raise InvalidValueError(f"{what} {text!r} has leading or trailing whitespace")
     return unicodedata.normalize("NFC", text)

@@ -142,3 +142,23 @@ def test_inert_escapes_only_what_a_terminal_would_act_on() -> None:
     )
     assert inert("plain \\u009b stays") == "plain \\u009b stays"
     assert inert("\u200fmark") == "\\u200fmark"
+    # Invisible format characters: two claim keys must not look alike
+    assert inert("api.retry\u200b_safe \u00adx \ufeffy") == (
+        "api.retry\\u200b_safe \\u00adx \\ufeffy"
+    )
+    assert inert("a\u200db \U000e0041") == "a\\u200db \\udb40\\udc41"
+    # but not a joiner where it belongs (an emoji sequence, Persian), nor a flag's tags
+    kept = "\U0001f468\u200d\U0001f469 \u0645\u06cc\u200c\u062e"
+    flag = "\U0001f3f4\U000e0067\U000e0062\U000e0065\U000e006e\U000e0067\U000e007f"
+    assert inert(kept + flag) == kept + flag
+    # A joiner between Cyrillic or Latin letters, or beside another, makes a look-alike
+    assert (
+        inert("\u043a\u200d\u044e \u00e9\u200c\u00e9") == "\u043a\\u200d\u044e \u00e9\\u200c\u00e9"
+    )
+    assert inert("\U0001f468\u200d\u200d\U0001f469").count("\\u200d") == 2
+    # Tag characters that are no flag are hidden text: written out
+    hidden = "ok \U0001f3f4" + "".join(chr(0xE0000 + ord(c)) for c in "obey me") + "\U000e007f"
+    tags = "".join(f"\\udb40\\u{0xDC00 + ord(c):04x}" for c in "obey me\x7f")
+    assert inert(hidden) == "ok \U0001f3f4" + tags
+    # A format character that shows a mark is no hidden one
+    assert inert("\u06dd\u0661") == "\u06dd\u0661"

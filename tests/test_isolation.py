@@ -235,9 +235,15 @@ def test_an_approver_vouches_only_for_what_it_can_read(tenants: Tenants) -> None
     with pytest.raises(InvalidParentError) as refused:
         b.accept("B-C")
     assert HIDDEN in str(refused.value) and "A-F" not in str(refused.value)
+    # and says what it may do instead
+    assert str(refused.value).endswith(
+        "only an approver who can read every dependency may accept it: leave it to one, "
+        "or reject it"
+    )
     with pytest.raises(InvalidParentError) as revalidate:
         b.revalidate("B-R1", note="looks fine")
     assert_nothing_of_a(str(revalidate.value))
+    assert str(revalidate.value).endswith(": leave it to one, or revoke it")
     assert (led.position, led.views_digest()) == (position, digest)
     b.accept("B-OK")  # what it can read, it may accept
     assert b.get("B-OK").status == Status.ACCEPTED

@@ -20,7 +20,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.store.base import BaseStore
 
 from ledger import Kind, Ledger, Session, Status, Validity
-from ledger.errors import InvalidInputError, InvalidParentError
+from ledger.errors import InvalidInputError, InvalidKindError, InvalidParentError
 from ledger.integrations.langgraph import LedgerStore
 
 NS = ("proj-a", "memories", "u1")
@@ -215,6 +215,16 @@ def test_observe_search_must_be_a_bool(
 ) -> None:
     with pytest.raises(InvalidInputError, match=rf"observe_search must be a bool, got {given!r}"):
         open_store(ledger, tokens, observe_search=given)
+
+
+@pytest.mark.parametrize("given", ["evidence", Kind.EVIDENCE, "note"])
+def test_a_store_of_a_kind_it_cannot_put_is_refused_when_made(
+    ledger: Ledger, tokens: dict[str, str], given: object
+) -> None:
+    # Evidence is made by capture: every put of it would be refused, and its
+    # values (snapshot references) are no items
+    with pytest.raises(InvalidKindError, match=r"^kind 'evidence' cannot be|'note' is not"):
+        open_store(ledger, tokens, kind=given)
 
 
 def test_the_store_says_whether_it_observes_searches(

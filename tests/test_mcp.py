@@ -1980,6 +1980,24 @@ async def test_the_schemas_give_the_shape_of_ids_and_scopes_and_refuse_nothing_b
                 jsonschema.validate("E1@@proj-b", shape)
     for tool in ("reject_memory", "revoke_memory"):
         assert strings(tools[tool]["reason"])["minLength"] == 1
+    # The lengths the ledger accepts, as the schemas give them, each refused past it
+    on = {"scope": SCOPE, "claim_key": CLAIM}
+    limits: dict[tuple[str, str], tuple[int, dict[str, Any]]] = {
+        ("propose_memory", "claim_key"): (512, {**on, "value": 1, "kind": "fact"}),
+        ("read_memory", "claim_key"): (512, on),
+        ("list_records", "claim_prefix"): (512, {"scope": SCOPE}),
+        ("capture_evidence", "uri"): (2048, {"scope": SCOPE, "content": "x", "claim_key": "k"}),
+        ("capture_evidence", "claim_key"): (512, {"scope": SCOPE, "content": "x", "uri": "u"}),
+        ("reject_memory", "reason"): (1024, {"record_id": "X1"}),
+        ("revoke_memory", "reason"): (1024, {"record_id": "X1"}),
+        ("accept_memory", "note"): (1024, {"record_id": "X1"}),
+        ("revalidate_memory", "note"): (1024, {"record_id": "X1"}),
+    }
+    async with team.client("reviewer") as reviewer:
+        for (tool, name), (most, args) in limits.items():
+            assert strings(tools[tool][name])["maxLength"] == most, (tool, name)
+            text = await refused(reviewer, tool, **{**args, name: "x" * (most + 1)})
+            assert f"{name} is {most + 1} characters; the limit is {most}" in text, text
     kinds = tools["read_memory"]["kinds"]["anyOf"][0]
     assert kinds["minItems"] == 1 and kinds["items"]["enum"][0] == "evidence"
     assert empty.endswith("InvalidValueError: reason must not be empty")

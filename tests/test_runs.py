@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import sqlite3
+from pathlib import Path
+
 import pytest
 
-from ledger import Kind
-from ledger.errors import AuthenticationError, InvalidInputError, InvalidParentError
+from ledger import Kind, Ledger, Outcome
+from ledger.errors import (
+    AuthenticationError,
+    ConcurrencyError,
+    InvalidInputError,
+    InvalidParentError,
+)
 from tests.conftest import World
 
 
@@ -135,3 +143,36 @@ def test_a_run_that_cannot_be_ended_does_not_hide_the_blocks_own_error(world: Wo
     with pytest.raises(AuthenticationError, match="revoked"):
         run.__exit__(None, None, None)
     assert world.ledger.position == position
+
+
+def test_a_read_the_run_was_shown_already_does_not_wait_for_the_writers_lock(
+    tmp_path: Path,
+) -> None:
+    # Given a run that read A1, on an SQLite file waiting at most 1 s for the lock
+    path = tmp_path / "runs.db"
+    with Ledger.open(f"sqlite:///{path}?timeout=1") as led:
+        admin = led.admin()
+        admin.grant("agent-1", scope="proj-a", roles=["propose", "read"])
+        admin.grant("reviewer", scope="proj-a", roles=["approve", "read"])
+        agent = led.authenticate(admin.issue_token("agent-1"))
+        agent.propose(scope="proj-a", claim_key="a", value=1, kind=Kind.FACT, id="A1")
+        led.authenticate(admin.issue_token("reviewer")).accept("A1")
+        agent.propose(scope="proj-a", claim_key="b", value=1, kind=Kind.FACT, id="B1")
+        with agent.run("task-lock") as run:
+            run.read(scope="proj-a", claim_key="a")
+            before = led.position
+            holder = sqlite3.connect(path, isolation_level=None)
+            holder.execute("BEGIN IMMEDIATE")  # another writer holds the lock
+            try:
+                # When it reads A1 again: it is answered, recording nothing
+                assert run.read(scope="proj-a", claim_key="a").outcome == Outcome.FOUND
+                assert run.get("A1").status == "ACCEPTED"
+                # A record it was not shown yet must be recorded: that waits, and
+                # is refused once the lock is not given
+                with pytest.raises(ConcurrencyError, match="nothing was written"):
+                    run.get("B1")
+            finally:
+                holder.rollback()
+                holder.close()
+            assert led.position == before
+            assert set(run.reads) == {"A1"}

@@ -474,3 +474,54 @@ def test_each_cards_and_outbox_items_controls_name_what_they_act_on(desk: Desk) 
         "Issue correction to audit@example.test for X2",
         "Issue correction to ops@example.test for R1",
     ]
+
+
+OPEN_DETAILS = "document.querySelectorAll('details').forEach(d => d.open = true)"
+SIDEWAYS = "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+
+
+def test_names_of_128_characters_wrap_inside_their_cards(
+    browser: Any,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Ids, scopes and principals may run to 128 characters without a space: at a
+    desktop's width and a phone's, they wrap inside the box that holds them."""
+    scope, agent_name, rid = "s-" + "x" * 126, "a-" + "y" * 126, "r-" + "z" * 126
+    with Ledger.open(f"sqlite:///{tmp_path / 'ledger.db'}") as led:
+        admin = led.admin()
+        admin.grant(agent_name, scope=scope, roles=["propose", "read"])
+        admin.grant("reviewer", scope=scope, roles=["approve", "read", "audit"])
+        admin.grant("reviewer", scope="proj-a", roles=["approve", "read"])
+        token = admin.issue_token("reviewer")
+        agent = led.authenticate(admin.issue_token(agent_name))
+        agent.propose(scope=scope, claim_key="k." + "w" * 200, value=1, kind=Kind.FACT, id=rid)
+        with running(create_app(led, mcp_factory=None)) as base:
+            for width in (1280, 375):
+                page = browser.new_page(viewport={"width": width, "height": 800})
+                page.goto(base + "/")
+                page.get_by_label("Token").fill(token)
+                page.get_by_role("button", name="Sign in").click()
+                page.get_by_role("heading", name="Review queue").wait_for()
+                for path in ("/", f"/records/{rid}", f"/records?scope={scope}", "/explain"):
+                    page.goto(base + path)
+                    page.evaluate(OPEN_DETAILS)
+                    overflow = page.evaluate(SIDEWAYS)
+                    assert overflow <= 0, f"{path} scrolls sideways by {overflow}px at {width}px"
+                    # Nothing of a card reaches past its right edge (but inside a box
+                    # that scrolls or clips: a table's, a graph's)
+                    out = page.evaluate(
+                        """() => [...document.querySelectorAll('.card')].flatMap(card => {
+                          const edge = card.getBoundingClientRect().right;
+                          const boxed = e => {
+                            for (let a = e.parentElement; a && a !== card; a = a.parentElement)
+                              if (getComputedStyle(a).overflowX !== 'visible') return true;
+                            return false;
+                          };
+                          return [...card.querySelectorAll('*')]
+                            .filter(e => e.getBoundingClientRect().right > edge + 1)
+                            .filter(e => !boxed(e))
+                            .map(e => e.tagName + ' ' + e.textContent.slice(0, 30));
+                        })"""
+                    )
+                    assert out == [], f"{path} at {width}px: {out[:5]}"
+                page.close()

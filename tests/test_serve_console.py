@@ -779,6 +779,30 @@ def test_a_form_whose_record_id_names_another_record_since_acts_on_nothing(
     assert desk.agent.get("Z").status.value == "CANDIDATE"
 
 
+@pytest.mark.parametrize("action", ["accept", "reject", "revoke", "revalidate"])
+def test_a_form_naming_an_id_reused_in_a_hidden_scope_tells_nothing_of_it(
+    desk: Desk, action: str
+) -> None:
+    # Given the agent's INV-1 and INV-2 in proj-a, then proj-b's own INV-1 (keyed
+    # INV-1@@proj-b, a scope the agent holds no grant in)
+    for rid in ("INV-1", "INV-2"):
+        desk.agent.propose("proj-a", f"c.{rid}", 1, Kind.FACT, id=rid)
+    outsider = desk.ledger.authenticate(desk.tokens["outsider"])
+    outsider.propose("proj-b", "b.claim", "hidden", Kind.FACT, id="INV-1")
+    client, csrf = desk.signed_in("agent-1")
+    before = desk.ledger.position
+    answers = []
+    for rid in ("INV-1@@proj-b", "INV-2@@proj-b"):
+        form = {"csrf": csrf, "scope": "proj-a", "reason": "x", "next": "/"}
+        done = client.post(f"/records/{rid}/{action}", data=form, follow_redirects=True)
+        answers.append((done.status_code, text_of(done.text).replace(rid, "ID")))
+    # Then the form naming proj-b's record is answered as the one naming nothing
+    assert answers[0] == answers[1]
+    assert "proj-b" not in answers[0][1]
+    assert desk.ledger.position == before
+    assert outsider.get("INV-1").status.value == "CANDIDATE"
+
+
 def test_needs_attention_says_why_each_correction_is_owed(desk: Desk) -> None:
     # Given M1 delivered too, then replaced by M1b: M1 is SUPERSEDED, R1 on it STALE
     _seed(desk)
@@ -1026,6 +1050,116 @@ def test_the_queue_filtered_by_a_scope_it_does_not_approve_in_says_so(desk: Desk
     page = text_of(client.get("/", params={"scope": "nosuch"}).text)
     assert "You do not hold the approve role in scope nosuch" in page
     assert "in no scope" not in page
+
+
+def test_two_claims_that_differ_by_an_invisible_character_show_apart(desk: Desk) -> None:
+    # Given api.retry_safe and a look-alike holding a zero-width space
+    desk.agent.propose("proj-a", "api.retry_safe", False, Kind.FACT, id="REAL")
+    desk.agent.propose("proj-a", "api.retry\u200b_safe", True, Kind.FACT, id="SPOOF")
+    desk.agent.propose("proj-a", "team", "\U0001f468\u200d\U0001f469 ok\u00ad", Kind.FACT, id="V")
+    client, _ = desk.signed_in("reviewer")
+    queue = client.get("/").text
+    # Then the look-alike's card writes it out; the real one's is as it is
+    assert "api.retry&lt;U+200B&gt;_safe" in card_of(queue, "SPOOF")
+    assert "api.retry_safe" in card_of(queue, "REAL") and "U+200B" not in card_of(queue, "REAL")
+    assert "\u200b" not in queue
+    # and in a value: a soft hyphen written out, an emoji sequence's joiner kept
+    value = card_of(queue, "V")
+    assert "ok&lt;U+00AD&gt;" in value and "\U0001f468\u200d\U0001f469" in value
+    assert "api.retry&lt;U+200B&gt;_safe" in client.get("/records/SPOOF").text
+
+
+def test_a_value_shown_in_part_is_accepted_where_it_is_shown_whole(desk: Desk) -> None:
+    # Given a candidate whose value a card cannot show whole, and one it can
+    desk.agent.propose("proj-a", "long", {"a": "V" * 5000, "z": "tail"}, Kind.FACT, id="L1")
+    desk.agent.propose("proj-a", "short", {"a": "V" * 500}, Kind.FACT, id="S1")
+    client, csrf = desk.signed_in("reviewer")
+    queue = client.get("/").text
+    long, short = card_of(queue, "L1"), card_of(queue, "S1")
+    # Then the card says so, links the record page, and its Accept waits there
+    assert "Shown in part: its first 600 characters." in text_of(long)
+    assert '<button type="submit" class="accept" disabled aria-describedby="cut-L1"' in long
+    assert "Accept with a note" not in long and "Reject" in long
+    assert "Shown in part" not in short and "Accept with a note" in short
+    assert '<button type="submit" class="accept">' in short
+    page = client.get("/records/L1").text
+    assert '"z": "tail"' in text_of(page) and "Shown in part" not in page
+    assert '<button type="submit" class="accept">' in page
+    done = client.post("/records/L1/accept", data={"csrf": csrf, "scope": "proj-a"})
+    assert done.status_code == 303 and desk.reviewer.get("L1").status.value == "ACCEPTED"
+
+
+def test_a_candidate_gone_stale_under_its_card_says_why_not_who_decided(desk: Desk) -> None:
+    # Given a candidate resting on E1, its card shown, then E1 revoked
+    desk.agent.capture(scope="proj-a", uri="https://x.test/d", content=b"d", id="E1")
+    desk.reviewer.accept("E1")
+    desk.agent.propose("proj-a", "k", 1, Kind.FACT, parents=["E1"], id="RC1")
+    client, csrf = desk.signed_in("reviewer-2")
+    desk.reviewer.revoke("E1", reason="wrong")
+    before = desk.ledger.position
+    client.post("/records/RC1/accept", data={"csrf": csrf, "scope": "proj-a", "next": "/"})
+    shown = _messages(client.get("/").text)
+    # Then the refusal says what happened to it: nobody decided it
+    assert [role for role, _ in shown] == ["alert"], shown
+    assert shown[0][1].endswith(
+        "accept needs CANDIDATE: it is STALE now (E1, which it rests on, was revoked), "
+        "and nothing of yours was written"
+    ), shown
+    assert desk.ledger.position == before
+    # So is one another reviewer accepted before it went STALE
+    desk.agent.capture(scope="proj-a", uri="https://x.test/e", content=b"e", id="E2")
+    desk.reviewer.accept("E2")
+    desk.agent.propose("proj-a", "k2", 1, Kind.FACT, parents=["E2"], id="RC2")
+    desk.reviewer.accept("RC2")
+    desk.reviewer.revoke("E2", reason="wrong")
+    client.post("/records/RC2/accept", data={"csrf": csrf, "scope": "proj-a", "next": "/"})
+    shown = _messages(client.get("/").text)
+    assert shown[0][1].endswith(
+        "accept needs CANDIDATE: it is STALE now (E2, which it rests on, was revoked), "
+        "and nothing of yours was written"
+    ), shown
+
+
+def test_thousands_of_deliveries_owing_corrections_are_shown_in_parts(desk: Desk) -> None:
+    # Given a report delivered 120 times, then its evidence revoked
+    desk.agent.capture(scope="proj-a", uri="https://x.test/d", content=b"d", id="E1")
+    desk.reviewer.accept("E1")
+    desk.agent.propose("proj-a", "r", 1, Kind.REPORT, parents=["E1"], id="R1")
+    desk.reviewer.accept("R1")
+    sent = [desk.reviewer.deliver("R1", recipient=f"c{n}@x.test") for n in range(120)]
+    desk.reviewer.revoke("E1", reason="wrong")
+    client, _ = desk.signed_in("reviewer")
+    # Then Needs attention shows the oldest 50 of the 120 owed, and links on
+    seen: list[str] = []
+    path = "/attention"
+    for told in ("1 to 50 shown", "51 to 100 shown", "101 to 120 shown"):
+        page = client.get(path).text
+        assert "Corrections due (120)" in text_of(page) and told in text_of(page)
+        seen += re.findall(r'<div class="muted mono">([^<]+)</div>', page)
+        found = re.search(r'href="(/attention\?due_from=\d+)#due-h">Next', page)
+        path = found[1] if found else ""
+    assert seen == sent and path == ""
+    assert "First 50" in page
+    # and a record's page its deliveries, 50 at a time
+    record = client.get("/records/R1").text
+    assert len(re.findall(r'<td role="cell" class="mono s-whole">', record)) == 50
+    assert "120 deliveries, the oldest first: 1 to 50 shown." in text_of(record)
+    last = client.get("/records/R1", params={"deliveries_from": "100"}).text
+    assert len(re.findall(r'<td role="cell" class="mono s-whole">', last)) == 20
+    rows = re.findall(r'<td role="cell" class="mono s-whole">([^<]+)</td>', last)
+    assert rows == sent[100:]
+    trail = client.get("/records/R1", params={"events_from": "100"}).text
+    assert "123 events, the oldest first: 101 to 123 shown." in text_of(trail)
+    # Each list's links keep the other's place
+    both = client.get("/records/R1", params={"deliveries_from": "50"}).text
+    assert 'href="/records/R1?deliveries_from=50&amp;events_from=50#audit-h">Next 50' in both
+    other = client.get("/records/R1", params={"events_from": "50"}).text
+    assert 'href="/records/R1?events_from=50&amp;deliveries_from=50#del-h">Next 50' in other
+    # A correction form of a later part comes back to that part
+    second = client.get("/attention", params={"due_from": "50"}).text
+    assert '<input type="hidden" name="next" value="/attention?due_from=50">' in second
+    bad = client.get("/attention", params={"due_from": "-1"})
+    assert "due_from must be a whole number, got '-1'" in text_of(bad.text)
 
 
 def test_direction_controls_in_stored_text_are_shown_not_obeyed(desk: Desk) -> None:

@@ -4,9 +4,11 @@ The library refuses C0 control characters in the text it stores (ids, claim keys
 reasons, notes), and the command line prints values as JSON, which escapes them.
 What is left would still act on a terminal instead of being shown: the C1 controls
 (U+0080 to U+009F; U+009B is an 8-bit CSI, U+009D an OSC) that a value, a claim key or
-a reason may hold, and the bidirectional marks, embeddings, overrides and isolates
-(:data:`ledger.validation.BIDI_CONTROLS`, e.g. U+202E) that make text display in an
-order other than its own, so that what a reviewer reads is not what is stored.
+a reason may hold, the bidirectional marks, embeddings, overrides and isolates
+(e.g. U+202E) that make text display in an order other than its own, so that what a
+reviewer reads is not what is stored, and the other invisible format characters
+(a zero-width space, U+200B, makes two claim keys look alike; see
+:func:`ledger.validation.hidden_formats`).
 While ``provledger`` writes to a terminal, each of those is printed as its
 ``\\uXXXX`` escape instead (inside JSON output that is the same string). Output
 to a pipe or a file is left byte for byte as it is.
@@ -20,15 +22,27 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
-from ledger.validation import BIDI_CONTROLS
+from ledger.validation import write_out_formats
 
-#: Characters a terminal acts on, or reorders by, rather than shows.
-ACTIVE = re.compile(f"[\x80-\x9f{BIDI_CONTROLS}]")
+#: Characters a terminal acts on rather than shows (the C1 controls).
+ACTIVE = re.compile("[\x80-\x9f]")
+
+
+def _escaped(ch: str) -> str:
+    """``ch`` as JSON escapes it (a character beyond U+FFFF as its surrogate pair)."""
+    point = ord(ch)
+    if point <= 0xFFFF:
+        return f"\\u{point:04x}"
+    point -= 0x10000
+    return f"\\u{0xD800 + (point >> 10):04x}\\u{0xDC00 + (point & 0x3FF):04x}"
 
 
 def inert(text: str) -> str:
-    """``text`` with every :data:`ACTIVE` character written as its ``\\uXXXX`` escape."""
-    return ACTIVE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    """``text`` with every :data:`ACTIVE` character, direction control and other
+    invisible format character (:func:`ledger.validation.hidden_formats`: a
+    zero-width space makes two claim keys look alike) written as its ``\\uXXXX``
+    escape."""
+    return write_out_formats(ACTIVE.sub(lambda m: _escaped(m.group()), text), _escaped)
 
 
 class Guarded:

@@ -71,6 +71,7 @@ from ledger.serve.pages import (
     paged_title,
     preview_mark,
     replaces,
+    window,
 )
 from ledger.serve.pictures import picture
 from ledger.serve.plumbing import LOCAL_PATH, Page, Plumbing, another_site
@@ -305,6 +306,9 @@ class Console(Plumbing):
             owed = None
             if view.deliveries and any(access.has(view.scope, r) for r in LISTS_OWED):
                 owed = {x.delivery.delivery_id for x in live.corrections_due(view.id)}
+            q = request.query_params
+            shown = window(view.deliveries, q, "deliveries_from", PAGE)
+            events = window(trail.events if trail else (), q, "events_from", PAGE)
 
             return {
                 "title": f"Record {view.id}",
@@ -318,6 +322,8 @@ class Console(Plumbing):
                 "trail": trail,
                 "audit_note": audit_note,
                 "owed": owed,
+                "deliveries": shown,
+                "events": events,
                 "corrects": access.has(view.scope, Role.DELIVER),
                 "picture": picture(live, view.id, link),
                 "approver": access.has(view.scope, Role.APPROVE) and not moment.past,
@@ -401,7 +407,7 @@ class Console(Plumbing):
             # role anywhere the page says so rather than show an empty (and so
             # false) outbox.
             sees = any(access.scopes(r) for r in LISTS_OWED)
-            due = live.corrections_due() if sees and not paged else ()
+            due = window(live.corrections_due() if sees and not paged else (), q, "due_from", PAGE)
             return {
                 "title": paged_title(name, page),
                 "lists": lists,
@@ -572,7 +578,10 @@ class Console(Plumbing):
             cid = live.issue_correction(
                 delivery_id, note=form.get("note", ""), replacement=replacement, only_if_owed=True
             )
-            return f"Correction {cid} issued for delivery {delivery_id} (in the outbox)."
+            return (
+                f"Correction {cid} issued for delivery {delivery_id}: its record's page "
+                "lists it under Deliveries (nothing is sent)."
+            )
 
         doing = f"Correction for delivery {delivery_id}"
         response = await self._act(request, session, act, "/attention", doing)

@@ -11,7 +11,7 @@ from ledger import Session, redaction
 from ledger.domain import Status
 from ledger.errors import InvalidTransitionError, LedgerError, retold
 from ledger.serve.sessions import ConsoleSession
-from ledger.values import RecordView
+from ledger.values import HIDDEN, RecordView
 
 
 def repeated(
@@ -72,6 +72,19 @@ def came_first(
         return exc
     if view.status in open_to:
         return exc
+    if view.status == Status.STALE and view.stale_causes:
+        # What it rests on was withdrawn under it (whether or not another
+        # reviewer accepted it first): said as what the reviewer can act on.
+        cause = view.stale_causes[-1]
+        what = (
+            "a record it rests on, outside your scopes,"
+            if cause.cause == HIDDEN
+            else f"{cause.cause}, which it rests on,"
+        )
+        how = "was revoked" if cause.superseded_by is None else "was superseded"
+        return retold(
+            exc, f"{exc}: it is STALE now ({what} {how}), and nothing of yours was written"
+        )
     mine = session.made(record_id, view.position)
     first = "another decision" if mine is None else f"your own {_DID.get(mine, mine)} of it"
     return retold(exc, f"{exc}: {first} came first, and nothing of yours was written")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,7 +23,7 @@ from ledger.errors import AccessDeniedError, InvalidInputError, LedgerError, Unk
 from ledger.jsonable import plain
 from ledger.serialization import canonical
 from ledger.serve.sessions import Result
-from ledger.validation import BIDI_CONTROLS, from_iso, key_text
+from ledger.validation import from_iso, key_text, write_out_formats
 from ledger.values import Explanation, RecordView, RevocationPreview
 from ledger.versions import captures_of_source
 
@@ -189,6 +189,42 @@ def page_number(query: Mapping[str, str]) -> int | None:
     return int(given) if _PAGE_NUMBER.fullmatch(given) else None
 
 
+_COUNT = re.compile(r"0|[1-9][0-9]{0,8}")
+
+
+@dataclass(frozen=True)
+class Window:
+    """The part of a long list a page shows: ``items`` from ``start`` (0-based) of
+    ``total``, at most ``size`` of them (:func:`window`)."""
+
+    items: tuple[Any, ...]
+    start: int
+    total: int
+    size: int
+
+    @property
+    def next_start(self) -> int | None:
+        """Where the next part starts; None when this one reaches the end."""
+        end = self.start + self.size
+        return end if end < self.total else None
+
+
+def window(items: Sequence[Any], query: Mapping[str, str], name: str, size: int) -> Window:
+    """The :class:`Window` of ``items`` that ``query``'s ``name`` (a count of items
+    to pass, 0 by default) asks for, ``size`` long: a list of thousands (a report
+    delivered to every customer) is shown in parts, not in one page the browser
+    takes seconds to lay out.
+
+    Raises:
+        InvalidInputError: ``name`` is not a whole number.
+    """
+    given = query.get(name) or "0"
+    if not _COUNT.fullmatch(given):
+        raise InvalidInputError(f"{name} must be a whole number, got {given[:40]!r}")
+    start = int(given)
+    return Window(tuple(items[start : start + size]), start, len(items), size)
+
+
 def paged_title(name: str, page: int | None) -> str:
     """The title of page ``page`` of a list (:func:`page_number`) called ``name``."""
     if page == 1:
@@ -229,6 +265,20 @@ def _json(value: Any, limit: int | None = None, compact: bool = False) -> str:
         if size > limit:
             return "".join(parts)[:limit] + " …"
     return "".join(parts)
+
+
+@dataclass(frozen=True)
+class Part:
+    """A value's JSON as a card shows it: ``text``, cut when ``cut``."""
+
+    text: str
+    cut: bool
+
+
+def _json_part(value: Any, limit: int) -> Part:
+    """The ``json_part`` filter: :func:`_json` cut at ``limit``, saying whether it was."""
+    text = _json(value, limit)
+    return Part(text, len(text) > limit)
 
 
 def _details(details: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -280,19 +330,13 @@ def _reason(text: str) -> str:
     return found.group(1) + _when(instant)
 
 
-#: Characters that reorder the text around them (embeddings, overrides, isolates,
-#: marks): from a claim key or a reason they could make the console's own sentence
-#: read backwards, or a record seem to say what it does not.
-_BIDI = re.compile(f"[{BIDI_CONTROLS}]")
-
-
 def controls_written_out(text: str, markup: bool = False) -> str:
-    """``text`` with its direction controls written out (``<U+202E>``) instead of
-    obeyed; ``markup``: ``text`` is HTML or SVG, so the marker is written escaped."""
-    if not _BIDI.search(text):
-        return text
+    """``text`` with its direction controls and other invisible format characters
+    written out (``<U+202E>``, ``<U+200B>``: :func:`ledger.validation.hidden_formats`)
+    instead of obeyed or unseen, so that two claims that differ by one show apart;
+    ``markup``: ``text`` is HTML or SVG, so the marker is written escaped."""
     lt, gt = ("&lt;", "&gt;") if markup else ("<", ">")
-    return _BIDI.sub(lambda m: f"{lt}U+{ord(m.group()):04X}{gt}", text)
+    return write_out_formats(text, lambda ch: f"{lt}U+{ord(ch):04X}{gt}")
 
 
 def _field(value: Any) -> Markup:
@@ -319,6 +363,7 @@ def environment() -> Environment:
         finalize=_bidi_shown,
     )
     env.filters["json"] = _json
+    env.filters["json_part"] = _json_part
     env.filters["field"] = _field
     env.filters["when"] = _when
     env.filters["details"] = _details

@@ -16,8 +16,10 @@ from langgraph.store.base import (
     validate_op_namespace,
 )
 
+from ledger.domain import Kind
 from ledger.errors import (
     InvalidInputError,
+    InvalidKindError,
     InvalidValueError,
     UnsupportedStoreOperationError,
     ValueTooLargeError,
@@ -25,9 +27,26 @@ from ledger.errors import (
 from ledger.integrations.langgraph.filters import check_condition, check_filter, count
 from ledger.integrations.langgraph.items import no_tuple
 from ledger.integrations.langgraph.keys import NamespaceLabelError, find, location, scope_of
-from ledger.validation import check_value, quoted
+from ledger.validation import check_kind, check_value, quoted
 
-__all__ = ["check_namespace", "check_op"]
+__all__ = ["check_namespace", "check_op", "check_store_kind"]
+
+
+def check_store_kind(kind: object) -> Kind:
+    """The kind a store's records are proposed as: a record kind other than
+    evidence, which ``capture`` makes of bytes read (a ``put`` of it is refused,
+    and its values, snapshot references, are no items).
+
+    Raises:
+        InvalidKindError: ``kind`` is not a record kind, or is ``evidence``.
+    """
+    checked = check_kind(kind)
+    if checked == Kind.EVIDENCE:
+        raise InvalidKindError(
+            "kind 'evidence' cannot be a store's kind: evidence is made by capture, "
+            "which pins the bytes read; give kind 'fact', 'inference' or another"
+        )
+    return checked
 
 
 def check_namespace(namespace: object, what: str = "namespace") -> None:

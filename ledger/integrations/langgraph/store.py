@@ -39,7 +39,7 @@ from ledger.errors import (
     InvalidTransitionError,
     LedgerError,
 )
-from ledger.integrations.langgraph.checks import check_namespace, check_op
+from ledger.integrations.langgraph.checks import check_namespace, check_op, check_store_kind
 from ledger.integrations.langgraph.filters import check_filter, matches, namespace_matches
 from ledger.integrations.langgraph.items import item_of, newest_usable, unchanged
 from ledger.integrations.langgraph.keys import (
@@ -67,7 +67,6 @@ from ledger.integrations.langgraph.threads import (
     thread_id,
 )
 from ledger.proposals import NewestOf
-from ledger.validation import check_kind
 from ledger.values import RecordView
 from ledger.versions import NewerVersionError
 from projections.record_table import LIVE_STATUSES
@@ -121,7 +120,7 @@ class LedgerStore(BaseStore):
         AuthenticationError: a token is unknown, revoked or expired.
         InvalidInputError: ``scope_depth`` is not a positive int,
             ``observe_search`` is not a bool, or the approver is the proposer.
-        InvalidKindError: ``kind`` is not a record kind.
+        InvalidKindError: ``kind`` is not a record kind, or is ``evidence``.
     """
 
     supports_ttl = False
@@ -142,7 +141,7 @@ class LedgerStore(BaseStore):
             raise InvalidInputError(f"scope_depth must be a positive int, got {scope_depth!r}")
         if not isinstance(observe_search, bool):
             raise InvalidInputError(f"observe_search must be a bool, got {observe_search!r}")
-        self.kind = check_kind(kind)
+        self.kind = check_store_kind(kind)
         self._kinds = (self.kind,)
         self.scope_depth = scope_depth
         self.observe_search = observe_search

@@ -16,13 +16,14 @@ from pydantic import BeforeValidator, Field
 from pydantic_core import PydanticCustomError
 
 from ledger.domain import Kind
-from ledger.validation import ID_PATTERN, from_iso
+from ledger.validation import CLAIM_KEY_MAX, ID_PATTERN, TEXT_MAX, URI_MAX, from_iso
 
 __all__ = [
     "ID_WORDS",
     "REF_SCHEMA",
     "At",
     "ClaimKey",
+    "ClaimPrefix",
     "Conditions",
     "Expires",
     "KindName",
@@ -34,6 +35,7 @@ __all__ = [
     "Reason",
     "RecordId",
     "Scope",
+    "Uri",
     "iso_text",
     "one_of",
     "shaped",
@@ -114,7 +116,22 @@ ClaimKey = Annotated[
     str,
     Field(
         description="The precise question a record answers, as a structured key, "
-        "e.g. 'api.orders.retry_safe'."
+        "e.g. 'api.orders.retry_safe'.",
+        json_schema_extra=shaped(minLength=1, maxLength=CLAIM_KEY_MAX),
+    ),
+]
+ClaimPrefix = Annotated[
+    str | None,
+    Field(
+        description="Only records whose claim key starts with this.",
+        json_schema_extra=shaped(maxLength=CLAIM_KEY_MAX),
+    ),
+]
+Uri = Annotated[
+    str,
+    Field(
+        description="Where the content was read (URL, path, API call).",
+        json_schema_extra=shaped(minLength=1, maxLength=URI_MAX),
     ),
 ]
 RecordId = Annotated[
@@ -240,11 +257,17 @@ Kinds = Annotated[
         json_schema_extra=_both(one_of(Kind), shaped(minItems=1)),
     ),
 ]
-Note = Annotated[str | None, Field(description="What you checked; recorded in the audit trail.")]
+Note = Annotated[
+    str | None,
+    Field(
+        description="What you checked; recorded in the audit trail.",
+        json_schema_extra=shaped(maxLength=TEXT_MAX),
+    ),
+]
 Reason = Annotated[
     str,
     Field(
         description="Why (not empty); recorded, and shown by explain_memory and audit_record.",
-        json_schema_extra=shaped(minLength=1),
+        json_schema_extra=shaped(minLength=1, maxLength=TEXT_MAX),
     ),
 ]

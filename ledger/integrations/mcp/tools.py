@@ -65,6 +65,7 @@ from ledger.integrations.mcp.schemas import (
     REF_SCHEMA,
     At,
     ClaimKey,
+    ClaimPrefix,
     Conditions,
     Expires,
     KindName,
@@ -76,12 +77,14 @@ from ledger.integrations.mcp.schemas import (
     Reason,
     RecordId,
     Scope,
+    Uri,
     iso_text,
     one_of,
+    shaped,
 )
 from ledger.jsonable import EXPLAINED
 from ledger.session import next_after
-from ledger.validation import quoted
+from ledger.validation import CLAIM_KEY_MAX, quoted
 from ledger.values import RecordView
 
 __all__ = [
@@ -172,7 +175,7 @@ def _decision(record_id: str, action: str, view: RecordView | None) -> DecisionO
 def capture_evidence(
     ctx: Ctx,
     scope: Scope,
-    uri: Annotated[str, Field(description="Where the content was read (URL, path, API call).")],
+    uri: Uri,
     content: Annotated[
         str,
         Field(
@@ -190,7 +193,12 @@ def capture_evidence(
         Field(description="When it was read, ISO 8601 with a timezone; default now."),
     ] = None,
     claim_key: Annotated[
-        str | None, Field(description="The key it answers; default 'source:<uri>'.")
+        str | None,
+        Field(
+            description="The key it answers; default 'source:<uri>' (give one for a uri "
+            "longer than 505 characters: a claim key holds at most 512).",
+            json_schema_extra=shaped(minLength=1, maxLength=CLAIM_KEY_MAX),
+        ),
     ] = None,
     expires: Expires = None,
     conditions: Conditions = None,
@@ -382,9 +390,7 @@ def list_records(
             json_schema_extra=one_of(Kind),
         ),
     ] = None,
-    claim_prefix: Annotated[
-        str | None, Field(description="Only records whose claim key starts with this.")
-    ] = None,
+    claim_prefix: ClaimPrefix = None,
     limit: Annotated[
         int | None,
         Field(
