@@ -1162,6 +1162,23 @@ def test_thousands_of_deliveries_owing_corrections_are_shown_in_parts(desk: Desk
     assert "due_from must be a whole number, got '-1'" in text_of(bad.text)
 
 
+def test_an_auditor_landing_on_the_queue_is_shown_where_to_go(desk: Desk) -> None:
+    desk.ledger.admin().grant("auditor", scope="proj-a", roles=["read", "audit"])
+    desk.tokens["auditor"] = desk.ledger.admin().issue_token("auditor")
+    client, _ = desk.signed_in("auditor")
+    queue = client.get("/").text
+    assert "You hold the approve role in no scope" in queue
+    assert '<a href="/records">Records</a>' in queue
+    assert "and the corrections due under" in text_of(queue)
+    agent, _ = desk.signed_in("agent-1")  # no audit, no deliver: no outbox promised
+    assert "corrections due" not in text_of(agent.get("/").text)
+    # the records page says which scope it lists; a bad as-of position says what it takes
+    listed = client.get("/records", params={"scope": "proj-a"}).text
+    assert "<h1>Records in proj-a</h1>" in listed
+    bad = client.get("/records", params={"as_of_position": "-1"}).text
+    assert "as-of position '-1' is not a log position (a whole number, 0 or more)" in text_of(bad)
+
+
 def test_direction_controls_in_stored_text_are_shown_not_obeyed(desk: Desk) -> None:
     # A right-to-left override in a reason would make the console's sentence read
     # backwards; it is written out instead.

@@ -247,6 +247,7 @@ class Console(Plumbing):
                 "here": _here("/", {"scope": only, "after": after, "page": page}) if only else "/",
                 "paged": only is not None and after is not None,
                 "approves": bool(approving),
+                "audits": bool(access.scopes(Role.AUDIT) or access.scopes(Role.DELIVER)),
                 # Filtered by a scope it does not approve in (whether or not it exists).
                 "not_approving": only if only is not None and only not in approving else None,
             }

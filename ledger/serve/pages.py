@@ -99,7 +99,10 @@ class Moment:
         if position:
             # ASCII digits only: str.isdigit() takes "²", which int() refuses.
             if not _POSITION.fullmatch(position):
-                raise InvalidInputError(f"as-of position {position[:40]!r} is not a number")
+                raise InvalidInputError(
+                    f"as-of position {position[:40]!r} is not a log position (a whole "
+                    "number, 0 or more)"
+                )
             if len(position) > _POSITION_DIGITS:  # beyond any log
                 raise InvalidInputError(f"as-of position {position[:40]} is beyond the log")
             return cls(position=int(position))
