@@ -66,9 +66,15 @@ class Erasure:
 
 
 def _check_ref(ref: object) -> str:
-    if not isinstance(ref, str) or not _SNAPSHOT_REF.fullmatch(ref):
-        raise UnknownSnapshotError(f"snapshot {ref!r} is not a sha256:<hex> reference")
-    return ref
+    """``ref`` as stored (lower case: a hash pasted from another tool may be in
+    capitals), or ``UnknownSnapshotError`` saying what a reference looks like."""
+    given = ref.lower() if isinstance(ref, str) and ref.isascii() else ref
+    if not isinstance(given, str) or not _SNAPSHOT_REF.fullmatch(given):
+        raise UnknownSnapshotError(
+            f"snapshot {ref!r:.100} is not a sha256:<64 hex digits> reference (an evidence "
+            "record's is its evidence's snapshot_ref: `provledger get ID --json`)"
+        )
+    return given
 
 
 def evidence_with(engine: Engine, c: Cursor, ref: str) -> dict[str, Any]:
@@ -104,9 +110,9 @@ def _erasure(engine: Engine, c: Cursor, ref: str, rid: str, row: Any) -> Erasure
     return newest
 
 
-def _erased_before(engine: Engine, c: Cursor, row: Any) -> bool:
+def capture_erased(engine: Engine, c: Cursor, row: Any) -> bool:
     """Whether the log holds an erasure of the capture of record ``row`` (a record
-    captures one snapshot): its events' topics, not vouched for."""
+    captures one snapshot): its events' topics, not vouched for. Internal."""
     notes = engine.recorder.select_record_events(c, uuid_of_hex(row["agg_id"]))
     return any(note.topic == _ERASED_TOPIC for note in notes)
 
@@ -182,7 +188,7 @@ def erase_snapshot(
         # before is not erased twice, nor is its scope told of the new capture.
         # (Read by topic, not vouched for: tampering elsewhere in a record's
         # history is verify's to name, and must not keep its bytes stored.)
-        fresh = {r: row for r, row in records.items() if not _erased_before(engine, w.c, row)}
+        fresh = {r: row for r, row in records.items() if not capture_erased(engine, w.c, row)}
         records = fresh or records  # (every one erased, yet the bytes stored: all again)
         now = engine.now()
         events: list[Any] = []
@@ -243,8 +249,7 @@ def scrub_erased(engine: Engine, authorize: Callable[[Cursor], None] | None = No
 def snapshot(caller: Caller, ref: str) -> bytes:
     """``Session.snapshot``: the bytes, re-hashed, if evidence carrying them is
     readable and not all of it was erased."""
-    if not isinstance(ref, str) or not _SNAPSHOT_REF.fullmatch(ref):
-        raise UnknownSnapshotError(f"snapshot {ref!r} is not a sha256:<hex> reference")
+    ref = _check_ref(ref)
     engine = caller.engine
     with caller.reading() as c:
         evidence = evidence_with(engine, c, ref)

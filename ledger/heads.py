@@ -37,7 +37,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 from ledger.errors import InvalidHeadError, InvalidKeyError, install_hint, naming_file
 from ledger.merkle import LogDigest
@@ -383,6 +383,10 @@ def append_head(path: str | os.PathLike[str], head: SignedHead) -> None:
         os.fsync(out.fileno())
 
 
+#: The longest line of a heads file read (a signed head's is about 400 bytes).
+HEAD_LINE_MOST = 64 * 1024
+
+
 def load_heads(path: str | os.PathLike[str]) -> tuple[SignedHead, ...]:
     """Every head in the heads file at ``path``, in file order (blank lines skipped).
 
@@ -391,21 +395,36 @@ def load_heads(path: str | os.PathLike[str]) -> tuple[SignedHead, ...]:
             or the file cannot be read.
     """
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with Path(path).open("rb") as stream:
+            lines = list(_lines(stream))
     except OSError as exc:
         why = exc.strerror or type(exc).__name__
         raise InvalidHeadError(f"cannot read the heads file {quoted(path)}: {why}") from None
     except ValueError as exc:  # undecodable, or a NUL in the path
         raise InvalidHeadError(f"cannot read the heads file {quoted(path)}: {exc}") from None
     heads = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
+    for number, line in lines:
         try:
             heads.append(SignedHead.from_json(line))
         except InvalidHeadError as exc:
             raise InvalidHeadError(f"{path} line {number}: {exc}") from None
     return tuple(heads)
+
+
+def _lines(stream: BinaryIO) -> Iterator[tuple[int, str]]:
+    """The heads file's lines that are not blank, numbered, each read no longer
+    than :data:`HEAD_LINE_MOST` (an endless file, such as /dev/zero, is refused at
+    its first line, not read into memory whole)."""
+    number = 0
+    for raw in iter(lambda: stream.readline(HEAD_LINE_MOST + 1), b""):
+        if len(raw) > HEAD_LINE_MOST:
+            raise ValueError(
+                f"line {number + 1} is longer than {HEAD_LINE_MOST:,} bytes, so no signed head"
+            )
+        for part in raw.decode("utf-8").splitlines():  # every line break str knows
+            number += 1
+            if part.strip():
+                yield number, part
 
 
 def as_heads(

@@ -13,7 +13,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from ledger import gc_pause, pipeline, proposals, redaction, rules
+from ledger import erasure, gc_pause, pipeline, proposals, redaction, rules
 from ledger.access import Role
 from ledger.caller import Caller
 from ledger.deliveries import delivery_of
@@ -74,6 +74,12 @@ def acceptance_checks(
     still replaceable. Returns the supersession's events."""
     rid = row["record_id"]
     rules.check_not_expired(row, now, "accept")
+    if record.evidence is not None and erasure.capture_erased(caller.engine, c, row):
+        # An approver vouches for the bytes read: none are left to check.
+        raise InvalidTransitionError(
+            f"accept refused: the captured bytes of {rid!r} were erased, so no approver "
+            "can check them: reject it, or capture the source again"
+        )
     check_usable_dependencies(caller, c, record.dependencies, rid, row["scope"], "accept", now)
     if caller.engine.checks:
         run_acceptance_checks(caller, record_view(caller, c, row, now), "accept")

@@ -373,9 +373,10 @@ def key_text(key: str) -> str:
     or an invisible format character at an end, or in another normal form) as a
     JSON string with every character beyond ASCII escaped, so that it shows on one
     line and apart from its look-alikes. A key shown as it is never starts with
-    ``"``; a key beginning so is quoted too."""
+    ``"`` nor holds a backslash (``evil\\u202ekey`` typed would look like a key
+    holding U+202E, which a terminal shows written out so); such a key is quoted too."""
     try:
-        plain_key = check_claim_key(key) == key and not key.startswith('"')
+        plain_key = check_claim_key(key) == key and not key.startswith('"') and "\\" not in key
         check_format_edges(key, "claim_key")
     except LedgerError:
         plain_key = False

@@ -19,6 +19,7 @@ from click.testing import CliRunner, Result
 from ledger import Ledger
 from ledger.cli import main
 from ledger.cli.reads import HISTORY_TABLE_ROWS
+from ledger.heads import generate_key
 from ledger.jsonable import json_safe, plain
 
 
@@ -260,6 +261,64 @@ def test_capture_from_a_closed_standard_input_is_a_usage_error(
     assert b"Traceback" not in done.stderr
     with Ledger.open(url) as led:
         assert led.position == before
+
+
+@pytest.mark.parametrize("source", ["-", "/dev/zero"])
+def test_capture_of_an_endless_input_reads_no_further_than_the_limit(
+    ledger_url: tuple[str, str], source: str
+) -> None:
+    import resource
+
+    url, before, command, env = _capture_from_stdin(ledger_url)
+    command[command.index("-")] = source
+
+    def small() -> None:  # a regression fails here, not the machine
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    with open("/dev/zero", "rb") as zero:
+        done = subprocess.run(
+            command, stdin=zero, preexec_fn=small, capture_output=True, env=env, check=False
+        )
+    assert done.returncode == 1, done.stderr
+    told = "standard input" if source == "-" else "/dev/zero"
+    assert done.stderr.decode() == (
+        f"error: content of 'https://x.test/doc' ({told}) is more than 1048576 bytes; "
+        "the limit is 1048576 (read no further)\n"
+    )
+    with Ledger.open(url) as led:
+        assert led.position == before
+
+
+def test_endless_heads_files_and_token_lines_are_refused_not_read_whole(tmp_path: Path) -> None:
+    import resource
+
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    Ledger.open(url).close()
+    env = {**os.environ, "PROVLEDGER_URL": url}
+
+    def small() -> None:  # a regression fails here, not the machine
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    def run(*args: str) -> subprocess.CompletedProcess[bytes]:
+        with open("/dev/zero", "rb") as zero:
+            return subprocess.run(
+                [sys.executable, "-m", "ledger", *args],
+                stdin=zero, preexec_fn=small, capture_output=True, env=env, check=False,
+            )  # fmt: skip
+
+    key = str(tmp_path / "k")
+    generate_key(key)
+    heads = run("verify", "--heads", "/dev/zero", "--public-key", key + ".pub")
+    assert heads.returncode == 3, heads.stderr  # could not check
+    assert heads.stderr.decode().startswith(
+        "error: cannot read the heads file '/dev/zero': line 1 is longer than 65,536 bytes"
+    )
+    token = run("token", "revoke", "-")
+    assert token.returncode == 1, token.stderr
+    assert token.stderr.decode() == (
+        "error: the first line of standard input is longer than 4096 characters: no token "
+        "(token revoke - reads one line)\n"
+    )
 
 
 def test_a_graph_refused_for_its_size_suggests_what_was_not_tried(tmp_path: Path) -> None:

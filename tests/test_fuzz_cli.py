@@ -561,6 +561,8 @@ def _usage_error(stderr: str) -> bool:
 CHECKS = frozenset({"verify", "verify-bundle"})
 #: The warning a password in ``--url`` on the command line gets, before any answer.
 _PASSWORD_WARNING = re.compile(r"warning: --url on the command line holds a password[^\n]*\n")
+#: What `token revoke TOKEN` says first, however it ends (the token was on the command line).
+_TOKEN_WARNING = re.compile(r"warning: TOKEN was on the command line[^\n]*\n")
 
 
 def _output_problem(result: Result, path: CommandPath) -> str:
@@ -573,7 +575,7 @@ def _output_problem(result: Result, path: CommandPath) -> str:
         return f"raised {type(exc).__module__}.{type(exc).__qualname__}: {_short(str(exc))}"
     if "Traceback" in result.output:
         return f"a traceback in the output: {_short(result.output)}"
-    stderr = _PASSWORD_WARNING.sub("", result.stderr, count=1)
+    stderr = _TOKEN_WARNING.sub("", _PASSWORD_WARNING.sub("", result.stderr, count=1), count=1)
     if result.exit_code in (1, 3) and not re.fullmatch(r"error: [^\n]*\n", stderr):
         return f"exit {result.exit_code} without one 'error: ' line on stderr: {_short(stderr)}"
     if result.exit_code == 2 and not _usage_error(stderr):

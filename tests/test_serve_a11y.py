@@ -495,6 +495,10 @@ def test_names_of_128_characters_wrap_inside_their_cards(
         token = admin.issue_token("reviewer")
         agent = led.authenticate(admin.issue_token(agent_name))
         agent.propose(scope=scope, claim_key="k." + "w" * 200, value=1, kind=Kind.FACT, id=rid)
+        admin.grant("second", scope=scope, roles=["approve", "read", "deliver"])
+        second = led.authenticate(admin.issue_token("second"))
+        second.accept(rid)
+        second.deliver(rid, recipient="r-" + "q" * 100 + "@x.test")
         with running(create_app(led, mcp_factory=None)) as base:
             for width in (1280, 375):
                 page = browser.new_page(viewport={"width": width, "height": 800})
@@ -502,7 +506,8 @@ def test_names_of_128_characters_wrap_inside_their_cards(
                 page.get_by_label("Token").fill(token)
                 page.get_by_role("button", name="Sign in").click()
                 page.get_by_role("heading", name="Review queue").wait_for()
-                for path in ("/", f"/records/{rid}", f"/records?scope={scope}", "/explain"):
+                explain = f"/explain?scope={scope}&claim_key=k.{'w' * 200}"
+                for path in ("/", f"/records/{rid}", f"/records?scope={scope}", explain):
                     page.goto(base + path)
                     page.evaluate(OPEN_DETAILS)
                     overflow = page.evaluate(SIDEWAYS)
@@ -524,4 +529,10 @@ def test_names_of_128_characters_wrap_inside_their_cards(
                         })"""
                     )
                     assert out == [], f"{path} at {width}px: {out[:5]}"
+                    if width == 1280:  # at a desktop's width no table needs to scroll
+                        wide = page.evaluate(
+                            "[...document.querySelectorAll('table')].map(t => "
+                            "t.scrollWidth - t.parentElement.clientWidth).filter(d => d > 1)"
+                        )
+                        assert wide == [], f"{path}: a table wider than its box by {wide}px"
                 page.close()

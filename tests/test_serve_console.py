@@ -1052,6 +1052,11 @@ def test_the_queue_filtered_by_a_scope_it_does_not_approve_in_says_so(desk: Desk
     assert "in no scope" not in page
 
 
+def cf(point: str) -> str:
+    """How a page marks an invisible character it writes out."""
+    return f'<span class="cf" title="an invisible character">&lt;U+{point}&gt;</span>'
+
+
 def test_two_claims_that_differ_by_an_invisible_character_show_apart(desk: Desk) -> None:
     # Given api.retry_safe and a look-alike holding a zero-width space
     desk.agent.propose("proj-a", "api.retry_safe", False, Kind.FACT, id="REAL")
@@ -1060,13 +1065,17 @@ def test_two_claims_that_differ_by_an_invisible_character_show_apart(desk: Desk)
     client, _ = desk.signed_in("reviewer")
     queue = client.get("/").text
     # Then the look-alike's card writes it out; the real one's is as it is
-    assert "api.retry&lt;U+200B&gt;_safe" in card_of(queue, "SPOOF")
+    assert f"api.retry{cf('200B')}_safe" in card_of(queue, "SPOOF")
     assert "api.retry_safe" in card_of(queue, "REAL") and "U+200B" not in card_of(queue, "REAL")
     assert "\u200b" not in queue
     # and in a value: a soft hyphen written out, an emoji sequence's joiner kept
     value = card_of(queue, "V")
-    assert "ok&lt;U+00AD&gt;" in value and "\U0001f468\u200d\U0001f469" in value
-    assert "api.retry&lt;U+200B&gt;_safe" in client.get("/records/SPOOF").text
+    assert f"ok{cf('00AD')}" in value and "\U0001f468\u200d\U0001f469" in value
+    assert f"api.retry{cf('200B')}_safe" in client.get("/records/SPOOF").text
+    # and the same letters typed are shown as typed: the two are told apart
+    desk.agent.propose("proj-a", "api.retry<U+200B>_safe", 1, Kind.FACT, id="TYPED")
+    typed = card_of(client.get("/").text, "TYPED")
+    assert "api.retry&lt;U+200B&gt;_safe" in typed and 'class="cf"' not in typed
 
 
 def test_a_value_shown_in_part_is_accepted_where_it_is_shown_whole(desk: Desk) -> None:
@@ -1188,13 +1197,13 @@ def test_direction_controls_in_stored_text_are_shown_not_obeyed(desk: Desk) -> N
     client, _ = desk.signed_in("reviewer")
     page = client.get("/records/E1").text
     assert "\u202e" not in page
-    assert "wrong &lt;U+202E&gt;odd" in page
+    assert f"wrong {cf('202E')}odd" in page
     # but a form sends back the very claim shown (its value is not rewritten)
     claim = "price\u202eusd"
     desk.reviewer.accept(desk.agent.propose("proj-a", claim, 1, Kind.FACT, id="P1"))
     asked = client.get("/explain", params={"scope": "proj-a", "claim_key": claim}).text
     assert f'name="claim_key" value="{claim}"' in asked
-    assert "price&lt;U+202E&gt;usd" in asked
+    assert f"price{cf('202E')}usd" in asked
     again = client.get(
         "/explain", params={"scope": "proj-a", "claim_key": claim, "as_of_position": "999999"}
     )

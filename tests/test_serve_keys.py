@@ -129,6 +129,14 @@ def test_a_key_that_looks_quoted_is_found_as_typed_and_as_shown(
     for typed in ('"q"', '"\\"q\\""'):
         heading, usable, _ = _explained(client, typed)
         assert (heading, usable) == ('FOUND s/"\\"q\\""', {"Q": "yes"}), typed
+    # So may one with a backslash: quoted, it is not taken for a key holding U+202E,
+    # which a terminal writes out as \u202e
+    agent.propose(scope="s", claim_key="evil\\u202ekey", value=1, kind=Kind.FACT, id="BS")
+    reviewer.accept("BS")
+    assert key_text("evil\\u202ekey") == '"evil\\\\u202ekey"'
+    assert key_text("evil\u202ekey") == "evil\u202ekey"  # the real one, as it is
+    heading, usable, _ = _explained(client, '"evil\\\\u202ekey"')
+    assert (heading, usable) == ('FOUND s/"evil\\\\u202ekey"', {"BS": "yes"})
     # And the "two lines" look-alike is its own claim, not LF's
     _, usable, _ = _explained(client, "two lines")
     assert usable == {"LOOKALIKE": "no"}

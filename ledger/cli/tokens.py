@@ -91,6 +91,10 @@ def token_issue(
     report_done(as_json, data, issued)
 
 
+#: The longest line `token revoke -` reads (a token is far shorter).
+_LINE_MOST = 4096
+
+
 def _token_from_stdin() -> str:
     """The token `token revoke -` reads: the first line of standard input, refused
     before the ledger is opened when there is none (not taken for an unknown token)."""
@@ -99,7 +103,12 @@ def _token_from_stdin() -> str:
             "-: standard input is closed (pipe the token in, or give it as TOKEN)",
             param_hint="TOKEN",
         )
-    line = sys.stdin.readline().strip()
+    line = sys.stdin.readline(_LINE_MOST + 1).strip()  # an endless input is no line
+    if len(line) > _LINE_MOST:
+        raise InvalidInputError(
+            f"the first line of standard input is longer than {_LINE_MOST} characters: "
+            "no token (token revoke - reads one line)"
+        )
     if not line:  # empty input, or a blank first line
         raise InvalidInputError("no token on standard input (token revoke - reads one line)")
     return line

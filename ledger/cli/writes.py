@@ -34,7 +34,8 @@ from ledger.cli.render import (
     revocation_json,
     working,
 )
-from ledger.errors import AccessDeniedError, LedgerError
+from ledger.errors import AccessDeniedError, LedgerError, ValueTooLargeError
+from ledger.validation import DEFAULT_MAX_VALUE_BYTES, quoted
 
 
 @click.command()
@@ -83,11 +84,23 @@ def capture(
     if file == "-" and sys.stdin.isatty():
         click.echo("reading the content from the terminal; end it with Ctrl-D", err=True)
     try:
-        content = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
+        # Read no further than the ledger would store (an endless input, such as
+        # `yes |` or /dev/zero, would otherwise fill the memory first).
+        if file == "-":
+            content = sys.stdin.buffer.read(DEFAULT_MAX_VALUE_BYTES + 1)
+        else:
+            with Path(file).open("rb") as stream:
+                content = stream.read(DEFAULT_MAX_VALUE_BYTES + 1)
     except (OSError, ValueError, UnicodeError) as exc:  # a usage error, like click.File's
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         message = f"{printable(file)}: {printable(reason)}"
         raise click.BadParameter(message, param_hint="FILE") from None
+    if len(content) > DEFAULT_MAX_VALUE_BYTES:
+        source = "standard input" if file == "-" else printable(file)
+        raise ValueTooLargeError(
+            f"content of {quoted(uri)} ({source}) is more than {DEFAULT_MAX_VALUE_BYTES} "
+            f"bytes; the limit is {DEFAULT_MAX_VALUE_BYTES} (read no further)"
+        )
     with principal_session(url, token) as (led, session):
         rid = within(session, run_id).capture(
             scope=scope,

@@ -53,6 +53,8 @@ def columns_of(stored_events: Sequence[Any]) -> tuple[list[Any], ...]:
 #: How long an erasure's rewrite of the snapshot table waits for the table's lock
 #: (ms): captures and snapshot reads queue behind a waiting ``VACUUM FULL``.
 SCRUB_LOCK_WAIT_MS = 500
+#: No planner statistics of captured bytes (see ``_drop_content_statistics``).
+NO_CONTENT_STATISTICS = "ALTER TABLE {t}pl_snapshots ALTER COLUMN content SET STATISTICS 0"
 
 #: Whether a transaction that may still see rows the erasure at log position %s
 #: deleted is open in the database (a session's snapshot or transaction id as old
@@ -209,6 +211,7 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
             self._create_table(c)
             for statement in SNAPSHOT_DDL:
                 c.execute(self.dialect.q(statement))
+            c.execute(self.dialect.q(NO_CONTENT_STATISTICS))
             self.projector.create_tables(c)
             c.execute(
                 f"CREATE OR REPLACE FUNCTION {schema}.pl_append_only() RETURNS trigger "
@@ -298,6 +301,7 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
                     vacuum.execute(f"SET lock_timeout = {SCRUB_LOCK_WAIT_MS}", prepare=False)
                     try:
                         vacuum.execute(self.dialect.q("VACUUM FULL {t}pl_snapshots"), prepare=False)
+                        self._drop_content_statistics(vacuum)
                     finally:  # the ledger's wait again (RESET would forget a SET one)
                         vacuum.execute(self._lock_wait_statement, prepare=False)
                 finally:
@@ -307,6 +311,27 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
             # Already committed, the erasure stands: the scrub is what failed.
             return False
         return not skipped and not held
+
+    def _drop_content_statistics(self, c: Any) -> None:
+        """Keep no planner statistics of captured bytes (``ANALYZE`` copies values
+        into ``pg_statistic``, out of a rewrite's reach): an older ledger's target
+        set to 0, and a row taken dropped (``ALTER COLUMN … TYPE`` its own type)."""
+        schema = self.datastore.schema
+        row = c.execute(
+            "SELECT a.attstattarget AS target, EXISTS (SELECT 1 FROM pg_stats s WHERE "
+            "s.schemaname = %s AND s.tablename = 'pl_snapshots' AND s.attname = 'content') "
+            "AS kept FROM pg_attribute a WHERE a.attrelid = to_regclass(%s) "
+            "AND a.attname = 'content'",
+            (schema, f"{schema}.pl_snapshots"),
+            prepare=False,
+        ).fetchone()
+        if row is not None and row["target"] != 0:
+            c.execute(self.dialect.q(NO_CONTENT_STATISTICS), prepare=False)
+        if row is not None and row["kept"]:
+            c.execute(
+                self.dialect.q("ALTER TABLE {t}pl_snapshots ALTER COLUMN content TYPE bytea"),
+                prepare=False,
+            )
 
     def lock_for_write(self, c: Cursor, ahead: Query | None = None) -> list[Any] | None:
         """The same table lock the writers take. In a transaction begun by

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
-from markupsafe import Markup
+from markupsafe import Markup, escape
 
 from ledger import Session
 from ledger.access import Role
@@ -302,7 +302,7 @@ def _said(text: str) -> Markup:
     """The ``said`` filter: a text someone wrote (a reason), its line breaks kept
     as written (the console's style sheet shows ``.said`` so), its direction
     controls written out as every other text's are (:func:`controls_written_out`)."""
-    return Markup('<span class="said">{}</span>').format(controls_written_out(text))
+    return Markup('<span class="said">{}</span>').format(marked_out(text))
 
 
 def _when(value: datetime | None) -> str:
@@ -352,8 +352,22 @@ def _bidi_shown(value: Any) -> Any:
     """What every ``{{ … }}`` of a page shows (:func:`controls_written_out`).
     Markup (a macro's output, a drawn graph, a form's value: ``field``) is left as it is."""
     if isinstance(value, str) and not isinstance(value, Markup):
-        return controls_written_out(value)
+        return marked_out(value)
     return value
+
+
+_CF_MARK = '<span class="cf" title="an invisible character">&lt;U+{:04X}&gt;</span>'
+
+
+def marked_out(text: str) -> str | Markup:
+    """``text`` for a page: as it is, or (holding invisible format characters)
+    escaped with each written out in a ``cf`` mark (``<U+200B>`` in a dashed box),
+    so that it is told apart from the same letters typed."""
+    if text.isascii():
+        return text
+    escaped = str(escape(text))
+    marked = write_out_formats(escaped, lambda ch: _CF_MARK.format(ord(ch)))
+    return text if marked == escaped else Markup(marked)
 
 
 def environment() -> Environment:
