@@ -421,7 +421,13 @@ def _lines(stream: BinaryIO) -> Iterator[tuple[int, str]]:
             raise ValueError(
                 f"line {number + 1} is longer than {HEAD_LINE_MOST:,} bytes, so no signed head"
             )
-        for part in raw.decode("utf-8").splitlines():  # every line break str knows
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(
+                f"line {number + 1} is not UTF-8 ({exc.reason} at byte {exc.start})"
+            ) from None
+        for part in text.splitlines():  # every line break str knows
             number += 1
             if part.strip():
                 yield number, part

@@ -585,6 +585,11 @@ def test_a_value_too_long_for_a_command_line_is_read_from_a_file_or_stdin(
     not_json = chain(*args, "--claim", "x", "--value-file", str(path.with_name("bad.json")))
     assert not_json.exit_code == 2, not_json.output
     assert "Invalid value for --value-file: " in not_json.stderr and "bad.json" in not_json.stderr
+    # A name given twice in one object would lose what the first said: refused
+    for given in ('{"a": 1, "a": 2}', '{"a": {"b": 1, "b": 1}}'):
+        twice = chain(*args, "--claim", "x", "--value", given)
+        assert twice.exit_code == 2, twice.output
+        assert "is given twice in one object" in twice.stderr
     assert chain.position == before
     # A byte order mark at the start (as some editors write) is no part of the JSON
     bom = chain(*args, "--claim", "bom", "--value-file", "-", input=b'\xef\xbb\xbf{"b": 1}')

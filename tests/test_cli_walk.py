@@ -313,6 +313,11 @@ def test_endless_heads_files_and_token_lines_are_refused_not_read_whole(tmp_path
     assert heads.stderr.decode().startswith(
         "error: cannot read the heads file '/dev/zero': line 1 is longer than 65,536 bytes"
     )
+    # a line that is no UTF-8 is named, as before
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b"{}\n{}\n\xff\n")
+    named = run("verify", "--heads", str(bad), "--public-key", key + ".pub")
+    assert named.returncode == 3 and "line 3 is not UTF-8" in named.stderr.decode()
     token = run("token", "revoke", "-")
     assert token.returncode == 1, token.stderr
     assert token.stderr.decode() == (

@@ -454,6 +454,12 @@ def test_the_source_itself_is_refused_as_the_target(
         same = f"sqlite:///{tmp_path / 'link.db'}"
     with pytest.raises(InvalidURLError, match="is the source ledger itself"):
         copy_ledger(source, same)
+    if kind == "sqlite":  # and so is a file SQLite keeps beside it, which it would remove
+        for end in ("-wal", "-shm", "-journal"):
+            with pytest.raises(InvalidURLError, match="is a file SQLite keeps beside"):
+                copy_ledger(source, f"{source}{end}")
+        Ledger.open(source).close()
+        assert sorted(p.name for p in tmp_path.iterdir() if "source" in p.name) == ["source.db"]
 
 
 def build_altered(source: str, clock: Clock, path: Path) -> None:

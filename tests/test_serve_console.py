@@ -1072,10 +1072,29 @@ def test_two_claims_that_differ_by_an_invisible_character_show_apart(desk: Desk)
     value = card_of(queue, "V")
     assert f"ok{cf('00AD')}" in value and "\U0001f468\u200d\U0001f469" in value
     assert f"api.retry{cf('200B')}_safe" in client.get("/records/SPOOF").text
+    # (in an attribute or the title, where a mark would be markup, written out plain)
+    explained = client.get(
+        "/explain", params={"scope": "proj-a", "claim_key": "api.retry\u200b_safe"}
+    )
+    title = explained.text.split("<title>")[1].split("</title>")[0]
+    assert "&lt;U+200B&gt;" in title and "<span" not in title
+    assert 'value="api.retry&lt;U+200B&gt;_safe"' not in explained.text  # the form: as stored
+    late = client.get("/records", params={"as_of_time": "2026-01-01\u200bT00:00:00Z"}).text
+    assert 'value="2026-01-01&lt;U+200B&gt;T00:00:00Z" aria-invalid="true"' in late
     # and the same letters typed are shown as typed: the two are told apart
     desk.agent.propose("proj-a", "api.retry<U+200B>_safe", 1, Kind.FACT, id="TYPED")
     typed = card_of(client.get("/").text, "TYPED")
     assert "api.retry&lt;U+200B&gt;_safe" in typed and 'class="cf"' not in typed
+
+
+def test_a_capture_whose_bytes_were_erased_shows_accept_disabled_saying_why(desk: Desk) -> None:
+    desk.agent.capture(scope="proj-a", uri="https://x.test/pii", content=b"Jane", id="P2")
+    ref = (desk.reviewer.get("P2").evidence or {})["snapshot_ref"]
+    desk.ledger.admin().erase_snapshot(ref, reason="request")
+    client, _ = desk.signed_in("reviewer")
+    card = card_of(client.get("/").text, "P2")
+    assert '<button type="submit" class="accept" disabled aria-describedby="why-P2"' in card
+    assert "Its captured bytes were erased, so no approver can check them" in text_of(card)
 
 
 def test_a_value_shown_in_part_is_accepted_where_it_is_shown_whole(desk: Desk) -> None:

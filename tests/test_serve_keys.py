@@ -137,6 +137,16 @@ def test_a_key_that_looks_quoted_is_found_as_typed_and_as_shown(
     assert key_text("evil\u202ekey") == "evil\u202ekey"  # the real one, as it is
     heading, usable, _ = _explained(client, '"evil\\\\u202ekey"')
     assert (heading, usable) == ('FOUND s/"evil\\\\u202ekey"', {"BS": "yes"})
+    # A record page's link to its claim asks about that claim, whatever its key
+    agent.propose(scope="s", claim_key='"a\\\\b"', value=1, kind=Kind.FACT, id="Q1")
+    agent.propose(scope="s", claim_key="a\\b", value=2, kind=Kind.FACT, id="Q2")
+    for rid in ("Q1", "Q2"):
+        link = re.search(
+            r'<a href="(/explain\?[^"]+)">Explain every record', client.get(f"/records/{rid}").text
+        )
+        assert link is not None
+        listed = re.findall(r'<a href="/records/(Q\d)"', client.get(html.unescape(link[1])).text)
+        assert rid in listed and len(set(listed)) == 1, (rid, listed)
     # And the "two lines" look-alike is its own claim, not LF's
     _, usable, _ = _explained(client, "two lines")
     assert usable == {"LOOKALIKE": "no"}

@@ -678,8 +678,11 @@ def scrub_erased(url: str | None, admin_token: str | None, as_json: bool) -> Non
     with host_ledger(url, "scrub-erased", admin_token) as led:
         scrubbed = led.admin().scrub_erased()
         backend = led.backend
-    if as_json:
-        echo_json({"scrubbed": scrubbed})
+    why = "the database's files may still hold erased bytes: {}; try again {}".format(
+        *_unscrubbed(backend, "an erasure")
+    )
+    if as_json:  # with the reason (also on stderr) when the files may still hold them
+        echo_json({"scrubbed": scrubbed} if scrubbed else {"scrubbed": False, "reason": why})
     elif scrubbed:
         click.echo(
             "scrubbed: the database's files hold no erased bytes, as far as the database "
@@ -691,10 +694,5 @@ def scrub_erased(url: str | None, admin_token: str | None, as_json: bool) -> Non
             )
         )
     if not scrubbed:
-        click.echo(
-            "error: the database's files may still hold erased bytes: {}; try again {}".format(
-                *_unscrubbed(backend, "an erasure")
-            ),
-            err=True,
-        )
+        click.echo(f"error: {why}", err=True)
         sys.exit(1)

@@ -73,6 +73,17 @@ def _constant(name: str) -> Any:
     raise _NotJSON(f"{name} is not a JSON number")
 
 
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object whose names are each given once: ``{"a": 1, "a": 2}`` would keep
+    the last silently, losing what the first said."""
+    out: dict[str, Any] = {}
+    for name, item in pairs:
+        if name in out:
+            raise _NotJSON(f"the name {name[:40]!r} is given twice in one object")
+        out[name] = item
+    return out
+
+
 def _finite(text: str) -> float:
     number = float(text)
     if math.isinf(number):
@@ -82,10 +93,12 @@ def _finite(text: str) -> float:
 
 def parse_json(value: str) -> Any:
     """A JSON document, strictly: no ``NaN`` or ``Infinity``, nor a number too large
-    for a float (Python's ``json`` reads all three); ValueError names what is
-    wrong with it (not the whole text)."""
+    for a float, nor a name given twice in one object (Python's ``json`` reads all
+    four); ValueError names what is wrong with it (not the whole text)."""
     try:
-        return json.loads(value, parse_constant=_constant, parse_float=_finite)
+        return json.loads(
+            value, parse_constant=_constant, parse_float=_finite, object_pairs_hook=_unique
+        )
     except json.JSONDecodeError as exc:
         raise ValueError(f"{value[:40]!r} is not JSON ({exc.msg})") from None
     except _NotJSON as exc:

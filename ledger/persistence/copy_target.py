@@ -95,6 +95,15 @@ def refuse_same(source: Backend, into: Backend, server: Server | None = None) ->
         same = os.path.realpath(source.path) == os.path.realpath(into.path)
         with suppress(OSError):  # the target does not exist yet
             same = same or os.path.samefile(source.path, into.path)
+        # SQLite's own files beside the source: the next opening of the source
+        # would remove (or take for its log) the copy written there.
+        beside = {os.path.realpath(source.path) + end for end in ("-wal", "-shm", "-journal")}
+        if os.path.realpath(into.path) in beside:
+            raise InvalidURLError(
+                f"copy refused: the target {into.url!r} is a file SQLite keeps beside the "
+                "source ledger (its -wal, -shm or -journal); give another file (nothing "
+                "was written)"
+            )
     else:
         keys = ("POSTGRES_HOST", "POSTGRES_PORT", "POSTGRES_DBNAME", "POSTGRES_SCHEMA")
         same = all(source.env.get(k) == into.env.get(k) for k in keys)

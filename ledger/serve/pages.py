@@ -19,7 +19,13 @@ from markupsafe import Markup, escape
 from ledger import Session
 from ledger.access import Role
 from ledger.domain import Outcome, Status, Validity
-from ledger.errors import AccessDeniedError, InvalidInputError, LedgerError, UnknownRecordError
+from ledger.errors import (
+    AccessDeniedError,
+    InvalidInputError,
+    LedgerError,
+    SnapshotErasedError,
+    UnknownRecordError,
+)
 from ledger.jsonable import plain
 from ledger.serialization import canonical
 from ledger.serve.sessions import Result
@@ -352,7 +358,7 @@ def _bidi_shown(value: Any) -> Any:
     """What every ``{{ … }}`` of a page shows (:func:`controls_written_out`).
     Markup (a macro's output, a drawn graph, a form's value: ``field``) is left as it is."""
     if isinstance(value, str) and not isinstance(value, Markup):
-        return marked_out(value)
+        return controls_written_out(value)  # plain text: it may stand in an attribute
     return value
 
 
@@ -360,9 +366,11 @@ _CF_MARK = '<span class="cf" title="an invisible character">&lt;U+{:04X}&gt;</sp
 
 
 def marked_out(text: str) -> str | Markup:
-    """``text`` for a page: as it is, or (holding invisible format characters)
-    escaped with each written out in a ``cf`` mark (``<U+200B>`` in a dashed box),
-    so that it is told apart from the same letters typed."""
+    """The ``marked`` filter, for stored text a page shows between tags (never in
+    an attribute or the title, where the mark would be markup): ``text`` as it is,
+    or (holding invisible format characters) escaped with each written out in a
+    ``cf`` mark (``<U+200B>`` in a dashed box), so that it is told apart from the
+    same letters typed."""
     if text.isascii():
         return text
     escaped = str(escape(text))
@@ -381,6 +389,7 @@ def environment() -> Environment:
     )
     env.filters["json"] = _json
     env.filters["json_part"] = _json_part
+    env.filters["marked"] = marked_out
     env.filters["field"] = _field
     env.filters["when"] = _when
     env.filters["details"] = _details
@@ -480,6 +489,11 @@ def candidate(
     accept_blocked = blocked
     if accept_blocked is None and view.expires is not None and view.expires <= now:
         accept_blocked = f"It expired at {_when(view.expires)}: it can no longer be accepted."
+    if accept_blocked is None and view.evidence is not None and _erased(session, view):
+        accept_blocked = (
+            "Its captured bytes were erased, so no approver can check them: reject it, "
+            "or capture the source again."
+        )
     if accept_blocked is None:  # a final dependency first: waiting for another is in vain
         final = [dep.view for dep in deps if dep.view is not None and dep.view.status in _FINAL]
         if final:
@@ -520,6 +534,20 @@ def candidate(
 
 #: Statuses a record never leaves: a candidate resting on one can never be accepted.
 _FINAL = (Status.REJECTED, Status.REVOKED, Status.SUPERSEDED)
+
+
+def _erased(session: Session, view: RecordView) -> bool:
+    """Whether the bytes ``view`` (a capture) pinned were erased, as accepting it
+    would find (only a capture awaiting review is asked: its bytes are read)."""
+    if view.evidence is None:
+        return False
+    try:
+        session.snapshot(view.evidence["snapshot_ref"])
+    except SnapshotErasedError:
+        return True
+    except LedgerError:
+        return False  # not the reviewer's to read: accepting says what it finds
+    return False
 
 
 def _on_final(dep: RecordView) -> str:
