@@ -239,13 +239,16 @@ class RunContext:
         self._check()
         shown_valid = record_ids if valid is None else tuple(r for r in record_ids if r in valid)
 
-        def known(run: Run) -> bool:
-            # Shown again as the run (as stored) last saw each of them: the event
-            # would change nothing, so none is appended (a model listing one page
-            # over and over must not grow the log by a page's ids each time).
-            return all(run.reads.get(r) is (valid is None or r in valid) for r in record_ids)
+        def seen(reads: Mapping[str, bool]) -> bool:
+            # Shown again as ``reads`` last saw each of them: the event would change
+            # nothing, so none is appended (a model listing one page over and over
+            # must not grow the log by a page's ids each time).
+            return all(reads.get(r) is (valid is None or r in valid) for r in record_ids)
 
-        if all(self._reads.get(r) is (valid is None or r in valid) for r in record_ids):
+        def known(run: Run) -> bool:
+            return seen(run.reads)
+
+        if seen(self._reads):
             # Shown again as this run last saw them: asked of the run as stored in
             # a read transaction first, so that a read appending nothing does not
             # wait for the writers' lock (a rebuild, another host's commit).

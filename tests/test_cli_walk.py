@@ -7,6 +7,7 @@ import json
 import os
 import platform
 import re
+import resource
 import signal
 import sqlite3
 import subprocess
@@ -263,21 +264,22 @@ def test_capture_from_a_closed_standard_input_is_a_usage_error(
         assert led.position == before
 
 
+def _small_memory() -> None:
+    """A child process's memory capped at 1 GiB: a reader that does not stop at its
+    limit fails there, not the machine."""
+    resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+
 @pytest.mark.parametrize("source", ["-", "/dev/zero"])
 def test_capture_of_an_endless_input_reads_no_further_than_the_limit(
     ledger_url: tuple[str, str], source: str
 ) -> None:
-    import resource
-
     url, before, command, env = _capture_from_stdin(ledger_url)
     command[command.index("-")] = source
 
-    def small() -> None:  # a regression fails here, not the machine
-        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
-
     with open("/dev/zero", "rb") as zero:
         done = subprocess.run(
-            command, stdin=zero, preexec_fn=small, capture_output=True, env=env, check=False
+            command, stdin=zero, preexec_fn=_small_memory, capture_output=True, env=env, check=False
         )
     assert done.returncode == 1, done.stderr
     told = "standard input" if source == "-" else "/dev/zero"
@@ -290,20 +292,15 @@ def test_capture_of_an_endless_input_reads_no_further_than_the_limit(
 
 
 def test_endless_heads_files_and_token_lines_are_refused_not_read_whole(tmp_path: Path) -> None:
-    import resource
-
     url = f"sqlite:///{tmp_path / 'l.db'}"
     Ledger.open(url).close()
     env = {**os.environ, "PROVLEDGER_URL": url}
-
-    def small() -> None:  # a regression fails here, not the machine
-        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
 
     def run(*args: str) -> subprocess.CompletedProcess[bytes]:
         with open("/dev/zero", "rb") as zero:
             return subprocess.run(
                 [sys.executable, "-m", "ledger", *args],
-                stdin=zero, preexec_fn=small, capture_output=True, env=env, check=False,
+                stdin=zero, preexec_fn=_small_memory, capture_output=True, env=env, check=False,
             )  # fmt: skip
 
     key = str(tmp_path / "k")
