@@ -306,8 +306,8 @@ def _details(details: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 def _said(text: str) -> Markup:
     """The ``said`` filter: a text someone wrote (a reason), its line breaks kept
-    as written (the console's style sheet shows ``.said`` so), its direction
-    controls written out as every other text's are (:func:`controls_written_out`)."""
+    as written (the console's style sheet shows ``.said`` so), its invisible
+    characters written out and marked (:func:`marked_out`)."""
     return Markup('<span class="said">{}</span>').format(marked_out(text))
 
 
