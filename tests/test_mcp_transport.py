@@ -289,7 +289,8 @@ def test_a_read_under_another_writers_lock_is_refused_saying_recording_it_needed
     async def session() -> tuple[dict[str, str], str, Any]:
         with (tmp_path / "stderr.txt").open("w") as errlog:
             async with Client(stdio_client(server, errlog=errlog)) as client:
-                first = await client.call_tool("get_record", {"record_id": "K1"})  # its run begins
+                # its run begins, shown nothing yet
+                first = await client.call_tool("read_memory", {"scope": SCOPE, "claim_key": "none"})
                 assert not first.is_error, first.content
                 # When another writer holds the writers' lock while it reads
                 locker.execute("BEGIN IMMEDIATE")
@@ -303,6 +304,14 @@ def test_a_read_under_another_writers_lock_is_refused_saying_recording_it_needed
                 finally:
                     locker.execute("ROLLBACK")
                 later = await client.call_tool("read_memory", reads["read_memory"])
+                # A read showing only what the run was shown already records nothing,
+                # so it does not wait for the lock
+                locker.execute("BEGIN IMMEDIATE")
+                try:
+                    again = await client.call_tool("read_memory", reads["read_memory"])
+                finally:
+                    locker.execute("ROLLBACK")
+                assert not again.is_error and again.structured_content["outcome"] == "FOUND"
         return waited, resource.value.error.message, later
 
     try:
