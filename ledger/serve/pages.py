@@ -16,14 +16,13 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup, escape
 
-from ledger import Session
+from ledger import Session, erasure
 from ledger.access import Role
 from ledger.domain import Outcome, Status, Validity
 from ledger.errors import (
     AccessDeniedError,
     InvalidInputError,
     LedgerError,
-    SnapshotErasedError,
     UnknownRecordError,
 )
 from ledger.jsonable import plain
@@ -537,17 +536,13 @@ _FINAL = (Status.REJECTED, Status.REVOKED, Status.SUPERSEDED)
 
 
 def _erased(session: Session, view: RecordView) -> bool:
-    """Whether the bytes ``view`` (a capture) pinned were erased, as accepting it
-    would find (only a capture awaiting review is asked: its bytes are read)."""
-    if view.evidence is None:
-        return False
-    try:
-        session.snapshot(view.evidence["snapshot_ref"])
-    except SnapshotErasedError:
-        return True
-    except LedgerError:
-        return False  # not the reviewer's to read: accepting says what it finds
-    return False
+    """Whether the capture ``view`` had its bytes erased: the rule accepting it
+    applies (:func:`ledger.erasure.capture_erased`, its events' types read, not
+    its bytes)."""
+    caller = session.caller
+    with caller.reading() as c:
+        row = caller.lookup(c, view.id)
+        return row is not None and erasure.capture_erased(caller.engine, c, row)
 
 
 def _on_final(dep: RecordView) -> str:
