@@ -160,8 +160,15 @@ def test_grant_records_an_access_event_and_token_issue_prints_only_the_token(cli
         "roles": ["audit", "read"],
         "position": before + 2,
     }
-    out = cli.ok("token", "issue", "auditor").stdout
+    issued = cli.ok("token", "issue", "auditor")
+    out = issued.stdout
     assert re.fullmatch(r"plt_\S+\n", out)
+    # stdout holds the token alone; stderr names it by the fingerprint `token list` shows
+    assert issued.stderr == (
+        f"issued a token to auditor (fingerprint {token_fingerprint(out.strip())}, no "
+        "expiry); it is on stdout, shown this once: `provledger token list` and "
+        "`token revoke --fingerprint` know it by its fingerprint\n"
+    )
     with Ledger.open(cli.url) as led:
         assert led.authenticate(out.strip()).principal == "auditor"
 
@@ -1299,6 +1306,15 @@ def test_graph_falls_back_to_dot_text_when_the_dot_program_is_missing(
     assert result.stderr.startswith("warning: Graphviz's `dot` program is not installed")
     assert "apt-get install graphviz" in result.stderr
     assert "impact.dot (dot:" in result.stdout
+    assert "replaced" not in result.stderr
+    # A second run writes that file again: a name not given is said to be replaced.
+    target.with_suffix(".dot").write_text("digraph mine {}")
+    again = chain(
+        "graph", "E1", "-o", str(target), "--token", chain.reviewer, PATH=str(tmp_path / "e")
+    )
+    assert again.exit_code == 0, again.output
+    assert f"({target.with_suffix('.dot')}; the file there before was replaced)" in again.stderr
+    assert target.with_suffix(".dot").read_text().startswith("digraph provledger {")
 
 
 @pytest.mark.parametrize("fmt", ["svg", "png"])

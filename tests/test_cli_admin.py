@@ -385,6 +385,28 @@ def test_a_url_variable_set_empty_is_refused_not_taken_for_the_default(
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("sqlite:///l.db ", "ledger URL 'sqlite:///l.db' ends with white space (' ')"),
+        ("sqlite:///l.db\n", "ledger URL 'sqlite:///l.db' ends with white space ('\\n')"),
+        (" postgresql://me:pw@h/db", "ledger URL 'postgresql://me:***@h/db' begins with"),
+    ],
+)
+def test_a_url_with_white_space_at_an_end_is_refused_not_taken_for_another_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, url: str, said: str
+) -> None:
+    # A pasted URL's stray space would create "l.db " beside "l.db".
+    monkeypatch.chdir(tmp_path)
+    result = run("init", PROVLEDGER_URL=url)
+    assert result.exit_code == 1, result.output
+    assert result.stderr.startswith(f"error: {said}") and "pw" not in result.stderr
+    assert list(tmp_path.iterdir()) == []
+    # A name that does end in a space is written %20.
+    assert run("init", PROVLEDGER_URL="sqlite:///l.db%20").exit_code == 0
+    assert [p.name for p in tmp_path.iterdir()] == ["l.db "]
+
+
 def test_a_file_that_is_not_a_ledger_is_refused_and_left_alone(tmp_path: Path) -> None:
     path = tmp_path / "notes.db"
     path.write_bytes(b"")

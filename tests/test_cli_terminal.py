@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -103,6 +104,25 @@ def test_pictures_and_exports_written_to_a_terminal_are_guarded_too(
     for active in ("\x9b", "\x9d", "\x9c", "\u202e", "\u202c"):
         assert active not in shown
     assert "\\u009b31mnever" in shown and "\\u202eDETPECCA" in shown
+
+
+@pytest.mark.parametrize(
+    "args", [("get", "M1"), ("records", "--scope", "proj-a")], ids=["get", "records"]
+)
+def test_escapes_in_a_table_keep_its_borders_in_line(
+    env: dict[str, str], args: tuple[str, ...]
+) -> None:
+    # Written out after the table's layout, an escape pushed its row's border out.
+    with Ledger.open(env["PROVLEDGER_URL"]) as led:
+        agent = led.authenticate(env["PROVLEDGER_TOKEN"])
+        agent.propose("proj-a", "plain.key", 3, "fact", id="M2")
+    code, shown = on_terminal({**env, "COLUMNS": "120"}, *args)
+
+    assert code == 0, shown
+    rows = [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in shown.splitlines()]
+    rows = [row for row in rows if row[:1] in ("│", "┃", "┌", "└", "┏", "┡")]
+    assert any("\\u202eDETPECCA" in row for row in rows) and len(rows) > 3
+    assert {len(row) for row in rows} == {len(rows[0])}, "\n".join(rows)
 
 
 def test_both_streams_are_guarded_on_a_terminal_and_put_back_after(

@@ -133,6 +133,23 @@ def test_as_of_without_a_moment_shows_the_as_of_example(ledger_url: tuple[str, s
     assert "provledger get R1" not in result.stderr
 
 
+@pytest.mark.parametrize("command", ["propose", "accept", "stats", "as-of"])
+def test_as_of_a_command_it_does_not_run_says_which_it_runs(
+    ledger_url: tuple[str, str], command: str
+) -> None:
+    url, token = ledger_url
+    with Ledger.open(url) as led:
+        before = led.position
+    result = run(url, "as-of", "--position", "3", command, "X", token=token)
+    assert result.exit_code == 2, result.output
+    assert f"Error: {command!r} does not run as of a past moment" in result.stderr
+    assert "as-of runs read, get, explain, audit, history" in result.stderr
+    unknown = run(url, "as-of", "--position", "3", "bogus", token=token)
+    assert unknown.exit_code == 2 and "No such command 'bogus'" in unknown.stderr
+    with Ledger.open(url) as led:
+        assert led.position == before
+
+
 def _reading_stdin(pid: int) -> bool:
     """Whether process ``pid`` is blocked in read(2) on its file descriptor 0."""
     try:

@@ -4,6 +4,7 @@ corrections, export, graph, records."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -523,13 +524,16 @@ def graph(
             f"place; nothing was written: {GRAPHVIZ_HINT}, give --format dot or mermaid, "
             f"or -o FILE.{fmt} (which writes the DOT source to FILE.dot)"
         )
-    target = output
+    target, replaced = output, False
     if drawn.fell_back:
         target = str(Path(output).with_suffix(".dot"))
         not_the_ledger(target, url, "graph")
+        # A name the user did not give: say so when a file was there before.
+        replaced = target != output and os.path.lexists(target)
     write_output(target, drawn.data)
     if drawn.note:
-        click.echo(f"warning: {drawn.note} ({target})", err=True)
+        was = "; the file there before was replaced" if replaced else ""
+        click.echo(f"warning: {drawn.note} ({printable(target)}{was})", err=True)
     if target != "-":
         click.echo(
             f"wrote {printable(target)} ({drawn.format}: "
@@ -664,7 +668,26 @@ def snapshot(ref: str, output: str, token: str, url: str | None) -> None:
 READ_COMMANDS = (read, get, explain, audit, history, corrections, export, graph, records)
 
 
-@click.group("as-of", cls=CheckedGroup)
+class AsOfGroup(CheckedGroup):
+    """``as-of``'s group: a command of provledger it does not run is refused as
+    such, not as unknown."""
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name = args[0] if args else ""
+        root = ctx.find_root().command
+        if name not in self.commands and isinstance(root, click.Group) and name in root.commands:
+            reads = ", ".join(c.name or "" for c in READ_COMMANDS)
+            raise click.UsageError(
+                f"{name!r} does not run as of a past moment (the ledger as it was "
+                f"cannot be changed); as-of runs {reads}",
+                ctx,
+            )
+        return super().resolve_command(ctx, args)
+
+
+@click.group("as-of", cls=AsOfGroup)
 @click.option("--position", type=click.IntRange(min=0), help="Right after this log position.")
 @click.option("--time", "when", type=DATETIME, help="At this instant (ISO 8601 with offset).")
 @click.pass_context

@@ -56,6 +56,37 @@ class AnswerConsole(Console):
         self.quiet = True
         raise BrokenPipeError(errno.EPIPE, "the reader of stdout went away")
 
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        """Print ``objects``; on a terminal, the text of tables' cells is made
+        inert (:func:`ledger.cli.terminal.inert`) before their widths are measured,
+        so that an escape does not push a row's borders out of line."""
+        if self.is_terminal:
+            objects = tuple(_inert_cells(o) for o in objects)
+        super().print(*objects, **kwargs)
+
+
+def _inert_cells(renderable: Any) -> Any:
+    """``renderable`` with the text of each cell of a table (in tables within
+    tables too) made inert; a cell whose text changes loses its partial styles
+    (its own style stays). Other renderables are left as they are: the terminal's
+    stream escapes what they print."""
+    if isinstance(renderable, Table):
+        for column in renderable.columns:
+            # rich keeps a column's cells in ``_cells`` (no public way to rewrite one)
+            column._cells = [_inert_cells(cell) for cell in column._cells]
+        return renderable
+    if isinstance(renderable, Text):
+        made = terminal.inert(renderable.plain)
+        if made == renderable.plain:
+            return renderable
+        shown = renderable.copy()
+        shown.spans = []
+        shown.plain = made
+        return shown
+    if isinstance(renderable, str):  # markup: its escapes hold no "["
+        return terminal.inert(renderable)
+    return renderable
+
 
 def make_console() -> Console:
     # Piped output keeps long ids and reasons on one line instead of 80 columns,

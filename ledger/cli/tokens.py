@@ -16,7 +16,14 @@ import click
 
 from ledger.access import NEVER_ISSUED, subject_named, token_fingerprint
 from ledger.cli.failures import errors_exit_1
-from ledger.cli.options import DATETIME, CheckedGroup, admin_options, host_ledger, json_option
+from ledger.cli.options import (
+    DATETIME,
+    CheckedGroup,
+    admin_options,
+    host_ledger,
+    json_option,
+    printable,
+)
 from ledger.cli.render import echo_json, make_console, new_table, report_done, show, when_text
 from ledger.errors import AccessDeniedError, InvalidInputError, LedgerError
 
@@ -89,6 +96,14 @@ def token_issue(
         "expires": expires,
     }
     report_done(as_json, data, issued)
+    if not as_json:  # stdout holds the token alone (``AGENT=$(…)``): the rest on stderr
+        until = f"expires {expires.isoformat()}" if expires else "no expiry"
+        click.echo(
+            f"issued a token to {printable(who)} (fingerprint {data['fingerprint']}, "
+            f"{until}); it is on stdout, shown this once: `provledger token list` and "
+            "`token revoke --fingerprint` know it by its fingerprint",
+            err=True,
+        )
 
 
 #: The longest line `token revoke -` reads (a token is far shorter).

@@ -68,6 +68,15 @@ def resolve_url(url: str | None) -> Backend:
         raise InvalidURLError(f"ledger URL must be a string, got {type(url).__name__}")
     if not url.strip():
         raise InvalidURLError(f"ledger URL {url!r} is empty")
+    if url.strip() != url:
+        # A pasted URL's stray space or newline would name another file or database
+        # ("a.db " beside "a.db"); one meant is written %20 in the path.
+        end = "begins" if url.lstrip() != url else "ends"
+        raise InvalidURLError(
+            f"ledger URL {redacted(url.strip())!r} {end} with white space "
+            f"({url[0] if end == 'begins' else url[-1]!r}); remove it"
+            + ("; a file name that holds it is written %20" if "sqlite:" in url else "")
+        )
     recorder_topic = get_topic(LedgerSQLiteRecorder)
     if url in ("memory:", "memory://"):
         # An in-process SQLite database shared by the connections of this ledger only.
