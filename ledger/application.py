@@ -414,6 +414,11 @@ def _check_retention(retention: object) -> dict[Kind, RetentionRule]:
                 f"retention rule for {kind!r}: expiry_required must be True or False, "
                 f"got {rule.expiry_required!r}"
             )
+        if lifetime is None and not rule.expiry_required:  # RetentionRule(): a slip
+            raise InvalidInputError(
+                f"retention rule for {kind!r}: it requires nothing; give max_lifetime or "
+                "expiry_required=True, or leave the kind out"
+            )
         rules[check_kind(kind)] = rule
     return rules
 

@@ -637,6 +637,7 @@ def _retention_sessions(led: Ledger) -> tuple[Session, Session]:
         (RetentionRule(max_lifetime=5), "max_lifetime must be a positive timedelta, got 5"),  # type: ignore[arg-type]
         (RetentionRule(max_lifetime=timedelta(0)), "max_lifetime must be a positive timedelta"),
         (RetentionRule(expiry_required="yes"), "expiry_required must be True or False"),  # type: ignore[arg-type]
+        (RetentionRule(), "it requires nothing; give max_lifetime or expiry_required=True"),
     ],
 )
 def test_a_malformed_retention_rule_is_refused_when_the_ledger_opens(
