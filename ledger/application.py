@@ -298,6 +298,7 @@ class Ledger:
         *,
         heads: str | os.PathLike[str] | Iterable[SignedHead] | None = None,
         public_key: PublicKeyLike | None = None,
+        older_copy: bool = False,
     ) -> Verification:
         """Check the whole ledger, naming the first problem (never writes).
 
@@ -306,12 +307,16 @@ class Ledger:
         the log with every kept head (``heads=`` a heads file or heads,
         ``public_key=`` their KEY.pub) and with ``against`` (a digest kept
         elsewhere); authorization replay; the views against a replay of the log;
-        the evidence bytes. See :mod:`ledger.verification`.
+        the evidence bytes. See :mod:`ledger.verification`. ``older_copy``: the
+        ledger is a copy made before some kept heads, which are counted
+        (``beyond``), not checked for consistency.
 
         Raises:
             InvalidInputError: ``against`` is not a digest, or heads without a key.
         """
-        return verification.verify(self._engine, against, heads=heads, public_key=public_key)
+        return verification.verify(
+            self._engine, against, heads=heads, public_key=public_key, older_copy=older_copy
+        )
 
     def signed_head(self, private_key: PrivateKeyLike) -> SignedHead:
         """A signed tree head of the log now (keep it outside the operator's reach),

@@ -74,6 +74,7 @@ class Damage:
     checks: tuple[str, ...] = ()
     heads: int = 0
     consistency_proof: tuple[str, ...] = ()
+    beyond: int = 0
 
 
 def damaged(

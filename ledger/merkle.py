@@ -498,7 +498,9 @@ class Verification:
     no rule for (each such event is also a problem: no command writes them).
     ``failed_checks`` names the checks that found a problem, in report order
     (``("heads",)`` alone: the kept heads themselves do not verify with the given
-    key, or are out of order, and nothing else was found).
+    key, or are out of order, and nothing else was found). ``beyond`` counts the
+    kept heads of a longer log than this one, not checked for consistency
+    (``verify(older_copy=True)``: the ledger is a copy made before them).
     """
 
     ok: bool
@@ -511,6 +513,7 @@ class Verification:
     heads: int = 0
     unchecked: tuple[str, ...] = ()
     failed_checks: tuple[str, ...] = ()
+    beyond: int = 0
 
 
 @dataclass(frozen=True)

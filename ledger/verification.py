@@ -102,6 +102,7 @@ def verify(
     *,
     heads: str | os.PathLike[str] | Iterable[SignedHead] | None = None,
     public_key: PublicKeyLike | None = None,
+    older_copy: bool = False,
 ) -> Verification:
     """Check the ledger completely (see the module docstring); never writes.
 
@@ -111,6 +112,11 @@ def verify(
         heads: signed heads kept elsewhere: a heads file path, or heads.
         public_key: the key the heads were signed with (a ``KEY.pub`` path or key);
             needed with ``heads``.
+        older_copy: the ledger is a copy made before some of the kept heads were
+            signed: a head of a longer log than this one is not checked for
+            consistency (its signature and order are) but counted (``beyond``),
+            where it is otherwise a problem (events removed). A log cut back
+            looks the same: only the copy's maker knows which it is.
 
     Raises:
         InvalidInputError: ``against`` is not a digest; ``heads`` without
@@ -163,7 +169,10 @@ def verify(
             position=positions[-1] if positions else 0,
             root=tree.root().hex(),
         )
+        beyond = [head for head in kept if older_copy and head.tree_size > tree.size]
         for number, head in enumerate(kept, start=1):
+            if head in beyond:
+                continue
             problem = _consistency_problem(tree, positions, head.digest, f"head {number}", head)
             if problem is not None:
                 findings.add("consistency", problem)
@@ -189,7 +198,7 @@ def verify(
     ordered = findings.ordered()
     ran = {
         "heads": bool(kept),
-        "consistency": bool(kept) or target is not None,
+        "consistency": len(kept) > len(beyond) or target is not None,
         "authorization": log_ok,
         "views": compared,
         "evidence bytes": log_ok,
@@ -202,8 +211,9 @@ def verify(
             consistency_proof=proof,
             problems=(),
             checks=checks,
-            heads=len(kept),
+            heads=len(kept) - len(beyond),
             unchecked=tuple(sorted(replay.unchecked)),
+            beyond=len(beyond),
         )
     located = [pos for pos, _ in ordered if pos is not None]
     return Verification(
@@ -214,8 +224,9 @@ def verify(
         failed_checks=findings.failed(),
         problems=tuple(problem for _, problem in ordered),
         checks=checks,
-        heads=len(kept),
+        heads=len(kept) - len(beyond),
         unchecked=tuple(sorted(replay.unchecked)),
+        beyond=len(beyond),
     )
 
 
@@ -341,18 +352,20 @@ def _consistency_problem(
     """Why the log is not consistent with a kept digest or head, or None."""
     what = f"{name} ({_describe(head)})" if head is not None else f"{name} {kept}"
     if kept.size > tree.size:
-        return _removed(tree.size, kept, what)
+        copy = "; a copy made before it: older_copy=True, --older-copy on the command line"
+        return _removed(tree.size, kept, what, copy)
     last = positions[kept.size - 1] if kept.size else 0
     return _unextended(tree.size, tree.root(), tree.consistency_path(kept.size), last, kept, what)
 
 
-def _removed(size: int, kept: LogDigest, what: str) -> str | None:
-    """The problem of a log shorter than ``kept``, or None."""
+def _removed(size: int, kept: LogDigest, what: str, copy: str = "") -> str | None:
+    """The problem of a log shorter than ``kept``, or None (``copy``: how a copy
+    made before ``kept`` is checked instead)."""
     if kept.size <= size:
         return None
     return (
         f"the log has {size} events; {what} describes {kept.size}: events were "
-        "removed after it was taken (or the ledger was restored from an older backup)"
+        f"removed after it was taken (or the ledger was restored from an older backup{copy})"
     )
 
 
@@ -531,21 +544,20 @@ def _compare_views(engine: Engine, c: Cursor, scratch: _Scratch) -> Iterator[str
             f"{current}): the layout row was changed"
         )
     try:
-        problem = _first_difference(engine, c, scratch)
+        yield from _differences(engine, c, scratch)
     except UnreadableViewError as exc:
-        problem = str(exc)
-    if problem is not None:
-        yield problem
+        yield str(exc)
 
 
-def _first_difference(engine: Engine, c: Cursor, scratch: _Scratch) -> str | None:
-    """The first difference between the live views and the replay, or None. The
+def _differences(engine: Engine, c: Cursor, scratch: _Scratch) -> Iterator[str]:
+    """The first difference between each live view table and the replay's. The
     layout row is left out: :func:`_compare_views` checks it against the layout
     of the live backend (the replay's, SQLite's, may differ: ``layout_of``)."""
     d = engine.dialect
     for table in (*engine.projector.tables, "pl_tracking"):
         if not engine.projector.has_table(c, table):
-            return f"view table {table} is missing (`provledger rebuild` makes it from the log)"
+            yield f"view table {table} is missing (`provledger rebuild` makes it from the log)"
+            continue
         where = f" WHERE view <> '{LAYOUT_KEY}'" if table == "pl_tracking" else ""
         names, replayed = _rows(scratch.cursor, f"SELECT * FROM {table}{where}")
         replay_digest = rows_digest(replayed)
@@ -553,7 +565,8 @@ def _first_difference(engine: Engine, c: Cursor, scratch: _Scratch) -> str | Non
         live = readable(table, live)
         missing = [n for n in names if n not in live_names]
         if missing:
-            return f"view {table} lacks the column {missing[0]!r} a replay of the log fills"
+            yield f"view {table} lacks the column {missing[0]!r} a replay of the log fills"
+            continue
         order = [live_names.index(n) for n in names]
         if rows_digest(tuple(row[i] for i in order) for row in live) == replay_digest:
             continue
@@ -563,8 +576,7 @@ def _first_difference(engine: Engine, c: Cursor, scratch: _Scratch) -> str | Non
             tuple(row[i] for i in order)
             for row in readable(table, _rows(c, d.q(f"SELECT * FROM {{t}}{table}{where}"))[1])
         )
-        return _difference(table, names, live_all - replay_all, replay_all - live_all)
-    return None
+        yield _difference(table, names, live_all - replay_all, replay_all - live_all)
 
 
 def _show(value: Any) -> str:

@@ -39,6 +39,7 @@ from uuid import UUID
 from ledger.domain import Record, Status, uuid_of_hex
 from ledger.errors import CorruptEventError
 from ledger.serialization import datetime_to_micros, pack, unpack
+from ledger.validation import quoted
 from projections import edges, record_table
 from projections.base import Cursor, Dialect, Query, insert_rows, rows_in, write_rows
 from projections.record_table import (
@@ -426,7 +427,12 @@ class _Fold:
         rid = record_id_in(self.rid_of, event.originator_id, pos)
         row = self.rows.get(rid)
         if row is None:
-            raise CorruptEventError(f"stored event at position {pos} belongs to no proposed record")
+            raise CorruptEventError(
+                f"stored event at position {pos} changes record {quoted(rid)}, of which the "
+                "views hold no row (removed behind the ledger's back, or its proposal's "
+                "event gone): `provledger verify` names which, and `provledger rebuild` "
+                "rebuilds views that were altered"
+            )
         new = dict(row)
         new.update(
             value=kept(row["value"]),  # a row read with its value from pl_values

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sqlite3
 import stat
 import subprocess
 import sys
@@ -242,7 +243,40 @@ def test_a_backup_prints_json_for_scripts(tmp_path: Path) -> None:
         "position": digest.position,
         "events": digest.size,
         "digest": str(digest),
+        "problem": None,
     }
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_a_backup_of_a_tampered_log_is_kept_but_says_what_verify_finds(
+    tmp_path: Path, as_json: bool
+) -> None:
+    # Given an event's stored bytes altered behind the ledger's back
+    url, agent, _ = new_ledger(tmp_path / "live.db")
+    with Ledger.open(url) as led:
+        led.authenticate(agent).propose(scope="p", claim_key="k", value="a" * 40, kind="fact")
+        last = led.position
+    with sqlite3.connect(tmp_path / "live.db") as con:
+        con.execute("DROP TRIGGER stored_events_no_update")
+        (state_,) = con.execute("SELECT state FROM stored_events WHERE rowid=?", (last,)).fetchone()
+        changed = bytes(state_).replace(b"a" * 40, b"b" * 40)
+        con.execute("UPDATE stored_events SET state=? WHERE rowid=?", (changed, last))
+    con.close()
+    # When it is backed up, the backup is written (all there is to restore from),
+    # and the command exits 1 naming what verify finds, not "backed up"
+    dest = tmp_path / "copy.db"
+    made = run_backup(str(dest), "--url", url, *(["--json"] if as_json else []))
+    assert made.exit_code == 1, made.output
+    assert dest.exists()
+    said = f"the stored bytes at position {last} differ from what was appended"
+    assert made.stderr.startswith(f"error: the backup {dest} was written (digest ")
+    assert f"but the log fails verify's log check: {said} (run `provledger verify`)" in (
+        made.stderr
+    )
+    if as_json:
+        assert said in json.loads(made.stdout)["problem"]
+    else:
+        assert "backed up" not in made.stderr
 
 
 def test_a_backup_of_a_ledger_written_by_0_1_0_writes_nothing_to_it(tmp_path: Path) -> None:

@@ -1569,6 +1569,47 @@ def test_a_refused_rejection_keeps_its_reason_in_the_queue(desk: Desk) -> None:
     assert '<details class="reject" open>' not in card_of(page, "M3")
 
 
+@pytest.mark.parametrize(
+    ("body", "content_type", "said"),
+    [
+        (b"reason=" + "caf\u00e9".encode(), "urlencoded", "bytes that are not URL-encoded"),
+        (b"reason=\xff\xferaw", "urlencoded", "bytes that are not URL-encoded"),
+        (b"reason=pct%C0%AFoverlong", "urlencoded", "field 'reason' is not UTF-8"),
+        (
+            b'--b\r\nContent-Disposition: form-data; name="reason"\r\n\r\nx\r\n--b--\r\n',
+            "multipart",
+            "sent URL-encoded, not as multipart/form-data",
+        ),
+    ],
+    ids=["raw-utf-8", "raw-latin", "percent-not-utf-8", "multipart"],
+)
+def test_a_form_that_is_not_url_encoded_utf_8_is_refused_not_stored_garbled(
+    desk: Desk, body: bytes, content_type: str, said: str
+) -> None:
+    # A page of the console sends URL-encoded UTF-8; other bytes were read as
+    # Latin-1 (or U+FFFD) and the rejection's reason kept in the log garbled.
+    _seed(desk)
+    client, csrf = desk.signed_in("reviewer-2")
+    position = desk.ledger.position
+    kinds = {
+        "urlencoded": "application/x-www-form-urlencoded",
+        "multipart": "multipart/form-data; boundary=b",
+    }
+    if content_type == "urlencoded":
+        body = f"csrf={csrf}&next=/&".encode() + body
+    else:
+        body = (
+            f'--b\r\nContent-Disposition: form-data; name="csrf"\r\n\r\n{csrf}\r\n'.encode() + body
+        )
+    r = client.post(
+        "/records/M2/reject", content=body, headers={"content-type": kinds[content_type]}
+    )
+    assert r.status_code == 400, r.text
+    assert "The form could not be read" in text_of(r.text) and said in text_of(r.text)
+    assert desk.ledger.position == position
+    assert desk.reviewer.get("M2").status == "CANDIDATE"
+
+
 def test_a_past_page_names_the_position_it_really_shows(desk: Desk) -> None:
     _seed(desk)
     start = desk.ledger.position + 1

@@ -96,10 +96,40 @@ def test_a_token_sent_in_a_query_parameter_is_not_repeated_in_the_refusal(
     r = client.get(
         "/api/v1/records", params={"scope": token}, headers={"Authorization": f"Bearer {token}"}
     )
-    # Then the refusal names the parameter's value masked, as the access log does
-    assert r.status_code == 403, r.text
+    # Then it is refused, naming the parameter, and the token is not repeated
+    assert r.status_code == 422, r.text
     assert token not in r.text
-    assert "'plt_…'" in r.json()["error"]["message"]
+    assert r.json()["error"]["field"] == "scope"
+    assert r.json()["error"]["message"].startswith(
+        "query parameter 'scope' holds a token: send a token in the Authorization header only"
+    )
+    # as in a parameter a success would have shown back (a read's claim key)
+    read = client.get(
+        "/api/v1/read",
+        params={"scope": "proj-a", "claim_key": f"k.{token}"},
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    assert read.status_code == 422 and token not in read.text, read.text
+
+
+def test_a_console_address_holding_a_token_shows_nothing(
+    ledger: Ledger, tokens: dict[str, str]
+) -> None:
+    # A page would show its address's parameters back (its links, its forms)
+    token = tokens["reviewer"]
+    client = TestClient(create_app(ledger, mcp_factory=None))
+    page = client.get("/")
+    client.post("/signin", data={"csrf": _csrf(page.text), "token": token})
+    for path, params in (
+        ("/explain", {"scope": "proj-a", "claim_key": token}),
+        ("/records", {"scope": "proj-a", "claim_prefix": token}),
+    ):
+        r = client.get(path, params=params, follow_redirects=False)
+        assert r.status_code == 303 and r.headers["location"] == path, r.text
+        shown = client.get(path, params={"scope": "proj-a"}).text
+        assert token not in shown and token[:24] not in shown
+        assert "Nothing was shown at that address: query parameter" in shown
+    assert client.get("/records", params={"scope": "proj-a"}).status_code == 200
 
 
 def test_a_token_cut_short_in_a_refusal_or_named_as_a_parameter_is_masked(
@@ -108,15 +138,17 @@ def test_a_token_cut_short_in_a_refusal_or_named_as_a_parameter_is_masked(
     token = tokens["agent-1"]
     client = TestClient(create_app(ledger, mcp_factory=None))
     auth = {"Authorization": f"Bearer {token}"}
-    # A value the refusal quotes only its first 40 characters of
+    # A value the refusal would quote only its first 40 characters of: refused first
+    # for the token it holds
     cut = client.get("/api/v1/records/M1", params={"as_of_time": token}, headers=auth)
     assert cut.status_code == 422, cut.text
     assert token[:24] not in cut.text
-    assert "plt_…" in cut.json()["error"]["message"]
+    assert "'as_of_time' holds a token" in cut.json()["error"]["message"]
     # A parameter named by the token itself: masked in the field named too
     named = client.get("/api/v1/records", params={"scope": "proj-a", token: "1"}, headers=auth)
     assert named.status_code == 422, named.text
     assert token[:24] not in named.text
+    assert named.json()["error"]["field"] == "plt_…"
 
 
 def test_an_sqlite_ledgers_file_is_not_named_to_callers(tmp_path: Any) -> None:
@@ -367,5 +399,5 @@ def test_a_form_the_server_cannot_read_is_said_to_be_unreadable_not_forbidden(
         assert r.status_code == 400
         assert "The form could not be read" in r.text and "is not allowed" not in r.text
         assert "allow" not in r.headers
-    assert "Too many fields" in client.post("/signin", files=flood).text
+    assert "sent URL-encoded, not as multipart" in client.post("/signin", files=flood).text
     assert ledger.position == position

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sqlite3
 import uuid
 from collections.abc import Callable, Sequence
@@ -1038,6 +1039,30 @@ def test_verify_leaves_the_views_as_stored_even_with_the_layout_row_changed(
 
 
 @pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_verify_names_a_difference_in_each_view_table_edited(world: World, ledger_url: str) -> None:
+    # Given rows edited in three view tables
+    _scenario(world)
+    path = _db(ledger_url)
+    world.ledger.close()
+    _tamper(
+        path,
+        ("UPDATE pl_records SET status='ACCEPTED' WHERE record_id='M1'", ()),
+        ("DELETE FROM pl_edges WHERE child_id='M1'", ()),
+        ("UPDATE pl_grants SET granted_by='someone' WHERE subject='agent-1'", ()),
+    )
+    # Then verify names a difference in each of them, not the first table's alone
+    with Ledger.open(ledger_url, catch_up=False) as led:
+        report = led.verify()
+    assert not report.ok and report.failed_checks == ("views",)
+    named = [p.split(",")[0] for p in report.problems]
+    assert [
+        table
+        for table in ("pl_records", "pl_edges", "pl_grants")
+        if any(f"view {table}" in p or f"{table} " in p for p in named)
+    ] == ["pl_records", "pl_edges", "pl_grants"], report.problems
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
 def test_verify_of_views_a_later_version_built_says_so_and_does_not_pass_them(
     world: World, ledger_url: str
 ) -> None:
@@ -1103,6 +1128,37 @@ def test_views_rolled_back_behind_the_log_are_named_not_taken_for_a_lag(
     assert CliRunner().invoke(main, ["verify", "--url", ledger_url]).exit_code == 0
     with Ledger.open(ledger_url) as led:
         assert led.authenticate(led.admin().issue_token("reviewer")).get("E1").status == "REVOKED"
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_views_that_lost_a_records_rows_are_named_by_the_next_command(
+    world: World, ledger_url: str
+) -> None:
+    from click.testing import CliRunner
+
+    from ledger.cli import main
+
+    # Given M1's rows and the time index from its acceptance on removed: the next
+    # command catches the views up through an event changing a record they lack
+    _scenario(world)
+    accepted = next(e for e in world.reviewer.audit("M1").events if e.type == "Accepted")
+    path = _db(ledger_url)
+    world.ledger.close()
+    at = (accepted.position - 1,)
+    _tamper(
+        path,
+        ("DELETE FROM pl_timeline WHERE position >= ?", at),
+        ("DELETE FROM pl_records WHERE from_pos >= ?", at),
+    )
+    # Then it says which record and what to run, not that the event is a stray
+    result = CliRunner().invoke(main, ["stats", "--url", ledger_url])
+    assert result.exit_code == 1, result.output
+    assert re.match(
+        r"error: stored event at position \d+ changes record '(M1|E1)', of which the views "
+        r"hold no row \(removed behind the ledger's back, or its proposal's event gone\): "
+        r"`provledger verify` names which",
+        result.stderr,
+    ), result.stderr
 
 
 def test_verify_of_a_0_1_0_ledger_passes_and_says_the_views_wait(tmp_path: Path) -> None:
@@ -1489,13 +1545,13 @@ def test_verify_on_postgresql_outlasts_the_servers_idle_timeout(
         agent = led.authenticate(led.admin().issue_token("agent-1"))
         agent.propose(scope="s", claim_key="k", value=1, kind="fact", id="F1")
         # and verify's comparison of the views taking longer than that in Python
-        compare = verification._first_difference
+        compare = verification._differences
 
         def slow(*args: Any) -> Any:
             time.sleep(1.5)
-            return compare(*args)
+            yield from compare(*args)
 
-        monkeypatch.setattr(verification, "_first_difference", slow)
+        monkeypatch.setattr(verification, "_differences", slow)
         # Then it still checks everything, and finds the ledger sound
         report = led.verify()
         assert report.ok and "views" in report.checks, report

@@ -880,9 +880,9 @@ def cli(url: str, *args: str) -> tuple[int, str, str]:
     return result.exit_code, result.stdout, result.stderr
 
 
-def verify_cli(scene: Scene, heads: bool) -> tuple[int, str, str]:
+def verify_cli(scene: Scene, heads: bool, *more: str) -> tuple[int, str, str]:
     kept = ["--heads", str(scene.heads), "--public-key", str(scene.public_key)] if heads else []
-    return cli(scene.ledger.url, "verify", *kept)
+    return cli(scene.ledger.url, "verify", *kept, *more)
 
 
 @pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
@@ -912,10 +912,24 @@ def test_a_ledger_rolled_back_to_an_older_backup_is_caught_by_a_head_kept_since(
     assert err.startswith("error: tampering detected: the log has ")
     assert f"head 3 (tree size {newest.tree_size}, signed " in err
     assert err.rstrip().endswith(
-        "events were removed after it was taken (or the ledger was restored from an older backup)"
+        "events were removed after it was taken (or the ledger was restored from an older "
+        "backup; a copy made before it: older_copy=True, --older-copy on the command line)"
     )
     code, _, err = cli(url, "head", "--key", str(scene.key), "--append", str(scene.heads))
     assert code == 1 and "events were removed after it was taken" in err
+    assert "--older-copy" not in err  # (appending a head: no copy is checked)
+    # An auditor's copy made before the newest head is checked with --older-copy:
+    # the heads it reaches are checked, the newest counted, not checked
+    code, out, err = verify_cli(scene, True, "--older-copy")
+    size = int(out.split()[1].split(":")[0])
+    assert code == 0 and "; consistent with 2 signed heads (" in out, (out, err)
+    assert err == (
+        f"1 kept head describes a longer log than this copy's {size} events: not "
+        "checked (--older-copy)\n"
+    )
+    code, out, _ = verify_cli(scene, True, "--older-copy", "--json")
+    assert code == 0 and json.loads(out)["heads_beyond"] == 1
+    assert json.loads(out)["heads"] == 2
 
     # and once the rolled-back ledger has grown past the newest head, it no
     # longer extends it: rewritten after it was taken
@@ -931,6 +945,9 @@ def test_a_ledger_rolled_back_to_an_older_backup_is_caught_by_a_head_kept_since(
         "the log was rewritten after it was taken (or restored from an older backup, then "
         "written to)"
     )
+    # which --older-copy does not pass either: the head is within the log now
+    code, _, err = verify_cli(scene, True, "--older-copy")
+    assert code == 1 and f"do not match head 3 (tree size {newest.tree_size}" in err
 
 
 @pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)

@@ -35,7 +35,7 @@ from typing import Any
 import click
 
 from ledger import __version__
-from ledger.cli import admin, agents, copying, evidence, reads, runs, tokens, writes
+from ledger.cli import admin, agents, copying, evidence, reads, runs, tokens, verifying, writes
 from ledger.cli.options import CheckedGroup
 from ledger.cli.terminal import guarded
 
@@ -148,7 +148,7 @@ for _command in (
     reads.snapshot,
     runs.run,
     evidence.digest,
-    evidence.verify,
+    verifying.verify,
     evidence.prove,
     evidence.keygen,
     evidence.head,

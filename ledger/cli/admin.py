@@ -20,7 +20,7 @@ from rich.text import Text
 from ledger.access import ADMIN_PRINCIPAL
 from ledger.application import Ledger
 from ledger.cli.copying import empty_ledger_at, say_found
-from ledger.cli.failures import errors_exit_1
+from ledger.cli.failures import errors_exit_1, found_problem
 from ledger.cli.options import (
     STATUS_STYLE,
     admin_options,
@@ -44,6 +44,7 @@ from ledger.cli.render import (
 )
 from ledger.engine import read_only_error
 from ledger.errors import (
+    CorruptEventError,
     DiskFullError,
     InvalidInputError,
     InvalidURLError,
@@ -51,6 +52,7 @@ from ledger.errors import (
     StorageError,
 )
 from ledger.experiment import run_experiment
+from ledger.log_check import checked_digest
 from ledger.persistence.copy_target import clear_dead_partials, refuse_stale_side_files
 from ledger.persistence.faults import reason_of, storage_error
 from ledger.persistence.sqlite_files import others_tables, read_only_uri
@@ -466,7 +468,9 @@ def backup(dest: str, url: str | None, admin_token: str | None, as_json: bool) -
 
     The copy is one read of the ledger (SQLite's `VACUUM INTO`): the log up to one
     position with its Merkle leaves, views and snapshots, and none of the space
-    freed since (erased bytes included). DEST must not exist. `cp` of a ledger
+    freed since (erased bytes included), its log checked as `head` checks it
+    (a log that fails: backed up all the same, exit 1 naming the problem). DEST
+    must not exist. `cp` of a ledger
     in use can copy a file that writers change meanwhile: such a copy may not
     open, or fail `verify`. Prints the copy's digest: `provledger verify
     --against` it passes on the live ledger and on the copy.
@@ -514,6 +518,7 @@ def backup(dest: str, url: str | None, admin_token: str | None, as_json: bool) -
             copy = Ledger.open(f"sqlite:///{partial}?mode=ro", catch_up=False)
             with copy:
                 kept = copy.digest()
+                problem = _log_problem(copy)
             refuse_stale_side_files(str(target), "backup")  # (one may have appeared)
             os.link(partial, target)  # never replaces a file made meanwhile
             _sync_directory(target.parent)
@@ -531,7 +536,15 @@ def backup(dest: str, url: str | None, admin_token: str | None, as_json: bool) -
         "position": kept.position,
         "events": kept.size,
         "digest": str(kept),
+        "problem": problem,
     }
+    if problem is not None:  # kept (all there is to restore): a problem found, exit 1
+        line = f"the backup {printable(target)} was written (digest {kept}), but {problem}"
+        found_problem(line)
+        if as_json:
+            echo_json(info)
+        click.echo(f"error: {line}", err=True)
+        sys.exit(1)
     if as_json:
         echo_json(info)
         return
@@ -541,6 +554,16 @@ def backup(dest: str, url: str | None, admin_token: str | None, as_json: bool) -
         err=True,
     )
     click.echo(str(kept))
+
+
+def _log_problem(led: Ledger) -> str | None:
+    """What ``led``'s log fails of ``verify``'s log and authorization checks (the
+    pass a head is signed after), or None."""
+    try:
+        checked_digest(led.engine, "")
+    except CorruptEventError as exc:
+        return str(exc).removeprefix(": ")  # "the log fails verify's … check: …"
+    return None
 
 
 def _check_destination(dest: str) -> None:

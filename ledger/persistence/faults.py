@@ -185,9 +185,12 @@ def storage_error(
         )
     if not opening and (_is_lost(cause) or (committing and _is_pipeline_stuck(cause))):
         if committing:
+            # The driver's words for a connection that died mid-pipeline say nothing
+            # a user can act on: what happened is that the connection went.
+            why = "" if _is_pipeline_stuck(cause) and not _is_lost(cause) else f" ({reason})"
             return ConnectionLostError(
-                f"{head}: the connection to the database server was lost while committing "
-                f"({reason}); the command may have been applied — check before trying again"
+                f"{head}: the connection to the database server was lost while committing"
+                f"{why}; the command may have been applied — check before trying again"
             )
         return ConnectionLostError(
             f"{head}: the connection to the database server was lost ({reason}); "

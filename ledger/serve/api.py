@@ -52,6 +52,7 @@ from ledger.serve.inputs import (
     bearer_token,
     check_json_body,
     check_names,
+    check_no_token,
     check_once,
     check_utf8,
     json_type,
@@ -180,6 +181,7 @@ def endpoint(
                     check_json_body(request.headers, raw)
                     body = parse_body(raw)
                 check_utf8(request.scope.get("query_string", b""))
+                check_no_token(request.query_params.multi_items())
                 path = path_parameters(template, request.scope.get("raw_path"), request.path_params)
                 check_names(request.query_params.keys(), accepted[0], "query parameter")
                 check_once(request.query_params.multi_items())

@@ -58,7 +58,7 @@ from ledger.serve.deciding import (
     repeated,
 )
 from ledger.serve.errors import masked
-from ledger.serve.inputs import FieldError
+from ledger.serve.inputs import FieldError, read_form
 from ledger.serve.pages import (
     EXPLAINED,
     HERE,
@@ -163,7 +163,7 @@ class Console(Plumbing):
             return self._refused(request, None, "Sign-in refused")
         cookie = request.cookies.get(COOKIE)
         session = self.store.get(cookie)
-        form = await request.form()
+        form = await read_form(request)
         if not cookie:  # another site's form, or a browser keeping no cookie
             return self._refused(request, None, "Sign-in refused")
         if session is None:  # evicted or idle: its form still vouches for it

@@ -20,8 +20,11 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
-from starlette.datastructures import Headers
+from starlette.datastructures import FormData, Headers
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
 
+from ledger.access import mask_tokens
 from ledger.errors import AuthenticationError, InvalidInputError
 from ledger.validation import echoed, from_iso, listed
 
@@ -209,6 +212,57 @@ def check_utf8(query: bytes) -> None:
                     echoed(shown),
                     f"query parameter {shown[:40]!r} is not UTF-8 once percent-decoded",
                 ) from None
+
+
+async def read_form(request: Request) -> FormData:
+    """The console form ``request`` sent, read as a page of the console sends it:
+    URL-encoded UTF-8 text. Anything else is refused with 400 (the form could not
+    be read), before a field is looked at: Starlette reads bytes outside ASCII as
+    Latin-1, percent-escapes that are not UTF-8 as U+FFFD, and parts of a
+    multipart form that are not UTF-8 as Latin-1, so that the log would keep text
+    nobody typed."""
+    kind = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if kind == "application/x-www-form-urlencoded":
+        body = await request.body()  # (kept: the form below reads it again)
+        if not body.isascii():
+            raise HTTPException(
+                400,
+                "it holds bytes that are not URL-encoded (a browser encodes every "
+                "character outside ASCII); nothing was done",
+            )
+        try:
+            check_utf8(body)
+        except FieldError as exc:
+            field = str(exc).removeprefix("query parameter ").partition(" is not")[0]
+            raise HTTPException(
+                400, f"field {field} is not UTF-8 once percent-decoded; nothing was done"
+            ) from None
+    elif kind == "multipart/form-data":
+        raise HTTPException(
+            400,
+            "the console's forms are sent URL-encoded, not as multipart/form-data; "
+            "nothing was done",
+        )
+    return await request.form()
+
+
+#: A token as issued (``plt_`` and 43 URL-safe characters) anywhere in a text.
+_TOKEN = re.compile(r"plt_[A-Za-z0-9_\-]{43}")
+
+
+def check_no_token(items: Iterable[tuple[str, str]]) -> None:
+    """Refuse query parameters (decoded) of which a name or value holds a token: a
+    token goes in the ``Authorization`` header only, and an address is logged,
+    kept in histories and shown back in pages and answers."""
+    for name, value in items:
+        if _TOKEN.search(name) or _TOKEN.search(value):
+            shown = mask_tokens(name)
+            raise FieldError(
+                shown,
+                f"query parameter {shown[:40]!r} holds a token: send a token in the "
+                "Authorization header only (an address is logged and kept in histories: "
+                "revoke that token and use another)",
+            )
 
 
 def check_once(items: Iterable[tuple[str, str]]) -> None:

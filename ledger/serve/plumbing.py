@@ -31,6 +31,7 @@ from ledger.errors import (
 )
 from ledger.serve.confirming import PreviewChanged, still_shown
 from ledger.serve.errors import field_of, masked, status_of, told
+from ledger.serve.inputs import FieldError, check_no_token, read_form
 from ledger.serve.pages import Access, Moment, TypedMoment, environment
 from ledger.serve.refusals import (
     ENDED,
@@ -237,7 +238,12 @@ class Plumbing:
 
         async def page(request: Request) -> Response:
             session, fresh = self._session(request)
-            if not session.signed_in:
+            refused = _token_in_address(request)
+            response: Response
+            if refused is not None:  # shown back in the page (links, forms): never
+                session.flash("error", f"Nothing was shown at that address: {refused}.")
+                response = RedirectResponse(request.url.path, status_code=303)
+            elif not session.signed_in:
                 if signed_out is not None:
                     response = await signed_out(request, session)
                 else:
@@ -273,7 +279,7 @@ class Plumbing:
                 return self._refused(request, None, "CSRF check failed")
             cookie = request.cookies.get(COOKIE)
             session = self.store.get(cookie)
-            form = await request.form()
+            form = await read_form(request)
             if session is None and cookie:
                 # A session that ended (idle too long, too old, the server restarted):
                 # say so, rather than call the form forged.
@@ -401,7 +407,7 @@ class Plumbing:
         ``doing``: what the form asks, as a refusal names it ("Rejection of C1");
         ``again``: the form's own page, where it is filled in again when refused for
         what was typed or a lock (:data:`~ledger.serve.refusals.TYPED_OR_BUSY`)."""
-        values, typed = _typed(await request.form())
+        values, typed = _typed(await read_form(request))
         record_id = request.path_params.get("record_id")
         delivery_id = request.path_params.get("delivery_id")
         subject = f"record {record_id}" if record_id else f"delivery {delivery_id}"
@@ -481,6 +487,15 @@ def _same_origin(request: Request) -> bool:
     """Whether the browser says a page of this console sent the request (a form of
     another site, or of another origin of the same site, says otherwise)."""
     return request.headers.get("sec-fetch-site") == "same-origin"
+
+
+def _token_in_address(request: Request) -> str | None:
+    """Why a page's address is refused for holding a token, or None."""
+    try:
+        check_no_token(request.query_params.multi_items())
+    except FieldError as exc:
+        return str(exc)
+    return None
 
 
 def another_site(request: Request) -> bool:
