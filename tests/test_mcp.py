@@ -1085,11 +1085,36 @@ async def test_text_that_is_not_iso_8601_is_no_instant(team: Team) -> None:
             "read_memory", {"scope": SCOPE, "claim_key": CLAIM, "at": "2026-12-31T00:00:00Z"}
         )
     assert expires.endswith(
-        "argument 'expires' ('1893456000'): an instant is ISO 8601 text with "
+        "argument 'expires' ('1893456000'): an instant is RFC 3339 text with "
         "a timezone (e.g. '2026-12-31T00:00:00Z'), not '1893456000'"
     )
-    assert at.endswith("argument 'at' ('1.7e9'): an instant is ISO 8601 text "
+    assert at.endswith("argument 'at' ('1.7e9'): an instant is RFC 3339 text "
                        "with a timezone (e.g. '2026-12-31T00:00:00Z'), not '1.7e9'")  # fmt: skip
+    assert not ok.is_error, ok.content
+
+
+async def test_iso_8601_forms_other_than_rfc_3339_are_refused_as_the_http_api_does(
+    team: Team,
+) -> None:
+    # ``format: date-time`` promises RFC 3339: a basic-format instant, a week date or
+    # a space for the "T" was read all the same (and a week date as another day).
+    before = team.ledger.position
+    async with team.client("agent-1") as agent:
+        for text in ("20301201T000000Z", "2030-W01-1T00:00Z", "2030-12-01 00:00:00+00:00"):
+            said = await refused(agent, "read_memory", scope=SCOPE, claim_key=CLAIM, at=text)
+            assert said.endswith(
+                f"argument 'at' ({text!r}): an instant is RFC 3339 text with a timezone "
+                f"(e.g. '2026-12-31T00:00:00Z'), not {text!r}"
+            ), said
+        fetched = await refused(
+            agent, "capture_evidence", scope=SCOPE, uri="https://x.test/d", content="x",
+            fetched_at="20261201T000000+0000",
+        )  # fmt: skip
+        assert "an instant is RFC 3339 text" in fetched
+        assert team.ledger.position == before
+        ok = await agent.call_tool(
+            "read_memory", {"scope": SCOPE, "claim_key": CLAIM, "at": "2026-12-31t00:00:00.5z"}
+        )
     assert not ok.is_error, ok.content
 
 

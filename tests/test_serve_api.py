@@ -133,6 +133,10 @@ def test_a_delivery_is_recorded_over_http_and_owes_a_correction_once_its_basis_g
     )
     assert r.status_code == 201, r.text
     assert r.headers["location"] == "/api/v1/records/R1"
+    # (a delivery has no address of its own: the document says where it is listed)
+    doc = served.client.get("/openapi.json").json()
+    created = doc["paths"]["/api/v1/records/{record_id}/deliveries"]["post"]["responses"]["201"]
+    assert "whose `deliveries` list" in created["headers"]["Location"]["description"]
     made = r.json()
     assert made["record_id"] == "R1" and made["delivery_id"].startswith("d-")
     record = served.agent.get("/records/{record_id}", record_id="R1").json()

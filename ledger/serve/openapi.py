@@ -77,6 +77,13 @@ _LOCATION = {
     "required": True,
     "schema": {"type": "string"},
 }
+#: The ``Location`` of a delivery recorded (201): a delivery has no address of its own.
+_DELIVERED = {
+    "description": "The delivered record's address, `/api/v1/records/{record_id}`, whose "
+    "`deliveries` list the new delivery.",
+    "required": True,
+    "schema": {"type": "string"},
+}
 
 
 def _param(
@@ -141,13 +148,13 @@ def _op(
     body_required: bool = True,
     description: str = "",
     extra_media: dict[str, Any] | None = None,
-    location: bool = False,
+    location: bool | dict[str, Any] = False,
 ) -> dict[str, Any]:
     content: dict[str, Any] = {"application/json": {"schema": ref(schema)}}
     content.update(extra_media or {})
     answer: dict[str, Any] = {"description": "OK" if ok == "200" else "Created"}
     if location:
-        answer["headers"] = {"Location": _LOCATION}
+        answer["headers"] = {"Location": _LOCATION if location is True else location}
     answer["content"] = content
     op: dict[str, Any] = {
         "summary": summary,
@@ -338,6 +345,7 @@ def _paths() -> dict[str, dict[str, Any]]:
                 "under `deliveries`, and `GET /corrections` once it owes a correction. "
                 "Nothing is sent. A retry whose first answer was lost records a second "
                 "delivery.",
+                location=_DELIVERED,
             )
         },
         "/read": {

@@ -7,6 +7,7 @@ given (its default), as the HTTP API reads an optional body field given null."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from datetime import datetime
 from enum import StrEnum
@@ -164,8 +165,17 @@ Parents = Annotated[
 ]
 
 
-#: What an instant that is no ISO 8601 text is refused with, but the value itself.
-_ISO_TEXT = "an instant is ISO 8601 text with a timezone (e.g. '2026-12-31T00:00:00Z'), not "
+#: What an instant that is no RFC 3339 text is refused with, but the value itself.
+_ISO_TEXT = "an instant is RFC 3339 text with a timezone (e.g. '2026-12-31T00:00:00Z'), not "
+
+#: The form of an RFC 3339 date-time (section 5.6; "T" and "Z" in either case), its
+#: numbers checked by reading it: the other ISO 8601 forms (``20261205T221000Z``, a
+#: week date, a space for the "T"), which ``format: date-time`` does not promise
+#: and the HTTP API refuses, are refused too. Its offset is optional here: without
+#: one it is read, for the ledger to refuse as naive by name.
+_RFC_3339_FORM = re.compile(
+    r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:[Zz]|[+-]\d{2}:\d{2})?", re.ASCII
+)
 
 
 def _refused(message: str) -> PydanticCustomError:
@@ -176,7 +186,7 @@ def _refused(message: str) -> PydanticCustomError:
 
 def _no_instant(text: str, reason: str) -> str:
     """Why ``text`` is no instant, from what Python's reader said (``reason``): not
-    ISO 8601 at all, or ISO 8601 whose numbers name no instant (a 30th of
+    RFC 3339 at all, or RFC 3339 whose numbers name no instant (a 30th of
     February, an offset of 24 hours or more)."""
     shown = repr(text[:40])
     if reason.startswith("Invalid isoformat string"):
@@ -189,14 +199,16 @@ def _no_instant(text: str, reason: str) -> str:
 #: RFC 3339 (section 5.6) lets the "T" and "Z" of a date-time be lower case, which
 #: the schemas' ``format: date-time`` promises; Python's reader refuses a "z".
 def iso_text(value: object) -> object:
-    """An instant must come as ISO 8601 text (its "T" and "Z" in either case, as
-    RFC 3339 allows): a number is refused, not read as seconds since the epoch
+    """An instant must come as RFC 3339 text (its "T" and "Z" in either case, as
+    it allows; no other ISO 8601 form): a number is refused, not read as seconds since the epoch
     (pydantic's lax reading), nor a boolean as one, nor text of digits as one
     ("1700000000"); text whose numbers name no instant is refused saying which
     ("day is out of range for month")."""
     if value is None or isinstance(value, datetime):
         return value
     if isinstance(value, str):
+        if not _RFC_3339_FORM.fullmatch(value):
+            raise _refused(_ISO_TEXT + repr(value[:40]))
         try:
             return from_iso(value)
         except ValueError as exc:
@@ -211,7 +223,7 @@ Expires = Annotated[
     datetime | None,
     BeforeValidator(iso_text),
     Field(
-        description="The last instant the claim may be used, ISO 8601 with a timezone "
+        description="The last instant the claim may be used, RFC 3339 with a timezone "
         "(e.g. '2026-12-31T00:00:00Z'). Omit for no expiry."
     ),
 ]
@@ -236,7 +248,7 @@ At = Annotated[
     datetime | None,
     BeforeValidator(iso_text),
     Field(
-        description="Judge expiry at this instant (ISO 8601 with a timezone) instead of now, "
+        description="Judge expiry at this instant (RFC 3339 with a timezone) instead of now, "
         "from what the ledger holds now, e.g. to ask whether a record will still be within "
         "its expiry tomorrow. It is no view of the past: records revoked, superseded or "
         "proposed since count as they stand now."

@@ -190,7 +190,7 @@ def capture_evidence(
     fetched_at: Annotated[
         datetime | None,
         BeforeValidator(iso_text),
-        Field(description="When it was read, ISO 8601 with a timezone; default now."),
+        Field(description="When it was read, RFC 3339 with a timezone; default now."),
     ] = None,
     claim_key: Annotated[
         str | None,
