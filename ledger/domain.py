@@ -419,7 +419,9 @@ class Record(Aggregate):
         if self.status not in allowed:
             need = "|".join(s.value for s in allowed)
             raise InvalidTransitionError(
-                f"record {self.record_id!r} is {self.status.value}; {command} needs {need}"
+                f"record {self.record_id!r} is {self.status.value}; {command} needs {need}",
+                status=self.status.value,
+                allowed=tuple(s.value for s in allowed),
             )
 
     def check_not_proposer(self, actor: str, command: str) -> None:

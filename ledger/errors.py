@@ -167,7 +167,20 @@ class CycleError(InvalidParentError):
 
 
 class InvalidTransitionError(LedgerError):
-    """The status machine does not allow this command in the record's status."""
+    """The status machine does not allow this command in the record's status.
+
+    ``status`` is the record's status when that is why (None when the refusal is
+    about something else: an expiry, an erased capture, a supersession), and
+    ``allowed`` the statuses the command needs then (the HTTP API gives both in
+    its 409 body).
+    """
+
+    def __init__(
+        self, message: str, *, status: str | None = None, allowed: tuple[str, ...] = ()
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.allowed = allowed
 
 
 class SelfApprovalError(LedgerError):

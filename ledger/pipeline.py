@@ -29,7 +29,7 @@ from ledger.access import Role
 from ledger.caller import Caller
 from ledger.domain import Record
 from ledger.engine import Write
-from ledger.errors import InvalidTransitionError, LedgerError
+from ledger.errors import InvalidTransitionError, LedgerError, retold
 from ledger.validation import ID_PATTERN
 from projections.base import Cursor
 
@@ -163,9 +163,7 @@ def decided_before(
     if Role.AUDIT.value not in caller.roles(c, scope):
         return exc
     actor, at = record.changed
-    return InvalidTransitionError(
-        f"{said} ({record.status.value} since {at.isoformat()}, by {actor!r})"
-    )
+    return retold(exc, f"{said} ({record.status.value} since {at.isoformat()}, by {actor!r})")
 
 
 def done(position: int) -> None:

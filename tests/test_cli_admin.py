@@ -390,7 +390,7 @@ def test_a_url_variable_set_empty_is_refused_not_taken_for_the_default(
     [
         ("sqlite:///l.db ", "ledger URL 'sqlite:///l.db' ends with white space (' ')"),
         ("sqlite:///l.db\n", "ledger URL 'sqlite:///l.db' ends with white space ('\\n')"),
-        (" postgresql://me:pw@h/db", "ledger URL 'postgresql://me:***@h/db' begins with"),
+        (" postgresql://me:pw@h/db", "ledger URL 'postgresql://***@h/db' begins with"),
     ],
 )
 def test_a_url_with_white_space_at_an_end_is_refused_not_taken_for_another_file(

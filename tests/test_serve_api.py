@@ -865,11 +865,15 @@ def test_an_invalid_transition_or_a_taken_id_is_409(served: Served) -> None:
     r = served.reviewer.post("/records/{record_id}/accept", record_id="E1")
     assert r.status_code == 409
     assert error_of(r)["type"] == "InvalidTransitionError"
+    # the record's status and what the command needs, for a program to act on
+    assert (error_of(r)["status"], error_of(r)["allowed"]) == ("ACCEPTED", ["CANDIDATE"])
     served.reviewer.post("/records/{record_id}/revoke", record_id="E1", json={"reason": "x"})
     again = served.reviewer.post(
         "/records/{record_id}/revoke", record_id="E1", json={"reason": "y"}
     )
     assert again.status_code == 409
+    assert error_of(again)["status"] == "REVOKED"
+    assert error_of(again)["allowed"] == ["CANDIDATE", "ACCEPTED", "STALE"]
     revalidate = served.reviewer.post("/records/{record_id}/revalidate", record_id="E1")
     assert revalidate.status_code == 409
     taken = served.agent.post(
@@ -878,6 +882,7 @@ def test_an_invalid_transition_or_a_taken_id_is_409(served: Served) -> None:
     )
     assert taken.status_code == 409
     assert error_of(taken)["type"] == "DuplicateRecordError"
+    assert "status" not in error_of(taken)  # (no status machine refusal)
     assert error_of(taken)["field"] == "id"  # the id given is taken
     # and so for evidence captured under an id already taken
     captured = served.agent.post(

@@ -72,8 +72,9 @@ def resolve_url(url: str | None) -> Backend:
         # A pasted URL's stray space or newline would name another file or database
         # ("a.db " beside "a.db"); one meant is written %20 in the path.
         end = "begins" if url.lstrip() != url else "ends"
+        shown = _ANY_USERINFO.sub(r"\1***@", redacted(url.strip()))  # (no shape known yet)
         raise InvalidURLError(
-            f"ledger URL {redacted(url.strip())!r} {end} with white space "
+            f"ledger URL {shown!r} {end} with white space "
             f"({url[0] if end == 'begins' else url[-1]!r}); remove it"
             + ("; a file name that holds it is written %20" if "sqlite:" in url else "")
         )

@@ -114,7 +114,7 @@ def ledger_error_response(
     elif isinstance(exc, ConcurrencyError | RenderBusyError):  # nothing was done: send it again
         headers = {"Retry-After": "1"}
     found = None if found is None else masked(found)  # a parameter's name may be a token
-    return json_response(error_body(name, told(exc, url), found), status, headers)
+    return json_response(error_body(name, told(exc, url), found, exc), status, headers)
 
 
 class DependencyConflict(LedgerError):

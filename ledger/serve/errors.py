@@ -183,6 +183,13 @@ def told(exc: LedgerError, url: str | None) -> str:
     return masked(without_location(str(exc), url))
 
 
-def error_body(type_name: str, message: str, field: str | None = None) -> dict[str, Any]:
-    """The JSON error body every refusal of the API carries."""
-    return {"error": {"type": type_name, "message": message, "field": field}}
+def error_body(
+    type_name: str, message: str, field: str | None = None, exc: LedgerError | None = None
+) -> dict[str, Any]:
+    """The JSON error body every refusal of the API carries; for a refusal by the
+    status machine (``exc``, an ``InvalidTransitionError`` naming the record's
+    status), also that status and the statuses the command needs."""
+    body: dict[str, Any] = {"type": type_name, "message": message, "field": field}
+    if isinstance(exc, InvalidTransitionError) and exc.status is not None:
+        body.update(status=exc.status, allowed=list(exc.allowed))
+    return {"error": body}

@@ -150,7 +150,18 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                             "(409), `parents` or `supersedes`.",
                         }
                     ),
-                }
+                    "status": {
+                        **_enum(Status),
+                        "description": "For a command the record's status does not allow "
+                        "(409 InvalidTransitionError), that status; absent otherwise.",
+                    },
+                    "allowed": {
+                        "type": "array",
+                        "items": _enum(Status),
+                        "description": "With `status`: the statuses the command needs.",
+                    },
+                },
+                required=["type", "message", "field"],
             )
         },
         description="Every refusal: the error class, its message and the offending field.",
