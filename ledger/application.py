@@ -404,7 +404,8 @@ def _check_retention(retention: object) -> dict[Kind, RetentionRule]:
             f"retention must map kinds to RetentionRule, got {type(retention).__name__}"
         )
     rules = {}
-    for kind, rule in retention.items():
+    for given, rule in retention.items():
+        kind = given.value if isinstance(given, Kind) else given  # as messages show it
         if not isinstance(rule, RetentionRule):
             raise InvalidInputError(f"retention rule for {kind!r} is not a RetentionRule")
         lifetime = rule.max_lifetime

@@ -118,6 +118,8 @@ class Write:
     done: dict[str, int] | None
     #: (position, domain event) of everything appended so far, in log order.
     appended: list[tuple[int, Any]] = field(default_factory=list)
+    #: The stored bytes of those events (what :class:`~ledger.recent.Recent` weighs).
+    size: int = 0
     #: Current view rows (None: no such record) read with the writers' lock, by
     #: record id, until the first append (see :meth:`Engine.current_row`).
     ahead: dict[str, Any] = field(default_factory=dict)
@@ -136,6 +138,7 @@ class Write:
             return self.engine.recorder.max_position(self.c)
         self.ahead.clear()  # the views are about to change
         stored = stored_events(self.engine.app.mapper, events)  # as the mapper's bytes
+        self.size += sum(len(row.state) for row in stored)
         with self.engine.projector.knowing(self.c, known):
             first = self.appended[0][0] if self.appended else None
             ids = self.engine.recorder.insert_in(
@@ -434,7 +437,7 @@ class Engine:
             recent.cursor = recent.write = None
             recent.forget()
             raise
-        recent.learn(w.appended, w.done)
+        recent.learn(w.appended, w.done, w.size)
         self.folded.learn(w.appended)
         return result
 

@@ -20,8 +20,11 @@ from projections.base import Cursor
 if TYPE_CHECKING:
     from ledger.engine import Write
 
-#: How many aggregates' events :class:`Recent` keeps before starting afresh.
+#: How many aggregates' events :class:`Recent` keeps before starting afresh,
 RECENT = 10_000
+#: and how many of their stored bytes (values of up to 1 MiB each would otherwise
+#: hold gigabytes in a process that alone writes to its SQLite file).
+RECENT_BYTES = 64 * 1024 * 1024
 #: An aggregate folded from at least this many events is kept by :class:`Folded`
 FOLD_FROM = 32
 #: and this many such aggregates at most (the least recently used is let go first;
@@ -43,20 +46,27 @@ class Recent:
         self.write: Write | None = None  # and what that transaction appended so far
         self.done: dict[str, int] | None = None
         self.events: dict[UUID, list[Any]] = {}
+        self.size = 0  # the stored bytes of ``events``, about
         self.tokens: dict[str, tuple[Any, dict[str, list[str]]]] = {}
 
     def forget(self) -> None:
         """Know nothing (the next write transaction reads everything again)."""
         self.done = None
         self.events.clear()
+        self.size = 0
         self.tokens.clear()
 
-    def learn(self, appended: Sequence[tuple[int, Any]], done: dict[str, int] | None) -> None:
-        """Remember a committed transaction's appended (position, event)s."""
+    def learn(
+        self, appended: Sequence[tuple[int, Any]], done: dict[str, int] | None, size: int = 0
+    ) -> None:
+        """Remember a committed transaction's appended (position, event)s, whose
+        stored bytes are ``size`` long."""
         self.done = done
         known = self.events
-        if len(known) > RECENT:
+        if len(known) > RECENT or self.size > RECENT_BYTES:
             known.clear()
+            self.size = 0
+        self.size += size
         for _, event in appended:
             oid: UUID = event.originator_id
             version = event.originator_version

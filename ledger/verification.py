@@ -43,11 +43,13 @@ from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ledger import gc_pause, merkle
 from ledger.authorization import AuthorizationReplay
+from ledger.consistency import against_problem, check_extends, consistency_problem, describe
 from ledger.errors import CorruptEventError, InvalidInputError, LedgerError
 from ledger.heads import SignedHead, as_heads, key_id, load_public_key, verify_head
 from ledger.log_check import Batch, LogWalk
@@ -158,7 +160,7 @@ def verify(
             if not _views_of_0_1_0(engine, c):
                 differences.extend(_compare_views(engine, c, scratch))
 
-        tree, positions, log_ok = _walk_log(
+        tree, positions, log_ok, latest = _walk_log(
             engine, c, replay, scratch, (views_upto, at_views), findings
         )
         if log_ok:
@@ -172,13 +174,16 @@ def verify(
         beyond = [head for head in kept if older_copy and head.tree_size > tree.size]
         for number, head in enumerate(kept, start=1):
             if head in beyond:
+                forked = _written_after(head, number, tree.size, latest)
+                if forked is not None:  # no copy made before it
+                    findings.add("consistency", forked, latest[0] if latest else None)
                 continue
-            problem = _consistency_problem(tree, positions, head.digest, f"head {number}", head)
+            problem = consistency_problem(tree, positions, head.digest, f"head {number}", head)
             if problem is not None:
                 findings.add("consistency", problem)
         proof: tuple[str, ...] = ()
         if target is not None:
-            problem = _against_problem(tree, positions, target)
+            problem = against_problem(tree, positions, target)
             if problem is not None:
                 findings.add("consistency", problem)
             elif target.size < tree.size:
@@ -230,6 +235,21 @@ def verify(
     )
 
 
+def _written_after(
+    head: SignedHead, number: int, size: int, latest: tuple[int, datetime] | None
+) -> str | None:
+    """Why a log shorter than ``head`` is no copy made before it (an event of it,
+    ``latest``, was written after the head was signed), or None."""
+    if latest is None or latest[1] <= head.time:
+        return None
+    return (
+        f"head {number} ({describe(head)}) describes {head.tree_size} events, more than "
+        f"the log's {size}, yet its event at position {latest[0]} was written at "
+        f"{latest[1].isoformat()}, after that head was signed: it is no copy made before "
+        "the head (events were removed after it, and others written since)"
+    )
+
+
 def _lag_problem(views_upto: int, newest: int) -> str:
     """What views behind the log mean: a command writes its events and their view
     rows in one transaction, so the views of this version never lag the log."""
@@ -256,10 +276,6 @@ def _as_digest(against: LogDigest | str | None) -> LogDigest | None:
     )
 
 
-def _describe(head: SignedHead) -> str:
-    return f"tree size {head.tree_size}, signed {head.time.isoformat()}"
-
-
 def heads_problems(kept: Sequence[SignedHead], key: Any) -> list[str]:
     """What ``verify``'s heads check finds wrong with the heads of a file (``kept``,
     in file order) under the public ``key``: a head signed by another key or whose
@@ -275,12 +291,12 @@ def _check_signatures(kept: Sequence[SignedHead], key: Any, findings: _Findings)
         if head.key_id != expected:
             findings.add(
                 "heads",
-                f"head {number} ({_describe(head)}) was signed by key {head.key_id[:16]}…, "
+                f"head {number} ({describe(head)}) was signed by key {head.key_id[:16]}…, "
                 f"not by the given public key {expected[:16]}…",
             )
         elif not verify_head(head, key):
             findings.add(
-                "heads", f"head {number} ({_describe(head)}): the signature does not verify"
+                "heads", f"head {number} ({describe(head)}): the signature does not verify"
             )
         before = kept[number - 2] if number > 1 else None
         if before is None or head.tree_size >= before.tree_size:
@@ -288,14 +304,14 @@ def _check_signatures(kept: Sequence[SignedHead], key: Any, findings: _Findings)
         if head.time < before.time:
             findings.add(
                 "heads",
-                f"head {number} ({_describe(head)}) is smaller than head {number - 1} "
-                f"({_describe(before)}) and was signed before it: the file's heads are out "
+                f"head {number} ({describe(head)}) is smaller than head {number - 1} "
+                f"({describe(before)}) and was signed before it: the file's heads are out "
                 "of order (each head is appended after the ones signed before it)",
             )
         else:
             findings.add(
                 "consistency",
-                f"head {number} ({_describe(head)}) is smaller than head {number - 1} "
+                f"head {number} ({describe(head)}) is smaller than head {number - 1} "
                 f"(tree size {before.tree_size}): the log was cut back between them",
             )
 
@@ -307,21 +323,26 @@ def _walk_log(
     scratch: _Scratch,
     views: tuple[int, Callable[[], None]],
     findings: _Findings,
-) -> tuple[MerkleTree, array[int], bool]:
+) -> tuple[MerkleTree, array[int], bool, tuple[int, datetime] | None]:
     """The log and authorization checks (:class:`~ledger.log_check.LogWalk`, the
     one pass signing runs too), with the views part: the recomputed tree, the
-    position of each leaf, and whether the log is intact (then every event was
-    replayed into ``scratch``). ``views``: the live views' position, and what to
-    call once the replay has applied every event up to it and none after (while
-    the log is intact so far)."""
+    position of each leaf, whether the log is intact (then every event was
+    replayed into ``scratch``), and the position and time of its latest event
+    (by time). ``views``: the live views' position, and what to call once the
+    replay has applied every event up to it and none after (while the log is
+    intact so far)."""
     tree, positions = MerkleTree(), array("q")  # 8 bytes a leaf
     views_upto, at_views = views
     reached = False
+    latest: tuple[int, datetime] | None = None
 
     def replayed(batch: Batch) -> bool:
         # Views that lag the log (named by ``verify``: no command leaves them so)
         # are compared as far as they go, and the rest of the log replayed after them.
-        nonlocal reached
+        nonlocal reached, latest
+        for position, event in batch:
+            if latest is None or event.timestamp > latest[1]:
+                latest = (position, event.timestamp)
         upto = sum(1 for position, _ in batch if position <= views_upto)
         problem = scratch.apply(batch[:upto]) if upto else None
         if problem is None and upto < len(batch):
@@ -339,103 +360,7 @@ def _walk_log(
         positions.append(position)
     if walk.intact and not reached:
         at_views()
-    return tree, positions, walk.intact
-
-
-def _consistency_problem(
-    tree: MerkleTree,
-    positions: Sequence[int],
-    kept: LogDigest,
-    name: str,
-    head: SignedHead | None = None,
-) -> str | None:
-    """Why the log is not consistent with a kept digest or head, or None."""
-    what = f"{name} ({_describe(head)})" if head is not None else f"{name} {kept}"
-    if kept.size > tree.size:
-        copy = "; a copy made before it: older_copy=True, --older-copy on the command line"
-        return _removed(tree.size, kept, what, copy)
-    last = positions[kept.size - 1] if kept.size else 0
-    return _unextended(tree.size, tree.root(), tree.consistency_path(kept.size), last, kept, what)
-
-
-def _removed(size: int, kept: LogDigest, what: str, copy: str = "") -> str | None:
-    """The problem of a log shorter than ``kept``, or None (``copy``: how a copy
-    made before ``kept`` is checked instead)."""
-    if kept.size <= size:
-        return None
-    return (
-        f"the log has {size} events; {what} describes {kept.size}: events were "
-        f"removed after it was taken (or the ledger was restored from an older backup{copy})"
-    )
-
-
-def _unextended(
-    size: int, root: bytes, proof: list[bytes], last: int, kept: LogDigest, what: str
-) -> str | None:
-    """Why a log of ``size`` leaves under ``root`` does not extend ``kept`` (not
-    larger), given the consistency ``proof`` from it and the position of the log's
-    ``kept.size``-th leaf (``last``), or None."""
-    if not merkle.verify_consistency(kept.size, size, bytes.fromhex(kept.root), root, proof):
-        return (
-            f"the first {kept.size} events do not match {what}: the log was rewritten "
-            "after it was taken (or restored from an older backup, then written to)"
-        )
-    if kept.size and last != kept.position:
-        return (
-            f"{what} ends at log position {kept.position}, but its last event is at position {last}"
-        )
-    return None
-
-
-def _against_problem(tree: MerkleTree, positions: Sequence[int], target: LogDigest) -> str | None:
-    # The 0.1 messages, which scripts may match on.
-    if target.size > tree.size:
-        return f"the log has {tree.size} events; the digest describes {target.size}"
-    proof = tree.consistency_path(target.size)
-    if tree.root(target.size).hex() != target.root or not merkle.verify_consistency(
-        target.size, tree.size, bytes.fromhex(target.root), tree.root(), proof
-    ):
-        return f"the first {target.size} events do not match the digest {target}"
-    last = positions[target.size - 1] if target.size else 0
-    if target.position != last:
-        return (
-            f"the digest {target} ends at log position {target.position}, but its last "
-            f"event is at position {last}"
-        )
-    return None
-
-
-def check_extends(engine: Engine, head: SignedHead) -> str | None:
-    """Why the ledger's stored leaves are not consistent with ``head``, or None.
-
-    Cheaper than :func:`verify` (reads only the leaves table, once, keeping a few
-    subtree hashes): what :func:`ledger.heads.publish_head` checks before
-    appending a new head.
-    """
-    kept = head.digest
-    what = f"the newest kept head ({_describe(head)})"
-    last = 0
-    with engine.reading() as c:
-        size = engine.recorder.leaf_count(c)
-        removed = _removed(size, kept, what)
-        if removed is not None:
-            return removed
-
-        def leaves() -> Iterator[bytes]:
-            nonlocal last
-            for count, (position, leaf) in enumerate(engine.recorder.leaves(c), start=1):
-                if count == kept.size:
-                    last = position
-                yield leaf
-
-        try:
-            root, proof = merkle.consistency_proof(leaves(), size, kept.size)
-        except READ_ERRORS:
-            mistyped = first_mistyped_leaf(engine, c)
-            if mistyped is None:
-                raise
-            return f"{mistyped}; run `provledger verify`"
-    return _unextended(size, root, proof, last, kept, what)
+    return tree, positions, walk.intact, latest
 
 
 # -- views: a replay in a scratch database ------------------------------------------------

@@ -76,6 +76,44 @@ def test_init_creates_the_ledger_and_prints_the_admin_token_once(tmp_path: Path)
         assert led.verify().ok
 
 
+@pytest.mark.postgres
+def test_a_role_owning_only_its_schema_creates_and_copies_a_ledger_there(
+    pg_url: str, tmp_path: Path
+) -> None:
+    # The usual least-privilege set-up: a schema made for the role, no CREATE on the
+    # database (CREATE SCHEMA IF NOT EXISTS was refused it: "permission denied for
+    # database")
+    import psycopg
+
+    from .conftest import _pg_dsn
+
+    schema = pg_url.rsplit("schema=", 1)[1]
+    role = f"r_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(_pg_dsn(), autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN")
+        conn.execute(f"CREATE SCHEMA {schema} AUTHORIZATION {role}")
+    try:
+        as_role = pg_url.replace("://postgres@", f"://{role}@", 1)
+        assert as_role != pg_url
+        made = run("init", "--url", as_role)
+        assert made.exit_code == 0, made.output
+        with Ledger.open(as_role) as led:
+            assert led.verify().ok
+        # and a copy into another schema the role owns
+        other = f"{schema}_c"
+        with psycopg.connect(_pg_dsn(), autocommit=True) as conn:
+            conn.execute(f"CREATE SCHEMA {other} AUTHORIZATION {role}")
+        source = f"sqlite:///{tmp_path / 'l.db'}"
+        assert run("init", "--url", source).exit_code == 0
+        target = as_role.replace(f"schema={schema}", f"schema={other}")
+        copied = run("copy", "--url", source, "--to", target)
+        assert copied.exit_code == 0, copied.output
+    finally:
+        with psycopg.connect(_pg_dsn(), autocommit=True) as conn:
+            conn.execute(f"DROP OWNED BY {role}")
+            conn.execute(f"DROP ROLE {role}")
+
+
 def test_inits_racing_on_a_new_ledger_name_one_creator_and_one_token(pg_url: str) -> None:
     # Six `provledger init` at once on a schema that does not exist yet
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

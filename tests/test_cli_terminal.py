@@ -125,6 +125,27 @@ def test_escapes_in_a_table_keep_its_borders_in_line(
     assert {len(row) for row in rows} == {len(rows[0])}, "\n".join(rows)
 
 
+def test_a_word_made_longer_by_its_escapes_is_laid_out_as_written_out(
+    env: dict[str, str],
+) -> None:
+    # Measured before it was escaped, such a word was cut inside an escape
+    word = "\u200b".join(("ab", "cd", "ef", "gh", "ij", "kl", "mn"))
+    with Ledger.open(env["PROVLEDGER_URL"]) as led:
+        admin = led.admin()
+        admin.grant("reviewer", scope="proj-a", roles=["approve", "read", "audit"])
+        agent = led.authenticate(env["PROVLEDGER_TOKEN"])
+        agent.propose("proj-a", "k", 1, "fact", id="M2")
+        reviewer = led.authenticate(admin.issue_token("reviewer"))
+        reviewer.reject("M2", reason=f"see {word} and the rest of a reasonably long reason text")
+        token = admin.issue_token("reviewer")
+    code, shown = on_terminal({**env, "COLUMNS": "100", "PROVLEDGER_TOKEN": token}, "audit", "M2")
+
+    assert code == 0, shown
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", shown)
+    assert "\\u200b" in plain
+    assert not re.search(r"\\(?!u[0-9a-f]{4})", plain), plain  # no escape cut
+
+
 def test_both_streams_are_guarded_on_a_terminal_and_put_back_after(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

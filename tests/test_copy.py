@@ -421,6 +421,12 @@ def test_a_target_holding_another_programs_tables_is_refused(
             "SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,)
         ).fetchall()
     assert tables == [("invoices",)]
+    # and so is another program's table named as the ledger's events table
+    with psycopg.connect(PG_SERVER, autocommit=True) as conn:
+        conn.execute(f"DROP TABLE {schema}.invoices")
+        conn.execute(f"CREATE TABLE {schema}.provledger_events (id INTEGER)")
+    with pytest.raises(StorageError, match="holds provledger_events, not a ledger's tables"):
+        copy_ledger(source, target)
 
 
 @pytest.mark.parametrize(

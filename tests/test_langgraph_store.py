@@ -1253,6 +1253,42 @@ def test_a_graph_run_without_a_thread_records_nothing_as_observed(
     assert len([w for w in said if w.category is NoThreadWarning]) == 1
 
 
+def test_a_read_from_an_executor_thread_inside_a_node_is_warned_of_as_unrecorded(
+    store: LedgerStore, principals: Principals
+) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    # Given a node that reads through a thread pool, whose threads do not carry the
+    # graph's config (context variables), and a run that made the store serve a thread
+    store.put(("proj-a", "user"), "name", {"text": "Ada"})
+    greeting_graph(store).invoke({"greeting": ""}, {"configurable": {"thread_id": "t0"}})
+
+    def greet(state: State) -> State:
+        memories = get_store()
+        with ThreadPoolExecutor(1) as pool:
+            name = pool.submit(memories.get, ("proj-a", "user"), "name").result()
+        memories.put(("proj-a", "greetings"), "pooled", {"text": str(name and name.value)})
+        return {"greeting": "x"}
+
+    builder = StateGraph(State)
+    builder.add_node("greet", greet)
+    builder.add_edge(START, "greet")
+    builder.add_edge("greet", END)
+    # When it runs in a thread, then the read it could not record is warned of, once
+    with pytest.warns(NoThreadWarning, match="does not carry a graph's config") as said:
+        for _ in range(2):
+            builder.compile(store=store).invoke(
+                {"greeting": ""}, {"configurable": {"thread_id": "t"}}
+            )
+    assert len([w for w in said if w.category is NoThreadWarning]) == 1
+    pooled = principals.reviewer.get(current_id(principals.reviewer, "proj-a", "greetings/pooled"))
+    assert pooled.observed == ()  # (what the warning is about)
+    # while the same read made in the node's own thread is recorded, and not warned of
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NoThreadWarning)
+        greeting_graph(store).invoke({"greeting": ""}, {"configurable": {"thread_id": "t2"}})
+
+
 def test_a_graph_run_in_a_thread_or_a_put_outside_a_graph_is_not_warned(
     store: LedgerStore, principals: Principals
 ) -> None:

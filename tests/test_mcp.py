@@ -1100,7 +1100,12 @@ async def test_iso_8601_forms_other_than_rfc_3339_are_refused_as_the_http_api_do
     # a space for the "T" was read all the same (and a week date as another day).
     before = team.ledger.position
     async with team.client("agent-1") as agent:
-        for text in ("20301201T000000Z", "2030-W01-1T00:00Z", "2030-12-01 00:00:00+00:00"):
+        for text in (
+            "20301201T000000Z",
+            "2030-W01-1T00:00Z",
+            "2030-12-01 00:00:00+00:00",
+            "2030-12-01T00:00:00+00:60",  # (Python reads it as +01:00)
+        ):
             said = await refused(agent, "read_memory", scope=SCOPE, claim_key=CLAIM, at=text)
             assert said.endswith(
                 f"argument 'at' ({text!r}): an instant is RFC 3339 text with a timezone "

@@ -645,6 +645,8 @@ def test_a_malformed_retention_rule_is_refused_when_the_ledger_opens(
 ) -> None:
     with pytest.raises(InvalidInputError, match=f"retention rule for 'fact': {message}"):
         Ledger.open("memory:", retention={"fact": rule})
+    with pytest.raises(InvalidInputError, match=f"retention rule for 'fact': {message}"):
+        Ledger.open("memory:", retention={Kind.FACT: rule})  # (named as it is spelt)
 
 
 def test_a_max_lifetime_rule_refuses_facts_without_expiry_or_expiring_too_late(

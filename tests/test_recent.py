@@ -266,3 +266,25 @@ def test_a_ledger_file_restored_under_an_open_ledger_is_decided_on_as_stored(
         with Ledger.open(url) as fresh, fresh.engine.reading() as c:
             replayed = fresh.engine.load(c, kept.id)
         assert kept.deliveries == replayed.deliveries
+
+
+def test_what_a_ledger_remembers_of_its_writes_is_bounded_in_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ledger import recent
+
+    # Given a process alone writing to its file, proposing values of 200 KB
+    monkeypatch.setattr(recent, "RECENT_BYTES", 1_000_000)
+    with Ledger.open(f"sqlite:///{tmp_path / 'l.db'}") as led:
+        admin = led.admin()
+        admin.grant("agent", "s", ["propose", "read"])
+        agent = led.authenticate(admin.issue_token("agent"))
+        sizes = []
+        for i in range(20):
+            agent.propose("s", f"k{i}", "x" * 200_000, Kind.FACT, id=f"V{i}")
+            sizes.append((led.engine.recent.size, len(led.engine.recent.events)))
+        # Then what it remembers never grows past the bound by more than one write
+        assert max(size for size, _ in sizes) <= 1_000_000 + 201_000, sizes
+        assert min(count for _, count in sizes[5:]) < 6, sizes
+        # and what it remembers still decides as what is stored would
+        assert agent.get("V19").value == "x" * 200_000

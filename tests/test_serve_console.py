@@ -1580,8 +1580,9 @@ def test_a_refused_rejection_keeps_its_reason_in_the_queue(desk: Desk) -> None:
             "multipart",
             "sent URL-encoded, not as multipart/form-data",
         ),
+        (b"reason=x", "text", "sent URL-encoded, not as text/plain"),
     ],
-    ids=["raw-utf-8", "raw-latin", "percent-not-utf-8", "multipart"],
+    ids=["raw-utf-8", "raw-latin", "percent-not-utf-8", "multipart", "text"],
 )
 def test_a_form_that_is_not_url_encoded_utf_8_is_refused_not_stored_garbled(
     desk: Desk, body: bytes, content_type: str, said: str
@@ -1594,8 +1595,9 @@ def test_a_form_that_is_not_url_encoded_utf_8_is_refused_not_stored_garbled(
     kinds = {
         "urlencoded": "application/x-www-form-urlencoded",
         "multipart": "multipart/form-data; boundary=b",
+        "text": "text/plain",
     }
-    if content_type == "urlencoded":
+    if content_type in ("urlencoded", "text"):
         body = f"csrf={csrf}&next=/&".encode() + body
     else:
         body = (

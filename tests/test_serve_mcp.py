@@ -91,6 +91,16 @@ def test_each_bearer_token_gets_an_mcp_server_acting_as_its_principal(
         assert answer["result"]["structuredContent"] == {"result": name}
 
 
+def test_the_mcp_endpoint_refuses_a_token_in_its_address_as_the_api_does(
+    base: str, tokens: dict[str, str]
+) -> None:
+    token = tokens["agent-1"]
+    headers = {**ACCEPT, "Authorization": f"Bearer {token}"}
+    r = httpx.post(f"{base}/mcp", params={"token": token}, json=INIT, headers=headers)
+    assert r.status_code == 422 and token not in r.text, r.text
+    assert r.json()["error"]["message"].startswith("query parameter 'token' holds a token")
+
+
 def test_the_mcp_endpoint_refuses_a_missing_or_bad_token(base: str) -> None:
     missing = httpx.post(f"{base}/mcp", json=INIT, headers=ACCEPT)
     assert missing.status_code == 401

@@ -110,6 +110,14 @@ def test_a_token_sent_in_a_query_parameter_is_not_repeated_in_the_refusal(
         headers={"Authorization": f"Bearer {token}"},
     )
     assert read.status_code == 422 and token not in read.text, read.text
+    # while a name that merely holds "plt_" is no token: a key proposed is read
+    key = "python:matplotlib.plt_savefig_default_dpi_for_quarterly_report_figs"
+    named = client.get(
+        "/api/v1/read",
+        params={"scope": "proj-a", "claim_key": key},
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    assert named.status_code == 200 and named.json()["outcome"] == "MISSING", named.text
 
 
 def test_a_console_address_holding_a_token_shows_nothing(

@@ -680,8 +680,7 @@ class AsOfGroup(CheckedGroup):
         if name not in self.commands and isinstance(root, click.Group) and name in root.commands:
             reads = ", ".join(c.name or "" for c in READ_COMMANDS)
             raise click.UsageError(
-                f"{name!r} does not run as of a past moment (the ledger as it was "
-                f"cannot be changed); as-of runs {reads}",
+                f"{name!r} does not run as of a past moment; as-of runs {reads}",
                 ctx,
             )
         return super().resolve_command(ctx, args)

@@ -109,7 +109,9 @@ def working(what: str, *, quiet: bool = False) -> Iterator[None]:
 def show(console: Console, table: Table) -> None:
     """Print ``table``; when its columns cannot all fit the terminal with no word
     (an id, an e-mail address, a header) cut, print each row as ``column  value``
-    lines instead."""
+    lines instead (on a terminal, measured as written out: see ``AnswerConsole``)."""
+    if console.is_terminal:
+        table = _inert_cells(table)
     if _fit(table, console.width):
         console.print(table)
         return

@@ -89,6 +89,11 @@ def verify(
         pair = ("--heads", "--public-key")
         given, missing = pair if public_key is None else pair[::-1]
         raise click.UsageError(f"{given} needs {missing}: heads are checked with their key")
+    if older_copy and heads_file is None:
+        raise click.UsageError(
+            "--older-copy is about kept heads (those of a longer log than the copy): "
+            "give --heads and --public-key"
+        )
     if against is not None and not against.strip():
         # What `--against "$(cat digest.txt)"` gives when the file is missing or empty.
         raise click.BadParameter(

@@ -102,7 +102,12 @@ def others_pg_tables(env: dict[str, str]) -> list[str]:
         for table in ("provledger_events", "stored_events")
         for suffix in ("", "_notification_id_seq")
     }
-    return sorted(str(n) for (n,) in rows if n not in ours and not str(n).startswith("pl_"))
+    names = {str(n) for (n,) in rows}
+    # (an events table without its serial column's sequence is another program's)
+    ours -= {
+        t for t in ("provledger_events", "stored_events") if f"{t}_notification_id_seq" not in names
+    }
+    return sorted(n for n in names if n not in ours and not n.startswith("pl_"))
 
 
 def probe(kwargs: dict[str, Any], timeout: float) -> None:

@@ -30,13 +30,7 @@ from ledger.persistence.base import (
     leaf_of,
 )
 from ledger.persistence.faults import DATABASE_ERRORS, CommitFailed
-from projections.base import (
-    COPY_FROM,
-    Cursor,
-    Query,
-    postgres_dialect,
-    refresh_statistics,
-)
+from projections.base import COPY_FROM, Cursor, Query, postgres_dialect, refresh_statistics
 from projections.projector import Projector
 
 
@@ -187,11 +181,16 @@ class LedgerPostgresRecorder(LedgerRecorderMixin, PostgresApplicationRecorder):
             try:
                 # DDL on a live table (CREATE TRIGGER) takes locks that deadlock with
                 # writers, so an existing, complete schema is left untouched.
+                # (CREATE SCHEMA IF NOT EXISTS needs CREATE on the database, which a
+                # role owning the schema it is given may lack: asked first instead)
                 marker = conn.execute(
-                    "SELECT to_regclass(%s) IS NOT NULL AS done", (f"{schema}.pl_schema",)
+                    "SELECT to_regclass(%s) IS NOT NULL AS done, "
+                    "to_regnamespace(%s) IS NOT NULL AS there",
+                    (f"{schema}.pl_schema", schema),
                 ).fetchone()
                 if marker is None or not marker["done"]:
-                    conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+                    if marker is None or not marker["there"]:
+                        conn.execute(f"CREATE SCHEMA {schema}")
                     self._create_all(conn)
             finally:
                 conn.execute("SELECT pg_advisory_unlock(%s)", (key,))

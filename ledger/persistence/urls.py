@@ -76,7 +76,7 @@ def resolve_url(url: str | None) -> Backend:
         raise InvalidURLError(
             f"ledger URL {shown!r} {end} with white space "
             f"({url[0] if end == 'begins' else url[-1]!r}); remove it"
-            + ("; a file name that holds it is written %20" if "sqlite:" in url else "")
+            + ("; a file name ending in a space is written %20" if url.endswith(" ") else "")
         )
     recorder_topic = get_topic(LedgerSQLiteRecorder)
     if url in ("memory:", "memory://"):

@@ -216,14 +216,15 @@ def check_utf8(query: bytes) -> None:
 
 async def read_form(request: Request) -> FormData:
     """The console form ``request`` sent, read as a page of the console sends it:
-    URL-encoded UTF-8 text. Anything else is refused with 400 (the form could not
-    be read), before a field is looked at: Starlette reads bytes outside ASCII as
-    Latin-1, percent-escapes that are not UTF-8 as U+FFFD, and parts of a
-    multipart form that are not UTF-8 as Latin-1, so that the log would keep text
-    nobody typed."""
+    URL-encoded UTF-8 text (or nothing at all: a sign-out). Anything else is
+    refused with 400 (the form could not be read), before a field is looked at:
+    Starlette reads bytes outside ASCII as Latin-1, percent-escapes that are not
+    UTF-8 as U+FFFD, and parts of a multipart form that are not UTF-8 as Latin-1,
+    so that the log would keep text nobody typed; a body of another type would be
+    read as an empty form."""
     kind = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    body = await request.body()  # (kept: the form below reads it again)
     if kind == "application/x-www-form-urlencoded":
-        body = await request.body()  # (kept: the form below reads it again)
         if not body.isascii():
             raise HTTPException(
                 400,
@@ -237,17 +238,23 @@ async def read_form(request: Request) -> FormData:
             raise HTTPException(
                 400, f"field {field} is not UTF-8 once percent-decoded; nothing was done"
             ) from None
-    elif kind == "multipart/form-data":
+    elif body:
+        sent = f"as {kind}" if kind else "with no content type"
         raise HTTPException(
-            400,
-            "the console's forms are sent URL-encoded, not as multipart/form-data; "
-            "nothing was done",
+            400, f"the console's forms are sent URL-encoded, not {sent}; nothing was done"
         )
     return await request.form()
 
 
-#: A token as issued (``plt_`` and 43 URL-safe characters) anywhere in a text.
-_TOKEN = re.compile(r"plt_[A-Za-z0-9_\-]{43}")
+#: A token as issued: ``plt_`` and 43 URL-safe characters, a word of its own (not
+#: the tail of ``matplotlib.plt_…``), holding a capital or a digit, as all but
+#: one in 10^15 random ones do (``plt_savefig_default_…`` is a name, not a token).
+_TOKEN = re.compile(r"(?<![A-Za-z0-9_\-])plt_([A-Za-z0-9_\-]{43})(?![A-Za-z0-9_\-])")
+_RANDOM = re.compile(r"[A-Z0-9]")
+
+
+def _holds_token(text: str) -> bool:
+    return any(_RANDOM.search(found[1]) for found in _TOKEN.finditer(text))
 
 
 def check_no_token(items: Iterable[tuple[str, str]]) -> None:
@@ -255,7 +262,7 @@ def check_no_token(items: Iterable[tuple[str, str]]) -> None:
     token goes in the ``Authorization`` header only, and an address is logged,
     kept in histories and shown back in pages and answers."""
     for name, value in items:
-        if _TOKEN.search(name) or _TOKEN.search(value):
+        if _holds_token(name) or _holds_token(value):
             shown = mask_tokens(name)
             raise FieldError(
                 shown,

@@ -58,12 +58,11 @@ from ledger.integrations.langgraph.refusals import appeared, conflict, named_as,
 from ledger.integrations.langgraph.threads import (
     MAX_THREADS,
     Ids,
-    NoThreadWarning,
     RunsLeftOpenWarning,
     Thread,
     Threads,
+    ThreadWarnings,
     caller_level,
-    in_graph,
     thread_id,
 )
 from ledger.proposals import NewestOf
@@ -158,7 +157,7 @@ class LedgerStore(BaseStore):
         self._ids = Ids()
         self._max_value_bytes = ledger.engine.max_value_bytes
         self._threads = Threads(self.session)
-        self._warned = False  # NoThreadWarning: once per store
+        self._warnings = ThreadWarnings(self._threads)
 
     def __repr__(self) -> str:
         return (
@@ -224,6 +223,7 @@ class LedgerStore(BaseStore):
         without the batch around it; ``refresh_ttl`` is ignored (no TTL)."""
         if thread_id() is not None:
             return super().get(namespace, key, refresh_ttl=refresh_ttl)
+        self._warnings.check(puts=False, reads=True)
         if type(namespace) is not tuple:
             check_namespace(namespace)  # a bare string is no namespace
         namespace, key = tuple(namespace), str(key)
@@ -301,13 +301,11 @@ class LedgerStore(BaseStore):
         return await asyncio.to_thread(self._execute, listed, thread)
 
     def _warn_without_thread(self, ops: list[Op], thread: str | None) -> None:
-        """Say once per store that a graph puts with no ``thread_id``, pointing at
-        the code that called the store."""
-        if thread is not None or self._warned or not in_graph():
-            return
-        if any(isinstance(op, PutOp) and op.value is not None for op in ops):
-            self._warned = True
-            warnings.warn(NoThreadWarning(NoThreadWarning.SAID), stacklevel=caller_level())
+        """Say once per store what a call with no thread leaves unrecorded."""
+        if thread is None:
+            puts = any(isinstance(op, PutOp) and op.value is not None for op in ops)
+            reads = any(isinstance(op, GetOp | SearchOp) for op in ops)
+            self._warnings.check(puts, reads)
 
     def _execute(self, ops: list[Op], thread: str | None) -> list[Result]:
         for op in ops:

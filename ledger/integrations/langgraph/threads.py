@@ -34,6 +34,7 @@ import secrets
 import sys
 import threading
 import time
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
@@ -99,6 +100,43 @@ class NoThreadWarning(UserWarning):
         "revoking a source will not reach what was derived from it; invoke it with "
         "config={'configurable': {'thread_id': ...}}"
     )
+
+    LOST = (
+        "LedgerStore: a read came from an OS thread that does not carry a graph's "
+        "config (a ThreadPoolExecutor or run_in_executor inside a node?) while graph "
+        "threads use this store, so it is recorded in no thread's run and what their "
+        "writes rest on misses it; read in the node's own thread, or through "
+        "asyncio.to_thread or contextvars.copy_context().run, which carry the config"
+    )
+
+
+class ThreadWarnings:
+    """What a store says once each (:class:`NoThreadWarning`): a graph that puts
+    with no ``thread_id`` in its config, and a read from an OS thread that does
+    not carry a graph's config while graph threads use the store (its context
+    variables are not an executor thread's): neither is recorded in a run."""
+
+    def __init__(self, threads: Threads) -> None:
+        self._threads = threads
+        self._said: set[str] = set()
+
+    def check(self, puts: bool, reads: bool) -> None:
+        """Warn, pointing at the code that called the store, of a call with no
+        thread that ``puts`` (in a graph) or ``reads`` (from another OS thread)."""
+        if puts and NoThreadWarning.SAID not in self._said and in_graph():
+            self._warn(NoThreadWarning.SAID)
+        elif reads and NoThreadWarning.LOST not in self._said and self._elsewhere():
+            self._warn(NoThreadWarning.LOST)
+
+    def _elsewhere(self) -> bool:
+        """Called outside any runnable, from an OS thread other than the main one,
+        while graph threads use the store."""
+        other = threading.current_thread() is not threading.main_thread()
+        return other and not in_graph() and bool(self._threads.kept())
+
+    def _warn(self, said: str) -> None:
+        self._said.add(said)
+        warnings.warn(NoThreadWarning(said), stacklevel=caller_level())
 
 
 class RunsLeftOpenWarning(UserWarning):

@@ -171,10 +171,11 @@ _ISO_TEXT = "an instant is RFC 3339 text with a timezone (e.g. '2026-12-31T00:00
 #: The form of an RFC 3339 date-time (section 5.6; "T" and "Z" in either case), its
 #: numbers checked by reading it: the other ISO 8601 forms (``20261205T221000Z``, a
 #: week date, a space for the "T"), which ``format: date-time`` does not promise
-#: and the HTTP API refuses, are refused too. Its offset is optional here: without
-#: one it is read, for the ledger to refuse as naive by name.
+#: and the HTTP API refuses, are refused too, as is an offset's 60th minute (which
+#: Python would carry into its hour). Its offset is optional here: without one it
+#: is read, for the ledger to refuse as naive by name.
 _RFC_3339_FORM = re.compile(
-    r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:[Zz]|[+-]\d{2}:\d{2})?", re.ASCII
+    r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:[Zz]|[+-]\d{2}:[0-5]\d)?", re.ASCII
 )
 
 
