@@ -481,6 +481,13 @@ class Record(Aggregate):
     ) -> None:
         """STALE, or ACCEPTED whose basis expired and is given a new one; never by
         the proposer; a kind that needs a basis keeps one."""
+        if self.status == Status.ACCEPTED and basis_expired and parents is None:
+            raise InvalidTransitionError(
+                f"record {self.record_id!r} is ACCEPTED on a basis that expired; revalidate "
+                "needs STALE, or a new basis for it (parents)",
+                status=self.status.value,
+                allowed=(Status.STALE.value, Status.ACCEPTED.value),
+            )
         if not (self.status == Status.ACCEPTED and basis_expired and parents is not None):
             self.check_status("revalidate", Status.STALE)
         self.check_not_proposer(actor, "revalidate")

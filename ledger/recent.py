@@ -23,8 +23,9 @@ if TYPE_CHECKING:
 #: How many aggregates' events :class:`Recent` keeps before starting afresh,
 RECENT = 10_000
 #: and how many of their stored bytes (values of up to 1 MiB each would otherwise
-#: hold gigabytes in a process that alone writes to its SQLite file).
-RECENT_BYTES = 64 * 1024 * 1024
+#: hold gigabytes in a process that alone writes to its SQLite file; decoded, an
+#: event takes several times its stored bytes, up to about 9 for a list of numbers).
+RECENT_BYTES = 8 * 1024 * 1024
 #: An aggregate folded from at least this many events is kept by :class:`Folded`
 FOLD_FROM = 32
 #: and this many such aggregates at most (the least recently used is let go first;

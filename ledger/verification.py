@@ -54,6 +54,7 @@ from ledger.errors import CorruptEventError, InvalidInputError, LedgerError
 from ledger.heads import SignedHead, as_heads, key_id, load_public_key, verify_head
 from ledger.log_check import Batch, LogWalk
 from ledger.merkle import LogDigest, MerkleTree, Verification
+from ledger.rules import CLOCK_SKEW
 from ledger.serialization import unpack
 from ledger.stored_types import (
     READ_ERRORS,
@@ -239,14 +240,18 @@ def _written_after(
     head: SignedHead, number: int, size: int, latest: tuple[int, datetime] | None
 ) -> str | None:
     """Why a log shorter than ``head`` is no copy made before it (an event of it,
-    ``latest``, was written after the head was signed), or None."""
-    if latest is None or latest[1] <= head.time:
+    ``latest``, was written more than :data:`~ledger.rules.CLOCK_SKEW` after the
+    head was signed: its writer's clock and the signer's may differ by that much),
+    or None. Events stamped earlier than they were written are not caught."""
+    if latest is None or latest[1] <= head.time + CLOCK_SKEW:
         return None
+    minutes = int(CLOCK_SKEW.total_seconds() // 60)
     return (
         f"head {number} ({describe(head)}) describes {head.tree_size} events, more than "
         f"the log's {size}, yet its event at position {latest[0]} was written at "
-        f"{latest[1].isoformat()}, after that head was signed: it is no copy made before "
-        "the head (events were removed after it, and others written since)"
+        f"{latest[1].isoformat()}, more than {minutes} minutes after that head was "
+        "signed: it is no copy made before the head (events were removed after it, and "
+        "others written since)"
     )
 
 

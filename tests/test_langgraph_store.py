@@ -1275,7 +1275,7 @@ def test_a_read_from_an_executor_thread_inside_a_node_is_warned_of_as_unrecorded
     builder.add_edge(START, "greet")
     builder.add_edge("greet", END)
     # When it runs in a thread, then the read it could not record is warned of, once
-    with pytest.warns(NoThreadWarning, match="does not carry a graph's config") as said:
+    with pytest.warns(NoThreadWarning, match="does not carry a graph.s config") as said:
         for _ in range(2):
             builder.compile(store=store).invoke(
                 {"greeting": ""}, {"configurable": {"thread_id": "t"}}
@@ -1287,6 +1287,26 @@ def test_a_read_from_an_executor_thread_inside_a_node_is_warned_of_as_unrecorded
     with warnings.catch_warnings():
         warnings.simplefilter("error", NoThreadWarning)
         greeting_graph(store).invoke({"greeting": ""}, {"configurable": {"thread_id": "t2"}})
+
+
+def test_a_read_from_a_web_servers_worker_thread_outside_graphs_is_not_warned(
+    store: LedgerStore, principals: Principals
+) -> None:
+    # A server's request threads read the store outside any graph: nothing to record
+    store.put(("proj-a", "user"), "name", {"text": "Ada"})
+    greeting_graph(store).invoke({"greeting": ""}, {"configurable": {"thread_id": "t0"}})
+    said: list[Any] = []
+
+    def request() -> None:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert store.get(("proj-a", "user"), "name") is not None
+        said.extend(caught)
+
+    worker = threading.Thread(target=request, name="AnyIO worker thread")
+    worker.start()
+    worker.join()
+    assert [w for w in said if w.category is NoThreadWarning] == []
 
 
 def test_a_graph_run_in_a_thread_or_a_put_outside_a_graph_is_not_warned(

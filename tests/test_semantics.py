@@ -298,8 +298,13 @@ def test_an_accepted_record_whose_ancestor_expired_can_be_given_a_new_basis(worl
     )
     world.clock.advance(hours=2)
     assert world.agent.read(scope="proj-a", claim_key="m").outcome == Outcome.MISSING
-    with pytest.raises(InvalidTransitionError, match="is ACCEPTED; revalidate needs STALE"):
+    with pytest.raises(InvalidTransitionError) as same:
         world.reviewer.revalidate("M1")  # no new basis: nothing would change
+    assert str(same.value) == (
+        "record 'M1' is ACCEPTED on a basis that expired; revalidate needs STALE, or a "
+        "new basis for it (parents)"
+    )
+    assert (same.value.status, same.value.allowed) == ("ACCEPTED", ("STALE", "ACCEPTED"))
     world.reviewer.revalidate("M1", note="re-checked against E2", parents=["E2"])
     assert world.agent.read(scope="proj-a", claim_key="m").outcome == Outcome.FOUND
 

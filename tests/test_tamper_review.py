@@ -967,6 +967,40 @@ def test_a_ledger_rolled_back_to_an_older_backup_is_caught_by_a_head_kept_since(
     assert code == 1 and f"do not match head 3 (tree size {newest.tree_size}" in err
 
 
+def test_an_older_copy_written_to_within_the_clock_skew_of_a_later_head_passes(
+    tmp_path: Path,
+) -> None:
+    from datetime import timedelta
+
+    # Given a live ledger, a copy of it, and a head signed after the copy
+    now = [datetime(2026, 6, 1, 12, 0, tzinfo=UTC)]
+    live = tmp_path / "live.db"
+    generate_key(tmp_path / "k")
+    with Ledger.open(f"sqlite:///{live}", clock=lambda: now[0]) as led:
+        led.admin().grant("agent", "s", ["propose", "read"])
+    shutil.copy(live, tmp_path / "copy.db")
+    with Ledger.open(f"sqlite:///{live}", clock=lambda: now[0]) as led:
+        for _ in range(3):
+            led.admin().issue_token("agent")
+        head = led.signed_head(tmp_path / "k")
+    copy = f"sqlite:///{tmp_path / 'copy.db'}"
+
+    def written(after: timedelta) -> Any:
+        with Ledger.open(copy, clock=lambda: head.time + after) as led:
+            led.admin().issue_token("agent")
+            assert led.digest().size < head.tree_size
+            return led.verify(heads=[head], public_key=tmp_path / "k.pub", older_copy=True)
+
+    # When the copy's writer's clock runs 2 s ahead of the signer's: still a copy
+    kept = written(timedelta(seconds=2))
+    assert kept.ok and kept.beyond == 1, kept
+    # but an event written 10 minutes after the head was signed: a log cut back
+    forked = written(timedelta(minutes=10))
+    assert not forked.ok and "more than 5 minutes after that head was signed" in (
+        forked.problem or ""
+    ), forked
+
+
 @pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
 @pytest.mark.parametrize("attack", ["cut", "rewritten"])
 def test_events_after_the_newest_kept_head_are_protected_by_no_head_as_documented(

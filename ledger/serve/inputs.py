@@ -246,9 +246,10 @@ async def read_form(request: Request) -> FormData:
     return await request.form()
 
 
-#: A token as issued: ``plt_`` and 43 URL-safe characters, a word of its own (not
-#: the tail of ``matplotlib.plt_…``), holding a capital or a digit, as all but
-#: one in 10^15 random ones do (``plt_savefig_default_…`` is a name, not a token).
+#: A token as issued: ``plt_`` and exactly 43 URL-safe characters, not run on into
+#: other such characters, holding a capital or a digit, as all but one in 10^15
+#: random ones do (``matplotlib.plt_savefig_default_…``, lower case or of
+#: another length, is a name, not a token).
 _TOKEN = re.compile(r"(?<![A-Za-z0-9_\-])plt_([A-Za-z0-9_\-]{43})(?![A-Za-z0-9_\-])")
 _RANDOM = re.compile(r"[A-Z0-9]")
 

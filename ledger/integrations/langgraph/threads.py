@@ -102,19 +102,25 @@ class NoThreadWarning(UserWarning):
     )
 
     LOST = (
-        "LedgerStore: a read came from an OS thread that does not carry a graph's "
-        "config (a ThreadPoolExecutor or run_in_executor inside a node?) while graph "
-        "threads use this store, so it is recorded in no thread's run and what their "
-        "writes rest on misses it; read in the node's own thread, or through "
-        "asyncio.to_thread or contextvars.copy_context().run, which carry the config"
+        "LedgerStore: a call came from an executor's OS thread (a ThreadPoolExecutor, "
+        "run_in_executor) that does not carry a graph's config, while graph threads use "
+        "this store: if a node made it, it is recorded in no thread's run (a read is not "
+        "what the thread's writes rest on, a put rests on nothing); call the store in the "
+        "node's own thread, or through asyncio.to_thread or contextvars.copy_context().run, "
+        "which carry the config"
     )
+
+
+#: How the threads of the standard library's executors are named (asyncio's default
+#: executor is a ThreadPoolExecutor named "asyncio").
+_POOLED = ("ThreadPoolExecutor", "asyncio_")
 
 
 class ThreadWarnings:
     """What a store says once each (:class:`NoThreadWarning`): a graph that puts
-    with no ``thread_id`` in its config, and a read from an OS thread that does
-    not carry a graph's config while graph threads use the store (its context
-    variables are not an executor thread's): neither is recorded in a run."""
+    with no ``thread_id`` in its config, and a call from an executor's thread,
+    which does not carry a graph's config (its context variables), while graph
+    threads use the store: neither is recorded in a run."""
 
     def __init__(self, threads: Threads) -> None:
         self._threads = threads
@@ -122,17 +128,18 @@ class ThreadWarnings:
 
     def check(self, puts: bool, reads: bool) -> None:
         """Warn, pointing at the code that called the store, of a call with no
-        thread that ``puts`` (in a graph) or ``reads`` (from another OS thread)."""
+        thread that ``puts`` (in a graph) or ``reads`` or ``puts`` (from an
+        executor's thread)."""
         if puts and NoThreadWarning.SAID not in self._said and in_graph():
             self._warn(NoThreadWarning.SAID)
-        elif reads and NoThreadWarning.LOST not in self._said and self._elsewhere():
+        elif (puts or reads) and NoThreadWarning.LOST not in self._said and self._pooled():
             self._warn(NoThreadWarning.LOST)
 
-    def _elsewhere(self) -> bool:
-        """Called outside any runnable, from an OS thread other than the main one,
-        while graph threads use the store."""
-        other = threading.current_thread() is not threading.main_thread()
-        return other and not in_graph() and bool(self._threads.kept())
+    def _pooled(self) -> bool:
+        """Called outside any runnable, from an executor's thread, while graph
+        threads use the store (a web server's worker threads are named otherwise)."""
+        pooled = threading.current_thread().name.startswith(_POOLED)
+        return pooled and not in_graph() and bool(self._threads.kept())
 
     def _warn(self, said: str) -> None:
         self._said.add(said)
