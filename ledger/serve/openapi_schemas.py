@@ -158,7 +158,9 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                     "allowed": {
                         "type": "array",
                         "items": _enum(Status),
-                        "description": "With `status`: the statuses the command needs.",
+                        "description": "With `status`: the statuses the command takes "
+                        "(a revalidation of an ACCEPTED record whose basis expired takes "
+                        "ACCEPTED too, given a new basis: the message says so).",
                     },
                 },
                 required=["type", "message", "field"],
