@@ -143,24 +143,15 @@ class RetentionRule:
 
     def check(self, kind: Kind, expires: datetime | None, now: datetime) -> None:
         """Raise ``RetentionRuleError`` naming the rule a proposal breaks."""
-        required = self.expiry_required or self.max_lifetime is not None
-        if required and expires is None:
-            rule = (
-                f"max_lifetime={self.max_lifetime}"
-                if self.max_lifetime is not None
-                else "expiry_required"
-            )
+        lifetime = self.max_lifetime
+        if (self.expiry_required or lifetime is not None) and expires is None:
+            rule = "expiry_required" if lifetime is None else f"max_lifetime={lifetime}"
             raise RetentionRuleError(
                 f"retention rule {rule} for kind {kind.value!r}: an expiry is required"
             )
-        too_far = (
-            self.max_lifetime is not None
-            and expires is not None
-            and expires - now > self.max_lifetime
-        )
-        if too_far:
+        if lifetime is not None and expires is not None and expires - now > lifetime:
             raise RetentionRuleError(
-                f"retention rule max_lifetime={self.max_lifetime} for kind "
+                f"retention rule max_lifetime={lifetime} for kind "
                 f"{kind.value!r}: expiry {expires} is too far away"
             )
 
@@ -481,14 +472,14 @@ class Record(Aggregate):
     ) -> None:
         """STALE, or ACCEPTED whose basis expired and is given a new one; never by
         the proposer; a kind that needs a basis keeps one."""
-        if self.status == Status.ACCEPTED and basis_expired and parents is None:
+        if (renewed := self.status == Status.ACCEPTED and basis_expired) and parents is None:
             raise InvalidTransitionError(
                 f"record {self.record_id!r} is ACCEPTED on a basis that expired; revalidate "
                 "needs STALE, or a new basis for it (parents)",
                 status=self.status.value,
                 allowed=(Status.STALE.value, Status.ACCEPTED.value),
             )
-        if not (self.status == Status.ACCEPTED and basis_expired and parents is not None):
+        if not renewed:
             self.check_status("revalidate", Status.STALE)
         self.check_not_proposer(actor, "revalidate")
         if parents is not None and not parents and self.kind in NEEDS_BASIS:

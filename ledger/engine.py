@@ -118,8 +118,7 @@ class Write:
     done: dict[str, int] | None
     #: (position, domain event) of everything appended so far, in log order.
     appended: list[tuple[int, Any]] = field(default_factory=list)
-    #: The stored bytes of those events (what :class:`~ledger.recent.Recent` weighs).
-    size: int = 0
+    size: int = 0  #: the stored bytes of those events (what ``Recent`` weighs)
     #: Current view rows (None: no such record) read with the writers' lock, by
     #: record id, until the first append (see :meth:`Engine.current_row`).
     ahead: dict[str, Any] = field(default_factory=dict)
@@ -131,9 +130,8 @@ class Write:
         known: Mapping[str, Any] | None = None,
     ) -> int:
         """Store ``events`` with their view rows, Merkle leaves and ``snapshots``;
-        returns the log position of the last one. ``known``: current view rows read
-        in this transaction since its previous append (by a command step's decision,
-        right before its own append), by aggregate id (hex), the views may reuse."""
+        returns the log position of the last one. ``known``: current view rows (by
+        aggregate id, hex) a decision read since the previous append, for the views."""
         if not events:
             return self.engine.recorder.max_position(self.c)
         self.ahead.clear()  # the views are about to change

@@ -35,7 +35,18 @@ from typing import Any
 import click
 
 from ledger import __version__
-from ledger.cli import admin, agents, copying, evidence, reads, runs, tokens, verifying, writes
+from ledger.cli import (
+    admin,
+    agents,
+    as_of,
+    copying,
+    evidence,
+    reads,
+    runs,
+    tokens,
+    verifying,
+    writes,
+)
 from ledger.cli.options import CheckedGroup
 from ledger.cli.terminal import guarded
 
@@ -143,8 +154,8 @@ for _command in (
     writes.revalidate,
     writes.deliver,
     writes.correct,
-    *reads.READ_COMMANDS,
-    reads.as_of,
+    *as_of.READ_COMMANDS,
+    as_of.as_of,
     reads.snapshot,
     runs.run,
     evidence.digest,

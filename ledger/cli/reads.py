@@ -19,10 +19,7 @@ import click
 from ledger.audit import RECORD_EVENTS
 from ledger.cli.failures import errors_exit_1, open_json
 from ledger.cli.options import (
-    DATETIME,
     KINDS,
-    AsOf,
-    CheckedGroup,
     claim_options,
     json_option,
     not_the_ledger,
@@ -663,47 +660,3 @@ def snapshot(ref: str, output: str, token: str, url: str | None) -> None:
     write_output(output, data)
     if output != "-":
         click.echo(f"wrote {printable(output)} ({len(data):,} bytes, {ref})")
-
-
-READ_COMMANDS = (read, get, explain, audit, history, corrections, export, graph, records)
-
-
-class AsOfGroup(CheckedGroup):
-    """``as-of``'s group: a command of provledger it does not run is refused as
-    such, not as unknown."""
-
-    def resolve_command(
-        self, ctx: click.Context, args: list[str]
-    ) -> tuple[str | None, click.Command | None, list[str]]:
-        name = args[0] if args else ""
-        root = ctx.find_root().command
-        if name not in self.commands and isinstance(root, click.Group) and name in root.commands:
-            reads = ", ".join(c.name or "" for c in READ_COMMANDS)
-            raise click.UsageError(
-                f"{name!r} does not run as of a past moment; as-of runs {reads}",
-                ctx,
-            )
-        return super().resolve_command(ctx, args)
-
-
-@click.group("as-of", cls=AsOfGroup)
-@click.option("--position", type=click.IntRange(min=0), help="Right after this log position.")
-@click.option("--time", "when", type=DATETIME, help="At this instant (ISO 8601 with offset).")
-@click.pass_context
-def as_of(ctx: click.Context, position: int | None, when: datetime | None) -> None:
-    """Run a read command as the ledger was at a past log position or time.
-
-    Give exactly one of --position or --time; read, get, explain, audit,
-    history, corrections, export, graph and records then answer as of then.
-
-    \b
-    Example:
-      provledger as-of --position 12 read --scope proj-a --claim api.retry_safe
-    """
-    # Checked when the read runs (``principal_session``), before it opens anything:
-    # ``as-of read --help`` shows the read's help, moment or not.
-    ctx.obj = AsOf(position=position, time=when)
-
-
-for _command in READ_COMMANDS:
-    as_of.add_command(_command)
