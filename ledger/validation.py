@@ -234,6 +234,18 @@ def check_aware(value: object, what: str) -> datetime:
 _UPPER_T_Z = str.maketrans("tz", "TZ")
 
 
+#: The form of an RFC 3339 date-time (section 5.6: full-date "T" full-time; "T" and
+#: "Z" may be lower case), what the HTTP API and the MCP tools take: not the other
+#: ISO 8601 forms (``20261205T221000Z``, a week date, a space for the "T"), nor an
+#: offset's 60th minute (which Python would carry into its hour). Its numbers are
+#: checked by reading it (:func:`from_iso`: a 13th month, an offset of 24 hours);
+#: its offset is optional here: without one it is read, for the ledger to refuse as
+#: naive by name (``NaiveDatetimeError``) rather than as unreadable.
+RFC_3339 = re.compile(
+    r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:[Zz]|[+-]\d{2}:[0-5]\d)?", re.ASCII
+)
+
+
 def from_iso(text: str) -> datetime:
     """``datetime.fromisoformat`` that also reads a lowercase ``t`` and ``z``, as
     RFC 3339 allows (Python 3.11 refuses a lowercase ``z``); ``ValueError`` as it."""

@@ -26,7 +26,7 @@ from starlette.requests import Request
 
 from ledger.access import mask_tokens
 from ledger.errors import AuthenticationError, InvalidInputError
-from ledger.validation import echoed, from_iso, listed
+from ledger.validation import RFC_3339, echoed, from_iso, listed
 
 
 class FieldError(InvalidInputError):
@@ -154,15 +154,6 @@ def json_type(value: Any) -> str:
     return "null" if value is None else names.get(type(value), type(value).__name__)
 
 
-#: An RFC 3339 date-time (section 5.6: full-date "T" full-time; "T" and "Z" may be
-#: lower case), its offset optional here: without one it is read, for the ledger to
-#: refuse as naive by name (``NaiveDatetimeError``) rather than as unreadable.
-_RFC_3339 = re.compile(
-    r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:[Zz]|[+-](?:[01]\d|2[0-3]):[0-5]\d)?",
-    re.ASCII,
-)
-
-
 def parse_time(name: str, text: str | None) -> datetime | None:
     """The RFC 3339 date-time ``text`` of field ``name`` (None stays None); one
     without an offset is returned naive, for the ledger to refuse as such.
@@ -176,7 +167,7 @@ def parse_time(name: str, text: str | None) -> datetime | None:
     if text is None:
         return None
     parsed = None
-    if _RFC_3339.fullmatch(text):
+    if RFC_3339.fullmatch(text):
         with suppress(ValueError):  # its numbers out of range
             parsed = from_iso(text)
     if parsed is None:

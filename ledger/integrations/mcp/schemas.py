@@ -7,7 +7,6 @@ given (its default), as the HTTP API reads an optional body field given null."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from datetime import datetime
 from enum import StrEnum
@@ -17,7 +16,14 @@ from pydantic import BeforeValidator, Field
 from pydantic_core import PydanticCustomError
 
 from ledger.domain import Kind
-from ledger.validation import CLAIM_KEY_MAX, ID_PATTERN, TEXT_MAX, URI_MAX, from_iso
+from ledger.validation import (
+    CLAIM_KEY_MAX,
+    ID_PATTERN,
+    RFC_3339,
+    TEXT_MAX,
+    URI_MAX,
+    from_iso,
+)
 
 __all__ = [
     "ID_WORDS",
@@ -168,16 +174,6 @@ Parents = Annotated[
 #: What an instant that is no RFC 3339 text is refused with, but the value itself.
 _ISO_TEXT = "an instant is RFC 3339 text with a timezone (e.g. '2026-12-31T00:00:00Z'), not "
 
-#: The form of an RFC 3339 date-time (section 5.6; "T" and "Z" in either case), its
-#: numbers checked by reading it: the other ISO 8601 forms (``20261205T221000Z``, a
-#: week date, a space for the "T"), which ``format: date-time`` does not promise
-#: and the HTTP API refuses, are refused too, as is an offset's 60th minute (which
-#: Python would carry into its hour). Its offset is optional here: without one it
-#: is read, for the ledger to refuse as naive by name.
-_RFC_3339_FORM = re.compile(
-    r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:[Zz]|[+-]\d{2}:[0-5]\d)?", re.ASCII
-)
-
 
 def _refused(message: str) -> PydanticCustomError:
     """An argument's refusal worded as given (pydantic words a ``ValueError`` as
@@ -200,15 +196,15 @@ def _no_instant(text: str, reason: str) -> str:
 #: RFC 3339 (section 5.6) lets the "T" and "Z" of a date-time be lower case, which
 #: the schemas' ``format: date-time`` promises; Python's reader refuses a "z".
 def iso_text(value: object) -> object:
-    """An instant must come as RFC 3339 text (its "T" and "Z" in either case, as
-    it allows; no other ISO 8601 form): a number is refused, not read as seconds since the epoch
-    (pydantic's lax reading), nor a boolean as one, nor text of digits as one
-    ("1700000000"); text whose numbers name no instant is refused saying which
-    ("day is out of range for month")."""
+    """An instant must come as RFC 3339 text (:data:`ledger.validation.RFC_3339`,
+    as the HTTP API takes it): a number is refused, not read as seconds since the
+    epoch (pydantic's lax reading), nor a boolean as one, nor text of digits as one
+    ("1700000000"), nor another ISO 8601 form; text whose numbers name no instant
+    is refused saying which ("day is out of range for month")."""
     if value is None or isinstance(value, datetime):
         return value
     if isinstance(value, str):
-        if not _RFC_3339_FORM.fullmatch(value):
+        if not RFC_3339.fullmatch(value):
             raise _refused(_ISO_TEXT + repr(value[:40]))
         try:
             return from_iso(value)
