@@ -31,6 +31,12 @@ from ledger.errors import AuthenticationError, InvalidInputError, LedgerNotFound
 
 ROOT = Path(__file__).resolve().parent.parent
 
+#: An unknown admin token, given in the environment, refused.
+FROM_VARIABLE = (
+    "admin token is unknown (the token in $PROVLEDGER_ADMIN_TOKEN: one left there for "
+    "another ledger?)"
+)
+
 
 def run(*args: str, **env: str | None) -> Result:
     environment: dict[str, str | None] = {
@@ -990,7 +996,7 @@ def test_a_rollback_removing_the_admin_tokens_issue_is_caught_by_a_kept_head(
     ok(*head, PROVLEDGER_ADMIN_TOKEN=second)
     # (where a token never issued is refused as unknown: could not check, exit 3)
     never = run("verify", "--url", pg_url, PROVLEDGER_ADMIN_TOKEN="plt_" + "0" * 40)
-    assert (never.exit_code, never.stderr) == (3, "error: admin token is unknown\n")
+    assert (never.exit_code, never.stderr) == (3, f"error: {FROM_VARIABLE}\n")
     # When the log is rolled back past that issue (the event and its leaf deleted)
     schema = parse_qs(urlparse(pg_url).query)["schema"][0]
     with psycopg.connect("host=127.0.0.1 dbname=test user=postgres", autocommit=True) as conn:
@@ -1031,7 +1037,7 @@ def test_an_unknown_admin_token_gets_no_report_of_a_ledger_without_kept_heads(
 
     # Then it is refused (could not check), the report kept for the administrator
     assert made_up.exit_code == 3, made_up.output
-    assert json.loads(made_up.stdout)["error"]["message"] == "admin token is unknown"
+    assert json.loads(made_up.stdout)["error"]["message"] == FROM_VARIABLE
     assert real.exit_code == 1 and "proj-z" in json.loads(real.stdout)["problem"]
 
 

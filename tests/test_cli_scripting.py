@@ -408,6 +408,35 @@ def test_an_empty_admin_token_variable_is_named_where_the_admin_token_is_needed(
     assert "PROVLEDGER_ADMIN_TOKEN is set but empty" in error_line(refused)
 
 
+def test_a_refused_token_from_a_variable_is_named_as_that_variables(
+    scene: Scene, tmp_path: Path
+) -> None:
+    # Another ledger's tokens, left in the environment
+    with Ledger.open(f"sqlite:///{tmp_path / 'other.db'}") as other:
+        theirs, their_admin = other.admin().issue_token("x"), other.admin().issue_admin_token()
+    unknown = run("get", "F1", PROVLEDGER_URL=scene.url, PROVLEDGER_TOKEN=theirs)
+    assert unknown.exit_code == 1
+    assert error_line(unknown) == (
+        "token is unknown (the token in $PROVLEDGER_TOKEN: one left there for another ledger?)"
+    )
+    admin = run("stats", PROVLEDGER_URL=scene.url, PROVLEDGER_ADMIN_TOKEN=their_admin)
+    assert admin.exit_code == 1
+    assert error_line(admin) == (
+        "admin token is unknown (the token in $PROVLEDGER_ADMIN_TOKEN: one left there for "
+        "another ledger?)"
+    )
+    # A token of this ledger revoked since: said as before, naming where it came from
+    with Ledger.open(scene.url) as led:
+        led.admin().revoke_token(scene.agent)
+    revoked = run("get", "F1", "--json", PROVLEDGER_URL=scene.url, PROVLEDGER_TOKEN=scene.agent)
+    said = "token of 'agent-1' was revoked (the token in $PROVLEDGER_TOKEN)"
+    assert revoked.exit_code == 1 and error_line(revoked) == said
+    assert json.loads(revoked.stdout)["error"]["message"] == said
+    # Given as an option, the token is the one typed: nothing added
+    typed = run("get", "F1", "--url", scene.url, "--token", theirs)
+    assert error_line(typed) == "token is unknown"
+
+
 # -- a password in --url on the command line ---------------------------------------------
 
 
@@ -602,7 +631,7 @@ def test_verify_with_the_admin_token_names_token_rows_deleted_from_the_view(
     assert answer["failed_checks"] == ["views"]
     # A token the log never issued is still refused: could not check
     wrong = run("verify", "--url", shared.url, PROVLEDGER_ADMIN_TOKEN="plt_not-a-token")
-    assert wrong.exit_code == 3 and error_line(wrong) == "admin token is unknown"
+    assert wrong.exit_code == 3 and error_line(wrong).startswith("admin token is unknown (the")
 
 
 def _events(url: str) -> str:

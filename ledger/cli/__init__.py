@@ -47,7 +47,7 @@ from ledger.cli import (
     verifying,
     writes,
 )
-from ledger.cli.options import CheckedGroup
+from ledger.cli.parsing import CheckedGroup
 from ledger.cli.terminal import guarded
 
 #: What Ctrl-C (SIGINT) prints before the command exits with status 130.

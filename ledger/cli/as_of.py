@@ -7,7 +7,8 @@ from datetime import datetime
 
 import click
 
-from ledger.cli.options import DATETIME, AsOf, CheckedGroup
+from ledger.cli.options import DATETIME, AsOf
+from ledger.cli.parsing import CheckedGroup
 from ledger.cli.reads import audit, corrections, explain, export, get, graph, history, read, records
 
 

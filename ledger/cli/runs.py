@@ -12,13 +12,8 @@ from __future__ import annotations
 import click
 
 from ledger.cli.failures import errors_exit_1
-from ledger.cli.options import (
-    CheckedGroup,
-    json_option,
-    principal_session,
-    token_option,
-    url_option,
-)
+from ledger.cli.options import json_option, principal_session, token_option, url_option
+from ledger.cli.parsing import CheckedGroup
 from ledger.cli.render import report_done
 
 

@@ -18,12 +18,12 @@ from ledger.access import NEVER_ISSUED, subject_named, token_fingerprint
 from ledger.cli.failures import errors_exit_1
 from ledger.cli.options import (
     DATETIME,
-    CheckedGroup,
     admin_options,
     host_ledger,
     json_option,
     printable,
 )
+from ledger.cli.parsing import CheckedGroup
 from ledger.cli.render import echo_json, make_console, new_table, report_done, show, when_text
 from ledger.errors import AccessDeniedError, InvalidInputError, LedgerError
 
