@@ -922,3 +922,29 @@ def test_a_commit_whose_pipeline_could_not_be_left_may_have_been_applied() -> No
     earlier = storage_error(stuck, url)
     assert type(earlier) is StorageError
     assert "not applied" not in str(earlier) and "may have been" not in str(earlier)
+
+
+def test_a_failure_a_ctrl_c_caused_is_the_ctrl_c_not_a_storage_error() -> None:
+    """Ctrl-C landing while psycopg was busy leaves it unable to end its pipeline, or
+    its connection broken: that failure raises the interrupt again, not a
+    ``LedgerError`` (a loop retrying a ``LedgerError`` would not stop), at any
+    depth of the failure's context; a failure with none behind it stays typed."""
+    import psycopg
+
+    url = "postgresql://postgres@127.0.0.1:5432/test"
+    interrupt = KeyboardInterrupt()
+    for committing in (False, True):
+        try:
+            try:
+                raise interrupt
+            except KeyboardInterrupt:
+                try:
+                    raise psycopg.OperationalError("cannot exit pipeline mode while busy")
+                except psycopg.OperationalError as inner:
+                    raise RuntimeError("eventsourcing's wrapper") from inner
+        except RuntimeError as failure:
+            with pytest.raises(KeyboardInterrupt) as raised:
+                storage_error(failure, url, committing=committing)
+            assert raised.value is interrupt
+    alone = psycopg.OperationalError("server closed the connection unexpectedly")
+    assert isinstance(storage_error(alone, url), ConnectionLostError)

@@ -155,7 +155,15 @@ def storage_error(
         opening: the failure happened while opening the ledger.
         committing: the failure happened while committing a write.
         secret: a password to keep out of the message even if a driver echoed it.
+
+    Raises:
+        KeyboardInterrupt: the failure came of one (Ctrl-C landing while the driver
+            was busy, which then failed to end its work): it is raised again, so
+            that a loop retrying what failed as a ``LedgerError`` still stops.
     """
+    for current in _chain(exc):
+        if isinstance(current, KeyboardInterrupt):
+            raise current
     cause = root_cause(exc)
     reason = reason_of(exc, secret)
     head = f"cannot open ledger {url!r}" if opening else f"ledger {url!r}"
