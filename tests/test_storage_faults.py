@@ -30,10 +30,19 @@ from urllib.parse import urlparse
 import pytest
 from click.testing import CliRunner
 
-from ledger import ConnectionLostError, DiskFullError, Kind, Ledger, Session, StorageError
+from ledger import (
+    ConnectionLostError,
+    DiskFullError,
+    Kind,
+    Ledger,
+    Session,
+    Status,
+    StorageError,
+)
 from ledger.cli import main
 from ledger.errors import InvalidURLError, LedgerError, LedgerNotFoundError
 from ledger.persistence.faults import storage_error
+from ledger.persistence.sqlite import FILE_CHECK_EVERY
 from ledger.persistence.urls import PG_BOUNDS, resolve_url
 
 from .conftest import PG_SERVER, _pg_dsn
@@ -671,6 +680,7 @@ def test_a_ledger_file_removed_or_replaced_under_a_process_takes_no_more_writes(
     admin.grant("agent-1", scope="proj-a", roles=["propose", "read"])
     agent = led.authenticate(admin.issue_token("agent-1"))
     agent.propose("proj-a", "k", 1, Kind.FACT, id="P1")
+    assert agent.get("P1").status is Status.CANDIDATE  # this thread's reader is open
     with Ledger.open(f"sqlite:///{other}") as elsewhere:
         elsewhere.admin().grant("someone", scope="proj-z", roles=["read"])
         positions = {"other": elsewhere.position}
@@ -688,6 +698,11 @@ def test_a_ledger_file_removed_or_replaced_under_a_process_takes_no_more_writes(
         # unlinked file (lost at exit) or in the file now there
         with pytest.raises(StorageError, match=f"was {how}.*nothing was written"):
             agent.propose("proj-a", "k2", 2, Kind.FACT, id="P2")
+        # nor does a read on the thread's open reader answer from the file it had open
+        time.sleep(FILE_CHECK_EVERY)
+        for read in (lambda: agent.get("P1"), lambda: agent.read("proj-a", "k")):
+            with pytest.raises(StorageError, match=f"was {how}.*nor reads it again"):
+                read()
         # and a read on a new thread's connection creates no empty file at the path
         failed: list[BaseException] = []
         reader = threading.Thread(target=lambda: _read_into(agent, failed))

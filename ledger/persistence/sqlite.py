@@ -63,6 +63,11 @@ REPLAY_CACHE_KIB = 8_192
 #: 1.27-1.36 times as long as on a 2,000-record one with 2 MiB, 1.14-1.16 with
 #: this. The cache holds only what a thread read and goes when its connection does.
 READER_CACHE_KIB = 8_192
+#: How often (seconds) reads look whether the ledger's path still names the file
+#: opened: a reading connection kept open goes on reading a file removed or
+#: replaced under it (a backup moved into place would answer from the old log).
+#: One ``stat`` costs about a tenth of a read; at most one per interval is taken.
+FILE_CHECK_EVERY = 0.01
 
 
 def _create_private(path: str) -> None:
@@ -212,6 +217,7 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
         self._closed = False
         #: The writer's ``PRAGMA data_version`` in its previous write transaction.
         self._data_version: int | None = None
+        self._file_checked = 0.0  # when reads last found the path naming the file
         #: In memory: the readers' and writer's interlocking, per thread.
         self._memory = MemoryInterlock(self.datastore)
 
@@ -225,6 +231,7 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
             with self._memory.read(transaction=True) as c:
                 yield c
             return
+        self._same_file()
         held = self._own_reader()
         if held is not None and not held.busy:
             held.busy = True
@@ -247,6 +254,7 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
             with self._memory.read(transaction=False) as c:
                 yield c
             return
+        self._same_file()
         held = self._own_reader()
         if held is not None and not held.busy:
             yield held.connection.cursor()
@@ -265,10 +273,21 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
     def query(self, fetch: Callable[[Cursor], T]) -> T:
         """What ``fetch`` reads with this thread's cursor for single statements (no
         context manager, no new cursor per read); see :meth:`statement`."""
+        if self._file:
+            self._same_file()
         held = self._own_reader() if self._file else None
         if held is not None and not held.busy:
             return fetch(held.cursor)
         return super().query(fetch)
+
+    def _same_file(self) -> None:
+        """Refuse a read once the ledger's path no longer names the file opened
+        (``check_same_file``), looked at most every ``FILE_CHECK_EVERY`` seconds."""
+        now = time.monotonic()
+        if now - self._file_checked >= FILE_CHECK_EVERY:
+            pool: Any = self.datastore.pool
+            pool.check_same_file()
+            self._file_checked = now
 
     @contextmanager
     def writing(self) -> Iterator[Cursor]:
