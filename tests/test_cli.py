@@ -394,6 +394,8 @@ def test_rebuild_replays_the_log_and_the_views_match(chain: Cli) -> None:
     said = chain.ok("rebuild").stderr
     # One line, the digest unbroken, whatever the terminal's width
     assert re.search(r"^replayed .* views match \(digest [0-9a-f]{16}\)$", said, re.M), said
+    # and, stderr no terminal (a log), no progress bar: that line alone
+    assert said.count("\n") == 1 and "rebuilding views" not in said, said
 
 
 def test_rebuild_and_demo_print_json_as_every_other_command_does(chain: Cli) -> None:

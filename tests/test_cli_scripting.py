@@ -382,6 +382,23 @@ def test_an_empty_token_variable_is_named_as_set_but_empty(scene: Scene) -> None
     assert unset.exit_code == 2 and "Missing option '--token'" in unset.stderr
 
 
+def test_a_token_with_white_space_at_an_end_is_a_usage_error_naming_it(scene: Scene) -> None:
+    # A token file saved with CRLF line ends: $(cat file) keeps the \r
+    crlf = run("get", "F1", PROVLEDGER_URL=scene.url, PROVLEDGER_TOKEN=scene.agent + "\r")
+    assert crlf.exit_code == 2
+    assert (
+        "Error: $PROVLEDGER_TOKEN ends with white space ('\\r'): a token holds none; "
+        "remove it (a file with CRLF line ends? tr -d '\\r')"
+    ) in crlf.stderr
+    # An option's, and the admin token's, alike (the token itself never shown)
+    spaced = run("stats", "--url", scene.url, "--admin-token", " plt_x")
+    assert spaced.exit_code == 2
+    assert "Error: --admin-token begins with white space (' ')" in spaced.stderr
+    assert "plt_x" not in spaced.stderr
+    # Without it, the same token works
+    assert run("get", "F1", PROVLEDGER_URL=scene.url, PROVLEDGER_TOKEN=scene.agent).exit_code == 0
+
+
 @pytest.mark.parametrize(
     ("args", "option"),
     [(("get", "F1", "--token", ""), "--token"), (("stats", "--admin-token", ""), "--admin-token")],
@@ -435,6 +452,45 @@ def test_a_refused_token_from_a_variable_is_named_as_that_variables(
     # Given as an option, the token is the one typed: nothing added
     typed = run("get", "F1", "--url", scene.url, "--token", theirs)
     assert error_line(typed) == "token is unknown"
+
+
+def test_an_answer_stdouts_encoding_cannot_show_is_named_as_such_not_as_a_path(
+    scene: Scene,
+) -> None:
+    # Given a record holding a character Latin-1 has not
+    with Ledger.open(scene.url) as led:
+        led.authenticate(scene.agent).propose("p", "rocket", "\U0001f680", Kind.FACT, id="U1")
+    # When it is shown on a stdout encoded so
+    env = {"PROVLEDGER_URL": scene.url, "PROVLEDGER_TOKEN": scene.agent}
+    shown = provledger("get", "U1", **env, PYTHONIOENCODING="latin-1")
+    # Then the refusal says what could not be shown and how to show it
+    assert shown.returncode == 1
+    assert shown.stderr.splitlines()[-1] == (
+        "error: the answer could not be written to stdout: its encoding (iso8859-1) "
+        "cannot show '\\U0001f680'; set PYTHONIOENCODING=utf-8 (or a UTF-8 locale); "
+        "anything the command wrote to the ledger stands (look before running it again)"
+    )
+    assert "cannot use that path" not in shown.stderr
+    assert provledger("get", "U1", **env, PYTHONIOENCODING="utf-8").returncode == 0
+
+
+def test_a_reads_outcome_line_is_one_line_however_long_its_value(scene: Scene) -> None:
+    # Given an accepted record of a 400-character value
+    with Ledger.open(scene.url) as led:
+        admin = led.admin()
+        boss = led.authenticate(admin.issue_token("boss"))
+        agent = led.authenticate(scene.agent)
+        agent.propose("p", "long.k", "x" * 400, Kind.FACT, id="L1", accepted_by=boss)
+    env = {"PROVLEDGER_URL": scene.url, "PROVLEDGER_TOKEN": scene.agent}
+    for asked in (("read",), ("explain",)):
+        # When read (or explained) into a pipe
+        done = run(*asked, "--scope", "p", "--claim", "long.k", **env)
+        # Then its first line is the whole outcome (a script's `head -1`), value and all
+        assert done.exit_code == 0, done.output
+        first = done.stdout.splitlines()[0]
+        assert first.startswith("FOUND  p/long.k at "), first
+        if asked == ("read",):
+            assert first.endswith('value: "' + "x" * 400 + '"')
 
 
 # -- a password in --url on the command line ---------------------------------------------

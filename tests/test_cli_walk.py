@@ -263,22 +263,38 @@ def test_ctrl_c_while_waiting_for_the_sqlite_write_lock_interrupts_the_wait(
         assert led.position == before
 
 
-def test_capture_from_a_closed_standard_input_is_a_usage_error(
-    ledger_url: tuple[str, str],
+@pytest.mark.parametrize(
+    ("reads", "said"),
+    [
+        ((), b"standard input is closed (pipe the content in, or name a file)"),
+        (
+            ("propose", "--scope", "proj-a", "--claim", "c", "--kind", "fact", "--value-file"),
+            b"standard input is closed (pipe the value in, or name a file)",
+        ),
+    ],
+    ids=["capture -", "propose --value-file -"],
+)
+def test_standard_input_closed_where_a_command_reads_it_is_a_usage_error(
+    ledger_url: tuple[str, str], reads: tuple[str, ...], said: bytes
 ) -> None:
     url, before, command, env = _capture_from_stdin(ledger_url)
-    done = subprocess.run(
-        command,
-        preexec_fn=lambda: os.close(0),  # as `<&-` in a shell
-        capture_output=True,
-        env=env,
-        check=False,
-    )
+    if reads:  # `provledger propose … --value-file -` in place of `capture -`
+        command = [*command[:3], *reads, "-", "--json"]
+    done = _with_stdin_closed(command, env)
     assert done.returncode == 2, done.stderr
-    assert b"standard input is closed (pipe the content in, or name a file)" in done.stderr
+    assert said in done.stderr
     assert b"Traceback" not in done.stderr
     with Ledger.open(url) as led:
         assert led.position == before
+
+
+def _with_stdin_closed(
+    command: list[str], env: dict[str, str]
+) -> subprocess.CompletedProcess[bytes]:
+    """``command`` run with its standard input closed, as `<&-` in a shell."""
+    return subprocess.run(
+        command, preexec_fn=lambda: os.close(0), capture_output=True, env=env, check=False
+    )
 
 
 def _small_memory() -> None:

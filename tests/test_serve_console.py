@@ -541,6 +541,55 @@ def _messages(page: str) -> list[tuple[str, str]]:
     ]
 
 
+def test_a_form_over_the_limit_gets_a_page_of_the_console_saying_what_to_do(desk: Desk) -> None:
+    from ledger.serve.app import MAX_FORM_BODY
+
+    # Given a reviewer rejecting with a reason longer than any form the console takes
+    _seed(desk)
+    client, csrf = desk.signed_in("reviewer-2")
+    before = desk.ledger.position
+    reason = "x" * (MAX_FORM_BODY + 1)
+    refused = client.post("/records/M2/reject", data={"csrf": csrf, "reason": reason})
+    # Then a page in the console's language and layout says so; nothing is written
+    assert refused.status_code == 413
+    page = refused.text
+    assert '<html lang="en">' in page and 'name="viewport"' in page
+    assert '<link rel="stylesheet" href="/static/console.css">' in page
+    assert _messages(page) == [
+        (
+            "alert",
+            f"What was sent is over the console's limit of {MAX_FORM_BODY:,} bytes, and "
+            "nothing was written. Go back (your browser keeps what you typed), shorten "
+            "it, and send it again.",
+        )
+    ]
+    assert '<a href="/">' in page
+    assert desk.ledger.position == before
+
+
+def test_a_decision_sent_twice_at_once_is_told_on_the_page_the_browser_shows(desk: Desk) -> None:
+    # Given a reviewer on a record's page
+    _seed(desk)
+    client, csrf = desk.signed_in("reviewer-2")
+    # When Accept is sent twice before either answer is followed (a double click on
+    # a slow link: two redirects to one page; the browser abandons the first)
+    for _ in range(2):
+        sent = client.post("/records/M2/accept", data={"csrf": csrf, "next": "/records/M2"})
+        assert sent.headers["location"] == "/records/M2"
+    abandoned = _messages(client.get("/records/M2").text)
+    shown = _messages(client.get("/records/M2").text)
+    # Then the page shown tells what was done, as the abandoned one would have
+    told = [
+        ("status", "Accepted M2."),
+        ("status", "M2 is ACCEPTED: you accepted it already, and sending the form again "
+                   "changed nothing."),
+    ]  # fmt: skip
+    assert abandoned == told and shown == told
+    # but another page, or the page once the moment has passed, tells nothing again
+    assert _messages(client.get("/").text) == []
+    assert _messages(client.get("/records/M2").text) == []
+
+
 def test_a_decision_sent_twice_shows_what_the_first_did_not_a_refusal(desk: Desk) -> None:
     # Given a reviewer on the queue, and a STALE-free record to revoke
     _seed(desk)

@@ -439,7 +439,7 @@ def rebuild_with_progress(led: Ledger, *, quiet: bool = False) -> Any:
         TextColumn("{task.completed}/{task.total} positions"),
         TimeRemainingColumn(),
         console=console,
-        disable=quiet,
+        disable=quiet or not console.is_terminal,  # no bar in a log, its last state kept
     ) as progress:
         task = progress.add_task("rebuild", total=max(led.position, 1))
 

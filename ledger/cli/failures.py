@@ -4,6 +4,7 @@ JSON on stdout too; the library's message in the command line's words."""
 
 from __future__ import annotations
 
+import codecs
 import errno
 import json
 import re
@@ -12,7 +13,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from datetime import datetime
 from functools import wraps
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, TypeGuard, TypeVar
 
 import click
 
@@ -220,8 +221,26 @@ def _refusals_exit(fn: F, status: int, fields: dict[str, Any]) -> F:
             where = f"{exc.filename}: " if exc.filename else ""
             refuse(exc, f"{printable(where)}{printable(exc.strerror or exc)}")
         except (ValueError, UnicodeError) as exc:  # a path Python cannot open (NUL, surrogate)
+            if _unprintable(exc):
+                refuse(
+                    exc,
+                    f"the answer could not be written to stdout: its encoding "
+                    f"({sys.stdout.encoding}) cannot show {exc.object[exc.start : exc.end]!r}; "
+                    "set PYTHONIOENCODING=utf-8 (or a UTF-8 locale); anything the command "
+                    "wrote to the ledger stands (look before running it again)",
+                    answer=False,
+                )
             if not isinstance(exc, UnicodeError) and "null" not in str(exc):
                 raise
             refuse(exc, f"cannot use that path: {printable(exc)}")
 
     return wrapper  # type: ignore[return-value]
+
+
+def _unprintable(exc: BaseException) -> TypeGuard[UnicodeEncodeError]:
+    """Whether ``exc`` is stdout's encoding (not UTF-8: a locale of C or Latin-1)
+    failing to encode the answer, not a path the file system cannot take."""
+    if not isinstance(exc, UnicodeEncodeError) or not isinstance(exc.object, str):
+        return False
+    out = codecs.lookup(getattr(sys.stdout, "encoding", None) or "utf-8").name
+    return out != "utf-8" and codecs.lookup(exc.encoding).name == out

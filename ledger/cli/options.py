@@ -207,9 +207,10 @@ def url_option(fn: F) -> F:
 
 
 class TokenOption(click.Option):
-    """A token's option: one given empty (or blank), on the command line or in its
-    variable, is a usage error that says so. (click takes an empty variable for
-    none, and would say "Missing option '--token'" of a variable that is there.)
+    """A token's option: one given empty (or blank), or with white space at an end,
+    on the command line or in its variable, is a usage error that says so. (click
+    takes an empty variable for none, and would say "Missing option '--token'" of a
+    variable that is there.)
     ``whose``: what the token is and where it comes from, for the message."""
 
     def __init__(self, *args: Any, whose: str, **kwargs: Any) -> None:
@@ -225,6 +226,18 @@ class TokenOption(click.Option):
                 raise click.UsageError(self._set_but_empty(variable, option), ctx)
             also = f", or leave {option} out and export {variable}" if variable else ""
             raise click.UsageError(f"{option} is empty: give {self.whose}{also}", ctx)
+        if isinstance(value, str) and value.strip() != value:
+            # No token holds white space: a line end ``$(cat file)`` left (\r of a
+            # file with CRLF line ends) would be refused as "unknown".
+            source = ctx.get_parameter_source(self.name or "")
+            given = f"${variable}" if source is ParameterSource.ENVIRONMENT else option
+            end = "begins" if value.lstrip() != value else "ends"
+            char = value[0] if end == "begins" else value[-1]
+            raise click.UsageError(
+                f"{given} {end} with white space ({char!r}): a token holds none; remove it"
+                + (" (a file with CRLF line ends? tr -d '\\r')" if char == "\r" else ""),
+                ctx,
+            )
         try:
             return super().process_value(ctx, value)
         except click.MissingParameter:

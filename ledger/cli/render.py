@@ -386,7 +386,7 @@ def print_read(result: ReadResult, console: Console) -> None:
     heading = heading_text(result.outcome, result.scope, result.claim_key, result.at)
     if result.outcome == "FOUND":
         heading.append(f"  value: {value_text(result.value)}")
-    console.print(heading)
+    console.print(heading, soft_wrap=True)  # one line, a script's `head -1`, however long
     if result.records:
         show(console, records_table(result.records))
     else:
@@ -396,7 +396,8 @@ def print_read(result: ReadResult, console: Console) -> None:
 def print_explanation(explanation: Explanation, console: Console) -> None:
     """Per record, why it is or is not usable."""
     console.print(
-        heading_text(explanation.outcome, explanation.scope, explanation.claim_key, explanation.at)
+        heading_text(explanation.outcome, explanation.scope, explanation.claim_key, explanation.at),
+        soft_wrap=True,
     )
     table = new_table(
         *("id", "kind", "status", "usable", "why"),

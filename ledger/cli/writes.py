@@ -38,6 +38,16 @@ from ledger.errors import AccessDeniedError, LedgerError, ValueTooLargeError
 from ledger.validation import DEFAULT_MAX_VALUE_BYTES, quoted
 
 
+class InputFile(click.File):
+    """A file to read, ``-`` for standard input: refused, as a usage error naming
+    it, when standard input is closed (click would fail with a traceback)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if value == "-" and sys.stdin is None:
+            self.fail("-: standard input is closed (pipe the value in, or name a file)", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 @click.command()
 @click.argument("file", metavar="FILE")
 @click.option("--scope", required=True, help="The scope the evidence belongs to.")
@@ -45,7 +55,11 @@ from ledger.validation import DEFAULT_MAX_VALUE_BYTES, quoted
 @click.option("--id", "record_id", help="The record id (default: generated).")
 @click.option("--claim-key", "--claim", "claim_key", help="Default: source:<uri>.")
 @click.option("--fetched-at", type=DATETIME, help="When it was read (default: now).")
-@click.option("--expires", type=DATETIME, help="Latest valid instant (ISO 8601 with offset).")
+@click.option(
+    "--expires",
+    type=DATETIME,
+    help="When the record stops being valid: usable before it, not at it (ISO 8601 with offset).",
+)
 @click.option("--conditions", type=JSON, help='Applicability as JSON, e.g. {"api_version": "v2"}.')
 @click.option("--value", type=JSON, help="The claim as JSON (default: the content hash).")
 @run_option
@@ -135,13 +149,17 @@ def capture(
 @click.option("--value-str", help="The claim as a plain string (instead of --value).")
 @click.option(
     "--value-file",
-    type=click.File("rb"),
+    type=InputFile("rb"),
     help="The claim as JSON read from FILE (- for standard input): a value too long "
     "for a command line.",
 )
 @click.option("--parent", "parents", multiple=True, help="A declared dependency (repeatable).")
 @click.option("--id", "record_id", help="The record id (default: generated).")
-@click.option("--expires", type=DATETIME, help="Latest valid instant (ISO 8601 with offset).")
+@click.option(
+    "--expires",
+    type=DATETIME,
+    help="When the record stops being valid: usable before it, not at it (ISO 8601 with offset).",
+)
 @click.option("--conditions", type=JSON, help='Applicability as JSON, e.g. {"api_version": "v2"}.')
 @click.option(
     "--supersedes",

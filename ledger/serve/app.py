@@ -162,8 +162,22 @@ class BodyLimit(HttpMiddleware):
         if as_json:
             body = error_body("ValueTooLargeError", message)
             return JSONResponse(body, status_code=413, headers=close)
-        page = f"<!doctype html><title>Too large</title><p>{message}</p>"
-        return HTMLResponse(page, 413, headers=close)
+        return HTMLResponse(_TOO_LARGE_PAGE.format(limit=limit), 413, headers=close)
+
+
+#: The console's answer to a form over the limit: a page of its own (the form's
+#: page is not rendered again: the body was not read).
+_TOO_LARGE_PAGE = (
+    '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+    '<meta name="viewport" content="width=device-width, initial-scale=1">'
+    "<title>Form too large - provledger</title>"
+    '<link rel="stylesheet" href="/static/console.css"></head><body><main>'
+    "<h1>Form too large</h1>"
+    '<p class="flash error" role="alert">What was sent is over the console\'s limit of '
+    "{limit:,} bytes, and nothing was written. Go back (your browser keeps what you "
+    "typed), shorten it, and send it again.</p>"
+    '<p><a href="/">Go to the start page</a></p></main></body></html>'
+)
 
 
 async def _drain(receive: Receive, budget: int) -> None:

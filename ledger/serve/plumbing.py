@@ -123,7 +123,8 @@ class Plumbing:
         moment = context.pop("moment", None) or Moment()
         # Kept across a sign-in (a form refused as its token ended) for its page.
         refused = session.take_refused() if session.signed_in else None
-        flashes = session.take_flashes()
+        page = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        flashes = session.take_flashes(page)
         session.decided = None  # told by this page (the queue's link on), or by none
         # The refusal a field is marked for: its message is what describes the field.
         refusal_at = None

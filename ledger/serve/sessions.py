@@ -34,6 +34,8 @@ COOKIE = "provledger_session"
 EARLIER = 8
 #: How many of its latest decisions a session remembers (see :meth:`ConsoleSession.sending`).
 DECISIONS = 32
+#: For how long (seconds) a page asked for again shows the messages it showed.
+RESHOWN = 3.0
 
 
 class Result(str):
@@ -77,6 +79,8 @@ class ConsoleSession:
     token: str | None = field(default=None, repr=False)
     principal: str | None = None
     flashes: list[tuple[str, str]] = field(default_factory=list)
+    #: The page the last messages were shown on, when, and they (see take_flashes).
+    shown: tuple[str, float, list[tuple[str, str]]] | None = field(default=None, repr=False)
     #: The last form the ledger refused, to be given back on the next page.
     refused: Refused | None = field(default=None, repr=False)
     #: The CSRF tokens of this browser's earlier sessions, newest first.
@@ -101,9 +105,19 @@ class ConsoleSession:
         self.flashes.append((kind, message))
         del self.flashes[:-5]
 
-    def take_flashes(self) -> list[tuple[str, str]]:
-        """The messages to show now (then forgotten)."""
+    def take_flashes(self, page: str) -> list[tuple[str, str]]:
+        """The messages to show now on ``page`` (its path and query), then forgotten.
+        With none new, the page asked for next after showing some, if it is the same
+        page and less than :data:`RESHOWN` seconds later, shows them once more: a
+        form sent twice (a double click) is answered by two redirects to one page,
+        and the browser shows the second, abandoning the first, which took the
+        messages of both."""
         out, self.flashes = self.flashes, []
+        now, shown, self.shown = time.monotonic(), self.shown, None
+        if out:
+            self.shown = (page, now, out)
+        elif shown is not None and shown[0] == page and now - shown[1] < RESHOWN:
+            out = shown[2]
         return out
 
     def results(self) -> None:

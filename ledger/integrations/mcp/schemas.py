@@ -220,8 +220,8 @@ Expires = Annotated[
     datetime | None,
     BeforeValidator(iso_text),
     Field(
-        description="The last instant the claim may be used, RFC 3339 with a timezone "
-        "(e.g. '2026-12-31T00:00:00Z'). Omit for no expiry."
+        description="When the claim stops being valid: usable before this instant, not "
+        "at it; RFC 3339 with a timezone (e.g. '2026-12-31T00:00:00Z'). Omit for no expiry."
     ),
 ]
 Conditions = Annotated[
