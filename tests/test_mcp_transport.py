@@ -160,6 +160,58 @@ def test_a_line_that_is_not_utf8_over_stdio_is_a_parse_error_and_writes_nothing(
     )
 
 
+def _call(request_id: int, tool: str, arguments: str) -> str:
+    """A ``tools/call`` line, its arguments the raw JSON given (a name twice, say)."""
+    return (
+        f'{{"jsonrpc":"2.0","id":{request_id},"method":"tools/call","params":'
+        f'{{"name":"{tool}","arguments":{arguments}}}}}'
+    )
+
+
+def test_calls_piped_in_whole_are_each_answered_before_the_server_ends(tmp_path: Path) -> None:
+    # Given calls written to provledger mcp's standard input, which then ends at once
+    # (`provledger mcp < calls.jsonl`): a write, a read, and a name given twice
+    url, token = _with_k1_accepted(tmp_path)
+    propose = '{"scope":"proj-a","claim_key":"p","value":1,"kind":"fact","id":"P1"}'
+    twice = (
+        '{"scope":"proj-a","claim_key":"d","value":1,"kind":"fact",'
+        '"parents":["E1"],"parents":[],"id":"D1"}'
+    )
+    calls = [
+        _INITIALIZE,
+        _INITIALIZED,
+        _call(1, "propose_memory", propose),
+        _call(2, "read_memory", '{"scope":"proj-a","claim_key":"k"}'),
+        _call(3, "propose_memory", twice),
+    ]
+    (tmp_path / "calls.jsonl").write_text("\n".join(calls) + "\n")
+    with (tmp_path / "calls.jsonl").open("rb") as given:
+        done = subprocess.run(
+            [sys.executable, "-m", "ledger", "mcp", "--url", url],
+            stdin=given,
+            capture_output=True,
+            env={**os.environ, "PROVLEDGER_TOKEN": token},
+            timeout=60,
+            check=False,
+        )
+    # Then each call is answered, in whatever order they end, and the server ends 0
+    assert done.returncode == 0, done.stderr
+    answers = {a["id"]: a for a in map(json.loads, done.stdout.decode().splitlines())}
+    assert sorted(answers) == [0, 1, 2, 3], done.stdout
+    assert answers[1]["result"]["structuredContent"]["id"] == "P1"
+    assert answers[2]["result"]["structuredContent"]["outcome"] == "FOUND"
+    # the one giving a name twice refused as the HTTP API and the command line refuse
+    # it, not read as its last value (its declared parent lost), and nothing stored
+    assert answers[3]["error"] == {
+        "code": -32700,
+        "message": "Parse error: the name 'parents' is given twice in one object: give "
+        "each once (which value would count is not said)",
+    }
+    with Ledger.open(url) as led:
+        ids = [r.id for r in led.authenticate(token).records(SCOPE)]
+    assert sorted(ids) == ["K1", "P1"]
+
+
 @pytest.mark.parametrize("sent", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_provledger_mcp_over_stdio_stopped_by_a_signal_answers_the_call_under_way_and_ends_by_it(
     tmp_path: Path, sent: signal.Signals

@@ -436,3 +436,47 @@ def _proposed_in_run(base: str, token: str, sid: str, rid: str) -> str:
     }  # fmt: skip
     answer = _messages(_rpc(base, token, message, sid))[0]["result"]
     return str(answer["structuredContent"]["run_id"])
+
+
+def test_a_call_giving_a_name_twice_is_a_parse_error_as_over_stdio(tmp_path: Any) -> None:
+    # Given an agent's MCP session on the served ledger
+    led = Ledger.open(f"sqlite:///{tmp_path / 'ledger.db'}")
+    admin = led.admin()
+    admin.grant("agent-1", scope="proj-a", roles=["read", "propose"])
+    token = admin.issue_token("agent-1")
+    try:
+        with running(create_app(led)) as base:
+            sid = _session(base, token)
+            before = led.position
+            # When a call gives "parents" twice, the second empty
+            body = (
+                '{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":'
+                '"propose_memory","arguments":{"scope":"proj-a","claim_key":"d","value":1,'
+                '"kind":"fact","parents":["E1"],"parents":[],"id":"D1"}}}'
+            )
+            headers = {
+                **ACCEPT,
+                "Authorization": f"Bearer {token}",
+                "Content-Type": "application/json",
+                "mcp-session-id": sid,
+                "mcp-protocol-version": "2025-06-18",
+            }
+            r = httpx.post(f"{base}/mcp", content=body, headers=headers, timeout=30)
+            # Then it is refused, naming the name, its id kept; nothing is written
+            assert r.status_code == 400, r.text
+            assert r.json() == {
+                "jsonrpc": "2.0",
+                "id": 7,
+                "error": {
+                    "code": -32700,
+                    "message": "Parse error: the name 'parents' is given twice in one "
+                    "object: give each once (which value would count is not said)",
+                },
+            }
+            assert led.position == before
+            # and the same call giving it once is served
+            once = body.replace('"parents":["E1"],', "")
+            r = httpx.post(f"{base}/mcp", content=once, headers=headers, timeout=30)
+            assert _messages(r)[0]["result"]["structuredContent"]["id"] == "D1"
+    finally:
+        led.close()

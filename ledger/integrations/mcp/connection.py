@@ -17,7 +17,7 @@ import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
-from mcp_types import UNSUPPORTED_PROTOCOL_VERSION
+from mcp_types import PARSE_ERROR, UNSUPPORTED_PROTOCOL_VERSION
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.datastructures import Headers
 from starlette.requests import Request
@@ -28,6 +28,7 @@ from ledger.access import mask_tokens
 from ledger.errors import AccessDeniedError, ConcurrencyError, LedgerError
 from ledger.integrations.mcp.hints import Writing, next_step
 from ledger.integrations.mcp.results import record_uri
+from ledger.integrations.mcp.stdio import given_twice, request_id, twice_message
 from ledger.persistence.urls import without_location
 from ledger.rules import BLOCKING
 from ledger.values import RecordView
@@ -363,6 +364,7 @@ def sessions_only(app: Any, security: TransportSecuritySettings | None) -> Any:
     ``security``: the server's checks of ``Host`` and ``Origin`` (against DNS
     rebinding), made first, as the SDK makes them before any other answer."""
     checks = TransportSecurityMiddleware(security)
+    app = names_once(app)
 
     async def serving(scope: Any, receive: Any, send: Any) -> None:
         version = (
@@ -409,3 +411,42 @@ async def _request_id(receive: Any) -> str | int | None:
     request_id = found.get("id") if isinstance(found, dict) else None
     ok = isinstance(request_id, str | int) and not isinstance(request_id, bool)
     return request_id if ok else None
+
+
+def names_once(app: Any) -> Any:
+    """``app`` (an MCP server over streamable HTTP), a ``POST`` whose JSON gives a
+    name twice in one object answered HTTP 400 with a JSON-RPC parse error naming
+    it, as over stdio (the SDK would keep the last value silently: a ``parents``
+    given twice, the second empty, would lose the first). The body, read whole as
+    the SDK reads it, is then passed on as it came."""
+
+    async def once(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope.get("method") != "POST":
+            await app(scope, receive, send)
+            return
+        parts, message = [], {"more_body": True}
+        while message.get("more_body", False):
+            message = await receive()
+            if message.get("type") != "http.request":  # the client went away
+                await app(scope, receive, send)
+                return
+            parts.append(message.get("body", b""))
+        body = b"".join(parts)
+        line = body.decode("utf-8", "surrogateescape")
+        if (twice := given_twice(line)) is not None:
+            error = {"code": PARSE_ERROR, "message": twice_message(twice)}
+            answer = JSONResponse({"jsonrpc": "2.0", "id": request_id(line), "error": error}, 400)
+            await answer(scope, receive, send)
+            return
+        given = False
+
+        async def again() -> Any:
+            nonlocal given
+            if given:
+                return await receive()
+            given = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await app(scope, again, send)
+
+    return once

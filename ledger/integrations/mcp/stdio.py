@@ -48,7 +48,16 @@ from pydantic import ValidationError
 
 from ledger.sockets import STOPS
 
-__all__ = ["Answering", "Stopping", "error_for", "serve_stdio", "strict_stdin"]
+__all__ = [
+    "Answering",
+    "Stopping",
+    "error_for",
+    "given_twice",
+    "request_id",
+    "serve_stdio",
+    "strict_stdin",
+    "twice_message",
+]
 
 #: A JSON string, from its opening quote to its closing one.
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
@@ -131,6 +140,11 @@ class _Lines(anyio.AsyncFile[str]):
         self._stopping = stopping
 
     async def readline(self) -> str:
+        line = await self._readline()
+        name = given_twice(line)
+        return line if name is None else f"{_TWICE}{json.dumps(name)}\x00{line}"
+
+    async def _readline(self) -> str:
         stopping = self._stopping
         if stopping is None:
             return await super().readline()
@@ -160,6 +174,43 @@ def strict_stdin(stopping: Stopping | None = None) -> anyio.AsyncFile[str]:
     return _Lines(text, stopping)
 
 
+#: What begins a line :class:`_Lines` gives in place of one whose objects give a
+#: name twice (the name as JSON, a NUL, then the line): no JSON, so the SDK's
+#: parser refuses it, and :func:`error_for` says why.
+_TWICE = "\x00given twice:"
+
+
+def given_twice(line: str) -> str | None:
+    """The first name an object of ``line`` gives twice (its last value would win
+    silently: a ``parents`` given twice, the second empty, would lose the first),
+    or None; None too for a line that is no JSON, which the SDK's parser refuses."""
+    if line.count('"') < 4:  # (no object of two names: not worth parsing twice)
+        return None
+    twice: list[str] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, value in items:
+            if name in out and not twice:
+                twice.append(name)
+            out[name] = value
+        return out
+
+    try:
+        json.loads(line, object_pairs_hook=pairs)
+    except (ValueError, RecursionError):
+        return None
+    return twice[0] if twice else None
+
+
+def twice_message(name: str) -> str:
+    """The parse error's message for a line giving ``name`` twice in one object."""
+    return (
+        f"Parse error: the name {name[:40]!r} is given twice in one object: give each "
+        "once (which value would count is not said)"
+    )
+
+
 def _not_utf8(line: str) -> str | None:
     """What is not UTF-8 in ``line`` as :func:`strict_stdin` read it (the first such
     byte and where it is, counted in bytes from 1), or None if it all was."""
@@ -170,7 +221,7 @@ def _not_utf8(line: str) -> str | None:
     return f"byte 0x{ord(found.group()) - 0xDC00:02x} at byte {at}"
 
 
-def _request_id(line: str) -> int | str | None:
+def request_id(line: str) -> int | str | None:
     """The value of the key ``"id"`` of the outermost object of ``line`` (what
     came after it may be unreadable), if it is a JSON-RPC id: an integer or text."""
     depth, at = 0, 0
@@ -224,22 +275,32 @@ def error_for(exc: ValidationError) -> types.JSONRPCError:
         if where is not None:
             return types.JSONRPCError(
                 jsonrpc="2.0",
-                id=_request_id(given),
+                id=request_id(given),
                 error=types.ErrorData(
                     code=types.PARSE_ERROR,
                     message=f"Parse error: not UTF-8: the line is not UTF-8 text ({where})",
                 ),
             )
+        if isinstance(given, str) and given.startswith(_TWICE):
+            name, _, line = given.removeprefix(_TWICE).partition("\x00")
+            return types.JSONRPCError(
+                jsonrpc="2.0",
+                id=request_id(line),
+                error=types.ErrorData(
+                    code=types.PARSE_ERROR,
+                    message=twice_message(json.loads(name)),
+                ),
+            )
         if problem["type"] == "json_invalid" and isinstance(given, str):
             return types.JSONRPCError(
                 jsonrpc="2.0",
-                id=_request_id(given),
+                id=request_id(given),
                 error=types.ErrorData(
                     code=types.PARSE_ERROR, message=_parse_error(problem["msg"], given)
                 ),
             )
     # JSON, but no request, notification or response: its id if it has a good one.
-    request_id = next(
+    given_id = next(
         (
             found.get("id")
             for found in (problem.get("input") for problem in problems)
@@ -247,11 +308,11 @@ def error_for(exc: ValidationError) -> types.JSONRPCError:
         ),
         None,
     )
-    if not isinstance(request_id, str | int) or isinstance(request_id, bool):
-        request_id = None
+    if not isinstance(given_id, str | int) or isinstance(given_id, bool):
+        given_id = None
     return types.JSONRPCError(
         jsonrpc="2.0",
-        id=request_id,
+        id=given_id,
         error=types.ErrorData(
             code=types.INVALID_REQUEST,
             message="Invalid Request: not a JSON-RPC 2.0 request, notification or response",
@@ -285,10 +346,9 @@ class Answering(_ClosedOnExit):
     is answered on ``write`` (:func:`error_for`) instead of reaching the server,
     which would drop it unanswered.
 
-    With ``stopping``, once a stop has ended standard input it ends only when
-    every request passed on has been answered on :attr:`answers` (the server
-    cancels the calls still under way when its input ends) or cancelled by the
-    client."""
+    Once standard input has ended (its end, or a stop), it ends only when every
+    request passed on has been answered on :attr:`answers` (the server cancels
+    the calls still under way when its input ends) or cancelled by the client."""
 
     def __init__(
         self,
@@ -314,9 +374,8 @@ class Answering(_ClosedOnExit):
         while True:
             try:
                 item = await self._read.receive()
-            except EndOfStream:
-                if self._stopping is not None and self._stopping.signal is not None:
-                    await self._all_answered()
+            except EndOfStream:  # a stop, or the client closing its end
+                await self._all_answered()  # (`provledger mcp < calls.jsonl` is answered)
                 raise
             if isinstance(item, ValidationError):
                 await self._write.send(SessionMessage(error_for(item)))
@@ -373,9 +432,11 @@ class _Answers(_ClosedOnExit):
         self._write, self._settled = write, settled
 
     async def send(self, item: SessionMessage, /) -> None:
-        await self._write.send(item)
-        if isinstance(item.message, types.JSONRPCResponse | types.JSONRPCError):
-            self._settled(item.message.id)
+        try:
+            await self._write.send(item)
+        finally:  # sent, or never to be (stdout gone): not waited for at the end
+            if isinstance(item.message, types.JSONRPCResponse | types.JSONRPCError):
+                self._settled(item.message.id)
 
     async def aclose(self) -> None:
         await self._write.aclose()
