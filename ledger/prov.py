@@ -36,9 +36,12 @@ Built with the ``prov`` package (:class:`prov.model.ProvDocument`):
   has ``pl:causedBy="revocation"``.
 
 Only records in scopes where the session holds ``audit`` are exported, and only
-relations between exported records, save one: a scope's export also declares
-what its records rest on in another scope the session may audit (the entity,
-with its ``pl:scope``; its events are that scope's). A record that rests (or
+relations between exported records, save one: an export also declares what its
+records rest (or rested) on that it does not export but the session may audit
+(the entity, with its ``pl:scope``; its events left out): a record in another
+scope, or a parent of a record exported without its ancestors (``--record R1``
+alone still has R1 derived from M1 and its proposal use M1), so that no record
+looks as if it rested on nothing. A record that rests (or
 rested) on one the session may not audit is derived from, and its proposal used,
 the one ``pl:hidden`` placeholder entity, once per kind of dependency, whatever
 their number; a stale cause the session may read but not audit is that
@@ -56,9 +59,10 @@ from typing import Any
 from prov.model import XSD_ANYURI, Literal, Namespace, ProvDocument, QualifiedName
 
 from ledger.access import Role
+from ledger.bundle.prov_terms import ACTIVITIES, PREFIXES
 from ledger.diagram import NOT_XML
 from ledger.errors import AccessDeniedError, InvalidInputError, UnknownRecordError
-from ledger.graph import collect
+from ledger.graph import Basis, collect
 from ledger.jsonable import value_text
 from ledger.session import Session
 from ledger.values import (
@@ -70,35 +74,26 @@ from ledger.values import (
     withheld,
 )
 
+# The namespaces and activity types are defined once, in the vocabulary the
+# bundle verifier holds prov.json to (free of the ``prov`` package).
 #: Attributes and types defined by provledger.
-PL = Namespace("pl", "urn:provledger:ns#")
+PL = Namespace("pl", PREFIXES["pl"])
 #: Records (entities).
-REC = Namespace("rec", "urn:provledger:record:")
+REC = Namespace("rec", PREFIXES["rec"])
 #: Principals (agents).
-AGENT = Namespace("agent", "urn:provledger:principal:")
+AGENT = Namespace("agent", PREFIXES["agent"])
 #: Events (activities), named by verb and log position.
-ACT = Namespace("act", "urn:provledger:event:")
+ACT = Namespace("act", PREFIXES["act"])
 #: A record on the basis a revalidation gave it, named by record id and that
 #: revalidation's log position (``basis:M1.19``): a namespace of its own, so
 #: that no record id (which may hold ``.``) can name one.
-BASIS = Namespace("basis", "urn:provledger:basis:")
+BASIS = Namespace("basis", PREFIXES["basis"])
 
 #: Command-line format name → ``prov`` serializer name.
 FORMATS = {"prov-json": "json", "prov-n": "provn", "prov-xml": "xml"}
 
 #: Event type → (activity verb, ``prov:type`` local name, role of the record in it).
-_ACTIVITIES = {
-    "Proposed": ("propose", "Proposal", "proposed"),
-    "Accepted": ("accept", "Acceptance", "accepted"),
-    "Rejected": ("reject", "Rejection", "rejected"),
-    "Revoked": ("revoke", "Revocation", "revoked"),
-    "MarkedStale": ("mark-stale", "StaleMarking", "markedStale"),
-    "Superseded": ("supersede", "Supersession", "superseded"),
-    "Revalidated": ("revalidate", "Revalidation", "revalidated"),
-    "Delivered": ("deliver", "Delivery", "delivered"),
-    "CorrectionIssued": ("correct", "Correction", "corrected"),
-    "SnapshotErased": ("erase-snapshot", "SnapshotErasure", "erased"),
-}
+_ACTIVITIES = ACTIVITIES
 
 
 def _activity_id(event: AuditEvent) -> QualifiedName:
@@ -391,11 +386,24 @@ def export_prov(
     # What the records rest on that the session may not audit (current bases and
     # those replaced at a revalidation), as the picture draws it: the placeholder.
     hidden_edges = [(e.child, e.edge) for e in sub.edges if e.parent == HIDDEN]
+    # What an exported record rests on (or rested on) beyond the walk (a record
+    # exported without its ancestors, or its descendants' other bases): declared
+    # and named by the relations too, its events left out, so that no record
+    # looks as if it rested on nothing; the placeholder for one the session may
+    # not audit.
+    beyond = [b for b in _bases_of(builder, nodes) if b.parent not in builder.members]
+    hidden_edges += [(b.child, b.edge) for b in beyond if builder.unaudited(b.parent)]
+    beyond = [b for b in beyond if not builder.unaudited(b.parent)]
     if hidden_edges:  # the placeholder is drawn: its uses and derivations too
         builder.members.add(HIDDEN)
     for node in sub.nodes:
         if node.id in builder.members:
             builder.entity(node)
+    for rid in dict.fromkeys(b.parent for b in beyond):
+        trail = builder.trail(rid)
+        assert trail is not None  # (not unaudited)
+        builder.members.add(rid)
+        builder.entity(trail.record)
     for node in nodes:
         builder.activities(node)
     for node in nodes:
@@ -403,7 +411,7 @@ def export_prov(
     # Every basis a record held, each derivation naming the activity that set
     # it (one set by a revalidation derives the record on that basis); one
     # replaced at a revalidation also names that (pl:replacedBy).
-    for basis in sub.bases:
+    for basis in (*sub.bases, *beyond):
         if basis.parent not in builder.members or basis.child not in builder.described:
             continue
         attrs: dict[str, Any] = {"pl:dependency": basis.edge}
@@ -426,6 +434,40 @@ def export_prov(
                 attrs["prov:type"] = PL["ObservedDependency"]
             builder.doc.wasDerivedFrom(REC[child], builder.ref(HIDDEN), other_attributes=attrs)
     return builder.doc
+
+
+def _bases_of(builder: _Builder, nodes: Sequence[RecordView]) -> list[Basis]:
+    """Every basis each of ``nodes`` held, as its events set it (its proposal, then
+    each revalidation giving it a new one), each once."""
+    out: dict[tuple[str, str, str], Basis] = {}
+    for node in nodes:
+        trail = builder.trail(node.id)
+        held: list[tuple[str, str]] = []  # (parent, edge) it rests on now
+        since: dict[tuple[str, str], int] = {}
+        for event in trail.events if trail is not None else ():
+            details = event.details
+            new = event.type == "Proposed" or (
+                event.type == "Revalidated" and details.get("parents") is not None
+            )
+            if not new:
+                continue
+            for parent, edge in held:  # replaced by this revalidation
+                key = (parent, node.id, edge)
+                out.setdefault(
+                    key, Basis(parent, node.id, edge, since[parent, edge], event.position)
+                )
+            held = [
+                (str(parent), edge)
+                for name, edge in (("parents", "declared"), ("observed", "observed"))
+                for parent in details.get(name) or ()
+            ]
+            for parent, edge in held:
+                since.setdefault((parent, edge), event.position)
+        for parent, edge in held:
+            out.setdefault(
+                (parent, node.id, edge), Basis(parent, node.id, edge, since[parent, edge], None)
+            )
+    return list(out.values())
 
 
 def serialize(doc: ProvDocument, format: str) -> str:

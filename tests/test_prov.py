@@ -118,6 +118,16 @@ def _entity(doc: ProvDocument, rid: str) -> ProvEntity:
     return entity
 
 
+def _proposed(doc: ProvDocument, rid: str) -> int:
+    """The log position of ``rid``'s proposal, as its activity in ``doc`` gives it."""
+    [act] = [
+        a
+        for a in _activities(doc, "Proposal")
+        if _one(a.get_attribute("prov:label")) == f"Proposed {rid}"
+    ]
+    return int(_one(act.get_attribute("pl:position")))
+
+
 def _activities(doc: ProvDocument, kind: str) -> list[ProvActivity]:
     return [a for a in _records(doc, ProvActivity) if PL[kind] in a.get_attribute(PROV_TYPE)]
 
@@ -291,7 +301,8 @@ def test_a_record_can_be_exported_with_its_ancestors_or_descendants(scene: Scene
         return {str(e.identifier) for e in _records(doc, ProvEntity)}
 
     on_e2 = f"basis:M1.{scene.revalidate_position}"
-    assert entities(record="R1") == {"rec:R1"}
+    # Alone, R1 still names what it rests on (M1, declared, its events left out)
+    assert entities(record="R1") == {"rec:R1", "rec:M1"}
     # Every basis ever held counts: M1 rested on E1 before its revalidation on E2
     # (R1 was delivered then), so an audit of either finds the other. M1 on the
     # basis E2 is drawn with the derivation from E2, and only with it
@@ -302,7 +313,15 @@ def test_a_record_can_be_exported_with_its_ancestors_or_descendants(scene: Scene
         "rec:E1",
         on_e2,
     }
-    assert entities(record="E1", descendants=True) == {"rec:E1", "rec:M3", "rec:M1", "rec:R1"}
+    # (and M1, exported as E1's descendant, the basis E2 a revalidation gave it)
+    assert entities(record="E1", descendants=True) == {
+        "rec:E1",
+        "rec:M3",
+        "rec:M1",
+        "rec:R1",
+        "rec:E2",
+        on_e2,
+    }
     assert entities(record="M1", ancestors=True, descendants=True) == {
         "rec:E1",
         "rec:E2",
@@ -310,10 +329,20 @@ def test_a_record_can_be_exported_with_its_ancestors_or_descendants(scene: Scene
         "rec:R1",
         on_e2,
     }
-    assert entities(record="M1") == {"rec:M1"}
+    assert entities(record="M1") == {"rec:M1", "rec:E1", "rec:E2", on_e2}
     assert entities(scope="proj-a") == entities()
     alone = export_prov(scene.reviewer, record="R1")
-    assert _records(alone, ProvDerivation) == []  # relations only between exported records
+    # R1's proposal used M1 and R1 is derived from it, though M1's events are not exported
+    [derivation] = _records(alone, ProvDerivation)
+    assert derivation.args[:3] == (REC["R1"], REC["M1"], ACT[f"propose-{_proposed(alone, 'R1')}"])
+    assert {(u.args[0], u.args[1]) for u in _records(alone, ProvUsage)} >= {
+        (ACT[f"propose-{_proposed(alone, 'R1')}"], REC["M1"])
+    }
+    assert {str(a.identifier) for a in _records(alone, ProvActivity)} == {
+        str(a.identifier)
+        for a in _records(export_prov(scene.reviewer, record="R1", ancestors=True), ProvActivity)
+        if str(_one(a.get_attribute("prov:label"))).endswith(" R1")
+    }
 
 
 def test_export_needs_the_audit_role(scene: Scene) -> None:
@@ -502,3 +531,35 @@ def test_a_revision_is_exported_only_with_both_versions(world: World) -> None:
     assert {str(e.identifier) for e in _records(old, ProvEntity)} == {"rec:V1"}
     [invalidation] = _records(old, ProvInvalidation)
     assert _one(invalidation.get_attribute("pl:supersededBy")) == REC["V2"]
+
+
+@pytest.mark.parametrize("ledger_url", ["memory"], indirect=True)
+def test_a_record_exported_alone_names_its_parents_and_hides_those_it_may_not_audit(
+    world: World,
+) -> None:
+    # Given M1 resting on E1 (proj-a) and EB (proj-b), and an auditor of proj-a only
+    admin = world.ledger.admin()
+    admin.grant("auditor", scope="proj-a", roles=["read", "audit"])
+    auditor = world.ledger.authenticate(admin.issue_token("auditor"))
+    world.agent.capture(scope="proj-a", uri="https://x.test/a", content=b"a", id="E1")
+    world.agent.capture(scope="proj-b", uri="https://x.test/b", content=b"b", id="EB")
+    world.agent.propose("proj-a", "m", 1, Kind.INFERENCE, parents=["E1", "EB"], id="M1")
+
+    # When the auditor exports M1 alone, and with its ancestors
+    alone = json.loads(export_text(auditor, "prov-json", record="M1"))
+    whole = json.loads(export_text(auditor, "prov-json", record="M1", ancestors=True))
+
+    # Then, alone, M1 still rests on E1 (named by id, declared) and on the one
+    # placeholder for EB, as with its ancestors; EB is never named
+    for prov in (alone, whole):
+        assert {"rec:M1", "rec:E1", "pl:hidden"} <= set(prov["entity"])
+        assert "EB" not in json.dumps(prov)
+        derived = {
+            (d["prov:generatedEntity"], d["prov:usedEntity"])
+            for d in prov["wasDerivedFrom"].values()
+        }
+        assert derived == {("rec:M1", "rec:E1"), ("rec:M1", "pl:hidden")}
+        used = {(u["prov:entity"], u["prov:role"]["$"]) for u in prov["used"].values()}
+        assert {("rec:E1", "pl:declaredParent"), ("pl:hidden", "pl:declaredParent")} <= used
+    # (E1's own events are exported only with the ancestors)
+    assert {a["prov:label"] for a in alone["activity"].values()} == {"Proposed M1"}

@@ -28,6 +28,12 @@ _STATUS_AFTER = {
     **{kind: Status(after) for kind, (*_, after) in _RULES.items() if after is not None},
 }
 _FINAL = (Status.REVOKED, Status.REJECTED, Status.SUPERSEDED)
+#: What a proposal alone says of its record, none of it checked when its bytes
+#: are withheld (what the bundle states of it is then the signer's word).
+PROPOSED_UNCHECKED = (
+    "its value, claim key, kind, scope, conditions, expiry, evidence fields (URI, fetch "
+    "time, content hash, snapshot, size) and bases"
+)
 
 
 @dataclass
@@ -87,7 +93,11 @@ def _tell(record: str, events: Iterable[tuple[int, str, Any]]) -> _Told:
             if kind in ("Proposed", "Revalidated"):
                 told.parents = told.observed = None
                 told.bases_known = False
-                told.unknown.append(f"its basis ({where}, bytes withheld)")
+                told.unknown.append(
+                    f"{PROPOSED_UNCHECKED}, which only its proposal ({where}, bytes withheld) says,"
+                    if kind == "Proposed"
+                    else f"its basis ({where}, bytes withheld)"
+                )
             if kind == "Proposed":
                 told.record_id = record  # the manifest's word: the bytes are withheld
             if kind == "Revalidated":

@@ -381,6 +381,7 @@ def _verify_archive(
         problems,
         "manifest.json was altered: its signature (manifest.sig) does not verify",
     )
+    _check_names(members, manifest, problems)
     head = _check_head(members, manifest, key, problems)
     events, withheld, placed = _check_events(members, manifest, head, problems)
     extends = _check_extends(manifest, head, key, problems)
@@ -438,6 +439,39 @@ def _check_files(members: dict[str, bytes], manifest: dict[str, Any], problems: 
             problems.append(f"{name} was altered: its SHA-256 does not match the manifest")
     for name in sorted(set(members) - set(listed) - {"manifest.json", "manifest.sig"}):
         problems.append(f"{name} is not listed in the manifest: it was added")
+
+
+#: The files every bundle holds (its events' bytes besides).
+_DOCUMENTS = ("summary.txt", "prov.json", "head.json", "public_key.pem")
+
+
+def _check_names(members: dict[str, bytes], manifest: dict[str, Any], problems: list[str]) -> None:
+    """The archive holds, and the manifest lists, only files the writer writes: its
+    documents and the bytes of each event carried, under the name its position
+    gives (``events/<position>.bin``), each named by its event's entry."""
+    named: dict[str, int] = {}
+    for entry in manifest.get("events") or ():
+        if isinstance(entry, dict) and isinstance(entry.get("file"), str):
+            name, position = entry["file"], entry.get("position")
+            if isinstance(position, int) and name != f"events/{position:012d}.bin":
+                problems.append(
+                    f"manifest.json lists the bytes of the event at position {position} in "
+                    f"{name}, but the writer names them events/{position:012d}.bin"
+                )
+            named[name] = named.get(name, 0) + 1
+    for name in sorted(n for n, count in named.items() if count > 1):
+        problems.append(f"manifest.json names {name} as the bytes of {named[name]} events")
+    writes = {*_DOCUMENTS, "manifest.json", "manifest.sig", *named}
+    for name in sorted((set(members) | set(manifest["files"])) - writes):
+        problems.append(
+            f"the bundle holds {name}, a file its writer never writes"
+            + (
+                " (no event entry names it as its bytes)"
+                if name.startswith("events/")
+                else f" (a bundle holds {', '.join(_DOCUMENTS)}, its events' bytes and "
+                "its manifest)"
+            )
+        )
 
 
 def _check_head(

@@ -111,6 +111,7 @@ def _check_derivations(
             str(_plain(item.get("prov:generatedEntity"))),
             str(_plain(item.get("prov:usedEntity"))),
         )
+        _check_derivation(item, gen, used, stated, told, events, problems)
         if not used.startswith(_REC):
             continue
         used = used[len(_REC) :]
@@ -153,3 +154,77 @@ def _check_derivations(
                 problems.append(
                     f"prov.json does not derive {rid} from {base}, which its events name"
                 )
+
+
+#: The attributes the writer gives a derivation.
+_DERIVATION_ATTRIBUTES = frozenset(
+    {
+        "prov:generatedEntity",
+        "prov:usedEntity",
+        "prov:activity",
+        "prov:type",
+        "pl:dependency",
+        "pl:replacedBy",
+    }
+)
+
+
+def _check_derivation(
+    item: dict[str, Any],
+    gen: str,
+    used: str,
+    stated: dict[str, Any],
+    told: dict[str, _Told],
+    events: dict[str, list[_Carried]],
+    problems: list[str],
+) -> None:
+    """One derivation is of an included record (or of it on a basis) from an
+    included record, or from the placeholder where the record's bases are not
+    all carried; its attributes the writer's, and its
+    dependency (declared or observed) the one the event it names sets."""
+    what = f"prov.json derives {gen} from {used}"
+    rid = gen[len(_REC) :] if gen.startswith(_REC) else gen[len(_BASIS) :].rpartition(".")[0]
+    if not gen.startswith((_REC, _BASIS)) or rid not in stated:
+        problems.append(f"{what}, but the bundle includes no such record")
+        return
+    for attr in sorted(set(item) - _DERIVATION_ATTRIBUTES):
+        problems.append(f"{what}, stating {attr}, which the writer never states of a derivation")
+    of = told.get(rid)
+    if used == "pl:hidden":
+        # Only a record whose bases some withheld proposal or revalidation named
+        # rests (or rested) on the placeholder.
+        if of is not None and of.bases_known:
+            problems.append(f"{what}, but the events the bundle carries name every basis of {rid}")
+        return
+    if not used.startswith(_REC) or used[len(_REC) :] not in stated:
+        problems.append(f"{what}, but the bundle includes no such record")
+        return
+    kind = _plain(item.get("prov:type"))
+    if kind == "prov:Revision":
+        return  # the version it replaces, checked above
+    act = str(_plain(item.get("prov:activity")))
+    position = act.rpartition("-")[2]
+    fields = next(
+        (
+            f
+            for p, k, f, _v, _o in events.get(rid, [])
+            if k in ("Proposed", "Revalidated") and str(p) == position
+        ),
+        None,
+    )
+    if not isinstance(fields, dict):
+        return  # withheld (its basis named as unchecked), or named above
+    base = used[len(_REC) :]
+    edges = {
+        edge
+        for key, edge in (("parents", "declared"), ("observed", "observed"))
+        if isinstance(fields.get(key), (list, tuple)) and base in map(str, fields[key])
+    }
+    dependency = _plain(item.get("pl:dependency"))
+    typed = {"observed": "pl:ObservedDependency"}.get(str(dependency))
+    if edges and (dependency not in edges or kind != typed):
+        problems.append(
+            f"{what} as a{'n' if str(dependency)[:1] in 'aeiou' else ''} {dependency} "
+            f"dependency{f' typed {kind}' if kind else ''}, but the event at position "
+            f"{position} names it as {' and '.join(sorted(edges))}"
+        )

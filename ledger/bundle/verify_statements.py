@@ -27,6 +27,7 @@ from ledger.bundle.told import (
 )
 from ledger.bundle.verify_activities import _check_activities
 from ledger.bundle.verify_derivations import _Carried, _check_derivations, _plain
+from ledger.bundle.verify_prov import _check_prov_statements
 from ledger.bundle.verify_status import check_status_line, summary_form
 from ledger.domain import Status, Validity
 from ledger.jsonable import value_text
@@ -83,12 +84,15 @@ def _check_statements(
         if rid in told:
             _compare(where, rid, status, validity, told[rid], created, problems)
         elif rid not in stated:
-            unchecked.append(
-                f"{rid}: {where} states it is {status}, but the bundle carries none of its events"
+            # Nothing is withheld of a record the bundle leaves out: it states none.
+            problems.append(
+                f"{where} states {rid} is {status}, but the bundle includes no record {rid} "
+                "(manifest.json lists none)"
             )
     problems += _machine({rid: [(p, k, f) for p, k, f, _v, _o in events[rid]] for rid in told})
     _check_validities(statements, stated, told, problems)
     _check_summary_ancestry(members, str(root), stated, hidden, problems)
+    _check_evidence_lines(members, stated, problems)
     form = summary_form(manifest)
     if form < 1:
         problems.append(f"manifest.json's summary is {manifest.get('summary')!r}, not a form")
@@ -236,6 +240,52 @@ def _check_summary_ancestry(
         )
 
 
+def _check_evidence_lines(
+    members: dict[str, bytes], stated: dict[str, Any], problems: list[str]
+) -> None:
+    """summary.txt has one evidence line for each evidence record manifest.json
+    includes, and none for anything else (the writer lists every included
+    evidence record, none outside them: a hidden one has no line), or the one
+    line saying there is none."""
+    summary = members.get("summary.txt", b"").decode("utf-8", "replace").splitlines()
+    lines = [x for x in summary if x.startswith("evidence:  ")]
+    wanted = [rid for rid, entry in stated.items() if entry.get("kind") == "evidence"]
+    named: list[str] = []
+    for line in lines:
+        if line == "evidence:  none among the records you may audit":
+            if wanted:
+                problems.append(
+                    f"summary.txt says no evidence is among the records, but manifest.json "
+                    f"includes {', '.join(wanted)} as evidence"
+                )
+            continue
+        rid = line[len("evidence:  ") :].partition(": ")[0]
+        named.append(rid)
+        if rid not in stated:
+            problems.append(
+                f"summary.txt has an evidence line for {rid} ({line[:80]!r}), but the bundle "
+                f"includes no record {rid}"
+            )
+        elif rid not in wanted:
+            problems.append(
+                f"summary.txt has an evidence line for {rid}, but manifest.json includes it as "
+                f"{stated[rid].get('kind')}, not evidence"
+            )
+    for rid in sorted({r for r in named if named.count(r) > 1}):
+        problems.append(f"summary.txt has {named.count(rid)} evidence lines for {rid}, not one")
+    for rid in wanted:
+        if rid not in named:
+            problems.append(
+                f"summary.txt has no evidence line for {rid}, an evidence record the bundle "
+                "includes: the writer lists every one"
+            )
+    none = lines.count("evidence:  none among the records you may audit")
+    if not wanted and none != 1:
+        problems.append(
+            f"summary.txt has {none} lines saying no evidence is among the records, not one"
+        )
+
+
 def _compare(
     where: str,
     rid: str,
@@ -361,6 +411,7 @@ def _check_ancestry(
         return
     if isinstance(prov, dict):
         _check_derivations(prov, stated, told, events, problems)
+        _check_prov_statements(prov, stated, told, events, hidden, problems)
 
 
 #: summary.txt's lines the verifier reads, each in the one form the writer gives it.
