@@ -14,6 +14,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
+from time import monotonic
 from typing import Any, TypeVar
 from urllib.parse import quote
 from uuid import UUID
@@ -273,8 +274,8 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
     def query(self, fetch: Callable[[Cursor], T]) -> T:
         """What ``fetch`` reads with this thread's cursor for single statements (no
         context manager, no new cursor per read); see :meth:`statement`."""
-        if self._file:
-            self._same_file()
+        if self._file and monotonic() - self._file_checked >= FILE_CHECK_EVERY:
+            self._same_file()  # (looked at here first: the hot path of every read)
         held = self._own_reader() if self._file else None
         if held is not None and not held.busy:
             return fetch(held.cursor)
@@ -283,7 +284,7 @@ class LedgerSQLiteRecorder(LedgerRecorderMixin, SQLiteApplicationRecorder):
     def _same_file(self) -> None:
         """Refuse a read once the ledger's path no longer names the file opened
         (``check_same_file``), looked at most every ``FILE_CHECK_EVERY`` seconds."""
-        now = time.monotonic()
+        now = monotonic()
         if now - self._file_checked >= FILE_CHECK_EVERY:
             pool: Any = self.datastore.pool
             pool.check_same_file()
