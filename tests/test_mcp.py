@@ -33,13 +33,14 @@ from typing import Any
 
 import anyio
 import jsonschema
+import mcp_types as types
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
-from mcp.shared.subscriptions import ResourceUpdated
+from mcp.shared.subscriptions import ResourceUpdated, ToolsListChanged
 
 from ledger import Kind, Ledger, Session
 from ledger.domain import run_uuid
@@ -252,6 +253,44 @@ async def test_the_tool_list_follows_grants_made_and_withdrawn_while_the_server_
         admin.revoke_grant("agent-1", "proj-c")
         names = [t.name for t in (await agent.list_tools()).tools]
         assert names == MEMORY_TOOLS
+
+
+async def test_a_client_that_listed_the_tools_is_told_when_a_grant_changes_them(
+    team: Team,
+) -> None:
+    admin = team.ledger.admin()
+    server = team.servers["agent-1"]
+    read = {"scope": SCOPE, "claim_key": CLAIM}
+    # Given a client of the initialize handshake, its tools listed
+    heard: list[Any] = []
+
+    async def hear(message: Any) -> None:
+        heard.append(message)
+
+    async with Client(server, mode="legacy", message_handler=hear) as agent:
+        caps = agent.server_capabilities
+        assert caps is not None and caps.tools is not None and caps.tools.list_changed
+        assert [t.name for t in (await agent.list_tools()).tools] == MEMORY_TOOLS
+        # When a call is made with the grants unchanged, nothing is said
+        await agent.call_tool("read_memory", read)
+        assert heard == []
+        # When approve is granted meanwhile, the next call tells it, once
+        admin.grant("agent-1", "proj-c", ["approve"])
+        await agent.call_tool("read_memory", read)
+        await agent.call_tool("read_memory", read)
+        changed = [m for m in heard if isinstance(m, types.ToolListChangedNotification)]
+        assert len(changed) == 1, heard
+        assert [t.name for t in (await agent.list_tools()).tools] == MEMORY_TOOLS + APPROVALS
+    # A client of the later protocol, listening, hears it as an event
+    admin.revoke_grant("agent-1", "proj-c")
+    async with Client(server) as agent, agent.listen(tools_list_changed=True) as events:
+        assert [t.name for t in (await agent.list_tools()).tools] == MEMORY_TOOLS
+        admin.grant("agent-1", "proj-c", ["approve"])
+        await agent.call_tool("read_memory", read)
+        with anyio.fail_after(30):  # a guard against hanging, not a timing check
+            event = await anext(aiter(events))
+        assert isinstance(event, ToolsListChanged)
+        assert [t.name for t in (await agent.list_tools()).tools] == MEMORY_TOOLS + APPROVALS
 
 
 async def test_every_tool_is_described_for_a_model_with_schemas_and_annotations(

@@ -240,6 +240,12 @@ class Connections:
 SESSIONS = 1000
 
 
+def session_key(context: Any) -> str | None:
+    """The MCP session a request (``context``: its request context) came on, as a
+    key: its session id over HTTP, None for the one session of stdio."""
+    return _session_id(getattr(getattr(context, "request", None), "headers", None))
+
+
 def _session_id(headers: Any) -> str | None:
     """The 2025 protocol's session id in an HTTP request's ``headers`` (their first
     ``Mcp-Session-Id``, as the SDK reads it), or None (no headers, no id, or a

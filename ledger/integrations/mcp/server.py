@@ -5,29 +5,42 @@ from __future__ import annotations
 
 import difflib
 import json
-import math
 import signal
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from contextlib import AbstractAsyncContextManager, nullcontext
+from contextlib import AbstractAsyncContextManager, nullcontext, suppress
 from typing import Any, Literal
 
 import anyio
 from mcp.server.lowlevel.helper_types import ReadResourceContents
+from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools import Tool
-from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
 from mcp.server.stdio import stdio_server
-from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
+from mcp.types import (
+    CallToolResult,
+    InputRequiredResult,
+    ListToolsResult,
+    TextContent,
+    ToolAnnotations,
+)
 from mcp.types import Tool as MCPTool
-from pydantic import PrivateAttr, ValidationError
+from pydantic import ValidationError
 from pydantic.networks import AnyUrl
 
 from ledger import Ledger, __version__
 from ledger.access import Role, mask_tokens
 from ledger.errors import InvalidInputError, LedgerError
 from ledger.graph import MAX_SERVED_NODES
-from ledger.integrations.mcp.connection import Connections, lifespan_of, refusal
+from ledger.integrations.mcp.arguments import argument_errors, make_tool, non_finite
+from ledger.integrations.mcp.connection import (
+    SESSIONS,
+    Connections,
+    lifespan_of,
+    refusal,
+    session_key,
+)
 from ledger.integrations.mcp.hints import NEW_RUN
 from ledger.integrations.mcp.http import serve_http
 from ledger.integrations.mcp.results import ECHOED_VALUE_BYTES, RECORD_URI, USABLE_LISTED
@@ -49,119 +62,9 @@ from ledger.integrations.mcp.tools import (
 )
 from ledger.jsonable import EXPLAINED
 from ledger.persistence.urls import without_location
-from ledger.validation import echoed, listed, quoted
+from ledger.validation import echoed, listed
 
 __all__ = ["APPROVAL_TOOLS", "INSTRUCTIONS", "TOOLS", "build_server", "serve"]
-
-
-def _argument_errors(error: ValidationError) -> str:
-    """What pydantic found wrong with a tool's arguments, one clause per argument:
-    ``argument 'limit' (0): Input should be greater than 0``."""
-    clauses = []
-    for found in error.errors(include_url=False):
-        where = "".join(
-            f"[{part}]" if isinstance(part, int) else (f".{part}" if i else str(part))
-            for i, part in enumerate(found["loc"])
-        )
-        given = found.get("input")
-        shown = "" if found["type"] == "missing" else f" ({quoted(given)})"
-        clauses.append(f"argument {where or '?'!r}{shown}: {found['msg']}")
-    return "; ".join(dict.fromkeys(clauses))
-
-
-def _non_finite(given: Any, path: str, depth: int = 0) -> str | None:
-    """Where in an argument a float is infinite or NaN (``value.a[2]``), or None."""
-    if isinstance(given, float):
-        return None if math.isfinite(given) else path
-    if depth > 64:  # deeper than any value the ledger keeps: its own check says so
-        return None
-    if isinstance(given, dict):
-        items: Any = ((f"{path}.{k}", v) for k, v in given.items())
-    elif isinstance(given, list):
-        items = ((f"{path}[{i}]", v) for i, v in enumerate(given))
-    else:
-        return None
-    for inner, value in items:
-        found = _non_finite(value, inner, depth + 1)
-        if found is not None:
-            return found
-    return None
-
-
-def _takes_text(schema: dict[str, Any]) -> bool:
-    """Whether an argument's JSON schema admits a string (one without a type
-    admits any value)."""
-    return any(branch.get("type", "string") == "string" for branch in schema.get("anyOf", [schema]))
-
-
-class _TextAsSent(FuncMetadata):
-    """A tool's arguments read as the SDK reads them, except that text given for
-    an argument that takes text stays that text. The SDK reads text that spells
-    JSON as the JSON it spells unless the argument is typed exactly ``str``: an
-    ``id`` or ``after`` of "null" would be no argument at all (paging past a
-    record whose id is ``null`` would start over), a ``claim_prefix`` of '["a"]'
-    would be refused as a list, a ``value`` of "{}" would be stored as ``{}``.
-    Text for an argument that takes no text (``parents`` sent as '["E1"]') is
-    still read as JSON, as the SDK reads it."""
-
-    #: The arguments that take text, read from the schema once.
-    _texts: frozenset[str] = PrivateAttr(default=frozenset())
-
-    def model_post_init(self, context: Any, /) -> None:
-        super().model_post_init(context)
-        properties = self.arg_model.model_json_schema(by_alias=True).get("properties", {})
-        self._texts = frozenset(name for name, schema in properties.items() if _takes_text(schema))
-
-    def pre_parse_json(self, data: dict[str, Any]) -> dict[str, Any]:
-        """``data`` with the text of arguments that take no text read as JSON."""
-        kept = {k: v for k, v in data.items() if isinstance(v, str) and k in self._texts}
-        parsed = super().pre_parse_json({k: v for k, v in data.items() if k not in kept})
-        return {name: kept[name] if name in kept else parsed[name] for name in data}
-
-
-#: The keywords of a JSON schema whose value maps names to schemas.
-_NAMED_SCHEMAS = ("properties", "$defs", "patternProperties")
-
-
-def _untitled(schema: Any) -> Any:
-    """``schema`` without pydantic's ``title`` keywords (each a field's or a type's
-    name again: "Cause Superseded By"), which only lengthen what a model is sent."""
-    if isinstance(schema, list):
-        return [_untitled(item) for item in schema]
-    if not isinstance(schema, dict):
-        return schema
-    return {
-        key: (
-            {name: _untitled(inner) for name, inner in value.items()}
-            if key in _NAMED_SCHEMAS and isinstance(value, dict)
-            else _untitled(value)
-        )
-        for key, value in schema.items()
-        if key != "title"
-    }
-
-
-def _tool(fn: Callable[..., Any], description: str, hints: ToolAnnotations) -> Tool:
-    """The SDK's tool for ``fn``, its text arguments kept as sent (:class:`_TextAsSent`)
-    and its schemas untitled (:func:`_untitled`)."""
-    tool = Tool.from_function(
-        fn,
-        name=fn.__name__,
-        title=hints.title,
-        description=description,
-        annotations=hints,
-        structured_output=True,
-    )
-    given = tool.fn_metadata
-    reading = _TextAsSent(
-        arg_model=given.arg_model,
-        output_schema=_untitled(given.output_schema),
-        output_model=given.output_model,
-        wrap_output=given.wrap_output,
-    )
-    return tool.model_copy(
-        update={"fn_metadata": reading, "parameters": _untitled(tool.parameters)}
-    )
 
 
 #: How the SDK's refusal of a tool it does not know begins.
@@ -182,6 +85,8 @@ class LedgerServer(MCPServer[Connections]):
     #: while a server runs).
     _needs: dict[str, str] = {}
     _held: Callable[[], frozenset[str]] | None = None
+    #: Per session that listed the tools, the tools of ``_needs`` it was shown.
+    _listed: OrderedDict[str | None, frozenset[str]] | None = None
     #: The tools it was given, by name.
     given: dict[str, Tool] = {}
     #: The URL of the ledger it serves, as messages show it (left out of refusals).
@@ -194,8 +99,51 @@ class LedgerServer(MCPServer[Connections]):
 
     def list_while(self, needs: dict[str, str], held: Callable[[], frozenset[str]]) -> None:
         """List each tool of ``needs`` only while ``held()`` (asked at each listing:
-        the roles the principal holds in some scope) holds the role it names."""
+        the roles the principal holds in some scope) holds the role it names; a
+        session that listed the tools is told when that list has changed (the
+        ``notifications/tools/list_changed`` after its next call, its
+        capabilities saying ``tools.listChanged``)."""
         self._needs, self._held = dict(needs), held
+        self._listed = OrderedDict()
+        lowlevel = self._lowlevel_server
+        capabilities = lowlevel.get_capabilities
+
+        def told_of_changes(options: NotificationOptions | None = None, *a: Any, **k: Any) -> Any:
+            options = options or NotificationOptions()
+            options.tools_changed = True
+            return capabilities(options, *a, **k)
+
+        lowlevel.get_capabilities = told_of_changes  # type: ignore[method-assign,assignment]
+
+    async def _handle_list_tools(self, ctx: Any, params: Any) -> ListToolsResult:
+        """The SDK's answer to ``tools/list``, noting which tools of ``needs`` the
+        session was shown."""
+        answer: ListToolsResult = await super()._handle_list_tools(ctx, params)
+        if (listed := self._listed) is not None:
+            key = session_key(ctx)
+            listed[key] = frozenset(t.name for t in answer.tools if t.name in self._needs)
+            listed.move_to_end(key)
+            while len(listed) > SESSIONS:
+                listed.popitem(last=False)
+        return answer
+
+    async def _tell_if_tools_changed(self, context: Context[Connections, Any] | None) -> None:
+        """Tell the session of ``context`` that its tools changed, if the tools of
+        ``needs`` the principal may use now are not those it was last shown (a
+        grant of ``approve`` given or withdrawn meanwhile)."""
+        listed = self._listed
+        if context is None or listed is None:
+            return
+        key = session_key(context.request_context)
+        if (shown := listed.get(key)) is None:  # (it never listed them)
+            return
+        held = await anyio.to_thread.run_sync(self._held or frozenset)
+        now = frozenset(name for name, role in self._needs.items() if role in held)
+        if now != shown:
+            listed[key] = now
+            with suppress(Exception):  # a client gone, or of a later protocol
+                await context.request_context.session.send_tool_list_changed()
+            await context.notify_tools_changed()  # (listeners, on the later protocols)
 
     async def list_tools(self) -> list[MCPTool]:
         """Every tool the principal may use now (the approval tools only while it
@@ -217,14 +165,17 @@ class LedgerServer(MCPServer[Connections]):
         ``provledger serve``'s endpoint are not its operator)."""
         try:
             async with self._turn():
-                return await self._call_tool(name, arguments, context)
+                result = await self._call_tool(name, arguments, context)
         except ToolError as exc:
+            await self._tell_if_tools_changed(context)
             text = mask_tokens(without_location(str(exc), self.ledger_url))
             if str(exc) == _UNKNOWN_TOOL + name:
                 text = await self._unknown_tool(name)
             if text == str(exc):
                 raise
             raise ToolError(text) from None
+        await self._tell_if_tools_changed(context)
+        return result
 
     async def _unknown_tool(self, name: str) -> str:
         """The SDK's refusal of a tool it does not know (its name echoed as any
@@ -253,10 +204,10 @@ class LedgerServer(MCPServer[Connections]):
         self, name: str, arguments: dict[str, Any], context: Context[Connections, Any] | None
     ) -> CallToolResult | InputRequiredResult:
         """Refuse arguments ``name`` does not take, then call it (text given for an
-        argument that takes text kept as that text: :class:`_TextAsSent`)."""
+        argument that takes text kept as that text: :class:`.TextAsSent`)."""
         takes = (await self._arguments()).get(name)
         for argument, given in self._passed_on(name, arguments).items():
-            where = _non_finite(given, argument)
+            where = non_finite(given, argument)
             if where is not None:
                 # JSON has no infinity (Python's reader takes it, and reads 1e400 as
                 # one): it would be stored as a number and shown back as the text
@@ -294,7 +245,7 @@ class LedgerServer(MCPServer[Connections]):
             # of arguments): say which argument is wrong and why, in the ledger's words.
             raise ToolError(
                 f"Error executing tool {name}: "
-                + refusal(InvalidInputError(_argument_errors(exc.__cause__)))
+                + refusal(InvalidInputError(argument_errors(exc.__cause__)))
             ) from None
         if isinstance(result, CallToolResult) and result.structured_content is not None:
             # The text most clients hand the model: the structured result as compact
@@ -306,7 +257,7 @@ class LedgerServer(MCPServer[Connections]):
     def _passed_on(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         """``arguments`` as the tool ``name`` is handed them: text given for an
         argument that takes no text read as the JSON it spells (``conditions`` sent
-        as '{"a": Infinity}'), as the SDK reads it (:class:`_TextAsSent`)."""
+        as '{"a": Infinity}'), as the SDK reads it (:class:`.TextAsSent`)."""
         tool = self.given.get(name)
         return arguments if tool is None else tool.fn_metadata.pre_parse_json(arguments)
 
@@ -559,7 +510,7 @@ def build_server(ledger: Ledger, token: str) -> MCPServer[Connections]:
 def _ledger_server(ledger: Ledger, token: str) -> LedgerServer:
     """:func:`build_server`'s server, as its class."""
     session = ledger.authenticate(token)
-    tools = [_tool(fn, description, hints) for fn, description, hints in TOOLS + APPROVAL_TOOLS]
+    tools = [make_tool(fn, description, hints) for fn, description, hints in TOOLS + APPROVAL_TOOLS]
     server = LedgerServer(
         "provledger",
         title="provledger memory",
