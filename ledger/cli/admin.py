@@ -94,13 +94,15 @@ def init(url: str | None, as_json: bool) -> None:
     commands need it on PostgreSQL and on a file you do not own. Every other
     command refuses a ledger that does not exist yet. Run on a ledger none of
     whose admin tokens is usable any more (each revoked or expired), it issues
-    a new one, as code holding the database may.
+    a new one, as code holding the database may; on one that has a usable admin
+    token it prints nothing on stdout (`--json`: "created" false, "admin_token" null),
+    so a script keeps the token it has rather than take an empty one.
 
     \b
     Example:
       provledger init --url sqlite:///provledger.db
       export PROVLEDGER_URL='postgresql://me@db/ledger?schema=prov'
-      export PROVLEDGER_ADMIN_TOKEN=$(provledger init)
+      TOKEN=$(provledger init) && [ -n "$TOKEN" ] && export PROVLEDGER_ADMIN_TOKEN=$TOKEN
     """
     backend = resolve_url(url)
     if backend.read_only:
