@@ -438,36 +438,27 @@ def export_prov(
 
 def _bases_of(builder: _Builder, nodes: Sequence[RecordView]) -> list[Basis]:
     """Every basis each of ``nodes`` held, as its events set it (its proposal, then
-    each revalidation giving it a new one), each once."""
-    out: dict[tuple[str, str, str], Basis] = {}
+    each revalidation giving it a new one), each period once: a parent a later
+    basis names again is held again from that revalidation on."""
+    out: list[Basis] = []
     for node in nodes:
         trail = builder.trail(node.id)
-        held: list[tuple[str, str]] = []  # (parent, edge) it rests on now
-        since: dict[tuple[str, str], int] = {}
+        held: dict[tuple[str, str], int] = {}  # (parent, edge) rested on now: since when
         for event in trail.events if trail is not None else ():
             details = event.details
-            new = event.type == "Proposed" or (
-                event.type == "Revalidated" and details.get("parents") is not None
-            )
-            if not new:
+            if not (
+                event.type == "Proposed"
+                or (event.type == "Revalidated" and details.get("parents") is not None)
+            ):
                 continue
-            for parent, edge in held:  # replaced by this revalidation
-                key = (parent, node.id, edge)
-                out.setdefault(
-                    key, Basis(parent, node.id, edge, since[parent, edge], event.position)
-                )
-            held = [
-                (str(parent), edge)
-                for name, edge in (("parents", "declared"), ("observed", "observed"))
-                for parent in details.get(name) or ()
-            ]
-            for parent, edge in held:
-                since.setdefault((parent, edge), event.position)
-        for parent, edge in held:
-            out.setdefault(
-                (parent, node.id, edge), Basis(parent, node.id, edge, since[parent, edge], None)
-            )
-    return list(out.values())
+            # Each held so far is replaced by this revalidation (or begins here)
+            out += [Basis(p, node.id, e, since, event.position) for (p, e), since in held.items()]
+            held = {}
+            for name, edge in (("parents", "declared"), ("observed", "observed")):
+                for parent in details.get(name) or ():
+                    held.setdefault((str(parent), edge), event.position)
+        out += [Basis(p, node.id, e, since, None) for (p, e), since in held.items()]
+    return out
 
 
 def serialize(doc: ProvDocument, format: str) -> str:

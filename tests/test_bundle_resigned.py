@@ -315,3 +315,19 @@ def test_a_summary_restating_the_signed_head_is_refused(m1_bundle: Path) -> None
         f"summary.txt states the signed head as {told.format('1999-01-01T00:00:00+00:00')!r}, "
         f"but the head the bundle carries is {told.format(signed)!r}",
     )
+
+
+def test_a_json_file_giving_a_name_twice_is_refused_naming_it(m1_bundle: Path) -> None:
+    # A forged "entity" section put before the real one: read here as the last,
+    # by a reader keeping the first as another document
+    def forge(_manifest: dict[str, Any], files: Files) -> None:
+        files["prov.json"] = b'{"entity": {"rec:FORGED": {}},' + files["prov.json"].lstrip()[1:]
+
+    report = _forged(m1_bundle, forge)
+    assert not report.ok
+    assert (
+        "prov.json gives the name 'entity' twice in one object: a reader keeping the first "
+        "value would read another document (the writer never does so)"
+    ) in report.problems
+    # (the bundle as written gives each once)
+    assert verify_bundle(m1_bundle, m1_bundle.parent / "k.pub").ok

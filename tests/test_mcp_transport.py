@@ -183,6 +183,9 @@ def test_calls_piped_in_whole_are_each_answered_before_the_server_ends(tmp_path:
         _call(1, "propose_memory", propose),
         _call(2, "read_memory", '{"scope":"proj-a","claim_key":"k"}'),
         _call(3, "propose_memory", twice),
+        # (a line like the server's own mark of such a line is a line like any other)
+        '\x00given twice:xyz\x00{"id":5}',
+        '{"jsonrpc":"2.0","id":6,"method":"ping"}',
     ]
     (tmp_path / "calls.jsonl").write_text("\n".join(calls) + "\n")
     with (tmp_path / "calls.jsonl").open("rb") as given:
@@ -197,7 +200,8 @@ def test_calls_piped_in_whole_are_each_answered_before_the_server_ends(tmp_path:
     # Then each call is answered, in whatever order they end, and the server ends 0
     assert done.returncode == 0, done.stderr
     answers = {a["id"]: a for a in map(json.loads, done.stdout.decode().splitlines())}
-    assert sorted(answers) == [0, 1, 2, 3], done.stdout
+    assert sorted(answers) == [0, 1, 2, 3, 5, 6], done.stdout
+    assert answers[5]["error"]["code"] == -32700 and answers[6]["result"] == {}
     assert answers[1]["result"]["structuredContent"]["id"] == "P1"
     assert answers[2]["result"]["structuredContent"]["outcome"] == "FOUND"
     # the one giving a name twice refused as the HTTP API and the command line refuse

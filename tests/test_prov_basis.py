@@ -459,3 +459,36 @@ def test_a_record_exported_alone_still_names_every_basis_it_held(world: World) -
         (f"act:revalidate-{at['on E3']}", "rec:E3"),
     }
     assert all(a["prov:label"].endswith(" M1") for a in prov["activity"].values())
+
+
+def test_a_record_exported_alone_names_a_parent_it_rests_on_again(world: World) -> None:
+    # Given X on P and R, then revalidated on Q, then on P again (an earlier parent)
+    agent, reviewer = world.agent, world.reviewer
+    for rid in "PQR":
+        agent.capture(scope="proj-a", uri=f"https://x.test/{rid}", content=rid.encode(), id=rid)
+        reviewer.accept(rid)
+    agent.propose("proj-a", "x", 1, Kind.INFERENCE, parents=["P", "R"], id="X")
+    reviewer.accept("X")
+    reviewer.revoke("R", reason="r")
+    reviewer.revalidate("X", parents=["Q"])
+    on_q = world.ledger.position
+    reviewer.revoke("Q", reason="q")
+    reviewer.revalidate("X", parents=["P"])
+    on_p = world.ledger.position
+
+    # When X alone is exported, and with its ancestors
+    alone, whole = (
+        json.loads(export_text(reviewer, "prov-json", record="X", ancestors=ancestors))
+        for ancestors in (False, True)
+    )
+
+    # Then both name X's current basis, P again since the second revalidation
+    def derived(prov: dict[str, Any]) -> set[tuple[str, str, str]]:
+        return {
+            (d["prov:generatedEntity"], d["prov:usedEntity"], d["prov:activity"])
+            for d in _relations(prov, "wasDerivedFrom")
+        }
+
+    assert (f"basis:X.{on_p}", "rec:P", f"act:revalidate-{on_p}") in derived(alone)
+    assert (f"basis:X.{on_q}", "rec:Q", f"act:revalidate-{on_q}") in derived(alone)
+    assert derived(alone) == derived(whole)

@@ -474,6 +474,11 @@ def test_a_call_giving_a_name_twice_is_a_parse_error_as_over_stdio(tmp_path: Any
                 },
             }
             assert led.position == before
+            # (but a body the SDK's checks of the headers refuse is refused so first,
+            # unread: a web page's text/plain form, say)
+            plain = {**headers, "Content-Type": "text/plain"}
+            r = httpx.post(f"{base}/mcp", content=body, headers=plain, timeout=30)
+            assert (r.status_code, r.text) == (400, "Invalid Content-Type header")
             # and the same call giving it once is served
             once = body.replace('"parents":["E1"],', "")
             r = httpx.post(f"{base}/mcp", content=once, headers=headers, timeout=30)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -716,6 +717,33 @@ def test_a_ledger_file_removed_or_replaced_under_a_process_takes_no_more_writes(
     elif how == "replaced":
         with Ledger.open(f"sqlite:///{path}", create=False) as there:
             assert there.position == positions["other"]
+
+
+def test_a_ledger_opened_read_only_reads_no_file_moved_into_its_place(tmp_path: Path) -> None:
+    # Given a ledger where K1 is accepted, a copy of it from before, and the
+    # ledger opened read-only (an auditor's process), having read K1
+    path = tmp_path / "ledger.db"
+    with Ledger.open(f"sqlite:///{path}") as led:
+        admin = led.admin()
+        admin.grant("agent-1", scope="proj-a", roles=["propose", "read"])
+        admin.grant("boss", scope="proj-a", roles=["approve", "read"])
+        token = admin.issue_token("agent-1")
+        agent = led.authenticate(token)
+        agent.propose("proj-a", "k", 1, Kind.FACT, id="K1")
+        shutil.copy(path, tmp_path / "before.db")
+        led.authenticate(admin.issue_token("boss")).accept("K1")
+    read_only = Ledger.open(f"sqlite:///{path}?mode=ro")
+    try:
+        reader = read_only.authenticate(token)
+        assert reader.read("proj-a", "k").outcome == "FOUND"
+        # When the copy from before is moved into the ledger's place
+        os.replace(tmp_path / "before.db", path)
+        time.sleep(FILE_CHECK_EVERY)
+        # Then its next read is refused, not answered from the file it had open
+        with pytest.raises(StorageError, match=r"was replaced by another file.*nor reads it"):
+            reader.read("proj-a", "k")
+    finally:
+        read_only.close()
 
 
 def _read_into(session: Session, failed: list[BaseException]) -> None:

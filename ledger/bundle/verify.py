@@ -374,6 +374,7 @@ def _verify_archive(
     if manifest.get("key_id") != kid:
         problems.append("public_key.pem is not the key the manifest names: it was replaced")
     _check_files(members, manifest, problems)
+    _check_names_once(members, problems)
     _check_signature(
         key,
         _MANIFEST_CONTEXT + members["manifest.json"],
@@ -439,6 +440,30 @@ def _check_files(members: dict[str, bytes], manifest: dict[str, Any], problems: 
             problems.append(f"{name} was altered: its SHA-256 does not match the manifest")
     for name in sorted(set(members) - set(listed) - {"manifest.json", "manifest.sig"}):
         problems.append(f"{name} is not listed in the manifest: it was added")
+
+
+def _check_names_once(members: dict[str, bytes], problems: list[str]) -> None:
+    """Each JSON file gives each name once in every object: one given twice is read
+    here as its last value, and a reader keeping the first (as some do) would read
+    another document than the one checked (a forged ``records`` before the real)."""
+    for name in ("manifest.json", "prov.json", "head.json"):
+        twice: list[str] = []
+
+        def pairs(items: list[tuple[str, Any]], twice: list[str] = twice) -> dict[str, Any]:
+            names = [key for key, _ in items]
+            twice.extend(key for i, key in enumerate(names) if key in names[:i])
+            return dict(items)
+
+        try:
+            json.loads(members.get(name, b"{}"), object_pairs_hook=pairs)
+        except (ValueError, RecursionError):
+            continue  # (named by the checks that read it)
+        if twice:
+            problems.append(
+                f"{name} gives the name {twice[0][:40]!r} twice in one object: a reader "
+                "keeping the first value would read another document (the writer never "
+                "does so)"
+            )
 
 
 #: The files every bundle holds (its events' bytes besides).

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from time import monotonic
 from typing import Any, TypeVar
-from urllib.parse import quote
+from urllib.parse import quote, unquote, urlsplit
 from uuid import UUID
 
 from eventsourcing.persistence import InterfaceError, Notification
@@ -92,15 +92,19 @@ class LedgerSQLitePool(SQLiteConnectionPool):
     names that file: a file removed or replaced under a running process would take
     its later writes with it, or leave them in a new, empty database."""
 
-    #: The ledger file's absolute path and (device, inode), once first opened.
+    #: The ledger file's absolute path and (device, inode), once first opened
+    #: read-write (its later connections open that path read-write only).
     opened: tuple[str, int, int] | None = None
+    #: The same of the file first opened, read-write or read-only: what
+    #: :meth:`check_same_file` holds the path to.
+    watched: tuple[str, int, int] | None = None
 
     def check_same_file(self) -> None:
         """Raise ``sqlite3.OperationalError`` if the ledger's path no longer names the
         file this pool opened (removed, moved away, or replaced by another file)."""
-        if self.opened is None:
+        if self.watched is None:
             return
-        path, device, inode = self.opened
+        path, device, inode = self.watched
         try:
             found = os.stat(path)
         except FileNotFoundError:
@@ -146,9 +150,11 @@ class LedgerSQLitePool(SQLiteConnectionPool):
                 self.journal_mode_was_changed_to_wal = True
             self.is_journal_mode_wal = True
         c.row_factory = sqlite3.Row
-        if self.opened is None and not self.is_sqlite_memory_mode and not read_only:
-            found = os.stat(self.db_name)
-            self.opened = (os.path.abspath(self.db_name), found.st_dev, found.st_ino)
+        if self.watched is None and not self.is_sqlite_memory_mode:
+            path = unquote(urlsplit(self.db_name).path) if read_only else self.db_name
+            found = os.stat(path)
+            self.watched = (os.path.abspath(path), found.st_dev, found.st_ino)
+            self.opened = None if read_only else self.watched
         return SQLiteConnection(sqlite_conn=c, max_age=self.max_age)
 
 

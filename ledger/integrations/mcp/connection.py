@@ -16,7 +16,11 @@ import anyio
 import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
+from mcp.server.transport_security import (
+    DEFAULT_MAX_REQUEST_BODY_SIZE,
+    TransportSecurityMiddleware,
+    TransportSecuritySettings,
+)
 from mcp_types import PARSE_ERROR, UNSUPPORTED_PROTOCOL_VERSION
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.datastructures import Headers
@@ -370,19 +374,21 @@ def sessions_only(app: Any, security: TransportSecuritySettings | None) -> Any:
     ``security``: the server's checks of ``Host`` and ``Origin`` (against DNS
     rebinding), made first, as the SDK makes them before any other answer."""
     checks = TransportSecurityMiddleware(security)
-    app = names_once(app)
+    once = names_once(app)
 
     async def serving(scope: Any, receive: Any, send: Any) -> None:
         version = (
             Headers(scope=scope).get("mcp-protocol-version") if scope["type"] == "http" else None
         )
-        if version is None or version in HANDSHAKE_PROTOCOL_VERSIONS:
-            await app(scope, receive, send)
-            return
         post = scope.get("method") == "POST"
-        refused = await checks.validate_request(Request(scope, receive), is_post=post)
-        if refused is not None:
-            await refused(scope, receive, send)
+        if post or (version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS):
+            # The SDK's checks of the headers first, before any body is read.
+            refused = await checks.validate_request(Request(scope, receive), is_post=post)
+            if refused is not None:
+                await refused(scope, receive, send)
+                return
+        if version is None or version in HANDSHAKE_PROTOCOL_VERSIONS:
+            await once(scope, receive, send)
             return
         request_id = await _request_id(receive) if post else None
         latest = HANDSHAKE_PROTOCOL_VERSIONS[-1]
@@ -424,21 +430,24 @@ def names_once(app: Any) -> Any:
     name twice in one object answered HTTP 400 with a JSON-RPC parse error naming
     it, as over stdio (the SDK would keep the last value silently: a ``parents``
     given twice, the second empty, would lose the first). The body, read whole as
-    the SDK reads it, is then passed on as it came."""
+    the SDK reads it (up to the SDK's limit: a larger one is passed on, for the SDK
+    to refuse), is then passed on as it came."""
 
     async def once(scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope.get("method") != "POST":
             await app(scope, receive, send)
             return
-        parts, message = [], {"more_body": True}
-        while message.get("more_body", False):
+        parts, message, size = [], {"more_body": True}, 0
+        while message.get("more_body", False) and size <= DEFAULT_MAX_REQUEST_BODY_SIZE:
             message = await receive()
             if message.get("type") != "http.request":  # the client went away
                 await app(scope, receive, send)
                 return
             parts.append(message.get("body", b""))
+            size += len(parts[-1])
         body = b"".join(parts)
-        line = body.decode("utf-8", "surrogateescape")
+        whole = not message.get("more_body", False)  # (else over the limit: the SDK's 413)
+        line = body.decode("utf-8", "surrogateescape") if whole else ""
         if (twice := given_twice(line)) is not None:
             error = {"code": PARSE_ERROR, "message": twice_message(twice)}
             answer = JSONResponse({"jsonrpc": "2.0", "id": request_id(line), "error": error}, 400)
@@ -451,7 +460,7 @@ def names_once(app: Any) -> Any:
             if given:
                 return await receive()
             given = True
-            return {"type": "http.request", "body": body, "more_body": False}
+            return {"type": "http.request", "body": body, "more_body": not whole}
 
         await app(scope, again, send)
 

@@ -142,7 +142,7 @@ class _Lines(anyio.AsyncFile[str]):
     async def readline(self) -> str:
         line = await self._readline()
         name = given_twice(line)
-        return line if name is None else f"{_TWICE}{json.dumps(name)}\x00{line}"
+        return line if name is None else f"{_TWICE}{json.dumps(name)}\n{line}"
 
     async def _readline(self) -> str:
         stopping = self._stopping
@@ -175,9 +175,10 @@ def strict_stdin(stopping: Stopping | None = None) -> anyio.AsyncFile[str]:
 
 
 #: What begins a line :class:`_Lines` gives in place of one whose objects give a
-#: name twice (the name as JSON, a NUL, then the line): no JSON, so the SDK's
-#: parser refuses it, and :func:`error_for` says why.
-_TWICE = "\x00given twice:"
+#: name twice (then the name as JSON, a line end, and the line): no JSON, so the
+#: SDK's parser refuses it, and :func:`error_for` says why. No line a client sends
+#: begins so: a line read holds a line end only at its end.
+_TWICE = "\ngiven twice:"
 
 
 def given_twice(line: str) -> str | None:
@@ -282,7 +283,7 @@ def error_for(exc: ValidationError) -> types.JSONRPCError:
                 ),
             )
         if isinstance(given, str) and given.startswith(_TWICE):
-            name, _, line = given.removeprefix(_TWICE).partition("\x00")
+            name, _, line = given.removeprefix(_TWICE).partition("\n")
             return types.JSONRPCError(
                 jsonrpc="2.0",
                 id=request_id(line),
