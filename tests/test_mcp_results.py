@@ -405,3 +405,27 @@ async def test_the_instructions_and_schemas_give_the_echo_limit_as_its_value(
     assert f"than {ECHOED_VALUE_BYTES} bytes of JSON" in INSTRUCTIONS
     page = " ".join(desk.schemas["list_records"]["description"].split())
     assert "absent on the last page" in page
+
+
+async def test_a_record_delivered_many_times_lists_its_most_recent_deliveries(
+    desk: Desk,
+) -> None:
+    # Given a report accepted and delivered 25 times
+    agent, courier = desk.session("agent-1"), desk.session("courier")
+    agent.propose(
+        scope=SCOPE, claim_key=CLAIM, value=1, kind=Kind.REPORT, id="R1",
+        accepted_by=desk.session("reviewer"),
+    )  # fmt: skip
+    for n in range(25):
+        courier.deliver("R1", recipient=f"c{n}@example.com")
+    # When an agent reads it and gets it
+    async with desk.client("agent-1") as agent_client:
+        read = await desk.call(agent_client, "read_memory", scope=SCOPE, claim_key=CLAIM)
+        got = await desk.call(agent_client, "get_record", record_id="R1")
+    # Then each lists the 10 most recent deliveries, oldest of them first, and counts all
+    for record in (read["records"][0], got):
+        assert record["deliveries_count"] == 25
+        listed = [d["recipient"] for d in record["deliveries"]]
+        assert listed == [f"c{n}@example.com" for n in range(15, 25)]
+    # (the library's view keeps every one)
+    assert len(agent.get("R1").deliveries) == 25

@@ -81,6 +81,11 @@ RECORD_URI = "provledger://record/{record_id}"
 #: JSON would pass :data:`~ledger.answers.MAX_ANSWER_BYTES`); the outcome counts all.
 USABLE_LISTED = 100
 
+#: The most deliveries of a record a result lists, the most recent (a report sent
+#: to every customer is delivered thousands of times: each read of it would fill
+#: a model's context); ``deliveries_count`` counts them all.
+DELIVERIES_LISTED = 10
+
 #: The largest value, in bytes of compact JSON, a write tool's result carries: a
 #: larger one is given by its size and hash (the caller sent it; get_record shows it).
 ECHOED_VALUE_BYTES = 1024
@@ -132,7 +137,18 @@ class _RecordTail(TypedDict):
             Field(description="Why it was rejected or revoked; STALE: why `cause` was."),
         ]
     ]
-    deliveries: NotRequired[list[dict[str, Any]]]
+    deliveries: NotRequired[
+        Annotated[
+            list[dict[str, Any]],
+            Field(description="Its deliveries, the most recent 10 at most, oldest of them first."),
+        ]
+    ]
+    deliveries_count: NotRequired[
+        Annotated[
+            int,
+            Field(description="How many deliveries it has, when more than 10 (those listed)."),
+        ]
+    ]
     position: Annotated[int, Field(description="Log position of its latest change.")]
     supersedes: NotRequired[
         Annotated[str, Field(description="The record it was proposed to replace.")]
@@ -332,7 +348,14 @@ def _pruned(data: dict[str, Any]) -> dict[str, Any]:
 
 def record_out(view: RecordView) -> RecordOut:
     """A record view as the JSON the tools and the resource return: null and empty
-    fields left out (:func:`_pruned`)."""
+    fields left out (:func:`_pruned`), and its most recent
+    :data:`DELIVERIES_LISTED` deliveries only, with ``deliveries_count``."""
+    if len(view.deliveries) > DELIVERIES_LISTED:
+        data = json_safe(
+            record_json(dataclasses.replace(view, deliveries=view.deliveries[-DELIVERIES_LISTED:]))
+        )
+        data["deliveries_count"] = len(view.deliveries)
+        return cast(RecordOut, _pruned(data))
     return cast(RecordOut, _pruned(json_safe(record_json(view))))
 
 
