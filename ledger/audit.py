@@ -9,7 +9,6 @@ from contextlib import closing
 from datetime import datetime
 from itertools import islice
 from typing import Any
-from uuid import UUID
 
 from eventsourcing.utils import get_topic
 
@@ -122,7 +121,6 @@ def _history_events(
     caller: Caller, record: str | None, type: str | None, first: int, last: int
 ) -> Generator[AuditEvent, None, None]:
     engine = caller.engine
-    d = engine.dialect
     prefix = _RECORD_TOPIC + "."
     with caller.reading() as c:
 
@@ -155,22 +153,24 @@ def _history_events(
             notes = engine.recorder.record_events(c, row, record)
         else:
             notes = log()
-        records: dict[Any, tuple[str, bool]] = {}  # aggregate id -> (record id, may audit)
-        for note in notes:
-            if note.id < first or not note.topic.startswith(prefix):
-                continue
-            if note.id > last:
-                break
-            if type is not None and note.topic[len(prefix) :] != type:
-                continue
-            if note.originator_id not in records:
-                oid = UUID(str(note.originator_id))
-                found = engine.recorder.record_ids(c, (oid,))
-                rid = validity_view.record_id_in(found, oid, note.id)
-                scope = validity_view.existing(c, d, rid)["scope"]
-                records[note.originator_id] = (rid, Role.AUDIT.value in caller.roles(c, scope))
-            rid, allowed = records[note.originator_id]
-            if allowed:
+        # aggregate id -> (record id, may audit), or the error its first event meets
+        records: dict[Any, tuple[str, bool] | CorruptEventError] = {}
+        for batch, failure in _batches(notes):
+            wanted = [
+                note
+                for note in batch
+                if first <= note.id <= last
+                and note.topic.startswith(prefix)
+                and (type is None or note.topic[len(prefix) :] == type)
+            ]
+            _learn(caller, c, wanted, records)
+            for note in wanted:
+                known = records[note.originator_id]
+                if isinstance(known, CorruptEventError):
+                    raise known
+                rid, allowed = known
+                if not allowed:
+                    continue
                 event = engine.projector.decode(note)
                 details = {k: v for k, v in vars(event).items() if k not in _PLUMBING}
                 named = redaction.event_dependencies(details)
@@ -185,6 +185,58 @@ def _history_events(
                     actor=actor,
                     details={"record_id": names.get(rid, rid), **details},
                 )
+            if failure is not None:
+                raise failure
+            if batch and batch[-1].id > last:
+                return
+
+
+def _batches(notes: Iterable[Any]) -> Iterator[tuple[list[Any], Exception | None]]:
+    """``notes`` :data:`_HISTORY_BATCH` at a time, each with the error reading on
+    met, if any (the notes read before it are still shown, then it is raised)."""
+    it = iter(notes)
+    while True:
+        batch: list[Any] = []
+        try:
+            batch.extend(islice(it, _HISTORY_BATCH))
+        except Exception as exc:  # raised once what was read before it is shown
+            yield batch, exc
+            return
+        yield batch, None
+        if len(batch) < _HISTORY_BATCH:
+            return
+
+
+def _learn(
+    caller: Caller,
+    c: Cursor,
+    notes: list[Any],
+    records: dict[Any, tuple[str, bool] | CorruptEventError],
+) -> None:
+    """Add to ``records`` the record and whether the caller may audit it of each
+    aggregate ``notes`` name that it lacks: one query for their record ids and one
+    for their rows, not three a record (a history over a scope holding little of a
+    large log looked each record up alone). What its first event cannot be told
+    of is kept as the error that event meets (:func:`validity_view.record_id_in`,
+    :func:`validity_view.existing`)."""
+    first_at: dict[Any, int] = {}
+    for note in notes:
+        if note.originator_id not in records:
+            first_at.setdefault(note.originator_id, note.id)
+    if not first_at:
+        return
+    engine, d = caller.engine, caller.engine.dialect
+    # (a notification's originator id is a UUID already)
+    found = engine.recorder.record_ids(c, first_at)
+    rows = validity_view.current_many(c, d, set(found.values()), values=False)
+    for originator, position in first_at.items():
+        try:
+            rid = validity_view.record_id_in(found, originator, position)
+            row = rows.get(rid) or validity_view.existing(c, d, rid)  # (which raises)
+        except CorruptEventError as exc:
+            records[originator] = exc
+            continue
+        records[originator] = (rid, Role.AUDIT.value in caller.roles(c, row["scope"]))
 
 
 def _digest(against: LogDigest | str) -> LogDigest:
