@@ -588,6 +588,11 @@ def test_a_decision_sent_twice_at_once_is_told_on_the_page_the_browser_shows(des
     # but another page, or the page once the moment has passed, tells nothing again
     assert _messages(client.get("/").text) == []
     assert _messages(client.get("/records/M2").text) == []
+    # nor does the page of a form sent once, opened again at once (its answer seen)
+    desk.agent.propose(scope="proj-a", claim_key="x.once", value=1, kind=Kind.FACT, id="X1")
+    client.post("/records/X1/reject", data={"csrf": csrf, "reason": "no", "next": "/records/X1"})
+    assert _messages(client.get("/records/X1").text) == [("status", "Rejected X1.")]
+    assert _messages(client.get("/records/X1").text) == []
 
 
 def test_a_decision_sent_twice_shows_what_the_first_did_not_a_refusal(desk: Desk) -> None:

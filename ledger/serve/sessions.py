@@ -81,6 +81,8 @@ class ConsoleSession:
     flashes: list[tuple[str, str]] = field(default_factory=list)
     #: The page the last messages were shown on, when, and they (see take_flashes).
     shown: tuple[str, float, list[tuple[str, str]]] | None = field(default=None, repr=False)
+    #: Forms answered (redirected) whose answer no page has shown yet.
+    unseen: int = 0
     #: The last form the ledger refused, to be given back on the next page.
     refused: Refused | None = field(default=None, repr=False)
     #: The CSRF tokens of this browser's earlier sessions, newest first.
@@ -107,23 +109,30 @@ class ConsoleSession:
 
     def take_flashes(self, page: str) -> list[tuple[str, str]]:
         """The messages to show now on ``page`` (its path and query), then forgotten.
-        With none new, the page asked for next after showing some, if it is the same
-        page and less than :data:`RESHOWN` seconds later, shows them once more: a
-        form sent twice (a double click) is answered by two redirects to one page,
-        and the browser shows the second, abandoning the first, which took the
-        messages of both."""
+        With none new, the page asked for next after showing some shows them once
+        more if it is the same page, less than :data:`RESHOWN` seconds later, and
+        a form's answer is still unseen: a form sent twice (a double click) is
+        answered by two redirects to one page, and the browser shows the second,
+        abandoning the first, which took the messages of both. (A page opened
+        again after its form's answer was seen shows nothing again.)"""
         out, self.flashes = self.flashes, []
         now, shown, self.shown = time.monotonic(), self.shown, None
         if out:
             self.shown = (page, now, out)
-        elif shown is not None and shown[0] == page and now - shown[1] < RESHOWN:
+        elif (
+            shown is not None and self.unseen > 0 and shown[0] == page and now - shown[1] < RESHOWN
+        ):
             out = shown[2]
+        if out:
+            self.unseen = max(0, self.unseen - 1)
         return out
 
     def results(self) -> None:
         """Mark the messages waiting to be shown as saying what a form just did
-        (:class:`Result`): the next page moves the focus to them."""
+        (:class:`Result`): the next page moves the focus to them; one more form's
+        answer is unseen (:meth:`take_flashes`)."""
         self.flashes = [(kind, Result(message)) for kind, message in self.flashes]
+        self.unseen += 1
 
     def deciding(self, decision: str) -> _Sent:
         """The session's note of ``decision`` (``"accept M1"``), made if new: its
