@@ -139,11 +139,12 @@ class LedgerServer(MCPServer[Connections]):
             return
         held = await anyio.to_thread.run_sync(self._held or frozenset)
         now = frozenset(name for name, role in self._needs.items() if role in held)
-        if now != shown:
+        if now != shown:  # told as far as it can be: a call is never failed for it
             listed[key] = now
             with suppress(Exception):  # a client gone, or of a later protocol
                 await context.request_context.session.send_tool_list_changed()
-            await context.notify_tools_changed()  # (listeners, on the later protocols)
+            with suppress(Exception):  # its listeners, on the later protocols
+                await context.notify_tools_changed()
 
     async def list_tools(self) -> list[MCPTool]:
         """Every tool the principal may use now (the approval tools only while it
