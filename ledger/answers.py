@@ -29,9 +29,11 @@ MAX_ANSWER_BYTES = 4 * 1024 * 1024
 _CHUNK = 32
 
 
-def size_of(view: RecordView) -> int:
-    """The bytes of a record's JSON (as the answers write it)."""
-    return len(json.dumps(json_safe(record_json(view)), ensure_ascii=False).encode())
+def size_of(view: RecordView, deliveries_listed: int | None = None) -> int:
+    """The bytes of a record's JSON as the answers write it, with at most
+    ``deliveries_listed`` of its deliveries (:func:`~ledger.jsonable.record_json`)."""
+    data = json_safe(record_json(view, deliveries_listed))
+    return len(json.dumps(data, ensure_ascii=False).encode())
 
 
 def page_within(
@@ -41,10 +43,12 @@ def page_within(
     after: str | None,
     filters: dict[str, Any],
     budget: int = MAX_ANSWER_BYTES,
+    deliveries_listed: int | None = None,
 ) -> tuple[RecordView, ...]:
     """``session.records(scope, limit=limit, after=after, **filters)``, stopped
     before the record that would take the page past ``budget`` bytes (the first
-    record always stays, so paging moves on), read ``_CHUNK`` records at a time."""
+    record always stays, so paging moves on), read ``_CHUNK`` records at a time;
+    each record sized with at most ``deliveries_listed`` deliveries, as it is sent."""
     page: list[RecordView] = []
     size = 0
     cursor = after
@@ -52,7 +56,7 @@ def page_within(
         want = min(_CHUNK, limit - len(page))
         chunk = session.records(scope, limit=want, after=cursor, **filters)
         for view in chunk:
-            size += size_of(view)
+            size += size_of(view, deliveries_listed)
             if size > budget and page:
                 return tuple(page)
             page.append(view)
@@ -68,21 +72,23 @@ def explanation_within(
     claim_key: str,
     limit: int,
     budget: int = MAX_ANSWER_BYTES,
+    deliveries_listed: int | None = None,
     **asked: Any,
 ) -> tuple[Explanation, int]:
     """``session.explain(scope, claim_key, limit=…, **asked)`` with as many of the
     unusable records (at most ``limit``, at least one) as fit in ``budget`` bytes
-    beside the usable ones; and that limit. Asked with a growing limit, so what
-    is held stays near the budget."""
+    beside the usable ones, each sized with at most ``deliveries_listed``
+    deliveries; and that limit. Asked with a growing limit, so what is held stays
+    near the budget."""
     step = min(32, limit)
     while True:
         result = session.explain(scope, claim_key, limit=step, **asked)
-        size = sum(size_of(e.record) for e in result.entries if e.usable)
+        size = sum(size_of(e.record, deliveries_listed) for e in result.entries if e.usable)
         fitting = 0
         for entry in result.entries:
             if entry.usable:
                 continue
-            size += size_of(entry.record)
+            size += size_of(entry.record, deliveries_listed)
             if size > budget and fitting:
                 return session.explain(scope, claim_key, limit=fitting, **asked), fitting
             fitting += 1

@@ -4,6 +4,7 @@ JSON (the command line's ``--json``, the HTTP API, the MCP server)."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import math
 from collections.abc import Mapping
@@ -49,12 +50,24 @@ def json_safe(data: Any) -> Any:
     return data
 
 
-def record_json(record: RecordView) -> dict[str, Any]:
-    """A record as JSON: every field, plus ``undeclared`` and each delivery's ``state``."""
+def record_json(record: RecordView, deliveries_listed: int | None = None) -> dict[str, Any]:
+    """A record as JSON: every field, plus ``undeclared`` and each delivery's ``state``.
+
+    With ``deliveries_listed``, only that many of its deliveries, the most recent
+    (the oldest of them first), and ``deliveries_count`` counting them all: a report
+    sent to every customer is delivered thousands of times, and each answer naming
+    it would otherwise carry every delivery."""
+    count = len(record.deliveries)
+    if deliveries_listed is not None and count > deliveries_listed:
+        record = dataclasses.replace(
+            record, deliveries=record.deliveries[count - deliveries_listed :]
+        )
     out: dict[str, Any] = plain(record)
     out["undeclared"] = list(record.undeclared)
     for delivery, data in zip(record.deliveries, out["deliveries"], strict=True):
         data["state"] = delivery.state
+    if deliveries_listed is not None:
+        out["deliveries_count"] = count
     return out
 
 
@@ -77,11 +90,14 @@ def capped_revocation(rev: Revocation, listed: int, rest: str) -> dict[str, Any]
     }
 
 
-def capped_explanation(result: Explanation, rest: str) -> dict[str, Any]:
+def capped_explanation(
+    result: Explanation, rest: str, deliveries_listed: int | None = None
+) -> dict[str, Any]:
     """An explanation asked with a ``limit``, as a network answer: its entries
-    (every usable record and the others shown), how many records it left out
-    (``omitted``), and when some were a ``note`` ending with ``rest`` (how to
-    see them)."""
+    (every usable record and the others shown, each with at most
+    ``deliveries_listed`` deliveries: see :func:`record_json`), how many records
+    it left out (``omitted``), and when some were a ``note`` ending with ``rest``
+    (how to see them)."""
     note = None
     if result.omitted:
         note = (
@@ -94,7 +110,11 @@ def capped_explanation(result: Explanation, rest: str) -> dict[str, Any]:
         "claim_key": result.claim_key,
         "at": result.at.isoformat(),
         "entries": [
-            {"record": record_json(e.record), "usable": e.usable, "reasons": list(e.reasons)}
+            {
+                "record": record_json(e.record, deliveries_listed),
+                "usable": e.usable,
+                "reasons": list(e.reasons),
+            }
             for e in result.entries
         ],
         "omitted": result.omitted,

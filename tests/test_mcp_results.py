@@ -422,8 +422,11 @@ async def test_a_record_delivered_many_times_lists_its_most_recent_deliveries(
     async with desk.client("agent-1") as agent_client:
         read = await desk.call(agent_client, "read_memory", scope=SCOPE, claim_key=CLAIM)
         got = await desk.call(agent_client, "get_record", record_id="R1")
+        why = await desk.call(agent_client, "explain_memory", scope=SCOPE, claim_key=CLAIM)
+        listed = await desk.call(agent_client, "list_records", scope=SCOPE)
     # Then each lists the 10 most recent deliveries, oldest of them first, and counts all
-    for record in (read["records"][0], got):
+    explained = why["entries"][0]["record"]
+    for record in (read["records"][0], got, explained, listed["records"][0]):
         assert record["deliveries_count"] == 25
         listed = [d["recipient"] for d in record["deliveries"]]
         assert listed == [f"c{n}@example.com" for n in range(15, 25)]

@@ -260,6 +260,64 @@ def test_getting_a_record_shows_status_validity_and_deliveries(served: Served) -
     assert body["deliveries"][0]["state"] == "DELIVERED"
 
 
+def test_a_record_delivered_many_times_lists_its_latest_and_pages_through_every_one(
+    served: Served,
+) -> None:
+    # Given R1 delivered once (by _seed) and 149 more times
+    _seed(served)
+    courier = served.ledger.authenticate(served.tokens["reviewer"])
+    for n in range(1, 150):
+        courier.deliver("R1", recipient=f"c{n}@x.test")
+    everyone = ["ops@x.test", *(f"c{n}@x.test" for n in range(1, 150))]
+    # When it is got, read, explained, audited and drawn
+    got = served.agent.get("/records/{record_id}", record_id="R1").json()
+    query = {"scope": "proj-a", "claim_key": "report.weekly"}
+    read = served.agent.get("/read", params=query).json()["records"][0]
+    explained = served.agent.get("/explain", params=query).json()["entries"][0]["record"]
+    audited = served.reviewer.get("/records/{record_id}/audit", record_id="R1").json()["record"]
+    graph = served.agent.get("/records/{record_id}/graph", record_id="R1").json()
+    drawn = next(node for node in graph["nodes"] if node["id"] == "R1")
+    # Then each lists the 100 most recent deliveries, oldest of them first, and counts all
+    for record in (got, read, explained, audited, drawn):
+        assert record["deliveries_count"] == 150
+        assert [d["recipient"] for d in record["deliveries"]] == everyone[50:]
+    # And a record with few lists them all, with their count
+    m1 = served.agent.get("/records/{record_id}", record_id="M1").json()
+    assert (m1["deliveries"], m1["deliveries_count"]) == ([], 0)
+    # And the deliveries route pages through every one, in the order recorded
+    seen: list[str] = []
+    after: str | None = None
+    pages = 0
+    while True:
+        params = {"limit": "64"} if after is None else {"limit": "64", "after": after}
+        r = served.agent.get("/records/{record_id}/deliveries", record_id="R1", params=params)
+        assert r.status_code == 200, r.text
+        page = r.json()
+        assert (page["record_id"], page["deliveries_count"]) == ("R1", 150)
+        assert {d["state"] for d in page["deliveries"]} == {"DELIVERED"}
+        seen += [d["recipient"] for d in page["deliveries"]]
+        pages += 1
+        after = page["next_after"]
+        if after is None:
+            break
+    assert (seen, pages) == (everyone, 3)
+    # And an `after` that is not one of its deliveries is refused, naming the field
+    r = served.agent.get(
+        "/records/{record_id}/deliveries", record_id="M1", params={"after": page_id(got)}
+    )
+    assert (r.status_code, error_of(r)["field"]) == (422, "after")
+    assert error_of(r)["message"] == f"after {page_id(got)!r} is not a delivery of M1"
+    # And a record the caller cannot see is unknown to it
+    r = served.outsider.get("/records/{record_id}/deliveries", record_id="R1")
+    assert (r.status_code, error_of(r)["type"]) == (404, "UnknownRecordError")
+
+
+def page_id(record: dict[str, Any]) -> str:
+    """The id of a record answer's most recent delivery."""
+    delivery_id: str = record["deliveries"][-1]["delivery_id"]
+    return delivery_id
+
+
 def test_the_audit_trail_lists_every_event_of_a_record(served: Served) -> None:
     _seed(served)
     r = served.reviewer.get("/records/{record_id}/audit", record_id="R1")
@@ -1831,6 +1889,7 @@ def test_the_openapi_document_is_valid_3_1_and_lists_every_route(served: Served)
         ("POST", "/records/{record_id}/revoke"),
         ("POST", "/records/{record_id}/revalidate"),
         ("POST", "/records/{record_id}/deliveries"),
+        ("GET", "/records/{record_id}/deliveries"),  # a record lists its 100 latest
         ("GET", "/read"),
         ("GET", "/explain"),
         ("GET", "/corrections"),

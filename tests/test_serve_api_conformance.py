@@ -409,6 +409,7 @@ def test_every_operation_s_happy_path_answer_matches_its_schema_with_formats_che
     call(reviewer, "POST", "/records/{record_id}/reject", record_id="C2", json={"reason": "no"})
     call(agent, "GET", "/records", params={"scope": "proj-a", "limit": "2"})
     call(agent, "GET", "/records/{record_id}", record_id="R1")
+    call(agent, "GET", "/records/{record_id}/deliveries", record_id="C1", params={"limit": "1"})
     call(reviewer, "GET", "/records/{record_id}/audit", record_id="R1")
     for fmt in ("json", "dot", "mermaid"):
         call(agent, "GET", "/records/{record_id}/graph", record_id="M1", params={"format": fmt})

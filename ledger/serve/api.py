@@ -338,7 +338,10 @@ def list_records(call: Call) -> Response:
         "claim_prefix": call.query_str("claim_prefix", empty=True),
     }
     # At most ``limit``, and stopped before the page passes MAX_ANSWER_BYTES of JSON.
-    views = page_within(session, scope, limit, call.query_str("after"), filters)
+    after = call.query_str("after")
+    views = page_within(
+        session, scope, limit, after, filters, deliveries_listed=payloads.DELIVERIES_LISTED
+    )
     following = next_after(session, scope, views, len(views) or 1, **filters)
     return json_response(payloads.stamped(session, payloads.records_page(views, following)))
 
@@ -347,6 +350,27 @@ def get_record(call: Call) -> Response:
     """One record with its status, validity and deliveries."""
     session = call.session()
     return json_response(payloads.stamped(session, payloads.record(session.get(call.path_id()))))
+
+
+def list_deliveries(call: Call) -> Response:
+    """One page of a record's deliveries, in the order they were recorded (a
+    record's answer lists only its most recent ones)."""
+    session = call.session()
+    limit = call.query_int("limit", minimum=1, maximum=MAX_LIMIT) or 100
+    after = call.query_str("after")
+    view = session.get(call.path_id())
+    deliveries = view.deliveries
+    start = 0
+    if after is not None:
+        start = 1 + next(
+            (i for i, d in enumerate(deliveries) if d.delivery_id == after), len(deliveries)
+        )
+        if start > len(deliveries):
+            raise FieldError("after", f"after {after[:40]!r} is not a delivery of {view.id}")
+    page = deliveries[start : start + limit]
+    following = page[-1].delivery_id if page and start + limit < len(deliveries) else None
+    answer = payloads.deliveries_page(view.id, page, len(deliveries), following)
+    return json_response(payloads.stamped(session, answer))
 
 
 def audit_record(call: Call) -> Response:
@@ -509,6 +533,7 @@ def explain(call: Call) -> Response:
         call.query_str("scope", required=True) or "",
         call.query_str("claim_key", required=True) or "",
         call.query_int("limit", minimum=1, maximum=MAX_LIMIT) or EXPLAINED,
+        deliveries_listed=payloads.DELIVERIES_LISTED,
         at=call.query_time("at"),
         context=_context(call),
         kinds=_kinds(call),
@@ -557,6 +582,7 @@ ROUTES: tuple[tuple[str, str, Handler], ...] = (
     ("POST", "/evidence", capture),
     ("GET", "/records", list_records),
     ("GET", "/records/{record_id}", get_record),
+    ("GET", "/records/{record_id}/deliveries", list_deliveries),
     ("GET", "/records/{record_id}/audit", audit_record),
     ("GET", "/records/{record_id}/graph", graph_record),
     ("POST", "/records/{record_id}/accept", accept),

@@ -24,6 +24,7 @@ from ledger.serve.openapi_schemas import (
     TIME,
     ref,
 )
+from ledger.serve.payloads import DELIVERIES_LISTED
 
 _ERRORS = {
     "401": "No token, or a token that is unknown, revoked or expired.",
@@ -332,6 +333,32 @@ def _paths() -> dict[str, dict[str, Any]]:
             )
         },
         "/records/{record_id}/deliveries": {
+            "get": _op(
+                "A record's deliveries, a page at a time",
+                "200",
+                "DeliveryPage",
+                "401 403 404 422",
+                params=[
+                    _RECORD_ID,
+                    _param(
+                        "limit",
+                        "query",
+                        {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": 100},
+                        "Page size.",
+                    ),
+                    _param(
+                        "after",
+                        "query",
+                        ID,
+                        "The last delivery id of the previous page (422 if it is not one "
+                        "of this record's deliveries).",
+                    ),
+                    *_AS_OF,
+                ],
+                description="Needs `read` in the record's scope. Every delivery, in the "
+                f"order recorded: a record's answer lists its {DELIVERIES_LISTED} most "
+                "recent only, with `deliveries_count`.",
+            ),
             "post": _op(
                 "Record a delivery: a usable record left the system",
                 "201",
@@ -341,12 +368,12 @@ def _paths() -> dict[str, dict[str, Any]]:
                 body="DeliverRequest",
                 description="Needs `deliver` in the record's scope; the record must be "
                 "ACCEPTED and unexpired (409 otherwise). The delivery stays DELIVERED "
-                "whatever happens to the record since: `GET /records/{record_id}` lists it "
-                "under `deliveries`, and `GET /corrections` once it owes a correction. "
+                "whatever happens to the record since: `GET /records/{record_id}/deliveries` "
+                "lists it, and `GET /corrections` once it owes a correction. "
                 "Nothing is sent. A retry whose first answer was lost records a second "
                 "delivery.",
                 location=_DELIVERED,
-            )
+            ),
         },
         "/read": {
             "get": _op(

@@ -13,6 +13,7 @@ from typing import Any
 
 from ledger.domain import Kind, Outcome, Status, Validity
 from ledger.serve.api import MAX_GRAPH_NODES
+from ledger.serve.payloads import DELIVERIES_LISTED
 from ledger.validation import FLAG
 
 
@@ -249,7 +250,18 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             ),
             "cause": nullable(STR),
             "reason": nullable(STR),
-            "deliveries": {"type": "array", "items": ref("Delivery")},
+            "deliveries": {
+                "type": "array",
+                "items": ref("Delivery"),
+                "description": f"Its {DELIVERIES_LISTED} most recent deliveries at most, the "
+                "oldest of them first; `GET /records/{record_id}/deliveries` pages through "
+                "every one.",
+            },
+            "deliveries_count": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "How many deliveries it has, listed or not.",
+            },
             "position": _INT,
             "supersedes": nullable(
                 {"type": "string", "description": "The record this one was proposed to replace."}
@@ -292,6 +304,16 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "next_after": nullable(STR),
         },
         description="One page; pass next_after as `after` for the next (null: last page).",
+    ),
+    "DeliveryPage": _object(
+        {
+            "record_id": STR,
+            "deliveries": {"type": "array", "items": ref("Delivery")},
+            "deliveries_count": {"type": "integer", "minimum": 0},
+            "next_after": nullable(STR),
+        },
+        description="One page of a record's deliveries, in the order they were recorded; "
+        "pass next_after as `after` for the next (null: last page).",
     ),
     "AuditEvent": _object(
         {

@@ -17,11 +17,17 @@ from ledger.session import Session
 from ledger.values import (
     AuditTrail,
     CorrectionDue,
+    Delivery,
     Explanation,
     ReadResult,
     RecordView,
     Revocation,
 )
+
+#: The most deliveries of a record an answer lists, the most recent (a report sent
+#: to every customer is delivered thousands of times); ``deliveries_count`` counts
+#: them all and ``GET /records/{record_id}/deliveries`` pages through every one.
+DELIVERIES_LISTED = 100
 
 
 def moment(session: Session) -> dict[str, Any] | None:
@@ -44,9 +50,23 @@ def stamped(session: Session, data: dict[str, Any]) -> dict[str, Any]:
 
 
 def record(view: RecordView) -> dict[str, Any]:
-    """A record: every field, ``undeclared`` and each delivery's ``state``."""
-    out: dict[str, Any] = record_json(view)
-    return out
+    """A record: every field, ``undeclared``, its :data:`DELIVERIES_LISTED` most
+    recent deliveries with each one's ``state``, and ``deliveries_count``."""
+    return record_json(view, DELIVERIES_LISTED)
+
+
+def deliveries_page(
+    record_id: str, deliveries: Sequence[Delivery], count: int, following: str | None
+) -> dict[str, Any]:
+    """One page of a record's deliveries, in the order they were recorded, with
+    how many it has (``count``) and the ``after`` of the next page (``following``;
+    None on the last)."""
+    return {
+        "record_id": record_id,
+        "deliveries": [{**plain(d), "state": d.state} for d in deliveries],
+        "deliveries_count": count,
+        "next_after": following,
+    }
 
 
 def records_page(views: tuple[RecordView, ...], following: str | None) -> dict[str, Any]:
@@ -76,7 +96,7 @@ def explanation(result: Explanation, maximum: int) -> dict[str, Any]:
         f"Ask again with a larger limit (at most {maximum}), or page through the claim's "
         f"records (with those of keys that begin with it) at <GET /api/v1/records?{more}>."
     )
-    return capped_explanation(result, rest)
+    return capped_explanation(result, rest, DELIVERIES_LISTED)
 
 
 def audit(trail: AuditTrail) -> dict[str, Any]:

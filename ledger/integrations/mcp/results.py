@@ -350,13 +350,10 @@ def record_out(view: RecordView) -> RecordOut:
     """A record view as the JSON the tools and the resource return: null and empty
     fields left out (:func:`_pruned`), and its most recent
     :data:`DELIVERIES_LISTED` deliveries only, with ``deliveries_count``."""
-    if len(view.deliveries) > DELIVERIES_LISTED:
-        data = json_safe(
-            record_json(dataclasses.replace(view, deliveries=view.deliveries[-DELIVERIES_LISTED:]))
-        )
-        data["deliveries_count"] = len(view.deliveries)
-        return cast(RecordOut, _pruned(data))
-    return cast(RecordOut, _pruned(json_safe(record_json(view))))
+    data = json_safe(record_json(view, DELIVERIES_LISTED))
+    if data["deliveries_count"] == len(data["deliveries"]):
+        del data["deliveries_count"]
+    return cast(RecordOut, _pruned(data))
 
 
 def written_out(view: RecordView) -> WrittenOut:
@@ -381,7 +378,7 @@ def usable_listed(
     ``budget``; else at most that many, stopped before the one that would pass
     ``budget`` (the first always stays), a record of each value picked before a
     second of any (a CONFLICT shows the values it is between, as far as they fit)."""
-    sizes = [size_of(view) for view in usable[: USABLE_LISTED + 1]]
+    sizes = [size_of(view, DELIVERIES_LISTED) for view in usable[: USABLE_LISTED + 1]]
     if len(usable) <= USABLE_LISTED and sum(sizes) <= budget:
         return list(usable), sum(sizes)
     seen: set[bytes] = set()
@@ -394,7 +391,7 @@ def usable_listed(
     picked: list[int] = []
     size = 0
     for i in (first + second)[:USABLE_LISTED]:
-        grown = size + (sizes[i] if i < len(sizes) else size_of(usable[i]))
+        grown = size + (sizes[i] if i < len(sizes) else size_of(usable[i], DELIVERIES_LISTED))
         if picked and grown > budget:
             break
         picked.append(i)
@@ -459,9 +456,12 @@ def explain_out(explanation: Explanation) -> ExplainOut:
         "page through the claim's records with list_records "
         f"(claim_prefix={explanation.claim_key!r}; it also lists keys that begin with it)."
     )
-    answer = json_safe(capped_explanation(shown, rest))
+    answer = json_safe(capped_explanation(shown, rest, DELIVERIES_LISTED))
     for entry in answer["entries"]:
-        entry["record"] = _pruned(entry["record"])
+        record = entry["record"]
+        if record["deliveries_count"] == len(record["deliveries"]):
+            del record["deliveries_count"]
+        entry["record"] = _pruned(record)
     omitted, note = answer.pop("omitted"), answer.pop("note")
     left = len(usable) - len(listed)
     if left:

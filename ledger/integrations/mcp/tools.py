@@ -42,6 +42,7 @@ from ledger.integrations.mcp.connection import (
 )
 from ledger.integrations.mcp.hints import superseding, unreadable_read
 from ledger.integrations.mcp.results import (
+    DELIVERIES_LISTED,
     USABLE_LISTED,
     AuditOut,
     DecisionOut,
@@ -345,13 +346,16 @@ def explain_memory(
         # Sized through the session first (the run is shown only what is returned):
         # the unusable records stop before the answer passes MAX_ANSWER_BYTES.
         session = connection.session
-        sized, limit = explanation_within(session, scope, claim_key, limit, **asked)
+        cap = DELIVERIES_LISTED
+        sized, limit = explanation_within(
+            session, scope, claim_key, limit, deliveries_listed=cap, **asked
+        )
         usable = [entry.record for entry in sized.entries if entry.usable]
         _, listed = usable_listed(usable)
-        unlisted = sum(size_of(view) for view in usable) - listed
+        unlisted = sum(size_of(view, cap) for view in usable) - listed
         if unlisted > 0:  # more usable records than are listed: room for others
             budget = MAX_ANSWER_BYTES + unlisted
-            _, limit = explanation_within(session, scope, claim_key, limit, budget, **asked)
+            _, limit = explanation_within(session, scope, claim_key, limit, budget, cap, **asked)
         with connection.acting("explain_memory") as acting:
             return explain_out(acting.explain(scope, claim_key, limit=limit, **asked))
 
@@ -418,7 +422,8 @@ def list_records(
     with as_tool_error(connection.session):
         # Sized through the session first (the run is shown only what is returned):
         # a page stops before its records pass MAX_ANSWER_BYTES of JSON.
-        limit = len(page_within(connection.session, scope, limit, after, filters)) or 1
+        session, cap = connection.session, DELIVERIES_LISTED
+        limit = len(page_within(session, scope, limit, after, filters, deliveries_listed=cap)) or 1
         with connection.acting("list_records") as acting:
             page = acting.records(scope, limit=limit, after=after, **filters)
         # The look past a full page goes through the session: the run was not shown it.
