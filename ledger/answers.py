@@ -12,18 +12,31 @@ what is held stays near the budget however many a page may hold.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ledger.jsonable import json_safe, record_json
-from ledger.values import Explanation, RecordView
+from ledger.serialization import canonical
+from ledger.values import Explanation, Reason, RecordView
 
 if TYPE_CHECKING:
     from ledger.session import Session
 
-__all__ = ["MAX_ANSWER_BYTES", "explanation_within", "page_within", "size_of"]
+__all__ = [
+    "MAX_ANSWER_BYTES",
+    "USABLE_LISTED",
+    "explanation_within",
+    "page_within",
+    "size_of",
+    "usable_listed",
+]
 
 #: The JSON, in bytes, a listing page or an explanation's unusable records stop before.
 MAX_ANSWER_BYTES = 4 * 1024 * 1024
+
+#: The most usable records a read or an explanation served over the network lists (fewer when their
+#: JSON would pass :data:`MAX_ANSWER_BYTES`); the outcome counts all.
+USABLE_LISTED = 100
 
 #: Records read at a time while a page is sized.
 _CHUNK = 32
@@ -81,17 +94,56 @@ def explanation_within(
     deliveries; and that limit. Asked with a growing limit, so what is held stays
     near the budget."""
     step = min(32, limit)
+
+    def entry_size(entry: Reason) -> int:
+        # Its record, and the reasons it is not usable: one per dependency it waits
+        # for, so an entry can be several times its record's size.
+        reasons = json.dumps(list(entry.reasons), ensure_ascii=False).encode()
+        return size_of(entry.record, deliveries_listed) + len(reasons)
+
     while True:
         result = session.explain(scope, claim_key, limit=step, **asked)
-        size = sum(size_of(e.record, deliveries_listed) for e in result.entries if e.usable)
+        size = sum(entry_size(e) for e in result.entries if e.usable)
         fitting = 0
         for entry in result.entries:
             if entry.usable:
                 continue
-            size += size_of(entry.record, deliveries_listed)
+            size += entry_size(entry)
             if size > budget and fitting:
                 return session.explain(scope, claim_key, limit=fitting, **asked), fitting
             fitting += 1
         if step == limit or not result.omitted:
             return result, step
         step = min(step * 4, limit)
+
+
+def usable_listed(
+    usable: Sequence[RecordView],
+    budget: int = MAX_ANSWER_BYTES,
+    deliveries_listed: int | None = None,
+) -> tuple[list[RecordView], int]:
+    """The usable records an answer lists, in their order, and the bytes of their
+    JSON: every one when they are at most :data:`USABLE_LISTED` and fit in
+    ``budget``; else at most that many, stopped before the one that would pass
+    ``budget`` (the first always stays), a record of each value picked before a
+    second of any (a CONFLICT shows the values it is between, as far as they fit).
+    Each is sized with at most ``deliveries_listed`` deliveries, as it is sent."""
+    sizes = [size_of(view, deliveries_listed) for view in usable[: USABLE_LISTED + 1]]
+    if len(usable) <= USABLE_LISTED and sum(sizes) <= budget:
+        return list(usable), sum(sizes)
+    seen: set[bytes] = set()
+    first: list[int] = []
+    second: list[int] = []
+    for i, view in enumerate(usable):
+        value = canonical(view.value)
+        (second if value in seen else first).append(i)
+        seen.add(value)
+    picked: list[int] = []
+    size = 0
+    for i in (first + second)[:USABLE_LISTED]:
+        grown = size + (sizes[i] if i < len(sizes) else size_of(usable[i], deliveries_listed))
+        if picked and grown > budget:
+            break
+        picked.append(i)
+        size = grown
+    return [usable[i] for i in sorted(picked)], size

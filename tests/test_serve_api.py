@@ -27,8 +27,9 @@ from openapi_spec_validator import validate
 from starlette.testclient import TestClient
 
 from ledger import Kind, Ledger
+from ledger.answers import MAX_ANSWER_BYTES, explanation_within
 from ledger.serve import api as api_module
-from ledger.serve import create_app
+from ledger.serve import create_app, payloads
 from ledger.serve.errors import STATUS, status_of
 from tests.conftest import Clock
 from tests.serve_support import DOC, Api, error_of, running
@@ -310,6 +311,64 @@ def test_a_record_delivered_many_times_lists_its_latest_and_pages_through_every_
     # And a record the caller cannot see is unknown to it
     r = served.outsider.get("/records/{record_id}/deliveries", record_id="R1")
     assert (r.status_code, error_of(r)["type"]) == (404, "UnknownRecordError")
+
+
+def test_an_explanation_stops_before_its_entries_and_their_reasons_pass_the_budget(
+    served: Served,
+) -> None:
+    # Given 12 candidate inferences on one claim, each waiting for 300 candidate facts
+    # (a reason per dependency: each entry's reasons are several times its record)
+    agent = served.ledger.authenticate(served.tokens["agent-1"])
+    facts = [f"P{i:04d}" for i in range(300)]
+    for rid in facts:
+        agent.propose(scope="proj-a", claim_key=f"f.{rid}", value=1, kind=Kind.FACT, id=rid)
+    for n in range(12):
+        agent.propose(scope="proj-a", claim_key="wide", value=n, kind=Kind.INFERENCE, parents=facts)
+    # When the entries are fitted into 60,000 bytes, as GET /explain fits them in 4 MiB
+    budget = 60_000
+    result, fitted = explanation_within(agent, "proj-a", "wide", 100, budget)
+    # Then the answer, reasons and all, stays within it, and counts those left out
+    sent = len(json.dumps(payloads.explanation(result, 1000)).encode())
+    assert sent <= budget < sent + 30_000, sent
+    assert (fitted, len(result.entries), result.omitted) == (2, 2, 10)
+    assert len(result.entries[0].reasons) == 301
+
+
+def test_a_read_lists_its_usable_records_within_4_mib_and_counts_the_rest(
+    served: Served,
+) -> None:
+    # Given five accepted records of about 1 MB each, each value its own, and 105
+    # accepted records agreeing on another claim
+    agent = served.ledger.authenticate(served.tokens["agent-1"])
+    reviewer = served.ledger.authenticate(served.tokens["reviewer"])
+    for i in range(5):
+        value = f"{i}" + "h" * 1_000_000
+        agent.propose(
+            scope="proj-a", claim_key="big", value=value, kind=Kind.FACT, accepted_by=reviewer
+        )
+    for _ in range(105):
+        agent.propose(
+            scope="proj-a", claim_key="same", value=50, kind=Kind.FACT, accepted_by=reviewer
+        )
+    # When each is read over HTTP
+    big = served.agent.get("/read", params={"scope": "proj-a", "claim_key": "big"})
+    same = served.agent.get("/read", params={"scope": "proj-a", "claim_key": "same"}).json()
+    # Then as many as fit in 4 MiB are listed and the rest counted; the outcome is
+    # decided on all of them
+    answer = big.json()
+    assert answer["outcome"] == "CONFLICT"
+    assert (len(answer["records"]), answer["omitted"]) == (4, 1)
+    assert len(big.content) <= MAX_ANSWER_BYTES + 4096
+    assert "1 of the 5 usable records of this claim are not listed" in answer["note"]
+    assert "they hold 5 different values" in answer["note"]
+    # And at most 100 are listed however small, the note linking the listing of the rest
+    assert (same["outcome"], same["value"]) == ("FOUND", 50)
+    assert (len(same["records"]), same["omitted"]) == (100, 5)
+    assert "<GET /api/v1/records?scope=proj-a&claim_prefix=same&validity=VALID>" in same["note"]
+    # And an answer that lists every record says nothing left out
+    served.agent.post("/records", json={"scope": "proj-a", "claim_key": "few", "value": 1})
+    few = served.agent.get("/read", params={"scope": "proj-a", "claim_key": "few"}).json()
+    assert (few["outcome"], few["omitted"], few["note"]) == ("MISSING", 0, None)
 
 
 def page_id(record: dict[str, Any]) -> str:

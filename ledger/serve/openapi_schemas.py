@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ledger.answers import USABLE_LISTED
 from ledger.domain import Kind, Outcome, Status, Validity
 from ledger.serve.api import MAX_GRAPH_NODES
 from ledger.serve.payloads import DELIVERIES_LISTED
@@ -356,7 +357,20 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "claim_key": STR,
             "at": TIME,
             "value": _ANY,
-            "records": {"type": "array", "items": ref("Record")},
+            "records": {
+                "type": "array",
+                "items": ref("Record"),
+                "description": f"Its usable records: at most {USABLE_LISTED}, fewer once their "
+                "JSON would pass 4 MiB beside the value, a record of each value before a "
+                "second of any (a CONFLICT shows the values it is between).",
+            },
+            "omitted": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "How many usable records are not listed (the outcome counts "
+                "them all).",
+            },
+            "note": nullable(STR),
         },
         description="FOUND (value is the agreed value), MISSING or CONFLICT.",
     ),

@@ -7,12 +7,21 @@ carry (infinity) the string ``"inf"``/``"-inf"`` (``api.json_response`` applies
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlencode
 
+from ledger.answers import MAX_ANSWER_BYTES, usable_listed
 from ledger.graph import MAX_SERVED_NODES, Subgraph
-from ledger.jsonable import capped_explanation, capped_revocation, plain, record_json
+from ledger.jsonable import (
+    capped_explanation,
+    capped_revocation,
+    json_safe,
+    plain,
+    record_json,
+)
+from ledger.serialization import canonical
 from ledger.session import Session
 from ledger.values import (
     AuditTrail,
@@ -76,14 +85,33 @@ def records_page(views: tuple[RecordView, ...], following: str | None) -> dict[s
 
 
 def read_result(result: ReadResult) -> dict[str, Any]:
-    """A read's outcome, its usable records and the agreed value when FOUND."""
+    """A read's outcome, the agreed value when FOUND, and its usable records as
+    :func:`~ledger.answers.usable_listed` lists them within 4 MiB beside the value;
+    ``omitted`` counts those left out, and ``note`` says where they are."""
+    value = plain(result.value)
+    budget = MAX_ANSWER_BYTES - len(json.dumps(json_safe(value), ensure_ascii=False).encode())
+    usable = result.records
+    listed, _ = usable_listed(usable, budget, DELIVERIES_LISTED)
+    note = None
+    if len(listed) < len(usable):
+        values = len({canonical(view.value) for view in usable})
+        held = f"; they hold {values} different values" if values > 1 else ""
+        more = urlencode({"scope": result.scope, "claim_prefix": result.claim_key})
+        note = (
+            f"{len(usable) - len(listed)} of the {len(usable)} usable records of this claim "
+            f"are not listed (the outcome counts them all{held}). "
+            f"<GET /api/v1/records?{more}&validity=VALID> pages through them (with those "
+            "of keys that begin with it)."
+        )
     return {
         "outcome": str(result.outcome),
         "scope": result.scope,
         "claim_key": result.claim_key,
         "at": result.at.isoformat(),
-        "value": plain(result.value),
-        "records": [record(r) for r in result.records],
+        "value": value,
+        "records": [record(r) for r in listed],
+        "omitted": len(usable) - len(listed),
+        "note": note,
     }
 
 

@@ -28,7 +28,7 @@ from typing import Annotated, Any, NotRequired, cast
 from pydantic import Field
 from typing_extensions import TypedDict  # pydantic needs it on Python < 3.12
 
-from ledger.answers import MAX_ANSWER_BYTES, size_of
+from ledger.answers import MAX_ANSWER_BYTES, USABLE_LISTED, usable_listed
 from ledger.domain import Outcome
 from ledger.graph import MAX_SERVED_NODES
 from ledger.jsonable import (
@@ -70,16 +70,11 @@ __all__ = [
     "record_out",
     "record_uri",
     "revocation_out",
-    "usable_listed",
     "written_out",
 ]
 
 #: The URI template of the record resource.
 RECORD_URI = "provledger://record/{record_id}"
-
-#: The most usable records read_memory and explain_memory list (fewer when their
-#: JSON would pass :data:`~ledger.answers.MAX_ANSWER_BYTES`); the outcome counts all.
-USABLE_LISTED = 100
 
 #: The most deliveries of a record a result lists, the most recent (a report sent
 #: to every customer is delivered thousands of times: each read of it would fill
@@ -370,35 +365,6 @@ def written_out(view: RecordView) -> WrittenOut:
     return cast(WrittenOut, out)
 
 
-def usable_listed(
-    usable: Sequence[RecordView], budget: int = MAX_ANSWER_BYTES
-) -> tuple[list[RecordView], int]:
-    """The usable records an answer lists, in their order, and the bytes of their
-    JSON: every one when they are at most :data:`USABLE_LISTED` and fit in
-    ``budget``; else at most that many, stopped before the one that would pass
-    ``budget`` (the first always stays), a record of each value picked before a
-    second of any (a CONFLICT shows the values it is between, as far as they fit)."""
-    sizes = [size_of(view, DELIVERIES_LISTED) for view in usable[: USABLE_LISTED + 1]]
-    if len(usable) <= USABLE_LISTED and sum(sizes) <= budget:
-        return list(usable), sum(sizes)
-    seen: set[bytes] = set()
-    first: list[int] = []
-    second: list[int] = []
-    for i, view in enumerate(usable):
-        value = canonical(view.value)
-        (second if value in seen else first).append(i)
-        seen.add(value)
-    picked: list[int] = []
-    size = 0
-    for i in (first + second)[:USABLE_LISTED]:
-        grown = size + (sizes[i] if i < len(sizes) else size_of(usable[i], DELIVERIES_LISTED))
-        if picked and grown > budget:
-            break
-        picked.append(i)
-        size = grown
-    return [usable[i] for i in sorted(picked)], size
-
-
 def _usable_note(listed: int, usable: Sequence[RecordView], scope: str, claim_key: str) -> str:
     """What a read or an explanation says of the usable records it left out."""
     values = len({canonical(view.value) for view in usable})
@@ -417,7 +383,7 @@ def read_out(result: ReadResult) -> ReadOut:
     are left out."""
     value = json_safe(plain(result.value))
     budget = MAX_ANSWER_BYTES - len(json.dumps(value, ensure_ascii=False).encode())
-    listed, _ = usable_listed(result.records, budget)
+    listed, _ = usable_listed(result.records, budget, DELIVERIES_LISTED)
     answer: ReadOut = {
         "outcome": str(result.outcome),
         "scope": result.scope,
@@ -447,7 +413,7 @@ def explain_out(explanation: Explanation) -> ExplainOut:
     its usable records as :func:`usable_listed` lists them (``usable_omitted``
     when some are left out); ``omitted`` and ``note`` only when some are."""
     usable = [entry.record for entry in explanation.entries if entry.usable]
-    listed, _ = usable_listed(usable)
+    listed, _ = usable_listed(usable, deliveries_listed=DELIVERIES_LISTED)
     kept = {id(view) for view in listed}
     entries = tuple(e for e in explanation.entries if not e.usable or id(e.record) in kept)
     shown = dataclasses.replace(explanation, entries=entries)

@@ -19,7 +19,13 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
 from pydantic import BeforeValidator, Field
 
-from ledger.answers import MAX_ANSWER_BYTES, explanation_within, page_within, size_of
+from ledger.answers import (
+    MAX_ANSWER_BYTES,
+    explanation_within,
+    page_within,
+    size_of,
+    usable_listed,
+)
 from ledger.domain import Kind, Status, Validity
 from ledger.errors import (
     InvalidInputError,
@@ -59,7 +65,6 @@ from ledger.integrations.mcp.results import (
     record_out,
     record_uri,
     revocation_out,
-    usable_listed,
     written_out,
 )
 from ledger.integrations.mcp.schemas import (
@@ -309,7 +314,7 @@ def read_memory(
 ) -> ReadOut:
     """The ``read_memory`` tool: :meth:`Session.read`, recorded in the run (every
     usable record: the outcome rests on them all), its records listed as
-    :func:`~ledger.integrations.mcp.results.usable_listed` lists them."""
+    :func:`~ledger.answers.usable_listed` lists them."""
     connection = connection_of(ctx)
     with as_tool_error(connection.session), connection.acting("read_memory") as acting:
         return read_out(acting.read(scope, claim_key, at=at, context=context, kinds=kinds))
@@ -351,7 +356,7 @@ def explain_memory(
             session, scope, claim_key, limit, deliveries_listed=cap, **asked
         )
         usable = [entry.record for entry in sized.entries if entry.usable]
-        _, listed = usable_listed(usable)
+        _, listed = usable_listed(usable, deliveries_listed=cap)
         unlisted = sum(size_of(view, cap) for view in usable) - listed
         if unlisted > 0:  # more usable records than are listed: room for others
             budget = MAX_ANSWER_BYTES + unlisted
