@@ -1390,6 +1390,23 @@ def test_a_coded_body_is_415_naming_the_coding_and_writes_nothing(served: Served
         assert r.status_code == 415, r.text
         assert "Content-Encoding 'gzip'" in error_of(r)["message"]
     assert served.ledger.position == before
+    # Codings given in one header, or in several, count alike (the first line alone
+    # was checked: identity, then gzip on a line of its own, was written)
+    for codings in (["identity, gzip"], ["identity", "gzip"], ["gzip", "identity"]):
+        both = [*auth.items(), ("Content-Type", "application/json")]
+        both += [("Content-Encoding", coding) for coding in codings]
+        r = served.client.post("/api/v1/records", content=body.encode(), headers=both)
+        assert r.status_code == 415, codings
+        assert "Content-Encoding 'gzip'" in error_of(r)["message"]
+    # And a Content-Type given twice is refused, whichever comes first
+    for types in (["application/json", "text/plain"], ["text/plain", "application/json"]):
+        twice = [*auth.items(), *(("Content-Type", media) for media in types)]
+        r = served.client.post("/api/v1/records", content=body.encode(), headers=twice)
+        assert r.status_code == 415, types
+        assert error_of(r)["message"] == (
+            f"Content-Type is given 2 times ({', '.join(types)!r}); give it once"
+        )
+    assert served.ledger.position == before
     headers = {**auth, "Content-Type": "application/json", "Content-Encoding": "identity"}
     r = served.client.post("/api/v1/records", content=body.encode(), headers=headers)
     assert r.status_code == 201, r.text

@@ -45,9 +45,15 @@ class MediaTypeError(FieldError):
     415, not parsed."""
 
     def __init__(
-        self, media_type: str, header: str = "Content-Type", charset: str | None = None
+        self,
+        media_type: str,
+        header: str = "Content-Type",
+        charset: str | None = None,
+        given: int = 1,
     ) -> None:
-        if charset is not None:
+        if given > 1:
+            said = f"{header} is given {given} times ({media_type[:80]!r}); give it once"
+        elif charset is not None:
             said = f"the request body is declared in charset {charset[:40]!r}, where it "
             said += "reads otherwise than in UTF-8; this API reads JSON as UTF-8 "
             said += "(charset=utf-8, or none)"
@@ -60,16 +66,23 @@ class MediaTypeError(FieldError):
         super().__init__(header, said)
 
 
-def media_type_of(headers: Mapping[str, str]) -> str | None:
+def media_type_of(headers: Headers) -> str | None:
     """The media type of a request body (``Content-Type`` without parameters,
-    lower case), None when none is given."""
-    value = headers.get("content-type")
-    if value is None:
+    lower case), None when none is given.
+
+    Raises:
+        MediaTypeError: ``Content-Type`` is given more than once (a proxy reading
+            another of them than this server would pass on another body).
+    """
+    given = headers.getlist("content-type")
+    if not given:
         return None
-    return value.split(";", 1)[0].strip().lower()
+    if len(given) > 1:
+        raise MediaTypeError(", ".join(given), given=len(given))
+    return given[0].split(";", 1)[0].strip().lower()
 
 
-def check_json_body(headers: Mapping[str, str], raw: bytes) -> None:
+def check_json_body(headers: Headers, raw: bytes) -> None:
     """Refuse a non-empty body whose ``Content-Type`` is given and is not JSON
     (``application/json`` or ``application/…+json``): a form or ``text/plain``
     body is not read as JSON by guesswork.
@@ -116,16 +129,18 @@ def _charset_of(content_type: str) -> str | None:
     return None
 
 
-def check_uncoded(headers: Mapping[str, str]) -> None:
+def check_uncoded(headers: Headers) -> None:
     """Refuse a body sent coded (a ``Content-Encoding`` but identity, such as gzip):
-    it would be read as it came.
+    it would be read as it came. Every coding counts, whether the codings are
+    given in one header or several (RFC 9110 reads them alike).
 
     Raises:
-        MediaTypeError: naming the coding.
+        MediaTypeError: naming the first coding that is not identity.
     """
-    coding = headers.get("content-encoding", "identity").strip().lower()
-    if coding not in ("", "identity"):
-        raise MediaTypeError(coding, "Content-Encoding")
+    for value in headers.getlist("content-encoding"):
+        for coding in value.split(","):
+            if coding.strip().lower() not in ("", "identity"):
+                raise MediaTypeError(coding.strip().lower(), "Content-Encoding")
 
 
 def bearer_token(headers: Headers) -> str:
