@@ -35,7 +35,7 @@ from langgraph.store.base import (
     SearchOp,
 )
 
-from ledger import Kind, Ledger, Outcome, Session, Status
+from ledger import Kind, Ledger, Outcome, Session, Status, Validity
 from ledger.errors import (
     AccessDeniedError,
     InvalidInputError,
@@ -1619,16 +1619,16 @@ def test_a_put_refused_again_after_the_thread_caught_up_names_the_key_to_get_aga
     store.put(namespace, "a", {"n": 1})
 
     def work(state: State) -> State:
-        # The thread reads a, writes b twice (reading each version back), deletes a:
-        # b rests on a, so b is STALE; the thread follows b to its newer version and
-        # its put is tried once more, and refused for b.
+        # The thread reads a, writes b twice (reading each version back); a reviewer
+        # revokes a: b rests on a, so b is STALE; the thread follows b to its newer
+        # version and its put is tried once more, and refused for b.
         memories = get_store()
         memories.search(namespace)
         memories.put(namespace, "b", {"v": 1})
         memories.search(namespace)
         memories.put(namespace, "b", {"v": 2})
         memories.search(namespace)
-        memories.delete(namespace, "a")
+        principals.reviewer.revoke(current_id(principals.reviewer, "proj-a", "m/a"), "wrong")
         memories.put(namespace, "c", {"v": 1})
         return state
 
@@ -1638,8 +1638,49 @@ def test_a_put_refused_again_after_the_thread_caught_up_names_the_key_to_get_aga
     assert "LangGraph thread 't1' read it earlier in ledger run 'langgraph:t1'" in str(
         refused.value
     )
-    assert "get key 'b' of namespace ('proj-a', 'm') again in this thread" in str(refused.value)
+    assert "key 'b' of namespace ('proj-a', 'm') again in this thread" in str(refused.value)
     assert principals.reviewer.records("proj-a", claim_prefix="m/c") == ()
+
+
+def test_a_thread_s_own_delete_no_more_blocks_its_later_puts_than_its_own_replace(
+    store: LedgerStore, principals: Principals
+) -> None:
+    namespace = ("proj-a", "m")
+    store.put(namespace, "a", {"n": 1})
+
+    def work(state: State) -> State:
+        # The thread reads a, writes a summary resting on it and reads it back (the
+        # usual memory loop), then deletes a: the summary is STALE, by its own change
+        memories = get_store()
+        memories.get(namespace, "a")
+        memories.put(namespace, "summary", {"of": "a"})
+        memories.get(namespace, "summary")
+        memories.delete(namespace, "a")
+        memories.put(namespace, "log", {"t": "done"})
+        return state
+
+    one_node_graph(store, work).invoke({"greeting": ""}, {"configurable": {"thread_id": "t1"}})
+
+    # Then its next put goes through, resting on neither a nor the STALE summary
+    log = principals.reviewer.get(current_id(principals.reviewer, "proj-a", "m/log"))
+    assert (log.status, log.validity, log.observed) == (Status.ACCEPTED, Validity.VALID, ())
+    summary = principals.reviewer.records("proj-a", claim_prefix="m/summary")[0]
+    assert summary.validity == Validity.NEEDS_REVALIDATION  # what the delete did stands
+    # And a delete by someone else still refuses the thread's put until it reads again
+    store.put(namespace, "b", {"n": 2})
+
+    def other(state: State) -> State:
+        memories = get_store()
+        memories.get(namespace, "b")
+        memories.put(namespace, "from_b", {"of": "b"})
+        memories.get(namespace, "from_b")
+        principals.reviewer.revoke(current_id(principals.reviewer, "proj-a", "m/b"), "wrong")
+        memories.put(namespace, "log2", {"t": "done"})
+        return state
+
+    with pytest.raises(InvalidParentError) as refused:
+        one_node_graph(store, other).invoke({"greeting": ""}, {"configurable": {"thread_id": "t2"}})
+    assert "key 'from_b' of namespace ('proj-a', 'm') again in this thread" in str(refused.value)
 
 
 def test_a_thread_refused_for_a_withdrawn_memory_goes_on_once_it_reads_the_key_again(
@@ -2102,14 +2143,14 @@ def test_a_child_forked_while_a_thread_puts_a_key_can_put_it_in_its_own_ledger(
     import os
     import select
 
-    from ledger.integrations.langgraph import store as store_module
+    from ledger.integrations.langgraph.keys import key_lock
 
     # Given a thread of this process in the middle of a put of ("s", "k") (holding
     # that key's lock) when another thread forks
     held, leave = threading.Event(), threading.Event()
 
     def putting() -> None:
-        with store_module._key_lock("s", "user/k"):
+        with key_lock("s", "user/k"):
             held.set()
             leave.wait(30)
 

@@ -15,6 +15,8 @@ as an item only if escaping its decoded parts gives it again.
 from __future__ import annotations
 
 import functools
+import os
+import threading
 import unicodedata
 from collections.abc import Sequence
 from urllib.parse import unquote
@@ -32,6 +34,7 @@ __all__ = [
     "claim_key_of",
     "component",
     "find",
+    "key_lock",
     "labels_of",
     "location",
     "names_a_scope",
@@ -229,3 +232,23 @@ def labels_of(scope: str, depth: int) -> tuple[str, ...] | None:
     except NamespaceLabelError:
         return None
     return labels
+
+
+#: Puts and deletes of one key run one at a time in a process, whatever the store
+#: or thread (under one of these locks, chosen by the key): a delete reads the
+#: versions it revokes, and a put in a thread recovers from a refusal by reading
+#: again. (Which version a put replaces is found under the writers' lock.)
+_KEY_LOCKS = [threading.Lock() for _ in range(64)]
+
+
+def key_lock(scope: str, claim: str) -> threading.Lock:
+    """The lock of a key's puts and deletes in this process (one of 64, by the key)."""
+    return _KEY_LOCKS[hash((scope, claim)) % len(_KEY_LOCKS)]
+
+
+def _new_key_locks() -> None:
+    # In a forked child: a lock a parent's thread held at the fork is never released.
+    _KEY_LOCKS[:] = [threading.Lock() for _ in _KEY_LOCKS]
+
+
+os.register_at_fork(after_in_child=_new_key_locks)

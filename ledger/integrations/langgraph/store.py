@@ -4,8 +4,6 @@ docstring for the mapping, the approval policy and provenance)."""
 from __future__ import annotations
 
 import asyncio
-import os
-import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import nullcontext
@@ -48,6 +46,7 @@ from ledger.integrations.langgraph.keys import (
     checked_location,
     component,
     find,
+    key_lock,
     labels_of,
     location,
     names_a_scope,
@@ -77,23 +76,6 @@ PAGE = 1000
 #: The statuses of a record a delete revokes: every live one (a CANDIDATE only if
 #: the store's own principal proposed it).
 _DELETED = tuple(Status(s) for s in LIVE_STATUSES)
-#: Puts and deletes of one key run one at a time in a process, whatever the store
-#: or thread (under one of these locks, chosen by the key): a delete reads the
-#: versions it revokes, and a put in a thread recovers from a refusal by reading
-#: again. (Which version a put replaces is found under the writers' lock.)
-_KEY_LOCKS = [threading.Lock() for _ in range(64)]
-
-
-def _key_lock(scope: str, claim: str) -> threading.Lock:
-    return _KEY_LOCKS[hash((scope, claim)) % len(_KEY_LOCKS)]
-
-
-def _new_key_locks() -> None:
-    # In a forked child: a lock a parent's thread held at the fork is never released.
-    _KEY_LOCKS[:] = [threading.Lock() for _ in _KEY_LOCKS]
-
-
-os.register_at_fork(after_in_child=_new_key_locks)
 
 
 class LedgerStore(BaseStore):
@@ -526,13 +508,14 @@ class LedgerStore(BaseStore):
         if located is None:
             return  # a delete of what cannot be stored (a put of it was refused)
         scope, claim = located
-        with _key_lock(scope, claim):
+        with key_lock(scope, claim):
             if op.value is None:
                 # What the thread deleted is no basis for it now, and the key is
                 # missing to it as of before the delete read the versions it revokes.
                 at = None if state is None else self._position()
-                self._delete(scope, claim)
+                revoked = self._delete(scope, claim)
                 if state is not None and at is not None:
+                    state.deleted.update(revoked)
                     state.read_key(scope, claim, ())
                     state.missing[(scope, claim)] = at
             else:
@@ -565,8 +548,9 @@ class LedgerStore(BaseStore):
         else:
             self._propose_in_thread(state, scope, claim, value, fields)
 
-    def _delete(self, scope: str, claim: str) -> None:
-        revoker = self.approver or self.session
+    def _delete(self, scope: str, claim: str) -> list[str]:
+        """Revoke the key's versions the store may delete; their ids."""
+        revoker, revoked = self.approver or self.session, []
         reason = f"deleted through the LangGraph store (LedgerStore): {scope}/{claim}"
         mine = self.session.principal
         for entry in self.session.explain(scope, claim, kinds=(self.kind,)).entries:
@@ -584,11 +568,13 @@ class LedgerStore(BaseStore):
             ):
                 try:
                     revoker.revoke(self._named_for(revoker, record.id, scope), reason)
+                    revoked.append(record.id)
                 except InvalidTransitionError:
                     # Revoked or replaced since it was listed (another process
                     # deleted or put the key at once): gone already, as asked.
                     if self.session.get(record.id).status in _DELETED:
                         raise
+        return revoked
 
     def _named_for(self, other: Session, record_id: str, scope: str) -> str:
         """How ``other`` is shown the record in ``scope`` that the store's principal

@@ -226,6 +226,8 @@ class Thread:
     lock: threading.Lock = field(default_factory=threading.Lock)
     #: Records the thread put (it knows them as well as what it read).
     written: set[str] = field(default_factory=set)
+    #: Records the thread deleted (revoked through the store): its own change too.
+    deleted: set[str] = field(default_factory=set)
     #: The (scope, claim key) of each record the thread was shown usable.
     keys: dict[str, tuple[str, str]] = field(default_factory=dict)
     #: The log position of the latest search of each (scope, claim prefix).
@@ -426,10 +428,10 @@ class Thread:
     def catch_up(self, session: Session) -> bool:
         """After a put was refused: show the run each record it rests on that was
         superseded by a version the thread read or wrote since, and observe that
-        version instead; and each one made STALE only by versions the thread
-        itself put replacing what it was built on (its put of a key it read makes
-        what it read that was built on the key's old version STALE). False if
-        there is none (nothing changes then)."""
+        version instead; and each one made STALE only by the thread's own
+        changes: versions it put replacing what it was built on (its put of a key
+        it read makes what it read that was built on the key's old version
+        STALE), or its deletes of it. False if there is none (nothing changes then)."""
         known = set(self.run.reads) | self.written
         shown: list[str] = []
         newer: list[str] = []
@@ -445,7 +447,7 @@ class Thread:
                 # a new version of the same key: known by it, so that reading the
                 # key again, deleting it or a search not finding it shows it too
                 self.keys[newest] = (view.scope, view.claim_key)
-            elif _outdated_by(view, self.written):
+            elif _outdated_by(view, self.written, self.deleted):
                 shown.append(rid)
         if not shown:
             return False
@@ -469,14 +471,17 @@ def _keys_of(session: Session, record_ids: Collection[str]) -> dict[str, tuple[s
     return keys
 
 
-def _outdated_by(view: RecordView, written: Collection[str]) -> bool:
-    """Whether ``view`` is STALE only because versions in ``written`` (the thread's
-    own puts) replaced what it was built on (every cause still blocking it was
-    superseded by one)."""
+def _outdated_by(view: RecordView, written: Collection[str], deleted: Collection[str]) -> bool:
+    """Whether ``view`` is STALE only because of the thread's own changes: every
+    cause still blocking it was superseded by a version in ``written`` (its puts)
+    or is one of ``deleted`` (what its deletes revoked)."""
     if view.validity != Validity.NEEDS_REVALIDATION:
         return False
     blocking = [cause for cause in view.stale_causes if cause.blocking]
-    return bool(blocking) and all(cause.superseded_by in written for cause in blocking)
+    return bool(blocking) and all(
+        cause.superseded_by in written or (cause.superseded_by is None and cause.cause in deleted)
+        for cause in blocking
+    )
 
 
 def _newest_known(session: Session, view: RecordView, known: Collection[str]) -> str | None:
@@ -592,6 +597,7 @@ class Threads:
             state.keys.update(_keys_of(self._session, state.run.relied_on))
             state.keys.update(ended.keys)
             state.written |= ended.written
+            state.deleted |= ended.deleted
             state.searches.update(ended.searches)
             state.missing.update(ended.missing)
             self._threads[ended.thread_id] = state
