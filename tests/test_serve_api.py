@@ -484,6 +484,33 @@ def test_a_graph_over_the_cap_is_refused_in_every_format_naming_the_count_and_wh
     assert child.status_code == 200 and len(child.json()["nodes"]) == 2
 
 
+def test_a_graph_whose_records_pass_4_mib_of_json_is_refused_as_json_and_drawn_as_text(
+    served: Served,
+) -> None:
+    # Given a fact and five records of about 1 MB each resting on it
+    agent = served.ledger.authenticate(served.tokens["agent-1"])
+    agent.propose(scope="proj-a", claim_key="root", value=1, kind=Kind.FACT, id="BIG")
+    for i in range(5):
+        value = f"{i}" + "h" * 1_000_000
+        agent.propose(
+            scope="proj-a", claim_key=f"big.{i}", value=value, kind=Kind.INFERENCE, parents=["BIG"]
+        )
+    # When its graph is asked for as JSON, it is refused, naming the budget and what to ask
+    r = served.agent.get("/records/{record_id}/graph", record_id="BIG")
+    assert (r.status_code, error_of(r)["field"]) == (422, "format")
+    assert error_of(r)["message"].startswith(
+        "the graph's 6 records come to more than 4 MiB of JSON, their values included; "
+        "format=json returns at most that. Ask for format=dot or mermaid (no values)"
+    )
+    # And as DOT it is drawn, every record in it; and one record's own graph is answered
+    dot = served.agent.get("/records/{record_id}/graph", record_id="BIG", params={"format": "dot"})
+    assert dot.status_code == 200 and dot.text.count(' -> "') == 5
+    up = served.agent.get(
+        "/records/{record_id}/graph", record_id="BIG", params={"descendants": "false"}
+    )
+    assert up.status_code == 200 and [n["id"] for n in up.json()["nodes"]] == ["BIG"]
+
+
 def test_revoking_a_record_under_many_lists_the_first_thousand_ids_and_counts_them_all(
     served: Served,
 ) -> None:

@@ -21,7 +21,7 @@ from starlette.routing import BaseRoute, Route
 
 from ledger import Ledger, Session
 from ledger.access import Role
-from ledger.answers import explanation_within, page_within
+from ledger.answers import MAX_ANSWER_BYTES, explanation_within, page_within, size_of
 from ledger.diagram import to_dot, to_mermaid
 from ledger.domain import Kind, Status, Validity
 from ledger.errors import (
@@ -35,6 +35,7 @@ from ledger.errors import (
 from ledger.graph import (
     MAX_SERVED_NODES,
     RENDER_TIMEOUT,
+    Subgraph,
     check_drawable,
     collect,
     dot_available,
@@ -402,6 +403,7 @@ def graph_record(call: Call) -> Response:
     except GraphTooLargeError as exc:
         raise FieldError("format", _too_large(exc, fmt, record_id)) from None
     if fmt == "json":
+        _check_json_size(sub, record_id)
         return json_response(payloads.stamped(session, payloads.graph(sub)))
     revoked = revocations(session, sub)  # drawn as `provledger graph` draws them
     if fmt == "mermaid":
@@ -437,6 +439,28 @@ def _too_large(exc: GraphTooLargeError, fmt: str, record_id: str) -> str:
         f"the ledger's machine: provledger graph {record_id} --format dot "
         f"--max-nodes {exc.count}"
     )
+
+
+def _check_json_size(sub: Subgraph, record_id: str) -> None:
+    """Refuse a graph whose records' JSON would pass :data:`MAX_ANSWER_BYTES`: its
+    records carry their values, and a thousand of them can be a gigabyte.
+
+    Raises:
+        FieldError: naming ``format`` and what to ask for instead.
+    """
+    size = 0
+    for node in sub.nodes:
+        size += size_of(node, payloads.DELIVERIES_LISTED)
+        if size > MAX_ANSWER_BYTES:
+            raise FieldError(
+                "format",
+                f"the graph's {len(sub.nodes)} records come to more than "
+                f"{MAX_ANSWER_BYTES // (1024 * 1024)} MiB of JSON, their values included; "
+                "format=json returns at most that. Ask for format=dot or mermaid (no values), "
+                "one direction (ancestors=false or descendants=false) or a record further "
+                f"along; or draw it on the ledger's machine: provledger graph {record_id} "
+                "--format dot",
+            )
 
 
 def accept(call: Call) -> Response:

@@ -276,7 +276,9 @@ def _paths() -> dict[str, dict[str, Any]]:
                 f"or more than {MAX_DRAWN_EDGES} edges) is "
                 "refused with 422 (error.field `format`), the message naming the count, the "
                 "cap and what to ask for instead: one direction, a record further along, or "
-                "`provledger graph` on the ledger's machine.",
+                "`provledger graph` on the ledger's machine. So is format=json when its "
+                "records, values included, would pass 4 MiB of JSON (format=dot and mermaid "
+                "carry no values).",
                 extra_media={
                     "image/svg+xml": text,
                     "text/vnd.graphviz": text,
