@@ -282,6 +282,7 @@ _AS_OF_GETS: list[tuple[str, str, dict[str, str], dict[str, str]]] = [
     ("agent", "/records", {}, {"scope": "proj-a"}),
     ("agent", "/records/{record_id}", {"record_id": "M1"}, {}),
     ("reviewer", "/records/{record_id}/audit", {"record_id": "M1"}, {}),
+    ("agent", "/records/{record_id}/deliveries", {"record_id": "M1"}, {}),
     ("agent", "/records/{record_id}/graph", {"record_id": "M1"}, {"format": "json"}),
     ("agent", "/read", {}, {"scope": "proj-a", "claim_key": "api.retry_safe"}),
     ("agent", "/explain", {}, {"scope": "proj-a", "claim_key": "api.retry_safe"}),

@@ -313,6 +313,57 @@ def test_a_record_delivered_many_times_lists_its_latest_and_pages_through_every_
     assert (r.status_code, error_of(r)["type"]) == (404, "UnknownRecordError")
 
 
+def _pages(api: Api, template: str, key: str, **kwargs: Any) -> list[list[dict[str, Any]]]:
+    """Every page of a list paged by ``after``/``next_after``, 64 items a page."""
+    pages: list[list[dict[str, Any]]] = []
+    params: dict[str, Any] = {"limit": "64"}
+    while True:
+        r = api.get(template, params=params, **kwargs)
+        assert r.status_code == 200, r.text
+        pages.append(r.json()[key])
+        if r.json()["next_after"] is None:
+            return pages
+        params = {"limit": "64", "after": r.json()["next_after"]}
+
+
+def test_an_audit_trail_and_the_corrections_owed_are_paged_by_log_position(
+    served: Served,
+) -> None:
+    # Given R1 delivered 150 times in all, then its basis revoked: 150 owe a correction
+    _seed(served)
+    courier = served.ledger.authenticate(served.tokens["reviewer"])
+    for n in range(1, 150):
+        courier.deliver("R1", recipient=f"c{n}@x.test")
+    courier.revoke("E1", "wrong")
+    # When the trail is paged through, 64 events a page
+    trail = _pages(served.reviewer, "/records/{record_id}/audit", "events", record_id="R1")
+    # Then every event comes once, in log order
+    events = [e for page in trail for e in page]
+    assert [len(page) for page in trail] == [64, 64, 25]
+    types = ["Proposed", "Accepted", *["Delivered"] * 150, "MarkedStale"]
+    assert [e["type"] for e in events] == types
+    positions = [e["position"] for e in events]
+    assert positions == sorted(set(positions))
+    whole = served.reviewer.get("/records/{record_id}/audit", record_id="R1").json()
+    assert (whole["events"], whole["next_after"]) == (events, None)
+    # And the corrections owed too, a correction issued between two pages moving
+    # none of the others
+    first = served.reviewer.get("/corrections", params={"limit": "64"}).json()
+    owed = [d["delivery"]["delivery_id"] for d in first["corrections"]]
+    courier.issue_correction(owed[0], "withdrawn")
+    rest = _pages(served.reviewer, "/corrections", "corrections")
+    assert [len(page) for page in rest] == [64, 64, 21]
+    later = served.reviewer.get(
+        "/corrections", params={"limit": "64", "after": first["next_after"]}
+    ).json()
+    fresh = [d["delivery"]["delivery_id"] for page in rest for d in page]
+    assert fresh[:63] == owed[1:]  # the one corrected is gone, the others in place
+    assert [d["delivery"]["delivery_id"] for d in later["corrections"]] == fresh[63:127]
+    # And a position that is no integer is refused, naming it
+    r = served.reviewer.get("/corrections", params={"after": "d-1"})
+    assert (r.status_code, error_of(r)["field"]) == (422, "after")
+
+
 def test_an_explanation_stops_before_its_entries_and_their_reasons_pass_the_budget(
     served: Served,
 ) -> None:
@@ -744,7 +795,7 @@ def test_pages_and_explanations_stop_before_4_mib_of_records(served: Served) -> 
 
 def test_corrections_due_are_listed_and_issued_through_the_outbox(served: Served) -> None:
     _seed(served)
-    assert served.reviewer.get("/corrections").json() == {"corrections": []}
+    assert served.reviewer.get("/corrections").json() == {"corrections": [], "next_after": None}
     served.reviewer.post("/records/{record_id}/revoke", record_id="E1", json={"reason": "wrong"})
     due = served.reviewer.get("/corrections")
     assert due.status_code == 200
@@ -754,7 +805,7 @@ def test_corrections_due_are_listed_and_issued_through_the_outbox(served: Served
     # Those of one record: R1's is the same; M1 was never delivered
     assert served.reviewer.get("/corrections", params={"record_id": "R1"}).json() == due.json()
     of_m1 = served.reviewer.get("/corrections", params={"record_id": "M1"})
-    assert of_m1.json() == {"corrections": []}
+    assert of_m1.json() == {"corrections": [], "next_after": None}
     # and a record unknown, or in a scope where the caller does not deliver, refused
     unknown = served.reviewer.get("/corrections", params={"record_id": "nope"})
     assert (unknown.status_code, error_of(unknown)["type"]) == (404, "UnknownRecordError")
@@ -771,7 +822,7 @@ def test_corrections_due_are_listed_and_issued_through_the_outbox(served: Served
     assert issued.status_code == 201
     assert issued.json()["delivery_id"] == delivery_id
     assert issued.json()["correction_id"].startswith("c-")
-    assert served.reviewer.get("/corrections").json() == {"corrections": []}
+    assert served.reviewer.get("/corrections").json() == {"corrections": [], "next_after": None}
     record = served.reviewer.get("/records/{record_id}", record_id="R1").json()
     assert record["deliveries"][0]["corrections"][0]["note"] == "the retry advice was withdrawn"
 

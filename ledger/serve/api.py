@@ -60,6 +60,7 @@ from ledger.serve.inputs import (
     loads_strict,
     parse_body,
 )
+from ledger.serve.paging import after_id, after_position
 from ledger.serve.threads import finish_in_thread
 from ledger.session import next_after
 
@@ -360,24 +361,20 @@ def list_deliveries(call: Call) -> Response:
     limit = call.query_int("limit", minimum=1, maximum=MAX_LIMIT) or 100
     after = call.query_str("after")
     view = session.get(call.path_id())
-    deliveries = view.deliveries
-    start = 0
-    if after is not None:
-        start = 1 + next(
-            (i for i, d in enumerate(deliveries) if d.delivery_id == after), len(deliveries)
-        )
-        if start > len(deliveries):
-            raise FieldError("after", f"after {after[:40]!r} is not a delivery of {view.id}")
-    page = deliveries[start : start + limit]
-    following = page[-1].delivery_id if page and start + limit < len(deliveries) else None
-    answer = payloads.deliveries_page(view.id, page, len(deliveries), following)
+    of = f"a delivery of {view.id}"
+    page, following = after_id(view.deliveries, lambda d: d.delivery_id, limit, after, of)
+    answer = payloads.deliveries_page(view.id, page, len(view.deliveries), following)
     return json_response(payloads.stamped(session, answer))
 
 
 def audit_record(call: Call) -> Response:
-    """A record's whole history (needs ``audit``)."""
+    """One page of a record's history (needs ``audit``): its events in log order."""
     session = call.session()
-    return json_response(payloads.stamped(session, payloads.audit(session.audit(call.path_id()))))
+    limit = call.query_int("limit", minimum=1, maximum=MAX_LIMIT) or MAX_LIMIT
+    after = call.query_int("after", minimum=0)
+    trail = session.audit(call.path_id())
+    events, following = after_position(trail.events, lambda e: e.position, limit, after)
+    return json_response(payloads.stamped(session, payloads.audit(trail, events, following)))
 
 
 GRAPH_FORMATS = ("json", "svg", "dot", "mermaid")
@@ -569,8 +566,11 @@ def corrections(call: Call) -> Response:
     """Deliveries that owe a correction (scopes where the caller holds ``deliver`` or
     ``audit``), or those of one record (``record_id``)."""
     session = call.session()
+    limit = call.query_int("limit", minimum=1, maximum=MAX_LIMIT) or MAX_LIMIT
+    after = call.query_int("after", minimum=0)
     due = session.corrections_due(call.query_str("record_id"))
-    answer = {"corrections": [payloads.correction_due(d) for d in due]}
+    page, following = after_position(due, lambda d: d.delivery.position, limit, after)
+    answer = {"corrections": [payloads.correction_due(d) for d in page], "next_after": following}
     return json_response(payloads.stamped(session, answer))
 
 

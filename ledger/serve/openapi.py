@@ -176,6 +176,24 @@ def _op(
     return op
 
 
+def _positions(items: str) -> list[dict[str, Any]]:
+    """The ``limit`` and ``after`` of a list paged by log position."""
+    return [
+        _param(
+            "limit",
+            "query",
+            {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": MAX_LIMIT},
+            f"Page size: at most this many {items}.",
+        ),
+        _param(
+            "after",
+            "query",
+            {"type": "integer", "minimum": 0},
+            "The `next_after` of the previous page: the log position it ended at.",
+        ),
+    ]
+
+
 def _paths() -> dict[str, dict[str, Any]]:
     list_params = [
         _param("scope", "query", ID, "The scope to list.", required=True),
@@ -256,11 +274,11 @@ def _paths() -> dict[str, dict[str, Any]]:
         },
         "/records/{record_id}/audit": {
             "get": _op(
-                "A record's history",
+                "A record's history, a page at a time",
                 "200",
                 "AuditTrail",
                 "401 403 404 422",
-                params=[_RECORD_ID, *_AS_OF],
+                params=[_RECORD_ID, *_positions("events"), *_AS_OF],
                 description="Needs `audit` in the record's scope.",
             )
         },
@@ -424,6 +442,7 @@ def _paths() -> dict[str, dict[str, Any]]:
                         "Only this record's deliveries (404 if it is unknown or not visible, "
                         "403 without `deliver` or `audit` in its scope).",
                     ),
+                    *_positions("deliveries owing a correction"),
                     *_AS_OF,
                 ],
                 description=(

@@ -330,7 +330,10 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "record": ref("Record"),
             "events": {"type": "array", "items": ref("AuditEvent")},
             "undeclared": _IDS,
-        }
+            "next_after": nullable(_INT),
+        },
+        description="One page of a record's history, in log order; pass next_after as "
+        "`after` for the next (null: last page).",
     ),
     "Graph": _object(
         {
@@ -417,7 +420,14 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "cause_superseded_by": nullable(STR),
         }
     ),
-    "CorrectionsDue": _object({"corrections": {"type": "array", "items": ref("CorrectionDue")}}),
+    "CorrectionsDue": _object(
+        {
+            "corrections": {"type": "array", "items": ref("CorrectionDue")},
+            "next_after": nullable(_INT),
+        },
+        description="One page, oldest delivery first; pass next_after as `after` for the "
+        "next (null: last page).",
+    ),
     "Revocation": _object(
         {
             "root": STR,
@@ -531,7 +541,15 @@ SCHEMAS: dict[str, dict[str, Any]] = {
 #: The answers of the operations that take ``as_of_position`` and ``as_of_time``
 #: (a record's is ``RecordAnswer``): given as of a past moment, each carries
 #: ``as_of`` (optional: an answer of now has none).
-AS_OF_ANSWERS = ("RecordPage", "AuditTrail", "Graph", "ReadResult", "Explanation", "CorrectionsDue")
+AS_OF_ANSWERS = (
+    "RecordPage",
+    "DeliveryPage",
+    "AuditTrail",
+    "Graph",
+    "ReadResult",
+    "Explanation",
+    "CorrectionsDue",
+)
 for _name in AS_OF_ANSWERS:
     _schema = SCHEMAS[_name]
     SCHEMAS[_name] = {**_schema, "properties": {"as_of": ref("AsOf"), **_schema["properties"]}}

@@ -24,6 +24,7 @@ from ledger.jsonable import (
 from ledger.serialization import canonical
 from ledger.session import Session
 from ledger.values import (
+    AuditEvent,
     AuditTrail,
     CorrectionDue,
     Delivery,
@@ -127,12 +128,14 @@ def explanation(result: Explanation, maximum: int) -> dict[str, Any]:
     return capped_explanation(result, rest, DELIVERIES_LISTED)
 
 
-def audit(trail: AuditTrail) -> dict[str, Any]:
-    """A record's whole history, event by event."""
+def audit(trail: AuditTrail, events: Sequence[AuditEvent], following: int | None) -> dict[str, Any]:
+    """A page of a record's history (``events`` of ``trail``), event by event, and
+    the position the next page goes on from (``following``; None on the last)."""
     return {
         "record": record(trail.record),
-        "events": [plain(e) for e in trail.events],
+        "events": [plain(e) for e in events],
         "undeclared": list(trail.undeclared),
+        "next_after": following,
     }
 
 
