@@ -59,7 +59,7 @@ def _unextended(
             f"the first {kept.size} events do not match {what}: the log was rewritten "
             "after it was taken (or restored from an older backup, then written to)"
         )
-    if kept.size and last != kept.position:
+    if last != kept.position:
         return (
             f"{what} ends at log position {kept.position}, but its last event is at position {last}"
         )

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 from ledger.errors import InvalidHeadError, InvalidKeyError, install_hint, naming_file
-from ledger.merkle import LogDigest
+from ledger.merkle import EMPTY_ROOT, LogDigest
 from ledger.serialization import datetime_to_micros, micros_to_datetime
 from ledger.validation import quoted
 
@@ -279,6 +279,7 @@ class SignedHead:
             value = data[name]
             if not isinstance(value, str) or len(value) != length or not _is_hex(value):
                 raise InvalidHeadError(f"signed head {name} {value!r} is not {length} hex digits")
+        _check_possible(data["tree_size"], data["position"], data["root"].lower())
         try:
             time = datetime.fromisoformat(str(data["time"]))
         except ValueError:
@@ -299,6 +300,26 @@ class SignedHead:
             time=time.astimezone(UTC),
             key_id=data["key_id"].lower(),
             signature=str(signature),
+        )
+
+
+def _check_possible(size: int, position: int, root: str) -> None:
+    """Refuse a head no log can have: its ``size``-th event at a position below
+    ``size`` (the n-th event of a log is at position n or later), or an empty tree
+    at a position past 0 or with another root than the empty tree's.
+
+    Raises:
+        InvalidHeadError: naming the fields that cannot go together.
+    """
+    if position < size:
+        raise InvalidHeadError(
+            f"signed head position {position} is below its tree_size {size}: event "
+            f"number {size} of a log is at position {size} or later"
+        )
+    if size == 0 and (position != 0 or root != EMPTY_ROOT.hex()):
+        raise InvalidHeadError(
+            f"signed head of tree_size 0 is at position {position} with root {root[:16]}…: "
+            f"an empty log is at position 0 with root {EMPTY_ROOT.hex()[:16]}…"
         )
 
 

@@ -35,6 +35,7 @@ legitimate command (see docs/evidence.md).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import sqlite3
@@ -296,10 +297,17 @@ def _check_signatures(kept: Sequence[SignedHead], key: Any, findings: _Findings)
     expected = key_id(key)
     for number, head in enumerate(kept, start=1):
         if head.key_id != expected:
+            # Its key_id is not signed for: a head the given key signed, the field
+            # alone edited, is named as altered, not as another key's.
+            altered = verify_head(dataclasses.replace(head, key_id=expected), key)
             findings.add(
                 "heads",
-                f"head {number} ({describe(head)}) was signed by key {head.key_id[:16]}…, "
-                f"not by the given public key {expected[:16]}…",
+                f"head {number} ({describe(head)}): its key_id was altered to "
+                f"{head.key_id[:16]}…; its signature is the given public key's "
+                f"{expected[:16]}…"
+                if altered
+                else f"head {number} ({describe(head)}) was signed by key "
+                f"{head.key_id[:16]}…, not by the given public key {expected[:16]}…",
             )
         elif not verify_head(head, key):
             findings.add(

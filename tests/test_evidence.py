@@ -11,6 +11,7 @@ import dataclasses
 import io
 import json
 import os
+import re
 import sqlite3
 import stat
 import time
@@ -714,6 +715,31 @@ def test_a_signed_head_round_trips_through_json_and_any_changed_field_fails(
     assert not verify_head(head, tmp_path / "other.pub")
 
 
+@pytest.mark.parametrize(
+    ("size", "position", "root", "refusal"),
+    [
+        (261, 258, "ab" * 32, "position 258 is below its tree_size 261: event number 261"),
+        (1, 0, "ab" * 32, "position 0 is below its tree_size 1"),
+        (0, 5, merkle.EMPTY_ROOT.hex(), "of tree_size 0 is at position 5 with root e3b0c442"),
+        (0, 0, "ab" * 32, "of tree_size 0 is at position 0 with root abababab"),
+    ],
+)
+def test_a_signed_head_no_log_can_have_is_refused_even_signed_by_the_key(
+    tmp_path: Path, clock: Clock, size: int, position: int, root: str, refusal: str
+) -> None:
+    # Given a head signed with the ledger's own key over fields no log can have
+    # (the n-th event is at position n or later; an empty log at 0, its root the
+    # empty tree's): only the key's holder can sign one, so the signature passes
+    generate_key(tmp_path / "k")
+    head = sign_head(tmp_path / "k", merkle.LogDigest(size, position, root), clock.now)
+    # Then reading it refuses it, naming the fields that cannot go together
+    with pytest.raises(InvalidHeadError, match=re.escape(refusal)):
+        SignedHead.from_json(head.dumps())
+    # And the empty log's own head reads
+    empty = sign_head(tmp_path / "k", merkle.LogDigest(0, 0, merkle.EMPTY_ROOT.hex()), clock.now)
+    assert SignedHead.from_json(empty.dumps()) == empty
+
+
 def test_a_malformed_heads_file_line_is_refused_by_number(tmp_path: Path, clock: Clock) -> None:
     generate_key(tmp_path / "k")
     heads = tmp_path / "heads.jsonl"
@@ -870,6 +896,17 @@ def test_heads_need_their_key_and_a_foreign_or_forged_head_is_named(scene: Scene
     data["root"] = "00" * 32
     report = led.verify(heads=[SignedHead.from_json(data), kept[1]], public_key=scene.public_key)
     assert report.problem is not None and report.problem.endswith("the signature does not verify")
+
+    # A head the key signed whose key_id alone was edited (it is not signed for):
+    # named as altered, not as another key's
+    data = kept[0].to_json()
+    data["key_id"] = "00" * 32
+    report = led.verify(heads=[SignedHead.from_json(data), kept[1]], public_key=scene.public_key)
+    assert report.problem is not None
+    assert report.problem.startswith("head 1 (tree size ")
+    assert ": its key_id was altered to 0000000000000000…; its signature is the given " in (
+        report.problem
+    )
 
     # Heads in the wrong order in the file (the later one first): named as such
     scene.clock.advance(hours=1)
