@@ -34,6 +34,7 @@ either), so the module can be used by either.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import math
 import resource
@@ -110,11 +111,13 @@ def limits(files: int | None = None) -> Limits:
 
 def _plain(status: int, reason: str, text: str, extra: bytes = b"") -> bytes:
     """A whole HTTP/1.1 answer that closes the connection, written out here: the
-    connection's h11 state cannot send one before a request was read."""
-    body = text.encode()
+    connection's h11 state cannot send one before a request was read. Its body is
+    the API's error JSON (``type``: ``reason`` without spaces; ``text`` the message)."""
+    error = {"type": reason.replace(" ", ""), "message": text, "field": None}
+    body = json.dumps({"error": error}).encode()
     return (
         f"HTTP/1.1 {status} {reason}\r\n".encode()
-        + b"content-type: text/plain; charset=utf-8\r\n"
+        + b"content-type: application/json\r\n"
         + f"content-length: {len(body)}\r\n".encode()
         + extra
         + b"connection: close\r\n\r\n"
@@ -172,7 +175,7 @@ class LimitedH11Protocol(H11Protocol):
             _plain(
                 503,
                 "Service Unavailable",
-                "too many connections; try again\n",
+                "too many connections; try again",
                 b"retry-after: 1\r\n",
             )
         )
@@ -248,7 +251,7 @@ class LimitedH11Protocol(H11Protocol):
         cycle = self.cycle if self.conn.their_state is h11.SEND_BODY else None
         answered = cycle is None or not cycle.response_started
         if answered:
-            said = f"the request did not arrive whole within {self.request_timeout:g} s\n"
+            said = f"the request did not arrive whole within {self.request_timeout:g} s"
             dated = b"".join(k + b": " + v + b"\r\n" for k, v in self.server_state.default_headers)
             self.transport.write(_plain(408, "Request Timeout", said, dated))
         if cycle is not None:  # what the application reads next is the client leaving

@@ -275,6 +275,17 @@ def test_the_headers_the_server_sends_are_in_the_document(served: Served) -> Non
     challenge = responses["E401"]["headers"]["WWW-Authenticate"]["schema"]["const"]
     assert r.headers["www-authenticate"] == challenge
     assert "Retry-After" in responses["E409"]["headers"]
+    # 405 names the methods the path takes; 503 may carry Retry-After (a picture
+    # being drawn, connections full); and every operation lists 405 and 408, which
+    # come before any route reads the request
+    assert responses["E405"]["headers"]["Allow"]["required"] is True
+    assert "Retry-After" in responses["E503"]["headers"]
+    for path, ops in DOC["paths"].items():
+        for method, op in ops.items():
+            assert {"405", "408"} <= set(op["responses"]), (method, path)
+    r = served.agent.call("PUT", "/records/{record_id}", record_id="R1", json={})
+    assert (r.status_code, r.headers["allow"]) == (405, "HEAD, GET")
+    assert error_of(r)["type"] == "MethodNotAllowed"
 
 
 def test_every_get_operation_answers_head_as_the_document_says(served: Served) -> None:

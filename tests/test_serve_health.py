@@ -183,7 +183,7 @@ def test_the_openapi_document_lists_healthz_without_a_token_and_still_validates(
     op = doc["paths"]["/healthz"]["get"]
     assert op["security"] == []  # the document's default is a bearer token
     assert op["parameters"] == []
-    assert set(op["responses"]) == {"200", "503", "413"}
+    assert set(op["responses"]) == {"200", "503", "413", "405", "408"}
     reasons = doc["components"]["schemas"]["HealthUnavailable"]["properties"]["reason"]["enum"]
     assert set(reasons) == {text for _, text in REASONS} | {OTHER_REASON}
 

@@ -8,6 +8,7 @@ bounded: in edges, in pictures drawn at once, in time.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import signal
@@ -120,7 +121,15 @@ def test_a_connection_that_sends_no_whole_request_in_time_is_answered_408_and_cl
             with conn:
                 said = _until_closed(conn)
             assert said.startswith(b"HTTP/1.1 408 Request Timeout\r\n"), said
-            assert said.endswith(b"\r\n\r\nthe request did not arrive whole within 1 s\n"), said
+            head, _, body = said.partition(b"\r\n\r\n")
+            assert b"\r\ncontent-type: application/json\r\n" in head, said
+            assert json.loads(body) == {
+                "error": {
+                    "type": "RequestTimeout",
+                    "message": "the request did not arrive whole within 1 s",
+                    "field": None,
+                }
+            }
         # And a connection kept alive after its answer is closed too (idle)
         with socket.create_connection(("127.0.0.1", port)) as idle:
             idle.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -215,6 +224,12 @@ def test_idle_connections_beyond_the_limit_are_refused_and_the_server_keeps_answ
         assert answers <= {b"HTTP/1.1 503", b"HTTP/1.1 408", b""}, answers
         assert any(s.startswith(b"HTTP/1.1 503 Service Unavailable\r\n") for s in said)
         assert all(b"retry-after: 1\r\n" in s for s in said if s.startswith(b"HTTP/1.1 503"))
+        refused = next(s for s in said if s.startswith(b"HTTP/1.1 503"))
+        assert json.loads(refused.partition(b"\r\n\r\n")[2])["error"] == {
+            "type": "ServiceUnavailable",
+            "message": "too many connections; try again",
+            "field": None,
+        }
         # And it still answers
         assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=30).status_code == 200
     finally:

@@ -38,6 +38,9 @@ _ERRORS = {
     "(ReadOnlyError), and other writers holding the ledger's lock past its lock wait "
     "(ConcurrencyError, with Retry-After: nothing was written; send the same request, "
     "with the same id, again).",
+    "405": "The path takes no such method (MethodNotAllowed; `Allow` names those it takes).",
+    "408": "The request did not arrive whole within the server's request timeout "
+    "(RequestTimeout); the connection is closed.",
     "413": "The request body is over the server's limit.",
     "415": "The request body is declared as another media type than JSON "
     "(send Content-Type: application/json, or none), in a charset where it reads "
@@ -47,6 +50,8 @@ _ERRORS = {
     "names several: every required field left out, say). A parent id unknown to the "
     "principal, or in a scope it cannot read, is 422 too (error.field `parents`).",
     "503": "The ledger cannot be reached or is closed (StorageError, ClosedLedgerError); "
+    "the server holds as many connections as it may (ServiceUnavailable, with "
+    "Retry-After: 1; the connection is closed); "
     "for format=svg, also: Graphviz's dot program is not installed on the server, did "
     f"not draw within {RENDER_TIMEOUT} s, or the server is drawing {RENDERS_AT_ONCE} "
     "pictures already (RenderBusyError, with Retry-After: 1).",
@@ -54,7 +59,7 @@ _ERRORS = {
 }
 #: What any operation may answer, whatever it does (the body limit holds for a
 #: GET's body too).
-_ALWAYS = ("413", "500", "503")
+_ALWAYS = ("405", "408", "413", "500", "503")
 #: The headers an error status carries (``ledger.serve.api.ledger_error_response``).
 _ERROR_HEADERS: dict[str, dict[str, Any]] = {
     "401": {
@@ -64,10 +69,24 @@ _ERROR_HEADERS: dict[str, dict[str, Any]] = {
             "schema": {"const": 'Bearer realm="provledger"'},
         }
     },
+    "405": {
+        "Allow": {
+            "description": "The methods the path takes.",
+            "required": True,
+            "schema": {"type": "string"},
+        }
+    },
     "409": {
         "Retry-After": {
             "description": "Only on ConcurrencyError (nothing was written): seconds to "
             "wait before sending the same request again.",
+            "schema": {"type": "integer", "minimum": 0},
+        }
+    },
+    "503": {
+        "Retry-After": {
+            "description": "On RenderBusyError and ServiceUnavailable (too many "
+            "connections): seconds to wait before asking again.",
             "schema": {"type": "integer", "minimum": 0},
         }
     },
@@ -522,6 +541,9 @@ def _health_path() -> dict[str, Any]:
                 ),
                 # A probe sends no body; one over the server's limit is refused.
                 "413": {"$ref": "#/components/responses/E413"},
+                # And as on any path: another method, or a request never whole.
+                "405": {"$ref": "#/components/responses/E405"},
+                "408": {"$ref": "#/components/responses/E408"},
             },
         }
     }

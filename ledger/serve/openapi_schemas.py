@@ -139,7 +139,9 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                         "type": "string",
                         "description": "The ledger error class (ledger.errors), e.g. "
                         "UnknownRecordError; NotFound or MethodNotAllowed for a path or "
-                        "method no route has (404, 405 with Allow).",
+                        "method no route has (404, 405 with Allow); RequestTimeout (408) "
+                        "and ServiceUnavailable (503, too many connections) from the "
+                        "connection, before any route.",
                     },
                     "message": STR,
                     "field": nullable(
