@@ -26,6 +26,7 @@ event log and the views exactly as they were::
     ├── InvalidTransitionError
     ├── SelfApprovalError
     ├── AcceptanceCheckError
+    │   └── SlowCheckError
     ├── RetentionRuleError
     ├── NotUsableError
     ├── UnknownDeliveryError (KeyError)
@@ -191,6 +192,42 @@ class AcceptanceCheckError(LedgerError):
     """An acceptance check registered by the application refused the record."""
 
 
+class SlowCheckError(AcceptanceCheckError):
+    """Acceptance checks that kept a PostgreSQL command's transaction waiting past
+    the server's idle-in-transaction limit, which ended it: told as such (nothing of
+    the record but its id), not as the connection lost. ``checks`` names them,
+    ``took`` is how long they took together and ``limit`` the server's wait, in
+    seconds."""
+
+    command: str = ""
+    checks: tuple[str, ...] = ()
+    took: float = 0.0
+    limit: float = 0.0
+
+    @classmethod
+    def of(
+        cls, command: str, checks: tuple[str, ...], took: float, limit: float, shown: str
+    ) -> SlowCheckError:
+        """The refusal of ``command`` on the record shown as ``shown``."""
+        which = (
+            f"acceptance check {checks[0]!r} took"
+            if len(checks) == 1
+            else f"acceptance checks {', '.join(map(repr, checks))} took together"
+        )
+        error = cls(
+            f"{command} refused: {which} {took:.1f} s on record {shown!r}, and a "
+            f"PostgreSQL ledger's transaction may wait {limit:g} s (the URL's "
+            "idle_timeout): the server ended it, and nothing was written; make the "
+            "checks quicker, or raise idle_timeout"
+        )
+        error.command, error.checks, error.took, error.limit = command, checks, took, limit
+        return error
+
+    def named(self, shown: str) -> SlowCheckError:
+        """The same refusal naming the record as ``shown``."""
+        return SlowCheckError.of(self.command, self.checks, self.took, self.limit, shown)
+
+
 class RetentionRuleError(LedgerError):
     """A proposal breaks a retention rule set for its kind when the ledger was opened."""
 
@@ -223,7 +260,9 @@ class ReadOnlyError(LedgerError):
 
 
 class ConcurrencyError(LedgerError):
-    """Another writer changed the same records; the command was not applied."""
+    """A lock on the ledger's tables stayed held by another session past the wait
+    (other writers, or an administrator's lock); the command was not applied, and
+    the same command may be sent again."""
 
 
 class SnapshotIntegrityError(LedgerError):

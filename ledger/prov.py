@@ -354,7 +354,9 @@ def export_prov(
     ancestors: bool = False,
     descendants: bool = False,
 ) -> ProvDocument:
-    """The records ``session`` may audit, as a W3C PROV document.
+    """The records ``session`` may audit, as a W3C PROV document: as of one
+    position (the log's when it begins, on a live session), whatever is written
+    meanwhile.
 
     With ``record``: that record, plus its ancestors and/or descendants if
     asked; with ``scope`` (too): only records in that scope; with neither:
@@ -376,7 +378,10 @@ def export_prov(
         former=True,
     )
     nodes = [n for n in sub.nodes if scope is None or n.scope == scope]
-    builder = _Builder(session)
+    # Each record's events are read as of the position its status was read at, so
+    # that writes committed meanwhile (a live ledger) reach none of them: one read
+    # transaction per audit would mix moments (a CANDIDATE beside its acceptance).
+    builder = _Builder(session if session.position is not None else session.as_of(sub.position))
     builder.described = {n.id for n in nodes}
     # A record in another scope that an exported one rests on (or rested on), which
     # the session may audit, is declared and named by the relations, its events

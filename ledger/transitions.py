@@ -30,6 +30,7 @@ from ledger.errors import (
     InvalidTransitionError,
     LedgerError,
     SelfApprovalError,
+    SlowCheckError,
     UnknownRecordError,
 )
 from ledger.pipeline import Decision
@@ -614,32 +615,6 @@ def check_usable_dependencies(
         rules.check_usable_dependency(row, dep, rid, command, now)
 
 
-class SlowCheckError(AcceptanceCheckError):
-    """Acceptance checks that kept a PostgreSQL command's transaction waiting past
-    the server's idle-in-transaction limit, which ended it: told as such (nothing of
-    the record but its id), not as the connection lost."""
-
-    def __init__(
-        self, command: str, checks: tuple[str, ...], took: float, limit: float, shown: str
-    ) -> None:
-        self.command, self.checks, self.took, self.limit = command, checks, took, limit
-        which = (
-            f"acceptance check {checks[0]!r} took"
-            if len(checks) == 1
-            else f"acceptance checks {', '.join(map(repr, checks))} took together"
-        )
-        super().__init__(
-            f"{command} refused: {which} {took:.1f} s on record {shown!r}, and a "
-            f"PostgreSQL ledger's transaction may wait {limit:g} s (the URL's "
-            "idle_timeout): the server ended it, and nothing was written; make the "
-            "checks quicker, or raise idle_timeout"
-        )
-
-    def named(self, shown: str) -> SlowCheckError:
-        """The same refusal naming the record as ``shown``."""
-        return SlowCheckError(self.command, self.checks, self.took, self.limit, shown)
-
-
 def run_acceptance_checks(caller: Caller, view: RecordView, command: str) -> None:
     """Every check the application registered must pass before a record is ACCEPTED."""
     limit = caller.engine.idle_limit
@@ -658,7 +633,7 @@ def run_acceptance_checks(caller: Caller, view: RecordView, command: str) -> Non
         took = time.monotonic() - started
         if limit is not None and took >= limit:
             # The server ended the transaction meanwhile: say why, not "connection lost".
-            raise SlowCheckError(command, tuple(ran), took, limit, view.id)
+            raise SlowCheckError.of(command, tuple(ran), took, limit, view.id)
         if reason is None:
             continue
         if not isinstance(reason, str) or not reason.strip():

@@ -25,6 +25,7 @@ from ledger import (
     Ledger,
     RecordView,
     Session,
+    SlowCheckError,
     Status,
     UnknownRecordError,
     Validity,
@@ -322,6 +323,8 @@ def test_a_check_slower_than_a_postgresql_transaction_may_wait_is_named_as_such(
         position = led.position
         with pytest.raises(AcceptanceCheckError) as refused:
             reviewer.accept("F1")
+        # (its own class, importable from the package as every error is)
+        assert type(refused.value) is SlowCheckError and refused.value.checks == ("slow",)
         assert re.fullmatch(
             r"accept refused: acceptance check 'slow' took \d+\.\d s on record 'F1', and a "
             r"PostgreSQL ledger's transaction may wait 1 s \(the URL's idle_timeout\): the "

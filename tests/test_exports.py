@@ -78,6 +78,7 @@ EXPECTED = [
     "SelfApprovalError",
     "Session",
     "SignedHead",
+    "SlowCheckError",
     "SnapshotErasedError",
     "SnapshotIntegrityError",
     "StaleCause",

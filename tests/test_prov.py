@@ -36,7 +36,8 @@ from prov.model import (
     ProvUsage,
 )
 
-from ledger import Kind, Ledger, Session
+from ledger import Kind, Ledger, Session, Status
+from ledger import prov as prov_module
 from ledger.cli import main
 from ledger.errors import AccessDeniedError, InvalidInputError, UnknownRecordError
 from ledger.prov import ACT, AGENT, BASIS, PL, REC, export_prov, export_text, serialize
@@ -374,6 +375,31 @@ def test_a_past_position_is_exported_as_it_was(scene: Scene) -> None:
     }
     assert _one(_entity(then, "E1").get_attribute("pl:status")) == "ACCEPTED"
     assert ProvDocument.deserialize(content=serialize(then, "prov-json"), format="json") == then
+
+
+def test_a_write_committed_while_an_export_runs_reaches_none_of_its_records(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given two candidates, and another writer that accepts one of them right after
+    # the export has read the records (as a busy ledger's writers do)
+    for rid in ("C1", "C2"):
+        world.agent.propose(scope="proj-a", claim_key=rid, value=1, kind=Kind.FACT, id=rid)
+    read_records = prov_module.collect
+
+    def then_accepted(*args: Any, **kwargs: Any) -> Any:
+        sub = read_records(*args, **kwargs)
+        world.reviewer.accept("C1")
+        return sub
+
+    monkeypatch.setattr(prov_module, "collect", then_accepted)
+    # When the reviewer exports the scope
+    doc = export_prov(world.reviewer, scope="proj-a")
+    # Then C1 is a CANDIDATE there, as it was when the export began, with no
+    # acceptance beside it: every record's events are read as of that moment
+    assert _one(_entity(doc, "C1").get_attribute("pl:status")) == "CANDIDATE"
+    activities = {str(a.identifier) for a in _records(doc, ProvActivity)}
+    assert not any(name.startswith("act:accept") for name in activities), activities
+    assert world.reviewer.get("C1").status == Status.ACCEPTED  # the write stands
 
 
 def test_the_prov_json_round_trip_holds_on_every_backend(world: World) -> None:
