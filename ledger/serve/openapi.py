@@ -48,7 +48,9 @@ _ERRORS = {
     "it uncompressed).",
     "422": "Bad input; error.field names the offending field (the first, when the message "
     "names several: every required field left out, say). A parent id unknown to the "
-    "principal, or in a scope it cannot read, is 422 too (error.field `parents`).",
+    "principal, or in a scope it cannot read, is 422 too (error.field `parents`). A body "
+    "nested past the parser's depth (about 1000 levels) cannot be read at all: "
+    "InvalidInputError with no field.",
     "503": "The ledger cannot be reached or is closed (StorageError, ClosedLedgerError); "
     "the server holds as many connections as it may (ServiceUnavailable, with "
     "Retry-After: 1; the connection is closed); "

@@ -33,6 +33,13 @@ _INT = {"type": "integer"}
 TIME = {"type": "string", "format": "date-time"}
 _IDS = {"type": "array", "items": STR}
 _ANY: dict[str, Any] = {"description": "Any JSON value."}
+#: A value a request gives the ledger to hold: what it refuses, JSON Schema cannot say.
+_VALUE: dict[str, Any] = {
+    "description": "Any JSON value the ledger can hold (else 422 InvalidValueError or "
+    "ValueTooLargeError, naming the path): at most 1 MiB as JSON, nested at most 32 "
+    "deep (a scalar counts as a level), integers from -2^63 to 2^64-1, no NaN or "
+    "Infinity."
+}
 
 # -- what the ledger checks of its inputs (ledger.validation), as patterns -------------
 
@@ -475,7 +482,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         {
             "scope": ID,
             "claim_key": NEW_CLAIM_KEY,
-            "value": _ANY,
+            "value": _VALUE,
             "kind": {
                 "type": "string",
                 "enum": [k.value for k in Kind if k is not Kind.EVIDENCE],
@@ -505,7 +512,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                 "expires": nullable(TIME),
                 "conditions": nullable({"type": "object"}),
                 "id": nullable(_NEW_ID),
-                "value": _ANY,
+                "value": _VALUE,
             },
             required=["scope", "uri"],
             description="Give exactly one of content or content_base64.",
