@@ -11,6 +11,7 @@ what is held stays near the budget however many a page may hold.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -25,10 +26,12 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_ANSWER_BYTES",
     "USABLE_LISTED",
+    "explained_limit",
     "explanation_within",
     "page_within",
     "size_of",
     "usable_listed",
+    "usable_shown",
 ]
 
 #: The JSON, in bytes, a listing page or an explanation's unusable records stop before.
@@ -147,3 +150,39 @@ def usable_listed(
         picked.append(i)
         size = grown
     return [usable[i] for i in sorted(picked)], size
+
+
+def explained_limit(
+    session: Session,
+    scope: str,
+    claim_key: str,
+    limit: int,
+    deliveries_listed: int | None = None,
+    **asked: Any,
+) -> int:
+    """The ``limit`` an explanation is asked with so that its answer fits in
+    :data:`MAX_ANSWER_BYTES`: the usable records as :func:`usable_listed` lists
+    them, and as many others (at most ``limit``) as fit beside them."""
+    cap = deliveries_listed
+    sized, limit = explanation_within(
+        session, scope, claim_key, limit, deliveries_listed=cap, **asked
+    )
+    usable = [entry.record for entry in sized.entries if entry.usable]
+    _, listed = usable_listed(usable, deliveries_listed=cap)
+    unlisted = sum(size_of(view, cap) for view in usable) - listed
+    if unlisted > 0:  # more usable records than are listed: room for others
+        budget = MAX_ANSWER_BYTES + unlisted
+        _, limit = explanation_within(session, scope, claim_key, limit, budget, cap, **asked)
+    return limit
+
+
+def usable_shown(
+    explanation: Explanation, deliveries_listed: int | None = None
+) -> tuple[Explanation, int]:
+    """``explanation`` with its usable records as :func:`usable_listed` lists
+    them (the others it holds all kept), and how many usable ones it leaves out."""
+    usable = [entry.record for entry in explanation.entries if entry.usable]
+    listed, _ = usable_listed(usable, deliveries_listed=deliveries_listed)
+    kept = {id(view) for view in listed}
+    entries = tuple(e for e in explanation.entries if not e.usable or id(e.record) in kept)
+    return dataclasses.replace(explanation, entries=entries), len(usable) - len(listed)

@@ -217,7 +217,9 @@ def collect(
             found = validity_view.current(c, d, rid, position)
             if found is not None and may(found["scope"]):
                 nodes[rid] = record_view(caller, c, found, at, below=below)
-        now = caller.engine.position() if position is None else position
+        # Read in the same transaction as the records: a commit landing meanwhile
+        # is in neither (a position read apart from them could hold it).
+        now = caller.engine.recorder.max_position(c) if position is None else position
         names = caller.names(c, nodes)
         held = edges_index.bases(c, d, list(nodes), position) if former else []
     # A drawn record resting on one not drawn rests on the one placeholder node;

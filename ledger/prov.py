@@ -381,7 +381,8 @@ def export_prov(
     # Each record's events are read as of the position its status was read at, so
     # that writes committed meanwhile (a live ledger) reach none of them: one read
     # transaction per audit would mix moments (a CANDIDATE beside its acceptance).
-    builder = _Builder(session if session.position is not None else session.as_of(sub.position))
+    pinned = session.caller.derive(position=sub.position, at=sub.at)  # judged as now
+    builder = _Builder(session if session.position is not None else Session(pinned))
     builder.described = {n.id for n in nodes}
     # A record in another scope that an exported one rests on (or rested on), which
     # the session may audit, is declared and named by the relations, its events

@@ -10,9 +10,10 @@ issued for R1's delivery.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,8 @@ from prov.model import (
     ProvUsage,
 )
 
-from ledger import Kind, Ledger, Session, Status
+from ledger import Kind, Ledger, Session, Status, Validity
+from ledger import graph as graph_module
 from ledger import prov as prov_module
 from ledger.cli import main
 from ledger.errors import AccessDeniedError, InvalidInputError, UnknownRecordError
@@ -400,6 +402,54 @@ def test_a_write_committed_while_an_export_runs_reaches_none_of_its_records(
     activities = {str(a.identifier) for a in _records(doc, ProvActivity)}
     assert not any(name.startswith("act:accept") for name in activities), activities
     assert world.reviewer.get("C1").status == Status.ACCEPTED  # the write stands
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite", "postgres"], indirect=True)
+def test_a_write_committed_while_an_export_reads_its_records_reaches_none_of_them(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given two candidates, and another writer that accepts C1 while the export's
+    # read transaction is still reading the records (after it read the first)
+    for rid in ("C1", "C2"):
+        world.agent.propose(scope="proj-a", claim_key=rid, value=1, kind=Kind.FACT, id=rid)
+    view_of = graph_module.record_view
+    accepted: list[str] = []
+
+    def then_accepted(*args: Any, **kwargs: Any) -> Any:
+        view = view_of(*args, **kwargs)
+        if not accepted:
+            writer = threading.Thread(target=lambda: accepted.append(world.reviewer.accept("C1")))
+            writer.start()
+            writer.join(30)
+        return view
+
+    monkeypatch.setattr(graph_module, "record_view", then_accepted)
+    doc = export_prov(world.reviewer, scope="proj-a")
+    # Then neither C1's status nor its events show the acceptance
+    assert accepted == [None] and world.reviewer.get("C1").status == Status.ACCEPTED
+    assert _one(_entity(doc, "C1").get_attribute("pl:status")) == "CANDIDATE"
+    activities = {str(a.identifier) for a in _records(doc, ProvActivity)}
+    assert not any(name.startswith("act:accept") for name in activities), activities
+
+
+def test_a_live_export_judges_expiry_now_for_the_records_beside_the_walk(world: World) -> None:
+    # Given A, expiring in an hour, and B resting on it; two hours later
+    expires = world.clock.now + timedelta(hours=1)
+    world.agent.propose(
+        scope="proj-a", claim_key="a", value=1, kind=Kind.FACT, id="A", expires=expires
+    )
+    world.reviewer.accept("A")
+    world.agent.propose(
+        scope="proj-a", claim_key="b", value=2, kind=Kind.INFERENCE, id="B", parents=["A"]
+    )
+    world.reviewer.accept("B")
+    world.clock.advance(hours=2)
+    # When B alone is exported (A declared beside it, as what it rests on)
+    doc = export_prov(world.reviewer, record="B")
+    # Then both are judged now: expired, as the live views say
+    for rid in ("A", "B"):
+        assert world.reviewer.get(rid).validity == Validity.NEEDS_REVALIDATION
+        assert _one(_entity(doc, rid).get_attribute("pl:validity")) == "NEEDS_REVALIDATION", rid
 
 
 def test_the_prov_json_round_trip_holds_on_every_backend(world: World) -> None:

@@ -411,6 +411,13 @@ def test_a_read_lists_its_usable_records_within_4_mib_and_counts_the_rest(
     assert (same["outcome"], same["value"]) == ("FOUND", 50)
     assert (len(same["records"]), same["omitted"]) == (100, 5)
     assert "<GET /api/v1/records?scope=proj-a&claim_prefix=same&validity=VALID>" in same["note"]
+    # And an explanation lists the usable records as the read does, counting the rest
+    why = served.agent.get("/explain", params={"scope": "proj-a", "claim_key": "big"})
+    assert len(why.content) <= MAX_ANSWER_BYTES + 4096
+    assert (len(why.json()["entries"]), why.json()["usable_omitted"]) == (4, 1)
+    assert why.json()["note"].startswith("1 of the 5 usable records of this claim are not")
+    many = served.agent.get("/explain", params={"scope": "proj-a", "claim_key": "same"}).json()
+    assert (len(many["entries"]), many["usable_omitted"], many["omitted"]) == (100, 5, 0)
     # And an answer that lists every record says nothing left out
     served.agent.post("/records", json={"scope": "proj-a", "claim_key": "few", "value": 1})
     few = served.agent.get("/read", params={"scope": "proj-a", "claim_key": "few"}).json()

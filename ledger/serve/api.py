@@ -21,7 +21,7 @@ from starlette.routing import BaseRoute, Route
 
 from ledger import Ledger, Session
 from ledger.access import Role
-from ledger.answers import MAX_ANSWER_BYTES, explanation_within, page_within, size_of
+from ledger.answers import MAX_ANSWER_BYTES, explained_limit, page_within, size_of
 from ledger.diagram import to_dot, to_mermaid
 from ledger.domain import Kind, Status, Validity
 from ledger.errors import (
@@ -545,20 +545,20 @@ def read(call: Call) -> Response:
 
 
 def explain(call: Call) -> Response:
-    """Per record, why it is or is not usable for ``(scope, claim_key)``: every
-    usable record and at most ``limit`` others, with how many were left out."""
+    """Per record, why it is or is not usable for ``(scope, claim_key)``: the usable
+    records as a read lists them and at most ``limit`` others, with how many of
+    each were left out."""
     session = call.session()
-    # Every usable record, and the others stopped before MAX_ANSWER_BYTES of JSON.
-    result, _ = explanation_within(
-        session,
-        call.query_str("scope", required=True) or "",
-        call.query_str("claim_key", required=True) or "",
-        call.query_int("limit", minimum=1, maximum=MAX_LIMIT) or EXPLAINED,
-        deliveries_listed=payloads.DELIVERIES_LISTED,
-        at=call.query_time("at"),
-        context=_context(call),
-        kinds=_kinds(call),
-    )
+    # The usable records as a read lists them, and as many others as fit beside them
+    # in MAX_ANSWER_BYTES of JSON.
+    scope = call.query_str("scope", required=True) or ""
+    claim_key = call.query_str("claim_key", required=True) or ""
+    limit = call.query_int("limit", minimum=1, maximum=MAX_LIMIT) or EXPLAINED
+    asked: dict[str, Any] = {"at": call.query_time("at"), "context": _context(call)}
+    asked["kinds"] = _kinds(call)
+    cap = payloads.DELIVERIES_LISTED
+    limit = explained_limit(session, scope, claim_key, limit, cap, **asked)
+    result = session.explain(scope, claim_key, limit=limit, **asked)
     return json_response(payloads.stamped(session, payloads.explanation(result, MAX_LIMIT)))
 
 

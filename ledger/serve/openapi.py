@@ -442,8 +442,9 @@ def _paths() -> dict[str, dict[str, Any]]:
                             "maximum": MAX_LIMIT,
                             "default": EXPLAINED,
                         },
-                        "At most this many records that are not usable (every usable one is "
-                        "shown), fewer when their JSON would pass 4 MiB.",
+                        "At most this many records that are not usable (besides the usable "
+                        "ones, listed as GET /read lists them), fewer when their JSON would "
+                        "pass 4 MiB.",
                     ),
                     *_AS_OF,
                 ],

@@ -408,11 +408,18 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                 "description": "How many records of the claim, none of them usable, are left "
                 "out of `entries`.",
             },
+            "usable_omitted": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "How many usable records are left out of `entries` (the "
+                "outcome counts them all).",
+            },
             "note": nullable(STR),
         },
         description="Per record of the claim, whether it is usable and why not, in proposal "
-        "order: every usable record (the outcome is decided on all of them) and at most "
-        "`limit` others, those once accepted (ACCEPTED but not usable now, STALE, REVOKED, "
+        f"order: the usable records as GET /read lists them (at most {USABLE_LISTED}, within "
+        "4 MiB, a record of each value first; the outcome is decided on all of them) and "
+        "at most `limit` others, those once accepted (ACCEPTED but not usable now, STALE, REVOKED, "
         "SUPERSEDED) before CANDIDATE and REJECTED ones, each the most recently changed "
         "first, stopped before their JSON passes 4 MiB. `omitted` counts the rest and "
         "`note`, when some are left out, says how to see them.",

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlencode
 
-from ledger.answers import MAX_ANSWER_BYTES, usable_listed
+from ledger.answers import MAX_ANSWER_BYTES, usable_listed, usable_shown
 from ledger.graph import MAX_SERVED_NODES, Subgraph
 from ledger.jsonable import (
     capped_explanation,
@@ -93,17 +93,7 @@ def read_result(result: ReadResult) -> dict[str, Any]:
     budget = MAX_ANSWER_BYTES - len(json.dumps(json_safe(value), ensure_ascii=False).encode())
     usable = result.records
     listed, _ = usable_listed(usable, budget, DELIVERIES_LISTED)
-    note = None
-    if len(listed) < len(usable):
-        values = len({canonical(view.value) for view in usable})
-        held = f"; they hold {values} different values" if values > 1 else ""
-        more = urlencode({"scope": result.scope, "claim_prefix": result.claim_key})
-        note = (
-            f"{len(usable) - len(listed)} of the {len(usable)} usable records of this claim "
-            f"are not listed (the outcome counts them all{held}). "
-            f"<GET /api/v1/records?{more}&validity=VALID> pages through them (with those "
-            "of keys that begin with it)."
-        )
+    left = len(usable) - len(listed)
     return {
         "outcome": str(result.outcome),
         "scope": result.scope,
@@ -111,21 +101,42 @@ def read_result(result: ReadResult) -> dict[str, Any]:
         "at": result.at.isoformat(),
         "value": value,
         "records": [record(r) for r in listed],
-        "omitted": len(usable) - len(listed),
-        "note": note,
+        "omitted": left,
+        "note": _usable_note(left, usable, result.scope, result.claim_key) if left else None,
     }
 
 
+def _usable_note(left: int, usable: Sequence[RecordView], scope: str, claim_key: str) -> str:
+    """What an answer says of the ``left`` usable records it does not list."""
+    values = len({canonical(view.value) for view in usable})
+    held = f"; they hold {values} different values" if values > 1 else ""
+    more = urlencode({"scope": scope, "claim_prefix": claim_key})
+    return (
+        f"{left} of the {len(usable)} usable records of this claim are not listed (the "
+        f"outcome counts them all{held}). <GET /api/v1/records?{more}&validity=VALID> "
+        "pages through them (with those of keys that begin with it)."
+    )
+
+
 def explanation(result: Explanation, maximum: int) -> dict[str, Any]:
-    """Per record, whether it is usable and why not: every usable record and the
-    others asked for, how many were left out (``omitted``) and, if any, a
-    ``note`` saying how to see them (``maximum``: the largest ``limit``)."""
+    """Per record, whether it is usable and why not: the usable records as
+    :func:`~ledger.answers.usable_listed` lists them (``usable_omitted`` counts
+    those left out) and the others asked for, how many of those were left out
+    (``omitted``) and, if any were, a ``note`` saying how to see them
+    (``maximum``: the largest ``limit``)."""
+    shown, left = usable_shown(result, DELIVERIES_LISTED)
     more = urlencode({"scope": result.scope, "claim_prefix": result.claim_key})
     rest = (
         f"Ask again with a larger limit (at most {maximum}), or page through the claim's "
         f"records (with those of keys that begin with it) at <GET /api/v1/records?{more}>."
     )
-    return capped_explanation(result, rest, DELIVERIES_LISTED)
+    answer = capped_explanation(shown, rest, DELIVERIES_LISTED)
+    answer["usable_omitted"] = left
+    if left:
+        usable = [entry.record for entry in result.entries if entry.usable]
+        note = _usable_note(left, usable, result.scope, result.claim_key)
+        answer["note"] = note if answer["note"] is None else f"{note} {answer['note']}"
+    return answer
 
 
 def audit(trail: AuditTrail, events: Sequence[AuditEvent], following: int | None) -> dict[str, Any]:

@@ -18,7 +18,6 @@ constants), not Sphinx roles."""
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import unicodedata
@@ -28,7 +27,7 @@ from typing import Annotated, Any, NotRequired, cast
 from pydantic import Field
 from typing_extensions import TypedDict  # pydantic needs it on Python < 3.12
 
-from ledger.answers import MAX_ANSWER_BYTES, USABLE_LISTED, usable_listed
+from ledger.answers import MAX_ANSWER_BYTES, USABLE_LISTED, usable_listed, usable_shown
 from ledger.domain import Outcome
 from ledger.graph import MAX_SERVED_NODES
 from ledger.jsonable import (
@@ -412,11 +411,7 @@ def explain_out(explanation: Explanation) -> ExplainOut:
     """An explanation asked with a limit as JSON (:func:`ledger.jsonable.capped_explanation`),
     its usable records as :func:`usable_listed` lists them (``usable_omitted``
     when some are left out); ``omitted`` and ``note`` only when some are."""
-    usable = [entry.record for entry in explanation.entries if entry.usable]
-    listed, _ = usable_listed(usable, deliveries_listed=DELIVERIES_LISTED)
-    kept = {id(view) for view in listed}
-    entries = tuple(e for e in explanation.entries if not e.usable or id(e.record) in kept)
-    shown = dataclasses.replace(explanation, entries=entries)
+    shown, left = usable_shown(explanation, DELIVERIES_LISTED)
     rest = (
         f"Call explain_memory again with a larger `limit` (at most {MAX_SERVED_NODES}), or "
         "page through the claim's records with list_records "
@@ -429,11 +424,11 @@ def explain_out(explanation: Explanation) -> ExplainOut:
             del record["deliveries_count"]
         entry["record"] = _pruned(record)
     omitted, note = answer.pop("omitted"), answer.pop("note")
-    left = len(usable) - len(listed)
     if left:
         answer["usable_omitted"] = left
         omitted += left
-        more = _usable_note(len(listed), usable, explanation.scope, explanation.claim_key)
+        usable = [entry.record for entry in explanation.entries if entry.usable]
+        more = _usable_note(len(usable) - left, usable, explanation.scope, explanation.claim_key)
         note = more if note is None else f"{more} {note}"
     if omitted:
         answer["omitted"] = omitted

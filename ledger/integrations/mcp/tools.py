@@ -19,13 +19,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
 from pydantic import BeforeValidator, Field
 
-from ledger.answers import (
-    MAX_ANSWER_BYTES,
-    explanation_within,
-    page_within,
-    size_of,
-    usable_listed,
-)
+from ledger.answers import explained_limit, page_within
 from ledger.domain import Kind, Status, Validity
 from ledger.errors import (
     InvalidInputError,
@@ -351,16 +345,7 @@ def explain_memory(
         # Sized through the session first (the run is shown only what is returned):
         # the unusable records stop before the answer passes MAX_ANSWER_BYTES.
         session = connection.session
-        cap = DELIVERIES_LISTED
-        sized, limit = explanation_within(
-            session, scope, claim_key, limit, deliveries_listed=cap, **asked
-        )
-        usable = [entry.record for entry in sized.entries if entry.usable]
-        _, listed = usable_listed(usable, deliveries_listed=cap)
-        unlisted = sum(size_of(view, cap) for view in usable) - listed
-        if unlisted > 0:  # more usable records than are listed: room for others
-            budget = MAX_ANSWER_BYTES + unlisted
-            _, limit = explanation_within(session, scope, claim_key, limit, budget, cap, **asked)
+        limit = explained_limit(session, scope, claim_key, limit, DELIVERIES_LISTED, **asked)
         with connection.acting("explain_memory") as acting:
             return explain_out(acting.explain(scope, claim_key, limit=limit, **asked))
 
