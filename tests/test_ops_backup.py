@@ -151,6 +151,87 @@ def test_a_backup_refuses_the_ledger_itself(tmp_path: Path) -> None:
     assert state(url) == before
 
 
+@pytest.mark.parametrize("end", ["-journal", "-wal", "-shm"])
+def test_a_backup_refuses_a_file_sqlite_keeps_beside_the_ledger(tmp_path: Path, end: str) -> None:
+    # (written as the ledger's -journal, the backup made the ledger unopenable, and
+    # the next opening of the ledger by another tool removed it)
+    url, _, _ = new_ledger(tmp_path / "live.db")
+    refused = run_backup(str(tmp_path / f"live.db{end}"), "--url", url)
+    assert refused.exit_code == 1
+    assert refused.stderr == (
+        f"error: backup refused: {tmp_path / f'live.db{end}'} is a file SQLite keeps beside "
+        "the ledger (its -wal, -shm or -journal), where the next opening of the ledger would "
+        "take it for its own or remove it; give another file (nothing was written)\n"
+    )
+    assert not (tmp_path / "live.db-journal").exists()
+    with Ledger.open(url) as led:
+        assert led.verify().ok
+
+
+def test_erased_bytes_leave_a_backup_made_where_sqlite_deletes_without_overwriting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a build whose SQLite leaves deleted content in free pages (secure_delete
+    # off by default, as on python.org, macOS and Windows builds), and a ledger of
+    # 300 small captures, each holding a marker 20 times
+    connect = sqlite3.connect
+
+    def connect_as_such_a_build(*args: object, **kwargs: object) -> sqlite3.Connection:
+        con = connect(*args, **kwargs)  # type: ignore[arg-type]
+        con.execute("PRAGMA secure_delete=OFF")
+        return con
+
+    monkeypatch.setattr(sqlite3, "connect", connect_as_such_a_build)
+    url = f"sqlite:///{tmp_path / 'live.db'}"
+    with Ledger.open(url, create=True) as led:
+        admin = led.admin()
+        admin.grant("agent", scope="p", roles=["propose", "read"])
+        agent = led.authenticate(admin.issue_token("agent"))
+        refs = [
+            agent.get(
+                agent.capture(
+                    scope="p",
+                    uri=f"https://x.test/{i}",
+                    content=f"ZQX{i:04d}-".encode() * 20,
+                    id=f"S{i}",
+                )
+            ).evidence
+            for i in range(300)
+        ]
+    # When it is backed up, and S1's bytes are erased in the backup
+    backup = tmp_path / "b.db"
+    assert run_backup(str(backup), "--url", url).exit_code == 0
+    assert refs[1] is not None
+    with Ledger.open(f"sqlite:///{backup}") as copy:
+        assert copy.admin().erase_snapshot(refs[1]["snapshot_ref"], reason="request").scrubbed
+    # Then no copy of them is left anywhere in the backup's file
+    found = b"".join(p.read_bytes() for p in tmp_path.glob("b.db*")).count(b"ZQX0001-")
+    assert found == 0
+    assert (tmp_path / "b.db").read_bytes().count(b"ZQX0002-") == 20  # (the others stay)
+
+
+def test_ctrl_c_during_a_backup_says_the_ledger_is_unchanged_and_leaves_no_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ledger.cli import admin as admin_cli
+
+    url, _, _ = new_ledger(tmp_path / "live.db")
+    before = state(url)
+
+    def interrupted(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(admin_cli, "_vacuum_into", interrupted)
+    result = run_backup(str(tmp_path / "b.db"), "--url", url)
+    assert result.exit_code == 130
+    assert result.stderr == (
+        "error: interrupted; the ledger is unchanged, and a backup is put under its name "
+        "whole or not at all (its partial file is removed)\n"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(("b.db", ".b.db"))) == []
+    assert state(url) == before
+
+
 def test_a_backup_refuses_a_missing_directory(tmp_path: Path) -> None:
     url, _, _ = new_ledger(tmp_path / "live.db")
     refused = run_backup(str(tmp_path / "nowhere" / "copy.db"), "--url", url)

@@ -62,6 +62,12 @@ INTERRUPTED_COPY = (
     "or nothing of it (provledger digest --url TARGET shows which)"
 )
 
+#: What Ctrl-C prints for ``backup``, which writes nothing to the ledger.
+INTERRUPTED_BACKUP = (
+    "error: interrupted; the ledger is unchanged, and a backup is put under its name "
+    "whole or not at all (its partial file is removed)"
+)
+
 #: The ``Example:`` block of a command's help text.
 _EXAMPLE = re.compile(r"^\s*Examples?:\n((?:[ \t]+\S.*(?:\n|$))+)", re.MULTILINE)
 
@@ -86,8 +92,8 @@ class _Main(CheckedGroup):
         except KeyboardInterrupt:
             # Not click's "Aborted!" and exit 1: 1 is a refusal (rebuild: views that
             # differ; verify: a problem found). 130 is the shell's code for Ctrl-C.
-            copying = ctx.invoked_subcommand == "copy"
-            click.echo(INTERRUPTED_COPY if copying else INTERRUPTED, err=True)
+            said = {"copy": INTERRUPTED_COPY, "backup": INTERRUPTED_BACKUP}
+            click.echo(said.get(ctx.invoked_subcommand or "", INTERRUPTED), err=True)
             raise click.exceptions.Exit(130) from None
         except BrokenPipeError:
             # The reader of the answer went away: not click's exit 1, a refusal, nor 0.

@@ -500,6 +500,13 @@ def backup(dest: str, url: str | None, admin_token: str | None, as_json: bool) -
         )
     _check_destination(dest)
     target = Path(dest)
+    beside = {os.path.realpath(backend.path) + end for end in ("-wal", "-shm", "-journal")}
+    if os.path.realpath(target) in beside:
+        raise StorageError(
+            f"backup refused: {printable(target)} is a file SQLite keeps beside the ledger "
+            "(its -wal, -shm or -journal), where the next opening of the ledger would take "
+            "it for its own or remove it; give another file (nothing was written)"
+        )
     if target.exists() or target.is_symlink():
         raise StorageError(
             f"backup refused: {printable(target)} exists; give a new file (nothing was written)"
@@ -619,6 +626,10 @@ def _vacuum_into(source: str, partial: Path, shown: str, dest: str) -> None:
         # ledger (a read-only directory or file system), as the ledger opens it.
         con = sqlite3.connect(read_only_uri(source), uri=True, isolation_level=None, timeout=30)
         try:
+            # The copy is written with this connection's secure_delete: on, or a page
+            # split leaves copies of cells in free space, where erasing the bytes in
+            # the backup later would not reach them (builds default to either).
+            con.execute("PRAGMA secure_delete=ON")
             con.execute("VACUUM INTO ?", (str(partial),))
         finally:
             con.close()
