@@ -8,6 +8,7 @@ prove that ``/openapi.json`` describes what the server does.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import gzip
 import hashlib
 import json
@@ -28,9 +29,11 @@ from starlette.testclient import TestClient
 
 from ledger import Kind, Ledger
 from ledger.answers import MAX_ANSWER_BYTES, explanation_within
+from ledger.graph import Edge, Subgraph
 from ledger.serve import api as api_module
 from ledger.serve import create_app, payloads
 from ledger.serve.errors import STATUS, status_of
+from ledger.serve.inputs import FieldError
 from tests.conftest import Clock
 from tests.serve_support import DOC, Api, error_of, running
 
@@ -303,6 +306,13 @@ def test_a_record_delivered_many_times_lists_its_latest_and_pages_through_every_
     )
     assert (r.status_code, error_of(r)["field"]) == (422, "after")
     assert error_of(r)["message"] == f"after {page_id(got)!r} is not a delivery of M1"
+    # And as of a moment before a delivery, the delivery is not yet one of them
+    then = {"after": page_id(got), "as_of_position": str(got["deliveries"][-1]["position"] - 1)}
+    r = served.agent.get("/records/{record_id}/deliveries", record_id="R1", params=then)
+    assert (r.status_code, error_of(r)["field"]) == (422, "after")
+    assert error_of(r)["message"].endswith(
+        " is not a delivery of R1 as of position " + then["as_of_position"]
+    )
     # And a record the caller cannot see is unknown to it
     r = served.outsider.get("/records/{record_id}/deliveries", record_id="R1")
     assert (r.status_code, error_of(r)["type"]) == (404, "UnknownRecordError")
@@ -552,7 +562,8 @@ def test_a_graph_whose_records_pass_4_mib_of_json_is_refused_as_json_and_drawn_a
     r = served.agent.get("/records/{record_id}/graph", record_id="BIG")
     assert (r.status_code, error_of(r)["field"]) == (422, "format")
     assert error_of(r)["message"].startswith(
-        "the graph's 6 records come to more than 4 MiB of JSON, their values included; "
+        "the graph's 6 records and 5 edges come to more than 4 MiB of JSON, their values "
+        "included; "
         "format=json returns at most that. Ask for format=dot or mermaid (no values)"
     )
     # And as DOT it is drawn, every record in it; and one record's own graph is answered
@@ -562,6 +573,21 @@ def test_a_graph_whose_records_pass_4_mib_of_json_is_refused_as_json_and_drawn_a
         "/records/{record_id}/graph", record_id="BIG", params={"descendants": "false"}
     )
     assert up.status_code == 200 and [n["id"] for n in up.json()["nodes"]] == ["BIG"]
+
+
+def test_a_graph_whose_edges_pass_4_mib_of_json_is_refused_as_json() -> None:
+    # Given a graph of few, small records with 90,000 edges among them (300 records
+    # each resting on the same 300 others)
+    edges = tuple(
+        Edge(parent=f"P{i:03d}", child=f"C{j:03d}", edge="parent")
+        for i in range(300)
+        for j in range(300)
+    )
+    sub = Subgraph(root="ROOT", nodes=(), edges=edges, position=1, title="ROOT")
+    # Then its JSON is refused, the edges counted with the records
+    with pytest.raises(FieldError, match=r"^the graph's 0 records and 90000 edges come to "):
+        api_module.check_json_size(sub, "ROOT")
+    api_module.check_json_size(dataclasses.replace(sub, edges=edges[:60_000]), "ROOT")
 
 
 def test_revoking_a_record_under_many_lists_the_first_thousand_ids_and_counts_them_all(

@@ -126,6 +126,13 @@ def test_the_mcp_endpoint_refuses_a_coded_body_as_the_api_does(
         r = httpx.post(f"{base}/mcp", content=body, headers=headers, timeout=30)
         assert r.status_code == 415, r.text
         assert "Content-Encoding 'gzip'" in r.json()["error"]["message"]
+    # And a Content-Type given twice, whichever first (the SDK reads only the first)
+    auth = [("Authorization", f"Bearer {tokens['agent-1']}"), *ACCEPT.items()]
+    for types in (["application/json", "text/plain"], ["text/plain", "application/json"]):
+        twice = [*auth, *(("Content-Type", media) for media in types)]
+        r = httpx.post(f"{base}/mcp", content=json.dumps(INIT).encode(), headers=twice)
+        assert r.status_code == 415, r.text
+        assert r.json()["error"]["message"].startswith("Content-Type is given 2 times")
 
 
 def test_an_mcp_session_opened_with_one_token_is_unknown_to_another(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import itertools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
@@ -361,7 +362,8 @@ def list_deliveries(call: Call) -> Response:
     limit = call.query_int("limit", minimum=1, maximum=MAX_LIMIT) or 100
     after = call.query_str("after")
     view = session.get(call.path_id())
-    of = f"a delivery of {view.id}"
+    then = "" if session.position is None else f" as of position {session.position}"
+    of = f"a delivery of {view.id}{then}"
     page, following = after_id(view.deliveries, lambda d: d.delivery_id, limit, after, of)
     answer = payloads.deliveries_page(view.id, page, len(view.deliveries), following)
     return json_response(payloads.stamped(session, answer))
@@ -400,7 +402,7 @@ def graph_record(call: Call) -> Response:
     except GraphTooLargeError as exc:
         raise FieldError("format", _too_large(exc, fmt, record_id)) from None
     if fmt == "json":
-        _check_json_size(sub, record_id)
+        check_json_size(sub, record_id)
         return json_response(payloads.stamped(session, payloads.graph(sub)))
     revoked = revocations(session, sub)  # drawn as `provledger graph` draws them
     if fmt == "mermaid":
@@ -438,20 +440,25 @@ def _too_large(exc: GraphTooLargeError, fmt: str, record_id: str) -> str:
     )
 
 
-def _check_json_size(sub: Subgraph, record_id: str) -> None:
-    """Refuse a graph whose records' JSON would pass :data:`MAX_ANSWER_BYTES`: its
-    records carry their values, and a thousand of them can be a gigabyte.
+def check_json_size(sub: Subgraph, record_id: str) -> None:
+    """Refuse a graph whose JSON would pass :data:`MAX_ANSWER_BYTES`: its records
+    carry their values, and a thousand of them can be a gigabyte (with as many
+    edges as each rests on; an edge counted at ``{"parent", "child", "edge"}``'s
+    40 bytes of JSON besides its three names).
 
     Raises:
         FieldError: naming ``format`` and what to ask for instead.
     """
+    sizes = (size_of(node, payloads.DELIVERIES_LISTED) for node in sub.nodes)
+    edges = (len(e.parent) + len(e.child) + len(e.edge) + 40 for e in sub.edges)
     size = 0
-    for node in sub.nodes:
-        size += size_of(node, payloads.DELIVERIES_LISTED)
+    for part in itertools.chain(sizes, edges):
+        size += part
         if size > MAX_ANSWER_BYTES:
             raise FieldError(
                 "format",
-                f"the graph's {len(sub.nodes)} records come to more than "
+                f"the graph's {len(sub.nodes)} records and {len(sub.edges)} edges come to "
+                "more than "
                 f"{MAX_ANSWER_BYTES // (1024 * 1024)} MiB of JSON, their values included; "
                 "format=json returns at most that. Ask for format=dot or mermaid (no values), "
                 "one direction (ancestors=false or descendants=false) or a record further "

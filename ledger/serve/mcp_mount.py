@@ -32,7 +32,7 @@ from ledger.application import Ledger
 from ledger.errors import AuthenticationError, LedgerError, install_hint
 from ledger.serve.api import json_response, ledger_error_response
 from ledger.serve.errors import error_body
-from ledger.serve.inputs import bearer_token, check_no_token, check_uncoded
+from ledger.serve.inputs import bearer_token, check_no_token, check_uncoded, media_type_of
 from ledger.serve.threads import write_limit
 
 
@@ -137,6 +137,7 @@ class MCPMount:
             session = await run_in_threadpool(self.ledger.authenticate, token)
             request.state.principal = session.principal  # for the access log
             check_uncoded(request.headers)  # the SDK would read it as it came
+            media_type_of(request.headers)  # given twice: the SDK reads the first
             check_no_token(request.query_params.multi_items())  # (an address is logged)
         except LedgerError as exc:
             if token is not None and isinstance(exc, AuthenticationError):

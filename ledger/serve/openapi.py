@@ -537,11 +537,21 @@ def _health_path() -> dict[str, Any]:
             "parameters": [],
             "responses": {
                 "200": answer("The ledger answers.", "Health"),
-                "503": answer(
-                    "The ledger does not answer (closed, or its database cannot be "
-                    "reached); `reason` says which, in a fixed phrase.",
-                    "HealthUnavailable",
-                ),
+                "503": {
+                    **answer(
+                        "The ledger does not answer (closed, or its database cannot be "
+                        "reached); `reason` says which, in a fixed phrase. Or the server "
+                        "holds as many connections as it may: the error JSON "
+                        "(ServiceUnavailable, with Retry-After: 1, before the request "
+                        "is read).",
+                        "HealthUnavailable",
+                    ),
+                    "content": {
+                        "application/json": {
+                            "schema": {"anyOf": [ref("HealthUnavailable"), ref("Error")]}
+                        }
+                    },
+                },
                 # A probe sends no body; one over the server's limit is refused.
                 "413": {"$ref": "#/components/responses/E413"},
                 # And as on any path: another method, or a request never whole.
