@@ -421,6 +421,11 @@ def test_a_read_lists_its_usable_records_within_4_mib_and_counts_the_rest(
     assert (same["outcome"], same["value"]) == ("FOUND", 50)
     assert (len(same["records"]), same["omitted"]) == (100, 5)
     assert "<GET /api/v1/records?scope=proj-a&claim_prefix=same&validity=VALID>" in same["note"]
+    # (as of a past moment, the link lists the claim's records as of it)
+    now = str(served.ledger.position)
+    then = {"scope": "proj-a", "claim_key": "same", "as_of_position": now}
+    earlier = served.agent.get("/read", params=then).json()
+    assert f"claim_prefix=same&validity=VALID&as_of_position={now}>" in earlier["note"]
     # And an explanation lists the usable records as the read does, counting the rest
     why = served.agent.get("/explain", params={"scope": "proj-a", "claim_key": "big"})
     assert len(why.content) <= MAX_ANSWER_BYTES + 4096

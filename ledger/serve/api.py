@@ -548,7 +548,8 @@ def read(call: Call) -> Response:
         context=_context(call),
         kinds=_kinds(call),
     )
-    return json_response(payloads.stamped(session, payloads.read_result(result)))
+    answer = payloads.read_result(result, session.position)
+    return json_response(payloads.stamped(session, answer))
 
 
 def explain(call: Call) -> Response:
@@ -566,7 +567,8 @@ def explain(call: Call) -> Response:
     cap = payloads.DELIVERIES_LISTED
     limit = explained_limit(session, scope, claim_key, limit, cap, **asked)
     result = session.explain(scope, claim_key, limit=limit, **asked)
-    return json_response(payloads.stamped(session, payloads.explanation(result, MAX_LIMIT)))
+    answer = payloads.explanation(result, MAX_LIMIT, session.position)
+    return json_response(payloads.stamped(session, answer))
 
 
 def corrections(call: Call) -> Response:

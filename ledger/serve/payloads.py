@@ -85,10 +85,11 @@ def records_page(views: tuple[RecordView, ...], following: str | None) -> dict[s
     return {"records": [record(v) for v in views], "next_after": following}
 
 
-def read_result(result: ReadResult) -> dict[str, Any]:
+def read_result(result: ReadResult, position: int | None = None) -> dict[str, Any]:
     """A read's outcome, the agreed value when FOUND, and its usable records as
     :func:`~ledger.answers.usable_listed` lists them within 4 MiB beside the value;
-    ``omitted`` counts those left out, and ``note`` says where they are."""
+    ``omitted`` counts those left out, and ``note`` says where they are (as of
+    ``position``, an as-of read's)."""
     value = plain(result.value)
     budget = MAX_ANSWER_BYTES - len(json.dumps(json_safe(value), ensure_ascii=False).encode())
     usable = result.records
@@ -102,39 +103,47 @@ def read_result(result: ReadResult) -> dict[str, Any]:
         "value": value,
         "records": [record(r) for r in listed],
         "omitted": left,
-        "note": _usable_note(left, usable, result.scope, result.claim_key) if left else None,
+        "note": _usable_note(left, usable, _listing(result, position, validity="VALID"))
+        if left
+        else None,
     }
 
 
-def _usable_note(left: int, usable: Sequence[RecordView], scope: str, claim_key: str) -> str:
+def _listing(result: ReadResult | Explanation, position: int | None, **more: str) -> str:
+    """The listing of a read's claim (and of keys beginning with it), as of ``position``."""
+    query = {"scope": result.scope, "claim_prefix": result.claim_key, **more}
+    if position is not None:
+        query["as_of_position"] = str(position)
+    return f"<GET /api/v1/records?{urlencode(query)}>"
+
+
+def _usable_note(left: int, usable: Sequence[RecordView], listing: str) -> str:
     """What an answer says of the ``left`` usable records it does not list."""
     values = len({canonical(view.value) for view in usable})
     held = f"; they hold {values} different values" if values > 1 else ""
-    more = urlencode({"scope": scope, "claim_prefix": claim_key})
     return (
         f"{left} of the {len(usable)} usable records of this claim are not listed (the "
-        f"outcome counts them all{held}). <GET /api/v1/records?{more}&validity=VALID> "
+        f"outcome counts them all{held}). {listing} "
         "pages through them (with those of keys that begin with it)."
     )
 
 
-def explanation(result: Explanation, maximum: int) -> dict[str, Any]:
+def explanation(result: Explanation, maximum: int, position: int | None = None) -> dict[str, Any]:
     """Per record, whether it is usable and why not: the usable records as
     :func:`~ledger.answers.usable_listed` lists them (``usable_omitted`` counts
     those left out) and the others asked for, how many of those were left out
     (``omitted``) and, if any were, a ``note`` saying how to see them
-    (``maximum``: the largest ``limit``)."""
+    (``maximum``: the largest ``limit``; ``position``: an as-of explanation's)."""
     shown, left = usable_shown(result, DELIVERIES_LISTED)
-    more = urlencode({"scope": result.scope, "claim_prefix": result.claim_key})
     rest = (
         f"Ask again with a larger limit (at most {maximum}), or page through the claim's "
-        f"records (with those of keys that begin with it) at <GET /api/v1/records?{more}>."
+        f"records (with those of keys that begin with it) at {_listing(result, position)}."
     )
     answer = capped_explanation(shown, rest, DELIVERIES_LISTED)
     answer["usable_omitted"] = left
     if left:
         usable = [entry.record for entry in result.entries if entry.usable]
-        note = _usable_note(left, usable, result.scope, result.claim_key)
+        note = _usable_note(left, usable, _listing(result, position, validity="VALID"))
         answer["note"] = note if answer["note"] is None else f"{note} {answer['note']}"
     return answer
 
