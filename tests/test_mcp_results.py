@@ -407,6 +407,34 @@ async def test_the_instructions_and_schemas_give_the_echo_limit_as_its_value(
     assert "absent on the last page" in page
 
 
+async def test_an_audit_trail_comes_a_page_at_a_time(desk: Desk) -> None:
+    # Given a report accepted and delivered 150 times: 152 events
+    agent, courier = desk.session("agent-1"), desk.session("courier")
+    agent.propose(
+        scope=SCOPE, claim_key=CLAIM, value=1, kind=Kind.REPORT, id="R1",
+        accepted_by=desk.session("reviewer"),
+    )  # fmt: skip
+    for n in range(150):
+        courier.deliver("R1", recipient=f"c{n}@example.com")
+    # When the reviewer audits it, page after page
+    pages = []
+    async with desk.client("reviewer") as client:
+        page = await desk.call(client, "audit_record", record_id="R1")
+        pages.append(page)
+        while "next_after" in page:
+            page = await desk.call(client, "audit_record", record_id="R1", after=page["next_after"])
+            pages.append(page)
+        few = await desk.call(client, "audit_record", record_id="R1", limit=2)
+    # Then the first 100 come first, the rest after, each once, in log order
+    assert [len(p["events"]) for p in pages] == [100, 52]
+    events = [e for p in pages for e in p["events"]]
+    assert [e["type"] for e in events] == ["Proposed", "Accepted", *["Delivered"] * 150]
+    assert [e["position"] for e in events] == sorted({e["position"] for e in events})
+    assert pages[0]["next_after"] == events[99]["position"]
+    assert [e["type"] for e in few["events"]] == ["Proposed", "Accepted"]
+    assert few["next_after"] == events[1]["position"]
+
+
 async def test_a_record_delivered_many_times_lists_its_most_recent_deliveries(
     desk: Desk,
 ) -> None:

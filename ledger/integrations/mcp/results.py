@@ -49,6 +49,7 @@ from ledger.values import (
 
 __all__ = [
     "ECHOED_VALUE_BYTES",
+    "EVENTS_LISTED",
     "RECORD_URI",
     "USABLE_LISTED",
     "AuditOut",
@@ -79,6 +80,10 @@ RECORD_URI = "provledger://record/{record_id}"
 #: to every customer is delivered thousands of times: each read of it would fill
 #: a model's context); ``deliveries_count`` counts them all.
 DELIVERIES_LISTED = 10
+
+#: The most events of a record ``audit_record`` lists unless asked for more (a report
+#: delivered thousands of times has an event per delivery); ``next_after`` pages on.
+EVENTS_LISTED = 100
 
 #: The largest value, in bytes of compact JSON, a write tool's result carries: a
 #: larger one is given by its size and hash (the caller sent it; get_record shows it).
@@ -288,13 +293,15 @@ class EventOut(TypedDict):
 
 
 class AuditOut(TypedDict):
-    """A record's whole history."""
+    """A page of a record's history, in log order; `next_after` is the `after` of
+    the next page, absent on the last."""
 
     record: RecordOut
     events: list[EventOut]
     undeclared: NotRequired[
         Annotated[list[str], Field(description="Observed dependencies not named in `parents`.")]
     ]
+    next_after: NotRequired[int]
 
 
 class DecisionOut(TypedDict):
@@ -437,15 +444,22 @@ def explain_out(explanation: Explanation) -> ExplainOut:
     return cast(ExplainOut, answer)
 
 
-def audit_out(trail: AuditTrail) -> AuditOut:
-    """A record's audit trail as JSON: each event's null ``actor`` and null details
-    left out (but a null ``value``: a proposal of null), ``undeclared`` when any."""
+def audit_out(
+    trail: AuditTrail, events: Sequence[AuditEvent] | None = None, more: bool = False
+) -> AuditOut:
+    """A record's audit trail as JSON: ``events`` of it (all by default), each
+    one's null ``actor`` and null details left out (but a null ``value``: a
+    proposal of null), ``undeclared`` when any, and when ``more`` follow,
+    ``next_after``: the last one's position."""
+    shown = trail.events if events is None else events
     answer: AuditOut = {
         "record": record_out(trail.record),
-        "events": [_event_out(event) for event in trail.events],
+        "events": [_event_out(event) for event in shown],
     }
     if trail.undeclared:
         answer["undeclared"] = list(trail.undeclared)
+    if more and shown:
+        answer["next_after"] = shown[-1].position
     return answer
 
 

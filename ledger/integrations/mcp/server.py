@@ -444,7 +444,9 @@ TOOLS: tuple[tuple[Callable[..., Any], str, ToolAnnotations], ...] = (
         "The whole history of one record, event by event (proposed, accepted, rejected, "
         "revoked, marked stale, revalidated, delivered, corrected), with who did it, when and "
         "why - revoked records included - and the dependencies observed at run time but not "
-        "declared as parents (`undeclared`). Needs the audit role in the record's scope.",
+        "declared as parents (`undeclared`). Needs the audit role in the record's scope. "
+        "Events come in log order, 100 at a time unless `limit` says otherwise; "
+        "`next_after`, when present, is the `after` of the next page.",
         _read_tool("Audit a record"),
     ),
 )

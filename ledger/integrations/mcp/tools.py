@@ -43,6 +43,7 @@ from ledger.integrations.mcp.connection import (
 from ledger.integrations.mcp.hints import superseding, unreadable_read
 from ledger.integrations.mcp.results import (
     DELIVERIES_LISTED,
+    EVENTS_LISTED,
     USABLE_LISTED,
     AuditOut,
     DecisionOut,
@@ -461,11 +462,36 @@ def read_evidence(ctx: Ctx, record_id: RecordId) -> EvidenceOut:
     )
 
 
-def audit_record(ctx: Ctx, record_id: RecordId) -> AuditOut:
-    """The ``audit_record`` tool: :meth:`Session.audit`."""
+def audit_record(
+    ctx: Ctx,
+    record_id: RecordId,
+    limit: Annotated[
+        int | None,
+        Field(
+            description=f"At most this many events (default {EVENTS_LISTED}): "
+            "`next_after` goes on from the last one returned.",
+            ge=1,
+            le=1000,
+            strict=True,
+        ),
+    ] = EVENTS_LISTED,
+    after: Annotated[
+        int | None,
+        Field(
+            description="The `next_after` of the previous page (a log position), to get "
+            "the next one.",
+            ge=0,
+            strict=True,
+        ),
+    ] = None,
+) -> AuditOut:
+    """The ``audit_record`` tool: one page of :meth:`Session.audit`'s events."""
     session = connection_of(ctx).session
     with as_tool_error(session):
-        return audit_out(session.audit(record_id))
+        trail = session.audit(record_id)
+    limit = EVENTS_LISTED if limit is None else limit
+    events = [e for e in trail.events if after is None or e.position > after]
+    return audit_out(trail, events[:limit], len(events) > limit)
 
 
 async def accept_memory(ctx: Ctx, record_id: RecordId, note: Note = "") -> DecisionOut:
