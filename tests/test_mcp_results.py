@@ -407,15 +407,21 @@ async def test_the_instructions_and_schemas_give_the_echo_limit_as_its_value(
     assert "absent on the last page" in page
 
 
-async def test_an_audit_trail_comes_a_page_at_a_time(desk: Desk) -> None:
-    # Given a report accepted and delivered 150 times: 152 events
+def _delivered(desk: Desk, times: int) -> Session:
+    """R1, a report accepted and delivered ``times`` times (to c0@…, c1@…); the agent."""
     agent, courier = desk.session("agent-1"), desk.session("courier")
     agent.propose(
         scope=SCOPE, claim_key=CLAIM, value=1, kind=Kind.REPORT, id="R1",
         accepted_by=desk.session("reviewer"),
     )  # fmt: skip
-    for n in range(150):
+    for n in range(times):
         courier.deliver("R1", recipient=f"c{n}@example.com")
+    return agent
+
+
+async def test_an_audit_trail_comes_a_page_at_a_time(desk: Desk) -> None:
+    # Given a report accepted and delivered 150 times: 152 events
+    _delivered(desk, 150)
     # When the reviewer audits it, page after page
     pages = []
     async with desk.client("reviewer") as client:
@@ -439,13 +445,7 @@ async def test_a_record_delivered_many_times_lists_its_most_recent_deliveries(
     desk: Desk,
 ) -> None:
     # Given a report accepted and delivered 25 times
-    agent, courier = desk.session("agent-1"), desk.session("courier")
-    agent.propose(
-        scope=SCOPE, claim_key=CLAIM, value=1, kind=Kind.REPORT, id="R1",
-        accepted_by=desk.session("reviewer"),
-    )  # fmt: skip
-    for n in range(25):
-        courier.deliver("R1", recipient=f"c{n}@example.com")
+    agent = _delivered(desk, 25)
     # When an agent reads it and gets it
     async with desk.client("agent-1") as agent_client:
         read = await desk.call(agent_client, "read_memory", scope=SCOPE, claim_key=CLAIM)

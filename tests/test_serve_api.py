@@ -27,7 +27,7 @@ import pytest
 from openapi_spec_validator import validate
 from starlette.testclient import TestClient
 
-from ledger import Kind, Ledger
+from ledger import Kind, Ledger, Session
 from ledger.answers import MAX_ANSWER_BYTES, explanation_within
 from ledger.graph import Edge, Subgraph
 from ledger.serve import api as api_module
@@ -264,14 +264,20 @@ def test_getting_a_record_shows_status_validity_and_deliveries(served: Served) -
     assert body["deliveries"][0]["state"] == "DELIVERED"
 
 
-def test_a_record_delivered_many_times_lists_its_latest_and_pages_through_every_one(
-    served: Served,
-) -> None:
-    # Given R1 delivered once (by _seed) and 149 more times
+def _delivered_150(served: Served) -> Session:
+    """R1 delivered once by :func:`_seed` and 149 more times (to c1@…); the reviewer."""
     _seed(served)
     courier = served.ledger.authenticate(served.tokens["reviewer"])
     for n in range(1, 150):
         courier.deliver("R1", recipient=f"c{n}@x.test")
+    return courier
+
+
+def test_a_record_delivered_many_times_lists_its_latest_and_pages_through_every_one(
+    served: Served,
+) -> None:
+    # Given R1 delivered once (by _seed) and 149 more times
+    _delivered_150(served)
     everyone = ["ops@x.test", *(f"c{n}@x.test" for n in range(1, 150))]
     # When it is got, read, explained, audited and drawn
     got = served.agent.get("/records/{record_id}", record_id="R1").json()
@@ -335,10 +341,7 @@ def test_an_audit_trail_and_the_corrections_owed_are_paged_by_log_position(
     served: Served,
 ) -> None:
     # Given R1 delivered 150 times in all, then its basis revoked: 150 owe a correction
-    _seed(served)
-    courier = served.ledger.authenticate(served.tokens["reviewer"])
-    for n in range(1, 150):
-        courier.deliver("R1", recipient=f"c{n}@x.test")
+    courier = _delivered_150(served)
     courier.revoke("E1", "wrong")
     # When the trail is paged through, 64 events a page
     trail = _pages(served.reviewer, "/records/{record_id}/audit", "events", record_id="R1")
